@@ -1,0 +1,39 @@
+"""Shared test set-up.
+
+Triton kernels run on the CPU through the interpreter when no CUDA device is present; the
+variable must be set before any kernel module is imported, hence here at the top.
+"""
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+try:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+except ImportError:  # pragma: no cover
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DEV_DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
+
+
+def dev_data_path() -> Path:
+    p = Path(os.environ.get("TRAWMEM_DEV_DATA", DEV_DATA))
+    return p
+
+
+@pytest.fixture(scope="session")
+def dev_path():
+    p = dev_data_path()
+    if not p.exists():
+        pytest.fail(f"LoCoMo dev data not found at {p}; set TRAWMEM_DEV_DATA")
+    return p
+
+
+requires_cuda = pytest.mark.skipif(not (lambda: __import__("torch").cuda.is_available())(), reason="needs CUDA")

@@ -1,0 +1,75 @@
+"""The objects ingestion produces: turns, questions and conversations (one per bank)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One memory unit: a dialogue turn, in source order."""
+
+    turn_id: str
+    """Unique id within its conversation (LoCoMo ``dia_id`` such as ``"D3:7"``)."""
+    speaker: str
+    text: str
+    session: int
+    """Session index (LoCoMo ``session_N`` -> N); threads never cross a session."""
+    timestamp: str
+    """The session date as given in the source (kept verbatim for provenance)."""
+    time: datetime | None = None
+    """``timestamp`` parsed; None only when the source gave no date."""
+    caption: str | None = None
+    """Image caption, for turns that shared an image (images enter as their captions)."""
+
+    def embed_text(self) -> str:
+        """Text the encoder sees: speaker, words and the image caption."""
+        s = f"{self.speaker}: {self.text}"
+        if self.caption:
+            s += f" [shares an image: {self.caption}]"
+        return s
+
+
+@dataclass(frozen=True)
+class Question:
+    """One evaluation question with its gold evidence turn ids (already repaired)."""
+
+    qid: str
+    question: str
+    answer: str | None
+    evidence: tuple[str, ...]
+    category: int
+    adversarial_answer: str | None = None
+
+
+@dataclass
+class EvidenceRepairs:
+    """Counts of every repair made while parsing evidence ids (see evaluation.md)."""
+
+    multi_id_strings: int = 0
+    normalized_ids: int = 0
+    dropped_unknown: int = 0
+    dropped_unparseable: int = 0
+    empty_lists: int = 0
+
+    def add(self, other: "EvidenceRepairs") -> None:
+        for k in vars(self):
+            setattr(self, k, getattr(self, k) + getattr(other, k))
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(vars(self))
+
+
+@dataclass
+class Conversation:
+    """The interaction history of one memory owner: becomes one bank."""
+
+    bank_id: str
+    turns: list[Turn]
+    speakers: tuple[str, ...] = ()
+    questions: list[Question] = field(default_factory=list)
+    repairs: EvidenceRepairs = field(default_factory=EvidenceRepairs)
+
+    @property
+    def sessions(self) -> list[int]:
+        return sorted({t.session for t in self.turns})
