@@ -1,0 +1,276 @@
+"""LLM backend interface, result record, usage meter and the NoLLM backend."""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Optional, Sequence
+
+from trawmem_gpu.errors import ConfigError, InputError, NoLLMConfigured, TrawmemError
+
+Conversation = list  # list[dict(role, content)]
+OnResult = Callable[[int, "LLMResult"], None]
+
+_ROLES = ("system", "user", "assistant")
+
+
+class LLMRequestError(TrawmemError, RuntimeError):
+    """An LLM request (or a whole batch) failed after all retries; the message never holds keys."""
+
+
+@dataclass
+class LLMResult:
+    """One chat completion."""
+
+    text: str
+    """Generated text ('' when the request failed)."""
+    prompt_tokens: int = 0
+    """Prompt tokens as the server/engine reported them (0 when unknown)."""
+    completion_tokens: int = 0
+    """Completion tokens as the server/engine reported them (0 when unknown)."""
+    latency_s: float = 0.0
+    """Wall seconds of the successful attempt (0 for cache hits)."""
+    cached: bool = False
+    """True when the result came from the on-disk cache and no request was sent."""
+    error: Optional[str] = None
+    """Why the request failed after retries, or None on success."""
+
+    @property
+    def ok(self) -> bool:
+        """True when the request succeeded."""
+        return self.error is None
+
+    def to_dict(self) -> dict:
+        """Plain dict for result files."""
+        return asdict(self)
+
+
+@dataclass
+class StageUsage:
+    """Accumulated usage of one stage (one ``desc`` name)."""
+
+    calls: int = 0
+    """Results returned (cache hits included)."""
+    requests: int = 0
+    """Requests actually sent to the model (cache hits excluded)."""
+    cached: int = 0
+    """Results served from the cache."""
+    errors: int = 0
+    """Results that carry an error."""
+    prompt_tokens: int = 0
+    """Prompt tokens of the requests sent (cache hits excluded)."""
+    completion_tokens: int = 0
+    """Completion tokens of the requests sent (cache hits excluded)."""
+    latency_s: float = 0.0
+    """Sum of per-request latencies."""
+    wall_s: float = 0.0
+    """Wall seconds spent in ``chat`` calls of this stage."""
+    batches: int = 0
+    """Number of ``chat`` calls."""
+
+
+class UsageMeter:
+    """Accumulates requests, tokens and latency per stage name."""
+
+    def __init__(self) -> None:
+        self.stages: dict[str, StageUsage] = {}
+
+    def record(self, stage: str, results: Sequence[LLMResult], wall_s: float = 0.0) -> None:
+        """Add one batch of results under ``stage``."""
+        u = self.stages.setdefault(stage, StageUsage())
+        u.batches += 1
+        u.wall_s += float(wall_s)
+        for r in results:
+            u.calls += 1
+            if r.error is not None:
+                u.errors += 1
+            if r.cached:
+                u.cached += 1
+                continue
+            u.requests += 1
+            u.prompt_tokens += int(r.prompt_tokens or 0)
+            u.completion_tokens += int(r.completion_tokens or 0)
+            u.latency_s += float(r.latency_s or 0.0)
+
+    def summary(self) -> dict[str, dict]:
+        """Per-stage usage as plain dicts (rounded seconds)."""
+        out = {}
+        for name, u in self.stages.items():
+            d = asdict(u)
+            d["latency_s"] = round(d["latency_s"], 4)
+            d["wall_s"] = round(d["wall_s"], 4)
+            out[name] = d
+        return out
+
+    def reset(self) -> None:
+        """Forget all stages."""
+        self.stages.clear()
+
+
+def validate_batch(batch) -> list[list[dict]]:
+    """Check a batch of conversations; raise InputError naming the bad item."""
+    if not isinstance(batch, (list, tuple)):
+        raise InputError(f"chat batch must be a list of conversations, got {type(batch).__name__}")
+    for i, conv in enumerate(batch):
+        if not isinstance(conv, (list, tuple)) or not conv:
+            raise InputError(f"chat batch item {i}: a conversation must be a non-empty list of messages")
+        for j, m in enumerate(conv):
+            if not isinstance(m, dict):
+                raise InputError(f"chat batch item {i}, message {j}: must be a dict with role and content")
+            if m.get("role") not in _ROLES:
+                raise InputError(f"chat batch item {i}, message {j}: role must be one of {_ROLES}, got {m.get('role')!r}")
+            if not isinstance(m.get("content"), str):
+                raise InputError(f"chat batch item {i}, message {j}: content must be a string")
+    return [list(c) for c in batch]
+
+
+class LLMBackend:
+    """Base class: ``chat`` validates, meters and delegates to ``_chat``.
+
+    Subclasses set ``name`` and ``model`` and implement ``_chat``, which returns one
+    :class:`LLMResult` per conversation, in order, and calls ``on_result(i, result)`` as each
+    result becomes available (the cache uses it to commit per response).
+    """
+
+    name: str = "base"
+
+    def __init__(self) -> None:
+        self.usage = UsageMeter()
+
+    @property
+    def model(self) -> Optional[str]:
+        """Model id used in requests (and cache keys)."""
+        return getattr(self, "_model", None)
+
+    def chat(
+        self,
+        batch: list[list[dict]],
+        *,
+        max_tokens: int,
+        temperature: float = 0.0,
+        json_mode: bool = False,
+        desc: Optional[str] = None,
+        on_result: Optional[OnResult] = None,
+    ) -> list[LLMResult]:
+        """Run one batch of conversations; results are in input order."""
+        batch = validate_batch(batch)
+        if not isinstance(max_tokens, int) or max_tokens <= 0:
+            raise ConfigError(f"max_tokens must be a positive int, got {max_tokens!r}")
+        if temperature < 0:
+            raise ConfigError(f"temperature must be >= 0, got {temperature!r}")
+        if not batch:
+            return []
+        t0 = time.perf_counter()
+        results = self._chat(
+            batch, max_tokens=max_tokens, temperature=float(temperature),
+            json_mode=bool(json_mode), desc=desc, on_result=on_result,
+        )
+        if len(results) != len(batch):  # pragma: no cover - backend bug guard
+            raise LLMRequestError(f"{self.name}: got {len(results)} results for {len(batch)} conversations")
+        self.usage.record(desc or "default", results, time.perf_counter() - t0)
+        return results
+
+    def _chat(self, batch, *, max_tokens, temperature, json_mode, desc, on_result) -> list[LLMResult]:
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        """Name and model for result files (never secrets)."""
+        return {"backend": self.name, "model": self.model}
+
+    def close(self) -> None:
+        """Release resources (no-op by default)."""
+
+
+NO_LLM_MESSAGE = (
+    "no LLM configured: pass --answer-llm / --judge-llm (or the build's LLM option) as "
+    "http://HOST:PORT/v1[@MODEL] for an OpenAI-compatible server or vllm:MODEL_PATH for "
+    "offline vLLM"
+)
+
+
+class NoLLM(LLMBackend):
+    """Backend that refuses every call with :class:`NoLLMConfigured`."""
+
+    name = "none"
+
+    def __init__(self, hint: Optional[str] = None) -> None:
+        super().__init__()
+        self.hint = hint
+        """Extra text appended to the error (e.g. which step needed the LLM)."""
+
+    @property
+    def model(self) -> None:
+        return None
+
+    def chat(self, batch=None, *, max_tokens=0, temperature=0.0, json_mode=False, desc=None, on_result=None):
+        """Always raises NoLLMConfigured."""
+        msg = NO_LLM_MESSAGE
+        if desc:
+            msg += f" (needed for: {desc})"
+        if self.hint:
+            msg += f"; {self.hint}"
+        raise NoLLMConfigured(msg)
+
+    def __repr__(self) -> str:
+        return "NoLLM()"
+
+
+class Secret:
+    """A string that never shows itself in repr/str/format."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: Optional[str]) -> None:
+        self._value = value or None
+
+    def reveal(self) -> Optional[str]:
+        """The raw value (only for building request headers)."""
+        return self._value
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __repr__(self) -> str:
+        return "Secret('***')" if self._value else "Secret(None)"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return repr(self)
+
+    def __reduce__(self):  # refuse pickling the raw value
+        return (Secret, (None,))
+
+    def scrub(self, text: object) -> str:
+        """``text`` with every occurrence of the secret replaced by '***'."""
+        s = str(text)
+        if self._value and self._value in s:
+            s = s.replace(self._value, "***")
+        return s
+
+
+class FakeBackend(LLMBackend):
+    """In-process backend answering through ``fn(conversation) -> text``; for tests and dry runs."""
+
+    name = "fake"
+
+    def __init__(self, fn: Callable[[list[dict]], str], model: str = "fake") -> None:
+        super().__init__()
+        self.fn = fn
+        self._model = model
+        self.requests = 0
+
+    def _chat(self, batch, *, max_tokens, temperature, json_mode, desc, on_result):
+        out = []
+        for i, conv in enumerate(batch):
+            self.requests += 1
+            t0 = time.perf_counter()
+            text = self.fn(conv)
+            ptoks = sum(len(m["content"].split()) for m in conv)
+            r = LLMResult(text, ptoks, len(text.split()), time.perf_counter() - t0)
+            if on_result is not None:
+                on_result(i, r)
+            out.append(r)
+        return out
+
+    def __repr__(self) -> str:
+        return f"FakeBackend(model={self._model!r})"

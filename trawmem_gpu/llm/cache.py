@@ -1,0 +1,160 @@
+"""On-disk response cache (sqlite3) wrapping any backend; resumable after a crash."""
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+from trawmem_gpu.errors import ConfigError
+from trawmem_gpu.llm.base import LLMBackend, LLMResult
+
+CACHE_FORMAT = 1
+"""Version of the table layout; a file of another version is refused."""
+
+
+def cache_key(model: Optional[str], messages: list[dict], max_tokens: int, temperature: float, json_mode: bool) -> str:
+    """sha256 hex of the request fields that determine the response."""
+    payload = {
+        "model": model,
+        "messages": [{k: m[k] for k in sorted(m)} for m in messages],
+        "max_tokens": int(max_tokens),
+        "temperature": float(temperature),
+        "json_mode": bool(json_mode),
+    }
+    raw = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    """sqlite3 key -> response store; one commit per stored response."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(str(self.path), timeout=30, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT)")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, model TEXT, text TEXT,"
+                " prompt_tokens INTEGER, completion_tokens INTEGER, created REAL)"
+            )
+            row = self._db.execute("SELECT v FROM meta WHERE k='format'").fetchone()
+            if row is None:
+                self._db.execute("INSERT INTO meta VALUES ('format', ?)", (str(CACHE_FORMAT),))
+            elif row[0] != str(CACHE_FORMAT):
+                raise ConfigError(f"LLM cache {self.path} has format {row[0]}, expected {CACHE_FORMAT}")
+            self._db.commit()
+        except sqlite3.DatabaseError as e:
+            raise ConfigError(f"LLM cache {self.path} is not a usable sqlite file: {e}") from None
+
+    def get(self, key: str) -> Optional[LLMResult]:
+        """Cached result (cached=True) or None."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT text, prompt_tokens, completion_tokens FROM responses WHERE key=?", (key,)
+            ).fetchone()
+        if row is None:
+            return None
+        return LLMResult(text=row[0], prompt_tokens=row[1] or 0, completion_tokens=row[2] or 0,
+                         latency_s=0.0, cached=True)
+
+    def put(self, key: str, model: Optional[str], result: LLMResult) -> None:
+        """Store a successful result and commit at once."""
+        if result.error is not None:
+            return
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
+                (key, model, result.text, int(result.prompt_tokens), int(result.completion_tokens), time.time()),
+            )
+            self._db.commit()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._db.close()
+
+
+class CachedBackend(LLMBackend):
+    """Wraps ``inner``: identical requests are answered from ``path`` without being sent.
+
+    Results from the cache carry ``cached=True`` (and their original token counts). Only
+    successful responses are stored, each committed as it arrives, so a crashed run resumes
+    where it stopped. Identical requests within one batch are sent once.
+    """
+
+    def __init__(self, inner: LLMBackend, path: str | Path) -> None:
+        super().__init__()
+        self.inner = inner
+        self.cache = ResponseCache(path)
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.inner.name
+
+    @property
+    def model(self) -> Optional[str]:
+        return self.inner.model
+
+    def describe(self) -> dict:
+        d = dict(self.inner.describe())
+        d["cache"] = str(self.cache.path)
+        return d
+
+    def __repr__(self) -> str:
+        return f"CachedBackend({self.inner!r}, path={str(self.cache.path)!r})"
+
+    def _chat(self, batch, *, max_tokens, temperature, json_mode, desc, on_result):
+        model = self.inner.model
+        keys = [cache_key(model, conv, max_tokens, temperature, json_mode) for conv in batch]
+        results: list[Optional[LLMResult]] = [None] * len(batch)
+        first_of: dict[str, int] = {}
+        miss: list[int] = []  # batch indices to send (first occurrence of each key)
+        for i, k in enumerate(keys):
+            hit = self.cache.get(k)
+            if hit is not None:
+                results[i] = hit
+                if on_result is not None:
+                    on_result(i, hit)
+            elif k in first_of:
+                continue
+            else:
+                first_of[k] = i
+                miss.append(i)
+        if miss:
+            def store(j: int, r: LLMResult) -> None:
+                i = miss[j]
+                self.cache.put(keys[i], model, r)
+                results[i] = r
+                if on_result is not None:
+                    on_result(i, r)
+
+            sent = self.inner.chat([batch[i] for i in miss], max_tokens=max_tokens, temperature=temperature,
+                                   json_mode=json_mode, desc=desc, on_result=store)
+            for j, r in enumerate(sent):  # in case the inner backend skipped on_result
+                if results[miss[j]] is None:
+                    store(j, r)
+        for i, k in enumerate(keys):  # in-batch duplicates share the first response
+            if results[i] is None:
+                src = results[first_of[k]]
+                dup = LLMResult(src.text, src.prompt_tokens, src.completion_tokens, 0.0,
+                                cached=src.error is None, error=src.error)
+                results[i] = dup
+                if on_result is not None:
+                    on_result(i, dup)
+        return results  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self.cache.close()
+        self.inner.close()

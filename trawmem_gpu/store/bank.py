@@ -1,0 +1,78 @@
+"""The in-memory bank: units, threads (CSR over units), heads, vectors and the thread graph."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..data.types import Turn
+
+
+@dataclass
+class Bank:
+    """All threads, units and the thread graph of one memory owner.
+
+    Threads are contiguous runs of units in source order: thread ``j`` holds units
+    ``thread_offsets[j]:thread_offsets[j+1]``. Edges are stored in both directions, sorted by
+    (src, dst).
+    """
+
+    bank_id: str
+    turns: list[Turn]
+    thread_offsets: np.ndarray
+    """[J+1] int64 CSR offsets of threads over units."""
+    heads: list[str]
+    head_kind: list[str]
+    """Per thread: ``extractive`` or ``llm``."""
+    unit_vecs: np.ndarray
+    """[N, d] float32, L2-normalized."""
+    head_vecs: np.ndarray
+    """[J, d] float32, L2-normalized."""
+    edge_src: np.ndarray
+    edge_dst: np.ndarray
+    edge_w: np.ndarray
+    edge_kind: np.ndarray
+    encoder_id: str
+    build_config: dict = field(default_factory=dict)
+    stats: dict = field(default_factory=dict)
+    """Build bookkeeping (timings, fallbacks); not part of the bank's identity."""
+
+    @property
+    def n_units(self) -> int:
+        return len(self.turns)
+
+    @property
+    def n_threads(self) -> int:
+        return len(self.thread_offsets) - 1
+
+    @property
+    def unit_thread(self) -> np.ndarray:
+        """[N] int64 thread index of each unit."""
+        return np.repeat(np.arange(self.n_threads, dtype=np.int64), np.diff(self.thread_offsets))
+
+    def thread_units(self, j: int) -> range:
+        return range(int(self.thread_offsets[j]), int(self.thread_offsets[j + 1]))
+
+    def index_of(self) -> dict[str, int]:
+        """turn id -> unit index."""
+        return {t.turn_id: i for i, t in enumerate(self.turns)}
+
+    def validate(self) -> None:
+        """Structural invariants; raises ``ValueError`` naming the first broken one."""
+        N, J = self.n_units, self.n_threads
+        off = self.thread_offsets
+        if N == 0 or J == 0:
+            raise ValueError(f"bank {self.bank_id!r} is empty")
+        if off[0] != 0 or off[-1] != N or np.any(np.diff(off) <= 0):
+            raise ValueError(f"bank {self.bank_id!r}: thread offsets do not tile the units (empty thread?)")
+        for j in range(J):
+            if len({self.turns[i].session for i in self.thread_units(j)}) != 1:
+                raise ValueError(f"bank {self.bank_id!r}: thread {j} crosses a session")
+        if self.unit_vecs.shape[0] != N or self.head_vecs.shape[0] != J or len(self.heads) != J:
+            raise ValueError(f"bank {self.bank_id!r}: vector/head counts do not match units/threads")
+        for name in ("unit_vecs", "head_vecs"):
+            a = getattr(self, name)
+            if not np.all(np.isfinite(a)):
+                raise ValueError(f"bank {self.bank_id!r}: {name} holds NaN or inf")
+        if len(self.edge_src) and (self.edge_src.max() >= J or self.edge_dst.max() >= J):
+            raise ValueError(f"bank {self.bank_id!r}: an edge names an unknown thread")
