@@ -202,5 +202,6 @@ def greedy_select_triton(pi, K, E, identity: bool, rho, delta, alpha, thread, th
         float(w_cov), float(w_role), float(w_aff), float(w_thr), float(stop_coverage),
         R=R, KMODE=kmode, BLOCK_N=BLOCK_N, BLOCK_U=BLOCK_U, BLOCK_D=BLOCK_D,
         BLOCK_R=max(2, _np2(R)), BLOCK_S=max(2, _np2(S)),
+        num_warps=4 if BLOCK_N <= 128 else 8,
     )
     return sel, gains, n_sel

@@ -46,7 +46,16 @@ from torch import Tensor
 
 Impl = Literal["auto", "torch", "triton"]
 
-HAS_TRITON = importlib.util.find_spec("triton") is not None
+
+
+def _has_triton() -> bool:
+    try:
+        return importlib.util.find_spec("triton") is not None
+    except (ImportError, ValueError, AttributeError):  # pragma: no cover - broken installs
+        return False
+
+
+HAS_TRITON = _has_triton()
 
 __all__ = [
     "HAS_TRITON",
@@ -85,11 +94,17 @@ def _use_triton(impl: str, x: Tensor) -> bool:
     return True
 
 
-def _kernels(name: str):
-    """Import ``trawmem_gpu.kernels.<name>`` lazily (triton reads TRITON_INTERPRET at import)."""
+def _kernels(name: str, x: Tensor):
+    """Import ``trawmem_gpu.kernels.<name>`` lazily (triton reads TRITON_INTERPRET when the
+    kernels are decorated, i.e. at their first import)."""
     import importlib
 
     mod = importlib.import_module(f"trawmem_gpu.kernels.{name}")
+    if not x.is_cuda and not getattr(mod, "INTERPRETED", False):
+        raise RuntimeError(
+            f"trawmem_gpu.kernels.{name} was imported without TRITON_INTERPRET=1; "
+            "CPU tensors cannot run compiled Triton kernels"
+        )
     return mod
 
 
@@ -178,7 +193,7 @@ def role_priority(
             feats, Mq, delta, thread, valid, gravity, dist_in, alpha, budget,
             lambda_m, lambda_r, tau, T_R,
         )
-    return _kernels("priority").role_priority_triton(
+    return _kernels("priority", feats).role_priority_triton(
         feats, Mq, delta, thread, valid, gravity, dist_in, alpha, budget,
         float(lambda_m), float(lambda_r), float(tau), float(T_R),
     )
@@ -359,7 +374,7 @@ def greedy_select(
             w_cov, w_role, w_aff, w_thr, stop_coverage, max_steps, E=E, identity=identity,
         )
     limit = _greedy_limits(valid.to(pi.device), budget.to(pi.device), max_steps)
-    return _kernels("greedy").greedy_select_triton(
+    return _kernels("greedy", pi).greedy_select_triton(
         pi, K, E, identity, rho, delta, alpha, thread, thread_mass, valid, limit,
         float(w_cov), float(w_role), float(w_aff), float(w_thr), float(stop_coverage), int(max_steps),
     )

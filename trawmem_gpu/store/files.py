@@ -106,6 +106,7 @@ def save_bank(bank: Bank, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    old = None
     try:
         write_bank_files(bank, tmp)
         _fsync_dir(tmp)
@@ -119,6 +120,8 @@ def save_bank(bank: Bank, path: str | Path) -> Path:
         _fsync_dir(path.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and old.exists() and not path.exists():  # failed between the two renames
+            os.replace(old, path)
         raise
     return path
 
@@ -127,7 +130,9 @@ def read_meta(path: str | Path) -> dict:
     path = Path(path)
     mp = path / META
     if not path.is_dir():
-        raise BankError(f"{path}: no bank directory here")
+        olds = sorted(path.parent.glob(f".{path.name}.old-*")) if path.parent.is_dir() else []
+        hint = f" (a write killed mid-swap left the previous bank at {olds[0]}; rename it back)" if olds else ""
+        raise BankError(f"{path}: no bank directory here{hint}")
     if not mp.exists():
         raise BankError(f"{path}: not a bank (missing {META}; an interrupted write leaves no valid bank)")
     try:

@@ -1,0 +1,184 @@
+"""A tiny OpenAI-compatible chat server on 127.0.0.1 for tests (stdlib only, threaded).
+
+Replies are deterministic functions of the prompt: segmentation prompts get a boundary every
+3 turns, head prompts a JSON head, judge prompts CORRECT when the gold text appears in the
+generated answer, answer prompts the phrase after "the answer is" in the memory. Knobs make it
+fail the first N requests, delay replies, return malformed JSON, and it records request
+counts, the peak number of requests in flight and the Authorization headers it saw.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Optional
+
+MALFORMED_ALWAYS = "MALFORMED_ALWAYS"
+"""Prompts containing this always get malformed JSON."""
+MALFORMED_ONCE = "MALFORMED_ONCE"
+"""Prompts containing this get malformed JSON unless the conversation is a retry (>1 user message)."""
+
+
+class LLMServer:
+    """Start with ``start()``, stop with ``stop()``; ``base_url`` ends in ``/v1``."""
+
+    def __init__(self, models: tuple = ("test-model-a", "test-model-b")) -> None:
+        self.models = list(models)
+        self.fail_first = 0
+        """Fail this many chat requests (counted from now) with ``fail_status``."""
+        self.fail_status = 500
+        self.retry_after: Optional[str] = None
+        """Retry-After header value sent with failures."""
+        self.echo_auth_in_errors = False
+        """Put the Authorization header into failure bodies (tests key masking)."""
+        self.delay_s = 0.0
+        """Sleep this long before answering each chat request."""
+        self.lock = threading.Lock()
+        self.requests = 0
+        self.model_requests = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.auth_headers: list[Optional[str]] = []
+        self.bodies: list[dict] = []
+        self._server: Optional[ThreadingHTTPServer] = None
+        self._thread: Optional[threading.Thread] = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> "LLMServer":
+        state = self
+
+        class Handler(_Handler):
+            server_state = state
+
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        srv.daemon_threads = True
+        srv.request_queue_size = 128
+        self._server = srv
+        self._thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._thread.join(timeout=5)
+            self._server = None
+
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def reset_counts(self) -> None:
+        with self.lock:
+            self.requests = self.model_requests = self.max_in_flight = 0
+            self.auth_headers.clear()
+            self.bodies.clear()
+
+    # -- replies ----------------------------------------------------------------------------
+    @staticmethod
+    def reply_for(messages: list[dict]) -> str:
+        """Deterministic reply text for a conversation."""
+        users = [m.get("content", "") for m in messages if m.get("role") == "user"]
+        first = users[0] if users else ""
+        if MALFORMED_ALWAYS in first or (MALFORMED_ONCE in first and len(users) == 1):
+            return 'Sure, here it is: {"boundaries": [0, 2, "head": oops'
+        if '"boundaries"' in first:
+            n = len(re.findall(r"^\[\d+\]", first, flags=re.MULTILINE))
+            return json.dumps({"boundaries": list(range(0, n, 3))})
+        if '{"head"' in first:
+            m = re.search(r"Thread:\n(.*?)\n\nReply", first, flags=re.DOTALL)
+            thread = " ".join((m.group(1) if m else first).split())
+            return "```json\n" + json.dumps({"head": "Summary: " + thread[:40]}) + "\n```"
+        if '"label"' in first:
+            g = re.search(r"^Gold answer: (.*)$", first, flags=re.MULTILINE)
+            p = re.search(r"^Generated answer: (.*)$", first, flags=re.MULTILINE)
+            gold = g.group(1).strip().lower() if g else ""
+            pred = p.group(1).strip().lower() if p else ""
+            return json.dumps({"label": "CORRECT" if gold and gold in pred else "WRONG"})
+        if "Question:" in first:
+            m = re.search(r"the answer is ([^.\n]+)", first, flags=re.IGNORECASE)
+            return m.group(1).strip() if m else "Not mentioned in the conversation."
+        return "echo " + hashlib.sha256(first.encode()).hexdigest()[:8]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_state: LLMServer
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, *args) -> None:  # keep test output clean
+        pass
+
+    def _send(self, status: int, payload, headers: Optional[dict] = None) -> None:
+        raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(raw)
+        except (BrokenPipeError, ConnectionResetError):  # client timed out and left
+            pass
+
+    def do_GET(self) -> None:
+        st = self.server_state
+        if self.path.rstrip("/") == "/v1/models":
+            with st.lock:
+                st.model_requests += 1
+                st.auth_headers.append(self.headers.get("Authorization"))
+            self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in st.models]})
+        else:
+            self._send(404, {"error": {"message": "not found"}})
+
+    def do_POST(self) -> None:
+        st = self.server_state
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            self._send(404, {"error": {"message": "not found"}})
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            self._send(400, {"error": {"message": "bad json"}})
+            return
+        auth = self.headers.get("Authorization")
+        with st.lock:
+            st.requests += 1
+            st.auth_headers.append(auth)
+            st.bodies.append(body)
+            st.in_flight += 1
+            st.max_in_flight = max(st.max_in_flight, st.in_flight)
+            fail = st.fail_first > 0
+            if fail:
+                st.fail_first -= 1
+        try:
+            if st.delay_s:
+                time.sleep(st.delay_s)
+            if fail:
+                msg = "transient failure"
+                if st.echo_auth_in_errors:
+                    msg += f" (auth was {auth})"
+                headers = {"Retry-After": st.retry_after} if st.retry_after is not None else None
+                self._send(st.fail_status, {"error": {"message": msg}}, headers)
+                return
+            messages = body.get("messages") or []
+            text = LLMServer.reply_for(messages)
+            ptoks = sum(len(str(m.get("content", "")).split()) for m in messages)
+            self._send(200, {
+                "id": "chatcmpl-test", "object": "chat.completion", "model": body.get("model"),
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": ptoks, "completion_tokens": len(text.split()),
+                          "total_tokens": ptoks + len(text.split())},
+            })
+        finally:
+            with st.lock:
+                st.in_flight -= 1

@@ -1,0 +1,521 @@
+"""Tests for the batched Stage-2 ops and their Triton kernels.
+
+Layout follows vLLM's tests/kernels: module-level shape lists with odd sizes, the reference is
+computed first, then the op under test, compared with ``torch.testing.assert_close`` and a
+tolerance explained next to it. Without CUDA the Triton kernels run under TRITON_INTERPRET=1
+(set by conftest.py) on small grids; the CUDA-only test at realistic shapes skips cleanly.
+"""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from trawmem_gpu.select.batched_ops import (
+    HAS_TRITON,
+    K_from_vectors,
+    greedy_lazy_np,
+    greedy_plain_np,
+    greedy_reference_np,
+    greedy_select,
+    greedy_select_torch,
+    role_priority,
+    role_priority_torch,
+)
+
+CUDA = torch.cuda.is_available()
+# The forced Triton path runs on CUDA, or on CPU through the interpreter.
+TRITON_OK = HAS_TRITON and (CUDA or os.environ.get("TRITON_INTERPRET") == "1")
+needs_triton = pytest.mark.skipif(not TRITON_OK, reason="needs triton (CUDA or TRITON_INTERPRET=1)")
+DEVICE = "cuda" if CUDA else "cpu"
+
+NUM_QUERIES = [1, 3]
+NUM_UNITS = [1, 5, 17, 33]
+NUM_FEATS = [1, 7]
+NUM_THREADS = [1, 4]
+EMBED_DIMS = [5]
+NUM_ROLES = 3
+K_MODES = ["matrix", "vectors", "identity"]
+SEEDS = [0]
+WEIGHTS = (1.0, 1.0, 0.1, 1.0)  # w_cov, w_role, w_aff, w_thr: every term matters
+
+LAMBDA_M, LAMBDA_R, TAU, T_R = 1.25, 0.5, 0.5, 1.0
+
+
+def make_inputs(Q, U, T, F, D, seed, device="cpu", dtype=torch.float32):
+    """Random padded batch. Query 0 is full, the last of >= 3 queries has no live unit, the
+    others have a random live count; padding is scattered, not only at the tail."""
+    g = torch.Generator().manual_seed(seed)
+    n_valid = torch.randint(0, U + 1, (Q,), generator=g)
+    n_valid[0] = U
+    if Q >= 3:
+        n_valid[-1] = 0
+    valid = torch.zeros(Q, U, dtype=torch.bool)
+    for q in range(Q):
+        valid[q, torch.randperm(U, generator=g)[: int(n_valid[q])]] = True
+    thread = torch.randint(0, T, (Q, U), generator=g)
+    thread[~valid] = -1
+    x = dict(
+        feats=torch.randn(Q, U, F, generator=g, dtype=dtype),
+        Mq=torch.randn(Q, NUM_ROLES, F, generator=g, dtype=dtype),
+        delta=torch.softmax(torch.randn(Q, NUM_ROLES, generator=g, dtype=dtype), -1),
+        thread=thread,
+        valid=valid,
+        gravity=torch.rand(Q, T, generator=g, dtype=dtype),
+        dist_in=torch.rand(Q, U, generator=g, dtype=dtype),
+        alpha=torch.rand(Q, U, generator=g, dtype=dtype),
+        budget=torch.randint(1, U + 4, (Q,), generator=g),  # sometimes larger than U
+        E=torch.nn.functional.normalize(torch.randn(Q, U, D, generator=g, dtype=dtype), dim=-1),
+        thread_mass=torch.rand(Q, T, generator=g, dtype=dtype) / T,
+    )
+    return {k: v.to(device) for k, v in x.items()}
+
+
+def priority_args(x):
+    return (x["feats"], x["Mq"], x["delta"], x["thread"], x["valid"], x["gravity"], x["dist_in"],
+            x["alpha"], x["budget"], LAMBDA_M, LAMBDA_R, TAU, T_R)
+
+
+def greedy_inputs(x):
+    """pi, rho from the torch role priority, plus K from E; everything the greedy op takes."""
+    rho, _, _, pi = role_priority_torch(*priority_args(x))
+    K = K_from_vectors(x["E"], x["valid"])
+    return pi, K, rho
+
+
+def assert_same_selection(ref, out, rtol=1e-5, atol=1e-6):
+    """Compare greedy outputs ``(sel, gains, n_sel)`` of a reference and a float32 path.
+
+    Selections must match step by step. A float32 path may break a near-tie differently (sums
+    in another order); that is accepted only if, at the first differing step, both picked gains
+    agree within the tolerance (a genuine near-tie); the rest of that query is then
+    path-dependent and not compared. Returns the number of such near-tie divergences.
+    """
+    sel_r, g_r, n_r = (torch.as_tensor(np.asarray(t.cpu()) if torch.is_tensor(t) else t) for t in ref)
+    sel_o, g_o, n_o = (t.cpu() for t in out)
+    diverged = 0
+    for q in range(sel_r.shape[0]):
+        for t in range(sel_r.shape[1]):
+            if int(sel_r[q, t]) != int(sel_o[q, t]):
+                assert int(sel_r[q, t]) >= 0 and int(sel_o[q, t]) >= 0, (q, t, sel_r[q], sel_o[q])
+                torch.testing.assert_close(g_o[q, t].double(), g_r[q, t].double(), rtol=rtol, atol=atol)
+                diverged += 1
+                break
+            torch.testing.assert_close(g_o[q, t].double(), g_r[q, t].double(), rtol=rtol, atol=atol)
+        else:
+            assert int(n_r[q]) == int(n_o[q])
+    return diverged
+
+
+# ---------------------------------------------------------------------------------------------
+# Op 1: role priority
+# ---------------------------------------------------------------------------------------------
+def _priority_loop(x):
+    """Unit-by-unit float64 statement of the role-priority math (oracle for the torch spec)."""
+    Q, U, F = x["feats"].shape
+    T = x["gravity"].shape[1]
+    rho = np.zeros((Q, U, NUM_ROLES))
+    phi, w, pi = np.zeros((Q, U)), np.zeros((Q, U)), np.zeros((Q, U))
+    for q in range(Q):
+        kappa = 1.0 / max(1, int(x["budget"][q]))
+        for u in range(U):
+            if not bool(x["valid"][q, u]):
+                continue
+            logits = [sum(float(x["Mq"][q, r, f]) * float(x["feats"][q, u, f]) for f in range(F)) / T_R
+                      for r in range(NUM_ROLES)]
+            mx = max(logits)
+            ex = [math.exp(v - mx) for v in logits]
+            rho[q, u] = [e / sum(ex) for e in ex]
+            phi[q, u] = sum(float(x["delta"][q, r]) * rho[q, u, r] for r in range(NUM_ROLES))
+            cost = (float(x["dist_in"][q, u]) + LAMBDA_M * (1 - float(x["alpha"][q, u]))
+                    + LAMBDA_R * (1 - phi[q, u]))
+            t = int(x["thread"][q, u])
+            grav = float(x["gravity"][q, t]) if 0 <= t < T else 0.0
+            w[q, u] = min(kappa, grav * math.exp(-cost / TAU))
+        s = w[q].sum()
+        pi[q] = w[q] / s if s > 0 else 0.0
+    return rho, phi, w, pi
+
+
+@pytest.mark.parametrize("num_units", [1, 6])
+@pytest.mark.parametrize("num_feats", NUM_FEATS)
+def test_role_priority_torch_matches_loop(num_units, num_feats):
+    x = make_inputs(3, num_units, 4, num_feats, 5, seed=1, dtype=torch.float64)
+    if num_units > 1:
+        x["thread"][0, 0] = 4  # live unit with an out-of-range thread: gravity 0, w = 0
+    ref = _priority_loop(x)
+    out = role_priority_torch(*priority_args(x))
+    # float64 on both sides; only summation order differs -> agreement to ~1e-15.
+    for r, o in zip(ref, out):
+        torch.testing.assert_close(o, torch.from_numpy(r), rtol=1e-12, atol=1e-14)
+    if num_units > 1:
+        assert float(out[2][0, 0]) == 0.0
+
+
+@needs_triton
+@pytest.mark.parametrize("num_queries", NUM_QUERIES)
+@pytest.mark.parametrize("num_units", NUM_UNITS)
+@pytest.mark.parametrize("num_feats", NUM_FEATS)
+@pytest.mark.parametrize("num_threads", NUM_THREADS)
+@pytest.mark.parametrize("seed", SEEDS)
+@torch.inference_mode()
+def test_role_priority_triton_matches_torch(num_queries, num_units, num_feats, num_threads, seed):
+    x = make_inputs(num_queries, num_units, num_threads, num_feats, 5, seed, device=DEVICE)
+    ref = role_priority(*priority_args(x), impl="torch")
+    out = role_priority(*priority_args(x), impl="triton")
+    # Both float32; the kernel accumulates the logits feature by feature and multiplies by
+    # 1/T_R and 1/tau instead of dividing, so results differ by a few ulps. rho, phi are O(1)
+    # and w, pi are <= 1, so rtol 1e-5 / atol 1e-6 is ~10 ulps.
+    for name, r, o in zip(("rho", "phi", "w", "pi"), ref, out):
+        torch.testing.assert_close(o, r, rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
+    rho, phi, w, pi = out
+    assert not torch.isnan(pi).any()
+    assert (rho[~x["valid"]] == 0).all() and (pi[~x["valid"]] == 0).all()
+    live_q = x["valid"].any(1)
+    torch.testing.assert_close(pi.sum(1)[live_q], torch.ones_like(pi.sum(1)[live_q]), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("impl", ["torch", pytest.param("triton", marks=needs_triton)])
+def test_role_priority_zero_sum_gives_zero_pi(impl):
+    x = make_inputs(3, 5, 2, 4, 5, seed=3, device=DEVICE)
+    x["valid"][1] = False  # no live unit
+    x["thread"][1] = -1
+    x["dist_in"][2] = 1e4  # every w of query 2 underflows to 0
+    rho, phi, w, pi = role_priority(*priority_args(x), impl=impl)
+    assert torch.isfinite(pi).all() and torch.isfinite(rho).all()
+    assert (pi[1] == 0).all() and (rho[1] == 0).all() and (phi[1] == 0).all() and (w[1] == 0).all()
+    assert (w[2] == 0).all() and (pi[2] == 0).all()
+    torch.testing.assert_close(pi[0].sum(), torch.tensor(1.0, device=pi.device), rtol=0, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# K and the NumPy references
+# ---------------------------------------------------------------------------------------------
+def test_K_from_vectors():
+    x = make_inputs(3, 9, 2, 2, 4, seed=5)
+    E, valid = x["E"], x["valid"]
+    K = K_from_vectors(E, valid)
+    pair = valid[:, :, None] & valid[:, None, :]
+    ref = (E @ E.transpose(1, 2)).clamp(0, 1)
+    ref = torch.where(torch.eye(9, dtype=torch.bool), torch.ones_like(ref), ref) * pair
+    torch.testing.assert_close(K, ref, rtol=0, atol=0)  # same ops, exact
+    assert (K[~pair] == 0).all() and (K >= 0).all() and (K <= 1).all()
+    I = K_from_vectors(E, valid, identity=True)
+    assert torch.equal(I, torch.diag_embed(valid.float()))
+
+
+def _random_query(rng, U, T, R=NUM_ROLES):
+    valid = rng.random(U) < 0.85
+    pi = rng.random(U) * valid
+    pi = pi / pi.sum() if pi.sum() > 0 else pi
+    E = rng.standard_normal((U, 6))
+    E /= np.linalg.norm(E, axis=1, keepdims=True)
+    K = np.clip(E @ E.T, 0, 1)
+    np.fill_diagonal(K, 1.0)
+    rho = rng.dirichlet(np.ones(R), size=U)
+    delta = rng.dirichlet(np.ones(R))
+    thread = np.where(valid, rng.integers(0, T, U), -1)
+    return dict(pi=pi, K=K, rho=rho, delta=delta, alpha=rng.random(U), thread=thread,
+                thread_mass=rng.random(T) / T, valid=valid)
+
+
+def test_lazy_matches_plain_random():
+    rng = np.random.default_rng(7)
+    for i in range(120):
+        U = int(rng.integers(1, 40))
+        x = _random_query(rng, U, T=int(rng.integers(1, 6)))
+        w = tuple(float(v) for v in rng.choice([0.0, 0.05, 1.0, 3.0], size=4))
+        kw = dict(budget=int(rng.integers(0, U + 3)), w_cov=w[0], w_role=w[1], w_aff=w[2], w_thr=w[3],
+                  stop_coverage=float(rng.choice([2.0, 0.5, 0.8])), max_steps=int(rng.integers(1, 20)))
+        plain = greedy_plain_np(**x, **kw)
+        lazy = greedy_lazy_np(**x, **kw)
+        assert plain[0] == lazy[0], (i, plain, lazy)
+        assert plain[1] == lazy[1]  # same float64 gain function -> bit-identical gains
+
+
+def _tie_query():
+    """Dyadic inputs with exact duplicates: every sum is exact in any order and any precision.
+
+    Units 0, 4, 9, 20, 31 share vector e0, role row, alpha and thread (indices chosen to span
+    blocks of 16); 2, 13, 26 share e1 and thread 1; the rest use distinct axes. The duplicates of
+    one group have bit-identical gains at every step, so only the tie rule decides the order.
+    """
+    U, D = 33, 40
+    E = np.zeros((U, D))
+    axis = np.arange(U) + 2
+    group_a, group_b = [0, 4, 9, 20, 31], [2, 13, 26]
+    axis[group_a], axis[group_b] = 0, 1
+    E[np.arange(U), axis] = 1.0
+    valid = np.ones(U, dtype=bool)
+    valid[[5, 17]] = False
+    pi = np.where(valid, 1.0 / 32, 0.0)  # 31 live units; sums stay dyadic
+    rho = np.tile(np.array([0.5, 0.25, 0.25]), (U, 1))
+    rho[group_b] = [0.25, 0.5, 0.25]
+    alpha = np.full(U, 0.5)
+    alpha[group_a] = 0.75
+    thread = np.arange(U) % 4
+    thread[group_a], thread[group_b] = 0, 1
+    thread[~valid] = -1
+    return dict(pi=pi, E=E, K=(E @ E.T).clip(0, 1), rho=rho, delta=np.array([0.5, 0.25, 0.25]),
+                alpha=alpha, thread=thread, thread_mass=np.array([0.25, 0.125, 0.0625, 0.0625]),
+                valid=valid)
+
+
+def test_lazy_matches_plain_exact_ties():
+    x = _tie_query()
+    x.pop("E")
+    for w in [(1, 1, 1, 1), (1, 0, 0, 0), (0, 0, 1, 0), (0, 0, 0, 0)]:
+        kw = dict(budget=40, w_cov=w[0], w_role=w[1], w_aff=w[2], w_thr=w[3], max_steps=40)
+        plain = greedy_plain_np(**x, **kw)
+        lazy = greedy_lazy_np(**x, **kw)
+        assert plain == lazy
+        assert sorted(plain[0]) == [u for u in range(33) if x["valid"][u]]  # all live, once
+    # all-zero weights: every gain is 0, so ties decide everything -> index order
+    assert greedy_plain_np(**x, budget=40, w_cov=0, w_role=0, w_aff=0, w_thr=0, max_steps=40)[0] == \
+        [u for u in range(33) if x["valid"][u]]
+    # affinity only: group a (alpha 0.75) first in index order, then the rest in index order
+    sel = greedy_lazy_np(**x, budget=6, w_cov=0, w_role=0, w_aff=1, w_thr=0, max_steps=6)[0]
+    assert sel == [0, 4, 9, 20, 31, 1]
+
+
+def _batch_of(queries):
+    """Stack per-query NumPy dicts (same U, T) into float32 torch batch tensors."""
+    out = {}
+    for k in queries[0]:
+        v = np.stack([q[k] for q in queries])
+        t = torch.from_numpy(v)
+        out[k] = t.float() if t.is_floating_point() else t
+    out["thread"] = out["thread"].long()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Op 2: batched greedy vs the NumPy reference
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("num_queries", NUM_QUERIES)
+@pytest.mark.parametrize("num_units", NUM_UNITS)
+@pytest.mark.parametrize("stop_coverage", [2.0, 0.6])
+@pytest.mark.parametrize("seed", SEEDS)
+@torch.inference_mode()
+def test_greedy_torch_matches_numpy(num_queries, num_units, stop_coverage, seed):
+    x = make_inputs(num_queries, num_units, 4, 3, 5, seed, dtype=torch.float64)
+    pi, K, rho = greedy_inputs(x)
+    args = (pi, K, rho, x["delta"], x["alpha"], x["thread"], x["thread_mass"], x["valid"], x["budget"],
+            *WEIGHTS, stop_coverage, 8)
+    ref = greedy_reference_np(*args)
+    assert (ref[0] == greedy_reference_np(*args, lazy=True)[0]).all()
+    # float64 torch: same math, other summation order -> identical picks, gains to ~1e-15.
+    sel, gains, n_sel = greedy_select_torch(*args)
+    np.testing.assert_array_equal(sel.numpy(), ref[0])
+    np.testing.assert_array_equal(n_sel.numpy(), ref[2])
+    torch.testing.assert_close(gains.double(), torch.from_numpy(ref[1]), rtol=1e-6, atol=1e-7)
+    # float32 torch: rounding ~1e-7 relative on O(1) gains; picks agree unless two gains are
+    # within float32 rounding of each other (then assert_same_selection checks it was a near-tie).
+    args32 = tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
+    assert_same_selection(ref, greedy_select(*args32, impl="torch"), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("impl", ["torch", pytest.param("triton", marks=needs_triton)])
+@pytest.mark.parametrize("k_mode", K_MODES)
+def test_greedy_exact_ties(impl, k_mode):
+    x = _tie_query()
+    b = _batch_of([x, x])
+    b["valid"][1, :3] = False  # second query: first duplicates of group a / b are padding
+    b["thread"][1, :3] = -1
+    budget = torch.tensor([40, 12])
+    kw = dict(K=b["K"]) if k_mode == "matrix" else dict(K=None, E=b["E"]) if k_mode == "vectors" \
+        else dict(K=None, identity=True)
+    if k_mode == "identity":
+        b["K"] = torch.eye(33).expand(2, 33, 33)
+    ref = greedy_reference_np(b["pi"], b["K"], b["rho"], b["delta"], b["alpha"], b["thread"],
+                              b["thread_mass"], b["valid"], budget, 1.0, 1.0, 1.0, 1.0, 2.0, 40)
+    lazy = greedy_reference_np(b["pi"], b["K"], b["rho"], b["delta"], b["alpha"], b["thread"],
+                               b["thread_mass"], b["valid"], budget, 1.0, 1.0, 1.0, 1.0, 2.0, 40, lazy=True)
+    np.testing.assert_array_equal(lazy[0], ref[0])
+    out = greedy_select(b["pi"].to(DEVICE), **{k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in kw.items()},
+                        rho=b["rho"].to(DEVICE), delta=b["delta"].to(DEVICE), alpha=b["alpha"].to(DEVICE),
+                        thread=b["thread"].to(DEVICE), thread_mass=b["thread_mass"].to(DEVICE),
+                        valid=b["valid"].to(DEVICE), budget=budget.to(DEVICE), max_steps=40, impl=impl)
+    # All inputs are dyadic and every partial sum is exactly representable in float32, so the
+    # float32 paths are exact: identical picks and bit-identical gains (atol = rtol = 0).
+    np.testing.assert_array_equal(out[0].cpu().numpy(), ref[0])
+    np.testing.assert_array_equal(out[2].cpu().numpy(), ref[2])
+    torch.testing.assert_close(out[1].cpu().double(), torch.from_numpy(ref[1]), rtol=0, atol=0)
+    assert int(out[2][1]) == 12
+
+
+@needs_triton
+@pytest.mark.parametrize("k_mode", K_MODES)
+def test_greedy_triton_ties_across_blocks(k_mode):
+    """The tie query with 16-row blocks: duplicates 0/4/9 | 20 | 31 and 2/13 | 26 sit in
+    different blocks, so the cross-block rule (keep the earlier block on equal gains) decides."""
+    from trawmem_gpu.kernels.greedy import greedy_select_triton
+    from trawmem_gpu.select.batched_ops import _greedy_limits
+
+    b = _batch_of([_tie_query()])
+    budget = torch.tensor([40])
+    K = torch.eye(33)[None] if k_mode == "identity" else b["K"]
+    rest = [b[k] for k in ("rho", "delta", "alpha", "thread", "thread_mass", "valid")]
+    for w in [(1.0, 1.0, 1.0, 1.0), (0.0, 0.0, 0.0, 0.0)]:
+        ref = greedy_reference_np(b["pi"], K, *rest, budget, *w, 2.0, 40)
+        out = greedy_select_triton(b["pi"].to(DEVICE), b["K"].to(DEVICE) if k_mode == "matrix" else None,
+                                   b["E"].to(DEVICE), k_mode == "identity", *[r.to(DEVICE) for r in rest],
+                                   _greedy_limits(b["valid"], budget, 40).to(DEVICE), *w, 2.0, 40, block_u=16)
+        # dyadic inputs: exact in float32, so picks and gains must match bit for bit
+        np.testing.assert_array_equal(out[0].cpu().numpy(), ref[0])
+        torch.testing.assert_close(out[1].cpu().double(), torch.from_numpy(ref[1]), rtol=0, atol=0)
+
+
+def _stop_batch():
+    """Identity K, coverage only: picks follow pi; after two picks covered = 0.75 exactly."""
+    pi = torch.tensor([[0.125, 0.5, 0.0, 0.25, 0.125], [0.0, 0.0, 0.0, 0.0, 0.0]])
+    valid = torch.tensor([[True, True, False, True, True], [False] * 5])
+    return dict(pi=pi, K=torch.eye(5).expand(2, 5, 5) * (valid[:, :, None] & valid[:, None, :]),
+                rho=torch.zeros(2, 5, 3), delta=torch.full((2, 3), 1 / 3), alpha=torch.zeros(2, 5),
+                thread=torch.where(valid, 0, -1), thread_mass=torch.zeros(2, 1), valid=valid,
+                budget=torch.tensor([5, 5]))
+
+
+@pytest.mark.parametrize("impl", ["numpy", "torch", pytest.param("triton", marks=needs_triton)])
+@pytest.mark.parametrize("stop_coverage,expect", [(0.75, [1, 3]), (0.74, [1, 3]), (0.76, [1, 3, 0]),
+                                                  (2.0, [1, 3, 0, 4])])
+def test_greedy_stop_coverage_and_empty_query(impl, stop_coverage, expect):
+    b = _stop_batch()
+    args = [b[k] for k in ("pi", "K", "rho", "delta", "alpha", "thread", "thread_mass", "valid", "budget")]
+    w = (1.0, 0.0, 0.0, 0.0)
+    if impl == "numpy":
+        sel, gains, n_sel = (torch.from_numpy(a) for a in greedy_reference_np(*args, *w, stop_coverage, 6))
+    else:
+        sel, gains, n_sel = greedy_select(*[a.to(DEVICE) for a in args], *w, stop_coverage, 6, impl=impl)
+    assert sel[0].tolist() == expect + [-1] * (6 - len(expect))
+    assert n_sel.tolist() == [len(expect), 0]
+    assert gains[0, : len(expect)].tolist() == [0.5, 0.25, 0.125, 0.125][: len(expect)]
+    # the empty query: nothing picked, no NaN
+    assert sel[1].tolist() == [-1] * 6 and gains[1].tolist() == [0.0] * 6
+    assert not torch.isnan(gains).any()
+
+
+# ---------------------------------------------------------------------------------------------
+# Op 2: Triton kernel vs the torch path
+# ---------------------------------------------------------------------------------------------
+@needs_triton
+@pytest.mark.parametrize("num_queries", NUM_QUERIES)
+@pytest.mark.parametrize("num_units", NUM_UNITS)
+@pytest.mark.parametrize("k_mode", K_MODES)
+@pytest.mark.parametrize("seed", SEEDS)
+@torch.inference_mode()
+def test_greedy_triton_matches_torch(num_queries, num_units, k_mode, seed):
+    x = make_inputs(num_queries, num_units, 4, 3, EMBED_DIMS[0], seed, device=DEVICE)
+    pi, K, rho = greedy_inputs(x)
+    kw = dict(K=K) if k_mode == "matrix" else dict(K=None, E=x["E"]) if k_mode == "vectors" \
+        else dict(K=None, identity=True)
+    common = dict(rho=rho, delta=x["delta"], alpha=x["alpha"], thread=x["thread"],
+                  thread_mass=x["thread_mass"], valid=x["valid"], budget=x["budget"],
+                  w_cov=WEIGHTS[0], w_role=WEIGHTS[1], w_aff=WEIGHTS[2], w_thr=WEIGHTS[3],
+                  stop_coverage=0.9, max_steps=6)
+    ref = greedy_select(pi, **kw, **common, impl="torch")
+    out = greedy_select(pi, **kw, **common, impl="triton")
+    # Both float32; coverage sums run in another order and, for "vectors", K comes from tl.dot
+    # instead of bmm: a few ulps on O(1) gains. Near-ties may split (see assert_same_selection).
+    assert_same_selection(ref, out, rtol=1e-5, atol=1e-6)
+    assert out[0].dtype == torch.int64 and out[2].dtype == torch.int64 and out[1].dtype == torch.float32
+    assert (out[2] <= torch.minimum(x["budget"], x["valid"].sum(1))).all()
+    if num_queries >= 3:
+        assert int(out[2][-1]) == 0 and (out[0][-1] == -1).all()
+
+
+@needs_triton
+@pytest.mark.parametrize("k_mode", K_MODES)
+@pytest.mark.parametrize("block_u", [16, 32])
+@torch.inference_mode()
+def test_greedy_triton_multi_block(k_mode, block_u):
+    """U = 33 with 16- and 32-row blocks: the candidate sweep and the K-row re-derivation cross
+    block boundaries; budget > U exhausts every live unit."""
+    from trawmem_gpu.kernels.greedy import greedy_select_triton
+    from trawmem_gpu.select.batched_ops import _greedy_limits
+
+    x = make_inputs(2, 33, 3, 3, 7, seed=11, device=DEVICE)
+    x["budget"][:] = 40
+    pi, K, rho = greedy_inputs(x)
+    args = (pi, K if k_mode == "matrix" else None, x["E"], k_mode == "identity", rho, x["delta"],
+            x["alpha"], x["thread"], x["thread_mass"], x["valid"],
+            _greedy_limits(x["valid"], x["budget"], 40), *WEIGHTS, 2.0, 40)
+    ref = greedy_select_torch(pi, K if k_mode != "identity" else None, *args[4:10], x["budget"],
+                              *WEIGHTS, 2.0, 40, identity=k_mode == "identity")
+    out = greedy_select_triton(*args, block_u=block_u)
+    assert_same_selection(ref, out, rtol=1e-5, atol=1e-6)  # float32 both; see above
+    assert out[2].tolist() == x["valid"].sum(1).tolist()
+
+
+# ---------------------------------------------------------------------------------------------
+# Dispatch
+# ---------------------------------------------------------------------------------------------
+def test_dispatch_auto_and_errors():
+    x = make_inputs(2, 5, 2, 3, 4, seed=2, dtype=torch.float64)
+    out = role_priority(*priority_args(x))  # CPU -> torch path keeps float64
+    assert out[0].dtype == torch.float64 or CUDA
+    with pytest.raises(ValueError):
+        role_priority(*priority_args(x), impl="cuda")
+    pi, K, rho = greedy_inputs(x)
+    with pytest.raises(ValueError):
+        greedy_select(pi, None, rho, x["delta"], x["alpha"], x["thread"], x["thread_mass"], x["valid"],
+                      x["budget"])
+
+
+def test_import_without_triton():
+    code = (
+        "import sys; sys.modules['triton'] = None\n"
+        "import torch\n"
+        "from trawmem_gpu.select import batched_ops as b\n"
+        "assert not b.HAS_TRITON\n"
+        "pi = torch.full((1, 3), 1/3); v = torch.ones(1, 3, dtype=torch.bool)\n"
+        "s = b.greedy_select(pi, None, torch.zeros(1, 3, 3), torch.zeros(1, 3), torch.zeros(1, 3),\n"
+        "    torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, 1), v, torch.tensor([2]), identity=True)\n"
+        "assert s[0].tolist() == [[0, 1] + [-1] * 14], s\n"
+        "try:\n"
+        "    b.greedy_select(pi, None, torch.zeros(1, 3, 3), torch.zeros(1, 3), torch.zeros(1, 3),\n"
+        "        torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, 1), v, torch.tensor([2]),\n"
+        "        identity=True, impl='triton')\n"
+        "    raise SystemExit('expected RuntimeError')\n"
+        "except RuntimeError:\n"
+        "    pass\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA: realistic shapes
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.cuda
+@pytest.mark.skipif(not (CUDA and HAS_TRITON), reason="needs CUDA and triton")
+@pytest.mark.parametrize("num_queries,num_units", [(64, 512), (37, 301)])
+@pytest.mark.parametrize("k_mode", K_MODES)
+@torch.inference_mode()
+def test_cuda_triton_matches_torch_large(num_queries, num_units, k_mode):
+    x = make_inputs(num_queries, num_units, 24, 16, 384, seed=0, device="cuda")
+    x["budget"] = torch.randint(1, 33, (num_queries,), device="cuda")
+    ref_p = role_priority(*priority_args(x), impl="torch")
+    out_p = role_priority(*priority_args(x), impl="triton")
+    for r, o in zip(ref_p, out_p):  # float32 both, a few ulps (see the small-shape test)
+        torch.testing.assert_close(o, r, rtol=1e-5, atol=1e-6)
+    _, _, _, pi = ref_p
+    rho = ref_p[0]
+    K = K_from_vectors(x["E"], x["valid"])
+    kw = dict(K=K) if k_mode == "matrix" else dict(K=None, E=x["E"]) if k_mode == "vectors" \
+        else dict(K=None, identity=True)
+    common = dict(rho=rho, delta=x["delta"], alpha=x["alpha"], thread=x["thread"],
+                  thread_mass=x["thread_mass"], valid=x["valid"], budget=x["budget"],
+                  w_cov=WEIGHTS[0], w_role=WEIGHTS[1], w_aff=WEIGHTS[2], w_thr=WEIGHTS[3],
+                  stop_coverage=0.95, max_steps=32)
+    ref = greedy_select(pi, **kw, **common, impl="torch")
+    out = greedy_select(pi, **kw, **common, impl="triton")
+    # float32 both; K via bmm vs tl.dot(ieee) for "vectors": near-ties may split (tolerated
+    # only when both picked gains agree to 1e-5 relative).
+    diverged = assert_same_selection(ref, out, rtol=1e-5, atol=1e-6)
+    assert diverged <= max(1, num_queries // 10)

@@ -1,0 +1,58 @@
+"""Per-bank, query-independent precomputation shared by reference and batched selection."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..build.graph import SEMANTIC
+from ..store.bank import Bank
+from .lexical import BM25Index
+from .text_features import temporal_flags
+
+
+@dataclass
+class BankContext:
+    bank: Bank
+    unit_thread: np.ndarray
+    """[N] thread of each unit."""
+    position: np.ndarray
+    """[N] relative position of each unit in its thread, in [0, 1]."""
+    head_sim: np.ndarray
+    """[N] cos(h_thread(v), e_v)."""
+    temporal: np.ndarray
+    """[N] 1 where the unit's text holds a temporal expression."""
+    bm25: BM25Index
+    adj: list[list[tuple[int, float, int]]]
+    """Per thread: (neighbour, weight, kind) over G_H."""
+
+    @classmethod
+    def of(cls, bank: Bank) -> "BankContext":
+        ut = bank.unit_thread
+        off = bank.thread_offsets
+        idx = np.arange(bank.n_units)
+        lens = np.diff(off)[ut]
+        pos = np.where(lens > 1, (idx - off[ut]) / np.maximum(lens - 1, 1), 0.0)
+        head_sim = np.einsum("nd,nd->n", bank.unit_vecs.astype(np.float64), bank.head_vecs[ut].astype(np.float64))
+        texts = [t.lexical_text() for t in bank.turns]
+        adj: list[list] = [[] for _ in range(bank.n_threads)]
+        for s, d, w, k in zip(bank.edge_src, bank.edge_dst, bank.edge_w, bank.edge_kind):
+            adj[int(s)].append((int(d), float(w), int(k)))
+        return cls(bank, ut, pos, head_sim, temporal_flags([t.text for t in bank.turns]), BM25Index(texts), adj)
+
+    def neighbours(self, j: int, semantic: bool):
+        return [(d, w) for d, w, k in self.adj[j] if semantic or k != SEMANTIC]
+
+    def in_thread_dist(self, units: np.ndarray, c_head: float, c_step: float) -> np.ndarray:
+        """Shortest cost from each unit's own head to it inside its thread.
+
+        The head links to every unit of its thread with cost c_head * (1 - cos(h, e_u)); adjacent
+        units are linked with cost c_step; so dist(v) = min_u c_head (1 - cos(h, e_u)) + c_step |u - v|.
+        """
+        out = np.empty(len(units))
+        off = self.bank.thread_offsets
+        for i, v in enumerate(units):
+            j = self.unit_thread[v]
+            us = np.arange(off[j], off[j + 1])
+            out[i] = np.min(c_head * (1.0 - self.head_sim[us]) + c_step * np.abs(us - v))
+        return out

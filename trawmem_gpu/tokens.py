@@ -1,0 +1,43 @@
+"""Token counting with tiktoken ``cl100k_base``, loaded offline from the ``bpe-openai`` package.
+
+tiktoken normally downloads its BPE file; here its cache is fed from the copy that ships
+inside ``bpe-openai``, so counting works without network access.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+from functools import lru_cache
+from pathlib import Path
+
+TOKENIZER_NAME = "tiktoken/cl100k_base"
+_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+
+
+@lru_cache(maxsize=1)
+def get_tokenizer():
+    import bpe_openai
+    import tiktoken
+
+    from .encode.cache import default_cache_dir
+
+    cache = default_cache_dir() / "tiktoken"
+    target = cache / hashlib.sha1(_URL.encode()).hexdigest()
+    if not target.exists():
+        src = Path(bpe_openai.__file__).parent / "data" / "cl100k_base.tiktoken.gz"
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        tmp.write_bytes(gzip.decompress(src.read_bytes()))
+        os.replace(tmp, target)
+    prev = os.environ.get("TIKTOKEN_CACHE_DIR")
+    os.environ["TIKTOKEN_CACHE_DIR"] = str(cache)
+    try:
+        return tiktoken.get_encoding("cl100k_base")
+    finally:
+        if prev is not None:
+            os.environ["TIKTOKEN_CACHE_DIR"] = prev
+
+
+def count_tokens(text: str) -> int:
+    return len(get_tokenizer().encode(text, disallowed_special=()))
