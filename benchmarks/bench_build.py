@@ -77,6 +77,7 @@ def run(args) -> dict:
     build_edges(v / np.linalg.norm(v, axis=1, keepdims=True), knn=cfg.knn, threshold=cfg.knn_threshold)
     faiss_import_s = time.perf_counter() - t0
 
+    load_before = os.getloadavg()
     rows = []
     for c in convs:
         t0 = time.perf_counter()
@@ -125,7 +126,8 @@ def run(args) -> dict:
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
                     "cpu_count": os.cpu_count(), "torch": torch.__version__,
                     "torch_threads": torch.get_num_threads(),
-                    "device": "cuda" if torch.cuda.is_available() else "cpu"},
+                    "device": "cuda" if torch.cuda.is_available() else "cpu",
+                    "loadavg_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)]},
         "rows": rows, "totals": totals,
     }
     if not args.keep:
@@ -146,7 +148,9 @@ def print_table(res: dict) -> None:
           f"({res['machine']['device']}, {res['machine']['torch_threads']} torch threads), cache {res['cache']}; "
           f"one-time, not in the table: encoder load {res['encoder_load_s']:.2f}s, first forward "
           f"{res['first_forward_s']:.2f}s, faiss first search {res['faiss_first_search_s']:.2f}s")
-    print("seconds per stage; encode = enc_u (units) + enc_h (heads)")
+    la = res["machine"]["loadavg_1m_before_after"]
+    print(f"seconds per stage; encode = enc_u (units) + enc_h (heads); 1-min load average {la[0]} before, "
+          f"{la[1]} after ({res['machine']['cpu_count']} CPUs)")
     widths = [max(len(h), 9) for h, _, _ in cols]
     widths[0] = max(widths[0], max(len(r["bank_id"]) for r in res["rows"]), 5)
     print("  ".join(h.rjust(w) for (h, _, _), w in zip(cols, widths)))
@@ -176,7 +180,7 @@ def plot(res: dict, out: Path) -> None:
     for i, r in enumerate(rows):
         ax1.text(i, bottom[i], f"{r['units']}u", ha="center", va="bottom", fontsize=8)
     ax1.set_ylabel("seconds")
-    ax1.set_title(f"build time per conversation ({res['cache']} cache, {res['machine']['device']})", fontsize=10)
+    ax1.set_title(f"build time per conversation ({res['cache'].split()[0]} embedding cache, {res['machine']['device']})", fontsize=10)
     ax1.legend(fontsize=8)
     ax1.tick_params(axis="x", rotation=30)
     files = sorted({k for r in rows for k in r["disk_bytes_by_file"]})
@@ -187,7 +191,7 @@ def plot(res: dict, out: Path) -> None:
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax2.set_ylabel("KB per 1,000 units")
     ax2.set_title(f"bank size on disk (mean {res['totals']['kb_per_1000_units']} KB / 1k units)", fontsize=10)
-    ax2.legend(fontsize=8)
+    ax2.legend(fontsize=8, loc="lower right")
     ax2.tick_params(axis="x", rotation=30)
     fig.tight_layout()
     fig.savefig(out, dpi=110)

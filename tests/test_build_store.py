@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import struct
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import numpy as np
 import pytest
@@ -230,8 +229,8 @@ def test_dev_heads_are_extractive_with_date_and_speakers(dev_banks):
     for j in range(0, b.n_threads, 17):
         t0 = b.turns[b.thread_offsets[j]]
         h = b.heads[j]
-        assert h.startswith(f"[{t0.time.strftime('%d %B %Y')}]")
-        assert t0.speaker in h or any(b.turns[i].speaker in h for i in b.thread_units(j))
+        assert t0.time.strftime("%B") in h and str(t0.time.year) in h  # the session date
+        assert any(b.turns[i].speaker in h for i in b.thread_units(j))  # who spoke
 
 
 def test_synthetic_build_invariants(syn_bank, syn_conv):
@@ -432,7 +431,6 @@ def test_meta_missing_keys(saved):
     del meta["checksums"]
     (saved / META).write_text(json.dumps(meta))
     _bank_error(saved, str(saved), "corrupt bank", "checksums")
-    meta = json.loads(json.dumps(meta))
 
 
 def test_meta_inconsistent_with_tensors(saved):
@@ -612,7 +610,7 @@ def test_update_equals_full_build_dev(dev_banks, encoder, where):
     np.testing.assert_array_equal(new.edge_w, full.edge_w)
 
 
-def test_update_errors(syn_bank, syn_conv, encoder):
+def test_update_errors(syn_conv, encoder):
     prefix, rest = split_turns(syn_conv, 20)
     (bank,), _ = build_banks([prefix], BuildConfig(), encoder, progress=False)
     dup = [rest[0], syn_conv.turns[3]]
@@ -661,7 +659,7 @@ def test_llm_segmentation_without_backend(syn_conv, encoder):
         build_banks([syn_conv], BuildConfig(heads="llm"), encoder, llm=None, progress=False)
 
 
-def test_llm_update_without_backend(syn_bank, syn_conv, encoder):
+def test_llm_update_without_backend(syn_conv, encoder):
     prefix, rest = split_turns(syn_conv, 20)
     (bank,), _ = build_banks([prefix], BuildConfig(), encoder, progress=False)
     with pytest.raises(NoLLMConfigured):

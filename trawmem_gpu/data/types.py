@@ -4,6 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+UNIT_TEXT_VERSION = 2
+"""Bumped whenever ``Turn.embed_text`` changes, so cached banks are rebuilt."""
+
 
 @dataclass(frozen=True)
 class Turn:

@@ -40,7 +40,11 @@ def banks_for(data_path: str | Path, build_cfg: BuildConfig, cache_dir: str | Pa
     from ..errors import BankError
     from ..store import Collection
 
-    key = hashlib.sha256((file_sha256(data_path) + json.dumps(build_cfg.to_dict(), sort_keys=True)).encode())
+    from ..data.types import UNIT_TEXT_VERSION
+    from ..store import FORMAT_VERSION
+
+    key = hashlib.sha256((file_sha256(data_path) + json.dumps(build_cfg.to_dict(), sort_keys=True)
+                          + f"text{UNIT_TEXT_VERSION}-format{FORMAT_VERSION}").encode())
     cdir = Path(cache_dir) if cache_dir else default_cache_dir() / "banks" / key.hexdigest()[:16]
     convs = load_conversations(data_path)
     try:

@@ -47,9 +47,14 @@ class SelectConfig:
     """Seed distance for r0 = 1 / (1 + d_idx(z, h)): L2 between unit vectors, or 1 - cos."""
     seed_score: Literal["head", "best_unit", "max"] = "best_unit"
     """r0 of a thread: from its head vector (paper), from its best unit's affinity, or the max."""
+    affinity: Literal["dense", "fused", "rrf"] = "rrf"
+    """alpha(v): ``dense`` = (1 + cos(z, e_v)) / 2 (the paper); ``fused`` = (1 - w) * dense +
+    w * bm25 / max_bank(bm25) with w = ``lexical_weight``; ``rrf`` = reciprocal-rank fusion of
+    cosine and BM25 over the bank (k = ``rrf_k``), divided by its bank maximum."""
     lexical_weight: float = 0.5
-    """Weight of BM25 in the fused affinity (1 - w) * (1 + cos) / 2 + w * bm25 / max_bank(bm25);
-    0 reproduces the paper's dense-only affinity."""
+    """Weight of BM25 in the ``fused`` affinity."""
+    rrf_k: int = 60
+    """k of the reciprocal-rank fusion in the ``rrf`` affinity."""
     lambda_m: float = 1.25
     """Cost weight of query mismatch (1 - alpha) (the paper's best value)."""
     lambda_r: float = 0.5
@@ -112,7 +117,9 @@ class SelectConfig:
             raise ConfigError(f"{self.k_shift=} must lie in [0, 1)")
         if self.ablation not in ABLATIONS:
             raise ConfigError(f"{self.ablation=} must be one of {ABLATIONS}")
-        for name, val in (("propagation", self.propagation), ("d_idx", self.d_idx), ("seed_score", self.seed_score),
+        if self.rrf_k < 1:
+            raise ConfigError(f"{self.rrf_k=} must be >= 1")
+        for name, val in (("affinity", self.affinity), ("propagation", self.propagation), ("d_idx", self.d_idx), ("seed_score", self.seed_score),
                           ("kernel", self.kernel), ("greedy", self.greedy)):
             allowed = self.__dataclass_fields__[name].type
             if f"'{val}'" not in str(allowed) and f'"{val}"' not in str(allowed):
@@ -127,7 +134,7 @@ class SelectConfig:
     @classmethod
     def paper(cls, **kw) -> "SelectConfig":
         """Section 4.2 as written: head seeds, Eq. 4 propagation, dense affinity, unit weights."""
-        base = dict(seed_score="head", propagation="paper", lexical_weight=0.0, k_shift=0.0, w_cov=1.0, w_role=1.0,
+        base = dict(seed_score="head", propagation="paper", affinity="dense", k_shift=0.0, w_cov=1.0, w_role=1.0,
                     w_aff=1.0, w_thr=1.0, hops=2)
         base.update(kw)
         return cls(**base)

@@ -40,10 +40,16 @@ def _softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return e / e.sum(axis=axis, keepdims=True)
 
 
-def unit_affinity(ctx: BankContext, z: np.ndarray, question: str, lexical_weight: float) -> np.ndarray:
-    """[N] alpha(v) = (1 - w) (1 + cos(z, e_v)) / 2 + w * bm25(v) / max_bank bm25."""
+def unit_affinity(ctx: BankContext, z: np.ndarray, question: str, cfg: SelectConfig) -> np.ndarray:
+    """[N] alpha(v) over the whole bank (see ``SelectConfig.affinity``)."""
+    if cfg.affinity == "rrf":
+        from .baselines import rrf_scores
+
+        s = rrf_scores(ctx, question, z, cfg.rrf_k)
+        return s / s.max()
     alpha = (1.0 + ctx.bank.unit_vecs.astype(np.float64) @ z) / 2.0
-    if lexical_weight > 0:
+    lexical_weight = cfg.lexical_weight
+    if cfg.affinity == "fused" and lexical_weight > 0:
         s = ctx.bm25.scores(question)
         mx = s.max()
         lex = s / mx if mx > 0 else np.zeros_like(s)
@@ -125,7 +131,7 @@ def select_reference(ctx: BankContext, question: str, z: np.ndarray, cfg: Select
     cfg = (cfg or SelectConfig()).resolved()
     bank = ctx.bank
     z = np.asarray(z, dtype=np.float64)
-    alpha_all = unit_affinity(ctx, z, question, cfg.lexical_weight)
+    alpha_all = unit_affinity(ctx, z, question, cfg)
     r0 = seed_scores(ctx, z, alpha_all, cfg)
     r_t = neighbourhood(ctx, r0, cfg)
     threads = list(r_t)

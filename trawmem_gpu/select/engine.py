@@ -1,0 +1,599 @@
+"""Batched TrawMem selection: many queries over many banks in one pass.
+
+:class:`SelectionEngine` reproduces :func:`trawmem_gpu.select.reference.select_reference`
+stage by stage, but every stage runs on padded tensors over the whole batch of queries
+(``Q`` queries, each against its own bank) instead of a Python loop over queries. Loops remain
+only over propagation hops / frontier slots, Floyd-Warshall pivots, greedy steps and
+memory-bounded chunks of queries; the two text stages (BM25 scores and the demand features of
+the question) run per query on the CPU and are the CPU-bound part of the pipeline.
+
+Stages (shapes; ``N`` = most units of a bank in the batch, ``J`` = most threads, ``D`` = most
+graph neighbours of a thread, ``T`` <= ``neighborhood_cap``, ``U`` = most candidates):
+
+1. ``_affinity``: alpha of every unit of the query's own bank, ``[Q, N]`` (+ lexical BM25).
+2. ``_seed_scores``: r0 per thread, ``[Q, J]`` (segment max of alpha over thread ranges).
+3. ``_propagate``: seeds, then H hops of relaxation over the padded neighbour lists
+   (``[threads, D]``, ELL layout), in the reference's exact processing order -> r~ ``[Q, J]``.
+4. ``_neighbourhood``: cap to seeds + best others (ties -> lower thread index) -> ``[Q, J]`` mask.
+5. ``_candidates``: units of the neighbourhood threads, ascending, padded ``[Q, U]``.
+6. per chunk of queries (sorted by U, sized so ``Qc * U^2`` stays bounded):
+   ``_features`` ``[Qc, U, 7]``, ``_gravity`` (Floyd-Warshall over ``[Qc, T, T]``, then
+   ``sum_j r~_j exp(-Dhead[j, k] / tau)`` ``[Qc, T]``), ``role_priority`` (rho, phi, w, pi),
+   ``_kernel`` ``K [Qc, U, U]`` and ``greedy_select``.
+
+The factorization behind the gravity: the reference's priority weight is
+``sum_j r~_j exp(-C(T_j, v) / tau)`` with ``C(T_j, v) = Dhead[j, k(v)] + d_in(v) + lambda_m (1 -
+alpha(v)) + lambda_r (1 - phi(v))``; only ``Dhead`` depends on ``j``, so the sum equals
+``gravity[k(v)] * exp(-(d_in(v) + ...) / tau)``. In-thread distances ``d_in`` do not depend on
+the query and are precomputed per unit at construction.
+
+Bank isolation is structural: a query's units are addressed as ``bank_unit_offsets[b] + i``
+with ``i < n_units[b]`` and its threads as ``bank_thread_offsets[b] + j`` with ``j <
+n_threads[b]``; graph neighbours are stored as bank-local thread ids. No stage can address a
+unit or thread of another bank.
+
+Precision: float64 on CPU (agrees with the float64 NumPy reference up to summation order),
+float32 on CUDA (the Triton kernels' dtype). Float rounding can break near-ties differently
+from the reference; exact ties break the same way (lowest index) everywhere.
+
+Memory (dominant terms): the packed collection (``bytes_per_unit`` ~ ``d * 8`` on CPU, ``d * 4``
+on CUDA, plus ~6 scalars per unit), neighbour lists ``threads * D * 16`` bytes, per batch
+``Q * N`` (affinity) and ``Q * J`` (thread scores) floats; per chunk ``Qc * U * U`` floats for
+the similarity, the kernel ``K`` and the greedy temporaries (bounded by ``chunk_elems``) and
+``Qc * U * d`` for the gathered candidate vectors.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..build.graph import SEMANTIC
+from ..store.bank import Bank
+from ..store.collection import PackedCollection, pack_banks
+from ..workspace import Workspace, assemble
+from .batched_ops import greedy_select, role_priority
+from .config import SelectConfig
+from .context import BankContext
+from .text_features import demand_features
+
+NEG_INF = float("-inf")
+POS_INF = float("inf")
+
+
+@dataclass
+class _Batch:
+    """Whole-batch tensors after stages 1-5 (rows = queries in input order)."""
+
+    bidx: Tensor       # [Q] bank index
+    uoff: Tensor       # [Q] first global unit of the bank
+    toff: Tensor       # [Q] first global thread of the bank
+    alpha: Tensor      # [Q, N] affinity of every unit of the bank (0 on padding)
+    r: Tensor          # [Q, J] propagated thread score r~ (-inf where unreached)
+    in_h: Tensor       # [Q, J] bool, neighbourhood H_q
+    tpos: Tensor       # [Q, J] position of a thread inside H_q (ascending thread order), -1 outside
+    n_h: Tensor        # [Q] |H_q|
+    cand: Tensor       # [Q, U] bank-local unit ids of the candidates, ascending (0 on padding)
+    cvalid: Tensor     # [Q, U] bool
+    n_cand: Tensor     # [Q] |U_q|
+    delta: Tensor      # [Q, R] task demand
+    Mq: Tensor         # [Q, R, F] role matrix M(delta)
+
+
+class SelectionEngine:
+    """Batched Stage-2 selection over a fixed set of banks (see the module docstring).
+
+    :param banks: the banks this engine serves (ids must be unique)
+    :param cfg: selection config (its ablation is applied once, here)
+    :param head: optional learned role head; used only if it has ``role_matrices`` (see
+        :meth:`_demand`)
+    :param device: torch device; CUDA when present, else CPU
+    :param impl: kernel dispatch for ``role_priority`` / ``greedy_select``: ``auto`` (Triton on
+        CUDA), ``torch`` or ``triton``
+    :param dtype: compute dtype; float64 on CPU and float32 on CUDA by default
+    :param affinity: how query-unit similarities are computed: ``global`` (one GEMM against every
+        packed unit, then each query gathers its own bank's columns), ``gather`` (gather each
+        query's bank vectors, batched mat-vec) or ``auto`` (``global`` while the collection is at
+        most 16x the largest bank, since a GEMM is far cheaper per element than a gather)
+    :param chunk_elems: bound on ``Qc * U * U`` per candidate-stage chunk
+    """
+
+    def __init__(self, banks: list[Bank], cfg: SelectConfig | None = None, head=None, device=None,
+                 impl: str = "auto", dtype: torch.dtype | None = None, affinity: str = "auto",
+                 chunk_elems: int | None = None, gram_bytes: int = 1 << 29):
+        if not banks:
+            raise ValueError("SelectionEngine needs at least one bank")
+        ids = [b.bank_id for b in banks]
+        if len(set(ids)) != len(ids):
+            raise ValueError("bank ids must be unique")
+        if affinity not in ("auto", "global", "gather"):
+            raise ValueError(f"affinity must be 'auto', 'global' or 'gather', got {affinity!r}")
+        self.cfg = (cfg or SelectConfig()).resolved()
+        self.head = head if (head is not None and hasattr(head, "role_matrices")) else None
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.dtype = dtype or (torch.float32 if self.device.type == "cuda" else torch.float64)
+        self.impl = impl
+        # CPU: chunks that stay in cache (measured on the dev data: 2^19 beats 2^23 by ~4x).
+        self.chunk_elems = int(chunk_elems or (1 << 24 if self.device.type == "cuda" else 1 << 19))
+        self.banks = list(banks)
+        self.index = {b: i for i, b in enumerate(ids)}
+        self.ctxs = [BankContext.of(b) for b in banks]  # BM25, head_sim, temporal flags, positions
+        self.packed: PackedCollection = pack_banks(self.banks, str(self.device), dtype=self.dtype)
+        self._build_unit_tables()
+        self._build_neighbours()
+        self._build_gram(gram_bytes)
+        n_total, n_max = int(self.n_units.sum()), int(self.n_units.max())
+        self.affinity = affinity if affinity != "auto" else ("global" if n_total <= 16 * n_max else "gather")
+        self.last_timings: dict[str, float] = {}
+
+    # ------------------------------------------------------------------------------------------
+    # construction: query-independent tables
+    # ------------------------------------------------------------------------------------------
+    def _tensor(self, a, dtype=None) -> Tensor:
+        return torch.as_tensor(np.ascontiguousarray(a), dtype=dtype or self.dtype, device=self.device)
+
+    def _build_unit_tables(self) -> None:
+        """Per packed unit: head_sim, temporal, position, d_in, bank-local thread id."""
+        cfg = self.cfg
+        self.n_units = self._tensor([b.n_units for b in self.banks], torch.int64)
+        self.n_threads = self._tensor([b.n_threads for b in self.banks], torch.int64)
+        self.head_sim = self._tensor(np.concatenate([c.head_sim for c in self.ctxs]))
+        self.temporal = self._tensor(np.concatenate([c.temporal for c in self.ctxs]))
+        self.position = self._tensor(np.concatenate([c.position for c in self.ctxs]))
+        self.d_in = self._tensor(np.concatenate([in_thread_distances(c.head_sim, b.thread_offsets, cfg.c_head,
+                                                                     cfg.c_step)
+                                                 for c, b in zip(self.ctxs, self.banks)]))
+        self.unit_lthread = self._tensor(np.concatenate([b.unit_thread for b in self.banks]), torch.int64)
+
+    def _build_gram(self, gram_bytes: int) -> None:
+        """Per-bank Gram matrices ``E_b E_b^T`` flattened into one tensor, when they fit in
+        ``gram_bytes`` (sum of ``N_b^2`` floats): candidate similarities then become a gather
+        instead of a ``U x U x d`` product per query. None otherwise."""
+        sizes = [b.n_units ** 2 for b in self.banks]
+        self.gram = None
+        if sum(sizes) * self.packed.unit_vecs.element_size() > gram_bytes:
+            return
+        P = self.packed
+        off = P.bank_unit_offsets.tolist()
+        self.gram = torch.cat([(P.unit_vecs[a:e] @ P.unit_vecs[a:e].T).flatten() for a, e in zip(off[:-1], off[1:])])
+        self.gram_off = self._tensor(np.concatenate([[0], np.cumsum(sizes)[:-1]]), torch.int64)
+
+    def _build_neighbours(self) -> None:
+        """Thread graph as padded neighbour lists (ELL) over packed threads, bank-local ids.
+
+        ``nbr [threads + 1, D]`` (-1 = none; the last row is an all-empty dummy row) and
+        ``nbw`` the edge weights; semantic edges dropped when the config says so; a repeated
+        (src, dst) pair keeps its largest weight (what a max-over-paths relaxation sees).
+        """
+        src, dst, w = [], [], []
+        t0 = 0
+        for b in self.banks:
+            keep = np.ones(len(b.edge_src), dtype=bool) if self.cfg.semantic_edges else (b.edge_kind != SEMANTIC)
+            src.append(b.edge_src[keep].astype(np.int64) + t0)
+            dst.append(b.edge_dst[keep].astype(np.int64))
+            w.append(b.edge_w[keep].astype(np.float64))
+            t0 += b.n_threads
+        src, dst, w = np.concatenate(src), np.concatenate(dst), np.concatenate(w)
+        order = np.lexsort((-w, dst, src))
+        src, dst, w = src[order], dst[order], w[order]
+        first = np.ones(len(src), dtype=bool)
+        first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+        src, dst, w = src[first], dst[first], w[first]
+        deg = np.bincount(src, minlength=t0)
+        D = max(1, int(deg.max()) if len(deg) else 1)
+        start = np.concatenate([[0], np.cumsum(deg)])
+        slot = np.arange(len(src)) - start[src]
+        nbr = np.full((t0 + 1, D), -1, dtype=np.int64)
+        nbw = np.zeros((t0 + 1, D), dtype=np.float64)
+        nbr[src, slot] = dst
+        nbw[src, slot] = w
+        self.dummy_thread = t0
+        self.nbr = self._tensor(nbr, torch.int64)
+        self.nbw = self._tensor(nbw)
+
+    # ------------------------------------------------------------------------------------------
+    # public API
+    # ------------------------------------------------------------------------------------------
+    def select(self, bank_ids: list[str], questions: list[str], Z) -> list[Workspace]:
+        """Workspaces (selected units grouped under their heads) for a batch of queries."""
+        picks = self.select_units(bank_ids, questions, Z)
+        return [assemble(self.banks[self.index[b]], q, p) for b, q, p in zip(bank_ids, questions, picks)]
+
+    def select_units(self, bank_ids: list[str], questions: list[str], Z) -> list[list[int]]:
+        """Selected bank-local unit indices per query, in pick order.
+
+        :param bank_ids: ``Q`` bank ids (unknown ids raise ``KeyError``)
+        :param questions: ``Q`` question texts (BM25 and demand features)
+        :param Z: ``[Q, d]`` unit-norm query vectors (NumPy or torch; NaN/inf raise ``ValueError``)
+        """
+        bank_ids, questions = list(bank_ids), list(questions)
+        if len(bank_ids) != len(questions):
+            raise ValueError(f"{len(bank_ids)} bank ids but {len(questions)} questions")
+        if not bank_ids:
+            return []
+        Zt = self._check_queries(Z, len(bank_ids))
+        bidx_list = []
+        for b in bank_ids:
+            if b not in self.index:
+                raise KeyError(f"unknown bank id {b!r}")
+            bidx_list.append(self.index[b])
+        tm = self.last_timings = {}
+        sync = (lambda: torch.cuda.synchronize(self.device)) if self.device.type == "cuda" else (lambda: None)
+        t = time.perf_counter()
+
+        def lap(name):
+            nonlocal t
+            sync()
+            now = time.perf_counter()
+            tm[name] = tm.get(name, 0.0) + now - t
+            t = now
+
+        bidx = torch.as_tensor(bidx_list, dtype=torch.int64, device=self.device)
+        lex = self._lexical(bidx_list, questions)
+        delta, Mq = self._demand(questions)
+        lap("text_cpu")
+        alpha, umask, cos_h, tvalid = self._affinity(Zt, bidx, lex)
+        lap("affinity")
+        r0 = self._seed_scores(alpha, umask, cos_h, tvalid, bidx)
+        r, seed_mask = self._propagate(r0, tvalid, bidx)
+        in_h, tpos, n_h = self._neighbourhood(r, seed_mask)
+        lap("propagate")
+        cand, cvalid, n_cand = self._candidates(in_h, umask, bidx)
+        lap("candidates")
+        batch = _Batch(bidx, self.packed.bank_unit_offsets[bidx], self.packed.bank_thread_offsets[bidx], alpha, r,
+                       in_h, tpos, n_h, cand, cvalid, n_cand, delta, Mq)
+        out: list[list[int] | None] = [None] * len(bank_ids)
+        for rows in self._chunks(n_cand):
+            sel, n_sel, cand_c = self._select_chunk(batch, rows, lap)
+            sel_units = torch.gather(cand_c, 1, sel.clamp(min=0)).tolist()
+            for q, units, n in zip(rows.tolist(), sel_units, n_sel.tolist()):
+                out[q] = units[:n]
+        lap("output")
+        return out  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------------------------------
+    # input checks and text stages (CPU)
+    # ------------------------------------------------------------------------------------------
+    def _check_queries(self, Z, Q: int) -> Tensor:
+        """``[Q, d]`` query vectors on the device in the compute dtype."""
+        Zt = Z.detach() if isinstance(Z, Tensor) else torch.as_tensor(np.asarray(Z, dtype=np.float64))
+        Zt = Zt.to(device=self.device, dtype=self.dtype)
+        if Zt.ndim != 2 or Zt.shape[0] != Q or Zt.shape[1] != self.packed.unit_vecs.shape[1]:
+            raise ValueError(f"Z must have shape [{Q}, {self.packed.unit_vecs.shape[1]}], got {tuple(Zt.shape)}")
+        bad = ~torch.isfinite(Zt).all(dim=1)
+        if bool(bad.any()):
+            raise ValueError(f"query vectors hold NaN or inf (rows {bad.nonzero().flatten()[:10].tolist()})")
+        return Zt
+
+    def _lexical(self, bidx: list[int], questions: list[str]) -> np.ndarray | None:
+        """``[Q, N]`` BM25 scores over the query's bank divided by their bank max (CPU, bm25s).
+
+        The CPU-bound stage: bm25s scores one query at a time; queries are grouped per bank so
+        each bank's index is used for all of its queries in a row. None when lexical_weight = 0.
+        """
+        if self.cfg.lexical_weight <= 0:
+            return None
+        N = max(self.banks[b].n_units for b in set(bidx))
+        lex = np.zeros((len(bidx), N))
+        by_bank: dict[int, list[int]] = {}
+        for q, b in enumerate(bidx):
+            by_bank.setdefault(b, []).append(q)
+        for b, rows in by_bank.items():
+            bm = self.ctxs[b].bm25
+            n = self.banks[b].n_units
+            for q in rows:
+                s = bm.scores(questions[q])
+                mx = s.max()
+                if mx > 0:
+                    lex[q, :n] = s / mx
+        return lex
+
+    def _demand(self, questions: list[str]) -> tuple[Tensor, Tensor]:
+        """Task demand ``delta [Q, R]`` and role matrices ``M(delta) [Q, R, F]``.
+
+        Hand-set: ``delta = A x / 1^T A x``, ``M(delta) = M * (1 + delta)`` row-wise, with
+        ``x = demand_features(question)``. A learned head with ``role_matrices(x)`` (x: ``[Q, 4]``
+        float tensor) replaces them; it must return ``(delta [Q, R], Mq [Q, R, F])``.
+        """
+        X = np.stack([demand_features(q) for q in questions])  # [Q, 4]
+        if self.head is not None:
+            delta, Mq = self.head.role_matrices(torch.as_tensor(X, dtype=torch.float64))
+            return (torch.as_tensor(delta).to(self.device, self.dtype), torch.as_tensor(Mq).to(self.device, self.dtype))
+        A = np.array(self.cfg.A)
+        delta = np.stack([A @ x for x in X])  # same op as the reference, per 3x4 row
+        delta = delta / delta.sum(axis=1, keepdims=True)
+        Mq = np.array(self.cfg.M)[None] * (1.0 + delta)[:, :, None]
+        return self._tensor(delta), self._tensor(Mq)
+
+    # ------------------------------------------------------------------------------------------
+    # stage 1-2: affinity and seed scores over each query's own bank
+    # ------------------------------------------------------------------------------------------
+    def _own_rows(self, offsets: Tensor, counts: Tensor, bidx: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Padded global ids of each query's own bank rows: ``(ids [Q, W], mask [Q, W], local [W])``.
+
+        Padding slots point at the bank's first row (never at another bank's)."""
+        n = counts[bidx]
+        W = int(n.max())
+        local = torch.arange(W, device=self.device)
+        mask = local[None, :] < n[:, None]
+        ids = offsets[bidx][:, None] + torch.where(mask, local[None, :], torch.zeros_like(local)[None, :])
+        return ids, mask, local
+
+    def _similarity(self, Zt: Tensor, vecs: Tensor, ids: Tensor) -> Tensor:
+        """``[Q, W]`` cos(z_q, vecs[ids[q, w]]): one GEMM + gather, or a gathered batched mat-vec."""
+        if self.affinity == "global":
+            return torch.gather(Zt @ vecs.T, 1, ids)
+        out = torch.empty(ids.shape, dtype=self.dtype, device=self.device)
+        step = max(1, self.chunk_elems // max(1, ids.shape[1] * vecs.shape[1]))
+        for s in range(0, ids.shape[0], step):
+            E = vecs[ids[s:s + step]]  # [Qc, W, d]
+            out[s:s + step] = torch.bmm(E, Zt[s:s + step, :, None]).squeeze(2)
+        return out
+
+    def _affinity(self, Zt: Tensor, bidx: Tensor, lex: np.ndarray | None):
+        """Stage 1: ``alpha [Q, N]`` (0 on padding), ``umask [Q, N]``, head cosines ``[Q, J]``,
+        ``tvalid [Q, J]``.
+
+        ``alpha = (1 - w) (1 + cos) / 2 + w * bm25 / max_bank(bm25)``.
+        """
+        P = self.packed
+        uid, umask, _ = self._own_rows(P.bank_unit_offsets, self.n_units, bidx)
+        alpha = (1.0 + self._similarity(Zt, P.unit_vecs, uid)) / 2.0
+        if lex is not None:
+            lw = self.cfg.lexical_weight
+            alpha = (1.0 - lw) * alpha + lw * self._tensor(lex)
+        alpha = torch.where(umask, alpha, torch.zeros((), dtype=self.dtype, device=self.device))
+        tid, tvalid, _ = self._own_rows(P.bank_thread_offsets, self.n_threads, bidx)
+        cos_h = self._similarity(Zt, P.head_vecs, tid)
+        return alpha, umask, cos_h, tvalid
+
+    def _seed_scores(self, alpha: Tensor, umask: Tensor, cos_h: Tensor, tvalid: Tensor, bidx: Tensor) -> Tensor:
+        """Stage 2: ``r0 [Q, J]`` (-inf on padding threads).
+
+        Head score ``1 / (1 + d_idx(z, h))``; best-unit score = segment max of alpha over each
+        thread's unit range (scatter-amax into bank-local thread slots).
+        """
+        Q, J = cos_h.shape
+        cfg = self.cfg
+        d = torch.sqrt(torch.clamp(2.0 - 2.0 * cos_h, min=0.0)) if cfg.d_idx == "l2" else 1.0 - cos_h
+        r_head = 1.0 / (1.0 + d)
+        if cfg.seed_score == "head":
+            r0 = r_head
+        else:
+            uid, _, _ = self._own_rows(self.packed.bank_unit_offsets, self.n_units, bidx)
+            ult = torch.where(umask, self.unit_lthread[uid], J)
+            r_unit = torch.full((Q, J + 1), NEG_INF, dtype=self.dtype, device=self.device)
+            r_unit.scatter_reduce_(1, ult, alpha, reduce="amax", include_self=True)
+            r_unit = r_unit[:, :J]
+            r0 = r_unit if cfg.seed_score == "best_unit" else torch.maximum(r_head, r_unit)
+        return torch.where(tvalid, r0, torch.full_like(r0, NEG_INF))
+
+    # ------------------------------------------------------------------------------------------
+    # stage 3-4: propagation and neighbourhood
+    # ------------------------------------------------------------------------------------------
+    def _propagate(self, r0: Tensor, tvalid: Tensor, bidx: Tensor) -> tuple[Tensor, Tensor]:
+        """Stage 3: seeds and H hops of max-over-paths relaxation -> ``(r [Q, J], seed_mask [Q, J])``.
+
+        Reproduces the reference's order exactly: round 1 relaxes from the seeds in seed-rank
+        order, later rounds from the threads updated in the previous round in ascending id; each
+        relaxation reads the source's *current* score (an update earlier in the same round is
+        seen). One Python iteration per frontier slot, vectorized over queries and over the
+        ``D`` neighbours of the slot's thread. Column ``J`` is a dummy sink for padding.
+        """
+        cfg = self.cfg
+        Q, J = r0.shape
+        dev = self.device
+        order = torch.sort(-r0, dim=1, stable=True).indices  # ties -> lower thread index
+        ns = min(cfg.n_seeds, J)
+        seeds = order[:, :ns]
+        seeds = torch.where(torch.arange(ns, device=dev)[None, :] < self.n_threads[bidx][:, None], seeds, J)
+        r = torch.full((Q, J + 1), NEG_INF, dtype=self.dtype, device=dev)
+        r0p = torch.cat([r0, r[:, :1]], dim=1)
+        r.scatter_(1, seeds, torch.gather(r0p, 1, seeds))
+        r[:, J] = NEG_INF
+        seed_mask = torch.zeros(Q, J + 1, dtype=torch.bool, device=dev)
+        seed_mask.scatter_(1, seeds, True)
+        toff = self.packed.bank_thread_offsets[bidx]
+        g = cfg.gamma
+        frontier = seeds
+        for _ in range(cfg.hops):
+            if frontier.shape[1] == 0:
+                break
+            nxt = torch.zeros(Q, J + 1, dtype=torch.bool, device=dev)
+            for f in range(frontier.shape[1]):
+                j = frontier[:, f]
+                live = j < J
+                gj = torch.where(live, toff + j, self.dummy_thread)
+                nb = self.nbr[gj]  # [Q, D] bank-local ids, -1 = none
+                nb = torch.where(nb >= 0, nb, J)
+                w = self.nbw[gj]
+                rj = torch.gather(r, 1, j[:, None])
+                val = g * rj + (1 - g) * w if cfg.propagation == "paper" else rj * (g + (1 - g) * w)
+                cur = torch.gather(r, 1, nb)
+                upd = (val > cur) & (nb < J)
+                r.scatter_(1, nb, torch.where(upd, val, cur))
+                nxt.scatter_(1, nb, upd | torch.gather(nxt, 1, nb))
+                r[:, J] = NEG_INF
+            nxt = nxt[:, :J]
+            count = nxt.sum(dim=1)
+            F = int(count.max())
+            asc = torch.sort((~nxt).to(torch.int8), dim=1, stable=True).indices[:, :F]
+            frontier = torch.where(torch.arange(F, device=dev)[None, :] < count[:, None], asc, J)
+        return r[:, :J], seed_mask[:, :J]
+
+    def _neighbourhood(self, r: Tensor, seed_mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Stage 4: cap H_q to seeds + best others -> ``(in_h [Q, J], tpos [Q, J], n_h [Q])``.
+
+        Order: seeds first, then reached threads by descending r~ (ties -> lower thread id),
+        the first ``neighborhood_cap`` kept; ``tpos`` numbers the kept threads in ascending id.
+        """
+        Q, J = r.shape
+        reached = r > NEG_INF
+        key = torch.where(seed_mask, POS_INF, torch.where(reached, r, torch.full_like(r, NEG_INF)))
+        order = torch.sort(-key, dim=1, stable=True).indices
+        cap = min(self.cfg.neighborhood_cap, J)
+        n_keep = torch.clamp(reached.sum(dim=1), max=cap)
+        in_h = torch.zeros(Q, J, dtype=torch.bool, device=self.device)
+        in_h.scatter_(1, order[:, :cap], torch.arange(cap, device=self.device)[None, :] < n_keep[:, None])
+        tpos = torch.where(in_h, torch.cumsum(in_h.to(torch.int64), dim=1) - 1, -1)
+        return in_h, tpos, n_keep
+
+    # ------------------------------------------------------------------------------------------
+    # stage 5: candidates
+    # ------------------------------------------------------------------------------------------
+    def _candidates(self, in_h: Tensor, umask: Tensor, bidx: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Stage 5: ``(cand [Q, U], cvalid [Q, U], n_cand [Q])``: units of H_q threads in ascending
+        bank-local order (the reference's candidate order), compacted by a stable sort."""
+        uid, _, _ = self._own_rows(self.packed.bank_unit_offsets, self.n_units, bidx)
+        ult = self.unit_lthread[uid]
+        cmask = umask & torch.gather(in_h, 1, ult)
+        n_cand = cmask.sum(dim=1)
+        U = int(n_cand.max())
+        cand = torch.sort((~cmask).to(torch.int8), dim=1, stable=True).indices[:, :U]
+        cvalid = torch.arange(U, device=self.device)[None, :] < n_cand[:, None]
+        return torch.where(cvalid, cand, 0), cvalid, n_cand
+
+    def _chunks(self, n_cand: Tensor) -> list[Tensor]:
+        """Size buckets: queries sorted by |U_q| (descending), cut so ``Qc * U_max^2 <= chunk_elems``."""
+        order = torch.sort(n_cand, descending=True, stable=True).indices.cpu()
+        sizes = n_cand.cpu()[order].tolist()
+        chunks, start = [], 0
+        while start < len(order):
+            u = max(1, sizes[start])
+            qc = max(1, self.chunk_elems // (u * u))
+            chunks.append(order[start:start + qc].to(self.device))
+            start += qc
+        return chunks
+
+    # ------------------------------------------------------------------------------------------
+    # stage 6: per chunk -- features, gravity, priorities, K, greedy
+    # ------------------------------------------------------------------------------------------
+    def _select_chunk(self, b: _Batch, rows: Tensor, lap) -> tuple[Tensor, Tensor, Tensor]:
+        """Greedy picks for queries ``rows``: ``(sel [Qc, B] candidate slots, n_sel [Qc], cand [Qc, U])``."""
+        cfg = self.cfg
+        n_cand = b.n_cand[rows]
+        U = max(1, int(n_cand.max()))
+        T = max(1, int(b.n_h[rows].max()))
+        cand, cvalid = b.cand[rows, :U], b.cvalid[rows, :U]
+        gid = b.uoff[rows][:, None] + cand  # [Qc, U] global unit ids, inside the own bank
+        lt = torch.gather(b.tpos[rows], 1, self.unit_lthread[gid])  # [Qc, U] neighbourhood thread
+        lt = torch.where(cvalid, lt, -1)
+        E, S = self._candidate_similarity(b, rows, cand, gid)
+        alpha = torch.where(cvalid, torch.gather(b.alpha[rows], 1, cand), 0.0)
+        hthread, rvec = self._neighbourhood_threads(b, rows, T)
+        feats = self._features(S, alpha, lt, cvalid, rvec, gid)
+        lap("features")
+        gravity = self._gravity(b, rows, hthread, rvec, T)
+        lap("gravity")
+        budget = torch.clamp(torch.clamp(n_cand, max=cfg.budget), min=1)
+        d_in = torch.where(cvalid, self.d_in[gid], 0.0)
+        rho, _phi, _w, pi = role_priority(feats, b.Mq[rows], b.delta[rows], lt, cvalid, gravity, d_in, alpha, budget,
+                                          cfg.lambda_m, cfg.lambda_r, cfg.tau, cfg.T_R, impl=self.impl)
+        pi = pi.to(self.dtype)
+        mass = torch.zeros(len(rows), T + 1, dtype=self.dtype, device=self.device)
+        mass.scatter_add_(1, torch.where(lt >= 0, lt, T), torch.where(cvalid, pi, 0.0))
+        lap("priority")
+        K, E_arg, identity = self._kernel(S, E, lt, cvalid)
+        sel, _gains, n_sel = greedy_select(pi, K, rho.to(self.dtype), b.delta[rows], alpha, lt, mass[:, :T], cvalid,
+                                           budget, cfg.w_cov, cfg.w_role, cfg.w_aff, cfg.w_thr, cfg.stop_coverage,
+                                           max_steps=cfg.budget, E=E_arg, identity=identity, impl=self.impl)
+        lap("greedy")
+        return sel, n_sel, cand
+
+    def _candidate_similarity(self, b: _Batch, rows: Tensor, cand: Tensor, gid: Tensor):
+        """``(E [Qc, U, d] or None, S [Qc, U, U])``: cosines between candidates, gathered from the
+        bank Gram matrix when cached (E is then only gathered where the CUDA greedy wants it)."""
+        if self.gram is None:
+            E = self.packed.unit_vecs[gid]
+            return E, torch.bmm(E, E.transpose(1, 2))
+        n = self.n_units[b.bidx[rows]][:, None, None]
+        flat = self.gram_off[b.bidx[rows]][:, None, None] + cand[:, :, None] * n + cand[:, None, :]
+        S = self.gram[flat]
+        cfg = self.cfg
+        want_e = self.device.type == "cuda" and cfg.kernel != "identity" and cfg.k_shift == 0.0 and cfg.cross_thread
+        return (self.packed.unit_vecs[gid] if want_e else None), S
+
+    def _neighbourhood_threads(self, b: _Batch, rows: Tensor, T: int) -> tuple[Tensor, Tensor]:
+        """``hthread [Qc, T]`` bank-local ids of the H_q threads in ascending order (-1 pad) and
+        their scores ``rvec [Qc, T]`` (0 pad)."""
+        tpos, in_h, r = b.tpos[rows], b.in_h[rows], b.r[rows]
+        Qc, J = tpos.shape
+        slot = torch.where(in_h, tpos, T)
+        hthread = torch.full((Qc, T + 1), -1, dtype=torch.int64, device=self.device)
+        hthread.scatter_(1, slot, torch.arange(J, device=self.device).expand(Qc, J).clone())
+        rvec = torch.zeros(Qc, T + 1, dtype=self.dtype, device=self.device)
+        rvec.scatter_(1, slot, torch.where(in_h, r, 0.0))
+        return hthread[:, :T], rvec[:, :T]
+
+    def _features(self, S: Tensor, alpha: Tensor, lt: Tensor, cvalid: Tensor, rvec: Tensor, gid: Tensor) -> Tensor:
+        """Unit features ``f [Qc, U, 7]``: (1, alpha, r~ of its thread, bridge, head_sim, temporal,
+        position); bridge = clip(max cos to a candidate of *another* thread, 0, 1), 0 if none."""
+        other = (lt[:, :, None] != lt[:, None, :]) & cvalid[:, None, :]
+        bridge = torch.where(other, S, NEG_INF).amax(dim=2)
+        bridge = torch.clamp(torch.where(torch.isfinite(bridge), bridge, 0.0), 0.0, 1.0)
+        thr = torch.gather(rvec, 1, lt.clamp(min=0))
+        f = torch.stack([torch.ones_like(alpha), alpha, thr, bridge, self.head_sim[gid], self.temporal[gid],
+                         self.position[gid]], dim=2)
+        return torch.where(cvalid[:, :, None], f, 0.0)
+
+    def _gravity(self, b: _Batch, rows: Tensor, hthread: Tensor, rvec: Tensor, T: int) -> Tensor:
+        """``gravity [Qc, T] = sum_j r~_j exp(-Dhead[j, k] / tau)`` over the H_q threads.
+
+        ``Dhead`` is Floyd-Warshall over ``[Qc, T, T]``: edge cost ``c_hop + (1 - w_H)`` between
+        neighbourhood threads (scatter-amin from the neighbour lists), 0 on the diagonal, all
+        infinite off the diagonal without cross-thread support.
+        """
+        cfg = self.cfg
+        Qc = len(rows)
+        hvalid = hthread >= 0
+        Dh = torch.full((Qc, T, T + 1), POS_INF, dtype=self.dtype, device=self.device)
+        if cfg.cross_thread:
+            gh = torch.where(hvalid, b.toff[rows][:, None] + hthread, self.dummy_thread)
+            nb, w = self.nbr[gh], self.nbw[gh]  # [Qc, T, D]
+            tpos = b.tpos[rows]
+            posk = torch.gather(tpos, 1, nb.clamp(min=0).flatten(1)).view_as(nb)
+            posk = torch.where((nb >= 0) & (posk >= 0), posk, T)
+            Dh.scatter_reduce_(2, posk, cfg.c_hop + (1.0 - w), reduce="amin", include_self=True)
+        Dh = Dh[:, :, :T]
+        eye = torch.eye(T, dtype=torch.bool, device=self.device)[None] & hvalid[:, :, None]
+        Dh = torch.where(eye, torch.zeros((), dtype=self.dtype, device=self.device), Dh)
+        if cfg.cross_thread:
+            for m in range(T):
+                Dh = torch.minimum(Dh, Dh[:, :, m:m + 1] + Dh[:, m:m + 1, :])
+        contrib = torch.where(hvalid[:, :, None], rvec[:, :, None] * torch.exp(-Dh / cfg.tau), 0.0)
+        return contrib.sum(dim=1)
+
+    def _kernel(self, S: Tensor, E: Tensor, lt: Tensor, cvalid: Tensor):
+        """Support ``K [Qc, U, U]`` = clip((cos - k_shift) / (1 - k_shift), 0, 1), unit diagonal,
+        zero across threads without cross-thread support; or the identity. Returns ``(K, E, identity)``
+        for ``greedy_select``: on CUDA with the plain clipped cosine, ``K`` is left to the kernel
+        (computed blockwise from ``E``)."""
+        cfg = self.cfg
+        if cfg.kernel == "identity":
+            return None, None, True
+        if self.device.type == "cuda" and cfg.k_shift == 0.0 and cfg.cross_thread:
+            return None, E, False
+        K = torch.clamp((S - cfg.k_shift) / (1.0 - cfg.k_shift), 0.0, 1.0)
+        if not cfg.cross_thread:
+            K = torch.where(lt[:, :, None] == lt[:, None, :], K, 0.0)
+        U = K.shape[1]
+        K = torch.where(torch.eye(U, dtype=torch.bool, device=self.device)[None], 1.0, K)
+        pair = cvalid[:, :, None] & cvalid[:, None, :]
+        return torch.where(pair, K, 0.0), None, False
+
+
+def in_thread_distances(head_sim: np.ndarray, thread_offsets: np.ndarray, c_head: float, c_step: float) -> np.ndarray:
+    """``[N]`` d_in(v) = min_u c_head (1 - cos(h, e_u)) + c_step |u - v| over v's thread
+    (the reference's ``BankContext.in_thread_dist``, vectorized over padded ``[J, L, L]``)."""
+    lens = np.diff(thread_offsets)
+    L = int(lens.max())
+    ar = np.arange(L)
+    valid = ar[None, :] < lens[:, None]
+    idx = np.where(valid, thread_offsets[:-1, None] + ar[None, :], 0)
+    a = np.where(valid, c_head * (1.0 - head_sim[idx]), np.inf)  # [J, L(u)]
+    steps = c_step * np.abs(ar[:, None] - ar[None, :])  # [L(v), L(u)]
+    d = (a[:, None, :] + steps[None]).min(axis=2)  # [J, L(v)]
+    return d[valid]
