@@ -28,9 +28,9 @@ class BuildConfig:
     """Longest thread; longer segments are split at their weakest gap."""
     fixed_size: int = 6
     """Turns per thread with ``segmentation="fixed"``."""
-    head_sentences: int = 2
+    head_sentences: int = 1
     """Turns quoted in an extractive head (the most central ones, in source order)."""
-    head_words: int = 40
+    head_words: int = 16
     """Words kept of each quoted turn in an extractive head."""
     heads: Literal["extractive", "llm"] = "extractive"
     """Head writer; ``llm`` falls back to extractive per thread on malformed output."""

@@ -28,13 +28,16 @@ class Workspace:
     """Selected turn ids in source order."""
 
     def render(self) -> str:
+        """Text for the answer model. With heads, a thread never crosses a session, so its
+        header carries the date of all its units; without heads each unit carries its date."""
         out = []
         for b in self.blocks:
+            date = b.units[0].time.strftime("%d %B %Y") if b.units[0].time else b.units[0].timestamp
             if b.head is not None:
-                out.append(f"## Thread: {b.head}")
+                out.append(f"## {b.head}" if b.head.startswith(f"[{date}]") else f"## [{date}] {b.head}")
             for t in b.units:
-                date = t.time.strftime("%d %B %Y") if t.time else t.timestamp
-                s = f"[{t.turn_id}] ({date}) {t.speaker}: {t.text}"
+                s = f"[{t.turn_id}] {t.speaker}: {t.text}" if b.head is not None else \
+                    f"[{t.turn_id}] ({date}) {t.speaker}: {t.text}"
                 if t.caption:
                     s += f" [shares an image: {t.caption}]"
                 out.append(s)

@@ -121,8 +121,7 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
             ctx = ctxs[bid]
             t0 = time.perf_counter()
             if method == "trawmem":
-                p = select_reference(ctx, q.question, z, cfg, head=head).units if head is not None else \
-                    select_reference(ctx, q.question, z, cfg).units
+                p = select_reference(ctx, q.question, z, cfg, head=head).units
             elif method == "cosine":
                 p = cosine_topk(ctx, z, B)
             elif method == "bm25":

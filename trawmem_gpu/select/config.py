@@ -36,7 +36,7 @@ class SelectConfig:
     """H: propagation hops over the thread graph (0 = seeds only)."""
     n_seeds: int = 8
     """Seed threads taken by initial score before propagation."""
-    neighborhood_cap: int = 24
+    neighborhood_cap: int = 12
     """Most threads in the neighborhood H_q (seeds first, then the best-scored neighbours)."""
     gamma: float = 0.7
     """Propagation: r~(T_k) = gamma * r(T_j) + (1 - gamma) * w_H(T_j, T_k) (max over paths)."""

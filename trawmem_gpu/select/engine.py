@@ -94,28 +94,36 @@ class SelectionEngine:
     :param impl: kernel dispatch for ``role_priority`` / ``greedy_select``: ``auto`` (Triton on
         CUDA), ``torch`` or ``triton``
     :param dtype: compute dtype; float64 on CPU and float32 on CUDA by default
-    :param affinity: how query-unit similarities are computed: ``global`` (one GEMM against every
-        packed unit, then each query gathers its own bank's columns), ``gather`` (gather each
-        query's bank vectors, batched mat-vec) or ``auto`` (``global`` while the collection is at
-        most 16x the largest bank, since a GEMM is far cheaper per element than a gather)
+    :param sim: how query-unit (and query-head) similarities are computed: ``grouped`` (one GEMM
+        per distinct bank of the batch against that bank's rows), ``global`` (one GEMM against
+        every packed row, then each query gathers its own bank's columns), ``gather`` (gather
+        each query's bank vectors, batched mat-vec; no loop, no wasted products, but memory
+        bound) or ``auto``: ``grouped`` while the batch touches at most 64 banks, else
+        ``global`` while the collection is at most 16x the largest bank, else ``gather``
     :param chunk_elems: bound on ``Qc * U * U`` per candidate-stage chunk
     """
 
     def __init__(self, banks: list[Bank], cfg: SelectConfig | None = None, head=None, device=None,
-                 impl: str = "auto", dtype: torch.dtype | None = None, affinity: str = "auto",
-                 chunk_elems: int | None = None, gram_bytes: int = 1 << 29):
+                 impl: str = "auto", dtype: torch.dtype | None = None, sim: str = "auto",
+                 chunk_elems: int | None = None, gram_bytes: int = 1 << 29, greedy: str = "auto"):
         if not banks:
             raise ValueError("SelectionEngine needs at least one bank")
         ids = [b.bank_id for b in banks]
         if len(set(ids)) != len(ids):
             raise ValueError("bank ids must be unique")
-        if affinity not in ("auto", "global", "gather"):
-            raise ValueError(f"affinity must be 'auto', 'global' or 'gather', got {affinity!r}")
+        if sim not in ("auto", "grouped", "global", "gather"):
+            raise ValueError(f"sim must be 'auto', 'grouped', 'global' or 'gather', got {sim!r}")
         self.cfg = (cfg or SelectConfig()).resolved()
         self.head = head if (head is not None and hasattr(head, "role_matrices")) else None
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.dtype = dtype or (torch.float32 if self.device.type == "cuda" else torch.float64)
         self.impl = impl
+        if greedy not in ("auto", "lazy", "dispatch"):
+            raise ValueError(f"greedy must be 'auto', 'lazy' or 'dispatch', got {greedy!r}")
+        # auto: the batched lazy greedy on CPU (same picks, ~1/4 of the work); the greedy_select
+        # dispatcher (Triton kernel) on CUDA.
+        self.greedy = greedy if greedy != "auto" else ("lazy" if self.device.type == "cpu" and impl != "triton"
+                                                       else "dispatch")
         # CPU: chunks that stay in cache (measured on the dev data: 2^19 beats 2^23 by ~4x).
         self.chunk_elems = int(chunk_elems or (1 << 24 if self.device.type == "cuda" else 1 << 19))
         self.banks = list(banks)
@@ -125,8 +133,7 @@ class SelectionEngine:
         self._build_unit_tables()
         self._build_neighbours()
         self._build_gram(gram_bytes)
-        n_total, n_max = int(self.n_units.sum()), int(self.n_units.max())
-        self.affinity = affinity if affinity != "auto" else ("global" if n_total <= 16 * n_max else "gather")
+        self.sim = sim
         self.last_timings: dict[str, float] = {}
 
     # ------------------------------------------------------------------------------------------
@@ -269,12 +276,14 @@ class SelectionEngine:
         return Zt
 
     def _lexical(self, bidx: list[int], questions: list[str]) -> np.ndarray | None:
-        """``[Q, N]`` BM25 scores over the query's bank divided by their bank max (CPU, bm25s).
+        """``[Q, N]`` raw BM25 scores of every unit of the query's bank (0 on padding; CPU, bm25s).
 
         The CPU-bound stage: bm25s scores one query at a time; queries are grouped per bank so
-        each bank's index is used for all of its queries in a row. None when lexical_weight = 0.
+        each bank's index is used for all of its queries in a row. None when the affinity has no
+        lexical part (``dense``, or ``fused`` with lexical_weight 0).
         """
-        if self.cfg.lexical_weight <= 0:
+        cfg = self.cfg
+        if cfg.affinity == "dense" or (cfg.affinity == "fused" and cfg.lexical_weight <= 0):
             return None
         N = max(self.banks[b].n_units for b in set(bidx))
         lex = np.zeros((len(bidx), N))
@@ -285,10 +294,7 @@ class SelectionEngine:
             bm = self.ctxs[b].bm25
             n = self.banks[b].n_units
             for q in rows:
-                s = bm.scores(questions[q])
-                mx = s.max()
-                if mx > 0:
-                    lex[q, :n] = s / mx
+                lex[q, :n] = bm.scores(questions[q])
         return lex
 
     def _demand(self, questions: list[str]) -> tuple[Tensor, Tensor]:
@@ -322,10 +328,26 @@ class SelectionEngine:
         ids = offsets[bidx][:, None] + torch.where(mask, local[None, :], torch.zeros_like(local)[None, :])
         return ids, mask, local
 
-    def _similarity(self, Zt: Tensor, vecs: Tensor, ids: Tensor) -> Tensor:
-        """``[Q, W]`` cos(z_q, vecs[ids[q, w]]): one GEMM + gather, or a gathered batched mat-vec."""
-        if self.affinity == "global":
+    def _sim_mode(self, bidx: Tensor) -> str:
+        if self.sim != "auto":
+            return self.sim
+        if len(torch.unique(bidx)) <= 64:
+            return "grouped"
+        return "global" if int(self.n_units.sum()) <= 16 * int(self.n_units.max()) else "gather"
+
+    def _similarity(self, Zt: Tensor, vecs: Tensor, ids: Tensor, bidx: Tensor, offsets: Tensor,
+                    counts: Tensor) -> Tensor:
+        """``[Q, W]`` cos(z_q, vecs[ids[q, w]]) for each query's own bank rows (see ``sim``)."""
+        mode = self._sim_mode(bidx)
+        if mode == "global":
             return torch.gather(Zt @ vecs.T, 1, ids)
+        if mode == "grouped":
+            out = torch.zeros(ids.shape, dtype=self.dtype, device=self.device)
+            for bank in torch.unique(bidx).tolist():
+                rows = (bidx == bank).nonzero().flatten()
+                a, n = int(offsets[bank]), int(counts[bank])
+                out[rows, :n] = Zt[rows] @ vecs[a:a + n].T
+            return out
         out = torch.empty(ids.shape, dtype=self.dtype, device=self.device)
         step = max(1, self.chunk_elems // max(1, ids.shape[1] * vecs.shape[1]))
         for s in range(0, ids.shape[0], step):
@@ -337,17 +359,33 @@ class SelectionEngine:
         """Stage 1: ``alpha [Q, N]`` (0 on padding), ``umask [Q, N]``, head cosines ``[Q, J]``,
         ``tvalid [Q, J]``.
 
-        ``alpha = (1 - w) (1 + cos) / 2 + w * bm25 / max_bank(bm25)``.
+        ``dense``: ``(1 + cos) / 2``; ``fused``: ``(1 - w) dense + w bm25 / max_bank(bm25)``;
+        ``rrf``: ``1 / (k + rank_cos) + [bm25 > 0] / (k + rank_bm25)`` over the bank (ranks from 1,
+        ties to the lower unit index), divided by its bank maximum.
         """
         P = self.packed
+        cfg = self.cfg
         uid, umask, _ = self._own_rows(P.bank_unit_offsets, self.n_units, bidx)
-        alpha = (1.0 + self._similarity(Zt, P.unit_vecs, uid)) / 2.0
-        if lex is not None:
-            lw = self.cfg.lexical_weight
-            alpha = (1.0 - lw) * alpha + lw * self._tensor(lex)
+        cos = self._similarity(Zt, P.unit_vecs, uid, bidx, P.bank_unit_offsets, self.n_units)
+        if cfg.affinity == "rrf":
+            bm = self._tensor(lex)
+            s = 1.0 / (cfg.rrf_k + _ranks(cos, umask))
+            s = s + torch.where(bm > 0, 1.0 / (cfg.rrf_k + _ranks(bm, umask)), 0.0)
+            s = torch.where(umask, s, 0.0)
+            alpha = s / s.amax(dim=1, keepdim=True)
+        elif cfg.affinity in ("dense", "fused"):
+            alpha = (1.0 + cos) / 2.0
+            if lex is not None:
+                bm = self._tensor(lex)
+                mx = bm.amax(dim=1, keepdim=True)
+                norm = torch.where(mx > 0, bm / torch.where(mx > 0, mx, 1.0), 0.0)
+                lw = cfg.lexical_weight
+                alpha = (1.0 - lw) * alpha + lw * norm
+        else:
+            raise NotImplementedError(f"affinity {cfg.affinity!r} is not implemented in the batched engine")
         alpha = torch.where(umask, alpha, torch.zeros((), dtype=self.dtype, device=self.device))
         tid, tvalid, _ = self._own_rows(P.bank_thread_offsets, self.n_threads, bidx)
-        cos_h = self._similarity(Zt, P.head_vecs, tid)
+        cos_h = self._similarity(Zt, P.head_vecs, tid, bidx, P.bank_thread_offsets, self.n_threads)
         return alpha, umask, cos_h, tvalid
 
     def _seed_scores(self, alpha: Tensor, umask: Tensor, cos_h: Tensor, tvalid: Tensor, bidx: Tensor) -> Tensor:
@@ -420,8 +458,7 @@ class SelectionEngine:
             nxt = nxt[:, :J]
             count = nxt.sum(dim=1)
             F = int(count.max())
-            asc = torch.sort((~nxt).to(torch.int8), dim=1, stable=True).indices[:, :F]
-            frontier = torch.where(torch.arange(F, device=dev)[None, :] < count[:, None], asc, J)
+            frontier = _compact(nxt, F, fill=J)
         return r[:, :J], seed_mask[:, :J]
 
     def _neighbourhood(self, r: Tensor, seed_mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -452,9 +489,9 @@ class SelectionEngine:
         cmask = umask & torch.gather(in_h, 1, ult)
         n_cand = cmask.sum(dim=1)
         U = int(n_cand.max())
-        cand = torch.sort((~cmask).to(torch.int8), dim=1, stable=True).indices[:, :U]
+        cand = _compact(cmask, U, fill=0)
         cvalid = torch.arange(U, device=self.device)[None, :] < n_cand[:, None]
-        return torch.where(cvalid, cand, 0), cvalid, n_cand
+        return cand, cvalid, n_cand
 
     def _chunks(self, n_cand: Tensor) -> list[Tensor]:
         """Size buckets: queries sorted by |U_q| (descending), cut so ``Qc * U_max^2 <= chunk_elems``."""
@@ -497,6 +534,15 @@ class SelectionEngine:
         mass.scatter_add_(1, torch.where(lt >= 0, lt, T), torch.where(cvalid, pi, 0.0))
         lap("priority")
         K, E_arg, identity = self._kernel(S, E, lt, cvalid)
+        if self.greedy == "lazy":
+            if K is None:  # identity kernel
+                K = torch.where(cvalid[:, :, None] & torch.eye(U, dtype=torch.bool, device=self.device)[None], 1.0,
+                                torch.zeros((), dtype=self.dtype, device=self.device))
+            sel, _gains, n_sel = greedy_lazy_batched(pi, K, rho.to(self.dtype), b.delta[rows], alpha, lt, mass[:, :T],
+                                                     cvalid, budget, cfg.w_cov, cfg.w_role, cfg.w_aff, cfg.w_thr,
+                                                     cfg.stop_coverage, max_steps=cfg.budget)
+            lap("greedy")
+            return sel, n_sel, cand
         sel, _gains, n_sel = greedy_select(pi, K, rho.to(self.dtype), b.delta[rows], alpha, lt, mass[:, :T], cvalid,
                                            budget, cfg.w_cov, cfg.w_role, cfg.w_aff, cfg.w_thr, cfg.stop_coverage,
                                            max_steps=cfg.budget, E=E_arg, identity=identity, impl=self.impl)
@@ -511,7 +557,7 @@ class SelectionEngine:
             return E, torch.bmm(E, E.transpose(1, 2))
         n = self.n_units[b.bidx[rows]][:, None, None]
         flat = self.gram_off[b.bidx[rows]][:, None, None] + cand[:, :, None] * n + cand[:, None, :]
-        S = self.gram[flat]
+        S = torch.take(self.gram, flat)
         cfg = self.cfg
         want_e = self.device.type == "cuda" and cfg.kernel != "identity" and cfg.k_shift == 0.0 and cfg.cross_thread
         return (self.packed.unit_vecs[gid] if want_e else None), S
@@ -583,6 +629,128 @@ class SelectionEngine:
         K = torch.where(torch.eye(U, dtype=torch.bool, device=self.device)[None], 1.0, K)
         pair = cvalid[:, :, None] & cvalid[:, None, :]
         return torch.where(pair, K, 0.0), None, False
+
+
+def greedy_lazy_batched(pi: Tensor, K: Tensor, rho: Tensor, delta: Tensor, alpha: Tensor, thread: Tensor,
+                        thread_mass: Tensor, valid: Tensor, budget: Tensor, w_cov: float = 1.0, w_role: float = 1.0,
+                        w_aff: float = 1.0, w_thr: float = 1.0, stop_coverage: float = 2.0, max_steps: int = 16,
+                        k: int = 16) -> tuple[Tensor, Tensor, Tensor]:
+    """Batched lazy greedy: the picks of plain greedy (``greedy_select_torch``) at a fraction of
+    its ``Q * U * U`` work per step.
+
+    Same arguments and returns as :func:`~trawmem_gpu.select.batched_ops.greedy_select` (``K``
+    materialized, ``[Q, U, U]``). Every step after the first evaluates the exact gain of only the
+    ``k`` units with the largest stale upper bounds (``[Q, k, U]`` work); the best of them is
+    taken when its gain beats the next bound by a margin of a few ulps, which by submodularity
+    (gains only shrink, in floating point too, as they are computed by the same expression)
+    proves no other unit could win or tie. Queries where that fails -- exact or near ties
+    included -- get a full ``[U, U]`` evaluation for that step, so ties break to the lowest
+    index exactly as in plain greedy.
+    """
+    valid = valid.bool()
+    Q, U = pi.shape
+    dev, dtype = pi.device, torch.promote_types(pi.dtype, torch.float32)
+    R = rho.shape[-1]
+    pair = valid[:, :, None] & valid[:, None, :]
+    K = torch.where(pair, K.to(dtype), 0.0)
+    piv = torch.where(valid, pi.to(dtype), 0.0)
+    rho, delta, alpha = rho.to(dtype), delta.to(dtype), alpha.to(dtype)
+    T = thread_mass.shape[1]
+    in_range = valid & (thread >= 0) & (thread < T)
+    tcol = torch.where(in_range, thread + 1, 0)  # column 0 = no thread
+    unit_mass = torch.gather(torch.cat([torch.zeros(Q, 1, dtype=dtype, device=dev), thread_mass.to(dtype)], 1), 1,
+                             tcol)
+    hit = torch.zeros(Q, T + 1, dtype=torch.bool, device=dev)
+    limit = torch.minimum(budget.to(dev), valid.sum(1)).clamp(min=0, max=max(int(max_steps), 0))
+    sel = torch.full((Q, max_steps), -1, dtype=torch.int64, device=dev)
+    gains_out = torch.zeros(Q, max_steps, dtype=dtype, device=dev)
+    n_sel = torch.zeros(Q, dtype=torch.int64, device=dev)
+    c = torch.zeros(Q, U, dtype=dtype, device=dev)
+    m = torch.zeros(Q, R, dtype=dtype, device=dev)
+    avail = valid.clone()
+    active = torch.ones(Q, dtype=torch.bool, device=dev)
+    qidx = torch.arange(Q, device=dev)
+    ar = torch.arange(U, device=dev)
+    margin = 64 * torch.finfo(dtype).eps
+
+    def gains(rows: Tensor | None, cols: Tensor | None) -> Tensor:
+        """Exact gains (the expression of ``greedy_select_torch``): of units ``cols [Q, k]`` of
+        every query (rows None), or of every unit of queries ``rows`` (cols None)."""
+        if rows is None:
+            take = lambda x: torch.gather(x, 1, cols[:, :, None].expand(-1, -1, x.shape[2]))
+            Kc, rc = take(K), take(rho)
+            tc, um, al, av = (torch.gather(x, 1, cols) for x in (tcol, unit_mass, alpha, avail))
+            pv, cc, dd, mm, hh = piv, c, delta, m, hit
+        else:
+            Kc, rc, tc, um, al, av = K[rows], rho[rows], tcol[rows], unit_mass[rows], alpha[rows], avail[rows]
+            pv, cc, dd, mm, hh = piv[rows], c[rows], delta[rows], m[rows], hit[rows]
+        cov = (pv[:, None, :] * (Kc - cc[:, None, :]).clamp_min(0)).sum(-1)
+        role = (dd[:, None, :] * (rc - mm[:, None, :]).clamp_min(0)).sum(-1)
+        thr = torch.where(torch.gather(hh, 1, tc), 0.0, um)
+        g = w_cov * cov + w_role * role + w_aff * al + w_thr * thr
+        return torch.where(av, g, float("-inf"))
+
+    def argbest(g: Tensor, cols: Tensor) -> tuple[Tensor, Tensor]:
+        bv = g.max(dim=1).values
+        return bv, torch.where(g == bv[:, None], cols, U).min(dim=1).values  # lowest index on ties
+
+    ub = gains(qidx, None) if U else torch.zeros(Q, 0, dtype=dtype, device=dev)
+    for t in range(max_steps):
+        active = active & (t < limit)
+        if U == 0 or not bool(active.any()):
+            break
+        if t == 0:
+            bval, best = argbest(ub, ar.expand(Q, U))
+        else:
+            kk = min(k, U)
+            top = torch.topk(ub, min(kk + 1, U), dim=1)
+            cols = top.indices[:, :kk]
+            bound = top.values[:, kk] if U > kk else torch.full((Q,), float("-inf"), dtype=dtype, device=dev)
+            g = gains(None, cols)
+            ub.scatter_(1, cols, g)
+            bval, best = argbest(g, cols)
+            ok = (bound == float("-inf")) | (bval > bound + margin * (1.0 + bound.abs()))
+            redo = (active & ~ok).nonzero().flatten()
+            if len(redo):
+                full = gains(redo, None)
+                ub[redo] = full
+                bv, bi = argbest(full, ar.expand(len(redo), U))
+                bval, best = bval.clone(), best.clone()
+                bval[redo], best[redo] = bv, bi
+        best = torch.where(active, best, 0).clamp(max=U - 1)
+        act2 = active[:, None]
+        sel[:, t] = torch.where(active, best, sel[:, t])
+        gains_out[:, t] = torch.where(active, bval, 0.0)
+        n_sel += active.to(torch.int64)
+        avail[qidx, best] &= ~active
+        ub[qidx, best] = torch.where(active, float("-inf"), ub[qidx, best])
+        c = torch.where(act2, torch.maximum(c, K[qidx, best]), c)
+        m = torch.where(act2, torch.maximum(m, rho[qidx, best]), m)
+        tb = tcol[qidx, best]
+        hit[qidx, tb] |= active
+        hit[:, 0] = False
+        active = active & ((piv * c).sum(dim=1) < stop_coverage)
+    return sel, gains_out.to(torch.float32), n_sel
+
+
+def _compact(mask: Tensor, width: int, fill: int) -> Tensor:
+    """``[Q, width]`` column indices of the True entries of each row of ``mask``, ascending,
+    padded with ``fill`` (a cumsum + scatter compaction, no sort)."""
+    Q, N = mask.shape
+    pos = torch.where(mask, torch.cumsum(mask.to(torch.int64), dim=1) - 1, width)
+    out = torch.full((Q, width + 1), fill, dtype=torch.int64, device=mask.device)
+    out.scatter_(1, pos, torch.arange(N, device=mask.device).expand(Q, N).contiguous())
+    return out[:, :width]
+
+
+def _ranks(x: Tensor, mask: Tensor) -> Tensor:
+    """``[Q, N]`` 1-based descending ranks of ``x`` among the live entries of each row (ties to
+    the lower index; padding ranks after every live entry)."""
+    key = torch.where(mask, -x, POS_INF)
+    order = torch.sort(key, dim=1, stable=True).indices
+    ranks = torch.empty_like(order)
+    ranks.scatter_(1, order, torch.arange(1, x.shape[1] + 1, device=x.device).expand_as(order).contiguous())
+    return ranks.to(x.dtype)
 
 
 def in_thread_distances(head_sim: np.ndarray, thread_offsets: np.ndarray, c_head: float, c_step: float) -> np.ndarray:

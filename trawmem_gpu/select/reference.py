@@ -125,10 +125,38 @@ def support_kernel(E: np.ndarray, thread: np.ndarray, cfg: SelectConfig) -> np.n
     return K
 
 
+def role_params(x: np.ndarray, cfg: SelectConfig, head=None) -> tuple[np.ndarray, np.ndarray, SelectConfig]:
+    """(delta [R], M(delta) [R, F], cfg) from the demand features x_q.
+
+    Hand-set: delta = A x / 1^T A x and M(delta) = M * (1 + delta) row-wise. A learned head
+    (``head.params(x) -> {"A", "M", "weights"?}``) supplies A and M(delta) instead, and may
+    override the objective weights and cost weights (``weights``: a dict of SelectConfig fields).
+    """
+    if head is None:
+        A, M0 = np.array(cfg.A), np.array(cfg.M)
+        delta = A @ x
+        delta = delta / delta.sum()
+        return delta, M0 * (1.0 + delta)[:, None], cfg
+    p = head.params(x)
+    delta = np.asarray(p["A"], dtype=np.float64) @ x
+    delta = np.maximum(delta, 1e-12)
+    delta = delta / delta.sum()
+    if p.get("weights"):
+        from dataclasses import replace
+
+        cfg = replace(cfg, **p["weights"])
+    return delta, np.asarray(p["M"], dtype=np.float64), cfg
+
+
 def select_reference(ctx: BankContext, question: str, z: np.ndarray, cfg: SelectConfig | None = None,
-                     keep_internals: bool = False) -> Selection:
-    """Select the workspace units for one query (``z``: its unit-norm vector)."""
+                     keep_internals: bool = False, head=None) -> Selection:
+    """Select the workspace units for one query (``z``: its unit-norm vector).
+
+    ``head``: optional learned role head (see ``role_params``); None keeps the hand-set A, M.
+    """
     cfg = (cfg or SelectConfig()).resolved()
+    if not np.all(np.isfinite(z)):
+        raise ValueError("query vector holds NaN or inf")
     bank = ctx.bank
     z = np.asarray(z, dtype=np.float64)
     alpha_all = unit_affinity(ctx, z, question, cfg)
@@ -143,16 +171,13 @@ def select_reference(ctx: BankContext, question: str, z: np.ndarray, cfg: Select
     E = bank.unit_vecs[cand].astype(np.float64)
     # Roles: demand delta, unit features f, rho = softmax(M(delta) f / T_R), phi = delta . rho.
     x = demand_features(question)
-    A = np.array(cfg.A)
-    delta = A @ x
-    delta = delta / delta.sum()
+    delta, M, cfg = role_params(x, cfg, head)
     S = E @ E.T
     other = lt[:, None] != lt[None, :]
     bridge = np.where(other, S, -np.inf).max(axis=1) if U > 1 else np.zeros(U)
     bridge = np.clip(np.where(np.isfinite(bridge), bridge, 0.0), 0.0, 1.0)
     rvec = np.array([r_t[j] for j in threads])
     f = np.stack([np.ones(U), alpha, rvec[lt], bridge, ctx.head_sim[cand], ctx.temporal[cand], ctx.position[cand]], 1)
-    M = np.array(cfg.M) * (1.0 + delta)[:, None]
     rho = _softmax(f @ M.T / cfg.T_R, axis=1)
     phi = rho @ delta
     # Costs C(T_j, v) = d_q(T_j, v) + lambda_m (1 - alpha) + lambda_r (1 - phi), d_q through the head graph.
