@@ -53,11 +53,26 @@ def banks_for(data_path: str | Path, build_cfg: BuildConfig, cache_dir: str | Pa
             return convs, [coll.load(c.bank_id) for c in convs], cdir
     except BankError:
         pass
-    banks, _ = build_banks(convs, build_cfg, encoder, progress=progress)
+    hits0 = getattr(encoder, "hits", 0)
+    t0 = time.perf_counter()
+    banks, st = build_banks(convs, build_cfg, encoder, progress=progress)
+    _stash_build_stats(banks, st, time.perf_counter() - t0, getattr(encoder, "hits", 0) - hits0)
     coll = Collection(cdir, create=True)
     for b in banks:
         coll.put(b)
     return convs, banks, cdir
+
+
+def _stash_build_stats(banks, st: dict, wall_s: float, embedding_cache_hits: int) -> None:
+    """Keep each bank's share (by units) of the batch build seconds in ``bank.stats["build"]``
+    (stored with the bank, so a cached bank still knows what it cost to build)."""
+    n = max(1, sum(b.n_units for b in banks))
+    for b in banks:
+        share = b.n_units / n
+        d = {k: round(float(v) * share, 4) for k, v in st.items() if k.endswith("_s")}
+        d.update({"wall_s": round(wall_s * share, 4), "share": round(share, 6), "batch_banks": len(banks),
+                  "batch_units": n, "embedding_cache_hits": int(embedding_cache_hits)})
+        b.stats = {**(b.stats or {}), "build": d}
 
 
 def _scores(selected_ids: list[str], gold: tuple[str, ...]) -> tuple[float, float]:
@@ -102,13 +117,16 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     bank_of = {b.bank_id: b for b in banks}
     items = [(c.bank_id, q) for c in convs for q in c.questions if q.category in categories and q.evidence]
     skipped = sum(1 for c in convs for q in c.questions if q.category in categories and not q.evidence)
+    t0 = time.perf_counter()
     if query_vecs is None:
         Z = encoder.encode([q.question for _, q in items], is_query=True, progress=progress, desc="encode questions")
     else:
         Z = query_vecs
+    t_enc = time.perf_counter() - t0
     B = cfg.budget
     t_sel = 0.0
     picks: list[list[int]] = []
+    t_each: list[float] = []
     if method == "trawmem" and engine == "batched":
         from ..select.engine import SelectionEngine
 
@@ -116,6 +134,7 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
         t0 = time.perf_counter()
         picks = eng.select_units([b for b, _ in items], [q.question for _, q in items], Z)
         t_sel = time.perf_counter() - t0
+        t_each = [t_sel / max(1, len(items))] * len(items)
     else:
         for (bid, q), z in tqdm(list(zip(items, Z)), desc=f"select ({method})", disable=not progress):
             ctx = ctxs[bid]
@@ -130,15 +149,18 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
                 p = hybrid_topk(ctx, q.question, z, B)
             else:
                 p = full_context(ctx)
-            t_sel += time.perf_counter() - t0
+            t_each.append(time.perf_counter() - t0)
+            t_sel += t_each[-1]
             picks.append(p)
     records = []
-    for (bid, q), p in zip(items, picks):
+    t0 = time.perf_counter()
+    for (bid, q), p, ts in zip(items, picks, t_each):
         ws = assemble(bank_of[bid], q.question, p, with_heads=(method == "trawmem"))
         rec_, hit = _scores(ws.unit_ids, q.evidence)
         records.append({"qid": q.qid, "bank_id": bid, "category": q.category, "evidence_recall": rec_,
                         "all_evidence_hit": hit, "context_tokens": ws.n_tokens, "n_selected": len(ws.unit_ids),
-                        "selected": ws.unit_ids, "gold": list(q.evidence)})
+                        "selected": ws.unit_ids, "gold": list(q.evidence), "select_s": ts})
+    t_asm = time.perf_counter() - t0
     agg = aggregate(records, categories=categories)
     from ..data.types import EvidenceRepairs
 
@@ -153,6 +175,7 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
         "dataset": {"path": str(data_path), "sha256": file_sha256(data_path), "evidence_repairs": rep.as_dict()},
         "encoder": encoder.id, "tokenizer": TOKENIZER_NAME, "package_version": __version__,
         "selection_seconds_per_query": t_sel / max(1, len(records)),
+        "timing": {"encode_questions_s": t_enc, "select_s": t_sel, "assemble_s": t_asm},
     }
     if head is not None:
         out["head"] = getattr(head, "describe", lambda: str(head))()

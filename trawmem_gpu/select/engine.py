@@ -634,7 +634,7 @@ class SelectionEngine:
 def greedy_lazy_batched(pi: Tensor, K: Tensor, rho: Tensor, delta: Tensor, alpha: Tensor, thread: Tensor,
                         thread_mass: Tensor, valid: Tensor, budget: Tensor, w_cov: float = 1.0, w_role: float = 1.0,
                         w_aff: float = 1.0, w_thr: float = 1.0, stop_coverage: float = 2.0, max_steps: int = 16,
-                        k: int = 16) -> tuple[Tensor, Tensor, Tensor]:
+                        k: int = 8) -> tuple[Tensor, Tensor, Tensor]:
     """Batched lazy greedy: the picks of plain greedy (``greedy_select_torch``) at a fraction of
     its ``Q * U * U`` work per step.
 

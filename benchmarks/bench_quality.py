@@ -1,0 +1,344 @@
+"""Selection quality on LoCoMo: the H x B grid, the ablation table and the headline table.
+
+One command regenerates everything (banks come from the on-disk cache, built if missing; the
+questions are encoded once and shared by every run):
+
+    python benchmarks/bench_quality.py [--data PATH] [--parts grid ablations headline]
+
+(a) grid: macro evidence recall, macro all-evidence hit, multi-hop (category 1) all-evidence
+    hit and context tokens over H in {1, 2, 3} x B in {4, 8, 16, 32} for the default
+    ``SelectConfig()``, the baselines cosine / bm25 / hybrid at each B, and the paper-faithful
+    ``SelectConfig.paper()`` at B = 16, H in {1, 2, 3};
+(b) ablations: the default config at B = 16, H = 3 with each of ``ABLATIONS`` (none + six);
+    ``fixed_segmentation`` runs on banks built with ``BuildConfig(segmentation="fixed")``;
+(c) headline at B = 16 (each mode's default H): trawmem default, trawmem paper, cosine, bm25,
+    hybrid, full context, beside the issue's anchors;
+and the reference selection time per query (trawmem default, B = 16, plain NumPy reference).
+
+Writes ``benchmarks/results/quality_grid.json``, ``quality_ablations.json``,
+``quality_headline.json``, ``quality_grid.png`` and ``quality_ablations.png``, and prints the
+tables as markdown. A run shared by two parts (e.g. trawmem B = 16 H = 3 is both a grid cell
+and the ``none`` ablation) is evaluated once.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
+HOPS = (1, 2, 3)
+BUDGETS = (4, 8, 16, 32)
+BASELINES = ("cosine", "bm25", "hybrid")
+HEAD_B = 16
+ABL_H = 3
+# Issue 3, item 6: dev data, all-MiniLM-L6-v2, turn units, B = 16
+# (macro evidence recall, macro all-evidence hit, multi-hop all-evidence hit).
+ANCHORS = {"cosine": (0.512, 0.412, 0.132), "bm25": (0.521, 0.442, 0.152), "hybrid": (0.585, 0.492, 0.221)}
+PARTS = ("grid", "ablations", "headline")
+
+
+# ----------------------------------------------------------------------------------------------
+# run specs: (method, mode, budget, hops, ablation); mode is "default" | "paper" | "-" (baselines)
+
+def _spec(method, mode="-", budget=HEAD_B, hops=None, ablation="none"):
+    return (method, mode, int(budget), hops, ablation)
+
+
+def grid_specs():
+    s = [_spec("trawmem", "default", b, h) for h in HOPS for b in BUDGETS]
+    s += [_spec(m, "-", b) for m in BASELINES for b in BUDGETS]
+    s += [_spec("trawmem", "paper", HEAD_B, h) for h in HOPS]
+    return s
+
+
+def ablation_specs():
+    from trawmem_gpu.select.config import ABLATIONS
+
+    return [_spec("trawmem", "default", HEAD_B, ABL_H, a) for a in ABLATIONS]
+
+
+def headline_specs():
+    from trawmem_gpu.select.config import SelectConfig
+
+    return [_spec("trawmem", "default", HEAD_B, SelectConfig().hops),
+            _spec("trawmem", "paper", HEAD_B, SelectConfig.paper().hops),
+            *[_spec(m) for m in BASELINES], _spec("full")]
+
+
+def select_cfg(spec):
+    from trawmem_gpu.select.config import SelectConfig
+
+    method, mode, b, h, abl = spec
+    base = SelectConfig.paper() if mode == "paper" else SelectConfig()
+    return replace(base, budget=b, hops=base.hops if h is None else h, ablation=abl)
+
+
+def label(spec) -> str:
+    method, mode, b, h, abl = spec
+    if method != "trawmem":
+        return method
+    s = f"trawmem {mode} H={h}"
+    return s + (f" [{abl}]" if abl != "none" else "")
+
+
+# ----------------------------------------------------------------------------------------------
+
+def evaluate(data: Path, specs, progress: bool = True) -> dict:
+    """Evaluate each distinct spec once; returns {spec: summary row}."""
+    from tqdm.auto import tqdm
+
+    from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.encode import get_encoder
+    from trawmem_gpu.eval.retrieval import banks_for, run_eval
+
+    build = BuildConfig()
+    t0 = time.perf_counter()
+    convs, banks, _ = banks_for(data, build, progress=progress)
+    fixed = None
+    enc = get_encoder(build.encoder)
+    qs = [q for c in convs for q in c.questions if q.category in (1, 2, 3, 4) and q.evidence]
+    Z = enc.encode([q.question for q in qs], is_query=True)
+    print(f"banks + {len(qs)} question vectors ready in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+
+    uniq = list(dict.fromkeys(specs))
+    out = {}
+    bar = tqdm(uniq, desc="quality runs", disable=not progress)
+    for spec in bar:
+        bar.set_postfix_str(f"{label(spec)} B={spec[2]}")
+        cfg = select_cfg(spec)
+        bc = (convs, banks)
+        if spec[4] == "fixed_segmentation":
+            if fixed is None:
+                fc, fb, _ = banks_for(data, BuildConfig(**(build.to_dict() | {"segmentation": "fixed"})),
+                                      progress=False)
+                assert [c.bank_id for c in fc] == [c.bank_id for c in convs]
+                fixed = (fc, fb)
+            bc = fixed
+        t1 = time.perf_counter()
+        r = run_eval(data, spec[0], cfg, build, progress=False, banks_and_convs=bc, query_vecs=Z,
+                     keep_records=False)
+        wall = time.perf_counter() - t1
+        out[spec] = {
+            "label": label(spec), "method": spec[0], "mode": spec[1], "budget": spec[2],
+            "hops": cfg.hops if spec[0] == "trawmem" else None, "ablation": spec[4],
+            "macro": r["macro"], "per_category": r["per_category"],
+            "multihop_all_evidence_hit": r["per_category"].get("1", {}).get("all_evidence_hit"),
+            "selection_seconds_per_query": r["selection_seconds_per_query"], "run_wall_s": round(wall, 2),
+            "n_questions": r["n_questions"], "config": r["config"],
+        }
+        meta = {k: r[k] for k in ("dataset", "encoder", "tokenizer", "package_version")}
+    bar.close()
+    return out, meta
+
+
+def _row(spec, res):
+    r = res[spec]
+    m = r["macro"]
+    return {**{k: r[k] for k in ("label", "method", "mode", "budget", "hops", "ablation")},
+            "evidence_recall": m["evidence_recall"], "all_evidence_hit": m["all_evidence_hit"],
+            "multihop_all_evidence_hit": r["multihop_all_evidence_hit"], "context_tokens": m["context_tokens"],
+            "selection_ms_per_query": 1e3 * r["selection_seconds_per_query"],
+            "per_category": r["per_category"], "config": r["config"]}
+
+
+def _machine():
+    import torch
+
+    return {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "loadavg_1m": round(os.getloadavg()[0], 2)}
+
+
+# ----------------------------------------------------------------------------------------------
+# markdown
+
+def _md(headers, rows) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(x) for x in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _f(x, d=3):
+    return "-" if x is None else f"{x:.{d}f}"
+
+
+def grid_table(g) -> str:
+    rows = [(r["label"], r["budget"], _f(r["evidence_recall"]), _f(r["all_evidence_hit"]),
+             _f(r["multihop_all_evidence_hit"]), _f(r["context_tokens"], 0), _f(r["selection_ms_per_query"], 2))
+            for r in g["rows"]]
+    return _md(("config", "B", "recall", "all-hit", "multi-hop hit", "tokens", "sel ms/q"), rows)
+
+
+def ablation_table(a) -> str:
+    base = next(r for r in a["rows"] if r["ablation"] == "none")
+    rows = [(r["ablation"], _f(r["evidence_recall"]), f"{r['evidence_recall'] - base['evidence_recall']:+.3f}",
+             _f(r["all_evidence_hit"]), _f(r["multihop_all_evidence_hit"]),
+             f"{r['multihop_all_evidence_hit'] - base['multihop_all_evidence_hit']:+.3f}",
+             _f(r["context_tokens"], 0)) for r in a["rows"]]
+    return _md(("ablation", "recall", "Δrecall", "all-hit", "multi-hop hit", "Δmulti-hop", "tokens"), rows)
+
+
+def headline_table(h) -> str:
+    rows = []
+    for r in h["rows"]:
+        anc = ANCHORS.get(r["method"])
+        a = " / ".join(f"{x:.3f}" for x in anc) if anc else "-"
+        name = r["label"] if r["method"] == "trawmem" else r["method"]
+        rows.append((name, _f(r["evidence_recall"]), _f(r["all_evidence_hit"]), _f(r["multihop_all_evidence_hit"]),
+                     _f(r["context_tokens"], 0), a))
+    return _md(("method (B=16)", "recall", "all-hit", "multi-hop hit", "tokens", "anchor recall / all-hit / MH hit"),
+               rows)
+
+
+# ----------------------------------------------------------------------------------------------
+# plots
+
+def plot_grid(g, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = g["rows"]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    keys = (("evidence_recall", "macro evidence recall"), ("multihop_all_evidence_hit", "multi-hop all-evidence hit"),
+            ("context_tokens", "context tokens (workspace)"))
+    series = [(f"trawmem H={h}", [r for r in rows if r["method"] == "trawmem" and r["mode"] == "default"
+                                  and r["hops"] == h], "-o") for h in HOPS]
+    series += [(m, [r for r in rows if r["method"] == m], "--s") for m in BASELINES]
+    paper = [r for r in rows if r["method"] == "trawmem" and r["mode"] == "paper"]
+    for ax, (k, title) in zip(axes, keys):
+        for name, rs, style in series:
+            rs = sorted(rs, key=lambda r: r["budget"])
+            ax.plot([r["budget"] for r in rs], [r[k] for r in rs], style, label=name, ms=4)
+        for r, mk in zip(sorted(paper, key=lambda r: r["hops"]), ("^", "v", "D")):
+            ax.plot([r["budget"]], [r[k]], mk, color="black", ms=6, label=f"paper mode H={r['hops']}")
+        if k != "context_tokens":
+            idx = 0 if k == "evidence_recall" else 2
+            for m, anc in ANCHORS.items():
+                ax.plot([HEAD_B], [anc[idx]], "x", color="gray", ms=7)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(BUDGETS)
+        ax.set_xticklabels([str(b) for b in BUDGETS])
+        ax.set_xlabel("budget B (units)")
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[2].legend(fontsize=7, loc="upper left")
+    fig.suptitle(f"LoCoMo dev, {g['meta']['encoder']}: selection quality vs budget (gray x = issue anchors at B=16)",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def plot_ablations(a, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = a["rows"]
+    names = [r["ablation"] for r in rows]
+    x = np.arange(len(rows))
+    w = 0.27
+    fig, ax = plt.subplots(figsize=(11, 4.8))
+    for i, (k, lab) in enumerate((("evidence_recall", "evidence recall"), ("all_evidence_hit", "all-evidence hit"),
+                                  ("multihop_all_evidence_hit", "multi-hop all-evidence hit"))):
+        v = [r[k] for r in rows]
+        ax.bar(x + (i - 1) * w, v, w, label=lab)
+        base = rows[names.index("none")][k]
+        ax.axhline(base, color=f"C{i}", lw=0.8, ls=":")
+    for xi, r in zip(x, rows):
+        ax.text(xi, max(r["evidence_recall"], r["all_evidence_hit"], r["multihop_all_evidence_hit"]) + 0.01, f"{r['context_tokens']:.0f} tok",
+                ha="center", fontsize=8)
+    ax.set_xticks(x)
+    ax.set_xticklabels(names, rotation=20)
+    ax.set_ylabel("macro over categories 1-4 (multi-hop: category 1)")
+    ax.set_title(f"ablations, trawmem default config, B={HEAD_B}, H={ABL_H} (dotted: none)", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.set_ylim(0, 1)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------------------------
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", default=str(DEFAULT_DATA), help="LoCoMo JSON (default: the dev split)")
+    p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="which tables to regenerate")
+    p.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
+    p.add_argument("--no-progress", action="store_true")
+    args = p.parse_args(argv)
+    data = Path(args.data)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    want = {"grid": grid_specs, "ablations": ablation_specs, "headline": headline_specs}
+    specs = {part: want[part]() for part in args.parts}
+    t0 = time.perf_counter()
+    res, meta = evaluate(data, [s for part in args.parts for s in specs[part]], progress=not args.no_progress)
+    total = time.perf_counter() - t0
+    from trawmem_gpu.select.config import SelectConfig
+
+    ref_spec = _spec("trawmem", "default", HEAD_B, SelectConfig().hops)
+    ref_time = res[ref_spec]["selection_seconds_per_query"] if ref_spec in res else None
+    common = {"command": "python " + " ".join([str(Path(sys.argv[0]))] + sys.argv[1:]), "meta": meta,
+              "machine": _machine(), "wall_s_all_parts": round(total, 1),
+              "reference_selection_seconds_per_query": ref_time,
+              "reference_selection_note": "trawmem default config, B=16, engine=reference (NumPy), "
+                                          "mean over the questions; excludes question encoding"}
+    written = []
+    if "grid" in specs:
+        g = {"benchmark": "quality_grid", **common, "hops": HOPS, "budgets": BUDGETS,
+             "rows": [_row(s, res) for s in specs["grid"]]}
+        (out / "quality_grid.json").write_text(json.dumps(g, indent=1), encoding="utf-8")
+        plot_grid(g, out / "quality_grid.png")
+        written += ["quality_grid.json", "quality_grid.png"]
+        print(f"\n### Grid ({data.name}, {res[specs['grid'][0]]['n_questions']} questions; macro over "
+              f"categories 1-4; multi-hop = category 1; sel ms/q = selection time per query)\n")
+        print(grid_table(g))
+    if "ablations" in specs:
+        a = {"benchmark": "quality_ablations", **common, "budget": HEAD_B, "hops": ABL_H,
+             "rows": [_row(s, res) for s in specs["ablations"]]}
+        (out / "quality_ablations.json").write_text(json.dumps(a, indent=1), encoding="utf-8")
+        plot_ablations(a, out / "quality_ablations.png")
+        written += ["quality_ablations.json", "quality_ablations.png"]
+        print(f"\n### Ablations (trawmem default config, B={HEAD_B}, H={ABL_H})\n")
+        print(ablation_table(a))
+        base = a["rows"][0]
+        beats = [r["ablation"] for r in a["rows"][1:]
+                 if r["evidence_recall"] > base["evidence_recall"]
+                 or r["multihop_all_evidence_hit"] > base["multihop_all_evidence_hit"]]
+        if beats:
+            print(f"\nnote: ablations above the full model on recall or multi-hop hit: {', '.join(beats)}")
+    if "headline" in specs:
+        h = {"benchmark": "quality_headline", **common, "budget": HEAD_B,
+             "anchors": {m: dict(zip(("evidence_recall", "all_evidence_hit", "multihop_all_evidence_hit"), v))
+                         for m, v in ANCHORS.items()},
+             "rows": [_row(s, res) for s in specs["headline"]]}
+        (out / "quality_headline.json").write_text(json.dumps(h, indent=1), encoding="utf-8")
+        written.append("quality_headline.json")
+        print(f"\n### Headline (B={HEAD_B}; each trawmem mode at its default H)\n")
+        print(headline_table(h))
+    if ref_time is not None:
+        print(f"\nreference selection time per query (trawmem default, B={HEAD_B}): {1e3 * ref_time:.2f} ms "
+              f"(1-min load average {common['machine']['loadavg_1m']} on {os.cpu_count()} CPUs)")
+    print(f"\n{len(res)} distinct runs in {total:.0f}s; wrote {', '.join(str(out / w) for w in written)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

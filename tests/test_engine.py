@@ -1,0 +1,283 @@
+"""The batched SelectionEngine against the per-query reference (``select_reference``).
+
+Synthetic banks are built directly (random unit vectors, a few threads, adjacent and semantic
+edges, words from a small vocabulary so BM25 matches), with odd thread lengths, a one-thread
+bank, a bank with fewer units than the budget and banks with exact ties in seed and
+neighbourhood scores. On CPU the engine computes in float64 like the reference, so picks must
+agree exactly, in pick order.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from trawmem_gpu.build.graph import ADJACENT, SEMANTIC
+from trawmem_gpu.data.types import Turn
+from trawmem_gpu.select.batched_ops import greedy_select_torch
+from trawmem_gpu.select.config import ABLATIONS, SelectConfig
+from trawmem_gpu.select.context import BankContext
+from trawmem_gpu.select.engine import SelectionEngine, greedy_lazy_batched, in_thread_distances
+from trawmem_gpu.select.reference import select_reference
+from trawmem_gpu.store.bank import Bank
+
+VOCAB = ("dog cat paint music hike paris school art camp book yoga beach trip sister game race garden cook "
+         "piano movie friend lake bike sunday").split()
+D = 16
+
+
+def _unit(rng, n, d=D):
+    x = rng.normal(size=(n, d))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _edges(pairs: dict[tuple[int, int], tuple[float, int]]):
+    """Undirected {(a, b): (w, kind)} -> both directions, sorted by (src, dst)."""
+    items = sorted([((a, b), v) for (a, b), v in pairs.items()] + [((b, a), v) for (a, b), v in pairs.items()])
+    return (np.array([p[0][0] for p in items], dtype=np.int64), np.array([p[0][1] for p in items], dtype=np.int64),
+            np.array([p[1][0] for p in items], dtype=np.float32), np.array([p[1][1] for p in items], dtype=np.int8))
+
+
+def make_bank(bank_id: str, lens: list[int], seed: int, n_semantic: int = 3, unit_vecs=None, texts=None,
+              pairs=None) -> Bank:
+    """A bank with threads of ``lens`` units (one session per thread), heads = normalized mean of
+    their units, adjacent edges (w = 1) and ``n_semantic`` random semantic edges (w in [0.3, 1))."""
+    rng = np.random.default_rng(seed)
+    N, J = sum(lens), len(lens)
+    off = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    E = _unit(rng, N) if unit_vecs is None else np.asarray(unit_vecs, dtype=np.float32)
+    H = np.stack([E[off[j]:off[j + 1]].mean(0) for j in range(J)])
+    H = (H / np.maximum(np.linalg.norm(H, axis=1, keepdims=True), 1e-9)).astype(np.float32)
+    if texts is None:
+        texts = [" ".join(rng.choice(VOCAB, size=int(rng.integers(3, 8)))) for _ in range(N)]
+    if rng.random() < 0.5 and texts is not None:
+        texts = [t + " last week" if i % 5 == 0 else t for i, t in enumerate(texts)]  # temporal flags
+    turns = [Turn(f"{bank_id}:D{j}:{i}", "Ann" if i % 2 else "Bob", texts[i], j, "1 May 2023")
+             for j in range(J) for i in range(off[j], off[j + 1])]
+    if pairs is None:
+        pairs = {(j, j + 1): (1.0, ADJACENT) for j in range(J - 1)}
+        for _ in range(n_semantic if J > 2 else 0):
+            a, b = sorted(rng.choice(J, size=2, replace=False).tolist())
+            pairs.setdefault((a, b), (float(rng.uniform(0.3, 1.0)), SEMANTIC))
+    src, dst, w, kind = _edges(pairs)
+    bank = Bank(bank_id, turns, off, [f"head {j}" for j in range(J)], ["extractive"] * J, E, H, src, dst, w, kind,
+                "test-encoder")
+    bank.validate()
+    return bank
+
+
+@pytest.fixture(scope="module")
+def banks() -> list[Bank]:
+    return [
+        make_bank("odd", [3, 1, 5, 2, 7, 4, 1, 6, 3], seed=1, n_semantic=5),
+        make_bank("single", [4], seed=2),                      # one thread, U (4) < budget
+        make_bank("tiny", [1, 2], seed=3),                     # U (3) < budget, one edge
+        make_bank("wide", [2, 3, 4, 5] * 8, seed=4, n_semantic=20),  # 32 threads > neighbourhood cap
+        make_bank("chain", [5, 5, 5, 5, 5, 5], seed=5, n_semantic=0),
+    ]
+
+
+@pytest.fixture(scope="module")
+def queries(banks):
+    """(bank ids, questions, Z): per bank, queries near one of its units, plus random ones."""
+    rng = np.random.default_rng(7)
+    ids, qs, zs = [], [], []
+    stems = ["When did", "What do", "Would", "Which", "How long has", "Did Ann and Bob both like"]
+    for b in banks:
+        for i in range(6):
+            if i < 4:
+                z = b.unit_vecs[int(rng.integers(b.n_units))] + 0.4 * rng.normal(size=D)
+            else:
+                z = rng.normal(size=D)
+            ids.append(b.bank_id)
+            qs.append(f"{stems[i % len(stems)]} " + " ".join(rng.choice(VOCAB, size=3)) + "?")
+            zs.append(z / np.linalg.norm(z))
+    return ids, qs, np.array(zs, dtype=np.float32)
+
+
+def reference(banks, cfg, ids, qs, Z):
+    ctx = {b.bank_id: BankContext.of(b) for b in banks}
+    return [select_reference(ctx[b], q, z, cfg).units for b, q, z in zip(ids, qs, Z)]
+
+
+def check_agrees(banks, cfg, ids, qs, Z, **engine_kw):
+    got = SelectionEngine(banks, cfg, device="cpu", **engine_kw).select_units(ids, qs, Z)
+    ref = reference(banks, cfg, ids, qs, Z)
+    bad = [(i, g, r) for i, (g, r) in enumerate(zip(got, ref)) if g != r]
+    assert not bad, f"{len(bad)}/{len(ref)} queries differ from the reference, first: {bad[:3]}"
+
+
+CONFIGS = [pytest.param(dict(ablation=a), id=f"ablation-{a}") for a in ABLATIONS if a != "fixed_segmentation"]
+CONFIGS += [pytest.param(dict(hops=h), id=f"hops-{h}") for h in (0, 2, 3)]
+CONFIGS += [
+    pytest.param(dict(affinity="dense"), id="dense"),
+    pytest.param(dict(affinity="fused"), id="fused"),
+    pytest.param(dict(affinity="fused", lexical_weight=0.0, propagation="paper", hops=3), id="fused0-paper-h3"),
+    pytest.param(dict(seed_score="max", d_idx="cosine", hops=2, ablation="no_cross_edges"), id="max-cosine"),
+    pytest.param(dict(n_seeds=2, neighborhood_cap=3, budget=5, hops=2), id="small-cap"),
+    pytest.param(dict(greedy="plain", budget=7, stop_coverage=0.6), id="early-stop"),
+    pytest.param(dict(budget=1), id="budget-1"),
+    pytest.param("paper", id="paper"),
+]
+
+
+@pytest.mark.parametrize("kw", CONFIGS)
+def test_agrees_with_reference(banks, queries, kw):
+    cfg = SelectConfig.paper() if kw == "paper" else SelectConfig(**kw)
+    check_agrees(banks, cfg, *queries)
+
+
+@pytest.mark.parametrize("sim", ["grouped", "global", "gather"])
+def test_similarity_modes_agree(banks, queries, sim):
+    check_agrees(banks, SelectConfig(hops=2), *queries, sim=sim)
+
+
+def test_tiny_chunks_and_dispatch_greedy(banks, queries):
+    """Size buckets of one or two queries, and the greedy_select dispatcher instead of the
+    lazy CPU greedy, change nothing."""
+    cfg = SelectConfig(hops=2)
+    check_agrees(banks, cfg, *queries, chunk_elems=1, greedy="dispatch")
+    check_agrees(banks, cfg, *queries, chunk_elems=2000, gram_bytes=0)
+
+
+def test_seed_and_cap_ties_go_to_lower_thread(queries):
+    """Threads 1 and 3 are exact copies (same units, same head): equal r0, so the seed is the
+    lower one. Threads 4 and 5 hang off seed 0 with equal edge weights: equal r~, the cap keeps
+    the lower one."""
+    rng = np.random.default_rng(11)
+    base = _unit(rng, 3)
+    other = _unit(rng, 9)
+    E = np.concatenate([other[:2], base, other[2:4], base, other[4:9]])  # lens 2,3,2,3,4,1... below
+    lens = [2, 3, 2, 3, 4, 1]
+    texts = ["dog cat", "paint music", "hike paris school", "art camp", "book yoga", "beach trip",
+             "hike paris school", "art camp", "book yoga", "sister game", "race garden", "cook piano",
+             "movie friend", "lake bike"]
+    pairs = {(0, 1): (1.0, ADJACENT), (0, 4): (0.6, SEMANTIC), (0, 5): (0.6, SEMANTIC), (2, 3): (1.0, ADJACENT)}
+    bank = make_bank("ties", lens, seed=12, unit_vecs=E, texts=texts, pairs=pairs)
+    z = base[0].astype(np.float64)
+    ids, qs, Z = ["ties"] * 3, ["hike paris school?", "When art camp?", "book"], np.stack([z, z, base[1]])
+    for kw in (dict(n_seeds=1, neighborhood_cap=1, hops=0), dict(n_seeds=1, neighborhood_cap=2, hops=1),
+               dict(n_seeds=2, neighborhood_cap=3, hops=2), dict(affinity="dense", n_seeds=1, neighborhood_cap=2)):
+        check_agrees([bank], SelectConfig(**kw), ids, qs, Z)
+    eng = SelectionEngine([bank], SelectConfig(n_seeds=1, neighborhood_cap=1, hops=0, affinity="dense"), device="cpu")
+    picks = eng.select_units(["ties"], ["x"], z[None])[0]
+    assert set(picks) <= set(range(2, 5)), picks  # thread 1 (units 2-4), not its copy thread 3
+
+
+def test_bank_isolation():
+    """The other bank holds exact copies of the query vector and of the question text; none of
+    its units may ever be picked, and its presence must not change the selection at all."""
+    rng = np.random.default_rng(21)
+    target = make_bank("target", [3, 4, 2, 5], seed=22)
+    z = rng.normal(size=D)
+    z /= np.linalg.norm(z)
+    question = "When did Ann paint the lake?"
+    decoy = make_bank("decoy", [6, 6, 6], seed=23, unit_vecs=np.tile(z, (18, 1)), texts=[question] * 18)
+    for sim in ("grouped", "global", "gather"):
+        for order in ([decoy, target], [target, decoy]):
+            eng = SelectionEngine(order, SelectConfig(hops=2), device="cpu", sim=sim)
+            ws = eng.select(["target", "decoy", "target"], [question] * 3, np.stack([z, z, z]))
+            for w in (ws[0], ws[2]):
+                assert w.bank_id == "target"
+                assert w.unit_ids and all(u.startswith("target:") for u in w.unit_ids), w.unit_ids
+            assert all(u.startswith("decoy:") for u in ws[1].unit_ids)
+            alone = SelectionEngine([target], SelectConfig(hops=2), device="cpu").select_units(["target"], [question],
+                                                                                               z[None])
+            assert eng.select_units(["target"], [question], z[None]) == alone
+
+
+def test_select_returns_workspaces(banks, queries):
+    ids, qs, Z = queries
+    eng = SelectionEngine(banks, SelectConfig(), device="cpu")
+    units = eng.select_units(ids, qs, torch.as_tensor(Z))
+    ws = eng.select(ids, qs, Z)
+    bank_of = {b.bank_id: b for b in banks}
+    for w, b, q, u in zip(ws, ids, qs, units):
+        assert w.bank_id == b and w.question == q
+        assert w.unit_ids == [bank_of[b].turns[i].turn_id for i in sorted(u)]
+        assert len(u) == len(set(u)) <= SelectConfig().budget
+
+
+def test_errors_and_empty(banks, queries):
+    ids, qs, Z = queries
+    eng = SelectionEngine(banks, SelectConfig(), device="cpu")
+    assert eng.select_units([], [], np.zeros((0, D))) == []
+    assert eng.select([], [], np.zeros((0, D))) == []
+    with pytest.raises(KeyError, match="no-such-bank"):
+        eng.select_units(["odd", "no-such-bank"], qs[:2], Z[:2])
+    Zn = Z[:3].copy()
+    Zn[1, 4] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        eng.select_units(ids[:3], qs[:3], Zn)
+    with pytest.raises(ValueError):
+        eng.select_units(ids[:3], qs[:2], Z[:3])
+    with pytest.raises(ValueError):
+        eng.select_units(ids[:3], qs[:3], Z[:3, :5])
+
+
+def test_head_hook(banks, queries):
+    """A head with ``role_matrices`` replaces delta and M(delta); one returning the hand-set
+    values changes nothing; an object without the method is ignored."""
+    ids, qs, Z = queries
+    cfg = SelectConfig()
+    A, M = np.array(cfg.A), np.array(cfg.M)
+
+    class SameHead:
+        def role_matrices(self, x):
+            d = x.numpy() @ A.T
+            d = d / d.sum(1, keepdims=True)
+            return torch.as_tensor(d), torch.as_tensor(M[None] * (1.0 + d)[:, :, None])
+
+    class AnchorOnly:
+        def role_matrices(self, x):
+            d = torch.zeros(len(x), 3, dtype=torch.float64)
+            d[:, 0] = 1.0
+            return d, torch.as_tensor(M)[None].repeat(len(x), 1, 1)
+
+    base = SelectionEngine(banks, cfg, device="cpu").select_units(ids, qs, Z)
+    assert SelectionEngine(banks, cfg, head=SameHead(), device="cpu").select_units(ids, qs, Z) == base
+    assert SelectionEngine(banks, cfg, head=object(), device="cpu").select_units(ids, qs, Z) == base
+    other = SelectionEngine(banks, cfg, head=AnchorOnly(), device="cpu").select_units(ids, qs, Z)
+    assert other != base
+
+
+def test_in_thread_distances_match_context(banks):
+    for b in banks:
+        ctx = BankContext.of(b)
+        ref = ctx.in_thread_dist(np.arange(b.n_units), 1.0, 0.25)
+        np.testing.assert_array_equal(in_thread_distances(ctx.head_sim, b.thread_offsets, 1.0, 0.25), ref)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_lazy_greedy_equals_plain_with_ties(seed):
+    """Dyadic inputs (exact arithmetic) with many exact ties: the lazy batched greedy picks
+    exactly what the plain torch greedy picks, ties to the lowest index, early stop included."""
+    g = torch.Generator().manual_seed(seed)
+    Q, U, T, R = 6, 37, 5, 3
+    d = lambda *s: torch.randint(0, 4, s, generator=g).double() / 4  # values in {0, .25, .5, .75}
+    valid = torch.rand(Q, U, generator=g) < 0.8
+    valid[0] = True
+    valid[1, 3:] = False  # U smaller than the budget
+    thread = torch.where(valid, torch.randint(0, T, (Q, U), generator=g), -1)
+    K = d(Q, U, U)
+    K = torch.where(torch.eye(U, dtype=torch.bool)[None], 1.0, K)
+    K = torch.where(valid[:, :, None] & valid[:, None, :], K, 0.0)
+    pi = torch.where(valid, d(Q, U) / 8, 0.0)
+    rho, delta, alpha, mass = d(Q, U, R), d(Q, R), d(Q, U), d(Q, T) / 4
+    budget = torch.tensor([16, 16, 4, 1, 16, 9])
+    for stop in (2.0, 0.25):
+        args = (pi, K, rho, delta, alpha, thread, mass, valid, budget, 1.0, 0.5, 0.25, 1.0, stop, 16)
+        s1, _, n1 = greedy_select_torch(*args)
+        for k in (1, 4, 8):
+            s2, _, n2 = greedy_lazy_batched(*args, k=k)
+            assert torch.equal(n1, n2) and torch.equal(s1, s2)
+
+
+def test_config_ablation_is_applied_once(banks, queries):
+    """The engine applies ``resolved()``; passing an already-resolved config is the same."""
+    cfg = SelectConfig(ablation="no_multi_thread")
+    a = SelectionEngine(banks, cfg, device="cpu").select_units(*queries)
+    b = SelectionEngine(banks, replace(cfg.resolved(), ablation="none"), device="cpu").select_units(*queries)
+    assert a == b
