@@ -34,7 +34,8 @@ class Workspace:
         for b in self.blocks:
             date = b.units[0].time.strftime("%d %B %Y") if b.units[0].time else b.units[0].timestamp
             if b.head is not None:
-                out.append(f"## {b.head}" if b.head.startswith(f"[{date}]") else f"## [{date}] {b.head}")
+                head = _dedup_head(b.head, b.units)
+                out.append(f"## {head}" if head.startswith(f"[{date}]") else f"## [{date}] {head}")
             for t in b.units:
                 s = f"[{t.turn_id}] {t.speaker}: {t.text}" if b.head is not None else \
                     f"[{t.turn_id}] ({date}) {t.speaker}: {t.text}"
@@ -49,6 +50,22 @@ class Workspace:
         return count_tokens(self.render())
 
     tokenizer = TOKENIZER_NAME
+
+
+def _dedup_head(head: str, units: list[Turn]) -> str:
+    """Drop an extractive head's quoted turn when that turn is itself in the workspace.
+
+    Extractive heads read ``[date] A & B: <speaker>: <quote>``; repeating a selected turn adds
+    tokens and no information, so the header keeps only ``[date] A & B``.
+    """
+    if not head.startswith("[") or ": " not in head:
+        return head
+    prefix, quote = head.split(": ", 1)
+    quote = quote.removesuffix(" ...").strip()
+    for t in units:
+        if quote and f"{t.speaker}: {t.text}".startswith(quote):
+            return prefix
+    return head
 
 
 def assemble(bank: Bank, question: str, units: list[int], with_heads: bool = True) -> Workspace:

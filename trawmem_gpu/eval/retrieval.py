@@ -117,7 +117,7 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     bank_of = {b.bank_id: b for b in banks}
     items = [(c.bank_id, q) for c in convs for q in c.questions if q.category in categories and q.evidence]
     skipped = sum(1 for c in convs for q in c.questions if q.category in categories and not q.evidence)
-    t0 = time.perf_counter()
+    t0, hits0 = time.perf_counter(), getattr(encoder, "hits", 0)
     if query_vecs is None:
         Z = encoder.encode([q.question for _, q in items], is_query=True, progress=progress, desc="encode questions")
     else:
@@ -175,7 +175,8 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
         "dataset": {"path": str(data_path), "sha256": file_sha256(data_path), "evidence_repairs": rep.as_dict()},
         "encoder": encoder.id, "tokenizer": TOKENIZER_NAME, "package_version": __version__,
         "selection_seconds_per_query": t_sel / max(1, len(records)),
-        "timing": {"encode_questions_s": t_enc, "select_s": t_sel, "assemble_s": t_asm},
+        "timing": {"encode_questions_s": t_enc, "select_s": t_sel, "assemble_s": t_asm,
+                   "question_embedding_cache_hits": getattr(encoder, "hits", 0) - hits0 if query_vecs is None else None},
     }
     if head is not None:
         out["head"] = getattr(head, "describe", lambda: str(head))()

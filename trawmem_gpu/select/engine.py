@@ -10,7 +10,8 @@ the question) run per query on the CPU and are the CPU-bound part of the pipelin
 Stages (shapes; ``N`` = most units of a bank in the batch, ``J`` = most threads, ``D`` = most
 graph neighbours of a thread, ``T`` <= ``neighborhood_cap``, ``U`` = most candidates):
 
-1. ``_affinity``: alpha of every unit of the query's own bank, ``[Q, N]`` (+ lexical BM25).
+1. ``_affinity``: alpha of every unit of the query's own bank, ``[Q, N]`` (dense, fused with
+   BM25, or reciprocal-rank fusion of cosine and BM25 ranks, as ``SelectConfig.affinity`` says).
 2. ``_seed_scores``: r0 per thread, ``[Q, J]`` (segment max of alpha over thread ranges).
 3. ``_propagate``: seeds, then H hops of relaxation over the padded neighbour lists
    (``[threads, D]``, ELL layout), in the reference's exact processing order -> r~ ``[Q, J]``.
@@ -19,7 +20,12 @@ graph neighbours of a thread, ``T`` <= ``neighborhood_cap``, ``U`` = most candid
 6. per chunk of queries (sorted by U, sized so ``Qc * U^2`` stays bounded):
    ``_features`` ``[Qc, U, 7]``, ``_gravity`` (Floyd-Warshall over ``[Qc, T, T]``, then
    ``sum_j r~_j exp(-Dhead[j, k] / tau)`` ``[Qc, T]``), ``role_priority`` (rho, phi, w, pi),
-   ``_kernel`` ``K [Qc, U, U]`` and ``greedy_select``.
+   ``_kernel`` ``K [Qc, U, U]`` and the greedy: ``greedy_select`` (Triton on CUDA) or, on CPU,
+   :func:`greedy_lazy_batched` (the same picks with about a quarter of the work).
+
+Candidate similarities come from per-bank Gram matrices cached at construction when they fit
+(``gram_bytes``), else from a batched ``E E^T``. A learned role head (``head``) supplies
+``delta``, ``M(delta)`` and per-query objective / cost weights, as it does for the reference.
 
 The factorization behind the gravity: the reference's priority weight is
 ``sum_j r~_j exp(-C(T_j, v) / tau)`` with ``C(T_j, v) = Dhead[j, k(v)] + d_in(v) + lambda_m (1 -
@@ -36,14 +42,17 @@ Precision: float64 on CPU (agrees with the float64 NumPy reference up to summati
 float32 on CUDA (the Triton kernels' dtype). Float rounding can break near-ties differently
 from the reference; exact ties break the same way (lowest index) everywhere.
 
-Memory (dominant terms): the packed collection (``bytes_per_unit`` ~ ``d * 8`` on CPU, ``d * 4``
-on CUDA, plus ~6 scalars per unit), neighbour lists ``threads * D * 16`` bytes, per batch
-``Q * N`` (affinity) and ``Q * J`` (thread scores) floats; per chunk ``Qc * U * U`` floats for
-the similarity, the kernel ``K`` and the greedy temporaries (bounded by ``chunk_elems``) and
-``Qc * U * d`` for the gathered candidate vectors.
+Memory (dominant terms): the packed collection (``d * 8`` bytes per unit on CPU, ``d * 4`` on
+CUDA, plus 5 scalars per unit), the Gram cache (``sum_b N_b^2`` floats, only while it fits in
+``gram_bytes``: 26 MB for the 7 LoCoMo dev banks in float64), neighbour lists ``threads * D * 16``
+bytes; per batch ``Q * N`` (affinity) and ``Q * J`` (thread scores) floats; per chunk ``Qc * U *
+U`` floats for the similarity, ``K`` and the greedy temporaries (bounded by ``chunk_elems``).
+The propagation never materializes a ``[Q, J, J]`` adjacency: each relaxation step gathers the
+``[Q, D]`` neighbour rows of one frontier slot.
 """
 from __future__ import annotations
 
+import importlib.util
 import time
 from dataclasses import dataclass
 
@@ -60,8 +69,9 @@ from .config import SelectConfig
 from .context import BankContext
 from .text_features import demand_features
 
-NEG_INF = float("-inf")
-POS_INF = float("inf")
+NEG_INF, POS_INF = float("-inf"), float("inf")
+PER_QUERY_WEIGHTS = ("w_cov", "w_role", "w_aff", "w_thr", "lambda_m", "lambda_r", "tau")
+"""Config fields a learned head may set per query (scalars, or ``[Qc, 1]`` tensors in a chunk)."""
 
 
 @dataclass
@@ -81,6 +91,7 @@ class _Batch:
     n_cand: Tensor     # [Q] |U_q|
     delta: Tensor      # [Q, R] task demand
     Mq: Tensor         # [Q, R, F] role matrix M(delta)
+    weights: dict | None  # learned per-query weights {SelectConfig field: [Q]} (head), else None
 
 
 class SelectionEngine:
@@ -88,8 +99,8 @@ class SelectionEngine:
 
     :param banks: the banks this engine serves (ids must be unique)
     :param cfg: selection config (its ablation is applied once, here)
-    :param head: optional learned role head; used only if it has ``role_matrices`` (see
-        :meth:`_demand`)
+    :param head: optional learned role head; used only if it has ``role_matrices`` (and its
+        per-query weights if it has ``weights_batch``; see :meth:`_demand`)
     :param device: torch device; CUDA when present, else CPU
     :param impl: kernel dispatch for ``role_priority`` / ``greedy_select``: ``auto`` (Triton on
         CUDA), ``torch`` or ``triton``
@@ -100,7 +111,11 @@ class SelectionEngine:
         each query's bank vectors, batched mat-vec; no loop, no wasted products, but memory
         bound) or ``auto``: ``grouped`` while the batch touches at most 64 banks, else
         ``global`` while the collection is at most 16x the largest bank, else ``gather``
-    :param chunk_elems: bound on ``Qc * U * U`` per candidate-stage chunk
+    :param chunk_elems: bound on ``Qc * U * U`` per candidate-stage chunk (default 2^19 on CPU,
+        where cache-sized chunks ran ~4x faster than 2^23 on the dev data; 2^24 on CUDA)
+    :param gram_bytes: cache per-bank Gram matrices while they fit in this many bytes
+    :param greedy: ``lazy`` (:func:`greedy_lazy_batched`), ``dispatch`` (``greedy_select``:
+        Triton on CUDA, the torch loop on CPU) or ``auto`` (lazy on CPU, dispatch on CUDA)
     """
 
     def __init__(self, banks: list[Bank], cfg: SelectConfig | None = None, head=None, device=None,
@@ -118,13 +133,12 @@ class SelectionEngine:
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.dtype = dtype or (torch.float32 if self.device.type == "cuda" else torch.float64)
         self.impl = impl
+        if impl == "auto" and self.device.type == "cuda" and importlib.util.find_spec("trawmem_gpu.kernels") is None:
+            self.impl = "torch"  # no Triton kernels in this install: the torch ops are the fallback
         if greedy not in ("auto", "lazy", "dispatch"):
             raise ValueError(f"greedy must be 'auto', 'lazy' or 'dispatch', got {greedy!r}")
-        # auto: the batched lazy greedy on CPU (same picks, ~1/4 of the work); the greedy_select
-        # dispatcher (Triton kernel) on CUDA.
         self.greedy = greedy if greedy != "auto" else ("lazy" if self.device.type == "cpu" and impl != "triton"
                                                        else "dispatch")
-        # CPU: chunks that stay in cache (measured on the dev data: 2^19 beats 2^23 by ~4x).
         self.chunk_elems = int(chunk_elems or (1 << 24 if self.device.type == "cuda" else 1 << 19))
         self.banks = list(banks)
         self.index = {b: i for i, b in enumerate(ids)}
@@ -240,7 +254,7 @@ class SelectionEngine:
 
         bidx = torch.as_tensor(bidx_list, dtype=torch.int64, device=self.device)
         lex = self._lexical(bidx_list, questions)
-        delta, Mq = self._demand(questions)
+        delta, Mq, weights = self._demand(questions)
         lap("text_cpu")
         alpha, umask, cos_h, tvalid = self._affinity(Zt, bidx, lex)
         lap("affinity")
@@ -251,7 +265,7 @@ class SelectionEngine:
         cand, cvalid, n_cand = self._candidates(in_h, umask, bidx)
         lap("candidates")
         batch = _Batch(bidx, self.packed.bank_unit_offsets[bidx], self.packed.bank_thread_offsets[bidx], alpha, r,
-                       in_h, tpos, n_h, cand, cvalid, n_cand, delta, Mq)
+                       in_h, tpos, n_h, cand, cvalid, n_cand, delta, Mq, weights)
         out: list[list[int] | None] = [None] * len(bank_ids)
         for rows in self._chunks(n_cand):
             sel, n_sel, cand_c = self._select_chunk(batch, rows, lap)
@@ -297,22 +311,33 @@ class SelectionEngine:
                 lex[q, :n] = bm.scores(questions[q])
         return lex
 
-    def _demand(self, questions: list[str]) -> tuple[Tensor, Tensor]:
-        """Task demand ``delta [Q, R]`` and role matrices ``M(delta) [Q, R, F]``.
+    def _demand(self, questions: list[str]) -> tuple[Tensor, Tensor, dict | None]:
+        """Task demand ``delta [Q, R]``, role matrices ``M(delta) [Q, R, F]`` and per-query weights.
 
         Hand-set: ``delta = A x / 1^T A x``, ``M(delta) = M * (1 + delta)`` row-wise, with
-        ``x = demand_features(question)``. A learned head with ``role_matrices(x)`` (x: ``[Q, 4]``
-        float tensor) replaces them; it must return ``(delta [Q, R], Mq [Q, R, F])``.
+        ``x = demand_features(question)``, weights None (the config's). A learned head replaces
+        them: ``head.role_matrices(X)`` (X: ``[Q, 4]`` float64 tensor) must return ``(delta [Q, R],
+        Mq [Q, R, F])``; ``head.weights_batch(X)``, if present, returns ``{field: [Q]}`` for
+        SelectConfig fields among w_cov, w_role, w_aff, w_thr, lambda_m, lambda_r, tau.
         """
         X = np.stack([demand_features(q) for q in questions])  # [Q, 4]
         if self.head is not None:
-            delta, Mq = self.head.role_matrices(torch.as_tensor(X, dtype=torch.float64))
-            return (torch.as_tensor(delta).to(self.device, self.dtype), torch.as_tensor(Mq).to(self.device, self.dtype))
+            Xt = torch.as_tensor(X, dtype=torch.float64)
+            delta, Mq = self.head.role_matrices(Xt)
+            weights = None
+            if hasattr(self.head, "weights_batch"):
+                weights = {k: torch.as_tensor(v).to(self.device, self.dtype)
+                           for k, v in self.head.weights_batch(Xt).items()}
+                unknown = set(weights) - set(PER_QUERY_WEIGHTS)
+                if unknown:
+                    raise ValueError(f"head sets weights the batched engine cannot vary per query: {sorted(unknown)}")
+            return (torch.as_tensor(delta).to(self.device, self.dtype), torch.as_tensor(Mq).to(self.device, self.dtype),
+                    weights or None)
         A = np.array(self.cfg.A)
         delta = np.stack([A @ x for x in X])  # same op as the reference, per 3x4 row
         delta = delta / delta.sum(axis=1, keepdims=True)
         Mq = np.array(self.cfg.M)[None] * (1.0 + delta)[:, :, None]
-        return self._tensor(delta), self._tensor(Mq)
+        return self._tensor(delta), self._tensor(Mq), None
 
     # ------------------------------------------------------------------------------------------
     # stage 1-2: affinity and seed scores over each query's own bank
@@ -349,7 +374,7 @@ class SelectionEngine:
                 out[rows, :n] = Zt[rows] @ vecs[a:a + n].T
             return out
         out = torch.empty(ids.shape, dtype=self.dtype, device=self.device)
-        step = max(1, self.chunk_elems // max(1, ids.shape[1] * vecs.shape[1]))
+        step = max(1, max(self.chunk_elems, 1 << 24) // max(1, ids.shape[1] * vecs.shape[1]))
         for s in range(0, ids.shape[0], step):
             E = vecs[ids[s:s + step]]  # [Qc, W, d]
             out[s:s + step] = torch.bmm(E, Zt[s:s + step, :, None]).squeeze(2)
@@ -483,7 +508,7 @@ class SelectionEngine:
     # ------------------------------------------------------------------------------------------
     def _candidates(self, in_h: Tensor, umask: Tensor, bidx: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Stage 5: ``(cand [Q, U], cvalid [Q, U], n_cand [Q])``: units of H_q threads in ascending
-        bank-local order (the reference's candidate order), compacted by a stable sort."""
+        bank-local order (the reference's candidate order), compacted with a cumsum (no sort)."""
         uid, _, _ = self._own_rows(self.packed.bank_unit_offsets, self.n_units, bidx)
         ult = self.unit_lthread[uid]
         cmask = umask & torch.gather(in_h, 1, ult)
@@ -511,6 +536,15 @@ class SelectionEngine:
     def _select_chunk(self, b: _Batch, rows: Tensor, lap) -> tuple[Tensor, Tensor, Tensor]:
         """Greedy picks for queries ``rows``: ``(sel [Qc, B] candidate slots, n_sel [Qc], cand [Qc, U])``."""
         cfg = self.cfg
+
+        def wq(name: str):  # the config's scalar, or the head's per-query value as [Qc, 1]
+            return b.weights[name][rows][:, None] if b.weights and name in b.weights else getattr(cfg, name)
+
+        lambda_m, lambda_r, tau = wq("lambda_m"), wq("lambda_r"), wq("tau")
+        w_cov, w_role, w_aff, w_thr = wq("w_cov"), wq("w_role"), wq("w_aff"), wq("w_thr")
+        # Triton kernels take scalar weights; per-query weights run the torch ops.
+        impl_p = "torch" if any(isinstance(x, Tensor) for x in (lambda_m, lambda_r, tau)) else self.impl
+        impl_g = "torch" if any(isinstance(x, Tensor) for x in (w_cov, w_role, w_aff, w_thr)) else self.impl
         n_cand = b.n_cand[rows]
         U = max(1, int(n_cand.max()))
         T = max(1, int(b.n_h[rows].max()))
@@ -523,12 +557,12 @@ class SelectionEngine:
         hthread, rvec = self._neighbourhood_threads(b, rows, T)
         feats = self._features(S, alpha, lt, cvalid, rvec, gid)
         lap("features")
-        gravity = self._gravity(b, rows, hthread, rvec, T)
+        gravity = self._gravity(b, rows, hthread, rvec, T, tau)
         lap("gravity")
         budget = torch.clamp(torch.clamp(n_cand, max=cfg.budget), min=1)
         d_in = torch.where(cvalid, self.d_in[gid], 0.0)
         rho, _phi, _w, pi = role_priority(feats, b.Mq[rows], b.delta[rows], lt, cvalid, gravity, d_in, alpha, budget,
-                                          cfg.lambda_m, cfg.lambda_r, cfg.tau, cfg.T_R, impl=self.impl)
+                                          lambda_m, lambda_r, tau, cfg.T_R, impl=impl_p)
         pi = pi.to(self.dtype)
         mass = torch.zeros(len(rows), T + 1, dtype=self.dtype, device=self.device)
         mass.scatter_add_(1, torch.where(lt >= 0, lt, T), torch.where(cvalid, pi, 0.0))
@@ -539,13 +573,13 @@ class SelectionEngine:
                 K = torch.where(cvalid[:, :, None] & torch.eye(U, dtype=torch.bool, device=self.device)[None], 1.0,
                                 torch.zeros((), dtype=self.dtype, device=self.device))
             sel, _gains, n_sel = greedy_lazy_batched(pi, K, rho.to(self.dtype), b.delta[rows], alpha, lt, mass[:, :T],
-                                                     cvalid, budget, cfg.w_cov, cfg.w_role, cfg.w_aff, cfg.w_thr,
+                                                     cvalid, budget, w_cov, w_role, w_aff, w_thr,
                                                      cfg.stop_coverage, max_steps=cfg.budget)
             lap("greedy")
             return sel, n_sel, cand
         sel, _gains, n_sel = greedy_select(pi, K, rho.to(self.dtype), b.delta[rows], alpha, lt, mass[:, :T], cvalid,
-                                           budget, cfg.w_cov, cfg.w_role, cfg.w_aff, cfg.w_thr, cfg.stop_coverage,
-                                           max_steps=cfg.budget, E=E_arg, identity=identity, impl=self.impl)
+                                           budget, w_cov, w_role, w_aff, w_thr, cfg.stop_coverage,
+                                           max_steps=cfg.budget, E=E_arg, identity=identity, impl=impl_g)
         lap("greedy")
         return sel, n_sel, cand
 
@@ -585,7 +619,7 @@ class SelectionEngine:
                          self.position[gid]], dim=2)
         return torch.where(cvalid[:, :, None], f, 0.0)
 
-    def _gravity(self, b: _Batch, rows: Tensor, hthread: Tensor, rvec: Tensor, T: int) -> Tensor:
+    def _gravity(self, b: _Batch, rows: Tensor, hthread: Tensor, rvec: Tensor, T: int, tau) -> Tensor:
         """``gravity [Qc, T] = sum_j r~_j exp(-Dhead[j, k] / tau)`` over the H_q threads.
 
         ``Dhead`` is Floyd-Warshall over ``[Qc, T, T]``: edge cost ``c_hop + (1 - w_H)`` between
@@ -609,7 +643,8 @@ class SelectionEngine:
         if cfg.cross_thread:
             for m in range(T):
                 Dh = torch.minimum(Dh, Dh[:, :, m:m + 1] + Dh[:, m:m + 1, :])
-        contrib = torch.where(hvalid[:, :, None], rvec[:, :, None] * torch.exp(-Dh / cfg.tau), 0.0)
+        tau = tau[:, :, None] if isinstance(tau, Tensor) else tau  # per-query [Qc, 1, 1]
+        contrib = torch.where(hvalid[:, :, None], rvec[:, :, None] * torch.exp(-Dh / tau), 0.0)
         return contrib.sum(dim=1)
 
     def _kernel(self, S: Tensor, E: Tensor, lt: Tensor, cvalid: Tensor):
@@ -639,7 +674,7 @@ def greedy_lazy_batched(pi: Tensor, K: Tensor, rho: Tensor, delta: Tensor, alpha
     its ``Q * U * U`` work per step.
 
     Same arguments and returns as :func:`~trawmem_gpu.select.batched_ops.greedy_select` (``K``
-    materialized, ``[Q, U, U]``). Every step after the first evaluates the exact gain of only the
+    materialized, ``[Q, U, U]``); the four weights may also be per-query ``[Q, 1]`` tensors. Every step after the first evaluates the exact gain of only the
     ``k`` units with the largest stale upper bounds (``[Q, k, U]`` work); the best of them is
     taken when its gain beats the next bound by a margin of a few ulps, which by submodularity
     (gains only shrink, in floating point too, as they are computed by the same expression)
@@ -672,6 +707,9 @@ def greedy_lazy_batched(pi: Tensor, K: Tensor, rho: Tensor, delta: Tensor, alpha
     qidx = torch.arange(Q, device=dev)
     ar = torch.arange(U, device=dev)
     margin = 64 * torch.finfo(dtype).eps
+    # objective weights as [Q, 4] (scalars or per-query [Q, 1] tensors)
+    W = torch.stack([torch.as_tensor(w, dtype=dtype, device=dev).reshape(-1).expand(Q)
+                     for w in (w_cov, w_role, w_aff, w_thr)], dim=1)
 
     def gains(rows: Tensor | None, cols: Tensor | None) -> Tensor:
         """Exact gains (the expression of ``greedy_select_torch``): of units ``cols [Q, k]`` of
@@ -680,14 +718,14 @@ def greedy_lazy_batched(pi: Tensor, K: Tensor, rho: Tensor, delta: Tensor, alpha
             take = lambda x: torch.gather(x, 1, cols[:, :, None].expand(-1, -1, x.shape[2]))
             Kc, rc = take(K), take(rho)
             tc, um, al, av = (torch.gather(x, 1, cols) for x in (tcol, unit_mass, alpha, avail))
-            pv, cc, dd, mm, hh = piv, c, delta, m, hit
+            pv, cc, dd, mm, hh, ww = piv, c, delta, m, hit, W
         else:
             Kc, rc, tc, um, al, av = K[rows], rho[rows], tcol[rows], unit_mass[rows], alpha[rows], avail[rows]
-            pv, cc, dd, mm, hh = piv[rows], c[rows], delta[rows], m[rows], hit[rows]
+            pv, cc, dd, mm, hh, ww = piv[rows], c[rows], delta[rows], m[rows], hit[rows], W[rows]
         cov = (pv[:, None, :] * (Kc - cc[:, None, :]).clamp_min(0)).sum(-1)
         role = (dd[:, None, :] * (rc - mm[:, None, :]).clamp_min(0)).sum(-1)
         thr = torch.where(torch.gather(hh, 1, tc), 0.0, um)
-        g = w_cov * cov + w_role * role + w_aff * al + w_thr * thr
+        g = ww[:, 0:1] * cov + ww[:, 1:2] * role + ww[:, 2:3] * al + ww[:, 3:4] * thr
         return torch.where(av, g, float("-inf"))
 
     def argbest(g: Tensor, cols: Tensor) -> tuple[Tensor, Tensor]:
@@ -746,7 +784,10 @@ def _compact(mask: Tensor, width: int, fill: int) -> Tensor:
 def _ranks(x: Tensor, mask: Tensor) -> Tensor:
     """``[Q, N]`` 1-based descending ranks of ``x`` among the live entries of each row (ties to
     the lower index; padding ranks after every live entry)."""
-    key = torch.where(mask, -x, POS_INF)
+    key = torch.where(mask, -x + 0.0, POS_INF)  # + 0.0: -0.0 -> 0.0, equal values stay equal
+    if key.dtype == torch.float64:  # order-preserving int64 view: integer sorts are ~1.6x faster
+        bits = key.view(torch.int64)
+        key = torch.where(bits < 0, bits ^ 0x7FFFFFFFFFFFFFFF, bits)
     order = torch.sort(key, dim=1, stable=True).indices
     ranks = torch.empty_like(order)
     ranks.scatter_(1, order, torch.arange(1, x.shape[1] + 1, device=x.device).expand_as(order).contiguous())

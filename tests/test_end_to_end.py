@@ -1,0 +1,250 @@
+"""``trawmem eval --answer-llm/--judge-llm`` end to end against the local OpenAI-compatible test
+server (tests/llm_server.py): answer metrics per category and macro, the cost table, prompt
+hashes, resume from the response cache (a second identical run sends no chat request), and the
+API key never reaching the result file or the console.
+
+Everything the run caches (embeddings, LLM responses, banks) goes under ``tmp_path``.
+"""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from llm_server import LLMServer
+from trawmem_gpu.cli import main
+from trawmem_gpu.errors import ConfigError
+from trawmem_gpu.eval.end_to_end import add_answer_metrics
+from trawmem_gpu.llm.prompts import ANSWER, ANSWER_TEMPORAL, JUDGE
+
+SECRET = "sk-e2e-TopSecret-9876543210"
+
+SESSIONS = {
+    "conv-a": ("Alice", "Bob", [
+        ("1:56 pm on 8 May, 2023", [
+            "Hi Bob! Yesterday I adopted a puppy, the answer is a golden retriever named Max.",
+            "That's wonderful Alice, what breed is he?",
+            "A golden retriever. He loves chasing tennis balls in the park.",
+            "I started a pottery class last week, the answer is pottery.",
+            "Pottery sounds relaxing. What did you make first?",
+            "A blue bowl for my kitchen, it came out a bit lopsided.",
+        ]),
+        ("10:37 am on 27 June, 2023", [
+            "Bob, I ran my first marathon in Boston last Sunday.",
+            "Congratulations Alice! How long did it take you?",
+            "Four hours and ten minutes, Max waited for me at the finish line.",
+            "I am moving to Denver next month for a new job at a bakery.",
+            "A bakery job suits you, you always loved baking bread.",
+            "Yes, the answer is sourdough bread, I bake it every weekend.",
+        ]),
+    ]),
+    "conv-b": ("Carol", "Dan", [
+        ("9:15 am on 3 March, 2023", [
+            "Dan, I finally bought a red bicycle, the answer is a red bicycle.",
+            "Nice! Where will you ride it?",
+            "Along the river trail near my apartment every morning.",
+            "My sister Emma visited me from Lisbon last weekend.",
+            "Did you show her around the city?",
+            "We went to the science museum and ate at a ramen shop.",
+        ]),
+        ("4:02 pm on 20 April, 2023", [
+            "Carol, I adopted two cats named Pepper and Salt.",
+            "Two cats! How are they getting along with each other?",
+            "They fight over the sunny spot by the window all day.",
+            "I signed up for a photography course that starts in May.",
+            "You should photograph the cats for practice.",
+            "Good idea, I will bring my new camera to the river trail too.",
+        ]),
+    ]),
+}
+
+QA = {
+    "conv-a": [
+        {"question": "What pet did Alice adopt and what race did she run?", "answer": "a puppy, a marathon",
+         "evidence": ["D1:1", "D2:1"], "category": 1},
+        {"question": "When did Alice adopt the puppy?", "answer": "7 May 2023", "evidence": ["D1:1"], "category": 2},
+        {"question": "What kind of bread might Alice bake at the bakery?", "answer": "sourdough bread",
+         "evidence": ["D2:6"], "category": 3},
+        {"question": "What class did Alice start?", "answer": "pottery", "evidence": ["D1:4"], "category": 4},
+    ],
+    "conv-b": [
+        {"question": "What did Carol buy and who visited Carol?", "answer": "a red bicycle, Emma",
+         "evidence": ["D1:1", "D1:4"], "category": 1},
+        {"question": "When did Emma visit Carol?", "answer": "the weekend before 3 March 2023",
+         "evidence": ["D1:4"], "category": 2},
+        {"question": "Would Carol enjoy outdoor photography?", "answer": "yes; she rides the river trail",
+         "evidence": ["D2:4", "D1:3"], "category": 3},
+        {"question": "What are the names of Carol's cats?", "answer": "Pepper and Salt", "evidence": ["D2:1"],
+         "category": 4},
+        {"question": "What did Dan say about his dog?", "adversarial_answer": "a husky", "evidence": ["D2:1"],
+         "category": 5},
+    ],
+}
+N_Q = 8  # categories 1-4
+
+
+def write_data(path):
+    samples = []
+    for sid, (a, b, sessions) in SESSIONS.items():
+        conv = {"speaker_a": a, "speaker_b": b}
+        for n, (date, turns) in enumerate(sessions, start=1):
+            conv[f"session_{n}_date_time"] = date
+            conv[f"session_{n}"] = [{"speaker": (a, b)[i % 2], "dia_id": f"D{n}:{i + 1}", "text": t}
+                                    for i, t in enumerate(turns)]
+        samples.append({"sample_id": sid, "conversation": conv, "qa": QA[sid]})
+    path.write_text(json.dumps(samples))
+    return path
+
+
+@pytest.fixture
+def server():
+    s = LLMServer().start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("TRAWMEM_API_KEY", SECRET)
+    return SimpleNamespace(data=write_data(tmp_path / "locomo_tiny.json"), banks=tmp_path / "banks", tmp=tmp_path)
+
+
+def _eval(env, server, method: str, out_name: str, judge: bool = True) -> tuple[int, dict]:
+    argv = ["eval", "--data", str(env.data), "--method", method, "--budget", "4",
+            "--answer-llm", server.base_url, "--output", str(env.tmp / out_name), "--banks", str(env.banks)]
+    if judge:
+        argv += ["--judge-llm", f"{server.base_url}@judge-model"]
+    rc = main(argv)
+    out = env.tmp / out_name
+    return rc, (json.loads(out.read_text()) if out.exists() else {})
+
+
+def _check_metrics(res: dict, judge: bool = True) -> None:
+    keys = ("f1_locomo", "f1_set", "bleu1") + (("judge",) if judge else ())
+    for k in keys:
+        assert isinstance(res["macro"][k], float) and 0.0 <= res["macro"][k] <= 1.0, k
+    for c in ("1", "2", "3", "4"):
+        for k in keys:
+            assert 0.0 <= res["per_category"][c][k] <= 1.0, (c, k)
+        if not judge:
+            assert "judge" not in res["per_category"][c]
+    if not judge:
+        assert "judge" not in res["macro"]
+    assert len(res["records"]) == N_Q
+    for r in res["records"]:
+        assert {"prediction", "gold_answer", "f1_locomo", "f1_set", "bleu1", "llm_usage"} <= set(r)
+        assert ("judge" in r) == judge
+        assert "context" not in r  # workspaces are rebuilt, not stored
+
+
+def test_end_to_end_trawmem_resume_and_no_key(env, server, capsys):
+    rc, res = _eval(env, server, "trawmem", "e2e.json")
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    _check_metrics(res)
+    # both stages went to the server, with the key from the environment
+    assert server.requests == 2 * N_Q
+    assert all(h == f"Bearer {SECRET}" for h in server.auth_headers)
+    assert {b["model"] for b in server.bodies} == {"test-model-a", "judge-model"}
+    # the deterministic server answers from the workspace: the pottery question is answered right
+    rec = {r["question"]: r for r in res["records"]}
+    assert rec["What class did Alice start?"]["prediction"] == "pottery"
+    assert rec["What class did Alice start?"]["judge"] == 1
+    assert rec["What class did Alice start?"]["f1_locomo"] == 1.0
+
+    llm = res["llm"]
+    assert llm["answer"]["model"] == "test-model-a" and llm["judge"]["model"] == "judge-model"
+    assert llm["prompts"]["answer"] == ANSWER.describe()
+    assert llm["prompts"]["answer_cat2"] == ANSWER_TEMPORAL.describe()
+    assert llm["prompts"]["judge"]["sha"] == JUDGE.sha and len(JUDGE.sha) == 64
+    assert llm["usage"]["answer"]["requests"] == N_Q and llm["usage"]["judge"]["requests"] == N_Q
+    assert llm["usage"]["answer"]["prompt_tokens"] > 0
+
+    ct = res["cost_table"]
+    assert ct["n_conversations"] == 2 and ct["n_questions"] == N_Q
+    assert ct["construction_source"].startswith("bank build stats")
+    for k in ("construction_s_per_conversation", "retrieval_s_per_conversation", "retrieval_s_per_query",
+              "total_s_per_conversation", "context_tokens_per_question", "answer_prompt_tokens_per_question"):
+        assert isinstance(ct[k], float) and ct[k] > 0, k
+    assert ct["total_s_per_conversation"] >= ct["construction_s_per_conversation"]
+    assert ct["llm_tokens"]["answer"]["requests_sent"] == N_Q
+    assert ct["llm_tokens"]["judge"]["prompt_tokens"] > 0
+    assert ct["llm_tokens"]["build"]["llm_used"] is False
+    assert [r["bank_id"] for r in ct["per_conversation"]] == ["conv-a", "conv-b"]
+    assert ct["tokenizer"] == res["tokenizer"]
+    assert "answer" in cap.out and "judge" in cap.out
+
+    # second identical run: everything from the response cache, same numbers
+    server.reset_counts()
+    rc2, res2 = _eval(env, server, "trawmem", "e2e2.json")
+    cap2 = capsys.readouterr()
+    assert rc2 == 0, cap2.err
+    assert server.requests == 0
+    assert res2["llm"]["usage"]["answer"]["requests"] == 0 and res2["llm"]["usage"]["answer"]["cached"] == N_Q
+    assert res2["llm"]["usage"]["judge"]["requests"] == 0
+    assert res2["cost_table"]["llm_tokens"]["answer"]["prompt_tokens"] == ct["llm_tokens"]["answer"]["prompt_tokens"]
+    for k in ("f1_locomo", "f1_set", "bleu1", "judge"):
+        assert res2["macro"][k] == res["macro"][k]
+    assert [r["prediction"] for r in res2["records"]] == [r["prediction"] for r in res["records"]]
+
+    for name in ("e2e.json", "e2e2.json"):
+        assert SECRET not in (env.tmp / name).read_text()
+    for c in (cap, cap2):
+        assert SECRET not in c.out and SECRET not in c.err
+
+
+@pytest.mark.parametrize("method", ["hybrid", "full"])
+def test_end_to_end_baselines(env, server, capsys, method):
+    rc, res = _eval(env, server, method, f"{method}.json")
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    _check_metrics(res)
+    assert res["method"] == method and res["cost_table"]["method"] == method
+    assert server.requests == 2 * N_Q
+    if method == "full":
+        assert all(r["n_selected"] == 12 for r in res["records"])
+        assert res["cost_table"]["construction_detail"]["components"] == []
+    else:
+        assert all(r["n_selected"] <= 4 for r in res["records"])
+        assert res["cost_table"]["construction_detail"]["components"] == ["encode_units_s"]
+    assert SECRET not in (env.tmp / f"{method}.json").read_text()
+    assert SECRET not in cap.out + cap.err
+
+
+def test_answer_without_judge(env, server, capsys):
+    rc, res = _eval(env, server, "cosine", "nojudge.json", judge=False)
+    assert rc == 0, capsys.readouterr().err
+    _check_metrics(res, judge=False)
+    assert res["llm"]["judge"] is None and "judge" not in res["llm"]["usage"]
+    assert res["cost_table"]["llm_tokens"]["judge"] is None
+    assert server.requests == N_Q
+
+
+def test_judge_needs_answer_llm():
+    a = SimpleNamespace(answer_llm=None, judge_llm="http://127.0.0.1:9/v1", data="x", banks=None)
+    with pytest.raises(ConfigError, match="--answer-llm"):
+        add_answer_metrics({"records": []}, a)
+
+
+def test_construction_measured_when_banks_lack_stats(env, server, capsys):
+    rc, res = _eval(env, server, "trawmem", "first.json", judge=False)
+    assert rc == 0 and res["cost_table"]["construction_source"].startswith("bank build stats")
+    metas = list(env.banks.glob("**/meta.json"))
+    assert len(metas) == 2
+    for m in metas:  # banks built before build stats were kept (or by other tools)
+        meta = json.loads(m.read_text())
+        assert "build" in meta["stats"]
+        meta["stats"] = {}
+        m.write_text(json.dumps(meta))
+    rc, res = _eval(env, server, "trawmem", "second.json", judge=False)
+    assert rc == 0, capsys.readouterr().err
+    ct = res["cost_table"]
+    assert ct["construction_source"].startswith("measured for 2 bank(s)")
+    assert ct["construction_s_per_conversation"] > 0
+    assert (env.tmp / "cache" / "build_times.json").exists()
+    assert server.requests == N_Q  # the second run's answers came from the cache

@@ -1,0 +1,362 @@
+"""Training the role head from gold evidence labels: a differentiable surrogate of the selection.
+
+Per training question, everything that does not depend on the head is computed once with the
+reference pipeline's own pieces (``unit_affinity``, ``seed_scores``, ``neighbourhood``,
+``head_distances``, ``support_kernel``, ``BankContext.in_thread_dist``, ``demand_features``):
+the candidate set U_q, the unit features f_q(v), the affinities, r~, the graph part of the cost
+``G(T_j, v) = Dhead(j, thread(v)) + d_in(v)`` and the kernel K. The head-dependent rest --
+delta, rho = softmax(M(delta) f / T_R), phi, C = G + lambda_m (1 - alpha) + lambda_r (1 - phi),
+w = min(kappa, sum_j r~_j exp(-C_j / tau)), pi, and the greedy's marginal gains -- is
+re-implemented in torch (``surrogate``), float64, padded over a chunk of questions.
+
+Loss (per question with gold units in U_q), teacher-free greedy unroll over ``steps`` steps:
+at step t the free units' marginal gains g_t(v) (the four terms of J against the current
+state; at t = 0 that is ``w_cov sum_u pi(u) K(v, u) + w_role delta . rho(v) + w_aff alpha(v) +
+w_thr mass(thread(v))``) are standardised over the free units (so the loss does not depend on
+the overall scale of the weights, as the argmax does not) and scored listwise,
+``-log sum_{v in gold, free} softmax(g_t / temp)``; the unit actually picked (argmax of g_t,
+the reference's tie rule) enters the state, and the next step scores the still-unpicked gold.
+``steps=1`` is the plain first-step surrogate. Plus ``l2 * ||theta - theta_0||^2`` (theta_0 =
+the hand-set start). Adam, seeded, deterministic on a fixed thread count.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..select.config import SelectConfig
+from ..select.context import BankContext
+from ..select.reference import head_distances, neighbourhood, seed_scores, support_kernel, unit_affinity
+from ..select.text_features import demand_features
+from .model import LEARNED_WEIGHTS, RoleHead, save_head
+
+_BIG = 1e6  # finite stand-in for unreachable head-to-head costs (exp(-1e6 / tau) == 0)
+_IDX = {k: i for i, k in enumerate(LEARNED_WEIGHTS)}
+
+
+@dataclass
+class QItem:
+    """One question's head-independent selection inputs (local indices into U_q)."""
+
+    bank_id: str
+    qid: str
+    category: int
+    x: np.ndarray        # [4] demand features
+    cand: np.ndarray     # [U] bank unit ids of U_q
+    f: np.ndarray        # [U, F] unit features (UNIT_FEATURES order)
+    alpha: np.ndarray    # [U]
+    r: np.ndarray        # [T] r~ of the neighbourhood threads
+    lt: np.ndarray       # [U] local thread of each candidate
+    G: np.ndarray        # [T, U] graph part of the cost
+    K: np.ndarray        # [U, U]
+    gold: np.ndarray     # [U] bool, candidate is gold evidence
+    n_gold: int          # gold ids of the question (in or out of U_q)
+
+
+def precompute(ctx: BankContext, question: str, z: np.ndarray, cfg: SelectConfig, gold_ids=(), qid: str = "",
+               category: int = 0) -> QItem:
+    """The head-independent part of ``select_reference`` for one question (same functions, same order)."""
+    cfg = cfg.resolved()
+    bank = ctx.bank
+    z = np.asarray(z, dtype=np.float64)
+    alpha_all = unit_affinity(ctx, z, question, cfg)
+    r0 = seed_scores(ctx, z, alpha_all, cfg)
+    r_t = neighbourhood(ctx, r0, cfg)
+    threads = list(r_t)
+    cand = np.concatenate([np.arange(bank.thread_offsets[j], bank.thread_offsets[j + 1]) for j in threads])
+    U = len(cand)
+    tpos = {t: i for i, t in enumerate(threads)}
+    lt = np.array([tpos[j] for j in ctx.unit_thread[cand]])
+    alpha = alpha_all[cand]
+    E = bank.unit_vecs[cand].astype(np.float64)
+    S = E @ E.T
+    other = lt[:, None] != lt[None, :]
+    bridge = np.where(other, S, -np.inf).max(axis=1) if U > 1 else np.zeros(U)
+    bridge = np.clip(np.where(np.isfinite(bridge), bridge, 0.0), 0.0, 1.0)
+    rvec = np.array([r_t[j] for j in threads])
+    f = np.stack([np.ones(U), alpha, rvec[lt], bridge, ctx.head_sim[cand], ctx.temporal[cand], ctx.position[cand]], 1)
+    Dh = head_distances(ctx, threads, cfg)
+    d_in = ctx.in_thread_dist(cand, cfg.c_head, cfg.c_step)
+    G = np.minimum(Dh[:, lt] + d_in[None, :], _BIG)
+    K = support_kernel(E, lt, cfg)
+    ids = {t.turn_id: i for i, t in enumerate(bank.turns)}
+    gold_units = {ids[g] for g in gold_ids if g in ids}
+    gold = np.array([int(c) in gold_units for c in cand], dtype=bool)
+    return QItem(bank.bank_id, qid, category, demand_features(question), cand, f, alpha, rvec, lt, G, K, gold,
+                 len(set(gold_ids)))
+
+
+def prepare_items(convs, banks, Z: np.ndarray, cfg: SelectConfig, categories=(1, 2, 3, 4),
+                  progress: bool = False) -> list[QItem]:
+    """QItems for every question of ``categories`` with evidence, in ``run_eval``'s order (Z rows)."""
+    ctxs = {b.bank_id: BankContext.of(b) for b in banks}
+    items = [(c.bank_id, q) for c in convs for q in c.questions if q.category in categories and q.evidence]
+    if len(items) != len(Z):
+        raise ValueError(f"{len(Z)} query vectors for {len(items)} questions")
+    return [precompute(ctxs[b], q.question, z, cfg, q.evidence, q.qid, q.category)
+            for (b, q), z in tqdm(list(zip(items, Z)), desc="precompute", disable=not progress)]
+
+
+# ------------------------------------------------------------------------------------- batches
+def _pad_batch(items: list[QItem], budget: int) -> dict[str, torch.Tensor]:
+    Q = len(items)
+    U = max(len(it.cand) for it in items)
+    T = max(len(it.r) for it in items)
+    F = items[0].f.shape[1]
+    dt = torch.float64
+    b = {"X": torch.zeros(Q, 4, dtype=dt), "f": torch.zeros(Q, U, F, dtype=dt), "alpha": torch.zeros(Q, U, dtype=dt),
+         "logr": torch.full((Q, T), -math.inf, dtype=dt), "lt": torch.zeros(Q, U, dtype=torch.long),
+         "G": torch.full((Q, T, U), _BIG, dtype=dt), "K": torch.zeros(Q, U, U, dtype=dt),
+         "umask": torch.zeros(Q, U, dtype=torch.bool), "gold": torch.zeros(Q, U, dtype=torch.bool),
+         "kappa": torch.zeros(Q, dtype=dt), "Bq": torch.zeros(Q, dtype=torch.long)}
+    for i, it in enumerate(items):
+        u, t = len(it.cand), len(it.r)
+        b["X"][i] = torch.from_numpy(it.x)
+        b["f"][i, :u] = torch.from_numpy(it.f)
+        b["alpha"][i, :u] = torch.from_numpy(it.alpha)
+        b["logr"][i, :t] = torch.from_numpy(np.log(np.maximum(it.r, 1e-300)))
+        b["lt"][i, :u] = torch.from_numpy(it.lt)
+        b["G"][i, :t, :u] = torch.from_numpy(it.G)
+        b["K"][i, :u, :u] = torch.from_numpy(it.K)
+        b["umask"][i, :u] = True
+        b["gold"][i, :u] = torch.from_numpy(it.gold)
+        Bq = max(1, min(budget, u))
+        b["kappa"][i] = 1.0 / Bq
+        b["Bq"][i] = Bq
+    b["T"] = T
+    return b
+
+
+def make_batches(items: list[QItem], budget: int, chunk: int = 48) -> list[dict]:
+    """Padded chunks of similar |U_q| (sorted by size, ties by input order)."""
+    order = sorted(range(len(items)), key=lambda i: (len(items[i].cand), i))
+    out = []
+    for s in range(0, len(order), chunk):
+        idx = order[s:s + chunk]
+        b = _pad_batch([items[i] for i in idx], budget)
+        b["index"] = idx
+        b["n_gold"] = torch.tensor([items[i].n_gold for i in idx])
+        out.append(b)
+    return out
+
+
+# ----------------------------------------------------------------------------------- surrogate
+def surrogate(head: RoleHead, b: dict, T_R: float) -> dict[str, torch.Tensor]:
+    """Torch rho, phi, pi, thread mass and the J weights for a padded batch (see module docstring)."""
+    delta, M, w = head(b["X"])
+    um = b["umask"]
+    rho = torch.softmax(torch.einsum("quf,qkf->quk", b["f"], M) / T_R, dim=-1)
+    phi = (rho * delta[:, None, :]).sum(-1)
+    lam_m, lam_r, tau = w[:, _IDX["lambda_m"]], w[:, _IDX["lambda_r"]], w[:, _IDX["tau"]]
+    C = b["G"] + lam_m[:, None, None] * (1.0 - b["alpha"])[:, None, :] + lam_r[:, None, None] * (1.0 - phi)[:, None, :]
+    lw = torch.logsumexp(b["logr"][:, :, None] - C / tau[:, None, None], dim=1)  # [Q, U]
+    wv = torch.minimum(torch.exp(lw), b["kappa"][:, None]) * um
+    pi = wv / wv.sum(1, keepdim=True).clamp_min(1e-300)
+    mass = torch.zeros(pi.shape[0], b["T"], dtype=pi.dtype).scatter_add(1, b["lt"], pi)
+    return {"delta": delta, "rho": rho, "phi": phi, "pi": pi, "mass": mass, "w": w}
+
+
+def _gains(s: dict, b: dict, c: torch.Tensor, m: torch.Tensor, hit: torch.Tensor) -> torch.Tensor:
+    """Marginal gains [Q, U] of every unit against the state (coverage c, role max m, hit threads)."""
+    w = s["w"]
+    cov = torch.einsum("quv,qv->qu", torch.relu(b["K"] - c[:, None, :]), s["pi"])
+    role = (torch.relu(s["rho"] - m[:, None, :]) * s["delta"][:, None, :]).sum(-1)
+    thr = (s["mass"] * (~hit)).gather(1, b["lt"])
+    return (w[:, _IDX["w_cov"], None] * cov + w[:, _IDX["w_role"], None] * role
+            + w[:, _IDX["w_aff"], None] * b["alpha"] + w[:, _IDX["w_thr"], None] * thr)
+
+
+def greedy_unroll(head: RoleHead, b: dict, T_R: float, steps: int, temp: float = 1.0, with_loss: bool = True):
+    """Greedy over ``steps`` steps with the listwise loss at each; returns (loss sum, n terms, picks [Q, steps])."""
+    s = surrogate(head, b, T_R)
+    Q, U = b["umask"].shape
+    c = torch.zeros(Q, U, dtype=torch.float64)
+    m = torch.zeros(Q, 3, dtype=torch.float64)
+    hit = torch.zeros(Q, b["T"], dtype=torch.bool)
+    free = b["umask"].clone()
+    gold = b["gold"]
+    loss, n_terms = torch.zeros((), dtype=torch.float64), 0
+    picks = torch.full((Q, steps), -1, dtype=torch.long)
+    ar = torch.arange(Q)
+    for t in range(steps):
+        active = free.any(1) & (t < b["Bq"])
+        if not active.any():
+            break
+        g = _gains(s, b, c, m, hit)
+        if with_loss:
+            gf = free & active[:, None]
+            live = active & (gold & free).any(1)
+            if live.any():
+                n = gf.sum(1, keepdim=True).clamp_min(1)
+                mu = (g * gf).sum(1, keepdim=True) / n
+                sd = torch.sqrt((((g - mu) * gf) ** 2).sum(1, keepdim=True) / n + 1e-12)
+                z = torch.where(gf, (g - mu) / sd / temp, torch.full_like(g, -math.inf))
+                zg = torch.where(gold & gf, z, torch.full_like(g, -math.inf))
+                lq = torch.logsumexp(z[live], 1) - torch.logsumexp(zg[live], 1)
+                loss = loss + lq.sum()
+                n_terms += int(live.sum())
+        with torch.no_grad():
+            gd = torch.where(free, g.detach(), torch.full_like(g, -math.inf))
+            u = gd.argmax(1)  # first maximal index: the reference greedy's tie rule (lowest index)
+        u = torch.where(active, u, torch.full_like(u, -1))
+        picks[:, t] = u
+        a = active.nonzero().squeeze(1)
+        ua = u[a]
+        c = c.clone()
+        c[a] = torch.maximum(c[a], b["K"][a, ua])
+        m = m.clone()
+        m[a] = torch.maximum(m[a], s["rho"][a, ua])
+        hit = hit.clone()
+        hit[a, b["lt"][a, ua]] = True
+        free = free.clone()
+        free[a, ua] = False
+    return loss, n_terms, picks
+
+
+def torch_picks(head: RoleHead, batches: list[dict], T_R: float, budget: int) -> dict[int, list[int]]:
+    """Full torch greedy (``budget`` steps, no early stop): item index -> local picks in pick order.
+
+    A fast monitor; the reference ``select_reference`` stays the statement of the selection.
+    """
+    out = {}
+    with torch.no_grad():
+        for b in batches:
+            _, _, picks = greedy_unroll(head, b, T_R, budget, with_loss=False)
+            for i, idx in enumerate(b["index"]):
+                out[idx] = [int(u) for u in picks[i] if u >= 0]
+    return out
+
+
+# --------------------------------------------------------------------------------------- fit
+def fit(items: list[QItem], cfg: SelectConfig | None = None, *, epochs: int = 8, lr: float = 0.05,
+        seed: int = 0, l2: float = 1e-3, temp: float = 1.0, steps: int = 4, chunk: int = 48,
+        conditional_weights: bool = True, progress: bool = True) -> tuple[RoleHead, dict]:
+    """Train a fresh head on ``items`` (questions whose gold is outside U_q are skipped)."""
+    cfg = (cfg or SelectConfig()).resolved()
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    use = [it for it in items if it.gold.any()]
+    head = RoleHead(cfg, conditional_weights=conditional_weights)
+    batches = make_batches(use, cfg.budget, chunk)
+    opt = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=lr)
+    hist = {"step_loss": [], "epoch_loss": [], "epoch_seconds": []}
+    t0 = time.perf_counter()
+    bar = tqdm(total=epochs * len(batches), desc="train head", disable=not progress)
+    for ep in range(epochs):
+        order = torch.randperm(len(batches), generator=gen).tolist()
+        tot, nt = 0.0, 0
+        te = time.perf_counter()
+        for bi in order:
+            b = batches[bi]
+            opt.zero_grad()
+            loss_sum, n, _ = greedy_unroll(head, b, cfg.T_R, steps, temp)
+            if n == 0:
+                bar.update(1)
+                continue
+            loss = loss_sum / n + l2 * head.reg_loss()
+            loss.backward()
+            opt.step()
+            hist["step_loss"].append(float(loss.detach()))
+            tot += float(loss_sum)
+            nt += n
+            bar.update(1)
+            bar.set_postfix(epoch=ep + 1, loss=f"{tot / max(1, nt):.4f}")
+        hist["epoch_loss"].append(tot / max(1, nt))
+        hist["epoch_seconds"].append(time.perf_counter() - te)
+    bar.close()
+    hist.update({"n_questions": len(items), "n_used": len(use), "seconds": time.perf_counter() - t0,
+                 "hyper": {"epochs": epochs, "lr": lr, "seed": seed, "l2": l2, "temp": temp, "steps": steps,
+                           "chunk": chunk, "conditional_weights": conditional_weights}})
+    head.eval()
+    return head, hist
+
+
+def plot_loss(hist: dict, path: str | Path, title: str = "role head training") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    steps = np.arange(1, len(hist["step_loss"]) + 1)
+    ax.plot(steps, hist["step_loss"], lw=0.8, alpha=0.5, label="minibatch")
+    if hist["epoch_loss"]:
+        per = len(hist["step_loss"]) / len(hist["epoch_loss"])
+        ax.plot(per * np.arange(1, len(hist["epoch_loss"]) + 1), hist["epoch_loss"], "o-", label="epoch mean (no L2)")
+    ax.set_xlabel("Adam step")
+    ax.set_ylabel("listwise loss")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    tmp = Path(path).with_name(Path(path).name + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def loss_png_path(out_path: str | Path) -> Path:
+    """``head.safetensors`` -> ``head.loss.png`` (beside the head)."""
+    p = Path(out_path)
+    return p.with_name(p.stem + ".loss.png") if p.suffix else p.with_name(p.name + ".loss.png")
+
+
+def load_dev(data_path: str | Path, build_cfg=None, progress: bool = False, categories=(1, 2, 3, 4)):
+    """(convs, banks, Z) for ``data_path``: banks from the on-disk cache, questions encoded once."""
+    from ..config import BuildConfig
+    from ..encode import get_encoder
+    from ..eval.retrieval import banks_for
+
+    build_cfg = build_cfg or BuildConfig()
+    enc = get_encoder(build_cfg.encoder)
+    convs, banks, _ = banks_for(data_path, build_cfg, progress=progress, encoder=enc)
+    qs = [q.question for c in convs for q in c.questions if q.category in categories and q.evidence]
+    Z = enc.encode(qs, is_query=True, progress=progress, desc="encode questions")
+    return convs, banks, Z
+
+
+def train_head(data_path: str | Path, out_path: str | Path, *, conversations=None, epochs: int = 8,
+               lr: float = 0.05, seed: int = 0, budget: int = 16, progress: bool = True, l2: float = 1e-3,
+               temp: float = 1.0, steps: int = 4, select_cfg: SelectConfig | None = None, data=None) -> dict:
+    """Train a head on the gold evidence of ``data_path`` (optionally only ``conversations``), save it.
+
+    Writes the head to ``out_path`` (safetensors) and its loss curve beside it
+    (``loss_png_path(out_path)``). ``data``: optional preloaded ``(convs, banks, Z)``.
+    Returns ``{"history", "head_sha256", "out", "loss_png", "summary"}``.
+    """
+    from ..eval.retrieval import file_sha256
+
+    cfg = replace(select_cfg or SelectConfig(), budget=budget)
+    convs, banks, Z = data if data is not None else load_dev(data_path, progress=progress)
+    cats = (1, 2, 3, 4)
+    rows = [c.bank_id for c in convs for q in c.questions if q.category in cats and q.evidence]
+    keep_ids = None
+    if conversations:
+        keep_ids = [str(c).strip() for c in conversations if str(c).strip()]
+        unknown = sorted(set(keep_ids) - {c.bank_id for c in convs})
+        if unknown:
+            from ..errors import InputError
+
+            raise InputError(f"--conversations: {unknown} not in {data_path} "
+                             f"(has {[c.bank_id for c in convs]})")
+    sel = [c for c in convs if keep_ids is None or c.bank_id in keep_ids]
+    mask = np.array([keep_ids is None or r in keep_ids for r in rows], dtype=bool)
+    items = prepare_items(sel, [b for b in banks if keep_ids is None or b.bank_id in keep_ids], Z[mask], cfg,
+                          progress=progress)
+    head, hist = fit(items, cfg, epochs=epochs, lr=lr, seed=seed, l2=l2, temp=temp, steps=steps, progress=progress)
+    head.meta = {"data_path": str(data_path), "data_sha256": file_sha256(data_path),
+                 "conversations": [c.bank_id for c in sel], "seed": seed, "epochs": epochs, "lr": lr, "l2": l2,
+                 "temp": temp, "steps": steps, "budget": budget, "n_questions": hist["n_questions"],
+                 "n_used": hist["n_used"], "final_loss": hist["epoch_loss"][-1] if hist["epoch_loss"] else None,
+                 "encoder": getattr(banks[0], "encoder_id", None)}
+    digest = save_head(head, out_path)
+    png = loss_png_path(out_path)
+    plot_loss(hist, png, title=f"role head: {len(sel)} conversations, seed {seed}")
+    return {"history": hist, "head_sha256": digest, "out": str(out_path), "loss_png": str(png),
+            "summary": head.summary()}
