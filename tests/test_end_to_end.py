@@ -248,3 +248,14 @@ def test_construction_measured_when_banks_lack_stats(env, server, capsys):
     assert ct["construction_s_per_conversation"] > 0
     assert (env.tmp / "cache" / "build_times.json").exists()
     assert server.requests == N_Q  # the second run's answers came from the cache
+
+
+def test_no_questions_is_not_a_crash(env, server, capsys):
+    from trawmem_gpu.eval.retrieval import run_eval
+
+    res = run_eval(env.data, "trawmem", categories=(2,), bank_cache=env.banks, progress=False)
+    res["records"] = []
+    a = SimpleNamespace(answer_llm=server.base_url, judge_llm=None, data=str(env.data), banks=str(env.banks))
+    add_answer_metrics(res, a, progress=False)
+    assert res["cost_table"]["n_questions"] == 0 and res["macro"]["f1_locomo"] is None
+    assert server.requests == 0

@@ -417,7 +417,7 @@ def _print_summary(res: dict, keys: tuple) -> None:
         if s:
             print(f"  {stage}: {s['requests_sent']} requests sent, {s['cache_hits']} from cache, "
                   f"{s['prompt_tokens']} prompt + {s['completion_tokens']} completion tokens, {s['wall_s']:.2f}s")
-    c = ct["construction_s_per_conversation"]
+    c, tk = ct["construction_s_per_conversation"], ct["context_tokens_per_question"]
     print(f"  per conversation: construction {'n/a' if c is None else f'{c:.2f}s'}, retrieval "
           f"{ct['retrieval_s_per_conversation']:.3f}s ({ct['retrieval_s_per_query'] * 1000:.2f} ms/query), "
-          f"context {ct['context_tokens_per_question']:.0f} tokens/question ({ct['tokenizer']})")
+          f"context {'n/a' if tk is None else f'{tk:.0f}'} tokens/question ({ct['tokenizer']})")

@@ -264,7 +264,7 @@ def fit(items: list[QItem], cfg: SelectConfig | None = None, *, epochs: int = 8,
             loss.backward()
             opt.step()
             hist["step_loss"].append(float(loss.detach()))
-            tot += float(loss_sum)
+            tot += float(loss_sum.detach())
             nt += n
             bar.update(1)
             bar.set_postfix(epoch=ep + 1, loss=f"{tot / max(1, nt):.4f}")

@@ -674,8 +674,9 @@ def greedy_lazy_batched(pi: Tensor, K: Tensor, rho: Tensor, delta: Tensor, alpha
     its ``Q * U * U`` work per step.
 
     Same arguments and returns as :func:`~trawmem_gpu.select.batched_ops.greedy_select` (``K``
-    materialized, ``[Q, U, U]``); the four weights may also be per-query ``[Q, 1]`` tensors. Every step after the first evaluates the exact gain of only the
-    ``k`` units with the largest stale upper bounds (``[Q, k, U]`` work); the best of them is
+    materialized, ``[Q, U, U]``); the four weights may also be per-query ``[Q, 1]`` tensors.
+    Every step after the first evaluates the exact gain of only the ``k`` units with the
+    largest stale upper bounds (``[Q, k, U]`` work); the best of them is
     taken when its gain beats the next bound by a margin of a few ulps, which by submodularity
     (gains only shrink, in floating point too, as they are computed by the same expression)
     proves no other unit could win or tie. Queries where that fails -- exact or near ties
@@ -713,15 +714,17 @@ def greedy_lazy_batched(pi: Tensor, K: Tensor, rho: Tensor, delta: Tensor, alpha
 
     def gains(rows: Tensor | None, cols: Tensor | None) -> Tensor:
         """Exact gains (the expression of ``greedy_select_torch``): of units ``cols [Q, k]`` of
-        every query (rows None), or of every unit of queries ``rows`` (cols None)."""
-        if rows is None:
-            take = lambda x: torch.gather(x, 1, cols[:, :, None].expand(-1, -1, x.shape[2]))
+        every query, or (cols None) of every unit of queries ``rows`` (None = all queries)."""
+        if cols is not None:
+            flat = (qidx[:, None] * U + cols).flatten()  # row copies (index_select) beat a gather
+            take = lambda x: x.reshape(Q * U, x.shape[2]).index_select(0, flat).view(Q, cols.shape[1], x.shape[2])
             Kc, rc = take(K), take(rho)
             tc, um, al, av = (torch.gather(x, 1, cols) for x in (tcol, unit_mass, alpha, avail))
             pv, cc, dd, mm, hh, ww = piv, c, delta, m, hit, W
         else:
-            Kc, rc, tc, um, al, av = K[rows], rho[rows], tcol[rows], unit_mass[rows], alpha[rows], avail[rows]
-            pv, cc, dd, mm, hh, ww = piv[rows], c[rows], delta[rows], m[rows], hit[rows], W[rows]
+            sub = (lambda x: x) if rows is None else (lambda x: x[rows])
+            Kc, rc, tc, um, al, av = (sub(x) for x in (K, rho, tcol, unit_mass, alpha, avail))
+            pv, cc, dd, mm, hh, ww = (sub(x) for x in (piv, c, delta, m, hit, W))
         cov = (pv[:, None, :] * (Kc - cc[:, None, :]).clamp_min(0)).sum(-1)
         role = (dd[:, None, :] * (rc - mm[:, None, :]).clamp_min(0)).sum(-1)
         thr = torch.where(torch.gather(hh, 1, tc), 0.0, um)
@@ -732,7 +735,7 @@ def greedy_lazy_batched(pi: Tensor, K: Tensor, rho: Tensor, delta: Tensor, alpha
         bv = g.max(dim=1).values
         return bv, torch.where(g == bv[:, None], cols, U).min(dim=1).values  # lowest index on ties
 
-    ub = gains(qidx, None) if U else torch.zeros(Q, 0, dtype=dtype, device=dev)
+    ub = gains(None, None) if U else torch.zeros(Q, 0, dtype=dtype, device=dev)
     for t in range(max_steps):
         active = active & (t < limit)
         if U == 0 or not bool(active.any()):
@@ -762,8 +765,9 @@ def greedy_lazy_batched(pi: Tensor, K: Tensor, rho: Tensor, delta: Tensor, alpha
         n_sel += active.to(torch.int64)
         avail[qidx, best] &= ~active
         ub[qidx, best] = torch.where(active, float("-inf"), ub[qidx, best])
-        c = torch.where(act2, torch.maximum(c, K[qidx, best]), c)
-        m = torch.where(act2, torch.maximum(m, rho[qidx, best]), m)
+        rowsel = qidx * U + best
+        c = torch.where(act2, torch.maximum(c, K.reshape(Q * U, U).index_select(0, rowsel)), c)
+        m = torch.where(act2, torch.maximum(m, rho.reshape(Q * U, R).index_select(0, rowsel)), m)
         tb = tcol[qidx, best]
         hit[qidx, tb] |= active
         hit[:, 0] = False
