@@ -173,8 +173,16 @@ def _gains(s: dict, b: dict, c: torch.Tensor, m: torch.Tensor, hit: torch.Tensor
             + w[:, _IDX["w_aff"], None] * b["alpha"] + w[:, _IDX["w_thr"], None] * thr)
 
 
-def greedy_unroll(head: RoleHead, b: dict, T_R: float, steps: int, temp: float = 1.0, with_loss: bool = True):
-    """Greedy over ``steps`` steps with the listwise loss at each; returns (loss sum, n terms, picks [Q, steps])."""
+def greedy_unroll(head: RoleHead, b: dict, T_R: float, steps: int, temp: float = 1.0, with_loss: bool = True,
+                  loss_kind: str = "listwise"):
+    """Greedy over ``steps`` steps with a loss at each; returns (loss sum, n terms, picks [Q, steps]).
+
+    ``listwise``: ``-log sum_{gold free} softmax(z_t / temp)`` over the free units; ``pick``: only
+    at steps whose pick is not gold, ``softplus((z_t(pick) - temp * logsumexp_{gold free} z_t / temp) / temp)``
+    (the best free gold should have beaten the pick). z_t: gains standardised over the free units.
+    """
+    if loss_kind not in ("listwise", "pick"):
+        raise ValueError(f"loss_kind must be 'listwise' or 'pick', got {loss_kind!r}")
     s = surrogate(head, b, T_R)
     Q, U = b["umask"].shape
     c = torch.zeros(Q, U, dtype=torch.float64)
@@ -184,28 +192,34 @@ def greedy_unroll(head: RoleHead, b: dict, T_R: float, steps: int, temp: float =
     gold = b["gold"]
     loss, n_terms = torch.zeros((), dtype=torch.float64), 0
     picks = torch.full((Q, steps), -1, dtype=torch.long)
-    ar = torch.arange(Q)
+    ninf = -math.inf
     for t in range(steps):
         active = free.any(1) & (t < b["Bq"])
         if not active.any():
             break
         g = _gains(s, b, c, m, hit)
+        with torch.no_grad():
+            gd = torch.where(free, g.detach(), torch.full_like(g, ninf))
+            u = gd.argmax(1)  # first maximal index: the reference greedy's tie rule (lowest index)
+        u = torch.where(active, u, torch.full_like(u, -1))
         if with_loss:
             gf = free & active[:, None]
             live = active & (gold & free).any(1)
+            if loss_kind == "pick":
+                live = live & ~gold[torch.arange(Q), u.clamp_min(0)]
             if live.any():
                 n = gf.sum(1, keepdim=True).clamp_min(1)
                 mu = (g * gf).sum(1, keepdim=True) / n
                 sd = torch.sqrt((((g - mu) * gf) ** 2).sum(1, keepdim=True) / n + 1e-12)
-                z = torch.where(gf, (g - mu) / sd / temp, torch.full_like(g, -math.inf))
-                zg = torch.where(gold & gf, z, torch.full_like(g, -math.inf))
-                lq = torch.logsumexp(z[live], 1) - torch.logsumexp(zg[live], 1)
+                z = torch.where(gf, (g - mu) / sd / temp, torch.full_like(g, ninf))
+                zg = torch.where(gold & gf, z, torch.full_like(g, ninf))
+                if loss_kind == "listwise":
+                    lq = torch.logsumexp(z[live], 1) - torch.logsumexp(zg[live], 1)
+                else:
+                    zp = z.gather(1, u.clamp_min(0)[:, None]).squeeze(1)
+                    lq = torch.nn.functional.softplus(zp[live] - torch.logsumexp(zg[live], 1))
                 loss = loss + lq.sum()
                 n_terms += int(live.sum())
-        with torch.no_grad():
-            gd = torch.where(free, g.detach(), torch.full_like(g, -math.inf))
-            u = gd.argmax(1)  # first maximal index: the reference greedy's tie rule (lowest index)
-        u = torch.where(active, u, torch.full_like(u, -1))
         picks[:, t] = u
         a = active.nonzero().squeeze(1)
         ua = u[a]
@@ -237,7 +251,7 @@ def torch_picks(head: RoleHead, batches: list[dict], T_R: float, budget: int) ->
 # --------------------------------------------------------------------------------------- fit
 def fit(items: list[QItem], cfg: SelectConfig | None = None, *, epochs: int = 8, lr: float = 0.05,
         seed: int = 0, l2: float = 1e-3, temp: float = 1.0, steps: int = 4, chunk: int = 48,
-        conditional_weights: bool = True, progress: bool = True) -> tuple[RoleHead, dict]:
+        conditional_weights: bool = True, loss_kind: str = "listwise", progress: bool = True) -> tuple[RoleHead, dict]:
     """Train a fresh head on ``items`` (questions whose gold is outside U_q are skipped)."""
     cfg = (cfg or SelectConfig()).resolved()
     torch.manual_seed(seed)
@@ -256,7 +270,7 @@ def fit(items: list[QItem], cfg: SelectConfig | None = None, *, epochs: int = 8,
         for bi in order:
             b = batches[bi]
             opt.zero_grad()
-            loss_sum, n, _ = greedy_unroll(head, b, cfg.T_R, steps, temp)
+            loss_sum, n, _ = greedy_unroll(head, b, cfg.T_R, steps, temp, loss_kind=loss_kind)
             if n == 0:
                 bar.update(1)
                 continue
@@ -273,7 +287,8 @@ def fit(items: list[QItem], cfg: SelectConfig | None = None, *, epochs: int = 8,
     bar.close()
     hist.update({"n_questions": len(items), "n_used": len(use), "seconds": time.perf_counter() - t0,
                  "hyper": {"epochs": epochs, "lr": lr, "seed": seed, "l2": l2, "temp": temp, "steps": steps,
-                           "chunk": chunk, "conditional_weights": conditional_weights}})
+                           "chunk": chunk, "conditional_weights": conditional_weights,
+                           "loss_kind": loss_kind}})
     head.eval()
     return head, hist
 
