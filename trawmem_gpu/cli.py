@@ -12,15 +12,16 @@ import numpy as np
 from .errors import TrawmemError
 
 
-def _build_config(a):
+def _overrides(a) -> dict:
+    return {k: getattr(a, k) for k in ("segmentation", "heads", "encoder", "fixed_size")
+            if getattr(a, k, None) is not None}
+
+
+def _build_config(a, base: dict | None = None):
+    """Config from the flags given, on top of ``base`` (a stored bank's config) or the defaults."""
     from .config import BuildConfig
 
-    kw = {}
-    for k in ("segmentation", "heads", "encoder", "fixed_size"):
-        v = getattr(a, k, None)
-        if v is not None:
-            kw[k] = v
-    return BuildConfig(**kw)
+    return BuildConfig.from_dict({**(base or {}), **_overrides(a)})
 
 
 def cmd_build(a) -> int:
@@ -43,7 +44,8 @@ def cmd_build(a) -> int:
             if [t.turn_id for t in c.turns[:len(ids)]] != ids:
                 raise TrawmemError(f"--update: input for bank {c.bank_id!r} does not start with the bank's "
                                    f"{len(ids)} stored turns; rebuild it without --update")
-            bank, st = update_bank(old, c.turns[len(ids):], cfg, enc, llm)
+            # An update continues with the bank's own build config unless flags override it.
+            bank, st = update_bank(old, c.turns[len(ids):], _build_config(a, old.build_config), enc, llm)
             coll.put(bank)
             updated += 1
             print(f"updated {c.bank_id}: +{st['n_new_units']} units, {bank.n_threads} threads")
@@ -116,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     from . import cli_select
 
     cli_select.add_commands(sub)
+    from .head.cli import add_commands as add_head_commands; add_head_commands(sub)  # noqa: E702
     return p
 
 

@@ -153,8 +153,10 @@ class RoleHead(nn.Module):
         A = np.maximum(t["A0"] + t["dA"], 0.0)
         w = t["w0"] * np.exp(t["s"] + t["S"][:, 0])
         return {"A": A.tolist(), "A0": t["A0"].tolist(), "dM0": t["dM0"].tolist(), "dMr": t["dMr"].tolist(),
-                "weights": dict(zip(LEARNED_WEIGHTS, w.tolist())), "weights0": dict(zip(LEARNED_WEIGHTS, t["w0"].tolist())),
-                "weight_log_slopes": {k: dict(zip(DEMAND_FEATURES, row)) for k, row in zip(LEARNED_WEIGHTS, t["S"].tolist())}}
+                "weights": dict(zip(LEARNED_WEIGHTS, w.tolist())),
+                "weights0": dict(zip(LEARNED_WEIGHTS, t["w0"].tolist())),
+                "weight_log_slopes": {k: dict(zip(DEMAND_FEATURES, row))
+                                      for k, row in zip(LEARNED_WEIGHTS, t["S"].tolist())}}
 
 
 def _content_hash(tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> str:

@@ -120,7 +120,8 @@ class SelectionEngine:
 
     def __init__(self, banks: list[Bank], cfg: SelectConfig | None = None, head=None, device=None,
                  impl: str = "auto", dtype: torch.dtype | None = None, sim: str = "auto",
-                 chunk_elems: int | None = None, gram_bytes: int = 1 << 29, greedy: str = "auto"):
+                 chunk_elems: int | None = None, gram_bytes: int = 1 << 31, greedy: str = "auto",
+                 seed_search: str = "auto"):
         if not banks:
             raise ValueError("SelectionEngine needs at least one bank")
         ids = [b.bank_id for b in banks]
@@ -135,10 +136,8 @@ class SelectionEngine:
         self.impl = impl
         if impl == "auto" and self.device.type == "cuda" and importlib.util.find_spec("trawmem_gpu.kernels") is None:
             self.impl = "torch"  # no Triton kernels in this install: the torch ops are the fallback
-        if greedy not in ("auto", "lazy", "dispatch"):
-            raise ValueError(f"greedy must be 'auto', 'lazy' or 'dispatch', got {greedy!r}")
-        self.greedy = greedy if greedy != "auto" else ("lazy" if self.device.type == "cpu" and impl != "triton"
-                                                       else "dispatch")
+        if greedy not in ("auto", "lazy", "dispatch", "numba"):
+            raise ValueError(f"greedy must be 'auto', 'lazy', 'dispatch' or 'numba', got {greedy!r}")
         self.chunk_elems = int(chunk_elems or (1 << 24 if self.device.type == "cuda" else 1 << 19))
         self.banks = list(banks)
         self.index = {b: i for i, b in enumerate(ids)}
@@ -146,8 +145,17 @@ class SelectionEngine:
         self.packed: PackedCollection = pack_banks(self.banks, str(self.device), dtype=self.dtype)
         self._build_unit_tables()
         self._build_neighbours()
-        self._build_gram(gram_bytes)
+        self._build_tables(gram_bytes)
+        cpu_ok = self.device.type == "cpu" and impl != "triton"
+        if greedy == "auto":
+            greedy = ("numba" if self.ktab is not None and _numba_kernels() is not None else "lazy") if cpu_ok \
+                else "dispatch"
+        if greedy == "numba" and (self.device.type != "cpu" or self.ktab is None or _numba_kernels() is None):
+            raise ValueError("greedy='numba' needs a CPU engine, numba, and the per-bank tables (gram_bytes)")
+        self.greedy = greedy
         self.sim = sim
+        self.seed_index = None  # built on first use for head seeds (see seed_index.py)
+        self.seed_search = seed_search
         self.last_timings: dict[str, float] = {}
 
     # ------------------------------------------------------------------------------------------
@@ -169,18 +177,59 @@ class SelectionEngine:
                                                  for c, b in zip(self.ctxs, self.banks)]))
         self.unit_lthread = self._tensor(np.concatenate([b.unit_thread for b in self.banks]), torch.int64)
 
-    def _build_gram(self, gram_bytes: int) -> None:
-        """Per-bank Gram matrices ``E_b E_b^T`` flattened into one tensor, when they fit in
-        ``gram_bytes`` (sum of ``N_b^2`` floats): candidate similarities then become a gather
-        instead of a ``U x U x d`` product per query. None otherwise."""
-        sizes = [b.n_units ** 2 for b in self.banks]
-        self.gram = None
-        if sum(sizes) * self.packed.unit_vecs.element_size() > gram_bytes:
-            return
+    def _build_tables(self, table_bytes: int) -> None:
+        """Per-bank query-independent tables, when together they fit in ``table_bytes``:
+
+        * ``ktab``: the support kernel ``K_b`` of every bank (``N_b x N_b``, flattened; entry
+          ``koff[b] + i * N_b + j``) -- the same elementwise expression the reference applies to
+          its candidate Gram matrix, so a gather gives exactly the candidates' ``K``;
+        * ``btab``: ``max_{u in thread t} cos(e_v, e_u)`` per unit ``v`` and bank thread ``t``
+          (``N_b x J_b``, entry ``boff[b] + i * J_b + t``): the bridge feature of a candidate is
+          the max of its row over the *other* neighbourhood threads, ``[U, T]`` work instead of
+          ``[U, U]``.
+
+        Both None otherwise (the candidate stage then forms ``E E^T`` per chunk).
+        """
         P = self.packed
+        self.ktab = self.btab = None
+        nu = [b.n_units for b in self.banks]
+        nt = [b.n_threads for b in self.banks]
+        k_el = 0 if self.cfg.kernel == "identity" else sum(n * n for n in nu)
+        b_el = sum(n * j for n, j in zip(nu, nt))
+        if (k_el + b_el) * P.unit_vecs.element_size() > table_bytes:
+            return
+        cfg = self.cfg
         off = P.bank_unit_offsets.tolist()
-        self.gram = torch.cat([(P.unit_vecs[a:e] @ P.unit_vecs[a:e].T).flatten() for a, e in zip(off[:-1], off[1:])])
-        self.gram_off = self._tensor(np.concatenate([[0], np.cumsum(sizes)[:-1]]), torch.int64)
+        ks, bs = [], []
+        one = torch.ones((), dtype=self.dtype, device=self.device)
+        for i, (a, e) in enumerate(zip(off[:-1], off[1:])):
+            E = P.unit_vecs[a:e]
+            G = E @ E.T
+            lt = self.unit_lthread[a:e]
+            bt = torch.full((e - a, nt[i]), NEG_INF, dtype=self.dtype, device=self.device)
+            bt.scatter_reduce_(1, lt[None, :].expand(e - a, e - a), G, reduce="amax", include_self=True)
+            bs.append(bt.flatten())
+            if cfg.kernel != "identity":
+                K = torch.clamp((G - cfg.k_shift) / (1.0 - cfg.k_shift), 0.0, 1.0)
+                if not cfg.cross_thread:
+                    K = torch.where(lt[:, None] == lt[None, :], K, 0.0)
+                K.diagonal().copy_(one.expand(e - a))
+                ks.append(K.flatten())
+        self.btab = torch.cat(bs)
+        self.boff = self._tensor(np.concatenate([[0], np.cumsum([n * j for n, j in zip(nu, nt)])[:-1]]), torch.int64)
+        self.ktab = torch.cat(ks) if ks else torch.zeros(1, dtype=self.dtype, device=self.device)
+        self.koff = self._tensor(np.concatenate([[0], np.cumsum([n * n for n in nu])[:-1]]) if ks
+                                 else np.zeros(len(nu)), torch.int64)
+
+    def table_nbytes(self) -> int:
+        """Bytes held by the per-bank tables (0 when they are not built)."""
+        return sum(t.element_size() * t.nelement() for t in (self.ktab, self.btab) if t is not None)
+
+    def nbytes(self) -> int:
+        """Bytes of every tensor the engine holds (packed collection, unit tables, graph, tables)."""
+        own = (self.head_sim, self.temporal, self.position, self.d_in, self.unit_lthread, self.nbr, self.nbw,
+               self.n_units, self.n_threads)
+        return self.packed.nbytes() + self.table_nbytes() + sum(t.element_size() * t.nelement() for t in own)
 
     def _build_neighbours(self) -> None:
         """Thread graph as padded neighbour lists (ELL) over packed threads, bank-local ids.
@@ -267,7 +316,7 @@ class SelectionEngine:
         batch = _Batch(bidx, self.packed.bank_unit_offsets[bidx], self.packed.bank_thread_offsets[bidx], alpha, r,
                        in_h, tpos, n_h, cand, cvalid, n_cand, delta, Mq, weights)
         out: list[list[int] | None] = [None] * len(bank_ids)
-        for rows in self._chunks(n_cand):
+        for rows in self._chunks(n_cand, n_h):
             sel, n_sel, cand_c = self._select_chunk(batch, rows, lap)
             sel_units = torch.gather(cand_c, 1, sel.clamp(min=0)).tolist()
             for q, units, n in zip(rows.tolist(), sel_units, n_sel.tolist()):
@@ -518,14 +567,20 @@ class SelectionEngine:
         cvalid = torch.arange(U, device=self.device)[None, :] < n_cand[:, None]
         return cand, cvalid, n_cand
 
-    def _chunks(self, n_cand: Tensor) -> list[Tensor]:
-        """Size buckets: queries sorted by |U_q| (descending), cut so ``Qc * U_max^2 <= chunk_elems``."""
+    def _chunks(self, n_cand: Tensor, n_h: Tensor) -> list[Tensor]:
+        """Size buckets: queries sorted by |U_q| (descending), cut so that a chunk's largest
+        temporary stays under ``chunk_elems``: ``Qc * U^2`` when the chunk forms ``[Qc, U, U]``
+        matrices (torch greedy, or no tables), ``Qc * U * max(T, 8)`` when it does not (tables
+        and the compiled CPU greedy)."""
         order = torch.sort(n_cand, descending=True, stable=True).indices.cpu()
         sizes = n_cand.cpu()[order].tolist()
+        square = self.ktab is None or self.greedy != "numba"
+        width = max(8, int(n_h.max()) if len(n_h) else 1)
+        budget = self.chunk_elems if square else max(self.chunk_elems, 1 << 22)
         chunks, start = [], 0
         while start < len(order):
             u = max(1, sizes[start])
-            qc = max(1, self.chunk_elems // (u * u))
+            qc = max(1, budget // (u * (u if square else width)))
             chunks.append(order[start:start + qc].to(self.device))
             start += qc
         return chunks
@@ -552,10 +607,15 @@ class SelectionEngine:
         gid = b.uoff[rows][:, None] + cand  # [Qc, U] global unit ids, inside the own bank
         lt = torch.gather(b.tpos[rows], 1, self.unit_lthread[gid])  # [Qc, U] neighbourhood thread
         lt = torch.where(cvalid, lt, -1)
-        E, S = self._candidate_similarity(b, rows, cand, gid)
         alpha = torch.where(cvalid, torch.gather(b.alpha[rows], 1, cand), 0.0)
         hthread, rvec = self._neighbourhood_threads(b, rows, T)
-        feats = self._features(S, alpha, lt, cvalid, rvec, gid)
+        E = S = None
+        if self.btab is not None:
+            bridge = self._bridge_from_table(b, rows, cand, cvalid, lt, hthread)
+        else:
+            E, S = self._candidate_similarity(cand, gid)
+            bridge = _bridge_from_similarity(S, lt, cvalid)
+        feats = self._features(bridge, alpha, lt, cvalid, rvec, gid)
         lap("features")
         gravity = self._gravity(b, rows, hthread, rvec, T, tau)
         lap("gravity")
@@ -567,7 +627,16 @@ class SelectionEngine:
         mass = torch.zeros(len(rows), T + 1, dtype=self.dtype, device=self.device)
         mass.scatter_add_(1, torch.where(lt >= 0, lt, T), torch.where(cvalid, pi, 0.0))
         lap("priority")
-        K, E_arg, identity = self._kernel(S, E, lt, cvalid)
+        if self.greedy == "numba":
+            W = torch.stack([torch.as_tensor(w, dtype=self.dtype).reshape(-1).expand(len(rows))
+                             for w in (w_cov, w_role, w_aff, w_thr)], dim=1)
+            unit_mass = torch.gather(mass, 1, torch.where(lt >= 0, lt, T))
+            sel, n_sel = greedy_numba_table(self.ktab, self.koff[b.bidx[rows]], self.n_units[b.bidx[rows]], cand, n_cand,
+                                            pi, rho.to(self.dtype), b.delta[rows], alpha, lt, unit_mass, budget, W,
+                                            cfg.stop_coverage, cfg.budget, identity=cfg.kernel == "identity")
+            lap("greedy")
+            return sel, n_sel, cand
+        K, E_arg, identity = self._kernel(b, rows, cand, S, E, gid, lt, cvalid)
         if self.greedy == "lazy":
             if K is None:  # identity kernel
                 K = torch.where(cvalid[:, :, None] & torch.eye(U, dtype=torch.bool, device=self.device)[None], 1.0,
@@ -583,18 +652,24 @@ class SelectionEngine:
         lap("greedy")
         return sel, n_sel, cand
 
-    def _candidate_similarity(self, b: _Batch, rows: Tensor, cand: Tensor, gid: Tensor):
-        """``(E [Qc, U, d] or None, S [Qc, U, U])``: cosines between candidates, gathered from the
-        bank Gram matrix when cached (E is then only gathered where the CUDA greedy wants it)."""
-        if self.gram is None:
-            E = self.packed.unit_vecs[gid]
-            return E, torch.bmm(E, E.transpose(1, 2))
-        n = self.n_units[b.bidx[rows]][:, None, None]
-        flat = self.gram_off[b.bidx[rows]][:, None, None] + cand[:, :, None] * n + cand[:, None, :]
-        S = torch.take(self.gram, flat)
-        cfg = self.cfg
-        want_e = self.device.type == "cuda" and cfg.kernel != "identity" and cfg.k_shift == 0.0 and cfg.cross_thread
-        return (self.packed.unit_vecs[gid] if want_e else None), S
+    def _candidate_similarity(self, cand: Tensor, gid: Tensor) -> tuple[Tensor, Tensor]:
+        """``(E [Qc, U, d], S [Qc, U, U])``: candidate vectors and their cosines (no tables)."""
+        E = self.packed.unit_vecs[gid]
+        return E, torch.bmm(E, E.transpose(1, 2))
+
+    def _bridge_from_table(self, b: _Batch, rows: Tensor, cand: Tensor, cvalid: Tensor, lt: Tensor,
+                           hthread: Tensor) -> Tensor:
+        """bridge ``[Qc, U]`` = clip(max over the *other* neighbourhood threads t of btab[v, t], 0, 1),
+        0 when there is none (the max over candidates of other threads, as the reference takes it)."""
+        bank = b.bidx[rows]
+        J = self.n_threads[bank][:, None, None]
+        T = hthread.shape[1]
+        idx = self.boff[bank][:, None, None] + cand[:, :, None] * J + hthread.clamp(min=0)[:, None, :]
+        B = torch.take(self.btab, idx)  # [Qc, U, T]
+        own = torch.arange(T, device=self.device)[None, None, :] == lt[:, :, None]
+        keep = (hthread >= 0)[:, None, :] & ~own & cvalid[:, :, None]
+        bridge = torch.where(keep, B, NEG_INF).amax(dim=2) if T else torch.full_like(cand, NEG_INF, dtype=self.dtype)
+        return torch.clamp(torch.where(torch.isfinite(bridge), bridge, 0.0), 0.0, 1.0)
 
     def _neighbourhood_threads(self, b: _Batch, rows: Tensor, T: int) -> tuple[Tensor, Tensor]:
         """``hthread [Qc, T]`` bank-local ids of the H_q threads in ascending order (-1 pad) and
@@ -608,12 +683,10 @@ class SelectionEngine:
         rvec.scatter_(1, slot, torch.where(in_h, r, 0.0))
         return hthread[:, :T], rvec[:, :T]
 
-    def _features(self, S: Tensor, alpha: Tensor, lt: Tensor, cvalid: Tensor, rvec: Tensor, gid: Tensor) -> Tensor:
+    def _features(self, bridge: Tensor, alpha: Tensor, lt: Tensor, cvalid: Tensor, rvec: Tensor,
+                  gid: Tensor) -> Tensor:
         """Unit features ``f [Qc, U, 7]``: (1, alpha, r~ of its thread, bridge, head_sim, temporal,
         position); bridge = clip(max cos to a candidate of *another* thread, 0, 1), 0 if none."""
-        other = (lt[:, :, None] != lt[:, None, :]) & cvalid[:, None, :]
-        bridge = torch.where(other, S, NEG_INF).amax(dim=2)
-        bridge = torch.clamp(torch.where(torch.isfinite(bridge), bridge, 0.0), 0.0, 1.0)
         thr = torch.gather(rvec, 1, lt.clamp(min=0))
         f = torch.stack([torch.ones_like(alpha), alpha, thr, bridge, self.head_sim[gid], self.temporal[gid],
                          self.position[gid]], dim=2)
@@ -647,23 +720,37 @@ class SelectionEngine:
         contrib = torch.where(hvalid[:, :, None], rvec[:, :, None] * torch.exp(-Dh / tau), 0.0)
         return contrib.sum(dim=1)
 
-    def _kernel(self, S: Tensor, E: Tensor, lt: Tensor, cvalid: Tensor):
+    def _kernel(self, b: _Batch, rows: Tensor, cand: Tensor, S: Tensor | None, E: Tensor | None, gid: Tensor,
+                lt: Tensor, cvalid: Tensor):
         """Support ``K [Qc, U, U]`` = clip((cos - k_shift) / (1 - k_shift), 0, 1), unit diagonal,
         zero across threads without cross-thread support; or the identity. Returns ``(K, E, identity)``
         for ``greedy_select``: on CUDA with the plain clipped cosine, ``K`` is left to the kernel
-        (computed blockwise from ``E``)."""
+        (computed blockwise from ``E``). With tables, ``K`` is a gather from ``ktab``."""
         cfg = self.cfg
         if cfg.kernel == "identity":
             return None, None, True
+        U = cand.shape[1]
+        pair = cvalid[:, :, None] & cvalid[:, None, :]
+        zero = torch.zeros((), dtype=self.dtype, device=self.device)
+        if self.ktab is not None:
+            bank = b.bidx[rows]
+            n = self.n_units[bank][:, None, None]
+            K = torch.take(self.ktab, self.koff[bank][:, None, None] + cand[:, :, None] * n + cand[:, None, :])
+            return torch.where(pair, K, zero), None, False
         if self.device.type == "cuda" and cfg.k_shift == 0.0 and cfg.cross_thread:
             return None, E, False
         K = torch.clamp((S - cfg.k_shift) / (1.0 - cfg.k_shift), 0.0, 1.0)
         if not cfg.cross_thread:
             K = torch.where(lt[:, :, None] == lt[:, None, :], K, 0.0)
-        U = K.shape[1]
         K = torch.where(torch.eye(U, dtype=torch.bool, device=self.device)[None], 1.0, K)
-        pair = cvalid[:, :, None] & cvalid[:, None, :]
-        return torch.where(pair, K, 0.0), None, False
+        return torch.where(pair, K, zero), None, False
+
+
+def _bridge_from_similarity(S: Tensor, lt: Tensor, cvalid: Tensor) -> Tensor:
+    """bridge ``[Qc, U]`` from the candidate cosines ``S [Qc, U, U]`` (no tables)."""
+    other = (lt[:, :, None] != lt[:, None, :]) & cvalid[:, None, :]
+    bridge = torch.where(other, S, NEG_INF).amax(dim=2)
+    return torch.clamp(torch.where(torch.isfinite(bridge), bridge, 0.0), 0.0, 1.0)
 
 
 def greedy_lazy_batched(pi: Tensor, K: Tensor, rho: Tensor, delta: Tensor, alpha: Tensor, thread: Tensor,
@@ -810,3 +897,155 @@ def in_thread_distances(head_sim: np.ndarray, thread_offsets: np.ndarray, c_head
     steps = c_step * np.abs(ar[:, None] - ar[None, :])  # [L(v), L(u)]
     d = (a[:, None, :] + steps[None]).min(axis=2)  # [J, L(v)]
     return d[valid]
+
+
+# ----------------------------------------------------------------------------------------------
+# Compiled CPU greedy (numba, optional): one query per loop iteration, K read from the tables
+# ----------------------------------------------------------------------------------------------
+_NUMBA_STATE: dict = {}
+
+
+def _greedy_table_loop(ktab, koff, nb, cand, n_cand, pi, rho, delta, alpha, lt, unit_mass, limit, W, stop_coverage,
+                       identity, sel, n_sel):  # pragma: no cover - compiled by numba
+    """Lazy greedy per query (one loop over the queries), reading ``K(u, v)`` as
+    ``ktab[koff[q] + cand[q, u] * nb[q] + cand[q, v]]``.
+
+    The gain expression is the one of :func:`~trawmem_gpu.select.batched_ops.greedy_select_torch`
+    (``w_cov * sum_v pi_v max(0, K_uv - c_v) + w_role * sum_r delta_r max(0, rho_ur - m_r) +
+    w_aff * alpha_u + w_thr * [thread of u not hit] * mass``), summed in one fixed order, so a
+    computed gain never grows as the state grows (monotone rounding). Step 0 evaluates every
+    unit; later steps re-evaluate the unit of largest stale bound (lowest index on ties) until
+    that unit's bound is fresh: its exact gain is then at least every other unit's gain (and
+    strictly above any lower-indexed one), i.e. the plain greedy's pick, ties included.
+    """
+    Q, U = pi.shape
+    R = rho.shape[2]
+    for q in range(Q):
+        n = n_cand[q]
+        lim = limit[q]
+        if n <= 0 or lim <= 0:
+            continue
+        c = np.zeros(n)
+        m = np.zeros(R)
+        T = 0
+        for u in range(n):
+            if lt[q, u] + 1 > T:
+                T = lt[q, u] + 1
+        hit = np.zeros(max(T, 1), dtype=np.bool_)
+        avail = np.ones(n, dtype=np.bool_)
+        ub = np.empty(n)
+        fresh = np.zeros(n, dtype=np.int64)
+        base = koff[q]
+        nbq = nb[q]
+        w0, w1, w2, w3 = W[q, 0], W[q, 1], W[q, 2], W[q, 3]
+        for step in range(lim):
+            if step == 0:
+                for u in range(n):
+                    ub[u] = _gain(ktab, base, nbq, cand, q, u, n, pi, c, rho, m, delta, alpha, lt, unit_mass, hit,
+                                  w0, w1, w2, w3, identity, R)
+            best = -1
+            while True:
+                best = -1
+                bv = 0.0
+                for u in range(n):
+                    if avail[u] and (best < 0 or ub[u] > bv):
+                        best = u
+                        bv = ub[u]
+                if best < 0 or fresh[best] == step:
+                    break
+                ub[best] = _gain(ktab, base, nbq, cand, q, best, n, pi, c, rho, m, delta, alpha, lt, unit_mass, hit,
+                                 w0, w1, w2, w3, identity, R)
+                fresh[best] = step
+            if best < 0:
+                break
+            sel[q, step] = best
+            n_sel[q] = step + 1
+            avail[best] = False
+            cov = 0.0
+            if identity:
+                c[best] = max(c[best], 1.0)
+            else:
+                row = base + cand[q, best] * nbq
+                for v in range(n):
+                    k = ktab[row + cand[q, v]]
+                    if k > c[v]:
+                        c[v] = k
+            for v in range(n):
+                cov += pi[q, v] * c[v]
+            for r in range(R):
+                if rho[q, best, r] > m[r]:
+                    m[r] = rho[q, best, r]
+            if lt[q, best] >= 0:
+                hit[lt[q, best]] = True
+            if not cov < stop_coverage:
+                break
+
+
+def _gain(ktab, base, nbq, cand, q, u, n, pi, c, rho, m, delta, alpha, lt, unit_mass, hit, w0, w1, w2, w3, identity,
+          R):  # pragma: no cover - compiled by numba
+    cov = 0.0
+    if identity:
+        for v in range(n):
+            k = 1.0 if v == u else 0.0
+            x = k - c[v]
+            if x > 0.0:
+                cov += pi[q, v] * x
+    else:
+        row = base + cand[q, u] * nbq
+        for v in range(n):
+            x = ktab[row + cand[q, v]] - c[v]
+            if x > 0.0:
+                cov += pi[q, v] * x
+    role = 0.0
+    for r in range(R):
+        y = rho[q, u, r] - m[r]
+        if y > 0.0:
+            role += delta[q, r] * y
+    t = lt[q, u]
+    thr = 0.0
+    if t >= 0 and not hit[t]:
+        thr = unit_mass[q, u]
+    return w0 * cov + w1 * role + w2 * alpha[q, u] + w3 * thr
+
+
+def _numba_kernels():
+    """The compiled greedy loop, or None when numba is not importable (compiled once, cached
+    on disk next to this file when the directory is writable).
+
+    Compiled without ``parallel=True`` on purpose: numba's OpenMP threading layer shares the
+    OpenMP runtime with torch and leaves torch running more threads than it was given (measured:
+    every later torch stage ~10x slower on a 2-core machine). One loop over the chunk's queries.
+    """
+    if "loop" in _NUMBA_STATE:
+        return _NUMBA_STATE["loop"]
+    _NUMBA_STATE["loop"] = None
+    try:
+        import numba
+    except Exception:  # noqa: BLE001 - any import failure means: no compiled CPU greedy
+        return None
+    global _gain
+    _gain = numba.njit(cache=True, inline="always")(_gain)
+    _NUMBA_STATE["loop"] = numba.njit(cache=True)(_greedy_table_loop)
+    return _NUMBA_STATE["loop"]
+
+
+def greedy_numba_table(ktab: Tensor, koff: Tensor, nb: Tensor, cand: Tensor, n_cand: Tensor, pi: Tensor, rho: Tensor,
+                       delta: Tensor, alpha: Tensor, lt: Tensor, unit_mass: Tensor, budget: Tensor, W: Tensor,
+                       stop_coverage: float, max_steps: int, identity: bool = False) -> tuple[Tensor, Tensor]:
+    """Greedy picks with the compiled CPU loop: ``(sel [Q, max_steps] candidate slots (-1 pad), n_sel [Q])``.
+
+    Live candidates must be a prefix of each row (``cvalid = arange(U) < n_cand``, as the engine
+    builds them); ``lt`` is -1 on padding; ``W [Q, 4]`` holds (w_cov, w_role, w_aff, w_thr).
+    """
+    loop = _numba_kernels()
+    if loop is None:
+        raise RuntimeError("greedy_numba_table needs numba")
+    Q = pi.shape[0]
+    sel = np.full((Q, max_steps), -1, dtype=np.int64)
+    n_sel = np.zeros(Q, dtype=np.int64)
+    limit = torch.clamp(torch.minimum(budget, n_cand), min=0, max=max_steps)
+    a = lambda t, dt=np.float64: np.ascontiguousarray(t.detach().cpu().numpy(), dtype=dt)
+    loop(a(ktab), a(koff, np.int64), a(nb, np.int64), a(cand, np.int64), a(n_cand, np.int64), a(pi), a(rho),
+         a(delta), a(alpha), a(lt, np.int64), a(unit_mass), a(limit, np.int64), a(W), float(stop_coverage),
+         bool(identity), sel, n_sel)
+    return torch.from_numpy(sel).to(pi.device), torch.from_numpy(n_sel).to(pi.device)

@@ -1,0 +1,43 @@
+"""``trawmem train-head``: fit the learned role head from gold evidence labels."""
+from __future__ import annotations
+
+import json
+
+
+def cmd_train_head(a) -> int:
+    from .train import train_head
+
+    convs = [c for c in a.conversations.split(",") if c.strip()] if a.conversations else None
+    res = train_head(a.data, a.out, conversations=convs, epochs=a.epochs, lr=a.lr, seed=a.seed, budget=a.budget,
+                     steps=a.steps, l2=a.l2, temp=a.temp, progress=not a.quiet)
+    h = res["history"]
+    print(f"trained role head on {h['n_used']} of {h['n_questions']} questions (gold in U_q) "
+          f"in {h['seconds']:.1f}s; loss {h['epoch_loss'][0]:.4f} -> {h['epoch_loss'][-1]:.4f}")
+    print(f"wrote {res['out']} (sha256 {res['head_sha256'][:16]}), loss curve {res['loss_png']}")
+    w = res["summary"]["weights"]
+    w0 = res["summary"]["weights0"]
+    print("weights at x=(1,0,0,0): " + ", ".join(f"{k} {w0[k]:.3g}->{w[k]:.3g}" for k in w))
+    if a.json:
+        print(json.dumps({k: v for k, v in res.items() if k != "history"} | {"history": {
+            k: h[k] for k in ("epoch_loss", "n_questions", "n_used", "seconds", "hyper")}}, indent=1))
+    return 0
+
+
+def add_commands(sub) -> None:
+    from .train import DEFAULTS
+
+    t = sub.add_parser("train-head", help="train the learned role head (A, M(delta), weights) from gold evidence")
+    t.add_argument("--data", required=True, help="LoCoMo-layout JSON with evidence labels")
+    t.add_argument("--out", required=True, help="head file to write (safetensors); the loss curve goes beside it")
+    t.add_argument("--conversations", help="comma-separated bank ids to train on (default: all)")
+    t.add_argument("--epochs", type=int, default=DEFAULTS["epochs"])
+    t.add_argument("--lr", type=float, default=DEFAULTS["lr"])
+    t.add_argument("--seed", type=int, default=DEFAULTS["seed"])
+    t.add_argument("--budget", type=int, default=16, help="B the head is trained for")
+    t.add_argument("--steps", type=int, default=DEFAULTS["steps"],
+                   help="greedy steps unrolled in the loss (default: the budget)")
+    t.add_argument("--l2", type=float, default=DEFAULTS["l2"], help="L2 pull towards the hand-set start")
+    t.add_argument("--temp", type=float, default=DEFAULTS["temp"], help="listwise softmax temperature")
+    t.add_argument("--json", action="store_true", help="also print the result summary as JSON")
+    t.add_argument("--quiet", action="store_true", help="no progress bars")
+    t.set_defaults(fn=cmd_train_head)
