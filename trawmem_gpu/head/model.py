@@ -181,6 +181,9 @@ def save_head(head: RoleHead, path: str | Path) -> str:
     os.close(fd)
     try:
         save_file(tensors, tmp, metadata=meta | {"sha256": digest})
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -413,8 +413,15 @@ def train_head(data_path: str | Path, out_path: str | Path, *, conversations=Non
     mask = np.array([keep_ids is None or r in keep_ids for r in rows], dtype=bool)
     items = prepare_items(sel, [b for b in banks if keep_ids is None or b.bank_id in keep_ids], Z[mask], cfg,
                           progress=progress)
-    head, hist = fit(items, cfg, epochs=epochs, lr=lr, seed=seed, l2=l2, temp=temp, steps=steps, loss_kind=loss_kind,
-                     progress=progress)
+    # One intra-op thread: reductions then sum in one order, so a seed gives the same head on
+    # any machine (the tensors are small; more threads buy nothing here).
+    n_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        head, hist = fit(items, cfg, epochs=epochs, lr=lr, seed=seed, l2=l2, temp=temp, steps=steps,
+                         loss_kind=loss_kind, progress=progress)
+    finally:
+        torch.set_num_threads(n_threads)
     head.meta = {"data_path": str(data_path), "data_sha256": file_sha256(data_path),
                  "conversations": [c.bank_id for c in sel], "seed": seed, "epochs": epochs, "lr": lr, "l2": l2,
                  "temp": temp, "steps": hist["hyper"]["steps"], "loss_kind": loss_kind, "budget": budget,

@@ -67,6 +67,7 @@ from ..workspace import Workspace, assemble
 from .batched_ops import greedy_select, role_priority
 from .config import SelectConfig
 from .context import BankContext
+from .lexical import tokenize
 from .text_features import demand_features
 
 NEG_INF, POS_INF = float("-inf"), float("inf")
@@ -316,7 +317,7 @@ class SelectionEngine:
         batch = _Batch(bidx, self.packed.bank_unit_offsets[bidx], self.packed.bank_thread_offsets[bidx], alpha, r,
                        in_h, tpos, n_h, cand, cvalid, n_cand, delta, Mq, weights)
         out: list[list[int] | None] = [None] * len(bank_ids)
-        for rows in self._chunks(n_cand, n_h):
+        for rows in self._chunks(n_cand, n_h, bidx):
             sel, n_sel, cand_c = self._select_chunk(batch, rows, lap)
             sel_units = torch.gather(cand_c, 1, sel.clamp(min=0)).tolist()
             for q, units, n in zip(rows.tolist(), sel_units, n_sel.tolist()):
@@ -339,11 +340,15 @@ class SelectionEngine:
         return Zt
 
     def _lexical(self, bidx: list[int], questions: list[str]) -> np.ndarray | None:
-        """``[Q, N]`` raw BM25 scores of every unit of the query's bank (0 on padding; CPU, bm25s).
+        """``[Q, N]`` raw BM25 scores of every unit of the query's bank (0 on padding; CPU).
 
-        The CPU-bound stage: bm25s scores one query at a time; queries are grouped per bank so
-        each bank's index is used for all of its queries in a row. None when the affinity has no
-        lexical part (``dense``, or ``fused`` with lexical_weight 0).
+        bm25s keeps, per term, the BM25 contribution of every unit holding it (CSC ``data``,
+        ``indices``, ``indptr``) and scores a query by adding its terms' columns in query-token
+        order in float32 (``np.add.at``). This does the same additions, in the same order and
+        precision, for all queries of a bank at once: token position ``p`` of every query is one
+        fancy-indexed float32 add (a query appears once per position, so no index repeats), hence
+        bit-identical scores. Questions are tokenized once per distinct text. None when the
+        affinity has no lexical part (``dense``, or ``fused`` with lexical_weight 0).
         """
         cfg = self.cfg
         if cfg.affinity == "dense" or (cfg.affinity == "fused" and cfg.lexical_weight <= 0):
@@ -353,11 +358,36 @@ class SelectionEngine:
         by_bank: dict[int, list[int]] = {}
         for q, b in enumerate(bidx):
             by_bank.setdefault(b, []).append(q)
+        tokens: dict[str, list[str]] = {}
+        for text in questions:
+            if text not in tokens:
+                tokens[text] = tokenize(text)
         for b, rows in by_bank.items():
             bm = self.ctxs[b].bm25
             n = self.banks[b].n_units
-            for q in rows:
-                lex[q, :n] = bm.scores(questions[q])
+            model = bm.model
+            if getattr(model, "nonoccurrence_array", None) is not None or not isinstance(model.scores, dict):
+                for q in rows:  # a BM25 variant with a non-occurrence term: bm25s per query
+                    lex[q, :n] = bm.scores(questions[q])
+                continue
+            data, indices, indptr = model.scores["data"], model.scores["indices"], model.scores["indptr"]
+            vocab = bm.vocab
+            ids = [[vocab[w] for w in tokens[questions[q]] if w in vocab] for q in rows]
+            out = np.zeros((len(rows), n), dtype=data.dtype)
+            flat = out.reshape(-1)
+            for p in range(max((len(t) for t in ids), default=0)):
+                who = np.array([i for i, t in enumerate(ids) if len(t) > p], dtype=np.int64)
+                tid = np.array([ids[i][p] for i in who], dtype=np.int64)
+                start, end = indptr[tid], indptr[tid + 1]
+                ln = (end - start).astype(np.int64)
+                tot = int(ln.sum())
+                if tot == 0:
+                    continue
+                first = np.repeat(np.cumsum(ln) - ln, ln)
+                pos = np.repeat(start.astype(np.int64), ln) + (np.arange(tot) - first)
+                dst = np.repeat(who * n, ln) + indices[pos].astype(np.int64)
+                flat[dst] += data[pos]
+            lex[rows, :n] = out
         return lex
 
     def _demand(self, questions: list[str]) -> tuple[Tensor, Tensor, dict | None]:
@@ -369,7 +399,8 @@ class SelectionEngine:
         Mq [Q, R, F])``; ``head.weights_batch(X)``, if present, returns ``{field: [Q]}`` for
         SelectConfig fields among w_cov, w_role, w_aff, w_thr, lambda_m, lambda_r, tau.
         """
-        X = np.stack([demand_features(q) for q in questions])  # [Q, 4]
+        feats: dict[str, np.ndarray] = {}
+        X = np.stack([feats[q] if q in feats else feats.setdefault(q, demand_features(q)) for q in questions])
         if self.head is not None:
             Xt = torch.as_tensor(X, dtype=torch.float64)
             delta, Mq = self.head.role_matrices(Xt)
@@ -567,21 +598,24 @@ class SelectionEngine:
         cvalid = torch.arange(U, device=self.device)[None, :] < n_cand[:, None]
         return cand, cvalid, n_cand
 
-    def _chunks(self, n_cand: Tensor, n_h: Tensor) -> list[Tensor]:
-        """Size buckets: queries sorted by |U_q| (descending), cut so that a chunk's largest
-        temporary stays under ``chunk_elems``: ``Qc * U^2`` when the chunk forms ``[Qc, U, U]``
-        matrices (torch greedy, or no tables), ``Qc * U * max(T, 8)`` when it does not (tables
-        and the compiled CPU greedy)."""
+    def _chunks(self, n_cand: Tensor, n_h: Tensor, bidx: Tensor) -> list[Tensor]:
+        """Size buckets: queries sorted by |U_q| (descending), cut so ``Qc * U^2 <= chunk_elems``
+        when the chunk forms ``[Qc, U, U]`` matrices (torch stage 6). The compiled CPU stage keeps
+        only ``[U, U]`` per query, so its chunks are cut at ``Qc * U * max(T, 8) <= 2^22`` and
+        ordered by bank inside (one bank's tables stay in cache while its queries run)."""
         order = torch.sort(n_cand, descending=True, stable=True).indices.cpu()
         sizes = n_cand.cpu()[order].tolist()
-        square = self.ktab is None or self.greedy != "numba"
+        square = self.greedy != "numba"
         width = max(8, int(n_h.max()) if len(n_h) else 1)
         budget = self.chunk_elems if square else max(self.chunk_elems, 1 << 22)
         chunks, start = [], 0
         while start < len(order):
             u = max(1, sizes[start])
             qc = max(1, budget // (u * (u if square else width)))
-            chunks.append(order[start:start + qc].to(self.device))
+            rows = order[start:start + qc]
+            if not square:
+                rows = rows[torch.sort(bidx.cpu()[rows], stable=True).indices]
+            chunks.append(rows.to(self.device))
             start += qc
         return chunks
 
@@ -609,6 +643,24 @@ class SelectionEngine:
         lt = torch.where(cvalid, lt, -1)
         alpha = torch.where(cvalid, torch.gather(b.alpha[rows], 1, cand), 0.0)
         hthread, rvec = self._neighbourhood_threads(b, rows, T)
+        budget = torch.clamp(torch.clamp(n_cand, max=cfg.budget), min=1)
+        if self.greedy == "numba":
+            Qc = len(rows)
+            bank = b.bidx[rows]
+            P = torch.stack([torch.as_tensor(w, dtype=self.dtype).reshape(-1).expand(Qc)
+                             for w in (lambda_m, lambda_r, tau, w_cov, w_role, w_aff, w_thr)], dim=1)
+            args = dict(cand=cand, n_cand=n_cand, lt=lt, alpha=alpha, hthread=hthread, rvec=rvec, n_h=b.n_h[rows],
+                        tpos=b.tpos[rows], uoff=b.uoff[rows], toff=b.toff[rows], koff=self.koff[bank],
+                        nb=self.n_units[bank], boff=self.boff[bank], jb=self.n_threads[bank], Mq=b.Mq[rows],
+                        delta=b.delta[rows], P=P, budget=budget,
+                        limit=torch.clamp(torch.minimum(budget, n_cand), min=0, max=cfg.budget),
+                        ktab=self.ktab, btab=self.btab, head_sim=self.head_sim, temporal=self.temporal,
+                        position=self.position, d_in=self.d_in, nbr=self.nbr, nbw=self.nbw)
+            lap("features")
+            sel, n_sel = stage6_numba(args, cfg.stop_coverage, cfg.budget, cfg.T_R, cfg.c_hop, cfg.cross_thread,
+                                      cfg.kernel == "identity")
+            lap("greedy")
+            return sel, n_sel, cand
         E = S = None
         if self.btab is not None:
             bridge = self._bridge_from_table(b, rows, cand, cvalid, lt, hthread)
@@ -619,7 +671,6 @@ class SelectionEngine:
         lap("features")
         gravity = self._gravity(b, rows, hthread, rvec, T, tau)
         lap("gravity")
-        budget = torch.clamp(torch.clamp(n_cand, max=cfg.budget), min=1)
         d_in = torch.where(cvalid, self.d_in[gid], 0.0)
         rho, _phi, _w, pi = role_priority(feats, b.Mq[rows], b.delta[rows], lt, cvalid, gravity, d_in, alpha, budget,
                                           lambda_m, lambda_r, tau, cfg.T_R, impl=impl_p)
@@ -627,15 +678,6 @@ class SelectionEngine:
         mass = torch.zeros(len(rows), T + 1, dtype=self.dtype, device=self.device)
         mass.scatter_add_(1, torch.where(lt >= 0, lt, T), torch.where(cvalid, pi, 0.0))
         lap("priority")
-        if self.greedy == "numba":
-            W = torch.stack([torch.as_tensor(w, dtype=self.dtype).reshape(-1).expand(len(rows))
-                             for w in (w_cov, w_role, w_aff, w_thr)], dim=1)
-            unit_mass = torch.gather(mass, 1, torch.where(lt >= 0, lt, T))
-            sel, n_sel = greedy_numba_table(self.ktab, self.koff[b.bidx[rows]], self.n_units[b.bidx[rows]], cand, n_cand,
-                                            pi, rho.to(self.dtype), b.delta[rows], alpha, lt, unit_mass, budget, W,
-                                            cfg.stop_coverage, cfg.budget, identity=cfg.kernel == "identity")
-            lap("greedy")
-            return sel, n_sel, cand
         K, E_arg, identity = self._kernel(b, rows, cand, S, E, gid, lt, cvalid)
         if self.greedy == "lazy":
             if K is None:  # identity kernel
@@ -905,107 +947,214 @@ def in_thread_distances(head_sim: np.ndarray, thread_offsets: np.ndarray, c_head
 _NUMBA_STATE: dict = {}
 
 
-def _greedy_table_loop(ktab, koff, nb, cand, n_cand, pi, rho, delta, alpha, lt, unit_mass, limit, W, stop_coverage,
-                       identity, sel, n_sel):  # pragma: no cover - compiled by numba
-    """Lazy greedy per query (one loop over the queries), reading ``K(u, v)`` as
-    ``ktab[koff[q] + cand[q, u] * nb[q] + cand[q, v]]``.
+def _stage6_loop(cand, n_cand, lt, alpha, hthread, rvec, n_h, tpos, uoff, toff, koff, nb, boff, jb, Mq, delta, P,
+                 budget, limit, ktab, btab, head_sim, temporal, position, d_in, nbr, nbw, T_R, c_hop, cross_thread,
+                 identity, stop_coverage, sel, n_sel):  # pragma: no cover - compiled by numba
+    """Stage 6 for a chunk of queries, one query after another: features (bridge from ``btab``),
+    head-graph gravity (Floyd-Warshall over the neighbourhood), role softmax, priorities and the
+    greedy, with ``K(u, v)`` read from ``ktab`` into a per-query ``[n, n]`` scratch.
 
-    The gain expression is the one of :func:`~trawmem_gpu.select.batched_ops.greedy_select_torch`
-    (``w_cov * sum_v pi_v max(0, K_uv - c_v) + w_role * sum_r delta_r max(0, rho_ur - m_r) +
-    w_aff * alpha_u + w_thr * [thread of u not hit] * mass``), summed in one fixed order, so a
-    computed gain never grows as the state grows (monotone rounding). Step 0 evaluates every
-    unit; later steps re-evaluate the unit of largest stale bound (lowest index on ties) until
-    that unit's bound is fresh: its exact gain is then at least every other unit's gain (and
-    strictly above any lower-indexed one), i.e. the plain greedy's pick, ties included.
+    The math is the torch path's (:meth:`SelectionEngine._features`, ``_gravity``,
+    :func:`~trawmem_gpu.select.batched_ops.role_priority_torch`, ``greedy_select_torch``);
+    only float summation orders differ. ``P [Q, 7]`` = (lambda_m, lambda_r, tau, w_cov, w_role,
+    w_aff, w_thr) per query.
+
+    Greedy: gains are computed by one function at one call site (one summation order per query),
+    so a computed gain never grows as the state grows (monotone rounding) and stale values are
+    true upper bounds. A binary heap orders units by (bound descending, index ascending); all start
+    at +inf (step 0 evaluates every unit); the top is taken once its bound is fresh for the step,
+    else it is re-evaluated and sifted down: the plain greedy's pick, ties to the lowest index.
     """
-    Q, U = pi.shape
-    R = rho.shape[2]
+    Q, U = cand.shape
+    T = hthread.shape[1]
+    R = Mq.shape[1]
+    F = Mq.shape[2]
+    D = nbr.shape[1]
+    Kc = np.empty(max(U * U, 1))
+    rho = np.empty((max(U, 1), R))
+    pq = np.empty(max(U, 1))
+    um = np.empty(max(U, 1))
+    c = np.empty(max(U, 1))
+    m = np.empty(max(R, 1))
+    hk = np.empty(max(U, 1))
+    hi = np.empty(max(U, 1), dtype=np.int64)
+    fresh = np.empty(max(U, 1), dtype=np.int64)
+    hit = np.zeros(max(T, 1), dtype=np.bool_)
+    Dh = np.empty((max(T, 1), max(T, 1)))
+    grav = np.empty(max(T, 1))
+    mass = np.empty(max(T, 1))
+    f = np.empty(F)
+    lg = np.empty(R)
     for q in range(Q):
         n = n_cand[q]
         lim = limit[q]
         if n <= 0 or lim <= 0:
             continue
-        c = np.zeros(n)
-        m = np.zeros(R)
-        T = 0
+        nt = n_h[q]
+        lam_m, lam_r, tau = P[q, 0], P[q, 1], P[q, 2]
+        cq = cand[q, :n]
+        # --- gravity: Floyd-Warshall over the nt neighbourhood threads -------------------------
+        for i in range(nt):
+            for j in range(nt):
+                Dh[i, j] = np.inf
+            Dh[i, i] = 0.0
+        if cross_thread:
+            for i in range(nt):
+                g = toff[q] + hthread[q, i]
+                for e in range(D):
+                    k = nbr[g, e]
+                    if k < 0:
+                        continue
+                    p = tpos[q, k]
+                    if p >= 0 and p != i:
+                        w = c_hop + (1.0 - nbw[g, e])
+                        if w < Dh[i, p]:
+                            Dh[i, p] = w
+            for mm in range(nt):
+                dm = Dh[mm, :nt]
+                for i in range(nt):
+                    dim = Dh[i, mm]
+                    if dim == np.inf:
+                        continue
+                    di = Dh[i, :nt]
+                    for j in range(nt):
+                        di[j] = min(di[j], dim + dm[j])
+        for k in range(nt):
+            grav[k] = 0.0
+            mass[k] = 0.0
+            hit[k] = False
+        for j in range(nt):
+            rj = rvec[q, j]
+            for k in range(nt):
+                if Dh[j, k] != np.inf:
+                    grav[k] += rj * np.exp(-Dh[j, k] / tau)
+        # --- features, role softmax, priorities -----------------------------------------------
+        kappa = 1.0 / max(1, budget[q])
+        wsum = 0.0
         for u in range(n):
-            if lt[q, u] + 1 > T:
-                T = lt[q, u] + 1
-        hit = np.zeros(max(T, 1), dtype=np.bool_)
-        avail = np.ones(n, dtype=np.bool_)
-        ub = np.empty(n)
-        fresh = np.zeros(n, dtype=np.int64)
+            gl = uoff[q] + cq[u]
+            t = lt[q, u]
+            brow = boff[q] + cq[u] * jb[q]
+            br = -np.inf
+            for j in range(nt):
+                if j != t:
+                    x = btab[brow + hthread[q, j]]
+                    if x > br:
+                        br = x
+            br = 0.0 if br == -np.inf else min(max(br, 0.0), 1.0)
+            f[0] = 1.0
+            f[1] = alpha[q, u]
+            f[2] = rvec[q, t]
+            f[3] = br
+            f[4] = head_sim[gl]
+            f[5] = temporal[gl]
+            f[6] = position[gl]
+            mx = -np.inf
+            for r in range(R):
+                acc = 0.0
+                for k in range(F):
+                    acc += Mq[q, r, k] * f[k]
+                lg[r] = acc / T_R
+                if lg[r] > mx:
+                    mx = lg[r]
+            den = 0.0
+            for r in range(R):
+                lg[r] = np.exp(lg[r] - mx)
+                den += lg[r]
+            phi = 0.0
+            for r in range(R):
+                rho[u, r] = lg[r] / den
+                phi += rho[u, r] * delta[q, r]
+            cost = d_in[gl] + lam_m * (1.0 - alpha[q, u]) + lam_r * (1.0 - phi)
+            w = min(kappa, grav[t] * np.exp(-cost / tau))
+            pq[u] = w
+            wsum += w
+        for u in range(n):
+            pq[u] = pq[u] / wsum if wsum > 0 else 0.0
+            mass[lt[q, u]] += pq[u]
+        for u in range(n):
+            um[u] = mass[lt[q, u]]
+        # --- greedy ---------------------------------------------------------------------------
         base = koff[q]
         nbq = nb[q]
-        w0, w1, w2, w3 = W[q, 0], W[q, 1], W[q, 2], W[q, 3]
+        for u in range(n):
+            dst = Kc[u * n:(u + 1) * n]
+            if identity:
+                for v in range(n):
+                    dst[v] = 1.0 if u == v else 0.0
+            else:
+                krow = ktab[base + cq[u] * nbq:base + (cq[u] + 1) * nbq]
+                for v in range(n):
+                    dst[v] = krow[cq[v]]
+            c[u] = 0.0
+            hk[u] = np.inf
+            hi[u] = u
+            fresh[u] = -1
+        for r in range(R):
+            m[r] = 0.0
+        size = n
         for step in range(lim):
-            if step == 0:
-                for u in range(n):
-                    ub[u] = _gain(ktab, base, nbq, cand, q, u, n, pi, c, rho, m, delta, alpha, lt, unit_mass, hit,
-                                  w0, w1, w2, w3, identity, R)
             best = -1
-            while True:
-                best = -1
-                bv = 0.0
-                for u in range(n):
-                    if avail[u] and (best < 0 or ub[u] > bv):
-                        best = u
-                        bv = ub[u]
-                if best < 0 or fresh[best] == step:
+            while size > 0:
+                u = hi[0]
+                if fresh[u] == step:
+                    best = u
+                    size -= 1
+                    hk[0] = hk[size]
+                    hi[0] = hi[size]
+                    _sift_down(hk, hi, size)
                     break
-                ub[best] = _gain(ktab, base, nbq, cand, q, best, n, pi, c, rho, m, delta, alpha, lt, unit_mass, hit,
-                                 w0, w1, w2, w3, identity, R)
-                fresh[best] = step
+                hk[0] = _gain_row(Kc[u * n:(u + 1) * n], pq[:n], c[:n], rho[u], m, delta[q], alpha[q, u],
+                                  um[u] if not hit[lt[q, u]] else 0.0, P[q])
+                fresh[u] = step
+                _sift_down(hk, hi, size)
             if best < 0:
                 break
             sel[q, step] = best
             n_sel[q] = step + 1
-            avail[best] = False
-            cov = 0.0
-            if identity:
-                c[best] = max(c[best], 1.0)
-            else:
-                row = base + cand[q, best] * nbq
-                for v in range(n):
-                    k = ktab[row + cand[q, v]]
-                    if k > c[v]:
-                        c[v] = k
+            kb = Kc[best * n:(best + 1) * n]
             for v in range(n):
-                cov += pi[q, v] * c[v]
+                if kb[v] > c[v]:
+                    c[v] = kb[v]
+            cov = 0.0
+            for v in range(n):
+                cov += pq[v] * c[v]
             for r in range(R):
-                if rho[q, best, r] > m[r]:
-                    m[r] = rho[q, best, r]
-            if lt[q, best] >= 0:
-                hit[lt[q, best]] = True
+                if rho[best, r] > m[r]:
+                    m[r] = rho[best, r]
+            hit[lt[q, best]] = True
             if not cov < stop_coverage:
                 break
 
 
-def _gain(ktab, base, nbq, cand, q, u, n, pi, c, rho, m, delta, alpha, lt, unit_mass, hit, w0, w1, w2, w3, identity,
-          R):  # pragma: no cover - compiled by numba
+def _sift_down(hk, hi, size):  # pragma: no cover - compiled by numba
+    """Restore the heap order (key descending, then index ascending) below the root."""
+    i = 0
+    while True:
+        a = 2 * i + 1
+        if a >= size:
+            return
+        b = a + 1
+        if b < size and (hk[b] > hk[a] or (hk[b] == hk[a] and hi[b] < hi[a])):
+            a = b
+        if hk[a] > hk[i] or (hk[a] == hk[i] and hi[a] < hi[i]):
+            hk[i], hk[a] = hk[a], hk[i]
+            hi[i], hi[a] = hi[a], hi[i]
+            i = a
+        else:
+            return
+
+
+def _gain_row(krow, pq, c, rho_u, m, delta_q, alpha_u, thr, P_q):  # pragma: no cover - compiled by numba
+    """Marginal gain of one candidate (``krow``: its ``K`` row; ``thr``: its thread mass if the
+    thread is not hit yet, else 0; see :func:`_stage6_loop`)."""
     cov = 0.0
-    if identity:
-        for v in range(n):
-            k = 1.0 if v == u else 0.0
-            x = k - c[v]
-            if x > 0.0:
-                cov += pi[q, v] * x
-    else:
-        row = base + cand[q, u] * nbq
-        for v in range(n):
-            x = ktab[row + cand[q, v]] - c[v]
-            if x > 0.0:
-                cov += pi[q, v] * x
+    for v in range(krow.shape[0]):
+        cov += pq[v] * max(krow[v] - c[v], 0.0)
     role = 0.0
-    for r in range(R):
-        y = rho[q, u, r] - m[r]
-        if y > 0.0:
-            role += delta[q, r] * y
-    t = lt[q, u]
-    thr = 0.0
-    if t >= 0 and not hit[t]:
-        thr = unit_mass[q, u]
-    return w0 * cov + w1 * role + w2 * alpha[q, u] + w3 * thr
+    for r in range(rho_u.shape[0]):
+        role += delta_q[r] * max(rho_u[r] - m[r], 0.0)
+    return P_q[3] * cov + P_q[4] * role + P_q[5] * alpha_u + P_q[6] * thr
 
 
 def _numba_kernels():
@@ -1023,29 +1172,28 @@ def _numba_kernels():
         import numba
     except Exception:  # noqa: BLE001 - any import failure means: no compiled CPU greedy
         return None
-    global _gain
-    _gain = numba.njit(cache=True, inline="always")(_gain)
-    _NUMBA_STATE["loop"] = numba.njit(cache=True)(_greedy_table_loop)
+    global _gain_row, _sift_down
+    # fastmath "reassoc" lets LLVM vectorize the coverage sum; the gain function is compiled
+    # once and called from one site, so each query still has one fixed summation order.
+    _gain_row = numba.njit(cache=True, fastmath={"reassoc", "nsz", "contract"})(_gain_row)
+    _sift_down = numba.njit(cache=True)(_sift_down)
+    _NUMBA_STATE["loop"] = numba.njit(cache=True)(_stage6_loop)
     return _NUMBA_STATE["loop"]
 
 
-def greedy_numba_table(ktab: Tensor, koff: Tensor, nb: Tensor, cand: Tensor, n_cand: Tensor, pi: Tensor, rho: Tensor,
-                       delta: Tensor, alpha: Tensor, lt: Tensor, unit_mass: Tensor, budget: Tensor, W: Tensor,
-                       stop_coverage: float, max_steps: int, identity: bool = False) -> tuple[Tensor, Tensor]:
-    """Greedy picks with the compiled CPU loop: ``(sel [Q, max_steps] candidate slots (-1 pad), n_sel [Q])``.
-
-    Live candidates must be a prefix of each row (``cvalid = arange(U) < n_cand``, as the engine
-    builds them); ``lt`` is -1 on padding; ``W [Q, 4]`` holds (w_cov, w_role, w_aff, w_thr).
-    """
+def stage6_numba(args: dict, stop_coverage: float, max_steps: int, T_R: float, c_hop: float, cross_thread: bool,
+                 identity: bool) -> tuple[Tensor, Tensor]:
+    """Run :func:`_stage6_loop` on CPU tensors ``args`` (named as its parameters):
+    ``(sel [Q, max_steps] candidate slots (-1 pad), n_sel [Q])``."""
     loop = _numba_kernels()
     if loop is None:
-        raise RuntimeError("greedy_numba_table needs numba")
-    Q = pi.shape[0]
+        raise RuntimeError("the compiled CPU stage needs numba")
+    Q = args["cand"].shape[0]
     sel = np.full((Q, max_steps), -1, dtype=np.int64)
     n_sel = np.zeros(Q, dtype=np.int64)
-    limit = torch.clamp(torch.minimum(budget, n_cand), min=0, max=max_steps)
-    a = lambda t, dt=np.float64: np.ascontiguousarray(t.detach().cpu().numpy(), dtype=dt)
-    loop(a(ktab), a(koff, np.int64), a(nb, np.int64), a(cand, np.int64), a(n_cand, np.int64), a(pi), a(rho),
-         a(delta), a(alpha), a(lt, np.int64), a(unit_mass), a(limit, np.int64), a(W), float(stop_coverage),
-         bool(identity), sel, n_sel)
-    return torch.from_numpy(sel).to(pi.device), torch.from_numpy(n_sel).to(pi.device)
+    a = {k: np.ascontiguousarray(v.detach().numpy()) for k, v in args.items()}
+    loop(a["cand"], a["n_cand"], a["lt"], a["alpha"], a["hthread"], a["rvec"], a["n_h"], a["tpos"], a["uoff"],
+         a["toff"], a["koff"], a["nb"], a["boff"], a["jb"], a["Mq"], a["delta"], a["P"], a["budget"], a["limit"],
+         a["ktab"], a["btab"], a["head_sim"], a["temporal"], a["position"], a["d_in"], a["nbr"], a["nbw"],
+         float(T_R), float(c_hop), bool(cross_thread), bool(identity), float(stop_coverage), sel, n_sel)
+    return torch.from_numpy(sel), torch.from_numpy(n_sel)
