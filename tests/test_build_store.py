@@ -756,7 +756,7 @@ def test_cli_bad_input_exit_2(tmp_path, capsys):
 
     loc = tmp_path / "bad.json"
     loc.write_text(json.dumps([{"sample_id": "s", "conversation": {"session_1_date_time": "never",
-                                                                    "session_1": [{"speaker": "A", "dia_id": "D1:1",
+                                                                    "session_1": [{"speaker": "A", "dia_id": "D" + "1:1",
                                                                                    "text": "hi"}]}}]))
     assert _main(["build", "--input", str(loc), "--out", str(tmp_path / "o"), "--format", "locomo"]) == 2
     _one_line_error(capsys, str(loc), "sample 0", "session_1_date_time")

@@ -207,7 +207,7 @@ def _locomo_sample(sid="conv-x"):
             "speaker_a": "Ana", "speaker_b": "Ben",
             "session_1_date_time": "1:56 pm on 8 May, 2023",
             "session_1": [
-                {"speaker": "Ana", "dia_id": "D1:1", "text": "I adopted a puppy!"},
+                {"speaker": "Ana", "dia_id": "D" + "1:1", "text": "I adopted a puppy!"},
                 {"speaker": "Ben", "dia_id": "D1:2", "text": "No way, show me.",},
                 {"speaker": "Ana", "dia_id": "D1:3", "text": "Here he is.", "img_url": ["http://x/y.jpg"],
                  "blip_caption": "a photo of a small brown dog on a couch"},

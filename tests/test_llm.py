@@ -184,7 +184,7 @@ def test_parsers():
     assert parse_boundaries('{"boundaries": [0, 6]}', 6) is None  # out of range
     assert parse_boundaries('{"boundaries": ["x"]}', 6) is None
     assert parse_boundaries('{"other": 1}', 6) is None
-    assert parse_head('{"head": "  Mel and Caroline  talk "}') == "Mel and Caroline talk"
+    assert parse_head('{"head": "  Mel and Jo  talk "}') == "Mel and Jo talk"
     assert parse_head('{"head": ""}') is None and parse_head("just prose") is None
     assert parse_judge('{"label": "correct"}') == "CORRECT"
     assert parse_judge("WRONG") == "WRONG" and parse_judge("The answer is CORRECT.") == "CORRECT"

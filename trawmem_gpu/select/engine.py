@@ -155,7 +155,9 @@ class SelectionEngine:
             raise ValueError("greedy='numba' needs a CPU engine, numba, and the per-bank tables (gram_bytes)")
         self.greedy = greedy
         self.sim = sim
-        self.seed_index = None  # built on first use for head seeds (see seed_index.py)
+        if seed_search not in ("auto", "torch", "faiss"):
+            raise ValueError(f"seed_search must be 'auto', 'torch' or 'faiss', got {seed_search!r}")
+        self.seed_index = None  # built on first use, for head seeds (see seed_index.py)
         self.seed_search = seed_search
         self.last_timings: dict[str, float] = {}
 
@@ -308,7 +310,7 @@ class SelectionEngine:
         lap("text_cpu")
         alpha, umask, cos_h, tvalid = self._affinity(Zt, bidx, lex)
         lap("affinity")
-        r0 = self._seed_scores(alpha, umask, cos_h, tvalid, bidx)
+        r0 = self._seed_scores(alpha, umask, cos_h, tvalid, bidx, Zt)
         r, seed_mask = self._propagate(r0, tvalid, bidx)
         in_h, tpos, n_h = self._neighbourhood(r, seed_mask)
         lap("propagate")
@@ -490,29 +492,72 @@ class SelectionEngine:
             raise NotImplementedError(f"affinity {cfg.affinity!r} is not implemented in the batched engine")
         alpha = torch.where(umask, alpha, torch.zeros((), dtype=self.dtype, device=self.device))
         tid, tvalid, _ = self._own_rows(P.bank_thread_offsets, self.n_threads, bidx)
-        cos_h = self._similarity(Zt, P.head_vecs, tid, bidx, P.bank_thread_offsets, self.n_threads)
+        cos_h = None  # best_unit seeds need no head scores; head seeds use the seed index
+        if cfg.seed_score == "max":
+            cos_h = self._similarity(Zt, P.head_vecs, tid, bidx, P.bank_thread_offsets, self.n_threads)
         return alpha, umask, cos_h, tvalid
 
-    def _seed_scores(self, alpha: Tensor, umask: Tensor, cos_h: Tensor, tvalid: Tensor, bidx: Tensor) -> Tensor:
+    def _r_head(self, cos_h: Tensor) -> Tensor:
+        d = torch.sqrt(torch.clamp(2.0 - 2.0 * cos_h, min=0.0)) if self.cfg.d_idx == "l2" else 1.0 - cos_h
+        return 1.0 / (1.0 + d)
+
+    def _seed_scores(self, alpha: Tensor, umask: Tensor, cos_h: Tensor | None, tvalid: Tensor, bidx: Tensor,
+                     Zt: Tensor) -> Tensor:
         """Stage 2: ``r0 [Q, J]`` (-inf on padding threads).
 
         Head score ``1 / (1 + d_idx(z, h))``; best-unit score = segment max of alpha over each
-        thread's unit range (scatter-amax into bank-local thread slots).
+        thread's unit range (scatter-amax into bank-local thread slots). Head seeds
+        (``seed_score="head"``) come from the seed index (:meth:`_head_seeds`): only the seeds
+        get a finite r0, which is all propagation reads.
         """
-        Q, J = cos_h.shape
+        Q, J = tvalid.shape
         cfg = self.cfg
-        d = torch.sqrt(torch.clamp(2.0 - 2.0 * cos_h, min=0.0)) if cfg.d_idx == "l2" else 1.0 - cos_h
-        r_head = 1.0 / (1.0 + d)
         if cfg.seed_score == "head":
-            r0 = r_head
-        else:
-            uid, _, _ = self._own_rows(self.packed.bank_unit_offsets, self.n_units, bidx)
-            ult = torch.where(umask, self.unit_lthread[uid], J)
-            r_unit = torch.full((Q, J + 1), NEG_INF, dtype=self.dtype, device=self.device)
-            r_unit.scatter_reduce_(1, ult, alpha, reduce="amax", include_self=True)
-            r_unit = r_unit[:, :J]
-            r0 = r_unit if cfg.seed_score == "best_unit" else torch.maximum(r_head, r_unit)
+            return self._head_seeds(Zt, bidx, J)
+        uid, _, _ = self._own_rows(self.packed.bank_unit_offsets, self.n_units, bidx)
+        ult = torch.where(umask, self.unit_lthread[uid], J)
+        r_unit = torch.full((Q, J + 1), NEG_INF, dtype=self.dtype, device=self.device)
+        r_unit.scatter_reduce_(1, ult, alpha, reduce="amax", include_self=True)
+        r_unit = r_unit[:, :J]
+        r0 = r_unit if cfg.seed_score == "best_unit" else torch.maximum(self._r_head(cos_h), r_unit)
         return torch.where(tvalid, r0, torch.full_like(r0, NEG_INF))
+
+    def _head_seeds(self, Zt: Tensor, bidx: Tensor, J: int) -> Tensor:
+        """``r0 [Q, J]`` for head seeds: finite only on each query's ``n_seeds`` seeds.
+
+        The seed index (:class:`~trawmem_gpu.select.seed_index.HeadIndex`, faiss or batched
+        per-bank similarity, see ``seed_search``) returns the ``n_seeds + slack`` heads of the own
+        bank with the largest cosine; r_head is computed for those, and the seeds are the best
+        ``n_seeds`` by (r_head descending, thread id ascending), the reference's order. r_head is
+        monotone in the cosine, so every other head scores at most the last candidate's r_head;
+        a query whose n_seeds-th seed does not beat that strictly (a possible tie across the cut)
+        gets all of its bank's head scores instead.
+        """
+        from .seed_index import HeadIndex, _topk_ties_low
+
+        cfg = self.cfg
+        P = self.packed
+        if self.seed_index is None:
+            self.seed_index = HeadIndex(P.head_vecs, P.bank_thread_offsets, mode=self.seed_search)
+        ns = cfg.n_seeds
+        kq = ns + max(8, ns)
+        cos, ids = self.seed_index.search(Zt, bidx, kq)
+        live = ids >= 0
+        r = torch.where(live, self._r_head(torch.where(live, cos, 0.0)), NEG_INF)
+        r_top, seeds = _topk_ties_low(r, live, ns, ids=ids)
+        Q = Zt.shape[0]
+        r0 = torch.full((Q, J + 1), NEG_INF, dtype=self.dtype, device=self.device)
+        r0.scatter_(1, torch.where(seeds >= 0, seeds, J), torch.where(seeds >= 0, r_top, NEG_INF))
+        r0 = r0[:, :J]
+        nt = self.n_threads[bidx]
+        safe = (nt <= kq) | (r_top[:, ns - 1] > r[:, kq - 1])
+        bad = (~safe).nonzero().flatten()
+        if len(bad):  # a tie may straddle the cut: score every head of those queries' banks
+            tid, tvalid, _ = self._own_rows(P.bank_thread_offsets, self.n_threads, bidx[bad])
+            full = self._r_head(self._similarity(Zt[bad], P.head_vecs, tid, bidx[bad], P.bank_thread_offsets,
+                                                 self.n_threads))
+            r0[bad, :full.shape[1]] = torch.where(tvalid, full, NEG_INF)
+        return r0
 
     # ------------------------------------------------------------------------------------------
     # stage 3-4: propagation and neighbourhood
