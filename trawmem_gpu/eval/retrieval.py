@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Literal
 

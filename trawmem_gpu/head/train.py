@@ -1,8 +1,7 @@
 """Training the role head from gold evidence labels: a differentiable surrogate of the selection.
 
 Per training question, everything that does not depend on the head is computed once with the
-reference pipeline's own pieces (``unit_affinity``, ``seed_scores``, ``neighbourhood``,
-``head_distances``, ``support_kernel``, ``BankContext.in_thread_dist``, ``demand_features``):
+reference pipeline's own pieces (``localize`` and ``support_kernel``):
 the candidate set U_q, the unit features f_q(v), the affinities, r~, the graph part of the cost
 ``G(T_j, v) = Dhead(j, thread(v)) + d_in(v)`` and the kernel K. The head-dependent rest --
 delta, rho = softmax(M(delta) f / T_R), phi, C = G + lambda_m (1 - alpha) + lambda_r (1 - phi),
@@ -24,7 +23,6 @@ deterministic for a fixed torch thread count.
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, replace
@@ -36,8 +34,7 @@ from tqdm.auto import tqdm
 
 from ..select.config import SelectConfig
 from ..select.context import BankContext
-from ..select.reference import head_distances, neighbourhood, seed_scores, support_kernel, unit_affinity
-from ..select.text_features import demand_features
+from ..select.reference import localize, support_kernel
 from .model import LEARNED_WEIGHTS, RoleHead, save_head
 
 _BIG = 1e6  # finite stand-in for unreachable head-to-head costs (exp(-1e6 / tau) == 0)
@@ -78,31 +75,14 @@ def precompute(ctx: BankContext, question: str, z: np.ndarray, cfg: SelectConfig
     """The head-independent part of ``select_reference`` for one question (same functions, same order)."""
     cfg = cfg.resolved()
     bank = ctx.bank
-    z = np.asarray(z, dtype=np.float64)
-    alpha_all = unit_affinity(ctx, z, question, cfg)
-    r0 = seed_scores(ctx, z, alpha_all, cfg)
-    r_t = neighbourhood(ctx, r0, cfg)
-    threads = list(r_t)
-    cand = np.concatenate([np.arange(bank.thread_offsets[j], bank.thread_offsets[j + 1]) for j in threads])
-    U = len(cand)
-    tpos = {t: i for i, t in enumerate(threads)}
-    lt = np.array([tpos[j] for j in ctx.unit_thread[cand]])
-    alpha = alpha_all[cand]
-    E = bank.unit_vecs[cand].astype(np.float64)
-    S = E @ E.T
-    other = lt[:, None] != lt[None, :]
-    bridge = np.where(other, S, -np.inf).max(axis=1) if U > 1 else np.zeros(U)
-    bridge = np.clip(np.where(np.isfinite(bridge), bridge, 0.0), 0.0, 1.0)
-    rvec = np.array([r_t[j] for j in threads])
-    f = np.stack([np.ones(U), alpha, rvec[lt], bridge, ctx.head_sim[cand], ctx.temporal[cand], ctx.position[cand]], 1)
-    Dh = head_distances(ctx, threads, cfg)
-    d_in = ctx.in_thread_dist(cand, cfg.c_head, cfg.c_step)
-    G = np.minimum(Dh[:, lt] + d_in[None, :], _BIG)
-    K = support_kernel(E, lt, cfg)
+    loc = localize(ctx, question, z, cfg)
+    cand, lt = loc.cand, loc.lt
+    G = np.minimum(loc.graph_cost, _BIG)
+    K = support_kernel(loc.E, lt, cfg)
     ids = {t.turn_id: i for i, t in enumerate(bank.turns)}
     gold_units = {ids[g] for g in gold_ids if g in ids}
     gold = np.array([int(c) in gold_units for c in cand], dtype=bool)
-    return QItem(bank.bank_id, qid, category, demand_features(question), cand, f, alpha, rvec, lt, G, K, gold,
+    return QItem(bank.bank_id, qid, category, loc.x, cand, loc.f, loc.alpha, loc.rvec, lt, G, K, gold,
                  len(set(gold_ids)))
 
 

@@ -6,7 +6,7 @@ weights of 1). The six ablations of Section 5.2 are switches (``ablation=...``).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Literal
 
 from ..errors import ConfigError

@@ -148,13 +148,36 @@ def role_params(x: np.ndarray, cfg: SelectConfig, head=None) -> tuple[np.ndarray
     return delta, np.asarray(p["M"], dtype=np.float64), cfg
 
 
-def select_reference(ctx: BankContext, question: str, z: np.ndarray, cfg: SelectConfig | None = None,
-                     keep_internals: bool = False, head=None) -> Selection:
-    """Select the workspace units for one query (``z``: its unit-norm vector).
+@dataclass
+class Localized:
+    """The head-independent part of one query's selection (steps 1-3 and the unit features)."""
 
-    ``head``: optional learned role head (see ``role_params``); None keeps the hand-set A, M.
+    threads: list[int]
+    """Neighbourhood H_q (bank thread ids, ascending)."""
+    r_tilde: dict
+    cand: np.ndarray
+    """U_q: bank unit ids, ascending."""
+    lt: np.ndarray
+    """[U] local thread index of each candidate."""
+    rvec: np.ndarray
+    """[T] r~ of the neighbourhood threads."""
+    alpha: np.ndarray
+    """[U] affinity."""
+    E: np.ndarray
+    """[U, d] candidate vectors (float64)."""
+    x: np.ndarray
+    """[4] demand features x_q."""
+    f: np.ndarray
+    """[U, F] unit features in UNIT_FEATURES order."""
+    graph_cost: np.ndarray
+    """[T, U] d_q(T_j, v): head-graph distance plus in-thread distance."""
+
+
+def localize(ctx: BankContext, question: str, z: np.ndarray, cfg: SelectConfig) -> Localized:
+    """Seeds, propagation, candidates, affinity, features and graph distances for one query.
+
+    ``cfg`` must already be ``resolved()``.
     """
-    cfg = (cfg or SelectConfig()).resolved()
     if not np.all(np.isfinite(z)):
         raise ValueError("query vector holds NaN or inf")
     bank = ctx.bank
@@ -169,30 +192,44 @@ def select_reference(ctx: BankContext, question: str, z: np.ndarray, cfg: Select
     lt = np.array([tpos[j] for j in ctx.unit_thread[cand]])  # local thread of each candidate
     alpha = alpha_all[cand]
     E = bank.unit_vecs[cand].astype(np.float64)
-    # Roles: demand delta, unit features f, rho = softmax(M(delta) f / T_R), phi = delta . rho.
-    x = demand_features(question)
-    delta, M, cfg = role_params(x, cfg, head)
+    # Unit features f: (1, alpha, r~ of its thread, bridge = best cosine to a unit of another
+    # neighbourhood thread, cosine to its own head, temporal expression, position in thread).
     S = E @ E.T
     other = lt[:, None] != lt[None, :]
     bridge = np.where(other, S, -np.inf).max(axis=1) if U > 1 else np.zeros(U)
     bridge = np.clip(np.where(np.isfinite(bridge), bridge, 0.0), 0.0, 1.0)
     rvec = np.array([r_t[j] for j in threads])
     f = np.stack([np.ones(U), alpha, rvec[lt], bridge, ctx.head_sim[cand], ctx.temporal[cand], ctx.position[cand]], 1)
+    Dh = head_distances(ctx, threads, cfg)
+    d_in = ctx.in_thread_dist(cand, cfg.c_head, cfg.c_step)
+    return Localized(threads, r_t, cand, lt, rvec, alpha, E, demand_features(question), f, Dh[:, lt] + d_in[None, :])
+
+
+def select_reference(ctx: BankContext, question: str, z: np.ndarray, cfg: SelectConfig | None = None,
+                     keep_internals: bool = False, head=None) -> Selection:
+    """Select the workspace units for one query (``z``: its unit-norm vector).
+
+    ``head``: optional learned role head (see ``role_params``); None keeps the hand-set A, M.
+    """
+    cfg = (cfg or SelectConfig()).resolved()
+    loc = localize(ctx, question, z, cfg)
+    cand, lt, alpha, f, rvec = loc.cand, loc.lt, loc.alpha, loc.f, loc.rvec
+    U = len(cand)
+    # Roles: demand delta, rho = softmax(M(delta) f / T_R), role fit phi = delta . rho.
+    delta, M, cfg = role_params(loc.x, cfg, head)
     rho = _softmax(f @ M.T / cfg.T_R, axis=1)
     phi = rho @ delta
     # Costs C(T_j, v) = d_q(T_j, v) + lambda_m (1 - alpha) + lambda_r (1 - phi), d_q through the head graph.
-    Dh = head_distances(ctx, threads, cfg)
-    d_in = ctx.in_thread_dist(cand, cfg.c_head, cfg.c_step)
-    C = Dh[:, lt] + d_in[None, :] + cfg.lambda_m * (1.0 - alpha)[None, :] + cfg.lambda_r * (1.0 - phi)[None, :]
+    C = loc.graph_cost + cfg.lambda_m * (1.0 - alpha)[None, :] + cfg.lambda_r * (1.0 - phi)[None, :]
     Bq = max(1, min(cfg.budget, U))
     kappa = 1.0 / Bq
     w = np.minimum(kappa, (rvec[:, None] * np.exp(-C / cfg.tau)).sum(axis=0))
     pi = w / w.sum() if w.sum() > 0 else np.zeros(U)
-    K = support_kernel(E, lt, cfg)
+    K = support_kernel(loc.E, lt, cfg)
     obj = Objective(pi, K, rho, delta, alpha, lt, cfg.w_cov, cfg.w_role, cfg.w_aff, cfg.w_thr)
     maximize = lazy_greedy if cfg.greedy == "lazy" else plain_greedy
     picks, gains = maximize(obj, Bq, cfg.stop_coverage)
-    sel = Selection(bank.bank_id, [int(cand[i]) for i in picks], gains, threads)
+    sel = Selection(ctx.bank.bank_id, [int(cand[i]) for i in picks], gains, loc.threads)
     if keep_internals:
-        sel.candidates, sel.r_tilde, sel.pi, sel.rho, sel.delta = cand, r_t, pi, rho, delta
+        sel.candidates, sel.r_tilde, sel.pi, sel.rho, sel.delta = cand, loc.r_tilde, pi, rho, delta
     return sel
