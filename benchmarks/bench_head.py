@@ -25,7 +25,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import replace
+
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
