@@ -1,0 +1,80 @@
+"""Encoders: the embedded MiniLM default, a local transformers model with last-token pooling
+and a query instruction, the on-disk cache, and clear errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trawmem_gpu.encode import CachedEncoder, EmbeddingCache, HFEncoder, get_encoder, minilm_encoder
+from trawmem_gpu.errors import ConfigError
+
+TEXTS = ["a short one", "a much longer sentence about running a half marathon in April", "x", "a short one"]
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return minilm_encoder(device="cpu")
+
+
+def test_minilm_unit_norm_order_and_batching(minilm):
+    v = minilm.encode(TEXTS, batch_size=2)
+    assert v.shape == (4, 384) and v.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    # Length-sorted batching must give back input order: duplicates agree, others differ.
+    np.testing.assert_allclose(v[0], v[3], atol=1e-6)
+    one_by_one = np.stack([minilm.encode([t])[0] for t in TEXTS])
+    np.testing.assert_allclose(v, one_by_one, atol=1e-5)
+    assert minilm.encode([]).shape == (0, 384)
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen3(tmp_path_factory, minilm):
+    """A tiny randomly initialised Qwen3 model saved to a local directory (no download): the
+    architecture of Qwen3-Embedding-0.6B at toy size, with MiniLM's tokenizer files."""
+    import torch
+    from transformers import Qwen3Config, Qwen3Model
+
+    d = tmp_path_factory.mktemp("qwen3")
+    torch.manual_seed(0)
+    cfg = Qwen3Config(vocab_size=len(minilm.tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=512)
+    Qwen3Model(cfg).save_pretrained(d)
+    minilm.tok.save_pretrained(d)
+    return d
+
+
+def test_last_token_pooling_with_query_instruction(tiny_qwen3):
+    """A local decoder embedder loaded the Qwen3-Embedding way: left padding, last-token
+    pooling, instruction before queries only."""
+    enc = HFEncoder(tiny_qwen3, pooling="last_token", query_instruction="Instruct: find it\nQuery: ", device="cpu")
+    assert enc.dim == 32
+    assert enc.tok.padding_side == "left" and "last_token" in enc.id
+    docs = enc.encode(TEXTS, batch_size=4)
+    singles = np.stack([enc.encode([t])[0] for t in TEXTS])
+    # Left padding keeps each sequence's last real token at the last position.
+    np.testing.assert_allclose(docs, singles, atol=1e-4)
+    q = enc.encode(["a short one"], is_query=True)[0]
+    assert not np.allclose(q, docs[0], atol=1e-3), "the query instruction must change the query vector"
+
+
+def test_cache_hits_and_keys(tmp_path, minilm):
+    cache = EmbeddingCache(tmp_path / "e.sqlite")
+    enc = CachedEncoder(minilm, cache)
+    a = enc.encode(TEXTS)
+    assert enc.misses == 3 and enc.hits == 0  # the duplicate text is encoded once
+    b = enc.encode(TEXTS)
+    assert enc.hits == 4 and enc.misses == 3
+    np.testing.assert_array_equal(a, b)
+    # Queries and documents are cached apart (an instruction may differ).
+    assert EmbeddingCache.key(enc.id, True, "t") != EmbeddingCache.key(enc.id, False, "t")
+    # A second process sees the same cache file.
+    enc2 = CachedEncoder(minilm, EmbeddingCache(tmp_path / "e.sqlite"))
+    enc2.encode(TEXTS[:2])
+    assert enc2.misses == 0
+
+
+def test_encoder_errors(tmp_path):
+    with pytest.raises(ConfigError, match="no config.json"):
+        HFEncoder(tmp_path)
+    with pytest.raises(ConfigError, match="unknown encoder"):
+        get_encoder("sentence-transformers/all-MiniLM-L6-v2", cache=False)
