@@ -34,10 +34,12 @@ class SelectConfig:
     """B: at most this many units per workspace (B_q = max(1, min(B, |U_q|)))."""
     hops: int = 1
     """H: propagation hops over the thread graph (0 = seeds only)."""
-    n_seeds: int = 8
-    """Seed threads taken by initial score before propagation."""
-    neighborhood_cap: int = 12
-    """Most threads in the neighborhood H_q (seeds first, then the best-scored neighbours)."""
+    n_seeds: int | None = None
+    """Seed threads taken by initial score before propagation; None = max(2, round(B / 2)),
+    so the candidate pool grows with the budget (8 at B = 16)."""
+    neighborhood_cap: int | None = None
+    """Most threads in the neighborhood H_q (seeds first, then the best-scored neighbours);
+    None = max(n_seeds, round(3 B / 4)) (12 at B = 16)."""
     gamma: float = 0.7
     """Propagation: r~(T_k) = gamma * r(T_j) + (1 - gamma) * w_H(T_j, T_k) (max over paths)."""
     propagation: Literal["paper", "damped"] = "damped"
@@ -101,8 +103,10 @@ class SelectConfig:
             raise ConfigError(f"{self.budget=} must be >= 1")
         if self.hops < 0:
             raise ConfigError(f"{self.hops=} must be >= 0")
-        if self.n_seeds < 1 or self.neighborhood_cap < self.n_seeds:
-            raise ConfigError(f"need 1 <= {self.n_seeds=} <= {self.neighborhood_cap=}")
+        if self.n_seeds is not None and self.n_seeds < 1:
+            raise ConfigError(f"{self.n_seeds=} must be >= 1")
+        if self.neighborhood_cap is not None and self.neighborhood_cap < (self.n_seeds or 1):
+            raise ConfigError(f"need {self.neighborhood_cap=} >= {self.n_seeds=}")
         if not 0.0 <= self.gamma <= 1.0:
             raise ConfigError(f"{self.gamma=} must lie in [0, 1]")
         if not 0.0 <= self.lexical_weight <= 1.0:
@@ -140,7 +144,11 @@ class SelectConfig:
         return cls(**base)
 
     def resolved(self) -> "SelectConfig":
-        """The config with its ablation applied (idempotent)."""
+        """The config with budget-derived sizes filled in and its ablation applied (idempotent)."""
+        if self.n_seeds is None or self.neighborhood_cap is None:
+            ns = self.n_seeds if self.n_seeds is not None else max(2, round(self.budget / 2))
+            cap = self.neighborhood_cap if self.neighborhood_cap is not None else max(ns, round(3 * self.budget / 4))
+            return replace(self, n_seeds=ns, neighborhood_cap=cap).resolved()
         a = self.ablation
         if a == "no_cross_edges":
             return replace(self, semantic_edges=False)
