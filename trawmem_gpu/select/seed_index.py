@@ -189,9 +189,11 @@ class HeadIndex:
         local = torch.arange(J, device=self.device)
         mask = local[None, :] < n[:, None]
         out = torch.full((Z.shape[0], J), float("-inf"), dtype=self.vecs.dtype, device=self.device)
-        for bank in torch.unique(bidx).tolist():
-            rows = (bidx == bank).nonzero().flatten()
-            a, m = int(self.off[bank]), int(self.counts[bank])
+        from .engine import bank_groups
+
+        off, cnt = self.off.tolist(), self.counts.tolist()
+        for bank, rows in bank_groups(bidx):
+            a, m = off[bank], cnt[bank]
             out[rows, :m] = Z[rows] @ self.vecs[a:a + m].T
         return out, mask
 
@@ -242,7 +244,10 @@ class HeadIndex:
         lo_t = self.off[bidx][:, None]
         inside = (P >= lo_t) & (P < self.off[bidx + 1][:, None])
         Pc = torch.where(inside, P, lo_t)
-        exact = torch.bmm(self.vecs[Pc], Z[:, :, None]).squeeze(2)
+        exact = torch.empty(P.shape, dtype=self.vecs.dtype, device=dev)
+        step = max(1, (1 << 20) // (kk * self.d))  # ~8 MB of gathered rows at a time
+        for s in range(0, Q, step):
+            exact[s:s + step] = torch.bmm(self.vecs[Pc[s:s + step]], Z[s:s + step, :, None]).squeeze(2)
         exact = torch.where(inside, exact, float("-inf"))
         local = torch.where(inside, P - lo_t, torch.iinfo(torch.int64).max)
         cos, ids = _topk_ties_low(exact, inside, k, ids=local)
@@ -259,6 +264,23 @@ def _topk_ties_low(scores: Tensor, mask: Tensor, k: int, ids: Tensor | None = No
     id (``ids``, default the column); ``(-inf, -1)`` padding."""
     Q, W = scores.shape
     masked = torch.where(mask, scores, float("-inf"))
+    if ids is None and W > 4 * k:  # wide rows: a top-k mask, then sort only the k survivors
+        from .engine import _compact, _topk_mask
+
+        sel = _compact(_topk_mask(scores, k, mask), min(k, W), fill=0)  # ascending ids
+        vals = torch.gather(masked, 1, sel)
+        live = torch.gather(mask, 1, sel) & (torch.arange(sel.shape[1], device=sel.device)[None, :]
+                                            < mask.sum(dim=1, keepdim=True))
+        vals = torch.where(live, vals, float("-inf"))
+        o = torch.sort(-vals, dim=1, stable=True).indices  # ties keep ascending ids
+        top = torch.gather(sel, 1, o)
+        cos = torch.gather(vals, 1, o)
+        tid = torch.where(torch.gather(live, 1, o), top, -1)
+        if sel.shape[1] < k:
+            cos = torch.cat([cos, torch.full((Q, k - sel.shape[1]), float("-inf"), dtype=cos.dtype,
+                                             device=cos.device)], 1)
+            tid = torch.cat([tid, torch.full((Q, k - sel.shape[1]), -1, dtype=torch.int64, device=cos.device)], 1)
+        return torch.where(tid >= 0, cos, float("-inf")), tid
     if ids is None:
         ids = torch.arange(W, device=scores.device).expand(Q, W)
         order = torch.sort(-masked, dim=1, stable=True).indices  # columns are ids: stable = ties low

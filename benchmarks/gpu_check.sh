@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# One-shot GPU check for the batched selection engine (issue 4), for a bare CUDA host that has
+# python, torch (CUDA build) and triton, and maybe nothing else: no network, no pip installs,
+# faiss / bm25s / nltk / numba / pytest optional. Run from anywhere:
+#
+#     bash benchmarks/gpu_check.sh            # JSON to $OUT if set, else benchmarks/results/
+#
+# Steps (each under its own timeout; the whole script stays under ~5 minutes):
+#   1. environment: GPU, versions, which optional modules import (faiss, faiss GPUs, bm25s, ...)
+#   2. makes `trawmem_gpu` and `trawmem_gpu.kernels` importable without installing anything
+#      (a temporary overlay of symlinks on PYTHONPATH when the package is not installed)
+#   3. the CUDA tests: pytest -k cuda over tests/test_kernels.py, test_engine.py,
+#      test_engine_scale.py (skipped with a note when pytest is missing)
+#   4. the GPU benchmark: bench_select.py --gpu-target (U = 145, B = 16, d = 384, large Q):
+#      selections/s of the device stages, end-to-end queries/s, bytes moved / time vs 4.3 TB/s;
+#      without bm25s it runs the dense-affinity config and says so
+#   5. a short summary, and gpu_check.json (environment, test outcome, benchmark file)
+set -u
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+OUTDIR="${OUT:-$ROOT/benchmarks/results}"
+mkdir -p "$OUTDIR"
+PY="${PYTHON:-python3}"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+unset TRITON_INTERPRET  # compiled kernels on the GPU
+T0=$(date +%s)
+
+echo "== 1. environment"
+command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+"$PY" - "$OUTDIR/gpu_check_env.json" <<'EOF'
+import importlib, json, platform, sys
+env = {"python": platform.python_version(), "platform": platform.platform()}
+for m in ("torch", "triton", "numpy", "faiss", "bm25s", "nltk", "numba", "pytest", "apricot"):
+    try:
+        mod = importlib.import_module(m)
+        env[m] = getattr(mod, "__version__", "present")
+    except Exception as e:  # noqa: BLE001
+        env[m] = None
+try:
+    import torch
+    env["cuda"] = torch.cuda.is_available()
+    env["device"] = torch.cuda.get_device_name(0) if env["cuda"] else None
+    env["torch_cuda"] = torch.version.cuda
+except Exception as e:  # noqa: BLE001
+    env["cuda"] = False
+    env["torch_error"] = repr(e)
+if env.get("faiss"):
+    import faiss
+    env["faiss_gpus"] = int(faiss.get_num_gpus()) if hasattr(faiss, "get_num_gpus") else 0
+print(json.dumps(env))
+json.dump(env, open(sys.argv[1], "w"), indent=1)
+EOF
+
+echo "== 2. package import"
+if ! "$PY" -c "import trawmem_gpu.kernels.greedy" >/dev/null 2>&1 || [ -n "${GPU_CHECK_OVERLAY:-}" ]; then
+  OVL="$(mktemp -d)"
+  mkdir -p "$OVL/trawmem_gpu"
+  for f in "$ROOT"/trawmem_gpu/*; do ln -s "$f" "$OVL/trawmem_gpu/$(basename "$f")"; done
+  ln -s "$ROOT/kernels" "$OVL/trawmem_gpu/kernels"
+  export PYTHONPATH="$OVL${PYTHONPATH:+:$PYTHONPATH}"
+  echo "trawmem_gpu not installed: using a symlink overlay at $OVL (kernels/ as trawmem_gpu.kernels)"
+fi
+"$PY" -c "import trawmem_gpu.select.engine, trawmem_gpu.kernels.greedy, trawmem_gpu.kernels.priority; print('imports ok')" \
+  || echo "WARNING: engine or kernel import failed (see above)"
+
+echo "== 3. CUDA tests"
+TESTS_RC=-1
+if "$PY" -c "import pytest" >/dev/null 2>&1; then
+  timeout 170 "$PY" -m pytest -q -p no:cacheprovider -k cuda -rs \
+    tests/test_kernels.py tests/test_engine.py tests/test_engine_scale.py 2>&1 | tail -25
+  TESTS_RC=${PIPESTATUS[0]}
+  echo "pytest exit code: $TESTS_RC (124 = timed out)"
+else
+  echo "pytest not installed: CUDA tests NOT run"
+fi
+
+echo "== 4. GPU benchmark"
+timeout 200 "$PY" benchmarks/bench_select.py --gpu-target --out-dir "$OUTDIR" 2>&1 | grep -v -i warn | tail -20
+BENCH_RC=${PIPESTATUS[0]}
+echo "benchmark exit code: $BENCH_RC (124 = timed out)"
+
+echo "== 5. summary ($(( $(date +%s) - T0 ))s)"
+"$PY" - "$OUTDIR" "$TESTS_RC" "$BENCH_RC" "$(( $(date +%s) - T0 ))" <<'EOF'
+import json, os, sys
+out, tests_rc, bench_rc, wall = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+env = json.load(open(os.path.join(out, "gpu_check_env.json")))
+summary = {"env": env, "cuda_tests_exit_code": tests_rc, "benchmark_exit_code": bench_rc, "wall_s": wall}
+p = os.path.join(out, "select_gpu.json")
+if os.path.exists(p):
+    g = json.load(open(p)).get("gpu_target", {})
+    summary["gpu_target"] = g
+    if g.get("skipped"):
+        print("GPU benchmark:", g["skipped"])
+    for r in g.get("runs", []):
+        if "error" in r:
+            print(f"  {r['impl']} Q={r.get('Q')}: ERROR {r['error'][:160]}")
+        else:
+            print(f"  {r['impl']:6s} Q={r['Q']:>6}: device {r['device_selections_per_s']:>12,.0f} selections/s "
+                  f"({r['bandwidth_fraction']:.2%} of 4.3 TB/s by the byte model), end-to-end "
+                  f"{r['end_to_end_qps']:>9,.0f} q/s, U~{r['U_mean']:.0f}")
+print(f"faiss: {env.get('faiss')} (GPUs: {env.get('faiss_gpus', 0)}), bm25s: {env.get('bm25s')}, "
+      f"CUDA tests rc={tests_rc}, benchmark rc={bench_rc}, {wall}s")
+json.dump(summary, open(os.path.join(out, "gpu_check.json"), "w"), indent=1, default=str)
+print("wrote", os.path.join(out, "gpu_check.json"))
+EOF
