@@ -68,6 +68,8 @@ def cmd_info(a) -> int:
 
     p = Path(a.dir)
     banks = [load_bank(p)] if (p / "meta.json").exists() else Collection(p).load_all()
+    if not banks:
+        raise TrawmemError(f"{p}: the collection holds no banks")
     lens = np.concatenate([np.diff(b.thread_offsets) for b in banks])
     info = {
         "path": str(p), "banks": len(banks), "threads": int(sum(b.n_threads for b in banks)),
