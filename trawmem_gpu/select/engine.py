@@ -66,6 +66,7 @@ rows of one frontier slot. :meth:`SelectionEngine.nbytes` counts what the engine
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import time
 from dataclasses import dataclass
@@ -86,6 +87,14 @@ from .text_features import demand_features, temporal_flags
 NEG_INF, POS_INF = float("-inf"), float("inf")
 PER_QUERY_WEIGHTS = ("w_cov", "w_role", "w_aff", "w_thr", "lambda_m", "lambda_r", "tau")
 """Config fields a learned head may set per query (scalars, or ``[Qc, 1]`` tensors in a chunk)."""
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _demand_features_cached(question: str) -> np.ndarray:
+    """``demand_features`` once per distinct question text (read-only result; callers copy)."""
+    x = demand_features(question)
+    x.setflags(write=False)
+    return x
 
 
 @dataclass
@@ -490,8 +499,7 @@ class SelectionEngine:
         Mq [Q, R, F])``; ``head.weights_batch(X)``, if present, returns ``{field: [Q]}`` for
         SelectConfig fields among w_cov, w_role, w_aff, w_thr, lambda_m, lambda_r, tau.
         """
-        feats: dict[str, np.ndarray] = {}
-        X = np.stack([feats[q] if q in feats else feats.setdefault(q, demand_features(q)) for q in questions])
+        X = np.stack([_demand_features_cached(q) for q in questions])
         if self.head is not None:
             Xt = torch.as_tensor(X, dtype=torch.float64)
             delta, Mq = self.head.role_matrices(Xt)
@@ -580,7 +588,10 @@ class SelectionEngine:
         cfg = self.cfg
         uid, umask, _ = self._own_rows(P.bank_unit_offsets, self.n_units, bidx)
         cos = self._similarity(Zt, P.unit_vecs, uid, bidx, P.bank_unit_offsets, self.n_units)
-        if cfg.affinity == "rrf":
+        rrf_fast = cfg.affinity == "rrf" and _rrf_fast_ok(cos, lex)
+        if rrf_fast:  # CPU float64 with numba: keys, one NumPy sort per list, ranks and fusion compiled
+            alpha = torch.from_numpy(_rrf_cpu(cos.numpy(), umask.sum(dim=1).numpy(), lex, float(cfg.rrf_k)))
+        elif cfg.affinity == "rrf":
             bm = self._tensor(lex)
             s = _ranks(cos, umask).add_(cfg.rrf_k).reciprocal_()
             s += torch.where(bm > 0, _ranks_positive(bm).add_(cfg.rrf_k).reciprocal_(), 0.0)
@@ -1155,6 +1166,121 @@ def _ranks_from_keys(key: Tensor, unique: bool, pad_key: int | None = None) -> T
     ranks = torch.empty(Q, N, dtype=torch.int64, device=key.device)
     ranks.scatter_(1, order, torch.arange(1, N + 1, device=key.device).expand(Q, N))
     return ranks
+
+
+def _rrf_fast_ok(cos: Tensor, lex) -> bool:
+    """The compiled RRF path applies: CPU float64 cosines, numba, BM25 scores that are float32 values."""
+    if cos.device.type != "cpu" or cos.dtype != torch.float64 or lex is None or _numba_rrf() is None:
+        return False
+    N = cos.shape[1]
+    if N == 0 or N >= (1 << 31) or lex.shape != tuple(cos.shape):
+        return False
+    return bool(np.array_equal(lex.astype(np.float32).astype(np.float64), lex))
+
+
+def _rrf_cpu(cos: np.ndarray, n: np.ndarray, lex: np.ndarray, k: float) -> np.ndarray:
+    """``alpha [Q, N]`` of the ``rrf`` affinity, the same float64 operations as the torch path of
+    ``_affinity`` (``1 / (rank_cos + k) + [bm > 0] / (rank_bm + k)``, divided by the row max, 0 on
+    padding) with the ranks of :func:`_ranks` / :func:`_ranks_positive`: the keys are built by a
+    compiled pass, sorted by NumPy (index packed in the low bits), and rows where two cosine keys
+    share their high bits are re-sorted stably on the full keys."""
+    Q, N = cos.shape
+    keys, kc, kb = _numba_rrf()
+    b = max(1, (N - 1).bit_length())
+    full = np.empty((Q, N), dtype=np.int64)
+    packed = np.empty((Q, N), dtype=np.int64)
+    bkey = np.empty((Q, N), dtype=np.int64)
+    npos = np.empty(Q, dtype=np.int64)
+    cosc = np.ascontiguousarray(cos)
+    keys(cosc.view(np.int64), np.ascontiguousarray(n, dtype=np.int64), lex.astype(np.float32).view(np.int32),
+         b, full, packed, bkey, npos)
+    packed.sort(axis=1)
+    bkey.sort(axis=1)
+    pad = int(torch.tensor(POS_INF, dtype=torch.float64).view(torch.int64))
+    out = np.zeros((Q, N))
+    kc(packed, full, np.ascontiguousarray(n, dtype=np.int64), bkey, npos, b, pad >> b, k, out)
+    return out
+
+
+def _rrf_keys_loop(cbits, n, lbits, b, full, packed, bkey, npos):  # pragma: no cover - compiled by numba
+    """Cosine keys (``_ranks``: order-preserving int64 of ``-cos + 0.0``, +inf bits on padding;
+    ``full`` and ``packed`` with the index in the low ``b`` bits) and BM25 keys
+    (``_ranks_positive``: inverted float32 bits ``lbits``, then the index) per row; ``npos``: positives."""
+    Q, N = cbits.shape
+    imin = np.int64(-9223372036854775807 - 1)
+    imax = np.int64(9223372036854775807)
+    padbits = np.int64(0x7FF0000000000000)
+    for q in range(Q):
+        m = n[q]
+        c = 0
+        for j in range(N):
+            if j < m:
+                x = cbits[q, j]
+                if x == 0 or x == imin:  # +0.0 / -0.0: -x + 0.0 == +0.0
+                    kb_ = np.int64(0)
+                else:
+                    kb_ = x ^ imin  # bits of -x
+                if kb_ < 0:
+                    kb_ = kb_ ^ imax
+            else:
+                kb_ = padbits
+            full[q, j] = kb_
+            packed[q, j] = ((kb_ >> b) << b) | j
+            fb = np.int64(lbits[q, j])  # float32 bits: > 0 exactly for positive scores
+            if fb > 0:
+                c += 1
+            else:
+                fb = np.int64(0)
+            bkey[q, j] = ((np.int64(2147483647) - fb) << 32) | j
+        npos[q] = c
+
+
+def _rrf_fuse_loop(packed, full, n, bkey, npos, b, padhi, k, out):  # pragma: no cover - compiled by numba
+    """Ranks from the sorted keys (tied rows re-sorted stably on ``full``) -> RRF alpha rows."""
+    Q, N = packed.shape
+    low = (np.int64(1) << b) - 1
+    for q in range(Q):
+        m = n[q]
+        tied = False
+        for i in range(1, N):
+            h = packed[q, i] >> b
+            if h == (packed[q, i - 1] >> b) and h < padhi:
+                tied = True
+                break
+        s = out[q]
+        if tied:
+            order = np.argsort(full[q], kind="mergesort")
+            for i in range(N):
+                j = order[i]
+                if j < m:
+                    s[j] = 1.0 / (np.float64(i + 1) + k)
+        else:
+            for i in range(N):
+                j = packed[q, i] & low
+                if j < m:
+                    s[j] = 1.0 / (np.float64(i + 1) + k)
+        for i in range(npos[q]):
+            j = bkey[q, i] & np.int64(0xFFFFFFFF)
+            if j < m:
+                s[j] = s[j] + 1.0 / (np.float64(i + 1) + k)
+        mx = 0.0
+        for j in range(m):
+            if s[j] > mx:
+                mx = s[j]
+        for j in range(m):
+            s[j] = s[j] / mx
+
+
+def _numba_rrf():
+    """The compiled RRF key and fusion loops, or None without numba."""
+    if "rrf" not in _NUMBA_STATE:
+        _NUMBA_STATE["rrf"] = None
+        if _numba_kernels() is not None:
+            import numba
+
+            _NUMBA_STATE["rrf"] = (numba.njit(cache=True)(_rrf_keys_loop), numba.njit(cache=True)(_rrf_fuse_loop),
+                                   None)
+    return _NUMBA_STATE["rrf"]
 
 
 def _ranks_positive(x: Tensor) -> Tensor:
