@@ -36,4 +36,16 @@ def dev_path():
     return p
 
 
+@pytest.fixture
+def server():
+    """A local OpenAI-compatible chat server on 127.0.0.1 (tests/llm_server.py), stopped after the test."""
+    from llm_server import LLMServer
+
+    s = LLMServer().start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
 requires_cuda = pytest.mark.skipif(not (lambda: __import__("torch").cuda.is_available())(), reason="needs CUDA")

@@ -8,17 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from llm_server import MALFORMED_ALWAYS, LLMServer
+from llm_server import MALFORMED_ALWAYS
 from trawmem_gpu.cli import main
 from trawmem_gpu.data import sample_path
 from trawmem_gpu.store import Collection
-
-
-@pytest.fixture
-def server():
-    s = LLMServer().start()
-    yield s
-    s.stop()
 
 
 def _history(tmp_path, poison_session: bool):

@@ -12,7 +12,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from llm_server import LLMServer
 from trawmem_gpu.cli import main
 from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.eval.end_to_end import add_answer_metrics
@@ -95,15 +94,6 @@ def write_data(path):
         samples.append({"sample_id": sid, "conversation": conv, "qa": QA[sid]})
     path.write_text(json.dumps(samples))
     return path
-
-
-@pytest.fixture
-def server():
-    s = LLMServer().start()
-    try:
-        yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture

@@ -20,15 +20,6 @@ from trawmem_gpu.llm.structured import clean_answer, extract_json, parse_boundar
 SECRET = "sk-test-SuperSecret-0123456789"
 
 
-@pytest.fixture
-def server():
-    s = LLMServer().start()
-    try:
-        yield s
-    finally:
-        s.stop()
-
-
 @pytest.fixture(autouse=True)
 def _no_env_key(monkeypatch):
     monkeypatch.delenv("TRAWMEM_API_KEY", raising=False)

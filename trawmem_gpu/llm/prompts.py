@@ -75,15 +75,19 @@ HEAD = Prompt(
     ),
 )
 
+_ANSWER_PREAMBLE = (
+    "You are answering a question about a long conversation between two people, using the "
+    "memory excerpts below (grouped by thread, each turn with its speaker and session date).\n\n"
+    "Memory:\n$context\n\n"
+    "Question: $question\n\n"
+)
+"""Shared opening of ``ANSWER`` and ``ANSWER_TEMPORAL``: the memory and the question."""
+
 ANSWER = Prompt(
     name="answer",
     version="1",
     fields=("context", "question"),
-    template=(
-        "You are answering a question about a long conversation between two people, using the "
-        "memory excerpts below (grouped by thread, each turn with its speaker and session date).\n\n"
-        "Memory:\n$context\n\n"
-        "Question: $question\n\n"
+    template=_ANSWER_PREAMBLE + (
         "Answer with a short phrase (a few words), using the exact words of the memory where "
         "possible. Do not explain. If the memory does not contain the answer, reply: "
         "Not mentioned in the conversation."
@@ -94,11 +98,7 @@ ANSWER_TEMPORAL = Prompt(
     name="answer_temporal",
     version="1",
     fields=("context", "question"),
-    template=(
-        "You are answering a question about a long conversation between two people, using the "
-        "memory excerpts below (grouped by thread, each turn with its speaker and session date).\n\n"
-        "Memory:\n$context\n\n"
-        "Question: $question\n\n"
+    template=_ANSWER_PREAMBLE + (
         "This question is about time. Use the session dates: when a turn says 'yesterday', "
         "'last week' or 'next month', work out the date or period from the date of its session "
         "(for example 'the week before 9 June 2023'), and answer with that date or period rather "

@@ -11,6 +11,18 @@ from .lexical import BM25Index
 from .text_features import temporal_flags
 
 
+def unit_features(bank: Bank) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Query-independent unit features ``(head_sim, temporal, position)``, each ``[N]``:
+    cos(h_thread(v), e_v), a temporal-expression flag, and the position in the thread in [0, 1]."""
+    ut = bank.unit_thread
+    off = bank.thread_offsets
+    idx = np.arange(bank.n_units)
+    lens = np.diff(off)[ut]
+    pos = np.where(lens > 1, (idx - off[ut]) / np.maximum(lens - 1, 1), 0.0)
+    head_sim = np.einsum("nd,nd->n", bank.unit_vecs.astype(np.float64), bank.head_vecs[ut].astype(np.float64))
+    return head_sim, temporal_flags([t.text for t in bank.turns]), pos
+
+
 @dataclass
 class BankContext:
     bank: Bank
@@ -28,17 +40,12 @@ class BankContext:
 
     @classmethod
     def of(cls, bank: Bank) -> "BankContext":
-        ut = bank.unit_thread
-        off = bank.thread_offsets
-        idx = np.arange(bank.n_units)
-        lens = np.diff(off)[ut]
-        pos = np.where(lens > 1, (idx - off[ut]) / np.maximum(lens - 1, 1), 0.0)
-        head_sim = np.einsum("nd,nd->n", bank.unit_vecs.astype(np.float64), bank.head_vecs[ut].astype(np.float64))
+        head_sim, temporal, pos = unit_features(bank)
         texts = [t.lexical_text() for t in bank.turns]
         adj: list[list] = [[] for _ in range(bank.n_threads)]
         for s, d, w, k in zip(bank.edge_src, bank.edge_dst, bank.edge_w, bank.edge_kind):
             adj[int(s)].append((int(d), float(w), int(k)))
-        return cls(bank, ut, pos, head_sim, temporal_flags([t.text for t in bank.turns]), BM25Index(texts), adj)
+        return cls(bank, bank.unit_thread, pos, head_sim, temporal, BM25Index(texts), adj)
 
     def neighbours(self, j: int, semantic: bool):
         return [(d, w) for d, w, k in self.adj[j] if semantic or k != SEMANTIC]

@@ -82,7 +82,8 @@ from ..workspace import Workspace, assemble
 from .batched_ops import greedy_select, role_priority
 from .config import SelectConfig
 from .lexical import BM25Index, tokenize
-from .text_features import demand_features, temporal_flags
+from .context import unit_features
+from .text_features import demand_features
 
 NEG_INF, POS_INF = float("-inf"), float("inf")
 PER_QUERY_WEIGHTS = ("w_cov", "w_role", "w_aff", "w_thr", "lambda_m", "lambda_r", "tau")
@@ -1296,18 +1297,6 @@ def _ranks_positive(x: Tensor) -> Tensor:
     bits = xf.view(torch.int32).to(torch.int64)  # non-negative floats: bits are monotone
     key = (((1 << 31) - 1 - bits) << 32) | torch.arange(N, device=x.device)
     return _ranks_from_keys(key, unique=True).to(x.dtype)
-
-
-def unit_features(bank: Bank) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(head_sim, temporal, position)`` per unit, computed exactly as ``BankContext.of`` does
-    (without building its BM25 index and adjacency lists)."""
-    ut = bank.unit_thread
-    off = bank.thread_offsets
-    idx = np.arange(bank.n_units)
-    lens = np.diff(off)[ut]
-    pos = np.where(lens > 1, (idx - off[ut]) / np.maximum(lens - 1, 1), 0.0)
-    head_sim = np.einsum("nd,nd->n", bank.unit_vecs.astype(np.float64), bank.head_vecs[ut].astype(np.float64))
-    return head_sim, temporal_flags([t.text for t in bank.turns]), pos
 
 
 def in_thread_distances(head_sim: np.ndarray, thread_offsets: np.ndarray, c_head: float, c_step: float) -> np.ndarray:
