@@ -112,7 +112,9 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
         convs, banks, _ = banks_for(data_path, build_cfg, bank_cache, progress, encoder)
     else:
         convs, banks = banks_and_convs
-    ctxs = {b.bank_id: BankContext.of(b) for b in banks}
+    batched = method == "trawmem" and engine == "batched"
+    # The batched engine keeps its own per-bank tables; contexts (BM25 indexes) only for the loop.
+    ctxs = {} if batched else {b.bank_id: BankContext.of(b) for b in banks}
     bank_of = {b.bank_id: b for b in banks}
     items = [(c.bank_id, q) for c in convs for q in c.questions if q.category in categories and q.evidence]
     skipped = sum(1 for c in convs for q in c.questions if q.category in categories and not q.evidence)
@@ -126,7 +128,7 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     t_sel = 0.0
     picks: list[list[int]] = []
     t_each: list[float] = []
-    if method == "trawmem" and engine == "batched":
+    if batched:
         from ..select.engine import SelectionEngine
 
         eng = SelectionEngine(banks, cfg, head=head)
