@@ -79,6 +79,7 @@ from ..build.graph import SEMANTIC
 from ..store.bank import Bank
 from ..store.collection import PackedCollection, pack_banks
 from ..workspace import Workspace, assemble
+from . import compiled_front
 from .batched_ops import greedy_select, role_priority
 from .config import SelectConfig
 from .lexical import BM25Index, tokenize
@@ -148,12 +149,16 @@ class SelectionEngine:
         it imports and the tables fit, else lazy; dispatch on CUDA)
     :param seed_search: head-seed search (``seed_score="head"``): ``auto`` (measured dispatch,
         see :mod:`~trawmem_gpu.select.seed_index`), ``torch`` or ``faiss``
+    :param front: stages 0-5 with the compiled stage 6: ``compiled`` (one numba loop per query
+        after the GEMM, :mod:`~trawmem_gpu.select.compiled_front`; needs the ``rrf`` affinity,
+        ``best_unit`` seeds and bm25s' plain scores), ``torch`` (the tensor stages) or ``auto``
+        (compiled where it applies)
     """
 
     def __init__(self, banks: list[Bank], cfg: SelectConfig | None = None, head=None, device=None,
                  impl: str = "auto", dtype: torch.dtype | None = None, sim: str = "auto",
                  chunk_elems: int | None = None, gram_bytes: int = 1 << 31, greedy: str = "auto",
-                 seed_search: str = "auto"):
+                 seed_search: str = "auto", front: str = "auto"):
         if not banks:
             raise ValueError("SelectionEngine needs at least one bank")
         ids = [b.bank_id for b in banks]
@@ -193,6 +198,16 @@ class SelectionEngine:
             raise ValueError(f"seed_search must be 'auto', 'torch' or 'faiss', got {seed_search!r}")
         self.seed_index = None  # built on first use, for head seeds (see seed_index.py)
         self.seed_search = seed_search
+        if front not in ("auto", "compiled", "torch"):
+            raise ValueError(f"front must be 'auto', 'compiled' or 'torch', got {front!r}")
+        front_ok = (self.greedy == "numba" and self.dtype == torch.float64 and cfg_.affinity == "rrf"
+                    and cfg_.seed_score == "best_unit" and sim in ("auto", "grouped", "dots")
+                    and compiled_front.kernels() is not None and self._bm25_plain())
+        if front == "compiled" and not front_ok:
+            raise ValueError("front='compiled' needs greedy='numba' (CPU, numba, tables), float64, affinity='rrf', "
+                             "seed_score='best_unit', sim in ('auto', 'grouped', 'dots') and plain bm25s scores")
+        self.front = "compiled" if front_ok and front != "torch" else "torch"
+        self.front_rows = 1 << 20  # compiled front: queries per chunk x largest bank (bounds [Qc, N] scratch)
         self.last_timings: dict[str, float] = {}
 
     # ------------------------------------------------------------------------------------------
@@ -338,6 +353,8 @@ class SelectionEngine:
             tm[name] = tm.get(name, 0.0) + now - t
             t = now
 
+        if self.front == "compiled":
+            return self._select_compiled(bidx_list, questions, Zt, lap)
         batch = self._stages_1_to_5(bidx_list, questions, Zt, lap)
         out: list[list[int] | None] = [None] * len(bank_ids)
         n_cand, n_h, bidx = batch.n_cand, batch.n_h, batch.bidx
@@ -368,6 +385,118 @@ class SelectionEngine:
         lap("candidates")
         return _Batch(bidx, self.packed.bank_unit_offsets[bidx], self.packed.bank_thread_offsets[bidx], alpha, r,
                       in_h, tpos, n_h, cand, cvalid, n_cand, delta, Mq, weights)
+
+    def _select_compiled(self, bidx_list: list[int], questions: list[str], Zt: Tensor, lap) -> list[list[int]]:
+        """All stages on CPU with the compiled front and stage 6 (``front="compiled"``).
+
+        Queries run grouped by bank (a stable sort: one GEMM per bank over a contiguous block of
+        rows, the bank's tables stay in cache through its queries), in chunks of at most
+        ``front_rows / N`` queries (``2^20 / N``): per chunk the question tokens and demand features (Python), the
+        cosines (one GEMM per bank, or the compiled per-query dots when banks average fewer than
+        8 queries; written into one flat buffer, bank-local unit order), :func:`_front_loop
+        <trawmem_gpu.select.compiled_front._front_loop>` and :func:`_stage6_loop`."""
+        front, _, dots = compiled_front.kernels()
+        loop = _numba_kernels()
+        cfg = self.cfg
+        t = self._np_tables()
+        data, indices, indptr, tok_off, _plain = self._bm25_tables()
+        Q = len(bidx_list)
+        bidx_all = np.asarray(bidx_list, dtype=np.int64)
+        order = np.argsort(bidx_all, kind="stable")
+        out: list[list[int] | None] = [None] * Q
+        chunk = max(1, self.front_rows // max(1, int(t["nu"].max())))
+        Zn = Zt.numpy()
+        for s in range(0, Q, chunk):
+            rows = order[s:s + chunk]
+            bidx = bidx_all[rows]
+            Qc = len(rows)
+            # text: BM25 term columns in query-token order, demand features
+            qtext = [questions[i] for i in rows.tolist()]
+            toks: dict[str, list[str]] = {}
+            ids: list[int] = []
+            ptr = [0]
+            for b, text in zip(bidx.tolist(), qtext):
+                tk = toks.get(text)
+                if tk is None:
+                    tk = toks[text] = tokenize(text)
+                vocab, o = self.bm25[b].vocab, tok_off[b]
+                ids.extend(o + vocab[w] for w in tk if w in vocab)
+                ptr.append(len(ids))
+            delta, Mq, weights = self._demand(qtext)
+            lap("text_cpu")
+            # cosines of each query with its own bank's units, flat (bank-local unit order)
+            nu = t["nu"][bidx]
+            coff = np.zeros(Qc, dtype=np.int64)
+            np.cumsum(nu[:-1], out=coff[1:])
+            cos = np.empty(int(nu.sum()))
+            Zc = np.ascontiguousarray(Zn[rows])
+            cut = np.flatnonzero(np.diff(bidx)) + 1
+            starts, ends = np.concatenate([[0], cut]), np.concatenate([cut, [Qc]])
+            if self.sim == "dots" or (self.sim == "auto" and len(starts) * 8 > Qc):
+                dots(Zc, t["vecs"], t["uo"], t["nu"], bidx, coff, cos)
+            else:
+                Zc_t = torch.from_numpy(Zc)
+                for a, e in zip(starts.tolist(), ends.tolist()):
+                    b, n = int(bidx[a]), int(t["nu"][bidx[a]])
+                    o = int(coff[a])
+                    blk = torch.from_numpy(cos[o:o + (e - a) * n]).view(e - a, n)
+                    uo = int(t["uo"][b])
+                    torch.mm(Zc_t[a:e], self.packed.unit_vecs[uo:uo + n].T, out=blk)
+            lap("affinity")
+            N, J = int(nu.max()), int(t["nt"][bidx].max())
+            T = max(1, min(J, max(cfg.neighborhood_cap, cfg.n_seeds)))
+            cand = np.zeros((Qc, N), dtype=np.int64)
+            n_cand = np.zeros(Qc, dtype=np.int64)
+            lt = np.full((Qc, N), -1, dtype=np.int64)
+            alpha = np.zeros((Qc, N))
+            hthread = np.full((Qc, T), -1, dtype=np.int64)
+            rvec = np.zeros((Qc, T))
+            n_h = np.zeros(Qc, dtype=np.int64)
+            tpos = np.full((Qc, J), -1, dtype=np.int64)
+            front(cos, coff, nu, t["nt"][bidx], t["uo"][bidx], t["to"][bidx], t["ult"],
+                  np.asarray(ptr, dtype=np.int64), np.asarray(ids, dtype=np.int64), data, indices, indptr,
+                  float(cfg.rrf_k), t["nbr"], t["nbw"], min(cfg.n_seeds, J), cfg.neighborhood_cap, cfg.hops,
+                  cfg.gamma, cfg.propagation == "paper", cand, n_cand, lt, alpha, hthread, rvec, n_h, tpos)
+            lap("front")
+            P = np.empty((Qc, 7))
+            for k, name in enumerate(("lambda_m", "lambda_r", "tau", "w_cov", "w_role", "w_aff", "w_thr")):
+                P[:, k] = weights[name].numpy() if weights and name in weights else getattr(cfg, name)
+            budget = np.clip(np.minimum(n_cand, cfg.budget), 1, None)
+            limit = np.clip(np.minimum(budget, n_cand), 0, cfg.budget)
+            sel = np.full((Qc, cfg.budget), -1, dtype=np.int64)
+            n_sel = np.zeros(Qc, dtype=np.int64)
+            U = max(1, int(n_cand.max()))
+            loop(cand[:, :U], n_cand, lt[:, :U], alpha[:, :U], hthread, rvec, n_h, tpos, t["uo"][bidx],
+                 t["to"][bidx], t["koff"][bidx], t["nu"][bidx], t["boff"][bidx], t["nt"][bidx],
+                 np.ascontiguousarray(Mq.numpy()), np.ascontiguousarray(delta.numpy()), P, budget, limit, t["ktab"],
+                 t["btab"], t["head_sim"], t["temporal"], t["position"], t["d_in"], t["nbr"], t["nbw"],
+                 float(cfg.T_R), float(cfg.c_hop), bool(cfg.cross_thread), cfg.kernel == "identity",
+                 float(cfg.stop_coverage), sel, n_sel)
+            lap("greedy")
+            for i, q in enumerate(rows.tolist()):
+                out[q] = cand[i, sel[i, :n_sel[i]]].tolist()
+        lap("output")
+        return out  # type: ignore[return-value]
+
+    def _np_tables(self) -> dict:
+        """NumPy views of the CPU tensors the compiled loops read (built once)."""
+        if getattr(self, "_np", None) is None:
+            P = self.packed
+            self._np = dict(
+                nu=self.n_units.numpy(), nt=self.n_threads.numpy(), uo=P.bank_unit_offsets.numpy(),
+                to=P.bank_thread_offsets.numpy(), ult=self.unit_lthread.numpy(), nbr=self.nbr.numpy(),
+                nbw=np.ascontiguousarray(self.nbw.numpy(), dtype=np.float64), vecs=P.unit_vecs.numpy(),
+                koff=self.koff.numpy(), boff=self.boff.numpy(), ktab=self.ktab.numpy(), btab=self.btab.numpy(),
+                head_sim=self.head_sim.numpy(), temporal=self.temporal.numpy(), position=self.position.numpy(),
+                d_in=self.d_in.numpy())
+        return self._np
+
+    def _bm25_plain(self) -> bool:
+        """Every bank's BM25 is a plain float32 score matrix (no non-occurrence term)."""
+        if self.bm25 is None:
+            return False
+        data, _i, _p, _o, plain = self._bm25_tables()
+        return all(plain) and data.dtype == np.float32
 
     def candidate_sets(self, bank_ids: list[str], questions: list[str], Z) -> list[np.ndarray]:
         """The candidate units U_q (bank-local ids, ascending) of each query: stages 1-5 only.
@@ -730,14 +859,14 @@ class SelectionEngine:
         return r[:, :J], seed_mask[:, :J]
 
     def _propagate_numba(self, r0: Tensor, bidx: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Stages 3-4 with :func:`_propagate_loop` (the reference's algorithm per query, compiled):
+        """Stages 3-4 with :func:`~.compiled_front._propagate_one` per query (the reference's algorithm, compiled):
         ``(r [Q, J], in_h [Q, J], tpos [Q, J], n_h [Q])`` as :meth:`_propagate` and
         :meth:`_neighbourhood` give them."""
         cfg = self.cfg
         Q, J = r0.shape
         r = np.full((Q, J), NEG_INF)
         in_h = np.zeros((Q, J), dtype=np.bool_)
-        _numba_propagate()(np.ascontiguousarray(r0.numpy(), dtype=np.float64), self.n_threads[bidx].numpy(),
+        compiled_front.kernels()[1](np.ascontiguousarray(r0.numpy(), dtype=np.float64), self.n_threads[bidx].numpy(),
                            self.packed.bank_thread_offsets[bidx].numpy(), self.nbr.numpy(),
                            np.ascontiguousarray(self.nbw.numpy(), dtype=np.float64), min(cfg.n_seeds, J),
                            cfg.neighborhood_cap, cfg.hops, cfg.gamma, cfg.propagation == "paper", r, in_h)
@@ -1580,81 +1709,6 @@ def _own_dots_loop(Z, V, off, cnt, bidx, out):  # pragma: no cover - compiled by
             for k in range(d):
                 s += z[k] * v[k]
             out[q, i] = s
-
-
-def _propagate_loop(r0, nt, toff, nbr, nbw, ns, cap, hops, gamma, paper, r, in_h):  # pragma: no cover - numba
-    """Seeds, H-hop propagation and the capped neighbourhood per query, in the reference's order
-    (``reference.neighbourhood``): seeds = the ``ns`` best threads by (r0 desc, id asc), relaxed
-    in seed-rank order in round 1, later rounds from the threads updated in the previous round
-    in ascending id, each relaxation reading the source's current score; then the seeds plus
-    the best other reached threads by (r~ desc, id asc) up to ``cap``. Fills ``r`` (-inf where
-    unreached) and ``in_h``."""
-    Q, J = r0.shape
-    D = nbr.shape[1]
-    seeds = np.empty(max(ns, 1), dtype=np.int64)
-    picked = np.zeros(J, dtype=np.bool_)
-    front = np.empty(J, dtype=np.int64)
-    nxt = np.zeros(J, dtype=np.bool_)
-    for q in range(Q):
-        n = nt[q]
-        for j in range(n):
-            picked[j] = False
-        k_seeds = min(ns, n)
-        for s in range(k_seeds):  # selection: best r0, lowest id on ties
-            b = -1
-            for j in range(n):
-                if not picked[j] and (b < 0 or r0[q, j] > r0[q, b]):
-                    b = j
-            picked[b] = True
-            seeds[s] = b
-            r[q, b] = r0[q, b]
-        nf = k_seeds
-        for i in range(nf):
-            front[i] = seeds[i]
-        for _h in range(hops):
-            if nf == 0:
-                break
-            for j in range(n):
-                nxt[j] = False
-            for i in range(nf):
-                j = front[i]
-                g = toff[q] + j
-                for e in range(D):
-                    k = nbr[g, e]
-                    if k < 0:
-                        continue
-                    w = nbw[g, e]
-                    val = gamma * r[q, j] + (1 - gamma) * w if paper else r[q, j] * (gamma + (1 - gamma) * w)
-                    if val > r[q, k]:
-                        r[q, k] = val
-                        nxt[k] = True
-            nf = 0
-            for j in range(n):
-                if nxt[j]:
-                    front[nf] = j
-                    nf += 1
-        # neighbourhood: every seed, then the best reached others (r~ desc, id asc) up to cap
-        kept = k_seeds
-        for s in range(k_seeds):
-            in_h[q, seeds[s]] = True
-        while kept < cap:
-            b = -1
-            for j in range(n):
-                if not picked[j] and r[q, j] > -np.inf and (b < 0 or r[q, j] > r[q, b]):
-                    b = j
-            if b < 0:
-                break
-            picked[b] = True
-            in_h[q, b] = True
-            kept += 1
-
-
-def _numba_propagate():
-    if "propagate" not in _NUMBA_STATE:
-        import numba
-
-        _NUMBA_STATE["propagate"] = numba.njit(cache=True)(_propagate_loop)
-    return _NUMBA_STATE["propagate"]
 
 
 def _numba_dots():
