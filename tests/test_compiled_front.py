@@ -132,3 +132,31 @@ def test_compiled_front_keeps_input_order_and_handles_one_query(syn):
     assert eng.select_units(ids[5:6], qs[5:6], Z[5:6]) == [full[5]]
     assert eng.select_units([], [], Z[:0]) == []
     assert set(eng.last_timings) >= {"text_cpu", "affinity", "greedy"}
+
+
+def test_exact_gain_ties_pick_like_the_reference():
+    """Units drawn from 4 distinct vectors and texts from 3 words: K rows, bridge values and
+    gains tie exactly, so the bound-started lazy greedy must break every tie to the lower
+    index, as the reference's plain greedy does."""
+    from test_engine import make_bank
+
+    rng = np.random.default_rng(21)
+    pool = rng.normal(size=(4, 16))
+    pool /= np.linalg.norm(pool, axis=1, keepdims=True)
+    banks = []
+    for i, lens in enumerate(([3, 3, 3, 3, 3, 3], [2, 4, 2, 4, 2, 4, 2], [5, 1, 5, 1, 5])):
+        n = sum(lens)
+        E = pool[rng.integers(0, 4, size=n)]
+        texts = [" ".join(rng.choice(["dog", "cat", "lake"], size=2)) for _ in range(n)]
+        banks.append(make_bank(f"tie{i}", lens, seed=40 + i, n_semantic=3, unit_vecs=E, texts=texts))
+    ids = [b.bank_id for b in banks for _ in range(5)]
+    qs = ["dog lake?", "cat?", "When did the dog swim?", "lake lake", "nothing matches here"] * 3
+    Z = np.stack([pool[k % 4] if k % 5 else pool[0] + pool[1] for k in range(15)])
+    Z = (Z / np.linalg.norm(Z, axis=1, keepdims=True)).astype(np.float32)
+    ctx = {b.bank_id: BankContext.of(b) for b in banks}
+    for kw in ({}, dict(budget=5), dict(ablation="identity_k"), dict(hops=2, neighborhood_cap=4, n_seeds=2)):
+        cfg = SelectConfig(**kw)
+        ref = [select_reference(ctx[b], q, z, cfg).units for b, q, z in zip(ids, qs, Z)]
+        eng = SelectionEngine(banks, cfg, device="cpu")
+        assert eng.front == "compiled"
+        assert eng.select_units(ids, qs, Z) == ref, kw
