@@ -205,3 +205,26 @@ def test_quality_floor_beats_cosine_on_dev(dev_path, dev_setup):
     for k in ("evidence_recall", "all_evidence_hit", "context_tokens"):
         for c in ("1", "2", "3", "4"):
             assert k in tm["per_category"][c]
+
+
+def test_question_pattern_lookaheads_change_no_match():
+    """The first-letter lookaheads of TEMPORAL_Q / RELATIONAL_Q are only a speed-up: every
+    alternative starts with a letter of the class, and findall equals the bare pattern's."""
+    import re
+
+    from trawmem_gpu.select import text_features as tf
+
+    rng = np.random.default_rng(3)
+    for pat in (tf.TEMPORAL_Q, tf.RELATIONAL_Q):
+        m = re.fullmatch(r"\(\?=\[([a-z]+)\]\)(.*)", pat.pattern, re.S)
+        assert m, pat.pattern
+        letters, bare_src = set(m.group(1)), m.group(2)
+        bare = re.compile(bare_src, pat.flags)
+        alts = re.search(r"\\b\((.*)\)\\b", bare_src).group(1)
+        words = re.sub(r"\(\?:[^)]*\)\??|\?", "", alts).split("|")
+        assert {w.strip()[0] for w in words if w.strip()} <= letters
+        vocab = [w for w in re.sub(r"[()?:|]", " ", alts).split() if w] + ["Ann", "x", "9", ",", "WHEN", "Both"]
+        texts = [" ".join(rng.choice(vocab, size=int(rng.integers(1, 12)))) for _ in range(400)]
+        texts += ["When did Ann and Bob both go?", "how many years ago", "somewhen", "a-b-c", ""]
+        for t in texts:
+            assert pat.findall(t) == bare.findall(t), t

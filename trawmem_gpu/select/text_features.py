@@ -11,11 +11,14 @@ import numpy as np
 
 _MONTHS = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*"
 _DAYS = r"(?:mon|tues|wednes|thurs|fri|satur|sun)day"
+# Each question pattern starts with a lookahead on the first letters its alternatives can start
+# with: it changes no match (tests/test_select.py checks both) and lets the scan skip other
+# positions at once (about 2x faster: Python's re tries every alternative at every position).
 TEMPORAL_Q = re.compile(
-    r"\b(when|what (?:year|month|day|date|time|week)|how long|how many (?:years|months|weeks|days)|"
+    r"(?=[wbasfulrdymh])\b(when|what (?:year|month|day|date|time|week)|how long|how many (?:years|months|weeks|days)|"
     r"before|after|since|until|first|last|recently|ago|during|date|year|month|week)\b", re.I)
 RELATIONAL_Q = re.compile(
-    r"\b(both|and|common|share|shared|relationship|between|together|compare|each other|also|"
+    r"(?=[bacsrtewlmh])\b(both|and|common|share|shared|relationship|between|together|compare|each other|also|"
     r"would|likely|might|why|how many|what kinds?|which)\b", re.I)
 TEMPORAL_UNIT = re.compile(
     rf"\b({_MONTHS}|{_DAYS}|yesterday|today|tomorrow|tonight|last (?:week|month|year|night|weekend)|"
