@@ -160,3 +160,17 @@ def test_exact_gain_ties_pick_like_the_reference():
         eng = SelectionEngine(banks, cfg, device="cpu")
         assert eng.front == "compiled"
         assert eng.select_units(ids, qs, Z) == ref, kw
+
+
+def test_worker_threads_pick_the_same(syn):
+    """Chunks on a thread pool (the compiled loops release the GIL) give the single-thread
+    picks, in input order, for any chunking."""
+    banks, ids, qs, Z, ctx = syn
+    one = SelectionEngine(banks, SelectConfig(), device="cpu", threads=1).select_units(ids, qs, Z)
+    for threads, rows in ((2, 1 << 20), (3, 80 * 5), (4, 1)):
+        eng = SelectionEngine(banks, SelectConfig(), device="cpu", threads=threads)
+        eng.front_rows = rows
+        assert eng.select_units(ids, qs, Z) == one, (threads, rows)
+        assert eng.select_units(ids[:1], qs[:1], Z[:1]) == one[:1]
+    with pytest.raises(ValueError, match="threads"):
+        SelectionEngine(banks, SelectConfig(), device="cpu", threads=0)

@@ -324,8 +324,9 @@ def kernels():
         _order_desc = numba.njit(cache=True)(_order_desc)
         _order_desc_bits = numba.njit(cache=True)(_order_desc_bits)
         _propagate_one = numba.njit(cache=True)(_propagate_one)
-        _STATE["front"] = (numba.njit(cache=True)(_front_loop), numba.njit(cache=True)(_propagate_batch),
-                           numba.njit(cache=True, fastmath={"reassoc", "nsz", "contract"})(_own_dots_flat))
+        # nogil: the engine may run chunks of queries on worker threads
+        _STATE["front"] = (numba.njit(cache=True, nogil=True)(_front_loop), numba.njit(cache=True)(_propagate_batch),
+                           numba.njit(cache=True, nogil=True, fastmath={"reassoc", "nsz", "contract"})(_own_dots_flat))
     return _STATE["front"]
 
 

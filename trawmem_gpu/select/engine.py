@@ -153,12 +153,14 @@ class SelectionEngine:
         after the GEMM, :mod:`~trawmem_gpu.select.compiled_front`; needs the ``rrf`` affinity,
         ``best_unit`` seeds and bm25s' plain scores), ``torch`` (the tensor stages) or ``auto``
         (compiled where it applies)
+    :param threads: worker threads of the compiled CPU path (chunks of queries in parallel; the
+        compiled loops release the GIL); default ``torch.get_num_threads()``
     """
 
     def __init__(self, banks: list[Bank], cfg: SelectConfig | None = None, head=None, device=None,
                  impl: str = "auto", dtype: torch.dtype | None = None, sim: str = "auto",
                  chunk_elems: int | None = None, gram_bytes: int = 1 << 31, greedy: str = "auto",
-                 seed_search: str = "auto", front: str = "auto"):
+                 seed_search: str = "auto", front: str = "auto", threads: int | None = None):
         if not banks:
             raise ValueError("SelectionEngine needs at least one bank")
         ids = [b.bank_id for b in banks]
@@ -208,6 +210,10 @@ class SelectionEngine:
                              "seed_score='best_unit', sim in ('auto', 'grouped', 'dots') and plain bm25s scores")
         self.front = "compiled" if front_ok and front != "torch" else "torch"
         self.front_rows = 1 << 20  # compiled front: queries per chunk x largest bank (bounds [Qc, N] scratch)
+        self.threads = int(threads if threads is not None else torch.get_num_threads())
+        if self.threads < 1:
+            raise ValueError(f"{self.threads=} must be >= 1")
+        self._pool = None
         self.last_timings: dict[str, float] = {}
 
     # ------------------------------------------------------------------------------------------
@@ -390,94 +396,148 @@ class SelectionEngine:
         """All stages on CPU with the compiled front and stage 6 (``front="compiled"``).
 
         Queries run grouped by bank (a stable sort: one GEMM per bank over a contiguous block of
-        rows, the bank's tables stay in cache through its queries), in chunks of at most
-        ``front_rows / N`` queries (``2^20 / N``): per chunk the question tokens and demand features (Python), the
-        cosines (one GEMM per bank, or the compiled per-query dots when banks average fewer than
-        8 queries; written into one flat buffer, bank-local unit order), :func:`_front_loop
-        <trawmem_gpu.select.compiled_front._front_loop>` and :func:`_stage6_loop`."""
+        rows; the bank's tables stay in cache through its queries), in chunks of at most
+        ``front_rows / N`` queries. Per chunk the calling thread does the text work (question
+        tokens, demand features: Python, under the GIL) and :meth:`_compiled_chunk` the rest.
+        With ``threads > 1`` the chunks (about four per thread, for balance) go to a thread pool
+        as soon as their text is ready: the GEMMs and the compiled loops release the GIL, so the
+        workers run in parallel while the caller prepares the next chunk. Stage timings are
+        summed over chunks (with threads: CPU seconds, not wall time)."""
+        t = self._np_tables()
+        Q = len(bidx_list)
+        bidx_all = np.asarray(bidx_list, dtype=np.int64)
+        order = np.argsort(bidx_all, kind="stable")
+        chunk = max(1, self.front_rows // max(1, int(t["nu"].max())))
+        workers = max(1, min(self.threads, Q))
+        if workers > 1:
+            chunk = min(chunk, max(16, -(-Q // (4 * workers))))
+        Zn = Zt.numpy()
+        out: list[list[int] | None] = [None] * Q
+        tm = self.last_timings
+        lap("text_cpu")  # (input checks)
+        pool = None
+        if workers > 1:
+            if self._pool is None or self._pool_size != workers:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool, self._pool_size = ThreadPoolExecutor(workers, thread_name_prefix="trawmem"), workers
+            pool = self._pool
+        pending = []
+        for s in range(0, Q, chunk):
+            rows = order[s:s + chunk]
+            t0 = time.perf_counter()
+            text = self._compiled_text(rows, bidx_all, questions)
+            tm["text_cpu"] = tm.get("text_cpu", 0.0) + time.perf_counter() - t0
+            if pool is None:
+                pending.append(self._compiled_chunk(rows, bidx_all, Zn, text))
+            else:
+                pending.append(pool.submit(self._compiled_chunk, rows, bidx_all, Zn, text))
+        t0 = None
+        for item in pending:
+            rows, picks, times = item if pool is None else item.result()
+            t0 = t0 or time.perf_counter()
+            for q, units in zip(rows.tolist(), picks):
+                out[q] = units
+            for k, v in times.items():
+                tm[k] = tm.get(k, 0.0) + v
+        tm["output"] = tm.get("output", 0.0) + time.perf_counter() - (t0 or time.perf_counter())
+        return out  # type: ignore[return-value]
+
+    def _compiled_text(self, rows: np.ndarray, bidx_all: np.ndarray, questions: list[str]):
+        """Text work of one chunk: the queries' BM25 term columns (global CSC columns, in
+        query-token order, as CSR ``ptr / ids``) and the demand (``delta``, ``M(delta)``, weights)."""
+        _data, _indices, _indptr, tok_off, _plain = self._bm25_tables()
+        qtext = [questions[i] for i in rows.tolist()]
+        toks: dict[str, list[str]] = {}
+        ids: list[int] = []
+        ptr = [0]
+        for b, text in zip(bidx_all[rows].tolist(), qtext):
+            tk = toks.get(text)
+            if tk is None:
+                tk = toks[text] = tokenize(text)
+            vocab, o = self.bm25[b].vocab, tok_off[b]
+            ids.extend(o + vocab[w] for w in tk if w in vocab)
+            ptr.append(len(ids))
+        delta, Mq, weights = self._demand(qtext)
+        return np.asarray(ptr, dtype=np.int64), np.asarray(ids, dtype=np.int64), delta, Mq, weights
+
+    def _compiled_chunk(self, rows: np.ndarray, bidx_all: np.ndarray, Zn: np.ndarray,
+                        text) -> tuple[np.ndarray, list[list[int]], dict]:
+        """One chunk of :meth:`_select_compiled` (``rows``: query indices, bank-sorted;
+        ``text``: :meth:`_compiled_text`): the cosines (one GEMM per bank, or the compiled
+        per-query dots when banks average fewer than 8 queries; into one flat buffer, bank-local
+        unit order), :func:`~trawmem_gpu.select.compiled_front._front_loop` and
+        :func:`_stage6_loop`. Returns ``(rows, picks, stage seconds)``."""
         front, _, dots = compiled_front.kernels()
         loop = _numba_kernels()
         cfg = self.cfg
         t = self._np_tables()
-        data, indices, indptr, tok_off, _plain = self._bm25_tables()
-        Q = len(bidx_list)
-        bidx_all = np.asarray(bidx_list, dtype=np.int64)
-        order = np.argsort(bidx_all, kind="stable")
-        out: list[list[int] | None] = [None] * Q
-        chunk = max(1, self.front_rows // max(1, int(t["nu"].max())))
-        Zn = Zt.numpy()
-        for s in range(0, Q, chunk):
-            rows = order[s:s + chunk]
-            bidx = bidx_all[rows]
-            Qc = len(rows)
-            # text: BM25 term columns in query-token order, demand features
-            qtext = [questions[i] for i in rows.tolist()]
-            toks: dict[str, list[str]] = {}
-            ids: list[int] = []
-            ptr = [0]
-            for b, text in zip(bidx.tolist(), qtext):
-                tk = toks.get(text)
-                if tk is None:
-                    tk = toks[text] = tokenize(text)
-                vocab, o = self.bm25[b].vocab, tok_off[b]
-                ids.extend(o + vocab[w] for w in tk if w in vocab)
-                ptr.append(len(ids))
-            delta, Mq, weights = self._demand(qtext)
-            lap("text_cpu")
-            # cosines of each query with its own bank's units, flat (bank-local unit order)
-            nu = t["nu"][bidx]
-            coff = np.zeros(Qc, dtype=np.int64)
-            np.cumsum(nu[:-1], out=coff[1:])
-            cos = np.empty(int(nu.sum()))
-            Zc = np.ascontiguousarray(Zn[rows])
-            cut = np.flatnonzero(np.diff(bidx)) + 1
-            starts, ends = np.concatenate([[0], cut]), np.concatenate([cut, [Qc]])
-            if self.sim == "dots" or (self.sim == "auto" and len(starts) * 8 > Qc):
-                dots(Zc, t["vecs"], t["uo"], t["nu"], bidx, coff, cos)
-            else:
-                Zc_t = torch.from_numpy(Zc)
-                for a, e in zip(starts.tolist(), ends.tolist()):
-                    b, n = int(bidx[a]), int(t["nu"][bidx[a]])
-                    o = int(coff[a])
-                    blk = torch.from_numpy(cos[o:o + (e - a) * n]).view(e - a, n)
-                    uo = int(t["uo"][b])
-                    torch.mm(Zc_t[a:e], self.packed.unit_vecs[uo:uo + n].T, out=blk)
-            lap("affinity")
-            N, J = int(nu.max()), int(t["nt"][bidx].max())
-            T = max(1, min(J, max(cfg.neighborhood_cap, cfg.n_seeds)))
-            cand = np.zeros((Qc, N), dtype=np.int64)
-            n_cand = np.zeros(Qc, dtype=np.int64)
-            lt = np.full((Qc, N), -1, dtype=np.int64)
-            alpha = np.zeros((Qc, N))
-            hthread = np.full((Qc, T), -1, dtype=np.int64)
-            rvec = np.zeros((Qc, T))
-            n_h = np.zeros(Qc, dtype=np.int64)
-            tpos = np.full((Qc, J), -1, dtype=np.int64)
-            front(cos, coff, nu, t["nt"][bidx], t["uo"][bidx], t["to"][bidx], t["ult"],
-                  np.asarray(ptr, dtype=np.int64), np.asarray(ids, dtype=np.int64), data, indices, indptr,
-                  float(cfg.rrf_k), t["nbr"], t["nbw"], min(cfg.n_seeds, J), cfg.neighborhood_cap, cfg.hops,
-                  cfg.gamma, cfg.propagation == "paper", cand, n_cand, lt, alpha, hthread, rvec, n_h, tpos)
-            lap("front")
-            P = np.empty((Qc, 7))
-            for k, name in enumerate(("lambda_m", "lambda_r", "tau", "w_cov", "w_role", "w_aff", "w_thr")):
-                P[:, k] = weights[name].numpy() if weights and name in weights else getattr(cfg, name)
-            budget = np.clip(np.minimum(n_cand, cfg.budget), 1, None)
-            limit = np.clip(np.minimum(budget, n_cand), 0, cfg.budget)
-            sel = np.full((Qc, cfg.budget), -1, dtype=np.int64)
-            n_sel = np.zeros(Qc, dtype=np.int64)
-            U = max(1, int(n_cand.max()))
-            cand, lt, alpha = (np.ascontiguousarray(x[:, :U]) for x in (cand, lt, alpha))  # C layout: one compiled variant
-            loop(cand, n_cand, lt, alpha, hthread, rvec, n_h, tpos, t["uo"][bidx],
-                 t["to"][bidx], t["koff"][bidx], t["nu"][bidx], t["boff"][bidx], t["nt"][bidx],
-                 np.ascontiguousarray(Mq.numpy()), np.ascontiguousarray(delta.numpy()), P, budget, limit, t["ktab"],
-                 t["btab"], t["head_sim"], t["temporal"], t["position"], t["d_in"], t["nbr"], t["nbw"],
-                 float(cfg.T_R), float(cfg.c_hop), bool(cfg.cross_thread), cfg.kernel == "identity",
-                 float(cfg.k_shift), float(cfg.stop_coverage), sel, n_sel)
-            lap("greedy")
-            for i, q in enumerate(rows.tolist()):
-                out[q] = cand[i, sel[i, :n_sel[i]]].tolist()
+        data, indices, indptr, _tok_off, _plain = self._bm25_tables()
+        ptr, ids, delta, Mq, weights = text
+        times: dict[str, float] = {}
+        t0 = time.perf_counter()
+
+        def lap(name):
+            nonlocal t0
+            now = time.perf_counter()
+            times[name] = times.get(name, 0.0) + now - t0
+            t0 = now
+
+        bidx = bidx_all[rows]
+        Qc = len(rows)
+        # cosines of each query with its own bank's units, flat (bank-local unit order)
+        nu = t["nu"][bidx]
+        coff = np.zeros(Qc, dtype=np.int64)
+        np.cumsum(nu[:-1], out=coff[1:])
+        cos = np.empty(int(nu.sum()))
+        Zc = np.ascontiguousarray(Zn[rows])
+        cut = np.flatnonzero(np.diff(bidx)) + 1
+        starts, ends = np.concatenate([[0], cut]), np.concatenate([cut, [Qc]])
+        if self.sim == "dots" or (self.sim == "auto" and len(starts) * 8 > Qc):
+            dots(Zc, t["vecs"], t["uo"], t["nu"], bidx, coff, cos)
+        else:
+            Zc_t = torch.from_numpy(Zc)
+            for a, e in zip(starts.tolist(), ends.tolist()):
+                b, n = int(bidx[a]), int(t["nu"][bidx[a]])
+                o = int(coff[a])
+                blk = torch.from_numpy(cos[o:o + (e - a) * n]).view(e - a, n)
+                uo = int(t["uo"][b])
+                torch.mm(Zc_t[a:e], self.packed.unit_vecs[uo:uo + n].T, out=blk)
+        lap("affinity")
+        N, J = int(nu.max()), int(t["nt"][bidx].max())
+        T = max(1, min(J, max(cfg.neighborhood_cap, cfg.n_seeds)))
+        cand = np.zeros((Qc, N), dtype=np.int64)
+        n_cand = np.zeros(Qc, dtype=np.int64)
+        lt = np.full((Qc, N), -1, dtype=np.int64)
+        alpha = np.zeros((Qc, N))
+        hthread = np.full((Qc, T), -1, dtype=np.int64)
+        rvec = np.zeros((Qc, T))
+        n_h = np.zeros(Qc, dtype=np.int64)
+        tpos = np.full((Qc, J), -1, dtype=np.int64)
+        front(cos, coff, nu, t["nt"][bidx], t["uo"][bidx], t["to"][bidx], t["ult"],
+              ptr, ids, data, indices, indptr,
+              float(cfg.rrf_k), t["nbr"], t["nbw"], min(cfg.n_seeds, J), cfg.neighborhood_cap, cfg.hops,
+              cfg.gamma, cfg.propagation == "paper", cand, n_cand, lt, alpha, hthread, rvec, n_h, tpos)
+        lap("front")
+        P = np.empty((Qc, 7))
+        for k, name in enumerate(("lambda_m", "lambda_r", "tau", "w_cov", "w_role", "w_aff", "w_thr")):
+            P[:, k] = weights[name].numpy() if weights and name in weights else getattr(cfg, name)
+        budget = np.clip(np.minimum(n_cand, cfg.budget), 1, None)
+        limit = np.clip(np.minimum(budget, n_cand), 0, cfg.budget)
+        sel = np.full((Qc, cfg.budget), -1, dtype=np.int64)
+        n_sel = np.zeros(Qc, dtype=np.int64)
+        U = max(1, int(n_cand.max()))
+        cand, lt, alpha = (np.ascontiguousarray(x[:, :U]) for x in (cand, lt, alpha))  # C layout: one compiled variant
+        loop(cand, n_cand, lt, alpha, hthread, rvec, n_h, tpos, t["uo"][bidx],
+             t["to"][bidx], t["koff"][bidx], t["nu"][bidx], t["boff"][bidx], t["nt"][bidx],
+             np.ascontiguousarray(Mq.numpy()), np.ascontiguousarray(delta.numpy()), P, budget, limit, t["ktab"],
+             t["btab"], t["head_sim"], t["temporal"], t["position"], t["d_in"], t["nbr"], t["nbw"],
+             float(cfg.T_R), float(cfg.c_hop), bool(cfg.cross_thread), cfg.kernel == "identity",
+             float(cfg.k_shift), float(cfg.stop_coverage), sel, n_sel)
+        lap("greedy")
+        picks = [cand[i, sel[i, :n_sel[i]]].tolist() for i in range(Qc)]
         lap("output")
-        return out  # type: ignore[return-value]
+        return rows, picks, times
 
     def _np_tables(self) -> dict:
         """NumPy views of the CPU tensors the compiled loops read (built once)."""
@@ -1712,7 +1772,7 @@ def _numba_kernels():
     # once and called from one site, so each query still has one fixed summation order.
     _gain_row = numba.njit(cache=True, fastmath={"reassoc", "nsz", "contract"})(_gain_row)
     _sift_down = numba.njit(cache=True)(_sift_down)
-    _NUMBA_STATE["loop"] = numba.njit(cache=True)(_stage6_loop)
+    _NUMBA_STATE["loop"] = numba.njit(cache=True, nogil=True)(_stage6_loop)  # nogil: worker threads
     return _NUMBA_STATE["loop"]
 
 
