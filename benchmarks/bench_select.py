@@ -3,13 +3,20 @@
 Implementations (same banks, same questions, same query vectors, same config):
 
 ``reference``      ``select_reference`` per query (NumPy float64, the statement of the method);
-``batched_cpu``    ``SelectionEngine`` on CPU as shipped (float64; compiled stage 6 when numba
-                   is importable, see ``engine.py``);
+``batched_cpu``    ``SelectionEngine`` on CPU as shipped (float64; with numba the compiled front
+                   and stage 6, see ``engine.py`` and ``compiled_front.py``), one thread;
+``batched_cpu_torch_front``  the same with ``front="torch"`` (torch stages 0-5, compiled stage 6);
+``batched_cpu_<n>threads``   the shipped path with one worker per core (target point only);
 ``batched_torch``  ``SelectionEngine(greedy="lazy")``: the pure-torch CPU path (no numba);
 ``apricot_greedy`` apricot's ``FacilityLocationSelection(B_q, metric="precomputed",
                    optimizer="lazy")`` on each query's candidate support matrix ``K`` (the same
                    candidates the engine selects from): the anchor for the greedy step alone;
 ``cuda_torch`` / ``cuda_triton``  the engine on CUDA (float32) -- skipped without a GPU.
+
+Target point, interleaved: every implementation in alternating rounds (one batched call each,
+then 40 reference queries), the speedup taken within each round (the machine's speed drifts),
+its median over rounds reported with its range. Demand-feature caches are cleared before every
+timed batched call, so no text work carries over between repetitions.
 
 Sweeps, one variable at a time around the target point (Q = 1024, U ~ 145, B = 16, H = 1), on
 the LoCoMo dev banks (``banks_for``; U set through ``neighborhood_cap``) and on synthetic banks
@@ -295,8 +302,11 @@ def target_interleaved(data, args, label) -> dict:
         cfg = SelectConfig(budget=16, hops=1, n_seeds=8, neighborhood_cap=12)
     ids, qs, Z = d.queries(1024)
     ctx = {b.bank_id: BankContext.of(b) for b in d.banks}
-    engines = {"batched_cpu": SelectionEngine(d.banks, cfg, device="cpu"),
-               "batched_cpu_torch_front": SelectionEngine(d.banks, cfg, device="cpu", front="torch")}
+    engines = {"batched_cpu": SelectionEngine(d.banks, cfg, device="cpu", threads=1),
+               "batched_cpu_torch_front": SelectionEngine(d.banks, cfg, device="cpu", front="torch", threads=1)}
+    cores = os.cpu_count() or 1
+    if cores > 1:  # every core of the machine: the reference's per-query loop cannot use them
+        engines[f"batched_cpu_{cores}threads"] = SelectionEngine(d.banks, cfg, device="cpu", threads=cores)
     rounds = 5 if args.quick else 15
     per = 20 if args.quick else 40
     qps = {k: [] for k in list(engines) + ["reference"]}

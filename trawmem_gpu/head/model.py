@@ -37,6 +37,7 @@ from torch import nn
 
 from ..errors import TrawmemError
 from ..select.config import DEMAND_FEATURES, UNIT_FEATURES, SelectConfig
+from ..select.reference import demand_mix
 
 FORMAT = "trawmem-role-head"
 FORMAT_VERSION = 1
@@ -112,7 +113,7 @@ class RoleHead(nn.Module):
         t = self._np()
         x = np.asarray(x, dtype=np.float64)
         A = np.maximum(t["A0"] + t["dA"], 0.0)
-        delta = A @ x
+        delta = demand_mix(A, x[None, :])[0]
         delta = np.maximum(delta, 1e-12)
         delta = delta / delta.sum()
         M = t["B0"] * (1.0 + delta)[:, None] + t["dM0"] + np.einsum("r,rkf->kf", delta, t["dMr"])

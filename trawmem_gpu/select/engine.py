@@ -84,6 +84,7 @@ from .batched_ops import greedy_select, role_priority
 from .config import SelectConfig
 from .lexical import BM25Index, tokenize
 from .context import unit_features
+from .reference import demand_mix
 from .text_features import demand_features
 
 NEG_INF, POS_INF = float("-inf"), float("inf")
@@ -456,7 +457,7 @@ class SelectionEngine:
             if tk is None:
                 tk = toks[text] = tokenize(text)
             vocab, o = self.bm25[b].vocab, tok_off[b]
-            ids.extend(o + vocab[w] for w in tk if w in vocab)
+            ids += [o + vocab[w] for w in tk if w in vocab]
             ptr.append(len(ids))
         delta, Mq, weights = self._demand(qtext)
         return np.asarray(ptr, dtype=np.int64), np.asarray(ids, dtype=np.int64), delta, Mq, weights
@@ -703,8 +704,7 @@ class SelectionEngine:
                     raise ValueError(f"head sets weights the batched engine cannot vary per query: {sorted(unknown)}")
             return (torch.as_tensor(delta).to(self.device, self.dtype), torch.as_tensor(Mq).to(self.device, self.dtype),
                     weights or None)
-        A = np.array(self.cfg.A)
-        delta = np.stack([A @ x for x in X])  # same op as the reference, per 3x4 row
+        delta = demand_mix(np.array(self.cfg.A), X)  # the reference's own function: same bits
         delta = delta / delta.sum(axis=1, keepdims=True)
         Mq = np.array(self.cfg.M)[None] * (1.0 + delta)[:, :, None]
         return self._tensor(delta), self._tensor(Mq), None

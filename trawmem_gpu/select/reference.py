@@ -125,6 +125,16 @@ def support_kernel(E: np.ndarray, thread: np.ndarray, cfg: SelectConfig) -> np.n
     return K
 
 
+def demand_mix(A: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """``[Q, R]`` rows ``A x`` for ``X [Q, F]``, summed left to right over F in plain float64
+    (elementwise IEEE operations, no BLAS): the reference and the batched engine get the same
+    bits, one query or a thousand."""
+    out = X[:, :1] * A[None, :, 0]
+    for k in range(1, A.shape[1]):
+        out = out + X[:, k:k + 1] * A[None, :, k]
+    return out
+
+
 def role_params(x: np.ndarray, cfg: SelectConfig, head=None) -> tuple[np.ndarray, np.ndarray, SelectConfig]:
     """(delta [R], M(delta) [R, F], cfg) from the demand features x_q.
 
@@ -134,11 +144,11 @@ def role_params(x: np.ndarray, cfg: SelectConfig, head=None) -> tuple[np.ndarray
     """
     if head is None:
         A, M0 = np.array(cfg.A), np.array(cfg.M)
-        delta = A @ x
+        delta = demand_mix(A, x[None, :])[0]
         delta = delta / delta.sum()
         return delta, M0 * (1.0 + delta)[:, None], cfg
     p = head.params(x)
-    delta = np.asarray(p["A"], dtype=np.float64) @ x
+    delta = demand_mix(np.asarray(p["A"], dtype=np.float64), x[None, :])[0]
     delta = np.maximum(delta, 1e-12)
     delta = delta / delta.sum()
     if p.get("weights"):
