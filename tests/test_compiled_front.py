@@ -69,7 +69,7 @@ def test_radix_sort_of_float32_bits_equals_a_stable_sort():
         arr[pos] = v
         m = len(v)
         order = np.empty(m, np.int64)
-        cf._order_desc_bits(arr.view(np.int32), pos, m, order, np.empty(max(m, 1), np.int64), np.empty(257, np.int64))
+        cf._order_desc_bits(arr.view(np.int32), pos, m, order, np.empty(max(m, 1), np.int64), np.empty(4 * 257, np.int64))
         np.testing.assert_array_equal(order, _stable_desc(v.astype(np.float64)))
 
 

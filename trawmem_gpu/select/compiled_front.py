@@ -99,39 +99,53 @@ def _order_desc(vals, m, order, bk, cnt):  # pragma: no cover - compiled by numb
 def _order_desc_bits(bits, pos, m, order, tmp, hist):  # pragma: no cover - compiled by numba
     """``order[:m]`` = indices ``0..m-1`` into ``pos`` by ``bits[pos[i]]`` descending, ties to
     the lower ``i`` (a stable descending sort of non-negative int32 keys, e.g. the bits of
-    positive float32 scores, which order like the values). LSD radix sort on ``max - key``, one
-    8-bit digit per pass and only as many passes as the key range needs. Scratch: ``tmp [>= m]``,
-    ``hist [257]``."""
+    positive float32 scores, which order like the values). LSD radix sort on ``max - key``, 8-bit
+    digits, only as many passes as the key range needs, every digit counted in one pass.
+    Scratch: ``tmp [>= m]``, ``hist [>= 4 * 257]``."""
     if m <= 0:
         return
-    hib = bits[pos[0]]
+    hib = np.int64(bits[pos[0]])
     lob = hib
     for i in range(1, m):
-        x = bits[pos[i]]
+        x = np.int64(bits[pos[i]])
         if x > hib:
             hib = x
         if x < lob:
             lob = x
+    rng = hib - lob
+    passes = 0
+    while passes < 4 and (rng >> (8 * passes)) > 0:
+        passes += 1
     for i in range(m):
         order[i] = i
-    rng = np.int64(hib) - np.int64(lob)
-    shift = 0
-    while (rng >> shift) > 0:
-        for d in range(257):
-            hist[d] = 0
-        for i in range(m):
-            d = ((np.int64(hib) - np.int64(bits[pos[i]])) >> shift) & 255
-            hist[d + 1] += 1
+        tmp[i] = hib - np.int64(bits[pos[i]])  # the key, ascending = value descending
+    if passes == 0:
+        return
+    for d in range(passes * 257):
+        hist[d] = 0
+    for i in range(m):
+        k = tmp[i]
+        for p in range(passes):
+            hist[p * 257 + ((k >> (8 * p)) & 255) + 1] += 1
+    for p in range(passes):
+        h0 = p * 257
         for d in range(256):
-            hist[d + 1] += hist[d]
+            hist[h0 + d + 1] += hist[h0 + d]
+    src = order
+    dst = pos_tmp = np.empty(m, dtype=np.int64)
+    keys = tmp
+    for p in range(passes):
+        h0 = p * 257
+        sh = 8 * p
         for i in range(m):  # stable scatter in the current order
-            v = order[i]
-            d = ((np.int64(hib) - np.int64(bits[pos[v]])) >> shift) & 255
-            tmp[hist[d]] = v
+            v = src[i]
+            d = h0 + ((keys[v] >> sh) & 255)
+            dst[hist[d]] = v
             hist[d] += 1
+        src, dst = dst, src
+    if passes % 2 == 1:  # the result is in pos_tmp: copy back
         for i in range(m):
-            order[i] = tmp[i]
-        shift += 8
+            order[i] = pos_tmp[i]
 
 
 def _propagate_one(r0, n, g0, nbr, nbw, ns, cap, hops, gamma, paper, r, in_h, seeds, picked, front,
@@ -223,7 +237,7 @@ def _front_loop(cos, coff, nu, nt, uoff, toff, ult, tok_ptr, tok_ids, bm_data, b
     order = np.empty(N, dtype=np.int64)
     pos = np.empty(N, dtype=np.int64)
     bk = np.empty(N, dtype=np.int64)
-    cnt = np.empty(max(N + 1, 257), dtype=np.int64)
+    cnt = np.empty(max(N + 1, 4 * 257), dtype=np.int64)
     r0 = np.empty(J)
     r = np.empty(J)
     in_h = np.empty(J, dtype=np.bool_)
