@@ -1713,8 +1713,9 @@ def _stage6_loop(cand, n_cand, lt, alpha, hthread, rvec, n_h, tpos, uoff, toff, 
                 if kb[v] > c[v]:
                     c[v] = kb[v]
             cov = 0.0
-            for v in range(n):
-                cov += pq[v] * c[v]
+            if stop_coverage <= 1.0 + 1e-9:  # above 1 the check never fires (sum pq = 1, c <= 1)
+                for v in range(n):
+                    cov += pq[v] * c[v]
             for r in range(R):
                 if rho[best, r] > m[r]:
                     m[r] = rho[best, r]
