@@ -174,3 +174,20 @@ def test_worker_threads_pick_the_same(syn):
         assert eng.select_units(ids[:1], qs[:1], Z[:1]) == one[:1]
     with pytest.raises(ValueError, match="threads"):
         SelectionEngine(banks, SelectConfig(), device="cpu", threads=0)
+
+
+def test_candidate_buffer_bound_is_tight_enough_and_checked(syn):
+    """The front writes candidates into ``[Qc, ucap]`` buffers (ucap: a bank's max(cap, n_seeds)
+    longest threads); a too-narrow buffer raises instead of writing out of bounds."""
+    banks, ids, qs, Z, ctx = syn
+    eng = SelectionEngine(banks, SelectConfig(neighborhood_cap=4, n_seeds=4), device="cpu", threads=1)
+    want = eng.select_units(ids, qs, Z)
+    ucap = eng._np_tables()["ucap"]
+    cs = eng.candidate_sets(ids, qs, Z)  # the torch stages' candidate sets
+    assert max(len(c) for c in cs) <= int(ucap.max())
+    assert all(len(c) <= int(ucap[eng.index[b]]) for b, c in zip(ids, cs))
+    eng._np["ucap"] = np.ones_like(ucap)  # a wrong bound must fail loudly
+    with pytest.raises(IndexError, match="candidate buffer"):
+        eng.select_units(ids, qs, Z)
+    eng._np["ucap"] = ucap
+    assert eng.select_units(ids, qs, Z) == want

@@ -290,6 +290,8 @@ def _front_loop(cos, coff, nu, nt, uoff, toff, ult, tok_ptr, tok_ids, bm_data, b
         k = 0
         for t in range(n):
             if in_h[t]:
+                if k >= hthread.shape[1]:
+                    raise IndexError("neighbourhood buffer narrower than a query's neighbourhood")
                 tpos[q, t] = k
                 hthread[q, k] = t
                 rvec[q, k] = r[t]
@@ -299,9 +301,12 @@ def _front_loop(cos, coff, nu, nt, uoff, toff, ult, tok_ptr, tok_ids, bm_data, b
         n_h[q] = k
         # --- candidates: units of the neighbourhood threads, ascending --------------------------
         k = 0
+        W = cand.shape[1]
         for j in range(m):
             t = ult[u0 + j]
             if in_h[t]:
+                if k >= W:  # the caller's bound on |U_q| was wrong: never write past the buffer
+                    raise IndexError("candidate buffer narrower than a query's candidate set")
                 cand[q, k] = j
                 lt[q, k] = tpos[q, t]
                 alpha_c[q, k] = alpha[j]

@@ -23,6 +23,12 @@ graph neighbours of a thread, ``T`` <= ``neighborhood_cap``, ``U`` = most candid
    order -> r~ ``[Q, J]``.
 4. ``_neighbourhood``: cap to seeds + best others (ties -> lower thread index) -> ``[Q, J]`` mask.
 5. ``_candidates``: units of the neighbourhood threads, ascending, padded ``[Q, U]``.
+On CPU with numba and the default affinity / seeds (``rrf``, ``best_unit``), stages 0-5 run as
+one compiled loop per query after the GEMM instead (``front="compiled"``,
+:mod:`~trawmem_gpu.select.compiled_front`: BM25, RRF ranks by bucket and radix sorts, seeds,
+propagation, candidates), queries grouped by bank and chunked, chunks on worker threads when
+``threads > 1``; the tensor stages above are its specification and the path everywhere else.
+
 6. per chunk of queries: features, gravity (Floyd-Warshall over the neighbourhood's head graph,
    then ``sum_j r~_j exp(-Dhead[j, k] / tau)``), role softmax, priorities, and the greedy:
 
@@ -505,16 +511,18 @@ class SelectionEngine:
                 uo = int(t["uo"][b])
                 torch.mm(Zc_t[a:e], self.packed.unit_vecs[uo:uo + n].T, out=blk)
         lap("affinity")
-        N, J = int(nu.max()), int(t["nt"][bidx].max())
+        J = int(t["nt"][bidx].max())
         T = max(1, min(J, max(cfg.neighborhood_cap, cfg.n_seeds)))
-        cand = np.zeros((Qc, N), dtype=np.int64)
-        n_cand = np.zeros(Qc, dtype=np.int64)
-        lt = np.full((Qc, N), -1, dtype=np.int64)
-        alpha = np.zeros((Qc, N))
-        hthread = np.full((Qc, T), -1, dtype=np.int64)
-        rvec = np.zeros((Qc, T))
-        n_h = np.zeros(Qc, dtype=np.int64)
-        tpos = np.full((Qc, J), -1, dtype=np.int64)
+        Ub = max(1, int(t["ucap"][bidx].max()))  # most candidates any of these queries can have
+        # every entry a later stage reads is written by the front loop: no fill needed
+        cand = np.empty((Qc, Ub), dtype=np.int64)
+        n_cand = np.empty(Qc, dtype=np.int64)
+        lt = np.empty((Qc, Ub), dtype=np.int64)
+        alpha = np.empty((Qc, Ub))
+        hthread = np.empty((Qc, T), dtype=np.int64)
+        rvec = np.empty((Qc, T))
+        n_h = np.empty(Qc, dtype=np.int64)
+        tpos = np.empty((Qc, J), dtype=np.int64)
         front(cos, coff, nu, t["nt"][bidx], t["uo"][bidx], t["to"][bidx], t["ult"],
               ptr, ids, data, indices, indptr,
               float(cfg.rrf_k), t["nbr"], t["nbw"], min(cfg.n_seeds, J), cfg.neighborhood_cap, cfg.hops,
@@ -527,8 +535,6 @@ class SelectionEngine:
         limit = np.clip(np.minimum(budget, n_cand), 0, cfg.budget)
         sel = np.full((Qc, cfg.budget), -1, dtype=np.int64)
         n_sel = np.zeros(Qc, dtype=np.int64)
-        U = max(1, int(n_cand.max()))
-        cand, lt, alpha = (np.ascontiguousarray(x[:, :U]) for x in (cand, lt, alpha))  # C layout: one compiled variant
         loop(cand, n_cand, lt, alpha, hthread, rvec, n_h, tpos, t["uo"][bidx],
              t["to"][bidx], t["koff"][bidx], t["nu"][bidx], t["boff"][bidx], t["nt"][bidx],
              np.ascontiguousarray(Mq.numpy()), np.ascontiguousarray(delta.numpy()), P, budget, limit, t["ktab"],
@@ -551,6 +557,10 @@ class SelectionEngine:
                 koff=self.koff.numpy(), boff=self.boff.numpy(), ktab=self.ktab.numpy(), btab=self.btab.numpy(),
                 head_sim=self.head_sim.numpy(), temporal=self.temporal.numpy(), position=self.position.numpy(),
                 d_in=self.d_in.numpy())
+            # per bank, the most candidates a query can have: its max(cap, n_seeds) longest threads
+            h = max(self.cfg.neighborhood_cap, self.cfg.n_seeds)
+            self._np["ucap"] = np.array([int(np.sort(np.diff(b.thread_offsets))[::-1][:h].sum()) for b in self.banks],
+                                        dtype=np.int64)
         return self._np
 
     def _bm25_plain(self) -> bool:
