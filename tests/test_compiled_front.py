@@ -191,3 +191,17 @@ def test_candidate_buffer_bound_is_tight_enough_and_checked(syn):
         eng.select_units(ids, qs, Z)
     eng._np["ucap"] = ucap
     assert eng.select_units(ids, qs, Z) == want
+
+
+def test_one_engine_shared_by_caller_threads(syn):
+    """Serving threads may share one engine: concurrent calls return their own picks."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    banks, ids, qs, Z, ctx = syn
+    eng = SelectionEngine(banks, SelectConfig(), device="cpu", threads=2)
+    want = eng.select_units(ids, qs, Z)
+    spans = [(0, 60), (5, 17), (30, 60), (0, 1)] * 3
+    with ThreadPoolExecutor(4) as ex:
+        got = list(ex.map(lambda ab: eng.select_units(ids[ab[0]:ab[1]], qs[ab[0]:ab[1]], Z[ab[0]:ab[1]]), spans))
+    for (a, b), g in zip(spans, got):
+        assert g == want[a:b]

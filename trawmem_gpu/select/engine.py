@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import threading
 import time
 from dataclasses import dataclass
 
@@ -221,6 +222,8 @@ class SelectionEngine:
         if self.threads < 1:
             raise ValueError(f"{self.threads=} must be >= 1")
         self._pool = None
+        self._pool_size = 0
+        self._pool_lock = threading.Lock()
         self.last_timings: dict[str, float] = {}
 
     # ------------------------------------------------------------------------------------------
@@ -425,11 +428,14 @@ class SelectionEngine:
         lap("text_cpu")  # (input checks)
         pool = None
         if workers > 1:
-            if self._pool is None or self._pool_size != workers:
-                from concurrent.futures import ThreadPoolExecutor
+            with self._pool_lock:  # callers may share one engine across their own threads
+                if self._pool is None or self._pool_size < workers:
+                    from concurrent.futures import ThreadPoolExecutor
 
-                self._pool, self._pool_size = ThreadPoolExecutor(workers, thread_name_prefix="trawmem"), workers
-            pool = self._pool
+                    if self._pool is not None:
+                        self._pool.shutdown(wait=False)
+                    self._pool, self._pool_size = ThreadPoolExecutor(workers, thread_name_prefix="trawmem"), workers
+                pool = self._pool
         pending = []
         t0 = time.perf_counter()
         texts = [(order[s:s + chunk], self._compiled_text(order[s:s + chunk], bidx_all, questions))
