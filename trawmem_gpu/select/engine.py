@@ -765,8 +765,10 @@ class SelectionEngine:
             dots = _numba_dots()
             if dots is None or self.device.type != "cpu":
                 raise ValueError("sim='dots' needs numba and a CPU engine")
-            out = np.zeros(tuple(ids.shape))
-            dots(np.ascontiguousarray(Zt.numpy()), vecs.numpy(), offsets.numpy(), counts.numpy(), bidx.numpy(), out)
+            Q, W = ids.shape
+            out = np.zeros((Q, W))  # row q at offset q * W of the flat buffer, zero past its bank
+            dots(np.ascontiguousarray(Zt.numpy()), vecs.numpy(), offsets.numpy(), counts.numpy(), bidx.numpy(),
+                 np.arange(Q, dtype=np.int64) * W, out.reshape(-1))
             return torch.from_numpy(out).to(self.dtype)
         if mode == "global":
             return torch.gather(Zt @ vecs.T, 1, ids)
@@ -1794,31 +1796,11 @@ def _numba_kernels():
     return _NUMBA_STATE["loop"]
 
 
-def _own_dots_loop(Z, V, off, cnt, bidx, out):  # pragma: no cover - compiled by numba
-    """``out[q, i] = Z[q] . V[off[b] + i]`` for ``i < cnt[b]``, ``b = bidx[q]``: each query
-    against its own bank's rows only (reads each row once; no gather copy)."""
-    d = Z.shape[1]
-    for q in range(Z.shape[0]):
-        b = bidx[q]
-        a = off[b]
-        z = Z[q]
-        for i in range(cnt[b]):
-            v = V[a + i]
-            s = 0.0
-            for k in range(d):
-                s += z[k] * v[k]
-            out[q, i] = s
-
-
 def _numba_dots():
-    """The compiled own-bank dot-product loop, or None without numba."""
-    if "dots" not in _NUMBA_STATE:
-        _NUMBA_STATE["dots"] = None
-        if _numba_kernels() is not None:
-            import numba
-
-            _NUMBA_STATE["dots"] = numba.njit(cache=True, fastmath={"reassoc", "nsz", "contract"})(_own_dots_loop)
-    return _NUMBA_STATE["dots"]
+    """The compiled own-bank dot-product loop (:func:`~.compiled_front._own_dots_flat`), or None
+    without numba."""
+    k = compiled_front.kernels() if _numba_kernels() is not None else None
+    return None if k is None else k[2]
 
 
 def stage6_numba(args: dict, stop_coverage: float, max_steps: int, T_R: float, c_hop: float, cross_thread: bool,
