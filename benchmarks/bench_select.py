@@ -307,8 +307,8 @@ def target_interleaved(data, args, label) -> dict:
     cores = os.cpu_count() or 1
     if cores > 1:  # every core of the machine: the reference's per-query loop cannot use them
         engines[f"batched_cpu_{cores}threads"] = SelectionEngine(d.banks, cfg, device="cpu", threads=cores)
-    rounds = 5 if args.quick else 15
-    per = 20 if args.quick else 40
+    rounds = args.rounds or (5 if args.quick else 15)
+    per = args.ref_per_round or (20 if args.quick else 40)
     qps = {k: [] for k in list(engines) + ["reference"]}
     stages = {k: [] for k in engines}
     outs = {k: e.select_units(ids, qs, Z) for k, e in engines.items()}  # warm (compilation, tables)
@@ -759,6 +759,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-scaling", action="store_true")
     ap.add_argument("--no-seed-search", action="store_true")
     ap.add_argument("--no-target", action="store_true", help="skip the interleaved target-point measurement")
+    ap.add_argument("--target-only", action="store_true",
+                    help="only the interleaved target point (with --update: merged into select.json)")
+    ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds at the target point (default 15)")
+    ap.add_argument("--ref-per-round", type=int, default=None, help="reference queries per round (default 40)")
     ap.add_argument("--max-banks", type=int, default=10000, help="largest collection of the scaling run")
     ap.add_argument("--ref-queries", type=int, default=None, help="queries timed for the reference (default 200)")
     ap.add_argument("--apricot-queries", type=int, default=None)
@@ -812,6 +816,8 @@ def main(argv=None) -> int:
             results["target"]["locomo_dev"] = target_interleaved(RealData(args.data), args, "locomo_dev")
         if not args.no_synthetic:
             results["target"]["synthetic"] = target_interleaved(None, args, "synthetic")
+    if args.target_only:
+        args.no_real = args.no_synthetic = args.no_seed_search = args.no_scaling = True
     if not args.no_real:
         if Path(args.data).exists():
             print("real LoCoMo dev banks:", flush=True)

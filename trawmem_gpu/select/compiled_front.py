@@ -195,19 +195,28 @@ def _propagate_one(r0, n, g0, nbr, nbw, ns, cap, hops, gamma, paper, r, in_h, se
             if nxt[j]:
                 front[nf] = j
                 nf += 1
-    kept = k_seeds
     for s in range(k_seeds):
         in_h[seeds[s]] = True
-    while kept < cap:
-        b = -1
-        for j in range(n):
-            if not picked[j] and r[j] > -np.inf and (b < 0 or r[j] > r[b]):
-                b = j
-        if b < 0:
-            break
-        picked[b] = True
-        in_h[b] = True
-        kept += 1
+    need = cap - k_seeds
+    if need <= 0:
+        return
+    nc = 0  # reached non-seeds, ascending id
+    for j in range(n):
+        if not picked[j] and r[j] > -np.inf:
+            front[nc] = j
+            nc += 1
+    if nc > need:  # the best `need` by (r desc, id asc): stable insertion sort on r
+        for i in range(1, nc):
+            v = front[i]
+            x = r[v]
+            k = i
+            while k > 0 and r[front[k - 1]] < x:
+                front[k] = front[k - 1]
+                k -= 1
+            front[k] = v
+        nc = need
+    for i in range(nc):
+        in_h[front[i]] = True
 
 
 def _front_loop(cos, coff, nu, nt, uoff, toff, ult, tok_ptr, tok_ids, bm_data, bm_idx, bm_ptr, rrf_k, nbr, nbw, ns,

@@ -1574,6 +1574,7 @@ def _stage6_loop(cand, n_cand, lt, alpha, hthread, rvec, n_h, tpos, uoff, toff, 
     mass = np.empty(max(T, 1))
     f = np.empty(F)
     lg = np.empty(R)
+    inv_ks = 1.0 / (1.0 - k_shift)  # bounds only: the 1e-6 margin covers the ulp
     for q in range(Q):
         n = n_cand[q]
         lim = limit[q]
@@ -1634,7 +1635,7 @@ def _stage6_loop(cand, n_cand, lt, alpha, hthread, rvec, n_h, tpos, uoff, toff, 
                     if identity or not cross_thread:
                         kr[j] = 0.0
                     else:
-                        y = (x - k_shift) / (1.0 - k_shift)  # the table's K expression, at the thread max
+                        y = (x - k_shift) * inv_ks  # the table's K expression at the thread max (to an ulp)
                         kr[j] = 0.0 if y < 0.0 else (1.0 if y > 1.0 else y)
                 else:
                     kr[j] = 1.0
