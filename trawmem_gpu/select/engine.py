@@ -23,12 +23,6 @@ graph neighbours of a thread, ``T`` <= ``neighborhood_cap``, ``U`` = most candid
    order -> r~ ``[Q, J]``.
 4. ``_neighbourhood``: cap to seeds + best others (ties -> lower thread index) -> ``[Q, J]`` mask.
 5. ``_candidates``: units of the neighbourhood threads, ascending, padded ``[Q, U]``.
-On CPU with numba and the default affinity / seeds (``rrf``, ``best_unit``), stages 0-5 run as
-one compiled loop per query after the GEMM instead (``front="compiled"``,
-:mod:`~trawmem_gpu.select.compiled_front`: BM25, RRF ranks by bucket and radix sorts, seeds,
-propagation, candidates), queries grouped by bank and chunked, chunks on worker threads when
-``threads > 1``; the tensor stages above are its specification and the path everywhere else.
-
 6. per chunk of queries: features, gravity (Floyd-Warshall over the neighbourhood's head graph,
    then ``sum_j r~_j exp(-Dhead[j, k] / tau)``), role softmax, priorities, and the greedy:
 
@@ -39,6 +33,12 @@ propagation, candidates), queries grouped by bank and chunked, chunks on worker 
      tensors -- ``_features`` ``[Qc, U, 7]``, ``_gravity`` ``[Qc, T, T]``, ``role_priority``,
      ``_kernel`` ``K [Qc, U, U]`` and ``greedy_select`` (Triton on CUDA) or
      :func:`greedy_lazy_batched` on CPU; chunks sorted by U, ``Qc * U^2 <= chunk_elems``.
+
+On CPU with numba and the default affinity / seeds (``rrf``, ``best_unit``), stages 0-5 run as
+one compiled loop per query after the GEMM instead (``front="compiled"``,
+:mod:`~trawmem_gpu.select.compiled_front`: BM25, RRF ranks by bucket and radix sorts, seeds,
+propagation, candidates), queries grouped by bank and chunked, chunks on worker threads when
+``threads > 1``; the tensor stages 0-5 above are its specification and the path everywhere else.
 
 Per-bank tables built at construction while they fit in ``gram_bytes`` (default 2 GiB): the
 support kernel ``K_b`` of every bank (``N_b^2`` floats: the candidates' ``K`` is a gather, never
