@@ -1540,9 +1540,10 @@ def _stage6_loop(cand, n_cand, lt, alpha, hthread, rvec, n_h, tpos, uoff, toff, 
     only float summation orders differ. ``P [Q, 7]`` = (lambda_m, lambda_r, tau, w_cov, w_role,
     w_aff, w_thr) per query.
 
-    Greedy (lazy, exact): gains are computed by one function at one call site (one summation
-    order per query), so a computed gain never grows as the state grows (monotone rounding) and
-    stale values are true upper bounds. The heap starts from upper bounds of the step-0 gains
+    Greedy (lazy, exact): gains are computed at one site (the coverage sum by one compiled
+    function, one summation order per query; the other terms in a fixed order), so a computed
+    gain never grows as the state grows (monotone rounding) and stale values are true upper
+    bounds. The heap starts from upper bounds of the step-0 gains
     that need no ``K`` row: ``K(u, v) <= clip((btab[u, j] - k_shift) / (1 - k_shift))`` for every
     unit ``v`` of thread ``j`` (``btab`` holds the thread max of the same cosines ``ktab`` clips;
     1 in u's own thread), so ``cov(u) <= sum_j mass_j * that``, padded by a relative 1e-6 for
@@ -1719,8 +1720,16 @@ def _stage6_loop(cand, n_cand, lt, alpha, hthread, rvec, n_h, tpos, uoff, toff, 
                         for v in range(n):
                             dst[v] = krow[cq[v]]
                     loaded[u] = True
-                g = _gain_row(Kc[u * n:(u + 1) * n], pq[:n], c[:n], rho[u], m, delta[q], alpha[q, u],
-                              um[u] if not hit[lt[q, u]] else 0.0, P[q])  # the only gain call site
+                # the only gain evaluation site: coverage by the compiled row function, then the
+                # role, affinity and thread terms, always in this order
+                cv = _cov_row(Kc[u * n:(u + 1) * n], pq, c)
+                role = 0.0
+                for r in range(R):
+                    y = rho[u, r] - m[r]
+                    if y > 0.0:
+                        role += delta[q, r] * y
+                g = (P[q, 3] * cv + P[q, 4] * role + P[q, 5] * alpha[q, u]
+                     + P[q, 6] * (um[u] if not hit[lt[q, u]] else 0.0))
                 fresh[u] = step
                 hk[0] = g
                 _sift_down(hk, hi, size, 0)
@@ -1761,16 +1770,14 @@ def _sift_down(hk, hi, size, i):  # pragma: no cover - compiled by numba
             return
 
 
-def _gain_row(krow, pq, c, rho_u, m, delta_q, alpha_u, thr, P_q):  # pragma: no cover - compiled by numba
-    """Marginal gain of one candidate (``krow``: its ``K`` row; ``thr``: its thread mass if the
-    thread is not hit yet, else 0; see :func:`_stage6_loop`)."""
+def _cov_row(krow, pq, c):  # pragma: no cover - compiled by numba
+    """Coverage gain ``sum_v pq[v] max(K(u, v) - c[v], 0)`` of one candidate (``krow``: its
+    ``K`` row). Compiled with reassociation so the sum vectorizes; called from one site, so
+    each query's gains share one summation order (see :func:`_stage6_loop`)."""
     cov = 0.0
     for v in range(krow.shape[0]):
         cov += pq[v] * max(krow[v] - c[v], 0.0)
-    role = 0.0
-    for r in range(rho_u.shape[0]):
-        role += delta_q[r] * max(rho_u[r] - m[r], 0.0)
-    return P_q[3] * cov + P_q[4] * role + P_q[5] * alpha_u + P_q[6] * thr
+    return cov
 
 
 def _numba_kernels():
@@ -1779,7 +1786,8 @@ def _numba_kernels():
 
     Compiled without ``parallel=True`` on purpose: numba's OpenMP threading layer shares the
     OpenMP runtime with torch and leaves torch running more threads than it was given (measured:
-    every later torch stage ~10x slower on a 2-core machine). One loop over the chunk's queries.
+    every later torch stage ~10x slower on a 2-core machine). One loop over the chunk's queries;
+    it releases the GIL, so the engine runs chunks on Python worker threads instead.
     """
     if "loop" in _NUMBA_STATE:
         return _NUMBA_STATE["loop"]
@@ -1788,10 +1796,10 @@ def _numba_kernels():
         import numba
     except Exception:  # noqa: BLE001 - any import failure means: no compiled CPU greedy
         return None
-    global _gain_row, _sift_down
-    # fastmath "reassoc" lets LLVM vectorize the coverage sum; the gain function is compiled
+    global _cov_row, _sift_down
+    # fastmath "reassoc" lets LLVM vectorize the coverage sum; the row function is compiled
     # once and called from one site, so each query still has one fixed summation order.
-    _gain_row = numba.njit(cache=True, fastmath={"reassoc", "nsz", "contract"})(_gain_row)
+    _cov_row = numba.njit(cache=True, fastmath={"reassoc", "nsz", "contract"})(_cov_row)
     _sift_down = numba.njit(cache=True)(_sift_down)
     _NUMBA_STATE["loop"] = numba.njit(cache=True, nogil=True)(_stage6_loop)  # nogil: worker threads
     return _NUMBA_STATE["loop"]
