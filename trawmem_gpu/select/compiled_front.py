@@ -148,6 +148,45 @@ def _order_desc_bits(bits, pos, m, order, tmp, hist):  # pragma: no cover - comp
             order[i] = pos_tmp[i]
 
 
+def _rrf_row(vals, m, bm, bmbits, rrf_k, alpha, order, pos, bk, cnt):  # pragma: no cover - numba
+    """RRF affinity of one query's ``m`` units: ``alpha[j] = 1 / (rank_cos(j) + k) + [bm_j > 0] /
+    (rank_bm(j) + k)``, divided by its max (ranks from 1, descending, ties to the lower unit;
+    ``vals``: cosines, ``bm``: float32 BM25 scores, ``bmbits``: their int32 view). The float64
+    operations of the torch path of ``SelectionEngine._affinity``. Scratch: ``order``, ``pos``,
+    ``bk [>= m]``, ``cnt [>= max(m + 1, 4 * 257)]``."""
+    _order_desc(vals, m, order, bk, cnt)
+    for i in range(m):
+        alpha[order[i]] = 1.0 / (np.float64(i + 1) + rrf_k)
+    npos = 0
+    for j in range(m):
+        if bm[j] > 0:
+            pos[npos] = j
+            npos += 1
+    _order_desc_bits(bmbits, pos, npos, order, bk, cnt)
+    for i in range(npos):
+        j = pos[order[i]]
+        alpha[j] = alpha[j] + 1.0 / (np.float64(i + 1) + rrf_k)
+    mx = 0.0
+    for j in range(m):
+        if alpha[j] > mx:
+            mx = alpha[j]
+    for j in range(m):
+        alpha[j] = alpha[j] / mx
+
+
+def _rrf_rows(cos, n, lex, lexbits, rrf_k, out):  # pragma: no cover - compiled by numba
+    """:func:`_rrf_row` for every row of ``cos [Q, N]`` (``n [Q]`` live units, ``lex [Q, N]``
+    float32 BM25 and its int32 view ``lexbits``) into ``out [Q, N]`` (padding left as is): the
+    RRF stage of the tensor front on CPU."""
+    Q, N = cos.shape
+    order = np.empty(max(N, 1), dtype=np.int64)
+    pos = np.empty(max(N, 1), dtype=np.int64)
+    bk = np.empty(max(N, 1), dtype=np.int64)
+    cnt = np.empty(max(N + 1, 4 * 257), dtype=np.int64)
+    for q in range(Q):
+        _rrf_row(cos[q], n[q], lex[q], lexbits[q], rrf_k, out[q], order, pos, bk, cnt)
+
+
 def _propagate_one(r0, n, g0, nbr, nbw, ns, cap, hops, gamma, paper, r, in_h, seeds, picked, front,
                    nxt):  # pragma: no cover - compiled by numba
     """Seeds, H-hop propagation and the capped neighbourhood of one query over its ``n`` threads
@@ -268,24 +307,7 @@ def _front_loop(cos, coff, nu, nt, uoff, toff, ult, tok_ptr, tok_ids, bm_data, b
         # --- RRF: cosine ranks over every unit, BM25 ranks over the positives -----------------
         for j in range(m):
             vals[j] = cos[c0 + j]
-        _order_desc(vals, m, order, bk, cnt)
-        for i in range(m):
-            alpha[order[i]] = 1.0 / (np.float64(i + 1) + rrf_k)
-        npos = 0
-        for j in range(m):
-            if bm[j] > 0:
-                pos[npos] = j
-                npos += 1
-        _order_desc_bits(bmbits, pos, npos, order, bk, cnt)
-        for i in range(npos):
-            j = pos[order[i]]
-            alpha[j] = alpha[j] + 1.0 / (np.float64(i + 1) + rrf_k)
-        mx = 0.0
-        for j in range(m):
-            if alpha[j] > mx:
-                mx = alpha[j]
-        for j in range(m):
-            alpha[j] = alpha[j] / mx
+        _rrf_row(vals, m, bm, bmbits, rrf_k, alpha, order, pos, bk, cnt)
         # --- seed scores: best unit of each thread ---------------------------------------------
         for t in range(n):
             r0[t] = -np.inf
@@ -341,20 +363,22 @@ def _own_dots_flat(Z, V, off, cnt, bidx, coff, out):  # pragma: no cover - compi
 
 
 def kernels():
-    """``(front_loop, propagate_loop, own_dots_flat)`` compiled, or None without numba."""
+    """``(front_loop, propagate_loop, own_dots_flat, rrf_rows)`` compiled, or None without numba."""
     if "front" not in _STATE:
         _STATE["front"] = None
         try:
             import numba
         except Exception:  # noqa: BLE001 - any import failure means: no compiled front
             return None
-        global _order_desc, _order_desc_bits, _propagate_one
+        global _order_desc, _order_desc_bits, _rrf_row, _propagate_one
         _order_desc = numba.njit(cache=True)(_order_desc)
         _order_desc_bits = numba.njit(cache=True)(_order_desc_bits)
+        _rrf_row = numba.njit(cache=True)(_rrf_row)
         _propagate_one = numba.njit(cache=True)(_propagate_one)
         # nogil: the engine may run chunks of queries on worker threads
         _STATE["front"] = (numba.njit(cache=True, nogil=True)(_front_loop), numba.njit(cache=True)(_propagate_batch),
-                           numba.njit(cache=True, nogil=True, fastmath={"reassoc", "nsz", "contract"})(_own_dots_flat))
+                           numba.njit(cache=True, nogil=True, fastmath={"reassoc", "nsz", "contract"})(_own_dots_flat),
+                           numba.njit(cache=True)(_rrf_rows))
     return _STATE["front"]
 
 

@@ -14,7 +14,8 @@ graph neighbours of a thread, ``T`` <= ``neighborhood_cap``, ``U`` = most candid
    bm25s per query (``_lexical``), and the demand features, once per distinct question.
 1. ``_affinity``: alpha of every unit of the query's own bank, ``[Q, N]`` (dense, fused with
    BM25, or reciprocal-rank fusion of cosine and BM25 ranks, as ``SelectConfig.affinity`` says;
-   ranks from one vectorized NumPy int64 sort per row, index packed in the keys' low bits).
+   ranks from a stable int64-key sort per row; on CPU with numba the compiled front's per-query
+   RRF instead, see ``_rrf_cpu``).
 2. ``_seed_scores``: r0 per thread, ``[Q, J]`` (segment max of alpha over thread ranges; head
    seeds from the seed index of ``seed_index.py``: faiss with per-bank restriction or batched
    per-bank similarity, dispatched on measured thresholds, exact either way).
@@ -482,7 +483,7 @@ class SelectionEngine:
         per-query dots when banks average fewer than 8 queries; into one flat buffer, bank-local
         unit order), :func:`~trawmem_gpu.select.compiled_front._front_loop` and
         :func:`_stage6_loop`. Returns ``(rows, picks, stage seconds)``."""
-        front, _, dots = compiled_front.kernels()
+        front, _, dots, _ = compiled_front.kernels()
         loop = _numba_kernels()
         cfg = self.cfg
         t = self._np_tables()
@@ -1379,8 +1380,9 @@ def _ranks_from_keys(key: Tensor, unique: bool, pad_key: int | None = None) -> T
 
 
 def _rrf_fast_ok(cos: Tensor, lex) -> bool:
-    """The compiled RRF path applies: CPU float64 cosines, numba, BM25 scores that are float32 values."""
-    if cos.device.type != "cpu" or cos.dtype != torch.float64 or lex is None or _numba_rrf() is None:
+    """The compiled RRF rows apply: CPU float64 cosines, numba, BM25 scores that are float32 values."""
+    if (cos.device.type != "cpu" or cos.dtype != torch.float64 or lex is None or _numba_kernels() is None
+            or compiled_front.kernels() is None):
         return False
     N = cos.shape[1]
     if N == 0 or N >= (1 << 31) or lex.shape != tuple(cos.shape):
@@ -1389,108 +1391,14 @@ def _rrf_fast_ok(cos: Tensor, lex) -> bool:
 
 
 def _rrf_cpu(cos: np.ndarray, n: np.ndarray, lex: np.ndarray, k: float) -> np.ndarray:
-    """``alpha [Q, N]`` of the ``rrf`` affinity, the same float64 operations as the torch path of
-    ``_affinity`` (``1 / (rank_cos + k) + [bm > 0] / (rank_bm + k)``, divided by the row max, 0 on
-    padding) with the ranks of :func:`_ranks` / :func:`_ranks_positive`: the keys are built by a
-    compiled pass, sorted by NumPy (index packed in the low bits), and rows where two cosine keys
-    share their high bits are re-sorted stably on the full keys."""
-    Q, N = cos.shape
-    keys, kc, kb = _numba_rrf()
-    b = max(1, (N - 1).bit_length())
-    full = np.empty((Q, N), dtype=np.int64)
-    packed = np.empty((Q, N), dtype=np.int64)
-    bkey = np.empty((Q, N), dtype=np.int64)
-    npos = np.empty(Q, dtype=np.int64)
-    cosc = np.ascontiguousarray(cos)
-    keys(cosc.view(np.int64), np.ascontiguousarray(n, dtype=np.int64), lex.astype(np.float32).view(np.int32),
-         b, full, packed, bkey, npos)
-    packed.sort(axis=1)
-    bkey.sort(axis=1)
-    pad = int(torch.tensor(POS_INF, dtype=torch.float64).view(torch.int64))
-    out = np.zeros((Q, N))
-    kc(packed, full, np.ascontiguousarray(n, dtype=np.int64), bkey, npos, b, pad >> b, k, out)
+    """``alpha [Q, N]`` of the ``rrf`` affinity (0 on padding) by the compiled front's per-query
+    RRF (:func:`~.compiled_front._rrf_row`): the same float64 operations as the torch path of
+    ``_affinity``, ranks from a bucket sort (cosines) and a radix sort (BM25 float32 bits)."""
+    lex32 = np.ascontiguousarray(lex, dtype=np.float32)
+    out = np.zeros(cos.shape)
+    compiled_front.kernels()[3](np.ascontiguousarray(cos), np.ascontiguousarray(n, dtype=np.int64), lex32,
+                                lex32.view(np.int32), float(k), out)
     return out
-
-
-def _rrf_keys_loop(cbits, n, lbits, b, full, packed, bkey, npos):  # pragma: no cover - compiled by numba
-    """Cosine keys (``_ranks``: order-preserving int64 of ``-cos + 0.0``, +inf bits on padding;
-    ``full`` and ``packed`` with the index in the low ``b`` bits) and BM25 keys
-    (``_ranks_positive``: inverted float32 bits ``lbits``, then the index) per row; ``npos``: positives."""
-    Q, N = cbits.shape
-    imin = np.int64(-9223372036854775807 - 1)
-    imax = np.int64(9223372036854775807)
-    padbits = np.int64(0x7FF0000000000000)
-    for q in range(Q):
-        m = n[q]
-        c = 0
-        for j in range(N):
-            if j < m:
-                x = cbits[q, j]
-                if x == 0 or x == imin:  # +0.0 / -0.0: -x + 0.0 == +0.0
-                    kb_ = np.int64(0)
-                else:
-                    kb_ = x ^ imin  # bits of -x
-                if kb_ < 0:
-                    kb_ = kb_ ^ imax
-            else:
-                kb_ = padbits
-            full[q, j] = kb_
-            packed[q, j] = ((kb_ >> b) << b) | j
-            fb = np.int64(lbits[q, j])  # float32 bits: > 0 exactly for positive scores
-            if fb > 0:
-                c += 1
-            else:
-                fb = np.int64(0)
-            bkey[q, j] = ((np.int64(2147483647) - fb) << 32) | j
-        npos[q] = c
-
-
-def _rrf_fuse_loop(packed, full, n, bkey, npos, b, padhi, k, out):  # pragma: no cover - compiled by numba
-    """Ranks from the sorted keys (tied rows re-sorted stably on ``full``) -> RRF alpha rows."""
-    Q, N = packed.shape
-    low = (np.int64(1) << b) - 1
-    for q in range(Q):
-        m = n[q]
-        tied = False
-        for i in range(1, N):
-            h = packed[q, i] >> b
-            if h == (packed[q, i - 1] >> b) and h < padhi:
-                tied = True
-                break
-        s = out[q]
-        if tied:
-            order = np.argsort(full[q], kind="mergesort")
-            for i in range(N):
-                j = order[i]
-                if j < m:
-                    s[j] = 1.0 / (np.float64(i + 1) + k)
-        else:
-            for i in range(N):
-                j = packed[q, i] & low
-                if j < m:
-                    s[j] = 1.0 / (np.float64(i + 1) + k)
-        for i in range(npos[q]):
-            j = bkey[q, i] & np.int64(0xFFFFFFFF)
-            if j < m:
-                s[j] = s[j] + 1.0 / (np.float64(i + 1) + k)
-        mx = 0.0
-        for j in range(m):
-            if s[j] > mx:
-                mx = s[j]
-        for j in range(m):
-            s[j] = s[j] / mx
-
-
-def _numba_rrf():
-    """The compiled RRF key and fusion loops, or None without numba."""
-    if "rrf" not in _NUMBA_STATE:
-        _NUMBA_STATE["rrf"] = None
-        if _numba_kernels() is not None:
-            import numba
-
-            _NUMBA_STATE["rrf"] = (numba.njit(cache=True)(_rrf_keys_loop), numba.njit(cache=True)(_rrf_fuse_loop),
-                                   None)
-    return _NUMBA_STATE["rrf"]
 
 
 def _ranks_positive(x: Tensor) -> Tensor:
