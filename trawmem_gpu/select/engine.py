@@ -461,20 +461,10 @@ class SelectionEngine:
     def _compiled_text(self, rows: np.ndarray, bidx_all: np.ndarray, questions: list[str]):
         """Text work of one chunk: the queries' BM25 term columns (global CSC columns, in
         query-token order, as CSR ``ptr / ids``) and the demand (``delta``, ``M(delta)``, weights)."""
-        _data, _indices, _indptr, tok_off, _plain = self._bm25_tables()
         qtext = [questions[i] for i in rows.tolist()]
-        toks: dict[str, list[str]] = {}
-        ids: list[int] = []
-        ptr = [0]
-        for b, text in zip(bidx_all[rows].tolist(), qtext):
-            tk = toks.get(text)
-            if tk is None:
-                tk = toks[text] = tokenize(text)
-            vocab, o = self.bm25[b].vocab, tok_off[b]
-            ids += [o + vocab[w] for w in tk if w in vocab]
-            ptr.append(len(ids))
+        ptr, ids, _slow = self._bm25_columns(bidx_all[rows].tolist(), qtext)  # plain banks only here
         delta, Mq, weights = self._demand(qtext)
-        return np.asarray(ptr, dtype=np.int64), np.asarray(ids, dtype=np.int64), delta, Mq, weights
+        return ptr, ids, delta, Mq, weights
 
     def _compiled_chunk(self, rows: np.ndarray, bidx_all: np.ndarray, Zn: np.ndarray,
                         text) -> tuple[np.ndarray, list[list[int]], dict]:
@@ -649,6 +639,27 @@ class SelectionEngine:
                                np.concatenate(ptrs + [np.array([nnz], dtype=np.int64)]), tok_off, plain)
         return self._bm25_flat
 
+    def _bm25_columns(self, bidx: list[int], questions: list[str]) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """Each query's BM25 term columns in the concatenated score matrix (:meth:`_bm25_tables`),
+        in query-token order, as CSR ``(ptr [Q + 1], ids)``; questions tokenized once per distinct
+        text. ``slow``: queries whose bank's BM25 needs bm25s itself (no columns listed)."""
+        _data, _indices, _indptr, tok_off, plain = self._bm25_tables()
+        tokens: dict[str, list[str]] = {}
+        ids: list[int] = []
+        ptr = [0]
+        slow: list[int] = []
+        for q, (b, text) in enumerate(zip(bidx, questions)):
+            if not plain[b]:
+                slow.append(q)
+            else:
+                toks = tokens.get(text)
+                if toks is None:
+                    toks = tokens[text] = tokenize(text)
+                vocab, o = self.bm25[b].vocab, tok_off[b]
+                ids += [o + vocab[w] for w in toks if w in vocab]
+            ptr.append(len(ids))
+        return np.asarray(ptr, dtype=np.int64), np.asarray(ids, dtype=np.int64), slow
+
     def _lexical(self, bidx: list[int], questions: list[str]) -> np.ndarray | None:
         """``[Q, N]`` raw BM25 scores of every unit of the query's bank (0 on padding; CPU).
 
@@ -664,28 +675,16 @@ class SelectionEngine:
         cfg = self.cfg
         if cfg.affinity == "dense" or (cfg.affinity == "fused" and cfg.lexical_weight <= 0):
             return None
-        data, indices, indptr, tok_off, plain = self._bm25_tables()
+        data, indices, indptr, _tok_off, _plain = self._bm25_tables()
         N = max(self.banks[b].n_units for b in set(bidx))
         Q = len(bidx)
         out = np.zeros((Q, N), dtype=data.dtype)
-        tokens: dict[str, list[str]] = {}
-        ids: list[list[int]] = []
-        slow: list[int] = []
-        for q, (b, text) in enumerate(zip(bidx, questions)):
-            toks = tokens.get(text)
-            if toks is None:
-                toks = tokens[text] = tokenize(text)
-            if not plain[b]:
-                slow.append(q)
-                ids.append([])
-                continue
-            vocab, o = self.bm25[b].vocab, tok_off[b]
-            ids.append([o + vocab[w] for w in toks if w in vocab])
+        ptr, ids, slow = self._bm25_columns(bidx, questions)
         flat = out.reshape(-1)
-        lens = np.array([len(t) for t in ids], dtype=np.int64)
+        lens = np.diff(ptr)
         for p in range(int(lens.max()) if Q else 0):
             who = np.flatnonzero(lens > p)
-            tid = np.array([ids[i][p] for i in who.tolist()], dtype=np.int64)
+            tid = ids[ptr[who] + p]
             start, end = indptr[tid], indptr[tid + 1]
             ln = end - start
             tot = int(ln.sum())
