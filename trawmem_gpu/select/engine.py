@@ -474,7 +474,6 @@ class SelectionEngine:
         unit order), :func:`~trawmem_gpu.select.compiled_front._front_loop` and
         :func:`_stage6_loop`. Returns ``(rows, picks, stage seconds)``."""
         front, _, dots, _ = compiled_front.kernels()
-        loop = _numba_kernels()
         cfg = self.cfg
         t = self._np_tables()
         data, indices, indptr, _tok_off, _plain = self._bm25_tables()
@@ -531,14 +530,10 @@ class SelectionEngine:
             P[:, k] = weights[name].numpy() if weights and name in weights else getattr(cfg, name)
         budget = np.clip(np.minimum(n_cand, cfg.budget), 1, None)
         limit = np.clip(np.minimum(budget, n_cand), 0, cfg.budget)
-        sel = np.full((Qc, cfg.budget), -1, dtype=np.int64)
-        n_sel = np.zeros(Qc, dtype=np.int64)
-        loop(cand, n_cand, lt, alpha, hthread, rvec, n_h, tpos, t["uo"][bidx],
-             t["to"][bidx], t["koff"][bidx], t["nu"][bidx], t["boff"][bidx], t["nt"][bidx],
-             np.ascontiguousarray(Mq.numpy()), np.ascontiguousarray(delta.numpy()), P, budget, limit, t["ktab"],
-             t["btab"], t["head_sim"], t["temporal"], t["position"], t["d_in"], t["nbr"], t["nbw"],
-             float(cfg.T_R), float(cfg.c_hop), bool(cfg.cross_thread), cfg.kernel == "identity",
-             float(cfg.k_shift), float(cfg.stop_coverage), sel, n_sel)
+        sel, n_sel = stage6_numba(dict(cand=cand, n_cand=n_cand, lt=lt, alpha=alpha, hthread=hthread, rvec=rvec,
+                                       n_h=n_h, tpos=tpos, uoff=t["uo"][bidx], toff=t["to"][bidx], Mq=Mq,
+                                       delta=delta, P=P, budget=budget, limit=limit, **self._stage6_tables(bidx)),
+                                  cfg)
         lap("greedy")
         picks = [cand[i, sel[i, :n_sel[i]]].tolist() for i in range(Qc)]
         lap("output")
@@ -560,6 +555,13 @@ class SelectionEngine:
             self._np["ucap"] = np.array([int(np.sort(np.diff(b.thread_offsets))[::-1][:h].sum()) for b in self.banks],
                                         dtype=np.int64)
         return self._np
+
+    def _stage6_tables(self, bidx: np.ndarray) -> dict:
+        """The bank-indexed and table arguments of :func:`_stage6_loop` for queries of banks ``bidx``."""
+        t = self._np_tables()
+        return dict(koff=t["koff"][bidx], nb=t["nu"][bidx], boff=t["boff"][bidx], jb=t["nt"][bidx], ktab=t["ktab"],
+                    btab=t["btab"], head_sim=t["head_sim"], temporal=t["temporal"], position=t["position"],
+                    d_in=t["d_in"], nbr=t["nbr"], nbw=t["nbw"])
 
     def _bm25_plain(self) -> bool:
         """Every bank's BM25 is a plain float32 score matrix (no non-occurrence term)."""
@@ -1036,17 +1038,13 @@ class SelectionEngine:
             P = torch.stack([torch.as_tensor(w, dtype=self.dtype).reshape(-1).expand(Qc)
                              for w in (lambda_m, lambda_r, tau, w_cov, w_role, w_aff, w_thr)], dim=1)
             args = dict(cand=cand, n_cand=n_cand, lt=lt, alpha=alpha, hthread=hthread, rvec=rvec, n_h=b.n_h[rows],
-                        tpos=b.tpos[rows], uoff=b.uoff[rows], toff=b.toff[rows], koff=self.koff[bank],
-                        nb=self.n_units[bank], boff=self.boff[bank], jb=self.n_threads[bank], Mq=b.Mq[rows],
-                        delta=b.delta[rows], P=P, budget=budget,
-                        limit=torch.clamp(torch.minimum(budget, n_cand), min=0, max=cfg.budget),
-                        ktab=self.ktab, btab=self.btab, head_sim=self.head_sim, temporal=self.temporal,
-                        position=self.position, d_in=self.d_in, nbr=self.nbr, nbw=self.nbw)
+                        tpos=b.tpos[rows], uoff=b.uoff[rows], toff=b.toff[rows], Mq=b.Mq[rows], delta=b.delta[rows],
+                        P=P, budget=budget, limit=torch.clamp(torch.minimum(budget, n_cand), min=0, max=cfg.budget),
+                        **self._stage6_tables(bank.numpy()))
             lap("features")
-            sel, n_sel = stage6_numba(args, cfg.stop_coverage, cfg.budget, cfg.T_R, cfg.c_hop, cfg.cross_thread,
-                                      cfg.kernel == "identity", cfg.k_shift)
+            sel, n_sel = stage6_numba(args, cfg)
             lap("greedy")
-            return sel, n_sel, cand
+            return torch.from_numpy(sel), torch.from_numpy(n_sel), cand
         E = S = None
         if self.btab is not None:
             bridge = self._bridge_from_table(b, rows, cand, cvalid, lt, hthread)
@@ -1719,19 +1717,20 @@ def _numba_dots():
     return None if k is None else k[2]
 
 
-def stage6_numba(args: dict, stop_coverage: float, max_steps: int, T_R: float, c_hop: float, cross_thread: bool,
-                 identity: bool, k_shift: float) -> tuple[Tensor, Tensor]:
-    """Run :func:`_stage6_loop` on CPU tensors ``args`` (named as its parameters):
-    ``(sel [Q, max_steps] candidate slots (-1 pad), n_sel [Q])``."""
+def stage6_numba(args: dict, cfg: SelectConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Run :func:`_stage6_loop` on ``args`` (NumPy arrays or CPU tensors, named as its
+    parameters; the tables from :meth:`SelectionEngine._stage6_tables`) with the scalars of
+    ``cfg``: ``(sel [Q, cfg.budget] candidate slots (-1 pad), n_sel [Q])``."""
     loop = _numba_kernels()
     if loop is None:
         raise RuntimeError("the compiled CPU stage needs numba")
     Q = args["cand"].shape[0]
-    sel = np.full((Q, max_steps), -1, dtype=np.int64)
+    sel = np.full((Q, cfg.budget), -1, dtype=np.int64)
     n_sel = np.zeros(Q, dtype=np.int64)
-    a = {k: np.ascontiguousarray(v.detach().numpy()) for k, v in args.items()}
+    a = {k: np.ascontiguousarray(v.detach().numpy() if isinstance(v, Tensor) else v) for k, v in args.items()}
     loop(a["cand"], a["n_cand"], a["lt"], a["alpha"], a["hthread"], a["rvec"], a["n_h"], a["tpos"], a["uoff"],
          a["toff"], a["koff"], a["nb"], a["boff"], a["jb"], a["Mq"], a["delta"], a["P"], a["budget"], a["limit"],
          a["ktab"], a["btab"], a["head_sim"], a["temporal"], a["position"], a["d_in"], a["nbr"], a["nbw"],
-         float(T_R), float(c_hop), bool(cross_thread), bool(identity), float(k_shift), float(stop_coverage), sel, n_sel)
-    return torch.from_numpy(sel), torch.from_numpy(n_sel)
+         float(cfg.T_R), float(cfg.c_hop), bool(cfg.cross_thread), cfg.kernel == "identity", float(cfg.k_shift),
+         float(cfg.stop_coverage), sel, n_sel)
+    return sel, n_sel
