@@ -1,20 +1,34 @@
-"""Parsing of session dates: LoCoMo's ``"1:56 pm on 8 May, 2023"`` and ISO 8601."""
+"""Parsing of session and question dates, through python-dateutil.
+
+Real exports write dates in many ways: LoCoMo's ``"1:56 pm on 8 May, 2023"``, LongMemEval's
+``"2023/05/20 (Sat) 02:21"``, messaging exports' ``"29.12.2023, 00:51:12"``, ISO 8601. A hand
+list of ``strptime`` formats rejects most of them, so everything that is not ISO 8601 goes to
+``dateutil.parser`` (a maintained parser with an explicit day-first switch), in strict mode:
+
+* a parenthesized weekday such as ``(Sat)`` is dropped, after checking that it names the
+  weekday of the date (a mismatch is an error, not a guess);
+* the year, month and day must all be written: dateutil silently fills missing fields from
+  today's date, so the text is parsed against two different defaults and any field that
+  differs between the two parses was not in the text (``"5"`` or ``"May 2023"`` are rejected);
+* ``dayfirst`` decides ``01.02.2023`` (1 February when True, January 2 when False); dates
+  whose day is above 12 read the same either way.
+"""
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
-_FORMATS = (
-    "%I:%M %p on %d %B, %Y",
-    "%I:%M %p on %d %b, %Y",
-    "%I:%M %p on %B %d, %Y",
-    "%d %B, %Y",
-    "%d %B %Y",
-    "%B %d, %Y",
-)
+_WEEKDAY = re.compile(r"\(\s*(mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun)[a-z]*\.?\s*\)", re.I)
+_WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_DEFAULTS = (datetime(1904, 1, 1), datetime(1905, 2, 2))  # any two dates differing in y, m and d
 
 
-def parse_date(text: str) -> datetime:
-    """Parse a session timestamp; raises ``ValueError`` naming the text when it cannot."""
+def parse_date(text: str, dayfirst: bool = False) -> datetime:
+    """Parse a date or date-time; raises ``ValueError`` naming the text when it cannot.
+
+    :param text: the date as the source wrote it (ISO 8601, LoCoMo, LongMemEval, ``d.m.Y``, ...)
+    :param dayfirst: read an ambiguous ``01.02.2023`` as day first (the ``--dayfirst`` flag)
+    """
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"empty or non-string date {text!r}")
     s = " ".join(text.strip().split())
@@ -22,9 +36,21 @@ def parse_date(text: str) -> datetime:
         return datetime.fromisoformat(s.replace("Z", "+00:00"))
     except ValueError:
         pass
-    for fmt in _FORMATS:
-        try:
-            return datetime.strptime(s, fmt)
-        except ValueError:
-            continue
-    raise ValueError(f"unparseable date {text!r} (expected ISO 8601 or e.g. '1:56 pm on 8 May, 2023')")
+    from dateutil import parser
+
+    weekday = None
+    m = _WEEKDAY.search(s)
+    if m:
+        weekday = _WEEKDAYS.index(m.group(1).lower()[:3])
+        s = (s[:m.start()] + " " + s[m.end():]).strip()
+    try:
+        a, b = (parser.parse(s, default=d, dayfirst=dayfirst) for d in _DEFAULTS)
+    except (ValueError, OverflowError) as e:
+        raise ValueError(f"unparseable date {text!r} ({e}); expected e.g. ISO 8601, '1:56 pm on 8 May, 2023' "
+                         f"or '2023/05/20 (Sat) 02:21'") from None
+    missing = [name for name in ("year", "month", "day") if getattr(a, name) != getattr(b, name)]
+    if missing:
+        raise ValueError(f"incomplete date {text!r}: no {' or '.join(missing)} in it")
+    if weekday is not None and a.weekday() != weekday:
+        raise ValueError(f"date {text!r} names the wrong weekday ({a:%Y-%m-%d} is a {a:%A})")
+    return a
