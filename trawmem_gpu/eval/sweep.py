@@ -10,6 +10,8 @@ tokens) are marked in the JSON, the table and the plot.
 
 How time is measured (nothing cached that a user's next question would not find cached):
 
+- **threads**: BLAS / OpenMP / torch pools are pinned to ``threads`` (default 1) for every
+  timed path, builds included (see :func:`query_threads`);
 - **build**: each conversation is built on its own with the embedding cache off, after the
   encoder is loaded and has run once (model loading is a one-off, not a per-bank cost);
 - **encode**: each question is encoded alone with the embedding cache off;
@@ -246,10 +248,16 @@ def run_cells(cells: list[Cell], banks: dict, ctxs: dict, items: list, Z: np.nda
     ``selections`` the reference's :class:`Selection` per query when ``keep_selections``.
     """
     runners = [CellRunner(c, banks, ctxs, base_cfg, engine, threads) for c in cells]
+    return interleave(runners, items, Z, warmup=warmup, keep_selections=keep_selections, progress=progress,
+                      desc=desc)
+
+
+def interleave(runners: list[CellRunner], items: list, Z: np.ndarray, *, warmup: int = 10,
+               keep_selections: bool = False, progress: bool = True, desc: str = "select") -> list[CellRunner]:
+    """The timed pass of :func:`run_cells` over ready runners (which may differ in config)."""
     for r in runners:
         for i in range(min(warmup, len(items))):
             r.run_one(items, Z, i, record=False)
-    clear_query_caches()
     n = len(runners)
     for i in tqdm(range(len(items)), desc=desc, disable=not progress):
         k = i % n
@@ -375,7 +383,8 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
     build_cfg = BuildConfig()
     convs = load_conversations(data)
     items = question_items(convs, categories, max_questions)
-    banks_list, build_rows, build_source = load_or_build_banks(convs, banks_dir, build_cfg, progress)
+    with query_threads(threads):
+        banks_list, build_rows, build_source = load_or_build_banks(convs, banks_dir, build_cfg, progress)
     banks = {b.bank_id: b for b in banks_list}
     encoder = get_encoder(build_cfg.encoder, cache=False)
     if banks_list[0].encoder_id != encoder.id:
