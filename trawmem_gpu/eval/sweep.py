@@ -18,10 +18,10 @@ How time is measured (nothing cached that a user's next question would not find 
 - **latency**: per cell, ``warmup`` queries run untimed first (numba compilation, first-touch
   allocations), then every query runs alone: selection, then the workspace is assembled and
   rendered to the text an answer model would receive. Cells are interleaved query by query
-  (their order rotated), so load from other processes shifts all cells alike. The engine's
+  (in a random order per query), so load from other processes shifts all cells alike. The engine's
   per-question-text cache is cleared before every timed call; per-bank state (BM25 index,
   context tables, engine tables) is built once per bank and reported as setup, as a server
-  would hold it; the stemmer's per-word cache stays warm, as in a running server (the rotation
+  would hold it; the stemmer's per-word cache stays warm, as in a running server (the random order
   spreads its first-miss cost evenly over the cells);
 - **throughput**: the batched engine selects all questions in batches of ``batch_size`` (mixed
   banks, a fixed shuffle), after one untimed batch; the per-question cache is cleared before
@@ -240,8 +240,10 @@ def run_cells(cells: list[Cell], banks: dict, ctxs: dict, items: list, Z: np.nda
               progress: bool = True, desc: str = "select (cells interleaved)") -> list[CellRunner]:
     """Select every query of ``items`` (``(bank_id, Question)``) alone in every cell and time it.
 
-    The cells are interleaved query by query (cell order rotated per query), so a change in
-    machine load shifts every cell alike instead of biasing whichever cell ran at the time.
+    The cells are interleaved query by query, in a fresh (seeded) random order per query, so a
+    change in machine load shifts every cell alike instead of biasing whichever cell ran at the
+    time, and no cell always follows the same neighbour (whose memory traffic would leave it the
+    same warm or cold caches every time).
     Each runner's ``records`` hold metrics only (no text): qid, bank, category, evidence recall,
     all-evidence hit, context tokens, selected and candidate counts, ``select_s`` (selection
     alone) and ``latency_s`` (selection + assembling and rendering the workspace);
@@ -258,11 +260,10 @@ def interleave(runners: list[CellRunner], items: list, Z: np.ndarray, *, warmup:
     for r in runners:
         for i in range(min(warmup, len(items))):
             r.run_one(items, Z, i, record=False)
-    n = len(runners)
+    rng = np.random.default_rng(0)
     for i in tqdm(range(len(items)), desc=desc, disable=not progress):
-        k = i % n
-        for r in runners[k:] + runners[:k]:
-            r.run_one(items, Z, i, keep=keep_selections)
+        for k in rng.permutation(len(runners)):
+            runners[k].run_one(items, Z, i, keep=keep_selections)
     return runners
 
 
