@@ -273,9 +273,10 @@ def fig10(rows_by_mode: dict, out: Path, tokenizer: str, encoder_id: str) -> dic
         t = res["modes"][mode]["tokens"]["all"]
         for q, ls in (("mean", "-"), ("p90", "--"), ("p95", ":")):
             ax.axvline(t[q], color="grey", ls=ls, lw=0.8, label=f"{q} {t[q]:.0f}")
-        ax.set_xlabel(f"context tokens ({tokenizer}); paper: mean 2,216 / p90 2,440 / p95 2,516 (Qwen tokenizer)")
+        ax.set_xlabel(f"context tokens ({tokenizer})")
         ax.set_ylabel("cumulative share of questions")
-        ax.set_title(f"(a) context length CDF, {mode}", fontsize=9)
+        ax.set_title(f"(a) context length CDF, {mode} (paper: mean 2,216 / p90 2,440 / p95 2,516, Qwen tokenizer)",
+                     fontsize=9)
         ax.legend(fontsize=7)
         ax = axes[k, 1]
         data = [[1e3 * s for s, cc in zip(pq["time_s"], pq["category"]) if cc == c] for c in CATS]
@@ -530,6 +531,7 @@ def table3(runners: dict, items, enc_s, build_rows: list[dict], llm_rows: list[d
         for j, (name, vals) in enumerate(series):
             ax.bar(x + (j - (len(series) - 1) / 2) * w, vals, w, label=name)
         ax.set_yscale("log")
+        ax.set_ylim(bottom=1)
         ax.set_xticks(x, [f"H={h}" for h in HOPS])
         ax.set_title(lab, fontsize=9)
     axes[0].legend(fontsize=7)
