@@ -105,6 +105,8 @@ def env(tmp_path, monkeypatch):
 
 
 def _eval(env, server, method: str, out_name: str, judge: bool = True) -> tuple[int, dict]:
+    if "judge-model" not in server.models:
+        server.models.append("judge-model")  # the server must list every model asked for (checked up front)
     argv = ["eval", "--data", str(env.data), "--method", method, "--budget", "4",
             "--answer-llm", server.base_url, "--output", str(env.tmp / out_name), "--banks", str(env.banks)]
     if judge:
