@@ -2,9 +2,9 @@
 
 Rendered format (what the answer model reads, and what ``context_tokens`` counts)::
 
-    ## 8 May 2023 — Caroline: Gonna continue my education ...
-    [D1:3] Melanie: That's great! What are you studying?
-    [D1:4] Caroline: Counseling, I want to help people.
+    ## 2 March 2024 — Ana: Aww, Pixel is such a cute name! Is Clara still living in Lyon?
+    [S1:6] Ben: By the way, my sister Clara just adopted a grey cat named Pixel.
+    [S1:8] Ben: She moved to Rotterdam last month for a job at the port authority.
 
 * one ``##`` heading per thread, threads in source order: the date of the thread (a thread
   never crosses a session, so it dates all its units), then ``—`` and the thread's gist: for an
@@ -13,7 +13,7 @@ Rendered format (what the answer model reads, and what ``context_tokens`` counts
 * one line per selected unit, in thread order: ``[turn id] speaker: text``, then
   ``[shares an image: caption]`` for a shared image;
 * without heads (the baselines) no headings, and each line carries its date:
-  ``[D1:3] (8 May 2023) Melanie: ...``.
+  ``[S1:6] (2 March 2024) Ben: ...``.
 
 Texts are shown as the source wrote them except for characters that could mislead the reader
 or forge structure: control characters (NUL, ESC, ...), bidirectional embeddings, overrides
@@ -45,7 +45,7 @@ def one_line(text: str) -> str:
 
 
 def date_label(t: Turn) -> str:
-    """``8 May 2023`` (the source's own text when it gave no parsable date)."""
+    """``2 March 2024`` (the source's own text when it gave no parsable date)."""
     return f"{t.time.day} {t.time:%B %Y}" if t.time else t.timestamp
 
 
