@@ -79,8 +79,9 @@ def _valid_dirname(name) -> bool:
 
 class Collection:
     """A directory of banks. ``Collection(dir)`` opens one; ``create=True`` also starts a new one
-    (nothing is written before the first ``put``). Safe for concurrent writers: see the module
-    docstring."""
+    (nothing is written before the first ``put``) in a new or empty directory, or one that holds
+    only JSON files (a tool's sidecar); any other content is refused, so a mistyped ``--out`` never
+    fills a home directory. Safe for concurrent writers: see the module docstring."""
 
     def __init__(self, path: str | Path, *, create: bool = False, timeout: float = LOCK_TIMEOUT_S):
         self.path = Path(path)
@@ -98,7 +99,8 @@ class Collection:
             raise BankError(f"{self.path}: not a collection (missing {INDEX})")
         elif self.path.is_dir():
             other = sorted(p.name for p in self.path.iterdir()
-                           if p.name not in (BANKS, LOCK, LOCK_DIR) and not p.name.startswith(f".{INDEX}.tmp-"))
+                           if p.name not in (BANKS, LOCK, LOCK_DIR) and not p.name.startswith(f".{INDEX}.tmp-")
+                           and not (p.suffix == ".json" and p.is_file()))  # a tool's sidecar next to the index
             if other:
                 raise BankError(f"{self.path}: exists and is not a collection (it holds {name_list(other)}); "
                                 f"choose a new or empty directory")
