@@ -122,6 +122,24 @@ def test_update_is_one_read_modify_write(tmp_path):
         coll.update("x", lambda old: tiny_bank("y", old.turns))
 
 
+def test_update_reruns_when_a_put_lands_meanwhile(tmp_path):
+    """A plain put of the bank lands while fn runs: the update is applied to the new bank, not
+    to the one fn first saw, so the put is not lost."""
+    d = tmp_path / "coll"
+    Collection(d, create=True).put(tiny_bank("x", [turn("x1", 1)]))
+    seen = []
+
+    def append(old):
+        seen.append([t.turn_id for t in old.turns])
+        if len(seen) == 1:  # another writer replaces the bank while we compute
+            Collection(d).put(tiny_bank("x", [turn("x1", 1), turn("p1", 1)]))
+        return tiny_bank("x", old.turns + [turn("u1", 1)])
+
+    Collection(d).update("x", append)
+    assert seen == [["x1"], ["x1", "p1"]]
+    assert [t.turn_id for t in Collection(d).load("x").turns] == ["x1", "p1", "u1"]
+
+
 def test_reader_of_a_replaced_bank_never_fails(tmp_path):
     """Another process replaces one bank 60 times while this one loads it in a loop: every load
     sees a whole bank (1 to 6 turns), never an error."""

@@ -74,8 +74,7 @@ def cmd_build(a) -> int:
                 fresh.append(c)
         if fresh:
             banks, st = build_banks(fresh, cfg, enc, llm, progress=not a.quiet)
-            for b in banks:
-                coll.put(b)
+            coll.put_many(banks)
             note = f" ({replaced} replaced)" if replaced else ""
             print(f"built {plural(len(banks), 'bank')}{note}, {plural(st['n_units'], 'unit')} in {a.out} "
                   f"(encode {st['encode_units_s'] + st['encode_heads_s']:.1f}s, segment {st['segment_s']:.2f}s, "

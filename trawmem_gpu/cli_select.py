@@ -137,8 +137,7 @@ def cmd_demo(a) -> int:
     coll = Collection(out, create=True)
     convs = load_conversations(sample_path())
     banks, st = build_banks(convs, progress=False)
-    for b in banks:
-        coll.put(b)
+    coll.put_many(banks)
     bank = coll.load(banks[0].bank_id)
     print(f"built {out}: {plural(bank.n_units, 'unit')} in {plural(bank.n_threads, 'thread')} "
           f"(encode {st['encode_units_s'] + st['encode_heads_s']:.2f}s)\n")

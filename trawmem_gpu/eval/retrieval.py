@@ -127,8 +127,7 @@ def banks_for(data_path: str | Path, build_cfg: BuildConfig | None = None, cache
     t0 = time.perf_counter()
     banks, st = build_banks(convs, build_cfg, encoder, progress=progress)
     _stash_build_stats(banks, st, time.perf_counter() - t0, getattr(encoder, "hits", 0) - hits0)
-    for b in banks:
-        coll.put(b)
+    coll.put_many(banks)
     return convs, banks, cdir
 
 

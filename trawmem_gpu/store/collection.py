@@ -13,19 +13,21 @@ ids differing only in letter case get different names on case-insensitive file s
 
 **Concurrency.** Any number of threads and processes may read and write one collection:
 
-* ``put(bank)`` writes (or replaces) one bank and then the index, holding the collection lock
-  (a ``filelock.FileLock``: cross-process, and one holder at a time among threads of one
-  process; re-entrant within a thread). Under the lock the index is re-read from disk, so
-  banks that other writers added are kept; the index goes to a uniquely named temporary file,
-  is fsynced and renamed into place. Before writing, leftovers of killed writers are cleaned:
-  ``banks/.<name>.tmp-*`` directories and index temp files are removed, and a bank left aside
-  as ``banks/.<name>.old-*`` by a kill between its two renames is restored (or removed when
-  the new one is in place).
+* ``put(bank)`` / ``put_many(banks)`` write (or replace) banks and then the index, holding the
+  collection lock (a ``filelock.FileLock``: cross-process, and one holder at a time among the
+  threads of one process; re-entrant within a thread) for each group of up to 64 banks. Under
+  the lock the index is re-read from disk, so banks that other writers added are kept; each bank
+  goes to a uniquely named temporary directory and the index to a uniquely named temporary
+  file, each fsynced and renamed into place. Before writing, leftovers of killed writers are
+  cleaned: ``banks/.<name>.tmp-*`` directories and index temp files are removed, and a bank
+  left aside as ``banks/.<name>.old-*`` by a kill between its two renames is restored (or
+  removed when the new one is in place).
 * ``update(bank_id, fn)`` is the read-modify-write of one bank (appending turns):
   ``fn(old_bank_or_None) -> new_bank`` runs while the bank's own lock is held, so concurrent
   updates of one bank apply one after another and none is lost, while other banks stay
-  readable and writable (the collection lock is taken only for the final ``put``).
-  ``put`` takes the bank's lock too, so a ``put`` never lands inside another writer's update.
+  readable and writable. The result is stored only if the bank on disk is still the one ``fn``
+  saw (a plain ``put`` of that bank may have landed meanwhile); otherwise ``fn`` runs again on
+  the new bank, so ``fn`` must be a pure function of its argument.
 * ``load(bank_id)`` / ``load_all()`` read each bank under the collection lock (briefly), so a
   reader never sees a bank between its two renames. On a read-only collection (no lock file
   can be created) reads go ahead without the lock.
@@ -52,7 +54,7 @@ import numpy as np
 
 from ..errors import BankError, UnknownBank, name_list
 from .bank import Bank
-from .files import FORMAT_VERSION, load_bank, save_bank, write_json_atomic
+from .files import FORMAT_VERSION, load_bank, read_meta, save_bank, write_json_atomic
 
 INDEX = "collection.json"
 LOCK = ".trawmem.lock"
@@ -124,8 +126,7 @@ class Collection:
                             f"got {type(v).__name__} {v!r})")
         if v != FORMAT_VERSION:
             raise BankError(f"{ip}: collection format version {v}, this trawmem_gpu reads version "
-                            f"{FORMAT_VERSION}; rebuild it with `trawmem build --input DATA --out {self.path}` "
-                            f"into a new directory")
+                            f"{FORMAT_VERSION}; rebuild the banks with `trawmem build --input DATA --out NEW_DIR`")
         banks, enc = idx.get("banks"), idx.get("encoder_id")
         if not isinstance(banks, dict):
             raise BankError(f"{ip}: corrupt collection index (field 'banks' must be an object mapping bank id "
@@ -234,12 +235,18 @@ class Collection:
                 return name
         raise BankError(f"{self.path}: no free directory name for bank {bank_id!r}")  # pragma: no cover
 
-    def put(self, bank: Bank) -> None:
-        """Write (or replace) one bank, then the index, each atomically, under the bank's and the
-        collection's lock (other writers' banks are kept)."""
-        with self.bank_lock(bank.bank_id), self.lock():
-            self.refresh()
-            self._sweep()
+    def _revision(self, bank_id: str) -> str | None:
+        """The stored bank's metadata checksum (None when it has none): changes with every write."""
+        if bank_id not in self.banks:
+            return None
+        try:
+            return read_meta(self.path / BANKS / self.banks[bank_id]).get("meta_sha256")
+        except BankError:
+            return "unreadable"
+
+    def _write(self, banks: list[Bank]) -> None:
+        """Save ``banks`` and the index (call with the collection lock held, after ``refresh``)."""
+        for bank in banks:
             if self.encoder_id is not None and bank.encoder_id != self.encoder_id:
                 raise BankError(f"bank {bank.bank_id!r} was encoded with {bank.encoder_id!r}, the collection "
                                 f"{self.path} with {self.encoder_id!r}; one collection holds one embedding space")
@@ -247,21 +254,45 @@ class Collection:
             save_bank(bank, self.path / BANKS / name)
             self.banks[bank.bank_id] = name
             self.encoder_id = bank.encoder_id
-            self._write_index()
+        self._write_index()
 
-    def update(self, bank_id: str, fn: Callable[[Bank | None], Bank | None]) -> Bank | None:
+    def put(self, bank: Bank) -> None:
+        """Write (or replace) one bank, then the index, each atomically, under the collection lock
+        (other writers' banks are kept)."""
+        self.put_many([bank])
+
+    def put_many(self, banks: list[Bank], group: int = 64) -> None:
+        """``put`` for many banks: one lock hold, one index write per ``group`` banks."""
+        for i in range(0, len(banks), group):
+            with self.lock():
+                self.refresh()
+                if i == 0:
+                    self._sweep()
+                self._write(list(banks[i:i + group]))
+
+    def update(self, bank_id: str, fn: Callable[[Bank | None], Bank | None], *, tries: int = 10) -> Bank | None:
         """Read-modify-write of one bank under its lock: ``fn(stored bank, or None when there is
         none)`` returns the bank to store (its id must be ``bank_id``), or None to store nothing.
-        Returns what ``fn`` returned. Concurrent updates of one bank run one after another."""
+        Returns what ``fn`` returned. Concurrent updates of one bank run one after another; if a
+        ``put`` of the bank lands while ``fn`` runs, ``fn`` runs again on the new bank."""
         with self.bank_lock(bank_id):
-            self.refresh()
-            old = self.load(bank_id) if bank_id in self.banks else None
-            new = fn(old)
-            if new is not None:
-                if new.bank_id != bank_id:
+            for _ in range(tries):
+                with self.lock(reading=True):
+                    self.refresh()
+                    rev = self._revision(bank_id)
+                    old = load_bank(self.bank_path(bank_id), bank_id=bank_id) if rev is not None else None
+                new = fn(old)
+                if new is not None and new.bank_id != bank_id:
                     raise BankError(f"update of bank {bank_id!r} returned bank {new.bank_id!r}")
-                self.put(new)
-            return new
+                with self.lock():
+                    self.refresh()
+                    if self._revision(bank_id) != rev:
+                        continue  # another writer's put landed meanwhile: apply fn to its bank
+                    if new is not None:
+                        self._sweep()
+                        self._write([new])
+                    return new
+        raise BankError(f"{self.path}: bank {bank_id!r} kept changing under {tries} attempts to update it")
 
 
 @dataclass
