@@ -661,7 +661,10 @@ def main(argv=None) -> int:
     if not mode_names or any(m not in ("default", "paper") for m in mode_names):
         ap.error("--modes: give default and/or paper")
     modes = {m: (SelectConfig.paper() if m == "paper" else SelectConfig()) for m in mode_names}
-    args.fig9_budgets = parse_int_list(args.fig9_budgets, "--fig9-budgets", 1)
+    try:
+        args.fig9_budgets = parse_int_list(args.fig9_budgets, 1)
+    except ValueError as e:
+        ap.error(f"--fig9-budgets: {e}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()

@@ -24,19 +24,19 @@ def test_grid_cells():
         grid(["rag"], [1], [4])
 
 
-@pytest.mark.parametrize("text, flag, minimum, expect", [
-    ("1,2,3", "--hops", 0, [1, 2, 3]),
-    ("16, 4,16", "--budget", 1, [16, 4]),
-    ("1,x", "--hops", 0, "not a comma-separated list of integers"),
-    ("0,4", "--budget", 1, "must be >= 1, got 0"),
-    (" , ", "--budget", 1, "at least one value"),
+@pytest.mark.parametrize("text, minimum, expect", [
+    ("1,2,3", 0, [1, 2, 3]),
+    ("16, 4,16", 1, [16, 4]),
+    ("1,x", 0, "expected comma-separated integers, got '1,x'"),
+    ("0,4", 1, "every value must be at least 1, got 0"),
+    (" , ", 1, "at least one value"),
 ])
-def test_parse_int_list(text, flag, minimum, expect):
+def test_parse_int_list(text, minimum, expect):
     if isinstance(expect, list):
-        assert parse_int_list(text, flag, minimum) == expect
+        assert parse_int_list(text, minimum) == expect
     else:
-        with pytest.raises(InputError, match=f"{flag}: .*{expect}"):
-            parse_int_list(text, flag, minimum)
+        with pytest.raises(InputError, match=expect):
+            parse_int_list(text, minimum)
 
 
 def test_mark_pareto_matches_the_definition():
@@ -122,14 +122,25 @@ def test_sweep_measures_a_fresh_build(tiny, tmp_path):
 
 
 @pytest.mark.parametrize("args, match", [
-    (["--hops", "1,x"], "--hops: '1,x' is not a comma-separated list of integers"),
-    (["--budget", "0"], "--budget: every value must be >= 1"),
-    (["--method", "trawmem,rag"], "--method: unknown method 'rag'"),
-    (["--batch-size", "0"], "--batch-size must be >= 1"),
-    (["--data", "/nonexistent/x.json"], "--data /nonexistent/x.json: file not found"),
+    (["--hops", "1,x"], "argument --hops: expected comma-separated integers, got '1,x'"),
+    (["--budget", "0"], "argument --budget: every value must be at least 1, got 0"),
+    (["--method", "trawmem,rag"], "argument --method: unknown method 'rag'"),
+    (["--batch-size", "0"], "argument --batch-size: must be at least 1, got 0"),
+    (["--warmup", "-1"], "argument --warmup: must be 0 or more"),
+    (["--categories", "1,9"], "argument --categories: expected comma-separated categories 1-5"),
 ])
-def test_sweep_flag_errors(tiny, tmp_path, capsys, args, match):
-    argv = ["sweep", "--quiet", "--data", str(tiny[0]), "--output", str(tmp_path / "x.json"), *args]
-    assert main(argv) == 2  # argparse keeps the last --data
-    assert match in capsys.readouterr().err
+def test_sweep_flags_checked_at_parse_time(tmp_path, capsys, monkeypatch, args, match):
+    import trawmem_gpu.encode as enc
+
+    monkeypatch.setattr(enc, "get_encoder", lambda *a, **k: pytest.fail("loaded a model before checking flags"))
+    with pytest.raises(SystemExit) as ei:
+        main(["sweep", "--quiet", "--data", "D.json", "--output", str(tmp_path / "x.json"), *args])
+    assert ei.value.code == 2 and match in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_sweep_missing_data(tmp_path, capsys):
+    assert main(["sweep", "--quiet", "--data", str(tmp_path / "nope.json"), "--output", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"trawmem sweep: error: --data {tmp_path / 'nope.json'}: file not found"
     assert not (tmp_path / "x.json").exists()

@@ -77,17 +77,17 @@ def grid(methods, hops, budgets) -> list[Cell]:
     return cells
 
 
-def parse_int_list(text: str, flag: str, minimum: int) -> list[int]:
-    """``"1,2,3"`` -> ``[1, 2, 3]`` (order kept, duplicates dropped), with errors naming the flag."""
+def parse_int_list(text: str, minimum: int) -> list[int]:
+    """``"1,2,3"`` -> ``[1, 2, 3]`` (order kept, duplicates dropped); ``InputError`` otherwise."""
     try:
         vals = [int(x) for x in str(text).split(",") if x.strip()]
     except ValueError:
-        raise InputError(f"{flag}: {text!r} is not a comma-separated list of integers") from None
+        raise InputError(f"expected comma-separated integers, got {text!r}") from None
     if not vals:
-        raise InputError(f"{flag}: give at least one value")
+        raise InputError("expected at least one value")
     bad = [v for v in vals if v < minimum]
     if bad:
-        raise InputError(f"{flag}: every value must be >= {minimum}, got {bad[0]}")
+        raise InputError(f"every value must be at least {minimum}, got {bad[0]}")
     return list(dict.fromkeys(vals))
 
 
