@@ -84,8 +84,9 @@ WHY = {
                   "ours derive from B (n_seeds = B/2 = 8 seed threads, cap 3B/4 = 12 threads at B = 16) over "
                   "embedding-segmented threads of 3-12 turns (mean ~5), so |U_q| is about half the paper's 144.8.",
     "tokens": "The paper counts with the Qwen3.8-27B tokenizer and its thread heads are LLM summaries; ours are "
-              "tiktoken cl100k_base counts of short extractive heads ('[date] A & B', the quote dropped when the "
-              "quoted turn is itself selected), so about 16 turns plus ~10 heads come to ~900 tokens, not ~2,200.",
+              "tiktoken cl100k_base counts of short extractive headings (the thread's date and its most central "
+              "turn, clipped, left out when that turn is itself selected), so 16 turns under ~9-11 headings come "
+              "to well under half the paper's ~2,200 tokens.",
     "time": "The paper embeds with Qwen3-Embedding-0.6B and lists an evidence-selection prompt (its Section 7.1); "
             "its retrieval takes seconds per query. Ours is LLM-free: one MiniLM question encoding plus the NumPy "
             "reference selection and the workspace rendering, one CPU thread, in milliseconds (on a shared "
