@@ -23,6 +23,7 @@ from ..data.types import UNIT_TEXT_VERSION, Conversation
 from ..errors import BankError
 
 SIDECAR = "score-build.json"
+BUILD_LOG = "score-build-log.jsonl"
 
 
 def file_sha256(path: str | Path) -> str:
@@ -123,4 +124,16 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
     if ray is None:
         stats["embedding_cache_hits"] = getattr(encoder, "hits", 0) - hits0
         stats["embedding_cache_misses"] = getattr(encoder, "misses", 0) - miss0
+    stats["runner"] = "ray" if ray is not None else "local"
+    # keep every build session's figures with the collection (a reused collection still knows its cost)
+    with open(path / BUILD_LOG, "a", encoding="utf-8") as f:
+        f.write(json.dumps(stats) + "\n")
     return stats
+
+
+def build_log(path: str | Path) -> list[dict]:
+    """The build sessions recorded for the collection at ``path`` (oldest first)."""
+    p = Path(path) / BUILD_LOG
+    if not p.exists():
+        return []
+    return [json.loads(x) for x in p.read_text(encoding="utf-8").splitlines() if x.strip()]

@@ -31,7 +31,7 @@ from ..errors import InputError
 from ..eval.longmemeval import DEFAULT_KS, question_record
 from ..select.config import SelectConfig
 from ..store.bank import Bank
-from ..tokens import TOKENIZER_NAME
+from ..tokens import TOKENIZER_NAME, count_tokens
 from ..workspace import assemble
 from .items import ScoreItem
 from .writer import ResumableJsonl, read_records
@@ -98,7 +98,8 @@ def _accepts(fn, name: str) -> bool:
 class Scorer:
     """Selection over one group of banks; ``score(items)`` -> output records in item order."""
 
-    def __init__(self, banks: list[Bank], spec: ScoreSpec, encoder=None, head=None, llm=None):
+    def __init__(self, banks: list[Bank], spec: ScoreSpec, encoder=None, head=None, llm=None,
+                 contexts: dict | None = None):
         if not banks:
             raise ValueError("Scorer needs at least one bank")
         self.spec = spec
@@ -107,24 +108,21 @@ class Scorer:
         enc_ids = {b.encoder_id for b in banks}
         if len(enc_ids) != 1:
             raise InputError(f"banks of one job were encoded with different encoders: {sorted(enc_ids)}")
-        if encoder is None:
-            from ..config import BuildConfig
-            from ..encode import get_encoder
-
-            bc = banks[0].build_config
-            encoder = get_encoder(BuildConfig.from_dict(bc).encoder if bc else "minilm")
-        if encoder.id != banks[0].encoder_id:
-            raise InputError(f"banks were encoded with {banks[0].encoder_id!r}, the configured encoder is {encoder.id!r}")
-        self.encoder = encoder
+        self.encoder_id = banks[0].encoder_id
+        self._build_cfg = banks[0].build_config
+        if encoder is not None and encoder.id != self.encoder_id:
+            raise InputError(f"banks were encoded with {self.encoder_id!r}, the configured encoder is {encoder.id!r}")
+        self._encoder = encoder
         if head is None and spec.head:
             from ..head import load_head
 
             head = load_head(spec.head)
         self.head = head
         self.llm = llm
-        self.tag = spec.tag(encoder.id)
+        self.tag = spec.tag(self.encoder_id)
         self.engine = None
-        self._ctx: dict = {}
+        self._ctx: dict = contexts if contexts is not None else {}
+        """bank id -> BankContext (pass one dict to share contexts between scorers of one process)."""
         self.timings: dict[str, float] = {}
         t0 = time.perf_counter()
         if spec.method == "trawmem" and spec.engine == "batched":
@@ -179,6 +177,13 @@ class Scorer:
                 out.append(baselines.full_context(ctx))
         return out
 
+    @property
+    def encoder(self):
+        """The banks' encoder, loaded on first use (callers that pass query vectors never load it)."""
+        if self._encoder is None:
+            self._encoder = encoder_for(self._build_cfg, self.encoder_id)
+        return self._encoder
+
     def encode(self, items: list[ScoreItem]) -> np.ndarray:
         return self.encoder.encode([it.question for it in items], is_query=True)
 
@@ -199,7 +204,7 @@ class Scorer:
             text = ws.render()
             ranked = [bank.turns[int(u)].turn_id for u in p]
             rec = {"id": it.id, "bank_id": it.bank_id, "question": it.question, "date": it.date, "units": ranked,
-                   "workspace": text, "tokens": ws.n_tokens, "tokenizer": TOKENIZER_NAME, "config": self.tag}
+                   "workspace": text, "tokens": count_tokens(text), "tokenizer": TOKENIZER_NAME, "config": self.tag}
             if it.gold is not None:
                 rec["eval"] = question_record(it.id, it.qtype, ranked, it.gold, [t.turn_id for t in bank.turns],
                                               rec["tokens"], self.spec.ks)
@@ -223,6 +228,32 @@ class Scorer:
             r["answer"] = clean_answer(x.text) if x.error is None else None
             if x.error is not None:
                 r["answer_error"] = str(x.error)
+
+
+def encoder_for(build_config: dict | None, encoder_id: str | None):
+    """The (cached) encoder a bank's build config names; it must produce ``encoder_id``."""
+    from ..config import BuildConfig
+    from ..encode import get_encoder
+
+    enc = get_encoder(BuildConfig.from_dict(build_config).encoder if build_config else "minilm")
+    if encoder_id is not None and enc.id != encoder_id:
+        raise InputError(f"banks were encoded with {encoder_id!r}, the configured encoder is {enc.id!r}")
+    return enc
+
+
+def collection_encoder(coll):
+    """The encoder of a collection's banks (read from one bank's metadata, no vectors loaded)."""
+    from ..store.files import read_meta
+
+    if not len(coll):
+        raise InputError(f"{coll.path}: the collection holds no banks")
+    meta = read_meta(coll.bank_path(coll.bank_ids[0]))
+    return encoder_for(meta.get("build_config"), coll.encoder_id)
+
+
+def encode_questions(items: list[ScoreItem], encoder) -> np.ndarray:
+    """``[n, d]`` query vectors for ``items`` (one batched call through the embedding cache)."""
+    return encoder.encode([it.question for it in items], is_query=True)
 
 
 def plan_batches(items: list[ScoreItem], batch_size: int) -> list[list[ScoreItem]]:
@@ -283,6 +314,12 @@ def run_score(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
 
             head = load_head(spec.head)
         llm = llm_from_args(spec.answer_llm) if spec.answer_llm else None
+        t0 = time.perf_counter()
+        if todo:
+            encoder = encoder or collection_encoder(coll)
+            Z = encode_questions(todo, encoder)
+            zrow = {it.id: i for i, it in enumerate(todo)}
+        add("encode", time.perf_counter() - t0)
         bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=f"score ({spec.method})", unit="q",
                    disable=not progress)
         for batch in plan_batches(todo, batch_size):
@@ -290,8 +327,7 @@ def run_score(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
             banks = [coll.load(b) for b in dict.fromkeys(it.bank_id for it in batch)]
             add("load_banks", time.perf_counter() - t0)
             scorer = Scorer(banks, spec, encoder=encoder, head=head, llm=llm)
-            encoder = scorer.encoder
-            recs = scorer.score(batch)
+            recs = scorer.score(batch, Z[[zrow[it.id] for it in batch]])
             for k, v in scorer.timings.items():
                 add(k, v)
             t0 = time.perf_counter()

@@ -21,6 +21,7 @@ Ray is an optional extra (``pip install -e .[ray]``); nothing here is imported w
 """
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -33,7 +34,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .items import ScoreItem
-from .job import ScoreSpec, Scorer, check_banks, job_meta, plan_batches
+from .job import ScoreSpec, Scorer, check_banks, collection_encoder, encode_questions, job_meta, plan_batches
 from .writer import ResumableJsonl
 
 
@@ -81,7 +82,6 @@ class GroupScorer:
         torch.set_num_threads(max(1, threads))
         self.coll = Collection(collection)
         self.spec = ScoreSpec.from_dict(spec)
-        self.encoder = None
         self.head = None
         if self.spec.head:
             from ..head import load_head
@@ -104,14 +104,14 @@ class GroupScorer:
 
     def __call__(self, batch: dict) -> dict:
         out, timings = [], []
-        for payload in batch["items"]:
+        for payload, zb in zip(batch["items"], batch["z"]):
             items = [ScoreItem.from_dict(d) for d in json.loads(payload)]
+            Z = np.frombuffer(base64.b64decode(zb), dtype=np.float32).reshape(len(items), -1)
             t0 = time.perf_counter()
             banks = [self._bank(b) for b in dict.fromkeys(it.bank_id for it in items)]
             load_s = time.perf_counter() - t0
-            sc = Scorer(banks, self.spec, encoder=self.encoder, head=self.head, llm=self.llm)
-            self.encoder = sc.encoder
-            recs = sc.score(items)
+            sc = Scorer(banks, self.spec, head=self.head, llm=self.llm)
+            recs = sc.score(items, Z)
             out.extend(json.dumps(r, ensure_ascii=False) for r in recs)
             tm = json.dumps(sc.timings | {"load_banks": load_s, "pid": os.getpid()})
             timings.extend([tm] + [""] * (len(recs) - 1))
@@ -132,7 +132,8 @@ def score_ray(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
     writer = ResumableJsonl(out, meta=job_meta(spec, collection, coll.encoder_id), overwrite=overwrite)
     timings: dict[str, float] = {}
     n_done = 0
-    first_s = None
+    first_s = t_last = None
+    n_first = 0
     pids: set = set()
     try:
         todo = [it for it in items if it.id not in writer]
@@ -141,11 +142,18 @@ def score_ray(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
         # several groups per worker: balance, and results stream back while others run
         gs = group_size or max(1, math.ceil(len(todo) / (workers * 4)))
         groups = plan_batches(todo, gs)
+        # question vectors come from the driver (one cached batch): workers never load the encoder
+        t0 = time.perf_counter()
+        Z = encode_questions(todo, collection_encoder(coll)) if todo else None
+        zrow = {it.id: i for i, it in enumerate(todo)}
+        timings["encode"] = time.perf_counter() - t0
         with ray_session(address, workers) as ray:
             t_init = time.perf_counter()
-            timings["ray_init"] = t_init - t_start
+            timings["ray_init"] = t_init - t0 - timings["encode"]
             if groups:
-                rows = [{"items": json.dumps([it.to_dict() for it in g])} for g in groups]
+                rows = [{"items": json.dumps([it.to_dict() for it in g]),
+                         "z": base64.b64encode(np.ascontiguousarray(Z[[zrow[it.id] for it in g]], np.float32)
+                                               .tobytes()).decode()} for g in groups]
                 ds = ray.data.from_items(rows, override_num_blocks=len(rows))
                 ds = ds.map_batches(GroupScorer, batch_size=1, batch_format="numpy",
                                     compute=ray.data.ActorPoolStrategy(size=workers), num_cpus=threads_per_worker,
@@ -165,6 +173,8 @@ def score_ray(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
                     writer.write_many(recs)
                     if first_s is None and recs:
                         first_s = time.perf_counter() - t_init
+                        n_first = len(recs)
+                    t_last = time.perf_counter() - t_init
                     n_done += len(recs)
                     bar.update(len(recs))
                     if on_write is not None:
@@ -177,7 +187,9 @@ def score_ray(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
     return {"out": str(out), "questions": len(items), "scored_now": n_done,
             "skipped_already_written": len(items) - len(todo), "torn_bytes_dropped": writer.torn_bytes,
             "wall_s": wall, "questions_per_s": n_done / wall if wall > 0 else float("nan"),
-            "first_result_s": first_s, "groups": len(groups), "workers": workers, "worker_pids": len(pids),
+            "first_result_s": first_s,
+            "steady_questions_per_s": (n_done - n_first) / (t_last - first_s) if first_s and t_last > first_s else None,
+            "groups": len(groups), "workers": workers, "worker_pids": len(pids),
             "timings_summed_over_workers": timings, "runner": "ray"}
 
 
