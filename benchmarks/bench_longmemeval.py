@@ -150,6 +150,7 @@ def throughput(items, bank_dir, args) -> dict:
                     s2 = score_ray(items, bank_dir, spec, Path(d) / f"ray{r}.jsonl", workers=args.ray_workers,
                                    progress=False)
                 row |= {"ray_qps": s2["questions_per_s"], "ray_wall_s": s2["wall_s"], "ray_init_s": init,
+                        "ray_steady_qps": s2["steady_questions_per_s"],
                         "ray_first_result_s": s2["first_result_s"], "ray_groups": s2["groups"],
                         "ray_timings_summed": s2["timings_summed_over_workers"],
                         "ratio": s2["questions_per_s"] / s["questions_per_s"],
@@ -164,7 +165,9 @@ def throughput(items, bank_dir, args) -> dict:
            "median_single_qps": statistics.median(r["single_qps"] for r in rounds)}
     if not args.no_ray:
         out |= {"median_ray_qps": statistics.median(r["ray_qps"] for r in rounds),
-                "median_ratio": statistics.median(r["ratio"] for r in rounds)}
+                "median_ratio": statistics.median(r["ratio"] for r in rounds),
+                "median_ratio_with_cluster_start": statistics.median(r["ratio_with_cluster_start"] for r in rounds),
+                "median_ray_first_result_s": statistics.median(r["ray_first_result_s"] for r in rounds)}
     return out
 
 
@@ -272,6 +275,11 @@ def main() -> int:
     out_dir = ROOT / "benchmarks" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = "longmemeval" + (f"-{args.tag}" if args.tag else "")
+    prev = out_dir / f"{stem}.json"
+    if skip and prev.exists():  # a partial rerun keeps the sections it skipped
+        old = json.loads(prev.read_text())
+        res = {**{k: v for k, v in old.items() if k not in res or k in ("quality", "selection", "throughput",
+                                                                          "build_sample")}, **res}
     (out_dir / f"{stem}.json").write_text(json.dumps(res, indent=1))
     if res.get("quality"):
         plot(res, out_dir / f"{stem}.png")
