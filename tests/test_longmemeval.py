@@ -214,3 +214,13 @@ def test_aggregate_skips_abstention_and_no_gold_and_macro_over_types():
     assert agg["macro"]["context_tokens"] == pytest.approx((15 + 40) / 2)
     assert agg["official"]["turn"]["recall_any@1"] == pytest.approx(2 / 3)  # official: mean over questions
     assert official_metrics(["b_1"], ["answer_a_1"], corpus, (1,))["session"]["recall_all@1"] == 0.0
+
+
+def test_trawmem_eval_points_longmemeval_files_to_trawmem_score(tmp_path, capsys):
+    """`trawmem eval` scores LoCoMo categories 1-4; on a LongMemEval file that would silently
+    drop two question types and keep abstention questions, so it names the right command."""
+    from trawmem_gpu.cli import main
+
+    p = write(tmp_path / "lme.json", instances(2))
+    assert main(["eval", "--data", str(p), "--output", str(tmp_path / "o.json")]) == 2
+    assert "trawmem score --data" in capsys.readouterr().err

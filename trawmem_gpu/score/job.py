@@ -22,6 +22,7 @@ import json
 import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -154,7 +155,7 @@ class Scorer:
         for it in items:
             if it.bank_id not in self.banks:
                 raise InputError(f"question {it.id!r}: unknown bank id {it.bank_id!r}")
-        dates = [it.date for it in items]
+        dates = [datetime.fromisoformat(it.date) if it.date else None for it in items]  # "now" per question
         if self.engine is not None:
             kw = {"dates": dates} if any(dates) and _accepts(self.engine.select_units, "dates") else {}
             return self.engine.select_units([it.bank_id for it in items], [it.question for it in items], Z, **kw)
@@ -165,7 +166,7 @@ class Scorer:
         for it, ctx, z in zip(items, ctxs, Z):
             m = self.spec.method
             if m == "trawmem":
-                kw = {"now": it.date} if it.date and now_ok else {}
+                kw = {"now": datetime.fromisoformat(it.date)} if it.date and now_ok else {}
                 out.append(select_reference(ctx, it.question, z, self.cfg, head=self.head, **kw).units)
             elif m == "cosine":
                 out.append(baselines.cosine_topk(ctx, z, B))
