@@ -49,22 +49,43 @@ def _spec(method, budget, ks, head=None, engine="batched"):
 
 
 def build_sample(convs, n: int) -> dict:
-    """Cold and warm builds of ``n`` banks (every len/n-th question) in a scratch directory."""
+    """Builds of ``n`` banks (every len/n-th question) in a scratch directory: cold with the
+    torch encoder, cold with ONNX Runtime (when installed; same scratch cache kept apart), and
+    warm (the torch run's cache), so the time split, units/s and both speedups come from one run."""
+    import importlib.util
+
+    import numpy as np
+
     from trawmem_gpu.build import build_banks
     from trawmem_gpu.config import BuildConfig
-    from trawmem_gpu.encode import get_encoder
+    from trawmem_gpu.encode import CachedEncoder, EmbeddingCache, get_encoder
 
     pick = convs[:: max(1, len(convs) // n)][:n]
     out = {"banks": len(pick), "units": sum(len(c.turns) for c in pick)}
+    kinds = ["cold", "warm"]
+    if importlib.util.find_spec("onnxruntime") is not None:
+        kinds.insert(1, "cold_onnx")
+    vecs = {}
     with tempfile.TemporaryDirectory(prefix="trawmem-lme-build-") as d:
-        for kind in ("cold", "warm"):
-            enc = get_encoder(BuildConfig().encoder, cache=str(Path(d) / "emb.sqlite"))
+        for kind in kinds:
+            enc = get_encoder(BuildConfig().encoder, cache=False)
+            if kind == "cold_onnx":
+                from trawmem_gpu.encode.onnx import OnnxEncoder
+
+                enc = OnnxEncoder(enc)
+            enc = CachedEncoder(enc, EmbeddingCache(Path(d) / f"emb-{kind.removeprefix('cold_')}.sqlite"
+                                                    if kind != "warm" else Path(d) / "emb-cold.sqlite"))
             t0 = time.perf_counter()
-            _, st = build_banks(pick, BuildConfig(), enc, progress=False)
+            banks, st = build_banks(pick, BuildConfig(), enc, progress=False)
             wall = time.perf_counter() - t0
+            vecs[kind] = np.concatenate([b.unit_vecs for b in banks])
             out[kind] = {k: round(v, 3) for k, v in st.items() if k.endswith("_s")} | {
                 "wall_s": round(wall, 3), "units_per_s": round(out["units"] / wall, 1),
                 "embedding_cache_hits": enc.hits, "embedding_cache_misses": enc.misses}
+            print(f"build sample {kind}: {out[kind]['units_per_s']} units/s", flush=True)
+    if "cold_onnx" in out:
+        out["onnx_speedup"] = round(out["cold"]["wall_s"] / out["cold_onnx"]["wall_s"], 3)
+        out["onnx_max_abs_diff"] = float(np.abs(vecs["cold"] - vecs["cold_onnx"]).max())
     return out
 
 
