@@ -36,18 +36,13 @@ def _spec(a):
 def _benchmark(a):
     """(conversations, items, collection dir, build stats) for ``--data``."""
     from .config import BuildConfig
-    from .data import load_conversations
-    from .data.longmemeval import load_longmemeval, looks_like_longmemeval
+    from .data import check_input_file, detect_format, load_conversations
+    from .data.longmemeval import load_longmemeval
     from .score.banks import build_identity, default_bank_dir, ensure_collection, file_sha256
     from .score.items import items_from_conversations
 
-    path = Path(a.data)
-    if not path.exists():
-        raise InputError(f"--data {path}: file not found")
-    fmt = a.format
-    if fmt == "auto":
-        fmt = "jsonl" if path.suffix.lower() in (".jsonl", ".ndjson") else \
-            "longmemeval" if looks_like_longmemeval(path) else "locomo"
+    path = check_input_file(a.data)
+    fmt = detect_format(path) if a.format == "auto" else a.format
     if fmt == "jsonl":
         raise InputError("--data takes a benchmark file (LongMemEval or LoCoMo); for your own histories build a "
                          "collection with `trawmem build` and pass --banks and --questions")

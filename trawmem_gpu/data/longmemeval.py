@@ -100,7 +100,7 @@ def _field(obj, key: str, where: str, kind=str):
     return v
 
 
-def parse_instance(inst: dict, where: str, units: Units = "user") -> Conversation:
+def parse_instance(inst: dict, where: str, units: Units = "user", dayfirst: bool = False) -> Conversation:
     """One LongMemEval instance -> one Conversation (bank id = question id) with its question."""
     if not isinstance(inst, dict):
         raise InputError(f"{where}: expected an object, got {type(inst).__name__}")
@@ -113,7 +113,7 @@ def parse_instance(inst: dict, where: str, units: Units = "user") -> Conversatio
     if not question.strip():
         raise InputError(f"{where}: field 'question' is empty")
     try:
-        now = parse_date(_field(inst, "question_date", where))
+        now = parse_date(_field(inst, "question_date", where), dayfirst=dayfirst)
     except ValueError as e:
         raise InputError(f"{where}: field 'question_date': {e}") from None
     answer = inst.get("answer")
@@ -141,7 +141,7 @@ def parse_instance(inst: dict, where: str, units: Units = "user") -> Conversatio
         if not isinstance(date, str):
             raise InputError(f"{where}: haystack_dates[{si}] must be a string")
         try:
-            when = parse_date(date)
+            when = parse_date(date, dayfirst=dayfirst)
         except ValueError as e:
             raise InputError(f"{where}: haystack_dates[{si}]: {e}") from None
         answer_session = "answer" in sid
@@ -178,11 +178,12 @@ def parse_instance(inst: dict, where: str, units: Units = "user") -> Conversatio
     return Conversation(qid, turns, speakers, [q], EvidenceRepairs())
 
 
-def load_longmemeval(path: str | Path, units: Units = "user") -> list[Conversation]:
+def load_longmemeval(path: str | Path, units: Units = "user", *, dayfirst: bool = False) -> list[Conversation]:
     """Load a LongMemEval file (``.json`` or ``.json.gz``): one Conversation per instance.
 
     :param units: ``user`` (the official turn corpus) or ``all`` (assistant turns too; gold
         stays the ``has_answer`` user turns)
+    :param dayfirst: passed to ``parse_date`` (LongMemEval's own ``YYYY/MM/DD`` dates read the same either way)
     """
     if units not in ("user", "all"):
         raise InputError(f"unknown --units {units!r} (expected 'user' or 'all')")
@@ -194,7 +195,7 @@ def load_longmemeval(path: str | Path, units: Units = "user") -> list[Conversati
         raise InputError(f"{path}: expected a JSON list of LongMemEval instances, got {type(data).__name__}")
     if not data:
         raise InputError(f"{path}: no instances")
-    out = [parse_instance(inst, f"{path}: instance {i}", units) for i, inst in enumerate(data)]
+    out = [parse_instance(inst, f"{path}: instance {i}", units, dayfirst) for i, inst in enumerate(data)]
     seen: set[str] = set()
     for c in out:
         if c.bank_id in seen:

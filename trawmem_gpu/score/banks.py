@@ -23,7 +23,8 @@ from ..data.types import UNIT_TEXT_VERSION, Conversation
 from ..errors import BankError
 
 SIDECAR = "score-build.json"
-BUILD_LOG = "score-build-log.jsonl"
+BUILD_LOG = "score-build-log.json"
+"""Sidecars are ``.json`` files (temporaries too): a collection directory accepts those beside its index."""
 
 
 def file_sha256(path: str | Path) -> str:
@@ -85,7 +86,7 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
     coll = Collection(path, create=True)
     if not sc.exists():
         path.mkdir(parents=True, exist_ok=True)
-        tmp = sc.with_name(SIDECAR + ".tmp")
+        tmp = sc.with_name("score-build.tmp.json")
         tmp.write_text(json.dumps(identity, indent=1, sort_keys=True), encoding="utf-8")
         os.replace(tmp, sc)
     missing = [c for c in convs if c.bank_id not in coll]
@@ -108,8 +109,7 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
         stream = (build_banks(ch, cfg, encoder, progress=False) for ch in _chunks(missing, chunk_units))
     for banks, st in stream:
         t0 = time.perf_counter()
-        for b in banks:
-            coll.put(b)
+        coll.put_many(banks)
         stats["write_s"] = stats.get("write_s", 0.0) + time.perf_counter() - t0
         for k, v in st.items():
             if k.endswith("_s") or k in ("embedding_cache_hits", "embedding_cache_misses"):
@@ -126,8 +126,9 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
         stats["embedding_cache_misses"] = getattr(encoder, "misses", 0) - miss0
     stats["runner"] = "ray" if ray is not None else "local"
     # keep every build session's figures with the collection (a reused collection still knows its cost)
-    with open(path / BUILD_LOG, "a", encoding="utf-8") as f:
-        f.write(json.dumps(stats) + "\n")
+    tmp = path / "score-build-log.tmp.json"
+    tmp.write_text(json.dumps(build_log(path) + [stats], indent=1), encoding="utf-8")
+    os.replace(tmp, path / BUILD_LOG)
     return stats
 
 
@@ -136,4 +137,8 @@ def build_log(path: str | Path) -> list[dict]:
     p = Path(path) / BUILD_LOG
     if not p.exists():
         return []
-    return [json.loads(x) for x in p.read_text(encoding="utf-8").splitlines() if x.strip()]
+    try:
+        log = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return []  # bookkeeping only: a damaged log never blocks a job
+    return log if isinstance(log, list) else []
