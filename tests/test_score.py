@@ -235,6 +235,7 @@ def test_cli_score_benchmark_file(lme, tmp_path, capsys):
     assert "questions/s" in text and "official turn" in text
     assert main(["score", "--questions", str(out), "--out", str(tmp_path / "x.jsonl")]) == 2
     assert "--questions needs --banks" in capsys.readouterr().err
-    assert main(["score", "--data", str(lme["path"]), "--banks", str(lme["banks"]), "--out", str(out),
-                 "--k", "0"]) == 2
-    assert "--k" in capsys.readouterr().err
+    for bad in (["--k", "0"], ["--k", "a,b"], ["--budget", "0"], ["--ray-workers", "0"]):
+        with pytest.raises(SystemExit) as e:
+            main(["score", "--data", str(lme["path"]), "--out", str(out), *bad])
+        assert e.value.code == 2 and bad[0] in capsys.readouterr().err

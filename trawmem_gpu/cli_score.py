@@ -13,14 +13,17 @@ from pathlib import Path
 from .errors import InputError
 
 
-def _parse_ks(s: str) -> tuple[int, ...]:
+def ks_list(text: str) -> tuple[int, ...]:
+    """``--k 1,5,10`` -> (1, 5, 10): the k of the official metrics."""
+    import argparse
+
     try:
-        ks = tuple(int(x) for x in s.split(",") if x.strip())
+        ks = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise InputError(f"--k must be a comma-separated list of integers, got {s!r}") from None
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
     if not ks or min(ks) < 1:
-        raise InputError(f"--k must list positive integers, got {s!r}")
-    return ks
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return tuple(dict.fromkeys(ks))
 
 
 def _spec(a):
@@ -30,7 +33,7 @@ def _spec(a):
     if a.head and not Path(a.head).exists():
         raise InputError(f"--head {a.head}: file not found")
     return ScoreSpec(method=a.method, select=_select_config(a).to_dict(), engine=a.engine, head=a.head,
-                     ks=_parse_ks(a.k), threads=a.threads, answer_llm=a.answer_llm)
+                     ks=a.k, threads=a.threads, answer_llm=a.answer_llm)
 
 
 def _benchmark(a):
@@ -46,8 +49,9 @@ def _benchmark(a):
     if fmt == "jsonl":
         raise InputError("--data takes a benchmark file (LongMemEval or LoCoMo); for your own histories build a "
                          "collection with `trawmem build` and pass --banks and --questions")
-    convs = load_longmemeval(path, a.units) if fmt == "longmemeval" else load_conversations(path, fmt)
-    cats = None if fmt == "longmemeval" else tuple(int(c) for c in a.categories.split(","))
+    convs = load_longmemeval(path, a.units, dayfirst=a.dayfirst) if fmt == "longmemeval" else \
+        load_conversations(path, fmt, dayfirst=a.dayfirst)
+    cats = None if fmt == "longmemeval" else a.categories
     items = items_from_conversations(convs, cats)
     cfg = BuildConfig.from_dict({"encoder": a.encoder} if a.encoder else {})
     ident = build_identity(file_sha256(path), cfg, a.units if fmt == "longmemeval" else "all")
@@ -120,6 +124,7 @@ def cmd_score(a) -> int:
 
 
 def add_commands(sub) -> None:
+    from .cli_args import add_dayfirst, categories, nonneg_int, positive_int
     from .select.config import ABLATIONS
 
     s = sub.add_parser("score", help="offline scoring: workspaces JSONL for a batch of questions (resumable)")
@@ -127,31 +132,34 @@ def add_commands(sub) -> None:
     s.add_argument("--format", choices=["auto", "longmemeval", "locomo"], default="auto")
     s.add_argument("--units", choices=["user", "all"], default="user",
                    help="LongMemEval units: user turns (official) or all turns")
-    s.add_argument("--categories", default="1,2,3,4", help="LoCoMo categories to score")
+    s.add_argument("--categories", type=categories, default="1,2,3,4", metavar="C,C,...",
+                   help="LoCoMo categories to score")
+    add_dayfirst(s)
     s.add_argument("--banks", help="collection directory (with --questions), or where --data's banks go")
     s.add_argument("--questions", help="questions JSONL: {id, bank_id, question, date?} per line")
     s.add_argument("--out", required=True, help="workspaces JSONL (appended; a rerun skips written ids)")
     s.add_argument("--summary", help="summary JSON (default: OUT.summary.json)")
     s.add_argument("--overwrite", action="store_true", help="start --out afresh instead of resuming it")
     s.add_argument("--method", choices=["trawmem", "cosine", "bm25", "hybrid", "full"], default="trawmem")
-    s.add_argument("--budget", type=int)
-    s.add_argument("--hops", type=int)
+    s.add_argument("--budget", type=positive_int, help="workspace budget B: units selected per question (default: 16)")
+    s.add_argument("--hops", type=nonneg_int, help="propagation hops H over the thread graph (default: 1)")
     s.add_argument("--ablation", choices=list(ABLATIONS))
     s.add_argument("--paper", action="store_true", help="Section 4.2 exactly as written")
     s.add_argument("--engine", choices=["batched", "reference"], default="batched")
     s.add_argument("--head", help="learned role head (safetensors)")
-    s.add_argument("--k", default="1,3,5,10,30,50", help="k of the official metrics, e.g. 5,10")
+    s.add_argument("--k", type=ks_list, default="1,3,5,10,30,50", metavar="K,K,...",
+                   help="k of the official metrics")
     s.add_argument("--encoder", help="encoder for banks built from --data: 'minilm' (default) or 'hf:/local/dir'")
     s.add_argument("--encoder-runtime", choices=["torch", "onnx", "auto"],
                    help="CPU encoder runtime: onnx = ONNX Runtime, same vectors within 1e-5, ~1.8x faster "
                         "(pip install -e .[onnx]); default torch or TRAWMEM_ENCODER_RUNTIME")
     s.add_argument("--no-cache", action="store_true", help="do not use the on-disk embedding cache")
     s.add_argument("--answer-llm", help="answer each question: http://HOST:PORT/v1[@MODEL] or vllm:MODEL_PATH")
-    s.add_argument("--batch-size", type=int, default=1024, help="questions per engine batch (whole banks)")
-    s.add_argument("--threads", type=int, help="engine worker threads (default: all cores)")
+    s.add_argument("--batch-size", type=positive_int, default=1024, help="questions per engine batch (whole banks)")
+    s.add_argument("--threads", type=positive_int, help="engine worker threads (default: all cores)")
     s.add_argument("--ray", action="store_true", help="run on Ray Data (local instance unless --ray-address)")
     s.add_argument("--ray-address", help="address of a running Ray cluster (e.g. ray://HOST:10001 or auto)")
-    s.add_argument("--ray-workers", type=int, default=2, help="scoring actors (and build actors)")
-    s.add_argument("--group-size", type=int, help="questions per Ray group (default: about 4 groups per worker)")
+    s.add_argument("--ray-workers", type=positive_int, default=2, help="scoring actors (and build actors)")
+    s.add_argument("--group-size", type=positive_int, help="questions per Ray group (default: about 4 groups per worker)")
     s.add_argument("--quiet", action="store_true")
     s.set_defaults(fn=cmd_score)
