@@ -53,11 +53,14 @@ def _cases():
     yield "all terms", J.CoverageWeights(0.7, 1.3, 0.9), {m.weight: 0.5 for m in J.MODULAR_TERMS}
 
 
+NOW = 1.7e9  # a query date (POSIX seconds); the units' dates lie up to 90 days before it
+
+
 def _modular(x: dict, w: dict) -> np.ndarray:
-    """The modular part by the objective's own function (the inputs of the terms as values)."""
-    attrs = np.zeros((*x["alpha"].shape, len(J.UNIT_ATTRIBUTES)))
-    return J.modular_gain(J.ModularInputs(x["alpha"], attrs, np.full((len(x["alpha"]), 1), np.nan)), w,
-                          SelectConfig())
+    """The modular part by the objective's own function, on random unit attributes (dates)."""
+    Q, U = x["alpha"].shape
+    attrs = NOW - np.random.default_rng(Q * U).random((Q, U, len(J.UNIT_ATTRIBUTES))) * 90 * 86400
+    return J.modular_gain(J.ModularInputs(x["alpha"], attrs, np.full((Q, 1), NOW)), w, SelectConfig())
 
 
 def _reference(x, w, modular):

@@ -45,14 +45,9 @@ _BIG = 1e6  # finite stand-in for unreachable head-to-head costs (exp(-1e6 / tau
 _IDX = {k: i for i, k in enumerate(LEARNED_WEIGHTS)}
 LOSS_KINDS = ("listwise", "pick", "topb")
 DEFAULTS = {"epochs": 20, "lr": 0.05, "seed": 0, "l2": 1e-3, "temp": 1.0, "steps": None, "loss_kind": "listwise"}
-"""Training defaults, chosen on dev folds (listwise over the full greedy unroll; ``steps=None`` = B).
-
-Measured on three two-conversation dev folds (held out: conv-26+30, conv-43+50, conv-41+42;
-trained on the other five; torch greedy, B = 16), macro evidence recall over the hand-set start:
-listwise over 16 steps, lr 0.05, L2 1e-3: 20 epochs +0.3 / +0.8 / +1.0 points, 10 epochs
-+0.9 / +0.3 / +0.2; lr 0.1: +0.4 / -0.1 / +0.4; L2 3e-3: +0.2 / -0.1 / +0.4; over 1 or 4 steps
-+0.3 / +0.1 and +0.5 / +0.2; ``loss_kind="topb"`` / ``"pick"`` and lr 0.2 at L2 1e-4 drift to
-an affinity-dominated optimum (-1.4 to +0.1)."""
+"""Training defaults, chosen on three two-conversation dev folds (listwise loss over the full
+greedy unroll; ``steps=None`` = B); the fold measurements behind each value are in the README
+("Learned role head")."""
 
 
 @dataclass

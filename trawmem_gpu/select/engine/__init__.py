@@ -152,9 +152,9 @@ class SelectionEngine:
                 sel, n_sel = torch.from_numpy(sel), torch.from_numpy(n_sel)
                 timer.lap("greedy")
             else:
-                t = lambda a: torch.as_tensor(a[r], dtype=plan.dtype, device=plan.device)
+                t = lambda a, dt=plan.dtype: torch.as_tensor(a[r], dtype=dt, device=plan.device)
                 sel, n_sel = tensor.select_chunk(snap, plan, cfg, c, t(dem.W), (t(dem.delta), t(dem.Mq)),
-                                                 t(batch.now), timer)
+                                                 t(batch.now, torch.float64), timer)
             units = torch.gather(c.cand, 1, sel.to(c.cand.device).clamp(min=0)).tolist()
             for q, u, n in zip(r.tolist(), units, n_sel.tolist()):
                 out[q] = u[:n]

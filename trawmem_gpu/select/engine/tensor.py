@@ -208,7 +208,8 @@ def candidate_attrs(attrs: Tensor, gid: Tensor, cvalid: Tensor) -> Tensor:
 
 def select_chunk(snap: Snapshot, plan, cfg, c: Chunk, W: Tensor, demand, now: Tensor, timer: Timer):
     """Steps 4-7 of one chunk with the torch ops: ``(sel [Qc, B] candidate slots, n_sel [Qc])``.
-    ``W``: ``[Qc, len(QUERY_WEIGHTS)]``; ``demand``: ``(delta [Qc, R], Mq [Qc, R, F])``; ``now``: ``[Qc]``."""
+    ``W``: ``[Qc, len(QUERY_WEIGHTS)]``; ``demand``: ``(delta [Qc, R], Mq [Qc, R, F])``; ``now``: ``[Qc]``
+    float64 (dates keep their seconds; J's modular part is formed in float64, then cast)."""
     delta, Mq = demand
     dt, dev = plan.dtype, plan.device
     w = weight_columns(W)
@@ -245,7 +246,7 @@ def select_chunk(snap: Snapshot, plan, cfg, c: Chunk, W: Tensor, demand, now: Te
     K = support_matrix(snap, cfg, c, S)
     modular = modular_gain(ModularInputs(c.alpha, candidate_attrs(snap.t["attrs"], c.gid, c.cvalid), now[:, None]),
                            w, cfg)
-    p = GreedyProblem(pi, K, rho.to(dt), delta, modular, c.lt, mass[:, :T], c.cvalid)
+    p = GreedyProblem(pi, K, rho.to(dt), delta, modular.to(dt), c.lt, mass[:, :T], c.cvalid)
     rule = StopRule(c.budget, cfg.stop_coverage, cfg.budget)
     if plan.optimizer == "lazy":
         sel, _gains, n_sel = greedy_lazy_torch(p, coverage_weights(w), rule)
