@@ -160,3 +160,44 @@ def test_dates_are_checked_and_reach_the_objective_alike():
         eng.select_units(ids[:2], qs[:2], Z[:2], dates=[None])
     with pytest.raises(TypeError, match="a date must be a datetime"):
         select_reference(ctx["a"], qs[0], Z[0], cfg, now="yesterday")
+
+
+def _dated(bank, start: datetime, days_per_thread: float):
+    """``bank`` with dated units: thread j dated ``start + j * days_per_thread`` (one session each)."""
+    from dataclasses import replace
+    from datetime import timedelta
+
+    ut = bank.unit_thread
+    bank.turns = [replace(t, time=start + timedelta(days=days_per_thread * int(ut[i])))
+                  for i, t in enumerate(bank.turns)]
+    return bank
+
+
+@pytest.mark.parametrize("kw", BACKENDS)
+def test_recency_bonus_with_query_dates(kw):
+    """w_rec > 0 and a query date favour recent units, alike in the engine and the reference; no
+    date (or w_rec = 0, the default) changes nothing."""
+    from trawmem_gpu.select.objective import ModularInputs, date_seconds, recency
+
+    t0 = datetime(2023, 1, 1, tzinfo=timezone.utc)
+    banks = [_dated(b, t0, 20.0) for b in _banks(seed=40)]
+    ids, qs, Z = _queries(banks, per_bank=6, seed=11)
+    now = [datetime(2023, 4, 11) if i % 4 else None for i in range(len(ids))]  # naive = UTC
+    base = SelectionEngine(banks, SelectConfig(budget=5), device="cpu", **kw).select_units(ids, qs, Z)
+    assert SelectionEngine(banks, SelectConfig(budget=5), device="cpu", **kw).select_units(ids, qs, Z, dates=now) \
+        == base
+    cfg = SelectConfig(budget=5, w_rec=3.0, recency_half_life_days=30.0)
+    eng = SelectionEngine(banks, cfg, device="cpu", **kw)
+    got = eng.select_units(ids, qs, Z, dates=now)
+    ctx = {b.bank_id: BankContext.of(b) for b in banks}
+    assert got == [select_reference(ctx[b], q, z, cfg, now=d).units for b, q, z, d in zip(ids, qs, Z, now)]
+    assert all(g == b_ for g, b_, d in zip(got, base, now) if d is None)  # undated queries: no bonus
+    changed = [i for i, (g, b_) in enumerate(zip(got, base)) if g != b_]
+    assert changed and all(now[i] is not None for i in changed)
+    ut = {b.bank_id: b.unit_thread for b in banks}  # later threads are more recent
+    assert np.mean([ut[ids[i]][got[i]].mean() for i in changed]) > np.mean([ut[ids[i]][base[i]].mean()
+                                                                            for i in changed])
+    x = ModularInputs(None, np.array([[date_seconds(datetime(2023, 6, 1))], [date_seconds(datetime(2023, 5, 17))],
+                                      [date_seconds(datetime(2023, 7, 1))], [np.nan]]), date_seconds(datetime(2023, 6, 1)))
+    np.testing.assert_allclose(recency(x, 15.0), [1.0, 0.5, 1.0, 0.0])
+    assert recency(x._replace(now=np.nan), 15.0).tolist() == [0.0] * 4

@@ -123,6 +123,10 @@ class SelectConfig:
     """Weight of the affinity sum of J."""
     w_thr: float = 1.0
     """Weight of the thread-coverage term of J."""
+    w_rec: float = 0.0
+    """Weight of the recency bonus of J (needs the query's date; 0 = off, the paper's J)."""
+    recency_half_life_days: float = 30.0
+    """Recency bonus of a unit dated ``age`` days before the query: 2^(-age / this)."""
     stop_coverage: float = 1.01
     """Greedy stops once sum_v pi(v) max_S K >= this (> 1 never stops early)."""
     greedy: Literal["lazy", "plain"] = "lazy"
@@ -146,7 +150,7 @@ class SelectConfig:
                               f"(got {self.neighborhood_cap!r})")
         _within("gamma", self.gamma, 0.0, 1.0)
         _within("lexical_weight", self.lexical_weight, 0.0, 1.0)
-        for name in ("tau", "T_R"):
+        for name in ("tau", "T_R", "recency_half_life_days"):
             _at_least(name, getattr(self, name), 0, strict=True)
         for name in ("lambda_m", "lambda_r", "c_head", "c_step", "c_hop") + _objective_weights():
             _at_least(name, getattr(self, name), 0)

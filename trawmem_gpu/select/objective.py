@@ -78,6 +78,8 @@ TERMS: tuple[Term, ...] = (
          value=lambda x, cfg: x.alpha),
     Term("thread_coverage", "w_thr", "coverage", "sum_j [S hits L_j] mass_j",
          "gain(u | S) = mass_{thread(u)} if no unit of S is in thread(u), else 0; <= mass_{thread(u)}"),
+    Term("recency", "w_rec", "modular", "sum_{u in S} 2^(-age(u) / half-life)", "gain(u | S) = the bonus of u",
+         value=lambda x, cfg: recency(x, cfg.recency_half_life_days)),
 )
 TERM_BY_NAME = {t.name: t for t in TERMS}
 MODULAR_TERMS = tuple(t for t in TERMS if t.kind == "modular")
@@ -92,13 +94,28 @@ COL = {name: i for i, name in enumerate(QUERY_WEIGHTS)}
 W_COV, W_ROLE, W_THR = COL["w_cov"], COL["w_role"], COL["w_thr"]
 LAMBDA_M, LAMBDA_R, TAU = COL["lambda_m"], COL["lambda_r"], COL["tau"]
 
-UNIT_ATTRIBUTES: tuple[str, ...] = ()
-"""Query-independent per-unit inputs of the modular terms (columns of :func:`unit_attributes`)."""
+UNIT_ATTRIBUTES: tuple[str, ...] = ("time",)
+"""Query-independent per-unit inputs of the modular terms (columns of :func:`unit_attributes`):
+``time``, the unit's date (POSIX seconds, NaN when the source gave none)."""
 
 
 def unit_attributes(bank) -> np.ndarray:
     """``[N, len(UNIT_ATTRIBUTES)]`` float64: the per-unit columns the modular terms read."""
-    return np.zeros((bank.n_units, len(UNIT_ATTRIBUTES)))
+    return np.array([[date_seconds(t.time)] for t in bank.turns], dtype=np.float64).reshape(bank.n_units, 1)
+
+
+def recency(x: "ModularInputs", half_life_days: float):
+    """Recency bonus ``2^(-age / half_life)`` of each unit, ``age`` = days from the unit's date to the
+    query's (0 for a unit dated after it); 0 when either date is missing. In [0, 1]."""
+    age = ((x.now - x.attrs[..., 0]) / 86400.0).clip(min=0.0)
+    bonus = 0.5 ** (age / half_life_days)
+    return (_torch_where if _is_torch(bonus) else np.where)(bonus == bonus, bonus, 0.0)  # NaN (no date) -> 0
+
+
+def _torch_where(cond, x, y):
+    import torch
+
+    return torch.where(cond, x, y)
 
 
 def date_seconds(when: datetime | None) -> float:
