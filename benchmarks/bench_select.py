@@ -628,7 +628,7 @@ def _clear_text_cache() -> None:
 def versus_worker(args) -> int:
     """Worker of ``--versus`` (runs with whichever ``trawmem_gpu`` PYTHONPATH gives it): builds the
     CPU default engine at the target point, warms it, prints a digest of its picks, then answers
-    each ``run`` line on stdin with the seconds of one timed batch call."""
+    each ``run`` line on stdin with the wall and CPU seconds of one timed batch call."""
     import hashlib
 
     from trawmem_gpu.select.engine import SelectionEngine
@@ -642,15 +642,16 @@ def versus_worker(args) -> int:
         if line.strip() != "run":
             break
         _clear_text_cache()
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         eng.select_units(ids, qs, Z)
-        print(f"{time.perf_counter() - t:.9f}", flush=True)
+        print(f"{time.perf_counter() - t:.9f} {time.process_time() - c:.9f}", flush=True)
     return 0
 
 
 def versus(args) -> dict:
     """This tree's CPU default against ``args.versus``'s, in alternating rounds (order flipped every
-    round); speed ratio = (this tree's queries/s) / (the other's) within each round."""
+    round); speed ratio = (this tree's queries/s) / (the other's) within each round, by wall time
+    and by the process's CPU time (one thread: less sensitive to other load on the machine)."""
     import subprocess
 
     import numpy as np
@@ -672,25 +673,34 @@ def versus(args) -> dict:
             raise RuntimeError(f"the {k} worker ({trees[k]}) exited before it was ready")
     rounds = args.rounds or 15
     secs = {k: [] for k in procs}
+    cpu = {k: [] for k in procs}
     for r in range(rounds):
         for k in (("this", "other") if r % 2 == 0 else ("other", "this")):
             procs[k].stdin.write("run\n")
             procs[k].stdin.flush()
-            secs[k].append(float(procs[k].stdout.readline()))
+            wall, c = procs[k].stdout.readline().split()
+            secs[k].append(float(wall))
+            cpu[k].append(float(c))
     for p in procs.values():
         p.stdin.write("stop\n")
         p.stdin.close()
         p.wait(timeout=60)
-    ratios = [o / t for t, o in zip(secs["this"], secs["other"])]
+    def summary(t):
+        ratios = [o / x for x, o in zip(t["this"], t["other"])]
+        return {"qps_median": {k: 1024 / float(np.median(v)) for k, v in t.items()},
+                "ratio_median": float(np.median(ratios)), "ratio_p25": float(np.percentile(ratios, 25)),
+                "ratio_p75": float(np.percentile(ratios, 75)), "ratio_min": float(min(ratios)),
+                "ratio_max": float(max(ratios)), "ratios": ratios}
+
     res = {"trees": trees, "Q": 1024, "rounds": rounds, "threads": args.threads,
-           "qps_median": {k: 1024 / float(np.median(v)) for k, v in secs.items()},
-           "speed_ratio_this_over_other": {"median": float(np.median(ratios)), "min": float(min(ratios)),
-                                           "max": float(max(ratios)),
-                                           "p25": float(np.percentile(ratios, 25)), "p75": float(np.percentile(ratios, 75))},
-           "ratios": ratios, "same_picks": digests["this"] == digests["other"]}
-    print(f"  versus {trees['other']}: this {res['qps_median']['this']:,.0f} q/s, other "
-          f"{res['qps_median']['other']:,.0f} q/s, ratio median {res['speed_ratio_this_over_other']['median']:.3f} "
-          f"[{min(ratios):.3f}-{max(ratios):.3f}] over {rounds} rounds, same picks {res['same_picks']}", flush=True)
+           "speed_ratio_is": "(this tree's queries/s) / (the other's), per round",
+           "wall": summary(secs), "cpu": summary(cpu), "same_picks": digests["this"] == digests["other"]}
+    for k in ("wall", "cpu"):
+        r = res[k]
+        print(f"  versus {trees['other']} ({k} time): this {r['qps_median']['this']:,.0f} q/s, other "
+              f"{r['qps_median']['other']:,.0f} q/s, ratio median {r['ratio_median']:.3f} (IQR {r['ratio_p25']:.3f}-"
+              f"{r['ratio_p75']:.3f}, range {r['ratio_min']:.3f}-{r['ratio_max']:.3f}) over {rounds} rounds", flush=True)
+    print(f"  same picks: {res['same_picks']}", flush=True)
     return res
 
 

@@ -200,4 +200,4 @@ def test_recency_bonus_with_query_dates(kw):
     x = ModularInputs(None, np.array([[date_seconds(datetime(2023, 6, 1))], [date_seconds(datetime(2023, 5, 17))],
                                       [date_seconds(datetime(2023, 7, 1))], [np.nan]]), date_seconds(datetime(2023, 6, 1)))
     np.testing.assert_allclose(recency(x, 15.0), [1.0, 0.5, 1.0, 0.0])
-    assert recency(x._replace(now=np.nan), 15.0).tolist() == [0.0] * 4
+    assert recency(ModularInputs(None, x.attrs, np.nan), 15.0).tolist() == [0.0] * 4

@@ -188,19 +188,42 @@ def test_terms_registry_is_the_one_order():
 
 
 def test_support_formula_once():
-    """The K clip formula exists in objective.py only; its NumPy, torch and compiled forms agree
-    with np.clip bit for bit."""
+    """The K clip formula exists in objective.py only; its NumPy, torch, float and compiled forms
+    agree bit for bit (and with the division form to an ulp)."""
     x = np.concatenate([np.linspace(-1.0, 1.0 + 1e-15, 257), [0.3, 1.0, -0.0]])
     for ks in (0.0, 0.3, 0.75):
-        want = np.clip((x - ks) / (1.0 - ks), 0.0, 1.0)
+        want = np.clip((x - ks) * (1.0 / (1.0 - ks)), 0.0, 1.0)
+        np.testing.assert_allclose(want, np.clip((x - ks) / (1.0 - ks), 0.0, 1.0), rtol=3e-16, atol=0)
         np.testing.assert_array_equal(J.support_from_cosine(x, ks), want)
         np.testing.assert_array_equal(J.support_from_cosine(torch.as_tensor(x), ks).numpy(), want)
+        np.testing.assert_array_equal([J.support_from_cosine(float(v), ks) for v in x], want)
         if HAS_NUMBA:
             np.testing.assert_array_equal([J.support_from_cosine_compiled(float(v), ks) for v in x], want)
     pattern = re.compile(r"(-\s*k_shift\)\s*/|/\s*\(1(\.0)?\s*-\s*k_shift\)|\*\s*inv_ks)")
     hits = [str(p.relative_to(ROOT)) for d in ("trawmem_gpu/select", "trawmem_gpu/head", "kernels")
             for p in (ROOT / d).rglob("*.py") if pattern.search(p.read_text())]
     assert hits == ["trawmem_gpu/select/objective.py"], hits
+
+
+def test_modular_gain_skips_zero_weights_exactly_and_gathers_lazily():
+    """A term weighted 0 for every query is skipped (it would add +0.0: the same bits), and the
+    unit attributes are gathered only when a term with a weight reads them."""
+    rng = np.random.default_rng(1)
+    alpha = rng.random((3, 5))
+    calls = []
+
+    def attrs():
+        calls.append(1)
+        return NOW - rng.random((3, 5, len(J.UNIT_ATTRIBUTES))) * 86400 * 30
+
+    only_aff = {t.weight: (0.7 if t.name == "affinity" else 0.0) for t in J.MODULAR_TERMS}
+    m = J.modular_gain(J.ModularInputs(alpha, attrs, np.full((3, 1), NOW)), only_aff, SelectConfig())
+    assert np.array_equal(m, 0.7 * alpha) and not calls
+    zero = {t.weight: 0.0 for t in J.MODULAR_TERMS}
+    assert np.array_equal(J.modular_gain(J.ModularInputs(alpha, attrs, NOW), zero, SelectConfig()), 0 * alpha)
+    if len(J.MODULAR_TERMS) > 1:
+        J.modular_gain(J.ModularInputs(alpha, attrs, NOW), {k: 1.0 for k in zero}, SelectConfig())
+        assert calls == [1]
 
 
 def test_modular_gain_is_the_weighted_sum_of_the_terms():
@@ -210,5 +233,5 @@ def test_modular_gain_is_the_weighted_sum_of_the_terms():
     want = sum(w[t.weight] * t.value(x, SelectConfig()) for t in J.MODULAR_TERMS)
     np.testing.assert_allclose(J.modular_gain(x, w, SelectConfig()), want, rtol=1e-15)
     tw = {k: torch.tensor(v, dtype=torch.float64) for k, v in w.items()}
-    xt = J.ModularInputs(*(torch.as_tensor(a) for a in x))
+    xt = J.ModularInputs(torch.as_tensor(x.alpha), torch.as_tensor(x.attrs), torch.as_tensor(x.now))
     np.testing.assert_allclose(J.modular_gain(xt, tw, SelectConfig()).numpy(), want, rtol=1e-15)

@@ -35,21 +35,29 @@ from typing import Callable, Mapping, NamedTuple
 
 import numpy as np
 
-from ._jit import njit
+from ._jit import njit, numba
 
 
 # ----------------------------------------------------------------------------------------------
 # the terms
 # ----------------------------------------------------------------------------------------------
-class ModularInputs(NamedTuple):
-    """What the modular terms read, per candidate (NumPy arrays or torch tensors)."""
+class ModularInputs:
+    """What the modular terms read, per candidate (NumPy arrays or torch tensors).
 
-    alpha: object
-    """[..., U] affinity (step 3)."""
-    attrs: object
-    """[..., U, len(UNIT_ATTRIBUTES)] the candidates' rows of :func:`unit_attributes`."""
-    now: object
-    """[..., 1] (or a scalar) the query's date in POSIX seconds (:func:`date_seconds`), NaN if none."""
+    :param alpha: ``[..., U]`` affinity (step 3)
+    :param attrs: ``[..., U, len(UNIT_ATTRIBUTES)]`` the candidates' rows of :func:`unit_attributes`,
+        or a function that gathers them (called once, only if a term with a non-zero weight reads them)
+    :param now: ``[..., 1]`` (or a scalar) the query's date in POSIX seconds (:func:`date_seconds`), NaN if none
+    """
+
+    def __init__(self, alpha, attrs, now):
+        self.alpha, self._attrs, self.now = alpha, attrs, now
+
+    @property
+    def attrs(self):
+        if callable(self._attrs):
+            self._attrs = self._attrs()
+        return self._attrs
 
 
 @dataclass(frozen=True)
@@ -104,7 +112,7 @@ def unit_attributes(bank) -> np.ndarray:
     return np.array([[date_seconds(t.time)] for t in bank.turns], dtype=np.float64).reshape(bank.n_units, 1)
 
 
-def recency(x: "ModularInputs", half_life_days: float):
+def recency(x: ModularInputs, half_life_days: float):
     """Recency bonus ``2^(-age / half_life)`` of each unit, ``age`` = days from the unit's date to the
     query's (0 for a unit dated after it); 0 when either date is missing. In [0, 1]."""
     age = ((x.now - x.attrs[..., 0]) / 86400.0).clip(min=0.0)
@@ -164,12 +172,20 @@ def coverage_weights(w: Mapping[str, object]) -> CoverageWeights:
 # ----------------------------------------------------------------------------------------------
 def modular_gain(x: ModularInputs, weights: Mapping[str, object], cfg) -> object:
     """``m(u) = sum_k w_k value_k(u)`` over :data:`MODULAR_TERMS`, ``[..., U]`` (same array type as
-    ``x.alpha``); ``weights`` maps weight names to floats or ``[..., 1]`` per-query columns."""
+    ``x.alpha``); ``weights`` maps weight names to floats or ``[..., 1]`` per-query columns. A term
+    whose weight is 0 for every query is skipped: it would add exactly +0.0 (values are finite)."""
     out = None
     for t in MODULAR_TERMS:
-        v = weights[t.weight] * t.value(x, cfg)
+        w = weights[t.weight]
+        if _all_zero(w):
+            continue
+        v = w * t.value(x, cfg)
         out = v if out is None else out + v
-    return out
+    return out if out is not None else x.alpha * 0.0
+
+
+def _all_zero(w) -> bool:
+    return bool((w == 0).all()) if hasattr(w, "all") else w == 0
 
 
 def combine_gain(cov, role, modular, thr, w_cov, w_role, w_thr):
@@ -178,25 +194,33 @@ def combine_gain(cov, role, modular, thr, w_cov, w_role, w_thr):
     return w_cov * cov + w_role * role + modular + w_thr * thr
 
 
-combine_gain_compiled = njit(cache=True)(combine_gain)
+combine_gain_compiled = njit(cache=True, inline="always")(combine_gain)
 
 
 # ----------------------------------------------------------------------------------------------
 # the support kernel K (information coverage)
 # ----------------------------------------------------------------------------------------------
 def support_from_cosine(cos, k_shift):
-    """``K = clip((cos - k_shift) / (1 - k_shift), 0, 1)``: the one statement of the clip formula.
-
-    Plain arithmetic and comparisons, so it runs unchanged on floats, NumPy arrays, torch tensors
-    and inside numba (:func:`support_from_cosine_compiled`); ``y * (y > 0) + 0.0`` is
-    ``max(y, 0)`` without a negative zero, ``z * (z <= 1) + (z > 1)`` is ``min(z, 1)``, both exact.
-    """
-    y = (cos - k_shift) / (1.0 - k_shift)
-    y = y * (y > 0.0) + 0.0
-    return y * (y <= 1.0) + (y > 1.0)
+    """``K = clip((cos - k_shift) / (1 - k_shift), 0, 1)``: the one statement of the clip formula,
+    for floats, NumPy arrays, torch tensors and, compiled, inside numba
+    (:func:`support_from_cosine_compiled`). The division is a product with the reciprocal, which a
+    compiled loop hoists: one multiplication per entry."""
+    return clip01((cos - k_shift) * (1.0 / (1.0 - k_shift)))
 
 
-support_from_cosine_compiled = njit(cache=True)(support_from_cosine)
+def clip01(y):
+    """``clip(y, 0, 1)`` of an array, a tensor or a float (numba: ``min(max(y, 0), 1)``)."""
+    return y.clip(0.0, 1.0) if hasattr(y, "clip") else min(max(y, 0.0), 1.0)
+
+
+if numba is not None:
+    @numba.extending.overload(clip01)
+    def _clip01_compiled(y):  # pragma: no cover - compiled
+        if isinstance(y, numba.types.Float):
+            return lambda y: min(max(y, 0.0), 1.0)
+
+
+support_from_cosine_compiled = njit(cache=True, inline="always")(support_from_cosine)
 
 
 def support_kernel(cos, same_thread, cfg):
@@ -338,12 +362,12 @@ def coverage_gain_row(krow, pi, c):  # pragma: no cover - compiled
     return cov
 
 
-@njit(cache=True)
-def role_gain_row(rho_u, m, delta):  # pragma: no cover - compiled
-    """Role coverage gain ``sum_r delta_r max(rho_u[r] - m[r], 0)`` of one unit."""
+@njit(cache=True, inline="always")
+def role_gain_row(rho, u, m, delta):  # pragma: no cover - compiled
+    """Role coverage gain ``sum_r delta_r max(rho[u, r] - m[r], 0)`` of unit ``u``."""
     g = 0.0
-    for r in range(rho_u.shape[0]):
-        y = rho_u[r] - m[r]
+    for r in range(m.shape[0]):
+        y = rho[u, r] - m[r]
         if y > 0.0:
             g += delta[r] * y
     return g

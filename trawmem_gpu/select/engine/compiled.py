@@ -280,7 +280,7 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
             f[4] = tab.head_sim[gl]
             f[5] = tab.temporal[gl]
             f[6] = tab.position[gl]
-            phi = step4.unit_roles(f, x.Mq[q], x.delta[q], p.T_R, lg, rho[u])
+            phi = step4.unit_roles(f, x.Mq, x.delta, q, p.T_R, lg, rho, u)
             cost = unit_cost_compiled(tab.d_in[gl], x.alpha[q, u], phi, w[LAMBDA_M], w[LAMBDA_R])
             wu = min(kappa, grav[t] * np.exp(-cost / tau))
             pq[u] = wu
@@ -321,11 +321,10 @@ def stage_batch(snap: Snapshot, cfg, cols: dict, Mq, delta, W: np.ndarray, now: 
     ``bidx``); J's modular part from ``objective.modular_gain``, B_q and the limit from the rule."""
     c = {k: np.ascontiguousarray(v) for k, v in cols.items()}
     n_cand, cand = c["n_cand"], c["cand"]
-    if snap.np["attrs"].shape[1]:
+    def attrs():  # the candidates' unit attributes, gathered only if a term with a weight reads them
         valid = np.arange(cand.shape[1])[None, :] < n_cand[:, None]
-        attrs = snap.np["attrs"][snap.off.uo[c["bidx"]][:, None] + np.where(valid, cand, 0)]
-    else:
-        attrs = np.empty((*cand.shape, 0))
+        return snap.np["attrs"][snap.off.uo[c["bidx"]][:, None] + np.where(valid, cand, 0)]
+
     modular = modular_gain(ModularInputs(c["alpha"], attrs, now[:, None]), weight_columns(W), cfg)
     budget = effective_budget(cfg.budget, n_cand)
     limit = pick_limit(StopRule(budget, cfg.stop_coverage, cfg.budget), n_cand)

@@ -200,9 +200,7 @@ def chunk_of(snap: Snapshot, cfg, loc: Localized, rows: Tensor) -> Chunk:
 
 
 def candidate_attrs(attrs: Tensor, gid: Tensor, cvalid: Tensor) -> Tensor:
-    """``[Qc, U, A]`` the candidates' unit attributes (an empty gather when J has no such term)."""
-    if attrs.shape[1] == 0:
-        return attrs.new_zeros((*gid.shape, 0))
+    """``[Qc, U, A]`` float64 the candidates' unit attributes (objective.unit_attributes)."""
     return attrs[torch.where(cvalid, gid, 0)].to(torch.float64)
 
 
@@ -244,8 +242,8 @@ def select_chunk(snap: Snapshot, plan, cfg, c: Chunk, W: Tensor, demand, now: Te
     timer.lap("priority")
     # step 7: J and its greedy maximization
     K = support_matrix(snap, cfg, c, S)
-    modular = modular_gain(ModularInputs(c.alpha, candidate_attrs(snap.t["attrs"], c.gid, c.cvalid), now[:, None]),
-                           w, cfg)
+    modular = modular_gain(ModularInputs(c.alpha, lambda: candidate_attrs(snap.t["attrs"], c.gid, c.cvalid),
+                                         now[:, None]), w, cfg)
     p = GreedyProblem(pi, K, rho.to(dt), delta, modular.to(dt), c.lt, mass[:, :T], c.cvalid)
     rule = StopRule(c.budget, cfg.stop_coverage, cfg.budget)
     if plan.optimizer == "lazy":

@@ -62,7 +62,7 @@ def coverage_reached(rule: StopRule, covered):
     return covered >= rule.stop_coverage
 
 
-coverage_reached_compiled = njit(cache=True)(coverage_reached)
+coverage_reached_compiled = njit(cache=True, inline="always")(coverage_reached)
 """The same test inside the compiled optimizer (its query tuple carries ``stop_coverage``)."""
 
 
@@ -390,7 +390,7 @@ def sift_down(hk, hi, size, i):  # pragma: no cover - compiled
             return
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def lazy_greedy_one(g, s, sel):  # pragma: no cover - compiled
     """Lazy greedy of one query (``g``: :class:`CompiledQuery`, ``s``: :class:`GreedyScratch`);
     writes the picks (candidate slots) to ``sel`` and returns their number.
@@ -445,7 +445,7 @@ def lazy_greedy_one(g, s, sel):  # pragma: no cover - compiled
                         dst[v] = g.ktab[o + g.cq[v]]
                 loaded[u] = True
             gu = combine_gain_compiled(coverage_gain_row(Kc[u * n:(u + 1) * n], g.pq, c),
-                                       role_gain_row(g.rho[u], m, g.delta), g.modular[u],
+                                       role_gain_row(g.rho, u, m, g.delta), g.modular[u],
                                        0.0 if hit[g.lt[u]] else g.um[u], g.w_cov, g.w_role, g.w_thr)
             fresh[u] = step
             hk[0] = gu

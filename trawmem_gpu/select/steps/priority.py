@@ -35,7 +35,7 @@ def unit_cost(dist, alpha, phi, lambda_m, lambda_r):
     return dist + lambda_m * (1.0 - alpha) + lambda_r * (1.0 - phi)
 
 
-unit_cost_compiled = njit(cache=True)(unit_cost)
+unit_cost_compiled = njit(cache=True, inline="always")(unit_cost)
 
 
 def effective_budget(budget, n_cand):
@@ -226,7 +226,7 @@ def kernels(name: str, x: Tensor):
 # ----------------------------------------------------------------------------------------------
 # compiled (numba, one query)
 # ----------------------------------------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def gravity_one(nt, hrows, tpos_q, graph, rvec_q, tau, c_hop, cross_thread, Dh, grav):  # pragma: no cover
     """``grav[:nt]`` of one query: Floyd-Warshall over its ``nt`` neighbourhood threads (stored
     thread rows ``hrows [nt]``, bank-thread -> position ``tpos_q``, ``graph``: a

@@ -27,7 +27,7 @@ def relax(r_src, w, gamma, paper):
     return gamma * r_src + (1 - gamma) * w if paper else r_src * (gamma + (1 - gamma) * w)
 
 
-relax_compiled = njit(cache=True)(relax)
+relax_compiled = njit(cache=True, inline="always")(relax)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -164,15 +164,17 @@ def features_torch(alpha: Tensor, thread_score: Tensor, bridge: Tensor, unit_col
 # ----------------------------------------------------------------------------------------------
 # compiled (numba, one unit)
 # ----------------------------------------------------------------------------------------------
-@njit(cache=True)
-def unit_roles(f, Mq, delta, T_R, lg, rho_u):  # pragma: no cover - compiled
-    """rho_u = softmax(Mq f / T_R) (written in place; ``lg [R]`` scratch); returns phi = delta . rho_u."""
-    R, F = Mq.shape
+@njit(cache=True, inline="always")
+def unit_roles(f, Mq, delta, q, T_R, lg, rho, u):  # pragma: no cover - compiled
+    """``rho[u] = softmax(Mq[q] f / T_R)`` (written in place; ``lg [R]`` scratch); returns
+    ``phi = delta[q] . rho[u]``. Whole arrays and indices, no views: a view per unit would cost
+    reference counting in the hot loop."""
+    R, F = Mq.shape[1], Mq.shape[2]
     mx = -np.inf
     for r in range(R):
         acc = 0.0
         for k in range(F):
-            acc += Mq[r, k] * f[k]
+            acc += Mq[q, r, k] * f[k]
         lg[r] = acc / T_R
         if lg[r] > mx:
             mx = lg[r]
@@ -182,6 +184,6 @@ def unit_roles(f, Mq, delta, T_R, lg, rho_u):  # pragma: no cover - compiled
         den += lg[r]
     phi = 0.0
     for r in range(R):
-        rho_u[r] = lg[r] / den
-        phi += rho_u[r] * delta[r]
+        rho[u, r] = lg[r] / den
+        phi += rho[u, r] * delta[q, r]
     return phi
