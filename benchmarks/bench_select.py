@@ -505,6 +505,7 @@ def scaling(args) -> dict:
 # GPU target
 # ----------------------------------------------------------------------------------------------
 def gpu_target(args) -> dict:
+    import numpy as np
     import torch
 
     from synthetic_banks import make_banks, make_queries
@@ -578,10 +579,11 @@ def gpu_target(args) -> dict:
 
         eng = SelectionEngine(banks[:64], cfg, device=dev, chunk_elems=chunk)
         ids, qs, Z = make_queries(banks[:64], 4096, seed=6)
-        snap = eng.snapshot
-        qb = make_batch(snap, ids, qs, Z, None, eng.device, eng.dtype)
+        qb = make_batch(eng.snapshot, ids, qs, Z, None, eng.device, eng.dtype)
         bidx, Zt = torch.as_tensor(qb.bidx, device=dev), qb.Z
-        idx = HeadIndex(snap.t["head_vecs"][:snap.rows["head_vecs"]], snap.off_t.to, snap.off_t.nt, mode="torch")
+        heads = torch.as_tensor(np.concatenate([b.head_vecs for b in banks[:64]]), dtype=eng.dtype, device=dev)
+        counts = torch.as_tensor([b.n_threads for b in banks[:64]], device=dev)
+        idx = HeadIndex(heads, torch.cumsum(counts, 0) - counts, counts, mode="torch")
         seed = {}
         for mode in ("torch", "faiss"):
             if mode == "faiss" and not faiss_available():

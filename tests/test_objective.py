@@ -96,9 +96,9 @@ def _numba(x, w, modular):
         K = np.ascontiguousarray(x["K"][q])
         bound = K @ x["pi"][q]  # the exact step-0 coverage gains are upper bounds too
         g = G.CompiledQuery(x["pi"][q], np.ascontiguousarray(x["rho"][q]), x["delta"][q], np.ascontiguousarray(modular[q]),
-                            x["thread"][q], x["thread_mass"][q][x["thread"][q]], bound, K.reshape(-1), 0, U,
-                            np.arange(U), False, float(w.w_cov), float(w.w_role), float(w.w_thr), int(x["budget"][q]),
-                            2.0)
+                            x["thread"][q], x["thread_mass"][q][x["thread"][q]], bound,
+                            G.KSource(K.reshape(-1), 0, U, np.arange(U), False),
+                            J.CoverageWeights(*(float(v) for v in w)), G.StopRule(int(x["budget"][q]), 2.0, U))
         sel = np.full(U, -1, dtype=np.int64)
         n = G.lazy_greedy_one(g, s, sel)
         # the compiled greedy does not report gains: recompute them with the reference's state

@@ -240,7 +240,7 @@ class EngineConfig:
     """Query-unit (and query-head) similarities: ``grouped`` (one GEMM per distinct bank of the
     batch), ``global`` (one GEMM against every stored row, then a gather), ``gather`` (each
     query's bank rows gathered, batched mat-vec), ``dots`` (CPU, numba: per-query dot products
-    over the own bank) or ``auto`` (see :func:`~trawmem_gpu.select.steps.candidates.sim_mode`)."""
+    over the own bank) or ``auto`` (see :func:`~trawmem_gpu.select.engine.batch.sim_mode`)."""
     threads: int | None = None
     """Worker threads of the compiled backend (chunks of queries in parallel; the compiled loops
     release the GIL); None = ``torch.get_num_threads()``."""

@@ -26,11 +26,11 @@ import numpy as np
 import torch
 
 from .._jit import njit
-from ..objective import LAMBDA_M, LAMBDA_R, TAU, W_COV, W_ROLE, W_THR, ModularInputs, modular_gain, \
-    support_from_cosine_compiled, weight_columns
+from ..objective import LAMBDA_M, LAMBDA_R, TAU, W_COV, W_ROLE, W_THR, CoverageWeights, ModularInputs, \
+    modular_gain, support_from_cosine_compiled, weight_columns
 from ..steps import candidates as step3
 from ..steps import roles as step4
-from ..steps.greedy import CompiledQuery, GreedyScratch, StopRule, lazy_greedy_one, pick_limit
+from ..steps.greedy import CompiledQuery, GreedyScratch, KSource, StopRule, lazy_greedy_one, pick_limit
 from ..steps.priority import effective_budget, gravity_one, unit_cost_compiled
 from ..steps.propagation import PropagationParams, ThreadGraph, ThreadScratch, propagate_one, propagation_params
 from .batch import QueryBatch, Timer
@@ -298,8 +298,9 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
                     ub += mass[j] * kub[u * T + j]
                 bound[u] = ub
         # step 7: the lazy greedy over J
-        g = CompiledQuery(pq[:n], rho[:n], x.delta[q], x.modular[q, :n], x.lt[q, :n], um[:n], bound[:n], tab.ktab,
-                          off.koff[b], off.nu[b], cq, p.identity, w[W_COV], w[W_ROLE], w[W_THR], lim, p.stop_coverage)
+        g = CompiledQuery(pq[:n], rho[:n], x.delta[q], x.modular[q, :n], x.lt[q, :n], um[:n], bound[:n],
+                          KSource(tab.ktab, off.koff[b], off.nu[b], cq, p.identity),
+                          CoverageWeights(w[W_COV], w[W_ROLE], w[W_THR]), StopRule(lim, p.stop_coverage, lim))
         n_sel[q] = lazy_greedy_one(g, gs, sel[q])
 
 
@@ -328,9 +329,10 @@ def stage_batch(snap: Snapshot, cfg, cols: dict, Mq, delta, W: np.ndarray, now: 
     modular = modular_gain(ModularInputs(c["alpha"], attrs, now[:, None]), weight_columns(W), cfg)
     budget = effective_budget(cfg.budget, n_cand)
     limit = pick_limit(StopRule(budget, cfg.stop_coverage, cfg.budget), n_cand)
-    return StageBatch(c["bidx"], cand, n_cand, c["lt"], c["alpha"], np.ascontiguousarray(modular), c["hthread"],
-                      c["rvec"], c["n_h"], c["tpos"], np.ascontiguousarray(Mq), np.ascontiguousarray(delta),
-                      np.ascontiguousarray(W), budget.astype(np.int64), limit)
+    return StageBatch(bidx=c["bidx"], cand=cand, n_cand=n_cand, lt=c["lt"], alpha=c["alpha"],
+                      modular=np.ascontiguousarray(modular), hthread=c["hthread"], rvec=c["rvec"], n_h=c["n_h"],
+                      tpos=c["tpos"], Mq=np.ascontiguousarray(Mq), delta=np.ascontiguousarray(delta),
+                      W=np.ascontiguousarray(W), budget=budget.astype(np.int64), limit=limit)
 
 
 def select(snap: Snapshot, plan, cfg, head, batch: QueryBatch, pool, timer: Timer) -> list[list[int]]:
@@ -401,10 +403,11 @@ def _chunk(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: n
     J = int(off.nt[bidx].max())
     T = max(1, min(J, max(cfg.neighborhood_cap, cfg.n_seeds)))
     Ub = max(1, int(snap.ucap[bidx].max()))  # most candidates any of these queries can have
-    # every entry a later step reads is written by the front loop: no fill needed
-    c = Candidates(np.empty((Qc, Ub), np.int64), np.empty(Qc, np.int64), np.empty((Qc, Ub), np.int64),
-                   np.empty((Qc, Ub)), np.empty((Qc, T), np.int64), np.empty((Qc, T)), np.empty(Qc, np.int64),
-                   np.empty((Qc, J), np.int64))
+    # every entry a later step reads is written by the front loop: no fill needed, but for alpha,
+    # whose padding goes through J's (vectorized) modular part
+    c = Candidates(cand=np.empty((Qc, Ub), np.int64), n_cand=np.empty(Qc, np.int64), lt=np.empty((Qc, Ub), np.int64),
+                   alpha=np.zeros((Qc, Ub)), hthread=np.empty((Qc, T), np.int64), rvec=np.empty((Qc, T)),
+                   n_h=np.empty(Qc, np.int64), tpos=np.empty((Qc, J), np.int64))
     x = FrontBatch(bidx, cos, coff, *cols)
     front_loop(snap.lazy("front_tables", lambda: front_tables(snap)), off, x, float(cfg.rrf_k),
                propagation_params(cfg, J), c)

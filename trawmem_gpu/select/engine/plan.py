@@ -37,8 +37,11 @@ class Plan:
     lexical: bool
     """The affinity reads BM25."""
 
+    heads: bool
+    """The seeds read the head vectors."""
+
     def layout(self, dim: int) -> Layout:
-        return Layout(self.device, self.dtype, dim, self.tables, self.lexical)
+        return Layout(self.device, self.dtype, dim, self.tables, self.lexical, self.heads)
 
 
 def _kernels_importable() -> bool:
@@ -81,4 +84,4 @@ def resolve(ec: EngineConfig, cfg: SelectConfig, banks) -> Plan:
     threads = ec.threads if ec.threads is not None else torch.get_num_threads()
     chunk = ec.chunk_elems or (1 << 19 if cpu else 1 << 24)
     return Plan(device, dtype, backend, front, kernels, optimizer, ec.sim, int(threads), int(chunk), tables,
-                ec.seed_search, uses_bm25(cfg))
+                ec.seed_search, uses_bm25(cfg), cfg.seed_score != "best_unit")

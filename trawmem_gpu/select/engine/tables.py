@@ -51,6 +51,8 @@ class Layout(NamedTuple):
     """Build ``ktab`` / ``btab``."""
     lexical: bool
     """Build BM25 (the affinity reads it)."""
+    heads: bool
+    """Store the head vectors (head or max seeds read them; best-unit seeds do not)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,7 +94,7 @@ def build_bank(bank: Bank, cfg, layout: Layout) -> tuple[BankInfo, dict[str, np.
     ult = bank.unit_thread
     a = dict(unit_vecs=bank.unit_vecs, unit_thread=ult, head_sim=head_sim, temporal=temporal, position=position,
              d_in=in_thread_distances(head_sim, bank.thread_offsets, cfg.c_head, cfg.c_step),
-             attrs=unit_attributes(bank), head_vecs=bank.head_vecs)
+             attrs=unit_attributes(bank), head_vecs=bank.head_vecs if layout.heads else np.zeros((J, 0)))
     a["nbr"], a["nbw"] = _neighbours(bank, cfg.semantic_edges)
     if layout.with_tables:
         a["ktab"], a["btab"] = _kernel_tables(bank, cfg, layout)
@@ -307,7 +309,8 @@ class TableStore:
     def _new_segments(self, size: dict, width: int) -> dict[str, _Segment]:
         lay = self.layout
         dt = {"float": lay.dtype, "int": torch.int64, "float64": torch.float64, "float32": torch.float32}
-        shapes = {"unit_vecs": (lay.dim,), "head_vecs": (lay.dim,), "attrs": (len(UNIT_ATTRIBUTES),), "nbr": (width,),
+        shapes = {"unit_vecs": (lay.dim,), "head_vecs": (lay.dim if lay.heads else 0,), "attrs": (len(UNIT_ATTRIBUTES),),
+                  "nbr": (width,),
                   "nbw": (width,)}
         return {name: _Segment(shapes.get(name, ()), dt[kind], "cpu" if group in HOST_GROUPS else lay.device, fill,
                                size[group] + (1 if group == "thread" else 0))

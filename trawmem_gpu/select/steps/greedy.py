@@ -63,7 +63,7 @@ def coverage_reached(rule: StopRule, covered):
 
 
 coverage_reached_compiled = njit(cache=True, inline="always")(coverage_reached)
-"""The same test inside the compiled optimizer (its query tuple carries ``stop_coverage``)."""
+"""The same test inside the compiled optimizer."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -327,10 +327,20 @@ def greedy_select(p: GreedyProblem, w: CoverageWeights, rule: StopRule, impl: Im
 # ----------------------------------------------------------------------------------------------
 # compiled (numba), one query
 # ----------------------------------------------------------------------------------------------
+class KSource(NamedTuple):
+    """Where the compiled greedy reads ``K(u, v)``: ``ktab[kbase + cq[u] * kn + cq[v]]`` (the bank's
+    support table; for a plain ``[n, n]`` matrix: ``kbase = 0``, ``kn = n``, ``cq = arange(n)``), or
+    the identity."""
+
+    ktab: np.ndarray
+    kbase: int
+    kn: int
+    cq: np.ndarray
+    identity: bool
+
+
 class CompiledQuery(NamedTuple):
-    """One query's J for :func:`lazy_greedy_one` (arrays over its ``n`` candidates). ``K(u, v)`` is
-    read from a flat table, ``ktab[kbase + cq[u] * kn + cq[v]]`` (the bank's support table; for a
-    plain ``[n, n]`` matrix: ``kbase = 0``, ``kn = n``, ``cq = arange(n)``), or is the identity."""
+    """One query's J for :func:`lazy_greedy_one` (arrays over its ``n`` candidates)."""
 
     pq: np.ndarray
     rho: np.ndarray
@@ -341,16 +351,10 @@ class CompiledQuery(NamedTuple):
     """[n] mass of each unit's thread."""
     bound: np.ndarray
     """[n] upper bounds of the step-0 information-coverage gains (``objective.TERMS``)."""
-    ktab: np.ndarray
-    kbase: int
-    kn: int
-    cq: np.ndarray
-    identity: bool
-    w_cov: float
-    w_role: float
-    w_thr: float
-    limit: int
-    stop_coverage: float
+    K: KSource
+    w: CoverageWeights
+    rule: StopRule
+    """``budget`` = this query's pick limit (``pick_limit``)."""
 
 
 class GreedyScratch(NamedTuple):
@@ -410,8 +414,8 @@ def lazy_greedy_one(g, s, sel):  # pragma: no cover - compiled
         role = 0.0
         for r in range(R):
             role += g.delta[r] * g.rho[u, r]
-        hk[u] = combine_gain_compiled(g.bound[u], role, g.modular[u], g.um[u], g.w_cov, g.w_role,
-                                      g.w_thr) * (1.0 + 1e-6)
+        hk[u] = combine_gain_compiled(g.bound[u], role, g.modular[u], g.um[u], g.w.w_cov, g.w.w_role,
+                                      g.w.w_thr) * (1.0 + 1e-6)
         hi[u] = u
         c[u] = 0.0
         fresh[u] = -1
@@ -423,7 +427,7 @@ def lazy_greedy_one(g, s, sel):  # pragma: no cover - compiled
         m[r] = 0.0
     size = n
     n_sel = 0
-    for step in range(g.limit):
+    for step in range(min(g.rule.budget, n)):
         best = -1
         while size > 0:
             u = hi[0]
@@ -436,17 +440,18 @@ def lazy_greedy_one(g, s, sel):  # pragma: no cover - compiled
                 break
             if not loaded[u]:  # K row of u over the candidates, gathered on first use
                 dst = Kc[u * n:(u + 1) * n]
-                if g.identity:
+                k = g.K
+                if k.identity:
                     for v in range(n):
                         dst[v] = 1.0 if u == v else 0.0
                 else:
-                    o = g.kbase + g.cq[u] * g.kn
+                    o = k.kbase + k.cq[u] * k.kn
                     for v in range(n):
-                        dst[v] = g.ktab[o + g.cq[v]]
+                        dst[v] = k.ktab[o + k.cq[v]]
                 loaded[u] = True
             gu = combine_gain_compiled(coverage_gain_row(Kc[u * n:(u + 1) * n], g.pq, c),
                                        role_gain_row(g.rho, u, m, g.delta), g.modular[u],
-                                       0.0 if hit[g.lt[u]] else g.um[u], g.w_cov, g.w_role, g.w_thr)
+                                       0.0 if hit[g.lt[u]] else g.um[u], g.w.w_cov, g.w.w_role, g.w.w_thr)
             fresh[u] = step
             hk[0] = gu
             sift_down(hk, hi, size, 0)
@@ -459,13 +464,13 @@ def lazy_greedy_one(g, s, sel):  # pragma: no cover - compiled
             if kb[v] > c[v]:
                 c[v] = kb[v]
         covered = 0.0
-        if g.stop_coverage <= 1.0 + 1e-9:  # above 1 the test never fires (sum pq = 1, c <= 1)
+        if g.rule.stop_coverage <= 1.0 + 1e-9:  # above 1 the test never fires (sum pq = 1, c <= 1)
             for v in range(n):
                 covered += g.pq[v] * c[v]
         for r in range(R):
             if g.rho[best, r] > m[r]:
                 m[r] = g.rho[best, r]
         hit[g.lt[best]] = True
-        if coverage_reached_compiled(g, covered):
+        if coverage_reached_compiled(g.rule, covered):
             break
     return n_sel
