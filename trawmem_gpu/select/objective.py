@@ -73,7 +73,8 @@ class Term:
     bound: str
     """The term's marginal gain and the upper bound a lazy greedy may start from."""
     value: Callable[[ModularInputs, object], object] | None = None
-    """Modular terms: ``value(inputs, cfg) -> [..., U]`` (0 where the term has nothing to add)."""
+    """Modular terms: ``value(inputs, cfg) -> [..., U]``, finite and >= 0 (0 where the term has
+    nothing to add): J stays monotone, and the lazy greedies' bounds stay upper bounds."""
 
 
 TERMS: tuple[Term, ...] = (

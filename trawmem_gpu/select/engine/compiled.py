@@ -141,7 +141,7 @@ def stage_tables(snap: Snapshot) -> StageTables:
 # ----------------------------------------------------------------------------------------------
 # the loops
 # ----------------------------------------------------------------------------------------------
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def front_loop(tab, off, x, rrf_k, p, out):  # pragma: no cover - compiled
     """Steps 1-3 per query (see the module docstring): ``tab`` :class:`FrontTables`, ``off``
     ``tables.Offsets``, ``x`` :class:`FrontBatch`, ``p`` ``PropagationParams``; writes ``out``
@@ -216,7 +216,7 @@ def front_loop(tab, off, x, rrf_k, p, out):  # pragma: no cover - compiled
         out.n_cand[q] = k
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
     """Steps 4-7 per query (see the module docstring): ``tab`` :class:`StageTables`, ``off``
     ``tables.Offsets``, ``x`` :class:`StageBatch`, ``p`` :class:`StageParams`; writes the picks
@@ -239,6 +239,8 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
     lg = np.empty(R)
     gs = GreedyScratch(np.empty(U1 * U1), np.empty(U1), np.empty(max(R, 1)), np.empty(U1), np.empty(U1, np.int64),
                        np.empty(U1, np.int64), np.zeros(U1, np.bool_), np.zeros(T1, np.bool_))
+    no_support = p.identity or not p.cross_thread  # K is 0 across threads: no bound from the other threads
+    k_shift = p.k_shift
     for q in range(Q):
         n = x.n_cand[q]
         lim = x.limit[q]
@@ -247,7 +249,8 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
         b = x.bidx[q]
         nt = x.n_h[q]
         w = x.W[q]
-        tau = w[TAU]
+        lam_m, lam_r, tau = w[LAMBDA_M], w[LAMBDA_R], w[TAU]
+        uo, boff, jb = off.uo[b], off.boff[b], off.nt[b]  # the bank's rows (locals: loaded once per query)
         cq = x.cand[q, :n]
         # steps 5-6: gravity of each neighbourhood thread
         for i in range(nt):
@@ -259,9 +262,9 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
         kappa = 1.0 / max(1, x.budget[q])
         wsum = 0.0
         for u in range(n):
-            gl = off.uo[b] + cq[u]
+            gl = uo + cq[u]
             t = x.lt[q, u]
-            brow = off.boff[b] + cq[u] * off.nt[b]
+            brow = boff + cq[u] * jb
             br = -np.inf
             kr = kub[u * T:(u + 1) * T]  # K(u, v) <= kr[j] for every unit v of neighbourhood thread j
             for j in range(nt):
@@ -269,7 +272,7 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
                     c = tab.btab[brow + x.hthread[q, j]]
                     if c > br:
                         br = c
-                    kr[j] = 0.0 if (p.identity or not p.cross_thread) else support_from_cosine_compiled(c, p.k_shift)
+                    kr[j] = 0.0 if no_support else support_from_cosine_compiled(c, k_shift)
                 else:
                     kr[j] = 1.0
             br = 0.0 if br == -np.inf else min(max(br, 0.0), 1.0)
@@ -281,7 +284,7 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
             f[5] = tab.temporal[gl]
             f[6] = tab.position[gl]
             phi = step4.unit_roles(f, x.Mq, x.delta, q, p.T_R, lg, rho, u)
-            cost = unit_cost_compiled(tab.d_in[gl], x.alpha[q, u], phi, w[LAMBDA_M], w[LAMBDA_R])
+            cost = unit_cost_compiled(tab.d_in[gl], x.alpha[q, u], phi, lam_m, lam_r)
             wu = min(kappa, grav[t] * np.exp(-cost / tau))
             pq[u] = wu
             wsum += wu
