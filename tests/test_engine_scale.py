@@ -1,8 +1,9 @@
 """The engine's fast paths against the reference and against each other.
 
-* the compiled CPU stage 6 (numba), the pure-torch stage 6 and the no-table path pick exactly
-  what ``select_reference`` picks, on synthetic banks with thread structure and BM25 overlap;
-* the seed index (``seed_index.HeadIndex``): faiss proposals with per-bank restriction, the GPU
+* the compiled backend (both fronts), the tensor backend (lazy and plain greedy) and the no-table
+  path pick exactly what ``select_reference`` picks, on synthetic banks with thread structure and
+  BM25 overlap;
+* the head index (``steps.seeds.HeadIndex``): faiss proposals with per-bank restriction, the GPU
   style "larger k, then filter" proposals (simulated on a CPU index) and the torch path return the
   same exact top-k, ties to the lower id, never a head of another bank;
 * the batched BM25 is bit-identical to bm25s per query; the rank and top-k helpers equal a
@@ -301,7 +302,7 @@ def test_cuda_head_index_modes_agree():
 
 @pytest.mark.skipif(not HAS_NUMBA, reason="needs numba")
 def test_learned_head_on_the_compiled_path(syn):
-    """Per-query A, M(delta) and weights from a learned head reach the compiled stage 6 and the
+    """Per-query A, M(delta) and weights from a learned head reach the compiled steps 4-7 and the
     picks match the reference given the same head."""
     model = pytest.importorskip("trawmem_gpu.head.model")
     banks, ids, qs, Z, ctx = syn

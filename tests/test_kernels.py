@@ -218,7 +218,7 @@ def test_support_kernel_numpy_and_torch():
     same = thread[:, None] == thread[None, :]
     for cfg in (SelectConfig(), SelectConfig(k_shift=0.0), SelectConfig(cross_thread=False),
                 SelectConfig(kernel="identity")):
-        want = np.clip((S.numpy() - cfg.k_shift) / (1 - cfg.k_shift), 0, 1)
+        want = np.clip((S.numpy() - cfg.k_shift) * (1.0 / (1.0 - cfg.k_shift)), 0, 1)  # objective's statement
         if not cfg.cross_thread:
             want = np.where(same.numpy(), want, 0.0)
         np.fill_diagonal(want, 1.0)
