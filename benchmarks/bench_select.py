@@ -694,7 +694,11 @@ def versus(args) -> dict:
                 "ratio_p75": float(np.percentile(ratios, 75)), "ratio_min": float(min(ratios)),
                 "ratio_max": float(max(ratios)), "ratios": ratios}
 
-    res = {"trees": trees, "Q": 1024, "rounds": rounds, "threads": args.threads,
+    commits = {}
+    for k, tree in trees.items():
+        r = subprocess.run(["git", "-C", tree, "rev-parse", "HEAD"], capture_output=True, text=True)
+        commits[k] = r.stdout.strip() or None
+    res = {"trees": trees, "commits": commits, "Q": 1024, "rounds": rounds, "threads": args.threads,
            "speed_ratio_is": "(this tree's queries/s) / (the other's), per round",
            "wall": summary(secs), "cpu": summary(cpu), "same_picks": digests["this"] == digests["other"]}
     for k in ("wall", "cpu"):
