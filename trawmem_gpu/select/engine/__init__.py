@@ -83,6 +83,11 @@ class SelectionEngine:
         return self.plan.dtype
 
     @property
+    def threads(self) -> int:
+        """Worker threads of the compiled backend (``EngineConfig.threads``, resolved)."""
+        return self.plan.threads
+
+    @property
     def snapshot(self) -> Snapshot:
         """The current banks' tables (immutable; replaced whole by a refresh)."""
         return self._store.snapshot
