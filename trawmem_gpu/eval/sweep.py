@@ -157,11 +157,9 @@ def query_threads(n: int):
 
 def clear_query_caches() -> None:
     """Drop caches keyed by question text (a user's new question would miss them)."""
-    from ..select import engine
+    from ..select import clear_query_caches as clear
 
-    f = getattr(engine, "_demand_features_cached", None)
-    if f is not None and hasattr(f, "cache_clear"):
-        f.cache_clear()
+    clear()
 
 
 def _scores(selected_ids, gold) -> tuple[float, float]:

@@ -17,7 +17,6 @@ Records hold no timings, so the same job gives the same lines however it is run.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import time
 from collections import OrderedDict
@@ -89,13 +88,6 @@ class ScoreSpec:
                 "head": Path(self.head).name if self.head else None, "encoder": encoder_id, "select_sha": sha}
 
 
-def _accepts(fn, name: str) -> bool:
-    try:
-        return name in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 class Scorer:
     """Selection over one group of banks; ``score(items)`` -> output records in item order."""
 
@@ -157,17 +149,15 @@ class Scorer:
                 raise InputError(f"question {it.id!r}: unknown bank id {it.bank_id!r}")
         dates = [datetime.fromisoformat(it.date) if it.date else None for it in items]  # "now" per question
         if self.engine is not None:
-            kw = {"dates": dates} if any(dates) and _accepts(self.engine.select_units, "dates") else {}
-            return self.engine.select_units([it.bank_id for it in items], [it.question for it in items], Z, **kw)
+            return self.engine.select_units([it.bank_id for it in items], [it.question for it in items], Z,
+                                            dates=dates)
         ctxs = [self.context(it.bank_id) for it in items]  # outside the selection timing, as the engine's setup
         B = self.cfg.budget
-        now_ok = _accepts(select_reference, "now")
         out = []
-        for it, ctx, z in zip(items, ctxs, Z):
+        for it, ctx, z, now in zip(items, ctxs, Z, dates):
             m = self.spec.method
             if m == "trawmem":
-                kw = {"now": datetime.fromisoformat(it.date)} if it.date and now_ok else {}
-                out.append(select_reference(ctx, it.question, z, self.cfg, head=self.head, **kw).units)
+                out.append(select_reference(ctx, it.question, z, self.cfg, head=self.head, now=now).units)
             elif m == "cosine":
                 out.append(baselines.cosine_topk(ctx, z, B))
             elif m == "bm25":

@@ -19,7 +19,15 @@ _EXPORTS = {
     "select_reference": "reference", "Selection": "reference", "BankContext": "context",
     "SelectionEngine": "engine",
 }
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS) + ["clear_query_caches"]
+
+
+def clear_query_caches() -> None:
+    """Drop every cache keyed by question text (timing code calls this so that no text work
+    carries over between timed calls: a user's new question would miss these caches)."""
+    from .steps.roles import demand_features_cached
+
+    demand_features_cached.cache_clear()
 
 
 def __getattr__(name: str):

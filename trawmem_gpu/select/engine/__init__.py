@@ -34,9 +34,6 @@ from ...workspace import Workspace, assemble
 from ..config import EngineConfig, SelectConfig
 from ..objective import support_kernel
 from ..steps import roles as step4
-from ..steps.roles import demand_features_cached  # noqa: F401 - benchmarks clear its cache
-
-_demand_features_cached = demand_features_cached  # the name eval/sweep.py clears (before issue 13)
 from . import compiled, tensor
 from .batch import Timer, make_batch
 from .plan import Plan, resolve
