@@ -243,3 +243,18 @@ def test_question_pattern_lookaheads_change_no_match():
         texts += ["When did Ann and Bob both go?", "how many years ago", "somewhen", "a-b-c", ""]
         for t in texts:
             assert pat.findall(t) == bare.findall(t), t
+
+
+def test_bm25_tokens_are_bm25s_standard_tokens():
+    """The BM25 baseline is bm25s' standard configuration: its tokenizer with English stop words
+    and the Snowball stemmer (PyStemmer); ``lexical.tokenize`` must give exactly those tokens."""
+    import bm25s
+    import Stemmer
+
+    from trawmem_gpu.select.lexical import tokenize
+
+    texts = ["I'm running to the café; she runs, they ran!", "x y zz 2023-05-08 [8 May 2023]",
+             "Naïve résumé of the RUNNERS' meetings", "", "a an the"]
+    want = bm25s.tokenize(texts, stopwords="en", stemmer=Stemmer.Stemmer("english"), return_ids=False,
+                          show_progress=False)
+    assert [tokenize(t) for t in texts] == want

@@ -45,7 +45,7 @@ class BankContext:
     @classmethod
     def of(cls, bank: Bank) -> "BankContext":
         head_sim, temporal, pos = unit_features(bank)
-        texts = [t.lexical_text() for t in bank.turns]
+        texts = [t.embed_text() for t in bank.turns]
         adj: list[list] = [[] for _ in range(bank.n_threads)]
         for s, d, w, k in zip(bank.edge_src, bank.edge_dst, bank.edge_w, bank.edge_kind):
             adj[int(s)].append((int(d), float(w), int(k)))

@@ -101,7 +101,7 @@ def build_bank(bank: Bank, cfg, layout: Layout) -> tuple[BankInfo, dict[str, np.
     bm25 = vocab = None
     plain = False
     if layout.lexical:
-        bm25 = BM25Index([t.lexical_text() for t in bank.turns])
+        bm25 = BM25Index([t.embed_text() for t in bank.turns])
         vocab = bm25.vocab
         m = bm25.model
         plain = getattr(m, "nonoccurrence_array", None) is None and isinstance(m.scores, dict)
