@@ -41,3 +41,9 @@ def get_tokenizer():
 
 def count_tokens(text: str) -> int:
     return len(get_tokenizer().encode(text, disallowed_special=()))
+
+
+def count_tokens_many(texts: list[str]) -> list[int]:
+    """``[count_tokens(t) for t in texts]`` in one batched call (special-token text is plain text
+    in both: ``encode_ordinary`` is ``encode`` with ``disallowed_special=()``)."""
+    return [len(x) for x in get_tokenizer().encode_ordinary_batch(list(texts))] if texts else []

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ...store.bank import Bank
-from ...workspace import Workspace, assemble
+from ...workspace import Workspace, assemble, fit_to_tokens
 from ..config import EngineConfig, SelectConfig
 from ..objective import support_kernel
 from ..steps import roles as step4
@@ -135,6 +135,14 @@ class SelectionEngine:
         batch = make_batch(snap, bank_ids, questions, Z, dates, self.plan.device, self.plan.dtype)
         self.last_timings = {}
         timer = Timer(self.last_timings, self.plan.device)
+        picks = self._picks(snap, batch, timer)
+        if self.cfg.token_budget is not None:  # the real rendering against T (workspace.fit_to_tokens)
+            T = self.cfg.token_budget
+            picks = [fit_to_tokens(snap.infos[b].bank, p, T) for b, p in zip(batch.bidx.tolist(), picks)]
+            timer.lap("fit_tokens")
+        return picks
+
+    def _picks(self, snap: Snapshot, batch, timer: Timer) -> list[list[int]]:
         plan, cfg = self.plan, self.cfg
         if plan.backend == "compiled" and plan.front == "compiled" and all(snap.infos[b].plain for b in
                                                                             set(batch.bidx.tolist())):

@@ -2,7 +2,8 @@
 
 Per bank (:func:`build_bank`): unit and head vectors, each unit's bank-local thread, the unit
 features that do not depend on the query (cosine to its head, temporal flag, position), the
-in-thread distance ``d_in`` (step 5), the modular terms' unit attributes, the thread graph as
+in-thread distance ``d_in`` (step 5), the modular terms' unit attributes, the token costs of the
+units and thread headings (``workspace.token_costs``; a token budget reads them), the thread graph as
 padded neighbour lists, its BM25 score matrix (CSC), and, while they fit in
 ``EngineConfig.table_bytes``: the support kernel ``K_b [N, N]`` (a candidate set's K is then a
 gather, never an ``E E^T`` product) and ``btab [N, J]`` = each unit's best cosine per thread (the
@@ -34,6 +35,7 @@ from torch import Tensor
 
 from ...build.graph import SEMANTIC
 from ...store.bank import Bank
+from ...workspace import token_costs
 from ..context import unit_features
 from ..lexical import BM25Index
 from ..objective import UNIT_ATTRIBUTES, support_kernel, unit_attributes
@@ -53,6 +55,8 @@ class Layout(NamedTuple):
     """Build BM25 (the affinity reads it)."""
     heads: bool
     """Store the head vectors (head or max seeds read them; best-unit seeds do not)."""
+    tokens: bool = False
+    """Count the units' and headings' token costs (a token budget reads them; else zeros)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,8 +78,9 @@ class BankInfo:
 TABLES = (
     ("unit_vecs", "unit", "float", 0), ("unit_thread", "unit", "int", 0), ("head_sim", "unit", "float", 0),
     ("temporal", "unit", "float", 0), ("position", "unit", "float", 0), ("d_in", "unit", "float", 0),
-    ("attrs", "unit", "float64", 0),
+    ("attrs", "unit", "float64", 0), ("tok_unit", "unit", "float", 0),
     ("head_vecs", "thread", "float", 0), ("nbr", "thread", "int", -1), ("nbw", "thread", "float", 0),
+    ("tok_head", "thread", "float", 0),
     ("ktab", "k", "float", 0), ("btab", "b", "float", 0),
     ("bm_data", "nz", "float32", 0), ("bm_idx", "nz", "int", 0), ("bm_ptr", "col", "int", 0),
 )
@@ -96,6 +101,11 @@ def build_bank(bank: Bank, cfg, layout: Layout) -> tuple[BankInfo, dict[str, np.
              d_in=in_thread_distances(head_sim, bank.thread_offsets, cfg.c_head, cfg.c_step),
              attrs=unit_attributes(bank), head_vecs=bank.head_vecs if layout.heads else np.zeros((J, 0)))
     a["nbr"], a["nbw"] = _neighbours(bank, cfg.semantic_edges)
+    if layout.tokens:
+        costs = token_costs(bank, with_heads=True)
+        a["tok_unit"], a["tok_head"] = costs.unit.astype(np.float64), costs.heading.astype(np.float64)
+    else:
+        a["tok_unit"], a["tok_head"] = np.zeros(N), np.zeros(J)
     if layout.with_tables:
         a["ktab"], a["btab"] = _kernel_tables(bank, cfg, layout)
     bm25 = vocab = None
