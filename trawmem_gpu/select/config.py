@@ -81,6 +81,11 @@ class SelectConfig:
     no token budget (B alone). TrawMem then maximizes J under a knapsack on the units' token
     costs (``workspace.token_costs``) with the cost-aware greedy (``steps/greedy.py``); the
     baselines take ranked units while they fit (``fill``)."""
+    knapsack: Literal["best", "gain", "ratio"] = "best"
+    """TrawMem's greedy under a token budget: ``best`` = the cost-aware greedy (the better by J of
+    the gain-ranked and the gain-per-token-ranked greedy, each adding only units that still fit:
+    the stated guarantee, ``steps/greedy.py``), or only one of the two runs (``gain``,
+    ``ratio``)."""
     fill: Literal["skip", "stop"] = "skip"
     """How a ranked baseline (cosine, BM25, hybrid, full context) fills a token budget: ``skip``
     a unit that would overflow and go on down the ranking, or ``stop`` at the first one."""
@@ -200,6 +205,11 @@ class SelectConfig:
                     w_cov=1.0, w_role=1.0, w_aff=1.0, w_thr=1.0)
         base.update(kw)
         return cls(**base)
+
+    @property
+    def knapsack_ratio(self) -> bool | None:
+        """``TokenBudget.ratio`` for :attr:`knapsack`: None (both runs), False (gain), True (ratio)."""
+        return {"best": None, "gain": False, "ratio": True}[self.knapsack]
 
     @property
     def pool_budget(self) -> int:

@@ -116,7 +116,7 @@ def select_reference(ctx: BankContext, question: str, z: np.ndarray, cfg: Select
     tokens = None
     if cfg.token_budget is not None:                                      # a knapsack on workspace tokens
         costs = ctx.token_costs(with_heads=True)
-        tokens = TokenBudget(cfg.token_budget, costs.unit[loc.cand], costs.heading[loc.threads])
+        tokens = TokenBudget(cfg.token_budget, costs.unit[loc.cand], costs.heading[loc.threads], cfg.knapsack_ratio)
     picks, gains = cost_aware_greedy(obj, config_rule(cfg, U, tokens=tokens), lazy=cfg.greedy == "lazy")
     units = [int(loc.cand[i]) for i in picks]
     if cfg.token_budget is not None:                                      # the real rendering against T

@@ -127,12 +127,15 @@ class StageParams(NamedTuple):
     stop_coverage: float
     capacity: float
     """The token budget T (``inf``: none)."""
+    keys: int
+    """Knapsack greedy keys (``SelectConfig.knapsack``): -1 both (the better kept), 0 gain, 1 gain per token."""
 
 
 def stage_params(cfg) -> StageParams:
     cap = float(cfg.token_budget) if cfg.token_budget is not None else np.inf
+    keys = {None: -1, False: 0, True: 1}[cfg.knapsack_ratio]
     return StageParams(float(cfg.T_R), float(cfg.c_hop), bool(cfg.cross_thread), cfg.kernel == "identity",
-                       float(cfg.k_shift), float(cfg.stop_coverage), cap)
+                       float(cfg.k_shift), float(cfg.stop_coverage), cap, keys)
 
 
 def front_tables(snap: Snapshot) -> FrontTables:
@@ -323,8 +326,8 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
         cw = CoverageWeights(w[W_COV], w[W_ROLE], w[W_THR])
         rule = StopRule(lim, p.stop_coverage, lim, None)
         g = CompiledQuery(pq[:n], rho[:n], x.delta[q], x.modular[q, :n], x.lt[q, :n], um[:n], bound[:n], ks, cw,
-                          rule, uc[:n], hc[:nt], p.capacity, tokens)
-        if tokens:
+                          rule, uc[:n], hc[:nt], p.capacity, tokens and p.keys != 0)
+        if tokens and p.keys < 0:
             g0 = CompiledQuery(pq[:n], rho[:n], x.delta[q], x.modular[q, :n], x.lt[q, :n], um[:n], bound[:n], ks,
                                cw, rule, uc[:n], hc[:nt], p.capacity, False)
             n_sel[q] = best_of_two_compiled(g0, g, gs, sel[q], other, mark)

@@ -261,7 +261,7 @@ def token_budget(snap: Snapshot, cfg, c: Chunk) -> TokenBudget | None:
         return None
     uc = torch.where(c.cvalid, snap.t["tok_unit"][c.gid], 1.0)
     rows = torch.where(c.hthread >= 0, snap.off_t.to[c.bidx][:, None] + c.hthread, snap.dummy_thread)
-    return TokenBudget(float(cfg.token_budget), uc, snap.t["tok_head"][rows])
+    return TokenBudget(float(cfg.token_budget), uc, snap.t["tok_head"][rows], cfg.knapsack_ratio)
 
 
 def support_matrix(snap: Snapshot, cfg, c: Chunk, S: Tensor | None) -> Tensor | None:

@@ -73,8 +73,9 @@ class TokenBudget(NamedTuple):
     """``[U]`` (one query) or ``[Q, U]``: each candidate's own token cost, > 0."""
     head_cost: object
     """``[T]`` (one query) or ``[Q, T]``: each local thread's heading cost, >= 0."""
-    ratio: bool = False
-    """Rank by gain per marginal token (True) or by gain (False); :func:`best_of_two` runs both."""
+    ratio: bool | None = None
+    """Rank by gain per marginal token (True) or by gain (False); None = both, the better kept
+    (:func:`best_of_two`; ``SelectConfig.knapsack``)."""
 
 
 class StopRule(NamedTuple):
@@ -133,8 +134,8 @@ def best_of_two(run, rule: StopRule):
     the gain-per-token key; the result of larger J (:func:`j_value`), the ratio run's when J ties
     or both runs chose the same set (its J then differs only by summation order, which must not
     decide the pick order a backend reports). ``run`` returns ``(picks, gains)`` (one query).
-    Without a token budget: ``run(rule)``."""
-    if rule.tokens is None:
+    Without a token budget, or with one key chosen (``tokens.ratio`` not None): ``run(rule)``."""
+    if rule.tokens is None or rule.tokens.ratio is not None:
         return run(rule)
     plain = run(rule._replace(tokens=rule.tokens._replace(ratio=False)))
     ratio = run(rule._replace(tokens=rule.tokens._replace(ratio=True)))
@@ -336,7 +337,7 @@ def greedy_reference_np(p: GreedyProblem, w: CoverageWeights, rule: StopRule, la
         obj = Objective(a["pi"][q][live], K[np.ix_(live, live)], a["rho"][q][live], a["delta"][q],
                         a["modular"][q][live], a["thread"][q][live], CoverageWeights(*(x[q] for x in wq)),
                         thread_mass=a["thread_mass"][q])
-        tq = None if tb is None else TokenBudget(cap[q], uc[q][live], hc[q])
+        tq = None if tb is None else TokenBudget(cap[q], uc[q][live], hc[q], tb.ratio)
         s, g = cost_aware_greedy(obj, rule._replace(budget=int(budget[q]), tokens=tq), lazy=lazy)
         sel[q, :len(s)] = live[s]
         gains[q, :len(g)] = g
@@ -458,7 +459,7 @@ def greedy_lazy_torch(p: GreedyProblem, w: CoverageWeights, rule: StopRule, k: i
 
 def _best_of_two_torch(run, rule: StopRule) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`best_of_two` per query of a batch: ``run(rule)`` returns ``(sel, gains, n_sel, J)``."""
-    if rule.tokens is None:
+    if rule.tokens is None or rule.tokens.ratio is not None:
         return run(rule)[:3]
     a = run(rule._replace(tokens=rule.tokens._replace(ratio=False)))
     b = run(rule._replace(tokens=rule.tokens._replace(ratio=True)))
