@@ -30,6 +30,7 @@ another turn.
 """
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -151,20 +152,25 @@ def assemble(bank: Bank, question: str, units: list[int], with_heads: bool = Tru
 class TokenCosts:
     """Additive token costs (``cl100k_base``) of one bank's workspace lines.
 
-    The rendered workspace of a unit set ``S`` costs ``sum_{v in S} unit[v] + sum_{j hit by S}
-    heading[j]``: a thread's heading is paid once, when its first unit enters. Measured against
-    the real rendering on the LoCoMo dev banks (random sets of 1-39 units, 3,000 per mode), the
-    sum is exact but for newline merges that make the real text up to 1 token *shorter* (mean
-    0.03 tokens); it never came out longer there, and :func:`fit_to_tokens` covers what could.
+    The rendered workspace of a unit set ``S`` costs at most ``sum_{v in S} unit[v] + sum_{j hit
+    by S} heading[j]``: a thread's heading is paid once, when its first unit enters. The tokenizer
+    splits text into pieces that never run from one line into the next (a line here never starts
+    with whitespace), so a workspace's tokens are its lines' tokens, but for the blank line
+    between blocks, which joins the newline before it. Each cost is therefore counted on its own
+    line and rounded up where the joins or a heading's quotes could make the sum come short (see
+    the fields). Measured against the real rendering on the LoCoMo dev banks (random sets of
+    1-39 units, 3,000 per mode), the sum was exact but for such rounding (mean 0.03 tokens
+    over); :func:`fit_to_tokens` checks the real text anyway.
     """
 
     unit: np.ndarray
-    """[N] int64 tokens of each unit's line and its newline; with heads, less what showing the
-    unit takes off its thread's heading (an extractive heading drops a quoted turn that is shown,
-    see :func:`thread_gist`), at least 1."""
+    """[N] int64 tokens of each unit's line and its newline, plus 1 where a blank line after it
+    costs a token of its own; with heads, less what showing the unit takes off its thread's
+    heading (an extractive heading drops a quoted turn that is shown, see :func:`thread_gist`),
+    counted as the least it takes whatever other quoted turns are shown; at least 1."""
     heading: np.ndarray
-    """[J] int64 tokens of each thread's heading line and its newline (its full gist; 0 without
-    heads: the blank line between blocks merges with the newline before it)."""
+    """[J] int64 tokens of each thread's heading line and its newline with its full gist (0
+    without heads)."""
     with_heads: bool
 
     def cost(self, units, unit_thread: np.ndarray) -> int:
@@ -173,34 +179,39 @@ class TokenCosts:
         return int(self.unit[u].sum() + self.heading[np.unique(unit_thread[u])].sum()) if len(u) else 0
 
 
+MAX_QUOTED = 4
+"""Quoted turns per thread up to which :func:`token_costs` credits what showing them takes off
+the heading (it tries every subset of the others; beyond this, no credit)."""
+
+
 def token_costs(bank: Bank, with_heads: bool = True) -> TokenCosts:
     """Each unit's and each thread heading's token cost in ``bank``'s workspaces (see
     :class:`TokenCosts`), counted on the lines :func:`unit_line` and :func:`heading_line` write."""
-    unit = np.array(count_tokens_many([unit_line(t, with_heads) + "\n" for t in bank.turns]), dtype=np.int64)
+    lines = [unit_line(t, with_heads) + "\n" for t in bank.turns]
+    n = count_tokens_many(lines + [x + "\n" for x in lines])
+    N = bank.n_units
+    unit = np.array(n[:N], dtype=np.int64) + (np.array(n[N:], dtype=np.int64) > np.array(n[:N]))
     heading = np.zeros(bank.n_threads, dtype=np.int64)
-    if not with_heads or not bank.n_units:
+    if not with_heads or not N:
         return TokenCosts(unit, heading, with_heads)
-    lines, where = [], []  # heading variants to count: (thread j, -1 full | unit i shown)
     for j in range(bank.n_threads):
         idx = [int(i) for i in bank.thread_units(j)]
         tu = [bank.turns[i] for i in idx]
         full = thread_gist(bank.heads[j], tu, [])
-        for label in dict.fromkeys(date_label(t) for t in tu):  # a thread's turns share a date in practice
-            lines.append(heading_line(label, full) + "\n")
-            where.append((j, -1))
-        label = date_label(tu[0])
-        for i, t in zip(idx, tu):
-            g = thread_gist(bank.heads[j], tu, [t])
-            if g != full:  # showing t drops a quote from the heading
-                lines.append(heading_line(label, g) + "\n")
-                where.append((j, i))
-    n = count_tokens_many(lines)
-    for (j, i), k in zip(where, n):
-        if i < 0:
-            heading[j] = max(heading[j], k)
-    for (j, i), k in zip(where, n):
-        if i >= 0:
-            unit[i] -= heading[j] - k
+        labels = list(dict.fromkeys(date_label(t) for t in tu))  # a thread's turns share a date in practice
+        quoted = [k for k, t in enumerate(tu) if thread_gist(bank.heads[j], tu, [t]) != full]
+        variants = [()] if len(quoted) > MAX_QUOTED else \
+            [c for r in range(len(quoted) + 1) for c in itertools.combinations(quoted, r)]
+        head_lines = {(lbl, c): heading_line(lbl, thread_gist(bank.heads[j], tu, [tu[k] for k in c])) + "\n"
+                      for lbl in labels for c in variants}
+        cnt = dict(zip(head_lines, count_tokens_many(list(head_lines.values()))))
+        heading[j] = max(cnt[(lbl, ())] for lbl in labels)
+        if len(quoted) > MAX_QUOTED:
+            continue
+        for k in quoted:  # the least that showing tu[k] takes off, over the other quotes shown
+            take = min(cnt[(lbl, c)] - cnt[(lbl, tuple(sorted(c + (k,))))]
+                       for lbl in labels for c in variants if k not in c)
+            unit[idx[k]] -= max(0, take)
     np.maximum(unit, 1, out=unit)
     return TokenCosts(unit, heading, with_heads)
 
