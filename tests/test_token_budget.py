@@ -127,6 +127,38 @@ def test_fit_to_tokens_drops_picks_from_the_end():
     assert cut == picks[:len(cut)] and len(cut) < len(picks)
     assert assemble(bank, "q", cut).n_tokens <= full - 1 < assemble(bank, "q", picks[:len(cut) + 1]).n_tokens
     assert fit_to_tokens(bank, picks, 1) == []
+    # with the bank's costs: a selection whose cost is within T is not rendered; others are
+    costs = token_costs(bank)
+    assert costs.bounded
+    import trawmem_gpu.workspace as W
+
+    rendered = []
+    real_assemble = W.assemble
+    W.assemble = lambda *a, **k: rendered.append(1) or real_assemble(*a, **k)
+    try:
+        est = costs.cost(picks, bank.unit_thread)
+        assert fit_to_tokens(bank, picks, est, costs=costs) == picks and not rendered
+        assert fit_to_tokens(bank, picks, est - 1, costs=costs) == picks[:len(fit_to_tokens(bank, picks, est - 1))]
+        assert rendered
+        rendered.clear()
+        loose = replace(costs, bounded=False)
+        assert fit_to_tokens(bank, picks, est, costs=loose) == picks and rendered
+    finally:
+        W.assemble = real_assemble
+
+
+def test_lines_are_counted_apart():
+    """The tokenizer property the costs rest on (``tokens.lines_count_apart``): lines that start
+    with a non-space character count on their own, however they end."""
+    from trawmem_gpu.tokens import count_tokens, lines_count_apart
+
+    assert lines_count_apart()
+    rng = np.random.default_rng(1)
+    bits = ["[a:1] Bob:", " word", "?)", "...", " ", "  ", "\n  more", "42", "'s", "é", "—", "!!", "\t", ":", "<|endoftext|>"]
+    for _ in range(300):
+        lines = ["[" + "".join(rng.choice(bits, size=int(rng.integers(1, 8)))) for _ in range(int(rng.integers(1, 6)))]
+        text = "".join(x + "\n" for x in lines)
+        assert count_tokens(text) == sum(count_tokens(x + "\n") for x in lines), lines
 
 
 # ----------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ first B at a unit budget, or under a token budget T (``SelectConfig.token_budget
 that still fits, in rank order (``fill="skip"``: a unit that would overflow is skipped and the
 ranking goes on; ``fill="stop"``: the first one that would overflow ends the workspace), at most
 B of them when B is also set. Costs are the workspace's own (``workspace.TokenCosts`` without
-heads), and the rendered workspace is checked against T (``workspace.fit_to_tokens``).
+heads), and the workspace is checked against T (``workspace.fit_to_tokens``).
 :func:`baseline_units` is the one entry point every harness calls.
 """
 from __future__ import annotations
@@ -111,6 +111,6 @@ def baseline_units(method: str, ctx: BankContext, question: str, z: np.ndarray, 
     from ..workspace import fit_to_tokens
 
     order = ranking(method, ctx, question, z)
-    units = take_within_tokens(order, ctx.token_costs(with_heads=False), ctx.bank.unit_thread, cfg.token_budget,
-                               cfg.fill, cfg.budget)
-    return fit_to_tokens(ctx.bank, units, cfg.token_budget, with_heads=False)
+    costs = ctx.token_costs(with_heads=False)
+    units = take_within_tokens(order, costs, ctx.bank.unit_thread, cfg.token_budget, cfg.fill, cfg.budget)
+    return fit_to_tokens(ctx.bank, units, cfg.token_budget, with_heads=False, costs=costs)

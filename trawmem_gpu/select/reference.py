@@ -5,7 +5,7 @@ steps' references (``steps/``) and the objective (``objective.py``): affinity al
 (step 3, read by the seeds) -> seeds r0 (1) -> propagation and the capped neighbourhood (2) ->
 candidates U_q (3) -> demand delta, unit features, rho, phi (4) -> costs C (5) -> B_q and
 priorities pi (6) -> J and its greedy maximization with the early stop (7); under a token budget
-the cost-aware greedy on the workspace's token costs, then the check of the real rendering.
+the cost-aware greedy on the workspace's token costs, then the check against T (``workspace.fit_to_tokens``).
 """
 from __future__ import annotations
 
@@ -113,14 +113,14 @@ def select_reference(ctx: BankContext, question: str, z: np.ndarray, cfg: Select
     K = support_kernel(loc.S, loc.lt[:, None] == loc.lt[None, :], cfg)    # step 7: J
     modular = modular_gain(ModularInputs(loc.alpha, loc.attrs, date_seconds(now)), w, cfg)
     obj = Objective(pi, K, rho, delta, modular, loc.lt, coverage_weights(w))
-    tokens = None
+    tokens = costs = None
     if cfg.token_budget is not None:                                      # a knapsack on workspace tokens
         costs = ctx.token_costs(with_heads=True)
         tokens = TokenBudget(cfg.token_budget, costs.unit[loc.cand], costs.heading[loc.threads], cfg.knapsack_ratio)
     picks, gains = cost_aware_greedy(obj, config_rule(cfg, U, tokens=tokens), lazy=cfg.greedy == "lazy")
     units = [int(loc.cand[i]) for i in picks]
-    if cfg.token_budget is not None:                                      # the real rendering against T
-        units = fit_to_tokens(ctx.bank, units, cfg.token_budget)
+    if cfg.token_budget is not None:                                      # the rendering against T
+        units = fit_to_tokens(ctx.bank, units, cfg.token_budget, costs=costs)
         gains = gains[:len(units)]
     sel = Selection(ctx.bank.bank_id, units, gains, loc.threads)
     if keep_internals:

@@ -23,6 +23,7 @@ bridge tables (``sum_b N_b^2 + N_b J_b`` floats), neighbour lists ``threads * D`
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
@@ -136,10 +137,11 @@ class SelectionEngine:
         self.last_timings = {}
         timer = Timer(self.last_timings, self.plan.device)
         picks = self._picks(snap, batch, timer)
-        if self.cfg.token_budget is not None:  # the real rendering against T (workspace.fit_to_tokens)
-            T = self.cfg.token_budget
-            picks = [fit_to_tokens(snap.infos[b].bank, p, T) for b, p in zip(batch.bidx.tolist(), picks)]
-            timer.lap("fit_tokens")
+        if self.cfg.token_budget is not None:  # the rendering against T (workspace.fit_to_tokens)
+            t0 = time.perf_counter()
+            T, infos = self.cfg.token_budget, snap.infos
+            picks = [fit_to_tokens(infos[b].bank, p, T, costs=infos[b].costs) for b, p in zip(batch.bidx.tolist(), picks)]
+            timer.add({"fit_tokens": time.perf_counter() - t0})
         return picks
 
     def _picks(self, snap: Snapshot, batch, timer: Timer) -> list[list[int]]:

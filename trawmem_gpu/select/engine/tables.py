@@ -72,6 +72,8 @@ class BankInfo:
     vocab: dict | None
     plain: bool
     """bm25s keeps a plain float32 score matrix (no non-occurrence term): the batched BM25 applies."""
+    costs: object = None
+    """The bank's ``workspace.TokenCosts`` (with heads) when the engine has a token budget."""
 
 
 # (table, group, dtype kind, fill) -- the rows of one group are appended together, per bank
@@ -101,8 +103,8 @@ def build_bank(bank: Bank, cfg, layout: Layout) -> tuple[BankInfo, dict[str, np.
              d_in=in_thread_distances(head_sim, bank.thread_offsets, cfg.c_head, cfg.c_step),
              attrs=unit_attributes(bank), head_vecs=bank.head_vecs if layout.heads else np.zeros((J, 0)))
     a["nbr"], a["nbw"] = _neighbours(bank, cfg.semantic_edges)
-    if layout.tokens:
-        costs = token_costs(bank, with_heads=True)
+    costs = token_costs(bank, with_heads=True) if layout.tokens else None
+    if costs is not None:
         a["tok_unit"], a["tok_head"] = costs.unit.astype(np.float64), costs.heading.astype(np.float64)
     else:
         a["tok_unit"], a["tok_head"] = np.zeros(N), np.zeros(J)
@@ -120,7 +122,7 @@ def build_bank(bank: Bank, cfg, layout: Layout) -> tuple[BankInfo, dict[str, np.
             a["bm_ptr"] = m.scores["indptr"]
     h = max(cfg.neighborhood_cap, cfg.n_seeds)
     ucap = int(np.sort(np.diff(bank.thread_offsets))[::-1][:h].sum())
-    return BankInfo(bank, N, J, ucap, bm25, vocab, plain), a
+    return BankInfo(bank, N, J, ucap, bm25, vocab, plain, costs), a
 
 
 def _neighbours(bank: Bank, semantic: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -63,7 +63,7 @@ class TokenBudget(NamedTuple):
     that fits when every unit pays its heading in full. Every returned set fits the constraint
     exactly (integer costs, exact sums). Not covered by either statement: a unit cap
     (``StopRule.budget``) together with T, the early stop on coverage, and the caller's final
-    check against the real rendering (``workspace.fit_to_tokens``), each of which may end a run
+    check against the rendering (``workspace.fit_to_tokens``), each of which may end a run
     earlier.
     """
 
