@@ -970,17 +970,12 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     if args.versus_worker:
         return versus_worker(args)
-    if args.tokens and not args.versus:
+    single = [("versus", "versus", "select_versus.json")] if args.versus else \
+        [("tokens", "tokens_vs_units", "select_tokens.json")] if args.tokens else []
+    for _, key, fname in single:  # one paired measurement, its own file
         res = {"machine": machine, "command": " ".join(["python", "benchmarks/bench_select.py"] + (argv or sys.argv[1:])),
-               "tokens_vs_units": tokens_vs_units(args)}
-        p = out_dir / "select_tokens.json"
-        p.write_text(json.dumps(res, indent=1))
-        print(f"wrote {p}")
-        return 0
-    if args.versus:
-        res = {"machine": machine, "command": " ".join(["python", "benchmarks/bench_select.py"] + (argv or sys.argv[1:])),
-               "versus": versus(args)}
-        p = out_dir / "select_versus.json"
+               key: versus(args) if key == "versus" else tokens_vs_units(args)}
+        p = out_dir / fname
         p.write_text(json.dumps(res, indent=1))
         print(f"wrote {p}")
         return 0

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from test_engine import VOCAB, make_bank
+from test_select import _objective as _select_objective
 from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.select._jit import HAS_NUMBA
 from trawmem_gpu.select.baselines import BASELINES, baseline_units, take_within_tokens
@@ -164,20 +165,12 @@ def test_lines_are_counted_apart():
 # ----------------------------------------------------------------------------------------------
 # the knapsack greedy: lazy == plain, the result fits, the guarantee
 # ----------------------------------------------------------------------------------------------
-def _objective(rng, U, T, ties=False):
-    E = rng.normal(size=(U, 5))
-    if ties and U > 1:
-        E[U // 2:] = E[: U - U // 2]
-    E /= np.linalg.norm(E, axis=1, keepdims=True)
-    K = np.clip(E @ E.T, 0, 1)
-    np.fill_diagonal(K, 1)
-    pi = rng.random(U) ** 2
-    pi /= pi.sum()
-    alpha = np.round(rng.random(U), 1) if ties else rng.random(U)
-    th = rng.integers(0, T, size=U)
-    obj = Objective(pi, K, rng.dirichlet(np.ones(3), size=U), rng.dirichlet(np.ones(3)), alpha, th)
+def _objective(rng, U, ties=False):
+    """test_select's random objective (threads 0..3), with random token costs: own costs 1-29,
+    headings up to 39 (large, so keys rise when a thread is hit)."""
+    obj = _select_objective(rng, U, ties)
     uc = rng.integers(1, 30, size=U).astype(float)
-    hc = rng.integers(0, 40, size=T).astype(float)  # large headings: keys rise when a thread is hit
+    hc = rng.integers(0, 40, size=int(obj.thread.max()) + 1).astype(float)
     if ties:
         uc = np.round(uc / 10) * 10 + 10
     return obj, uc, hc
@@ -192,8 +185,8 @@ def _cost(S, uc, hc, th):
 def test_lazy_equals_plain_under_a_token_budget(ratio, ties):
     rng = np.random.default_rng(11 + ties)
     for trial in range(40):
-        U, T = int(rng.integers(1, 30)), int(rng.integers(1, 6))
-        obj, uc, hc = _objective(rng, U, T, ties)
+        U = int(rng.integers(1, 30))
+        obj, uc, hc = _objective(rng, U, ties)
         cap = float(rng.integers(5, 200))
         rule = G.StopRule(U if trial % 3 else max(1, U // 3), 2.0, None, G.TokenBudget(cap, uc, hc, ratio))
         plain = G.cost_aware_greedy(obj, rule, lazy=False)
@@ -258,10 +251,10 @@ def test_cost_aware_greedy_guarantee_on_small_problems():
     bound = (1 - 1 / math.e) / 2
     worst = 1.0
     for trial in range(60):
-        U, T = int(rng.integers(3, 10)), int(rng.integers(1, 4))
-        obj, uc, hc = _objective(rng, U, T)
+        U = int(rng.integers(3, 10))
+        obj, uc, hc = _objective(rng, U)
         if trial % 2:
-            hc = np.zeros(T)
+            hc = np.zeros_like(hc)
         cap = float(rng.integers(10, 80))
         S, _ = G.cost_aware_greedy(obj, G.StopRule(U, 2.0, None, G.TokenBudget(cap, uc, hc)))
         pess = uc + hc[obj.thread]

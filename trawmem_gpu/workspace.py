@@ -202,6 +202,8 @@ def token_costs(bank: Bank, with_heads: bool = True) -> TokenCosts:
     bounded = lines_count_apart()
     if not with_heads or not N:
         return TokenCosts(unit, heading, with_heads, bounded)
+    threads = []  # per thread: (unit ids, date labels, quoted positions, heading variants counted)
+    head_lines: dict = {}
     for j in range(bank.n_threads):
         idx = [int(i) for i in bank.thread_units(j)]
         tu = [bank.turns[i] for i in idx]
@@ -210,15 +212,19 @@ def token_costs(bank: Bank, with_heads: bool = True) -> TokenCosts:
         quoted = [k for k, t in enumerate(tu) if thread_gist(bank.heads[j], tu, [t]) != full]
         variants = [()] if len(quoted) > MAX_QUOTED else \
             [c for r in range(len(quoted) + 1) for c in itertools.combinations(quoted, r)]
-        head_lines = {(lbl, c): heading_line(lbl, thread_gist(bank.heads[j], tu, [tu[k] for k in c])) + "\n"
-                      for lbl in labels for c in variants}
-        cnt = dict(zip(head_lines, count_tokens_many(list(head_lines.values()))))
-        heading[j] = max(cnt[(lbl, ())] for lbl in labels)
+        for lbl in labels:
+            for c in variants:
+                gist = full if not c else thread_gist(bank.heads[j], tu, [tu[k] for k in c])
+                head_lines[(j, lbl, c)] = heading_line(lbl, gist) + "\n"
+        threads.append((idx, labels, quoted, variants))
+    cnt = dict(zip(head_lines, count_tokens_many(list(head_lines.values()))))
+    for j, (idx, labels, quoted, variants) in enumerate(threads):
+        heading[j] = max(cnt[(j, lbl, ())] for lbl in labels)
         if len(quoted) > MAX_QUOTED:
             bounded = False
             continue
-        for k in quoted:  # the least that showing tu[k] takes off, over the other quotes shown
-            take = min(cnt[(lbl, c)] - cnt[(lbl, tuple(sorted(c + (k,))))]
+        for k in quoted:  # the least that showing unit k takes off, over the other quotes shown
+            take = min(cnt[(j, lbl, c)] - cnt[(j, lbl, tuple(sorted(c + (k,))))]
                        for lbl in labels for c in variants if k not in c)
             unit[idx[k]] -= max(0, take)
     np.maximum(unit, 1, out=unit)

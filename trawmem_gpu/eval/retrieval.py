@@ -212,6 +212,9 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     batched = method == "trawmem" and engine == "batched"
     # The batched engine keeps its own per-bank tables; contexts (BM25 indexes) only for the loop.
     ctxs = {} if batched else {b.bank_id: BankContext.of(b) for b in banks}
+    if cfg.token_budget is not None:  # per-bank setup (the token costs), outside the selection timing
+        for c in ctxs.values():
+            c.token_costs(with_heads=method == "trawmem")
     bank_of = {b.bank_id: b for b in banks}
     items = [(c.bank_id, q) for c in convs for q in c.questions if q.category in categories and q.evidence]
     skipped = sum(1 for c in convs for q in c.questions if q.category in categories and not q.evidence)

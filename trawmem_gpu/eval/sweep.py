@@ -396,6 +396,10 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
         raise InputError(f"banks were encoded with {banks_list[0].encoder_id!r}, the encoder is {encoder.id!r}")
     t0 = time.perf_counter()
     ctxs = {b: BankContext.of(bank) for b, bank in banks.items()}
+    if any(cell.token_budget is not None for cell in cells):  # per-bank setup of the T cells, not a query's cost
+        for c in ctxs.values():
+            c.token_costs(with_heads=True)
+            c.token_costs(with_heads=False)
     ctx_s = time.perf_counter() - t0
     load0 = machine_info()["loadavg_1m"]
     with query_threads(threads):

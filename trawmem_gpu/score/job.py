@@ -137,6 +137,8 @@ class Scorer:
         if bank_id not in self._ctx:
             t0 = time.perf_counter()
             self._ctx[bank_id] = BankContext.of(self.banks[bank_id])
+            if self.cfg.token_budget is not None:  # the token costs too: per-bank setup
+                self._ctx[bank_id].token_costs(with_heads=self.spec.method == "trawmem")
             self._lap("setup", t0)
         return self._ctx[bank_id]
 
