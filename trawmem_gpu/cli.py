@@ -121,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_select.add_commands(sub)
     from .head.cli import add_commands as add_head_commands; add_head_commands(sub)  # noqa: E702
+    from .serve.cli import add_commands as add_serve_commands; add_serve_commands(sub)  # noqa: E702
     return p
 
 
