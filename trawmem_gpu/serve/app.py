@@ -41,7 +41,7 @@ from .metrics import Metrics
 from .models import (AppendRequest, AppendResponse, BankInfo, BankList, BatchRequest, BatchResponse, Error,
                      SelectRequest, SelectResponse)
 from .registry import DuplicateTurns, check_bank_id
-from .service import SelectItem
+from .service import SelectItem, UnknownBank
 
 log = logging.getLogger("trawmem.serve")
 
@@ -169,8 +169,10 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
             raise HTTPError(401, "missing or invalid API key", {"WWW-Authenticate": "Bearer"})
         return t
 
-    async def visible(tenant: Tenant, bank_id: str, where: str = "") -> None:
-        if not tenant.owns(bank_id) or not await _maybe(backend.has_bank(bank_id)):
+    def owned(tenant: Tenant, bank_id: str, where: str = "") -> None:
+        # A bank the key does not own gets the answer the backend gives for a missing bank
+        # (UnknownBank, raised before any work is queued).
+        if not tenant.owns(bank_id):
             raise _unknown_bank(bank_id, where)
 
     def item_of(r: SelectRequest, t0: float, where: str = "") -> SelectItem:
@@ -218,7 +220,7 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
     async def select(req: SelectRequest, request: Request, tenant: Tenant = Depends(tenant_of)):
         t0 = request.scope.get("trawmem_t0", time.perf_counter())
         item = item_of(req, t0)
-        await visible(tenant, item.bank_id)
+        owned(tenant, item.bank_id)
         (res,) = await backend.select([item])
         return _json(finish(res, t0))
 
@@ -230,8 +232,8 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
             raise HTTPError(422, f"requests holds {len(req.requests)} requests; the limit is {cfg.max_batch_request}")
         items = [item_of(r, t0, f"requests[{i}].") for i, r in enumerate(req.requests)]
         for i, it in enumerate(items):
-            await visible(tenant, it.bank_id, f"requests[{i}]: ")
-        res = await backend.select(items)
+            owned(tenant, it.bank_id, f"requests[{i}]: ")
+        res = await backend.select(items, batch=True)
         return _json({"results": [finish(r, t0) for r in res]})
 
     @app.post("/v1/banks/{bank_id}/turns", response_model=AppendResponse,
@@ -289,9 +291,16 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
     async def _invalid(request, e: RequestValidationError):
         parts = []
         for err in e.errors()[:10]:
-            loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
-            parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+            loc = ""
+            for x in err.get("loc", ()):
+                if x != "body":
+                    loc += f"[{x}]" if isinstance(x, int) else (f".{x}" if loc else str(x))
+            parts.append(f"{loc or 'body'}: {err.get('msg', 'invalid')}")
         return _json({"detail": "; ".join(parts)}, 422)
+
+    @app.exception_handler(UnknownBank)
+    async def _unknown(request, e: UnknownBank):
+        return _json({"detail": str(e)}, 404)
 
     @app.exception_handler(QueueFull)
     async def _full(request, e: QueueFull):

@@ -58,6 +58,7 @@ class Timings(BaseModel):
 
 class SelectResponse(BaseModel):
     bank_id: str
+    bank_n_units: int = Field(description="the bank's size when it was selected from (which version was read)")
     question: str
     budget: int
     hops: int

@@ -55,6 +55,14 @@ class SelectItem:
     """``time.perf_counter()`` at arrival."""
 
 
+class UnknownBank(Exception):
+    """A bank this process does not serve (HTTP 404, the same answer as a bank the key does not own)."""
+
+    def __init__(self, bank_id: str, where: str = ""):
+        super().__init__(f"{where}unknown bank id {bank_id!r}")
+        self.bank_id, self.where = bank_id, where
+
+
 class LockedEncoder(Encoder):
     """An encoder whose calls are serialized (shared by the batch worker and append threads)."""
 
@@ -160,8 +168,12 @@ class SelectionService:
         bank = self.registry.get(bank_id)
         return None if bank is None else self.bank_summary(bank)
 
-    async def select(self, items: list[SelectItem]) -> list[dict]:
-        """Workspaces for ``items`` through the batcher (QueueFull / DeadlineExceeded / ShuttingDown)."""
+    async def select(self, items: list[SelectItem], batch: bool = False) -> list[dict]:
+        """Workspaces for ``items`` through the batcher; raises UnknownBank (before queueing; naming
+        ``requests[i]`` when ``batch``), QueueFull, DeadlineExceeded or ShuttingDown."""
+        for i, it in enumerate(items):
+            if it.bank_id not in self.registry:
+                raise UnknownBank(it.bank_id, f"requests[{i}]: " if batch else "")
         return await self.batcher.submit(items, self.cfg.timeout_s)
 
     async def append(self, bank_id: str, records: list[dict]) -> dict:
@@ -263,7 +275,8 @@ class SelectionService:
         ws = assemble(bank, it.question, units)
         text = ws.render()
         return {
-            "bank_id": it.bank_id, "question": it.question, "budget": it.budget, "hops": it.hops,
+            "bank_id": it.bank_id, "bank_n_units": bank.n_units, "question": it.question, "budget": it.budget,
+            "hops": it.hops,
             "date": it.date.isoformat() if it.date else None, "date_used": used_dates,
             "units": [{"id": t.turn_id, "speaker": t.speaker, "date": t.time.isoformat() if t.time else None,
                        "timestamp": t.timestamp, "text": t.text, "caption": t.caption, "thread": b.thread,
