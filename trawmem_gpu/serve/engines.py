@@ -11,7 +11,9 @@ group.
 :class:`EngineSet` is not thread-safe by design: the service touches it only from its single
 batch worker thread, so a bank refresh and a selection never interleave, and every query of a
 batch sees one consistent set of banks (the old bank or the new one, never a mix); workspaces
-are assembled from the very bank object the engine selected from.
+are assembled from the very bank object the engine selected from. After an append,
+:meth:`EngineSet.prepare` may run on the append thread (the costly part, reads only) and
+:meth:`EngineSet.install` on the worker (a swap), so selections keep running meanwhile.
 """
 from __future__ import annotations
 
@@ -82,6 +84,36 @@ class EngineSet:
                     self.builds += 1
                 else:
                     del self._engines[key]
+
+    def prepare(self, bank: Bank):
+        """Heavy part of a refresh that may run on another thread (reads only); pass the result to
+        :meth:`install` on the owning thread. None when the engines refresh in place."""
+        if self._in_place():
+            return None
+        # TEMPORARY until select/ restructure lands: without SelectionEngine.replace_bank a refresh
+        # rebuilds the default engine over every bank (seconds on large collections), so it is
+        # built here, off the batch worker, and only swapped in by install().
+        snapshot = dict(self.banks)
+        snapshot[bank.bank_id] = bank
+        return snapshot, self.make(list(snapshot.values()), self.config(*self.default_key))
+
+    def install(self, bank: Bank, prepared) -> None:
+        """Make the engines use ``bank``, with the engine :meth:`prepare` built when it still fits
+        (no other bank changed meanwhile); otherwise refresh here."""
+        if prepared is not None:
+            snapshot, eng = prepared
+            others = {k: v for k, v in snapshot.items() if k != bank.bank_id}
+            current = {k: v for k, v in self.banks.items() if k != bank.bank_id}
+            if others.keys() == current.keys() and all(current[k] is v for k, v in others.items()):
+                self.banks[bank.bank_id] = bank
+                self._engines = collections.OrderedDict([(self.default_key, eng)])
+                self.builds += 1
+                return
+        self.refresh(bank)
+
+    def _in_place(self) -> bool:
+        eng = self._engines.get(self.default_key)
+        return eng is not None and hasattr(eng, "replace_bank")
 
     def bank(self, bank_id: str) -> Bank:
         """The bank every engine here selects from for ``bank_id`` (workspaces are assembled from

@@ -187,7 +187,8 @@ class SelectionService:
         res = await loop.run_in_executor(self.appender, self.registry.append, bank_id, records, self.encoder,
                                          self.encoder_spec)
         t1 = time.perf_counter()
-        await loop.run_in_executor(self.worker, self._sync_bank, bank_id)
+        prepared = await loop.run_in_executor(self.appender, self.engines.prepare, res.bank)
+        await loop.run_in_executor(self.worker, self._install, res.bank, prepared)
         t2 = time.perf_counter()
         if self.metrics is not None:
             self.metrics.appended.inc(res.appended)
@@ -195,6 +196,16 @@ class SelectionService:
         return {**self.bank_summary(res.bank), "created": res.created, "appended": res.appended,
                 "timings": {"build_and_write_ms": round((t1 - t0) * 1e3, 3),
                             "engine_refresh_ms": round((t2 - t1) * 1e3, 3)}}
+
+    def _install(self, bank, prepared) -> None:
+        """On the batch worker, after an append: switch the engines to the registry's current bank."""
+        current = self.registry.get(bank.bank_id)
+        if self.engines.banks.get(bank.bank_id) is current:
+            return
+        if current is bank:
+            self.engines.install(bank, prepared)
+        else:  # a later append of this bank was published meanwhile: refresh to the latest here
+            self.engines.refresh(current)
 
     def _sync_bank(self, bank_id: str) -> None:
         """On the batch worker: make the engines use the registry's current bank ``bank_id``."""
@@ -222,7 +233,8 @@ class SelectionService:
         t_start = time.perf_counter()
         n = len(items)
         for bid in dict.fromkeys(it.bank_id for it in items):
-            self._sync_bank(bid)  # a bank appended since the last refresh: refresh it now
+            if bid not in self.engines.banks:  # created by an append whose refresh has not run yet
+                self._sync_bank(bid)
         Z = np.empty((n, self.dim), dtype=np.float32)
         todo = [i for i, it in enumerate(items) if it.vector is None]
         if todo:
