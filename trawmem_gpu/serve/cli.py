@@ -44,7 +44,7 @@ def cmd_serve(a) -> int:
         _need_extra("ray", ("ray",))
         from .ray_app import serve_ray
 
-        serve_ray(cfg, shards=a.shards, address=a.ray_address)
+        serve_ray(cfg, shards=a.shards, address=a.ray_address, shard_cpus=a.shard_cpus)
         return 0
     from .server import serve_forever
 
@@ -88,6 +88,7 @@ def add_commands(sub) -> None:
     s.add_argument("--access-log", action="store_true", help="log every request line")
     s.add_argument("--ray", action="store_true", help="run as a Ray Serve application (extra: ray)")
     s.add_argument("--shards", type=int, default=2, help="--ray: bank shards (one replica each)")
+    s.add_argument("--shard-cpus", type=float, default=1.0, help="--ray: CPUs each shard reserves")
     s.add_argument("--ray-address", help="--ray: address of a running Ray cluster (default: start a local one)")
     s.set_defaults(fn=cmd_serve)
 

@@ -189,20 +189,28 @@ def build_ray_app(cfg: ServeConfig, shards: int = 2, app_name: str = APP_NAME, s
                                     ray_actor_options={"num_cpus": shard_cpus}).bind(d, i, shards)
                   for i in range(shards)]
     router = serve.deployment(serve.ingress(_router_builder(d, shards, app_name))())
-    return router.options(name="trawmem-router", max_ongoing_requests=max(4 * cfg.max_batch, 1000)).bind(*shard_apps)
+    # The router only parses, checks and forwards (I/O-bound): it reserves no CPU of its own.
+    return router.options(name="trawmem-router", max_ongoing_requests=max(4 * cfg.max_batch, 1000),
+                          ray_actor_options={"num_cpus": 0}).bind(*shard_apps)
 
 
-def serve_ray(cfg: ServeConfig, shards: int = 2, address: str | None = None) -> None:
+def serve_ray(cfg: ServeConfig, shards: int = 2, address: str | None = None, shard_cpus: float = 1.0) -> None:
     """``trawmem serve --ray``: start (or join) Ray, run the application, serve until Ctrl-C."""
+    import signal
+
     import ray
 
+    def _stop(*_):
+        raise KeyboardInterrupt
+
     ray.init(address=address, include_dashboard=False, ignore_reinit_error=True)
-    serve.start(http_options={"host": cfg.host, "port": cfg.port})
-    serve.run(build_ray_app(cfg, shards), name=APP_NAME, route_prefix="/")
-    auth = f"API keys from {cfg.keys_file}" if cfg.keys_file else "no --keys file: WITHOUT authentication"
-    print(f"trawmem serve --ray: {shards} shards over {cfg.collection}, http://{cfg.host}:{cfg.port}; {auth}",
-          flush=True)
+    signal.signal(signal.SIGTERM, _stop)  # after ray.init (it installs its own): shut down like Ctrl-C
     try:
+        serve.start(http_options={"host": cfg.host, "port": cfg.port})
+        serve.run(build_ray_app(cfg, shards, shard_cpus=shard_cpus), name=APP_NAME, route_prefix="/")
+        auth = f"API keys from {cfg.keys_file}" if cfg.keys_file else "no --keys file: WITHOUT authentication"
+        print(f"trawmem serve --ray: {shards} shards over {cfg.collection}, http://{cfg.host}:{cfg.port}; {auth}",
+              flush=True)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
