@@ -139,13 +139,34 @@ class Server:
         except (OSError, IndexError, ValueError):
             return float("nan")
 
-    def batch_seconds(self) -> float:
+    def thread_cpu(self) -> dict[str, float]:
+        """CPU seconds so far of the server's threads by role: the event loop (main thread: HTTP,
+        validation, batching), the batch worker (encoder + engine), workspace assembly, appends
+        and the rest (torch / numba pools, Python helpers)."""
+        roles = {"tm-batch": "worker", "tm-assemble": "assembly", "tm-append": "append"}
+        out = dict.fromkeys(("event_loop", "worker", "assembly", "append", "other"), 0.0)
+        tick = os.sysconf("SC_CLK_TCK")
+        for t in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            try:
+                comm = (t / "comm").read_text().strip()
+                parts = (t / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            role = "event_loop" if t.name == str(self.proc.pid) else roles.get(comm, "other")
+            out[role] += (int(parts[11]) + int(parts[12])) / tick
+        return out
+
+    def busy_seconds(self) -> tuple[float, float]:
+        """(batch worker seconds, workspace assembly seconds) so far, from /metrics."""
         import httpx
 
+        w = a = 0.0
         for line in httpx.get(self.url + "/metrics", timeout=10).text.splitlines():
             if line.startswith('trawmem_batch_seconds_sum{stage="total"}'):
-                return float(line.split()[-1])
-        return 0.0
+                w = float(line.split()[-1])
+            elif line.startswith("trawmem_assemble_seconds_sum"):
+                a = float(line.split()[-1])
+        return w, a
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -161,46 +182,93 @@ class Server:
 # ----------------------------------------------------------------------------------------------
 # load
 # ----------------------------------------------------------------------------------------------
+class Conn:
+    """One keep-alive HTTP/1.1 connection with requests serialized in advance: a load generator
+    that costs a few tens of microseconds per request, so the clients are not what is measured
+    (an httpx client costs ~10x more CPU per request, on the same two cores as the server)."""
+
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+        self.r = self.w = None
+
+    async def request(self, head: bytes, body: bytes) -> tuple[int, bytes]:
+        if self.w is None:
+            self.r, self.w = await asyncio.open_connection(self.host, self.port)
+        self.w.write(head + body)
+        line = await self.r.readline()
+        if not line:
+            raise ConnectionError("server closed the connection")
+        status = int(line.split(b" ", 2)[1])
+        length, close = 0, False
+        while True:
+            h = await self.r.readline()
+            if h in (b"\r\n", b""):
+                break
+            k, _, v = h.partition(b":")
+            k = k.strip().lower()
+            if k == b"content-length":
+                length = int(v)
+            elif k == b"connection" and v.strip().lower() == b"close":
+                close = True
+        data = await self.r.readexactly(length)
+        if close:
+            await self.close()
+        return status, data
+
+    async def close(self):
+        if self.w is not None:
+            self.w.close()
+            self.r = self.w = None
+
+
+def _head(path: str, port: int, body: bytes) -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+
+
 async def _load(url: str, bodies: list[bytes], route: str, conc: int, duration: float, max_requests: int,
                 warmup: float, append_every: float, bank_ids: list[str], tag: str) -> dict:
-    import httpx
-
-    limits = httpx.Limits(max_connections=conc + 2, max_keepalive_connections=conc + 2)
-    hdr = {"content-type": "application/json"}
+    port = int(url.rsplit(":", 1)[1])
+    reqs = [(_head(route, port, b), b) for b in bodies]
     lat, answers, failures = [], [], []
     appended, append_fail = [], []
-    state = {"next": random.randrange(len(bodies)), "sent": 0}
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=180) as c:
-        t_begin = time.perf_counter()
-        t_meas, t_end = t_begin + warmup, t_begin + warmup + duration
+    state = {"next": random.randrange(len(bodies)), "sent": 0, "done": 0}
+    t_begin = time.perf_counter()
+    t_meas, t_end = t_begin + warmup, t_begin + warmup + duration
+    cpu0 = time.process_time()
 
-        async def client():
+    async def client():
+        conn = Conn("127.0.0.1", port)
+        try:
             while True:
-                now = time.perf_counter()
-                if now >= t_end or state["sent"] >= max_requests:
+                if time.perf_counter() >= t_end or state["sent"] >= max_requests:
                     return
                 i = state["next"]
-                state["next"] = (i + 1) % len(bodies)
+                state["next"] = (i + 1) % len(reqs)
                 t0 = time.perf_counter()
                 if t0 >= t_meas:
                     state["sent"] += 1
                 try:
-                    r = await c.post(route, content=bodies[i], headers=hdr)
-                    ok = r.status_code == 200
-                    body = r.json() if ok else r.text
+                    status, data = await conn.request(*reqs[i])
+                    ok = status == 200
                 except Exception as e:  # noqa: BLE001 - every failure is counted
-                    ok, body = False, repr(e)
+                    ok, data = False, repr(e).encode()
+                    await conn.close()
                 t1 = time.perf_counter()
+                state["done"] += ok
                 if t0 < t_meas:
                     continue
                 if ok:
                     lat.append(t1 - t0)
-                    answers.append(body)
+                    answers.append(data)
                 else:
-                    failures.append(str(body)[:200])
+                    failures.append(data[:200].decode(errors="replace"))
+        finally:
+            await conn.close()
 
-        async def appender():
-            k = 0
+    async def appender():
+        conn, k = Conn("127.0.0.1", port), 0
+        try:
             while time.perf_counter() < t_end:
                 await asyncio.sleep(append_every)
                 if time.perf_counter() >= t_end:
@@ -209,28 +277,42 @@ async def _load(url: str, bodies: list[bytes], route: str, conc: int, duration: 
                 turn = {"turn_id": f"bench-{tag}-{k}", "speaker": "Bench", "timestamp": "2031-01-01T10:00:00",
                         "text": f"Bench note {k}: we planned a trip to the lake and bought a kayak."}
                 k += 1
+                body = json.dumps({"turns": [turn]}).encode()
                 try:
-                    r = await c.post(f"/v1/banks/{b}/turns", json={"turns": [turn]})
-                    (appended if r.status_code == 200 else append_fail).append(r.status_code)
+                    status, _ = await conn.request(_head(f"/v1/banks/{b}/turns", port, body), body)
+                    (appended if status == 200 else append_fail).append(status)
                 except Exception as e:  # noqa: BLE001
                     append_fail.append(repr(e))
+                    await conn.close()
+        finally:
+            await conn.close()
 
-        tasks = [asyncio.create_task(client()) for _ in range(conc)]
-        if append_every > 0:
-            tasks.append(asyncio.create_task(appender()))
-        await asyncio.gather(*tasks)
-        wall = min(time.perf_counter(), t_end) - t_meas
-    return {"lat": lat, "answers": answers, "failures": failures, "wall": max(wall, 1e-9),
-            "appended": len(appended), "append_failures": append_fail}
+    tasks = [asyncio.create_task(client()) for _ in range(conc)]
+    if append_every > 0:
+        tasks.append(asyncio.create_task(appender()))
+    await asyncio.gather(*tasks)
+    wall = min(time.perf_counter(), t_end) - t_meas
+    return {"lat": lat, "answers": [json.loads(a) for a in answers], "failures": failures, "wall": max(wall, 1e-9),
+            "appended": len(appended), "append_failures": append_fail, "calls_all": state["done"],
+            "client_cpu": (time.process_time() - cpu0) / (time.perf_counter() - t_begin)}
+
+
+def _run(coro):
+    try:
+        import uvloop
+
+        return uvloop.run(coro)
+    except ImportError:
+        return asyncio.run(coro)
 
 
 def run_cell(server: Server, bodies, route, conc, args, bank_ids, tag, per_call: int = 1) -> dict:
-    cpu0, b0 = server.cpu_seconds(), server.batch_seconds()
+    cpu0, (b0, a0), th0 = server.cpu_seconds(), server.busy_seconds(), server.thread_cpu()
     t0 = time.perf_counter()
-    r = asyncio.run(_load(server.url, bodies, route, conc, args.duration, args.max_requests, args.warmup,
+    r = _run(_load(server.url, bodies, route, conc, args.duration, args.max_requests, args.warmup,
                           args.append_every, bank_ids, tag))
     wall_all = time.perf_counter() - t0
-    cpu1, b1 = server.cpu_seconds(), server.batch_seconds()
+    cpu1, (b1, a1), th1 = server.cpu_seconds(), server.busy_seconds(), server.thread_cpu()
     results = [x for a in r["answers"] for x in (a["results"] if "results" in a else [a])]
     bs = np.array([x["timings"]["batch_size"] for x in results], dtype=np.float64)
     tm = lambda k: np.array([x["timings"][k] for x in results], dtype=np.float64)  # noqa: E731
@@ -244,8 +326,12 @@ def run_cell(server: Server, bodies, route, conc, args, bank_ids, tag, per_call:
         "mean_batch": float(len(bs) / np.sum(1.0 / bs)) if len(bs) else float("nan"),
         "appended": r["appended"], "append_failures": len(r["append_failures"]),
         # the server process over the whole cell (warm-up included)
-        "worker_busy": (b1 - b0) / wall_all, "server_cpu_cores": (cpu1 - cpu0) / wall_all,
+        "worker_busy": (b1 - b0) / wall_all, "assembly_busy": (a1 - a0) / wall_all,
+        "server_cpu_cores": (cpu1 - cpu0) / wall_all,
+        "client_cpu_cores": r["client_cpu"],
     }
+    n_all = max(1, r["calls_all"] * per_call)  # queries answered over the whole cell, warm-up included
+    out["server_cpu_ms_per_query"] = {k: (th1[k] - th0[k]) * 1e3 / n_all for k in th0}
     if n_q:
         per = lambda k: float(np.mean(tm(k) / bs))  # noqa: E731 - a batch's time shared by its queries
         out["per_query_ms"] = {"encode": per("encode_ms"), "select": per("select_ms"),

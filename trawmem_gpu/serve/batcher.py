@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
+import functools
 import logging
 import math
 import time
@@ -50,11 +52,24 @@ class _Pending:
         self.item, self.arrived, self.future = item, arrived, future
 
 
+def _settle(target: asyncio.Future, source: asyncio.Future) -> None:
+    if target.done():
+        return
+    if source.cancelled():
+        target.cancel()
+    elif source.exception() is not None:
+        target.set_exception(source.exception())
+    else:
+        target.set_result(source.result())
+
+
 class DynamicBatcher:
     """Coalesces :meth:`submit` calls into calls of ``process(items) -> results``.
 
     :param process: runs on ``executor``; gets a list of items, returns one result per item
-        (an ``Exception`` instance as a result fails only that request)
+        (an ``Exception`` instance as a result fails only that request; a
+        ``concurrent.futures.Future`` answers the request when it completes, so a later stage can
+        run on another pool while the next batch starts)
     :param max_batch: most items per call
     :param max_wait_s: longest the oldest queued item waits for others when idle
     :param max_queue: most items queued (not counting the running batch)
@@ -158,11 +173,12 @@ class DynamicBatcher:
             self.running = 0
             self._rate = len(batch) / dt if self._rate == 0 else 0.8 * self._rate + 0.2 * len(batch) / max(dt, 1e-9)
             for p, r in zip(batch, results):
-                if p.future.done():
-                    continue
-                if isinstance(r, BaseException):
-                    p.future.set_exception(r)
-                else:
-                    p.future.set_result(r)
+                if isinstance(r, concurrent.futures.Future):  # finished later on another pool
+                    asyncio.wrap_future(r, loop=loop).add_done_callback(functools.partial(_settle, p.future))
+                elif not p.future.done():
+                    if isinstance(r, BaseException):
+                        p.future.set_exception(r)
+                    else:
+                        p.future.set_result(r)
             if self.on_batch is not None:
                 self.on_batch(len(batch), dt)

@@ -23,8 +23,10 @@ class Metrics:
                                  ["route", "method"], buckets=LATENCY_BUCKETS, registry=r)
         self.batch_size = Histogram("trawmem_batch_size", "Queries per engine batch", buckets=BATCH_BUCKETS,
                                     registry=r)
-        self.batch_seconds = Histogram("trawmem_batch_seconds", "Seconds per batch and stage (encode, select, "
-                                       "assemble, total)", ["stage"], buckets=LATENCY_BUCKETS, registry=r)
+        self.batch_seconds = Histogram("trawmem_batch_seconds", "Batch worker seconds per batch and stage (encode, "
+                                       "select, total)", ["stage"], buckets=LATENCY_BUCKETS, registry=r)
+        self.assemble_seconds = Histogram("trawmem_assemble_seconds", "Seconds to assemble one workspace (group, "
+                                          "render, count tokens)", buckets=LATENCY_BUCKETS, registry=r)
         self.queue_depth = Gauge("trawmem_queue_depth", "Queries waiting for a batch", registry=r)
         self.in_flight = Gauge("trawmem_http_in_flight", "HTTP requests being handled", registry=r)
         self.appended = Counter("trawmem_appended_turns", "Turns appended to banks", registry=r)

@@ -49,13 +49,14 @@ class BankShard:
     """One shard: a :class:`~trawmem_gpu.serve.service.SelectionService` over its slice of banks."""
 
     def __init__(self, cfg: dict, shard: int, shards: int):
-        from .service import SelectionService
+        from .service import SelectionService, freeze_heap
 
         self.cfg = ServeConfig.from_dict(cfg)
         self.shard, self.shards = shard, shards
         self.service = SelectionService(self.cfg, owns=lambda b: shard_of(b, shards) == shard)
         if self.cfg.warmup:
             self.service._warmup()
+        freeze_heap()
         self.service.ready = True
         sel = self._select_batch
         if hasattr(sel, "set_max_batch_size"):
@@ -68,8 +69,19 @@ class BankShard:
 
     @serve.batch(max_batch_size=64, batch_wait_timeout_s=0.005)
     async def _select_batch(self, items: list) -> list:
+        import concurrent.futures
+
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.service.worker, self.service.process_batch, items)
+        res = await loop.run_in_executor(self.service.worker, self.service.process_batch, items)
+        out = []
+        for r in res:  # workspaces still being assembled on the service's pool
+            if isinstance(r, concurrent.futures.Future):
+                try:
+                    r = await asyncio.wrap_future(r)
+                except Exception as e:  # noqa: BLE001 - fails only this query
+                    r = e
+            out.append(r)
+        return out
 
     async def select(self, item) -> dict:
         """One query (batched with concurrent ones); ``{"error": ...}`` instead of raising."""
