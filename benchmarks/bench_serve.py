@@ -113,7 +113,8 @@ class Server:
                "NUMBA_NUM_THREADS": str(args.threads)}
         cmd = [sys.executable, "-m", "trawmem_gpu.cli", "serve", "--collection", str(self.coll), "--port",
                str(self.port), "--max-batch", str(max_batch), "--max-wait-ms", str(max_wait_ms),
-               "--max-queue", "4096", "--timeout", "120", "--threads", str(args.threads)]
+               "--max-queue", "4096", "--timeout", "120", "--threads", str(args.threads),
+               "--switch-interval-ms", str(args.switch_interval_ms)]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT))
 
     def wait_ready(self, timeout: float = 600.0) -> None:
@@ -446,16 +447,19 @@ def plot(rows: list[dict], path: Path) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=str(DEFAULT_DATA), help="LoCoMo-layout dev file, or 'sample'")
-    p.add_argument("--waits", default="0,2,10", help="--max-wait-ms settings of the batching servers")
+    p.add_argument("--waits", default="0,5,20", help="--max-wait-ms settings of the batching servers")
+    p.add_argument("--ref-wait", type=float, default=5.0,
+                   help="the batching server the targets are read from (the server's default --max-wait-ms)")
     p.add_argument("--conc", default="1,8,64,256", help="concurrent clients per cell")
     p.add_argument("--max-batch", type=int, default=64)
-    p.add_argument("--duration", type=float, default=6.0, help="measured seconds per cell")
+    p.add_argument("--duration", type=float, default=5.0, help="measured seconds per cell")
     p.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds before each cell")
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--max-requests", type=int, default=100_000, help="bound on measured requests per cell")
     p.add_argument("--append-every", type=float, default=1.0, help="seconds between appends (0: none)")
     p.add_argument("--inproc-seconds", type=float, default=2.0)
     p.add_argument("--threads", type=int, default=1, help="torch / engine threads, server and in-process alike")
+    p.add_argument("--switch-interval-ms", type=float, default=0.5, help="the servers' GIL switch interval")
     p.add_argument("--where-conc", type=int, default=64)
     p.add_argument("--batch-call", type=int, default=16, help="requests per /v1/select/batch call")
     p.add_argument("--quick", action="store_true", help="1 round, 3 s cells, waits 0,5, clients 1,8,64")
@@ -482,8 +486,10 @@ def main(argv=None) -> int:
                     + b"]}" for i in range(0, len(vec_bodies), a.batch_call)]
 
     work = Path(tempfile.mkdtemp(prefix="trawmem-bench-serve-"))
-    servers = [Server(f"batch64-wait{w:g}ms", src, work, a, a.max_batch, w) for w in waits]
-    servers.append(Server("batch1", src, work, a, 1, 0.0))
+    servers = [Server(f"batch{a.max_batch}-wait{w:g}ms", src, work, a, a.max_batch, w) for w in waits]
+    # batch-size-1 serving sits next to the reference server, so their cells of a round are adjacent
+    servers.insert(next((i + 1 for i, w in enumerate(waits) if w == a.ref_wait), len(servers)),
+                   Server("batch1", src, work, a, 1, 0.0))
     stored0 = {s.name: sum(b.n_units for b in banks) for s in servers}
     cells, where = [], []
     try:
@@ -491,7 +497,7 @@ def main(argv=None) -> int:
             s.wait_ready()
         print(f"{len(servers)} servers ready", flush=True)
         for rnd in range(a.rounds):
-            order = [(s, c) for c in concs for s in (servers if rnd % 2 == 0 else servers[::-1])]
+            order = [(s, c) for c in concs for s in (servers if (rnd + concs.index(c)) % 2 == 0 else servers[::-1])]
             for s, c in order:
                 cell = run_cell(s, text_bodies, "/v1/select", c, a, bank_ids, f"{s.name}-{c}-{rnd}")
                 cell["round"] = rnd
@@ -503,11 +509,8 @@ def main(argv=None) -> int:
                       f"  p99 {cell['p99_ms']:7.1f} ms  batch {cell['mean_batch']:5.1f}  in-process "
                       f"{cell['inproc_qps']:7.1f} q/s ({cell['served_over_inproc']:.2f})  busy "
                       f"{cell['worker_busy']:.2f}  failed {cell['failed']}", flush=True)
-        # where the time goes: client-supplied vectors on the best batching server
-        med = median_cells(cells)
-        best = max((m for m in med if m["conc"] == a.where_conc and m["server"] != "batch1"),
-                   key=lambda m: m["throughput_qps"], default=None)
-        bs = next(s for s in servers if best is None or s.name == best["server"])
+        # where the time goes: client-supplied vectors on the reference batching server
+        bs = next((s for s in servers if s.max_wait_ms == a.ref_wait and s.max_batch > 1), servers[0])
         for rnd in range(a.rounds):
             for route, bodies, per in (("/v1/select", vec_bodies, 1), ("/v1/select/batch", batch_bodies, a.batch_call)):
                 conc = a.where_conc if per == 1 else max(1, a.where_conc // per)
@@ -536,13 +539,19 @@ def main(argv=None) -> int:
 
     rows = median_cells(cells)
     wrows = median_cells(where)
-    dyn = {r["conc"]: r for r in rows if r["server"] == bs.name}
-    one = {r["conc"]: r for r in rows if r["server"] == "batch1"}
+    ref = bs.name
+    dyn = {r["conc"]: r for r in rows if r["server"] == ref}
     failed = sum(c["failed"] for c in cells + where) + sum(c["append_failures"] for c in cells + where)
+    # dynamic batching over batch-size-1 serving: the two cells of one round ran back to back
+    by = {(c["server"], c["conc"], c["round"]): c["throughput_qps"] for c in cells}
+    speedup = {c: [by[(ref, c, r)] / by[("batch1", c, r)] for r in range(a.rounds)
+                   if (ref, c, r) in by and ("batch1", c, r) in by] for c in concs}
     targets = {
+        "reference_server": ref,
         "served_over_inproc_at_64": dyn.get(64, {}).get("served_over_inproc"),
-        "dynamic_over_batch1_at_64": (dyn[64]["throughput_qps"] / one[64]["throughput_qps"]) if 64 in dyn and 64 in one
-        else None,
+        "served_over_inproc_at_64_rounds": dyn.get(64, {}).get("served_over_inproc_rounds"),
+        "dynamic_over_batch1": {c: float(np.median(v)) for c, v in speedup.items() if v},
+        "dynamic_over_batch1_rounds": speedup,
         "worst_p99_over_p50": max(r["p99_ms"] / r["p50_ms"] for r in rows),
         "failed": failed,
         "turns_appended": appended, "turns_stored_api": api_stored, "turns_stored_disk": disk_stored,

@@ -37,7 +37,8 @@ def cmd_serve(a) -> int:
     cfg = ServeConfig(collection=a.collection, host=a.host, port=a.port, keys_file=a.keys, max_batch=a.max_batch,
                       max_wait_ms=a.max_wait_ms, max_queue=a.max_queue, timeout_s=a.timeout,
                       max_body_bytes=a.max_body_bytes, max_budget=a.max_budget, max_hops=a.max_hops,
-                      max_engines=a.max_engines, encoder=a.encoder, threads=a.threads)
+                      max_engines=a.max_engines, encoder=a.encoder, threads=a.threads,
+                      switch_interval_ms=a.switch_interval_ms)
     if a.sample:
         _sample_into(cfg.collection)
     if a.ray:
@@ -85,6 +86,8 @@ def add_commands(sub) -> None:
                    help="engines kept for distinct (budget, hops) pairs (each holds a copy of the banks)")
     s.add_argument("--encoder", help="query encoder (default: the collection's)")
     s.add_argument("--threads", type=int, help="torch and engine threads (default: torch's)")
+    s.add_argument("--switch-interval-ms", type=float, default=d.switch_interval_ms,
+                   help="Python GIL switch interval (short keeps HTTP and the engine responsive to each other)")
     s.add_argument("--access-log", action="store_true", help="log every request line")
     s.add_argument("--ray", action="store_true", help="run as a Ray Serve application (extra: ray)")
     s.add_argument("--shards", type=int, default=2, help="--ray: bank shards (one replica each)")

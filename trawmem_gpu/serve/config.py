@@ -49,6 +49,11 @@ class ServeConfig:
     """Query encoder spec; None = the collection's build config encoder (``minilm`` if empty)."""
     threads: int | None = None
     """torch / engine worker threads (``--threads``); None keeps torch's default."""
+    switch_interval_ms: float = 0.5
+    """Python's GIL switch interval in this process (``sys.setswitchinterval``; Python's default is
+    5 ms). The encoder and engine release the GIL around every native call, so while another thread
+    runs Python code (HTTP handling, an append's rebuild) each re-acquisition can wait a full
+    interval; a short one bounds that wait."""
     warmup: bool = True
     """Run one selection at start (numba compilation, encoder warm-up) before /readyz says ready."""
 
@@ -61,6 +66,8 @@ class ServeConfig:
             raise ConfigError(f"--max-hops must be >= 0, got {self.max_hops!r}")
         if self.max_wait_ms < 0:
             raise ConfigError(f"--max-wait-ms must be >= 0, got {self.max_wait_ms!r}")
+        if self.switch_interval_ms <= 0:
+            raise ConfigError(f"switch_interval_ms must be > 0, got {self.switch_interval_ms!r}")
         if self.timeout_s <= 0:
             raise ConfigError(f"--timeout must be > 0 seconds, got {self.timeout_s!r}")
         if not 0 <= self.port <= 65535:

@@ -54,6 +54,9 @@ class BankShard:
         self.cfg = ServeConfig.from_dict(cfg)
         self.shard, self.shards = shard, shards
         self.service = SelectionService(self.cfg, owns=lambda b: shard_of(b, shards) == shard)
+        import sys
+
+        sys.setswitchinterval(self.cfg.switch_interval_ms / 1e3)
         if self.cfg.warmup:
             self.service._warmup()
         freeze_heap()

@@ -157,6 +157,9 @@ class SelectionService:
     # lifecycle
     # ------------------------------------------------------------------------------------------
     async def start(self) -> None:
+        import sys
+
+        sys.setswitchinterval(self.cfg.switch_interval_ms / 1e3)
         self.batcher.start()
         loop = asyncio.get_running_loop()
         if self.cfg.warmup:
