@@ -114,7 +114,7 @@ class Server:
         cmd = [sys.executable, "-m", "trawmem_gpu.cli", "serve", "--collection", str(self.coll), "--port",
                str(self.port), "--max-batch", str(max_batch), "--max-wait-ms", str(max_wait_ms),
                "--max-queue", "4096", "--timeout", "120", "--threads", str(args.threads),
-               "--switch-interval-ms", str(args.switch_interval_ms)]
+               "--switch-interval-ms", str(args.switch_interval_ms), "--encode-chunk", str(args.encode_chunk)]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT))
 
     def wait_ready(self, timeout: float = 600.0) -> None:
@@ -349,7 +349,7 @@ def run_cell(server: Server, bodies, route, conc, args, bank_ids, tag, per_call:
 # in-process reference
 # ----------------------------------------------------------------------------------------------
 class InProcess:
-    def __init__(self, banks, items, threads: int):
+    def __init__(self, banks, items, threads: int, encode_chunk: int):
         import torch
 
         from trawmem_gpu.encode import get_encoder
@@ -360,6 +360,7 @@ class InProcess:
         self.eng = SelectionEngine(banks, threads=threads)
         self.banks = {b.bank_id: b for b in banks}
         self.items = items
+        self.encode_chunk = encode_chunk
         self.pos = 0
         self.rate(4, 0.5)  # warm-up (numba, encoder)
 
@@ -373,7 +374,7 @@ class InProcess:
             chunk = [self.items[(self.pos + i) % len(self.items)] for i in range(batch)]
             self.pos += batch
             ids, qs = [b for b, _ in chunk], [q for _, q in chunk]
-            Z = self.enc.encode(qs, is_query=True)
+            Z = self.enc.encode(qs, is_query=True, batch_size=self.encode_chunk)
             picks = self.eng.select_units(ids, qs, Z)
             if assemble:
                 for b, q, p in zip(ids, qs, picks):
@@ -396,7 +397,7 @@ def median_cells(cells: list[dict]) -> list[dict]:
     for key, cs in groups.items():
         m = dict(cs[0])
         for k in ("throughput_qps", "p50_ms", "p95_ms", "p99_ms", "mean_batch", "worker_busy", "server_cpu_cores",
-                  "inproc_qps", "inproc_asm_qps", "served_over_inproc"):
+                  "inproc_qps", "served_over_inproc"):
             vals = [c[k] for c in cs if c.get(k) is not None and not np.isnan(c[k])]
             m[k] = float(np.median(vals)) if vals else None
         m["failed"] = sum(c["failed"] for c in cs)
@@ -452,14 +453,15 @@ def main(argv=None) -> int:
                    help="the batching server the targets are read from (the server's default --max-wait-ms)")
     p.add_argument("--conc", default="1,8,64,256", help="concurrent clients per cell")
     p.add_argument("--max-batch", type=int, default=64)
-    p.add_argument("--duration", type=float, default=5.0, help="measured seconds per cell")
+    p.add_argument("--duration", type=float, default=4.0, help="measured seconds per cell")
     p.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds before each cell")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--max-requests", type=int, default=100_000, help="bound on measured requests per cell")
     p.add_argument("--append-every", type=float, default=1.0, help="seconds between appends (0: none)")
-    p.add_argument("--inproc-seconds", type=float, default=2.0)
+    p.add_argument("--inproc-seconds", type=float, default=3.0, help="in-process seconds per cell (half before it)")
     p.add_argument("--threads", type=int, default=1, help="torch / engine threads, server and in-process alike")
     p.add_argument("--switch-interval-ms", type=float, default=0.5, help="the servers' GIL switch interval")
+    p.add_argument("--encode-chunk", type=int, default=16, help="questions per encoder pass, server and in-process")
     p.add_argument("--where-conc", type=int, default=64)
     p.add_argument("--batch-call", type=int, default=16, help="requests per /v1/select/batch call")
     p.add_argument("--quick", action="store_true", help="1 round, 3 s cells, waits 0,5, clients 1,8,64")
@@ -477,7 +479,7 @@ def main(argv=None) -> int:
     bank_ids = sorted({b for b, _ in items})
     print(f"data: {len(banks)} banks, {sum(b.n_units for b in banks)} units, {len(items)} questions; "
           f"threads {a.threads}", flush=True)
-    inproc = InProcess(banks, items, a.threads)
+    inproc = InProcess(banks, items, a.threads, a.encode_chunk)
     Z = inproc.enc.encode([q for _, q in items], is_query=True)
     text_bodies = [json.dumps({"bank_id": b, "question": q}).encode() for b, q in items]
     vec_bodies = [json.dumps({"bank_id": b, "question": q, "question_vector": [round(float(x), 6) for x in z]}).encode()
@@ -496,14 +498,20 @@ def main(argv=None) -> int:
         for s in servers:
             s.wait_ready()
         print(f"{len(servers)} servers ready", flush=True)
+        prev_batch: dict = {}
         for rnd in range(a.rounds):
             order = [(s, c) for c in concs for s in (servers if (rnd + concs.index(c)) % 2 == 0 else servers[::-1])]
             for s, c in order:
+                # in-process at this cell's batch size right before (the previous round's batch size,
+                # else the concurrency bound) and right after the cell; their mean pairs with the cell
+                guess = prev_batch.get((s.name, c), min(c, s.max_batch))
+                before = inproc.rate(guess, a.inproc_seconds / 2)
                 cell = run_cell(s, text_bodies, "/v1/select", c, a, bank_ids, f"{s.name}-{c}-{rnd}")
                 cell["round"] = rnd
-                cell["inproc_qps"] = inproc.rate(cell["mean_batch"], a.inproc_seconds)
-                cell["inproc_asm_qps"] = inproc.rate(cell["mean_batch"], a.inproc_seconds / 2, assemble=True)
+                after = inproc.rate(cell["mean_batch"], a.inproc_seconds / 2)
+                cell["inproc_qps"] = after if round(guess) != round(cell["mean_batch"]) else (before + after) / 2
                 cell["served_over_inproc"] = cell["throughput_qps"] / cell["inproc_qps"]
+                prev_batch[(s.name, c)] = cell["mean_batch"]
                 cells.append(cell)
                 print(f"round {rnd} {s.name:>18} x{c:<4} {cell['throughput_qps']:7.1f} q/s  p50 {cell['p50_ms']:7.1f}"
                       f"  p99 {cell['p99_ms']:7.1f} ms  batch {cell['mean_batch']:5.1f}  in-process "

@@ -38,7 +38,7 @@ def cmd_serve(a) -> int:
                       max_wait_ms=a.max_wait_ms, max_queue=a.max_queue, timeout_s=a.timeout,
                       max_body_bytes=a.max_body_bytes, max_budget=a.max_budget, max_hops=a.max_hops,
                       max_engines=a.max_engines, encoder=a.encoder, threads=a.threads,
-                      switch_interval_ms=a.switch_interval_ms)
+                      switch_interval_ms=a.switch_interval_ms, encode_chunk=a.encode_chunk)
     if a.sample:
         _sample_into(cfg.collection)
     if a.ray:
@@ -78,6 +78,8 @@ def add_commands(sub) -> None:
     s.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms,
                    help="longest a query waits for a batch to fill when the engine is idle")
     s.add_argument("--max-queue", type=int, default=d.max_queue, help="queued queries before 429")
+    s.add_argument("--encode-chunk", type=int, default=d.encode_chunk,
+                   help="questions per encoder forward pass within a batch (16 suits a CPU; raise it on a GPU)")
     s.add_argument("--timeout", type=float, default=d.timeout_s, help="per-query deadline in seconds (then 504)")
     s.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="largest request body (then 413)")
     s.add_argument("--max-budget", type=int, default=d.max_budget, help="largest per-request budget")

@@ -280,7 +280,8 @@ class SelectionService:
         Z = np.empty((n, self.dim), dtype=np.float32)
         todo = [i for i, it in enumerate(items) if it.vector is None]
         if todo:
-            Z[todo] = self.encoder.encode([items[i].question for i in todo], is_query=True)
+            Z[todo] = self.encoder.encode([items[i].question for i in todo], is_query=True,
+                                          batch_size=self.cfg.encode_chunk)
         for i, it in enumerate(items):
             if it.vector is not None:
                 Z[i] = it.vector
