@@ -358,16 +358,13 @@ class InProcess:
         torch.set_num_threads(threads)
         self.enc = get_encoder("minilm", cache=False)
         self.eng = SelectionEngine(banks, threads=threads)
-        self.banks = {b.bank_id: b for b in banks}
         self.items = items
         self.encode_chunk = encode_chunk
         self.pos = 0
         self.rate(4, 0.5)  # warm-up (numba, encoder)
 
-    def rate(self, batch: int, seconds: float, assemble: bool = False) -> float:
-        from trawmem_gpu.tokens import count_tokens
-        from trawmem_gpu.workspace import assemble as asm
-
+    def rate(self, batch: int, seconds: float) -> float:
+        """Queries/s of encode + select in batches of ``batch`` for about ``seconds``."""
         batch = max(1, int(round(batch)))
         n, t0 = 0, time.perf_counter()
         while True:
@@ -375,10 +372,7 @@ class InProcess:
             self.pos += batch
             ids, qs = [b for b, _ in chunk], [q for _, q in chunk]
             Z = self.enc.encode(qs, is_query=True, batch_size=self.encode_chunk)
-            picks = self.eng.select_units(ids, qs, Z)
-            if assemble:
-                for b, q, p in zip(ids, qs, picks):
-                    count_tokens(asm(self.banks[b], q, p).render())
+            self.eng.select_units(ids, qs, Z)
             n += batch
             dt = time.perf_counter() - t0
             if dt >= seconds:
