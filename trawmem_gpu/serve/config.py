@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from ..cli_select import MAX_QUESTION_CHARS
 from ..errors import ConfigError
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -32,8 +33,8 @@ class ServeConfig:
     """Per-query deadline from arrival (``--timeout``); past it the answer is 504."""
     max_body_bytes: int = 4 << 20
     """Largest request body accepted (``--max-body-bytes``); larger gets 413."""
-    max_question_chars: int = 4000
-    """Longest question accepted, in characters."""
+    max_question_chars: int = MAX_QUESTION_CHARS
+    """Longest question accepted, in characters (the limit of ``trawmem query``)."""
     max_budget: int = 64
     """Largest per-request ``budget`` (B) accepted; the default B is the engine config's."""
     max_hops: int = 3

@@ -1,11 +1,14 @@
 """The selection service of one process: encoder, banks, engines and the dynamic batcher.
 
 The HTTP app (``app.py``) and each Ray Serve shard (``ray_app.py``) drive one of these. Work
-runs on two thread pools, never on the event loop:
+runs on three thread pools, never on the event loop:
 
 * the *batch worker* (one thread) runs every batch (one encoder call for the queries without
-  a ``question_vector``, one engine call per (budget, hops) group, then the workspaces) and every
-  engine refresh, so refreshes and selections never interleave;
+  a ``question_vector``, one engine call per (budget, hops) group) and every engine refresh, so
+  refreshes and selections never interleave;
+* *assembly threads* turn each selection into its response body (workspace grouping, rendering,
+  token count) from the bank object the engine selected from, while the worker starts the next
+  batch (the token count alone costs about as much as the selection);
 * *append threads* validate, build and persist appended turns (serialized per bank by the
   registry); the engine refresh that follows is handed to the batch worker, and the append
   answers only after it, so a client reads its own writes.
@@ -109,13 +112,11 @@ class SelectionService:
     :param owns: bank ids this process serves (all by default; a Ray shard passes its slice)
     :param select_cfg: base selection config (default ``SelectConfig()``); per-request budget /
         hops replace its B / H
-    :param encoder: an encoder to use instead of loading ``cfg.encoder`` (tests)
-    :param assemble_threads: assemble workspaces on a pool beside the batch worker (else inline;
-        ``process_batch`` then returns finished bodies instead of futures)
+    :param encoder: an encoder to use instead of loading ``cfg.encoder``
     """
 
     def __init__(self, cfg: ServeConfig, *, owns=lambda bank_id: True, select_cfg: SelectConfig | None = None,
-                 encoder: Encoder | None = None, metrics=None, assemble_threads: bool = True):
+                 encoder: Encoder | None = None, metrics=None):
         if cfg.threads:
             import torch
 
@@ -146,8 +147,8 @@ class SelectionService:
                                            initializer=_os_thread_name("tm-append"))
         # Workspaces are assembled (rendered, token-counted) here, beside the next batch's encoder
         # and engine calls; the batch worker only encodes and selects.
-        self.assembler = (ThreadPoolExecutor(2, thread_name_prefix="trawmem-assemble",
-                                             initializer=_os_thread_name("tm-assemble")) if assemble_threads else None)
+        self.assembler = ThreadPoolExecutor(2, thread_name_prefix="trawmem-assemble",
+                                            initializer=_os_thread_name("tm-assemble"))
         self.batcher = DynamicBatcher(self.process_batch, max_batch=cfg.max_batch, max_wait_s=cfg.max_wait_ms / 1e3,
                                       max_queue=cfg.max_queue, executor=self.worker, on_batch=self._on_batch)
         self.ready = False
@@ -174,8 +175,7 @@ class SelectionService:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.appender.shutdown, True)
         await loop.run_in_executor(None, self.worker.shutdown, True)
-        if self.assembler is not None:
-            await loop.run_in_executor(None, self.assembler.shutdown, True)
+        await loop.run_in_executor(None, self.assembler.shutdown, True)
         import gc
 
         gc.unfreeze()  # let interpreter shutdown finalize everything again
@@ -270,8 +270,8 @@ class SelectionService:
     # the batch function (batch worker thread)
     # ------------------------------------------------------------------------------------------
     def process_batch(self, items: list[SelectItem]) -> list:
-        """One encoder call and one engine call per (budget, hops) group; per item the response body,
-        or a ``concurrent.futures.Future`` of it (assembled on the pool), or the exception."""
+        """One encoder call and one engine call per (budget, hops) group; per item a
+        ``concurrent.futures.Future`` of its response body (assembled on the pool) or the exception."""
         t_start = time.perf_counter()
         n = len(items)
         for bid in dict.fromkeys(it.bank_id for it in items):
@@ -311,7 +311,7 @@ class SelectionService:
                            "select_ms": round(t_sel * 1e3, 3), "batch_size": n}
                 # the bank the engine just selected from, taken here: a refresh may follow before assembly
                 job = (it, self.engines.bank(it.bank_id), units, used_dates, timings)
-                out[i] = self.assembler.submit(self._workspace, *job) if self.assembler else self._workspace(*job)
+                out[i] = self.assembler.submit(self._workspace, *job)
         if self.metrics is not None:
             m = self.metrics.batch_seconds
             m.labels("encode").observe(t_enc)
