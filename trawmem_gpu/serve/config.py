@@ -1,7 +1,7 @@
 """Serving options: every knob of ``trawmem serve`` in one dataclass, one docstring per field."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from ..cli_select import MAX_QUESTION_CHARS
 from ..errors import ConfigError
@@ -82,11 +82,3 @@ class ServeConfig:
         if self.keys_file is None and self.host not in LOCAL_HOSTS:
             raise ConfigError(f"--host {self.host} without --keys: a server without API keys binds to "
                               "127.0.0.1 only; pass --keys FILE to serve other hosts")
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "ServeConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ConfigError(f"unknown serve options {sorted(unknown)}")
-        return cls(**d)

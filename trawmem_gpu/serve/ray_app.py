@@ -51,7 +51,7 @@ class BankShard:
     def __init__(self, cfg: dict, shard: int, shards: int):
         from .service import SelectionService, freeze_heap
 
-        self.cfg = ServeConfig.from_dict(cfg)
+        self.cfg = ServeConfig(**cfg)
         self.shard, self.shards = shard, shards
         self.service = SelectionService(self.cfg, owns=lambda b: shard_of(b, shards) == shard)
         import sys
@@ -187,7 +187,7 @@ def _router_builder(cfg: dict, shards: int, app_name: str):
         from .app import create_app
         from .keys import KeyStore
 
-        c = ServeConfig.from_dict(cfg)
+        c = ServeConfig(**cfg)
         keys = KeyStore.load(c.keys_file) if c.keys_file else None
         return create_app(RayBackend(c, shards, app_name), c, keys)
 
