@@ -36,6 +36,8 @@ class LLMServer:
         """Put the Authorization header into failure bodies (tests key masking)."""
         self.delay_s = 0.0
         """Sleep this long before answering each chat request."""
+        self.required_key: Optional[str] = None
+        """When set, every request without ``Authorization: Bearer <required_key>`` gets HTTP 401."""
         self.lock = threading.Lock()
         self.requests = 0
         self.model_requests = 0
@@ -129,9 +131,18 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):  # client timed out and left
             pass
 
+    def _refused(self) -> bool:
+        st = self.server_state
+        if st.required_key is not None and self.headers.get("Authorization") != f"Bearer {st.required_key}":
+            self._send(401, {"error": {"message": "invalid api key", "type": "invalid_request_error"}})
+            return True
+        return False
+
     def do_GET(self) -> None:
         st = self.server_state
         if self.path.rstrip("/") == "/v1/models":
+            if self._refused():
+                return
             with st.lock:
                 st.model_requests += 1
                 st.auth_headers.append(self.headers.get("Authorization"))
@@ -151,6 +162,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(400, {"error": {"message": "bad json"}})
             return
         auth = self.headers.get("Authorization")
+        if self._refused():
+            return
         with st.lock:
             st.requests += 1
             st.auth_headers.append(auth)

@@ -48,8 +48,25 @@ def test_build_with_llm_segmentation_and_heads(tmp_path, monkeypatch, server, po
         assert lens.sum() == bank.n_units and lens.min() >= 1
         assert "extractive" in bank.head_kind
         assert stats["llm_head_fallbacks"] >= 1
+    printed = capsys.readouterr().out
+    assert ("LLM: 1 of 3 sessions fell back to embedding segmentation" in printed) == poison
     sent = server.requests
     assert sent > 0
     # A second identical build answers every LLM call from the cache.
     assert main(args + ["--out", str(tmp_path / "banks2")]) == 0
     assert server.requests == sent
+
+
+def test_build_with_a_refused_key_stops_before_encoding(tmp_path, monkeypatch, server, capsys):
+    import trawmem_gpu.encode as enc
+
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TRAWMEM_API_KEY", "sk-wrong-123")
+    monkeypatch.setattr(enc, "get_encoder", lambda *a, **k: pytest.fail("encoded before checking the LLM"))
+    server.required_key = "sk-right"
+    out = tmp_path / "banks"
+    assert main(["build", "--input", str(sample_path()), "--out", str(out), "--heads", "llm", "--llm",
+                 server.base_url, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "refused the API key" in err and "sk-wrong-123" not in err and "Traceback" not in err
+    assert server.requests == 0 and not (out / "banks").exists()

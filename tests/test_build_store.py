@@ -426,26 +426,51 @@ def test_garbage_meta(saved, garbage):
     _bank_error(saved, META, "corrupt metadata")
 
 
-def test_meta_missing_keys(saved):
+def _rewrite_meta(saved, edit, rehash=True):
+    """Edit meta.json; with ``rehash`` also fix its checksum (as a careless tool would), so the
+    deeper checks are what catches the edit."""
     meta = json.loads((saved / META).read_text())
-    del meta["checksums"]
+    edit(meta)
+    if rehash:
+        meta["meta_sha256"] = store_files.meta_digest(meta)
     (saved / META).write_text(json.dumps(meta))
+
+
+def test_meta_missing_keys(saved):
+    _rewrite_meta(saved, lambda m: m.pop("checksums"))
     _bank_error(saved, str(saved), "corrupt bank", "checksums")
 
 
 def test_meta_inconsistent_with_tensors(saved):
-    meta = json.loads((saved / META).read_text())
-    meta["heads"] = meta["heads"][:-1]  # checksums cover tensors and units; validate() covers the rest
-    (saved / META).write_text(json.dumps(meta))
+    _rewrite_meta(saved, lambda m: m.update(heads=m["heads"][:-1]))  # validate() catches the count
     _bank_error(saved, str(saved), "do not match")
 
 
-@pytest.mark.parametrize("version", [FORMAT_VERSION + 1, 0, "1"])
+@pytest.mark.parametrize("field,value", [("heads", None), ("bank_id", "other"), ("build_config", {}),
+                                         ("encoder_id", "x"), ("turns_sha256", "0" * 64)])
+def test_meta_edit_without_rehash_is_caught(saved, field, value):
+    """Heads, bank id, build config, encoder: everything that affects selection is checksummed."""
+    def edit(m):
+        m[field] = value if value is not None else [h + " tampered" for h in m["heads"]]
+    _rewrite_meta(saved, edit, rehash=False)
+    _bank_error(saved, META, "checksum mismatch", "rebuild")
+
+
+def test_stats_are_outside_the_checksum(saved):
+    _rewrite_meta(saved, lambda m: m.update(stats={"note": "bookkeeping only"}), rehash=False)
+    assert load_bank(saved).stats == {"note": "bookkeeping only"}
+
+
+@pytest.mark.parametrize("version", [FORMAT_VERSION + 1, 0, 1])
 def test_wrong_format_version(saved, version):
-    meta = json.loads((saved / META).read_text())
-    meta["format_version"] = version
-    (saved / META).write_text(json.dumps(meta))
-    _bank_error(saved, "format version", repr(version), "rebuild")
+    _rewrite_meta(saved, lambda m: m.update(format_version=version))
+    _bank_error(saved, "format version", str(version), "rebuild")
+
+
+@pytest.mark.parametrize("version", ["2", 2.0, None, True])
+def test_format_version_of_wrong_type(saved, version):
+    _rewrite_meta(saved, lambda m: m.update(format_version=version))
+    _bank_error(saved, META, "format_version must be an integer", repr(version))
 
 
 def test_not_a_bank(tmp_path):
@@ -680,7 +705,7 @@ def test_cli_build_and_info_sample(tmp_path, capsys):
     out = tmp_path / "coll"
     assert _main(["build", "--input", str(sample_path()), "--out", str(out), "--quiet"]) == 0
     printed = capsys.readouterr().out
-    assert "built 1 banks" in printed and "encode" in printed and "graph" in printed
+    assert "built 1 bank," in printed and "encode" in printed and "graph" in printed
     assert _main(["info", str(out), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     convs = load_jsonl(sample_path())
@@ -723,12 +748,14 @@ def test_cli_update(tmp_path, capsys):
     assert _main(["build", "--input", str(sample_path()), "--out", str(full), "--quiet"]) == 0
     capsys.readouterr()
     assert_banks_equal(Collection(inc).load(bank_id), Collection(full).load(bank_id), exact=False)
-    # an input that does not extend the stored bank is refused with exit code 2
+    # an input whose history conflicts with the stored one is refused with exit code 2
     other = tmp_path / "other.jsonl"
-    other.write_text("".join(lines[1:]), encoding="utf-8")
+    rec = json.loads(lines[3])
+    rec["text"] = "an edited message"
+    other.write_text("".join(lines[:3]) + json.dumps(rec) + "\n" + "".join(lines[4:]), encoding="utf-8")
     assert _main(["build", "--input", str(other), "--out", str(inc), "--update", "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert "does not start with" in err and "Traceback" not in err
+    assert f"turn {rec['turn_id']!r} differs" in err and "'text'" in err and "Traceback" not in err
 
 
 def _one_line_error(capsys, *fragments):

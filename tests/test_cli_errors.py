@@ -7,6 +7,7 @@ import pytest
 
 from trawmem_gpu.cli import main
 from trawmem_gpu.data import sample_path
+from trawmem_gpu.store import FORMAT_VERSION
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +24,8 @@ def _err(capsys) -> str:
 
 
 def test_empty_collection(tmp_path, capsys):
-    (tmp_path / "collection.json").write_text(json.dumps({"format_version": 1, "encoder_id": None, "banks": {}}))
+    (tmp_path / "collection.json").write_text(json.dumps({"format_version": FORMAT_VERSION, "encoder_id": None,
+                                                          "banks": {}}))
     assert main(["info", str(tmp_path)]) == 2
     assert "no banks" in _err(capsys)
 

@@ -46,3 +46,55 @@ def test_errors_name_the_text(bad, why):
 def test_non_string():
     with pytest.raises(ValueError, match="non-string"):
         parse_date(20230508)  # type: ignore[arg-type]
+
+
+# -- --dayfirst through the loaders, build, update and eval -------------------------------------
+
+def _dm_history(path, day_month_pairs):
+    """A JSONL history whose timestamps are written d.m.Y (ambiguous when both are <= 12)."""
+    import json
+
+    recs = [{"bank_id": "b", "turn_id": f"t{i}", "speaker": "Ana" if i % 2 else "Ben",
+             "text": f"message number {i} about the garden", "timestamp": f"{a:02d}.{b:02d}.2023, 10:0{i}:00"}
+            for i, (a, b) in enumerate(day_month_pairs)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return path
+
+
+def test_dayfirst_reaches_both_loaders(tmp_path):
+    import json
+
+    from trawmem_gpu.data import load_conversations
+
+    p = _dm_history(tmp_path / "h.jsonl", [(1, 2), (1, 2)])
+    assert load_conversations(p)[0].turns[0].time.date().isoformat() == "2023-01-02"
+    assert load_conversations(p, dayfirst=True)[0].turns[0].time.date().isoformat() == "2023-02-01"
+    loc = tmp_path / "l.json"
+    loc.write_text(json.dumps([{"sample_id": "s", "conversation": {
+        "session_1_date_time": "03.04.2023", "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"}]}}]))
+    assert load_conversations(loc)[0].turns[0].time == datetime(2023, 3, 4)
+    assert load_conversations(loc, dayfirst=True)[0].turns[0].time == datetime(2023, 4, 3)
+
+
+def test_build_and_update_with_dayfirst(tmp_path, monkeypatch, capsys):
+    from trawmem_gpu.cli import main
+    from trawmem_gpu.store import Collection
+
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+    h = _dm_history(tmp_path / "h.jsonl", [(1, 2), (1, 2), (5, 2), (5, 2)])
+    for flag, month in (([], 1), (["--dayfirst"], 2)):
+        out = tmp_path / f"o{len(flag)}"
+        assert main(["build", "--input", str(h), "--out", str(out), "--quiet", *flag]) == 0
+        bank = Collection(out).load("b")
+        assert bank.turns[0].time.month == month
+        # session by calendar day: 2 Jan / 1 Feb, then 2 May / 5 Feb -> two sessions either way
+        assert [t.session for t in bank.turns] == [1, 1, 2, 2]
+    capsys.readouterr()
+    more = _dm_history(tmp_path / "more.jsonl", [(6, 2)])
+    more.write_text(more.read_text().replace('"t0"', '"t9"'))
+    assert main(["build", "--input", str(more), "--out", str(tmp_path / "o1"), "--update", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "was built with --dayfirst" in err and "run the update with --dayfirst too" in err
+    assert main(["build", "--input", str(more), "--out", str(tmp_path / "o1"), "--update", "--quiet",
+                 "--dayfirst"]) == 0
+    assert [t.session for t in Collection(tmp_path / "o1").load("b").turns] == [1, 1, 2, 2, 3]

@@ -8,6 +8,7 @@ Everything the run caches (embeddings, LLM responses, banks) goes under ``tmp_pa
 from __future__ import annotations
 
 import json
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -105,6 +106,8 @@ def env(tmp_path, monkeypatch):
 
 
 def _eval(env, server, method: str, out_name: str, judge: bool = True) -> tuple[int, dict]:
+    if "judge-model" not in server.models:
+        server.models.append("judge-model")  # the server must list every model asked for (checked up front)
     argv = ["eval", "--data", str(env.data), "--method", method, "--budget", "4",
             "--answer-llm", server.base_url, "--output", str(env.tmp / out_name), "--banks", str(env.banks)]
     if judge:
@@ -249,3 +252,61 @@ def test_no_questions_is_not_a_crash(env, server, capsys):
     add_answer_metrics(res, a, progress=False)
     assert res["cost_table"]["n_questions"] == 0 and res["macro"]["f1_locomo"] is None
     assert server.requests == 0
+
+
+# -- partial failures, timeouts and a wrong key (issue 14, item 4) ------------------------------
+
+def test_partial_failures_are_counted_fail_the_exit_status_and_a_rerun_retries_them(env, server, capsys):
+    server.fail_first, server.fail_status = 3, 500  # three answer requests fail, no retries
+    argv = ["--llm-retries", "0"]
+    rc, res = _eval_argv(env, server, argv, "p1.json")
+    cap = capsys.readouterr()
+    assert rc == 1
+    assert "FAILURES: 3 of 8 answer requests failed" in cap.out
+    assert "3 LLM requests failed (more than --allow-failures 0)" in cap.err and "Rerun" in cap.err
+    assert res["llm"]["counts"]["answer_errors"] == 3
+    assert sum(r["answer_error"] is not None for r in res["records"]) == 3
+    # the same command again: only the 3 failed answers (and their judgements) are sent
+    server.reset_counts()
+    rc2, res2 = _eval_argv(env, server, argv, "p2.json")
+    assert rc2 == 0, capsys.readouterr().err
+    assert server.requests == 3 + 3
+    assert res2["llm"]["counts"]["answer_errors"] == 0 and res2["llm"]["usage"]["answer"]["cached"] == 5
+    assert "FAILURES" not in capsys.readouterr().out
+
+
+def test_allow_failures(env, server, capsys):
+    server.fail_first, server.fail_status = 2, 500
+    rc, res = _eval_argv(env, server, ["--llm-retries", "0", "--allow-failures", "2"], "a.json")
+    assert rc == 0 and res["llm"]["counts"]["answer_errors"] == 2
+    assert "2 of 8 answer requests failed" in capsys.readouterr().out
+
+
+def test_wrong_key_stops_before_retrieval(env, server, capsys):
+    server.required_key = "another-key"
+    rc, res = _eval_argv(env, server, [], "k.json")
+    err = capsys.readouterr().err
+    assert rc == 2 and res == {}
+    assert "refused the API key" in err and "HTTP 401" in err and SECRET not in err
+    assert server.requests == 0 and not env.banks.exists()  # no retrieval ran, no bank was built
+
+
+def test_hung_server_costs_llm_timeout_not_minutes(env, server, capsys):
+    server.delay_s = 5.0
+    t0 = time.perf_counter()
+    rc, _ = _eval_argv(env, server, ["--llm-timeout", "0.3", "--llm-retries", "0"], "h.json", judge=False)
+    err = capsys.readouterr().err
+    assert rc == 2 and "timeout after 0.3s" in err
+    assert time.perf_counter() - t0 < 60  # 8 requests x 5 attempts x 60 s before --llm-timeout existed
+
+
+def _eval_argv(env, server, extra: list, out_name: str, judge: bool = True) -> tuple[int, dict]:
+    if "judge-model" not in server.models:
+        server.models.append("judge-model")
+    argv = ["eval", "--data", str(env.data), "--method", "trawmem", "--budget", "4",
+            "--answer-llm", server.base_url, "--output", str(env.tmp / out_name), "--banks", str(env.banks), *extra]
+    if judge:
+        argv += ["--judge-llm", f"{server.base_url}@judge-model"]
+    rc = main(argv)
+    out = env.tmp / out_name
+    return rc, (json.loads(out.read_text()) if out.exists() else {})

@@ -93,11 +93,12 @@ def test_jsonl_wrong_type_field(tmp_path, field):
     _raises_input(lambda: load_jsonl(p), f"{p}:2", repr(field))
 
 
-def test_jsonl_empty_text_without_caption(tmp_path):
+def test_jsonl_empty_text_without_caption_is_skipped_and_counted(tmp_path):
     lines = _good_lines()
     lines[1]["text"] = "   "
     p = _write_jsonl(tmp_path, lines)
-    _raises_input(lambda: load_jsonl(p), f"{p}:2", "'text'")
+    (conv,) = load_jsonl(p)
+    assert [t.turn_id for t in conv.turns] == ["t1", "t3"] and conv.skipped_empty == 1
 
 
 def test_jsonl_duplicate_turn_id(tmp_path):

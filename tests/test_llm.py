@@ -96,6 +96,72 @@ def test_connection_refused_raises_after_retries():
         be.chat([_conv("a")], max_tokens=8)
 
 
+def test_check_finds_a_wrong_key_before_any_chat_request(server):
+    server.required_key = "the-right-key"
+    for key, how in ((None, "no API key"), ("wrong-key", "the API key from")):
+        with pytest.raises(ConfigError, match=f"refused {how}.*HTTP 401.*TRAWMEM_API_KEY") as ei:
+            _http(server, api_key=key).check()
+        assert "wrong-key" not in str(ei.value)
+    assert server.requests == 0
+    _http(server, api_key="the-right-key", model="test-model-b").check()
+    be = _http(server, api_key="the-right-key", model=None)
+    be.check()
+    assert be.model == "test-model-a"
+
+
+def test_check_finds_a_model_the_server_does_not_serve(server):
+    with pytest.raises(ConfigError, match=r"model 'typo-model' is not served.*'test-model-a', 'test-model-b'"):
+        _http(server, model="typo-model").check()
+
+
+def test_check_on_a_server_that_is_down():
+    srv = LLMServer().start()
+    url = srv.base_url
+    srv.stop()
+    be = OpenAIHTTPBackend(url, model="m", max_retries=0, timeout_s=2, progress=False)
+    with pytest.raises(LLMRequestError, match="could not reach the LLM server"):
+        be.check()
+
+
+def test_timeout_bounds_a_hung_request(server):
+    """A server that never answers costs --llm-timeout per attempt, not 60 s."""
+    server.delay_s = 3.0
+    be = _http(server, timeout_s=0.3, max_retries=1, raise_if_all_failed=False)
+    t0 = time.perf_counter()
+    (r,) = be.chat([_conv("a")], max_tokens=8)
+    assert "timeout after 0.3s" in r.error and "--llm-timeout" in r.error and "2 attempt" in r.error
+    assert time.perf_counter() - t0 < 2.5  # two 0.3 s attempts, not two 3 s waits
+
+
+def test_deadline_bounds_all_requests_together(server):
+    """6 requests of 1 s each, one at a time, under a 1.5 s deadline: the first finishes, the
+    second is cut at the deadline, the rest fail at once; nothing runs past it."""
+    server.delay_s = 1.0
+    be = _http(server, concurrency=1, timeout_s=30, max_retries=3, deadline_s=1.5, raise_if_all_failed=False)
+    t0 = time.perf_counter()
+    res = be.chat([_conv(f"p{i}") for i in range(6)], max_tokens=8)
+    took = time.perf_counter() - t0
+    ok = [r for r in res if r.ok]
+    assert 1 <= len(ok) <= 2 and len(res) - len(ok) >= 4
+    assert all("deadline" in r.error or "timeout" in r.error for r in res if not r.ok)
+    assert any("deadline of 1.5s passed" in r.error for r in res if not r.ok)
+    assert took < 4.0  # 6 s of work without the deadline
+    with pytest.raises(ConfigError):
+        _http(server, deadline_s=0)
+
+
+def test_failed_requests_are_not_cached_and_a_rerun_retries_only_them(server, tmp_path):
+    server.fail_first, server.fail_status = 2, 500
+    db = tmp_path / "llm.sqlite"
+    batch = [_conv(f"q{i}") for i in range(5)]
+    r1 = CachedBackend(_http(server, max_retries=0, concurrency=1), db).chat(batch, max_tokens=8)
+    assert sum(not r.ok for r in r1) == 2 and server.requests == 5
+    server.reset_counts()
+    r2 = CachedBackend(_http(server, max_retries=0), db).chat(batch, max_tokens=8)
+    assert all(r.ok for r in r2) and server.requests == 2
+    assert [r.cached for r in r2] == [r.ok for r in r1]  # the failed ones were sent again
+
+
 def test_bad_batch_is_input_error(server):
     be = _http(server)
     with pytest.raises(InputError, match="item 0"):

@@ -1,7 +1,6 @@
-"""The ``trawmem`` command: build, info, query, eval, demo."""
+"""The ``trawmem`` command: build, info, query, eval, demo, train-head."""
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -9,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import TrawmemError
+from .cli_args import Parser, add_dayfirst, add_llm_options, positive_int
+from .errors import TrawmemError, plural
 
 
 def _overrides(a) -> dict:
@@ -24,42 +24,69 @@ def _build_config(a, base: dict | None = None):
     return BuildConfig.from_dict({**(base or {}), **_overrides(a)})
 
 
+def _llm_summary(stats: dict, n_sessions: int, n_threads: int) -> str | None:
+    seg, head = int(stats.get("llm_segment_fallbacks", 0)), int(stats.get("llm_head_fallbacks", 0))
+    parts = ([f"{seg} of {n_sessions} sessions fell back to embedding segmentation"] if seg else []) + \
+            ([f"{head} of {n_threads} heads fell back to extractive"] if head else [])
+    return "LLM: " + ", ".join(parts) + " (malformed or failed replies)" if parts else None
+
+
 def cmd_build(a) -> int:
     from .build import build_banks, update_bank
+    from .build.history import new_turns
     from .data import load_conversations
     from .encode import get_encoder
-    from .llm_factory import llm_from_args
+    from .llm_factory import llm_from_args, llm_options
     from .store import Collection
 
     cfg = _build_config(a)
-    convs = load_conversations(a.input, a.format)
+    convs = load_conversations(a.input, a.format, dayfirst=a.dayfirst)
     coll = Collection(a.out, create=True)
-    enc = get_encoder(cfg.encoder, cache=not a.no_cache)
-    llm = llm_from_args(a.llm) if (cfg.segmentation == "llm" or cfg.heads == "llm") else None
-    fresh, updated = [], 0
-    for c in convs:
-        if c.bank_id in coll and a.update:
-            old = coll.load(c.bank_id)
-            ids = [t.turn_id for t in old.turns]
-            if [t.turn_id for t in c.turns[:len(ids)]] != ids:
-                raise TrawmemError(f"--update: input for bank {c.bank_id!r} does not start with the bank's "
-                                   f"{len(ids)} stored turns; rebuild it without --update")
-            # An update continues with the bank's own build config unless flags override it.
-            bank, st = update_bank(old, c.turns[len(ids):], _build_config(a, old.build_config), enc, llm)
-            coll.put(bank)
-            updated += 1
-            print(f"updated {c.bank_id}: +{st['n_new_units']} units, {bank.n_threads} threads")
-        else:
-            fresh.append(c)
-    if fresh:
-        banks, st = build_banks(fresh, cfg, enc, llm, progress=not a.quiet)
-        for b in banks:
-            coll.put(b)
-        print(f"built {len(banks)} banks, {st['n_units']} units in {a.out} "
-              f"(encode {st['encode_units_s'] + st['encode_heads_s']:.1f}s, segment {st['segment_s']:.2f}s, "
-              f"graph {st['graph_s']:.2f}s)")
-    if updated:
-        print(f"updated {updated} banks")
+    skipped = sum(c.skipped_empty for c in convs)
+    if skipped:
+        print(f"skipped {plural(skipped, 'turn')} with empty text and no caption")
+    llm = llm_from_args(a.llm, check=True, **llm_options(a)) if (cfg.segmentation == "llm" or cfg.heads == "llm") \
+        else None
+    try:
+        enc = get_encoder(cfg.encoder, cache=not a.no_cache)
+        fresh, updated, replaced = [], 0, 0
+        for c in convs:
+            if a.update and c.bank_id in coll:
+                out = {}
+
+                def append(old, c=c, out=out):
+                    turns = new_turns(old, c, dayfirst=a.dayfirst)
+                    if not turns:
+                        return None
+                    # An update continues with the bank's own build config unless flags override it.
+                    bank, out["stats"] = update_bank(old, turns, _build_config(a, old.build_config), enc, llm)
+                    return bank
+
+                bank = coll.update(c.bank_id, append)
+                if bank is None:
+                    print(f"{c.bank_id}: nothing new (all {plural(len(c.turns), 'turn')} of the input are stored)")
+                    continue
+                updated += 1
+                print(f"updated {c.bank_id}: +{plural(out['stats']['n_new_units'], 'unit')}, now "
+                      f"{plural(bank.n_units, 'unit')} in {plural(bank.n_threads, 'thread')}")
+            else:
+                replaced += c.bank_id in coll
+                fresh.append(c)
+        if fresh:
+            banks, st = build_banks(fresh, cfg, enc, llm, progress=not a.quiet)
+            coll.put_many(banks)
+            note = f" ({replaced} replaced)" if replaced else ""
+            print(f"built {plural(len(banks), 'bank')}{note}, {plural(st['n_units'], 'unit')} in {a.out} "
+                  f"(encode {st['encode_units_s'] + st['encode_heads_s']:.1f}s, segment {st['segment_s']:.2f}s, "
+                  f"graph {st['graph_s']:.2f}s)")
+            line = _llm_summary(st, sum(len(c.sessions) for c in fresh), sum(b.n_threads for b in banks))
+            if line:
+                print(line)
+        if updated:
+            print(f"updated {plural(updated, 'bank')}")
+    finally:
+        if llm is not None:
+            llm.close()
     return 0
 
 
@@ -83,38 +110,62 @@ def cmd_info(a) -> int:
     if a.json:
         print(json.dumps(info, indent=1))
         return 0
-    print(f"{info['path']}: {info['banks']} banks, {info['threads']} threads, {info['units']} units "
-          f"(encoder {info['encoder']})")
+    print(f"{info['path']}: {plural(info['banks'], 'bank')}, {plural(info['threads'], 'thread')}, "
+          f"{plural(info['units'], 'unit')} (encoder {info['encoder']})")
     tl = info["thread_length"]
     print(f"thread length: mean {tl['mean']}, median {tl['median']}, min {tl['min']}, p90 {tl['p90']}, "
           f"max {tl['max']}")
     print(f"edges: {info['edges']['adjacent']} adjacent, {info['edges']['semantic']} semantic")
     for r in info["per_bank"]:
-        print(f"  {r['bank_id']}: {r['units']} units, {r['threads']} threads")
+        print(f"  {r['bank_id']}: {plural(r['units'], 'unit')}, {plural(r['threads'], 'thread')}")
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="trawmem", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
+DESCRIPTION = """\
+TrawMem agent memory: build memory banks from conversation histories, then select a small
+complementary workspace of past turns for each question.
 
-    b = sub.add_parser("build", help="build one bank per conversation into a collection")
-    b.add_argument("--input", required=True, help="LoCoMo JSON or JSONL history")
-    b.add_argument("--out", required=True, help="collection directory")
-    b.add_argument("--format", choices=["auto", "locomo", "jsonl"], default="auto")
-    b.add_argument("--segmentation", choices=["embedding", "fixed", "llm"])
-    b.add_argument("--heads", choices=["extractive", "llm"])
-    b.add_argument("--fixed-size", type=int, dest="fixed_size")
-    b.add_argument("--encoder", help="'minilm' (default) or 'hf:/local/model/dir'")
-    b.add_argument("--llm", help="LLM for --segmentation/--heads llm: http://HOST:PORT/v1[@MODEL] or vllm:PATH")
-    b.add_argument("--update", action="store_true", help="append new turns to existing banks incrementally")
+Commands: build, info, query, eval, demo, train-head. Run `trawmem COMMAND --help` for a
+command's options and their defaults. Bad input ends with a one-line error on stderr and exit
+status 2; an eval whose LLM requests failed beyond --allow-failures writes its results and
+exits with status 1."""
+
+
+def build_parser() -> Parser:
+    from .data import FORMATS
+    from .llm.spec import SPEC_HELP
+
+    p = Parser(prog="trawmem", description=DESCRIPTION)
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    b = sub.add_parser("build", help="build one memory bank per conversation into a collection (or --update it)",
+                       description="Build one bank per conversation of --input into the collection --out "
+                                   "(bank ids become directory names as the README describes).")
+    b.add_argument("--input", required=True, help="history file: LoCoMo-layout JSON or JSONL (one turn per line)")
+    b.add_argument("--out", required=True, help="collection directory (created if missing)")
+    b.add_argument("--format", choices=["auto", *FORMATS], default="auto",
+                   help="input format; auto picks JSONL for .jsonl/.ndjson, else LoCoMo")
+    add_dayfirst(b)
+    b.add_argument("--segmentation", choices=["embedding", "fixed", "llm"],
+                   help="thread segmentation (default: 'embedding', or with --update the bank's own)")
+    b.add_argument("--heads", choices=["extractive", "llm"],
+                   help="thread head writer (default: 'extractive', or with --update the bank's own)")
+    b.add_argument("--fixed-size", type=positive_int, dest="fixed_size",
+                   help="turns per thread with --segmentation fixed (default: 6, or with --update the bank's own)")
+    b.add_argument("--encoder", help="'minilm' (the embedded all-MiniLM-L6-v2) or 'hf:/local/model/dir' "
+                                     "(default: minilm, or with --update the bank's own)")
+    b.add_argument("--llm", help=f"LLM for --segmentation/--heads llm: {SPEC_HELP}")
+    add_llm_options(b)
+    b.add_argument("--update", action="store_true",
+                   help="append to existing banks: the input may hold a bank's whole history, a tail of it, or "
+                        "only new turns; a history that conflicts with the stored one is refused")
     b.add_argument("--no-cache", action="store_true", help="do not use the on-disk embedding cache")
-    b.add_argument("--quiet", action="store_true")
+    b.add_argument("--quiet", action="store_true", help="no progress bars")
     b.set_defaults(fn=cmd_build)
 
     i = sub.add_parser("info", help="bank, thread and unit counts of a collection or bank")
-    i.add_argument("dir")
-    i.add_argument("--json", action="store_true")
+    i.add_argument("dir", help="collection or bank directory")
+    i.add_argument("--json", action="store_true", help="print the counts as JSON")
     i.set_defaults(fn=cmd_info)
 
     from . import cli_select
@@ -125,15 +176,35 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _exit_quietly_on_broken_pipe() -> int:
+    """stdout's reader went away (``trawmem info --json | head``): no traceback, no more output."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 141  # 128 + SIGPIPE, what a shell reports for a command killed by a closed pipe
+
+
 def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     a = build_parser().parse_args(argv)
     try:
-        return a.fn(a)
-    except (TrawmemError, KeyError, FileNotFoundError) as e:
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"trawmem {a.cmd}: error: {msg}", file=sys.stderr)
+        rc = a.fn(a)
+        sys.stdout.flush()
+        return rc
+    except BrokenPipeError:
+        return _exit_quietly_on_broken_pipe()
+    except KeyboardInterrupt:
+        print(f"trawmem {a.cmd}: interrupted", file=sys.stderr)
+        return 130
+    except TrawmemError as e:
+        print(f"trawmem {a.cmd}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"trawmem {a.cmd}: error: {where}{e.strerror or e}", file=sys.stderr)
         return 2
 
 

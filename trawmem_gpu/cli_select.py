@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 
-from .errors import InputError
+from .cli_args import add_dayfirst, add_llm_options, categories, nonneg_int, positive_int
+from .errors import InputError, name_list, plural
 
 MAX_QUESTION_CHARS = 4000
 
@@ -29,6 +31,10 @@ def _check_question(q: str) -> str:
         raise InputError("--question is empty")
     if len(q) > MAX_QUESTION_CHARS:
         raise InputError(f"--question is {len(q)} characters; the limit is {MAX_QUESTION_CHARS}")
+    try:
+        q.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError("--question is not valid Unicode (a lone surrogate)") from None
     return q.strip()
 
 
@@ -48,6 +54,7 @@ def cmd_query(a) -> int:
     from .workspace import assemble
 
     q = _check_question(a.question)
+    cfg = _select_config(a)
     p = Path(a.bank)
     if (p / "meta.json").exists():
         bank = load_bank(p)
@@ -55,17 +62,18 @@ def cmd_query(a) -> int:
         coll = Collection(p)
         if a.bank_id is None:
             if len(coll) != 1:
-                raise InputError(f"{p} holds {len(coll)} banks; name one with --bank-id ({', '.join(coll.bank_ids[:5])})")
+                raise InputError(f"{p} holds {plural(len(coll), 'bank')}; name one with --bank-id "
+                                 f"({name_list(coll.bank_ids)})")
             a.bank_id = coll.bank_ids[0]
         bank = coll.load(a.bank_id)
+    head = _load_head(a.head)
     from .config import BuildConfig
 
     enc = get_encoder(BuildConfig.from_dict(bank.build_config).encoder if bank.build_config else "minilm")
     if enc.id != bank.encoder_id:
         raise InputError(f"bank was encoded with {bank.encoder_id!r}, the configured encoder is {enc.id!r}")
     z = enc.encode([q], is_query=True)[0]
-    cfg = _select_config(a)
-    kw = {"head": _load_head(a.head)} if a.head else {}
+    kw = {"head": head} if head is not None else {}
     sel = select_reference(BankContext.of(bank), q, z, cfg, **kw)
     ws = assemble(bank, q, sel.units)
     if a.json:
@@ -73,32 +81,44 @@ def cmd_query(a) -> int:
                           "tokenizer": ws.tokenizer, "workspace": ws.render()}, indent=1))
     else:
         print(ws.render())
-        print(f"-- {len(ws.unit_ids)} units in {len(ws.blocks)} threads, {ws.n_tokens} tokens ({ws.tokenizer})")
+        print(f"-- {plural(len(ws.unit_ids), 'unit')} in {plural(len(ws.blocks), 'thread')}, {ws.n_tokens} tokens "
+              f"({ws.tokenizer})")
     return 0
 
 
 def cmd_eval(a) -> int:
+    from .eval.end_to_end import add_answer_metrics, close_backends, failed_requests, open_backends
     from .eval.retrieval import run_eval
 
     cfg = _select_config(a)
     head = _load_head(a.head)
-    cats = tuple(int(c) for c in a.categories.split(","))
-    res = run_eval(a.data, a.method, cfg, categories=cats, engine=a.engine, head=head,
-                   bank_cache=a.banks, keep_records=True)
-    if a.answer_llm or a.judge_llm:
-        from .eval.end_to_end import add_answer_metrics
-
-        add_answer_metrics(res, a)
+    answer = judge = None
+    if a.answer_llm or a.judge_llm:  # checked first: a wrong URL, key or model stops here, before retrieval
+        answer, judge = open_backends(a)
+    try:
+        res = run_eval(a.data, a.method, cfg, categories=a.categories, engine=a.engine, head=head,
+                       bank_cache=a.banks, keep_records=True, dayfirst=a.dayfirst)
+        if answer is not None:
+            add_answer_metrics(res, a, answer_backend=answer, judge_backend=judge)
+    finally:
+        close_backends(answer, judge)
     out = Path(a.output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(json.dumps(res, indent=1))
     tmp.replace(out)
     m = res["macro"]
+    mh = res["per_category"].get("1", {}).get("all_evidence_hit")
     print(f"{a.method} B={cfg.budget} H={cfg.hops} ablation={cfg.ablation}: macro evidence recall "
           f"{m['evidence_recall']:.3f}, all-evidence hit {m['all_evidence_hit']:.3f}, "
-          f"multi-hop hit {res['per_category'].get('1', {}).get('all_evidence_hit', float('nan')):.3f}, "
-          f"context tokens {m['context_tokens']:.0f} over {res['n_questions']} questions -> {out}")
+          f"multi-hop hit {'n/a' if mh is None else f'{mh:.3f}'}, context tokens {m['context_tokens']:.0f} over "
+          f"{plural(res['n_questions'], 'question')} -> {out}")
+    failed = failed_requests(res)
+    if failed > a.allow_failures:
+        print(f"trawmem eval: error: {plural(failed, 'LLM request')} failed (more than --allow-failures "
+              f"{a.allow_failures}); they are scored wrong in {out}. Rerun the same command to retry only them "
+              f"(answers that succeeded come from the cache), or raise --allow-failures", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -113,14 +133,13 @@ def cmd_demo(a) -> int:
     from .store import Collection
     from .workspace import assemble
 
-    convs = load_conversations(sample_path())
-    banks, st = build_banks(convs, progress=False)
     out = Path(a.out)
     coll = Collection(out, create=True)
-    for b in banks:
-        coll.put(b)
+    convs = load_conversations(sample_path())
+    banks, st = build_banks(convs, progress=False)
+    coll.put_many(banks)
     bank = coll.load(banks[0].bank_id)
-    print(f"built {out}: {bank.n_units} units in {bank.n_threads} threads "
+    print(f"built {out}: {plural(bank.n_units, 'unit')} in {plural(bank.n_threads, 'thread')} "
           f"(encode {st['encode_units_s'] + st['encode_heads_s']:.2f}s)\n")
     qs = json.loads((sample_path().parent / "sample_questions.json").read_text())
     enc = get_encoder()
@@ -138,36 +157,55 @@ def cmd_demo(a) -> int:
 
 
 def add_commands(sub) -> None:
-    from .select.config import ABLATIONS
+    from .llm.spec import SPEC_HELP
+    from .select.config import ABLATIONS, SelectConfig
 
-    q = sub.add_parser("query", help="print the workspace for one question")
+    d0 = SelectConfig()
+    budget_help = f"workspace budget B: units selected per question (default: {d0.budget})"
+    hops_help = f"propagation hops H over the thread graph (default: {d0.hops})"
+
+    q = sub.add_parser("query", help="print the workspace for one question",
+                       description="Select and print the workspace of one question from one bank.")
     q.add_argument("--bank", required=True, help="bank or collection directory")
     q.add_argument("--bank-id", help="bank within a collection (needed when it holds several)")
-    q.add_argument("--question", required=True)
-    q.add_argument("--budget", type=int)
-    q.add_argument("--hops", type=int)
+    q.add_argument("--question", required=True, help=f"the question (at most {MAX_QUESTION_CHARS} characters)")
+    q.add_argument("--budget", type=positive_int, help=budget_help)
+    q.add_argument("--hops", type=nonneg_int, help=hops_help)
     q.add_argument("--paper", action="store_true", help="Section 4.2 exactly as written")
-    q.add_argument("--head", help="learned role head (safetensors)")
-    q.add_argument("--json", action="store_true")
+    q.add_argument("--head", help="learned role head (safetensors) from `trawmem train-head`")
+    q.add_argument("--json", action="store_true", help="print the workspace and its ids as JSON")
     q.set_defaults(fn=cmd_query)
 
-    e = sub.add_parser("eval", help="retrieval (and optionally answer) quality on LoCoMo-layout data")
-    e.add_argument("--data", required=True)
-    e.add_argument("--method", choices=["trawmem", "cosine", "bm25", "hybrid", "full"], default="trawmem")
-    e.add_argument("--budget", type=int)
-    e.add_argument("--hops", type=int)
-    e.add_argument("--ablation", choices=list(ABLATIONS))
+    e = sub.add_parser("eval", help="retrieval (and optionally answer) quality on LoCoMo-layout data",
+                       description="Select for every question with gold evidence and score evidence recall, "
+                                   "all-evidence hit and context tokens per category; with --answer-llm also "
+                                   "answer F1 / BLEU-1 and, with --judge-llm, LLM-judge accuracy. Exit status 1 "
+                                   "when more LLM requests failed than --allow-failures (results are still "
+                                   "written; a rerun retries only the failed requests).")
+    e.add_argument("--data", required=True, help="LoCoMo-layout JSON with questions and evidence")
+    add_dayfirst(e)
+    e.add_argument("--method", choices=["trawmem", "cosine", "bm25", "hybrid", "full"], default="trawmem",
+                   help="selection method")
+    e.add_argument("--budget", type=positive_int, help=budget_help)
+    e.add_argument("--hops", type=nonneg_int, help=hops_help)
+    e.add_argument("--ablation", choices=list(ABLATIONS), help="one Section 5.2 ablation (default: none)")
     e.add_argument("--paper", action="store_true", help="Section 4.2 exactly as written")
-    e.add_argument("--engine", choices=["reference", "batched"], default="reference")
-    e.add_argument("--head", help="learned role head (safetensors)")
-    e.add_argument("--categories", default="1,2,3,4")
-    e.add_argument("--banks", help="bank cache directory (default: under ~/.cache/trawmem_gpu)")
-    e.add_argument("--answer-llm", help="http://HOST:PORT/v1[@MODEL] or vllm:MODEL_PATH")
-    e.add_argument("--judge-llm", help="http://HOST:PORT/v1[@MODEL] or vllm:MODEL_PATH")
-    e.add_argument("--output", required=True)
+    e.add_argument("--engine", choices=["reference", "batched"], default="reference",
+                   help="TrawMem implementation (both select the same units)")
+    e.add_argument("--head", help="learned role head (safetensors) from `trawmem train-head`")
+    e.add_argument("--categories", type=categories, default="1,2,3,4", metavar="C,C,...",
+                   help="LoCoMo question categories to score")
+    e.add_argument("--banks", help="bank directory: built into when new or empty, else used only if its banks "
+                                   "match the data (default: an automatic cache under ~/.cache/trawmem_gpu)")
+    e.add_argument("--answer-llm", help=f"answer model: {SPEC_HELP}")
+    e.add_argument("--judge-llm", help=f"judge model: {SPEC_HELP}")
+    add_llm_options(e)
+    e.add_argument("--allow-failures", type=nonneg_int, default=0, metavar="N",
+                   help="LLM requests that may fail (after retries) before the exit status turns 1")
+    e.add_argument("--output", required=True, help="result JSON to write")
     e.set_defaults(fn=cmd_eval)
 
     d = sub.add_parser("demo", help="build the bundled sample conversation and show workspaces")
-    d.add_argument("--out", default="trawmem-demo")
-    d.add_argument("--budget", type=int, default=8)
+    d.add_argument("--out", default="trawmem-demo", help="collection directory to build the sample into")
+    d.add_argument("--budget", type=positive_int, default=8, help="workspace budget B")
     d.set_defaults(fn=cmd_demo)

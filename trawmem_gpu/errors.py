@@ -1,4 +1,7 @@
 """Errors the package raises on bad input: one message that names where and what."""
+from __future__ import annotations
+
+from typing import Iterable
 
 
 class TrawmemError(Exception):
@@ -10,7 +13,15 @@ class InputError(TrawmemError, ValueError):
 
 
 class BankError(TrawmemError):
-    """A bank directory is missing, corrupt, truncated or of another format version."""
+    """A bank directory is missing, corrupt, truncated, stale or of another format version."""
+
+
+class UnknownBank(TrawmemError, KeyError):
+    """A bank id that the collection (or engine) does not hold. A ``KeyError`` too, so
+    ``except KeyError`` keeps working; ``str()`` is the plain message (no added quotes)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown bank"
 
 
 class ConfigError(TrawmemError, ValueError):
@@ -19,3 +30,17 @@ class ConfigError(TrawmemError, ValueError):
 
 class NoLLMConfigured(TrawmemError, RuntimeError):
     """An LLM-backed path was asked for but no LLM backend is configured."""
+
+
+def name_list(names: Iterable[str], limit: int = 5) -> str:
+    """``'a', 'b', 'c', ... (7 more)``: the first ``limit`` names (repr), and how many were left out."""
+    names = list(names)
+    shown = ", ".join(repr(n) for n in names[:limit])
+    if len(names) > limit:
+        shown += f", ... ({len(names) - limit} more)"
+    return shown or "none"
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 bank``, ``2 banks``, ``0 banks``."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"

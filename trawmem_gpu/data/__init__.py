@@ -2,15 +2,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from ..errors import InputError
-from .jsonl import load_jsonl
+from .jsonl import load_jsonl, turn_from_record
 from .locomo import load_locomo
-from .types import Conversation, EvidenceRepairs, Question, Turn
+from .types import Conversation, EvidenceRepairs, Question, Turn, turns_digest
 
-__all__ = ["Conversation", "EvidenceRepairs", "Question", "Turn", "load_conversations", "load_jsonl",
-           "load_locomo", "sample_path"]
+__all__ = ["Conversation", "EvidenceRepairs", "Question", "Turn", "FORMATS", "detect_format", "load_conversations",
+           "load_jsonl", "load_locomo", "sample_path", "turn_from_record", "turns_digest"]
+
+FORMATS = {"locomo": load_locomo, "jsonl": load_jsonl}
+"""Input format name -> loader ``(path, *, dayfirst) -> list[Conversation]`` (``--format`` choices)."""
 
 
 def sample_path() -> Path:
@@ -18,13 +20,36 @@ def sample_path() -> Path:
     return Path(__file__).parent / "sample" / "sample_conversation.jsonl"
 
 
-def load_conversations(path: str | Path, fmt: Literal["auto", "locomo", "jsonl"] = "auto") -> list[Conversation]:
-    """Load conversations from ``path``; ``auto`` picks JSONL by suffix, else LoCoMo."""
+def detect_format(path: Path) -> str:
+    """The format ``--format auto`` picks: JSONL by suffix, else LoCoMo."""
+    if path.suffix.lower() in (".jsonl", ".ndjson"):
+        return "jsonl"
+    return "locomo"
+
+
+def check_input_file(path: str | Path) -> Path:
+    """``path`` as a ``Path`` when it is a readable file; else an ``InputError`` that says why."""
     path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: file not found")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory; give one LoCoMo .json or .jsonl file")
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror})") from None
+    return path
+
+
+def load_conversations(path: str | Path, fmt: str = "auto", *, dayfirst: bool = False) -> list[Conversation]:
+    """Load conversations from ``path`` (``fmt``: ``auto`` or a key of ``FORMATS``).
+
+    :param dayfirst: read ambiguous dates such as ``01.02.2023`` day first (``--dayfirst``)
+    """
+    path = check_input_file(path)
     if fmt == "auto":
-        fmt = "jsonl" if path.suffix.lower() in (".jsonl", ".ndjson") else "locomo"
-    if fmt == "jsonl":
-        return load_jsonl(path)
-    if fmt == "locomo":
-        return load_locomo(path)
-    raise InputError(f"unknown input format {fmt!r} (expected 'locomo' or 'jsonl')")
+        fmt = detect_format(path)
+    if fmt not in FORMATS:
+        raise InputError(f"unknown input format {fmt!r} (expected {' or '.join(map(repr, FORMATS))})")
+    return FORMATS[fmt](path, dayfirst=dayfirst)

@@ -21,7 +21,7 @@ def parse_evidence(raw, known_ids: set[str], repairs: EvidenceRepairs) -> tuple[
     """
     if raw is None:
         raw = []
-    if isinstance(raw, str):
+    if not isinstance(raw, (list, tuple)):  # "D1:3", or a stray scalar such as 5: one item
         raw = [raw]
     if not raw:
         repairs.empty_lists += 1

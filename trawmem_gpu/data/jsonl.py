@@ -1,9 +1,16 @@
 """Loader for users' own histories: JSON Lines, one turn per line.
 
-Fields per line: ``bank_id``, ``turn_id``, ``speaker``, ``text``, ``timestamp`` (ISO 8601 or
-LoCoMo style), optional ``caption`` and optional integer ``session``. Without ``session``, a
+Fields per line: ``bank_id``, ``turn_id``, ``speaker``, ``text``, ``timestamp`` (any date
+:func:`~trawmem_gpu.data.dates.parse_date` reads), optional ``caption`` and optional integer
+``session``. Within one bank either every line carries ``session`` or none does; without it, a
 new session starts whenever the calendar day of ``timestamp`` changes. Lines of a bank keep
-their file order. Blank lines are skipped.
+their file order. Blank lines are skipped. Field rules (types, empty turns, Unicode) are those
+of :mod:`trawmem_gpu.data.fields`, shared with the LoCoMo loader.
+
+Lines are split on ``\\n`` only: U+2028 / U+2029 and other separators are legal inside JSON
+strings. Each line is decoded as UTF-8 on its own, so a bad byte is reported with its line.
+
+:func:`turn_from_record` checks one record; a server that appends turns uses it directly.
 """
 from __future__ import annotations
 
@@ -11,25 +18,74 @@ import json
 from pathlib import Path
 
 from ..errors import InputError
-from .dates import parse_date
+from .fields import EmptyTurn, id_field, make_turn
 from .types import Conversation, Turn
 
 REQUIRED = ("bank_id", "turn_id", "speaker", "text", "timestamp")
 
 
-def load_jsonl(path: str | Path) -> list[Conversation]:
-    path = Path(path)
+def turn_from_record(rec, where: str = "record", *, prev: Turn | None = None,
+                     dayfirst: bool = False) -> tuple[str, Turn]:
+    """One JSONL record (a dict) -> ``(bank id, Turn)``, with the loader's checks and messages.
+
+    The session is the record's ``session`` (an integer, not below ``prev.session``), else it is
+    counted by calendar day: the session of ``prev`` when the turn falls on the same day, the
+    next one on another day, 1 without ``prev``. A server appending to a bank passes the bank's
+    last turn as ``prev``.
+
+    :raises InputError: a missing or malformed field (the message names ``where`` and the field)
+    :raises EmptyTurn: empty text and no caption (an ``InputError``; the file loader skips these)
+    """
+    if not isinstance(rec, dict):
+        raise InputError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+    for f in REQUIRED:
+        if f not in rec:
+            raise InputError(f"{where}: missing field {f!r}")
+    bank = id_field(rec["bank_id"], "bank_id", where)
+    sess = rec.get("session")
+    if sess is not None:
+        if not isinstance(sess, int) or isinstance(sess, bool):
+            raise InputError(f"{where}: field 'session' must be an integer")
+        if prev is not None and sess < prev.session:
+            raise InputError(f"{where}: field 'session' goes backwards ({sess} after {prev.session})")
+    turn = make_turn(where, turn_id=rec["turn_id"], speaker=rec["speaker"], text=rec["text"],
+                     timestamp=rec["timestamp"], caption=rec.get("caption"), session=sess or 0, dayfirst=dayfirst)
+    if sess is None:
+        if prev is None:
+            sess = 1
+        elif prev.time is not None and turn.time.date() == prev.time.date():
+            sess = prev.session
+        else:
+            sess = prev.session + 1
+        turn = Turn(turn.turn_id, turn.speaker, turn.text, sess, turn.timestamp, turn.time, turn.caption)
+    return bank, turn
+
+
+def _lines(path: Path):
+    """``(line number, text)`` of each non-blank line, split on ``\\n`` only, decoded one by one."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise InputError(f"{path}: file not found") from None
+    for ln, b in enumerate(raw.split(b"\n"), 1):
+        if ln == 1 and b.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
+            b = b[3:]
+        try:
+            line = b.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InputError(f"{path}:{ln}: not UTF-8 (byte 0x{b[e.start]:02x} at column {e.start + 1})") from None
+        if line.strip():
+            yield ln, line
+
+
+def load_jsonl(path: str | Path, *, dayfirst: bool = False) -> list[Conversation]:
+    """Load a JSONL history; one ``Conversation`` per ``bank_id``, in order of first appearance."""
+    path = Path(path)
     banks: dict[str, list[Turn]] = {}
     seen: dict[str, set[str]] = {}
-    last_day: dict[str, tuple] = {}
-    session_of: dict[str, int] = {}
-    for ln, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    explicit: dict[str, tuple[bool, int]] = {}  # bank -> (has session, first line)
+    skipped: dict[str, int] = {}
+    for ln, line in _lines(path):
         where = f"{path}:{ln}"
         try:
             rec = json.loads(line)
@@ -37,41 +93,26 @@ def load_jsonl(path: str | Path) -> list[Conversation]:
             raise InputError(f"{where}: bad JSON at column {e.colno}: {e.msg}") from None
         if not isinstance(rec, dict):
             raise InputError(f"{where}: expected a JSON object per line")
-        for f in REQUIRED:
-            if f not in rec:
-                raise InputError(f"{where}: missing field {f!r}")
-            if not isinstance(rec[f], (str, int)) or isinstance(rec[f], bool):
-                raise InputError(f"{where}: field {f!r} must be a string")
-        bank, tid = str(rec["bank_id"]), str(rec["turn_id"])
-        if not str(rec["text"]).strip() and not rec.get("caption"):
-            raise InputError(f"{where}: field 'text' is empty")
-        if tid in seen.setdefault(bank, set()):
-            raise InputError(f"{where}: duplicate turn id {tid!r} in field 'turn_id' of bank {bank!r}")
-        seen[bank].add(tid)
+        bank = id_field(rec.get("bank_id"), "bank_id", where) if "bank_id" in rec else None
+        prev = banks.get(bank, [None])[-1] if bank is not None else None
         try:
-            when = parse_date(str(rec["timestamp"]))
-        except ValueError as e:
-            raise InputError(f"{where}: field 'timestamp': {e}") from None
-        if "session" in rec:
-            if not isinstance(rec["session"], int) or isinstance(rec["session"], bool):
-                raise InputError(f"{where}: field 'session' must be an integer")
-            sess = rec["session"]
-            prev = banks.get(bank)
-            if prev and sess < prev[-1].session:
-                raise InputError(f"{where}: field 'session' goes backwards ({sess} after {prev[-1].session})")
-        else:
-            day = when.date()
-            if bank not in session_of:
-                session_of[bank] = 1
-            elif last_day[bank] != day:
-                session_of[bank] += 1
-            last_day[bank] = day
-            sess = session_of[bank]
-        cap = rec.get("caption")
-        if cap is not None and not isinstance(cap, str):
-            raise InputError(f"{where}: field 'caption' must be a string")
-        banks.setdefault(bank, []).append(
-            Turn(tid, str(rec["speaker"]), str(rec["text"]), sess, str(rec["timestamp"]), when, cap or None))
+            bank, turn = turn_from_record(rec, where, prev=prev, dayfirst=dayfirst)
+        except EmptyTurn:
+            skipped[bank] = skipped.get(bank, 0) + 1
+            continue
+        has = "session" in rec and rec["session"] is not None
+        first = explicit.setdefault(bank, (has, ln))
+        if first[0] != has:
+            raise InputError(f"{where}: field 'session' is {'given' if has else 'missing'} here but "
+                             f"{'given' if first[0] else 'missing'} on line {first[1]} of bank {bank!r}; "
+                             f"give it on every line of a bank or on none")
+        if turn.turn_id in seen.setdefault(bank, set()):
+            raise InputError(f"{where}: duplicate turn id {turn.turn_id!r} in field 'turn_id' of bank {bank!r}")
+        seen[bank].add(turn.turn_id)
+        banks.setdefault(bank, []).append(turn)
     if not banks:
-        raise InputError(f"{path}: empty conversation file (no turns)")
-    return [Conversation(b, ts, tuple(dict.fromkeys(t.speaker for t in ts))) for b, ts in banks.items()]
+        extra = f" ({sum(skipped.values())} turns with empty text skipped)" if skipped else ""
+        raise InputError(f"{path}: empty conversation file (no turns){extra}")
+    return [Conversation(b, ts, tuple(dict.fromkeys(t.speaker for t in ts)),
+                         session_source="explicit" if explicit[b][0] else "calendar_day",
+                         skipped_empty=skipped.get(b, 0)) for b, ts in banks.items()]

@@ -4,7 +4,8 @@ Each sample holds ``conversation`` (``speaker_a``, ``speaker_b``, ``session_N_da
 ``session_N`` lists of turns with ``speaker``, ``dia_id``, ``text`` and optional
 ``blip_caption``) and ``qa`` (``question``, ``answer``, ``evidence``, ``category``). Images
 enter as their captions. Every malformed case stops with an ``InputError`` naming the file,
-sample and field.
+sample and field; turn fields follow the same rules as JSONL input
+(:mod:`trawmem_gpu.data.fields`): turns with empty text and no caption are skipped and counted.
 """
 from __future__ import annotations
 
@@ -15,18 +16,26 @@ from pathlib import Path
 from ..errors import InputError
 from .dates import parse_date
 from .evidence import parse_evidence
+from .fields import EmptyTurn, id_field, make_turn, str_field
 from .types import Conversation, EvidenceRepairs, Question, Turn
 
 _SESSION = re.compile(r"^session_(\d+)$")
 
 
+_NAMES = {"turn_id": "dia_id", "speaker": "speaker", "text": "text", "caption": "blip_caption",
+          "timestamp": "timestamp"}
+
+
 def _load_json(path: Path):
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise InputError(f"{path}: file not found") from None
+    try:
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise InputError(f"{path}: not UTF-8 text ({e})") from None
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise InputError(f"{path}: not UTF-8 (byte 0x{raw[e.start]:02x} on line {line})") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
@@ -44,15 +53,16 @@ def _req(obj: dict, key: str, where: str, kind=str):
     return v
 
 
-def parse_sample(sample: dict, where: str) -> Conversation:
+def parse_sample(sample: dict, where: str, *, dayfirst: bool = False) -> Conversation:
     """One LoCoMo sample -> Conversation. ``where`` prefixes every error message."""
-    sid = _req(sample, "sample_id", where)
+    sid = id_field(_req(sample, "sample_id", where, None), "sample_id", where)
     where = f"{where} (sample {sid!r})"
     conv = _req(sample, "conversation", where, dict)
     speakers = tuple(conv[k] for k in ("speaker_a", "speaker_b") if isinstance(conv.get(k), str))
     sessions = sorted(int(m.group(1)) for k in conv if (m := _SESSION.match(k)))
     turns: list[Turn] = []
     seen: set[str] = set()
+    skipped = 0
     for n in sessions:
         key = f"session_{n}"
         items = conv[key]
@@ -63,20 +73,27 @@ def parse_sample(sample: dict, where: str) -> Conversation:
         dkey = f"{key}_date_time"
         if dkey not in conv:
             raise InputError(f"{where}: missing field 'conversation.{dkey}'")
+        date = conv[dkey]
+        if not isinstance(date, str):
+            raise InputError(f"{where}: field 'conversation.{dkey}' must be a string")
         try:
-            when = parse_date(conv[dkey])
+            when = parse_date(date, dayfirst=dayfirst)
         except ValueError as e:
             raise InputError(f"{where}: field 'conversation.{dkey}': {e}") from None
         for i, t in enumerate(items):
             tw = f"{where}: conversation.{key}[{i}]"
-            tid = _req(t, "dia_id", tw)
-            speaker = _req(t, "speaker", tw)
-            text = _req(t, "text", tw)
-            if tid in seen:
-                raise InputError(f"{tw}: duplicate turn id {tid!r} in field 'dia_id'")
-            seen.add(tid)
-            cap = t.get("blip_caption")
-            turns.append(Turn(tid, speaker, text, n, conv[dkey], when, cap if isinstance(cap, str) and cap else None))
+            for f in ("dia_id", "speaker", "text"):
+                _req(t, f, tw, None)
+            try:
+                turn = make_turn(tw, turn_id=t["dia_id"], speaker=t["speaker"], text=t["text"], session=n,
+                                 timestamp=date, when=when, caption=t.get("blip_caption"), names=_NAMES)
+            except EmptyTurn:
+                skipped += 1
+                continue
+            if turn.turn_id in seen:
+                raise InputError(f"{tw}: duplicate turn id {turn.turn_id!r} in field 'dia_id'")
+            seen.add(turn.turn_id)
+            turns.append(turn)
     if not turns:
         raise InputError(f"{where}: empty conversation (no session holds a turn)")
     repairs = EvidenceRepairs()
@@ -86,16 +103,16 @@ def parse_sample(sample: dict, where: str) -> Conversation:
         raise InputError(f"{where}: field 'qa' must be a list")
     for i, q in enumerate(qa):
         qw = f"{where}: qa[{i}]"
-        question = _req(q, "question", qw)
+        question = str_field(_req(q, "question", qw, None), "question", qw, empty_ok=False)
         cat = _req(q, "category", qw, int)
         ans = q.get("answer")
         ev = parse_evidence(q.get("evidence"), seen, repairs)
         questions.append(Question(f"{sid}/q{i}", question, None if ans is None else str(ans), ev, cat,
                                   q.get("adversarial_answer")))
-    return Conversation(sid, turns, speakers, questions, repairs)
+    return Conversation(sid, turns, speakers, questions, repairs, skipped_empty=skipped)
 
 
-def load_locomo(path: str | Path) -> list[Conversation]:
+def load_locomo(path: str | Path, *, dayfirst: bool = False) -> list[Conversation]:
     """Load a LoCoMo-layout file (the dev split or the public ``locomo10.json``)."""
     path = Path(path)
     data = _load_json(path)
@@ -105,7 +122,7 @@ def load_locomo(path: str | Path) -> list[Conversation]:
         raise InputError(f"{path}: expected a JSON list of samples, got {type(data).__name__}")
     if not data:
         raise InputError(f"{path}: no samples")
-    out = [parse_sample(s, f"{path}: sample {i}") for i, s in enumerate(data)]
+    out = [parse_sample(s, f"{path}: sample {i}", dayfirst=dayfirst) for i, s in enumerate(data)]
     ids = [c.bank_id for c in out]
     if len(set(ids)) != len(ids):
         dup = next(x for x in ids if ids.count(x) > 1)

@@ -1,8 +1,11 @@
 """The objects ingestion produces: turns, questions and conversations (one per bank)."""
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Iterable, Literal
 
 UNIT_TEXT_VERSION = 2
 """Bumped whenever ``Turn.embed_text`` changes, so cached banks are rebuilt."""
@@ -39,6 +42,22 @@ class Turn:
         0.508 (MiniLM), mostly on temporal questions.
         """
         return f"[{self.timestamp}] {self.lexical_text()}"
+
+
+def turns_digest(turns: Iterable[Turn]) -> str:
+    """sha256 over every field of every turn, in order: a bank's identity against its data.
+
+    A bank records the digest of the turns it was built from; ``trawmem eval --banks`` compares
+    it with the digest of the data file's turns and refuses a bank built from other data. The
+    parsed ``time`` is included, so reading the same file with another ``--dayfirst`` differs.
+    """
+    h = hashlib.sha256()
+    for t in turns:
+        h.update(json.dumps([t.turn_id, t.speaker, t.text, t.session, t.timestamp,
+                             t.time.isoformat() if t.time else None, t.caption],
+                            ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -80,6 +99,12 @@ class Conversation:
     speakers: tuple[str, ...] = ()
     questions: list[Question] = field(default_factory=list)
     repairs: EvidenceRepairs = field(default_factory=EvidenceRepairs)
+    session_source: Literal["explicit", "calendar_day"] = "explicit"
+    """Where session numbers came from: the source (LoCoMo ``session_N``, a JSONL ``session``
+    field) or counted by calendar day from the first turn of the file (JSONL without
+    ``session``). An append-only ``--update`` renumbers counted sessions to continue the bank."""
+    skipped_empty: int = 0
+    """Turns of the source left out because they had empty text and no caption."""
 
     @property
     def sessions(self) -> list[int]:

@@ -104,11 +104,13 @@ def workspace_texts(res: dict, data_path, bank_cache=None, progress: bool = True
 
     records = res["records"]
     given = res.get("_workspaces")
-    _, banks, _ = banks_for(data_path, _build_config(res), bank_cache, progress)
+    dayfirst = bool((res.get("dataset") or {}).get("dayfirst", False))
+    convs = load_conversations(data_path, dayfirst=dayfirst)
+    _, banks, _ = banks_for(data_path, _build_config(res), bank_cache, progress, dayfirst=dayfirst, convs=convs)
     bank_of = {b.bank_id: b for b in banks}
     if given is not None:
         return [given[r["qid"]] for r in records], bank_of
-    questions = {q.qid: q for c in load_conversations(data_path) for q in c.questions}
+    questions = {q.qid: q for c in convs for q in c.questions}
     with_heads = res.get("method") == "trawmem"
     index = {}
     texts = []
@@ -331,20 +333,60 @@ def _merge_metrics(res: dict, metrics: dict, keys: tuple) -> None:
             row[k] = d.get(k)
 
 
+def open_backends(a, *, check: bool = True) -> tuple:
+    """``(answer backend, judge backend or None)`` from the ``trawmem eval`` namespace: cached
+    backends from ``--answer-llm`` / ``--judge-llm`` with ``--llm-timeout``, ``--llm-retries`` and
+    ``--llm-deadline``, each checked against the server first (``GET /v1/models``: reachable, key
+    accepted, model served) so a wrong key or URL stops the run before retrieval. The same spec
+    for both stages shares one backend. Close them with :func:`close_backends`."""
+    from ..llm_factory import llm_from_args, llm_options
+
+    answer_spec = getattr(a, "answer_llm", None)
+    judge_spec = getattr(a, "judge_llm", None)
+    if not answer_spec:
+        raise ConfigError("--judge-llm needs --answer-llm: the judge grades the answer model's answers "
+                          "(give --answer-llm http://HOST:PORT/v1[@MODEL] or vllm:MODEL_PATH)")
+    opts = llm_options(a)
+    answer = llm_from_args(answer_spec, check=check, **opts)
+    judge = None
+    if judge_spec:
+        try:
+            judge = answer if judge_spec.strip() == answer_spec.strip() else llm_from_args(judge_spec, check=check,
+                                                                                           **opts)
+        except BaseException:
+            answer.close()
+            raise
+    return answer, judge
+
+
+def close_backends(*backends) -> None:
+    seen = set()
+    for b in backends:
+        if b is not None and id(b) not in seen:
+            seen.add(id(b))
+            b.close()
+
+
+def failed_requests(res: dict) -> int:
+    """Answer and judge requests that failed after retries in ``res`` (0 without an LLM run)."""
+    c = (res.get("llm") or {}).get("counts") or {}
+    return int(c.get("answer_errors", 0)) + int(c.get("judge_errors", 0))
+
+
 def add_answer_metrics(res: dict, a, *, answer_backend=None, judge_backend=None, progress: bool = True) -> None:
     """Answer (and judge) every record of ``res`` and add the metrics, ``llm`` and ``cost_table``.
 
     ``a`` is the ``trawmem eval`` namespace (``answer_llm``, ``judge_llm``, ``data``, ``banks``).
-    ``answer_backend`` / ``judge_backend`` override the specs (tests, benchmarks). A judge needs
-    an answer model; without a judge the ``judge`` metrics are absent.
+    ``answer_backend`` / ``judge_backend`` are used when given (``trawmem eval`` opens and checks
+    them before retrieval, see :func:`open_backends`); else they are opened from the specs here.
+    A judge needs an answer model; without a judge the ``judge`` metrics are absent. Requests
+    that failed are counted in ``res["llm"]["counts"]`` and in the printed summary, scored as
+    wrong, and never cached: a rerun sends them again.
     """
     from ..data import load_conversations
-    from ..llm_factory import llm_from_args
     from .answer import answer_and_judge
 
-    answer_spec = getattr(a, "answer_llm", None)
-    judge_spec = getattr(a, "judge_llm", None)
-    if answer_backend is None and not answer_spec:
+    if answer_backend is None and not getattr(a, "answer_llm", None):
         raise ConfigError("--judge-llm needs --answer-llm: the judge grades the answer model's answers "
                           "(give --answer-llm http://HOST:PORT/v1[@MODEL] or vllm:MODEL_PATH)")
     if "records" not in res:
@@ -355,7 +397,8 @@ def add_answer_metrics(res: dict, a, *, answer_backend=None, judge_backend=None,
     t0 = time.perf_counter()
     texts, banks = workspace_texts(res, a.data, getattr(a, "banks", None), progress)
     t_ws = time.perf_counter() - t0
-    qs = {q.qid: q for c in load_conversations(a.data) for q in c.questions}
+    dayfirst = bool((res.get("dataset") or {}).get("dayfirst", False))
+    qs = {q.qid: q for c in load_conversations(a.data, dayfirst=dayfirst) for q in c.questions}
     items = []
     for r, text in zip(records, texts):
         q = qs.get(r["qid"])
@@ -365,21 +408,14 @@ def add_answer_metrics(res: dict, a, *, answer_backend=None, judge_backend=None,
         items.append({"qid": q.qid, "question": q.question, "category": q.category, "gold": gold,
                       "context": text})
 
-    own = []
+    own = ()
     if answer_backend is None:
-        answer_backend = llm_from_args(answer_spec)
-        own.append(answer_backend)
-    if judge_backend is None and judge_spec:
-        if judge_spec.strip() == (answer_spec or "").strip():
-            judge_backend = answer_backend  # one engine / connection serves both stages
-        else:
-            judge_backend = llm_from_args(judge_spec)
-            own.append(judge_backend)
+        answer_backend, judge_backend = open_backends(a, check=False)
+        own = (answer_backend, judge_backend)
     try:
         run = answer_and_judge(items, answer_backend, judge_backend)
     finally:
-        for b in own:
-            b.close()
+        close_backends(*own)
 
     keys = ANSWER_KEYS + (("judge",) if judge_backend is not None else ())
     for r, it, o in zip(records, items, run.records):
@@ -394,7 +430,7 @@ def add_answer_metrics(res: dict, a, *, answer_backend=None, judge_backend=None,
     _merge_metrics(res, run.metrics(), keys)
     res["llm"] = {
         "answer": run.models["answer"], "judge": run.models["judge"], "prompts": run.prompts,
-        "usage": run.usage, "counts": run.counts,
+        "usage": run.usage, "counts": run.counts | {"questions": len(items)},
         "options": {"temperature": 0.0, "answer_max_tokens": 96, "judge_max_tokens": 48,
                     "use_session_dates_cat2": True},
         "workspace_rebuild_s": round(t_ws, 4),
@@ -404,19 +440,35 @@ def add_answer_metrics(res: dict, a, *, answer_backend=None, judge_backend=None,
     _print_summary(res, keys)
 
 
+def _failure_line(res: dict) -> str | None:
+    """``answer: 41 of 81 requests failed, ...`` or None when nothing failed."""
+    c = res["llm"]["counts"]
+    n = c.get("questions", 0)
+    parts = []
+    if c.get("answer_errors"):
+        parts.append(f"{c['answer_errors']} of {n} answer requests failed (scored wrong, not judged)")
+    if c.get("judge_errors"):
+        parts.append(f"{c['judge_errors']} of {n - c.get('judge_skipped', 0)} judge requests failed (scored wrong)")
+    if c.get("judge_unparsed"):
+        parts.append(f"{c['judge_unparsed']} judgements unreadable (scored wrong)")
+    return "; ".join(parts) or None
+
+
 def _print_summary(res: dict, keys: tuple) -> None:
     m = res["macro"]
     ct = res["cost_table"]
     fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
     parts = [f"{k} {fmt(m.get(k))}" for k in keys]
+    fails = _failure_line(res)
     print(f"answers ({res['llm']['answer'].get('model')}"
           + (f", judge {res['llm']['judge'].get('model')}" if res["llm"]["judge"] else "")
-          + "): macro " + ", ".join(parts), file=sys.stdout)
+          + "): macro " + ", ".join(parts) + (f" -- FAILURES: {fails}" if fails else ""), file=sys.stdout)
     for stage in ("answer", "judge"):
         s = ct["llm_tokens"].get(stage)
         if s:
             print(f"  {stage}: {s['requests_sent']} requests sent, {s['cache_hits']} from cache, "
-                  f"{s['prompt_tokens']} prompt + {s['completion_tokens']} completion tokens, {s['wall_s']:.2f}s")
+                  f"{s['errors']} failed, {s['prompt_tokens']} prompt + {s['completion_tokens']} completion tokens, "
+                  f"{s['wall_s']:.2f}s")
     c, tk = ct["construction_s_per_conversation"], ct["context_tokens_per_question"]
     print(f"  per conversation: construction {'n/a' if c is None else f'{c:.2f}s'}, retrieval "
           f"{ct['retrieval_s_per_conversation']:.3f}s ({ct['retrieval_s_per_query'] * 1000:.2f} ms/query), "

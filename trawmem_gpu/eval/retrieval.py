@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from .. import __version__
 from ..config import BuildConfig
 from ..data import load_conversations
+from ..errors import InputError, name_list
 from ..select.config import SelectConfig
 from ..select.context import BankContext
 from ..tokens import TOKENIZER_NAME
@@ -31,34 +32,102 @@ def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def banks_for(data_path: str | Path, build_cfg: BuildConfig, cache_dir: str | Path | None = None,
-              progress: bool = True, encoder=None):
-    """Build (or reuse from the on-disk cache) one bank per conversation of ``data_path``."""
-    from ..build import build_banks
-    from ..encode.cache import default_cache_dir
+def given_build_config(cache_dir: str | Path | None) -> BuildConfig | None:
+    """The build config of the banks in a user's ``--banks`` directory (None when there are none,
+    or they cannot be read: ``banks_for`` then says what is wrong)."""
     from ..errors import BankError
     from ..store import Collection
+    from ..store.files import read_meta
 
-    from ..data.types import UNIT_TEXT_VERSION
-    from ..store import FORMAT_VERSION
-
-    key = hashlib.sha256((file_sha256(data_path) + json.dumps(build_cfg.to_dict(), sort_keys=True)
-                          + f"text{UNIT_TEXT_VERSION}-format{FORMAT_VERSION}").encode())
-    cdir = Path(cache_dir) if cache_dir else default_cache_dir() / "banks" / key.hexdigest()[:16]
-    convs = load_conversations(data_path)
+    if cache_dir is None or not (Path(cache_dir) / "collection.json").exists():
+        return None
     try:
-        coll = Collection(cdir)
-        if set(coll.bank_ids) == {c.bank_id for c in convs}:
-            return convs, [coll.load(c.bank_id) for c in convs], cdir
-    except BankError:
-        pass
+        coll = Collection(cache_dir)
+        return BuildConfig.from_dict(read_meta(coll.bank_path(coll.bank_ids[0]))["build_config"]) if len(coll) \
+            else None
+    except (BankError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _check_banks(coll, convs, data_path, build_cfg: BuildConfig) -> list:
+    """The collection's banks for ``convs``, refusing any that is missing, corrupt, built from
+    other turns (turns digest) or with another build config: a ``BankError`` naming the bank."""
+    from ..data.types import turns_digest
+    from ..errors import BankError
+
+    want = [c.bank_id for c in convs]
+    missing = [b for b in want if b not in coll]
+    extra = [b for b in coll.bank_ids if b not in set(want)]
+    if missing or extra:
+        parts = ([f"lacks {len(missing)} bank(s) of the data ({name_list(missing)})"] if missing else []) + \
+                ([f"holds {len(extra)} bank(s) the data does not ({name_list(extra)})"] if extra else [])
+        raise BankError(f"{coll.path} {' and '.join(parts)}: it was built from other data")
+    banks = []
+    for c in convs:
+        b = coll.load(c.bank_id)
+        if turns_digest(b.turns) != turns_digest(c.turns):
+            ours = {t.turn_id: t for t in b.turns}
+            first = next((t.turn_id for t in c.turns if ours.get(t.turn_id) != t), None)
+            detail = f"first differing turn {first!r}" if first else "same turns in another order"
+            raise BankError(f"bank {c.bank_id!r} in {coll.path} was built from other turns than {c.bank_id!r} in "
+                            f"{data_path} (bank: {b.n_units} turns, data: {len(c.turns)}; {detail})")
+        if b.build_config != build_cfg.to_dict():
+            diff = sorted(k for k, v in build_cfg.to_dict().items() if b.build_config.get(k) != v)
+            raise BankError(f"bank {c.bank_id!r} in {coll.path} was built with another build config (it differs "
+                            f"in {', '.join(diff) or 'its fields'})")
+        banks.append(b)
+    return banks
+
+
+def banks_for(data_path: str | Path, build_cfg: BuildConfig | None = None, cache_dir: str | Path | None = None,
+              progress: bool = True, encoder=None, *, dayfirst: bool = False, convs=None):
+    """One bank per conversation of ``data_path``: ``(convs, banks, directory)``.
+
+    ``cache_dir`` given (``trawmem eval --banks DIR``): banks already there are used only when
+    they hold exactly the data's conversations, each built from exactly the data's turns (the
+    turns digest) with the same build config (``build_cfg=None``: the banks' own); anything
+    else, corrupt banks included, is refused with a ``BankError`` that names the bank and what to
+    do. A new or empty directory is built into. Without ``cache_dir`` the banks live in an
+    automatic cache keyed by the data file, build config, ``dayfirst`` and formats; a cache that
+    fails the same checks is rebuilt, with a note on stderr.
+    """
+    import sys
+
+    from ..build import build_banks
+    from ..data.types import UNIT_TEXT_VERSION
+    from ..encode.cache import default_cache_dir
+    from ..errors import BankError
+    from ..store import FORMAT_VERSION, Collection
+
+    convs = convs if convs is not None else load_conversations(data_path, dayfirst=dayfirst)
+    if cache_dir is not None:
+        cdir = Path(cache_dir)
+        try:
+            build_cfg = build_cfg or given_build_config(cdir) or BuildConfig()
+            coll = Collection(cdir, create=True)
+            if len(coll):
+                return convs, _check_banks(coll, convs, data_path, build_cfg), cdir
+        except BankError as e:
+            raise BankError(f"--banks: {e}; remove {cdir} or pass another --banks directory to rebuild the banks "
+                            f"from {data_path}, or drop --banks to use the automatic cache") from None
+    else:
+        build_cfg = build_cfg or BuildConfig()
+        key = hashlib.sha256((file_sha256(data_path) + json.dumps(build_cfg.to_dict(), sort_keys=True)
+                              + f"text{UNIT_TEXT_VERSION}-format{FORMAT_VERSION}-dayfirst{int(dayfirst)}").encode())
+        cdir = default_cache_dir() / "banks" / key.hexdigest()[:16]
+        try:
+            coll = Collection(cdir, create=True)
+            if len(coll):
+                return convs, _check_banks(coll, convs, data_path, build_cfg), cdir
+        except BankError as e:
+            print(f"trawmem: the bank cache is unusable ({e}); rebuilding it in {cdir}", file=sys.stderr)
+            (cdir / "collection.json").unlink(missing_ok=True)
+            coll = Collection(cdir, create=True)
     hits0 = getattr(encoder, "hits", 0)
     t0 = time.perf_counter()
     banks, st = build_banks(convs, build_cfg, encoder, progress=progress)
     _stash_build_stats(banks, st, time.perf_counter() - t0, getattr(encoder, "hits", 0) - hits0)
-    coll = Collection(cdir, create=True)
-    for b in banks:
-        coll.put(b)
+    coll.put_many(banks)
     return convs, banks, cdir
 
 
@@ -92,11 +161,26 @@ def aggregate(records: list[dict], keys=("evidence_recall", "all_evidence_hit", 
     return {"macro": macro, "per_category": per}
 
 
+def _require_questions(convs, data_path, categories) -> None:
+    n_all = sum(len(c.questions) for c in convs)
+    n = sum(1 for c in convs for q in c.questions if q.category in categories and q.evidence)
+    if not n:
+        cats = ",".join(map(str, categories))
+        raise InputError(f"{data_path}: no question with gold evidence in categories {cats} ({n_all} questions in "
+                         f"all); eval needs LoCoMo-style 'qa' entries with 'evidence'" +
+                         ("" if n_all else " (a history file without questions can be built, not evaluated)"))
+
+
 def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: SelectConfig | None = None,
              build_cfg: BuildConfig | None = None, *, categories=(1, 2, 3, 4), engine: str = "reference",
              head=None, progress: bool = True, bank_cache: str | Path | None = None,
-             keep_records: bool = True, banks_and_convs=None, query_vecs=None) -> dict:
-    """Select for every question of ``categories`` and score against the gold evidence."""
+             keep_records: bool = True, banks_and_convs=None, query_vecs=None, dayfirst: bool = False) -> dict:
+    """Select for every question of ``categories`` and score against the gold evidence.
+
+    ``build_cfg=None`` builds with the defaults, or takes the build config of the banks already
+    in ``bank_cache`` (``--banks``); banks that do not match the data are refused (``banks_for``).
+    A file without questions that have gold evidence in ``categories`` is an ``InputError``.
+    """
     from ..encode import get_encoder
     from ..select.baselines import bm25_topk, cosine_topk, full_context, hybrid_topk
     from ..select.reference import select_reference
@@ -104,12 +188,18 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {METHODS}")
     cfg = select_cfg or SelectConfig()
-    build_cfg = build_cfg or BuildConfig()
+    if banks_and_convs is None:
+        convs = load_conversations(data_path, dayfirst=dayfirst)
+        _require_questions(convs, data_path, categories)
+        build_cfg = build_cfg or given_build_config(bank_cache) or BuildConfig()
+    else:
+        build_cfg = build_cfg or BuildConfig()
     if cfg.ablation == "fixed_segmentation":
         build_cfg = BuildConfig(**(build_cfg.to_dict() | {"segmentation": "fixed"}))
     encoder = get_encoder(build_cfg.encoder)
     if banks_and_convs is None:
-        convs, banks, _ = banks_for(data_path, build_cfg, bank_cache, progress, encoder)
+        convs, banks, _ = banks_for(data_path, build_cfg, bank_cache, progress, encoder, dayfirst=dayfirst,
+                                    convs=convs)
     else:
         convs, banks = banks_and_convs
     batched = method == "trawmem" and engine == "batched"
@@ -173,7 +263,8 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
         "n_questions": len(records), "skipped_no_evidence": skipped,
         "config": {"select": cfg.to_dict(), "build": build_cfg.to_dict(), "budget": cfg.budget, "hops": cfg.hops,
                    "ablation": cfg.ablation, "categories": list(categories)},
-        "dataset": {"path": str(data_path), "sha256": file_sha256(data_path), "evidence_repairs": rep.as_dict()},
+        "dataset": {"path": str(data_path), "sha256": file_sha256(data_path), "evidence_repairs": rep.as_dict(),
+                    "dayfirst": dayfirst, "skipped_empty_turns": sum(c.skipped_empty for c in convs)},
         "encoder": encoder.id, "tokenizer": TOKENIZER_NAME, "package_version": __version__,
         "selection_seconds_per_query": t_sel / max(1, len(records)),
         "timing": {"encode_questions_s": t_enc, "select_s": t_sel, "assemble_s": t_asm,

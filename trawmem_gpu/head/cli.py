@@ -9,7 +9,7 @@ def cmd_train_head(a) -> int:
 
     convs = [c for c in a.conversations.split(",") if c.strip()] if a.conversations else None
     res = train_head(a.data, a.out, conversations=convs, epochs=a.epochs, lr=a.lr, seed=a.seed, budget=a.budget,
-                     steps=a.steps, l2=a.l2, temp=a.temp, progress=not a.quiet)
+                     steps=a.steps, l2=a.l2, temp=a.temp, progress=not a.quiet, dayfirst=a.dayfirst)
     h = res["history"]
     print(f"trained role head on {h['n_used']} of {h['n_questions']} questions (gold in U_q) "
           f"in {h['seconds']:.1f}s; loss {h['epoch_loss'][0]:.4f} -> {h['epoch_loss'][-1]:.4f}")
@@ -30,6 +30,9 @@ def add_commands(sub) -> None:
     t.add_argument("--data", required=True, help="LoCoMo-layout JSON with evidence labels")
     t.add_argument("--out", required=True, help="head file to write (safetensors); the loss curve goes beside it")
     t.add_argument("--conversations", help="comma-separated bank ids to train on (default: all)")
+    from ..cli_args import add_dayfirst
+
+    add_dayfirst(t)
     t.add_argument("--epochs", type=int, default=DEFAULTS["epochs"])
     t.add_argument("--lr", type=float, default=DEFAULTS["lr"])
     t.add_argument("--seed", type=int, default=DEFAULTS["seed"])

@@ -349,7 +349,8 @@ def loss_png_path(out_path: str | Path) -> Path:
     return p.with_name(p.stem + ".loss.png") if p.suffix else p.with_name(p.name + ".loss.png")
 
 
-def load_dev(data_path: str | Path, build_cfg=None, progress: bool = False, categories=(1, 2, 3, 4)):
+def load_dev(data_path: str | Path, build_cfg=None, progress: bool = False, categories=(1, 2, 3, 4),
+             dayfirst: bool = False):
     """(convs, banks, Z) for ``data_path``: banks from the on-disk cache, questions encoded once."""
     from ..config import BuildConfig
     from ..encode import get_encoder
@@ -357,7 +358,7 @@ def load_dev(data_path: str | Path, build_cfg=None, progress: bool = False, cate
 
     build_cfg = build_cfg or BuildConfig()
     enc = get_encoder(build_cfg.encoder)
-    convs, banks, _ = banks_for(data_path, build_cfg, progress=progress, encoder=enc)
+    convs, banks, _ = banks_for(data_path, build_cfg, progress=progress, encoder=enc, dayfirst=dayfirst)
     qs = [q.question for c in convs for q in c.questions if q.category in categories and q.evidence]
     Z = enc.encode(qs, is_query=True, progress=progress, desc="encode questions")
     return convs, banks, Z
@@ -367,7 +368,7 @@ def train_head(data_path: str | Path, out_path: str | Path, *, conversations=Non
                epochs: int = DEFAULTS["epochs"], lr: float = DEFAULTS["lr"], seed: int = DEFAULTS["seed"],
                budget: int = 16, progress: bool = True, l2: float = DEFAULTS["l2"], temp: float = DEFAULTS["temp"],
                steps: int | None = DEFAULTS["steps"], loss_kind: str = DEFAULTS["loss_kind"],
-               select_cfg: SelectConfig | None = None, data=None) -> dict:
+               select_cfg: SelectConfig | None = None, data=None, dayfirst: bool = False) -> dict:
     """Train a head on the gold evidence of ``data_path`` (optionally only ``conversations``), save it.
 
     Writes the head to ``out_path`` (safetensors) and its loss curve beside it
@@ -377,7 +378,7 @@ def train_head(data_path: str | Path, out_path: str | Path, *, conversations=Non
     from ..eval.retrieval import file_sha256
 
     cfg = replace(select_cfg or SelectConfig(), budget=budget)
-    convs, banks, Z = data if data is not None else load_dev(data_path, progress=progress)
+    convs, banks, Z = data if data is not None else load_dev(data_path, progress=progress, dayfirst=dayfirst)
     cats = (1, 2, 3, 4)
     rows = [c.bank_id for c in convs for q in c.questions if q.category in cats and q.evidence]
     keep_ids = None

@@ -176,6 +176,10 @@ class LLMBackend:
         """Name and model for result files (never secrets)."""
         return {"backend": self.name, "model": self.model}
 
+    def check(self) -> None:
+        """Verify up front that requests can succeed (server reachable, key accepted, model
+        served); raises ``ConfigError`` / ``LLMRequestError`` saying what is wrong. No-op here."""
+
     def close(self) -> None:
         """Release resources (no-op by default)."""
 

@@ -112,6 +112,9 @@ class CachedBackend(LLMBackend):
         d["cache"] = str(self.cache.path)
         return d
 
+    def check(self) -> None:
+        self.inner.check()
+
     def __repr__(self) -> str:
         return f"CachedBackend({self.inner!r}, path={str(self.cache.path)!r})"
 

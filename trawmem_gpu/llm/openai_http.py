@@ -13,7 +13,7 @@ from typing import Optional
 
 import httpx
 
-from trawmem_gpu.errors import ConfigError
+from trawmem_gpu.errors import ConfigError, name_list
 from trawmem_gpu.llm.base import LLMBackend, LLMRequestError, LLMResult, Secret
 
 log = logging.getLogger("trawmem_gpu.llm")
@@ -51,6 +51,13 @@ class OpenAIHTTPBackend(LLMBackend):
     ``Retry-After``. A request that still fails yields an ``LLMResult`` with ``error`` set; if
     every request of a batch fails, :class:`LLMRequestError` is raised (server down). The API key
     is masked in every message, log line and repr.
+
+    ``timeout_s`` bounds each attempt as a whole (connect, send, wait, read); ``deadline_s``, when
+    set, bounds all requests of this backend together, counted from its first chat request:
+    attempts and backoff sleeps never run past it, and requests still queued fail at once with
+    a "deadline" error (failed requests are never cached, so a rerun retries them).
+    :meth:`check` asks ``GET /models`` first, so a wrong URL, key or model stops a run before any
+    other work.
     """
 
     name = "openai-http"
@@ -68,6 +75,7 @@ class OpenAIHTTPBackend(LLMBackend):
         max_backoff_s: float = 60.0,
         progress: bool = True,
         raise_if_all_failed: bool = True,
+        deadline_s: Optional[float] = None,
     ) -> None:
         super().__init__()
         if not isinstance(base_url, str) or not re.match(r"^https?://[^/\s]+", base_url):
@@ -78,6 +86,8 @@ class OpenAIHTTPBackend(LLMBackend):
             raise ConfigError(f"timeout_s must be > 0, got {timeout_s!r}")
         if int(max_retries) < 0 or float(backoff_s) < 0:
             raise ConfigError("max_retries and backoff_s must be >= 0")
+        if deadline_s is not None and float(deadline_s) <= 0:
+            raise ConfigError(f"deadline_s must be > 0, got {deadline_s!r}")
         self.base_url = base_url.rstrip("/")
         self._model = model or None
         if api_key is None:
@@ -90,6 +100,8 @@ class OpenAIHTTPBackend(LLMBackend):
         self.max_backoff_s = float(max_backoff_s)
         self.progress = bool(progress)
         self.raise_if_all_failed = bool(raise_if_all_failed)
+        self.deadline_s = None if deadline_s is None else float(deadline_s)
+        self._deadline: Optional[float] = None  # time.monotonic() value, set at the first chat request
         self._json_mode_ok = True
 
     # -- helpers ---------------------------------------------------------------------------
@@ -123,36 +135,65 @@ class OpenAIHTTPBackend(LLMBackend):
     def model(self) -> str:
         """Model id; when not given, the first id listed by ``GET /v1/models`` (fetched once)."""
         if self._model is None:
-            self._model = self._fetch_first_model()
+            self.check()
         return self._model
 
-    def _fetch_first_model(self) -> str:
+    def check(self) -> None:
+        """``GET {base_url}/models``: the server answers, accepts the key, and serves the model.
+
+        Sets the model to the first one listed when none was given. Raises ``ConfigError`` for a
+        refused key (HTTP 401/403) or a model the server does not list, ``LLMRequestError`` when
+        the server cannot be reached after the retries. A server without ``/models`` (404) is
+        accepted when a model was named.
+        """
         url = f"{self.base_url}/models"
         last = "no attempt"
         for attempt in range(self.max_retries + 1):
             try:
                 with httpx.Client(timeout=self.timeout_s) as client:
                     r = client.get(url, headers=self._headers())
+                if r.status_code in (401, 403):
+                    how = "the API key from TRAWMEM_API_KEY / OPENAI_API_KEY" if self._key else "no API key"
+                    raise ConfigError(self._scrub(
+                        f"the LLM server at {self.base_url} refused {how} (HTTP {r.status_code} from GET /models); "
+                        f"set TRAWMEM_API_KEY (or OPENAI_API_KEY) to a key it accepts"))
+                if r.status_code == 404 and self._model is not None:
+                    log.warning("%s has no /models endpoint; cannot check the key and model up front", self.base_url)
+                    return
                 if r.status_code == 200:
                     data = r.json().get("data") or []
-                    if data and isinstance(data[0], dict) and data[0].get("id"):
-                        return str(data[0]["id"])
-                    raise LLMRequestError(f"GET {url} listed no models; pass MODEL as URL@MODEL")
+                    ids = [str(d["id"]) for d in data if isinstance(d, dict) and d.get("id")]
+                    if self._model is None:
+                        if not ids:
+                            raise LLMRequestError(f"GET {url} listed no models; pass MODEL as URL@MODEL")
+                        self._model = ids[0]
+                    elif ids and self._model not in ids:
+                        raise ConfigError(f"model {self._model!r} is not served at {self.base_url} (it serves "
+                                          f"{name_list(ids)}); fix the @MODEL part of the LLM spec")
+                    return
                 last = f"HTTP {r.status_code}: {r.text[:200]}"
                 if r.status_code not in _RETRY_STATUS:
                     break
             except httpx.TransportError as e:
                 last = f"{type(e).__name__}: {e}"
-            except ValueError as e:  # bad JSON
+            except (ValueError, AttributeError) as e:  # bad JSON
+                if isinstance(e, ConfigError):
+                    raise
                 last = f"bad JSON from /models: {e}"
                 break
             if attempt < self.max_retries:
                 time.sleep(self._delay(attempt, None))
-        raise LLMRequestError(self._scrub(f"could not list models at {url}: {last}"))
+        raise LLMRequestError(self._scrub(f"could not reach the LLM server: GET {url} failed ({last})"))
+
+    def _remaining(self) -> Optional[float]:
+        """Seconds left before the deadline (None without one)."""
+        return None if self._deadline is None else self._deadline - time.monotonic()
 
     # -- chat ------------------------------------------------------------------------------
     def _chat(self, batch, *, max_tokens, temperature, json_mode, desc, on_result):
         model = self.model  # resolve before going async
+        if self.deadline_s is not None and self._deadline is None:
+            self._deadline = time.monotonic() + self.deadline_s
         coro_fn = lambda: self._achat(batch, model, max_tokens, temperature, json_mode, desc, on_result)  # noqa: E731
         try:
             asyncio.get_running_loop()
@@ -193,16 +234,21 @@ class OpenAIHTTPBackend(LLMBackend):
     async def _one(self, client, sem, conv, model, max_tokens, temperature, json_mode) -> LLMResult:
         url = f"{self.base_url}/chat/completions"
         last_err = "no attempt"
+        attempt = 0
         for attempt in range(self.max_retries + 1):
             body = {"model": model, "messages": conv, "max_tokens": max_tokens, "temperature": temperature}
             if json_mode and self._json_mode_ok:
                 body["response_format"] = {"type": "json_object"}
             retry_after = None
-            t0 = time.perf_counter()
             try:
                 async with sem:
+                    left = self._remaining()
+                    if left is not None and left <= 0:
+                        last_err = f"deadline of {self.deadline_s:g}s passed (--llm-deadline)"
+                        break
+                    limit = self.timeout_s if left is None else min(self.timeout_s, left)
                     t0 = time.perf_counter()
-                    resp = await client.post(url, json=body)
+                    resp = await asyncio.wait_for(client.post(url, json=body, timeout=limit), limit)
                 latency = time.perf_counter() - t0
                 if resp.status_code == 200:
                     return self._parse_ok(resp, latency)
@@ -215,8 +261,8 @@ class OpenAIHTTPBackend(LLMBackend):
                 if resp.status_code not in _RETRY_STATUS:
                     break
                 retry_after = _retry_after_s(resp.headers.get("retry-after"))
-            except httpx.TimeoutException as e:
-                last_err = f"timeout after {self.timeout_s:g}s ({type(e).__name__})"
+            except (httpx.TimeoutException, asyncio.TimeoutError) as e:
+                last_err = f"timeout after {limit:g}s ({type(e).__name__}; --llm-timeout)"
             except httpx.TransportError as e:
                 last_err = f"{type(e).__name__}: {e}"
             except _BadResponse as e:
@@ -224,6 +270,10 @@ class OpenAIHTTPBackend(LLMBackend):
                 break
             if attempt < self.max_retries:
                 delay = self._delay(attempt, retry_after)
+                left = self._remaining()
+                if left is not None and delay >= left:
+                    last_err += f"; deadline of {self.deadline_s:g}s reached before the next retry"
+                    break
                 log.warning("LLM request failed (%s); retry %d/%d in %.2fs",
                             self._scrub(last_err), attempt + 1, self.max_retries, delay)
                 await asyncio.sleep(delay)

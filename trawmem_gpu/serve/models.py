@@ -14,7 +14,7 @@ class SelectRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    bank_id: str = Field(min_length=1, max_length=128, description="the bank to select from")
+    bank_id: str = Field(min_length=1, max_length=256, description="the bank to select from")
     question: str = Field(description="the question (also used for BM25 and the demand features)")
     budget: int | None = Field(None, description="B: most units in the workspace (default: the server's)")
     hops: int | None = Field(None, description="H: propagation hops over the thread graph (default: the server's)")

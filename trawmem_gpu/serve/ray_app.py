@@ -16,9 +16,9 @@ Layout (one Ray Serve application named ``trawmem``):
   deadline to 504. Keys, validation, metrics and error bodies are the app's own.
 
 Every shard reads and writes the one collection directory, which must therefore be on a
-filesystem all nodes share; each shard writes only its own banks. The collection index is
-rewritten on every bank write, so concurrent first appends of new banks on two shards rely on
-the collection's lock around that read-modify-write (see ``store/``).
+filesystem all nodes share (and one whose file locks work across them: the index is rewritten
+under the collection's lock on every bank write, see ``store/collection.py``); each shard
+writes only its own banks.
 """
 from __future__ import annotations
 

@@ -3,26 +3,27 @@
 An append runs on an append thread, serialized per bank (two appends to one bank never
 interleave; appends to different banks run side by side): the request's turns are validated
 in full, the new bank is computed (``build.update_bank``, or ``build.build_banks`` for a first
-append, which creates the bank), written with ``Collection.put`` (atomic and durable: a new
-bank directory renamed into place, then the index), and only then published here. Anything
-rejected before the write leaves the bank as it was.
+append, which creates the bank) and written through ``Collection.update`` (under the
+collection's own bank lock, against the bank as stored, atomic and durable: a new bank
+directory renamed into place, then the index), and only then published here. Anything rejected
+before the write leaves the bank as it was.
 """
 from __future__ import annotations
 
-import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..build import build_banks, update_bank
 from ..config import BuildConfig
+from ..data.fields import id_field
 from ..data.types import Conversation
 from ..encode.base import Encoder
 from ..errors import InputError
 from ..store import Bank, Collection
 from .turns import parse_turns
 
-BANK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$")
+MAX_BANK_ID = 256
 
 
 class DuplicateTurns(InputError):
@@ -30,9 +31,10 @@ class DuplicateTurns(InputError):
 
 
 def check_bank_id(bank_id: str) -> None:
-    if not BANK_ID.match(bank_id):
-        raise InputError(f"bank id {bank_id!r} is invalid: use 1-128 letters, digits and . _ : @ + - "
-                         "(starting with a letter or digit)")
+    """The store's rule for ids (non-empty, no control characters), and at most 256 characters."""
+    id_field(bank_id, "bank_id", "bank id")
+    if len(bank_id) > MAX_BANK_ID:
+        raise InputError(f"bank id is {len(bank_id)} characters; the limit is {MAX_BANK_ID}")
 
 
 @dataclass
@@ -53,7 +55,6 @@ class BankRegistry:
         self._banks: dict[str, Bank] = {b: self.coll.load(b) for b in self.coll.bank_ids if owns(b)}
         self._lock = threading.Lock()
         self._bank_locks: dict[str, threading.Lock] = {}
-        self._put_lock = threading.Lock()
         self.version = 0
 
     def __contains__(self, bank_id: str) -> bool:
@@ -82,10 +83,15 @@ class BankRegistry:
             return self._bank_locks.setdefault(bank_id, threading.Lock())
 
     def append(self, bank_id: str, records: list[dict], encoder: Encoder, encoder_spec: str) -> AppendResult:
-        """Validate, build, persist and publish; raises ``InputError`` (nothing changed) on bad turns."""
+        """Validate, build, persist and publish; raises ``InputError`` (nothing changed) on bad turns.
+
+        The read-modify-write goes through ``Collection.update``, under the bank's lock, from the
+        bank as stored (another process may have appended since this one loaded it).
+        """
         check_bank_id(bank_id)
-        with self._bank_lock(bank_id):
-            old = self._banks.get(bank_id)
+        done: dict = {}
+
+        def extend(old: Bank | None) -> Bank:
             turns = parse_turns(bank_id, records, old.turns[-1] if old is not None else None)
             if old is not None:
                 known = {t.turn_id for t in old.turns}
@@ -98,9 +104,12 @@ class BankRegistry:
             else:
                 conv = Conversation(bank_id, turns, tuple(dict.fromkeys(t.speaker for t in turns)))
                 (bank,), stats = build_banks([conv], self.build_config(encoder_spec), encoder, progress=False)
-            with self._put_lock:  # one Collection object: its index write is not reentrant
-                self.coll.put(bank)
+            done.update(created=old is None, appended=len(turns), stats=stats)
+            return bank
+
+        with self._bank_lock(bank_id):
+            bank = self.coll.update(bank_id, extend)
             with self._lock:
                 self._banks[bank_id] = bank
                 self.version += 1
-            return AppendResult(bank, old is None, len(turns), stats)
+            return AppendResult(bank, done["created"], done["appended"], done["stats"])

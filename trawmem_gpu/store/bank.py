@@ -1,6 +1,7 @@
 """The in-memory bank: units, threads (CSR over units), heads, vectors and the thread graph."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,16 +64,26 @@ class Bank:
         off = self.thread_offsets
         if N == 0 or J == 0:
             raise ValueError(f"bank {self.bank_id!r} is empty")
+        ids = [t.turn_id for t in self.turns]
+        if len(set(ids)) != N:
+            dup = next(i for i, c in Counter(ids).items() if c > 1)
+            raise ValueError(f"bank {self.bank_id!r}: duplicate turn id {dup!r}")
         if off[0] != 0 or off[-1] != N or np.any(np.diff(off) <= 0):
             raise ValueError(f"bank {self.bank_id!r}: thread offsets do not tile the units (empty thread?)")
         for j in range(J):
             if len({self.turns[i].session for i in self.thread_units(j)}) != 1:
                 raise ValueError(f"bank {self.bank_id!r}: thread {j} crosses a session")
-        if self.unit_vecs.shape[0] != N or self.head_vecs.shape[0] != J or len(self.heads) != J:
+        if self.unit_vecs.shape[0] != N or self.head_vecs.shape[0] != J or len(self.heads) != J \
+                or len(self.head_kind) != J:
             raise ValueError(f"bank {self.bank_id!r}: vector/head counts do not match units/threads")
+        if not all(isinstance(h, str) for h in self.heads) or not set(self.head_kind) <= {"extractive", "llm"}:
+            raise ValueError(f"bank {self.bank_id!r}: heads must be strings of kind 'extractive' or 'llm'")
+        if not (len(self.edge_src) == len(self.edge_dst) == len(self.edge_w) == len(self.edge_kind)):
+            raise ValueError(f"bank {self.bank_id!r}: edge arrays differ in length")
         for name in ("unit_vecs", "head_vecs"):
             a = getattr(self, name)
             if not np.all(np.isfinite(a)):
                 raise ValueError(f"bank {self.bank_id!r}: {name} holds NaN or inf")
-        if len(self.edge_src) and (self.edge_src.max() >= J or self.edge_dst.max() >= J):
+        if len(self.edge_src) and (min(self.edge_src.min(), self.edge_dst.min()) < 0
+                                   or self.edge_src.max() >= J or self.edge_dst.max() >= J):
             raise ValueError(f"bank {self.bank_id!r}: an edge names an unknown thread")

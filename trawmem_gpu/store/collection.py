@@ -1,56 +1,149 @@
 """Many banks in one directory, and their packing into flat tensors for batched engines.
 
-Layout: ``DIR/collection.json`` (format version, encoder id, bank id -> subdirectory) and one
-bank directory per bank under ``DIR/banks/``. The index file is replaced atomically after each
-bank write, so it never names a bank that is not fully on disk.
+Layout: ``DIR/collection.json`` (format version, encoder id, bank id -> directory name), one
+bank directory per bank under ``DIR/banks/`` (see ``store/files.py``), and lock files
+(``DIR/.trawmem.lock``, ``DIR/.locks/``).
+
+**Bank directory names.** A bank id is any non-empty string; its directory name is the id
+itself when that is already a plain lower-case name (``[a-z0-9][a-z0-9._-]*``, at most 80
+characters, not ending in ``.``), else a cleaned-up form plus 10 hex digits of the id's
+sha1 (``"Caroline's chat"`` -> ``caroline_s_chat-3f1c...``). A name therefore never is ``.`` or
+``..``, never holds a path separator, never starts with ``.`` (temporary directories do), and
+ids differing only in letter case get different names on case-insensitive file systems.
+
+**Concurrency.** Any number of threads and processes may read and write one collection:
+
+* ``put(bank)`` / ``put_many(banks)`` write (or replace) banks and then the index, holding the
+  collection lock (a ``filelock.FileLock``: cross-process, and one holder at a time among the
+  threads of one process; re-entrant within a thread) for each group of up to 64 banks. Under
+  the lock the index is re-read from disk, so banks that other writers added are kept; each bank
+  goes to a uniquely named temporary directory and the index to a uniquely named temporary
+  file, each fsynced and renamed into place. Before writing, leftovers of killed writers are
+  cleaned: ``banks/.<name>.tmp-*`` directories and index temp files are removed, and a bank
+  left aside as ``banks/.<name>.old-*`` by a kill between its two renames is restored (or
+  removed when the new one is in place).
+* ``update(bank_id, fn)`` is the read-modify-write of one bank (appending turns):
+  ``fn(old_bank_or_None) -> new_bank`` runs while the bank's own lock is held, so concurrent
+  updates of one bank apply one after another and none is lost, while other banks stay
+  readable and writable. The result is stored only if the bank on disk is still the one ``fn``
+  saw (a plain ``put`` of that bank may have landed meanwhile); otherwise ``fn`` runs again on
+  the new bank, so ``fn`` must be a pure function of its argument.
+* ``load(bank_id)`` / ``load_all()`` read each bank under the collection lock (briefly), so a
+  reader never sees a bank between its two renames. On a read-only collection (no lock file
+  can be created) reads go ahead without the lock.
+* ``lock()`` and ``bank_lock(bank_id)`` are the two locks as context managers, for callers that
+  need a larger critical section. Order: a bank lock before the collection lock, never after.
+* The index is read when the collection is opened; ``refresh()`` re-reads it, and ``load`` of an
+  id not yet known re-reads it once, so a long-lived reader (a server) sees banks added by
+  other processes.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
 
-from ..errors import BankError
+from ..errors import BankError, UnknownBank, name_list
 from .bank import Bank
-from .files import FORMAT_VERSION, load_bank, save_bank
+from .files import FORMAT_VERSION, load_bank, read_meta, save_bank, write_json_atomic
 
 INDEX = "collection.json"
+LOCK = ".trawmem.lock"
+LOCK_DIR = ".locks"
+BANKS = "banks"
+LOCK_TIMEOUT_S = 600.0
+"""How long a writer waits for another one before giving up with a ``BankError``."""
+
+_PLAIN = re.compile(r"[a-z0-9][a-z0-9._-]{0,79}")
+_WINDOWS_RESERVED = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}
 
 
-def _dirname(bank_id: str) -> str:
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", bank_id)[:80] or "bank"
-    if safe != bank_id:
-        safe += "-" + hashlib.sha1(bank_id.encode()).hexdigest()[:8]
-    return safe
+def bank_dirname(bank_id: str, digits: int = 10) -> str:
+    """The directory name of ``bank_id`` (see the module docstring): never ``.``/``..``/hidden/nested."""
+    if _PLAIN.fullmatch(bank_id) and not bank_id.endswith(".") and bank_id.split(".")[0] not in _WINDOWS_RESERVED:
+        return bank_id
+    base = re.sub(r"[^a-z0-9._-]+", "_", bank_id.lower()).strip("._-")[:60] or "bank"
+    return f"{base}-{hashlib.sha1(bank_id.encode('utf-8', 'surrogatepass')).hexdigest()[:digits]}"
+
+
+def _valid_dirname(name) -> bool:
+    return isinstance(name, str) and bool(re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name)) and len(name) <= 120
 
 
 class Collection:
-    """A directory of banks. ``Collection(dir)`` opens (or starts) one."""
+    """A directory of banks. ``Collection(dir)`` opens one; ``create=True`` also starts a new one
+    (nothing is written before the first ``put``) in a new or empty directory, or one that holds
+    only JSON files (a tool's sidecar); any other content is refused, so a mistyped ``--out`` never
+    fills a home directory. Safe for concurrent writers: see the module docstring."""
 
-    def __init__(self, path: str | Path, *, create: bool = False):
+    def __init__(self, path: str | Path, *, create: bool = False, timeout: float = LOCK_TIMEOUT_S):
         self.path = Path(path)
-        ip = self.path / INDEX
-        if ip.exists():
-            try:
-                idx = json.loads(ip.read_text(encoding="utf-8"))
-                if idx.get("format_version") != FORMAT_VERSION:
-                    raise BankError(f"{ip}: collection format version {idx.get('format_version')!r}, "
-                                    f"expected {FORMAT_VERSION}; rebuild with `trawmem build`")
-                self.banks: dict[str, str] = dict(idx["banks"])
-                self.encoder_id: str | None = idx.get("encoder_id")
-            except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
-                raise BankError(f"{ip}: corrupt collection index ({e})") from None
-        elif create:
-            self.banks, self.encoder_id = {}, None
+        self.timeout = float(timeout)
+        self.banks: dict[str, str] = {}
+        """bank id -> directory name under ``banks/``, as of the last read of the index."""
+        self.encoder_id: str | None = None
+        if self.path.exists() and not self.path.is_dir():
+            raise BankError(f"{self.path}: is a file, not a collection directory")
+        if (self.path / INDEX).exists():
+            self.refresh()
         elif (self.path / "meta.json").exists():
             raise BankError(f"{self.path} is a single bank, not a collection; open it with load_bank()")
-        else:
+        elif not create:
             raise BankError(f"{self.path}: not a collection (missing {INDEX})")
+        elif self.path.is_dir():
+            other = sorted(p.name for p in self.path.iterdir()
+                           if p.name not in (BANKS, LOCK, LOCK_DIR) and not p.name.startswith(f".{INDEX}.tmp-")
+                           and not (p.suffix == ".json" and p.is_file()))  # a tool's sidecar next to the index
+            if other:
+                raise BankError(f"{self.path}: exists and is not a collection (it holds {name_list(other)}); "
+                                f"choose a new or empty directory")
+
+    # -- index ------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Re-read the index from disk (banks other writers added since)."""
+        ip = self.path / INDEX
+        if not ip.exists():
+            self.banks, self.encoder_id = {}, None
+            return
+        try:
+            idx = json.loads(ip.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise BankError(f"{ip}: corrupt collection index ({e})") from None
+        if not isinstance(idx, dict):
+            raise BankError(f"{ip}: corrupt collection index (expected a JSON object, got {type(idx).__name__})")
+        v = idx.get("format_version")
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise BankError(f"{ip}: corrupt collection index (format_version must be an integer, "
+                            f"got {type(v).__name__} {v!r})")
+        if v != FORMAT_VERSION:
+            raise BankError(f"{ip}: collection format version {v}, this trawmem_gpu reads version "
+                            f"{FORMAT_VERSION}; rebuild the banks with `trawmem build --input DATA --out NEW_DIR`")
+        banks, enc = idx.get("banks"), idx.get("encoder_id")
+        if not isinstance(banks, dict):
+            raise BankError(f"{ip}: corrupt collection index (field 'banks' must be an object mapping bank id "
+                            f"to directory name, got {type(banks).__name__})")
+        bad = [k for k, d in banks.items() if not _valid_dirname(d)]
+        if bad:
+            raise BankError(f"{ip}: corrupt collection index (bank {bad[0]!r} maps to the directory name "
+                            f"{banks[bad[0]]!r}, which is not a plain name under {BANKS}/)")
+        if len(set(banks.values())) != len(banks):
+            raise BankError(f"{ip}: corrupt collection index (two banks share one directory)")
+        if enc is not None and not isinstance(enc, str):
+            raise BankError(f"{ip}: corrupt collection index (field 'encoder_id' must be a string)")
+        self.banks, self.encoder_id = dict(banks), enc
+
+    def _write_index(self) -> None:
+        write_json_atomic({"format_version": FORMAT_VERSION, "encoder_id": self.encoder_id, "banks": self.banks},
+                          self.path / INDEX, indent=1)
 
     def __len__(self) -> int:
         return len(self.banks)
@@ -64,36 +157,142 @@ class Collection:
 
     def bank_path(self, bank_id: str) -> Path:
         if bank_id not in self.banks:
-            known = ", ".join(list(self.banks)[:5])
-            raise KeyError(f"unknown bank id {bank_id!r} in {self.path} (has {len(self.banks)}: {known}...)")
-        return self.path / "banks" / self.banks[bank_id]
+            self.refresh()
+        if bank_id not in self.banks:
+            raise UnknownBank(f"unknown bank id {bank_id!r} in {self.path} (it holds {len(self.banks)}: "
+                              f"{name_list(self.banks)})")
+        return self.path / BANKS / self.banks[bank_id]
 
+    # -- locks ------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _locked(self, lock_path: Path, what: str, *, reading: bool = False) -> Iterator[None]:
+        from filelock import FileLock, Timeout
+
+        lk = None
+        try:
+            lock_path.parent.mkdir(parents=True, exist_ok=True)
+            lk = FileLock(str(lock_path), is_singleton=True)
+            lk.acquire(timeout=self.timeout)
+        except Timeout:
+            raise BankError(f"{self.path}: {what} is busy (another writer held {lock_path} for "
+                            f"{self.timeout:g}s)") from None
+        except OSError as e:
+            if not (reading and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS)):
+                raise BankError(f"{self.path}: cannot take the lock {lock_path} ({e.strerror})") from None
+            lk = None  # a read-only collection: nobody writes it through us, read without the lock
+        try:
+            yield
+        finally:
+            if lk is not None:
+                lk.release()
+
+    def lock(self, *, reading: bool = False):
+        """The collection's exclusive lock, as a context manager (re-entrant within a thread)."""
+        return self._locked(self.path / LOCK, "the collection", reading=reading)
+
+    def bank_lock(self, bank_id: str):
+        """One bank's lock, held across a read-modify-write of that bank (take it before ``lock()``)."""
+        name = hashlib.sha1(bank_id.encode("utf-8", "surrogatepass")).hexdigest()
+        return self._locked(self.path / LOCK_DIR / f"{name}.lock", f"bank {bank_id!r}")
+
+    # -- reading ----------------------------------------------------------------------------
     def load(self, bank_id: str) -> Bank:
-        return load_bank(self.bank_path(bank_id))
+        """The bank ``bank_id``, checked (checksums, turns digest, identity against the index)."""
+        path = self.bank_path(bank_id)
+        with self.lock(reading=True):
+            return load_bank(path, bank_id=bank_id)
 
     def load_all(self) -> list[Bank]:
-        return [self.load(b) for b in self.banks]
+        return [self.load(b) for b in list(self.banks)]
 
-    def put(self, bank: Bank) -> None:
-        """Write (or replace) one bank, then the index, each atomically."""
-        if self.encoder_id is not None and bank.encoder_id != self.encoder_id:
-            raise BankError(f"bank {bank.bank_id!r} was encoded with {bank.encoder_id!r}, the collection "
-                            f"with {self.encoder_id!r}; one collection holds one embedding space")
-        self.encoder_id = bank.encoder_id
-        name = self.banks.get(bank.bank_id) or _dirname(bank.bank_id)
-        save_bank(bank, self.path / "banks" / name)
-        self.banks[bank.bank_id] = name
+    # -- writing ----------------------------------------------------------------------------
+    def _sweep(self) -> None:
+        """Clean up after killed writers (call with the collection lock held)."""
+        for tmp in self.path.glob(f".{INDEX}.tmp-*"):
+            tmp.unlink(missing_ok=True)
+        bdir = self.path / BANKS
+        if not bdir.is_dir():
+            return
+        for p in bdir.iterdir():
+            if not p.name.startswith("."):
+                continue
+            if ".tmp-" in p.name:
+                shutil.rmtree(p, ignore_errors=True)
+            elif ".old-" in p.name:
+                live = bdir / p.name[1:p.name.rindex(".old-")]
+                if not live.exists() and live.name in self.banks.values():
+                    os.replace(p, live)  # killed between the two renames: the previous bank comes back
+                else:
+                    shutil.rmtree(p, ignore_errors=True)
+
+    def _dirname_for(self, bank_id: str) -> str:
+        if bank_id in self.banks:
+            return self.banks[bank_id]
+        taken = set(self.banks.values())
+        for digits in (10, 40):
+            name = bank_dirname(bank_id, digits)
+            if name not in taken:
+                return name
+        raise BankError(f"{self.path}: no free directory name for bank {bank_id!r}")  # pragma: no cover
+
+    def _revision(self, bank_id: str) -> str | None:
+        """The stored bank's metadata checksum (None when it has none): changes with every write."""
+        if bank_id not in self.banks:
+            return None
+        try:
+            return read_meta(self.path / BANKS / self.banks[bank_id]).get("meta_sha256")
+        except BankError:
+            return "unreadable"
+
+    def _write(self, banks: list[Bank]) -> None:
+        """Save ``banks`` and the index (call with the collection lock held, after ``refresh``)."""
+        for bank in banks:
+            if self.encoder_id is not None and bank.encoder_id != self.encoder_id:
+                raise BankError(f"bank {bank.bank_id!r} was encoded with {bank.encoder_id!r}, the collection "
+                                f"{self.path} with {self.encoder_id!r}; one collection holds one embedding space")
+            name = self._dirname_for(bank.bank_id)
+            save_bank(bank, self.path / BANKS / name)
+            self.banks[bank.bank_id] = name
+            self.encoder_id = bank.encoder_id
         self._write_index()
 
-    def _write_index(self) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
-        tmp = self.path / (INDEX + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"format_version": FORMAT_VERSION, "encoder_id": self.encoder_id, "banks": self.banks}, f,
-                      indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path / INDEX)
+    def put(self, bank: Bank) -> None:
+        """Write (or replace) one bank, then the index, each atomically, under the collection lock
+        (other writers' banks are kept)."""
+        self.put_many([bank])
+
+    def put_many(self, banks: list[Bank], group: int = 64) -> None:
+        """``put`` for many banks: one lock hold, one index write per ``group`` banks."""
+        for i in range(0, len(banks), group):
+            with self.lock():
+                self.refresh()
+                if i == 0:
+                    self._sweep()
+                self._write(list(banks[i:i + group]))
+
+    def update(self, bank_id: str, fn: Callable[[Bank | None], Bank | None], *, tries: int = 10) -> Bank | None:
+        """Read-modify-write of one bank under its lock: ``fn(stored bank, or None when there is
+        none)`` returns the bank to store (its id must be ``bank_id``), or None to store nothing.
+        Returns what ``fn`` returned. Concurrent updates of one bank run one after another; if a
+        ``put`` of the bank lands while ``fn`` runs, ``fn`` runs again on the new bank."""
+        with self.bank_lock(bank_id):
+            for _ in range(tries):
+                with self.lock(reading=True):
+                    self.refresh()
+                    rev = self._revision(bank_id)
+                    old = load_bank(self.bank_path(bank_id), bank_id=bank_id) if rev is not None else None
+                new = fn(old)
+                if new is not None and new.bank_id != bank_id:
+                    raise BankError(f"update of bank {bank_id!r} returned bank {new.bank_id!r}")
+                with self.lock():
+                    self.refresh()
+                    if self._revision(bank_id) != rev:
+                        continue  # another writer's put landed meanwhile: apply fn to its bank
+                    if new is not None:
+                        self._sweep()
+                        self._write([new])
+                    return new
+        raise BankError(f"{self.path}: bank {bank_id!r} kept changing under {tries} attempts to update it")
 
 
 @dataclass
@@ -131,7 +330,7 @@ class PackedCollection:
             self._index = {b: i for i, b in enumerate(self.bank_ids)}
             return self.bank_index(bank_id)
         except KeyError:
-            raise KeyError(f"unknown bank id {bank_id!r}") from None
+            raise UnknownBank(f"unknown bank id {bank_id!r} (packed: {name_list(self.bank_ids)})") from None
 
     def nbytes(self) -> int:
         return sum(getattr(self, f).element_size() * getattr(self, f).nelement() for f in

@@ -1,15 +1,25 @@
 """Banks on disk: a directory of safetensors tensors plus JSON metadata, written atomically.
 
-Layout of a bank directory::
+Layout of a bank directory (format version 2)::
 
     tensors.safetensors   unit_vecs, head_vecs, thread_offsets, edge_src/dst/w/kind
     units.json            one record per unit (id, speaker, text, session, date, caption)
     meta.json             format version, bank id, encoder id, build config, heads, counts,
-                          and the sha256 of the two files above (written last)
+                          turns_sha256 (the digest of the turns the bank holds, see
+                          ``trawmem_gpu.data.turns_digest``), the sha256 of the two files above,
+                          and meta_sha256 over all of meta.json except ``stats`` (written last)
 
-A bank is written into a temporary sibling directory and renamed into place, so a killed
-build leaves either the old bank or none, never a half-written one that loads. Loading checks
-the format version and both checksums.
+Everything that affects selection (tensors, turns, heads, build config, bank id, encoder) is
+under a checksum; only ``stats`` (build timings, bookkeeping) is not. Loading checks the format
+version, all three checksums, the turns digest and the structure (``Bank.validate``: duplicate
+turn ids, thread tiling, finite vectors, edges); any failure is a ``BankError`` naming the file.
+
+A bank is written into a uniquely named temporary sibling directory (``.<name>.tmp-*``),
+every file fsynced, then renamed into place (the old directory is first renamed aside to
+``.<name>.old-*`` and removed after). A killed write leaves either the old bank or the new one,
+or, killed between the two renames, the old one aside, which ``Collection`` restores on its
+next write; it never leaves a half-written bank that loads. ``save_bank`` alone takes no lock:
+for concurrent writers use ``trawmem_gpu.store.Collection``.
 """
 from __future__ import annotations
 
@@ -18,17 +28,20 @@ import json
 import os
 import shutil
 import tempfile
+import uuid
 from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
-from ..data.types import Turn
+from ..data.types import Turn, turns_digest
 from ..errors import BankError
 from .bank import Bank
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""Layout version of bank directories and collection indexes; other versions are refused."""
 TENSORS, UNITS, META = "tensors.safetensors", "units.json", "meta.json"
+REBUILD_HINT = "rebuild it with `trawmem build --input DATA --out DIR` (without --update)"
 
 
 def _sha256(path: Path) -> str:
@@ -37,6 +50,13 @@ def _sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def meta_digest(meta: dict) -> str:
+    """sha256 of the canonical JSON of ``meta`` without ``meta_sha256`` and ``stats``."""
+    body = {k: v for k, v in meta.items() if k not in ("meta_sha256", "stats")}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False,
+                                     separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
 def _turn_record(t: Turn) -> dict:
@@ -49,7 +69,8 @@ def _turn_from(r: dict) -> Turn:
                 datetime.fromisoformat(r["time"]) if r.get("time") else None, r.get("caption"))
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """fsync a directory (its entries: renames and new files), where the filesystem allows it."""
     try:
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -58,6 +79,32 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
     except OSError:  # pragma: no cover - not every filesystem allows it
         pass
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(obj, path: Path, **dump_kw) -> None:
+    """Write ``obj`` as JSON to a unique temporary sibling, fsync it, rename it over ``path``."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, ensure_ascii=False, **dump_kw)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(path.parent)
 
 
 def write_bank_files(bank: Bank, d: Path) -> None:
@@ -75,6 +122,7 @@ def write_bank_files(bank: Bank, d: Path) -> None:
         "edge_kind": np.ascontiguousarray(bank.edge_kind, dtype=np.int8),
     }
     save_file(tensors, str(d / TENSORS))
+    _fsync_file(d / TENSORS)
     with open(d / UNITS, "w", encoding="utf-8") as f:
         json.dump([_turn_record(t) for t in bank.turns], f, ensure_ascii=False)
         f.flush()
@@ -90,34 +138,31 @@ def write_bank_files(bank: Bank, d: Path) -> None:
         "heads": bank.heads,
         "head_kind": bank.head_kind,
         "build_config": bank.build_config,
+        "turns_sha256": turns_digest(bank.turns),
         "stats": bank.stats,
         "checksums": {TENSORS: _sha256(d / TENSORS), UNITS: _sha256(d / UNITS)},
     }
-    tmp = d / (META + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(meta, f, ensure_ascii=False, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, d / META)
+    meta["meta_sha256"] = meta_digest(meta)
+    write_json_atomic(meta, d / META, indent=1)
 
 
 def save_bank(bank: Bank, path: str | Path) -> Path:
-    """Atomically (re)place the bank directory at ``path``."""
+    """Atomically (re)place the bank directory at ``path`` (no lock: see the module docstring)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     old = None
     try:
         write_bank_files(bank, tmp)
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         if path.exists():
-            old = path.parent / f".{path.name}.old-{os.getpid()}"
+            old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:12]}"
             os.replace(path, old)
             os.replace(tmp, path)
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None and old.exists() and not path.exists():  # failed between the two renames
@@ -127,6 +172,7 @@ def save_bank(bank: Bank, path: str | Path) -> Path:
 
 
 def read_meta(path: str | Path) -> dict:
+    """The checked ``meta.json`` of the bank directory ``path`` (format version and meta checksum)."""
     path = Path(path)
     mp = path / META
     if not path.is_dir():
@@ -141,20 +187,32 @@ def read_meta(path: str | Path) -> dict:
         raise BankError(f"{mp}: corrupt metadata ({e})") from None
     if not isinstance(meta, dict) or "format_version" not in meta:
         raise BankError(f"{mp}: corrupt metadata (no format_version)")
-    if meta["format_version"] != FORMAT_VERSION:
-        raise BankError(f"{path}: bank format version {meta['format_version']!r}, this trawmem_gpu reads "
-                        f"version {FORMAT_VERSION}; rebuild the bank with `trawmem build`")
+    v = meta["format_version"]
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise BankError(f"{mp}: corrupt metadata (format_version must be an integer, got {type(v).__name__} {v!r})")
+    if v != FORMAT_VERSION:
+        raise BankError(f"{path}: bank format version {v}, this trawmem_gpu reads version {FORMAT_VERSION}; "
+                        f"{REBUILD_HINT}")
+    if meta.get("meta_sha256") != meta_digest(meta):
+        raise BankError(f"{mp}: checksum mismatch (metadata edited or corrupt); {REBUILD_HINT}")
     return meta
 
 
-def load_bank(path: str | Path, *, verify: bool = True) -> Bank:
-    """Load and check a bank directory; any corruption raises ``BankError`` naming the file."""
+def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = None) -> Bank:
+    """Load and check a bank directory; any corruption raises ``BankError`` naming the file.
+
+    :param verify: check the sha256 of the tensor and unit files (the metadata is always checked)
+    :param bank_id: the id the caller expects (a collection's index entry); another id is an error
+    """
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
     path = Path(path)
     meta = read_meta(path)
     try:
+        if bank_id is not None and meta["bank_id"] != bank_id:
+            raise BankError(f"{path}: holds bank {meta['bank_id']!r} where the collection index expects "
+                            f"{bank_id!r} (a copied or moved bank directory?); {REBUILD_HINT}")
         sums = meta["checksums"]
         for name in (TENSORS, UNITS):
             fp = path / name
@@ -167,18 +225,21 @@ def load_bank(path: str | Path, *, verify: bool = True) -> Bank:
         except (SafetensorError, OSError, ValueError) as e:
             raise BankError(f"{path / TENSORS}: unreadable tensors ({e})") from None
         units = json.loads((path / UNITS).read_text(encoding="utf-8"))
+        stats = meta.get("stats", {})
         bank = Bank(
             bank_id=meta["bank_id"], turns=[_turn_from(r) for r in units],
             thread_offsets=t["thread_offsets"], heads=list(meta["heads"]), head_kind=list(meta["head_kind"]),
             unit_vecs=t["unit_vecs"], head_vecs=t["head_vecs"], edge_src=t["edge_src"], edge_dst=t["edge_dst"],
             edge_w=t["edge_w"], edge_kind=t["edge_kind"], encoder_id=meta["encoder_id"],
-            build_config=meta.get("build_config", {}), stats=meta.get("stats", {}))
+            build_config=meta.get("build_config") or {}, stats=stats if isinstance(stats, dict) else {})
+        if turns_digest(bank.turns) != meta["turns_sha256"]:
+            raise BankError(f"{path / UNITS}: the turns do not match the digest in {META}; {REBUILD_HINT}")
     except BankError:
         raise
-    except (KeyError, TypeError, ValueError, json.JSONDecodeError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError, json.JSONDecodeError) as e:
         raise BankError(f"{path}: corrupt bank ({type(e).__name__}: {e})") from None
     try:
         bank.validate()
-    except ValueError as e:
+    except (ValueError, TypeError) as e:
         raise BankError(f"{path}: {e}") from None
     return bank

@@ -1,0 +1,112 @@
+"""Shared pieces of the command line: the parser class, value types and option groups.
+
+Values are checked by argparse ``type=`` functions, so a bad ``--budget 0`` is refused at parse
+time, naming the flag (``argument --budget: must be at least 1, got 0``), before any model
+loads. Every parser shows each option's default in its help.
+"""
+from __future__ import annotations
+
+import argparse
+
+from .llm_factory import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows ``(default: X)`` after every option's help (``none`` for an unset default,
+    ``required`` for a required option)."""
+
+    def _get_help_string(self, action):
+        h = action.help or ""
+        if "%(default)" in h or "default:" in h or not action.option_strings:
+            return h
+        if action.required:
+            return h + " (required)"
+        if action.default is None:
+            return h + " (default: none)"
+        return super()._get_help_string(action)
+
+
+class RawHelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """``HelpFormatter`` that keeps a multi-paragraph description as written."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose subcommand parsers share its help formatter, and whose options
+    all show up in help with their default (an option given without help still shows it)."""
+
+    def __init__(self, *args, **kw):
+        kw.setdefault("formatter_class", HelpFormatter)
+        if kw["formatter_class"] is HelpFormatter and "\n\n" in (kw.get("description") or ""):
+            kw["formatter_class"] = RawHelpFormatter
+        super().__init__(*args, **kw)
+
+    def add_argument(self, *args, **kw):
+        if args and str(args[0]).startswith("-") and not kw.get("help"):
+            kw["help"] = "(default: %(default)s)"
+        return super().add_argument(*args, **kw)
+
+    def add_subparsers(self, **kw):
+        kw.setdefault("parser_class", Parser)
+        return super().add_subparsers(**kw)
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    """An integer of at least 1 (``--budget``, ``--fixed-size``...)."""
+    v = _int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
+def nonneg_int(text: str) -> int:
+    """An integer of at least 0 (``--hops``, ``--allow-failures``...)."""
+    v = _int(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {v}")
+    return v
+
+
+def positive_float(text: str) -> float:
+    """A finite number above 0 (``--llm-timeout``...)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < v < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return v
+
+
+def categories(text: str) -> tuple[int, ...]:
+    """``1,2,3,4`` -> (1, 2, 3, 4): LoCoMo question categories 1-5."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or not 1 <= int(part) <= 5:
+            raise argparse.ArgumentTypeError(f"expected comma-separated categories 1-5, got {text!r}")
+        out.append(int(part))
+    return tuple(dict.fromkeys(out))
+
+
+def add_dayfirst(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dayfirst", action="store_true",
+                   help="read ambiguous dates such as 01.02.2023 day first (1 February); without it, month "
+                        "first (January 2). Dates with a day above 12 read the same either way")
+
+
+def add_llm_options(p: argparse.ArgumentParser) -> None:
+    """The request options every LLM-using command takes (``llm_factory.llm_options`` reads them)."""
+    p.add_argument("--llm-timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                   help="limit on each LLM request attempt (HTTP backends)")
+    p.add_argument("--llm-retries", type=nonneg_int, default=DEFAULT_RETRIES, metavar="N",
+                   help="retries of a failed LLM request (timeouts, 429, 5xx), with exponential backoff")
+    p.add_argument("--llm-deadline", type=positive_float, default=None, metavar="SECONDS",
+                   help="limit on all LLM requests of the run together, counted from the first one; requests "
+                        "still open when it passes fail, and a rerun retries them")

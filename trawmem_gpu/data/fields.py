@@ -1,0 +1,118 @@
+"""One rule for every input format: how a turn's fields are checked and made into a ``Turn``.
+
+The LoCoMo and JSONL loaders (and callers that append single turns, such as a server) build
+every turn through :func:`make_turn`, so the same input gives the same result, or the same
+error, whatever the file format:
+
+* **ids** (bank id, turn id): a non-empty string, or an integer taken as its decimal text;
+  no control characters (ids end up in messages, directory names and workspaces);
+* **speaker**: a non-empty string;
+* **text**: a string. Numbers are an error (``3.5`` is not a message text);
+* **caption**: a string or null; an empty string counts as no caption; anything else is an error;
+* **empty turns**: empty (or whitespace) text with no caption carries nothing to remember.
+  :func:`make_turn` raises :class:`EmptyTurn`; the file loaders skip such turns and count them
+  in ``Conversation.skipped_empty`` (real exports hold a few: deleted messages, stickers);
+* **Unicode**: every string must be encodable as UTF-8. A lone surrogate, which JSON can
+  spell as ``"\\ud800"``, is an error naming the field;
+* **timestamp**: a string that :func:`~trawmem_gpu.data.dates.parse_date` reads, with the
+  chosen ``dayfirst``.
+
+Control and bidirectional-override characters inside texts are kept as the source wrote them
+(provenance); rendering strips them (``trawmem_gpu.workspace``).
+"""
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Mapping
+
+from ..errors import InputError
+from .dates import parse_date
+from .types import Turn
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+class EmptyTurn(InputError):
+    """A turn with empty text and no caption (the loaders skip and count these)."""
+
+
+def _kind(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float)):
+        return f"number {v!r}"
+    return {"dict": "an object", "list": "a list"}.get(type(v).__name__, type(v).__name__)
+
+
+def _valid_unicode(s: str, name: str, where: str) -> str:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(f"{where}: field {name!r} holds a lone surrogate {s[e.start]!r} at character {e.start} "
+                         f"(not valid Unicode; fix the export)") from None
+    return s
+
+
+def id_field(v, name: str, where: str) -> str:
+    """A bank or turn id: non-empty string or integer, no control characters."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return str(v)
+    if not isinstance(v, str):
+        raise InputError(f"{where}: field {name!r} must be a string or an integer, got {_kind(v)}")
+    if not v.strip():
+        raise InputError(f"{where}: field {name!r} is empty")
+    _valid_unicode(v, name, where)
+    m = _CONTROL.search(v)
+    if m:
+        raise InputError(f"{where}: field {name!r} holds the control character {m.group(0)!r}")
+    return v
+
+
+def str_field(v, name: str, where: str, *, empty_ok: bool = True) -> str:
+    """A string field (text, speaker, timestamp); numbers, objects and lists are errors."""
+    if not isinstance(v, str):
+        raise InputError(f"{where}: field {name!r} must be a string, got {_kind(v)}")
+    if not empty_ok and not v.strip():
+        raise InputError(f"{where}: field {name!r} is empty")
+    return _valid_unicode(v, name, where)
+
+
+def caption_field(v, name: str, where: str) -> str | None:
+    """Null or a string; ``""`` is no caption."""
+    if v is None:
+        return None
+    return str_field(v, name, where) or None
+
+
+JSONL_NAMES = {"turn_id": "turn_id", "speaker": "speaker", "text": "text", "caption": "caption",
+               "timestamp": "timestamp"}
+"""Source field names of each Turn field, for error messages (JSONL spelling)."""
+
+
+def make_turn(where: str, *, turn_id, speaker, text, session: int, timestamp, caption=None,
+              when: datetime | None = None, dayfirst: bool = False,
+              names: Mapping[str, str] = JSONL_NAMES) -> Turn:
+    """Check raw field values and build a ``Turn``; raises ``InputError`` naming ``where`` and the field.
+
+    :param where: prefix of every message (``"file.jsonl:12"``, ``"file.json: sample 0 ..."``)
+    :param when: ``timestamp`` already parsed (a LoCoMo session date is parsed once per session)
+    :param dayfirst: how to read an ambiguous ``01.02.2023`` (the ``--dayfirst`` flag)
+    :param names: the source's name of each field, for messages
+    :raises EmptyTurn: empty text and no caption
+    """
+    tid = id_field(turn_id, names["turn_id"], where)
+    spk = str_field(speaker, names["speaker"], where, empty_ok=False)
+    txt = str_field(text, names["text"], where)
+    cap = caption_field(caption, names["caption"], where)
+    ts = str_field(timestamp, names["timestamp"], where, empty_ok=False)
+    if when is None:
+        try:
+            when = parse_date(ts, dayfirst=dayfirst)
+        except ValueError as e:
+            raise InputError(f"{where}: field {names['timestamp']!r}: {e}") from None
+    if not txt.strip() and not cap:
+        raise EmptyTurn(f"{where}: turn {tid!r} has empty {names['text']!r} and no {names['caption']!r}")
+    return Turn(tid, spk, txt, int(session), ts, when, cap)
