@@ -64,6 +64,7 @@ def cmd_serve_key(a) -> int:
 
 
 def add_commands(sub) -> None:
+    from ..cli_args import nonneg_int, positive_float, positive_int
     from .config import ServeConfig
 
     d = ServeConfig()
@@ -72,28 +73,28 @@ def add_commands(sub) -> None:
     s.add_argument("--collection", default=d.collection, help="collection directory (created when missing)")
     s.add_argument("--sample", action="store_true", help="first build the bundled sample conversation into it")
     s.add_argument("--host", default=d.host, help="bind address; other than 127.0.0.1 needs --keys")
-    s.add_argument("--port", type=int, default=d.port)
+    s.add_argument("--port", type=nonneg_int, default=d.port, help="TCP port (0: a free one)")
     s.add_argument("--keys", help="keys file (sha256 of API keys -> tenants); see `trawmem serve-key`")
-    s.add_argument("--max-batch", type=int, default=d.max_batch, help="most queries per engine batch")
+    s.add_argument("--max-batch", type=positive_int, default=d.max_batch, help="most queries per engine batch")
     s.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms,
                    help="longest a query waits for a batch to fill when the engine is idle")
-    s.add_argument("--max-queue", type=int, default=d.max_queue, help="queued queries before 429")
-    s.add_argument("--encode-chunk", type=int, default=d.encode_chunk,
+    s.add_argument("--max-queue", type=positive_int, default=d.max_queue, help="queued queries before 429")
+    s.add_argument("--encode-chunk", type=positive_int, default=d.encode_chunk,
                    help="questions per encoder forward pass within a batch (16 suits a CPU; raise it on a GPU)")
-    s.add_argument("--timeout", type=float, default=d.timeout_s, help="per-query deadline in seconds (then 504)")
-    s.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="largest request body (then 413)")
-    s.add_argument("--max-budget", type=int, default=d.max_budget, help="largest per-request budget")
-    s.add_argument("--max-hops", type=int, default=d.max_hops, help="largest per-request hops")
-    s.add_argument("--max-engines", type=int, default=d.max_engines,
+    s.add_argument("--timeout", type=positive_float, default=d.timeout_s, help="per-query deadline in seconds (then 504)")
+    s.add_argument("--max-body-bytes", type=positive_int, default=d.max_body_bytes, help="largest request body (then 413)")
+    s.add_argument("--max-budget", type=positive_int, default=d.max_budget, help="largest per-request budget")
+    s.add_argument("--max-hops", type=nonneg_int, default=d.max_hops, help="largest per-request hops")
+    s.add_argument("--max-engines", type=positive_int, default=d.max_engines,
                    help="engines kept for distinct (budget, hops) pairs (each holds a copy of the banks)")
     s.add_argument("--encoder", help="query encoder (default: the collection's)")
-    s.add_argument("--threads", type=int, help="torch and engine threads (default: torch's)")
-    s.add_argument("--switch-interval-ms", type=float, default=d.switch_interval_ms,
+    s.add_argument("--threads", type=positive_int, help="torch and engine threads (default: torch's)")
+    s.add_argument("--switch-interval-ms", type=positive_float, default=d.switch_interval_ms,
                    help="Python GIL switch interval (short keeps HTTP and the engine responsive to each other)")
     s.add_argument("--access-log", action="store_true", help="log every request line")
     s.add_argument("--ray", action="store_true", help="run as a Ray Serve application (extra: ray)")
-    s.add_argument("--shards", type=int, default=2, help="--ray: bank shards (one replica each)")
-    s.add_argument("--shard-cpus", type=float, default=1.0, help="--ray: CPUs each shard reserves")
+    s.add_argument("--shards", type=positive_int, default=2, help="--ray: bank shards (one replica each)")
+    s.add_argument("--shard-cpus", type=positive_float, default=1.0, help="--ray: CPUs each shard reserves")
     s.add_argument("--ray-address", help="--ray: address of a running Ray cluster (default: start a local one)")
     s.set_defaults(fn=cmd_serve)
 
