@@ -161,7 +161,7 @@ def test_engines_per_budget_and_hops_are_bounded(coll):
 # dynamic batching
 # ----------------------------------------------------------------------------------------------
 def test_concurrent_requests_share_encoder_and_engine_calls(coll):
-    cfg = ServeConfig(collection=coll, max_batch=32, max_wait_ms=300)
+    cfg = ServeConfig(collection=coll, max_batch=32, max_wait_ms=1000)
     with running(cfg) as (url, service, _):
         enc_calls, eng_calls = [], []
         inner = service.encoder.inner.encode
@@ -543,11 +543,16 @@ def test_full_queue_gets_429_with_retry_after(coll):
     with running(cfg) as (url, service, _):
         gate, _ = _gate(service)
         body = lambda i: {"bank_id": SAMPLE_BANK, "question": f"{QUESTION} {i}"}  # noqa: E731
-        with httpx.Client(base_url=url, timeout=60) as c, ThreadPoolExecutor(3) as ex:
-            futs = [ex.submit(_post, c, "/v1/select", body(i)) for i in range(3)]  # 1 running + 2 queued
+        def wait_for(cond):
             t0 = time.monotonic()
-            while service.batcher.depth < 2 and time.monotonic() - t0 < 20:
+            while not cond() and time.monotonic() - t0 < 20:
                 time.sleep(0.01)
+
+        with httpx.Client(base_url=url, timeout=60) as c, ThreadPoolExecutor(3) as ex:
+            futs = [ex.submit(_post, c, "/v1/select", body(0))]
+            wait_for(lambda: service.batcher.running == 1)  # taken into a batch, held at the gate
+            futs += [ex.submit(_post, c, "/v1/select", body(i)) for i in (1, 2)]
+            wait_for(lambda: service.batcher.depth == 2)  # the queue is full
             r = _post(c, "/v1/select", body(9))
             assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
             r = _post(c, "/v1/select/batch", {"requests": [body(10), body(11)]})
@@ -564,7 +569,9 @@ def test_deadline_gets_504_and_expired_requests_are_dropped(coll):
         gate, seen = _gate(service)
         with httpx.Client(base_url=url, timeout=60) as c, ThreadPoolExecutor(2) as ex:
             first = ex.submit(_post, c, "/v1/select", {"bank_id": SAMPLE_BANK, "question": "first"})
-            time.sleep(0.1)
+            t0 = time.monotonic()
+            while service.batcher.running != 1 and time.monotonic() - t0 < 20:  # first is held at the gate
+                time.sleep(0.01)
             second = ex.submit(_post, c, "/v1/select", {"bank_id": SAMPLE_BANK, "question": "second"})
             r1, r2 = first.result(), second.result()
             assert r1.status_code == r2.status_code == 504 and "--timeout" in r1.json()["detail"]
