@@ -10,7 +10,8 @@ came back, for ``--duration`` seconds per cell (bounded in time and in count by
 ``--append-every`` seconds. Cells (server x concurrency) run in ``--rounds`` rounds, alternating
 servers within a round; figures are medians over rounds.
 
-Per cell: throughput, p50 / p95 / p99 latency, failed requests (must be 0), the mean batch
+First, the query encoder's CPU time per question one at a time and in chunks of 8-64 (the
+ceiling of what batching can gain on this CPU). Per cell: throughput, p50 / p95 / p99 latency, failed requests (must be 0), the mean batch
 size (per batch, from the answers' ``timings.batch_size``), how busy the server's batch worker
 was (its batch seconds from ``/metrics`` over the cell's wall time) and the server process's CPU
 use. Right after each cell, in this process, the in-process rate at that cell's batch size:
@@ -379,6 +380,24 @@ class InProcess:
                 return n / dt
 
 
+def encoder_chunks(enc, questions: list[str], rounds: int = 3, n: int = 128) -> dict:
+    """CPU ms per question of the query encoder, one question at a time and in length-sorted
+    chunks of 8-64 (``--encode-chunk``), interleaved over rounds; medians."""
+    out: dict = {}
+    for _ in range(rounds):
+        for chunk in (1, 8, 16, 32, 64):
+            qs = questions[:n // 8] if chunk == 1 else questions[:n]
+            c0 = time.process_time()
+            if chunk == 1:
+                for q in qs:
+                    enc.encode([q], is_query=True)
+            else:
+                for s in range(0, len(qs), 64):
+                    enc.encode(qs[s:s + 64], is_query=True, batch_size=chunk)
+            out.setdefault(chunk, []).append((time.process_time() - c0) / len(qs) * 1e3)
+    return {c: float(np.median(v)) for c, v in out.items()}
+
+
 # ----------------------------------------------------------------------------------------------
 # report
 # ----------------------------------------------------------------------------------------------
@@ -475,6 +494,9 @@ def main(argv=None) -> int:
           f"threads {a.threads}", flush=True)
     inproc = InProcess(banks, items, a.threads, a.encode_chunk)
     Z = inproc.enc.encode([q for _, q in items], is_query=True)
+    chunks = encoder_chunks(inproc.enc, [q for _, q in items])
+    print("encoder CPU ms per question by chunk size: " + ", ".join(f"{c}: {v:.2f}" for c, v in chunks.items()),
+          flush=True)
     text_bodies = [json.dumps({"bank_id": b, "question": q}).encode() for b, q in items]
     vec_bodies = [json.dumps({"bank_id": b, "question": q, "question_vector": [round(float(x), 6) for x in z]}).encode()
                   for (b, q), z in zip(items, Z)]
@@ -570,7 +592,8 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     res = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": sys.version.split()[0]},
            "args": vars(a), "n_banks": len(banks), "n_units": int(sum(b.n_units for b in banks)),
-           "n_questions": len(items), "cells": cells, "where": where, "table": rows, "where_table": wrows,
+           "n_questions": len(items), "encoder_cpu_ms_per_question_by_chunk": chunks, "cells": cells,
+           "where": where, "table": rows, "where_table": wrows,
            "targets": targets}
     (out / "serve.json").write_text(json.dumps(res, indent=1, default=float))
     plot(rows, out / "serve.png")
