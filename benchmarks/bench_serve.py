@@ -3,30 +3,35 @@
 Servers: one ``trawmem serve`` subprocess per configuration, all started up front on free ports
 (each over its own copy of the collection, since appends write to it): dynamic batching with
 ``--max-batch 64`` and each ``--max-wait-ms`` of ``--waits``, and batch-size-1 serving
-(``--max-batch 1``). Clients: ``--conc`` closed-loop clients (httpx, one asyncio loop, bodies
-serialized in advance), each sending the next dev question as soon as its previous answer
+(``--max-batch 1``). Clients: ``--conc`` closed-loop clients (keep-alive HTTP/1.1 connections
+on one asyncio loop, requests serialized in advance, so the load generator costs tens of
+microseconds per request), each sending the next dev question as soon as its previous answer
 came back, for ``--duration`` seconds per cell (bounded in time and in count by
 ``--max-requests``), while one append client adds a turn to a random bank every
 ``--append-every`` seconds. Cells (server x concurrency) run in ``--rounds`` rounds, alternating
 servers within a round; figures are medians over rounds.
 
 First, the query encoder's CPU time per question one at a time and in chunks of 8-64 (the
-ceiling of what batching can gain on this CPU). Per cell: throughput, p50 / p95 / p99 latency, failed requests (must be 0), the mean batch
-size (per batch, from the answers' ``timings.batch_size``), how busy the server's batch worker
-was (its batch seconds from ``/metrics`` over the cell's wall time) and the server process's CPU
-use. Right after each cell, in this process, the in-process rate at that cell's batch size:
-``encoder.encode`` + ``SelectionEngine.select_units`` on batches of that size (the same banks,
-config and threads), and the same plus workspace assembly; the ratio served / in-process is
-taken within the cell. At the end: turns appended (answered 200) against turns stored (the
-servers' ``GET /v1/banks`` and the collections reloaded from disk), which must match.
+ceiling of what batching can gain on this CPU). Per cell: throughput, p50 / p95 / p99 latency,
+failed requests (must be 0), the mean batch size (per batch, from the answers'
+``timings.batch_size``), how busy the server's batch worker was (its batch seconds from
+``/metrics`` over the cell's wall time), and the server's CPU per query by thread role (event
+loop = HTTP, batch worker = encoder + engine, assembly, appends; from ``/proc``). Around each
+cell, in this process, the in-process rate at that cell's batch size: ``encoder.encode`` +
+``SelectionEngine.select_units`` on batches of that size (the same banks, config and threads),
+half measured before the cell and half after; the ratio served / in-process is taken within the
+cell, and dynamic batching over batch-size-1 within each round. At the end: turns appended
+(answered 200) against turns stored (the servers' ``GET /v1/banks`` and the collections reloaded
+from disk), which must match.
 
-"Where the time goes" runs the best dynamic-batching server at ``--where-conc`` clients with
-client-supplied ``question_vector`` s (no encoder), once per request (``/v1/select``) and once
-in ``/v1/select/batch`` calls of ``--batch-call`` requests, and splits a request's latency into
-queueing, the batch's engine call, assembly and HTTP (client latency minus the server's own
-time), next to the worker's busy fraction.
+"Where the time goes" runs the reference server (``--ref-wait``, the default 5 ms) at
+``--where-conc`` clients with client-supplied ``question_vector`` s (no encoder), once per request
+(``/v1/select``) and once in ``/v1/select/batch`` calls of ``--batch-call`` requests: the
+server's CPU per query by thread role, the worker's busy fraction, and a request's latency split
+into queueing, the batch's engine call, assembly and HTTP (client latency minus the server's own
+time).
 
-    python benchmarks/bench_serve.py [--quick] [--duration 6] [--rounds 2] [--waits 0,2,10]
+    python benchmarks/bench_serve.py [--quick] [--duration 4] [--rounds 4] [--waits 0,5,20]
                                      [--conc 1,8,64,256] [--threads 1] [--data PATH|sample]
 
 Results: ``benchmarks/results/serve.json`` and ``serve.png`` (or ``--out-dir``). Dev data is read

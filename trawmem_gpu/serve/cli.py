@@ -81,8 +81,10 @@ def add_commands(sub) -> None:
     s.add_argument("--max-queue", type=positive_int, default=d.max_queue, help="queued queries before 429")
     s.add_argument("--encode-chunk", type=positive_int, default=d.encode_chunk,
                    help="questions per encoder forward pass within a batch (16 suits a CPU; raise it on a GPU)")
-    s.add_argument("--timeout", type=positive_float, default=d.timeout_s, help="per-query deadline in seconds (then 504)")
-    s.add_argument("--max-body-bytes", type=positive_int, default=d.max_body_bytes, help="largest request body (then 413)")
+    s.add_argument("--timeout", type=positive_float, default=d.timeout_s,
+                   help="per-query deadline in seconds (then 504)")
+    s.add_argument("--max-body-bytes", type=positive_int, default=d.max_body_bytes,
+                   help="largest request body (then 413)")
     s.add_argument("--max-budget", type=positive_int, default=d.max_budget, help="largest per-request budget")
     s.add_argument("--max-hops", type=nonneg_int, default=d.max_hops, help="largest per-request hops")
     s.add_argument("--max-engines", type=positive_int, default=d.max_engines,
