@@ -40,9 +40,10 @@ class ServeConfig:
     max_hops: int = 3
     """Largest per-request ``hops`` (H) accepted."""
     encode_chunk: int = 16
-    """Questions per encoder forward pass within a batch (the batch is length-sorted, then cut):
-    16 was fastest for MiniLM on one CPU thread (4.05 ms per question against 5.11 at 64 and 8.4
-    one at a time, ``--encode-chunk``); on a GPU take the whole batch."""
+    """Questions per encoder forward pass within a batch (the batch is length-sorted, then cut;
+    ``--encode-chunk``): 16 was fastest for MiniLM on one CPU thread, 3.75 ms of CPU per question
+    against 5.07 at 64 and 7.77 one at a time (``benchmarks/bench_serve.py``); on a GPU take the
+    whole batch."""
     max_batch_request: int = 256
     """Most requests in one ``POST /v1/select/batch``."""
     max_turns_per_append: int = 1000
