@@ -67,7 +67,7 @@ def _torch_macro(head, items, cfg) -> float:
     """Macro evidence recall of the torch greedy (same picks as the reference) over ``items``."""
     from trawmem_gpu.head.train import make_batches, torch_picks
 
-    picks = torch_picks(head, make_batches(items, cfg.budget), cfg.T_R, cfg.budget)
+    picks = torch_picks(head, make_batches(items, cfg.budget), cfg, cfg.budget)
     per: dict[int, list[float]] = {}
     for i, it in enumerate(items):
         per.setdefault(it.category, []).append(float(it.gold[picks[i]].sum()) / it.n_gold)

@@ -3,11 +3,11 @@
 Implementations (same banks, same questions, same query vectors, same config):
 
 ``reference``      ``select_reference`` per query (NumPy float64, the statement of the method);
-``batched_cpu``    ``SelectionEngine`` on CPU as shipped (float64; with numba the compiled front
-                   and stage 6, see ``engine.py`` and ``compiled_front.py``), one thread;
-``batched_cpu_torch_front``  the same with ``front="torch"`` (torch stages 0-5, compiled stage 6);
+``batched_cpu``    ``SelectionEngine`` on CPU as shipped (float64; with numba the compiled backend,
+                   ``select/engine/compiled.py``), one thread;
+``batched_cpu_torch_front``  the same with ``front="tensor"`` (torch steps 1-3, compiled steps 4-7);
 ``batched_cpu_<n>threads``   the shipped path with one worker per core (target point only);
-``batched_torch``  ``SelectionEngine(greedy="lazy")``: the pure-torch CPU path (no numba);
+``batched_torch``  ``SelectionEngine(backend="tensor")``: the pure-torch CPU path (no numba);
 ``apricot_greedy`` apricot's ``FacilityLocationSelection(B_q, metric="precomputed",
                    optimizer="lazy")`` on each query's candidate support matrix ``K`` (the same
                    candidates the engine selects from): the anchor for the greedy step alone;
@@ -26,7 +26,7 @@ p99 latency (per batch for the batched paths, per query for the per-query loops)
 agreement of the batched sets with the reference, and bytes held per unit. A scaling run grows
 a synthetic collection 10 -> 100 -> 1,000 -> 10,000 banks of 100 units (1M units at the top)
 and reports throughput, build times and memory (RSS and the engine's tensor bytes). A seed-search
-run times the two head-search paths of ``seed_index.py`` (faiss with per-bank restriction vs
+run times the two head-search paths of ``steps/seeds.py`` (faiss with per-bank restriction vs
 batched per-bank similarity) on many small and a few large banks.
 
     python benchmarks/bench_select.py [--quick] [--threads 1] [--no-real] [--no-synthetic]
@@ -36,7 +36,10 @@ batched per-bank similarity) on many small and a few large banks.
 ``--threads`` (default 1) pins torch, BLAS and numba to that many threads for *every*
 implementation (per-core throughput; the numbers stay stable on a shared machine).
 ``--gpu-target`` runs only the GPU benchmark (U = 145, B = 16, d = 384, large Q; selections/s and
-bytes moved / time against ~4.3 TB/s) and writes ``select_gpu.json``. Results go to
+bytes moved / time against ~4.3 TB/s) and writes ``select_gpu.json``. ``--versus TREE`` pairs the
+CPU default of this source tree against another checkout's (e.g. the commit before a refactor) at
+the target point: one worker process per tree, one batch call each per round in alternating order,
+the ratio taken within each round; writes ``select_versus.json``. Results go to
 ``benchmarks/results/select.json``, ``select_scaling.json`` and PNGs (or ``--out-dir``).
 """
 from __future__ import annotations
@@ -89,13 +92,13 @@ def run_batched(eng, ids, qs, Z, reps: int, min_s: float = 0.0) -> dict:
     """Warm call, then ``reps`` timed calls (more while under ``min_s``): per-batch latencies."""
     import torch
 
-    from trawmem_gpu.select.engine import _demand_features_cached
+    from trawmem_gpu.select.steps.roles import demand_features_cached
 
     sync = (lambda: torch.cuda.synchronize()) if eng.device.type == "cuda" else (lambda: None)
     out = eng.select_units(ids, qs, Z)
     lat, stages, t_all = [], {}, time.perf_counter()
     while len(lat) < reps or (time.perf_counter() - t_all < min_s and len(lat) < 50):
-        _demand_features_cached.cache_clear()  # no text work carried over from the previous call
+        demand_features_cached.cache_clear()  # no text work carried over from the previous call
         sync()
         t = time.perf_counter()
         eng.select_units(ids, qs, Z)
@@ -239,18 +242,18 @@ def measure_point(data, banks, cfg, Q, args, impls, ctx_cache, eng_cache, ref_ca
             ek = (key, impl)
             if ek not in eng_cache:
                 t = time.perf_counter()
-                greedy = "auto" if impl == "batched_cpu" else "lazy"
+                backend = "auto" if impl == "batched_cpu" else "tensor"
                 for stale in [k for k in eng_cache if k[0] != key]:  # engines of other configs: drop
                     del eng_cache[stale]
-                eng_cache[ek] = (SelectionEngine(banks, cfg, device="cpu", greedy=greedy), time.perf_counter() - t)
+                eng_cache[ek] = (SelectionEngine(banks, cfg, device="cpu", backend=backend), time.perf_counter() - t)
             eng, build_s = eng_cache[ek]
             big = Q * (4 if impl == "batched_torch" else 1)
             r = run_batched(eng, ids, qs, Z, reps=1 if big >= 4096 else reps, min_s=0.0 if args.quick else 1.0)
             r["engine_build_s"] = round(build_s, 3)
-            r["greedy"] = eng.greedy
+            r["backend"] = eng.plan.backend
             units = sum(b.n_units for b in banks)
-            r["bytes_per_unit"] = {"packed": eng.packed.nbytes() / units, "engine_total": eng.nbytes() / units,
-                                   "tables": eng.table_nbytes() / units}
+            r["bytes_per_unit"] = {"vectors": eng.snapshot.nbytes(("unit_vecs", "head_vecs")) / units,
+                                   "engine_total": eng.nbytes() / units, "tables": eng.table_nbytes() / units}
             row["impls"][impl] = r
         elif impl == "reference":
             if key not in ref_cache:  # per-query loop: timed once per config on the pool's first queries
@@ -292,7 +295,8 @@ def target_interleaved(data, args, label) -> dict:
 
     from trawmem_gpu.select.config import SelectConfig
     from trawmem_gpu.select.context import BankContext
-    from trawmem_gpu.select.engine import SelectionEngine, _demand_features_cached
+    from trawmem_gpu.select.engine import SelectionEngine
+    from trawmem_gpu.select.steps.roles import demand_features_cached
 
     real = data is not None
     if real:
@@ -303,7 +307,7 @@ def target_interleaved(data, args, label) -> dict:
     ids, qs, Z = d.queries(1024)
     ctx = {b.bank_id: BankContext.of(b) for b in d.banks}
     engines = {"batched_cpu": SelectionEngine(d.banks, cfg, device="cpu", threads=1),
-               "batched_cpu_torch_front": SelectionEngine(d.banks, cfg, device="cpu", front="torch", threads=1)}
+               "batched_cpu_torch_front": SelectionEngine(d.banks, cfg, device="cpu", front="tensor", threads=1)}
     cores = os.cpu_count() or 1
     if cores > 1:  # every core of the machine: the reference's per-query loop cannot use them
         engines[f"batched_cpu_{cores}threads"] = SelectionEngine(d.banks, cfg, device="cpu", threads=cores)
@@ -315,12 +319,12 @@ def target_interleaved(data, args, label) -> dict:
     ref_out = []
     for r in range(rounds):
         for k, e in engines.items():
-            _demand_features_cached.cache_clear()
+            demand_features_cached.cache_clear()
             t = time.perf_counter()
             e.select_units(ids, qs, Z)
             qps[k].append(len(ids) / (time.perf_counter() - t))
             stages[k].append(dict(e.last_timings))
-        _demand_features_cached.cache_clear()
+        demand_features_cached.cache_clear()
         lo = (r * per) % len(ids)
         rr = run_reference(ctx, cfg, ids[lo:lo + per], qs[lo:lo + per], Z[lo:lo + per], per)
         ref_out.extend(zip(range(lo, lo + per), rr["_out"]))
@@ -399,7 +403,7 @@ def seed_search_bench(args) -> dict:
     import numpy as np
     import torch
 
-    from trawmem_gpu.select.seed_index import AUTO_MAX_BANKS, AUTO_MIN_HEADS, HeadIndex, faiss_available
+    from trawmem_gpu.select.steps.seeds import AUTO_MAX_BANKS, AUTO_MIN_HEADS, HeadIndex, faiss_available
 
     out = {"faiss_available": faiss_available(), "k": 24, "Q": 1024, "cases": [],
            "auto_thresholds": {"min_mean_heads": AUTO_MIN_HEADS, "max_banks_per_batch": AUTO_MAX_BANKS}}
@@ -417,7 +421,7 @@ def seed_search_bench(args) -> dict:
         Z = vecs[off[bidx] + torch.as_tensor(rng.integers(0, per, size=1024))] + 0.05 * torch.randn(1024, d,
                                                                                                     dtype=torch.float64)
         Z = Z / Z.norm(dim=1, keepdim=True)
-        idx = HeadIndex(vecs, off, mode="torch")
+        idx = HeadIndex(vecs, off[:-1], off[1:] - off[:-1], mode="torch")
         case = {"banks": n_banks, "heads_per_bank": per, "distinct_banks_in_batch": int(len(torch.unique(bidx)))}
         res = {}
         for mode in ("torch", "faiss"):
@@ -435,7 +439,7 @@ def seed_search_bench(args) -> dict:
         if "torch" in res and "faiss" in res:
             case["same_ids"] = bool(torch.equal(res["torch"][1], res["faiss"][1]))
             case["faster"] = "faiss" if case["faiss_ms"] < case["torch_ms"] else "torch"
-        case["auto_picks"] = idx.__class__(vecs, off, mode="auto").choose(bidx)
+        case["auto_picks"] = HeadIndex(vecs, off[:-1], off[1:] - off[:-1], mode="auto").choose(bidx)
         out["cases"].append(case)
         print(f"  seed search: {n_banks} banks x {per} heads: torch {case.get('torch_ms')} ms, faiss "
               f"{case.get('faiss_ms')} ms, auto -> {case['auto_picks']}, same ids {case.get('same_ids')}", flush=True)
@@ -475,7 +479,7 @@ def scaling(args) -> dict:
         r = run_batched(eng, ids, qs, Z, reps=2 if args.quick else 3)
         rss_run = rss_bytes()
         nref = 30 if args.quick else 100
-        ctx = {b: BankContext.of(eng.banks[eng.index[b]]) for b in set(ids[:nref])}
+        ctx = {b.bank_id: BankContext.of(b) for b in banks if b.bank_id in set(ids[:nref])}
         ref = run_reference(ctx, cfg, ids, qs, Z, nref)
         units = sum(b.n_units for b in banks)
         row = {"banks": n, "units": units, "Q": 1024, "batched_qps": r["qps"], "batched_p50_ms": r["p50_ms"],
@@ -483,10 +487,10 @@ def scaling(args) -> dict:
                "agreement_sets": float(np.mean([set(a) == set(b) for a, b in
                                                 zip(eng.select_units(ids[:nref], qs[:nref], Z[:nref]), ref["_out"])])),
                "stage_us_per_query": r["stage_us_per_query"], "synthetic_build_s": t_banks, "engine_build_s": t_eng,
-               "engine_tensor_bytes": eng.nbytes(), "packed_bytes": eng.packed.nbytes(),
+               "engine_tensor_bytes": eng.nbytes(), "vector_bytes": eng.snapshot.nbytes(("unit_vecs", "head_vecs")),
                "table_bytes": eng.table_nbytes(), "engine_bytes_per_unit": eng.nbytes() / units,
                "rss_bytes": {"before": rss0, "banks": rss_banks, "engine": rss_eng, "after_run": rss_run},
-               "rss_per_unit_engine": (rss_eng - rss_banks) / units, "greedy": eng.greedy}
+               "rss_per_unit_engine": (rss_eng - rss_banks) / units, "backend": eng.plan.backend}
         rows.append(row)
         print(f"  scaling: {n} banks / {units:,} units: {r['qps']:,.0f} q/s ({row['speedup']:.1f}x ref "
               f"{ref['qps']:.0f} q/s), engine {eng.nbytes() / 2**20:,.0f} MiB tensors "
@@ -501,12 +505,13 @@ def scaling(args) -> dict:
 # GPU target
 # ----------------------------------------------------------------------------------------------
 def gpu_target(args) -> dict:
+    import numpy as np
     import torch
 
     from synthetic_banks import make_banks, make_queries
     from trawmem_gpu.select.config import SelectConfig
     from trawmem_gpu.select.engine import SelectionEngine
-    from trawmem_gpu.select.seed_index import faiss_available, faiss_gpus
+    from trawmem_gpu.select.steps.seeds import faiss_available, faiss_gpus
 
     dev = args.gpu_device
     out = {"target": "U=145, B=16, d=384", "hbm_bytes_per_s": HBM_BYTES_PER_S, "cuda": torch.cuda.is_available(),
@@ -530,7 +535,7 @@ def gpu_target(args) -> dict:
     runs = []
     for impl in ("triton", "torch"):
         try:
-            eng = SelectionEngine(banks, cfg, device=dev, impl=impl if dev == "cuda" else "torch",
+            eng = SelectionEngine(banks, cfg, device=dev, kernels=impl if dev == "cuda" else "torch",
                                   chunk_elems=chunk)
         except Exception as e:  # noqa: BLE001
             runs.append({"impl": impl, "error": repr(e)})
@@ -548,7 +553,7 @@ def gpu_target(args) -> dict:
                 continue
             st = r["stage_us_per_query"]
             total = sum(st.values())
-            device_us = total - st.get("text_cpu", 0.0) - st.get("output", 0.0)
+            device_us = total - st.get("text", 0.0) - st.get("output", 0.0)
             cs = eng.candidate_sets(ids[:512], qs[:512], Z[:512])
             U = sum(len(c) for c in cs) / len(cs)
             N = sum(b.n_units for b in banks) / len(banks)
@@ -569,13 +574,16 @@ def gpu_target(args) -> dict:
     out["runs"] = runs
     # seed search on the device: exact per-bank top-24 heads, torch vs faiss (GPU index if any)
     try:
-        from trawmem_gpu.select.seed_index import HeadIndex
+        from trawmem_gpu.select.engine.batch import make_batch
+        from trawmem_gpu.select.steps.seeds import HeadIndex
 
         eng = SelectionEngine(banks[:64], cfg, device=dev, chunk_elems=chunk)
         ids, qs, Z = make_queries(banks[:64], 4096, seed=6)
-        bidx = torch.as_tensor([eng.index[b] for b in ids], device=dev)
-        Zt = eng._check_queries(Z, len(ids))
-        idx = HeadIndex(eng.packed.head_vecs, eng.packed.bank_thread_offsets, mode="torch")
+        qb = make_batch(eng.snapshot, ids, qs, Z, None, eng.device, eng.dtype)
+        bidx, Zt = torch.as_tensor(qb.bidx, device=dev), qb.Z
+        heads = torch.as_tensor(np.concatenate([b.head_vecs for b in banks[:64]]), dtype=eng.dtype, device=dev)
+        counts = torch.as_tensor([b.n_threads for b in banks[:64]], device=dev)
+        idx = HeadIndex(heads, torch.cumsum(counts, 0) - counts, counts, mode="torch")
         seed = {}
         for mode in ("torch", "faiss"):
             if mode == "faiss" and not faiss_available():
@@ -597,6 +605,109 @@ def gpu_target(args) -> dict:
     except Exception as e:  # noqa: BLE001
         out["seed_search"] = {"error": repr(e)[:300]}
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# before / after: this tree against another checkout, interleaved
+# ----------------------------------------------------------------------------------------------
+def _target_setup(args):
+    """The LoCoMo target point (Q = 1024, U ~ 145, B = 16, H = 1) and its config."""
+    from trawmem_gpu.select.config import SelectConfig
+
+    d = RealData(args.data)
+    cfg = SelectConfig(budget=16, hops=1, n_seeds=8, neighborhood_cap=d.config_for_U(145))
+    return d, cfg, d.queries(1024)
+
+
+def _clear_text_cache() -> None:
+    try:  # this tree
+        from trawmem_gpu.select.steps.roles import demand_features_cached as cache
+    except ImportError:  # an older tree
+        from trawmem_gpu.select.engine import _demand_features_cached as cache
+    cache.cache_clear()
+
+
+def versus_worker(args) -> int:
+    """Worker of ``--versus`` (runs with whichever ``trawmem_gpu`` PYTHONPATH gives it): builds the
+    CPU default engine at the target point, warms it, prints a digest of its picks, then answers
+    each ``run`` line on stdin with the wall and CPU seconds of one timed batch call."""
+    import hashlib
+
+    from trawmem_gpu.select.engine import SelectionEngine
+
+    d, cfg, (ids, qs, Z) = _target_setup(args)
+    eng = SelectionEngine(d.banks, cfg, device="cpu", threads=args.threads)
+    picks = eng.select_units(ids, qs, Z)
+    digest = hashlib.sha256(json.dumps([sorted(p) for p in picks]).encode()).hexdigest()
+    print(f"ready {digest}", flush=True)
+    for line in sys.stdin:
+        if line.strip() != "run":
+            break
+        _clear_text_cache()
+        t, c = time.perf_counter(), time.process_time()
+        eng.select_units(ids, qs, Z)
+        print(f"{time.perf_counter() - t:.9f} {time.process_time() - c:.9f}", flush=True)
+    return 0
+
+
+def versus(args) -> dict:
+    """This tree's CPU default against ``args.versus``'s, in alternating rounds (order flipped every
+    round); speed ratio = (this tree's queries/s) / (the other's) within each round, by wall time
+    and by the process's CPU time (one thread: less sensitive to other load on the machine)."""
+    import subprocess
+
+    import numpy as np
+
+    trees = {"this": str(ROOT), "other": str(Path(args.versus).resolve())}
+    procs = {}
+    for k, tree in trees.items():
+        env = dict(os.environ, PYTHONPATH=tree)
+        procs[k] = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--versus-worker", "--data", args.data,
+                                     "--threads", str(args.threads)], env=env, stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, text=True, bufsize=1)
+    digests = {}
+    for k, p in procs.items():
+        for line in p.stdout:
+            if line.startswith("ready "):
+                digests[k] = line.split()[1]
+                break
+        else:
+            raise RuntimeError(f"the {k} worker ({trees[k]}) exited before it was ready")
+    rounds = args.rounds or 15
+    secs = {k: [] for k in procs}
+    cpu = {k: [] for k in procs}
+    for r in range(rounds):
+        for k in (("this", "other") if r % 2 == 0 else ("other", "this")):
+            procs[k].stdin.write("run\n")
+            procs[k].stdin.flush()
+            wall, c = procs[k].stdout.readline().split()
+            secs[k].append(float(wall))
+            cpu[k].append(float(c))
+    for p in procs.values():
+        p.stdin.write("stop\n")
+        p.stdin.close()
+        p.wait(timeout=60)
+    def summary(t):
+        ratios = [o / x for x, o in zip(t["this"], t["other"])]
+        return {"qps_median": {k: 1024 / float(np.median(v)) for k, v in t.items()},
+                "ratio_median": float(np.median(ratios)), "ratio_p25": float(np.percentile(ratios, 25)),
+                "ratio_p75": float(np.percentile(ratios, 75)), "ratio_min": float(min(ratios)),
+                "ratio_max": float(max(ratios)), "ratios": ratios}
+
+    commits = {}
+    for k, tree in trees.items():
+        r = subprocess.run(["git", "-C", tree, "rev-parse", "HEAD"], capture_output=True, text=True)
+        commits[k] = r.stdout.strip() or None
+    res = {"trees": trees, "commits": commits, "Q": 1024, "rounds": rounds, "threads": args.threads,
+           "speed_ratio_is": "(this tree's queries/s) / (the other's), per round",
+           "wall": summary(secs), "cpu": summary(cpu), "same_picks": digests["this"] == digests["other"]}
+    for k in ("wall", "cpu"):
+        r = res[k]
+        print(f"  versus {trees['other']} ({k} time): this {r['qps_median']['this']:,.0f} q/s, other "
+              f"{r['qps_median']['other']:,.0f} q/s, ratio median {r['ratio_median']:.3f} (IQR {r['ratio_p25']:.3f}-"
+              f"{r['ratio_p75']:.3f}, range {r['ratio_min']:.3f}-{r['ratio_max']:.3f}) over {rounds} rounds", flush=True)
+    print(f"  same picks: {res['same_picks']}", flush=True)
+    return res
 
 
 # ----------------------------------------------------------------------------------------------
@@ -771,6 +882,8 @@ def main(argv=None) -> int:
     ap.add_argument("--gpu-target", action="store_true", help="only the GPU benchmark (writes select_gpu.json)")
     ap.add_argument("--gpu-q", type=int, nargs="+", default=[4096, 65536])
     ap.add_argument("--gpu-device", default="cuda", help=argparse.SUPPRESS)  # "cpu": smoke-test the GPU code
+    ap.add_argument("--versus", metavar="TREE", help="pair this tree's CPU default against another checkout's")
+    ap.add_argument("--versus-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out-dir", default=os.environ.get("OUT") or str(HERE / "results"))
     args = ap.parse_args(argv)
     args.ref_queries = args.ref_queries or (60 if args.quick else 200)
@@ -794,6 +907,15 @@ def main(argv=None) -> int:
     except Exception:  # noqa: BLE001
         machine["numba"] = None
     t_start = time.perf_counter()
+    if args.versus_worker:
+        return versus_worker(args)
+    if args.versus:
+        res = {"machine": machine, "command": " ".join(["python", "benchmarks/bench_select.py"] + (argv or sys.argv[1:])),
+               "versus": versus(args)}
+        p = out_dir / "select_versus.json"
+        p.write_text(json.dumps(res, indent=1))
+        print(f"wrote {p}")
+        return 0
     if args.gpu_target:
         res = {"machine": machine, "gpu_target": gpu_target(args)}
         p = out_dir / "select_gpu.json"

@@ -9,8 +9,9 @@
 #   1. environment: GPU, versions, which optional modules import (faiss, faiss GPUs, bm25s, ...)
 #   2. makes `trawmem_gpu` and `trawmem_gpu.kernels` importable without installing anything
 #      (a temporary overlay of symlinks on PYTHONPATH when the package is not installed)
-#   3. the CUDA tests: pytest -k cuda over tests/test_kernels.py, test_engine.py,
-#      test_engine_scale.py (skipped with a note when pytest is missing)
+#   3. the CUDA tests: pytest -k "cuda or triton" over tests/test_kernels.py, test_engine.py,
+#      test_engine_scale.py, test_objective.py (the Triton greedy against J term by term)
+#      (skipped with a note when pytest is missing)
 #   4. the GPU benchmark: bench_select.py --gpu-target (U = 145, B = 16, d = 384, large Q):
 #      selections/s of the device stages, end-to-end queries/s, bytes moved / time vs 4.3 TB/s;
 #      without bm25s it runs the dense-affinity config and says so
@@ -66,8 +67,8 @@ fi
 echo "== 3. CUDA tests"
 TESTS_RC=-1
 if "$PY" -c "import pytest" >/dev/null 2>&1; then
-  timeout 170 "$PY" -m pytest -q -p no:cacheprovider -k cuda -rs \
-    tests/test_kernels.py tests/test_engine.py tests/test_engine_scale.py 2>&1 | tail -25
+  timeout 170 "$PY" -m pytest -q -p no:cacheprovider -k "cuda or triton" -rs \
+    tests/test_kernels.py tests/test_engine.py tests/test_engine_scale.py tests/test_objective.py 2>&1 | tail -25
   TESTS_RC=${PIPESTATUS[0]}
   echo "pytest exit code: $TESTS_RC (124 = timed out)"
 else

@@ -7,8 +7,9 @@ Two launches, both with one program per (query, block of units):
    ``w`` (written to ``partial[Q, NB]``; no atomics, so the result is deterministic).
 2. ``_normalize_kernel``: ``pi = w / sum(partial[q])``, or 0 when that sum is 0.
 
-Everything is computed in float32. The specification is
-``trawmem_gpu.select.batched_ops.role_priority_torch``.
+Everything is computed in float32; the costs and priorities follow ``steps.priority`` (step 5's
+``unit_cost``, step 6's capped weight) with per-query lambda_m, lambda_r and tau. The
+specification is ``trawmem_gpu.select.steps.priority.role_priority_torch``.
 """
 from __future__ import annotations
 
@@ -22,13 +23,15 @@ INTERPRETED = bool(triton.knobs.runtime.interpret)
 @triton.jit
 def _role_weight_kernel(
     feats_ptr, m_ptr, delta_ptr, thread_ptr, valid_ptr, grav_ptr, dist_ptr, alpha_ptr, budget_ptr,
-    rho_ptr, phi_ptr, w_ptr, partial_ptr,
-    U, F, T, NB,
-    lambda_m, lambda_r, inv_tau, inv_tr,
+    pw_ptr, rho_ptr, phi_ptr, w_ptr, partial_ptr,
+    U, F, T, NB, inv_tr,
     R: tl.constexpr, BLOCK_U: tl.constexpr, BLOCK_R: tl.constexpr,
 ):
     q = tl.program_id(0).to(tl.int64)
     blk = tl.program_id(1)
+    lambda_m = tl.load(pw_ptr + q * 3 + 0)  # this query's priority weights (steps.priority.PriorityWeights)
+    lambda_r = tl.load(pw_ptr + q * 3 + 1)
+    inv_tau = 1.0 / tl.load(pw_ptr + q * 3 + 2)
     offs_u = blk * BLOCK_U + tl.arange(0, BLOCK_U)
     offs_r = tl.arange(0, BLOCK_R)
     umask = offs_u < U
@@ -93,19 +96,18 @@ def _np2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-def role_priority_triton(feats, Mq, delta, thread, valid, gravity, dist_in, alpha, budget,
-                         lambda_m: float, lambda_r: float, tau: float, T_R: float, block_u: int = 0):
+def role_priority_triton(x, pw, T_R: float, block_u: int = 0):
     """Triton role priority; same contract as ``role_priority_torch`` (float32 outputs).
 
-    :param feats: ``[Q, U, F]``; ``Mq``: ``[Q, R, F]``; ``delta``: ``[Q, R]``; ``thread``,
-        ``valid``, ``dist_in``, ``alpha``: ``[Q, U]``; ``gravity``: ``[Q, T]``; ``budget``: ``[Q]``
+    :param x: ``steps.priority.PriorityInputs``
+    :param pw: ``[Q, 3]`` float32 per-query (lambda_m, lambda_r, tau)
     :param block_u: units per program (power of two); 0 picks ``min(128, next_pow2(U))``
     :return: ``rho [Q, U, R]``, ``phi [Q, U]``, ``w [Q, U]``, ``pi [Q, U]``
     """
-    Q, U, F = feats.shape
-    R = Mq.shape[1]
-    T = gravity.shape[1]
-    dev = feats.device
+    Q, U, F = x.feats.shape
+    R = x.Mq.shape[1]
+    T = x.gravity.shape[1]
+    dev = x.feats.device
     f32 = torch.float32
     rho = torch.zeros(Q, U, R, dtype=f32, device=dev)
     phi = torch.zeros(Q, U, dtype=f32, device=dev)
@@ -116,21 +118,14 @@ def role_priority_triton(feats, Mq, delta, thread, valid, gravity, dist_in, alph
     BLOCK_U = block_u or min(128, max(16, _np2(U)))
     NB = triton.cdiv(U, BLOCK_U)
     partial = torch.zeros(Q, NB, dtype=f32, device=dev)
-    feats_c = feats.contiguous()
-    m_c = Mq.contiguous()
-    delta_c = delta.to(f32).contiguous()
-    thread_c = thread.to(torch.int64).contiguous()
-    valid_c = valid.to(torch.int8).contiguous()
-    grav_c = gravity.to(f32).contiguous() if T > 0 else torch.zeros(Q, 1, dtype=f32, device=dev)
-    dist_c = dist_in.to(f32).contiguous()
-    alpha_c = alpha.to(f32).contiguous()
-    budget_c = budget.to(torch.int64).contiguous()
+    grav = x.gravity.to(f32).contiguous() if T > 0 else torch.zeros(Q, 1, dtype=f32, device=dev)
     grid = (Q, NB)
     _role_weight_kernel[grid](
-        feats_c, m_c, delta_c, thread_c, valid_c, grav_c, dist_c, alpha_c, budget_c,
+        x.feats.contiguous(), x.Mq.contiguous(), x.delta.to(f32).contiguous(), x.thread.to(torch.int64).contiguous(),
+        x.valid.to(torch.int8).contiguous(), grav, x.dist_in.to(f32).contiguous(), x.alpha.to(f32).contiguous(),
+        x.budget.to(torch.int64).contiguous(), pw.to(f32).contiguous(),
         rho, phi, w, partial,
-        U, F, T, NB,
-        float(lambda_m), float(lambda_r), 1.0 / float(tau), 1.0 / float(T_R),
+        U, F, T, NB, 1.0 / float(T_R),
         R=R, BLOCK_U=BLOCK_U, BLOCK_R=max(2, _np2(R)),
     )
     _normalize_kernel[grid](w, partial, pi, U, NB, BLOCK_U=BLOCK_U, BLOCK_NB=max(2, _np2(NB)))

@@ -1,8 +1,8 @@
-"""The compiled CPU front (``select/compiled_front.py``) against its specification.
+"""The compiled backend's steps 1-3 (``engine/compiled.py``: ``front_loop``) against their specification.
 
 * the two sorts it ranks with equal a stable descending sort (ties to the lower position) on
   random values, exact ties, signed zeros, one crowded bucket, huge spans and tiny sizes;
-* the engine with ``front="compiled"`` picks exactly what the torch front and the reference
+* the engine with ``front="compiled"`` picks exactly what the tensor front and the reference
   pick, across configs, chunk sizes and both similarity modes; it is the default only where it
   applies and refuses configs it does not implement.
 """
@@ -14,17 +14,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trawmem_gpu.select import compiled_front as cf
-from trawmem_gpu.select import engine as engine_mod
+from trawmem_gpu.errors import ConfigError
+from trawmem_gpu.select._jit import HAS_NUMBA
 from trawmem_gpu.select.config import SelectConfig
 from trawmem_gpu.select.context import BankContext
-from trawmem_gpu.select.engine import SelectionEngine
+from trawmem_gpu.select.engine import SelectionEngine, compiled
 from trawmem_gpu.select.reference import select_reference
+from trawmem_gpu.select.steps import candidates as step3
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from synthetic_banks import make_banks, make_queries  # noqa: E402
 
-pytestmark = pytest.mark.skipif(cf.kernels() is None or engine_mod._numba_kernels() is None, reason="needs numba")
+pytestmark = pytest.mark.skipif(not HAS_NUMBA, reason="needs numba")
 
 
 def _stable_desc(vals: np.ndarray) -> np.ndarray:
@@ -50,7 +51,7 @@ def test_bucket_sort_equals_a_stable_sort():
     for vals in _cases(rng):
         m = len(vals)
         order = np.full(m + 1, -7, dtype=np.int64)
-        cf._order_desc(np.concatenate([vals, [np.nan]]), m, order, np.empty(m + 1, np.int64),
+        step3.order_desc(np.concatenate([vals, [np.nan]]), m, order, np.empty(m + 1, np.int64),
                        np.empty(max(m + 1, 257), np.int64))
         np.testing.assert_array_equal(order[:m], _stable_desc(vals), err_msg=f"{vals[:8]}")
         assert order[m] == -7  # writes nothing past m
@@ -69,7 +70,7 @@ def test_radix_sort_of_float32_bits_equals_a_stable_sort():
         arr[pos] = v
         m = len(v)
         order = np.empty(m, np.int64)
-        cf._order_desc_bits(arr.view(np.int32), pos, m, order, np.empty(max(m, 1), np.int64), np.empty(4 * 257, np.int64))
+        step3.order_desc_bits(arr.view(np.int32), pos, m, order, np.empty(max(m, 1), np.int64), np.empty(4 * 257, np.int64))
         np.testing.assert_array_equal(order, _stable_desc(v.astype(np.float64)))
 
 
@@ -94,18 +95,18 @@ CONFIGS = [
 
 
 @pytest.mark.parametrize("kw", CONFIGS)
-def test_compiled_front_equals_torch_front_and_reference(syn, kw):
+def test_compiled_front_equals_tensor_front_and_reference(syn, kw, monkeypatch):
     banks, ids, qs, Z, ctx = syn
     cfg = SelectConfig(**kw)
     ref = [select_reference(ctx[b], q, z, cfg).units for b, q, z in zip(ids, qs, Z)]
-    torch_front = SelectionEngine(banks, cfg, device="cpu", front="torch")
-    assert torch_front.front == "torch"
-    want = torch_front.select_units(ids, qs, Z)
+    tensor_front = SelectionEngine(banks, cfg, device="cpu", front="tensor")
+    assert tensor_front.plan.front == "tensor" and tensor_front.plan.backend == "compiled"
+    want = tensor_front.select_units(ids, qs, Z)
     assert want == ref
+    monkeypatch.setattr(compiled, "FRONT_ROWS", 7 * 80)  # 7 queries per chunk: banks split across chunks
     for sim in ("grouped", "dots"):
         eng = SelectionEngine(banks, cfg, device="cpu", sim=sim)
-        assert eng.front == "compiled"
-        eng.front_rows = 7 * 80  # 7 queries per chunk: several chunks, banks split across chunks
+        assert eng.plan.front == "compiled"
         got = eng.select_units(ids, qs, Z)
         bad = [(i, g, w) for i, (g, w) in enumerate(zip(got, want)) if g != w]
         assert not bad, f"sim={sim}: {len(bad)}/{len(want)} differ, first {bad[:2]}"
@@ -114,13 +115,15 @@ def test_compiled_front_equals_torch_front_and_reference(syn, kw):
 def test_compiled_front_only_where_it_applies(syn):
     banks = syn[0]
     for kw in (dict(affinity="dense"), dict(seed_score="max"), dict(affinity="fused")):
-        assert SelectionEngine(banks, SelectConfig(**kw), device="cpu").front == "torch"
-        with pytest.raises(ValueError, match="front='compiled'"):
+        assert SelectionEngine(banks, SelectConfig(**kw), device="cpu").plan.front == "tensor"
+        with pytest.raises(ConfigError, match="front='compiled' does not apply"):
             SelectionEngine(banks, SelectConfig(**kw), device="cpu", front="compiled")
-    assert SelectionEngine(banks, SelectConfig(), device="cpu", greedy="lazy").front == "torch"
-    assert SelectionEngine(banks, SelectConfig(), device="cpu", sim="global").front == "torch"
-    with pytest.raises(ValueError, match="front must be"):
+    assert SelectionEngine(banks, SelectConfig(), device="cpu", backend="tensor").plan.front == "tensor"
+    assert SelectionEngine(banks, SelectConfig(), device="cpu", sim="global").plan.front == "tensor"
+    with pytest.raises(ConfigError, match="front must be one of"):
         SelectionEngine(banks, SelectConfig(), device="cpu", front="fast")
+    with pytest.raises(ConfigError, match="greedy= option is now backend="):
+        SelectionEngine(banks, SelectConfig(), device="cpu", greedy="numba")
 
 
 def test_compiled_front_keeps_input_order_and_handles_one_query(syn):
@@ -131,7 +134,7 @@ def test_compiled_front_keeps_input_order_and_handles_one_query(syn):
     assert rev == full[::-1]
     assert eng.select_units(ids[5:6], qs[5:6], Z[5:6]) == [full[5]]
     assert eng.select_units([], [], Z[:0]) == []
-    assert set(eng.last_timings) >= {"text_cpu", "affinity", "greedy"}
+    assert set(eng.last_timings) >= {"text", "similarity", "localize", "select"}
 
 
 def test_exact_gain_ties_pick_like_the_reference():
@@ -158,21 +161,21 @@ def test_exact_gain_ties_pick_like_the_reference():
         cfg = SelectConfig(**kw)
         ref = [select_reference(ctx[b], q, z, cfg).units for b, q, z in zip(ids, qs, Z)]
         eng = SelectionEngine(banks, cfg, device="cpu")
-        assert eng.front == "compiled"
+        assert eng.plan.front == "compiled"
         assert eng.select_units(ids, qs, Z) == ref, kw
 
 
-def test_worker_threads_pick_the_same(syn):
+def test_worker_threads_pick_the_same(syn, monkeypatch):
     """Chunks on a thread pool (the compiled loops release the GIL) give the single-thread
     picks, in input order, for any chunking."""
     banks, ids, qs, Z, ctx = syn
     one = SelectionEngine(banks, SelectConfig(), device="cpu", threads=1).select_units(ids, qs, Z)
     for threads, rows in ((2, 1 << 20), (3, 80 * 5), (4, 1)):
+        monkeypatch.setattr(compiled, "FRONT_ROWS", rows)
         eng = SelectionEngine(banks, SelectConfig(), device="cpu", threads=threads)
-        eng.front_rows = rows
         assert eng.select_units(ids, qs, Z) == one, (threads, rows)
         assert eng.select_units(ids[:1], qs[:1], Z[:1]) == one[:1]
-    with pytest.raises(ValueError, match="threads"):
+    with pytest.raises(ConfigError, match="threads must be >= 1"):
         SelectionEngine(banks, SelectConfig(), device="cpu", threads=0)
 
 
@@ -182,14 +185,15 @@ def test_candidate_buffer_bound_is_tight_enough_and_checked(syn):
     banks, ids, qs, Z, ctx = syn
     eng = SelectionEngine(banks, SelectConfig(neighborhood_cap=4, n_seeds=4), device="cpu", threads=1)
     want = eng.select_units(ids, qs, Z)
-    ucap = eng._np_tables()["ucap"]
-    cs = eng.candidate_sets(ids, qs, Z)  # the torch stages' candidate sets
+    snap = eng.snapshot
+    ucap = snap.ucap.copy()
+    cs = eng.candidate_sets(ids, qs, Z)  # the tensor steps' candidate sets
     assert max(len(c) for c in cs) <= int(ucap.max())
-    assert all(len(c) <= int(ucap[eng.index[b]]) for b, c in zip(ids, cs))
-    eng._np["ucap"] = np.ones_like(ucap)  # a wrong bound must fail loudly
+    assert all(len(c) <= int(ucap[snap.index[b]]) for b, c in zip(ids, cs))
+    snap.ucap[:] = 1  # a wrong bound must fail loudly
     with pytest.raises(IndexError, match="candidate buffer"):
         eng.select_units(ids, qs, Z)
-    eng._np["ucap"] = ucap
+    snap.ucap[:] = ucap
     assert eng.select_units(ids, qs, Z) == want
 
 

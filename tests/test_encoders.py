@@ -78,3 +78,49 @@ def test_encoder_errors(tmp_path):
         HFEncoder(tmp_path)
     with pytest.raises(ConfigError, match="unknown encoder"):
         get_encoder("sentence-transformers/all-MiniLM-L6-v2", cache=False)
+
+
+@pytest.mark.cuda
+def test_minilm_on_cuda_runs_fp16_within_tolerance():
+    """On a CUDA host the encoder runs in fp16; its vectors stay within 1e-2 cosine of the
+    CPU fp32 ones (the tolerance fp16 accumulation allows for 6 layers of MiniLM)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    gpu = minilm_encoder(device="cuda")
+    assert next(gpu.model.parameters()).dtype == torch.float16
+    cpu = minilm_encoder(device="cpu").encode(TEXTS)
+    v = gpu.encode(TEXTS)
+    assert v.dtype == np.float32
+    np.testing.assert_allclose((v * cpu).sum(1), 1.0, atol=1e-2)
+
+
+def test_length_sorted_batches_keep_input_order_on_mixed_lengths(minilm):
+    """Texts of very different lengths, batched after sorting by length, come back in input
+    order and equal their one-by-one vectors (padding does not leak into mean pooling)."""
+    texts = ["short", "a " * 200 + "long one", "mid length text about a pottery class", "x y", "b " * 50]
+    v = minilm.encode(texts, batch_size=2)
+    singles = np.stack([minilm.encode([t])[0] for t in texts])
+    np.testing.assert_allclose(v, singles, atol=1e-5)
+
+
+def test_onnx_runtime_same_vectors_and_id(tmp_path, minilm, monkeypatch):
+    """ONNX Runtime (optional extra): exported once into the cache, same id, vectors within the
+    stated tolerance of torch's on mixed-length batches and queries."""
+    pytest.importorskip("onnxruntime", reason="the optional extra `onnx` is not installed")
+    from trawmem_gpu.encode import _load, encoder_runtime
+    from trawmem_gpu.encode.onnx import TOLERANCE, OnnxEncoder
+
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path))
+    enc = OnnxEncoder(minilm)
+    assert enc.id == minilm.id and enc.max_abs_diff <= TOLERANCE
+    assert len(list((tmp_path / "onnx").glob("*.onnx"))) == 1
+    texts = TEXTS + ["b " * 300, "[2023/05/20 (Sat) 02:21] user: where did I go?"]
+    np.testing.assert_allclose(enc.encode(texts, batch_size=3), minilm.encode(texts, batch_size=3), atol=TOLERANCE)
+    np.testing.assert_allclose(enc.encode(texts, is_query=True), minilm.encode(texts, is_query=True), atol=TOLERANCE)
+    monkeypatch.setenv("TRAWMEM_ENCODER_RUNTIME", "onnx")
+    assert encoder_runtime() == "onnx" and isinstance(_load("minilm", "onnx"), OnnxEncoder)
+    monkeypatch.setenv("TRAWMEM_ENCODER_RUNTIME", "tpu")
+    with pytest.raises(ConfigError, match="TRAWMEM_ENCODER_RUNTIME"):
+        get_encoder()

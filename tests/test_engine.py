@@ -16,10 +16,12 @@ import torch
 
 from trawmem_gpu.build.graph import ADJACENT, SEMANTIC
 from trawmem_gpu.data.types import Turn
-from trawmem_gpu.select.batched_ops import greedy_select_torch
 from trawmem_gpu.select.config import ABLATIONS, SelectConfig
 from trawmem_gpu.select.context import BankContext
-from trawmem_gpu.select.engine import SelectionEngine, greedy_lazy_batched, in_thread_distances
+from trawmem_gpu.select.engine import SelectionEngine
+from trawmem_gpu.select.objective import CoverageWeights
+from trawmem_gpu.select.steps.greedy import GreedyProblem, StopRule, greedy_lazy_torch, greedy_select_torch
+from trawmem_gpu.select.steps.priority import in_thread_distances
 from trawmem_gpu.select.reference import select_reference
 from trawmem_gpu.store.bank import Bank
 
@@ -101,11 +103,13 @@ def reference(banks, cfg, ids, qs, Z):
     return [select_reference(ctx[b], q, z, cfg).units for b, q, z in zip(ids, qs, Z)]
 
 
-def check_agrees(banks, cfg, ids, qs, Z, **engine_kw):
-    got = SelectionEngine(banks, cfg, device="cpu", **engine_kw).select_units(ids, qs, Z)
+def check_agrees(banks, cfg, ids, qs, Z, variants=({},), **engine_kw):
+    """Every engine variant (EngineConfig options) picks what the reference picks, in pick order."""
     ref = reference(banks, cfg, ids, qs, Z)
-    bad = [(i, g, r) for i, (g, r) in enumerate(zip(got, ref)) if g != r]
-    assert not bad, f"{len(bad)}/{len(ref)} queries differ from the reference, first: {bad[:3]}"
+    for v in variants:
+        got = SelectionEngine(banks, cfg, device="cpu", **engine_kw, **v).select_units(ids, qs, Z)
+        bad = [(i, g, r) for i, (g, r) in enumerate(zip(got, ref)) if g != r]
+        assert not bad, f"{v or 'default'}: {len(bad)}/{len(ref)} queries differ from the reference, first: {bad[:3]}"
 
 
 CONFIGS = [pytest.param(dict(ablation=a), id=f"ablation-{a}") for a in ABLATIONS if a != "fixed_segmentation"]
@@ -125,7 +129,7 @@ CONFIGS += [
 @pytest.mark.parametrize("kw", CONFIGS)
 def test_agrees_with_reference(banks, queries, kw):
     cfg = SelectConfig.paper() if kw == "paper" else SelectConfig(**kw)
-    check_agrees(banks, cfg, *queries)
+    check_agrees(banks, cfg, *queries, variants=({}, dict(backend="tensor")))
 
 
 @pytest.mark.parametrize("sim", ["grouped", "global", "gather"])
@@ -133,12 +137,12 @@ def test_similarity_modes_agree(banks, queries, sim):
     check_agrees(banks, SelectConfig(hops=2), *queries, sim=sim)
 
 
-def test_tiny_chunks_and_dispatch_greedy(banks, queries):
-    """Size buckets of one or two queries, and the greedy_select dispatcher instead of the
-    lazy CPU greedy, change nothing."""
+def test_tiny_chunks_and_plain_greedy(banks, queries):
+    """Size buckets of one or two queries, the plain greedy op instead of the lazy one, and no
+    per-bank tables change nothing."""
     cfg = SelectConfig(hops=2)
-    check_agrees(banks, cfg, *queries, chunk_elems=1, greedy="dispatch")
-    check_agrees(banks, cfg, *queries, chunk_elems=2000, gram_bytes=0)
+    check_agrees(banks, cfg, *queries, chunk_elems=1, backend="tensor", optimizer="plain")
+    check_agrees(banks, cfg, *queries, chunk_elems=2000, table_bytes=0)
 
 
 def test_seed_and_cap_ties_go_to_lower_thread(queries):
@@ -267,13 +271,15 @@ def test_lazy_greedy_equals_plain_with_ties(seed):
     K = torch.where(torch.eye(U, dtype=torch.bool)[None], 1.0, K)
     K = torch.where(valid[:, :, None] & valid[:, None, :], K, 0.0)
     pi = torch.where(valid, d(Q, U) / 8, 0.0)
-    rho, delta, alpha, mass = d(Q, U, R), d(Q, R), d(Q, U), d(Q, T) / 4
+    rho, delta, modular, mass = d(Q, U, R), d(Q, R), d(Q, U) / 4, d(Q, T) / 4
     budget = torch.tensor([16, 16, 4, 1, 16, 9])
+    p = GreedyProblem(pi, K, rho, delta, modular, thread, mass, valid)
+    w = CoverageWeights(1.0, 0.5, 1.0)
     for stop in (2.0, 0.25):
-        args = (pi, K, rho, delta, alpha, thread, mass, valid, budget, 1.0, 0.5, 0.25, 1.0, stop, 16)
-        s1, _, n1 = greedy_select_torch(*args)
+        rule = StopRule(budget, stop, 16)
+        s1, _, n1 = greedy_select_torch(p, w, rule)
         for k in (1, 4, 8):
-            s2, _, n2 = greedy_lazy_batched(*args, k=k)
+            s2, _, n2 = greedy_lazy_torch(p, w, rule, k=k)
             assert torch.equal(n1, n2) and torch.equal(s1, s2)
 
 
@@ -311,8 +317,8 @@ def test_learned_head_agrees_with_reference(banks, queries):
             p.copy_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
     ctx = {b.bank_id: BankContext.of(b) for b in banks}
     ref = [select_reference(ctx[b], q, z, cfg, head=head).units for b, q, z in zip(ids, qs, Z)]
-    for greedy in ("lazy", "dispatch"):
-        got = SelectionEngine(banks, cfg, head=head, device="cpu", greedy=greedy).select_units(ids, qs, Z)
+    for kw in (dict(backend="tensor"), dict(backend="tensor", optimizer="plain"), {}):
+        got = SelectionEngine(banks, cfg, head=head, device="cpu", **kw).select_units(ids, qs, Z)
         bad = [(i, a, r) for i, (a, r) in enumerate(zip(got, ref)) if a != r]
-        assert not bad, f"{len(bad)}/{len(ref)} differ, first {bad[:3]}"
+        assert not bad, f"{kw}: {len(bad)}/{len(ref)} differ, first {bad[:3]}"
     assert ref != reference(banks, cfg, ids, qs, Z)  # the head did change the selection

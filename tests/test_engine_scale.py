@@ -1,8 +1,9 @@
 """The engine's fast paths against the reference and against each other.
 
-* the compiled CPU stage 6 (numba), the pure-torch stage 6 and the no-table path pick exactly
-  what ``select_reference`` picks, on synthetic banks with thread structure and BM25 overlap;
-* the seed index (``seed_index.HeadIndex``): faiss proposals with per-bank restriction, the GPU
+* the compiled backend (both fronts), the tensor backend (lazy and plain greedy) and the no-table
+  path pick exactly what ``select_reference`` picks, on synthetic banks with thread structure and
+  BM25 overlap;
+* the head index (``steps.seeds.HeadIndex``): faiss proposals with per-bank restriction, the GPU
   style "larger k, then filter" proposals (simulated on a CPU index) and the torch path return the
   same exact top-k, ties to the lower id, never a head of another bank;
 * the batched BM25 is bit-identical to bm25s per query; the rank and top-k helpers equal a
@@ -17,17 +18,22 @@ import numpy as np
 import pytest
 import torch
 
-from trawmem_gpu.select import engine as engine_mod
-from trawmem_gpu.select import seed_index as si
+from trawmem_gpu.select import _jit
 from trawmem_gpu.select.config import SelectConfig
 from trawmem_gpu.select.context import BankContext
-from trawmem_gpu.select.engine import SelectionEngine, _ranks, _ranks_positive, _topk_mask
+from trawmem_gpu.select.engine import SelectionEngine, plan
+from trawmem_gpu.select.engine.batch import sim_mode
 from trawmem_gpu.select.reference import select_reference
+from trawmem_gpu.select.steps import candidates as step3
+from trawmem_gpu.select.steps import seeds as si
+from trawmem_gpu.select.tensor_ops import ranks as _ranks
+from trawmem_gpu.select.tensor_ops import ranks_positive as _ranks_positive
+from trawmem_gpu.select.tensor_ops import topk_mask as _topk_mask
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from synthetic_banks import make_banks, make_queries  # noqa: E402
 
-HAS_NUMBA = engine_mod._numba_kernels() is not None
+HAS_NUMBA = _jit.HAS_NUMBA
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +66,11 @@ def test_fast_paths_agree_with_reference(syn, kw):
     banks, ids, qs, Z, ctx = syn
     cfg = SelectConfig.paper() if kw == "paper" else SelectConfig(**kw)
     ref = _ref(ctx, cfg, ids, qs, Z)
-    variants = [dict(greedy="lazy"), dict(gram_bytes=0), dict(greedy="lazy", chunk_elems=5000)]
+    variants = [dict(backend="tensor"), dict(table_bytes=0), dict(backend="tensor", chunk_elems=5000),
+                dict(backend="tensor", optimizer="plain")]
     if HAS_NUMBA:
-        variants[:0] = [dict(greedy="numba"), dict(greedy="numba", sim="dots")]
+        variants[:0] = [dict(backend="compiled"), dict(backend="compiled", sim="dots"),
+                        dict(backend="compiled", front="tensor")]
     for ekw in variants:
         got = SelectionEngine(banks, cfg, device="cpu", **ekw).select_units(ids, qs, Z)
         bad = [(i, g, r) for i, (g, r) in enumerate(zip(got, ref)) if g != r]
@@ -80,19 +88,21 @@ def test_dots_similarity_is_bank_isolated():
     alone = SelectionEngine(banks[:1], SelectConfig(), device="cpu", sim="dots").select_units(ids, qs, Z)
     eng = SelectionEngine([decoy] + banks, SelectConfig(), device="cpu", sim="dots")
     assert eng.select_units(ids, qs, Z) == alone
-    assert eng._sim_mode(torch.arange(5)) == "dots"  # auto on CPU would pick it here too
-    eng.sim = "auto"
-    assert eng._sim_mode(torch.arange(5)) == "dots" and eng._sim_mode(torch.zeros(64, dtype=torch.int64)) == "grouped"
+    snap, cpu = eng.snapshot, torch.device("cpu")
+    assert sim_mode("auto", torch.arange(5), snap, cpu) == "dots"  # auto on CPU would pick it here too
+    assert sim_mode("auto", torch.zeros(64, dtype=torch.int64), snap, cpu) == "grouped"
 
 
-def test_auto_greedy_without_numba(syn, monkeypatch):
+def test_auto_backend_without_numba(syn, monkeypatch):
+    from trawmem_gpu.errors import ConfigError
+
     banks, ids, qs, Z, ctx = syn
-    monkeypatch.setattr(engine_mod, "_numba_kernels", lambda: None)
+    monkeypatch.setattr(plan, "HAS_NUMBA", False)
     eng = SelectionEngine(banks, SelectConfig(), device="cpu")
-    assert eng.greedy == "lazy"
+    assert eng.plan.backend == "tensor" and eng.plan.optimizer == "lazy"
     assert eng.select_units(ids[:10], qs[:10], Z[:10]) == _ref(ctx, SelectConfig(), ids[:10], qs[:10], Z[:10])
-    with pytest.raises(ValueError):
-        SelectionEngine(banks, SelectConfig(), device="cpu", greedy="numba")
+    with pytest.raises(ConfigError, match="backend='compiled' needs"):
+        SelectionEngine(banks, SelectConfig(), device="cpu", backend="compiled")
 
 
 def test_tables_and_memory_accounting(syn):
@@ -100,17 +110,20 @@ def test_tables_and_memory_accounting(syn):
     eng = SelectionEngine(banks, SelectConfig(), device="cpu")
     N = [b.n_units for b in banks]
     J = [b.n_threads for b in banks]
-    assert eng.ktab.numel() == sum(n * n for n in N) and eng.btab.numel() == sum(n * j for n, j in zip(N, J))
-    assert eng.nbytes() == eng.packed.nbytes() + eng.table_nbytes() + sum(
-        t.element_size() * t.nelement() for t in (eng.head_sim, eng.temporal, eng.position, eng.d_in, eng.unit_lthread,
-                                                  eng.nbr, eng.nbw, eng.n_units, eng.n_threads))
-    assert SelectionEngine(banks, SelectConfig(), device="cpu", gram_bytes=0).table_nbytes() == 0
+    snap = eng.snapshot
+    assert snap.rows["ktab"] == sum(n * n for n in N) and snap.rows["btab"] == sum(n * j for n, j in zip(N, J))
+    assert snap.rows["unit_vecs"] == sum(N) and snap.rows["head_vecs"] == 1 + sum(J)  # + the dummy thread
+    itemsize = torch.float64.itemsize
+    assert eng.table_nbytes() >= (snap.rows["ktab"] + snap.rows["btab"]) * itemsize
+    assert eng.nbytes() == sum(t.element_size() * t.nelement() for t in snap.t.values()) > eng.table_nbytes()
+    assert SelectionEngine(banks, SelectConfig(), device="cpu", table_bytes=0).table_nbytes() == 0
 
 
 def test_candidate_helpers_match_reference(syn):
     banks, ids, qs, Z, ctx = syn
     cfg = SelectConfig()
     eng = SelectionEngine(banks, cfg, device="cpu")
+    no_tables = SelectionEngine(banks, cfg, device="cpu", table_bytes=0)
     cands = eng.candidate_sets(ids[:12], qs[:12], Z[:12])
     for b, q, z, c in zip(ids[:12], qs[:12], Z[:12], cands):
         sel = select_reference(ctx[b], q, z, cfg, keep_internals=True)
@@ -119,17 +132,22 @@ def test_candidate_helpers_match_reference(syn):
         K = np.clip((E @ E.T - cfg.k_shift) / (1 - cfg.k_shift), 0, 1)
         np.fill_diagonal(K, 1.0)
         np.testing.assert_allclose(eng.candidate_kernel(b, c), K, atol=1e-12)
+        np.testing.assert_allclose(no_tables.candidate_kernel(b, c), K, atol=1e-12)
 
 
 def test_batched_bm25_is_bit_identical(syn):
     banks, ids, qs, Z, ctx = syn
     eng = SelectionEngine(banks, SelectConfig(), device="cpu")
+    snap = eng.snapshot
     extra = ["", "???", "dog dog dog cat", "When did the the the paint happen"]
     qall = list(qs) + extra
-    bidx = [eng.index[b] for b in ids] + [0, 1, 2, 3]
-    lex = eng._lexical(bidx, qall)
+    bidx = np.array([snap.index[b] for b in ids] + [0, 1, 2, 3])
+    bm = snap.bm25
+    ptr, cols, slow = step3.bm25_columns(bidx.tolist(), qall, bm.vocabs, bm.plain, bm.store.col0)
+    assert not slow
+    lex = step3.bm25_batch(bidx, (ptr, cols), bm.store, int(snap.off.nu.max()))
     for i, (b, q) in enumerate(zip(bidx, qall)):
-        ref = eng.bm25[b].scores(q)
+        ref = snap.infos[b].bm25.scores(q)
         assert np.array_equal(lex[i, :len(ref)], ref) and not lex[i, len(ref):].any()
 
 
@@ -174,6 +192,10 @@ def _heads(seed, sizes, d=24, dup=True):
     return torch.from_numpy(H), off
 
 
+def _index(vecs, off, mode):
+    return si.HeadIndex(vecs, off[:-1], off[1:] - off[:-1], mode=mode)
+
+
 @pytest.mark.parametrize("k", [1, 4, 9])
 def test_head_index_modes_agree(k):
     vecs, off = _heads(0, [40, 3, 17, 60, 1])
@@ -184,7 +206,7 @@ def test_head_index_modes_agree(k):
     Z = vecs[pick].clone()
     Z[::2] += 0.3 * torch.randn(25, vecs.shape[1], dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     Z = Z / Z.norm(dim=1, keepdim=True)
-    idx = si.HeadIndex(vecs, off, mode="torch")
+    idx = _index(vecs, off, "torch")
     c_t, i_t = idx.search(Z, bidx, k)
     # ground truth: stable sort over each own bank
     for q in range(50):
@@ -214,7 +236,7 @@ def test_head_index_never_returns_another_bank():
     decoy = np.tile(z, (50, 1))  # the other bank holds 50 exact copies of the query
     vecs = torch.from_numpy(np.concatenate([decoy, own, decoy]))
     off = torch.tensor([0, 50, 55, 105])
-    idx = si.HeadIndex(vecs, off, mode="faiss")
+    idx = _index(vecs, off, "faiss")
     for gpu_style in (False, True):
         idx._index()
         idx._faiss_gpu = gpu_style
@@ -257,7 +279,7 @@ def test_synthetic_edges_match_build_edges():
 def test_cuda_engine_with_tables_matches_reference_mostly(syn, impl):
     banks, ids, qs, Z, ctx = syn
     cfg = SelectConfig(hops=2)
-    got = SelectionEngine(banks, cfg, device="cuda", impl=impl).select_units(ids, qs, Z)
+    got = SelectionEngine(banks, cfg, device="cuda", kernels=impl).select_units(ids, qs, Z)
     ref = _ref(ctx, cfg, ids, qs, Z)
     same = sum(set(g) == set(r) for g, r in zip(got, ref))
     assert same >= 0.9 * len(ref), f"{same}/{len(ref)}"
@@ -271,7 +293,7 @@ def test_cuda_head_index_modes_agree():
     bidx = torch.tensor([0, 1, 2, 0, 2], device="cuda")
     Z = vecs[off[bidx]] + 0.1
     Z = Z / Z.norm(dim=1, keepdim=True)
-    idx = si.HeadIndex(vecs, off, mode="torch")
+    idx = _index(vecs, off, "torch")
     c_t, i_t = idx.search(Z, bidx, 6)
     if si.faiss_available():
         c_f, i_f = idx.search(Z, bidx, 6, mode="faiss")  # GPU index when faiss has GPUs, else CPU faiss
@@ -280,7 +302,7 @@ def test_cuda_head_index_modes_agree():
 
 @pytest.mark.skipif(not HAS_NUMBA, reason="needs numba")
 def test_learned_head_on_the_compiled_path(syn):
-    """Per-query A, M(delta) and weights from a learned head reach the compiled stage 6 and the
+    """Per-query A, M(delta) and weights from a learned head reach the compiled steps 4-7 and the
     picks match the reference given the same head."""
     model = pytest.importorskip("trawmem_gpu.head.model")
     banks, ids, qs, Z, ctx = syn
@@ -293,6 +315,8 @@ def test_learned_head_on_the_compiled_path(syn):
                 p = getattr(head, name)
                 p.copy_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
     ref = [select_reference(ctx[b], q, z, cfg, head=head).units for b, q, z in zip(ids, qs, Z)]
-    got = SelectionEngine(banks, cfg, head=head, device="cpu", greedy="numba").select_units(ids, qs, Z)
-    bad = [(i, a, r) for i, (a, r) in enumerate(zip(got, ref)) if a != r]
-    assert not bad, f"{len(bad)}/{len(ref)} differ, first {bad[:3]}"
+    for front in ("compiled", "tensor"):
+        got = SelectionEngine(banks, cfg, head=head, device="cpu", backend="compiled", front=front).select_units(
+            ids, qs, Z)
+        bad = [(i, a, r) for i, (a, r) in enumerate(zip(got, ref)) if a != r]
+        assert not bad, f"{front}: {len(bad)}/{len(ref)} differ, first {bad[:3]}"

@@ -113,10 +113,10 @@ def test_surrogate_matches_reference(dev):
     qs = [q for q in c0[0].questions if q.category in (1, 2, 3, 4) and q.evidence][:30]
     head = _perturbed(7)
     batches = make_batches(items, cfg.budget, chunk=16)
-    picks = torch_picks(head, batches, cfg.T_R, cfg.budget)
+    picks = torch_picks(head, batches, cfg, cfg.budget)
     ctx = BankContext.of([b for b in banks if b.bank_id == "conv-30"][0])
     for b in batches:
-        s = surrogate(head, b, cfg.T_R)
+        s = surrogate(head, b, cfg)
         for j, i in enumerate(b["index"]):
             ref = select_reference(ctx, qs[i].question, Z[start + i], cfg, keep_internals=True, head=head)
             u = len(items[i].cand)

@@ -16,14 +16,20 @@ import numpy as np
 import pytest
 import torch
 
-from trawmem_gpu.select.batched_ops import (
-    HAS_TRITON,
-    K_from_vectors,
-    greedy_lazy_np,
-    greedy_plain_np,
+from trawmem_gpu.select.config import SelectConfig
+from trawmem_gpu.select.objective import CoverageWeights, support_kernel
+from trawmem_gpu.select.steps.greedy import (
+    GreedyProblem,
+    StopRule,
     greedy_reference_np,
     greedy_select,
     greedy_select_torch,
+    pick_limit,
+)
+from trawmem_gpu.select.steps.priority import (
+    HAS_TRITON,
+    PriorityInputs,
+    PriorityWeights,
     role_priority,
     role_priority_torch,
 )
@@ -40,9 +46,10 @@ NUM_FEATS = [1, 7]
 NUM_THREADS = [1, 4]
 EMBED_DIMS = [5]
 NUM_ROLES = 3
-K_MODES = ["matrix", "vectors", "identity"]
+K_MODES = ["matrix", "identity"]
 SEEDS = [0]
-WEIGHTS = (1.0, 1.0, 0.1, 1.0)  # w_cov, w_role, w_aff, w_thr: every term matters
+W = CoverageWeights(1.0, 1.0, 1.0)  # w_cov, w_role, w_thr: every term matters
+W_AFF = 0.1  # the modular part is W_AFF * alpha
 
 LAMBDA_M, LAMBDA_R, TAU, T_R = 1.25, 0.5, 0.5, 1.0
 
@@ -77,15 +84,20 @@ def make_inputs(Q, U, T, F, D, seed, device="cpu", dtype=torch.float32):
 
 
 def priority_args(x):
-    return (x["feats"], x["Mq"], x["delta"], x["thread"], x["valid"], x["gravity"], x["dist_in"],
-            x["alpha"], x["budget"], LAMBDA_M, LAMBDA_R, TAU, T_R)
+    return (PriorityInputs(x["feats"], x["Mq"], x["delta"], x["thread"], x["valid"], x["gravity"], x["dist_in"],
+                           x["alpha"], x["budget"]), PriorityWeights(LAMBDA_M, LAMBDA_R, TAU), T_R)
 
 
-def greedy_inputs(x):
-    """pi, rho from the torch role priority, plus K from E; everything the greedy op takes."""
+def kernel_of(E, cfg=SelectConfig(k_shift=0.0)):
+    """K from unit vectors by the objective's support kernel (clipped cosine, unit diagonal)."""
+    return support_kernel(E @ E.transpose(-1, -2), None, cfg)
+
+
+def greedy_problem(x, k_mode="matrix"):
+    """pi, rho from the torch role priority, K from E (or the identity): the greedy op's input."""
     rho, _, _, pi = role_priority_torch(*priority_args(x))
-    K = K_from_vectors(x["E"], x["valid"])
-    return pi, K, rho
+    K = kernel_of(x["E"]) if k_mode == "matrix" else None
+    return GreedyProblem(pi, K, rho, x["delta"], W_AFF * x["alpha"], x["thread"], x["thread_mass"], x["valid"])
 
 
 def assert_same_selection(ref, out, rtol=1e-5, atol=1e-6):
@@ -196,17 +208,26 @@ def test_role_priority_zero_sum_gives_zero_pi(impl):
 # ---------------------------------------------------------------------------------------------
 # K and the NumPy references
 # ---------------------------------------------------------------------------------------------
-def test_K_from_vectors():
-    x = make_inputs(3, 9, 2, 2, 4, seed=5)
-    E, valid = x["E"], x["valid"]
-    K = K_from_vectors(E, valid)
-    pair = valid[:, :, None] & valid[:, None, :]
-    ref = (E @ E.transpose(1, 2)).clamp(0, 1)
-    ref = torch.where(torch.eye(9, dtype=torch.bool), torch.ones_like(ref), ref) * pair
-    torch.testing.assert_close(K, ref, rtol=0, atol=0)  # same ops, exact
-    assert (K[~pair] == 0).all() and (K >= 0).all() and (K <= 1).all()
-    I = K_from_vectors(E, valid, identity=True)
-    assert torch.equal(I, torch.diag_embed(valid.float()))
+def test_support_kernel_numpy_and_torch():
+    """The objective's K: clipped, shifted cosine with a unit diagonal (one formula for NumPy and
+    torch, bit for bit), zero across threads without cross-thread support, or the identity."""
+    x = make_inputs(1, 9, 2, 2, 4, seed=5, dtype=torch.float64)
+    E = x["E"][0]
+    S = E @ E.T
+    thread = torch.tensor([0, 0, 1, 1, 1, 2, 2, 0, 1])
+    same = thread[:, None] == thread[None, :]
+    for cfg in (SelectConfig(), SelectConfig(k_shift=0.0), SelectConfig(cross_thread=False),
+                SelectConfig(kernel="identity")):
+        want = np.clip((S.numpy() - cfg.k_shift) * (1.0 / (1.0 - cfg.k_shift)), 0, 1)  # objective's statement
+        if not cfg.cross_thread:
+            want = np.where(same.numpy(), want, 0.0)
+        np.fill_diagonal(want, 1.0)
+        if cfg.kernel == "identity":
+            want = np.eye(9)
+        Kt = support_kernel(S, same, cfg)
+        Kn = support_kernel(S.numpy(), same.numpy(), cfg)
+        np.testing.assert_array_equal(Kt.numpy(), want)  # same IEEE operations: exact
+        np.testing.assert_array_equal(Kn, want)
 
 
 def _random_query(rng, U, T, R=NUM_ROLES):
@@ -220,8 +241,15 @@ def _random_query(rng, U, T, R=NUM_ROLES):
     rho = rng.dirichlet(np.ones(R), size=U)
     delta = rng.dirichlet(np.ones(R))
     thread = np.where(valid, rng.integers(0, T, U), -1)
-    return dict(pi=pi, K=K, rho=rho, delta=delta, alpha=rng.random(U), thread=thread,
+    return dict(pi=pi, K=K, rho=rho, delta=delta, modular=rng.random(U), thread=thread,
                 thread_mass=rng.random(T) / T, valid=valid)
+
+
+def _one(x, w=W, budget=40, stop=2.0, max_steps=40, lazy=False):
+    """The NumPy reference on one query given as a dict of per-query arrays."""
+    p = GreedyProblem(*(None if x[k] is None else np.asarray(x[k])[None] for k in GreedyProblem._fields))
+    sel, gains, n = greedy_reference_np(p, w, StopRule(np.array([budget]), stop, max_steps), lazy=lazy)
+    return sel[0, :n[0]].tolist(), gains[0, :n[0]].tolist()
 
 
 def test_lazy_matches_plain_random():
@@ -230,10 +258,10 @@ def test_lazy_matches_plain_random():
         U = int(rng.integers(1, 40))
         x = _random_query(rng, U, T=int(rng.integers(1, 6)))
         w = tuple(float(v) for v in rng.choice([0.0, 0.05, 1.0, 3.0], size=4))
-        kw = dict(budget=int(rng.integers(0, U + 3)), w_cov=w[0], w_role=w[1], w_aff=w[2], w_thr=w[3],
-                  stop_coverage=float(rng.choice([2.0, 0.5, 0.8])), max_steps=int(rng.integers(1, 20)))
-        plain = greedy_plain_np(**x, **kw)
-        lazy = greedy_lazy_np(**x, **kw)
+        x["modular"] = w[3] * x["modular"]
+        kw = dict(w=CoverageWeights(*w[:3]), budget=int(rng.integers(0, U + 3)),
+                  stop=float(rng.choice([2.0, 0.5, 0.8])), max_steps=int(rng.integers(1, 20)))
+        plain, lazy = _one(x, **kw), _one(x, **kw, lazy=True)
         assert plain[0] == lazy[0], (i, plain, lazy)
         assert plain[1] == lazy[1]  # same float64 gain function -> bit-identical gains
 
@@ -261,37 +289,39 @@ def _tie_query():
     thread = np.arange(U) % 4
     thread[group_a], thread[group_b] = 0, 1
     thread[~valid] = -1
-    return dict(pi=pi, E=E, K=(E @ E.T).clip(0, 1), rho=rho, delta=np.array([0.5, 0.25, 0.25]),
-                alpha=alpha, thread=thread, thread_mass=np.array([0.25, 0.125, 0.0625, 0.0625]),
-                valid=valid)
+    return dict(pi=pi, K=(E @ E.T).clip(0, 1), rho=rho, delta=np.array([0.5, 0.25, 0.25]), modular=alpha,
+                thread=thread, thread_mass=np.array([0.25, 0.125, 0.0625, 0.0625]), valid=valid)
 
 
 def test_lazy_matches_plain_exact_ties():
     x = _tie_query()
-    x.pop("E")
+    alpha = x["modular"]
     for w in [(1, 1, 1, 1), (1, 0, 0, 0), (0, 0, 1, 0), (0, 0, 0, 0)]:
-        kw = dict(budget=40, w_cov=w[0], w_role=w[1], w_aff=w[2], w_thr=w[3], max_steps=40)
-        plain = greedy_plain_np(**x, **kw)
-        lazy = greedy_lazy_np(**x, **kw)
+        x["modular"] = w[2] * alpha
+        cw = CoverageWeights(w[0], w[1], w[3])
+        plain, lazy = _one(x, cw), _one(x, cw, lazy=True)
         assert plain == lazy
         assert sorted(plain[0]) == [u for u in range(33) if x["valid"][u]]  # all live, once
     # all-zero weights: every gain is 0, so ties decide everything -> index order
-    assert greedy_plain_np(**x, budget=40, w_cov=0, w_role=0, w_aff=0, w_thr=0, max_steps=40)[0] == \
-        [u for u in range(33) if x["valid"][u]]
+    x["modular"] = 0 * alpha
+    assert _one(x, CoverageWeights(0, 0, 0))[0] == [u for u in range(33) if x["valid"][u]]
     # affinity only: group a (alpha 0.75) first in index order, then the rest in index order
-    sel = greedy_lazy_np(**x, budget=6, w_cov=0, w_role=0, w_aff=1, w_thr=0, max_steps=6)[0]
-    assert sel == [0, 4, 9, 20, 31, 1]
+    x["modular"] = alpha
+    assert _one(x, CoverageWeights(0, 0, 0), budget=6, max_steps=6, lazy=True)[0] == [0, 4, 9, 20, 31, 1]
 
 
 def _batch_of(queries):
-    """Stack per-query NumPy dicts (same U, T) into float32 torch batch tensors."""
+    """Stack per-query NumPy dicts (same U, T) into a float32 torch GreedyProblem."""
     out = {}
-    for k in queries[0]:
-        v = np.stack([q[k] for q in queries])
-        t = torch.from_numpy(v)
+    for k in GreedyProblem._fields:
+        t = torch.from_numpy(np.stack([q[k] for q in queries]))
         out[k] = t.float() if t.is_floating_point() else t
     out["thread"] = out["thread"].long()
-    return out
+    return GreedyProblem(**out)
+
+
+def _on(p: GreedyProblem, device=DEVICE) -> GreedyProblem:
+    return GreedyProblem(*(None if v is None else v.to(device) for v in p))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,43 +334,36 @@ def _batch_of(queries):
 @torch.inference_mode()
 def test_greedy_torch_matches_numpy(num_queries, num_units, stop_coverage, seed):
     x = make_inputs(num_queries, num_units, 4, 3, 5, seed, dtype=torch.float64)
-    pi, K, rho = greedy_inputs(x)
-    args = (pi, K, rho, x["delta"], x["alpha"], x["thread"], x["thread_mass"], x["valid"], x["budget"],
-            *WEIGHTS, stop_coverage, 8)
-    ref = greedy_reference_np(*args)
-    assert (ref[0] == greedy_reference_np(*args, lazy=True)[0]).all()
+    p = greedy_problem(x)
+    rule = StopRule(x["budget"], stop_coverage, 8)
+    ref = greedy_reference_np(p, W, rule)
+    assert (ref[0] == greedy_reference_np(p, W, rule, lazy=True)[0]).all()
     # float64 torch: same math, other summation order -> identical picks, gains to ~1e-15.
-    sel, gains, n_sel = greedy_select_torch(*args)
+    sel, gains, n_sel = greedy_select_torch(p, W, rule)
     np.testing.assert_array_equal(sel.numpy(), ref[0])
     np.testing.assert_array_equal(n_sel.numpy(), ref[2])
     torch.testing.assert_close(gains.double(), torch.from_numpy(ref[1]), rtol=1e-6, atol=1e-7)
     # float32 torch: rounding ~1e-7 relative on O(1) gains; picks agree unless two gains are
     # within float32 rounding of each other (then assert_same_selection checks it was a near-tie).
-    args32 = tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
-    assert_same_selection(ref, greedy_select(*args32, impl="torch"), rtol=1e-5, atol=1e-6)
+    p32 = GreedyProblem(*(v.float() if v.is_floating_point() else v for v in p))
+    assert_same_selection(ref, greedy_select(p32, W, rule, impl="torch"), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("impl", ["torch", pytest.param("triton", marks=needs_triton)])
 @pytest.mark.parametrize("k_mode", K_MODES)
 def test_greedy_exact_ties(impl, k_mode):
     x = _tie_query()
-    b = _batch_of([x, x])
-    b["valid"][1, :3] = False  # second query: first duplicates of group a / b are padding
-    b["thread"][1, :3] = -1
-    budget = torch.tensor([40, 12])
-    kw = dict(K=b["K"]) if k_mode == "matrix" else dict(K=None, E=b["E"]) if k_mode == "vectors" \
-        else dict(K=None, identity=True)
+    p = _batch_of([x, x])
+    p.valid[1, :3] = False  # second query: first duplicates of group a / b are padding
+    p.thread[1, :3] = -1
     if k_mode == "identity":
-        b["K"] = torch.eye(33).expand(2, 33, 33)
-    ref = greedy_reference_np(b["pi"], b["K"], b["rho"], b["delta"], b["alpha"], b["thread"],
-                              b["thread_mass"], b["valid"], budget, 1.0, 1.0, 1.0, 1.0, 2.0, 40)
-    lazy = greedy_reference_np(b["pi"], b["K"], b["rho"], b["delta"], b["alpha"], b["thread"],
-                               b["thread_mass"], b["valid"], budget, 1.0, 1.0, 1.0, 1.0, 2.0, 40, lazy=True)
+        p = p._replace(K=None)
+    rule = StopRule(torch.tensor([40, 12]), 2.0, 40)
+    w = CoverageWeights(1.0, 1.0, 1.0)
+    ref = greedy_reference_np(p, w, rule)
+    lazy = greedy_reference_np(p, w, rule, lazy=True)
     np.testing.assert_array_equal(lazy[0], ref[0])
-    out = greedy_select(b["pi"].to(DEVICE), **{k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in kw.items()},
-                        rho=b["rho"].to(DEVICE), delta=b["delta"].to(DEVICE), alpha=b["alpha"].to(DEVICE),
-                        thread=b["thread"].to(DEVICE), thread_mass=b["thread_mass"].to(DEVICE),
-                        valid=b["valid"].to(DEVICE), budget=budget.to(DEVICE), max_steps=40, impl=impl)
+    out = greedy_select(_on(p), w, rule._replace(budget=rule.budget.to(DEVICE)), impl=impl)
     # All inputs are dyadic and every partial sum is exactly representable in float32, so the
     # float32 paths are exact: identical picks and bit-identical gains (atol = rtol = 0).
     np.testing.assert_array_equal(out[0].cpu().numpy(), ref[0])
@@ -355,17 +378,18 @@ def test_greedy_triton_ties_across_blocks(k_mode):
     """The tie query with 16-row blocks: duplicates 0/4/9 | 20 | 31 and 2/13 | 26 sit in
     different blocks, so the cross-block rule (keep the earlier block on equal gains) decides."""
     from trawmem_gpu.kernels.greedy import greedy_select_triton
-    from trawmem_gpu.select.batched_ops import _greedy_limits
 
-    b = _batch_of([_tie_query()])
-    budget = torch.tensor([40])
-    K = torch.eye(33)[None] if k_mode == "identity" else b["K"]
-    rest = [b[k] for k in ("rho", "delta", "alpha", "thread", "thread_mass", "valid")]
+    p = _batch_of([_tie_query()])
+    if k_mode == "identity":
+        p = p._replace(K=None)
+    rule = StopRule(torch.tensor([40]), 2.0, 40)
+    alpha = p.modular
     for w in [(1.0, 1.0, 1.0, 1.0), (0.0, 0.0, 0.0, 0.0)]:
-        ref = greedy_reference_np(b["pi"], K, *rest, budget, *w, 2.0, 40)
-        out = greedy_select_triton(b["pi"].to(DEVICE), b["K"].to(DEVICE) if k_mode == "matrix" else None,
-                                   b["E"].to(DEVICE), k_mode == "identity", *[r.to(DEVICE) for r in rest],
-                                   _greedy_limits(b["valid"], budget, 40).to(DEVICE), *w, 2.0, 40, block_u=16)
+        pw = p._replace(modular=w[2] * alpha)
+        cw = CoverageWeights(w[0], w[1], w[3])
+        ref = greedy_reference_np(pw, cw, rule)
+        out = greedy_select_triton(_on(pw), torch.tensor([[w[0], w[1], w[3]]], device=DEVICE),
+                                   pick_limit(rule, pw.valid.sum(1)).to(DEVICE), 2.0, 40, block_u=16)
         # dyadic inputs: exact in float32, so picks and gains must match bit for bit
         np.testing.assert_array_equal(out[0].cpu().numpy(), ref[0])
         torch.testing.assert_close(out[1].cpu().double(), torch.from_numpy(ref[1]), rtol=0, atol=0)
@@ -375,23 +399,22 @@ def _stop_batch():
     """Identity K, coverage only: picks follow pi; after two picks covered = 0.75 exactly."""
     pi = torch.tensor([[0.125, 0.5, 0.0, 0.25, 0.125], [0.0, 0.0, 0.0, 0.0, 0.0]])
     valid = torch.tensor([[True, True, False, True, True], [False] * 5])
-    return dict(pi=pi, K=torch.eye(5).expand(2, 5, 5) * (valid[:, :, None] & valid[:, None, :]),
-                rho=torch.zeros(2, 5, 3), delta=torch.full((2, 3), 1 / 3), alpha=torch.zeros(2, 5),
-                thread=torch.where(valid, 0, -1), thread_mass=torch.zeros(2, 1), valid=valid,
-                budget=torch.tensor([5, 5]))
+    return GreedyProblem(pi, torch.eye(5).expand(2, 5, 5) * (valid[:, :, None] & valid[:, None, :]),
+                         torch.zeros(2, 5, 3), torch.full((2, 3), 1 / 3), torch.zeros(2, 5),
+                         torch.where(valid, 0, -1), torch.zeros(2, 1), valid)
 
 
 @pytest.mark.parametrize("impl", ["numpy", "torch", pytest.param("triton", marks=needs_triton)])
 @pytest.mark.parametrize("stop_coverage,expect", [(0.75, [1, 3]), (0.74, [1, 3]), (0.76, [1, 3, 0]),
                                                   (2.0, [1, 3, 0, 4])])
 def test_greedy_stop_coverage_and_empty_query(impl, stop_coverage, expect):
-    b = _stop_batch()
-    args = [b[k] for k in ("pi", "K", "rho", "delta", "alpha", "thread", "thread_mass", "valid", "budget")]
-    w = (1.0, 0.0, 0.0, 0.0)
+    p = _stop_batch()
+    w = CoverageWeights(1.0, 0.0, 0.0)
+    rule = StopRule(torch.tensor([5, 5]), stop_coverage, 6)
     if impl == "numpy":
-        sel, gains, n_sel = (torch.from_numpy(a) for a in greedy_reference_np(*args, *w, stop_coverage, 6))
+        sel, gains, n_sel = (torch.from_numpy(a) for a in greedy_reference_np(p, w, rule))
     else:
-        sel, gains, n_sel = greedy_select(*[a.to(DEVICE) for a in args], *w, stop_coverage, 6, impl=impl)
+        sel, gains, n_sel = greedy_select(_on(p), w, rule._replace(budget=rule.budget.to(DEVICE)), impl=impl)
     assert sel[0].tolist() == expect + [-1] * (6 - len(expect))
     assert n_sel.tolist() == [len(expect), 0]
     assert gains[0, : len(expect)].tolist() == [0.5, 0.25, 0.125, 0.125][: len(expect)]
@@ -411,17 +434,14 @@ def test_greedy_stop_coverage_and_empty_query(impl, stop_coverage, expect):
 @torch.inference_mode()
 def test_greedy_triton_matches_torch(num_queries, num_units, k_mode, seed):
     x = make_inputs(num_queries, num_units, 4, 3, EMBED_DIMS[0], seed, device=DEVICE)
-    pi, K, rho = greedy_inputs(x)
-    kw = dict(K=K) if k_mode == "matrix" else dict(K=None, E=x["E"]) if k_mode == "vectors" \
-        else dict(K=None, identity=True)
-    common = dict(rho=rho, delta=x["delta"], alpha=x["alpha"], thread=x["thread"],
-                  thread_mass=x["thread_mass"], valid=x["valid"], budget=x["budget"],
-                  w_cov=WEIGHTS[0], w_role=WEIGHTS[1], w_aff=WEIGHTS[2], w_thr=WEIGHTS[3],
-                  stop_coverage=0.9, max_steps=6)
-    ref = greedy_select(pi, **kw, **common, impl="torch")
-    out = greedy_select(pi, **kw, **common, impl="triton")
-    # Both float32; coverage sums run in another order and, for "vectors", K comes from tl.dot
-    # instead of bmm: a few ulps on O(1) gains. Near-ties may split (see assert_same_selection).
+    p = greedy_problem(x, k_mode)
+    # per-query weights, as a learned head sets them
+    w = CoverageWeights(1.0, torch.linspace(0.5, 1.5, num_queries, device=DEVICE)[:, None], 1.0)
+    rule = StopRule(x["budget"], 0.9, 6)
+    ref = greedy_select(p, w, rule, impl="torch")
+    out = greedy_select(p, w, rule, impl="triton")
+    # Both float32; coverage sums run in another order: a few ulps on O(1) gains. Near-ties may
+    # split (see assert_same_selection).
     assert_same_selection(ref, out, rtol=1e-5, atol=1e-6)
     assert out[0].dtype == torch.int64 and out[2].dtype == torch.int64 and out[1].dtype == torch.float32
     assert (out[2] <= torch.minimum(x["budget"], x["valid"].sum(1))).all()
@@ -434,20 +454,17 @@ def test_greedy_triton_matches_torch(num_queries, num_units, k_mode, seed):
 @pytest.mark.parametrize("block_u", [16, 32])
 @torch.inference_mode()
 def test_greedy_triton_multi_block(k_mode, block_u):
-    """U = 33 with 16- and 32-row blocks: the candidate sweep and the K-row re-derivation cross
-    block boundaries; budget > U exhausts every live unit."""
+    """U = 33 with 16- and 32-row blocks: the candidate sweep crosses block boundaries; budget > U
+    exhausts every live unit."""
     from trawmem_gpu.kernels.greedy import greedy_select_triton
-    from trawmem_gpu.select.batched_ops import _greedy_limits
 
     x = make_inputs(2, 33, 3, 3, 7, seed=11, device=DEVICE)
     x["budget"][:] = 40
-    pi, K, rho = greedy_inputs(x)
-    args = (pi, K if k_mode == "matrix" else None, x["E"], k_mode == "identity", rho, x["delta"],
-            x["alpha"], x["thread"], x["thread_mass"], x["valid"],
-            _greedy_limits(x["valid"], x["budget"], 40), *WEIGHTS, 2.0, 40)
-    ref = greedy_select_torch(pi, K if k_mode != "identity" else None, *args[4:10], x["budget"],
-                              *WEIGHTS, 2.0, 40, identity=k_mode == "identity")
-    out = greedy_select_triton(*args, block_u=block_u)
+    p = greedy_problem(x, k_mode)
+    rule = StopRule(x["budget"], 2.0, 40)
+    ref = greedy_select_torch(p, W, rule)
+    out = greedy_select_triton(p, torch.tensor([list(W)] * 2, device=DEVICE), pick_limit(rule, x["valid"].sum(1)),
+                               2.0, 40, block_u=block_u)
     assert_same_selection(ref, out, rtol=1e-5, atol=1e-6)  # float32 both; see above
     assert out[2].tolist() == x["valid"].sum(1).tolist()
 
@@ -459,28 +476,27 @@ def test_dispatch_auto_and_errors():
     x = make_inputs(2, 5, 2, 3, 4, seed=2, dtype=torch.float64)
     out = role_priority(*priority_args(x))  # CPU -> torch path keeps float64
     assert out[0].dtype == torch.float64 or CUDA
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="impl must be"):
         role_priority(*priority_args(x), impl="cuda")
-    pi, K, rho = greedy_inputs(x)
-    with pytest.raises(ValueError):
-        greedy_select(pi, None, rho, x["delta"], x["alpha"], x["thread"], x["thread_mass"], x["valid"],
-                      x["budget"])
+    with pytest.raises(ValueError, match="impl must be"):
+        greedy_select(greedy_problem(x), W, StopRule(x["budget"], 2.0, 4), impl="gpu")
 
 
 def test_import_without_triton():
     code = (
         "import sys; sys.modules['triton'] = None\n"
         "import torch\n"
-        "from trawmem_gpu.select import batched_ops as b\n"
-        "assert not b.HAS_TRITON\n"
+        "from trawmem_gpu.select.objective import CoverageWeights\n"
+        "from trawmem_gpu.select.steps import greedy as g, priority as p\n"
+        "assert not p.HAS_TRITON\n"
         "pi = torch.full((1, 3), 1/3); v = torch.ones(1, 3, dtype=torch.bool)\n"
-        "s = b.greedy_select(pi, None, torch.zeros(1, 3, 3), torch.zeros(1, 3), torch.zeros(1, 3),\n"
-        "    torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, 1), v, torch.tensor([2]), identity=True)\n"
+        "pb = g.GreedyProblem(pi, None, torch.zeros(1, 3, 3), torch.zeros(1, 3), torch.zeros(1, 3),\n"
+        "    torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, 1), v)\n"
+        "rule = g.StopRule(torch.tensor([2]), 2.0, 16)\n"
+        "s = g.greedy_select(pb, CoverageWeights(1.0, 1.0, 1.0), rule)\n"
         "assert s[0].tolist() == [[0, 1] + [-1] * 14], s\n"
         "try:\n"
-        "    b.greedy_select(pi, None, torch.zeros(1, 3, 3), torch.zeros(1, 3), torch.zeros(1, 3),\n"
-        "        torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, 1), v, torch.tensor([2]),\n"
-        "        identity=True, impl='triton')\n"
+        "    g.greedy_select(pb, CoverageWeights(1.0, 1.0, 1.0), rule, impl='triton')\n"
         "    raise SystemExit('expected RuntimeError')\n"
         "except RuntimeError:\n"
         "    pass\n"
@@ -504,18 +520,10 @@ def test_cuda_triton_matches_torch_large(num_queries, num_units, k_mode):
     out_p = role_priority(*priority_args(x), impl="triton")
     for r, o in zip(ref_p, out_p):  # float32 both, a few ulps (see the small-shape test)
         torch.testing.assert_close(o, r, rtol=1e-5, atol=1e-6)
-    _, _, _, pi = ref_p
-    rho = ref_p[0]
-    K = K_from_vectors(x["E"], x["valid"])
-    kw = dict(K=K) if k_mode == "matrix" else dict(K=None, E=x["E"]) if k_mode == "vectors" \
-        else dict(K=None, identity=True)
-    common = dict(rho=rho, delta=x["delta"], alpha=x["alpha"], thread=x["thread"],
-                  thread_mass=x["thread_mass"], valid=x["valid"], budget=x["budget"],
-                  w_cov=WEIGHTS[0], w_role=WEIGHTS[1], w_aff=WEIGHTS[2], w_thr=WEIGHTS[3],
-                  stop_coverage=0.95, max_steps=32)
-    ref = greedy_select(pi, **kw, **common, impl="torch")
-    out = greedy_select(pi, **kw, **common, impl="triton")
-    # float32 both; K via bmm vs tl.dot(ieee) for "vectors": near-ties may split (tolerated
-    # only when both picked gains agree to 1e-5 relative).
+    p = greedy_problem(x, k_mode)
+    rule = StopRule(x["budget"], 0.95, 32)
+    ref = greedy_select(p, W, rule, impl="torch")
+    out = greedy_select(p, W, rule, impl="triton")
+    # float32 both: near-ties may split (tolerated only when both picked gains agree to 1e-5 relative).
     diverged = assert_same_selection(ref, out, rtol=1e-5, atol=1e-6)
     assert diverged <= max(1, num_queries // 10)

@@ -8,8 +8,9 @@ import pytest
 from trawmem_gpu.config import BuildConfig
 from trawmem_gpu.data.types import Turn
 from trawmem_gpu.errors import ConfigError
-from trawmem_gpu.select.config import ABLATIONS, SelectConfig
-from trawmem_gpu.select.greedy import Objective, lazy_greedy, plain_greedy
+from trawmem_gpu.select.config import ABLATIONS, EngineConfig, SelectConfig
+from trawmem_gpu.select.objective import CoverageWeights, Objective
+from trawmem_gpu.select.steps.greedy import StopRule, lazy_greedy, plain_greedy
 from trawmem_gpu.store.bank import Bank
 
 # Odd sizes, one-candidate and budget-above-U cases included.
@@ -30,7 +31,7 @@ def _objective(rng, U, ties=False, w_aff=1.0):
     rho = rng.dirichlet(np.ones(3), size=U)
     delta = rng.dirichlet(np.ones(3))
     th = np.unique(np.sort(rng.integers(0, 4, size=U)), return_inverse=True)[1]
-    return Objective(pi, K, rho, delta, alpha, th, w_aff=w_aff)
+    return Objective(pi, K, rho, delta, w_aff * alpha, th)
 
 
 @pytest.mark.parametrize("U", GREEDY_SIZES)
@@ -40,8 +41,8 @@ def test_lazy_equals_plain(U, B, ties):
     rng = np.random.default_rng(U * 100 + B + ties)
     for w_aff in (0.0, 0.1, 1.0):
         obj = _objective(rng, U, ties, w_aff)
-        a, ga = plain_greedy(obj, B)
-        b, gb = lazy_greedy(obj, B)
+        a, ga = plain_greedy(obj, StopRule(B))
+        b, gb = lazy_greedy(obj, StopRule(B))
         assert a == b
         np.testing.assert_allclose(ga, gb, rtol=0, atol=1e-12)
         assert len(a) == min(B, U)
@@ -50,7 +51,7 @@ def test_lazy_equals_plain(U, B, ties):
 def test_greedy_gains_are_marginal_values_and_ties_go_low():
     rng = np.random.default_rng(3)
     obj = _objective(rng, 9)
-    picks, gains = plain_greedy(obj, 5)
+    picks, gains = plain_greedy(obj, StopRule(5))
     for t in range(len(picks)):
         before = obj.value(picks[:t])
         after = obj.value(picks[:t + 1])
@@ -59,7 +60,7 @@ def test_greedy_gains_are_marginal_values_and_ties_go_low():
     U = 4
     obj = Objective(np.full(U, 0.25), np.eye(U), np.full((U, 3), 1 / 3), np.full(3, 1 / 3), np.full(U, 0.5),
                     np.zeros(U, dtype=int))
-    assert plain_greedy(obj, 2)[0] == lazy_greedy(obj, 2)[0] == [0, 1]
+    assert plain_greedy(obj, StopRule(2))[0] == lazy_greedy(obj, StopRule(2))[0] == [0, 1]
 
 
 def test_early_stop_on_coverage():
@@ -67,17 +68,31 @@ def test_early_stop_on_coverage():
     obj = Objective(np.full(U, 1 / U), np.ones((U, U)), np.full((U, 3), 1 / 3), np.full(3, 1 / 3),
                     np.linspace(0.9, 0.4, U), np.zeros(U, dtype=int))
     # One pick covers everything (K = 1): coverage hits 1.0 and greedy stops.
-    assert plain_greedy(obj, 4, stop_coverage=0.99)[0] == lazy_greedy(obj, 4, stop_coverage=0.99)[0] == [0]
-    assert len(plain_greedy(obj, 4, stop_coverage=1.01)[0]) == 4
+    assert plain_greedy(obj, StopRule(4, 0.99))[0] == lazy_greedy(obj, StopRule(4, 0.99))[0] == [0]
+    assert len(plain_greedy(obj, StopRule(4, 1.01))[0]) == 4
 
 
 def test_config_validation_messages():
-    with pytest.raises(ConfigError, match="budget"):
-        SelectConfig(budget=0)
-    with pytest.raises(ConfigError, match="ablation"):
-        SelectConfig(ablation="nope")
-    with pytest.raises(ConfigError, match="kernel"):
-        SelectConfig(kernel="rbf")
+    """Errors name the option as the user writes it, with the value given: no ``self.``."""
+    for kw, msg in ((dict(budget=0), "budget must be >= 1 (got 0)"), (dict(hops=-1), "hops must be >= 0 (got -1)"),
+                    (dict(gamma=1.5), "gamma must lie in [0.0, 1.0] (got 1.5)"),
+                    (dict(tau=0.0), "tau must be > 0 (got 0.0)"), (dict(w_cov=-1.0), "w_cov must be >= 0 (got -1.0)"),
+                    (dict(k_shift=1.0), "k_shift must lie in [0.0, 1.0) (got 1.0)"),
+                    (dict(n_seeds=4, neighborhood_cap=2), "neighborhood_cap must be >= n_seeds (4) (got 2)"),
+                    (dict(ablation="nope"), "ablation must be one of 'none', "),
+                    (dict(kernel="rbf"), "kernel must be one of 'cosine', 'identity' (got 'rbf')")):
+        with pytest.raises(ConfigError) as e:
+            SelectConfig(**kw)
+        assert msg in str(e.value) and "self." not in str(e.value), str(e.value)
+    for kw, msg in ((dict(backend="gpu"), "backend must be one of 'auto', 'compiled', 'tensor' (got 'gpu')"),
+                    (dict(threads=0), "threads must be >= 1 (got 0)")):
+        with pytest.raises(ConfigError) as e:
+            EngineConfig(**kw)
+        assert msg in str(e.value), str(e.value)
+    with pytest.raises(ConfigError, match="unknown engine options .'impl'.*now kernels"):
+        EngineConfig().with_overrides(impl="torch")
+    # a config saved by an older version (with fields since moved) still loads
+    assert SelectConfig.from_dict(SelectConfig(budget=7).to_dict()).budget == 7
     with pytest.raises(ConfigError, match="unknown"):
         SelectConfig.from_dict({"budgett": 3})
     assert SelectConfig(ablation="seed_only").resolved().hops == 0
@@ -228,3 +243,18 @@ def test_question_pattern_lookaheads_change_no_match():
         texts += ["When did Ann and Bob both go?", "how many years ago", "somewhen", "a-b-c", ""]
         for t in texts:
             assert pat.findall(t) == bare.findall(t), t
+
+
+def test_bm25_tokens_are_bm25s_standard_tokens():
+    """The BM25 baseline is bm25s' standard configuration: its tokenizer with English stop words
+    and the Snowball stemmer (PyStemmer); ``lexical.tokenize`` must give exactly those tokens."""
+    import bm25s
+    import Stemmer
+
+    from trawmem_gpu.select.lexical import tokenize
+
+    texts = ["I'm running to the café; she runs, they ran!", "x y zz 2023-05-08 [8 May 2023]",
+             "Naïve résumé of the RUNNERS' meetings", "", "a an the"]
+    want = bm25s.tokenize(texts, stopwords="en", stemmer=Stemmer.Stemmer("english"), return_ids=False,
+                          show_progress=False)
+    assert [tokenize(t) for t in texts] == want

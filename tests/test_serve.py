@@ -86,6 +86,24 @@ def test_select_matches_in_process_engine(shared):
         assert set(got["timings"]) >= {"queue_ms", "encode_ms", "select_ms", "assemble_ms", "batch_size", "total_ms"}
 
 
+def test_date_is_each_querys_now(shared):
+    from datetime import datetime
+
+    from trawmem_gpu.select.engine import SelectionEngine
+
+    c, service = shared
+    r = _post(c, "/v1/select", {"bank_id": SAMPLE_BANK, "question": QUESTION, "date": "1 May 2024"})
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert got["date"] == "2024-05-01T00:00:00" and got["date_used"] is True
+    z = service.encoder.encode([QUESTION], is_query=True)
+    want = SelectionEngine([service.registry.get(SAMPLE_BANK)]).select_units(
+        [SAMPLE_BANK], [QUESTION], z, dates=[datetime(2024, 5, 1)])[0]
+    bank = service.registry.get(SAMPLE_BANK)
+    assert {u["id"] for u in got["units"]} == {bank.turns[i].turn_id for i in want}
+    assert _post(c, "/v1/select", {"bank_id": SAMPLE_BANK, "question": QUESTION}).json()["date_used"] is False
+
+
 def test_question_vector_skips_the_encoder(shared):
     c, service = shared
     z = service.encoder.encode([QUESTION], is_query=True)[0]
@@ -619,70 +637,43 @@ class _Eng:
     def __init__(self, banks, cfg):
         self.banks, self.cfg = {b.bank_id: b for b in banks}, cfg
 
-
-class _InPlaceEng(_Eng):
     def replace_bank(self, bank):
         self.banks[bank.bank_id] = bank
 
 
-def test_engine_set_lru_refresh_and_prepared_install():
+def test_engine_set_lru_and_refresh():
     from trawmem_gpu.select.config import SelectConfig
     from trawmem_gpu.serve.engines import EngineSet
 
     a, b = _FakeBank("a"), _FakeBank("b")
-    # without replace_bank (TEMPORARY adapter): rebuild the default, drop the others
     es = EngineSet({"a": a, "b": b}, SelectConfig(), max_engines=2, make=_Eng)
     d = es.get(16, 1)
     assert es.get(16, 1) is d and es.builds == 1
     es.get(4, 1)
     es.get(8, 2)  # evicts (4, 1), never the default
     assert es.keys == [(16, 1), (8, 2)] and es.get(8, 2).cfg.budget == 8 and es.get(8, 2).cfg.hops == 2
-    a2 = _FakeBank("a", 2)
+    # a refresh reaches every engine in place (no rebuild), and new banks join them
+    a2, c = _FakeBank("a", 2), _FakeBank("c")
     es.refresh(a2)
-    assert es.keys == [(16, 1)] and es.get(16, 1) is not d and es.get(16, 1).banks["a"] is a2
-    assert es.bank("a") is a2
-    # prepared off-thread, installed when nothing else changed meanwhile
-    a3 = _FakeBank("a", 3)
-    prep = es.prepare(a3)
-    es.install(a3, prep)
-    assert es.get(16, 1) is prep[1] and es.bank("a") is a3
-    # ... and rebuilt on the owning thread when another bank changed in between
-    a4, b2 = _FakeBank("a", 4), _FakeBank("b", 2)
-    prep = es.prepare(a4)
-    es.refresh(b2)
-    es.install(a4, prep)
-    eng = es.get(16, 1)
-    assert eng is not prep[1] and eng.banks["a"] is a4 and eng.banks["b"] is b2
-    # a new bank joins every engine
-    c = _FakeBank("c")
-    es.install(c, es.prepare(c))
-    assert set(es.get(16, 1).banks) == {"a", "b", "c"}
-    # with replace_bank: refreshed in place, no rebuild, nothing prepared
-    es = EngineSet({"a": a, "b": b}, SelectConfig(), max_engines=3, make=_InPlaceEng)
-    e1, e2 = es.get(16, 1), es.get(4, 0)
-    builds = es.builds
-    assert es.prepare(a2) is None
-    es.install(a2, None)
-    assert es.get(16, 1) is e1 and es.get(4, 0) is e2 and es.builds == builds
-    assert e1.banks["a"] is a2 and e2.banks["a"] is a2
+    es.refresh(c)
+    assert es.builds == 3 and es.bank("a") is a2
+    for eng in (es.get(16, 1), es.get(8, 2)):
+        assert eng.banks["a"] is a2 and eng.banks["c"] is c and eng.banks["b"] is b
+    # an engine built later starts from the current banks
+    assert set(es.get(4, 0).banks) == {"a", "b", "c"} and es.get(4, 0).banks["a"] is a2
 
 
-def test_dates_reach_engines_that_take_them():
+def test_dates_reach_the_engine():
     from datetime import datetime
 
     from trawmem_gpu.serve.engines import select_units
 
-    class Old:
-        def select_units(self, bank_ids, questions, Z):
-            return [[0]] * len(bank_ids)
-
-    class New:
+    class Eng:
         def select_units(self, bank_ids, questions, Z, dates=None):
             self.dates = dates
             return [[1]] * len(bank_ids)
 
     d = [datetime(2024, 1, 2), None]
-    assert select_units(Old(), ["a", "b"], ["q", "q"], None, d) == ([[0], [0]], False)
-    new = New()
-    assert select_units(new, ["a", "b"], ["q", "q"], None, d) == ([[1], [1]], True) and new.dates == d
-    assert select_units(new, ["a"], ["q"], None, [None]) == ([[1]], False)  # no date given: nothing passed
+    eng = Eng()
+    assert select_units(eng, ["a", "b"], ["q", "q"], None, d) == ([[1], [1]], True) and eng.dates == d
+    assert select_units(eng, ["a"], ["q"], None, [None]) == ([[1]], False) and eng.dates is None

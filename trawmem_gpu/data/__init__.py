@@ -6,12 +6,13 @@ from pathlib import Path
 from ..errors import InputError
 from .jsonl import load_jsonl, turn_from_record
 from .locomo import load_locomo
+from .longmemeval import load_longmemeval, looks_like_longmemeval
 from .types import Conversation, EvidenceRepairs, Question, Turn, turns_digest
 
 __all__ = ["Conversation", "EvidenceRepairs", "Question", "Turn", "FORMATS", "detect_format", "load_conversations",
-           "load_jsonl", "load_locomo", "sample_path", "turn_from_record", "turns_digest"]
+           "load_jsonl", "load_locomo", "load_longmemeval", "sample_path", "turn_from_record", "turns_digest"]
 
-FORMATS = {"locomo": load_locomo, "jsonl": load_jsonl}
+FORMATS = {"locomo": load_locomo, "jsonl": load_jsonl, "longmemeval": load_longmemeval}
 """Input format name -> loader ``(path, *, dayfirst) -> list[Conversation]`` (``--format`` choices)."""
 
 
@@ -21,10 +22,10 @@ def sample_path() -> Path:
 
 
 def detect_format(path: Path) -> str:
-    """The format ``--format auto`` picks: JSONL by suffix, else LoCoMo."""
+    """The format ``--format auto`` picks: JSONL by suffix, LongMemEval by content, else LoCoMo."""
     if path.suffix.lower() in (".jsonl", ".ndjson"):
         return "jsonl"
-    return "locomo"
+    return "longmemeval" if looks_like_longmemeval(path) else "locomo"
 
 
 def check_input_file(path: str | Path) -> Path:

@@ -70,6 +70,11 @@ class Question:
     evidence: tuple[str, ...]
     category: int
     adversarial_answer: str | None = None
+    date: datetime | None = None
+    """When the question is asked ("now" for temporal features); None when the source gives none
+    (LoCoMo). LongMemEval's ``question_date``."""
+    qtype: str | None = None
+    """The source's question type name, when it has one (LongMemEval's ``question_type``)."""
 
 
 @dataclass

@@ -26,6 +26,7 @@ class HFEncoder(Encoder):
                  query_instruction: str | None = None, max_length: int = 256, device: str | None = None,
                  name: str | None = None):
         path = Path(path)
+        self.path = path
         if not (path / "config.json").exists():
             raise ConfigError(f"encoder path {str(path)!r} is not a local transformers model directory "
                               "(no config.json); models are never downloaded at run time")

@@ -187,6 +187,13 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
 
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {METHODS}")
+    from ..data.longmemeval import looks_like_longmemeval
+
+    if banks_and_convs is None and looks_like_longmemeval(data_path):  # LoCoMo categories do not apply there
+        from ..errors import InputError
+
+        raise InputError(f"{data_path} is a LongMemEval file: score it with `trawmem score --data {data_path} "
+                         "--out OUT.jsonl` (official metrics, abstention rules, per-type tables)")
     cfg = select_cfg or SelectConfig()
     if banks_and_convs is None:
         convs = load_conversations(data_path, dayfirst=dayfirst)

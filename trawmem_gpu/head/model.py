@@ -1,7 +1,7 @@
 """The learned role head: x_q -> (A, M(delta), objective/cost weights), and its file format.
 
 The head only supplies the numbers the method leaves open; rho, phi, the costs, the priorities
-and the greedy stay the reference pipeline's (``select.reference.role_params`` protocol)::
+and the greedy stay the reference pipeline's (``select.steps.roles.role_params`` protocol)::
 
     A        = max(0, A0 + dA)                                      [R=3, 4]   (nonnegative)
     delta    = A x / 1^T A x
@@ -37,13 +37,15 @@ from torch import nn
 
 from ..errors import TrawmemError
 from ..select.config import DEMAND_FEATURES, UNIT_FEATURES, SelectConfig
-from ..select.reference import demand_mix
+from ..select.steps.roles import demand_mix
 
 FORMAT = "trawmem-role-head"
 FORMAT_VERSION = 1
 LEARNED_WEIGHTS = ("w_cov", "w_role", "w_aff", "w_thr", "lambda_m", "lambda_r", "tau")
-"""SelectConfig fields the head sets (per query). Fields that shape the candidate set (seeds,
-hops, affinity, ...) are never overridden: the training surrogate precomputes U_q under them."""
+"""SelectConfig fields the head sets (per query): part of the file format, a subset of
+``objective.QUERY_WEIGHTS`` in its order (``tests/test_objective.py`` checks it). Weights not
+listed (``w_rec``) keep the config's value. Fields that shape the candidate set (seeds, hops,
+affinity, ...) are never overridden: the training surrogate precomputes U_q under them."""
 TENSORS = ("A0", "B0", "w0", "dA", "dM0", "dMr", "s", "S")
 _TRAINABLE = ("dA", "dM0", "dMr", "s", "S")
 
@@ -105,7 +107,7 @@ class RoleHead(nn.Module):
         return {k: getattr(self, k).detach().cpu().numpy().astype(np.float64) for k in TENSORS}
 
     def params(self, x: np.ndarray) -> dict:
-        """Reference protocol (``select.reference.role_params``): ``{"A", "M", "weights"}`` for one x_q.
+        """Reference protocol (``select.steps.roles.role_params``): ``{"A", "M", "weights"}`` for one x_q.
 
         Plain NumPy float64 with the reference's own operations for ``delta``, so a fresh head
         gives exactly the hand-set numbers.

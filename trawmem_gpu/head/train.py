@@ -1,17 +1,18 @@
 """Training the role head from gold evidence labels: a differentiable surrogate of the selection.
 
 Per training question, everything that does not depend on the head is computed once with the
-reference pipeline's own pieces (``localize`` and ``support_kernel``):
+reference pipeline's own pieces (``localize`` and ``objective.support_kernel``):
 the candidate set U_q, the unit features f_q(v), the affinities, r~, the graph part of the cost
-``G(T_j, v) = Dhead(j, thread(v)) + d_in(v)`` and the kernel K. The head-dependent rest --
-delta, rho = softmax(M(delta) f / T_R), phi, C = G + lambda_m (1 - alpha) + lambda_r (1 - phi),
-w = min(kappa, sum_j r~_j exp(-C_j / tau)), pi, and the greedy's marginal gains -- is
-re-implemented in torch (``surrogate``), float64, padded over a chunk of questions.
+``G(T_j, v) = Dhead(j, thread(v)) + d_in(v)``, the kernel K and the modular terms' unit inputs.
+The head-dependent rest -- delta, rho = softmax(M(delta) f / T_R), phi, C = G + lambda_m (1 -
+alpha) + lambda_r (1 - phi), w = min(kappa, sum_j r~_j exp(-C_j / tau)), pi -- is re-implemented in
+torch (``surrogate``), float64, padded over a chunk of questions; the greedy's marginal gains are
+J's own (``objective.modular_gain``, ``objective.coverage_gains_torch``, ``objective.combine_gain``).
 
 Loss (default ``loss_kind="listwise"``, per question with gold units in U_q): the greedy is
 unrolled on-policy for ``steps`` steps (default B). At step t the free units' marginal gains
-g_t(v) -- the four terms of J against the current state; at t = 0 that is ``w_cov sum_u pi(u)
-K(v, u) + w_role delta . rho(v) + w_aff alpha(v) + w_thr mass(thread(v))`` -- are standardised
+g_t(v) -- the terms of J against the current state; at t = 0 that is ``w_cov sum_u pi(u)
+K(v, u) + w_role delta . rho(v) + m(v) + w_thr mass(thread(v))`` -- are standardised
 over the free units (so the loss does not depend on the overall scale of the weights, as the
 argmax does not) and scored listwise, ``-log sum_{v in gold, free} softmax(g_t / temp)``; the
 unit the greedy actually picks (argmax of g_t, lowest index on ties, as the reference) enters
@@ -34,21 +35,19 @@ from tqdm.auto import tqdm
 
 from ..select.config import SelectConfig
 from ..select.context import BankContext
-from ..select.reference import localize, support_kernel
+from ..select.objective import QUERY_WEIGHTS, ModularInputs, combine_gain, coverage_gains_torch, date_seconds, \
+    modular_gain, support_kernel
+from ..select.reference import localize
+from ..select.steps.priority import effective_budget
 from .model import LEARNED_WEIGHTS, RoleHead, save_head
 
 _BIG = 1e6  # finite stand-in for unreachable head-to-head costs (exp(-1e6 / tau) == 0)
 _IDX = {k: i for i, k in enumerate(LEARNED_WEIGHTS)}
 LOSS_KINDS = ("listwise", "pick", "topb")
 DEFAULTS = {"epochs": 20, "lr": 0.05, "seed": 0, "l2": 1e-3, "temp": 1.0, "steps": None, "loss_kind": "listwise"}
-"""Training defaults, chosen on dev folds (listwise over the full greedy unroll; ``steps=None`` = B).
-
-Measured on three two-conversation dev folds (held out: conv-26+30, conv-43+50, conv-41+42;
-trained on the other five; torch greedy, B = 16), macro evidence recall over the hand-set start:
-listwise over 16 steps, lr 0.05, L2 1e-3: 20 epochs +0.3 / +0.8 / +1.0 points, 10 epochs
-+0.9 / +0.3 / +0.2; lr 0.1: +0.4 / -0.1 / +0.4; L2 3e-3: +0.2 / -0.1 / +0.4; over 1 or 4 steps
-+0.3 / +0.1 and +0.5 / +0.2; ``loss_kind="topb"`` / ``"pick"`` and lr 0.2 at L2 1e-4 drift to
-an affinity-dominated optimum (-1.4 to +0.1)."""
+"""Training defaults, chosen on three two-conversation dev folds (listwise loss over the full
+greedy unroll; ``steps=None`` = B); the fold measurements behind each value are in the README
+("Learned role head")."""
 
 
 @dataclass
@@ -68,22 +67,24 @@ class QItem:
     K: np.ndarray        # [U, U]
     gold: np.ndarray     # [U] bool, candidate is gold evidence
     n_gold: int          # gold ids of the question (in or out of U_q)
+    attrs: np.ndarray    # [U, A] the candidates' inputs of J's modular terms
+    now: float = math.nan  # the question's date (POSIX seconds), NaN if none
 
 
 def precompute(ctx: BankContext, question: str, z: np.ndarray, cfg: SelectConfig, gold_ids=(), qid: str = "",
-               category: int = 0) -> QItem:
+               category: int = 0, now=None) -> QItem:
     """The head-independent part of ``select_reference`` for one question (same functions, same order)."""
     cfg = cfg.resolved()
     bank = ctx.bank
     loc = localize(ctx, question, z, cfg)
     cand, lt = loc.cand, loc.lt
     G = np.minimum(loc.graph_cost, _BIG)
-    K = support_kernel(loc.E, lt, cfg)
+    K = support_kernel(loc.S, lt[:, None] == lt[None, :], cfg)
     ids = {t.turn_id: i for i, t in enumerate(bank.turns)}
     gold_units = {ids[g] for g in gold_ids if g in ids}
     gold = np.array([int(c) in gold_units for c in cand], dtype=bool)
     return QItem(bank.bank_id, qid, category, loc.x, cand, loc.f, loc.alpha, loc.rvec, lt, G, K, gold,
-                 len(set(gold_ids)))
+                 len(set(gold_ids)), loc.attrs, date_seconds(now))
 
 
 def prepare_items(convs, banks, Z: np.ndarray, cfg: SelectConfig, categories=(1, 2, 3, 4),
@@ -108,7 +109,9 @@ def _pad_batch(items: list[QItem], budget: int) -> dict[str, torch.Tensor]:
          "logr": torch.full((Q, T), -math.inf, dtype=dt), "lt": torch.zeros(Q, U, dtype=torch.long),
          "G": torch.full((Q, T, U), _BIG, dtype=dt), "K": torch.zeros(Q, U, U, dtype=dt),
          "umask": torch.zeros(Q, U, dtype=torch.bool), "gold": torch.zeros(Q, U, dtype=torch.bool),
-         "kappa": torch.zeros(Q, dtype=dt), "Bq": torch.zeros(Q, dtype=torch.long)}
+         "kappa": torch.zeros(Q, dtype=dt), "Bq": torch.zeros(Q, dtype=torch.long),
+         "attrs": torch.zeros(Q, U, items[0].attrs.shape[1], dtype=dt),
+         "now": torch.tensor([it.now for it in items], dtype=dt)}
     for i, it in enumerate(items):
         u, t = len(it.cand), len(it.r)
         b["X"][i] = torch.from_numpy(it.x)
@@ -120,7 +123,8 @@ def _pad_batch(items: list[QItem], budget: int) -> dict[str, torch.Tensor]:
         b["K"][i, :u, :u] = torch.from_numpy(it.K)
         b["umask"][i, :u] = True
         b["gold"][i, :u] = torch.from_numpy(it.gold)
-        Bq = max(1, min(budget, u))
+        b["attrs"][i, :u] = torch.from_numpy(it.attrs)
+        Bq = effective_budget(budget, u)
         b["kappa"][i] = 1.0 / Bq
         b["Bq"][i] = Bq
     b["T"] = T
@@ -141,11 +145,14 @@ def make_batches(items: list[QItem], budget: int, chunk: int = 48) -> list[dict]
 
 
 # ----------------------------------------------------------------------------------- surrogate
-def surrogate(head: RoleHead, b: dict, T_R: float) -> dict[str, torch.Tensor]:
-    """Torch rho, phi, pi, thread mass and the J weights for a padded batch (see module docstring)."""
+def surrogate(head: RoleHead, b: dict, cfg: SelectConfig) -> dict[str, torch.Tensor]:
+    """Torch rho, phi, pi, thread mass, the modular part of J and its weights for a padded batch
+    (see the module docstring); ``weights``: every ``QUERY_WEIGHTS`` name, the head's per-query
+    ``[Q, 1]`` where it learns one, else the config's value."""
     delta, M, w = head(b["X"])
     um = b["umask"]
-    rho = torch.softmax(torch.einsum("quf,qkf->quk", b["f"], M) / T_R, dim=-1)
+    weights = {k: (w[:, _IDX[k], None] if k in _IDX else float(getattr(cfg, k))) for k in QUERY_WEIGHTS}
+    rho = torch.softmax(torch.einsum("quf,qkf->quk", b["f"], M) / cfg.T_R, dim=-1)
     phi = (rho * delta[:, None, :]).sum(-1)
     lam_m, lam_r, tau = w[:, _IDX["lambda_m"]], w[:, _IDX["lambda_r"]], w[:, _IDX["tau"]]
     C = b["G"] + lam_m[:, None, None] * (1.0 - b["alpha"])[:, None, :] + lam_r[:, None, None] * (1.0 - phi)[:, None, :]
@@ -153,20 +160,20 @@ def surrogate(head: RoleHead, b: dict, T_R: float) -> dict[str, torch.Tensor]:
     wv = torch.minimum(torch.exp(lw), b["kappa"][:, None]) * um
     pi = wv / wv.sum(1, keepdim=True).clamp_min(1e-300)
     mass = torch.zeros(pi.shape[0], b["T"], dtype=pi.dtype).scatter_add(1, b["lt"], pi)
-    return {"delta": delta, "rho": rho, "phi": phi, "pi": pi, "mass": mass, "w": w}
+    modular = modular_gain(ModularInputs(b["alpha"], b["attrs"], b["now"][:, None]), weights, cfg)
+    return {"delta": delta, "rho": rho, "phi": phi, "pi": pi, "mass": mass, "w": w, "weights": weights,
+            "modular": modular}
 
 
 def _gains(s: dict, b: dict, c: torch.Tensor, m: torch.Tensor, hit: torch.Tensor) -> torch.Tensor:
     """Marginal gains [Q, U] of every unit against the state (coverage c, role max m, hit threads)."""
-    w = s["w"]
-    cov = torch.einsum("quv,qv->qu", torch.relu(b["K"] - c[:, None, :]), s["pi"])
-    role = (torch.relu(s["rho"] - m[:, None, :]) * s["delta"][:, None, :]).sum(-1)
-    thr = (s["mass"] * (~hit)).gather(1, b["lt"])
-    return (w[:, _IDX["w_cov"], None] * cov + w[:, _IDX["w_role"], None] * role
-            + w[:, _IDX["w_aff"], None] * b["alpha"] + w[:, _IDX["w_thr"], None] * thr)
+    w = s["weights"]
+    cov, role, thr = coverage_gains_torch(b["K"], s["pi"], c, s["rho"], s["delta"], m, s["mass"].gather(1, b["lt"]),
+                                          hit.gather(1, b["lt"]))
+    return combine_gain(cov, role, s["modular"], thr, w["w_cov"], w["w_role"], w["w_thr"])
 
 
-def greedy_unroll(head: RoleHead, b: dict, T_R: float, steps: int, temp: float = 1.0, with_loss: bool = True,
+def greedy_unroll(head: RoleHead, b: dict, cfg: SelectConfig, steps: int, temp: float = 1.0, with_loss: bool = True,
                   loss_kind: str = "listwise"):
     """Greedy over ``steps`` steps with a loss at each; returns (loss sum, n terms, picks [Q, steps]).
 
@@ -176,7 +183,7 @@ def greedy_unroll(head: RoleHead, b: dict, T_R: float, steps: int, temp: float =
     """
     if loss_kind not in LOSS_KINDS:
         raise ValueError(f"loss_kind must be one of {LOSS_KINDS}, got {loss_kind!r}")
-    s = surrogate(head, b, T_R)
+    s = surrogate(head, b, cfg)
     Q, U = b["umask"].shape
     if loss_kind == "topb" and with_loss:
         return topb_loss(s, b, temp) + (None,)
@@ -258,7 +265,7 @@ def topb_loss(s: dict, b: dict, temp: float) -> tuple[torch.Tensor, int]:
     return lq[live].sum(), int(live.sum())
 
 
-def torch_picks(head: RoleHead, batches: list[dict], T_R: float, budget: int) -> dict[int, list[int]]:
+def torch_picks(head: RoleHead, batches: list[dict], cfg: SelectConfig, budget: int) -> dict[int, list[int]]:
     """Full torch greedy (``budget`` steps, no early stop): item index -> local picks in pick order.
 
     A fast monitor; the reference ``select_reference`` stays the statement of the selection.
@@ -266,7 +273,7 @@ def torch_picks(head: RoleHead, batches: list[dict], T_R: float, budget: int) ->
     out = {}
     with torch.no_grad():
         for b in batches:
-            _, _, picks = greedy_unroll(head, b, T_R, budget, with_loss=False)
+            _, _, picks = greedy_unroll(head, b, cfg, budget, with_loss=False)
             for i, idx in enumerate(b["index"]):
                 out[idx] = [int(u) for u in picks[i] if u >= 0]
     return out
@@ -297,7 +304,7 @@ def fit(items: list[QItem], cfg: SelectConfig | None = None, *, epochs: int = DE
         for bi in order:
             b = batches[bi]
             opt.zero_grad()
-            loss_sum, n, _ = greedy_unroll(head, b, cfg.T_R, steps, temp, loss_kind=loss_kind)
+            loss_sum, n, _ = greedy_unroll(head, b, cfg, steps, temp, loss_kind=loss_kind)
             if n == 0:
                 bar.update(1)
                 continue

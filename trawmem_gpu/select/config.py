@@ -1,12 +1,20 @@
-"""Selection configuration: every Stage-2 choice in one dataclass, one docstring per field.
+"""Stage-2 configuration: ``SelectConfig`` (the method) apart from ``EngineConfig`` (how it runs).
 
-``SelectConfig()`` is the measured default; ``SelectConfig.paper()`` is the method exactly as
-Section 4.2 writes it (head-vector seeds, additive propagation, dense affinity, objective
-weights of 1). The six ablations of Section 5.2 are switches (``ablation=...``).
+``SelectConfig`` holds every choice that can change *which* units a query gets; ``SelectConfig()``
+is the measured default and ``SelectConfig.paper()`` the method exactly as Section 4.2 writes it
+(head-vector seeds, additive propagation, dense affinity, objective weights of 1). The six
+ablations of Section 5.2 are switches (``ablation=...``).
+
+``EngineConfig`` holds every choice of how :class:`~trawmem_gpu.select.engine.SelectionEngine`
+computes those units (device, dtype, backend, kernels, threads, chunking, tables, seed search):
+none of them changes a pick. Errors name the option as the user wrote it (``budget must be >= 1
+(got 0)``), never the code's ``self.budget``.
 """
 from __future__ import annotations
 
+import typing
 from dataclasses import asdict, dataclass, fields, replace
+from functools import lru_cache
 from typing import Literal
 
 from ..errors import ConfigError
@@ -24,11 +32,38 @@ DEFAULT_M = ((0.0, 4.0, 1.0, 0.0, 0.0, 0.0, 0.0),
              (0.0, 1.0, 1.0, 0.0, 2.0, 2.0, 0.0))
 UNIT_FEATURES = ("bias", "alpha", "thread_score", "bridge", "head_sim", "temporal", "position")
 DEMAND_FEATURES = ("bias", "z_temp", "z_rel", "z_len")
+ROLES = ("anchor", "bridge", "context")
+LEGACY_FIELDS = frozenset()
+"""Fields an older SelectConfig had and ``from_dict`` still accepts (and ignores)."""
+
+
+@lru_cache(maxsize=None)
+def _choices(cls) -> dict[str, tuple]:
+    """``{field: allowed values}`` for every ``Literal`` field of dataclass ``cls``."""
+    hints = typing.get_type_hints(cls)
+    return {name: typing.get_args(tp) for name, tp in hints.items() if typing.get_origin(tp) is Literal}
+
+
+def _check_choices(obj) -> None:
+    for name, allowed in _choices(type(obj)).items():
+        val = getattr(obj, name)
+        if val not in allowed:
+            raise ConfigError(f"{name} must be one of {', '.join(repr(a) for a in allowed)} (got {val!r})")
+
+
+def _at_least(name: str, val, low, strict: bool = False) -> None:
+    if (val <= low) if strict else (val < low):
+        raise ConfigError(f"{name} must be {'>' if strict else '>='} {low} (got {val!r})")
+
+
+def _within(name: str, val, lo, hi, hi_open: bool = False) -> None:
+    if not (lo <= val < hi if hi_open else lo <= val <= hi):
+        raise ConfigError(f"{name} must lie in [{lo}, {hi}{')' if hi_open else ']'} (got {val!r})")
 
 
 @dataclass
 class SelectConfig:
-    """How one query's workspace is selected from one bank."""
+    """How one query's workspace is selected from one bank (the method, Section 4.2)."""
 
     budget: int = 16
     """B: at most this many units per workspace (B_q = max(1, min(B, |U_q|)))."""
@@ -76,9 +111,10 @@ class SelectConfig:
     c_hop: float = 0.5
     """Local graph: cost of a head-head edge is c_hop + (1 - w_H)."""
     kernel: Literal["cosine", "identity"] = "cosine"
-    """K(u, v): clip((cos - k_shift) / (1 - k_shift), 0, 1) with K(v, v) = 1, or the identity."""
+    """K(u, v): the cosine of the two units shifted by ``k_shift`` and clipped to [0, 1], with
+    K(v, v) = 1 (``objective.support_from_cosine``), or the identity."""
     k_shift: float = 0.3
-    """Cosine below which a unit supports another not at all (0 = plain clipped cosine)."""
+    """Cosine at or below which a unit supports another not at all (0 = plain clipped cosine)."""
     w_cov: float = 1.0
     """Weight of the information-coverage term of J."""
     w_role: float = 1.0
@@ -87,10 +123,16 @@ class SelectConfig:
     """Weight of the affinity sum of J."""
     w_thr: float = 1.0
     """Weight of the thread-coverage term of J."""
+    w_rec: float = 0.0
+    """Weight of the recency bonus of J (needs the query's date; 0 = off, the paper's J)."""
+    recency_half_life_days: float = 30.0
+    """Recency bonus of a unit dated ``age`` days before the query: 2^(-age / this)."""
     stop_coverage: float = 1.01
     """Greedy stops once sum_v pi(v) max_S K >= this (> 1 never stops early)."""
     greedy: Literal["lazy", "plain"] = "lazy"
-    """Lazy greedy (stale upper bounds) picks exactly what plain greedy picks."""
+    """How the reference (``select_reference``) maximizes J: lazy greedy (stale upper bounds)
+    or plain greedy. Both pick exactly the same units; so does every engine path, whose own
+    maximizer is ``EngineConfig.optimizer``."""
     cross_thread: bool = True
     """Cross-thread support (K across threads, priorities from other heads); off for No Multi-thread."""
     semantic_edges: bool = True
@@ -99,47 +141,37 @@ class SelectConfig:
     """One of ABLATIONS; applied by ``resolved()``. ``fixed_segmentation`` is a build switch."""
 
     def __post_init__(self):
-        if self.budget < 1:
-            raise ConfigError(f"{self.budget=} must be >= 1")
-        if self.hops < 0:
-            raise ConfigError(f"{self.hops=} must be >= 0")
-        if self.n_seeds is not None and self.n_seeds < 1:
-            raise ConfigError(f"{self.n_seeds=} must be >= 1")
+        _at_least("budget", self.budget, 1)
+        _at_least("hops", self.hops, 0)
+        if self.n_seeds is not None:
+            _at_least("n_seeds", self.n_seeds, 1)
         if self.neighborhood_cap is not None and self.neighborhood_cap < (self.n_seeds or 1):
-            raise ConfigError(f"need {self.neighborhood_cap=} >= {self.n_seeds=}")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ConfigError(f"{self.gamma=} must lie in [0, 1]")
-        if not 0.0 <= self.lexical_weight <= 1.0:
-            raise ConfigError(f"{self.lexical_weight=} must lie in [0, 1]")
-        for name in ("tau", "T_R"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name}={getattr(self, name)!r} must be > 0")
-        for name in ("lambda_m", "lambda_r", "c_head", "c_step", "c_hop", "w_cov", "w_role", "w_aff", "w_thr"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name}={getattr(self, name)!r} must be >= 0")
-        if not 0.0 <= self.k_shift < 1.0:
-            raise ConfigError(f"{self.k_shift=} must lie in [0, 1)")
+            raise ConfigError(f"neighborhood_cap must be >= n_seeds ({self.n_seeds or 1}) "
+                              f"(got {self.neighborhood_cap!r})")
+        _within("gamma", self.gamma, 0.0, 1.0)
+        _within("lexical_weight", self.lexical_weight, 0.0, 1.0)
+        for name in ("tau", "T_R", "recency_half_life_days"):
+            _at_least(name, getattr(self, name), 0, strict=True)
+        for name in ("lambda_m", "lambda_r", "c_head", "c_step", "c_hop") + _objective_weights():
+            _at_least(name, getattr(self, name), 0)
+        _within("k_shift", self.k_shift, 0.0, 1.0, hi_open=True)
         if self.ablation not in ABLATIONS:
-            raise ConfigError(f"{self.ablation=} must be one of {ABLATIONS}")
-        if self.rrf_k < 1:
-            raise ConfigError(f"{self.rrf_k=} must be >= 1")
-        for name, val in (("affinity", self.affinity), ("propagation", self.propagation), ("d_idx", self.d_idx), ("seed_score", self.seed_score),
-                          ("kernel", self.kernel), ("greedy", self.greedy)):
-            allowed = self.__dataclass_fields__[name].type
-            if f"'{val}'" not in str(allowed) and f'"{val}"' not in str(allowed):
-                raise ConfigError(f"{name}={val!r} is not one of {allowed}")
+            raise ConfigError(f"ablation must be one of {', '.join(repr(a) for a in ABLATIONS)} "
+                              f"(got {self.ablation!r})")
+        _at_least("rrf_k", self.rrf_k, 1)
+        _check_choices(self)
         self.A = tuple(tuple(float(x) for x in r) for r in self.A)
         self.M = tuple(tuple(float(x) for x in r) for r in self.M)
-        if len(self.A) != 3 or any(len(r) != len(DEMAND_FEATURES) for r in self.A):
-            raise ConfigError(f"A must be 3 x {len(DEMAND_FEATURES)}")
-        if len(self.M) != 3 or any(len(r) != len(UNIT_FEATURES) for r in self.M):
-            raise ConfigError(f"M must be 3 x {len(UNIT_FEATURES)}")
+        if len(self.A) != len(ROLES) or any(len(r) != len(DEMAND_FEATURES) for r in self.A):
+            raise ConfigError(f"A must be {len(ROLES)} x {len(DEMAND_FEATURES)} (roles x demand features)")
+        if len(self.M) != len(ROLES) or any(len(r) != len(UNIT_FEATURES) for r in self.M):
+            raise ConfigError(f"M must be {len(ROLES)} x {len(UNIT_FEATURES)} (roles x unit features)")
 
     @classmethod
     def paper(cls, **kw) -> "SelectConfig":
         """Section 4.2 as written: head seeds, Eq. 4 propagation, dense affinity, unit weights."""
-        base = dict(seed_score="head", propagation="paper", affinity="dense", k_shift=0.0, w_cov=1.0, w_role=1.0,
-                    w_aff=1.0, w_thr=1.0, hops=2)
+        base = dict(seed_score="head", propagation="paper", affinity="dense", k_shift=0.0, hops=2,
+                    w_cov=1.0, w_role=1.0, w_aff=1.0, w_thr=1.0)
         base.update(kw)
         return cls(**base)
 
@@ -168,7 +200,79 @@ class SelectConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "SelectConfig":
         known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
+        unknown = set(d) - known - LEGACY_FIELDS
         if unknown:
             raise ConfigError(f"unknown selection config fields {sorted(unknown)}")
-        return cls(**d)
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def _objective_weights() -> tuple[str, ...]:
+    from .objective import WEIGHTS  # the objective owns its weights' names and order
+
+    return WEIGHTS
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How :class:`~trawmem_gpu.select.engine.SelectionEngine` runs the method. No field changes
+    which units are selected (every backend is tested to pick what ``select_reference`` picks)."""
+
+    device: str | None = None
+    """torch device; None = CUDA when present, else CPU."""
+    dtype: Literal["auto", "float32", "float64"] = "auto"
+    """Compute dtype; ``auto`` = float64 on CPU (the reference's precision), float32 on CUDA."""
+    backend: Literal["auto", "compiled", "tensor"] = "auto"
+    """``compiled``: numba loops, one query at a time in cache (CPU; needs numba and the per-bank
+    tables); ``tensor``: torch ops over padded batches of queries (Triton kernels on CUDA);
+    ``auto``: compiled on CPU where it applies, else tensor."""
+    front: Literal["auto", "compiled", "tensor"] = "auto"
+    """Steps 1-3 on the compiled backend: ``compiled`` (one numba loop per query after the
+    similarity GEMM; needs the ``rrf`` affinity, ``best_unit`` seeds, float64 and plain bm25s
+    scores), ``tensor`` (the torch steps) or ``auto`` (compiled where it applies)."""
+    kernels: Literal["auto", "torch", "triton"] = "auto"
+    """Tensor backend: run the priority and greedy ops as Triton kernels (``auto``: on CUDA when
+    triton and the kernels import) or as torch ops."""
+    optimizer: Literal["auto", "lazy", "plain"] = "auto"
+    """Tensor backend's maximizer of J: ``lazy`` (batched lazy greedy, torch) or ``plain`` (one
+    full gain sweep per step: the Triton kernel on CUDA, a torch loop elsewhere); ``auto`` = plain
+    on CUDA, lazy on CPU. The compiled backend always runs its exact lazy greedy."""
+    sim: Literal["auto", "grouped", "global", "gather", "dots"] = "auto"
+    """Query-unit (and query-head) similarities: ``grouped`` (one GEMM per distinct bank of the
+    batch), ``global`` (one GEMM against every stored row, then a gather), ``gather`` (each
+    query's bank rows gathered, batched mat-vec), ``dots`` (CPU, numba: per-query dot products
+    over the own bank) or ``auto`` (see :func:`~trawmem_gpu.select.engine.batch.sim_mode`)."""
+    threads: int | None = None
+    """Worker threads of the compiled backend (chunks of queries in parallel; the compiled loops
+    release the GIL); None = ``torch.get_num_threads()``."""
+    chunk_elems: int | None = None
+    """Tensor backend: bound on ``Qc * U * U`` per chunk of the greedy step; None = 2^19 on CPU
+    (cache-sized), 2^24 on CUDA. The compiled backend cuts chunks at ``Qc * U * max(T, 8) <= 2^22``."""
+    table_bytes: int = 1 << 31
+    """Build the per-bank support-kernel and bridge tables while the banks given at construction
+    need at most this many bytes for them (0: never; the greedy step then forms E E^T per chunk)."""
+    seed_search: Literal["auto", "torch", "faiss"] = "auto"
+    """Head-seed search (``seed_score="head"``): faiss or batched per-bank similarity, both
+    exact; ``auto`` picks by measured thresholds (``steps/seeds.py``)."""
+
+    def __post_init__(self):
+        _check_choices(self)
+        if self.threads is not None:
+            _at_least("threads", self.threads, 1)
+        if self.chunk_elems is not None:
+            _at_least("chunk_elems", self.chunk_elems, 1)
+        _at_least("table_bytes", self.table_bytes, 0)
+
+    def with_overrides(self, **kw) -> "EngineConfig":
+        """A copy with ``kw`` applied; unknown names raise a ConfigError listing the fields."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(kw) - known)
+        if unknown:
+            hint = ""
+            if "greedy" in unknown:
+                hint = " (the engine's old greedy= option is now backend= 'compiled' | 'tensor' and optimizer=)"
+            elif "gram_bytes" in unknown:
+                hint = " (gram_bytes is now table_bytes)"
+            elif "impl" in unknown:
+                hint = " (impl is now kernels)"
+            raise ConfigError(f"unknown engine options {unknown}; EngineConfig has {sorted(known)}{hint}")
+        return replace(self, **kw)

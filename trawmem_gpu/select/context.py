@@ -1,4 +1,5 @@
-"""Per-bank, query-independent precomputation shared by reference and batched selection."""
+"""Per-bank, query-independent precomputation of the reference selection (and the unit features
+the batched engine stores per bank too)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,6 +9,7 @@ import numpy as np
 from ..build.graph import SEMANTIC
 from ..store.bank import Bank
 from .lexical import BM25Index
+from .objective import unit_attributes
 from .text_features import temporal_flags
 
 
@@ -37,15 +39,17 @@ class BankContext:
     bm25: BM25Index
     adj: list[list[tuple[int, float, int]]]
     """Per thread: (neighbour, weight, kind) over G_H."""
+    attrs: np.ndarray
+    """[N, A] the per-unit inputs of J's modular terms (``objective.unit_attributes``)."""
 
     @classmethod
     def of(cls, bank: Bank) -> "BankContext":
         head_sim, temporal, pos = unit_features(bank)
-        texts = [t.lexical_text() for t in bank.turns]
+        texts = [t.embed_text() for t in bank.turns]
         adj: list[list] = [[] for _ in range(bank.n_threads)]
         for s, d, w, k in zip(bank.edge_src, bank.edge_dst, bank.edge_w, bank.edge_kind):
             adj[int(s)].append((int(d), float(w), int(k)))
-        return cls(bank, bank.unit_thread, pos, head_sim, temporal, BM25Index(texts), adj)
+        return cls(bank, bank.unit_thread, pos, head_sim, temporal, BM25Index(texts), adj, unit_attributes(bank))
 
     def neighbours(self, j: int, semantic: bool):
         return [(d, w) for d, w, k in self.adj[j] if semantic or k != SEMANTIC]

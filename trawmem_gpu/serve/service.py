@@ -139,7 +139,7 @@ class SelectionService:
         def make(banks, scfg):
             from ..select.engine import SelectionEngine
 
-            return SelectionEngine(banks, scfg, threads=threads)
+            return SelectionEngine(banks, scfg, **({"threads": threads} if threads else {}))
 
         self.engines = EngineSet(self.registry.banks(), base, cfg.max_engines, make)
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="trawmem-batch", initializer=_os_thread_name("tm-batch"))
@@ -227,8 +227,7 @@ class SelectionService:
         res = await loop.run_in_executor(self.appender, self.registry.append, bank_id, records, self.encoder,
                                          self.encoder_spec)
         t1 = time.perf_counter()
-        prepared = await loop.run_in_executor(self.appender, self.engines.prepare, res.bank)
-        await loop.run_in_executor(self.worker, self._install, res.bank, prepared)
+        await loop.run_in_executor(self.worker, self._sync_bank, bank_id)
         t2 = time.perf_counter()
         if self.metrics is not None:
             self.metrics.appended.inc(res.appended)
@@ -237,22 +236,12 @@ class SelectionService:
                 "timings": {"build_and_write_ms": round((t1 - t0) * 1e3, 3),
                             "engine_refresh_ms": round((t2 - t1) * 1e3, 3)}}
 
-    def _install(self, bank, prepared) -> None:
-        """On the batch worker, after an append: switch the engines to the registry's current bank."""
-        current = self.registry.get(bank.bank_id)
-        if self.engines.banks.get(bank.bank_id) is current:
-            return
-        if current is bank:
-            self.engines.install(bank, prepared)
-        else:  # a later append of this bank was published meanwhile: refresh to the latest here
-            self.engines.refresh(current)
-        freeze_heap()
-
     def _sync_bank(self, bank_id: str) -> None:
         """On the batch worker: make the engines use the registry's current bank ``bank_id``."""
         bank = self.registry.get(bank_id)
         if bank is not None and self.engines.banks.get(bank_id) is not bank:
             self.engines.refresh(bank)
+            freeze_heap()
 
     @staticmethod
     def bank_summary(bank) -> dict:

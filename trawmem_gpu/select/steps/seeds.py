@@ -1,11 +1,16 @@
-"""Exact per-bank top-k head search for seed selection: one faiss index over every head of the
-collection, or batched per-bank similarity in torch, with a measured dispatch between them.
+"""Stage 2, step 1 (design note): seeds. ``r0(T_j) = 1 / (1 + d_idx(z_q, h_j))`` from the
+thread heads (the paper), or from the thread's best unit affinity (``seed_score="best_unit"``),
+or the max of both; the seeds are the ``n_seeds`` threads of best r0, ties to the lower id.
 
-Seeds are the ``n_seeds`` threads of a query's *own* bank with the largest head score
-``r_head = 1 / (1 + d(z, h))`` (``SelectConfig.seed_score="head"``, the paper's seeding). The
-score is a monotone function of ``cos(z, h)``, so the seeds are found by a top-k search over the
-bank's head vectors. :class:`HeadIndex` answers "the ``k`` heads of bank ``b`` with the largest
-cosine to ``z``, ties to the lower thread id, cosines in float64" in one of two ways:
+Side by side: the NumPy reference (:func:`seed_scores`), the torch batch (:func:`seed_scores_torch`,
+:func:`head_seeds_torch`) and the exact per-bank top-k head search behind the head seeds,
+:class:`HeadIndex` (the compiled backend reads r0 off its front loop: best-unit seeds only).
+
+Head search. Seeds are the ``n_seeds`` threads of a query's *own* bank with the largest head
+score ``r_head = 1 / (1 + d(z, h))``. The score is a monotone function of ``cos(z, h)``, so the
+seeds are found by a top-k search over the bank's head vectors. :class:`HeadIndex` answers "the
+``k`` heads of bank ``b`` with the largest cosine to ``z``, ties to the lower thread id, cosines in
+float64" in one of two ways:
 
 ``torch``
     Batched per-bank similarity: one GEMM per distinct bank of the batch against that bank's
@@ -25,7 +30,7 @@ cosine to ``z``, ties to the lower thread id, cosines in float64" in one of two 
     identical to the torch path's; faiss is an accelerator, never an authority.
 
 Bank isolation is structural on both paths: ids are restricted (or filtered) to the query's
-own ``[bank_thread_offsets[b], bank_thread_offsets[b + 1])`` range and returned bank-local.
+own ``[starts[b], starts[b] + counts[b])`` range and returned bank-local.
 
 ``mode="auto"`` picks ``faiss`` only where it measured faster (``benchmarks/bench_select.py
 --seed-search``): few distinct banks per batch, each with many heads; ``torch`` otherwise (many
@@ -40,6 +45,81 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from torch import Tensor
+
+from ..tensor_ops import NEG_INF, bank_groups, topk_ties_low
+
+# ----------------------------------------------------------------------------------------------
+# reference (NumPy, one query)
+# ----------------------------------------------------------------------------------------------
+
+
+def head_scores(cos_h: np.ndarray, d_idx: str) -> np.ndarray:
+    """``r_head = 1 / (1 + d_idx(z, h))`` from head cosines: ``d = |z - h|`` (unit vectors) or ``1 - cos``."""
+    d = np.sqrt(np.maximum(0.0, 2.0 - 2.0 * cos_h)) if d_idx == "l2" else 1.0 - cos_h
+    return 1.0 / (1.0 + d)
+
+
+def seed_scores(ctx, z: np.ndarray, alpha_all: np.ndarray, cfg) -> np.ndarray:
+    """``[J]`` r0 per thread of the bank (``alpha_all``: step 3's affinity of every unit)."""
+    bank = ctx.bank
+    r_head = head_scores(bank.head_vecs.astype(np.float64) @ z, cfg.d_idx)
+    if cfg.seed_score == "head":
+        return r_head
+    r_unit = np.maximum.reduceat(alpha_all, bank.thread_offsets[:-1])
+    return r_unit if cfg.seed_score == "best_unit" else np.maximum(r_head, r_unit)
+
+
+# ----------------------------------------------------------------------------------------------
+# torch (a batch of queries, each over its own bank; -inf on padding threads)
+# ----------------------------------------------------------------------------------------------
+def head_scores_torch(cos_h: Tensor, d_idx: str) -> Tensor:
+    """:func:`head_scores` on tensors."""
+    d = torch.sqrt(torch.clamp(2.0 - 2.0 * cos_h, min=0.0)) if d_idx == "l2" else 1.0 - cos_h
+    return 1.0 / (1.0 + d)
+
+
+def seed_scores_torch(alpha: Tensor, ult: Tensor, tvalid: Tensor, cos_h: Tensor | None, cfg) -> Tensor:
+    """``r0 [Q, J]`` for ``best_unit`` and ``max`` seeds: the segment max of ``alpha [Q, N]`` over
+    each thread's units (``ult [Q, N]``: bank-local thread, ``J`` on padding), maxed with the head
+    scores of ``cos_h [Q, J]`` for ``max``."""
+    Q, J = tvalid.shape
+    r_unit = torch.full((Q, J + 1), NEG_INF, dtype=alpha.dtype, device=alpha.device)
+    r_unit.scatter_reduce_(1, ult, alpha, reduce="amax", include_self=True)
+    r_unit = r_unit[:, :J]
+    r0 = r_unit if cfg.seed_score == "best_unit" else torch.maximum(head_scores_torch(cos_h, cfg.d_idx), r_unit)
+    return torch.where(tvalid, r0, torch.full_like(r0, NEG_INF))
+
+
+def head_seeds_torch(index: "HeadIndex", Z: Tensor, bidx: Tensor, J: int, cfg) -> Tensor:
+    """``r0 [Q, J]`` for head seeds: finite only on each query's ``n_seeds`` seeds.
+
+    The index returns the ``n_seeds + slack`` heads of the own bank with the largest cosine;
+    r_head is computed for those, and the seeds are the best ``n_seeds`` by (r_head descending,
+    thread id ascending), the reference's order. r_head is monotone in the cosine, so every
+    other head scores at most the last candidate's r_head; a query whose n_seeds-th seed does not
+    beat that strictly (a possible tie across the cut) gets all of its bank's head scores instead.
+    """
+    ns = cfg.n_seeds
+    kq = ns + max(8, ns)
+    cos, ids = index.search(Z, bidx, kq)
+    live = ids >= 0
+    r = torch.where(live, head_scores_torch(torch.where(live, cos, 0.0), cfg.d_idx), NEG_INF)
+    r_top, seeds = topk_ties_low(r, live, ns, ids=ids)
+    Q = Z.shape[0]
+    r0 = torch.full((Q, J + 1), NEG_INF, dtype=Z.dtype, device=Z.device)
+    r0.scatter_(1, torch.where(seeds >= 0, seeds, J), torch.where(seeds >= 0, r_top, NEG_INF))
+    r0 = r0[:, :J]
+    safe = (index.counts[bidx] <= kq) | (r_top[:, ns - 1] > r[:, kq - 1])
+    bad = (~safe).nonzero().flatten()
+    if len(bad):  # a tie may straddle the cut: score every head of those queries' banks
+        full, tvalid = index.own_cos(Z[bad], bidx[bad])
+        r0[bad, :full.shape[1]] = torch.where(tvalid, head_scores_torch(full, cfg.d_idx), NEG_INF)
+    return r0
+
+
+# ----------------------------------------------------------------------------------------------
+# exact per-bank head search
+# ----------------------------------------------------------------------------------------------
 
 MODES = ("auto", "torch", "faiss")
 AUTO_MIN_HEADS = 2048
@@ -92,20 +172,22 @@ class HeadIndex:
     """Exact top-k head search restricted to each query's own bank (see the module docstring).
 
     :param head_vecs: ``[H, d]`` packed head vectors (torch, on the engine's device and dtype)
-    :param bank_thread_offsets: ``[B + 1]`` int64 offsets of each bank's heads in ``head_vecs``
+    :param starts: ``[B]`` int64 row of each bank's first head in ``head_vecs``
+    :param counts: ``[B]`` int64 heads of each bank (its rows are ``starts[b] : starts[b] + counts[b]``)
     :param mode: ``auto``, ``torch`` or ``faiss`` (``faiss`` without faiss installed runs torch)
     :param use_gpu: put the faiss index on a GPU when faiss has GPUs and torch has CUDA
         (default: when ``head_vecs`` is on CUDA)
     """
 
-    def __init__(self, head_vecs: Tensor, bank_thread_offsets: Tensor, mode: str = "auto",
+    def __init__(self, head_vecs: Tensor, starts: Tensor, counts: Tensor, mode: str = "auto",
                  use_gpu: bool | None = None):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.vecs = head_vecs
-        self.off = bank_thread_offsets.to(torch.int64)
+        self.off = starts.to(torch.int64)
+        self.counts = counts.to(torch.int64)
         self.off_cpu = self.off.cpu().numpy()
-        self.counts = self.off[1:] - self.off[:-1]
+        self.end_cpu = self.off_cpu + self.counts.cpu().numpy()
         self.mode = mode
         self.device = head_vecs.device
         self.d = int(head_vecs.shape[1])
@@ -182,15 +264,13 @@ class HeadIndex:
             cos[bad], ids[bad] = c2, i2
         return cos, ids
 
-    def _own_cos(self, Z: Tensor, bidx: Tensor) -> tuple[Tensor, Tensor]:
+    def own_cos(self, Z: Tensor, bidx: Tensor) -> tuple[Tensor, Tensor]:
         """``[Q, J_max]`` cosines to every head of the own bank (``-inf`` padding) and the mask."""
         n = self.counts[bidx]
         J = int(n.max())
         local = torch.arange(J, device=self.device)
         mask = local[None, :] < n[:, None]
         out = torch.full((Z.shape[0], J), float("-inf"), dtype=self.vecs.dtype, device=self.device)
-        from .engine import bank_groups
-
         off, cnt = self.off.tolist(), self.counts.tolist()
         for bank, rows in bank_groups(bidx):
             a, m = off[bank], cnt[bank]
@@ -198,8 +278,8 @@ class HeadIndex:
         return out, mask
 
     def _search_torch(self, Z: Tensor, bidx: Tensor, k: int) -> tuple[Tensor, Tensor]:
-        cos, mask = self._own_cos(Z, bidx)
-        return _topk_ties_low(cos, mask, k)
+        cos, mask = self.own_cos(Z, bidx)
+        return topk_ties_low(cos, mask, k)
 
     def _search_faiss(self, Z: Tensor, bidx: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
         """Candidates from faiss, re-scored exactly; ``ok [Q]`` marks queries proven exact."""
@@ -216,7 +296,7 @@ class HeadIndex:
             kg = min(int(self.vecs.shape[0]), kk * 8)
             D, I = index.search(z32, kg)
             self.stats.faiss_calls = 1
-            lo, hi = self.off_cpu[bcpu], self.off_cpu[bcpu + 1]
+            lo, hi = self.off_cpu[bcpu], self.end_cpu[bcpu]
             own = (I >= lo[:, None]) & (I < hi[:, None])
             for q in range(Q):
                 hits, sc = I[q][own[q]], D[q][own[q]]
@@ -231,7 +311,7 @@ class HeadIndex:
         else:
             for bank in np.unique(bcpu).tolist():
                 rows = np.nonzero(bcpu == bank)[0]
-                lo, hi = int(self.off_cpu[bank]), int(self.off_cpu[bank + 1])
+                lo, hi = int(self.off_cpu[bank]), int(self.end_cpu[bank])
                 kb = min(kk, hi - lo)
                 params = faiss.SearchParameters(sel=faiss.IDSelectorRange(lo, hi))
                 D, I = index.search(z32[rows], kb, params=params)
@@ -242,7 +322,7 @@ class HeadIndex:
         dev = self.device
         P = torch.as_tensor(prop, device=dev)
         lo_t = self.off[bidx][:, None]
-        inside = (P >= lo_t) & (P < self.off[bidx + 1][:, None])
+        inside = (P >= lo_t) & (P < lo_t + self.counts[bidx][:, None])
         Pc = torch.where(inside, P, lo_t)
         exact = torch.empty(P.shape, dtype=self.vecs.dtype, device=dev)
         step = max(1, (1 << 20) // (kk * self.d))  # ~8 MB of gathered rows at a time
@@ -250,50 +330,10 @@ class HeadIndex:
             exact[s:s + step] = torch.bmm(self.vecs[Pc[s:s + step]], Z[s:s + step, :, None]).squeeze(2)
         exact = torch.where(inside, exact, float("-inf"))
         local = torch.where(inside, P - lo_t, torch.iinfo(torch.int64).max)
-        cos, ids = _topk_ties_low(exact, inside, k, ids=local)
+        cos, ids = topk_ties_low(exact, inside, k, ids=local)
         bound = torch.as_tensor(last, dtype=exact.dtype, device=dev) + float32_ip_error(self.d)
         n_own = self.counts[bidx]
         kth = cos[:, k - 1]
         enough = inside.sum(1) >= torch.clamp(n_own, max=k)
         ok = enough & ((bound < kth) | (torch.as_tensor(last, device=dev) == float("-inf")))
         return cos, ids, ok
-
-
-def _topk_ties_low(scores: Tensor, mask: Tensor, k: int, ids: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """Top ``k`` of each row of ``scores`` (live where ``mask``), descending, ties to the lower
-    id (``ids``, default the column); ``(-inf, -1)`` padding."""
-    Q, W = scores.shape
-    masked = torch.where(mask, scores, float("-inf"))
-    if ids is None and W > 4 * k:  # wide rows: a top-k mask, then sort only the k survivors
-        from .engine import _compact, _topk_mask
-
-        sel = _compact(_topk_mask(scores, k, mask), min(k, W), fill=0)  # ascending ids
-        vals = torch.gather(masked, 1, sel)
-        live = torch.gather(mask, 1, sel) & (torch.arange(sel.shape[1], device=sel.device)[None, :]
-                                            < mask.sum(dim=1, keepdim=True))
-        vals = torch.where(live, vals, float("-inf"))
-        o = torch.sort(-vals, dim=1, stable=True).indices  # ties keep ascending ids
-        top = torch.gather(sel, 1, o)
-        cos = torch.gather(vals, 1, o)
-        tid = torch.where(torch.gather(live, 1, o), top, -1)
-        if sel.shape[1] < k:
-            cos = torch.cat([cos, torch.full((Q, k - sel.shape[1]), float("-inf"), dtype=cos.dtype,
-                                             device=cos.device)], 1)
-            tid = torch.cat([tid, torch.full((Q, k - sel.shape[1]), -1, dtype=torch.int64, device=cos.device)], 1)
-        return torch.where(tid >= 0, cos, float("-inf")), tid
-    if ids is None:
-        ids = torch.arange(W, device=scores.device).expand(Q, W)
-        order = torch.sort(-masked, dim=1, stable=True).indices  # columns are ids: stable = ties low
-    else:  # sort by id first, then stably by score: equal scores keep ascending ids
-        o1 = torch.sort(torch.where(mask, ids, torch.iinfo(torch.int64).max), dim=1, stable=True).indices
-        o2 = torch.sort(-torch.gather(masked, 1, o1), dim=1, stable=True).indices
-        order = torch.gather(o1, 1, o2)
-    kk = min(k, W)
-    top = order[:, :kk]
-    cos = torch.gather(masked, 1, top)
-    tid = torch.where(torch.gather(mask, 1, top), torch.gather(ids, 1, top), -1)
-    if kk < k:
-        cos = torch.cat([cos, torch.full((Q, k - kk), float("-inf"), dtype=cos.dtype, device=cos.device)], 1)
-        tid = torch.cat([tid, torch.full((Q, k - kk), -1, dtype=torch.int64, device=cos.device)], 1)
-    cos = torch.where(tid >= 0, cos, float("-inf"))
-    return cos, tid

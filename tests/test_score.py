@@ -1,0 +1,241 @@
+"""``trawmem score``: the exactly-once JSONL writer, the job over a collection (batched engine by
+default, reference and baselines), resume after a kill, questions JSONL errors, answers through
+the LLM layer, and the CLI on a LongMemEval-format file. Tiny hand-made banks (MiniLM)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lme_synthetic import instances, write
+from trawmem_gpu.cli import main
+from trawmem_gpu.errors import InputError
+from trawmem_gpu.score import ResumableJsonl, ScoreItem, ScoreSpec, read_questions, read_records, run_score
+from trawmem_gpu.score.job import plan_batches, summarize_output
+
+ROOT = Path(__file__).resolve().parents[1]
+N_Q = 8
+
+
+@pytest.fixture(scope="module")
+def lme(tmp_path_factory):
+    """A LongMemEval-format file and its collection, built through the job's own path."""
+    from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.data.longmemeval import load_longmemeval
+    from trawmem_gpu.score.banks import build_identity, ensure_collection, file_sha256
+    from trawmem_gpu.score.items import items_from_conversations
+
+    d = tmp_path_factory.mktemp("lme")
+    path = write(d / "lme.json", instances(N_Q, seed=5))
+    convs = load_longmemeval(path)
+    ident = build_identity(file_sha256(path), BuildConfig(), "user")
+    st = ensure_collection(convs, d / "banks", ident, BuildConfig(), progress=False, chunk_units=40)
+    assert st["banks_built"] == N_Q and st["units_per_s"] > 0
+    # a second call builds nothing; another config on the same directory is refused
+    assert ensure_collection(convs, d / "banks", ident, BuildConfig(), progress=False)["banks_reused"] == N_Q
+    from trawmem_gpu.errors import BankError
+
+    with pytest.raises(BankError, match="another config"):
+        ensure_collection(convs, d / "banks", ident | {"units": "all"}, BuildConfig(), progress=False)
+    return {"path": path, "banks": d / "banks", "items": items_from_conversations(convs), "dir": d}
+
+
+# ---------------------------------------------------------------------------------------------
+# writer
+# ---------------------------------------------------------------------------------------------
+def test_writer_drops_a_torn_line_and_resumes(tmp_path):
+    p = tmp_path / "o.jsonl"
+    with ResumableJsonl(p, meta={"a": 1}) as w:
+        w.write_many([{"id": "x", "v": 1}, {"id": "y", "v": 2}])
+        assert "x" in w and len(w) == 2
+        with pytest.raises(ValueError, match="already written"):
+            w.write_many([{"id": "x"}])
+    with open(p, "ab") as f:  # what a power cut mid-write can leave
+        f.write(b'{"id": "z", "v"')
+    with ResumableJsonl(p, meta={"a": 1}) as w:
+        assert w.torn_bytes == len(b'{"id": "z", "v"') and w.ids == {"x", "y"}
+        w.write_many([{"id": "z", "v": 3}])
+    assert [r["id"] for r in read_records(p)] == ["x", "y", "z"]
+    assert p.read_bytes().endswith(b"\n")
+
+
+def test_writer_refuses_corruption_duplicates_other_jobs_and_a_second_writer(tmp_path):
+    p = tmp_path / "o.jsonl"
+    p.write_text('{"id": "a"}\nnot json\n{"id": "b"}\n')
+    with pytest.raises(InputError, match=r"o.jsonl:2: corrupt record"):
+        ResumableJsonl(p)
+    p.write_text('{"id": "a"}\n{"id": "a"}\n')
+    with pytest.raises(InputError, match="duplicate id 'a'"):
+        ResumableJsonl(p)
+    p.write_text("")
+    with ResumableJsonl(p, meta={"budget": 16}) as w:
+        w.write_many([{"id": "a"}])
+    with pytest.raises(InputError, match="another configuration.*budget"):
+        ResumableJsonl(p, meta={"budget": 8})
+    with ResumableJsonl(p, meta={"budget": 8}, overwrite=True) as w:
+        assert len(w) == 0
+        with pytest.raises(InputError, match="another process is writing"):
+            ResumableJsonl(p, meta={"budget": 8})
+
+
+# ---------------------------------------------------------------------------------------------
+# the job
+# ---------------------------------------------------------------------------------------------
+def _ids_units(path):
+    return {r["id"]: r["units"] for r in read_records(path)}
+
+
+def test_batched_default_matches_reference_and_records_are_complete(lme, tmp_path):
+    items = lme["items"]
+    s1 = run_score(items, lme["banks"], ScoreSpec(), tmp_path / "b.jsonl", progress=False, batch_size=3)
+    s2 = run_score(items, lme["banks"], ScoreSpec(engine="reference"), tmp_path / "r.jsonl", progress=False)
+    assert s1["scored_now"] == s2["scored_now"] == N_Q and s1["questions_per_s"] > 0
+    assert _ids_units(tmp_path / "b.jsonl") == _ids_units(tmp_path / "r.jsonl")
+    rec = read_records(tmp_path / "b.jsonl")[0]
+    assert rec["config"]["method"] == "trawmem" and rec["config"]["engine"] == "batched"
+    assert rec["config"]["budget"] == 16 and rec["tokens"] > 0 and rec["tokenizer"].endswith("cl100k_base")
+    assert all(u in rec["workspace"] for u in rec["units"]) and rec["date"].startswith("2023-")
+    assert rec["eval"]["official"]["turn"]["recall_any@10"] in (0.0, 1.0)
+    m = summarize_output(tmp_path / "b.jsonl")
+    assert m["skipped_abstention"] == sum(1 for it in items if "_abs" in it.id)
+    assert m["n_scored"] == N_Q - m["skipped_abstention"]
+    # the planted gold turns are easy: TrawMem finds them
+    assert m["macro"]["evidence_recall"] >= 0.75
+    meta = json.loads((tmp_path / "b.jsonl.meta.json").read_text())
+    assert meta["spec"]["select"]["budget"] == 16
+
+
+@pytest.mark.parametrize("method", ["cosine", "bm25", "hybrid", "full"])
+def test_baselines_rank_order_and_budget(lme, tmp_path, method):
+    spec = ScoreSpec(method=method, select={**ScoreSpec().select, "budget": 4})
+    run_score(lme["items"], lme["banks"], spec, tmp_path / "o.jsonl", progress=False)
+    recs = read_records(tmp_path / "o.jsonl")
+    assert len(recs) == N_Q
+    for r in recs:
+        assert (len(r["units"]) == 4) if method != "full" else len(r["units"]) > 4
+        assert r["config"]["engine"] is None and "##" not in r["workspace"]  # baselines: no heads
+
+
+def test_resume_skips_written_ids(lme, tmp_path):
+    out = tmp_path / "o.jsonl"
+    items = lme["items"]
+    run_score(items[:3], lme["banks"], ScoreSpec(), out, progress=False)
+    before = out.read_bytes()
+    s = run_score(items, lme["banks"], ScoreSpec(), out, progress=False)
+    assert s["skipped_already_written"] == 3 and s["scored_now"] == N_Q - 3
+    assert out.read_bytes().startswith(before)
+    ids = [r["id"] for r in read_records(out)]
+    assert sorted(ids) == sorted(it.id for it in items)
+    with pytest.raises(InputError, match="another configuration"):
+        run_score(items, lme["banks"], ScoreSpec(method="cosine"), out, progress=False)
+
+
+def test_plan_batches_never_split_a_bank():
+    items = [ScoreItem(f"q{i}", f"b{i % 3}", "q") for i in range(10)]
+    batches = plan_batches(items, 4)
+    seen = set()
+    for b in batches:
+        banks = {it.bank_id for it in b}
+        assert not banks & seen
+        seen |= banks
+    assert sum(len(b) for b in batches) == 10
+
+
+def test_questions_jsonl_and_its_errors(lme, tmp_path):
+    q = tmp_path / "q.jsonl"
+    q.write_text('{"id": 1, "bank_id": "q000", "question": "What did I spend?", "date": "2023/05/20 (Sat) 02:21"}\n\n'
+                 '{"id": "2", "bank_id": "q001", "question": "Where did I go?"}\n')
+    items = read_questions(q)
+    assert [it.id for it in items] == ["1", "2"] and items[0].date == "2023-05-20T02:21:00" and items[1].date is None
+    out = tmp_path / "o.jsonl"
+    run_score(items, lme["banks"], ScoreSpec(), out, progress=False)
+    assert {r["id"] for r in read_records(out)} == {"1", "2"} and "eval" not in read_records(out)[0]
+    for text, msg in [('{"id": 1, "bank_id": "a"}', "missing field 'question'"),
+                      ('{"id": 1, "bank_id": "a", "question": " "}', "'question' is empty"),
+                      ('{"id": 1, "bank_id": "a", "question": "' + "x" * 5000 + '"}', "limit is 4000"),
+                      ('{"id": 1, "bank_id": "a", "question": "q", "date": "soon"}', "field 'date'"),
+                      ('{"id": 1, "bank_id": "a", "question": "q"}\n{"id": 1, "bank_id": "a", "question": "q"}',
+                       "duplicate id"),
+                      ("[1]", "JSON object"), ("{bad", "bad JSON")]:
+        q.write_text(text + "\n")
+        with pytest.raises(InputError, match=msg):
+            read_questions(q)
+    q.write_text('{"id": 1, "bank_id": "nope", "question": "q"}\n')
+    with pytest.raises(InputError, match="does not hold: 'nope'"):
+        run_score(read_questions(q), lme["banks"], ScoreSpec(), tmp_path / "x.jsonl", progress=False)
+
+
+def test_killed_run_leaves_whole_lines_and_rerun_completes(lme, tmp_path):
+    """SIGKILL a `trawmem score` process mid-run: only whole lines are left, and a rerun writes
+    every missing id exactly once."""
+    q = tmp_path / "q.jsonl"
+    bank_ids = [it.bank_id for it in lme["items"]]
+    n = 160
+    with open(q, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": f"k{i}", "bank_id": bank_ids[i % len(bank_ids)],
+                                "question": f"How much did I spend on item {i}?"}) + "\n")
+    out = tmp_path / "o.jsonl"
+    argv = [sys.executable, "-c", "import sys; from trawmem_gpu.cli import main; sys.exit(main(sys.argv[1:]))",
+            "score", "--banks", str(lme["banks"]), "--questions", str(q), "--out", str(out), "--method", "cosine",
+            "--batch-size", "4", "--quiet"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    killed_at = None
+    for _ in range(3):  # the kill must land mid-run; a slow or fast machine may need another try
+        out.unlink(missing_ok=True)
+        p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 120
+        while time.time() < deadline and p.poll() is None:
+            if out.exists() and out.stat().st_size > 0:
+                p.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.005)
+        p.wait(timeout=60)
+        k = len(read_records(out)) if out.exists() else 0
+        if p.returncode == -signal.SIGKILL and 0 < k < n:
+            killed_at = k
+            break
+    assert killed_at is not None, "could not kill the job mid-run"
+    data = out.read_bytes()
+    assert data.endswith(b"\n"), "a killed run left a half-written line"
+    rc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert rc.returncode == 0, rc.stderr[-2000:]
+    ids = [r["id"] for r in read_records(out)]
+    assert len(ids) == len(set(ids)) == n
+    assert out.read_bytes().startswith(data)
+
+
+def test_answers_through_the_llm_layer(lme, tmp_path, server, monkeypatch):
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+    items = lme["items"][:3]
+    spec = ScoreSpec(answer_llm=server.base_url)
+    run_score(items, lme["banks"], spec, tmp_path / "o.jsonl", progress=False)
+    recs = read_records(tmp_path / "o.jsonl")
+    assert server.requests == 3 and all("answer" in r and r["answer"] is not None for r in recs)
+    # the question date reaches the answer model
+    assert any("asked on 2023-" in json.dumps(b) for b in server.bodies)
+
+
+def test_cli_score_benchmark_file(lme, tmp_path, capsys):
+    out = tmp_path / "o.jsonl"
+    rc = main(["score", "--data", str(lme["path"]), "--banks", str(lme["banks"]), "--out", str(out),
+               "--k", "1,5", "--budget", "8", "--quiet"])
+    assert rc == 0
+    summ = json.loads((tmp_path / "o.jsonl.summary.json").read_text())
+    assert summ["build"]["banks_reused"] == N_Q and summ["scored_now"] == N_Q
+    assert set(summ["metrics"]["official"]["turn"]) == {f"{m}@{k}" for m in ("recall_any", "recall_all", "ndcg_any")
+                                                        for k in (1, 5)}
+    text = capsys.readouterr().out
+    assert "questions/s" in text and "official turn" in text
+    assert main(["score", "--questions", str(out), "--out", str(tmp_path / "x.jsonl")]) == 2
+    assert "--questions needs --banks" in capsys.readouterr().err
+    for bad in (["--k", "0"], ["--k", "a,b"], ["--budget", "0"], ["--ray-workers", "0"]):
+        with pytest.raises(SystemExit) as e:
+            main(["score", "--data", str(lme["path"]), "--out", str(out), *bad])
+        assert e.value.code == 2 and bad[0] in capsys.readouterr().err

@@ -1,0 +1,165 @@
+"""``trawmem score``: offline scoring of a batch of questions into a workspaces JSONL.
+
+Two inputs: a benchmark file (LongMemEval or LoCoMo, picked from the content) whose banks are
+built or reused automatically, or an existing collection (``--banks``) plus a questions JSONL
+(``--questions``). See :mod:`trawmem_gpu.score`.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .errors import InputError
+
+
+def ks_list(text: str) -> tuple[int, ...]:
+    """``--k 1,5,10`` -> (1, 5, 10): the k of the official metrics."""
+    import argparse
+
+    try:
+        ks = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not ks or min(ks) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return tuple(dict.fromkeys(ks))
+
+
+def _spec(a):
+    from .cli_select import _select_config
+    from .score.job import ScoreSpec
+
+    if a.head and not Path(a.head).exists():
+        raise InputError(f"--head {a.head}: file not found")
+    return ScoreSpec(method=a.method, select=_select_config(a).to_dict(), engine=a.engine, head=a.head,
+                     ks=a.k, threads=a.threads, answer_llm=a.answer_llm)
+
+
+def _benchmark(a):
+    """(conversations, items, collection dir, build stats) for ``--data``."""
+    from .config import BuildConfig
+    from .data import check_input_file, detect_format, load_conversations
+    from .data.longmemeval import load_longmemeval
+    from .score.banks import build_identity, default_bank_dir, ensure_collection, file_sha256
+    from .score.items import items_from_conversations
+
+    path = check_input_file(a.data)
+    fmt = detect_format(path) if a.format == "auto" else a.format
+    if fmt == "jsonl":
+        raise InputError("--data takes a benchmark file (LongMemEval or LoCoMo); for your own histories build a "
+                         "collection with `trawmem build` and pass --banks and --questions")
+    convs = load_longmemeval(path, a.units, dayfirst=a.dayfirst) if fmt == "longmemeval" else \
+        load_conversations(path, fmt, dayfirst=a.dayfirst)
+    cats = None if fmt == "longmemeval" else a.categories
+    items = items_from_conversations(convs, cats)
+    cfg = BuildConfig.from_dict({"encoder": a.encoder} if a.encoder else {})
+    ident = build_identity(file_sha256(path), cfg, a.units if fmt == "longmemeval" else "all")
+    bank_dir = Path(a.banks) if a.banks else default_bank_dir(ident)
+    ray = {"address": a.ray_address, "workers": a.ray_workers} if a.ray else None
+    enc = None
+    if ray is None:
+        from .encode import get_encoder
+
+        enc = get_encoder(cfg.encoder, cache=not a.no_cache)
+    st = ensure_collection([c for c in convs if any(True for _ in c.turns)], bank_dir, ident, cfg, encoder=enc,
+                           progress=not a.quiet, ray=ray)
+    return items, bank_dir, st
+
+
+def cmd_score(a) -> int:
+    if a.encoder_runtime:
+        os.environ["TRAWMEM_ENCODER_RUNTIME"] = a.encoder_runtime
+    from .score.items import read_questions
+    from .score.job import run_score, summarize_output
+
+    spec = _spec(a)
+    if a.data and a.questions:
+        raise InputError("give either --data (a benchmark file) or --banks with --questions, not both")
+    build_stats = None
+    if a.data:
+        items, bank_dir, build_stats = _benchmark(a)
+    elif a.questions:
+        if not a.banks:
+            raise InputError("--questions needs --banks (a collection built with `trawmem build`)")
+        items, bank_dir = read_questions(a.questions), Path(a.banks)
+    else:
+        raise InputError("nothing to score: give --data FILE, or --banks DIR with --questions FILE")
+    if a.ray:
+        from .score.ray_runner import ray_session, score_ray
+
+        with ray_session(a.ray_address, a.ray_workers):
+            summary = score_ray(items, bank_dir, spec, a.out, address=a.ray_address, workers=a.ray_workers,
+                                group_size=a.group_size, progress=not a.quiet, overwrite=a.overwrite)
+    else:
+        summary = run_score(items, bank_dir, spec, a.out, batch_size=a.batch_size, progress=not a.quiet,
+                            overwrite=a.overwrite)
+    summary["build"] = build_stats
+    summary["banks"] = str(bank_dir)
+    summary["metrics"] = summarize_output(a.out)
+    sp = Path(a.summary or (str(a.out) + ".summary.json"))
+    tmp = sp.with_name(sp.name + ".tmp")
+    tmp.write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    os.replace(tmp, sp)
+    tm = summary.get("timings") or summary.get("timings_summed_over_workers") or {}
+    split = ", ".join(f"{k} {v:.2f}s" for k, v in tm.items())
+    print(f"scored {summary['scored_now']} questions in {summary['wall_s']:.1f}s ({summary['questions_per_s']:.1f} "
+          f"questions/s, {summary['runner']}); {summary['skipped_already_written']} already in {a.out}")
+    if split:
+        print(f"time split: {split}")
+    if build_stats and build_stats.get("banks_built"):
+        b = build_stats
+        print(f"built {b['banks_built']} banks ({b['units_built']} units, {b['units_per_s']:.0f} units/s), "
+              f"reused {b['banks_reused']}")
+    m = summary["metrics"]
+    if m and m.get("macro"):
+        print(f"{m['n_scored']} scored questions (skipped {m['skipped_abstention']} abstention, "
+              f"{m['skipped_no_gold']} without gold): macro evidence recall {m['macro']['evidence_recall']:.3f}, "
+              f"all-evidence hit {m['macro']['all_evidence_hit']:.3f}, tokens {m['macro']['context_tokens']:.0f}")
+        for lvl in ("turn", "session"):
+            row = m["official"].get(lvl, {})
+            print(f"  official {lvl}: " + ", ".join(f"{k} {v:.3f}" for k, v in row.items()))
+    print(f"summary -> {sp}")
+    return 0
+
+
+def add_commands(sub) -> None:
+    from .cli_args import add_dayfirst, categories, nonneg_int, positive_int
+    from .select.config import ABLATIONS
+
+    s = sub.add_parser("score", help="offline scoring: workspaces JSONL for a batch of questions (resumable)")
+    s.add_argument("--data", help="benchmark file: LongMemEval (.json/.json.gz) or LoCoMo; banks built automatically")
+    s.add_argument("--format", choices=["auto", "longmemeval", "locomo"], default="auto")
+    s.add_argument("--units", choices=["user", "all"], default="user",
+                   help="LongMemEval units: user turns (official) or all turns")
+    s.add_argument("--categories", type=categories, default="1,2,3,4", metavar="C,C,...",
+                   help="LoCoMo categories to score")
+    add_dayfirst(s)
+    s.add_argument("--banks", help="collection directory (with --questions), or where --data's banks go")
+    s.add_argument("--questions", help="questions JSONL: {id, bank_id, question, date?} per line")
+    s.add_argument("--out", required=True, help="workspaces JSONL (appended; a rerun skips written ids)")
+    s.add_argument("--summary", help="summary JSON (default: OUT.summary.json)")
+    s.add_argument("--overwrite", action="store_true", help="start --out afresh instead of resuming it")
+    s.add_argument("--method", choices=["trawmem", "cosine", "bm25", "hybrid", "full"], default="trawmem")
+    s.add_argument("--budget", type=positive_int, help="workspace budget B: units selected per question (default: 16)")
+    s.add_argument("--hops", type=nonneg_int, help="propagation hops H over the thread graph (default: 1)")
+    s.add_argument("--ablation", choices=list(ABLATIONS))
+    s.add_argument("--paper", action="store_true", help="Section 4.2 exactly as written")
+    s.add_argument("--engine", choices=["batched", "reference"], default="batched")
+    s.add_argument("--head", help="learned role head (safetensors)")
+    s.add_argument("--k", type=ks_list, default="1,3,5,10,30,50", metavar="K,K,...",
+                   help="k of the official metrics")
+    s.add_argument("--encoder", help="encoder for banks built from --data: 'minilm' (default) or 'hf:/local/dir'")
+    s.add_argument("--encoder-runtime", choices=["torch", "onnx", "auto"],
+                   help="CPU encoder runtime: onnx = ONNX Runtime, same vectors within 1e-5, ~1.8x faster "
+                        "(pip install -e .[onnx]); default torch or TRAWMEM_ENCODER_RUNTIME")
+    s.add_argument("--no-cache", action="store_true", help="do not use the on-disk embedding cache")
+    s.add_argument("--answer-llm", help="answer each question: http://HOST:PORT/v1[@MODEL] or vllm:MODEL_PATH")
+    s.add_argument("--batch-size", type=positive_int, default=1024, help="questions per engine batch (whole banks)")
+    s.add_argument("--threads", type=positive_int, help="engine worker threads (default: all cores)")
+    s.add_argument("--ray", action="store_true", help="run on Ray Data (local instance unless --ray-address)")
+    s.add_argument("--ray-address", help="address of a running Ray cluster (e.g. ray://HOST:10001 or auto)")
+    s.add_argument("--ray-workers", type=positive_int, default=2, help="scoring actors (and build actors)")
+    s.add_argument("--group-size", type=positive_int, help="questions per Ray group (default: about 4 groups per worker)")
+    s.add_argument("--quiet", action="store_true")
+    s.set_defaults(fn=cmd_score)

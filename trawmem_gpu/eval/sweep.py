@@ -1,0 +1,515 @@
+"""``trawmem sweep``: quality, context length and latency over a hops x budget grid.
+
+For every cell of the grid (method, H, B): macro evidence recall, macro all-evidence hit,
+multi-hop (category 1) all-evidence hit, context tokens (mean, p90; tiktoken ``cl100k_base``)
+and the retrieval latency of one query at a time (p50 / p95 / p99); for TrawMem cells also the
+batched engine's throughput at a stated batch size. Baselines have no thread graph, so they get
+one cell per B. Build cost is measured once per bank and question encoding once per question
+(neither depends on H or B). The Pareto-optimal cells (recall against latency, and against
+tokens) are marked in the JSON, the table and the plot.
+
+How time is measured (nothing cached that a user's next question would not find cached):
+
+- **threads**: BLAS / OpenMP / torch pools are pinned to ``threads`` (default 1) for every
+  timed path, builds included (see :func:`query_threads`);
+- **build**: each conversation is built on its own with the embedding cache off, after the
+  encoder is loaded and has run once (model loading is a one-off, not a per-bank cost);
+- **encode**: each question is encoded alone with the embedding cache off;
+- **latency**: per cell, ``warmup`` queries run untimed first (numba compilation, first-touch
+  allocations), then every query runs alone: selection, then the workspace is assembled and
+  rendered to the text an answer model would receive. Cells are interleaved query by query
+  (in a random order per query), so load from other processes shifts all cells alike. The engine's
+  per-question-text cache is cleared before every timed call; per-bank state (BM25 index,
+  context tables, engine tables) is built once per bank and reported as setup, as a server
+  would hold it; the stemmer's per-word cache stays warm, as in a running server (the random order
+  spreads its first-miss cost evenly over the cells);
+- **throughput**: the batched engine selects all questions in batches of ``batch_size`` (mixed
+  banks, a fixed shuffle), after one untimed batch; the per-question cache is cleared before
+  each round; engines are interleaved round by round and the median over ``rounds`` is kept.
+
+A token-budget axis (workspaces cut at T tokens, issue 12) becomes one more field of
+:class:`Cell` and one more loop in :func:`grid`; it is not offered until that selection exists.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..errors import InputError
+from .analyses import describe, pareto_mask
+
+TRAWMEM = "trawmem"
+BASELINES = ("cosine", "bm25", "hybrid")
+SWEEP_METHODS = (TRAWMEM, *BASELINES)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the grid."""
+
+    method: str
+    budget: int
+    hops: int | None = None
+    """H for TrawMem; None for baselines (no thread graph)."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.method} B={self.budget}" + ("" if self.hops is None else f" H={self.hops}")
+
+
+def grid(methods, hops, budgets) -> list[Cell]:
+    """TrawMem cells for every H x B, baseline cells for every B, in that order."""
+    cells = []
+    for m in methods:
+        if m not in SWEEP_METHODS:
+            raise InputError(f"--method: unknown method {m!r}; choose from {', '.join(SWEEP_METHODS)}")
+        if m == TRAWMEM:
+            cells += [Cell(m, int(b), int(h)) for h in hops for b in budgets]
+        else:
+            cells += [Cell(m, int(b)) for b in budgets]
+    return cells
+
+
+def parse_int_list(text: str, minimum: int) -> list[int]:
+    """``"1,2,3"`` -> ``[1, 2, 3]`` (order kept, duplicates dropped); ``InputError`` otherwise."""
+    try:
+        vals = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"expected comma-separated integers, got {text!r}") from None
+    if not vals:
+        raise InputError("expected at least one value")
+    bad = [v for v in vals if v < minimum]
+    if bad:
+        raise InputError(f"every value must be at least {minimum}, got {bad[0]}")
+    return list(dict.fromkeys(vals))
+
+
+# ----------------------------------------------------------------------------------------------
+# timed building blocks (shared with benchmarks/paper_analyses.py)
+
+def machine_info() -> dict:
+    import torch
+
+    return {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count(),
+            "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+            "device": "cuda" if torch.cuda.is_available() else "cpu",
+            "loadavg_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None}
+
+
+def build_timed(convs, build_cfg, encoder, llm=None, progress: bool = True) -> tuple[list, list[dict]]:
+    """Build each conversation on its own and time it: ``(banks, rows)``, one row per bank with
+    ``build_s`` (wall) and the builder's stage seconds. ``encoder`` and ``llm`` should be
+    uncached for honest figures; the encoder is warmed once first (model load is a one-off)."""
+    from ..build import build_banks
+
+    encoder.encode(["warm-up"], is_query=False)
+    banks, rows = [], []
+    for c in tqdm(convs, desc="build (timed)", disable=not progress):
+        t0 = time.perf_counter()
+        (bank,), st = build_banks([c], build_cfg, encoder, llm, progress=False)
+        wall = time.perf_counter() - t0
+        banks.append(bank)
+        rows.append({"bank_id": bank.bank_id, "units": bank.n_units, "threads": bank.n_threads,
+                     "heads": build_cfg.heads, "segmentation": build_cfg.segmentation, "build_s": wall,
+                     **{k: float(v) for k, v in st.items() if k.endswith("_s")},
+                     **{k: int(v) for k, v in st.items() if k.endswith("fallbacks")}})
+    return banks, rows
+
+
+def encode_timed(encoder, questions: list[str], warmup: int = 3, progress: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """``(Z [Q, d], seconds [Q])``: each question encoded alone (``encoder`` uncached)."""
+    if questions:
+        encoder.encode(questions[:warmup], is_query=True)
+    Z, ts = [], []
+    for q in tqdm(questions, desc="encode questions (timed, one at a time)", disable=not progress):
+        t0 = time.perf_counter()
+        Z.append(encoder.encode([q], is_query=True)[0])
+        ts.append(time.perf_counter() - t0)
+    return (np.stack(Z) if Z else np.zeros((0, encoder.dim), np.float32)), np.asarray(ts)
+
+
+@contextmanager
+def query_threads(n: int):
+    """Limit BLAS / OpenMP pools (threadpoolctl) and torch's intra-op pool to ``n`` threads.
+
+    One query's matrices are tiny (~100 x 384): extra BLAS threads only add hand-offs, and on a
+    busy host their spin-waits turned a 0.05 ms product into 13-32 ms (measured here with 2
+    OpenBLAS threads beside other jobs). Latency servers pin threads per worker for this reason.
+    """
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    prev = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        with threadpool_limits(limits=n):
+            yield
+    finally:
+        torch.set_num_threads(prev)
+
+
+def clear_query_caches() -> None:
+    """Drop caches keyed by question text (a user's new question would miss them)."""
+    from ..select import clear_query_caches as clear
+
+    clear()
+
+
+def _scores(selected_ids, gold) -> tuple[float, float]:
+    from .retrieval import _scores as scores  # one home for evidence recall / all-evidence hit
+
+    return scores(selected_ids, gold)
+
+
+class CellRunner:
+    """One cell's selection for one query at a time, with its config and (for a TrawMem cell
+    with ``engine="batched"``, or for the throughput) its batched engine."""
+
+    def __init__(self, cell: Cell, banks: dict, ctxs: dict, base_cfg, engine: str = "reference", threads: int = 1):
+        from dataclasses import replace
+
+        self.cell, self.banks, self.ctxs, self.threads = cell, banks, ctxs, threads
+        self.cfg = replace(base_cfg, budget=cell.budget, **({} if cell.hops is None else {"hops": cell.hops}))
+        self.batched = cell.method == TRAWMEM and engine == "batched"
+        self.engine_name = "batched" if self.batched else "reference"
+        self._eng, self.setup_s = None, None
+        self.records: list[dict] = []
+        self.selections: list = []
+
+    def engine(self):
+        """The batched engine for this cell's config (built once; ``setup_s`` times it)."""
+        if self._eng is None:
+            from ..select.engine import SelectionEngine
+
+            t0 = time.perf_counter()
+            self._eng = SelectionEngine(list(self.banks.values()), self.cfg, threads=self.threads)
+            self.setup_s = time.perf_counter() - t0
+        return self._eng
+
+    def select(self, bid: str, question: str, Z: np.ndarray, i: int):
+        """``(units, Selection or None)`` for query ``i`` (``Z[i]`` its vector)."""
+        from ..select.baselines import bm25_topk, cosine_topk, hybrid_topk
+        from ..select.reference import select_reference
+
+        m, B, ctx = self.cell.method, self.cell.budget, self.ctxs.get(bid)
+        if m == TRAWMEM:
+            if self.batched:
+                return self.engine().select_units([bid], [question], Z[i:i + 1])[0], None
+            s = select_reference(ctx, question, Z[i], self.cfg, keep_internals=True)
+            return s.units, s
+        if m == "cosine":
+            return cosine_topk(ctx, Z[i], B), None
+        if m == "bm25":
+            return bm25_topk(ctx, question, B), None
+        return hybrid_topk(ctx, question, Z[i], B), None
+
+    def run_one(self, items: list, Z: np.ndarray, i: int, keep: bool = False, record: bool = True) -> None:
+        """Select query ``i`` alone, assemble and render its workspace, time both, score it."""
+        from ..workspace import assemble
+
+        bid, q = items[i]
+        clear_query_caches()
+        t0 = time.perf_counter()
+        units, s = self.select(bid, q.question, Z, i)
+        t1 = time.perf_counter()
+        ws = assemble(self.banks[bid], q.question, units, with_heads=self.cell.method == TRAWMEM)
+        ws.render()
+        t2 = time.perf_counter()
+        if not record:
+            return
+        recall, hit = _scores(ws.unit_ids, q.evidence)
+        self.records.append({"qid": q.qid, "bank_id": bid, "category": q.category, "evidence_recall": recall,
+                             "all_evidence_hit": hit, "context_tokens": ws.n_tokens, "n_selected": len(ws.unit_ids),
+                             "n_candidates": None if s is None else int(len(s.candidates)),
+                             "select_s": t1 - t0, "latency_s": t2 - t0})
+        if keep:
+            self.selections.append(s)
+
+
+def run_cells(cells: list[Cell], banks: dict, ctxs: dict, items: list, Z: np.ndarray, base_cfg, *,
+              engine: str = "reference", warmup: int = 10, threads: int = 1, keep_selections: bool = False,
+              progress: bool = True, desc: str = "select (cells interleaved)") -> list[CellRunner]:
+    """Select every query of ``items`` (``(bank_id, Question)``) alone in every cell and time it.
+
+    The cells are interleaved query by query, in a fresh (seeded) random order per query, so a
+    change in machine load shifts every cell alike instead of biasing whichever cell ran at the
+    time, and no cell always follows the same neighbour (whose memory traffic would leave it the
+    same warm or cold caches every time).
+    Each runner's ``records`` hold metrics only (no text): qid, bank, category, evidence recall,
+    all-evidence hit, context tokens, selected and candidate counts, ``select_s`` (selection
+    alone) and ``latency_s`` (selection + assembling and rendering the workspace);
+    ``selections`` the reference's :class:`Selection` per query when ``keep_selections``.
+    """
+    runners = [CellRunner(c, banks, ctxs, base_cfg, engine, threads) for c in cells]
+    return interleave(runners, items, Z, warmup=warmup, keep_selections=keep_selections, progress=progress,
+                      desc=desc)
+
+
+def interleave(runners: list[CellRunner], items: list, Z: np.ndarray, *, warmup: int = 10,
+               keep_selections: bool = False, progress: bool = True, desc: str = "select") -> list[CellRunner]:
+    """The timed pass of :func:`run_cells` over ready runners (which may differ in config)."""
+    for r in runners:
+        for i in range(min(warmup, len(items))):
+            r.run_one(items, Z, i, record=False)
+    rng = np.random.default_rng(0)
+    for i in tqdm(range(len(items)), desc=desc, disable=not progress):
+        for k in rng.permutation(len(runners)):
+            runners[k].run_one(items, Z, i, keep=keep_selections)
+    return runners
+
+
+def batched_throughput(engines: list, items: list, Z: np.ndarray, batch_size: int, rounds: int = 3,
+                       seed: int = 0) -> list[dict]:
+    """Queries per second of each engine's ``select_units`` over all ``items`` in batches of
+    ``batch_size`` (a fixed shuffle, so batches mix banks as a server's would); engines
+    interleaved round by round, median over rounds."""
+    if batch_size < 1:
+        raise InputError("--batch-size must be >= 1")
+    Q = len(items)
+    order = np.random.default_rng(seed).permutation(Q)
+    bids = [items[i][0] for i in order]
+    qs = [items[i][1].question for i in order]
+    Zo = Z[order]
+    for eng in engines:  # untimed warm-up batch
+        eng.select_units(bids[:batch_size], qs[:batch_size], Zo[:batch_size])
+    per_round: list[list[float]] = [[] for _ in engines]
+    for r in range(max(1, rounds)):
+        k = r % max(1, len(engines))
+        for e in list(range(k, len(engines))) + list(range(k)):
+            clear_query_caches()
+            t0 = time.perf_counter()
+            for s in range(0, Q, batch_size):
+                engines[e].select_units(bids[s:s + batch_size], qs[s:s + batch_size], Zo[s:s + batch_size])
+            per_round[e].append(Q / (time.perf_counter() - t0))
+    return [{"batch_size": int(batch_size), "rounds": len(pr), "queries": Q, "threads": int(eng.threads),
+             "device": str(eng.device), "qps": float(np.median(pr)), "qps_rounds": [float(x) for x in pr]}
+            for eng, pr in zip(engines, per_round)]
+
+
+def cell_metrics(records: list[dict], categories, encode_s: np.ndarray | None = None) -> dict:
+    """Macro quality, tokens and latency percentiles of one cell's records."""
+    from .retrieval import aggregate
+
+    agg = aggregate(records, keys=("evidence_recall", "all_evidence_hit", "context_tokens"), categories=categories)
+    toks = describe([r["context_tokens"] for r in records])
+    lat = np.array([r["latency_s"] for r in records]) * 1e3
+    out = {"evidence_recall": agg["macro"].get("evidence_recall", float("nan")),
+           "all_evidence_hit": agg["macro"].get("all_evidence_hit", float("nan")),
+           "multi_hop_hit": agg["per_category"].get("1", {}).get("all_evidence_hit", float("nan")),
+           "per_category": agg["per_category"],
+           "context_tokens": {"mean": toks["mean"], "p90": toks["p90"], "p95": toks["p95"]},
+           "latency_ms": _pcts(lat),
+           "select_ms": _pcts(np.array([r["select_s"] for r in records]) * 1e3),
+           "n_questions": len(records)}
+    cands = [r["n_candidates"] for r in records if r.get("n_candidates") is not None]
+    if cands:
+        out["candidates_mean"] = float(np.mean(cands))
+    if encode_s is not None and len(encode_s) == len(records):
+        out["with_encode_ms"] = _pcts(lat + np.asarray(encode_s) * 1e3)
+    return out
+
+
+def _pcts(ms: np.ndarray) -> dict:
+    d = describe(ms)
+    return {"p50": d["median"], "p95": d["p95"], "p99": d["p99"], "mean": d["mean"]}
+
+
+# ----------------------------------------------------------------------------------------------
+# the sweep
+
+def question_items(convs, categories, max_questions: int | None = None, seed: int = 0) -> list:
+    """``(bank_id, Question)`` for questions of ``categories`` with gold evidence, in file order
+    (``max_questions``: a seeded sample of that many, still in file order)."""
+    items = [(c.bank_id, q) for c in convs for q in c.questions if q.category in categories and q.evidence]
+    if not items:
+        raise InputError(f"no question of categories {list(categories)} has gold evidence in the data")
+    if max_questions is not None and max_questions < len(items):
+        if max_questions < 1:
+            raise InputError("--max-questions must be >= 1")
+        keep = np.sort(np.random.default_rng(seed).choice(len(items), max_questions, replace=False))
+        items = [items[i] for i in keep]
+    return items
+
+
+def load_or_build_banks(convs, banks_dir, build_cfg, progress: bool = True) -> tuple[list, list[dict], str]:
+    """Banks for ``convs``: timed fresh builds (``banks_dir`` None) or an existing collection,
+    whose build rows then come from the seconds stored with each bank (``source``)."""
+    from ..encode import get_encoder
+
+    if banks_dir is None:
+        banks, rows = build_timed(convs, build_cfg, get_encoder(build_cfg.encoder, cache=False), progress=progress)
+        return banks, rows, "measured now: one conversation at a time, embedding cache off"
+    from ..store import Collection
+
+    coll = Collection(banks_dir)
+    missing = [c.bank_id for c in convs if c.bank_id not in coll]
+    if missing:
+        raise InputError(f"--banks {banks_dir}: no bank for conversation(s) {missing[:5]} of --data")
+    banks = [coll.load(c.bank_id) for c in convs]
+    rows = []
+    for b in banks:
+        st = (b.stats or {}).get("build", {})
+        rows.append({"bank_id": b.bank_id, "units": b.n_units, "threads": b.n_threads,
+                     "build_s": st.get("wall_s"), "embedding_cache_hits": st.get("embedding_cache_hits")})
+    return banks, rows, "stored with the banks when they were built (may include embedding-cache hits)"
+
+
+def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), budgets=(4, 8, 16, 32), *,
+              paper: bool = False, engine: str = "reference", categories=(1, 2, 3, 4), batch_size: int = 256,
+              rounds: int = 3, threads: int = 1, warmup: int = 10, banks_dir=None, max_questions: int | None = None,
+              progress: bool = True) -> dict:
+    """Run the whole grid; returns the JSON-ready result (see the module docstring)."""
+    from .. import __version__
+    from ..config import BuildConfig
+    from ..data import load_conversations
+    from ..encode import get_encoder
+    from ..select.config import SelectConfig
+    from ..select.context import BankContext
+    from ..tokens import TOKENIZER_NAME
+    from .retrieval import file_sha256
+
+    if engine not in ("reference", "batched"):
+        raise InputError(f"--engine must be 'reference' or 'batched', got {engine!r}")
+    cells = grid(methods, hops, budgets)
+    base_cfg = SelectConfig.paper() if paper else SelectConfig()
+    build_cfg = BuildConfig()
+    convs = load_conversations(data)
+    items = question_items(convs, categories, max_questions)
+    with query_threads(threads):
+        banks_list, build_rows, build_source = load_or_build_banks(convs, banks_dir, build_cfg, progress)
+    banks = {b.bank_id: b for b in banks_list}
+    encoder = get_encoder(build_cfg.encoder, cache=False)
+    if banks_list[0].encoder_id != encoder.id:
+        raise InputError(f"banks were encoded with {banks_list[0].encoder_id!r}, the encoder is {encoder.id!r}")
+    t0 = time.perf_counter()
+    ctxs = {b: BankContext.of(bank) for b, bank in banks.items()}
+    ctx_s = time.perf_counter() - t0
+    load0 = machine_info()["loadavg_1m"]
+    with query_threads(threads):
+        Z, enc_s = encode_timed(encoder, [q.question for _, q in items], progress=progress)
+        runners = run_cells(cells, banks, ctxs, items, Z, base_cfg, engine=engine, warmup=warmup, threads=threads,
+                            progress=progress)
+        tm = [r for r in runners if r.cell.method == TRAWMEM]
+        engines = [r.engine() for r in tm]
+        tps = batched_throughput(engines, items, Z, batch_size, rounds) if engines else []
+    tp_of = {id(r): t for r, t in zip(tm, tps)}
+    out_cells = []
+    for r in runners:
+        c = r.cell
+        row = {"key": c.key, "method": c.method, "hops": c.hops, "budget": c.budget, "engine": r.engine_name,
+               **cell_metrics(r.records, categories, enc_s), "throughput": tp_of.get(id(r))}
+        if id(r) in tp_of:
+            row["engine_setup_s"] = r.setup_s
+        out_cells.append(row)
+    mark_pareto(out_cells)
+    return {
+        "command": "trawmem sweep", "dataset": {"path": str(data), "sha256": file_sha256(data)},
+        "categories": list(categories), "n_questions": len(items), "mode": "paper" if paper else "default",
+        "select_config": base_cfg.to_dict(), "build_config": build_cfg.to_dict(), "encoder": encoder.id,
+        "tokenizer": TOKENIZER_NAME, "engine": engine, "package_version": __version__,
+        "machine": {**machine_info(), "loadavg_1m_before": load0},
+        "query_threads": threads,
+        "timing_protocol": __doc__.split("How time is measured", 1)[1].split("A token-budget", 1)[0].strip(" :\n"),
+        "build": {"source": build_source, "per_bank": build_rows,
+                  "mean_build_s": _mean([r["build_s"] for r in build_rows])},
+        "context_setup_s": ctx_s,
+        "encode_ms": _pcts(enc_s * 1e3),
+        "pareto_latency_axis": "latency_ms.p50", "pareto_tokens_axis": "context_tokens.mean",
+        "cells": out_cells,
+    }
+
+
+def _mean(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return float(np.mean(xs)) if xs else None
+
+
+def mark_pareto(cells: list[dict]) -> None:
+    """Set ``pareto_latency`` / ``pareto_tokens`` on each cell: Pareto-optimal in macro
+    evidence recall against p50 latency / mean context tokens."""
+    rec = [c["evidence_recall"] for c in cells]
+    lat = pareto_mask(rec, [c["latency_ms"]["p50"] for c in cells])
+    tok = pareto_mask(rec, [c["context_tokens"]["mean"] for c in cells])
+    for c, a, b in zip(cells, lat, tok):
+        c["pareto_latency"], c["pareto_tokens"] = bool(a), bool(b)
+
+
+# ----------------------------------------------------------------------------------------------
+# output
+
+def format_table(res: dict) -> str:
+    """The sweep as a markdown table (``*``: Pareto-optimal against latency ``L`` / tokens ``T``)."""
+    head = ("| method | H | B | recall | all-hit | multi-hop hit | tokens mean | tokens p90 | latency p50 / p95 / p99 ms"
+            " | batched q/s | Pareto |")
+    lines = [head, "|" + "|".join(["---"] * 11) + "|"]
+    for c in res["cells"]:
+        tp = c.get("throughput")
+        lat = c["latency_ms"]
+        mark = ("L" if c["pareto_latency"] else "") + ("T" if c["pareto_tokens"] else "")
+        lines.append(f"| {c['method']} | {c['hops'] if c['hops'] is not None else '-'} | {c['budget']} | "
+                     f"{c['evidence_recall']:.3f} | {c['all_evidence_hit']:.3f} | {c['multi_hop_hit']:.3f} | "
+                     f"{c['context_tokens']['mean']:.0f} | {c['context_tokens']['p90']:.0f} | "
+                     f"{lat['p50']:.2f} / {lat['p95']:.2f} / {lat['p99']:.2f} | "
+                     f"{'-' if tp is None else format(tp['qps'], ',.0f')} | {mark or '-'} |")
+    b = res["build"]
+    tp = next((c["throughput"] for c in res["cells"] if c.get("throughput")), None)
+    notes = [f"{res['n_questions']} questions, categories {res['categories']}, mode {res['mode']}, "
+             f"engine {res['engine']} (latency: one query at a time, selection + workspace assembly; "
+             f"question encoding adds p50 {res['encode_ms']['p50']:.1f} ms, p95 {res['encode_ms']['p95']:.1f} ms "
+             f"with {res['encoder']}); tokens: {res['tokenizer']}"]
+    if tp:
+        notes.append(f"batched q/s: SelectionEngine at batch size {tp['batch_size']}, {tp['threads']} thread(s), "
+                     f"{tp['device']}, median of {tp['rounds']} rounds (selection only, vectors given)")
+    if b["mean_build_s"] is not None:
+        notes.append(f"build cost per bank: mean {b['mean_build_s']:.2f} s over {len(b['per_bank'])} banks "
+                     f"({b['source']})")
+    return "\n".join(lines + [""] + notes)
+
+
+def plot_pareto(res: dict, path: str | Path) -> None:
+    """Recall against latency p50 (log scale) and against mean tokens; Pareto cells starred and
+    joined by their frontier."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = res["cells"]
+    methods = list(dict.fromkeys(c["method"] for c in cells))
+    colors = {m: f"C{i}" for i, m in enumerate(methods)}
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.2))
+    for ax, (xkey, flag, xlabel) in zip(axes, [
+            (lambda c: c["latency_ms"]["p50"], "pareto_latency", "retrieval latency p50, one query at a time (ms)"),
+            (lambda c: c["context_tokens"]["mean"], "pareto_tokens", f"context tokens, mean ({res['tokenizer']})")]):
+        for m in methods:
+            cs = [c for c in cells if c["method"] == m]
+            ax.scatter([xkey(c) for c in cs], [c["evidence_recall"] for c in cs], color=colors[m], s=28, label=m,
+                       alpha=0.8)
+            for c in cs:
+                lab = f"B{c['budget']}" + ("" if c["hops"] is None else f"H{c['hops']}")
+                ax.annotate(lab, (xkey(c), c["evidence_recall"]), fontsize=7, xytext=(3, 3),
+                            textcoords="offset points")
+        front = sorted((c for c in cells if c[flag]), key=xkey)
+        if front:
+            ax.step([xkey(c) for c in front], [c["evidence_recall"] for c in front], where="post", color="k",
+                    lw=0.8, alpha=0.6)
+            ax.scatter([xkey(c) for c in front], [c["evidence_recall"] for c in front], marker="*", s=170,
+                       facecolors="none", edgecolors="k", linewidths=1.0, label="Pareto-optimal")
+        if "latency" in flag:
+            ax.set_xscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("macro evidence recall")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    fig.suptitle(f"trawmem sweep: {res['n_questions']} questions, mode {res['mode']}, engine {res['engine']}")
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,144 @@
+"""Banks for a scoring job: build what a collection lacks, in chunks, locally or as Ray tasks.
+
+A benchmark file becomes one collection (by default under the cache directory, keyed by the
+file's hash, the build config and the units). Banks are built in chunks of conversations and
+written as each chunk finishes, so a killed build keeps what it finished and a rerun builds
+only the rest. A sidecar ``score-build.json`` in the collection records what it was built from;
+pointing a job at a collection built from other data or another config is an error.
+
+Encoding dominates the build on a CPU. Each chunk's units go through the encoder in one call
+(sorted by length inside it, so batches pad little) and through the on-disk embedding cache, so
+a text seen before, in this job or any earlier one, is not encoded again.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+from ..config import BuildConfig
+from ..data.types import UNIT_TEXT_VERSION, Conversation
+from ..errors import BankError
+
+SIDECAR = "score-build.json"
+BUILD_LOG = "score-build-log.json"
+"""Sidecars are ``.json`` files (temporaries too): a collection directory accepts those beside its index."""
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def build_identity(data_sha: str, cfg: BuildConfig, units: str) -> dict:
+    from ..store import FORMAT_VERSION
+
+    return {"data_sha256": data_sha, "build": cfg.to_dict(), "units": units, "unit_text_version": UNIT_TEXT_VERSION,
+            "format_version": FORMAT_VERSION}
+
+
+def default_bank_dir(identity: dict) -> Path:
+    from ..encode.cache import default_cache_dir
+
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    return default_cache_dir() / "score-banks" / key
+
+
+def _chunks(convs: list[Conversation], max_units: int) -> list[list[Conversation]]:
+    out, cur, n = [], [], 0
+    for c in convs:
+        if cur and n + len(c.turns) > max_units:
+            out.append(cur)
+            cur, n = [], 0
+        cur.append(c)
+        n += len(c.turns)
+    if cur:
+        out.append(cur)
+    return out
+
+
+def ensure_collection(convs: list[Conversation], path: str | Path, identity: dict, cfg: BuildConfig, *,
+                      encoder=None, progress: bool = True, chunk_units: int = 4096, ray: dict | None = None) -> dict:
+    """Build into the collection at ``path`` every bank of ``convs`` it does not hold yet.
+
+    :param ray: ``{"address": ..., "workers": n}`` to build the chunks as Ray tasks (see
+        :func:`trawmem_gpu.score.ray_runner.build_banks_ray`), or None to build here
+    :returns: build stats: banks built / reused, units, seconds per stage, units/s, cache hits
+    """
+    from tqdm.auto import tqdm
+
+    from ..build import build_banks
+    from ..store import Collection
+
+    path = Path(path)
+    sc = path / SIDECAR
+    if sc.exists():
+        old = json.loads(sc.read_text(encoding="utf-8"))
+        if old != json.loads(json.dumps(identity)):
+            diff = sorted(k for k in identity if old.get(k) != identity[k])
+            raise BankError(f"{path} holds banks built from other data or another config (differs in "
+                            f"{', '.join(diff)}); use another --banks directory")
+    coll = Collection(path, create=True)
+    if not sc.exists():
+        path.mkdir(parents=True, exist_ok=True)
+        tmp = sc.with_name("score-build.tmp.json")
+        tmp.write_text(json.dumps(identity, indent=1, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, sc)
+    missing = [c for c in convs if c.bank_id not in coll]
+    stats: dict = {"banks_total": len(convs), "banks_reused": len(convs) - len(missing), "banks_built": 0,
+                   "units_built": 0, "wall_s": 0.0}
+    if not missing:
+        return stats
+    if encoder is None and ray is None:
+        from ..encode import get_encoder
+
+        encoder = get_encoder(cfg.encoder)
+    hits0, miss0 = getattr(encoder, "hits", 0), getattr(encoder, "misses", 0)
+    t_start = time.perf_counter()
+    bar = tqdm(total=sum(len(c.turns) for c in missing), desc="build banks", unit="unit", disable=not progress)
+    if ray is not None:
+        from .ray_runner import build_banks_ray
+
+        stream = build_banks_ray(_chunks(missing, chunk_units), cfg, **ray)
+    else:
+        stream = (build_banks(ch, cfg, encoder, progress=False) for ch in _chunks(missing, chunk_units))
+    for banks, st in stream:
+        t0 = time.perf_counter()
+        coll.put_many(banks)
+        stats["write_s"] = stats.get("write_s", 0.0) + time.perf_counter() - t0
+        for k, v in st.items():
+            if k.endswith("_s") or k in ("embedding_cache_hits", "embedding_cache_misses"):
+                stats[k] = stats.get(k, 0.0) + v
+        stats["banks_built"] += len(banks)
+        n = sum(b.n_units for b in banks)
+        stats["units_built"] += n
+        bar.update(n)
+    bar.close()
+    stats["wall_s"] = time.perf_counter() - t_start
+    stats["units_per_s"] = stats["units_built"] / stats["wall_s"] if stats["wall_s"] > 0 else None
+    if ray is None:
+        stats["embedding_cache_hits"] = getattr(encoder, "hits", 0) - hits0
+        stats["embedding_cache_misses"] = getattr(encoder, "misses", 0) - miss0
+    stats["runner"] = "ray" if ray is not None else "local"
+    # keep every build session's figures with the collection (a reused collection still knows its cost)
+    tmp = path / "score-build-log.tmp.json"
+    tmp.write_text(json.dumps(build_log(path) + [stats], indent=1), encoding="utf-8")
+    os.replace(tmp, path / BUILD_LOG)
+    return stats
+
+
+def build_log(path: str | Path) -> list[dict]:
+    """The build sessions recorded for the collection at ``path`` (oldest first)."""
+    p = Path(path) / BUILD_LOG
+    if not p.exists():
+        return []
+    try:
+        log = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return []  # bookkeeping only: a damaged log never blocks a job
+    return log if isinstance(log, list) else []

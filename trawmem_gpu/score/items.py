@@ -1,0 +1,111 @@
+"""What ``trawmem score`` scores: one item per question, from a questions JSONL or a benchmark file.
+
+Questions JSONL: one object per line with ``id``, ``bank_id``, ``question`` and an optional
+``date`` (when the question is asked, in any format ``parse_date`` reads: it is "now" for that
+question). Benchmark files (LongMemEval, LoCoMo) give their questions with gold evidence, so
+the job can score them too.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..data.dates import parse_date
+from ..data.types import Conversation
+from ..errors import InputError
+
+MAX_QUESTION_CHARS = 4000
+"""Longest question accepted (the same bound as ``trawmem query``)."""
+
+
+@dataclass(frozen=True)
+class ScoreItem:
+    """One question to select a workspace for."""
+
+    id: str
+    bank_id: str
+    question: str
+    date: str | None = None
+    """When the question is asked, as given (ISO 8601 after parsing a benchmark's own format)."""
+    gold: tuple[str, ...] | None = None
+    """Gold evidence unit ids, when the source has them (benchmarks)."""
+    qtype: str | None = None
+    """Question type or category name, for per-type tables."""
+    answer: str | None = None
+    """Reference answer, when the source has one."""
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["gold"] = list(self.gold) if self.gold is not None else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ScoreItem":
+        g = d.get("gold")
+        return cls(d["id"], d["bank_id"], d["question"], d.get("date"), tuple(g) if g is not None else None,
+                   d.get("qtype"), d.get("answer"))
+
+
+def _check_question(q, where: str) -> str:
+    if not isinstance(q, str) or not q.strip():
+        raise InputError(f"{where}: field 'question' is empty")
+    if len(q) > MAX_QUESTION_CHARS:
+        raise InputError(f"{where}: field 'question' is {len(q)} characters; the limit is {MAX_QUESTION_CHARS}")
+    return q.strip()
+
+
+def read_questions(path: str | Path) -> list[ScoreItem]:
+    """Parse a questions JSONL file; every malformed line is an ``InputError`` naming it."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found") from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not UTF-8 text ({e})") from None
+    out: list[ScoreItem] = []
+    seen: set[str] = set()
+    for ln, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{ln}"
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{where}: bad JSON at column {e.colno}: {e.msg}") from None
+        if not isinstance(r, dict):
+            raise InputError(f"{where}: expected a JSON object per line")
+        for f in ("id", "bank_id", "question"):
+            if f not in r:
+                raise InputError(f"{where}: missing field {f!r}")
+            if not isinstance(r[f], (str, int)) or isinstance(r[f], bool):
+                raise InputError(f"{where}: field {f!r} must be a string")
+        qid = str(r["id"])
+        if qid in seen:
+            raise InputError(f"{where}: duplicate id {qid!r}")
+        seen.add(qid)
+        date = r.get("date")
+        if date is not None:
+            if not isinstance(date, str):
+                raise InputError(f"{where}: field 'date' must be a string")
+            try:
+                date = parse_date(date).isoformat()
+            except ValueError as e:
+                raise InputError(f"{where}: field 'date': {e}") from None
+        out.append(ScoreItem(qid, str(r["bank_id"]), _check_question(r["question"], where), date))
+    if not out:
+        raise InputError(f"{path}: no questions")
+    return out
+
+
+def items_from_conversations(convs: list[Conversation], categories: tuple[int, ...] | None = None) -> list[ScoreItem]:
+    """The questions of a benchmark file (all of them, or those of ``categories``), with gold."""
+    out = []
+    for c in convs:
+        for q in c.questions:
+            if categories is not None and q.category not in categories:
+                continue
+            out.append(ScoreItem(q.qid, c.bank_id, q.question, q.date.isoformat() if q.date else None,
+                                 tuple(q.evidence), q.qtype or str(q.category), q.answer))
+    return out

@@ -1,0 +1,136 @@
+"""Append-only, resumable JSON Lines output with exactly-once ids across restarts.
+
+* **One writer.** The file is locked (``filelock``, a maintained cross-platform lock library)
+  for the lifetime of the writer; a second writer fails at once with a clear error.
+* **No half lines.** Each batch of records goes to the file in one ``os.write`` of complete
+  lines followed by ``fsync``: a killed process leaves whole lines (a kernel write to a regular
+  file is not split by the process dying). A power cut can still tear the last line: on open,
+  an unterminated last line is detected, reported and cut off before anything is appended.
+* **Resumable.** On open, every complete line is parsed and its id remembered; the job skips
+  those ids, so a rerun writes only what is missing. A corrupt complete line or a duplicate id
+  is an error naming the line, never silently dropped.
+* **Same job.** A sidecar ``<file>.meta.json`` records the job's configuration; resuming with a
+  different configuration is refused unless ``overwrite`` (which starts the file afresh).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ..errors import InputError
+
+
+class ResumableJsonl:
+    """Open (or create) ``path`` for appending records keyed by ``key``.
+
+    :param meta: the job configuration; stored beside the file, and compared on resume
+    :param overwrite: discard an existing file (and its sidecar) instead of resuming it
+    """
+
+    def __init__(self, path: str | Path, *, key: str = "id", meta: dict | None = None, overwrite: bool = False):
+        from filelock import FileLock, Timeout
+
+        self.path = Path(path)
+        self.key = key
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = FileLock(str(self.path) + ".lock")
+        try:
+            self._lock.acquire(timeout=0)
+        except Timeout:
+            raise InputError(f"{self.path}: another process is writing this file (lock {self._lock.lock_file}); "
+                             "wait for it or choose another --out") from None
+        try:
+            self.meta_path = self.path.with_name(self.path.name + ".meta.json")
+            if overwrite:
+                self.path.unlink(missing_ok=True)
+                self.meta_path.unlink(missing_ok=True)
+            self.torn_bytes = 0
+            self.ids: set[str] = set()
+            self._scan()
+            self._check_meta(meta)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _scan(self) -> None:
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        end = data.rfind(b"\n") + 1
+        if end < len(data):  # an unterminated last line: a write torn by a crash
+            self.torn_bytes = len(data) - end
+            with open(self.path, "r+b") as f:
+                f.truncate(end)
+                f.flush()
+                os.fsync(f.fileno())
+        for ln, line in enumerate(data[:end].split(b"\n")[:-1], 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                rid = rec[self.key]
+            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+                raise InputError(f"{self.path}:{ln}: corrupt record ({type(e).__name__}); the file was not written "
+                                 "by `trawmem score` alone: repair it or use --overwrite") from None
+            if rid in self.ids:
+                raise InputError(f"{self.path}:{ln}: duplicate {self.key} {rid!r}")
+            self.ids.add(str(rid))
+
+    def _check_meta(self, meta: dict | None) -> None:
+        if meta is None:
+            return
+        if self.meta_path.exists() and self.ids:
+            try:
+                old = json.loads(self.meta_path.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                old = None
+            if old != json.loads(json.dumps(meta)):
+                diff = sorted(k for k in set(meta) | set(old or {}) if (old or {}).get(k) != meta.get(k))
+                raise InputError(f"{self.path} holds {len(self.ids)} records of a job with another configuration "
+                                 f"(differs in {', '.join(diff) or 'format'}); use --overwrite or another --out")
+        tmp = self.meta_path.with_name(self.meta_path.name + ".tmp")
+        tmp.write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, self.meta_path)
+
+    def __contains__(self, rid: str) -> bool:
+        return rid in self.ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def write_many(self, records: list[dict]) -> None:
+        """Append ``records`` (each with a new id) as whole lines, then fsync."""
+        if not records:
+            return
+        new = [str(r[self.key]) for r in records]
+        dup = [i for i in new if i in self.ids]
+        if dup or len(set(new)) != len(new):
+            raise ValueError(f"{self.path}: {self.key} {(dup or new)[0]!r} is already written")
+        buf = b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in records)
+        view = memoryview(buf)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+        os.fsync(self._fd)
+        self.ids.update(new)
+
+    def close(self) -> None:
+        if getattr(self, "_fd", None) is not None:
+            os.close(self._fd)
+            self._fd = None
+            self._lock.release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def read_records(path: str | Path) -> list[dict]:
+    """All complete records of a JSONL output (an unterminated last line is ignored)."""
+    data = Path(path).read_bytes()
+    data = data[: data.rfind(b"\n") + 1]
+    return [json.loads(x) for x in data.split(b"\n") if x.strip()]

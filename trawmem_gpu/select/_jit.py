@@ -1,0 +1,71 @@
+"""``njit``: numba's compiler when numba imports, else the plain Python function.
+
+The compiled variants of the method's steps sit beside their NumPy and torch twins (in
+``steps/`` and ``objective.py``); each is decorated once, where it is defined, so a compiled
+function that calls another one sees the compiled callee (numba resolves globals at compile
+time) and nothing is rebound at run time. Without numba the decorated functions stay Python and
+the engine does not select its compiled backend (``HAS_NUMBA``).
+
+Cached machine code goes to one directory per version of this package's selection sources
+(``~/.cache/trawmem_gpu/numba/<hash>``): numba keys a cache entry on the file of the function
+it compiles, not on the files of the functions it calls, so an edit of a callee in another
+module would otherwise leave a stale caller in ``__pycache__``.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+
+try:  # noqa: SIM105 - any import failure means: no compiled backend
+    import numba
+
+    HAS_NUMBA = True
+except Exception:  # noqa: BLE001
+    numba = None
+    HAS_NUMBA = False
+
+_SELECT = Path(__file__).resolve().parent
+
+
+@lru_cache(maxsize=1)
+def cache_dir() -> str:
+    """Numba's cache directory for the current selection sources (created on first use)."""
+    h = hashlib.sha256()
+    for p in sorted(_SELECT.rglob("*.py")):
+        h.update(p.relative_to(_SELECT).as_posix().encode() + b"\0" + p.read_bytes())
+    root = os.environ.get("TRAWMEM_NUMBA_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "trawmem_gpu", "numba")
+    return os.path.join(root, h.hexdigest()[:16])
+
+
+@contextmanager
+def _cache_dir():
+    """numba reads ``config.CACHE_DIR`` when a function's cache is created (at decoration)."""
+    old = numba.config.CACHE_DIR
+    try:
+        d = cache_dir()
+        os.makedirs(d, exist_ok=True)
+        numba.config.CACHE_DIR = d
+    except OSError:  # unwritable home: numba's default (next to the sources, or none)
+        d = old
+    try:
+        yield
+    finally:
+        numba.config.CACHE_DIR = old
+
+
+def njit(**options):
+    """``numba.njit(**options)`` (with ``cache=True`` into :func:`cache_dir`), or the identity."""
+
+    def deco(f):
+        if not HAS_NUMBA:
+            return f
+        if options.get("cache"):
+            with _cache_dir():
+                return numba.njit(**options)(f)
+        return numba.njit(**options)(f)
+
+    return deco

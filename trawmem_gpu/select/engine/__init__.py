@@ -1,0 +1,221 @@
+"""Batched TrawMem selection: many queries over many banks in one pass.
+
+:class:`SelectionEngine` picks, for a batch of (bank id, question, vector[, date]), exactly what
+:func:`~trawmem_gpu.select.reference.select_reference` picks for each, with every step run over
+the whole batch. Its parts:
+
+* ``tables.py``: per-bank, query-independent tables in one store, with per-bank refresh
+  (:meth:`SelectionEngine.replace_bank`, :meth:`SelectionEngine.remove_bank`) that concurrent
+  readers see atomically (a query batch reads one immutable snapshot);
+* ``plan.py``: how it runs (:class:`~trawmem_gpu.select.config.EngineConfig`), resolved once;
+* ``batch.py``: a call's queries as one checked, typed batch; the query-bank similarities;
+* ``tensor.py``: the steps' torch variants over padded batches (Triton kernels on CUDA);
+* ``compiled.py``: the steps' numba variants, one query at a time (the CPU default).
+
+Bank isolation is structural: a query's units and threads are addressed by its bank's offsets
+into the store, never by ids another bank could share.
+
+Memory (dominant terms): the unit vectors (``d`` floats per unit), per-unit scalars, the K and
+bridge tables (``sum_b N_b^2 + N_b J_b`` floats), neighbour lists ``threads * D`` pairs; per batch
+``Q * N`` (affinity) and ``Q * J`` (thread scores) floats; per chunk ``Qc * U * T`` (compiled) or
+``Qc * U * U`` (tensor) floats. :meth:`SelectionEngine.nbytes` counts what the engine holds.
+"""
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+
+import numpy as np
+import torch
+
+from ...store.bank import Bank
+from ...workspace import Workspace, assemble
+from ..config import EngineConfig, SelectConfig
+from ..objective import support_kernel
+from ..steps import roles as step4
+from . import compiled, tensor
+from .batch import Timer, make_batch
+from .plan import Plan, resolve
+from .tables import Snapshot, TableStore
+
+__all__ = ["SelectionEngine", "EngineConfig"]
+
+
+class SelectionEngine:
+    """Batched Stage-2 selection over a set of banks (see the module docstring).
+
+    :param banks: the banks this engine serves (ids must be unique)
+    :param cfg: the method (its ablation is applied once, here)
+    :param head: optional learned role head; used only if it has ``role_matrices`` (and its
+        per-query weights if it has ``weights_batch``; see ``steps.roles.demand``)
+    :param engine: how it runs (:class:`~trawmem_gpu.select.config.EngineConfig`)
+    :param options: :class:`EngineConfig` fields overriding ``engine`` (``device="cpu"``, ``threads=1``, ...)
+    """
+
+    def __init__(self, banks: list[Bank], cfg: SelectConfig | None = None, head=None,
+                 engine: EngineConfig | None = None, **options):
+        ec = (engine or EngineConfig()).with_overrides(**options)
+        if not banks:
+            raise ValueError("SelectionEngine needs at least one bank")
+        self.cfg = (cfg or SelectConfig()).resolved()
+        self.head = head if (head is not None and hasattr(head, "role_matrices")) else None
+        self.engine_config = ec
+        self.plan: Plan = resolve(ec, self.cfg, banks)
+        self._store = TableStore(list(banks), self.cfg, self.plan.layout(banks[0].unit_vecs.shape[1]))
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_size = 0
+        self._pool_lock = threading.Lock()
+        self.last_timings: dict[str, float] = {}
+
+    # ------------------------------------------------------------------------------------------
+    # the banks
+    # ------------------------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.plan.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.plan.dtype
+
+    @property
+    def threads(self) -> int:
+        """Worker threads of the compiled backend (``EngineConfig.threads``, resolved)."""
+        return self.plan.threads
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The current banks' tables (immutable; replaced whole by a refresh)."""
+        return self._store.snapshot
+
+    @property
+    def banks(self) -> list[Bank]:
+        return self._store.snapshot.banks
+
+    @property
+    def bank_ids(self) -> list[str]:
+        return list(self._store.snapshot.index)
+
+    def replace_bank(self, bank: Bank) -> None:
+        """Add ``bank``, or replace the stored bank with its id. Only that bank's tables are built;
+        a ``select_units`` call running meanwhile (any thread) sees the old bank or the new one,
+        never a mix. Safe to call from several threads (writers are serialized)."""
+        self._store.put(bank)
+
+    def remove_bank(self, bank_id: str) -> None:
+        """Drop the bank ``bank_id`` (``KeyError`` if unknown; the last bank cannot be removed).
+        Calls running meanwhile finish on the banks they started with."""
+        self._store.remove(bank_id)
+
+    # ------------------------------------------------------------------------------------------
+    # selection
+    # ------------------------------------------------------------------------------------------
+    def select(self, bank_ids: list[str], questions: list[str], Z, dates: list[datetime | None] | None = None
+               ) -> list[Workspace]:
+        """Workspaces (selected units grouped under their heads) for a batch of queries."""
+        snap = self._store.snapshot
+        picks = self._select(snap, bank_ids, questions, Z, dates)
+        return [assemble(snap.infos[snap.index[b]].bank, q, p) for b, q, p in zip(bank_ids, questions, picks)]
+
+    def select_units(self, bank_ids: list[str], questions: list[str], Z,
+                     dates: list[datetime | None] | None = None) -> list[list[int]]:
+        """Selected bank-local unit indices per query, in pick order.
+
+        :param bank_ids: ``Q`` bank ids (unknown ids raise ``KeyError``)
+        :param questions: ``Q`` question texts (BM25 and demand features)
+        :param Z: ``[Q, d]`` unit-norm query vectors (NumPy or torch; NaN/inf raise ``ValueError``)
+        :param dates: optional ``Q`` datetimes (or None): each query's "now", for J's date-dependent terms
+        """
+        return self._select(self._store.snapshot, bank_ids, questions, Z, dates)
+
+    def _select(self, snap: Snapshot, bank_ids, questions, Z, dates) -> list[list[int]]:
+        if len(bank_ids) == 0 and len(questions) == 0:
+            return []
+        batch = make_batch(snap, bank_ids, questions, Z, dates, self.plan.device, self.plan.dtype)
+        self.last_timings = {}
+        timer = Timer(self.last_timings, self.plan.device)
+        plan, cfg = self.plan, self.cfg
+        if plan.backend == "compiled" and plan.front == "compiled" and all(snap.infos[b].plain for b in
+                                                                            set(batch.bidx.tolist())):
+            return compiled.select(snap, plan, cfg, self.head, batch, self._worker_pool(len(batch)), timer)
+        loc = tensor.localize(snap, plan, cfg, batch, timer)
+        dem = step4.demand(batch.questions, cfg, self.head)
+        timer.lap("text")
+        out: list[list[int] | None] = [None] * len(batch)
+        square = plan.backend != "compiled"
+        for rows in tensor.chunks(loc, square, plan.chunk_elems):
+            c = tensor.chunk_of(snap, cfg, loc, rows)
+            r = rows.cpu().numpy()
+            if plan.backend == "compiled":  # the tensor front, then the compiled steps 4-7
+                cols = {k: getattr(c, k).cpu().numpy() for k in ("bidx", "cand", "n_cand", "lt", "alpha", "hthread",
+                                                                 "rvec", "n_h", "tpos")}
+                timer.lap("roles")
+                sel, n_sel = compiled.run_stage(snap, cfg, compiled.stage_batch(snap, cfg, cols, dem.Mq[r], dem.delta[r],
+                                                                                dem.W[r], batch.now[r]))
+                sel, n_sel = torch.from_numpy(sel), torch.from_numpy(n_sel)
+                timer.lap("greedy")
+            else:
+                t = lambda a, dt=plan.dtype: torch.as_tensor(a[r], dtype=dt, device=plan.device)
+                sel, n_sel = tensor.select_chunk(snap, plan, cfg, c, t(dem.W), (t(dem.delta), t(dem.Mq)),
+                                                 t(batch.now, torch.float64), timer)
+            units = torch.gather(c.cand, 1, sel.to(c.cand.device).clamp(min=0)).tolist()
+            for q, u, n in zip(r.tolist(), units, n_sel.tolist()):
+                out[q] = u[:n]
+        timer.lap("output")
+        return out  # type: ignore[return-value]
+
+    def _worker_pool(self, Q: int) -> ThreadPoolExecutor | None:
+        workers = max(1, min(self.plan.threads, Q))
+        if workers <= 1:
+            return None
+        with self._pool_lock:  # callers may share one engine across their own threads
+            if self._pool is None or self._pool_size < workers:
+                if self._pool is not None:
+                    self._pool.shutdown(wait=False)
+                self._pool, self._pool_size = ThreadPoolExecutor(workers, thread_name_prefix="trawmem"), workers
+            return self._pool
+
+    # ------------------------------------------------------------------------------------------
+    # parts, for benchmarks
+    # ------------------------------------------------------------------------------------------
+    def candidate_sets(self, bank_ids: list[str], questions: list[str], Z) -> list[np.ndarray]:
+        """The candidate units U_q (bank-local ids, ascending) of each query: steps 1-3 only."""
+        if not len(bank_ids):
+            return []
+        snap = self._store.snapshot
+        batch = make_batch(snap, bank_ids, questions, Z, None, self.plan.device, self.plan.dtype)
+        loc = tensor.localize(snap, self.plan, self.cfg, batch, Timer({}, self.plan.device))
+        cand, n = loc.cand.cpu().numpy(), loc.n_cand.cpu().tolist()
+        return [cand[i, :k].copy() for i, k in enumerate(n)]
+
+    def candidate_kernel(self, bank_id: str, cand: np.ndarray) -> np.ndarray:
+        """``K [U, U]`` (float64 NumPy) of candidate units ``cand`` of bank ``bank_id``: the support
+        kernel the greedy maximizes coverage of."""
+        snap = self._store.snapshot
+        i = snap.bank_index(bank_id)
+        c = torch.as_tensor(np.asarray(cand, dtype=np.int64), device=self.device)
+        if self.cfg.kernel == "identity":
+            return np.eye(len(c))
+        if self.plan.tables:
+            n = int(snap.off.nu[i])
+            return torch.take(snap.t["ktab"], int(snap.off.koff[i]) + c[:, None] * n + c[None, :]).double().cpu().numpy()
+        gid = int(snap.off.uo[i]) + c
+        E = snap.t["unit_vecs"][gid]
+        lt = snap.t["unit_thread"][gid]
+        return support_kernel(E @ E.T, lt[:, None] == lt[None, :], self.cfg).double().cpu().numpy()
+
+    def table_nbytes(self) -> int:
+        """Bytes held by the per-bank K and bridge tables (0 when they are not built)."""
+        return self._store.snapshot.nbytes(("ktab", "btab")) if self.plan.tables else 0
+
+    def nbytes(self) -> int:
+        """Bytes of every table the engine holds (vectors, unit and thread tables, K, bridge, BM25)."""
+        return self._store.snapshot.nbytes()
+
+    def close(self) -> None:
+        """Stop the worker threads (an engine is also usable without calling this)."""
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool, self._pool_size = None, 0

@@ -1,0 +1,150 @@
+"""One call's queries as a typed batch, the query-bank similarities (GEMMs) and stage timing."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..objective import date_seconds
+from ..steps.candidates import own_dots
+from ..tensor_ops import bank_groups
+from .tables import Snapshot
+
+
+@dataclass
+class QueryBatch:
+    """The queries of one ``select_units`` call, checked, against one snapshot."""
+
+    bidx: np.ndarray
+    """[Q] int64 bank index (in the snapshot) of each query."""
+    questions: list[str]
+    Z: Tensor
+    """[Q, d] unit-norm query vectors on the engine's device, in its dtype."""
+    now: np.ndarray
+    """[Q] float64 each query's date (POSIX seconds; NaN = none)."""
+
+    def __len__(self) -> int:
+        return len(self.bidx)
+
+    def take(self, rows: np.ndarray) -> "QueryBatch":
+        return QueryBatch(self.bidx[rows], [self.questions[i] for i in rows.tolist()],
+                          self.Z[torch.as_tensor(rows, device=self.Z.device)], self.now[rows])
+
+
+def make_batch(snap: Snapshot, bank_ids, questions, Z, dates, device, dtype) -> QueryBatch:
+    """Check and convert a call's inputs: unknown bank ids raise ``KeyError``; mismatched lengths,
+    a wrong vector width, NaN / inf vectors and dates that are not datetimes raise ``ValueError``."""
+    bank_ids, questions = list(bank_ids), list(questions)
+    Q = len(bank_ids)
+    if len(questions) != Q:
+        raise ValueError(f"{Q} bank ids but {len(questions)} questions")
+    bidx = np.fromiter((snap.bank_index(b) for b in bank_ids), dtype=np.int64, count=Q)
+    Zt = Z.detach() if isinstance(Z, Tensor) else torch.as_tensor(np.asarray(Z, dtype=np.float64))
+    Zt = Zt.to(device=device, dtype=dtype)
+    d = snap.t["unit_vecs"].shape[1]
+    if Zt.ndim != 2 or Zt.shape[0] != Q or Zt.shape[1] != d:
+        raise ValueError(f"Z must have shape [{Q}, {d}], got {tuple(Zt.shape)}")
+    bad = ~torch.isfinite(Zt).all(dim=1)
+    if bool(bad.any()):
+        raise ValueError(f"query vectors hold NaN or inf (rows {bad.nonzero().flatten()[:10].tolist()})")
+    if dates is None:
+        now = np.full(Q, np.nan)
+    else:
+        dates = list(dates)
+        if len(dates) != Q:
+            raise ValueError(f"{Q} queries but {len(dates)} dates")
+        for i, d_ in enumerate(dates):
+            if d_ is not None and not isinstance(d_, datetime):
+                raise ValueError(f"dates[{i}] must be a datetime or None (got {type(d_).__name__})")
+        now = np.array([date_seconds(d_) for d_ in dates], dtype=np.float64)
+    return QueryBatch(bidx, questions, Zt, now)
+
+
+class Timer:
+    """Seconds per stage, summed into ``out`` (CUDA work is synchronized at each lap)."""
+
+    def __init__(self, out: dict, device: torch.device):
+        self.out = out
+        self.sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+        self.t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        self.sync()
+        now = time.perf_counter()
+        self.out[name] = self.out.get(name, 0.0) + now - self.t
+        self.t = now
+
+    def add(self, times: dict) -> None:
+        for k, v in times.items():
+            self.out[k] = self.out.get(k, 0.0) + v
+
+
+# ----------------------------------------------------------------------------------------------
+# similarities of each query with its own bank's rows
+# ----------------------------------------------------------------------------------------------
+def own_rows(starts: Tensor, counts: Tensor, bidx: Tensor) -> tuple[Tensor, Tensor]:
+    """Padded stored rows of each query's own bank: ``(ids [Q, W], mask [Q, W])``; padding slots
+    point at the bank's first row (never at another bank's)."""
+    n = counts[bidx]
+    local = torch.arange(int(n.max()), device=bidx.device)
+    mask = local[None, :] < n[:, None]
+    return starts[bidx][:, None] + torch.where(mask, local[None, :], 0), mask
+
+
+def sim_mode(sim: str, bidx: Tensor, snap: Snapshot, device: torch.device) -> str:
+    """``auto`` on CPU: ``grouped`` (one GEMM per distinct bank) while banks average 8 or more
+    queries of the batch, else ``dots`` (a compiled loop of per-query dot products over the own
+    bank, when numba imports); on CUDA ``grouped`` up to 64 distinct banks (one GEMM launch per
+    bank), then ``global`` while the stored rows are at most 16x the largest bank, else ``gather``.
+    (Measurements: README, "Batched engine".)"""
+    if sim != "auto":
+        return sim
+    from .._jit import HAS_NUMBA
+
+    n_banks = len(torch.unique(bidx))
+    if device.type == "cpu":
+        return "dots" if n_banks * 8 > len(bidx) and HAS_NUMBA else "grouped"
+    if n_banks <= 64:
+        return "grouped"
+    return "global" if snap.rows["unit_vecs"] <= 16 * snap.max_units else "gather"
+
+
+def similarity(snap: Snapshot, sim: str, Z: Tensor, bidx: Tensor, heads: bool, chunk_elems: int) -> Tensor:
+    """``[Q, W]`` cos(z_q, v) for every unit (or head, ``heads``) of each query's own bank, 0 on padding."""
+    vecs = snap.t["head_vecs" if heads else "unit_vecs"]
+    starts, counts = (snap.off_t.to, snap.off_t.nt) if heads else (snap.off_t.uo, snap.off_t.nu)
+    ids, _ = own_rows(starts, counts, bidx)
+    mode = sim_mode(sim, bidx, snap, Z.device)
+    if mode == "dots":
+        from .._jit import HAS_NUMBA
+
+        if not HAS_NUMBA or Z.device.type != "cpu":
+            raise ValueError("sim='dots' needs numba and a CPU engine")
+        Q, W = ids.shape
+        out = np.zeros((Q, W))  # row q at offset q * W of the flat buffer, zero past its bank
+        off = snap.off.to if heads else snap.off.uo
+        cnt = snap.off.nt if heads else snap.off.nu
+        own_dots(np.ascontiguousarray(Z.numpy()), vecs.numpy(), off, cnt, bidx.numpy(),
+                 np.arange(Q, dtype=np.int64) * W, out.reshape(-1))
+        return torch.from_numpy(out).to(Z.dtype)
+    if mode == "global":
+        rows = snap.rows["head_vecs" if heads else "unit_vecs"]
+        return torch.gather(Z @ vecs[:rows].T, 1, ids)
+    if mode == "grouped":
+        out = torch.zeros(ids.shape, dtype=Z.dtype, device=Z.device)
+        off, cnt = starts.tolist(), counts.tolist()
+        for bank, rows in bank_groups(bidx):
+            a, n = off[bank], cnt[bank]
+            out[rows, :n] = Z[rows] @ vecs[a:a + n].T
+        return out
+    if mode != "gather":
+        raise ValueError(f"sim must be 'auto', 'grouped', 'global', 'gather' or 'dots' (got {mode!r})")
+    out = torch.empty(ids.shape, dtype=Z.dtype, device=Z.device)
+    step = max(1, max(chunk_elems, 1 << 24) // max(1, ids.shape[1] * vecs.shape[1]))
+    for s in range(0, ids.shape[0], step):
+        out[s:s + step] = torch.bmm(vecs[ids[s:s + step]], Z[s:s + step, :, None]).squeeze(2)
+    return torch.where(own_rows(starts, counts, bidx)[1], out, 0.0)

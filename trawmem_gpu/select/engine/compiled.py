@@ -1,0 +1,424 @@
+"""The compiled backend (CPU, numba): two loops over a chunk of queries, one query at a time in
+cache, composed from the steps' compiled variants.
+
+* :func:`front_loop`, steps 1-3 (after one GEMM per bank for the query-unit cosines): BM25 of the
+  bank's units (the query tokens' CSC columns added in token order in float32: bm25s' bits),
+  the RRF affinity (``steps.candidates.rrf_row``), best-unit seeds, propagation and the capped
+  neighbourhood (``steps.propagation.propagate_one``), the candidates.
+* :func:`stage_loop`, steps 4-7: gravity (``steps.priority.gravity_one``), the unit features with
+  the bridge read off the per-bank table, rho and phi (``steps.roles.unit_roles``), costs and
+  priorities, and the lazy greedy (``steps.greedy.lazy_greedy_one``) over J's terms
+  (``objective``), with K rows gathered from the per-bank table on first use.
+
+Arguments travel as NamedTuples of arrays (numba passes them as structs). Queries run grouped by
+bank (a stable sort: one GEMM per bank over a contiguous block of rows, the bank's tables stay in
+cache through its queries), in chunks; the calling thread first does the text work of every chunk
+(question tokens, demand features: Python, under the GIL), then the chunks run, on worker threads
+when ``threads > 1`` (the GEMMs and the compiled loops release the GIL). The tensor backend's
+steps are the specification these loops are tested against.
+"""
+from __future__ import annotations
+
+import time
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from .._jit import njit
+from ..objective import LAMBDA_M, LAMBDA_R, TAU, W_COV, W_ROLE, W_THR, CoverageWeights, ModularInputs, \
+    modular_gain, support_from_cosine_compiled, weight_columns
+from ..steps import candidates as step3
+from ..steps import roles as step4
+from ..steps.greedy import CompiledQuery, GreedyScratch, KSource, StopRule, lazy_greedy_one, pick_limit
+from ..steps.priority import effective_budget, gravity_one, unit_cost_compiled
+from ..steps.propagation import PropagationParams, ThreadGraph, ThreadScratch, propagate_one, propagation_params
+from .batch import QueryBatch, Timer
+from .tables import Offsets, Snapshot
+
+FRONT_ROWS = 1 << 20
+"""Compiled front: queries per chunk x largest bank (bounds the ``[Qc, N]`` cosine buffer)."""
+
+
+# ----------------------------------------------------------------------------------------------
+# the loops' arguments
+# ----------------------------------------------------------------------------------------------
+class FrontTables(NamedTuple):
+    ult: np.ndarray
+    """[units] bank-local thread of every stored unit."""
+    nbr: np.ndarray
+    nbw: np.ndarray
+    bm_data: np.ndarray
+    bm_idx: np.ndarray
+    bm_ptr: np.ndarray
+
+
+class FrontBatch(NamedTuple):
+    bidx: np.ndarray
+    cos: np.ndarray
+    """Flat cosines: query q's units at ``coff[q] : coff[q] + nu[bidx[q]]``."""
+    coff: np.ndarray
+    tok_ptr: np.ndarray
+    """CSR over ``tok_ids``: each query's BM25 columns (``col0[b] + term``), in token order."""
+    tok_ids: np.ndarray
+
+
+class Candidates(NamedTuple):
+    """Steps 1-3 output per query row (written by :func:`front_loop`)."""
+
+    cand: np.ndarray
+    """[Qc, U] bank-local candidate units, ascending."""
+    n_cand: np.ndarray
+    lt: np.ndarray
+    """[Qc, U] neighbourhood position of each candidate's thread."""
+    alpha: np.ndarray
+    hthread: np.ndarray
+    """[Qc, T] the neighbourhood's bank-local threads, ascending (-1 pad)."""
+    rvec: np.ndarray
+    """[Qc, T] their r~ (0 pad)."""
+    n_h: np.ndarray
+    tpos: np.ndarray
+    """[Qc, J] a bank thread's neighbourhood position, -1 outside."""
+
+
+class StageTables(NamedTuple):
+    ktab: np.ndarray
+    btab: np.ndarray
+    head_sim: np.ndarray
+    temporal: np.ndarray
+    position: np.ndarray
+    d_in: np.ndarray
+    graph: ThreadGraph
+
+
+class StageBatch(NamedTuple):
+    """Steps 4-7 input per query row: its bank, the candidates (see :class:`Candidates`), J's
+    modular part, the demand (``Mq``, ``delta``), the weights ``W [Qc, len(QUERY_WEIGHTS)]``, B_q
+    and the pick limit."""
+
+    bidx: np.ndarray
+    cand: np.ndarray
+    n_cand: np.ndarray
+    lt: np.ndarray
+    alpha: np.ndarray
+    modular: np.ndarray
+    hthread: np.ndarray
+    rvec: np.ndarray
+    n_h: np.ndarray
+    tpos: np.ndarray
+    Mq: np.ndarray
+    delta: np.ndarray
+    W: np.ndarray
+    budget: np.ndarray
+    limit: np.ndarray
+
+
+class StageParams(NamedTuple):
+    T_R: float
+    c_hop: float
+    cross_thread: bool
+    identity: bool
+    k_shift: float
+    stop_coverage: float
+
+
+def stage_params(cfg) -> StageParams:
+    return StageParams(float(cfg.T_R), float(cfg.c_hop), bool(cfg.cross_thread), cfg.kernel == "identity",
+                       float(cfg.k_shift), float(cfg.stop_coverage))
+
+
+def front_tables(snap: Snapshot) -> FrontTables:
+    n = snap.np
+    return FrontTables(n["unit_thread"], n["nbr"], n["nbw"], n["bm_data"], n["bm_idx"], n["bm_ptr"])
+
+
+def stage_tables(snap: Snapshot) -> StageTables:
+    n = snap.np
+    return StageTables(n["ktab"], n["btab"], n["head_sim"], n["temporal"], n["position"], n["d_in"],
+                       ThreadGraph(n["nbr"], n["nbw"], snap.dummy_thread))
+
+
+# ----------------------------------------------------------------------------------------------
+# the loops
+# ----------------------------------------------------------------------------------------------
+@njit(cache=True, nogil=True, error_model="numpy")
+def front_loop(tab, off, x, rrf_k, p, out):  # pragma: no cover - compiled
+    """Steps 1-3 per query (see the module docstring): ``tab`` :class:`FrontTables`, ``off``
+    ``tables.Offsets``, ``x`` :class:`FrontBatch`, ``p`` ``PropagationParams``; writes ``out``
+    (:class:`Candidates`)."""
+    Q = x.bidx.shape[0]
+    N = 1
+    J = 1
+    for q in range(Q):
+        N = max(N, off.nu[x.bidx[q]])
+        J = max(J, off.nt[x.bidx[q]])
+    bm = np.empty(N, dtype=np.float32)
+    bmbits = bm.view(np.int32)  # positive float32 scores order like their bits
+    vals = np.empty(N)
+    alpha = np.empty(N)
+    rs = step3.RankScratch(np.empty(N, np.int64), np.empty(N, np.int64), np.empty(N, np.int64),
+                           np.empty(max(N + 1, 4 * 257), np.int64))
+    r0 = np.empty(J)
+    r = np.empty(J)
+    in_h = np.empty(J, dtype=np.bool_)
+    ts = ThreadScratch(np.empty(max(p.n_seeds, 1), np.int64), np.empty(J, np.bool_), np.empty(J, np.int64),
+                       np.empty(J, np.bool_))
+    W = out.cand.shape[1]
+    for q in range(Q):
+        b = x.bidx[q]
+        m = off.nu[b]
+        n = off.nt[b]
+        nz = off.nz0[b]
+        # step 3, affinity: BM25 (float32, query-token order), then RRF with the cosine ranks
+        for j in range(m):
+            bm[j] = np.float32(0.0)
+        for k in range(x.tok_ptr[q], x.tok_ptr[q + 1]):
+            t = x.tok_ids[k]
+            for e in range(tab.bm_ptr[t], tab.bm_ptr[t + 1]):
+                bm[tab.bm_idx[nz + e]] += tab.bm_data[nz + e]
+        c0 = x.coff[q]
+        for j in range(m):
+            vals[j] = x.cos[c0 + j]
+        step3.rrf_row(vals, m, bm, bmbits, rrf_k, alpha, rs)
+        # step 1: best-unit seed scores
+        for t in range(n):
+            r0[t] = -np.inf
+        u0 = off.uo[b]
+        for j in range(m):
+            t = tab.ult[u0 + j]
+            if alpha[j] > r0[t]:
+                r0[t] = alpha[j]
+        # step 2: propagation and the capped neighbourhood
+        propagate_one(r0, n, off.to[b], tab.nbr, tab.nbw, p, ts, r, in_h)
+        k = 0
+        for t in range(n):
+            if in_h[t]:
+                if k >= out.hthread.shape[1]:
+                    raise IndexError("neighbourhood buffer narrower than a query's neighbourhood")
+                out.tpos[q, t] = k
+                out.hthread[q, k] = t
+                out.rvec[q, k] = r[t]
+                k += 1
+            else:
+                out.tpos[q, t] = -1
+        out.n_h[q] = k
+        # step 3: the candidates, ascending
+        k = 0
+        for j in range(m):
+            t = tab.ult[u0 + j]
+            if in_h[t]:
+                if k >= W:  # the caller's bound on |U_q| was wrong: never write past the buffer
+                    raise IndexError("candidate buffer narrower than a query's candidate set")
+                out.cand[q, k] = j
+                out.lt[q, k] = out.tpos[q, t]
+                out.alpha[q, k] = alpha[j]
+                k += 1
+        out.n_cand[q] = k
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
+    """Steps 4-7 per query (see the module docstring): ``tab`` :class:`StageTables`, ``off``
+    ``tables.Offsets``, ``x`` :class:`StageBatch`, ``p`` :class:`StageParams`; writes the picks
+    (candidate slots) to ``sel [Qc, B]`` and their number to ``n_sel``."""
+    Q, U = x.cand.shape
+    T = x.hthread.shape[1]
+    R = x.Mq.shape[1]
+    F = x.Mq.shape[2]
+    U1, T1 = max(U, 1), max(T, 1)
+    rho = np.empty((U1, R))
+    pq = np.empty(U1)
+    um = np.empty(U1)
+    bound = np.empty(U1)
+    kub = np.empty(max(U * T, 1))
+    Dh = np.empty((T1, T1))
+    grav = np.empty(T1)
+    mass = np.empty(T1)
+    hrows = np.empty(T1, np.int64)
+    f = np.empty(F)
+    lg = np.empty(R)
+    gs = GreedyScratch(np.empty(U1 * U1), np.empty(U1), np.empty(max(R, 1)), np.empty(U1), np.empty(U1, np.int64),
+                       np.empty(U1, np.int64), np.zeros(U1, np.bool_), np.zeros(T1, np.bool_))
+    no_support = p.identity or not p.cross_thread  # K is 0 across threads: no bound from the other threads
+    k_shift = p.k_shift
+    for q in range(Q):
+        n = x.n_cand[q]
+        lim = x.limit[q]
+        if n <= 0 or lim <= 0:
+            continue
+        b = x.bidx[q]
+        nt = x.n_h[q]
+        w = x.W[q]
+        lam_m, lam_r, tau = w[LAMBDA_M], w[LAMBDA_R], w[TAU]
+        uo, boff, jb = off.uo[b], off.boff[b], off.nt[b]  # the bank's rows (locals: loaded once per query)
+        cq = x.cand[q, :n]
+        # steps 5-6: gravity of each neighbourhood thread
+        for i in range(nt):
+            hrows[i] = off.to[b] + x.hthread[q, i]
+        gravity_one(nt, hrows, x.tpos[q], tab.graph, x.rvec[q], tau, p.c_hop, p.cross_thread, Dh, grav)
+        for k in range(nt):
+            mass[k] = 0.0
+        # step 4: features (bridge from the table), rho, phi; steps 5-6: cost and capped weight
+        kappa = 1.0 / max(1, x.budget[q])
+        wsum = 0.0
+        for u in range(n):
+            gl = uo + cq[u]
+            t = x.lt[q, u]
+            brow = boff + cq[u] * jb
+            br = -np.inf
+            kr = kub[u * T:(u + 1) * T]  # K(u, v) <= kr[j] for every unit v of neighbourhood thread j
+            for j in range(nt):
+                if j != t:
+                    c = tab.btab[brow + x.hthread[q, j]]
+                    if c > br:
+                        br = c
+                    kr[j] = 0.0 if no_support else support_from_cosine_compiled(c, k_shift)
+                else:
+                    kr[j] = 1.0
+            br = 0.0 if br == -np.inf else min(max(br, 0.0), 1.0)
+            f[0] = 1.0
+            f[1] = x.alpha[q, u]
+            f[2] = x.rvec[q, t]
+            f[3] = br
+            f[4] = tab.head_sim[gl]
+            f[5] = tab.temporal[gl]
+            f[6] = tab.position[gl]
+            phi = step4.unit_roles(f, x.Mq, x.delta, q, p.T_R, lg, rho, u)
+            cost = unit_cost_compiled(tab.d_in[gl], x.alpha[q, u], phi, lam_m, lam_r)
+            wu = min(kappa, grav[t] * np.exp(-cost / tau))
+            pq[u] = wu
+            wsum += wu
+        for u in range(n):
+            pq[u] = pq[u] / wsum if wsum > 0 else 0.0
+            mass[x.lt[q, u]] += pq[u]
+        for u in range(n):
+            um[u] = mass[x.lt[q, u]]
+            if p.identity:
+                bound[u] = pq[u]
+            else:
+                ub = 0.0
+                for j in range(nt):
+                    ub += mass[j] * kub[u * T + j]
+                bound[u] = ub
+        # step 7: the lazy greedy over J
+        g = CompiledQuery(pq[:n], rho[:n], x.delta[q], x.modular[q, :n], x.lt[q, :n], um[:n], bound[:n],
+                          KSource(tab.ktab, off.koff[b], off.nu[b], cq, p.identity),
+                          CoverageWeights(w[W_COV], w[W_ROLE], w[W_THR]), StopRule(lim, p.stop_coverage, lim))
+        n_sel[q] = lazy_greedy_one(g, gs, sel[q])
+
+
+# ----------------------------------------------------------------------------------------------
+# orchestration
+# ----------------------------------------------------------------------------------------------
+def run_stage(snap: Snapshot, cfg, x: StageBatch) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`stage_loop` on one chunk: ``(sel [Qc, B] candidate slots (-1 pad), n_sel [Qc])``."""
+    Q = len(x.bidx)
+    sel = np.full((Q, cfg.budget), -1, dtype=np.int64)
+    n_sel = np.zeros(Q, dtype=np.int64)
+    tab = snap.lazy("stage_tables", lambda: stage_tables(snap))
+    stage_loop(tab, snap.off, x, stage_params(cfg), sel, n_sel)
+    return sel, n_sel
+
+
+def stage_batch(snap: Snapshot, cfg, cols: dict, Mq, delta, W: np.ndarray, now: np.ndarray) -> StageBatch:
+    """A :class:`StageBatch` from NumPy columns (``cols``: the :class:`Candidates` fields and
+    ``bidx``); J's modular part from ``objective.modular_gain``, B_q and the limit from the rule."""
+    c = {k: np.ascontiguousarray(v) for k, v in cols.items()}
+    n_cand, cand = c["n_cand"], c["cand"]
+    def attrs():  # the candidates' unit attributes, gathered only if a term with a weight reads them
+        valid = np.arange(cand.shape[1])[None, :] < n_cand[:, None]
+        return snap.np["attrs"][snap.off.uo[c["bidx"]][:, None] + np.where(valid, cand, 0)]
+
+    modular = modular_gain(ModularInputs(c["alpha"], attrs, now[:, None]), weight_columns(W), cfg)
+    budget = effective_budget(cfg.budget, n_cand)
+    limit = pick_limit(StopRule(budget, cfg.stop_coverage, cfg.budget), n_cand)
+    return StageBatch(bidx=c["bidx"], cand=cand, n_cand=n_cand, lt=c["lt"], alpha=c["alpha"],
+                      modular=np.ascontiguousarray(modular), hthread=c["hthread"], rvec=c["rvec"], n_h=c["n_h"],
+                      tpos=c["tpos"], Mq=np.ascontiguousarray(Mq), delta=np.ascontiguousarray(delta),
+                      W=np.ascontiguousarray(W), budget=budget.astype(np.int64), limit=limit)
+
+
+def select(snap: Snapshot, plan, cfg, head, batch: QueryBatch, pool, timer: Timer) -> list[list[int]]:
+    """All steps with the compiled front and stage (see the module docstring); picks per query in
+    input order. ``pool``: a thread pool for ``plan.threads > 1`` workers, or None."""
+    Q = len(batch)
+    order = np.argsort(batch.bidx, kind="stable")
+    chunk = max(1, FRONT_ROWS // max(1, snap.max_units))
+    workers = max(1, min(plan.threads, Q))
+    if workers > 1:
+        chunk = min(chunk, max(16, -(-Q // (4 * workers))))
+    out: list[list[int] | None] = [None] * Q
+    timer.lap("text")  # (input checks)
+    t0 = time.perf_counter()
+    bm = snap.bm25
+    texts = []
+    for s in range(0, Q, chunk):
+        rows = order[s:s + chunk]
+        qtext = [batch.questions[i] for i in rows.tolist()]
+        ptr, ids, _slow = step3.bm25_columns(batch.bidx[rows].tolist(), qtext, bm.vocabs, bm.plain, bm.store.col0)
+        texts.append((rows, (ptr, ids), step4.demand(qtext, cfg, head)))
+    timer.out["text"] = timer.out.get("text", 0.0) + time.perf_counter() - t0
+    Zn = batch.Z.numpy()
+    pending = [_chunk(snap, plan, cfg, batch, Zn, *t) if pool is None else pool.submit(_chunk, snap, plan, cfg, batch,
+                                                                                       Zn, *t) for t in texts]
+    t0 = None
+    for item in pending:
+        rows, picks, times = item if pool is None else item.result()
+        t0 = t0 or time.perf_counter()
+        for q, units in zip(rows.tolist(), picks):
+            out[q] = units
+        timer.add(times)
+    timer.out["output"] = timer.out.get("output", 0.0) + time.perf_counter() - (t0 or time.perf_counter())
+    return out  # type: ignore[return-value]
+
+
+def _chunk(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: np.ndarray, cols, demand):
+    """One chunk of :func:`select` (``rows``: query indices, bank-sorted): the cosines (one GEMM
+    per bank, or per-query dots when banks average fewer than 8 queries), :func:`front_loop` and
+    :func:`stage_loop`. Returns ``(rows, picks, stage seconds)``."""
+    times: dict[str, float] = {}
+    t0 = time.perf_counter()
+
+    def lap(name):
+        nonlocal t0
+        now = time.perf_counter()
+        times[name] = times.get(name, 0.0) + now - t0
+        t0 = now
+
+    off = snap.off
+    bidx = batch.bidx[rows]
+    Qc = len(rows)
+    nu = off.nu[bidx]
+    coff = np.zeros(Qc, dtype=np.int64)
+    np.cumsum(nu[:-1], out=coff[1:])
+    cos = np.empty(int(nu.sum()))
+    Zc = np.ascontiguousarray(Zn[rows])
+    cut = np.flatnonzero(np.diff(bidx)) + 1
+    starts, ends = np.concatenate([[0], cut]), np.concatenate([cut, [Qc]])
+    if plan.sim == "dots" or (plan.sim == "auto" and len(starts) * 8 > Qc):
+        step3.own_dots(Zc, snap.np["unit_vecs"], off.uo, off.nu, bidx, coff, cos)
+    else:
+        Zc_t, vecs = torch.from_numpy(Zc), snap.t["unit_vecs"]
+        for a, e in zip(starts.tolist(), ends.tolist()):
+            n, uo, o = int(nu[a]), int(off.uo[bidx[a]]), int(coff[a])
+            torch.mm(Zc_t[a:e], vecs[uo:uo + n].T, out=torch.from_numpy(cos[o:o + (e - a) * n]).view(e - a, n))
+    lap("similarity")
+    J = int(off.nt[bidx].max())
+    T = max(1, min(J, max(cfg.neighborhood_cap, cfg.n_seeds)))
+    Ub = max(1, int(snap.ucap[bidx].max()))  # most candidates any of these queries can have
+    # every entry a later step reads is written by the front loop: no fill needed, but for alpha,
+    # whose padding goes through J's (vectorized) modular part
+    c = Candidates(cand=np.empty((Qc, Ub), np.int64), n_cand=np.empty(Qc, np.int64), lt=np.empty((Qc, Ub), np.int64),
+                   alpha=np.zeros((Qc, Ub)), hthread=np.empty((Qc, T), np.int64), rvec=np.empty((Qc, T)),
+                   n_h=np.empty(Qc, np.int64), tpos=np.empty((Qc, J), np.int64))
+    x = FrontBatch(bidx, cos, coff, *cols)
+    front_loop(snap.lazy("front_tables", lambda: front_tables(snap)), off, x, float(cfg.rrf_k),
+               propagation_params(cfg, J), c)
+    lap("localize")
+    delta, Mq, W = demand
+    sb = stage_batch(snap, cfg, dict(c._asdict(), bidx=bidx), Mq, delta, W, batch.now[rows])
+    sel, n_sel = run_stage(snap, cfg, sb)
+    lap("select")
+    picks = [c.cand[i, sel[i, :n_sel[i]]].tolist() for i in range(Qc)]
+    lap("output")
+    return rows, picks, times

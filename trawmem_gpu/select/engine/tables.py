@@ -1,0 +1,389 @@
+"""The engine's per-bank, query-independent tables, and the store that holds them for many banks.
+
+Per bank (:func:`build_bank`): unit and head vectors, each unit's bank-local thread, the unit
+features that do not depend on the query (cosine to its head, temporal flag, position), the
+in-thread distance ``d_in`` (step 5), the modular terms' unit attributes, the thread graph as
+padded neighbour lists, its BM25 score matrix (CSC), and, while they fit in
+``EngineConfig.table_bytes``: the support kernel ``K_b [N, N]`` (a candidate set's K is then a
+gather, never an ``E E^T`` product) and ``btab [N, J]`` = each unit's best cosine per thread (the
+bridge feature is a max over T entries instead of U, and the compiled greedy's step-0 bounds
+read it).
+
+The store (:class:`TableStore`) keeps every bank's arrays side by side in growable buffers, one
+per table, so the batched steps address any query's bank by offsets: unit ``i`` of bank ``b`` is
+row ``uo[b] + i``, thread ``j`` row ``to[b] + j`` (row 0 is a dummy thread without neighbours),
+``K_b[i, j]`` entry ``koff[b] + i * N_b + j``. No step can reach another bank's rows.
+
+Per-bank refresh: :meth:`TableStore.put` builds the new bank's arrays, appends them past the end
+of every buffer (growing a buffer into a new, larger one when full) and publishes a new
+:class:`Snapshot`; :meth:`TableStore.remove` publishes one without the bank. A snapshot is
+immutable and a query batch reads one snapshot from start to end, so concurrent readers see the
+old bank or the new one, never a mix: appends only write rows no published snapshot reads, and a
+buffer that grows or is compacted is a new buffer (old snapshots keep the old one alive). Rows of
+replaced or removed banks are reclaimed by a compaction once they outweigh the live rows.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ...build.graph import SEMANTIC
+from ...store.bank import Bank
+from ..context import unit_features
+from ..lexical import BM25Index
+from ..objective import UNIT_ATTRIBUTES, support_kernel, unit_attributes
+from ..steps.candidates import BM25Store
+from ..steps.priority import in_thread_distances
+
+
+class Layout(NamedTuple):
+    """How tables are built: device and dtype of the device tables, and which optional ones."""
+
+    device: torch.device
+    dtype: torch.dtype
+    dim: int
+    with_tables: bool
+    """Build ``ktab`` / ``btab``."""
+    lexical: bool
+    """Build BM25 (the affinity reads it)."""
+    heads: bool
+    """Store the head vectors (head or max seeds read them; best-unit seeds do not)."""
+
+
+@dataclass(frozen=True, eq=False)
+class BankInfo:
+    """The Python side of one stored bank."""
+
+    bank: Bank
+    n_units: int
+    n_threads: int
+    ucap: int
+    """Most candidates a query can have: its ``max(cap, n_seeds)`` longest threads."""
+    bm25: BM25Index | None
+    vocab: dict | None
+    plain: bool
+    """bm25s keeps a plain float32 score matrix (no non-occurrence term): the batched BM25 applies."""
+
+
+# (table, group, dtype kind, fill) -- the rows of one group are appended together, per bank
+TABLES = (
+    ("unit_vecs", "unit", "float", 0), ("unit_thread", "unit", "int", 0), ("head_sim", "unit", "float", 0),
+    ("temporal", "unit", "float", 0), ("position", "unit", "float", 0), ("d_in", "unit", "float", 0),
+    ("attrs", "unit", "float64", 0),
+    ("head_vecs", "thread", "float", 0), ("nbr", "thread", "int", -1), ("nbw", "thread", "float", 0),
+    ("ktab", "k", "float", 0), ("btab", "b", "float", 0),
+    ("bm_data", "nz", "float32", 0), ("bm_idx", "nz", "int", 0), ("bm_ptr", "col", "int", 0),
+)
+HOST_GROUPS = ("nz", "col")
+"""BM25 stays on the CPU (the text stage is CPU work)."""
+
+
+def build_bank(bank: Bank, cfg, layout: Layout) -> tuple[BankInfo, dict[str, np.ndarray]]:
+    """One bank's info and arrays (NumPy, or tensors on the device; the store copies them)."""
+    bank.validate()
+    if bank.unit_vecs.shape[1] != layout.dim:
+        raise ValueError(f"bank {bank.bank_id!r} has {bank.unit_vecs.shape[1]}-dimensional vectors, the engine "
+                         f"{layout.dim}")
+    N, J = bank.n_units, bank.n_threads
+    head_sim, temporal, position = unit_features(bank)
+    ult = bank.unit_thread
+    a = dict(unit_vecs=bank.unit_vecs, unit_thread=ult, head_sim=head_sim, temporal=temporal, position=position,
+             d_in=in_thread_distances(head_sim, bank.thread_offsets, cfg.c_head, cfg.c_step),
+             attrs=unit_attributes(bank), head_vecs=bank.head_vecs if layout.heads else np.zeros((J, 0)))
+    a["nbr"], a["nbw"] = _neighbours(bank, cfg.semantic_edges)
+    if layout.with_tables:
+        a["ktab"], a["btab"] = _kernel_tables(bank, cfg, layout)
+    bm25 = vocab = None
+    plain = False
+    if layout.lexical:
+        bm25 = BM25Index([t.embed_text() for t in bank.turns])
+        vocab = bm25.vocab
+        m = bm25.model
+        plain = getattr(m, "nonoccurrence_array", None) is None and isinstance(m.scores, dict)
+        if plain:
+            a["bm_data"], a["bm_idx"] = m.scores["data"], m.scores["indices"]
+            a["bm_ptr"] = m.scores["indptr"]
+    h = max(cfg.neighborhood_cap, cfg.n_seeds)
+    ucap = int(np.sort(np.diff(bank.thread_offsets))[::-1][:h].sum())
+    return BankInfo(bank, N, J, ucap, bm25, vocab, plain), a
+
+
+def _neighbours(bank: Bank, semantic: bool) -> tuple[np.ndarray, np.ndarray]:
+    """G_H as padded neighbour lists ``[J, D_b]`` (bank-local ids, -1 = none) and weights; semantic
+    edges dropped when the config says so; a repeated (src, dst) keeps its largest weight (what a
+    max-over-paths relaxation sees)."""
+    keep = np.ones(len(bank.edge_src), dtype=bool) if semantic else (bank.edge_kind != SEMANTIC)
+    src, dst = bank.edge_src[keep].astype(np.int64), bank.edge_dst[keep].astype(np.int64)
+    w = bank.edge_w[keep].astype(np.float64)
+    order = np.lexsort((-w, dst, src))
+    src, dst, w = src[order], dst[order], w[order]
+    first = np.ones(len(src), dtype=bool)
+    first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+    src, dst, w = src[first], dst[first], w[first]
+    J = bank.n_threads
+    deg = np.bincount(src, minlength=J)
+    D = max(1, int(deg.max()) if len(deg) else 1)
+    slot = np.arange(len(src)) - np.concatenate([[0], np.cumsum(deg)])[src]
+    nbr = np.full((J, D), -1, dtype=np.int64)
+    nbw = np.zeros((J, D))
+    nbr[src, slot] = dst
+    nbw[src, slot] = w
+    return nbr, nbw
+
+
+def _kernel_tables(bank: Bank, cfg, layout: Layout) -> tuple[Tensor | None, Tensor]:
+    """``(ktab [N * N], btab [N * J])``: the bank's support kernel (the objective's
+    ``support_kernel`` of its Gram matrix, so a gather gives exactly a candidate set's K) and each
+    unit's best cosine per thread."""
+    E = torch.as_tensor(np.ascontiguousarray(bank.unit_vecs), dtype=layout.dtype, device=layout.device)
+    G = E @ E.T
+    lt = torch.as_tensor(bank.unit_thread, device=layout.device)
+    N, J = bank.n_units, bank.n_threads
+    bt = torch.full((N, J), float("-inf"), dtype=layout.dtype, device=layout.device)
+    bt.scatter_reduce_(1, lt[None, :].expand(N, N), G, reduce="amax", include_self=True)
+    if cfg.kernel == "identity":
+        return None, bt.flatten()
+    return support_kernel(G, lt[:, None] == lt[None, :], cfg).flatten(), bt.flatten()
+
+
+def table_bytes_needed(banks: list[Bank], cfg, element_size: int) -> int:
+    """Bytes ``ktab`` and ``btab`` need for ``banks``."""
+    k = 0 if cfg.kernel == "identity" else sum(b.n_units ** 2 for b in banks)
+    return (k + sum(b.n_units * b.n_threads for b in banks)) * element_size
+
+
+# ----------------------------------------------------------------------------------------------
+# the store
+# ----------------------------------------------------------------------------------------------
+class Offsets(NamedTuple):
+    """Per stored bank (NumPy int64 ``[B]``, or torch on the device): first unit row ``uo``, first
+    thread row ``to``, ``ktab`` / ``btab`` entry offsets, BM25 entry and column offsets, units and
+    threads."""
+
+    uo: object
+    to: object
+    koff: object
+    boff: object
+    nz0: object
+    col0: object
+    nu: object
+    nt: object
+
+
+class _Segment:
+    """One growable table: a buffer of ``cap`` rows, ``end`` of them written."""
+
+    def __init__(self, shape: tuple, dtype: torch.dtype, device, fill, cap: int):
+        self.shape, self.dtype, self.device, self.fill = shape, dtype, device, fill
+        self.buf = torch.full((max(cap, 1), *shape), fill, dtype=dtype, device=device)
+        self.end = 0
+
+    def append(self, rows) -> int:
+        """Write ``rows`` (NumPy or torch) past the end, into a new, larger (or, for neighbour
+        lists, wider) buffer when they do not fit; returns their first row."""
+        n = len(rows)
+        wide = len(self.shape) and rows.ndim > 1 and rows.shape[1] > self.shape[0]
+        if wide or self.end + n > self.buf.shape[0]:
+            cap = max(2 * self.buf.shape[0], self.end + n) if self.end + n > self.buf.shape[0] else self.buf.shape[0]
+            self._regrow(cap, (rows.shape[1],) if wide else self.shape)
+        if n:
+            t = rows if isinstance(rows, Tensor) else torch.as_tensor(np.ascontiguousarray(rows))
+            t = t.to(device=self.device, dtype=self.dtype)
+            if len(self.shape):
+                self.buf[self.end:self.end + n, :t.shape[1]] = t
+            else:
+                self.buf[self.end:self.end + n] = t
+        start = self.end
+        self.end += n
+        return start
+
+    def _regrow(self, cap: int, shape: tuple) -> None:
+        new = torch.full((cap, *shape), self.fill, dtype=self.dtype, device=self.device)
+        if len(shape):
+            new[:self.end, :self.shape[0]] = self.buf[:self.end]
+        else:
+            new[:self.end] = self.buf[:self.end]
+        self.buf, self.shape = new, shape
+
+
+@dataclass(frozen=True, eq=False)
+class _Entry:
+    info: BankInfo
+    start: dict
+    count: dict
+
+
+class Snapshot:
+    """An immutable view of the stored banks: their infos, offsets and the table buffers.
+
+    ``t[name]`` is the full buffer of table ``name`` (device tensor; the BM25 tables on the
+    CPU); ``np[name]`` its NumPy view on a CPU engine. Lazily, per snapshot: the head index of
+    the head seeds and the NumPy structures of the compiled backend.
+    """
+
+    def __init__(self, entries: list[_Entry], segments: dict[str, _Segment], device):
+        self.infos: tuple[BankInfo, ...] = tuple(e.info for e in entries)
+        self.index: dict[str, int] = {e.info.bank.bank_id: i for i, e in enumerate(entries)}
+        groups = {g for _, g, _, _ in TABLES}
+        col = {g: np.array([e.start[g] for e in entries], dtype=np.int64) for g in groups}
+        self.off = Offsets(col["unit"], col["thread"], col["k"], col["b"], col["nz"], col["col"],
+                           np.array([i.n_units for i in self.infos], dtype=np.int64),
+                           np.array([i.n_threads for i in self.infos], dtype=np.int64))
+        self.off_t = Offsets(*(torch.as_tensor(a, device=device) for a in self.off))
+        self.rows = {name: s.end for name, s in segments.items()}
+        self.t: dict[str, Tensor] = {name: s.buf for name, s in segments.items()}
+        self.np: dict[str, np.ndarray] = {name: b.numpy() for name, b in self.t.items() if b.device.type == "cpu"}
+        self.dummy_thread = 0
+        self.ucap = np.array([i.ucap for i in self.infos], dtype=np.int64)
+        self.max_units = int(self.off.nu.max())
+        self.max_threads = int(self.off.nt.max())
+        self._lock = threading.Lock()
+        self._lazy: dict = {}
+
+    @property
+    def banks(self) -> list[Bank]:
+        return [i.bank for i in self.infos]
+
+    def bank_index(self, bank_id: str) -> int:
+        try:
+            return self.index[bank_id]
+        except KeyError:
+            raise KeyError(f"unknown bank id {bank_id!r}") from None
+
+    def lazy(self, key: str, build):
+        """``build()`` once per snapshot (thread-safe), e.g. the head index."""
+        with self._lock:
+            if key not in self._lazy:
+                self._lazy[key] = build()
+            return self._lazy[key]
+
+    def nbytes(self, names=None) -> int:
+        return sum(b.element_size() * b.nelement() for n, b in self.t.items() if names is None or n in names)
+
+    @property
+    def bm25(self) -> "BM25View":
+        """The banks' BM25 vocabularies and score matrices, for the batched BM25 of step 3."""
+        return self.lazy("bm25", lambda: BM25View(
+            [i.vocab for i in self.infos], [i.plain for i in self.infos],
+            BM25Store(self.np["bm_data"], self.np["bm_idx"], self.np["bm_ptr"], self.off.col0, self.off.nz0)))
+
+
+class BM25View(NamedTuple):
+    vocabs: list
+    plain: list
+    store: BM25Store
+
+
+class TableStore:
+    """Every bank's tables side by side (see the module docstring); ``snapshot`` is the current
+    :class:`Snapshot`, replaced as a whole by :meth:`put` and :meth:`remove`."""
+
+    def __init__(self, banks: list[Bank], cfg, layout: Layout):
+        if not banks:
+            raise ValueError("SelectionEngine needs at least one bank")
+        ids = [b.bank_id for b in banks]
+        if len(set(ids)) != len(ids):
+            dup = sorted({i for i in ids if ids.count(i) > 1})
+            raise ValueError(f"bank ids must be unique (repeated: {dup[:5]})")
+        self.cfg, self.layout = cfg, layout
+        self._lock = threading.Lock()
+        built = [build_bank(b, cfg, layout) for b in banks]
+        size = {"unit": sum(i.n_units for i, _ in built), "thread": 1 + sum(i.n_threads for i, _ in built)}
+        n = lambda a, name: 0 if a.get(name) is None else len(a[name])
+        size.update({g: sum(n(a, name) for _, a in built) for g, name in
+                     (("k", "ktab"), ("b", "btab"), ("nz", "bm_data"), ("col", "bm_ptr"))})
+        width = max([a["nbr"].shape[1] for _, a in built] + [1])
+        self._segments = self._new_segments(size, width)
+        self._segments_append_dummy()
+        self._entries: dict[str, _Entry] = {}
+        self._dead = 0
+        for info, arrays in built:
+            self._entries[info.bank.bank_id] = self._append(info, arrays)
+        self.snapshot = Snapshot(list(self._entries.values()), self._segments, layout.device)
+
+    def _new_segments(self, size: dict, width: int) -> dict[str, _Segment]:
+        lay = self.layout
+        dt = {"float": lay.dtype, "int": torch.int64, "float64": torch.float64, "float32": torch.float32}
+        shapes = {"unit_vecs": (lay.dim,), "head_vecs": (lay.dim if lay.heads else 0,), "attrs": (len(UNIT_ATTRIBUTES),),
+                  "nbr": (width,),
+                  "nbw": (width,)}
+        return {name: _Segment(shapes.get(name, ()), dt[kind], "cpu" if group in HOST_GROUPS else lay.device, fill,
+                               size[group] + (1 if group == "thread" else 0))
+                for name, group, kind, fill in TABLES}
+
+    def _segments_append_dummy(self) -> None:
+        for name, group, _, fill in TABLES:  # row 0 of the thread tables: a thread without neighbours
+            if group == "thread":
+                s = self._segments[name]
+                s.append(np.full((1, *s.shape), fill, dtype=np.float64 if name != "nbr" else np.int64))
+
+    def _append(self, info: BankInfo, arrays: dict) -> _Entry:
+        start, count = {}, {}
+        for name, group, _, _ in TABLES:
+            rows = arrays.get(name)
+            if rows is None:  # a table this engine does not build (no K / bridge tables, no BM25)
+                rows = np.zeros((0, *self._segments[name].shape))
+            s = self._segments[name].append(rows)
+            if group not in start:
+                start[group], count[group] = s, len(rows)
+        return _Entry(info, start, count)
+
+    def put(self, bank: Bank) -> None:
+        """Add ``bank``, or replace the stored bank of the same id; publishes a new snapshot."""
+        info, arrays = build_bank(bank, self.cfg, self.layout)  # outside the lock: the slow part
+        with self._lock:
+            old = self._entries.get(bank.bank_id)
+            entry = self._append(info, arrays)
+            entries = dict(self._entries)
+            entries[bank.bank_id] = entry  # a replaced bank keeps its position (index)
+            if old is not None:
+                self._dead += _rows(old)
+            self._publish(entries)
+
+    def remove(self, bank_id: str) -> None:
+        """Drop the bank ``bank_id`` (KeyError if unknown); the last bank cannot be removed."""
+        with self._lock:
+            if bank_id not in self._entries:
+                raise KeyError(f"unknown bank id {bank_id!r}")
+            if len(self._entries) == 1:
+                raise ValueError(f"cannot remove {bank_id!r}: an engine holds at least one bank")
+            entries = {k: v for k, v in self._entries.items() if k != bank_id}
+            self._dead += _rows(self._entries[bank_id])
+            self._publish(entries)
+
+    def _publish(self, entries: dict[str, _Entry]) -> None:
+        live = sum(_rows(e) for e in entries.values())
+        if self._dead > live:
+            entries = self._compact(entries)
+        self._entries = entries
+        self.snapshot = Snapshot(list(entries.values()), self._segments, self.layout.device)
+
+    def _compact(self, entries: dict[str, _Entry]) -> dict[str, _Entry]:
+        """Copy the live banks' rows into fresh buffers (old snapshots keep the old ones)."""
+        old = self._segments
+        size = {g: sum(e.count[g] for e in entries.values()) for g in {g for _, g, _, _ in TABLES}}
+        size["thread"] += 1
+        self._segments = self._new_segments(size, old["nbr"].shape[0])
+        self._segments_append_dummy()
+        out = {}
+        for bid, e in entries.items():
+            start = {}
+            for name, group, _, _ in TABLES:
+                a, n = e.start[group], e.count[group]
+                s = self._segments[name].append(old[name].buf[a:a + n])
+                start.setdefault(group, s)
+            out[bid] = _Entry(e.info, start, e.count)
+        self._dead = 0
+        return out
+
+    def nbytes(self) -> int:
+        return self.snapshot.nbytes()
+
+
+def _rows(e: _Entry) -> int:
+    return sum(e.count.values())

@@ -1,0 +1,272 @@
+"""The tensor backend: the steps' torch variants over padded batches of queries.
+
+Steps 1-3 run over the whole batch (``Q`` queries, each against its own bank; ``N`` = most units
+of a bank in the batch, ``J`` = most threads): the affinity ``[Q, N]`` (one GEMM per bank, BM25 on
+the CPU), seeds and propagation ``[Q, J]`` (loops only over hops and frontier slots), the
+neighbourhood and the candidates ``[Q, U]``. Steps 4-7 run per chunk of queries of similar
+``|U_q|`` (``Qc * U * U <= chunk_elems``): features ``[Qc, U, F]``, gravity (Floyd-Warshall over
+``[Qc, T, T]``), the role-priority op, K ``[Qc, U, U]`` (a gather from the per-bank table, or from
+the candidates' cosines) and a greedy op; the priority and plain-greedy ops are Triton kernels on
+CUDA. On CPU with numba, steps 4-7 may run compiled instead (``engine/compiled.py``).
+
+Precision: float64 on CPU (agrees with the float64 NumPy reference up to summation order),
+float32 on CUDA. Exact ties break the same way (lowest index) everywhere.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..objective import ModularInputs, coverage_weights, modular_gain, support_kernel, weight_columns
+from ..steps import candidates as step3
+from ..steps import propagation as step2
+from ..steps import roles as step4
+from ..steps import seeds as step1
+from ..steps.greedy import GreedyProblem, StopRule, greedy_lazy_torch, greedy_select
+from ..steps.priority import PriorityInputs, PriorityWeights, edge_costs_torch, effective_budget, gravity_torch, \
+    role_priority
+from ..tensor_ops import POS_INF
+from .batch import QueryBatch, Timer, own_rows, similarity
+from .tables import Snapshot
+
+
+@dataclass
+class Localized:
+    """Steps 1-3 for a whole batch (rows = queries in input order)."""
+
+    bidx: Tensor
+    """[Q] bank index."""
+    alpha: Tensor
+    """[Q, N] affinity of every unit of the bank (0 on padding)."""
+    r: Tensor
+    """[Q, J] propagated thread score r~ (-inf where unreached)."""
+    in_h: Tensor
+    """[Q, J] bool, the neighbourhood H_q."""
+    tpos: Tensor
+    """[Q, J] position of a thread inside H_q (ascending thread order), -1 outside."""
+    n_h: Tensor
+    """[Q] |H_q|."""
+    cand: Tensor
+    """[Q, U] bank-local unit ids of the candidates, ascending (0 on padding)."""
+    cvalid: Tensor
+    """[Q, U] bool."""
+    n_cand: Tensor
+    """[Q] |U_q|."""
+
+
+def localize(snap: Snapshot, plan, cfg, batch: QueryBatch, timer: Timer) -> Localized:
+    """Steps 1-3 of every query of ``batch``."""
+    dev = plan.device
+    bidx = torch.as_tensor(batch.bidx, device=dev)
+    lex = None
+    if plan.lexical:
+        bm = snap.bm25
+        cols = step3.bm25_columns(batch.bidx.tolist(), batch.questions, bm.vocabs, bm.plain, bm.store.col0)
+        lex = step3.bm25_batch(batch.bidx, cols[:2], bm.store, int(snap.off.nu[batch.bidx].max()))
+        lex = lex.astype(np.float64)
+        for q in cols[2]:  # a BM25 variant with a non-occurrence term: bm25s per query
+            sc = snap.infos[int(batch.bidx[q])].bm25.scores(batch.questions[q])
+            lex[q, :len(sc)] = sc
+    timer.lap("text")
+    # step 3's alpha over each query's whole bank (the seeds read it)
+    uid, umask = own_rows(snap.off_t.uo, snap.off_t.nu, bidx)
+    cos = similarity(snap, plan.sim, batch.Z, bidx, heads=False, chunk_elems=plan.chunk_elems)
+    if cfg.affinity == "rrf" and _rrf_compiled_applies(cos, lex):
+        alpha = torch.from_numpy(step3.rrf_compiled(cos.numpy(), umask.sum(dim=1).numpy(), lex, float(cfg.rrf_k)))
+    else:
+        alpha = step3.affinity_torch(cos, umask, None if lex is None else torch.as_tensor(lex, dtype=plan.dtype,
+                                                                                        device=dev), cfg)
+    J = int(snap.off_t.nt[bidx].max())
+    tvalid = torch.arange(J, device=dev)[None, :] < snap.off_t.nt[bidx][:, None]
+    ult = torch.where(umask, snap.t["unit_thread"][uid], J)  # bank-local thread, J on padding
+    timer.lap("affinity")
+    # step 1
+    if cfg.seed_score == "head":
+        index = snap.lazy("head_index", lambda: step1.HeadIndex(snap.t["head_vecs"][:snap.rows["head_vecs"]],
+                                                               snap.off_t.to, snap.off_t.nt, mode=plan.seed_search))
+        r0 = step1.head_seeds_torch(index, batch.Z, bidx, J, cfg)
+    else:
+        cos_h = similarity(snap, plan.sim, batch.Z, bidx, heads=True, chunk_elems=plan.chunk_elems) \
+            if cfg.seed_score == "max" else None
+        r0 = step1.seed_scores_torch(alpha, ult, tvalid, cos_h, cfg)
+    timer.lap("seeds")
+    # step 2
+    if plan.backend == "compiled":  # CPU with numba: the reference's algorithm, compiled, per query
+        r, in_h, tpos, n_h = _propagate_compiled(snap, cfg, r0, batch.bidx)
+    else:
+        graph = step2.ThreadGraph(snap.t["nbr"], snap.t["nbw"], snap.dummy_thread)
+        r, seed_mask = step2.propagate_torch(r0, snap.off_t.nt[bidx], snap.off_t.to[bidx], graph, cfg)
+        in_h, tpos, n_h = step2.neighbourhood_torch(r, seed_mask, cfg.neighborhood_cap)
+    timer.lap("propagation")
+    # step 3: the candidates
+    cand, cvalid, n_cand = step3.candidates_torch(in_h, umask, ult)
+    timer.lap("candidates")
+    return Localized(bidx, alpha, r, in_h, tpos, n_h, cand, cvalid, n_cand)
+
+
+def _rrf_compiled_applies(cos: Tensor, lex) -> bool:
+    """The compiled RRF rows apply: CPU float64 cosines, numba, BM25 scores that are float32 values."""
+    from .._jit import HAS_NUMBA
+
+    if cos.device.type != "cpu" or cos.dtype != torch.float64 or lex is None or not HAS_NUMBA:
+        return False
+    N = cos.shape[1]
+    if N == 0 or N >= (1 << 31) or lex.shape != tuple(cos.shape):
+        return False
+    return bool(np.array_equal(lex.astype(np.float32).astype(np.float64), lex))
+
+
+def _propagate_compiled(snap: Snapshot, cfg, r0: Tensor, bidx: np.ndarray):
+    """Step 2 with :func:`~..steps.propagation.propagate_batch`: ``(r, in_h, tpos, n_h)`` as the
+    torch step gives them."""
+    Q, J = r0.shape
+    r = np.full((Q, J), -np.inf)
+    in_h = np.zeros((Q, J), dtype=np.bool_)
+    step2.propagate_batch(np.ascontiguousarray(r0.numpy(), dtype=np.float64), snap.off.nt[bidx], snap.off.to[bidx],
+                          snap.np["nbr"], snap.np["nbw"], step2.propagation_params(cfg, J), r, in_h)
+    in_h_t = torch.from_numpy(in_h)
+    return torch.from_numpy(r).to(r0.dtype), in_h_t, step2.positions(in_h_t), in_h_t.sum(dim=1)
+
+
+def chunks(loc: Localized, square: bool, chunk_elems: int) -> list[Tensor]:
+    """Queries sorted by ``|U_q|`` (descending), cut so ``Qc * U^2 <= chunk_elems`` when a chunk
+    forms ``[Qc, U, U]`` matrices (``square``: the torch steps 4-7). The compiled steps keep only
+    ``[U, U]`` per query, so their chunks are cut at ``Qc * U * max(T, 8) <= max(chunk_elems,
+    2^22)`` and ordered by bank inside (one bank's tables stay in cache while its queries run)."""
+    order = torch.sort(loc.n_cand, descending=True, stable=True).indices.cpu()
+    sizes = loc.n_cand.cpu()[order].tolist()
+    width = max(8, int(loc.n_h.max()) if len(loc.n_h) else 1)
+    budget = chunk_elems if square else max(chunk_elems, 1 << 22)
+    out, start = [], 0
+    while start < len(order):
+        u = max(1, sizes[start])
+        qc = max(1, budget // (u * (u if square else width)))
+        rows = order[start:start + qc]
+        if not square:
+            rows = rows[torch.sort(loc.bidx.cpu()[rows], stable=True).indices]
+        out.append(rows.to(loc.bidx.device))
+        start += qc
+    return out
+
+
+@dataclass
+class Chunk:
+    """The candidates of a chunk of queries, ready for steps 4-7."""
+
+    rows: Tensor
+    """[Qc] query indices."""
+    bidx: Tensor
+    cand: Tensor
+    """[Qc, U] bank-local unit ids."""
+    cvalid: Tensor
+    n_cand: Tensor
+    gid: Tensor
+    """[Qc, U] stored unit rows."""
+    lt: Tensor
+    """[Qc, U] neighbourhood thread position (-1 pad)."""
+    alpha: Tensor
+    hthread: Tensor
+    """[Qc, T] bank-local ids of the H_q threads, ascending (-1 pad)."""
+    rvec: Tensor
+    """[Qc, T] their r~ (0 pad)."""
+    tpos: Tensor
+    n_h: Tensor
+    budget: Tensor
+    """[Qc] B_q."""
+
+
+def chunk_of(snap: Snapshot, cfg, loc: Localized, rows: Tensor) -> Chunk:
+    n_cand = loc.n_cand[rows]
+    U = max(1, int(n_cand.max()))
+    T = max(1, int(loc.n_h[rows].max()))
+    cand, cvalid = loc.cand[rows, :U], loc.cvalid[rows, :U]
+    bidx = loc.bidx[rows]
+    gid = snap.off_t.uo[bidx][:, None] + cand  # inside the own bank
+    tpos = loc.tpos[rows]
+    lt = torch.where(cvalid, torch.gather(tpos, 1, snap.t["unit_thread"][gid]), -1)
+    alpha = torch.where(cvalid, torch.gather(loc.alpha[rows], 1, cand), 0.0)
+    Qc, J = tpos.shape
+    slot = torch.where(loc.in_h[rows], tpos, T)
+    hthread = torch.full((Qc, T + 1), -1, dtype=torch.int64, device=cand.device)
+    hthread.scatter_(1, slot, torch.arange(J, device=cand.device).expand(Qc, J).clone())
+    rvec = torch.zeros(Qc, T + 1, dtype=alpha.dtype, device=cand.device)
+    rvec.scatter_(1, slot, torch.where(loc.in_h[rows], loc.r[rows], 0.0))
+    budget = effective_budget(cfg.budget, n_cand)
+    return Chunk(rows, bidx, cand, cvalid, n_cand, gid, lt, alpha, hthread[:, :T], rvec[:, :T], tpos,
+                 loc.n_h[rows], budget)
+
+
+def candidate_attrs(attrs: Tensor, gid: Tensor, cvalid: Tensor) -> Tensor:
+    """``[Qc, U, A]`` float64 the candidates' unit attributes (objective.unit_attributes)."""
+    return attrs[torch.where(cvalid, gid, 0)].to(torch.float64)
+
+
+def select_chunk(snap: Snapshot, plan, cfg, c: Chunk, W: Tensor, demand, now: Tensor, timer: Timer):
+    """Steps 4-7 of one chunk with the torch ops: ``(sel [Qc, B] candidate slots, n_sel [Qc])``.
+    ``W``: ``[Qc, len(QUERY_WEIGHTS)]``; ``demand``: ``(delta [Qc, R], Mq [Qc, R, F])``; ``now``: ``[Qc]``
+    float64 (dates keep their seconds; J's modular part is formed in float64, then cast)."""
+    delta, Mq = demand
+    dt, dev = plan.dtype, plan.device
+    w = weight_columns(W)
+    T = c.hthread.shape[1]
+    # step 4: unit features
+    S = None
+    if plan.tables:
+        brow = snap.off_t.boff[c.bidx][:, None] + c.cand * snap.off_t.nt[c.bidx][:, None]
+        bridge = step4.bridge_from_table(snap.t["btab"], brow, c.hthread, c.lt, c.cvalid)
+    else:
+        E = snap.t["unit_vecs"][c.gid]
+        S = torch.bmm(E, E.transpose(1, 2))
+        bridge = step4.bridge_from_similarity(S, c.lt, c.cvalid)
+    unit_cols = tuple(snap.t[k][c.gid] for k in ("head_sim", "temporal", "position"))
+    feats = step4.features_torch(c.alpha, torch.gather(c.rvec, 1, c.lt.clamp(min=0)), bridge, unit_cols, c.cvalid)
+    timer.lap("roles")
+    # steps 5-6: gravity, costs, priorities
+    hvalid = c.hthread >= 0
+    if cfg.cross_thread:
+        gh = torch.where(hvalid, snap.off_t.to[c.bidx][:, None] + c.hthread, snap.dummy_thread)
+        Dh = edge_costs_torch(snap.t["nbr"][gh], snap.t["nbw"][gh], c.tpos, T, cfg.c_hop)
+    else:
+        Dh = torch.full((len(c.rows), T, T), POS_INF, dtype=dt, device=dev)
+    gravity = gravity_torch(Dh, hvalid, c.rvec, w["tau"], cfg.cross_thread)
+    d_in = torch.where(c.cvalid, snap.t["d_in"][c.gid], 0.0)
+    x = PriorityInputs(feats, Mq, delta, c.lt, c.cvalid, gravity, d_in, c.alpha, c.budget)
+    rho, _phi, _w, pi = role_priority(x, PriorityWeights(w["lambda_m"], w["lambda_r"], w["tau"]), cfg.T_R,
+                                      impl=plan.kernels)
+    pi = pi.to(dt)
+    mass = torch.zeros(len(c.rows), T + 1, dtype=dt, device=dev)
+    mass.scatter_add_(1, torch.where(c.lt >= 0, c.lt, T), torch.where(c.cvalid, pi, 0.0))
+    timer.lap("priority")
+    # step 7: J and its greedy maximization
+    K = support_matrix(snap, cfg, c, S)
+    modular = modular_gain(ModularInputs(c.alpha, lambda: candidate_attrs(snap.t["attrs"], c.gid, c.cvalid),
+                                         now[:, None]), w, cfg)
+    p = GreedyProblem(pi, K, rho.to(dt), delta, modular.to(dt), c.lt, mass[:, :T], c.cvalid)
+    rule = StopRule(c.budget, cfg.stop_coverage, cfg.budget)
+    if plan.optimizer == "lazy":
+        sel, _gains, n_sel = greedy_lazy_torch(p, coverage_weights(w), rule)
+    else:
+        sel, _gains, n_sel = greedy_select(p, coverage_weights(w), rule, impl=plan.kernels)
+    timer.lap("greedy")
+    return sel, n_sel
+
+
+def support_matrix(snap: Snapshot, cfg, c: Chunk, S: Tensor | None) -> Tensor | None:
+    """``K [Qc, U, U]`` of the chunk's candidates (0 on padding pairs): a gather from the per-bank
+    table, or ``objective.support_kernel`` of their cosines; None for the identity kernel."""
+    if cfg.kernel == "identity":
+        return None
+    pair = c.cvalid[:, :, None] & c.cvalid[:, None, :]
+    if "ktab" in snap.t and snap.rows["ktab"]:
+        n = snap.off_t.nu[c.bidx][:, None, None]
+        K = torch.take(snap.t["ktab"], snap.off_t.koff[c.bidx][:, None, None] + c.cand[:, :, None] * n
+                       + c.cand[:, None, :])
+    else:
+        if S is None:
+            E = snap.t["unit_vecs"][c.gid]
+            S = torch.bmm(E, E.transpose(1, 2))
+        K = support_kernel(S, c.lt[:, :, None] == c.lt[:, None, :], cfg)
+    return torch.where(pair, K, torch.zeros((), dtype=K.dtype, device=K.device))

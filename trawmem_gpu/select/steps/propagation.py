@@ -1,0 +1,235 @@
+"""Stage 2, step 2 (design note): propagate the seeds' scores over the thread graph G_H for up to
+H hops, keeping the max over paths, and cap the neighbourhood H_q at ``neighborhood_cap``
+threads (the seeds, then the best-scored others; ties to the lower thread id).
+
+One relaxation (Eq. 4) is :func:`relax`, used by all three variants side by side: the NumPy
+reference (:func:`neighbourhood`), the torch batch (:func:`propagate_torch`,
+:func:`neighbourhood_torch`) and the compiled per-query loop (:func:`propagate_one`). All three
+process relaxations in the reference's order: round 1 from the seeds in seed-rank order, later
+rounds from the threads updated in the previous round in ascending id, each relaxation reading
+the source's *current* score.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .._jit import njit
+from ..tensor_ops import NEG_INF, POS_INF, compact, topk_mask
+
+
+def relax(r_src, w, gamma, paper):
+    """Score a neighbour receives from a source scored ``r_src`` over an edge of weight ``w``:
+    Eq. 4 as written (``paper``) or damped, never above the source (floats, arrays, tensors)."""
+    return gamma * r_src + (1 - gamma) * w if paper else r_src * (gamma + (1 - gamma) * w)
+
+
+relax_compiled = njit(cache=True, inline="always")(relax)
+
+
+# ----------------------------------------------------------------------------------------------
+# reference (NumPy, one query)
+# ----------------------------------------------------------------------------------------------
+def neighbourhood(ctx, r0: np.ndarray, cfg) -> dict[int, float]:
+    """Seeds and their best neighbours within H hops: ``{thread: r~}`` (max over paths), ascending."""
+    order = sorted(range(len(r0)), key=lambda j: (-r0[j], j))
+    seeds = order[:cfg.n_seeds]
+    r = {j: float(r0[j]) for j in seeds}
+    frontier = list(seeds)
+    paper = cfg.propagation == "paper"
+    for _ in range(cfg.hops):
+        nxt = []
+        for j in frontier:
+            for k, w in ctx.neighbours(j, cfg.semantic_edges):
+                val = relax(r[j], w, cfg.gamma, paper)
+                if val > r.get(k, -np.inf):
+                    r[k] = val
+                    nxt.append(k)
+        frontier = sorted(set(nxt))
+    seed_set = set(seeds)
+    rest = sorted((k for k in r if k not in seed_set), key=lambda k: (-r[k], k))
+    keep = seeds + rest[:max(0, cfg.neighborhood_cap - len(seeds))]
+    return {k: r[k] for k in sorted(keep)}
+
+
+# ----------------------------------------------------------------------------------------------
+# torch (a batch of queries; threads are bank-local, column J is a dummy sink for padding)
+# ----------------------------------------------------------------------------------------------
+class ThreadGraph(NamedTuple):
+    """G_H as padded neighbour lists (ELL) over stored threads: ``nbr [rows, D]`` bank-local
+    neighbour ids (-1 = none) and ``nbw`` their weights; row ``dummy`` has no neighbour."""
+
+    nbr: object
+    nbw: object
+    dummy: int
+
+
+def propagate_torch(r0: Tensor, n_threads: Tensor, toff: Tensor, graph: ThreadGraph, cfg) -> tuple[Tensor, Tensor]:
+    """Seeds and H hops of max-over-paths relaxation: ``(r [Q, J], seed_mask [Q, J])``.
+
+    :param r0: ``[Q, J]`` seed scores (-inf on padding); ``n_threads``, ``toff``: ``[Q]`` the
+        query's bank's thread count and first stored thread row
+    One Python iteration per frontier slot, vectorized over queries and over the ``D`` neighbours
+    of the slot's thread.
+    """
+    Q, J = r0.shape
+    dev = r0.device
+    ns = min(cfg.n_seeds, J)
+    tvalid = torch.arange(J, device=dev)[None, :] < n_threads[:, None]
+    r = torch.full((Q, J + 1), NEG_INF, dtype=r0.dtype, device=dev)
+    r0p = torch.cat([r0, r[:, :1]], dim=1)
+    # seeds: the ns best valid threads (ties -> lower thread index), in seed-rank order
+    idx = compact(topk_mask(r0, ns, tvalid), ns, fill=J)  # ascending thread index, J = none
+    seeds = torch.gather(idx, 1, torch.sort(-torch.gather(r0p, 1, idx), dim=1, stable=True).indices)
+    r.scatter_(1, seeds, torch.gather(r0p, 1, seeds))
+    r[:, J] = NEG_INF
+    seed_mask = torch.zeros(Q, J + 1, dtype=torch.bool, device=dev)
+    seed_mask.scatter_(1, seeds, True)
+    paper = cfg.propagation == "paper"
+    frontier = seeds
+    for _ in range(cfg.hops):
+        if frontier.shape[1] == 0:
+            break
+        nxt = torch.zeros(Q, J + 1, dtype=torch.bool, device=dev)
+        for f in range(frontier.shape[1]):
+            j = frontier[:, f]
+            gj = torch.where(j < J, toff + j, graph.dummy)
+            nb = graph.nbr[gj]  # [Q, D] bank-local ids, -1 = none
+            nb = torch.where(nb >= 0, nb, J)
+            val = relax(torch.gather(r, 1, j[:, None]), graph.nbw[gj], cfg.gamma, paper)
+            cur = torch.gather(r, 1, nb)
+            upd = (val > cur) & (nb < J)
+            r.scatter_(1, nb, torch.where(upd, val, cur))
+            nxt.scatter_(1, nb, upd | torch.gather(nxt, 1, nb))
+            r[:, J] = NEG_INF
+        nxt = nxt[:, :J]
+        frontier = compact(nxt, int(nxt.sum(dim=1).max()), fill=J)
+    return r[:, :J], seed_mask[:, :J]
+
+
+def neighbourhood_torch(r: Tensor, seed_mask: Tensor, cap: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Cap H_q to the seeds + the best others: ``(in_h [Q, J], tpos [Q, J], n_h [Q])``; ``tpos``
+    numbers the kept threads in ascending id (-1 elsewhere)."""
+    J = r.shape[1]
+    key = torch.where(seed_mask, POS_INF, r)
+    in_h = topk_mask(key, min(cap, J), r > NEG_INF)
+    return in_h, positions(in_h), in_h.sum(dim=1)
+
+
+def positions(in_h: Tensor) -> Tensor:
+    """``[Q, J]`` position of each kept thread among the kept ones (ascending id), -1 elsewhere."""
+    return torch.where(in_h, torch.cumsum(in_h.to(torch.int64), dim=1) - 1, -1)
+
+
+# ----------------------------------------------------------------------------------------------
+# compiled (numba, one query at a time)
+# ----------------------------------------------------------------------------------------------
+class PropagationParams(NamedTuple):
+    n_seeds: int
+    cap: int
+    hops: int
+    gamma: float
+    paper: bool
+
+
+def propagation_params(cfg, J: int) -> PropagationParams:
+    return PropagationParams(min(cfg.n_seeds, J), cfg.neighborhood_cap, cfg.hops, float(cfg.gamma),
+                             cfg.propagation == "paper")
+
+
+class ThreadScratch(NamedTuple):
+    """Per-worker scratch of :func:`propagate_one`, each ``[>= J]``."""
+
+    seeds: np.ndarray
+    picked: np.ndarray
+    front: np.ndarray
+    nxt: np.ndarray
+
+
+def thread_scratch(J: int, n_seeds: int) -> ThreadScratch:
+    J = max(J, 1)
+    return ThreadScratch(np.empty(max(n_seeds, 1), np.int64), np.empty(J, np.bool_), np.empty(J, np.int64),
+                         np.empty(J, np.bool_))
+
+
+@njit(cache=True)
+def propagate_one(r0, n, g0, nbr, nbw, p, s, r, in_h):  # pragma: no cover - compiled
+    """One query over its ``n`` threads (``g0``: its bank's first stored thread row), in the
+    reference's order: seeds = the ``p.n_seeds`` best by (r0 desc, id asc); relaxations by
+    :func:`relax`; then the seeds plus the best other reached threads by (r~ desc, id asc) up to
+    ``p.cap``. Writes ``r[:n]`` (-inf where unreached) and ``in_h[:n]``."""
+    D = nbr.shape[1]
+    picked, seeds, front, nxt = s.picked, s.seeds, s.front, s.nxt
+    for j in range(n):
+        picked[j] = False
+        r[j] = -np.inf
+        in_h[j] = False
+    k_seeds = min(p.n_seeds, n)
+    for i in range(k_seeds):  # selection: best r0, lowest id on ties
+        b = -1
+        for j in range(n):
+            if not picked[j] and (b < 0 or r0[j] > r0[b]):
+                b = j
+        picked[b] = True
+        seeds[i] = b
+        r[b] = r0[b]
+    nf = k_seeds
+    for i in range(nf):
+        front[i] = seeds[i]
+    for _h in range(p.hops):
+        if nf == 0:
+            break
+        for j in range(n):
+            nxt[j] = False
+        for i in range(nf):
+            j = front[i]
+            g = g0 + j
+            for e in range(D):
+                k = nbr[g, e]
+                if k < 0:
+                    continue
+                val = relax_compiled(r[j], nbw[g, e], p.gamma, p.paper)
+                if val > r[k]:
+                    r[k] = val
+                    nxt[k] = True
+        nf = 0
+        for j in range(n):
+            if nxt[j]:
+                front[nf] = j
+                nf += 1
+    for i in range(k_seeds):
+        in_h[seeds[i]] = True
+    need = p.cap - k_seeds
+    if need <= 0:
+        return
+    nc = 0  # reached non-seeds, ascending id
+    for j in range(n):
+        if not picked[j] and r[j] > -np.inf:
+            front[nc] = j
+            nc += 1
+    if nc > need:  # the best `need` by (r desc, id asc): stable insertion sort on r
+        for i in range(1, nc):
+            v = front[i]
+            x = r[v]
+            k = i
+            while k > 0 and r[front[k - 1]] < x:
+                front[k] = front[k - 1]
+                k -= 1
+            front[k] = v
+        nc = need
+    for i in range(nc):
+        in_h[front[i]] = True
+
+
+@njit(cache=True)
+def propagate_batch(r0, nt, toff, nbr, nbw, p, r, in_h):  # pragma: no cover - compiled
+    """:func:`propagate_one` for every query of a batch (``r0``, ``r``, ``in_h``: ``[Q, J]``;
+    ``nt``, ``toff``: ``[Q]``)."""
+    Q, J = r0.shape
+    s = ThreadScratch(np.empty(max(p.n_seeds, 1), np.int64), np.empty(max(J, 1), np.bool_),
+                      np.empty(max(J, 1), np.int64), np.empty(max(J, 1), np.bool_))
+    for q in range(Q):
+        propagate_one(r0[q], nt[q], toff[q], nbr, nbw, p, s, r[q], in_h[q])
