@@ -41,8 +41,8 @@ class ServeConfig:
     """Largest per-request ``hops`` (H) accepted."""
     encode_chunk: int = 16
     """Questions per encoder forward pass within a batch (the batch is length-sorted, then cut;
-    ``--encode-chunk``): 16 was fastest for MiniLM on one CPU thread, 3.75 ms of CPU per question
-    against 5.07 at 64 and 7.77 one at a time (``benchmarks/bench_serve.py``); on a GPU take the
+    ``--encode-chunk``): 16 was fastest for MiniLM on one CPU thread, 3.63 ms of CPU per question
+    against 4.54 at 64 and 7.43 one at a time (``benchmarks/bench_serve.py``); on a GPU take the
     whole batch."""
     max_batch_request: int = 256
     """Most requests in one ``POST /v1/select/batch``."""
