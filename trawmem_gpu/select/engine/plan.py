@@ -39,9 +39,11 @@ class Plan:
 
     heads: bool
     """The seeds read the head vectors."""
+    relevance: bool
+    """The ``learned`` affinity's per-unit indices are stored."""
 
     def layout(self, dim: int) -> Layout:
-        return Layout(self.device, self.dtype, dim, self.tables, self.lexical, self.heads)
+        return Layout(self.device, self.dtype, dim, self.tables, self.lexical, self.heads, self.relevance)
 
 
 def _kernels_importable() -> bool:
@@ -84,4 +86,4 @@ def resolve(ec: EngineConfig, cfg: SelectConfig, banks) -> Plan:
     threads = ec.threads if ec.threads is not None else torch.get_num_threads()
     chunk = ec.chunk_elems or (1 << 19 if cpu else 1 << 24)
     return Plan(device, dtype, backend, front, kernels, optimizer, ec.sim, int(threads), int(chunk), tables,
-                ec.seed_search, uses_bm25(cfg), cfg.seed_score != "best_unit")
+                ec.seed_search, uses_bm25(cfg), cfg.seed_score != "best_unit", cfg.affinity == "learned")
