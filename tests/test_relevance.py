@@ -121,6 +121,7 @@ def test_engine_agrees_with_reference(seed, backend):
     ctx = {b.bank_id: BankContext.of(b) for b in banks}
     ref = [select_reference(ctx[b], q, z, cfg, now=d).units for b, q, z, d in zip(ids, qs, Z, dates)]
     eng = SelectionEngine(banks, cfg, device="cpu", backend=backend)
+    assert eng.plan.front == ("compiled" if backend == "auto" else "tensor")
     assert eng.select_units(ids, qs, Z, dates=dates) == ref
     # alpha itself: the engine's CPU path and the reference give the same bits
     b = ctx["odd"]

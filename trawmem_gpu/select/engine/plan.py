@@ -55,8 +55,8 @@ def _kernels_importable() -> bool:
 
 def compiled_front_applies(cfg: SelectConfig, dtype: torch.dtype, sim: str) -> str | None:
     """None when the compiled steps 1-3 reproduce the tensor ones for ``cfg``, else why not."""
-    if cfg.affinity != "rrf" or cfg.seed_score != "best_unit":
-        return "it needs affinity='rrf' and seed_score='best_unit'"
+    if cfg.affinity not in ("rrf", "learned") or cfg.seed_score != "best_unit":
+        return "it needs affinity='rrf' or 'learned' and seed_score='best_unit'"
     if dtype != torch.float64:
         return "it computes in float64"
     if sim not in ("auto", "grouped", "dots"):

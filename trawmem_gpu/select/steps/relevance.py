@@ -45,6 +45,7 @@ from ..config import RELEVANCE_FEATURES  # noqa: F401 - the one order of the fea
 from ..objective import date_seconds
 from ..tensor_ops import ranks, ranks_positive
 from ..text_features import demand_features, relative_dates, temporal_flags
+from .candidates import order_desc, order_desc_bits
 
 TOP_K = 5.0
 """The k of the ``top_*`` rank features."""
@@ -229,3 +230,113 @@ def learned_affinity_torch(cos: Tensor, umask: Tensor, lex: Tensor, rows: Releva
         p = torch.where(umask, torch.sigmoid(s), zero)
         alpha = p / p.amax(dim=1, keepdim=True)
     return torch.where(umask, alpha, zero)
+
+
+# ----------------------------------------------------------------------------------------------
+# compiled (numba, one query at a time): the engine's compiled front
+# ----------------------------------------------------------------------------------------------
+class LearnedTables(NamedTuple):
+    """Per stored unit: ``rel_idx [units, 3]`` (speaker, previous, next: bank-local) and the temporal flag."""
+
+    rel_idx: np.ndarray
+    temporal: np.ndarray
+
+
+class LearnedQueries(NamedTuple):
+    """The question cues of a chunk's queries (row ``q`` in chunk order) and the weights."""
+
+    named: np.ndarray
+    """Flat float64: query q's :func:`speakers_named` at ``named_off[q]:``."""
+    named_off: np.ndarray
+    z_temp: np.ndarray
+    """[Qc] the temporal cue of each question."""
+    dm: np.ndarray
+    """Flat float64: query q's :func:`date_match` at ``dm_off[q]:`` (``dm_off[q] < 0``: none)."""
+    dm_off: np.ndarray
+    w: np.ndarray
+    """[F + 1] ``relevance_weights``."""
+    rrf_k: float
+
+
+def learned_queries(questions: list[str], speakers: list[tuple], times: list[np.ndarray], now: np.ndarray,
+                    cfg) -> LearnedQueries:
+    """The :class:`LearnedQueries` of a chunk: ``speakers[q]`` / ``times[q]`` of each query's bank."""
+    from .roles import demand_features_cached
+
+    named, named_off, dm, dm_off = [], [], [], []
+    n = k = 0
+    for text, sp, tm, t_now in zip(questions, speakers, times, now):
+        named_off.append(n)
+        named.append(speakers_named(text, sp))
+        n += len(sp)
+        col = date_match(tm, text, float(t_now))
+        if col is None:
+            dm_off.append(-1)
+        else:
+            dm_off.append(k)
+            dm.append(col)
+            k += len(col)
+    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0)
+    return LearnedQueries(cat(named), np.asarray(named_off, np.int64),
+                          np.array([demand_features_cached(t)[1] for t in questions], dtype=np.float64), cat(dm),
+                          np.asarray(dm_off, np.int64), np.asarray(cfg.relevance_weights, dtype=np.float64),
+                          float(cfg.rrf_k))
+
+
+@njit(cache=True)
+def learned_row(vals, m, bm, bmbits, u0, tab, lq, q, alpha, s, rc, rb):  # pragma: no cover - compiled
+    """The ``learned`` affinity of one query's ``m`` units into ``alpha`` (``vals``: cosines, ``bm``:
+    float32 BM25 and ``bmbits`` its int32 view, ``u0``: the bank's first stored unit, ``tab``
+    :class:`LearnedTables`, ``lq`` :class:`LearnedQueries`, ``q`` the query's row there; scratch:
+    ``s`` (``candidates.RankScratch``), ``rc`` and ``rb`` ``[>= m]``). The reference's features,
+    ranks, summation order and exponential (:func:`relevance_features`, :func:`logits`,
+    :func:`affinity_from_logits`), one unit at a time."""
+    order, pos = s.order, s.pos
+    order_desc(vals, m, order, s.bk, s.cnt)
+    for i in range(m):
+        rc[order[i]] = np.float64(i + 1)
+    npos = 0
+    mx = 0.0
+    for j in range(m):
+        rb[j] = 0.0
+        if bm[j] > 0:
+            pos[npos] = j
+            npos += 1
+            if np.float64(bm[j]) > mx:
+                mx = np.float64(bm[j])
+    order_desc_bits(bmbits, pos, npos, order, s.bk, s.cnt)
+    for i in range(npos):
+        rb[pos[order[i]]] = np.float64(i + 1)
+    k = lq.rrf_k
+    w = lq.w
+    no = lq.named_off[q]
+    do = lq.dm_off[q]
+    zt = lq.z_temp[q]
+    for j in range(m):  # rrf_cos + rrf_bm25 of each unit, for the context feature (in alpha until used)
+        alpha[j] = 1.0 / (k + rc[j]) + (1.0 / (k + rb[j]) if bm[j] > 0 else 0.0)
+    pmax = 0.0
+    for j in range(m):
+        g = u0 + j
+        pv = tab.rel_idx[g, 1]
+        nx = tab.rel_idx[g, 2]
+        ctx_cos = max(vals[pv] if pv >= 0 else 0.0, vals[nx] if nx >= 0 else 0.0)
+        ctx_rrf = max(alpha[pv] if pv >= 0 else 0.0, alpha[nx] if nx >= 0 else 0.0)
+        pos_b = bm[j] > 0
+        sc = vals[j] * w[0]
+        sc = sc + (np.float64(bm[j]) / mx if mx > 0 else 0.0) * w[1]
+        sc = sc + (1.0 / (k + rc[j])) * w[2]
+        sc = sc + ((1.0 / (k + rb[j])) if pos_b else 0.0) * w[3]
+        sc = sc + (1.0 / (TOP_K + rc[j])) * w[4]
+        sc = sc + ((1.0 / (TOP_K + rb[j])) if pos_b else 0.0) * w[5]
+        sc = sc + lq.named[no + tab.rel_idx[g, 0]] * w[6]
+        sc = sc + (zt * tab.temporal[g]) * w[7]
+        sc = sc + ctx_cos * w[8]
+        sc = sc + ctx_rrf * w[9]
+        sc = sc + (lq.dm[do + j] if do >= 0 else 0.0) * w[10]
+        sc = sc + w[11]
+        p = 1.0 / (1.0 + math.exp(-sc))
+        rb[j] = p  # rb's rank is not read again after unit j (only earlier units' ranks were)
+        if p > pmax:
+            pmax = p
+    for j in range(m):
+        alpha[j] = rb[j] / pmax
