@@ -135,8 +135,15 @@ def test_concurrent_readers_see_one_bank_version(kw):
     deadline = time.monotonic() + 120
     i = 0
     while (calls[0] < 24 or i < 8) and not errors and time.monotonic() < deadline:
-        eng.replace_bank(b2 if i % 2 == 0 else b1)
+        version = "2" if i % 2 == 0 else "1"
+        n0 = len(seen)
+        eng.replace_bank(b2 if version == "2" else b1)
         i += 1
+        # hold the version until a reader has selected on it (a loaded machine may otherwise swap
+        # back before any call starts on it, and the test would prove nothing about that version)
+        hold = time.monotonic() + 10
+        while version not in seen[n0:] and not errors and time.monotonic() < hold:
+            time.sleep(0.002)
     stop.set()
     for t in threads:
         t.join(timeout=120)

@@ -408,6 +408,7 @@ ENGINE_VARIANTS = [{}, {"backend": "tensor"}, {"backend": "tensor", "optimizer":
     pytest.param(dict(token_budget=150, budget=None, knapsack="gain"), id="T150-gain"),
     pytest.param(dict(token_budget=150, budget=None, knapsack="ratio", hops=2), id="T150-ratio-H2"),
     pytest.param(dict(token_budget=300, budget=None, ablation="no_multi_thread"), id="T300-no-multi-thread"),
+    pytest.param(dict(token_budget=200, budget=None, affinity="learned"), id="T200-learned-affinity"),
 ])
 def test_engine_agrees_with_reference_under_a_token_budget(banks, queries, cfg):
     ids, qs, Z = queries

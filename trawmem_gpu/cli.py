@@ -174,6 +174,7 @@ def build_parser() -> Parser:
     from .head.cli import add_commands as add_head_commands; add_head_commands(sub)  # noqa: E702
     from .cli_sweep import add_commands as add_sweep_commands; add_sweep_commands(sub)  # noqa: E702
     from .cli_score import add_commands as add_score_commands; add_score_commands(sub)  # noqa: E702
+    from .serve.cli import add_commands as add_serve_commands; add_serve_commands(sub)  # noqa: E702
     return p
 
 

@@ -101,6 +101,11 @@ def add_dayfirst(p: argparse.ArgumentParser) -> None:
                         "first (January 2). Dates with a day above 12 read the same either way")
 
 
+def add_affinity_weights(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--affinity-weights", metavar="FILE",
+                   help="learned-affinity weights from `trawmem train-affinity` (default: the shipped ones)")
+
+
 def add_llm_options(p: argparse.ArgumentParser) -> None:
     """The request options every LLM-using command takes (``llm_factory.llm_options`` reads them)."""
     p.add_argument("--llm-timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",

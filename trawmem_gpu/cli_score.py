@@ -124,7 +124,7 @@ def cmd_score(a) -> int:
 
 
 def add_commands(sub) -> None:
-    from .cli_args import add_dayfirst, add_token_budget, categories, nonneg_int, positive_int
+    from .cli_args import add_affinity_weights, add_dayfirst, add_token_budget, categories, nonneg_int, positive_int
     from .select.config import ABLATIONS
 
     s = sub.add_parser("score", help="offline scoring: workspaces JSONL for a batch of questions (resumable)")
@@ -149,6 +149,7 @@ def add_commands(sub) -> None:
     s.add_argument("--paper", action="store_true", help="Section 4.2 exactly as written")
     s.add_argument("--engine", choices=["batched", "reference"], default="batched")
     s.add_argument("--head", help="learned role head (safetensors)")
+    add_affinity_weights(s)
     s.add_argument("--k", type=ks_list, default="1,3,5,10,30,50", metavar="K,K,...",
                    help="k of the official metrics")
     s.add_argument("--encoder", help="encoder for banks built from --data: 'minilm' (default) or 'hf:/local/dir'")

@@ -6,7 +6,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from .cli_args import add_dayfirst, add_llm_options, add_token_budget, categories, nonneg_int, positive_int
+from .cli_args import add_affinity_weights, add_dayfirst, add_llm_options, add_token_budget, categories, nonneg_int, \
+    positive_int
 from .errors import InputError, name_list, plural
 
 MAX_QUESTION_CHARS = 4000
@@ -28,6 +29,10 @@ def _select_config(a):
         kw["hops"] = a.hops
     if getattr(a, "ablation", None):
         kw["ablation"] = a.ablation
+    if getattr(a, "affinity_weights", None):
+        from .head.relevance import load_weights
+
+        kw.update(affinity="learned", relevance_weights=load_weights(a.affinity_weights))
     return replace(base, **kw)
 
 
@@ -182,6 +187,7 @@ def add_commands(sub) -> None:
     q.add_argument("--hops", type=nonneg_int, help=hops_help)
     q.add_argument("--paper", action="store_true", help="Section 4.2 exactly as written")
     q.add_argument("--head", help="learned role head (safetensors) from `trawmem train-head`")
+    add_affinity_weights(q)
     q.add_argument("--json", action="store_true", help="print the workspace and its ids as JSON")
     q.set_defaults(fn=cmd_query)
 
@@ -203,6 +209,7 @@ def add_commands(sub) -> None:
     e.add_argument("--engine", choices=["reference", "batched"], default="reference",
                    help="TrawMem implementation (both select the same units)")
     e.add_argument("--head", help="learned role head (safetensors) from `trawmem train-head`")
+    add_affinity_weights(e)
     e.add_argument("--categories", type=categories, default="1,2,3,4", metavar="C,C,...",
                    help="LoCoMo question categories to score")
     e.add_argument("--banks", help="bank directory: built into when new or empty, else used only if its banks "

@@ -23,6 +23,27 @@ def cmd_train_head(a) -> int:
     return 0
 
 
+def cmd_train_affinity(a) -> int:
+    import time
+
+    from ..eval.retrieval import file_sha256
+    from .relevance import fit_relevance, load_labelled, save_weights
+
+    t0 = time.perf_counter()
+    qs, meta = [], []
+    for path in a.data:
+        got, _ = load_labelled(path, progress=not a.quiet, dayfirst=a.dayfirst, folds=1)
+        qs += got
+        meta.append({"path": str(path), "sha256": file_sha256(path), "questions": len(got),
+                     "gold_units": int(sum(q.y.sum() for q in got))})
+    w = fit_relevance(qs, C=a.C)
+    out = save_weights(a.out, w, {"data": meta, "C": a.C, "seconds": round(time.perf_counter() - t0, 1)})
+    print(f"fitted the learned affinity on {len(qs)} questions of {len(a.data)} data set"
+          f"{'s' if len(a.data) != 1 else ''} in {time.perf_counter() - t0:.1f}s -> {out}")
+    print("use it with --affinity-weights " + str(out))
+    return 0
+
+
 def add_commands(sub) -> None:
     from .train import DEFAULTS
 
@@ -44,3 +65,14 @@ def add_commands(sub) -> None:
     t.add_argument("--json", action="store_true", help="also print the result summary as JSON")
     t.add_argument("--quiet", action="store_true", help="no progress bars")
     t.set_defaults(fn=cmd_train_head)
+
+    f = sub.add_parser("train-affinity",
+                       help="fit the learned affinity (SelectConfig.relevance_weights) from gold evidence labels")
+    f.add_argument("--data", required=True, action="append",
+                   help="labelled benchmark file (LoCoMo layout or LongMemEval); repeat it to fit on several, each "
+                        "data set weighing the same")
+    f.add_argument("--out", required=True, help="weights file to write (JSON); pass it to --affinity-weights")
+    f.add_argument("--C", type=float, default=1.0, help="inverse L2 strength of the logistic fit")
+    add_dayfirst(f)
+    f.add_argument("--quiet", action="store_true", help="no progress bars")
+    f.set_defaults(fn=cmd_train_affinity)

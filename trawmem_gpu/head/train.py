@@ -76,7 +76,7 @@ def precompute(ctx: BankContext, question: str, z: np.ndarray, cfg: SelectConfig
     """The head-independent part of ``select_reference`` for one question (same functions, same order)."""
     cfg = cfg.resolved()
     bank = ctx.bank
-    loc = localize(ctx, question, z, cfg)
+    loc = localize(ctx, question, z, cfg, now)
     cand, lt = loc.cand, loc.lt
     G = np.minimum(loc.graph_cost, _BIG)
     K = support_kernel(loc.S, lt[:, None] == lt[None, :], cfg)

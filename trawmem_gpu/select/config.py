@@ -12,6 +12,7 @@ none of them changes a pick. Errors name the option as the user wrote it (``budg
 """
 from __future__ import annotations
 
+import math
 import numbers
 import typing
 from dataclasses import asdict, dataclass, fields, replace
@@ -39,6 +40,13 @@ TOKENS_PER_UNIT = 50
 budget B sizes (the candidate pool, the priority cap): B_T = max(1, round(T / TOKENS_PER_UNIT)),
 so T = 800 sizes the pool like B = 16. Measured: a TrawMem workspace on the LoCoMo dev data holds
 about 54 tokens per selected unit, heads included (``benchmarks/results/quality_grid.json``)."""
+RELEVANCE_FEATURES = ("cos", "bm25", "rrf_cos", "rrf_bm25", "top_cos", "top_bm25", "speaker_named", "temporal_match",
+                      "context_cos", "context_rrf", "date_match")
+"""Features of the ``learned`` affinity, in the order of ``relevance_weights`` (defined in
+``steps/relevance.py``)."""
+# Fitted by `python benchmarks/bench_affinity.py` on both dev sets (LoCoMo dev, LongMemEval-S dev),
+# one weight per RELEVANCE_FEATURES entry, then the bias.
+DEFAULT_RELEVANCE_WEIGHTS = (0.0, 0.0, 60.0, 60.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -2.0)
 LEGACY_FIELDS = frozenset()
 """Fields an older SelectConfig had and ``from_dict`` still accepts (and ignores)."""
 
@@ -106,14 +114,20 @@ class SelectConfig:
     """Seed distance for r0 = 1 / (1 + d_idx(z, h)): L2 between unit vectors, or 1 - cos."""
     seed_score: Literal["head", "best_unit", "max"] = "best_unit"
     """r0 of a thread: from its head vector (paper), from its best unit's affinity, or the max."""
-    affinity: Literal["dense", "fused", "rrf"] = "rrf"
+    affinity: Literal["dense", "fused", "rrf", "learned"] = "rrf"
     """alpha(v): ``dense`` = (1 + cos(z, e_v)) / 2 (the paper); ``fused`` = (1 - w) * dense +
     w * bm25 / max_bank(bm25) with w = ``lexical_weight``; ``rrf`` = reciprocal-rank fusion of
-    cosine and BM25 over the bank (k = ``rrf_k``), divided by its bank maximum."""
+    cosine and BM25 over the bank (k = ``rrf_k``), divided by its bank maximum; ``learned`` =
+    sigmoid(relevance_weights . f_q(v)) over generic relevance features (dense, lexical, their
+    ranks, speaker named, temporal and date cues, session context: ``steps/relevance.py``),
+    divided by its bank maximum."""
     lexical_weight: float = 0.5
     """Weight of BM25 in the ``fused`` affinity."""
     rrf_k: int = 60
-    """k of the reciprocal-rank fusion in the ``rrf`` affinity."""
+    """k of the reciprocal-rank fusion in the ``rrf`` affinity (and of the ``learned`` affinity's rank features)."""
+    relevance_weights: tuple = DEFAULT_RELEVANCE_WEIGHTS
+    """Weights of the ``learned`` affinity: one per ``RELEVANCE_FEATURES`` entry, then the bias
+    (``trawmem train-affinity`` fits them; the default is fitted on both dev sets, see the README)."""
     lambda_m: float = 1.25
     """Cost weight of query mismatch (1 - alpha) (the paper's best value)."""
     lambda_r: float = 0.5
@@ -191,6 +205,11 @@ class SelectConfig:
                               f"(got {self.ablation!r})")
         _at_least("rrf_k", self.rrf_k, 1)
         _check_choices(self)
+        self.relevance_weights = tuple(float(x) for x in self.relevance_weights)
+        if len(self.relevance_weights) != len(RELEVANCE_FEATURES) + 1 or not all(
+                math.isfinite(x) for x in self.relevance_weights):
+            raise ConfigError(f"relevance_weights must be {len(RELEVANCE_FEATURES) + 1} finite numbers (one per "
+                              f"relevance feature: {', '.join(RELEVANCE_FEATURES)}; then the bias)")
         self.A = tuple(tuple(float(x) for x in r) for r in self.A)
         self.M = tuple(tuple(float(x) for x in r) for r in self.M)
         if len(self.A) != len(ROLES) or any(len(r) != len(DEMAND_FEATURES) for r in self.A):

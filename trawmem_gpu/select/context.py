@@ -10,6 +10,7 @@ from ..build.graph import SEMANTIC
 from ..store.bank import Bank
 from .lexical import BM25Index
 from .objective import unit_attributes
+from .steps.relevance import RelevanceStatic, relevance_static
 from .text_features import temporal_flags
 
 
@@ -41,6 +42,8 @@ class BankContext:
     """Per thread: (neighbour, weight, kind) over G_H."""
     attrs: np.ndarray
     """[N, A] the per-unit inputs of J's modular terms (``objective.unit_attributes``)."""
+    relevance: RelevanceStatic
+    """The query-independent inputs of the ``learned`` affinity's features."""
     _token_costs: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -50,7 +53,8 @@ class BankContext:
         adj: list[list] = [[] for _ in range(bank.n_threads)]
         for s, d, w, k in zip(bank.edge_src, bank.edge_dst, bank.edge_w, bank.edge_kind):
             adj[int(s)].append((int(d), float(w), int(k)))
-        return cls(bank, bank.unit_thread, pos, head_sim, temporal, BM25Index(texts), adj, unit_attributes(bank))
+        return cls(bank, bank.unit_thread, pos, head_sim, temporal, BM25Index(texts), adj, unit_attributes(bank),
+                   relevance_static(bank))
 
     def token_costs(self, with_heads: bool = True):
         """The bank's ``workspace.TokenCosts`` (with or without heads), counted on first use."""

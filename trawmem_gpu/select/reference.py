@@ -72,15 +72,15 @@ class Localized:
     """[U, A] the candidates' rows of ``objective.unit_attributes``."""
 
 
-def localize(ctx: BankContext, question: str, z: np.ndarray, cfg: SelectConfig) -> Localized:
+def localize(ctx: BankContext, question: str, z: np.ndarray, cfg: SelectConfig, now: datetime | None = None) -> Localized:
     """Steps 1-3, the unit features and the graph part of the costs for one query.
 
-    ``cfg`` must already be ``resolved()``.
+    ``cfg`` must already be ``resolved()``; ``now``: the query's date (the ``learned`` affinity reads it).
     """
     if not np.all(np.isfinite(z)):
         raise ValueError("query vector holds NaN or inf")
     z = np.asarray(z, dtype=np.float64)
-    alpha_all = step3.unit_affinity(ctx, z, question, cfg)
+    alpha_all = step3.unit_affinity(ctx, z, question, cfg, date_seconds(now))
     r0 = step1.seed_scores(ctx, z, alpha_all, cfg)
     r_t = step2.neighbourhood(ctx, r0, cfg)
     threads = list(r_t)
@@ -104,7 +104,7 @@ def select_reference(ctx: BankContext, question: str, z: np.ndarray, cfg: Select
     :param now: the query's date ("now" for it: LongMemEval gives each question one); None = none
     """
     cfg = (cfg or SelectConfig()).resolved()
-    loc = localize(ctx, question, z, cfg)
+    loc = localize(ctx, question, z, cfg, now)
     delta, M, w = role_params(loc.x, cfg, head)                           # step 4: the query's demand
     rho, phi = step4.role_fit(loc.f, M, delta, cfg.T_R)                   # step 4: rho, phi
     U = len(loc.cand)

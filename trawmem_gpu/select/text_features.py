@@ -40,3 +40,29 @@ def demand_features(question: str) -> np.ndarray:
 def temporal_flags(texts: list[str]) -> np.ndarray:
     """[n] float: 1 where a unit's text holds a temporal expression."""
     return np.array([1.0 if TEMPORAL_UNIT.search(t) else 0.0 for t in texts])
+
+
+_COUNT = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+          "nine": 9, "ten": 10, "a couple of": 2, "a few": 3}
+_SPAN_DAYS = {"day": 1.0, "week": 7.0, "month": 30.44, "year": 365.25}
+RELATIVE_AGO = re.compile(r"\b(\d{1,3}|a couple of|a few|an?|one|two|three|four|five|six|seven|eight|nine|ten)\s+"
+                          r"(day|week|month|year)s?\s+ago\b", re.I)
+RELATIVE_LAST = re.compile(r"\b(yesterday|last\s+(?:week(?:end)?|month|year|" + _DAYS + r"))\b", re.I)
+
+
+def relative_dates(question: str) -> list[tuple[float, float]]:
+    """``[(age_days, tolerance_days)]``: the times a question points at relative to when it is
+    asked ("two weeks ago", "last month", "yesterday", "last Friday"), as an age and how far off a
+    memory's date may be and still match (a quarter of the span, at least a day and a half).
+    Empty when the question names no relative time."""
+    out = []
+    for m in RELATIVE_AGO.finditer(question):
+        n = m.group(1).lower()
+        age = (int(n) if n.isdigit() else _COUNT[n]) * _SPAN_DAYS[m.group(2).lower()]
+        out.append((age, max(1.5, 0.25 * age)))
+    for m in RELATIVE_LAST.finditer(question):
+        w = m.group(1).lower().split()
+        unit = "day" if w[0] == "yesterday" else ("week" if w[1] not in ("month", "year") else w[1])
+        age = _SPAN_DAYS[unit]  # "last Friday": about a week back
+        out.append((age, max(1.5, 0.25 * age)))
+    return out

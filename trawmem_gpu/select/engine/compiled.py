@@ -29,6 +29,7 @@ from .._jit import njit
 from ..objective import LAMBDA_M, LAMBDA_R, TAU, W_COV, W_ROLE, W_THR, CoverageWeights, ModularInputs, \
     modular_gain, support_from_cosine_compiled, weight_columns
 from ..steps import candidates as step3
+from ..steps import relevance as step3r
 from ..steps import roles as step4
 from ..steps.greedy import CompiledQuery, GreedyScratch, KSource, StopRule, best_of_two_compiled, config_rule, \
     lazy_greedy_one, pick_limit
@@ -143,6 +144,12 @@ def front_tables(snap: Snapshot) -> FrontTables:
     return FrontTables(n["unit_thread"], n["nbr"], n["nbw"], n["bm_data"], n["bm_idx"], n["bm_ptr"])
 
 
+def _learned_tables(snap: Snapshot):
+    n = snap.np
+    rel = n["rel_idx"] if n["rel_idx"].shape[1] == 3 else np.zeros((1, 3), np.int64)
+    return step3r.LearnedTables(rel, n["temporal"])
+
+
 def stage_tables(snap: Snapshot) -> StageTables:
     n = snap.np
     return StageTables(n["ktab"], n["btab"], n["head_sim"], n["temporal"], n["position"], n["d_in"],
@@ -153,10 +160,11 @@ def stage_tables(snap: Snapshot) -> StageTables:
 # the loops
 # ----------------------------------------------------------------------------------------------
 @njit(cache=True, nogil=True, error_model="numpy")
-def front_loop(tab, off, x, rrf_k, p, out):  # pragma: no cover - compiled
+def front_loop(tab, off, x, rrf_k, p, learned, ltab, lq, out):  # pragma: no cover - compiled
     """Steps 1-3 per query (see the module docstring): ``tab`` :class:`FrontTables`, ``off``
-    ``tables.Offsets``, ``x`` :class:`FrontBatch`, ``p`` ``PropagationParams``; writes ``out``
-    (:class:`Candidates`)."""
+    ``tables.Offsets``, ``x`` :class:`FrontBatch`, ``p`` ``PropagationParams``; the ``learned``
+    affinity instead of RRF when ``learned`` (``ltab`` / ``lq``: ``relevance.LearnedTables`` /
+    ``LearnedQueries``); writes ``out`` (:class:`Candidates`)."""
     Q = x.bidx.shape[0]
     N = 1
     J = 1
@@ -167,6 +175,8 @@ def front_loop(tab, off, x, rrf_k, p, out):  # pragma: no cover - compiled
     bmbits = bm.view(np.int32)  # positive float32 scores order like their bits
     vals = np.empty(N)
     alpha = np.empty(N)
+    rc = np.empty(N)
+    rb = np.empty(N)
     rs = step3.RankScratch(np.empty(N, np.int64), np.empty(N, np.int64), np.empty(N, np.int64),
                            np.empty(max(N + 1, 4 * 257), np.int64))
     r0 = np.empty(J)
@@ -190,7 +200,10 @@ def front_loop(tab, off, x, rrf_k, p, out):  # pragma: no cover - compiled
         c0 = x.coff[q]
         for j in range(m):
             vals[j] = x.cos[c0 + j]
-        step3.rrf_row(vals, m, bm, bmbits, rrf_k, alpha, rs)
+        if learned:
+            step3r.learned_row(vals, m, bm, bmbits, off.uo[b], ltab, lq, q, alpha, rs, rc, rb)
+        else:
+            step3.rrf_row(vals, m, bm, bmbits, rrf_k, alpha, rs)
         # step 1: best-unit seed scores
         for t in range(n):
             r0[t] = -np.inf
@@ -385,7 +398,7 @@ def select(snap: Snapshot, plan, cfg, head, batch: QueryBatch, pool, timer: Time
         rows = order[s:s + chunk]
         qtext = [batch.questions[i] for i in rows.tolist()]
         ptr, ids, _slow = step3.bm25_columns(batch.bidx[rows].tolist(), qtext, bm.vocabs, bm.plain, bm.store.col0)
-        texts.append((rows, (ptr, ids), step4.demand(qtext, cfg, head)))
+        texts.append((rows, (ptr, ids), step4.demand(qtext, cfg, head), _learned_queries(snap, cfg, batch, rows, qtext)))
     timer.out["text"] = timer.out.get("text", 0.0) + time.perf_counter() - t0
     Zn = batch.Z.numpy()
     pending = [_chunk(snap, plan, cfg, batch, Zn, *t) if pool is None else pool.submit(_chunk, snap, plan, cfg, batch,
@@ -401,7 +414,19 @@ def select(snap: Snapshot, plan, cfg, head, batch: QueryBatch, pool, timer: Time
     return out  # type: ignore[return-value]
 
 
-def _chunk(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: np.ndarray, cols, demand):
+def _learned_queries(snap: Snapshot, cfg, batch: QueryBatch, rows: np.ndarray, qtext: list[str]):
+    """The ``learned`` affinity's question cues of a chunk (text work, on the calling thread), or
+    an empty one for the ``rrf`` affinity."""
+    if cfg.affinity != "learned":
+        e = np.zeros(0)
+        return step3r.LearnedQueries(e, np.zeros(0, np.int64), e, e, np.zeros(0, np.int64), e, 0.0)
+    off, attrs = snap.off, snap.np["attrs"]
+    b = batch.bidx[rows]
+    return step3r.learned_queries(qtext, [snap.infos[int(x)].speakers for x in b],
+                                  [attrs[off.uo[x]:off.uo[x] + off.nu[x], 0] for x in b], batch.now[rows], cfg)
+
+
+def _chunk(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: np.ndarray, cols, demand, lq):
     """One chunk of :func:`select` (``rows``: query indices, bank-sorted): the cosines (one GEMM
     per bank, or per-query dots when banks average fewer than 8 queries), :func:`front_loop` and
     :func:`stage_loop`. Returns ``(rows, picks, stage seconds)``."""
@@ -442,7 +467,8 @@ def _chunk(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: n
                    n_h=np.empty(Qc, np.int64), tpos=np.empty((Qc, J), np.int64))
     x = FrontBatch(bidx, cos, coff, *cols)
     front_loop(snap.lazy("front_tables", lambda: front_tables(snap)), off, x, float(cfg.rrf_k),
-               propagation_params(cfg, J), c)
+               propagation_params(cfg, J), cfg.affinity == "learned",
+               snap.lazy("learned_tables", lambda: _learned_tables(snap)), lq, c)
     lap("localize")
     delta, Mq, W = demand
     sb = stage_batch(snap, cfg, dict(c._asdict(), bidx=bidx), Mq, delta, W, batch.now[rows])

@@ -39,11 +39,13 @@ class Plan:
 
     heads: bool
     """The seeds read the head vectors."""
+    relevance: bool
+    """The ``learned`` affinity's per-unit indices are stored."""
     tokens: bool = False
     """A token budget: the per-bank tables hold token costs."""
 
     def layout(self, dim: int) -> Layout:
-        return Layout(self.device, self.dtype, dim, self.tables, self.lexical, self.heads, self.tokens)
+        return Layout(self.device, self.dtype, dim, self.tables, self.lexical, self.heads, self.relevance, self.tokens)
 
 
 def _kernels_importable() -> bool:
@@ -55,8 +57,8 @@ def _kernels_importable() -> bool:
 
 def compiled_front_applies(cfg: SelectConfig, dtype: torch.dtype, sim: str) -> str | None:
     """None when the compiled steps 1-3 reproduce the tensor ones for ``cfg``, else why not."""
-    if cfg.affinity != "rrf" or cfg.seed_score != "best_unit":
-        return "it needs affinity='rrf' and seed_score='best_unit'"
+    if cfg.affinity not in ("rrf", "learned") or cfg.seed_score != "best_unit":
+        return "it needs affinity='rrf' or 'learned' and seed_score='best_unit'"
     if dtype != torch.float64:
         return "it computes in float64"
     if sim not in ("auto", "grouped", "dots"):
@@ -86,4 +88,5 @@ def resolve(ec: EngineConfig, cfg: SelectConfig, banks) -> Plan:
     threads = ec.threads if ec.threads is not None else torch.get_num_threads()
     chunk = ec.chunk_elems or (1 << 19 if cpu else 1 << 24)
     return Plan(device, dtype, backend, front, kernels, optimizer, ec.sim, int(threads), int(chunk), tables,
-                ec.seed_search, uses_bm25(cfg), cfg.seed_score != "best_unit", cfg.token_budget is not None)
+                ec.seed_search, uses_bm25(cfg), cfg.seed_score != "best_unit", cfg.affinity == "learned",
+                cfg.token_budget is not None)

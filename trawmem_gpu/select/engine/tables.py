@@ -41,6 +41,7 @@ from ..lexical import BM25Index
 from ..objective import UNIT_ATTRIBUTES, support_kernel, unit_attributes
 from ..steps.candidates import BM25Store
 from ..steps.priority import in_thread_distances
+from ..steps.relevance import relevance_static
 
 
 class Layout(NamedTuple):
@@ -55,6 +56,8 @@ class Layout(NamedTuple):
     """Build BM25 (the affinity reads it)."""
     heads: bool
     """Store the head vectors (head or max seeds read them; best-unit seeds do not)."""
+    relevance: bool = False
+    """Store the ``learned`` affinity's per-unit indices (speaker, session neighbours)."""
     tokens: bool = False
     """Count the units' and headings' token costs (a token budget reads them; else zeros)."""
 
@@ -72,6 +75,8 @@ class BankInfo:
     vocab: dict | None
     plain: bool
     """bm25s keeps a plain float32 score matrix (no non-occurrence term): the batched BM25 applies."""
+    speakers: tuple = ()
+    """The bank's speakers (the ``learned`` affinity's ``speaker_named`` feature indexes them)."""
     costs: object = None
     """The bank's ``workspace.TokenCosts`` (with heads) when the engine has a token budget."""
 
@@ -80,7 +85,7 @@ class BankInfo:
 TABLES = (
     ("unit_vecs", "unit", "float", 0), ("unit_thread", "unit", "int", 0), ("head_sim", "unit", "float", 0),
     ("temporal", "unit", "float", 0), ("position", "unit", "float", 0), ("d_in", "unit", "float", 0),
-    ("attrs", "unit", "float64", 0), ("tok_unit", "unit", "float", 0),
+    ("attrs", "unit", "float64", 0), ("rel_idx", "unit", "int", -1), ("tok_unit", "unit", "float", 0),
     ("head_vecs", "thread", "float", 0), ("nbr", "thread", "int", -1), ("nbw", "thread", "float", 0),
     ("tok_head", "thread", "float", 0),
     ("ktab", "k", "float", 0), ("btab", "b", "float", 0),
@@ -102,6 +107,11 @@ def build_bank(bank: Bank, cfg, layout: Layout) -> tuple[BankInfo, dict[str, np.
     a = dict(unit_vecs=bank.unit_vecs, unit_thread=ult, head_sim=head_sim, temporal=temporal, position=position,
              d_in=in_thread_distances(head_sim, bank.thread_offsets, cfg.c_head, cfg.c_step),
              attrs=unit_attributes(bank), head_vecs=bank.head_vecs if layout.heads else np.zeros((J, 0)))
+    speakers = ()
+    if layout.relevance:  # speaker, previous and next unit of the session (steps/relevance.py)
+        st = relevance_static(bank)
+        speakers = st.speakers
+        a["rel_idx"] = np.stack([st.speaker, st.prev, st.next], axis=1)
     a["nbr"], a["nbw"] = _neighbours(bank, cfg.semantic_edges)
     costs = token_costs(bank, with_heads=True) if layout.tokens else None
     if costs is not None:
@@ -122,7 +132,7 @@ def build_bank(bank: Bank, cfg, layout: Layout) -> tuple[BankInfo, dict[str, np.
             a["bm_ptr"] = m.scores["indptr"]
     h = max(cfg.neighborhood_cap, cfg.n_seeds)
     ucap = int(np.sort(np.diff(bank.thread_offsets))[::-1][:h].sum())
-    return BankInfo(bank, N, J, ucap, bm25, vocab, plain, costs), a
+    return BankInfo(bank, N, J, ucap, bm25, vocab, plain, speakers, costs), a
 
 
 def _neighbours(bank: Bank, semantic: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -322,6 +332,7 @@ class TableStore:
         lay = self.layout
         dt = {"float": lay.dtype, "int": torch.int64, "float64": torch.float64, "float32": torch.float32}
         shapes = {"unit_vecs": (lay.dim,), "head_vecs": (lay.dim if lay.heads else 0,), "attrs": (len(UNIT_ATTRIBUTES),),
+                  "rel_idx": (3 if lay.relevance else 0,),
                   "nbr": (width,),
                   "nbw": (width,)}
         return {name: _Segment(shapes.get(name, ()), dt[kind], "cpu" if group in HOST_GROUPS else lay.device, fill,

@@ -23,6 +23,7 @@ from torch import Tensor
 from ..objective import ModularInputs, coverage_weights, modular_gain, support_kernel, weight_columns
 from ..steps import candidates as step3
 from ..steps import propagation as step2
+from ..steps import relevance as step3r
 from ..steps import roles as step4
 from ..steps import seeds as step1
 from ..steps.greedy import GreedyProblem, TokenBudget, config_rule, greedy_lazy_torch, greedy_select
@@ -74,7 +75,9 @@ def localize(snap: Snapshot, plan, cfg, batch: QueryBatch, timer: Timer) -> Loca
     # step 3's alpha over each query's whole bank (the seeds read it)
     uid, umask = own_rows(snap.off_t.uo, snap.off_t.nu, bidx)
     cos = similarity(snap, plan.sim, batch.Z, bidx, heads=False, chunk_elems=plan.chunk_elems)
-    if cfg.affinity == "rrf" and _rrf_compiled_applies(cos, lex):
+    if cfg.affinity == "learned":
+        alpha = _learned_affinity(snap, cfg, batch, cos, umask, uid, lex)
+    elif cfg.affinity == "rrf" and _rrf_compiled_applies(cos, lex):
         alpha = torch.from_numpy(step3.rrf_compiled(cos.numpy(), umask.sum(dim=1).numpy(), lex, float(cfg.rrf_k)))
     else:
         alpha = step3.affinity_torch(cos, umask, None if lex is None else torch.as_tensor(lex, dtype=plan.dtype,
@@ -280,3 +283,30 @@ def support_matrix(snap: Snapshot, cfg, c: Chunk, S: Tensor | None) -> Tensor | 
             S = torch.bmm(E, E.transpose(1, 2))
         K = support_kernel(S, c.lt[:, :, None] == c.lt[:, None, :], cfg)
     return torch.where(pair, K, torch.zeros((), dtype=K.dtype, device=K.device))
+
+
+def _learned_affinity(snap: Snapshot, cfg, batch: QueryBatch, cos: Tensor, umask: Tensor, uid: Tensor,
+                      lex: np.ndarray) -> Tensor:
+    """Step 3's ``learned`` affinity for the batch: the per-unit inputs gathered per query row, the
+    question cues per query (speakers named, temporal cue, relative dates), then
+    :func:`~trawmem_gpu.select.steps.relevance.learned_affinity_torch`."""
+    dev, dt = cos.device, cos.dtype
+    idx = snap.t["rel_idx"][uid]  # [Q, N, 3] speaker, prev, next (bank-local)
+    live = umask[:, :, None]
+    idx = torch.where(live, idx, torch.tensor([0, -1, -1], device=dev))
+    time = snap.t["attrs"][uid][:, :, 0]
+    rows = step3r.RelevanceRows(idx[:, :, 0], idx[:, :, 1], idx[:, :, 2], snap.t["temporal"][uid].to(dt), time)
+    infos = [snap.infos[int(b)] for b in batch.bidx]
+    S = max(1, max(len(i.speakers) for i in infos))
+    named = np.zeros((len(infos), S))
+    date_cols = {}
+    nu = snap.off.nu[batch.bidx]
+    time_np = time.cpu().numpy()
+    for q, (info, text) in enumerate(zip(infos, batch.questions)):
+        named[q, :len(info.speakers)] = step3r.speakers_named(text, info.speakers)
+        col = step3r.date_match(time_np[q, :nu[q]], text, float(batch.now[q]))
+        if col is not None:
+            date_cols[q] = col
+    z_temp = torch.as_tensor([step4.demand_features_cached(t)[1] for t in batch.questions], dtype=dt, device=dev)
+    return step3r.learned_affinity_torch(cos, umask, torch.as_tensor(lex, dtype=dt, device=dev), rows,
+                                         torch.as_tensor(named, dtype=dt, device=dev), z_temp, date_cols, cfg)

@@ -4,7 +4,8 @@ ascending) and their affinity alpha.
 alpha is computed over the whole bank *before* step 1, because best-unit seeds read it:
 ``dense`` = (1 + cos(z, e_v)) / 2 (the paper), ``fused`` = (1 - w) dense + w bm25 / max_bank(bm25),
 ``rrf`` = 1 / (k + rank_cos) + [bm25 > 0] / (k + rank_bm25) over the bank (ranks from 1, ties to
-the lower unit), divided by its bank maximum.
+the lower unit), divided by its bank maximum; ``learned``: a logistic model over generic
+relevance features, in its own module (``steps/relevance.py``).
 
 Side by side: the NumPy reference (:func:`unit_affinity`, :func:`candidates`), the torch batch
 (:func:`affinity_torch`, :func:`bm25_batch`, :func:`candidates_torch`) and the compiled
@@ -27,8 +28,14 @@ from ..tensor_ops import compact, ranks, ranks_positive
 # ----------------------------------------------------------------------------------------------
 # reference (NumPy, one query)
 # ----------------------------------------------------------------------------------------------
-def unit_affinity(ctx, z: np.ndarray, question: str, cfg) -> np.ndarray:
-    """``[N]`` alpha(v) over the whole bank (see ``SelectConfig.affinity``)."""
+def unit_affinity(ctx, z: np.ndarray, question: str, cfg, now: float = float("nan")) -> np.ndarray:
+    """``[N]`` alpha(v) over the whole bank (see ``SelectConfig.affinity``; ``now``: the query's date
+    in POSIX seconds, NaN if none, read by the ``learned`` affinity)."""
+    if cfg.affinity == "learned":
+        from .relevance import learned_affinity
+
+        cos = ctx.bank.unit_vecs.astype(np.float64) @ z
+        return learned_affinity(ctx.relevance, cos, ctx.bm25.scores(question), question, now, cfg)
     if cfg.affinity == "rrf":
         from ..baselines import rrf_scores
 
@@ -52,8 +59,8 @@ def candidates(bank, threads: list[int]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def uses_bm25(cfg) -> bool:
-    """Whether the affinity reads BM25 (a host without bm25s / nltk can still run dense configs)."""
-    return cfg.affinity == "rrf" or (cfg.affinity == "fused" and cfg.lexical_weight > 0)
+    """Whether the affinity reads BM25 (a host without bm25s can still run dense configs)."""
+    return cfg.affinity in ("rrf", "learned") or (cfg.affinity == "fused" and cfg.lexical_weight > 0)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,0 +1,40 @@
+"""Helpers of the serve tests: a sample collection on disk and the real server on a free port."""
+from __future__ import annotations
+
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+
+SAMPLE_BANK = "ana-ben"
+
+
+def build_sample_collection(path: Path, extra_ids: tuple[str, ...] = ()) -> Path:
+    """The bundled sample conversation as bank ``ana-ben`` (and copies under ``extra_ids``)."""
+    from dataclasses import replace
+
+    from trawmem_gpu.build import build_banks
+    from trawmem_gpu.data import load_conversations, sample_path
+    from trawmem_gpu.store import Collection
+
+    convs = load_conversations(sample_path())
+    convs += [replace(convs[0], bank_id=b) for b in extra_ids]
+    banks, _ = build_banks(convs, progress=False)
+    coll = Collection(path, create=True)
+    for b in banks:
+        coll.put(b)
+    return path
+
+
+def copy_collection(src: Path, dst: Path) -> str:
+    shutil.copytree(src, dst)
+    return str(dst)
+
+
+@contextmanager
+def running(cfg, **service_kw):
+    """(url, service, app) of a real server for ``cfg`` on 127.0.0.1 and a free port."""
+    from trawmem_gpu.serve.server import BackgroundServer, build_app
+
+    app, service = build_app(cfg, **service_kw)
+    with BackgroundServer(app, cfg) as srv:
+        yield srv.url, service, srv

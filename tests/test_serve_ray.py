@@ -1,0 +1,95 @@
+"""`trawmem serve --ray`: the app as a Ray Serve application on a local Ray instance, 2 shards.
+
+Each shard (one replica) owns the banks whose id hashes to it; the router sends each request
+to its bank's shard. Bounded: one local Ray instance with 4 logical CPUs, torn down at the end.
+"""
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+pytest.importorskip("ray", reason="the ray extra (ray[data,serve]) is not installed")
+pytest.importorskip("ray.serve", reason="the ray extra (ray[data,serve]) is not installed")
+pytest.importorskip("fastapi", reason="the serve extra is not installed")
+import httpx  # noqa: E402
+
+from serve_util import build_sample_collection  # noqa: E402
+
+QUESTION = "Why did Ana walk home during her long run?"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_server(tmp_path_factory):
+    import ray
+    from ray import serve
+
+    from trawmem_gpu.serve.config import ServeConfig
+    from trawmem_gpu.serve.ray_app import build_ray_app, shard_of
+
+    ids = [f"user-{i}" for i in range(6)]
+    assert {shard_of(b, 2) for b in ids} == {0, 1}  # both shards own banks
+    path = build_sample_collection(tmp_path_factory.mktemp("ray") / "coll", extra_ids=tuple(ids))
+    port = _free_port()
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        cfg = ServeConfig(collection=str(path), port=port, max_batch=16, max_wait_ms=20, threads=1)
+        serve.run(build_ray_app(cfg, shards=2, shard_cpus=1), name="trawmem", route_prefix="/")
+        yield f"http://127.0.0.1:{port}", ids
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def test_ray_shards_route_by_bank_id(ray_server):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from serve_util import SAMPLE_BANK
+    from trawmem_gpu.serve.ray_app import shard_of
+
+    url, ids = ray_server
+    with httpx.Client(base_url=url, timeout=120) as c:
+        listed = {b["bank_id"]: b for b in c.get("/v1/banks").json()["banks"]}
+        assert set(listed) == {SAMPLE_BANK, *ids}  # fanned out to both shards
+        # the same bank content on every shard gives the same workspace wherever it lives
+        base = c.post("/v1/select", json={"bank_id": SAMPLE_BANK, "question": QUESTION, "budget": 6}).json()
+        with ThreadPoolExecutor(8) as ex:
+            rs = list(ex.map(lambda b: c.post("/v1/select", json={"bank_id": b, "question": QUESTION, "budget": 6}),
+                             ids * 2))
+        assert all(r.status_code == 200 for r in rs), [r.text for r in rs if r.status_code != 200][:2]
+        for r in rs:
+            assert [u["id"] for u in r.json()["units"]] == [u["id"] for u in base["units"]]
+        assert max(r.json()["timings"]["batch_size"] for r in rs) >= 1
+        r = c.post("/v1/select/batch", json={"requests": [{"bank_id": b, "question": QUESTION} for b in ids]})
+        assert r.status_code == 200 and [x["bank_id"] for x in r.json()["results"]] == ids
+        # unknown bank, bad input: the app's own answers
+        r = c.post("/v1/select", json={"bank_id": "nope", "question": QUESTION})
+        assert r.status_code == 404 and r.json()["detail"] == "unknown bank id 'nope'"
+        assert c.post("/v1/select", json={"bank_id": ids[0], "question": ""}).status_code == 422
+        # each replica holds only its own slice of the banks
+        from ray import serve
+
+        owned = [{x["bank_id"] for x in serve.get_deployment_handle(f"trawmem-shard-{i}", app_name="trawmem")
+                  .bank_list.remote().result()} for i in range(2)]
+        assert owned[0] and owned[1] and not owned[0] & owned[1] and owned[0] | owned[1] == set(listed)
+        assert all(shard_of(b, 2) == i for i in range(2) for b in owned[i])
+        # appends go to the owning shard (one bank on each); the next read there sees them
+        for b in (min(owned[0] - {SAMPLE_BANK}), min(owned[1] - {SAMPLE_BANK})):
+            n0 = listed[b]["n_units"]
+            turn = {"turn_id": f"{b}-new", "speaker": "Ana", "text": "We adopted a puppy called Biscuit.",
+                    "timestamp": "2030-01-01T10:00:00"}
+            r = c.post(f"/v1/banks/{b}/turns", json={"turns": [turn]})
+            assert r.status_code == 200 and r.json()["n_units"] == n0 + 1, r.text
+            assert c.get(f"/v1/banks/{b}").json()["n_units"] == n0 + 1
+            r = c.post("/v1/select", json={"bank_id": b, "question": "What is the puppy called?", "budget": 4})
+            assert f"{b}-new" in [u["id"] for u in r.json()["units"]]
+            assert c.post(f"/v1/banks/{b}/turns", json={"turns": [turn]}).status_code == 409
+        assert c.get("/readyz").status_code == 200

@@ -1,0 +1,193 @@
+"""Fitting the ``learned`` affinity (``SelectConfig.relevance_weights``) from labelled questions.
+
+Each labelled question gives one row per unit of its bank: the features of
+:mod:`trawmem_gpu.select.steps.relevance` (the very function selection uses) and the label "this
+unit is gold evidence". The weights are those of an L2-regularized logistic regression, fitted by
+L-BFGS in torch on standardized features (then mapped back to raw-feature weights). Every
+question weighs the same (its rows share a weight of 1 / its bank's units), and every data set
+weighs the same (its questions share 1 / its question count), so a benchmark with ten times the
+questions does not decide the fusion alone and a bank of 600 units counts as much as one of 60.
+
+Validation is by groups that share nothing (:func:`cross_validate`): a fold's weights are fitted
+on every row outside it, and its questions are scored with them only.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..select.config import RELEVANCE_FEATURES, SelectConfig
+from ..select.context import BankContext
+from ..select.objective import date_seconds
+from ..select.steps.relevance import relevance_features
+
+L2 = 1.0
+"""Inverse regularization strength C of the fit (the loss is 0.5 |w|^2 + C * mean weighted log-loss
+* rows), as scikit-learn's default."""
+
+
+@dataclass
+class LabelledQuestion:
+    """One question's feature rows and labels (every unit of its bank)."""
+
+    dataset: str
+    bank_id: str
+    qid: str
+    group: str
+    """Rows of one group are held out together (a conversation, or a fold of questions)."""
+    category: int
+    F: np.ndarray
+    """[N, F] the relevance features."""
+    y: np.ndarray
+    """[N] 1.0 for gold units."""
+    extra: dict = field(default_factory=dict)
+
+
+def labelled_rows(ctx: BankContext, question: str, z: np.ndarray, gold_ids, now, cfg: SelectConfig) -> tuple:
+    """``(F [N, F], y [N])`` for one question over its bank (the selection's own features)."""
+    bank = ctx.bank
+    cos = bank.unit_vecs.astype(np.float64) @ np.asarray(z, dtype=np.float64)
+    F = relevance_features(ctx.relevance, cos, ctx.bm25.scores(question), question, date_seconds(now),
+                           float(cfg.rrf_k))
+    gold = set(gold_ids)
+    return F, np.array([1.0 if t.turn_id in gold else 0.0 for t in bank.turns])
+
+
+def fit_relevance(questions: list[LabelledQuestion], C: float = L2, max_iter: int = 500) -> tuple[float, ...]:
+    """The relevance weights (one per feature, then the bias) fitted on ``questions``."""
+    if not questions:
+        raise ValueError("no labelled questions to fit the affinity on")
+    X = np.concatenate([q.F for q in questions])
+    y = np.concatenate([q.y for q in questions])
+    n_ds = {}
+    for q in questions:
+        n_ds[q.dataset] = n_ds.get(q.dataset, 0) + 1
+    w = np.concatenate([np.full(len(q.y), 1.0 / len(q.y) / n_ds[q.dataset]) for q in questions])
+    w = w / w.mean()
+    mu, sd = X.mean(axis=0), X.std(axis=0)
+    sd = np.where(sd > 0, sd, 1.0)
+    Xt = torch.as_tensor((X - mu) / sd, dtype=torch.float64)
+    yt, wt = torch.as_tensor(y, dtype=torch.float64), torch.as_tensor(w, dtype=torch.float64)
+    beta = torch.zeros(X.shape[1], dtype=torch.float64, requires_grad=True)
+    b0 = torch.zeros((), dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([beta, b0], max_iter=max_iter, tolerance_grad=1e-9, tolerance_change=1e-12,
+                            history_size=20, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        s = Xt @ beta + b0
+        loss = (wt * torch.nn.functional.binary_cross_entropy_with_logits(s, yt, reduction="none")).sum()
+        loss = C * loss + 0.5 * (beta * beta).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    coef = beta.detach().numpy() / sd
+    bias = float(b0.detach()) - float((beta.detach().numpy() * mu / sd).sum())
+    out = tuple(float(x) for x in coef) + (bias,)
+    if not all(math.isfinite(x) for x in out):
+        raise ValueError("the affinity fit diverged (non-finite weights)")
+    return out
+
+
+def cross_validate(questions: list[LabelledQuestion], C: float = L2) -> dict[str, tuple[float, ...]]:
+    """``{group: weights fitted on every other group}``."""
+    groups = sorted({q.group for q in questions})
+    return {g: fit_relevance([q for q in questions if q.group != g], C) for g in groups}
+
+
+def load_labelled(path: str | Path, cfg: SelectConfig | None = None, *, dataset: str | None = None,
+                  folds: int = 5, seed: int = 0, progress: bool = False, dayfirst: bool = False):
+    """The labelled questions of a benchmark file, with their banks and question vectors.
+
+    LoCoMo-layout files: categories 1-4 with gold evidence, grouped by conversation. LongMemEval:
+    every question with a gold user turn except abstention ones, grouped into ``folds`` folds
+    (a seeded shuffle). Returns ``(questions, contexts {bank_id: BankContext}, Z {qid: vector})``.
+    """
+    from ..config import BuildConfig
+    from ..data import detect_format, load_conversations
+    from ..encode import get_encoder
+
+    cfg = cfg or SelectConfig()
+    path = Path(path)
+    fmt = detect_format(path)
+    enc = get_encoder(BuildConfig().encoder)
+    if fmt == "longmemeval":
+        from ..data.longmemeval import is_abstention
+        from ..score.banks import build_identity, default_bank_dir, ensure_collection, file_sha256
+        from ..store import Collection
+
+        convs = load_conversations(path, dayfirst=dayfirst)
+        ident = build_identity(file_sha256(path), BuildConfig(), "user")
+        bdir = default_bank_dir(ident)
+        ensure_collection(convs, bdir, ident, BuildConfig(), encoder=enc, progress=progress)
+        coll = Collection(bdir)
+        banks = {c.bank_id: coll.load(c.bank_id) for c in convs}
+        items = [(c.bank_id, q) for c in convs for q in c.questions if q.evidence and not is_abstention(q.qid)]
+        order = np.random.RandomState(seed).permutation(len(items))
+        group = {items[i][1].qid: f"fold{j % folds}" for j, i in enumerate(order)}
+    else:
+        from ..eval.retrieval import banks_for
+
+        convs, blist, _ = banks_for(path, BuildConfig(), None, progress, enc, dayfirst=dayfirst)
+        banks = {b.bank_id: b for b in blist}
+        items = [(c.bank_id, q) for c in convs for q in c.questions if q.category in (1, 2, 3, 4) and q.evidence]
+        group = {q.qid: bid for bid, q in items}
+    dataset = dataset or path.name.split(".")[0]
+    ctxs = {b: BankContext.of(bank) for b, bank in banks.items()}
+    Z = enc.encode([q.question for _, q in items], is_query=True, progress=progress, desc="encode questions")
+    out = []
+    for (bid, q), z in zip(items, Z):
+        F, y = labelled_rows(ctxs[bid], q.question, z, q.evidence, q.date, cfg)
+        out.append(LabelledQuestion(dataset, bid, q.qid, f"{dataset}:{group[q.qid]}", q.category, F, y,
+                                    {"question": q.question, "date": q.date, "z": z, "evidence": q.evidence}))
+    return out, ctxs
+
+
+WEIGHTS_FORMAT = "trawmem-affinity-weights"
+
+
+def save_weights(path: str | Path, weights, meta: dict | None = None) -> Path:
+    """Write ``weights`` (one per feature, then the bias) as JSON with the feature list and
+    ``meta`` (provenance), atomically."""
+    import json
+    import os
+
+    path = Path(path)
+    doc = {"format": WEIGHTS_FORMAT, "features": list(RELEVANCE_FEATURES), "weights": [float(x) for x in weights],
+           **({"meta": meta} if meta else {})}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def load_weights(path: str | Path) -> tuple[float, ...]:
+    """The relevance weights of a file written by :func:`save_weights` (``--affinity-weights``);
+    clear errors for a missing or foreign file, or one fitted for other features."""
+    import json
+
+    from ..errors import InputError
+
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"--affinity-weights {path}: file not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"--affinity-weights {path}: not a weights file ({e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != WEIGHTS_FORMAT:
+        raise InputError(f"--affinity-weights {path}: not a weights file (write one with `trawmem train-affinity`)")
+    if doc.get("features") != list(RELEVANCE_FEATURES):
+        raise InputError(f"--affinity-weights {path}: fitted for the features {doc.get('features')}, this version "
+                         f"uses {list(RELEVANCE_FEATURES)}; fit it again with `trawmem train-affinity`")
+    w = doc.get("weights")
+    if not isinstance(w, list) or len(w) != len(RELEVANCE_FEATURES) + 1 or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in w):
+        raise InputError(f"--affinity-weights {path}: 'weights' must be {len(RELEVANCE_FEATURES) + 1} finite numbers")
+    return tuple(float(x) for x in w)

@@ -1,0 +1,342 @@
+"""Stage 2, step 3 (design note), the ``learned`` affinity: alpha(v) = p(v) / max over the bank of p,
+with p(v) = sigmoid(w . f_q(v) + b) a logistic model of "v is evidence for q".
+
+The design note leaves the fusion of dense and lexical evidence open; this fuses them, and a few
+other generic cues, with weights learned from labelled questions (``trawmem train-affinity``)
+instead of a fixed rank fusion. Every feature describes a query-unit pair without naming a data
+set, a person or a topic (:data:`RELEVANCE_FEATURES`, in this order):
+
+==================  ==========================================================================
+``cos``             cos(z_q, e_v)
+``bm25``            BM25(q, v) / max over the bank (0 when no term matches)
+``rrf_cos``         1 / (k + rank of v by cosine)              (k = ``SelectConfig.rrf_k``)
+``rrf_bm25``        1 / (k + rank of v by BM25), 0 when BM25(q, v) = 0
+``top_cos``         1 / (5 + rank by cosine): the same ranks with weight on the first few
+``top_bm25``        1 / (5 + rank by BM25), 0 when BM25(q, v) = 0
+``speaker_named``   1 when v's speaker is named in the question (a whole word, any case)
+``temporal_match``  z_temp(q) x [v holds a temporal expression]
+``context_cos``     the larger ``cos`` of v's neighbours in its session (the turn before / after)
+``context_rrf``     the larger ``rrf_cos + rrf_bm25`` of those neighbours
+``date_match``      for a question that points at a time relative to its own date ("two weeks
+                    ago", "last month"): max over those times of exp(-|age(v) - age| / tolerance)
+                    with age(v) = days from v's date to the question's (``text_features.relative_dates``);
+                    0 without a question date
+==================  ==========================================================================
+
+Exactness: the features are elementwise IEEE operations on the cosines, BM25 scores and ranks
+(the ranks of the ``rrf`` affinity: descending, ties to the lower unit), summed in the fixed
+order of :data:`RELEVANCE_FEATURES` (:func:`logits`); the exponentials are one NumPy call
+(``date_match``) and one compiled function (the sigmoid, :func:`affinity_from_logits`) that every
+CPU path calls. So the NumPy reference and the engine's CPU path compute the same bits from the
+same cosines; CUDA computes the same formulas in torch.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .._jit import njit
+from ..config import RELEVANCE_FEATURES  # noqa: F401 - the one order of the features (re-exported)
+from ..objective import date_seconds
+from ..tensor_ops import ranks, ranks_positive
+from ..text_features import demand_features, relative_dates, temporal_flags
+from .candidates import order_desc, order_desc_bits
+
+TOP_K = 5.0
+"""The k of the ``top_*`` rank features."""
+
+
+class RelevanceStatic(NamedTuple):
+    """The query-independent inputs of the features, per unit of one bank."""
+
+    speaker: np.ndarray
+    """[N] int64 index into ``speakers``."""
+    speakers: tuple[str, ...]
+    prev: np.ndarray
+    """[N] int64 the unit before in the same session, -1 for none."""
+    next: np.ndarray
+    """[N] int64 the unit after in the same session, -1 for none."""
+    temporal: np.ndarray
+    """[N] float64 1 where the unit's text holds a temporal expression."""
+    time: np.ndarray
+    """[N] float64 the unit's date in POSIX seconds (NaN when the source gave none)."""
+
+
+def relevance_static(bank) -> RelevanceStatic:
+    """The :class:`RelevanceStatic` of ``bank``."""
+    turns = bank.turns
+    speakers = tuple(dict.fromkeys(t.speaker for t in turns))
+    pos = {s: i for i, s in enumerate(speakers)}
+    ses = np.array([t.session for t in turns], dtype=np.int64)
+    n = len(turns)
+    idx = np.arange(n, dtype=np.int64)
+    same_prev = np.concatenate([[False], ses[1:] == ses[:-1]])
+    same_next = np.concatenate([ses[:-1] == ses[1:], [False]])
+    return RelevanceStatic(np.array([pos[t.speaker] for t in turns], dtype=np.int64), speakers,
+                           np.where(same_prev, idx - 1, -1), np.where(same_next, idx + 1, -1),
+                           temporal_flags([t.text for t in turns]),
+                           np.array([date_seconds(t.time) for t in turns], dtype=np.float64))
+
+
+def speakers_named(question: str, speakers: tuple[str, ...]) -> np.ndarray:
+    """``[S]`` float64: 1 for each speaker whose name appears in ``question`` as a whole word."""
+    return np.array([1.0 if s.strip() and re.search(r"(?<!\w)" + re.escape(s.strip()) + r"(?!\w)", question, re.I)
+                     else 0.0 for s in speakers])
+
+
+def date_match(time: np.ndarray, question: str, now: float) -> np.ndarray | None:
+    """``[N]`` the ``date_match`` feature, or None when it is 0 everywhere (no question date, or the
+    question names no relative time)."""
+    if now != now:  # NaN: no date
+        return None
+    targets = relative_dates(question)
+    if not targets:
+        return None
+    age = (now - time) / 86400.0
+    out = np.zeros(len(time))
+    for a, tol in targets:
+        m = np.exp(-np.abs(age - a) / tol)
+        out = np.maximum(out, np.where(m == m, m, 0.0))  # units without a date: 0
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# reference (NumPy, one query over its whole bank)
+# ----------------------------------------------------------------------------------------------
+def _rank_desc(x: np.ndarray) -> np.ndarray:
+    n = len(x)
+    r = np.empty(n)
+    r[np.lexsort((np.arange(n), -x))] = np.arange(1, n + 1)
+    return r
+
+
+def _context(x: np.ndarray, st: RelevanceStatic) -> np.ndarray:
+    p = np.where(st.prev >= 0, x[np.maximum(st.prev, 0)], 0.0)
+    q = np.where(st.next >= 0, x[np.maximum(st.next, 0)], 0.0)
+    return np.maximum(p, q)
+
+
+def relevance_features(st: RelevanceStatic, cos: np.ndarray, bm25: np.ndarray, question: str, now: float,
+                       rrf_k: float) -> np.ndarray:
+    """``[N, F]`` the features of every unit of one bank for one query (``cos``, ``bm25``: ``[N]``)."""
+    pos = bm25 > 0
+    rc, rb = _rank_desc(cos), _rank_desc(bm25)
+    mx = bm25.max() if len(bm25) else 0.0
+    rrf_c = 1.0 / (rrf_k + rc)
+    rrf_b = np.where(pos, 1.0 / (rrf_k + rb), 0.0)
+    z_temp = demand_features(question)[1]
+    dm = date_match(st.time, question, now)
+    return np.stack([cos, bm25 / mx if mx > 0 else np.zeros_like(bm25), rrf_c, rrf_b, 1.0 / (TOP_K + rc),
+                     np.where(pos, 1.0 / (TOP_K + rb), 0.0), speakers_named(question, st.speakers)[st.speaker],
+                     z_temp * st.temporal, _context(cos, st), _context(rrf_c + rrf_b, st),
+                     dm if dm is not None else np.zeros(len(cos))], axis=-1)
+
+
+def logits(F, w) -> np.ndarray | Tensor:
+    """``F [..., F] . w[:F] + w[F]``, summed left to right over the features (plain elementwise
+    operations: NumPy and torch give the same bits)."""
+    out = F[..., 0] * w[0]
+    for k in range(1, F.shape[-1]):
+        out = out + F[..., k] * w[k]
+    return out + w[F.shape[-1]]
+
+
+@njit(cache=True)
+def _sigmoid_rows(s, n, out):  # pragma: no cover - compiled
+    """``out[q, :n[q]] = sigmoid(s[q, :n[q]]) / max``; the rest 0."""
+    for q in range(s.shape[0]):
+        mx = 0.0
+        for j in range(n[q]):
+            p = 1.0 / (1.0 + math.exp(-s[q, j]))
+            out[q, j] = p
+            if p > mx:
+                mx = p
+        for j in range(n[q]):
+            out[q, j] = out[q, j] / mx
+        for j in range(n[q], s.shape[1]):
+            out[q, j] = 0.0
+
+
+def affinity_from_logits(s: np.ndarray, n: np.ndarray | None = None) -> np.ndarray:
+    """alpha = sigmoid(s) / its max over the first ``n[q]`` (live) entries of each row of ``s``
+    (``[N]`` or ``[Q, N]``), 0 past them: one compiled function, so every CPU path computes the
+    same exponentials (NumPy's and numba's ``exp`` may differ in the last bit)."""
+    s2 = np.ascontiguousarray(np.atleast_2d(s), dtype=np.float64)
+    n = np.full(len(s2), s2.shape[1], dtype=np.int64) if n is None else np.ascontiguousarray(n, dtype=np.int64)
+    out = np.empty_like(s2)
+    _sigmoid_rows(s2, n, out)
+    return out.reshape(np.shape(s))
+
+
+def learned_affinity(st: RelevanceStatic, cos: np.ndarray, bm25: np.ndarray, question: str, now: float,
+                     cfg) -> np.ndarray:
+    """``[N]`` alpha of the ``learned`` affinity for one query (the reference)."""
+    F = relevance_features(st, cos, bm25, question, now, float(cfg.rrf_k))
+    return affinity_from_logits(logits(F, np.asarray(cfg.relevance_weights, dtype=np.float64)))
+
+
+# ----------------------------------------------------------------------------------------------
+# torch (a batch of queries, each over its own bank's N units; padding after them)
+# ----------------------------------------------------------------------------------------------
+class RelevanceRows(NamedTuple):
+    """The static inputs gathered per query row, ``[Q, N]`` (padding: speaker 0, no neighbours)."""
+
+    speaker: Tensor
+    prev: Tensor
+    """bank-local, -1 for none."""
+    next: Tensor
+    temporal: Tensor
+    time: Tensor
+
+
+def learned_affinity_torch(cos: Tensor, umask: Tensor, lex: Tensor, rows: RelevanceRows, named: Tensor,
+                           z_temp: Tensor, date_cols: dict[int, np.ndarray], cfg) -> Tensor:
+    """``alpha [Q, N]`` of the ``learned`` affinity (0 on padding).
+
+    :param named: ``[Q, S]`` :func:`speakers_named` of each query against its bank's speakers
+        (padded with 0), indexed by ``rows.speaker``
+    :param z_temp: ``[Q]`` each question's temporal cue
+    :param date_cols: row -> ``[n]`` :func:`date_match` for the few queries where it is not 0
+    """
+    k = float(cfg.rrf_k)
+    pos = lex > 0
+    rc = ranks(cos, umask)
+    rb = ranks_positive(lex)
+    mx = lex.amax(dim=1, keepdim=True)
+    zero = torch.zeros((), dtype=cos.dtype, device=cos.device)
+    rrf_c = 1.0 / (k + rc)
+    rrf_b = torch.where(pos, 1.0 / (k + rb), zero)
+
+    def context(x: Tensor) -> Tensor:
+        p = torch.where(rows.prev >= 0, torch.gather(x, 1, rows.prev.clamp(min=0)), zero)
+        q = torch.where(rows.next >= 0, torch.gather(x, 1, rows.next.clamp(min=0)), zero)
+        return torch.maximum(p, q)
+
+    dm = torch.zeros_like(cos)
+    for q, col in date_cols.items():
+        dm[q, :len(col)] = torch.as_tensor(col, dtype=cos.dtype, device=cos.device)
+    F = torch.stack([cos, torch.where(mx > 0, lex / torch.where(mx > 0, mx, 1.0), zero), rrf_c, rrf_b,
+                     1.0 / (TOP_K + rc), torch.where(pos, 1.0 / (TOP_K + rb), zero), torch.gather(named, 1, rows.speaker),
+                     z_temp[:, None] * rows.temporal, context(cos), context(rrf_c + rrf_b), dm], dim=-1)
+    s = logits(F, torch.as_tensor(cfg.relevance_weights, dtype=cos.dtype, device=cos.device))
+    if s.device.type == "cpu":  # the reference's exponential: same bits
+        alpha = torch.from_numpy(affinity_from_logits(s.numpy(), umask.sum(dim=1).numpy())).to(cos.dtype)
+    else:
+        p = torch.where(umask, torch.sigmoid(s), zero)
+        alpha = p / p.amax(dim=1, keepdim=True)
+    return torch.where(umask, alpha, zero)
+
+
+# ----------------------------------------------------------------------------------------------
+# compiled (numba, one query at a time): the engine's compiled front
+# ----------------------------------------------------------------------------------------------
+class LearnedTables(NamedTuple):
+    """Per stored unit: ``rel_idx [units, 3]`` (speaker, previous, next: bank-local) and the temporal flag."""
+
+    rel_idx: np.ndarray
+    temporal: np.ndarray
+
+
+class LearnedQueries(NamedTuple):
+    """The question cues of a chunk's queries (row ``q`` in chunk order) and the weights."""
+
+    named: np.ndarray
+    """Flat float64: query q's :func:`speakers_named` at ``named_off[q]:``."""
+    named_off: np.ndarray
+    z_temp: np.ndarray
+    """[Qc] the temporal cue of each question."""
+    dm: np.ndarray
+    """Flat float64: query q's :func:`date_match` at ``dm_off[q]:`` (``dm_off[q] < 0``: none)."""
+    dm_off: np.ndarray
+    w: np.ndarray
+    """[F + 1] ``relevance_weights``."""
+    rrf_k: float
+
+
+def learned_queries(questions: list[str], speakers: list[tuple], times: list[np.ndarray], now: np.ndarray,
+                    cfg) -> LearnedQueries:
+    """The :class:`LearnedQueries` of a chunk: ``speakers[q]`` / ``times[q]`` of each query's bank."""
+    from .roles import demand_features_cached
+
+    named, named_off, dm, dm_off = [], [], [], []
+    n = k = 0
+    for text, sp, tm, t_now in zip(questions, speakers, times, now):
+        named_off.append(n)
+        named.append(speakers_named(text, sp))
+        n += len(sp)
+        col = date_match(tm, text, float(t_now))
+        if col is None:
+            dm_off.append(-1)
+        else:
+            dm_off.append(k)
+            dm.append(col)
+            k += len(col)
+    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0)
+    return LearnedQueries(cat(named), np.asarray(named_off, np.int64),
+                          np.array([demand_features_cached(t)[1] for t in questions], dtype=np.float64), cat(dm),
+                          np.asarray(dm_off, np.int64), np.asarray(cfg.relevance_weights, dtype=np.float64),
+                          float(cfg.rrf_k))
+
+
+@njit(cache=True)
+def learned_row(vals, m, bm, bmbits, u0, tab, lq, q, alpha, s, rc, rb):  # pragma: no cover - compiled
+    """The ``learned`` affinity of one query's ``m`` units into ``alpha`` (``vals``: cosines, ``bm``:
+    float32 BM25 and ``bmbits`` its int32 view, ``u0``: the bank's first stored unit, ``tab``
+    :class:`LearnedTables`, ``lq`` :class:`LearnedQueries`, ``q`` the query's row there; scratch:
+    ``s`` (``candidates.RankScratch``), ``rc`` and ``rb`` ``[>= m]``). The reference's features,
+    ranks, summation order and exponential (:func:`relevance_features`, :func:`logits`,
+    :func:`affinity_from_logits`), one unit at a time."""
+    order, pos = s.order, s.pos
+    order_desc(vals, m, order, s.bk, s.cnt)
+    for i in range(m):
+        rc[order[i]] = np.float64(i + 1)
+    npos = 0
+    mx = 0.0
+    for j in range(m):
+        rb[j] = 0.0
+        if bm[j] > 0:
+            pos[npos] = j
+            npos += 1
+            if np.float64(bm[j]) > mx:
+                mx = np.float64(bm[j])
+    order_desc_bits(bmbits, pos, npos, order, s.bk, s.cnt)
+    for i in range(npos):
+        rb[pos[order[i]]] = np.float64(i + 1)
+    k = lq.rrf_k
+    w = lq.w
+    no = lq.named_off[q]
+    do = lq.dm_off[q]
+    zt = lq.z_temp[q]
+    for j in range(m):  # rrf_cos + rrf_bm25 of each unit, for the context feature (in alpha until used)
+        alpha[j] = 1.0 / (k + rc[j]) + (1.0 / (k + rb[j]) if bm[j] > 0 else 0.0)
+    pmax = 0.0
+    for j in range(m):
+        g = u0 + j
+        pv = tab.rel_idx[g, 1]
+        nx = tab.rel_idx[g, 2]
+        ctx_cos = max(vals[pv] if pv >= 0 else 0.0, vals[nx] if nx >= 0 else 0.0)
+        ctx_rrf = max(alpha[pv] if pv >= 0 else 0.0, alpha[nx] if nx >= 0 else 0.0)
+        pos_b = bm[j] > 0
+        sc = vals[j] * w[0]
+        sc = sc + (np.float64(bm[j]) / mx if mx > 0 else 0.0) * w[1]
+        sc = sc + (1.0 / (k + rc[j])) * w[2]
+        sc = sc + ((1.0 / (k + rb[j])) if pos_b else 0.0) * w[3]
+        sc = sc + (1.0 / (TOP_K + rc[j])) * w[4]
+        sc = sc + ((1.0 / (TOP_K + rb[j])) if pos_b else 0.0) * w[5]
+        sc = sc + lq.named[no + tab.rel_idx[g, 0]] * w[6]
+        sc = sc + (zt * tab.temporal[g]) * w[7]
+        sc = sc + ctx_cos * w[8]
+        sc = sc + ctx_rrf * w[9]
+        sc = sc + (lq.dm[do + j] if do >= 0 else 0.0) * w[10]
+        sc = sc + w[11]
+        p = 1.0 / (1.0 + math.exp(-sc))
+        rb[j] = p  # rb's rank is not read again after unit j (only earlier units' ranks were)
+        if p > pmax:
+            pmax = p
+    for j in range(m):
+        alpha[j] = rb[j] / pmax

@@ -1,0 +1,29 @@
+"""``trawmem serve``: workspace selection as an HTTP service (the pipeline's last stage).
+
+An agent framework or an LLM gateway asks, for every user turn, "which memories go into this
+prompt?" (``POST /v1/select``) and appends the turn once answered
+(``POST /v1/banks/{bank_id}/turns``). Concurrent questions are coalesced into one encoder call
+and one engine call (:mod:`.batcher`); appends rebuild only the touched bank and refresh the
+engines bank by bank (:mod:`.registry`, :mod:`.engines`); API keys map to tenants scoped to
+bank-id patterns (:mod:`.keys`).
+
+Why this stack (extra ``serve``):
+
+* **FastAPI** on **uvicorn**: an ASGI app whose request/response models (pydantic) give the
+  validation and the OpenAPI schema (``/openapi.json``, ``/docs``) from one definition, with
+  one asyncio event loop per process, which is what a dynamic batcher needs (many waiting
+  requests, one dispatcher, work handed to threads); uvicorn (with httptools / uvloop when
+  installed) is the standard, maintained ASGI server and supports graceful shutdown. The same
+  ASGI app runs unchanged as a Ray Serve ingress (``--ray``, :mod:`.ray_app`).
+* **prometheus_client**: the reference client for the Prometheus text format; counters,
+  histograms and gauges on a per-app registry.
+
+Modules: ``config`` (options), ``models`` (API bodies), ``keys`` (tenants), ``batcher``
+(dynamic batching), ``engines`` (one engine per (budget, hops)), ``registry`` (banks and
+appends), ``turns`` (validation of appended turns), ``service`` (one process's service),
+``metrics``, ``app`` (routes), ``server`` (uvicorn), ``ray_app`` (Ray Serve), ``cli``.
+Only ``app``, ``metrics``, ``server`` and ``ray_app`` import the extras.
+"""
+from .config import ServeConfig
+
+__all__ = ["ServeConfig"]

@@ -1,0 +1,330 @@
+"""The HTTP API (v1): FastAPI routes over a selection backend.
+
+The backend is a :class:`~trawmem_gpu.serve.service.SelectionService` (one process) or the
+Ray Serve router of ``ray_app.py`` (shards on many machines): the app is the same either way.
+Every error is a JSON ``{"detail": "..."}`` with a 4xx/5xx status; the server keeps serving.
+
+=====  ==========================================================================================
+401    no API key, or a key that is not in the keys file
+403    a read-only key appending to a bank it owns
+404    a bank that does not exist *or* that the key does not own (same body either way)
+409    an append whose turn ids the bank already holds (nothing appended)
+413    a body over ``--max-body-bytes``
+422    malformed or out-of-range input (empty / oversized question, budget or hops out of range,
+       NaN or wrong-length vector, unparseable date, malformed turn, ...)
+429    the queue is full (``Retry-After`` says when to come back)
+503    draining for shutdown, or not yet ready
+504    no answer within ``--timeout``
+=====  ==========================================================================================
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import math
+import time
+from contextlib import asynccontextmanager
+
+import numpy as np
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+
+from ..data.dates import parse_date
+from ..errors import InputError
+from .batcher import DeadlineExceeded, QueueFull, ShuttingDown
+from .config import ServeConfig
+from .keys import LOCAL_TENANT, KeyStore, Tenant
+from .metrics import Metrics
+from .models import (AppendRequest, AppendResponse, BankInfo, BankList, BatchRequest, BatchResponse, Error,
+                     SelectRequest, SelectResponse)
+from .registry import DuplicateTurns, check_bank_id
+from .service import SelectItem, UnknownBank
+
+log = logging.getLogger("trawmem.serve")
+
+try:  # orjson is faster; the stdlib is the fallback
+    import orjson
+
+    def _dumps(obj) -> bytes:
+        return orjson.dumps(obj)
+except ImportError:  # pragma: no cover
+    def _dumps(obj) -> bytes:
+        return json.dumps(obj, ensure_ascii=False).encode()
+
+
+class HTTPError(Exception):
+    def __init__(self, status: int, detail: str, headers: dict | None = None):
+        super().__init__(detail)
+        self.status, self.detail, self.headers = status, detail, headers or {}
+
+
+def _json(obj, status: int = 200, headers: dict | None = None) -> Response:
+    return Response(_dumps(obj), status_code=status, media_type="application/json", headers=headers)
+
+
+def _unknown_bank(bank_id: str, where: str = "") -> HTTPError:
+    # The same answer for a bank that does not exist and a bank the key does not own.
+    return HTTPError(404, f"{where}unknown bank id {bank_id!r}")
+
+
+async def _maybe(x):
+    return await x if inspect.isawaitable(x) else x
+
+
+class _Edge:
+    """Pure ASGI middleware: body-size limit (413) and per-route metrics.
+
+    Bodies with a Content-Length over the limit are refused before they are read; bodies without
+    one (chunked) are read here up to the limit and replayed to the app.
+    """
+
+    def __init__(self, app, limit: int, metrics: Metrics):
+        self.app, self.limit, self.metrics = app, limit, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0 = time.perf_counter()
+        scope["trawmem_t0"] = t0
+        status = [500]
+        m = self.metrics
+
+        async def send_(msg):
+            if msg["type"] == "http.response.start":
+                status[0] = msg["status"]
+            await send(msg)
+
+        m.in_flight.inc()
+        try:
+            if scope["method"] in ("POST", "PUT", "PATCH"):
+                cl = dict(scope["headers"]).get(b"content-length")
+                too_big = False
+                if cl is not None:
+                    too_big = not cl.isdigit() or int(cl) > self.limit
+                else:
+                    chunks, size, more = [], 0, True
+                    while more:
+                        msg = await receive()
+                        if msg["type"] != "http.request":
+                            break
+                        chunks.append(msg.get("body", b""))
+                        size += len(chunks[-1])
+                        more = msg.get("more_body", False)
+                        if size > self.limit:
+                            too_big = True
+                            break
+                    if not too_big:
+                        body, sent = b"".join(chunks), [False]
+
+                        async def receive():  # noqa: F811 - replay the buffered body
+                            if sent[0]:
+                                return {"type": "http.disconnect"}
+                            sent[0] = True
+                            return {"type": "http.request", "body": body, "more_body": False}
+                if too_big:
+                    await _json({"detail": f"request body over the {self.limit}-byte limit (--max-body-bytes)"},
+                                413)(scope, receive, send_)
+                    return
+            await self.app(scope, receive, send_)
+        finally:
+            m.in_flight.dec()
+            route = scope.get("route")
+            path = getattr(route, "path", None) or "unmatched"
+            m.requests.labels(path, scope["method"], str(status[0])).inc()
+            m.latency.labels(path, scope["method"]).observe(time.perf_counter() - t0)
+
+
+def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics: Metrics | None = None) -> FastAPI:
+    """The FastAPI app over ``backend`` (see the module docstring for the error statuses)."""
+    metrics = metrics or Metrics()
+    metrics.queue_depth.set_function(lambda: float(backend.queue_depth()))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await backend.start()
+        try:
+            yield
+        finally:
+            await backend.stop()
+
+    app = FastAPI(title="trawmem serve", version="1",
+                  description="TrawMem workspace selection: which memories go into this prompt. "
+                              "Send `Authorization: Bearer KEY` (or `X-API-Key: KEY`) when the server has a keys file.",
+                  lifespan=lifespan)
+    app.state.backend, app.state.metrics, app.state.cfg = backend, metrics, cfg
+    app.add_middleware(_Edge, limit=cfg.max_body_bytes, metrics=metrics)
+
+    bearer = HTTPBearer(auto_error=False, description="API key as a bearer token")
+    api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="API key")
+
+    async def tenant_of(cred: HTTPAuthorizationCredentials | None = Depends(bearer),
+                  key: str | None = Depends(api_key)) -> Tenant:
+        if keys is None:
+            return LOCAL_TENANT
+        t = keys.authenticate(cred.credentials if cred is not None else key)
+        if t is None:
+            raise HTTPError(401, "missing or invalid API key", {"WWW-Authenticate": "Bearer"})
+        return t
+
+    def owned(tenant: Tenant, bank_id: str, where: str = "") -> None:
+        # A bank the key does not own gets the answer the backend gives for a missing bank
+        # (UnknownBank, raised before any work is queued).
+        if not tenant.owns(bank_id):
+            raise _unknown_bank(bank_id, where)
+
+    def item_of(r: SelectRequest, t0: float, where: str = "") -> SelectItem:
+        q = r.question.strip()
+        if not q:
+            raise HTTPError(422, f"{where}question is empty")
+        if len(r.question) > cfg.max_question_chars:
+            raise HTTPError(422, f"{where}question is {len(r.question)} characters; the limit is "
+                                 f"{cfg.max_question_chars}")
+        budget = backend.defaults[0] if r.budget is None else r.budget
+        hops = backend.defaults[1] if r.hops is None else r.hops
+        if not 1 <= budget <= cfg.max_budget:
+            raise HTTPError(422, f"{where}budget must lie in 1..{cfg.max_budget} (--max-budget), got {budget}")
+        if not 0 <= hops <= cfg.max_hops:
+            raise HTTPError(422, f"{where}hops must lie in 0..{cfg.max_hops} (--max-hops), got {hops}")
+        date = None
+        if r.date is not None:
+            try:
+                date = parse_date(r.date)
+            except ValueError as e:
+                raise HTTPError(422, f"{where}date: {e}") from None
+        vec = None
+        if r.question_vector is not None:
+            dim = backend.dim
+            if len(r.question_vector) != dim:
+                raise HTTPError(422, f"{where}question_vector has {len(r.question_vector)} numbers; the collection's "
+                                     f"encoder ({backend.encoder_id}) gives {dim}")
+            vec = np.asarray(r.question_vector, dtype=np.float64)
+            if not np.all(np.isfinite(vec)):
+                raise HTTPError(422, f"{where}question_vector holds NaN or infinite numbers")
+            norm = float(np.linalg.norm(vec))
+            if norm == 0.0 or not math.isfinite(norm):
+                raise HTTPError(422, f"{where}question_vector is all zeros (or overflows)")
+            vec = (vec / norm).astype(np.float32)
+        return SelectItem(r.bank_id, q, vec, int(budget), int(hops), date, t0)
+
+    def finish(res: dict, t0: float) -> dict:
+        res["timings"]["total_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
+        return res
+
+    errors = {s: {"model": Error} for s in (401, 404, 413, 422, 429, 503, 504)}
+
+    @app.post("/v1/select", response_model=SelectResponse, responses=errors, tags=["select"],
+              summary="The workspace for one question")
+    async def select(req: SelectRequest, request: Request, tenant: Tenant = Depends(tenant_of)):
+        t0 = request.scope.get("trawmem_t0", time.perf_counter())
+        item = item_of(req, t0)
+        owned(tenant, item.bank_id)
+        (res,) = await backend.select([item])
+        return _json(finish(res, t0))
+
+    @app.post("/v1/select/batch", response_model=BatchResponse, responses=errors, tags=["select"],
+              summary="Workspaces for a list of questions (answered together)")
+    async def select_batch(req: BatchRequest, request: Request, tenant: Tenant = Depends(tenant_of)):
+        t0 = request.scope.get("trawmem_t0", time.perf_counter())
+        if len(req.requests) > cfg.max_batch_request:
+            raise HTTPError(422, f"requests holds {len(req.requests)} requests; the limit is {cfg.max_batch_request}")
+        items = [item_of(r, t0, f"requests[{i}].") for i, r in enumerate(req.requests)]
+        for i, it in enumerate(items):
+            owned(tenant, it.bank_id, f"requests[{i}]: ")
+        res = await backend.select(items, batch=True)
+        return _json({"results": [finish(r, t0) for r in res]})
+
+    @app.post("/v1/banks/{bank_id}/turns", response_model=AppendResponse,
+              responses={**errors, 403: {"model": Error}, 409: {"model": Error}}, tags=["banks"],
+              summary="Append turns to a bank (the first append creates it)")
+    async def append(bank_id: str, req: AppendRequest, tenant: Tenant = Depends(tenant_of)):
+        if not tenant.owns(bank_id):
+            raise _unknown_bank(bank_id)
+        if not tenant.writable:
+            raise HTTPError(403, "this API key is read-only")
+        try:
+            check_bank_id(bank_id)
+        except InputError as e:
+            raise HTTPError(422, str(e)) from None
+        if len(req.turns) > cfg.max_turns_per_append:
+            raise HTTPError(422, f"turns holds {len(req.turns)} turns; the limit is {cfg.max_turns_per_append}")
+        records = [t.model_dump(exclude_none=True) for t in req.turns]
+        return _json(await backend.append(bank_id, records))
+
+    @app.get("/v1/banks", response_model=BankList, responses=errors, tags=["banks"],
+             summary="The banks this key can see, with counts")
+    async def banks(tenant: Tenant = Depends(tenant_of)):
+        rows = [b for b in await _maybe(backend.bank_list()) if tenant.owns(b["bank_id"])]
+        return _json({"banks": sorted(rows, key=lambda b: b["bank_id"]), "encoder": backend.encoder_id,
+                      "dim": backend.dim})
+
+    @app.get("/v1/banks/{bank_id}", response_model=BankInfo, responses=errors, tags=["banks"],
+             summary="One bank's counts")
+    async def bank(bank_id: str, tenant: Tenant = Depends(tenant_of)):
+        info = await _maybe(backend.bank_info(bank_id)) if tenant.owns(bank_id) else None
+        if info is None:
+            raise _unknown_bank(bank_id)
+        return _json(info)
+
+    @app.get("/healthz", tags=["ops"], summary="The process is up")
+    async def healthz():
+        return _json({"status": "ok"})
+
+    @app.get("/readyz", tags=["ops"], summary="Ready to answer (warmed up, not draining)",
+             responses={503: {"model": Error}})
+    async def readyz():
+        if not backend.ready:
+            return _json({"detail": "not ready (warming up or draining)"}, 503)
+        return _json({"status": "ready"})
+
+    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics")
+    async def prom():
+        return Response(metrics.render(), media_type=metrics.content_type)
+
+    @app.exception_handler(HTTPError)
+    async def _http_error(request, e: HTTPError):
+        return _json({"detail": e.detail}, e.status, e.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request, e: RequestValidationError):
+        parts = []
+        for err in e.errors()[:10]:
+            loc = ""
+            for x in err.get("loc", ()):
+                if x != "body":
+                    loc += f"[{x}]" if isinstance(x, int) else (f".{x}" if loc else str(x))
+            parts.append(f"{loc or 'body'}: {err.get('msg', 'invalid')}")
+        return _json({"detail": "; ".join(parts)}, 422)
+
+    @app.exception_handler(UnknownBank)
+    async def _unknown(request, e: UnknownBank):
+        return _json({"detail": str(e)}, 404)
+
+    @app.exception_handler(QueueFull)
+    async def _full(request, e: QueueFull):
+        return _json({"detail": str(e)}, 429, {"Retry-After": str(e.retry_after)})
+
+    @app.exception_handler(DeadlineExceeded)
+    async def _late(request, e: DeadlineExceeded):
+        return _json({"detail": f"{e} (--timeout)"}, 504)
+
+    @app.exception_handler(ShuttingDown)
+    async def _draining(request, e: ShuttingDown):
+        return _json({"detail": str(e)}, 503, {"Retry-After": "1"})
+
+    @app.exception_handler(DuplicateTurns)
+    async def _dup(request, e: DuplicateTurns):
+        return _json({"detail": str(e)}, 409)
+
+    @app.exception_handler(InputError)
+    async def _bad(request, e: InputError):
+        return _json({"detail": str(e)}, 422)
+
+    @app.exception_handler(Exception)
+    async def _internal(request, e: Exception):
+        log.error("internal error on %s %s: %s: %s", request.method, request.url.path, type(e).__name__, e)
+        return _json({"detail": "internal server error"}, 500)
+
+    return app

@@ -1,0 +1,184 @@
+"""Dynamic batching: concurrent requests coalesced into one call of a batch function.
+
+Requests wait in a bounded queue. A single dispatcher task (on the event loop) takes the
+oldest request, waits until ``max_batch`` requests are queued or ``max_wait`` has passed since
+that request *arrived* (so requests that queued while the previous batch ran go out at once),
+and hands the batch to ``process`` on a worker thread: the event loop never runs model or
+engine code. One batch runs at a time, so the batch grows with the load.
+
+* A full queue raises :class:`QueueFull` (HTTP 429) with a Retry-After estimate from the
+  measured service rate; a multi-request submission is admitted whole or not at all.
+* Every request carries a deadline; past it :meth:`DynamicBatcher.submit` raises
+  :class:`DeadlineExceeded` (HTTP 504) and a request still queued is dropped before it costs
+  engine time.
+* :meth:`DynamicBatcher.close` refuses new requests (:class:`ShuttingDown`, HTTP 503) and
+  returns once every queued and running request has been answered.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import functools
+import logging
+import math
+import time
+from concurrent.futures import Executor
+from typing import Any, Callable
+
+log = logging.getLogger("trawmem.serve")
+
+
+class QueueFull(Exception):
+    """The request queue is full; retry after ``retry_after`` seconds."""
+
+    def __init__(self, retry_after: int):
+        super().__init__(f"the request queue is full; retry in {retry_after} s")
+        self.retry_after = retry_after
+
+
+class DeadlineExceeded(Exception):
+    """The request was not answered within its deadline."""
+
+
+class ShuttingDown(Exception):
+    """The server is draining and takes no new requests."""
+
+
+class _Pending:
+    __slots__ = ("item", "arrived", "future")
+
+    def __init__(self, item, arrived, future):
+        self.item, self.arrived, self.future = item, arrived, future
+
+
+def _settle(target: asyncio.Future, source: asyncio.Future) -> None:
+    if target.done():
+        return
+    if source.cancelled():
+        target.cancel()
+    elif source.exception() is not None:
+        target.set_exception(source.exception())
+    else:
+        target.set_result(source.result())
+
+
+class DynamicBatcher:
+    """Coalesces :meth:`submit` calls into calls of ``process(items) -> results``.
+
+    :param process: runs on ``executor``; gets a list of items, returns one result per item
+        (an ``Exception`` instance as a result fails only that request; a
+        ``concurrent.futures.Future`` answers the request when it completes, so a later stage can
+        run on another pool while the next batch starts)
+    :param max_batch: most items per call
+    :param max_wait_s: longest the oldest queued item waits for others when idle
+    :param max_queue: most items queued (not counting the running batch)
+    :param executor: where ``process`` runs (a one-thread pool keeps the engine single-writer)
+    :param on_batch: called on the loop with (batch size, seconds) after each batch
+    """
+
+    def __init__(self, process: Callable[[list], list], *, max_batch: int, max_wait_s: float, max_queue: int,
+                 executor: Executor, on_batch: Callable[[int, float], None] | None = None):
+        self.process, self.executor, self.on_batch = process, executor, on_batch
+        self.max_batch, self.max_wait_s, self.max_queue = int(max_batch), float(max_wait_s), int(max_queue)
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._closing = False
+        self._rate = 0.0  # items/s, exponentially smoothed over batches (for Retry-After)
+        self.running = 0
+
+    @property
+    def depth(self) -> int:
+        """Requests waiting (not yet in a running batch)."""
+        return len(self._queue)
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="trawmem-batcher")
+
+    async def close(self) -> None:
+        """Stop taking requests; return when everything queued or running is answered."""
+        self._closing = True
+        if self._wake is not None:
+            self._wake.set()
+        if self._task is not None:
+            await self._task
+
+    def retry_after(self) -> int:
+        backlog = len(self._queue) + self.running
+        return max(1, math.ceil(backlog / self._rate)) if self._rate > 0 else 1
+
+    async def submit(self, items: list, timeout_s: float) -> list:
+        """Results for ``items`` (in order); raises QueueFull, DeadlineExceeded or ShuttingDown."""
+        if self._closing or self._task is None:
+            raise ShuttingDown("the server is shutting down")
+        if len(self._queue) + len(items) > self.max_queue:
+            raise QueueFull(self.retry_after())
+        loop = asyncio.get_running_loop()
+        now = time.perf_counter()
+        pend = [_Pending(it, now, loop.create_future()) for it in items]
+        self._queue.extend(pend)
+        self._wake.set()
+        try:
+            return await asyncio.wait_for(asyncio.gather(*(p.future for p in pend)), timeout_s)
+        except asyncio.TimeoutError:
+            raise DeadlineExceeded(f"no answer within the {timeout_s:g} s deadline") from None
+        finally:
+            for p in pend:  # a timed-out or cancelled request leaves the queue without costing a batch
+                if not p.future.done():
+                    p.future.cancel()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        q = self._queue
+        while True:
+            if not q:
+                if self._closing:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            deadline = q[0].arrived + self.max_wait_s
+            while len(q) < self.max_batch and not self._closing:
+                left = deadline - time.perf_counter()
+                if left <= 0:
+                    break
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), left)
+                except asyncio.TimeoutError:
+                    break
+            batch = []
+            while q and len(batch) < self.max_batch:
+                p = q.popleft()
+                if not p.future.done():  # skip requests that timed out or went away while queued
+                    batch.append(p)
+            if not batch:
+                continue
+            self.running = len(batch)
+            t0 = time.perf_counter()
+            try:
+                results = await loop.run_in_executor(self.executor, self.process, [p.item for p in batch])
+                if len(results) != len(batch):
+                    raise RuntimeError(f"batch function returned {len(results)} results for {len(batch)} items")
+            except Exception as e:  # a bug in process: fail this batch, keep serving
+                log.exception("batch of %d failed", len(batch))
+                results = [e] * len(batch)
+            dt = time.perf_counter() - t0
+            self.running = 0
+            self._rate = len(batch) / dt if self._rate == 0 else 0.8 * self._rate + 0.2 * len(batch) / max(dt, 1e-9)
+            for p, r in zip(batch, results):
+                if isinstance(r, concurrent.futures.Future):  # finished later on another pool
+                    asyncio.wrap_future(r, loop=loop).add_done_callback(functools.partial(_settle, p.future))
+                elif not p.future.done():
+                    if isinstance(r, BaseException):
+                        p.future.set_exception(r)
+                    else:
+                        p.future.set_result(r)
+            if self.on_batch is not None:
+                self.on_batch(len(batch), dt)

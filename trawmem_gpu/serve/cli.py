@@ -1,0 +1,109 @@
+"""``trawmem serve`` (the HTTP selection service) and ``trawmem serve-key`` (API keys)."""
+from __future__ import annotations
+
+import sys
+
+from ..errors import ConfigError
+
+
+def _need_extra(extra: str, modules: tuple[str, ...]) -> None:
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(f"`trawmem serve` needs {', '.join(missing)}: pip install 'trawmem_gpu[{extra}]'")
+
+
+def _sample_into(collection: str) -> None:
+    """Build the bundled sample conversation into ``collection`` unless it already holds it."""
+    from ..build import build_banks
+    from ..data import load_conversations, sample_path
+    from ..store import Collection
+
+    coll = Collection(collection, create=True)
+    convs = [c for c in load_conversations(sample_path()) if c.bank_id not in coll]
+    if convs:
+        banks, _ = build_banks(convs, progress=False)
+        for b in banks:
+            coll.put(b)
+        print(f"trawmem serve: built the bundled sample into {collection} (bank ids: "
+              f"{', '.join(b.bank_id for b in banks)})", flush=True)
+
+
+def cmd_serve(a) -> int:
+    from .config import ServeConfig
+
+    _need_extra("serve", ("fastapi", "uvicorn", "prometheus_client"))
+    cfg = ServeConfig(collection=a.collection, host=a.host, port=a.port, keys_file=a.keys, max_batch=a.max_batch,
+                      max_wait_ms=a.max_wait_ms, max_queue=a.max_queue, timeout_s=a.timeout,
+                      max_body_bytes=a.max_body_bytes, max_budget=a.max_budget, max_hops=a.max_hops,
+                      max_engines=a.max_engines, encoder=a.encoder, threads=a.threads,
+                      switch_interval_ms=a.switch_interval_ms, encode_chunk=a.encode_chunk)
+    if a.sample:
+        _sample_into(cfg.collection)
+    if a.ray:
+        _need_extra("ray", ("ray",))
+        from .ray_app import serve_ray
+
+        serve_ray(cfg, shards=a.shards, address=a.ray_address, shard_cpus=a.shard_cpus)
+        return 0
+    from .server import serve_forever
+
+    serve_forever(cfg, access_log=a.access_log)
+    return 0
+
+
+def cmd_serve_key(a) -> int:
+    from .keys import add_key
+
+    key = add_key(a.keys, a.tenant, a.banks, writable=not a.read_only)
+    print(f"added a {'read-only' if a.read_only else 'read-write'} key for tenant {a.tenant!r} "
+          f"(banks {', '.join(a.banks)}) to {a.keys}; it is shown once, only its sha256 is stored:", file=sys.stderr)
+    print(key)
+    return 0
+
+
+def add_commands(sub) -> None:
+    from ..cli_args import nonneg_int, positive_float, positive_int
+    from .config import ServeConfig
+
+    d = ServeConfig()
+    s = sub.add_parser("serve", help="HTTP selection service with dynamic batching and API keys (extra: serve)",
+                       description="Serve workspace selection over HTTP (API v1, OpenAPI at /docs).")
+    s.add_argument("--collection", default=d.collection, help="collection directory (created when missing)")
+    s.add_argument("--sample", action="store_true", help="first build the bundled sample conversation into it")
+    s.add_argument("--host", default=d.host, help="bind address; other than 127.0.0.1 needs --keys")
+    s.add_argument("--port", type=nonneg_int, default=d.port, help="TCP port (0: a free one)")
+    s.add_argument("--keys", help="keys file (sha256 of API keys -> tenants); see `trawmem serve-key`")
+    s.add_argument("--max-batch", type=positive_int, default=d.max_batch, help="most queries per engine batch")
+    s.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms,
+                   help="longest a query waits for a batch to fill when the engine is idle")
+    s.add_argument("--max-queue", type=positive_int, default=d.max_queue, help="queued queries before 429")
+    s.add_argument("--encode-chunk", type=positive_int, default=d.encode_chunk,
+                   help="questions per encoder forward pass within a batch (16 suits a CPU; raise it on a GPU)")
+    s.add_argument("--timeout", type=positive_float, default=d.timeout_s,
+                   help="per-query deadline in seconds (then 504)")
+    s.add_argument("--max-body-bytes", type=positive_int, default=d.max_body_bytes,
+                   help="largest request body (then 413)")
+    s.add_argument("--max-budget", type=positive_int, default=d.max_budget, help="largest per-request budget")
+    s.add_argument("--max-hops", type=nonneg_int, default=d.max_hops, help="largest per-request hops")
+    s.add_argument("--max-engines", type=positive_int, default=d.max_engines,
+                   help="engines kept for distinct (budget, hops) pairs (each holds a copy of the banks)")
+    s.add_argument("--encoder", help="query encoder (default: the collection's)")
+    s.add_argument("--threads", type=positive_int, help="torch and engine threads (default: torch's)")
+    s.add_argument("--switch-interval-ms", type=positive_float, default=d.switch_interval_ms,
+                   help="Python GIL switch interval (short keeps HTTP and the engine responsive to each other)")
+    s.add_argument("--access-log", action="store_true", help="log every request line")
+    s.add_argument("--ray", action="store_true", help="run as a Ray Serve application (extra: ray)")
+    s.add_argument("--shards", type=positive_int, default=2, help="--ray: bank shards (one replica each)")
+    s.add_argument("--shard-cpus", type=positive_float, default=1.0, help="--ray: CPUs each shard reserves")
+    s.add_argument("--ray-address", help="--ray: address of a running Ray cluster (default: start a local one)")
+    s.set_defaults(fn=cmd_serve)
+
+    k = sub.add_parser("serve-key", help="create an API key for `trawmem serve` (prints it once)")
+    k.add_argument("--keys", required=True, help="keys file to add to (created when missing)")
+    k.add_argument("--tenant", required=True)
+    k.add_argument("--banks", nargs="+", required=True, help="bank-id patterns the key owns, e.g. 'acme-*'")
+    k.add_argument("--read-only", action="store_true", help="may select but not append")
+    k.set_defaults(fn=cmd_serve_key)
+

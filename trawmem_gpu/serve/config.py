@@ -1,0 +1,85 @@
+"""Serving options: every knob of ``trawmem serve`` in one dataclass, one docstring per field."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..cli_select import MAX_QUESTION_CHARS
+from ..errors import ConfigError
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass
+class ServeConfig:
+    """How the selection service runs (``trawmem serve --help`` names each as a flag)."""
+
+    collection: str = "trawmem-serve"
+    """Collection directory served (``--collection``); created empty when it does not exist."""
+    host: str = "127.0.0.1"
+    """Bind address (``--host``); anything but 127.0.0.1 needs a keys file."""
+    port: int = 8000
+    """TCP port (``--port``; 0 picks a free one)."""
+    keys_file: str | None = None
+    """JSON file of sha256(API key) -> tenant (``--keys``); without it there is no authentication
+    and the server binds to 127.0.0.1 only."""
+    max_batch: int = 64
+    """Most queries coalesced into one encoder call and one engine call (``--max-batch``)."""
+    max_wait_ms: float = 5.0
+    """Longest a query waits for others to join its batch when the engine is idle
+    (``--max-wait-ms``); queries that queued while a batch was running never wait."""
+    max_queue: int = 1024
+    """Most queries waiting (``--max-queue``); beyond it the answer is 429 with Retry-After."""
+    timeout_s: float = 10.0
+    """Per-query deadline from arrival (``--timeout``); past it the answer is 504."""
+    max_body_bytes: int = 4 << 20
+    """Largest request body accepted (``--max-body-bytes``); larger gets 413."""
+    max_question_chars: int = MAX_QUESTION_CHARS
+    """Longest question accepted, in characters (the limit of ``trawmem query``)."""
+    max_budget: int = 64
+    """Largest per-request ``budget`` (B) accepted; the default B is the engine config's."""
+    max_hops: int = 3
+    """Largest per-request ``hops`` (H) accepted."""
+    encode_chunk: int = 16
+    """Questions per encoder forward pass within a batch (the batch is length-sorted, then cut;
+    ``--encode-chunk``): 16 was fastest for MiniLM on one CPU thread, 3.63 ms of CPU per question
+    against 4.54 at 64 and 7.43 one at a time (``benchmarks/bench_serve.py``); on a GPU take the
+    whole batch."""
+    max_batch_request: int = 256
+    """Most requests in one ``POST /v1/select/batch``."""
+    max_turns_per_append: int = 1000
+    """Most turns in one ``POST /v1/banks/{bank_id}/turns``."""
+    max_engines: int = 4
+    """Selection engines kept at once, one per distinct (budget, hops) asked for (least recently
+    used evicted; the default (B, H) engine is never evicted)."""
+    encoder: str | None = None
+    """Query encoder spec; None = the collection's build config encoder (``minilm`` if empty)."""
+    threads: int | None = None
+    """torch / engine worker threads (``--threads``); None keeps torch's default."""
+    switch_interval_ms: float = 0.5
+    """Python's GIL switch interval in this process (``sys.setswitchinterval``; Python's default is
+    5 ms). The encoder and engine release the GIL around every native call, so while another thread
+    runs Python code (HTTP handling, an append's rebuild) each re-acquisition can wait a full
+    interval; a short one bounds that wait."""
+    warmup: bool = True
+    """Run one selection at start (numba compilation, encoder warm-up) before /readyz says ready."""
+
+    def __post_init__(self):
+        for name in ("max_batch", "encode_chunk", "max_queue", "max_body_bytes", "max_question_chars", "max_budget",
+                     "max_batch_request", "max_turns_per_append", "max_engines"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)!r}")
+        if self.max_hops < 0:
+            raise ConfigError(f"--max-hops must be >= 0, got {self.max_hops!r}")
+        if self.max_wait_ms < 0:
+            raise ConfigError(f"--max-wait-ms must be >= 0, got {self.max_wait_ms!r}")
+        if self.switch_interval_ms <= 0:
+            raise ConfigError(f"switch_interval_ms must be > 0, got {self.switch_interval_ms!r}")
+        if self.timeout_s <= 0:
+            raise ConfigError(f"--timeout must be > 0 seconds, got {self.timeout_s!r}")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"--port must lie in 0..65535, got {self.port!r}")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"--threads must be >= 1, got {self.threads!r}")
+        if self.keys_file is None and self.host not in LOCAL_HOSTS:
+            raise ConfigError(f"--host {self.host} without --keys: a server without API keys binds to "
+                              "127.0.0.1 only; pass --keys FILE to serve other hosts")

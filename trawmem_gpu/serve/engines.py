@@ -1,0 +1,87 @@
+"""Selection engines for the service, one per (budget, hops), refreshed bank by bank.
+
+A :class:`~trawmem_gpu.select.engine.SelectionEngine` is built for one ``SelectConfig``, and a
+request's ``budget`` / ``hops`` change the config (B also sets the seed count and the
+neighbourhood cap). So the service keeps one engine per distinct (B, H) asked for: the default
+(B, H) engine is built at start and never evicted; others are built on first use and the least
+recently used is dropped beyond ``max_engines`` (each holds its own tables of the banks: memory
+grows with ``max_engines``). A batch mixing several (B, H) makes one engine call per group.
+
+After an append, :meth:`EngineSet.refresh` hands the new bank to every engine's
+``replace_bank``, which rebuilds that bank's tables only. :class:`EngineSet` is touched only
+from the service's single batch worker thread, so a refresh and a selection never interleave:
+every query of a batch sees one consistent set of banks (the old bank or the new one, never a
+mix), and workspaces are assembled from the very bank object the engine selected from
+(:meth:`EngineSet.bank`).
+"""
+from __future__ import annotations
+
+import collections
+from dataclasses import replace
+from datetime import datetime
+from typing import Callable
+
+from ..select.config import SelectConfig
+from ..select.engine import SelectionEngine
+from ..store.bank import Bank
+
+
+class EngineSet:
+    """Engines keyed by (budget, hops) over one mutable set of banks.
+
+    :param banks: bank id -> bank (the set is owned here after construction)
+    :param base: the selection config every engine derives from (its budget / hops are the defaults)
+    :param max_engines: engines kept at once (the default one included)
+    :param make: engine factory ``(banks, cfg) -> SelectionEngine``
+    """
+
+    def __init__(self, banks: dict[str, Bank], base: SelectConfig, max_engines: int,
+                 make: Callable[[list[Bank], SelectConfig], SelectionEngine] | None = None):
+        self.banks = dict(banks)
+        self.base = base
+        self.default_key = (base.budget, base.hops)
+        self.max_engines = max(1, int(max_engines))
+        self.make = make or (lambda banks, cfg: SelectionEngine(banks, cfg))
+        self._engines: collections.OrderedDict[tuple[int, int], SelectionEngine] = collections.OrderedDict()
+        self.builds = 0
+
+    def config(self, budget: int, hops: int) -> SelectConfig:
+        return replace(self.base, budget=int(budget), hops=int(hops))
+
+    def get(self, budget: int, hops: int) -> SelectionEngine:
+        """The engine for (budget, hops), built on first use; needs at least one bank."""
+        key = (int(budget), int(hops))
+        eng = self._engines.get(key)
+        if eng is None:
+            eng = self.make(list(self.banks.values()), self.config(*key))
+            self.builds += 1
+            self._engines[key] = eng
+            while len(self._engines) > self.max_engines:
+                victim = next((k for k in self._engines if k != self.default_key), None)
+                if victim is None or victim == key:
+                    break
+                del self._engines[victim]
+        self._engines.move_to_end(key)
+        return eng
+
+    @property
+    def keys(self) -> list[tuple[int, int]]:
+        return list(self._engines)
+
+    def refresh(self, bank: Bank) -> None:
+        """Make every engine select from ``bank`` (new, or replacing the bank of that id)."""
+        self.banks[bank.bank_id] = bank
+        for eng in self._engines.values():
+            eng.replace_bank(bank)  # that bank's tables only
+
+    def bank(self, bank_id: str) -> Bank:
+        """The bank every engine here selects from for ``bank_id``."""
+        return self.banks[bank_id]
+
+
+def select_units(engine: SelectionEngine, bank_ids: list[str], questions: list[str], Z,
+                 dates: list[datetime | None]) -> tuple[list[list[int]], bool]:
+    """``engine.select_units`` with each query's date (its "now"); returns (picks, whether any
+    query carried a date)."""
+    used = any(d is not None for d in dates)
+    return engine.select_units(bank_ids, questions, Z, dates=dates if used else None), used

@@ -1,0 +1,128 @@
+"""Tenants and API keys: a JSON file maps sha256(key) to a tenant scoped to bank-id patterns.
+
+File layout (``trawmem serve-key`` writes it; only hashes are stored, never a key)::
+
+    {"keys": [{"sha256": "<64 hex>", "tenant": "acme", "banks": ["acme-*"], "access": "read-write"},
+              {"sha256": "<64 hex>", "tenant": "acme-ro", "banks": ["acme-*"], "access": "read-only"}]}
+
+``banks`` are shell-style patterns (``fnmatch``, case-sensitive). A key is compared against
+*every* stored hash with ``hmac.compare_digest`` (no early exit), so the time taken does not
+depend on which entry, if any, matches. Keys are never logged, counted in metrics or echoed
+in errors: the service only ever handles the :class:`Tenant` a key resolves to.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+from ..errors import ConfigError
+
+ACCESS = ("read-only", "read-write")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """Who a key belongs to and what it may touch."""
+
+    name: str
+    banks: tuple[str, ...]
+    """Bank-id patterns this tenant owns."""
+    writable: bool
+    """May append turns (and create banks matching ``banks``)."""
+
+    def owns(self, bank_id: str) -> bool:
+        return any(fnmatchcase(bank_id, p) for p in self.banks)
+
+
+LOCAL_TENANT = Tenant("local", ("*",), True)
+"""Everything, read-write: the tenant of every request when no keys file is configured."""
+
+
+def hash_key(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8")).digest()
+
+
+class KeyStore:
+    """The parsed keys file; :meth:`authenticate` resolves a presented key to its tenant."""
+
+    def __init__(self, entries: list[tuple[bytes, Tenant]]):
+        if not entries:
+            raise ConfigError("the keys file holds no keys")
+        self._entries = entries
+
+    @property
+    def tenants(self) -> list[Tenant]:
+        return [t for _, t in self._entries]
+
+    @classmethod
+    def load(cls, path: str | Path) -> "KeyStore":
+        path = Path(path)
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"--keys {path}: file not found") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"--keys {path}: not valid JSON ({e})") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("keys"), list):
+            raise ConfigError(f'--keys {path}: expected {{"keys": [...]}}')
+        entries, seen = [], set()
+        for i, e in enumerate(doc["keys"]):
+            where = f"--keys {path}: keys[{i}]"
+            if not isinstance(e, dict):
+                raise ConfigError(f"{where}: expected an object")
+            h, name, banks, access = e.get("sha256"), e.get("tenant"), e.get("banks"), e.get("access")
+            if not isinstance(h, str) or not _HEX64.match(h.lower()):
+                raise ConfigError(f"{where}: field 'sha256' must be 64 hex digits (the sha256 of the key)")
+            if h.lower() in seen:
+                raise ConfigError(f"{where}: the same key hash appears twice")
+            seen.add(h.lower())
+            if not isinstance(name, str) or not name:
+                raise ConfigError(f"{where}: field 'tenant' must be a non-empty string")
+            if (not isinstance(banks, list) or not banks
+                    or not all(isinstance(p, str) and p for p in banks)):
+                raise ConfigError(f"{where}: field 'banks' must be a non-empty list of bank-id patterns")
+            if access not in ACCESS:
+                raise ConfigError(f"{where}: field 'access' must be one of {ACCESS}")
+            entries.append((bytes.fromhex(h.lower()), Tenant(name, tuple(banks), access == "read-write")))
+        return cls(entries)
+
+    def authenticate(self, key: str | None) -> Tenant | None:
+        """The tenant of ``key``, or None for a missing or unknown key (constant time in the entry)."""
+        if not key:
+            return None
+        digest = hash_key(key)
+        found = None
+        for h, tenant in self._entries:  # no early exit: every entry is compared
+            if hmac.compare_digest(h, digest):
+                found = tenant
+        return found
+
+
+def add_key(path: str | Path, tenant: str, banks: list[str], writable: bool) -> str:
+    """Append a fresh random key for ``tenant`` to the keys file (created if missing, written
+    atomically, mode 0600) and return the key; the file keeps only its sha256."""
+    path = Path(path)
+    doc = {"keys": []}
+    if path.exists():
+        KeyStore.load(path)  # refuse to extend a broken file
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    key = "tmk_" + secrets.token_urlsafe(32)
+    doc["keys"].append({"sha256": hashlib.sha256(key.encode()).hexdigest(), "tenant": tenant,
+                        "banks": list(banks), "access": "read-write" if writable else "read-only"})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return key

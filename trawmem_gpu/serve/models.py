@@ -1,0 +1,123 @@
+"""Request and response bodies of API v1 (pydantic; FastAPI derives the OpenAPI schema from them).
+
+Limits that depend on the server's options (question length, budget and hops ranges, vector
+length, batch and append sizes) are checked by the app against ``ServeConfig``, so their
+error messages name the option.
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SelectRequest(BaseModel):
+    """One question against one bank."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bank_id: str = Field(min_length=1, max_length=256, description="the bank to select from")
+    question: str = Field(description="the question (also used for BM25 and the demand features)")
+    budget: int | None = Field(None, description="B: most units in the workspace (default: the server's)")
+    hops: int | None = Field(None, description="H: propagation hops over the thread graph (default: the server's)")
+    date: str | None = Field(None, description="the question's 'now' (ISO 8601 or any date the loaders read); "
+                                               "used where the engine supports per-query dates")
+    question_vector: list[float] | None = Field(
+        None, description="the question's embedding from the collection's encoder (skips the encoder); "
+                          "normalized by the server")
+
+
+class BatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    requests: list[SelectRequest] = Field(min_length=1, description="requests answered together")
+
+
+class Unit(BaseModel):
+    id: str
+    speaker: str
+    date: str | None = Field(description="ISO 8601 date of the turn's session")
+    timestamp: str = Field(description="the date as the source wrote it")
+    text: str
+    caption: str | None
+    thread: int = Field(description="thread index within the bank")
+    session: int
+
+
+class ThreadHead(BaseModel):
+    thread: int
+    head: str | None
+
+
+class Timings(BaseModel):
+    queue_ms: float | None = Field(description="waiting for a batch")
+    encode_ms: float = Field(description="the batch's encoder call (0 with a question_vector)")
+    select_ms: float = Field(description="the batch's engine call for this request's (budget, hops)")
+    assemble_ms: float = Field(description="this workspace's grouping, rendering and token count")
+    batch_size: int
+    total_ms: float | None = Field(None, description="arrival to answer, inside the server")
+
+
+class SelectResponse(BaseModel):
+    bank_id: str
+    bank_n_units: int = Field(description="the bank's size when it was selected from (which version was read)")
+    question: str
+    budget: int
+    hops: int
+    date: str | None
+    date_used: bool = Field(description="whether the engine took the per-query date")
+    units: list[Unit] = Field(description="selected turns in source order")
+    threads: list[ThreadHead] = Field(description="threads of the selected turns with their heads, in source order")
+    text: str = Field(description="the rendered workspace")
+    n_tokens: int
+    tokenizer: str
+    timings: Timings
+
+
+class BatchResponse(BaseModel):
+    results: list[SelectResponse]
+
+
+class TurnIn(BaseModel):
+    """One turn, as a line of a JSONL history without ``bank_id``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    turn_id: str | int
+    speaker: str
+    text: str
+    timestamp: str = Field(description="ISO 8601 or LoCoMo style, e.g. '1:56 pm on 8 May, 2023'")
+    caption: str | None = None
+    session: int | None = Field(None, description="session number; give it on every turn or on none")
+
+
+class AppendRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    turns: list[TurnIn] = Field(min_length=1, description="turns in source order, after the bank's last turn")
+
+
+class BankSummary(BaseModel):
+    bank_id: str
+    n_units: int
+    n_threads: int
+
+
+class BankList(BaseModel):
+    banks: list[BankSummary]
+    encoder: str | None
+    dim: int
+
+
+class BankInfo(BankSummary):
+    n_sessions: int
+    first_date: str | None
+    last_date: str | None
+
+
+class AppendResponse(BankInfo):
+    created: bool
+    appended: int
+    timings: dict[str, float]
+
+
+class Error(BaseModel):
+    detail: str

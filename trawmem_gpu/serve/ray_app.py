@@ -1,0 +1,235 @@
+"""``trawmem serve --ray``: the same app as a Ray Serve application, banks sharded over replicas.
+
+Layout (one Ray Serve application named ``trawmem``):
+
+* ``trawmem-shard-<i>`` for ``i < shards``: one deployment (one replica) per shard. Shard ``i``
+  serves the banks whose id hashes to ``i`` (:func:`shard_of`: sha1 of the id, modulo the
+  shard count, stable across processes and machines), loading only those from the collection,
+  so a cluster holds more banks than one machine. Its selection method is a ``@serve.batch``
+  method (max batch and wait from ``--max-batch`` / ``--max-wait-ms``) that runs the service's
+  batch function (one encoder call, one engine call per (budget, hops)) on the shard's batch
+  worker thread; appends run on its append threads as in the single-process server.
+* ``trawmem-router``: the ingress, the very FastAPI app of :mod:`.app` over a
+  :class:`RayBackend` that routes each request to its bank's shard by bank id (a batch request
+  fans out to the shards of its banks), fans ``GET /v1/banks`` out to every shard and maps
+  Ray's back-pressure (``max_queued_requests`` = ``--max-queue`` per shard) to 429 and the
+  deadline to 504. Keys, validation, metrics and error bodies are the app's own.
+
+Every shard reads and writes the one collection directory, which must therefore be on a
+filesystem all nodes share (and one whose file locks work across them: the index is rewritten
+under the collection's lock on every bank write, see ``store/collection.py``); each shard
+writes only its own banks.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from dataclasses import asdict
+
+from ray import serve
+
+from ..errors import InputError
+from .batcher import DeadlineExceeded, QueueFull
+from .config import ServeConfig
+from .registry import DuplicateTurns
+
+log = logging.getLogger("trawmem.serve")
+APP_NAME = "trawmem"
+
+
+def shard_of(bank_id: str, shards: int) -> int:
+    """The shard that owns ``bank_id`` (stable: sha1 of the id modulo the shard count)."""
+    return int.from_bytes(hashlib.sha1(bank_id.encode("utf-8")).digest()[:8], "big") % shards
+
+
+@serve.deployment
+class BankShard:
+    """One shard: a :class:`~trawmem_gpu.serve.service.SelectionService` over its slice of banks."""
+
+    def __init__(self, cfg: dict, shard: int, shards: int):
+        from .service import SelectionService, freeze_heap
+
+        self.cfg = ServeConfig(**cfg)
+        self.shard, self.shards = shard, shards
+        self.service = SelectionService(self.cfg, owns=lambda b: shard_of(b, shards) == shard)
+        import sys
+
+        sys.setswitchinterval(self.cfg.switch_interval_ms / 1e3)
+        if self.cfg.warmup:
+            self.service._warmup()
+        freeze_heap()
+        self.service.ready = True
+        sel = self._select_batch
+        if hasattr(sel, "set_max_batch_size"):
+            sel.set_max_batch_size(self.cfg.max_batch)
+            sel.set_batch_wait_timeout_s(self.cfg.max_wait_ms / 1e3)
+
+    def info(self) -> dict:
+        s = self.service
+        return {"dim": s.dim, "encoder_id": s.encoder_id, "defaults": list(s.defaults), "shard": self.shard}
+
+    @serve.batch(max_batch_size=64, batch_wait_timeout_s=0.005)
+    async def _select_batch(self, items: list) -> list:
+        import concurrent.futures
+
+        loop = asyncio.get_running_loop()
+        res = await loop.run_in_executor(self.service.worker, self.service.process_batch, items)
+        out = []
+        for r in res:  # workspaces still being assembled on the service's pool
+            if isinstance(r, concurrent.futures.Future):
+                try:
+                    r = await asyncio.wrap_future(r)
+                except Exception as e:  # noqa: BLE001 - fails only this query
+                    r = e
+            out.append(r)
+        return out
+
+    async def select(self, item) -> dict:
+        """One query (batched with concurrent ones); ``{"error": ...}`` instead of raising."""
+        if not self.service.has_bank(item.bank_id):
+            return {"error": "unknown_bank"}
+        item.arrived = time.perf_counter()  # this process's clock
+        res = await self._select_batch(item)
+        if isinstance(res, BaseException):
+            log.error("selection failed: %s: %s", type(res).__name__, res)
+            return {"error": "internal"}
+        return res
+
+    async def append(self, bank_id: str, records: list[dict]) -> dict:
+        try:
+            return await self.service.append(bank_id, records)
+        except DuplicateTurns as e:
+            return {"error": "duplicate", "detail": str(e)}
+        except InputError as e:
+            return {"error": "input", "detail": str(e)}
+
+    def has_bank(self, bank_id: str) -> bool:
+        return self.service.has_bank(bank_id)
+
+    def bank_list(self) -> list[dict]:
+        return self.service.bank_list()
+
+    def bank_info(self, bank_id: str) -> dict | None:
+        return self.service.bank_info(bank_id)
+
+
+class RayBackend:
+    """The app's backend in the Ray router: each call goes to the shard of its bank."""
+
+    def __init__(self, cfg: ServeConfig, shards: int, app_name: str = APP_NAME):
+        self.cfg, self.n, self.app_name = cfg, shards, app_name
+        self.handles: list = []
+        self.ready = False
+        self.dim, self.encoder_id, self.defaults = 0, None, (16, 1)
+
+    async def start(self) -> None:
+        self.handles = [serve.get_deployment_handle(f"trawmem-shard-{i}", app_name=self.app_name)
+                        for i in range(self.n)]
+        info = await self.handles[0].info.remote()
+        self.dim, self.encoder_id, self.defaults = info["dim"], info["encoder_id"], tuple(info["defaults"])
+        self.ready = True
+
+    async def stop(self) -> None:
+        self.ready = False
+
+    def queue_depth(self) -> int:
+        return 0  # queues live in the shards (Ray Serve's own metrics report them)
+
+    def _h(self, bank_id: str):
+        return self.handles[shard_of(bank_id, self.n)]
+
+    async def select(self, items: list, batch: bool = False) -> list[dict]:
+        from ray.serve.exceptions import BackPressureError
+
+        from .service import UnknownBank
+
+        calls = [self._h(it.bank_id).select.remote(it) for it in items]
+        try:
+            res = await asyncio.wait_for(asyncio.gather(*calls), self.cfg.timeout_s)
+        except asyncio.TimeoutError:
+            for c in calls:
+                c.cancel()
+            raise DeadlineExceeded(f"no answer within the {self.cfg.timeout_s:g} s deadline") from None
+        except BackPressureError:
+            for c in calls:
+                c.cancel()
+            raise QueueFull(1) from None
+        for i, (it, r) in enumerate(zip(items, res)):
+            if r.get("error") == "unknown_bank":
+                raise UnknownBank(it.bank_id, f"requests[{i}]: " if batch else "")
+            if r.get("error"):
+                raise RuntimeError(f"shard {shard_of(it.bank_id, self.n)} failed")
+        return res
+
+    async def append(self, bank_id: str, records: list[dict]) -> dict:
+        r = await self._h(bank_id).append.remote(bank_id, records)
+        if r.get("error") == "duplicate":
+            raise DuplicateTurns(r["detail"])
+        if r.get("error") == "input":
+            raise InputError(r["detail"])
+        return r
+
+    async def has_bank(self, bank_id: str) -> bool:
+        return await self._h(bank_id).has_bank.remote(bank_id)
+
+    async def bank_list(self) -> list[dict]:
+        parts = await asyncio.gather(*(h.bank_list.remote() for h in self.handles))
+        return [b for p in parts for b in p]
+
+    async def bank_info(self, bank_id: str) -> dict | None:
+        return await self._h(bank_id).bank_info.remote(bank_id)
+
+
+def _router_builder(cfg: dict, shards: int, app_name: str):
+    def build():
+        from .app import create_app
+        from .keys import KeyStore
+
+        c = ServeConfig(**cfg)
+        keys = KeyStore.load(c.keys_file) if c.keys_file else None
+        return create_app(RayBackend(c, shards, app_name), c, keys)
+
+    return build
+
+
+def build_ray_app(cfg: ServeConfig, shards: int = 2, app_name: str = APP_NAME, shard_cpus: float = 1.0):
+    """The Ray Serve application (bind it with ``serve.run(app, name=app_name)``)."""
+    if shards < 1:
+        raise ValueError(f"--shards must be >= 1, got {shards}")
+    d = asdict(cfg)
+    shard_apps = [BankShard.options(name=f"trawmem-shard-{i}", num_replicas=1, max_queued_requests=cfg.max_queue,
+                                    max_ongoing_requests=max(2 * cfg.max_batch, 100),
+                                    ray_actor_options={"num_cpus": shard_cpus}).bind(d, i, shards)
+                  for i in range(shards)]
+    router = serve.deployment(serve.ingress(_router_builder(d, shards, app_name))())
+    # The router only parses, checks and forwards (I/O-bound): it reserves no CPU of its own.
+    return router.options(name="trawmem-router", max_ongoing_requests=max(4 * cfg.max_batch, 1000),
+                          ray_actor_options={"num_cpus": 0}).bind(*shard_apps)
+
+
+def serve_ray(cfg: ServeConfig, shards: int = 2, address: str | None = None, shard_cpus: float = 1.0) -> None:
+    """``trawmem serve --ray``: start (or join) Ray, run the application, serve until Ctrl-C."""
+    import signal
+
+    import ray
+
+    def _stop(*_):
+        raise KeyboardInterrupt
+
+    ray.init(address=address, include_dashboard=False, ignore_reinit_error=True)
+    signal.signal(signal.SIGTERM, _stop)  # after ray.init (it installs its own): shut down like Ctrl-C
+    try:
+        serve.start(http_options={"host": cfg.host, "port": cfg.port})
+        serve.run(build_ray_app(cfg, shards, shard_cpus=shard_cpus), name=APP_NAME, route_prefix="/")
+        auth = f"API keys from {cfg.keys_file}" if cfg.keys_file else "no --keys file: WITHOUT authentication"
+        print(f"trawmem serve --ray: {shards} shards over {cfg.collection}, http://{cfg.host}:{cfg.port}; {auth}",
+              flush=True)
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        serve.shutdown()
+        ray.shutdown()

@@ -1,0 +1,101 @@
+"""Running the app under uvicorn: in the foreground (``trawmem serve``) or on a background
+thread on an ephemeral port (tests, benchmarks, embedding in another program)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+
+from .config import ServeConfig
+
+log = logging.getLogger("trawmem.serve")
+
+
+def build_app(cfg: ServeConfig, **service_kw):
+    """(app, service) for ``cfg``: keys loaded, banks loaded, nothing started yet."""
+    from .app import create_app
+    from .keys import KeyStore
+    from .metrics import Metrics
+    from .service import SelectionService
+
+    keys = KeyStore.load(cfg.keys_file) if cfg.keys_file else None
+    metrics = Metrics()
+    service = SelectionService(cfg, metrics=metrics, **service_kw)
+    return create_app(service, cfg, keys, metrics), service
+
+
+def uvicorn_config(app, cfg: ServeConfig, access_log: bool = False, graceful_s: float | None = None):
+    import uvicorn
+
+    return uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="info" if access_log else "warning",
+                          access_log=access_log, timeout_graceful_shutdown=graceful_s or (cfg.timeout_s + 5),
+                          lifespan="on", server_header=False, limit_concurrency=None)
+
+
+class BackgroundServer:
+    """The real server on ``127.0.0.1`` and a free port, on a daemon thread.
+
+    ``with BackgroundServer(app) as s: httpx.get(s.url + "/healthz")``; leaving the block shuts
+    it down gracefully (in-flight requests are answered, the batcher drains).
+    """
+
+    def __init__(self, app, cfg: ServeConfig | None = None, start_timeout: float = 120.0):
+        import uvicorn
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn_config(app, cfg or ServeConfig()))
+        self.start_timeout = start_timeout
+        self.thread = threading.Thread(target=self._run, name="trawmem-serve", daemon=True)
+        self.error: BaseException | None = None
+
+    def _run(self):
+        try:
+            asyncio.run(self.server.serve(sockets=[self.sock]))
+        except BaseException as e:  # pragma: no cover - surfaced by start()
+            self.error = e
+
+    def start(self) -> "BackgroundServer":
+        import time
+
+        self.thread.start()
+        t0 = time.monotonic()
+        while not self.server.started:
+            if self.error is not None or not self.thread.is_alive():
+                raise RuntimeError(f"server failed to start: {self.error!r}")
+            if time.monotonic() - t0 > self.start_timeout:
+                self.stop()
+                raise TimeoutError(f"server not started within {self.start_timeout} s")
+            time.sleep(0.02)
+        return self
+
+    def stop(self, timeout: float = 60.0) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout)
+        self.sock.close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def serve_forever(cfg: ServeConfig, access_log: bool = False, **service_kw) -> None:
+    """``trawmem serve``: load, warm up, serve until SIGINT / SIGTERM, then drain."""
+    import uvicorn
+
+    app, service = build_app(cfg, **service_kw)
+    banks = service.bank_list()
+    auth = (f"API keys from {cfg.keys_file}" if cfg.keys_file else
+            "no --keys file: serving WITHOUT authentication, bound to 127.0.0.1 only")
+    print(f"trawmem serve: {len(banks)} banks, {sum(b['n_units'] for b in banks)} units from {cfg.collection} "
+          f"(encoder {service.encoder_id}); {auth}", flush=True)
+    print(f"trawmem serve: batching up to {cfg.max_batch} queries, waiting at most {cfg.max_wait_ms:g} ms; "
+          f"queue {cfg.max_queue}; deadline {cfg.timeout_s:g} s; http://{cfg.host}:{cfg.port} "
+          f"(OpenAPI at /docs)", flush=True)
+    uvicorn.Server(uvicorn_config(app, cfg, access_log)).run()

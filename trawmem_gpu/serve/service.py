@@ -1,0 +1,336 @@
+"""The selection service of one process: encoder, banks, engines and the dynamic batcher.
+
+The HTTP app (``app.py``) and each Ray Serve shard (``ray_app.py``) drive one of these. Work
+runs on three thread pools, never on the event loop:
+
+* the *batch worker* (one thread) runs every batch (one encoder call for the queries without
+  a ``question_vector``, one engine call per (budget, hops) group) and every engine refresh, so
+  refreshes and selections never interleave;
+* *assembly threads* turn each selection into its response body (workspace grouping, rendering,
+  token count) from the bank object the engine selected from, while the worker starts the next
+  batch (the token count alone costs about as much as the selection);
+* *append threads* validate, build and persist appended turns (serialized per bank by the
+  registry); the engine refresh that follows is handed to the batch worker, and the append
+  answers only after it, so a client reads its own writes.
+
+The encoder is shared by both pools behind a lock (a transformers tokenizer is not safe to call
+from two threads at once).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+from ..encode import get_encoder
+from ..encode.base import Encoder
+from ..errors import ConfigError
+from ..select.config import SelectConfig
+from ..tokens import TOKENIZER_NAME, count_tokens
+from ..workspace import assemble
+from .batcher import DynamicBatcher
+from .config import ServeConfig
+from .engines import EngineSet, select_units
+from .registry import BankRegistry
+
+log = logging.getLogger("trawmem.serve")
+
+
+@dataclass(eq=False)
+class SelectItem:
+    """One query of a batch (already validated)."""
+
+    bank_id: str
+    question: str
+    vector: np.ndarray | None
+    """Unit-norm query vector from the client, or None to encode ``question``."""
+    budget: int
+    hops: int
+    date: datetime | None = None
+    arrived: float = 0.0
+    """``time.perf_counter()`` at arrival."""
+
+
+def _os_thread_name(name: str):
+    """Executor initializer: give the OS thread a name (``top -H``, ``/proc/PID/task/*/comm``), Linux only."""
+    def init():
+        try:
+            import ctypes
+
+            ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+        except (OSError, AttributeError):  # pragma: no cover - not Linux
+            pass
+
+    return init
+
+
+def freeze_heap() -> None:
+    """Move every object alive now (banks, engines, models) out of the cyclic garbage collector's
+    reach (``gc.freeze``). Without it each full collection walks millions of long-lived objects:
+    under load that was over a third of the event loop's time. Acyclic garbage is still freed by
+    reference counting; a replaced bank is acyclic."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
+class UnknownBank(Exception):
+    """A bank this process does not serve (HTTP 404, the same answer as a bank the key does not own)."""
+
+    def __init__(self, bank_id: str, where: str = ""):
+        super().__init__(f"{where}unknown bank id {bank_id!r}")
+        self.bank_id, self.where = bank_id, where
+
+
+class LockedEncoder(Encoder):
+    """An encoder whose calls are serialized (shared by the batch worker and append threads)."""
+
+    def __init__(self, inner: Encoder):
+        self.inner, self.id, self.dim = inner, inner.id, inner.dim
+        self.lock = threading.Lock()
+
+    def _encode_batch(self, texts, is_query):  # pragma: no cover - encode() is overridden
+        return self.inner._encode_batch(texts, is_query)
+
+    def encode(self, texts, **kw):
+        with self.lock:
+            return self.inner.encode(texts, **kw)
+
+
+class SelectionService:
+    """One process's banks and engines behind a dynamic batcher.
+
+    :param cfg: serving options
+    :param owns: bank ids this process serves (all by default; a Ray shard passes its slice)
+    :param select_cfg: base selection config (default ``SelectConfig()``); per-request budget /
+        hops replace its B / H
+    :param encoder: an encoder to use instead of loading ``cfg.encoder``
+    """
+
+    def __init__(self, cfg: ServeConfig, *, owns=lambda bank_id: True, select_cfg: SelectConfig | None = None,
+                 encoder: Encoder | None = None, metrics=None):
+        if cfg.threads:
+            import torch
+
+            torch.set_num_threads(cfg.threads)
+        self.cfg = cfg
+        self.metrics = metrics
+        self.registry = BankRegistry(cfg.collection, owns)
+        self.encoder_spec = cfg.encoder or self.registry.build_config("minilm").encoder
+        enc = encoder or get_encoder(self.encoder_spec, cache=False)
+        coll_enc = self.registry.encoder_id
+        if coll_enc is not None and enc.id != coll_enc:
+            raise ConfigError(f"the collection {cfg.collection} was encoded with {coll_enc!r}, the query encoder "
+                              f"is {enc.id!r}; pass --encoder with the collection's encoder")
+        self.encoder = LockedEncoder(enc)
+        self.dim = int(enc.dim)
+        base = select_cfg or SelectConfig()
+        self.defaults = (base.budget, base.hops)
+        threads = cfg.threads
+
+        def make(banks, scfg):
+            from ..select.engine import SelectionEngine
+
+            return SelectionEngine(banks, scfg, **({"threads": threads} if threads else {}))
+
+        self.engines = EngineSet(self.registry.banks(), base, cfg.max_engines, make)
+        self.worker = ThreadPoolExecutor(1, thread_name_prefix="trawmem-batch", initializer=_os_thread_name("tm-batch"))
+        self.appender = ThreadPoolExecutor(2, thread_name_prefix="trawmem-append",
+                                           initializer=_os_thread_name("tm-append"))
+        # Workspaces are assembled (rendered, token-counted) here, beside the next batch's encoder
+        # and engine calls; the batch worker only encodes and selects.
+        self.assembler = ThreadPoolExecutor(2, thread_name_prefix="trawmem-assemble",
+                                            initializer=_os_thread_name("tm-assemble"))
+        self.batcher = DynamicBatcher(self.process_batch, max_batch=cfg.max_batch, max_wait_s=cfg.max_wait_ms / 1e3,
+                                      max_queue=cfg.max_queue, executor=self.worker, on_batch=self._on_batch)
+        self.ready = False
+        self.started = time.time()
+
+    # ------------------------------------------------------------------------------------------
+    # lifecycle
+    # ------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        import sys
+
+        sys.setswitchinterval(self.cfg.switch_interval_ms / 1e3)
+        self.batcher.start()
+        loop = asyncio.get_running_loop()
+        if self.cfg.warmup:
+            await loop.run_in_executor(self.worker, self._warmup)
+        freeze_heap()
+        self.ready = True
+
+    async def stop(self) -> None:
+        """Drain: refuse new queries, answer everything queued or running, finish appends."""
+        self.ready = False
+        await self.batcher.close()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.appender.shutdown, True)
+        await loop.run_in_executor(None, self.worker.shutdown, True)
+        await loop.run_in_executor(None, self.assembler.shutdown, True)
+        import gc
+
+        gc.unfreeze()  # let interpreter shutdown finalize everything again
+
+    def _warmup(self) -> None:
+        t0 = time.perf_counter()
+        self.encoder.encode(["warm-up question"], is_query=True)
+        banks = self.engines.banks
+        if banks:
+            bid = next(iter(banks))
+            z = self.encoder.encode(["What happened first?"], is_query=True)
+            self.engines.get(*self.defaults).select_units([bid], ["What happened first?"], z)
+            count_tokens("warm-up")
+        log.info("warm-up took %.1f s", time.perf_counter() - t0)
+
+    # ------------------------------------------------------------------------------------------
+    # requests
+    # ------------------------------------------------------------------------------------------
+    def has_bank(self, bank_id: str) -> bool:
+        return bank_id in self.registry
+
+    @property
+    def encoder_id(self) -> str:
+        return self.encoder.id
+
+    def queue_depth(self) -> int:
+        return self.batcher.depth
+
+    def bank_info(self, bank_id: str) -> dict | None:
+        bank = self.registry.get(bank_id)
+        return None if bank is None else self.bank_summary(bank)
+
+    async def select(self, items: list[SelectItem], batch: bool = False) -> list[dict]:
+        """Workspaces for ``items`` through the batcher; raises UnknownBank (before queueing; naming
+        ``requests[i]`` when ``batch``), QueueFull, DeadlineExceeded or ShuttingDown."""
+        for i, it in enumerate(items):
+            if it.bank_id not in self.registry:
+                raise UnknownBank(it.bank_id, f"requests[{i}]: " if batch else "")
+        return await self.batcher.submit(items, self.cfg.timeout_s)
+
+    async def append(self, bank_id: str, records: list[dict]) -> dict:
+        """Append turns (creating the bank on first append); returns the bank's new counts."""
+        if self.batcher.closing:
+            from .batcher import ShuttingDown
+
+            raise ShuttingDown("the server is shutting down")
+        loop = asyncio.get_running_loop()
+        t0 = time.perf_counter()
+        res = await loop.run_in_executor(self.appender, self.registry.append, bank_id, records, self.encoder,
+                                         self.encoder_spec)
+        t1 = time.perf_counter()
+        await loop.run_in_executor(self.worker, self._sync_bank, bank_id)
+        t2 = time.perf_counter()
+        if self.metrics is not None:
+            self.metrics.appended.inc(res.appended)
+            self.metrics.engine_builds.set(self.engines.builds)
+        return {**self.bank_summary(res.bank), "created": res.created, "appended": res.appended,
+                "timings": {"build_and_write_ms": round((t1 - t0) * 1e3, 3),
+                            "engine_refresh_ms": round((t2 - t1) * 1e3, 3)}}
+
+    def _sync_bank(self, bank_id: str) -> None:
+        """On the batch worker: make the engines use the registry's current bank ``bank_id``."""
+        bank = self.registry.get(bank_id)
+        if bank is not None and self.engines.banks.get(bank_id) is not bank:
+            self.engines.refresh(bank)
+            freeze_heap()
+
+    @staticmethod
+    def bank_summary(bank) -> dict:
+        times = [t.time for t in bank.turns if t.time is not None]
+        return {"bank_id": bank.bank_id, "n_units": bank.n_units, "n_threads": bank.n_threads,
+                "n_sessions": len({t.session for t in bank.turns}),
+                "first_date": min(times).isoformat() if times else None,
+                "last_date": max(times).isoformat() if times else None}
+
+    def bank_list(self) -> list[dict]:
+        return [{"bank_id": b.bank_id, "n_units": b.n_units, "n_threads": b.n_threads}
+                for b in self.registry.banks().values()]
+
+    # ------------------------------------------------------------------------------------------
+    # the batch function (batch worker thread)
+    # ------------------------------------------------------------------------------------------
+    def process_batch(self, items: list[SelectItem]) -> list:
+        """One encoder call and one engine call per (budget, hops) group; per item a
+        ``concurrent.futures.Future`` of its response body (assembled on the pool) or the exception."""
+        t_start = time.perf_counter()
+        n = len(items)
+        for bid in dict.fromkeys(it.bank_id for it in items):
+            if bid not in self.engines.banks:  # created by an append whose refresh has not run yet
+                self._sync_bank(bid)
+        Z = np.empty((n, self.dim), dtype=np.float32)
+        todo = [i for i, it in enumerate(items) if it.vector is None]
+        if todo:
+            Z[todo] = self.encoder.encode([items[i].question for i in todo], is_query=True,
+                                          batch_size=self.cfg.encode_chunk)
+        for i, it in enumerate(items):
+            if it.vector is not None:
+                Z[i] = it.vector
+        t_enc = time.perf_counter() - t_start
+        groups: dict[tuple[int, int], list[int]] = collections.defaultdict(list)
+        for i, it in enumerate(items):
+            groups[(it.budget, it.hops)].append(i)
+        out: list = [None] * n
+        t_sel_total = 0.0
+        for key, idx in groups.items():
+            ts = time.perf_counter()
+            try:
+                eng = self.engines.get(*key)
+                picks, used_dates = select_units(eng, [items[i].bank_id for i in idx], [items[i].question for i in idx],
+                                                 Z[idx], [items[i].date for i in idx])
+            except Exception as e:  # noqa: BLE001 - fail this group only, keep serving
+                log.exception("engine call failed for budget=%d hops=%d", *key)
+                for i in idx:
+                    out[i] = e
+                continue
+            t_sel = time.perf_counter() - ts
+            t_sel_total += t_sel
+            for i, units in zip(idx, picks):
+                it = items[i]
+                timings = {"queue_ms": round((t_start - it.arrived) * 1e3, 3) if it.arrived else None,
+                           "encode_ms": round(t_enc * 1e3, 3) if it.vector is None else 0.0,
+                           "select_ms": round(t_sel * 1e3, 3), "batch_size": n}
+                # the bank the engine just selected from, taken here: a refresh may follow before assembly
+                job = (it, self.engines.bank(it.bank_id), units, used_dates, timings)
+                out[i] = self.assembler.submit(self._workspace, *job)
+        if self.metrics is not None:
+            m = self.metrics.batch_seconds
+            m.labels("encode").observe(t_enc)
+            m.labels("select").observe(t_sel_total)
+            m.labels("total").observe(time.perf_counter() - t_start)
+        return out
+
+    def _workspace(self, it: SelectItem, bank, units: list[int], used_dates: bool, timings: dict) -> dict:
+        """The response body for one query: grouping, rendering and the token count."""
+        t0 = time.perf_counter()
+        ws = assemble(bank, it.question, units)
+        text = ws.render()
+        out = {
+            "bank_id": it.bank_id, "bank_n_units": bank.n_units, "question": it.question, "budget": it.budget,
+            "hops": it.hops,
+            "date": it.date.isoformat() if it.date else None, "date_used": used_dates,
+            "units": [{"id": t.turn_id, "speaker": t.speaker, "date": t.time.isoformat() if t.time else None,
+                       "timestamp": t.timestamp, "text": t.text, "caption": t.caption, "thread": b.thread,
+                       "session": t.session}
+                      for b in ws.blocks for t in b.units],
+            "threads": [{"thread": b.thread, "head": b.head} for b in ws.blocks],
+            "text": text, "n_tokens": count_tokens(text), "tokenizer": TOKENIZER_NAME,
+        }
+        dt = time.perf_counter() - t0
+        out["timings"] = {**timings, "assemble_ms": round(dt * 1e3, 3)}
+        if self.metrics is not None:
+            self.metrics.assemble_seconds.observe(dt)
+        return out
+
+    def _on_batch(self, size: int, seconds: float) -> None:
+        if self.metrics is not None:
+            self.metrics.batch_size.observe(size)
+            self.metrics.engine_builds.set(self.engines.builds)
