@@ -161,8 +161,8 @@ class TokenCosts:
     join costs a token, and a heading is charged in full less, per shown quoted turn, the least
     that showing it takes off the heading whatever else is shown (counted on every variant), so
     the charges never exceed what the heading really loses. Measured against the real rendering
-    on the LoCoMo dev banks (random sets of 1-39 units, 3,000 per mode): over by 0.03 tokens on
-    average, by 1 at most, never under.
+    on the LoCoMo dev banks (``benchmarks/token_costs.py``: random sets of 1-39 units, 2,100 per
+    mode): over by 0.03 tokens on average, by 1 at most, never under.
     """
 
     unit: np.ndarray
