@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import time
+from pathlib import Path
 
 
 def main(argv=None) -> int:
@@ -50,8 +51,7 @@ def main(argv=None) -> int:
                     "bounded_banks": sum(c.bounded for c in costs), "count_seconds_all_banks": round(secs, 3)}
         print(f"{key}: additive - real tokens over {len(o)} sets: mean {o.mean():.3f}, min {o.min()}, max {o.max()}, "
               f"{(o < 0).sum()} under; costs of {len(banks)} banks counted in {secs:.2f}s")
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=1)
+    Path(args.out).write_text(json.dumps(res, indent=1), encoding="utf-8")
     print(f"-> {args.out}")
     return 0
 
