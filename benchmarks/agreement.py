@@ -9,8 +9,10 @@ measured warm (a second call on the same engine), since the first call pays one-
     python benchmarks/agreement.py [--data PATH] [--threads 1] [--sweep] [--out FILE]
 
 ``--threads`` caps torch / BLAS threads for both engines (default 1: per-core throughput, and
-the numbers stay stable on a shared machine). ``--sweep`` adds hops 2, 3 and every selection
-ablation. Results go to ``benchmarks/results/agreement.json``.
+the numbers stay stable on a shared machine). ``--sweep`` adds hops 2, 3, every selection
+ablation and the token budgets T = 400, 800, 1,600 (no unit cap; the cost-aware knapsack greedy),
+where every workspace is also checked to hold at most T tokens. ``--only NAME,...`` runs just
+the named configs. Results go to ``benchmarks/results/agreement.json``.
 """
 from __future__ import annotations
 
@@ -31,7 +33,9 @@ def main(argv=None) -> int:
                                                      os.path.join(here, "..", "..", "shared", "data", "locomo",
                                                                   "locomo_dev.json")))
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--sweep", action="store_true", help="also hops 2, 3 and every selection ablation")
+    ap.add_argument("--sweep", action="store_true", help="also hops 2, 3, every selection ablation and T = 400, "
+                                                          "800, 1600")
+    ap.add_argument("--only", help="comma-separated config names to run (e.g. token_budget=800)")
     ap.add_argument("--out", default=os.path.join(here, "results", "agreement.json"))
     args = ap.parse_args(argv)
     _set_threads(args.threads)
@@ -61,6 +65,13 @@ def main(argv=None) -> int:
         configs += [(f"hops={h}", SelectConfig(hops=h)) for h in (2, 3)]
         configs += [(f"ablation={a}", SelectConfig(ablation=a)) for a in ABLATIONS
                     if a not in ("none", "fixed_segmentation")]
+        configs += [(f"token_budget={t}", SelectConfig(token_budget=t, budget=None)) for t in (400, 800, 1600)]
+    if args.only:
+        want = set(args.only.split(","))
+        configs = [(n, c) for n, c in [("default", SelectConfig())] + [
+            (f"token_budget={t}", SelectConfig(token_budget=t, budget=None)) for t in (400, 800, 1600)] + configs[1:]
+                   if n in want]
+        configs = list(dict(configs).items())
     runs = []
     for name, cfg in configs:
         kw = dict(select_cfg=cfg, build_cfg=build_cfg, categories=cats, progress=False,
@@ -76,6 +87,9 @@ def main(argv=None) -> int:
         eng.select_units(ids, qs, Z)
         warm = (time.perf_counter() - t0) / len(items)
         stages = {k: round(v / len(items) * 1e6, 1) for k, v in eng.last_timings.items()}
+        over = None
+        if cfg.token_budget is not None:  # every workspace, of both engines, within T
+            over = sum(r["context_tokens"] > cfg.token_budget for r in ref["records"] + bat["records"])
         r_ref, r_bat = ref["macro"]["evidence_recall"], bat["macro"]["evidence_recall"]
         t_ref, t_bat = ref["selection_seconds_per_query"], bat["selection_seconds_per_query"]
         run = {
@@ -90,12 +104,20 @@ def main(argv=None) -> int:
             "speedup": {"first_call": t_ref / t_bat, "warm": t_ref / warm},
             "batched_stage_us_per_query": stages,
         }
+        if over is not None:
+            run["token_budget"] = cfg.token_budget
+            run["workspaces_over_token_budget"] = int(over)
+            run["context_tokens_mean"] = {"reference": round(ref["macro"]["context_tokens"], 1),
+                                          "batched": round(bat["macro"]["context_tokens"], 1)}
         runs.append(run)
         print(f"{name:>28}: identical sets {run['identical_sets']:.4f} ({run['n_differ']} differ) | recall "
               f"ref {r_ref:.4f} batched {r_bat:.4f} | s/query ref {t_ref * 1e3:.3f} ms, batched "
               f"{t_bat * 1e3:.3f} ms (warm {warm * 1e3:.3f} ms) | speedup {t_ref / t_bat:.1f}x "
               f"(warm {t_ref / warm:.1f}x)", flush=True)
         print(f"{'':>28}  batched stages (us/query): {stages}", flush=True)
+        if over is not None:
+            print(f"{'':>28}  workspaces over T={cfg.token_budget}: {over}; mean tokens "
+                  f"{run['context_tokens_mean']}", flush=True)
     out = {
         "data": os.path.basename(args.data), "categories": list(cats), "n_banks": len(banks),
         "units": int(sum(b.n_units for b in banks)), "threads_per_bank_max": int(max(b.n_threads for b in banks)),

@@ -2,7 +2,8 @@
 throughput (batched vs reference selection; single process vs Ray with 2 workers), one run.
 
     python benchmarks/bench_longmemeval.py [--data PATH] [--head HEAD.safetensors] [--budgets 8,16,32]
-        [--k 1,3,5,10,30,50] [--build-sample 4] [--rounds 3] [--ray-workers 2] [--ray-rounds 2] [--no-ray]
+        [--token-budgets 400,800,1600] [--k 1,3,5,10,30,50] [--build-sample 4] [--rounds 3]
+        [--ray-workers 2] [--ray-rounds 2] [--no-ray]
 
 * Banks: one per question, user turns (the official corpus), built once into the cache
   (``trawmem score`` builds the same collection); ``--build-sample N`` builds N of them again
@@ -11,8 +12,10 @@ throughput (batched vs reference selection; single process vs Ray with 2 workers
   head too) at each B; official recall_any / recall_all / ndcg_any at each k (turn and
   turn-to-session) and evidence recall / all-evidence hit / context tokens (cl100k_base) macro
   over question types, per type too. Abstention questions and questions without gold user
-  turns are skipped. Rows carry B and tokens so an equal-token column (``--token-budget``) can
-  be added as rows of the same table.
+  turns are skipped. The same methods also run at equal context tokens, T in
+  ``--token-budgets`` (``SelectConfig.token_budget``, no unit cap; the hybrid also with
+  ``fill="stop"``, TrawMem also with only the gain-ranked run of its knapsack greedy): rows with
+  ``token_budget`` set, in the same table.
 * Selection rate: the batched engine vs ``select_reference`` over all questions, warm (engine
   and contexts built), ``--rounds`` interleaved rounds, ratio per round, median.
 * Scoring throughput: the whole job (load banks, engine, encode, select, render, write) single
@@ -41,11 +44,12 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data" / "longmemeval" / "longmemeval_s_
 BASELINES = ("cosine", "bm25", "hybrid")
 
 
-def _spec(method, budget, ks, head=None, engine="batched"):
+def _spec(method, budget, ks, head=None, engine="batched", token_budget=None, **select):
     from trawmem_gpu.score import ScoreSpec
     from trawmem_gpu.select.config import SelectConfig
 
-    return ScoreSpec(method=method, select=SelectConfig(budget=budget).to_dict(), engine=engine, head=head, ks=ks)
+    cfg = SelectConfig(budget=budget, token_budget=token_budget, **select)
+    return ScoreSpec(method=method, select=cfg.to_dict(), engine=engine, head=head, ks=ks)
 
 
 def build_sample(convs, n: int) -> dict:
@@ -104,22 +108,42 @@ def quality(banks, items, Z, args, head, enc) -> list[dict]:
 
     ctxs: dict = {}
     rows = []
-    methods = [(m, None) for m in BASELINES] + [("trawmem", None)] + ([("trawmem", args.head)] if args.head else [])
-    for m, h in methods:
-        for B in args.budgets:
-            spec = _spec(m, B, args.k, head=h)
-            t0 = time.perf_counter()
-            sc = Scorer(banks, spec, encoder=enc, contexts=ctxs)
-            recs = sc.score(items, Z)
-            agg = aggregate_lme([r["eval"] for r in recs])
-            name = m if m != "trawmem" else ("trawmem+head" if h else "trawmem")
-            rows.append({"method": name, "budget": B, "token_budget": None, **agg,
-                         "wall_s": round(time.perf_counter() - t0, 2)})
-            mm = agg["macro"]
-            print(f"{name:>13} B={B:<3} recall {mm['evidence_recall']:.3f} hit {mm['all_evidence_hit']:.3f} "
-                  f"tokens {mm['context_tokens']:.0f} | official turn recall_any@10 "
-                  f"{agg['official']['turn'].get('recall_any@10', float('nan')):.3f}", flush=True)
+    methods = [(m, None, {}) for m in BASELINES] + [("trawmem", None, {})] + \
+        ([("trawmem", args.head, {})] if args.head else [])
+    runs = [(m, h, kw, B, None) for m, h, kw in methods for B in args.budgets]
+    t_methods = methods + [("hybrid", None, {"fill": "stop"}), ("trawmem", None, {"knapsack": "gain"})]
+    runs += [(m, h, kw, None, T) for T in args.token_budgets for m, h, kw in t_methods]
+    for m, h, kw, B, T in runs:
+        spec = _spec(m, B, args.k, head=h, token_budget=T, **kw)
+        t0 = time.perf_counter()
+        sc = Scorer(banks, spec, encoder=enc, contexts=ctxs)
+        recs = sc.score(items, Z)
+        agg = aggregate_lme([r["eval"] for r in recs])
+        name = m if m != "trawmem" else ("trawmem+head" if h else "trawmem")
+        name += "".join(f" [{k}={v}]" for k, v in kw.items())
+        over = sum(r["tokens"] > T for r in recs) if T is not None else None
+        rows.append({"method": name, "budget": B, "token_budget": T, **agg, "workspaces_over_token_budget": over,
+                     "wall_s": round(time.perf_counter() - t0, 2)})
+        mm = agg["macro"]
+        size = f"B={B:<4}" if T is None else f"T={T:<4}"
+        print(f"{name:>28} {size} recall {mm['evidence_recall']:.3f} hit {mm['all_evidence_hit']:.3f} "
+              f"tokens {mm['context_tokens']:.0f} | official turn recall_any@10 "
+              f"{agg['official']['turn'].get('recall_any@10', float('nan')):.3f}", flush=True)
     return rows
+
+
+def token_table(rows) -> str:
+    """Markdown: evidence recall per question type, each method at each T (then B)."""
+    types = list(next(iter(rows))["per_type"]) if rows else []
+    head = "| method | budget | macro recall | all-hit | tokens | " + " | ".join(types) + " |"
+    lines = [head, "|" + "|".join("---" for _ in range(5 + len(types))) + "|"]
+    for r in sorted(rows, key=lambda r: (r["token_budget"] is None, r["token_budget"] or 0, r["budget"] or 0)):
+        size = f"T={r['token_budget']}" if r["token_budget"] is not None else f"B={r['budget']}"
+        m = r["macro"]
+        lines.append(f"| {r['method']} | {size} | {m['evidence_recall']:.3f} | {m['all_evidence_hit']:.3f} | "
+                     f"{m['context_tokens']:.0f} | " + " | ".join(f"{r['per_type'][t]['evidence_recall']:.3f}"
+                                                              for t in types) + " |")
+    return "\n".join(lines)
 
 
 def selection_rate(banks, items, Z, args, enc) -> dict:
@@ -208,13 +232,22 @@ def plot(res: dict, path: Path) -> None:
     by = {}
     for r in res["quality"]:
         by.setdefault(r["method"], []).append(r)
-    for m, rs in by.items():
-        ax[0].plot([r["budget"] for r in rs], [r["macro"]["evidence_recall"] for r in rs], "o-", label=m)
-        ax[1].plot([r["macro"]["context_tokens"] for r in rs], [r["macro"]["evidence_recall"] for r in rs], "o-",
-                   label=m)
+    for i, (m, rs) in enumerate(by.items()):
+        b = [r for r in rs if r.get("token_budget") is None]
+        t = [r for r in rs if r.get("token_budget") is not None]
+        if b:
+            ax[0].plot([r["budget"] for r in b], [r["macro"]["evidence_recall"] for r in b], "o-", label=m,
+                       color=f"C{i}")
+            ax[1].plot([r["macro"]["context_tokens"] for r in b], [r["macro"]["evidence_recall"] for r in b], "s--",
+                       color=f"C{i}", ms=4)
+        if t:
+            ax[1].plot([r["macro"]["context_tokens"] for r in t], [r["macro"]["evidence_recall"] for r in t], "o-",
+                       color=f"C{i}", label=m, ms=4)
     ax[0].set(xlabel="B (units)", ylabel="macro evidence recall", title="LongMemEval-S dev: recall vs B")
-    ax[1].set(xlabel="context tokens (cl100k_base)", ylabel="macro evidence recall", title="recall vs tokens")
+    ax[1].set(xlabel="context tokens (cl100k_base)", ylabel="macro evidence recall",
+              title="recall vs tokens (dashed: B runs, solid: T runs)")
     ax[0].legend(fontsize=8)
+    ax[1].legend(fontsize=7)
     names, vals = [], []
     sr = res.get("selection")
     if sr:
@@ -240,6 +273,7 @@ def main() -> int:
     ap.add_argument("--banks", help="collection directory (default: the cache directory `trawmem score` uses)")
     ap.add_argument("--head", help="learned role head (trawmem train-head); adds a trawmem+head row per B")
     ap.add_argument("--budgets", default="8,16,32")
+    ap.add_argument("--token-budgets", default="400,800,1600", help="equal-token rows (empty: none)")
     ap.add_argument("--k", default="1,3,5,10,30,50")
     ap.add_argument("--build-sample", type=int, default=4, help="banks built cold and warm for the time split")
     ap.add_argument("--rounds", type=int, default=3, help="selection-rate rounds")
@@ -250,6 +284,7 @@ def main() -> int:
     ap.add_argument("--tag", default="")
     args = ap.parse_args()
     args.budgets = [int(x) for x in args.budgets.split(",")]
+    args.token_budgets = [int(x) for x in args.token_budgets.split(",") if x.strip()]
     args.k = tuple(int(x) for x in args.k.split(","))
     skip = set(filter(None, args.skip.split(",")))
 
@@ -289,6 +324,8 @@ def main() -> int:
     head = args.head
     if "quality" not in skip:
         res["quality"] = quality(banks, items, Z, args, head, enc)
+        res["token_budgets"] = args.token_budgets
+        print("\n" + token_table(res["quality"]) + "\n", flush=True)
     if "selection" not in skip:
         res["selection"] = selection_rate(banks, items, Z, args, enc)
     if "throughput" not in skip:

@@ -13,10 +13,15 @@ questions are encoded once and shared by every run):
     ``fixed_segmentation`` runs on banks built with ``BuildConfig(segmentation="fixed")``;
 (c) headline at B = 16 (each mode's default H): trawmem default, trawmem paper, cosine, bm25,
     hybrid, full context, beside the issue's anchors;
+(d) tokens: every method (TrawMem defaults, cosine, BM25, hybrid) at equal context tokens,
+    T = 400, 800, 1,600 (``SelectConfig.token_budget``, no unit cap; baselines fill in rank order,
+    the hybrid also with ``fill="stop"``), beside the same methods at B = 8 / 16 / 32, per
+    category;
 and the reference selection time per query (trawmem default, B = 16, plain NumPy reference).
 
 Writes ``benchmarks/results/quality_grid.json``, ``quality_ablations.json``,
-``quality_headline.json``, ``quality_grid.png`` and ``quality_ablations.png``, and prints the
+``quality_headline.json``, ``quality_tokens.json``, ``quality_grid.png``, ``quality_ablations.png``
+and ``quality_tokens.png``, and prints the
 tables as markdown. A run shared by two parts (e.g. trawmem B = 16 H = 3 is both a grid cell
 and the ``none`` ablation) is evaluated once.
 """
@@ -45,14 +50,18 @@ ABL_H = 3
 # Issue 3, item 6: dev data, all-MiniLM-L6-v2, turn units, B = 16
 # (macro evidence recall, macro all-evidence hit, multi-hop all-evidence hit).
 ANCHORS = {"cosine": (0.512, 0.412, 0.132), "bm25": (0.521, 0.442, 0.152), "hybrid": (0.585, 0.492, 0.221)}
-PARTS = ("grid", "ablations", "headline")
+PARTS = ("grid", "ablations", "headline", "tokens")
+TOKEN_BUDGETS = (400, 800, 1600)
+TOKEN_UNIT_BUDGETS = (8, 16, 32)
 
 
 # ----------------------------------------------------------------------------------------------
-# run specs: (method, mode, budget, hops, ablation); mode is "default" | "paper" | "-" (baselines)
+# run specs: (method, mode, budget, hops, ablation, token_budget, fill, knapsack); mode is
+# "default" | "paper" | "-" (baselines); with a token budget, budget is None (no unit cap)
 
-def _spec(method, mode="-", budget=HEAD_B, hops=None, ablation="none"):
-    return (method, mode, int(budget), hops, ablation)
+def _spec(method, mode="-", budget=HEAD_B, hops=None, ablation="none", token_budget=None, fill="skip",
+          knapsack="best"):
+    return (method, mode, None if budget is None else int(budget), hops, ablation, token_budget, fill, knapsack)
 
 
 def grid_specs():
@@ -76,20 +85,38 @@ def headline_specs():
             *[_spec(m) for m in BASELINES], _spec("full")]
 
 
+def token_specs():
+    """Every method at B = 8 / 16 / 32 and at T = 400 / 800 / 1,600 (the hybrid also with fill="stop",
+    TrawMem also with only the gain-ranked run of its knapsack greedy)."""
+    from trawmem_gpu.select.config import SelectConfig
+
+    h = SelectConfig().hops
+    out = []
+    for b in TOKEN_UNIT_BUDGETS:
+        out += [_spec("trawmem", "default", b, h)] + [_spec(m, "-", b) for m in BASELINES]
+    for t in TOKEN_BUDGETS:
+        out += [_spec("trawmem", "default", None, h, token_budget=t)]
+        out += [_spec("trawmem", "default", None, h, token_budget=t, knapsack="gain")]
+        out += [_spec(m, "-", None, token_budget=t) for m in BASELINES]
+        out += [_spec("hybrid", "-", None, token_budget=t, fill="stop")]
+    return out
+
+
 def select_cfg(spec):
     from trawmem_gpu.select.config import SelectConfig
 
-    method, mode, b, h, abl = spec
+    method, mode, b, h, abl, t, fill, knapsack = spec
     base = SelectConfig.paper() if mode == "paper" else SelectConfig()
-    return replace(base, budget=b, hops=base.hops if h is None else h, ablation=abl)
+    return replace(base, budget=b, hops=base.hops if h is None else h, ablation=abl, token_budget=t, fill=fill,
+                   knapsack=knapsack)
 
 
 def label(spec) -> str:
-    method, mode, b, h, abl = spec
+    method, mode, b, h, abl, t, fill, knapsack = spec
     if method != "trawmem":
-        return method
+        return method + (" (stop at overflow)" if t is not None and fill == "stop" else "")
     s = f"trawmem {mode} H={h}"
-    return s + (f" [{abl}]" if abl != "none" else "")
+    return s + (f" [{abl}]" if abl != "none" else "") + (f" [knapsack={knapsack}]" if knapsack != "best" else "")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -115,7 +142,7 @@ def evaluate(data: Path, specs, progress: bool = True) -> dict:
     out = {}
     bar = tqdm(uniq, desc="quality runs", disable=not progress)
     for spec in bar:
-        bar.set_postfix_str(f"{label(spec)} B={spec[2]}")
+        bar.set_postfix_str(f"{label(spec)} " + (f"B={spec[2]}" if spec[5] is None else f"T={spec[5]}"))
         cfg = select_cfg(spec)
         bc = (convs, banks)
         if spec[4] == "fixed_segmentation":
@@ -131,7 +158,8 @@ def evaluate(data: Path, specs, progress: bool = True) -> dict:
         wall = time.perf_counter() - t1
         out[spec] = {
             "label": label(spec), "method": spec[0], "mode": spec[1], "budget": spec[2],
-            "hops": cfg.hops if spec[0] == "trawmem" else None, "ablation": spec[4],
+            "hops": cfg.hops if spec[0] == "trawmem" else None, "ablation": spec[4], "token_budget": spec[5],
+            "fill": spec[6] if spec[5] is not None else None, "knapsack": spec[7] if spec[5] is not None else None,
             "macro": r["macro"], "per_category": r["per_category"],
             "multihop_all_evidence_hit": r["per_category"].get("1", {}).get("all_evidence_hit"),
             "selection_seconds_per_query": r["selection_seconds_per_query"], "run_wall_s": round(wall, 2),
@@ -145,7 +173,8 @@ def evaluate(data: Path, specs, progress: bool = True) -> dict:
 def _row(spec, res):
     r = res[spec]
     m = r["macro"]
-    return {**{k: r[k] for k in ("label", "method", "mode", "budget", "hops", "ablation")},
+    return {**{k: r[k] for k in ("label", "method", "mode", "budget", "hops", "ablation", "token_budget", "fill",
+                                 "knapsack")},
             "evidence_recall": m["evidence_recall"], "all_evidence_hit": m["all_evidence_hit"],
             "multihop_all_evidence_hit": r["multihop_all_evidence_hit"], "context_tokens": m["context_tokens"],
             "selection_ms_per_query": 1e3 * r["selection_seconds_per_query"],
@@ -198,6 +227,18 @@ def headline_table(h) -> str:
                      _f(r["context_tokens"], 0), a))
     return _md(("method (B=16)", "recall", "all-hit", "multi-hop hit", "tokens", "anchor recall / all-hit / MH hit"),
                rows)
+
+
+def tokens_table(t) -> str:
+    """Per method: recall / multi-hop hit / tokens at each B and at each T."""
+    rows = []
+    for r in t["rows"]:
+        size = f"B={r['budget']}" if r["token_budget"] is None else f"T={r['token_budget']}"
+        pc = r["per_category"]
+        rows.append((r["label"], size, _f(r["evidence_recall"]), _f(r["all_evidence_hit"]),
+                     _f(r["multihop_all_evidence_hit"]), _f(r["context_tokens"], 0),
+                     " / ".join(_f(pc.get(c, {}).get("evidence_recall")) for c in ("1", "2", "3", "4"))))
+    return _md(("method", "budget", "recall", "all-hit", "multi-hop hit", "tokens", "recall cat 1 / 2 / 3 / 4"), rows)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -273,6 +314,49 @@ def plot_ablations(a, out: Path) -> None:
     plt.close(fig)
 
 
+def plot_tokens(t, out: Path) -> None:
+    """Recall and multi-hop hit against mean context tokens (B runs dashed, T runs solid), and
+    per-category recall at T = 800."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = t["rows"]
+    names = list(dict.fromkeys(r["label"] for r in rows))
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
+    for i, name in enumerate(names):
+        for kind, style in (("B", "--s"), ("T", "-o")):
+            rs = sorted([r for r in rows if r["label"] == name and (r["token_budget"] is None) == (kind == "B")],
+                        key=lambda r: r["context_tokens"])
+            if not rs:
+                continue
+            for ax, k in zip(axes[:2], ("evidence_recall", "multihop_all_evidence_hit")):
+                ax.plot([r["context_tokens"] for r in rs], [r[k] for r in rs], style, color=f"C{i}", ms=4,
+                        label=f"{name} ({'T' if kind == 'T' else 'B'})")
+    for ax, title in zip(axes[:2], ("macro evidence recall", "multi-hop all-evidence hit")):
+        ax.set_xlabel(f"context tokens, mean ({t['meta']['tokenizer']})")
+        ax.set_title(title + " (dashed: B = 8/16/32, solid: T = 400/800/1600)", fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    at = [r for r in rows if r["token_budget"] == 800]
+    x = np.arange(4)
+    w = 0.8 / max(1, len(at))
+    for i, r in enumerate(at):
+        axes[2].bar(x + i * w, [r["per_category"].get(c, {}).get("evidence_recall", 0) for c in ("1", "2", "3", "4")],
+                    w, label=r["label"], color=f"C{names.index(r['label'])}")
+    axes[2].set_xticks(x + 0.4 - w / 2)
+    axes[2].set_xticklabels(["1 multi-hop", "2 temporal", "3 open-domain", "4 single-hop"])
+    axes[2].set_title("evidence recall per category at T = 800", fontsize=9)
+    axes[2].set_ylim(0, 1.15)
+    axes[2].legend(fontsize=6, ncol=2, loc="upper left")
+    fig.suptitle(f"LoCoMo dev, {t['meta']['encoder']}: methods at equal context tokens", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 # ----------------------------------------------------------------------------------------------
 
 def main(argv=None) -> int:
@@ -286,7 +370,7 @@ def main(argv=None) -> int:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    want = {"grid": grid_specs, "ablations": ablation_specs, "headline": headline_specs}
+    want = {"grid": grid_specs, "ablations": ablation_specs, "headline": headline_specs, "tokens": token_specs}
     specs = {part: want[part]() for part in args.parts}
     t0 = time.perf_counter()
     res, meta = evaluate(data, [s for part in args.parts for s in specs[part]], progress=not args.no_progress)
@@ -333,6 +417,17 @@ def main(argv=None) -> int:
         written.append("quality_headline.json")
         print(f"\n### Headline (B={HEAD_B}; each trawmem mode at its default H)\n")
         print(headline_table(h))
+    if "tokens" in specs:
+        t = {"benchmark": "quality_tokens", **common, "token_budgets": TOKEN_BUDGETS, "budgets": TOKEN_UNIT_BUDGETS,
+             "note": "T runs: SelectConfig(token_budget=T, budget=None): TrawMem's cost-aware knapsack greedy "
+                     "(SelectConfig.knapsack), baselines filled in rank order (fill='skip' unless labelled); "
+                     "every workspace holds at most T tokens (cl100k_base, heads included)",
+             "rows": [_row(s_, res) for s_ in specs["tokens"]]}
+        (out / "quality_tokens.json").write_text(json.dumps(t, indent=1), encoding="utf-8")
+        plot_tokens(t, out / "quality_tokens.png")
+        written += ["quality_tokens.json", "quality_tokens.png"]
+        print("\n### Equal tokens (T) beside equal units (B); macro over categories 1-4\n")
+        print(tokens_table(t))
     if ref_time is not None:
         print(f"\nreference selection time per query (trawmem default, B={HEAD_B}): {1e3 * ref_time:.2f} ms "
               f"(1-min load average {common['machine']['loadavg_1m']} on {os.cpu_count()} CPUs)")

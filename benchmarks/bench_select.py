@@ -33,6 +33,12 @@ batched per-bank similarity) on many small and a few large banks.
                                       [--no-scaling] [--no-seed-search] [--max-banks 10000]
                                       [--update] [--gpu-target]
 
+``--tokens`` pairs the CPU default engine at B = 16 against the same engine under a token budget
+T = 800 (no unit cap; the cost-aware knapsack greedy and the check against T) on 1,024 LoCoMo dev
+queries: one batch call each per round, alternating order, the ratio taken within each round and
+the stage split per engine; writes ``select_tokens.json`` (``--versus TREE`` pairs B = 16 before and
+after a change).
+
 ``--threads`` (default 1) pins torch, BLAS and numba to that many threads for *every*
 implementation (per-core throughput; the numbers stay stable on a shared machine).
 ``--gpu-target`` runs only the GPU benchmark (U = 145, B = 16, d = 384, large Q; selections/s and
@@ -711,6 +717,60 @@ def versus(args) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------
+# token budget against unit budget, interleaved, one process
+# ----------------------------------------------------------------------------------------------
+def tokens_vs_units(args) -> dict:
+    """The CPU default engine at B = 16 and at T = 800 (each with its default pool: T = 800 sizes
+    it like B = 16) over the same 1,024 dev queries, alternating rounds (order flipped every
+    round); speed ratio = (T = 800 queries/s) / (B = 16 queries/s) within each round; the
+    engines' stage seconds per query (median over rounds) say where the difference goes."""
+    import numpy as np
+
+    from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.engine import SelectionEngine
+    from trawmem_gpu.workspace import assemble
+
+    d = RealData(args.data)
+    ids, qs, Z = d.queries(1024)
+    cfgs = {"B16": SelectConfig(budget=16), "T800": SelectConfig(token_budget=800, budget=None)}
+    engs = {k: SelectionEngine(d.banks, c, device="cpu", threads=args.threads) for k, c in cfgs.items()}
+    bank = {b.bank_id: b for b in d.banks}
+    info = {}
+    for k, e in engs.items():  # warm-up (numba load, tables) and what each mode selects
+        picks = e.select_units(ids, qs, Z)
+        toks = [assemble(bank[b], q, p, with_heads=True).n_tokens for b, q, p in zip(ids, qs, picks)]
+        info[k] = {"units_mean": float(np.mean([len(p) for p in picks])), "tokens_mean": float(np.mean(toks)),
+                   "tokens_max": int(max(toks))}
+    rounds = args.rounds or 15
+    secs = {k: [] for k in engs}
+    stages = {k: [] for k in engs}
+    for r in range(rounds):
+        for k in (list(engs) if r % 2 == 0 else list(engs)[::-1]):
+            _clear_text_cache()
+            t = time.perf_counter()
+            engs[k].select_units(ids, qs, Z)
+            secs[k].append(time.perf_counter() - t)
+            stages[k].append(dict(engs[k].last_timings))
+    ratios = [b / t for b, t in zip(secs["B16"], secs["T800"])]
+    res = {"Q": len(ids), "rounds": rounds, "threads": args.threads,
+           "configs": {k: {"budget": c.budget, "token_budget": c.token_budget, "knapsack": c.knapsack}
+                       for k, c in cfgs.items()},
+           "qps_median": {k: len(ids) / float(np.median(v)) for k, v in secs.items()},
+           "speed_ratio_is": "(T = 800 queries/s) / (B = 16 queries/s), per round",
+           "ratio_median": float(np.median(ratios)), "ratio_p25": float(np.percentile(ratios, 25)),
+           "ratio_p75": float(np.percentile(ratios, 75)), "ratios": ratios,
+           "stage_us_per_query_median": {k: {s_: float(np.median([x.get(s_, 0.0) for x in v])) / len(ids) * 1e6
+                                             for s_ in sorted({s_ for x in v for s_ in x})} for k, v in stages.items()},
+           "selection": info}
+    print(f"  tokens vs units: B=16 {res['qps_median']['B16']:,.0f} q/s, T=800 {res['qps_median']['T800']:,.0f} q/s, "
+          f"ratio T/B median {res['ratio_median']:.3f} (IQR {res['ratio_p25']:.3f}-{res['ratio_p75']:.3f}) over "
+          f"{rounds} rounds", flush=True)
+    for k in engs:
+        print(f"  {k}: {info[k]}; stages us/query {res['stage_us_per_query_median'][k]}", flush=True)
+    return res
+
+
+# ----------------------------------------------------------------------------------------------
 # report
 # ----------------------------------------------------------------------------------------------
 def fmt_table(rows, cols, heads) -> str:
@@ -884,6 +944,7 @@ def main(argv=None) -> int:
     ap.add_argument("--gpu-device", default="cuda", help=argparse.SUPPRESS)  # "cpu": smoke-test the GPU code
     ap.add_argument("--versus", metavar="TREE", help="pair this tree's CPU default against another checkout's")
     ap.add_argument("--versus-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--tokens", action="store_true", help="B = 16 against T = 800, interleaved (select_tokens.json)")
     ap.add_argument("--out-dir", default=os.environ.get("OUT") or str(HERE / "results"))
     args = ap.parse_args(argv)
     args.ref_queries = args.ref_queries or (60 if args.quick else 200)
@@ -909,10 +970,12 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     if args.versus_worker:
         return versus_worker(args)
-    if args.versus:
+    single = [("versus", "versus", "select_versus.json")] if args.versus else \
+        [("tokens", "tokens_vs_units", "select_tokens.json")] if args.tokens else []
+    for _, key, fname in single:  # one paired measurement, its own file
         res = {"machine": machine, "command": " ".join(["python", "benchmarks/bench_select.py"] + (argv or sys.argv[1:])),
-               "versus": versus(args)}
-        p = out_dir / "select_versus.json"
+               key: versus(args) if key == "versus" else tokens_vs_units(args)}
+        p = out_dir / fname
         p.write_text(json.dumps(res, indent=1))
         print(f"wrote {p}")
         return 0

@@ -76,6 +76,20 @@ def test_ray_output_equals_single_process(ray_local, lme, tmp_path):
         assert json.dumps(single[k], sort_keys=True) == json.dumps(viaray[k], sort_keys=True)
 
 
+def test_ray_token_budget_equals_single_process(ray_local, lme, tmp_path):
+    """A token budget reaches the Ray workers (it is part of the spec's selection config)."""
+    from trawmem_gpu.score.ray_runner import score_ray
+
+    spec = ScoreSpec(select={**ScoreSpec().select, "token_budget": 80, "budget": None})
+    run_score(lme["items"], lme["banks"], spec, tmp_path / "single.jsonl", progress=False)
+    score_ray(lme["items"], lme["banks"], spec, tmp_path / "ray.jsonl", workers=2, group_size=4, progress=False)
+    single, viaray = _by_id(tmp_path / "single.jsonl"), _by_id(tmp_path / "ray.jsonl")
+    assert single.keys() == viaray.keys() and len(single) == N_Q
+    for k in single:
+        assert viaray[k]["units"] == single[k]["units"] and viaray[k]["tokens"] <= 80
+        assert viaray[k]["config"]["token_budget"] == 80
+
+
 def test_rerun_after_killing_a_worker_loses_and_duplicates_nothing(ray_local, lme, tmp_path):
     import threading
     import time

@@ -122,6 +122,21 @@ def test_baselines_rank_order_and_budget(lme, tmp_path, method):
         assert r["config"]["engine"] is None and "##" not in r["workspace"]  # baselines: no heads
 
 
+@pytest.mark.parametrize("method", ["trawmem", "hybrid", "full"])
+def test_token_budget_through_the_job(lme, tmp_path, method):
+    """``--token-budget`` travels in the spec's selection config: every workspace holds at most T
+    tokens (the record's own count), TrawMem batched = reference, and the records say T."""
+    spec = ScoreSpec(method=method, select={**ScoreSpec().select, "token_budget": 80, "budget": None})
+    run_score(lme["items"], lme["banks"], spec, tmp_path / "b.jsonl", progress=False)
+    recs = read_records(tmp_path / "b.jsonl")
+    assert len(recs) == N_Q and all(0 < r["tokens"] <= 80 and r["units"] for r in recs)
+    assert all(r["config"]["token_budget"] == 80 and r["config"]["budget"] is None for r in recs)
+    if method == "trawmem":
+        ref = ScoreSpec(method=method, select=spec.select, engine="reference")
+        run_score(lme["items"], lme["banks"], ref, tmp_path / "r.jsonl", progress=False)
+        assert _ids_units(tmp_path / "b.jsonl") == _ids_units(tmp_path / "r.jsonl")
+
+
 def test_resume_skips_written_ids(lme, tmp_path):
     out = tmp_path / "o.jsonl"
     items = lme["items"]

@@ -115,3 +115,14 @@ def add_llm_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--llm-deadline", type=positive_float, default=None, metavar="SECONDS",
                    help="limit on all LLM requests of the run together, counted from the first one; requests "
                         "still open when it passes fail, and a rerun retries them")
+
+
+def add_token_budget(p: argparse.ArgumentParser, fill: bool = False) -> None:
+    """``--token-budget T`` (and, for commands that run the baselines, ``--fill``)."""
+    p.add_argument("--token-budget", type=positive_int, metavar="T",
+                   help="workspace token budget: the rendered workspace (cl100k_base, thread heads included) holds "
+                        "at most T tokens; without --budget there is no cap on the number of units")
+    if fill:
+        p.add_argument("--fill", choices=["skip", "stop"], default="skip",
+                       help="how the baselines fill --token-budget: skip a unit that would overflow and go on down "
+                            "the ranking, or stop at the first one")

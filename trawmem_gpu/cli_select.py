@@ -6,7 +6,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from .cli_args import add_affinity_weights, add_dayfirst, add_llm_options, categories, nonneg_int, positive_int
+from .cli_args import add_affinity_weights, add_dayfirst, add_llm_options, add_token_budget, categories, nonneg_int, \
+    positive_int
 from .errors import InputError, name_list, plural
 
 MAX_QUESTION_CHARS = 4000
@@ -17,8 +18,13 @@ def _select_config(a):
 
     base = SelectConfig.paper() if getattr(a, "paper", False) else SelectConfig()
     kw = {}
+    if getattr(a, "token_budget", None) is not None:
+        kw["token_budget"] = a.token_budget
+        kw["budget"] = None  # --token-budget without --budget: no unit cap
     if getattr(a, "budget", None) is not None:
         kw["budget"] = a.budget
+    if getattr(a, "fill", None) is not None:
+        kw["fill"] = a.fill
     if getattr(a, "hops", None) is not None:
         kw["hops"] = a.hops
     if getattr(a, "ablation", None):
@@ -113,7 +119,9 @@ def cmd_eval(a) -> int:
     tmp.replace(out)
     m = res["macro"]
     mh = res["per_category"].get("1", {}).get("all_evidence_hit")
-    print(f"{a.method} B={cfg.budget} H={cfg.hops} ablation={cfg.ablation}: macro evidence recall "
+    size = f"B={cfg.budget}" if cfg.token_budget is None else \
+        f"T={cfg.token_budget}" + (f" B={cfg.budget}" if cfg.budget is not None else "")
+    print(f"{a.method} {size} H={cfg.hops} ablation={cfg.ablation}: macro evidence recall "
           f"{m['evidence_recall']:.3f}, all-evidence hit {m['all_evidence_hit']:.3f}, "
           f"multi-hop hit {'n/a' if mh is None else f'{mh:.3f}'}, context tokens {m['context_tokens']:.0f} over "
           f"{plural(res['n_questions'], 'question')} -> {out}")
@@ -165,7 +173,8 @@ def add_commands(sub) -> None:
     from .select.config import ABLATIONS, SelectConfig
 
     d0 = SelectConfig()
-    budget_help = f"workspace budget B: units selected per question (default: {d0.budget})"
+    budget_help = f"workspace budget B: units selected per question (default: {d0.budget}; with --token-budget: " \
+                  "a cap on the units, none unless given)"
     hops_help = f"propagation hops H over the thread graph (default: {d0.hops})"
 
     q = sub.add_parser("query", help="print the workspace for one question",
@@ -174,6 +183,7 @@ def add_commands(sub) -> None:
     q.add_argument("--bank-id", help="bank within a collection (needed when it holds several)")
     q.add_argument("--question", required=True, help=f"the question (at most {MAX_QUESTION_CHARS} characters)")
     q.add_argument("--budget", type=positive_int, help=budget_help)
+    add_token_budget(q)
     q.add_argument("--hops", type=nonneg_int, help=hops_help)
     q.add_argument("--paper", action="store_true", help="Section 4.2 exactly as written")
     q.add_argument("--head", help="learned role head (safetensors) from `trawmem train-head`")
@@ -192,6 +202,7 @@ def add_commands(sub) -> None:
     e.add_argument("--method", choices=["trawmem", "cosine", "bm25", "hybrid", "full"], default="trawmem",
                    help="selection method")
     e.add_argument("--budget", type=positive_int, help=budget_help)
+    add_token_budget(e, fill=True)
     e.add_argument("--hops", type=nonneg_int, help=hops_help)
     e.add_argument("--ablation", choices=list(ABLATIONS), help="one Section 5.2 ablation (default: none)")
     e.add_argument("--paper", action="store_true", help="Section 4.2 exactly as written")

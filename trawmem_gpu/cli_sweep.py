@@ -41,7 +41,8 @@ def cmd_sweep(a) -> int:
 
     if not Path(a.data).exists():
         raise InputError(f"--data {a.data}: file not found")
-    res = run_sweep(a.data, a.method, a.hops, a.budget, paper=a.paper, engine=a.engine, categories=a.categories,
+    res = run_sweep(a.data, a.method, a.hops, a.budget, token_budgets=a.token_budget or (), paper=a.paper,
+                    engine=a.engine, categories=a.categories,
                     batch_size=a.batch_size, rounds=a.rounds, threads=a.threads, warmup=a.warmup,
                     banks_dir=a.banks, max_questions=a.max_questions, progress=not a.quiet)
     out = Path(a.output)
@@ -59,7 +60,7 @@ def cmd_sweep(a) -> int:
 def add_commands(sub) -> None:
     s = sub.add_parser("sweep", help="quality, context tokens and latency over a hops x budget grid, "
                                      "with the Pareto-optimal cells (table, JSON, PNG)",
-                       description="For every (method, H, B) cell: macro evidence recall, multi-hop hit, context "
+                       description="For every (method, H, B or T) cell: macro evidence recall, multi-hop hit, context "
                                    "tokens and one-query latency p50/p95/p99; batched-engine throughput for "
                                    "TrawMem cells; build cost per bank once.")
     s.add_argument("--data", required=True, help="LoCoMo-layout JSON with questions and gold evidence")
@@ -67,6 +68,9 @@ def add_commands(sub) -> None:
                    help="comma-separated hops H for TrawMem cells")
     s.add_argument("--budget", type=int_list(1), default=[4, 8, 16, 32], metavar="B,B,...",
                    help="comma-separated unit budgets B")
+    s.add_argument("--token-budget", type=int_list(1), metavar="T,T,...",
+                   help="comma-separated token budgets T (workspace tokens, cl100k_base, heads included): one more "
+                        "cell per method and T, without a unit cap, e.g. 400,800,1600")
     s.add_argument("--method", type=method_list, default=["trawmem", "hybrid"], metavar="M,M,...",
                    help="comma-separated: trawmem, cosine, bm25, hybrid (baselines get one cell per B)")
     s.add_argument("--engine", choices=["reference", "batched"], default="reference",

@@ -41,3 +41,36 @@ def get_tokenizer():
 
 def count_tokens(text: str) -> int:
     return len(get_tokenizer().encode(text, disallowed_special=()))
+
+
+def count_tokens_many(texts: list[str]) -> list[int]:
+    """``[count_tokens(t) for t in texts]``, batched over tiktoken's threads for many texts
+    (special-token text is plain text in both: ``encode_ordinary`` is ``encode`` with
+    ``disallowed_special=()``)."""
+    enc = get_tokenizer()
+    if len(texts) < 256:  # below this a thread pool costs more than it saves
+        return [len(enc.encode_ordinary(t)) for t in texts]
+    return [len(x) for x in enc.encode_ordinary_batch(list(texts))]
+
+
+CL100K_PATTERNS = frozenset({
+    # tiktoken >= 0.8 (possessive quantifiers, a trailing-whitespace rule)
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",
+    # earlier tiktoken
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
+})
+
+
+def lines_count_apart() -> bool:
+    """Whether the tokenizer counts a text of lines line by line: True for ``cl100k_base``'s
+    split pattern (checked, so another tokenizer or pattern gets False).
+
+    BPE runs on the pieces a regex cuts the text into. In this pattern, a piece that holds a
+    newline ends in whitespace: no alternative reaches from a newline into a following
+    non-whitespace character (the letter rule's optional prefix excludes ``\r\n``, the
+    punctuation rule's optional prefix is a space, the rest are whitespace runs). So when every
+    line starts with a non-whitespace character, ``text = L1 + "\n" + L2 + "\n" + ...`` is cut into
+    the pieces of each ``Li + "\n"`` on its own, and its token count is their sum, except where a
+    line is followed by an empty line (the two newlines join one piece). ``workspace.TokenCosts``
+    rests on this."""
+    return getattr(get_tokenizer(), "_pat_str", None) in CL100K_PATTERNS

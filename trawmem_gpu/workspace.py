@@ -12,8 +12,15 @@ Rendered format (what the answer model reads, and what ``context_tokens`` counts
   one-sentence summary. The gist is left out when that very turn is among the units shown;
 * one line per selected unit, in thread order: ``[turn id] speaker: text``, then
   ``[shares an image: caption]`` for a shared image;
-* without heads (the baselines) no headings, and each line carries its date:
-  ``[S1:6] (2 March 2024) Ben: ...``.
+* without heads (the baselines) no headings, and each line carries its own date:
+  ``[S1:6] (2 March 2024) Ben: ...``;
+* a blank line between thread blocks.
+
+Token budgets (``SelectConfig.token_budget``) pay for this text. :func:`token_costs` gives each
+unit's and each thread heading's token cost from the same line writers the rendering uses, so
+that ``sum_{v in S} unit[v] + sum_{threads j that S hits} heading[j]`` bounds what the rendered
+workspace of ``S`` costs (tight: over by 0.03 tokens on average); :func:`fit_to_tokens` checks a
+selection against the budget (rendering it where that bound does not settle it).
 
 Texts are shown as the source wrote them except for characters that could mislead the reader
 or forge structure: control characters (NUL, ESC, ...), bidirectional embeddings, overrides
@@ -23,12 +30,15 @@ another turn.
 """
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .data.types import Turn
 from .store.bank import Bank
-from .tokens import TOKENIZER_NAME, count_tokens
+from .tokens import TOKENIZER_NAME, count_tokens, count_tokens_many, lines_count_apart
 
 _STRIP = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f-\x84\x86-\x9f\u202a-\u202e\u2066-\u2069\ufeff\ufff9-\ufffb]")
 _BREAK = re.compile(r"\r\n|[\n\r\x0c\x85\u2028\u2029]")
@@ -47,6 +57,21 @@ def one_line(text: str) -> str:
 def date_label(t: Turn) -> str:
     """``2 March 2024`` (the source's own text when it gave no parsable date)."""
     return f"{t.time.day} {t.time:%B %Y}" if t.time else t.timestamp
+
+
+def heading_line(date: str, gist: str | None) -> str:
+    """A thread's heading: ``## <date> — <gist>``, or ``## <date>`` without a gist."""
+    return f"## {date} — {one_line(gist)}" if gist else f"## {date}"
+
+
+def unit_line(t: Turn, with_heads: bool) -> str:
+    """One unit's line: ``[id] speaker: text`` under a heading (which carries the date), else
+    ``[id] (date) speaker: text``; then the image caption, if any."""
+    tid, spk = one_line(t.turn_id), one_line(t.speaker)
+    s = f"[{tid}] {spk}: {clean(t.text)}" if with_heads else f"[{tid}] ({date_label(t)}) {spk}: {clean(t.text)}"
+    if t.caption:
+        s += f" [shares an image: {one_line(t.caption)}]"
+    return s
 
 
 def _extractive_prefix(turns: list[Turn]) -> str:
@@ -74,19 +99,13 @@ class Workspace:
     """Selected turn ids in source order."""
 
     def render(self) -> str:
-        """Text for the answer model, in the format of the module docstring."""
+        """Text for the answer model, in the format of the module docstring (:func:`heading_line`
+        and :func:`unit_line` write its lines; :func:`token_costs` counts the same lines)."""
         out = []
         for b in self.blocks:
-            date = date_label(b.units[0])
             if b.head is not None:
-                out.append(f"## {date} — {one_line(b.gist)}" if b.gist else f"## {date}")
-            for t in b.units:
-                tid, spk = one_line(t.turn_id), one_line(t.speaker)
-                s = f"[{tid}] {spk}: {clean(t.text)}" if b.head is not None else \
-                    f"[{tid}] ({date}) {spk}: {clean(t.text)}"
-                if t.caption:
-                    s += f" [shares an image: {one_line(t.caption)}]"
-                out.append(s)
+                out.append(heading_line(date_label(b.units[0]), b.gist))
+            out += [unit_line(t, with_heads=b.head is not None) for t in b.units]
             out.append("")
         return "\n".join(out).strip() + "\n"
 
@@ -124,3 +143,105 @@ def assemble(bank: Bank, question: str, units: list[int], with_heads: bool = Tru
         for b in blocks:
             b.gist = thread_gist(b.head, [bank.turns[i] for i in bank.thread_units(b.thread)], b.units)
     return Workspace(bank.bank_id, question, blocks, [bank.turns[u].turn_id for u in chosen])
+
+
+# ----------------------------------------------------------------------------------------------
+# token costs (token budgets)
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TokenCosts:
+    """Additive token costs (``cl100k_base``) of one bank's workspace lines.
+
+    The rendered workspace of a unit set ``S`` costs at most ``sum_{v in S} unit[v] + sum_{j hit
+    by S} heading[j]``: a thread's heading is paid once, when its first unit enters. Why at most
+    (``bounded``): the tokenizer counts a text of lines line by line (``tokens.lines_count_apart``;
+    every workspace line starts with ``[`` or ``#``), except that the blank line between blocks
+    joins the newline before it, and the rendering strips trailing whitespace off its last line
+    (which can only remove tokens). So each cost is counted on its own line, rounded up where the
+    join costs a token, and a heading is charged in full less, per shown quoted turn, the least
+    that showing it takes off the heading whatever else is shown (counted on every variant), so
+    the charges never exceed what the heading really loses. Measured against the real rendering
+    on the LoCoMo dev banks (``benchmarks/token_costs.py``: random sets of 1-39 units, 2,100 per
+    mode): over by 0.03 tokens on average, by 1 at most, never under.
+    """
+
+    unit: np.ndarray
+    """[N] int64 tokens of each unit's line and its newline, plus 1 where a blank line after it
+    costs a token of its own; with heads, less the least that showing the unit takes off its
+    thread's heading (an extractive heading drops a quoted turn that is shown, see
+    :func:`thread_gist`); at least 1."""
+    heading: np.ndarray
+    """[J] int64 tokens of each thread's heading line and its newline with its full gist (0
+    without heads)."""
+    with_heads: bool
+    bounded: bool = True
+    """The sum bounds the rendered workspace's tokens from above (as argued above): the tokenizer
+    counts lines apart and no thread quotes more than :data:`MAX_QUOTED` turns. Else
+    :func:`fit_to_tokens` renders every workspace to check it."""
+
+    def cost(self, units, unit_thread: np.ndarray) -> int:
+        """The additive cost of the unit set ``units`` (bank unit indices)."""
+        u = np.unique(np.asarray(list(units), dtype=np.int64))
+        return int(self.unit[u].sum() + self.heading[np.unique(unit_thread[u])].sum()) if len(u) else 0
+
+
+MAX_QUOTED = 4
+"""Quoted turns per thread up to which :func:`token_costs` credits what showing them takes off
+the heading (it counts the heading with every subset of them shown; beyond this, no credit, and
+the costs are not ``bounded``)."""
+
+
+def token_costs(bank: Bank, with_heads: bool = True) -> TokenCosts:
+    """Each unit's and each thread heading's token cost in ``bank``'s workspaces (see
+    :class:`TokenCosts`), counted on the lines :func:`unit_line` and :func:`heading_line` write."""
+    lines = [unit_line(t, with_heads) + "\n" for t in bank.turns]
+    n = count_tokens_many(lines + [x + "\n" for x in lines])
+    N = bank.n_units
+    unit = np.array(n[:N], dtype=np.int64) + (np.array(n[N:], dtype=np.int64) > np.array(n[:N]))
+    heading = np.zeros(bank.n_threads, dtype=np.int64)
+    bounded = lines_count_apart()
+    if not with_heads or not N:
+        return TokenCosts(unit, heading, with_heads, bounded)
+    threads = []  # per thread: (unit ids, date labels, quoted positions, heading variants counted)
+    head_lines: dict = {}
+    for j in range(bank.n_threads):
+        idx = [int(i) for i in bank.thread_units(j)]
+        tu = [bank.turns[i] for i in idx]
+        full = thread_gist(bank.heads[j], tu, [])
+        labels = list(dict.fromkeys(date_label(t) for t in tu))  # a thread's turns share a date in practice
+        quoted = [k for k, t in enumerate(tu) if thread_gist(bank.heads[j], tu, [t]) != full]
+        variants = [()] if len(quoted) > MAX_QUOTED else \
+            [c for r in range(len(quoted) + 1) for c in itertools.combinations(quoted, r)]
+        for lbl in labels:
+            for c in variants:
+                gist = full if not c else thread_gist(bank.heads[j], tu, [tu[k] for k in c])
+                head_lines[(j, lbl, c)] = heading_line(lbl, gist) + "\n"
+        threads.append((idx, labels, quoted, variants))
+    cnt = dict(zip(head_lines, count_tokens_many(list(head_lines.values()))))
+    for j, (idx, labels, quoted, variants) in enumerate(threads):
+        heading[j] = max(cnt[(j, lbl, ())] for lbl in labels)
+        if len(quoted) > MAX_QUOTED:
+            bounded = False
+            continue
+        for k in quoted:  # the least that showing unit k takes off, over the other quotes shown
+            take = min(cnt[(j, lbl, c)] - cnt[(j, lbl, tuple(sorted(c + (k,))))]
+                       for lbl in labels for c in variants if k not in c)
+            unit[idx[k]] -= max(0, take)
+    np.maximum(unit, 1, out=unit)
+    return TokenCosts(unit, heading, with_heads, bounded)
+
+
+def fit_to_tokens(bank: Bank, units: list[int], token_budget: int, with_heads: bool = True,
+                  costs: TokenCosts | None = None) -> list[int]:
+    """``units`` (in pick order) less picks from the end until the rendered workspace holds at
+    most ``token_budget`` tokens: the check of every selection under a token budget. With the
+    bank's ``costs`` (``bounded``, same ``with_heads``) whose sum for ``units`` is within the
+    budget, the workspace provably fits (:class:`TokenCosts`) and is not rendered; otherwise it is
+    rendered and counted, and cut until it fits."""
+    if costs is not None and costs.bounded and costs.with_heads == with_heads \
+            and costs.cost(units, bank.unit_thread) <= token_budget:
+        return list(units)
+    k = len(units)
+    while k and assemble(bank, "", units[:k], with_heads).n_tokens > token_budget:
+        k -= 1
+    return list(units[:k])

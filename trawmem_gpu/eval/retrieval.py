@@ -182,7 +182,7 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     A file without questions that have gold evidence in ``categories`` is an ``InputError``.
     """
     from ..encode import get_encoder
-    from ..select.baselines import bm25_topk, cosine_topk, full_context, hybrid_topk
+    from ..select.baselines import baseline_units
     from ..select.reference import select_reference
 
     if method not in METHODS:
@@ -212,6 +212,9 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     batched = method == "trawmem" and engine == "batched"
     # The batched engine keeps its own per-bank tables; contexts (BM25 indexes) only for the loop.
     ctxs = {} if batched else {b.bank_id: BankContext.of(b) for b in banks}
+    if cfg.token_budget is not None:  # per-bank setup (the token costs), outside the selection timing
+        for c in ctxs.values():
+            c.token_costs(with_heads=method == "trawmem")
     bank_of = {b.bank_id: b for b in banks}
     items = [(c.bank_id, q) for c in convs for q in c.questions if q.category in categories and q.evidence]
     skipped = sum(1 for c in convs for q in c.questions if q.category in categories and not q.evidence)
@@ -221,7 +224,6 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     else:
         Z = query_vecs
     t_enc = time.perf_counter() - t0
-    B = cfg.budget
     t_sel = 0.0
     picks: list[list[int]] = []
     t_each: list[float] = []
@@ -239,14 +241,8 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
             t0 = time.perf_counter()
             if method == "trawmem":
                 p = select_reference(ctx, q.question, z, cfg, head=head).units
-            elif method == "cosine":
-                p = cosine_topk(ctx, z, B)
-            elif method == "bm25":
-                p = bm25_topk(ctx, q.question, B)
-            elif method == "hybrid":
-                p = hybrid_topk(ctx, q.question, z, B)
             else:
-                p = full_context(ctx)
+                p = baseline_units(method, ctx, q.question, z, cfg)
             t_each.append(time.perf_counter() - t0)
             t_sel += t_each[-1]
             picks.append(p)
@@ -268,8 +264,9 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     out = {
         "method": method, "engine": engine if method == "trawmem" else "n/a", **agg,
         "n_questions": len(records), "skipped_no_evidence": skipped,
-        "config": {"select": cfg.to_dict(), "build": build_cfg.to_dict(), "budget": cfg.budget, "hops": cfg.hops,
-                   "ablation": cfg.ablation, "categories": list(categories)},
+        "config": {"select": cfg.to_dict(), "build": build_cfg.to_dict(), "budget": cfg.budget,
+                   "token_budget": cfg.token_budget, "hops": cfg.hops, "ablation": cfg.ablation,
+                   "categories": list(categories)},
         "dataset": {"path": str(data_path), "sha256": file_sha256(data_path), "evidence_repairs": rep.as_dict(),
                     "dayfirst": dayfirst, "skipped_empty_turns": sum(c.skipped_empty for c in convs)},
         "encoder": encoder.id, "tokenizer": TOKENIZER_NAME, "package_version": __version__,

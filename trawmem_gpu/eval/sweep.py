@@ -1,10 +1,12 @@
 """``trawmem sweep``: quality, context length and latency over a hops x budget grid.
 
-For every cell of the grid (method, H, B): macro evidence recall, macro all-evidence hit,
+For every cell of the grid (method, H, B or T): macro evidence recall, macro all-evidence hit,
 multi-hop (category 1) all-evidence hit, context tokens (mean, p90; tiktoken ``cl100k_base``)
 and the retrieval latency of one query at a time (p50 / p95 / p99); for TrawMem cells also the
 batched engine's throughput at a stated batch size. Baselines have no thread graph, so they get
-one cell per B. Build cost is measured once per bank and question encoding once per question
+one cell per B. Token budgets (``--token-budget``) add cells at T tokens per workspace (no
+unit cap; TrawMem under its knapsack, baselines filled in rank order) beside the B cells, so
+methods compare at equal context tokens. Build cost is measured once per bank and question encoding once per question
 (neither depends on H or B). The Pareto-optimal cells (recall against latency, and against
 tokens) are marked in the JSON, the table and the plot.
 
@@ -27,8 +29,6 @@ How time is measured (nothing cached that a user's next question would not find 
   banks, a fixed shuffle), after one untimed batch; the per-question cache is cleared before
   each round; engines are interleaved round by round and the median over ``rounds`` is kept.
 
-A token-budget axis (workspaces cut at T tokens, issue 12) becomes one more field of
-:class:`Cell` and one more loop in :func:`grid`; it is not offered until that selection exists.
 """
 from __future__ import annotations
 
@@ -52,28 +52,40 @@ SWEEP_METHODS = (TRAWMEM, *BASELINES)
 
 @dataclass(frozen=True)
 class Cell:
-    """One point of the grid."""
+    """One point of the grid: a unit budget B, or a token budget T (then ``budget`` is None: no
+    unit cap)."""
 
     method: str
-    budget: int
+    budget: int | None
     hops: int | None = None
     """H for TrawMem; None for baselines (no thread graph)."""
+    token_budget: int | None = None
+    """T (workspace tokens); None = a unit-budget cell."""
 
     @property
     def key(self) -> str:
-        return f"{self.method} B={self.budget}" + ("" if self.hops is None else f" H={self.hops}")
+        size = f"B={self.budget}" if self.token_budget is None else f"T={self.token_budget}"
+        return f"{self.method} {size}" + ("" if self.hops is None else f" H={self.hops}")
+
+    def config(self, base):
+        """``base`` (a SelectConfig) with this cell's budget (or token budget) and H."""
+        from dataclasses import replace
+
+        return replace(base, budget=self.budget, token_budget=self.token_budget,
+                       **({} if self.hops is None else {"hops": self.hops}))
 
 
-def grid(methods, hops, budgets) -> list[Cell]:
-    """TrawMem cells for every H x B, baseline cells for every B, in that order."""
+def grid(methods, hops, budgets, token_budgets=()) -> list[Cell]:
+    """TrawMem cells for every H x (B, then T), baseline cells for every B and T, in that order."""
     cells = []
+    sizes = [(int(b), None) for b in budgets] + [(None, int(t)) for t in token_budgets]
     for m in methods:
         if m not in SWEEP_METHODS:
             raise InputError(f"--method: unknown method {m!r}; choose from {', '.join(SWEEP_METHODS)}")
         if m == TRAWMEM:
-            cells += [Cell(m, int(b), int(h)) for h in hops for b in budgets]
+            cells += [Cell(m, b, int(h), t) for h in hops for b, t in sizes]
         else:
-            cells += [Cell(m, int(b)) for b in budgets]
+            cells += [Cell(m, b, None, t) for b, t in sizes]
     return cells
 
 
@@ -173,10 +185,8 @@ class CellRunner:
     with ``engine="batched"``, or for the throughput) its batched engine."""
 
     def __init__(self, cell: Cell, banks: dict, ctxs: dict, base_cfg, engine: str = "reference", threads: int = 1):
-        from dataclasses import replace
-
         self.cell, self.banks, self.ctxs, self.threads = cell, banks, ctxs, threads
-        self.cfg = replace(base_cfg, budget=cell.budget, **({} if cell.hops is None else {"hops": cell.hops}))
+        self.cfg = cell.config(base_cfg)
         self.batched = cell.method == TRAWMEM and engine == "batched"
         self.engine_name = "batched" if self.batched else "reference"
         self._eng, self.setup_s = None, None
@@ -195,20 +205,16 @@ class CellRunner:
 
     def select(self, bid: str, question: str, Z: np.ndarray, i: int):
         """``(units, Selection or None)`` for query ``i`` (``Z[i]`` its vector)."""
-        from ..select.baselines import bm25_topk, cosine_topk, hybrid_topk
+        from ..select.baselines import baseline_units
         from ..select.reference import select_reference
 
-        m, B, ctx = self.cell.method, self.cell.budget, self.ctxs.get(bid)
+        m, ctx = self.cell.method, self.ctxs.get(bid)
         if m == TRAWMEM:
             if self.batched:
                 return self.engine().select_units([bid], [question], Z[i:i + 1])[0], None
             s = select_reference(ctx, question, Z[i], self.cfg, keep_internals=True)
             return s.units, s
-        if m == "cosine":
-            return cosine_topk(ctx, Z[i], B), None
-        if m == "bm25":
-            return bm25_topk(ctx, question, B), None
-        return hybrid_topk(ctx, question, Z[i], B), None
+        return baseline_units(m, ctx, question, Z[i], self.cfg), None
 
     def run_one(self, items: list, Z: np.ndarray, i: int, keep: bool = False, record: bool = True) -> None:
         """Select query ``i`` alone, assemble and render its workspace, time both, score it."""
@@ -362,7 +368,7 @@ def load_or_build_banks(convs, banks_dir, build_cfg, progress: bool = True) -> t
 
 
 def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), budgets=(4, 8, 16, 32), *,
-              paper: bool = False, engine: str = "reference", categories=(1, 2, 3, 4), batch_size: int = 256,
+              token_budgets=(), paper: bool = False, engine: str = "reference", categories=(1, 2, 3, 4), batch_size: int = 256,
               rounds: int = 3, threads: int = 1, warmup: int = 10, banks_dir=None, max_questions: int | None = None,
               progress: bool = True) -> dict:
     """Run the whole grid; returns the JSON-ready result (see the module docstring)."""
@@ -377,7 +383,7 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
 
     if engine not in ("reference", "batched"):
         raise InputError(f"--engine must be 'reference' or 'batched', got {engine!r}")
-    cells = grid(methods, hops, budgets)
+    cells = grid(methods, hops, budgets, token_budgets)
     base_cfg = SelectConfig.paper() if paper else SelectConfig()
     build_cfg = BuildConfig()
     convs = load_conversations(data)
@@ -390,6 +396,10 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
         raise InputError(f"banks were encoded with {banks_list[0].encoder_id!r}, the encoder is {encoder.id!r}")
     t0 = time.perf_counter()
     ctxs = {b: BankContext.of(bank) for b, bank in banks.items()}
+    if any(cell.token_budget is not None for cell in cells):  # per-bank setup of the T cells, not a query's cost
+        for c in ctxs.values():
+            c.token_costs(with_heads=True)
+            c.token_costs(with_heads=False)
     ctx_s = time.perf_counter() - t0
     load0 = machine_info()["loadavg_1m"]
     with query_threads(threads):
@@ -403,7 +413,8 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
     out_cells = []
     for r in runners:
         c = r.cell
-        row = {"key": c.key, "method": c.method, "hops": c.hops, "budget": c.budget, "engine": r.engine_name,
+        row = {"key": c.key, "method": c.method, "hops": c.hops, "budget": c.budget, "token_budget": c.token_budget,
+               "engine": r.engine_name,
                **cell_metrics(r.records, categories, enc_s), "throughput": tp_of.get(id(r))}
         if id(r) in tp_of:
             row["engine_setup_s"] = r.setup_s
@@ -416,7 +427,7 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
         "tokenizer": TOKENIZER_NAME, "engine": engine, "package_version": __version__,
         "machine": {**machine_info(), "loadavg_1m_before": load0},
         "query_threads": threads,
-        "timing_protocol": __doc__.split("How time is measured", 1)[1].split("A token-budget", 1)[0].strip(" :\n"),
+        "timing_protocol": __doc__.split("How time is measured", 1)[1].strip(" :\n"),
         "build": {"source": build_source, "per_bank": build_rows,
                   "mean_build_s": _mean([r["build_s"] for r in build_rows])},
         "context_setup_s": ctx_s,
@@ -446,14 +457,15 @@ def mark_pareto(cells: list[dict]) -> None:
 
 def format_table(res: dict) -> str:
     """The sweep as a markdown table (``*``: Pareto-optimal against latency ``L`` / tokens ``T``)."""
-    head = ("| method | H | B | recall | all-hit | multi-hop hit | tokens mean | tokens p90 | latency p50 / p95 / p99 ms"
-            " | batched q/s | Pareto |")
-    lines = [head, "|" + "|".join(["---"] * 11) + "|"]
+    head = ("| method | H | B | T | recall | all-hit | multi-hop hit | tokens mean | tokens p90 | latency p50 / p95 / p99 "
+            "ms | batched q/s | Pareto |")
+    lines = [head, "|" + "|".join(["---"] * 12) + "|"]
     for c in res["cells"]:
         tp = c.get("throughput")
         lat = c["latency_ms"]
         mark = ("L" if c["pareto_latency"] else "") + ("T" if c["pareto_tokens"] else "")
-        lines.append(f"| {c['method']} | {c['hops'] if c['hops'] is not None else '-'} | {c['budget']} | "
+        dash = lambda v: "-" if v is None else v  # noqa: E731
+        lines.append(f"| {c['method']} | {dash(c['hops'])} | {dash(c['budget'])} | {dash(c.get('token_budget'))} | "
                      f"{c['evidence_recall']:.3f} | {c['all_evidence_hit']:.3f} | {c['multi_hop_hit']:.3f} | "
                      f"{c['context_tokens']['mean']:.0f} | {c['context_tokens']['p90']:.0f} | "
                      f"{lat['p50']:.2f} / {lat['p95']:.2f} / {lat['p99']:.2f} | "
@@ -493,7 +505,8 @@ def plot_pareto(res: dict, path: str | Path) -> None:
             ax.scatter([xkey(c) for c in cs], [c["evidence_recall"] for c in cs], color=colors[m], s=28, label=m,
                        alpha=0.8)
             for c in cs:
-                lab = f"B{c['budget']}" + ("" if c["hops"] is None else f"H{c['hops']}")
+                size = f"B{c['budget']}" if c.get("token_budget") is None else f"T{c['token_budget']}"
+                lab = size + ("" if c["hops"] is None else f"H{c['hops']}")
                 ax.annotate(lab, (xkey(c), c["evidence_recall"]), fontsize=7, xytext=(3, 3),
                             textcoords="offset points")
         front = sorted((c for c in cells if c[flag]), key=xkey)

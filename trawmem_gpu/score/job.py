@@ -46,7 +46,8 @@ class ScoreSpec:
     method: str = "trawmem"
     """``trawmem``, or a baseline: ``cosine``, ``bm25``, ``hybrid`` (RRF, k = 60), ``full``."""
     select: dict = field(default_factory=lambda: SelectConfig().to_dict())
-    """The full ``SelectConfig`` as a dict (its ``budget`` is also the baselines' B)."""
+    """The full ``SelectConfig`` as a dict (its ``budget``, ``token_budget`` and ``fill`` are also
+    the baselines')."""
     engine: str = "batched"
     """TrawMem path: ``batched`` (``SelectionEngine``) or ``reference`` (``select_reference``)."""
     head: str | None = None
@@ -84,7 +85,7 @@ class ScoreSpec:
         cfg = self.config()
         sha = hashlib.sha256(json.dumps(self.select, sort_keys=True).encode()).hexdigest()[:12]
         return {"method": self.method, "engine": self.engine if self.method == "trawmem" else None,
-                "budget": cfg.budget, "hops": cfg.hops, "ablation": cfg.ablation,
+                "budget": cfg.budget, "token_budget": cfg.token_budget, "hops": cfg.hops, "ablation": cfg.ablation,
                 "head": Path(self.head).name if self.head else None, "encoder": encoder_id, "select_sha": sha}
 
 
@@ -136,6 +137,8 @@ class Scorer:
         if bank_id not in self._ctx:
             t0 = time.perf_counter()
             self._ctx[bank_id] = BankContext.of(self.banks[bank_id])
+            if self.cfg.token_budget is not None:  # the token costs too: per-bank setup
+                self._ctx[bank_id].token_costs(with_heads=self.spec.method == "trawmem")
             self._lap("setup", t0)
         return self._ctx[bank_id]
 
@@ -152,20 +155,13 @@ class Scorer:
             return self.engine.select_units([it.bank_id for it in items], [it.question for it in items], Z,
                                             dates=dates)
         ctxs = [self.context(it.bank_id) for it in items]  # outside the selection timing, as the engine's setup
-        B = self.cfg.budget
         out = []
         for it, ctx, z, now in zip(items, ctxs, Z, dates):
             m = self.spec.method
             if m == "trawmem":
                 out.append(select_reference(ctx, it.question, z, self.cfg, head=self.head, now=now).units)
-            elif m == "cosine":
-                out.append(baselines.cosine_topk(ctx, z, B))
-            elif m == "bm25":
-                out.append(baselines.bm25_topk(ctx, it.question, B))
-            elif m == "hybrid":
-                out.append(baselines.hybrid_topk(ctx, it.question, z, B))
             else:
-                out.append(baselines.full_context(ctx))
+                out.append(baselines.baseline_units(m, ctx, it.question, z, self.cfg))
         return out
 
     @property

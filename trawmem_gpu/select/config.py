@@ -13,6 +13,7 @@ none of them changes a pick. Errors name the option as the user wrote it (``budg
 from __future__ import annotations
 
 import math
+import numbers
 import typing
 from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
@@ -34,6 +35,11 @@ DEFAULT_M = ((0.0, 4.0, 1.0, 0.0, 0.0, 0.0, 0.0),
 UNIT_FEATURES = ("bias", "alpha", "thread_score", "bridge", "head_sim", "temporal", "position")
 DEMAND_FEATURES = ("bias", "z_temp", "z_rel", "z_len")
 ROLES = ("anchor", "bridge", "context")
+TOKENS_PER_UNIT = 50
+"""Workspace tokens one selected unit is taken to cost when a token budget T sizes what a unit
+budget B sizes (the candidate pool, the priority cap): B_T = max(1, round(T / TOKENS_PER_UNIT)),
+so T = 800 sizes the pool like B = 16. Measured: a TrawMem workspace on the LoCoMo dev data holds
+about 54 tokens per selected unit, heads included (``benchmarks/results/quality_grid.json``)."""
 RELEVANCE_FEATURES = ("cos", "bm25", "rrf_cos", "rrf_bm25", "top_cos", "top_bm25", "speaker_named", "temporal_match",
                       "context_cos", "context_rrf", "date_match")
 """Features of the ``learned`` affinity, in the order of ``relevance_weights`` (defined in
@@ -73,13 +79,29 @@ def _within(name: str, val, lo, hi, hi_open: bool = False) -> None:
 class SelectConfig:
     """How one query's workspace is selected from one bank (the method, Section 4.2)."""
 
-    budget: int = 16
-    """B: at most this many units per workspace (B_q = max(1, min(B, |U_q|)))."""
+    budget: int | None = 16
+    """B: at most this many units per workspace (B_q = max(1, min(B, |U_q|))). With a
+    ``token_budget`` it is an optional cap on the number of units (None = no cap; the CLI's
+    ``--token-budget`` without ``--budget`` gives None) and no longer sizes anything (see
+    :attr:`pool_budget`)."""
+    token_budget: int | None = None
+    """T: the rendered workspace (heads included, ``cl100k_base``) holds at most T tokens; None =
+    no token budget (B alone). TrawMem then maximizes J under a knapsack on the units' token
+    costs (``workspace.token_costs``) with the cost-aware greedy (``steps/greedy.py``); the
+    baselines take ranked units while they fit (``fill``)."""
+    knapsack: Literal["best", "gain", "ratio"] = "best"
+    """TrawMem's greedy under a token budget: ``best`` = the cost-aware greedy (the better by J of
+    the gain-ranked and the gain-per-token-ranked greedy, each adding only units that still fit:
+    the stated guarantee, ``steps/greedy.py``), or only one of the two runs (``gain``,
+    ``ratio``)."""
+    fill: Literal["skip", "stop"] = "skip"
+    """How a ranked baseline (cosine, BM25, hybrid, full context) fills a token budget: ``skip``
+    a unit that would overflow and go on down the ranking, or ``stop`` at the first one."""
     hops: int = 1
     """H: propagation hops over the thread graph (0 = seeds only)."""
     n_seeds: int | None = None
     """Seed threads taken by initial score before propagation; None = max(2, round(B / 2)),
-    so the candidate pool grows with the budget (8 at B = 16)."""
+    so the candidate pool grows with the budget (8 at B = 16; B = :attr:`pool_budget`)."""
     neighborhood_cap: int | None = None
     """Most threads in the neighborhood H_q (seeds first, then the best-scored neighbours);
     None = max(n_seeds, round(3 B / 4)) (12 at B = 16)."""
@@ -155,7 +177,16 @@ class SelectConfig:
     """One of ABLATIONS; applied by ``resolved()``. ``fixed_segmentation`` is a build switch."""
 
     def __post_init__(self):
-        _at_least("budget", self.budget, 1)
+        if self.token_budget is not None:
+            if isinstance(self.token_budget, bool) or not isinstance(self.token_budget, numbers.Integral):
+                raise ConfigError(f"--token-budget must be a whole number of tokens (got {self.token_budget!r})")
+            _at_least("--token-budget", self.token_budget, 1)
+            self.token_budget = int(self.token_budget)
+        if self.budget is None:
+            if self.token_budget is None:
+                raise ConfigError("budget may be None (no unit cap) only with a token budget (--token-budget)")
+        else:
+            _at_least("budget", self.budget, 1)
         _at_least("hops", self.hops, 0)
         if self.n_seeds is not None:
             _at_least("n_seeds", self.n_seeds, 1)
@@ -194,11 +225,27 @@ class SelectConfig:
         base.update(kw)
         return cls(**base)
 
+    @property
+    def knapsack_ratio(self) -> bool | None:
+        """``TokenBudget.ratio`` for :attr:`knapsack`: None (both runs), False (gain), True (ratio)."""
+        return {"best": None, "gain": False, "ratio": True}[self.knapsack]
+
+    @property
+    def pool_budget(self) -> int:
+        """The B that sizes the candidate pool (``n_seeds``, ``neighborhood_cap``) and the priority
+        cap kappa = 1 / B_q: ``budget``, or with a token budget B_T = max(1, round(T /
+        TOKENS_PER_UNIT)) (:data:`TOKENS_PER_UNIT`), whatever the unit cap. The one home of this rule."""
+        if self.token_budget is None:
+            return self.budget
+        return max(1, round(self.token_budget / TOKENS_PER_UNIT))
+
     def resolved(self) -> "SelectConfig":
-        """The config with budget-derived sizes filled in and its ablation applied (idempotent)."""
+        """The config with budget-derived sizes filled in (from :attr:`pool_budget`) and its
+        ablation applied (idempotent)."""
         if self.n_seeds is None or self.neighborhood_cap is None:
-            ns = self.n_seeds if self.n_seeds is not None else max(2, round(self.budget / 2))
-            cap = self.neighborhood_cap if self.neighborhood_cap is not None else max(ns, round(3 * self.budget / 4))
+            B = self.pool_budget
+            ns = self.n_seeds if self.n_seeds is not None else max(2, round(B / 2))
+            cap = self.neighborhood_cap if self.neighborhood_cap is not None else max(ns, round(3 * B / 4))
             return replace(self, n_seeds=ns, neighborhood_cap=cap).resolved()
         a = self.ablation
         if a == "no_cross_edges":

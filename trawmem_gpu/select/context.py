@@ -2,7 +2,7 @@
 the batched engine stores per bank too)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -44,6 +44,7 @@ class BankContext:
     """[N, A] the per-unit inputs of J's modular terms (``objective.unit_attributes``)."""
     relevance: RelevanceStatic
     """The query-independent inputs of the ``learned`` affinity's features."""
+    _token_costs: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, bank: Bank) -> "BankContext":
@@ -54,6 +55,14 @@ class BankContext:
             adj[int(s)].append((int(d), float(w), int(k)))
         return cls(bank, bank.unit_thread, pos, head_sim, temporal, BM25Index(texts), adj, unit_attributes(bank),
                    relevance_static(bank))
+
+    def token_costs(self, with_heads: bool = True):
+        """The bank's ``workspace.TokenCosts`` (with or without heads), counted on first use."""
+        if with_heads not in self._token_costs:
+            from ..workspace import token_costs
+
+            self._token_costs[with_heads] = token_costs(self.bank, with_heads)
+        return self._token_costs[with_heads]
 
     def neighbours(self, j: int, semantic: bool):
         return [(d, w) for d, w, k in self.adj[j] if semantic or k != SEMANTIC]

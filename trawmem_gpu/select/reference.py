@@ -4,7 +4,8 @@ This is the statement of the math that the batched engine must reproduce, compos
 steps' references (``steps/``) and the objective (``objective.py``): affinity alpha over the bank
 (step 3, read by the seeds) -> seeds r0 (1) -> propagation and the capped neighbourhood (2) ->
 candidates U_q (3) -> demand delta, unit features, rho, phi (4) -> costs C (5) -> B_q and
-priorities pi (6) -> J and its greedy maximization with the early stop (7).
+priorities pi (6) -> J and its greedy maximization with the early stop (7); under a token budget
+the cost-aware greedy on the workspace's token costs, then the check against T (``workspace.fit_to_tokens``).
 """
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ from .steps import candidates as step3
 from .steps import propagation as step2
 from .steps import roles as step4
 from .steps import seeds as step1
-from .steps.greedy import StopRule, lazy_greedy, plain_greedy
+from .steps.greedy import TokenBudget, config_rule, cost_aware_greedy
 from .steps.priority import effective_budget, head_distances, priorities
 from .steps.roles import demand_mix, role_params  # noqa: F401 - re-exported (head.model, tests)
 from .text_features import demand_features
+from ..workspace import fit_to_tokens
 
 
 @dataclass
@@ -106,14 +108,21 @@ def select_reference(ctx: BankContext, question: str, z: np.ndarray, cfg: Select
     delta, M, w = role_params(loc.x, cfg, head)                           # step 4: the query's demand
     rho, phi = step4.role_fit(loc.f, M, delta, cfg.T_R)                   # step 4: rho, phi
     U = len(loc.cand)
-    Bq = effective_budget(cfg.budget, U)                                  # step 6
+    Bq = effective_budget(cfg.pool_budget, U)                             # step 6
     pi = priorities(loc.graph_cost, loc.rvec, loc.alpha, phi, Bq, w)      # steps 5-6
     K = support_kernel(loc.S, loc.lt[:, None] == loc.lt[None, :], cfg)    # step 7: J
     modular = modular_gain(ModularInputs(loc.alpha, loc.attrs, date_seconds(now)), w, cfg)
     obj = Objective(pi, K, rho, delta, modular, loc.lt, coverage_weights(w))
-    maximize = lazy_greedy if cfg.greedy == "lazy" else plain_greedy
-    picks, gains = maximize(obj, StopRule(Bq, cfg.stop_coverage))
-    sel = Selection(ctx.bank.bank_id, [int(loc.cand[i]) for i in picks], gains, loc.threads)
+    tokens = costs = None
+    if cfg.token_budget is not None:                                      # a knapsack on workspace tokens
+        costs = ctx.token_costs(with_heads=True)
+        tokens = TokenBudget(cfg.token_budget, costs.unit[loc.cand], costs.heading[loc.threads], cfg.knapsack_ratio)
+    picks, gains = cost_aware_greedy(obj, config_rule(cfg, U, tokens=tokens), lazy=cfg.greedy == "lazy")
+    units = [int(loc.cand[i]) for i in picks]
+    if cfg.token_budget is not None:                                      # the rendering against T
+        units = fit_to_tokens(ctx.bank, units, cfg.token_budget, costs=costs)
+        gains = gains[:len(units)]
+    sel = Selection(ctx.bank.bank_id, units, gains, loc.threads)
     if keep_internals:
         sel.candidates, sel.r_tilde, sel.pi, sel.rho, sel.delta = loc.cand, loc.r_tilde, pi, rho, delta
     return sel

@@ -23,6 +23,7 @@ bridge tables (``sum_b N_b^2 + N_b J_b`` floats), neighbour lists ``threads * D`
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
@@ -30,7 +31,7 @@ import numpy as np
 import torch
 
 from ...store.bank import Bank
-from ...workspace import Workspace, assemble
+from ...workspace import Workspace, assemble, fit_to_tokens
 from ..config import EngineConfig, SelectConfig
 from ..objective import support_kernel
 from ..steps import roles as step4
@@ -135,6 +136,15 @@ class SelectionEngine:
         batch = make_batch(snap, bank_ids, questions, Z, dates, self.plan.device, self.plan.dtype)
         self.last_timings = {}
         timer = Timer(self.last_timings, self.plan.device)
+        picks = self._picks(snap, batch, timer)
+        if self.cfg.token_budget is not None:  # the rendering against T (workspace.fit_to_tokens)
+            t0 = time.perf_counter()
+            T, infos = self.cfg.token_budget, snap.infos
+            picks = [fit_to_tokens(infos[b].bank, p, T, costs=infos[b].costs) for b, p in zip(batch.bidx.tolist(), picks)]
+            timer.add({"fit_tokens": time.perf_counter() - t0})
+        return picks
+
+    def _picks(self, snap: Snapshot, batch, timer: Timer) -> list[list[int]]:
         plan, cfg = self.plan, self.cfg
         if plan.backend == "compiled" and plan.front == "compiled" and all(snap.infos[b].plain for b in
                                                                             set(batch.bidx.tolist())):

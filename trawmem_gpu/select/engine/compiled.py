@@ -31,7 +31,8 @@ from ..objective import LAMBDA_M, LAMBDA_R, TAU, W_COV, W_ROLE, W_THR, CoverageW
 from ..steps import candidates as step3
 from ..steps import relevance as step3r
 from ..steps import roles as step4
-from ..steps.greedy import CompiledQuery, GreedyScratch, KSource, StopRule, lazy_greedy_one, pick_limit
+from ..steps.greedy import CompiledQuery, GreedyScratch, KSource, StopRule, best_of_two_compiled, config_rule, \
+    lazy_greedy_one, pick_limit
 from ..steps.priority import effective_budget, gravity_one, unit_cost_compiled
 from ..steps.propagation import PropagationParams, ThreadGraph, ThreadScratch, propagate_one, propagation_params
 from .batch import QueryBatch, Timer
@@ -90,12 +91,16 @@ class StageTables(NamedTuple):
     position: np.ndarray
     d_in: np.ndarray
     graph: ThreadGraph
+    tok_unit: np.ndarray
+    """[units] token cost of every stored unit (``workspace.TokenCosts``; 0 without a token budget)."""
+    tok_head: np.ndarray
+    """[threads] heading token cost of every stored thread."""
 
 
 class StageBatch(NamedTuple):
     """Steps 4-7 input per query row: its bank, the candidates (see :class:`Candidates`), J's
     modular part, the demand (``Mq``, ``delta``), the weights ``W [Qc, len(QUERY_WEIGHTS)]``, B_q
-    and the pick limit."""
+    of the priority cap and the pick limit."""
 
     bidx: np.ndarray
     cand: np.ndarray
@@ -121,11 +126,17 @@ class StageParams(NamedTuple):
     identity: bool
     k_shift: float
     stop_coverage: float
+    capacity: float
+    """The token budget T (``inf``: none)."""
+    keys: int
+    """Knapsack greedy keys (``SelectConfig.knapsack``): -1 both (the better kept), 0 gain, 1 gain per token."""
 
 
 def stage_params(cfg) -> StageParams:
+    cap = float(cfg.token_budget) if cfg.token_budget is not None else np.inf
+    keys = {None: -1, False: 0, True: 1}[cfg.knapsack_ratio]
     return StageParams(float(cfg.T_R), float(cfg.c_hop), bool(cfg.cross_thread), cfg.kernel == "identity",
-                       float(cfg.k_shift), float(cfg.stop_coverage))
+                       float(cfg.k_shift), float(cfg.stop_coverage), cap, keys)
 
 
 def front_tables(snap: Snapshot) -> FrontTables:
@@ -142,7 +153,7 @@ def _learned_tables(snap: Snapshot):
 def stage_tables(snap: Snapshot) -> StageTables:
     n = snap.np
     return StageTables(n["ktab"], n["btab"], n["head_sim"], n["temporal"], n["position"], n["d_in"],
-                       ThreadGraph(n["nbr"], n["nbw"], snap.dummy_thread))
+                       ThreadGraph(n["nbr"], n["nbw"], snap.dummy_thread), n["tok_unit"], n["tok_head"])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -251,7 +262,12 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
     f = np.empty(F)
     lg = np.empty(R)
     gs = GreedyScratch(np.empty(U1 * U1), np.empty(U1), np.empty(max(R, 1)), np.empty(U1), np.empty(U1, np.int64),
-                       np.empty(U1, np.int64), np.zeros(U1, np.bool_), np.zeros(T1, np.bool_))
+                       np.empty(U1, np.int64), np.zeros(U1, np.bool_), np.zeros(T1, np.bool_), np.empty(U1))
+    tokens = p.capacity < np.inf
+    uc = np.ones(U1)
+    hc = np.zeros(T1)
+    other = np.empty(sel.shape[1], np.int64)
+    mark = np.zeros(U1, np.bool_)
     no_support = p.identity or not p.cross_thread  # K is 0 across threads: no bound from the other threads
     k_shift = p.k_shift
     for q in range(Q):
@@ -313,11 +329,23 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
                 for j in range(nt):
                     ub += mass[j] * kub[u * T + j]
                 bound[u] = ub
-        # step 7: the lazy greedy over J
-        g = CompiledQuery(pq[:n], rho[:n], x.delta[q], x.modular[q, :n], x.lt[q, :n], um[:n], bound[:n],
-                          KSource(tab.ktab, off.koff[b], off.nu[b], cq, p.identity),
-                          CoverageWeights(w[W_COV], w[W_ROLE], w[W_THR]), StopRule(lim, p.stop_coverage, lim))
-        n_sel[q] = lazy_greedy_one(g, gs, sel[q])
+        # step 7: the lazy greedy over J (under a token budget: the cost-aware greedy)
+        if tokens:
+            for u in range(n):
+                uc[u] = tab.tok_unit[uo + cq[u]]
+            for j in range(nt):
+                hc[j] = tab.tok_head[off.to[b] + x.hthread[q, j]]
+        ks = KSource(tab.ktab, off.koff[b], off.nu[b], cq, p.identity)
+        cw = CoverageWeights(w[W_COV], w[W_ROLE], w[W_THR])
+        rule = StopRule(lim, p.stop_coverage, lim, None)
+        g = CompiledQuery(pq[:n], rho[:n], x.delta[q], x.modular[q, :n], x.lt[q, :n], um[:n], bound[:n], ks, cw,
+                          rule, uc[:n], hc[:nt], p.capacity, tokens and p.keys != 0)
+        if tokens and p.keys < 0:
+            g0 = CompiledQuery(pq[:n], rho[:n], x.delta[q], x.modular[q, :n], x.lt[q, :n], um[:n], bound[:n], ks,
+                               cw, rule, uc[:n], hc[:nt], p.capacity, False)
+            n_sel[q] = best_of_two_compiled(g0, g, gs, sel[q], other, mark)
+        else:
+            n_sel[q] = lazy_greedy_one(g, gs, sel[q])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -326,7 +354,8 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
 def run_stage(snap: Snapshot, cfg, x: StageBatch) -> tuple[np.ndarray, np.ndarray]:
     """:func:`stage_loop` on one chunk: ``(sel [Qc, B] candidate slots (-1 pad), n_sel [Qc])``."""
     Q = len(x.bidx)
-    sel = np.full((Q, cfg.budget), -1, dtype=np.int64)
+    width = cfg.budget if cfg.budget is not None else max(1, x.cand.shape[1])
+    sel = np.full((Q, width), -1, dtype=np.int64)
     n_sel = np.zeros(Q, dtype=np.int64)
     tab = snap.lazy("stage_tables", lambda: stage_tables(snap))
     stage_loop(tab, snap.off, x, stage_params(cfg), sel, n_sel)
@@ -343,8 +372,8 @@ def stage_batch(snap: Snapshot, cfg, cols: dict, Mq, delta, W: np.ndarray, now: 
         return snap.np["attrs"][snap.off.uo[c["bidx"]][:, None] + np.where(valid, cand, 0)]
 
     modular = modular_gain(ModularInputs(c["alpha"], attrs, now[:, None]), weight_columns(W), cfg)
-    budget = effective_budget(cfg.budget, n_cand)
-    limit = pick_limit(StopRule(budget, cfg.stop_coverage, cfg.budget), n_cand)
+    budget = effective_budget(cfg.pool_budget, n_cand)
+    limit = pick_limit(config_rule(cfg, n_cand), n_cand)
     return StageBatch(bidx=c["bidx"], cand=cand, n_cand=n_cand, lt=c["lt"], alpha=c["alpha"],
                       modular=np.ascontiguousarray(modular), hthread=c["hthread"], rvec=c["rvec"], n_h=c["n_h"],
                       tpos=c["tpos"], Mq=np.ascontiguousarray(Mq), delta=np.ascontiguousarray(delta),

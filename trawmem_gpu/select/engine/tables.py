@@ -2,7 +2,8 @@
 
 Per bank (:func:`build_bank`): unit and head vectors, each unit's bank-local thread, the unit
 features that do not depend on the query (cosine to its head, temporal flag, position), the
-in-thread distance ``d_in`` (step 5), the modular terms' unit attributes, the thread graph as
+in-thread distance ``d_in`` (step 5), the modular terms' unit attributes, the token costs of the
+units and thread headings (``workspace.token_costs``; a token budget reads them), the thread graph as
 padded neighbour lists, its BM25 score matrix (CSC), and, while they fit in
 ``EngineConfig.table_bytes``: the support kernel ``K_b [N, N]`` (a candidate set's K is then a
 gather, never an ``E E^T`` product) and ``btab [N, J]`` = each unit's best cosine per thread (the
@@ -34,6 +35,7 @@ from torch import Tensor
 
 from ...build.graph import SEMANTIC
 from ...store.bank import Bank
+from ...workspace import token_costs
 from ..context import unit_features
 from ..lexical import BM25Index
 from ..objective import UNIT_ATTRIBUTES, support_kernel, unit_attributes
@@ -56,6 +58,8 @@ class Layout(NamedTuple):
     """Store the head vectors (head or max seeds read them; best-unit seeds do not)."""
     relevance: bool = False
     """Store the ``learned`` affinity's per-unit indices (speaker, session neighbours)."""
+    tokens: bool = False
+    """Count the units' and headings' token costs (a token budget reads them; else zeros)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,14 +77,17 @@ class BankInfo:
     """bm25s keeps a plain float32 score matrix (no non-occurrence term): the batched BM25 applies."""
     speakers: tuple = ()
     """The bank's speakers (the ``learned`` affinity's ``speaker_named`` feature indexes them)."""
+    costs: object = None
+    """The bank's ``workspace.TokenCosts`` (with heads) when the engine has a token budget."""
 
 
 # (table, group, dtype kind, fill) -- the rows of one group are appended together, per bank
 TABLES = (
     ("unit_vecs", "unit", "float", 0), ("unit_thread", "unit", "int", 0), ("head_sim", "unit", "float", 0),
     ("temporal", "unit", "float", 0), ("position", "unit", "float", 0), ("d_in", "unit", "float", 0),
-    ("attrs", "unit", "float64", 0), ("rel_idx", "unit", "int", -1),
+    ("attrs", "unit", "float64", 0), ("rel_idx", "unit", "int", -1), ("tok_unit", "unit", "float", 0),
     ("head_vecs", "thread", "float", 0), ("nbr", "thread", "int", -1), ("nbw", "thread", "float", 0),
+    ("tok_head", "thread", "float", 0),
     ("ktab", "k", "float", 0), ("btab", "b", "float", 0),
     ("bm_data", "nz", "float32", 0), ("bm_idx", "nz", "int", 0), ("bm_ptr", "col", "int", 0),
 )
@@ -106,6 +113,11 @@ def build_bank(bank: Bank, cfg, layout: Layout) -> tuple[BankInfo, dict[str, np.
         speakers = st.speakers
         a["rel_idx"] = np.stack([st.speaker, st.prev, st.next], axis=1)
     a["nbr"], a["nbw"] = _neighbours(bank, cfg.semantic_edges)
+    costs = token_costs(bank, with_heads=True) if layout.tokens else None
+    if costs is not None:
+        a["tok_unit"], a["tok_head"] = costs.unit.astype(np.float64), costs.heading.astype(np.float64)
+    else:
+        a["tok_unit"], a["tok_head"] = np.zeros(N), np.zeros(J)
     if layout.with_tables:
         a["ktab"], a["btab"] = _kernel_tables(bank, cfg, layout)
     bm25 = vocab = None
@@ -120,7 +132,7 @@ def build_bank(bank: Bank, cfg, layout: Layout) -> tuple[BankInfo, dict[str, np.
             a["bm_ptr"] = m.scores["indptr"]
     h = max(cfg.neighborhood_cap, cfg.n_seeds)
     ucap = int(np.sort(np.diff(bank.thread_offsets))[::-1][:h].sum())
-    return BankInfo(bank, N, J, ucap, bm25, vocab, plain, speakers), a
+    return BankInfo(bank, N, J, ucap, bm25, vocab, plain, speakers, costs), a
 
 
 def _neighbours(bank: Bank, semantic: bool) -> tuple[np.ndarray, np.ndarray]:

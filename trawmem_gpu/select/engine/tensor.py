@@ -26,7 +26,7 @@ from ..steps import propagation as step2
 from ..steps import relevance as step3r
 from ..steps import roles as step4
 from ..steps import seeds as step1
-from ..steps.greedy import GreedyProblem, StopRule, greedy_lazy_torch, greedy_select
+from ..steps.greedy import GreedyProblem, TokenBudget, config_rule, greedy_lazy_torch, greedy_select
 from ..steps.priority import PriorityInputs, PriorityWeights, edge_costs_torch, effective_budget, gravity_torch, \
     role_priority
 from ..tensor_ops import POS_INF
@@ -178,7 +178,7 @@ class Chunk:
     tpos: Tensor
     n_h: Tensor
     budget: Tensor
-    """[Qc] B_q."""
+    """[Qc] B_q of the priority cap kappa = 1 / B_q (from ``SelectConfig.pool_budget``)."""
 
 
 def chunk_of(snap: Snapshot, cfg, loc: Localized, rows: Tensor) -> Chunk:
@@ -197,7 +197,7 @@ def chunk_of(snap: Snapshot, cfg, loc: Localized, rows: Tensor) -> Chunk:
     hthread.scatter_(1, slot, torch.arange(J, device=cand.device).expand(Qc, J).clone())
     rvec = torch.zeros(Qc, T + 1, dtype=alpha.dtype, device=cand.device)
     rvec.scatter_(1, slot, torch.where(loc.in_h[rows], loc.r[rows], 0.0))
-    budget = effective_budget(cfg.budget, n_cand)
+    budget = effective_budget(cfg.pool_budget, n_cand)
     return Chunk(rows, bidx, cand, cvalid, n_cand, gid, lt, alpha, hthread[:, :T], rvec[:, :T], tpos,
                  loc.n_h[rows], budget)
 
@@ -248,13 +248,23 @@ def select_chunk(snap: Snapshot, plan, cfg, c: Chunk, W: Tensor, demand, now: Te
     modular = modular_gain(ModularInputs(c.alpha, lambda: candidate_attrs(snap.t["attrs"], c.gid, c.cvalid),
                                          now[:, None]), w, cfg)
     p = GreedyProblem(pi, K, rho.to(dt), delta, modular.to(dt), c.lt, mass[:, :T], c.cvalid)
-    rule = StopRule(c.budget, cfg.stop_coverage, cfg.budget)
+    rule = config_rule(cfg, c.n_cand, None if cfg.budget is not None else c.cand.shape[1], token_budget(snap, cfg, c))
     if plan.optimizer == "lazy":
         sel, _gains, n_sel = greedy_lazy_torch(p, coverage_weights(w), rule)
     else:
         sel, _gains, n_sel = greedy_select(p, coverage_weights(w), rule, impl=plan.kernels)
     timer.lap("greedy")
     return sel, n_sel
+
+
+def token_budget(snap: Snapshot, cfg, c: Chunk) -> TokenBudget | None:
+    """The chunk's knapsack on workspace tokens (None without ``token_budget``): the candidates'
+    and the neighbourhood threads' token costs from the per-bank tables."""
+    if cfg.token_budget is None:
+        return None
+    uc = torch.where(c.cvalid, snap.t["tok_unit"][c.gid], 1.0)
+    rows = torch.where(c.hthread >= 0, snap.off_t.to[c.bidx][:, None] + c.hthread, snap.dummy_thread)
+    return TokenBudget(float(cfg.token_budget), uc, snap.t["tok_head"][rows], cfg.knapsack_ratio)
 
 
 def support_matrix(snap: Snapshot, cfg, c: Chunk, S: Tensor | None) -> Tensor | None:
