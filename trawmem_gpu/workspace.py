@@ -38,7 +38,7 @@ import numpy as np
 
 from .data.types import Turn
 from .store.bank import Bank
-from .tokens import TOKENIZER_NAME, count_tokens, count_tokens_many, lines_count_apart
+from .tokens import TOKENIZER_NAME, count_tokens_cached, count_tokens_many, lines_count_apart
 
 _STRIP = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f-\x84\x86-\x9f\u202a-\u202e\u2066-\u2069\ufeff\ufff9-\ufffb]")
 _BREAK = re.compile(r"\r\n|[\n\r\x0c\x85\u2028\u2029]")
@@ -111,7 +111,7 @@ class Workspace:
 
     @property
     def n_tokens(self) -> int:
-        return count_tokens(self.render())
+        return count_tokens_cached(self.render())
 
     tokenizer = TOKENIZER_NAME
 

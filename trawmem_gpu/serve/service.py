@@ -33,7 +33,7 @@ from ..encode import get_encoder
 from ..encode.base import Encoder
 from ..errors import ConfigError
 from ..select.config import SelectConfig
-from ..tokens import TOKENIZER_NAME, count_tokens
+from ..tokens import TOKENIZER_NAME, count_tokens_cached
 from ..workspace import assemble
 from .batcher import DynamicBatcher
 from .config import ServeConfig
@@ -188,7 +188,7 @@ class SelectionService:
             bid = next(iter(banks))
             z = self.encoder.encode(["What happened first?"], is_query=True)
             self.engines.get(*self.defaults).select_units([bid], ["What happened first?"], z)
-            count_tokens("warm-up")
+            count_tokens_cached("warm-up")
         log.info("warm-up took %.1f s", time.perf_counter() - t0)
 
     # ------------------------------------------------------------------------------------------
@@ -322,7 +322,7 @@ class SelectionService:
                        "session": t.session}
                       for b in ws.blocks for t in b.units],
             "threads": [{"thread": b.thread, "head": b.head} for b in ws.blocks],
-            "text": text, "n_tokens": count_tokens(text), "tokenizer": TOKENIZER_NAME,
+            "text": text, "n_tokens": count_tokens_cached(text), "tokenizer": TOKENIZER_NAME,
         }
         dt = time.perf_counter() - t0
         out["timings"] = {**timings, "assemble_ms": round(dt * 1e3, 3)}

@@ -1,0 +1,82 @@
+"""``tokens.count_tokens_cached`` (the exact token count of a rendered workspace from per-line
+counts kept across calls) equals ``count_tokens`` on the whole text: on random texts built to
+break it (blank-line joins, trailing and odd whitespace after a newline, continuation lines,
+special-token text, the final strip) and on real workspaces of the dev banks, cold and warm."""
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from trawmem_gpu import tokens
+from trawmem_gpu.tokens import count_tokens, count_tokens_cached
+
+BITS = ["[a:1] Bob:", "## 2 May 2023 —", " word", "?)", "...", " ", "  ", "\t", "\n  more", "\n", "\n\n", "\r\n",
+        "42", "'s", "é", "—", "!!", ":", "<|endoftext|>", "\u00a0", "\u2028", "\x85", "\x1c", "\u3000", "#", "[", "x"]
+
+
+def _random_text(rng) -> str:
+    """Lines as ``Workspace.render`` joins them (blank lines between blocks, then strip + newline),
+    or a raw concatenation of the bits (no structure at all)."""
+    if rng.random() < 0.3:
+        return "".join(rng.choice(BITS, size=int(rng.integers(0, 30))))
+    out = []
+    for _ in range(int(rng.integers(0, 5))):
+        out += ["".join(rng.choice(BITS, size=int(rng.integers(1, 8)))) for _ in range(int(rng.integers(1, 5)))]
+        out.append("")
+    return "\n".join(out).strip() + "\n"
+
+
+@pytest.fixture(autouse=True)
+def _cold_cache():
+    tokens._piece_counts.clear()
+    yield
+    tokens._piece_counts.clear()
+
+
+def test_random_texts_count_exactly():
+    rng = np.random.default_rng(7)
+    texts = [_random_text(rng) for _ in range(3000)]
+    want = [count_tokens(t) for t in texts]
+    assert [count_tokens_cached(t) for t in texts] == want  # cold, then filling
+    assert [count_tokens_cached(t) for t in texts] == want  # warm: every part from the cache
+    assert count_tokens_cached("") == 0 and count_tokens_cached("\n") == count_tokens("\n")
+
+
+def test_cache_bound_keeps_counts_exact(monkeypatch):
+    monkeypatch.setattr(tokens, "MAX_CACHED_PIECES", 5)
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        t = _random_text(rng)
+        assert count_tokens_cached(t) == count_tokens(t)
+        assert len(tokens._piece_counts) <= max(5, t.count("\n") + 1)
+
+
+def test_other_tokenizers_fall_back_to_the_full_count(monkeypatch):
+    monkeypatch.setattr(tokens, "lines_count_apart", lambda: False)
+    seen = []
+    monkeypatch.setattr(tokens, "count_tokens", lambda t: seen.append(t) or 11)
+    assert count_tokens_cached("[a] b\n[c] d\n") == 11 and seen == ["[a] b\n[c] d\n"]
+    assert not tokens._piece_counts
+
+
+def test_real_workspaces_count_exactly(dev_path):
+    """Random unit sets (1-40 units, odd sizes) of the dev banks, with thread headings and without
+    (every line then carries its date): the cached count is the count of the rendered text."""
+    from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.eval.retrieval import banks_for
+    from trawmem_gpu.workspace import assemble
+
+    _, banks, _ = banks_for(dev_path, BuildConfig(), progress=False)
+    rng = np.random.default_rng(0)
+    n = 0
+    for bank in banks[:4]:
+        for _ in range(150):
+            k = int(rng.integers(1, min(41, bank.n_units + 1)))
+            ws = assemble(bank, "q", rng.choice(bank.n_units, size=k, replace=False).tolist())
+            bare = replace(ws, blocks=[replace(b, head=None, gist=None) for b in ws.blocks])
+            for w in (ws, bare):
+                text = w.render()
+                want = count_tokens(text)
+                assert count_tokens_cached(text) == want == w.n_tokens
+                n += 1
+    assert n == 1200 and len(tokens._piece_counts) > 100
