@@ -164,6 +164,42 @@ def test_banks_health_openapi_metrics(shared):
     assert "trawmem_batch_size_bucket" in m and "trawmem_queue_depth" in m
 
 
+def test_query_routes_are_answered_at_the_edge(shared, monkeypatch):
+    """POST /v1/select and /v1/select/batch are answered by the edge middleware, not FastAPI's
+    router (which would serve any route alike): with the router's handler broken they still
+    answer, errors included, while other routes and other methods on those paths go to it. The
+    OpenAPI document still describes their bodies and keys."""
+    import fastapi.routing
+
+    c, service = shared
+    spec = c.get("/openapi.json").json()
+    for path, model in (("/v1/select", "SelectRequest"), ("/v1/select/batch", "BatchRequest")):
+        op = spec["paths"][path]["post"]
+        assert op["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/" + model)
+        assert op["security"] == spec["paths"]["/v1/banks"]["get"]["security"]
+    assert spec["components"]["schemas"]["BatchRequest"]["properties"]["requests"]["items"]["$ref"].endswith(
+        "/SelectRequest")
+
+    async def broken(self, scope, receive, send):
+        raise AssertionError("the router was reached")
+
+    monkeypatch.setattr(fastapi.routing.APIRoute, "handle", broken)
+    ok = {"bank_id": SAMPLE_BANK, "question": QUESTION}
+    assert _post(c, "/v1/select", ok).status_code == 200
+    assert _post(c, "/v1/select/batch", {"requests": [ok, ok]}).status_code == 200
+    r = _post(c, "/v1/select", {**ok, "hops": 99})
+    assert r.status_code == 422 and "hops must lie" in r.json()["detail"]
+    r = _post(c, "/v1/select", {"question": QUESTION})
+    assert r.status_code == 422 and r.json()["detail"] == "bank_id: Field required"
+    r = _post(c, "/v1/select/batch", {"requests": [ok, {**ok, "budget": "x"}]})
+    assert r.status_code == 422 and r.json()["detail"].startswith("requests[1].budget:")
+    assert _post(c, "/v1/select", {**ok, "bank_id": "nope"}).status_code == 404
+    assert c.get("/v1/banks").status_code == 500  # through the router: broken
+    monkeypatch.undo()
+    assert c.get("/v1/select").status_code == 405
+    assert c.get("/v1/banks").status_code == 200
+
+
 def test_engines_per_budget_and_hops_are_bounded(coll):
     cfg = ServeConfig(collection=coll, max_engines=2, max_wait_ms=1)
     with running(cfg) as (url, service, _):

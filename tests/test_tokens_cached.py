@@ -2,6 +2,7 @@
 counts kept across calls) equals ``count_tokens`` on the whole text: on random texts built to
 break it (blank-line joins, trailing and odd whitespace after a newline, continuation lines,
 special-token text, the final strip) and on real workspaces of the dev banks, cold and warm."""
+import unicodedata
 from dataclasses import replace
 
 import numpy as np
@@ -42,6 +43,19 @@ def test_random_texts_count_exactly():
     assert count_tokens_cached("") == 0 and count_tokens_cached("\n") == count_tokens("\n")
 
 
+def test_space_like_characters_after_a_newline():
+    """Every control, format and separator character (where Python's and tiktoken's ideas of
+    whitespace could differ) right after a cut point, after text that ends each way."""
+    chars = [chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000
+             and unicodedata.category(chr(c)) in ("Zs", "Zl", "Zp", "Cc", "Cf")]
+    assert len(chars) > 200
+    for c in chars:
+        for a in ("[x] y.", "[x] y ", "## z"):
+            for b in ("w", " ", "\n", ""):
+                t = f"{a}\n{c}{b}\n[q] r\n"
+                assert count_tokens_cached(t) == count_tokens(t), (hex(ord(c)), a, b)
+
+
 def test_cache_bound_keeps_counts_exact(monkeypatch):
     monkeypatch.setattr(tokens, "MAX_CACHED_PIECES", 5)
     rng = np.random.default_rng(3)
@@ -52,7 +66,8 @@ def test_cache_bound_keeps_counts_exact(monkeypatch):
 
 
 def test_other_tokenizers_fall_back_to_the_full_count(monkeypatch):
-    monkeypatch.setattr(tokens, "lines_count_apart", lambda: False)
+    assert tokens._line_starts() is not None  # cl100k_base counts lines apart
+    monkeypatch.setattr(tokens, "_line_starts", lambda: None)
     seen = []
     monkeypatch.setattr(tokens, "count_tokens", lambda t: seen.append(t) or 11)
     assert count_tokens_cached("[a] b\n[c] d\n") == 11 and seen == ["[a] b\n[c] d\n"]
