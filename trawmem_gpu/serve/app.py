@@ -245,10 +245,16 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
         if len(r.question) > cfg.max_question_chars:
             raise HTTPError(422, f"{where}question is {len(r.question)} characters; the limit is "
                                  f"{cfg.max_question_chars}")
-        budget = backend.defaults[0] if r.budget is None else r.budget
-        hops = backend.defaults[1] if r.hops is None else r.hops
-        if not 1 <= budget <= cfg.max_budget:
+        d_budget, d_hops, d_tokens = backend.defaults
+        tokens = d_tokens if r.token_budget is None else r.token_budget
+        if r.token_budget is not None and not 1 <= tokens <= cfg.max_token_budget:
+            raise HTTPError(422, f"{where}token_budget must lie in 1..{cfg.max_token_budget} (--max-token-budget), "
+                                 f"got {tokens}")
+        # a token budget sizes the workspace by itself: B then caps units only when asked for
+        budget = r.budget if r.budget is not None else (None if r.token_budget is not None else d_budget)
+        if budget is not None and not 1 <= budget <= cfg.max_budget:
             raise HTTPError(422, f"{where}budget must lie in 1..{cfg.max_budget} (--max-budget), got {budget}")
+        hops = d_hops if r.hops is None else r.hops
         if not 0 <= hops <= cfg.max_hops:
             raise HTTPError(422, f"{where}hops must lie in 0..{cfg.max_hops} (--max-hops), got {hops}")
         date = None
@@ -270,7 +276,7 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
                     raise HTTPError(422, f"{where}question_vector holds NaN or infinite numbers")
                 raise HTTPError(422, f"{where}question_vector is all zeros (or overflows)")
             vec = (vec / math.sqrt(sq)).astype(np.float32)
-        return SelectItem(r.bank_id, q, vec, int(budget), int(hops), date, t0)
+        return SelectItem(r.bank_id, q, vec, budget, int(hops), date, t0, tokens)
 
     def finish(res: dict, t0: float) -> dict:
         res["timings"]["total_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
