@@ -29,12 +29,15 @@ from disk), which must match.
 (``/v1/select``) and once in ``/v1/select/batch`` calls of ``--batch-call`` requests: the
 server's CPU per query by thread role, the worker's busy fraction, and a request's latency split
 into queueing, the batch's engine call, assembly and HTTP (client latency minus the server's own
-time).
+time). With ``--baseline-src DIR`` (a source tree of an earlier version, e.g. ``git archive COMMIT |
+tar -x -C DIR``) a server of that tree, configured as the reference one, runs the same cells,
+alternating with it in each round: this version over that one, per round, in one run.
 
     python benchmarks/bench_serve.py [--quick] [--duration 4] [--rounds 4] [--waits 0,5,20]
                                      [--conc 1,8,64,256] [--threads 1] [--data PATH|sample]
+                                     [--encoder-runtime torch|onnx] [--baseline-src DIR] [--skip-text]
 
-Results: ``benchmarks/results/serve.json`` and ``serve.png`` (or ``--out-dir``). Dev data is read
+Results: ``benchmarks/results/serve.json`` and ``serve.png`` (or ``--out-dir``, ``--name``). Dev data is read
 in place (``../shared/data/locomo/locomo_dev.json``); ``--data sample`` uses 8 copies of the
 bundled sample conversation instead.
 """
@@ -494,6 +497,7 @@ def main(argv=None) -> int:
     p.add_argument("--skip-text", action="store_true", help="only the client-vector cells (no text questions)")
     p.add_argument("--quick", action="store_true", help="1 round, 3 s cells, waits 0,5, clients 1,8,64")
     p.add_argument("--out-dir", default=str(HERE / "results"))
+    p.add_argument("--name", default="serve", help="result files: NAME.json and NAME.png in --out-dir")
     a = p.parse_args(argv)
     if a.quick:
         a.rounds, a.duration, a.waits, a.conc, a.inproc_seconds = 1, 3.0, "0,5", "1,8,64", 1.0
@@ -617,7 +621,8 @@ def main(argv=None) -> int:
     print("\n" + table(rows))
     print("\nclient-supplied vectors (where the time goes):")
     for r in wrows:
-        print(f"  {r['route']} ({r['queries_per_call']}/call, {r['conc']} clients): {r['throughput_qps']:.0f} q/s, "
+        print(f"  {r['server']} {r['route']} ({r['queries_per_call']}/call, {r['conc']} clients): "
+              f"{r['throughput_qps']:.0f} q/s, "
               f"worker busy {r['worker_busy']:.2f}, server CPU {r['server_cpu_cores']:.2f} cores, per query "
               f"{r.get('per_query_ms')}, latency split {r.get('latency_split_ms')}")
     print("\ntargets:", json.dumps(targets, indent=1))
@@ -628,9 +633,9 @@ def main(argv=None) -> int:
            "n_questions": len(items), "encoder_cpu_ms_per_question_by_chunk": chunks, "cells": cells,
            "where": where, "table": rows, "where_table": wrows,
            "targets": targets}
-    (out / "serve.json").write_text(json.dumps(res, indent=1, default=float))
-    plot(rows, out / "serve.png")
-    print(f"-> {out / 'serve.json'}, {out / 'serve.png'}")
+    (out / f"{a.name}.json").write_text(json.dumps(res, indent=1, default=float))
+    plot(rows, out / f"{a.name}.png")
+    print(f"-> {out / (a.name + '.json')}, {out / (a.name + '.png')}")
     return 0 if failed == 0 and targets["turns_match"] else 1
 
 
