@@ -8,7 +8,7 @@ runs on three thread pools, never on the event loop:
   refreshes and selections never interleave;
 * *assembly threads* turn each selection into its response body (workspace grouping, rendering,
   token count) from the bank object the engine selected from, while the worker starts the next
-  batch (the token count alone costs about as much as the selection);
+  batch (grouping and rendering cost more CPU per query than the selection);
 * *append threads* validate, build and persist appended turns (serialized per bank by the
   registry); the engine refresh that follows is handed to the batch worker, and the append
   answers only after it, so a client reads its own writes.
