@@ -94,6 +94,12 @@ class SelectConfig:
     the gain-ranked and the gain-per-token-ranked greedy, each adding only units that still fit:
     the stated guarantee, ``steps/greedy.py``), or only one of the two runs (``gain``,
     ``ratio``)."""
+    headings: Literal["date", "gist", "none"] = "date"
+    """What TrawMem's workspace shows per thread, and its token costs pay for
+    (``workspace.HEADINGS``): a ``## date`` heading (the default), the heading with the thread
+    head's gist (``gist``; at equal tokens it did not earn its tokens on either dev set, README
+    "Equal tokens"), or no headings and a date on every line (``none``). It changes no pick
+    without a token budget."""
     fill: Literal["skip", "stop"] = "skip"
     """How a ranked baseline (cosine, BM25, hybrid, full context) fills a token budget: ``skip``
     a unit that would overflow and go on down the ranking, or ``stop`` at the first one."""
