@@ -13,8 +13,8 @@ Protocol (nothing is tuned on what it is scored on):
   other 11 folds of *both* data sets (``head.relevance.cross_validate``; every data set and every
   question weighs the same). The shipped weights (``DEFAULT_RELEVANCE_WEIGHTS``) are fitted on
   all 12 (part ``fit``); a test keeps the config equal to what this script wrote.
-* **The objective's weights under a token budget** (part ``grid``): a small grid (knapsack rule x
-  ``w_aff``) is scored per fold at the target budgets (T = 800 on LoCoMo, T = 400 on
+* **The rendering and the objective's weights under a token budget** (part ``grid``): a small
+  grid (thread headings x knapsack rule x ``w_aff``) is scored per fold at the target budgets (T = 800 on LoCoMo, T = 400 on
   LongMemEval); for each fold the setting that does best on the *other* folds (mean of the two
   data sets' macro recall) is the one scored on it (nested leave-one-fold-out), and the
   setting chosen most often is the default.
@@ -54,7 +54,11 @@ LOCOMO = DATA / "locomo" / "locomo_dev.json"
 LME = DATA / "longmemeval" / "longmemeval_s_dev.json.gz"
 TARGET_T = {"locomo": 800, "longmemeval": 400}
 BASELINES = ("cosine", "bm25", "hybrid")
-GRID = [dict(knapsack=k, w_aff=w) for k in ("gain", "best") for w in (1.0, 4.0, 16.0)]
+GRID = [dict(headings=h, knapsack=k, w_aff=w) for h in ("date", "gist") for k in ("gain", "best")
+        for w in (1.0, 4.0, 16.0)]
+HEADLINE = BASELINES + ("trawmem-previous", "trawmem-rrf", "trawmem")
+PREVIOUS = dict(affinity="rrf", w_aff=1.0, knapsack="best", headings="gist")
+"""The defaults before this benchmark chose them (hand-set fusion, the paper's weights, gist headings)."""
 
 
 class Dataset:
@@ -80,8 +84,11 @@ class Dataset:
         return self.category_names.get(c, str(c)) if self.category_names else str(c)
 
 
-def select(ds: Dataset, method: str, cfg_of_group) -> list[list[int]]:
-    """Picks for every question of ``ds``, fold by fold (``cfg_of_group(group)`` -> SelectConfig)."""
+def select(ds: Dataset, method: str, cfg_of_group) -> tuple[list[list[int]], str]:
+    """Picks for every question of ``ds``, fold by fold (``cfg_of_group(group)`` -> SelectConfig),
+    and the headings they are rendered (and were paid for) with."""
+    from trawmem_gpu.workspace import headings_for
+
     from trawmem_gpu.select import SelectionEngine
     from trawmem_gpu.select.baselines import baseline_units
 
@@ -108,9 +115,9 @@ def select(ds: Dataset, method: str, cfg_of_group) -> list[list[int]]:
                 a = unit_affinity(ctx, np.asarray(q.extra["z"], dtype=np.float64), q.extra["question"], cfg,
                                   date_seconds(q.extra["date"]))
                 order = np.lexsort((np.arange(len(a)), -a))
-                costs = ctx.token_costs(with_heads=False)
+                costs = ctx.token_costs("none")
                 u = take_within_tokens(order, costs, ctx.bank.unit_thread, cfg.token_budget, "skip")
-                out[i] = fit_to_tokens(ctx.bank, u, cfg.token_budget, with_heads=False, costs=costs)
+                out[i] = fit_to_tokens(ctx.bank, u, cfg.token_budget, "none", costs=costs)
         else:
             key = json.dumps(cfg.to_dict(), sort_keys=True)
             eng = cache.get(key) or SelectionEngine(ds.banks, cfg)
@@ -120,17 +127,18 @@ def select(ds: Dataset, method: str, cfg_of_group) -> list[list[int]]:
                                      np.stack([q.extra["z"] for q in qs]), dates=[q.extra["date"] for q in qs])
             for i, p in zip(rows, picks):
                 out[i] = p
-    return out
+    return out, headings_for(method, cfg_of_group(ds.groups[0]))
 
 
-def score(ds: Dataset, method: str, picks: list[list[int]]) -> dict:
-    """Macro / per-category / per-fold metrics of ``picks`` (rendered as the method renders)."""
+def score(ds: Dataset, selected: tuple[list[list[int]], str]) -> dict:
+    """Macro / per-category / per-fold metrics of ``select``'s picks, rendered with its headings."""
     from trawmem_gpu.workspace import assemble
 
+    picks, headings = selected
     recs = []
     for q, p in zip(ds.questions, picks):
         bank = ds.ctxs[q.bank_id].bank
-        ws = assemble(bank, q.extra["question"], p, with_heads=method not in BASELINES and method != "alpha-rank")
+        ws = assemble(bank, q.extra["question"], p, headings)
         gold, got = set(q.extra["evidence"]), set(ws.unit_ids)
         recs.append({"cat": q.category, "group": q.group, "recall": len(gold & got) / len(gold),
                      "hit": float(gold <= got), "tokens": ws.n_tokens, "units": len(p)})
@@ -196,7 +204,7 @@ def main() -> int:
     data = {"locomo": Dataset("locomo", a.locomo), "longmemeval": Dataset("longmemeval", a.lme)}
     allq = [q for d in data.values() for q in d.questions]
     res: dict = {"protocol": __doc__, "machine": platform.platform(), "features": list(RELEVANCE_FEATURES),
-                 "data": {k: {"path": str(d.path), "sha256": file_sha256(d.path), "questions": len(d.questions),
+                 "data": {k: {"path": os.path.relpath(d.path, ROOT), "sha256": file_sha256(d.path), "questions": len(d.questions),
                               "folds": d.groups} for k, d in data.items()}}
     t0 = time.perf_counter()
     W = cross_validate(allq)
@@ -206,7 +214,7 @@ def main() -> int:
         shipped = fit_relevance(allq)
         res["shipped_weights"] = list(shipped)
         save_weights(a.out_dir / "affinity_weights.json", shipped,
-                     {"data": [{"path": str(d.path), "sha256": res["data"][k]["sha256"],
+                     {"data": [{"path": os.path.relpath(d.path, ROOT), "sha256": res["data"][k]["sha256"],
                                 "questions": len(d.questions)} for k, d in data.items()],
                       "command": "python benchmarks/bench_equal_tokens.py --parts fit"})
         print("shipped weights:", ", ".join(f"{n} {w:.4g}" for n, w in zip(RELEVANCE_FEATURES + ("bias",), shipped)))
@@ -217,7 +225,7 @@ def main() -> int:
             row = {"setting": setting}
             for name, ds in data.items():
                 T = TARGET_T[name]
-                row[name] = score(ds, "trawmem", select(ds, "trawmem", trawmem_cfg(W, T=T, **setting)))
+                row[name] = score(ds, select(ds, "trawmem", trawmem_cfg(W, T=T, **setting)))
             grid.append(row)
             print("grid", setting, {n: round(row[n]["macro"]["recall"], 4) for n in data}, flush=True)
         folds = [(n, g) for n, d in data.items() for g in d.groups]
@@ -242,21 +250,23 @@ def main() -> int:
             nested[n] = {"fold_recall": dict(zip(ds.groups, vals))}
         res["grid"]["nested"] = nested
         print("chosen per fold:", {g: GRID[i] for g, i in pick.items()}, "-> default", chosen, flush=True)
-    chosen = chosen or dict(knapsack="gain", w_aff=16.0)
+    chosen = chosen or dict(headings="date", knapsack="gain", w_aff=16.0)
     if "headline" in parts:
         rows = []
         for T in Ts + [None]:
-            for method in BASELINES + ("trawmem-rrf", "trawmem"):
+            for method in HEADLINE:
                 row = {"method": method, "T": T, "B": None if T else 16}
                 for name, ds in data.items():
                     if method in BASELINES:
                         cfg = fixed_cfg(T=T)
+                    elif method == "trawmem-previous":
+                        cfg = fixed_cfg(T=T, **PREVIOUS)
                     elif method == "trawmem-rrf":
-                        cfg = fixed_cfg(T=T, affinity="rrf")
+                        cfg = fixed_cfg(T=T, **{**chosen, "affinity": "rrf"})
                     else:
                         cfg = trawmem_cfg(W, T=T, **chosen)
                     m = "trawmem" if method.startswith("trawmem") else method
-                    row[name] = score(ds, m, select(ds, m, cfg))
+                    row[name] = score(ds, select(ds, m, cfg))
                 rows.append(row)
                 print(f"T={T} {method:>12}: " + " | ".join(f"{n} {fmt(row[n]['macro'])}" for n in data), flush=True)
         res["headline"] = rows
@@ -265,6 +275,8 @@ def main() -> int:
         base = dict(chosen)
         variants = [("defaults", {}), ("affinity rrf (hand-set fusion)", {"__rrf": True}),
                     ("alpha ranking only (no set selection)", {"__alpha": True}),
+                    ("headings: date and gist", {"headings": "gist"}),
+                    ("headings: none (a date on every line)", {"headings": "none"}),
                     ("knapsack best", {"knapsack": "best"}), ("knapsack gain", {"knapsack": "gain"}),
                     ("w_aff 1 (paper's weights)", {"w_aff": 1.0}),
                     ("no coverage term (w_cov 0)", {"w_cov": 0.0}), ("no role term (w_role 0)", {"w_role": 0.0}),
@@ -283,7 +295,7 @@ def main() -> int:
                     cfg, m = trawmem_cfg(W, T=T), "alpha-rank"
                 else:
                     cfg, m = trawmem_cfg(W, T=T, **{**base, **v}), "trawmem"
-                row[name] = score(ds, m, select(ds, m, cfg))
+                row[name] = score(ds, select(ds, m, cfg))
             abl.append(row)
             print(f"ablation {label:>40}: " + " | ".join(f"{n}@{TARGET_T[n]} {fmt(row[n]['macro'])}" for n in data),
                   flush=True)
@@ -310,6 +322,32 @@ def write_md(res: dict, path: Path) -> None:
             b = f"T = {r['T']}" if r["T"] else f"B = {r['B']}"
             lines.append(f"| {b} | {r['method']} | {fmt(r['locomo']['macro'])} | {fmt(r['longmemeval']['macro'])} |")
         lines.append("")
+    if "headline" in res:  # per category / question type and per fold at the target budgets
+        for name, title in (("locomo", "LoCoMo dev"), ("longmemeval", "LongMemEval dev")):
+            T = TARGET_T[name]
+            rows = {r["method"]: r[name] for r in res["headline"] if r["T"] == T}
+            cats = list(rows["trawmem"]["per_category"])
+            lines += [f"{title}, T = {T}: evidence recall / all-evidence hit per "
+                      f"{'category' if name == 'locomo' else 'question type'} (n questions)", "",
+                      "| | " + " | ".join(f"{c} ({rows['trawmem']['per_category'][c]['n']})" for c in cats) + " |",
+                      "|---|" + "---|" * len(cats)]
+            for m, r in rows.items():
+                lines.append(f"| {m} | " + " | ".join(f"{r['per_category'][c]['recall']:.3f} / "
+                                                      f"{r['per_category'][c]['hit']:.3f}" for c in cats) + " |")
+            folds = list(rows["trawmem"]["per_fold"])
+            lines += ["", f"{title}, T = {T}: macro evidence recall per held-out fold", "",
+                      "| | " + " | ".join(f.split(":")[1] for f in folds) + " |", "|---|" + "---|" * len(folds)]
+            for m in ("hybrid", "trawmem-previous", "trawmem"):
+                lines.append(f"| {m} | " + " | ".join(f"{rows[m]['per_fold'][f]['recall']:.3f}" for f in folds) + " |")
+            lines.append("")
+    if "grid" in res:
+        lines += ["Grid (nested leave-one-fold-out; macro recall at LoCoMo T = 800 / LongMemEval T = 400)", "",
+                  "| headings | knapsack | w_aff | LoCoMo | LongMemEval |", "|---|---|---|---|---|"]
+        for r in res["grid"]["rows"]:
+            s = r["setting"]
+            lines.append(f"| {s['headings']} | {s['knapsack']} | {s['w_aff']:g} | {fmt(r['locomo'])} | "
+                         f"{fmt(r['longmemeval'])} |")
+        lines += ["", f"default (chosen in most folds): {res['grid']['default']}", ""]
     if "ablations" in res:
         lines += ["| variant (LoCoMo T = 800, LongMemEval T = 400) | LoCoMo | LongMemEval |", "|---|---|---|"]
         for r in res["ablations"]:
@@ -328,7 +366,7 @@ def plot(res: dict, path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, name in zip(axes, ("locomo", "longmemeval")):
-        for method in BASELINES + ("trawmem-rrf", "trawmem"):
+        for method in HEADLINE:
             pts = sorted((r[name]["macro"]["tokens"], r[name]["macro"]["recall"]) for r in res["headline"]
                          if r["method"] == method and r["T"])
             ax.plot(*zip(*pts), marker="o", label=method, lw=2.5 if method == "trawmem" else 1.2)

@@ -145,6 +145,11 @@ def test_training_reproducible(dev):
     assert hist1["step_loss"] == hist2["step_loss"]
     assert any(not torch.equal(getattr(h1, k), getattr(h3, k)) for k in ("dA", "dM0", "dMr", "s", "S"))
     assert any(float(getattr(h1, k).abs().max()) > 0 for k in ("dA", "dM0", "dMr", "s")), "training did not move"
+    # under a token budget (no unit cap) the steps and priorities come from B_T (pool_budget)
+    tcfg = SelectConfig(token_budget=400, budget=None)
+    t_items = prepare_items([c], banks, Z[off:off + n], tcfg)[:24]
+    h4, hist4 = fit(t_items, tcfg, seed=5, epochs=1, steps=None, chunk=12, progress=False)
+    assert hist4["hyper"]["steps"] == tcfg.pool_budget == 8 and np.isfinite(hist4["step_loss"]).all()
 
 
 def test_train_head_cli_writes_head_and_curve(tmp_path, dev_path, dev):
