@@ -538,6 +538,12 @@ def test_flags_parse_and_build_the_config(capsys):
     cfg = _select_config(a)
     assert (cfg.token_budget, cfg.budget, cfg.fill) == (800, 12, "stop")
     assert _select_config(p.parse_args(["query", "--bank", "b", "--question", "q"])).token_budget is None
+    assert _select_config(p.parse_args(["query", "--bank", "b", "--question", "q"])).headings == "date"
+    a = p.parse_args(["score", "--out", "o", "--token-budget", "400", "--headings", "gist"])
+    assert _select_config(a).headings == "gist"
+    with pytest.raises(SystemExit):
+        p.parse_args(["eval", "--data", "d", "--output", "o", "--headings", "summary"])
+    assert "invalid choice: 'summary'" in capsys.readouterr().err
     a = p.parse_args(["sweep", "--data", "d", "--token-budget", "400,800,1600"])
     assert a.token_budget == [400, 800, 1600]
 

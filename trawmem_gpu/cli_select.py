@@ -25,6 +25,8 @@ def _select_config(a):
         kw["budget"] = a.budget
     if getattr(a, "fill", None) is not None:
         kw["fill"] = a.fill
+    if getattr(a, "headings", None) is not None:
+        kw["headings"] = a.headings
     if getattr(a, "hops", None) is not None:
         kw["hops"] = a.hops
     if getattr(a, "ablation", None):
