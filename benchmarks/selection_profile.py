@@ -1,7 +1,11 @@
 """What kind of units a config selects under a token budget: units per question, their length,
 and how often the same units recur across questions (LoCoMo dev, T = 800 by default).
 
-    python benchmarks/selection_profile.py [--data PATH] [--T 800] [--out benchmarks/results/selection_profile.json]
+    python benchmarks/selection_profile.py [--data PATH] [--T 800] [--rounds 11] [--out benchmarks/results/selection_profile.json]
+
+With ``--rounds N`` it also times both configs in the batched engine (one thread, all questions
+per call, the configs alternating over N rounds), at T and at B = 16: median queries/s and the
+median per-round ratio.
 
 Compares the defaults with the defaults before the equal-token work (README "Equal tokens");
 descriptive only (the shipped affinity weights, fitted on this data, not held out).
@@ -26,6 +30,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json")
     ap.add_argument("--T", type=int, default=800)
+    ap.add_argument("--rounds", type=int, default=0)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "selection_profile.json")
     a = ap.parse_args()
     from trawmem_gpu.head.relevance import load_labelled
@@ -56,6 +61,31 @@ def main() -> int:
             "mean_words_of_the_50_most_reused_units": round(float(np.mean(
                 [len(ctxs[b].bank.turns[u].text.split()) for (b, u), _ in top])), 1)}
         print(name, res["configs"][name], flush=True)
+    if a.rounds:
+        import time
+
+        import torch
+
+        torch.set_num_threads(1)
+        args = ([q.bank_id for q in qs], [q.extra["question"] for q in qs], np.stack([q.extra["z"] for q in qs]))
+        dates = [q.extra["date"] for q in qs]
+        res["speed"] = {}
+        for mode, kw in (("T", {"token_budget": a.T, "budget": None}), ("B16", {"budget": 16})):
+            engs = {n: SelectionEngine(banks, SelectConfig.from_dict(c.to_dict() | kw), threads=1)
+                    for n, c in configs.items()}
+            for e in engs.values():
+                e.select_units(*args, dates=dates)  # warm: numba, tables
+            qps = {n: [] for n in engs}
+            for _ in range(a.rounds):
+                for n, e in engs.items():
+                    t0 = time.perf_counter()
+                    e.select_units(*args, dates=dates)
+                    qps[n].append(len(qs) / (time.perf_counter() - t0))
+            ratio = [d / p for d, p in zip(qps["defaults"], qps["previous defaults"])]
+            res["speed"][mode] = {"qps_median": {n: float(np.median(v)) for n, v in qps.items()},
+                                  "ratio_defaults_over_previous_median": float(np.median(ratio)),
+                                  "ratio_p25_p75": [float(np.percentile(ratio, 25)), float(np.percentile(ratio, 75))]}
+            print(mode, res["speed"][mode], flush=True)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(res, indent=1))
     print(f"-> {a.out}")
