@@ -11,7 +11,8 @@ measured warm (a second call on the same engine), since the first call pays one-
 ``--threads`` caps torch / BLAS threads for both engines (default 1: per-core throughput, and
 the numbers stay stable on a shared machine). ``--sweep`` adds hops 2, 3, every selection
 ablation and the token budgets T = 400, 800, 1,600 (no unit cap; the cost-aware knapsack greedy),
-where every workspace is also checked to hold at most T tokens. ``--only NAME,...`` runs just
+where every workspace is also checked to hold at most T tokens, T = 800 with gist headings, and
+the rank-fusion affinity with the paper's w_aff = 1 (the defaults before the equal-token work). ``--only NAME,...`` runs just
 the named configs. Results go to ``benchmarks/results/agreement.json``.
 """
 from __future__ import annotations
@@ -66,6 +67,8 @@ def main(argv=None) -> int:
         configs += [(f"ablation={a}", SelectConfig(ablation=a)) for a in ABLATIONS
                     if a not in ("none", "fixed_segmentation")]
         configs += [(f"token_budget={t}", SelectConfig(token_budget=t, budget=None)) for t in (400, 800, 1600)]
+        configs += [("token_budget=800,headings=gist", SelectConfig(token_budget=800, budget=None, headings="gist")),
+                    ("affinity=rrf,w_aff=1", SelectConfig(affinity="rrf", w_aff=1.0))]
     if args.only:
         want = set(args.only.split(","))
         configs = [(n, c) for n, c in [("default", SelectConfig())] + [

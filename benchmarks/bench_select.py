@@ -738,7 +738,7 @@ def tokens_vs_units(args) -> dict:
     info = {}
     for k, e in engs.items():  # warm-up (numba load, tables) and what each mode selects
         picks = e.select_units(ids, qs, Z)
-        toks = [assemble(bank[b], q, p, with_heads=True).n_tokens for b, q, p in zip(ids, qs, picks)]
+        toks = [assemble(bank[b], q, p, e.cfg.headings).n_tokens for b, q, p in zip(ids, qs, picks)]
         info[k] = {"units_mean": float(np.mean([len(p) for p in picks])), "tokens_mean": float(np.mean(toks)),
                    "tokens_max": int(max(toks))}
     rounds = args.rounds or 15

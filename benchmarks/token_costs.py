@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     res = {"tokenizer": TOKENIZER_NAME, "banks": len(banks), "units": int(sum(b.n_units for b in banks)),
            "sets_per_bank": args.sets}
-    for heads in (True, False):
+    for heads in ("gist", "date", "none"):
         t0 = time.perf_counter()
         costs = [token_costs(b, heads) for b in banks]
         secs = time.perf_counter() - t0
@@ -43,9 +43,9 @@ def main(argv=None) -> int:
         for b, c in zip(banks, costs):
             for _ in range(args.sets):
                 S = rng.choice(b.n_units, size=int(rng.integers(1, 40)), replace=False)
-                over.append(c.cost(S, b.unit_thread) - assemble(b, "q", list(S), with_heads=heads).n_tokens)
+                over.append(c.cost(S, b.unit_thread) - assemble(b, "q", list(S), heads).n_tokens)
         o = np.array(over)
-        key = "with_heads" if heads else "without_heads"
+        key = {"gist": "with_heads", "date": "date_headings", "none": "without_heads"}[heads]
         res[key] = {"sets": len(o), "over_mean": round(float(o.mean()), 4), "over_min": int(o.min()),
                     "over_max": int(o.max()), "under_count": int((o < 0).sum()),
                     "bounded_banks": sum(c.bounded for c in costs), "count_seconds_all_banks": round(secs, 3)}

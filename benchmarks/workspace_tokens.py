@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     from trawmem_gpu.eval.retrieval import banks_for, run_eval
     from trawmem_gpu.select.config import SelectConfig
     from trawmem_gpu.tokens import TOKENIZER_NAME, count_tokens
-    from trawmem_gpu.workspace import assemble
+    from trawmem_gpu.workspace import assemble, headings_for
 
     convs, banks, _ = banks_for(args.data, progress=False)
     bank_of = {b.bank_id: b for b in banks}
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
         for rec in r["records"]:
             b = bank_of[rec["bank_id"]]
             idx = b.index_of()
-            ws = assemble(b, "q", [idx[t] for t in rec["selected"]], with_heads=(method == "trawmem"))
+            ws = assemble(b, "q", [idx[t] for t in rec["selected"]], headings_for(method, SelectConfig()))
             new.append(count_tokens(ws.render()))
             old.append(count_tokens(old_render(ws)))
         res[method] = {"questions": len(new), "mean_tokens_previous": round(statistics.mean(old), 1),

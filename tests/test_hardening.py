@@ -454,11 +454,12 @@ def test_thread_headings_are_short_and_documented(tmp_path, cache):
     head_turn = next(i for i in units if f"{bank.turns[i].speaker}: " in bank.heads[j]
                      and bank.heads[j].split(": ", 2)[2].removesuffix(" ...").strip()[:20] in bank.turns[i].text)
     other = next(i for i in units if i != head_turn)
-    text = assemble(bank, "q", [other]).render()
+    assert re.fullmatch(r"## \d{1,2} [A-Z][a-z]+ \d{4}", assemble(bank, "q", [other]).render().splitlines()[0])
+    text = assemble(bank, "q", [other], "gist").render()
     heading = text.splitlines()[0]
     assert re.fullmatch(r"## \d{1,2} [A-Z][a-z]+ \d{4} — \w+: .+", heading), heading
     assert "&" not in heading and "[" not in heading  # no speaker list, no bracketed date
-    assert assemble(bank, "q", [head_turn]).render().splitlines()[0] == f"## {bank.turns[head_turn].time.day} " \
+    assert assemble(bank, "q", [head_turn], "gist").render().splitlines()[0] == f"## {bank.turns[head_turn].time.day} " \
         f"{bank.turns[head_turn].time:%B %Y}"  # the quoted turn is shown: the heading is only the date
     readme = (ROOT / "README.md").read_text()
     assert "## 2 March 2024 — Ana: " in readme and "[S1:6] Ben: " in readme  # the format is documented
@@ -474,8 +475,8 @@ def test_control_and_bidi_characters_never_reach_the_workspace(tmp_path, cache):
                                            caption="cap\x07tion" if i == 1 else None) for i, t in enumerate(evil)],
                ensure_ascii=False)
     (bank,), _ = build_banks(load_jsonl(f), progress=False)
-    for heads in (True, False):
-        text = assemble(bank, "q", list(range(bank.n_units)), with_heads=heads).render()
+    for heads in ("gist", "date", "none"):
+        text = assemble(bank, "q", list(range(bank.n_units)), heads).render()
         bad = [c for c in text if (ord(c) < 32 and c != "\n") or 0x7f <= ord(c) <= 0x9f or c in
                "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029\ufeff"]
         assert not bad, [hex(ord(c)) for c in bad]

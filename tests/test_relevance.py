@@ -92,6 +92,20 @@ def test_config_checks_relevance_weights():
         SelectConfig(relevance_weights=(float("nan"),) * (len(RELEVANCE_FEATURES) + 1))
 
 
+def test_shipped_weights_are_the_benchmarks_fit():
+    """The default learned affinity is what ``bench_equal_tokens.py --parts fit`` wrote (on both
+    dev sets), feature for feature; the default config uses it."""
+    from pathlib import Path
+
+    from trawmem_gpu.head.relevance import load_weights
+    from trawmem_gpu.select.config import DEFAULT_RELEVANCE_WEIGHTS
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "affinity_weights.json"
+    assert load_weights(path) == DEFAULT_RELEVANCE_WEIGHTS
+    c = SelectConfig()
+    assert c.affinity == "learned" and c.relevance_weights == DEFAULT_RELEVANCE_WEIGHTS
+
+
 def _banks():
     return [make_bank("odd", [3, 1, 5, 2, 7, 4, 1, 6, 3], seed=11, n_semantic=5),
             make_bank("tiny", [1, 2], seed=12), make_bank("wide", [2, 3, 4, 5] * 6, seed=13, n_semantic=12)]
@@ -186,7 +200,7 @@ def test_learned_affinity_beats_rrf_on_held_out_conversations(dev_path):
     convs = [c for c in load_conversations(dev_path) if c.bank_id in HELD_OUT]
     banks = [ctxs[c.bank_id].bank for c in convs]
     res = {}
-    for name, cfg in (("rrf", SelectConfig()), ("learned", SelectConfig(affinity="learned", relevance_weights=w))):
+    for name, cfg in (("rrf", SelectConfig(affinity="rrf")), ("learned", SelectConfig(affinity="learned", relevance_weights=w))):
         r = run_eval(dev_path, "trawmem", cfg, engine="batched", progress=False, banks_and_convs=(convs, banks),
                      keep_records=False)
         res[name] = r["macro"]["evidence_recall"]

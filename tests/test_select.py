@@ -168,14 +168,20 @@ def test_workspace_groups_threads_in_source_order():
     from trawmem_gpu.workspace import assemble
 
     bank = _synthetic_bank(np.random.default_rng(1))
-    ws = assemble(bank, "q", [9, 0, 4, 2])
+    ws = assemble(bank, "q", [9, 0, 4, 2], "gist")
     assert [b.thread for b in ws.blocks] == [0, 1, 3]
     assert ws.unit_ids == ["D1:1", "D1:3", "D2:2", "D4:1"]
     text = ws.render()
     assert text.index("head 0") < text.index("[D1:1]") < text.index("[D1:3]") < text.index("head 1")
     assert ws.n_tokens > 10 and ws.tokenizer == TOKENIZER_NAME
-    no_heads = assemble(bank, "q", [0], with_heads=False).render()
-    assert "head 0" not in no_heads and "[D1:1]" in no_heads
+    dated = assemble(bank, "q", [9, 0, 4, 2])  # the default: a date heading per thread, no gist
+    assert dated.unit_ids == ws.unit_ids and "head" not in dated.render() and dated.n_tokens < ws.n_tokens
+    assert [ln for ln in dated.render().splitlines() if ln.startswith("## ")] == \
+        [ln.split(" — ")[0] for ln in text.splitlines() if ln.startswith("## ")]
+    no_heads = assemble(bank, "q", [0], "none").render()
+    assert "head 0" not in no_heads and "##" not in no_heads and "[D1:1]" in no_heads
+    with pytest.raises(ValueError, match="headings must be one of"):
+        assemble(bank, "q", [0], "summary")
 
 
 def test_baselines_and_rrf():

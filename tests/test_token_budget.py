@@ -95,17 +95,17 @@ def _date():
     return datetime(2023, 5, 8)
 
 
-@pytest.mark.parametrize("heads", [True, False], ids=["heads", "no-heads"])
+@pytest.mark.parametrize("heads", ["gist", "date", "none"])
 def test_token_costs_come_from_the_renderer(heads):
     bank = _extractive_bank()
-    c = token_costs(bank, with_heads=heads)
+    c = token_costs(bank, heads)
     assert c.unit.dtype == np.int64 and (c.unit >= 1).all() and len(c.heading) == bank.n_threads
-    assert (c.heading > 0).all() if heads else (c.heading == 0).all()
+    assert (c.heading > 0).all() if heads != "none" else (c.heading == 0).all()
     # one unit alone: its cost plus its heading's (its own quote dropped), rounded up by at most
     # a token (a blank line that may cost one, a second quote), exact for most units
     exact = 0
     for v in range(bank.n_units):
-        real, est = assemble(bank, "q", [v], with_heads=heads).n_tokens, c.cost([v], bank.unit_thread)
+        real, est = assemble(bank, "q", [v], heads).n_tokens, c.cost([v], bank.unit_thread)
         assert real <= est <= real + 1, (v, unit_line(bank.turns[v], heads), real, est)
         exact += real == est
     assert exact > bank.n_units // 2
@@ -113,7 +113,7 @@ def test_token_costs_come_from_the_renderer(heads):
     rng = np.random.default_rng(0)
     for _ in range(300):
         S = rng.choice(bank.n_units, size=int(rng.integers(1, bank.n_units + 1)), replace=False)
-        real = assemble(bank, "q", list(S), with_heads=heads).n_tokens
+        real = assemble(bank, "q", list(S), heads).n_tokens
         est = c.cost(S, bank.unit_thread)
         assert real <= est <= real + len(S), (sorted(S), real, est)
     assert c.cost([], bank.unit_thread) == 0
@@ -409,6 +409,8 @@ ENGINE_VARIANTS = [{}, {"backend": "tensor"}, {"backend": "tensor", "optimizer":
     pytest.param(dict(token_budget=150, budget=None, knapsack="ratio", hops=2), id="T150-ratio-H2"),
     pytest.param(dict(token_budget=300, budget=None, ablation="no_multi_thread"), id="T300-no-multi-thread"),
     pytest.param(dict(token_budget=200, budget=None, affinity="learned"), id="T200-learned-affinity"),
+    pytest.param(dict(token_budget=200, budget=None, headings="gist"), id="T200-gist-headings"),
+    pytest.param(dict(token_budget=200, budget=None, headings="none"), id="T200-no-headings"),
 ])
 def test_engine_agrees_with_reference_under_a_token_budget(banks, queries, cfg):
     ids, qs, Z = queries
@@ -416,7 +418,8 @@ def test_engine_agrees_with_reference_under_a_token_budget(banks, queries, cfg):
     ctx = {b.bank_id: BankContext.of(b) for b in banks}
     bank = {b.bank_id: b for b in banks}
     ref = [select_reference(ctx[b], q, z, c).units for b, q, z in zip(ids, qs, Z)]
-    assert any(ref) and all(assemble(bank[b], q, p).n_tokens <= c.token_budget for b, q, p in zip(ids, qs, ref))
+    assert any(ref) and all(assemble(bank[b], q, p, c.headings).n_tokens <= c.token_budget
+                            for b, q, p in zip(ids, qs, ref))
     if c.budget is not None:
         assert max(len(p) for p in ref) <= c.budget
     for v in ENGINE_VARIANTS:
@@ -451,10 +454,10 @@ def test_baselines_fill_a_token_budget(banks, queries, fill):
         cfg = SelectConfig(token_budget=T, budget=None, fill=fill)
         for b, q, z in zip(ids, qs, Z):
             ctx = BankContext.of(bank[b])
-            costs = ctx.token_costs(with_heads=False)
+            costs = ctx.token_costs("none")
             for m in BASELINES:
                 units = baseline_units(m, ctx, q, z, cfg)
-                assert assemble(bank[b], q, units, with_heads=False).n_tokens <= T
+                assert assemble(bank[b], q, units, "none").n_tokens <= T
                 from trawmem_gpu.select.baselines import ranking
 
                 order = [int(u) for u in ranking(m, ctx, q, z)]
@@ -511,7 +514,7 @@ def test_every_method_fits_the_budget_on_dev_banks(dev_path):
             for fill in ("skip", "stop"):
                 for (b, q), z in zip(items, Z):
                     p = baseline_units(m, ctx[b], q, z, replace(cfg, fill=fill))
-                    assert assemble(bank[b], q, p, with_heads=False).n_tokens <= T
+                    assert assemble(bank[b], q, p, "none").n_tokens <= T
 
 
 # ----------------------------------------------------------------------------------------------
@@ -535,6 +538,12 @@ def test_flags_parse_and_build_the_config(capsys):
     cfg = _select_config(a)
     assert (cfg.token_budget, cfg.budget, cfg.fill) == (800, 12, "stop")
     assert _select_config(p.parse_args(["query", "--bank", "b", "--question", "q"])).token_budget is None
+    assert _select_config(p.parse_args(["query", "--bank", "b", "--question", "q"])).headings == "date"
+    a = p.parse_args(["score", "--out", "o", "--token-budget", "400", "--headings", "gist"])
+    assert _select_config(a).headings == "gist"
+    with pytest.raises(SystemExit):
+        p.parse_args(["eval", "--data", "d", "--output", "o", "--headings", "summary"])
+    assert "invalid choice: 'summary'" in capsys.readouterr().err
     a = p.parse_args(["sweep", "--data", "d", "--token-budget", "400,800,1600"])
     assert a.token_budget == [400, 800, 1600]
 

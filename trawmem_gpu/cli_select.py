@@ -25,6 +25,8 @@ def _select_config(a):
         kw["budget"] = a.budget
     if getattr(a, "fill", None) is not None:
         kw["fill"] = a.fill
+    if getattr(a, "headings", None) is not None:
+        kw["headings"] = a.headings
     if getattr(a, "hops", None) is not None:
         kw["hops"] = a.hops
     if getattr(a, "ablation", None):
@@ -85,7 +87,7 @@ def cmd_query(a) -> int:
     z = enc.encode([q], is_query=True)[0]
     kw = {"head": head} if head is not None else {}
     sel = select_reference(BankContext.of(bank), q, z, cfg, **kw)
-    ws = assemble(bank, q, sel.units)
+    ws = assemble(bank, q, sel.units, cfg.headings)
     if a.json:
         print(json.dumps({"bank_id": bank.bank_id, "question": q, "units": ws.unit_ids, "tokens": ws.n_tokens,
                           "tokenizer": ws.tokenizer, "workspace": ws.render()}, indent=1))
@@ -160,7 +162,7 @@ def cmd_demo(a) -> int:
     cfg = SelectConfig(budget=a.budget)
     hits = []
     for q, z in zip(qs, Z):
-        ws = assemble(bank, q["question"], select_reference(ctx, q["question"], z, cfg).units)
+        ws = assemble(bank, q["question"], select_reference(ctx, q["question"], z, cfg).units, cfg.headings)
         got = len(set(q["evidence"]) & set(ws.unit_ids)) / len(q["evidence"])
         hits.append(got)
         print(f"Q: {q['question']}\n{ws.render()}-- evidence recall {got:.2f}, {ws.n_tokens} tokens\n")

@@ -7,12 +7,15 @@ Rendered format (what the answer model reads, and what ``context_tokens`` counts
     [S1:8] Ben: She moved to Rotterdam last month for a job at the port authority.
 
 * one ``##`` heading per thread, threads in source order: the date of the thread (a thread
-  never crosses a session, so it dates all its units), then ``—`` and the thread's gist: for an
-  extractive head its most central turn (``speaker: words ...``, clipped), for an LLM head its
-  one-sentence summary. The gist is left out when that very turn is among the units shown;
+  never crosses a session, so it dates all its units). That is all a heading shows by default
+  (``headings="date"``, ``SelectConfig.headings``): at equal tokens the gist did not earn its
+  tokens on either dev set (``benchmarks/bench_equal_tokens.py``, README). With
+  ``headings="gist"`` it goes on with ``—`` and the thread's gist: for an extractive head its most
+  central turn (``speaker: words ...``, clipped), for an LLM head its one-sentence summary; the
+  gist is left out when that very turn is among the units shown;
 * one line per selected unit, in thread order: ``[turn id] speaker: text``, then
   ``[shares an image: caption]`` for a shared image;
-* without heads (the baselines) no headings, and each line carries its own date:
+* without headings (``headings="none"``: the baselines) each line carries its own date:
   ``[S1:6] (2 March 2024) Ben: ...``;
 * a blank line between thread blocks.
 
@@ -33,12 +36,33 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
 from .data.types import Turn
 from .store.bank import Bank
 from .tokens import TOKENIZER_NAME, count_tokens_cached, count_tokens_many, lines_count_apart
+
+Headings = Literal["date", "gist", "none"]
+HEADINGS = ("date", "gist", "none")
+"""What a workspace shows per thread: a ``## date`` heading (``date``), the heading with the
+thread's gist (``gist``), or no heading and a date on every line (``none``)."""
+
+
+def headings_for(method: str, cfg=None) -> str:
+    """How ``method``'s workspaces are rendered: TrawMem under thread headings as its config says
+    (``SelectConfig.headings``), every baseline (ranked units, no threads) with ``none``. The one
+    home of this rule: selection under a token budget and the rendering both ask it."""
+    if method != "trawmem":
+        return "none"
+    return cfg.headings if cfg is not None else "date"
+
+
+def _check_headings(headings: str) -> None:
+    if headings not in HEADINGS:
+        raise ValueError(f"headings must be one of {', '.join(map(repr, HEADINGS))} (got {headings!r})")
+
 
 _STRIP = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f-\x84\x86-\x9f\u202a-\u202e\u2066-\u2069\ufeff\ufff9-\ufffb]")
 _BREAK = re.compile(r"\r\n|[\n\r\x0c\x85\u2028\u2029]")
@@ -84,10 +108,10 @@ def _extractive_prefix(turns: list[Turn]) -> str:
 class ThreadBlock:
     thread: int
     head: str | None
-    """The stored head (None without heads)."""
+    """The stored head (None: no heading, ``headings="none"``)."""
     units: list[Turn]
     gist: str | None = None
-    """What the heading shows after the date (None: date only, or no heading without heads)."""
+    """What the heading shows after the date (None: the date only)."""
 
 
 @dataclass
@@ -129,8 +153,10 @@ def thread_gist(head: str, thread_turns: list[Turn], shown: list[Turn]) -> str |
     return " | ".join(keep).strip() or None
 
 
-def assemble(bank: Bank, question: str, units: list[int], with_heads: bool = True) -> Workspace:
-    """Group ``units`` (bank unit indices, any order) by thread; heads only if ``with_heads``."""
+def assemble(bank: Bank, question: str, units: list[int], headings: Headings = "date") -> Workspace:
+    """Group ``units`` (bank unit indices, any order) by thread, under ``headings`` (:data:`HEADINGS`)."""
+    _check_headings(headings)
+    with_heads = headings != "none"
     ut = bank.unit_thread
     chosen = sorted(set(int(u) for u in units))
     blocks: list[ThreadBlock] = []
@@ -139,7 +165,7 @@ def assemble(bank: Bank, question: str, units: list[int], with_heads: bool = Tru
         if not blocks or blocks[-1].thread != j:
             blocks.append(ThreadBlock(j, bank.heads[j] if with_heads else None, []))
         blocks[-1].units.append(bank.turns[u])
-    if with_heads:
+    if headings == "gist":
         for b in blocks:
             b.gist = thread_gist(b.head, [bank.turns[i] for i in bank.thread_units(b.thread)], b.units)
     return Workspace(bank.bank_id, question, blocks, [bank.turns[u].turn_id for u in chosen])
@@ -171,9 +197,10 @@ class TokenCosts:
     thread's heading (an extractive heading drops a quoted turn that is shown, see
     :func:`thread_gist`); at least 1."""
     heading: np.ndarray
-    """[J] int64 tokens of each thread's heading line and its newline with its full gist (0
-    without heads)."""
-    with_heads: bool
+    """[J] int64 tokens of each thread's heading line and its newline (with its full gist under
+    ``gist``; 0 under ``none``)."""
+    headings: str
+    """The :data:`HEADINGS` mode these costs are counted for."""
     bounded: bool = True
     """The sum bounds the rendered workspace's tokens from above (as argued above): the tokenizer
     counts lines apart and no thread quotes more than :data:`MAX_QUOTED` turns. Else
@@ -191,9 +218,12 @@ the heading (it counts the heading with every subset of them shown; beyond this,
 the costs are not ``bounded``)."""
 
 
-def token_costs(bank: Bank, with_heads: bool = True) -> TokenCosts:
-    """Each unit's and each thread heading's token cost in ``bank``'s workspaces (see
-    :class:`TokenCosts`), counted on the lines :func:`unit_line` and :func:`heading_line` write."""
+def token_costs(bank: Bank, headings: Headings = "date") -> TokenCosts:
+    """Each unit's and each thread heading's token cost in ``bank``'s workspaces under
+    ``headings`` (see :class:`TokenCosts`), counted on the lines :func:`unit_line` and
+    :func:`heading_line` write."""
+    _check_headings(headings)
+    with_heads = headings != "none"
     lines = [unit_line(t, with_heads) + "\n" for t in bank.turns]
     n = count_tokens_many(lines + [x + "\n" for x in lines])
     N = bank.n_units
@@ -201,7 +231,15 @@ def token_costs(bank: Bank, with_heads: bool = True) -> TokenCosts:
     heading = np.zeros(bank.n_threads, dtype=np.int64)
     bounded = lines_count_apart()
     if not with_heads or not N:
-        return TokenCosts(unit, heading, with_heads, bounded)
+        return TokenCosts(unit, heading, headings, bounded)
+    if headings == "date":  # a heading is its date line; showing a unit takes nothing off it
+        labels = {j: list(dict.fromkeys(date_label(bank.turns[int(i)]) for i in bank.thread_units(j)))
+                  for j in range(bank.n_threads)}
+        flat = list(dict.fromkeys(lbl for v in labels.values() for lbl in v))
+        cnt = dict(zip(flat, count_tokens_many([heading_line(lbl, None) + "\n" for lbl in flat])))
+        for j, v in labels.items():
+            heading[j] = max((cnt[lbl] for lbl in v), default=0)
+        return TokenCosts(unit, heading, headings, bounded)
     threads = []  # per thread: (unit ids, date labels, quoted positions, heading variants counted)
     head_lines: dict = {}
     for j in range(bank.n_threads):
@@ -228,20 +266,20 @@ def token_costs(bank: Bank, with_heads: bool = True) -> TokenCosts:
                        for lbl in labels for c in variants if k not in c)
             unit[idx[k]] -= max(0, take)
     np.maximum(unit, 1, out=unit)
-    return TokenCosts(unit, heading, with_heads, bounded)
+    return TokenCosts(unit, heading, headings, bounded)
 
 
-def fit_to_tokens(bank: Bank, units: list[int], token_budget: int, with_heads: bool = True,
+def fit_to_tokens(bank: Bank, units: list[int], token_budget: int, headings: Headings = "date",
                   costs: TokenCosts | None = None) -> list[int]:
     """``units`` (in pick order) less picks from the end until the rendered workspace holds at
     most ``token_budget`` tokens: the check of every selection under a token budget. With the
-    bank's ``costs`` (``bounded``, same ``with_heads``) whose sum for ``units`` is within the
+    bank's ``costs`` (``bounded``, same ``headings``) whose sum for ``units`` is within the
     budget, the workspace provably fits (:class:`TokenCosts`) and is not rendered; otherwise it is
     rendered and counted, and cut until it fits."""
-    if costs is not None and costs.bounded and costs.with_heads == with_heads \
+    if costs is not None and costs.bounded and costs.headings == headings \
             and costs.cost(units, bank.unit_thread) <= token_budget:
         return list(units)
     k = len(units)
-    while k and assemble(bank, "", units[:k], with_heads).n_tokens > token_budget:
+    while k and assemble(bank, "", units[:k], headings).n_tokens > token_budget:
         k -= 1
     return list(units[:k])

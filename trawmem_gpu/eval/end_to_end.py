@@ -99,7 +99,8 @@ def workspace_texts(res: dict, data_path, bank_cache=None, progress: bool = True
     from tqdm.auto import tqdm
 
     from ..data import load_conversations
-    from ..workspace import assemble
+    from ..select.config import SelectConfig
+    from ..workspace import assemble, headings_for
     from .retrieval import banks_for
 
     records = res["records"]
@@ -111,7 +112,11 @@ def workspace_texts(res: dict, data_path, bank_cache=None, progress: bool = True
     if given is not None:
         return [given[r["qid"]] for r in records], bank_of
     questions = {q.qid: q for c in convs for q in c.questions}
-    with_heads = res.get("method") == "trawmem"
+    sel = (res.get("config") or {}).get("select") or {}
+    if sel and "headings" not in sel:  # a run from before headings were an option rendered the gist
+        sel = sel | {"headings": "gist"}
+    sel_cfg = SelectConfig.from_dict(sel)
+    headings = headings_for(res.get("method"), sel_cfg)  # as the retrieval run rendered them
     index = {}
     texts = []
     for r in tqdm(records, desc="workspaces", disable=not progress or len(records) < 2, leave=False):
@@ -123,7 +128,7 @@ def workspace_texts(res: dict, data_path, bank_cache=None, progress: bool = True
             units = [idx[t] for t in r["selected"]]
         except KeyError as e:
             raise InputError(f"record {r['qid']}: turn {e.args[0]!r} is not in bank {b.bank_id!r}") from None
-        ws = assemble(b, questions[r["qid"]].question, units, with_heads=with_heads)
+        ws = assemble(b, questions[r["qid"]].question, units, headings)
         if ws.unit_ids != list(r["selected"]):
             raise InputError(f"record {r['qid']}: rebuilt workspace differs from the retrieval run")
         texts.append(ws.render())

@@ -22,7 +22,7 @@ from ..errors import InputError, name_list
 from ..select.config import SelectConfig
 from ..select.context import BankContext
 from ..tokens import TOKENIZER_NAME
-from ..workspace import assemble
+from ..workspace import assemble, headings_for
 
 METHODS = ("trawmem", "cosine", "bm25", "hybrid", "full")
 Method = Literal["trawmem", "cosine", "bm25", "hybrid", "full"]
@@ -214,7 +214,7 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     ctxs = {} if batched else {b.bank_id: BankContext.of(b) for b in banks}
     if cfg.token_budget is not None:  # per-bank setup (the token costs), outside the selection timing
         for c in ctxs.values():
-            c.token_costs(with_heads=method == "trawmem")
+            c.token_costs(headings_for(method, cfg))
     bank_of = {b.bank_id: b for b in banks}
     items = [(c.bank_id, q) for c in convs for q in c.questions if q.category in categories and q.evidence]
     skipped = sum(1 for c in convs for q in c.questions if q.category in categories and not q.evidence)
@@ -249,7 +249,7 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     records = []
     t0 = time.perf_counter()
     for (bid, q), p, ts in zip(items, picks, t_each):
-        ws = assemble(bank_of[bid], q.question, p, with_heads=(method == "trawmem"))
+        ws = assemble(bank_of[bid], q.question, p, headings_for(method, cfg))
         rec_, hit = _scores(ws.unit_ids, q.evidence)
         records.append({"qid": q.qid, "bank_id": bid, "category": q.category, "evidence_recall": rec_,
                         "all_evidence_hit": hit, "context_tokens": ws.n_tokens, "n_selected": len(ws.unit_ids),

@@ -218,14 +218,14 @@ class CellRunner:
 
     def run_one(self, items: list, Z: np.ndarray, i: int, keep: bool = False, record: bool = True) -> None:
         """Select query ``i`` alone, assemble and render its workspace, time both, score it."""
-        from ..workspace import assemble
+        from ..workspace import assemble, headings_for
 
         bid, q = items[i]
         clear_query_caches()
         t0 = time.perf_counter()
         units, s = self.select(bid, q.question, Z, i)
         t1 = time.perf_counter()
-        ws = assemble(self.banks[bid], q.question, units, with_heads=self.cell.method == TRAWMEM)
+        ws = assemble(self.banks[bid], q.question, units, headings_for(self.cell.method, self.cfg))
         ws.render()
         t2 = time.perf_counter()
         if not record:
@@ -397,9 +397,11 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
     t0 = time.perf_counter()
     ctxs = {b: BankContext.of(bank) for b, bank in banks.items()}
     if any(cell.token_budget is not None for cell in cells):  # per-bank setup of the T cells, not a query's cost
+        from ..workspace import headings_for
+
         for c in ctxs.values():
-            c.token_costs(with_heads=True)
-            c.token_costs(with_heads=False)
+            for h in {headings_for(cell.method, cell.config(base_cfg)) for cell in cells}:
+                c.token_costs(h)
     ctx_s = time.perf_counter() - t0
     load0 = machine_info()["loadavg_1m"]
     with query_threads(threads):

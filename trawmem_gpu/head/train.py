@@ -287,12 +287,12 @@ def fit(items: list[QItem], cfg: SelectConfig | None = None, *, epochs: int = DE
         progress: bool = True) -> tuple[RoleHead, dict]:
     """Train a fresh head on ``items`` (questions whose gold is outside U_q are skipped)."""
     cfg = (cfg or SelectConfig()).resolved()
-    steps = cfg.budget if steps is None else int(steps)
+    steps = cfg.pool_budget if steps is None else int(steps)  # B, or B_T under a token budget
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     use = [it for it in items if it.gold.any()]
     head = RoleHead(cfg, conditional_weights=conditional_weights)
-    batches = make_batches(use, cfg.budget, chunk)
+    batches = make_batches(use, cfg.pool_budget, chunk)
     opt = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=lr)
     hist = {"step_loss": [], "epoch_loss": [], "epoch_seconds": []}
     t0 = time.perf_counter()

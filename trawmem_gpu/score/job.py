@@ -32,7 +32,7 @@ from ..eval.longmemeval import DEFAULT_KS, question_record
 from ..select.config import SelectConfig
 from ..store.bank import Bank
 from ..tokens import TOKENIZER_NAME, count_tokens
-from ..workspace import assemble
+from ..workspace import assemble, headings_for
 from .items import ScoreItem
 from .writer import ResumableJsonl, read_records
 
@@ -138,7 +138,7 @@ class Scorer:
             t0 = time.perf_counter()
             self._ctx[bank_id] = BankContext.of(self.banks[bank_id])
             if self.cfg.token_budget is not None:  # the token costs too: per-bank setup
-                self._ctx[bank_id].token_costs(with_heads=self.spec.method == "trawmem")
+                self._ctx[bank_id].token_costs(headings_for(self.spec.method, self.cfg))
             self._lap("setup", t0)
         return self._ctx[bank_id]
 
@@ -187,7 +187,7 @@ class Scorer:
         recs = []
         for it, p in zip(items, picks):
             bank = self.banks[it.bank_id]
-            ws = assemble(bank, it.question, p, with_heads=(self.spec.method == "trawmem"))
+            ws = assemble(bank, it.question, p, headings_for(self.spec.method, self.cfg))
             text = ws.render()
             ranked = [bank.turns[int(u)].turn_id for u in p]
             rec = {"id": it.id, "bank_id": it.bank_id, "question": it.question, "date": it.date, "units": ranked,

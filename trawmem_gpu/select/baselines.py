@@ -111,6 +111,6 @@ def baseline_units(method: str, ctx: BankContext, question: str, z: np.ndarray, 
     from ..workspace import fit_to_tokens
 
     order = ranking(method, ctx, question, z)
-    costs = ctx.token_costs(with_heads=False)
+    costs = ctx.token_costs("none")
     units = take_within_tokens(order, costs, ctx.bank.unit_thread, cfg.token_budget, cfg.fill, cfg.budget)
-    return fit_to_tokens(ctx.bank, units, cfg.token_budget, with_heads=False, costs=costs)
+    return fit_to_tokens(ctx.bank, units, cfg.token_budget, "none", costs=costs)

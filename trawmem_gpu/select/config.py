@@ -44,9 +44,14 @@ RELEVANCE_FEATURES = ("cos", "bm25", "rrf_cos", "rrf_bm25", "top_cos", "top_bm25
                       "context_cos", "context_rrf", "date_match")
 """Features of the ``learned`` affinity, in the order of ``relevance_weights`` (defined in
 ``steps/relevance.py``)."""
-# Fitted by `python benchmarks/bench_affinity.py` on both dev sets (LoCoMo dev, LongMemEval-S dev),
-# one weight per RELEVANCE_FEATURES entry, then the bias.
-DEFAULT_RELEVANCE_WEIGHTS = (0.0, 0.0, 60.0, 60.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -2.0)
+DEFAULT_RELEVANCE_WEIGHTS = (0.5944525886962634, 3.3104143963350556, 268.6639784976649,
+                             -14.467420027655184, 2.930781967085465, 8.431448715934977,
+                             0.40257416633110504, 0.7609082529543996, -0.8243793688348676,
+                             35.15913888091178, -0.41844823688030675, -9.743360630204531)
+"""The shipped ``learned`` affinity: fitted on both dev sets (LoCoMo dev, LongMemEval-S dev) by
+``python benchmarks/bench_equal_tokens.py --parts fit``, one weight per RELEVANCE_FEATURES entry,
+then the bias; a test keeps it equal to ``benchmarks/results/affinity_weights.json``. Validated
+leave-one-fold-out there (README "Equal tokens")."""
 LEGACY_FIELDS = frozenset()
 """Fields an older SelectConfig had and ``from_dict`` still accepts (and ignores)."""
 
@@ -89,11 +94,19 @@ class SelectConfig:
     no token budget (B alone). TrawMem then maximizes J under a knapsack on the units' token
     costs (``workspace.token_costs``) with the cost-aware greedy (``steps/greedy.py``); the
     baselines take ranked units while they fit (``fill``)."""
-    knapsack: Literal["best", "gain", "ratio"] = "best"
+    knapsack: Literal["best", "gain", "ratio"] = "gain"
     """TrawMem's greedy under a token budget: ``best`` = the cost-aware greedy (the better by J of
     the gain-ranked and the gain-per-token-ranked greedy, each adding only units that still fit:
     the stated guarantee, ``steps/greedy.py``), or only one of the two runs (``gain``,
-    ``ratio``)."""
+    ``ratio``). The default ``gain`` won at equal tokens on both dev sets, chosen by nested
+    leave-one-fold-out (``benchmarks/bench_equal_tokens.py``); ``best`` keeps the stated
+    guarantee on J, which is not the same as more evidence."""
+    headings: Literal["date", "gist", "none"] = "date"
+    """What TrawMem's workspace shows per thread, and its token costs pay for
+    (``workspace.HEADINGS``): a ``## date`` heading (the default), the heading with the thread
+    head's gist (``gist``; at equal tokens it did not earn its tokens on either dev set, README
+    "Equal tokens"), or no headings and a date on every line (``none``). It changes no pick
+    without a token budget."""
     fill: Literal["skip", "stop"] = "skip"
     """How a ranked baseline (cosine, BM25, hybrid, full context) fills a token budget: ``skip``
     a unit that would overflow and go on down the ranking, or ``stop`` at the first one."""
@@ -114,13 +127,14 @@ class SelectConfig:
     """Seed distance for r0 = 1 / (1 + d_idx(z, h)): L2 between unit vectors, or 1 - cos."""
     seed_score: Literal["head", "best_unit", "max"] = "best_unit"
     """r0 of a thread: from its head vector (paper), from its best unit's affinity, or the max."""
-    affinity: Literal["dense", "fused", "rrf", "learned"] = "rrf"
+    affinity: Literal["dense", "fused", "rrf", "learned"] = "learned"
     """alpha(v): ``dense`` = (1 + cos(z, e_v)) / 2 (the paper); ``fused`` = (1 - w) * dense +
     w * bm25 / max_bank(bm25) with w = ``lexical_weight``; ``rrf`` = reciprocal-rank fusion of
     cosine and BM25 over the bank (k = ``rrf_k``), divided by its bank maximum; ``learned`` =
     sigmoid(relevance_weights . f_q(v)) over generic relevance features (dense, lexical, their
     ranks, speaker named, temporal and date cues, session context: ``steps/relevance.py``),
-    divided by its bank maximum."""
+    divided by its bank maximum. The default ``learned`` beat ``rrf`` at equal tokens on both dev
+    sets, fitted on held-out folds (README "Equal tokens")."""
     lexical_weight: float = 0.5
     """Weight of BM25 in the ``fused`` affinity."""
     rrf_k: int = 60
@@ -155,8 +169,10 @@ class SelectConfig:
     """Weight of the information-coverage term of J."""
     w_role: float = 1.0
     """Weight of the role-coverage term of J."""
-    w_aff: float = 1.0
-    """Weight of the affinity sum of J."""
+    w_aff: float = 16.0
+    """Weight of the affinity sum of J (the paper: 1). The default 16 was chosen at equal tokens
+    by nested leave-one-fold-out on both dev sets (``benchmarks/bench_equal_tokens.py``): with a
+    calibrated affinity, relevance should lead and coverage break ties among near-equals."""
     w_thr: float = 1.0
     """Weight of the thread-coverage term of J."""
     w_rec: float = 0.0

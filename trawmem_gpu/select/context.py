@@ -56,13 +56,13 @@ class BankContext:
         return cls(bank, bank.unit_thread, pos, head_sim, temporal, BM25Index(texts), adj, unit_attributes(bank),
                    relevance_static(bank))
 
-    def token_costs(self, with_heads: bool = True):
-        """The bank's ``workspace.TokenCosts`` (with or without heads), counted on first use."""
-        if with_heads not in self._token_costs:
+    def token_costs(self, headings: str = "date"):
+        """The bank's ``workspace.TokenCosts`` under ``headings``, counted on first use."""
+        if headings not in self._token_costs:
             from ..workspace import token_costs
 
-            self._token_costs[with_heads] = token_costs(self.bank, with_heads)
-        return self._token_costs[with_heads]
+            self._token_costs[headings] = token_costs(self.bank, headings)
+        return self._token_costs[headings]
 
     def neighbours(self, j: int, semantic: bool):
         return [(d, w) for d, w, k in self.adj[j] if semantic or k != SEMANTIC]

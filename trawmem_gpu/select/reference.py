@@ -115,12 +115,12 @@ def select_reference(ctx: BankContext, question: str, z: np.ndarray, cfg: Select
     obj = Objective(pi, K, rho, delta, modular, loc.lt, coverage_weights(w))
     tokens = costs = None
     if cfg.token_budget is not None:                                      # a knapsack on workspace tokens
-        costs = ctx.token_costs(with_heads=True)
+        costs = ctx.token_costs(cfg.headings)
         tokens = TokenBudget(cfg.token_budget, costs.unit[loc.cand], costs.heading[loc.threads], cfg.knapsack_ratio)
     picks, gains = cost_aware_greedy(obj, config_rule(cfg, U, tokens=tokens), lazy=cfg.greedy == "lazy")
     units = [int(loc.cand[i]) for i in picks]
     if cfg.token_budget is not None:                                      # the rendering against T
-        units = fit_to_tokens(ctx.bank, units, cfg.token_budget, costs=costs)
+        units = fit_to_tokens(ctx.bank, units, cfg.token_budget, cfg.headings, costs=costs)
         gains = gains[:len(units)]
     sel = Selection(ctx.bank.bank_id, units, gains, loc.threads)
     if keep_internals:

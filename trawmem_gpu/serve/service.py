@@ -319,7 +319,7 @@ class SelectionService:
     def _workspace(self, it: SelectItem, bank, units: list[int], used_dates: bool, timings: dict) -> dict:
         """The response body for one query: grouping, rendering and the token count."""
         t0 = time.perf_counter()
-        ws = assemble(bank, it.question, units)
+        ws = assemble(bank, it.question, units, self.engines.base.headings)
         text = ws.render()
         out = {
             "bank_id": it.bank_id, "bank_n_units": bank.n_units, "question": it.question, "budget": it.budget,

@@ -117,7 +117,8 @@ class SelectionEngine:
         """Workspaces (selected units grouped under their heads) for a batch of queries."""
         snap = self._store.snapshot
         picks = self._select(snap, bank_ids, questions, Z, dates)
-        return [assemble(snap.infos[snap.index[b]].bank, q, p) for b, q, p in zip(bank_ids, questions, picks)]
+        return [assemble(snap.infos[snap.index[b]].bank, q, p, self.cfg.headings)
+                for b, q, p in zip(bank_ids, questions, picks)]
 
     def select_units(self, bank_ids: list[str], questions: list[str], Z,
                      dates: list[datetime | None] | None = None) -> list[list[int]]:
@@ -140,7 +141,8 @@ class SelectionEngine:
         if self.cfg.token_budget is not None:  # the rendering against T (workspace.fit_to_tokens)
             t0 = time.perf_counter()
             T, infos = self.cfg.token_budget, snap.infos
-            picks = [fit_to_tokens(infos[b].bank, p, T, costs=infos[b].costs) for b, p in zip(batch.bidx.tolist(), picks)]
+            picks = [fit_to_tokens(infos[b].bank, p, T, self.cfg.headings, costs=infos[b].costs)
+                     for b, p in zip(batch.bidx.tolist(), picks)]
             timer.add({"fit_tokens": time.perf_counter() - t0})
         return picks
 

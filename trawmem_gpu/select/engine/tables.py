@@ -113,7 +113,7 @@ def build_bank(bank: Bank, cfg, layout: Layout) -> tuple[BankInfo, dict[str, np.
         speakers = st.speakers
         a["rel_idx"] = np.stack([st.speaker, st.prev, st.next], axis=1)
     a["nbr"], a["nbw"] = _neighbours(bank, cfg.semantic_edges)
-    costs = token_costs(bank, with_heads=True) if layout.tokens else None
+    costs = token_costs(bank, cfg.headings) if layout.tokens else None
     if costs is not None:
         a["tok_unit"], a["tok_head"] = costs.unit.astype(np.float64), costs.heading.astype(np.float64)
     else:
