@@ -3,7 +3,6 @@ counts kept across calls) equals ``count_tokens`` on the whole text: on random t
 break it (blank-line joins, trailing and odd whitespace after a newline, continuation lines,
 special-token text, the final strip) and on real workspaces of the dev banks, cold and warm."""
 import unicodedata
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -75,23 +74,23 @@ def test_other_tokenizers_fall_back_to_the_full_count(monkeypatch):
 
 
 def test_real_workspaces_count_exactly(dev_path):
-    """Random unit sets (1-40 units, odd sizes) of the dev banks, with thread headings and without
-    (every line then carries its date): the cached count is the count of the rendered text."""
+    """Random unit sets (1-40 units, odd sizes) of the dev banks, under every ``headings`` mode
+    (date and gist, date only, none: every line then carries its date): the cached count is the
+    count of the rendered text."""
     from trawmem_gpu.config import BuildConfig
     from trawmem_gpu.eval.retrieval import banks_for
-    from trawmem_gpu.workspace import assemble
+    from trawmem_gpu.workspace import HEADINGS, assemble
 
     _, banks, _ = banks_for(dev_path, BuildConfig(), progress=False)
     rng = np.random.default_rng(0)
     n = 0
     for bank in banks[:4]:
-        for _ in range(150):
+        for _ in range(100):
             k = int(rng.integers(1, min(41, bank.n_units + 1)))
-            ws = assemble(bank, "q", rng.choice(bank.n_units, size=k, replace=False).tolist())
-            bare = replace(ws, blocks=[replace(b, head=None, gist=None) for b in ws.blocks])
-            for w in (ws, bare):
+            units = rng.choice(bank.n_units, size=k, replace=False).tolist()
+            for headings in HEADINGS:
+                w = assemble(bank, "q", units, headings)
                 text = w.render()
-                want = count_tokens(text)
-                assert count_tokens_cached(text) == want == w.n_tokens
+                assert count_tokens_cached(text) == count_tokens(text) == w.n_tokens
                 n += 1
-    assert n == 1200 and len(tokens._piece_counts) > 100
+    assert n == 400 * len(HEADINGS) and len(tokens._piece_counts) > 100
