@@ -30,7 +30,7 @@ from disk), which must match.
 server's CPU per query by thread role, the worker's busy fraction, and a request's latency split
 into queueing, the batch's engine call, assembly and HTTP (client latency minus the server's own
 time). With ``--baseline-src DIR`` (a source tree of an earlier version, e.g. ``git archive COMMIT |
-tar -x -C DIR``) a server of that tree, configured as the reference one, runs the same cells,
+tar -x -C DIR`` and ``ln -s ../kernels DIR/trawmem_gpu/kernels``) a server of that tree, configured as the reference one, runs the same cells,
 alternating with it in each round: this version over that one, per round, in one run.
 
     python benchmarks/bench_serve.py [--quick] [--duration 4] [--rounds 4] [--waits 0,5,20]
