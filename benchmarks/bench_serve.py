@@ -29,12 +29,15 @@ from disk), which must match.
 (``/v1/select``) and once in ``/v1/select/batch`` calls of ``--batch-call`` requests: the
 server's CPU per query by thread role, the worker's busy fraction, and a request's latency split
 into queueing, the batch's engine call, assembly and HTTP (client latency minus the server's own
-time).
+time). With ``--baseline-src DIR`` (a source tree of an earlier version, e.g. ``git archive COMMIT |
+tar -x -C DIR`` and ``ln -s ../kernels DIR/trawmem_gpu/kernels``) a server of that tree, configured as the reference one, runs the same cells,
+alternating with it in each round: this version over that one, per round, in one run.
 
     python benchmarks/bench_serve.py [--quick] [--duration 4] [--rounds 4] [--waits 0,5,20]
                                      [--conc 1,8,64,256] [--threads 1] [--data PATH|sample]
+                                     [--encoder-runtime torch|onnx] [--baseline-src DIR] [--skip-text]
 
-Results: ``benchmarks/results/serve.json`` and ``serve.png`` (or ``--out-dir``). Dev data is read
+Results: ``benchmarks/results/serve.json`` and ``serve.png`` (or ``--out-dir``, ``--name``). Dev data is read
 in place (``../shared/data/locomo/locomo_dev.json``); ``--data sample`` uses 8 copies of the
 bundled sample conversation instead.
 """
@@ -106,22 +109,25 @@ def load_data(spec: str):
 # servers
 # ----------------------------------------------------------------------------------------------
 class Server:
-    def __init__(self, name: str, src: Path, work: Path, args, max_batch: int, max_wait_ms: float):
+    def __init__(self, name: str, src: Path, work: Path, args, max_batch: int, max_wait_ms: float,
+                 root: Path = ROOT):
+        """``root``: the source tree the server runs from (this one, or ``--baseline-src``)."""
         self.name, self.max_batch, self.max_wait_ms = name, max_batch, max_wait_ms
         self.coll = work / f"coll-{name}"
         shutil.copytree(src, self.coll)
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(work / f"server-{name}.log", "w")
-        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+               "TRAWMEM_ENCODER_RUNTIME": args.encoder_runtime,
                "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
                "NUMBA_NUM_THREADS": str(args.threads)}
         cmd = [sys.executable, "-m", "trawmem_gpu.cli", "serve", "--collection", str(self.coll), "--port",
                str(self.port), "--max-batch", str(max_batch), "--max-wait-ms", str(max_wait_ms),
                "--max-queue", "4096", "--timeout", "120", "--threads", str(args.threads),
                "--switch-interval-ms", str(args.switch_interval_ms), "--encode-chunk", str(args.encode_chunk)]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT))
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=str(root))
 
     def wait_ready(self, timeout: float = 600.0) -> None:
         import httpx
@@ -482,13 +488,22 @@ def main(argv=None) -> int:
     p.add_argument("--encode-chunk", type=int, default=16, help="questions per encoder pass, server and in-process")
     p.add_argument("--where-conc", type=int, default=64)
     p.add_argument("--batch-call", type=int, default=16, help="requests per /v1/select/batch call")
+    p.add_argument("--encoder-runtime", default="torch", choices=("torch", "onnx"),
+                   help="TRAWMEM_ENCODER_RUNTIME of the servers and the in-process reference")
+    p.add_argument("--baseline-src", default=None,
+                   help="a source tree of an earlier version (e.g. `git archive COMMIT | tar -x -C DIR`): its "
+                        "server, configured as the reference one, runs the client-vector cells too, alternating "
+                        "with it in every round (before / after in one run)")
+    p.add_argument("--skip-text", action="store_true", help="only the client-vector cells (no text questions)")
     p.add_argument("--quick", action="store_true", help="1 round, 3 s cells, waits 0,5, clients 1,8,64")
     p.add_argument("--out-dir", default=str(HERE / "results"))
+    p.add_argument("--name", default="serve", help="result files: NAME.json and NAME.png in --out-dir")
     a = p.parse_args(argv)
     if a.quick:
         a.rounds, a.duration, a.waits, a.conc, a.inproc_seconds = 1, 3.0, "0,5", "1,8,64", 1.0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ["TRAWMEM_ENCODER_RUNTIME"] = a.encoder_runtime  # the in-process reference's encoder too
     random.seed(0)
     waits = [float(w) for w in a.waits.split(",")]
     concs = [int(c) for c in a.conc.split(",")]
@@ -513,6 +528,11 @@ def main(argv=None) -> int:
     # batch-size-1 serving sits next to the reference server, so their cells of a round are adjacent
     servers.insert(next((i + 1 for i, w in enumerate(waits) if w == a.ref_wait), len(servers)),
                    Server("batch1", src, work, a, 1, 0.0))
+    base = None
+    if a.baseline_src:
+        base = Server(f"baseline-wait{a.ref_wait:g}ms", src, work, a, a.max_batch, a.ref_wait,
+                      root=Path(a.baseline_src).resolve())
+        servers.append(base)
     stored0 = {s.name: sum(b.n_units for b in banks) for s in servers}
     cells, where = [], []
     try:
@@ -520,8 +540,10 @@ def main(argv=None) -> int:
             s.wait_ready()
         print(f"{len(servers)} servers ready", flush=True)
         prev_batch: dict = {}
-        for rnd in range(a.rounds):
-            order = [(s, c) for c in concs for s in (servers if (rnd + concs.index(c)) % 2 == 0 else servers[::-1])]
+        text_servers = [s for s in servers if s is not base]
+        for rnd in range(0 if a.skip_text else a.rounds):
+            order = [(s, c) for c in concs
+                     for s in (text_servers if (rnd + concs.index(c)) % 2 == 0 else text_servers[::-1])]
             for s, c in order:
                 # in-process at this cell's batch size right before (the previous round's batch size,
                 # else the concurrency bound) and right after the cell; their mean pairs with the cell
@@ -543,12 +565,15 @@ def main(argv=None) -> int:
         for rnd in range(a.rounds):
             for route, bodies, per in (("/v1/select", vec_bodies, 1), ("/v1/select/batch", batch_bodies, a.batch_call)):
                 conc = a.where_conc if per == 1 else max(1, a.where_conc // per)
-                cell = run_cell(bs, bodies, route, conc, a, bank_ids, f"vec-{route[-5:]}-{rnd}", per)
-                cell["vectors"], cell["round"] = True, rnd
-                where.append(cell)
-                print(f"vectors {route:>16} x{conc:<4} ({per}/call) {cell['throughput_qps']:7.1f} q/s  p50 "
-                      f"{cell['p50_ms']:7.1f} ms  batch {cell['mean_batch']:5.1f}  busy {cell['worker_busy']:.2f}  "
-                      f"cpu {cell['server_cpu_cores']:.2f}  split {cell.get('latency_split_ms')}", flush=True)
+                pair = [bs] if base is None else ([bs, base] if rnd % 2 == 0 else [base, bs])
+                for srv in pair:
+                    cell = run_cell(srv, bodies, route, conc, a, bank_ids, f"vec-{srv.name}-{route[-5:]}-{rnd}", per)
+                    cell["vectors"], cell["round"] = True, rnd
+                    where.append(cell)
+                    print(f"vectors {srv.name:>18} {route:>16} x{conc:<4} ({per}/call) {cell['throughput_qps']:7.1f} "
+                          f"q/s  p50 {cell['p50_ms']:7.1f} ms  batch {cell['mean_batch']:5.1f}  busy "
+                          f"{cell['worker_busy']:.2f}  cpu {cell['server_cpu_cores']:.2f}  per query "
+                          f"{cell.get('server_cpu_ms_per_query')}  split {cell.get('latency_split_ms')}", flush=True)
         # turns appended vs stored
         import httpx
 
@@ -575,13 +600,20 @@ def main(argv=None) -> int:
     by = {(c["server"], c["conc"], c["round"]): c["throughput_qps"] for c in cells}
     speedup = {c: [by[(ref, c, r)] / by[("batch1", c, r)] for r in range(a.rounds)
                    if (ref, c, r) in by and ("batch1", c, r) in by] for c in concs}
+    # client-supplied vectors: this version over the baseline tree's, per round (cells back to back)
+    vby = {(c["server"], c["route"], c["round"]): c["throughput_qps"] for c in where}
+    after_over_before = {} if base is None else {
+        route: [vby[(ref, route, r)] / vby[(base.name, route, r)] for r in range(a.rounds)]
+        for route in ("/v1/select", "/v1/select/batch")}
     targets = {
         "reference_server": ref,
+        "vectors_after_over_before": {k: float(np.median(v)) for k, v in after_over_before.items()},
+        "vectors_after_over_before_rounds": after_over_before,
         "served_over_inproc_at_64": dyn.get(64, {}).get("served_over_inproc"),
         "served_over_inproc_at_64_rounds": dyn.get(64, {}).get("served_over_inproc_rounds"),
         "dynamic_over_batch1": {c: float(np.median(v)) for c, v in speedup.items() if v},
         "dynamic_over_batch1_rounds": speedup,
-        "worst_p99_over_p50": max(r["p99_ms"] / r["p50_ms"] for r in rows),
+        "worst_p99_over_p50": max((r["p99_ms"] / r["p50_ms"] for r in rows), default=None),
         "failed": failed,
         "turns_appended": appended, "turns_stored_api": api_stored, "turns_stored_disk": disk_stored,
         "turns_match": appended == api_stored == disk_stored,
@@ -589,7 +621,8 @@ def main(argv=None) -> int:
     print("\n" + table(rows))
     print("\nclient-supplied vectors (where the time goes):")
     for r in wrows:
-        print(f"  {r['route']} ({r['queries_per_call']}/call, {r['conc']} clients): {r['throughput_qps']:.0f} q/s, "
+        print(f"  {r['server']} {r['route']} ({r['queries_per_call']}/call, {r['conc']} clients): "
+              f"{r['throughput_qps']:.0f} q/s, "
               f"worker busy {r['worker_busy']:.2f}, server CPU {r['server_cpu_cores']:.2f} cores, per query "
               f"{r.get('per_query_ms')}, latency split {r.get('latency_split_ms')}")
     print("\ntargets:", json.dumps(targets, indent=1))
@@ -600,9 +633,9 @@ def main(argv=None) -> int:
            "n_questions": len(items), "encoder_cpu_ms_per_question_by_chunk": chunks, "cells": cells,
            "where": where, "table": rows, "where_table": wrows,
            "targets": targets}
-    (out / "serve.json").write_text(json.dumps(res, indent=1, default=float))
-    plot(rows, out / "serve.png")
-    print(f"-> {out / 'serve.json'}, {out / 'serve.png'}")
+    (out / f"{a.name}.json").write_text(json.dumps(res, indent=1, default=float))
+    plot(rows, out / f"{a.name}.png")
+    print(f"-> {out / (a.name + '.json')}, {out / (a.name + '.png')}")
     return 0 if failed == 0 and targets["turns_match"] else 1
 
 

@@ -164,6 +164,42 @@ def test_banks_health_openapi_metrics(shared):
     assert "trawmem_batch_size_bucket" in m and "trawmem_queue_depth" in m
 
 
+def test_query_routes_are_answered_at_the_edge(shared, monkeypatch):
+    """POST /v1/select and /v1/select/batch are answered by the edge middleware, not FastAPI's
+    router (which would serve any route alike): with the router's handler broken they still
+    answer, errors included, while other routes and other methods on those paths go to it. The
+    OpenAPI document still describes their bodies and keys."""
+    import fastapi.routing
+
+    c, service = shared
+    spec = c.get("/openapi.json").json()
+    for path, model in (("/v1/select", "SelectRequest"), ("/v1/select/batch", "BatchRequest")):
+        op = spec["paths"][path]["post"]
+        assert op["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/" + model)
+        assert op["security"] == spec["paths"]["/v1/banks"]["get"]["security"]
+    assert spec["components"]["schemas"]["BatchRequest"]["properties"]["requests"]["items"]["$ref"].endswith(
+        "/SelectRequest")
+
+    async def broken(self, scope, receive, send):
+        raise AssertionError("the router was reached")
+
+    monkeypatch.setattr(fastapi.routing.APIRoute, "handle", broken)
+    ok = {"bank_id": SAMPLE_BANK, "question": QUESTION}
+    assert _post(c, "/v1/select", ok).status_code == 200
+    assert _post(c, "/v1/select/batch", {"requests": [ok, ok]}).status_code == 200
+    r = _post(c, "/v1/select", {**ok, "hops": 99})
+    assert r.status_code == 422 and "hops must lie" in r.json()["detail"]
+    r = _post(c, "/v1/select", {"question": QUESTION})
+    assert r.status_code == 422 and r.json()["detail"] == "bank_id: Field required"
+    r = _post(c, "/v1/select/batch", {"requests": [ok, {**ok, "budget": "x"}]})
+    assert r.status_code == 422 and r.json()["detail"].startswith("requests[1].budget:")
+    assert _post(c, "/v1/select", {**ok, "bank_id": "nope"}).status_code == 404
+    assert c.get("/v1/banks").status_code == 500  # through the router: broken
+    monkeypatch.undo()
+    assert c.get("/v1/select").status_code == 405
+    assert c.get("/v1/banks").status_code == 200
+
+
 def test_engines_per_budget_and_hops_are_bounded(coll):
     cfg = ServeConfig(collection=coll, max_engines=2, max_wait_ms=1)
     with running(cfg) as (url, service, _):
@@ -172,7 +208,45 @@ def test_engines_per_budget_and_hops_are_bounded(coll):
                 r = _post(c, "/v1/select", {"bank_id": SAMPLE_BANK, "question": QUESTION, "budget": budget})
                 assert r.status_code == 200 and len(r.json()["units"]) <= budget
             keys = service.engines.keys
-            assert len(keys) == 2 and service.engines.default_key in keys and (4, 1) in keys
+            assert len(keys) == 2 and service.engines.default_key in keys and (4, 1, None) in keys
+
+
+def test_token_budget_per_request(shared):
+    """``token_budget`` (T): the workspace the in-process engine selects under T (no unit cap unless
+    ``budget`` is given too), rendered within T, from an engine keyed by (B, H, T); a batch mixing
+    T answers each request as alone; bad T values get a 422 that names it."""
+    from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.engine import SelectionEngine
+    from trawmem_gpu.tokens import count_tokens
+    from trawmem_gpu.workspace import assemble
+
+    c, service = shared
+    bank = service.registry.get(SAMPLE_BANK)
+    z = service.encoder.encode([QUESTION], is_query=True)
+    ok = {"bank_id": SAMPLE_BANK, "question": QUESTION}
+    cases = ((150, None, 1), (400, None, 2), (400, 3, 1))
+    for T, B, H in cases:
+        r = _post(c, "/v1/select", {**ok, "token_budget": T, "hops": H, **({"budget": B} if B else {})})
+        assert r.status_code == 200, r.text
+        got = r.json()
+        want = SelectionEngine([bank], SelectConfig(budget=B, hops=H, token_budget=T)).select_units(
+            [SAMPLE_BANK], [QUESTION], z)[0]
+        assert [u["id"] for u in got["units"]] == assemble(bank, QUESTION, want).unit_ids
+        assert (got["token_budget"], got["budget"], got["hops"]) == (T, B, H)
+        assert got["n_tokens"] == count_tokens(got["text"]) <= T
+        assert len(got["units"]) <= (B or bank.n_units) and (B, H, T) in service.engines.keys
+    assert len(_post(c, "/v1/select", {**ok, "token_budget": 400, "hops": 2}).json()["units"]) > 3  # no cap of B
+    plain = _post(c, "/v1/select", ok).json()
+    assert plain["token_budget"] is None and plain["budget"] == service.defaults[0]
+    reqs = [{**ok, "token_budget": T, "hops": H, **({"budget": B} if B else {})} for T, B, H in cases] + [ok]
+    alone = [_post(c, "/v1/select", q).json() for q in reqs]
+    batch = _post(c, "/v1/select/batch", {"requests": reqs}).json()["results"]
+    assert [x["text"] for x in batch] == [x["text"] for x in alone]
+    for bad in (0, -5, 2.5, "x", True, 10 ** 9):
+        r = _post(c, "/v1/select", {**ok, "token_budget": bad})
+        assert r.status_code == 422 and "token_budget" in r.json()["detail"], (bad, r.text)
+    r = _post(c, "/v1/select/batch", {"requests": [ok, {**ok, "token_budget": 0}]})
+    assert r.status_code == 422 and r.json()["detail"].startswith("requests[1].token_budget must lie in 1..")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -651,7 +725,7 @@ def test_engine_set_lru_and_refresh():
     assert es.get(16, 1) is d and es.builds == 1
     es.get(4, 1)
     es.get(8, 2)  # evicts (4, 1), never the default
-    assert es.keys == [(16, 1), (8, 2)] and es.get(8, 2).cfg.budget == 8 and es.get(8, 2).cfg.hops == 2
+    assert es.keys == [(16, 1, None), (8, 2, None)] and es.get(8, 2).cfg.budget == 8 and es.get(8, 2).cfg.hops == 2
     # a refresh reaches every engine in place (no rebuild), and new banks join them
     a2, c = _FakeBank("a", 2), _FakeBank("c")
     es.refresh(a2)

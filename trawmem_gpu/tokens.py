@@ -74,3 +74,49 @@ def lines_count_apart() -> bool:
     line is followed by an empty line (the two newlines join one piece). ``workspace.TokenCosts``
     rests on this."""
     return getattr(get_tokenizer(), "_pat_str", None) in CL100K_PATTERNS
+
+
+@lru_cache(maxsize=1)
+def _line_starts():
+    """The cut points of :func:`count_tokens_cached` (a newline, then a non-whitespace character),
+    or None for a tokenizer that does not count lines apart."""
+    import re
+
+    return re.compile(r"(?<=\n)(?=\S)") if lines_count_apart() else None
+
+
+_piece_counts: dict[str, int] = {}
+MAX_CACHED_PIECES = 1 << 18
+"""Most text pieces whose counts :func:`count_tokens_cached` keeps (the cache is dropped beyond)."""
+
+
+def count_tokens_cached(text: str) -> int:
+    """``count_tokens(text)``, exactly, from per-line counts kept across calls.
+
+    The text is cut after every newline that a non-whitespace character follows, and the counts
+    of the parts are summed: exact for ``cl100k_base`` (:func:`lines_count_apart`), whose pieces
+    never hold a newline followed by a non-whitespace character (so no piece crosses such a cut)
+    and whose only context-dependent rules (``\\s++$``, ``\\s+(?!\\S)``) cut a part's final
+    whitespace run, which ends in that newline, the same way whether a non-whitespace character or
+    the end of the text follows. (A cut before each code point that Python's ``\\S`` takes was
+    checked against the whole-text count, for every code point; Python leaves out a few that
+    tiktoken calls non-space, which only means fewer cuts.) A workspace is such lines (every line
+    starts with ``[`` or ``#``), and the same lines recur across queries of a bank, so counting a
+    rendered workspace costs a split and a few dictionary look-ups once the cache is warm (0.02 ms
+    against 0.15 ms for an 860-token workspace). Any other tokenizer falls back to
+    :func:`count_tokens`.
+    Thread-safe (a race only counts a part twice)."""
+    cut = _line_starts()
+    if cut is None:
+        return count_tokens(text)
+    cache = _piece_counts
+    parts = cut.split(text)
+    todo = [p for p in parts if p not in cache]
+    if not todo:
+        return sum(cache[p] for p in parts)
+    if len(cache) + len(todo) > MAX_CACHED_PIECES:
+        cache.clear()
+    enc = get_tokenizer()
+    for p in todo:
+        cache[p] = len(enc.encode_ordinary(p))
+    return sum(cache[p] if p in cache else len(enc.encode_ordinary(p)) for p in parts)

@@ -42,7 +42,7 @@ import numpy as np
 
 from .data.types import Turn
 from .store.bank import Bank
-from .tokens import TOKENIZER_NAME, count_tokens, count_tokens_many, lines_count_apart
+from .tokens import TOKENIZER_NAME, count_tokens_cached, count_tokens_many, lines_count_apart
 
 Headings = Literal["date", "gist", "none"]
 HEADINGS = ("date", "gist", "none")
@@ -135,7 +135,7 @@ class Workspace:
 
     @property
     def n_tokens(self) -> int:
-        return count_tokens(self.render())
+        return count_tokens_cached(self.render())
 
     tokenizer = TOKENIZER_NAME
 

@@ -125,6 +125,8 @@ class DynamicBatcher:
         self._queue.extend(pend)
         self._wake.set()
         try:
+            if len(pend) == 1:  # the common case, without a gathering future
+                return [await asyncio.wait_for(pend[0].future, timeout_s)]
             return await asyncio.wait_for(asyncio.gather(*(p.future for p in pend)), timeout_s)
         except asyncio.TimeoutError:
             raise DeadlineExceeded(f"no answer within the {timeout_s:g} s deadline") from None

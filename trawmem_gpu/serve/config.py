@@ -39,11 +39,13 @@ class ServeConfig:
     """Largest per-request ``budget`` (B) accepted; the default B is the engine config's."""
     max_hops: int = 3
     """Largest per-request ``hops`` (H) accepted."""
+    max_token_budget: int = 16384
+    """Largest per-request ``token_budget`` (T) accepted (``--max-token-budget``)."""
     encode_chunk: int = 16
     """Questions per encoder forward pass within a batch (the batch is length-sorted, then cut;
-    ``--encode-chunk``): 16 was fastest for MiniLM on one CPU thread, 3.63 ms of CPU per question
-    against 4.54 at 64 and 7.43 one at a time (``benchmarks/bench_serve.py``); on a GPU take the
-    whole batch."""
+    ``--encode-chunk``): 16 was fastest for MiniLM on one CPU thread, 3.60 ms of CPU per question
+    against 4.40 at 64 and 7.47 one at a time (ONNX Runtime: 1.69, 2.28, 3.80;
+    ``benchmarks/bench_serve.py``); on a GPU take the whole batch."""
     max_batch_request: int = 256
     """Most requests in one ``POST /v1/select/batch``."""
     max_turns_per_append: int = 1000
@@ -65,7 +67,7 @@ class ServeConfig:
 
     def __post_init__(self):
         for name in ("max_batch", "encode_chunk", "max_queue", "max_body_bytes", "max_question_chars", "max_budget",
-                     "max_batch_request", "max_turns_per_append", "max_engines"):
+                     "max_token_budget", "max_batch_request", "max_turns_per_append", "max_engines"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)!r}")
         if self.max_hops < 0:

@@ -1,9 +1,9 @@
-"""Selection engines for the service, one per (budget, hops), refreshed bank by bank.
+"""Selection engines for the service, one per (budget, hops, token_budget), refreshed bank by bank.
 
 A :class:`~trawmem_gpu.select.engine.SelectionEngine` is built for one ``SelectConfig``, and a
-request's ``budget`` / ``hops`` change the config (B also sets the seed count and the
-neighbourhood cap). So the service keeps one engine per distinct (B, H) asked for: the default
-(B, H) engine is built at start and never evicted; others are built on first use and the least
+request's ``budget`` / ``hops`` / ``token_budget`` change the config (B or T also sets the seed
+count and the neighbourhood cap; T adds the units' token costs). So the service keeps one engine
+per distinct (B, H, T) asked for: the default (B, H, T) engine is built at start and never evicted; others are built on first use and the least
 recently used is dropped beyond ``max_engines`` (each holds its own tables of the banks: memory
 grows with ``max_engines``). A batch mixing several (B, H) makes one engine call per group.
 
@@ -27,10 +27,11 @@ from ..store.bank import Bank
 
 
 class EngineSet:
-    """Engines keyed by (budget, hops) over one mutable set of banks.
+    """Engines keyed by (budget, hops, token_budget) over one mutable set of banks.
 
     :param banks: bank id -> bank (the set is owned here after construction)
-    :param base: the selection config every engine derives from (its budget / hops are the defaults)
+    :param base: the selection config every engine derives from (its budget / hops / token_budget are
+        the defaults)
     :param max_engines: engines kept at once (the default one included)
     :param make: engine factory ``(banks, cfg) -> SelectionEngine``
     """
@@ -39,18 +40,20 @@ class EngineSet:
                  make: Callable[[list[Bank], SelectConfig], SelectionEngine] | None = None):
         self.banks = dict(banks)
         self.base = base
-        self.default_key = (base.budget, base.hops)
+        self.default_key = (base.budget, base.hops, base.token_budget)
         self.max_engines = max(1, int(max_engines))
         self.make = make or (lambda banks, cfg: SelectionEngine(banks, cfg))
-        self._engines: collections.OrderedDict[tuple[int, int], SelectionEngine] = collections.OrderedDict()
+        self._engines: collections.OrderedDict[tuple, SelectionEngine] = collections.OrderedDict()
         self.builds = 0
 
-    def config(self, budget: int, hops: int) -> SelectConfig:
-        return replace(self.base, budget=int(budget), hops=int(hops))
+    def config(self, budget: int | None, hops: int, token_budget: int | None = None) -> SelectConfig:
+        """The base config with B, H and T replaced (``SelectConfig`` checks them)."""
+        return replace(self.base, budget=budget, hops=int(hops), token_budget=token_budget)
 
-    def get(self, budget: int, hops: int) -> SelectionEngine:
-        """The engine for (budget, hops), built on first use; needs at least one bank."""
-        key = (int(budget), int(hops))
+    def get(self, budget: int | None, hops: int, token_budget: int | None = None) -> SelectionEngine:
+        """The engine for (budget, hops, token_budget) (None: no unit cap / no token budget), built on
+        first use; needs at least one bank."""
+        key = (None if budget is None else int(budget), int(hops), None if token_budget is None else int(token_budget))
         eng = self._engines.get(key)
         if eng is None:
             eng = self.make(list(self.banks.values()), self.config(*key))
@@ -65,7 +68,7 @@ class EngineSet:
         return eng
 
     @property
-    def keys(self) -> list[tuple[int, int]]:
+    def keys(self) -> list[tuple]:
         return list(self._engines)
 
     def refresh(self, bank: Bank) -> None:

@@ -1,8 +1,9 @@
 """Request and response bodies of API v1 (pydantic; FastAPI derives the OpenAPI schema from them).
 
-Limits that depend on the server's options (question length, budget and hops ranges, vector
-length, batch and append sizes) are checked by the app against ``ServeConfig``, so their
-error messages name the option.
+Whole numbers (budget, hops, token_budget) are strict: ``true``, ``"8"`` or ``8.0`` is refused,
+not read as a number. Limits that depend on the server's options (question length, budget, hops
+and token budget ranges, vector length, batch and append sizes) are checked by the app against
+``ServeConfig``, so their error messages name the option.
 """
 from __future__ import annotations
 
@@ -16,8 +17,13 @@ class SelectRequest(BaseModel):
 
     bank_id: str = Field(min_length=1, max_length=256, description="the bank to select from")
     question: str = Field(description="the question (also used for BM25 and the demand features)")
-    budget: int | None = Field(None, description="B: most units in the workspace (default: the server's)")
-    hops: int | None = Field(None, description="H: propagation hops over the thread graph (default: the server's)")
+    budget: int | None = Field(None, strict=True, description="B: most units in the workspace (default: the "
+                                                              "server's; with a token_budget, no cap on units)")
+    hops: int | None = Field(None, strict=True,
+                             description="H: propagation hops over the thread graph (default: the server's)")
+    token_budget: int | None = Field(
+        None, strict=True, description="T: most tokens (cl100k_base) in the rendered workspace, headings included; the "
+                          "selection then fits its units to T (default: the server's, usually none)")
     date: str | None = Field(None, description="the question's 'now' (ISO 8601 or any date the loaders read); "
                                                "used where the engine supports per-query dates")
     question_vector: list[float] | None = Field(
@@ -60,8 +66,9 @@ class SelectResponse(BaseModel):
     bank_id: str
     bank_n_units: int = Field(description="the bank's size when it was selected from (which version was read)")
     question: str
-    budget: int
+    budget: int | None = Field(description="B applied (None: no cap on units, under a token budget)")
     hops: int
+    token_budget: int | None = Field(description="T applied (None: no token budget)")
     date: str | None
     date_used: bool = Field(description="whether the engine took the per-query date")
     units: list[Unit] = Field(description="selected turns in source order")

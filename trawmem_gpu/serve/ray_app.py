@@ -122,7 +122,7 @@ class RayBackend:
         self.cfg, self.n, self.app_name = cfg, shards, app_name
         self.handles: list = []
         self.ready = False
-        self.dim, self.encoder_id, self.defaults = 0, None, (16, 1)
+        self.dim, self.encoder_id, self.defaults = 0, None, (16, 1, None)
 
     async def start(self) -> None:
         self.handles = [serve.get_deployment_handle(f"trawmem-shard-{i}", app_name=self.app_name)

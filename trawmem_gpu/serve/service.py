@@ -4,11 +4,11 @@ The HTTP app (``app.py``) and each Ray Serve shard (``ray_app.py``) drive one of
 runs on three thread pools, never on the event loop:
 
 * the *batch worker* (one thread) runs every batch (one encoder call for the queries without
-  a ``question_vector``, one engine call per (budget, hops) group) and every engine refresh, so
+  a ``question_vector``, one engine call per (budget, hops, token_budget) group) and every engine refresh, so
   refreshes and selections never interleave;
 * *assembly threads* turn each selection into its response body (workspace grouping, rendering,
   token count) from the bank object the engine selected from, while the worker starts the next
-  batch (the token count alone costs about as much as the selection);
+  batch (grouping and rendering cost more CPU per query than the selection);
 * *append threads* validate, build and persist appended turns (serialized per bank by the
   registry); the engine refresh that follows is handed to the batch worker, and the append
   answers only after it, so a client reads its own writes.
@@ -33,7 +33,7 @@ from ..encode import get_encoder
 from ..encode.base import Encoder
 from ..errors import ConfigError
 from ..select.config import SelectConfig
-from ..tokens import TOKENIZER_NAME, count_tokens
+from ..tokens import TOKENIZER_NAME, count_tokens_cached
 from ..workspace import assemble
 from .batcher import DynamicBatcher
 from .config import ServeConfig
@@ -51,11 +51,19 @@ class SelectItem:
     question: str
     vector: np.ndarray | None
     """Unit-norm query vector from the client, or None to encode ``question``."""
-    budget: int
+    budget: int | None
+    """B (None: no unit cap, under a token budget)."""
     hops: int
     date: datetime | None = None
     arrived: float = 0.0
     """``time.perf_counter()`` at arrival."""
+    token_budget: int | None = None
+    """T (None: no token budget)."""
+
+    @property
+    def engine_key(self) -> tuple:
+        """The engine this query is selected by (:class:`EngineSet` key)."""
+        return self.budget, self.hops, self.token_budget
 
 
 def _os_thread_name(name: str):
@@ -111,7 +119,7 @@ class SelectionService:
     :param cfg: serving options
     :param owns: bank ids this process serves (all by default; a Ray shard passes its slice)
     :param select_cfg: base selection config (default ``SelectConfig()``); per-request budget /
-        hops replace its B / H
+        hops / token_budget replace its B / H / T
     :param encoder: an encoder to use instead of loading ``cfg.encoder``
     """
 
@@ -133,7 +141,7 @@ class SelectionService:
         self.encoder = LockedEncoder(enc)
         self.dim = int(enc.dim)
         base = select_cfg or SelectConfig()
-        self.defaults = (base.budget, base.hops)
+        self.defaults = (base.budget, base.hops, base.token_budget)
         threads = cfg.threads
 
         def make(banks, scfg):
@@ -188,7 +196,7 @@ class SelectionService:
             bid = next(iter(banks))
             z = self.encoder.encode(["What happened first?"], is_query=True)
             self.engines.get(*self.defaults).select_units([bid], ["What happened first?"], z)
-            count_tokens("warm-up")
+            count_tokens_cached("warm-up")
         log.info("warm-up took %.1f s", time.perf_counter() - t0)
 
     # ------------------------------------------------------------------------------------------
@@ -259,7 +267,7 @@ class SelectionService:
     # the batch function (batch worker thread)
     # ------------------------------------------------------------------------------------------
     def process_batch(self, items: list[SelectItem]) -> list:
-        """One encoder call and one engine call per (budget, hops) group; per item a
+        """One encoder call and one engine call per (budget, hops, token_budget) group; per item a
         ``concurrent.futures.Future`` of its response body (assembled on the pool) or the exception."""
         t_start = time.perf_counter()
         n = len(items)
@@ -275,9 +283,9 @@ class SelectionService:
             if it.vector is not None:
                 Z[i] = it.vector
         t_enc = time.perf_counter() - t_start
-        groups: dict[tuple[int, int], list[int]] = collections.defaultdict(list)
+        groups: dict[tuple, list[int]] = collections.defaultdict(list)
         for i, it in enumerate(items):
-            groups[(it.budget, it.hops)].append(i)
+            groups[it.engine_key].append(i)
         out: list = [None] * n
         t_sel_total = 0.0
         for key, idx in groups.items():
@@ -287,7 +295,7 @@ class SelectionService:
                 picks, used_dates = select_units(eng, [items[i].bank_id for i in idx], [items[i].question for i in idx],
                                                  Z[idx], [items[i].date for i in idx])
             except Exception as e:  # noqa: BLE001 - fail this group only, keep serving
-                log.exception("engine call failed for budget=%d hops=%d", *key)
+                log.exception("engine call failed for budget=%s hops=%s token_budget=%s", *key)
                 for i in idx:
                     out[i] = e
                 continue
@@ -315,14 +323,14 @@ class SelectionService:
         text = ws.render()
         out = {
             "bank_id": it.bank_id, "bank_n_units": bank.n_units, "question": it.question, "budget": it.budget,
-            "hops": it.hops,
+            "hops": it.hops, "token_budget": it.token_budget,
             "date": it.date.isoformat() if it.date else None, "date_used": used_dates,
             "units": [{"id": t.turn_id, "speaker": t.speaker, "date": t.time.isoformat() if t.time else None,
                        "timestamp": t.timestamp, "text": t.text, "caption": t.caption, "thread": b.thread,
                        "session": t.session}
                       for b in ws.blocks for t in b.units],
             "threads": [{"thread": b.thread, "head": b.head} for b in ws.blocks],
-            "text": text, "n_tokens": count_tokens(text), "tokenizer": TOKENIZER_NAME,
+            "text": text, "n_tokens": count_tokens_cached(text), "tokenizer": TOKENIZER_NAME,
         }
         dt = time.perf_counter() - t0
         out["timings"] = {**timings, "assemble_ms": round(dt * 1e3, 3)}
