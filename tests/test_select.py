@@ -182,6 +182,15 @@ def test_workspace_groups_threads_in_source_order():
     assert "head 0" not in no_heads and "##" not in no_heads and "[D1:1]" in no_heads
     with pytest.raises(ValueError, match="headings must be one of"):
         assemble(bank, "q", [0], "summary")
+    # rendered lines are cached by the turn's value: an edited turn renders its new text
+    from dataclasses import replace as dc_replace
+
+    from trawmem_gpu.workspace import unit_line
+
+    t = bank.turns[0]
+    assert unit_line(t, True) == unit_line(dc_replace(t), True)
+    assert "edited words" in unit_line(dc_replace(t, text="edited words"), True)
+    assert "edited words" not in unit_line(t, True)
 
 
 def test_baselines_and_rrf():

@@ -1,0 +1,63 @@
+"""Workspace assembly per query (group, render, exact token count), with the per-turn line cache
+against without it, in interleaved rounds of one run (LoCoMo dev banks, 17-unit random sets, the
+default date headings).
+
+    python benchmarks/bench_assembly.py [--data PATH] [--rounds 9] [--out benchmarks/results/assembly.json]
+
+"Without" swaps ``workspace.unit_line`` and ``workspace.date_label`` for their uncached
+functions (``__wrapped__``); the token count is ``tokens.count_tokens_cached`` in both.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"))
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "assembly.json")
+    a = ap.parse_args()
+    import trawmem_gpu.workspace as W
+    from trawmem_gpu.eval.retrieval import banks_for
+
+    _, banks, _ = banks_for(a.data, progress=False)
+    rng = np.random.default_rng(0)
+    sets = [(b, [int(u) for u in rng.choice(b.n_units, 17, replace=False)]) for b in banks for _ in range(300)]
+    cached = (W.unit_line, W.date_label)
+    plain = (W.unit_line.__wrapped__, W.date_label.__wrapped__)
+    us = {"cached": [], "uncached": []}
+    texts = {}
+    for _ in range(a.rounds):
+        for name, (ul, dl) in (("uncached", plain), ("cached", cached)):
+            W.unit_line, W.date_label = ul, dl
+            t0 = time.perf_counter()
+            out = [(ws := W.assemble(b, "q", s)).render() + str(ws.n_tokens) for b, s in sets]
+            us[name].append((time.perf_counter() - t0) / len(sets) * 1e6)
+            texts[name] = out
+    W.unit_line, W.date_label = cached
+    assert texts["cached"] == texts["uncached"], "the cache changed a workspace"
+    ratio = [u / c for u, c in zip(us["uncached"], us["cached"])]
+    res = {"workspaces_per_round": len(sets), "rounds": a.rounds, "units_per_workspace": 17,
+           "us_per_workspace_median": {k: float(np.median(v)) for k, v in us.items()},
+           "speedup_median": float(np.median(ratio)), "speedup_range": [float(min(ratio)), float(max(ratio))],
+           "identical_workspaces": True}
+    print(json.dumps(res, indent=1))
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
