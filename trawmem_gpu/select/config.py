@@ -235,9 +235,10 @@ class SelectConfig:
 
     @classmethod
     def paper(cls, **kw) -> "SelectConfig":
-        """Section 4.2 as written: head seeds, Eq. 4 propagation, dense affinity, unit weights."""
+        """Section 4.2 as written: head seeds, Eq. 4 propagation, dense affinity, unit weights, and
+        thread heads shown in the workspace (the cost-aware greedy with its guarantee under T)."""
         base = dict(seed_score="head", propagation="paper", affinity="dense", k_shift=0.0, hops=2,
-                    w_cov=1.0, w_role=1.0, w_aff=1.0, w_thr=1.0)
+                    w_cov=1.0, w_role=1.0, w_aff=1.0, w_thr=1.0, headings="gist", knapsack="best")
         base.update(kw)
         return cls(**base)
 
