@@ -6,7 +6,8 @@ filled to T in rank order (LoCoMo T = 800, LongMemEval T = 400; macro evidence r
     python benchmarks/affinity_probes.py [--out benchmarks/results/affinity_probes.json]
 
 The ranking-alone score of the shipped features reproduces the "alpha ranking only" ablation of
-``equal_tokens.json`` (0.630 / 0.676), so a probe's gain there is the gain it could bring.
+``equal_tokens.json`` (0.630 / 0.676), so a probe's gain there is the gain it could bring. An
+oracle row packs each question's gold units cheapest first into T: what the budget itself allows.
 """
 from __future__ import annotations
 
@@ -157,6 +158,23 @@ def main() -> int:
             row[f"{name}@{T}"] = float(np.mean([np.mean(v) for v in per.values()]))
         res["probes"].append(row)
         print(" | ".join(f"{k} {v:.4f}" if isinstance(v, float) else v for k, v in row.items()), flush=True)
+    oracle = {}  # the budget's own limit: gold units packed cheapest first, date headings paid
+    for name, ((qs, ctxs), T) in data.items():
+        per = defaultdict(list)
+        for q in qs:
+            c, b = ctxs[q.bank_id].token_costs("date"), ctxs[q.bank_id].bank
+            gold = np.flatnonzero(q.y > 0)
+            used, seen, got = 0, set(), 0
+            for u in gold[np.argsort(c.unit[gold], kind="stable")]:
+                j = int(b.unit_thread[u])
+                cost = int(c.unit[u]) + (0 if j in seen else int(c.heading[j]))
+                if used + cost <= T:
+                    used, got = used + cost, got + 1
+                    seen.add(j)
+            per[q.category].append(got / len(gold))
+        oracle[f"{name}@{T}"] = float(np.mean([np.mean(v) for v in per.values()]))
+    res["oracle_gold_packed_cheapest_first"] = oracle
+    print("oracle (gold packed cheapest first):", oracle)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(res, indent=1))
     print(f"-> {a.out}")
