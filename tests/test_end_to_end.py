@@ -22,7 +22,7 @@ SECRET = "sk-e2e-TopSecret-9876543210"
 
 SESSIONS = {
     "conv-a": ("Alice", "Bob", [
-        ("1:56 pm on 8 May, 2023", [
+        ("2:14 pm on 9 May, 2023", [
             "Hi Bob! Yesterday I adopted a puppy, the answer is a golden retriever named Max.",
             "That's wonderful Alice, what breed is he?",
             "A golden retriever. He loves chasing tennis balls in the park.",
@@ -30,7 +30,7 @@ SESSIONS = {
             "Pottery sounds relaxing. What did you make first?",
             "A blue bowl for my kitchen, it came out a bit lopsided.",
         ]),
-        ("10:37 am on 27 June, 2023", [
+        ("11:22 am on 26 June, 2023", [
             "Bob, I ran my first marathon in Boston last Sunday.",
             "Congratulations Alice! How long did it take you?",
             "Four hours and ten minutes, Max waited for me at the finish line.",

@@ -170,7 +170,7 @@ def test_jsonl_session_inferred_from_calendar_day(tmp_path):
              _rec("a2", ts="2024-03-02T23:59:00"),
              _rec("b1", ts="2024-03-02T12:00:00", bank="other"),  # another bank: its own sessions
              _rec("a3", ts="2024-03-05T08:00:00"),
-             _rec("a4", ts="1:56 pm on 5 March, 2024"),  # LoCoMo-style date, same day
+             _rec("a4", ts="2:14 pm on 5 March, 2024"),  # LoCoMo-style date, same day
              _rec("b2", ts="2024-03-09T12:00:00", bank="other"),
              _rec("a5", ts="2024-03-06T00:00:01"),
              _rec("a6", ts="2024-03-07T10:00:00+02:00")]
@@ -178,7 +178,7 @@ def test_jsonl_session_inferred_from_calendar_day(tmp_path):
     assert [t.session for t in convs["b1"].turns] == [1, 1, 2, 2, 3, 4]
     assert [t.session for t in convs["other"].turns] == [1, 2]
     assert convs["b1"].sessions == [1, 2, 3, 4]
-    assert convs["b1"].turns[3].time == datetime(2024, 3, 5, 13, 56)
+    assert convs["b1"].turns[3].time == datetime(2024, 3, 5, 14, 14)
     # Lines of a bank keep their file order.
     assert [t.turn_id for t in convs["b1"].turns] == ["a1", "a2", "a3", "a4", "a5", "a6"]
 
@@ -206,14 +206,14 @@ def _locomo_sample(sid="conv-x"):
         "sample_id": sid,
         "conversation": {
             "speaker_a": "Ana", "speaker_b": "Ben",
-            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1_date_time": "2:14 pm on 9 May, 2023",
             "session_1": [
                 {"speaker": "Ana", "dia_id": "D" + "1:1", "text": "I adopted a puppy!"},
                 {"speaker": "Ben", "dia_id": "D1:2", "text": "No way, show me.",},
                 {"speaker": "Ana", "dia_id": "D1:3", "text": "Here he is.", "img_url": ["http://x/y.jpg"],
                  "blip_caption": "a photo of a small brown dog on a couch"},
             ],
-            "session_2_date_time": "10:37 am on 27 June, 2023",
+            "session_2_date_time": "11:22 am on 26 June, 2023",
             "session_2": [
                 {"speaker": "Ben", "dia_id": "D2:1", "text": "How is the puppy?"},
                 {"speaker": "Ana", "dia_id": "D2:2", "text": "Chewing everything."},
@@ -254,10 +254,10 @@ def test_locomo_images_as_captions(tmp_path):
 
 def test_locomo_session_dates_parsed(tmp_path):
     (conv,) = load_locomo(_write_locomo(tmp_path, [_locomo_sample()]))
-    assert conv.turns[0].time == datetime(2023, 5, 8, 13, 56)
-    assert conv.turns[0].timestamp == "1:56 pm on 8 May, 2023"
-    assert conv.turns[3].time == datetime(2023, 6, 27, 10, 37)
-    assert conv.turns[4].timestamp == "10:37 am on 27 June, 2023"
+    assert conv.turns[0].time == datetime(2023, 5, 9, 14, 14)
+    assert conv.turns[0].timestamp == "2:14 pm on 9 May, 2023"
+    assert conv.turns[3].time == datetime(2023, 6, 26, 11, 22)
+    assert conv.turns[4].timestamp == "11:22 am on 26 June, 2023"
 
 
 def test_locomo_sessions_in_numeric_order(tmp_path):
