@@ -246,7 +246,6 @@ def main() -> int:
         nested = {}
         for n, ds in data.items():
             vals = [grid[pick[g]][n]["per_fold"][g]["recall"] for g in ds.groups]
-            sizes = [sum(1 for q in ds.questions if q.group == g) for g in ds.groups]
             nested[n] = {"fold_recall": dict(zip(ds.groups, vals))}
         res["grid"]["nested"] = nested
         print("chosen per fold:", {g: GRID[i] for g, i in pick.items()}, "-> default", chosen, flush=True)

@@ -9,7 +9,7 @@ from trawmem_gpu.config import BuildConfig
 from trawmem_gpu.data.types import Turn
 from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.select.config import ABLATIONS, EngineConfig, SelectConfig
-from trawmem_gpu.select.objective import CoverageWeights, Objective
+from trawmem_gpu.select.objective import Objective
 from trawmem_gpu.select.steps.greedy import StopRule, lazy_greedy, plain_greedy
 from trawmem_gpu.store.bank import Bank
 

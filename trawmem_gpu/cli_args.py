@@ -122,7 +122,9 @@ def add_token_budget(p: argparse.ArgumentParser, fill: bool = False) -> None:
     p.add_argument("--token-budget", type=positive_int, metavar="T",
                    help="workspace token budget: the rendered workspace (cl100k_base, thread heads included) holds "
                         "at most T tokens; without --budget there is no cap on the number of units")
-    p.add_argument("--headings", choices=["date", "gist", "none"], default=None,
+    from .workspace import HEADINGS
+
+    p.add_argument("--headings", choices=list(HEADINGS), default=None,
                    help="what TrawMem's workspace shows per thread (and its token budget pays for): a date heading "
                         "(the default), the date and the thread head's gist, or no heading and a date on every line")
     if fill:

@@ -44,3 +44,17 @@ def name_list(names: Iterable[str], limit: int = 5) -> str:
 def plural(n: int, word: str, many: str | None = None) -> str:
     """``1 bank``, ``2 banks``, ``0 banks``."""
     return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def read_json(path, label: str, malformed: str, error: type[Exception] = InputError):
+    """The JSON document in the file ``path``. A missing file raises ``error("{label}: file not
+    found")``; an unreadable, non-UTF-8 or malformed one ``error("{label}: {malformed} (why)")``."""
+    import json
+    from pathlib import Path
+
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(f"{label}: file not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise error(f"{label}: {malformed} ({e})") from None

@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
+import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -46,18 +47,18 @@ from .store.bank import Bank
 from .tokens import TOKENIZER_NAME, count_tokens_cached, count_tokens_many, lines_count_apart
 
 Headings = Literal["date", "gist", "none"]
-HEADINGS = ("date", "gist", "none")
 """What a workspace shows per thread: a ``## date`` heading (``date``), the heading with the
 thread's gist (``gist``), or no heading and a date on every line (``none``)."""
+HEADINGS: tuple[str, ...] = typing.get_args(Headings)
+DEFAULT_HEADINGS: Headings = "date"
+"""The default of ``SelectConfig.headings`` and of every function here (README "Equal tokens")."""
 
 
-def headings_for(method: str, cfg=None) -> str:
-    """How ``method``'s workspaces are rendered: TrawMem under thread headings as its config says
-    (``SelectConfig.headings``), every baseline (ranked units, no threads) with ``none``. The one
-    home of this rule: selection under a token budget and the rendering both ask it."""
-    if method != "trawmem":
-        return "none"
-    return cfg.headings if cfg is not None else "date"
+def headings_for(method: str, cfg) -> str:
+    """How ``method``'s workspaces are rendered: TrawMem under thread headings as its config
+    (``cfg``, a ``SelectConfig``) says, every baseline (ranked units, no threads) with ``none``.
+    The one home of this rule: selection under a token budget and the rendering both ask it."""
+    return cfg.headings if method == "trawmem" else "none"
 
 
 def _check_headings(headings: str) -> None:
@@ -156,7 +157,7 @@ def thread_gist(head: str, thread_turns: list[Turn], shown: list[Turn]) -> str |
     return " | ".join(keep).strip() or None
 
 
-def assemble(bank: Bank, question: str, units: list[int], headings: Headings = "date") -> Workspace:
+def assemble(bank: Bank, question: str, units: list[int], headings: Headings = DEFAULT_HEADINGS) -> Workspace:
     """Group ``units`` (bank unit indices, any order) by thread, under ``headings`` (:data:`HEADINGS`)."""
     _check_headings(headings)
     with_heads = headings != "none"
@@ -221,7 +222,7 @@ the heading (it counts the heading with every subset of them shown; beyond this,
 the costs are not ``bounded``)."""
 
 
-def token_costs(bank: Bank, headings: Headings = "date") -> TokenCosts:
+def token_costs(bank: Bank, headings: Headings = DEFAULT_HEADINGS) -> TokenCosts:
     """Each unit's and each thread heading's token cost in ``bank``'s workspaces under
     ``headings`` (see :class:`TokenCosts`), counted on the lines :func:`unit_line` and
     :func:`heading_line` write."""
@@ -272,7 +273,7 @@ def token_costs(bank: Bank, headings: Headings = "date") -> TokenCosts:
     return TokenCosts(unit, heading, headings, bounded)
 
 
-def fit_to_tokens(bank: Bank, units: list[int], token_budget: int, headings: Headings = "date",
+def fit_to_tokens(bank: Bank, units: list[int], token_budget: int, headings: Headings = DEFAULT_HEADINGS,
                   costs: TokenCosts | None = None) -> list[int]:
     """``units`` (in pick order) less picks from the end until the rendered workspace holds at
     most ``token_budget`` tokens: the check of every selection under a token budget. With the

@@ -16,14 +16,13 @@ hand-made banks:
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, read_json
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -113,12 +112,7 @@ def load_observation_facts(path: str | Path, turn_index: dict[str, dict[str, int
     from ..data.types import EvidenceRepairs
 
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: not a LoCoMo JSON file ({e})") from None
+    data = read_json(path, str(path), "not a LoCoMo JSON file")
     if isinstance(data, dict):
         data = [data]
     if not isinstance(data, list):

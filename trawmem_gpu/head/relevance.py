@@ -170,17 +170,10 @@ def save_weights(path: str | Path, weights, meta: dict | None = None) -> Path:
 def load_weights(path: str | Path) -> tuple[float, ...]:
     """The relevance weights of a file written by :func:`save_weights` (``--affinity-weights``);
     clear errors for a missing or foreign file, or one fitted for other features."""
-    import json
-
-    from ..errors import InputError
+    from ..errors import InputError, read_json
 
     path = Path(path)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"--affinity-weights {path}: file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(f"--affinity-weights {path}: not a weights file ({e})") from None
+    doc = read_json(path, f"--affinity-weights {path}", "not a weights file")
     if not isinstance(doc, dict) or doc.get("format") != WEIGHTS_FORMAT:
         raise InputError(f"--affinity-weights {path}: not a weights file (write one with `trawmem train-affinity`)")
     if doc.get("features") != list(RELEVANCE_FEATURES):

@@ -20,6 +20,7 @@ from functools import lru_cache
 from typing import Literal
 
 from ..errors import ConfigError
+from ..workspace import DEFAULT_HEADINGS, Headings
 
 ABLATIONS = ("none", "fixed_segmentation", "no_cross_edges", "seed_only", "no_role_conditioning", "identity_k",
              "no_multi_thread")
@@ -101,7 +102,7 @@ class SelectConfig:
     ``ratio``). The default ``gain`` won at equal tokens on both dev sets, chosen by nested
     leave-one-fold-out (``benchmarks/bench_equal_tokens.py``); ``best`` keeps the stated
     guarantee on J, which is not the same as more evidence."""
-    headings: Literal["date", "gist", "none"] = "date"
+    headings: Headings = DEFAULT_HEADINGS
     """What TrawMem's workspace shows per thread, and its token costs pay for
     (``workspace.HEADINGS``): a ``## date`` heading (the default), the heading with the thread
     head's gist (``gist``; at equal tokens it did not earn its tokens on either dev set, README
@@ -310,8 +311,8 @@ class EngineConfig:
     ``auto``: compiled on CPU where it applies, else tensor."""
     front: Literal["auto", "compiled", "tensor"] = "auto"
     """Steps 1-3 on the compiled backend: ``compiled`` (one numba loop per query after the
-    similarity GEMM; needs the ``rrf`` affinity, ``best_unit`` seeds, float64 and plain bm25s
-    scores), ``tensor`` (the torch steps) or ``auto`` (compiled where it applies)."""
+    similarity GEMM; needs the ``rrf`` or ``learned`` affinity, ``best_unit`` seeds, float64 and
+    plain bm25s scores), ``tensor`` (the torch steps) or ``auto`` (compiled where it applies)."""
     kernels: Literal["auto", "torch", "triton"] = "auto"
     """Tensor backend: run the priority and greedy ops as Triton kernels (``auto``: on CUDA when
     triton and the kernels import) or as torch ops."""

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..build.graph import SEMANTIC
 from ..store.bank import Bank
+from ..workspace import DEFAULT_HEADINGS, token_costs
 from .lexical import BM25Index
 from .objective import unit_attributes
 from .steps.relevance import RelevanceStatic, relevance_static
@@ -54,13 +55,11 @@ class BankContext:
         for s, d, w, k in zip(bank.edge_src, bank.edge_dst, bank.edge_w, bank.edge_kind):
             adj[int(s)].append((int(d), float(w), int(k)))
         return cls(bank, bank.unit_thread, pos, head_sim, temporal, BM25Index(texts), adj, unit_attributes(bank),
-                   relevance_static(bank))
+                   relevance_static(bank, temporal))
 
-    def token_costs(self, headings: str = "date"):
+    def token_costs(self, headings: str = DEFAULT_HEADINGS):
         """The bank's ``workspace.TokenCosts`` under ``headings``, counted on first use."""
         if headings not in self._token_costs:
-            from ..workspace import token_costs
-
             self._token_costs[headings] = token_costs(self.bank, headings)
         return self._token_costs[headings]
 

@@ -24,7 +24,7 @@ import logging
 import math
 import time
 from concurrent.futures import Executor
-from typing import Any, Callable
+from typing import Callable
 
 log = logging.getLogger("trawmem.serve")
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, read_json
 
 ACCESS = ("read-only", "read-write")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -65,12 +65,7 @@ class KeyStore:
     @classmethod
     def load(cls, path: str | Path) -> "KeyStore":
         path = Path(path)
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"--keys {path}: file not found") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"--keys {path}: not valid JSON ({e})") from None
+        doc = read_json(path, f"--keys {path}", "not valid JSON", ConfigError)
         if not isinstance(doc, dict) or not isinstance(doc.get("keys"), list):
             raise ConfigError(f'--keys {path}: expected {{"keys": [...]}}')
         entries, seen = [], set()

@@ -34,9 +34,9 @@ from ..steps import roles as step4
 from ..steps.greedy import CompiledQuery, GreedyScratch, KSource, StopRule, best_of_two_compiled, config_rule, \
     lazy_greedy_one, pick_limit
 from ..steps.priority import effective_budget, gravity_one, unit_cost_compiled
-from ..steps.propagation import PropagationParams, ThreadGraph, ThreadScratch, propagate_one, propagation_params
+from ..steps.propagation import ThreadGraph, ThreadScratch, propagate_one, propagation_params
 from .batch import QueryBatch, Timer
-from .tables import Offsets, Snapshot
+from .tables import Snapshot
 
 FRONT_ROWS = 1 << 20
 """Compiled front: queries per chunk x largest bank (bounds the ``[Qc, N]`` cosine buffer)."""

@@ -26,7 +26,7 @@ replaced or removed banks are reclaimed by a compaction once they outweigh the l
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -109,7 +109,7 @@ def build_bank(bank: Bank, cfg, layout: Layout) -> tuple[BankInfo, dict[str, np.
              attrs=unit_attributes(bank), head_vecs=bank.head_vecs if layout.heads else np.zeros((J, 0)))
     speakers = ()
     if layout.relevance:  # speaker, previous and next unit of the session (steps/relevance.py)
-        st = relevance_static(bank)
+        st = relevance_static(bank, temporal)
         speakers = st.speakers
         a["rel_idx"] = np.stack([st.speaker, st.prev, st.next], axis=1)
     a["nbr"], a["nbw"] = _neighbours(bank, cfg.semantic_edges)

@@ -67,8 +67,9 @@ class RelevanceStatic(NamedTuple):
     """[N] float64 the unit's date in POSIX seconds (NaN when the source gave none)."""
 
 
-def relevance_static(bank) -> RelevanceStatic:
-    """The :class:`RelevanceStatic` of ``bank``."""
+def relevance_static(bank, temporal: np.ndarray | None = None) -> RelevanceStatic:
+    """The :class:`RelevanceStatic` of ``bank`` (``temporal``: the bank's ``temporal_flags`` when
+    the caller has them already, so the regexes run once per bank)."""
     turns = bank.turns
     speakers = tuple(dict.fromkeys(t.speaker for t in turns))
     pos = {s: i for i, s in enumerate(speakers)}
@@ -79,7 +80,7 @@ def relevance_static(bank) -> RelevanceStatic:
     same_next = np.concatenate([ses[:-1] == ses[1:], [False]])
     return RelevanceStatic(np.array([pos[t.speaker] for t in turns], dtype=np.int64), speakers,
                            np.where(same_prev, idx - 1, -1), np.where(same_next, idx + 1, -1),
-                           temporal_flags([t.text for t in turns]),
+                           temporal_flags([t.text for t in turns]) if temporal is None else temporal,
                            np.array([date_seconds(t.time) for t in turns], dtype=np.float64))
 
 
