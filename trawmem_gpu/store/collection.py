@@ -7,7 +7,7 @@ bank directory per bank under ``DIR/banks/`` (see ``store/files.py``), and lock 
 **Bank directory names.** A bank id is any non-empty string; its directory name is the id
 itself when that is already a plain lower-case name (``[a-z0-9][a-z0-9._-]*``, at most 80
 characters, not ending in ``.``), else a cleaned-up form plus 10 hex digits of the id's
-sha1 (``"Caroline's chat"`` -> ``caroline_s_chat-3f1c...``). A name therefore never is ``.`` or
+sha1 (``"Ana's chat"`` -> ``ana_s_chat-abe74f08e2``). A name therefore never is ``.`` or
 ``..``, never holds a path separator, never starts with ``.`` (temporary directories do), and
 ids differing only in letter case get different names on case-insensitive file systems.
 
