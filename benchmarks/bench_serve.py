@@ -29,7 +29,8 @@ from disk), which must match.
 (``/v1/select``) and once in ``/v1/select/batch`` calls of ``--batch-call`` requests: the
 server's CPU per query by thread role, the worker's busy fraction, and a request's latency split
 into queueing, the batch's engine call, assembly and HTTP (client latency minus the server's own
-time). With ``--baseline-src DIR`` (a source tree of an earlier version, e.g. ``git archive COMMIT |
+time). The batch-size-1 server takes the same ``/v1/select`` vector cells beside it in each round:
+dynamic batching over batch-size-1 serving without the encoder. With ``--baseline-src DIR`` (a source tree of an earlier version, e.g. ``git archive COMMIT |
 tar -x -C DIR`` and ``ln -s ../kernels DIR/trawmem_gpu/kernels``) a server of that tree, configured as the reference one, runs the same cells,
 alternating with it in each round: this version over that one, per round, in one run.
 
@@ -562,10 +563,13 @@ def main(argv=None) -> int:
                       f"{cell['worker_busy']:.2f}  failed {cell['failed']}", flush=True)
         # where the time goes: client-supplied vectors on the reference batching server
         bs = next((s for s in servers if s.max_wait_ms == a.ref_wait and s.max_batch > 1), servers[0])
+        b1 = next(s for s in servers if s.name == "batch1")
         for rnd in range(a.rounds):
             for route, bodies, per in (("/v1/select", vec_bodies, 1), ("/v1/select/batch", batch_bodies, a.batch_call)):
                 conc = a.where_conc if per == 1 else max(1, a.where_conc // per)
                 pair = [bs] if base is None else ([bs, base] if rnd % 2 == 0 else [base, bs])
+                if per == 1:  # batch-size-1 serving of the same vectors, next to the reference server
+                    pair = pair + [b1] if rnd % 2 == 0 else [b1] + pair
                 for srv in pair:
                     cell = run_cell(srv, bodies, route, conc, a, bank_ids, f"vec-{srv.name}-{route[-5:]}-{rnd}", per)
                     cell["vectors"], cell["round"] = True, rnd
@@ -605,8 +609,12 @@ def main(argv=None) -> int:
     after_over_before = {} if base is None else {
         route: [vby[(ref, route, r)] / vby[(base.name, route, r)] for r in range(a.rounds)]
         for route in ("/v1/select", "/v1/select/batch")}
+    vspeed = [vby[(ref, "/v1/select", r)] / vby[("batch1", "/v1/select", r)] for r in range(a.rounds)
+              if (ref, "/v1/select", r) in vby and ("batch1", "/v1/select", r) in vby]
     targets = {
         "reference_server": ref,
+        "vectors_dynamic_over_batch1": float(np.median(vspeed)) if vspeed else None,
+        "vectors_dynamic_over_batch1_rounds": vspeed,
         "vectors_after_over_before": {k: float(np.median(v)) for k, v in after_over_before.items()},
         "vectors_after_over_before_rounds": after_over_before,
         "served_over_inproc_at_64": dyn.get(64, {}).get("served_over_inproc"),
