@@ -1,5 +1,6 @@
-"""Probes for the learned affinity that were tried and NOT shipped (issue 12): extra unit cues and
-other fitting losses, under the same fold protocol as ``bench_equal_tokens.py`` (each fold's
+"""Probes for the learned affinity that were tried and NOT shipped (issue 12): extra unit cues,
+thread / session cues, query-adaptive fusion, other fitting losses, non-linear models (a small
+MLP, boosted trees) and packing by relevance per token, under the same fold protocol as ``bench_equal_tokens.py`` (each fold's
 weights fitted on the other 11 folds of both dev sets), scored on the affinity's ranking alone,
 filled to T in rank order (LoCoMo T = 800, LongMemEval T = 400; macro evidence recall).
 
@@ -42,6 +43,32 @@ def unit_cues(bank) -> np.ndarray:
     return np.array(rows)
 
 
+def thread_cues(bank, F, z) -> np.ndarray:
+    """[N, 3]: the largest fused rank feature (``rrf_cos + rrf_bm25``) in v's thread and in v's
+    session, and the cosine of the question to v's thread head."""
+    from trawmem_gpu.select.config import RELEVANCE_FEATURES
+
+    fused = F[:, RELEVANCE_FEATURES.index("rrf_cos")] + F[:, RELEVANCE_FEATURES.index("rrf_bm25")]
+    th = bank.unit_thread.astype(np.int64)
+    _, sess = np.unique([t.session for t in bank.turns], return_inverse=True)
+    tmax = np.full(th.max() + 1, -np.inf)
+    np.maximum.at(tmax, th, fused)
+    smax = np.full(sess.max() + 1, -np.inf)
+    np.maximum.at(smax, sess, fused)
+    return np.column_stack([tmax[th], smax[sess], (bank.head_vecs.astype(np.float64) @ np.asarray(z, np.float64))[th]])
+
+
+def query_adaptive(F, raw_bm25) -> np.ndarray:
+    """[N, 12]: the six similarity features (cos, bm25, rrf_*, top_*) times two descriptors of the
+    question over its bank (log(1 + the largest raw BM25), the share of units with a BM25 match),
+    so that the fit can shift between dense and lexical evidence by question (z-scored later)."""
+    from trawmem_gpu.select.config import RELEVANCE_FEATURES
+
+    cols = [RELEVANCE_FEATURES.index(k) for k in ("cos", "bm25", "rrf_cos", "rrf_bm25", "top_cos", "top_bm25")]
+    g = (np.log1p(raw_bm25.max()), float((raw_bm25 > 0).mean()))
+    return np.concatenate([F[:, cols] * x for x in g], axis=1), np.array(g)
+
+
 def prf_cos(bank, F, k: int) -> np.ndarray:
     """Cosine of each unit to the mean of the top-k units by the fused rank features."""
     from trawmem_gpu.select.config import RELEVANCE_FEATURES
@@ -79,6 +106,56 @@ def fit_listwise(qs) -> np.ndarray:
 
     _lbfgs([beta], closure)
     return beta.detach().numpy() / sd
+
+
+def fit_mlp(qs, hidden: int = 16, wd: float = 1e-3) -> "callable":
+    """A one-hidden-layer GELU network on the features instead of the logistic (same loss and
+    question weights)."""
+    X = np.concatenate([q.F for q in qs])
+    y = (np.concatenate([q.y for q in qs]) > 0).astype(np.float32)
+    mu, sd = X.mean(0), X.std(0)
+    sd = np.where(sd > 0, sd, 1.0)
+    n_ds = defaultdict(int)
+    for q in qs:
+        n_ds[q.dataset] += 1
+    w = np.concatenate([np.full(len(q.y), 1.0 / len(q.y) / n_ds[q.dataset]) for q in qs])
+    Xt, yt, wt = (torch.as_tensor(a, dtype=torch.float32) for a in ((X - mu) / sd, y, w / w.mean()))
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(X.shape[1], hidden), torch.nn.GELU(), torch.nn.Linear(hidden, 1))
+
+    def closure():
+        net.zero_grad()
+        s = net(Xt).squeeze(1)
+        loss = (wt * torch.nn.functional.binary_cross_entropy_with_logits(s, yt, reduction="none")).mean()
+        loss = loss + wd * sum((p * p).sum() for n, p in net.named_parameters() if "weight" in n)
+        loss.backward()
+        return loss
+
+    _lbfgs(list(net.parameters()), closure)
+
+    def score(F):
+        with torch.no_grad():
+            return net(torch.as_tensor((F - mu) / sd, dtype=torch.float32)).squeeze(1).double().numpy()
+    return score
+
+
+def fit_boosted(qs):
+    """Gradient-boosted trees (scikit-learn's HistGradientBoostingClassifier) on the features;
+    ``None`` when scikit-learn is not installed (it is not a dependency)."""
+    try:
+        from sklearn.ensemble import HistGradientBoostingClassifier
+    except ImportError:
+        return None
+    X = np.concatenate([q.F for q in qs])
+    y = np.concatenate([q.y for q in qs]) > 0
+    n_ds = defaultdict(int)
+    for q in qs:
+        n_ds[q.dataset] += 1
+    w = np.concatenate([np.full(len(q.y), 1.0 / len(q.y) / n_ds[q.dataset]) for q in qs])
+    m = HistGradientBoostingClassifier(max_iter=200, learning_rate=0.05, max_leaf_nodes=15, l2_regularization=1.0,
+                                       random_state=0)
+    m.fit(X, y, sample_weight=w / w.mean())
+    return m.decision_function
 
 
 def fit_hard_negatives(qs, lam: float = 5.0, k: int = 20) -> np.ndarray:
@@ -131,26 +208,58 @@ def main() -> int:
         for q in qs:
             bank = ctxs[q.bank_id].bank
             q.extra["F0"] = q.F
-            q.extra["cues"] = np.column_stack([unit_cues(bank), prf_cos(bank, q.F, 3), prf_cos(bank, q.F, 5)])
+            inter, _ = query_adaptive(q.F, ctxs[q.bank_id].bm25.scores(q.extra["question"]))
+            q.extra["cues"] = np.column_stack([unit_cues(bank), prf_cos(bank, q.F, 3), prf_cos(bank, q.F, 5),
+                                               thread_cues(bank, q.F, q.extra["z"]), inter])
         allq += qs
     groups = sorted({q.group for q in allq})
-    logistic = lambda qs: np.asarray(fit_relevance(qs))[:-1]  # noqa: E731 (the bias does not rank)
+
+    def linear(fit):  # a fit returning weights -> a scorer (the bias does not rank)
+        def f(qs):
+            w = np.asarray(fit(qs))[: qs[0].F.shape[1]]
+            return lambda F: F @ w
+        return f
+
+    logistic = linear(fit_relevance)
+
+    def calibrated_per_token(gamma):  # rank by log p(v) - gamma log cost(v): expected recall per token
+        def f(qs):
+            w = np.asarray(fit_relevance(qs))
+            return lambda F, cost: -np.logaddexp(0.0, -(F @ w[:-1] + w[-1])) - gamma * np.log(cost)
+        return f
+
     probes = [("shipped features, logistic (as shipped)", [], logistic),
               ("+ first-person rate", [0], logistic), ("+ asks a question", [1], logistic),
               ("+ log length", [2], logistic), ("+ PRF cosine, top 3", [3], logistic),
               ("+ PRF cosine, top 5", [4], logistic),
-              ("listwise softmax loss", [], fit_listwise), ("hard negatives x5", [], fit_hard_negatives)]
+              ("listwise softmax loss", [], linear(fit_listwise)), ("hard negatives x5", [], linear(fit_hard_negatives)),
+              ("+ largest fused rank in the thread", [5], logistic),
+              ("+ largest fused rank in the session", [6], logistic), ("+ cosine to the thread head", [7], logistic),
+              ("+ query-adaptive fusion (6 features x 2 question descriptors)", list(range(8, 20)), logistic),
+              ("MLP, 16 hidden units", [], fit_mlp), ("gradient-boosted trees (scikit-learn)", [], fit_boosted),
+              ("packed by p / cost^0.5 (calibrated p)", [], calibrated_per_token(0.5)),
+              ("packed by p / cost (calibrated p)", [], calibrated_per_token(1.0))]
     res = {"protocol": __doc__, "probes": []}
     for label, cols, fitter in probes:
         for q in allq:
             q.F = np.column_stack([q.extra["F0"], q.extra["cues"][:, cols]]) if cols else q.extra["F0"]
+        if cols:  # the cues on the scale of the rest (the fits z-score anyway; keeps LBFGS well posed)
+            X = np.concatenate([q.F for q in allq])
+            mu, sd = X.mean(0), np.where(X.std(0) > 0, X.std(0), 1.0)
+            for q in allq:
+                q.F = (q.F - mu) / sd
         W = {g: fitter([q for q in allq if q.group != g]) for g in groups}
+        if any(w is None for w in W.values()):
+            print(f"{label}: skipped (scikit-learn is not installed)", flush=True)
+            res["probes"].append({"probe": label, "skipped": "scikit-learn is not installed"})
+            continue
         row = {"probe": label}
         for name, ((qs, ctxs), T) in data.items():
             per = defaultdict(list)
             for q in qs:
-                s = q.F @ W[q.group]
                 ctx = ctxs[q.bank_id]
+                per_token = label.startswith("packed")
+                s = W[q.group](q.F, ctx.token_costs("none").unit.astype(np.float64)) if per_token else W[q.group](q.F)
                 order = np.lexsort((np.arange(len(s)), -s))
                 u = take_within_tokens(order, ctx.token_costs("none"), ctx.bank.unit_thread, T, "skip")
                 g = q.y > 0

@@ -2,7 +2,7 @@
 held-out folds (issue 12).
 
     python benchmarks/bench_equal_tokens.py [--locomo PATH] [--lme PATH] [--T 400,800,1600]
-        [--parts fit,grid,headline,ablations] [--out-dir benchmarks/results]
+        [--parts fit,grid,headline,margin,ablations] [--out-dir benchmarks/results]
 
 Protocol (nothing is tuned on what it is scored on):
 
@@ -22,6 +22,9 @@ Protocol (nothing is tuned on what it is scored on):
   configuration (bm25s with English stop words and the Snowball stemmer over the embedded text,
   RRF k = 60 over the full dense ranking and the BM25 positives), each filling T in rank order
   (``fill="skip"``).
+* **Margin** (part ``margin``): TrawMem minus the hybrid in macro recall at each T, with a paired
+  bootstrap over questions stratified by category / type (95% interval, the chance of a margin
+  of 3 points or more) and the metric's resolution (what one question moves the macro by).
 * **Metrics**: macro evidence recall over LoCoMo categories 1-4 / LongMemEval question types,
   all-evidence hit, multi-hop (LoCoMo category 1) all-evidence hit, context tokens (cl100k_base,
   the rendered workspace, headings included), per category / type and per fold.
@@ -130,8 +133,9 @@ def select(ds: Dataset, method: str, cfg_of_group) -> tuple[list[list[int]], str
     return out, headings_for(method, cfg_of_group(ds.groups[0]))
 
 
-def score(ds: Dataset, selected: tuple[list[list[int]], str]) -> dict:
-    """Macro / per-category / per-fold metrics of ``select``'s picks, rendered with its headings."""
+def records(ds: Dataset, selected: tuple[list[list[int]], str]) -> list[dict]:
+    """Per question of ``ds``: category, fold, evidence recall, all-evidence hit, tokens, units of
+    ``select``'s picks, rendered with its headings."""
     from trawmem_gpu.workspace import assemble
 
     picks, headings = selected
@@ -142,6 +146,12 @@ def score(ds: Dataset, selected: tuple[list[list[int]], str]) -> dict:
         gold, got = set(q.extra["evidence"]), set(ws.unit_ids)
         recs.append({"cat": q.category, "group": q.group, "recall": len(gold & got) / len(gold),
                      "hit": float(gold <= got), "tokens": ws.n_tokens, "units": len(p)})
+    return recs
+
+
+def score(ds: Dataset, selected: tuple[list[list[int]], str]) -> dict:
+    """Macro / per-category / per-fold metrics of ``select``'s picks, rendered with its headings."""
+    recs = records(ds, selected)
 
     def agg(rs):
         per = defaultdict(list)
@@ -157,6 +167,25 @@ def score(ds: Dataset, selected: tuple[list[list[int]], str]) -> dict:
     out = agg(recs)
     out["per_fold"] = {g: agg([r for r in recs if r["group"] == g])["macro"] for g in ds.groups}
     return out
+
+
+def margin_bootstrap(ds: Dataset, ours: list[dict], theirs: list[dict], n_boot: int = 10_000, seed: int = 0) -> dict:
+    """How sure the dev set is of a macro-recall margin: a paired bootstrap of TrawMem minus the
+    hybrid, questions resampled with replacement within each category / question type (the macro
+    weighs categories, not questions), ``n_boot`` seeded resamples. Also the resolution of the
+    metric: what one question of each category moves the macro by (its recall going from 0 to 1)."""
+    rng = np.random.default_rng(seed)
+    cats = sorted({r["cat"] for r in ours})
+    diffs = {c: np.array([a["recall"] - b["recall"] for a, b in zip(ours, theirs) if a["cat"] == c]) for c in cats}
+    point = float(np.mean([d.mean() for d in diffs.values()]))
+    boot = np.mean([d[rng.integers(0, len(d), size=(n_boot, len(d)))].mean(axis=1) for d in diffs.values()], axis=0)
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return {"margin": point, "ci95": [float(lo), float(hi)], "p_above_0": float((boot > 0).mean()),
+            "p_at_least_3_points": float((boot >= 0.03).mean()), "n_boot": n_boot,
+            "questions_better_worse_equal": [int(sum((d > 0).sum() for d in diffs.values())),
+                                             int(sum((d < 0).sum() for d in diffs.values())),
+                                             int(sum((d == 0).sum() for d in diffs.values()))],
+            "one_question_moves_macro_by": {ds.cat_name(c): 1.0 / len(d) / len(cats) for c, d in diffs.items()}}
 
 
 def trawmem_cfg(W, T=None, B=None, **kw):
@@ -188,7 +217,7 @@ def main() -> int:
     ap.add_argument("--locomo", type=Path, default=LOCOMO)
     ap.add_argument("--lme", type=Path, default=LME)
     ap.add_argument("--T", default="400,800,1600")
-    ap.add_argument("--parts", default="fit,grid,headline,ablations")
+    ap.add_argument("--parts", default="fit,grid,headline,margin,ablations")
     ap.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
     a = ap.parse_args()
     parts = set(a.parts.split(","))
@@ -269,6 +298,16 @@ def main() -> int:
                 rows.append(row)
                 print(f"T={T} {method:>12}: " + " | ".join(f"{n} {fmt(row[n]['macro'])}" for n in data), flush=True)
         res["headline"] = rows
+    if "margin" in parts:  # how sure the dev sets are of TrawMem's margin over the hybrid
+        res["margin"] = {}
+        for T in Ts:
+            for name, ds in data.items():
+                ours = records(ds, select(ds, "trawmem", trawmem_cfg(W, T=T, **chosen)))
+                theirs = records(ds, select(ds, "hybrid", fixed_cfg(T=T)))
+                m = res["margin"][f"{name}@{T}"] = margin_bootstrap(ds, ours, theirs)
+                print(f"margin {name} T={T}: {100 * m['margin']:+.1f} points, 95% CI "
+                      f"[{100 * m['ci95'][0]:+.1f}, {100 * m['ci95'][1]:+.1f}], P(>= +3) {m['p_at_least_3_points']:.2f}, "
+                      f"better/worse/equal {m['questions_better_worse_equal']}", flush=True)
     if "ablations" in parts:
         abl = []
         base = dict(chosen)
@@ -299,7 +338,9 @@ def main() -> int:
             print(f"ablation {label:>40}: " + " | ".join(f"{n}@{TARGET_T[n]} {fmt(row[n]['macro'])}" for n in data),
                   flush=True)
         res["ablations"] = abl
-    res["seconds"] = round(time.perf_counter() - t_all, 1)
+    full = {"fit", "grid", "headline", "margin", "ablations"} <= parts
+    seconds = round(time.perf_counter() - t_all, 1)
+    res["seconds" if full else "seconds_" + "_".join(sorted(parts))] = seconds
     a.out_dir.mkdir(parents=True, exist_ok=True)
     out = a.out_dir / "equal_tokens.json"
     old = json.loads(out.read_text()) if out.exists() else {}
@@ -307,7 +348,7 @@ def main() -> int:
     write_md(old, a.out_dir / "equal_tokens.md")
     out.write_text(json.dumps(old, indent=1, default=str))
     plot(old, a.out_dir / "equal_tokens.png")
-    print(f"wrote {out} ({res['seconds']:.0f}s)")
+    print(f"wrote {out} ({seconds:.0f}s)")
     return 0
 
 
@@ -361,6 +402,17 @@ def write_md(res: dict, path: Path) -> None:
             for m in ("hybrid", "trawmem-previous", "trawmem"):
                 lines.append(f"| {m} | " + " | ".join(f"{rows[m]['per_fold'][f]['recall']:.3f}" for f in folds) + " |")
             lines.append("")
+    if "margin" in res:
+        lines += ["TrawMem minus hybrid, macro evidence recall in points: paired bootstrap over questions within each "
+                  "category / type (10,000 resamples)", "",
+                  "| set @ T | margin | 95% interval | P(margin >= 3) | questions better / worse / equal | "
+                  "one question moves the macro by (smallest - largest category) |", "|---|---|---|---|---|---|"]
+        for k, m in res["margin"].items():
+            lines.append(f"| {k} | {100 * m['margin']:+.1f} | [{100 * m['ci95'][0]:+.1f}, {100 * m['ci95'][1]:+.1f}] | "
+                         f"{m['p_at_least_3_points']:.2f} | {' / '.join(map(str, m['questions_better_worse_equal']))} | "
+                         f"{100 * min(m['one_question_moves_macro_by'].values()):.2f} - "
+                         f"{100 * max(m['one_question_moves_macro_by'].values()):.1f} |")
+        lines.append("")
     if "grid" in res:
         lines += ["Grid (nested leave-one-fold-out; macro recall at LoCoMo T = 800 / LongMemEval T = 400)", "",
                   "| headings | knapsack | w_aff | LoCoMo | LongMemEval |", "|---|---|---|---|---|"]
