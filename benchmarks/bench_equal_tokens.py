@@ -188,6 +188,42 @@ def margin_bootstrap(ds: Dataset, ours: list[dict], theirs: list[dict], n_boot: 
             "one_question_moves_macro_by": {ds.cat_name(c): 1.0 / len(d) / len(cats) for c, d in diffs.items()}}
 
 
+def losses(ds: Dataset, ours: list[list[int]], theirs: list[list[int]], cfg_of_group) -> dict:
+    """Where TrawMem loses to the hybrid: the questions where it finds fewer gold units, per
+    category, and the gold units the hybrid found and TrawMem did not: their token cost over the
+    bank's median unit, their rank by TrawMem's own affinity, and whether TrawMem's workspace
+    holds anything else from their thread."""
+    from trawmem_gpu.select.objective import date_seconds
+    from trawmem_gpu.select.steps.candidates import unit_affinity
+
+    per_cat, cost, rank, opened, units = defaultdict(int), [], [], [], []
+    for q, o, h in zip(ds.questions, ours, theirs):
+        ctx = ds.ctxs[q.bank_id]
+        ev = set(q.extra["evidence"])
+        gold = {i for i, t in enumerate(ctx.bank.turns) if t.turn_id in ev}
+        if len(gold & set(o)) >= len(gold & set(h)):
+            continue
+        per_cat[ds.cat_name(q.category)] += 1
+        a = unit_affinity(ctx, np.asarray(q.extra["z"], dtype=np.float64), q.extra["question"], cfg_of_group(q.group),
+                          date_seconds(q.extra["date"]))
+        pos = np.empty(len(a), dtype=np.int64)
+        pos[np.lexsort((np.arange(len(a)), -a))] = np.arange(len(a))
+        c = ctx.token_costs("none").unit
+        th = ctx.bank.unit_thread
+        ours_threads = {int(th[v]) for v in o}
+        units.append(len(o))
+        for u in (gold & set(h)) - set(o):
+            cost.append(float(c[u] / np.median(c)))
+            rank.append(int(pos[u]) + 1)
+            opened.append(int(th[u]) in ours_threads)
+    n = sum(per_cat.values())
+    return {"questions": n, "per_category": dict(per_cat), "missed_gold_units": len(cost),
+            "missed_cost_over_bank_median": float(np.median(cost)) if cost else None,
+            "missed_affinity_rank_median": float(np.median(rank)) if rank else None,
+            "trawmem_units_median": float(np.median(units)) if units else None,
+            "missed_thread_in_trawmem_workspace": float(np.mean(opened)) if opened else None}
+
+
 def trawmem_cfg(W, T=None, B=None, **kw):
     from trawmem_gpu.select.config import SelectConfig
 
@@ -302,9 +338,11 @@ def main() -> int:
         res["margin"] = {}
         for T in Ts:
             for name, ds in data.items():
-                ours = records(ds, select(ds, "trawmem", trawmem_cfg(W, T=T, **chosen)))
-                theirs = records(ds, select(ds, "hybrid", fixed_cfg(T=T)))
+                cfg = trawmem_cfg(W, T=T, **chosen)
+                ours_sel, theirs_sel = select(ds, "trawmem", cfg), select(ds, "hybrid", fixed_cfg(T=T))
+                ours, theirs = records(ds, ours_sel), records(ds, theirs_sel)
                 m = res["margin"][f"{name}@{T}"] = margin_bootstrap(ds, ours, theirs)
+                m["losses"] = losses(ds, ours_sel[0], theirs_sel[0], cfg)
                 print(f"margin {name} T={T}: {100 * m['margin']:+.1f} points, 95% CI "
                       f"[{100 * m['ci95'][0]:+.1f}, {100 * m['ci95'][1]:+.1f}], P(>= +3) {m['p_at_least_3_points']:.2f}, "
                       f"better/worse/equal {m['questions_better_worse_equal']}", flush=True)
@@ -412,6 +450,19 @@ def write_md(res: dict, path: Path) -> None:
                          f"{m['p_at_least_3_points']:.2f} | {' / '.join(map(str, m['questions_better_worse_equal']))} | "
                          f"{100 * min(m['one_question_moves_macro_by'].values()):.2f} - "
                          f"{100 * max(m['one_question_moves_macro_by'].values()):.1f} |")
+        lines += ["", "Where TrawMem loses: questions where it finds fewer gold units than the hybrid (per category), "
+                  "and the gold units the hybrid found and TrawMem missed", "",
+                  "| set @ T | questions (per category) | missed gold units | their cost / bank median | "
+                  "their rank by TrawMem's affinity (median) | TrawMem's units (median) | "
+                  "their thread elsewhere in TrawMem's workspace |", "|---|---|---|---|---|---|---|"]
+        for k, m in res["margin"].items():
+            lo = m.get("losses")
+            if not lo or not lo["questions"]:
+                continue
+            cats = ", ".join(f"{c}: {v}" for c, v in sorted(lo["per_category"].items()))
+            lines.append(f"| {k} | {lo['questions']} ({cats}) | {lo['missed_gold_units']} | "
+                         f"{lo['missed_cost_over_bank_median']:.2f} | {lo['missed_affinity_rank_median']:.1f} | "
+                         f"{lo['trawmem_units_median']:.0f} | {100 * lo['missed_thread_in_trawmem_workspace']:.0f}% |")
         lines.append("")
     if "grid" in res:
         lines += ["Grid (nested leave-one-fold-out; macro recall at LoCoMo T = 800 / LongMemEval T = 400)", "",
