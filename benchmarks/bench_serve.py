@@ -30,7 +30,9 @@ from disk), which must match.
 server's CPU per query by thread role, the worker's busy fraction, and a request's latency split
 into queueing, the batch's engine call, assembly and HTTP (client latency minus the server's own
 time). The batch-size-1 server takes the same ``/v1/select`` vector cells beside it in each round:
-dynamic batching over batch-size-1 serving without the encoder. With ``--baseline-src DIR`` (a source tree of an earlier version, e.g. ``git archive COMMIT |
+dynamic batching over batch-size-1 serving without the encoder. So does a server configured as
+the reference one with each ``--http-workers N`` (HTTP in N front processes, one engine process;
+its CPU per query adds a ``fronts`` role). With ``--baseline-src DIR`` (a source tree of an earlier version, e.g. ``git archive COMMIT |
 tar -x -C DIR`` and ``ln -s ../kernels DIR/trawmem_gpu/kernels``) a server of that tree, configured as the reference one, runs the same cells,
 alternating with it in each round: this version over that one, per round, in one run.
 
@@ -111,9 +113,11 @@ def load_data(spec: str):
 # ----------------------------------------------------------------------------------------------
 class Server:
     def __init__(self, name: str, src: Path, work: Path, args, max_batch: int, max_wait_ms: float,
-                 root: Path = ROOT):
-        """``root``: the source tree the server runs from (this one, or ``--baseline-src``)."""
+                 root: Path = ROOT, http_workers: int = 0):
+        """``root``: the source tree the server runs from (this one, or ``--baseline-src``);
+        ``http_workers``: its ``--http-workers`` (front processes)."""
         self.name, self.max_batch, self.max_wait_ms = name, max_batch, max_wait_ms
+        self.http_workers = http_workers
         self.coll = work / f"coll-{name}"
         shutil.copytree(src, self.coll)
         self.port = _free_port()
@@ -128,6 +132,8 @@ class Server:
                str(self.port), "--max-batch", str(max_batch), "--max-wait-ms", str(max_wait_ms),
                "--max-queue", "4096", "--timeout", "120", "--threads", str(args.threads),
                "--switch-interval-ms", str(args.switch_interval_ms), "--encode-chunk", str(args.encode_chunk)]
+        if http_workers:
+            cmd += ["--http-workers", str(http_workers)]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=str(root))
 
     def wait_ready(self, timeout: float = 600.0) -> None:
@@ -145,20 +151,39 @@ class Server:
             time.sleep(0.5)
         raise TimeoutError(f"server {self.name} not ready after {timeout} s")
 
-    def cpu_seconds(self) -> float:
+    def children(self) -> list[int]:
+        """Pids of the server's child processes (its HTTP fronts, with ``--http-workers``)."""
+        out = []
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                try:
+                    if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == self.proc.pid:
+                        out.append(int(d.name))
+                except (OSError, IndexError, ValueError):
+                    continue
+        return out
+
+    @staticmethod
+    def _proc_cpu(pid: int) -> float:
         try:
-            with open(f"/proc/{self.proc.pid}/stat") as f:
+            with open(f"/proc/{pid}/stat") as f:
                 parts = f.read().rsplit(")", 1)[1].split()
             return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
         except (OSError, IndexError, ValueError):
             return float("nan")
 
+    def cpu_seconds(self) -> float:
+        """CPU seconds so far of the server, its front processes included."""
+        return self._proc_cpu(self.proc.pid) + sum(self._proc_cpu(c) for c in self.children())
+
     def thread_cpu(self) -> dict[str, float]:
         """CPU seconds so far of the server's threads by role: the event loop (main thread: HTTP,
-        validation, batching), the batch worker (encoder + engine), workspace assembly, appends
-        and the rest (torch / numba pools, Python helpers)."""
+        validation, batching; with front processes, the engine side of the socket and batching),
+        the batch worker (encoder + engine), workspace assembly, appends, the rest (torch / numba
+        pools, Python helpers) and the HTTP front processes (``fronts``)."""
         roles = {"tm-batch": "worker", "tm-assemble": "assembly", "tm-append": "append"}
-        out = dict.fromkeys(("event_loop", "worker", "assembly", "append", "other"), 0.0)
+        out = dict.fromkeys(("event_loop", "worker", "assembly", "append", "other", "fronts"), 0.0)
+        out["fronts"] = sum(self._proc_cpu(c) for c in self.children())
         tick = os.sysconf("SC_CLK_TCK")
         for t in Path(f"/proc/{self.proc.pid}/task").iterdir():
             try:
@@ -496,6 +521,9 @@ def main(argv=None) -> int:
                         "server, configured as the reference one, runs the client-vector cells too, alternating "
                         "with it in every round (before / after in one run)")
     p.add_argument("--skip-text", action="store_true", help="only the client-vector cells (no text questions)")
+    p.add_argument("--http-workers", default="1",
+                   help="comma list: a reference-configured server with each --http-workers N (front processes) "
+                        "also runs the client-vector cells, alternating with the others ('' for none)")
     p.add_argument("--quick", action="store_true", help="1 round, 3 s cells, waits 0,5, clients 1,8,64")
     p.add_argument("--out-dir", default=str(HERE / "results"))
     p.add_argument("--name", default="serve", help="result files: NAME.json and NAME.png in --out-dir")
@@ -534,6 +562,9 @@ def main(argv=None) -> int:
         base = Server(f"baseline-wait{a.ref_wait:g}ms", src, work, a, a.max_batch, a.ref_wait,
                       root=Path(a.baseline_src).resolve())
         servers.append(base)
+    fronts = [Server(f"fronts{n}-wait{a.ref_wait:g}ms", src, work, a, a.max_batch, a.ref_wait, http_workers=n)
+              for n in (int(x) for x in a.http_workers.split(",") if x.strip())]
+    servers += fronts
     stored0 = {s.name: sum(b.n_units for b in banks) for s in servers}
     cells, where = [], []
     try:
@@ -541,7 +572,7 @@ def main(argv=None) -> int:
             s.wait_ready()
         print(f"{len(servers)} servers ready", flush=True)
         prev_batch: dict = {}
-        text_servers = [s for s in servers if s is not base]
+        text_servers = [s for s in servers if s is not base and s not in fronts]
         for rnd in range(0 if a.skip_text else a.rounds):
             order = [(s, c) for c in concs
                      for s in (text_servers if (rnd + concs.index(c)) % 2 == 0 else text_servers[::-1])]
@@ -567,9 +598,10 @@ def main(argv=None) -> int:
         for rnd in range(a.rounds):
             for route, bodies, per in (("/v1/select", vec_bodies, 1), ("/v1/select/batch", batch_bodies, a.batch_call)):
                 conc = a.where_conc if per == 1 else max(1, a.where_conc // per)
-                pair = [bs] if base is None else ([bs, base] if rnd % 2 == 0 else [base, bs])
+                pair = ([bs] if base is None else [bs, base]) + fronts
                 if per == 1:  # batch-size-1 serving of the same vectors, next to the reference server
-                    pair = pair + [b1] if rnd % 2 == 0 else [b1] + pair
+                    pair.append(b1)
+                pair = pair if rnd % 2 == 0 else pair[::-1]
                 for srv in pair:
                     cell = run_cell(srv, bodies, route, conc, a, bank_ids, f"vec-{srv.name}-{route[-5:]}-{rnd}", per)
                     cell["vectors"], cell["round"] = True, rnd
@@ -611,8 +643,18 @@ def main(argv=None) -> int:
         for route in ("/v1/select", "/v1/select/batch")}
     vspeed = [vby[(ref, "/v1/select", r)] / vby[("batch1", "/v1/select", r)] for r in range(a.rounds)
               if (ref, "/v1/select", r) in vby and ("batch1", "/v1/select", r) in vby]
+    fronts_ratio = {f.name: {route: [vby[(f.name, route, r)] / vby[(ref, route, r)] for r in range(a.rounds)
+                                     if (f.name, route, r) in vby and (ref, route, r) in vby]
+                             for route in ("/v1/select", "/v1/select/batch")} for f in fronts}
+    fronts_b1 = {f.name: [vby[(f.name, "/v1/select", r)] / vby[("batch1", "/v1/select", r)] for r in range(a.rounds)
+                          if (f.name, "/v1/select", r) in vby and ("batch1", "/v1/select", r) in vby] for f in fronts}
     targets = {
         "reference_server": ref,
+        "vectors_fronts_over_reference": {f: {k: float(np.median(v)) for k, v in d.items() if v}
+                                          for f, d in fronts_ratio.items()},
+        "vectors_fronts_over_reference_rounds": fronts_ratio,
+        "vectors_fronts_over_batch1": {f: float(np.median(v)) for f, v in fronts_b1.items() if v},
+        "vectors_fronts_over_batch1_rounds": fronts_b1,
         "vectors_dynamic_over_batch1": float(np.median(vspeed)) if vspeed else None,
         "vectors_dynamic_over_batch1_rounds": vspeed,
         "vectors_after_over_before": {k: float(np.median(v)) for k, v in after_over_before.items()},

@@ -58,3 +58,15 @@ def test_query_prints_workspace_json(sample_coll, capsys):
     out = json.loads(capsys.readouterr().out)
     assert len(out["units"]) == 3 and out["tokens"] > 0 and out["tokenizer"] == "tiktoken/cl100k_base"
     assert all(u in out["workspace"] for u in out["units"])
+
+
+@pytest.mark.parametrize("args,msg", [(["--http-workers", "2", "--ray"], "--http-workers is for one machine"),
+                                      (["--http-workers", "-1"], "--http-workers")])
+def test_serve_http_workers_errors(tmp_path, capsys, args, msg):
+    pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    try:
+        code = main(["serve", "--collection", str(tmp_path / "c"), *args])
+    except SystemExit as e:  # argparse rejects a negative count itself
+        code = e.code
+    assert code == 2
+    assert msg in capsys.readouterr().err

@@ -21,8 +21,9 @@ Why this stack (extra ``serve``):
 Modules: ``config`` (options), ``models`` (API bodies), ``keys`` (tenants), ``batcher``
 (dynamic batching), ``engines`` (one engine per (budget, hops)), ``registry`` (banks and
 appends), ``turns`` (validation of appended turns), ``service`` (one process's service),
-``metrics``, ``app`` (routes), ``server`` (uvicorn), ``ray_app`` (Ray Serve), ``cli``.
-Only ``app``, ``metrics``, ``server`` and ``ray_app`` import the extras.
+``metrics``, ``app`` (routes), ``server`` (uvicorn), ``remote`` (HTTP in front processes,
+``--http-workers``), ``ray_app`` (Ray Serve), ``cli``.
+Only ``app``, ``metrics``, ``server``, ``remote`` (its fronts) and ``ray_app`` import the extras.
 """
 from .config import ServeConfig
 

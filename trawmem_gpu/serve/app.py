@@ -204,7 +204,8 @@ class _Edge:
 def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics: Metrics | None = None) -> FastAPI:
     """The FastAPI app over ``backend`` (see the module docstring for the error statuses)."""
     metrics = metrics or Metrics()
-    metrics.queue_depth.set_function(lambda: float(backend.queue_depth()))
+    if metrics.queue_depth is not None:  # else the engine process reports it (``--http-workers``)
+        metrics.queue_depth.set_function(lambda: float(backend.queue_depth()))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -361,7 +362,11 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
 
     @app.get("/metrics", tags=["ops"], summary="Prometheus metrics")
     async def prom():
-        return Response(metrics.render(), media_type=metrics.content_type)
+        body = metrics.render()
+        engine_text = getattr(backend, "metrics_text", None)  # the engine process's families (--http-workers)
+        if engine_text is not None:
+            body += await engine_text()
+        return Response(body, media_type=metrics.content_type)
 
     @app.exception_handler(HTTPError)
     async def _http_error(request, e: HTTPError):

@@ -39,10 +39,13 @@ def cmd_serve(a) -> int:
                       max_body_bytes=a.max_body_bytes, max_budget=a.max_budget, max_hops=a.max_hops,
                       max_token_budget=a.max_token_budget,
                       max_engines=a.max_engines, encoder=a.encoder, threads=a.threads,
-                      switch_interval_ms=a.switch_interval_ms, encode_chunk=a.encode_chunk)
+                      switch_interval_ms=a.switch_interval_ms, encode_chunk=a.encode_chunk,
+                      http_workers=a.http_workers)
     if a.sample:
         _sample_into(cfg.collection)
     if a.ray:
+        if a.http_workers:
+            raise ConfigError("--http-workers is for one machine; with --ray the router and shards are Ray's processes")
         _need_extra("ray", ("ray",))
         from .ray_app import serve_ray
 
@@ -96,6 +99,9 @@ def add_commands(sub) -> None:
     s.add_argument("--threads", type=positive_int, help="torch and engine threads (default: torch's)")
     s.add_argument("--switch-interval-ms", type=positive_float, default=d.switch_interval_ms,
                    help="Python GIL switch interval (short keeps HTTP and the engine responsive to each other)")
+    s.add_argument("--http-workers", type=nonneg_int, default=d.http_workers,
+                   help="HTTP front processes in front of this engine process (0: HTTP in this process); "
+                        "each takes HTTP, keys and JSON off the engine's GIL")
     s.add_argument("--access-log", action="store_true", help="log every request line")
     s.add_argument("--ray", action="store_true", help="run as a Ray Serve application (extra: ray)")
     s.add_argument("--shards", type=positive_int, default=2, help="--ray: bank shards (one replica each)")

@@ -64,6 +64,10 @@ class ServeConfig:
     interval; a short one bounds that wait."""
     warmup: bool = True
     """Run one selection at start (numba compilation, encoder warm-up) before /readyz says ready."""
+    http_workers: int = 0
+    """``--http-workers``: 0 serves HTTP in the engine's own process; N > 0 runs HTTP (keys,
+    validation, routes, JSON) in N front processes that forward to one engine process over a
+    private Unix socket (:mod:`.remote`), so HTTP no longer shares the engine's GIL."""
 
     def __post_init__(self):
         for name in ("max_batch", "encode_chunk", "max_queue", "max_body_bytes", "max_question_chars", "max_budget",
@@ -80,6 +84,8 @@ class ServeConfig:
             raise ConfigError(f"--timeout must be > 0 seconds, got {self.timeout_s!r}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"--port must lie in 0..65535, got {self.port!r}")
+        if self.http_workers < 0:
+            raise ConfigError(f"--http-workers must be >= 0, got {self.http_workers!r}")
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"--threads must be >= 1, got {self.threads!r}")
         if self.keys_file is None and self.host not in LOCAL_HOSTS:

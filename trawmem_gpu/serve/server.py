@@ -86,16 +86,32 @@ class BackgroundServer:
 
 
 def serve_forever(cfg: ServeConfig, access_log: bool = False, **service_kw) -> None:
-    """``trawmem serve``: load, warm up, serve until SIGINT / SIGTERM, then drain."""
+    """``trawmem serve``: load, warm up, serve until SIGINT / SIGTERM, then drain. With
+    ``cfg.http_workers`` > 0, HTTP runs in that many front processes (:mod:`.remote`)."""
     import uvicorn
 
-    app, service = build_app(cfg, **service_kw)
+    if cfg.http_workers:
+        from .metrics import Metrics
+        from .remote import serve_with_fronts
+        from .service import SelectionService
+
+        metrics = Metrics("engine")
+        service = SelectionService(cfg, metrics=metrics, **service_kw)
+    else:
+        app, service = build_app(cfg, **service_kw)
     banks = service.bank_list()
     auth = (f"API keys from {cfg.keys_file}" if cfg.keys_file else
             "no --keys file: serving WITHOUT authentication, bound to 127.0.0.1 only")
     print(f"trawmem serve: {len(banks)} banks, {sum(b['n_units'] for b in banks)} units from {cfg.collection} "
           f"(encoder {service.encoder_id}); {auth}", flush=True)
-    print(f"trawmem serve: batching up to {cfg.max_batch} queries, waiting at most {cfg.max_wait_ms:g} ms; "
-          f"queue {cfg.max_queue}; deadline {cfg.timeout_s:g} s; http://{cfg.host}:{cfg.port} "
-          f"(OpenAPI at /docs)", flush=True)
+
+    def announce(port: int) -> None:
+        print(f"trawmem serve: batching up to {cfg.max_batch} queries, waiting at most {cfg.max_wait_ms:g} ms; "
+              f"queue {cfg.max_queue}; deadline {cfg.timeout_s:g} s; http://{cfg.host}:{port} "
+              f"(OpenAPI at /docs)", flush=True)
+
+    if cfg.http_workers:
+        serve_with_fronts(cfg, service, metrics, announce, access_log)
+        return
+    announce(cfg.port)
     uvicorn.Server(uvicorn_config(app, cfg, access_log)).run()

@@ -1,0 +1,217 @@
+"""``trawmem serve --http-workers N``: HTTP in front processes, one engine process (serve/remote.py).
+
+The real command in a subprocess on a free port, driven by a real HTTP client: the same API,
+keys and statuses as one process, appends read back through any front, metrics summed over
+the fronts, errors carried across the socket as the same classes, and a clean shutdown.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi", reason="the serve extra (fastapi, uvicorn, prometheus_client) is not installed")
+pytest.importorskip("uvicorn", reason="the serve extra is not installed")
+pytest.importorskip("prometheus_client", reason="the serve extra is not installed")
+import httpx  # noqa: E402
+
+from serve_util import SAMPLE_BANK, build_sample_collection  # noqa: E402
+
+KEYS = {"rw": "key-fronts-rw-0123456789", "ro": "key-fronts-ro-0123456789"}
+
+
+def _keys_file(path: Path) -> str:
+    def h(k):
+        return hashlib.sha256(k.encode()).hexdigest()
+
+    path.write_text(json.dumps({"keys": [
+        {"sha256": h(KEYS["rw"]), "tenant": "acme", "banks": [SAMPLE_BANK, "acme-*"], "access": "read-write"},
+        {"sha256": h(KEYS["ro"]), "tenant": "reader", "banks": [SAMPLE_BANK], "access": "read-only"},
+    ]}))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def fronts(tmp_path_factory):
+    """(url, process) of `trawmem serve --http-workers 2` over a copy of the sample collection."""
+    tmp = tmp_path_factory.mktemp("fronts")
+    coll = build_sample_collection(tmp / "coll")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen([sys.executable, "-m", "trawmem_gpu.cli", "serve", "--collection", str(coll),
+                             "--port", "0", "--http-workers", "2", "--keys", _keys_file(tmp / "keys.json"),
+                             "--max-wait-ms", "2", "--threads", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    url, lines, t0 = None, [], time.monotonic()
+    while url is None and time.monotonic() - t0 < 180:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            break
+        lines.append(line)
+        m = re.search(r"(http://127\.0\.0\.1:\d+)", line)
+        url = m.group(1) if m else None
+    assert url, "server did not start:\n" + "".join(lines)
+    while time.monotonic() - t0 < 180:
+        try:
+            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("fronts never became ready")
+    yield url, proc, coll
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def _auth(k):
+    return {"Authorization": f"Bearer {KEYS[k]}"}
+
+
+def _turn(tid, text="We adopted a puppy called Biscuit today.", ts="2024-06-01T10:00:00"):
+    return {"turn_id": tid, "speaker": "Ana", "text": text, "timestamp": ts}
+
+
+def test_same_api_and_statuses_as_one_process(fronts):
+    url, _, _ = fronts
+    q = {"bank_id": SAMPLE_BANK, "question": "Where does Clara live now?"}
+    assert httpx.post(url + "/v1/select", json=q).status_code == 401
+    r = httpx.post(url + "/v1/select", json=q, headers=_auth("ro"))
+    assert r.status_code == 200, r.text
+    ws = r.json()
+    assert ws["bank_id"] == SAMPLE_BANK and ws["units"] and ws["n_tokens"] > 0 and ws["timings"]["batch_size"] >= 1
+    # a foreign bank and a missing one: the same 404
+    for bank in ("acme-nothing", "someone-else"):
+        r = httpx.post(url + "/v1/select", json={**q, "bank_id": bank}, headers=_auth("ro"))
+        assert r.status_code == 404 and "unknown bank id" in r.json()["detail"]
+    # validation runs in the front; bad vectors are 422
+    r = httpx.post(url + "/v1/select", json={**q, "question_vector": [0.5] * 3}, headers=_auth("ro"))
+    assert r.status_code == 422 and "question_vector has 3 numbers" in r.json()["detail"]
+    # client-supplied vector: the same workspace as the encoder's own vector for that question
+    banks = httpx.get(url + "/v1/banks", headers=_auth("ro")).json()
+    assert banks["banks"] == [{"bank_id": SAMPLE_BANK, "n_units": banks["banks"][0]["n_units"],
+                               "n_threads": banks["banks"][0]["n_threads"]}]
+    from trawmem_gpu.encode import get_encoder
+
+    z = get_encoder("minilm").encode([q["question"]], is_query=True)[0]
+    r2 = httpx.post(url + "/v1/select", json={**q, "question_vector": [float(x) for x in z]}, headers=_auth("ro"))
+    assert r2.status_code == 200 and [u["id"] for u in r2.json()["units"]] == [u["id"] for u in ws["units"]]
+    # batch route, with the index of a bad request in the message
+    r = httpx.post(url + "/v1/select/batch", json={"requests": [q, {**q, "bank_id": "acme-x"}]}, headers=_auth("rw"))
+    assert r.status_code == 404 and r.json()["detail"].startswith("requests[1]")
+    r = httpx.post(url + "/v1/select/batch", json={"requests": [q, q]}, headers=_auth("rw"))
+    assert r.status_code == 200 and len(r.json()["results"]) == 2
+
+
+def test_appends_through_any_front_are_read_back_and_none_is_lost(fronts):
+    url, _, coll = fronts
+    h = _auth("rw")
+    assert httpx.post(url + f"/v1/banks/{SAMPLE_BANK}/turns", json={"turns": [_turn("x1")]},
+                      headers=_auth("ro")).status_code == 403
+    r = httpx.post(url + f"/v1/banks/{SAMPLE_BANK}/turns", json={"turns": [_turn("x1")]}, headers=h)
+    assert r.status_code == 200, r.text
+    assert httpx.post(url + f"/v1/banks/{SAMPLE_BANK}/turns", json={"turns": [_turn("x1")]},
+                      headers=h).status_code == 409  # DuplicateTurns crossed the socket as itself
+
+    def append(i):  # each on its own connection: spread over both fronts
+        with httpx.Client() as c:
+            return c.post(url + f"/v1/banks/acme-{i % 3}/turns",
+                          json={"turns": [_turn(f"t{i}", f"Note number {i} about the garden.")]}, headers=h).status_code
+
+    with ThreadPoolExecutor(8) as ex:
+        codes = list(ex.map(append, range(24)))
+    assert codes == [200] * 24
+    counts = {b["bank_id"]: b["n_units"] for b in httpx.get(url + "/v1/banks", headers=h).json()["banks"]}
+    assert [counts[f"acme-{j}"] for j in range(3)] == [8, 8, 8]
+    from trawmem_gpu.store import Collection
+
+    assert [Collection(coll).load(f"acme-{j}").n_units for j in range(3)] == [8, 8, 8]
+    r = httpx.post(url + "/v1/select", json={"bank_id": "acme-1", "question": "What about the garden?"}, headers=h)
+    assert r.status_code == 200 and r.json()["bank_n_units"] == 8
+
+
+def test_metrics_are_summed_over_fronts_and_include_the_engine(fronts):
+    url, _, _ = fronts
+
+    def count(text):
+        m = re.search(r'trawmem_http_requests_total\{method="GET",route="/healthz",status="200"\} ([0-9.]+)', text)
+        return float(m.group(1)) if m else 0.0
+
+    before = count(httpx.get(url + "/metrics").text)
+    for _ in range(12):
+        with httpx.Client() as c:  # new connections: both fronts answer some
+            assert c.get(url + "/healthz").status_code == 200
+    text = httpx.get(url + "/metrics").text
+    assert count(text) == before + 12
+    assert "trawmem_batch_size_count" in text and "trawmem_queue_depth" in text
+    families = [ln.split()[2] for ln in text.splitlines() if ln.startswith("# TYPE")]
+    assert len(families) == len(set(families)), "a metric family is exposed twice"
+
+
+def test_errors_cross_the_socket_as_the_same_classes():
+    from trawmem_gpu.errors import InputError
+    from trawmem_gpu.serve.batcher import DeadlineExceeded, QueueFull, ShuttingDown
+    from trawmem_gpu.serve.registry import DuplicateTurns
+    from trawmem_gpu.serve.remote import error_fields, error_from
+    from trawmem_gpu.serve.service import UnknownBank
+
+    for e in (QueueFull(7), DeadlineExceeded("late"), ShuttingDown("bye"), UnknownBank("b1", "requests[3]: "),
+              DuplicateTurns("turn ids already held: t1"), InputError("bad turn")):
+        back = error_from(error_fields(e))
+        assert type(back) is type(e) and str(back) == str(e)
+    assert error_from(error_fields(QueueFull(7))).retry_after == 7
+    internal = error_from(error_fields(ZeroDivisionError("secret detail")))
+    assert isinstance(internal, RuntimeError) and "secret" not in str(internal)
+
+
+def test_frames_round_trip_and_refuse_a_huge_length():
+    from trawmem_gpu.serve import remote
+
+    async def go():
+        r = asyncio.StreamReader()
+        obj = (3, "select", ([np.arange(5.0)], False))
+        r.feed_data(remote.frame([obj]))
+        ((rid, op, args),) = await remote.read_frame(r)
+        assert (rid, op) == (3, "select") and np.array_equal(args[0][0], obj[2][0][0])
+        bad = asyncio.StreamReader()
+        bad.feed_data(remote._LEN.pack(remote.MAX_FRAME + 1))
+        with pytest.raises(ConnectionError, match="limit"):
+            await remote.read_frame(bad)
+
+    asyncio.run(go())
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(d.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads child processes from /proc")
+def test_shutdown_ends_every_process(fronts):
+    url, proc, _ = fronts
+    children = _children(proc.pid)
+    assert len(children) >= 2  # the two fronts (and multiprocessing's resource tracker)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    time.sleep(0.5)
+    assert not [c for c in children if Path(f"/proc/{c}").exists() and
+                "zombie" not in Path(f"/proc/{c}/status").read_text().lower()]

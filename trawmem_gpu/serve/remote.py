@@ -1,0 +1,398 @@
+"""HTTP in front processes, selection in one engine process: ``trawmem serve --http-workers N``.
+
+In one process, HTTP parsing, key checks, validation and JSON share one GIL with the engine
+and the workspace assembly (about 0.13 ms of HTTP per query against 0.13 ms of engine with
+client vectors, ``benchmarks/bench_serve.py``). With ``--http-workers N``:
+
+* the **engine process** (the command's own) owns the :class:`~.service.SelectionService`
+  (banks, encoder, dynamic batcher, appends and their single writer) and answers on a private
+  Unix socket (:class:`EngineEndpoint`; the socket sits in a fresh 0700 directory);
+* **N front processes** (spawned) each run the same FastAPI app (:func:`~.app.create_app`,
+  unchanged: keys, validation, routes, errors) over a :class:`RemoteBackend` that forwards each
+  backend call as one frame, and all accept on the one listening socket the engine process bound.
+
+The engine's batcher coalesces the queries of all fronts. Frames are a 4-byte length and a
+pickle (both ends are this package's processes, on a socket only this user can reach) of a
+list: the calls (or answers) one side made in one event-loop iteration, so a batch's answers
+cross in one write. Each call carries an id, so answers come back in any order on one
+connection per front. Errors
+cross as (kind, fields) and are raised again in the front as the same exception classes, so a
+client sees the same statuses (404, 409, 422, 429, 503, 504) as from one process.
+
+Metrics: each front counts its HTTP requests in ``prometheus_client``'s multiprocess mode
+(``PROMETHEUS_MULTIPROC_DIR`` in the same private directory), summed at each scrape; the engine
+process's families (batches, assembly, queue depth, appends) come over the socket.
+
+Shutdown (SIGINT / SIGTERM to the engine process, or Ctrl-C to the group): the fronts stop
+accepting and answer what they hold, the engine keeps serving them until they have exited,
+then drains its own batcher.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import pickle
+import shutil
+import signal
+import socket
+import struct
+import tempfile
+
+from ..errors import InputError
+from .batcher import DeadlineExceeded, QueueFull, ShuttingDown
+from .config import ServeConfig
+
+log = logging.getLogger("trawmem.serve")
+
+_LEN = struct.Struct("!I")
+MAX_FRAME = 1 << 30
+"""Largest frame either side accepts (a corrupt length fails the connection, not the process)."""
+
+
+def frame(obj) -> bytes:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    if len(data) > MAX_FRAME:
+        raise ValueError(f"frame of {len(data)} bytes is over the {MAX_FRAME} limit")
+    return _LEN.pack(len(data)) + data
+
+
+async def read_frame(reader: asyncio.StreamReader):
+    (n,) = _LEN.unpack(await reader.readexactly(_LEN.size))
+    if n > MAX_FRAME:
+        raise ConnectionError(f"frame of {n} bytes announced; the limit is {MAX_FRAME}")
+    return pickle.loads(await reader.readexactly(n))
+
+
+def error_fields(e: BaseException) -> tuple:
+    """An exception as plain data (kind, fields) for the other process."""
+    from .registry import DuplicateTurns
+    from .service import UnknownBank
+
+    if isinstance(e, QueueFull):
+        return ("queue_full", e.retry_after)
+    if isinstance(e, DeadlineExceeded):
+        return ("deadline", str(e))
+    if isinstance(e, ShuttingDown):
+        return ("shutting_down", str(e))
+    if isinstance(e, UnknownBank):
+        return ("unknown_bank", e.bank_id, e.where)
+    if isinstance(e, DuplicateTurns):  # before InputError, its base class
+        return ("duplicate", str(e))
+    if isinstance(e, InputError):
+        return ("input", str(e))
+    return ("internal", type(e).__name__)
+
+
+def error_from(fields: tuple) -> Exception:
+    """The exception :func:`error_fields` described, of the same class."""
+    from .registry import DuplicateTurns
+    from .service import UnknownBank
+
+    kind, *rest = fields
+    if kind == "queue_full":
+        return QueueFull(*rest)
+    if kind == "deadline":
+        return DeadlineExceeded(*rest)
+    if kind == "shutting_down":
+        return ShuttingDown(*rest)
+    if kind == "unknown_bank":
+        return UnknownBank(*rest)
+    if kind == "duplicate":
+        return DuplicateTurns(*rest)
+    if kind == "input":
+        return InputError(*rest)
+    return RuntimeError(f"the engine process failed ({rest[0] if rest else 'unknown error'})")
+
+
+class _Outbox:
+    """Messages for one connection, sent as one frame (a list) per event-loop iteration: the
+    answers of one engine batch complete together and cross in one write."""
+
+    def __init__(self, writer: asyncio.StreamWriter):
+        self.writer, self.msgs = writer, []
+
+    def put(self, msg) -> None:
+        if not self.msgs:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self.msgs.append(msg)
+
+    def flush(self) -> None:
+        msgs, self.msgs = self.msgs, []
+        if msgs and not self.writer.is_closing():
+            self.writer.write(frame(msgs))
+
+
+class EngineEndpoint:
+    """The engine process's side: a :class:`~.service.SelectionService` on a Unix socket."""
+
+    def __init__(self, service, path: str, metrics=None):
+        self.service, self.path, self.metrics = service, path, metrics
+        self.server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task] = set()
+        if metrics is not None and metrics.queue_depth is not None:
+            metrics.queue_depth.set_function(lambda: float(service.queue_depth()))
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_unix_server(self._connection, path=self.path)
+        os.chmod(self.path, 0o600)
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        out = _Outbox(writer)
+        try:
+            while True:
+                for rid, op, args in await read_frame(reader):
+                    t = asyncio.ensure_future(self._answer(out, rid, op, args))
+                    self._tasks.add(t)
+                    t.add_done_callback(self._tasks.discard)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            pass  # the front went away
+        except Exception:  # noqa: BLE001 - a bad frame ends that connection only
+            log.exception("bad frame from a front process; closing its connection")
+        finally:
+            writer.close()
+
+    async def _answer(self, out: "_Outbox", rid: int, op: str, args: tuple) -> None:
+        try:
+            msg = (rid, True, await self._call(op, args))
+        except Exception as e:  # noqa: BLE001 - answered to the front, which raises it again
+            if error_fields(e)[0] == "internal":
+                log.exception("engine call %s failed", op)
+            msg = (rid, False, error_fields(e))
+        out.put(msg)
+
+    async def _call(self, op: str, args: tuple):
+        s = self.service
+        if op == "select":
+            return await s.select(*args)
+        if op == "append":
+            return await s.append(*args)
+        if op == "bank_list":
+            return s.bank_list()
+        if op == "bank_info":
+            return s.bank_info(*args)
+        if op == "has_bank":
+            return s.has_bank(*args)
+        if op == "state":
+            return {"ready": s.ready, "queue_depth": s.queue_depth(), "dim": s.dim, "encoder_id": s.encoder_id,
+                    "defaults": tuple(s.defaults)}
+        if op == "metrics":
+            return self.metrics.render() if self.metrics is not None else b""
+        raise ValueError(f"unknown engine call {op!r}")
+
+
+class RemoteBackend:
+    """The app's backend in a front process: every call goes to the engine process."""
+
+    POLL_S = 0.5
+    """How often readiness and queue depth are refreshed (``/readyz``, ``Retry-After``)."""
+
+    def __init__(self, path: str, cfg: ServeConfig):
+        self.path, self.cfg = path, cfg
+        self.dim, self.encoder_id, self.defaults = 0, None, (16, 1, None)
+        self._engine_ready, self._depth = False, 0
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: dict[int, asyncio.Future] = {}
+        self._out: _Outbox | None = None
+        self._next = 0
+        self._tasks: list[asyncio.Task] = []
+
+    @property
+    def ready(self) -> bool:
+        return self._engine_ready and self._writer is not None and not self._writer.is_closing()
+
+    def queue_depth(self) -> int:
+        return self._depth
+
+    async def start(self) -> None:
+        self._reader, self._writer = await asyncio.open_unix_connection(self.path)
+        self._out = _Outbox(self._writer)
+        self._tasks.append(asyncio.ensure_future(self._read_answers()))
+        self._apply(await self._call("state"))
+        self._tasks.append(asyncio.ensure_future(self._poll()))
+
+    async def stop(self) -> None:
+        self._engine_ready = False
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._writer is not None:
+            self._writer.close()
+        self._fail_pending("the server is shutting down")
+
+    def _apply(self, st: dict) -> None:
+        self._engine_ready, self._depth = bool(st["ready"]), int(st["queue_depth"])
+        self.dim, self.encoder_id, self.defaults = int(st["dim"]), st["encoder_id"], tuple(st["defaults"])
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self.POLL_S)
+            try:
+                self._apply(await self._call("state"))
+            except Exception:  # noqa: BLE001 - not ready until the engine answers again
+                self._engine_ready = False
+
+    def _fail_pending(self, why: str) -> None:
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(ShuttingDown(why))
+        self._pending.clear()
+
+    async def _read_answers(self) -> None:
+        try:
+            while True:
+                for rid, ok, payload in await read_frame(self._reader):
+                    fut = self._pending.pop(rid, None)
+                    if fut is None or fut.done():
+                        continue
+                    if ok:
+                        fut.set_result(payload)
+                    else:
+                        fut.set_exception(error_from(payload))
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            log.error("the engine process closed its socket")
+        finally:
+            self._engine_ready = False
+            self._fail_pending("the engine process is not answering")
+
+    async def _call(self, op: str, *args):
+        w = self._writer
+        if w is None or w.is_closing():
+            raise ShuttingDown("the engine process is not answering")
+        rid = self._next
+        self._next += 1
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        self._out.put((rid, op, args))
+        try:  # the engine enforces --timeout itself; this bounds a stuck engine process
+            return await asyncio.wait_for(fut, self.cfg.timeout_s + 5.0)
+        except asyncio.TimeoutError:
+            raise DeadlineExceeded(f"no answer from the engine process within {self.cfg.timeout_s + 5:g} s") from None
+        finally:
+            self._pending.pop(rid, None)
+
+    async def select(self, items: list, batch: bool = False) -> list[dict]:
+        return await self._call("select", items, batch)
+
+    async def append(self, bank_id: str, records: list[dict]) -> dict:
+        return await self._call("append", bank_id, records)
+
+    async def has_bank(self, bank_id: str) -> bool:
+        return await self._call("has_bank", bank_id)
+
+    async def bank_list(self) -> list[dict]:
+        return await self._call("bank_list")
+
+    async def bank_info(self, bank_id: str) -> dict | None:
+        return await self._call("bank_info", bank_id)
+
+    async def metrics_text(self) -> bytes:
+        return await self._call("metrics")
+
+
+def run_front(cfg: ServeConfig, path: str, sock: socket.socket, access_log: bool) -> None:
+    """A front process: the app over :class:`RemoteBackend`, on the shared listening socket.
+    ``PROMETHEUS_MULTIPROC_DIR`` is in its environment from the start (set by the engine process
+    before spawning), so its HTTP metrics go to the shared files."""
+    import uvicorn
+
+    from .app import create_app
+    from .keys import KeyStore
+    from .metrics import Metrics
+    from .server import uvicorn_config
+
+    prom_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"]
+    keys = KeyStore.load(cfg.keys_file) if cfg.keys_file else None
+    app = create_app(RemoteBackend(path, cfg), cfg, keys, Metrics("http", multiprocess_dir=prom_dir))
+    try:
+        uvicorn.Server(uvicorn_config(app, cfg, access_log)).run(sockets=[sock])
+    finally:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(os.getpid(), prom_dir)
+
+
+def listening_socket(cfg: ServeConfig) -> socket.socket:
+    """The one socket every front accepts on (bound here, so ``--port 0`` gets a port once)."""
+    family = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((cfg.host, cfg.port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve_with_fronts(cfg: ServeConfig, service, metrics, announce, access_log: bool = False) -> None:
+    """Run the engine endpoint here and ``cfg.http_workers`` front processes until SIGINT /
+    SIGTERM (or a front dies), then shut down in order: fronts first (they answer what they
+    hold, the engine still serving them), then the engine's batcher drains."""
+    import multiprocessing as mp
+
+    workdir = tempfile.mkdtemp(prefix="trawmem-serve-")  # mode 0700
+    path = os.path.join(workdir, "engine.sock")
+    prom_dir = os.path.join(workdir, "metrics")
+    os.mkdir(prom_dir)
+    sock = listening_socket(cfg)
+    announce(sock.getsockname()[1])
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await service.start()
+        endpoint = EngineEndpoint(service, path, metrics)
+        await endpoint.start()
+        ctx = mp.get_context("spawn")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = prom_dir  # inherited by the fronts only
+        try:
+            fronts = [ctx.Process(target=run_front, args=(cfg, path, sock, access_log), name=f"trawmem-http-{i}")
+                      for i in range(cfg.http_workers)]
+            for p in fronts:
+                p.start()
+        finally:
+            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        print(f"trawmem serve: {cfg.http_workers} HTTP front processes "
+              f"(pids {', '.join(str(p.pid) for p in fronts)}) over this engine process ({os.getpid()})", flush=True)
+        try:
+            while not stop.is_set():
+                try:
+                    await asyncio.wait_for(stop.wait(), 0.5)
+                except asyncio.TimeoutError:
+                    dead = [p for p in fronts if not p.is_alive()]
+                    if dead:
+                        log.error("front process %s exited (code %s); shutting down", dead[0].name, dead[0].exitcode)
+                        stop.set()
+        finally:
+            for p in fronts:
+                if p.is_alive():
+                    p.terminate()  # SIGTERM: uvicorn's graceful shutdown
+            grace = cfg.timeout_s + 10.0
+            await loop.run_in_executor(None, lambda: [p.join(grace) for p in fronts])
+            for p in fronts:
+                if p.is_alive():
+                    p.kill()
+            await endpoint.close()
+            await service.stop()
+
+    try:
+        try:
+            import uvloop
+
+            runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+        except ImportError:  # pragma: no cover
+            runner = asyncio.Runner()
+        with runner:
+            runner.run(main())
+    finally:
+        sock.close()
+        shutil.rmtree(workdir, ignore_errors=True)
