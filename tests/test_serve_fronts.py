@@ -215,3 +215,38 @@ def test_shutdown_ends_every_process(fronts):
     time.sleep(0.5)
     assert not [c for c in children if Path(f"/proc/{c}").exists() and
                 "zombie" not in Path(f"/proc/{c}/status").read_text().lower()]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads child processes from /proc")
+def test_fronts_exit_when_the_engine_process_dies(tmp_path):
+    """A killed engine process leaves no front serving on its own."""
+    coll = build_sample_collection(tmp_path / "coll")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen([sys.executable, "-m", "trawmem_gpu.cli", "serve", "--collection", str(coll), "--port", "0",
+                             "--http-workers", "1", "--threads", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        t0, fronts = time.monotonic(), []
+        while time.monotonic() - t0 < 180:
+            line = proc.stdout.readline()
+            if "HTTP front processes (pids" in line:
+                fronts = [int(x) for x in re.search(r"pids ([0-9, ]+)\)", line).group(1).split(", ")]
+                break
+            assert line or proc.poll() is None, "server exited before starting its fronts"
+        assert fronts
+        proc.kill()
+        proc.wait()
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 60 and any(_alive(p) for p in fronts):
+            time.sleep(0.2)
+        assert not any(_alive(p) for p in fronts)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+    except OSError:
+        return False

@@ -204,6 +204,7 @@ class RemoteBackend:
         self._out: _Outbox | None = None
         self._next = 0
         self._tasks: list[asyncio.Task] = []
+        self._stopping = False
 
     @property
     def ready(self) -> bool:
@@ -220,7 +221,7 @@ class RemoteBackend:
         self._tasks.append(asyncio.ensure_future(self._poll()))
 
     async def stop(self) -> None:
-        self._engine_ready = False
+        self._stopping, self._engine_ready = True, False
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -258,10 +259,15 @@ class RemoteBackend:
                     else:
                         fut.set_exception(error_from(payload))
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            log.error("the engine process closed its socket")
+            if not self._stopping:
+                log.error("the engine process closed its socket")
         finally:
             self._engine_ready = False
+            if self._writer is not None:
+                self._writer.close()  # later calls fail at once (503), not at the deadline
             self._fail_pending("the engine process is not answering")
+            if not self._stopping:  # the engine is gone: this front shuts down too (no orphans)
+                os.kill(os.getpid(), signal.SIGTERM)
 
     async def _call(self, op: str, *args):
         w = self._writer
@@ -302,6 +308,7 @@ def run_front(cfg: ServeConfig, path: str, sock: socket.socket, access_log: bool
     """A front process: the app over :class:`RemoteBackend`, on the shared listening socket.
     ``PROMETHEUS_MULTIPROC_DIR`` is in its environment from the start (set by the engine process
     before spawning), so its HTTP metrics go to the shared files."""
+    os.setpgrp()  # out of the terminal's group: Ctrl-C reaches the engine process, which stops the fronts in order
     import uvicorn
 
     from .app import create_app
