@@ -360,17 +360,18 @@ def serve_with_fronts(cfg: ServeConfig, service, metrics, announce, access_log: 
         endpoint = EngineEndpoint(service, path, metrics)
         await endpoint.start()
         ctx = mp.get_context("spawn")
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = prom_dir  # inherited by the fronts only
+        fronts = [ctx.Process(target=run_front, args=(cfg, path, sock, access_log), name=f"trawmem-http-{i}")
+                  for i in range(cfg.http_workers)]
         try:
-            fronts = [ctx.Process(target=run_front, args=(cfg, path, sock, access_log), name=f"trawmem-http-{i}")
-                      for i in range(cfg.http_workers)]
-            for p in fronts:
-                p.start()
-        finally:
-            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
-        print(f"trawmem serve: {cfg.http_workers} HTTP front processes "
-              f"(pids {', '.join(str(p.pid) for p in fronts)}) over this engine process ({os.getpid()})", flush=True)
-        try:
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = prom_dir  # inherited by the fronts only
+            try:
+                for p in fronts:
+                    p.start()
+            finally:
+                os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+            print(f"trawmem serve: {cfg.http_workers} HTTP front processes "
+                  f"(pids {', '.join(str(p.pid) for p in fronts)}) over this engine process ({os.getpid()})",
+                  flush=True)
             while not stop.is_set():
                 try:
                     await asyncio.wait_for(stop.wait(), 0.5)
@@ -380,12 +381,13 @@ def serve_with_fronts(cfg: ServeConfig, service, metrics, announce, access_log: 
                         log.error("front process %s exited (code %s); shutting down", dead[0].name, dead[0].exitcode)
                         stop.set()
         finally:
-            for p in fronts:
+            started = [p for p in fronts if p.pid is not None]
+            for p in started:
                 if p.is_alive():
                     p.terminate()  # SIGTERM: uvicorn's graceful shutdown
             grace = cfg.timeout_s + 10.0
-            await loop.run_in_executor(None, lambda: [p.join(grace) for p in fronts])
-            for p in fronts:
+            await loop.run_in_executor(None, lambda: [p.join(grace) for p in started])
+            for p in started:
                 if p.is_alive():
                     p.kill()
             await endpoint.close()
