@@ -318,6 +318,45 @@ def test_batcher_unit_behaviour():
     assert [x for s in seen for x in s] == [1, 2, 3, 4, 5, 8]
 
 
+def test_batcher_answers_chunks_together():
+    """Results handed over as ``Later`` (one pool future per chunk): each request gets its own
+    element, an exception element fails only that request, a failed chunk fails its requests."""
+    import asyncio
+
+    from trawmem_gpu.serve.batcher import DynamicBatcher, Later
+
+    pool = ThreadPoolExecutor(2)
+
+    def chunk(xs):
+        time.sleep(0.02)
+        if 13 in xs:
+            raise RuntimeError("whole chunk failed")
+        return [ValueError(f"bad {x}") if x < 0 else x * 10 for x in xs]
+
+    def process(items):
+        out = []
+        for c in range(0, len(items), 2):  # chunks of two
+            fut = pool.submit(chunk, items[c:c + 2])
+            out += [Later(fut, k) for k in range(len(items[c:c + 2]))]
+        return out
+
+    async def main():
+        with ThreadPoolExecutor(1) as ex:
+            b = DynamicBatcher(process, max_batch=8, max_wait_s=0.05, max_queue=64, executor=ex)
+            b.start()
+            one = [asyncio.ensure_future(b.submit([x], 10)) for x in (1, -2, 3, 4, 5)]
+            res = await asyncio.gather(*one, return_exceptions=True)
+            assert res[0] == [10] and res[2:] == [[30], [40], [50]]
+            assert isinstance(res[1], ValueError) and "bad -2" in str(res[1])
+            assert await b.submit([6, 7, 8], 10) == [60, 70, 80]
+            with pytest.raises(RuntimeError, match="whole chunk"):
+                await b.submit([13, 14], 10)
+            await b.close()
+
+    asyncio.run(main())
+    pool.shutdown()
+
+
 # ----------------------------------------------------------------------------------------------
 # tenants and keys
 # ----------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import logging
 import math
 import time
 from concurrent.futures import Executor
-from typing import Callable
+from typing import Callable, NamedTuple
 
 log = logging.getLogger("trawmem.serve")
 
@@ -52,6 +52,38 @@ class _Pending:
         self.item, self.arrived, self.future = item, arrived, future
 
 
+class Later(NamedTuple):
+    """A result still being computed on another pool: element ``index`` of the list that
+    ``future`` returns (an exception instance there fails only that request). The requests
+    sharing one future are answered together, with one wake-up of the event loop."""
+
+    future: concurrent.futures.Future
+    index: int
+
+
+def _later_done(loop: asyncio.AbstractEventLoop, parts: list, fut: concurrent.futures.Future) -> None:
+    try:  # on the pool's thread
+        loop.call_soon_threadsafe(_settle_parts, parts, fut)
+    except RuntimeError:  # pragma: no cover - the loop closed first
+        pass
+
+
+def _settle_parts(parts: list, fut: concurrent.futures.Future) -> None:
+    exc = None if not fut.cancelled() else asyncio.CancelledError()
+    res = None
+    if exc is None:
+        exc = fut.exception()
+        res = fut.result() if exc is None else None
+    for target, i in parts:
+        if target.done():
+            continue
+        r = exc if exc is not None else res[i]
+        if isinstance(r, BaseException):
+            target.set_exception(r)
+        else:
+            target.set_result(r)
+
+
 def _settle(target: asyncio.Future, source: asyncio.Future) -> None:
     if target.done():
         return
@@ -68,8 +100,9 @@ class DynamicBatcher:
 
     :param process: runs on ``executor``; gets a list of items, returns one result per item
         (an ``Exception`` instance as a result fails only that request; a
-        ``concurrent.futures.Future`` answers the request when it completes, so a later stage can
-        run on another pool while the next batch starts)
+        ``concurrent.futures.Future`` answers the request when it completes, and a :class:`Later`
+        when its chunk's future does, so a later stage can run on another pool while the next
+        batch starts)
     :param max_batch: most items per call
     :param max_wait_s: longest the oldest queued item waits for others when idle
     :param max_queue: most items queued (not counting the running batch)
@@ -174,13 +207,18 @@ class DynamicBatcher:
             dt = time.perf_counter() - t0
             self.running = 0
             self._rate = len(batch) / dt if self._rate == 0 else 0.8 * self._rate + 0.2 * len(batch) / max(dt, 1e-9)
+            later: dict[int, tuple] = {}
             for p, r in zip(batch, results):
-                if isinstance(r, concurrent.futures.Future):  # finished later on another pool
+                if isinstance(r, Later):  # finished later on another pool, with its chunk
+                    later.setdefault(id(r.future), (r.future, []))[1].append((p.future, r.index))
+                elif isinstance(r, concurrent.futures.Future):  # finished later on another pool
                     asyncio.wrap_future(r, loop=loop).add_done_callback(functools.partial(_settle, p.future))
                 elif not p.future.done():
                     if isinstance(r, BaseException):
                         p.future.set_exception(r)
                     else:
                         p.future.set_result(r)
+            for fut, parts in later.values():
+                fut.add_done_callback(functools.partial(_later_done, loop, parts))
             if self.on_batch is not None:
                 self.on_batch(len(batch), dt)

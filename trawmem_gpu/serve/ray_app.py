@@ -31,7 +31,7 @@ from dataclasses import asdict
 from ray import serve
 
 from ..errors import InputError
-from .batcher import DeadlineExceeded, QueueFull
+from .batcher import DeadlineExceeded, Later, QueueFull
 from .config import ServeConfig
 from .registry import DuplicateTurns
 
@@ -78,7 +78,12 @@ class BankShard:
         res = await loop.run_in_executor(self.service.worker, self.service.process_batch, items)
         out = []
         for r in res:  # workspaces still being assembled on the service's pool
-            if isinstance(r, concurrent.futures.Future):
+            if isinstance(r, Later):
+                try:
+                    r = (await asyncio.wrap_future(r.future))[r.index]
+                except Exception as e:  # noqa: BLE001 - fails only this chunk's queries
+                    r = e
+            elif isinstance(r, concurrent.futures.Future):
                 try:
                     r = await asyncio.wrap_future(r)
                 except Exception as e:  # noqa: BLE001 - fails only this query

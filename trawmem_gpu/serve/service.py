@@ -35,7 +35,7 @@ from ..errors import ConfigError
 from ..select.config import SelectConfig
 from ..tokens import TOKENIZER_NAME, count_tokens_cached
 from ..workspace import assemble
-from .batcher import DynamicBatcher
+from .batcher import DynamicBatcher, Later
 from .config import ServeConfig
 from .engines import EngineSet, select_units
 from .registry import BankRegistry
@@ -122,6 +122,10 @@ class SelectionService:
         hops / token_budget replace its B / H / T
     :param encoder: an encoder to use instead of loading ``cfg.encoder``
     """
+
+    ASSEMBLY_CHUNKS = 4
+    """Assembly jobs per engine call (the pool has 2 threads): few enough that answering costs few
+    event-loop wake-ups, enough that the first answers leave before the whole batch is rendered."""
 
     def __init__(self, cfg: ServeConfig, *, owns=lambda bank_id: True, select_cfg: SelectConfig | None = None,
                  encoder: Encoder | None = None, metrics=None):
@@ -268,7 +272,8 @@ class SelectionService:
     # ------------------------------------------------------------------------------------------
     def process_batch(self, items: list[SelectItem]) -> list:
         """One encoder call and one engine call per (budget, hops, token_budget) group; per item a
-        ``concurrent.futures.Future`` of its response body (assembled on the pool) or the exception."""
+        :class:`~.batcher.Later` of its response body (assembled on the pool, a few chunks per
+        group) or the exception."""
         t_start = time.perf_counter()
         n = len(items)
         for bid in dict.fromkeys(it.bank_id for it in items):
@@ -301,19 +306,36 @@ class SelectionService:
                 continue
             t_sel = time.perf_counter() - ts
             t_sel_total += t_sel
+            jobs = []
             for i, units in zip(idx, picks):
                 it = items[i]
                 timings = {"queue_ms": round((t_start - it.arrived) * 1e3, 3) if it.arrived else None,
                            "encode_ms": round(t_enc * 1e3, 3) if it.vector is None else 0.0,
                            "select_ms": round(t_sel * 1e3, 3), "batch_size": n}
                 # the bank the engine just selected from, taken here: a refresh may follow before assembly
-                job = (it, self.engines.bank(it.bank_id), units, used_dates, timings)
-                out[i] = self.assembler.submit(self._workspace, *job)
+                jobs.append((it, self.engines.bank(it.bank_id), units, used_dates, timings))
+            # a few chunks per group, one pool job and one event-loop wake-up each
+            size = -(-len(jobs) // self.ASSEMBLY_CHUNKS)
+            for c in range(0, len(jobs), size):
+                fut = self.assembler.submit(self._workspaces, jobs[c:c + size])
+                for k, i in enumerate(idx[c:c + size]):
+                    out[i] = Later(fut, k)
         if self.metrics is not None:
             m = self.metrics.batch_seconds
             m.labels("encode").observe(t_enc)
             m.labels("select").observe(t_sel_total)
             m.labels("total").observe(time.perf_counter() - t_start)
+        return out
+
+    def _workspaces(self, jobs: list[tuple]) -> list:
+        """Response bodies for a chunk of queries; a query whose assembly fails gets its exception."""
+        out = []
+        for job in jobs:
+            try:
+                out.append(self._workspace(*job))
+            except Exception as e:  # noqa: BLE001 - fails only this query
+                log.exception("assembling a workspace failed")
+                out.append(e)
         return out
 
     def _workspace(self, it: SelectItem, bank, units: list[int], used_dates: bool, timings: dict) -> dict:
