@@ -270,7 +270,7 @@ async def _load(url: str, bodies: list[bytes], route: str, conc: int, duration: 
     port = int(url.rsplit(":", 1)[1])
     reqs = [(_head(route, port, b), b) for b in bodies]
     lat, answers, failures = [], [], []
-    appended, append_fail = [], []
+    appended, append_fail, append_ms = [], [], []
     state = {"next": random.randrange(len(bodies)), "sent": 0, "done": 0}
     t_begin = time.perf_counter()
     t_meas, t_end = t_begin + warmup, t_begin + warmup + duration
@@ -318,8 +318,13 @@ async def _load(url: str, bodies: list[bytes], route: str, conc: int, duration: 
                 k += 1
                 body = json.dumps({"turns": [turn]}).encode()
                 try:
-                    status, _ = await conn.request(_head(f"/v1/banks/{b}/turns", port, body), body)
+                    ta = time.perf_counter()
+                    status, data = await conn.request(_head(f"/v1/banks/{b}/turns", port, body), body)
                     (appended if status == 200 else append_fail).append(status)
+                    if status == 200:  # the append's own timings, and how long its client waited
+                        tm = json.loads(data).get("timings", {})
+                        append_ms.append((tm.get("build_and_write_ms"), tm.get("engine_refresh_ms"),
+                                          (time.perf_counter() - ta) * 1e3))
                 except Exception as e:  # noqa: BLE001
                     append_fail.append(repr(e))
                     await conn.close()
@@ -332,7 +337,8 @@ async def _load(url: str, bodies: list[bytes], route: str, conc: int, duration: 
     await asyncio.gather(*tasks)
     wall = min(time.perf_counter(), t_end) - t_meas
     return {"lat": lat, "answers": [json.loads(a) for a in answers], "failures": failures, "wall": max(wall, 1e-9),
-            "appended": len(appended), "append_failures": append_fail, "calls_all": state["done"],
+            "appended": len(appended), "append_failures": append_fail, "append_ms": append_ms,
+            "calls_all": state["done"],
             "client_cpu": (time.process_time() - cpu0) / (time.perf_counter() - t_begin)}
 
 
@@ -364,11 +370,16 @@ def run_cell(server: Server, bodies, route, conc, args, bank_ids, tag, per_call:
         "p99_ms": pct(lat_ms, 99), "failed": len(r["failures"]), "failures_sample": r["failures"][:3],
         "mean_batch": float(len(bs) / np.sum(1.0 / bs)) if len(bs) else float("nan"),
         "appended": r["appended"], "append_failures": len(r["append_failures"]),
+        "append_ms": r["append_ms"],
         # the server process over the whole cell (warm-up included)
         "worker_busy": (b1 - b0) / wall_all, "assembly_busy": (a1 - a0) / wall_all,
         "server_cpu_cores": (cpu1 - cpu0) / wall_all,
         "client_cpu_cores": r["client_cpu"],
     }
+    if per_call == 1 and len(lat_ms) == n_q and n_q:  # where the slowest 1% spent their time (server side)
+        slow = np.flatnonzero(lat_ms >= out["p99_ms"])
+        out["tail_split_ms"] = {"latency": float(np.median(lat_ms[slow]))} | {
+            k: float(np.median(tm(k)[slow])) for k in ("queue_ms", "encode_ms", "select_ms", "total_ms")}
     n_all = max(1, r["calls_all"] * per_call)  # queries answered over the whole cell, warm-up included
     out["server_cpu_ms_per_query"] = {k: (th1[k] - th0[k]) * 1e3 / n_all for k in th0}
     if n_q:

@@ -76,6 +76,30 @@ def test_replace_add_and_remove_banks(kw):
         eng.replace_bank(make_bank("e", [2, 2], seed=9, unit_vecs=np.eye(4, 8, dtype=np.float32)))
 
 
+@pytest.mark.parametrize("kw", BACKENDS)
+def test_prepared_tables_publish_the_same_bank(kw):
+    """``prepare_bank`` on another thread, then ``replace_bank(bank, prepared)``: the same picks
+    as a plain ``replace_bank``; tables prepared for another bank object are refused."""
+    cfg = SelectConfig(budget=5)
+    a, b, c = _banks()
+    plain = SelectionEngine([a, b, c], cfg, device="cpu", **kw)
+    eng = SelectionEngine([a, b, c], cfg, device="cpu", **kw)
+    b2 = make_bank("b", [3, 3, 3, 3, 1], seed=40, n_semantic=4)
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("p", eng.prepare_bank(b2)))
+    t.start()
+    t.join()
+    ids, qs, Z = _queries([a, b, c])
+    assert eng.select_units(ids, qs, Z) == plain.select_units(ids, qs, Z)  # nothing published yet
+    eng.replace_bank(b2, out["p"])
+    plain.replace_bank(b2)
+    ids2, qs2, Z2 = _queries([a, b2, c], seed=5)
+    assert eng.select_units(ids2, qs2, Z2) == plain.select_units(ids2, qs2, Z2)
+    b3 = make_bank("b", [3, 3, 3, 3, 1], seed=40, n_semantic=4)  # equal content, another object
+    with pytest.raises(ValueError, match="another bank object"):
+        eng.replace_bank(b3, out["p"])
+
+
 def test_refresh_reclaims_rows_and_widens_neighbour_lists():
     """Replacing a bank many times triggers compactions (old rows are not kept forever); a bank
     with more graph neighbours than any before widens the neighbour lists."""

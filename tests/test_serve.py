@@ -748,8 +748,18 @@ class _FakeBank:
 class _Eng:
     def __init__(self, banks, cfg):
         self.banks, self.cfg = {b.bank_id: b for b in banks}, cfg
+        self.built, self.published = [], []
 
-    def replace_bank(self, bank):
+    def prepare_bank(self, bank):
+        from types import SimpleNamespace
+
+        self.built.append(bank.bank_id)
+        return SimpleNamespace(bank=bank), {}
+
+    def replace_bank(self, bank, prepared=None):
+        if prepared is None:
+            self.built.append(bank.bank_id)
+        self.published.append(bank.bank_id)
         self.banks[bank.bank_id] = bank
 
 
@@ -773,6 +783,24 @@ def test_engine_set_lru_and_refresh():
         assert eng.banks["a"] is a2 and eng.banks["c"] is c and eng.banks["b"] is b
     # an engine built later starts from the current banks
     assert set(es.get(4, 0).banks) == {"a", "b", "c"} and es.get(4, 0).banks["a"] is a2
+    # prepared off the worker: refresh only publishes; an engine created in between builds its own,
+    # and tables prepared for another bank object are not used
+    engines = {k: es.get(*k) for k in es.keys}
+    for e in engines.values():
+        e.built.clear()
+    b2 = _FakeBank("b", 2)
+    prep = es.prepare(b2)
+    assert all(e.built == ["b"] for e in engines.values())
+    late = es.get(2, 0)  # created after prepare
+    late.built.clear()
+    es.refresh(b2, prep)
+    assert all(e.built == ["b"] and e.banks["b"] is b2 for e in engines.values() if e in es._engines.values())
+    assert late.built == ["b"] and late.banks["b"] is b2
+    b3 = _FakeBank("b", 3)
+    for e in engines.values():
+        e.built.clear()
+    es.refresh(b3, prep)  # prepared for b2: ignored, every engine builds b3
+    assert all(e.built == ["b"] and e.banks["b"] is b3 for e in engines.values() if e in es._engines.values())
 
 
 def test_dates_reach_the_engine():

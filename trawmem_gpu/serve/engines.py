@@ -7,8 +7,9 @@ per distinct (B, H, T) asked for: the default (B, H, T) engine is built at start
 recently used is dropped beyond ``max_engines`` (each holds its own tables of the banks: memory
 grows with ``max_engines``). A batch mixing several (B, H) makes one engine call per group.
 
-After an append, :meth:`EngineSet.refresh` hands the new bank to every engine's
-``replace_bank``, which rebuilds that bank's tables only. :class:`EngineSet` is touched only
+After an append, :meth:`EngineSet.prepare` builds the new bank's tables for every engine on the
+append's own thread, and :meth:`EngineSet.refresh` publishes them through each engine's
+``replace_bank`` (rebuilding them only for an engine created in between). :class:`EngineSet` is touched only
 from the service's single batch worker thread, so a refresh and a selection never interleave:
 every query of a batch sees one consistent set of banks (the old bank or the new one, never a
 mix), and workspaces are assembled from the very bank object the engine selected from
@@ -71,11 +72,20 @@ class EngineSet:
     def keys(self) -> list[tuple]:
         return list(self._engines)
 
-    def refresh(self, bank: Bank) -> None:
-        """Make every engine select from ``bank`` (new, or replacing the bank of that id)."""
+    def prepare(self, bank: Bank) -> dict:
+        """``bank``'s new tables for every engine kept now: the slow part of :meth:`refresh`, for
+        any thread (an append's own), so the batch worker only publishes them."""
+        return {key: (eng, eng.prepare_bank(bank)) for key, eng in list(self._engines.items())}
+
+    def refresh(self, bank: Bank, prepared: dict | None = None) -> None:
+        """Make every engine select from ``bank`` (new, or replacing the bank of that id), with
+        :meth:`prepare`'s tables where they were built for this bank by the same engine."""
         self.banks[bank.bank_id] = bank
-        for eng in self._engines.values():
-            eng.replace_bank(bank)  # that bank's tables only
+        prepared = prepared or {}
+        for key, eng in self._engines.items():
+            p = prepared.get(key)
+            ok = p is not None and p[0] is eng and p[1][0].bank is bank
+            eng.replace_bank(bank, p[1] if ok else None)  # that bank's tables only
 
     def bank(self, bank_id: str) -> Bank:
         """The bank every engine here selects from for ``bank_id``."""

@@ -98,11 +98,17 @@ class SelectionEngine:
     def bank_ids(self) -> list[str]:
         return list(self._store.snapshot.index)
 
-    def replace_bank(self, bank: Bank) -> None:
-        """Add ``bank``, or replace the stored bank with its id. Only that bank's tables are built;
-        a ``select_units`` call running meanwhile (any thread) sees the old bank or the new one,
+    def prepare_bank(self, bank: Bank):
+        """Build ``bank``'s tables without publishing them (any thread, any time): hand the result
+        to :meth:`replace_bank` to publish it cheaply, e.g. on a thread that must not stall."""
+        return self._store.prepare(bank)
+
+    def replace_bank(self, bank: Bank, prepared=None) -> None:
+        """Add ``bank``, or replace the stored bank with its id. Only that bank's tables are built
+        (or taken from ``prepared``, :meth:`prepare_bank` of this bank on this engine); a
+        ``select_units`` call running meanwhile (any thread) sees the old bank or the new one,
         never a mix. Safe to call from several threads (writers are serialized)."""
-        self._store.put(bank)
+        self._store.put(bank, prepared)
 
     def remove_bank(self, bank_id: str) -> None:
         """Drop the bank ``bank_id`` (``KeyError`` if unknown; the last bank cannot be removed).

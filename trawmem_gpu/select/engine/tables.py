@@ -356,9 +356,16 @@ class TableStore:
                 start[group], count[group] = s, len(rows)
         return _Entry(info, start, count)
 
-    def put(self, bank: Bank) -> None:
-        """Add ``bank``, or replace the stored bank of the same id; publishes a new snapshot."""
-        info, arrays = build_bank(bank, self.cfg, self.layout)  # outside the lock: the slow part
+    def prepare(self, bank: Bank) -> tuple[BankInfo, dict]:
+        """The slow half of :meth:`put`, ``bank``'s own tables, from any thread (nothing is published)."""
+        return build_bank(bank, self.cfg, self.layout)
+
+    def put(self, bank: Bank, prepared: tuple[BankInfo, dict] | None = None) -> None:
+        """Add ``bank``, or replace the stored bank of the same id; publishes a new snapshot.
+        ``prepared``: :meth:`prepare`'s result for this very bank, so only the publish runs here."""
+        if prepared is not None and prepared[0].bank is not bank:
+            raise ValueError(f"the prepared tables are for another bank object than {bank.bank_id!r}")
+        info, arrays = prepared or build_bank(bank, self.cfg, self.layout)  # outside the lock: the slow part
         with self._lock:
             old = self._entries.get(bank.bank_id)
             entry = self._append(info, arrays)
