@@ -27,7 +27,7 @@ def _bank() -> Bank:
     off = np.concatenate([[0], np.cumsum(SIZES)]).astype(np.int64)
     H = np.stack([V[off[j]:off[j + 1]].mean(0) for j in range(len(SIZES))])
     H /= np.linalg.norm(H, axis=1, keepdims=True)
-    turns = [Turn(f"D{j + 1}:{i + 1}", "Ana" if i % 2 else "Ben", f"made up turn {j} {i}", j + 1, "9 May, 2023")
+    turns = [Turn(f"D{j + 1}:{i + 1}", "Ana" if i % 2 else "Ben", f"made up turn {j} {i}", j + 1, "9 May, 2031")
              for j, n in enumerate(SIZES) for i in range(n)]
     src = np.array([0, 1, 1, 2], dtype=np.int64)
     dst = np.array([1, 0, 2, 1], dtype=np.int64)
@@ -147,12 +147,12 @@ def write_tiny_locomo(path, observation=True, extra_obs=None):
              ("Ben", "Are you still planning the mountain hike?"), ("Ana", "Yes, in August with my sister."),
              ("Ben", "Take Rex along, beagles love trails."), ("Ana", "Good idea, I will buy him a harness.")]
     conv = {"speaker_a": "Ana", "speaker_b": "Ben",
-            "session_1_date_time": "2:14 pm on 9 May, 2023", "session_2_date_time": "11:22 am on 26 June, 2023",
+            "session_1_date_time": "2:14 pm on 9 May, 2031", "session_2_date_time": "11:22 am on 26 June, 2031",
             "session_1": [{"speaker": s, "dia_id": f"D1:{i + 1}", "text": t} for i, (s, t) in enumerate(sess1)],
             "session_2": [{"speaker": s, "dia_id": f"D2:{i + 1}", "text": t} for i, (s, t) in enumerate(sess2)]}
     qa = [{"question": "What breed is Ana's dog and what did he chew?", "answer": "beagle, boots",
            "evidence": ["D1:3", "D2:2"], "category": 1},
-          {"question": "When did Ana adopt Rex?", "answer": "early May 2023", "evidence": ["D1:1"], "category": 2},
+          {"question": "When did Ana adopt Rex?", "answer": "early May 2031", "evidence": ["D1:1"], "category": 2},
           {"question": "Would Ben enjoy crafts?", "answer": "yes", "evidence": ["D1:4"], "category": 3},
           {"question": "What did Ben make in pottery class?", "answer": "a blue bowl", "evidence": ["D1:6"],
            "category": 4},

@@ -7,13 +7,13 @@ import pytest
 from trawmem_gpu.data.dates import parse_date
 
 CASES = [
-    ("2:14 pm on 9 May, 2023", datetime(2023, 5, 9, 14, 14)),          # LoCoMo style (a made-up date)
-    ("11:22 am on 26 June, 2023", datetime(2023, 6, 26, 11, 22)),
-    ("2023/05/13 (Sat) 04:17", datetime(2023, 5, 13, 4, 17)),          # LongMemEval style
-    ("29.12.2023, 00:51:12", datetime(2023, 12, 29, 0, 51, 12)),       # messaging export
-    ("2024-03-02T10:05:00", datetime(2024, 3, 2, 10, 5)),              # ISO 8601
-    ("9 May, 2023", datetime(2023, 5, 9)),
-    ("May 9, 2023", datetime(2023, 5, 9)),
+    ("2:14 pm on 9 May, 2031", datetime(2031, 5, 9, 14, 14)),          # LoCoMo style (a made-up date)
+    ("11:22 am on 26 June, 2031", datetime(2031, 6, 26, 11, 22)),
+    ("2031/05/13 (Tue) 04:17", datetime(2031, 5, 13, 4, 17)),          # LongMemEval style
+    ("29.12.2031, 00:51:12", datetime(2031, 12, 29, 0, 51, 12)),       # messaging export
+    ("2031-03-02T10:05:00", datetime(2031, 3, 2, 10, 5)),              # ISO 8601
+    ("9 May, 2031", datetime(2031, 5, 9)),
+    ("May 9, 2031", datetime(2031, 5, 9)),
 ]
 
 
@@ -24,19 +24,19 @@ def test_formats(text, want):
 
 
 def test_iso_with_zone():
-    assert parse_date("2023-05-09T14:14:00Z") == datetime(2023, 5, 9, 14, 14, tzinfo=timezone.utc)
+    assert parse_date("2031-05-09T14:14:00Z") == datetime(2031, 5, 9, 14, 14, tzinfo=timezone.utc)
 
 
 def test_dayfirst_decides_ambiguous_dates_only():
-    assert parse_date("01.02.2023") == datetime(2023, 1, 2)
-    assert parse_date("01.02.2023", dayfirst=True) == datetime(2023, 2, 1)
-    assert parse_date("29.12.2023", dayfirst=False) == parse_date("29.12.2023", dayfirst=True)
+    assert parse_date("01.02.2031") == datetime(2031, 1, 2)
+    assert parse_date("01.02.2031", dayfirst=True) == datetime(2031, 2, 1)
+    assert parse_date("29.12.2031", dayfirst=False) == parse_date("29.12.2031", dayfirst=True)
 
 
 @pytest.mark.parametrize("bad,why", [
     ("", "empty"), ("   ", "empty"), ("garbage", "unparseable"), ("someday in May", "unparseable"),
-    ("5", "incomplete"), ("May 2023", "incomplete"), ("next tuesday", "unparseable"), ("Tuesday", "incomplete"),
-    ("2023/05/13 (Sun) 04:17", "wrong weekday"), ("2024-13-45T10:00:00", "unparseable"),
+    ("5", "incomplete"), ("May 2031", "incomplete"), ("next tuesday", "unparseable"), ("Tuesday", "incomplete"),
+    ("2031/05/13 (Sun) 04:17", "wrong weekday"), ("2031-13-45T10:00:00", "unparseable"),
 ])
 def test_errors_name_the_text(bad, why):
     with pytest.raises(ValueError, match=why):
@@ -45,7 +45,7 @@ def test_errors_name_the_text(bad, why):
 
 def test_non_string():
     with pytest.raises(ValueError, match="non-string"):
-        parse_date(20230508)  # type: ignore[arg-type]
+        parse_date(20310508)  # type: ignore[arg-type]
 
 
 # -- --dayfirst through the loaders, build, update and eval -------------------------------------
@@ -55,7 +55,7 @@ def _dm_history(path, day_month_pairs):
     import json
 
     recs = [{"bank_id": "b", "turn_id": f"t{i}", "speaker": "Ana" if i % 2 else "Ben",
-             "text": f"message number {i} about the garden", "timestamp": f"{a:02d}.{b:02d}.2023, 10:0{i}:00"}
+             "text": f"message number {i} about the garden", "timestamp": f"{a:02d}.{b:02d}.2031, 10:0{i}:00"}
             for i, (a, b) in enumerate(day_month_pairs)]
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     return path
@@ -67,13 +67,13 @@ def test_dayfirst_reaches_both_loaders(tmp_path):
     from trawmem_gpu.data import load_conversations
 
     p = _dm_history(tmp_path / "h.jsonl", [(1, 2), (1, 2)])
-    assert load_conversations(p)[0].turns[0].time.date().isoformat() == "2023-01-02"
-    assert load_conversations(p, dayfirst=True)[0].turns[0].time.date().isoformat() == "2023-02-01"
+    assert load_conversations(p)[0].turns[0].time.date().isoformat() == "2031-01-02"
+    assert load_conversations(p, dayfirst=True)[0].turns[0].time.date().isoformat() == "2031-02-01"
     loc = tmp_path / "l.json"
     loc.write_text(json.dumps([{"sample_id": "s", "conversation": {
-        "session_1_date_time": "03.04.2023", "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"}]}}]))
-    assert load_conversations(loc)[0].turns[0].time == datetime(2023, 3, 4)
-    assert load_conversations(loc, dayfirst=True)[0].turns[0].time == datetime(2023, 4, 3)
+        "session_1_date_time": "03.04.2031", "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"}]}}]))
+    assert load_conversations(loc)[0].turns[0].time == datetime(2031, 3, 4)
+    assert load_conversations(loc, dayfirst=True)[0].turns[0].time == datetime(2031, 4, 3)
 
 
 def test_build_and_update_with_dayfirst(tmp_path, monkeypatch, capsys):

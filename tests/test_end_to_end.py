@@ -22,7 +22,7 @@ SECRET = "sk-e2e-TopSecret-9876543210"
 
 SESSIONS = {
     "conv-a": ("Alice", "Bob", [
-        ("2:14 pm on 9 May, 2023", [
+        ("2:14 pm on 9 May, 2031", [
             "Hi Bob! Yesterday I adopted a puppy, the answer is a golden retriever named Max.",
             "That's wonderful Alice, what breed is he?",
             "A golden retriever. He loves chasing tennis balls in the park.",
@@ -30,7 +30,7 @@ SESSIONS = {
             "Pottery sounds relaxing. What did you make first?",
             "A blue bowl for my kitchen, it came out a bit lopsided.",
         ]),
-        ("11:22 am on 26 June, 2023", [
+        ("11:22 am on 26 June, 2031", [
             "Bob, I ran my first marathon in Boston last Sunday.",
             "Congratulations Alice! How long did it take you?",
             "Four hours and ten minutes, Max waited for me at the finish line.",
@@ -40,7 +40,7 @@ SESSIONS = {
         ]),
     ]),
     "conv-b": ("Carol", "Dan", [
-        ("9:15 am on 3 March, 2023", [
+        ("9:15 am on 3 March, 2031", [
             "Dan, I finally bought a red bicycle, the answer is a red bicycle.",
             "Nice! Where will you ride it?",
             "Along the river trail near my apartment every morning.",
@@ -48,7 +48,7 @@ SESSIONS = {
             "Did you show her around the city?",
             "We went to the science museum and ate at a ramen shop.",
         ]),
-        ("4:02 pm on 20 April, 2023", [
+        ("4:02 pm on 20 April, 2031", [
             "Carol, I adopted two cats named Pepper and Salt.",
             "Two cats! How are they getting along with each other?",
             "They fight over the sunny spot by the window all day.",
@@ -63,7 +63,7 @@ QA = {
     "conv-a": [
         {"question": "What pet did Alice adopt and what race did she run?", "answer": "a puppy, a marathon",
          "evidence": ["D1:1", "D2:1"], "category": 1},
-        {"question": "When did Alice adopt the puppy?", "answer": "7 May 2023", "evidence": ["D1:1"], "category": 2},
+        {"question": "When did Alice adopt the puppy?", "answer": "7 May 2031", "evidence": ["D1:1"], "category": 2},
         {"question": "What kind of bread might Alice bake at the bakery?", "answer": "sourdough bread",
          "evidence": ["D2:6"], "category": 3},
         {"question": "What class did Alice start?", "answer": "pottery", "evidence": ["D1:4"], "category": 4},
@@ -71,7 +71,7 @@ QA = {
     "conv-b": [
         {"question": "What did Carol buy and who visited Carol?", "answer": "a red bicycle, Emma",
          "evidence": ["D1:1", "D1:4"], "category": 1},
-        {"question": "When did Emma visit Carol?", "answer": "the weekend before 3 March 2023",
+        {"question": "When did Emma visit Carol?", "answer": "the weekend before 3 March 2031",
          "evidence": ["D1:4"], "category": 2},
         {"question": "Would Carol enjoy outdoor photography?", "answer": "yes; she rides the river trail",
          "evidence": ["D2:4", "D1:3"], "category": 3},

@@ -166,19 +166,19 @@ def test_jsonl_optional_caption(tmp_path):
 
 
 def test_jsonl_session_inferred_from_calendar_day(tmp_path):
-    lines = [_rec("a1", ts="2024-03-02T09:00:00"),
-             _rec("a2", ts="2024-03-02T23:59:00"),
-             _rec("b1", ts="2024-03-02T12:00:00", bank="other"),  # another bank: its own sessions
-             _rec("a3", ts="2024-03-05T08:00:00"),
-             _rec("a4", ts="2:14 pm on 5 March, 2024"),  # LoCoMo-style date, same day
-             _rec("b2", ts="2024-03-09T12:00:00", bank="other"),
-             _rec("a5", ts="2024-03-06T00:00:01"),
-             _rec("a6", ts="2024-03-07T10:00:00+02:00")]
+    lines = [_rec("a1", ts="2031-03-02T09:00:00"),
+             _rec("a2", ts="2031-03-02T23:59:00"),
+             _rec("b1", ts="2031-03-02T12:00:00", bank="other"),  # another bank: its own sessions
+             _rec("a3", ts="2031-03-05T08:00:00"),
+             _rec("a4", ts="2:14 pm on 5 March, 2031"),  # LoCoMo-style date, same day
+             _rec("b2", ts="2031-03-09T12:00:00", bank="other"),
+             _rec("a5", ts="2031-03-06T00:00:01"),
+             _rec("a6", ts="2031-03-07T10:00:00+02:00")]
     convs = {c.bank_id: c for c in load_jsonl(_write_jsonl(tmp_path, lines))}
     assert [t.session for t in convs["b1"].turns] == [1, 1, 2, 2, 3, 4]
     assert [t.session for t in convs["other"].turns] == [1, 2]
     assert convs["b1"].sessions == [1, 2, 3, 4]
-    assert convs["b1"].turns[3].time == datetime(2024, 3, 5, 14, 14)
+    assert convs["b1"].turns[3].time == datetime(2031, 3, 5, 14, 14)
     # Lines of a bank keep their file order.
     assert [t.turn_id for t in convs["b1"].turns] == ["a1", "a2", "a3", "a4", "a5", "a6"]
 
@@ -206,14 +206,14 @@ def _locomo_sample(sid="conv-x"):
         "sample_id": sid,
         "conversation": {
             "speaker_a": "Ana", "speaker_b": "Ben",
-            "session_1_date_time": "2:14 pm on 9 May, 2023",
+            "session_1_date_time": "2:14 pm on 9 May, 2031",
             "session_1": [
                 {"speaker": "Ana", "dia_id": "D" + "1:1", "text": "I adopted a puppy!"},
                 {"speaker": "Ben", "dia_id": "D1:2", "text": "No way, show me.",},
                 {"speaker": "Ana", "dia_id": "D1:3", "text": "Here he is.", "img_url": ["http://x/y.jpg"],
                  "blip_caption": "a photo of a small brown dog on a couch"},
             ],
-            "session_2_date_time": "11:22 am on 26 June, 2023",
+            "session_2_date_time": "11:22 am on 26 June, 2031",
             "session_2": [
                 {"speaker": "Ben", "dia_id": "D2:1", "text": "How is the puppy?"},
                 {"speaker": "Ana", "dia_id": "D2:2", "text": "Chewing everything."},
@@ -254,16 +254,16 @@ def test_locomo_images_as_captions(tmp_path):
 
 def test_locomo_session_dates_parsed(tmp_path):
     (conv,) = load_locomo(_write_locomo(tmp_path, [_locomo_sample()]))
-    assert conv.turns[0].time == datetime(2023, 5, 9, 14, 14)
-    assert conv.turns[0].timestamp == "2:14 pm on 9 May, 2023"
-    assert conv.turns[3].time == datetime(2023, 6, 26, 11, 22)
-    assert conv.turns[4].timestamp == "11:22 am on 26 June, 2023"
+    assert conv.turns[0].time == datetime(2031, 5, 9, 14, 14)
+    assert conv.turns[0].timestamp == "2:14 pm on 9 May, 2031"
+    assert conv.turns[3].time == datetime(2031, 6, 26, 11, 22)
+    assert conv.turns[4].timestamp == "11:22 am on 26 June, 2031"
 
 
 def test_locomo_sessions_in_numeric_order(tmp_path):
     s = _locomo_sample()
     c = s["conversation"]
-    c["session_10_date_time"] = "9:00 am on 1 August, 2023"
+    c["session_10_date_time"] = "9:00 am on 1 August, 2031"
     c["session_10"] = [{"speaker": "Ana", "dia_id": "D10:1", "text": "Later."}]
     # JSON key order puts session_10 before session_2
     conv_sorted = {k: c[k] for k in ["speaker_a", "speaker_b", "session_1_date_time", "session_1",
@@ -347,7 +347,7 @@ def test_locomo_duplicate_sample_id(tmp_path):
     _raises_input(lambda: load_locomo(p), str(p), "duplicate sample_id", "'conv-a'")
 
 
-@pytest.mark.parametrize("bad", ["someday in May", "25:61 pm on 40 May, 2023", ""])
+@pytest.mark.parametrize("bad", ["someday in May", "25:61 pm on 40 May, 2031", ""])
 def test_locomo_unparseable_date(tmp_path, bad):
     p = _write_locomo(tmp_path, _mutated(lambda s: s["conversation"].__setitem__("session_2_date_time", bad)))
     _raises_input(lambda: load_locomo(p), str(p), "sample 1", "'conv-x'", "conversation.session_2_date_time")
@@ -384,7 +384,7 @@ def _evidence_sample():
     s = _locomo_sample("conv-ev")
     c = s["conversation"]
     for n, ids in ((8, ["D8:5", "D8:6"]), (9, ["D9:17"]), (11, ["D11:26"])):
-        c[f"session_{n}_date_time"] = f"10:00 am on {n} July, 2023"
+        c[f"session_{n}_date_time"] = f"10:00 am on {n} July, 2031"
         c[f"session_{n}"] = [{"speaker": "Ana", "dia_id": i, "text": f"turn {i}"} for i in ids]
     c["session_1"].append({"speaker": "Ben", "dia_id": "D1:4", "text": "x"})
     c["session_1"].append({"speaker": "Ana", "dia_id": "D1:5", "text": "y"})

@@ -77,7 +77,7 @@ def test_auto_detection_gzip_and_repeated_sessions(tmp_path):
 @pytest.mark.parametrize("mutate, msg", [
     (lambda d: d.pop("question_date"), "missing field 'question_date'"),
     (lambda d: d.update(question_date="someday"), "field 'question_date'"),
-    (lambda d: d["haystack_dates"].__setitem__(0, "2023/05/13 (Mon) 04:17"), "wrong weekday"),
+    (lambda d: d["haystack_dates"].__setitem__(0, "2031/05/13 (Mon) 04:17"), "wrong weekday"),
     (lambda d: d["haystack_dates"].pop(), "differ in length"),
     (lambda d: d["haystack_sessions"][0][0].update(role="system"), "field 'role'"),
     (lambda d: d["haystack_sessions"][0][0].pop("content"), "missing field 'content'"),

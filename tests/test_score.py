@@ -164,10 +164,10 @@ def test_plan_batches_never_split_a_bank():
 
 def test_questions_jsonl_and_its_errors(lme, tmp_path):
     q = tmp_path / "q.jsonl"
-    q.write_text('{"id": 1, "bank_id": "q000", "question": "What did I spend?", "date": "2023/05/13 (Sat) 04:17"}\n\n'
+    q.write_text('{"id": 1, "bank_id": "q000", "question": "What did I spend?", "date": "2031/05/13 (Tue) 04:17"}\n\n'
                  '{"id": "2", "bank_id": "q001", "question": "Where did I go?"}\n')
     items = read_questions(q)
-    assert [it.id for it in items] == ["1", "2"] and items[0].date == "2023-05-13T04:17:00" and items[1].date is None
+    assert [it.id for it in items] == ["1", "2"] and items[0].date == "2031-05-13T04:17:00" and items[1].date is None
     out = tmp_path / "o.jsonl"
     run_score(items, lme["banks"], ScoreSpec(), out, progress=False)
     assert {r["id"] for r in read_records(out)} == {"1", "2"} and "eval" not in read_records(out)[0]

@@ -1,7 +1,7 @@
 """Parsing of session and question dates, through python-dateutil.
 
-Real exports write dates in many ways: LoCoMo's ``"2:14 pm on 9 May, 2023"``, LongMemEval's
-``"2023/05/13 (Sat) 04:17"``, messaging exports' ``"29.12.2023, 00:51:12"``, ISO 8601. A hand
+Real exports write dates in many ways: LoCoMo's ``"2:14 pm on 9 May, 2031"``, LongMemEval's
+``"2031/05/13 (Tue) 04:17"``, messaging exports' ``"29.12.2023, 00:51:12"``, ISO 8601. A hand
 list of ``strptime`` formats rejects most of them, so everything that is not ISO 8601 goes to
 ``dateutil.parser`` (a maintained parser with an explicit day-first switch), in strict mode:
 
@@ -46,8 +46,8 @@ def parse_date(text: str, dayfirst: bool = False) -> datetime:
     try:
         a, b = (parser.parse(s, default=d, dayfirst=dayfirst) for d in _DEFAULTS)
     except (ValueError, OverflowError) as e:
-        raise ValueError(f"unparseable date {text!r} ({e}); expected e.g. ISO 8601, '2:14 pm on 9 May, 2023' "
-                         f"or '2023/05/13 (Sat) 04:17'") from None
+        raise ValueError(f"unparseable date {text!r} ({e}); expected e.g. ISO 8601, '2:14 pm on 9 May, 2031' "
+                         f"or '2031/05/13 (Tue) 04:17'") from None
     missing = [name for name in ("year", "month", "day") if getattr(a, name) != getattr(b, name)]
     if missing:
         raise ValueError(f"incomplete date {text!r}: no {' or '.join(missing)} in it")

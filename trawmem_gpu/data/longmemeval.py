@@ -3,7 +3,7 @@
 A LongMemEval file (``.json`` or ``.json.gz``) is a JSON list of instances with
 ``question_id``, ``question_type``, ``question``, ``question_date``, ``answer``,
 ``answer_session_ids``, ``haystack_session_ids``, ``haystack_dates`` (e.g.
-``"2023/05/13 (Sat) 04:17"``) and ``haystack_sessions`` (lists of ``{role, content,
+``"2031/05/13 (Tue) 04:17"``) and ``haystack_sessions`` (lists of ``{role, content,
 has_answer?}``). Every instance brings its own haystack, so every question becomes its own bank
 whose bank id is the question id, and the question's ``question_date`` is "now" for it
 (``Question.date``).

@@ -26,7 +26,7 @@ from .hf import HFEncoder
 TOLERANCE = 1e-5
 """Largest accepted |difference| of any vector component from the torch encoder's."""
 PROBE = ["a short one", "I spent ten dollars on a coffee mug for each coworker last week",
-         "x", "[2023/05/13 (Sat) 04:17] user: " + "a much longer text about a pottery class " * 12]
+         "x", "[2031/05/13 (Tue) 04:17] user: " + "a much longer text about a pottery class " * 12]
 
 
 def _export(hf: HFEncoder, path: Path) -> None:

@@ -91,7 +91,7 @@ class TurnIn(BaseModel):
     turn_id: str | int
     speaker: str
     text: str
-    timestamp: str = Field(description="ISO 8601 or LoCoMo style, e.g. '2:14 pm on 9 May, 2023'")
+    timestamp: str = Field(description="ISO 8601 or LoCoMo style, e.g. '2:14 pm on 9 May, 2031'")
     caption: str | None = None
     session: int | None = Field(None, description="session number; give it on every turn or on none")
 
