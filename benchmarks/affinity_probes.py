@@ -27,6 +27,8 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from trawmem_gpu.head.relevance import row_weights  # noqa: E402
+
 DATA = ROOT.parent / "shared" / "data"
 SETS = (("locomo", DATA / "locomo" / "locomo_dev.json", 800),
         ("longmemeval", DATA / "longmemeval" / "longmemeval_s_dev.json.gz", 400))
@@ -115,11 +117,7 @@ def fit_mlp(qs, hidden: int = 16, wd: float = 1e-3) -> "callable":
     y = (np.concatenate([q.y for q in qs]) > 0).astype(np.float32)
     mu, sd = X.mean(0), X.std(0)
     sd = np.where(sd > 0, sd, 1.0)
-    n_ds = defaultdict(int)
-    for q in qs:
-        n_ds[q.dataset] += 1
-    w = np.concatenate([np.full(len(q.y), 1.0 / len(q.y) / n_ds[q.dataset]) for q in qs])
-    Xt, yt, wt = (torch.as_tensor(a, dtype=torch.float32) for a in ((X - mu) / sd, y, w / w.mean()))
+    Xt, yt, wt = (torch.as_tensor(a, dtype=torch.float32) for a in ((X - mu) / sd, y, row_weights(qs)))
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(X.shape[1], hidden), torch.nn.GELU(), torch.nn.Linear(hidden, 1))
 
@@ -148,13 +146,9 @@ def fit_boosted(qs):
         return None
     X = np.concatenate([q.F for q in qs])
     y = np.concatenate([q.y for q in qs]) > 0
-    n_ds = defaultdict(int)
-    for q in qs:
-        n_ds[q.dataset] += 1
-    w = np.concatenate([np.full(len(q.y), 1.0 / len(q.y) / n_ds[q.dataset]) for q in qs])
     m = HistGradientBoostingClassifier(max_iter=200, learning_rate=0.05, max_leaf_nodes=15, l2_regularization=1.0,
                                        random_state=0)
-    m.fit(X, y, sample_weight=w / w.mean())
+    m.fit(X, y, sample_weight=row_weights(qs))
     return m.decision_function
 
 

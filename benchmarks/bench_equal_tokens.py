@@ -151,8 +151,11 @@ def records(ds: Dataset, selected: tuple[list[list[int]], str]) -> list[dict]:
 
 def score(ds: Dataset, selected: tuple[list[list[int]], str]) -> dict:
     """Macro / per-category / per-fold metrics of ``select``'s picks, rendered with its headings."""
-    recs = records(ds, selected)
+    return summary(ds, records(ds, selected))
 
+
+def summary(ds: Dataset, recs: list[dict]) -> dict:
+    """Macro / per-category / per-fold metrics of :func:`records`."""
     def agg(rs):
         per = defaultdict(list)
         for r in rs:
@@ -315,6 +318,18 @@ def main() -> int:
         res["grid"]["nested"] = nested
         print("chosen per fold:", {g: GRID[i] for g, i in pick.items()}, "-> default", chosen, flush=True)
     chosen = chosen or dict(headings="date", knapsack="gain", w_aff=16.0)
+    picked: dict = {}
+
+    def picks_of(name: str, method: str, T, cfg) -> tuple:
+        """(selection, records) of ``method`` on ``name`` at ``T``, once per run: the headline and
+        the margin share TrawMem's and the hybrid's."""
+        key = (name, method, T)
+        if key not in picked:
+            ds = data[name]
+            sel = select(ds, "trawmem" if method.startswith("trawmem") else method, cfg)
+            picked[key] = (sel, records(ds, sel))
+        return picked[key]
+
     if "headline" in parts:
         rows = []
         for T in Ts + [None]:
@@ -329,8 +344,7 @@ def main() -> int:
                         cfg = fixed_cfg(T=T, **{**chosen, "affinity": "rrf"})
                     else:
                         cfg = trawmem_cfg(W, T=T, **chosen)
-                    m = "trawmem" if method.startswith("trawmem") else method
-                    row[name] = score(ds, select(ds, m, cfg))
+                    row[name] = summary(ds, picks_of(name, method, T, cfg)[1])
                 rows.append(row)
                 print(f"T={T} {method:>12}: " + " | ".join(f"{n} {fmt(row[n]['macro'])}" for n in data), flush=True)
         res["headline"] = rows
@@ -339,8 +353,8 @@ def main() -> int:
         for T in Ts:
             for name, ds in data.items():
                 cfg = trawmem_cfg(W, T=T, **chosen)
-                ours_sel, theirs_sel = select(ds, "trawmem", cfg), select(ds, "hybrid", fixed_cfg(T=T))
-                ours, theirs = records(ds, ours_sel), records(ds, theirs_sel)
+                ours_sel, ours = picks_of(name, "trawmem", T, cfg)
+                theirs_sel, theirs = picks_of(name, "hybrid", T, fixed_cfg(T=T))
                 m = res["margin"][f"{name}@{T}"] = margin_bootstrap(ds, ours, theirs)
                 m["losses"] = losses(ds, ours_sel[0], theirs_sel[0], cfg)
                 print(f"margin {name} T={T}: {100 * m['margin']:+.1f} points, 95% CI "
@@ -426,6 +440,8 @@ def write_md(res: dict, path: Path) -> None:
         for name, title in (("locomo", "LoCoMo dev"), ("longmemeval", "LongMemEval dev")):
             T = TARGET_T[name]
             rows = {r["method"]: r[name] for r in res["headline"] if r["T"] == T}
+            if "trawmem" not in rows:  # --T without this data set's target budget
+                continue
             cats = list(rows["trawmem"]["per_category"])
             lines += [f"{title}, T = {T}: evidence recall / all-evidence hit per "
                       f"{'category' if name == 'locomo' else 'question type'} (n questions)", "",

@@ -118,6 +118,7 @@ class Server:
         ``http_workers``: its ``--http-workers`` (front processes)."""
         self.name, self.max_batch, self.max_wait_ms = name, max_batch, max_wait_ms
         self.http_workers = http_workers
+        self._children: list[int] | None = None
         self.coll = work / f"coll-{name}"
         shutil.copytree(src, self.coll)
         self.port = _free_port()
@@ -145,6 +146,7 @@ class Server:
                 raise RuntimeError(f"server {self.name} exited ({self.proc.returncode}); see {self.log.name}")
             try:
                 if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                    self.children()
                     return
             except httpx.HTTPError:
                 pass
@@ -152,7 +154,10 @@ class Server:
         raise TimeoutError(f"server {self.name} not ready after {timeout} s")
 
     def children(self) -> list[int]:
-        """Pids of the server's child processes (its HTTP fronts, with ``--http-workers``)."""
+        """Pids of the server's child processes (its HTTP fronts, with ``--http-workers``), read
+        from ``/proc`` once, when the server is ready (they do not change while it runs)."""
+        if self._children is not None:
+            return self._children
         out = []
         for d in Path("/proc").iterdir():
             if d.name.isdigit():
@@ -161,6 +166,7 @@ class Server:
                         out.append(int(d.name))
                 except (OSError, IndexError, ValueError):
                     continue
+        self._children = out
         return out
 
     @staticmethod

@@ -57,17 +57,23 @@ def labelled_rows(ctx: BankContext, question: str, z: np.ndarray, gold_ids, now,
     return F, np.array([1.0 if t.turn_id in gold else 0.0 for t in bank.turns])
 
 
+def row_weights(questions: list[LabelledQuestion]) -> np.ndarray:
+    """Per unit row of ``questions`` (concatenated), the fit's sample weight: every data set and,
+    within it, every question weighs the same (mean 1)."""
+    n_ds = {}
+    for q in questions:
+        n_ds[q.dataset] = n_ds.get(q.dataset, 0) + 1
+    w = np.concatenate([np.full(len(q.y), 1.0 / len(q.y) / n_ds[q.dataset]) for q in questions])
+    return w / w.mean()
+
+
 def fit_relevance(questions: list[LabelledQuestion], C: float = L2, max_iter: int = 500) -> tuple[float, ...]:
     """The relevance weights (one per feature, then the bias) fitted on ``questions``."""
     if not questions:
         raise ValueError("no labelled questions to fit the affinity on")
     X = np.concatenate([q.F for q in questions])
     y = np.concatenate([q.y for q in questions])
-    n_ds = {}
-    for q in questions:
-        n_ds[q.dataset] = n_ds.get(q.dataset, 0) + 1
-    w = np.concatenate([np.full(len(q.y), 1.0 / len(q.y) / n_ds[q.dataset]) for q in questions])
-    w = w / w.mean()
+    w = row_weights(questions)
     mu, sd = X.mean(axis=0), X.std(axis=0)
     sd = np.where(sd > 0, sd, 1.0)
     Xt = torch.as_tensor((X - mu) / sd, dtype=torch.float64)

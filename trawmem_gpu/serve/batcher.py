@@ -84,25 +84,13 @@ def _settle_parts(parts: list, fut: concurrent.futures.Future) -> None:
             target.set_result(r)
 
 
-def _settle(target: asyncio.Future, source: asyncio.Future) -> None:
-    if target.done():
-        return
-    if source.cancelled():
-        target.cancel()
-    elif source.exception() is not None:
-        target.set_exception(source.exception())
-    else:
-        target.set_result(source.result())
-
-
 class DynamicBatcher:
     """Coalesces :meth:`submit` calls into calls of ``process(items) -> results``.
 
     :param process: runs on ``executor``; gets a list of items, returns one result per item
-        (an ``Exception`` instance as a result fails only that request; a
-        ``concurrent.futures.Future`` answers the request when it completes, and a :class:`Later`
-        when its chunk's future does, so a later stage can run on another pool while the next
-        batch starts)
+        (an ``Exception`` instance as a result fails only that request; a :class:`Later` answers
+        it when its chunk's future completes, so a later stage can run on another pool while the
+        next batch starts)
     :param max_batch: most items per call
     :param max_wait_s: longest the oldest queued item waits for others when idle
     :param max_queue: most items queued (not counting the running batch)
@@ -211,8 +199,6 @@ class DynamicBatcher:
             for p, r in zip(batch, results):
                 if isinstance(r, Later):  # finished later on another pool, with its chunk
                     later.setdefault(id(r.future), (r.future, []))[1].append((p.future, r.index))
-                elif isinstance(r, concurrent.futures.Future):  # finished later on another pool
-                    asyncio.wrap_future(r, loop=loop).add_done_callback(functools.partial(_settle, p.future))
                 elif not p.future.done():
                     if isinstance(r, BaseException):
                         p.future.set_exception(r)

@@ -72,8 +72,6 @@ class BankShard:
 
     @serve.batch(max_batch_size=64, batch_wait_timeout_s=0.005)
     async def _select_batch(self, items: list) -> list:
-        import concurrent.futures
-
         loop = asyncio.get_running_loop()
         res = await loop.run_in_executor(self.service.worker, self.service.process_batch, items)
         out = []
@@ -82,11 +80,6 @@ class BankShard:
                 try:
                     r = (await asyncio.wrap_future(r.future))[r.index]
                 except Exception as e:  # noqa: BLE001 - fails only this chunk's queries
-                    r = e
-            elif isinstance(r, concurrent.futures.Future):
-                try:
-                    r = await asyncio.wrap_future(r)
-                except Exception as e:  # noqa: BLE001 - fails only this query
                     r = e
             out.append(r)
         return out

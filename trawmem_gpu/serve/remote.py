@@ -64,44 +64,34 @@ async def read_frame(reader: asyncio.StreamReader):
     return pickle.loads(await reader.readexactly(n))
 
 
-def error_fields(e: BaseException) -> tuple:
-    """An exception as plain data (kind, fields) for the other process."""
+def _error_kinds() -> tuple:
+    """(kind, class, fields of an instance) for each exception that crosses the socket as itself;
+    a subclass before its base. The class called with the fields makes the same exception."""
     from .registry import DuplicateTurns
     from .service import UnknownBank
 
-    if isinstance(e, QueueFull):
-        return ("queue_full", e.retry_after)
-    if isinstance(e, DeadlineExceeded):
-        return ("deadline", str(e))
-    if isinstance(e, ShuttingDown):
-        return ("shutting_down", str(e))
-    if isinstance(e, UnknownBank):
-        return ("unknown_bank", e.bank_id, e.where)
-    if isinstance(e, DuplicateTurns):  # before InputError, its base class
-        return ("duplicate", str(e))
-    if isinstance(e, InputError):
-        return ("input", str(e))
+    def msg(e):
+        return (str(e),)
+
+    return (("queue_full", QueueFull, lambda e: (e.retry_after,)), ("deadline", DeadlineExceeded, msg),
+            ("shutting_down", ShuttingDown, msg), ("unknown_bank", UnknownBank, lambda e: (e.bank_id, e.where)),
+            ("duplicate", DuplicateTurns, msg), ("input", InputError, msg))
+
+
+def error_fields(e: BaseException) -> tuple:
+    """An exception as plain data (kind, fields) for the other process."""
+    for kind, cls, fields in _error_kinds():
+        if isinstance(e, cls):
+            return (kind, *fields(e))
     return ("internal", type(e).__name__)
 
 
 def error_from(fields: tuple) -> Exception:
     """The exception :func:`error_fields` described, of the same class."""
-    from .registry import DuplicateTurns
-    from .service import UnknownBank
-
     kind, *rest = fields
-    if kind == "queue_full":
-        return QueueFull(*rest)
-    if kind == "deadline":
-        return DeadlineExceeded(*rest)
-    if kind == "shutting_down":
-        return ShuttingDown(*rest)
-    if kind == "unknown_bank":
-        return UnknownBank(*rest)
-    if kind == "duplicate":
-        return DuplicateTurns(*rest)
-    if kind == "input":
-        return InputError(*rest)
+    for k, cls, _ in _error_kinds():
+        if k == kind:
+            return cls(*rest)
     return RuntimeError(f"the engine process failed ({rest[0] if rest else 'unknown error'})")
 
 

@@ -242,7 +242,7 @@ class SelectionService:
         # publishes them, so queries do not wait behind the build
         prepared = await loop.run_in_executor(self.appender, self.engines.prepare, res.bank)
         t1 = time.perf_counter()
-        await loop.run_in_executor(self.worker, self._sync_bank, bank_id, (res.bank, prepared))
+        await loop.run_in_executor(self.worker, self._sync_bank, bank_id, prepared)
         t2 = time.perf_counter()
         if self.metrics is not None:
             self.metrics.appended.inc(res.appended)
@@ -251,12 +251,12 @@ class SelectionService:
                 "timings": {"build_and_write_ms": round((t1 - t0) * 1e3, 3),
                             "engine_refresh_ms": round((t2 - t1) * 1e3, 3)}}
 
-    def _sync_bank(self, bank_id: str, prepared: tuple | None = None) -> None:
+    def _sync_bank(self, bank_id: str, prepared: dict | None = None) -> None:
         """On the batch worker: make the engines use the registry's current bank ``bank_id``
-        (``prepared``: (bank, :meth:`EngineSet.prepare` of it), used if it is still the current one)."""
+        (``prepared``: :meth:`EngineSet.prepare` of a bank; ``refresh`` uses only tables of this one)."""
         bank = self.registry.get(bank_id)
         if bank is not None and self.engines.banks.get(bank_id) is not bank:
-            self.engines.refresh(bank, prepared[1] if prepared is not None and prepared[0] is bank else None)
+            self.engines.refresh(bank, prepared)
             freeze_heap()
 
     @staticmethod
