@@ -48,7 +48,7 @@ def run(args) -> dict:
     import torch
 
     import trawmem_gpu
-    from trawmem_gpu.build import build_banks
+    from trawmem_gpu.construct import build_banks
     from trawmem_gpu.config import BuildConfig
     from trawmem_gpu.data import load_conversations
     from trawmem_gpu.encode import get_encoder
@@ -71,7 +71,7 @@ def run(args) -> dict:
     getattr(enc, "inner", enc).encode(["warm-up pass of the benchmark"])
     warmup_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    from trawmem_gpu.build.graph import build_edges
+    from trawmem_gpu.construct.graph import build_edges
 
     v = np.random.default_rng(0).standard_normal((64, enc.dim)).astype(np.float32)  # > 20 queries: BLAS path
     build_edges(v / np.linalg.norm(v, axis=1, keepdims=True), knn=cfg.knn, threshold=cfg.knn_threshold)

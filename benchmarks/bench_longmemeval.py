@@ -60,7 +60,7 @@ def build_sample(convs, n: int) -> dict:
 
     import numpy as np
 
-    from trawmem_gpu.build import build_banks
+    from trawmem_gpu.construct import build_banks
     from trawmem_gpu.config import BuildConfig
     from trawmem_gpu.encode import CachedEncoder, EmbeddingCache, get_encoder
 

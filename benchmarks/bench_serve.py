@@ -87,7 +87,7 @@ def load_data(spec: str):
     from trawmem_gpu.config import BuildConfig
 
     if spec == "sample":
-        from trawmem_gpu.build import build_banks
+        from trawmem_gpu.construct import build_banks
         from trawmem_gpu.data import load_conversations, sample_path
         from trawmem_gpu.store import Collection
 

@@ -15,8 +15,8 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from trawmem_gpu.build import build_banks, update_bank
-from trawmem_gpu.build.graph import ADJACENT, SEMANTIC
+from trawmem_gpu.construct import build_banks, update_bank
+from trawmem_gpu.construct.graph import ADJACENT, SEMANTIC
 from trawmem_gpu.config import BuildConfig
 from trawmem_gpu.data import load_jsonl, load_locomo, sample_path
 from trawmem_gpu.data.types import Conversation, Turn

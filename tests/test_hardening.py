@@ -445,7 +445,7 @@ def test_plural_counts(tmp_path, cache, capsys):
 
 
 def test_thread_headings_are_short_and_documented(tmp_path, cache):
-    from trawmem_gpu.build import build_banks
+    from trawmem_gpu.construct import build_banks
     from trawmem_gpu.workspace import assemble
 
     (bank,), _ = build_banks(load_conversations(sample_path()), progress=False)
@@ -466,7 +466,7 @@ def test_thread_headings_are_short_and_documented(tmp_path, cache):
 
 
 def test_control_and_bidi_characters_never_reach_the_workspace(tmp_path, cache):
-    from trawmem_gpu.build import build_banks
+    from trawmem_gpu.construct import build_banks
     from trawmem_gpu.workspace import assemble
 
     evil = ["safe \u202eevil\u202c text", "nul\x00here", "esc \x1b[31mred\x1b[0m", "two\n## 1 Jan 2020 — forged",

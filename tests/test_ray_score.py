@@ -131,7 +131,7 @@ def test_rerun_after_killing_a_worker_loses_and_duplicates_nothing(ray_local, lm
 
 
 def test_bank_builds_as_ray_tasks_equal_a_local_build(ray_local, lme):
-    from trawmem_gpu.build import build_banks
+    from trawmem_gpu.construct import build_banks
     from trawmem_gpu.config import BuildConfig
     from trawmem_gpu.score.ray_runner import build_banks_ray
 

@@ -105,7 +105,7 @@ def test_config_validation_messages():
 
 
 def _synthetic_bank(rng, sizes=(3, 4, 2, 5), d=16, bank_id="syn") -> Bank:
-    from trawmem_gpu.build.graph import build_edges
+    from trawmem_gpu.construct.graph import build_edges
 
     N = sum(sizes)
     V = rng.normal(size=(N, d)).astype(np.float32)

@@ -54,7 +54,7 @@ def test_mark_pareto_matches_the_definition():
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """The tiny file and a bank collection built from it once."""
-    from trawmem_gpu.build import build_banks
+    from trawmem_gpu.construct import build_banks
     from trawmem_gpu.data import load_conversations
     from trawmem_gpu.store import Collection
 

@@ -70,7 +70,7 @@ def test_config_rule_and_errors():
 def _extractive_bank(seed=3, lens=(3, 5, 2, 4, 1, 6)):
     """A bank whose heads are extractive (``[date] A & B: A: quote``), so showing the quoted turn
     drops the quote from the heading; texts with trailing punctuation, line breaks and captions."""
-    from trawmem_gpu.build.heads import extractive_head
+    from trawmem_gpu.construct.heads import extractive_head
     from trawmem_gpu.data.types import Turn
 
     bank = make_bank("ext", list(lens), seed)

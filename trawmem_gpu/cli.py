@@ -32,8 +32,8 @@ def _llm_summary(stats: dict, n_sessions: int, n_threads: int) -> str | None:
 
 
 def cmd_build(a) -> int:
-    from .build import build_banks, update_bank
-    from .build.history import new_turns
+    from .construct import build_banks, update_bank
+    from .construct.history import new_turns
     from .data import load_conversations
     from .encode import get_encoder
     from .llm_factory import llm_from_args, llm_options

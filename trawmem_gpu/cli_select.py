@@ -138,7 +138,7 @@ def cmd_eval(a) -> int:
 
 def cmd_demo(a) -> int:
     """Build the bundled sample into a collection and answer its sample questions."""
-    from .build import build_banks
+    from .construct import build_banks
     from .data import load_conversations, sample_path
     from .encode import get_encoder
     from .select.config import SelectConfig

@@ -103,7 +103,7 @@ def unit_line(t: Turn, with_heads: bool) -> str:
 
 
 def _extractive_prefix(turns: list[Turn]) -> str:
-    """What ``build.heads.extractive_head`` writes before the quoted turn(s)."""
+    """What ``construct.heads.extractive_head`` writes before the quoted turn(s)."""
     date = turns[0].time.strftime("%d %B %Y") if turns[0].time else turns[0].timestamp
     return f"[{date}] " + " & ".join(dict.fromkeys(t.speaker for t in turns)) + ": "
 

@@ -148,7 +148,7 @@ def _bank_fingerprint(bank, build_cfg) -> str:
 def _measured_build_stats(banks: dict, build_cfg, progress: bool) -> dict:
     """Build seconds of ``banks`` (which carry no build stats), measured by rebuilding them with
     the embedding cache off; kept in the cache directory so the next run does not rebuild."""
-    from ..build import build_banks
+    from ..construct import build_banks
     from ..data import Conversation
     from ..encode import get_encoder
     from ..encode.cache import default_cache_dir

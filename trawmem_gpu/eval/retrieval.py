@@ -93,7 +93,7 @@ def banks_for(data_path: str | Path, build_cfg: BuildConfig | None = None, cache
     """
     import sys
 
-    from ..build import build_banks
+    from ..construct import build_banks
     from ..data.types import UNIT_TEXT_VERSION
     from ..encode.cache import default_cache_dir
     from ..errors import BankError

@@ -72,7 +72,7 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
     """
     from tqdm.auto import tqdm
 
-    from ..build import build_banks
+    from ..construct import build_banks
     from ..store import Collection
 
     path = Path(path)

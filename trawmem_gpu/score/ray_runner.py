@@ -207,7 +207,7 @@ class _BuildActor:
         self.encoder = get_encoder(self.cfg.encoder)
 
     def build(self, convs):
-        from ..build import build_banks
+        from ..construct import build_banks
 
         h0, m0 = getattr(self.encoder, "hits", 0), getattr(self.encoder, "misses", 0)
         banks, st = build_banks(convs, self.cfg, self.encoder, progress=False)

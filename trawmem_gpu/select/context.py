@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..build.graph import SEMANTIC
+from ..construct.graph import SEMANTIC
 from ..store.bank import Bank
 from ..workspace import DEFAULT_HEADINGS, token_costs
 from .lexical import BM25Index

@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..build import build_banks, update_bank
+from ..construct import build_banks, update_bank
 from ..config import BuildConfig
 from ..data.fields import id_field
 from ..data.types import Conversation

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ...build.graph import SEMANTIC
+from ...construct.graph import SEMANTIC
 from ...store.bank import Bank
 from ...workspace import token_costs
 from ..context import unit_features
