@@ -1,7 +1,7 @@
 """Reference retrieval methods in the same harness: cosine, BM25, RRF hybrid, full context.
 
 Each ranks the bank's units (full context: in source order) and takes them from the top: the
-first B at a unit budget, or under a token budget T (``SelectConfig.token_budget``) every unit
+first B at a unit budget, or under a token budget T (``QueryParams.token_budget``) every unit
 that still fits, in rank order (``fill="skip"``: a unit that would overflow is skipped and the
 ranking goes on; ``fill="stop"``: the first one that would overflow ends the workspace), at most
 B of them when B is also set. Costs are the workspace's own (``workspace.TokenCosts`` without
@@ -101,16 +101,21 @@ def take_within_tokens(order, costs, unit_thread: np.ndarray, token_budget: int,
     return out
 
 
-def baseline_units(method: str, ctx: BankContext, question: str, z: np.ndarray, cfg) -> list[int]:
-    """The units ``method`` (one of :data:`BASELINES`) gives under ``cfg`` (a ``SelectConfig``: its
-    ``budget``, ``token_budget`` and ``fill``), in rank order; see the module docstring. Full
-    context without a token budget is the whole bank."""
-    if cfg.token_budget is None:
+def baseline_units(method: str, ctx: BankContext, question: str, z: np.ndarray, cfg, params=None) -> list[int]:
+    """The units ``method`` (one of :data:`BASELINES`) gives for a query with ``params`` (a
+    ``QueryParams``: its ``budget``, ``token_budget`` and ``fill``; None = the defaults), in rank
+    order; see the module docstring. ``cfg`` (the method) is not read: the rankings use their
+    standard constants.
+    Full context without a token budget is the whole bank."""
+    from .params import QueryParams
+
+    qp = params or QueryParams()
+    if qp.token_budget is None:
         return full_context(ctx) if method == "full" else [int(u) for u in
-                                                           ranking(method, ctx, question, z)[:cfg.budget]]
+                                                           ranking(method, ctx, question, z)[:qp.budget]]
     from ..workspace import fit_to_tokens
 
     order = ranking(method, ctx, question, z)
     costs = ctx.token_costs("none")
-    units = take_within_tokens(order, costs, ctx.bank.unit_thread, cfg.token_budget, cfg.fill, cfg.budget)
-    return fit_to_tokens(ctx.bank, units, cfg.token_budget, "none", costs=costs)
+    units = take_within_tokens(order, costs, ctx.bank.unit_thread, qp.token_budget, qp.fill, qp.budget)
+    return fit_to_tokens(ctx.bank, units, qp.token_budget, "none", costs=costs)

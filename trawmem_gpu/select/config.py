@@ -1,14 +1,17 @@
-"""Stage-2 configuration: ``SelectConfig`` (the method) apart from ``EngineConfig`` (how it runs).
+"""Stage-2 configuration: ``SelectConfig`` (the method) apart from ``EngineConfig`` (how it runs)
+and from ``params.QueryParams`` (what each query asks for: B, H, T, passed per call).
 
-``SelectConfig`` holds every choice that can change *which* units a query gets; ``SelectConfig()``
+``SelectConfig`` holds every choice of the method that can change *which* units a query gets,
+the same for every query an engine answers (its bank tables depend on some of them);
+``SelectConfig()``
 is the measured default and ``SelectConfig.paper()`` the method exactly as Section 4.2 writes it
 (head-vector seeds, additive propagation, dense affinity, objective weights of 1). The six
 ablations of Section 5.2 are switches (``ablation=...``).
 
 ``EngineConfig`` holds every choice of how :class:`~trawmem_gpu.select.engine.SelectionEngine`
 computes those units (device, dtype, backend, kernels, threads, chunking, tables, seed search):
-none of them changes a pick. Errors name the option as the user wrote it (``budget must be >= 1
-(got 0)``), never the code's ``self.budget``.
+none of them changes a pick. Errors name the field (``rrf_k must be >= 1 (got 0)``); the command
+line maps fields to its flags.
 """
 from __future__ import annotations
 
@@ -36,11 +39,8 @@ DEFAULT_M = ((0.0, 4.0, 1.0, 0.0, 0.0, 0.0, 0.0),
 UNIT_FEATURES = ("bias", "alpha", "thread_score", "bridge", "head_sim", "temporal", "position")
 DEMAND_FEATURES = ("bias", "z_temp", "z_rel", "z_len")
 ROLES = ("anchor", "bridge", "context")
-TOKENS_PER_UNIT = 50
-"""Workspace tokens one selected unit is taken to cost when a token budget T sizes what a unit
-budget B sizes (the candidate pool, the priority cap): B_T = max(1, round(T / TOKENS_PER_UNIT)),
-so T = 800 sizes the pool like B = 16. Measured: a TrawMem workspace on the LoCoMo dev data holds
-about 54 tokens per selected unit, heads included (``benchmarks/results/quality_grid.json``)."""
+PAPER_HOPS = 2
+"""H of the paper's configuration (``SelectConfig.paper``), a per-query choice."""
 RELEVANCE_FEATURES = ("cos", "bm25", "rrf_cos", "rrf_bm25", "top_cos", "top_bm25", "speaker_named", "temporal_match",
                       "context_cos", "context_rrf", "date_match")
 """Features of the ``learned`` affinity, in the order of ``relevance_weights`` (defined in
@@ -53,8 +53,9 @@ DEFAULT_RELEVANCE_WEIGHTS = (0.5944525886962634, 3.3104143963350556, 268.6639784
 ``python benchmarks/bench_equal_tokens.py --parts fit``, one weight per RELEVANCE_FEATURES entry,
 then the bias; a test keeps it equal to ``benchmarks/results/affinity_weights.json``. Validated
 leave-one-fold-out there (README "Equal tokens")."""
-LEGACY_FIELDS = frozenset()
-"""Fields an older SelectConfig had and ``from_dict`` still accepts (and ignores)."""
+LEGACY_FIELDS = frozenset({"budget", "token_budget", "hops", "fill", "n_seeds", "neighborhood_cap"})
+"""Fields an older SelectConfig had and ``from_dict`` still accepts (and ignores): the per-query
+fields, now ``QueryParams`` (``params.split_fields`` splits a stored config that holds both)."""
 
 
 @lru_cache(maxsize=None)
@@ -85,16 +86,6 @@ def _within(name: str, val, lo, hi, hi_open: bool = False) -> None:
 class SelectConfig:
     """How one query's workspace is selected from one bank (the method, Section 4.2)."""
 
-    budget: int | None = 16
-    """B: at most this many units per workspace (B_q = max(1, min(B, |U_q|))). With a
-    ``token_budget`` it is an optional cap on the number of units (None = no cap; the CLI's
-    ``--token-budget`` without ``--budget`` gives None) and no longer sizes anything (see
-    :attr:`pool_budget`)."""
-    token_budget: int | None = None
-    """T: the rendered workspace (heads included, ``cl100k_base``) holds at most T tokens; None =
-    no token budget (B alone). TrawMem then maximizes J under a knapsack on the units' token
-    costs (``workspace.token_costs``) with the cost-aware greedy (``steps/greedy.py``); the
-    baselines take ranked units while they fit (``fill``)."""
     knapsack: Literal["best", "gain", "ratio"] = "gain"
     """TrawMem's greedy under a token budget: ``best`` = the cost-aware greedy (the better by J of
     the gain-ranked and the gain-per-token-ranked greedy, each adding only units that still fit:
@@ -108,17 +99,6 @@ class SelectConfig:
     head's gist (``gist``; at equal tokens it did not earn its tokens on either dev set, README
     "Equal tokens"), or no headings and a date on every line (``none``). It changes no pick
     without a token budget."""
-    fill: Literal["skip", "stop"] = "skip"
-    """How a ranked baseline (cosine, BM25, hybrid, full context) fills a token budget: ``skip``
-    a unit that would overflow and go on down the ranking, or ``stop`` at the first one."""
-    hops: int = 1
-    """H: propagation hops over the thread graph (0 = seeds only)."""
-    n_seeds: int | None = None
-    """Seed threads taken by initial score before propagation; None = max(2, round(B / 2)),
-    so the candidate pool grows with the budget (8 at B = 16; B = :attr:`pool_budget`)."""
-    neighborhood_cap: int | None = None
-    """Most threads in the neighborhood H_q (seeds first, then the best-scored neighbours);
-    None = max(n_seeds, round(3 B / 4)) (12 at B = 16)."""
     gamma: float = 0.7
     """Propagation: r~(T_k) = gamma * r(T_j) + (1 - gamma) * w_H(T_j, T_k) (max over paths)."""
     propagation: Literal["paper", "damped"] = "damped"
@@ -194,22 +174,6 @@ class SelectConfig:
     """One of ABLATIONS; applied by ``resolved()``. ``fixed_segmentation`` is a build switch."""
 
     def __post_init__(self):
-        if self.token_budget is not None:
-            if isinstance(self.token_budget, bool) or not isinstance(self.token_budget, numbers.Integral):
-                raise ConfigError(f"--token-budget must be a whole number of tokens (got {self.token_budget!r})")
-            _at_least("--token-budget", self.token_budget, 1)
-            self.token_budget = int(self.token_budget)
-        if self.budget is None:
-            if self.token_budget is None:
-                raise ConfigError("budget may be None (no unit cap) only with a token budget (--token-budget)")
-        else:
-            _at_least("budget", self.budget, 1)
-        _at_least("hops", self.hops, 0)
-        if self.n_seeds is not None:
-            _at_least("n_seeds", self.n_seeds, 1)
-        if self.neighborhood_cap is not None and self.neighborhood_cap < (self.n_seeds or 1):
-            raise ConfigError(f"neighborhood_cap must be >= n_seeds ({self.n_seeds or 1}) "
-                              f"(got {self.neighborhood_cap!r})")
         _within("gamma", self.gamma, 0.0, 1.0)
         _within("lexical_weight", self.lexical_weight, 0.0, 1.0)
         for name in ("tau", "T_R", "recency_half_life_days"):
@@ -237,8 +201,9 @@ class SelectConfig:
     @classmethod
     def paper(cls, **kw) -> "SelectConfig":
         """Section 4.2 as written: head seeds, Eq. 4 propagation, dense affinity, unit weights, and
-        thread heads shown in the workspace (the cost-aware greedy with its guarantee under T)."""
-        base = dict(seed_score="head", propagation="paper", affinity="dense", k_shift=0.0, hops=2,
+        thread heads shown in the workspace (the cost-aware greedy with its guarantee under T).
+        The paper's H = 2 is a per-query choice: ``QueryParams(hops=PAPER_HOPS)``."""
+        base = dict(seed_score="head", propagation="paper", affinity="dense", k_shift=0.0,
                     w_cov=1.0, w_role=1.0, w_aff=1.0, w_thr=1.0, headings="gist", knapsack="best")
         base.update(kw)
         return cls(**base)
@@ -248,28 +213,12 @@ class SelectConfig:
         """``TokenBudget.ratio`` for :attr:`knapsack`: None (both runs), False (gain), True (ratio)."""
         return {"best": None, "gain": False, "ratio": True}[self.knapsack]
 
-    @property
-    def pool_budget(self) -> int:
-        """The B that sizes the candidate pool (``n_seeds``, ``neighborhood_cap``) and the priority
-        cap kappa = 1 / B_q: ``budget``, or with a token budget B_T = max(1, round(T /
-        TOKENS_PER_UNIT)) (:data:`TOKENS_PER_UNIT`), whatever the unit cap. The one home of this rule."""
-        if self.token_budget is None:
-            return self.budget
-        return max(1, round(self.token_budget / TOKENS_PER_UNIT))
-
     def resolved(self) -> "SelectConfig":
-        """The config with budget-derived sizes filled in (from :attr:`pool_budget`) and its
-        ablation applied (idempotent)."""
-        if self.n_seeds is None or self.neighborhood_cap is None:
-            B = self.pool_budget
-            ns = self.n_seeds if self.n_seeds is not None else max(2, round(B / 2))
-            cap = self.neighborhood_cap if self.neighborhood_cap is not None else max(ns, round(3 * B / 4))
-            return replace(self, n_seeds=ns, neighborhood_cap=cap).resolved()
+        """The config with its ablation applied (idempotent). ``seed_only`` is a per-query
+        change (no hops), applied by ``QueryParams.resolved``."""
         a = self.ablation
         if a == "no_cross_edges":
             return replace(self, semantic_edges=False)
-        if a == "seed_only":
-            return replace(self, hops=0)
         if a == "no_role_conditioning":
             return replace(self, lambda_r=0.0, w_role=0.0)
         if a == "identity_k":

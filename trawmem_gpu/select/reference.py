@@ -16,6 +16,7 @@ import numpy as np
 
 from .config import SelectConfig
 from .context import BankContext
+from .params import QueryParams
 from .objective import ModularInputs, Objective, coverage_weights, date_seconds, modular_gain, support_kernel
 from .steps import candidates as step3
 from .steps import propagation as step2
@@ -72,17 +73,19 @@ class Localized:
     """[U, A] the candidates' rows of ``objective.unit_attributes``."""
 
 
-def localize(ctx: BankContext, question: str, z: np.ndarray, cfg: SelectConfig, now: datetime | None = None) -> Localized:
+def localize(ctx: BankContext, question: str, z: np.ndarray, cfg: SelectConfig, params: QueryParams,
+             now: datetime | None = None) -> Localized:
     """Steps 1-3, the unit features and the graph part of the costs for one query.
 
-    ``cfg`` must already be ``resolved()``; ``now``: the query's date (the ``learned`` affinity reads it).
+    ``cfg`` and ``params`` must already be ``resolved()``; ``now``: the query's date (the
+    ``learned`` affinity reads it).
     """
     if not np.all(np.isfinite(z)):
         raise ValueError("query vector holds NaN or inf")
     z = np.asarray(z, dtype=np.float64)
     alpha_all = step3.unit_affinity(ctx, z, question, cfg, date_seconds(now))
     r0 = step1.seed_scores(ctx, z, alpha_all, cfg)
-    r_t = step2.neighbourhood(ctx, r0, cfg)
+    r_t = step2.neighbourhood(ctx, r0, cfg, params)
     threads = list(r_t)
     cand, lt = step3.candidates(ctx.bank, threads)
     alpha = alpha_all[cand]
@@ -97,30 +100,34 @@ def localize(ctx: BankContext, question: str, z: np.ndarray, cfg: SelectConfig, 
 
 
 def select_reference(ctx: BankContext, question: str, z: np.ndarray, cfg: SelectConfig | None = None,
-                     keep_internals: bool = False, head=None, now: datetime | None = None) -> Selection:
+                     params: QueryParams | None = None, *, keep_internals: bool = False, head=None,
+                     now: datetime | None = None) -> Selection:
     """Select the workspace units for one query (``z``: its unit-norm vector).
 
+    :param cfg: the method (None = ``SelectConfig()``)
+    :param params: what the query asks for: B, H, T (None = ``QueryParams()``)
     :param head: optional learned role head (see ``steps.roles.role_params``); None keeps the hand-set A, M
     :param now: the query's date ("now" for it: LongMemEval gives each question one); None = none
     """
     cfg = (cfg or SelectConfig()).resolved()
-    loc = localize(ctx, question, z, cfg, now)
+    qp = (params or QueryParams()).resolved(cfg)
+    loc = localize(ctx, question, z, cfg, qp, now)
     delta, M, w = role_params(loc.x, cfg, head)                           # step 4: the query's demand
     rho, phi = step4.role_fit(loc.f, M, delta, cfg.T_R)                   # step 4: rho, phi
     U = len(loc.cand)
-    Bq = effective_budget(cfg.pool_budget, U)                             # step 6
+    Bq = effective_budget(qp.pool_budget, U)                             # step 6
     pi = priorities(loc.graph_cost, loc.rvec, loc.alpha, phi, Bq, w)      # steps 5-6
     K = support_kernel(loc.S, loc.lt[:, None] == loc.lt[None, :], cfg)    # step 7: J
     modular = modular_gain(ModularInputs(loc.alpha, loc.attrs, date_seconds(now)), w, cfg)
     obj = Objective(pi, K, rho, delta, modular, loc.lt, coverage_weights(w))
     tokens = costs = None
-    if cfg.token_budget is not None:                                      # a knapsack on workspace tokens
+    if qp.token_budget is not None:                                       # a knapsack on workspace tokens
         costs = ctx.token_costs(cfg.headings)
-        tokens = TokenBudget(cfg.token_budget, costs.unit[loc.cand], costs.heading[loc.threads], cfg.knapsack_ratio)
-    picks, gains = cost_aware_greedy(obj, config_rule(cfg, U, tokens=tokens), lazy=cfg.greedy == "lazy")
+        tokens = TokenBudget(qp.token_budget, costs.unit[loc.cand], costs.heading[loc.threads], cfg.knapsack_ratio)
+    picks, gains = cost_aware_greedy(obj, config_rule(cfg, qp.budget, U, tokens=tokens), lazy=cfg.greedy == "lazy")
     units = [int(loc.cand[i]) for i in picks]
-    if cfg.token_budget is not None:                                      # the rendering against T
-        units = fit_to_tokens(ctx.bank, units, cfg.token_budget, cfg.headings, costs=costs)
+    if qp.token_budget is not None:                                       # the rendering against T
+        units = fit_to_tokens(ctx.bank, units, qp.token_budget, cfg.headings, costs=costs)
         gains = gains[:len(units)]
     sel = Selection(ctx.bank.bank_id, units, gains, loc.threads)
     if keep_internals:

@@ -26,6 +26,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -34,6 +35,7 @@ from ...store.bank import Bank
 from ...workspace import Workspace, assemble, fit_to_tokens
 from ..config import EngineConfig, SelectConfig
 from ..objective import support_kernel
+from ..params import QueryParams
 from ..steps import roles as step4
 from . import compiled, tensor
 from .batch import Timer, make_batch
@@ -47,7 +49,8 @@ class SelectionEngine:
     """Batched Stage-2 selection over a set of banks (see the module docstring).
 
     :param banks: the banks this engine serves (ids must be unique)
-    :param cfg: the method (its ablation is applied once, here)
+    :param cfg: the method (its ablation is applied once, here); what each query asks for (B, H,
+        T) is not the engine's: it comes with every call (:class:`~trawmem_gpu.select.params.QueryParams`)
     :param head: optional learned role head; used only if it has ``role_matrices`` (and its
         per-query weights if it has ``weights_batch``; see ``steps.roles.demand``)
     :param engine: how it runs (:class:`~trawmem_gpu.select.config.EngineConfig`)
@@ -118,65 +121,88 @@ class SelectionEngine:
     # ------------------------------------------------------------------------------------------
     # selection
     # ------------------------------------------------------------------------------------------
-    def select(self, bank_ids: list[str], questions: list[str], Z, dates: list[datetime | None] | None = None
-               ) -> list[Workspace]:
-        """Workspaces (selected units grouped under their heads) for a batch of queries."""
+    def select(self, bank_ids: list[str], questions: list[str], Z, dates: list[datetime | None] | None = None,
+               params: QueryParams | Sequence[QueryParams] | None = None) -> list[Workspace]:
+        """Workspaces (selected units grouped under their heads) for a batch of queries
+        (arguments as :meth:`select_units`)."""
         snap = self._store.snapshot
-        picks = self._select(snap, bank_ids, questions, Z, dates)
+        picks = self._select(snap, bank_ids, questions, Z, dates, params)
         return [assemble(snap.infos[snap.index[b]].bank, q, p, self.cfg.headings)
                 for b, q, p in zip(bank_ids, questions, picks)]
 
     def select_units(self, bank_ids: list[str], questions: list[str], Z,
-                     dates: list[datetime | None] | None = None) -> list[list[int]]:
+                     dates: list[datetime | None] | None = None,
+                     params: QueryParams | Sequence[QueryParams] | None = None) -> list[list[int]]:
         """Selected bank-local unit indices per query, in pick order.
 
         :param bank_ids: ``Q`` bank ids (unknown ids raise ``KeyError``)
         :param questions: ``Q`` question texts (BM25 and demand features)
         :param Z: ``[Q, d]`` unit-norm query vectors (NumPy or torch; NaN/inf raise ``ValueError``)
         :param dates: optional ``Q`` datetimes (or None): each query's "now", for J's date-dependent terms
+        :param params: what the queries ask for (B, H, T): one :class:`QueryParams` for all, one
+            per query (any mix runs in this one call, on the same tables), or None = the defaults
         """
-        return self._select(self._store.snapshot, bank_ids, questions, Z, dates)
+        return self._select(self._store.snapshot, bank_ids, questions, Z, dates, params)
 
-    def _select(self, snap: Snapshot, bank_ids, questions, Z, dates) -> list[list[int]]:
+    def _select(self, snap: Snapshot, bank_ids, questions, Z, dates, params) -> list[list[int]]:
         if len(bank_ids) == 0 and len(questions) == 0:
             return []
-        batch = make_batch(snap, bank_ids, questions, Z, dates, self.plan.device, self.plan.dtype)
+        batch = make_batch(snap, bank_ids, questions, Z, dates, self.plan.device, self.plan.dtype, params, self.cfg)
         self.last_timings = {}
         timer = Timer(self.last_timings, self.plan.device)
         picks = self._picks(snap, batch, timer)
-        if self.cfg.token_budget is not None:  # the rendering against T (workspace.fit_to_tokens)
+        if any(p.token_budget is not None for p in batch.params):  # the rendering against T
             t0 = time.perf_counter()
-            T, infos = self.cfg.token_budget, snap.infos
-            picks = [fit_to_tokens(infos[b].bank, p, T, self.cfg.headings, costs=infos[b].costs)
-                     for b, p in zip(batch.bidx.tolist(), picks)]
+            infos = snap.infos
+            picks = [p if qp.token_budget is None else
+                     fit_to_tokens(infos[b].bank, p, qp.token_budget, self.cfg.headings, costs=infos[b].costs)
+                     for b, p, qp in zip(batch.bidx.tolist(), picks, batch.params)]
             timer.add({"fit_tokens": time.perf_counter() - t0})
         return picks
 
     def _picks(self, snap: Snapshot, batch, timer: Timer) -> list[list[int]]:
-        plan, cfg = self.plan, self.cfg
+        plan = self.plan
         if plan.backend == "compiled" and plan.front == "compiled" and all(snap.infos[b].plain for b in
                                                                             set(batch.bidx.tolist())):
-            return compiled.select(snap, plan, cfg, self.head, batch, self._worker_pool(len(batch)), timer)
-        loc = tensor.localize(snap, plan, cfg, batch, timer)
+            return compiled.select(snap, plan, self.cfg, self.head, batch, self._worker_pool(len(batch)), timer)
+        groups = batch.groups()
+        if len(groups) == 1:
+            return self._picks_tensor_front(snap, batch, timer)
+        out: list[list[int] | None] = [None] * len(batch)
+        for rows in groups:  # steps 1-3 of the tensor front share one shape per call
+            for q, units in zip(rows.tolist(), self._picks_tensor_front(snap, batch.take(rows), timer)):
+                out[q] = units
+        return out  # type: ignore[return-value]
+
+    def _picks_tensor_front(self, snap: Snapshot, batch, timer: Timer) -> list[list[int]]:
+        """Steps 1-3 with the tensor front for queries of one ``QueryParams.shape_key`` (and all
+        with or all without a token budget), then steps 4-7 per chunk."""
+        plan, cfg = self.plan, self.cfg
+        qp = batch.params[0]
+        loc = tensor.localize(snap, plan, cfg, batch, timer, qp)
         dem = step4.demand(batch.questions, cfg, self.head)
         timer.lap("text")
         out: list[list[int] | None] = [None] * len(batch)
         square = plan.backend != "compiled"
+        unit_cap, pool, capacity = batch.column("unit_cap"), batch.column("pool"), batch.capacity()
         for rows in tensor.chunks(loc, square, plan.chunk_elems):
-            c = tensor.chunk_of(snap, cfg, loc, rows)
             r = rows.cpu().numpy()
+            c = tensor.chunk_of(snap, cfg, loc, rows, torch.as_tensor(pool[r], device=plan.device))
             if plan.backend == "compiled":  # the tensor front, then the compiled steps 4-7
                 cols = {k: getattr(c, k).cpu().numpy() for k in ("bidx", "cand", "n_cand", "lt", "alpha", "hthread",
                                                                  "rvec", "n_h", "tpos")}
                 timer.lap("roles")
-                sel, n_sel = compiled.run_stage(snap, cfg, compiled.stage_batch(snap, cfg, cols, dem.Mq[r], dem.delta[r],
-                                                                                dem.W[r], batch.now[r]))
+                sel, n_sel = compiled.run_stage(snap, cfg, compiled.stage_batch(
+                    snap, cfg, cols, dem.Mq[r], dem.delta[r], dem.W[r], batch.now[r], unit_cap[r], pool[r],
+                    capacity[r]))
                 sel, n_sel = torch.from_numpy(sel), torch.from_numpy(n_sel)
                 timer.lap("greedy")
             else:
                 t = lambda a, dt=plan.dtype: torch.as_tensor(a[r], dtype=dt, device=plan.device)
                 sel, n_sel = tensor.select_chunk(snap, plan, cfg, c, t(dem.W), (t(dem.delta), t(dem.Mq)),
-                                                 t(batch.now, torch.float64), timer)
+                                                 t(batch.now, torch.float64), timer,
+                                                 torch.as_tensor(unit_cap[r], device=plan.device),
+                                                 None if qp.token_budget is None else t(capacity))
             units = torch.gather(c.cand, 1, sel.to(c.cand.device).clamp(min=0)).tolist()
             for q, u, n in zip(r.tolist(), units, n_sel.tolist()):
                 out[q] = u[:n]
@@ -197,15 +223,21 @@ class SelectionEngine:
     # ------------------------------------------------------------------------------------------
     # parts, for benchmarks
     # ------------------------------------------------------------------------------------------
-    def candidate_sets(self, bank_ids: list[str], questions: list[str], Z) -> list[np.ndarray]:
+    def candidate_sets(self, bank_ids: list[str], questions: list[str], Z,
+                       params: QueryParams | Sequence[QueryParams] | None = None) -> list[np.ndarray]:
         """The candidate units U_q (bank-local ids, ascending) of each query: steps 1-3 only."""
         if not len(bank_ids):
             return []
         snap = self._store.snapshot
-        batch = make_batch(snap, bank_ids, questions, Z, None, self.plan.device, self.plan.dtype)
-        loc = tensor.localize(snap, self.plan, self.cfg, batch, Timer({}, self.plan.device))
-        cand, n = loc.cand.cpu().numpy(), loc.n_cand.cpu().tolist()
-        return [cand[i, :k].copy() for i, k in enumerate(n)]
+        batch = make_batch(snap, bank_ids, questions, Z, None, self.plan.device, self.plan.dtype, params, self.cfg)
+        out: list[np.ndarray | None] = [None] * len(batch)
+        for rows in batch.groups():
+            sub = batch.take(rows)
+            loc = tensor.localize(snap, self.plan, self.cfg, sub, Timer({}, self.plan.device), sub.params[0])
+            cand, n = loc.cand.cpu().numpy(), loc.n_cand.cpu().tolist()
+            for q, i, k in zip(rows.tolist(), range(len(n)), n):
+                out[q] = cand[i, :k].copy()
+        return out  # type: ignore[return-value]
 
     def candidate_kernel(self, bank_id: str, cand: np.ndarray) -> np.ndarray:
         """``K [U, U]`` (float64 NumPy) of candidate units ``cand`` of bank ``bank_id``: the support

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from ..objective import date_seconds
+from ..params import per_query
 from ..steps.candidates import own_dots
 from ..tensor_ops import bank_groups
 from .tables import Snapshot
@@ -26,18 +27,43 @@ class QueryBatch:
     """[Q, d] unit-norm query vectors on the engine's device, in its dtype."""
     now: np.ndarray
     """[Q] float64 each query's date (POSIX seconds; NaN = none)."""
+    params: list
+    """[Q] each query's resolved ``QueryParams``."""
 
     def __len__(self) -> int:
         return len(self.bidx)
 
     def take(self, rows: np.ndarray) -> "QueryBatch":
-        return QueryBatch(self.bidx[rows], [self.questions[i] for i in rows.tolist()],
-                          self.Z[torch.as_tensor(rows, device=self.Z.device)], self.now[rows])
+        r = rows.tolist()
+        return QueryBatch(self.bidx[rows], [self.questions[i] for i in r],
+                          self.Z[torch.as_tensor(rows, device=self.Z.device)], self.now[rows],
+                          [self.params[i] for i in r])
+
+    def column(self, name: str) -> np.ndarray:
+        """``[Q]`` int64 per-query sizes of the params: ``unit_cap`` (B, 0 = no cap), ``pool``
+        (``QueryParams.pool_budget``), ``threads`` (most neighbourhood threads: max(n_seeds, cap))."""
+        get = {"unit_cap": lambda p: p.budget or 0, "pool": lambda p: p.pool_budget,
+               "threads": lambda p: max(p.n_seeds, p.neighborhood_cap)}[name]
+        return np.fromiter((get(p) for p in self.params), dtype=np.int64, count=len(self.params))
+
+    def capacity(self) -> np.ndarray:
+        """``[Q]`` float64 each query's token budget T (``inf``: none)."""
+        return np.array([np.inf if p.token_budget is None else float(p.token_budget) for p in self.params])
+
+    def groups(self) -> list[np.ndarray]:
+        """Rows of the queries that share steps 1-3's shapes (``QueryParams.shape_key``) and whether
+        they have a token budget, in first-seen order (a batch of one shape is one group)."""
+        seen: dict = {}
+        for i, p in enumerate(self.params):
+            seen.setdefault((p.shape_key, p.token_budget is None), []).append(i)
+        return [np.asarray(v, dtype=np.int64) for v in seen.values()]
 
 
-def make_batch(snap: Snapshot, bank_ids, questions, Z, dates, device, dtype) -> QueryBatch:
+def make_batch(snap: Snapshot, bank_ids, questions, Z, dates, device, dtype, params=None, cfg=None) -> QueryBatch:
     """Check and convert a call's inputs: unknown bank ids raise ``KeyError``; mismatched lengths,
-    a wrong vector width, NaN / inf vectors and dates that are not datetimes raise ``ValueError``."""
+    a wrong vector width, NaN / inf vectors and dates that are not datetimes raise ``ValueError``;
+    ``params`` (one ``QueryParams`` for all, one per query, or None = the defaults) are resolved
+    against the method ``cfg`` (bad ones raise ``ConfigError``)."""
     bank_ids, questions = list(bank_ids), list(questions)
     Q = len(bank_ids)
     if len(questions) != Q:
@@ -61,7 +87,7 @@ def make_batch(snap: Snapshot, bank_ids, questions, Z, dates, device, dtype) -> 
             if d_ is not None and not isinstance(d_, datetime):
                 raise ValueError(f"dates[{i}] must be a datetime or None (got {type(d_).__name__})")
         now = np.array([date_seconds(d_) for d_ in dates], dtype=np.float64)
-    return QueryBatch(bidx, questions, Zt, now)
+    return QueryBatch(bidx, questions, Zt, now, per_query(params, Q, cfg))
 
 
 class Timer:

@@ -34,7 +34,8 @@ from ..steps import roles as step4
 from ..steps.greedy import CompiledQuery, GreedyScratch, KSource, StopRule, best_of_two_compiled, config_rule, \
     lazy_greedy_one, pick_limit
 from ..steps.priority import effective_budget, gravity_one, unit_cost_compiled
-from ..steps.propagation import ThreadGraph, ThreadScratch, propagate_one, propagation_params
+from ..steps.propagation import PropagationParams, ThreadGraph, ThreadScratch, propagate_one, propagation_params, \
+    query_sizes
 from .batch import QueryBatch, Timer
 from .tables import Snapshot
 
@@ -100,7 +101,7 @@ class StageTables(NamedTuple):
 class StageBatch(NamedTuple):
     """Steps 4-7 input per query row: its bank, the candidates (see :class:`Candidates`), J's
     modular part, the demand (``Mq``, ``delta``), the weights ``W [Qc, len(QUERY_WEIGHTS)]``, B_q
-    of the priority cap and the pick limit."""
+    of the priority cap, the pick limit and the token budget."""
 
     bidx: np.ndarray
     cand: np.ndarray
@@ -117,6 +118,8 @@ class StageBatch(NamedTuple):
     W: np.ndarray
     budget: np.ndarray
     limit: np.ndarray
+    capacity: np.ndarray
+    """[Qc] each query's token budget T (``inf``: none)."""
 
 
 class StageParams(NamedTuple):
@@ -126,17 +129,14 @@ class StageParams(NamedTuple):
     identity: bool
     k_shift: float
     stop_coverage: float
-    capacity: float
-    """The token budget T (``inf``: none)."""
     keys: int
     """Knapsack greedy keys (``SelectConfig.knapsack``): -1 both (the better kept), 0 gain, 1 gain per token."""
 
 
 def stage_params(cfg) -> StageParams:
-    cap = float(cfg.token_budget) if cfg.token_budget is not None else np.inf
     keys = {None: -1, False: 0, True: 1}[cfg.knapsack_ratio]
     return StageParams(float(cfg.T_R), float(cfg.c_hop), bool(cfg.cross_thread), cfg.kernel == "identity",
-                       float(cfg.k_shift), float(cfg.stop_coverage), cap, keys)
+                       float(cfg.k_shift), float(cfg.stop_coverage), keys)
 
 
 def front_tables(snap: Snapshot) -> FrontTables:
@@ -160,9 +160,10 @@ def stage_tables(snap: Snapshot) -> StageTables:
 # the loops
 # ----------------------------------------------------------------------------------------------
 @njit(cache=True, nogil=True, error_model="numpy")
-def front_loop(tab, off, x, rrf_k, p, learned, ltab, lq, out):  # pragma: no cover - compiled
+def front_loop(tab, off, x, rrf_k, p, sizes, learned, ltab, lq, out):  # pragma: no cover - compiled
     """Steps 1-3 per query (see the module docstring): ``tab`` :class:`FrontTables`, ``off``
-    ``tables.Offsets``, ``x`` :class:`FrontBatch`, ``p`` ``PropagationParams``; the ``learned``
+    ``tables.Offsets``, ``x`` :class:`FrontBatch`, ``p`` ``PropagationParams`` of the method with
+    each query's sizes from ``sizes`` (``propagation.QuerySizes``); the ``learned``
     affinity instead of RRF when ``learned`` (``ltab`` / ``lq``: ``relevance.LearnedTables`` /
     ``LearnedQueries``); writes ``out`` (:class:`Candidates`)."""
     Q = x.bidx.shape[0]
@@ -182,8 +183,7 @@ def front_loop(tab, off, x, rrf_k, p, learned, ltab, lq, out):  # pragma: no cov
     r0 = np.empty(J)
     r = np.empty(J)
     in_h = np.empty(J, dtype=np.bool_)
-    ts = ThreadScratch(np.empty(max(p.n_seeds, 1), np.int64), np.empty(J, np.bool_), np.empty(J, np.int64),
-                       np.empty(J, np.bool_))
+    ts = ThreadScratch(np.empty(J, np.int64), np.empty(J, np.bool_), np.empty(J, np.int64), np.empty(J, np.bool_))
     W = out.cand.shape[1]
     for q in range(Q):
         b = x.bidx[q]
@@ -213,7 +213,8 @@ def front_loop(tab, off, x, rrf_k, p, learned, ltab, lq, out):  # pragma: no cov
             if alpha[j] > r0[t]:
                 r0[t] = alpha[j]
         # step 2: propagation and the capped neighbourhood
-        propagate_one(r0, n, off.to[b], tab.nbr, tab.nbw, p, ts, r, in_h)
+        pq = PropagationParams(sizes.n_seeds[q], sizes.cap[q], sizes.hops[q], p.gamma, p.paper)
+        propagate_one(r0, n, off.to[b], tab.nbr, tab.nbw, pq, ts, r, in_h)
         k = 0
         for t in range(n):
             if in_h[t]:
@@ -263,7 +264,6 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
     lg = np.empty(R)
     gs = GreedyScratch(np.empty(U1 * U1), np.empty(U1), np.empty(max(R, 1)), np.empty(U1), np.empty(U1, np.int64),
                        np.empty(U1, np.int64), np.zeros(U1, np.bool_), np.zeros(T1, np.bool_), np.empty(U1))
-    tokens = p.capacity < np.inf
     uc = np.ones(U1)
     hc = np.zeros(T1)
     other = np.empty(sel.shape[1], np.int64)
@@ -278,6 +278,8 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
         b = x.bidx[q]
         nt = x.n_h[q]
         w = x.W[q]
+        capacity = x.capacity[q]
+        tokens = capacity < np.inf
         lam_m, lam_r, tau = w[LAMBDA_M], w[LAMBDA_R], w[TAU]
         uo, boff, jb = off.uo[b], off.boff[b], off.nt[b]  # the bank's rows (locals: loaded once per query)
         cq = x.cand[q, :n]
@@ -339,10 +341,10 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
         cw = CoverageWeights(w[W_COV], w[W_ROLE], w[W_THR])
         rule = StopRule(lim, p.stop_coverage, lim, None)
         g = CompiledQuery(pq[:n], rho[:n], x.delta[q], x.modular[q, :n], x.lt[q, :n], um[:n], bound[:n], ks, cw,
-                          rule, uc[:n], hc[:nt], p.capacity, tokens and p.keys != 0)
+                          rule, uc[:n], hc[:nt], capacity, tokens and p.keys != 0)
         if tokens and p.keys < 0:
             g0 = CompiledQuery(pq[:n], rho[:n], x.delta[q], x.modular[q, :n], x.lt[q, :n], um[:n], bound[:n], ks,
-                               cw, rule, uc[:n], hc[:nt], p.capacity, False)
+                               cw, rule, uc[:n], hc[:nt], capacity, False)
             n_sel[q] = best_of_two_compiled(g0, g, gs, sel[q], other, mark)
         else:
             n_sel[q] = lazy_greedy_one(g, gs, sel[q])
@@ -354,7 +356,7 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
 def run_stage(snap: Snapshot, cfg, x: StageBatch) -> tuple[np.ndarray, np.ndarray]:
     """:func:`stage_loop` on one chunk: ``(sel [Qc, B] candidate slots (-1 pad), n_sel [Qc])``."""
     Q = len(x.bidx)
-    width = cfg.budget if cfg.budget is not None else max(1, x.cand.shape[1])
+    width = max(1, int(x.limit.max()) if Q else 1)  # B_q <= |U_q|: the pool sizes it, never B alone
     sel = np.full((Q, width), -1, dtype=np.int64)
     n_sel = np.zeros(Q, dtype=np.int64)
     tab = snap.lazy("stage_tables", lambda: stage_tables(snap))
@@ -362,9 +364,12 @@ def run_stage(snap: Snapshot, cfg, x: StageBatch) -> tuple[np.ndarray, np.ndarra
     return sel, n_sel
 
 
-def stage_batch(snap: Snapshot, cfg, cols: dict, Mq, delta, W: np.ndarray, now: np.ndarray) -> StageBatch:
+def stage_batch(snap: Snapshot, cfg, cols: dict, Mq, delta, W: np.ndarray, now: np.ndarray, unit_cap: np.ndarray,
+                pool: np.ndarray, capacity: np.ndarray) -> StageBatch:
     """A :class:`StageBatch` from NumPy columns (``cols``: the :class:`Candidates` fields and
-    ``bidx``); J's modular part from ``objective.modular_gain``, B_q and the limit from the rule."""
+    ``bidx``); J's modular part from ``objective.modular_gain``, B_q and the limit from the rule;
+    per query (``[Qc]``): ``unit_cap`` B (0 = no cap), ``pool`` ``QueryParams.pool_budget``,
+    ``capacity`` T (``inf`` = none)."""
     c = {k: np.ascontiguousarray(v) for k, v in cols.items()}
     n_cand, cand = c["n_cand"], c["cand"]
     def attrs():  # the candidates' unit attributes, gathered only if a term with a weight reads them
@@ -372,12 +377,13 @@ def stage_batch(snap: Snapshot, cfg, cols: dict, Mq, delta, W: np.ndarray, now: 
         return snap.np["attrs"][snap.off.uo[c["bidx"]][:, None] + np.where(valid, cand, 0)]
 
     modular = modular_gain(ModularInputs(c["alpha"], attrs, now[:, None]), weight_columns(W), cfg)
-    budget = effective_budget(cfg.pool_budget, n_cand)
-    limit = pick_limit(config_rule(cfg, n_cand), n_cand)
+    budget = effective_budget(np.asarray(pool, dtype=np.int64), n_cand)
+    limit = pick_limit(config_rule(cfg, np.asarray(unit_cap, dtype=np.int64), n_cand), n_cand)
     return StageBatch(bidx=c["bidx"], cand=cand, n_cand=n_cand, lt=c["lt"], alpha=c["alpha"],
                       modular=np.ascontiguousarray(modular), hthread=c["hthread"], rvec=c["rvec"], n_h=c["n_h"],
                       tpos=c["tpos"], Mq=np.ascontiguousarray(Mq), delta=np.ascontiguousarray(delta),
-                      W=np.ascontiguousarray(W), budget=budget.astype(np.int64), limit=limit)
+                      W=np.ascontiguousarray(W), budget=budget.astype(np.int64), limit=np.asarray(limit, np.int64),
+                      capacity=np.ascontiguousarray(capacity, dtype=np.float64))
 
 
 def select(snap: Snapshot, plan, cfg, head, batch: QueryBatch, pool, timer: Timer) -> list[list[int]]:
@@ -458,8 +464,10 @@ def _chunk(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: n
             torch.mm(Zc_t[a:e], vecs[uo:uo + n].T, out=torch.from_numpy(cos[o:o + (e - a) * n]).view(e - a, n))
     lap("similarity")
     J = int(off.nt[bidx].max())
-    T = max(1, min(J, max(cfg.neighborhood_cap, cfg.n_seeds)))
-    Ub = max(1, int(snap.ucap[bidx].max()))  # most candidates any of these queries can have
+    sub = batch.take(rows)
+    threads = sub.column("threads")  # most neighbourhood threads of each query
+    T = max(1, min(J, int(threads.max())))
+    Ub = max(1, int(snap.unit_cap(bidx, threads).max()))  # most candidates any of these queries can have
     # every entry a later step reads is written by the front loop: no fill needed, but for alpha,
     # whose padding goes through J's (vectorized) modular part
     c = Candidates(cand=np.empty((Qc, Ub), np.int64), n_cand=np.empty(Qc, np.int64), lt=np.empty((Qc, Ub), np.int64),
@@ -467,11 +475,12 @@ def _chunk(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: n
                    n_h=np.empty(Qc, np.int64), tpos=np.empty((Qc, J), np.int64))
     x = FrontBatch(bidx, cos, coff, *cols)
     front_loop(snap.lazy("front_tables", lambda: front_tables(snap)), off, x, float(cfg.rrf_k),
-               propagation_params(cfg, J), cfg.affinity == "learned",
+               propagation_params(cfg, sub.params[0], J), query_sizes(sub.params, J), cfg.affinity == "learned",
                snap.lazy("learned_tables", lambda: _learned_tables(snap)), lq, c)
     lap("localize")
     delta, Mq, W = demand
-    sb = stage_batch(snap, cfg, dict(c._asdict(), bidx=bidx), Mq, delta, W, batch.now[rows])
+    sb = stage_batch(snap, cfg, dict(c._asdict(), bidx=bidx), Mq, delta, W, batch.now[rows], sub.column("unit_cap"),
+                     sub.column("pool"), sub.capacity())
     sel, n_sel = run_stage(snap, cfg, sb)
     lap("select")
     picks = [c.cand[i, sel[i, :n_sel[i]]].tolist() for i in range(Qc)]

@@ -41,11 +41,9 @@ class Plan:
     """The seeds read the head vectors."""
     relevance: bool
     """The ``learned`` affinity's per-unit indices are stored."""
-    tokens: bool = False
-    """A token budget: the per-bank tables hold token costs."""
 
     def layout(self, dim: int) -> Layout:
-        return Layout(self.device, self.dtype, dim, self.tables, self.lexical, self.heads, self.relevance, self.tokens)
+        return Layout(self.device, self.dtype, dim, self.tables, self.lexical, self.heads, self.relevance)
 
 
 def _kernels_importable() -> bool:
@@ -88,5 +86,4 @@ def resolve(ec: EngineConfig, cfg: SelectConfig, banks) -> Plan:
     threads = ec.threads if ec.threads is not None else torch.get_num_threads()
     chunk = ec.chunk_elems or (1 << 19 if cpu else 1 << 24)
     return Plan(device, dtype, backend, front, kernels, optimizer, ec.sim, int(threads), int(chunk), tables,
-                ec.seed_search, uses_bm25(cfg), cfg.seed_score != "best_unit", cfg.affinity == "learned",
-                cfg.token_budget is not None)
+                ec.seed_search, uses_bm25(cfg), cfg.seed_score != "best_unit", cfg.affinity == "learned")

@@ -58,8 +58,8 @@ class Layout(NamedTuple):
     """Store the head vectors (head or max seeds read them; best-unit seeds do not)."""
     relevance: bool = False
     """Store the ``learned`` affinity's per-unit indices (speaker, session neighbours)."""
-    tokens: bool = False
-    """Count the units' and headings' token costs (a token budget reads them; else zeros)."""
+    tokens: bool = True
+    """Count the units' and headings' token costs (any query's token budget reads them; else zeros)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,8 +69,10 @@ class BankInfo:
     bank: Bank
     n_units: int
     n_threads: int
-    ucap: int
-    """Most candidates a query can have: its ``max(cap, n_seeds)`` longest threads."""
+    long_threads: np.ndarray
+    """``[J + 1]`` units in the bank's ``h`` longest threads, for every ``h`` (a cumulative sum):
+    a query whose neighbourhood holds at most ``h`` threads has at most ``long_threads[h]``
+    candidates (:meth:`Snapshot.unit_cap`)."""
     bm25: BM25Index | None
     vocab: dict | None
     plain: bool
@@ -78,7 +80,7 @@ class BankInfo:
     speakers: tuple = ()
     """The bank's speakers (the ``learned`` affinity's ``speaker_named`` feature indexes them)."""
     costs: object = None
-    """The bank's ``workspace.TokenCosts`` (with heads) when the engine has a token budget."""
+    """The bank's ``workspace.TokenCosts`` (with heads), read under a token budget."""
 
 
 # (table, group, dtype kind, fill) -- the rows of one group are appended together, per bank
@@ -130,9 +132,8 @@ def build_bank(bank: Bank, cfg, layout: Layout) -> tuple[BankInfo, dict[str, np.
         if plain:
             a["bm_data"], a["bm_idx"] = m.scores["data"], m.scores["indices"]
             a["bm_ptr"] = m.scores["indptr"]
-    h = max(cfg.neighborhood_cap, cfg.n_seeds)
-    ucap = int(np.sort(np.diff(bank.thread_offsets))[::-1][:h].sum())
-    return BankInfo(bank, N, J, ucap, bm25, vocab, plain, speakers, costs), a
+    long_threads = np.concatenate([[0], np.cumsum(np.sort(np.diff(bank.thread_offsets))[::-1])]).astype(np.int64)
+    return BankInfo(bank, N, J, long_threads, bm25, vocab, plain, speakers, costs), a
 
 
 def _neighbours(bank: Bank, semantic: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -261,7 +262,6 @@ class Snapshot:
         self.t: dict[str, Tensor] = {name: s.buf for name, s in segments.items()}
         self.np: dict[str, np.ndarray] = {name: b.numpy() for name, b in self.t.items() if b.device.type == "cpu"}
         self.dummy_thread = 0
-        self.ucap = np.array([i.ucap for i in self.infos], dtype=np.int64)
         self.max_units = int(self.off.nu.max())
         self.max_threads = int(self.off.nt.max())
         self._lock = threading.Lock()
@@ -276,6 +276,12 @@ class Snapshot:
             return self.index[bank_id]
         except KeyError:
             raise KeyError(f"unknown bank id {bank_id!r}") from None
+
+    def unit_cap(self, bidx: np.ndarray, threads: np.ndarray) -> np.ndarray:
+        """``[Q]`` most candidates each query can have: the units of its bank's ``threads[q]``
+        longest threads (``threads``: the most threads its neighbourhood may hold)."""
+        return np.array([int(self.infos[b].long_threads[min(int(h), self.infos[b].n_threads)])
+                         for b, h in zip(np.asarray(bidx).tolist(), np.asarray(threads).tolist())], dtype=np.int64)
 
     def lazy(self, key: str, build):
         """``build()`` once per snapshot (thread-safe), e.g. the head index."""

@@ -58,8 +58,9 @@ class Localized:
     """[Q] |U_q|."""
 
 
-def localize(snap: Snapshot, plan, cfg, batch: QueryBatch, timer: Timer) -> Localized:
-    """Steps 1-3 of every query of ``batch``."""
+def localize(snap: Snapshot, plan, cfg, batch: QueryBatch, timer: Timer, params) -> Localized:
+    """Steps 1-3 of every query of ``batch``, all of one ``QueryParams.shape_key`` (``params``: one
+    of them, resolved: n_seeds, neighborhood_cap and hops are read)."""
     dev = plan.device
     bidx = torch.as_tensor(batch.bidx, device=dev)
     lex = None
@@ -90,7 +91,7 @@ def localize(snap: Snapshot, plan, cfg, batch: QueryBatch, timer: Timer) -> Loca
     if cfg.seed_score == "head":
         index = snap.lazy("head_index", lambda: step1.HeadIndex(snap.t["head_vecs"][:snap.rows["head_vecs"]],
                                                                snap.off_t.to, snap.off_t.nt, mode=plan.seed_search))
-        r0 = step1.head_seeds_torch(index, batch.Z, bidx, J, cfg)
+        r0 = step1.head_seeds_torch(index, batch.Z, bidx, J, cfg, params.n_seeds)
     else:
         cos_h = similarity(snap, plan.sim, batch.Z, bidx, heads=True, chunk_elems=plan.chunk_elems) \
             if cfg.seed_score == "max" else None
@@ -98,11 +99,11 @@ def localize(snap: Snapshot, plan, cfg, batch: QueryBatch, timer: Timer) -> Loca
     timer.lap("seeds")
     # step 2
     if plan.backend == "compiled":  # CPU with numba: the reference's algorithm, compiled, per query
-        r, in_h, tpos, n_h = _propagate_compiled(snap, cfg, r0, batch.bidx)
+        r, in_h, tpos, n_h = _propagate_compiled(snap, cfg, r0, batch)
     else:
         graph = step2.ThreadGraph(snap.t["nbr"], snap.t["nbw"], snap.dummy_thread)
-        r, seed_mask = step2.propagate_torch(r0, snap.off_t.nt[bidx], snap.off_t.to[bidx], graph, cfg)
-        in_h, tpos, n_h = step2.neighbourhood_torch(r, seed_mask, cfg.neighborhood_cap)
+        r, seed_mask = step2.propagate_torch(r0, snap.off_t.nt[bidx], snap.off_t.to[bidx], graph, cfg, params)
+        in_h, tpos, n_h = step2.neighbourhood_torch(r, seed_mask, params.neighborhood_cap)
     timer.lap("propagation")
     # step 3: the candidates
     cand, cvalid, n_cand = step3.candidates_torch(in_h, umask, ult)
@@ -122,14 +123,16 @@ def _rrf_compiled_applies(cos: Tensor, lex) -> bool:
     return bool(np.array_equal(lex.astype(np.float32).astype(np.float64), lex))
 
 
-def _propagate_compiled(snap: Snapshot, cfg, r0: Tensor, bidx: np.ndarray):
+def _propagate_compiled(snap: Snapshot, cfg, r0: Tensor, batch: QueryBatch):
     """Step 2 with :func:`~..steps.propagation.propagate_batch`: ``(r, in_h, tpos, n_h)`` as the
     torch step gives them."""
     Q, J = r0.shape
     r = np.full((Q, J), -np.inf)
     in_h = np.zeros((Q, J), dtype=np.bool_)
+    bidx = batch.bidx
     step2.propagate_batch(np.ascontiguousarray(r0.numpy(), dtype=np.float64), snap.off.nt[bidx], snap.off.to[bidx],
-                          snap.np["nbr"], snap.np["nbw"], step2.propagation_params(cfg, J), r, in_h)
+                          snap.np["nbr"], snap.np["nbw"], step2.propagation_params(cfg, batch.params[0], J),
+                          step2.query_sizes(batch.params, J), r, in_h)
     in_h_t = torch.from_numpy(in_h)
     return torch.from_numpy(r).to(r0.dtype), in_h_t, step2.positions(in_h_t), in_h_t.sum(dim=1)
 
@@ -178,10 +181,11 @@ class Chunk:
     tpos: Tensor
     n_h: Tensor
     budget: Tensor
-    """[Qc] B_q of the priority cap kappa = 1 / B_q (from ``SelectConfig.pool_budget``)."""
+    """[Qc] B_q of the priority cap kappa = 1 / B_q (from ``QueryParams.pool_budget``)."""
 
 
-def chunk_of(snap: Snapshot, cfg, loc: Localized, rows: Tensor) -> Chunk:
+def chunk_of(snap: Snapshot, cfg, loc: Localized, rows: Tensor, pool: Tensor) -> Chunk:
+    """The chunk of queries ``rows`` (``pool``: ``[Qc]`` their ``QueryParams.pool_budget``)."""
     n_cand = loc.n_cand[rows]
     U = max(1, int(n_cand.max()))
     T = max(1, int(loc.n_h[rows].max()))
@@ -197,7 +201,7 @@ def chunk_of(snap: Snapshot, cfg, loc: Localized, rows: Tensor) -> Chunk:
     hthread.scatter_(1, slot, torch.arange(J, device=cand.device).expand(Qc, J).clone())
     rvec = torch.zeros(Qc, T + 1, dtype=alpha.dtype, device=cand.device)
     rvec.scatter_(1, slot, torch.where(loc.in_h[rows], loc.r[rows], 0.0))
-    budget = effective_budget(cfg.pool_budget, n_cand)
+    budget = effective_budget(pool, n_cand)
     return Chunk(rows, bidx, cand, cvalid, n_cand, gid, lt, alpha, hthread[:, :T], rvec[:, :T], tpos,
                  loc.n_h[rows], budget)
 
@@ -207,10 +211,13 @@ def candidate_attrs(attrs: Tensor, gid: Tensor, cvalid: Tensor) -> Tensor:
     return attrs[torch.where(cvalid, gid, 0)].to(torch.float64)
 
 
-def select_chunk(snap: Snapshot, plan, cfg, c: Chunk, W: Tensor, demand, now: Tensor, timer: Timer):
+def select_chunk(snap: Snapshot, plan, cfg, c: Chunk, W: Tensor, demand, now: Tensor, timer: Timer,
+                 unit_cap: Tensor, capacity: Tensor | None):
     """Steps 4-7 of one chunk with the torch ops: ``(sel [Qc, B] candidate slots, n_sel [Qc])``.
     ``W``: ``[Qc, len(QUERY_WEIGHTS)]``; ``demand``: ``(delta [Qc, R], Mq [Qc, R, F])``; ``now``: ``[Qc]``
-    float64 (dates keep their seconds; J's modular part is formed in float64, then cast)."""
+    float64 (dates keep their seconds; J's modular part is formed in float64, then cast);
+    ``unit_cap``: ``[Qc]`` each query's B (0 = no cap); ``capacity``: ``[Qc]`` each query's T, or
+    None when the chunk's queries have no token budget."""
     delta, Mq = demand
     dt, dev = plan.dtype, plan.device
     w = weight_columns(W)
@@ -248,7 +255,9 @@ def select_chunk(snap: Snapshot, plan, cfg, c: Chunk, W: Tensor, demand, now: Te
     modular = modular_gain(ModularInputs(c.alpha, lambda: candidate_attrs(snap.t["attrs"], c.gid, c.cvalid),
                                          now[:, None]), w, cfg)
     p = GreedyProblem(pi, K, rho.to(dt), delta, modular.to(dt), c.lt, mass[:, :T], c.cvalid)
-    rule = config_rule(cfg, c.n_cand, None if cfg.budget is not None else c.cand.shape[1], token_budget(snap, cfg, c))
+    U = c.cand.shape[1]
+    width = max(1, min(U, int(torch.where(unit_cap > 0, unit_cap, U).max()))) if len(unit_cap) else 1
+    rule = config_rule(cfg, unit_cap.to(c.n_cand.device), c.n_cand, width, token_budget(snap, cfg, c, capacity))
     if plan.optimizer == "lazy":
         sel, _gains, n_sel = greedy_lazy_torch(p, coverage_weights(w), rule)
     else:
@@ -257,14 +266,15 @@ def select_chunk(snap: Snapshot, plan, cfg, c: Chunk, W: Tensor, demand, now: Te
     return sel, n_sel
 
 
-def token_budget(snap: Snapshot, cfg, c: Chunk) -> TokenBudget | None:
-    """The chunk's knapsack on workspace tokens (None without ``token_budget``): the candidates'
-    and the neighbourhood threads' token costs from the per-bank tables."""
-    if cfg.token_budget is None:
+def token_budget(snap: Snapshot, cfg, c: Chunk, capacity: Tensor | None) -> TokenBudget | None:
+    """The chunk's knapsack on workspace tokens (None without a token budget): each query's T
+    (``capacity [Qc]``), the candidates' and the neighbourhood threads' token costs from the
+    per-bank tables."""
+    if capacity is None:
         return None
     uc = torch.where(c.cvalid, snap.t["tok_unit"][c.gid], 1.0)
     rows = torch.where(c.hthread >= 0, snap.off_t.to[c.bidx][:, None] + c.hthread, snap.dummy_thread)
-    return TokenBudget(float(cfg.token_budget), uc, snap.t["tok_head"][rows], cfg.knapsack_ratio)
+    return TokenBudget(capacity, uc, snap.t["tok_head"][rows], cfg.knapsack_ratio)
 
 
 def support_matrix(snap: Snapshot, cfg, c: Chunk, S: Tensor | None) -> Tensor | None:

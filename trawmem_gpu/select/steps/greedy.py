@@ -92,12 +92,21 @@ class StopRule(NamedTuple):
     """A knapsack on workspace tokens; None = the unit budget alone."""
 
 
-def config_rule(cfg, n_cand, max_steps: int | None = None, tokens: TokenBudget | None = None) -> StopRule:
+def config_rule(cfg, budget, n_cand, max_steps: int | None = None, tokens: TokenBudget | None = None) -> StopRule:
     """The rule of a resolved ``SelectConfig`` for queries of ``n_cand`` candidates (int, NumPy or
-    torch): a unit budget B_q = max(1, min(B, |U_q|)), or, with a token budget and no unit cap
-    (``budget=None``), |U_q|; ``max_steps`` defaults to B (the batched output width)."""
-    cap = n_cand if cfg.budget is None else effective_budget(cfg.budget, n_cand)
-    return StopRule(cap, cfg.stop_coverage, cfg.budget if max_steps is None else max_steps, tokens)
+    torch) whose unit cap is ``budget`` (``QueryParams.budget``: an int, None = no cap, or per query
+    ``[Q]`` ints with 0 = no cap): B_q = max(1, min(B, |U_q|)), or |U_q| without a cap;
+    ``max_steps`` (the batched output width) defaults to an int ``budget``."""
+    scalar = budget is not None and not isinstance(budget, Tensor) and np.ndim(budget) == 0
+    if budget is None:
+        cap = n_cand
+    elif scalar:
+        cap = effective_budget(int(budget), n_cand)
+        max_steps = int(budget) if max_steps is None else max_steps
+    else:
+        capped = budget > 0
+        cap = effective_budget(budget, n_cand) * capped + n_cand * ~capped
+    return StopRule(cap, cfg.stop_coverage, max_steps, tokens)
 
 
 def marginal_cost(unit_cost, head_cost, hit):

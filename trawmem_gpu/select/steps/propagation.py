@@ -33,14 +33,15 @@ relax_compiled = njit(cache=True, inline="always")(relax)
 # ----------------------------------------------------------------------------------------------
 # reference (NumPy, one query)
 # ----------------------------------------------------------------------------------------------
-def neighbourhood(ctx, r0: np.ndarray, cfg) -> dict[int, float]:
-    """Seeds and their best neighbours within H hops: ``{thread: r~}`` (max over paths), ascending."""
+def neighbourhood(ctx, r0: np.ndarray, cfg, params) -> dict[int, float]:
+    """Seeds and their best neighbours within H hops: ``{thread: r~}`` (max over paths), ascending
+    (``params``: the query's resolved ``QueryParams``: n_seeds, hops, neighborhood_cap)."""
     order = sorted(range(len(r0)), key=lambda j: (-r0[j], j))
-    seeds = order[:cfg.n_seeds]
+    seeds = order[:params.n_seeds]
     r = {j: float(r0[j]) for j in seeds}
     frontier = list(seeds)
     paper = cfg.propagation == "paper"
-    for _ in range(cfg.hops):
+    for _ in range(params.hops):
         nxt = []
         for j in frontier:
             for k, w in ctx.neighbours(j, cfg.semantic_edges):
@@ -51,7 +52,7 @@ def neighbourhood(ctx, r0: np.ndarray, cfg) -> dict[int, float]:
         frontier = sorted(set(nxt))
     seed_set = set(seeds)
     rest = sorted((k for k in r if k not in seed_set), key=lambda k: (-r[k], k))
-    keep = seeds + rest[:max(0, cfg.neighborhood_cap - len(seeds))]
+    keep = seeds + rest[:max(0, params.neighborhood_cap - len(seeds))]
     return {k: r[k] for k in sorted(keep)}
 
 
@@ -67,8 +68,10 @@ class ThreadGraph(NamedTuple):
     dummy: int
 
 
-def propagate_torch(r0: Tensor, n_threads: Tensor, toff: Tensor, graph: ThreadGraph, cfg) -> tuple[Tensor, Tensor]:
-    """Seeds and H hops of max-over-paths relaxation: ``(r [Q, J], seed_mask [Q, J])``.
+def propagate_torch(r0: Tensor, n_threads: Tensor, toff: Tensor, graph: ThreadGraph, cfg, params
+                    ) -> tuple[Tensor, Tensor]:
+    """Seeds and H hops of max-over-paths relaxation: ``(r [Q, J], seed_mask [Q, J])``, every query
+    of the batch with the same resolved ``params`` (n_seeds, hops).
 
     :param r0: ``[Q, J]`` seed scores (-inf on padding); ``n_threads``, ``toff``: ``[Q]`` the
         query's bank's thread count and first stored thread row
@@ -77,7 +80,7 @@ def propagate_torch(r0: Tensor, n_threads: Tensor, toff: Tensor, graph: ThreadGr
     """
     Q, J = r0.shape
     dev = r0.device
-    ns = min(cfg.n_seeds, J)
+    ns = min(params.n_seeds, J)
     tvalid = torch.arange(J, device=dev)[None, :] < n_threads[:, None]
     r = torch.full((Q, J + 1), NEG_INF, dtype=r0.dtype, device=dev)
     r0p = torch.cat([r0, r[:, :1]], dim=1)
@@ -90,7 +93,7 @@ def propagate_torch(r0: Tensor, n_threads: Tensor, toff: Tensor, graph: ThreadGr
     seed_mask.scatter_(1, seeds, True)
     paper = cfg.propagation == "paper"
     frontier = seeds
-    for _ in range(cfg.hops):
+    for _ in range(params.hops):
         if frontier.shape[1] == 0:
             break
         nxt = torch.zeros(Q, J + 1, dtype=torch.bool, device=dev)
@@ -128,6 +131,8 @@ def positions(in_h: Tensor) -> Tensor:
 # compiled (numba, one query at a time)
 # ----------------------------------------------------------------------------------------------
 class PropagationParams(NamedTuple):
+    """One query's propagation: its resolved ``QueryParams`` sizes and the method's relaxation."""
+
     n_seeds: int
     cap: int
     hops: int
@@ -135,9 +140,25 @@ class PropagationParams(NamedTuple):
     paper: bool
 
 
-def propagation_params(cfg, J: int) -> PropagationParams:
-    return PropagationParams(min(cfg.n_seeds, J), cfg.neighborhood_cap, cfg.hops, float(cfg.gamma),
-                             cfg.propagation == "paper")
+def propagation_params(cfg, params, J: int) -> PropagationParams:
+    """The :class:`PropagationParams` of a query with resolved ``params`` over ``J`` threads."""
+    return PropagationParams(min(params.n_seeds, J), min(params.neighborhood_cap, J), params.hops,
+                             float(cfg.gamma), cfg.propagation == "paper")
+
+
+class QuerySizes(NamedTuple):
+    """Per-query propagation sizes of a batch (``[Q]`` int64 each) for the compiled loops."""
+
+    n_seeds: np.ndarray
+    cap: np.ndarray
+    hops: np.ndarray
+
+
+def query_sizes(params: list, J: int) -> QuerySizes:
+    """:class:`QuerySizes` of resolved ``params`` (one per query), seeds and cap clipped to ``J``."""
+    a = np.array([(min(p.n_seeds, J), min(p.neighborhood_cap, J), p.hops) for p in params], dtype=np.int64)
+    a = a.reshape(len(params), 3)
+    return QuerySizes(np.ascontiguousarray(a[:, 0]), np.ascontiguousarray(a[:, 1]), np.ascontiguousarray(a[:, 2]))
 
 
 class ThreadScratch(NamedTuple):
@@ -225,11 +246,13 @@ def propagate_one(r0, n, g0, nbr, nbw, p, s, r, in_h):  # pragma: no cover - com
 
 
 @njit(cache=True)
-def propagate_batch(r0, nt, toff, nbr, nbw, p, r, in_h):  # pragma: no cover - compiled
+def propagate_batch(r0, nt, toff, nbr, nbw, p, sizes, r, in_h):  # pragma: no cover - compiled
     """:func:`propagate_one` for every query of a batch (``r0``, ``r``, ``in_h``: ``[Q, J]``;
-    ``nt``, ``toff``: ``[Q]``)."""
+    ``nt``, ``toff``: ``[Q]``; ``p``: the method's :class:`PropagationParams`, whose sizes
+    ``sizes`` (:class:`QuerySizes`) replaces per query)."""
     Q, J = r0.shape
-    s = ThreadScratch(np.empty(max(p.n_seeds, 1), np.int64), np.empty(max(J, 1), np.bool_),
+    s = ThreadScratch(np.empty(max(J, 1), np.int64), np.empty(max(J, 1), np.bool_),
                       np.empty(max(J, 1), np.int64), np.empty(max(J, 1), np.bool_))
     for q in range(Q):
-        propagate_one(r0[q], nt[q], toff[q], nbr, nbw, p, s, r[q], in_h[q])
+        pq = PropagationParams(sizes.n_seeds[q], sizes.cap[q], sizes.hops[q], p.gamma, p.paper)
+        propagate_one(r0[q], nt[q], toff[q], nbr, nbw, pq, s, r[q], in_h[q])

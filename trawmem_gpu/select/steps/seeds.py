@@ -90,8 +90,9 @@ def seed_scores_torch(alpha: Tensor, ult: Tensor, tvalid: Tensor, cos_h: Tensor 
     return torch.where(tvalid, r0, torch.full_like(r0, NEG_INF))
 
 
-def head_seeds_torch(index: "HeadIndex", Z: Tensor, bidx: Tensor, J: int, cfg) -> Tensor:
-    """``r0 [Q, J]`` for head seeds: finite only on each query's ``n_seeds`` seeds.
+def head_seeds_torch(index: "HeadIndex", Z: Tensor, bidx: Tensor, J: int, cfg, n_seeds: int) -> Tensor:
+    """``r0 [Q, J]`` for head seeds: finite only on each query's ``n_seeds`` seeds (the batch's
+    queries share ``n_seeds``, their resolved ``QueryParams.n_seeds``).
 
     The index returns the ``n_seeds + slack`` heads of the own bank with the largest cosine;
     r_head is computed for those, and the seeds are the best ``n_seeds`` by (r_head descending,
@@ -99,7 +100,7 @@ def head_seeds_torch(index: "HeadIndex", Z: Tensor, bidx: Tensor, J: int, cfg) -
     other head scores at most the last candidate's r_head; a query whose n_seeds-th seed does not
     beat that strictly (a possible tie across the cut) gets all of its bank's head scores instead.
     """
-    ns = cfg.n_seeds
+    ns = max(1, min(n_seeds, J))
     kq = ns + max(8, ns)
     cos, ids = index.search(Z, bidx, kq)
     live = ids >= 0

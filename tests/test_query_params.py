@@ -1,0 +1,114 @@
+"""Per-call query parameters (``QueryParams``): one engine, one set of bank tables, any mix of
+budgets B, hops H and token budgets T per call or per query, picking exactly what the reference
+picks for each query with its own parameters."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trawmem_gpu.errors import ConfigError
+from trawmem_gpu.select.config import SelectConfig
+from trawmem_gpu.select.context import BankContext
+from trawmem_gpu.select.engine import SelectionEngine
+from trawmem_gpu.select.params import MAX_HOPS, QueryParams, per_query, split_fields
+from trawmem_gpu.select.reference import select_reference
+
+from test_engine import banks, make_bank, queries  # noqa: F401 - fixtures
+
+MIX = [QueryParams(budget=4, hops=0), QueryParams(budget=16, hops=1), QueryParams(budget=7, hops=3),
+       QueryParams(budget=None, token_budget=120), QueryParams(budget=3, token_budget=400, hops=2),
+       QueryParams(budget=2), QueryParams(token_budget=60, hops=0), QueryParams(budget=50, hops=2, n_seeds=1)]
+
+VARIANTS = ({"backend": "compiled"}, {"backend": "compiled", "front": "tensor"},
+            {"backend": "tensor", "optimizer": "lazy"}, {"backend": "tensor", "optimizer": "plain"})
+
+
+def _reference(banks, cfg, ids, qs, Z, params):
+    ctx = {b.bank_id: BankContext.of(b) for b in banks}
+    return [select_reference(ctx[b], q, z, cfg, p).units for b, q, z, p in zip(ids, qs, Z, params)]
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(map(str, v.values())))
+def test_mixed_batch_matches_reference(banks, queries, variant):  # noqa: F811
+    ids, qs, Z = queries
+    params = [MIX[i % len(MIX)] for i in range(len(ids))]
+    cfg = SelectConfig()
+    eng = SelectionEngine(banks, cfg, device="cpu", **variant)
+    tables = {k: v.data_ptr() for k, v in eng.snapshot.t.items()}
+    got = eng.select_units(ids, qs, Z, params=params)
+    assert got == _reference(banks, cfg, ids, qs, Z, params)
+    # one call per params, the same engine: the same picks, and no table was rebuilt or copied
+    for p in MIX[:4]:
+        assert eng.select_units(ids, qs, Z, params=p) == _reference(banks, cfg, ids, qs, Z, [p] * len(ids))
+    assert {k: v.data_ptr() for k, v in eng.snapshot.t.items()} == tables
+
+
+@pytest.mark.parametrize("cfg", [SelectConfig(knapsack="best"), SelectConfig(knapsack="ratio"),
+                                 SelectConfig.paper(), SelectConfig(ablation="seed_only")],
+                         ids=["best", "ratio", "paper", "seed_only"])
+def test_mixed_batch_method_variants(banks, queries, cfg):  # noqa: F811
+    """Token-budget and unit-budget queries in one batch under every knapsack rule (the ratio
+    key must never reach a query without T), head seeds, and a per-query ablation."""
+    ids, qs, Z = queries
+    params = [MIX[(i * 3) % len(MIX)] for i in range(len(ids))]
+    ref = _reference(banks, cfg, ids, qs, Z, params)
+    for v in VARIANTS[2:] + ((VARIANTS[0],) if cfg.seed_score == "best_unit" else ()):
+        assert SelectionEngine(banks, cfg, device="cpu", **v).select_units(ids, qs, Z, params=params) == ref, v
+
+
+def test_huge_budget_is_sized_by_the_pool(banks, queries):  # noqa: F811
+    """A budget far above any bank's size allocates by the candidate pool, not by B."""
+    ids, qs, Z = queries
+    p = QueryParams(budget=1 << 20)
+    eng = SelectionEngine(banks, SelectConfig(), device="cpu")
+    got = eng.select_units(ids[:6], qs[:6], Z[:6], params=p)
+    assert got == _reference(banks, SelectConfig(), ids[:6], qs[:6], Z[:6], [p] * 6)
+
+
+def test_params_validation_names_fields():
+    with pytest.raises(ConfigError, match=r"^token_budget must lie in"):
+        QueryParams(token_budget=0)
+    with pytest.raises(ConfigError, match=r"^hops must lie in \[0, 16\]"):
+        QueryParams(hops=MAX_HOPS + 1)
+    with pytest.raises(ConfigError, match="budget must be a whole number"):
+        QueryParams(budget=2.5)
+    with pytest.raises(ConfigError, match="only with a token_budget"):
+        QueryParams(budget=None)
+    with pytest.raises(ConfigError, match="^fill must be one of"):
+        QueryParams(fill="all")
+    with pytest.raises(ConfigError, match="neighborhood_cap must be >= n_seeds"):
+        QueryParams(n_seeds=4, neighborhood_cap=2)
+    with pytest.raises(ConfigError, match="3 queries but 2 query params"):
+        per_query([QueryParams()] * 2, 3)
+    with pytest.raises(ConfigError, match=r"params\[1\] must be a QueryParams"):
+        per_query([QueryParams(), {"budget": 3}], 2)
+
+
+def test_resolved_sizes_and_split():
+    p = QueryParams(budget=16).resolved()
+    assert (p.n_seeds, p.neighborhood_cap, p.pool_budget) == (8, 12, 16)
+    t = QueryParams(budget=None, token_budget=800).resolved()
+    assert (t.pool_budget, t.n_seeds, t.neighborhood_cap) == (16, 8, 12)
+    assert QueryParams(hops=3).resolved(SelectConfig(ablation="seed_only")).hops == 0
+    method, query = split_fields({"budget": 8, "hops": 2, "w_aff": 3.0, "token_budget": None})
+    assert method == {"w_aff": 3.0} and query == {"budget": 8, "hops": 2, "token_budget": None}
+    # a stored config from before the split still loads as a method
+    assert SelectConfig.from_dict({"budget": 8, "hops": 2, "w_aff": 3.0}).w_aff == 3.0
+
+
+def test_engine_errors_on_bad_params(banks, queries):  # noqa: F811
+    ids, qs, Z = queries
+    eng = SelectionEngine(banks, SelectConfig(), device="cpu")
+    with pytest.raises(ConfigError, match="2 queries but 1 query params"):
+        eng.select_units(ids[:2], qs[:2], Z[:2], params=[QueryParams()])
+
+
+def test_workspaces_fit_each_querys_token_budget(banks, queries):  # noqa: F811
+    from trawmem_gpu.tokens import count_tokens
+
+    ids, qs, Z = queries
+    params = [QueryParams(budget=None, token_budget=t) for t in (40, 90, 200, 500)] * (len(ids) // 4)
+    n = len(params)
+    ws = SelectionEngine(banks, SelectConfig(), device="cpu").select(ids[:n], qs[:n], Z[:n], params=params)
+    for w, p in zip(ws, params):
+        assert count_tokens(w.render()) <= p.token_budget

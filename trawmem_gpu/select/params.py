@@ -1,0 +1,153 @@
+"""Per-query parameters: what each query asks for, apart from the method (``SelectConfig``).
+
+A :class:`QueryParams` travels with every query (faiss style: search parameters per call), so one
+:class:`~trawmem_gpu.select.engine.SelectionEngine` (one set of bank tables) answers any mix of
+budgets B, hops H and token budgets T, per call or per query within one batch. Nothing here is
+read when the bank tables are built.
+
+The sizes the method derives from the budget (the candidate pool: ``n_seeds``,
+``neighborhood_cap``; the priority cap kappa = 1 / B_q) are resolved per query by
+:meth:`QueryParams.resolved`, the one home of those rules. Errors name the field
+(``token_budget must be >= 1 (got 0)``); the command line maps fields to its flags.
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Literal, Sequence
+
+from ..errors import ConfigError
+
+TOKENS_PER_UNIT = 50
+"""Workspace tokens one selected unit is taken to cost when a token budget T sizes what a unit
+budget B sizes (the candidate pool, the priority cap): B_T = max(1, round(T / TOKENS_PER_UNIT)),
+so T = 800 sizes the pool like B = 16 (about what one selected unit costs with its heading)."""
+MAX_HOPS = 16
+"""Most propagation hops a query may ask for. Propagation keeps the max over paths, so past the
+graph's diameter more hops change nothing; the cap bounds the work of a single query."""
+MAX_BUDGET = 1 << 20
+"""Most units a query may ask for (B) and most tokens (T, times :data:`TOKENS_PER_UNIT` for the
+pool it sizes). Every buffer is sized by the candidate pool, never by B itself: the cap only keeps
+the numbers finite and integral."""
+MAX_TOKEN_BUDGET = MAX_BUDGET * TOKENS_PER_UNIT
+FILLS = ("skip", "stop")
+
+
+def _whole(name: str, val, low: int, high: int, none_ok: bool = False):
+    if val is None:
+        if none_ok:
+            return None
+        raise ConfigError(f"{name} must be a whole number (got None)")
+    if isinstance(val, bool) or not isinstance(val, numbers.Integral):
+        raise ConfigError(f"{name} must be a whole number (got {val!r})")
+    if not low <= val <= high:
+        raise ConfigError(f"{name} must lie in [{low}, {high}] (got {val!r})")
+    return int(val)
+
+
+@dataclass(frozen=True)
+class QueryParams:
+    """What one query asks for: its budgets, hops and how a ranked baseline fills T."""
+
+    budget: int | None = 16
+    """B: at most this many units in the workspace (B_q = max(1, min(B, |U_q|))). With a
+    ``token_budget`` an optional cap on the number of units (None = no cap) that no longer sizes
+    anything (see :attr:`pool_budget`)."""
+    token_budget: int | None = None
+    """T: the rendered workspace (headings included, ``cl100k_base``) holds at most T tokens;
+    None = no token budget (B alone). TrawMem then maximizes J under a knapsack on the units'
+    token costs; the baselines take ranked units while they fit (:attr:`fill`)."""
+    hops: int = 1
+    """H: propagation hops over the thread graph (0 = seeds only), at most :data:`MAX_HOPS`."""
+    fill: Literal["skip", "stop"] = "skip"
+    """How a ranked baseline (cosine, BM25, hybrid, full context) fills a token budget: ``skip``
+    a unit that would overflow and go on down the ranking, or ``stop`` at the first one."""
+    n_seeds: int | None = None
+    """Seed threads taken by initial score before propagation; None = max(2, round(B / 2)) with
+    B = :attr:`pool_budget`, so the candidate pool grows with the budget."""
+    neighborhood_cap: int | None = None
+    """Most threads in the neighbourhood H_q (seeds first, then the best-scored neighbours);
+    None = max(n_seeds, round(3 B / 4))."""
+
+    def __post_init__(self):
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen
+        set_("token_budget", _whole("token_budget", self.token_budget, 1, MAX_TOKEN_BUDGET, none_ok=True))
+        if self.budget is None and self.token_budget is None:
+            raise ConfigError("budget may be None (no unit cap) only with a token_budget")
+        set_("budget", _whole("budget", self.budget, 1, MAX_BUDGET, none_ok=True))
+        set_("hops", _whole("hops", self.hops, 0, MAX_HOPS))
+        if self.fill not in FILLS:
+            raise ConfigError(f"fill must be one of {', '.join(map(repr, FILLS))} (got {self.fill!r})")
+        set_("n_seeds", _whole("n_seeds", self.n_seeds, 1, MAX_BUDGET, none_ok=True))
+        set_("neighborhood_cap", _whole("neighborhood_cap", self.neighborhood_cap, 1, MAX_BUDGET, none_ok=True))
+        if self.neighborhood_cap is not None and self.neighborhood_cap < (self.n_seeds or 1):
+            raise ConfigError(f"neighborhood_cap must be >= n_seeds ({self.n_seeds or 1}) "
+                              f"(got {self.neighborhood_cap!r})")
+
+    @property
+    def pool_budget(self) -> int:
+        """The B that sizes the candidate pool (``n_seeds``, ``neighborhood_cap``) and the priority
+        cap kappa = 1 / B_q: ``budget``, or with a token budget B_T = max(1, round(T /
+        TOKENS_PER_UNIT)), whatever the unit cap. The one home of this rule."""
+        if self.token_budget is None:
+            return self.budget
+        return max(1, round(self.token_budget / TOKENS_PER_UNIT))
+
+    def resolved(self, cfg=None) -> "QueryParams":
+        """The params with the pool sizes filled in from :attr:`pool_budget` and, given the method
+        ``cfg`` (a ``SelectConfig``), its per-query ablation applied (``seed_only``: no hops).
+        Idempotent."""
+        B = self.pool_budget
+        ns = self.n_seeds if self.n_seeds is not None else max(2, round(B / 2))
+        cap = self.neighborhood_cap if self.neighborhood_cap is not None else max(ns, round(3 * B / 4))
+        hops = 0 if (cfg is not None and cfg.ablation == "seed_only") else self.hops
+        if (ns, cap, hops) == (self.n_seeds, self.neighborhood_cap, self.hops):
+            return self
+        return replace(self, n_seeds=ns, neighborhood_cap=cap, hops=hops)
+
+    @property
+    def shape_key(self) -> tuple:
+        """What decides a resolved query's candidate pool: queries that share it share steps 1-3's
+        shapes (the tensor backend batches them together)."""
+        return self.n_seeds, self.neighborhood_cap, self.hops
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "QueryParams":
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ConfigError(f"unknown query parameter fields {sorted(unknown)}")
+        return cls(**d)
+
+
+FIELDS = tuple(f.name for f in fields(QueryParams))
+"""Names of the per-query fields (a dict of method and query fields splits on them:
+:func:`split_fields`)."""
+
+
+def split_fields(d: dict) -> tuple[dict, dict]:
+    """``(method fields, query fields)`` of a flat dict of ``SelectConfig`` and ``QueryParams`` fields
+    (a stored run config, a CLI's options)."""
+    return {k: v for k, v in d.items() if k not in FIELDS}, {k: v for k, v in d.items() if k in FIELDS}
+
+
+def per_query(params: "QueryParams | Sequence[QueryParams] | None", n: int, cfg=None) -> list[QueryParams]:
+    """``n`` resolved params from one for all (None = the defaults) or one per query."""
+    if params is None or isinstance(params, QueryParams):
+        one = (params or QueryParams()).resolved(cfg)
+        return [one] * n
+    params = list(params)
+    if len(params) != n:
+        raise ConfigError(f"{n} queries but {len(params)} query params")
+    out, seen = [], {}
+    for i, p in enumerate(params):
+        if not isinstance(p, QueryParams):
+            raise ConfigError(f"params[{i}] must be a QueryParams (got {type(p).__name__})")
+        r = seen.get(p)
+        if r is None:
+            r = seen[p] = p.resolved(cfg)
+        out.append(r)
+    return out
