@@ -56,6 +56,7 @@ def _post(c, path, body):
 # ----------------------------------------------------------------------------------------------
 def test_select_matches_in_process_engine(shared):
     from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.params import QueryParams
     from trawmem_gpu.select.engine import SelectionEngine
     from trawmem_gpu.tokens import count_tokens
     from trawmem_gpu.workspace import assemble
@@ -67,8 +68,8 @@ def test_select_matches_in_process_engine(shared):
         assert r.status_code == 200, r.text
         got = r.json()
         z = service.encoder.encode([QUESTION], is_query=True)
-        want_units = SelectionEngine([bank], SelectConfig(budget=budget, hops=hops)).select_units(
-            [SAMPLE_BANK], [QUESTION], z)[0]
+        want_units = SelectionEngine([bank], SelectConfig()).select_units(
+            [SAMPLE_BANK], [QUESTION], z, params=QueryParams(budget=budget, hops=hops))[0]
         ws = assemble(bank, QUESTION, want_units)
         assert [u["id"] for u in got["units"]] == ws.unit_ids
         assert 1 <= len(got["units"]) <= budget
@@ -199,21 +200,33 @@ def test_query_routes_are_answered_at_the_edge(shared, monkeypatch):
     assert c.get("/v1/banks").status_code == 200
 
 
-def test_engines_per_budget_and_hops_are_bounded(coll):
-    cfg = ServeConfig(collection=coll, max_engines=2, max_wait_ms=1)
+def test_one_engine_whatever_budgets_hops_and_token_budgets(coll):
+    """12 distinct (B, H, T), alone and mixed in one batch: one engine, built once, its tables
+    never rebuilt or copied."""
+    cfg = ServeConfig(collection=coll, max_wait_ms=1)
     with running(cfg) as (url, service, _):
+        eng = service.engines.engine
+        tables = {k: v.data_ptr() for k, v in eng.snapshot.t.items()}
+        cases = [{"budget": b, "hops": h} for b in (4, 8, 12) for h in (0, 1, 2)] + \
+                [{"token_budget": t} for t in (150, 300, 600)]
         with httpx.Client(base_url=url, timeout=60) as c:
-            for budget in (4, 8, 12, 4):
-                r = _post(c, "/v1/select", {"bank_id": SAMPLE_BANK, "question": QUESTION, "budget": budget})
-                assert r.status_code == 200 and len(r.json()["units"]) <= budget
-            keys = service.engines.keys
-            assert len(keys) == 2 and service.engines.default_key in keys and (4, 1, None) in keys
+            alone = []
+            for p in cases:
+                r = _post(c, "/v1/select", {"bank_id": SAMPLE_BANK, "question": QUESTION, **p})
+                assert r.status_code == 200 and len(r.json()["units"]) <= p.get("budget", 10 ** 6)
+                alone.append(r.json()["text"])
+            r = _post(c, "/v1/select/batch", {"requests": [{"bank_id": SAMPLE_BANK, "question": QUESTION, **p}
+                                                           for p in cases]})
+            assert [x["text"] for x in r.json()["results"]] == alone
+        assert service.engines.builds == 1 and service.engines.engine is eng
+        assert {k: v.data_ptr() for k, v in eng.snapshot.t.items()} == tables
 
 
 def test_token_budget_per_request(shared):
     """``token_budget`` (T): the workspace the in-process engine selects under T (no unit cap unless
     ``budget`` is given too), rendered within T, from an engine keyed by (B, H, T); a batch mixing
     T answers each request as alone; bad T values get a 422 that names it."""
+    from trawmem_gpu.select.params import QueryParams
     from trawmem_gpu.select.config import SelectConfig
     from trawmem_gpu.select.engine import SelectionEngine
     from trawmem_gpu.tokens import count_tokens
@@ -228,12 +241,12 @@ def test_token_budget_per_request(shared):
         r = _post(c, "/v1/select", {**ok, "token_budget": T, "hops": H, **({"budget": B} if B else {})})
         assert r.status_code == 200, r.text
         got = r.json()
-        want = SelectionEngine([bank], SelectConfig(budget=B, hops=H, token_budget=T)).select_units(
-            [SAMPLE_BANK], [QUESTION], z)[0]
+        want = SelectionEngine([bank], SelectConfig()).select_units(
+            [SAMPLE_BANK], [QUESTION], z, params=QueryParams(budget=B, hops=H, token_budget=T))[0]
         assert [u["id"] for u in got["units"]] == assemble(bank, QUESTION, want).unit_ids
         assert (got["token_budget"], got["budget"], got["hops"]) == (T, B, H)
         assert got["n_tokens"] == count_tokens(got["text"]) <= T
-        assert len(got["units"]) <= (B or bank.n_units) and (B, H, T) in service.engines.keys
+        assert len(got["units"]) <= (B or bank.n_units) and service.engines.builds == 1
     assert len(_post(c, "/v1/select", {**ok, "token_budget": 400, "hops": 2}).json()["units"]) > 3  # no cap of B
     plain = _post(c, "/v1/select", ok).json()
     assert plain["token_budget"] is None and plain["budget"] == service.defaults[0]
@@ -257,7 +270,7 @@ def test_concurrent_requests_share_encoder_and_engine_calls(coll):
         enc_calls, eng_calls = [], []
         inner = service.encoder.inner.encode
         service.encoder.inner.encode = lambda texts, **k: enc_calls.append(len(texts)) or inner(texts, **k)
-        eng = service.engines.get(*service.defaults)
+        eng = service.engines.engine
         sel = eng.select_units
         eng.select_units = lambda b, q, Z, **k: eng_calls.append(len(b)) or sel(b, q, Z, **k)
         qs = [f"{QUESTION} ({i})" for i in range(16)]
@@ -738,7 +751,7 @@ def test_shutdown_drains_in_flight_requests(coll):
 
 
 # ----------------------------------------------------------------------------------------------
-# engines per (budget, hops) and their refresh
+# the served engine and its refresh
 # ----------------------------------------------------------------------------------------------
 class _FakeBank:
     def __init__(self, bank_id, v=0):
@@ -763,44 +776,30 @@ class _Eng:
         self.banks[bank.bank_id] = bank
 
 
-def test_engine_set_lru_and_refresh():
+def test_served_engine_refresh():
     from trawmem_gpu.select.config import SelectConfig
-    from trawmem_gpu.serve.engines import EngineSet
+    from trawmem_gpu.serve.engines import ServedEngine
 
+    es = ServedEngine({}, SelectConfig(), make=_Eng)
+    assert es.builds == 0 and es.prepare(_FakeBank("a")) is None
+    with pytest.raises(LookupError):
+        es.engine
     a, b = _FakeBank("a"), _FakeBank("b")
-    es = EngineSet({"a": a, "b": b}, SelectConfig(), max_engines=2, make=_Eng)
-    d = es.get(16, 1)
-    assert es.get(16, 1) is d and es.builds == 1
-    es.get(4, 1)
-    es.get(8, 2)  # evicts (4, 1), never the default
-    assert es.keys == [(16, 1, None), (8, 2, None)] and es.get(8, 2).cfg.budget == 8 and es.get(8, 2).cfg.hops == 2
-    # a refresh reaches every engine in place (no rebuild), and new banks join them
-    a2, c = _FakeBank("a", 2), _FakeBank("c")
-    es.refresh(a2)
-    es.refresh(c)
-    assert es.builds == 3 and es.bank("a") is a2
-    for eng in (es.get(16, 1), es.get(8, 2)):
-        assert eng.banks["a"] is a2 and eng.banks["c"] is c and eng.banks["b"] is b
-    # an engine built later starts from the current banks
-    assert set(es.get(4, 0).banks) == {"a", "b", "c"} and es.get(4, 0).banks["a"] is a2
-    # prepared off the worker: refresh only publishes; an engine created in between builds its own,
-    # and tables prepared for another bank object are not used
-    engines = {k: es.get(*k) for k in es.keys}
-    for e in engines.values():
-        e.built.clear()
+    es.refresh(a)  # the first bank builds the engine
+    es.refresh(b)  # later ones join it in place
+    eng = es.engine
+    assert es.builds == 1 and eng.banks == {"a": a, "b": b} and es.bank("b") is b
+    # prepared off the worker: refresh only publishes; tables prepared for another bank object are not used
+    eng.built.clear()
     b2 = _FakeBank("b", 2)
     prep = es.prepare(b2)
-    assert all(e.built == ["b"] for e in engines.values())
-    late = es.get(2, 0)  # created after prepare
-    late.built.clear()
+    assert eng.built == ["b"]
     es.refresh(b2, prep)
-    assert all(e.built == ["b"] and e.banks["b"] is b2 for e in engines.values() if e in es._engines.values())
-    assert late.built == ["b"] and late.banks["b"] is b2
+    assert eng.built == ["b"] and eng.banks["b"] is b2 and eng.published[-1] == "b"
+    eng.built.clear()
     b3 = _FakeBank("b", 3)
-    for e in engines.values():
-        e.built.clear()
-    es.refresh(b3, prep)  # prepared for b2: ignored, every engine builds b3
-    assert all(e.built == ["b"] and e.banks["b"] is b3 for e in engines.values() if e in es._engines.values())
+    es.refresh(b3, prep)  # prepared for b2: ignored, b3 is built
+    assert eng.built == ["b"] and eng.banks["b"] is b3 and es.builds == 1
 
 
 def test_dates_reach_the_engine():
@@ -809,11 +808,12 @@ def test_dates_reach_the_engine():
     from trawmem_gpu.serve.engines import select_units
 
     class Eng:
-        def select_units(self, bank_ids, questions, Z, dates=None):
-            self.dates = dates
+        def select_units(self, bank_ids, questions, Z, dates=None, params=None):
+            self.dates, self.params = dates, params
             return [[1]] * len(bank_ids)
 
-    d = [datetime(2024, 1, 2), None]
+    d = [datetime(2031, 1, 2), None]
     eng = Eng()
-    assert select_units(eng, ["a", "b"], ["q", "q"], None, d) == ([[1], [1]], True) and eng.dates == d
-    assert select_units(eng, ["a"], ["q"], None, [None]) == ([[1]], False) and eng.dates is None
+    assert select_units(eng, ["a", "b"], ["q", "q"], None, d, ["p", "p"]) == ([[1], [1]], True) and eng.dates == d
+    assert select_units(eng, ["a"], ["q"], None, [None], ["p"]) == ([[1]], False) and eng.dates is None
+    assert eng.params == ["p"]

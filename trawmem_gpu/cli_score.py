@@ -32,7 +32,8 @@ def _spec(a):
 
     if a.head and not Path(a.head).exists():
         raise InputError(f"--head {a.head}: file not found")
-    return ScoreSpec(method=a.method, select=_select_config(a).to_dict(), engine=a.engine, head=a.head,
+    cfg, qp = _select_config(a)
+    return ScoreSpec(method=a.method, select={**cfg.to_dict(), **qp.to_dict()}, engine=a.engine, head=a.head,
                      ks=a.k, threads=a.threads, answer_llm=a.answer_llm)
 
 

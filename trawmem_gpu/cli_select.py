@@ -14,28 +14,32 @@ MAX_QUESTION_CHARS = 4000
 
 
 def _select_config(a):
-    from .select.config import SelectConfig
+    """``(SelectConfig, QueryParams)``: the method and what every question asks for, from the flags."""
+    from .select.config import PAPER_HOPS, SelectConfig
+    from .select.params import QueryParams
 
-    base = SelectConfig.paper() if getattr(a, "paper", False) else SelectConfig()
-    kw = {}
+    paper = getattr(a, "paper", False)
+    base = SelectConfig.paper() if paper else SelectConfig()
+    q = {"hops": PAPER_HOPS} if paper else {}
     if getattr(a, "token_budget", None) is not None:
-        kw["token_budget"] = a.token_budget
-        kw["budget"] = None  # --token-budget without --budget: no unit cap
+        q["token_budget"] = a.token_budget
+        q["budget"] = None  # --token-budget without --budget: no unit cap
     if getattr(a, "budget", None) is not None:
-        kw["budget"] = a.budget
+        q["budget"] = a.budget
     if getattr(a, "fill", None) is not None:
-        kw["fill"] = a.fill
+        q["fill"] = a.fill
+    if getattr(a, "hops", None) is not None:
+        q["hops"] = a.hops
+    kw = {}
     if getattr(a, "headings", None) is not None:
         kw["headings"] = a.headings
-    if getattr(a, "hops", None) is not None:
-        kw["hops"] = a.hops
     if getattr(a, "ablation", None):
         kw["ablation"] = a.ablation
     if getattr(a, "affinity_weights", None):
         from .head.relevance import load_weights
 
         kw.update(affinity="learned", relevance_weights=load_weights(a.affinity_weights))
-    return replace(base, **kw)
+    return replace(base, **kw), QueryParams(**q)
 
 
 def _check_question(q: str) -> str:
@@ -66,7 +70,7 @@ def cmd_query(a) -> int:
     from .workspace import assemble
 
     q = _check_question(a.question)
-    cfg = _select_config(a)
+    cfg, qp = _select_config(a)
     p = Path(a.bank)
     if (p / "meta.json").exists():
         bank = load_bank(p)
@@ -86,7 +90,7 @@ def cmd_query(a) -> int:
         raise InputError(f"bank was encoded with {bank.encoder_id!r}, the configured encoder is {enc.id!r}")
     z = enc.encode([q], is_query=True)[0]
     kw = {"head": head} if head is not None else {}
-    sel = select_reference(BankContext.of(bank), q, z, cfg, **kw)
+    sel = select_reference(BankContext.of(bank), q, z, cfg, qp, **kw)
     ws = assemble(bank, q, sel.units, cfg.headings)
     if a.json:
         print(json.dumps({"bank_id": bank.bank_id, "question": q, "units": ws.unit_ids, "tokens": ws.n_tokens,
@@ -102,14 +106,14 @@ def cmd_eval(a) -> int:
     from .eval.end_to_end import add_answer_metrics, close_backends, failed_requests, open_backends
     from .eval.retrieval import run_eval
 
-    cfg = _select_config(a)
+    cfg, qp = _select_config(a)
     head = _load_head(a.head)
     answer = judge = None
     if a.answer_llm or a.judge_llm:  # checked first: a wrong URL, key or model stops here, before retrieval
         answer, judge = open_backends(a)
     try:
         res = run_eval(a.data, a.method, cfg, categories=a.categories, engine=a.engine, head=head,
-                       bank_cache=a.banks, keep_records=True, dayfirst=a.dayfirst)
+                       bank_cache=a.banks, keep_records=True, dayfirst=a.dayfirst, params=qp)
         if answer is not None:
             add_answer_metrics(res, a, answer_backend=answer, judge_backend=judge)
     finally:
@@ -121,9 +125,9 @@ def cmd_eval(a) -> int:
     tmp.replace(out)
     m = res["macro"]
     mh = res["per_category"].get("1", {}).get("all_evidence_hit")
-    size = f"B={cfg.budget}" if cfg.token_budget is None else \
-        f"T={cfg.token_budget}" + (f" B={cfg.budget}" if cfg.budget is not None else "")
-    print(f"{a.method} {size} H={cfg.hops} ablation={cfg.ablation}: macro evidence recall "
+    size = f"B={qp.budget}" if qp.token_budget is None else \
+        f"T={qp.token_budget}" + (f" B={qp.budget}" if qp.budget is not None else "")
+    print(f"{a.method} {size} H={qp.hops} ablation={cfg.ablation}: macro evidence recall "
           f"{m['evidence_recall']:.3f}, all-evidence hit {m['all_evidence_hit']:.3f}, "
           f"multi-hop hit {'n/a' if mh is None else f'{mh:.3f}'}, context tokens {m['context_tokens']:.0f} over "
           f"{plural(res['n_questions'], 'question')} -> {out}")
@@ -143,6 +147,7 @@ def cmd_demo(a) -> int:
     from .encode import get_encoder
     from .select.config import SelectConfig
     from .select.context import BankContext
+    from .select.params import QueryParams
     from .select.reference import select_reference
     from .store import Collection
     from .workspace import assemble
@@ -159,10 +164,10 @@ def cmd_demo(a) -> int:
     enc = get_encoder()
     Z = enc.encode([q["question"] for q in qs], is_query=True)
     ctx = BankContext.of(bank)
-    cfg = SelectConfig(budget=a.budget)
+    cfg, qp = SelectConfig(), QueryParams(budget=a.budget)
     hits = []
     for q, z in zip(qs, Z):
-        ws = assemble(bank, q["question"], select_reference(ctx, q["question"], z, cfg).units, cfg.headings)
+        ws = assemble(bank, q["question"], select_reference(ctx, q["question"], z, cfg, qp).units, cfg.headings)
         got = len(set(q["evidence"]) & set(ws.unit_ids)) / len(q["evidence"])
         hits.append(got)
         print(f"Q: {q['question']}\n{ws.render()}-- evidence recall {got:.2f}, {ws.n_tokens} tokens\n")
@@ -172,9 +177,10 @@ def cmd_demo(a) -> int:
 
 def add_commands(sub) -> None:
     from .llm.spec import SPEC_HELP
-    from .select.config import ABLATIONS, SelectConfig
+    from .select.config import ABLATIONS
+    from .select.params import QueryParams
 
-    d0 = SelectConfig()
+    d0 = QueryParams()
     budget_help = f"workspace budget B: units selected per question (default: {d0.budget}; with --token-budget: " \
                   "a cap on the units, none unless given)"
     hops_help = f"propagation hops H over the thread graph (default: {d0.hops})"

@@ -20,6 +20,7 @@ from ..config import BuildConfig
 from ..data import load_conversations
 from ..errors import InputError, name_list
 from ..select.config import SelectConfig
+from ..select.params import QueryParams
 from ..select.context import BankContext
 from ..tokens import TOKENIZER_NAME
 from ..workspace import assemble, headings_for
@@ -174,8 +175,10 @@ def _require_questions(convs, data_path, categories) -> None:
 def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: SelectConfig | None = None,
              build_cfg: BuildConfig | None = None, *, categories=(1, 2, 3, 4), engine: str = "reference",
              head=None, progress: bool = True, bank_cache: str | Path | None = None,
-             keep_records: bool = True, banks_and_convs=None, query_vecs=None, dayfirst: bool = False) -> dict:
-    """Select for every question of ``categories`` and score against the gold evidence.
+             keep_records: bool = True, banks_and_convs=None, query_vecs=None, dayfirst: bool = False,
+             params: QueryParams | None = None) -> dict:
+    """Select for every question of ``categories`` and score against the gold evidence, every
+    question with the query parameters ``params`` (B, H, T; None = the defaults).
 
     ``build_cfg=None`` builds with the defaults, or takes the build config of the banks already
     in ``bank_cache`` (``--banks``); banks that do not match the data are refused (``banks_for``).
@@ -195,6 +198,7 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
         raise InputError(f"{data_path} is a LongMemEval file: score it with `trawmem score --data {data_path} "
                          "--out OUT.jsonl` (official metrics, abstention rules, per-type tables)")
     cfg = select_cfg or SelectConfig()
+    qp = params or QueryParams()
     if banks_and_convs is None:
         convs = load_conversations(data_path, dayfirst=dayfirst)
         _require_questions(convs, data_path, categories)
@@ -212,7 +216,7 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     batched = method == "trawmem" and engine == "batched"
     # The batched engine keeps its own per-bank tables; contexts (BM25 indexes) only for the loop.
     ctxs = {} if batched else {b.bank_id: BankContext.of(b) for b in banks}
-    if cfg.token_budget is not None:  # per-bank setup (the token costs), outside the selection timing
+    if qp.token_budget is not None:  # per-bank setup (the token costs), outside the selection timing
         for c in ctxs.values():
             c.token_costs(headings_for(method, cfg))
     bank_of = {b.bank_id: b for b in banks}
@@ -232,7 +236,7 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
 
         eng = SelectionEngine(banks, cfg, head=head)
         t0 = time.perf_counter()
-        picks = eng.select_units([b for b, _ in items], [q.question for _, q in items], Z)
+        picks = eng.select_units([b for b, _ in items], [q.question for _, q in items], Z, params=qp)
         t_sel = time.perf_counter() - t0
         t_each = [t_sel / max(1, len(items))] * len(items)
     else:
@@ -240,9 +244,9 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
             ctx = ctxs[bid]
             t0 = time.perf_counter()
             if method == "trawmem":
-                p = select_reference(ctx, q.question, z, cfg, head=head).units
+                p = select_reference(ctx, q.question, z, cfg, qp, head=head).units
             else:
-                p = baseline_units(method, ctx, q.question, z, cfg)
+                p = baseline_units(method, ctx, q.question, z, cfg, qp)
             t_each.append(time.perf_counter() - t0)
             t_sel += t_each[-1]
             picks.append(p)
@@ -264,8 +268,8 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     out = {
         "method": method, "engine": engine if method == "trawmem" else "n/a", **agg,
         "n_questions": len(records), "skipped_no_evidence": skipped,
-        "config": {"select": cfg.to_dict(), "build": build_cfg.to_dict(), "budget": cfg.budget,
-                   "token_budget": cfg.token_budget, "hops": cfg.hops, "ablation": cfg.ablation,
+        "config": {"select": {**cfg.to_dict(), **qp.to_dict()}, "build": build_cfg.to_dict(), "budget": qp.budget,
+                   "token_budget": qp.token_budget, "hops": qp.hops, "ablation": cfg.ablation,
                    "categories": list(categories)},
         "dataset": {"path": str(data_path), "sha256": file_sha256(data_path), "evidence_repairs": rep.as_dict(),
                     "dayfirst": dayfirst, "skipped_empty_turns": sum(c.skipped_empty for c in convs)},

@@ -30,6 +30,7 @@ from .. import __version__
 from ..errors import InputError
 from ..eval.longmemeval import DEFAULT_KS, question_record
 from ..select.config import SelectConfig
+from ..select.params import QueryParams, split_fields
 from ..store.bank import Bank
 from ..tokens import TOKENIZER_NAME, count_tokens
 from ..workspace import assemble, headings_for
@@ -45,9 +46,9 @@ class ScoreSpec:
 
     method: str = "trawmem"
     """``trawmem``, or a baseline: ``cosine``, ``bm25``, ``hybrid`` (RRF, k = 60), ``full``."""
-    select: dict = field(default_factory=lambda: SelectConfig().to_dict())
-    """The full ``SelectConfig`` as a dict (its ``budget``, ``token_budget`` and ``fill`` are also
-    the baselines')."""
+    select: dict = field(default_factory=lambda: {**SelectConfig().to_dict(), **QueryParams().to_dict()})
+    """The ``SelectConfig`` and the ``QueryParams`` every question gets, as one flat dict (the
+    params' ``budget``, ``token_budget`` and ``fill`` are also the baselines')."""
     engine: str = "batched"
     """TrawMem path: ``batched`` (``SelectionEngine``) or ``reference`` (``select_reference``)."""
     head: str | None = None
@@ -68,10 +69,15 @@ class ScoreSpec:
         self.ks = tuple(int(k) for k in self.ks)
         if not self.ks or min(self.ks) < 1:
             raise InputError(f"--k must list positive integers, got {self.ks}")
-        self.config()  # validates the selection config
+        self.config(), self.params()  # validates the selection config
 
     def config(self) -> SelectConfig:
-        return SelectConfig.from_dict(self.select)
+        """The method."""
+        return SelectConfig.from_dict(split_fields(self.select)[0])
+
+    def params(self) -> QueryParams:
+        """What every question asks for (B, H, T)."""
+        return QueryParams.from_dict(split_fields(self.select)[1])
 
     def to_dict(self) -> dict:
         return asdict(self) | {"ks": list(self.ks)}
@@ -82,10 +88,10 @@ class ScoreSpec:
 
     def tag(self, encoder_id: str) -> dict:
         """The short config stamped on every record."""
-        cfg = self.config()
+        cfg, qp = self.config(), self.params()
         sha = hashlib.sha256(json.dumps(self.select, sort_keys=True).encode()).hexdigest()[:12]
         return {"method": self.method, "engine": self.engine if self.method == "trawmem" else None,
-                "budget": cfg.budget, "token_budget": cfg.token_budget, "hops": cfg.hops, "ablation": cfg.ablation,
+                "budget": qp.budget, "token_budget": qp.token_budget, "hops": qp.hops, "ablation": cfg.ablation,
                 "head": Path(self.head).name if self.head else None, "encoder": encoder_id, "select_sha": sha}
 
 
@@ -97,7 +103,7 @@ class Scorer:
         if not banks:
             raise ValueError("Scorer needs at least one bank")
         self.spec = spec
-        self.cfg = spec.config()
+        self.cfg, self.qp = spec.config(), spec.params()
         self.banks = {b.bank_id: b for b in banks}
         enc_ids = {b.encoder_id for b in banks}
         if len(enc_ids) != 1:
@@ -137,7 +143,7 @@ class Scorer:
         if bank_id not in self._ctx:
             t0 = time.perf_counter()
             self._ctx[bank_id] = BankContext.of(self.banks[bank_id])
-            if self.cfg.token_budget is not None:  # the token costs too: per-bank setup
+            if self.qp.token_budget is not None:  # the token costs too: per-bank setup
                 self._ctx[bank_id].token_costs(headings_for(self.spec.method, self.cfg))
             self._lap("setup", t0)
         return self._ctx[bank_id]
@@ -153,15 +159,15 @@ class Scorer:
         dates = [datetime.fromisoformat(it.date) if it.date else None for it in items]  # "now" per question
         if self.engine is not None:
             return self.engine.select_units([it.bank_id for it in items], [it.question for it in items], Z,
-                                            dates=dates)
+                                            dates=dates, params=self.qp)
         ctxs = [self.context(it.bank_id) for it in items]  # outside the selection timing, as the engine's setup
         out = []
         for it, ctx, z, now in zip(items, ctxs, Z, dates):
             m = self.spec.method
             if m == "trawmem":
-                out.append(select_reference(ctx, it.question, z, self.cfg, head=self.head, now=now).units)
+                out.append(select_reference(ctx, it.question, z, self.cfg, self.qp, head=self.head, now=now).units)
             else:
-                out.append(baselines.baseline_units(m, ctx, it.question, z, self.cfg))
+                out.append(baselines.baseline_units(m, ctx, it.question, z, self.cfg, self.qp))
         return out
 
     @property

@@ -38,7 +38,7 @@ def cmd_serve(a) -> int:
                       max_wait_ms=a.max_wait_ms, max_queue=a.max_queue, timeout_s=a.timeout,
                       max_body_bytes=a.max_body_bytes, max_budget=a.max_budget, max_hops=a.max_hops,
                       max_token_budget=a.max_token_budget,
-                      max_engines=a.max_engines, encoder=a.encoder, threads=a.threads,
+                      encoder=a.encoder, threads=a.threads,
                       switch_interval_ms=a.switch_interval_ms, encode_chunk=a.encode_chunk,
                       http_workers=a.http_workers)
     if a.sample:
@@ -93,8 +93,6 @@ def add_commands(sub) -> None:
     s.add_argument("--max-hops", type=nonneg_int, default=d.max_hops, help="largest per-request hops")
     s.add_argument("--max-token-budget", type=positive_int, default=d.max_token_budget,
                    help="largest per-request token_budget")
-    s.add_argument("--max-engines", type=positive_int, default=d.max_engines,
-                   help="engines kept for distinct (budget, hops, token_budget) (each holds a copy of the banks)")
     s.add_argument("--encoder", help="query encoder (default: the collection's)")
     s.add_argument("--threads", type=positive_int, help="torch and engine threads (default: torch's)")
     s.add_argument("--switch-interval-ms", type=positive_float, default=d.switch_interval_ms,

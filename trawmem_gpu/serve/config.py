@@ -50,9 +50,6 @@ class ServeConfig:
     """Most requests in one ``POST /v1/select/batch``."""
     max_turns_per_append: int = 1000
     """Most turns in one ``POST /v1/banks/{bank_id}/turns``."""
-    max_engines: int = 4
-    """Selection engines kept at once, one per distinct (budget, hops) asked for (least recently
-    used evicted; the default (B, H) engine is never evicted)."""
     encoder: str | None = None
     """Query encoder spec; None = the collection's build config encoder (``minilm`` if empty)."""
     threads: int | None = None
@@ -71,7 +68,7 @@ class ServeConfig:
 
     def __post_init__(self):
         for name in ("max_batch", "encode_chunk", "max_queue", "max_body_bytes", "max_question_chars", "max_budget",
-                     "max_token_budget", "max_batch_request", "max_turns_per_append", "max_engines"):
+                     "max_token_budget", "max_batch_request", "max_turns_per_append"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)!r}")
         if self.max_hops < 0:

@@ -19,7 +19,6 @@ from two threads at once).
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import threading
 import time
@@ -33,11 +32,12 @@ from ..encode import get_encoder
 from ..encode.base import Encoder
 from ..errors import ConfigError
 from ..select.config import SelectConfig
+from ..select.params import QueryParams
 from ..tokens import TOKENIZER_NAME, count_tokens_cached
 from ..workspace import assemble
 from .batcher import DynamicBatcher, Later
 from .config import ServeConfig
-from .engines import EngineSet, select_units
+from .engines import ServedEngine, query_params, select_units
 from .registry import BankRegistry
 
 log = logging.getLogger("trawmem.serve")
@@ -61,9 +61,9 @@ class SelectItem:
     """T (None: no token budget)."""
 
     @property
-    def engine_key(self) -> tuple:
-        """The engine this query is selected by (:class:`EngineSet` key)."""
-        return self.budget, self.hops, self.token_budget
+    def params(self) -> QueryParams:
+        """The query's ``QueryParams`` (checked; ``ConfigError`` when out of range)."""
+        return query_params(self.budget, self.hops, self.token_budget)
 
 
 def _os_thread_name(name: str):
@@ -118,8 +118,9 @@ class SelectionService:
 
     :param cfg: serving options
     :param owns: bank ids this process serves (all by default; a Ray shard passes its slice)
-    :param select_cfg: base selection config (default ``SelectConfig()``); per-request budget /
-        hops / token_budget replace its B / H / T
+    :param select_cfg: the method (default ``SelectConfig()``)
+    :param params: the query parameters of a request that gives none (default ``QueryParams()``);
+        a request's budget / hops / token_budget replace them, per query, on the same engine
     :param encoder: an encoder to use instead of loading ``cfg.encoder``
     """
 
@@ -128,7 +129,7 @@ class SelectionService:
     event-loop wake-ups, enough that the first answers leave before the whole batch is rendered."""
 
     def __init__(self, cfg: ServeConfig, *, owns=lambda bank_id: True, select_cfg: SelectConfig | None = None,
-                 encoder: Encoder | None = None, metrics=None):
+                 params: QueryParams | None = None, encoder: Encoder | None = None, metrics=None):
         if cfg.threads:
             import torch
 
@@ -145,7 +146,8 @@ class SelectionService:
         self.encoder = LockedEncoder(enc)
         self.dim = int(enc.dim)
         base = select_cfg or SelectConfig()
-        self.defaults = (base.budget, base.hops, base.token_budget)
+        dp = params or QueryParams()
+        self.defaults = (dp.budget, dp.hops, dp.token_budget)
         threads = cfg.threads
 
         def make(banks, scfg):
@@ -153,7 +155,7 @@ class SelectionService:
 
             return SelectionEngine(banks, scfg, **({"threads": threads} if threads else {}))
 
-        self.engines = EngineSet(self.registry.banks(), base, cfg.max_engines, make)
+        self.engines = ServedEngine(self.registry.banks(), base, make)
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="trawmem-batch", initializer=_os_thread_name("tm-batch"))
         self.appender = ThreadPoolExecutor(2, thread_name_prefix="trawmem-append",
                                            initializer=_os_thread_name("tm-append"))
@@ -199,7 +201,7 @@ class SelectionService:
         if banks:
             bid = next(iter(banks))
             z = self.encoder.encode(["What happened first?"], is_query=True)
-            self.engines.get(*self.defaults).select_units([bid], ["What happened first?"], z)
+            self.engines.engine.select_units([bid], ["What happened first?"], z, params=query_params(*self.defaults))
             count_tokens_cached("warm-up")
         log.info("warm-up took %.1f s", time.perf_counter() - t0)
 
@@ -252,8 +254,8 @@ class SelectionService:
                             "engine_refresh_ms": round((t2 - t1) * 1e3, 3)}}
 
     def _sync_bank(self, bank_id: str, prepared: dict | None = None) -> None:
-        """On the batch worker: make the engines use the registry's current bank ``bank_id``
-        (``prepared``: :meth:`EngineSet.prepare` of a bank; ``refresh`` uses only tables of this one)."""
+        """On the batch worker: make the engine use the registry's current bank ``bank_id``
+        (``prepared``: :meth:`ServedEngine.prepare` of a bank; ``refresh`` uses only tables of this one)."""
         bank = self.registry.get(bank_id)
         if bank is not None and self.engines.banks.get(bank_id) is not bank:
             self.engines.refresh(bank, prepared)
@@ -275,9 +277,9 @@ class SelectionService:
     # the batch function (batch worker thread)
     # ------------------------------------------------------------------------------------------
     def process_batch(self, items: list[SelectItem]) -> list:
-        """One encoder call and one engine call per (budget, hops, token_budget) group; per item a
-        :class:`~.batcher.Later` of its response body (assembled on the pool, a few chunks per
-        group) or the exception."""
+        """One encoder call and one engine call for the whole batch, whatever (budget, hops,
+        token_budget) its queries ask for; per item a :class:`~.batcher.Later` of its response body
+        (assembled on the pool, in a few chunks) or the exception."""
         t_start = time.perf_counter()
         n = len(items)
         for bid in dict.fromkeys(it.bank_id for it in items):
@@ -292,44 +294,51 @@ class SelectionService:
             if it.vector is not None:
                 Z[i] = it.vector
         t_enc = time.perf_counter() - t_start
-        groups: dict[tuple, list[int]] = collections.defaultdict(list)
-        for i, it in enumerate(items):
-            groups[it.engine_key].append(i)
         out: list = [None] * n
-        t_sel_total = 0.0
-        for key, idx in groups.items():
+        idx, params = [], []
+        for i, it in enumerate(items):
+            try:
+                params.append(it.params)
+                idx.append(i)
+            except ConfigError as e:  # out of range: fails only this query
+                out[i] = e
+        t_sel = 0.0
+        if idx:
             ts = time.perf_counter()
             try:
-                eng = self.engines.get(*key)
-                picks, used_dates = select_units(eng, [items[i].bank_id for i in idx], [items[i].question for i in idx],
-                                                 Z[idx], [items[i].date for i in idx])
-            except Exception as e:  # noqa: BLE001 - fail this group only, keep serving
-                log.exception("engine call failed for budget=%s hops=%s token_budget=%s", *key)
+                picks, used_dates = select_units(self.engines.engine, [items[i].bank_id for i in idx],
+                                                 [items[i].question for i in idx], Z[idx],
+                                                 [items[i].date for i in idx], params)
+            except Exception as e:  # noqa: BLE001 - fail this batch only, keep serving
+                log.exception("engine call failed for a batch of %d", len(idx))
                 for i in idx:
                     out[i] = e
-                continue
-            t_sel = time.perf_counter() - ts
-            t_sel_total += t_sel
-            jobs = []
-            for i, units in zip(idx, picks):
-                it = items[i]
-                timings = {"queue_ms": round((t_start - it.arrived) * 1e3, 3) if it.arrived else None,
-                           "encode_ms": round(t_enc * 1e3, 3) if it.vector is None else 0.0,
-                           "select_ms": round(t_sel * 1e3, 3), "batch_size": n}
-                # the bank the engine just selected from, taken here: a refresh may follow before assembly
-                jobs.append((it, self.engines.bank(it.bank_id), units, used_dates, timings))
-            # a few chunks per group, one pool job and one event-loop wake-up each
-            size = -(-len(jobs) // self.ASSEMBLY_CHUNKS)
-            for c in range(0, len(jobs), size):
-                fut = self.assembler.submit(self._workspaces, jobs[c:c + size])
-                for k, i in enumerate(idx[c:c + size]):
-                    out[i] = Later(fut, k)
+            else:
+                t_sel = time.perf_counter() - ts
+                self._answer(items, idx, picks, used_dates, out, t_start, t_enc, t_sel, n)
         if self.metrics is not None:
             m = self.metrics.batch_seconds
             m.labels("encode").observe(t_enc)
-            m.labels("select").observe(t_sel_total)
+            m.labels("select").observe(t_sel)
             m.labels("total").observe(time.perf_counter() - t_start)
         return out
+
+    def _answer(self, items, idx, picks, used_dates, out, t_start, t_enc, t_sel, n) -> None:
+        """Hand the picks of queries ``idx`` to the assembly pool: ``out[i]`` becomes a ``Later``."""
+        jobs = []
+        for i, units in zip(idx, picks):
+            it = items[i]
+            timings = {"queue_ms": round((t_start - it.arrived) * 1e3, 3) if it.arrived else None,
+                       "encode_ms": round(t_enc * 1e3, 3) if it.vector is None else 0.0,
+                       "select_ms": round(t_sel * 1e3, 3), "batch_size": n}
+            # the bank the engine just selected from, taken here: a refresh may follow before assembly
+            jobs.append((it, self.engines.bank(it.bank_id), units, used_dates, timings))
+        # a few chunks, one pool job and one event-loop wake-up each
+        size = -(-len(jobs) // self.ASSEMBLY_CHUNKS)
+        for c in range(0, len(jobs), size):
+            fut = self.assembler.submit(self._workspaces, jobs[c:c + size])
+            for k, i in enumerate(idx[c:c + size]):
+                out[i] = Later(fut, k)
 
     def _workspaces(self, jobs: list[tuple]) -> list:
         """Response bodies for a chunk of queries; a query whose assembly fails gets its exception."""
@@ -345,7 +354,7 @@ class SelectionService:
     def _workspace(self, it: SelectItem, bank, units: list[int], used_dates: bool, timings: dict) -> dict:
         """The response body for one query: grouping, rendering and the token count."""
         t0 = time.perf_counter()
-        ws = assemble(bank, it.question, units, self.engines.base.headings)
+        ws = assemble(bank, it.question, units, self.engines.cfg.headings)
         text = ws.render()
         out = {
             "bank_id": it.bank_id, "bank_n_units": bank.n_units, "question": it.question, "budget": it.budget,
