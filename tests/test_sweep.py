@@ -72,6 +72,7 @@ def tiny(tmp_path_factory):
 def test_sweep_end_to_end(tiny, tmp_path, capsys, engine):
     from trawmem_gpu.eval.retrieval import run_eval
     from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.params import QueryParams
 
     data, banks_dir, convs, banks = tiny
     out = tmp_path / "sw.json"
@@ -96,8 +97,8 @@ def test_sweep_end_to_end(tiny, tmp_path, capsys, engine):
         else:
             assert tp is None
         # the same quality as the evaluation harness on the same banks
-        cfg = SelectConfig(budget=c["budget"], **({} if c["hops"] is None else {"hops": c["hops"]}))
-        ev = run_eval(data, c["method"], cfg, banks_and_convs=(convs, banks), progress=False)
+        qp = QueryParams(budget=c["budget"], **({} if c["hops"] is None else {"hops": c["hops"]}))
+        ev = run_eval(data, c["method"], SelectConfig(), banks_and_convs=(convs, banks), progress=False, params=qp)
         assert c["evidence_recall"] == pytest.approx(ev["macro"]["evidence_recall"], abs=1e-12)
         assert c["all_evidence_hit"] == pytest.approx(ev["macro"]["all_evidence_hit"], abs=1e-12)
         assert c["context_tokens"]["mean"] == pytest.approx(np.mean([r["context_tokens"] for r in ev["records"]]))
@@ -107,6 +108,9 @@ def test_sweep_end_to_end(tiny, tmp_path, capsys, engine):
     assert any(c["pareto_latency"] for c in res["cells"]) and any(c["pareto_tokens"] for c in res["cells"])
     assert res["build"]["per_bank"][0]["bank_id"] == "tiny-1" and res["encode_ms"]["p50"] > 0
     assert res["query_threads"] == 1
+    # one engine for the whole grid: every TrawMem cell reports the same (single) engine build
+    setups = {c["engine_setup_s"] for c in res["cells"] if c["method"] == "trawmem"}
+    assert len(setups) == 1
 
 
 def test_sweep_measures_a_fresh_build(tiny, tmp_path):

@@ -10,32 +10,11 @@ methods compare at equal context tokens. Build cost is measured once per bank an
 (neither depends on H or B). The Pareto-optimal cells (recall against latency, and against
 tokens) are marked in the JSON, the table and the plot.
 
-How time is measured (nothing cached that a user's next question would not find cached):
-
-- **threads**: BLAS / OpenMP / torch pools are pinned to ``threads`` (default 1) for every
-  timed path, builds included (see :func:`query_threads`);
-- **build**: each conversation is built on its own with the embedding cache off, after the
-  encoder is loaded and has run once (model loading is a one-off, not a per-bank cost);
-- **encode**: each question is encoded alone with the embedding cache off;
-- **latency**: per cell, ``warmup`` queries run untimed first (numba compilation, first-touch
-  allocations), then every query runs alone: selection, then the workspace is assembled and
-  rendered to the text an answer model would receive. Cells are interleaved query by query
-  (in a random order per query), so load from other processes shifts all cells alike. The engine's
-  per-question-text cache is cleared before every timed call; per-bank state (BM25 index,
-  context tables, engine tables) is built once per bank and reported as setup, as a server
-  would hold it; the stemmer's per-word cache stays warm, as in a running server (the random order
-  spreads its first-miss cost evenly over the cells);
-- **throughput**: the batched engine selects all questions in batches of ``batch_size`` (mixed
-  banks, a fixed shuffle), after one untimed batch; the per-question cache is cleared before
-  each round; engines are interleaved round by round and the median over ``rounds`` is kept.
-
+How time is measured: :data:`~trawmem_gpu.eval.timing.TIMING_PROTOCOL` (stored in every result).
 """
 from __future__ import annotations
 
-import os
-import platform
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +23,10 @@ from tqdm.auto import tqdm
 
 from ..errors import InputError
 from .analyses import describe, pareto_mask
+from .timing import TIMING_PROTOCOL, build_timed, clear_query_caches, encode_timed, machine_info, query_threads
+
+__all__ = ["Cell", "CellRunner", "grid", "run_sweep", "run_cells", "interleave", "batched_throughput",
+           "build_timed", "encode_timed", "machine_info", "query_threads", "question_items", "parse_int_list"]
 
 TRAWMEM = "trawmem"
 BASELINES = ("cosine", "bm25", "hybrid")
@@ -67,11 +50,14 @@ class Cell:
         size = f"B={self.budget}" if self.token_budget is None else f"T={self.token_budget}"
         return f"{self.method} {size}" + ("" if self.hops is None else f" H={self.hops}")
 
-    def config(self, base):
-        """``base`` (a SelectConfig) with this cell's budget (or token budget) and H."""
+    def params(self, base=None):
+        """The cell's ``QueryParams``: its budget (or token budget) and H, the rest from ``base``
+        (a ``QueryParams``; None = the defaults)."""
         from dataclasses import replace
 
-        return replace(base, budget=self.budget, token_budget=self.token_budget,
+        from ..select.params import QueryParams
+
+        return replace(base or QueryParams(), budget=self.budget, token_budget=self.token_budget,
                        **({} if self.hops is None else {"hops": self.hops}))
 
 
@@ -103,98 +89,21 @@ def parse_int_list(text: str, minimum: int) -> list[int]:
     return list(dict.fromkeys(vals))
 
 
-# ----------------------------------------------------------------------------------------------
-# timed building blocks (shared with benchmarks/paper_analyses.py)
-
-def machine_info() -> dict:
-    import torch
-
-    return {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count(),
-            "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-            "device": "cuda" if torch.cuda.is_available() else "cpu",
-            "loadavg_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None}
-
-
-def build_timed(convs, build_cfg, encoder, llm=None, progress: bool = True) -> tuple[list, list[dict]]:
-    """Build each conversation on its own and time it: ``(banks, rows)``, one row per bank with
-    ``build_s`` (wall) and the builder's stage seconds. ``encoder`` and ``llm`` should be
-    uncached for honest figures; the encoder is warmed once first (model load is a one-off)."""
-    from ..construct import build_banks
-
-    encoder.encode(["warm-up"], is_query=False)
-    banks, rows = [], []
-    for c in tqdm(convs, desc="build (timed)", disable=not progress):
-        t0 = time.perf_counter()
-        (bank,), st = build_banks([c], build_cfg, encoder, llm, progress=False)
-        wall = time.perf_counter() - t0
-        banks.append(bank)
-        rows.append({"bank_id": bank.bank_id, "units": bank.n_units, "threads": bank.n_threads,
-                     "heads": build_cfg.heads, "segmentation": build_cfg.segmentation, "build_s": wall,
-                     **{k: float(v) for k, v in st.items() if k.endswith("_s")},
-                     **{k: int(v) for k, v in st.items() if k.endswith("fallbacks")}})
-    return banks, rows
-
-
-def encode_timed(encoder, questions: list[str], warmup: int = 3, progress: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """``(Z [Q, d], seconds [Q])``: each question encoded alone (``encoder`` uncached)."""
-    if questions:
-        encoder.encode(questions[:warmup], is_query=True)
-    Z, ts = [], []
-    for q in tqdm(questions, desc="encode questions (timed, one at a time)", disable=not progress):
-        t0 = time.perf_counter()
-        Z.append(encoder.encode([q], is_query=True)[0])
-        ts.append(time.perf_counter() - t0)
-    return (np.stack(Z) if Z else np.zeros((0, encoder.dim), np.float32)), np.asarray(ts)
-
-
-@contextmanager
-def query_threads(n: int):
-    """Limit BLAS / OpenMP pools (threadpoolctl) and torch's intra-op pool to ``n`` threads.
-
-    One query's matrices are tiny (~100 x 384): extra BLAS threads only add hand-offs, and on a
-    busy host their spin-waits turned a 0.05 ms product into 13-32 ms (measured here with 2
-    OpenBLAS threads beside other jobs). Latency servers pin threads per worker for this reason.
-    """
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    prev = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        with threadpool_limits(limits=n):
-            yield
-    finally:
-        torch.set_num_threads(prev)
-
-
-def clear_query_caches() -> None:
-    """Drop caches keyed by question text (a user's new question would miss them)."""
-    from ..select import clear_query_caches as clear
-
-    clear()
-
-
 def _scores(selected_ids, gold) -> tuple[float, float]:
     from .retrieval import _scores as scores  # one home for evidence recall / all-evidence hit
 
     return scores(selected_ids, gold)
 
 
-class CellRunner:
-    """One cell's selection for one query at a time, with its config and (for a TrawMem cell
-    with ``engine="batched"``, or for the throughput) its batched engine."""
+class SharedEngine:
+    """The one batched engine of a grid (every cell's query parameters are per call), built on
+    first use; ``setup_s`` times the build."""
 
-    def __init__(self, cell: Cell, banks: dict, ctxs: dict, base_cfg, engine: str = "reference", threads: int = 1):
-        self.cell, self.banks, self.ctxs, self.threads = cell, banks, ctxs, threads
-        self.cfg = cell.config(base_cfg)
-        self.batched = cell.method == TRAWMEM and engine == "batched"
-        self.engine_name = "batched" if self.batched else "reference"
+    def __init__(self, banks: dict, cfg, threads: int = 1):
+        self.banks, self.cfg, self.threads = banks, cfg, threads
         self._eng, self.setup_s = None, None
-        self.records: list[dict] = []
-        self.selections: list = []
 
-    def engine(self):
-        """The batched engine for this cell's config (built once; ``setup_s`` times it)."""
+    def get(self):
         if self._eng is None:
             from ..select.engine import SelectionEngine
 
@@ -202,6 +111,34 @@ class CellRunner:
             self._eng = SelectionEngine(list(self.banks.values()), self.cfg, threads=self.threads)
             self.setup_s = time.perf_counter() - t0
         return self._eng
+
+
+class CellRunner:
+    """One cell's selection for one query at a time, with its method, its query parameters and
+    (for a TrawMem cell with ``engine="batched"``, or for the throughput) the grid's engine.
+
+    :param base_params: the ``QueryParams`` the cell's B / T / H replace (None = the defaults)
+    :param shared: the grid's :class:`SharedEngine` (None: one of its own)
+    """
+
+    def __init__(self, cell: Cell, banks: dict, ctxs: dict, base_cfg, engine: str = "reference", threads: int = 1,
+                 base_params=None, shared: SharedEngine | None = None):
+        self.cell, self.banks, self.ctxs, self.threads = cell, banks, ctxs, threads
+        self.cfg = base_cfg
+        self.params = cell.params(base_params)
+        self.batched = cell.method == TRAWMEM and engine == "batched"
+        self.engine_name = "batched" if self.batched else "reference"
+        self.shared = shared or SharedEngine(banks, base_cfg, threads)
+        self.records: list[dict] = []
+        self.selections: list = []
+
+    def engine(self):
+        """The grid's batched engine (built once; ``setup_s`` times it)."""
+        return self.shared.get()
+
+    @property
+    def setup_s(self) -> float | None:
+        return self.shared.setup_s
 
     def select(self, bid: str, question: str, Z: np.ndarray, i: int):
         """``(units, Selection or None)`` for query ``i`` (``Z[i]`` its vector)."""
@@ -211,10 +148,10 @@ class CellRunner:
         m, ctx = self.cell.method, self.ctxs.get(bid)
         if m == TRAWMEM:
             if self.batched:
-                return self.engine().select_units([bid], [question], Z[i:i + 1])[0], None
-            s = select_reference(ctx, question, Z[i], self.cfg, keep_internals=True)
+                return self.engine().select_units([bid], [question], Z[i:i + 1], params=self.params)[0], None
+            s = select_reference(ctx, question, Z[i], self.cfg, self.params, keep_internals=True)
             return s.units, s
-        return baseline_units(m, ctx, question, Z[i], self.cfg), None
+        return baseline_units(m, ctx, question, Z[i], self.cfg, self.params), None
 
     def run_one(self, items: list, Z: np.ndarray, i: int, keep: bool = False, record: bool = True) -> None:
         """Select query ``i`` alone, assemble and render its workspace, time both, score it."""
@@ -241,7 +178,7 @@ class CellRunner:
 
 def run_cells(cells: list[Cell], banks: dict, ctxs: dict, items: list, Z: np.ndarray, base_cfg, *,
               engine: str = "reference", warmup: int = 10, threads: int = 1, keep_selections: bool = False,
-              progress: bool = True, desc: str = "select (cells interleaved)") -> list[CellRunner]:
+              progress: bool = True, desc: str = "select (cells interleaved)", base_params=None) -> list[CellRunner]:
     """Select every query of ``items`` (``(bank_id, Question)``) alone in every cell and time it.
 
     The cells are interleaved query by query, in a fresh (seeded) random order per query, so a
@@ -253,7 +190,8 @@ def run_cells(cells: list[Cell], banks: dict, ctxs: dict, items: list, Z: np.nda
     alone) and ``latency_s`` (selection + assembling and rendering the workspace);
     ``selections`` the reference's :class:`Selection` per query when ``keep_selections``.
     """
-    runners = [CellRunner(c, banks, ctxs, base_cfg, engine, threads) for c in cells]
+    shared = SharedEngine(banks, base_cfg, threads)  # one engine, one set of tables, for the whole grid
+    runners = [CellRunner(c, banks, ctxs, base_cfg, engine, threads, base_params, shared) for c in cells]
     return interleave(runners, items, Z, warmup=warmup, keep_selections=keep_selections, progress=progress,
                       desc=desc)
 
@@ -271,11 +209,11 @@ def interleave(runners: list[CellRunner], items: list, Z: np.ndarray, *, warmup:
     return runners
 
 
-def batched_throughput(engines: list, items: list, Z: np.ndarray, batch_size: int, rounds: int = 3,
+def batched_throughput(engine, params: list, items: list, Z: np.ndarray, batch_size: int, rounds: int = 3,
                        seed: int = 0) -> list[dict]:
-    """Queries per second of each engine's ``select_units`` over all ``items`` in batches of
-    ``batch_size`` (a fixed shuffle, so batches mix banks as a server's would); engines
-    interleaved round by round, median over rounds."""
+    """Queries per second of ``engine.select_units`` over all ``items`` in batches of
+    ``batch_size`` (a fixed shuffle, so batches mix banks as a server's would), once per entry of
+    ``params`` (``QueryParams``); the entries interleaved round by round, median over rounds."""
     if batch_size < 1:
         raise InputError("--batch-size must be >= 1")
     Q = len(items)
@@ -283,20 +221,21 @@ def batched_throughput(engines: list, items: list, Z: np.ndarray, batch_size: in
     bids = [items[i][0] for i in order]
     qs = [items[i][1].question for i in order]
     Zo = Z[order]
-    for eng in engines:  # untimed warm-up batch
-        eng.select_units(bids[:batch_size], qs[:batch_size], Zo[:batch_size])
-    per_round: list[list[float]] = [[] for _ in engines]
+    for p in params:  # untimed warm-up batch
+        engine.select_units(bids[:batch_size], qs[:batch_size], Zo[:batch_size], params=p)
+    per_round: list[list[float]] = [[] for _ in params]
     for r in range(max(1, rounds)):
-        k = r % max(1, len(engines))
-        for e in list(range(k, len(engines))) + list(range(k)):
+        k = r % max(1, len(params))
+        for e in list(range(k, len(params))) + list(range(k)):
             clear_query_caches()
             t0 = time.perf_counter()
             for s in range(0, Q, batch_size):
-                engines[e].select_units(bids[s:s + batch_size], qs[s:s + batch_size], Zo[s:s + batch_size])
+                engine.select_units(bids[s:s + batch_size], qs[s:s + batch_size], Zo[s:s + batch_size],
+                                    params=params[e])
             per_round[e].append(Q / (time.perf_counter() - t0))
-    return [{"batch_size": int(batch_size), "rounds": len(pr), "queries": Q, "threads": int(eng.threads),
-             "device": str(eng.device), "qps": float(np.median(pr)), "qps_rounds": [float(x) for x in pr]}
-            for eng, pr in zip(engines, per_round)]
+    return [{"batch_size": int(batch_size), "rounds": len(pr), "queries": Q, "threads": int(engine.threads),
+             "device": str(engine.device), "qps": float(np.median(pr)), "qps_rounds": [float(x) for x in pr]}
+            for pr in per_round]
 
 
 def cell_metrics(records: list[dict], categories, encode_s: np.ndarray | None = None) -> dict:
@@ -376,8 +315,9 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
     from ..config import BuildConfig
     from ..data import load_conversations
     from ..encode import get_encoder
-    from ..select.config import SelectConfig
+    from ..select.config import PAPER_HOPS, SelectConfig
     from ..select.context import BankContext
+    from ..select.params import QueryParams
     from ..tokens import TOKENIZER_NAME
     from .retrieval import file_sha256
 
@@ -385,6 +325,7 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
         raise InputError(f"--engine must be 'reference' or 'batched', got {engine!r}")
     cells = grid(methods, hops, budgets, token_budgets)
     base_cfg = SelectConfig.paper() if paper else SelectConfig()
+    base_params = QueryParams(hops=PAPER_HOPS) if paper else QueryParams()
     build_cfg = BuildConfig()
     convs = load_conversations(data)
     items = question_items(convs, categories, max_questions)
@@ -400,17 +341,16 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
         from ..workspace import headings_for
 
         for c in ctxs.values():
-            for h in {headings_for(cell.method, cell.config(base_cfg)) for cell in cells}:
+            for h in {headings_for(cell.method, base_cfg) for cell in cells}:
                 c.token_costs(h)
     ctx_s = time.perf_counter() - t0
     load0 = machine_info()["loadavg_1m"]
     with query_threads(threads):
         Z, enc_s = encode_timed(encoder, [q.question for _, q in items], progress=progress)
         runners = run_cells(cells, banks, ctxs, items, Z, base_cfg, engine=engine, warmup=warmup, threads=threads,
-                            progress=progress)
+                            progress=progress, base_params=base_params)
         tm = [r for r in runners if r.cell.method == TRAWMEM]
-        engines = [r.engine() for r in tm]
-        tps = batched_throughput(engines, items, Z, batch_size, rounds) if engines else []
+        tps = batched_throughput(tm[0].engine(), [r.params for r in tm], items, Z, batch_size, rounds) if tm else []
     tp_of = {id(r): t for r, t in zip(tm, tps)}
     out_cells = []
     for r in runners:
@@ -425,11 +365,12 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
     return {
         "command": "trawmem sweep", "dataset": {"path": str(data), "sha256": file_sha256(data)},
         "categories": list(categories), "n_questions": len(items), "mode": "paper" if paper else "default",
-        "select_config": base_cfg.to_dict(), "build_config": build_cfg.to_dict(), "encoder": encoder.id,
+        "select_config": base_cfg.to_dict(), "query_params": base_params.to_dict(),
+        "build_config": build_cfg.to_dict(), "encoder": encoder.id,
         "tokenizer": TOKENIZER_NAME, "engine": engine, "package_version": __version__,
         "machine": {**machine_info(), "loadavg_1m_before": load0},
         "query_threads": threads,
-        "timing_protocol": __doc__.split("How time is measured", 1)[1].strip(" :\n"),
+        "timing_protocol": TIMING_PROTOCOL,
         "build": {"source": build_source, "per_bank": build_rows,
                   "mean_build_s": _mean([r["build_s"] for r in build_rows])},
         "context_setup_s": ctx_s,
