@@ -12,7 +12,9 @@ needs a ``[BLOCK_U, BLOCK_N]`` tile of ``K``, loaded from a ``[Q, U, U]`` tensor
 the engine gathers it from the per-bank support tables, or forms it with
 ``objective.support_kernel``), or the identity (``KMODE=2``). A unit's gain is J's (``objective``):
 ``w_cov * cov + w_role * role + m(u) + w_thr * thr`` with the modular part ``m`` precomputed and the
-three coverage weights per query; ``tests/test_objective.py`` checks it term by term. The running
+coverage weights per query, read by their columns in ``objective.COVERAGE_TERMS`` order. The kernel
+restates the coverage terms of :data:`FUSED_TERMS` inline; the dispatcher uses it only when J's
+coverage terms are exactly those, and ``tests/test_objective.py`` checks it term by term. The running
 best (value, index) keeps the earlier block on ties and each block takes its smallest index among
 equal maxima, so ties go to the smallest unit index.
 
@@ -25,6 +27,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from ..select.objective import COVERAGE_TERMS
+from ..select.steps.greedy.batched import TRITON_FUSED_TERMS as FUSED_TERMS  # noqa: F401 - the terms restated here
 
 INTERPRETED = bool(triton.knobs.runtime.interpret)
 
@@ -49,14 +54,15 @@ def _greedy_kernel(
     pi_ptr, k_ptr, rho_ptr, delta_ptr, mod_ptr, thread_ptr, tmass_ptr, valid_ptr, limit_ptr, w_ptr,
     sel_ptr, gains_ptr, nsel_ptr,
     U, T, S, stop_cov,
-    R: tl.constexpr, KMODE: tl.constexpr,
+    R: tl.constexpr, KMODE: tl.constexpr, NW: tl.constexpr, C_COV: tl.constexpr, C_ROLE: tl.constexpr,
+    C_THR: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_U: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr,
 ):
     q = tl.program_id(0).to(tl.int64)
-    w_cov = tl.load(w_ptr + q * 3 + 0)  # the coverage weights of this query (objective.CoverageWeights)
-    w_role = tl.load(w_ptr + q * 3 + 1)
-    w_thr = tl.load(w_ptr + q * 3 + 2)
+    w_cov = tl.load(w_ptr + q * NW + C_COV)  # the coverage weights of this query (objective.CoverageWeights)
+    w_role = tl.load(w_ptr + q * NW + C_ROLE)
+    w_thr = tl.load(w_ptr + q * NW + C_THR)
 
     offs_n = tl.arange(0, BLOCK_N)
     nmask = offs_n < U
@@ -131,6 +137,9 @@ def _greedy_kernel(
     tl.store(nsel_ptr + q, t.to(tl.int64))
 
 
+_COLS = {t.name: i for i, t in enumerate(COVERAGE_TERMS)}
+
+
 def _np2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
@@ -139,7 +148,7 @@ def greedy_select_triton(p, w, limit, stop_coverage: float, max_steps: int, bloc
     """Launch the greedy kernel; same contract as ``greedy_select_torch``.
 
     :param p: ``steps.greedy.GreedyProblem`` (``K`` None = the identity)
-    :param w: ``[Q, 3]`` float32 per-query coverage weights (w_cov, w_role, w_thr)
+    :param w: ``[Q, len(COVERAGE_TERMS)]`` float32 per-query coverage weights (``CoverageWeights`` order)
     :param limit: ``[Q]`` int, ``min(B_q, #valid, max_steps)`` (``steps.greedy.pick_limit``)
     :param block_u: candidate rows per block (power of two >= 16); 0 picks a default
     :return: ``sel [Q, max_steps]`` int64, ``gains [Q, max_steps]`` float32, ``n_sel [Q]`` int64
@@ -165,7 +174,8 @@ def greedy_select_triton(p, w, limit, stop_coverage: float, max_steps: int, bloc
         p.valid.to(torch.int8).contiguous(), limit.to(torch.int32).contiguous(), w.to(f32).contiguous(),
         sel, gains, n_sel,
         U, T, S, float(stop_coverage),
-        R=R, KMODE=kmode, BLOCK_N=BLOCK_N, BLOCK_U=BLOCK_U,
+        R=R, KMODE=kmode, NW=w.shape[1], C_COV=_COLS["information_coverage"], C_ROLE=_COLS["role_coverage"],
+        C_THR=_COLS["thread_coverage"], BLOCK_N=BLOCK_N, BLOCK_U=BLOCK_U,
         BLOCK_R=max(2, _np2(R)), BLOCK_S=max(2, _np2(S)),
         num_warps=4 if BLOCK_N <= 128 else 8,
     )

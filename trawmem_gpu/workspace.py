@@ -19,7 +19,7 @@ Rendered format (what the answer model reads, and what ``context_tokens`` counts
   ``[S1:6] (2 March 2024) Ben: ...``;
 * a blank line between thread blocks.
 
-Token budgets (``SelectConfig.token_budget``) pay for this text. :func:`token_costs` gives each
+Token budgets (``QueryParams.token_budget``) pay for this text. :func:`token_costs` gives each
 unit's and each thread heading's token cost from the same line writers the rendering uses, so
 that ``sum_{v in S} unit[v] + sum_{threads j that S hits} heading[j]`` bounds what the rendered
 workspace of ``S`` costs (tight: over by 0.03 tokens on average); :func:`fit_to_tokens` checks a

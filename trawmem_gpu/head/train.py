@@ -7,7 +7,7 @@ the candidate set U_q, the unit features f_q(v), the affinities, r~, the graph p
 The head-dependent rest -- delta, rho = softmax(M(delta) f / T_R), phi, C = G + lambda_m (1 -
 alpha) + lambda_r (1 - phi), w = min(kappa, sum_j r~_j exp(-C_j / tau)), pi -- is re-implemented in
 torch (``surrogate``), float64, padded over a chunk of questions; the greedy's marginal gains are
-J's own (``objective.modular_gain``, ``objective.coverage_gains_torch``, ``objective.combine_gain``).
+J's own (``objective.modular_gain``, the coverage terms' torch gains and updates, ``objective.combine_gain``).
 
 Loss (default ``loss_kind="listwise"``, per question with gold units in U_q): the greedy is
 unrolled on-policy for ``steps`` steps (default B). At step t the free units' marginal gains
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +35,9 @@ from tqdm.auto import tqdm
 
 from ..select.config import SelectConfig
 from ..select.context import BankContext
-from ..select.objective import QUERY_WEIGHTS, ModularInputs, combine_gain, coverage_gains_torch, date_seconds, \
+from ..select.params import QueryParams
+from ..select.objective import COVERAGE_TERMS, QUERY_WEIGHTS, CoverageData, ModularInputs, Pick, combine_gain, \
+    date_seconds, \
     modular_gain, support_kernel
 from ..select.reference import localize
 from ..select.steps.priority import effective_budget
@@ -72,11 +74,12 @@ class QItem:
 
 
 def precompute(ctx: BankContext, question: str, z: np.ndarray, cfg: SelectConfig, gold_ids=(), qid: str = "",
-               category: int = 0, now=None) -> QItem:
-    """The head-independent part of ``select_reference`` for one question (same functions, same order)."""
+               category: int = 0, now=None, params: QueryParams | None = None) -> QItem:
+    """The head-independent part of ``select_reference`` for one question (same functions, same
+    order; ``params``: the query's B, H, T, None = the defaults)."""
     cfg = cfg.resolved()
     bank = ctx.bank
-    loc = localize(ctx, question, z, cfg, now)
+    loc = localize(ctx, question, z, cfg, (params or QueryParams()).resolved(cfg), now)
     cand, lt = loc.cand, loc.lt
     G = np.minimum(loc.graph_cost, _BIG)
     K = support_kernel(loc.S, lt[:, None] == lt[None, :], cfg)
@@ -88,13 +91,14 @@ def precompute(ctx: BankContext, question: str, z: np.ndarray, cfg: SelectConfig
 
 
 def prepare_items(convs, banks, Z: np.ndarray, cfg: SelectConfig, categories=(1, 2, 3, 4),
-                  progress: bool = False) -> list[QItem]:
-    """QItems for every question of ``categories`` with evidence, in ``run_eval``'s order (Z rows)."""
+                  progress: bool = False, params: QueryParams | None = None) -> list[QItem]:
+    """QItems for every question of ``categories`` with evidence, in ``run_eval``'s order (Z rows),
+    each prepared with the query parameters ``params``."""
     ctxs = {b.bank_id: BankContext.of(b) for b in banks}
     items = [(c.bank_id, q) for c in convs for q in c.questions if q.category in categories and q.evidence]
     if len(items) != len(Z):
         raise ValueError(f"{len(Z)} query vectors for {len(items)} questions")
-    return [precompute(ctxs[b], q.question, z, cfg, q.evidence, q.qid, q.category)
+    return [precompute(ctxs[b], q.question, z, cfg, q.evidence, q.qid, q.category, params=params)
             for (b, q), z in tqdm(list(zip(items, Z)), desc="precompute", disable=not progress)]
 
 
@@ -165,12 +169,23 @@ def surrogate(head: RoleHead, b: dict, cfg: SelectConfig) -> dict[str, torch.Ten
             "modular": modular}
 
 
-def _gains(s: dict, b: dict, c: torch.Tensor, m: torch.Tensor, hit: torch.Tensor) -> torch.Tensor:
-    """Marginal gains [Q, U] of every unit against the state (coverage c, role max m, hit threads)."""
+def _coverage_data(s: dict, b: dict) -> CoverageData:
+    """The coverage terms' batch data (``objective.CoverageData``: threads as columns + 1, a
+    leading zero mass column) of a surrogate ``s`` over batch ``b``."""
+    Q = s["pi"].shape[0]
+    tcol = torch.where(b["umask"], b["lt"] + 1, torch.zeros_like(b["lt"]))
+    mass = torch.cat([torch.zeros(Q, 1, dtype=s["mass"].dtype), s["mass"]], dim=1)
+    return CoverageData(s["pi"], b["K"], s["rho"], s["delta"], tcol, mass)
+
+
+_ALL = Pick(lambda x: x, lambda x: x)  # every unit of every query
+
+
+def _gains(s: dict, d: CoverageData, state: list) -> torch.Tensor:
+    """Marginal gains [Q, U] of every unit against the terms' ``state``."""
     w = s["weights"]
-    cov, role, thr = coverage_gains_torch(b["K"], s["pi"], c, s["rho"], s["delta"], m, s["mass"].gather(1, b["lt"]),
-                                          hit.gather(1, b["lt"]))
-    return combine_gain(cov, role, s["modular"], thr, w["w_cov"], w["w_role"], w["w_thr"])
+    g = [t.gains_t(d, st, _ALL) for t, st in zip(COVERAGE_TERMS, state)]
+    return combine_gain(g, s["modular"], [w[t.weight] for t in COVERAGE_TERMS])
 
 
 def greedy_unroll(head: RoleHead, b: dict, cfg: SelectConfig, steps: int, temp: float = 1.0, with_loss: bool = True,
@@ -187,9 +202,8 @@ def greedy_unroll(head: RoleHead, b: dict, cfg: SelectConfig, steps: int, temp: 
     Q, U = b["umask"].shape
     if loss_kind == "topb" and with_loss:
         return topb_loss(s, b, temp) + (None,)
-    c = torch.zeros(Q, U, dtype=torch.float64)
-    m = torch.zeros(Q, 3, dtype=torch.float64)
-    hit = torch.zeros(Q, b["T"], dtype=torch.bool)
+    d = _coverage_data(s, b)
+    state = [t.init_t(d) for t in COVERAGE_TERMS]
     free = b["umask"].clone()
     gold = b["gold"]
     loss, n_terms = torch.zeros((), dtype=torch.float64), 0
@@ -199,7 +213,7 @@ def greedy_unroll(head: RoleHead, b: dict, cfg: SelectConfig, steps: int, temp: 
         active = free.any(1) & (t < b["Bq"])
         if not active.any():
             break
-        g = _gains(s, b, c, m, hit)
+        g = _gains(s, d, state)
         with torch.no_grad():
             gd = torch.where(free, g.detach(), torch.full_like(g, ninf))
             u = gd.argmax(1)  # first maximal index: the reference greedy's tie rule (lowest index)
@@ -223,16 +237,11 @@ def greedy_unroll(head: RoleHead, b: dict, cfg: SelectConfig, steps: int, temp: 
                 loss = loss + lq.sum()
                 n_terms += int(live.sum())
         picks[:, t] = u
+        uc, qi = u.clamp_min(0), torch.arange(Q)
+        state = [t_.add_t(d, st, lambda x: x[qi, uc], active) for t_, st in zip(COVERAGE_TERMS, state)]
         a = active.nonzero().squeeze(1)
-        ua = u[a]
-        c = c.clone()
-        c[a] = torch.maximum(c[a], b["K"][a, ua])
-        m = m.clone()
-        m[a] = torch.maximum(m[a], s["rho"][a, ua])
-        hit = hit.clone()
-        hit[a, b["lt"][a, ua]] = True
         free = free.clone()
-        free[a, ua] = False
+        free[a, u[a]] = False
     return loss, n_terms, picks
 
 
@@ -284,15 +293,17 @@ def fit(items: list[QItem], cfg: SelectConfig | None = None, *, epochs: int = DE
         lr: float = DEFAULTS["lr"], seed: int = DEFAULTS["seed"], l2: float = DEFAULTS["l2"],
         temp: float = DEFAULTS["temp"], steps: int | None = DEFAULTS["steps"], chunk: int = 48,
         conditional_weights: bool = True, loss_kind: str = DEFAULTS["loss_kind"],
-        progress: bool = True) -> tuple[RoleHead, dict]:
-    """Train a fresh head on ``items`` (questions whose gold is outside U_q are skipped)."""
+        progress: bool = True, params: QueryParams | None = None) -> tuple[RoleHead, dict]:
+    """Train a fresh head on ``items`` (questions whose gold is outside U_q are skipped), prepared
+    with the query parameters ``params`` (their pool budget sizes the priority cap and the steps)."""
     cfg = (cfg or SelectConfig()).resolved()
-    steps = cfg.pool_budget if steps is None else int(steps)  # B, or B_T under a token budget
+    pool = (params or QueryParams()).pool_budget
+    steps = pool if steps is None else int(steps)  # B, or B_T under a token budget
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     use = [it for it in items if it.gold.any()]
     head = RoleHead(cfg, conditional_weights=conditional_weights)
-    batches = make_batches(use, cfg.pool_budget, chunk)
+    batches = make_batches(use, pool, chunk)
     opt = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=lr)
     hist = {"step_loss": [], "epoch_loss": [], "epoch_seconds": []}
     t0 = time.perf_counter()
@@ -384,7 +395,8 @@ def train_head(data_path: str | Path, out_path: str | Path, *, conversations=Non
     """
     from ..eval.retrieval import file_sha256
 
-    cfg = replace(select_cfg or SelectConfig(), budget=budget)
+    cfg = select_cfg or SelectConfig()
+    qp = QueryParams(budget=budget)
     convs, banks, Z = data if data is not None else load_dev(data_path, progress=progress, dayfirst=dayfirst)
     cats = (1, 2, 3, 4)
     rows = [c.bank_id for c in convs for q in c.questions if q.category in cats and q.evidence]
@@ -400,14 +412,14 @@ def train_head(data_path: str | Path, out_path: str | Path, *, conversations=Non
     sel = [c for c in convs if keep_ids is None or c.bank_id in keep_ids]
     mask = np.array([keep_ids is None or r in keep_ids for r in rows], dtype=bool)
     items = prepare_items(sel, [b for b in banks if keep_ids is None or b.bank_id in keep_ids], Z[mask], cfg,
-                          progress=progress)
+                          progress=progress, params=qp)
     # One intra-op thread: reductions then sum in one order, so a seed gives the same head on
     # any machine (the tensors are small; more threads buy nothing here).
     n_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         head, hist = fit(items, cfg, epochs=epochs, lr=lr, seed=seed, l2=l2, temp=temp, steps=steps,
-                         loss_kind=loss_kind, progress=progress)
+                         loss_kind=loss_kind, progress=progress, params=qp)
     finally:
         torch.set_num_threads(n_threads)
     head.meta = {"data_path": str(data_path), "data_sha256": file_sha256(data_path),

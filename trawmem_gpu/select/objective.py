@@ -19,9 +19,17 @@ every backend (the NumPy reference, torch, numba, Triton, the head's training su
 that vector, so a new modular term (for example a recency bonus) is a new :class:`Term` with a
 ``value`` function, plus its weight in ``SelectConfig``. Per-unit inputs a modular term needs
 beyond alpha are columns of :func:`unit_attributes` (query-independent, stored per bank) and
-the query's date (:func:`date_seconds`). The three coverage terms have a gain in each style
-below (NumPy per unit, torch batched, compiled loops), side by side; ``tests/test_objective.py``
-runs every optimizer with one term switched on at a time and names the term that differs.
+the query's date (:func:`date_seconds`).
+
+A coverage term is a :class:`CoverageTerm`: one object that owns its state, its marginal gain
+and its update when a unit enters S, in NumPy (one query, the specification) and torch (a padded
+batch). :class:`Objective` (the NumPy reference) and the torch greedies compose them without
+naming any, and :func:`combine_gain` sums the terms in one order. The fused backends (the
+compiled greedy, the Triton kernel) restate the coverage terms they know inline, declare which
+(``FUSED_TERMS`` beside each), are used only when J's terms are exactly those (the dispatcher
+in ``engine/plan.py`` checks), and ``tests/test_objective.py`` runs every optimizer with one term
+switched on at a time and names the term that differs. So a new coverage term is a subclass
+here with its weight in ``SelectConfig``; the fused paths stand aside until they restate it.
 
 The support kernel K of the information coverage is :func:`support_from_cosine` (the clip
 formula, once) applied by :func:`support_kernel`.
@@ -62,7 +70,8 @@ class ModularInputs:
 
 @dataclass(frozen=True)
 class Term:
-    """One term of J."""
+    """One term of J: its weight, formula and the bound a lazy greedy may start from. A modular term
+    states a per-unit ``value``; a coverage term (:class:`CoverageTerm`) its gain and state update."""
 
     name: str
     weight: str
@@ -77,22 +86,185 @@ class Term:
     nothing to add): J stays monotone, and the lazy greedies' bounds stay upper bounds."""
 
 
+class CoverageData(NamedTuple):
+    """What the coverage terms read: one query (NumPy: ``pi [U]``, ``K [U, U]``, ``rho [U, R]``,
+    ``delta [R]``, ``thread [U]`` local thread or -1, ``mass [T]``) or a padded batch (torch: a
+    leading ``[Q]`` axis; ``thread`` holds thread column + 1, 0 = none, and ``mass`` a leading 0
+    column; padding has zero ``pi`` and ``K``)."""
+
+    pi: object
+    K: object
+    rho: object
+    delta: object
+    thread: object
+    mass: object
+
+
+class Pick(NamedTuple):
+    """The units whose gains a torch greedy asks for: ``units(x)`` gathers a per-unit tensor
+    ``x [Q, U, ...]`` at them (``[Q', k, ...]``), ``query(x)`` takes a per-query tensor's rows."""
+
+    units: Callable
+    query: Callable
+
+
+class CoverageTerm(Term):
+    """A coverage term: a max over S, monotone submodular. Each subclass states, once per array
+    style, its state (``init``), the marginal gain of a unit (``gain``) and the update when a unit
+    enters S (``add``): NumPy for one query (the specification), torch for a padded batch. The
+    optimizers call these and never name a term; the fused backends (numba, Triton) restate them
+    and are checked against them term by term (``tests/test_objective.py``)."""
+
+    # NumPy, one query
+    def init(self, d: CoverageData):
+        raise NotImplementedError
+
+    def gain(self, d: CoverageData, st, u: int) -> float:
+        raise NotImplementedError
+
+    def add(self, d: CoverageData, st, u: int) -> None:
+        raise NotImplementedError
+
+    def value_of(self, d: CoverageData, S: list[int]) -> float:
+        """The term's value on the set ``S`` from scratch (for tests)."""
+        st = self.init(d)
+        for u in S:
+            self.add(d, st, u)
+        return self.total(d, st)
+
+    def total(self, d: CoverageData, st) -> float:
+        raise NotImplementedError
+
+    # torch, a padded batch
+    def init_t(self, d: CoverageData):
+        raise NotImplementedError
+
+    def gains_t(self, d: CoverageData, st, pick: Pick):
+        raise NotImplementedError
+
+    def add_t(self, d: CoverageData, st, rows, active):
+        """``rows(x)``: per-unit tensor ``x [Q, U, ...]`` at each query's new unit ``[Q, ...]``;
+        only queries ``active [Q]`` change. Returns the new state (autograd-safe: no in-place
+        update of a float tensor)."""
+        raise NotImplementedError
+
+
+def _keep(active, new, old):
+    import torch
+
+    return torch.where(active.view(-1, *([1] * (new.dim() - 1))), new, old)
+
+
+class InformationCoverage(CoverageTerm):
+    """``sum_v pi(v) max_{u in S} K(u, v)``; state ``c [U]``, each unit's best support so far."""
+
+    def init(self, d):
+        return np.zeros(len(d.pi))
+
+    def gain(self, d, c, u):
+        return float(d.pi @ np.maximum(0.0, d.K[u] - c))
+
+    def add(self, d, c, u):
+        np.maximum(c, d.K[u], out=c)
+
+    def total(self, d, c):
+        return float(d.pi @ c)
+
+    def init_t(self, d):
+        return d.pi * 0.0
+
+    def gains_t(self, d, c, pick):
+        return (pick.query(d.pi)[:, None, :] * (pick.units(d.K) - pick.query(c)[:, None, :]).clamp_min(0)).sum(-1)
+
+    def add_t(self, d, c, rows, active):
+        import torch
+
+        return _keep(active, torch.maximum(c, rows(d.K)), c)
+
+
+class RoleCoverage(CoverageTerm):
+    """``sum_r delta_r max_{u in S} rho_r(u)``; state ``m [R]``, each role's best fit so far."""
+
+    def init(self, d):
+        return np.zeros(len(d.delta))
+
+    def gain(self, d, m, u):
+        return float(d.delta @ np.maximum(0.0, d.rho[u] - m))
+
+    def add(self, d, m, u):
+        np.maximum(m, d.rho[u], out=m)
+
+    def total(self, d, m):
+        return float(d.delta @ m)
+
+    def init_t(self, d):
+        return d.delta * 0.0
+
+    def gains_t(self, d, m, pick):
+        return (pick.query(d.delta)[:, None, :] * (pick.units(d.rho) - pick.query(m)[:, None, :]).clamp_min(0)).sum(-1)
+
+    def add_t(self, d, m, rows, active):
+        import torch
+
+        return _keep(active, torch.maximum(m, rows(d.rho)), m)
+
+
+class ThreadCoverage(CoverageTerm):
+    """``sum_j [S hits L_j] mass_j``; state ``hit [T]`` (torch: ``[Q, T + 1]``, column 0 never hit)."""
+
+    def _t(self, d, u) -> int:
+        t = int(d.thread[u])
+        return t if 0 <= t < len(d.mass) else -1
+
+    def init(self, d):
+        return np.zeros(len(d.mass), dtype=bool)
+
+    def gain(self, d, hit, u):
+        t = self._t(d, u)
+        return float(d.mass[t]) if t >= 0 and not hit[t] else 0.0
+
+    def add(self, d, hit, u):
+        t = self._t(d, u)
+        if t >= 0:
+            hit[t] = True
+
+    def total(self, d, hit):
+        return float(d.mass[hit].sum()) if len(d.mass) else 0.0
+
+    def init_t(self, d):
+        return d.mass != d.mass  # all False, [Q, T + 1]
+
+    def gains_t(self, d, hit, pick):
+        import torch
+
+        col = pick.units(d.thread)
+        return torch.gather(pick.query(d.mass), 1, col) * ~torch.gather(pick.query(hit), 1, col)
+
+    def add_t(self, d, hit, rows, active):
+        import torch
+
+        col = rows(d.thread)[:, None]
+        new = hit.scatter(1, col, torch.gather(hit, 1, col) | active[:, None])
+        new[:, 0] = False
+        return new
+
+
 TERMS: tuple[Term, ...] = (
-    Term("information_coverage", "w_cov", "coverage", "sum_v pi(v) max_{u in S} K(u, v)",
-         "gain(u | S) = sum_v pi(v) max(0, K(u, v) - c(v)), c(v) = max_{s in S} K(s, v); "
-         "<= gain(u | {}) = sum_v pi(v) K(u, v) <= sum_j mass_j max_{v in L_j} K(u, v)"),
-    Term("role_coverage", "w_role", "coverage", "sum_r delta_r max_{u in S} rho_r(u)",
-         "gain(u | S) = sum_r delta_r max(0, rho_r(u) - m_r), m_r = max_{s in S} rho_r(s); <= delta . rho(u)"),
+    InformationCoverage("information_coverage", "w_cov", "coverage", "sum_v pi(v) max_{u in S} K(u, v)",
+                        "gain(u | S) = sum_v pi(v) max(0, K(u, v) - c(v)), c(v) = max_{s in S} K(s, v); "
+                        "<= gain(u | {}) = sum_v pi(v) K(u, v) <= sum_j mass_j max_{v in L_j} K(u, v)"),
+    RoleCoverage("role_coverage", "w_role", "coverage", "sum_r delta_r max_{u in S} rho_r(u)",
+                 "gain(u | S) = sum_r delta_r max(0, rho_r(u) - m_r), m_r = max_{s in S} rho_r(s); <= delta . rho(u)"),
     Term("affinity", "w_aff", "modular", "sum_{u in S} alpha(u)", "gain(u | S) = alpha(u)",
          value=lambda x, cfg: x.alpha),
-    Term("thread_coverage", "w_thr", "coverage", "sum_j [S hits L_j] mass_j",
-         "gain(u | S) = mass_{thread(u)} if no unit of S is in thread(u), else 0; <= mass_{thread(u)}"),
+    ThreadCoverage("thread_coverage", "w_thr", "coverage", "sum_j [S hits L_j] mass_j",
+                   "gain(u | S) = mass_{thread(u)} if no unit of S is in thread(u), else 0; <= mass_{thread(u)}"),
     Term("recency", "w_rec", "modular", "sum_{u in S} 2^(-age(u) / half-life)", "gain(u | S) = the bonus of u",
          value=lambda x, cfg: recency(x, cfg.recency_half_life_days)),
 )
 TERM_BY_NAME = {t.name: t for t in TERMS}
 MODULAR_TERMS = tuple(t for t in TERMS if t.kind == "modular")
-COVERAGE_TERMS = tuple(t for t in TERMS if t.kind == "coverage")
+COVERAGE_TERMS: tuple[CoverageTerm, ...] = tuple(t for t in TERMS if t.kind == "coverage")
 WEIGHTS = tuple(t.weight for t in TERMS)
 """J's weights, in the order of :data:`TERMS`."""
 PRIORITY_WEIGHTS = ("lambda_m", "lambda_r", "tau")
@@ -100,8 +272,9 @@ PRIORITY_WEIGHTS = ("lambda_m", "lambda_r", "tau")
 QUERY_WEIGHTS = WEIGHTS + PRIORITY_WEIGHTS
 """Columns of every per-query weight matrix (:func:`weight_matrix`)."""
 COL = {name: i for i, name in enumerate(QUERY_WEIGHTS)}
-W_COV, W_ROLE, W_THR = COL["w_cov"], COL["w_role"], COL["w_thr"]
 LAMBDA_M, LAMBDA_R, TAU = COL["lambda_m"], COL["lambda_r"], COL["tau"]
+INFORMATION = COVERAGE_TERMS.index(TERM_BY_NAME["information_coverage"])
+"""Position of the information coverage among the coverage terms (the early stop reads its state)."""
 
 UNIT_ATTRIBUTES: tuple[str, ...] = ("time",)
 """Query-independent per-unit inputs of the modular terms (columns of :func:`unit_attributes`):
@@ -141,12 +314,9 @@ def date_seconds(when: datetime | None) -> float:
 # ----------------------------------------------------------------------------------------------
 # weights
 # ----------------------------------------------------------------------------------------------
-class CoverageWeights(NamedTuple):
-    """Weights of the coverage terms: floats, or per-query ``[Q, 1]`` arrays / tensors."""
-
-    w_cov: object
-    w_role: object
-    w_thr: object
+CoverageWeights = NamedTuple("CoverageWeights", [(t.weight, object) for t in COVERAGE_TERMS])
+CoverageWeights.__doc__ = """Weights of the coverage terms, in :data:`COVERAGE_TERMS` order: floats, or per-query
+``[Q, 1]`` arrays / tensors."""
 
 
 def weight_matrix(cfg, n: int, overrides: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
@@ -165,7 +335,7 @@ def weight_columns(W) -> dict[str, object]:
 
 
 def coverage_weights(w: Mapping[str, object]) -> CoverageWeights:
-    return CoverageWeights(w["w_cov"], w["w_role"], w["w_thr"])
+    return CoverageWeights(*(w[t.weight] for t in COVERAGE_TERMS))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -189,13 +359,22 @@ def _all_zero(w) -> bool:
     return bool((w == 0).all()) if hasattr(w, "all") else w == 0
 
 
-def combine_gain(cov, role, modular, thr, w_cov, w_role, w_thr):
-    """A unit's marginal gain from its terms' gains, always in this order (floats, arrays,
-    tensors; compiled as :func:`combine_gain_compiled`)."""
-    return w_cov * cov + w_role * role + modular + w_thr * thr
-
-
-combine_gain_compiled = njit(cache=True, inline="always")(combine_gain)
+def combine_gain(gains, modular, weights):
+    """A unit's marginal gain from its coverage terms' ``gains`` (in :data:`COVERAGE_TERMS` order)
+    and the modular part, summed in :data:`TERMS` order (the modular part where the first modular
+    term stands), left to right: every backend sums in this order (floats, arrays, tensors)."""
+    out = None
+    k = 0
+    for t in TERMS:
+        if t.kind == "coverage":
+            v = weights[k] * gains[k]
+            k += 1
+        elif t is MODULAR_TERMS[0]:
+            v = modular
+        else:
+            continue
+        out = v if out is None else out + v
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -254,7 +433,7 @@ def _is_torch(x) -> bool:
 
 
 # ----------------------------------------------------------------------------------------------
-# coverage gains: NumPy reference, one query
+# J of one query (NumPy): the terms composed, with the greedy's running state
 # ----------------------------------------------------------------------------------------------
 class Objective:
     """J of one query in NumPy float64, with the greedy's running state.
@@ -263,112 +442,59 @@ class Objective:
     :param rho: ``[U, R]`` role weights; ``delta``: ``[R]`` role demand
     :param modular: ``[U]`` the modular part m(u) (:func:`modular_gain`)
     :param thread: ``[U]`` local thread of each unit (< 0: no thread term for the unit)
-    :param weights: the coverage terms' weights
+    :param weights: the coverage terms' weights (:data:`CoverageWeights`; default all 1)
     :param thread_mass: ``[T]`` mass_j; default the sum of ``pi`` over each thread's units
     """
 
-    def __init__(self, pi, K, rho, delta, modular, thread, weights: CoverageWeights = CoverageWeights(1.0, 1.0, 1.0),
-                 thread_mass=None):
-        self.pi = np.asarray(pi, dtype=np.float64)
-        self.K = np.asarray(K, dtype=np.float64)
-        self.delta = np.asarray(delta, dtype=np.float64)
-        self.rho = np.asarray(rho, dtype=np.float64).reshape(len(self.pi), len(self.delta))
-        self.modular = np.asarray(modular, dtype=np.float64)
-        self.thread = np.asarray(thread, dtype=np.int64)
-        self.w = CoverageWeights(*(float(x) for x in weights))
-        U = len(self.pi)
+    def __init__(self, pi, K, rho, delta, modular, thread, weights=None, thread_mass=None):
+        pi = np.asarray(pi, dtype=np.float64)
+        delta = np.asarray(delta, dtype=np.float64)
+        thread = np.asarray(thread, dtype=np.int64)
+        U = len(pi)
         if thread_mass is None:
-            T = int(self.thread.max()) + 1 if U else 0
-            own = self.thread >= 0
-            thread_mass = np.bincount(self.thread[own], weights=self.pi[own], minlength=T) if U else np.zeros(0)
-        self.mass = np.asarray(thread_mass, dtype=np.float64)
+            T = int(thread.max()) + 1 if U else 0
+            own = thread >= 0
+            thread_mass = np.bincount(thread[own], weights=pi[own], minlength=T) if U else np.zeros(0)
+        self.data = CoverageData(pi, np.asarray(K, dtype=np.float64),
+                                 np.asarray(rho, dtype=np.float64).reshape(U, len(delta)), delta, thread,
+                                 np.asarray(thread_mass, dtype=np.float64))
+        self.modular = np.asarray(modular, dtype=np.float64)
+        self.w = tuple(float(x) for x in (weights if weights is not None else [1.0] * len(COVERAGE_TERMS)))
+        if len(self.w) != len(COVERAGE_TERMS):
+            raise ValueError(f"{len(COVERAGE_TERMS)} coverage weights expected, got {len(self.w)}")
         self.reset()
 
     @property
     def n(self) -> int:
-        return len(self.pi)
+        return len(self.data.pi)
+
+    @property
+    def thread(self) -> np.ndarray:
+        return self.data.thread
 
     def reset(self) -> None:
-        self.c = np.zeros(self.n)
-        self.m = np.zeros(self.rho.shape[1])
-        self.hit = np.zeros(len(self.mass), dtype=bool)
+        self.state = [t.init(self.data) for t in COVERAGE_TERMS]
 
-    def _thread_of(self, u: int) -> int:
-        t = int(self.thread[u])
-        return t if 0 <= t < len(self.mass) else -1
-
-    def term_gains(self, u: int) -> tuple[float, float, float, float]:
-        """``(cov, role, modular, thr)``: the unweighted coverage gains and m(u)."""
-        cov = float(self.pi @ np.maximum(0.0, self.K[u] - self.c))
-        role = float(self.delta @ np.maximum(0.0, self.rho[u] - self.m))
-        t = self._thread_of(u)
-        thr = float(self.mass[t]) if t >= 0 and not self.hit[t] else 0.0
-        return cov, role, float(self.modular[u]), thr
+    def term_gains(self, u: int) -> tuple[float, ...]:
+        """The unweighted coverage gains of ``u`` (:data:`COVERAGE_TERMS` order)."""
+        return tuple(t.gain(self.data, st, u) for t, st in zip(COVERAGE_TERMS, self.state))
 
     def gain(self, u: int) -> float:
         """Marginal gain of adding ``u`` to the current set."""
-        return combine_gain(*self.term_gains(u), *self.w)
+        return combine_gain(self.term_gains(u), float(self.modular[u]), self.w)
 
     def add(self, u: int) -> None:
-        np.maximum(self.c, self.K[u], out=self.c)
-        np.maximum(self.m, self.rho[u], out=self.m)
-        t = self._thread_of(u)
-        if t >= 0:
-            self.hit[t] = True
+        for t, st in zip(COVERAGE_TERMS, self.state):
+            t.add(self.data, st, u)
 
     def coverage(self) -> float:
         """Information coverage ``sum_v pi(v) c(v)`` of the current set (the early-stop test)."""
-        return float(self.pi @ self.c)
+        return COVERAGE_TERMS[INFORMATION].total(self.data, self.state[INFORMATION])
 
     def value(self, S) -> float:
         """J(S) from scratch (for tests)."""
         S = list(S)
         if not S:
             return 0.0
-        cov = float(self.pi @ self.K[S].max(axis=0))
-        role = float(self.delta @ self.rho[S].max(axis=0))
-        ts = {self._thread_of(u) for u in S} - {-1}
-        thr = float(sum(self.mass[t] for t in ts))
-        return combine_gain(cov, role, float(self.modular[S].sum()), thr, *self.w)
-
-
-# ----------------------------------------------------------------------------------------------
-# coverage gains: torch, a padded batch
-# ----------------------------------------------------------------------------------------------
-def coverage_gains_torch(K_rows, pi, c, rho_rows, delta, m, unit_mass, hit):
-    """Unweighted coverage gains of ``k`` units of each of ``Q`` queries (torch):
-    ``(cov [Q, k], role [Q, k], thr [Q, k])``.
-
-    :param K_rows: ``[Q, k, U]`` the units' K rows; ``pi``, ``c``: ``[Q, U]``
-    :param rho_rows: ``[Q, k, R]``; ``delta``, ``m``: ``[Q, R]``
-    :param unit_mass: ``[Q, k]`` mass of each unit's thread; ``hit``: ``[Q, k]`` bool, thread already hit
-    """
-    cov = (pi[:, None, :] * (K_rows - c[:, None, :]).clamp_min(0)).sum(-1)
-    role = (delta[:, None, :] * (rho_rows - m[:, None, :]).clamp_min(0)).sum(-1)
-    thr = unit_mass * ~hit
-    return cov, role, thr
-
-
-# ----------------------------------------------------------------------------------------------
-# coverage gains: compiled (numba), one unit of one query
-# ----------------------------------------------------------------------------------------------
-@njit(cache=True, fastmath={"reassoc", "nsz", "contract"})
-def coverage_gain_row(krow, pi, c):  # pragma: no cover - compiled
-    """Information coverage gain ``sum_v pi[v] max(K(u, v) - c[v], 0)`` of one unit (``krow``:
-    its K row). Reassociation lets the sum vectorize; a query's gains all come from this one
-    function, so they share one summation order and a stale gain stays an upper bound."""
-    cov = 0.0
-    for v in range(krow.shape[0]):
-        cov += pi[v] * max(krow[v] - c[v], 0.0)
-    return cov
-
-
-@njit(cache=True, inline="always")
-def role_gain_row(rho, u, m, delta):  # pragma: no cover - compiled
-    """Role coverage gain ``sum_r delta_r max(rho[u, r] - m[r], 0)`` of unit ``u``."""
-    g = 0.0
-    for r in range(m.shape[0]):
-        y = rho[u, r] - m[r]
-        if y > 0.0:
-            g += delta[r] * y
-    return g
+        return combine_gain(tuple(t.value_of(self.data, S) for t in COVERAGE_TERMS),
+                            float(self.modular[S].sum()), self.w)

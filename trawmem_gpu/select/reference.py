@@ -18,6 +18,7 @@ from .config import SelectConfig
 from .context import BankContext
 from .params import QueryParams
 from .objective import ModularInputs, Objective, coverage_weights, date_seconds, modular_gain, support_kernel
+from .steps import affinity as step3a
 from .steps import candidates as step3
 from .steps import propagation as step2
 from .steps import roles as step4
@@ -83,7 +84,7 @@ def localize(ctx: BankContext, question: str, z: np.ndarray, cfg: SelectConfig, 
     if not np.all(np.isfinite(z)):
         raise ValueError("query vector holds NaN or inf")
     z = np.asarray(z, dtype=np.float64)
-    alpha_all = step3.unit_affinity(ctx, z, question, cfg, date_seconds(now))
+    alpha_all = step3a.unit_affinity(ctx, z, question, cfg, date_seconds(now))
     r0 = step1.seed_scores(ctx, z, alpha_all, cfg)
     r_t = step2.neighbourhood(ctx, r0, cfg, params)
     threads = list(r_t)

@@ -1,6 +1,10 @@
-"""The engine's execution plan: every ``auto`` of :class:`~trawmem_gpu.select.config.EngineConfig`
-resolved once, at construction, against the device, the installed libraries, the method's
-config and the banks."""
+"""The engine's execution plan, the one dispatcher: every choice of how a call runs (backend, the
+steps 1-3 front, propagation, the RRF rows, the priority and greedy ops, the maximizer) is made
+here, once, at construction, against the device, the installed libraries, the method's config
+(its terms included) and the banks. The backends read the plan and never choose for themselves;
+an explicit :class:`~trawmem_gpu.select.config.EngineConfig` choice that cannot run is a
+``ConfigError``, never a silent switch. The native paths (NumPy reference, torch ops) are the
+specification every other path is tested against."""
 from __future__ import annotations
 
 import importlib.util
@@ -11,7 +15,10 @@ import torch
 from ...errors import ConfigError
 from .._jit import HAS_NUMBA
 from ..config import EngineConfig, SelectConfig
+from ..objective import COVERAGE_TERMS
 from ..steps.candidates import uses_bm25
+from ..steps.greedy.batched import TRITON_FUSED_TERMS
+from ..steps.greedy.compiled import FUSED_TERMS as COMPILED_FUSED_TERMS
 from ..steps.priority import HAS_TRITON
 from .tables import Layout, table_bytes_needed
 
@@ -23,7 +30,8 @@ class Plan:
     backend: str
     """``compiled`` (numba loops per query, CPU) or ``tensor`` (torch ops over padded batches)."""
     front: str
-    """Steps 1-3: ``compiled`` or ``tensor``."""
+    """Steps 1-3: ``compiled`` (for a batch whose banks all keep bm25s' plain score matrices, the
+    compiled loop's input; the tensor front otherwise) or ``tensor``."""
     kernels: str
     """Tensor backend ops: ``triton`` or ``torch``."""
     optimizer: str
@@ -41,6 +49,16 @@ class Plan:
     """The seeds read the head vectors."""
     relevance: bool
     """The ``learned`` affinity's per-unit indices are stored."""
+    propagation: str = "torch"
+    """Step 2 on the tensor front: ``compiled`` (numba, one query at a time: the compiled backend's)
+    or ``torch``."""
+    rrf_rows: str = "torch"
+    """The ``rrf`` affinity on the tensor front: ``compiled`` (numba rows; used for a batch whose
+    BM25 scores are float32 values, as bm25s' plain score matrices give, the torch ops otherwise) or
+    ``torch``."""
+    greedy_tokens: str = "torch"
+    """The greedy op of queries with a token budget: always the torch ops (``torch``) on the tensor
+    backend: the Triton kernel has no knapsack; the compiled greedy has it (``compiled``)."""
 
     def layout(self, dim: int) -> Layout:
         return Layout(self.device, self.dtype, dim, self.tables, self.lexical, self.heads, self.relevance)
@@ -64,20 +82,33 @@ def compiled_front_applies(cfg: SelectConfig, dtype: torch.dtype, sim: str) -> s
     return None
 
 
+def fused_terms_apply(fused: tuple[str, ...]) -> str | None:
+    """None when J's coverage terms are exactly the ``fused`` ones a fast path restates, else why not."""
+    have = tuple(t.name for t in COVERAGE_TERMS)
+    if have != tuple(fused):
+        return f"it computes the coverage terms {list(fused)} inline; J's are {list(have)}"
+    return None
+
+
 def resolve(ec: EngineConfig, cfg: SelectConfig, banks) -> Plan:
     device = torch.device(ec.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     cpu = device.type == "cpu"
     dtype = {"auto": torch.float64 if cpu else torch.float32, "float32": torch.float32,
              "float64": torch.float64}[ec.dtype]
+    triton_terms = fused_terms_apply(TRITON_FUSED_TERMS)
     kernels = ec.kernels
     if kernels == "auto":
-        kernels = "triton" if (not cpu and HAS_TRITON and _kernels_importable()) else "torch"
+        kernels = "triton" if (not cpu and HAS_TRITON and _kernels_importable() and not triton_terms) else "torch"
+    elif kernels == "triton" and triton_terms:
+        raise ConfigError(f"kernels='triton' does not apply: {triton_terms}")
     tables = table_bytes_needed(banks, cfg, dtype.itemsize) <= ec.table_bytes
-    compiled_ok = cpu and kernels != "triton" and tables and HAS_NUMBA
+    compiled_terms = fused_terms_apply(COMPILED_FUSED_TERMS)
+    compiled_ok = cpu and kernels != "triton" and tables and HAS_NUMBA and not compiled_terms
     backend = ec.backend if ec.backend != "auto" else ("compiled" if compiled_ok else "tensor")
     if backend == "compiled" and not compiled_ok:
-        raise ConfigError("backend='compiled' needs a CPU device, numba, kernels other than 'triton', and the "
-                          "per-bank tables (banks too large for table_bytes)")
+        why = compiled_terms or ("it needs a CPU device, numba, kernels other than 'triton', and the per-bank "
+                                 "tables (banks too large for table_bytes)")
+        raise ConfigError(f"backend='compiled' does not apply: {why}")
     why = compiled_front_applies(cfg, dtype, ec.sim) if backend == "compiled" else "the backend is 'tensor'"
     if ec.front == "compiled" and why:
         raise ConfigError(f"front='compiled' does not apply: {why}")
@@ -85,5 +116,9 @@ def resolve(ec: EngineConfig, cfg: SelectConfig, banks) -> Plan:
     optimizer = ec.optimizer if ec.optimizer != "auto" else ("lazy" if cpu else "plain")
     threads = ec.threads if ec.threads is not None else torch.get_num_threads()
     chunk = ec.chunk_elems or (1 << 19 if cpu else 1 << 24)
+    compiled = backend == "compiled"
+    rrf_rows = "compiled" if (cpu and dtype == torch.float64 and HAS_NUMBA and cfg.affinity == "rrf") else "torch"
     return Plan(device, dtype, backend, front, kernels, optimizer, ec.sim, int(threads), int(chunk), tables,
-                ec.seed_search, uses_bm25(cfg), cfg.seed_score != "best_unit", cfg.affinity == "learned")
+                ec.seed_search, uses_bm25(cfg), cfg.seed_score != "best_unit", cfg.affinity == "learned",
+                propagation="compiled" if compiled else "torch", rrf_rows=rrf_rows,
+                greedy_tokens="compiled" if compiled else "torch")

@@ -78,7 +78,7 @@ def localize(snap: Snapshot, plan, cfg, batch: QueryBatch, timer: Timer, params)
     cos = similarity(snap, plan.sim, batch.Z, bidx, heads=False, chunk_elems=plan.chunk_elems)
     if cfg.affinity == "learned":
         alpha = _learned_affinity(snap, cfg, batch, cos, umask, uid, lex)
-    elif cfg.affinity == "rrf" and _rrf_compiled_applies(cos, lex):
+    elif cfg.affinity == "rrf" and plan.rrf_rows == "compiled" and _bm25_is_float32(cos, lex):
         alpha = torch.from_numpy(step3.rrf_compiled(cos.numpy(), umask.sum(dim=1).numpy(), lex, float(cfg.rrf_k)))
     else:
         alpha = step3.affinity_torch(cos, umask, None if lex is None else torch.as_tensor(lex, dtype=plan.dtype,
@@ -98,7 +98,7 @@ def localize(snap: Snapshot, plan, cfg, batch: QueryBatch, timer: Timer, params)
         r0 = step1.seed_scores_torch(alpha, ult, tvalid, cos_h, cfg)
     timer.lap("seeds")
     # step 2
-    if plan.backend == "compiled":  # CPU with numba: the reference's algorithm, compiled, per query
+    if plan.propagation == "compiled":  # the reference's algorithm, compiled, per query
         r, in_h, tpos, n_h = _propagate_compiled(snap, cfg, r0, batch)
     else:
         graph = step2.ThreadGraph(snap.t["nbr"], snap.t["nbw"], snap.dummy_thread)
@@ -111,11 +111,10 @@ def localize(snap: Snapshot, plan, cfg, batch: QueryBatch, timer: Timer, params)
     return Localized(bidx, alpha, r, in_h, tpos, n_h, cand, cvalid, n_cand)
 
 
-def _rrf_compiled_applies(cos: Tensor, lex) -> bool:
-    """The compiled RRF rows apply: CPU float64 cosines, numba, BM25 scores that are float32 values."""
-    from .._jit import HAS_NUMBA
-
-    if cos.device.type != "cpu" or cos.dtype != torch.float64 or lex is None or not HAS_NUMBA:
+def _bm25_is_float32(cos: Tensor, lex) -> bool:
+    """The batch's BM25 scores are float32 values (the compiled RRF rows' input; the plan chose
+    them for CPU float64 with numba: ``Plan.rrf_rows``)."""
+    if lex is None:
         return False
     N = cos.shape[1]
     if N == 0 or N >= (1 << 31) or lex.shape != tuple(cos.shape):
@@ -261,7 +260,8 @@ def select_chunk(snap: Snapshot, plan, cfg, c: Chunk, W: Tensor, demand, now: Te
     if plan.optimizer == "lazy":
         sel, _gains, n_sel = greedy_lazy_torch(p, coverage_weights(w), rule)
     else:
-        sel, _gains, n_sel = greedy_select(p, coverage_weights(w), rule, impl=plan.kernels)
+        sel, _gains, n_sel = greedy_select(p, coverage_weights(w), rule,
+                                           impl=plan.kernels if rule.tokens is None else plan.greedy_tokens)
     timer.lap("greedy")
     return sel, n_sel
 

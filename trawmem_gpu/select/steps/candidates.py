@@ -7,7 +7,7 @@ alpha is computed over the whole bank *before* step 1, because best-unit seeds r
 the lower unit), divided by its bank maximum; ``learned``: a logistic model over generic
 relevance features, in its own module (``steps/relevance.py``).
 
-Side by side: the NumPy reference (:func:`unit_affinity`, :func:`candidates`), the torch batch
+Side by side: the NumPy reference (:func:`candidates`; the affinity in ``affinity.py``), the torch batch
 (:func:`affinity_torch`, :func:`bm25_batch`, :func:`candidates_torch`) and the compiled
 per-query RRF (:func:`rrf_row`: a bucket sort of the cosines and a radix sort of the BM25 float32
 bits, the same float64 operations as the torch path).
@@ -28,28 +28,6 @@ from ..tensor_ops import compact, ranks, ranks_positive
 # ----------------------------------------------------------------------------------------------
 # reference (NumPy, one query)
 # ----------------------------------------------------------------------------------------------
-def unit_affinity(ctx, z: np.ndarray, question: str, cfg, now: float = float("nan")) -> np.ndarray:
-    """``[N]`` alpha(v) over the whole bank (see ``SelectConfig.affinity``; ``now``: the query's date
-    in POSIX seconds, NaN if none, read by the ``learned`` affinity)."""
-    if cfg.affinity == "learned":
-        from .relevance import learned_affinity
-
-        cos = ctx.bank.unit_vecs.astype(np.float64) @ z
-        return learned_affinity(ctx.relevance, cos, ctx.bm25.scores(question), question, now, cfg)
-    if cfg.affinity == "rrf":
-        from ..baselines import rrf_scores
-
-        s = rrf_scores(ctx, question, z, cfg.rrf_k)
-        return s / s.max()
-    alpha = (1.0 + ctx.bank.unit_vecs.astype(np.float64) @ z) / 2.0
-    if cfg.affinity == "fused" and cfg.lexical_weight > 0:
-        s = ctx.bm25.scores(question)
-        mx = s.max()
-        lex = s / mx if mx > 0 else np.zeros_like(s)
-        alpha = (1.0 - cfg.lexical_weight) * alpha + cfg.lexical_weight * lex
-    return alpha
-
-
 def candidates(bank, threads: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """``(cand [U], lt [U])``: the units of ``threads`` (ascending), and each one's position in ``threads``."""
     off = bank.thread_offsets
