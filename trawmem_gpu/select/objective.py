@@ -334,8 +334,10 @@ def weight_columns(W) -> dict[str, object]:
     return {name: W[:, k, None] for k, name in enumerate(QUERY_WEIGHTS)}
 
 
-def coverage_weights(w: Mapping[str, object]) -> CoverageWeights:
-    return CoverageWeights(*(w[t.weight] for t in COVERAGE_TERMS))
+def coverage_weights(w: Mapping[str, object]) -> tuple:
+    """The coverage terms' weights from ``w`` (weight name -> float or ``[Q, 1]``), in
+    :data:`COVERAGE_TERMS` order: the sequence every composing optimizer takes."""
+    return tuple(w[t.weight] for t in COVERAGE_TERMS)
 
 
 # ----------------------------------------------------------------------------------------------

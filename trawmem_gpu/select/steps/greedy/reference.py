@@ -182,7 +182,7 @@ def greedy_reference_np(p: GreedyProblem, w: CoverageWeights, rule: StopRule, la
         live = np.flatnonzero(a["valid"][q])
         K = np.eye(U) if a["K"] is None else np.asarray(a["K"][q], dtype=np.float64)
         obj = Objective(a["pi"][q][live], K[np.ix_(live, live)], a["rho"][q][live], a["delta"][q],
-                        a["modular"][q][live], a["thread"][q][live], CoverageWeights(*(x[q] for x in wq)),
+                        a["modular"][q][live], a["thread"][q][live], tuple(x[q] for x in wq),
                         thread_mass=a["thread_mass"][q])
         tq = None if tb is None else TokenBudget(cap[q], uc[q][live], hc[q], tb.ratio)
         s, g = cost_aware_greedy(obj, rule._replace(budget=int(budget[q]), tokens=tq), lazy=lazy)
