@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..select import weights_file
 from ..select.config import RELEVANCE_FEATURES, SelectConfig
 from ..select.context import BankContext
 from ..select.objective import date_seconds
@@ -154,39 +155,11 @@ def load_labelled(path: str | Path, cfg: SelectConfig | None = None, *, dataset:
     return out, ctxs
 
 
-WEIGHTS_FORMAT = "trawmem-affinity-weights"
-
-
 def save_weights(path: str | Path, weights, meta: dict | None = None) -> Path:
-    """Write ``weights`` (one per feature, then the bias) as JSON with the feature list and
-    ``meta`` (provenance), atomically."""
-    import json
-    import os
-
-    path = Path(path)
-    doc = {"format": WEIGHTS_FORMAT, "features": list(RELEVANCE_FEATURES), "weights": [float(x) for x in weights],
-           **({"meta": meta} if meta else {})}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    """``weights_file.save_weights`` for the ``learned`` affinity's features."""
+    return weights_file.save_weights(path, weights, RELEVANCE_FEATURES, meta)
 
 
 def load_weights(path: str | Path) -> tuple[float, ...]:
-    """The relevance weights of a file written by :func:`save_weights` (``--affinity-weights``);
-    clear errors for a missing or foreign file, or one fitted for other features."""
-    from ..errors import InputError, read_json
-
-    path = Path(path)
-    doc = read_json(path, f"--affinity-weights {path}", "not a weights file")
-    if not isinstance(doc, dict) or doc.get("format") != WEIGHTS_FORMAT:
-        raise InputError(f"--affinity-weights {path}: not a weights file (write one with `trawmem train-affinity`)")
-    if doc.get("features") != list(RELEVANCE_FEATURES):
-        raise InputError(f"--affinity-weights {path}: fitted for the features {doc.get('features')}, this version "
-                         f"uses {list(RELEVANCE_FEATURES)}; fit it again with `trawmem train-affinity`")
-    w = doc.get("weights")
-    if not isinstance(w, list) or len(w) != len(RELEVANCE_FEATURES) + 1 or not all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in w):
-        raise InputError(f"--affinity-weights {path}: 'weights' must be {len(RELEVANCE_FEATURES) + 1} finite numbers")
-    return tuple(float(x) for x in w)
+    """``weights_file.load_weights`` for the ``learned`` affinity's features."""
+    return weights_file.load_weights(path, RELEVANCE_FEATURES)

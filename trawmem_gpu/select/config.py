@@ -4,7 +4,7 @@ and from ``params.QueryParams`` (what each query asks for: B, H, T, passed per c
 ``SelectConfig`` holds every choice of the method that can change *which* units a query gets,
 the same for every query an engine answers (its bank tables depend on some of them);
 ``SelectConfig()``
-is the measured default and ``SelectConfig.paper()`` the method exactly as Section 4.2 writes it
+is the shipped default (why each default: ``docs/method-defaults.md``) and ``SelectConfig.paper()`` the method exactly as Section 4.2 writes it
 (head-vector seeds, additive propagation, dense affinity, objective weights of 1). The six
 ablations of Section 5.2 are switches (``ablation=...``).
 
@@ -20,9 +20,11 @@ import numbers
 import typing
 from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
+from pathlib import Path
 from typing import Literal
 
 from ..errors import ConfigError
+from .weights_file import load_weights
 from ..workspace import DEFAULT_HEADINGS, Headings
 
 ABLATIONS = ("none", "fixed_segmentation", "no_cross_edges", "seed_only", "no_role_conditioning", "identity_k",
@@ -45,14 +47,10 @@ RELEVANCE_FEATURES = ("cos", "bm25", "rrf_cos", "rrf_bm25", "top_cos", "top_bm25
                       "context_cos", "context_rrf", "date_match")
 """Features of the ``learned`` affinity, in the order of ``relevance_weights`` (defined in
 ``steps/relevance.py``)."""
-DEFAULT_RELEVANCE_WEIGHTS = (0.5944525886962634, 3.3104143963350556, 268.6639784976649,
-                             -14.467420027655184, 2.930781967085465, 8.431448715934977,
-                             0.40257416633110504, 0.7609082529543996, -0.8243793688348676,
-                             35.15913888091178, -0.41844823688030675, -9.743360630204531)
-"""The shipped ``learned`` affinity: fitted on both dev sets (LoCoMo dev, LongMemEval-S dev) by
-``python benchmarks/bench_equal_tokens.py --parts fit``, one weight per RELEVANCE_FEATURES entry,
-then the bias; a test keeps it equal to ``benchmarks/results/affinity_weights.json``. Validated
-leave-one-fold-out there (README "Equal tokens")."""
+DEFAULT_RELEVANCE_WEIGHTS = load_weights(Path(__file__).with_name("affinity_weights.json"), RELEVANCE_FEATURES)
+"""The shipped ``learned`` affinity, one weight per RELEVANCE_FEATURES entry, then the bias: the
+package's ``affinity_weights.json`` (its one home; how it was fitted and validated:
+``docs/method-defaults.md``)."""
 LEGACY_FIELDS = frozenset({"budget", "token_budget", "hops", "fill", "n_seeds", "neighborhood_cap"})
 """Fields an older SelectConfig had and ``from_dict`` still accepts (and ignores): the per-query
 fields, now ``QueryParams`` (``params.split_fields`` splits a stored config that holds both)."""
@@ -90,14 +88,12 @@ class SelectConfig:
     """TrawMem's greedy under a token budget: ``best`` = the cost-aware greedy (the better by J of
     the gain-ranked and the gain-per-token-ranked greedy, each adding only units that still fit:
     the stated guarantee, ``steps/greedy.py``), or only one of the two runs (``gain``,
-    ``ratio``). The default ``gain`` won at equal tokens on both dev sets, chosen by nested
-    leave-one-fold-out (``benchmarks/bench_equal_tokens.py``); ``best`` keeps the stated
-    guarantee on J, which is not the same as more evidence."""
+    ``ratio``). ``best`` keeps the stated guarantee on J, which is not the same as more
+    evidence."""
     headings: Headings = DEFAULT_HEADINGS
     """What TrawMem's workspace shows per thread, and its token costs pay for
     (``workspace.HEADINGS``): a ``## date`` heading (the default), the heading with the thread
-    head's gist (``gist``; at equal tokens it did not earn its tokens on either dev set, README
-    "Equal tokens"), or no headings and a date on every line (``none``). It changes no pick
+    head's gist (``gist``), or no headings and a date on every line (``none``). It changes no pick
     without a token budget."""
     gamma: float = 0.7
     """Propagation: r~(T_k) = gamma * r(T_j) + (1 - gamma) * w_H(T_j, T_k) (max over paths)."""
@@ -114,17 +110,16 @@ class SelectConfig:
     cosine and BM25 over the bank (k = ``rrf_k``), divided by its bank maximum; ``learned`` =
     sigmoid(relevance_weights . f_q(v)) over generic relevance features (dense, lexical, their
     ranks, speaker named, temporal and date cues, session context: ``steps/relevance.py``),
-    divided by its bank maximum. The default ``learned`` beat ``rrf`` at equal tokens on both dev
-    sets, fitted on held-out folds (README "Equal tokens")."""
+    divided by its bank maximum."""
     lexical_weight: float = 0.5
     """Weight of BM25 in the ``fused`` affinity."""
     rrf_k: int = 60
     """k of the reciprocal-rank fusion in the ``rrf`` affinity (and of the ``learned`` affinity's rank features)."""
     relevance_weights: tuple = DEFAULT_RELEVANCE_WEIGHTS
     """Weights of the ``learned`` affinity: one per ``RELEVANCE_FEATURES`` entry, then the bias
-    (``trawmem train-affinity`` fits them; the default is fitted on both dev sets, see the README)."""
+    (``trawmem train-affinity`` fits them; the default: :data:`DEFAULT_RELEVANCE_WEIGHTS`)."""
     lambda_m: float = 1.25
-    """Cost weight of query mismatch (1 - alpha) (the paper's best value)."""
+    """Cost weight of query mismatch (1 - alpha) (the paper's value)."""
     lambda_r: float = 0.5
     """Cost weight of role misfit (1 - phi)."""
     tau: float = 0.25
@@ -151,9 +146,8 @@ class SelectConfig:
     w_role: float = 1.0
     """Weight of the role-coverage term of J."""
     w_aff: float = 16.0
-    """Weight of the affinity sum of J (the paper: 1). The default 16 was chosen at equal tokens
-    by nested leave-one-fold-out on both dev sets (``benchmarks/bench_equal_tokens.py``): with a
-    calibrated affinity, relevance should lead and coverage break ties among near-equals."""
+    """Weight of the affinity sum of J (the paper: 1). Above the coverage weights, relevance leads
+    and coverage breaks ties among near-equals."""
     w_thr: float = 1.0
     """Weight of the thread-coverage term of J."""
     w_rec: float = 0.0
@@ -285,7 +279,7 @@ class EngineConfig:
     need at most this many bytes for them (0: never; the greedy step then forms E E^T per chunk)."""
     seed_search: Literal["auto", "torch", "faiss"] = "auto"
     """Head-seed search (``seed_score="head"``): faiss or batched per-bank similarity, both
-    exact; ``auto`` picks by measured thresholds (``steps/seeds.py``)."""
+    exact; ``auto`` picks by the thresholds in ``steps/seeds.py``."""
 
     def __post_init__(self):
         _check_choices(self)

@@ -125,8 +125,8 @@ def sim_mode(sim: str, bidx: Tensor, snap: Snapshot, device: torch.device) -> st
     """``auto`` on CPU: ``grouped`` (one GEMM per distinct bank) while banks average 8 or more
     queries of the batch, else ``dots`` (a compiled loop of per-query dot products over the own
     bank, when numba imports); on CUDA ``grouped`` up to 64 distinct banks (one GEMM launch per
-    bank), then ``global`` while the stored rows are at most 16x the largest bank, else ``gather``.
-    (Measurements: README, "Batched engine".)"""
+    bank), then ``global`` while the stored rows are at most 16x the largest bank, else ``gather``
+    (the thresholds' measurements: ``docs/method-defaults.md``)."""
     if sim != "auto":
         return sim
     from .._jit import HAS_NUMBA

@@ -32,9 +32,10 @@ float64" in one of two ways:
 Bank isolation is structural on both paths: ids are restricted (or filtered) to the query's
 own ``[starts[b], starts[b] + counts[b])`` range and returned bank-local.
 
-``mode="auto"`` picks ``faiss`` only where it measured faster (``benchmarks/bench_select.py
---seed-search``): few distinct banks per batch, each with many heads; ``torch`` otherwise (many
-small banks: the per-bank faiss calls cost more than the tiny GEMMs they replace). faiss is
+``mode="auto"`` picks ``faiss`` only for few distinct banks per batch, each with many heads
+(:data:`AUTO_MIN_HEADS`, :data:`AUTO_MAX_BANKS`); ``torch`` otherwise (many small banks: the
+per-bank faiss calls cost more than the tiny GEMMs they replace; the thresholds come from
+``benchmarks/bench_select.py --seed-search``). faiss is
 imported lazily and is optional: without it every mode runs the torch path.
 """
 from __future__ import annotations
