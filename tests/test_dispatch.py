@@ -82,6 +82,7 @@ def four_terms(monkeypatch):
     for mod in (J, GB, P):
         monkeypatch.setattr(mod, "COVERAGE_TERMS", cov, raising=False)
     monkeypatch.setattr(J, "TERMS", terms)
+    monkeypatch.setattr(SelectConfig, "w_pair", 1.5, raising=False)  # its weight (a class default)
     return cov
 
 
@@ -130,8 +131,11 @@ def test_plan_routes_around_fused_paths(four_terms, banks):  # noqa: F811
     assert plan.backend == "tensor" and plan.kernels == "torch" and plan.propagation == "torch"
     with pytest.raises(ConfigError, match=r"backend='compiled' does not apply: it computes the coverage terms"):
         P.resolve(EngineConfig(device="cpu", backend="compiled"), SelectConfig(), banks)
-    with pytest.raises(ConfigError, match=r"kernels='triton' does not apply: it computes the coverage terms"):
+    with pytest.raises(ConfigError, match=r"kernels='triton' does not apply: .* J also has \['pair_coverage'\]"):
         P.resolve(EngineConfig(device="cpu", kernels="triton"), SelectConfig(), banks)
+    off = SelectConfig()
+    object.__setattr__(off, "w_pair", 0.0)  # the term off: it counts for nothing, the fused paths apply
+    assert P.resolve(EngineConfig(device="cpu"), off, banks).backend == "compiled"
 
 
 def test_plan_is_explicit(banks):  # noqa: F811

@@ -115,15 +115,14 @@ class CoverageTerm(Term):
     optimizers call these and never name a term; the fused backends (numba, Triton) restate them
     and are checked against them term by term (``tests/test_objective.py``)."""
 
-    # NumPy, one query
-    def init(self, d: CoverageData):
-        raise NotImplementedError
+    # NumPy, one query: the state, the gain of unit u against it, the update when u enters S
+    def init(self, d: CoverageData): raise NotImplementedError  # noqa: E704
 
-    def gain(self, d: CoverageData, st, u: int) -> float:
-        raise NotImplementedError
+    def gain(self, d: CoverageData, st, u: int) -> float: raise NotImplementedError  # noqa: E704
 
-    def add(self, d: CoverageData, st, u: int) -> None:
-        raise NotImplementedError
+    def add(self, d: CoverageData, st, u: int) -> None: raise NotImplementedError  # noqa: E704
+
+    def total(self, d: CoverageData, st) -> float: raise NotImplementedError  # noqa: E704
 
     def value_of(self, d: CoverageData, S: list[int]) -> float:
         """The term's value on the set ``S`` from scratch (for tests)."""
@@ -132,21 +131,14 @@ class CoverageTerm(Term):
             self.add(d, st, u)
         return self.total(d, st)
 
-    def total(self, d: CoverageData, st) -> float:
-        raise NotImplementedError
+    # torch, a padded batch: the same three; ``add_t`` gets ``rows(x)`` (per-unit tensor ``x [Q, U,
+    # ...]`` at each query's new unit) and changes only queries ``active [Q]``, returning the new
+    # state without updating a float tensor in place (autograd-safe)
+    def init_t(self, d: CoverageData): raise NotImplementedError  # noqa: E704
 
-    # torch, a padded batch
-    def init_t(self, d: CoverageData):
-        raise NotImplementedError
+    def gains_t(self, d: CoverageData, st, pick: Pick): raise NotImplementedError  # noqa: E704
 
-    def gains_t(self, d: CoverageData, st, pick: Pick):
-        raise NotImplementedError
-
-    def add_t(self, d: CoverageData, st, rows, active):
-        """``rows(x)``: per-unit tensor ``x [Q, U, ...]`` at each query's new unit ``[Q, ...]``;
-        only queries ``active [Q]`` change. Returns the new state (autograd-safe: no in-place
-        update of a float tensor)."""
-        raise NotImplementedError
+    def add_t(self, d: CoverageData, st, rows, active): raise NotImplementedError  # noqa: E704
 
 
 def _keep(active, new, old):

@@ -26,12 +26,12 @@ import numpy as np
 import torch
 
 from .._jit import njit
-from ..objective import LAMBDA_M, LAMBDA_R, TAU, CoverageWeights, ModularInputs, \
+from ..objective import LAMBDA_M, LAMBDA_R, TAU, ModularInputs, \
     modular_gain, support_from_cosine_compiled, weight_columns
 from ..steps import candidates as step3
 from ..steps import relevance as step3r
 from ..steps import roles as step4
-from ..steps.greedy.compiled import W_COV, W_ROLE, W_THR
+from ..steps.greedy.compiled import W_COV, W_ROLE, W_THR, FusedWeights
 from ..steps.greedy import CompiledQuery, GreedyScratch, KSource, StopRule, best_of_two_compiled, config_rule, \
     lazy_greedy_one, pick_limit
 from ..steps.priority import effective_budget, gravity_one, unit_cost_compiled
@@ -339,7 +339,7 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
             for j in range(nt):
                 hc[j] = tab.tok_head[off.to[b] + x.hthread[q, j]]
         ks = KSource(tab.ktab, off.koff[b], off.nu[b], cq, p.identity)
-        cw = CoverageWeights(w[W_COV], w[W_ROLE], w[W_THR])
+        cw = FusedWeights(w[W_COV], w[W_ROLE], w[W_THR])
         rule = StopRule(lim, p.stop_coverage, lim, None)
         g = CompiledQuery(pq[:n], rho[:n], x.delta[q], x.modular[q, :n], x.lt[q, :n], um[:n], bound[:n], ks, cw,
                           rule, uc[:n], hc[:nt], capacity, tokens and p.keys != 0)

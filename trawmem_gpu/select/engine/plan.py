@@ -82,11 +82,14 @@ def compiled_front_applies(cfg: SelectConfig, dtype: torch.dtype, sim: str) -> s
     return None
 
 
-def fused_terms_apply(fused: tuple[str, ...]) -> str | None:
-    """None when J's coverage terms are exactly the ``fused`` ones a fast path restates, else why not."""
-    have = tuple(t.name for t in COVERAGE_TERMS)
-    if have != tuple(fused):
-        return f"it computes the coverage terms {list(fused)} inline; J's are {list(have)}"
+def fused_terms_apply(fused: tuple[str, ...], cfg: SelectConfig) -> str | None:
+    """None when every coverage term of J that counts for ``cfg`` is among the ``fused`` ones a
+    fast path restates, else why not. A term whose weight is 0 counts for nothing (0 * gain adds
+    exactly +0.0, and a learned head scales the config's weights, so it stays 0)."""
+    live = tuple(t.name for t in COVERAGE_TERMS if float(getattr(cfg, t.weight, 0.0)) != 0.0)
+    extra = [n for n in live if n not in fused]
+    if extra:
+        return f"it computes the coverage terms {list(fused)} inline; J also has {extra}"
     return None
 
 
@@ -95,14 +98,14 @@ def resolve(ec: EngineConfig, cfg: SelectConfig, banks) -> Plan:
     cpu = device.type == "cpu"
     dtype = {"auto": torch.float64 if cpu else torch.float32, "float32": torch.float32,
              "float64": torch.float64}[ec.dtype]
-    triton_terms = fused_terms_apply(TRITON_FUSED_TERMS)
+    triton_terms = fused_terms_apply(TRITON_FUSED_TERMS, cfg)
     kernels = ec.kernels
     if kernels == "auto":
         kernels = "triton" if (not cpu and HAS_TRITON and _kernels_importable() and not triton_terms) else "torch"
     elif kernels == "triton" and triton_terms:
         raise ConfigError(f"kernels='triton' does not apply: {triton_terms}")
     tables = table_bytes_needed(banks, cfg, dtype.itemsize) <= ec.table_bytes
-    compiled_terms = fused_terms_apply(COMPILED_FUSED_TERMS)
+    compiled_terms = fused_terms_apply(COMPILED_FUSED_TERMS, cfg)
     compiled_ok = cpu and kernels != "triton" and tables and HAS_NUMBA and not compiled_terms
     backend = ec.backend if ec.backend != "auto" else ("compiled" if compiled_ok else "tensor")
     if backend == "compiled" and not compiled_ok:

@@ -10,13 +10,15 @@ from typing import NamedTuple
 import numpy as np
 
 from ..._jit import njit
-from ...objective import COL, TERM_BY_NAME, CoverageWeights
+from ...objective import COL, TERM_BY_NAME
 from .rule import StopRule, coverage_reached_compiled, greedy_key_compiled, marginal_cost_compiled
 
 FUSED_TERMS = ("information_coverage", "role_coverage", "thread_coverage")
 """The coverage terms :func:`lazy_greedy_one` computes inline, in this order (``CoverageWeights``)."""
 W_COV, W_ROLE, W_THR = (COL[TERM_BY_NAME[n].weight] for n in FUSED_TERMS)
 """Their weights' columns of a per-query weight matrix (``objective.QUERY_WEIGHTS``)."""
+FusedWeights = NamedTuple("FusedWeights", [(TERM_BY_NAME[n].weight, float) for n in FUSED_TERMS])
+"""The weights of :data:`FUSED_TERMS` (``w_cov``, ``w_role``, ``w_thr``), as the compiled loops read them."""
 
 
 @njit(cache=True, inline="always")
@@ -72,7 +74,7 @@ class CompiledQuery(NamedTuple):
     bound: np.ndarray
     """[n] upper bounds of the step-0 information-coverage gains (``objective.TERMS``)."""
     K: KSource
-    w: CoverageWeights
+    w: FusedWeights
     rule: StopRule
     """``budget`` = this query's pick limit (``pick_limit``); its ``tokens`` are not read here."""
     uc: np.ndarray = np.ones(0)
