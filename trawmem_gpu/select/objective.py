@@ -98,6 +98,9 @@ class CoverageData(NamedTuple):
     delta: object
     thread: object
     mass: object
+    attrs: object = None
+    """The candidates' rows of :func:`unit_attributes` (``[U, A]`` / ``[Q, U, A]``), given when a
+    term reads them (:attr:`CoverageTerm.reads_attrs`), else None."""
 
 
 class Pick(NamedTuple):
@@ -114,6 +117,9 @@ class CoverageTerm(Term):
     enters S (``add``): NumPy for one query (the specification), torch for a padded batch. The
     optimizers call these and never name a term; the fused backends (numba, Triton) restate them
     and are checked against them term by term (``tests/test_objective.py``)."""
+
+    reads_attrs = False
+    """Whether the term reads the candidates' unit attributes (``CoverageData.attrs``)."""
 
     # NumPy, one query: the state, the gain of unit u against it, the update when u enters S
     def init(self, d: CoverageData): raise NotImplementedError  # noqa: E704
@@ -438,9 +444,10 @@ class Objective:
     :param thread: ``[U]`` local thread of each unit (< 0: no thread term for the unit)
     :param weights: the coverage terms' weights (:data:`CoverageWeights`; default all 1)
     :param thread_mass: ``[T]`` mass_j; default the sum of ``pi`` over each thread's units
+    :param attrs: ``[U, A]`` the units' rows of :func:`unit_attributes` (read by terms that need them)
     """
 
-    def __init__(self, pi, K, rho, delta, modular, thread, weights=None, thread_mass=None):
+    def __init__(self, pi, K, rho, delta, modular, thread, weights=None, thread_mass=None, attrs=None):
         pi = np.asarray(pi, dtype=np.float64)
         delta = np.asarray(delta, dtype=np.float64)
         thread = np.asarray(thread, dtype=np.int64)
@@ -451,7 +458,7 @@ class Objective:
             thread_mass = np.bincount(thread[own], weights=pi[own], minlength=T) if U else np.zeros(0)
         self.data = CoverageData(pi, np.asarray(K, dtype=np.float64),
                                  np.asarray(rho, dtype=np.float64).reshape(U, len(delta)), delta, thread,
-                                 np.asarray(thread_mass, dtype=np.float64))
+                                 np.asarray(thread_mass, dtype=np.float64), None if attrs is None else np.asarray(attrs))
         self.modular = np.asarray(modular, dtype=np.float64)
         self.w = tuple(float(x) for x in (weights if weights is not None else [1.0] * len(COVERAGE_TERMS)))
         if len(self.w) != len(COVERAGE_TERMS):

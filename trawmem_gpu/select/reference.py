@@ -120,7 +120,7 @@ def select_reference(ctx: BankContext, question: str, z: np.ndarray, cfg: Select
     pi = priorities(loc.graph_cost, loc.rvec, loc.alpha, phi, Bq, w)      # steps 5-6
     K = support_kernel(loc.S, loc.lt[:, None] == loc.lt[None, :], cfg)    # step 7: J
     modular = modular_gain(ModularInputs(loc.alpha, loc.attrs, date_seconds(now)), w, cfg)
-    obj = Objective(pi, K, rho, delta, modular, loc.lt, coverage_weights(w))
+    obj = Objective(pi, K, rho, delta, modular, loc.lt, coverage_weights(w), attrs=loc.attrs)
     tokens = costs = None
     if qp.token_budget is not None:                                       # a knapsack on workspace tokens
         costs = ctx.token_costs(cfg.headings)

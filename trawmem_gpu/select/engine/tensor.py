@@ -20,7 +20,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..objective import ModularInputs, coverage_weights, modular_gain, support_kernel, weight_columns
+from ..objective import COVERAGE_TERMS, ModularInputs, coverage_weights, modular_gain, support_kernel, \
+    weight_columns
 from ..steps import candidates as step3
 from ..steps import propagation as step2
 from ..steps import relevance as step3r
@@ -251,9 +252,11 @@ def select_chunk(snap: Snapshot, plan, cfg, c: Chunk, W: Tensor, demand, now: Te
     timer.lap("priority")
     # step 7: J and its greedy maximization
     K = support_matrix(snap, cfg, c, S)
-    modular = modular_gain(ModularInputs(c.alpha, lambda: candidate_attrs(snap.t["attrs"], c.gid, c.cvalid),
-                                         now[:, None]), w, cfg)
-    p = GreedyProblem(pi, K, rho.to(dt), delta, modular.to(dt), c.lt, mass[:, :T], c.cvalid)
+    attrs = (lambda: candidate_attrs(snap.t["attrs"], c.gid, c.cvalid))
+    x = ModularInputs(c.alpha, attrs, now[:, None])  # gathers the attributes once, if a term reads them
+    modular = modular_gain(x, w, cfg)
+    p = GreedyProblem(pi, K, rho.to(dt), delta, modular.to(dt), c.lt, mass[:, :T], c.cvalid,
+                      x.attrs if any(t.reads_attrs for t in COVERAGE_TERMS) else None)
     U = c.cand.shape[1]
     width = max(1, min(U, int(torch.where(unit_cap > 0, unit_cap, U).max()))) if len(unit_cap) else 1
     rule = config_rule(cfg, unit_cap.to(c.n_cand.device), c.n_cand, width, token_budget(snap, cfg, c, capacity))

@@ -160,6 +160,9 @@ class GreedyProblem(NamedTuple):
     """[Q, T] mass_j."""
     valid: object
     """[Q, U] bool."""
+    attrs: object = None
+    """[Q, U, A] the candidates' unit attributes (``objective.unit_attributes``), for coverage
+    terms that read them (``CoverageTerm.reads_attrs``); None when none does."""
 
 
 def greedy_reference_np(p: GreedyProblem, w: CoverageWeights, rule: StopRule, lazy: bool = False):
@@ -183,7 +186,7 @@ def greedy_reference_np(p: GreedyProblem, w: CoverageWeights, rule: StopRule, la
         K = np.eye(U) if a["K"] is None else np.asarray(a["K"][q], dtype=np.float64)
         obj = Objective(a["pi"][q][live], K[np.ix_(live, live)], a["rho"][q][live], a["delta"][q],
                         a["modular"][q][live], a["thread"][q][live], tuple(x[q] for x in wq),
-                        thread_mass=a["thread_mass"][q])
+                        thread_mass=a["thread_mass"][q], attrs=None if a["attrs"] is None else a["attrs"][q][live])
         tq = None if tb is None else TokenBudget(cap[q], uc[q][live], hc[q], tb.ratio)
         s, g = cost_aware_greedy(obj, rule._replace(budget=int(budget[q]), tokens=tq), lazy=lazy)
         sel[q, :len(s)] = live[s]
