@@ -153,12 +153,12 @@ def test_plan_is_explicit(banks):  # noqa: F811
 
 def test_triton_greedy_refuses_a_token_budget():
     p = _problem(4)
+    W1 = tuple(1.0 if t.name in GB.TRITON_FUSED_TERMS else 0.0 for t in J.COVERAGE_TERMS)
     rule = G.StopRule(torch.full((3,), 4), 2.0, 4, G.TokenBudget(torch.full((3,), 50.0), torch.ones(3, 15) * 5,
                                                                 torch.ones(3, 5), False))
     with pytest.raises(ValueError, match="no token knapsack"):
-        G.greedy_select(p, (1.0, 1.0, 1.0), rule, impl="triton")
-    assert G.greedy_select(p, (1.0, 1.0, 1.0), rule, impl="torch")[2].tolist() == \
-        G.greedy_select_torch(p, (1.0, 1.0, 1.0), rule)[2].tolist()
+        G.greedy_select(p, W1, rule, impl="triton")
+    assert G.greedy_select(p, W1, rule, impl="torch")[2].tolist() == G.greedy_select_torch(p, W1, rule)[2].tolist()
 
 
 def test_fused_term_lists_match_the_kernels():

@@ -474,11 +474,14 @@ class Objective:
         return self.data.thread
 
     def reset(self) -> None:
-        self.state = [t.init(self.data) for t in COVERAGE_TERMS]
+        """Empty S. A term whose weight is 0 is skipped (gain 0.0: it would add exactly +0.0), but for
+        the information coverage, whose state the early stop reads."""
+        self.state = [t.init(self.data) if (w != 0 or k == INFORMATION) else None
+                      for k, (t, w) in enumerate(zip(COVERAGE_TERMS, self.w))]
 
     def term_gains(self, u: int) -> tuple[float, ...]:
         """The unweighted coverage gains of ``u`` (:data:`COVERAGE_TERMS` order)."""
-        return tuple(t.gain(self.data, st, u) for t, st in zip(COVERAGE_TERMS, self.state))
+        return tuple(0.0 if st is None else t.gain(self.data, st, u) for t, st in zip(COVERAGE_TERMS, self.state))
 
     def gain(self, u: int) -> float:
         """Marginal gain of adding ``u`` to the current set."""
@@ -486,7 +489,8 @@ class Objective:
 
     def add(self, u: int) -> None:
         for t, st in zip(COVERAGE_TERMS, self.state):
-            t.add(self.data, st, u)
+            if st is not None:
+                t.add(self.data, st, u)
 
     def coverage(self) -> float:
         """Information coverage ``sum_v pi(v) c(v)`` of the current set (the early-stop test)."""
@@ -497,5 +501,5 @@ class Objective:
         S = list(S)
         if not S:
             return 0.0
-        return combine_gain(tuple(t.value_of(self.data, S) for t in COVERAGE_TERMS),
+        return combine_gain(tuple(t.value_of(self.data, S) if w != 0 else 0.0 for t, w in zip(COVERAGE_TERMS, self.w)),
                             float(self.modular[S].sum()), self.w)

@@ -39,8 +39,13 @@ class _TorchState:
         self.data = CoverageData(torch.where(valid, p.pi.to(dtype), zero), torch.where(pair, K.to(dtype), zero),
                                  p.rho.to(dtype), p.delta.to(dtype), self.tcol, tmass, p.attrs)
         self.modular = p.modular.to(dtype)
-        self.state = [t.init_t(self.data) for t in COVERAGE_TERMS]
         self.W = torch.stack([torch.as_tensor(x, dtype=dtype, device=dev).reshape(-1).expand(Q) for x in w], 1)
+        if self.W.shape[1] != len(COVERAGE_TERMS):
+            raise ValueError(f"{len(COVERAGE_TERMS)} coverage weights expected, got {self.W.shape[1]}")
+        # a term whose weight is 0 for every query is skipped (it would add exactly +0.0), but for the
+        # information coverage, whose state the early stop reads
+        self.state = [t.init_t(self.data) if (k == INFORMATION or bool((self.W[:, k] != 0).any())) else None
+                      for k, t in enumerate(COVERAGE_TERMS)]
         self.limit = pick_limit(rule, valid.sum(dim=1))
         self.S = int(rule.max_steps)
         self.avail = valid.clone()
@@ -76,7 +81,7 @@ class _TorchState:
             query = (lambda x: x) if rows is None else (lambda x: x[rows])
             pick = Pick(query, query)
             mo, av, ww = query(self.modular), query(self.avail), query(self.W)
-        g = [t.gains_t(self.data, st, pick) for t, st in zip(COVERAGE_TERMS, self.state)]
+        g = [0.0 if st is None else t.gains_t(self.data, st, pick) for t, st in zip(COVERAGE_TERMS, self.state)]
         out = combine_gain(g, mo, [ww[:, k:k + 1] for k in range(len(COVERAGE_TERMS))])
         return torch.where(av, out, float("-inf"))
 
@@ -90,7 +95,8 @@ class _TorchState:
         def rows(x):
             return x.reshape(Q * U, *x.shape[2:]).index_select(0, rowsel)
 
-        self.state = [t.add_t(self.data, st, rows, active) for t, st in zip(COVERAGE_TERMS, self.state)]
+        self.state = [None if st is None else t.add_t(self.data, st, rows, active)
+                      for t, st in zip(COVERAGE_TERMS, self.state)]
         tb = self.tcol[qidx, best]
         self.hit[qidx, tb] |= active
         self.hit[:, 0] = False
