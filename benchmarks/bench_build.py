@@ -33,8 +33,8 @@ def run(args) -> dict:
     import torch
 
     import trawmem_gpu
-    from trawmem_gpu.construct import build_banks
     from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.construct import build_banks
     from trawmem_gpu.data import load_conversations
     from trawmem_gpu.encode import get_encoder
     from trawmem_gpu.eval.retrieval import file_sha256

@@ -54,8 +54,8 @@ def build_sample(convs, n: int) -> dict:
 
     import numpy as np
 
-    from trawmem_gpu.construct import build_banks
     from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.construct import build_banks
     from trawmem_gpu.encode import CachedEncoder, EmbeddingCache, get_encoder
 
     pick = convs[:: max(1, len(convs) // n)][:n]
@@ -284,7 +284,13 @@ def main() -> int:
     from trawmem_gpu.config import BuildConfig
     from trawmem_gpu.data.longmemeval import load_longmemeval
     from trawmem_gpu.encode import get_encoder
-    from trawmem_gpu.score.banks import build_identity, build_log, default_bank_dir, ensure_collection, file_sha256
+    from trawmem_gpu.score.banks import (
+        build_identity,
+        build_log,
+        default_bank_dir,
+        ensure_collection,
+        file_sha256,
+    )
     from trawmem_gpu.score.items import items_from_conversations
     from trawmem_gpu.store import Collection
 

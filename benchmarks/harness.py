@@ -114,6 +114,13 @@ def pin_threads(n: int):
                 os.environ[k] = v
 
 
+def pct(xs, q) -> float:
+    """The ``q``-th percentile of ``xs`` (NaN when empty): the latency summaries' one helper."""
+    import numpy as np
+
+    return float(np.percentile(np.asarray(xs, dtype=np.float64), q)) if len(xs) else float("nan")
+
+
 def repin(n: int) -> None:
     """Set torch's pool back to ``n`` inside a :func:`pin_threads` block, after code that may
     have changed the shared OpenMP runtime (a numba compilation, apricot's greedy)."""
