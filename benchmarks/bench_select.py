@@ -170,10 +170,12 @@ def run(args) -> int:
                                                   "sections": [k for k in body if k not in ("note", "cuda", "wall_s")]})
             old.update({k: v for k, v in body.items() if k not in ("note", "cuda", "wall_s")})
             body = old
-        path = harness.save("select", body, plot_sweeps(results), out_dir=out_dir)
+        fig = plot_sweeps(results)
+        written = [harness.save("select", body, fig, out_dir=out_dir)] + ([out_dir / "select.png"] if fig else [])
+    if "scaling" in results:
+        written += [out_dir / "select_scaling.json", out_dir / "select_scaling.png"]
     print(report(results))
-    print(f"\nwrote {path}" + (f", {out_dir / 'select_scaling.json'}" if "scaling" in results else "")
-          + f" and their figures in {results['wall_s']:.0f}s")
+    print(f"\nwrote {', '.join(map(str, written))} in {results['wall_s']:.0f}s")
     return 0
 
 

@@ -214,6 +214,8 @@ def _json_default(o):
 
 
 _LOCKS: dict = {}
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 def _lock(path: Path):
@@ -230,6 +232,7 @@ def _lock(path: Path):
 def _write_atomic(path: Path, write) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~_UMASK)  # as a plain write would create it (mkstemp makes it private)
     try:
         write(tmp)
         os.replace(tmp, path)

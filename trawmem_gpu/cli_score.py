@@ -154,7 +154,7 @@ def add_commands(sub) -> None:
                    help="k of the official metrics")
     s.add_argument("--encoder", help="encoder for banks built from --data: 'minilm' (default) or 'hf:/local/dir'")
     s.add_argument("--encoder-runtime", choices=["torch", "onnx", "auto"],
-                   help="CPU encoder runtime: onnx = ONNX Runtime, same vectors within 1e-5, ~1.8x faster "
+                   help="CPU encoder runtime: onnx = ONNX Runtime, same vectors within 1e-5, faster on CPUs "
                         "(pip install -e .[onnx]); default torch or TRAWMEM_ENCODER_RUNTIME")
     s.add_argument("--no-cache", action="store_true", help="do not use the on-disk embedding cache")
     s.add_argument("--answer-llm", help="answer each question: http://HOST:PORT/v1[@MODEL] or vllm:MODEL_PATH")
