@@ -26,7 +26,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="result file (default: assembly.json in the results folder)")
     a = ap.parse_args()
     harness.require_data(a.data)
-    out = harness.out_file(a.out, "assembly.json")
+    out_path = harness.out_file(a.out, "assembly.json")
     import trawmem_gpu.workspace as W
     from trawmem_gpu.eval.retrieval import banks_for
 
@@ -52,7 +52,7 @@ def main() -> int:
            "speedup_median": float(np.median(ratio)), "speedup_range": [float(min(ratio)), float(max(ratio))],
            "identical_workspaces": True}
     print(json.dumps(res, indent=1))
-    print(f"-> {harness.save(out.stem, res, out_dir=out.parent)}")
+    print(f"-> {harness.save(out_path.stem, res, out_dir=out_path.parent)}")
     return 0
 
 

@@ -9,10 +9,9 @@ this module and its sibling modules (``synthetic_banks``, the ``*_bench`` packag
 larger scripts' parts). Nothing under ``benchmarks/`` edits ``sys.path``; the one module outside
 ``benchmarks/`` a script needs, a helper of the test suite, is loaded by :func:`tests_module`.
 
-This module imports only the standard library at import time (torch, numpy, numba,
-threadpoolctl, filelock and matplotlib are imported where used), so ``--help`` stays fast and a
-script that spawns workers of another source tree (``bench_select.py --versus``) can import it
-there too.
+This module imports only the standard library at import time (the package, torch, numpy, numba,
+filelock and matplotlib are imported where used), so ``--help`` stays fast and a script that
+spawns workers of another source tree (``bench_select.py --versus``) can import it there too.
 
 * :func:`machine`: the one machine-description record of every result file.
 * :func:`pin_threads`: torch, BLAS / OpenMP (threadpoolctl), numba and the thread variables of
@@ -29,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import shlex
 import sys
 import tempfile
@@ -54,21 +52,21 @@ for _k, _v in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("TOKENIZ
 # the machine
 # ----------------------------------------------------------------------------------------------
 def machine(**extra) -> dict:
-    """The machine a result was measured on: platform, Python, CPUs, the 1-minute load average,
-    the numeric stack's versions, torch's intra-op threads and the CUDA device (None without
-    one). ``extra`` adds script-specific fields (e.g. the ``threads`` a run was pinned to)."""
-    rec: dict = {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count(),
-                 "loadavg_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None}
-    for mod in ("numpy", "torch", "numba"):
+    """The machine a result was measured on: the record ``trawmem sweep`` writes
+    (``eval.sweep.machine_info``: platform, Python, CPUs, torch and its threads, device, 1-minute
+    load average) with the numpy and numba versions and the CUDA device's name (None without one)
+    added. ``extra`` adds script-specific fields (e.g. the ``threads`` a run was pinned to)."""
+    import torch
+
+    from trawmem_gpu.eval.sweep import machine_info
+
+    rec = machine_info()
+    for mod in ("numpy", "numba"):
         try:
             rec[mod] = __import__(mod).__version__
-        except Exception:  # noqa: BLE001 - an optional module: recorded as absent
+        except ImportError:  # numba is optional for the engine: recorded as absent
             rec[mod] = None
-    if rec["torch"] is not None:
-        import torch
-
-        rec["torch_threads"] = torch.get_num_threads()
-        rec["cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    rec["cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     rec.update(extra)
     return rec
 
@@ -79,10 +77,10 @@ def machine(**extra) -> dict:
 @contextmanager
 def pin_threads(n: int):
     """Hold every thread pool of this process at ``n`` threads inside the block, and restore them
-    after: torch's intra-op pool (``torch.set_num_threads``), the BLAS / OpenMP pools of the
-    loaded libraries (``threadpoolctl``), numba's pool when numba is loaded, and the
-    ``OMP/MKL/OPENBLAS/NUMBA_NUM_THREADS`` variables, which libraries loaded later and child
-    processes (servers, ``--versus`` workers) read at start-up.
+    after: torch's intra-op pool and the BLAS / OpenMP pools of the loaded libraries (through
+    ``eval.sweep.query_threads``, the pinning ``trawmem sweep`` times with), numba's pool when
+    numba is loaded, and the ``OMP/MKL/OPENBLAS/NUMBA_NUM_THREADS`` variables, which libraries
+    loaded later and child processes (servers, ``--versus`` workers) read at start-up.
 
     Benchmarks pin to get per-core figures that hold still on a shared machine: one query's
     matrices are small, so spare pool threads add hand-offs and spin-waits rather than speed.
@@ -91,20 +89,16 @@ def pin_threads(n: int):
         raise ValueError(f"threads must be at least 1, got {n}")
     old_env = {k: os.environ.get(k) for k in THREAD_VARS}
     os.environ.update({k: str(n) for k in THREAD_VARS})
-    import torch
-    from threadpoolctl import threadpool_limits
+    from trawmem_gpu.eval.sweep import query_threads
 
-    prev_torch = torch.get_num_threads()
     numba = sys.modules.get("numba")
     prev_numba = numba.get_num_threads() if numba is not None else None
-    torch.set_num_threads(n)
     if numba is not None:
         numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
     try:
-        with threadpool_limits(limits=n):
+        with query_threads(n):
             yield
     finally:
-        torch.set_num_threads(prev_torch)
         if prev_numba is not None:
             numba.set_num_threads(prev_numba)
         for k, v in old_env.items():
