@@ -30,7 +30,6 @@ def _dir_sizes(d: Path) -> dict[str, int]:
 
 def run(args) -> dict:
     import numpy as np
-    import torch
 
     import trawmem_gpu
     from trawmem_gpu.config import BuildConfig
@@ -109,8 +108,7 @@ def run(args) -> dict:
         "encoder": enc.id, "encoder_load_s": round(load_s, 3),
         "first_forward_s": round(warmup_s, 3), "faiss_first_search_s": round(faiss_import_s, 3), "build_config": cfg.to_dict(),
         "package_version": getattr(trawmem_gpu, "__version__", None),
-        "machine": harness.machine(device="cuda" if torch.cuda.is_available() else "cpu",
-                                   loadavg_1m_before_after=[round(load_before[0], 2), round(os.getloadavg()[0], 2)]),
+        "machine": harness.machine(loadavg_1m_before_after=[round(load_before[0], 2), round(os.getloadavg()[0], 2)]),
         "rows": rows, "totals": totals,
     }
     if not args.keep:

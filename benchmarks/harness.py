@@ -212,14 +212,17 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
-def _lock(path: Path):
-    """One reentrant cross-process lock per result file (one object per path in this process,
-    so a :func:`save` inside :func:`locked` re-enters instead of waiting on itself)."""
+def _lock(d: Path, name: str):
+    """The cross-process lock of result ``name`` in folder ``d`` (``d/.locks/NAME.lock``; one for
+    its JSON and PNG together), reentrant: one object per lock in this process, so a
+    :func:`save` inside :func:`locked` re-enters instead of waiting on itself."""
     from filelock import FileLock
 
-    key = str(path.resolve())
+    lock_dir = d / ".locks"
+    key = str((lock_dir / name).resolve())
     if key not in _LOCKS:
-        _LOCKS[key] = FileLock(str(path.parent / f".{path.name}.lock"))
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        _LOCKS[key] = FileLock(str(lock_dir / f"{name}.lock"))
     return _LOCKS[key]
 
 
@@ -236,19 +239,19 @@ def _write_atomic(path: Path, write) -> None:
 
 
 def write_text(path, text: str) -> Path:
-    """``text`` to ``path`` atomically, under the file's lock (for the ``.md`` tables scripts
-    write beside their JSON)."""
+    """``text`` to ``path`` atomically, under the lock of its file name (for the ``.md`` tables
+    scripts write beside their JSON)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _lock(path):
+    with _lock(path.parent, path.name):
         _write_atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     return path
 
 
 def save(name: str, record: dict, fig=None, out_dir=None, dpi: int = 110) -> Path:
     """Write ``record`` as ``NAME.json`` (and ``fig`` as ``NAME.png``, then close it) under
-    :func:`results_dir`, each atomically (a temporary file renamed over the old one) under the
-    file's lock. ``machine`` (:func:`machine`) and ``command`` (:func:`command`) are added unless
+    :func:`results_dir`, each atomically (a temporary file renamed over the old one), both under
+    ``NAME``'s lock. ``machine`` (:func:`machine`) and ``command`` (:func:`command`) are added unless
     the record has them. Returns the JSON path."""
     d = results_dir(out_dir)
     rec = dict(record)
@@ -256,14 +259,13 @@ def save(name: str, record: dict, fig=None, out_dir=None, dpi: int = 110) -> Pat
     rec.setdefault("command", command())
     path = d / f"{name}.json"
     text = json.dumps(rec, indent=1, default=_json_default)
-    with _lock(path):
+    with _lock(d, name):
         _write_atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        if fig is not None:
+            _write_atomic(d / f"{name}.png", lambda tmp: fig.savefig(tmp, dpi=dpi, format="png"))
     if fig is not None:
         import matplotlib.pyplot as plt
 
-        png = d / f"{name}.png"
-        with _lock(png):
-            _write_atomic(png, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png"))
         plt.close(fig)
     return path
 
@@ -278,7 +280,7 @@ def load(name: str, out_dir=None) -> dict:
 def locked(name: str, out_dir=None):
     """Hold ``NAME.json``'s lock for a read-modify-write: yields :func:`load`'s record; a
     :func:`save` of the same name inside the block writes under the same lock."""
-    with _lock(results_dir(out_dir) / f"{name}.json"):
+    with _lock(results_dir(out_dir), name):
         yield load(name, out_dir)
 
 

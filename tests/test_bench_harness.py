@@ -27,7 +27,7 @@ def test_save_writes_json_and_png_with_machine_and_command(tmp_path, monkeypatch
     for f in ("bench_x.json", "bench_x.png"):  # as a plain write would create them, not private
         assert (tmp_path / f).stat().st_mode & 0o777 == 0o666 & ~umask
     # nothing but the two results and their lock files is left behind (the temporary files were renamed)
-    assert sorted(f.name for f in tmp_path.iterdir() if not f.name.endswith(".lock")) == ["bench_x.json",
+    assert sorted(f.name for f in tmp_path.iterdir() if f.name != ".locks") == ["bench_x.json",
                                                                                           "bench_x.png"]
 
 
@@ -54,7 +54,7 @@ def test_a_write_that_fails_halfway_leaves_the_old_file(tmp_path):
     with pytest.raises(OSError, match="disk full"):
         harness._write_atomic(tmp_path / "keep.json", half)
     assert json.loads((tmp_path / "keep.json").read_text())["v"] == 1
-    assert sorted(f.name for f in tmp_path.iterdir() if not f.name.endswith(".lock")) == ["keep.json"]
+    assert sorted(f.name for f in tmp_path.iterdir() if f.name != ".locks") == ["keep.json"]
 
 
 def test_locked_read_modify_write_keeps_earlier_parts(tmp_path):
