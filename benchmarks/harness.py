@@ -77,28 +77,35 @@ def machine(**extra) -> dict:
 @contextmanager
 def pin_threads(n: int):
     """Hold every thread pool of this process at ``n`` threads inside the block, and restore them
-    after: torch's intra-op pool and the BLAS / OpenMP pools of the loaded libraries (through
-    ``eval.sweep.query_threads``, the pinning ``trawmem sweep`` times with), numba's pool when
-    numba is loaded, and the ``OMP/MKL/OPENBLAS/NUMBA_NUM_THREADS`` variables, which libraries
-    loaded later and child processes (servers, ``--versus`` workers) read at start-up.
+    after: torch's intra-op pool (``torch.set_num_threads``), the BLAS / OpenMP pools of the
+    loaded libraries (``threadpoolctl``), numba's pool when numba is loaded, and the
+    ``OMP/MKL/OPENBLAS/NUMBA_NUM_THREADS`` variables, which libraries loaded later and child
+    processes (servers, ``--versus`` workers) read at start-up.
 
     Benchmarks pin to get per-core figures that hold still on a shared machine: one query's
     matrices are small, so spare pool threads add hand-offs and spin-waits rather than speed.
+    The torch and BLAS part is what ``eval.sweep.query_threads`` does for ``trawmem sweep``; it is
+    written here against torch and threadpoolctl themselves because ``bench_select.py --versus``
+    runs this module in workers over another source tree, whose package may not have that helper.
     """
     if n < 1:
         raise ValueError(f"threads must be at least 1, got {n}")
     old_env = {k: os.environ.get(k) for k in THREAD_VARS}
     os.environ.update({k: str(n) for k in THREAD_VARS})
-    from trawmem_gpu.eval.sweep import query_threads
+    import torch
+    from threadpoolctl import threadpool_limits
 
+    prev_torch = torch.get_num_threads()
     numba = sys.modules.get("numba")
     prev_numba = numba.get_num_threads() if numba is not None else None
+    torch.set_num_threads(n)
     if numba is not None:
         numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
     try:
-        with query_threads(n):
+        with threadpool_limits(limits=n):
             yield
     finally:
+        torch.set_num_threads(prev_torch)
         if prev_numba is not None:
             numba.set_num_threads(prev_numba)
         for k, v in old_env.items():
