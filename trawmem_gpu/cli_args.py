@@ -97,8 +97,9 @@ def categories(text: str) -> tuple[int, ...]:
 
 def add_dayfirst(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dayfirst", action="store_true",
-                   help="read ambiguous dates such as 01.02.2023 day first (1 February); without it, month "
-                        "first (January 2). Dates with a day above 12 read the same either way")
+                   help="read ambiguous dates such as 01.02.2031 day first (1 February); without it, month "
+                        "first (January 2). Dates with a day above 12 read the same either way, and a date "
+                        "that starts with its year (2031/05/13, ISO 8601) is always year, month, day")
 
 
 def add_affinity_weights(p: argparse.ArgumentParser) -> None:

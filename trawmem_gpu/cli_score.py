@@ -63,7 +63,7 @@ def _benchmark(a):
 
         enc = get_encoder(cfg.encoder, cache=not a.no_cache)
     st = ensure_collection([c for c in convs if any(True for _ in c.turns)], bank_dir, ident, cfg, encoder=enc,
-                           progress=not a.quiet, ray=ray)
+                           progress=not a.quiet, ray=ray, data_path=path)
     return items, bank_dir, st
 
 
@@ -82,7 +82,7 @@ def cmd_score(a) -> int:
     elif a.questions:
         if not a.banks:
             raise InputError("--questions needs --banks (a collection built with `trawmem build`)")
-        items, bank_dir = read_questions(a.questions), Path(a.banks)
+        items, bank_dir = read_questions(a.questions, dayfirst=a.dayfirst), Path(a.banks)
     else:
         raise InputError("nothing to score: give --data FILE, or --banks DIR with --questions FILE")
     if a.ray:

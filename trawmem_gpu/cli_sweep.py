@@ -5,7 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .cli_args import categories, nonneg_int, positive_int
+from .cli_args import add_dayfirst, categories, nonneg_int, positive_int
 
 
 def int_list(minimum: int):
@@ -44,7 +44,8 @@ def cmd_sweep(a) -> int:
     res = run_sweep(a.data, a.method, a.hops, a.budget, token_budgets=a.token_budget or (), paper=a.paper,
                     engine=a.engine, categories=a.categories,
                     batch_size=a.batch_size, rounds=a.rounds, threads=a.threads, warmup=a.warmup,
-                    banks_dir=a.banks, max_questions=a.max_questions, progress=not a.quiet)
+                    banks_dir=a.banks, max_questions=a.max_questions, progress=not a.quiet,
+                    dayfirst=a.dayfirst)
     out = Path(a.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
@@ -82,7 +83,9 @@ def add_commands(sub) -> None:
     s.add_argument("--threads", type=positive_int, default=1,
                    help="threads of every timed path: BLAS / torch pools and the batched engine's workers")
     s.add_argument("--warmup", type=nonneg_int, default=10, help="untimed queries before each cell's timed pass")
-    s.add_argument("--banks", help="reuse this bank collection instead of timed fresh builds")
+    s.add_argument("--banks", help="reuse this bank collection instead of timed fresh builds (its banks must be "
+                                   "built from exactly --data's turns)")
+    add_dayfirst(s)
     s.add_argument("--max-questions", type=positive_int, help="a seeded sample of this many questions")
     s.add_argument("--output", default="sweep.json", help="result JSON")
     s.add_argument("--plot", help="Pareto PNG (default: --output with .png)")

@@ -5,8 +5,10 @@ import json
 
 
 def cmd_train_head(a) -> int:
+    from ..data import check_input_file, require_locomo
     from .train import train_head
 
+    require_locomo(check_input_file(a.data), "train-head")
     convs = [c for c in a.conversations.split(",") if c.strip()] if a.conversations else None
     res = train_head(a.data, a.out, conversations=convs, epochs=a.epochs, lr=a.lr, seed=a.seed, budget=a.budget,
                      steps=a.steps, l2=a.l2, temp=a.temp, progress=not a.quiet, dayfirst=a.dayfirst)
