@@ -121,6 +121,16 @@ def cmd_info(a) -> int:
     return 0
 
 
+def cmd_repair_index(a) -> int:
+    from .store import repair_index
+
+    r = repair_index(a.dir)
+    extra = "".join(f"; {k} {len(r[k])}: {', '.join(map(repr, r[k][:5]))}{' ...' if len(r[k]) > 5 else ''}"
+                    for k in ("added", "dropped") if r[k])
+    print(f"rebuilt {Path(a.dir) / 'collection.json'} from the banks' metadata: {plural(r['banks'], 'bank')}{extra}")
+    return 0
+
+
 DESCRIPTION = """\
 TrawMem agent memory: build memory banks from conversation histories, then select a small
 complementary workspace of past turns for each question.
@@ -167,6 +177,12 @@ def build_parser() -> Parser:
     i.add_argument("dir", help="collection or bank directory")
     i.add_argument("--json", action="store_true", help="print the counts as JSON")
     i.set_defaults(fn=cmd_info)
+
+    r = sub.add_parser("repair-index", help="rebuild a collection's index (collection.json) from its banks' metadata",
+                       description="Rebuild DIR/collection.json from the metadata of the bank directories under "
+                                   "DIR/banks, under the collection lock (for a collection that lost its index).")
+    r.add_argument("dir", help="collection directory")
+    r.set_defaults(fn=cmd_repair_index)
 
     from . import cli_select
 

@@ -21,8 +21,8 @@ def ks_list(text: str) -> tuple[int, ...]:
         ks = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not ks or min(ks) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    if not ks or min(ks) < 1 or max(ks) > 100_000:
+        raise argparse.ArgumentTypeError(f"expected integers in 1..100000, got {text!r}")
     return tuple(dict.fromkeys(ks))
 
 
@@ -124,7 +124,8 @@ def cmd_score(a) -> int:
 
 
 def add_commands(sub) -> None:
-    from .cli_args import add_affinity_weights, add_dayfirst, add_token_budget, categories, nonneg_int, positive_int
+    from .cli_args import add_affinity_weights, add_dayfirst, add_token_budget, budget_int, categories, hops_int, \
+        positive_int
     from .select.config import ABLATIONS
 
     s = sub.add_parser("score", help="offline scoring: workspaces JSONL for a batch of questions (resumable)")
@@ -141,10 +142,10 @@ def add_commands(sub) -> None:
     s.add_argument("--summary", help="summary JSON (default: OUT.summary.json)")
     s.add_argument("--overwrite", action="store_true", help="start --out afresh instead of resuming it")
     s.add_argument("--method", choices=["trawmem", "cosine", "bm25", "hybrid", "full"], default="trawmem")
-    s.add_argument("--budget", type=positive_int, help="workspace budget B: units selected per question (default: 16; "
+    s.add_argument("--budget", type=budget_int, help="workspace budget B: units selected per question (default: 16; "
                                                         "with --token-budget: a cap on the units, none unless given)")
     add_token_budget(s, fill=True)
-    s.add_argument("--hops", type=nonneg_int, help="propagation hops H over the thread graph (default: 1)")
+    s.add_argument("--hops", type=hops_int, help="propagation hops H over the thread graph (default: 1)")
     s.add_argument("--ablation", choices=list(ABLATIONS))
     s.add_argument("--paper", action="store_true", help="Section 4.2 exactly as written")
     s.add_argument("--engine", choices=["batched", "reference"], default="batched")

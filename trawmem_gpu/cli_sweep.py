@@ -5,19 +5,23 @@ import argparse
 import json
 from pathlib import Path
 
-from .cli_args import add_dayfirst, categories, nonneg_int, positive_int
+from .cli_args import MAX_BUDGET, MAX_HOPS, MAX_TOKEN_BUDGET, add_dayfirst, categories, nonneg_int, positive_int
 
 
-def int_list(minimum: int):
-    """argparse type: a comma-separated list of integers of at least ``minimum``."""
+def int_list(minimum: int, maximum: int):
+    """argparse type: a comma-separated list of integers in ``minimum..maximum``."""
     def parse(text: str) -> list[int]:
         from .errors import InputError
         from .eval.sweep import parse_int_list
 
         try:
-            return parse_int_list(text, minimum)
+            vals = parse_int_list(text, minimum)
         except InputError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
+        big = [v for v in vals if v > maximum]
+        if big:
+            raise argparse.ArgumentTypeError(f"values must be at most {maximum}, got {big[0]}")
+        return vals
 
     parse.__name__ = "integer list"
     return parse
@@ -65,11 +69,11 @@ def add_commands(sub) -> None:
                                    "tokens and one-query latency p50/p95/p99; batched-engine throughput for "
                                    "TrawMem cells; build cost per bank once.")
     s.add_argument("--data", required=True, help="LoCoMo-layout JSON with questions and gold evidence")
-    s.add_argument("--hops", type=int_list(0), default=[1, 2, 3], metavar="H,H,...",
+    s.add_argument("--hops", type=int_list(0, MAX_HOPS), default=[1, 2, 3], metavar="H,H,...",
                    help="comma-separated hops H for TrawMem cells")
-    s.add_argument("--budget", type=int_list(1), default=[4, 8, 16, 32], metavar="B,B,...",
+    s.add_argument("--budget", type=int_list(1, MAX_BUDGET), default=[4, 8, 16, 32], metavar="B,B,...",
                    help="comma-separated unit budgets B")
-    s.add_argument("--token-budget", type=int_list(1), metavar="T,T,...",
+    s.add_argument("--token-budget", type=int_list(1, MAX_TOKEN_BUDGET), metavar="T,T,...",
                    help="comma-separated token budgets T (workspace tokens, cl100k_base, heads included): one more "
                         "cell per method and T, without a unit cap, e.g. 400,800,1600")
     s.add_argument("--method", type=method_list, default=["trawmem", "hybrid"], metavar="M,M,...",

@@ -1,7 +1,9 @@
 """Append-only, resumable JSON Lines output with exactly-once ids across restarts.
 
 * **One writer.** The file is locked (``filelock``, a maintained cross-platform lock library)
-  for the lifetime of the writer; a second writer fails at once with a clear error.
+  for the lifetime of the writer; a second writer fails at once with a clear error. The lock
+  (and the sidecar) belong to the real file, the path with every symlink resolved, so two
+  paths that reach one file through a link take the same lock.
 * **No half lines.** Each batch of records goes to the file in one ``os.write`` of complete
   lines followed by ``fsync``: a killed process leaves whole lines (a kernel write to a regular
   file is not split by the process dying). A power cut can still tear the last line: on open,
@@ -31,7 +33,7 @@ class ResumableJsonl:
     def __init__(self, path: str | Path, *, key: str = "id", meta: dict | None = None, overwrite: bool = False):
         from filelock import FileLock, Timeout
 
-        self.path = Path(path)
+        self.path = Path(path).resolve()  # the real file: a symlinked --out shares its lock
         self.key = key
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = FileLock(str(self.path) + ".lock")
