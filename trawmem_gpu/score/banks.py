@@ -35,11 +35,13 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def build_identity(data_sha: str, cfg: BuildConfig, units: str) -> dict:
+def build_identity(data_sha: str, cfg: BuildConfig, units: str, *, dayfirst: bool = False) -> dict:
+    """What the banks of a benchmark file depend on (the automatic collection's key and sidecar);
+    ``dayfirst`` is in it because it changes the turns' dates, hence the banks."""
     from ..store import FORMAT_VERSION
 
     return {"data_sha256": data_sha, "build": cfg.to_dict(), "units": units, "unit_text_version": UNIT_TEXT_VERSION,
-            "format_version": FORMAT_VERSION}
+            "format_version": FORMAT_VERSION, "dayfirst": bool(dayfirst)}
 
 
 def default_bank_dir(identity: dict) -> Path:

@@ -25,11 +25,16 @@ from ..data.types import turns_digest
 from ..errors import BankError, name_list
 
 
-def bank_digest(meta: dict) -> str:
-    """What a workspace depends on in a bank, from its checked ``meta.json`` (``read_meta``): the
-    turns digest, the build config and the encoder. 16 hex digits; equal for a rebuild of the
-    same turns with the same config."""
-    body = [meta.get("turns_sha256"), meta.get("build_config"), meta.get("encoder_id")]
+def bank_digest(bank_or_meta) -> str:
+    """What a workspace depends on in a bank: its turns digest, build config and encoder, from a
+    loaded ``Bank`` or its checked ``meta.json`` (``read_meta``, no tensors read), which give the
+    same digest. 16 hex digits; equal for a rebuild of the same turns with the same config."""
+    if isinstance(bank_or_meta, dict):
+        m = bank_or_meta
+        body = [m.get("turns_sha256"), m.get("build_config") or {}, m.get("encoder_id")]
+    else:
+        b = bank_or_meta
+        body = [turns_digest(b.turns), b.build_config or {}, b.encoder_id]
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
 
