@@ -431,7 +431,7 @@ def test_every_option_shows_its_default():
     top = p.format_help()
     sub = next(a for a in p._actions if hasattr(a, "choices") and isinstance(a.choices, dict))
     assert set(sub.choices) == {"build", "info", "query", "eval", "demo", "train-head", "train-affinity", "sweep",
-                                "score", "serve", "serve-key"}
+                                "score", "serve", "serve-key", "repair-index"}
     for name in sub.choices:
         assert name in top
         for opt, entry in _help_lines(sub.choices[name]).items():

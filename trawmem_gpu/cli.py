@@ -135,7 +135,7 @@ DESCRIPTION = """\
 TrawMem agent memory: build memory banks from conversation histories, then select a small
 complementary workspace of past turns for each question.
 
-Commands: build, info, query, eval, demo, train-head. Run `trawmem COMMAND --help` for a
+Commands: build, info, query, eval, demo, train-head, repair-index. Run `trawmem COMMAND --help` for a
 command's options and their defaults. Bad input ends with a one-line error on stderr and exit
 status 2; an eval whose LLM requests failed beyond --allow-failures writes its results and
 exits with status 1."""
