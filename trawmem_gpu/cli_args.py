@@ -5,20 +5,17 @@ time, naming the flag (``argument --budget: must be at least 1, got 0``), before
 loads. Every parser shows each option's default in its help.
 
 **Ranges.** Every numeric option has a range, checked here at parse time; the upper caps guard
-against typos (``--hops 1000000000`` ran a query for 14 minutes), far above any useful value:
+against typos that would run for hours (selection cost grows with H and B), far above any useful value:
 
-============================================  ==========================================
-``--hops`` (and ``serve --max-hops``)         0 .. ``MAX_HOPS`` (8); selection cost grows with H
-``--budget``, ``--steps``, ``serve --max-budget``  1 .. ``MAX_BUDGET`` (4096 units)
-``--token-budget``, ``serve --max-token-budget``   1 .. ``MAX_TOKEN_BUDGET`` (1,000,000 tokens)
-``train-affinity --C``                        above 0, at most ``MAX_C`` (1e4), finite
-``train-head --lr``, ``--temp``               above 0, finite; ``--l2`` 0 or more, finite
-``train-head --epochs``                       1 .. 100,000
-``--port``                                    0 .. 65535
-``--k``                                       1 .. 100,000 each
-timeouts and deadlines                        above 0, finite
-counts (``--allow-failures``, ``--warmup``)   0 or more; sizes (``--batch-size``...) 1 or more
-============================================  ==========================================
+* ``--hops`` (and ``serve --max-hops``): 0 .. ``MAX_HOPS`` (8); selection cost grows with H
+* ``--budget``, ``train-head --steps``, ``serve --max-budget``: 1 .. ``MAX_BUDGET`` (4096 units)
+* ``--token-budget``, ``serve --max-token-budget``: 1 .. ``MAX_TOKEN_BUDGET`` (1,000,000 tokens)
+* ``train-affinity --C``: above 0, at most ``MAX_C`` (1e4), finite
+* ``train-head --lr``, ``--temp``: above 0, finite; ``--l2``: 0 or more, finite; ``--epochs``:
+  1 .. 100,000
+* ``--port``: 0 .. 65535; ``--k``: 1 .. 100,000 each; ``--llm-retries``: 0 .. 100
+* timeouts and deadlines: above 0, finite; counts (``--allow-failures``, ``--warmup``): 0 or
+  more; sizes (``--batch-size``, ``--threads``...): 1 or more
 """
 from __future__ import annotations
 
@@ -183,8 +180,8 @@ def add_llm_options(p: argparse.ArgumentParser) -> None:
     """The request options every LLM-using command takes (``llm_factory.llm_options`` reads them)."""
     p.add_argument("--llm-timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                    help="limit on each LLM request attempt (HTTP backends)")
-    p.add_argument("--llm-retries", type=nonneg_int, default=DEFAULT_RETRIES, metavar="N",
-                   help="retries of a failed LLM request (timeouts, 429, 5xx), with exponential backoff")
+    p.add_argument("--llm-retries", type=int_range(0, 100), default=DEFAULT_RETRIES, metavar="N",
+                   help="retries of a failed LLM request (timeouts, 429, 5xx), with exponential backoff (0..100)")
     p.add_argument("--llm-deadline", type=positive_float, default=None, metavar="SECONDS",
                    help="limit on all LLM requests of the run together, counted from the first one; requests "
                         "still open when it passes fail, and a rerun retries them")

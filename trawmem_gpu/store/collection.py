@@ -109,11 +109,10 @@ class Collection:
             self.refresh()
         elif (self.path / "meta.json").exists():
             raise BankError(f"{self.path} is a single bank, not a collection; open it with load_bank()")
-        elif orphans := _bank_dirs(self.path):  # a lost index: a fresh one would orphan these banks
-            raise BankError(f"{self.path}: the collection index {INDEX} is missing but {BANKS}/ holds "
-                            f"{len(orphans)} bank director{'y' if len(orphans) == 1 else 'ies'} "
-                            f"({name_list(orphans)}); rebuild the index from the banks' own metadata with "
-                            f"`trawmem repair-index {self.path}`")
+        elif _bank_dirs(self.path):  # a lost index, or another writer's first put under way
+            with self.lock(reading=True):  # a put holds the lock from its first bank to the index
+                self._refuse_lost_index()
+                self.refresh()
         elif not create:
             raise BankError(f"{self.path}: not a collection (missing {INDEX})")
         elif self.path.is_dir():
@@ -125,6 +124,18 @@ class Collection:
                                 f"choose a new or empty directory")
 
     # -- index ------------------------------------------------------------------------------
+    def _refuse_lost_index(self) -> None:
+        """A ``BankError`` when bank directories exist but the index does not (call under the
+        lock): a fresh index would orphan them."""
+        if (self.path / INDEX).exists():
+            return
+        orphans = _bank_dirs(self.path)
+        if orphans:
+            raise BankError(f"{self.path}: the collection index {INDEX} is missing but {BANKS}/ holds "
+                            f"{len(orphans)} bank director{'y' if len(orphans) == 1 else 'ies'} "
+                            f"({name_list(orphans)}); rebuild the index from the banks' own metadata with "
+                            f"`trawmem repair-index {self.path}`")
+
     def refresh(self) -> None:
         """Re-read the index from disk (banks other writers added since)."""
         ip = self.path / INDEX
@@ -282,6 +293,7 @@ class Collection:
         """``put`` for many banks: one lock hold, one index write per ``group`` banks."""
         for i in range(0, len(banks), group):
             with self.lock():
+                self._refuse_lost_index()
                 self.refresh()
                 if i == 0:
                     self._sweep()
@@ -302,6 +314,7 @@ class Collection:
                 if new is not None and new.bank_id != bank_id:
                     raise BankError(f"update of bank {bank_id!r} returned bank {new.bank_id!r}")
                 with self.lock():
+                    self._refuse_lost_index()
                     self.refresh()
                     if self._revision(bank_id) != rev:
                         continue  # another writer's put landed meanwhile: apply fn to its bank
