@@ -154,7 +154,8 @@ def build_parser() -> Parser:
     b.add_argument("--input", required=True, help="history file: LoCoMo-layout JSON or JSONL (one turn per line)")
     b.add_argument("--out", required=True, help="collection directory (created if missing)")
     b.add_argument("--format", choices=["auto", *FORMATS], default="auto",
-                   help="input format; auto picks JSONL for .jsonl/.ndjson, LongMemEval by its haystack keys, else LoCoMo")
+                   help="input format; auto picks JSONL for .jsonl/.ndjson, LongMemEval by its haystack keys, "
+                        "else LoCoMo")
     add_dayfirst(b)
     b.add_argument("--segmentation", choices=["embedding", "fixed", "llm"],
                    help="thread segmentation (default: 'embedding', or with --update the bank's own)")

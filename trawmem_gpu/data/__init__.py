@@ -24,11 +24,11 @@ def sample_path() -> Path:
 def detect_format(path: str | Path) -> str:
     """The format of ``path`` (what ``--format auto`` picks): the one sniffer of every command.
 
-    A ``.jsonl`` / ``.ndjson`` suffix means JSONL; otherwise the first 64 KiB (decompressed when gzip) decide: a LongMemEval-only key
-    (``haystack_sessions``, ``haystack_session_ids``, ``haystack_dates``) as a JSON key means
-    LongMemEval, anything else LoCoMo layout (whose loader then says what is missing). Field
-    order does not matter: a LoCoMo file whose ``qa`` comes first and carries ``question_id`` is
-    LoCoMo.
+    A ``.jsonl`` / ``.ndjson`` suffix means JSONL; otherwise the first 64 KiB (decompressed when
+    gzip) decide: a LongMemEval-only key (``haystack_sessions``, ``haystack_session_ids``,
+    ``haystack_dates``) as a JSON key means LongMemEval, anything else LoCoMo layout (whose
+    loader then says what is missing). Field order does not matter: a LoCoMo file whose ``qa``
+    comes first and carries ``question_id`` is LoCoMo.
     """
     path = Path(path)
     if path.suffix.lower() in (".jsonl", ".ndjson"):

@@ -398,7 +398,8 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
     convs = load_conversations(data, dayfirst=dayfirst)
     items = question_items(convs, categories, max_questions)
     with query_threads(threads):
-        banks_list, build_rows, build_source = load_or_build_banks(convs, banks_dir, build_cfg, progress, data_path=data)
+        banks_list, build_rows, build_source = load_or_build_banks(convs, banks_dir, build_cfg, progress,
+                                                                   data_path=data)
     banks = {b.bank_id: b for b in banks_list}
     encoder = get_encoder(build_cfg.encoder, cache=False)
     if banks_list[0].encoder_id != encoder.id:
