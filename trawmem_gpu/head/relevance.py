@@ -72,6 +72,9 @@ def fit_relevance(questions: list[LabelledQuestion], C: float = L2, max_iter: in
     """The relevance weights (one per feature, then the bias) fitted on ``questions``."""
     if not questions:
         raise ValueError("no labelled questions to fit the affinity on")
+    if isinstance(C, bool) or not isinstance(C, (int, float)) or not math.isfinite(C) or C <= 0:
+        raise ValueError(f"C must be a finite number above 0, got {C!r} (0 fits all-zero weights, a negative C "
+                         "maximizes the loss)")
     X = np.concatenate([q.F for q in questions])
     y = np.concatenate([q.y for q in questions])
     w = row_weights(questions)
@@ -160,6 +163,7 @@ def save_weights(path: str | Path, weights, meta: dict | None = None) -> Path:
     return weights_file.save_weights(path, weights, RELEVANCE_FEATURES, meta)
 
 
-def load_weights(path: str | Path) -> tuple[float, ...]:
-    """``weights_file.load_weights`` for the ``learned`` affinity's features."""
-    return weights_file.load_weights(path, RELEVANCE_FEATURES)
+def load_weights(path: str | Path, label: str = "affinity_weights") -> tuple[float, ...]:
+    """``weights_file.load_weights`` for the ``learned`` affinity's features (``label``: how errors
+    name the file's source)."""
+    return weights_file.load_weights(path, RELEVANCE_FEATURES, label)

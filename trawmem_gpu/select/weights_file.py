@@ -27,20 +27,28 @@ def save_weights(path: str | Path, weights, features, meta: dict | None = None) 
     return path
 
 
-def load_weights(path: str | Path, features) -> tuple[float, ...]:
+def load_weights(path: str | Path, features, label: str = "affinity_weights") -> tuple[float, ...]:
     """The relevance weights of a file written by :func:`save_weights` (``affinity_weights``);
     clear errors for a missing or foreign file, or one fitted for other ``features`` than these."""
     from ..errors import InputError, read_json
 
     path = Path(path)
-    doc = read_json(path, f"affinity_weights {path}", "not a weights file")
+    doc = read_json(path, f"{label} {path}", "not a weights file")
     if not isinstance(doc, dict) or doc.get("format") != WEIGHTS_FORMAT:
-        raise InputError(f"affinity_weights {path}: not a weights file (write one with `trawmem train-affinity`)")
+        raise InputError(f"{label} {path}: not a weights file (write one with `trawmem train-affinity`)")
     if doc.get("features") != list(features):
-        raise InputError(f"affinity_weights {path}: fitted for the features {doc.get('features')}, this version "
+        raise InputError(f"{label} {path}: fitted for the features {doc.get('features')}, this version "
                          f"uses {list(features)}; fit it again with `trawmem train-affinity`")
     w = doc.get("weights")
     if not isinstance(w, list) or len(w) != len(features) + 1 or not all(
             isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in w):
-        raise InputError(f"affinity_weights {path}: 'weights' must be {len(features) + 1} finite numbers")
+        raise InputError(f"{label} {path}: 'weights' must be {len(features) + 1} finite numbers")
+    if not any(w[:-1]):
+        raise InputError(f"{label} {path}: every feature weight is 0, so the affinity carries no signal "
+                         "(a fit with C = 0?); fit it again with `trawmem train-affinity`")
+    meta = doc.get("meta")
+    C = meta.get("C") if isinstance(meta, dict) else None
+    if C is not None and not (isinstance(C, (int, float)) and not isinstance(C, bool) and math.isfinite(C) and C > 0):
+        raise InputError(f"{label} {path}: fitted with C = {C!r}, outside C > 0 (the fit is not a "
+                         "regularized one); fit it again with `trawmem train-affinity --C` above 0")
     return tuple(float(x) for x in w)
