@@ -68,7 +68,7 @@ def test_huge_budget_is_sized_by_the_pool(banks, queries):  # noqa: F811
 def test_params_validation_names_fields():
     with pytest.raises(ConfigError, match=r"^token_budget must lie in"):
         QueryParams(token_budget=0)
-    with pytest.raises(ConfigError, match=r"^hops must lie in \[0, 16\]"):
+    with pytest.raises(ConfigError, match=r"^hops must lie in \[0, 8\]"):
         QueryParams(hops=MAX_HOPS + 1)
     with pytest.raises(ConfigError, match="budget must be a whole number"):
         QueryParams(budget=2.5)

@@ -23,6 +23,7 @@ import argparse
 import math
 
 from .llm_factory import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
+from .select.params import MAX_BUDGET, MAX_HOPS, MAX_TOKEN_BUDGET  # the bounds of QueryParams, one home
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -98,12 +99,6 @@ def positive_float(text: str) -> float:
     return v
 
 
-MAX_HOPS = 8
-"""Largest ``--hops`` any command accepts (the paper's grid stops at 3; cost grows with H)."""
-MAX_BUDGET = 4096
-"""Largest unit budget ``--budget`` (and ``train-head --steps``): far above any workspace."""
-MAX_TOKEN_BUDGET = 1_000_000
-"""Largest ``--token-budget``: above every model's context window."""
 MAX_C = 1e4
 """Largest ``train-affinity --C`` (inverse L2 strength); larger lets a separable fit diverge."""
 

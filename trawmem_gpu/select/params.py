@@ -22,14 +22,14 @@ TOKENS_PER_UNIT = 50
 """Workspace tokens one selected unit is taken to cost when a token budget T sizes what a unit
 budget B sizes (the candidate pool, the priority cap): B_T = max(1, round(T / TOKENS_PER_UNIT)),
 so T = 800 sizes the pool like B = 16 (about what one selected unit costs with its heading)."""
-MAX_HOPS = 16
+MAX_HOPS = 8
 """Most propagation hops a query may ask for. Propagation keeps the max over paths, so past the
 graph's diameter more hops change nothing; the cap bounds the work of a single query."""
-MAX_BUDGET = 1 << 20
-"""Most units a query may ask for (B) and most tokens (T, times :data:`TOKENS_PER_UNIT` for the
-pool it sizes). Every buffer is sized by the candidate pool, never by B itself: the cap only keeps
-the numbers finite and integral."""
-MAX_TOKEN_BUDGET = MAX_BUDGET * TOKENS_PER_UNIT
+MAX_BUDGET = 4096
+"""Most units a query may ask for (B). Every buffer is sized by the candidate pool, never by B
+itself: the cap keeps a request's size stated and its numbers small."""
+MAX_TOKEN_BUDGET = 1_000_000
+"""Most workspace tokens a query may ask for (T)."""
 FILLS = ("skip", "stop")
 
 
