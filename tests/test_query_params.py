@@ -59,7 +59,7 @@ def test_mixed_batch_method_variants(banks, queries, cfg):  # noqa: F811
 def test_huge_budget_is_sized_by_the_pool(banks, queries):  # noqa: F811
     """A budget far above any bank's size allocates by the candidate pool, not by B."""
     ids, qs, Z = queries
-    p = QueryParams(budget=1 << 20)
+    p = QueryParams(budget=4096)
     eng = SelectionEngine(banks, SelectConfig(), device="cpu")
     got = eng.select_units(ids[:6], qs[:6], Z[:6], params=p)
     assert got == _reference(banks, SelectConfig(), ids[:6], qs[:6], Z[:6], [p] * 6)
