@@ -482,3 +482,49 @@ def test_control_and_bidi_characters_never_reach_the_workspace(tmp_path, cache):
         assert not bad, [hex(ord(c)) for c in bad]
         assert not [ln for ln in text.splitlines() if ln.startswith("## 1 Jan 2020")]
         assert "  ## 1 Jan 2020 — forged" in text and "evil" in text and "red" in text
+
+
+# ----------------------------------------------------------------------------------------------
+# 8. the last traceback classes of a re-audit (issue 24): each a one-line error or a counted repair
+# ----------------------------------------------------------------------------------------------
+def _lme_with(tmp_path, where: str) -> Path:
+    """A synthetic LongMemEval file whose ``where`` (a field of instance 1) holds ``\\ud800``,
+    spelled as JSON spells it (the escape, not a raw surrogate, which no UTF-8 file can hold)."""
+    from lme_synthetic import instances
+
+    data = instances(3)
+    inst = data[1]
+    if where == "content":
+        inst["haystack_sessions"][2][0]["content"] += " MARK"
+    elif where == "session id":
+        inst["haystack_session_ids"][0] += "MARK"
+    else:
+        inst[where] += " MARK"
+    f = tmp_path / "lme.json"
+    f.write_text(json.dumps(data).replace("MARK", "\\ud800"), encoding="utf-8")
+    return f
+
+
+@pytest.mark.parametrize("where,field", [("content", "'content'"), ("question_id", "'question_id'"),
+                                         ("question", "'question'"), ("answer", "'answer'"),
+                                         ("session id", "haystack_session_ids[0]")])
+def test_lone_surrogates_in_longmemeval_are_input_errors(tmp_path, cache, capsys, where, field):
+    from trawmem_gpu.data import load_longmemeval
+
+    f = _lme_with(tmp_path, where)
+    with pytest.raises(InputError, match=rf"instance 1.*{re.escape(field)}.*lone surrogate '\\ud800'"):
+        load_longmemeval(f)
+    assert main(["build", "--input", str(f), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    _err(capsys, "instance 1", field, "lone surrogate")
+
+
+@pytest.mark.parametrize("field", ["id", "bank_id", "question", "date"])
+def test_lone_surrogates_in_score_questions_are_input_errors(tmp_path, capsys, field):
+    rec = {"id": "q1", "bank_id": "b", "question": "Where did Ana go?", "date": "2031-05-02"}
+    rec[field] += "MARK"
+    q = tmp_path / "q.jsonl"
+    q.write_text(json.dumps({"id": "q0", "bank_id": "b", "question": "ok?"}) + "\n"
+                 + json.dumps(rec).replace("MARK", "\\udfff") + "\n", encoding="utf-8")
+    assert main(["score", "--questions", str(q), "--banks", str(tmp_path / "c"), "--out", str(tmp_path / "o.jsonl"),
+                 "--quiet"]) == 2
+    _err(capsys, f"{q}:2", f"'{field}'", "lone surrogate")

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..data.dates import parse_date
+from ..data.fields import valid_unicode
 from ..data.types import Conversation
 from ..errors import InputError
 
@@ -81,6 +82,8 @@ def read_questions(path: str | Path) -> list[ScoreItem]:
                 raise InputError(f"{where}: missing field {f!r}")
             if not isinstance(r[f], (str, int)) or isinstance(r[f], bool):
                 raise InputError(f"{where}: field {f!r} must be a string")
+            if isinstance(r[f], str):
+                valid_unicode(r[f], f, where)
         qid = str(r["id"])
         if qid in seen:
             raise InputError(f"{where}: duplicate id {qid!r}")
@@ -89,6 +92,7 @@ def read_questions(path: str | Path) -> list[ScoreItem]:
         if date is not None:
             if not isinstance(date, str):
                 raise InputError(f"{where}: field 'date' must be a string")
+            valid_unicode(date, "date", where)
             try:
                 date = parse_date(date).isoformat()
             except ValueError as e:
