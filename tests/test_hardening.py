@@ -528,3 +528,66 @@ def test_lone_surrogates_in_score_questions_are_input_errors(tmp_path, capsys, f
     assert main(["score", "--questions", str(q), "--banks", str(tmp_path / "c"), "--out", str(tmp_path / "o.jsonl"),
                  "--quiet"]) == 2
     _err(capsys, f"{q}:2", f"'{field}'", "lone surrogate")
+
+
+def _last_err(capsys, *fragments) -> str:
+    """:func:`_err` on the last line of stderr (an encoder's first load may print a bar before it)."""
+    cap = capsys.readouterr()
+    assert "Traceback" not in cap.err, cap.err
+    err = cap.err.strip().splitlines()[-1]
+    for f in fragments:
+        assert f in err, f"{f!r} not in {err!r}"
+    return err
+
+
+def _unfittable(tmp_path, kind: str) -> Path:
+    """A data file without a question ``train-affinity`` can fit on."""
+    import lme_synthetic as L
+
+    if kind == "category 5 only":
+        f = write_data(tmp_path / "loc.json")
+        d = json.loads(f.read_text())
+        for s in d:
+            for q in s["qa"]:
+                q["category"] = 5
+        f.write_text(json.dumps(d))
+        return f
+    if kind == "plain JSONL":
+        return _jsonl(tmp_path / "t.jsonl", [_rec("b", "1"), _rec("b", "2", "and more")])
+    inst = L.instances(3)
+    for i in inst:
+        if kind == "abstention only":
+            i["question_id"] += "_abs"
+        else:  # no gold: no has_answer turn
+            for s in i["haystack_sessions"]:
+                for t in s:
+                    t["has_answer"] = False
+    return L.write(tmp_path / "lme.json", inst)
+
+
+@pytest.mark.parametrize("kind", ["abstention only", "no gold", "category 5 only", "plain JSONL"])
+def test_train_affinity_on_data_it_cannot_fit(tmp_path, cache, capsys, kind):
+    f = _unfittable(tmp_path, kind)
+    assert main(["train-affinity", "--data", str(f), "--out", str(tmp_path / "w.json"), "--quiet"]) == 2
+    _last_err(capsys, f"{f}: no labelled question", "gold evidence")
+    assert not (tmp_path / "w.json").exists()
+
+
+def test_train_affinity_fit_options_and_divergence(tmp_path, cache, capsys):
+    from trawmem_gpu.errors import ConfigError
+    from trawmem_gpu.head.relevance import fit_relevance
+
+    f = write_data(tmp_path / "loc.json")
+    for bad in ("nan", "inf", "-inf", "0", "-1"):
+        with pytest.raises(SystemExit) as e:
+            main(["train-affinity", "--data", str(f), "--out", str(tmp_path / "w.json"), f"--C={bad}"])
+        assert e.value.code == 2 and "argument --C: must be a positive number" in capsys.readouterr().err
+    assert main(["train-affinity", "--data", str(f), "--out", str(tmp_path / "w.json"), "--quiet",
+                 "--C", "1e308"]) == 2  # finite, and still too large to converge
+    _last_err(capsys, "the affinity fit diverged", "C = 1e+308", "smaller C")
+    assert not (tmp_path / "w.json").exists()
+    for C in (float("nan"), float("inf"), 0, -2.0, True):  # the library names the field
+        with pytest.raises(ConfigError, match="C must be a finite number above 0"):
+            fit_relevance([], C=C)
+    with pytest.raises(InputError, match="no labelled questions"):
+        fit_relevance([])

@@ -27,12 +27,15 @@ def cmd_train_affinity(a) -> int:
     import time
 
     from ..eval.retrieval import file_sha256
-    from .relevance import fit_relevance, load_labelled, save_weights
+    from ..errors import InputError
+    from .relevance import NEEDS_LABELS, fit_relevance, load_labelled, save_weights
 
     t0 = time.perf_counter()
     qs, meta = [], []
     for path in a.data:
         got, _ = load_labelled(path, progress=not a.quiet, dayfirst=a.dayfirst, folds=1)
+        if not got:
+            raise InputError(f"{path}: no labelled question to fit the affinity on ({NEEDS_LABELS})")
         qs += got
         meta.append({"path": str(path), "sha256": file_sha256(path), "questions": len(got),
                      "gold_units": int(sum(q.y.sum() for q in got))})
@@ -51,7 +54,7 @@ def add_commands(sub) -> None:
     t.add_argument("--data", required=True, help="LoCoMo-layout JSON with evidence labels")
     t.add_argument("--out", required=True, help="head file to write (safetensors); the loss curve goes beside it")
     t.add_argument("--conversations", help="comma-separated bank ids to train on (default: all)")
-    from ..cli_args import add_dayfirst
+    from ..cli_args import add_dayfirst, positive_float
 
     add_dayfirst(t)
     t.add_argument("--epochs", type=int, default=DEFAULTS["epochs"])
@@ -72,7 +75,8 @@ def add_commands(sub) -> None:
                    help="labelled benchmark file (LoCoMo layout or LongMemEval); repeat it to fit on several, each "
                         "data set weighing the same")
     f.add_argument("--out", required=True, help="weights file to write (JSON); pass it to --affinity-weights")
-    f.add_argument("--C", type=float, default=1.0, help="inverse L2 strength of the logistic fit")
+    f.add_argument("--C", type=positive_float, default=1.0, help="inverse L2 strength of the logistic fit (a finite "
+                   "number above 0)")
     add_dayfirst(f)
     f.add_argument("--quiet", action="store_true", help="no progress bars")
     f.set_defaults(fn=cmd_train_affinity)
