@@ -638,7 +638,8 @@ def test_a_damaged_embedding_cache_is_set_aside_and_rebuilt(tmp_path, cache, cap
     _damage(db, kind)
     assert main(["build", "--input", str(sample_path()), "--out", str(tmp_path / "c2"), "--quiet"]) == 0
     err = capsys.readouterr().err
-    assert "Traceback" not in err and "note: the embedding cache" in err and "set aside as embeddings.sqlite.bad-1" in err
+    assert "Traceback" not in err and "note: the embedding cache" in err
+    assert "set aside as embeddings.sqlite.bad-1" in err
     assert (cache / "embeddings.sqlite.bad-1").exists() and _cached_rows(db) == n  # rebuilt, every text again
     # the library: damage done under an open cache is found by its next write, set aside once, and
     # the write goes to the fresh cache
