@@ -431,7 +431,7 @@ def test_every_option_shows_its_default():
     top = p.format_help()
     sub = next(a for a in p._actions if hasattr(a, "choices") and isinstance(a.choices, dict))
     assert set(sub.choices) == {"build", "info", "query", "eval", "demo", "train-head", "train-affinity", "sweep",
-                                "score", "serve", "serve-key"}
+                                "score", "serve", "serve-key", "repair-index"}
     for name in sub.choices:
         assert name in top
         for opt, entry in _help_lines(sub.choices[name]).items():
@@ -482,6 +482,33 @@ def test_control_and_bidi_characters_never_reach_the_workspace(tmp_path, cache):
         assert not bad, [hex(ord(c)) for c in bad]
         assert not [ln for ln in text.splitlines() if ln.startswith("## 1 Jan 2020")]
         assert "  ## 1 Jan 2020 — forged" in text and "evil" in text and "red" in text
+
+
+def test_repair_index_rebuilds_from_the_banks_and_refuses_what_it_cannot_read(tmp_path):
+    """Issue 26: a lost collection.json made the next build start a fresh index over the banks."""
+    from trawmem_gpu.store import repair_index
+
+    d = tmp_path / "coll"
+    coll = Collection(d, create=True)
+    for b in ("a", "b", "Ana's chat"):
+        coll.put(tiny_bank(b, [turn(f"{b}1", 1)]))
+    (d / "collection.json").unlink()
+    (d / "banks" / "b").rename(d / "banks" / ".b.old-dead1")  # a write killed mid-swap, too
+    for create in (False, True):
+        with pytest.raises(BankError, match=r"collection.json is missing .*trawmem repair-index"):
+            Collection(d, create=create)
+    r = repair_index(d)
+    assert r["banks"] == 3 and sorted(r["added"]) == ["Ana's chat", "a", "b"] and r["dropped"] == []
+    coll = Collection(d)
+    assert sorted(coll.bank_ids) == ["Ana's chat", "a", "b"]
+    assert [t.turn_id for t in coll.load("b").turns] == ["b1"]
+    # a damaged bank stops the repair, naming the directory; nothing is written
+    (d / "collection.json").unlink()
+    meta = d / "banks" / "a" / "meta.json"
+    meta.write_text(meta.read_text().replace('"n_units"', '"n_unitz"'))
+    with pytest.raises(BankError, match=r"banks/a.*remove or move"):
+        repair_index(d)
+    assert not (d / "collection.json").exists()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -577,20 +604,23 @@ def test_train_affinity_fit_options_and_divergence(tmp_path, cache, capsys):
     from trawmem_gpu.errors import ConfigError
     from trawmem_gpu.head.relevance import fit_relevance
 
+    from trawmem_gpu.head.relevance import load_labelled
+
     f = write_data(tmp_path / "loc.json")
-    for bad in ("nan", "inf", "-inf", "0", "-1"):
+    for bad, msg in (("nan", "finite"), ("inf", "finite"), ("-inf", "finite"), ("0", "above 0"), ("-1", "above 0"),
+                     ("1e308", "at most")):
         with pytest.raises(SystemExit) as e:
             main(["train-affinity", "--data", str(f), "--out", str(tmp_path / "w.json"), f"--C={bad}"])
-        assert e.value.code == 2 and "argument --C: must be a positive number" in capsys.readouterr().err
-    assert main(["train-affinity", "--data", str(f), "--out", str(tmp_path / "w.json"), "--quiet",
-                 "--C", "1e308"]) == 2  # finite, and still too large to converge
-    _last_err(capsys, "the affinity fit diverged", "C = 1e+308", "smaller C")
-    assert not (tmp_path / "w.json").exists()
+        assert e.value.code == 2 and "argument --C: must be" in (err := capsys.readouterr().err) and msg in err
     for C in (float("nan"), float("inf"), 0, -2.0, True):  # the library names the field
         with pytest.raises(ConfigError, match="C must be a finite number above 0"):
             fit_relevance([], C=C)
     with pytest.raises(InputError, match="no labelled questions"):
         fit_relevance([])
+    qs, _ = load_labelled(f, folds=1)
+    assert len(fit_relevance(qs, C=1.0)) > 1
+    with pytest.raises(ConfigError, match=r"the affinity fit diverged .* at C = 1e\+308; a smaller C"):
+        fit_relevance(qs, C=1e308)  # finite, and too large to converge (the CLI caps --C below this)
 
 
 def _damage(db: Path, kind: str) -> None:
@@ -736,63 +766,72 @@ def test_damaged_score_sidecars(scored, capsys, monkeypatch, damage):
     assert summary["build"]["sidecars_repaired"] == 1
 
 
-def _growth(runs: dict, big: int) -> dict:
-    """For each ``runs[name](B)`` (a command line): how much more memory it allocates through
-    Python and NumPy (``tracemalloc`` sees NumPy's array buffers) at ``--budget big`` than at 16,
-    after an untraced warm-up run (which builds the banks and fills the caches)."""
+@pytest.mark.parametrize("argv", [["eval", "--data", "d.json", "--engine", "batched", "--output", "o.json"],
+                                  ["score", "--data", "d.json", "--out", "o.jsonl"], ["sweep", "--data", "d.json"]])
+def test_huge_budgets_are_refused_at_parse_time(capsys, argv):
+    """``--budget 1000000000`` allocated 22-119 GiB and died; the flag's range stops it first."""
+    with pytest.raises(SystemExit) as e:
+        main(argv + ["--budget", "1000000000"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "error: argument --budget:" in err and "must be at most 4096, got 1000000000" in err
+
+
+def _growth(select, big: int) -> tuple[int, list, list]:
+    """How much more memory ``select(B)`` allocates through Python and NumPy (``tracemalloc``
+    sees NumPy's array buffers) at ``B = big`` than at ``B = 256`` (above every pool here), after an untraced warm-up;
+    and both results."""
     import tracemalloc
 
-    out = {}
-    for name, argv in runs.items():
-        assert main(argv(16)) == 0, name
-        peak = {}
-        for B in (16, big):
-            tracemalloc.start()
-            try:
-                assert main(argv(B)) == 0, (name, B)
-                peak[B] = tracemalloc.get_traced_memory()[1]
-            finally:
-                tracemalloc.stop()
-        out[name] = peak[big] - peak[16]
-    return out
+    select(256)
+    peak, got = {}, {}
+    for B in (256, big):
+        tracemalloc.start()
+        try:
+            got[B] = select(B)
+            peak[B] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    return peak[big] - peak[256], got[256], got[big]
 
 
-def test_huge_budgets_are_capped_by_the_pool(tmp_path, cache, capsys):
-    """``--budget 1000000000`` selects the whole candidate pool, with no memory that grows with B,
-    on the paths outside the batched engine: ``eval`` and ``score`` with the reference engine."""
-    import lme_synthetic as L
+def _library_problem():
+    from test_engine import make_bank
 
-    data = write_data(tmp_path / "loc.json")
-    lme = L.write(tmp_path / "lme.json", L.instances(3))
-    big = 1_000_000_000
-    grown = _growth({
-        "eval": lambda B: ["eval", "--data", str(data), "--engine", "reference", "--budget", str(B),
-                           "--output", str(tmp_path / f"e{B}.json")],
-        "score": lambda B: ["score", "--data", str(lme), "--engine", "reference", "--budget", str(B),
-                            "--out", str(tmp_path / f"s{B}.jsonl"), "--overwrite", "--quiet"]}, big)
-    capsys.readouterr()
-    assert all(g < (4 << 20) for g in grown.values()), grown
-    recs = [json.loads(x) for x in (tmp_path / f"s{big}.jsonl").read_text().splitlines()]
-    pool = [json.loads(x) for x in (tmp_path / "s16.jsonl").read_text().splitlines()]
-    assert recs and all(len(r["units"]) >= len(p["units"]) for r, p in zip(recs, pool))
+    import numpy as np
+
+    banks = [make_bank("odd", [3, 1, 5, 2, 7, 4, 1, 6, 3], seed=1, n_semantic=5),
+             make_bank("wide", [2, 3, 4, 5] * 8, seed=4, n_semantic=20)]
+    rng = np.random.default_rng(0)
+    Z = rng.normal(size=(8, banks[0].unit_vecs.shape[1])).astype(np.float32)
+    Z /= np.linalg.norm(Z, axis=1, keepdims=True)
+    return banks, ["odd", "wide"] * 4, [f"when did we talk about {i}?" for i in range(8)], Z
+
+
+def test_huge_budgets_in_the_library_are_capped_by_the_pool():
+    """A library caller may still pass any B (``SelectConfig`` has no upper bound): the reference
+    selection takes the whole pool at B = 10^9 and allocates nothing that grows with B."""
+    from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.context import BankContext
+    from trawmem_gpu.select.reference import select_reference
+
+    banks, ids, qs, Z = _library_problem()
+    ctx = {b.bank_id: BankContext.of(b) for b in banks}
+    grown, small, huge = _growth(lambda B: [select_reference(ctx[b], q, z, SelectConfig(budget=B)).units
+                                            for b, q, z in zip(ids, qs, Z)], 1_000_000_000)
+    assert grown < (1 << 20) and huge == small
 
 
 @pytest.mark.xfail(strict=True, reason="select/ sizes by B")
-def test_huge_budgets_on_the_batched_engine(tmp_path, cache, capsys):
-    """``eval --engine batched``, ``score`` and ``sweep`` (both on the batched engine) at a budget
-    far above any pool: the memory they allocate must not grow with B. (B = 2,000,000, not 10^9,
-    so that a B-sized array is a measurable 16 MB per query rather than an out-of-memory kill.)"""
-    import lme_synthetic as L
+def test_huge_budgets_on_the_batched_engine():
+    """The batched engine (compiled, the CPU default) at a budget far above any pool: the same
+    picks as the reference, and no memory that grows with B. (B = 2,000,000, not 10^9, so that a
+    B-sized array is a measurable 16 MB per query rather than an out-of-memory kill.)"""
+    from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.engine import SelectionEngine
 
-    data = write_data(tmp_path / "loc.json")
-    lme = L.write(tmp_path / "lme.json", L.instances(3))
-    grown = _growth({
-        "eval": lambda B: ["eval", "--data", str(data), "--engine", "batched", "--budget", str(B),
-                           "--output", str(tmp_path / f"e{B}.json")],
-        "score": lambda B: ["score", "--data", str(lme), "--budget", str(B), "--out", str(tmp_path / f"s{B}.jsonl"),
-                            "--overwrite", "--quiet"],
-        "sweep": lambda B: ["sweep", "--data", str(data), "--method", "trawmem", "--hops", "1", "--budget", str(B),
-                            "--rounds", "1", "--warmup", "0", "--output", str(tmp_path / f"w{B}.json"), "--quiet"]},
-        2_000_000)
-    capsys.readouterr()
-    assert all(g < (4 << 20) for g in grown.values()), grown
+    banks, ids, qs, Z = _library_problem()
+    grown, small, huge = _growth(lambda B: SelectionEngine(banks, SelectConfig(budget=B), device="cpu")
+                                 .select_units(ids, qs, Z), 2_000_000)
+    assert huge == small
+    assert grown < (1 << 20), grown

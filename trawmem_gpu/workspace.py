@@ -10,8 +10,8 @@ Rendered format (what the answer model reads, and what ``context_tokens`` counts
   never crosses a session, so it dates all its units). A heading identical to the one in force
   (the block above's) is not repeated: consecutive threads of one date share one ``## date``
   heading, their blocks still apart by a blank line. That is all a heading shows by default
-  (``headings="date"``, ``SelectConfig.headings``): at equal tokens the gist did not earn its
-  tokens on either dev set (``benchmarks/bench_equal_tokens.py``, README). With
+  (``headings="date"``, ``SelectConfig.headings``): a gist costs tokens that, under a token
+  budget, could hold more turns (the comparison: docs/design-notes.md). With
   ``headings="gist"`` it goes on with ``—`` and the thread's gist: for an extractive head its most
   central turn (``speaker: words ...``, clipped), for an LLM head its one-sentence summary; the
   gist is left out when that very turn is among the units shown. The gist tells the threads
@@ -57,7 +57,7 @@ Headings = Literal["date", "gist", "none"]
 thread's gist (``gist``), or no heading and a date on every line (``none``)."""
 HEADINGS: tuple[str, ...] = typing.get_args(Headings)
 DEFAULT_HEADINGS: Headings = "date"
-"""The default of ``SelectConfig.headings`` and of every function here (README "Equal tokens")."""
+"""The default of ``SelectConfig.headings`` and of every function here."""
 
 
 def headings_for(method: str, cfg) -> str:
@@ -97,7 +97,7 @@ def heading_line(date: str, gist: str | None) -> str:
     return f"## {date} — {one_line(gist)}" if gist else f"## {date}"
 
 
-@functools.lru_cache(maxsize=1 << 16)  # keyed by the (frozen) turn's value: never stale; 2.8x assembly
+@functools.lru_cache(maxsize=1 << 16)  # keyed by the (frozen) turn's value: never stale
 def unit_line(t: Turn, with_heads: bool) -> str:
     """One unit's line: ``[id] speaker: text`` under a heading (which carries the date), else
     ``[id] (date) speaker: text``; then the image caption, if any."""
@@ -206,10 +206,9 @@ class TokenCosts:
     (which can only remove tokens). So each cost is counted on its own line, rounded up where the
     join costs a token, and a heading is charged in full less, per shown quoted turn, the least
     that showing it takes off the heading whatever else is shown (counted on every variant), so
-    the charges never exceed what the heading really loses. Measured against the real rendering
-    on the LoCoMo dev banks (``benchmarks/token_costs.py``: random sets of 1-39 units, 2,100 per
-    mode, ``benchmarks/results/token_costs.json``): never under; over by 0.03 tokens on average
-    under ``date`` and ``none``, and by about 2 under ``gist`` (its uncredited shared headings).
+    the charges never exceed what the heading really loses. ``benchmarks/token_costs.py`` checks
+    the bound, and how tight it is, against the real rendering (docs/design-notes.md; under
+    ``gist`` the uncredited shared headings leave it looser).
     """
 
     unit: np.ndarray
