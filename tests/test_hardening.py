@@ -809,29 +809,32 @@ def _library_problem():
 
 
 def test_huge_budgets_in_the_library_are_capped_by_the_pool():
-    """A library caller may still pass any B (``SelectConfig`` has no upper bound): the reference
-    selection takes the whole pool at B = 10^9 and allocates nothing that grows with B."""
-    from trawmem_gpu.select.config import SelectConfig
+    """A library caller's B is bounded (``QueryParams``: at most ``MAX_BUDGET``, a clear error
+    above); at that bound the reference selection takes the whole pool and allocates nothing
+    that grows with B."""
+    from trawmem_gpu.errors import ConfigError
     from trawmem_gpu.select.context import BankContext
+    from trawmem_gpu.select.params import MAX_BUDGET, QueryParams
     from trawmem_gpu.select.reference import select_reference
 
+    with pytest.raises(ConfigError, match=r"^budget must lie in \[1, 4096\] \(got 1000000000\)"):
+        QueryParams(budget=1_000_000_000)
     banks, ids, qs, Z = _library_problem()
     ctx = {b.bank_id: BankContext.of(b) for b in banks}
-    grown, small, huge = _growth(lambda B: [select_reference(ctx[b], q, z, SelectConfig(budget=B)).units
-                                            for b, q, z in zip(ids, qs, Z)], 1_000_000_000)
+    grown, small, huge = _growth(lambda B: [select_reference(ctx[b], q, z, None, QueryParams(budget=B)).units
+                                            for b, q, z in zip(ids, qs, Z)], MAX_BUDGET)
     assert grown < (1 << 20) and huge == small
 
 
-@pytest.mark.xfail(strict=True, reason="select/ sizes by B")
 def test_huge_budgets_on_the_batched_engine():
-    """The batched engine (compiled, the CPU default) at a budget far above any pool: the same
-    picks as the reference, and no memory that grows with B. (B = 2,000,000, not 10^9, so that a
-    B-sized array is a measurable 16 MB per query rather than an out-of-memory kill.)"""
-    from trawmem_gpu.select.config import SelectConfig
+    """The batched engine (compiled, the CPU default) at the largest budget: the same picks as
+    at B = 256 (both take the whole pool), and no memory that grows with B (buffers are sized by
+    the candidate pool)."""
     from trawmem_gpu.select.engine import SelectionEngine
+    from trawmem_gpu.select.params import MAX_BUDGET, QueryParams
 
     banks, ids, qs, Z = _library_problem()
-    grown, small, huge = _growth(lambda B: SelectionEngine(banks, SelectConfig(budget=B), device="cpu")
-                                 .select_units(ids, qs, Z), 2_000_000)
+    eng = SelectionEngine(banks, None, device="cpu")
+    grown, small, huge = _growth(lambda B: eng.select_units(ids, qs, Z, params=QueryParams(budget=B)), MAX_BUDGET)
     assert huge == small
     assert grown < (1 << 20), grown
