@@ -44,11 +44,18 @@ class QueryBatch:
         (``QueryParams.pool_budget``), ``threads`` (most neighbourhood threads: max(n_seeds, cap))."""
         get = {"unit_cap": lambda p: p.budget or 0, "pool": lambda p: p.pool_budget,
                "threads": lambda p: max(p.n_seeds, p.neighborhood_cap)}[name]
-        return np.fromiter((get(p) for p in self.params), dtype=np.int64, count=len(self.params))
+        ps = self.params
+        if ps and all(p is ps[0] for p in ps):  # one params for the whole batch (the common case)
+            return np.full(len(ps), get(ps[0]), dtype=np.int64)
+        return np.fromiter((get(p) for p in ps), dtype=np.int64, count=len(ps))
 
     def capacity(self) -> np.ndarray:
         """``[Q]`` float64 each query's token budget T (``inf``: none)."""
-        return np.array([np.inf if p.token_budget is None else float(p.token_budget) for p in self.params])
+        t = lambda p: np.inf if p.token_budget is None else float(p.token_budget)  # noqa: E731
+        ps = self.params
+        if ps and all(p is ps[0] for p in ps):
+            return np.full(len(ps), t(ps[0]))
+        return np.array([t(p) for p in ps], dtype=np.float64)
 
     def groups(self) -> list[np.ndarray]:
         """Rows of the queries that share steps 1-3's shapes (``QueryParams.shape_key``) and whether

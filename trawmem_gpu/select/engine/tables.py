@@ -280,8 +280,15 @@ class Snapshot:
     def unit_cap(self, bidx: np.ndarray, threads: np.ndarray) -> np.ndarray:
         """``[Q]`` most candidates each query can have: the units of its bank's ``threads[q]``
         longest threads (``threads``: the most threads its neighbourhood may hold)."""
-        return np.array([int(self.infos[b].long_threads[min(int(h), self.infos[b].n_threads)])
-                         for b, h in zip(np.asarray(bidx).tolist(), np.asarray(threads).tolist())], dtype=np.int64)
+        table = self.lazy("long_threads", self._long_threads)  # [banks, max threads + 1], rows padded
+        bidx = np.asarray(bidx, dtype=np.int64)
+        return table[bidx, np.minimum(np.asarray(threads, dtype=np.int64), self.off.nt[bidx])]
+
+    def _long_threads(self) -> np.ndarray:
+        t = np.zeros((len(self.infos), self.max_threads + 1), dtype=np.int64)
+        for i, info in enumerate(self.infos):
+            t[i, :len(info.long_threads)] = info.long_threads
+        return t
 
     def lazy(self, key: str, build):
         """``build()`` once per snapshot (thread-safe), e.g. the head index."""
