@@ -17,6 +17,7 @@ def gpu_target(args) -> dict:
 
     from trawmem_gpu.select.config import SelectConfig
     from trawmem_gpu.select.engine import SelectionEngine
+    from trawmem_gpu.select.params import QueryParams
     from trawmem_gpu.select.steps.seeds import faiss_available, faiss_gpus
 
     dev = args.gpu_device
@@ -30,8 +31,9 @@ def gpu_target(args) -> dict:
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     banks = synthetic_banks.make_banks(256, units=290, thread_len=145 / 12, seed=11)
     lexical_ok = all(importlib.util.find_spec(m) is not None for m in ("bm25s", "nltk"))
-    cfg = SelectConfig(budget=16) if lexical_ok else SelectConfig(budget=16, affinity="dense")
-    out["config"] = {"affinity": cfg.affinity, "budget": cfg.budget, "hops": cfg.hops,
+    cfg = SelectConfig() if lexical_ok else SelectConfig(affinity="dense")
+    params = QueryParams(budget=16)
+    out["config"] = {"affinity": cfg.affinity, "budget": params.budget, "hops": params.hops,
                      "note": None if lexical_ok else "bm25s/nltk missing: dense affinity (no BM25) instead of rrf"}
     # chunks as large as memory allows: [Qc, U, U] float32 temporaries of ~2 GB
     chunk = int(os.environ.get("GPU_CHUNK_ELEMS", 1 << 29))
@@ -47,7 +49,7 @@ def gpu_target(args) -> dict:
         for Q in args.gpu_q:
             ids, qs, Z = synthetic_banks.make_queries(banks, Q, seed=5)
             try:
-                r = run_batched(eng, ids, qs, Z, reps=3)
+                r = run_batched(eng, ids, qs, Z, reps=3, params=params)
             except torch.cuda.OutOfMemoryError as e:
                 runs.append({"impl": impl, "Q": Q, "error": f"OOM: {e}"[:200]})
                 torch.cuda.empty_cache()
@@ -58,7 +60,7 @@ def gpu_target(args) -> dict:
             st = r["stage_us_per_query"]
             total = sum(st.values())
             device_us = total - st.get("text", 0.0) - st.get("output", 0.0)
-            cs = eng.candidate_sets(ids[:512], qs[:512], Z[:512])
+            cs = eng.candidate_sets(ids[:512], qs[:512], Z[:512], params=params)
             U = sum(len(c) for c in cs) / len(cs)
             N = sum(b.n_units for b in banks) / len(banks)
             J = sum(b.n_threads for b in banks) / len(banks)

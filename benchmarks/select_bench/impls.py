@@ -19,20 +19,21 @@ def rss_bytes() -> int:
     return 0
 
 
-def run_batched(eng, ids, qs, Z, reps: int, min_s: float = 0.0) -> dict:
-    """Warm call, then ``reps`` timed calls (more while under ``min_s``): per-batch latencies."""
+def run_batched(eng, ids, qs, Z, reps: int, min_s: float = 0.0, params=None) -> dict:
+    """Warm call, then ``reps`` timed calls (more while under ``min_s``): per-batch latencies.
+    ``params``: the queries' ``QueryParams`` (None = the defaults)."""
     import torch
 
     from trawmem_gpu.select.steps.roles import demand_features_cached
 
     sync = (lambda: torch.cuda.synchronize()) if eng.device.type == "cuda" else (lambda: None)
-    out = eng.select_units(ids, qs, Z)
+    out = eng.select_units(ids, qs, Z, params=params)
     lat, stages, t_all = [], {}, time.perf_counter()
     while len(lat) < reps or (time.perf_counter() - t_all < min_s and len(lat) < 50):
         demand_features_cached.cache_clear()  # no text work carried over from the previous call
         sync()
         t = time.perf_counter()
-        eng.select_units(ids, qs, Z)
+        eng.select_units(ids, qs, Z, params=params)
         sync()
         lat.append(time.perf_counter() - t)
         for k, v in eng.last_timings.items():
@@ -44,14 +45,14 @@ def run_batched(eng, ids, qs, Z, reps: int, min_s: float = 0.0) -> dict:
             "_out": out}
 
 
-def run_reference(ctxs, cfg, ids, qs, Z, n: int) -> dict:
+def run_reference(ctxs, cfg, ids, qs, Z, n: int, params=None) -> dict:
     from trawmem_gpu.select.reference import select_reference
 
     n = min(n, len(ids))
     lat, out = [], []
     for b, q, z in zip(ids[:n], qs[:n], Z[:n]):
         t = time.perf_counter()
-        out.append(select_reference(ctxs[b], q, z, cfg).units)
+        out.append(select_reference(ctxs[b], q, z, cfg, params).units)
         lat.append(time.perf_counter() - t)
     mean = sum(lat) / len(lat)
     return {"qps": 1.0 / mean, "p50_ms": pct(lat, 50) * 1e3, "p99_ms": pct(lat, 99) * 1e3,
@@ -75,21 +76,23 @@ def _apricot():
     return FacilityLocationSelection, None
 
 
-def run_apricot(eng, cfg, ids, qs, Z, n: int, threads: int) -> dict:
+def run_apricot(eng, params, ids, qs, Z, n: int, threads: int) -> dict:
+    """apricot's greedy on the candidates the engine selects from under ``params`` (a
+    ``QueryParams``: its ``budget`` is apricot's B)."""
     import numpy as np
 
     FLS, err = _apricot()
     if FLS is None:
         return {"skipped": err}
     n = min(n, len(ids))
-    cands = eng.candidate_sets(ids[:n], qs[:n], Z[:n])
+    cands = eng.candidate_sets(ids[:n], qs[:n], Z[:n], params=params)
     Ks = [eng.candidate_kernel(b, c) for b, c in zip(ids[:n], cands)]
     for K in Ks[:2]:  # warm (compilation)
         if len(K) >= 2:
-            FLS(min(cfg.budget, len(K) - 1), metric="precomputed", optimizer="lazy", verbose=False).fit(K)
+            FLS(min(params.budget, len(K) - 1), metric="precomputed", optimizer="lazy", verbose=False).fit(K)
     lat = []
     for K in Ks:
-        B = max(1, min(cfg.budget, len(K)))
+        B = max(1, min(params.budget, len(K)))
         t = time.perf_counter()
         if len(K) > B:
             FLS(B, metric="precomputed", optimizer="lazy", verbose=False).fit(np.ascontiguousarray(K))

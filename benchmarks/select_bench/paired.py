@@ -13,13 +13,39 @@ import harness
 from .data import RealData
 
 
+TARGET = dict(budget=16, hops=1, n_seeds=8)
+"""The target point's query fields (Q = 1024, U ~ 145 through the cap, B = 16, H = 1)."""
+
+
+def per_call_params() -> bool:
+    """Whether the ``trawmem_gpu`` on the path takes per-call query parameters
+    (``select.params.QueryParams``); a tree before that change holds them in ``SelectConfig``.
+    ``--versus`` runs this module over either."""
+    import importlib.util
+
+    return importlib.util.find_spec("trawmem_gpu.select.params") is not None
+
+
 def target_setup(args):
-    """The LoCoMo target point (Q = 1024, U ~ 145, B = 16, H = 1) and its config."""
+    """The LoCoMo target point: ``(data, cfg, params, queries)``; ``params`` is the point's
+    ``QueryParams``, or None on a tree without them (its ``cfg`` then carries the same fields), so
+    both trees select the same thing."""
     from trawmem_gpu.select.config import SelectConfig
 
     d = RealData(args.data)
-    cfg = SelectConfig(budget=16, hops=1, n_seeds=8, neighborhood_cap=d.config_for_U(145))
-    return d, cfg, d.queries(1024)
+    query = dict(TARGET, neighborhood_cap=d.config_for_U(145))
+    if per_call_params():
+        from trawmem_gpu.select.params import QueryParams
+
+        cfg, params = SelectConfig(), QueryParams(**query)
+    else:
+        cfg, params = SelectConfig(**query), None
+    return d, cfg, params, d.queries(1024)
+
+
+def select_units(eng, ids, qs, Z, params):
+    """``eng.select_units`` with ``params`` on a tree that takes them (None: the old signature)."""
+    return eng.select_units(ids, qs, Z) if params is None else eng.select_units(ids, qs, Z, params=params)
 
 
 def clear_text_cache() -> None:
@@ -31,16 +57,17 @@ def clear_text_cache() -> None:
 
 
 def versus_worker(args) -> int:
-    """Worker of ``--versus`` (runs with whichever ``trawmem_gpu`` PYTHONPATH gives it): builds the
-    CPU default engine at the target point, warms it, prints a digest of its picks, then answers
+    """Worker of ``--versus`` (runs with whichever ``trawmem_gpu`` PYTHONPATH gives it, with or
+    without per-call query parameters): builds the CPU default engine, selects at the target
+    point, warms it, prints a digest of its picks, then answers
     each ``run`` line on stdin with the wall and CPU seconds of one timed batch call."""
     import hashlib
 
     from trawmem_gpu.select.engine import SelectionEngine
 
-    d, cfg, (ids, qs, Z) = target_setup(args)
+    d, cfg, params, (ids, qs, Z) = target_setup(args)
     eng = SelectionEngine(d.banks, cfg, device="cpu", threads=args.threads)
-    picks = eng.select_units(ids, qs, Z)
+    picks = select_units(eng, ids, qs, Z, params)
     digest = hashlib.sha256(json.dumps([sorted(p) for p in picks]).encode()).hexdigest()
     print(f"ready {digest}", flush=True)
     for line in sys.stdin:
@@ -48,7 +75,7 @@ def versus_worker(args) -> int:
             break
         clear_text_cache()
         t, c = time.perf_counter(), time.process_time()
-        eng.select_units(ids, qs, Z)
+        select_units(eng, ids, qs, Z, params)
         print(f"{time.perf_counter() - t:.9f} {time.process_time() - c:.9f}", flush=True)
     return 0
 
@@ -114,41 +141,44 @@ def versus(args) -> dict:
 
 
 def tokens_vs_units(args) -> dict:
-    """The CPU default engine at B = 16 and at T = 800 (each with its default pool: T = 800 sizes
-    it like B = 16) over the same 1,024 dev queries, alternating rounds (order flipped every
-    round); speed ratio = (T = 800 queries/s) / (B = 16 queries/s) within each round; the
-    engines' stage seconds per query (median over rounds) say where the difference goes."""
+    """The CPU default engine (one engine) at B = 16 and at T = 800 (each with its default pool:
+    T = 800 sizes it like B = 16) over the same 1,024 dev queries, alternating rounds (order
+    flipped every round); speed ratio = (T = 800 queries/s) / (B = 16 queries/s) within each
+    round; the engine's stage seconds per query (median over rounds) say where the difference
+    goes."""
     import numpy as np
 
     from trawmem_gpu.select.config import SelectConfig
     from trawmem_gpu.select.engine import SelectionEngine
+    from trawmem_gpu.select.params import QueryParams
     from trawmem_gpu.workspace import assemble
 
     d = RealData(args.data)
     ids, qs, Z = d.queries(1024)
-    cfgs = {"B16": SelectConfig(budget=16), "T800": SelectConfig(token_budget=800, budget=None)}
-    engs = {k: SelectionEngine(d.banks, c, device="cpu", threads=args.threads) for k, c in cfgs.items()}
+    cfg = SelectConfig()
+    modes = {"B16": QueryParams(budget=16), "T800": QueryParams(token_budget=800, budget=None)}
+    eng = SelectionEngine(d.banks, cfg, device="cpu", threads=args.threads)
     bank = {b.bank_id: b for b in d.banks}
     info = {}
-    for k, e in engs.items():  # warm-up (numba load, tables) and what each mode selects
-        picks = e.select_units(ids, qs, Z)
-        toks = [assemble(bank[b], q, p, e.cfg.headings).n_tokens for b, q, p in zip(ids, qs, picks)]
+    for k, p in modes.items():  # warm-up (numba load, tables) and what each mode selects
+        picks = eng.select_units(ids, qs, Z, params=p)
+        toks = [assemble(bank[b], q, u, cfg.headings).n_tokens for b, q, u in zip(ids, qs, picks)]
         info[k] = {"units_mean": float(np.mean([len(p) for p in picks])), "tokens_mean": float(np.mean(toks)),
                    "tokens_max": int(max(toks))}
     rounds = args.rounds or 15
-    secs = {k: [] for k in engs}
-    stages = {k: [] for k in engs}
+    secs = {k: [] for k in modes}
+    stages = {k: [] for k in modes}
     for r in range(rounds):
-        for k in (list(engs) if r % 2 == 0 else list(engs)[::-1]):
+        for k in (list(modes) if r % 2 == 0 else list(modes)[::-1]):
             clear_text_cache()
             t = time.perf_counter()
-            engs[k].select_units(ids, qs, Z)
+            eng.select_units(ids, qs, Z, params=modes[k])
             secs[k].append(time.perf_counter() - t)
-            stages[k].append(dict(engs[k].last_timings))
+            stages[k].append(dict(eng.last_timings))
     ratios = [b / t for b, t in zip(secs["B16"], secs["T800"])]
     res = {"Q": len(ids), "rounds": rounds, "threads": args.threads,
-           "configs": {k: {"budget": c.budget, "token_budget": c.token_budget, "knapsack": c.knapsack}
-                       for k, c in cfgs.items()},
+           "configs": {k: {"budget": p.budget, "token_budget": p.token_budget, "knapsack": cfg.knapsack}
+                       for k, p in modes.items()},
            "qps_median": {k: len(ids) / float(np.median(v)) for k, v in secs.items()},
            "speed_ratio_is": "(T = 800 queries/s) / (B = 16 queries/s), per round",
            "ratio_median": float(np.median(ratios)), "ratio_p25": float(np.percentile(ratios, 25)),
@@ -159,6 +189,6 @@ def tokens_vs_units(args) -> dict:
     print(f"  tokens vs units: B=16 {res['qps_median']['B16']:,.0f} q/s, T=800 {res['qps_median']['T800']:,.0f} q/s, "
           f"ratio T/B median {res['ratio_median']:.3f} (IQR {res['ratio_p25']:.3f}-{res['ratio_p75']:.3f}) over "
           f"{rounds} rounds", flush=True)
-    for k in engs:
+    for k in modes:
         print(f"  {k}: {info[k]}; stages us/query {res['stage_us_per_query_median'][k]}", flush=True)
     return res

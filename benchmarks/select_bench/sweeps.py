@@ -4,32 +4,47 @@ from __future__ import annotations
 import os
 import time
 
-from .data import SynData
+from .data import RealData, SynData
 from .impls import run_apricot, run_batched, run_reference
 
 
-def measure_point(data, banks, cfg, Q, args, impls, ctx_cache, eng_cache, ref_cache, key) -> dict:
+def point_params(data, U: int, B: int = 16, H: int = 1):
+    """The ``QueryParams`` of a point at mean |U_q| ~ ``U``, budget ``B`` and ``H`` hops. ``n_seeds``
+    and the cap are held fixed (the defaults at B = 16) so that only the swept variable moves:
+    with the budget-scaled defaults (n_seeds = B/2, cap = 3B/4) a B sweep moves U too. On the
+    dev banks the cap sets U (``RealData.config_for_U``); synthetic banks set it by thread length."""
+    from trawmem_gpu.select.params import QueryParams
+
+    cap = data.config_for_U(U) if isinstance(data, RealData) else 12
+    return QueryParams(budget=B, hops=H, n_seeds=8, neighborhood_cap=cap)
+
+
+def measure_point(data, banks, cfg, params, Q, args, impls, ctx_cache, eng_cache, ref_cache, key) -> dict:
+    """One sweep point: ``cfg`` the method, ``params`` the point's ``QueryParams``. One engine per
+    set of banks and backend (``eng_cache``) answers every point on those banks."""
     import numpy as np
 
     from trawmem_gpu.select.context import BankContext
     from trawmem_gpu.select.engine import SelectionEngine
 
     ids, qs, Z = data.queries(Q)
-    row = {"dataset": data.name, "Q": Q, "B": cfg.budget, "H": cfg.hops, "neighborhood_cap": cfg.neighborhood_cap,
-           "impls": {}}
+    row = {"dataset": data.name, "Q": Q, "B": params.budget, "H": params.hops,
+           "neighborhood_cap": params.neighborhood_cap, "impls": {}}
     reps = 2 if args.quick else 3
     for impl in impls:
         if impl in ("batched_cpu", "batched_torch"):
-            ek = (key, impl)
+            ek = (id(banks), impl)
             if ek not in eng_cache:
                 t = time.perf_counter()
                 backend = "auto" if impl == "batched_cpu" else "tensor"
-                for stale in [k for k in eng_cache if k[0] != key]:  # engines of other configs: drop
+                for stale in [k for k in eng_cache if k[0] != id(banks)]:  # engines of other banks: drop
                     del eng_cache[stale]
-                eng_cache[ek] = (SelectionEngine(banks, cfg, device="cpu", backend=backend), time.perf_counter() - t)
-            eng, build_s = eng_cache[ek]
+                eng = SelectionEngine(banks, cfg, device="cpu", backend=backend)
+                eng_cache[ek] = (eng, time.perf_counter() - t, banks)  # banks held: their id stays theirs
+            eng, build_s, _ = eng_cache[ek]
             big = Q * (4 if impl == "batched_torch" else 1)
-            r = run_batched(eng, ids, qs, Z, reps=1 if big >= 4096 else reps, min_s=0.0 if args.quick else 1.0)
+            r = run_batched(eng, ids, qs, Z, reps=1 if big >= 4096 else reps, min_s=0.0 if args.quick else 1.0,
+                            params=params)
             r["engine_build_s"] = round(build_s, 3)
             r["backend"] = eng.plan.backend
             units = sum(b.n_units for b in banks)
@@ -42,21 +57,21 @@ def measure_point(data, banks, cfg, Q, args, impls, ctx_cache, eng_cache, ref_ca
                     ctx_cache.clear()
                     ctx_cache[id(banks)] = {b.bank_id: BankContext.of(b) for b in banks}
                 rids, rqs, rZ = data.queries(args.ref_queries)
-                ref_cache[key] = (run_reference(ctx_cache[id(banks)], cfg, rids, rqs, rZ, args.ref_queries),
+                ref_cache[key] = (run_reference(ctx_cache[id(banks)], cfg, rids, rqs, rZ, args.ref_queries, params),
                                   (rids, rqs, rZ))
             row["impls"]["reference"] = dict(ref_cache[key][0])
         elif impl == "apricot_greedy":
-            ek = (key, "batched_cpu")
+            ek = (id(banks), "batched_cpu")
             eng = eng_cache[ek][0] if ek in eng_cache else SelectionEngine(banks, cfg, device="cpu")
-            row["impls"]["apricot_greedy"] = run_apricot(eng, cfg, ids, qs, Z, args.apricot_queries, args.threads)
+            row["impls"]["apricot_greedy"] = run_apricot(eng, params, ids, qs, Z, args.apricot_queries, args.threads)
     # agreement of batched with the reference on the reference's queries
-    if "reference" in row["impls"] and (key, "batched_cpu") in eng_cache:
-        eng = eng_cache[(key, "batched_cpu")][0]
+    if "reference" in row["impls"] and (id(banks), "batched_cpu") in eng_cache:
+        eng = eng_cache[(id(banks), "batched_cpu")][0]
         rids, rqs, rZ = ref_cache[key][1]
-        got = eng.select_units(rids, rqs, rZ)
+        got = eng.select_units(rids, rqs, rZ, params=params)
         ref_out = row["impls"]["reference"]["_out"]
         row["agreement_sets"] = float(np.mean([set(a) == set(b) for a, b in zip(got, ref_out)]))
-        cs = eng.candidate_sets(ids[:256], qs[:256], Z[:256])
+        cs = eng.candidate_sets(ids[:256], qs[:256], Z[:256], params=params)
         row["U_mean"] = float(np.mean([len(c) for c in cs]))
     ref = row["impls"].get("reference", {}).get("qps")
     for name, r in row["impls"].items():
@@ -80,11 +95,8 @@ def target_interleaved(data, args, label) -> dict:
     from trawmem_gpu.select.steps.roles import demand_features_cached
 
     real = data is not None
-    if real:
-        d, cfg = data, SelectConfig(budget=16, hops=1, n_seeds=8, neighborhood_cap=data.config_for_U(145))
-    else:
-        d = SynData(U=145)
-        cfg = SelectConfig(budget=16, hops=1, n_seeds=8, neighborhood_cap=12)
+    d = data if real else SynData(U=145)
+    cfg, p = SelectConfig(), point_params(d, 145)
     ids, qs, Z = d.queries(1024)
     ctx = {b.bank_id: BankContext.of(b) for b in d.banks}
     engines = {"batched_cpu": SelectionEngine(d.banks, cfg, device="cpu", threads=1),
@@ -96,24 +108,25 @@ def target_interleaved(data, args, label) -> dict:
     per = args.ref_per_round or (20 if args.quick else 40)
     qps = {k: [] for k in list(engines) + ["reference"]}
     stages = {k: [] for k in engines}
-    outs = {k: e.select_units(ids, qs, Z) for k, e in engines.items()}  # warm (compilation, tables)
+    outs = {k: e.select_units(ids, qs, Z, params=p) for k, e in engines.items()}  # warm (compilation, tables)
     ref_out = []
     for r in range(rounds):
         for k, e in engines.items():
             demand_features_cached.cache_clear()
             t = time.perf_counter()
-            e.select_units(ids, qs, Z)
+            e.select_units(ids, qs, Z, params=p)
             qps[k].append(len(ids) / (time.perf_counter() - t))
             stages[k].append(dict(e.last_timings))
         demand_features_cached.cache_clear()
         lo = (r * per) % len(ids)
-        rr = run_reference(ctx, cfg, ids[lo:lo + per], qs[lo:lo + per], Z[lo:lo + per], per)
+        rr = run_reference(ctx, cfg, ids[lo:lo + per], qs[lo:lo + per], Z[lo:lo + per], per, p)
         ref_out.extend(zip(range(lo, lo + per), rr["_out"]))
         qps["reference"].append(rr["qps"])
     ratios = {k: [a / b for a, b in zip(qps[k], qps["reference"])] for k in engines}
     agree = {k: float(np.mean([set(outs[k][i]) == set(u) for i, u in ref_out])) for k in engines}
-    U = float(np.mean([len(c) for c in engines["batched_cpu"].candidate_sets(ids[:256], qs[:256], Z[:256])]))
-    res = {"dataset": label, "Q": len(ids), "B": cfg.budget, "H": cfg.hops, "neighborhood_cap": cfg.neighborhood_cap,
+    U = float(np.mean([len(c) for c in engines["batched_cpu"].candidate_sets(ids[:256], qs[:256], Z[:256],
+                                                                               params=p)]))
+    res = {"dataset": label, "Q": len(ids), "B": p.budget, "H": p.hops, "neighborhood_cap": p.neighborhood_cap,
            "U_mean": U, "rounds": rounds, "reference_queries_per_round": per, "threads": args.threads,
            "qps_median": {k: float(np.median(v)) for k, v in qps.items()},
            "speedup_median_of_rounds": {k: float(np.median(v)) for k, v in ratios.items()},
@@ -142,28 +155,28 @@ def sweep(data, args, results, label):
     Hs = [1, 2, 3]
     syn_by_U = {}
 
-    # n_seeds and the cap are held fixed (the defaults at B = 16) so that only the swept variable
-    # moves: with the budget-scaled defaults (n_seeds = B/2, cap = 3B/4) a B sweep moves U too.
-    def banks_cfg(U, B=16, H=1):
+    cfg = SelectConfig()
+
+    def banks_params(U, B=16, H=1):
         if real:
-            return data, data.banks, SelectConfig(budget=B, hops=H, n_seeds=8, neighborhood_cap=data.config_for_U(U))
+            return data, data.banks, point_params(data, U, B, H)
         if U not in syn_by_U:
             syn_by_U.clear()
             syn_by_U[U] = SynData(U=U)
         d = syn_by_U[U]
-        return d, d.banks, SelectConfig(budget=B, hops=H, n_seeds=8, neighborhood_cap=12)
+        return d, d.banks, point_params(d, U, B, H)
 
     points = [("Q", Q, dict(U=target_U), Q) for Q in Qs]
     points += [("U", U, dict(U=U), 1024) for U in Us if U != target_U]
     points += [("B", B, dict(U=target_U, B=B), 1024) for B in Bs if B != 16]
     points += [("H", H, dict(U=target_U, H=H), 1024) for H in Hs if H != 1]
-    # group points by config so engines are built once per config
+    # points on the same banks follow each other, so one engine per set of banks serves them all
     t0 = time.perf_counter()
     for var, val, kw, Q in points:
-        d, banks, cfg = banks_cfg(**kw)
-        key = (label, kw.get("U"), cfg.budget, cfg.hops)
+        d, banks, p = banks_params(**kw)
+        key = (label, kw.get("U"), p.budget, p.hops)
         use = impls if not (var == "Q" and Q > 1024) else ["reference", "batched_cpu", "batched_torch"]
-        row = measure_point(d, banks, cfg, Q, args, use, ctx_cache, eng_cache, ref_cache, key)
+        row = measure_point(d, banks, cfg, p, Q, args, use, ctx_cache, eng_cache, ref_cache, key)
         row["sweep"] = var
         row["value"] = val
         row["U_target"] = kw.get("U")
