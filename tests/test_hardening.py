@@ -427,15 +427,18 @@ def _help_lines(parser) -> dict:
 
 
 def test_every_option_shows_its_default():
+    """Every command is listed; each option states its default as typed, is marked required, or is a
+    flag (the full walk, with descriptions and no ``None``: ``tests/test_cli_help.py``)."""
     p = build_parser()
     top = p.format_help()
-    sub = next(a for a in p._actions if hasattr(a, "choices") and isinstance(a.choices, dict))
-    assert set(sub.choices) == {"build", "info", "query", "eval", "demo", "train-head", "train-affinity", "sweep",
-                                "score", "serve", "serve-key"}
-    for name in sub.choices:
+    assert set(p.commands) == {"build", "info", "query", "eval", "demo", "train-head", "train-affinity", "sweep",
+                               "score", "serve", "serve-key"}
+    for name, sp in p.commands.items():
         assert name in top
-        for opt, entry in _help_lines(sub.choices[name]).items():
-            assert "(default:" in entry or "(required)" in entry, (name, opt, entry)
+        flags = {s for a in sp._actions if a.nargs == 0 for s in a.option_strings}
+        for opt, entry in _help_lines(sp).items():
+            assert opt in flags or "(default:" in entry or "(required)" in entry, (name, opt, entry)
+            assert "None" not in entry, (name, opt, entry)
 
 
 def test_plural_counts(tmp_path, cache, capsys):

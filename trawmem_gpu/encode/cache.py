@@ -6,17 +6,13 @@ float32 bytes.
 from __future__ import annotations
 
 import hashlib
-import os
 import sqlite3
 from pathlib import Path
 
 import numpy as np
 
+from ..paths import default_cache_dir
 from .base import Encoder
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("TRAWMEM_CACHE", Path.home() / ".cache" / "trawmem_gpu"))
 
 
 class EmbeddingCache:

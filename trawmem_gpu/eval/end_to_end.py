@@ -151,7 +151,7 @@ def _measured_build_stats(banks: dict, build_cfg, progress: bool) -> dict:
     from ..construct import build_banks
     from ..data import Conversation
     from ..encode import get_encoder
-    from ..encode.cache import default_cache_dir
+    from ..paths import default_cache_dir
 
     path = default_cache_dir() / _MEASURED_FILE
     try:

@@ -95,7 +95,7 @@ def banks_for(data_path: str | Path, build_cfg: BuildConfig | None = None, cache
 
     from ..construct import build_banks
     from ..data.types import UNIT_TEXT_VERSION
-    from ..encode.cache import default_cache_dir
+    from ..paths import default_cache_dir
     from ..errors import BankError
     from ..store import FORMAT_VERSION, Collection
 

@@ -44,19 +44,20 @@ def cmd_train_affinity(a) -> int:
     return 0
 
 
-def add_commands(sub) -> None:
+def configure_train_head(t) -> None:
+    from ..cli_args import add_dayfirst
     from .train import DEFAULTS
 
-    t = sub.add_parser("train-head", help="train the learned role head (A, M(delta), weights) from gold evidence")
+    t.describe("Train the learned role head (the role affinity A, the role-feature matrix M(delta) and the "
+               "objective weights) on the gold evidence of LoCoMo-layout data, unrolling the greedy selection "
+               "in a listwise loss. Writes the head (safetensors) and its loss curve (PNG).")
     t.add_argument("--data", required=True, help="LoCoMo-layout JSON with evidence labels")
     t.add_argument("--out", required=True, help="head file to write (safetensors); the loss curve goes beside it")
     t.add_argument("--conversations", help="comma-separated bank ids to train on (default: all)")
-    from ..cli_args import add_dayfirst
-
     add_dayfirst(t)
-    t.add_argument("--epochs", type=int, default=DEFAULTS["epochs"])
-    t.add_argument("--lr", type=float, default=DEFAULTS["lr"])
-    t.add_argument("--seed", type=int, default=DEFAULTS["seed"])
+    t.add_argument("--epochs", type=int, default=DEFAULTS["epochs"], help="passes over the training questions")
+    t.add_argument("--lr", type=float, default=DEFAULTS["lr"], help="Adam learning rate")
+    t.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="seed of the initialisation and shuffling")
     t.add_argument("--budget", type=int, default=16, help="B the head is trained for")
     t.add_argument("--steps", type=int, default=DEFAULTS["steps"],
                    help="greedy steps unrolled in the loss (default: the budget)")
@@ -66,8 +67,13 @@ def add_commands(sub) -> None:
     t.add_argument("--quiet", action="store_true", help="no progress bars")
     t.set_defaults(fn=cmd_train_head)
 
-    f = sub.add_parser("train-affinity",
-                       help="fit the learned affinity (SelectConfig.relevance_weights) from gold evidence labels")
+
+def configure_train_affinity(f) -> None:
+    from ..cli_args import add_dayfirst
+
+    f.describe("Fit the learned affinity (SelectConfig.relevance_weights: a logistic model over the relevance "
+               "features) on the gold evidence of one or more labelled benchmark files, and write the weights "
+               "as JSON for --affinity-weights.")
     f.add_argument("--data", required=True, action="append",
                    help="labelled benchmark file (LoCoMo layout or LongMemEval); repeat it to fit on several, each "
                         "data set weighing the same")

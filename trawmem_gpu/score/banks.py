@@ -43,7 +43,7 @@ def build_identity(data_sha: str, cfg: BuildConfig, units: str) -> dict:
 
 
 def default_bank_dir(identity: dict) -> Path:
-    from ..encode.cache import default_cache_dir
+    from ..paths import default_cache_dir
 
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     return default_cache_dir() / "score-banks" / key

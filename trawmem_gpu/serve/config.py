@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..cli_select import MAX_QUESTION_CHARS
+from ..data.types import MAX_QUESTION_CHARS
 from ..errors import ConfigError
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
