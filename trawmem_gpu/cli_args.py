@@ -63,11 +63,12 @@ class Parser(argparse.ArgumentParser):
 
 
 #: Library field names whose flag is not ``--`` + the field with dashes (``token_budget`` ->
-#: ``--token-budget`` needs no entry). One table: only the CLI speaks of flags.
-FIELD_FLAGS = {
-    "timeout_s": "--timeout", "keys_file": "--keys", "bank_cache": "--banks", "banks_dir": "--banks",
-    "ks": "--k", "data_path": "--data", "workers": "--ray-workers", "max_questions": "--max-questions",
-    "affinity_weights": "--affinity-weights", "conversations": "--conversations",
+#: ``--token-budget`` needs no entry: every option's own dest maps to it). The first of a field's
+#: flags that the running command has is used. One table: only the CLI speaks of flags.
+FIELD_FLAGS: dict[str, tuple[str, ...]] = {
+    "timeout_s": ("--timeout", "--llm-timeout"), "deadline_s": ("--llm-deadline",),
+    "max_retries": ("--llm-retries",), "keys_file": ("--keys",), "bank_cache": ("--banks",),
+    "banks_dir": ("--banks",), "ks": ("--k",), "workers": ("--ray-workers",), "methods": ("--method",),
 }
 
 
@@ -77,8 +78,10 @@ def flags_for_fields(message: str, parser: argparse.ArgumentParser) -> str:
     A name that no flag of this command sets keeps its backquotes."""
     flags = {a.dest: a.option_strings[-1] for a in parser._actions if a.option_strings}
     known = set(flags.values())
-    flags.update({k: v for k, v in FIELD_FLAGS.items() if v in known})
-    flags.update({f.lstrip("-").replace("-", "_"): f for f in known})
+    for field, options in FIELD_FLAGS.items():
+        flag = next((o for o in options if o in known), None)
+        if flag:
+            flags[field] = flag
     return re.sub(r"`(\w+)`", lambda m: flags.get(m.group(1), m.group(0)), message)
 
 

@@ -108,8 +108,8 @@ def banks_for(data_path: str | Path, build_cfg: BuildConfig | None = None, cache
             if len(coll):
                 return convs, _check_banks(coll, convs, data_path, build_cfg), cdir
         except BankError as e:
-            raise BankError(f"--banks: {e}; remove {cdir} or pass another --banks directory to rebuild the banks "
-                            f"from {data_path}, or drop --banks to use the automatic cache") from None
+            raise BankError(f"`bank_cache`: {e}; remove {cdir} or give another `bank_cache` directory to rebuild the "
+                            f"banks from {data_path}, or leave `bank_cache` unset to use the automatic cache") from None
     else:
         build_cfg = build_cfg or BuildConfig()
         key = hashlib.sha256((file_sha256(data_path) + json.dumps(build_cfg.to_dict(), sort_keys=True)
@@ -192,8 +192,8 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     if banks_and_convs is None and looks_like_longmemeval(data_path):  # LoCoMo categories do not apply there
         from ..errors import InputError
 
-        raise InputError(f"{data_path} is a LongMemEval file: score it with `trawmem score --data {data_path} "
-                         "--out OUT.jsonl` (official metrics, abstention rules, per-type tables)")
+        raise InputError(f"{data_path} is a LongMemEval file: score it with `trawmem score` (official metrics, "
+                         "abstention rules, per-type tables)")
     cfg = select_cfg or SelectConfig()
     if banks_and_convs is None:
         convs = load_conversations(data_path, dayfirst=dayfirst)

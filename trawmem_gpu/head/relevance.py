@@ -179,14 +179,14 @@ def load_weights(path: str | Path) -> tuple[float, ...]:
     from ..errors import InputError, read_json
 
     path = Path(path)
-    doc = read_json(path, f"--affinity-weights {path}", "not a weights file")
+    doc = read_json(path, f"`affinity_weights` {path}", "not a weights file")
     if not isinstance(doc, dict) or doc.get("format") != WEIGHTS_FORMAT:
-        raise InputError(f"--affinity-weights {path}: not a weights file (write one with `trawmem train-affinity`)")
+        raise InputError(f"`affinity_weights` {path}: not a weights file (write one with `trawmem train-affinity`)")
     if doc.get("features") != list(RELEVANCE_FEATURES):
-        raise InputError(f"--affinity-weights {path}: fitted for the features {doc.get('features')}, this version "
+        raise InputError(f"`affinity_weights` {path}: fitted for the features {doc.get('features')}, this version "
                          f"uses {list(RELEVANCE_FEATURES)}; fit it again with `trawmem train-affinity`")
     w = doc.get("weights")
     if not isinstance(w, list) or len(w) != len(RELEVANCE_FEATURES) + 1 or not all(
             isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in w):
-        raise InputError(f"--affinity-weights {path}: 'weights' must be {len(RELEVANCE_FEATURES) + 1} finite numbers")
+        raise InputError(f"`affinity_weights` {path}: 'weights' must be {len(RELEVANCE_FEATURES) + 1} finite numbers")
     return tuple(float(x) for x in w)

@@ -395,7 +395,7 @@ def train_head(data_path: str | Path, out_path: str | Path, *, conversations=Non
         if unknown:
             from ..errors import InputError
 
-            raise InputError(f"--conversations: {unknown} not in {data_path} "
+            raise InputError(f"`conversations`: {unknown} not in {data_path} "
                              f"(has {[c.bank_id for c in convs]})")
     sel = [c for c in convs if keep_ids is None or c.bank_id in keep_ids]
     mask = np.array([keep_ids is None or r in keep_ids for r in rows], dtype=bool)

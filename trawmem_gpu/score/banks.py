@@ -82,7 +82,7 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
         if old != json.loads(json.dumps(identity)):
             diff = sorted(k for k in identity if old.get(k) != identity[k])
             raise BankError(f"{path} holds banks built from other data or another config (differs in "
-                            f"{', '.join(diff)}); use another --banks directory")
+                            f"{', '.join(diff)}); use another `banks` directory")
     coll = Collection(path, create=True)
     if not sc.exists():
         path.mkdir(parents=True, exist_ok=True)

@@ -62,12 +62,12 @@ class ScoreSpec:
 
     def __post_init__(self):
         if self.method not in METHODS:
-            raise InputError(f"unknown --method {self.method!r}; choose from {', '.join(METHODS)}")
+            raise InputError(f"unknown `method` {self.method!r}; choose from {', '.join(METHODS)}")
         if self.engine not in ("batched", "reference"):
-            raise InputError(f"unknown --engine {self.engine!r}; choose 'batched' or 'reference'")
+            raise InputError(f"unknown `engine` {self.engine!r}; choose 'batched' or 'reference'")
         self.ks = tuple(int(k) for k in self.ks)
         if not self.ks or min(self.ks) < 1:
-            raise InputError(f"--k must list positive integers, got {self.ks}")
+            raise InputError(f"`ks` must list positive integers, got {self.ks}")
         self.config()  # validates the selection config
 
     def config(self) -> SelectConfig:

@@ -43,7 +43,7 @@ def _ray():
         import ray
         import ray.data  # noqa: F401
     except ImportError:
-        raise ConfigError("--ray needs Ray: pip install -e '.[ray]' (ray[data,serve])") from None
+        raise ConfigError("running on Ray needs Ray: pip install -e '.[ray]' (ray[data,serve])") from None
     return ray
 
 
@@ -138,7 +138,7 @@ def score_ray(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
     try:
         todo = [it for it in items if it.id not in writer]
         if workers < 1:
-            raise ConfigError(f"--ray-workers must be >= 1, got {workers}")
+            raise ConfigError(f"`workers` must be >= 1, got {workers}")
         # several groups per worker: balance, and results stream back while others run
         gs = group_size or max(1, math.ceil(len(todo) / (workers * 4)))
         groups = plan_batches(todo, gs)

@@ -101,7 +101,7 @@ def serve_forever(cfg: ServeConfig, access_log: bool = False, **service_kw) -> N
         app, service = build_app(cfg, **service_kw)
     banks = service.bank_list()
     auth = (f"API keys from {cfg.keys_file}" if cfg.keys_file else
-            "no --keys file: serving WITHOUT authentication, bound to 127.0.0.1 only")
+            "no keys file: serving WITHOUT authentication, bound to 127.0.0.1 only")
     print(f"trawmem serve: {len(banks)} banks, {sum(b['n_units'] for b in banks)} units from {cfg.collection} "
           f"(encoder {service.encoder_id}); {auth}", flush=True)
 

@@ -141,7 +141,7 @@ class SelectionService:
         coll_enc = self.registry.encoder_id
         if coll_enc is not None and enc.id != coll_enc:
             raise ConfigError(f"the collection {cfg.collection} was encoded with {coll_enc!r}, the query encoder "
-                              f"is {enc.id!r}; pass --encoder with the collection's encoder")
+                              f"is {enc.id!r}; set `encoder` to the collection's encoder")
         self.encoder = LockedEncoder(enc)
         self.dim = int(enc.dim)
         base = select_cfg or SelectConfig()

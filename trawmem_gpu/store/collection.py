@@ -126,7 +126,7 @@ class Collection:
                             f"got {type(v).__name__} {v!r})")
         if v != FORMAT_VERSION:
             raise BankError(f"{ip}: collection format version {v}, this trawmem_gpu reads version "
-                            f"{FORMAT_VERSION}; rebuild the banks with `trawmem build --input DATA --out NEW_DIR`")
+                            f"{FORMAT_VERSION}; rebuild the banks into a new directory (`trawmem build`)")
         banks, enc = idx.get("banks"), idx.get("encoder_id")
         if not isinstance(banks, dict):
             raise BankError(f"{ip}: corrupt collection index (field 'banks' must be an object mapping bank id "

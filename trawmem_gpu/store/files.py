@@ -41,7 +41,7 @@ from .bank import Bank
 FORMAT_VERSION = 2
 """Layout version of bank directories and collection indexes; other versions are refused."""
 TENSORS, UNITS, META = "tensors.safetensors", "units.json", "meta.json"
-REBUILD_HINT = "rebuild it with `trawmem build --input DATA --out DIR` (without --update)"
+REBUILD_HINT = "rebuild it from its history (`trawmem build`, not an `update`)"
 
 
 def _sha256(path: Path) -> str:
