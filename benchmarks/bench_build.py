@@ -13,7 +13,6 @@ Writes ``benchmarks/results/build.json`` and ``benchmarks/results/build.png`` (w
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -31,14 +30,6 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
 STAGES = ("encode_units_s", "encode_heads_s", "segment_s", "heads_s", "graph_s")
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _dir_sizes(d: Path) -> dict[str, int]:
     return {p.name: p.stat().st_size for p in sorted(d.iterdir()) if p.is_file()}
 
@@ -52,6 +43,7 @@ def run(args) -> dict:
     from trawmem_gpu.config import BuildConfig
     from trawmem_gpu.data import load_conversations
     from trawmem_gpu.encode import get_encoder
+    from trawmem_gpu.paths import file_sha256
     from trawmem_gpu.store import save_bank
 
     path = Path(args.path)
@@ -117,7 +109,7 @@ def run(args) -> dict:
     result = {
         "benchmark": "build",
         "command": "python " + " ".join([str(Path(sys.argv[0]))] + sys.argv[1:]),
-        "dataset": str(path), "dataset_sha256": _sha256(path), "conversations": len(rows),
+        "dataset": str(path), "dataset_sha256": file_sha256(path), "conversations": len(rows),
         "cache": "warm (user cache)" if args.warm else "cold (fresh temporary cache)",
         "cache_hits": getattr(enc, "hits", None), "cache_misses": getattr(enc, "misses", None),
         "encoder": enc.id, "encoder_load_s": round(load_s, 3),

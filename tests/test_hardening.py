@@ -19,6 +19,7 @@ import pytest
 from trawmem_gpu.cli import build_parser, main
 from trawmem_gpu.data import load_conversations, load_jsonl, load_locomo, sample_path
 from trawmem_gpu.errors import BankError, InputError, UnknownBank, name_list
+from trawmem_gpu.paths import file_sha256
 from trawmem_gpu.store import FORMAT_VERSION, Collection, load_bank
 from trawmem_gpu.store import files as store_files
 from trawmem_gpu.store.collection import bank_dirname
@@ -154,6 +155,7 @@ def test_automatic_cache_says_when_it_rebuilds(tmp_path, cache, capsys):
 
     data = write_data(tmp_path / "tiny.json")
     _, banks, cdir = banks_for(data, progress=False)
+    assert cdir.parent == tmp_path / "cache" / "banks"  # the one bank cache, shared with `trawmem score`
     t = next(cdir.glob("banks/*/tensors.safetensors"))
     t.write_bytes(t.read_bytes()[:50])
     _, again, cdir2 = banks_for(data, progress=False)
@@ -183,7 +185,7 @@ def test_duplicate_turn_ids_in_a_stored_bank(tmp_path):
     units[1]["id"] = "a1"
     (p / "units.json").write_text(json.dumps(units))
     meta = json.loads((p / "meta.json").read_text())
-    meta["checksums"]["units.json"] = store_files._sha256(p / "units.json")
+    meta["checksums"]["units.json"] = file_sha256(p / "units.json")
     meta["turns_sha256"] = turns_digest([store_files._turn_from(r) for r in units])
     meta["meta_sha256"] = store_files.meta_digest(meta)
     (p / "meta.json").write_text(json.dumps(meta))

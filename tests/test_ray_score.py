@@ -36,7 +36,8 @@ def ray_local():
 def lme(tmp_path_factory):
     from trawmem_gpu.config import BuildConfig
     from trawmem_gpu.data.longmemeval import load_longmemeval
-    from trawmem_gpu.score.banks import build_identity, ensure_collection, file_sha256
+    from trawmem_gpu.construct.cache import build_identity, ensure_collection
+    from trawmem_gpu.paths import file_sha256
     from trawmem_gpu.score.items import items_from_conversations
 
     d = tmp_path_factory.mktemp("lme_ray")

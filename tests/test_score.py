@@ -28,7 +28,8 @@ def lme(tmp_path_factory):
     """A LongMemEval-format file and its collection, built through the job's own path."""
     from trawmem_gpu.config import BuildConfig
     from trawmem_gpu.data.longmemeval import load_longmemeval
-    from trawmem_gpu.score.banks import build_identity, ensure_collection, file_sha256
+    from trawmem_gpu.construct.cache import build_identity, ensure_collection
+    from trawmem_gpu.paths import file_sha256
     from trawmem_gpu.score.items import items_from_conversations
 
     d = tmp_path_factory.mktemp("lme")

@@ -42,7 +42,8 @@ def _benchmark(a):
     from .config import BuildConfig
     from .data import check_input_file, detect_format, load_conversations
     from .data.longmemeval import load_longmemeval
-    from .score.banks import build_identity, default_bank_dir, ensure_collection, file_sha256
+    from .construct.cache import build_identity, default_bank_dir, ensure_collection
+    from .paths import file_sha256
     from .score.items import items_from_conversations
 
     path = check_input_file(a.data)
@@ -57,14 +58,17 @@ def _benchmark(a):
     cfg = BuildConfig.from_dict({"encoder": a.encoder} if a.encoder else {})
     ident = build_identity(file_sha256(path), cfg, a.units if fmt == "longmemeval" else "all")
     bank_dir = Path(a.banks) if a.banks else default_bank_dir(ident)
-    ray = {"address": a.ray_address, "workers": a.ray_workers} if a.ray else None
-    enc = None
-    if ray is None:
+    build_chunks = enc = None
+    if a.ray:
+        from .score.ray_runner import ray_chunk_builder
+
+        build_chunks = ray_chunk_builder(a.ray_address, a.ray_workers)
+    else:
         from .encode import get_encoder
 
         enc = get_encoder(cfg.encoder, cache=not a.no_cache)
     st = ensure_collection([c for c in convs if any(True for _ in c.turns)], bank_dir, ident, cfg, encoder=enc,
-                           progress=not a.quiet, ray=ray)
+                           progress=not a.quiet, build_chunks=build_chunks)
     return items, bank_dir, st
 
 

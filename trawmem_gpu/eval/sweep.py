@@ -379,7 +379,7 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
     from ..select.config import SelectConfig
     from ..select.context import BankContext
     from ..tokens import TOKENIZER_NAME
-    from .retrieval import file_sha256
+    from ..paths import file_sha256
 
     if engine not in ("reference", "batched"):
         raise InputError(f"`engine` must be 'reference' or 'batched', got {engine!r}")

@@ -26,7 +26,7 @@ def cmd_train_head(a) -> int:
 def cmd_train_affinity(a) -> int:
     import time
 
-    from ..eval.retrieval import file_sha256
+    from ..paths import file_sha256
     from .relevance import fit_relevance, load_labelled, save_weights
 
     t0 = time.perf_counter()

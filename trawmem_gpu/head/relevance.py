@@ -124,7 +124,8 @@ def load_labelled(path: str | Path, cfg: SelectConfig | None = None, *, dataset:
     enc = get_encoder(BuildConfig().encoder)
     if fmt == "longmemeval":
         from ..data.longmemeval import is_abstention
-        from ..score.banks import build_identity, default_bank_dir, ensure_collection, file_sha256
+        from ..construct.cache import build_identity, default_bank_dir, ensure_collection
+        from ..paths import file_sha256
         from ..store import Collection
 
         convs = load_conversations(path, dayfirst=dayfirst)

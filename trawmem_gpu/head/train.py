@@ -382,7 +382,7 @@ def train_head(data_path: str | Path, out_path: str | Path, *, conversations=Non
     (``loss_png_path(out_path)``). ``data``: optional preloaded ``(convs, banks, Z)``.
     Returns ``{"history", "head_sha256", "out", "loss_png", "summary"}``.
     """
-    from ..eval.retrieval import file_sha256
+    from ..paths import file_sha256
 
     cfg = replace(select_cfg or SelectConfig(), budget=budget)
     convs, banks, Z = data if data is not None else load_dev(data_path, progress=progress, dayfirst=dayfirst)

@@ -216,6 +216,16 @@ class _BuildActor:
         return banks, st
 
 
+def ray_chunk_builder(address: str | None = None, workers: int | None = None):
+    """The bank cache's ``build_chunks`` (:func:`trawmem_gpu.construct.cache.ensure_collection`):
+    chunks built on Ray actors."""
+    def build(chunks: list, cfg):
+        return build_banks_ray(chunks, cfg, address=address, workers=workers)
+
+    build.runner = "ray"
+    return build
+
+
 def build_banks_ray(chunks: list, cfg, address: str | None = None, workers: int | None = None, threads: int = 1):
     """Yield ``(banks, stats)`` per chunk of conversations, built on Ray actors (unordered)."""
     from ray.util import ActorPool

@@ -42,7 +42,8 @@ from .metrics import Metrics
 from .models import (AppendRequest, AppendResponse, BankInfo, BankList, BatchRequest, BatchResponse, Error,
                      SelectRequest, SelectResponse)
 from .registry import DuplicateTurns, check_bank_id
-from .service import SelectItem, UnknownBank
+from ..errors import UnknownBank
+from .service import SelectItem
 
 log = logging.getLogger("trawmem.serve")
 
@@ -386,8 +387,8 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
         return _json({"detail": "; ".join(parts)}, 422)
 
     @app.exception_handler(UnknownBank)
-    async def _unknown(request, e: UnknownBank):
-        return _json({"detail": str(e)}, 404)
+    async def _unknown(request, e: UnknownBank):  # never e.detail: what else is held is not the client's
+        return _json({"detail": f"{e.where}unknown bank id {e.bank_id!r}"}, 404)
 
     @app.exception_handler(QueueFull)
     async def _full(request, e: QueueFull):

@@ -91,3 +91,24 @@ class ServeConfig:
         if self.keys_file is None and self.host not in LOCAL_HOSTS:
             raise ConfigError(f"`host` {self.host} without `keys_file`: a server without API keys binds to "
                               "127.0.0.1 only; give a `keys_file` to serve other hosts")
+
+
+def uvicorn_config(app, cfg: ServeConfig, access_log: bool = False, graceful_s: float | None = None):
+    """uvicorn's settings for serving ``app`` as ``cfg`` says (the one-process server and each
+    HTTP front of :mod:`.remote` alike)."""
+    import uvicorn
+
+    return uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="info" if access_log else "warning",
+                          access_log=access_log, timeout_graceful_shutdown=graceful_s or (cfg.timeout_s + 5),
+                          lifespan="on", server_header=False, limit_concurrency=None)
+
+
+def select_defaults() -> tuple:
+    """(budget, hops, token_budget) a request gets when it names none, read from ``SelectConfig``'s
+    fields (a front shows these until the engine process reports its own)."""
+    from dataclasses import fields
+
+    from ..select.config import SelectConfig
+
+    d = {f.name: f.default for f in fields(SelectConfig)}
+    return d["budget"], d["hops"], d["token_budget"]

@@ -32,7 +32,7 @@ from ray import serve
 
 from ..errors import InputError
 from .batcher import DeadlineExceeded, Later, QueueFull
-from .config import ServeConfig
+from .config import ServeConfig, select_defaults
 from .registry import DuplicateTurns
 
 log = logging.getLogger("trawmem.serve")
@@ -120,7 +120,7 @@ class RayBackend:
         self.cfg, self.n, self.app_name = cfg, shards, app_name
         self.handles: list = []
         self.ready = False
-        self.dim, self.encoder_id, self.defaults = 0, None, (16, 1, None)
+        self.dim, self.encoder_id, self.defaults = 0, None, select_defaults()
 
     async def start(self) -> None:
         self.handles = [serve.get_deployment_handle(f"trawmem-shard-{i}", app_name=self.app_name)
@@ -141,7 +141,7 @@ class RayBackend:
     async def select(self, items: list, batch: bool = False) -> list[dict]:
         from ray.serve.exceptions import BackPressureError
 
-        from .service import UnknownBank
+        from ..errors import UnknownBank
 
         calls = [self._h(it.bank_id).select.remote(it) for it in items]
         try:

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..encode import get_encoder
 from ..encode.base import Encoder
-from ..errors import ConfigError
+from ..errors import ConfigError, UnknownBank
 from ..select.config import SelectConfig
 from ..tokens import TOKENIZER_NAME, count_tokens_cached
 from ..workspace import assemble
@@ -88,14 +88,6 @@ def freeze_heap() -> None:
 
     gc.collect()
     gc.freeze()
-
-
-class UnknownBank(Exception):
-    """A bank this process does not serve (HTTP 404, the same answer as a bank the key does not own)."""
-
-    def __init__(self, bank_id: str, where: str = ""):
-        super().__init__(f"{where}unknown bank id {bank_id!r}")
-        self.bank_id, self.where = bank_id, where
 
 
 class LockedEncoder(Encoder):

@@ -159,8 +159,7 @@ class Collection:
         if bank_id not in self.banks:
             self.refresh()
         if bank_id not in self.banks:
-            raise UnknownBank(f"unknown bank id {bank_id!r} in {self.path} (it holds {len(self.banks)}: "
-                              f"{name_list(self.banks)})")
+            raise UnknownBank(bank_id, detail=f" in {self.path} (it holds {len(self.banks)}: {name_list(self.banks)})")
         return self.path / BANKS / self.banks[bank_id]
 
     # -- locks ------------------------------------------------------------------------------
@@ -330,7 +329,7 @@ class PackedCollection:
             self._index = {b: i for i, b in enumerate(self.bank_ids)}
             return self.bank_index(bank_id)
         except KeyError:
-            raise UnknownBank(f"unknown bank id {bank_id!r} (packed: {name_list(self.bank_ids)})") from None
+            raise UnknownBank(bank_id, detail=f" (packed: {name_list(self.bank_ids)})") from None
 
     def nbytes(self) -> int:
         return sum(getattr(self, f).element_size() * getattr(self, f).nelement() for f in
