@@ -72,6 +72,8 @@ def help_problems(parser: argparse.ArgumentParser) -> list[str]:
             bad.append(f"{where}: no description")
         if re.search(r"\bNone\b|\(default: [\[(]|\(default: (True|False)\)", entry):
             bad.append(f"{where}: Python value shown: {entry}")
+        if "(default: none)" in entry and "none" not in (a.choices or ()):
+            bad.append(f"{where}: '(default: none)' without saying what none means: {entry}")
         if a.required and "default" in entry:
             bad.append(f"{where}: required but shows a default: {entry}")
         if a.required and "(required)" not in entry:
@@ -99,7 +101,9 @@ def test_the_checker_catches_what_the_issue_found():
     assert help_problems(p) == ["t: no description beyond the summary"]
     p.add_argument("--encoder", help="which encoder")  # unset default, nothing said about it
     p.add_argument("--kind", default="a", help="a kind (default: None)")
-    assert [b.split(":")[0] for b in help_problems(p)[1:]] == ["t --encoder", "t --kind"]
+    p.add_argument("--model", help="a model (default: none)")
+    p.add_argument("--mode", choices=["none", "x"], help="a mode (default: none)")  # a real value: fine
+    assert [b.split(":")[0] for b in help_problems(p)[1:]] == ["t --encoder", "t --kind", "t --model"]
 
 
 def test_headings_and_banks_help_match_the_real_defaults(monkeypatch, tmp_path):
