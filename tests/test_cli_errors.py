@@ -126,3 +126,10 @@ def test_no_library_module_raises_a_message_naming_a_flag():
                             re.search(r"(?<![\w`])--[a-z]", c.value.replace("`trawmem", "")):
                         bad.append(f"{rel}:{node.lineno}: {c.value[:60]}")
     assert not bad, "\n".join(bad)
+
+
+def test_serve_config_errors_name_the_serve_flags(tmp_path, capsys):
+    pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    assert main(["serve", "--collection", str(tmp_path / "c"), "--host", "0.0.0.0"]) == 2
+    err = _err(capsys)
+    assert "--host 0.0.0.0 without --keys" in err and "set --keys to serve other hosts" in err and "`" not in err

@@ -90,7 +90,7 @@ class ServeConfig:
             raise ConfigError(f"`threads` must be >= 1, got {self.threads!r}")
         if self.keys_file is None and self.host not in LOCAL_HOSTS:
             raise ConfigError(f"`host` {self.host} without `keys_file`: a server without API keys binds to "
-                              "127.0.0.1 only; give a `keys_file` to serve other hosts")
+                              "127.0.0.1 only; set `keys_file` to serve other hosts")
 
 
 def uvicorn_config(app, cfg: ServeConfig, access_log: bool = False, graceful_s: float | None = None):
