@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "build": ("trawmem_gpu.cli:configure_build",
               "build one memory bank per conversation into a collection (or --update it)"),
     "info": ("trawmem_gpu.cli:configure_info", "bank, thread and unit counts of a collection or bank"),
+    "repair-index": ("trawmem_gpu.cli:configure_repair_index",
+                     "rebuild a collection's index (collection.json) from its banks' metadata"),
     "query": ("trawmem_gpu.cli_select:configure_query", "print the workspace for one question"),
     "eval": ("trawmem_gpu.cli_select:configure_eval",
              "retrieval (and optionally answer) quality on LoCoMo-layout data"),
@@ -152,6 +154,16 @@ def cmd_info(a) -> int:
     return 0
 
 
+def cmd_repair_index(a) -> int:
+    from .store import repair_index
+
+    r = repair_index(a.dir)
+    extra = "".join(f"; {k} {len(r[k])}: {', '.join(map(repr, r[k][:5]))}{' ...' if len(r[k]) > 5 else ''}"
+                    for k in ("added", "dropped") if r[k])
+    print(f"rebuilt {Path(a.dir) / 'collection.json'} from the banks' metadata: {plural(r['banks'], 'bank')}{extra}")
+    return 0
+
+
 DESCRIPTION = """\
 TrawMem agent memory: build memory banks from conversation histories, then select a small
 complementary workspace of past turns for each question.
@@ -170,7 +182,8 @@ def configure_build(b: Parser) -> None:
     b.add_argument("--input", required=True, help="history file: LoCoMo-layout JSON or JSONL (one turn per line)")
     b.add_argument("--out", required=True, help="collection directory (created if missing)")
     b.add_argument("--format", choices=["auto", *FORMATS], default="auto",
-                   help="input format; auto picks JSONL for .jsonl/.ndjson, else LoCoMo")
+                   help="input format; auto picks JSONL for .jsonl/.ndjson, LongMemEval by its haystack keys, "
+                        "else LoCoMo")
     add_dayfirst(b)
     b.add_argument("--segmentation", choices=["embedding", "fixed", "llm"],
                    help="thread segmentation (default: embedding, or with --update the bank's own)")
@@ -197,6 +210,13 @@ def configure_info(i: Parser) -> None:
     i.add_argument("dir", help="collection or bank directory")
     i.add_argument("--json", action="store_true", help="print the counts as JSON")
     i.set_defaults(fn=cmd_info)
+
+
+def configure_repair_index(r: Parser) -> None:
+    r.describe("Rebuild DIR/collection.json from the metadata of the bank directories under DIR/banks, under "
+               "the collection lock (for a collection that lost its index).")
+    r.add_argument("dir", help="collection directory")
+    r.set_defaults(fn=cmd_repair_index)
 
 
 def build_parser(commands=None) -> Parser:

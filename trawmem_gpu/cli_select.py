@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .cli_args import add_ablation, add_affinity_weights, add_dayfirst, add_engine, add_head, add_llm_options, \
-    add_method, add_token_budget, banks_cache_dir, categories, nonneg_int, positive_int
+    add_method, add_token_budget, banks_cache_dir, budget_int, categories, hops_int, nonneg_int, positive_int
 from .data.types import MAX_QUESTION_CHARS
 from .errors import InputError, name_list, plural
 
@@ -184,9 +184,9 @@ def configure_query(q) -> None:
     q.add_argument("--bank", required=True, help="bank or collection directory")
     q.add_argument("--bank-id", help="bank within a collection (default: the only one; needed when it holds several)")
     q.add_argument("--question", required=True, help=f"the question (at most {MAX_QUESTION_CHARS} characters)")
-    q.add_argument("--budget", type=positive_int, help=budget_help)
+    q.add_argument("--budget", type=budget_int, help=budget_help)
     add_token_budget(q)
-    q.add_argument("--hops", type=nonneg_int, help=hops_help)
+    q.add_argument("--hops", type=hops_int, help=hops_help)
     q.add_argument("--paper", action="store_true", help="Section 4.2 exactly as written")
     add_head(q)
     add_affinity_weights(q)
@@ -206,9 +206,9 @@ def configure_eval(e) -> None:
     e.add_argument("--data", required=True, help="LoCoMo-layout JSON with questions and evidence")
     add_dayfirst(e)
     add_method(e)
-    e.add_argument("--budget", type=positive_int, help=budget_help)
+    e.add_argument("--budget", type=budget_int, help=budget_help)
     add_token_budget(e, fill=True)
-    e.add_argument("--hops", type=nonneg_int, help=hops_help)
+    e.add_argument("--hops", type=hops_int, help=hops_help)
     add_ablation(e)
     e.add_argument("--paper", action="store_true", help="Section 4.2 exactly as written")
     add_engine(e)
