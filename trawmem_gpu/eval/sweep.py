@@ -361,9 +361,9 @@ def load_or_build_banks(convs, banks_dir, build_cfg, progress: bool = True,
 
     coll = Collection(banks_dir)
     try:
-        missing = verify_banks(coll, convs, data_path or "--data", None, exact=False)
+        missing = verify_banks(coll, convs, data_path or "`data`", None, exact=False)
     except BankError as e:
-        raise BankError(f"--banks {banks_dir}: {e}; rebuild them from --data or drop --banks") from None
+        raise BankError(f"`banks_dir` {banks_dir}: {e}; rebuild them from `data` or leave `banks_dir` unset") from None
     if missing:
         raise InputError(f"`banks_dir` {banks_dir}: no bank for conversation(s) {missing[:5]} of `data`")
     banks = [coll.load(c.bank_id) for c in convs]

@@ -347,8 +347,8 @@ def resume_todo(writer: ResumableJsonl, items: list[ScoreItem], coll, spec: Scor
         first = next(iter(changed))
         more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
         raise InputError(f"{writer.path}: the written record of {first!r} no longer matches the input: "
-                         f"{changed[first]}{more}; rerun with --rescore-changed to score the changed ones again, "
-                         "or --overwrite to start afresh")
+                         f"{changed[first]}{more}; rerun with `rescore_changed` to score the changed ones again, "
+                         "or `overwrite` to start afresh")
     writer.drop(list(changed) + failed)
     todo = [it for it in items if it.id not in writer]
     return todo, {"rescored_changed": len(changed), "retried_answers": len(failed)}
