@@ -763,7 +763,7 @@ def test_damaged_score_sidecars(scored, capsys, monkeypatch, damage):
     rc, cap, _, _ = _rescore(d, f, "o.jsonl", banks, capsys, d / "bk" / "score-build.json", bad)
     assert rc == 2 and "Traceback" not in cap.err and cap.err.count("\n") == 1, cap.err
     assert "score-build.json: damaged sidecar" in cap.err and "cannot be reused" in cap.err
-    auto = next((d / "cache" / "score-banks").iterdir()) / "score-build.json"
+    auto = next((d / "cache" / "banks").iterdir()) / "score-build.json"  # the one bank cache
     good = json.loads(auto.read_text())
     rc, cap, now, summary = _rescore(d, f, "auto.jsonl", [], capsys, auto, bad)
     assert rc == 0 and "Traceback" not in cap.err and "note:" in cap.err and "rewritten" in cap.err, cap.err

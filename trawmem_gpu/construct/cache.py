@@ -89,7 +89,7 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
         except BankError as e:
             if path.resolve() != default_bank_dir(identity).resolve():
                 raise BankError(f"{e}; it records what the banks in {path} were built from, so they cannot be "
-                                "reused: remove the directory, or use another --banks") from None
+                                "reused: remove the directory, or use another `banks`") from None
             # the automatic directory is named by its identity's hash: the sidecar can only say that
             print(f"trawmem: note: {e}; rewritten from the directory's name (the automatic bank directory)",
                   file=sys.stderr)

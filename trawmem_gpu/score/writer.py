@@ -99,7 +99,7 @@ class ResumableJsonl:
                 old = read_json_object(self.meta_path, str(self.meta_path), "damaged sidecar")
             except InputError as e:
                 raise InputError(f"{self.path} holds {len(self.ids)} records, and {e}, which records the job that "
-                                 "wrote them; use --overwrite or another --out") from None
+                                 "wrote them; use `overwrite` or another `out`") from None
             if old != json.loads(json.dumps(meta)):
                 diff = sorted(k for k in set(meta) | set(old) if old.get(k) != meta.get(k))
                 raise InputError(f"{self.path} holds {len(self.ids)} records of a job with another configuration "
