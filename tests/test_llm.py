@@ -129,7 +129,7 @@ def test_timeout_bounds_a_hung_request(server):
     be = _http(server, timeout_s=0.3, max_retries=1, raise_if_all_failed=False)
     t0 = time.perf_counter()
     (r,) = be.chat([_conv("a")], max_tokens=8)
-    assert "timeout after 0.3s" in r.error and "--llm-timeout" in r.error and "2 attempt" in r.error
+    assert "timeout after 0.3s" in r.error and "`timeout_s`" in r.error and "2 attempt" in r.error
     assert time.perf_counter() - t0 < 2.5  # two 0.3 s attempts, not two 3 s waits
 
 
@@ -202,7 +202,7 @@ def test_nollm_message():
     with pytest.raises(NoLLMConfigured) as ei:
         NoLLM().chat([_conv("x")], max_tokens=8, desc="answer")
     msg = str(ei.value)
-    assert msg.startswith("no LLM configured") and "--answer-llm" in msg and "answer" in msg
+    assert msg.startswith("no LLM configured") and "`answer_llm`" in msg and "answer" in msg
     with pytest.raises(NoLLMConfigured):
         llm_segment([["a", "b"]], NoLLM())
     with pytest.raises(NoLLMConfigured):

@@ -66,17 +66,17 @@ def test_huge_budget_is_sized_by_the_pool(banks, queries):  # noqa: F811
 
 
 def test_params_validation_names_fields():
-    with pytest.raises(ConfigError, match=r"^token_budget must lie in"):
+    with pytest.raises(ConfigError, match=r"^`token_budget` must lie in"):
         QueryParams(token_budget=0)
-    with pytest.raises(ConfigError, match=r"^hops must lie in \[0, 8\]"):
+    with pytest.raises(ConfigError, match=r"^`hops` must lie in \[0, 8\]"):
         QueryParams(hops=MAX_HOPS + 1)
-    with pytest.raises(ConfigError, match="budget must be a whole number"):
+    with pytest.raises(ConfigError, match="`budget` must be a whole number"):
         QueryParams(budget=2.5)
-    with pytest.raises(ConfigError, match="only with a token_budget"):
+    with pytest.raises(ConfigError, match="only with a `token_budget`"):
         QueryParams(budget=None)
-    with pytest.raises(ConfigError, match="^fill must be one of"):
+    with pytest.raises(ConfigError, match="^`fill` must be one of"):
         QueryParams(fill="all")
-    with pytest.raises(ConfigError, match="neighborhood_cap must be >= n_seeds"):
+    with pytest.raises(ConfigError, match="`neighborhood_cap` must be >= `n_seeds`"):
         QueryParams(n_seeds=4, neighborhood_cap=2)
     with pytest.raises(ConfigError, match="3 queries but 2 query params"):
         per_query([QueryParams()] * 2, 3)

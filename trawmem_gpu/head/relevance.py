@@ -141,7 +141,8 @@ def load_labelled(path: str | Path, cfg: SelectConfig | None = None, *, dataset:
     enc = get_encoder(BuildConfig().encoder)
     if fmt == "longmemeval":
         from ..data.longmemeval import is_abstention
-        from ..score.banks import build_identity, default_bank_dir, ensure_collection, file_sha256
+        from ..construct.cache import build_identity, default_bank_dir, ensure_collection
+        from ..paths import file_sha256
         from ..store import Collection
 
         convs = load_conversations(path, dayfirst=dayfirst)
@@ -176,7 +177,7 @@ def save_weights(path: str | Path, weights, meta: dict | None = None) -> Path:
     return weights_file.save_weights(path, weights, RELEVANCE_FEATURES, meta)
 
 
-def load_weights(path: str | Path, label: str = "affinity_weights") -> tuple[float, ...]:
+def load_weights(path: str | Path, label: str = "`affinity_weights`") -> tuple[float, ...]:
     """``weights_file.load_weights`` for the ``learned`` affinity's features (``label``: how errors
     name the file's source)."""
     return weights_file.load_weights(path, RELEVANCE_FEATURES, label)

@@ -10,7 +10,7 @@ ablations of Section 5.2 are switches (``ablation=...``).
 
 ``EngineConfig`` holds every choice of how :class:`~trawmem_gpu.select.engine.SelectionEngine`
 computes those units (device, dtype, backend, kernels, threads, chunking, tables, seed search):
-none of them changes a pick. Errors name the field (``rrf_k must be >= 1 (got 0)``); the command
+none of them changes a pick. Errors name the field in backquotes (```rrf_k` must be >= 1 (got 0)``); the command
 line maps fields to its flags.
 """
 from __future__ import annotations
@@ -67,17 +67,17 @@ def _check_choices(obj) -> None:
     for name, allowed in _choices(type(obj)).items():
         val = getattr(obj, name)
         if val not in allowed:
-            raise ConfigError(f"{name} must be one of {', '.join(repr(a) for a in allowed)} (got {val!r})")
+            raise ConfigError(f"`{name}` must be one of {', '.join(repr(a) for a in allowed)} (got {val!r})")
 
 
 def _at_least(name: str, val, low, strict: bool = False) -> None:
     if (val <= low) if strict else (val < low):
-        raise ConfigError(f"{name} must be {'>' if strict else '>='} {low} (got {val!r})")
+        raise ConfigError(f"`{name}` must be {'>' if strict else '>='} {low} (got {val!r})")
 
 
 def _within(name: str, val, lo, hi, hi_open: bool = False) -> None:
     if not (lo <= val < hi if hi_open else lo <= val <= hi):
-        raise ConfigError(f"{name} must lie in [{lo}, {hi}{')' if hi_open else ']'} (got {val!r})")
+        raise ConfigError(f"`{name}` must lie in [{lo}, {hi}{')' if hi_open else ']'} (got {val!r})")
 
 
 @dataclass
@@ -176,31 +176,37 @@ class SelectConfig:
             _at_least(name, getattr(self, name), 0)
         _within("k_shift", self.k_shift, 0.0, 1.0, hi_open=True)
         if self.ablation not in ABLATIONS:
-            raise ConfigError(f"ablation must be one of {', '.join(repr(a) for a in ABLATIONS)} "
+            raise ConfigError(f"`ablation` must be one of {', '.join(repr(a) for a in ABLATIONS)} "
                               f"(got {self.ablation!r})")
         _at_least("rrf_k", self.rrf_k, 1)
         _check_choices(self)
         self.relevance_weights = tuple(float(x) for x in self.relevance_weights)
         if len(self.relevance_weights) != len(RELEVANCE_FEATURES) + 1 or not all(
                 math.isfinite(x) for x in self.relevance_weights):
-            raise ConfigError(f"relevance_weights must be {len(RELEVANCE_FEATURES) + 1} finite numbers (one per "
+            raise ConfigError(f"`relevance_weights` must be {len(RELEVANCE_FEATURES) + 1} finite numbers (one per "
                               f"relevance feature: {', '.join(RELEVANCE_FEATURES)}; then the bias)")
         self.A = tuple(tuple(float(x) for x in r) for r in self.A)
         self.M = tuple(tuple(float(x) for x in r) for r in self.M)
         if len(self.A) != len(ROLES) or any(len(r) != len(DEMAND_FEATURES) for r in self.A):
-            raise ConfigError(f"A must be {len(ROLES)} x {len(DEMAND_FEATURES)} (roles x demand features)")
+            raise ConfigError(f"`A` must be {len(ROLES)} x {len(DEMAND_FEATURES)} (roles x demand features)")
         if len(self.M) != len(ROLES) or any(len(r) != len(UNIT_FEATURES) for r in self.M):
-            raise ConfigError(f"M must be {len(ROLES)} x {len(UNIT_FEATURES)} (roles x unit features)")
+            raise ConfigError(f"`M` must be {len(ROLES)} x {len(UNIT_FEATURES)} (roles x unit features)")
 
     @classmethod
     def paper(cls, **kw) -> "SelectConfig":
         """Section 4.2 as written: head seeds, Eq. 4 propagation, dense affinity, unit weights, and
         thread heads shown in the workspace (the cost-aware greedy with its guarantee under T).
         The paper's H = 2 is a per-query choice: ``QueryParams(hops=PAPER_HOPS)``."""
-        base = dict(seed_score="head", propagation="paper", affinity="dense", k_shift=0.0,
-                    w_cov=1.0, w_role=1.0, w_aff=1.0, w_thr=1.0, headings="gist", knapsack="best")
-        base.update(kw)
-        return cls(**base)
+        return cls(**(PAPER | kw))
+
+    @classmethod
+    def default(cls, name: str, paper: bool = False):
+        """The default of field ``name`` (under :meth:`paper` with ``paper``), without building a
+        config (a help text reads it without importing the objective's compiled code)."""
+        if paper and name in PAPER:
+            return PAPER[name]
+        f = cls.__dataclass_fields__[name]
+        return f.default
 
     @property
     def knapsack_ratio(self) -> bool | None:
@@ -231,6 +237,11 @@ class SelectConfig:
         if unknown:
             raise ConfigError(f"unknown selection config fields {sorted(unknown)}")
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+PAPER = dict(seed_score="head", propagation="paper", affinity="dense", k_shift=0.0, w_cov=1.0, w_role=1.0,
+             w_aff=1.0, w_thr=1.0, headings="gist", knapsack="best")
+"""The fields :meth:`SelectConfig.paper` sets: Section 4.2 as written."""
 
 
 def _objective_weights() -> tuple[str, ...]:

@@ -8,7 +8,7 @@ read when the bank tables are built.
 The sizes the method derives from the budget (the candidate pool: ``n_seeds``,
 ``neighborhood_cap``; the priority cap kappa = 1 / B_q) are resolved per query by
 :meth:`QueryParams.resolved`, the one home of those rules. Errors name the field
-(``token_budget must be >= 1 (got 0)``); the command line maps fields to its flags.
+(```token_budget` must lie in ...``, in backquotes); the command line maps fields to its flags.
 """
 from __future__ import annotations
 
@@ -37,11 +37,11 @@ def _whole(name: str, val, low: int, high: int, none_ok: bool = False):
     if val is None:
         if none_ok:
             return None
-        raise ConfigError(f"{name} must be a whole number (got None)")
+        raise ConfigError(f"`{name}` must be a whole number (got None)")
     if isinstance(val, bool) or not isinstance(val, numbers.Integral):
-        raise ConfigError(f"{name} must be a whole number (got {val!r})")
+        raise ConfigError(f"`{name}` must be a whole number (got {val!r})")
     if not low <= val <= high:
-        raise ConfigError(f"{name} must lie in [{low}, {high}] (got {val!r})")
+        raise ConfigError(f"`{name}` must lie in [{low}, {high}] (got {val!r})")
     return int(val)
 
 
@@ -73,15 +73,15 @@ class QueryParams:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen
         set_("token_budget", _whole("token_budget", self.token_budget, 1, MAX_TOKEN_BUDGET, none_ok=True))
         if self.budget is None and self.token_budget is None:
-            raise ConfigError("budget may be None (no unit cap) only with a token_budget")
+            raise ConfigError("`budget` may be None (no unit cap) only with a `token_budget`")
         set_("budget", _whole("budget", self.budget, 1, MAX_BUDGET, none_ok=True))
         set_("hops", _whole("hops", self.hops, 0, MAX_HOPS))
         if self.fill not in FILLS:
-            raise ConfigError(f"fill must be one of {', '.join(map(repr, FILLS))} (got {self.fill!r})")
+            raise ConfigError(f"`fill` must be one of {', '.join(map(repr, FILLS))} (got {self.fill!r})")
         set_("n_seeds", _whole("n_seeds", self.n_seeds, 1, MAX_BUDGET, none_ok=True))
         set_("neighborhood_cap", _whole("neighborhood_cap", self.neighborhood_cap, 1, MAX_BUDGET, none_ok=True))
         if self.neighborhood_cap is not None and self.neighborhood_cap < (self.n_seeds or 1):
-            raise ConfigError(f"neighborhood_cap must be >= n_seeds ({self.n_seeds or 1}) "
+            raise ConfigError(f"`neighborhood_cap` must be >= `n_seeds` ({self.n_seeds or 1}) "
                               f"(got {self.neighborhood_cap!r})")
 
     @property

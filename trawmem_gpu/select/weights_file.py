@@ -27,7 +27,7 @@ def save_weights(path: str | Path, weights, features, meta: dict | None = None) 
     return path
 
 
-def load_weights(path: str | Path, features, label: str = "affinity_weights") -> tuple[float, ...]:
+def load_weights(path: str | Path, features, label: str = "`affinity_weights`") -> tuple[float, ...]:
     """The relevance weights of a file written by :func:`save_weights` (``affinity_weights``);
     clear errors for a missing or foreign file, or one fitted for other ``features`` than these."""
     from ..errors import InputError, read_json
