@@ -137,8 +137,6 @@ def test_no_import_cycle_outside_select():
     assert not bad, bad
 
 
-@pytest.mark.xfail(strict=True, reason="select/baselines <-> context <-> steps/candidates <-> steps/relevance: "
-                                       "the select/ rewrite (issue 20) removes it; then drop this mark")
 def test_no_import_cycle_inside_select():
     bad = [c for c in cycles(import_graph()) if all(_in_select(m) for m in c)]
     assert not bad, bad
@@ -192,12 +190,12 @@ def test_one_file_digest_and_one_cache_root(tmp_path, monkeypatch):
     assert cache.default_bank_dir(ident) != cache.default_bank_dir(read_day_first)
 
 
-def test_serve_fronts_read_the_select_defaults_from_select_config():
-    from trawmem_gpu.select.config import SelectConfig
+def test_serve_fronts_read_the_request_defaults_from_query_params():
+    from trawmem_gpu.select.params import QueryParams
     from trawmem_gpu.serve.config import ServeConfig, select_defaults
     from trawmem_gpu.serve.remote import RemoteBackend
 
-    d = SelectConfig()
+    d = QueryParams()
     assert select_defaults() == (d.budget, d.hops, d.token_budget)
     assert RemoteBackend("/nonexistent.sock", ServeConfig()).defaults == select_defaults()
     for p in (PKG / "serve" / "remote.py", PKG / "serve" / "ray_app.py"):

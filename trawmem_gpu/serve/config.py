@@ -101,11 +101,11 @@ def uvicorn_config(app, cfg: ServeConfig, access_log: bool = False, graceful_s: 
 
 
 def select_defaults() -> tuple:
-    """(budget, hops, token_budget) a request gets when it names none, read from ``SelectConfig``'s
+    """(budget, hops, token_budget) a request gets when it names none, read from ``QueryParams``'
     fields (a front shows these until the engine process reports its own)."""
     from dataclasses import fields
 
-    from ..select.config import SelectConfig
+    from ..select.params import QueryParams
 
-    d = {f.name: f.default for f in fields(SelectConfig)}
+    d = {f.name: f.default for f in fields(QueryParams)}
     return d["budget"], d["hops"], d["token_budget"]
