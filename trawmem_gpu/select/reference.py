@@ -124,7 +124,11 @@ def select_reference(ctx: BankContext, question: str, z: np.ndarray, cfg: Select
     tokens = costs = None
     if qp.token_budget is not None:                                       # a knapsack on workspace tokens
         costs = ctx.token_costs(cfg.headings)
-        tokens = TokenBudget(qp.token_budget, costs.unit[loc.cand], costs.heading[loc.threads], cfg.knapsack_ratio)
+        run = costs.runs(loc.threads)  # threads ascending: a heading run's threads are consecutive
+        first = np.concatenate([[True], run[1:] != run[:-1]]) if len(run) else np.zeros(0, dtype=bool)
+        key = np.maximum.accumulate(np.where(first, np.arange(len(run)), 0)) if len(run) else run
+        tokens = TokenBudget(qp.token_budget, costs.unit[loc.cand], costs.heading[loc.threads], cfg.knapsack_ratio,
+                             key[loc.lt])
     picks, gains = cost_aware_greedy(obj, config_rule(cfg, qp.budget, U, tokens=tokens), lazy=cfg.greedy == "lazy")
     units = [int(loc.cand[i]) for i in picks]
     if qp.token_budget is not None:                                       # the rendering against T

@@ -97,6 +97,8 @@ class StageTables(NamedTuple):
     """[units] token cost of every stored unit (``workspace.TokenCosts``; 0 without a token budget)."""
     tok_head: np.ndarray
     """[threads] heading token cost of every stored thread."""
+    tok_hrun: np.ndarray
+    """[threads] the bank-local first thread of every stored thread's heading run (one heading)."""
 
 
 class StageBatch(NamedTuple):
@@ -154,7 +156,7 @@ def _learned_tables(snap: Snapshot):
 def stage_tables(snap: Snapshot) -> StageTables:
     n = snap.np
     return StageTables(n["ktab"], n["btab"], n["head_sim"], n["temporal"], n["position"], n["d_in"],
-                       ThreadGraph(n["nbr"], n["nbw"], snap.dummy_thread), n["tok_unit"], n["tok_head"])
+                       ThreadGraph(n["nbr"], n["nbw"], snap.dummy_thread), n["tok_unit"], n["tok_head"], n["tok_hrun"])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -264,9 +266,13 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
     f = np.empty(F)
     lg = np.empty(R)
     gs = GreedyScratch(np.empty(U1 * U1), np.empty(U1), np.empty(max(R, 1)), np.empty(U1), np.empty(U1, np.int64),
-                       np.empty(U1, np.int64), np.zeros(U1, np.bool_), np.zeros(T1, np.bool_), np.empty(U1))
+                       np.empty(U1, np.int64), np.zeros(U1, np.bool_), np.zeros(T1, np.bool_), np.empty(U1),
+                       np.zeros(T1, np.bool_))
     uc = np.ones(U1)
     hc = np.zeros(T1)
+    kpos = np.zeros(T1, np.int64)
+    hkey = np.zeros(U1, np.int64)
+    prev_run = -1
     other = np.empty(sel.shape[1], np.int64)
     mark = np.zeros(U1, np.bool_)
     no_support = p.identity or not p.cross_thread  # K is 0 across threads: no bound from the other threads
@@ -336,16 +342,21 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
         if tokens:
             for u in range(n):
                 uc[u] = tab.tok_unit[uo + cq[u]]
-            for j in range(nt):
+            for j in range(nt):  # heading keys: the first neighbourhood thread of each heading run
                 hc[j] = tab.tok_head[off.to[b] + x.hthread[q, j]]
+                run = tab.tok_hrun[off.to[b] + x.hthread[q, j]]
+                kpos[j] = j if (j == 0 or run != prev_run) else kpos[j - 1]
+                prev_run = run
+            for u in range(n):
+                hkey[u] = kpos[x.lt[q, u]]
         ks = KSource(tab.ktab, off.koff[b], off.nu[b], cq, p.identity)
         cw = FusedWeights(w[W_COV], w[W_ROLE], w[W_THR])
         rule = StopRule(lim, p.stop_coverage, lim, None)
         g = CompiledQuery(pq[:n], rho[:n], x.delta[q], x.modular[q, :n], x.lt[q, :n], um[:n], bound[:n], ks, cw,
-                          rule, uc[:n], hc[:nt], capacity, tokens and p.keys != 0)
+                          rule, uc[:n], hc[:nt], capacity, tokens and p.keys != 0, hkey[:n])
         if tokens and p.keys < 0:
             g0 = CompiledQuery(pq[:n], rho[:n], x.delta[q], x.modular[q, :n], x.lt[q, :n], um[:n], bound[:n], ks,
-                               cw, rule, uc[:n], hc[:nt], capacity, False)
+                               cw, rule, uc[:n], hc[:nt], capacity, False, hkey[:n])
             n_sel[q] = best_of_two_compiled(g0, g, gs, sel[q], other, mark)
         else:
             n_sel[q] = lazy_greedy_one(g, gs, sel[q])

@@ -89,7 +89,7 @@ TABLES = (
     ("temporal", "unit", "float", 0), ("position", "unit", "float", 0), ("d_in", "unit", "float", 0),
     ("attrs", "unit", "float64", 0), ("rel_idx", "unit", "int", -1), ("tok_unit", "unit", "float", 0),
     ("head_vecs", "thread", "float", 0), ("nbr", "thread", "int", -1), ("nbw", "thread", "float", 0),
-    ("tok_head", "thread", "float", 0),
+    ("tok_head", "thread", "float", 0), ("tok_hrun", "thread", "int", 0),
     ("ktab", "k", "float", 0), ("btab", "b", "float", 0),
     ("bm_data", "nz", "float32", 0), ("bm_idx", "nz", "int", 0), ("bm_ptr", "col", "int", 0),
 )
@@ -118,8 +118,9 @@ def build_bank(bank: Bank, cfg, layout: Layout) -> tuple[BankInfo, dict[str, np.
     costs = token_costs(bank, cfg.headings) if layout.tokens else None
     if costs is not None:
         a["tok_unit"], a["tok_head"] = costs.unit.astype(np.float64), costs.heading.astype(np.float64)
+        a["tok_hrun"] = costs.runs(np.arange(J))  # the first thread of each thread's heading run
     else:
-        a["tok_unit"], a["tok_head"] = np.zeros(N), np.zeros(J)
+        a["tok_unit"], a["tok_head"], a["tok_hrun"] = np.zeros(N), np.zeros(J), np.arange(J)
     if layout.with_tables:
         a["ktab"], a["btab"] = _kernel_tables(bank, cfg, layout)
     bm25 = vocab = None

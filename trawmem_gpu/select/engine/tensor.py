@@ -277,7 +277,20 @@ def token_budget(snap: Snapshot, cfg, c: Chunk, capacity: Tensor | None) -> Toke
         return None
     uc = torch.where(c.cvalid, snap.t["tok_unit"][c.gid], 1.0)
     rows = torch.where(c.hthread >= 0, snap.off_t.to[c.bidx][:, None] + c.hthread, snap.dummy_thread)
-    return TokenBudget(capacity, uc, snap.t["tok_head"][rows], cfg.knapsack_ratio)
+    return TokenBudget(capacity, uc, snap.t["tok_head"][rows], cfg.knapsack_ratio,
+                       heading_keys(snap.t["tok_hrun"][rows], c.hthread >= 0, c.lt))
+
+
+def heading_keys(run: Tensor, valid: Tensor, lt: Tensor) -> Tensor:
+    """``[Qc, U]`` each candidate's heading key (``TokenBudget.unit_key``): the position of the first
+    neighbourhood thread of its thread's heading run (``run [Qc, T]``: each neighbourhood thread's
+    run, threads ascending, so a run's threads are consecutive)."""
+    T = run.shape[1]
+    pos = torch.arange(T, device=run.device).expand_as(run)
+    start = torch.ones_like(valid)
+    start[:, 1:] = run[:, 1:] != run[:, :-1]
+    key = torch.cummax(torch.where(start | ~valid, pos, 0), dim=1).values
+    return torch.gather(key, 1, lt.clamp(min=0))
 
 
 def support_matrix(snap: Snapshot, cfg, c: Chunk, S: Tensor | None) -> Tensor | None:

@@ -51,8 +51,12 @@ class _TorchState:
         self.avail = valid.clone()
         tb = rule.tokens
         self.ratio = bool(tb is not None and tb.ratio)
-        self.hit = torch.zeros(Q, T + 1, dtype=torch.bool, device=dev)  # threads with a unit in S (the headings paid)
-        if tb is not None:  # the token room: own costs, heading costs by thread column (0: none)
+        self.kcol = self.tcol  # each unit's heading key column (0: none): its thread's, or its run's
+        if tb is not None and tb.unit_key is not None:
+            key = torch.as_tensor(tb.unit_key, device=dev)
+            self.kcol = torch.where(in_range & (key >= 0) & (key < T), key + 1, torch.zeros_like(key))
+        self.hit = torch.zeros(Q, T + 1, dtype=torch.bool, device=dev)  # heading keys with a unit in S (paid)
+        if tb is not None:  # the token room: own costs, heading costs by key column (0: none)
             self.ucost = torch.where(valid, torch.as_tensor(tb.unit_cost, device=dev).to(dtype), 1.0)
             self.hcost = torch.cat([torch.zeros(Q, 1, dtype=dtype, device=dev),
                                     torch.as_tensor(tb.head_cost, device=dev).to(dtype)], dim=1)
@@ -61,7 +65,7 @@ class _TorchState:
 
     def costs(self) -> Tensor:
         """``[Q, U]`` marginal token cost of every unit (:func:`marginal_cost`)."""
-        return marginal_cost(self.ucost, torch.gather(self.hcost, 1, self.tcol), torch.gather(self.hit, 1, self.tcol))
+        return marginal_cost(self.ucost, torch.gather(self.hcost, 1, self.kcol), torch.gather(self.hit, 1, self.kcol))
 
     def gains(self, rows: Tensor | None = None, cols: Tensor | None = None) -> Tensor:
         """Exact gains (-inf where not available): of units ``cols [Q, k]`` of every query, or
@@ -97,7 +101,7 @@ class _TorchState:
 
         self.state = [None if st is None else t.add_t(self.data, st, rows, active)
                       for t, st in zip(COVERAGE_TERMS, self.state)]
-        tb = self.tcol[qidx, best]
+        tb = self.kcol[qidx, best]
         self.hit[qidx, tb] |= active
         self.hit[:, 0] = False
         return (self.data.pi * self.state[INFORMATION]).sum(dim=1)

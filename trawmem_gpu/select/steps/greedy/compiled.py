@@ -80,11 +80,14 @@ class CompiledQuery(NamedTuple):
     uc: np.ndarray = np.ones(0)
     """[n] the candidates' own token costs (:class:`TokenBudget`; unread without a token budget)."""
     hc: np.ndarray = np.zeros(0)
-    """[T] heading token cost of each local thread."""
+    """[K] heading token cost of each heading key (:attr:`hkey`)."""
     room: float = np.inf
     """The token capacity T; ``inf`` = no token budget."""
     ratio: bool = False
     """Rank by gain per marginal token (:func:`greedy_key`)."""
+    hkey: np.ndarray = np.zeros(0, np.int64)
+    """[n] each candidate's heading key (``TokenBudget.unit_key``: threads sharing one heading share
+    a key, paid once); empty = its local thread."""
 
 
 class GreedyScratch(NamedTuple):
@@ -99,13 +102,16 @@ class GreedyScratch(NamedTuple):
     loaded: np.ndarray
     hit: np.ndarray
     last: np.ndarray
-    """[U] each unit's latest gain (or step-0 bound): re-keys units whose thread got hit."""
+    """[U] each unit's latest gain (or step-0 bound): re-keys units whose heading got paid."""
+    paid: np.ndarray
+    """[T] headings paid (by key), under a token budget."""
 
 
 def greedy_scratch(U: int, R: int, T: int) -> GreedyScratch:
     U, R, T = max(U, 1), max(R, 1), max(T, 1)
     return GreedyScratch(np.empty(U * U), np.empty(U), np.empty(R), np.empty(U), np.empty(U, np.int64),
-                         np.empty(U, np.int64), np.zeros(U, np.bool_), np.zeros(T, np.bool_), np.empty(U))
+                         np.empty(U, np.int64), np.zeros(U, np.bool_), np.zeros(T, np.bool_), np.empty(U),
+                         np.zeros(T, np.bool_))
 
 
 @njit(cache=True)
@@ -148,11 +154,15 @@ def lazy_greedy_one(g, s, sel):  # pragma: no cover - compiled
     """
     n = g.pq.shape[0]
     Kc, c, m, hk, hi, fresh, loaded, hit, last = s.Kc, s.c, s.m, s.hk, s.hi, s.fresh, s.loaded, s.hit, s.last
+    paid = s.paid
     R = g.delta.shape[0]
     tokens = g.room < np.inf
     room = g.room
+    key = g.hkey if g.hkey.shape[0] > 0 else g.lt
     for u in range(n):
         hit[g.lt[u]] = False
+        if tokens:
+            paid[key[u]] = False
     for u in range(n):
         role = 0.0
         for r in range(R):
@@ -160,7 +170,7 @@ def lazy_greedy_one(g, s, sel):  # pragma: no cover - compiled
         b0 = combine_gain_compiled(g.bound[u], role, g.modular[u], g.um[u], g.w.w_cov, g.w.w_role,
                                    g.w.w_thr) * (1.0 + 1e-6)
         last[u] = b0
-        hk[u] = greedy_key_compiled(b0, marginal_cost_compiled(g.uc[u], g.hc[g.lt[u]], False), g.ratio) \
+        hk[u] = greedy_key_compiled(b0, marginal_cost_compiled(g.uc[u], g.hc[key[u]], False), g.ratio) \
             if tokens else b0
         hi[u] = u
         c[u] = 0.0
@@ -178,7 +188,7 @@ def lazy_greedy_one(g, s, sel):  # pragma: no cover - compiled
         while size > 0:
             u = hi[0]
             if tokens:
-                cost = marginal_cost_compiled(g.uc[u], g.hc[g.lt[u]], hit[g.lt[u]])
+                cost = marginal_cost_compiled(g.uc[u], g.hc[key[u]], paid[key[u]])
                 if cost > room:  # never fits again: out of the heap
                     size -= 1
                     hk[0] = hk[size]
@@ -228,13 +238,15 @@ def lazy_greedy_one(g, s, sel):  # pragma: no cover - compiled
         tb = g.lt[best]
         if tokens:
             room -= cost
-            if g.ratio and not hit[tb]:  # its heading is now paid: its units' keys rise
+            kb = key[best]
+            if g.ratio and not paid[kb]:  # its heading is now paid: the keys of its units rise
                 for i in range(size):
                     v = hi[i]
-                    if g.lt[v] == tb:
-                        hk[i] = greedy_key_compiled(last[v], marginal_cost_compiled(g.uc[v], g.hc[tb], True), True)
+                    if key[v] == kb:
+                        hk[i] = greedy_key_compiled(last[v], marginal_cost_compiled(g.uc[v], g.hc[kb], True), True)
                 for i in range(size // 2 - 1, -1, -1):
                     sift_down(hk, hi, size, i)
+            paid[kb] = True
         hit[tb] = True
         if coverage_reached_compiled(g.rule, covered):
             break

@@ -24,7 +24,7 @@ class _Room:
             self.uc = np.asarray(tokens.unit_cost, dtype=np.float64).reshape(obj.n)
             self.hc = np.asarray(tokens.head_cost, dtype=np.float64).reshape(-1)
             self.left = float(tokens.capacity)
-            self.th = np.asarray(obj.thread, dtype=np.int64)
+            self.th = np.asarray(obj.thread if tokens.unit_key is None else tokens.unit_key, dtype=np.int64)
             self.paid = np.zeros(len(self.hc), dtype=bool)
 
     def cost(self, u: int) -> float:
@@ -187,7 +187,8 @@ def greedy_reference_np(p: GreedyProblem, w: CoverageWeights, rule: StopRule, la
         obj = Objective(a["pi"][q][live], K[np.ix_(live, live)], a["rho"][q][live], a["delta"][q],
                         a["modular"][q][live], a["thread"][q][live], tuple(x[q] for x in wq),
                         thread_mass=a["thread_mass"][q], attrs=None if a["attrs"] is None else a["attrs"][q][live])
-        tq = None if tb is None else TokenBudget(cap[q], uc[q][live], hc[q], tb.ratio)
+        tq = None if tb is None else TokenBudget(cap[q], uc[q][live], hc[q], tb.ratio,
+                                                 None if tb.unit_key is None else np_(tb.unit_key)[q][live])
         s, g = cost_aware_greedy(obj, rule._replace(budget=int(budget[q]), tokens=tq), lazy=lazy)
         sel[q, :len(s)] = live[s]
         gains[q, :len(g)] = g

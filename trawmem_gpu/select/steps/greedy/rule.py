@@ -25,9 +25,9 @@ from ..priority import effective_budget
 class TokenBudget(NamedTuple):
     """A knapsack on workspace tokens: a set S fits when ``sum_{u in S} unit_cost[u] +
     sum_{threads j hit by S} head_cost[j] <= capacity`` (``workspace.TokenCosts``: a thread's
-    heading is paid when its first unit enters). The marginal cost of ``u`` given S is therefore
-    ``unit_cost[u]``, plus ``head_cost[thread(u)]`` while no unit of its thread is in S
-    (:func:`marginal_cost`).
+    heading is paid when its first unit enters; threads of one heading run share one heading,
+    ``unit_key``). The marginal cost of ``u`` given S is therefore ``unit_cost[u]``, plus
+    ``head_cost[key(u)]`` while no unit of its key is in S (:func:`marginal_cost`).
 
     **The cost-aware greedy** (:func:`best_of_two`): run the greedy twice, each run adding only
     units that still fit, one ranked by gain (``ratio=False``), one by gain per marginal token
@@ -59,6 +59,10 @@ class TokenBudget(NamedTuple):
     ratio: bool | None = None
     """Rank by gain per marginal token (True) or by gain (False); None = both, the better kept
     (:func:`best_of_two`; ``SelectConfig.knapsack``)."""
+    unit_key: object = None
+    """``[U]`` / ``[Q, U]``: each candidate's heading key, the local thread whose ``head_cost`` it
+    pays (threads of one heading run share the key of their first: one heading, paid once,
+    ``workspace.TokenCosts.heading_run``); None = its own local thread."""
 
 
 class StopRule(NamedTuple):
