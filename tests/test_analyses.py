@@ -38,11 +38,12 @@ def _bank() -> Bank:
 def _select(bank, budget, n_seeds, cap, hops=0):
     from trawmem_gpu.select.config import SelectConfig
     from trawmem_gpu.select.context import BankContext
+    from trawmem_gpu.select.params import QueryParams
     from trawmem_gpu.select.reference import select_reference
 
-    cfg = SelectConfig(budget=budget, hops=hops, n_seeds=n_seeds, neighborhood_cap=cap)
+    qp = QueryParams(budget=budget, hops=hops, n_seeds=n_seeds, neighborhood_cap=cap)
     # unit 5 (thread 2) is the query itself; "qqq" matches no word, so BM25 adds nothing
-    return select_reference(BankContext.of(bank), "qqq", bank.unit_vecs[5].astype(np.float64), cfg,
+    return select_reference(BankContext.of(bank), "qqq", bank.unit_vecs[5].astype(np.float64), SelectConfig(), qp,
                             keep_internals=True)
 
 

@@ -19,6 +19,7 @@ from trawmem_gpu.select._jit import HAS_NUMBA
 from trawmem_gpu.select.config import SelectConfig
 from trawmem_gpu.select.context import BankContext
 from trawmem_gpu.select.engine import SelectionEngine, compiled
+from trawmem_gpu.select.params import QueryParams, split_fields
 from trawmem_gpu.select.reference import select_reference
 from trawmem_gpu.select.steps import candidates as step3
 
@@ -97,17 +98,18 @@ CONFIGS = [
 @pytest.mark.parametrize("kw", CONFIGS)
 def test_compiled_front_equals_tensor_front_and_reference(syn, kw, monkeypatch):
     banks, ids, qs, Z, ctx = syn
-    cfg = SelectConfig(**kw)
-    ref = [select_reference(ctx[b], q, z, cfg).units for b, q, z in zip(ids, qs, Z)]
+    method, query = split_fields(kw)
+    cfg, qp = SelectConfig(**method), QueryParams(**query)
+    ref = [select_reference(ctx[b], q, z, cfg, qp).units for b, q, z in zip(ids, qs, Z)]
     tensor_front = SelectionEngine(banks, cfg, device="cpu", front="tensor")
     assert tensor_front.plan.front == "tensor" and tensor_front.plan.backend == "compiled"
-    want = tensor_front.select_units(ids, qs, Z)
+    want = tensor_front.select_units(ids, qs, Z, params=qp)
     assert want == ref
     monkeypatch.setattr(compiled, "FRONT_ROWS", 7 * 80)  # 7 queries per chunk: banks split across chunks
     for sim in ("grouped", "dots"):
         eng = SelectionEngine(banks, cfg, device="cpu", sim=sim)
         assert eng.plan.front == "compiled"
-        got = eng.select_units(ids, qs, Z)
+        got = eng.select_units(ids, qs, Z, params=qp)
         bad = [(i, g, w) for i, (g, w) in enumerate(zip(got, want)) if g != w]
         assert not bad, f"sim={sim}: {len(bad)}/{len(want)} differ, first {bad[:2]}"
 
@@ -158,11 +160,12 @@ def test_exact_gain_ties_pick_like_the_reference():
     Z = (Z / np.linalg.norm(Z, axis=1, keepdims=True)).astype(np.float32)
     ctx = {b.bank_id: BankContext.of(b) for b in banks}
     for kw in ({}, dict(budget=5), dict(ablation="identity_k"), dict(hops=2, neighborhood_cap=4, n_seeds=2)):
-        cfg = SelectConfig(**kw)
-        ref = [select_reference(ctx[b], q, z, cfg).units for b, q, z in zip(ids, qs, Z)]
+        method, query = split_fields(kw)
+        cfg, qp = SelectConfig(**method), QueryParams(**query)
+        ref = [select_reference(ctx[b], q, z, cfg, qp).units for b, q, z in zip(ids, qs, Z)]
         eng = SelectionEngine(banks, cfg, device="cpu")
         assert eng.plan.front == "compiled"
-        assert eng.select_units(ids, qs, Z) == ref, kw
+        assert eng.select_units(ids, qs, Z, params=qp) == ref, kw
 
 
 def test_worker_threads_pick_the_same(syn, monkeypatch):
@@ -180,21 +183,31 @@ def test_worker_threads_pick_the_same(syn, monkeypatch):
 
 
 def test_candidate_buffer_bound_is_tight_enough_and_checked(syn):
-    """The front writes candidates into ``[Qc, ucap]`` buffers (ucap: a bank's max(cap, n_seeds)
-    longest threads); a too-narrow buffer raises instead of writing out of bounds."""
+    """The front writes candidates into ``[Qc, unit_cap]`` buffers (``Snapshot.unit_cap``: the
+    units of a bank's max(cap, n_seeds) longest threads, from ``BankInfo.long_threads``); a
+    too-narrow buffer raises instead of writing out of bounds."""
     banks, ids, qs, Z, ctx = syn
-    eng = SelectionEngine(banks, SelectConfig(neighborhood_cap=4, n_seeds=4), device="cpu", threads=1)
-    want = eng.select_units(ids, qs, Z)
+    qp = QueryParams(neighborhood_cap=4, n_seeds=4)
+    eng = SelectionEngine(banks, SelectConfig(), device="cpu", threads=1)
+    want = eng.select_units(ids, qs, Z, params=qp)
     snap = eng.snapshot
-    ucap = snap.ucap.copy()
-    cs = eng.candidate_sets(ids, qs, Z)  # the tensor steps' candidate sets
-    assert max(len(c) for c in cs) <= int(ucap.max())
-    assert all(len(c) <= int(ucap[snap.index[b]]) for b, c in zip(ids, cs))
-    snap.ucap[:] = 1  # a wrong bound must fail loudly
-    with pytest.raises(IndexError, match="candidate buffer"):
-        eng.select_units(ids, qs, Z)
-    snap.ucap[:] = ucap
-    assert eng.select_units(ids, qs, Z) == want
+    bidx = np.array([snap.index[b] for b in ids])
+    cap = snap.unit_cap(bidx, np.full(len(ids), 4))
+    bank_of = {b.bank_id: b for b in banks}
+    assert cap.tolist() == [int(np.sort(np.diff(bank_of[b].thread_offsets))[::-1][:4].sum()) for b in ids]
+    cs = eng.candidate_sets(ids, qs, Z, params=qp)  # the tensor steps' candidate sets
+    assert max(len(c) for c in cs) <= int(cap.max())
+    assert all(len(c) <= int(k) for c, k in zip(cs, cap))
+    saved = [info.long_threads.copy() for info in snap.infos]
+    for info in snap.infos:  # a wrong bound must fail loudly
+        info.long_threads[:] = np.minimum(info.long_threads, 1)
+    try:
+        with pytest.raises(IndexError, match="candidate buffer"):
+            eng.select_units(ids, qs, Z, params=qp)
+    finally:
+        for info, lt in zip(snap.infos, saved):
+            info.long_threads[:] = lt
+    assert eng.select_units(ids, qs, Z, params=qp) == want
 
 
 def test_one_engine_shared_by_caller_threads(syn):

@@ -16,10 +16,11 @@ import torch
 
 from trawmem_gpu.construct.graph import ADJACENT, SEMANTIC
 from trawmem_gpu.data.types import Turn
-from trawmem_gpu.select.config import ABLATIONS, SelectConfig
+from trawmem_gpu.select.config import ABLATIONS, PAPER_HOPS, SelectConfig
 from trawmem_gpu.select.context import BankContext
 from trawmem_gpu.select.engine import SelectionEngine
 from trawmem_gpu.select.objective import CoverageWeights
+from trawmem_gpu.select.params import QueryParams, split_fields
 from trawmem_gpu.select.steps.greedy import GreedyProblem, StopRule, greedy_lazy_torch, greedy_select_torch
 from trawmem_gpu.select.steps.priority import in_thread_distances
 from trawmem_gpu.select.reference import select_reference
@@ -98,16 +99,17 @@ def queries(banks):
     return ids, qs, np.array(zs, dtype=np.float32)
 
 
-def reference(banks, cfg, ids, qs, Z):
+def reference(banks, cfg, ids, qs, Z, params=None):
     ctx = {b.bank_id: BankContext.of(b) for b in banks}
-    return [select_reference(ctx[b], q, z, cfg).units for b, q, z in zip(ids, qs, Z)]
+    return [select_reference(ctx[b], q, z, cfg, params).units for b, q, z in zip(ids, qs, Z)]
 
 
-def check_agrees(banks, cfg, ids, qs, Z, variants=({},), **engine_kw):
-    """Every engine variant (EngineConfig options) picks what the reference picks, in pick order."""
-    ref = reference(banks, cfg, ids, qs, Z)
+def check_agrees(banks, cfg, ids, qs, Z, variants=({},), params=None, **engine_kw):
+    """Every engine variant (EngineConfig options) picks what the reference picks, in pick order,
+    every query with ``params`` (one ``QueryParams``; None = the defaults)."""
+    ref = reference(banks, cfg, ids, qs, Z, params)
     for v in variants:
-        got = SelectionEngine(banks, cfg, device="cpu", **engine_kw, **v).select_units(ids, qs, Z)
+        got = SelectionEngine(banks, cfg, device="cpu", **engine_kw, **v).select_units(ids, qs, Z, params=params)
         bad = [(i, g, r) for i, (g, r) in enumerate(zip(got, ref)) if g != r]
         assert not bad, f"{v or 'default'}: {len(bad)}/{len(ref)} queries differ from the reference, first: {bad[:3]}"
 
@@ -128,21 +130,25 @@ CONFIGS += [
 
 @pytest.mark.parametrize("kw", CONFIGS)
 def test_agrees_with_reference(banks, queries, kw):
-    cfg = SelectConfig.paper() if kw == "paper" else SelectConfig(**kw)
-    check_agrees(banks, cfg, *queries, variants=({}, dict(backend="tensor")))
+    if kw == "paper":
+        cfg, qp = SelectConfig.paper(), QueryParams(hops=PAPER_HOPS)
+    else:
+        method, query = split_fields(kw)
+        cfg, qp = SelectConfig(**method), QueryParams(**query)
+    check_agrees(banks, cfg, *queries, variants=({}, dict(backend="tensor")), params=qp)
 
 
 @pytest.mark.parametrize("sim", ["grouped", "global", "gather"])
 def test_similarity_modes_agree(banks, queries, sim):
-    check_agrees(banks, SelectConfig(hops=2), *queries, sim=sim)
+    check_agrees(banks, SelectConfig(), *queries, params=QueryParams(hops=2), sim=sim)
 
 
 def test_tiny_chunks_and_plain_greedy(banks, queries):
     """Size buckets of one or two queries, the plain greedy op instead of the lazy one, and no
     per-bank tables change nothing."""
-    cfg = SelectConfig(hops=2)
-    check_agrees(banks, cfg, *queries, chunk_elems=1, backend="tensor", optimizer="plain")
-    check_agrees(banks, cfg, *queries, chunk_elems=2000, table_bytes=0)
+    cfg, qp = SelectConfig(), QueryParams(hops=2)
+    check_agrees(banks, cfg, *queries, params=qp, chunk_elems=1, backend="tensor", optimizer="plain")
+    check_agrees(banks, cfg, *queries, params=qp, chunk_elems=2000, table_bytes=0)
 
 
 def test_seed_and_cap_ties_go_to_lower_thread(queries):
@@ -163,12 +169,12 @@ def test_seed_and_cap_ties_go_to_lower_thread(queries):
     ids, qs, Z = ["ties"] * 3, ["hike paris school?", "When art camp?", "book"], np.stack([z, z, base[1]])
     for kw in (dict(n_seeds=1, neighborhood_cap=1, hops=0), dict(n_seeds=1, neighborhood_cap=2, hops=1),
                dict(n_seeds=2, neighborhood_cap=3, hops=2), dict(affinity="dense", n_seeds=1, neighborhood_cap=2)):
-        check_agrees([bank], SelectConfig(**kw), ids, qs, Z)
-    eng = SelectionEngine([bank], SelectConfig(n_seeds=1, neighborhood_cap=1, hops=0, affinity="dense"), device="cpu")
-    picks = eng.select_units(["ties"], ["x"], z[None])[0]
+        method, query = split_fields(kw)
+        check_agrees([bank], SelectConfig(**method), ids, qs, Z, params=QueryParams(**query))
+    eng = SelectionEngine([bank], SelectConfig(affinity="dense"), device="cpu")
+    picks = eng.select_units(["ties"], ["x"], z[None], params=QueryParams(n_seeds=1, neighborhood_cap=1, hops=0))[0]
     assert set(picks) == {2, 3, 4}, picks  # thread 1, not its copy thread 3 (units 7-9)
-    eng = SelectionEngine([bank], SelectConfig(n_seeds=1, neighborhood_cap=3, hops=1, affinity="dense"), device="cpu")
-    picks = eng.select_units(["ties"], ["x"], z[None])[0]
+    picks = eng.select_units(["ties"], ["x"], z[None], params=QueryParams(n_seeds=1, neighborhood_cap=3, hops=1))[0]
     assert set(picks) == {0, 1, 2, 3, 4, 10, 11, 12, 13}, picks  # threads 0, 1, 4 (not 5: unit 14)
 
 
@@ -180,18 +186,19 @@ def test_bank_isolation():
     z = rng.normal(size=D)
     z /= np.linalg.norm(z)
     question = "When did Ann paint the lake?"
+    qp = QueryParams(hops=2)
     decoy = make_bank("decoy", [6, 6, 6], seed=23, unit_vecs=np.tile(z, (18, 1)), texts=[question] * 18)
     for sim in ("grouped", "global", "gather"):
         for order in ([decoy, target], [target, decoy]):
-            eng = SelectionEngine(order, SelectConfig(hops=2), device="cpu", sim=sim)
-            ws = eng.select(["target", "decoy", "target"], [question] * 3, np.stack([z, z, z]))
+            eng = SelectionEngine(order, SelectConfig(), device="cpu", sim=sim)
+            ws = eng.select(["target", "decoy", "target"], [question] * 3, np.stack([z, z, z]), params=qp)
             for w in (ws[0], ws[2]):
                 assert w.bank_id == "target"
                 assert w.unit_ids and all(u.startswith("target:") for u in w.unit_ids), w.unit_ids
             assert all(u.startswith("decoy:") for u in ws[1].unit_ids)
-            alone = SelectionEngine([target], SelectConfig(hops=2), device="cpu").select_units(["target"], [question],
-                                                                                               z[None])
-            assert eng.select_units(["target"], [question], z[None]) == alone
+            alone = SelectionEngine([target], SelectConfig(), device="cpu").select_units(["target"], [question],
+                                                                                         z[None], params=qp)
+            assert eng.select_units(["target"], [question], z[None], params=qp) == alone
 
 
 def test_select_returns_workspaces(banks, queries):
@@ -203,7 +210,7 @@ def test_select_returns_workspaces(banks, queries):
     for w, b, q, u in zip(ws, ids, qs, units):
         assert w.bank_id == b and w.question == q
         assert w.unit_ids == [bank_of[b].turns[i].turn_id for i in sorted(u)]
-        assert len(u) == len(set(u)) <= SelectConfig().budget
+        assert len(u) == len(set(u)) <= QueryParams().budget
 
 
 def test_errors_and_empty(banks, queries):
@@ -296,9 +303,9 @@ def test_cuda_float32_matches_reference_mostly(banks, queries):
     """On CUDA the engine runs in float32 through the Triton kernels; float32 may break
     near-ties differently, so require agreement on nearly every query, not all."""
     ids, qs, Z = queries
-    cfg = SelectConfig(hops=2)
-    got = SelectionEngine(banks, cfg, device="cuda").select_units(ids, qs, Z)
-    ref = reference(banks, cfg, ids, qs, Z)
+    cfg, qp = SelectConfig(), QueryParams(hops=2)
+    got = SelectionEngine(banks, cfg, device="cuda").select_units(ids, qs, Z, params=qp)
+    ref = reference(banks, cfg, ids, qs, Z, qp)
     same = sum(set(g) == set(r) for g, r in zip(got, ref))
     assert same >= 0.9 * len(ref), f"{same}/{len(ref)}"
 
@@ -308,7 +315,7 @@ def test_learned_head_agrees_with_reference(banks, queries):
     engine and the reference, both given the head, pick the same units."""
     model = pytest.importorskip("trawmem_gpu.head.model")
     ids, qs, Z = queries
-    cfg = SelectConfig(hops=2)
+    cfg, qp = SelectConfig(), QueryParams(hops=2)
     head = model.RoleHead(cfg)
     g = torch.Generator().manual_seed(3)
     with torch.no_grad():
@@ -316,9 +323,9 @@ def test_learned_head_agrees_with_reference(banks, queries):
             p = getattr(head, name)
             p.copy_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
     ctx = {b.bank_id: BankContext.of(b) for b in banks}
-    ref = [select_reference(ctx[b], q, z, cfg, head=head).units for b, q, z in zip(ids, qs, Z)]
+    ref = [select_reference(ctx[b], q, z, cfg, qp, head=head).units for b, q, z in zip(ids, qs, Z)]
     for kw in (dict(backend="tensor"), dict(backend="tensor", optimizer="plain"), {}):
-        got = SelectionEngine(banks, cfg, head=head, device="cpu", **kw).select_units(ids, qs, Z)
+        got = SelectionEngine(banks, cfg, head=head, device="cpu", **kw).select_units(ids, qs, Z, params=qp)
         bad = [(i, a, r) for i, (a, r) in enumerate(zip(got, ref)) if a != r]
         assert not bad, f"{kw}: {len(bad)}/{len(ref)} differ, first {bad[:3]}"
-    assert ref != reference(banks, cfg, ids, qs, Z)  # the head did change the selection
+    assert ref != reference(banks, cfg, ids, qs, Z, qp)  # the head did change the selection

@@ -20,6 +20,7 @@ from test_engine import D, make_bank, reference
 from trawmem_gpu.select.config import SelectConfig
 from trawmem_gpu.select.context import BankContext
 from trawmem_gpu.select.engine import SelectionEngine
+from trawmem_gpu.select.params import QueryParams
 from trawmem_gpu.select.reference import select_reference
 
 BACKENDS = [pytest.param({}, id="default"), pytest.param(dict(backend="tensor"), id="tensor")]
@@ -45,29 +46,31 @@ def _queries(banks, per_bank=4, seed=3):
 
 @pytest.mark.parametrize("kw", BACKENDS)
 def test_replace_add_and_remove_banks(kw):
-    cfg = SelectConfig(budget=5)
+    cfg, qp = SelectConfig(), QueryParams(budget=5)
     a, b, c = _banks()
     eng = SelectionEngine([a, b, c], cfg, device="cpu", **kw)
     ids, qs, Z = _queries([a, b, c])
-    before = eng.select_units(ids, qs, Z)
+    before = eng.select_units(ids, qs, Z, params=qp)
     b2 = make_bank("b", [3, 3, 3, 3, 1], seed=40, n_semantic=4)  # same id, other content and size
     d = make_bank("d", [5, 2, 2], seed=41)
     eng.replace_bank(b2)
     eng.replace_bank(d)  # a new id: added
     assert eng.bank_ids == ["a", "b", "c", "d"]
     ids2, qs2, Z2 = _queries([a, b2, c, d], seed=5)
-    fresh = SelectionEngine([a, b2, c, d], cfg, device="cpu", **kw).select_units(ids2, qs2, Z2)
-    assert eng.select_units(ids2, qs2, Z2) == fresh == reference([a, b2, c, d], cfg, ids2, qs2, Z2)
+    fresh = SelectionEngine([a, b2, c, d], cfg, device="cpu", **kw).select_units(ids2, qs2, Z2, params=qp)
+    assert eng.select_units(ids2, qs2, Z2, params=qp) == fresh == reference([a, b2, c, d], cfg, ids2, qs2, Z2, qp)
     keep = [i for i, x in enumerate(ids) if x != "b"]  # the untouched banks select as before
-    assert eng.select_units([ids[i] for i in keep], [qs[i] for i in keep], Z[keep]) == [before[i] for i in keep]
+    assert eng.select_units([ids[i] for i in keep], [qs[i] for i in keep], Z[keep], params=qp) == \
+        [before[i] for i in keep]
     eng.remove_bank("a")
     assert eng.bank_ids == ["b", "c", "d"]
     with pytest.raises(KeyError, match="unknown bank id 'a'"):
-        eng.select_units(["a"], ["q"], Z[:1])
+        eng.select_units(["a"], ["q"], Z[:1], params=qp)
     with pytest.raises(KeyError, match="unknown bank id 'zz'"):
         eng.remove_bank("zz")
     rest = [i for i, x in enumerate(ids2) if x != "a"]
-    assert eng.select_units([ids2[i] for i in rest], [qs2[i] for i in rest], Z2[rest]) == [fresh[i] for i in rest]
+    assert eng.select_units([ids2[i] for i in rest], [qs2[i] for i in rest], Z2[rest], params=qp) == \
+        [fresh[i] for i in rest]
     for x in ("b", "c"):
         eng.remove_bank(x)
     with pytest.raises(ValueError, match="at least one bank"):
@@ -80,7 +83,7 @@ def test_replace_add_and_remove_banks(kw):
 def test_prepared_tables_publish_the_same_bank(kw):
     """``prepare_bank`` on another thread, then ``replace_bank(bank, prepared)``: the same picks
     as a plain ``replace_bank``; tables prepared for another bank object are refused."""
-    cfg = SelectConfig(budget=5)
+    cfg, qp = SelectConfig(), QueryParams(budget=5)
     a, b, c = _banks()
     plain = SelectionEngine([a, b, c], cfg, device="cpu", **kw)
     eng = SelectionEngine([a, b, c], cfg, device="cpu", **kw)
@@ -90,11 +93,11 @@ def test_prepared_tables_publish_the_same_bank(kw):
     t.start()
     t.join()
     ids, qs, Z = _queries([a, b, c])
-    assert eng.select_units(ids, qs, Z) == plain.select_units(ids, qs, Z)  # nothing published yet
+    assert eng.select_units(ids, qs, Z, params=qp) == plain.select_units(ids, qs, Z, params=qp)  # nothing published yet
     eng.replace_bank(b2, out["p"])
     plain.replace_bank(b2)
     ids2, qs2, Z2 = _queries([a, b2, c], seed=5)
-    assert eng.select_units(ids2, qs2, Z2) == plain.select_units(ids2, qs2, Z2)
+    assert eng.select_units(ids2, qs2, Z2, params=qp) == plain.select_units(ids2, qs2, Z2, params=qp)
     b3 = make_bank("b", [3, 3, 3, 3, 1], seed=40, n_semantic=4)  # equal content, another object
     with pytest.raises(ValueError, match="another bank object"):
         eng.replace_bank(b3, out["p"])
@@ -103,7 +106,7 @@ def test_prepared_tables_publish_the_same_bank(kw):
 def test_refresh_reclaims_rows_and_widens_neighbour_lists():
     """Replacing a bank many times triggers compactions (old rows are not kept forever); a bank
     with more graph neighbours than any before widens the neighbour lists."""
-    cfg = SelectConfig(budget=4)
+    cfg, qp = SelectConfig(), QueryParams(budget=4)
     a, b, _ = _banks(seed=10)
     eng = SelectionEngine([a, b], cfg, device="cpu")
     D0 = eng.snapshot.t["nbr"].shape[1]
@@ -117,18 +120,18 @@ def test_refresh_reclaims_rows_and_widens_neighbour_lists():
     eng.replace_bank(hub)
     assert eng.snapshot.t["nbr"].shape[1] >= 11 > D0
     ids, qs, Z = _queries([a, hub])
-    assert eng.select_units(ids, qs, Z) == reference([a, hub], cfg, ids, qs, Z)
+    assert eng.select_units(ids, qs, Z, params=qp) == reference([a, hub], cfg, ids, qs, Z, qp)
 
 
 @pytest.mark.parametrize("kw", BACKENDS)
 def test_concurrent_readers_see_one_bank_version(kw):
     """Reader threads select on every bank while a writer swaps bank "b" between two versions:
     each call's queries on "b" all carry the picks of one version, and "a" is never disturbed."""
-    cfg = SelectConfig(budget=4)
+    cfg, qp = SelectConfig(), QueryParams(budget=4)
     a, b1, c = _banks(seed=20)
     b2 = make_bank("b", [4, 1, 4, 2], seed=70)
     ids, qs, Z = _queries([a, b1, c], per_bank=5, seed=8)
-    want = {v: SelectionEngine([a, bv, c], cfg, device="cpu", **kw).select_units(ids, qs, Z)
+    want = {v: SelectionEngine([a, bv, c], cfg, device="cpu", **kw).select_units(ids, qs, Z, params=qp)
             for v, bv in (("1", b1), ("2", b2))}
     on_b = [i for i, x in enumerate(ids) if x == "b"]
     assert [want["1"][i] for i in on_b] != [want["2"][i] for i in on_b]  # the versions pick differently
@@ -139,7 +142,7 @@ def test_concurrent_readers_see_one_bank_version(kw):
     def reader():
         while not stop.is_set():
             try:
-                got = eng.select_units(ids, qs, Z)
+                got = eng.select_units(ids, qs, Z, params=qp)
             except Exception as e:  # noqa: BLE001 - reported below
                 errors.append(repr(e))
                 return
@@ -176,21 +179,21 @@ def test_concurrent_readers_see_one_bank_version(kw):
 
 
 def test_dates_are_checked_and_reach_the_objective_alike():
-    cfg = SelectConfig(budget=5)
+    cfg, qp = SelectConfig(), QueryParams(budget=5)
     banks = _banks(seed=30)
     ids, qs, Z = _queries(banks)
     eng = SelectionEngine(banks, cfg, device="cpu")
     dates = [datetime(2023, 5, 1 + i % 20, tzinfo=timezone.utc) if i % 3 else None for i in range(len(ids))]
-    got = eng.select_units(ids, qs, Z, dates=dates)
+    got = eng.select_units(ids, qs, Z, dates=dates, params=qp)
     ctx = {b.bank_id: BankContext.of(b) for b in banks}
-    ref = [select_reference(ctx[b], q, z, cfg, now=d).units for b, q, z, d in zip(ids, qs, Z, dates)]
+    ref = [select_reference(ctx[b], q, z, cfg, qp, now=d).units for b, q, z, d in zip(ids, qs, Z, dates)]
     assert got == ref
     with pytest.raises(ValueError, match=r"dates\[1\] must be a datetime or None \(got str\)"):
-        eng.select_units(ids[:2], qs[:2], Z[:2], dates=[None, "2023-05-01"])
+        eng.select_units(ids[:2], qs[:2], Z[:2], dates=[None, "2023-05-01"], params=qp)
     with pytest.raises(ValueError, match="2 queries but 1 dates"):
-        eng.select_units(ids[:2], qs[:2], Z[:2], dates=[None])
+        eng.select_units(ids[:2], qs[:2], Z[:2], dates=[None], params=qp)
     with pytest.raises(TypeError, match="a date must be a datetime"):
-        select_reference(ctx["a"], qs[0], Z[0], cfg, now="yesterday")
+        select_reference(ctx["a"], qs[0], Z[0], cfg, qp, now="yesterday")
 
 
 def _dated(bank, start: datetime, days_per_thread: float):
@@ -214,14 +217,15 @@ def test_recency_bonus_with_query_dates(kw):
     banks = [_dated(b, t0, 20.0) for b in _banks(seed=40)]
     ids, qs, Z = _queries(banks, per_bank=6, seed=11)
     now = [datetime(2023, 4, 11) if i % 4 else None for i in range(len(ids))]  # naive = UTC
-    base = SelectionEngine(banks, SelectConfig(budget=5), device="cpu", **kw).select_units(ids, qs, Z)
-    assert SelectionEngine(banks, SelectConfig(budget=5), device="cpu", **kw).select_units(ids, qs, Z, dates=now) \
-        == base
-    cfg = SelectConfig(budget=5, w_rec=3.0, recency_half_life_days=30.0)
+    qp = QueryParams(budget=5)
+    base = SelectionEngine(banks, SelectConfig(), device="cpu", **kw).select_units(ids, qs, Z, params=qp)
+    assert SelectionEngine(banks, SelectConfig(), device="cpu", **kw).select_units(ids, qs, Z, dates=now,
+                                                                                    params=qp) == base
+    cfg = SelectConfig(w_rec=3.0, recency_half_life_days=30.0)
     eng = SelectionEngine(banks, cfg, device="cpu", **kw)
-    got = eng.select_units(ids, qs, Z, dates=now)
+    got = eng.select_units(ids, qs, Z, dates=now, params=qp)
     ctx = {b.bank_id: BankContext.of(b) for b in banks}
-    assert got == [select_reference(ctx[b], q, z, cfg, now=d).units for b, q, z, d in zip(ids, qs, Z, now)]
+    assert got == [select_reference(ctx[b], q, z, cfg, qp, now=d).units for b, q, z, d in zip(ids, qs, Z, now)]
     assert all(g == b_ for g, b_, d in zip(got, base, now) if d is None)  # undated queries: no bonus
     changed = [i for i, (g, b_) in enumerate(zip(got, base)) if g != b_]
     assert changed and all(now[i] is not None for i in changed)

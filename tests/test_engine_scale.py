@@ -19,10 +19,11 @@ import pytest
 import torch
 
 from trawmem_gpu.select import _jit
-from trawmem_gpu.select.config import SelectConfig
+from trawmem_gpu.select.config import PAPER_HOPS, SelectConfig
 from trawmem_gpu.select.context import BankContext
 from trawmem_gpu.select.engine import SelectionEngine, plan
 from trawmem_gpu.select.engine.batch import sim_mode
+from trawmem_gpu.select.params import QueryParams, split_fields
 from trawmem_gpu.select.reference import select_reference
 from trawmem_gpu.select.steps import candidates as step3
 from trawmem_gpu.select.steps import seeds as si
@@ -45,8 +46,8 @@ def syn():
     return banks, ids, qs, Z, ctx
 
 
-def _ref(ctx, cfg, ids, qs, Z):
-    return [select_reference(ctx[b], q, z, cfg).units for b, q, z in zip(ids, qs, Z)]
+def _ref(ctx, cfg, ids, qs, Z, params=None):
+    return [select_reference(ctx[b], q, z, cfg, params).units for b, q, z in zip(ids, qs, Z)]
 
 
 CONFIGS = [
@@ -64,15 +65,19 @@ CONFIGS = [
 @pytest.mark.parametrize("kw", CONFIGS)
 def test_fast_paths_agree_with_reference(syn, kw):
     banks, ids, qs, Z, ctx = syn
-    cfg = SelectConfig.paper() if kw == "paper" else SelectConfig(**kw)
-    ref = _ref(ctx, cfg, ids, qs, Z)
+    if kw == "paper":
+        cfg, qp = SelectConfig.paper(), QueryParams(hops=PAPER_HOPS)
+    else:
+        method, query = split_fields(kw)
+        cfg, qp = SelectConfig(**method), QueryParams(**query)
+    ref = _ref(ctx, cfg, ids, qs, Z, qp)
     variants = [dict(backend="tensor"), dict(table_bytes=0), dict(backend="tensor", chunk_elems=5000),
                 dict(backend="tensor", optimizer="plain")]
     if HAS_NUMBA:
         variants[:0] = [dict(backend="compiled"), dict(backend="compiled", sim="dots"),
                         dict(backend="compiled", front="tensor")]
     for ekw in variants:
-        got = SelectionEngine(banks, cfg, device="cpu", **ekw).select_units(ids, qs, Z)
+        got = SelectionEngine(banks, cfg, device="cpu", **ekw).select_units(ids, qs, Z, params=qp)
         bad = [(i, g, r) for i, (g, r) in enumerate(zip(got, ref)) if g != r]
         assert not bad, f"{ekw}: {len(bad)}/{len(ref)} differ, first {bad[:2]}"
 
@@ -101,7 +106,7 @@ def test_auto_backend_without_numba(syn, monkeypatch):
     eng = SelectionEngine(banks, SelectConfig(), device="cpu")
     assert eng.plan.backend == "tensor" and eng.plan.optimizer == "lazy"
     assert eng.select_units(ids[:10], qs[:10], Z[:10]) == _ref(ctx, SelectConfig(), ids[:10], qs[:10], Z[:10])
-    with pytest.raises(ConfigError, match="backend='compiled' needs"):
+    with pytest.raises(ConfigError, match="backend='compiled' does not apply: it needs .*numba"):
         SelectionEngine(banks, SelectConfig(), device="cpu", backend="compiled")
 
 
@@ -253,11 +258,11 @@ def test_head_seeds_with_ties_across_the_cut_fall_back_exactly():
     b.head_vecs[:] = b.head_vecs[0]  # every head identical: all r_head tie
     ids, qs, Z = make_queries(banks, 12, seed=4)
     ctx = {x.bank_id: BankContext.of(x) for x in banks}
-    cfg = SelectConfig.paper(n_seeds=3, neighborhood_cap=5)
-    ref = _ref(ctx, cfg, ids, qs, Z)
+    cfg, qp = SelectConfig.paper(), QueryParams(hops=PAPER_HOPS, n_seeds=3, neighborhood_cap=5)
+    ref = _ref(ctx, cfg, ids, qs, Z, qp)
     for mode in ("torch", "faiss"):
         eng = SelectionEngine(banks, cfg, device="cpu", seed_search=mode)
-        assert eng.select_units(ids, qs, Z) == ref
+        assert eng.select_units(ids, qs, Z, params=qp) == ref
 
 
 def test_synthetic_edges_match_build_edges():
@@ -278,9 +283,9 @@ def test_synthetic_edges_match_build_edges():
 @pytest.mark.parametrize("impl", ["torch", "auto"])
 def test_cuda_engine_with_tables_matches_reference_mostly(syn, impl):
     banks, ids, qs, Z, ctx = syn
-    cfg = SelectConfig(hops=2)
-    got = SelectionEngine(banks, cfg, device="cuda", kernels=impl).select_units(ids, qs, Z)
-    ref = _ref(ctx, cfg, ids, qs, Z)
+    cfg, qp = SelectConfig(), QueryParams(hops=2)
+    got = SelectionEngine(banks, cfg, device="cuda", kernels=impl).select_units(ids, qs, Z, params=qp)
+    ref = _ref(ctx, cfg, ids, qs, Z, qp)
     same = sum(set(g) == set(r) for g, r in zip(got, ref))
     assert same >= 0.9 * len(ref), f"{same}/{len(ref)}"
 
@@ -306,7 +311,7 @@ def test_learned_head_on_the_compiled_path(syn):
     picks match the reference given the same head."""
     model = pytest.importorskip("trawmem_gpu.head.model")
     banks, ids, qs, Z, ctx = syn
-    cfg = SelectConfig(hops=2)
+    cfg, qp = SelectConfig(), QueryParams(hops=2)
     head = model.RoleHead(cfg)
     g = torch.Generator().manual_seed(5)
     with torch.no_grad():
@@ -314,9 +319,9 @@ def test_learned_head_on_the_compiled_path(syn):
             if hasattr(head, name):
                 p = getattr(head, name)
                 p.copy_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    ref = [select_reference(ctx[b], q, z, cfg, head=head).units for b, q, z in zip(ids, qs, Z)]
+    ref = [select_reference(ctx[b], q, z, cfg, qp, head=head).units for b, q, z in zip(ids, qs, Z)]
     for front in ("compiled", "tensor"):
         got = SelectionEngine(banks, cfg, head=head, device="cpu", backend="compiled", front=front).select_units(
-            ids, qs, Z)
+            ids, qs, Z, params=qp)
         bad = [(i, a, r) for i, (a, r) in enumerate(zip(got, ref)) if a != r]
         assert not bad, f"{front}: {len(bad)}/{len(ref)} differ, first {bad[:3]}"

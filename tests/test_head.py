@@ -9,6 +9,7 @@ import torch
 
 from trawmem_gpu.head import HeadError, RoleHead, load_head, save_head
 from trawmem_gpu.select.config import SelectConfig
+from trawmem_gpu.select.params import QueryParams
 
 # The CI split of the issue: train on the first five dev conversations (file order), hold out
 # the last two. Chosen by position before any result on it was looked at; not tuned on.
@@ -88,12 +89,13 @@ def test_fresh_head_reproduces_hand_set(dev):
     ctxs = {b.bank_id: BankContext.of(b) for b in banks}
     items = [(c.bank_id, q) for c in convs for q in c.questions if q.category in (1, 2, 3, 4) and q.evidence]
     rows = list(range(0, len(items), max(1, len(items) // 24)))[:24]
+    cfg = SelectConfig()
     for budget in (8, 16):
-        cfg = SelectConfig(budget=budget)
+        qp = QueryParams(budget=budget)
         for i in rows:
             b, q = items[i]
-            a = select_reference(ctxs[b], q.question, Z[i], cfg)
-            h = select_reference(ctxs[b], q.question, Z[i], cfg, head=head)
+            a = select_reference(ctxs[b], q.question, Z[i], cfg, qp)
+            h = select_reference(ctxs[b], q.question, Z[i], cfg, qp, head=head)
             assert a.units == h.units and a.gains == h.gains, (b, q.qid)
 
 
@@ -104,21 +106,21 @@ def test_surrogate_matches_reference(dev):
     from trawmem_gpu.select.reference import select_reference
 
     convs, banks, Z = dev
-    cfg = SelectConfig()
+    cfg, qp = SelectConfig(), QueryParams()
     c0 = [c for c in convs if c.bank_id == "conv-30"]
     n0 = sum(1 for q in c0[0].questions if q.category in (1, 2, 3, 4) and q.evidence)
     start = sum(sum(1 for q in c.questions if q.category in (1, 2, 3, 4) and q.evidence)
                 for c in convs[:[c.bank_id for c in convs].index("conv-30")])
-    items = prepare_items(c0, banks, Z[start:start + n0], cfg)[:30]
+    items = prepare_items(c0, banks, Z[start:start + n0], cfg, params=qp)[:30]
     qs = [q for q in c0[0].questions if q.category in (1, 2, 3, 4) and q.evidence][:30]
     head = _perturbed(7)
-    batches = make_batches(items, cfg.budget, chunk=16)
-    picks = torch_picks(head, batches, cfg, cfg.budget)
+    batches = make_batches(items, qp.budget, chunk=16)
+    picks = torch_picks(head, batches, cfg, qp.budget)
     ctx = BankContext.of([b for b in banks if b.bank_id == "conv-30"][0])
     for b in batches:
         s = surrogate(head, b, cfg)
         for j, i in enumerate(b["index"]):
-            ref = select_reference(ctx, qs[i].question, Z[start + i], cfg, keep_internals=True, head=head)
+            ref = select_reference(ctx, qs[i].question, Z[start + i], cfg, qp, keep_internals=True, head=head)
             u = len(items[i].cand)
             assert np.array_equal(ref.candidates, items[i].cand)
             np.testing.assert_allclose(s["pi"][j, :u].detach().numpy(), ref.pi, atol=1e-12)
@@ -146,10 +148,10 @@ def test_training_reproducible(dev):
     assert any(not torch.equal(getattr(h1, k), getattr(h3, k)) for k in ("dA", "dM0", "dMr", "s", "S"))
     assert any(float(getattr(h1, k).abs().max()) > 0 for k in ("dA", "dM0", "dMr", "s")), "training did not move"
     # under a token budget (no unit cap) the steps and priorities come from B_T (pool_budget)
-    tcfg = SelectConfig(token_budget=400, budget=None)
-    t_items = prepare_items([c], banks, Z[off:off + n], tcfg)[:24]
-    h4, hist4 = fit(t_items, tcfg, seed=5, epochs=1, steps=None, chunk=12, progress=False)
-    assert hist4["hyper"]["steps"] == tcfg.pool_budget == 8 and np.isfinite(hist4["step_loss"]).all()
+    tqp = QueryParams(token_budget=400, budget=None)
+    t_items = prepare_items([c], banks, Z[off:off + n], cfg, params=tqp)[:24]
+    h4, hist4 = fit(t_items, cfg, seed=5, epochs=1, steps=None, chunk=12, progress=False, params=tqp)
+    assert hist4["hyper"]["steps"] == tqp.pool_budget == 8 and np.isfinite(hist4["step_loss"]).all()
 
 
 def test_train_head_cli_writes_head_and_curve(tmp_path, dev_path, dev):

@@ -247,7 +247,7 @@ def _random_query(rng, U, T, R=NUM_ROLES):
 
 def _one(x, w=W, budget=40, stop=2.0, max_steps=40, lazy=False):
     """The NumPy reference on one query given as a dict of per-query arrays."""
-    p = GreedyProblem(*(None if x[k] is None else np.asarray(x[k])[None] for k in GreedyProblem._fields))
+    p = GreedyProblem(*(None if x.get(k) is None else np.asarray(x[k])[None] for k in GreedyProblem._fields))
     sel, gains, n = greedy_reference_np(p, w, StopRule(np.array([budget]), stop, max_steps), lazy=lazy)
     return sel[0, :n[0]].tolist(), gains[0, :n[0]].tolist()
 
@@ -314,6 +314,8 @@ def _batch_of(queries):
     """Stack per-query NumPy dicts (same U, T) into a float32 torch GreedyProblem."""
     out = {}
     for k in GreedyProblem._fields:
+        if queries[0].get(k) is None:  # an optional field (the unit attributes)
+            continue
         t = torch.from_numpy(np.stack([q[k] for q in queries]))
         out[k] = t.float() if t.is_floating_point() else t
     out["thread"] = out["thread"].long()
@@ -345,7 +347,7 @@ def test_greedy_torch_matches_numpy(num_queries, num_units, stop_coverage, seed)
     torch.testing.assert_close(gains.double(), torch.from_numpy(ref[1]), rtol=1e-6, atol=1e-7)
     # float32 torch: rounding ~1e-7 relative on O(1) gains; picks agree unless two gains are
     # within float32 rounding of each other (then assert_same_selection checks it was a near-tie).
-    p32 = GreedyProblem(*(v.float() if v.is_floating_point() else v for v in p))
+    p32 = GreedyProblem(*(v.float() if v is not None and v.is_floating_point() else v for v in p))
     assert_same_selection(ref, greedy_select(p32, W, rule, impl="torch"), rtol=1e-5, atol=1e-6)
 
 

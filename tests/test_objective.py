@@ -113,36 +113,34 @@ def _numba(x, w, modular):
 
 
 def _surrogate(x, w, modular):
-    """The head's training surrogate: its gain function in a plain greedy loop."""
-    from trawmem_gpu.head.train import _gains
+    """The head's training surrogate: its gain function and the terms' updates (as
+    ``head.train.greedy_unroll`` runs them) in a plain greedy loop."""
+    from trawmem_gpu.head.train import _coverage_data, _gains
 
     t = {k: torch.as_tensor(v) for k, v in x.items()}
     Q, U = t["pi"].shape
     s = {"pi": t["pi"], "rho": t["rho"], "delta": t["delta"], "mass": t["thread_mass"],
          "modular": torch.as_tensor(modular), "weights": dict(w_cov=w.w_cov, w_role=w.w_role, w_thr=w.w_thr)}
-    b = {"K": t["K"], "lt": t["thread"]}
-    c, m = torch.zeros(Q, U, dtype=torch.float64), torch.zeros(Q, 3, dtype=torch.float64)
-    hit = torch.zeros(Q, t["thread_mass"].shape[1], dtype=torch.bool)
+    d = _coverage_data(s, {"K": t["K"], "lt": t["thread"], "umask": t["valid"]})
+    state = [term.init_t(d) for term in J.COVERAGE_TERMS]
     free = torch.ones(Q, U, dtype=torch.bool)
     out = [([], []) for _ in range(Q)]
-    qi = torch.arange(Q)
+    qi, every = torch.arange(Q), torch.ones(Q, dtype=torch.bool)
     for _ in range(int(x["budget"].max())):
-        g = torch.where(free, _gains(s, b, c, m, hit), float("-inf"))
+        g = torch.where(free, _gains(s, d, state), float("-inf"))
         u = g.argmax(1)
         for q in range(Q):
             if len(out[q][0]) < int(x["budget"][q]):
                 out[q][0].append(int(u[q]))
                 out[q][1].append(float(g[q, u[q]]))
-        c = torch.maximum(c, t["K"][qi, u])
-        m = torch.maximum(m, t["rho"][qi, u])
-        hit[qi, t["thread"][qi, u]] = True
+        state = [term.add_t(d, st, lambda a: a[qi, u], every) for term, st in zip(J.COVERAGE_TERMS, state)]
         free[qi, u] = False
     return out
 
 
 def _triton(x, w, modular):
     def fn(p, w_, rule):
-        p32 = G.GreedyProblem(*(v.float() if v.is_floating_point() else v for v in p))
+        p32 = G.GreedyProblem(*(v.float() if v is not None and v.is_floating_point() else v for v in p))
         return G.greedy_select(p32, w_, rule, impl="triton")
     return _batched(fn)(x, w, modular)
 

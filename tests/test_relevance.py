@@ -19,6 +19,7 @@ from trawmem_gpu.data.types import Turn
 from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.head.relevance import LabelledQuestion, cross_validate, fit_relevance
 from trawmem_gpu.select.config import RELEVANCE_FEATURES, SelectConfig
+from trawmem_gpu.select.params import QueryParams
 from trawmem_gpu.select.context import BankContext
 from trawmem_gpu.select.engine import SelectionEngine
 from trawmem_gpu.select.reference import select_reference
@@ -93,15 +94,24 @@ def test_config_checks_relevance_weights():
 
 
 def test_shipped_weights_are_the_benchmarks_fit():
-    """The default learned affinity is what ``bench_equal_tokens.py --parts fit`` wrote (on both
-    dev sets), feature for feature; the default config uses it."""
+    """The default learned affinity is the package's ``select/affinity_weights.json`` (its one
+    home), which is what ``bench_equal_tokens.py --parts fit`` fitted (on both dev sets), feature
+    for feature; the default config uses it."""
+    import json
     from pathlib import Path
 
+    import trawmem_gpu.select as select_pkg
     from trawmem_gpu.head.relevance import load_weights
     from trawmem_gpu.select.config import DEFAULT_RELEVANCE_WEIGHTS
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "affinity_weights.json"
+    path = Path(select_pkg.__file__).with_name("affinity_weights.json")
     assert load_weights(path) == DEFAULT_RELEVANCE_WEIGHTS
+    doc = json.loads(path.read_text())
+    assert doc["features"] == list(RELEVANCE_FEATURES) and "bench_equal_tokens.py --parts fit" in doc["meta"]["command"]
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    bench = json.loads((results / "equal_tokens.json").read_text())
+    assert bench["features"] == list(RELEVANCE_FEATURES)
+    assert tuple(bench["shipped_weights"]) == DEFAULT_RELEVANCE_WEIGHTS
     c = SelectConfig()
     assert c.affinity == "learned" and c.relevance_weights == DEFAULT_RELEVANCE_WEIGHTS
 
@@ -121,7 +131,7 @@ def test_engine_agrees_with_reference(seed, backend):
         b.turns = [Turn(t.turn_id, t.speaker, t.text, t.session, "x",
                         datetime(2023, 5, 1) + timedelta(days=30 if i >= half else 0)) for i, t in enumerate(b.turns)]
     w = tuple(rng.normal(size=len(RELEVANCE_FEATURES) + 1) * np.r_[[2, 2, 200, 200, 10, 10, 2, 2, 2, 50, 2], 1])
-    cfg = SelectConfig(budget=5, affinity="learned", relevance_weights=w)
+    cfg, qp = SelectConfig(affinity="learned", relevance_weights=w), QueryParams(budget=5)
     ids, qs, zs, dates = [], [], [], []
     stems = ["What did Ann do two weeks ago", "When did Bob", "Which lake last month", "Did Ann and Bob"]
     for b in banks:
@@ -133,10 +143,10 @@ def test_engine_agrees_with_reference(seed, backend):
             dates.append(datetime(2023, 6, 15) if i % 3 else None)
     Z = np.array(zs, dtype=np.float32)
     ctx = {b.bank_id: BankContext.of(b) for b in banks}
-    ref = [select_reference(ctx[b], q, z, cfg, now=d).units for b, q, z, d in zip(ids, qs, Z, dates)]
+    ref = [select_reference(ctx[b], q, z, cfg, qp, now=d).units for b, q, z, d in zip(ids, qs, Z, dates)]
     eng = SelectionEngine(banks, cfg, device="cpu", backend=backend)
     assert eng.plan.front == ("compiled" if backend == "auto" else "tensor")
-    assert eng.select_units(ids, qs, Z, dates=dates) == ref
+    assert eng.select_units(ids, qs, Z, dates=dates, params=qp) == ref
     # alpha itself: the engine's CPU path and the reference give the same bits
     b = ctx["odd"]
     cos = b.bank.unit_vecs.astype(np.float64) @ Z[0].astype(np.float64)

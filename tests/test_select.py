@@ -10,6 +10,7 @@ from trawmem_gpu.data.types import Turn
 from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.select.config import ABLATIONS, EngineConfig, SelectConfig
 from trawmem_gpu.select.objective import Objective
+from trawmem_gpu.select.params import QueryParams
 from trawmem_gpu.select.steps.greedy import StopRule, lazy_greedy, plain_greedy
 from trawmem_gpu.store.bank import Bank
 
@@ -74,15 +75,21 @@ def test_early_stop_on_coverage():
 
 def test_config_validation_messages():
     """Errors name the option as the user writes it, with the value given: no ``self.``."""
-    for kw, msg in ((dict(budget=0), "budget must be >= 1 (got 0)"), (dict(hops=-1), "hops must be >= 0 (got -1)"),
-                    (dict(gamma=1.5), "gamma must lie in [0.0, 1.0] (got 1.5)"),
+    for kw, msg in ((dict(gamma=1.5), "gamma must lie in [0.0, 1.0] (got 1.5)"),
                     (dict(tau=0.0), "tau must be > 0 (got 0.0)"), (dict(w_cov=-1.0), "w_cov must be >= 0 (got -1.0)"),
                     (dict(k_shift=1.0), "k_shift must lie in [0.0, 1.0) (got 1.0)"),
-                    (dict(n_seeds=4, neighborhood_cap=2), "neighborhood_cap must be >= n_seeds (4) (got 2)"),
                     (dict(ablation="nope"), "ablation must be one of 'none', "),
                     (dict(kernel="rbf"), "kernel must be one of 'cosine', 'identity' (got 'rbf')")):
         with pytest.raises(ConfigError) as e:
             SelectConfig(**kw)
+        assert msg in str(e.value) and "self." not in str(e.value), str(e.value)
+    # the per-query fields are QueryParams' now, with the same field-named errors
+    for kw, msg in ((dict(budget=0), "budget must lie in [1, 1048576] (got 0)"),
+                    (dict(hops=-1), "hops must lie in [0, 16] (got -1)"),
+                    (dict(token_budget=2.5), "token_budget must be a whole number (got 2.5)"),
+                    (dict(n_seeds=4, neighborhood_cap=2), "neighborhood_cap must be >= n_seeds (4) (got 2)")):
+        with pytest.raises(ConfigError) as e:
+            QueryParams(**kw)
         assert msg in str(e.value) and "self." not in str(e.value), str(e.value)
     for kw, msg in ((dict(backend="gpu"), "backend must be one of 'auto', 'compiled', 'tensor' (got 'gpu')"),
                     (dict(threads=0), "threads must be >= 1 (got 0)")):
@@ -91,11 +98,14 @@ def test_config_validation_messages():
         assert msg in str(e.value), str(e.value)
     with pytest.raises(ConfigError, match="unknown engine options .'impl'.*now kernels"):
         EngineConfig().with_overrides(impl="torch")
-    # a config saved by an older version (with fields since moved) still loads
-    assert SelectConfig.from_dict(SelectConfig(budget=7).to_dict()).budget == 7
+    # a config saved by an older version (with fields since moved to QueryParams) still loads
+    old = dict(SelectConfig(w_aff=2.5).to_dict(), budget=7, hops=2, token_budget=None, fill="stop")
+    assert SelectConfig.from_dict(old) == SelectConfig(w_aff=2.5)
+    assert not hasattr(SelectConfig(), "budget")
     with pytest.raises(ConfigError, match="unknown"):
         SelectConfig.from_dict({"budgett": 3})
-    assert SelectConfig(ablation="seed_only").resolved().hops == 0
+    assert QueryParams(hops=3).resolved(SelectConfig(ablation="seed_only")).hops == 0
+    assert QueryParams(hops=3).resolved(SelectConfig()).hops == 3
     assert SelectConfig(ablation="identity_k").resolved().kernel == "identity"
     assert SelectConfig(ablation="no_cross_edges").resolved().semantic_edges is False
     r = SelectConfig(ablation="no_role_conditioning").resolved()
@@ -134,22 +144,24 @@ def test_reference_selection_invariants(ablation, hops):
     ctx = BankContext.of(bank)
     z = bank.unit_vecs[5].astype(np.float64)
     for budget in (1, 3, 100):
-        cfg = SelectConfig(budget=budget, hops=hops, ablation=ablation, n_seeds=2, neighborhood_cap=3)
-        sel = select_reference(ctx, "when did word12 happen", z, cfg, keep_internals=True)
+        cfg = SelectConfig(ablation=ablation)
+        qp = QueryParams(budget=budget, hops=hops, n_seeds=2, neighborhood_cap=3)
+        sel = select_reference(ctx, "when did word12 happen", z, cfg, qp, keep_internals=True)
         cand = set(sel.candidates.tolist())
         assert len(sel.units) == len(set(sel.units)) == min(budget, len(cand))
         assert set(sel.units) <= cand
         assert abs(sel.pi.sum() - 1) < 1e-9 and np.all(sel.pi >= 0)
         np.testing.assert_allclose(sel.rho.sum(1), 1.0)
         assert len(sel.threads) <= 3
-        if cfg.resolved().hops == 0:
+        if qp.resolved(cfg).hops == 0:
             assert len(sel.threads) == 2
         # Candidates are exactly the units of the neighbourhood threads.
         expect = {u for j in sel.threads for u in bank.thread_units(j)}
         assert cand == expect
     # plain and lazy greedy agree end to end.
-    a = select_reference(ctx, "q", z, SelectConfig(hops=hops, ablation=ablation, greedy="plain"))
-    b = select_reference(ctx, "q", z, SelectConfig(hops=hops, ablation=ablation, greedy="lazy"))
+    qp = QueryParams(hops=hops)
+    a = select_reference(ctx, "q", z, SelectConfig(ablation=ablation, greedy="plain"), qp)
+    b = select_reference(ctx, "q", z, SelectConfig(ablation=ablation, greedy="lazy"), qp)
     assert a.units == b.units
 
 
@@ -227,8 +239,8 @@ def test_quality_floor_beats_cosine_on_dev(dev_path, dev_setup):
 
     convs, banks, Z = dev_setup
     kw = dict(progress=False, banks_and_convs=(convs, banks), query_vecs=Z, keep_records=False)
-    tm = run_eval(dev_path, "trawmem", SelectConfig(budget=16), **kw)
-    co = run_eval(dev_path, "cosine", SelectConfig(budget=16), **kw)
+    tm = run_eval(dev_path, "trawmem", SelectConfig(), params=QueryParams(budget=16), **kw)
+    co = run_eval(dev_path, "cosine", SelectConfig(), params=QueryParams(budget=16), **kw)
     assert tm["n_questions"] == co["n_questions"] > 1000
     assert tm["macro"]["evidence_recall"] > co["macro"]["evidence_recall"]
     assert tm["per_category"]["1"]["all_evidence_hit"] > co["per_category"]["1"]["all_evidence_hit"]

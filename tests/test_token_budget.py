@@ -1,4 +1,4 @@
-"""Token budgets (``SelectConfig.token_budget``): the config rule, the token costs beside the
+"""Token budgets (``QueryParams.token_budget``): the config rule, the token costs beside the
 renderer, the cost-aware knapsack greedy in every optimizer (NumPy plain / lazy, torch plain /
 lazy, numba; Triton routed to torch), the engine against the reference, the baselines' fill,
 the check of the real rendering, the command-line flags and the sweep's token-budget cells.
@@ -21,10 +21,11 @@ from test_select import _objective as _select_objective
 from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.select._jit import HAS_NUMBA
 from trawmem_gpu.select.baselines import BASELINES, baseline_units, take_within_tokens
-from trawmem_gpu.select.config import TOKENS_PER_UNIT, SelectConfig
+from trawmem_gpu.select.config import SelectConfig
 from trawmem_gpu.select.context import BankContext
 from trawmem_gpu.select.engine import SelectionEngine
 from trawmem_gpu.select.objective import CoverageWeights, Objective
+from trawmem_gpu.select.params import TOKENS_PER_UNIT, QueryParams, split_fields
 from trawmem_gpu.select.reference import select_reference
 from trawmem_gpu.select.steps import greedy as G
 from trawmem_gpu.workspace import assemble, fit_to_tokens, token_costs, unit_line
@@ -38,30 +39,32 @@ D = 16
 def test_config_rule_and_errors():
     assert TOKENS_PER_UNIT == 50
     for T, B_T in ((800, 16), (400, 8), (1600, 32), (10, 1), (74, 1), (76, 2)):
-        cfg = SelectConfig(token_budget=T, budget=None)
-        assert cfg.pool_budget == B_T
-        r = cfg.resolved()
+        qp = QueryParams(token_budget=T, budget=None)
+        assert qp.pool_budget == B_T
+        r = qp.resolved()
         assert (r.n_seeds, r.neighborhood_cap) == (max(2, round(B_T / 2)), max(max(2, round(B_T / 2)),
                                                                               round(3 * B_T / 4)))
     # with T the unit cap sizes nothing: T = 800 sizes the pool like B = 16 whatever B is
-    a, b = SelectConfig(token_budget=800, budget=3).resolved(), SelectConfig(budget=16).resolved()
+    a, b = QueryParams(token_budget=800, budget=3).resolved(), QueryParams(budget=16).resolved()
     assert (a.n_seeds, a.neighborhood_cap) == (b.n_seeds, b.neighborhood_cap)
-    assert SelectConfig().pool_budget == 16 and SelectConfig(budget=5).pool_budget == 5
+    assert QueryParams().pool_budget == 16 and QueryParams(budget=5).pool_budget == 5
     for bad in (0, -3):
-        with pytest.raises(ConfigError, match=r"--token-budget must be >= 1 \(got"):
-            SelectConfig(token_budget=bad)
+        with pytest.raises(ConfigError, match=rf"^token_budget must lie in \[1, \d+\] \(got {bad}\)$"):
+            QueryParams(token_budget=bad)
     for bad in (True, 1.5, "800"):
-        with pytest.raises(ConfigError, match="--token-budget must be a whole number"):
-            SelectConfig(token_budget=bad)
-    with pytest.raises(ConfigError, match="only with a token budget"):
-        SelectConfig(budget=None)
+        with pytest.raises(ConfigError, match="^token_budget must be a whole number"):
+            QueryParams(token_budget=bad)
+    with pytest.raises(ConfigError, match="only with a token_budget"):
+        QueryParams(budget=None)
     with pytest.raises(ConfigError, match="knapsack must be one of"):
-        SelectConfig(token_budget=800, knapsack="greedy")
+        SelectConfig(knapsack="greedy")
     with pytest.raises(ConfigError, match="fill must be one of"):
-        SelectConfig(fill="all")
-    assert SelectConfig(token_budget=np.int64(800)).token_budget == 800
-    d = SelectConfig(token_budget=400, budget=None, knapsack="gain", fill="stop").to_dict()
-    assert SelectConfig.from_dict(d) == SelectConfig(token_budget=400, budget=None, knapsack="gain", fill="stop")
+        QueryParams(fill="all")
+    t = QueryParams(token_budget=np.int64(800)).token_budget
+    assert t == 800 and type(t) is int
+    d = QueryParams(token_budget=400, budget=None, fill="stop").to_dict()
+    assert QueryParams.from_dict(d) == QueryParams(token_budget=400, budget=None, fill="stop")
+    assert SelectConfig.from_dict(SelectConfig(knapsack="gain").to_dict()) == SelectConfig(knapsack="gain")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -404,7 +407,7 @@ def _numba_batch(p, w, rule):
 def _torch(fn):
     def run(p, w, rule):
         t = lambda a: torch.as_tensor(a)  # noqa: E731
-        pt = G.GreedyProblem(*(t(x) for x in p))
+        pt = G.GreedyProblem(*(None if x is None else t(x) for x in p))
         tb = rule.tokens
         tt = None if tb is None else G.TokenBudget(t(tb.capacity), t(tb.unit_cost), t(tb.head_cost), tb.ratio)
         return fn(pt, w, rule._replace(budget=t(rule.budget), tokens=tt))
@@ -437,22 +440,25 @@ def test_every_optimizer_agrees_under_a_token_budget(opt, ratio):
             assert _cost(S, tb.unit_cost[q], tb.head_cost[q], p.thread[q]) <= tb.capacity[q]
 
 
-def test_triton_routes_token_budgets_to_torch(monkeypatch):
-    """The Triton greedy kernel has the unit budget only: a token budget runs the torch plain
-    greedy even when the kernel is asked for (and the kernel is never touched)."""
+def test_token_budgets_never_reach_the_triton_kernel(monkeypatch):
+    """The Triton greedy kernel has the unit budget only: under a token budget ``impl="auto"``
+    runs the torch plain greedy and never asks for the kernel (``impl="triton"`` is refused:
+    ``test_dispatch.py``)."""
+    from trawmem_gpu.select.steps.greedy import batched as GB
+
     p, tb = _batch_problem(0, 3, 13, 4)
     w = CoverageWeights(1.0, 1.0, 1.0)
-    run = _torch(lambda pt, w_, r: G.greedy_select(pt, w_, r, impl="triton"))
+    run = _torch(lambda pt, w_, r: G.greedy_select(pt, w_, r, impl="auto"))
 
     def boom(*a, **k):
         raise AssertionError("the Triton kernel ran under a token budget")
-    monkeypatch.setattr(G, "kernels", boom)
-    monkeypatch.setattr(G, "use_triton", boom)
+    monkeypatch.setattr(GB, "kernels", boom)
+    monkeypatch.setattr(GB, "use_triton", boom)
     rule = G.StopRule(np.full(3, 13), 2.0, 13, tb)
     sel, _, n = run(p, w, rule)
     want, _, want_n = _torch(G.greedy_select_torch)(p, w, rule)
     assert torch.equal(sel, want) and torch.equal(n, want_n)
-    with pytest.raises(AssertionError, match="Triton kernel ran"):  # without T it would use the kernel
+    with pytest.raises(AssertionError, match="Triton kernel ran"):  # without T it would ask for the kernel
         run(p, w, rule._replace(tokens=None))
 
 
@@ -496,23 +502,24 @@ ENGINE_VARIANTS = [{}, {"backend": "tensor"}, {"backend": "tensor", "optimizer":
 ])
 def test_engine_agrees_with_reference_under_a_token_budget(banks, queries, cfg):
     ids, qs, Z = queries
-    c = SelectConfig(**cfg)
+    method, query = split_fields(cfg)
+    c, qp = SelectConfig(**method), QueryParams(**query)
     ctx = {b.bank_id: BankContext.of(b) for b in banks}
     bank = {b.bank_id: b for b in banks}
-    ref = [select_reference(ctx[b], q, z, c).units for b, q, z in zip(ids, qs, Z)]
-    assert any(ref) and all(assemble(bank[b], q, p, c.headings).n_tokens <= c.token_budget
+    ref = [select_reference(ctx[b], q, z, c, qp).units for b, q, z in zip(ids, qs, Z)]
+    assert any(ref) and all(assemble(bank[b], q, p, c.headings).n_tokens <= qp.token_budget
                             for b, q, p in zip(ids, qs, ref))
-    if c.budget is not None:
-        assert max(len(p) for p in ref) <= c.budget
+    if qp.budget is not None:
+        assert max(len(p) for p in ref) <= qp.budget
     for v in ENGINE_VARIANTS:
-        got = SelectionEngine(banks, c, device="cpu", **v).select_units(ids, qs, Z)
+        got = SelectionEngine(banks, c, device="cpu", **v).select_units(ids, qs, Z, params=qp)
         bad = [(i, g, r) for i, (g, r) in enumerate(zip(got, ref)) if g != r]
         assert not bad, f"{v or 'default'}: {len(bad)} queries differ, first {bad[:2]}"
 
 
 def test_token_costs_survive_replace_bank(banks, queries):
     ids, qs, Z = queries
-    cfg = SelectConfig(token_budget=150, budget=None)
+    cfg, qp = SelectConfig(), QueryParams(token_budget=150, budget=None)
     eng = SelectionEngine(banks, cfg, device="cpu")
     new = _extractive_bank(seed=9, lens=(5, 5, 2))
     new.bank_id = "odd"  # same id, other units: other costs
@@ -522,9 +529,9 @@ def test_token_costs_survive_replace_bank(banks, queries):
     eng.remove_bank("tiny")
     rows = [i for i, b in enumerate(ids) if b in ("odd", "ext")]
     rid, rq = [ids[i] for i in rows], [qs[i] for i in rows]
-    got = eng.select_units(rid, rq, Z[rows])
+    got = eng.select_units(rid, rq, Z[rows], params=qp)
     now = {b.bank_id: b for b in banks if b.bank_id != "odd"} | {"odd": new}
-    ref = [select_reference(BankContext.of(now[b]), q, z, cfg).units for b, q, z in zip(rid, rq, Z[rows])]
+    ref = [select_reference(BankContext.of(now[b]), q, z, cfg, qp).units for b, q, z in zip(rid, rq, Z[rows])]
     assert got == ref and any(p for b, p in zip(rid, got) if b == "odd")
 
 
@@ -533,12 +540,12 @@ def test_baselines_fill_a_token_budget(banks, queries, fill):
     ids, qs, Z = queries
     bank = {b.bank_id: b for b in banks}
     for T in (40, 120, 300):
-        cfg = SelectConfig(token_budget=T, budget=None, fill=fill)
+        cfg, qp = SelectConfig(), QueryParams(token_budget=T, budget=None, fill=fill)
         for b, q, z in zip(ids, qs, Z):
             ctx = BankContext.of(bank[b])
             costs = ctx.token_costs("none")
             for m in BASELINES:
-                units = baseline_units(m, ctx, q, z, cfg)
+                units = baseline_units(m, ctx, q, z, cfg, qp)
                 assert assemble(bank[b], q, units, "none").n_tokens <= T
                 from trawmem_gpu.select.baselines import ranking
 
@@ -553,8 +560,8 @@ def test_baselines_fill_a_token_budget(banks, queries, fill):
                         before = [x for x in units if order.index(x) < order.index(u)]
                         assert costs.cost(before + [u], bank[b].unit_thread) > T
             # a unit cap on top of T
-            capped = baseline_units("cosine", ctx, q, z, replace(cfg, budget=2))
-            assert capped == baseline_units("cosine", ctx, q, z, cfg)[:2] or fill == "skip" and len(capped) <= 2
+            capped = baseline_units("cosine", ctx, q, z, cfg, replace(qp, budget=2))
+            assert capped == baseline_units("cosine", ctx, q, z, cfg, qp)[:2] or fill == "skip" and len(capped) <= 2
 
 
 def test_take_within_tokens_skip_and_stop():
@@ -586,16 +593,16 @@ def test_every_method_fits_the_budget_on_dev_banks(dev_path):
     bank = {b.bank_id: b for b in banks}
     ctx = {b.bank_id: BankContext.of(b) for b in banks}
     for T in (400, 800, 1600):
-        cfg = SelectConfig(token_budget=T, budget=None)
-        ref = [select_reference(ctx[b], q, z, cfg).units for (b, q), z in zip(items, Z)]
-        eng = SelectionEngine(banks, cfg).select_units([b for b, _ in items], [q for _, q in items], Z)
+        cfg, qp = SelectConfig(), QueryParams(token_budget=T, budget=None)
+        ref = [select_reference(ctx[b], q, z, cfg, qp).units for (b, q), z in zip(items, Z)]
+        eng = SelectionEngine(banks, cfg).select_units([b for b, _ in items], [q for _, q in items], Z, params=qp)
         assert eng == ref
         used = [assemble(bank[b], q, p).n_tokens for (b, q), p in zip(items, ref)]
         assert max(used) <= T and np.mean(used) > 0.9 * T  # the budget is used, not wasted
         for m in BASELINES:
             for fill in ("skip", "stop"):
                 for (b, q), z in zip(items, Z):
-                    p = baseline_units(m, ctx[b], q, z, replace(cfg, fill=fill))
+                    p = baseline_units(m, ctx[b], q, z, cfg, replace(qp, fill=fill))
                     assert assemble(bank[b], q, p, "none").n_tokens <= T
 
 
@@ -614,15 +621,15 @@ def test_flags_parse_and_build_the_config(capsys):
         err = capsys.readouterr().err
         assert "argument --token-budget:" in err and "at least 1, got 0" in err
     a = p.parse_args(["eval", "--data", "d", "--output", "o", "--token-budget", "800"])
-    cfg = _select_config(a)
-    assert (cfg.token_budget, cfg.budget, cfg.fill) == (800, None, "skip")
+    _, qp = _select_config(a)
+    assert (qp.token_budget, qp.budget, qp.fill) == (800, None, "skip")
     a = p.parse_args(["score", "--out", "o", "--token-budget", "800", "--budget", "12", "--fill", "stop"])
-    cfg = _select_config(a)
-    assert (cfg.token_budget, cfg.budget, cfg.fill) == (800, 12, "stop")
-    assert _select_config(p.parse_args(["query", "--bank", "b", "--question", "q"])).token_budget is None
-    assert _select_config(p.parse_args(["query", "--bank", "b", "--question", "q"])).headings == "date"
+    _, qp = _select_config(a)
+    assert (qp.token_budget, qp.budget, qp.fill) == (800, 12, "stop")
+    cfg, qp = _select_config(p.parse_args(["query", "--bank", "b", "--question", "q"]))
+    assert qp.token_budget is None and qp == QueryParams() and cfg.headings == "date"
     a = p.parse_args(["score", "--out", "o", "--token-budget", "400", "--headings", "gist"])
-    assert _select_config(a).headings == "gist"
+    assert _select_config(a)[0].headings == "gist"
     with pytest.raises(SystemExit):
         p.parse_args(["eval", "--data", "d", "--output", "o", "--headings", "summary"])
     assert "invalid choice: 'summary'" in capsys.readouterr().err
@@ -637,6 +644,9 @@ def test_sweep_grid_has_token_budget_cells():
     keys = [c.key for c in cells]
     assert keys == ["trawmem B=16 H=1", "trawmem T=400 H=1", "trawmem T=800 H=1", "trawmem B=16 H=2",
                     "trawmem T=400 H=2", "trawmem T=800 H=2", "hybrid B=16", "hybrid T=400", "hybrid T=800"]
-    cfg = cells[2].config(SelectConfig())
-    assert (cfg.budget, cfg.token_budget, cfg.hops) == (None, 800, 1)
-    assert cells[6].config(SelectConfig()).token_budget is None
+    qp = cells[2].params()
+    assert (qp.budget, qp.token_budget, qp.hops) == (None, 800, 1)
+    assert cells[6].params().token_budget is None
+    # the cell's B / T / H replace those of the base params, the rest is kept
+    assert cells[5].params(QueryParams(hops=3, fill="stop", n_seeds=2)) == \
+        QueryParams(budget=None, token_budget=800, hops=2, fill="stop", n_seeds=2)
