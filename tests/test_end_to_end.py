@@ -8,7 +8,6 @@ Everything the run caches (embeddings, LLM responses, banks) goes under ``tmp_pa
 from __future__ import annotations
 
 import json
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -292,12 +291,10 @@ def test_wrong_key_stops_before_retrieval(env, server, capsys):
 
 
 def test_hung_server_costs_llm_timeout_not_minutes(env, server, capsys):
-    server.delay_s = 5.0
-    t0 = time.perf_counter()
+    server.hang = True  # never answers: only --llm-timeout ends a request with a timeout
     rc, _ = _eval_argv(env, server, ["--llm-timeout", "0.3", "--llm-retries", "0"], "h.json", judge=False)
     err = capsys.readouterr().err
     assert rc == 2 and "timeout after 0.3s" in err
-    assert time.perf_counter() - t0 < 60  # 8 requests x 5 attempts x 60 s before --llm-timeout existed
 
 
 def _eval_argv(env, server, extra: list, out_name: str, judge: bool = True) -> tuple[int, dict]:

@@ -284,14 +284,21 @@ def test_batcher_unit_behaviour():
         seen.append(list(items))
         return [x * 10 for x in items]
 
+    async def until(cond):  # polls the loop (bounded); asserts on state, never on elapsed time
+        for _ in range(12000):
+            if cond():
+                return
+            await asyncio.sleep(0.005)
+        raise AssertionError("the batcher never got there")
+
     async def main():
         with ThreadPoolExecutor(1) as ex:
             b = DynamicBatcher(process, max_batch=3, max_wait_s=0.05, max_queue=4, executor=ex)
             b.start()
-            t1 = asyncio.ensure_future(b.submit([1], 10))
-            await asyncio.sleep(0.2)  # batch [1] is running (blocked on the gate)
-            t2 = asyncio.ensure_future(b.submit([2, 3, 4, 5], 10))  # fills the queue exactly
-            await asyncio.sleep(0.01)
+            t1 = asyncio.ensure_future(b.submit([1], 60))
+            await until(lambda: b.running == 1)  # batch [1] is running (blocked on the gate)
+            t2 = asyncio.ensure_future(b.submit([2, 3, 4, 5], 60))  # fills the queue exactly
+            await until(lambda: b.depth == 4)
             with pytest.raises(QueueFull) as e:
                 await b.submit([6], 10)
             assert e.value.retry_after >= 1
@@ -303,8 +310,8 @@ def test_batcher_unit_behaviour():
             assert await t2 == [20, 30, 40, 50]
             # a request that times out while queued never reaches process()
             gate.clear()
-            t4 = asyncio.ensure_future(b.submit([8], 10))
-            await asyncio.sleep(0.2)
+            t4 = asyncio.ensure_future(b.submit([8], 60))
+            await until(lambda: b.running == 1)
             with pytest.raises(DeadlineExceeded):
                 await b.submit([9], 0.1)
             gate.set()
