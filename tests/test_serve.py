@@ -824,3 +824,41 @@ def test_dates_reach_the_engine():
     eng = Eng()
     assert select_units(eng, ["a", "b"], ["q", "q"], None, d) == ([[1], [1]], True) and eng.dates == d
     assert select_units(eng, ["a"], ["q"], None, [None]) == ([[1]], False) and eng.dates is None
+
+
+def test_serve_creates_a_missing_collection_and_sigterm_drains_with_a_message(tmp_path):
+    """`serve --collection NEW` does what its help says (creates it) and says so; SIGTERM says
+    it drains, answers what it holds, and the process exits 0 with a last line."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    new = tmp_path / "typo"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen([sys.executable, "-m", "trawmem_gpu.cli", "serve", "--collection", str(new),
+                             "--port", str(port), "--threads", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 300 and proc.poll() is None:  # bounded wait for readiness
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/banks", timeout=30).json()["banks"] == []
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "0 banks, 0 units" in out and "1 banks" not in out
+    assert f"{new} did not exist: created an empty collection there" in out
+    assert "SIGTERM: draining" in out and out.rstrip().endswith("trawmem serve: stopped"), out
+    assert (new / "collection.json").exists()

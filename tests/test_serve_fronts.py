@@ -212,6 +212,8 @@ def test_shutdown_ends_every_process(fronts):
     assert len(children) >= 2  # the two fronts (and multiprocessing's resource tracker)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(600) == 0
+    rest = proc.stdout.read()
+    assert "SIGTERM: draining" in rest and rest.rstrip().endswith("trawmem serve: stopped"), rest[-2000:]
     t0 = time.monotonic()  # the children may take a moment longer on a loaded machine: bounded wait
     while time.monotonic() - t0 < 120 and any(_alive(c) for c in children):
         time.sleep(0.2)

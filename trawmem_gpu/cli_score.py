@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-from .errors import InputError
+from .errors import InputError, plural
 
 
 def ks_list(text: str) -> tuple[int, ...]:
@@ -109,8 +109,8 @@ def cmd_score(a) -> int:
         print(f"time split: {split}")
     if build_stats and build_stats.get("banks_built"):
         b = build_stats
-        print(f"built {b['banks_built']} banks ({b['units_built']} units, {b['units_per_s']:.0f} units/s), "
-              f"reused {b['banks_reused']}")
+        print(f"built {plural(b['banks_built'], 'bank')} ({plural(b['units_built'], 'unit')}, "
+              f"{b['units_per_s']:.0f} units/s), reused {b['banks_reused']}")
     m = summary["metrics"]
     if m and m.get("macro"):
         print(f"{m['n_scored']} scored questions (skipped {m['skipped_abstention']} abstention, "

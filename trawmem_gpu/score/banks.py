@@ -15,12 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 from ..config import BuildConfig
 from ..data.types import UNIT_TEXT_VERSION, Conversation
-from ..errors import BankError
+from ..errors import BankError, plural
 
 SIDECAR = "score-build.json"
 BUILD_LOG = "score-build-log.json"
@@ -92,6 +93,9 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
     missing = [c for c in convs if c.bank_id not in coll]
     stats: dict = {"banks_total": len(convs), "banks_reused": len(convs) - len(missing), "banks_built": 0,
                    "units_built": 0, "wall_s": 0.0}
+    if progress:
+        print(f"banks in {path}: {reuse_message(len(convs) - len(missing), len(missing))}"
+              + (f" ({sum(len(c.turns) for c in missing):,} units)" if missing else ""), file=sys.stderr, flush=True)
     if not missing:
         return stats
     if encoder is None and ray is None:
@@ -100,13 +104,16 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
         encoder = get_encoder(cfg.encoder)
     hits0, miss0 = getattr(encoder, "hits", 0), getattr(encoder, "misses", 0)
     t_start = time.perf_counter()
-    bar = tqdm(total=sum(len(c.turns) for c in missing), desc="build banks", unit="unit", disable=not progress)
+    # the bar moves per encoder batch (a chunk takes minutes on a CPU), with tqdm's rate and ETA
+    bar = tqdm(total=sum(len(c.turns) for c in missing), desc="build banks", unit="unit", disable=not progress,
+               smoothing=0.1)
     if ray is not None:
         from .ray_runner import build_banks_ray
 
         stream = build_banks_ray(_chunks(missing, chunk_units), cfg, **ray)
     else:
-        stream = (build_banks(ch, cfg, encoder, progress=False) for ch in _chunks(missing, chunk_units))
+        stream = (build_banks(ch, cfg, encoder, progress=False, on_units=bar.update)
+                  for ch in _chunks(missing, chunk_units))
     for banks, st in stream:
         t0 = time.perf_counter()
         coll.put_many(banks)
@@ -117,7 +124,8 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
         stats["banks_built"] += len(banks)
         n = sum(b.n_units for b in banks)
         stats["units_built"] += n
-        bar.update(n)
+        if ray is not None:  # the local build moved the bar per encoder batch already
+            bar.update(n)
     bar.close()
     stats["wall_s"] = time.perf_counter() - t_start
     stats["units_per_s"] = stats["units_built"] / stats["wall_s"] if stats["wall_s"] > 0 else None
@@ -130,6 +138,11 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
     tmp.write_text(json.dumps(build_log(path) + [stats], indent=1), encoding="utf-8")
     os.replace(tmp, path / BUILD_LOG)
     return stats
+
+
+def reuse_message(reused: int, to_build: int) -> str:
+    """What a (re)started build reuses: ``17 banks reused, 12 to build``."""
+    return f"{plural(reused, 'bank')} reused, {to_build or 'none'} to build"
 
 
 def build_log(path: str | Path) -> list[dict]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
@@ -27,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
-from ..errors import InputError
+from ..errors import InputError, plural
 from ..eval.longmemeval import DEFAULT_KS, question_record
 from ..select.config import SelectConfig
 from ..store.bank import Bank
@@ -274,6 +275,14 @@ def check_banks(items: list[ScoreItem], known) -> None:
                          f"{', '.join(map(repr, unknown[:5]))}{' ...' if len(unknown) > 5 else ''}")
 
 
+def say_resume(out: str | Path, n_items: int, n_todo: int) -> None:
+    """On stderr, what a rerun found in ``out``: ``lme.jsonl: 17 answers already in, 133 to score``
+    (said only when something was there: a first run needs no such line)."""
+    if n_items > n_todo:
+        print(f"{out}: {plural(n_items - n_todo, 'answer')} already in, {n_todo or 'none'} to score",
+              file=sys.stderr, flush=True)
+
+
 def run_score(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, out: str | Path, *,
               batch_size: int = 1024, progress: bool = True, overwrite: bool = False, encoder=None,
               on_write=None) -> dict:
@@ -295,6 +304,8 @@ def run_score(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
     n_done = 0
     try:
         todo = [it for it in items if it.id not in writer]
+        if progress:
+            say_resume(out, len(items), len(todo))
         head = None
         if spec.head:
             from ..head import load_head

@@ -34,7 +34,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from .items import ScoreItem
-from .job import ScoreSpec, Scorer, check_banks, collection_encoder, encode_questions, job_meta, plan_batches
+from .job import (ScoreSpec, Scorer, check_banks, collection_encoder, encode_questions, job_meta, plan_batches,
+                  say_resume)
 from .writer import ResumableJsonl
 
 
@@ -137,6 +138,8 @@ def score_ray(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
     pids: set = set()
     try:
         todo = [it for it in items if it.id not in writer]
+        if progress:
+            say_resume(out, len(items), len(todo))
         if workers < 1:
             raise ConfigError(f"--ray-workers must be >= 1, got {workers}")
         # several groups per worker: balance, and results stream back while others run

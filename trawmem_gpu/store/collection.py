@@ -145,6 +145,16 @@ class Collection:
         write_json_atomic({"format_version": FORMAT_VERSION, "encoder_id": self.encoder_id, "banks": self.banks},
                           self.path / INDEX, indent=1)
 
+    def create_empty(self) -> bool:
+        """Write the index of a new, empty collection (opened with ``create=True``), so the
+        directory is a collection from now on; False when one is there already."""
+        with self.lock():
+            self.refresh()
+            if (self.path / INDEX).exists():
+                return False
+            self._write_index()
+            return True
+
     def __len__(self) -> int:
         return len(self.banks)
 
