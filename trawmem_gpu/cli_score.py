@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from .errors import InputError, plural
@@ -52,7 +53,10 @@ def _benchmark(a):
     convs = load_longmemeval(path, a.units, dayfirst=a.dayfirst) if fmt == "longmemeval" else \
         load_conversations(path, fmt, dayfirst=a.dayfirst)
     cats = None if fmt == "longmemeval" else a.categories
-    items = items_from_conversations(convs, cats)
+    items = _limit(items_from_conversations(convs, cats), a)
+    if a.max_questions:  # only the sample's banks are built
+        wanted = {it.bank_id for it in items}
+        convs = [c for c in convs if c.bank_id in wanted]
     cfg = BuildConfig.from_dict({"encoder": a.encoder} if a.encoder else {})
     ident = build_identity(file_sha256(path), cfg, a.units if fmt == "longmemeval" else "all")
     bank_dir = Path(a.banks) if a.banks else default_bank_dir(ident)
@@ -65,6 +69,22 @@ def _benchmark(a):
     st = ensure_collection([c for c in convs if any(True for _ in c.turns)], bank_dir, ident, cfg, encoder=enc,
                            progress=not a.quiet, ray=ray)
     return items, bank_dir, st
+
+
+def _limit(items, a):
+    """``--max-questions N``: a stratified sample (by question type; reproducible with --seed)."""
+    from collections import Counter
+
+    from .score.items import stratified_sample
+
+    if not a.max_questions or a.max_questions >= len(items):
+        return items
+    out = stratified_sample(items, a.max_questions, a.seed)
+    types = Counter(it.qtype for it in out if it.qtype)
+    by_type = f" ({', '.join(f'{t} {n}' for t, n in sorted(types.items()))})" if types else ""
+    print(f"--max-questions {a.max_questions}: {len(out)} of {len(items)} questions, stratified by type, "
+          f"seed {a.seed}{by_type}", file=sys.stderr, flush=True)
+    return out
 
 
 def cmd_score(a) -> int:
@@ -82,7 +102,7 @@ def cmd_score(a) -> int:
     elif a.questions:
         if not a.banks:
             raise InputError("--questions needs --banks (a collection built with `trawmem build`)")
-        items, bank_dir = read_questions(a.questions), Path(a.banks)
+        items, bank_dir = _limit(read_questions(a.questions), a), Path(a.banks)
     else:
         raise InputError("nothing to score: give --data FILE, or --banks DIR with --questions FILE")
     if a.ray:
@@ -140,6 +160,11 @@ def add_commands(sub) -> None:
     s.add_argument("--out", required=True, help="workspaces JSONL (appended; a rerun skips written ids)")
     s.add_argument("--summary", help="summary JSON (default: OUT.summary.json)")
     s.add_argument("--overwrite", action="store_true", help="start --out afresh instead of resuming it")
+    s.add_argument("--max-questions", type=positive_int, metavar="N",
+                   help="score a sample of N questions, stratified by question type (only their banks are "
+                        "built); the same N and --seed give the same sample, a larger N extends a smaller one "
+                        "(default: every question)")
+    s.add_argument("--seed", type=nonneg_int, default=0, help="seed of the --max-questions sample")
     s.add_argument("--method", choices=["trawmem", "cosine", "bm25", "hybrid", "full"], default="trawmem")
     s.add_argument("--budget", type=positive_int, help="workspace budget B: units selected per question (default: 16; "
                                                         "with --token-budget: a cap on the units, none unless given)")
