@@ -307,3 +307,23 @@ def _eval_argv(env, server, extra: list, out_name: str, judge: bool = True) -> t
     rc = main(argv)
     out = env.tmp / out_name
     return rc, (json.loads(out.read_text()) if out.exists() else {})
+
+
+def test_score_on_locomo_maps_sessions_from_dia_ids(env, capsys):
+    """LoCoMo ids (``D2:4``) hold no ``_``: the turn-to-session metrics take session 2 from the
+    bank, not one session for every unit (which made session recall_any@1 always 1)."""
+    out = env.tmp / "s.jsonl"
+    rc = main(["score", "--data", str(env.data), "--banks", str(env.banks), "--out", str(out), "--method", "cosine",
+               "--budget", "1", "--k", "1", "--quiet"])
+    assert rc == 0
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(recs) == N_Q
+    session = lambda i: i.split(":")[0]  # noqa: E731 - D2:4 -> D2 (session 2)
+    spans = 0
+    for r in recs:
+        gold = {session(g) for qs in QA.values() for q in qs if q["question"] == r["question"] for g in q["evidence"]}
+        got = r["eval"]["official"]["session"]
+        assert got["recall_any@1"] == float(session(r["units"][0]) in gold), r["units"]
+        assert got["recall_all@1"] == float(gold <= {session(r["units"][0])}), r["units"]
+        spans += len(gold) > 1
+    assert spans  # a question with evidence in two sessions: one unit cannot recall all of them

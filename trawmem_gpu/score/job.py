@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import __version__
 from ..errors import InputError, plural
-from ..eval.longmemeval import DEFAULT_KS, question_record
+from ..eval.longmemeval import DEFAULT_KS, question_record, unit_sessions
 from ..select.config import SelectConfig
 from ..store.bank import Bank
 from ..tokens import TOKENIZER_NAME, count_tokens
@@ -194,8 +194,9 @@ class Scorer:
             rec = {"id": it.id, "bank_id": it.bank_id, "question": it.question, "date": it.date, "units": ranked,
                    "workspace": text, "tokens": count_tokens(text), "tokenizer": TOKENIZER_NAME, "config": self.tag}
             if it.gold is not None:
-                rec["eval"] = question_record(it.id, it.qtype, ranked, it.gold, [t.turn_id for t in bank.turns],
-                                              rec["tokens"], self.spec.ks)
+                ids = [t.turn_id for t in bank.turns]
+                rec["eval"] = question_record(it.id, it.qtype, ranked, it.gold, ids, rec["tokens"], self.spec.ks,
+                                              unit_sessions(ids, [t.session for t in bank.turns]))
             recs.append(rec)
         t0 = self._lap("render", t0)
         if self.llm is not None:
