@@ -44,7 +44,8 @@ def cmd_sweep(a) -> int:
     res = run_sweep(a.data, a.method, a.hops, a.budget, token_budgets=a.token_budget or (), paper=a.paper,
                     engine=a.engine, categories=a.categories,
                     batch_size=a.batch_size, rounds=a.rounds, threads=a.threads, warmup=a.warmup,
-                    banks_dir=a.banks, max_questions=a.max_questions, progress=not a.quiet)
+                    banks_dir=a.banks, max_questions=a.max_questions, progress=not a.quiet,
+                    time_builds=a.time_builds)
     out = Path(a.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
@@ -82,7 +83,11 @@ def add_commands(sub) -> None:
     s.add_argument("--threads", type=positive_int, default=1,
                    help="threads of every timed path: BLAS / torch pools and the batched engine's workers")
     s.add_argument("--warmup", type=nonneg_int, default=10, help="untimed queries before each cell's timed pass")
-    s.add_argument("--banks", help="reuse this bank collection instead of timed fresh builds")
+    s.add_argument("--banks", help="bank collection to use (built there when empty; default: eval's automatic "
+                                   "bank cache for --data, built once and reused)")
+    s.add_argument("--time-builds", action="store_true",
+                   help="build every bank afresh, one conversation at a time with the embedding cache off, and "
+                        "report the build cost per bank (slow: minutes per LoCoMo conversation on a CPU)")
     s.add_argument("--max-questions", type=positive_int, help="a seeded sample of this many questions")
     s.add_argument("--output", default="sweep.json", help="result JSON")
     s.add_argument("--plot", help="Pareto PNG (default: --output with .png)")

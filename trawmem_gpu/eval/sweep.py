@@ -344,21 +344,23 @@ def question_items(convs, categories, max_questions: int | None = None, seed: in
     return items
 
 
-def load_or_build_banks(convs, banks_dir, build_cfg, progress: bool = True) -> tuple[list, list[dict], str]:
-    """Banks for ``convs``: timed fresh builds (``banks_dir`` None) or an existing collection,
-    whose build rows then come from the seconds stored with each bank (``source``)."""
+def load_or_build_banks(convs, banks_dir, build_cfg, progress: bool = True, *, time_builds: bool = False,
+                        data=None) -> tuple[list, list[dict], str]:
+    """Banks for ``convs``: timed fresh builds (``time_builds``), else the banks of ``banks_dir``
+    or of eval's automatic bank cache for ``data`` (built there once, with the embedding cache,
+    when missing: :func:`~trawmem_gpu.eval.retrieval.banks_for`), whose build rows then come from
+    the seconds stored with each bank (``source``)."""
     from ..encode import get_encoder
 
-    if banks_dir is None:
+    if time_builds:
+        if banks_dir is not None:
+            raise InputError("--time-builds measures fresh builds; it does not take --banks")
         banks, rows = build_timed(convs, build_cfg, get_encoder(build_cfg.encoder, cache=False), progress=progress)
         return banks, rows, "measured now: one conversation at a time, embedding cache off"
-    from ..store import Collection
+    from .retrieval import banks_for
 
-    coll = Collection(banks_dir)
-    missing = [c.bank_id for c in convs if c.bank_id not in coll]
-    if missing:
-        raise InputError(f"--banks {banks_dir}: no bank for conversation(s) {missing[:5]} of --data")
-    banks = [coll.load(c.bank_id) for c in convs]
+    _, banks, _ = banks_for(data, build_cfg if banks_dir is None else None, banks_dir, progress,
+                            get_encoder(build_cfg.encoder), convs=convs)
     rows = []
     for b in banks:
         st = (b.stats or {}).get("build", {})
@@ -370,7 +372,7 @@ def load_or_build_banks(convs, banks_dir, build_cfg, progress: bool = True) -> t
 def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), budgets=(4, 8, 16, 32), *,
               token_budgets=(), paper: bool = False, engine: str = "reference", categories=(1, 2, 3, 4), batch_size: int = 256,
               rounds: int = 3, threads: int = 1, warmup: int = 10, banks_dir=None, max_questions: int | None = None,
-              progress: bool = True) -> dict:
+              progress: bool = True, time_builds: bool = False) -> dict:
     """Run the whole grid; returns the JSON-ready result (see the module docstring)."""
     from .. import __version__
     from ..config import BuildConfig
@@ -389,7 +391,8 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
     convs = load_conversations(data)
     items = question_items(convs, categories, max_questions)
     with query_threads(threads):
-        banks_list, build_rows, build_source = load_or_build_banks(convs, banks_dir, build_cfg, progress)
+        banks_list, build_rows, build_source = load_or_build_banks(convs, banks_dir, build_cfg, progress,
+                                                                   time_builds=time_builds, data=data)
     banks = {b.bank_id: b for b in banks_list}
     encoder = get_encoder(build_cfg.encoder, cache=False)
     if banks_list[0].encoder_id != encoder.id:
@@ -484,6 +487,8 @@ def format_table(res: dict) -> str:
     if b["mean_build_s"] is not None:
         notes.append(f"build cost per bank: mean {b['mean_build_s']:.2f} s over {len(b['per_bank'])} banks "
                      f"({b['source']})")
+    notes.append("Pareto: L = Pareto-optimal in macro evidence recall against latency p50 (no other cell is at "
+                 "least as good on both and better on one), T = the same against mean context tokens, - = neither")
     return "\n".join(lines + [""] + notes)
 
 
