@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..errors import InputError
+from ..errors import InputError, plural
 from .analyses import describe, pareto_mask
 
 TRAWMEM = "trawmem"
@@ -477,7 +477,7 @@ def format_table(res: dict) -> str:
                      f"{'-' if tp is None else format(tp['qps'], ',.0f')} | {mark or '-'} |")
     b = res["build"]
     tp = next((c["throughput"] for c in res["cells"] if c.get("throughput")), None)
-    notes = [f"{res['n_questions']} questions, categories {res['categories']}, mode {res['mode']}, "
+    notes = [f"{plural(res['n_questions'], 'question')}, categories {res['categories']}, mode {res['mode']}, "
              f"engine {res['engine']} (latency: one query at a time, selection + workspace assembly; "
              f"question encoding adds p50 {res['encode_ms']['p50']:.1f} ms, p95 {res['encode_ms']['p95']:.1f} ms "
              f"with {res['encoder']}); tokens: {res['tokenizer']}"]
@@ -485,7 +485,7 @@ def format_table(res: dict) -> str:
         notes.append(f"batched q/s: SelectionEngine at batch size {tp['batch_size']}, {tp['threads']} thread(s), "
                      f"{tp['device']}, median of {tp['rounds']} rounds (selection only, vectors given)")
     if b["mean_build_s"] is not None:
-        notes.append(f"build cost per bank: mean {b['mean_build_s']:.2f} s over {len(b['per_bank'])} banks "
+        notes.append(f"build cost per bank: mean {b['mean_build_s']:.2f} s over {plural(len(b['per_bank']), 'bank')} "
                      f"({b['source']})")
     notes.append("Pareto: L = Pareto-optimal in macro evidence recall against latency p50 (no other cell is at "
                  "least as good on both and better on one), T = the same against mean context tokens, - = neither")

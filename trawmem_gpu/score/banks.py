@@ -95,7 +95,7 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
                    "units_built": 0, "wall_s": 0.0}
     if progress:
         print(f"banks in {path}: {reuse_message(len(convs) - len(missing), len(missing))}"
-              + (f" ({sum(len(c.turns) for c in missing):,} units)" if missing else ""), file=sys.stderr, flush=True)
+              + (f" ({plural(sum(len(c.turns) for c in missing), 'unit')})" if missing else ""), file=sys.stderr, flush=True)
     if not missing:
         return stats
     if encoder is None and ray is None:

@@ -98,6 +98,8 @@ class Collection:
         elif (self.path / "meta.json").exists():
             raise BankError(f"{self.path} is a single bank, not a collection; open it with load_bank()")
         elif not create:
+            if not self.path.exists():
+                raise BankError(f"{self.path}: does not exist (no collection there)")
             raise BankError(f"{self.path}: not a collection (missing {INDEX})")
         elif self.path.is_dir():
             other = sorted(p.name for p in self.path.iterdir()
