@@ -6,16 +6,18 @@ and the retrieval latency of one query at a time (p50 / p95 / p99); for TrawMem 
 batched engine's throughput at a stated batch size. Baselines have no thread graph, so they get
 one cell per B. Token budgets (``--token-budget``) add cells at T tokens per workspace (no
 unit cap; TrawMem under its knapsack, baselines filled in rank order) beside the B cells, so
-methods compare at equal context tokens. Build cost is measured once per bank and question encoding once per question
-(neither depends on H or B). The Pareto-optimal cells (recall against latency, and against
+methods compare at equal context tokens. Banks come from eval's automatic bank cache (or
+``--banks``); with ``--time-builds`` they are built afresh and the build cost is measured once
+per bank. Question encoding is timed once per question (neither depends on H or B). The Pareto-optimal cells (recall against latency, and against
 tokens) are marked in the JSON, the table and the plot.
 
 How time is measured (nothing cached that a user's next question would not find cached):
 
 - **threads**: BLAS / OpenMP / torch pools are pinned to ``threads`` (default 1) for every
   timed path, builds included (see :func:`query_threads`);
-- **build**: each conversation is built on its own with the embedding cache off, after the
-  encoder is loaded and has run once (model loading is a one-off, not a per-bank cost);
+- **build** (``--time-builds`` only): each conversation is built on its own with the embedding
+  cache off, after the encoder is loaded and has run once (model loading is a one-off, not a
+  per-bank cost);
 - **encode**: each question is encoded alone with the embedding cache off;
 - **latency**: per cell, ``warmup`` queries run untimed first (numba compilation, first-touch
   allocations), then every query runs alone: selection, then the workspace is assembled and
