@@ -123,8 +123,9 @@ def cmd_score(a) -> int:
     os.replace(tmp, sp)
     tm = summary.get("timings") or summary.get("timings_summed_over_workers") or {}
     split = ", ".join(f"{k} {v:.2f}s" for k, v in tm.items())
-    print(f"scored {plural(summary['scored_now'], 'question')} in {summary['wall_s']:.1f}s ({summary['questions_per_s']:.1f} "
-          f"questions/s, {summary['runner']}); {summary['skipped_already_written']} already in {a.out}")
+    print(f"scored {plural(summary['scored_now'], 'question')} in {summary['wall_s']:.1f}s "
+          f"({summary['questions_per_s']:.1f} questions/s, {summary['runner']}); "
+          f"{summary['skipped_already_written']} already in {a.out}")
     if split:
         print(f"time split: {split}")
     if build_stats and build_stats.get("banks_built"):

@@ -8,8 +8,9 @@ one cell per B. Token budgets (``--token-budget``) add cells at T tokens per wor
 unit cap; TrawMem under its knapsack, baselines filled in rank order) beside the B cells, so
 methods compare at equal context tokens. Banks come from eval's automatic bank cache (or
 ``--banks``); with ``--time-builds`` they are built afresh and the build cost is measured once
-per bank. Question encoding is timed once per question (neither depends on H or B). The Pareto-optimal cells (recall against latency, and against
-tokens) are marked in the JSON, the table and the plot.
+per bank. Question encoding is timed once per question (neither depends on H or B). The
+Pareto-optimal cells (recall against latency, and against tokens) are marked in the JSON, the
+table (its letters explained under it) and the plot.
 
 How time is measured (nothing cached that a user's next question would not find cached):
 

@@ -8,7 +8,9 @@ pointing a job at a collection built from other data or another config is an err
 
 Encoding dominates the build on a CPU. Each chunk's units go through the encoder in one call
 (sorted by length inside it, so batches pad little) and through the on-disk embedding cache, so
-a text seen before, in this job or any earlier one, is not encoded again.
+a text seen before, in this job or any earlier one, is not encoded again. The cache commits
+every encoder batch, so a build killed inside a chunk loses at most one batch of encoding, and
+the progress bar moves per batch.
 """
 from __future__ import annotations
 
@@ -94,8 +96,9 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
     stats: dict = {"banks_total": len(convs), "banks_reused": len(convs) - len(missing), "banks_built": 0,
                    "units_built": 0, "wall_s": 0.0}
     if progress:
-        print(f"banks in {path}: {reuse_message(len(convs) - len(missing), len(missing))}"
-              + (f" ({plural(sum(len(c.turns) for c in missing), 'unit')})" if missing else ""), file=sys.stderr, flush=True)
+        units = f" ({plural(sum(len(c.turns) for c in missing), 'unit')})" if missing else ""
+        print(f"banks in {path}: {reuse_message(len(convs) - len(missing), len(missing))}{units}",
+              file=sys.stderr, flush=True)
     if not missing:
         return stats
     if encoder is None and ray is None:
