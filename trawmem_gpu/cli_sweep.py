@@ -83,7 +83,7 @@ def add_commands(sub) -> None:
     s.add_argument("--threads", type=positive_int, default=1,
                    help="threads of every timed path: BLAS / torch pools and the batched engine's workers")
     s.add_argument("--warmup", type=nonneg_int, default=10, help="untimed queries before each cell's timed pass")
-    s.add_argument("--banks", help="bank collection to use (built there when empty; default: eval's automatic "
+    s.add_argument("--banks", help="bank collection to use, built there when empty (default: eval's automatic "
                                    "bank cache for --data, built once and reused)")
     s.add_argument("--time-builds", action="store_true",
                    help="build every bank afresh, one conversation at a time with the embedding cache off, and "
