@@ -87,7 +87,7 @@ def add_commands(sub) -> None:
                                    "bank cache for --data, built once and reused)")
     s.add_argument("--time-builds", action="store_true",
                    help="build every bank afresh, one conversation at a time with the embedding cache off, and "
-                        "report the build cost per bank (slow: minutes per LoCoMo conversation on a CPU)")
+                        "report the build cost per bank (slow on a CPU: no embedding cache)")
     s.add_argument("--max-questions", type=positive_int, help="a seeded sample of this many questions")
     s.add_argument("--output", default="sweep.json", help="result JSON")
     s.add_argument("--plot", help="Pareto PNG (default: --output with .png)")
