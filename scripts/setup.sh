@@ -45,11 +45,11 @@ else
 fi
 
 # check the build: a CUDA torch on a machine without a GPU is a multi-GB mistake, stop loudly
-python3 scripts/check_torch.py "$gpu"
+python3 -W ignore::UserWarning scripts/check_torch.py "$gpu"  # (torch warns when numpy is not there yet)
 
 constraints=$(mktemp)
 trap 'rm -f "$constraints"' EXIT
-python3 -c 'import torch; print("torch==" + torch.__version__)' > "$constraints"
+python3 -W ignore::UserWarning -c 'import torch; print("torch==" + torch.__version__)' > "$constraints"
 python3 -m pip install -q -c "$constraints" -e "$target"
 if [ "$gpu" = 0 ] && python3 -m pip list 2>/dev/null | grep -qi '^nvidia-'; then
     echo "setup.sh: ERROR: nvidia-* packages got installed on a machine without a GPU:" \
