@@ -13,25 +13,18 @@ oracle row packs each question's gold units cheapest first into T: what the budg
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
 import sys
 from collections import defaultdict
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import harness
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+from trawmem_gpu.head.relevance import row_weights
 
-from trawmem_gpu.head.relevance import row_weights  # noqa: E402
-
-DATA = ROOT.parent / "shared" / "data"
-SETS = (("locomo", DATA / "locomo" / "locomo_dev.json", 800),
-        ("longmemeval", DATA / "longmemeval" / "longmemeval_s_dev.json.gz", 400))
+TARGET_T = {"locomo": 800, "longmemeval": 400}
 FIRST_PERSON = re.compile(r"\b(i|i'm|i've|i'd|i'll|me|my|mine|myself|we|our|us)\b", re.I)
 WORD = re.compile(r"\w+")
 
@@ -190,13 +183,22 @@ def fit_hard_negatives(qs, lam: float = 5.0, k: int = 20) -> np.ndarray:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "affinity_probes.json")
+    ap.add_argument("--locomo", type=Path, default=harness.dev_data("locomo"))
+    ap.add_argument("--lme", type=Path, default=harness.dev_data("longmemeval"))
+    ap.add_argument("--out", type=Path, help="result file (default: affinity_probes.json in the results folder)")
     a = ap.parse_args()
-    torch.set_num_threads(1)
+    out = harness.out_file(a.out, "affinity_probes.json")
+    paths = {"locomo": harness.require_data(a.locomo, "locomo", "--locomo"),
+             "longmemeval": harness.require_data(a.lme, "longmemeval", "--lme")}
+    with harness.pin_threads(1):
+        return run(paths, out)
+
+
+def run(paths: dict, out: Path) -> int:
     from trawmem_gpu.head.relevance import fit_relevance, load_labelled
     from trawmem_gpu.select.baselines import take_within_tokens
 
-    data = {name: (load_labelled(path, dataset=name), T) for name, path, T in SETS}
+    data = {name: (load_labelled(path, dataset=name), TARGET_T[name]) for name, path in paths.items()}
     allq = []
     for (qs, ctxs), _ in data.values():
         for q in qs:
@@ -278,9 +280,7 @@ def main() -> int:
         oracle[f"{name}@{T}"] = float(np.mean([np.mean(v) for v in per.values()]))
     res["oracle_gold_packed_cheapest_first"] = oracle
     print("oracle (gold packed cheapest first):", oracle)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(res, indent=1))
-    print(f"-> {a.out}")
+    print(f"-> {harness.save(out.stem, res, out_dir=out.parent)}")
     return 0
 
 

@@ -18,37 +18,32 @@ the named configs. Results go to ``benchmarks/results/agreement.json``.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+from pathlib import Path
 
-
-def _set_threads(n: int) -> None:
-    for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[v] = str(n)
+import harness
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    here = os.path.dirname(os.path.abspath(__file__))
-    ap.add_argument("--data", default=os.environ.get("TRAWMEM_DEV_DATA",
-                                                     os.path.join(here, "..", "..", "shared", "data", "locomo",
-                                                                  "locomo_dev.json")))
+    ap.add_argument("--data", default=str(harness.dev_data("locomo")))
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--sweep", action="store_true", help="also hops 2, 3, every selection ablation and T = 400, "
                                                           "800, 1600")
     ap.add_argument("--only", help="comma-separated config names to run (e.g. token_budget=800)")
-    ap.add_argument("--out", default=os.path.join(here, "results", "agreement.json"))
+    ap.add_argument("--out", help="result file (default: agreement.json in the results folder)")
     args = ap.parse_args(argv)
-    _set_threads(args.threads)
+    harness.require_data(args.data)
+    with harness.pin_threads(args.threads):
+        return run(args, harness.out_file(args.out, "agreement.json"))
 
-    import json
-    import platform
+
+def run(args, out_path: Path) -> int:
+    import os
     import time
 
     import numpy as np
-    import torch
 
-    torch.set_num_threads(args.threads)
     from trawmem_gpu.config import BuildConfig
     from trawmem_gpu.encode import get_encoder
     from trawmem_gpu.eval.retrieval import banks_for, run_eval
@@ -125,19 +120,14 @@ def main(argv=None) -> int:
         "data": os.path.basename(args.data), "categories": list(cats), "n_banks": len(banks),
         "units": int(sum(b.n_units for b in banks)), "threads_per_bank_max": int(max(b.n_threads for b in banks)),
         "device": str(eng.device), "dtype": str(eng.dtype), "torch_threads": args.threads,
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
-                    "numpy": np.__version__, "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available()
-                    else None},
+        "machine": harness.machine(threads=args.threads),
         "note": "Reference = select_reference per query (NumPy float64); batched = SelectionEngine over all "
                 "questions in one call (float64 on CPU, float32 on CUDA). Identical sets compare the selected "
                 "turn ids as sets. Timings exclude engine construction and query encoding; the BM25 and "
                 "question-feature stages run on the CPU in both.",
         "runs": runs,
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as f:
-        json.dump(out, f, indent=1)
-    print(f"wrote {args.out}")
+    print(f"wrote {harness.save(out_path.stem, out, out_dir=out_path.parent)}")
     return 0
 
 

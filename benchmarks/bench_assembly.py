@@ -11,24 +11,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
+import harness
+import numpy as np
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"))
+    ap.add_argument("--data", default=str(harness.dev_data("locomo")))
     ap.add_argument("--rounds", type=int, default=9)
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "assembly.json")
+    ap.add_argument("--out", type=Path, help="result file (default: assembly.json in the results folder)")
     a = ap.parse_args()
+    harness.require_data(a.data)
+    out_path = harness.out_file(a.out, "assembly.json")
     import trawmem_gpu.workspace as W
     from trawmem_gpu.eval.retrieval import banks_for
 
@@ -54,8 +52,7 @@ def main() -> int:
            "speedup_median": float(np.median(ratio)), "speedup_range": [float(min(ratio)), float(max(ratio))],
            "identical_workspaces": True}
     print(json.dumps(res, indent=1))
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(res, indent=1))
+    print(f"-> {harness.save(out_path.stem, res, out_dir=out_path.parent)}")
     return 0
 
 

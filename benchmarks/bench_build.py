@@ -13,30 +13,15 @@ Writes ``benchmarks/results/build.json`` and ``benchmarks/results/build.png`` (w
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import os
-import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import harness
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
 STAGES = ("encode_units_s", "encode_heads_s", "segment_s", "heads_s", "graph_s")
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _dir_sizes(d: Path) -> dict[str, int]:
@@ -45,13 +30,13 @@ def _dir_sizes(d: Path) -> dict[str, int]:
 
 def run(args) -> dict:
     import numpy as np
-    import torch
 
     import trawmem_gpu
-    from trawmem_gpu.construct import build_banks
     from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.construct import build_banks
     from trawmem_gpu.data import load_conversations
     from trawmem_gpu.encode import get_encoder
+    from trawmem_gpu.eval.retrieval import file_sha256
     from trawmem_gpu.store import save_bank
 
     path = Path(args.path)
@@ -116,18 +101,14 @@ def run(args) -> dict:
 
     result = {
         "benchmark": "build",
-        "command": "python " + " ".join([str(Path(sys.argv[0]))] + sys.argv[1:]),
-        "dataset": str(path), "dataset_sha256": _sha256(path), "conversations": len(rows),
+        "command": harness.command(),
+        "dataset": str(path), "dataset_sha256": file_sha256(path), "conversations": len(rows),
         "cache": "warm (user cache)" if args.warm else "cold (fresh temporary cache)",
         "cache_hits": getattr(enc, "hits", None), "cache_misses": getattr(enc, "misses", None),
         "encoder": enc.id, "encoder_load_s": round(load_s, 3),
         "first_forward_s": round(warmup_s, 3), "faiss_first_search_s": round(faiss_import_s, 3), "build_config": cfg.to_dict(),
         "package_version": getattr(trawmem_gpu, "__version__", None),
-        "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "cpu_count": os.cpu_count(), "torch": torch.__version__,
-                    "torch_threads": torch.get_num_threads(),
-                    "device": "cuda" if torch.cuda.is_available() else "cpu",
-                    "loadavg_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)]},
+        "machine": harness.machine(loadavg_1m_before_after=[round(load_before[0], 2), round(os.getloadavg()[0], 2)]),
         "rows": rows, "totals": totals,
     }
     if not args.keep:
@@ -161,15 +142,11 @@ def print_table(res: dict) -> None:
           f"({', '.join(f'{k} {v}' for k, v in t['kb_per_1000_units_by_file'].items())})")
 
 
-def plot(res: dict, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot(res: dict):
+    """The figure: build seconds per stage and bank size on disk, per conversation."""
     rows = res["rows"]
     names = [r["bank_id"] for r in rows]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [3, 2]})
+    fig, (ax1, ax2) = harness.figure(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [3, 2]})
     bottom = [0.0] * len(rows)
     for key, label in (("encode_units_s", "encode units"), ("encode_heads_s", "encode heads"),
                        ("segment_s", "segment"), ("heads_s", "heads (extractive)"), ("graph_s", "graph"),
@@ -194,29 +171,27 @@ def plot(res: dict, out: Path) -> None:
     ax2.legend(fontsize=8, loc="lower right")
     ax2.tick_params(axis="x", rotation=30)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("path", nargs="?", default=str(DEFAULT_DATA), help="LoCoMo JSON or JSONL (default: the dev split)")
+    p.add_argument("path", nargs="?", default=str(harness.dev_data("locomo")),
+                   help="LoCoMo JSON or JSONL (default: the dev split)")
     p.add_argument("--format", choices=["auto", "locomo", "jsonl"], default="auto")
     p.add_argument("--warm", action="store_true", help="reuse the user's embedding cache instead of a cold one")
     p.add_argument("--segmentation", choices=["embedding", "fixed"], default="embedding")
     p.add_argument("--limit", type=int, default=0, help="only the first N conversations")
-    p.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
+    p.add_argument("--out-dir", help="results folder (default: benchmarks/results or TRAWMEM_BENCH_OUT)")
     p.add_argument("--tag", default="", help="suffix for the result files: build-TAG.json")
     p.add_argument("--keep", action="store_true", help="keep the temporary banks and cache")
     args = p.parse_args(argv)
+    harness.require_data(args.path, flag="PATH")
     res = run(args)
-    out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     stem = "build" + (f"-{args.tag}" if args.tag else "")
-    (out / f"{stem}.json").write_text(json.dumps(res, indent=1), encoding="utf-8")
-    plot(res, out / f"{stem}.png")
+    path = harness.save(stem, res, plot(res), out_dir=args.out_dir)
     print_table(res)
-    print(f"wrote {out / (stem + '.json')} and {out / (stem + '.png')}")
+    print(f"wrote {path} and {path.with_suffix('.png')}")
     return 0
 
 

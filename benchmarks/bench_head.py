@@ -20,24 +20,13 @@ prints the tables as markdown.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sys
 import time
 
-from pathlib import Path
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
+import harness
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
-OUT = ROOT / "benchmarks" / "results"
 BUDGETS = (8, 16, 32)
 LOCO_B = 16
 CATS = (1, 2, 3, 4)
@@ -84,11 +73,6 @@ def _keep_only(head, group: str):
         for k in groups[group]:
             getattr(h, k).copy_(getattr(head, k))
     return h
-
-
-def _machine():
-    return {"python": sys.version.split()[0], "torch": torch.__version__, "platform": platform.platform(),
-            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads()}
 
 
 def _md(headers, rows) -> str:
@@ -140,7 +124,7 @@ def loco(data, dev, items, epochs, seed) -> dict:
                                 for k in ("default", "head", "hybrid")}}
 
 
-def table(data, dev, items, epochs, seed, loco_res) -> dict:
+def table(data, dev, items, epochs, seed, loco_res, out) -> dict:
     from trawmem_gpu.eval.retrieval import run_eval
     from trawmem_gpu.head import save_head
     from trawmem_gpu.head.train import fit, loss_png_path, plot_loss
@@ -160,10 +144,10 @@ def table(data, dev, items, epochs, seed, loco_res) -> dict:
         head.meta["data_sha256"] = file_sha256(data)
         heads[B] = {"summary": head.summary(), "sha256": head.content_hash(), "train_seconds": time.perf_counter() - t0}
         if B == LOCO_B:
-            p = OUT / "head_dev_B16.safetensors"
+            p = out / "head_dev_B16.safetensors"
             save_head(head, p)
             plot_loss(hist, loss_png_path(p), title="role head, all 7 dev conversations, B = 16")
-            heads[B]["path"] = str(p.relative_to(ROOT))
+            heads[B]["path"] = str(p.relative_to(harness.ROOT)) if p.is_relative_to(harness.ROOT) else str(p)
         runs = [("trawmem default (hand-set)", run_eval(data, "trawmem", cfg, **kw)),
                 ("trawmem + learned head (IN-SAMPLE, all dev)", run_eval(data, "trawmem", cfg, head=head, **kw))]
         runs += [(m, run_eval(data, m, cfg, **kw)) for m in ("cosine", "bm25", "hybrid")]
@@ -176,15 +160,11 @@ def table(data, dev, items, epochs, seed, loco_res) -> dict:
     return {"rows": rows, "heads": heads}
 
 
-def plot(loco_res, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot(loco_res):
+    """The figure: per held-out fold and pooled, recall and multi-hop hit of each method."""
     folds = loco_res["folds"]
     names = [f["held_out"] for f in folds] + ["pooled"]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    fig, axes = harness.figure(1, 2, figsize=(12, 4))
     for ax, metric, title in ((axes[0], "evidence_recall", "macro evidence recall, B=16"),
                               (axes[1], "multi_hop_hit", "multi-hop all-evidence hit, B=16")):
         x = np.arange(len(names))
@@ -199,8 +179,7 @@ def plot(loco_res, path):
     axes[0].legend(fontsize=8)
     fig.suptitle("Leave-one-conversation-out: head trained on the other six dev conversations")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def main(argv=None) -> int:
@@ -209,25 +188,26 @@ def main(argv=None) -> int:
     from trawmem_gpu.select.config import SelectConfig
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(DEFAULT_DATA))
+    ap.add_argument("--data", default=str(harness.dev_data("locomo")))
     ap.add_argument("--epochs", type=int, default=DEFAULTS["epochs"])
     ap.add_argument("--seed", type=int, default=DEFAULTS["seed"])
+    ap.add_argument("--out-dir", help="results folder (default: benchmarks/results or TRAWMEM_BENCH_OUT)")
     a = ap.parse_args(argv)
-    OUT.mkdir(parents=True, exist_ok=True)
+    harness.require_data(a.data)
+    out = harness.results_dir(a.out_dir)
     t0 = time.perf_counter()
     dev = load_dev(a.data)
     items = prepare_items(dev[0], dev[1], dev[2], SelectConfig(), progress=False)  # B-independent
     print(f"precomputed {len(items)} questions in {time.perf_counter() - t0:.0f}s", flush=True)
     meta = {"data": a.data, "data_sha256": file_sha256(a.data), "encoder": dev[1][0].encoder_id,
-            "machine": _machine()}
+            "machine": harness.machine()}
     lres = loco(a.data, dev, items, a.epochs, a.seed) | meta
-    (OUT / "head_loco.json").write_text(json.dumps(lres, indent=1))
-    plot(lres, OUT / "head_loco.png")
-    tres = table(a.data, dev, items, a.epochs, a.seed, lres) | meta
+    harness.save("head_loco", lres, plot(lres), out_dir=out)
+    tres = table(a.data, dev, items, a.epochs, a.seed, lres, out) | meta
     tres["note"] = ("The 'learned head (IN-SAMPLE, all dev)' rows use a head trained on every dev question; "
                     "the honest held-out number is the LOCO row (head_loco.json).")
     tres["seconds"] = time.perf_counter() - t0
-    (OUT / "head_table.json").write_text(json.dumps(tres, indent=1))
+    harness.save("head_table", tres, out_dir=out)
 
     fold_rows = [[f["held_out"], f["n_questions"], _f(f["default"]["evidence_recall"], 4), _f(f["head"]["evidence_recall"], 4),
                   _f(f["hybrid"]["evidence_recall"], 4), _f(f["default"]["multi_hop_hit"]), _f(f["head"]["multi_hop_hit"]),

@@ -27,20 +27,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import harness
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "longmemeval" / "longmemeval_s_dev.json.gz"
 BASELINES = ("cosine", "bm25", "hybrid")
 
 
@@ -60,8 +54,8 @@ def build_sample(convs, n: int) -> dict:
 
     import numpy as np
 
-    from trawmem_gpu.construct import build_banks
     from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.construct import build_banks
     from trawmem_gpu.encode import CachedEncoder, EmbeddingCache, get_encoder
 
     pick = convs[:: max(1, len(convs) // n)][:n]
@@ -222,13 +216,9 @@ def _records(p):
     return read_records(p)
 
 
-def plot(res: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(1, 3, figsize=(16, 4.5))
+def plot(res: dict):
+    """The figure: recall against B, recall against tokens, selection rate and job throughput."""
+    fig, ax = harness.figure(1, 3, figsize=(16, 4.5))
     by = {}
     for r in res["quality"]:
         by.setdefault(r["method"], []).append(r)
@@ -264,12 +254,12 @@ def plot(res: dict, path: Path) -> None:
     ax[2].set(ylabel="questions / s", title="selection rate and scoring throughput")
     ax[2].set_yscale("log")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    return fig
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(DEFAULT_DATA))
+    ap.add_argument("--data", default=str(harness.dev_data("longmemeval")))
     ap.add_argument("--banks", help="collection directory (default: the cache directory `trawmem score` uses)")
     ap.add_argument("--head", help="learned role head (trawmem train-head); adds a trawmem+head row per B")
     ap.add_argument("--budgets", default="8,16,32")
@@ -282,19 +272,25 @@ def main() -> int:
     ap.add_argument("--no-ray", action="store_true")
     ap.add_argument("--skip", default="", help="comma list of sections to skip: build,quality,selection,throughput")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--out-dir", help="results folder (default: benchmarks/results or TRAWMEM_BENCH_OUT)")
     args = ap.parse_args()
+    harness.require_data(args.data, "longmemeval")
     args.budgets = [int(x) for x in args.budgets.split(",")]
     args.token_budgets = [int(x) for x in args.token_budgets.split(",") if x.strip()]
     args.k = tuple(int(x) for x in args.k.split(","))
     skip = set(filter(None, args.skip.split(",")))
 
-    import torch
-
     import trawmem_gpu
     from trawmem_gpu.config import BuildConfig
     from trawmem_gpu.data.longmemeval import load_longmemeval
     from trawmem_gpu.encode import get_encoder
-    from trawmem_gpu.score.banks import build_identity, build_log, default_bank_dir, ensure_collection, file_sha256
+    from trawmem_gpu.score.banks import (
+        build_identity,
+        build_log,
+        default_bank_dir,
+        ensure_collection,
+        file_sha256,
+    )
     from trawmem_gpu.score.items import items_from_conversations
     from trawmem_gpu.store import Collection
 
@@ -307,8 +303,7 @@ def main() -> int:
     res: dict = {"dataset": {"path": str(data), "sha256": ident["data_sha256"], "questions": len(items),
                              "banks": len(convs)},
                  "encoder": enc.id, "tokenizer": "tiktoken/cl100k_base", "package_version": trawmem_gpu.__version__,
-                 "machine": {"python": platform.python_version(), "torch": torch.__version__,
-                             "threads": torch.get_num_threads(), "cpus": os.cpu_count(), "load_avg": os.getloadavg()},
+                 "machine": harness.machine(),
                  "head": args.head, "budgets": args.budgets, "ks": list(args.k)}
     res["full_build"] = ensure_collection(convs, bank_dir, ident, BuildConfig(), encoder=enc)
     res["full_build_log"] = build_log(bank_dir)
@@ -330,18 +325,12 @@ def main() -> int:
         res["selection"] = selection_rate(banks, items, Z, args, enc)
     if "throughput" not in skip:
         res["throughput"] = throughput(items, bank_dir, args)
-    out_dir = ROOT / "benchmarks" / "results"
-    out_dir.mkdir(parents=True, exist_ok=True)
     stem = "longmemeval" + (f"-{args.tag}" if args.tag else "")
-    prev = out_dir / f"{stem}.json"
-    if skip and prev.exists():  # a partial rerun keeps the sections it skipped
-        old = json.loads(prev.read_text())
-        res = {**{k: v for k, v in old.items() if k not in res or k in ("quality", "selection", "throughput",
-                                                                          "build_sample")}, **res}
-    (out_dir / f"{stem}.json").write_text(json.dumps(res, indent=1))
-    if res.get("quality"):
-        plot(res, out_dir / f"{stem}.png")
-    print(f"-> {out_dir / stem}.json")
+    with harness.locked(stem, args.out_dir) as old:
+        if skip:  # a partial rerun keeps the sections it skipped
+            res = {**{k: v for k, v in old.items() if k not in res}, **res}
+        path = harness.save(stem, res, plot(res) if res.get("quality") else None, out_dir=args.out_dir)
+    print(f"-> {path}")
     return 0
 
 

@@ -28,20 +28,14 @@ and the ``none`` ablation) is evaluated once.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import harness
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
 HOPS = (1, 2, 3)
 BUDGETS = (4, 8, 16, 32)
 BASELINES = ("cosine", "bm25", "hybrid")
@@ -181,13 +175,6 @@ def _row(spec, res):
             "per_category": r["per_category"], "config": r["config"]}
 
 
-def _machine():
-    import torch
-
-    return {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "loadavg_1m": round(os.getloadavg()[0], 2)}
-
-
 # ----------------------------------------------------------------------------------------------
 # markdown
 
@@ -244,14 +231,9 @@ def tokens_table(t) -> str:
 # ----------------------------------------------------------------------------------------------
 # plots
 
-def plot_grid(g, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot_grid(g):
     rows = g["rows"]
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    fig, axes = harness.figure(1, 3, figsize=(16, 4.8))
     keys = (("evidence_recall", "macro evidence recall"), ("multihop_all_evidence_hit", "multi-hop all-evidence hit"),
             ("context_tokens", "context tokens (workspace)"))
     series = [(f"trawmem H={h}", [r for r in rows if r["method"] == "trawmem" and r["mode"] == "default"
@@ -278,22 +260,17 @@ def plot_grid(g, out: Path) -> None:
     fig.suptitle(f"LoCoMo dev, {g['meta']['encoder']}: selection quality vs budget (gray x = issue anchors at B=16)",
                  fontsize=10)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    return fig
 
 
-def plot_ablations(a, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def plot_ablations(a):
     import numpy as np
 
     rows = a["rows"]
     names = [r["ablation"] for r in rows]
     x = np.arange(len(rows))
     w = 0.27
-    fig, ax = plt.subplots(figsize=(11, 4.8))
+    fig, ax = harness.figure(figsize=(11, 4.8))
     for i, (k, lab) in enumerate((("evidence_recall", "evidence recall"), ("all_evidence_hit", "all-evidence hit"),
                                   ("multihop_all_evidence_hit", "multi-hop all-evidence hit"))):
         v = [r[k] for r in rows]
@@ -310,22 +287,17 @@ def plot_ablations(a, out: Path) -> None:
     ax.legend(fontsize=8)
     ax.set_ylim(0, 1)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    return fig
 
 
-def plot_tokens(t, out: Path) -> None:
+def plot_tokens(t):
     """Recall and multi-hop hit against mean context tokens (B runs dashed, T runs solid), and
     per-category recall at T = 800."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
     rows = t["rows"]
     names = list(dict.fromkeys(r["label"] for r in rows))
-    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
+    fig, axes = harness.figure(1, 3, figsize=(17, 4.8))
     for i, name in enumerate(names):
         for kind, style in (("B", "--s"), ("T", "-o")):
             rs = sorted([r for r in rows if r["label"] == name and (r["token_budget"] is None) == (kind == "B")],
@@ -353,22 +325,20 @@ def plot_tokens(t, out: Path) -> None:
     axes[2].legend(fontsize=6, ncol=2, loc="upper left")
     fig.suptitle(f"LoCoMo dev, {t['meta']['encoder']}: methods at equal context tokens", fontsize=10)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 # ----------------------------------------------------------------------------------------------
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", default=str(DEFAULT_DATA), help="LoCoMo JSON (default: the dev split)")
+    p.add_argument("--data", default=str(harness.dev_data("locomo")), help="LoCoMo JSON (default: the dev split)")
     p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="which tables to regenerate")
-    p.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
+    p.add_argument("--out-dir", help="results folder (default: benchmarks/results or TRAWMEM_BENCH_OUT)")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
-    data = Path(args.data)
-    out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    data = harness.require_data(args.data)
+    out = harness.results_dir(args.out_dir)
 
     want = {"grid": grid_specs, "ablations": ablation_specs, "headline": headline_specs, "tokens": token_specs}
     specs = {part: want[part]() for part in args.parts}
@@ -379,8 +349,7 @@ def main(argv=None) -> int:
 
     ref_spec = _spec("trawmem", "default", HEAD_B, SelectConfig().hops)
     ref_time = res[ref_spec]["selection_seconds_per_query"] if ref_spec in res else None
-    common = {"command": "python " + " ".join([str(Path(sys.argv[0]))] + sys.argv[1:]), "meta": meta,
-              "machine": _machine(), "wall_s_all_parts": round(total, 1),
+    common = {"command": harness.command(), "meta": meta, "machine": harness.machine(), "wall_s_all_parts": round(total, 1),
               "reference_selection_seconds_per_query": ref_time,
               "reference_selection_note": "trawmem default config, B=16, engine=reference (NumPy), "
                                           "mean over the questions; excludes question encoding"}
@@ -388,8 +357,7 @@ def main(argv=None) -> int:
     if "grid" in specs:
         g = {"benchmark": "quality_grid", **common, "hops": HOPS, "budgets": BUDGETS,
              "rows": [_row(s, res) for s in specs["grid"]]}
-        (out / "quality_grid.json").write_text(json.dumps(g, indent=1), encoding="utf-8")
-        plot_grid(g, out / "quality_grid.png")
+        harness.save("quality_grid", g, plot_grid(g), out_dir=out)
         written += ["quality_grid.json", "quality_grid.png"]
         print(f"\n### Grid ({data.name}, {res[specs['grid'][0]]['n_questions']} questions; macro over "
               f"categories 1-4; multi-hop = category 1; sel ms/q = selection time per query)\n")
@@ -397,8 +365,7 @@ def main(argv=None) -> int:
     if "ablations" in specs:
         a = {"benchmark": "quality_ablations", **common, "budget": HEAD_B, "hops": ABL_H,
              "rows": [_row(s, res) for s in specs["ablations"]]}
-        (out / "quality_ablations.json").write_text(json.dumps(a, indent=1), encoding="utf-8")
-        plot_ablations(a, out / "quality_ablations.png")
+        harness.save("quality_ablations", a, plot_ablations(a), out_dir=out)
         written += ["quality_ablations.json", "quality_ablations.png"]
         print(f"\n### Ablations (trawmem default config, B={HEAD_B}, H={ABL_H})\n")
         print(ablation_table(a))
@@ -413,7 +380,7 @@ def main(argv=None) -> int:
              "anchors": {m: dict(zip(("evidence_recall", "all_evidence_hit", "multihop_all_evidence_hit"), v))
                          for m, v in ANCHORS.items()},
              "rows": [_row(s, res) for s in specs["headline"]]}
-        (out / "quality_headline.json").write_text(json.dumps(h, indent=1), encoding="utf-8")
+        harness.save("quality_headline", h, out_dir=out)
         written.append("quality_headline.json")
         print(f"\n### Headline (B={HEAD_B}; each trawmem mode at its default H)\n")
         print(headline_table(h))
@@ -423,8 +390,7 @@ def main(argv=None) -> int:
                      "(SelectConfig.knapsack), baselines filled in rank order (fill='skip' unless labelled); "
                      "every workspace holds at most T tokens (cl100k_base, heads included)",
              "rows": [_row(s_, res) for s_ in specs["tokens"]]}
-        (out / "quality_tokens.json").write_text(json.dumps(t, indent=1), encoding="utf-8")
-        plot_tokens(t, out / "quality_tokens.png")
+        harness.save("quality_tokens", t, plot_tokens(t), out_dir=out)
         written += ["quality_tokens.json", "quality_tokens.png"]
         print("\n### Equal tokens (T) beside equal units (B); macro over categories 1-4\n")
         print(tokens_table(t))

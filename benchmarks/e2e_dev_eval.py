@@ -16,22 +16,14 @@ Writes ``benchmarks/results/e2e_dev_testserver.json`` (``--out`` to change).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
-DEFAULT_OUT = ROOT / "benchmarks" / "results" / "e2e_dev_testserver.json"
+import harness
 
 
 def _one_run(args, server, llm_cache: Path) -> tuple[dict, dict]:
@@ -90,20 +82,17 @@ def _print(label: str, res: dict, bench: dict) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    p.add_argument("--data", type=Path, default=harness.dev_data("locomo"))
     p.add_argument("--method", default="trawmem", choices=["trawmem", "cosine", "bm25", "hybrid", "full"])
     p.add_argument("--banks", help="bank cache directory (default: the user's cache)")
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--cold", action="store_true", help="every cache (embeddings, banks, LLM) in a fresh temp dir")
     p.add_argument("--keep-records", action="store_true", help="keep the per-question records in the output")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--out", type=Path, help="result file (default: e2e_dev_testserver.json in the results folder)")
     args = p.parse_args(argv)
-    if not args.data.exists():
-        print(f"dev data not found at {args.data}", file=sys.stderr)
-        return 2
-
-    sys.path.insert(0, str(ROOT / "tests"))
-    from llm_server import LLMServer
+    harness.require_data(args.data)
+    out_path = harness.out_file(args.out, "e2e_dev_testserver.json")
+    LLMServer = harness.tests_module("llm_server").LLMServer
 
     import trawmem_gpu
 
@@ -127,16 +116,13 @@ def main(argv=None) -> int:
         "command": "python benchmarks/e2e_dev_eval.py" + (" --cold" if args.cold else ""),
         "run1": bench, "run2_resume": bench2 | {"usage": res2["llm"]["usage"], "same_metrics": same},
         "caches": "cold (fresh temp dir)" if args.cold else "user's embedding and bank caches; fresh LLM cache",
-        "machine": {"python": platform.python_version(), "platform": platform.platform(),
-                    "cpus": os.cpu_count()},
         "package_version": trawmem_gpu.__version__,
     }
     for r in out.get("records", []):
         r.pop("llm_usage", None)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1))
+    path = harness.save(out_path.stem, out, out_dir=out_path.parent)
     print(f"\nsecond run sent {bench2['server']['chat_requests']} chat requests; metrics identical: {same}")
-    print(f"wrote {args.out}")
+    print(f"wrote {path}")
     return 0 if bench2["server"]["chat_requests"] == 0 and same else 1
 
 

@@ -3,7 +3,7 @@
 # python, torch (CUDA build) and triton, and maybe nothing else: no network, no pip installs,
 # faiss / bm25s / nltk / numba / pytest optional. Run from anywhere:
 #
-#     bash benchmarks/gpu_check.sh            # JSON to $OUT if set, else benchmarks/results/
+#     bash benchmarks/gpu_check.sh            # JSON to $OUT, else $TRAWMEM_BENCH_OUT, else benchmarks/results/
 #
 # Steps (each under its own timeout; the whole script stays under ~5 minutes):
 #   1. environment: GPU, versions, which optional modules import (faiss, faiss GPUs, bm25s, ...)
@@ -19,7 +19,7 @@
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-OUTDIR="${OUT:-$ROOT/benchmarks/results}"
+OUTDIR="${OUT:-${TRAWMEM_BENCH_OUT:-$ROOT/benchmarks/results}}"
 mkdir -p "$OUTDIR"
 PY="${PYTHON:-python3}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false

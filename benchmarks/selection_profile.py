@@ -14,25 +14,28 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
-import os
 import sys
+import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
+import harness
+import numpy as np
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json")
+    ap.add_argument("--data", type=Path, default=harness.dev_data("locomo"))
     ap.add_argument("--T", type=int, default=800)
     ap.add_argument("--rounds", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "selection_profile.json")
+    ap.add_argument("--out", type=Path, help="result file (default: selection_profile.json in the results folder)")
     a = ap.parse_args()
+    harness.require_data(a.data)
+    out = harness.out_file(a.out, "selection_profile.json")
+    with harness.pin_threads(1):
+        return run(a, out)
+
+
+def run(a, out: Path) -> int:
     from trawmem_gpu.head.relevance import load_labelled
     from trawmem_gpu.select import SelectionEngine
     from trawmem_gpu.select.config import SelectConfig
@@ -62,11 +65,6 @@ def main() -> int:
                 [len(ctxs[b].bank.turns[u].text.split()) for (b, u), _ in top])), 1)}
         print(name, res["configs"][name], flush=True)
     if a.rounds:
-        import time
-
-        import torch
-
-        torch.set_num_threads(1)
         args = ([q.bank_id for q in qs], [q.extra["question"] for q in qs], np.stack([q.extra["z"] for q in qs]))
         dates = [q.extra["date"] for q in qs]
         res["speed"] = {}
@@ -86,9 +84,7 @@ def main() -> int:
                                   "ratio_defaults_over_previous_median": float(np.median(ratio)),
                                   "ratio_p25_p75": [float(np.percentile(ratio, 25)), float(np.percentile(ratio, 75))]}
             print(mode, res["speed"][mode], flush=True)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(res, indent=1))
-    print(f"-> {a.out}")
+    print(f"-> {harness.save(out.stem, res, out_dir=out.parent)}")
     return 0
 
 

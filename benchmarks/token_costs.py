@@ -10,20 +10,19 @@ workspace's token count (cl100k_base). The costs are an upper bound by construct
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
-from pathlib import Path
+
+import harness
 
 
 def main(argv=None) -> int:
-    here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=os.environ.get("TRAWMEM_DEV_DATA", os.path.join(
-        here, "..", "..", "shared", "data", "locomo", "locomo_dev.json")))
+    ap.add_argument("--data", default=str(harness.dev_data("locomo")))
     ap.add_argument("--sets", type=int, default=300, help="random unit sets per bank and mode")
-    ap.add_argument("--out", default=os.path.join(here, "results", "token_costs.json"))
+    ap.add_argument("--out", help="result file (default: token_costs.json in the results folder)")
     args = ap.parse_args(argv)
+    harness.require_data(args.data)
+    out = harness.out_file(args.out, "token_costs.json")
 
     import numpy as np
 
@@ -51,8 +50,7 @@ def main(argv=None) -> int:
                     "bounded_banks": sum(c.bounded for c in costs), "count_seconds_all_banks": round(secs, 3)}
         print(f"{key}: additive - real tokens over {len(o)} sets: mean {o.mean():.3f}, min {o.min()}, max {o.max()}, "
               f"{(o < 0).sum()} under; costs of {len(banks)} banks counted in {secs:.2f}s")
-    Path(args.out).write_text(json.dumps(res, indent=1), encoding="utf-8")
-    print(f"-> {args.out}")
+    print(f"-> {harness.save(out.stem, res, out_dir=out.parent)}")
     return 0
 
 

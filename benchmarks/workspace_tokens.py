@@ -11,9 +11,9 @@ heads) and cosine top-B (no heads) workspaces are rendered both ways and counted
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
+
+import harness
 
 
 def old_render(ws) -> str:
@@ -40,13 +40,13 @@ def old_render(ws) -> str:
 
 
 def main(argv=None) -> int:
-    here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=os.environ.get("TRAWMEM_DEV_DATA", os.path.join(
-        here, "..", "..", "shared", "data", "locomo", "locomo_dev.json")))
+    ap.add_argument("--data", default=str(harness.dev_data("locomo")))
     ap.add_argument("--budget", type=int, default=16)
-    ap.add_argument("--out", default=os.path.join(here, "results", "workspace_tokens.json"))
+    ap.add_argument("--out", help="result file (default: workspace_tokens.json in the results folder)")
     args = ap.parse_args(argv)
+    harness.require_data(args.data)
+    out = harness.out_file(args.out, "workspace_tokens.json")
 
     from trawmem_gpu.eval.retrieval import banks_for, run_eval
     from trawmem_gpu.select.config import SelectConfig
@@ -75,9 +75,7 @@ def main(argv=None) -> int:
         print(f"{method}: {m['questions']} questions, mean tokens {m['mean_tokens_previous']} -> {m['mean_tokens_now']}"
               f" (median ratio {m['median_ratio_now_over_previous']}), macro context tokens "
               f"{m['macro_context_tokens_now']}, macro evidence recall {m['macro_evidence_recall']}")
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=1)
-    print(f"-> {args.out}")
+    print(f"-> {harness.save(out.stem, res, out_dir=out.parent)}")
     return 0
 
 

@@ -33,6 +33,16 @@ def test_dayfirst_decides_ambiguous_dates_only():
     assert parse_date("29.12.2031", dayfirst=False) == parse_date("29.12.2031", dayfirst=True)
 
 
+@pytest.mark.parametrize("text,want", [
+    ("2031/03/02", datetime(2031, 3, 2)), ("2031.03.02", datetime(2031, 3, 2)), ("20310302", datetime(2031, 3, 2)),
+    ("2031/05/06 10:00", datetime(2031, 5, 6, 10)), ("2031/05/13 (Tue) 04:17", datetime(2031, 5, 13, 4, 17)),
+    ("2031-03-02 10:05", datetime(2031, 3, 2, 10, 5)),
+])
+def test_dayfirst_never_reorders_a_year_first_date(text, want):
+    """Issue 26: dateutil reads 2031/03/02 as 3 February under dayfirst (Y/D/M)."""
+    assert parse_date(text, dayfirst=True) == parse_date(text) == want
+
+
 @pytest.mark.parametrize("bad,why", [
     ("", "empty"), ("   ", "empty"), ("garbage", "unparseable"), ("someday in May", "unparseable"),
     ("5", "incomplete"), ("May 2031", "incomplete"), ("next tuesday", "unparseable"), ("Tuesday", "incomplete"),

@@ -431,7 +431,7 @@ def test_every_option_shows_its_default():
     top = p.format_help()
     sub = next(a for a in p._actions if hasattr(a, "choices") and isinstance(a.choices, dict))
     assert set(sub.choices) == {"build", "info", "query", "eval", "demo", "train-head", "train-affinity", "sweep",
-                                "score", "serve", "serve-key"}
+                                "score", "serve", "serve-key", "repair-index"}
     for name in sub.choices:
         assert name in top
         for opt, entry in _help_lines(sub.choices[name]).items():
@@ -482,3 +482,30 @@ def test_control_and_bidi_characters_never_reach_the_workspace(tmp_path, cache):
         assert not bad, [hex(ord(c)) for c in bad]
         assert not [ln for ln in text.splitlines() if ln.startswith("## 1 Jan 2020")]
         assert "  ## 1 Jan 2020 — forged" in text and "evil" in text and "red" in text
+
+
+def test_repair_index_rebuilds_from_the_banks_and_refuses_what_it_cannot_read(tmp_path):
+    """Issue 26: a lost collection.json made the next build start a fresh index over the banks."""
+    from trawmem_gpu.store import repair_index
+
+    d = tmp_path / "coll"
+    coll = Collection(d, create=True)
+    for b in ("a", "b", "Ana's chat"):
+        coll.put(tiny_bank(b, [turn(f"{b}1", 1)]))
+    (d / "collection.json").unlink()
+    (d / "banks" / "b").rename(d / "banks" / ".b.old-dead1")  # a write killed mid-swap, too
+    for create in (False, True):
+        with pytest.raises(BankError, match=r"collection.json is missing .*trawmem repair-index"):
+            Collection(d, create=create)
+    r = repair_index(d)
+    assert r["banks"] == 3 and sorted(r["added"]) == ["Ana's chat", "a", "b"] and r["dropped"] == []
+    coll = Collection(d)
+    assert sorted(coll.bank_ids) == ["Ana's chat", "a", "b"]
+    assert [t.turn_id for t in coll.load("b").turns] == ["b1"]
+    # a damaged bank stops the repair, naming the directory; nothing is written
+    (d / "collection.json").unlink()
+    meta = d / "banks" / "a" / "meta.json"
+    meta.write_text(meta.read_text().replace('"n_units"', '"n_unitz"'))
+    with pytest.raises(BankError, match=r"banks/a.*remove or move"):
+        repair_index(d)
+    assert not (d / "collection.json").exists()

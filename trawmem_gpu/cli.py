@@ -121,11 +121,21 @@ def cmd_info(a) -> int:
     return 0
 
 
+def cmd_repair_index(a) -> int:
+    from .store import repair_index
+
+    r = repair_index(a.dir)
+    extra = "".join(f"; {k} {len(r[k])}: {', '.join(map(repr, r[k][:5]))}{' ...' if len(r[k]) > 5 else ''}"
+                    for k in ("added", "dropped") if r[k])
+    print(f"rebuilt {Path(a.dir) / 'collection.json'} from the banks' metadata: {plural(r['banks'], 'bank')}{extra}")
+    return 0
+
+
 DESCRIPTION = """\
 TrawMem agent memory: build memory banks from conversation histories, then select a small
 complementary workspace of past turns for each question.
 
-Commands: build, info, query, eval, demo, train-head. Run `trawmem COMMAND --help` for a
+Commands: build, info, query, eval, demo, train-head, repair-index. Run `trawmem COMMAND --help` for a
 command's options and their defaults. Bad input ends with a one-line error on stderr and exit
 status 2; an eval whose LLM requests failed beyond --allow-failures writes its results and
 exits with status 1."""
@@ -144,7 +154,8 @@ def build_parser() -> Parser:
     b.add_argument("--input", required=True, help="history file: LoCoMo-layout JSON or JSONL (one turn per line)")
     b.add_argument("--out", required=True, help="collection directory (created if missing)")
     b.add_argument("--format", choices=["auto", *FORMATS], default="auto",
-                   help="input format; auto picks JSONL for .jsonl/.ndjson, else LoCoMo")
+                   help="input format; auto picks JSONL for .jsonl/.ndjson, LongMemEval by its haystack keys, "
+                        "else LoCoMo")
     add_dayfirst(b)
     b.add_argument("--segmentation", choices=["embedding", "fixed", "llm"],
                    help="thread segmentation (default: 'embedding', or with --update the bank's own)")
@@ -167,6 +178,12 @@ def build_parser() -> Parser:
     i.add_argument("dir", help="collection or bank directory")
     i.add_argument("--json", action="store_true", help="print the counts as JSON")
     i.set_defaults(fn=cmd_info)
+
+    r = sub.add_parser("repair-index", help="rebuild a collection's index (collection.json) from its banks' metadata",
+                       description="Rebuild DIR/collection.json from the metadata of the bank directories under "
+                                   "DIR/banks, under the collection lock (for a collection that lost its index).")
+    r.add_argument("dir", help="collection directory")
+    r.set_defaults(fn=cmd_repair_index)
 
     from . import cli_select
 

@@ -3,10 +3,24 @@
 Values are checked by argparse ``type=`` functions, so a bad ``--budget 0`` is refused at parse
 time, naming the flag (``argument --budget: must be at least 1, got 0``), before any model
 loads. Every parser shows each option's default in its help.
+
+**Ranges.** Every numeric option has a range, checked here at parse time; the upper caps guard
+against typos that would run for hours (selection cost grows with H and B), far above any useful value:
+
+* ``--hops`` (and ``serve --max-hops``): 0 .. ``MAX_HOPS`` (8); selection cost grows with H
+* ``--budget``, ``train-head --steps``, ``serve --max-budget``: 1 .. ``MAX_BUDGET`` (4096 units)
+* ``--token-budget``, ``serve --max-token-budget``: 1 .. ``MAX_TOKEN_BUDGET`` (1,000,000 tokens)
+* ``train-affinity --C``: above 0, at most ``MAX_C`` (1e4), finite
+* ``train-head --lr``, ``--temp``: above 0, finite; ``--l2``: 0 or more, finite; ``--epochs``:
+  1 .. 100,000
+* ``--port``: 0 .. 65535; ``--k``: 1 .. 100,000 each; ``--llm-retries``: 0 .. 100
+* timeouts and deadlines: above 0, finite; counts (``--allow-failures``, ``--warmup``): 0 or
+  more; sizes (``--batch-size``, ``--threads``...): 1 or more
 """
 from __future__ import annotations
 
 import argparse
+import math
 
 from .llm_factory import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 
@@ -84,6 +98,61 @@ def positive_float(text: str) -> float:
     return v
 
 
+MAX_HOPS = 8
+"""Largest ``--hops`` any command accepts (the paper's grid stops at 3; cost grows with H)."""
+MAX_BUDGET = 4096
+"""Largest unit budget ``--budget`` (and ``train-head --steps``): far above any workspace."""
+MAX_TOKEN_BUDGET = 1_000_000
+"""Largest ``--token-budget``: above every model's context window."""
+MAX_C = 1e4
+"""Largest ``train-affinity --C`` (inverse L2 strength); larger lets a separable fit diverge."""
+
+
+def int_range(lo: int, hi: int | None = None):
+    """argparse type: an integer in ``lo..hi`` (``hi`` None: no cap)."""
+    def parse(text: str) -> int:
+        v = _int(text)
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"must be at least {lo}, got {v}" if lo else f"must be 0 or more, got {v}")
+        if hi is not None and v > hi:
+            raise argparse.ArgumentTypeError(f"must be at most {hi}, got {v}")
+        return v
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def float_range(lo: float = 0.0, hi: float | None = None, *, lo_open: bool = True):
+    """argparse type: a finite number above ``lo`` (at least ``lo`` when not ``lo_open``), at most ``hi``."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        if v < lo or (lo_open and v == lo):
+            raise argparse.ArgumentTypeError(f"must be {'above' if lo_open else 'at least'} {lo:g}, got {text}")
+        if hi is not None and v > hi:
+            raise argparse.ArgumentTypeError(f"must be at most {hi:g}, got {text}")
+        return v
+
+    parse.__name__ = "number"
+    return parse
+
+
+hops_int = int_range(0, MAX_HOPS)
+"""``--hops``: 0 .. MAX_HOPS."""
+budget_int = int_range(1, MAX_BUDGET)
+"""``--budget``: 1 .. MAX_BUDGET."""
+token_budget_int = int_range(1, MAX_TOKEN_BUDGET)
+"""``--token-budget``: 1 .. MAX_TOKEN_BUDGET."""
+port_int = int_range(0, 65535)
+"""``--port``: 0 (a free one) .. 65535."""
+nonneg_float = float_range(0.0, lo_open=False)
+"""A finite number of at least 0 (``--max-wait-ms``, ``--l2``)."""
+
+
 def categories(text: str) -> tuple[int, ...]:
     """``1,2,3,4`` -> (1, 2, 3, 4): LoCoMo question categories 1-5."""
     out = []
@@ -97,8 +166,9 @@ def categories(text: str) -> tuple[int, ...]:
 
 def add_dayfirst(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dayfirst", action="store_true",
-                   help="read ambiguous dates such as 01.02.2023 day first (1 February); without it, month "
-                        "first (January 2). Dates with a day above 12 read the same either way")
+                   help="read ambiguous dates such as 01.02.2031 day first (1 February); without it, month "
+                        "first (January 2). Dates with a day above 12 read the same either way, and a date "
+                        "that starts with its year (2031/05/13, ISO 8601) is always year, month, day")
 
 
 def add_affinity_weights(p: argparse.ArgumentParser) -> None:
@@ -110,8 +180,8 @@ def add_llm_options(p: argparse.ArgumentParser) -> None:
     """The request options every LLM-using command takes (``llm_factory.llm_options`` reads them)."""
     p.add_argument("--llm-timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                    help="limit on each LLM request attempt (HTTP backends)")
-    p.add_argument("--llm-retries", type=nonneg_int, default=DEFAULT_RETRIES, metavar="N",
-                   help="retries of a failed LLM request (timeouts, 429, 5xx), with exponential backoff")
+    p.add_argument("--llm-retries", type=int_range(0, 100), default=DEFAULT_RETRIES, metavar="N",
+                   help="retries of a failed LLM request (timeouts, 429, 5xx), with exponential backoff (0..100)")
     p.add_argument("--llm-deadline", type=positive_float, default=None, metavar="SECONDS",
                    help="limit on all LLM requests of the run together, counted from the first one; requests "
                         "still open when it passes fail, and a rerun retries them")
@@ -119,7 +189,7 @@ def add_llm_options(p: argparse.ArgumentParser) -> None:
 
 def add_token_budget(p: argparse.ArgumentParser, fill: bool = False) -> None:
     """``--token-budget T`` (and, for commands that run the baselines, ``--fill``)."""
-    p.add_argument("--token-budget", type=positive_int, metavar="T",
+    p.add_argument("--token-budget", type=token_budget_int, metavar="T",
                    help="workspace token budget: the rendered workspace (cl100k_base, thread heads included) holds "
                         "at most T tokens; without --budget there is no cap on the number of units")
     from .workspace import HEADINGS

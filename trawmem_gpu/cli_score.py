@@ -22,8 +22,8 @@ def ks_list(text: str) -> tuple[int, ...]:
         ks = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not ks or min(ks) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    if not ks or min(ks) < 1 or max(ks) > 100_000:
+        raise argparse.ArgumentTypeError(f"expected integers in 1..100000, got {text!r}")
     return tuple(dict.fromkeys(ks))
 
 
@@ -58,7 +58,7 @@ def _benchmark(a):
         wanted = {it.bank_id for it in items}
         convs = [c for c in convs if c.bank_id in wanted]
     cfg = BuildConfig.from_dict({"encoder": a.encoder} if a.encoder else {})
-    ident = build_identity(file_sha256(path), cfg, a.units if fmt == "longmemeval" else "all")
+    ident = build_identity(file_sha256(path), cfg, a.units if fmt == "longmemeval" else "all", dayfirst=a.dayfirst)
     bank_dir = Path(a.banks) if a.banks else default_bank_dir(ident)
     ray = {"address": a.ray_address, "workers": a.ray_workers} if a.ray else None
     enc = None
@@ -67,7 +67,7 @@ def _benchmark(a):
 
         enc = get_encoder(cfg.encoder, cache=not a.no_cache)
     st = ensure_collection([c for c in convs if any(True for _ in c.turns)], bank_dir, ident, cfg, encoder=enc,
-                           progress=not a.quiet, ray=ray)
+                           progress=not a.quiet, ray=ray, data_path=path)
     return items, bank_dir, st
 
 
@@ -91,7 +91,7 @@ def cmd_score(a) -> int:
     if a.encoder_runtime:
         os.environ["TRAWMEM_ENCODER_RUNTIME"] = a.encoder_runtime
     from .score.items import read_questions
-    from .score.job import run_score, summarize_output
+    from .score.job import answer_failures, run_score, summarize_output
 
     spec = _spec(a)
     if a.data and a.questions:
@@ -102,7 +102,7 @@ def cmd_score(a) -> int:
     elif a.questions:
         if not a.banks:
             raise InputError("--questions needs --banks (a collection built with `trawmem build`)")
-        items, bank_dir = _limit(read_questions(a.questions), a), Path(a.banks)
+        items, bank_dir = _limit(read_questions(a.questions, dayfirst=a.dayfirst), a), Path(a.banks)
     else:
         raise InputError("nothing to score: give --data FILE, or --banks DIR with --questions FILE")
     if a.ray:
@@ -110,13 +110,15 @@ def cmd_score(a) -> int:
 
         with ray_session(a.ray_address, a.ray_workers):
             summary = score_ray(items, bank_dir, spec, a.out, address=a.ray_address, workers=a.ray_workers,
-                                group_size=a.group_size, progress=not a.quiet, overwrite=a.overwrite)
+                                group_size=a.group_size, progress=not a.quiet, overwrite=a.overwrite,
+                                rescore_changed=a.rescore_changed)
     else:
         summary = run_score(items, bank_dir, spec, a.out, batch_size=a.batch_size, progress=not a.quiet,
-                            overwrite=a.overwrite)
+                            overwrite=a.overwrite, rescore_changed=a.rescore_changed)
     summary["build"] = build_stats
     summary["banks"] = str(bank_dir)
     summary["metrics"] = summarize_output(a.out)
+    summary["answer_errors"] = answer_failures(a.out) if spec.answer_llm else 0
     sp = Path(a.summary or (str(a.out) + ".summary.json"))
     tmp = sp.with_name(sp.name + ".tmp")
     tmp.write_text(json.dumps(summary, indent=1), encoding="utf-8")
@@ -140,12 +142,26 @@ def cmd_score(a) -> int:
         for lvl in ("turn", "session"):
             row = m["official"].get(lvl, {})
             print(f"  official {lvl}: " + ", ".join(f"{k} {v:.3f}" for k, v in row.items()))
+    for k, what in (("rescored_changed", "changed since they were written, scored again"),
+                    ("retried_answers", "whose answer had failed, answered again")):
+        if summary.get(k):
+            print(f"{plural(summary[k], 'record')} {what}")
     print(f"summary -> {sp}")
+    failed = summary["answer_errors"]
+    if failed:
+        print(f"answers: {plural(failed, 'request')} of {summary['questions']} failed (answer null in {a.out}); "
+              "rerun the same command to retry only them")
+    if failed > a.allow_failures:
+        print(f"trawmem score: error: {plural(failed, 'LLM request')} failed (more than --allow-failures "
+              f"{a.allow_failures}); rerun the same command to retry only them, or raise --allow-failures",
+              file=sys.stderr)
+        return 1
     return 0
 
 
 def add_commands(sub) -> None:
-    from .cli_args import add_affinity_weights, add_dayfirst, add_token_budget, categories, nonneg_int, positive_int
+    from .cli_args import add_affinity_weights, add_dayfirst, add_token_budget, budget_int, categories, hops_int, \
+        nonneg_int, positive_int
     from .select.config import ABLATIONS
 
     s = sub.add_parser("score", help="offline scoring: workspaces JSONL for a batch of questions (resumable)")
@@ -166,11 +182,14 @@ def add_commands(sub) -> None:
                         "built); the same N and --seed give the same sample, a larger N extends a smaller one "
                         "(default: every question)")
     s.add_argument("--seed", type=nonneg_int, default=0, help="seed of the --max-questions sample")
+    s.add_argument("--rescore-changed", action="store_true",
+                   help="on resume, score again the written records whose question, date, bank or config no longer "
+                        "match the input (without it such a record is an error naming it)")
     s.add_argument("--method", choices=["trawmem", "cosine", "bm25", "hybrid", "full"], default="trawmem")
-    s.add_argument("--budget", type=positive_int, help="workspace budget B: units selected per question (default: 16; "
+    s.add_argument("--budget", type=budget_int, help="workspace budget B: units selected per question (default: 16; "
                                                         "with --token-budget: a cap on the units, none unless given)")
     add_token_budget(s, fill=True)
-    s.add_argument("--hops", type=nonneg_int, help="propagation hops H over the thread graph (default: 1)")
+    s.add_argument("--hops", type=hops_int, help="propagation hops H over the thread graph (default: 1)")
     s.add_argument("--ablation", choices=list(ABLATIONS))
     s.add_argument("--paper", action="store_true", help="Section 4.2 exactly as written")
     s.add_argument("--engine", choices=["batched", "reference"], default="batched")
@@ -180,10 +199,13 @@ def add_commands(sub) -> None:
                    help="k of the official metrics")
     s.add_argument("--encoder", help="encoder for banks built from --data: 'minilm' (default) or 'hf:/local/dir'")
     s.add_argument("--encoder-runtime", choices=["torch", "onnx", "auto"],
-                   help="CPU encoder runtime: onnx = ONNX Runtime, same vectors within 1e-5, ~1.8x faster "
+                   help="CPU encoder runtime: onnx = ONNX Runtime, same vectors within 1e-5, faster on CPUs "
                         "(pip install -e .[onnx]); default torch or TRAWMEM_ENCODER_RUNTIME")
     s.add_argument("--no-cache", action="store_true", help="do not use the on-disk embedding cache")
     s.add_argument("--answer-llm", help="answer each question: http://HOST:PORT/v1[@MODEL] or vllm:MODEL_PATH")
+    s.add_argument("--allow-failures", type=nonneg_int, default=0, metavar="N",
+                   help="exit status 1 when more than N answer requests failed (they are written with answer null, "
+                        "and a rerun retries them)")
     s.add_argument("--batch-size", type=positive_int, default=1024, help="questions per engine batch (whole banks)")
     s.add_argument("--threads", type=positive_int, help="engine worker threads (default: all cores)")
     s.add_argument("--ray", action="store_true", help="run on Ray Data (local instance unless --ray-address)")

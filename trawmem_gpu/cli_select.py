@@ -6,8 +6,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from .cli_args import add_affinity_weights, add_dayfirst, add_llm_options, add_token_budget, categories, nonneg_int, \
-    positive_int
+from .cli_args import add_affinity_weights, add_dayfirst, add_llm_options, add_token_budget, budget_int, categories, \
+    hops_int, nonneg_int, positive_int
 from .errors import InputError, name_list, plural
 
 MAX_QUESTION_CHARS = 4000
@@ -184,9 +184,9 @@ def add_commands(sub) -> None:
     q.add_argument("--bank", required=True, help="bank or collection directory")
     q.add_argument("--bank-id", help="bank within a collection (needed when it holds several)")
     q.add_argument("--question", required=True, help=f"the question (at most {MAX_QUESTION_CHARS} characters)")
-    q.add_argument("--budget", type=positive_int, help=budget_help)
+    q.add_argument("--budget", type=budget_int, help=budget_help)
     add_token_budget(q)
-    q.add_argument("--hops", type=nonneg_int, help=hops_help)
+    q.add_argument("--hops", type=hops_int, help=hops_help)
     q.add_argument("--paper", action="store_true", help="Section 4.2 exactly as written")
     q.add_argument("--head", help="learned role head (safetensors) from `trawmem train-head`")
     add_affinity_weights(q)
@@ -203,9 +203,9 @@ def add_commands(sub) -> None:
     add_dayfirst(e)
     e.add_argument("--method", choices=["trawmem", "cosine", "bm25", "hybrid", "full"], default="trawmem",
                    help="selection method")
-    e.add_argument("--budget", type=positive_int, help=budget_help)
+    e.add_argument("--budget", type=budget_int, help=budget_help)
     add_token_budget(e, fill=True)
-    e.add_argument("--hops", type=nonneg_int, help=hops_help)
+    e.add_argument("--hops", type=hops_int, help=hops_help)
     e.add_argument("--ablation", choices=list(ABLATIONS), help="one Section 5.2 ablation (default: none)")
     e.add_argument("--paper", action="store_true", help="Section 4.2 exactly as written")
     e.add_argument("--engine", choices=["reference", "batched"], default="reference",

@@ -5,19 +5,23 @@ import argparse
 import json
 from pathlib import Path
 
-from .cli_args import categories, nonneg_int, positive_int
+from .cli_args import MAX_BUDGET, MAX_HOPS, MAX_TOKEN_BUDGET, add_dayfirst, categories, nonneg_int, positive_int
 
 
-def int_list(minimum: int):
-    """argparse type: a comma-separated list of integers of at least ``minimum``."""
+def int_list(minimum: int, maximum: int):
+    """argparse type: a comma-separated list of integers in ``minimum..maximum``."""
     def parse(text: str) -> list[int]:
         from .errors import InputError
         from .eval.sweep import parse_int_list
 
         try:
-            return parse_int_list(text, minimum)
+            vals = parse_int_list(text, minimum)
         except InputError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
+        big = [v for v in vals if v > maximum]
+        if big:
+            raise argparse.ArgumentTypeError(f"values must be at most {maximum}, got {big[0]}")
+        return vals
 
     parse.__name__ = "integer list"
     return parse
@@ -45,7 +49,7 @@ def cmd_sweep(a) -> int:
                     engine=a.engine, categories=a.categories,
                     batch_size=a.batch_size, rounds=a.rounds, threads=a.threads, warmup=a.warmup,
                     banks_dir=a.banks, max_questions=a.max_questions, progress=not a.quiet,
-                    time_builds=a.time_builds)
+                    time_builds=a.time_builds, dayfirst=a.dayfirst)
     out = Path(a.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
@@ -65,11 +69,11 @@ def add_commands(sub) -> None:
                                    "tokens and one-query latency p50/p95/p99; batched-engine throughput for "
                                    "TrawMem cells; build cost per bank once.")
     s.add_argument("--data", required=True, help="LoCoMo-layout JSON with questions and gold evidence")
-    s.add_argument("--hops", type=int_list(0), default=[1, 2, 3], metavar="H,H,...",
+    s.add_argument("--hops", type=int_list(0, MAX_HOPS), default=[1, 2, 3], metavar="H,H,...",
                    help="comma-separated hops H for TrawMem cells")
-    s.add_argument("--budget", type=int_list(1), default=[4, 8, 16, 32], metavar="B,B,...",
+    s.add_argument("--budget", type=int_list(1, MAX_BUDGET), default=[4, 8, 16, 32], metavar="B,B,...",
                    help="comma-separated unit budgets B")
-    s.add_argument("--token-budget", type=int_list(1), metavar="T,T,...",
+    s.add_argument("--token-budget", type=int_list(1, MAX_TOKEN_BUDGET), metavar="T,T,...",
                    help="comma-separated token budgets T (workspace tokens, cl100k_base, heads included): one more "
                         "cell per method and T, without a unit cap, e.g. 400,800,1600")
     s.add_argument("--method", type=method_list, default=["trawmem", "hybrid"], metavar="M,M,...",
@@ -83,11 +87,12 @@ def add_commands(sub) -> None:
     s.add_argument("--threads", type=positive_int, default=1,
                    help="threads of every timed path: BLAS / torch pools and the batched engine's workers")
     s.add_argument("--warmup", type=nonneg_int, default=10, help="untimed queries before each cell's timed pass")
-    s.add_argument("--banks", help="bank collection to use, built there when empty (default: eval's automatic "
-                                   "bank cache for --data, built once and reused)")
+    s.add_argument("--banks", help="use this bank collection; its banks must be built from exactly --data's turns "
+                                   "(default: eval's automatic bank cache for --data, built once and reused)")
     s.add_argument("--time-builds", action="store_true",
                    help="build every bank afresh, one conversation at a time with the embedding cache off, and "
                         "report the build cost per bank (slow on a CPU: no embedding cache)")
+    add_dayfirst(s)
     s.add_argument("--max-questions", type=positive_int, help="a seeded sample of this many questions")
     s.add_argument("--output", default="sweep.json", help="result JSON")
     s.add_argument("--plot", help="Pareto PNG (default: --output with .png)")

@@ -102,8 +102,8 @@ def count_tokens_cached(text: str) -> int:
     checked against the whole-text count, for every code point; Python leaves out a few that
     tiktoken calls non-space, which only means fewer cuts.) A workspace is such lines (every line
     starts with ``[`` or ``#``), and the same lines recur across queries of a bank, so counting a
-    rendered workspace costs a split and a few dictionary look-ups once the cache is warm (0.02 ms
-    against 0.15 ms for an 860-token workspace). Any other tokenizer falls back to
+    rendered workspace costs a split and a few dictionary look-ups once the cache is warm, instead
+    of a tokenizer pass over the whole text. Any other tokenizer falls back to
     :func:`count_tokens`.
     Thread-safe (a race only counts a part twice)."""
     cut = _line_starts()

@@ -8,8 +8,8 @@ Rendered format (what the answer model reads, and what ``context_tokens`` counts
 
 * one ``##`` heading per thread, threads in source order: the date of the thread (a thread
   never crosses a session, so it dates all its units). That is all a heading shows by default
-  (``headings="date"``, ``SelectConfig.headings``): at equal tokens the gist did not earn its
-  tokens on either dev set (``benchmarks/bench_equal_tokens.py``, README). With
+  (``headings="date"``, ``SelectConfig.headings``): a gist costs tokens that, under a token
+  budget, could hold more turns (the comparison: docs/design-notes.md). With
   ``headings="gist"`` it goes on with ``—`` and the thread's gist: for an extractive head its most
   central turn (``speaker: words ...``, clipped), for an LLM head its one-sentence summary; the
   gist is left out when that very turn is among the units shown;
@@ -51,7 +51,7 @@ Headings = Literal["date", "gist", "none"]
 thread's gist (``gist``), or no heading and a date on every line (``none``)."""
 HEADINGS: tuple[str, ...] = typing.get_args(Headings)
 DEFAULT_HEADINGS: Headings = "date"
-"""The default of ``SelectConfig.headings`` and of every function here (README "Equal tokens")."""
+"""The default of ``SelectConfig.headings`` and of every function here."""
 
 
 def headings_for(method: str, cfg) -> str:
@@ -91,7 +91,7 @@ def heading_line(date: str, gist: str | None) -> str:
     return f"## {date} — {one_line(gist)}" if gist else f"## {date}"
 
 
-@functools.lru_cache(maxsize=1 << 16)  # keyed by the (frozen) turn's value: never stale; 2.8x assembly
+@functools.lru_cache(maxsize=1 << 16)  # keyed by the (frozen) turn's value: never stale
 def unit_line(t: Turn, with_heads: bool) -> str:
     """One unit's line: ``[id] speaker: text`` under a heading (which carries the date), else
     ``[id] (date) speaker: text``; then the image caption, if any."""
@@ -190,9 +190,8 @@ class TokenCosts:
     (which can only remove tokens). So each cost is counted on its own line, rounded up where the
     join costs a token, and a heading is charged in full less, per shown quoted turn, the least
     that showing it takes off the heading whatever else is shown (counted on every variant), so
-    the charges never exceed what the heading really loses. Measured against the real rendering
-    on the LoCoMo dev banks (``benchmarks/token_costs.py``: random sets of 1-39 units, 2,100 per
-    mode): over by 0.03 tokens on average, by 1 at most, never under.
+    the charges never exceed what the heading really loses. ``benchmarks/token_costs.py`` checks
+    the bound, and how tight it is, against the real rendering (docs/design-notes.md).
     """
 
     unit: np.ndarray

@@ -6,7 +6,7 @@ from pathlib import Path
 from ..errors import InputError
 from .jsonl import load_jsonl, turn_from_record
 from .locomo import load_locomo
-from .longmemeval import load_longmemeval, looks_like_longmemeval
+from .longmemeval import load_longmemeval, read_head, sniff_longmemeval
 from .types import Conversation, EvidenceRepairs, Question, Turn, turns_digest
 
 __all__ = ["Conversation", "EvidenceRepairs", "Question", "Turn", "FORMATS", "detect_format", "load_conversations",
@@ -21,11 +21,28 @@ def sample_path() -> Path:
     return Path(__file__).parent / "sample" / "sample_conversation.jsonl"
 
 
-def detect_format(path: Path) -> str:
-    """The format ``--format auto`` picks: JSONL by suffix, LongMemEval by content, else LoCoMo."""
+def detect_format(path: str | Path) -> str:
+    """The format of ``path`` (what ``--format auto`` picks): the one sniffer of every command.
+
+    A ``.jsonl`` / ``.ndjson`` suffix means JSONL; otherwise the first 64 KiB (decompressed when
+    gzip) decide: a LongMemEval-only key (``haystack_sessions``, ``haystack_session_ids``,
+    ``haystack_dates``) as a JSON key means LongMemEval, anything else LoCoMo layout (whose
+    loader then says what is missing). Field order does not matter: a LoCoMo file whose ``qa``
+    comes first and carries ``question_id`` is LoCoMo.
+    """
+    path = Path(path)
     if path.suffix.lower() in (".jsonl", ".ndjson"):
         return "jsonl"
-    return "longmemeval" if looks_like_longmemeval(path) else "locomo"
+    return "longmemeval" if sniff_longmemeval(read_head(path)) else "locomo"
+
+
+def require_locomo(path: str | Path, command: str) -> None:
+    """Refuse a LongMemEval file where only LoCoMo-layout data makes sense (LoCoMo categories,
+    multi-hop hit): ``eval``, ``sweep``, ``train-head``. One message for every command."""
+    if detect_format(path) == "longmemeval":
+        raise InputError(f"{path} is a LongMemEval file, which `trawmem {command}` does not take (its LoCoMo "
+                         f"categories do not apply there): score it with `trawmem score --data {path} "
+                         "--out OUT.jsonl` (official metrics, abstention rules, per-type tables)")
 
 
 def check_input_file(path: str | Path) -> Path:

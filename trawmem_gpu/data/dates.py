@@ -10,8 +10,16 @@ list of ``strptime`` formats rejects most of them, so everything that is not ISO
 * the year, month and day must all be written: dateutil silently fills missing fields from
   today's date, so the text is parsed against two different defaults and any field that
   differs between the two parses was not in the text (``"5"`` or ``"May 2023"`` are rejected);
-* ``dayfirst`` decides ``01.02.2023`` (1 February when True, January 2 when False); dates
-  whose day is above 12 read the same either way.
+* ``dayfirst`` applies only where day and month are ambiguous: it decides ``01.02.2031``
+  (1 February when True, January 2 when False) and ``05/06/31``. A date that starts with its
+  four-digit year (LongMemEval's ``2031/05/13``, ``2031.03.02``, ``20310302``, ISO 8601) is
+  always read year, month, day, whatever ``dayfirst`` says: no export writes year, day, month,
+  and dateutil would read ``2031/03/02`` as 3 February with ``dayfirst=True``. A date whose day
+  is above 12 or whose month is a word reads the same either way.
+
+Every input path (``build``, ``eval``, ``score --data`` and ``--questions``, ``train-head``,
+``train-affinity``, ``sweep``) reads its dates through :func:`parse_date` with the command's
+``--dayfirst``; the server has no such flag and reads ambiguous dates month first.
 """
 from __future__ import annotations
 
@@ -20,6 +28,8 @@ from datetime import datetime
 
 _WEEKDAY = re.compile(r"\(\s*(mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun)[a-z]*\.?\s*\)", re.I)
 _WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_YEAR_FIRST = re.compile(r"^(?:\d{4}|\d{8})(?!\d)")
+"""A date that opens with its year (``2031/05/13``, ``2031.03.02``, ``20310302``): read Y, M, D."""
 _DEFAULTS = (datetime(1904, 1, 1), datetime(1905, 2, 2))  # any two dates differing in y, m and d
 
 
@@ -27,7 +37,8 @@ def parse_date(text: str, dayfirst: bool = False) -> datetime:
     """Parse a date or date-time; raises ``ValueError`` naming the text when it cannot.
 
     :param text: the date as the source wrote it (ISO 8601, LoCoMo, LongMemEval, ``d.m.Y``, ...)
-    :param dayfirst: read an ambiguous ``01.02.2023`` as day first (the ``--dayfirst`` flag)
+    :param dayfirst: read an ambiguous ``01.02.2031`` as day first (the ``--dayfirst`` flag); never
+        applied to a date that starts with its year (see the module docstring)
     """
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"empty or non-string date {text!r}")
@@ -43,6 +54,8 @@ def parse_date(text: str, dayfirst: bool = False) -> datetime:
     if m:
         weekday = _WEEKDAYS.index(m.group(1).lower()[:3])
         s = (s[:m.start()] + " " + s[m.end():]).strip()
+    if _YEAR_FIRST.match(s):
+        dayfirst = False  # year first is year, month, day: dateutil would read Y/D/M under dayfirst
     try:
         a, b = (parser.parse(s, default=d, dayfirst=dayfirst) for d in _DEFAULTS)
     except (ValueError, OverflowError) as e:

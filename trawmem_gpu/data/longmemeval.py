@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 from typing import Literal
 
 from ..errors import InputError
 from .dates import parse_date
+from .fields import id_field
 from .types import Conversation, EvidenceRepairs, Question, Turn
 
 QUESTION_TYPES = ("single-session-user", "single-session-assistant", "single-session-preference",
@@ -74,20 +76,28 @@ def _read(path: Path):
         raise InputError(f"{path}: bad JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
 
 
-def looks_like_longmemeval(path: str | Path) -> bool:
-    """True for a gzip file or a JSON file whose first bytes hold LongMemEval's field names.
+_LME_KEY = re.compile(rb'(?:^|[{,])\s*"(?:haystack_session_ids|haystack_dates|haystack_sessions)"\s*:')
+"""A LongMemEval-only key *as a key* (after ``{`` or ``,``, before ``:``): a text that merely
+mentions the name sits inside a string, where its quotes are escaped."""
 
-    Used by ``load_conversations(fmt="auto")``; reads at most the first 64 KiB.
-    """
-    path = Path(path)
+
+def sniff_longmemeval(head: bytes) -> bool:
+    """True when ``head`` (the first bytes of a decompressed file) holds a key only LongMemEval
+    has. ``question_id`` alone is no sign: LoCoMo-layout files may carry it in their ``qa``."""
+    return bool(_LME_KEY.search(head))
+
+
+def read_head(path: str | Path, n: int = SNIFF_BYTES) -> bytes:
+    """The first ``n`` bytes of ``path``, decompressed when it is gzip (b"" when unreadable)."""
     try:
         with open(path, "rb") as f:
-            head = f.read(SNIFF_BYTES)
-    except OSError:
-        return False
-    if head[:2] == b"\x1f\x8b":
-        return True
-    return b'"haystack_session' in head or b'"question_id"' in head
+            head = f.read(n)
+        if head[:2] == b"\x1f\x8b":
+            with gzip.open(path, "rb") as g:
+                head = g.read(n)
+    except (OSError, EOFError):
+        return b""
+    return head
 
 
 def _field(obj, key: str, where: str, kind=str):
@@ -104,9 +114,7 @@ def parse_instance(inst: dict, where: str, units: Units = "user", dayfirst: bool
     """One LongMemEval instance -> one Conversation (bank id = question id) with its question."""
     if not isinstance(inst, dict):
         raise InputError(f"{where}: expected an object, got {type(inst).__name__}")
-    qid = _field(inst, "question_id", where)
-    if not qid.strip():
-        raise InputError(f"{where}: field 'question_id' is empty")
+    qid = id_field(_field(inst, "question_id", where), "question_id", where)  # the bank id: the one id rule
     where = f"{where} (question {qid!r})"
     qtype = _field(inst, "question_type", where)
     question = _field(inst, "question", where)
@@ -128,8 +136,9 @@ def parse_instance(inst: dict, where: str, units: Units = "user", dayfirst: bool
     seen: dict[str, int] = {}
     for si, (sid, date, sess) in enumerate(zip(sids, dates, sessions)):
         sw = f"{where}: haystack_sessions[{si}]"
-        if not isinstance(sid, str) or not sid.strip():
+        if not isinstance(sid, str):
             raise InputError(f"{where}: haystack_session_ids[{si}] must be a non-empty string")
+        id_field(sid, f"haystack_session_ids[{si}]", where)  # unit ids are built from it
         if DUP_MARK in sid:
             raise InputError(f"{where}: haystack_session_ids[{si}] {sid!r} holds {DUP_MARK!r}, which marks "
                              "repeated sessions")

@@ -18,7 +18,7 @@ RUNTIMES = ("torch", "onnx", "auto")
 
 def encoder_runtime() -> str:
     """``TRAWMEM_ENCODER_RUNTIME``: ``torch`` (default), ``onnx`` (ONNX Runtime on the CPU for
-    mean-pooling encoders, same vectors within 1e-5, ~1.8x the units/s) or ``auto`` (onnx where
+    mean-pooling encoders, same vectors within 1e-5, faster on CPUs) or ``auto`` (onnx where
     it applies and onnxruntime is installed, else torch)."""
     rt = os.environ.get("TRAWMEM_ENCODER_RUNTIME", "torch").strip().lower() or "torch"
     if rt not in RUNTIMES:

@@ -1,13 +1,12 @@
-"""ONNX Runtime for mean-pooling encoders on the CPU: the same vectors, about 1.8x the units/s.
+"""ONNX Runtime for mean-pooling encoders on the CPU: the same vectors, in less CPU time.
 
 The local transformers model (e.g. the embedded all-MiniLM-L6-v2) is exported once with
 ``torch.onnx.export`` into the cache directory (atomically, under a file lock) with the mean
 pooling inside the graph, then run by ``onnxruntime`` (a maintained inference runtime with
 fused attention kernels for CPUs). The exported encoder keeps the torch encoder's id, because
 it produces the same vectors: on construction it encodes probe texts with both and refuses to
-run (``ConfigError``) if any component differs by more than :data:`TOLERANCE`. Measured on
-LongMemEval user turns: max |difference| 2e-7, 1.45-1.78x the units/s of torch on 2 cores
-(``benchmarks/bench_longmemeval.py`` records it).
+run (``ConfigError``) if any component differs by more than :data:`TOLERANCE`. Its speed and
+agreement with torch are recorded by ``benchmarks/bench_longmemeval.py`` (docs/design-notes.md).
 
 Optional extra ``onnx`` (``onnxruntime``, ``onnx``); CUDA hosts keep the torch encoder (fp16).
 """

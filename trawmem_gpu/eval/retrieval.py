@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from .. import __version__
 from ..config import BuildConfig
 from ..data import load_conversations
-from ..errors import InputError, name_list
+from ..errors import InputError
 from ..select.config import SelectConfig
 from ..select.context import BankContext
 from ..tokens import TOKENIZER_NAME
@@ -50,33 +50,13 @@ def given_build_config(cache_dir: str | Path | None) -> BuildConfig | None:
 
 
 def _check_banks(coll, convs, data_path, build_cfg: BuildConfig) -> list:
-    """The collection's banks for ``convs``, refusing any that is missing, corrupt, built from
-    other turns (turns digest) or with another build config: a ``BankError`` naming the bank."""
-    from ..data.types import turns_digest
-    from ..errors import BankError
+    """The collection's banks for ``convs``, after the one shared check
+    (:func:`trawmem_gpu.store.verify.verify_banks`: exactly the data's banks, each built from
+    the data's turns with ``build_cfg``); a missing or corrupt bank is a ``BankError``."""
+    from ..store.verify import verify_banks
 
-    want = [c.bank_id for c in convs]
-    missing = [b for b in want if b not in coll]
-    extra = [b for b in coll.bank_ids if b not in set(want)]
-    if missing or extra:
-        parts = ([f"lacks {len(missing)} bank(s) of the data ({name_list(missing)})"] if missing else []) + \
-                ([f"holds {len(extra)} bank(s) the data does not ({name_list(extra)})"] if extra else [])
-        raise BankError(f"{coll.path} {' and '.join(parts)}: it was built from other data")
-    banks = []
-    for c in convs:
-        b = coll.load(c.bank_id)
-        if turns_digest(b.turns) != turns_digest(c.turns):
-            ours = {t.turn_id: t for t in b.turns}
-            first = next((t.turn_id for t in c.turns if ours.get(t.turn_id) != t), None)
-            detail = f"first differing turn {first!r}" if first else "same turns in another order"
-            raise BankError(f"bank {c.bank_id!r} in {coll.path} was built from other turns than {c.bank_id!r} in "
-                            f"{data_path} (bank: {b.n_units} turns, data: {len(c.turns)}; {detail})")
-        if b.build_config != build_cfg.to_dict():
-            diff = sorted(k for k, v in build_cfg.to_dict().items() if b.build_config.get(k) != v)
-            raise BankError(f"bank {c.bank_id!r} in {coll.path} was built with another build config (it differs "
-                            f"in {', '.join(diff) or 'its fields'})")
-        banks.append(b)
-    return banks
+    verify_banks(coll, convs, data_path, build_cfg.to_dict(), exact=True)
+    return [coll.load(c.bank_id) for c in convs]
 
 
 def banks_for(data_path: str | Path, build_cfg: BuildConfig | None = None, cache_dir: str | Path | None = None,
@@ -121,7 +101,9 @@ def banks_for(data_path: str | Path, build_cfg: BuildConfig | None = None, cache
                 return convs, _check_banks(coll, convs, data_path, build_cfg), cdir
         except BankError as e:
             print(f"trawmem: the bank cache is unusable ({e}); rebuilding it in {cdir}", file=sys.stderr)
-            (cdir / "collection.json").unlink(missing_ok=True)
+            import shutil
+
+            shutil.rmtree(cdir, ignore_errors=True)  # an automatic cache: nothing in it is the user's
             coll = Collection(cdir, create=True)
     hits0 = getattr(encoder, "hits", 0)
     t0 = time.perf_counter()
@@ -187,13 +169,10 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
 
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {METHODS}")
-    from ..data.longmemeval import looks_like_longmemeval
+    from ..data import require_locomo
 
-    if banks_and_convs is None and looks_like_longmemeval(data_path):  # LoCoMo categories do not apply there
-        from ..errors import InputError
-
-        raise InputError(f"{data_path} is a LongMemEval file: score it with `trawmem score --data {data_path} "
-                         "--out OUT.jsonl` (official metrics, abstention rules, per-type tables)")
+    if banks_and_convs is None:
+        require_locomo(data_path, "eval")
     cfg = select_cfg or SelectConfig()
     if banks_and_convs is None:
         convs = load_conversations(data_path, dayfirst=dayfirst)

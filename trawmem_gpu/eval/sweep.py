@@ -348,11 +348,12 @@ def question_items(convs, categories, max_questions: int | None = None, seed: in
 
 
 def load_or_build_banks(convs, banks_dir, build_cfg, progress: bool = True, *, time_builds: bool = False,
-                        data=None) -> tuple[list, list[dict], str]:
-    """Banks for ``convs``: timed fresh builds (``time_builds``), else the banks of ``banks_dir``
-    or of eval's automatic bank cache for ``data`` (built there once, with the embedding cache,
-    when missing: :func:`~trawmem_gpu.eval.retrieval.banks_for`), whose build rows then come from
-    the seconds stored with each bank (``source``)."""
+                        data_path=None, dayfirst: bool = False) -> tuple[list, list[dict], str]:
+    """Banks for ``convs``: timed fresh builds (``time_builds``), the banks of an existing
+    collection ``banks_dir`` (through the shared check against the data,
+    ``store.verify.verify_banks``), or else eval's automatic bank cache for ``data_path`` (built
+    there once, with the embedding cache: :func:`~trawmem_gpu.eval.retrieval.banks_for`). Build
+    rows of reused banks come from the seconds stored with each bank (``source``)."""
     from ..encode import get_encoder
 
     if time_builds:
@@ -362,8 +363,22 @@ def load_or_build_banks(convs, banks_dir, build_cfg, progress: bool = True, *, t
         return banks, rows, "measured now: one conversation at a time, embedding cache off"
     from .retrieval import banks_for
 
-    _, banks, _ = banks_for(data, build_cfg if banks_dir is None else None, banks_dir, progress,
-                            get_encoder(build_cfg.encoder), convs=convs)
+    if banks_dir is None:
+        _, banks, _ = banks_for(data_path, build_cfg, None, progress, get_encoder(build_cfg.encoder),
+                                dayfirst=dayfirst, convs=convs)
+    else:
+        from ..errors import BankError
+        from ..store import Collection
+        from ..store.verify import verify_banks
+
+        coll = Collection(banks_dir)
+        try:
+            missing = verify_banks(coll, convs, data_path or "--data", None, exact=False)
+        except BankError as e:
+            raise BankError(f"--banks {banks_dir}: {e}; rebuild them from --data or drop --banks") from None
+        if missing:
+            raise InputError(f"--banks {banks_dir}: no bank for conversation(s) {missing[:5]} of --data")
+        banks = [coll.load(c.bank_id) for c in convs]
     rows = []
     for b in banks:
         st = (b.stats or {}).get("build", {})
@@ -375,11 +390,11 @@ def load_or_build_banks(convs, banks_dir, build_cfg, progress: bool = True, *, t
 def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), budgets=(4, 8, 16, 32), *,
               token_budgets=(), paper: bool = False, engine: str = "reference", categories=(1, 2, 3, 4), batch_size: int = 256,
               rounds: int = 3, threads: int = 1, warmup: int = 10, banks_dir=None, max_questions: int | None = None,
-              progress: bool = True, time_builds: bool = False) -> dict:
+              progress: bool = True, dayfirst: bool = False, time_builds: bool = False) -> dict:
     """Run the whole grid; returns the JSON-ready result (see the module docstring)."""
     from .. import __version__
     from ..config import BuildConfig
-    from ..data import load_conversations
+    from ..data import load_conversations, require_locomo
     from ..encode import get_encoder
     from ..select.config import SelectConfig
     from ..select.context import BankContext
@@ -391,11 +406,13 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
     cells = grid(methods, hops, budgets, token_budgets)
     base_cfg = SelectConfig.paper() if paper else SelectConfig()
     build_cfg = BuildConfig()
-    convs = load_conversations(data)
+    require_locomo(data, "sweep")  # the one sniffer: LongMemEval has no LoCoMo categories or multi-hop hit
+    convs = load_conversations(data, dayfirst=dayfirst)
     items = question_items(convs, categories, max_questions)
     with query_threads(threads):
         banks_list, build_rows, build_source = load_or_build_banks(convs, banks_dir, build_cfg, progress,
-                                                                   time_builds=time_builds, data=data)
+                                                                   time_builds=time_builds, data_path=data,
+                                                                   dayfirst=dayfirst)
     banks = {b.bank_id: b for b in banks_list}
     encoder = get_encoder(build_cfg.encoder, cache=False)
     if banks_list[0].encoder_id != encoder.id:
@@ -429,7 +446,7 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
         out_cells.append(row)
     mark_pareto(out_cells)
     return {
-        "command": "trawmem sweep", "dataset": {"path": str(data), "sha256": file_sha256(data)},
+        "command": "trawmem sweep", "dataset": {"path": str(data), "sha256": file_sha256(data), "dayfirst": dayfirst},
         "categories": list(categories), "n_questions": len(items), "mode": "paper" if paper else "default",
         "select_config": base_cfg.to_dict(), "build_config": build_cfg.to_dict(), "encoder": encoder.id,
         "tokenizer": TOKENIZER_NAME, "engine": engine, "package_version": __version__,

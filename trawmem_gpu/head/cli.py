@@ -5,8 +5,10 @@ import json
 
 
 def cmd_train_head(a) -> int:
+    from ..data import check_input_file, require_locomo
     from .train import train_head
 
+    require_locomo(check_input_file(a.data), "train-head")
     convs = [c for c in a.conversations.split(",") if c.strip()] if a.conversations else None
     res = train_head(a.data, a.out, conversations=convs, epochs=a.epochs, lr=a.lr, seed=a.seed, budget=a.budget,
                      steps=a.steps, l2=a.l2, temp=a.temp, progress=not a.quiet, dayfirst=a.dayfirst)
@@ -51,17 +53,18 @@ def add_commands(sub) -> None:
     t.add_argument("--data", required=True, help="LoCoMo-layout JSON with evidence labels")
     t.add_argument("--out", required=True, help="head file to write (safetensors); the loss curve goes beside it")
     t.add_argument("--conversations", help="comma-separated bank ids to train on (default: all)")
-    from ..cli_args import add_dayfirst
+    from ..cli_args import MAX_BUDGET, MAX_C, add_dayfirst, budget_int, float_range, int_range, nonneg_float, \
+        nonneg_int, positive_float
 
     add_dayfirst(t)
-    t.add_argument("--epochs", type=int, default=DEFAULTS["epochs"])
-    t.add_argument("--lr", type=float, default=DEFAULTS["lr"])
-    t.add_argument("--seed", type=int, default=DEFAULTS["seed"])
-    t.add_argument("--budget", type=int, default=16, help="B the head is trained for")
-    t.add_argument("--steps", type=int, default=DEFAULTS["steps"],
+    t.add_argument("--epochs", type=int_range(1, 100_000), default=DEFAULTS["epochs"])
+    t.add_argument("--lr", type=positive_float, default=DEFAULTS["lr"], help="learning rate (above 0)")
+    t.add_argument("--seed", type=nonneg_int, default=DEFAULTS["seed"])
+    t.add_argument("--budget", type=budget_int, default=16, help="B the head is trained for")
+    t.add_argument("--steps", type=int_range(1, MAX_BUDGET), default=DEFAULTS["steps"],
                    help="greedy steps unrolled in the loss (default: the budget)")
-    t.add_argument("--l2", type=float, default=DEFAULTS["l2"], help="L2 pull towards the hand-set start")
-    t.add_argument("--temp", type=float, default=DEFAULTS["temp"], help="listwise softmax temperature")
+    t.add_argument("--l2", type=nonneg_float, default=DEFAULTS["l2"], help="L2 pull towards the hand-set start")
+    t.add_argument("--temp", type=positive_float, default=DEFAULTS["temp"], help="listwise softmax temperature")
     t.add_argument("--json", action="store_true", help="also print the result summary as JSON")
     t.add_argument("--quiet", action="store_true", help="no progress bars")
     t.set_defaults(fn=cmd_train_head)
@@ -72,7 +75,8 @@ def add_commands(sub) -> None:
                    help="labelled benchmark file (LoCoMo layout or LongMemEval); repeat it to fit on several, each "
                         "data set weighing the same")
     f.add_argument("--out", required=True, help="weights file to write (JSON); pass it to --affinity-weights")
-    f.add_argument("--C", type=float, default=1.0, help="inverse L2 strength of the logistic fit")
+    f.add_argument("--C", type=float_range(0.0, MAX_C), default=1.0,
+                   help=f"inverse L2 strength of the logistic fit: above 0, at most {MAX_C:g}")
     add_dayfirst(f)
     f.add_argument("--quiet", action="store_true", help="no progress bars")
     f.set_defaults(fn=cmd_train_affinity)

@@ -71,6 +71,9 @@ def fit_relevance(questions: list[LabelledQuestion], C: float = L2, max_iter: in
     """The relevance weights (one per feature, then the bias) fitted on ``questions``."""
     if not questions:
         raise ValueError("no labelled questions to fit the affinity on")
+    if isinstance(C, bool) or not isinstance(C, (int, float)) or not math.isfinite(C) or C <= 0:
+        raise ValueError(f"C must be a finite number above 0, got {C!r} (0 fits all-zero weights, a negative C "
+                         "maximizes the loss)")
     X = np.concatenate([q.F for q in questions])
     y = np.concatenate([q.y for q in questions])
     w = row_weights(questions)
@@ -189,4 +192,11 @@ def load_weights(path: str | Path) -> tuple[float, ...]:
     if not isinstance(w, list) or len(w) != len(RELEVANCE_FEATURES) + 1 or not all(
             isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in w):
         raise InputError(f"--affinity-weights {path}: 'weights' must be {len(RELEVANCE_FEATURES) + 1} finite numbers")
+    if not any(w[:-1]):
+        raise InputError(f"--affinity-weights {path}: every feature weight is 0, so the affinity carries no signal "
+                         "(a fit with C = 0?); fit it again with `trawmem train-affinity`")
+    C = (doc.get("meta") or {}).get("C") if isinstance(doc.get("meta"), dict) else None
+    if C is not None and not (isinstance(C, (int, float)) and not isinstance(C, bool) and math.isfinite(C) and C > 0):
+        raise InputError(f"--affinity-weights {path}: fitted with C = {C!r}, outside C > 0 (the fit is not a "
+                         "regularized one); fit it again with `trawmem train-affinity --C` above 0")
     return tuple(float(x) for x in w)

@@ -38,11 +38,13 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def build_identity(data_sha: str, cfg: BuildConfig, units: str) -> dict:
+def build_identity(data_sha: str, cfg: BuildConfig, units: str, *, dayfirst: bool = False) -> dict:
+    """What the banks of a benchmark file depend on (the automatic collection's key and sidecar);
+    ``dayfirst`` is in it because it changes the turns' dates, hence the banks."""
     from ..store import FORMAT_VERSION
 
     return {"data_sha256": data_sha, "build": cfg.to_dict(), "units": units, "unit_text_version": UNIT_TEXT_VERSION,
-            "format_version": FORMAT_VERSION}
+            "format_version": FORMAT_VERSION, "dayfirst": bool(dayfirst)}
 
 
 def default_bank_dir(identity: dict) -> Path:
@@ -66,8 +68,14 @@ def _chunks(convs: list[Conversation], max_units: int) -> list[list[Conversation
 
 
 def ensure_collection(convs: list[Conversation], path: str | Path, identity: dict, cfg: BuildConfig, *,
-                      encoder=None, progress: bool = True, chunk_units: int = 4096, ray: dict | None = None) -> dict:
+                      encoder=None, progress: bool = True, chunk_units: int = 4096, ray: dict | None = None,
+                      data_path: str | Path | None = None) -> dict:
     """Build into the collection at ``path`` every bank of ``convs`` it does not hold yet.
+
+    Banks it already holds are reused only after the shared check against the data
+    (:func:`trawmem_gpu.store.verify.verify_banks`: built from exactly the conversation's turns,
+    with ``cfg``), so a ``--banks`` directory from ``trawmem build`` of other (or edited) data is
+    refused, naming the bank, even without the sidecar.
 
     :param ray: ``{"address": ..., "workers": n}`` to build the chunks as Ray tasks (see
         :func:`trawmem_gpu.score.ray_runner.build_banks_ray`), or None to build here
@@ -87,12 +95,18 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
             raise BankError(f"{path} holds banks built from other data or another config (differs in "
                             f"{', '.join(diff)}); use another --banks directory")
     coll = Collection(path, create=True)
+    from ..store.verify import verify_banks
+
+    try:
+        lacking = set(verify_banks(coll, convs, data_path or "the data", cfg.to_dict(), exact=False))
+    except BankError as e:
+        raise BankError(f"{e}; remove {path} or use another --banks directory to build the banks afresh") from None
     if not sc.exists():
         path.mkdir(parents=True, exist_ok=True)
         tmp = sc.with_name("score-build.tmp.json")
         tmp.write_text(json.dumps(identity, indent=1, sort_keys=True), encoding="utf-8")
         os.replace(tmp, sc)
-    missing = [c for c in convs if c.bank_id not in coll]
+    missing = [c for c in convs if c.bank_id in lacking]
     stats: dict = {"banks_total": len(convs), "banks_reused": len(convs) - len(missing), "banks_built": 0,
                    "units_built": 0, "wall_s": 0.0}
     if progress:

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..data.dates import parse_date
+from ..data.fields import id_field
 from ..data.types import Conversation
 from ..errors import InputError
 
@@ -56,8 +57,12 @@ def _check_question(q, where: str) -> str:
     return q.strip()
 
 
-def read_questions(path: str | Path) -> list[ScoreItem]:
-    """Parse a questions JSONL file; every malformed line is an ``InputError`` naming it."""
+def read_questions(path: str | Path, *, dayfirst: bool = False) -> list[ScoreItem]:
+    """Parse a questions JSONL file; every malformed line is an ``InputError`` naming it.
+
+    ``id`` and ``bank_id`` follow the one id rule of every input (:func:`~trawmem_gpu.data.fields.id_field`);
+    ``date`` is read by ``parse_date`` with ``dayfirst`` (``--dayfirst``), as the histories' dates are.
+    """
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -80,9 +85,8 @@ def read_questions(path: str | Path) -> list[ScoreItem]:
         for f in ("id", "bank_id", "question"):
             if f not in r:
                 raise InputError(f"{where}: missing field {f!r}")
-            if not isinstance(r[f], (str, int)) or isinstance(r[f], bool):
-                raise InputError(f"{where}: field {f!r} must be a string")
-        qid = str(r["id"])
+        qid = id_field(r["id"], "id", where)
+        bank_id = id_field(r["bank_id"], "bank_id", where)
         if qid in seen:
             raise InputError(f"{where}: duplicate id {qid!r}")
         seen.add(qid)
@@ -91,10 +95,10 @@ def read_questions(path: str | Path) -> list[ScoreItem]:
             if not isinstance(date, str):
                 raise InputError(f"{where}: field 'date' must be a string")
             try:
-                date = parse_date(date).isoformat()
+                date = parse_date(date, dayfirst=dayfirst).isoformat()
             except ValueError as e:
                 raise InputError(f"{where}: field 'date': {e}") from None
-        out.append(ScoreItem(qid, str(r["bank_id"]), _check_question(r["question"], where), date))
+        out.append(ScoreItem(qid, bank_id, _check_question(r["question"], where), date))
     if not out:
         raise InputError(f"{path}: no questions")
     return out

@@ -10,9 +10,17 @@ and reports questions/s and a time split.
 Output record (one JSON line per question): ``id``, ``bank_id``, ``question``, ``date``,
 ``units`` (selected unit ids in selection order), ``workspace`` (the rendered text),
 ``tokens`` and ``tokenizer``, ``config`` (method, engine, budget, hops, ablation, head, encoder
-and the sha of the full selection config, which the ``.meta.json`` sidecar holds), ``eval``
-(official and evidence metrics, when the item has gold) and ``answer`` (with ``--answer-llm``).
+and the sha of the full selection config, which the ``.meta.json`` sidecar holds),
+``bank_digest`` (:func:`trawmem_gpu.store.verify.bank_digest` of the bank it was selected
+from), ``eval`` (official and evidence metrics, when the item has gold) and ``answer`` (with
+``--answer-llm``; ``null`` plus ``answer_error`` when the request failed after its retries).
 Records hold no timings, so the same job gives the same lines however it is run.
+
+**Resume checks content** (:func:`resume_todo`): a written record is kept only while its
+``bank_id``, ``question``, ``date``, ``bank_digest`` and ``config`` equal what the input would
+give now; a mismatch is refused, naming the id and the difference, or, with
+``rescore_changed``, the record is taken out and scored again. A record whose answer failed is
+always taken out and answered again, as ``trawmem eval`` retries its failed requests.
 """
 from __future__ import annotations
 
@@ -32,6 +40,7 @@ from ..errors import InputError, plural
 from ..eval.longmemeval import DEFAULT_KS, question_record, unit_sessions
 from ..select.config import SelectConfig
 from ..store.bank import Bank
+from ..store.verify import bank_digest
 from ..tokens import TOKENIZER_NAME, count_tokens
 from ..workspace import assemble, headings_for
 from .items import ScoreItem
@@ -119,6 +128,7 @@ class Scorer:
         self._ctx: dict = contexts if contexts is not None else {}
         """bank id -> BankContext (pass one dict to share contexts between scorers of one process)."""
         self.timings: dict[str, float] = {}
+        self._digest: dict[str, str] = {}
         t0 = time.perf_counter()
         if spec.method == "trawmem" and spec.engine == "batched":
             from ..select.engine import SelectionEngine
@@ -188,11 +198,14 @@ class Scorer:
         recs = []
         for it, p in zip(items, picks):
             bank = self.banks[it.bank_id]
+            if it.bank_id not in self._digest:
+                self._digest[it.bank_id] = bank_digest(bank)
             ws = assemble(bank, it.question, p, headings_for(self.spec.method, self.cfg))
             text = ws.render()
             ranked = [bank.turns[int(u)].turn_id for u in p]
             rec = {"id": it.id, "bank_id": it.bank_id, "question": it.question, "date": it.date, "units": ranked,
-                   "workspace": text, "tokens": count_tokens(text), "tokenizer": TOKENIZER_NAME, "config": self.tag}
+                   "workspace": text, "tokens": count_tokens(text), "tokenizer": TOKENIZER_NAME, "config": self.tag,
+                   "bank_digest": self._digest[it.bank_id]}
             if it.gold is not None:
                 ids = [t.turn_id for t in bank.turns]
                 rec["eval"] = question_record(it.id, it.qtype, ranked, it.gold, ids, rec["tokens"], self.spec.ks,
@@ -284,9 +297,76 @@ def say_resume(out: str | Path, n_items: int, n_todo: int) -> None:
               file=sys.stderr, flush=True)
 
 
+RESUME_FIELDS = ("bank_id", "question", "date", "bank_digest", "config", "answer_error")
+"""Fields of each written record the resume check reads (``ResumableJsonl(keep=...)``)."""
+
+
+def _short(v, n: int = 40) -> str:
+    r = repr(v)
+    return r if len(r) <= n else r[: n - 3] + "..."
+
+
+def record_change(old: dict, it: ScoreItem, digest: str, tag: dict) -> str | None:
+    """How the written record ``old`` (its ``RESUME_FIELDS``) differs from what ``it`` would get
+    now, in words (``"question 'a' -> 'b'"``), or None when it does not."""
+    if old.get("bank_id") != it.bank_id:
+        return f"bank_id {_short(old.get('bank_id'))} -> {_short(it.bank_id)}"
+    if old.get("question") != it.question:
+        return f"question {_short(old.get('question'))} -> {_short(it.question)}"
+    if old.get("date") != it.date:
+        return f"date {_short(old.get('date'))} -> {_short(it.date)}"
+    if old.get("bank_digest") != digest:
+        return (f"bank {it.bank_id!r} changed since (digest {old.get('bank_digest') or 'not recorded'} -> "
+                f"{digest})")
+    want = json.loads(json.dumps(tag))
+    have = old.get("config") or {}
+    if have != want:
+        keys = sorted(k for k in set(want) | set(have) if have.get(k) != want.get(k))
+        return "config " + ", ".join(f"{k} {_short(have.get(k), 20)} -> {_short(want.get(k), 20)}" for k in keys)
+    return None
+
+
+def resume_todo(writer: ResumableJsonl, items: list[ScoreItem], coll, spec: ScoreSpec, *,
+                rescore_changed: bool = False) -> tuple[list[ScoreItem], dict]:
+    """The items still to score, after checking every written record against its input.
+
+    A record that no longer matches (:func:`record_change`) is an ``InputError`` naming its id
+    and the difference, unless ``rescore_changed``: then it is taken out of the file and scored
+    again. A record whose answer failed is taken out and answered again (with ``--answer-llm``).
+
+    :returns: ``(todo, {"rescored_changed": n, "retried_answers": n})``
+    """
+    from ..store.files import read_meta
+
+    tag = spec.tag(coll.encoder_id)
+    digests: dict[str, str] = {}
+    changed: dict[str, str] = {}
+    failed: list[str] = []
+    for it in items:
+        old = writer.written.get(it.id)
+        if old is None:
+            continue
+        if it.bank_id not in digests:
+            digests[it.bank_id] = bank_digest(read_meta(coll.bank_path(it.bank_id)))
+        why = record_change(old, it, digests[it.bank_id], tag)
+        if why:
+            changed[it.id] = why
+        elif spec.answer_llm and old.get("answer_error"):
+            failed.append(it.id)
+    if changed and not rescore_changed:
+        first = next(iter(changed))
+        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+        raise InputError(f"{writer.path}: the written record of {first!r} no longer matches the input: "
+                         f"{changed[first]}{more}; rerun with --rescore-changed to score the changed ones again, "
+                         "or --overwrite to start afresh")
+    writer.drop(list(changed) + failed)
+    todo = [it for it in items if it.id not in writer]
+    return todo, {"rescored_changed": len(changed), "retried_answers": len(failed)}
+
+
 def run_score(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, out: str | Path, *,
               batch_size: int = 1024, progress: bool = True, overwrite: bool = False, encoder=None,
-              on_write=None) -> dict:
+              on_write=None, rescore_changed: bool = False) -> dict:
     """Score ``items`` against the banks of ``collection`` into ``out`` (resumable); returns a summary."""
     from tqdm.auto import tqdm
 
@@ -296,7 +376,8 @@ def run_score(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
     t_start = time.perf_counter()
     coll = Collection(collection)
     check_banks(items, coll)
-    writer = ResumableJsonl(out, meta=job_meta(spec, collection, coll.encoder_id), overwrite=overwrite)
+    writer = ResumableJsonl(out, meta=job_meta(spec, collection, coll.encoder_id), overwrite=overwrite,
+                            keep=RESUME_FIELDS)
     timings: dict[str, float] = {}
 
     def add(name, s):
@@ -304,7 +385,7 @@ def run_score(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
 
     n_done = 0
     try:
-        todo = [it for it in items if it.id not in writer]
+        todo, redo = resume_todo(writer, items, coll, spec, rescore_changed=rescore_changed)
         if progress:
             say_resume(out, len(items), len(todo))
         head = None
@@ -344,8 +425,13 @@ def run_score(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
                "skipped_already_written": len(items) - len(todo), "torn_bytes_dropped": writer.torn_bytes,
                "wall_s": wall, "questions_per_s": n_done / wall if wall > 0 else float("nan"),
                "selected_per_s": n_done / timings["select"] if timings.get("select") else None,
-               "timings": timings, "runner": "single-process"}
+               "timings": timings, "runner": "single-process", **redo}
     return summary
+
+
+def answer_failures(out: str | Path) -> int:
+    """Records of ``out`` whose answer request failed (``answer_error``): a rerun retries them."""
+    return sum(1 for r in read_records(out) if r.get("answer_error"))
 
 
 def summarize_output(out: str | Path) -> dict | None:

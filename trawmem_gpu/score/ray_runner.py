@@ -34,8 +34,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from .items import ScoreItem
-from .job import (ScoreSpec, Scorer, check_banks, collection_encoder, encode_questions, job_meta, plan_batches,
-                  say_resume)
+from .job import (RESUME_FIELDS, ScoreSpec, Scorer, check_banks, collection_encoder, encode_questions, job_meta,
+                  plan_batches, resume_todo, say_resume)
 from .writer import ResumableJsonl
 
 
@@ -121,7 +121,8 @@ class GroupScorer:
 
 def score_ray(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, out: str | Path, *,
               address: str | None = None, workers: int = 2, group_size: int | None = None,
-              threads_per_worker: int = 1, progress: bool = True, overwrite: bool = False, on_write=None) -> dict:
+              threads_per_worker: int = 1, progress: bool = True, overwrite: bool = False, on_write=None,
+              rescore_changed: bool = False) -> dict:
     """The scoring job on Ray Data (same output and resume rules as :func:`run_score`)."""
     from tqdm.auto import tqdm
 
@@ -130,14 +131,15 @@ def score_ray(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
     t_start = time.perf_counter()
     coll = Collection(collection)
     check_banks(items, coll)
-    writer = ResumableJsonl(out, meta=job_meta(spec, collection, coll.encoder_id), overwrite=overwrite)
+    writer = ResumableJsonl(out, meta=job_meta(spec, collection, coll.encoder_id), overwrite=overwrite,
+                            keep=RESUME_FIELDS)
     timings: dict[str, float] = {}
     n_done = 0
     first_s = t_last = None
     n_first = 0
     pids: set = set()
     try:
-        todo = [it for it in items if it.id not in writer]
+        todo, redo = resume_todo(writer, items, coll, spec, rescore_changed=rescore_changed)
         if progress:
             say_resume(out, len(items), len(todo))
         if workers < 1:
@@ -193,7 +195,7 @@ def score_ray(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
             "first_result_s": first_s,
             "steady_questions_per_s": (n_done - n_first) / (t_last - first_s) if first_s and t_last > first_s else None,
             "groups": len(groups), "workers": workers, "worker_pids": len(pids),
-            "timings_summed_over_workers": timings, "runner": "ray"}
+            "timings_summed_over_workers": timings, "runner": "ray", **redo}
 
 
 class _BuildActor:

@@ -1,7 +1,9 @@
 """Append-only, resumable JSON Lines output with exactly-once ids across restarts.
 
 * **One writer.** The file is locked (``filelock``, a maintained cross-platform lock library)
-  for the lifetime of the writer; a second writer fails at once with a clear error.
+  for the lifetime of the writer; a second writer fails at once with a clear error. The lock
+  (and the sidecar) belong to the real file, the path with every symlink resolved, so two
+  paths that reach one file through a link take the same lock.
 * **No half lines.** Each batch of records goes to the file in one ``os.write`` of complete
   lines followed by ``fsync``: a killed process leaves whole lines (a kernel write to a regular
   file is not split by the process dying). A power cut can still tear the last line: on open,
@@ -11,6 +13,10 @@
   is an error naming the line, never silently dropped.
 * **Same job.** A sidecar ``<file>.meta.json`` records the job's configuration; resuming with a
   different configuration is refused unless ``overwrite`` (which starts the file afresh).
+* **Same content.** The fields named by ``keep`` of every written record are kept in
+  ``written`` (id -> fields), so the job can compare each record with its input (the question,
+  the bank digest, the config: see ``score.job.resume_todo``), not only its id. ``drop(ids)``
+  takes records out again (to score them anew), by an atomic rewrite of the file under the lock.
 """
 from __future__ import annotations
 
@@ -26,13 +32,18 @@ class ResumableJsonl:
 
     :param meta: the job configuration; stored beside the file, and compared on resume
     :param overwrite: discard an existing file (and its sidecar) instead of resuming it
+    :param keep: fields of each written record to keep in ``written`` for the caller's checks
     """
 
-    def __init__(self, path: str | Path, *, key: str = "id", meta: dict | None = None, overwrite: bool = False):
+    def __init__(self, path: str | Path, *, key: str = "id", meta: dict | None = None, overwrite: bool = False,
+                 keep: tuple[str, ...] = ()):
         from filelock import FileLock, Timeout
 
-        self.path = Path(path)
+        self.path = Path(path).resolve()  # the real file: a symlinked --out shares its lock
         self.key = key
+        self.keep = tuple(keep)
+        self.written: dict[str, dict] = {}
+        """id -> the ``keep`` fields of its written record."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = FileLock(str(self.path) + ".lock")
         try:
@@ -74,9 +85,11 @@ class ResumableJsonl:
             except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
                 raise InputError(f"{self.path}:{ln}: corrupt record ({type(e).__name__}); the file was not written "
                                  "by `trawmem score` alone: repair it or use --overwrite") from None
-            if rid in self.ids:
+            if str(rid) in self.ids:
                 raise InputError(f"{self.path}:{ln}: duplicate {self.key} {rid!r}")
             self.ids.add(str(rid))
+            if self.keep:
+                self.written[str(rid)] = {k: rec.get(k) for k in self.keep}
 
     def _check_meta(self, meta: dict | None) -> None:
         if meta is None:
@@ -116,10 +129,41 @@ class ResumableJsonl:
         os.fsync(self._fd)
         self.ids.update(new)
 
+    def drop(self, ids) -> int:
+        """Take the records of ``ids`` out of the file (an atomic rewrite, fsynced, under the
+        lock this writer holds); returns how many went. A kill leaves the old file or the new."""
+        ids = {str(i) for i in ids} & self.ids
+        if not ids:
+            return 0
+        data = self.path.read_bytes()
+        keep = []
+        for line in data[: data.rfind(b"\n") + 1].split(b"\n"):
+            if line.strip() and str(json.loads(line)[self.key]) not in ids:
+                keep.append(line + b"\n")
+        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        with open(tmp, "wb") as f:
+            f.write(b"".join(keep))
+            f.flush()
+            os.fsync(f.fileno())
+        os.close(self._fd)
+        self._fd = None
+        os.replace(tmp, self.path)
+        dfd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.ids -= ids
+        for i in ids:
+            self.written.pop(i, None)
+        return len(ids)
+
     def close(self) -> None:
         if getattr(self, "_fd", None) is not None:
             os.close(self._fd)
             self._fd = None
+        if self._lock.is_locked:
             self._lock.release()
 
     def __enter__(self):

@@ -286,9 +286,10 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
     errors = {s: {"model": Error} for s in (401, 404, 413, 422, 429, 503, 504)}
 
     # The two query routes take the raw request: the key through the same security objects, the
-    # body validated by pydantic straight from its JSON bytes (``body_of``). FastAPI's dependency
-    # solving and stdlib JSON parsing were over a third of the event loop's time per query; the
-    # OpenAPI document still shows both bodies and the security (``documented_body``).
+    # body validated by pydantic straight from its JSON bytes (``body_of``), skipping FastAPI's
+    # dependency solving and the stdlib JSON parse, a large share of the event loop's work per
+    # query (docs/design-notes.md); the OpenAPI document still shows both bodies and the
+    # security (``documented_body``).
     async def tenant_of_request(request: Request) -> Tenant:
         return await tenant_of(await bearer(request), await api_key(request))
 

@@ -68,7 +68,8 @@ def cmd_serve_key(a) -> int:
 
 
 def add_commands(sub) -> None:
-    from ..cli_args import nonneg_int, positive_float, positive_int
+    from ..cli_args import budget_int, hops_int, nonneg_float, nonneg_int, port_int, positive_float, positive_int, \
+        token_budget_int
     from .config import ServeConfig
 
     d = ServeConfig()
@@ -77,10 +78,10 @@ def add_commands(sub) -> None:
     s.add_argument("--collection", default=d.collection, help="collection directory (created when missing)")
     s.add_argument("--sample", action="store_true", help="first build the bundled sample conversation into it")
     s.add_argument("--host", default=d.host, help="bind address; other than 127.0.0.1 needs --keys")
-    s.add_argument("--port", type=nonneg_int, default=d.port, help="TCP port (0: a free one)")
+    s.add_argument("--port", type=port_int, default=d.port, help="TCP port (0: a free one)")
     s.add_argument("--keys", help="keys file (sha256 of API keys -> tenants); see `trawmem serve-key`")
     s.add_argument("--max-batch", type=positive_int, default=d.max_batch, help="most queries per engine batch")
-    s.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms,
+    s.add_argument("--max-wait-ms", type=nonneg_float, default=d.max_wait_ms,
                    help="longest a query waits for a batch to fill when the engine is idle")
     s.add_argument("--max-queue", type=positive_int, default=d.max_queue, help="queued queries before 429")
     s.add_argument("--encode-chunk", type=positive_int, default=d.encode_chunk,
@@ -89,9 +90,9 @@ def add_commands(sub) -> None:
                    help="per-query deadline in seconds (then 504)")
     s.add_argument("--max-body-bytes", type=positive_int, default=d.max_body_bytes,
                    help="largest request body (then 413)")
-    s.add_argument("--max-budget", type=positive_int, default=d.max_budget, help="largest per-request budget")
-    s.add_argument("--max-hops", type=nonneg_int, default=d.max_hops, help="largest per-request hops")
-    s.add_argument("--max-token-budget", type=positive_int, default=d.max_token_budget,
+    s.add_argument("--max-budget", type=budget_int, default=d.max_budget, help="largest per-request budget")
+    s.add_argument("--max-hops", type=hops_int, default=d.max_hops, help="largest per-request hops")
+    s.add_argument("--max-token-budget", type=token_budget_int, default=d.max_token_budget,
                    help="largest per-request token_budget")
     s.add_argument("--max-engines", type=positive_int, default=d.max_engines,
                    help="engines kept for distinct (budget, hops, token_budget) (each holds a copy of the banks)")

@@ -43,9 +43,9 @@ class ServeConfig:
     """Largest per-request ``token_budget`` (T) accepted (``--max-token-budget``)."""
     encode_chunk: int = 16
     """Questions per encoder forward pass within a batch (the batch is length-sorted, then cut;
-    ``--encode-chunk``): 16 was fastest for MiniLM on one CPU thread, 3.60 ms of CPU per question
-    against 4.40 at 64 and 7.47 one at a time (ONNX Runtime: 1.69, 2.28, 3.80;
-    ``benchmarks/bench_serve.py``); on a GPU take the whole batch."""
+    ``--encode-chunk``). On a CPU the default is the size that cost least CPU per question for
+    MiniLM on one thread, among one at a time and chunks of 8-64 (``benchmarks/bench_serve.py``
+    measures each; docs/design-notes.md). On a GPU take the whole batch."""
     max_batch_request: int = 256
     """Most requests in one ``POST /v1/select/batch``."""
     max_turns_per_append: int = 1000

@@ -1,8 +1,9 @@
 """HTTP in front processes, selection in one engine process: ``trawmem serve --http-workers N``.
 
 In one process, HTTP parsing, key checks, validation and JSON share one GIL with the engine
-and the workspace assembly (about 0.13 ms of HTTP per query against 0.13 ms of engine with
-client vectors, ``benchmarks/bench_serve.py``). With ``--http-workers N``:
+and the workspace assembly, and with client-supplied vectors the HTTP side costs about as much
+per query as the engine (``benchmarks/bench_serve.py``; docs/design-notes.md). With
+``--http-workers N``:
 
 * the **engine process** (the command's own) owns the :class:`~.service.SelectionService`
   (banks, encoder, dynamic batcher, appends and their single writer) and answers on a private

@@ -33,6 +33,10 @@ ids differing only in letter case get different names on case-insensitive file s
   can be created) reads go ahead without the lock.
 * ``lock()`` and ``bank_lock(bank_id)`` are the two locks as context managers, for callers that
   need a larger critical section. Order: a bank lock before the collection lock, never after.
+* **A lost index.** A directory whose ``banks/`` holds bank directories but which has no
+  ``collection.json`` is refused (also with ``create=True``), never taken as new: a fresh index
+  would list only the new banks and orphan the others. :func:`repair_index` (``trawmem
+  repair-index DIR``) rebuilds the index from the banks' own metadata.
 * The index is read when the collection is opened; ``refresh()`` re-reads it, and ``load`` of an
   id not yet known re-reads it once, so a long-lived reader (a server) sees banks added by
   other processes.
@@ -79,6 +83,14 @@ def _valid_dirname(name) -> bool:
     return isinstance(name, str) and bool(re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name)) and len(name) <= 120
 
 
+def _bank_dirs(path: Path) -> list[str]:
+    """Names of the bank directories under ``path/banks`` (temporaries and leftovers excluded)."""
+    bdir = path / BANKS
+    if not bdir.is_dir():
+        return []
+    return sorted(p.name for p in bdir.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
 class Collection:
     """A directory of banks. ``Collection(dir)`` opens one; ``create=True`` also starts a new one
     (nothing is written before the first ``put``) in a new or empty directory, or one that holds
@@ -97,6 +109,10 @@ class Collection:
             self.refresh()
         elif (self.path / "meta.json").exists():
             raise BankError(f"{self.path} is a single bank, not a collection; open it with load_bank()")
+        elif _bank_dirs(self.path):  # a lost index, or another writer's first put under way
+            with self.lock(reading=True):  # a put holds the lock from its first bank to the index
+                self._refuse_lost_index()
+                self.refresh()
         elif not create:
             if not self.path.exists():
                 raise BankError(f"{self.path}: does not exist (no collection there)")
@@ -110,6 +126,18 @@ class Collection:
                                 f"choose a new or empty directory")
 
     # -- index ------------------------------------------------------------------------------
+    def _refuse_lost_index(self) -> None:
+        """A ``BankError`` when bank directories exist but the index does not (call under the
+        lock): a fresh index would orphan them."""
+        if (self.path / INDEX).exists():
+            return
+        orphans = _bank_dirs(self.path)
+        if orphans:
+            raise BankError(f"{self.path}: the collection index {INDEX} is missing but {BANKS}/ holds "
+                            f"{len(orphans)} bank director{'y' if len(orphans) == 1 else 'ies'} "
+                            f"({name_list(orphans)}); rebuild the index from the banks' own metadata with "
+                            f"`trawmem repair-index {self.path}`")
+
     def refresh(self) -> None:
         """Re-read the index from disk (banks other writers added since)."""
         ip = self.path / INDEX
@@ -151,6 +179,7 @@ class Collection:
         """Write the index of a new, empty collection (opened with ``create=True``), so the
         directory is a collection from now on; False when one is there already."""
         with self.lock():
+            self._refuse_lost_index()  # bank directories without an index are not a new collection
             self.refresh()
             if (self.path / INDEX).exists():
                 return False
@@ -277,6 +306,7 @@ class Collection:
         """``put`` for many banks: one lock hold, one index write per ``group`` banks."""
         for i in range(0, len(banks), group):
             with self.lock():
+                self._refuse_lost_index()
                 self.refresh()
                 if i == 0:
                     self._sweep()
@@ -297,6 +327,7 @@ class Collection:
                 if new is not None and new.bank_id != bank_id:
                     raise BankError(f"update of bank {bank_id!r} returned bank {new.bank_id!r}")
                 with self.lock():
+                    self._refuse_lost_index()
                     self.refresh()
                     if self._revision(bank_id) != rev:
                         continue  # another writer's put landed meanwhile: apply fn to its bank
@@ -305,6 +336,65 @@ class Collection:
                         self._write([new])
                     return new
         raise BankError(f"{self.path}: bank {bank_id!r} kept changing under {tries} attempts to update it")
+
+
+def repair_index(path: str | Path, *, timeout: float = LOCK_TIMEOUT_S) -> dict:
+    """Rebuild ``path/collection.json`` from the banks' own metadata (``trawmem repair-index``).
+
+    Under the collection lock: a bank left aside as ``banks/.<name>.old-*`` by a write killed
+    between its two renames is first put back; then every bank directory's checked
+    ``meta.json`` gives its bank id and encoder, and the index is written atomically. Refused,
+    with nothing written, when a directory holds no readable bank, two directories hold one bank
+    id, or the banks disagree on the encoder.
+
+    :returns: ``{"banks": n, "added": [ids not in the old index], "dropped": [ids of the old
+        index with no directory], "encoder_id": ...}``
+    """
+    path = Path(path)
+    if not (path / BANKS).is_dir():
+        raise BankError(f"{path}: no {BANKS}/ directory, so no banks to index")
+    coll = Collection.__new__(Collection)
+    coll.path, coll.timeout, coll.banks, coll.encoder_id = path, float(timeout), {}, None
+    with coll.lock():
+        old: dict = {}
+        if (path / INDEX).exists():
+            try:
+                coll.refresh()
+                old = dict(coll.banks)
+            except BankError:
+                old = {}  # a corrupt index is what is being repaired
+        bdir = path / BANKS
+        for p in sorted(bdir.glob(".*.old-*")):
+            live = bdir / p.name[1:p.name.rindex(".old-")]
+            if p.is_dir() and not live.exists():
+                os.replace(p, live)
+        banks: dict[str, str] = {}
+        encoders: dict[str, str] = {}
+        for name in _bank_dirs(path):
+            if not _valid_dirname(name):
+                raise BankError(f"{bdir / name}: not a bank directory name this store writes; move it out of "
+                                f"{bdir} and run `trawmem repair-index {path}` again")
+            try:
+                meta = read_meta(bdir / name)
+            except BankError as e:
+                raise BankError(f"cannot repair the index of {path}: {e}; remove or move {bdir / name} and run "
+                                f"`trawmem repair-index {path}` again") from None
+            bid = meta.get("bank_id")
+            if not isinstance(bid, str):
+                raise BankError(f"{bdir / name / 'meta.json'}: no bank id in the metadata")
+            if bid in banks:
+                raise BankError(f"cannot repair the index of {path}: {bdir / banks[bid]} and {bdir / name} both "
+                                f"hold bank {bid!r}; remove one")
+            banks[bid] = name
+            encoders[bid] = meta.get("encoder_id")
+        if len(set(encoders.values())) > 1:
+            raise BankError(f"cannot repair the index of {path}: its banks were encoded with "
+                            f"{sorted(map(str, set(encoders.values())))}; one collection holds one embedding space")
+        coll.banks = banks
+        coll.encoder_id = next(iter(encoders.values()), None)
+        coll._write_index()
+    return {"banks": len(banks), "added": [b for b in banks if b not in old],
+            "dropped": [b for b in old if b not in banks], "encoder_id": coll.encoder_id}
 
 
 @dataclass
