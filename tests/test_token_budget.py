@@ -67,9 +67,10 @@ def test_config_rule_and_errors():
 # ----------------------------------------------------------------------------------------------
 # token costs, from the renderer's own lines
 # ----------------------------------------------------------------------------------------------
-def _extractive_bank(seed=3, lens=(3, 5, 2, 4, 1, 6)):
+def _extractive_bank(seed=3, lens=(3, 5, 2, 4, 1, 6), when=None):
     """A bank whose heads are extractive (``[date] A & B: A: quote``), so showing the quoted turn
-    drops the quote from the heading; texts with trailing punctuation, line breaks and captions."""
+    drops the quote from the heading; texts with trailing punctuation, line breaks and captions.
+    Every turn dated 8 May 2023, or ``when(unit index)`` (a datetime)."""
     from trawmem_gpu.construct.heads import extractive_head
     from trawmem_gpu.data.types import Turn
 
@@ -77,10 +78,11 @@ def _extractive_bank(seed=3, lens=(3, 5, 2, 4, 1, 6)):
     rng = np.random.default_rng(seed)
     ends = ["", ".", "!!", "?)", " ...", ":\n", "\nok"]
     turns = []
-    for t in bank.turns:
+    for i, t in enumerate(bank.turns):
         text = t.text + ends[int(rng.integers(len(ends)))]
         cap = "a photo of a dog" if rng.random() < 0.2 else None
-        turns.append(Turn(t.turn_id, t.speaker, text, t.session, "8 May 2023", _date(), cap))
+        d = _date() if when is None else when(i)
+        turns.append(Turn(t.turn_id, t.speaker, text, t.session, f"{d.day} {d:%B %Y}", d, cap))
     heads = []
     for j in range(bank.n_threads):
         idx = list(bank.thread_units(j))
@@ -109,14 +111,94 @@ def test_token_costs_come_from_the_renderer(heads):
         assert real <= est <= real + 1, (v, unit_line(bank.turns[v], heads), real, est)
         exact += real == est
     assert exact > bank.n_units // 2
-    # any set: the additive cost never comes short, and is over by little
+    # any set: the additive cost never comes short, and is over by little: all threads here share
+    # one date, so under ``date`` they share one heading, credited (one heading run); under
+    # ``gist`` a heading left with its date only and shared with the one above is not credited
+    from trawmem_gpu.tokens import count_tokens
+
     rng = np.random.default_rng(0)
+    merged = 0
     for _ in range(300):
         S = rng.choice(bank.n_units, size=int(rng.integers(1, bank.n_units + 1)), replace=False)
-        real = assemble(bank, "q", list(S), heads).n_tokens
-        est = c.cost(S, bank.unit_thread)
-        assert real <= est <= real + len(S), (sorted(S), real, est)
+        ws = assemble(bank, "q", list(S), heads)
+        real, est = ws.n_tokens, c.cost(S, bank.unit_thread)
+        shared = len(ws.blocks) - ws.render().count("## ") if heads != "none" else 0
+        uncredited = shared * count_tokens("## 8 May 2023\n") if heads == "gist" else 0
+        assert real <= est <= real + len(S) + uncredited, (sorted(S), real, est)
+        merged += shared
+    assert merged > 100 if heads != "none" else merged == 0
     assert c.cost([], bank.unit_thread) == 0
+
+
+def _dated_bank(days):
+    """An extractive bank of two-turn threads, thread ``j`` dated ``days[j]`` March 2031 (a pair of
+    days: its two turns dated apart)."""
+    from datetime import datetime
+
+    def when(i):
+        d = days[i // 2]
+        return datetime(2031, 3, d[i % 2] if isinstance(d, list) else d)
+    return _extractive_bank(seed=4, lens=(2,) * len(days), when=when)
+
+
+def test_same_date_threads_share_one_heading():
+    """Consecutive blocks under one date show one ``## date`` heading (their blocks still apart by a
+    blank line); the token costs credit the shared heading of same-date threads next to each other
+    in the bank (``heading_run``) and stay an upper bound, exact where the rendering is."""
+    from trawmem_gpu.tokens import count_tokens
+    from trawmem_gpu.workspace import date_label, heading_line
+
+    bank = _dated_bank([2, 2, 2, 5, 2, [6, 7], 6, 8, 8])
+    every = list(range(bank.n_units))
+    text = assemble(bank, "q", every).render()
+    heads = [ln for ln in text.splitlines() if ln.startswith("## ")]
+    assert heads == ["## 2 March 2031", "## 5 March 2031", "## 2 March 2031", "## 6 March 2031", "## 8 March 2031"]
+    assert text.count("\n\n") == bank.n_threads - 1  # one block per thread, as before
+    assert text.startswith("## 2 March 2031\n[") and "\n\n[" in text
+    # apart in the bank, next to each other in the workspace: shared too (threads 0 and 2)
+    assert assemble(bank, "q", [0, 4]).render().count("## ") == 1
+    costs = token_costs(bank, "date")
+    assert costs.heading_run.tolist() == [0, 0, 0, 3, 4, 5, 6, 7, 7]  # thread 5 has two dates: alone
+    # dropping a heading takes exactly its own tokens off: merged == unmerged - dropped headings
+    rng = np.random.default_rng(2)
+    for _ in range(200):
+        S = sorted(rng.choice(bank.n_units, size=int(rng.integers(1, bank.n_units + 1)), replace=False).tolist())
+        ws = assemble(bank, "q", S)
+        apart = "\n".join(sum(([heading_line(date_label(b.units[0]), None)] + [unit_line(t, True) for t in b.units]
+                               + [""] for b in ws.blocks), [])).strip() + "\n"  # every heading written
+        shown = ws.render().splitlines()
+        dropped = [ln for ln in apart.splitlines() if ln.startswith("## ")]
+        for ln in (x for x in shown if x.startswith("## ")):
+            dropped.remove(ln)
+        assert ws.n_tokens == count_tokens(apart) - sum(count_tokens(h + "\n") for h in dropped)
+        est = costs.cost(S, bank.unit_thread)
+        per_thread = replace(costs, heading_run=None).cost(S, bank.unit_thread)  # a heading per thread
+        hit = {int(bank.unit_thread[u]) for u in S}
+        runs = {int(costs.heading_run[j]) for j in hit}
+        # over by a token per unit at most, plus the headings shared across runs (threads 0 and 4)
+        uncredited = (len(dropped) - (len(hit) - len(runs))) * count_tokens("## 2 March 2031\n")
+        assert ws.n_tokens <= est <= ws.n_tokens + len(S) + uncredited, (S, est, ws.n_tokens)
+        assert (est < per_thread) == (len(runs) < len(hit)) and est <= per_thread
+    # gist: a heading is shared only when it is the very same line (no gist left on either)
+    g = assemble(bank, "q", [0, 2], "gist")
+    gh = [ln for ln in g.render().splitlines() if ln.startswith("## ")]
+    assert len(gh) == len(set(gh)) and all(h.startswith("## 2 March 2031") for h in gh)
+    if all(b.gist for b in g.blocks):
+        assert len(gh) == 2 and all(" — " in h for h in gh)
+    gc = token_costs(bank, "gist")
+    assert gc.heading_run is None or (gc.heading_run == np.arange(bank.n_threads)).all()
+    pairs = 0
+    for j in range(bank.n_threads - 1):  # both threads shown whole: every quote shown
+        S = list(bank.thread_units(j)) + list(bank.thread_units(j + 1))
+        both = assemble(bank, "q", S, "gist")
+        if [b.gist for b in both.blocks] == [None, None] and len(set(map(date_label, both.blocks[0].units
+                                                                          + both.blocks[1].units))) == 1:
+            assert both.render().count("## ") == 1  # the date only, twice: one heading
+            assert gc.cost(S, bank.unit_thread) >= both.n_tokens
+            pairs += 1
+    assert pairs
+    # none: no headings, every line dated
+    assert "## " not in assemble(bank, "q", every, "none").render()
 
 
 def test_fit_to_tokens_drops_picks_from_the_end():

@@ -76,15 +76,17 @@ def test_other_tokenizers_fall_back_to_the_full_count(monkeypatch):
 def test_real_workspaces_count_exactly(dev_path):
     """Random unit sets (1-40 units, odd sizes) of the dev banks, under every ``headings`` mode
     (date and gist, date only, none: every line then carries its date): the cached count is the
-    count of the rendered text."""
+    count of the rendered text, and the knapsack's additive token costs (``token_costs``, which
+    credit same-date threads their shared heading) bound it from above."""
     from trawmem_gpu.config import BuildConfig
     from trawmem_gpu.eval.retrieval import banks_for
-    from trawmem_gpu.workspace import HEADINGS, assemble
+    from trawmem_gpu.workspace import HEADINGS, assemble, token_costs
 
     _, banks, _ = banks_for(dev_path, BuildConfig(), progress=False)
     rng = np.random.default_rng(0)
-    n = 0
+    n, shared, over = 0, 0, []
     for bank in banks[:4]:
+        costs = {h: token_costs(bank, h) for h in HEADINGS}
         for _ in range(100):
             k = int(rng.integers(1, min(41, bank.n_units + 1)))
             units = rng.choice(bank.n_units, size=k, replace=False).tolist()
@@ -92,5 +94,12 @@ def test_real_workspaces_count_exactly(dev_path):
                 w = assemble(bank, "q", units, headings)
                 text = w.render()
                 assert count_tokens_cached(text) == count_tokens(text) == w.n_tokens
+                est = costs[headings].cost(units, bank.unit_thread)
+                assert est >= w.n_tokens, (bank.bank_id, headings, sorted(units), est, w.n_tokens)
+                over.append(est - w.n_tokens)
+                heads = [ln for ln in text.splitlines() if ln.startswith("## ")]
+                shared += len(w.blocks) - len(heads) if headings == "date" else 0
                 n += 1
     assert n == 400 * len(HEADINGS) and len(tokens._piece_counts) > 100
+    assert shared > 100  # same-date threads did share headings, and the bound held with them
+    assert np.mean(over) < 1.0  # ... and stayed tight (the merged headings are credited)

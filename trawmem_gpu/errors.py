@@ -46,6 +46,15 @@ def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
+def read_json_object(path, label: str, malformed: str, error: type[Exception] = InputError) -> dict:
+    """:func:`read_json` for a document that must be a JSON object (a sidecar, a config):
+    anything else raises ``error("{label}: {malformed} (a JSON list, not an object)")``."""
+    doc = read_json(path, label, malformed, error)
+    if not isinstance(doc, dict):
+        raise error(f"{label}: {malformed} (a JSON {type(doc).__name__}, not an object)")
+    return doc
+
+
 def read_json(path, label: str, malformed: str, error: type[Exception] = InputError):
     """The JSON document in the file ``path``. A missing file raises ``error("{label}: file not
     found")``; an unreadable, non-UTF-8 or malformed one ``error("{label}: {malformed} (why)")``."""

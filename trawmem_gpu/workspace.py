@@ -7,12 +7,17 @@ Rendered format (what the answer model reads, and what ``context_tokens`` counts
     [S1:8] Ben: She moved to Rotterdam last month for a job at the port authority.
 
 * one ``##`` heading per thread, threads in source order: the date of the thread (a thread
-  never crosses a session, so it dates all its units). That is all a heading shows by default
+  never crosses a session, so it dates all its units). A heading identical to the one in force
+  (the block above's) is not repeated: consecutive threads of one date share one ``## date``
+  heading, their blocks still apart by a blank line. That is all a heading shows by default
   (``headings="date"``, ``SelectConfig.headings``): a gist costs tokens that, under a token
   budget, could hold more turns (the comparison: docs/design-notes.md). With
   ``headings="gist"`` it goes on with ``—`` and the thread's gist: for an extractive head its most
   central turn (``speaker: words ...``, clipped), for an LLM head its one-sentence summary; the
-  gist is left out when that very turn is among the units shown;
+  gist is left out when that very turn is among the units shown. The gist tells the threads
+  apart, so under ``gist`` a heading is shared only when it is the same line (same date, no gist
+  left on either: both threads' quoted turns are shown); the date part alone is not split off
+  (``## date`` then ``— gist`` lines would cost more tokens than they save);
 * one line per selected unit, in thread order: ``[turn id] speaker: text``, then
   ``[shares an image: caption]`` for a shared image;
 * without headings (``headings="none"``: the baselines) each line carries its own date:
@@ -21,8 +26,9 @@ Rendered format (what the answer model reads, and what ``context_tokens`` counts
 
 Token budgets (``SelectConfig.token_budget``) pay for this text. :func:`token_costs` gives each
 unit's and each thread heading's token cost from the same line writers the rendering uses, so
-that ``sum_{v in S} unit[v] + sum_{threads j that S hits} heading[j]`` bounds what the rendered
-workspace of ``S`` costs (tight: over by 0.03 tokens on average); :func:`fit_to_tokens` checks a
+that ``sum_{v in S} unit[v] + sum_{heading runs r that S hits} heading[r]`` bounds what the
+rendered workspace of ``S`` costs (a run: consecutive threads of one date, which share one heading
+under ``date``; tight: over by 0.03 tokens on average); :func:`fit_to_tokens` checks a
 selection against the budget (rendering it where that bound does not settle it).
 
 Texts are shown as the source wrote them except for characters that could mislead the reader
@@ -129,10 +135,13 @@ class Workspace:
     def render(self) -> str:
         """Text for the answer model, in the format of the module docstring (:func:`heading_line`
         and :func:`unit_line` write its lines; :func:`token_costs` counts the same lines)."""
-        out = []
+        out, above = [], None
         for b in self.blocks:
             if b.head is not None:
-                out.append(heading_line(date_label(b.units[0]), b.gist))
+                h = heading_line(date_label(b.units[0]), b.gist)
+                if h != above:  # the heading in force already says it
+                    out.append(h)
+                above = h
             out += [unit_line(t, with_heads=b.head is not None) for t in b.units]
             out.append("")
         return "\n".join(out).strip() + "\n"
@@ -182,8 +191,15 @@ def assemble(bank: Bank, question: str, units: list[int], headings: Headings = D
 class TokenCosts:
     """Additive token costs (``cl100k_base``) of one bank's workspace lines.
 
-    The rendered workspace of a unit set ``S`` costs at most ``sum_{v in S} unit[v] + sum_{j hit
-    by S} heading[j]``: a thread's heading is paid once, when its first unit enters. Why at most
+    The rendered workspace of a unit set ``S`` costs at most ``sum_{v in S} unit[v] + sum_{r hit
+    by S} heading[r]``, ``r`` over the heading runs (``heading_run``) that ``S`` hits: a heading is
+    paid once, when the first unit of its run enters. A run is a stretch of consecutive threads
+    that all show one and the same heading line (under ``date``: each thread of one date label, the
+    same for all); the threads of a run that ``S`` hits are consecutive blocks of its workspace, so
+    :meth:`Workspace.render` writes their heading once, and removing a heading line after a blank
+    line takes exactly its own count off (the blank line joins the newline before it either way).
+    Other merges (same-date threads apart in the bank with nothing shown between them, a ``gist``
+    heading left with its date only) go uncredited: they only make the rendering cheaper. Why at most
     (``bounded``): the tokenizer counts a text of lines line by line (``tokens.lines_count_apart``;
     every workspace line starts with ``[`` or ``#``), except that the blank line between blocks
     joins the newline before it, and the rendering strips trailing whitespace off its last line
@@ -191,7 +207,8 @@ class TokenCosts:
     join costs a token, and a heading is charged in full less, per shown quoted turn, the least
     that showing it takes off the heading whatever else is shown (counted on every variant), so
     the charges never exceed what the heading really loses. ``benchmarks/token_costs.py`` checks
-    the bound, and how tight it is, against the real rendering (docs/design-notes.md).
+    the bound, and how tight it is, against the real rendering (docs/design-notes.md; under
+    ``gist`` the uncredited shared headings leave it looser).
     """
 
     unit: np.ndarray
@@ -208,11 +225,21 @@ class TokenCosts:
     """The sum bounds the rendered workspace's tokens from above (as argued above): the tokenizer
     counts lines apart and no thread quotes more than :data:`MAX_QUOTED` turns. Else
     :func:`fit_to_tokens` renders every workspace to check it."""
+    heading_run: np.ndarray | None = None
+    """[J] int64: for each thread, the first thread of its heading run (itself when it shares its
+    heading with no thread before it; ``heading`` is the same over a run). None: every thread is
+    its own run. A knapsack that pays ``heading[heading_run[j]]`` once per run (rather than
+    ``heading[j]`` once per thread, which is also an upper bound) sees the merged headings."""
+
+    def runs(self, threads: np.ndarray) -> np.ndarray:
+        """The heading run (its first thread) of each of ``threads`` (bank thread indices)."""
+        threads = np.asarray(threads, dtype=np.int64)
+        return threads if self.heading_run is None else self.heading_run[threads]
 
     def cost(self, units, unit_thread: np.ndarray) -> int:
         """The additive cost of the unit set ``units`` (bank unit indices)."""
         u = np.unique(np.asarray(list(units), dtype=np.int64))
-        return int(self.unit[u].sum() + self.heading[np.unique(unit_thread[u])].sum()) if len(u) else 0
+        return int(self.unit[u].sum() + self.heading[np.unique(self.runs(unit_thread[u]))].sum()) if len(u) else 0
 
 
 MAX_QUOTED = 4
@@ -240,9 +267,12 @@ def token_costs(bank: Bank, headings: Headings = DEFAULT_HEADINGS) -> TokenCosts
                   for j in range(bank.n_threads)}
         flat = list(dict.fromkeys(lbl for v in labels.values() for lbl in v))
         cnt = dict(zip(flat, count_tokens_many([heading_line(lbl, None) + "\n" for lbl in flat])))
+        run = np.arange(bank.n_threads, dtype=np.int64)
         for j, v in labels.items():
             heading[j] = max((cnt[lbl] for lbl in v), default=0)
-        return TokenCosts(unit, heading, headings, bounded)
+            if j and len(v) == 1 and labels[j - 1] == v:  # one date, the one before's: one heading
+                run[j] = run[j - 1]
+        return TokenCosts(unit, heading, headings, bounded, run)
     threads = []  # per thread: (unit ids, date labels, quoted positions, heading variants counted)
     head_lines: dict = {}
     for j in range(bank.n_threads):

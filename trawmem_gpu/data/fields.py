@@ -47,7 +47,9 @@ def _kind(v) -> str:
     return {"dict": "an object", "list": "a list"}.get(type(v).__name__, type(v).__name__)
 
 
-def _valid_unicode(s: str, name: str, where: str) -> str:
+def valid_unicode(s: str, name: str, where: str) -> str:
+    """``s`` when it is encodable as UTF-8; else an ``InputError`` naming ``where``, the field and
+    the lone surrogate (the one rule of every reader: turns, benchmark questions, question files)."""
     try:
         s.encode("utf-8")
     except UnicodeEncodeError as e:
@@ -64,7 +66,7 @@ def id_field(v, name: str, where: str) -> str:
         raise InputError(f"{where}: field {name!r} must be a string or an integer, got {_kind(v)}")
     if not v.strip():
         raise InputError(f"{where}: field {name!r} is empty")
-    _valid_unicode(v, name, where)
+    valid_unicode(v, name, where)
     m = _CONTROL.search(v)
     if m:
         raise InputError(f"{where}: field {name!r} holds the control character {m.group(0)!r}")
@@ -77,7 +79,7 @@ def str_field(v, name: str, where: str, *, empty_ok: bool = True) -> str:
         raise InputError(f"{where}: field {name!r} must be a string, got {_kind(v)}")
     if not empty_ok and not v.strip():
         raise InputError(f"{where}: field {name!r} is empty")
-    return _valid_unicode(v, name, where)
+    return valid_unicode(v, name, where)
 
 
 def caption_field(v, name: str, where: str) -> str | None:

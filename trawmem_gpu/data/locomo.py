@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import InputError
 from .dates import parse_date
 from .evidence import parse_evidence
-from .fields import EmptyTurn, id_field, make_turn, str_field
+from .fields import EmptyTurn, id_field, make_turn, str_field, valid_unicode
 from .types import Conversation, EvidenceRepairs, Question, Turn
 
 _SESSION = re.compile(r"^session_(\d+)$")
@@ -106,6 +106,7 @@ def parse_sample(sample: dict, where: str, *, dayfirst: bool = False) -> Convers
         question = str_field(_req(q, "question", qw, None), "question", qw, empty_ok=False)
         cat = _req(q, "category", qw, int)
         ans = q.get("answer")
+        ans = None if ans is None else valid_unicode(str(ans), "answer", qw)
         ev = parse_evidence(q.get("evidence"), seen, repairs)
         questions.append(Question(f"{sid}/q{i}", question, None if ans is None else str(ans), ev, cat,
                                   q.get("adversarial_answer")))

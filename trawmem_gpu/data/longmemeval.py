@@ -35,7 +35,7 @@ from typing import Literal
 
 from ..errors import InputError
 from .dates import parse_date
-from .fields import id_field
+from .fields import id_field, valid_unicode
 from .types import Conversation, EvidenceRepairs, Question, Turn
 
 QUESTION_TYPES = ("single-session-user", "single-session-assistant", "single-session-preference",
@@ -107,7 +107,7 @@ def _field(obj, key: str, where: str, kind=str):
     if kind is not None and (not isinstance(v, kind) or isinstance(v, bool)):
         name = " or ".join(k.__name__ for k in kind) if isinstance(kind, tuple) else kind.__name__
         raise InputError(f"{where}: field {key!r} must be {name}, got {type(v).__name__}")
-    return v
+    return valid_unicode(v, key, where) if isinstance(v, str) else v
 
 
 def parse_instance(inst: dict, where: str, units: Units = "user", dayfirst: bool = False) -> Conversation:
@@ -125,6 +125,8 @@ def parse_instance(inst: dict, where: str, units: Units = "user", dayfirst: bool
     except ValueError as e:
         raise InputError(f"{where}: field 'question_date': {e}") from None
     answer = inst.get("answer")
+    if answer is not None:
+        answer = valid_unicode(str(answer), "answer", where)
     sids = _field(inst, "haystack_session_ids", where, list)
     dates = _field(inst, "haystack_dates", where, list)
     sessions = _field(inst, "haystack_sessions", where, list)
@@ -149,6 +151,7 @@ def parse_instance(inst: dict, where: str, units: Units = "user", dayfirst: bool
             raise InputError(f"{sw} must be a list of turns, got {type(sess).__name__}")
         if not isinstance(date, str):
             raise InputError(f"{where}: haystack_dates[{si}] must be a string")
+        valid_unicode(date, f"haystack_dates[{si}]", where)
         try:
             when = parse_date(date, dayfirst=dayfirst)
         except ValueError as e:

@@ -29,12 +29,15 @@ def cmd_train_affinity(a) -> int:
     import time
 
     from ..eval.retrieval import file_sha256
-    from .relevance import fit_relevance, load_labelled, save_weights
+    from ..errors import InputError
+    from .relevance import NEEDS_LABELS, fit_relevance, load_labelled, save_weights
 
     t0 = time.perf_counter()
     qs, meta = [], []
     for path in a.data:
         got, _ = load_labelled(path, progress=not a.quiet, dayfirst=a.dayfirst, folds=1)
+        if not got:
+            raise InputError(f"{path}: no labelled question to fit the affinity on ({NEEDS_LABELS})")
         qs += got
         meta.append({"path": str(path), "sha256": file_sha256(path), "questions": len(got),
                      "gold_units": int(sum(q.y.sum() for q in got))})

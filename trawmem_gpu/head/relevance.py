@@ -57,6 +57,11 @@ def labelled_rows(ctx: BankContext, question: str, z: np.ndarray, gold_ids, now,
     return F, np.array([1.0 if t.turn_id in gold else 0.0 for t in bank.turns])
 
 
+NEEDS_LABELS = ("the fit needs questions with gold evidence: LoCoMo categories 1-4 with evidence, LongMemEval "
+                "questions with a has_answer user turn, not abstention ones; a turns JSONL has no questions")
+"""What :func:`load_labelled` keeps, for the errors that find nothing to fit on."""
+
+
 def row_weights(questions: list[LabelledQuestion]) -> np.ndarray:
     """Per unit row of ``questions`` (concatenated), the fit's sample weight: every data set and,
     within it, every question weighs the same (mean 1)."""
@@ -68,12 +73,19 @@ def row_weights(questions: list[LabelledQuestion]) -> np.ndarray:
 
 
 def fit_relevance(questions: list[LabelledQuestion], C: float = L2, max_iter: int = 500) -> tuple[float, ...]:
-    """The relevance weights (one per feature, then the bias) fitted on ``questions``."""
+    """The relevance weights (one per feature, then the bias) fitted on ``questions``.
+
+    :param C: inverse L2 strength, a finite number above 0 (``ConfigError`` naming ``C`` otherwise,
+        and when the fit still diverges: non-finite weights)
+    :raises InputError: no questions
+    """
+    from ..errors import ConfigError, InputError
+
+    if isinstance(C, bool) or not isinstance(C, (int, float)) or not 0 < C < math.inf:
+        raise ConfigError(f"C must be a finite number above 0, got {C!r} (0 fits all-zero weights, a negative C "
+                          "maximizes the loss)")
     if not questions:
-        raise ValueError("no labelled questions to fit the affinity on")
-    if isinstance(C, bool) or not isinstance(C, (int, float)) or not math.isfinite(C) or C <= 0:
-        raise ValueError(f"C must be a finite number above 0, got {C!r} (0 fits all-zero weights, a negative C "
-                         "maximizes the loss)")
+        raise InputError(f"no labelled questions to fit the affinity on ({NEEDS_LABELS})")
     X = np.concatenate([q.F for q in questions])
     y = np.concatenate([q.y for q in questions])
     w = row_weights(questions)
@@ -99,7 +111,8 @@ def fit_relevance(questions: list[LabelledQuestion], C: float = L2, max_iter: in
     bias = float(b0.detach()) - float((beta.detach().numpy() * mu / sd).sum())
     out = tuple(float(x) for x in coef) + (bias,)
     if not all(math.isfinite(x) for x in out):
-        raise ValueError("the affinity fit diverged (non-finite weights)")
+        raise ConfigError(f"the affinity fit diverged (non-finite weights) at C = {C:g}; a smaller C "
+                          "regularizes more")
     return out
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..config import BuildConfig
 from ..data.types import UNIT_TEXT_VERSION, Conversation
-from ..errors import BankError, plural
+from ..errors import BankError, plural, read_json_object
 
 SIDECAR = "score-build.json"
 BUILD_LOG = "score-build-log.json"
@@ -88,8 +88,19 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
 
     path = Path(path)
     sc = path / SIDECAR
+    repaired = 0
     if sc.exists():
-        old = json.loads(sc.read_text(encoding="utf-8"))
+        try:
+            old = read_json_object(sc, str(sc), "damaged sidecar", BankError)
+        except BankError as e:
+            if path.resolve() != default_bank_dir(identity).resolve():
+                raise BankError(f"{e}; it records what the banks in {path} were built from, so they cannot be "
+                                "reused: remove the directory, or use another --banks") from None
+            # the automatic directory is named by its identity's hash: the sidecar can only say that
+            print(f"trawmem: note: {e}; rewritten from the directory's name (the automatic bank directory)",
+                  file=sys.stderr)
+            sc.unlink()
+            old, repaired = json.loads(json.dumps(identity)), 1
         if old != json.loads(json.dumps(identity)):
             diff = sorted(k for k in identity if old.get(k) != identity[k])
             raise BankError(f"{path} holds banks built from other data or another config (differs in "
@@ -109,6 +120,8 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
     missing = [c for c in convs if c.bank_id in lacking]
     stats: dict = {"banks_total": len(convs), "banks_reused": len(convs) - len(missing), "banks_built": 0,
                    "units_built": 0, "wall_s": 0.0}
+    if repaired:
+        stats["sidecars_repaired"] = repaired
     if progress:
         units = f" ({plural(sum(len(c.turns) for c in missing), 'unit')})" if missing else ""
         print(f"banks in {path}: {reuse_message(len(convs) - len(missing), len(missing))}{units}",

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..data.dates import parse_date
-from ..data.fields import id_field
+from ..data.fields import id_field, valid_unicode
 from ..data.types import Conversation
 from ..errors import InputError
 
@@ -54,7 +54,7 @@ def _check_question(q, where: str) -> str:
         raise InputError(f"{where}: field 'question' is empty")
     if len(q) > MAX_QUESTION_CHARS:
         raise InputError(f"{where}: field 'question' is {len(q)} characters; the limit is {MAX_QUESTION_CHARS}")
-    return q.strip()
+    return valid_unicode(q, "question", where).strip()
 
 
 def read_questions(path: str | Path, *, dayfirst: bool = False) -> list[ScoreItem]:
@@ -94,6 +94,7 @@ def read_questions(path: str | Path, *, dayfirst: bool = False) -> list[ScoreIte
         if date is not None:
             if not isinstance(date, str):
                 raise InputError(f"{where}: field 'date' must be a string")
+            valid_unicode(date, "date", where)
             try:
                 date = parse_date(date, dayfirst=dayfirst).isoformat()
             except ValueError as e:

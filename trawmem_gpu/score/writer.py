@@ -24,7 +24,7 @@ import json
 import os
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, read_json_object
 
 
 class ResumableJsonl:
@@ -95,12 +95,13 @@ class ResumableJsonl:
         if meta is None:
             return
         if self.meta_path.exists() and self.ids:
-            try:
-                old = json.loads(self.meta_path.read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                old = None
+            try:  # damaged: which job wrote the records cannot be told, so they are not resumed
+                old = read_json_object(self.meta_path, str(self.meta_path), "damaged sidecar")
+            except InputError as e:
+                raise InputError(f"{self.path} holds {len(self.ids)} records, and {e}, which records the job that "
+                                 "wrote them; use --overwrite or another --out") from None
             if old != json.loads(json.dumps(meta)):
-                diff = sorted(k for k in set(meta) | set(old or {}) if (old or {}).get(k) != meta.get(k))
+                diff = sorted(k for k in set(meta) | set(old) if old.get(k) != meta.get(k))
                 raise InputError(f"{self.path} holds {len(self.ids)} records of a job with another configuration "
                                  f"(differs in {', '.join(diff) or 'format'}); use --overwrite or another --out")
         tmp = self.meta_path.with_name(self.meta_path.name + ".tmp")
