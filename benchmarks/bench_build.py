@@ -36,7 +36,7 @@ def run(args) -> dict:
     from trawmem_gpu.construct import build_banks
     from trawmem_gpu.data import load_conversations
     from trawmem_gpu.encode import get_encoder
-    from trawmem_gpu.eval.retrieval import file_sha256
+    from trawmem_gpu.paths import file_sha256
     from trawmem_gpu.store import save_bank
 
     path = Path(args.path)

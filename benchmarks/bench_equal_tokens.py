@@ -73,7 +73,7 @@ def main() -> int:
 
 
 def run(a, parts: set, Ts: list[int]) -> int:
-    from trawmem_gpu.eval.retrieval import file_sha256
+    from trawmem_gpu.paths import file_sha256
     from trawmem_gpu.head.relevance import cross_validate, fit_relevance, save_weights
     from trawmem_gpu.select.config import RELEVANCE_FEATURES
 

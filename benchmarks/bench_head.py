@@ -139,7 +139,7 @@ def table(data, dev, items, epochs, seed, loco_res, out) -> dict:
         head, hist = fit(items, cfg, epochs=epochs, seed=seed, progress=False)
         head.meta = {"data_sha256": None, "conversations": [c.bank_id for c in convs], "seed": seed, "epochs": epochs,
                      "budget": B, "note": "all dev conversations (in-sample on dev)"}
-        from trawmem_gpu.eval.retrieval import file_sha256
+        from trawmem_gpu.paths import file_sha256
 
         head.meta["data_sha256"] = file_sha256(data)
         heads[B] = {"summary": head.summary(), "sha256": head.content_hash(), "train_seconds": time.perf_counter() - t0}
@@ -183,7 +183,7 @@ def plot(loco_res):
 
 
 def main(argv=None) -> int:
-    from trawmem_gpu.eval.retrieval import file_sha256
+    from trawmem_gpu.paths import file_sha256
     from trawmem_gpu.head.train import DEFAULTS, load_dev, prepare_items
     from trawmem_gpu.select.config import SelectConfig
 

@@ -284,13 +284,8 @@ def main() -> int:
     from trawmem_gpu.config import BuildConfig
     from trawmem_gpu.data.longmemeval import load_longmemeval
     from trawmem_gpu.encode import get_encoder
-    from trawmem_gpu.score.banks import (
-        build_identity,
-        build_log,
-        default_bank_dir,
-        ensure_collection,
-        file_sha256,
-    )
+    from trawmem_gpu.construct.cache import build_identity, build_log, default_bank_dir, ensure_collection
+    from trawmem_gpu.paths import file_sha256
     from trawmem_gpu.score.items import items_from_conversations
     from trawmem_gpu.store import Collection
 

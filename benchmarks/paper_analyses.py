@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     from trawmem_gpu.config import BuildConfig
     from trawmem_gpu.data import load_conversations
     from trawmem_gpu.encode import get_encoder
-    from trawmem_gpu.eval.retrieval import file_sha256
+    from trawmem_gpu.paths import file_sha256
     from trawmem_gpu.eval.sweep import (
         Cell,
         CellRunner,

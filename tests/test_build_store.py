@@ -682,7 +682,7 @@ def test_llm_segmentation_without_backend(syn_conv, encoder):
     with pytest.raises(NoLLMConfigured) as ei:
         build_banks([syn_conv], BuildConfig(segmentation="llm"), encoder, llm=None, progress=False)
     msg = str(ei.value)
-    assert "segmentation='llm'" in msg and "none configured" in msg and "--llm" in msg
+    assert "segmentation='llm'" in msg and "none configured" in msg and "`llm`" in msg
     with pytest.raises(NoLLMConfigured, match="heads='llm'.*none configured"):
         build_banks([syn_conv], BuildConfig(heads="llm"), encoder, llm=None, progress=False)
 

@@ -126,6 +126,20 @@ def test_onnx_runtime_same_vectors_and_id(tmp_path, minilm, monkeypatch):
         get_encoder()
 
 
+@pytest.mark.parametrize("verbose", ["", "1"])
+def test_no_weight_loading_bar_unless_verbose(monkeypatch, capfd, verbose):
+    """transformers prints ``Loading weights 0/103 ... 103/103`` for every model load; it is hidden
+    unless TRAWMEM_VERBOSE=1 asks for it, and its global switch is left as it was."""
+    from transformers.utils import logging as hf_logging
+
+    monkeypatch.setenv("TRAWMEM_VERBOSE", verbose)
+    capfd.readouterr()
+    minilm_encoder(device="cpu")
+    err = capfd.readouterr().err
+    assert ("Loading weights" in err) == bool(verbose), err[-300:]
+    assert hf_logging.is_progress_bar_enabled()
+
+
 class _Counting(Encoder):
     """A toy encoder (vector from the text's length and first letter) that can fail at batch N."""
 

@@ -219,7 +219,7 @@ def test_answer_without_judge(env, server, capsys):
 
 def test_judge_needs_answer_llm():
     a = SimpleNamespace(answer_llm=None, judge_llm="http://127.0.0.1:9/v1", data="x", banks=None)
-    with pytest.raises(ConfigError, match="--answer-llm"):
+    with pytest.raises(ConfigError, match="`answer_llm`"):
         add_answer_metrics({"records": []}, a)
 
 

@@ -19,6 +19,7 @@ import pytest
 from trawmem_gpu.cli import build_parser, main
 from trawmem_gpu.data import load_conversations, load_jsonl, load_locomo, sample_path
 from trawmem_gpu.errors import BankError, InputError, UnknownBank, name_list
+from trawmem_gpu.paths import file_sha256
 from trawmem_gpu.store import FORMAT_VERSION, Collection, load_bank
 from trawmem_gpu.store import files as store_files
 from trawmem_gpu.store.collection import bank_dirname
@@ -154,6 +155,7 @@ def test_automatic_cache_says_when_it_rebuilds(tmp_path, cache, capsys):
 
     data = write_data(tmp_path / "tiny.json")
     _, banks, cdir = banks_for(data, progress=False)
+    assert cdir.parent == tmp_path / "cache" / "banks"  # the one bank cache, shared with `trawmem score`
     t = next(cdir.glob("banks/*/tensors.safetensors"))
     t.write_bytes(t.read_bytes()[:50])
     _, again, cdir2 = banks_for(data, progress=False)
@@ -183,7 +185,7 @@ def test_duplicate_turn_ids_in_a_stored_bank(tmp_path):
     units[1]["id"] = "a1"
     (p / "units.json").write_text(json.dumps(units))
     meta = json.loads((p / "meta.json").read_text())
-    meta["checksums"]["units.json"] = store_files._sha256(p / "units.json")
+    meta["checksums"]["units.json"] = file_sha256(p / "units.json")
     meta["turns_sha256"] = turns_digest([store_files._turn_from(r) for r in units])
     meta["meta_sha256"] = store_files.meta_digest(meta)
     (p / "meta.json").write_text(json.dumps(meta))
@@ -427,15 +429,18 @@ def _help_lines(parser) -> dict:
 
 
 def test_every_option_shows_its_default():
+    """Every command is listed; each option states its default as typed, is marked required, or is a
+    flag (the full walk, with descriptions and no ``None``: ``tests/test_cli_help.py``)."""
     p = build_parser()
     top = p.format_help()
-    sub = next(a for a in p._actions if hasattr(a, "choices") and isinstance(a.choices, dict))
-    assert set(sub.choices) == {"build", "info", "query", "eval", "demo", "train-head", "train-affinity", "sweep",
-                                "score", "serve", "serve-key", "repair-index"}
-    for name in sub.choices:
+    assert set(p.commands) == {"build", "info", "query", "eval", "demo", "train-head", "train-affinity", "sweep",
+                               "score", "serve", "serve-key", "repair-index"}
+    for name, sp in p.commands.items():
         assert name in top
-        for opt, entry in _help_lines(sub.choices[name]).items():
-            assert "(default:" in entry or "(required)" in entry, (name, opt, entry)
+        flags = {s for a in sp._actions if a.nargs == 0 for s in a.option_strings}
+        for opt, entry in _help_lines(sp).items():
+            assert opt in flags or "(default:" in entry or "(required)" in entry, (name, opt, entry)
+            assert "None" not in entry, (name, opt, entry)
 
 
 def test_plural_counts(tmp_path, cache, capsys):
@@ -758,7 +763,7 @@ def test_damaged_score_sidecars(scored, capsys, monkeypatch, damage):
     rc, cap, _, _ = _rescore(d, f, "o.jsonl", banks, capsys, d / "bk" / "score-build.json", bad)
     assert rc == 2 and "Traceback" not in cap.err and cap.err.count("\n") == 1, cap.err
     assert "score-build.json: damaged sidecar" in cap.err and "cannot be reused" in cap.err
-    auto = next((d / "cache" / "score-banks").iterdir()) / "score-build.json"
+    auto = next((d / "cache" / "banks").iterdir()) / "score-build.json"  # the one bank cache
     good = json.loads(auto.read_text())
     rc, cap, now, summary = _rescore(d, f, "auto.jsonl", [], capsys, auto, bad)
     assert rc == 0 and "Traceback" not in cap.err and "note:" in cap.err and "rewritten" in cap.err, cap.err

@@ -135,7 +135,7 @@ def test_timeout_bounds_a_hung_request(server):
     server.hang = True
     be = _http(server, timeout_s=0.3, max_retries=1, raise_if_all_failed=False)
     (r,) = be.chat([_conv("a")], max_tokens=8)
-    assert "timeout after 0.3s" in r.error and "--llm-timeout" in r.error and "2 attempt" in r.error
+    assert "timeout after 0.3s" in r.error and "`timeout_s`" in r.error and "2 attempt" in r.error
 
 
 def test_deadline_bounds_all_requests_together(server):
@@ -207,7 +207,7 @@ def test_nollm_message():
     with pytest.raises(NoLLMConfigured) as ei:
         NoLLM().chat([_conv("x")], max_tokens=8, desc="answer")
     msg = str(ei.value)
-    assert msg.startswith("no LLM configured") and "--answer-llm" in msg and "answer" in msg
+    assert msg.startswith("no LLM configured") and "`answer_llm`" in msg and "answer" in msg
     with pytest.raises(NoLLMConfigured):
         llm_segment([["a", "b"]], NoLLM())
     with pytest.raises(NoLLMConfigured):

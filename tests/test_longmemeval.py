@@ -107,7 +107,7 @@ def test_bad_files(tmp_path):
     data[1]["question_id"] = data[0]["question_id"]
     with pytest.raises(InputError, match="duplicate question_id"):
         load_longmemeval(write(tmp_path / "d.json", data))
-    with pytest.raises(InputError, match="--units"):
+    with pytest.raises(InputError, match="`units`"):
         load_longmemeval(write(tmp_path / "u.json", instances(1)), units="assistant")
 
 
@@ -223,7 +223,7 @@ def test_trawmem_eval_points_longmemeval_files_to_trawmem_score(tmp_path, capsys
 
     p = write(tmp_path / "lme.json", instances(2))
     assert main(["eval", "--data", str(p), "--output", str(tmp_path / "o.json")]) == 2
-    assert "trawmem score --data" in capsys.readouterr().err
+    assert "score it with `trawmem score`" in capsys.readouterr().err
 
 
 def test_unit_sessions_official_for_longmemeval_ids_and_session_numbers_otherwise(tmp_path):

@@ -36,7 +36,8 @@ def ray_local():
 def lme(tmp_path_factory):
     from trawmem_gpu.config import BuildConfig
     from trawmem_gpu.data.longmemeval import load_longmemeval
-    from trawmem_gpu.score.banks import build_identity, ensure_collection, file_sha256
+    from trawmem_gpu.construct.cache import build_identity, ensure_collection
+    from trawmem_gpu.paths import file_sha256
     from trawmem_gpu.score.items import items_from_conversations
 
     d = tmp_path_factory.mktemp("lme_ray")
@@ -149,3 +150,19 @@ def test_bank_builds_as_ray_tasks_equal_a_local_build(ray_local, lme):
         assert r.heads == b.heads
         # same encoder on the same CPU kind; batch composition may differ (float rounding only)
         np.testing.assert_allclose(r.unit_vecs, b.unit_vecs, atol=1e-5)
+
+
+def test_the_bank_cache_builds_on_ray(ray_local, lme, tmp_path):
+    """``trawmem score --ray`` builds missing banks through the bank cache's ``build_chunks``."""
+    from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.construct.cache import ensure_collection
+    from trawmem_gpu.score.ray_runner import ray_chunk_builder
+    from trawmem_gpu.store import Collection
+
+    convs = lme["convs"][:4]
+    st = ensure_collection(convs, tmp_path / "b", {"test": 1}, BuildConfig(), progress=False, chunk_units=20,
+                           build_chunks=ray_chunk_builder(workers=2))
+    assert st["runner"] == "ray" and st["banks_built"] == 4
+    local = Collection(lme["banks"])
+    for c in convs:
+        assert Collection(tmp_path / "b").load(c.bank_id).heads == local.load(c.bank_id).heads

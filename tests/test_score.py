@@ -28,7 +28,8 @@ def lme(tmp_path_factory):
     """A LongMemEval-format file and its collection, built through the job's own path."""
     from trawmem_gpu.config import BuildConfig
     from trawmem_gpu.data.longmemeval import load_longmemeval
-    from trawmem_gpu.score.banks import build_identity, ensure_collection, file_sha256
+    from trawmem_gpu.construct.cache import build_identity, ensure_collection
+    from trawmem_gpu.paths import file_sha256
     from trawmem_gpu.score.items import items_from_conversations
 
     d = tmp_path_factory.mktemp("lme")
@@ -44,6 +45,34 @@ def lme(tmp_path_factory):
     with pytest.raises(BankError, match="another config"):
         ensure_collection(convs, d / "banks", ident | {"units": "all"}, BuildConfig(), progress=False)
     return {"path": path, "banks": d / "banks", "items": items_from_conversations(convs), "dir": d}
+
+
+def test_the_bank_cache_builds_through_a_given_builder(lme, tmp_path):
+    """``build_chunks`` (how ``score --ray`` builds on Ray actors) gets every missing chunk and its
+    banks land in the collection like a local build's."""
+    from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.construct import build_banks
+    from trawmem_gpu.construct.cache import build_identity, ensure_collection
+    from trawmem_gpu.data.longmemeval import load_longmemeval
+    from trawmem_gpu.paths import file_sha256
+    from trawmem_gpu.store import Collection
+
+    convs = load_longmemeval(lme["path"])
+    seen = []
+
+    def build(chunks, cfg):
+        for ch in chunks:
+            seen.append(len(ch))
+            yield build_banks(ch, cfg, progress=False)
+
+    build.runner = "test"
+    ident = build_identity(file_sha256(lme["path"]), BuildConfig(), "user")
+    st = ensure_collection(convs, tmp_path / "b", ident, BuildConfig(), progress=False, chunk_units=40,
+                           build_chunks=build)
+    assert sum(seen) == len(convs) and len(seen) > 1 and st["runner"] == "test"
+    local = Collection(lme["banks"])
+    for c in convs:
+        assert Collection(tmp_path / "b").load(c.bank_id).heads == local.load(c.bank_id).heads
 
 
 # ---------------------------------------------------------------------------------------------

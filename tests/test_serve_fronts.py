@@ -166,7 +166,7 @@ def test_errors_cross_the_socket_as_the_same_classes():
     from trawmem_gpu.serve.batcher import DeadlineExceeded, QueueFull, ShuttingDown
     from trawmem_gpu.serve.registry import DuplicateTurns
     from trawmem_gpu.serve.remote import error_fields, error_from
-    from trawmem_gpu.serve.service import UnknownBank
+    from trawmem_gpu.errors import UnknownBank
 
     for e in (QueueFull(7), DeadlineExceeded("late"), ShuttingDown("bye"), UnknownBank("b1", "requests[3]: "),
               DuplicateTurns("turn ids already held: t1"), InputError("bad turn")):

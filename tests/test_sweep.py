@@ -20,7 +20,7 @@ def test_grid_cells():
     assert [c.key for c in cells] == ["trawmem B=4 H=1", "trawmem B=16 H=1", "trawmem B=4 H=3", "trawmem B=16 H=3",
                                       "hybrid B=4", "hybrid B=16"]
     assert cells[-1] == Cell("hybrid", 16, None)
-    with pytest.raises(InputError, match="--method: unknown method 'rag'"):
+    with pytest.raises(InputError, match="`methods`: unknown method 'rag'"):
         grid(["rag"], [1], [4])
 
 

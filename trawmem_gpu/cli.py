@@ -1,15 +1,46 @@
-"""The ``trawmem`` command: build, info, query, eval, demo, train-head."""
+"""The ``trawmem`` command line: a table of commands, each configured and imported when it runs.
+
+``COMMANDS`` names every command with its one-line summary and the function (``module:function``)
+that adds its options. ``trawmem --help`` reads only the table, so it imports no model code;
+``trawmem eval ...`` imports the eval command's module, and that module imports torch, numba or
+transformers inside the command function, when the command runs (pip's layout: the parser
+learns a command's options only when that command is asked for).
+"""
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
 from pathlib import Path
 
-import numpy as np
-
-from .cli_args import Parser, add_dayfirst, add_llm_options, positive_int
+from .cli_args import Parser, add_dayfirst, add_llm_options, flags_for_fields, positive_int
 from .errors import TrawmemError, plural
+
+#: command -> ("module:function" adding its options to its parser, one-line summary)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "build": ("trawmem_gpu.cli:configure_build",
+              "build one memory bank per conversation into a collection (or --update it)"),
+    "info": ("trawmem_gpu.cli:configure_info", "bank, thread and unit counts of a collection or bank"),
+    "repair-index": ("trawmem_gpu.cli:configure_repair_index",
+                     "rebuild a collection's index (collection.json) from its banks' metadata"),
+    "query": ("trawmem_gpu.cli_select:configure_query", "print the workspace for one question"),
+    "eval": ("trawmem_gpu.cli_select:configure_eval",
+             "retrieval (and optionally answer) quality on LoCoMo-layout data"),
+    "demo": ("trawmem_gpu.cli_select:configure_demo", "build the bundled sample conversation and show workspaces"),
+    "score": ("trawmem_gpu.cli_score:configure_score",
+              "offline scoring: workspaces JSONL for a batch of questions (resumable)"),
+    "sweep": ("trawmem_gpu.cli_sweep:configure_sweep",
+              "quality, context tokens and latency over a hops x budget grid, with the Pareto-optimal cells"),
+    "train-head": ("trawmem_gpu.head.cli:configure_train_head",
+                   "train the learned role head (A, M(delta), weights) from gold evidence"),
+    "train-affinity": ("trawmem_gpu.head.cli:configure_train_affinity",
+                       "fit the learned affinity (--affinity-weights) from gold evidence labels"),
+    "serve": ("trawmem_gpu.serve.cli:configure_serve",
+              "HTTP selection service with dynamic batching and API keys (extra: serve)"),
+    "serve-key": ("trawmem_gpu.serve.cli:configure_serve_key",
+                  "create an API key for `trawmem serve` (prints it once)"),
+}
 
 
 def _overrides(a) -> dict:
@@ -91,6 +122,8 @@ def cmd_build(a) -> int:
 
 
 def cmd_info(a) -> int:
+    import numpy as np
+
     from .store import Collection, load_bank
 
     p = Path(a.dir)
@@ -135,22 +168,17 @@ DESCRIPTION = """\
 TrawMem agent memory: build memory banks from conversation histories, then select a small
 complementary workspace of past turns for each question.
 
-Commands: build, info, query, eval, demo, train-head, repair-index. Run `trawmem COMMAND --help` for a
-command's options and their defaults. Bad input ends with a one-line error on stderr and exit
-status 2; an eval whose LLM requests failed beyond --allow-failures writes its results and
-exits with status 1."""
+Run `trawmem COMMAND --help` for a command's options and their defaults. Bad input ends with a
+one-line error on stderr and exit status 2; an eval whose LLM requests failed beyond
+--allow-failures writes its results and exits with status 1."""
 
 
-def build_parser() -> Parser:
+def configure_build(b: Parser) -> None:
     from .data import FORMATS
     from .llm.spec import SPEC_HELP
 
-    p = Parser(prog="trawmem", description=DESCRIPTION)
-    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
-
-    b = sub.add_parser("build", help="build one memory bank per conversation into a collection (or --update it)",
-                       description="Build one bank per conversation of --input into the collection --out "
-                                   "(bank ids become directory names as the README describes).")
+    b.describe("Build one bank per conversation of --input into the collection --out "
+               "(bank ids become directory names as the README describes).")
     b.add_argument("--input", required=True, help="history file: LoCoMo-layout JSON or JSONL (one turn per line)")
     b.add_argument("--out", required=True, help="collection directory (created if missing)")
     b.add_argument("--format", choices=["auto", *FORMATS], default="auto",
@@ -158,14 +186,15 @@ def build_parser() -> Parser:
                         "else LoCoMo")
     add_dayfirst(b)
     b.add_argument("--segmentation", choices=["embedding", "fixed", "llm"],
-                   help="thread segmentation (default: 'embedding', or with --update the bank's own)")
+                   help="thread segmentation (default: embedding, or with --update the bank's own)")
     b.add_argument("--heads", choices=["extractive", "llm"],
-                   help="thread head writer (default: 'extractive', or with --update the bank's own)")
+                   help="thread head writer (default: extractive, or with --update the bank's own)")
     b.add_argument("--fixed-size", type=positive_int, dest="fixed_size",
                    help="turns per thread with --segmentation fixed (default: 6, or with --update the bank's own)")
     b.add_argument("--encoder", help="'minilm' (the embedded all-MiniLM-L6-v2) or 'hf:/local/model/dir' "
                                      "(default: minilm, or with --update the bank's own)")
-    b.add_argument("--llm", help=f"LLM for --segmentation/--heads llm: {SPEC_HELP}")
+    b.add_argument("--llm", help=f"LLM for --segmentation/--heads llm: {SPEC_HELP} (default: none; needed only "
+                                 "for llm segmentation or heads)")
     add_llm_options(b)
     b.add_argument("--update", action="store_true",
                    help="append to existing banks: the input may hold a bank's whole history, a tail of it, or "
@@ -174,24 +203,34 @@ def build_parser() -> Parser:
     b.add_argument("--quiet", action="store_true", help="no progress bars")
     b.set_defaults(fn=cmd_build)
 
-    i = sub.add_parser("info", help="bank, thread and unit counts of a collection or bank")
+
+def configure_info(i: Parser) -> None:
+    i.describe("Print the bank, thread, unit and edge counts of a collection (or of one bank directory) "
+               "and the thread-length distribution.")
     i.add_argument("dir", help="collection or bank directory")
     i.add_argument("--json", action="store_true", help="print the counts as JSON")
     i.set_defaults(fn=cmd_info)
 
-    r = sub.add_parser("repair-index", help="rebuild a collection's index (collection.json) from its banks' metadata",
-                       description="Rebuild DIR/collection.json from the metadata of the bank directories under "
-                                   "DIR/banks, under the collection lock (for a collection that lost its index).")
+
+def configure_repair_index(r: Parser) -> None:
+    r.describe("Rebuild DIR/collection.json from the metadata of the bank directories under DIR/banks, under "
+               "the collection lock (for a collection that lost its index).")
     r.add_argument("dir", help="collection directory")
     r.set_defaults(fn=cmd_repair_index)
 
-    from . import cli_select
 
-    cli_select.add_commands(sub)
-    from .head.cli import add_commands as add_head_commands; add_head_commands(sub)  # noqa: E702
-    from .cli_sweep import add_commands as add_sweep_commands; add_sweep_commands(sub)  # noqa: E702
-    from .cli_score import add_commands as add_score_commands; add_score_commands(sub)  # noqa: E702
-    from .serve.cli import add_commands as add_serve_commands; add_serve_commands(sub)  # noqa: E702
+def build_parser(commands=None) -> Parser:
+    """The ``trawmem`` parser. Every command is listed with its summary; only the ``commands``
+    named (all when None) get their options, so parsing one command imports one module."""
+    p = Parser(prog="trawmem", description=DESCRIPTION)
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    p.commands = {}
+    for name, (where, summary) in COMMANDS.items():
+        sp = sub.add_parser(name, help=summary, description=summary[0].upper() + summary[1:] + ".")
+        p.commands[name] = sp
+        if commands is None or name in commands:
+            module, fn = where.split(":")
+            getattr(importlib.import_module(module), fn)(sp)
     return p
 
 
@@ -208,7 +247,10 @@ def _exit_quietly_on_broken_pipe() -> int:
 def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    a = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    cmd = next((x for x in argv if not x.startswith("-")), None)  # the top level has no options but -h
+    p = build_parser([cmd])
+    a = p.parse_args(argv)
     try:
         rc = a.fn(a)
         sys.stdout.flush()
@@ -219,7 +261,7 @@ def main(argv=None) -> int:
         print(f"trawmem {a.cmd}: interrupted", file=sys.stderr)
         return 130
     except TrawmemError as e:
-        print(f"trawmem {a.cmd}: error: {e}", file=sys.stderr)
+        print(f"trawmem {a.cmd}: error: {flags_for_fields(str(e), p.commands[a.cmd])}", file=sys.stderr)
         return 2
     except OSError as e:
         where = f"{e.filename}: " if e.filename else ""

@@ -2,7 +2,8 @@
 
 Values are checked by argparse ``type=`` functions, so a bad ``--budget 0`` is refused at parse
 time, naming the flag (``argument --budget: must be at least 1, got 0``), before any model
-loads. Every parser shows each option's default in its help.
+loads. Every parser shows each option's default in its help. Library errors name fields in
+backquotes (```token_budget```); :func:`flags_for_fields` turns them into this command's flags.
 
 **Ranges.** Every numeric option has a range, checked here at parse time; the upper caps guard
 against typos that would run for hours (selection cost grows with H and B), far above any useful value:
@@ -21,13 +22,18 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 
 from .llm_factory import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows ``(default: X)`` after every option's help (``none`` for an unset default,
-    ``required`` for a required option)."""
+    """Shows an option's default after its help the way it is typed on the command line.
+
+    ``(default: X)`` for a set default (a list as ``1,2,3``), ``(required)`` for a required
+    option, nothing for an on/off flag or when the help states its default itself. An option
+    whose default is unset (None) says in its own help what happens without it; the formatter
+    never prints ``None`` (``tests/test_cli_help.py`` holds every command to this)."""
 
     def _get_help_string(self, action):
         h = action.help or ""
@@ -35,9 +41,16 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
             return h
         if action.required:
             return h + " (required)"
-        if action.default is None:
-            return h + " (default: none)"
-        return super()._get_help_string(action)
+        if action.nargs == 0 or action.default is None or action.default is argparse.SUPPRESS:
+            return h
+        return f"{h} (default: {shown_default(action.default)})"
+
+
+def shown_default(value) -> str:
+    """A default as a user types it: ``1,2,3`` for a list or tuple, else ``str(value)``."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
 
 
 class RawHelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -45,23 +58,45 @@ class RawHelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
 
 
 class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose subcommand parsers share its help formatter, and whose options
-    all show up in help with their default (an option given without help still shows it)."""
+    """An ``ArgumentParser`` whose subcommand parsers share its help formatter."""
 
     def __init__(self, *args, **kw):
         kw.setdefault("formatter_class", HelpFormatter)
-        if kw["formatter_class"] is HelpFormatter and "\n\n" in (kw.get("description") or ""):
-            kw["formatter_class"] = RawHelpFormatter
         super().__init__(*args, **kw)
+        self.describe(self.description)
 
-    def add_argument(self, *args, **kw):
-        if args and str(args[0]).startswith("-") and not kw.get("help"):
-            kw["help"] = "(default: %(default)s)"
-        return super().add_argument(*args, **kw)
+    def describe(self, text: str | None) -> None:
+        """Set the description (a multi-paragraph one is printed as written)."""
+        self.description = text
+        if self.formatter_class is HelpFormatter and "\n\n" in (text or ""):
+            self.formatter_class = RawHelpFormatter
 
     def add_subparsers(self, **kw):
         kw.setdefault("parser_class", Parser)
         return super().add_subparsers(**kw)
+
+
+#: Library field names whose flag is not ``--`` + the field with dashes (``token_budget`` ->
+#: ``--token-budget`` needs no entry: every option's own dest maps to it). The first of a field's
+#: flags that the running command has is used. One table: only the CLI speaks of flags.
+FIELD_FLAGS: dict[str, tuple[str, ...]] = {
+    "timeout_s": ("--timeout", "--llm-timeout"), "deadline_s": ("--llm-deadline",),
+    "max_retries": ("--llm-retries",), "keys_file": ("--keys",), "bank_cache": ("--banks",),
+    "banks_dir": ("--banks",), "ks": ("--k",), "workers": ("--ray-workers",), "methods": ("--method",),
+}
+
+
+def flags_for_fields(message: str, parser: argparse.ArgumentParser) -> str:
+    """A library error message for the command line: each field named in backquotes
+    (```token_budget```) becomes the flag of ``parser`` that sets it (``--token-budget``).
+    A name that no flag of this command sets keeps its backquotes."""
+    flags = {a.dest: a.option_strings[-1] for a in parser._actions if a.option_strings}
+    known = set(flags.values())
+    for field, options in FIELD_FLAGS.items():
+        flag = next((o for o in options if o in known), None)
+        if flag:
+            flags[field] = flag
+    return re.sub(r"`(\w+)`", lambda m: flags.get(m.group(1), m.group(0)), message)
 
 
 def _int(text: str) -> int:
@@ -184,20 +219,55 @@ def add_llm_options(p: argparse.ArgumentParser) -> None:
                    help="retries of a failed LLM request (timeouts, 429, 5xx), with exponential backoff (0..100)")
     p.add_argument("--llm-deadline", type=positive_float, default=None, metavar="SECONDS",
                    help="limit on all LLM requests of the run together, counted from the first one; requests "
-                        "still open when it passes fail, and a rerun retries them")
+                        "still open when it passes fail, and a rerun retries them (default: no limit)")
 
 
 def add_token_budget(p: argparse.ArgumentParser, fill: bool = False) -> None:
     """``--token-budget T`` (and, for commands that run the baselines, ``--fill``)."""
     p.add_argument("--token-budget", type=token_budget_int, metavar="T",
                    help="workspace token budget: the rendered workspace (cl100k_base, thread heads included) holds "
-                        "at most T tokens; without --budget there is no cap on the number of units")
+                        "at most T tokens; without --budget there is no cap on the number of units (default: no "
+                        "token budget)")
+    from .select.config import SelectConfig
     from .workspace import HEADINGS
 
-    p.add_argument("--headings", choices=list(HEADINGS), default=None,
+    p.add_argument("--headings", choices=list(HEADINGS),
                    help="what TrawMem's workspace shows per thread (and its token budget pays for): a date heading "
-                        "(the default), the date and the thread head's gist, or no heading and a date on every line")
+                        "(date), the date and the thread head's gist (gist), or no heading and a date on every "
+                        f"line (none) (default: {SelectConfig().headings}, or {SelectConfig.paper().headings} "
+                        "with --paper)")
     if fill:
         p.add_argument("--fill", choices=["skip", "stop"], default="skip",
                        help="how the baselines fill --token-budget: skip a unit that would overflow and go on down "
                             "the ranking, or stop at the first one")
+
+
+def banks_cache_dir() -> str:
+    """Where automatic bank caches live (``TRAWMEM_CACHE`` honoured), for help texts."""
+    from .paths import default_cache_dir
+
+    return str(default_cache_dir() / "banks")
+
+
+def add_method(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--method", choices=["trawmem", "cosine", "bm25", "hybrid", "full"], default="trawmem",
+                   help="selection method")
+
+
+def add_engine(p: argparse.ArgumentParser) -> None:
+    """``--engine``: the same default for every command that selects for many questions."""
+    p.add_argument("--engine", choices=["batched", "reference"], default="batched",
+                   help="TrawMem implementation: the batched engine or the step-by-step NumPy reference (both "
+                        "select the same units)")
+
+
+def add_ablation(p: argparse.ArgumentParser) -> None:
+    from .select.config import ABLATIONS, SelectConfig
+
+    p.add_argument("--ablation", choices=list(ABLATIONS), default=SelectConfig().ablation,
+                   help="one Section 5.2 ablation")
+
+
+def add_head(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--head", help="learned role head (safetensors) from `trawmem train-head` (default: none, the "
+                                  "hand-set role weights)")

@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from .cli_args import banks_cache_dir
 from .errors import InputError, plural
 
 
@@ -42,7 +43,8 @@ def _benchmark(a):
     from .config import BuildConfig
     from .data import check_input_file, detect_format, load_conversations
     from .data.longmemeval import load_longmemeval
-    from .score.banks import build_identity, default_bank_dir, ensure_collection, file_sha256
+    from .construct.cache import build_identity, default_bank_dir, ensure_collection
+    from .paths import file_sha256
     from .score.items import items_from_conversations
 
     path = check_input_file(a.data)
@@ -60,14 +62,17 @@ def _benchmark(a):
     cfg = BuildConfig.from_dict({"encoder": a.encoder} if a.encoder else {})
     ident = build_identity(file_sha256(path), cfg, a.units if fmt == "longmemeval" else "all", dayfirst=a.dayfirst)
     bank_dir = Path(a.banks) if a.banks else default_bank_dir(ident)
-    ray = {"address": a.ray_address, "workers": a.ray_workers} if a.ray else None
-    enc = None
-    if ray is None:
+    build_chunks = enc = None
+    if a.ray:
+        from .score.ray_runner import ray_chunk_builder
+
+        build_chunks = ray_chunk_builder(a.ray_address, a.ray_workers)
+    else:
         from .encode import get_encoder
 
         enc = get_encoder(cfg.encoder, cache=not a.no_cache)
     st = ensure_collection([c for c in convs if any(True for _ in c.turns)], bank_dir, ident, cfg, encoder=enc,
-                           progress=not a.quiet, ray=ray, data_path=path)
+                           progress=not a.quiet, build_chunks=build_chunks, data_path=path)
     return items, bank_dir, st
 
 
@@ -159,21 +164,29 @@ def cmd_score(a) -> int:
     return 0
 
 
-def add_commands(sub) -> None:
-    from .cli_args import add_affinity_weights, add_dayfirst, add_token_budget, budget_int, categories, hops_int, \
-        nonneg_int, positive_int
-    from .select.config import ABLATIONS
+def configure_score(s) -> None:
+    from .cli_args import add_ablation, add_affinity_weights, add_dayfirst, add_engine, add_head, add_method, \
+        add_token_budget, budget_int, categories, hops_int, nonneg_int, positive_int
+    from .cli_select import _budget_help
 
-    s = sub.add_parser("score", help="offline scoring: workspaces JSONL for a batch of questions (resumable)")
-    s.add_argument("--data", help="benchmark file: LongMemEval (.json/.json.gz) or LoCoMo; banks built automatically")
-    s.add_argument("--format", choices=["auto", "longmemeval", "locomo"], default="auto")
+    budget_help, hops_help = _budget_help()
+    s.describe("Select a workspace for every question of a benchmark file (--data: LongMemEval or LoCoMo, its "
+               "banks built or reused automatically) or of a questions JSONL over a collection (--banks with "
+               "--questions), appending one JSON line per question to --out. A rerun resumes: questions already "
+               "in --out are skipped. Official retrieval metrics go to the summary JSON.")
+    s.add_argument("--data", help="benchmark file: LongMemEval (.json/.json.gz) or LoCoMo; banks built automatically "
+                                  "(default: none; give --data, or --banks with --questions)")
+    s.add_argument("--format", choices=["auto", "longmemeval", "locomo"], default="auto",
+                   help="format of --data; auto tells LongMemEval from LoCoMo by the content")
     s.add_argument("--units", choices=["user", "all"], default="user",
                    help="LongMemEval units: user turns (official) or all turns")
     s.add_argument("--categories", type=categories, default="1,2,3,4", metavar="C,C,...",
                    help="LoCoMo categories to score")
     add_dayfirst(s)
-    s.add_argument("--banks", help="collection directory (with --questions), or where --data's banks go")
-    s.add_argument("--questions", help="questions JSONL: {id, bank_id, question, date?} per line")
+    s.add_argument("--banks", help="collection directory (with --questions), or where --data's banks go (default: "
+                                   f"an automatic cache under {banks_cache_dir()})")
+    s.add_argument("--questions", help="questions JSONL: {id, bank_id, question, date?} per line (default: none; "
+                                       "the questions of --data)")
     s.add_argument("--out", required=True, help="workspaces JSONL (appended; a rerun skips written ids)")
     s.add_argument("--summary", help="summary JSON (default: OUT.summary.json)")
     s.add_argument("--overwrite", action="store_true", help="start --out afresh instead of resuming it")
@@ -185,32 +198,34 @@ def add_commands(sub) -> None:
     s.add_argument("--rescore-changed", action="store_true",
                    help="on resume, score again the written records whose question, date, bank or config no longer "
                         "match the input (without it such a record is an error naming it)")
-    s.add_argument("--method", choices=["trawmem", "cosine", "bm25", "hybrid", "full"], default="trawmem")
-    s.add_argument("--budget", type=budget_int, help="workspace budget B: units selected per question (default: 16; "
-                                                        "with --token-budget: a cap on the units, none unless given)")
+    add_method(s)
+    s.add_argument("--budget", type=budget_int, help=budget_help)
     add_token_budget(s, fill=True)
-    s.add_argument("--hops", type=hops_int, help="propagation hops H over the thread graph (default: 1)")
-    s.add_argument("--ablation", choices=list(ABLATIONS))
+    s.add_argument("--hops", type=hops_int, help=hops_help)
+    add_ablation(s)
     s.add_argument("--paper", action="store_true", help="Section 4.2 exactly as written")
-    s.add_argument("--engine", choices=["batched", "reference"], default="batched")
-    s.add_argument("--head", help="learned role head (safetensors)")
+    add_engine(s)
+    add_head(s)
     add_affinity_weights(s)
     s.add_argument("--k", type=ks_list, default="1,3,5,10,30,50", metavar="K,K,...",
                    help="k of the official metrics")
-    s.add_argument("--encoder", help="encoder for banks built from --data: 'minilm' (default) or 'hf:/local/dir'")
+    s.add_argument("--encoder", help="encoder for banks built from --data: 'minilm' or 'hf:/local/dir' "
+                                     "(default: minilm)")
     s.add_argument("--encoder-runtime", choices=["torch", "onnx", "auto"],
                    help="CPU encoder runtime: onnx = ONNX Runtime, same vectors within 1e-5, faster on CPUs "
-                        "(pip install -e .[onnx]); default torch or TRAWMEM_ENCODER_RUNTIME")
+                        "(pip install -e .[onnx]) (default: TRAWMEM_ENCODER_RUNTIME, else torch)")
     s.add_argument("--no-cache", action="store_true", help="do not use the on-disk embedding cache")
-    s.add_argument("--answer-llm", help="answer each question: http://HOST:PORT/v1[@MODEL] or vllm:MODEL_PATH")
+    s.add_argument("--answer-llm", help="answer each question: http://HOST:PORT/v1[@MODEL] or vllm:MODEL_PATH "
+                                        "(default: none, workspaces only)")
     s.add_argument("--allow-failures", type=nonneg_int, default=0, metavar="N",
                    help="exit status 1 when more than N answer requests failed (they are written with answer null, "
                         "and a rerun retries them)")
     s.add_argument("--batch-size", type=positive_int, default=1024, help="questions per engine batch (whole banks)")
     s.add_argument("--threads", type=positive_int, help="engine worker threads (default: all cores)")
     s.add_argument("--ray", action="store_true", help="run on Ray Data (local instance unless --ray-address)")
-    s.add_argument("--ray-address", help="address of a running Ray cluster (e.g. ray://HOST:10001 or auto)")
+    s.add_argument("--ray-address", help="address of a running Ray cluster, e.g. ray://HOST:10001 or auto (default: "
+                                         "start a local one)")
     s.add_argument("--ray-workers", type=positive_int, default=2, help="scoring actors (and build actors)")
     s.add_argument("--group-size", type=positive_int, help="questions per Ray group (default: about 4 groups per worker)")
-    s.add_argument("--quiet", action="store_true")
+    s.add_argument("--quiet", action="store_true", help="no progress bars")
     s.set_defaults(fn=cmd_score)

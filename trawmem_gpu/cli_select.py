@@ -6,11 +6,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from .cli_args import add_affinity_weights, add_dayfirst, add_llm_options, add_token_budget, budget_int, categories, \
-    hops_int, nonneg_int, positive_int
+from .cli_args import add_ablation, add_affinity_weights, add_dayfirst, add_engine, add_head, add_llm_options, \
+    add_method, add_token_budget, banks_cache_dir, budget_int, categories, hops_int, nonneg_int, positive_int
+from .data.types import MAX_QUESTION_CHARS
 from .errors import InputError, name_list, plural
-
-MAX_QUESTION_CHARS = 4000
 
 
 def _select_config(a):
@@ -170,61 +169,67 @@ def cmd_demo(a) -> int:
     return 0
 
 
-def add_commands(sub) -> None:
-    from .llm.spec import SPEC_HELP
-    from .select.config import ABLATIONS, SelectConfig
+def _budget_help() -> tuple[str, str]:
+    from .select.config import SelectConfig
 
     d0 = SelectConfig()
-    budget_help = f"workspace budget B: units selected per question (default: {d0.budget}; with --token-budget: " \
-                  "a cap on the units, none unless given)"
-    hops_help = f"propagation hops H over the thread graph (default: {d0.hops})"
+    return (f"workspace budget B: units selected per question (default: {d0.budget}; with --token-budget: "
+            "a cap on the units, none unless given)",
+            f"propagation hops H over the thread graph (default: {d0.hops})")
 
-    q = sub.add_parser("query", help="print the workspace for one question",
-                       description="Select and print the workspace of one question from one bank.")
+
+def configure_query(q) -> None:
+    budget_help, hops_help = _budget_help()
+    q.describe("Select and print the workspace of one question from one bank.")
     q.add_argument("--bank", required=True, help="bank or collection directory")
-    q.add_argument("--bank-id", help="bank within a collection (needed when it holds several)")
+    q.add_argument("--bank-id", help="bank within a collection (default: the only one; needed when it holds several)")
     q.add_argument("--question", required=True, help=f"the question (at most {MAX_QUESTION_CHARS} characters)")
     q.add_argument("--budget", type=budget_int, help=budget_help)
     add_token_budget(q)
     q.add_argument("--hops", type=hops_int, help=hops_help)
     q.add_argument("--paper", action="store_true", help="Section 4.2 exactly as written")
-    q.add_argument("--head", help="learned role head (safetensors) from `trawmem train-head`")
+    add_head(q)
     add_affinity_weights(q)
     q.add_argument("--json", action="store_true", help="print the workspace and its ids as JSON")
     q.set_defaults(fn=cmd_query)
 
-    e = sub.add_parser("eval", help="retrieval (and optionally answer) quality on LoCoMo-layout data",
-                       description="Select for every question with gold evidence and score evidence recall, "
-                                   "all-evidence hit and context tokens per category; with --answer-llm also "
-                                   "answer F1 / BLEU-1 and, with --judge-llm, LLM-judge accuracy. Exit status 1 "
-                                   "when more LLM requests failed than --allow-failures (results are still "
-                                   "written; a rerun retries only the failed requests).")
+
+def configure_eval(e) -> None:
+    from .llm.spec import SPEC_HELP
+
+    budget_help, hops_help = _budget_help()
+    e.describe("Select for every question with gold evidence and score evidence recall, "
+               "all-evidence hit and context tokens per category; with --answer-llm also "
+               "answer F1 / BLEU-1 and, with --judge-llm, LLM-judge accuracy. Exit status 1 "
+               "when more LLM requests failed than --allow-failures (results are still "
+               "written; a rerun retries only the failed requests).")
     e.add_argument("--data", required=True, help="LoCoMo-layout JSON with questions and evidence")
     add_dayfirst(e)
-    e.add_argument("--method", choices=["trawmem", "cosine", "bm25", "hybrid", "full"], default="trawmem",
-                   help="selection method")
+    add_method(e)
     e.add_argument("--budget", type=budget_int, help=budget_help)
     add_token_budget(e, fill=True)
     e.add_argument("--hops", type=hops_int, help=hops_help)
-    e.add_argument("--ablation", choices=list(ABLATIONS), help="one Section 5.2 ablation (default: none)")
+    add_ablation(e)
     e.add_argument("--paper", action="store_true", help="Section 4.2 exactly as written")
-    e.add_argument("--engine", choices=["reference", "batched"], default="reference",
-                   help="TrawMem implementation (both select the same units)")
-    e.add_argument("--head", help="learned role head (safetensors) from `trawmem train-head`")
+    add_engine(e)
+    add_head(e)
     add_affinity_weights(e)
     e.add_argument("--categories", type=categories, default="1,2,3,4", metavar="C,C,...",
                    help="LoCoMo question categories to score")
     e.add_argument("--banks", help="bank directory: built into when new or empty, else used only if its banks "
-                                   "match the data (default: an automatic cache under ~/.cache/trawmem_gpu)")
-    e.add_argument("--answer-llm", help=f"answer model: {SPEC_HELP}")
-    e.add_argument("--judge-llm", help=f"judge model: {SPEC_HELP}")
+                                   f"match the data (default: an automatic cache under {banks_cache_dir()})")
+    e.add_argument("--answer-llm", help=f"answer model: {SPEC_HELP} (default: none, retrieval metrics only)")
+    e.add_argument("--judge-llm", help=f"judge model: {SPEC_HELP} (default: none, no judge accuracy)")
     add_llm_options(e)
     e.add_argument("--allow-failures", type=nonneg_int, default=0, metavar="N",
                    help="LLM requests that may fail (after retries) before the exit status turns 1")
     e.add_argument("--output", required=True, help="result JSON to write")
     e.set_defaults(fn=cmd_eval)
 
-    d = sub.add_parser("demo", help="build the bundled sample conversation and show workspaces")
+
+def configure_demo(d) -> None:
+    d.describe("Build the bundled sample conversation into a collection, then print the workspace and "
+               "evidence recall for each of its sample questions.")
     d.add_argument("--out", default="trawmem-demo", help="collection directory to build the sample into")
     d.add_argument("--budget", type=positive_int, default=8, help="workspace budget B")
     d.set_defaults(fn=cmd_demo)

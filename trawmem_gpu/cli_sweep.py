@@ -62,12 +62,10 @@ def cmd_sweep(a) -> int:
     return 0
 
 
-def add_commands(sub) -> None:
-    s = sub.add_parser("sweep", help="quality, context tokens and latency over a hops x budget grid, "
-                                     "with the Pareto-optimal cells (table, JSON, PNG)",
-                       description="For every (method, H, B or T) cell: macro evidence recall, multi-hop hit, context "
-                                   "tokens and one-query latency p50/p95/p99; batched-engine throughput for "
-                                   "TrawMem cells; build cost per bank once.")
+def configure_sweep(s) -> None:
+    s.describe("For every (method, H, B or T) cell: macro evidence recall, multi-hop hit, context "
+               "tokens and one-query latency p50/p95/p99; batched-engine throughput for "
+               "TrawMem cells; build cost per bank once. Writes a table, a JSON and a Pareto PNG.")
     s.add_argument("--data", required=True, help="LoCoMo-layout JSON with questions and gold evidence")
     s.add_argument("--hops", type=int_list(0, MAX_HOPS), default=[1, 2, 3], metavar="H,H,...",
                    help="comma-separated hops H for TrawMem cells")
@@ -75,13 +73,14 @@ def add_commands(sub) -> None:
                    help="comma-separated unit budgets B")
     s.add_argument("--token-budget", type=int_list(1, MAX_TOKEN_BUDGET), metavar="T,T,...",
                    help="comma-separated token budgets T (workspace tokens, cl100k_base, heads included): one more "
-                        "cell per method and T, without a unit cap, e.g. 400,800,1600")
+                        "cell per method and T, without a unit cap, e.g. 400,800,1600 (default: no token-budget "
+                        "cells)")
     s.add_argument("--method", type=method_list, default=["trawmem", "hybrid"], metavar="M,M,...",
                    help="comma-separated: trawmem, cosine, bm25, hybrid (baselines get one cell per B)")
     s.add_argument("--engine", choices=["reference", "batched"], default="reference",
                    help="TrawMem selection for the one-query latency (throughput always uses the batched engine)")
     s.add_argument("--paper", action="store_true", help="Section 4.2 exactly as written (SelectConfig.paper())")
-    s.add_argument("--categories", type=categories, default=(1, 2, 3, 4), help="question categories")
+    s.add_argument("--categories", type=categories, default=(1, 2, 3, 4), metavar="C,C,...", help="question categories")
     s.add_argument("--batch-size", type=positive_int, default=256, help="batch size of the throughput measurement")
     s.add_argument("--rounds", type=positive_int, default=3, help="throughput rounds (median reported)")
     s.add_argument("--threads", type=positive_int, default=1,
@@ -93,7 +92,7 @@ def add_commands(sub) -> None:
                    help="build every bank afresh, one conversation at a time with the embedding cache off, and "
                         "report the build cost per bank (slow on a CPU: no embedding cache)")
     add_dayfirst(s)
-    s.add_argument("--max-questions", type=positive_int, help="a seeded sample of this many questions")
+    s.add_argument("--max-questions", type=positive_int, help="a seeded sample of this many questions (default: all)")
     s.add_argument("--output", default="sweep.json", help="result JSON")
     s.add_argument("--plot", help="Pareto PNG (default: --output with .png)")
     s.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -17,11 +17,23 @@ class BankError(TrawmemError):
 
 
 class UnknownBank(TrawmemError, KeyError):
-    """A bank id that the collection (or engine) does not hold. A ``KeyError`` too, so
-    ``except KeyError`` keeps working; ``str()`` is the plain message (no added quotes)."""
+    """A bank id that the collection, engine or server does not hold. A ``KeyError`` too, so
+    ``except KeyError`` keeps working; ``str()`` is the plain message (no added quotes).
+
+    :param where: a prefix locating the request (``"requests[3]: "``)
+    :param detail: what the holder does hold, for a local caller (never sent to an HTTP client:
+        the server answers ``where`` and ``bank_id`` only, as for a bank the key does not own)
+    """
+
+    def __init__(self, bank_id: str, where: str = "", detail: str = ""):
+        super().__init__(f"{where}unknown bank id {bank_id!r}{detail}")
+        self.bank_id, self.where, self.detail = bank_id, where, detail
 
     def __str__(self) -> str:
-        return str(self.args[0]) if self.args else "unknown bank"
+        return str(self.args[0])
+
+    def __reduce__(self):  # pickles (Ray, the front processes) with its fields
+        return type(self), (self.bank_id, self.where, self.detail)
 
 
 class ConfigError(TrawmemError, ValueError):

@@ -19,7 +19,7 @@ def llm_from_args(spec: str | None, cache_path=None, *, check: bool = False, tim
     asks the server first (``GET /models``: reachable, key accepted, model served)."""
     if not spec or spec == "none":
         return None
-    from .encode.cache import default_cache_dir
+    from .paths import default_cache_dir
     from .llm.cache import CachedBackend
     from .llm.spec import backend_from_spec
 

@@ -20,7 +20,7 @@ def get_tokenizer():
     import bpe_openai
     import tiktoken
 
-    from .encode.cache import default_cache_dir
+    from .paths import default_cache_dir
 
     cache = default_cache_dir() / "tiktoken"
     target = cache / hashlib.sha1(_URL.encode()).hexdigest()

@@ -67,7 +67,7 @@ def _segment(works: list[_Work], cfg: BuildConfig, llm, stats: dict, from_unit: 
     if cfg.segmentation == "llm":
         if llm is None:
             raise NoLLMConfigured("segmentation='llm' needs an LLM backend (none configured); "
-                                  "use --segmentation embedding or pass --llm")
+                                  "set `segmentation` to 'embedding' or give an `llm`")
         from .llm_threads import llm_segment
 
         sessions = [[t.embed_text() for t in works[wi].conv.turns[lo:hi]] for wi, lo, hi in jobs]
@@ -94,7 +94,8 @@ def _heads(works: list[_Work], cfg: BuildConfig, llm, stats: dict) -> None:
     texts: list = [None] * len(todo)
     if cfg.heads == "llm":
         if llm is None:
-            raise NoLLMConfigured("heads='llm' needs an LLM backend (none configured); use --heads extractive")
+            raise NoLLMConfigured("heads='llm' needs an LLM backend (none configured); set `heads` to 'extractive' "
+                                  "or give an `llm`")
         from .llm_threads import llm_heads
 
         rendered = ["\n".join(f"[{t.timestamp}] {t.embed_text()}" for t in works[wi].conv.turns[s:e])

@@ -40,8 +40,8 @@ def _check_dayfirst(bank: Bank, dayfirst: bool, sample: int = 200) -> None:
         except ValueError:
             continue
         if t.time is not None and again.replace(tzinfo=None) != t.time.replace(tzinfo=None):
-            flag = "without --dayfirst" if dayfirst else "with --dayfirst"
-            raise InputError(f"--update: bank {bank.bank_id!r} was built {flag} (its date {ts!r} reads "
+            flag = "without `dayfirst`" if dayfirst else "with `dayfirst`"
+            raise InputError(f"`update`: bank {bank.bank_id!r} was built {flag} (its date {ts!r} reads "
                              f"{t.time:%Y-%m-%d}, now {again:%Y-%m-%d}); run the update {flag} too")
 
 
@@ -51,7 +51,7 @@ def new_turns(bank: Bank, conv: Conversation, *, dayfirst: bool = False) -> list
     stored = bank.turns
     pos = {t.turn_id: i for i, t in enumerate(stored)}
     inp = conv.turns
-    where = f"--update: bank {bank.bank_id!r}"
+    where = f"`update`: bank {bank.bank_id!r}"
     if inp[0].turn_id in pos:  # the input repeats stored turns from position k on
         k = pos[inp[0].turn_id]
         m = min(len(inp), len(stored) - k)
@@ -61,12 +61,12 @@ def new_turns(bank: Bank, conv: Conversation, *, dayfirst: bool = False) -> list
             if a.turn_id != b.turn_id:
                 raise InputError(f"{where}: the input repeats the stored history from turn {stored[k].turn_id!r} "
                                  f"on, but has turn {b.turn_id!r} where the bank has {a.turn_id!r}; the histories "
-                                 f"conflict: rebuild the bank without --update")
+                                 f"conflict: rebuild the bank without `update`")
             diff = [f for f in _FIELDS if getattr(a, f) != getattr(b, f)]
             if diff:
                 raise InputError(f"{where}: turn {a.turn_id!r} differs between the input and the stored bank "
                                  f"(field {diff[0]!r}: {getattr(b, diff[0])!r} vs {getattr(a, diff[0])!r}); the "
-                                 f"histories conflict: rebuild the bank without --update")
+                                 f"histories conflict: rebuild the bank without `update`")
         fresh = [replace(t, session=t.session + shift) for t in inp[m:]]
     else:
         fresh = list(inp)
@@ -79,5 +79,5 @@ def new_turns(bank: Bank, conv: Conversation, *, dayfirst: bool = False) -> list
     again = [t.turn_id for t in fresh if t.turn_id in pos]
     if again:
         raise InputError(f"{where}: turn {again[0]!r} is already stored but appears among the new turns "
-                         f"(out of order?); the histories conflict: rebuild the bank without --update")
+                         f"(out of order?); the histories conflict: rebuild the bank without `update`")
     return fresh

@@ -41,8 +41,8 @@ def require_locomo(path: str | Path, command: str) -> None:
     multi-hop hit): ``eval``, ``sweep``, ``train-head``. One message for every command."""
     if detect_format(path) == "longmemeval":
         raise InputError(f"{path} is a LongMemEval file, which `trawmem {command}` does not take (its LoCoMo "
-                         f"categories do not apply there): score it with `trawmem score --data {path} "
-                         "--out OUT.jsonl` (official metrics, abstention rules, per-type tables)")
+                         "categories do not apply there): score it with `trawmem score` (official metrics, abstention "
+                         "rules, per-type tables)")
 
 
 def check_input_file(path: str | Path) -> Path:

@@ -198,7 +198,7 @@ def load_longmemeval(path: str | Path, units: Units = "user", *, dayfirst: bool 
     :param dayfirst: passed to ``parse_date`` (LongMemEval's own ``YYYY/MM/DD`` dates read the same either way)
     """
     if units not in ("user", "all"):
-        raise InputError(f"unknown --units {units!r} (expected 'user' or 'all')")
+        raise InputError(f"unknown `units` {units!r} (expected 'user' or 'all')")
     path = Path(path)
     data = _read(path)
     if isinstance(data, dict) and "question_id" in data:

@@ -60,6 +60,10 @@ def turns_digest(turns: Iterable[Turn]) -> str:
     return h.hexdigest()
 
 
+MAX_QUESTION_CHARS = 4000
+"""Longest question text accepted anywhere (``trawmem query``, ``score`` question files, ``serve``)."""
+
+
 @dataclass(frozen=True)
 class Question:
     """One evaluation question with its gold evidence turn ids (already repaired)."""

@@ -21,12 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..paths import default_cache_dir
 from .base import Encoder
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("TRAWMEM_CACHE", Path.home() / ".cache" / "trawmem_gpu"))
-
 
 _SCHEMA = [("table", "emb"), ("index", "sqlite_autoindex_emb_1")]
 """What ``sqlite_master`` of a cache holds (a database with anything else is someone else's)."""

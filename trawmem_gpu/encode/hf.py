@@ -1,6 +1,7 @@
 """Transformers encoders: the embedded MiniLM default and local models such as Qwen3-Embedding."""
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Literal
@@ -12,6 +13,26 @@ from .base import Encoder
 
 DEFAULT_QUERY_INSTRUCTION = (
     "Instruct: Given a question about a past conversation, retrieve the conversation turns that answer it\nQuery: ")
+
+
+VERBOSE_ENV = "TRAWMEM_VERBOSE"
+"""Set to 1 to see transformers' own output while a model loads (its ``Loading weights`` bar)."""
+
+
+@contextlib.contextmanager
+def loading_quietly():
+    """Hide transformers' weight-loading progress bar (printed on every command otherwise) unless
+    ``TRAWMEM_VERBOSE=1``; the bar's global switch is put back as it was."""
+    from transformers.utils import logging as hf_logging
+
+    if os.environ.get(VERBOSE_ENV, "") not in ("", "0") or not hf_logging.is_progress_bar_enabled():
+        yield
+        return
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.enable_progress_bar()
 
 
 class HFEncoder(Encoder):
@@ -45,7 +66,9 @@ class HFEncoder(Encoder):
         if pooling == "last_token":
             self.tok.padding_side = "left"
         dtype = torch.float16 if self.device.startswith("cuda") else torch.float32
-        self.model = AutoModel.from_pretrained(str(path), local_files_only=True, dtype=dtype).to(self.device).eval()
+        with loading_quietly():
+            self.model = AutoModel.from_pretrained(str(path), local_files_only=True, dtype=dtype).to(self.device)
+        self.model.eval()
         self.dim = int(self.model.config.hidden_size)
         self.id = f"{name or path.name}:{pooling}:{max_length}"
 

@@ -56,7 +56,7 @@ def exported_model(hf: HFEncoder, cache_dir: str | Path | None = None) -> Path:
     """The ONNX file for ``hf`` (exported on first use, shared by every later process)."""
     from filelock import FileLock
 
-    from .cache import default_cache_dir
+    from ..paths import default_cache_dir
 
     root = Path(hf.path)
     h = hashlib.sha256(hf.id.encode())

@@ -151,7 +151,7 @@ def _measured_build_stats(banks: dict, build_cfg, progress: bool) -> dict:
     from ..construct import build_banks
     from ..data import Conversation
     from ..encode import get_encoder
-    from ..encode.cache import default_cache_dir
+    from ..paths import default_cache_dir
 
     path = default_cache_dir() / _MEASURED_FILE
     try:
@@ -349,8 +349,8 @@ def open_backends(a, *, check: bool = True) -> tuple:
     answer_spec = getattr(a, "answer_llm", None)
     judge_spec = getattr(a, "judge_llm", None)
     if not answer_spec:
-        raise ConfigError("--judge-llm needs --answer-llm: the judge grades the answer model's answers "
-                          "(give --answer-llm http://HOST:PORT/v1[@MODEL] or vllm:MODEL_PATH)")
+        raise ConfigError("`judge_llm` needs `answer_llm`: the judge grades the answer model's answers "
+                          "(give `answer_llm` as http://HOST:PORT/v1[@MODEL] or vllm:MODEL_PATH)")
     opts = llm_options(a)
     answer = llm_from_args(answer_spec, check=check, **opts)
     judge = None
@@ -392,8 +392,8 @@ def add_answer_metrics(res: dict, a, *, answer_backend=None, judge_backend=None,
     from .answer import answer_and_judge
 
     if answer_backend is None and not getattr(a, "answer_llm", None):
-        raise ConfigError("--judge-llm needs --answer-llm: the judge grades the answer model's answers "
-                          "(give --answer-llm http://HOST:PORT/v1[@MODEL] or vllm:MODEL_PATH)")
+        raise ConfigError("`judge_llm` needs `answer_llm`: the judge grades the answer model's answers "
+                          "(give `answer_llm` as http://HOST:PORT/v1[@MODEL] or vllm:MODEL_PATH)")
     if "records" not in res:
         raise ConfigError("answer metrics need the per-question records of the retrieval run")
     records = res["records"]

@@ -6,8 +6,6 @@ tokens of the rendered workspace (named tokenizer) beside them.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from pathlib import Path
 from typing import Literal
@@ -19,6 +17,7 @@ from .. import __version__
 from ..config import BuildConfig
 from ..data import load_conversations
 from ..errors import InputError
+from ..paths import file_sha256
 from ..select.config import SelectConfig
 from ..select.context import BankContext
 from ..tokens import TOKENIZER_NAME
@@ -26,10 +25,6 @@ from ..workspace import assemble, headings_for
 
 METHODS = ("trawmem", "cosine", "bm25", "hybrid", "full")
 Method = Literal["trawmem", "cosine", "bm25", "hybrid", "full"]
-
-
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def given_build_config(cache_dir: str | Path | None) -> BuildConfig | None:
@@ -74,10 +69,9 @@ def banks_for(data_path: str | Path, build_cfg: BuildConfig | None = None, cache
     import sys
 
     from ..construct import build_banks
-    from ..data.types import UNIT_TEXT_VERSION
-    from ..encode.cache import default_cache_dir
+    from ..construct.cache import build_identity, default_bank_dir
     from ..errors import BankError
-    from ..store import FORMAT_VERSION, Collection
+    from ..store import Collection
 
     convs = convs if convs is not None else load_conversations(data_path, dayfirst=dayfirst)
     if cache_dir is not None:
@@ -88,13 +82,11 @@ def banks_for(data_path: str | Path, build_cfg: BuildConfig | None = None, cache
             if len(coll):
                 return convs, _check_banks(coll, convs, data_path, build_cfg), cdir
         except BankError as e:
-            raise BankError(f"--banks: {e}; remove {cdir} or pass another --banks directory to rebuild the banks "
-                            f"from {data_path}, or drop --banks to use the automatic cache") from None
+            raise BankError(f"`bank_cache`: {e}; remove {cdir} or give another `bank_cache` directory to rebuild the "
+                            f"banks from {data_path}, or leave `bank_cache` unset to use the automatic cache") from None
     else:
         build_cfg = build_cfg or BuildConfig()
-        key = hashlib.sha256((file_sha256(data_path) + json.dumps(build_cfg.to_dict(), sort_keys=True)
-                              + f"text{UNIT_TEXT_VERSION}-format{FORMAT_VERSION}-dayfirst{int(dayfirst)}").encode())
-        cdir = default_cache_dir() / "banks" / key.hexdigest()[:16]
+        cdir = default_bank_dir(build_identity(file_sha256(data_path), build_cfg, "all", dayfirst=dayfirst))
         try:
             coll = Collection(cdir, create=True)
             if len(coll):

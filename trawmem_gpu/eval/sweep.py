@@ -84,7 +84,7 @@ def grid(methods, hops, budgets, token_budgets=()) -> list[Cell]:
     sizes = [(int(b), None) for b in budgets] + [(None, int(t)) for t in token_budgets]
     for m in methods:
         if m not in SWEEP_METHODS:
-            raise InputError(f"--method: unknown method {m!r}; choose from {', '.join(SWEEP_METHODS)}")
+            raise InputError(f"`methods`: unknown method {m!r}; choose from {', '.join(SWEEP_METHODS)}")
         if m == TRAWMEM:
             cells += [Cell(m, b, int(h), t) for h in hops for b, t in sizes]
         else:
@@ -280,7 +280,7 @@ def batched_throughput(engines: list, items: list, Z: np.ndarray, batch_size: in
     ``batch_size`` (a fixed shuffle, so batches mix banks as a server's would); engines
     interleaved round by round, median over rounds."""
     if batch_size < 1:
-        raise InputError("--batch-size must be >= 1")
+        raise InputError("`batch_size` must be >= 1")
     Q = len(items)
     order = np.random.default_rng(seed).permutation(Q)
     bids = [items[i][0] for i in order]
@@ -341,7 +341,7 @@ def question_items(convs, categories, max_questions: int | None = None, seed: in
         raise InputError(f"no question of categories {list(categories)} has gold evidence in the data")
     if max_questions is not None and max_questions < len(items):
         if max_questions < 1:
-            raise InputError("--max-questions must be >= 1")
+            raise InputError("`max_questions` must be >= 1")
         keep = np.sort(np.random.default_rng(seed).choice(len(items), max_questions, replace=False))
         items = [items[i] for i in keep]
     return items
@@ -358,7 +358,7 @@ def load_or_build_banks(convs, banks_dir, build_cfg, progress: bool = True, *, t
 
     if time_builds:
         if banks_dir is not None:
-            raise InputError("--time-builds measures fresh builds; it does not take --banks")
+            raise InputError("`time_builds` measures fresh builds; it does not take `banks_dir`")
         banks, rows = build_timed(convs, build_cfg, get_encoder(build_cfg.encoder, cache=False), progress=progress)
         return banks, rows, "measured now: one conversation at a time, embedding cache off"
     from .retrieval import banks_for
@@ -373,11 +373,12 @@ def load_or_build_banks(convs, banks_dir, build_cfg, progress: bool = True, *, t
 
         coll = Collection(banks_dir)
         try:
-            missing = verify_banks(coll, convs, data_path or "--data", None, exact=False)
+            missing = verify_banks(coll, convs, data_path or "`data`", None, exact=False)
         except BankError as e:
-            raise BankError(f"--banks {banks_dir}: {e}; rebuild them from --data or drop --banks") from None
+            raise BankError(f"`banks_dir` {banks_dir}: {e}; rebuild them from `data` or leave `banks_dir` "
+                            "unset") from None
         if missing:
-            raise InputError(f"--banks {banks_dir}: no bank for conversation(s) {missing[:5]} of --data")
+            raise InputError(f"`banks_dir` {banks_dir}: no bank for conversation(s) {missing[:5]} of `data`")
         banks = [coll.load(c.bank_id) for c in convs]
     rows = []
     for b in banks:
@@ -399,10 +400,10 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
     from ..select.config import SelectConfig
     from ..select.context import BankContext
     from ..tokens import TOKENIZER_NAME
-    from .retrieval import file_sha256
+    from ..paths import file_sha256
 
     if engine not in ("reference", "batched"):
-        raise InputError(f"--engine must be 'reference' or 'batched', got {engine!r}")
+        raise InputError(f"`engine` must be 'reference' or 'batched', got {engine!r}")
     cells = grid(methods, hops, budgets, token_budgets)
     base_cfg = SelectConfig.paper() if paper else SelectConfig()
     build_cfg = BuildConfig()

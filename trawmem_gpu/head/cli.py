@@ -28,8 +28,8 @@ def cmd_train_head(a) -> int:
 def cmd_train_affinity(a) -> int:
     import time
 
-    from ..eval.retrieval import file_sha256
     from ..errors import InputError
+    from ..paths import file_sha256
     from .relevance import NEEDS_LABELS, fit_relevance, load_labelled, save_weights
 
     t0 = time.perf_counter()
@@ -49,20 +49,21 @@ def cmd_train_affinity(a) -> int:
     return 0
 
 
-def add_commands(sub) -> None:
+def configure_train_head(t) -> None:
+    from ..cli_args import MAX_BUDGET, add_dayfirst, budget_int, int_range, nonneg_float, nonneg_int, positive_float
     from .train import DEFAULTS
 
-    t = sub.add_parser("train-head", help="train the learned role head (A, M(delta), weights) from gold evidence")
+    t.describe("Train the learned role head (the role affinity A, the role-feature matrix M(delta) and the "
+               "objective weights) on the gold evidence of LoCoMo-layout data, unrolling the greedy selection "
+               "in a listwise loss. Writes the head (safetensors) and its loss curve (PNG).")
     t.add_argument("--data", required=True, help="LoCoMo-layout JSON with evidence labels")
     t.add_argument("--out", required=True, help="head file to write (safetensors); the loss curve goes beside it")
     t.add_argument("--conversations", help="comma-separated bank ids to train on (default: all)")
-    from ..cli_args import MAX_BUDGET, MAX_C, add_dayfirst, budget_int, float_range, int_range, nonneg_float, \
-        nonneg_int, positive_float
-
     add_dayfirst(t)
-    t.add_argument("--epochs", type=int_range(1, 100_000), default=DEFAULTS["epochs"])
-    t.add_argument("--lr", type=positive_float, default=DEFAULTS["lr"], help="learning rate (above 0)")
-    t.add_argument("--seed", type=nonneg_int, default=DEFAULTS["seed"])
+    t.add_argument("--epochs", type=int_range(1, 100_000), default=DEFAULTS["epochs"],
+                   help="passes over the training questions")
+    t.add_argument("--lr", type=positive_float, default=DEFAULTS["lr"], help="Adam learning rate (above 0)")
+    t.add_argument("--seed", type=nonneg_int, default=DEFAULTS["seed"], help="seed of the initialisation and shuffling")
     t.add_argument("--budget", type=budget_int, default=16, help="B the head is trained for")
     t.add_argument("--steps", type=int_range(1, MAX_BUDGET), default=DEFAULTS["steps"],
                    help="greedy steps unrolled in the loss (default: the budget)")
@@ -72,8 +73,13 @@ def add_commands(sub) -> None:
     t.add_argument("--quiet", action="store_true", help="no progress bars")
     t.set_defaults(fn=cmd_train_head)
 
-    f = sub.add_parser("train-affinity",
-                       help="fit the learned affinity (SelectConfig.relevance_weights) from gold evidence labels")
+
+def configure_train_affinity(f) -> None:
+    from ..cli_args import MAX_C, add_dayfirst, float_range
+
+    f.describe("Fit the learned affinity (SelectConfig.relevance_weights: a logistic model over the relevance "
+               "features) on the gold evidence of one or more labelled benchmark files, and write the weights "
+               "as JSON for --affinity-weights.")
     f.add_argument("--data", required=True, action="append",
                    help="labelled benchmark file (LoCoMo layout or LongMemEval); repeat it to fit on several, each "
                         "data set weighing the same")

@@ -140,7 +140,8 @@ def load_labelled(path: str | Path, cfg: SelectConfig | None = None, *, dataset:
     enc = get_encoder(BuildConfig().encoder)
     if fmt == "longmemeval":
         from ..data.longmemeval import is_abstention
-        from ..score.banks import build_identity, default_bank_dir, ensure_collection, file_sha256
+        from ..construct.cache import build_identity, default_bank_dir, ensure_collection
+        from ..paths import file_sha256
         from ..store import Collection
 
         convs = load_conversations(path, dayfirst=dayfirst)
@@ -195,21 +196,21 @@ def load_weights(path: str | Path) -> tuple[float, ...]:
     from ..errors import InputError, read_json
 
     path = Path(path)
-    doc = read_json(path, f"--affinity-weights {path}", "not a weights file")
+    doc = read_json(path, f"`affinity_weights` {path}", "not a weights file")
     if not isinstance(doc, dict) or doc.get("format") != WEIGHTS_FORMAT:
-        raise InputError(f"--affinity-weights {path}: not a weights file (write one with `trawmem train-affinity`)")
+        raise InputError(f"`affinity_weights` {path}: not a weights file (write one with `trawmem train-affinity`)")
     if doc.get("features") != list(RELEVANCE_FEATURES):
-        raise InputError(f"--affinity-weights {path}: fitted for the features {doc.get('features')}, this version "
+        raise InputError(f"`affinity_weights` {path}: fitted for the features {doc.get('features')}, this version "
                          f"uses {list(RELEVANCE_FEATURES)}; fit it again with `trawmem train-affinity`")
     w = doc.get("weights")
     if not isinstance(w, list) or len(w) != len(RELEVANCE_FEATURES) + 1 or not all(
             isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in w):
-        raise InputError(f"--affinity-weights {path}: 'weights' must be {len(RELEVANCE_FEATURES) + 1} finite numbers")
+        raise InputError(f"`affinity_weights` {path}: 'weights' must be {len(RELEVANCE_FEATURES) + 1} finite numbers")
     if not any(w[:-1]):
-        raise InputError(f"--affinity-weights {path}: every feature weight is 0, so the affinity carries no signal "
+        raise InputError(f"`affinity_weights` {path}: every feature weight is 0, so the affinity carries no signal "
                          "(a fit with C = 0?); fit it again with `trawmem train-affinity`")
     C = (doc.get("meta") or {}).get("C") if isinstance(doc.get("meta"), dict) else None
     if C is not None and not (isinstance(C, (int, float)) and not isinstance(C, bool) and math.isfinite(C) and C > 0):
-        raise InputError(f"--affinity-weights {path}: fitted with C = {C!r}, outside C > 0 (the fit is not a "
-                         "regularized one); fit it again with `trawmem train-affinity --C` above 0")
+        raise InputError(f"`affinity_weights` {path}: fitted with C = {C!r}, outside C > 0 (the fit is not a "
+                         "regularized one); fit it again with `trawmem train-affinity` and `C` above 0")
     return tuple(float(x) for x in w)

@@ -382,7 +382,7 @@ def train_head(data_path: str | Path, out_path: str | Path, *, conversations=Non
     (``loss_png_path(out_path)``). ``data``: optional preloaded ``(convs, banks, Z)``.
     Returns ``{"history", "head_sha256", "out", "loss_png", "summary"}``.
     """
-    from ..eval.retrieval import file_sha256
+    from ..paths import file_sha256
 
     cfg = replace(select_cfg or SelectConfig(), budget=budget)
     convs, banks, Z = data if data is not None else load_dev(data_path, progress=progress, dayfirst=dayfirst)
@@ -395,7 +395,7 @@ def train_head(data_path: str | Path, out_path: str | Path, *, conversations=Non
         if unknown:
             from ..errors import InputError
 
-            raise InputError(f"--conversations: {unknown} not in {data_path} "
+            raise InputError(f"`conversations`: {unknown} not in {data_path} "
                              f"(has {[c.bank_id for c in convs]})")
     sel = [c for c in convs if keep_ids is None or c.bank_id in keep_ids]
     mask = np.array([keep_ids is None or r in keep_ids for r in rows], dtype=bool)

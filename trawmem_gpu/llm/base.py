@@ -185,7 +185,7 @@ class LLMBackend:
 
 
 NO_LLM_MESSAGE = (
-    "no LLM configured: pass --answer-llm / --judge-llm (or the build's LLM option) as "
+    "no LLM configured: give `answer_llm` / `judge_llm` (or the build's `llm`) as "
     "http://HOST:PORT/v1[@MODEL] for an OpenAI-compatible server or vllm:MODEL_PATH for "
     "offline vLLM"
 )

@@ -244,7 +244,7 @@ class OpenAIHTTPBackend(LLMBackend):
                 async with sem:
                     left = self._remaining()
                     if left is not None and left <= 0:
-                        last_err = f"deadline of {self.deadline_s:g}s passed (--llm-deadline)"
+                        last_err = f"deadline of {self.deadline_s:g}s passed (`deadline_s`)"
                         break
                     limit = self.timeout_s if left is None else min(self.timeout_s, left)
                     t0 = time.perf_counter()
@@ -262,7 +262,7 @@ class OpenAIHTTPBackend(LLMBackend):
                     break
                 retry_after = _retry_after_s(resp.headers.get("retry-after"))
             except (httpx.TimeoutException, asyncio.TimeoutError) as e:
-                last_err = f"timeout after {limit:g}s ({type(e).__name__}; --llm-timeout)"
+                last_err = f"timeout after {limit:g}s ({type(e).__name__}; `timeout_s`)"
             except httpx.TransportError as e:
                 last_err = f"{type(e).__name__}: {e}"
             except _BadResponse as e:

@@ -14,11 +14,8 @@ from pathlib import Path
 
 from ..data.dates import parse_date
 from ..data.fields import id_field, valid_unicode
-from ..data.types import Conversation
+from ..data.types import MAX_QUESTION_CHARS, Conversation
 from ..errors import InputError
-
-MAX_QUESTION_CHARS = 4000
-"""Longest question accepted (the same bound as ``trawmem query``)."""
 
 
 @dataclass(frozen=True)

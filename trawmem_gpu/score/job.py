@@ -72,12 +72,12 @@ class ScoreSpec:
 
     def __post_init__(self):
         if self.method not in METHODS:
-            raise InputError(f"unknown --method {self.method!r}; choose from {', '.join(METHODS)}")
+            raise InputError(f"unknown `method` {self.method!r}; choose from {', '.join(METHODS)}")
         if self.engine not in ("batched", "reference"):
-            raise InputError(f"unknown --engine {self.engine!r}; choose 'batched' or 'reference'")
+            raise InputError(f"unknown `engine` {self.engine!r}; choose 'batched' or 'reference'")
         self.ks = tuple(int(k) for k in self.ks)
         if not self.ks or min(self.ks) < 1:
-            raise InputError(f"--k must list positive integers, got {self.ks}")
+            raise InputError(f"`ks` must list positive integers, got {self.ks}")
         self.config()  # validates the selection config
 
     def config(self) -> SelectConfig:
@@ -357,8 +357,8 @@ def resume_todo(writer: ResumableJsonl, items: list[ScoreItem], coll, spec: Scor
         first = next(iter(changed))
         more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
         raise InputError(f"{writer.path}: the written record of {first!r} no longer matches the input: "
-                         f"{changed[first]}{more}; rerun with --rescore-changed to score the changed ones again, "
-                         "or --overwrite to start afresh")
+                         f"{changed[first]}{more}; rerun with `rescore_changed` to score the changed ones again, "
+                         "or `overwrite` to start afresh")
     writer.drop(list(changed) + failed)
     todo = [it for it in items if it.id not in writer]
     return todo, {"rescored_changed": len(changed), "retried_answers": len(failed)}

@@ -44,7 +44,7 @@ def _ray():
         import ray
         import ray.data  # noqa: F401
     except ImportError:
-        raise ConfigError("--ray needs Ray: pip install -e '.[ray]' (ray[data,serve])") from None
+        raise ConfigError("running on Ray needs Ray: pip install -e '.[ray]' (ray[data,serve])") from None
     return ray
 
 
@@ -143,7 +143,7 @@ def score_ray(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
         if progress:
             say_resume(out, len(items), len(todo))
         if workers < 1:
-            raise ConfigError(f"--ray-workers must be >= 1, got {workers}")
+            raise ConfigError(f"`workers` must be >= 1, got {workers}")
         # several groups per worker: balance, and results stream back while others run
         gs = group_size or max(1, math.ceil(len(todo) / (workers * 4)))
         groups = plan_batches(todo, gs)
@@ -219,6 +219,16 @@ class _BuildActor:
         st["embedding_cache_hits"] = getattr(self.encoder, "hits", 0) - h0
         st["embedding_cache_misses"] = getattr(self.encoder, "misses", 0) - m0
         return banks, st
+
+
+def ray_chunk_builder(address: str | None = None, workers: int | None = None):
+    """The bank cache's ``build_chunks`` (:func:`trawmem_gpu.construct.cache.ensure_collection`):
+    chunks built on Ray actors."""
+    def build(chunks: list, cfg):
+        return build_banks_ray(chunks, cfg, address=address, workers=workers)
+
+    build.runner = "ray"
+    return build
 
 
 def build_banks_ray(chunks: list, cfg, address: str | None = None, workers: int | None = None, threads: int = 1):

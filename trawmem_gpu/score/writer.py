@@ -50,7 +50,7 @@ class ResumableJsonl:
             self._lock.acquire(timeout=0)
         except Timeout:
             raise InputError(f"{self.path}: another process is writing this file (lock {self._lock.lock_file}); "
-                             "wait for it or choose another --out") from None
+                             "wait for it or choose another `out`") from None
         try:
             self.meta_path = self.path.with_name(self.path.name + ".meta.json")
             if overwrite:
@@ -84,7 +84,7 @@ class ResumableJsonl:
                 rid = rec[self.key]
             except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
                 raise InputError(f"{self.path}:{ln}: corrupt record ({type(e).__name__}); the file was not written "
-                                 "by `trawmem score` alone: repair it or use --overwrite") from None
+                                 "by `trawmem score` alone: repair it or use `overwrite`") from None
             if str(rid) in self.ids:
                 raise InputError(f"{self.path}:{ln}: duplicate {self.key} {rid!r}")
             self.ids.add(str(rid))
@@ -99,11 +99,11 @@ class ResumableJsonl:
                 old = read_json_object(self.meta_path, str(self.meta_path), "damaged sidecar")
             except InputError as e:
                 raise InputError(f"{self.path} holds {len(self.ids)} records, and {e}, which records the job that "
-                                 "wrote them; use --overwrite or another --out") from None
+                                 "wrote them; use `overwrite` or another `out`") from None
             if old != json.loads(json.dumps(meta)):
                 diff = sorted(k for k in set(meta) | set(old) if old.get(k) != meta.get(k))
                 raise InputError(f"{self.path} holds {len(self.ids)} records of a job with another configuration "
-                                 f"(differs in {', '.join(diff) or 'format'}); use --overwrite or another --out")
+                                 f"(differs in {', '.join(diff) or 'format'}); use `overwrite` or another `out`")
         tmp = self.meta_path.with_name(self.meta_path.name + ".tmp")
         tmp.write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8")
         os.replace(tmp, self.meta_path)

@@ -42,7 +42,8 @@ from .metrics import Metrics
 from .models import (AppendRequest, AppendResponse, BankInfo, BankList, BatchRequest, BatchResponse, Error,
                      SelectRequest, SelectResponse)
 from .registry import DuplicateTurns, check_bank_id
-from .service import SelectItem, UnknownBank
+from ..errors import UnknownBank
+from .service import SelectItem
 
 log = logging.getLogger("trawmem.serve")
 
@@ -185,7 +186,8 @@ class _Edge:
                             sent[0] = True
                             return {"type": "http.request", "body": body, "more_body": False}
                 if too_big:
-                    await _json({"detail": f"request body over the {self.limit}-byte limit (--max-body-bytes)"},
+                    await _json({"detail": f"request body over the {self.limit}-byte limit "
+                                          "(the server's `max_body_bytes`)"},
                                 413)(scope, receive, send_)
                     return
             route = self.direct.get(scope["path"]) if scope["method"] == "POST" else None
@@ -249,15 +251,16 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
         d_budget, d_hops, d_tokens = backend.defaults
         tokens = d_tokens if r.token_budget is None else r.token_budget
         if r.token_budget is not None and not 1 <= tokens <= cfg.max_token_budget:
-            raise HTTPError(422, f"{where}token_budget must lie in 1..{cfg.max_token_budget} (--max-token-budget), "
-                                 f"got {tokens}")
+            raise HTTPError(422, f"{where}token_budget must lie in 1..{cfg.max_token_budget} (the server's "
+                                 f"`max_token_budget`), got {tokens}")
         # a token budget sizes the workspace by itself: B then caps units only when asked for
         budget = r.budget if r.budget is not None else (None if r.token_budget is not None else d_budget)
         if budget is not None and not 1 <= budget <= cfg.max_budget:
-            raise HTTPError(422, f"{where}budget must lie in 1..{cfg.max_budget} (--max-budget), got {budget}")
+            raise HTTPError(422, f"{where}budget must lie in 1..{cfg.max_budget} (the server's `max_budget`), "
+                                 f"got {budget}")
         hops = d_hops if r.hops is None else r.hops
         if not 0 <= hops <= cfg.max_hops:
-            raise HTTPError(422, f"{where}hops must lie in 0..{cfg.max_hops} (--max-hops), got {hops}")
+            raise HTTPError(422, f"{where}hops must lie in 0..{cfg.max_hops} (the server's `max_hops`), got {hops}")
         date = None
         if r.date is not None:
             try:
@@ -385,8 +388,8 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
         return _json({"detail": "; ".join(parts)}, 422)
 
     @app.exception_handler(UnknownBank)
-    async def _unknown(request, e: UnknownBank):
-        return _json({"detail": str(e)}, 404)
+    async def _unknown(request, e: UnknownBank):  # never e.detail: what else is held is not the client's
+        return _json({"detail": f"{e.where}unknown bank id {e.bank_id!r}"}, 404)
 
     @app.exception_handler(QueueFull)
     async def _full(request, e: QueueFull):
@@ -394,7 +397,7 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
 
     @app.exception_handler(DeadlineExceeded)
     async def _late(request, e: DeadlineExceeded):
-        return _json({"detail": f"{e} (--timeout)"}, 504)
+        return _json({"detail": f"{e} (the server's `timeout_s`)"}, 504)
 
     @app.exception_handler(ShuttingDown)
     async def _draining(request, e: ShuttingDown):

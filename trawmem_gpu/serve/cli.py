@@ -67,19 +67,20 @@ def cmd_serve_key(a) -> int:
     return 0
 
 
-def add_commands(sub) -> None:
+def configure_serve(s) -> None:
     from ..cli_args import budget_int, hops_int, nonneg_float, nonneg_int, port_int, positive_float, positive_int, \
         token_budget_int
     from .config import ServeConfig
 
     d = ServeConfig()
-    s = sub.add_parser("serve", help="HTTP selection service with dynamic batching and API keys (extra: serve)",
-                       description="Serve workspace selection over HTTP (API v1, OpenAPI at /docs).")
+    s.describe("Serve workspace selection over HTTP (API v1, OpenAPI at /docs): dynamic batching, API keys "
+               "per tenant, live appends and Prometheus metrics. Needs the serve extra.")
     s.add_argument("--collection", default=d.collection, help="collection directory (created when missing)")
     s.add_argument("--sample", action="store_true", help="first build the bundled sample conversation into it")
     s.add_argument("--host", default=d.host, help="bind address; other than 127.0.0.1 needs --keys")
     s.add_argument("--port", type=port_int, default=d.port, help="TCP port (0: a free one)")
-    s.add_argument("--keys", help="keys file (sha256 of API keys -> tenants); see `trawmem serve-key`")
+    s.add_argument("--keys", help="keys file (sha256 of API keys -> tenants); see `trawmem serve-key` (default: "
+                                  "none, no authentication and 127.0.0.1 only)")
     s.add_argument("--max-batch", type=positive_int, default=d.max_batch, help="most queries per engine batch")
     s.add_argument("--max-wait-ms", type=nonneg_float, default=d.max_wait_ms,
                    help="longest a query waits for a batch to fill when the engine is idle")
@@ -110,9 +111,12 @@ def add_commands(sub) -> None:
     s.add_argument("--ray-address", help="--ray: address of a running Ray cluster (default: start a local one)")
     s.set_defaults(fn=cmd_serve)
 
-    k = sub.add_parser("serve-key", help="create an API key for `trawmem serve` (prints it once)")
+
+def configure_serve_key(k) -> None:
+    k.describe("Create an API key for `trawmem serve`: the key is printed once on stdout, and only its sha256 is "
+               "stored in the keys file, with the tenant and the bank-id patterns it may read (and append to).")
     k.add_argument("--keys", required=True, help="keys file to add to (created when missing)")
-    k.add_argument("--tenant", required=True)
+    k.add_argument("--tenant", required=True, help="tenant name the key belongs to")
     k.add_argument("--banks", nargs="+", required=True, help="bank-id patterns the key owns, e.g. 'acme-*'")
     k.add_argument("--read-only", action="store_true", help="may select but not append")
     k.set_defaults(fn=cmd_serve_key)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..cli_select import MAX_QUESTION_CHARS
+from ..data.types import MAX_QUESTION_CHARS
 from ..errors import ConfigError
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -73,21 +73,42 @@ class ServeConfig:
         for name in ("max_batch", "encode_chunk", "max_queue", "max_body_bytes", "max_question_chars", "max_budget",
                      "max_token_budget", "max_batch_request", "max_turns_per_append", "max_engines"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)!r}")
+                raise ConfigError(f"`{name}` must be >= 1, got {getattr(self, name)!r}")
         if self.max_hops < 0:
-            raise ConfigError(f"--max-hops must be >= 0, got {self.max_hops!r}")
+            raise ConfigError(f"`max_hops` must be >= 0, got {self.max_hops!r}")
         if self.max_wait_ms < 0:
-            raise ConfigError(f"--max-wait-ms must be >= 0, got {self.max_wait_ms!r}")
+            raise ConfigError(f"`max_wait_ms` must be >= 0, got {self.max_wait_ms!r}")
         if self.switch_interval_ms <= 0:
-            raise ConfigError(f"switch_interval_ms must be > 0, got {self.switch_interval_ms!r}")
+            raise ConfigError(f"`switch_interval_ms` must be > 0, got {self.switch_interval_ms!r}")
         if self.timeout_s <= 0:
-            raise ConfigError(f"--timeout must be > 0 seconds, got {self.timeout_s!r}")
+            raise ConfigError(f"`timeout_s` must be > 0 seconds, got {self.timeout_s!r}")
         if not 0 <= self.port <= 65535:
-            raise ConfigError(f"--port must lie in 0..65535, got {self.port!r}")
+            raise ConfigError(f"`port` must lie in 0..65535, got {self.port!r}")
         if self.http_workers < 0:
-            raise ConfigError(f"--http-workers must be >= 0, got {self.http_workers!r}")
+            raise ConfigError(f"`http_workers` must be >= 0, got {self.http_workers!r}")
         if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"--threads must be >= 1, got {self.threads!r}")
+            raise ConfigError(f"`threads` must be >= 1, got {self.threads!r}")
         if self.keys_file is None and self.host not in LOCAL_HOSTS:
-            raise ConfigError(f"--host {self.host} without --keys: a server without API keys binds to "
-                              "127.0.0.1 only; pass --keys FILE to serve other hosts")
+            raise ConfigError(f"`host` {self.host} without `keys_file`: a server without API keys binds to "
+                              "127.0.0.1 only; set `keys_file` to serve other hosts")
+
+
+def uvicorn_config(app, cfg: ServeConfig, access_log: bool = False, graceful_s: float | None = None):
+    """uvicorn's settings for serving ``app`` as ``cfg`` says (the one-process server and each
+    HTTP front of :mod:`.remote` alike)."""
+    import uvicorn
+
+    return uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="info" if access_log else "warning",
+                          access_log=access_log, timeout_graceful_shutdown=graceful_s or (cfg.timeout_s + 5),
+                          lifespan="on", server_header=False, limit_concurrency=None)
+
+
+def select_defaults() -> tuple:
+    """(budget, hops, token_budget) a request gets when it names none, read from ``SelectConfig``'s
+    fields (a front shows these until the engine process reports its own)."""
+    from dataclasses import fields
+
+    from ..select.config import SelectConfig
+
+    d = {f.name: f.default for f in fields(SelectConfig)}
+    return d["budget"], d["hops"], d["token_budget"]

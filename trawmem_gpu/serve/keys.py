@@ -65,12 +65,12 @@ class KeyStore:
     @classmethod
     def load(cls, path: str | Path) -> "KeyStore":
         path = Path(path)
-        doc = read_json(path, f"--keys {path}", "not valid JSON", ConfigError)
+        doc = read_json(path, f"`keys_file` {path}", "not valid JSON", ConfigError)
         if not isinstance(doc, dict) or not isinstance(doc.get("keys"), list):
-            raise ConfigError(f'--keys {path}: expected {{"keys": [...]}}')
+            raise ConfigError(f'`keys_file` {path}: expected {{"keys": [...]}}')
         entries, seen = [], set()
         for i, e in enumerate(doc["keys"]):
-            where = f"--keys {path}: keys[{i}]"
+            where = f"`keys_file` {path}: keys[{i}]"
             if not isinstance(e, dict):
                 raise ConfigError(f"{where}: expected an object")
             h, name, banks, access = e.get("sha256"), e.get("tenant"), e.get("banks"), e.get("access")

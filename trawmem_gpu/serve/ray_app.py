@@ -32,7 +32,7 @@ from ray import serve
 
 from ..errors import InputError
 from .batcher import DeadlineExceeded, Later, QueueFull
-from .config import ServeConfig
+from .config import ServeConfig, select_defaults
 from .registry import DuplicateTurns
 
 log = logging.getLogger("trawmem.serve")
@@ -120,7 +120,7 @@ class RayBackend:
         self.cfg, self.n, self.app_name = cfg, shards, app_name
         self.handles: list = []
         self.ready = False
-        self.dim, self.encoder_id, self.defaults = 0, None, (16, 1, None)
+        self.dim, self.encoder_id, self.defaults = 0, None, select_defaults()
 
     async def start(self) -> None:
         self.handles = [serve.get_deployment_handle(f"trawmem-shard-{i}", app_name=self.app_name)
@@ -141,7 +141,7 @@ class RayBackend:
     async def select(self, items: list, batch: bool = False) -> list[dict]:
         from ray.serve.exceptions import BackPressureError
 
-        from .service import UnknownBank
+        from ..errors import UnknownBank
 
         calls = [self._h(it.bank_id).select.remote(it) for it in items]
         try:
@@ -195,7 +195,7 @@ def _router_builder(cfg: dict, shards: int, app_name: str):
 def build_ray_app(cfg: ServeConfig, shards: int = 2, app_name: str = APP_NAME, shard_cpus: float = 1.0):
     """The Ray Serve application (bind it with ``serve.run(app, name=app_name)``)."""
     if shards < 1:
-        raise ValueError(f"--shards must be >= 1, got {shards}")
+        raise ValueError(f"`shards` must be >= 1, got {shards}")
     d = asdict(cfg)
     shard_apps = [BankShard.options(name=f"trawmem-shard-{i}", num_replicas=1, max_queued_requests=cfg.max_queue,
                                     max_ongoing_requests=max(2 * cfg.max_batch, 100),
@@ -251,7 +251,7 @@ def serve_ray(cfg: ServeConfig, shards: int = 2, address: str | None = None, sha
     signal.signal(signal.SIGTERM, _stop)  # after ray.init (it installs its own): shut down like Ctrl-C
     try:
         start_app(cfg, shards, shard_cpus)
-        auth = f"API keys from {cfg.keys_file}" if cfg.keys_file else "no --keys file: WITHOUT authentication"
+        auth = f"API keys from {cfg.keys_file}" if cfg.keys_file else "no keys file: WITHOUT authentication"
         print(f"trawmem serve --ray: {shards} shards over {cfg.collection}, http://{cfg.host}:{cfg.port}; {auth}",
               flush=True)
         while True:

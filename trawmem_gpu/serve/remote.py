@@ -40,9 +40,9 @@ import socket
 import struct
 import tempfile
 
-from ..errors import InputError
+from ..errors import InputError, UnknownBank
 from .batcher import DeadlineExceeded, QueueFull, ShuttingDown
-from .config import ServeConfig
+from .config import ServeConfig, select_defaults, uvicorn_config
 from .server import say_draining
 
 log = logging.getLogger("trawmem.serve")
@@ -70,13 +70,12 @@ def _error_kinds() -> tuple:
     """(kind, class, fields of an instance) for each exception that crosses the socket as itself;
     a subclass before its base. The class called with the fields makes the same exception."""
     from .registry import DuplicateTurns
-    from .service import UnknownBank
 
     def msg(e):
         return (str(e),)
 
     return (("queue_full", QueueFull, lambda e: (e.retry_after,)), ("deadline", DeadlineExceeded, msg),
-            ("shutting_down", ShuttingDown, msg), ("unknown_bank", UnknownBank, lambda e: (e.bank_id, e.where)),
+            ("shutting_down", ShuttingDown, msg), ("unknown_bank", UnknownBank, lambda e: (e.bank_id, e.where, e.detail)),
             ("duplicate", DuplicateTurns, msg), ("input", InputError, msg))
 
 
@@ -188,7 +187,7 @@ class RemoteBackend:
 
     def __init__(self, path: str, cfg: ServeConfig):
         self.path, self.cfg = path, cfg
-        self.dim, self.encoder_id, self.defaults = 0, None, (16, 1, None)
+        self.dim, self.encoder_id, self.defaults = 0, None, select_defaults()
         self._engine_ready, self._depth = False, 0
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -306,7 +305,6 @@ def run_front(cfg: ServeConfig, path: str, sock: socket.socket, access_log: bool
     from .app import create_app
     from .keys import KeyStore
     from .metrics import Metrics
-    from .server import uvicorn_config
 
     prom_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"]
     keys = KeyStore.load(cfg.keys_file) if cfg.keys_file else None

@@ -9,7 +9,7 @@ import socket
 import threading
 
 from ..errors import plural
-from .config import ServeConfig
+from .config import ServeConfig, uvicorn_config
 
 log = logging.getLogger("trawmem.serve")
 
@@ -25,14 +25,6 @@ def build_app(cfg: ServeConfig, **service_kw):
     metrics = Metrics()
     service = SelectionService(cfg, metrics=metrics, **service_kw)
     return create_app(service, cfg, keys, metrics), service
-
-
-def uvicorn_config(app, cfg: ServeConfig, access_log: bool = False, graceful_s: float | None = None):
-    import uvicorn
-
-    return uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="info" if access_log else "warning",
-                          access_log=access_log, timeout_graceful_shutdown=graceful_s or (cfg.timeout_s + 5),
-                          lifespan="on", server_header=False, limit_concurrency=None)
 
 
 class BackgroundServer:
@@ -103,7 +95,7 @@ def serve_forever(cfg: ServeConfig, access_log: bool = False, **service_kw) -> N
         app, service = build_app(cfg, **service_kw)
     banks = service.bank_list()
     auth = (f"API keys from {cfg.keys_file}" if cfg.keys_file else
-            "no --keys file: serving WITHOUT authentication, bound to 127.0.0.1 only")
+            "no keys file: serving WITHOUT authentication, bound to 127.0.0.1 only")
     print(f"trawmem serve: {plural(len(banks), 'bank')}, {plural(sum(b['n_units'] for b in banks), 'unit')} from "
           f"{cfg.collection} (encoder {service.encoder_id}); {auth}", flush=True)
     if service.registry.created:

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..encode import get_encoder
 from ..encode.base import Encoder
-from ..errors import ConfigError
+from ..errors import ConfigError, UnknownBank
 from ..select.config import SelectConfig
 from ..tokens import TOKENIZER_NAME, count_tokens_cached
 from ..workspace import assemble
@@ -90,14 +90,6 @@ def freeze_heap() -> None:
     gc.freeze()
 
 
-class UnknownBank(Exception):
-    """A bank this process does not serve (HTTP 404, the same answer as a bank the key does not own)."""
-
-    def __init__(self, bank_id: str, where: str = ""):
-        super().__init__(f"{where}unknown bank id {bank_id!r}")
-        self.bank_id, self.where = bank_id, where
-
-
 class LockedEncoder(Encoder):
     """An encoder whose calls are serialized (shared by the batch worker and append threads)."""
 
@@ -141,7 +133,7 @@ class SelectionService:
         coll_enc = self.registry.encoder_id
         if coll_enc is not None and enc.id != coll_enc:
             raise ConfigError(f"the collection {cfg.collection} was encoded with {coll_enc!r}, the query encoder "
-                              f"is {enc.id!r}; pass --encoder with the collection's encoder")
+                              f"is {enc.id!r}; set `encoder` to the collection's encoder")
         self.encoder = LockedEncoder(enc)
         self.dim = int(enc.dim)
         base = select_cfg or SelectConfig()

@@ -156,7 +156,7 @@ class Collection:
                             f"got {type(v).__name__} {v!r})")
         if v != FORMAT_VERSION:
             raise BankError(f"{ip}: collection format version {v}, this trawmem_gpu reads version "
-                            f"{FORMAT_VERSION}; rebuild the banks with `trawmem build --input DATA --out NEW_DIR`")
+                            f"{FORMAT_VERSION}; rebuild the banks into a new directory (`trawmem build`)")
         banks, enc = idx.get("banks"), idx.get("encoder_id")
         if not isinstance(banks, dict):
             raise BankError(f"{ip}: corrupt collection index (field 'banks' must be an object mapping bank id "
@@ -200,8 +200,7 @@ class Collection:
         if bank_id not in self.banks:
             self.refresh()
         if bank_id not in self.banks:
-            raise UnknownBank(f"unknown bank id {bank_id!r} in {self.path} (it holds {len(self.banks)}: "
-                              f"{name_list(self.banks)})")
+            raise UnknownBank(bank_id, detail=f" in {self.path} (it holds {len(self.banks)}: {name_list(self.banks)})")
         return self.path / BANKS / self.banks[bank_id]
 
     # -- locks ------------------------------------------------------------------------------
@@ -432,7 +431,7 @@ class PackedCollection:
             self._index = {b: i for i, b in enumerate(self.bank_ids)}
             return self.bank_index(bank_id)
         except KeyError:
-            raise UnknownBank(f"unknown bank id {bank_id!r} (packed: {name_list(self.bank_ids)})") from None
+            raise UnknownBank(bank_id, detail=f" (packed: {name_list(self.bank_ids)})") from None
 
     def nbytes(self) -> int:
         return sum(getattr(self, f).element_size() * getattr(self, f).nelement() for f in

@@ -36,20 +36,13 @@ import numpy as np
 
 from ..data.types import Turn, turns_digest
 from ..errors import BankError
+from ..paths import file_sha256
 from .bank import Bank
 
 FORMAT_VERSION = 2
 """Layout version of bank directories and collection indexes; other versions are refused."""
 TENSORS, UNITS, META = "tensors.safetensors", "units.json", "meta.json"
-REBUILD_HINT = "rebuild it with `trawmem build --input DATA --out DIR` (without --update)"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+REBUILD_HINT = "rebuild it from its history (`trawmem build`, not an `update`)"
 
 
 def meta_digest(meta: dict) -> str:
@@ -140,7 +133,7 @@ def write_bank_files(bank: Bank, d: Path) -> None:
         "build_config": bank.build_config,
         "turns_sha256": turns_digest(bank.turns),
         "stats": bank.stats,
-        "checksums": {TENSORS: _sha256(d / TENSORS), UNITS: _sha256(d / UNITS)},
+        "checksums": {TENSORS: file_sha256(d / TENSORS), UNITS: file_sha256(d / UNITS)},
     }
     meta["meta_sha256"] = meta_digest(meta)
     write_json_atomic(meta, d / META, indent=1)
@@ -218,7 +211,7 @@ def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = No
             fp = path / name
             if not fp.exists():
                 raise BankError(f"{fp}: missing")
-            if verify and _sha256(fp) != sums[name]:
+            if verify and file_sha256(fp) != sums[name]:
                 raise BankError(f"{fp}: checksum mismatch (corrupt or truncated file)")
         try:
             t = load_file(str(path / TENSORS))

@@ -1,7 +1,9 @@
-"""Banks for a scoring job: build what a collection lacks, in chunks, locally or as Ray tasks.
+"""The bank cache: banks for a data file, built once, in chunks, locally or by a given builder
+(``trawmem score --ray`` passes Ray tasks).
 
-A benchmark file becomes one collection (by default under the cache directory, keyed by the
-file's hash, the build config and the units). Banks are built in chunks of conversations and
+A data file becomes one collection (by default under the cache directory, keyed by its
+identity: the file's hash, the build config, the units and the formats; ``trawmem eval``,
+``score``, ``train-head`` and ``train-affinity`` share this one cache). Banks are built in chunks of conversations and
 written as each chunk finishes, so a killed build keeps what it finished and a rerun builds
 only the rest. A sidecar ``score-build.json`` in the collection records what it was built from;
 pointing a job at a collection built from other data or another config is an error.
@@ -24,23 +26,17 @@ from pathlib import Path
 from ..config import BuildConfig
 from ..data.types import UNIT_TEXT_VERSION, Conversation
 from ..errors import BankError, plural, read_json_object
+from ..paths import default_cache_dir, file_sha256  # noqa: F401 (file_sha256 names the data file)
 
 SIDECAR = "score-build.json"
 BUILD_LOG = "score-build-log.json"
 """Sidecars are ``.json`` files (temporaries too): a collection directory accepts those beside its index."""
 
 
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def build_identity(data_sha: str, cfg: BuildConfig, units: str, *, dayfirst: bool = False) -> dict:
-    """What the banks of a benchmark file depend on (the automatic collection's key and sidecar);
-    ``dayfirst`` is in it because it changes the turns' dates, hence the banks."""
+    """What the banks of a data file depend on (the bank cache's key and sidecar): the file's
+    sha256, the build config, the units (LongMemEval's ``user`` / ``all``), the unit-text and
+    bank format versions, and ``dayfirst`` (it changes the turns' dates, hence the banks)."""
     from ..store import FORMAT_VERSION
 
     return {"data_sha256": data_sha, "build": cfg.to_dict(), "units": units, "unit_text_version": UNIT_TEXT_VERSION,
@@ -48,10 +44,9 @@ def build_identity(data_sha: str, cfg: BuildConfig, units: str, *, dayfirst: boo
 
 
 def default_bank_dir(identity: dict) -> Path:
-    from ..encode.cache import default_cache_dir
-
+    """Where the bank cache keeps the collection of ``identity`` (``TRAWMEM_CACHE`` honoured)."""
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
-    return default_cache_dir() / "score-banks" / key
+    return default_cache_dir() / "banks" / key
 
 
 def _chunks(convs: list[Conversation], max_units: int) -> list[list[Conversation]]:
@@ -68,7 +63,7 @@ def _chunks(convs: list[Conversation], max_units: int) -> list[list[Conversation
 
 
 def ensure_collection(convs: list[Conversation], path: str | Path, identity: dict, cfg: BuildConfig, *,
-                      encoder=None, progress: bool = True, chunk_units: int = 4096, ray: dict | None = None,
+                      encoder=None, progress: bool = True, chunk_units: int = 4096, build_chunks=None,
                       data_path: str | Path | None = None) -> dict:
     """Build into the collection at ``path`` every bank of ``convs`` it does not hold yet.
 
@@ -77,14 +72,15 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
     with ``cfg``), so a ``--banks`` directory from ``trawmem build`` of other (or edited) data is
     refused, naming the bank, even without the sidecar.
 
-    :param ray: ``{"address": ..., "workers": n}`` to build the chunks as Ray tasks (see
-        :func:`trawmem_gpu.score.ray_runner.build_banks_ray`), or None to build here
+    :param build_chunks: ``(chunks of conversations, cfg) -> iterator of (banks, stats)`` to build
+        elsewhere (Ray tasks: :func:`trawmem_gpu.score.ray_runner.build_banks_ray`), or None to
+        build here with ``encoder``
     :returns: build stats: banks built / reused, units, seconds per stage, units/s, cache hits
     """
     from tqdm.auto import tqdm
 
-    from ..construct import build_banks
     from ..store import Collection
+    from .builder import build_banks
 
     path = Path(path)
     sc = path / SIDECAR
@@ -95,7 +91,7 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
         except BankError as e:
             if path.resolve() != default_bank_dir(identity).resolve():
                 raise BankError(f"{e}; it records what the banks in {path} were built from, so they cannot be "
-                                "reused: remove the directory, or use another --banks") from None
+                                "reused: remove the directory, or use another `banks`") from None
             # the automatic directory is named by its identity's hash: the sidecar can only say that
             print(f"trawmem: note: {e}; rewritten from the directory's name (the automatic bank directory)",
                   file=sys.stderr)
@@ -104,14 +100,14 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
         if old != json.loads(json.dumps(identity)):
             diff = sorted(k for k in identity if old.get(k) != identity[k])
             raise BankError(f"{path} holds banks built from other data or another config (differs in "
-                            f"{', '.join(diff)}); use another --banks directory")
+                            f"{', '.join(diff)}); use another `banks` directory")
     coll = Collection(path, create=True)
     from ..store.verify import verify_banks
 
     try:
         lacking = set(verify_banks(coll, convs, data_path or "the data", cfg.to_dict(), exact=False))
     except BankError as e:
-        raise BankError(f"{e}; remove {path} or use another --banks directory to build the banks afresh") from None
+        raise BankError(f"{e}; remove {path} or use another `banks` directory to build the banks afresh") from None
     if not sc.exists():
         path.mkdir(parents=True, exist_ok=True)
         tmp = sc.with_name("score-build.tmp.json")
@@ -128,7 +124,7 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
               file=sys.stderr, flush=True)
     if not missing:
         return stats
-    if encoder is None and ray is None:
+    if encoder is None and build_chunks is None:
         from ..encode import get_encoder
 
         encoder = get_encoder(cfg.encoder)
@@ -137,10 +133,8 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
     # the bar moves per encoder batch (a chunk takes minutes on a CPU), with tqdm's rate and ETA
     bar = tqdm(total=sum(len(c.turns) for c in missing), desc="build banks", unit="unit", disable=not progress,
                smoothing=0.1)
-    if ray is not None:
-        from .ray_runner import build_banks_ray
-
-        stream = build_banks_ray(_chunks(missing, chunk_units), cfg, **ray)
+    if build_chunks is not None:
+        stream = build_chunks(_chunks(missing, chunk_units), cfg)
     else:
         stream = (build_banks(ch, cfg, encoder, progress=False, on_units=bar.update)
                   for ch in _chunks(missing, chunk_units))
@@ -154,15 +148,15 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
         stats["banks_built"] += len(banks)
         n = sum(b.n_units for b in banks)
         stats["units_built"] += n
-        if ray is not None:  # the local build moved the bar per encoder batch already
+        if build_chunks is not None:  # the local build moved the bar per encoder batch already
             bar.update(n)
     bar.close()
     stats["wall_s"] = time.perf_counter() - t_start
     stats["units_per_s"] = stats["units_built"] / stats["wall_s"] if stats["wall_s"] > 0 else None
-    if ray is None:
+    if build_chunks is None:
         stats["embedding_cache_hits"] = getattr(encoder, "hits", 0) - hits0
         stats["embedding_cache_misses"] = getattr(encoder, "misses", 0) - miss0
-    stats["runner"] = "ray" if ray is not None else "local"
+    stats["runner"] = getattr(build_chunks, "runner", "other") if build_chunks is not None else "local"
     # keep every build session's figures with the collection (a reused collection still knows its cost)
     tmp = path / "score-build-log.tmp.json"
     tmp.write_text(json.dumps(build_log(path) + [stats], indent=1), encoding="utf-8")
