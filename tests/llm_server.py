@@ -36,9 +36,20 @@ class LLMServer:
         """Put the Authorization header into failure bodies (tests key masking)."""
         self.delay_s = 0.0
         """Sleep this long before answering each chat request."""
+        self.hang = False
+        """When true, chat requests get no reply: the connection closes at ``stop()`` or after
+        300 s (a server that never answers: a client's timeout fires however slow the machine is,
+        and a client without one fails with a closed connection, not a timeout)."""
+        self.gate_at = 0
+        """When > 0, hold every chat request until this many are in flight at once (then the gate
+        stays open; at most 60 s), so a concurrency bound is reached whatever the machine's speed."""
         self.required_key: Optional[str] = None
         """When set, every request without ``Authorization: Bearer <required_key>`` gets HTTP 401."""
         self.lock = threading.Lock()
+        self.seen = threading.Condition(self.lock)
+        """Notified whenever a chat request is counted (see ``wait_requests``)."""
+        self._released = threading.Event()
+        self._gate_open = threading.Event()
         self.requests = 0
         self.model_requests = 0
         self.in_flight = 0
@@ -64,6 +75,8 @@ class LLMServer:
         return self
 
     def stop(self) -> None:
+        self._released.set()  # hung requests end (their clients left long ago)
+        self._gate_open.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -77,6 +90,13 @@ class LLMServer:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
+
+    def wait_requests(self, n: int, limit_s: float = 120.0) -> int:
+        """Wait until ``n`` chat requests were counted (a client that timed out may leave before
+        the server reads its request); returns the count, which the caller asserts on."""
+        with self.seen:
+            self.seen.wait_for(lambda: self.requests >= n, timeout=limit_s)
+            return self.requests
 
     def reset_counts(self) -> None:
         with self.lock:
@@ -173,7 +193,15 @@ class _Handler(BaseHTTPRequestHandler):
             fail = st.fail_first > 0
             if fail:
                 st.fail_first -= 1
+            if st.gate_at and st.in_flight >= st.gate_at:
+                st._gate_open.set()
+            st.seen.notify_all()
         try:
+            if st.gate_at:
+                st._gate_open.wait(60)
+            if st.hang:
+                st._released.wait(300)
+                return
             if st.delay_s:
                 time.sleep(st.delay_s)
             if fail:

@@ -294,8 +294,11 @@ def test_collection_put_load(dev_banks, syn_bank, tmp_path):
 
 
 def test_collection_errors(syn_bank, tmp_path):
-    with pytest.raises(BankError, match="not a collection"):
+    with pytest.raises(BankError, match="missing: does not exist"):
         Collection(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BankError, match="not a collection"):
+        Collection(tmp_path / "empty")
     d = save_bank(syn_bank, tmp_path / "single")
     with pytest.raises(BankError, match="single bank"):
         Collection(d)
@@ -800,6 +803,9 @@ def test_cli_llm_without_backend_exit_2(tmp_path, capsys):
 
 def test_cli_info_on_corrupt_or_missing(tmp_path, capsys, syn_bank):
     assert _main(["info", str(tmp_path / "nothing")]) == 2
+    _one_line_error(capsys, "nothing: does not exist")
+    (tmp_path / "empty").mkdir()
+    assert _main(["info", str(tmp_path / "empty")]) == 2
     _one_line_error(capsys, "not a collection")
     d = save_bank(syn_bank, tmp_path / "b")
     (d / UNITS).unlink()

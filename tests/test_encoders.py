@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trawmem_gpu.encode import CachedEncoder, EmbeddingCache, HFEncoder, get_encoder, minilm_encoder
+from trawmem_gpu.encode import CachedEncoder, Encoder, EmbeddingCache, HFEncoder, get_encoder, minilm_encoder
 from trawmem_gpu.errors import ConfigError
 
 TEXTS = ["a short one", "a much longer sentence about running a half marathon in April", "x", "a short one"]
@@ -138,3 +138,42 @@ def test_no_weight_loading_bar_unless_verbose(monkeypatch, capfd, verbose):
     err = capfd.readouterr().err
     assert ("Loading weights" in err) == bool(verbose), err[-300:]
     assert hf_logging.is_progress_bar_enabled()
+
+
+class _Counting(Encoder):
+    """A toy encoder (vector from the text's length and first letter) that can fail at batch N."""
+
+    id, dim = "toy-encoder", 4
+
+    def __init__(self, fail_at: int | None = None):
+        self.fail_at, self.batches = fail_at, 0
+
+    def _encode_batch(self, texts, is_query):
+        self.batches += 1
+        if self.batches == self.fail_at:
+            raise KeyboardInterrupt  # a kill in the middle of a build
+        return np.array([[len(t), ord(t[0]), 1.0, 2.0] for t in texts], dtype=np.float32)
+
+
+def test_cache_is_written_per_batch_so_a_kill_loses_at_most_one(tmp_path):
+    texts = [f"text number {i}" for i in range(10)]
+    enc = CachedEncoder(_Counting(fail_at=3), EmbeddingCache(tmp_path / "e.sqlite"))
+    with pytest.raises(KeyboardInterrupt):
+        enc.encode(texts, batch_size=2)
+    again = CachedEncoder(_Counting(), EmbeddingCache(tmp_path / "e.sqlite"))
+    ticks = []
+    v = again.encode(texts, batch_size=2, on_batch=ticks.append)
+    assert again.hits == 4 and again.misses == 6  # the two batches before the kill were kept
+    assert ticks == [4, 2, 2, 2]  # the cache hits at once, then one tick per encoded batch
+    np.testing.assert_allclose(v, CachedEncoder(_Counting(), None).encode(texts, batch_size=2), atol=1e-6)
+
+
+def test_progress_ticks_count_every_text_with_repeats(tmp_path):
+    texts = ["b", "a", "b", "c", "a"]
+    ticks = []
+    enc = CachedEncoder(_Counting(), EmbeddingCache(tmp_path / "e.sqlite"))
+    enc.encode(texts, batch_size=2, on_batch=ticks.append)
+    assert sum(ticks) == len(texts) and enc.misses == 3
+    plain = []
+    _Counting().encode(texts, batch_size=2, on_batch=plain.append)
+    assert plain == [2, 2, 1]

@@ -8,7 +8,6 @@ Everything the run caches (embeddings, LLM responses, banks) goes under ``tmp_pa
 from __future__ import annotations
 
 import json
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -292,12 +291,10 @@ def test_wrong_key_stops_before_retrieval(env, server, capsys):
 
 
 def test_hung_server_costs_llm_timeout_not_minutes(env, server, capsys):
-    server.delay_s = 5.0
-    t0 = time.perf_counter()
+    server.hang = True  # never answers: only --llm-timeout ends a request with a timeout
     rc, _ = _eval_argv(env, server, ["--llm-timeout", "0.3", "--llm-retries", "0"], "h.json", judge=False)
     err = capsys.readouterr().err
     assert rc == 2 and "timeout after 0.3s" in err
-    assert time.perf_counter() - t0 < 60  # 8 requests x 5 attempts x 60 s before --llm-timeout existed
 
 
 def _eval_argv(env, server, extra: list, out_name: str, judge: bool = True) -> tuple[int, dict]:
@@ -310,3 +307,23 @@ def _eval_argv(env, server, extra: list, out_name: str, judge: bool = True) -> t
     rc = main(argv)
     out = env.tmp / out_name
     return rc, (json.loads(out.read_text()) if out.exists() else {})
+
+
+def test_score_on_locomo_maps_sessions_from_dia_ids(env, capsys):
+    """LoCoMo ids (``D2:4``) hold no ``_``: the turn-to-session metrics take session 2 from the
+    bank, not one session for every unit (which made session recall_any@1 always 1)."""
+    out = env.tmp / "s.jsonl"
+    rc = main(["score", "--data", str(env.data), "--banks", str(env.banks), "--out", str(out), "--method", "cosine",
+               "--budget", "1", "--k", "1", "--quiet"])
+    assert rc == 0
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(recs) == N_Q
+    session = lambda i: i.split(":")[0]  # noqa: E731 - D2:4 -> D2 (session 2)
+    spans = 0
+    for r in recs:
+        gold = {session(g) for qs in QA.values() for q in qs if q["question"] == r["question"] for g in q["evidence"]}
+        got = r["eval"]["official"]["session"]
+        assert got["recall_any@1"] == float(session(r["units"][0]) in gold), r["units"]
+        assert got["recall_all@1"] == float(gold <= {session(r["units"][0])}), r["units"]
+        spans += len(gold) > 1
+    assert spans  # a question with evidence in two sessions: one unit cannot recall all of them

@@ -503,7 +503,8 @@ def test_import_without_triton():
         "except RuntimeError:\n"
         "    pass\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    # the timeout is a bound only: torch and triton import slowly on a busy machine
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
 
 

@@ -224,3 +224,33 @@ def test_trawmem_eval_points_longmemeval_files_to_trawmem_score(tmp_path, capsys
     p = write(tmp_path / "lme.json", instances(2))
     assert main(["eval", "--data", str(p), "--output", str(tmp_path / "o.json")]) == 2
     assert "score it with `trawmem score`" in capsys.readouterr().err
+
+
+def test_unit_sessions_official_for_longmemeval_ids_and_session_numbers_otherwise(tmp_path):
+    from trawmem_gpu.eval.longmemeval import unit_sessions
+
+    data = instances(3, seed=2)
+    data[0]["haystack_session_ids"].append(data[0]["haystack_session_ids"][0])  # a repeated session
+    data[0]["haystack_dates"].append(data[0]["haystack_dates"][0])
+    data[0]["haystack_sessions"].append(data[0]["haystack_sessions"][0])
+    for c in load_longmemeval(write(tmp_path / "lme.json", data)):
+        ids = [t.turn_id for t in c.turns]
+        assert unit_sessions(ids, [t.session for t in c.turns]) == [session_of(i) for i in ids]  # the official rule
+    # LoCoMo dia ids: no '_', so the bank's session numbers (D3:5 -> session 3)
+    ids, sess = ["D1:1", "D1:2", "D2:1", "D3:5"], [1, 1, 2, 3]
+    assert unit_sessions(ids, sess) == ["session 1", "session 1", "session 2", "session 3"]
+    # ids whose part before the last '_' spans sessions are not LongMemEval's either
+    assert unit_sessions(["t_1", "t_2", "t_3"], [1, 2, 2]) == ["session 1", "session 2", "session 2"]
+
+
+def test_session_metrics_on_locomo_ids_see_sessions():
+    """The defect: with LoCoMo ids every unit fell in one session '' and a wrong session scored 1."""
+    from trawmem_gpu.eval.longmemeval import unit_sessions
+
+    corpus, gold = ["D1:1", "D1:2", "D2:1", "D2:2"], ["D2:1"]
+    sessions = unit_sessions(corpus, [1, 1, 2, 2])
+    assert session_metrics(["D1:2"], gold, corpus, 1)[0] == 1.0  # without sessions: the old, meaningless 1
+    assert session_metrics(["D1:2"], gold, corpus, 1, sessions) == (0.0, 0.0, 0.0)
+    assert session_metrics(["D2:2"], gold, corpus, 1, sessions)[:2] == (1.0, 1.0)  # the right session, another turn
+    rec = question_record("q", "multi-hop", ["D1:2"], gold, corpus, 5, (1,), sessions)
+    assert rec["official"]["session"]["recall_any@1"] == 0.0 and rec["official"]["turn"]["recall_any@1"] == 0.0

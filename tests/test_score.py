@@ -283,3 +283,66 @@ def test_cli_score_benchmark_file(lme, tmp_path, capsys):
         with pytest.raises(SystemExit) as e:
             main(["score", "--data", str(lme["path"]), "--out", str(out), *bad])
         assert e.value.code == 2 and bad[0] in capsys.readouterr().err
+
+
+def test_max_questions_is_a_stratified_reproducible_sample_that_builds_only_its_banks(lme, tmp_path, capsys):
+    from collections import Counter
+
+    banks, out = tmp_path / "banks", tmp_path / "o.jsonl"
+    argv = ["score", "--data", str(lme["path"]), "--banks", str(banks), "--out", str(out), "--method", "cosine"]
+    assert main(argv + ["--max-questions", "3"]) == 0
+    err = capsys.readouterr().err
+    assert "--max-questions 3: 3 of 8 questions, stratified by type, seed 0" in err
+    assert "0 banks reused, 3 to build" in err
+    first = [r["id"] for r in read_records(out)]
+    assert len(first) == 3 and len(json.loads((banks / "collection.json").read_text())["banks"]) == 3
+    types = Counter(it.qtype for it in lme["items"] if it.id in first)
+    assert max(types.values()) == 1  # 3 of 8 questions over several types: one of each type taken
+    # a larger sample extends the smaller one: the rerun reuses its banks and its answers
+    assert main(argv + ["--max-questions", "5"]) == 0
+    err = capsys.readouterr().err
+    assert "3 banks reused, 2 to build" in err and f"{out}: 3 answers already in, 2 to score" in err
+    ids = [r["id"] for r in read_records(out)]
+    assert ids[:3] == first and len(ids) == len(set(ids)) == 5
+    # the same N and seed give the same sample; another seed another one
+    from trawmem_gpu.score.items import stratified_sample
+
+    assert stratified_sample(lme["items"], 5, 0) == stratified_sample(lme["items"], 5, 0)
+    assert [it.id for it in stratified_sample(lme["items"], 5, 0)] != \
+        [it.id for it in stratified_sample(lme["items"], 5, 1)] or len(lme["items"]) <= 5
+    assert main(argv + ["--max-questions", "8"]) == 0
+    assert "5 banks reused, 3 to build" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(argv + ["--max-questions", "0"])
+    assert e.value.code == 2 and "--max-questions" in capsys.readouterr().err
+
+
+def test_stratified_sample_keeps_proportions_within_one():
+    from collections import Counter
+
+    from trawmem_gpu.score.items import stratified_sample
+
+    items = [ScoreItem(f"q{i}", f"b{i}", "?", qtype=t) for i, t in enumerate("a" * 50 + "b" * 30 + "c" * 15 + "d" * 5)]
+    prev: set = set()
+    for n in (1, 4, 10, 37, 99, 100, 150):
+        got = stratified_sample(items, n, seed=3)
+        assert len(got) == min(n, 100) and [it.id for it in got] == [it.id for it in items if it in got]  # input order
+        c = Counter(it.qtype for it in got)
+        for t, total in (("a", 50), ("b", 30), ("c", 15), ("d", 5)):
+            assert abs(c[t] - total * len(got) / 100) <= 1
+        assert prev <= {it.id for it in got}  # nested
+        prev = {it.id for it in got}
+
+
+def test_bank_build_reports_progress_per_encoder_batch(lme):
+    from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.construct import build_banks
+    from trawmem_gpu.data.longmemeval import load_longmemeval
+    from trawmem_gpu.encode import get_encoder
+
+    convs = load_longmemeval(lme["path"])[:3]
+    ticks: list[int] = []
+    enc = get_encoder("minilm", cache=False)  # these texts are in the cache: every batch is encoded here
+    banks, _ = build_banks(convs, BuildConfig(encode_batch_size=4), enc, progress=False, on_units=ticks.append)
+    n = sum(b.n_units for b in banks)
+    assert sum(ticks) == n and len(ticks) == -(-n // 4)  # moves per batch of 4, not once per chunk

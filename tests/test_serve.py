@@ -264,8 +264,17 @@ def test_token_budget_per_request(shared):
 # ----------------------------------------------------------------------------------------------
 # dynamic batching
 # ----------------------------------------------------------------------------------------------
+def _wait_for(cond, limit_s: float = 120.0) -> None:
+    """Poll ``cond`` until it holds (bounded); the test then asserts on the state, not on time."""
+    t0 = time.monotonic()
+    while not cond() and time.monotonic() - t0 < limit_s:
+        time.sleep(0.01)
+
+
 def test_concurrent_requests_share_encoder_and_engine_calls(coll):
-    cfg = ServeConfig(collection=coll, max_batch=32, max_wait_ms=1000)
+    """15 requests that queue while a batch runs are answered by one encoder call and one
+    engine call (the first batch is held at a gate, so no timing decides the batches)."""
+    cfg = ServeConfig(collection=coll, max_batch=32, max_wait_ms=0)
     with running(cfg) as (url, service, _):
         enc_calls, eng_calls = [], []
         inner = service.encoder.inner.encode
@@ -273,14 +282,19 @@ def test_concurrent_requests_share_encoder_and_engine_calls(coll):
         eng = service.engines.engine
         sel = eng.select_units
         eng.select_units = lambda b, q, Z, **k: eng_calls.append(len(b)) or sel(b, q, Z, **k)
-        qs = [f"{QUESTION} ({i})" for i in range(16)]
-        with httpx.Client(base_url=url, timeout=60) as c, ThreadPoolExecutor(16) as ex:
-            rs = list(ex.map(lambda q: _post(c, "/v1/select", {"bank_id": SAMPLE_BANK, "question": q}), qs))
+        gate, _ = _gate(service)
+        body = lambda i: {"bank_id": SAMPLE_BANK, "question": f"{QUESTION} ({i})"}  # noqa: E731
+        with httpx.Client(base_url=url, timeout=600) as c, ThreadPoolExecutor(16) as ex:
+            futs = [ex.submit(_post, c, "/v1/select", body(0))]
+            _wait_for(lambda: service.batcher.running == 1)  # the first batch is held at the gate
+            futs += [ex.submit(_post, c, "/v1/select", body(i)) for i in range(1, 16)]
+            _wait_for(lambda: service.batcher.depth == 15)
+            gate.set()
+            rs = [f.result() for f in futs]
         assert all(r.status_code == 200 for r in rs)
         sizes = [r.json()["timings"]["batch_size"] for r in rs]
-        assert sum(enc_calls) == 16 and sum(eng_calls) == 16
-        assert len(enc_calls) == len(eng_calls) < 16  # coalesced: fewer calls than requests
-        assert max(sizes) > 1 and max(sizes) == max(enc_calls)
+        assert enc_calls == [1, 15] and eng_calls == [1, 15]  # coalesced: one call for the 15 queued
+        assert sorted(sizes) == [1] + [15] * 15
 
 
 def test_batcher_unit_behaviour():
@@ -293,18 +307,25 @@ def test_batcher_unit_behaviour():
     gate = threading.Event()
 
     def process(items):
-        gate.wait(10)
+        gate.wait(600)  # a safety bound only: the test sets the gate
         seen.append(list(items))
         return [x * 10 for x in items]
+
+    async def until(cond):  # polls the loop (bounded); asserts on state, never on elapsed time
+        for _ in range(12000):
+            if cond():
+                return
+            await asyncio.sleep(0.005)
+        raise AssertionError("the batcher never got there")
 
     async def main():
         with ThreadPoolExecutor(1) as ex:
             b = DynamicBatcher(process, max_batch=3, max_wait_s=0.05, max_queue=4, executor=ex)
             b.start()
-            t1 = asyncio.ensure_future(b.submit([1], 10))
-            await asyncio.sleep(0.2)  # batch [1] is running (blocked on the gate)
-            t2 = asyncio.ensure_future(b.submit([2, 3, 4, 5], 10))  # fills the queue exactly
-            await asyncio.sleep(0.01)
+            t1 = asyncio.ensure_future(b.submit([1], 60))
+            await until(lambda: b.running == 1)  # batch [1] is running (blocked on the gate)
+            t2 = asyncio.ensure_future(b.submit([2, 3, 4, 5], 60))  # fills the queue exactly
+            await until(lambda: b.depth == 4)
             with pytest.raises(QueueFull) as e:
                 await b.submit([6], 10)
             assert e.value.retry_after >= 1
@@ -316,8 +337,8 @@ def test_batcher_unit_behaviour():
             assert await t2 == [20, 30, 40, 50]
             # a request that times out while queued never reaches process()
             gate.clear()
-            t4 = asyncio.ensure_future(b.submit([8], 10))
-            await asyncio.sleep(0.2)
+            t4 = asyncio.ensure_future(b.submit([8], 60))
+            await until(lambda: b.running == 1)
             with pytest.raises(DeadlineExceeded):
                 await b.submit([9], 0.1)
             gate.set()
@@ -673,7 +694,7 @@ def _gate(service):
     orig = service.batcher.process
 
     def gated(items):
-        gate.wait(30)
+        gate.wait(600)  # a safety bound only: every test sets the gate
         seen.extend(it.question for it in items)
         return orig(items)
 
@@ -686,16 +707,11 @@ def test_full_queue_gets_429_with_retry_after(coll):
     with running(cfg) as (url, service, _):
         gate, _ = _gate(service)
         body = lambda i: {"bank_id": SAMPLE_BANK, "question": f"{QUESTION} {i}"}  # noqa: E731
-        def wait_for(cond):
-            t0 = time.monotonic()
-            while not cond() and time.monotonic() - t0 < 20:
-                time.sleep(0.01)
-
-        with httpx.Client(base_url=url, timeout=60) as c, ThreadPoolExecutor(3) as ex:
+        with httpx.Client(base_url=url, timeout=600) as c, ThreadPoolExecutor(3) as ex:
             futs = [ex.submit(_post, c, "/v1/select", body(0))]
-            wait_for(lambda: service.batcher.running == 1)  # taken into a batch, held at the gate
+            _wait_for(lambda: service.batcher.running == 1)  # taken into a batch, held at the gate
             futs += [ex.submit(_post, c, "/v1/select", body(i)) for i in (1, 2)]
-            wait_for(lambda: service.batcher.depth == 2)  # the queue is full
+            _wait_for(lambda: service.batcher.depth == 2)  # the queue is full
             r = _post(c, "/v1/select", body(9))
             assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
             r = _post(c, "/v1/select/batch", {"requests": [body(10), body(11)]})
@@ -712,16 +728,12 @@ def test_deadline_gets_504_and_expired_requests_are_dropped(coll):
         gate, seen = _gate(service)
         with httpx.Client(base_url=url, timeout=60) as c, ThreadPoolExecutor(2) as ex:
             first = ex.submit(_post, c, "/v1/select", {"bank_id": SAMPLE_BANK, "question": "first"})
-            t0 = time.monotonic()
-            while service.batcher.running != 1 and time.monotonic() - t0 < 20:  # first is held at the gate
-                time.sleep(0.01)
+            _wait_for(lambda: service.batcher.running == 1)  # first is held at the gate
             second = ex.submit(_post, c, "/v1/select", {"bank_id": SAMPLE_BANK, "question": "second"})
             r1, r2 = first.result(), second.result()
             assert r1.status_code == r2.status_code == 504 and "timeout_s" in r1.json()["detail"]
             gate.set()
-            t0 = time.monotonic()
-            while service.batcher.running and time.monotonic() - t0 < 20:
-                time.sleep(0.01)
+            _wait_for(lambda: not service.batcher.running)
             r = _post(c, "/v1/select", {"bank_id": SAMPLE_BANK, "question": "third"})
             assert r.status_code == 200
         assert "second" not in seen  # expired while queued: never cost engine time
@@ -736,9 +748,7 @@ def test_shutdown_drains_in_flight_requests(coll):
     gate, seen = _gate(service)
     with httpx.Client(base_url=srv.url, timeout=60) as c, ThreadPoolExecutor(4) as ex:
         futs = [ex.submit(_post, c, "/v1/select", {"bank_id": SAMPLE_BANK, "question": f"q{i}"}) for i in range(4)]
-        t0 = time.monotonic()
-        while service.batcher.depth + service.batcher.running < 4 and time.monotonic() - t0 < 20:
-            time.sleep(0.01)
+        _wait_for(lambda: service.batcher.depth + service.batcher.running == 4)
         stopper = threading.Thread(target=srv.stop)
         stopper.start()  # SIGTERM-equivalent: stop accepting, drain
         time.sleep(0.3)
@@ -817,3 +827,41 @@ def test_dates_reach_the_engine():
     assert select_units(eng, ["a", "b"], ["q", "q"], None, d, ["p", "p"]) == ([[1], [1]], True) and eng.dates == d
     assert select_units(eng, ["a"], ["q"], None, [None], ["p"]) == ([[1]], False) and eng.dates is None
     assert eng.params == ["p"]
+
+
+def test_serve_creates_a_missing_collection_and_sigterm_drains_with_a_message(tmp_path):
+    """`serve --collection NEW` does what its help says (creates it) and says so; SIGTERM says
+    it drains, answers what it holds, and the process exits 0 with a last line."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    new = tmp_path / "typo"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen([sys.executable, "-m", "trawmem_gpu.cli", "serve", "--collection", str(new),
+                             "--port", str(port), "--threads", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 300 and proc.poll() is None:  # bounded wait for readiness
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/banks", timeout=30).json()["banks"] == []
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "0 banks, 0 units" in out and "1 banks" not in out
+    assert f"{new} did not exist: created an empty collection there" in out
+    assert "SIGTERM: draining" in out and out.rstrip().endswith("trawmem serve: stopped"), out
+    assert (new / "collection.json").exists()

@@ -211,10 +211,13 @@ def test_shutdown_ends_every_process(fronts):
     children = _children(proc.pid)
     assert len(children) >= 2  # the two fronts (and multiprocessing's resource tracker)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(60) == 0
-    time.sleep(0.5)
-    assert not [c for c in children if Path(f"/proc/{c}").exists() and
-                "zombie" not in Path(f"/proc/{c}/status").read_text().lower()]
+    assert proc.wait(600) == 0
+    rest = proc.stdout.read()
+    assert "SIGTERM: draining" in rest and rest.rstrip().endswith("trawmem serve: stopped"), rest[-2000:]
+    t0 = time.monotonic()  # the children may take a moment longer on a loaded machine: bounded wait
+    while time.monotonic() - t0 < 120 and any(_alive(c) for c in children):
+        time.sleep(0.2)
+    assert not [c for c in children if _alive(c)]
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads child processes from /proc")

@@ -31,7 +31,7 @@ def ray_server(tmp_path_factory):
     from ray import serve
 
     from trawmem_gpu.serve.config import ServeConfig
-    from trawmem_gpu.serve.ray_app import build_ray_app, shard_of
+    from trawmem_gpu.serve.ray_app import shard_of, start_app
 
     ids = [f"user-{i}" for i in range(6)]
     assert {shard_of(b, 2) for b in ids} == {0, 1}  # both shards own banks
@@ -40,9 +40,8 @@ def ray_server(tmp_path_factory):
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
         cfg = ServeConfig(collection=str(path), port=port, max_batch=16, max_wait_ms=20, threads=1)
-        serve.run(build_ray_app(cfg, shards=2, shard_cpus=1), name="trawmem", route_prefix="/")
+        start_app(cfg, shards=2, shard_cpus=1)  # waits for the proxy as long as a loaded machine needs
         yield f"http://127.0.0.1:{port}", ids
     finally:
         serve.shutdown()

@@ -117,12 +117,36 @@ def test_sweep_measures_a_fresh_build(tiny, tmp_path):
     data = tiny[0]
     out = tmp_path / "fresh.json"
     assert main(["sweep", "--data", str(data), "--hops", "1", "--budget", "4", "--method", "bm25",
-                 "--output", str(out), "--quiet", "--warmup", "0"]) == 0
+                 "--output", str(out), "--quiet", "--warmup", "0", "--time-builds"]) == 0
     res = json.loads(out.read_text())
     row = res["build"]["per_bank"][0]
     assert res["build"]["source"].startswith("measured now")
     assert row["units"] == 12 and row["build_s"] > 0 and row["encode_units_s"] > 0
     assert [c["key"] for c in res["cells"]] == ["bm25 B=4"]
+
+
+def test_sweep_reuses_banks_by_default_and_explains_pareto(tiny, tmp_path, monkeypatch, capsys):
+    """Without --banks the sweep uses eval's automatic bank cache: built once, then reused (no
+    build at all on the second run); build times are measured only with --time-builds."""
+    import trawmem_gpu.construct as construct
+
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+    data = tiny[0]
+    argv = ["sweep", "--data", str(data), "--hops", "1", "--budget", "2,4", "--method", "trawmem",
+            "--output", str(tmp_path / "a.json"), "--quiet", "--warmup", "0", "--rounds", "1"]
+    assert main(argv) == 0
+    first = json.loads((tmp_path / "a.json").read_text())
+    assert not first["build"]["source"].startswith("measured now")
+    assert list((tmp_path / "cache" / "banks").glob("*/collection.json"))
+    monkeypatch.setattr(construct, "build_banks", lambda *a, **k: pytest.fail("rebuilt banks the cache holds"))
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "Pareto: L = Pareto-optimal in macro evidence recall against latency p50" in printed
+    assert "T = the same against mean context tokens" in printed
+    second = json.loads((tmp_path / "a.json").read_text())
+    assert [c["evidence_recall"] for c in second["cells"]] == [c["evidence_recall"] for c in first["cells"]]
+    assert main(argv + ["--time-builds", "--banks", str(tiny[1])]) == 2
+    assert "--time-builds measures fresh builds; it does not take --banks" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args, match", [

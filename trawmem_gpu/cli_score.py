@@ -56,7 +56,10 @@ def _benchmark(a):
     convs = load_longmemeval(path, a.units, dayfirst=a.dayfirst) if fmt == "longmemeval" else \
         load_conversations(path, fmt, dayfirst=a.dayfirst)
     cats = None if fmt == "longmemeval" else a.categories
-    items = items_from_conversations(convs, cats)
+    items = _limit(items_from_conversations(convs, cats), a)
+    if a.max_questions:  # only the sample's banks are built
+        wanted = {it.bank_id for it in items}
+        convs = [c for c in convs if c.bank_id in wanted]
     cfg = BuildConfig.from_dict({"encoder": a.encoder} if a.encoder else {})
     ident = build_identity(file_sha256(path), cfg, a.units if fmt == "longmemeval" else "all", dayfirst=a.dayfirst)
     bank_dir = Path(a.banks) if a.banks else default_bank_dir(ident)
@@ -74,6 +77,22 @@ def _benchmark(a):
     return items, bank_dir, st
 
 
+def _limit(items, a):
+    """``--max-questions N``: a stratified sample (by question type; reproducible with --seed)."""
+    from collections import Counter
+
+    from .score.items import stratified_sample
+
+    if not a.max_questions or a.max_questions >= len(items):
+        return items
+    out = stratified_sample(items, a.max_questions, a.seed)
+    types = Counter(it.qtype for it in out if it.qtype)
+    by_type = f" ({', '.join(f'{t} {n}' for t, n in sorted(types.items()))})" if types else ""
+    print(f"--max-questions {a.max_questions}: {len(out)} of {len(items)} questions, stratified by type, "
+          f"seed {a.seed}{by_type}", file=sys.stderr, flush=True)
+    return out
+
+
 def cmd_score(a) -> int:
     if a.encoder_runtime:
         os.environ["TRAWMEM_ENCODER_RUNTIME"] = a.encoder_runtime
@@ -89,7 +108,7 @@ def cmd_score(a) -> int:
     elif a.questions:
         if not a.banks:
             raise InputError("--questions needs --banks (a collection built with `trawmem build`)")
-        items, bank_dir = read_questions(a.questions, dayfirst=a.dayfirst), Path(a.banks)
+        items, bank_dir = _limit(read_questions(a.questions, dayfirst=a.dayfirst), a), Path(a.banks)
     else:
         raise InputError("nothing to score: give --data FILE, or --banks DIR with --questions FILE")
     if a.ray:
@@ -112,14 +131,15 @@ def cmd_score(a) -> int:
     os.replace(tmp, sp)
     tm = summary.get("timings") or summary.get("timings_summed_over_workers") or {}
     split = ", ".join(f"{k} {v:.2f}s" for k, v in tm.items())
-    print(f"scored {summary['scored_now']} questions in {summary['wall_s']:.1f}s ({summary['questions_per_s']:.1f} "
-          f"questions/s, {summary['runner']}); {summary['skipped_already_written']} already in {a.out}")
+    print(f"scored {plural(summary['scored_now'], 'question')} in {summary['wall_s']:.1f}s "
+          f"({summary['questions_per_s']:.1f} questions/s, {summary['runner']}); "
+          f"{summary['skipped_already_written']} already in {a.out}")
     if split:
         print(f"time split: {split}")
     if build_stats and build_stats.get("banks_built"):
         b = build_stats
-        print(f"built {b['banks_built']} banks ({b['units_built']} units, {b['units_per_s']:.0f} units/s), "
-              f"reused {b['banks_reused']}")
+        print(f"built {plural(b['banks_built'], 'bank')} ({plural(b['units_built'], 'unit')}, "
+              f"{b['units_per_s']:.0f} units/s), reused {b['banks_reused']}")
     m = summary["metrics"]
     if m and m.get("macro"):
         print(f"{m['n_scored']} scored questions (skipped {m['skipped_abstention']} abstention, "
@@ -171,6 +191,11 @@ def configure_score(s) -> None:
     s.add_argument("--out", required=True, help="workspaces JSONL (appended; a rerun skips written ids)")
     s.add_argument("--summary", help="summary JSON (default: OUT.summary.json)")
     s.add_argument("--overwrite", action="store_true", help="start --out afresh instead of resuming it")
+    s.add_argument("--max-questions", type=positive_int, metavar="N",
+                   help="score a sample of N questions, stratified by question type (only their banks are "
+                        "built); the same N and --seed give the same sample, a larger N extends a smaller one "
+                        "(default: every question)")
+    s.add_argument("--seed", type=nonneg_int, default=0, help="seed of the --max-questions sample")
     s.add_argument("--rescore-changed", action="store_true",
                    help="on resume, score again the written records whose question, date, bank or config no longer "
                         "match the input (without it such a record is an error naming it)")

@@ -49,7 +49,7 @@ def cmd_sweep(a) -> int:
                     engine=a.engine, categories=a.categories,
                     batch_size=a.batch_size, rounds=a.rounds, threads=a.threads, warmup=a.warmup,
                     banks_dir=a.banks, max_questions=a.max_questions, progress=not a.quiet,
-                    dayfirst=a.dayfirst)
+                    time_builds=a.time_builds, dayfirst=a.dayfirst)
     out = Path(a.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
@@ -86,8 +86,11 @@ def configure_sweep(s) -> None:
     s.add_argument("--threads", type=positive_int, default=1,
                    help="threads of every timed path: BLAS / torch pools and the batched engine's workers")
     s.add_argument("--warmup", type=nonneg_int, default=10, help="untimed queries before each cell's timed pass")
-    s.add_argument("--banks", help="reuse this bank collection instead of timed fresh builds (its banks must be "
-                                   "built from exactly --data's turns) (default: timed fresh builds)")
+    s.add_argument("--banks", help="use this bank collection; its banks must be built from exactly --data's turns "
+                                   "(default: eval's automatic bank cache for --data, built once and reused)")
+    s.add_argument("--time-builds", action="store_true",
+                   help="build every bank afresh, one conversation at a time with the embedding cache off, and "
+                        "report the build cost per bank (slow on a CPU: no embedding cache)")
     add_dayfirst(s)
     s.add_argument("--max-questions", type=positive_int, help="a seeded sample of this many questions (default: all)")
     s.add_argument("--output", default="sweep.json", help="result JSON")

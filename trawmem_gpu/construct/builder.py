@@ -116,10 +116,12 @@ def _heads(works: list[_Work], cfg: BuildConfig, llm, stats: dict) -> None:
 
 
 def _encode_units(convs: list[Conversation], encoder: Encoder, cfg: BuildConfig, progress: bool,
-                  skip: list[int] | None = None, old: list[np.ndarray] | None = None) -> list[np.ndarray]:
+                  skip: list[int] | None = None, old: list[np.ndarray] | None = None,
+                  on_units=None) -> list[np.ndarray]:
     skip = skip or [0] * len(convs)
     texts = [t.embed_text() for c, k in zip(convs, skip) for t in c.turns[k:]]
-    v = encoder.encode(texts, batch_size=cfg.encode_batch_size, progress=progress, desc="encode units")
+    v = encoder.encode(texts, batch_size=cfg.encode_batch_size, progress=progress, desc="encode units",
+                       on_batch=on_units)
     out, p = [], 0
     for i, (c, k) in enumerate(zip(convs, skip)):
         n = len(c.turns) - k
@@ -159,8 +161,12 @@ def _finish(works: list[_Work], encoder: Encoder, cfg: BuildConfig, progress: bo
 
 
 def build_banks(convs: list[Conversation], cfg: BuildConfig | None = None, encoder: Encoder | None = None,
-                llm=None, progress: bool = True) -> tuple[list[Bank], dict]:
-    """Build one bank per conversation. Returns (banks, stats with per-stage seconds)."""
+                llm=None, progress: bool = True, on_units=None) -> tuple[list[Bank], dict]:
+    """Build one bank per conversation. Returns (banks, stats with per-stage seconds).
+
+    :param on_units: called with a number of units after each encoder batch of unit texts
+        (a progress bar that moves while a large build encodes)
+    """
     cfg = cfg or BuildConfig()
     if encoder is None:
         from ..encode import get_encoder
@@ -171,7 +177,7 @@ def build_banks(convs: list[Conversation], cfg: BuildConfig | None = None, encod
             raise InputError(f"conversation {c.bank_id!r} is empty")
     stats: dict = {"n_banks": len(convs), "n_units": sum(len(c.turns) for c in convs)}
     t0 = time.perf_counter()
-    vecs = _encode_units(convs, encoder, cfg, progress)
+    vecs = _encode_units(convs, encoder, cfg, progress, on_units=on_units)
     stats["encode_units_s"] = time.perf_counter() - t0
     works = [_Work(c, v, [], [], []) for c, v in zip(convs, vecs)]
     t0 = time.perf_counter()

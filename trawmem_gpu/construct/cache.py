@@ -10,7 +10,9 @@ pointing a job at a collection built from other data or another config is an err
 
 Encoding dominates the build on a CPU. Each chunk's units go through the encoder in one call
 (sorted by length inside it, so batches pad little) and through the on-disk embedding cache, so
-a text seen before, in this job or any earlier one, is not encoded again.
+a text seen before, in this job or any earlier one, is not encoded again. The cache commits
+every encoder batch, so a build killed inside a chunk loses at most one batch of encoding, and
+the progress bar moves per batch.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from ..config import BuildConfig
 from ..data.types import UNIT_TEXT_VERSION, Conversation
-from ..errors import BankError, read_json_object
+from ..errors import BankError, plural, read_json_object
 from ..paths import default_cache_dir, file_sha256  # noqa: F401 (file_sha256 names the data file)
 
 SIDECAR = "score-build.json"
@@ -116,6 +118,10 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
                    "units_built": 0, "wall_s": 0.0}
     if repaired:
         stats["sidecars_repaired"] = repaired
+    if progress:
+        units = f" ({plural(sum(len(c.turns) for c in missing), 'unit')})" if missing else ""
+        print(f"banks in {path}: {reuse_message(len(convs) - len(missing), len(missing))}{units}",
+              file=sys.stderr, flush=True)
     if not missing:
         return stats
     if encoder is None and build_chunks is None:
@@ -124,11 +130,14 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
         encoder = get_encoder(cfg.encoder)
     hits0, miss0 = getattr(encoder, "hits", 0), getattr(encoder, "misses", 0)
     t_start = time.perf_counter()
-    bar = tqdm(total=sum(len(c.turns) for c in missing), desc="build banks", unit="unit", disable=not progress)
+    # the bar moves per encoder batch (a chunk takes minutes on a CPU), with tqdm's rate and ETA
+    bar = tqdm(total=sum(len(c.turns) for c in missing), desc="build banks", unit="unit", disable=not progress,
+               smoothing=0.1)
     if build_chunks is not None:
         stream = build_chunks(_chunks(missing, chunk_units), cfg)
     else:
-        stream = (build_banks(ch, cfg, encoder, progress=False) for ch in _chunks(missing, chunk_units))
+        stream = (build_banks(ch, cfg, encoder, progress=False, on_units=bar.update)
+                  for ch in _chunks(missing, chunk_units))
     for banks, st in stream:
         t0 = time.perf_counter()
         coll.put_many(banks)
@@ -139,7 +148,8 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
         stats["banks_built"] += len(banks)
         n = sum(b.n_units for b in banks)
         stats["units_built"] += n
-        bar.update(n)
+        if build_chunks is not None:  # the local build moved the bar per encoder batch already
+            bar.update(n)
     bar.close()
     stats["wall_s"] = time.perf_counter() - t_start
     stats["units_per_s"] = stats["units_built"] / stats["wall_s"] if stats["wall_s"] > 0 else None
@@ -152,6 +162,11 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
     tmp.write_text(json.dumps(build_log(path) + [stats], indent=1), encoding="utf-8")
     os.replace(tmp, path / BUILD_LOG)
     return stats
+
+
+def reuse_message(reused: int, to_build: int) -> str:
+    """What a (re)started build reuses: ``17 banks reused, 12 to build``."""
+    return f"{plural(reused, 'bank')} reused, {to_build or 'none'} to build"
 
 
 def build_log(path: str | Path) -> list[dict]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Callable
 
 import numpy as np
 
@@ -18,8 +19,12 @@ class Encoder(ABC):
         """[n] texts -> [n, dim] float32, not necessarily normalized."""
 
     def encode(self, texts: list[str], *, is_query: bool = False, batch_size: int = 64,
-               progress: bool = False, desc: str = "encode") -> np.ndarray:
-        """[n] texts -> [n, dim] float32 L2-normalized rows, in input order."""
+               progress: bool = False, desc: str = "encode",
+               on_batch: Callable[[int], None] | None = None) -> np.ndarray:
+        """[n] texts -> [n, dim] float32 L2-normalized rows, in input order.
+
+        :param on_batch: called with the number of texts after each encoded batch (progress)
+        """
         from tqdm.auto import tqdm
 
         texts = list(texts)
@@ -31,8 +36,11 @@ class Encoder(ABC):
         starts = range(0, len(texts), batch_size)
         for s in tqdm(starts, desc=desc, disable=not progress, unit="batch"):
             idx = order[s:s + batch_size]
-            out[idx] = self._encode_batch([texts[i] for i in idx], is_query)
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        if not np.all(np.isfinite(out)) or np.any(norms == 0):
-            raise ValueError(f"encoder {self.id} produced a NaN or zero vector")
-        return out / norms
+            v = self._encode_batch([texts[i] for i in idx], is_query)
+            norms = np.linalg.norm(v, axis=1, keepdims=True)
+            if not np.all(np.isfinite(v)) or np.any(norms == 0):
+                raise ValueError(f"encoder {self.id} produced a NaN or zero vector")
+            out[idx] = v / norms
+            if on_batch is not None:
+                on_batch(len(idx))
+        return out

@@ -11,6 +11,7 @@ write finds the damage; never fatal (``build``, ``query``, ``score`` go on).
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import itertools
 import os
@@ -137,20 +138,34 @@ class CachedEncoder(Encoder):
     def _encode_batch(self, texts, is_query):  # pragma: no cover - encode() is overridden
         return self.inner._encode_batch(texts, is_query)
 
-    def encode(self, texts, *, is_query=False, batch_size=64, progress=False, desc="encode"):
+    def encode(self, texts, *, is_query=False, batch_size=64, progress=False, desc="encode", on_batch=None):
+        """As :meth:`Encoder.encode`; each batch's vectors are committed to the cache as soon as
+        it is encoded, so an interrupted call loses at most one batch. ``on_batch`` counts the
+        texts found in the cache at once, then each encoded batch."""
+        from tqdm.auto import tqdm
+
         texts = list(texts)
         if self.cache is None:
-            return self.inner.encode(texts, is_query=is_query, batch_size=batch_size, progress=progress, desc=desc)
+            return self.inner.encode(texts, is_query=is_query, batch_size=batch_size, progress=progress, desc=desc,
+                                     on_batch=on_batch)
         keys = [EmbeddingCache.key(self.id, is_query, t) for t in texts]
         found = self.cache.get_many(list(dict.fromkeys(keys)), self.dim)
         todo = list(dict.fromkeys(t for t, k in zip(texts, keys) if k not in found))
-        self.hits += len(texts) - sum(1 for k in keys if k not in found)
+        pending = sum(1 for k in keys if k not in found)
+        self.hits += len(texts) - pending
         self.misses += len(todo)
-        if todo:
-            vecs = self.inner.encode(todo, is_query=is_query, batch_size=batch_size, progress=progress, desc=desc)
-            new = {EmbeddingCache.key(self.id, is_query, t): v for t, v in zip(todo, vecs)}
+        if on_batch is not None and len(texts) > pending:
+            on_batch(len(texts) - pending)
+        todo.sort(key=len)  # batches of similar length pad little (as the inner encoder sorts)
+        left = collections.Counter(k for k in keys if k not in found)  # repeats count when encoded
+        for s in tqdm(range(0, len(todo), batch_size), desc=desc, disable=not progress, unit="batch"):
+            batch = todo[s:s + batch_size]
+            vecs = self.inner.encode(batch, is_query=is_query, batch_size=batch_size)
+            new = {EmbeddingCache.key(self.id, is_query, t): v for t, v in zip(batch, vecs)}
             self.cache.put_many(new)
             found.update(new)
+            if on_batch is not None:
+                on_batch(sum(left[k] for k in new))
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for i, k in enumerate(keys):
             out[i] = found[k]

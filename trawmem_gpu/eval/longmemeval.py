@@ -9,10 +9,12 @@ The definitions follow ``src/retrieval/eval_utils.py`` of the LongMemEval reposi
 * ``ndcg_any@k``: binary relevance per corpus item, ``dcg(rel, k) = rel[0] + sum_{i>=1} rel[i] /
   log2(i + 1)`` (0-based ``i``) over the first ``k``, divided by the DCG of all corpus relevances sorted
   descending (0 when that is 0);
-* turn-to-session: every id (gold and corpus) becomes its session (:func:`session_of`), so the
-  corpus repeats a session once per unit, and ``k`` grows to the first prefix of the ranking
-  that holds ``k`` distinct sessions (up to the corpus length + 1) before the three metrics are
-  taken at that grown ``k``.
+* turn-to-session: every id (gold and corpus) becomes its session, so the corpus repeats a
+  session once per unit, and ``k`` grows to the first prefix of the ranking that holds ``k``
+  distinct sessions (up to the corpus length + 1) before the three metrics are taken at that
+  grown ``k``. A LongMemEval id's session is :func:`session_of` (the official rule, repeated
+  sessions merged); other banks' ids (LoCoMo's ``D3:5``, your own) carry no session, so their
+  session is the turn's own session number (:func:`unit_sessions`).
 
 For a selected *set* (TrawMem, or any baseline cut at B), the ranking is the selection order,
 so metrics at ``k > B`` see the whole set. Averages skip abstention questions (``_abs`` in the
@@ -64,11 +66,30 @@ def turn_metrics(ranked: Sequence[str], gold: Iterable[str], corpus: Sequence[st
     return _evaluate(_positions(ranked, corpus), set(gold), corpus, k)
 
 
-def session_metrics(ranked: Sequence[str], gold: Iterable[str], corpus: Sequence[str], k: int):
-    """(recall_any, recall_all, ndcg_any) at ``k``, turn-to-session (k grown to k distinct sessions)."""
+def unit_sessions(ids: Sequence[str], sessions: Sequence[int]) -> list[str]:
+    """The session label of each unit for the turn-to-session metric, from its id and its turn's
+    session number: LongMemEval's ``{session_id}_{turn}`` ids (each session part lies in one
+    session; an answer session holds two, ``answer_...`` and ``noans_...``, as in the official
+    script) give :func:`session_of`; any other ids (LoCoMo's ``D3:5``, which hold no ``_``, or
+    ids whose part before the last ``_`` spans sessions) give the session number."""
+    prefix = [i.rsplit("_", 1)[0] if "_" in i else None for i in ids]
+    if None not in prefix and len(set(zip(prefix, sessions))) == len(set(prefix)):
+        return [session_of(i) for i in ids]
+    return [f"session {s}" for s in sessions]
+
+
+def session_metrics(ranked: Sequence[str], gold: Iterable[str], corpus: Sequence[str], k: int,
+                    sessions: Sequence[str] | None = None):
+    """(recall_any, recall_all, ndcg_any) at ``k``, turn-to-session (k grown to k distinct sessions).
+
+    :param sessions: the corpus units' session labels (:func:`unit_sessions`); by default
+        LongMemEval's :func:`session_of` of each id
+    """
     idx = _positions(ranked, corpus)
-    sess = [session_of(c) for c in corpus]
-    gold_s = {session_of(g) for g in gold}
+    sess = list(sessions) if sessions is not None else [session_of(c) for c in corpus]
+    label = dict(zip(corpus, sess))
+    # a gold id outside the corpus keeps a session of its own (it can never be retrieved)
+    gold_s = {label.get(g, "\x00" + g) if sessions is not None else session_of(g) for g in gold}
     n = len(sess)
     eff = k
     if k <= n:
@@ -85,27 +106,32 @@ def session_metrics(ranked: Sequence[str], gold: Iterable[str], corpus: Sequence
 
 
 def official_metrics(ranked: Sequence[str], gold: Iterable[str], corpus: Sequence[str],
-                     ks: Sequence[int] = DEFAULT_KS) -> dict:
+                     ks: Sequence[int] = DEFAULT_KS, sessions: Sequence[str] | None = None) -> dict:
     """``{"turn": {"recall_any@k": ..}, "session": {..}}`` for every ``k`` in ``ks``."""
     gold = list(gold)
     out: dict = {"turn": {}, "session": {}}
     for k in ks:
-        for level, fn in (("turn", turn_metrics), ("session", session_metrics)):
-            for name, v in zip(OFFICIAL, fn(ranked, gold, corpus, k)):
-                out[level][f"{name}@{k}"] = v
+        for name, v in zip(OFFICIAL, turn_metrics(ranked, gold, corpus, k)):
+            out["turn"][f"{name}@{k}"] = v
+        for name, v in zip(OFFICIAL, session_metrics(ranked, gold, corpus, k, sessions)):
+            out["session"][f"{name}@{k}"] = v
     return out
 
 
 def question_record(qid: str, qtype: str | None, ranked: Sequence[str], gold: Sequence[str],
-                    corpus: Sequence[str], tokens: int, ks: Sequence[int] = DEFAULT_KS) -> dict:
-    """Everything scored for one question: the official metrics and evidence recall / hit / tokens."""
+                    corpus: Sequence[str], tokens: int, ks: Sequence[int] = DEFAULT_KS,
+                    sessions: Sequence[str] | None = None) -> dict:
+    """Everything scored for one question: the official metrics and evidence recall / hit / tokens.
+
+    :param sessions: the corpus units' session labels (:func:`unit_sessions`)
+    """
     g, s = set(gold), set(ranked)
     rec = {"qid": qid, "qtype": qtype, "abstention": is_abstention(qid), "n_gold": len(g),
            "n_selected": len(ranked), "context_tokens": int(tokens),
            "evidence_recall": len(g & s) / len(g) if g else float("nan"),
            "all_evidence_hit": float(g <= s) if g else float("nan")}
     if g:
-        rec["official"] = official_metrics(ranked, gold, corpus, ks)
+        rec["official"] = official_metrics(ranked, gold, corpus, ks, sessions)
     return rec
 
 

@@ -6,9 +6,11 @@ and the retrieval latency of one query at a time (p50 / p95 / p99); for TrawMem 
 batched engine's throughput at a stated batch size. Baselines have no thread graph, so they get
 one cell per B. Token budgets (``--token-budget``) add cells at T tokens per workspace (no
 unit cap; TrawMem under its knapsack, baselines filled in rank order) beside the B cells, so
-methods compare at equal context tokens. Build cost is measured once per bank and question encoding once per question
-(neither depends on H or B). The Pareto-optimal cells (recall against latency, and against
-tokens) are marked in the JSON, the table and the plot.
+methods compare at equal context tokens. Banks come from eval's automatic bank cache (or
+``--banks``); with ``--time-builds`` they are built afresh and the build cost is measured once
+per bank. Question encoding is timed once per question (neither depends on H or B). The
+Pareto-optimal cells (recall against latency, and against tokens) are marked in the JSON, the
+table (its letters explained under it) and the plot.
 
 How time is measured: :data:`~trawmem_gpu.eval.timing.TIMING_PROTOCOL` (stored in every result).
 """
@@ -21,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..errors import InputError
+from ..errors import InputError, plural
 from .analyses import describe, pareto_mask
 from .timing import TIMING_PROTOCOL, build_timed, clear_query_caches, encode_timed, machine_info, query_threads
 
@@ -283,29 +285,39 @@ def question_items(convs, categories, max_questions: int | None = None, seed: in
     return items
 
 
-def load_or_build_banks(convs, banks_dir, build_cfg, progress: bool = True,
-                        data_path=None) -> tuple[list, list[dict], str]:
-    """Banks for ``convs``: timed fresh builds (``banks_dir`` None) or an existing collection,
-    whose build rows then come from the seconds stored with each bank (``source``). An existing
-    collection goes through the shared check against the data (``store.verify.verify_banks``)."""
+def load_or_build_banks(convs, banks_dir, build_cfg, progress: bool = True, *, time_builds: bool = False,
+                        data_path=None, dayfirst: bool = False) -> tuple[list, list[dict], str]:
+    """Banks for ``convs``: timed fresh builds (``time_builds``), the banks of an existing
+    collection ``banks_dir`` (through the shared check against the data,
+    ``store.verify.verify_banks``), or else eval's automatic bank cache for ``data_path`` (built
+    there once, with the embedding cache: :func:`~trawmem_gpu.eval.retrieval.banks_for`). Build
+    rows of reused banks come from the seconds stored with each bank (``source``)."""
     from ..encode import get_encoder
 
-    if banks_dir is None:
+    if time_builds:
+        if banks_dir is not None:
+            raise InputError("`time_builds` measures fresh builds; it does not take `banks_dir`")
         banks, rows = build_timed(convs, build_cfg, get_encoder(build_cfg.encoder, cache=False), progress=progress)
         return banks, rows, "measured now: one conversation at a time, embedding cache off"
-    from ..store import Collection
+    from .retrieval import banks_for
 
-    from ..errors import BankError
-    from ..store.verify import verify_banks
+    if banks_dir is None:
+        _, banks, _ = banks_for(data_path, build_cfg, None, progress, get_encoder(build_cfg.encoder),
+                                dayfirst=dayfirst, convs=convs)
+    else:
+        from ..errors import BankError
+        from ..store import Collection
+        from ..store.verify import verify_banks
 
-    coll = Collection(banks_dir)
-    try:
-        missing = verify_banks(coll, convs, data_path or "`data`", None, exact=False)
-    except BankError as e:
-        raise BankError(f"`banks_dir` {banks_dir}: {e}; rebuild them from `data` or leave `banks_dir` unset") from None
-    if missing:
-        raise InputError(f"`banks_dir` {banks_dir}: no bank for conversation(s) {missing[:5]} of `data`")
-    banks = [coll.load(c.bank_id) for c in convs]
+        coll = Collection(banks_dir)
+        try:
+            missing = verify_banks(coll, convs, data_path or "`data`", None, exact=False)
+        except BankError as e:
+            raise BankError(f"`banks_dir` {banks_dir}: {e}; rebuild them from `data` or leave `banks_dir` "
+                            "unset") from None
+        if missing:
+            raise InputError(f"`banks_dir` {banks_dir}: no bank for conversation(s) {missing[:5]} of `data`")
+        banks = [coll.load(c.bank_id) for c in convs]
     rows = []
     for b in banks:
         st = (b.stats or {}).get("build", {})
@@ -317,7 +329,7 @@ def load_or_build_banks(convs, banks_dir, build_cfg, progress: bool = True,
 def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), budgets=(4, 8, 16, 32), *,
               token_budgets=(), paper: bool = False, engine: str = "reference", categories=(1, 2, 3, 4), batch_size: int = 256,
               rounds: int = 3, threads: int = 1, warmup: int = 10, banks_dir=None, max_questions: int | None = None,
-              progress: bool = True, dayfirst: bool = False) -> dict:
+              progress: bool = True, dayfirst: bool = False, time_builds: bool = False) -> dict:
     """Run the whole grid; returns the JSON-ready result (see the module docstring)."""
     from .. import __version__
     from ..config import BuildConfig
@@ -340,7 +352,8 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
     items = question_items(convs, categories, max_questions)
     with query_threads(threads):
         banks_list, build_rows, build_source = load_or_build_banks(convs, banks_dir, build_cfg, progress,
-                                                                   data_path=data)
+                                                                   time_builds=time_builds, data_path=data,
+                                                                   dayfirst=dayfirst)
     banks = {b.bank_id: b for b in banks_list}
     encoder = get_encoder(build_cfg.encoder, cache=False)
     if banks_list[0].encoder_id != encoder.id:
@@ -425,7 +438,7 @@ def format_table(res: dict) -> str:
                      f"{'-' if tp is None else format(tp['qps'], ',.0f')} | {mark or '-'} |")
     b = res["build"]
     tp = next((c["throughput"] for c in res["cells"] if c.get("throughput")), None)
-    notes = [f"{res['n_questions']} questions, categories {res['categories']}, mode {res['mode']}, "
+    notes = [f"{plural(res['n_questions'], 'question')}, categories {res['categories']}, mode {res['mode']}, "
              f"engine {res['engine']} (latency: one query at a time, selection + workspace assembly; "
              f"question encoding adds p50 {res['encode_ms']['p50']:.1f} ms, p95 {res['encode_ms']['p95']:.1f} ms "
              f"with {res['encoder']}); tokens: {res['tokenizer']}"]
@@ -433,8 +446,10 @@ def format_table(res: dict) -> str:
         notes.append(f"batched q/s: SelectionEngine at batch size {tp['batch_size']}, {tp['threads']} thread(s), "
                      f"{tp['device']}, median of {tp['rounds']} rounds (selection only, vectors given)")
     if b["mean_build_s"] is not None:
-        notes.append(f"build cost per bank: mean {b['mean_build_s']:.2f} s over {len(b['per_bank'])} banks "
+        notes.append(f"build cost per bank: mean {b['mean_build_s']:.2f} s over {plural(len(b['per_bank']), 'bank')} "
                      f"({b['source']})")
+    notes.append("Pareto: L = Pareto-optimal in macro evidence recall against latency p50 (no other cell is at "
+                 "least as good on both and better on one), T = the same against mean context tokens, - = neither")
     return "\n".join(lines + [""] + notes)
 
 

@@ -15,8 +15,9 @@ TIMING_PROTOCOL = """Nothing is cached that a user's next question would not fin
 
 - **threads**: BLAS / OpenMP / torch pools are pinned to ``threads`` (default 1) for every
   timed path, builds included (see :func:`query_threads`);
-- **build**: each conversation is built on its own with the embedding cache off, after the
-  encoder is loaded and has run once (model loading is a one-off, not a per-bank cost);
+- **build** (``--time-builds`` only): each conversation is built on its own with the embedding
+  cache off, after the encoder is loaded and has run once (model loading is a one-off, not a
+  per-bank cost);
 - **encode**: each question is encoded alone with the embedding cache off;
 - **latency**: per cell, ``warmup`` queries run untimed first (numba compilation, first-touch
   allocations), then every query runs alone: selection, then the workspace is assembled and

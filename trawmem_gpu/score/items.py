@@ -8,6 +8,7 @@ the job can score them too.
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -111,3 +112,30 @@ def items_from_conversations(convs: list[Conversation], categories: tuple[int, .
             out.append(ScoreItem(q.qid, c.bank_id, q.question, q.date.isoformat() if q.date else None,
                                  tuple(q.evidence), q.qtype or str(q.category), q.answer))
     return out
+
+
+def stratified_sample(items: list[ScoreItem], n: int, seed: int = 0) -> list[ScoreItem]:
+    """``n`` of ``items`` (all when there are no more), stratified by ``qtype``, in input order.
+
+    Each type's questions are shuffled once with ``seed``; then questions are taken one at a
+    time from the type furthest below its share of the whole (ties: the type seen first). The
+    sample of ``n`` is the start of that one order, so it is reproducible, every type keeps its
+    proportion within one question, and a larger ``n`` extends a smaller one (a rerun with a
+    larger ``--max-questions`` resumes the same output).
+    """
+    if n >= len(items):
+        return list(items)
+    rng = random.Random(seed)
+    groups: dict[str, list[int]] = {}
+    for i, it in enumerate(items):
+        groups.setdefault(it.qtype or "", []).append(i)
+    for g in groups.values():
+        rng.shuffle(g)
+    taken = dict.fromkeys(groups, 0)
+    chosen = []
+    for step in range(1, n + 1):
+        t = max((t for t in groups if taken[t] < len(groups[t])),
+                key=lambda t: len(groups[t]) * step / len(items) - taken[t])
+        chosen.append(groups[t][taken[t]])
+        taken[t] += 1
+    return [items[i] for i in sorted(chosen)]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
@@ -35,8 +36,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
-from ..errors import InputError
-from ..eval.longmemeval import DEFAULT_KS, question_record
+from ..errors import InputError, plural
+from ..eval.longmemeval import DEFAULT_KS, question_record, unit_sessions
 from ..select.config import SelectConfig
 from ..select.params import QueryParams, split_fields
 from ..store.bank import Bank
@@ -212,8 +213,9 @@ class Scorer:
                    "workspace": text, "tokens": count_tokens(text), "tokenizer": TOKENIZER_NAME, "config": self.tag,
                    "bank_digest": self._digest[it.bank_id]}
             if it.gold is not None:
-                rec["eval"] = question_record(it.id, it.qtype, ranked, it.gold, [t.turn_id for t in bank.turns],
-                                              rec["tokens"], self.spec.ks)
+                ids = [t.turn_id for t in bank.turns]
+                rec["eval"] = question_record(it.id, it.qtype, ranked, it.gold, ids, rec["tokens"], self.spec.ks,
+                                              unit_sessions(ids, [t.session for t in bank.turns]))
             recs.append(rec)
         t0 = self._lap("render", t0)
         if self.llm is not None:
@@ -291,6 +293,14 @@ def check_banks(items: list[ScoreItem], known) -> None:
     if unknown:
         raise InputError(f"{len(unknown)} questions name banks the collection does not hold: "
                          f"{', '.join(map(repr, unknown[:5]))}{' ...' if len(unknown) > 5 else ''}")
+
+
+def say_resume(out: str | Path, n_items: int, n_todo: int) -> None:
+    """On stderr, what a rerun found in ``out``: ``lme.jsonl: 17 answers already in, 133 to score``
+    (said only when something was there: a first run needs no such line)."""
+    if n_items > n_todo:
+        print(f"{out}: {plural(n_items - n_todo, 'answer')} already in, {n_todo or 'none'} to score",
+              file=sys.stderr, flush=True)
 
 
 RESUME_FIELDS = ("bank_id", "question", "date", "bank_digest", "config", "answer_error")
@@ -382,6 +392,8 @@ def run_score(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
     n_done = 0
     try:
         todo, redo = resume_todo(writer, items, coll, spec, rescore_changed=rescore_changed)
+        if progress:
+            say_resume(out, len(items), len(todo))
         head = None
         if spec.head:
             from ..head import load_head

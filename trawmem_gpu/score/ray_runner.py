@@ -34,8 +34,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from .items import ScoreItem
-from .job import RESUME_FIELDS, ScoreSpec, Scorer, check_banks, collection_encoder, encode_questions, job_meta, \
-    plan_batches, resume_todo
+from .job import (RESUME_FIELDS, ScoreSpec, Scorer, check_banks, collection_encoder, encode_questions, job_meta,
+                  plan_batches, resume_todo, say_resume)
 from .writer import ResumableJsonl
 
 
@@ -140,6 +140,8 @@ def score_ray(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
     pids: set = set()
     try:
         todo, redo = resume_todo(writer, items, coll, spec, rescore_changed=rescore_changed)
+        if progress:
+            say_resume(out, len(items), len(todo))
         if workers < 1:
             raise ConfigError(f"`workers` must be >= 1, got {workers}")
         # several groups per worker: balance, and results stream back while others run

@@ -207,6 +207,37 @@ def build_ray_app(cfg: ServeConfig, shards: int = 2, app_name: str = APP_NAME, s
                           ray_actor_options={"num_cpus": 0}).bind(*shard_apps)
 
 
+PATIENT_CONTROLLER_ENV = {
+    # Ray Serve's controller gives a starting proxy 5 s to report ready and a running one 10 s
+    # per health check (three misses kill it: ActorDiedError ... ProxyActor): sized for an idle
+    # machine. A loaded one (2 busy cores, a first torch import) needs longer; a dead proxy
+    # is still found, within these bounds.
+    "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "120",
+    "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "120",
+}
+
+
+def start_app(cfg: ServeConfig, shards: int = 2, shard_cpus: float = 1.0, wait_s: float = 900.0) -> None:
+    """Start Ray Serve (HTTP on ``cfg.host:cfg.port``) and run the application until it serves.
+
+    ``serve.start`` and ``serve.run`` each wait a fixed 60 s for the HTTP proxies, however
+    loaded the machine is; a proxy that is slow to come up is restarted by the controller, so
+    both are retried (same application: a no-op redeploy) until ``wait_s`` has passed."""
+    import ray
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            serve.start(http_options={"host": cfg.host, "port": cfg.port},
+                        controller_options={"runtime_env": {"env_vars": PATIENT_CONTROLLER_ENV}})
+            serve.run(build_ray_app(cfg, shards, shard_cpus=shard_cpus), name=APP_NAME, route_prefix="/")
+            return
+        except (TimeoutError, ray.exceptions.RayActorError) as e:
+            if time.monotonic() > deadline:
+                raise
+            log.warning("Ray Serve is not serving yet (%s: %s); waiting on", type(e).__name__, e)
+
+
 def serve_ray(cfg: ServeConfig, shards: int = 2, address: str | None = None, shard_cpus: float = 1.0) -> None:
     """``trawmem serve --ray``: start (or join) Ray, run the application, serve until Ctrl-C."""
     import signal
@@ -219,8 +250,7 @@ def serve_ray(cfg: ServeConfig, shards: int = 2, address: str | None = None, sha
     ray.init(address=address, include_dashboard=False, ignore_reinit_error=True)
     signal.signal(signal.SIGTERM, _stop)  # after ray.init (it installs its own): shut down like Ctrl-C
     try:
-        serve.start(http_options={"host": cfg.host, "port": cfg.port})
-        serve.run(build_ray_app(cfg, shards, shard_cpus=shard_cpus), name=APP_NAME, route_prefix="/")
+        start_app(cfg, shards, shard_cpus)
         auth = f"API keys from {cfg.keys_file}" if cfg.keys_file else "no keys file: WITHOUT authentication"
         print(f"trawmem serve --ray: {shards} shards over {cfg.collection}, http://{cfg.host}:{cfg.port}; {auth}",
               flush=True)

@@ -49,8 +49,11 @@ class BankRegistry:
     """Bank id -> current bank, plus the append path (thread-safe)."""
 
     def __init__(self, path: str | Path, owns=lambda bank_id: True):
-        """:param owns: which bank ids this process serves (a Ray shard serves a slice)."""
+        """:param owns: which bank ids this process serves (a Ray shard serves a slice).
+
+        A missing collection is created empty (``created`` says so; banks come with appends)."""
         self.coll = Collection(path, create=True)
+        self.created = self.coll.create_empty()
         self.owns = owns
         self._banks: dict[str, Bank] = {b: self.coll.load(b) for b in self.coll.bank_ids if owns(b)}
         self._lock = threading.Lock()

@@ -43,6 +43,7 @@ import tempfile
 from ..errors import InputError, UnknownBank
 from .batcher import DeadlineExceeded, QueueFull, ShuttingDown
 from .config import ServeConfig, select_defaults, uvicorn_config
+from .server import say_draining
 
 log = logging.getLogger("trawmem.serve")
 
@@ -343,8 +344,13 @@ def serve_with_fronts(cfg: ServeConfig, service, metrics, announce, access_log: 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
+        def on_signal(sig: int) -> None:
+            if not stop.is_set():
+                say_draining(sig, cfg)
+            stop.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal, sig)
         await service.start()
         endpoint = EngineEndpoint(service, path, metrics)
         await endpoint.start()
@@ -381,6 +387,7 @@ def serve_with_fronts(cfg: ServeConfig, service, metrics, announce, access_log: 
                     p.kill()
             await endpoint.close()
             await service.stop()
+            print("trawmem serve: stopped", flush=True)
 
     try:
         try:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import socket
 import threading
 
+from ..errors import plural
 from .config import ServeConfig, uvicorn_config
 
 log = logging.getLogger("trawmem.serve")
@@ -94,8 +96,11 @@ def serve_forever(cfg: ServeConfig, access_log: bool = False, **service_kw) -> N
     banks = service.bank_list()
     auth = (f"API keys from {cfg.keys_file}" if cfg.keys_file else
             "no keys file: serving WITHOUT authentication, bound to 127.0.0.1 only")
-    print(f"trawmem serve: {len(banks)} banks, {sum(b['n_units'] for b in banks)} units from {cfg.collection} "
-          f"(encoder {service.encoder_id}); {auth}", flush=True)
+    print(f"trawmem serve: {plural(len(banks), 'bank')}, {plural(sum(b['n_units'] for b in banks), 'unit')} from "
+          f"{cfg.collection} (encoder {service.encoder_id}); {auth}", flush=True)
+    if service.registry.created:
+        print(f"trawmem serve: {cfg.collection} did not exist: created an empty collection there "
+              "(banks come with POST /v1/banks/{bank_id}/turns)", flush=True)
 
     def announce(port: int) -> None:
         print(f"trawmem serve: batching up to {cfg.max_batch} queries, waiting at most {cfg.max_wait_ms:g} ms; "
@@ -106,4 +111,21 @@ def serve_forever(cfg: ServeConfig, access_log: bool = False, **service_kw) -> N
         serve_with_fronts(cfg, service, metrics, announce, access_log)
         return
     announce(cfg.port)
-    uvicorn.Server(uvicorn_config(app, cfg, access_log)).run()
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame):
+            if not self.should_exit:
+                say_draining(sig, cfg)
+            super().handle_exit(sig, frame)
+
+    # uvicorn re-raises the signal it caught once its graceful shutdown is done; for SIGTERM
+    # that is a finished drain, so the handler it finds does nothing and the process exits 0
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    Server(uvicorn_config(app, cfg, access_log)).run()
+    print("trawmem serve: stopped", flush=True)
+
+
+def say_draining(sig: int, cfg: ServeConfig) -> None:
+    """The line a stop signal gets (SIGTERM or Ctrl-C): what the server does before it exits."""
+    print(f"trawmem serve: {signal.Signals(sig).name}: draining: no new connections; requests in flight and queued "
+          f"are answered (each within --timeout {cfg.timeout_s:g} s), then it stops", flush=True)

@@ -114,6 +114,8 @@ class Collection:
                 self._refuse_lost_index()
                 self.refresh()
         elif not create:
+            if not self.path.exists():
+                raise BankError(f"{self.path}: does not exist (no collection there)")
             raise BankError(f"{self.path}: not a collection (missing {INDEX})")
         elif self.path.is_dir():
             other = sorted(p.name for p in self.path.iterdir()
@@ -172,6 +174,17 @@ class Collection:
     def _write_index(self) -> None:
         write_json_atomic({"format_version": FORMAT_VERSION, "encoder_id": self.encoder_id, "banks": self.banks},
                           self.path / INDEX, indent=1)
+
+    def create_empty(self) -> bool:
+        """Write the index of a new, empty collection (opened with ``create=True``), so the
+        directory is a collection from now on; False when one is there already."""
+        with self.lock():
+            self._refuse_lost_index()  # bank directories without an index are not a new collection
+            self.refresh()
+            if (self.path / INDEX).exists():
+                return False
+            self._write_index()
+            return True
 
     def __len__(self) -> int:
         return len(self.banks)
