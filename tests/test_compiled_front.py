@@ -122,7 +122,7 @@ def test_compiled_front_only_where_it_applies(syn):
             SelectionEngine(banks, SelectConfig(**kw), device="cpu", front="compiled")
     assert SelectionEngine(banks, SelectConfig(), device="cpu", backend="tensor").plan.front == "tensor"
     assert SelectionEngine(banks, SelectConfig(), device="cpu", sim="global").plan.front == "tensor"
-    with pytest.raises(ConfigError, match="front must be one of"):
+    with pytest.raises(ConfigError, match="`front` must be one of"):
         SelectionEngine(banks, SelectConfig(), device="cpu", front="fast")
     with pytest.raises(ConfigError, match="greedy= option is now backend="):
         SelectionEngine(banks, SelectConfig(), device="cpu", greedy="numba")
@@ -178,7 +178,7 @@ def test_worker_threads_pick_the_same(syn, monkeypatch):
         eng = SelectionEngine(banks, SelectConfig(), device="cpu", threads=threads)
         assert eng.select_units(ids, qs, Z) == one, (threads, rows)
         assert eng.select_units(ids[:1], qs[:1], Z[:1]) == one[:1]
-    with pytest.raises(ConfigError, match="threads must be >= 1"):
+    with pytest.raises(ConfigError, match="`threads` must be >= 1"):
         SelectionEngine(banks, SelectConfig(), device="cpu", threads=0)
 
 

@@ -87,7 +87,7 @@ def test_sigmoid_normalization():
 
 
 def test_config_checks_relevance_weights():
-    with pytest.raises(ConfigError, match="relevance_weights must be 12 finite numbers"):
+    with pytest.raises(ConfigError, match="`relevance_weights` must be 12 finite numbers"):
         SelectConfig(relevance_weights=(1.0, 2.0))
     with pytest.raises(ConfigError, match="finite"):
         SelectConfig(relevance_weights=(float("nan"),) * (len(RELEVANCE_FEATURES) + 1))

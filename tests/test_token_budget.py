@@ -49,16 +49,16 @@ def test_config_rule_and_errors():
     assert (a.n_seeds, a.neighborhood_cap) == (b.n_seeds, b.neighborhood_cap)
     assert QueryParams().pool_budget == 16 and QueryParams(budget=5).pool_budget == 5
     for bad in (0, -3):
-        with pytest.raises(ConfigError, match=rf"^token_budget must lie in \[1, \d+\] \(got {bad}\)$"):
+        with pytest.raises(ConfigError, match=rf"^`token_budget` must lie in \[1, \d+\] \(got {bad}\)$"):
             QueryParams(token_budget=bad)
     for bad in (True, 1.5, "800"):
-        with pytest.raises(ConfigError, match="^token_budget must be a whole number"):
+        with pytest.raises(ConfigError, match="^`token_budget` must be a whole number"):
             QueryParams(token_budget=bad)
-    with pytest.raises(ConfigError, match="only with a token_budget"):
+    with pytest.raises(ConfigError, match="only with a `token_budget`"):
         QueryParams(budget=None)
-    with pytest.raises(ConfigError, match="knapsack must be one of"):
+    with pytest.raises(ConfigError, match="`knapsack` must be one of"):
         SelectConfig(knapsack="greedy")
-    with pytest.raises(ConfigError, match="fill must be one of"):
+    with pytest.raises(ConfigError, match="`fill` must be one of"):
         QueryParams(fill="all")
     t = QueryParams(token_budget=np.int64(800)).token_budget
     assert t == 800 and type(t) is int
