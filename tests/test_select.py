@@ -75,24 +75,24 @@ def test_early_stop_on_coverage():
 
 def test_config_validation_messages():
     """Errors name the option as the user writes it, with the value given: no ``self.``."""
-    for kw, msg in ((dict(gamma=1.5), "gamma must lie in [0.0, 1.0] (got 1.5)"),
-                    (dict(tau=0.0), "tau must be > 0 (got 0.0)"), (dict(w_cov=-1.0), "w_cov must be >= 0 (got -1.0)"),
-                    (dict(k_shift=1.0), "k_shift must lie in [0.0, 1.0) (got 1.0)"),
-                    (dict(ablation="nope"), "ablation must be one of 'none', "),
-                    (dict(kernel="rbf"), "kernel must be one of 'cosine', 'identity' (got 'rbf')")):
+    for kw, msg in ((dict(gamma=1.5), "`gamma` must lie in [0.0, 1.0] (got 1.5)"),
+                    (dict(tau=0.0), "`tau` must be > 0 (got 0.0)"), (dict(w_cov=-1.0), "`w_cov` must be >= 0 (got -1.0)"),
+                    (dict(k_shift=1.0), "`k_shift` must lie in [0.0, 1.0) (got 1.0)"),
+                    (dict(ablation="nope"), "`ablation` must be one of 'none', "),
+                    (dict(kernel="rbf"), "`kernel` must be one of 'cosine', 'identity' (got 'rbf')")):
         with pytest.raises(ConfigError) as e:
             SelectConfig(**kw)
         assert msg in str(e.value) and "self." not in str(e.value), str(e.value)
     # the per-query fields are QueryParams' now, with the same field-named errors
-    for kw, msg in ((dict(budget=0), "budget must lie in [1, 1048576] (got 0)"),
-                    (dict(hops=-1), "hops must lie in [0, 16] (got -1)"),
-                    (dict(token_budget=2.5), "token_budget must be a whole number (got 2.5)"),
-                    (dict(n_seeds=4, neighborhood_cap=2), "neighborhood_cap must be >= n_seeds (4) (got 2)")):
+    for kw, msg in ((dict(budget=0), "`budget` must lie in [1, 4096] (got 0)"),
+                    (dict(hops=-1), "`hops` must lie in [0, 8] (got -1)"),
+                    (dict(token_budget=2.5), "`token_budget` must be a whole number (got 2.5)"),
+                    (dict(n_seeds=4, neighborhood_cap=2), "`neighborhood_cap` must be >= `n_seeds` (4) (got 2)")):
         with pytest.raises(ConfigError) as e:
             QueryParams(**kw)
         assert msg in str(e.value) and "self." not in str(e.value), str(e.value)
-    for kw, msg in ((dict(backend="gpu"), "backend must be one of 'auto', 'compiled', 'tensor' (got 'gpu')"),
-                    (dict(threads=0), "threads must be >= 1 (got 0)")):
+    for kw, msg in ((dict(backend="gpu"), "`backend` must be one of 'auto', 'compiled', 'tensor' (got 'gpu')"),
+                    (dict(threads=0), "`threads` must be >= 1 (got 0)")):
         with pytest.raises(ConfigError) as e:
             EngineConfig(**kw)
         assert msg in str(e.value), str(e.value)

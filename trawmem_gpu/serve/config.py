@@ -1,6 +1,8 @@
 """Serving options: every knob of ``trawmem serve`` in one dataclass, one docstring per field."""
 from __future__ import annotations
 
+import signal
+
 from dataclasses import dataclass
 
 from ..data.types import MAX_QUESTION_CHARS
@@ -109,3 +111,9 @@ def select_defaults() -> tuple:
 
     d = {f.name: f.default for f in fields(QueryParams)}
     return d["budget"], d["hops"], d["token_budget"]
+
+
+def say_draining(sig: int, cfg: "ServeConfig") -> None:
+    """The line a stop signal gets (SIGTERM or Ctrl-C): what the server does before it exits."""
+    print(f"trawmem serve: {signal.Signals(sig).name}: draining: no new connections; requests in flight and queued "
+          f"are answered (each within --timeout {cfg.timeout_s:g} s), then it stops", flush=True)

@@ -43,7 +43,7 @@ import tempfile
 from ..errors import InputError, UnknownBank
 from .batcher import DeadlineExceeded, QueueFull, ShuttingDown
 from .config import ServeConfig, select_defaults, uvicorn_config
-from .server import say_draining
+from .config import say_draining
 
 log = logging.getLogger("trawmem.serve")
 

@@ -9,7 +9,7 @@ import socket
 import threading
 
 from ..errors import plural
-from .config import ServeConfig, uvicorn_config
+from .config import ServeConfig, say_draining, uvicorn_config
 
 log = logging.getLogger("trawmem.serve")
 
@@ -125,7 +125,3 @@ def serve_forever(cfg: ServeConfig, access_log: bool = False, **service_kw) -> N
     print("trawmem serve: stopped", flush=True)
 
 
-def say_draining(sig: int, cfg: ServeConfig) -> None:
-    """The line a stop signal gets (SIGTERM or Ctrl-C): what the server does before it exits."""
-    print(f"trawmem serve: {signal.Signals(sig).name}: draining: no new connections; requests in flight and queued "
-          f"are answered (each within --timeout {cfg.timeout_s:g} s), then it stops", flush=True)
