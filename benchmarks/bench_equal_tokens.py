@@ -100,10 +100,12 @@ def run(a, parts: set, Ts: list[int]) -> int:
     if "fit" in parts:
         shipped = fit_relevance(allq)
         res["shipped_weights"] = list(shipped)
-        print(f"wrote {save_weights(a.weights_out, shipped,
-                     {"data": [{"path": os.path.relpath(d.path, harness.ROOT), "sha256": res["data"][k]["sha256"],
-                                "questions": len(d.questions)} for k, d in data.items()],
-                      "command": "python benchmarks/bench_equal_tokens.py --parts fit"})}")
+        wrote = save_weights(a.weights_out, shipped,
+                             {"data": [{"path": os.path.relpath(d.path, harness.ROOT),
+                                        "sha256": res["data"][k]["sha256"], "questions": len(d.questions)}
+                                       for k, d in data.items()],
+                              "command": "python benchmarks/bench_equal_tokens.py --parts fit"})
+        print(f"wrote {wrote}")
         print("shipped weights:", ", ".join(f"{n} {w:.4g}" for n, w in zip(RELEVANCE_FEATURES + ("bias",), shipped)))
     chosen = {}
     if "grid" in parts:  # nested leave-one-fold-out over the objective's weights under T
