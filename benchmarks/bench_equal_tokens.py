@@ -30,8 +30,9 @@ Protocol (nothing is tuned on what it is scored on):
   the rendered workspace, headings included), per category / type and per fold.
 
 Writes ``equal_tokens.json`` (every table), ``equal_tokens.md`` and ``equal_tokens.png`` under
-``--out-dir`` (or ``TRAWMEM_BENCH_OUT``); ``--parts fit`` also writes ``affinity_weights.json``
-(the shipped weights with their provenance). The parts live in ``benchmarks/equal_tokens_bench/``.
+``--out-dir`` (or ``TRAWMEM_BENCH_OUT``); ``--parts fit`` also writes the shipped weights with
+their provenance to their one home, the package's ``trawmem_gpu/select/affinity_weights.json``
+(read by ``SelectConfig``), or to ``--weights-out``. The parts live in ``benchmarks/equal_tokens_bench/``.
 """
 from __future__ import annotations
 
@@ -44,13 +45,20 @@ from pathlib import Path
 
 import harness
 import numpy as np
-from equal_tokens_bench.data import (GRID, HEADLINE, PREVIOUS, TARGET_T, BASELINES, Dataset, fixed_cfg, select,
-                                     trawmem_cfg)
+from equal_tokens_bench.data import (GRID, HEADLINE, PREVIOUS, TARGET_T, BASELINES, Dataset, fixed_setting, select,
+                                     trawmem_setting)
 from equal_tokens_bench.report import fmt, markdown, plot
 from equal_tokens_bench.stats import losses, margin_bootstrap, nested_ablation_choice, records, score, summary
 
 PARTS = ("fit", "grid", "headline", "margin", "ablations")
 __all__ = ["margin_bootstrap", "main"]  # margin_bootstrap: tests/test_bench_margin.py
+
+
+def shipped_weights_path() -> Path:
+    """The shipped affinity weights' one home: the package data file ``SelectConfig`` reads."""
+    import trawmem_gpu.select.config as config
+
+    return Path(config.__file__).with_name("affinity_weights.json")
 
 
 def main() -> int:
@@ -60,6 +68,8 @@ def main() -> int:
     ap.add_argument("--T", default="400,800,1600")
     ap.add_argument("--parts", default="fit,grid,headline,margin,ablations")
     ap.add_argument("--out-dir", type=Path, help="results folder (default: benchmarks/results or TRAWMEM_BENCH_OUT)")
+    ap.add_argument("--weights-out", type=Path, default=shipped_weights_path(),
+                    help="where --parts fit writes the shipped weights (default: the package's, %(default)s)")
     a = ap.parse_args()
     parts = set(a.parts.split(","))
     bad = sorted(parts - set(PARTS))
@@ -90,10 +100,12 @@ def run(a, parts: set, Ts: list[int]) -> int:
     if "fit" in parts:
         shipped = fit_relevance(allq)
         res["shipped_weights"] = list(shipped)
-        save_weights(a.out_dir / "affinity_weights.json", shipped,
-                     {"data": [{"path": os.path.relpath(d.path, harness.ROOT), "sha256": res["data"][k]["sha256"],
-                                "questions": len(d.questions)} for k, d in data.items()],
-                      "command": "python benchmarks/bench_equal_tokens.py --parts fit"})
+        wrote = save_weights(a.weights_out, shipped,
+                             {"data": [{"path": os.path.relpath(d.path, harness.ROOT),
+                                        "sha256": res["data"][k]["sha256"], "questions": len(d.questions)}
+                                       for k, d in data.items()],
+                              "command": "python benchmarks/bench_equal_tokens.py --parts fit"})
+        print(f"wrote {wrote}")
         print("shipped weights:", ", ".join(f"{n} {w:.4g}" for n, w in zip(RELEVANCE_FEATURES + ("bias",), shipped)))
     chosen = {}
     if "grid" in parts:  # nested leave-one-fold-out over the objective's weights under T
@@ -102,7 +114,7 @@ def run(a, parts: set, Ts: list[int]) -> int:
             row = {"setting": setting}
             for name, ds in data.items():
                 T = TARGET_T[name]
-                row[name] = score(ds, select(ds, "trawmem", trawmem_cfg(W, T=T, **setting)))
+                row[name] = score(ds, select(ds, "trawmem", trawmem_setting(W, T=T, **setting)))
             grid.append(row)
             print("grid", setting, {n: round(row[n]["macro"]["recall"], 4) for n in data}, flush=True)
         folds = [(n, g) for n, d in data.items() for g in d.groups]
@@ -146,13 +158,13 @@ def run(a, parts: set, Ts: list[int]) -> int:
                 row = {"method": method, "T": T, "B": None if T else 16}
                 for name, ds in data.items():
                     if method in BASELINES:
-                        cfg = fixed_cfg(T=T)
+                        cfg = fixed_setting(T=T)
                     elif method == "trawmem-previous":
-                        cfg = fixed_cfg(T=T, **PREVIOUS)
+                        cfg = fixed_setting(T=T, **PREVIOUS)
                     elif method == "trawmem-rrf":
-                        cfg = fixed_cfg(T=T, **{**chosen, "affinity": "rrf"})
+                        cfg = fixed_setting(T=T, **{**chosen, "affinity": "rrf"})
                     else:
-                        cfg = trawmem_cfg(W, T=T, **chosen)
+                        cfg = trawmem_setting(W, T=T, **chosen)
                     row[name] = summary(ds, picks_of(name, method, T, cfg)[1])
                 rows.append(row)
                 print(f"T={T} {method:>12}: " + " | ".join(f"{n} {fmt(row[n]['macro'])}" for n in data), flush=True)
@@ -161,9 +173,9 @@ def run(a, parts: set, Ts: list[int]) -> int:
         res["margin"] = {}
         for T in Ts:
             for name, ds in data.items():
-                cfg = trawmem_cfg(W, T=T, **chosen)
+                cfg = trawmem_setting(W, T=T, **chosen)
                 ours_sel, ours = picks_of(name, "trawmem", T, cfg)
-                theirs_sel, theirs = picks_of(name, "hybrid", T, fixed_cfg(T=T))
+                theirs_sel, theirs = picks_of(name, "hybrid", T, fixed_setting(T=T))
                 m = res["margin"][f"{name}@{T}"] = margin_bootstrap(ds, ours, theirs)
                 m["losses"] = losses(ds, ours_sel[0], theirs_sel[0], cfg)
                 print(f"margin {name} T={T}: {100 * m['margin']:+.1f} points, 95% CI "
@@ -189,11 +201,11 @@ def run(a, parts: set, Ts: list[int]) -> int:
             for name, ds in data.items():
                 T = TARGET_T[name]
                 if v.get("__rrf"):
-                    cfg, m = fixed_cfg(T=T, affinity="rrf", **base), "trawmem"
+                    cfg, m = fixed_setting(T=T, affinity="rrf", **base), "trawmem"
                 elif v.get("__alpha"):
-                    cfg, m = trawmem_cfg(W, T=T), "alpha-rank"
+                    cfg, m = trawmem_setting(W, T=T), "alpha-rank"
                 else:
-                    cfg, m = trawmem_cfg(W, T=T, **{**base, **v}), "trawmem"
+                    cfg, m = trawmem_setting(W, T=T, **{**base, **v}), "trawmem"
                 row[name] = score(ds, select(ds, m, cfg))
             abl.append(row)
             print(f"ablation {label:>40}: " + " | ".join(f"{n}@{TARGET_T[n]} {fmt(row[n]['macro'])}" for n in data),

@@ -52,11 +52,12 @@ def _pooled(records) -> dict:
             "context_tokens": agg["macro"]["context_tokens"], "n": len(records)}
 
 
-def _torch_macro(head, items, cfg) -> float:
-    """Macro evidence recall of the torch greedy (same picks as the reference) over ``items``."""
+def _torch_macro(head, items, cfg, params) -> float:
+    """Macro evidence recall of the torch greedy (same picks as the reference) over ``items`` at
+    ``params.budget``."""
     from trawmem_gpu.head.train import make_batches, torch_picks
 
-    picks = torch_picks(head, make_batches(items, cfg.budget), cfg, cfg.budget)
+    picks = torch_picks(head, make_batches(items, params.budget), cfg, params.budget)
     per: dict[int, list[float]] = {}
     for i, it in enumerate(items):
         per.setdefault(it.category, []).append(float(it.gold[picks[i]].sum()) / it.n_gold)
@@ -89,25 +90,26 @@ def loco(data, dev, items, epochs, seed) -> dict:
     from trawmem_gpu.eval.retrieval import run_eval
     from trawmem_gpu.head.train import DEFAULTS, fit
     from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.params import QueryParams
 
     convs, banks, Z = dev
     rows = np.array(_rows_of(convs))
-    cfg = SelectConfig(budget=LOCO_B)
+    cfg, params = SelectConfig(), QueryParams(budget=LOCO_B)
     folds, pooled = [], {"default": [], "head": [], "hybrid": []}
     for c in convs:
         t0 = time.perf_counter()
         held = c.bank_id
         train_items = [it for it, r in zip(items, rows) if r != held]
         test_items = [it for it, r in zip(items, rows) if r == held]
-        head, hist = fit(train_items, cfg, epochs=epochs, seed=seed, progress=False)
+        head, hist = fit(train_items, cfg, epochs=epochs, seed=seed, progress=False, params=params)
         t_train = time.perf_counter() - t0
         kw = dict(progress=False, keep_records=True, banks_and_convs=([c], [b for b in banks if b.bank_id == held]),
-                  query_vecs=Z[rows == held])
+                  query_vecs=Z[rows == held], params=params)
         res = {"default": run_eval(data, "trawmem", cfg, **kw), "head": run_eval(data, "trawmem", cfg, head=head, **kw),
                "hybrid": run_eval(data, "hybrid", cfg, **kw)}
         for k, r in res.items():
             pooled[k] += r["records"]
-        groups = {g: _torch_macro(_keep_only(head, g), test_items, cfg) for g in ("weights", "A", "M")}
+        groups = {g: _torch_macro(_keep_only(head, g), test_items, cfg, params) for g in ("weights", "A", "M")}
         fold = {"held_out": held, "n_questions": len(test_items), "n_train_questions": len(train_items),
                 "train_seconds": t_train, "final_loss": hist["epoch_loss"][-1], "first_loss": hist["epoch_loss"][0],
                 **{k: _metrics(r) for k, r in res.items()},
@@ -129,14 +131,16 @@ def table(data, dev, items, epochs, seed, loco_res, out) -> dict:
     from trawmem_gpu.head import save_head
     from trawmem_gpu.head.train import fit, loss_png_path, plot_loss
     from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.params import QueryParams
 
     convs, banks, Z = dev
-    kw = dict(progress=False, keep_records=False, banks_and_convs=(convs, banks), query_vecs=Z)
+    cfg = SelectConfig()
     rows, heads = [], {}
     for B in BUDGETS:
-        cfg = SelectConfig(budget=B)
+        params = QueryParams(budget=B)
+        kw = dict(progress=False, keep_records=False, banks_and_convs=(convs, banks), query_vecs=Z, params=params)
         t0 = time.perf_counter()
-        head, hist = fit(items, cfg, epochs=epochs, seed=seed, progress=False)
+        head, hist = fit(items, cfg, epochs=epochs, seed=seed, progress=False, params=params)
         head.meta = {"data_sha256": None, "conversations": [c.bank_id for c in convs], "seed": seed, "epochs": epochs,
                      "budget": B, "note": "all dev conversations (in-sample on dev)"}
         from trawmem_gpu.paths import file_sha256
@@ -197,7 +201,7 @@ def main(argv=None) -> int:
     out = harness.results_dir(a.out_dir)
     t0 = time.perf_counter()
     dev = load_dev(a.data)
-    items = prepare_items(dev[0], dev[1], dev[2], SelectConfig(), progress=False)  # B-independent
+    items = prepare_items(dev[0], dev[1], dev[2], SelectConfig(), progress=False)  # default QueryParams (B = 16)
     print(f"precomputed {len(items)} questions in {time.perf_counter() - t0:.0f}s", flush=True)
     meta = {"data": a.data, "data_sha256": file_sha256(a.data), "encoder": dev[1][0].encoder_id,
             "machine": harness.machine()}

@@ -13,7 +13,7 @@ throughput (batched vs reference selection; single process vs Ray with 2 workers
   turn-to-session) and evidence recall / all-evidence hit / context tokens (cl100k_base) macro
   over question types, per type too. Abstention questions and questions without gold user
   turns are skipped. The same methods also run at equal context tokens, T in
-  ``--token-budgets`` (``SelectConfig.token_budget``, no unit cap; the hybrid also with
+  ``--token-budgets`` (``QueryParams.token_budget``, no unit cap; the hybrid also with
   ``fill="stop"``, TrawMem also with only the gain-ranked run of its knapsack greedy): rows with
   ``token_budget`` set, in the same table.
 * Selection rate: the batched engine vs ``select_reference`` over all questions, warm (engine
@@ -39,11 +39,16 @@ BASELINES = ("cosine", "bm25", "hybrid")
 
 
 def _spec(method, budget, ks, head=None, engine="batched", token_budget=None, **select):
+    """A ``ScoreSpec``: ``select`` holds method fields (``SelectConfig``) and query fields
+    (``QueryParams``, e.g. ``fill``) side by side, as the spec's flat ``select`` dict does."""
     from trawmem_gpu.score import ScoreSpec
     from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.params import QueryParams, split_fields
 
-    cfg = SelectConfig(budget=budget, token_budget=token_budget, **select)
-    return ScoreSpec(method=method, select=cfg.to_dict(), engine=engine, head=head, ks=ks)
+    method_kw, query_kw = split_fields(select)
+    cfg = SelectConfig(**method_kw)
+    params = QueryParams(budget=budget, token_budget=token_budget, **query_kw)
+    return ScoreSpec(method=method, select={**cfg.to_dict(), **params.to_dict()}, engine=engine, head=head, ks=ks)
 
 
 def build_sample(convs, n: int) -> dict:

@@ -8,13 +8,13 @@ questions are encoded once and shared by every run):
 (a) grid: macro evidence recall, macro all-evidence hit, multi-hop (category 1) all-evidence
     hit and context tokens over H in {1, 2, 3} x B in {4, 8, 16, 32} for the default
     ``SelectConfig()``, the baselines cosine / bm25 / hybrid at each B, and the paper-faithful
-    ``SelectConfig.paper()`` at B = 16, H in {1, 2, 3};
+    ``SelectConfig.paper()`` at B = 16, H in {1, 2, 3} (B, H, T: ``QueryParams`` per run);
 (b) ablations: the default config at B = 16, H = 3 with each of ``ABLATIONS`` (none + six);
     ``fixed_segmentation`` runs on banks built with ``BuildConfig(segmentation="fixed")``;
 (c) headline at B = 16 (each mode's default H): trawmem default, trawmem paper, cosine, bm25,
     hybrid, full context, beside the issue's anchors;
 (d) tokens: every method (TrawMem defaults, cosine, BM25, hybrid) at equal context tokens,
-    T = 400, 800, 1,600 (``SelectConfig.token_budget``, no unit cap; baselines fill in rank order,
+    T = 400, 800, 1,600 (``QueryParams.token_budget``, no unit cap; baselines fill in rank order,
     the hybrid also with ``fill="stop"``), beside the same methods at B = 8 / 16 / 32, per
     category;
 and the reference selection time per query (trawmem default, B = 16, plain NumPy reference).
@@ -72,19 +72,20 @@ def ablation_specs():
 
 
 def headline_specs():
-    from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.config import PAPER_HOPS
+    from trawmem_gpu.select.params import QueryParams
 
-    return [_spec("trawmem", "default", HEAD_B, SelectConfig().hops),
-            _spec("trawmem", "paper", HEAD_B, SelectConfig.paper().hops),
+    return [_spec("trawmem", "default", HEAD_B, QueryParams().hops),
+            _spec("trawmem", "paper", HEAD_B, PAPER_HOPS),
             *[_spec(m) for m in BASELINES], _spec("full")]
 
 
 def token_specs():
     """Every method at B = 8 / 16 / 32 and at T = 400 / 800 / 1,600 (the hybrid also with fill="stop",
     TrawMem also with only the gain-ranked run of its knapsack greedy)."""
-    from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.params import QueryParams
 
-    h = SelectConfig().hops
+    h = QueryParams().hops
     out = []
     for b in TOKEN_UNIT_BUDGETS:
         out += [_spec("trawmem", "default", b, h)] + [_spec(m, "-", b) for m in BASELINES]
@@ -96,13 +97,17 @@ def token_specs():
     return out
 
 
-def select_cfg(spec):
-    from trawmem_gpu.select.config import SelectConfig
+def select_setup(spec):
+    """``(SelectConfig, QueryParams)`` of a run spec: the mode's method config with the spec's
+    ablation and knapsack, and the spec's B, H (None: the mode's H), T and fill."""
+    from trawmem_gpu.select.config import PAPER_HOPS, SelectConfig
+    from trawmem_gpu.select.params import QueryParams
 
     method, mode, b, h, abl, t, fill, knapsack = spec
     base = SelectConfig.paper() if mode == "paper" else SelectConfig()
-    return replace(base, budget=b, hops=base.hops if h is None else h, ablation=abl, token_budget=t, fill=fill,
-                   knapsack=knapsack)
+    mode_h = PAPER_HOPS if mode == "paper" else QueryParams().hops
+    return (replace(base, ablation=abl, knapsack=knapsack),
+            QueryParams(budget=b, hops=mode_h if h is None else h, token_budget=t, fill=fill))
 
 
 def label(spec) -> str:
@@ -137,7 +142,7 @@ def evaluate(data: Path, specs, progress: bool = True) -> dict:
     bar = tqdm(uniq, desc="quality runs", disable=not progress)
     for spec in bar:
         bar.set_postfix_str(f"{label(spec)} " + (f"B={spec[2]}" if spec[5] is None else f"T={spec[5]}"))
-        cfg = select_cfg(spec)
+        cfg, params = select_setup(spec)
         bc = (convs, banks)
         if spec[4] == "fixed_segmentation":
             if fixed is None:
@@ -148,11 +153,11 @@ def evaluate(data: Path, specs, progress: bool = True) -> dict:
             bc = fixed
         t1 = time.perf_counter()
         r = run_eval(data, spec[0], cfg, build, progress=False, banks_and_convs=bc, query_vecs=Z,
-                     keep_records=False)
+                     keep_records=False, params=params)
         wall = time.perf_counter() - t1
         out[spec] = {
             "label": label(spec), "method": spec[0], "mode": spec[1], "budget": spec[2],
-            "hops": cfg.hops if spec[0] == "trawmem" else None, "ablation": spec[4], "token_budget": spec[5],
+            "hops": params.hops if spec[0] == "trawmem" else None, "ablation": spec[4], "token_budget": spec[5],
             "fill": spec[6] if spec[5] is not None else None, "knapsack": spec[7] if spec[5] is not None else None,
             "macro": r["macro"], "per_category": r["per_category"],
             "multihop_all_evidence_hit": r["per_category"].get("1", {}).get("all_evidence_hit"),
@@ -345,9 +350,9 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     res, meta = evaluate(data, [s for part in args.parts for s in specs[part]], progress=not args.no_progress)
     total = time.perf_counter() - t0
-    from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.params import QueryParams
 
-    ref_spec = _spec("trawmem", "default", HEAD_B, SelectConfig().hops)
+    ref_spec = _spec("trawmem", "default", HEAD_B, QueryParams().hops)
     ref_time = res[ref_spec]["selection_seconds_per_query"] if ref_spec in res else None
     common = {"command": harness.command(), "meta": meta, "machine": harness.machine(), "wall_s_all_parts": round(total, 1),
               "reference_selection_seconds_per_query": ref_time,
@@ -386,7 +391,7 @@ def main(argv=None) -> int:
         print(headline_table(h))
     if "tokens" in specs:
         t = {"benchmark": "quality_tokens", **common, "token_budgets": TOKEN_BUDGETS, "budgets": TOKEN_UNIT_BUDGETS,
-             "note": "T runs: SelectConfig(token_budget=T, budget=None): TrawMem's cost-aware knapsack greedy "
+             "note": "T runs: QueryParams(token_budget=T, budget=None): TrawMem's cost-aware knapsack greedy "
                      "(SelectConfig.knapsack), baselines filled in rank order (fill='skip' unless labelled); "
                      "every workspace holds at most T tokens (cl100k_base, heads included)",
              "rows": [_row(s_, res) for s_ in specs["tokens"]]}

@@ -7,20 +7,24 @@ with one (B, H, T), and after requests with 12 distinct ones; the engine builds 
 reports (``trawmem_engine_builds``); the median latency of the first request of each new
 (B, H, T) and of a repeated one. Servers run one after another, each on a fresh process.
 
-    python benchmarks/bench_serve_memory.py --collection banks/ --src . --src ../base --out benchmarks/results
+    python benchmarks/bench_serve_memory.py --collection banks/ --src . --src ../base \
+        --extra-for "../base=--max-engines 12"
 
-Writes ``serve_memory.json`` and ``serve_memory.png``.
+(the tree before per-call parameters has ``--max-engines``; this tree's server refuses it: one
+engine per collection). Writes ``serve_memory.json`` and ``serve_memory.png`` (``--out``, or
+``TRAWMEM_BENCH_OUT``).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import harness
 
 CELLS = [{"budget": b, "hops": h} for b in (4, 8, 16) for h in (0, 1, 2)] + \
         [{"token_budget": t, "hops": 1} for t in (400, 800, 1600)]
@@ -103,13 +107,8 @@ def run_tree(src: Path, collection: Path, bank_ids: list[str], threads: int, ext
             proc.kill()
 
 
-def plot(res: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
+def plot(res: dict):
+    fig, ax = harness.figure(figsize=(7, 4))
     names = [Path(r["src"]).name or r["src"] for r in res["trees"]]
     x = range(len(names))
     for k, (key, lab) in enumerate((("rss_start_mib", "started"), ("rss_one_mib", "1 (B, H, T)"),
@@ -120,8 +119,7 @@ def plot(res: dict, path: Path) -> None:
     ax.set_title(f"trawmem serve: {res['n_banks']} banks, {res['n_units']} units")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
 
 
 def main(argv=None) -> int:
@@ -129,7 +127,7 @@ def main(argv=None) -> int:
     ap.add_argument("--collection", required=True, help="a bank collection (trawmem build --out)")
     ap.add_argument("--src", action="append", required=True, help="source tree to serve from (repeat)")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--out", help="results folder (default: benchmarks/results or TRAWMEM_BENCH_OUT)")
     ap.add_argument("--extra", default="", help="extra serve flags for every tree (space-separated)")
     ap.add_argument("--extra-for", action="append", default=[],
                     help="SRC=FLAGS: extra serve flags for one tree, e.g. ../base=--max-engines 12")
@@ -144,13 +142,9 @@ def main(argv=None) -> int:
              for s in a.src]
     for s, t in zip(a.src, trees):
         t["extra_flags"] = (a.extra + " " + per.get(s, "")).strip()
-    res = {"command": "python benchmarks/bench_serve_memory.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "cells": CELLS, "n_banks": len(ids), "n_units": n_units, "threads": a.threads, "trees": trees,
+    res = {"cells": CELLS, "n_banks": len(ids), "n_units": n_units, "threads": a.threads, "trees": trees,
            "loadavg_1m": os.getloadavg()[0]}
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "serve_memory.json").write_text(json.dumps(res, indent=1))
-    plot(res, out / "serve_memory.png")
+    print(f"wrote {harness.save('serve_memory', res, plot(res), out_dir=a.out, dpi=120)}")
     for t in trees:
         print(f"{t['src']}: start {t['rss_start_mib']:.0f} MiB, 1 (B,H,T) {t['rss_one_mib']:.0f} MiB, "
               f"12 (B,H,T) {t['rss_twelve_mib']:.0f} MiB, engine builds {t['engine_builds']}, "

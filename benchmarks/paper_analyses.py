@@ -4,8 +4,9 @@
         [--parts fig7,fig8,fig9,fig10,fig12,table3] [--llm SPEC] [--out benchmarks/results]
 
 On the LoCoMo file given (categories 1-4, questions with gold evidence), for the shipped
-defaults (``SelectConfig()``) and the paper-faithful configuration (``SelectConfig.paper()``),
-each at B = 16 and its own H unless the figure varies it:
+defaults (``SelectConfig()``, ``QueryParams()``) and the paper-faithful configuration
+(``SelectConfig.paper()`` with ``QueryParams(hops=PAPER_HOPS)``), each at B = 16 and its own H
+unless the figure varies it:
 
 - Fig. 8, workspace compression: candidate and selected units per category and the reduction
   ratio c_q = 1 - |S_q| / |U_q| (mean, median), 95% intervals from 2,000 bootstrap resamples of
@@ -73,8 +74,9 @@ def main(argv=None) -> int:
         parse_int_list,
         question_items,
     )
-    from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.config import PAPER_HOPS, SelectConfig
     from trawmem_gpu.select.context import BankContext
+    from trawmem_gpu.select.params import QueryParams
     from trawmem_gpu.tokens import TOKENIZER_NAME
 
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
@@ -84,7 +86,9 @@ def main(argv=None) -> int:
     mode_names = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not mode_names or any(m not in ("default", "paper") for m in mode_names):
         ap.error("--modes: give default and/or paper")
-    modes = {m: (SelectConfig.paper() if m == "paper" else SelectConfig()) for m in mode_names}
+    # each mode: its method config and its query parameters (the paper's H is a per-query choice)
+    modes = {m: (SelectConfig.paper(), QueryParams(budget=B, hops=PAPER_HOPS)) if m == "paper"
+             else (SelectConfig(), QueryParams(budget=B)) for m in mode_names}
     try:
         args.fig9_budgets = parse_int_list(args.fig9_budgets, 1)
     except ValueError as e:
@@ -114,13 +118,14 @@ def main(argv=None) -> int:
         hop_set = HOPS if "table3" in parts else ()
         Z, enc_s = encode_timed(enc, [q.question for _, q in items])
         if need_runs:
-            for m, cfg in modes.items():
-                for h in sorted(set(hop_set) | {cfg.hops}):
-                    runners[(m, h)] = CellRunner(Cell("trawmem", B, h), banks, ctxs, cfg, "reference", args.threads)
+            for m, (cfg, params) in modes.items():
+                for h in sorted(set(hop_set) | {params.hops}):
+                    runners[(m, h)] = CellRunner(Cell("trawmem", B, h), banks, ctxs, cfg, "reference", args.threads,
+                                                 base_params=params)
             interleave(list(runners.values()), items, Z, keep_selections=True,
                        desc=f"select B={B} ({len(runners)} configurations interleaved)")
         res: dict[str, dict] = {}
-        own = {m: runners[(m, cfg.hops)] for m, cfg in modes.items()} if need_runs else {}
+        own = {m: runners[(m, params.hops)] for m, (_, params) in modes.items()} if need_runs else {}
         rows_by_mode = {m: query_rows(r, items, banks, enc_s) for m, r in own.items()}
         for p in tqdm(parts, desc="analyses"):
             if p == "fig8":
@@ -140,7 +145,8 @@ def main(argv=None) -> int:
     meta = {"command": harness.command(),
             "dataset": {"path": str(args.data), "sha256": file_sha256(args.data)}, "questions": len(items),
             "categories": list(CATS), "budget": B, "encoder": enc.id, "tokenizer": TOKENIZER_NAME,
-            "select_configs": {m: c.to_dict() for m, c in modes.items()}, "build_config": build_cfg.to_dict(),
+            "select_configs": {m: c.to_dict() for m, (c, _) in modes.items()},
+            "query_params": {m: p.to_dict() for m, (_, p) in modes.items()}, "build_config": build_cfg.to_dict(),
             "package_version": trawmem_gpu.__version__, "query_threads": args.threads,
             "machine": harness.machine(loadavg_1m_before=load0),
             "wall_s": round(time.perf_counter() - t_start, 1), "why_numbers_differ": WHY}

@@ -39,17 +39,19 @@ def run(a, out: Path) -> int:
     from trawmem_gpu.head.relevance import load_labelled
     from trawmem_gpu.select import SelectionEngine
     from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.params import QueryParams
 
     qs, ctxs = load_labelled(a.data, dataset="locomo")
     banks = [c.bank for c in ctxs.values()]
     configs = {"previous defaults": SelectConfig(affinity="rrf", w_aff=1.0, knapsack="best", headings="gist"),
                "defaults": SelectConfig()}
+    engs = {n: SelectionEngine(banks, c, threads=1) for n, c in configs.items()}  # one per method config
+    at_T = QueryParams(token_budget=a.T, budget=None)
     res = {"data": str(a.data.name), "T": a.T, "questions": len(qs), "configs": {}}
-    for name, cfg in configs.items():
-        cfg = SelectConfig.from_dict(cfg.to_dict() | {"token_budget": a.T, "budget": None})
-        picks = SelectionEngine(banks, cfg).select_units(
+    for name, eng in engs.items():
+        picks = eng.select_units(
             [q.bank_id for q in qs], [q.extra["question"] for q in qs], np.stack([q.extra["z"] for q in qs]),
-            dates=[q.extra["date"] for q in qs])
+            dates=[q.extra["date"] for q in qs], params=at_T)
         words, uses = [], collections.Counter()
         for q, p in zip(qs, picks):
             for u in p:
@@ -68,16 +70,14 @@ def run(a, out: Path) -> int:
         args = ([q.bank_id for q in qs], [q.extra["question"] for q in qs], np.stack([q.extra["z"] for q in qs]))
         dates = [q.extra["date"] for q in qs]
         res["speed"] = {}
-        for mode, kw in (("T", {"token_budget": a.T, "budget": None}), ("B16", {"budget": 16})):
-            engs = {n: SelectionEngine(banks, SelectConfig.from_dict(c.to_dict() | kw), threads=1)
-                    for n, c in configs.items()}
+        for mode, params in (("T", at_T), ("B16", QueryParams(budget=16))):
             for e in engs.values():
-                e.select_units(*args, dates=dates)  # warm: numba, tables
+                e.select_units(*args, dates=dates, params=params)  # warm: numba, tables
             qps = {n: [] for n in engs}
             for _ in range(a.rounds):
                 for n, e in engs.items():
                     t0 = time.perf_counter()
-                    e.select_units(*args, dates=dates)
+                    e.select_units(*args, dates=dates, params=params)
                     qps[n].append(len(qs) / (time.perf_counter() - t0))
             ratio = [d / p for d, p in zip(qps["defaults"], qps["previous defaults"])]
             res["speed"][mode] = {"qps_median": {n: float(np.median(v)) for n, v in qps.items()},

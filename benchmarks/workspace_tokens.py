@@ -50,6 +50,7 @@ def main(argv=None) -> int:
 
     from trawmem_gpu.eval.retrieval import banks_for, run_eval
     from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.params import QueryParams
     from trawmem_gpu.tokens import TOKENIZER_NAME, count_tokens
     from trawmem_gpu.workspace import assemble, headings_for
 
@@ -57,8 +58,8 @@ def main(argv=None) -> int:
     bank_of = {b.bank_id: b for b in banks}
     res = {"tokenizer": TOKENIZER_NAME, "budget": args.budget}
     for method in ("trawmem", "cosine"):
-        r = run_eval(args.data, method, SelectConfig(budget=args.budget), progress=False,
-                     banks_and_convs=(convs, banks))
+        r = run_eval(args.data, method, SelectConfig(), progress=False, banks_and_convs=(convs, banks),
+                     params=QueryParams(budget=args.budget))
         new, old = [], []
         for rec in r["records"]:
             b = bank_of[rec["bank_id"]]

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -42,9 +41,10 @@ class Dataset:
         return self.category_names.get(c, str(c)) if self.category_names else str(c)
 
 
-def select(ds: Dataset, method: str, cfg_of_group) -> tuple[list[list[int]], str]:
-    """Picks for every question of ``ds``, fold by fold (``cfg_of_group(group)`` -> SelectConfig),
-    and the headings they are rendered (and were paid for) with."""
+def select(ds: Dataset, method: str, setting_of_group) -> tuple[list[list[int]], str]:
+    """Picks for every question of ``ds``, fold by fold (``setting_of_group(group)`` ->
+    ``(SelectConfig, QueryParams)``), and the headings they are rendered (and were paid for) with.
+    One engine per method config; the query parameters go with each call."""
     from trawmem_gpu.select import SelectionEngine
     from trawmem_gpu.select.baselines import baseline_units
     from trawmem_gpu.workspace import headings_for
@@ -55,15 +55,15 @@ def select(ds: Dataset, method: str, cfg_of_group) -> tuple[list[list[int]], str
         by_group[q.group].append(i)
     cache = {}
     for g, rows in by_group.items():
-        cfg = cfg_of_group(g)
+        cfg, params = setting_of_group(g)
         if method in BASELINES:
             for i in rows:
                 q = ds.questions[i]
-                out[i] = baseline_units(method, ds.ctxs[q.bank_id], q.extra["question"], q.extra["z"], cfg)
+                out[i] = baseline_units(method, ds.ctxs[q.bank_id], q.extra["question"], q.extra["z"], cfg, params)
         elif method == "alpha-rank":  # ablation: every unit of the bank ranked by the affinity alone
             from trawmem_gpu.select.baselines import take_within_tokens
             from trawmem_gpu.select.objective import date_seconds
-            from trawmem_gpu.select.steps.candidates import unit_affinity
+            from trawmem_gpu.select.steps.affinity import unit_affinity
             from trawmem_gpu.workspace import fit_to_tokens
 
             for i in rows:
@@ -73,32 +73,45 @@ def select(ds: Dataset, method: str, cfg_of_group) -> tuple[list[list[int]], str
                                   date_seconds(q.extra["date"]))
                 order = np.lexsort((np.arange(len(a)), -a))
                 costs = ctx.token_costs("none")
-                u = take_within_tokens(order, costs, ctx.bank.unit_thread, cfg.token_budget, "skip")
-                out[i] = fit_to_tokens(ctx.bank, u, cfg.token_budget, "none", costs=costs)
+                u = take_within_tokens(order, costs, ctx.bank.unit_thread, params.token_budget, "skip")
+                out[i] = fit_to_tokens(ctx.bank, u, params.token_budget, "none", costs=costs)
         else:
             key = json.dumps(cfg.to_dict(), sort_keys=True)
             eng = cache.get(key) or SelectionEngine(ds.banks, cfg)
             cache = {key: eng}
             qs = [ds.questions[i] for i in rows]
             picks = eng.select_units([q.bank_id for q in qs], [q.extra["question"] for q in qs],
-                                     np.stack([q.extra["z"] for q in qs]), dates=[q.extra["date"] for q in qs])
+                                     np.stack([q.extra["z"] for q in qs]), dates=[q.extra["date"] for q in qs],
+                                     params=params)
             for i, p in zip(rows, picks):
                 out[i] = p
-    return out, headings_for(method, cfg_of_group(ds.groups[0]))
+    return out, headings_for(method, setting_of_group(ds.groups[0])[0])
 
 
-def trawmem_cfg(W, T=None, B=None, **kw):
+def _params(T, B, query: dict):
+    """The run's ``QueryParams``: T with at most B units (None = no cap), or B (default 16)."""
+    from trawmem_gpu.select.params import QueryParams
+
+    return QueryParams(token_budget=T, budget=B, **query) if T else QueryParams(budget=B or 16, **query)
+
+
+def trawmem_setting(W, T=None, B=None, **kw):
+    """``group -> (SelectConfig, QueryParams)``: the learned affinity with the fold's weights
+    ``W[group]``; ``kw`` holds method fields and query fields (e.g. ``hops``) side by side."""
     from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.params import split_fields
 
-    def f(g):
-        c = SelectConfig(affinity="learned", relevance_weights=W[g], **kw)
-        return replace(c, token_budget=T, budget=B) if T else replace(c, budget=B or 16)
-    return f
+    method, query = split_fields(kw)
+    params = _params(T, B, query)
+    return lambda g: (SelectConfig(affinity="learned", relevance_weights=W[g], **method), params)
 
 
-def fixed_cfg(T=None, B=None, **kw):
+def fixed_setting(T=None, B=None, **kw):
+    """``group -> (SelectConfig, QueryParams)``, the same for every fold (``kw`` as
+    :func:`trawmem_setting`)."""
     from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.params import split_fields
 
-    c = SelectConfig(**kw)
-    c = replace(c, token_budget=T, budget=B) if T else replace(c, budget=B or 16)
-    return lambda g: c
+    method, query = split_fields(kw)
+    setting = (SelectConfig(**method), _params(T, B, query))
+    return lambda g: setting

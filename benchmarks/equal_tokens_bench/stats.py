@@ -69,13 +69,13 @@ def margin_bootstrap(ds: Dataset, ours: list[dict], theirs: list[dict], n_boot: 
             "one_question_moves_macro_by": {ds.cat_name(c): 1.0 / len(d) / len(cats) for c, d in diffs.items()}}
 
 
-def losses(ds: Dataset, ours: list[list[int]], theirs: list[list[int]], cfg_of_group) -> dict:
+def losses(ds: Dataset, ours: list[list[int]], theirs: list[list[int]], setting_of_group) -> dict:
     """Where TrawMem loses to the hybrid: the questions where it finds fewer gold units, per
     category, and the gold units the hybrid found and TrawMem did not: their token cost over the
     bank's median unit, their rank by TrawMem's own affinity, and whether TrawMem's workspace
     holds anything else from their thread."""
     from trawmem_gpu.select.objective import date_seconds
-    from trawmem_gpu.select.steps.candidates import unit_affinity
+    from trawmem_gpu.select.steps.affinity import unit_affinity
 
     per_cat, cost, rank, opened, units = defaultdict(int), [], [], [], []
     for q, o, h in zip(ds.questions, ours, theirs):
@@ -85,7 +85,7 @@ def losses(ds: Dataset, ours: list[list[int]], theirs: list[list[int]], cfg_of_g
         if len(gold & set(o)) >= len(gold & set(h)):
             continue
         per_cat[ds.cat_name(q.category)] += 1
-        a = unit_affinity(ctx, np.asarray(q.extra["z"], dtype=np.float64), q.extra["question"], cfg_of_group(q.group),
+        a = unit_affinity(ctx, np.asarray(q.extra["z"], dtype=np.float64), q.extra["question"], setting_of_group(q.group)[0],
                           date_seconds(q.extra["date"]))
         pos = np.empty(len(a), dtype=np.int64)
         pos[np.lexsort((np.arange(len(a)), -a))] = np.arange(len(a))

@@ -78,6 +78,8 @@ def fig7(runner_by_mode: dict, items, banks, out: Path) -> dict:
 # Fig. 9
 
 def fig9(args, modes: dict, items, banks, ctxs, Z, out: Path) -> dict:
+    """``modes``: name -> (``SelectConfig``, ``QueryParams``); TrawMem runs at each B of
+    ``--fig9-budgets`` with the mode's other query parameters."""
     from tqdm.auto import tqdm
 
     from trawmem_gpu.encode import get_encoder
@@ -115,8 +117,8 @@ def fig9(args, modes: dict, items, banks, ctxs, Z, out: Path) -> dict:
             picks = {"cosine": [cosine_topk(ctx, Z[i], b)], "hybrid": [hybrid_topk(ctx, q.question, Z[i], b)],
                      "random": [rng.choice(banks[bid].n_units, min(b, banks[bid].n_units), replace=False)
                                 for _ in range(args.random_draws)]}
-            for mode, cfg in modes.items():
-                picks[f"trawmem ({mode})"] = [select_reference(ctx, q.question, Z[i], replace(cfg, budget=b)).units]
+            for mode, (cfg, params) in modes.items():
+                picks[f"trawmem ({mode})"] = [select_reference(ctx, q.question, Z[i], cfg, replace(params, budget=b)).units]
             for m, sels in picks.items():
                 got = np.array([fact_coverage(s, ment[bid], r) + fact_coverage(s, cit[bid], r)[:1] for s in sels],
                                dtype=float).mean(0)
