@@ -56,9 +56,9 @@ __all__ = ["margin_bootstrap", "main"]  # margin_bootstrap: tests/test_bench_mar
 
 def shipped_weights_path() -> Path:
     """The shipped affinity weights' one home: the package data file ``SelectConfig`` reads."""
-    import trawmem_gpu.select.config as config
+    from trawmem_gpu.select.config import WEIGHTS_PATH
 
-    return Path(config.__file__).with_name("affinity_weights.json")
+    return WEIGHTS_PATH
 
 
 def main() -> int:

@@ -47,7 +47,9 @@ RELEVANCE_FEATURES = ("cos", "bm25", "rrf_cos", "rrf_bm25", "top_cos", "top_bm25
                       "context_cos", "context_rrf", "date_match")
 """Features of the ``learned`` affinity, in the order of ``relevance_weights`` (defined in
 ``steps/relevance.py``)."""
-DEFAULT_RELEVANCE_WEIGHTS = load_weights(Path(__file__).with_name("affinity_weights.json"), RELEVANCE_FEATURES)
+WEIGHTS_PATH = Path(__file__).with_name("affinity_weights.json")
+"""The shipped ``learned`` affinity's weights file (package data; ``bench_equal_tokens.py --parts fit`` writes it)."""
+DEFAULT_RELEVANCE_WEIGHTS = load_weights(WEIGHTS_PATH, RELEVANCE_FEATURES)
 """The shipped ``learned`` affinity, one weight per RELEVANCE_FEATURES entry, then the bias: the
 package's ``affinity_weights.json`` (its one home; how it was fitted and validated:
 ``docs/method-defaults.md``)."""
