@@ -21,6 +21,8 @@ from trawmem_gpu.select import objective as J
 from trawmem_gpu.select._jit import HAS_NUMBA
 from trawmem_gpu.select.config import SelectConfig
 from trawmem_gpu.select.steps import greedy as G
+from trawmem_gpu.select.steps.greedy.batched import TRITON_FUSED_TERMS
+from trawmem_gpu.select.steps.greedy.compiled import FUSED_TERMS, FusedWeights
 from trawmem_gpu.select.steps.priority import HAS_TRITON
 
 TRITON_OK = HAS_TRITON and (torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1")
@@ -40,34 +42,50 @@ def _problem(seed: int, Q: int, U: int, T: int) -> dict:
     thread = rng.integers(0, T, (Q, U))
     mass = np.stack([np.bincount(thread[q], weights=pi[q], minlength=T) for q in range(Q)])
     rho = rng.dirichlet(np.ones(3), size=(Q, U))
+    # unit attributes: dates up to 90 days before NOW in column 0 (``time``), small ids or NaN in
+    # any other column (what a term that reads attributes sees: shared values across units)
+    A = len(J.UNIT_ATTRIBUTES)
+    attrs = np.where(rng.random((Q, U, A)) < 0.3, np.nan, rng.integers(1, 6, (Q, U, A)).astype(float))
+    attrs[..., 0] = NOW - rng.random((Q, U)) * 90 * 86400
     return dict(pi=pi, K=K, rho=rho, delta=rng.dirichlet(np.ones(3), size=Q), alpha=rng.random((Q, U)),
-                thread=thread, thread_mass=mass, valid=np.ones((Q, U), dtype=bool), budget=np.full(Q, U // 2))
+                thread=thread, thread_mass=mass, valid=np.ones((Q, U), dtype=bool), budget=np.full(Q, U // 2),
+                attrs=attrs)
 
 
 def _cases():
-    """(label, coverage weights, modular weight): each term alone, then all of them."""
+    """(label, coverage weights in ``COVERAGE_TERMS`` order, modular weights): each term alone,
+    then all of them."""
     for t in J.TERMS:
         w = {k: 1.0 if k == t.weight else 0.0 for k in J.WEIGHTS}
-        yield t.name, J.CoverageWeights(w["w_cov"], w["w_role"], w["w_thr"]), {k: w[k] for k in
-                                                                                 (m.weight for m in J.MODULAR_TERMS)}
-    yield "all terms", J.CoverageWeights(0.7, 1.3, 0.9), {m.weight: 0.5 for m in J.MODULAR_TERMS}
+        yield t.name, J.coverage_weights(w), {m.weight: w[m.weight] for m in J.MODULAR_TERMS}
+    yield "all terms", tuple(0.7 + 0.3 * k for k in range(len(J.COVERAGE_TERMS))), \
+        {m.weight: 0.5 for m in J.MODULAR_TERMS}
 
 
 NOW = 1.7e9  # a query date (POSIX seconds); the units' dates lie up to 90 days before it
 
 
 def _modular(x: dict, w: dict) -> np.ndarray:
-    """The modular part by the objective's own function, on random unit attributes (dates)."""
+    """The modular part by the objective's own function, on the problem's unit attributes."""
     Q, U = x["alpha"].shape
-    attrs = NOW - np.random.default_rng(Q * U).random((Q, U, len(J.UNIT_ATTRIBUTES))) * 90 * 86400
-    return J.modular_gain(J.ModularInputs(x["alpha"], attrs, np.full((Q, 1), NOW)), w, SelectConfig())
+    return J.modular_gain(J.ModularInputs(x["alpha"], x["attrs"], np.full((Q, 1), NOW)), w, SelectConfig())
+
+
+def _fused_covers(w, fused) -> bool:
+    """Whether a fused backend (restating ``fused``) computes every term that ``w`` weighs."""
+    return all(t.name in fused for t, v in zip(J.COVERAGE_TERMS, w) if float(v) != 0.0)
+
+
+def _fused_weights(w, fused) -> tuple:
+    by = {t.name: float(v) for t, v in zip(J.COVERAGE_TERMS, w)}
+    return tuple(by[n] for n in fused)
 
 
 def _reference(x, w, modular):
     out = []
     for q in range(len(x["pi"])):
         obj = J.Objective(x["pi"][q], x["K"][q], x["rho"][q], x["delta"][q], modular[q], x["thread"][q], w,
-                          thread_mass=x["thread_mass"][q])
+                          thread_mass=x["thread_mass"][q], attrs=x["attrs"][q])
         out.append(G.plain_greedy(obj, G.StopRule(int(x["budget"][q]))))
     return out
 
@@ -75,7 +93,7 @@ def _reference(x, w, modular):
 def _problem_of(x, modular, torch_=True):
     f = (lambda a: torch.as_tensor(a)) if torch_ else (lambda a: a)
     return G.GreedyProblem(f(x["pi"]), f(x["K"]), f(x["rho"]), f(x["delta"]), f(modular), f(x["thread"]),
-                           f(x["thread_mass"]), f(x["valid"]))
+                           f(x["thread_mass"]), f(x["valid"]), f(x["attrs"]))
 
 
 def _batched(fn):
@@ -98,12 +116,12 @@ def _numba(x, w, modular):
         g = G.CompiledQuery(x["pi"][q], np.ascontiguousarray(x["rho"][q]), x["delta"][q], np.ascontiguousarray(modular[q]),
                             x["thread"][q], x["thread_mass"][q][x["thread"][q]], bound,
                             G.KSource(K.reshape(-1), 0, U, np.arange(U), False),
-                            J.CoverageWeights(*(float(v) for v in w)), G.StopRule(int(x["budget"][q]), 2.0, U))
+                            FusedWeights(*_fused_weights(w, FUSED_TERMS)), G.StopRule(int(x["budget"][q]), 2.0, U))
         sel = np.full(U, -1, dtype=np.int64)
         n = G.lazy_greedy_one(g, s, sel)
         # the compiled greedy does not report gains: recompute them with the reference's state
         obj = J.Objective(x["pi"][q], K, x["rho"][q], x["delta"][q], modular[q], x["thread"][q], w,
-                          thread_mass=x["thread_mass"][q])
+                          thread_mass=x["thread_mass"][q], attrs=x["attrs"][q])
         gains = []
         for u in sel[:n]:
             gains.append(obj.gain(int(u)))
@@ -120,8 +138,8 @@ def _surrogate(x, w, modular):
     t = {k: torch.as_tensor(v) for k, v in x.items()}
     Q, U = t["pi"].shape
     s = {"pi": t["pi"], "rho": t["rho"], "delta": t["delta"], "mass": t["thread_mass"],
-         "modular": torch.as_tensor(modular), "weights": dict(w_cov=w.w_cov, w_role=w.w_role, w_thr=w.w_thr)}
-    d = _coverage_data(s, {"K": t["K"], "lt": t["thread"], "umask": t["valid"]})
+         "modular": torch.as_tensor(modular), "weights": {term.weight: v for term, v in zip(J.COVERAGE_TERMS, w)}}
+    d = _coverage_data(s, {"K": t["K"], "lt": t["thread"], "umask": t["valid"], "attrs": t["attrs"]})
     state = [term.init_t(d) for term in J.COVERAGE_TERMS]
     free = torch.ones(Q, U, dtype=torch.bool)
     out = [([], []) for _ in range(Q)]
@@ -145,6 +163,10 @@ def _triton(x, w, modular):
     return _batched(fn)(x, w, modular)
 
 
+_numba.fused = FUSED_TERMS  # the fused backends run only the cases whose terms they restate
+_triton.fused = TRITON_FUSED_TERMS
+
+
 BACKENDS = [
     pytest.param(_batched(lambda p, w, r: G.greedy_reference_np(p, w, r, lazy=True)), 1e-12, id="numpy-lazy"),
     # the torch optimizers compute in float64 but report gains in float32
@@ -161,6 +183,9 @@ BACKENDS = [
 def test_every_optimizer_agrees_with_the_objective_term_by_term(backend, tol, size):
     x = _problem(sum(size), *size)
     for label, w, mw in _cases():
+        fused = getattr(backend, "fused", None)
+        if fused is not None and not _fused_covers(w, fused):
+            continue  # the plan never sends such a J to this backend (tests/test_dispatch.py)
         modular = _modular(x, mw)
         want = _reference(x, w, modular)
         got = backend(x, w, modular)
