@@ -106,7 +106,6 @@ class CoverageData(NamedTuple):
 class Pick(NamedTuple):
     """The units whose gains a torch greedy asks for: ``units(x)`` gathers a per-unit tensor
     ``x [Q, U, ...]`` at them (``[Q', k, ...]``), ``query(x)`` takes a per-query tensor's rows."""
-
     units: Callable
     query: Callable
 
@@ -149,7 +148,6 @@ class CoverageTerm(Term):
 
 def _keep(active, new, old):
     import torch
-
     return torch.where(active.view(-1, *([1] * (new.dim() - 1))), new, old)
 
 
@@ -176,7 +174,6 @@ class InformationCoverage(CoverageTerm):
 
     def add_t(self, d, c, rows, active):
         import torch
-
         return _keep(active, torch.maximum(c, rows(d.K)), c)
 
 
@@ -203,7 +200,6 @@ class RoleCoverage(CoverageTerm):
 
     def add_t(self, d, m, rows, active):
         import torch
-
         return _keep(active, torch.maximum(m, rows(d.rho)), m)
 
 
@@ -234,13 +230,11 @@ class ThreadCoverage(CoverageTerm):
 
     def gains_t(self, d, hit, pick):
         import torch
-
         col = pick.units(d.thread)
         return torch.gather(pick.query(d.mass), 1, col) * ~torch.gather(pick.query(hit), 1, col)
 
     def add_t(self, d, hit, rows, active):
         import torch
-
         col = rows(d.thread)[:, None]
         new = hit.scatter(1, col, torch.gather(hit, 1, col) | active[:, None])
         new[:, 0] = False
