@@ -29,6 +29,8 @@ class QueryBatch:
     """[Q] float64 each query's date (POSIX seconds; NaN = none)."""
     params: list
     """[Q] each query's resolved ``QueryParams``."""
+    sizes: dict
+    """``{name: [Q] array}`` the params as columns (:data:`SIZE_COLUMNS`), made once per call."""
 
     def __len__(self) -> int:
         return len(self.bidx)
@@ -37,25 +39,15 @@ class QueryBatch:
         r = rows.tolist()
         return QueryBatch(self.bidx[rows], [self.questions[i] for i in r],
                           self.Z[torch.as_tensor(rows, device=self.Z.device)], self.now[rows],
-                          [self.params[i] for i in r])
+                          [self.params[i] for i in r], {k: v[rows] for k, v in self.sizes.items()})
 
     def column(self, name: str) -> np.ndarray:
-        """``[Q]`` int64 per-query sizes of the params: ``unit_cap`` (B, 0 = no cap), ``pool``
-        (``QueryParams.pool_budget``), ``threads`` (most neighbourhood threads: max(n_seeds, cap))."""
-        get = {"unit_cap": lambda p: p.budget or 0, "pool": lambda p: p.pool_budget,
-               "threads": lambda p: max(p.n_seeds, p.neighborhood_cap)}[name]
-        ps = self.params
-        if ps and all(p is ps[0] for p in ps):  # one params for the whole batch (the common case)
-            return np.full(len(ps), get(ps[0]), dtype=np.int64)
-        return np.fromiter((get(p) for p in ps), dtype=np.int64, count=len(ps))
+        """``[Q]`` int64 per-query sizes of the params (:data:`SIZE_COLUMNS`)."""
+        return self.sizes[name]
 
     def capacity(self) -> np.ndarray:
         """``[Q]`` float64 each query's token budget T (``inf``: none)."""
-        t = lambda p: np.inf if p.token_budget is None else float(p.token_budget)  # noqa: E731
-        ps = self.params
-        if ps and all(p is ps[0] for p in ps):
-            return np.full(len(ps), t(ps[0]))
-        return np.array([t(p) for p in ps], dtype=np.float64)
+        return self.sizes["capacity"]
 
     def groups(self) -> list[np.ndarray]:
         """Rows of the queries that share steps 1-3's shapes (``QueryParams.shape_key``) and whether
@@ -94,7 +86,27 @@ def make_batch(snap: Snapshot, bank_ids, questions, Z, dates, device, dtype, par
             if d_ is not None and not isinstance(d_, datetime):
                 raise ValueError(f"dates[{i}] must be a datetime or None (got {type(d_).__name__})")
         now = np.array([date_seconds(d_) for d_ in dates], dtype=np.float64)
-    return QueryBatch(bidx, questions, Zt, now, per_query(params, Q, cfg))
+    ps = per_query(params, Q, cfg)
+    return QueryBatch(bidx, questions, Zt, now, ps, size_columns(ps))
+
+
+SIZE_COLUMNS = {
+    "unit_cap": (np.int64, lambda p: p.budget or 0),  # B, 0 = no cap
+    "pool": (np.int64, lambda p: p.pool_budget),  # QueryParams.pool_budget
+    "threads": (np.int64, lambda p: max(p.n_seeds, p.neighborhood_cap)),  # most neighbourhood threads
+    "n_seeds": (np.int64, lambda p: p.n_seeds), "cap": (np.int64, lambda p: p.neighborhood_cap),
+    "hops": (np.int64, lambda p: p.hops),
+    "capacity": (np.float64, lambda p: np.inf if p.token_budget is None else float(p.token_budget)),  # T
+}
+"""The per-query columns of a batch's resolved params: name -> (dtype, value of one params)."""
+
+
+def size_columns(params: list) -> dict:
+    """:data:`SIZE_COLUMNS` of ``params`` (one value per distinct params object)."""
+    Q = len(params)
+    if Q and all(p is params[0] for p in params):  # one params for the whole batch (the common case)
+        return {k: np.full(Q, f(params[0]), dtype=dt) for k, (dt, f) in SIZE_COLUMNS.items()}
+    return {k: np.array([f(p) for p in params], dtype=dt).reshape(Q) for k, (dt, f) in SIZE_COLUMNS.items()}
 
 
 class Timer:

@@ -476,23 +476,23 @@ def _chunk(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: n
             torch.mm(Zc_t[a:e], vecs[uo:uo + n].T, out=torch.from_numpy(cos[o:o + (e - a) * n]).view(e - a, n))
     lap("similarity")
     J = int(off.nt[bidx].max())
-    sub = batch.take(rows)
-    threads = sub.column("threads")  # most neighbourhood threads of each query
+    sz = {k: v[rows] for k, v in batch.sizes.items()}  # the chunk's per-query sizes
+    threads = sz["threads"]  # most neighbourhood threads of each query
     T = max(1, min(J, int(threads.max())))
     Ub = max(1, int(snap.unit_cap(bidx, threads).max()))  # most candidates any of these queries can have
-    # every entry a later step reads is written by the front loop: no fill needed, but for alpha,
-    # whose padding goes through J's (vectorized) modular part
+    # the front loop writes every entry a later step reads; alpha's padding goes through J's modular part
     c = Candidates(cand=np.empty((Qc, Ub), np.int64), n_cand=np.empty(Qc, np.int64), lt=np.empty((Qc, Ub), np.int64),
                    alpha=np.zeros((Qc, Ub)), hthread=np.empty((Qc, T), np.int64), rvec=np.empty((Qc, T)),
                    n_h=np.empty(Qc, np.int64), tpos=np.empty((Qc, J), np.int64))
     x = FrontBatch(bidx, cos, coff, *cols)
     front_loop(snap.lazy("front_tables", lambda: front_tables(snap)), off, x, float(cfg.rrf_k),
-               propagation_params(cfg, sub.params[0], J), query_sizes(sub.params, J), cfg.affinity == "learned",
+               propagation_params(cfg, batch.params[int(rows[0])], J),
+               query_sizes(sz["n_seeds"], sz["cap"], sz["hops"], J), cfg.affinity == "learned",
                snap.lazy("learned_tables", lambda: _learned_tables(snap)), lq, c)
     lap("localize")
     delta, Mq, W = demand
-    sb = stage_batch(snap, cfg, dict(c._asdict(), bidx=bidx), Mq, delta, W, batch.now[rows], sub.column("unit_cap"),
-                     sub.column("pool"), sub.capacity())
+    sb = stage_batch(snap, cfg, dict(c._asdict(), bidx=bidx), Mq, delta, W, batch.now[rows], sz["unit_cap"],
+                     sz["pool"], sz["capacity"])
     sel, n_sel = run_stage(snap, cfg, sb)
     lap("select")
     picks = [c.cand[i, sel[i, :n_sel[i]]].tolist() for i in range(Qc)]

@@ -132,7 +132,7 @@ def _propagate_compiled(snap: Snapshot, cfg, r0: Tensor, batch: QueryBatch):
     bidx = batch.bidx
     step2.propagate_batch(np.ascontiguousarray(r0.numpy(), dtype=np.float64), snap.off.nt[bidx], snap.off.to[bidx],
                           snap.np["nbr"], snap.np["nbw"], step2.propagation_params(cfg, batch.params[0], J),
-                          step2.query_sizes(batch.params, J), r, in_h)
+                          step2.query_sizes(*(batch.sizes[k] for k in ("n_seeds", "cap", "hops")), J), r, in_h)
     in_h_t = torch.from_numpy(in_h)
     return torch.from_numpy(r).to(r0.dtype), in_h_t, step2.positions(in_h_t), in_h_t.sum(dim=1)
 

@@ -154,11 +154,10 @@ class QuerySizes(NamedTuple):
     hops: np.ndarray
 
 
-def query_sizes(params: list, J: int) -> QuerySizes:
-    """:class:`QuerySizes` of resolved ``params`` (one per query), seeds and cap clipped to ``J``."""
-    a = np.array([(min(p.n_seeds, J), min(p.neighborhood_cap, J), p.hops) for p in params], dtype=np.int64)
-    a = a.reshape(len(params), 3)
-    return QuerySizes(np.ascontiguousarray(a[:, 0]), np.ascontiguousarray(a[:, 1]), np.ascontiguousarray(a[:, 2]))
+def query_sizes(n_seeds, cap, hops, J: int) -> QuerySizes:
+    """:class:`QuerySizes` of per-query resolved sizes (``[Q]`` each), seeds and cap clipped to ``J``."""
+    c = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
+    return QuerySizes(c(np.minimum(n_seeds, J)), c(np.minimum(cap, J)), c(hops))
 
 
 class ThreadScratch(NamedTuple):
