@@ -1,14 +1,15 @@
 """Build configuration: every Stage-1 choice in one dataclass, one docstring per field."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Literal
 
+from .dictconfig import DictFields
 from .errors import ConfigError
 
 
 @dataclass
-class BuildConfig:
+class BuildConfig(DictFields):
     """How conversations become banks (threads, heads, vectors, thread graph)."""
 
     segmentation: Literal["embedding", "fixed", "llm"] = "embedding"
@@ -60,13 +61,4 @@ class BuildConfig:
         if not -1.0 <= self.knn_threshold <= 1.0:
             raise ConfigError(f"{self.knn_threshold=} must lie in [-1, 1]")
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "BuildConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ConfigError(f"unknown build config fields {sorted(unknown)}")
-        return cls(**d)
+    KIND = "build config"

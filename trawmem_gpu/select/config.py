@@ -18,11 +18,12 @@ from __future__ import annotations
 import math
 import numbers
 import typing
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
+from ..dictconfig import DictFields
 from ..errors import ConfigError
 from .weights_file import load_weights
 from ..workspace import DEFAULT_HEADINGS, Headings
@@ -83,7 +84,7 @@ def _within(name: str, val, lo, hi, hi_open: bool = False) -> None:
 
 
 @dataclass
-class SelectConfig:
+class SelectConfig(DictFields):
     """How one query's workspace is selected from one bank (the method, Section 4.2)."""
 
     knapsack: Literal["best", "gain", "ratio"] = "gain"
@@ -229,16 +230,8 @@ class SelectConfig:
             return replace(self, cross_thread=False, w_thr=0.0)
         return self
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "SelectConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known - LEGACY_FIELDS
-        if unknown:
-            raise ConfigError(f"unknown selection config fields {sorted(unknown)}")
-        return cls(**{k: v for k, v in d.items() if k in known})
+    KIND = "selection config"
+    LEGACY = LEGACY_FIELDS
 
 
 PAPER = dict(seed_score="head", propagation="paper", affinity="dense", k_shift=0.0, w_cov=1.0, w_role=1.0,

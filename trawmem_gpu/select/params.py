@@ -13,9 +13,10 @@ The sizes the method derives from the budget (the candidate pool: ``n_seeds``,
 from __future__ import annotations
 
 import numbers
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Literal, Sequence
 
+from ..dictconfig import DictFields
 from ..errors import ConfigError
 
 TOKENS_PER_UNIT = 50
@@ -46,7 +47,7 @@ def _whole(name: str, val, low: int, high: int, none_ok: bool = False):
 
 
 @dataclass(frozen=True)
-class QueryParams:
+class QueryParams(DictFields):
     """What one query asks for: its budgets, hops and how a ranked baseline fills T."""
 
     budget: int | None = 16
@@ -111,16 +112,7 @@ class QueryParams:
         shapes (the tensor backend batches them together)."""
         return self.n_seeds, self.neighborhood_cap, self.hops
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "QueryParams":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ConfigError(f"unknown query parameter fields {sorted(unknown)}")
-        return cls(**d)
+    KIND = "query parameter"
 
 
 FIELDS = tuple(f.name for f in fields(QueryParams))
