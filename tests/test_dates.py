@@ -81,7 +81,7 @@ def test_dayfirst_reaches_both_loaders(tmp_path):
     assert load_conversations(p, dayfirst=True)[0].turns[0].time.date().isoformat() == "2031-02-01"
     loc = tmp_path / "l.json"
     loc.write_text(json.dumps([{"sample_id": "s", "conversation": {
-        "session_1_date_time": "03.04.2031", "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"}]}}]))
+        "session_1_date_time": "03.04.2031", "session_1": [{"speaker": "A", "dia_id": "D1:7", "text": "hi"}]}}]))
     assert load_conversations(loc)[0].turns[0].time == datetime(2031, 3, 4)
     assert load_conversations(loc, dayfirst=True)[0].turns[0].time == datetime(2031, 4, 3)
 
