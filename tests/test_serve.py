@@ -538,6 +538,8 @@ def test_bad_inputs_get_4xx_and_leave_banks_unchanged(coll):
             ({**ok, "question_vector": [0.1] * (dim - 1)}, 422, f"gives {dim}"),
             ({**ok, "question_vector": [0.0] * dim}, 422, "all zeros"),
             ({**ok, "question_vector": ["a"] * dim}, 422, "question_vector"),
+            ({**ok, "question_vector": ["0.5"] * dim}, 422, "question_vector"),  # numbers only, strictly
+            ({**ok, "question_vector": [True] * dim}, 422, "question_vector"),
             ({**ok, "extra": 1}, 422, "extra"),
             ({"question": QUESTION}, 422, "bank_id: Field required"),
         ]

@@ -1,13 +1,16 @@
 """Request and response bodies of API v1 (pydantic; FastAPI derives the OpenAPI schema from them).
 
 Whole numbers (budget, hops, token_budget) are strict: ``true``, ``"8"`` or ``8.0`` is refused,
-not read as a number. Limits that depend on the server's options (question length, budget, hops
+not read as a number; so are a ``question_vector``'s entries (numbers only: ``"0.5"`` or ``true``
+is refused). Limits that depend on the server's options (question length, budget, hops
 and token budget ranges, vector length, batch and append sizes) are checked by the app against
 ``ServeConfig``, so their error messages name the option.
 """
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, Strict
 
 
 class SelectRequest(BaseModel):
@@ -26,9 +29,9 @@ class SelectRequest(BaseModel):
                           "selection then fits its units to T (default: the server's, usually none)")
     date: str | None = Field(None, description="the question's 'now' (ISO 8601 or any date the loaders read); "
                                                "used where the engine supports per-query dates")
-    question_vector: list[float] | None = Field(
+    question_vector: list[Annotated[float, Strict()]] | None = Field(
         None, description="the question's embedding from the collection's encoder (skips the encoder); "
-                          "normalized by the server")
+                          "normalized by the server; JSON numbers only (no strings, no booleans)")
 
 
 class BatchRequest(BaseModel):
