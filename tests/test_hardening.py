@@ -843,3 +843,18 @@ def test_huge_budgets_on_the_batched_engine():
     grown, small, huge = _growth(lambda B: eng.select_units(ids, qs, Z, params=QueryParams(budget=B)), MAX_BUDGET)
     assert huge == small
     assert grown < (1 << 20), grown
+
+
+@pytest.mark.parametrize("bad, what", [("ana\u200bben", "U+200B"), ("ana\u202eben", "U+202E"),
+                                       ("\ufeffana", "U+FEFF"), ("ana\u2066x\u2069", "U+2066"),
+                                       ("cafe\u0301", "NFC")])
+def test_ids_that_look_alike_are_refused(bad, what):
+    """Bank and turn ids cannot differ from another only by an invisible or bidirectional
+    character, or by NFC / NFD form (issue 23): the one id rule refuses them, naming the field."""
+    from trawmem_gpu.data.fields import id_field
+    from trawmem_gpu.serve.registry import check_bank_id
+
+    for check in (lambda: id_field(bad, "bank_id", "line 1"), lambda: check_bank_id(bad)):
+        with pytest.raises(InputError, match=re.escape(what)):
+            check()
+    assert id_field("caf\u00e9", "bank_id", "line 1") == "caf\u00e9"  # NFC, visible: fine

@@ -5,7 +5,10 @@ every turn through :func:`make_turn`, so the same input gives the same result, o
 error, whatever the file format:
 
 * **ids** (bank id, turn id): a non-empty string, or an integer taken as its decimal text;
-  no control characters (ids end up in messages, directory names and workspaces);
+  no control characters (ids end up in messages, directory names and workspaces), no invisible
+  or bidirectional-control characters (zero-width spaces and joiners, the BOM, direction marks,
+  embeddings, overrides and isolates), and in Unicode NFC form, so two ids that look the same
+  are the same string;
 * **speaker**: a non-empty string;
 * **text**: a string. Numbers are an error (``3.5`` is not a message text);
 * **caption**: a string or null; an empty string counts as no caption; anything else is an error;
@@ -23,6 +26,7 @@ Control and bidirectional-override characters inside texts are kept as the sourc
 from __future__ import annotations
 
 import re
+import unicodedata
 from datetime import datetime
 from typing import Mapping
 
@@ -31,6 +35,9 @@ from .dates import parse_date
 from .types import Turn
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_INVISIBLE = re.compile(r"[\u200b-\u200f\u061c\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+"""Characters an id must not hide: zero-width spaces and joiners, direction marks, bidirectional
+embeddings, overrides and isolates, invisible operators, the BOM."""
 
 
 class EmptyTurn(InputError):
@@ -70,6 +77,13 @@ def id_field(v, name: str, where: str) -> str:
     m = _CONTROL.search(v)
     if m:
         raise InputError(f"{where}: field {name!r} holds the control character {m.group(0)!r}")
+    m = _INVISIBLE.search(v)
+    if m:
+        raise InputError(f"{where}: field {name!r} holds the invisible or bidirectional character "
+                         f"U+{ord(m.group(0)):04X}")
+    if not unicodedata.is_normalized("NFC", v):
+        raise InputError(f"{where}: field {name!r} is not in Unicode NFC form (write it as "
+                         f"{unicodedata.normalize('NFC', v)!r})")
     return v
 
 
