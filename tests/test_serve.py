@@ -155,6 +155,13 @@ def test_banks_health_openapi_metrics(shared):
     for p in ("/v1/select", "/v1/select/batch", "/v1/banks/{bank_id}/turns", "/v1/banks", "/v1/banks/{bank_id}"):
         assert p in spec["paths"], p
     assert "question_vector" in spec["components"]["schemas"]["SelectRequest"]["properties"]
+    # /docs works offline: its page loads Swagger UI from this server, never from a CDN
+    docs = c.get("/docs")
+    assert docs.status_code == 200 and "/docs-assets/swagger-ui-bundle.js" in docs.text
+    assert "http://" not in docs.text and "https://" not in docs.text, docs.text
+    for asset in ("swagger-ui-bundle.js", "swagger-ui.css"):
+        r = c.get(f"/docs-assets/{asset}")
+        assert r.status_code == 200 and len(r.content) > 1000, asset
     _post(c, "/v1/select", {"bank_id": SAMPLE_BANK, "question": QUESTION})
     _post(c, "/v1/select", {"bank_id": SAMPLE_BANK, "question": ""})
     m = c.get("/metrics").text

@@ -203,6 +203,28 @@ class _Edge:
             m.latency.labels(path, scope["method"]).observe(time.perf_counter() - t0)
 
 
+def offline_docs(app: FastAPI) -> None:
+    """``/docs`` (Swagger UI) from the assets of the ``swagger-ui-bundle`` package, served by this
+    server under ``/docs-assets`` (FastAPI's default page loads them from a CDN, which an offline or
+    locked-down deployment cannot reach). Without the package there is no ``/docs``; the schema
+    stays at ``/openapi.json``."""
+    try:
+        import swagger_ui_bundle
+    except ImportError:
+        return
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.staticfiles import StaticFiles
+
+    app.mount("/docs-assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs():
+        return get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{app.title} - API",
+                                   swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+                                   swagger_css_url="/docs-assets/swagger-ui.css",
+                                   swagger_favicon_url="/docs-assets/favicon-32x32.png")
+
+
 def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics: Metrics | None = None) -> FastAPI:
     """The FastAPI app over ``backend`` (see the module docstring for the error statuses)."""
     metrics = metrics or Metrics()
@@ -220,7 +242,8 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
     app = FastAPI(title="trawmem serve", version="1",
                   description="TrawMem workspace selection: which memories go into this prompt. "
                               "Send `Authorization: Bearer KEY` (or `X-API-Key: KEY`) when the server has a keys file.",
-                  lifespan=lifespan)
+                  lifespan=lifespan, docs_url=None, redoc_url=None)
+    offline_docs(app)
     app.state.backend, app.state.metrics, app.state.cfg = backend, metrics, cfg
 
     bearer = HTTPBearer(auto_error=False, description="API key as a bearer token")
