@@ -19,6 +19,7 @@ from trawmem_gpu.select.steps import greedy as G
 from trawmem_gpu.select.steps.greedy import batched as GB
 
 from test_engine import banks, queries  # noqa: F401 - fixtures
+from test_objective import _problem as random_problem, _problem_of as problem_of
 
 
 class PairCoverage(J.CoverageTerm):
@@ -89,17 +90,9 @@ def four_terms(monkeypatch):
 
 
 def _problem(seed, Q=3, U=15, T=5):
-    rng = np.random.default_rng(seed)
-    E = rng.standard_normal((Q, U, 5))
-    E /= np.linalg.norm(E, axis=2, keepdims=True)
-    K = J.support_kernel(E @ E.transpose(0, 2, 1), None, SelectConfig(k_shift=0.2))
-    pi = rng.random((Q, U)) ** 2
-    pi /= pi.sum(1, keepdims=True)
-    thread = rng.integers(0, T, (Q, U))
-    mass = np.stack([np.bincount(thread[q], weights=pi[q], minlength=T) for q in range(Q)])
-    return G.GreedyProblem(*(torch.as_tensor(a) for a in (
-        pi, K, rng.dirichlet(np.ones(3), size=(Q, U)), rng.dirichlet(np.ones(3), size=Q), rng.random((Q, U)) * 0.1,
-        thread, mass, np.ones((Q, U), dtype=bool))))
+    """test_objective's random problem as a torch ``GreedyProblem``, with a small modular part."""
+    x = random_problem(seed, Q, U, T)
+    return problem_of(x, x["alpha"] * 0.1)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

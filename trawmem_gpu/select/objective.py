@@ -151,56 +151,37 @@ def _keep(active, new, old):
     return torch.where(active.view(-1, *([1] * (new.dim() - 1))), new, old)
 
 
-class InformationCoverage(CoverageTerm):
-    """``sum_v pi(v) max_{u in S} K(u, v)``; state ``c [U]``, each unit's best support so far."""
+@dataclass(frozen=True)
+class MaxCoverage(CoverageTerm):
+    """``sum_i a_i max_{u in S} X[u, i]``: a weighted max coverage, ``a`` and ``X`` two fields of
+    :class:`CoverageData` (the information coverage: ``pi`` and ``K``, over the units; the role
+    coverage: ``delta`` and ``rho``, over the roles). State: each column's best value so far."""
+
+    a: str = "pi"
+    x: str = "K"
 
     def init(self, d):
-        return np.zeros(len(d.pi))
+        return np.zeros(len(getattr(d, self.a)))
 
     def gain(self, d, c, u):
-        return float(d.pi @ np.maximum(0.0, d.K[u] - c))
+        return float(getattr(d, self.a) @ np.maximum(0.0, getattr(d, self.x)[u] - c))
 
     def add(self, d, c, u):
-        np.maximum(c, d.K[u], out=c)
+        np.maximum(c, getattr(d, self.x)[u], out=c)
 
     def total(self, d, c):
-        return float(d.pi @ c)
+        return float(getattr(d, self.a) @ c)
 
     def init_t(self, d):
-        return d.pi * 0.0
+        return getattr(d, self.a) * 0.0
 
     def gains_t(self, d, c, pick):
-        return (pick.query(d.pi)[:, None, :] * (pick.units(d.K) - pick.query(c)[:, None, :]).clamp_min(0)).sum(-1)
+        a, x = getattr(d, self.a), getattr(d, self.x)
+        return (pick.query(a)[:, None, :] * (pick.units(x) - pick.query(c)[:, None, :]).clamp_min(0)).sum(-1)
 
     def add_t(self, d, c, rows, active):
         import torch
-        return _keep(active, torch.maximum(c, rows(d.K)), c)
-
-
-class RoleCoverage(CoverageTerm):
-    """``sum_r delta_r max_{u in S} rho_r(u)``; state ``m [R]``, each role's best fit so far."""
-
-    def init(self, d):
-        return np.zeros(len(d.delta))
-
-    def gain(self, d, m, u):
-        return float(d.delta @ np.maximum(0.0, d.rho[u] - m))
-
-    def add(self, d, m, u):
-        np.maximum(m, d.rho[u], out=m)
-
-    def total(self, d, m):
-        return float(d.delta @ m)
-
-    def init_t(self, d):
-        return d.delta * 0.0
-
-    def gains_t(self, d, m, pick):
-        return (pick.query(d.delta)[:, None, :] * (pick.units(d.rho) - pick.query(m)[:, None, :]).clamp_min(0)).sum(-1)
-
-    def add_t(self, d, m, rows, active):
-        import torch
-        return _keep(active, torch.maximum(m, rows(d.rho)), m)
+        return _keep(active, torch.maximum(c, rows(getattr(d, self.x))), c)
 
 
 class ThreadCoverage(CoverageTerm):
@@ -242,11 +223,12 @@ class ThreadCoverage(CoverageTerm):
 
 
 TERMS: tuple[Term, ...] = (
-    InformationCoverage("information_coverage", "w_cov", "coverage", "sum_v pi(v) max_{u in S} K(u, v)",
-                        "gain(u | S) = sum_v pi(v) max(0, K(u, v) - c(v)), c(v) = max_{s in S} K(s, v); "
-                        "<= gain(u | {}) = sum_v pi(v) K(u, v) <= sum_j mass_j max_{v in L_j} K(u, v)"),
-    RoleCoverage("role_coverage", "w_role", "coverage", "sum_r delta_r max_{u in S} rho_r(u)",
-                 "gain(u | S) = sum_r delta_r max(0, rho_r(u) - m_r), m_r = max_{s in S} rho_r(s); <= delta . rho(u)"),
+    MaxCoverage("information_coverage", "w_cov", "coverage", "sum_v pi(v) max_{u in S} K(u, v)",
+                "gain(u | S) = sum_v pi(v) max(0, K(u, v) - c(v)), c(v) = max_{s in S} K(s, v); "
+                "<= gain(u | {}) = sum_v pi(v) K(u, v) <= sum_j mass_j max_{v in L_j} K(u, v)", a="pi", x="K"),
+    MaxCoverage("role_coverage", "w_role", "coverage", "sum_r delta_r max_{u in S} rho_r(u)",
+                "gain(u | S) = sum_r delta_r max(0, rho_r(u) - m_r), m_r = max_{s in S} rho_r(s); <= delta . rho(u)",
+                a="delta", x="rho"),
     Term("affinity", "w_aff", "modular", "sum_{u in S} alpha(u)", "gain(u | S) = alpha(u)",
          value=lambda x, cfg: x.alpha),
     ThreadCoverage("thread_coverage", "w_thr", "coverage", "sum_j [S hits L_j] mass_j",

@@ -151,7 +151,7 @@ class SelectionEngine:
         self.last_timings = {}
         timer = Timer(self.last_timings, self.plan.device)
         picks = self._picks(snap, batch, timer)
-        if any(p.token_budget is not None for p in batch.params):  # the rendering against T
+        if np.isfinite(batch.sizes["capacity"]).any():  # the rendering against T
             t0 = time.perf_counter()
             infos = snap.infos
             picks = [p if qp.token_budget is None else
@@ -165,14 +165,7 @@ class SelectionEngine:
         if plan.backend == "compiled" and plan.front == "compiled" and all(snap.infos[b].plain for b in
                                                                             set(batch.bidx.tolist())):
             return compiled.select(snap, plan, self.cfg, self.head, batch, self._worker_pool(len(batch)), timer)
-        groups = batch.groups()
-        if len(groups) == 1:
-            return self._picks_tensor_front(snap, batch, timer)
-        out: list[list[int] | None] = [None] * len(batch)
-        for rows in groups:  # steps 1-3 of the tensor front share one shape per call
-            for q, units in zip(rows.tolist(), self._picks_tensor_front(snap, batch.take(rows), timer)):
-                out[q] = units
-        return out  # type: ignore[return-value]
+        return batch.per_group(lambda sub: self._picks_tensor_front(snap, sub, timer))
 
     def _picks_tensor_front(self, snap: Snapshot, batch, timer: Timer) -> list[list[int]]:
         """Steps 1-3 with the tensor front for queries of one ``QueryParams.shape_key`` (and all
@@ -184,7 +177,7 @@ class SelectionEngine:
         timer.lap("text")
         out: list[list[int] | None] = [None] * len(batch)
         square = plan.backend != "compiled"
-        unit_cap, pool, capacity = batch.column("unit_cap"), batch.column("pool"), batch.capacity()
+        unit_cap, pool, capacity = (batch.sizes[k] for k in ("unit_cap", "pool", "capacity"))
         for rows in tensor.chunks(loc, square, plan.chunk_elems):
             r = rows.cpu().numpy()
             c = tensor.chunk_of(snap, cfg, loc, rows, torch.as_tensor(pool[r], device=plan.device))
@@ -230,14 +223,13 @@ class SelectionEngine:
             return []
         snap = self._store.snapshot
         batch = make_batch(snap, bank_ids, questions, Z, None, self.plan.device, self.plan.dtype, params, self.cfg)
-        out: list[np.ndarray | None] = [None] * len(batch)
-        for rows in batch.groups():
-            sub = batch.take(rows)
+
+        def steps_1_3(sub):
             loc = tensor.localize(snap, self.plan, self.cfg, sub, Timer({}, self.plan.device), sub.params[0])
             cand, n = loc.cand.cpu().numpy(), loc.n_cand.cpu().tolist()
-            for q, i, k in zip(rows.tolist(), range(len(n)), n):
-                out[q] = cand[i, :k].copy()
-        return out  # type: ignore[return-value]
+            return [cand[i, :k].copy() for i, k in enumerate(n)]
+
+        return batch.per_group(steps_1_3)
 
     def candidate_kernel(self, bank_id: str, cand: np.ndarray) -> np.ndarray:
         """``K [U, U]`` (float64 NumPy) of candidate units ``cand`` of bank ``bank_id``: the support

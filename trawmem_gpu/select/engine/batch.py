@@ -41,21 +41,20 @@ class QueryBatch:
                           self.Z[torch.as_tensor(rows, device=self.Z.device)], self.now[rows],
                           [self.params[i] for i in r], {k: v[rows] for k, v in self.sizes.items()})
 
-    def column(self, name: str) -> np.ndarray:
-        """``[Q]`` int64 per-query sizes of the params (:data:`SIZE_COLUMNS`)."""
-        return self.sizes[name]
-
-    def capacity(self) -> np.ndarray:
-        """``[Q]`` float64 each query's token budget T (``inf``: none)."""
-        return self.sizes["capacity"]
-
-    def groups(self) -> list[np.ndarray]:
-        """Rows of the queries that share steps 1-3's shapes (``QueryParams.shape_key``) and whether
-        they have a token budget, in first-seen order (a batch of one shape is one group)."""
+    def per_group(self, run) -> list:
+        """``run(sub)`` for each group of queries that share steps 1-3's shapes
+        (``QueryParams.shape_key``) and whether they have a token budget (``sub``: the group's
+        :class:`QueryBatch`); its per-query results back in this batch's order."""
         seen: dict = {}
         for i, p in enumerate(self.params):
             seen.setdefault((p.shape_key, p.token_budget is None), []).append(i)
-        return [np.asarray(v, dtype=np.int64) for v in seen.values()]
+        if len(seen) <= 1:
+            return run(self)
+        out: list = [None] * len(self)
+        for rows in seen.values():
+            for q, r in zip(rows, run(self.take(np.asarray(rows, dtype=np.int64)))):
+                out[q] = r
+        return out
 
 
 def make_batch(snap: Snapshot, bank_ids, questions, Z, dates, device, dtype, params=None, cfg=None) -> QueryBatch:
