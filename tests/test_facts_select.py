@@ -34,9 +34,10 @@ def vqueries(views):
     rng = np.random.default_rng(11)
     ids, qs, zs = [], [], []
     for b in views:
-        n_turns = sum(1 for t in b.turns if getattr(t, "layer", "turns") == "turns")
+        layer = [i for i, t in enumerate(b.turns) if getattr(t, "layer", "turns") != "turns"]
+        turns = [i for i, t in enumerate(b.turns) if getattr(t, "layer", "turns") == "turns"]
         for i in range(6):
-            u = int(rng.integers(n_turns, b.n_units)) if i % 2 else int(rng.integers(n_turns))  # near a fact / a turn
+            u = int(rng.choice(layer if i % 2 else turns))  # near a fact or profile / a turn
             z = b.unit_vecs[u] + 0.3 * rng.normal(size=D)
             ids.append(b.bank_id)
             qs.append(f"When did Ana {i} cat paint?")
@@ -58,8 +59,9 @@ def test_engines_pick_what_the_reference_picks_with_facts(views, vqueries, varia
         got = SelectionEngine(views, cfg, device="cpu", **variant).select_units(ids, qs, Z, params=params)
         bad = [(i, g, r) for i, (g, r) in enumerate(zip(got, ref)) if g != r]
         assert not bad, f"{len(bad)}/{len(ref)} differ, first: {bad[:2]}"
-    n = views[0].n_units - sum(1 for t in views[0].turns if getattr(t, "layer", "turns") == "turns")
-    assert any(u >= views[0].n_units - n for r in ref for u in r), "no layer unit was ever picked: a vacuous test"
+    bank_of = {b.bank_id: b for b in views}
+    assert any(getattr(bank_of[b].turns[u], "layer", "turns") != "turns" for b, r in zip(ids, ref) for u in r), \
+        "no layer unit was ever picked: a vacuous test"
 
 
 def test_a_fact_supports_its_source_turns(views):
