@@ -100,3 +100,28 @@ def test_knapsack_pays_rendered_fact_lines(views):
         z = b.unit_vecs[-1]
         sel = select_reference(ctx, "What does Ana like?", z, SelectConfig(), p)
         assert assemble(b, "", sel.units).n_tokens <= 90
+
+
+def test_served_engine_selects_from_the_views():
+    """``serve --units``: the service's engine selects from each stored bank's unit view, and an
+    append's refresh makes the new bank's view."""
+    from dataclasses import replace
+
+    from trawmem_gpu.serve.config import ServeConfig
+    from trawmem_gpu.serve.engines import ServedEngine
+
+    a, b = layered_bank("a", (3, 4), 1), layered_bank("b", (2, 5), 2)
+    es = ServedEngine({"a": a}, SelectConfig(), units=ServeConfig(units="turns,facts").units)
+    assert es.banks["a"] is a and es.bank("a").units == ("turns", "facts")
+    assert es.bank("a").n_units == a.n_units + len(a.facts)
+    prep = es.prepare(b)
+    es.refresh(b, prep)
+    assert es.bank("b") is prep[3] and es.engine.snapshot.bank_index("b") == 1
+    z = es.bank("b").unit_vecs[-1]
+    (picks,) = es.engine.select_units(["b"], ["What does Ana like?"], z[None, :])
+    ref = select_reference(BankContext.of(es.bank("b")), "What does Ana like?", z, SelectConfig()).units
+    assert picks == ref
+    es.refresh(replace(b))  # a new bank object without prepared tables: its view is built here
+    assert es.bank("b").units == ("turns", "facts")
+    with pytest.raises(Exception, match="unknown layer"):
+        ServeConfig(units="turns,gists")
