@@ -95,7 +95,7 @@ def test_query_and_eval_with_facts_as_units(tmp_path, capsys):
     assert not any(u.startswith("F:") for u in plain["units"])
     assert _main(q + ["--units", "turns,facts"]) == 0
     got = json.loads(capsys.readouterr().out)
-    assert any(u.startswith("F:") for u in got["units"]) and "[cites D" in got["workspace"]
+    assert any(u.startswith("F:") for u in got["units"]) and " from D" in got["workspace"]
     assert got["tokens"] <= 200
     assert _main(q + ["--units", "turns,profiles"]) == 2
     assert "has no profiles" in capsys.readouterr().err
