@@ -47,6 +47,8 @@ def test_build_facts_locomo_and_update(tmp_path, capsys):
     b = Collection(out).load("made-up")
     assert len(b.facts) == 8 and b.fact_vecs.shape == (8, b.unit_vecs.shape[1])
     assert b.layer_sources == {"facts": "locomo"}
+    assert _main(["info", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["layers"] == {"facts": 8, "profile_sections": 0}
     assert b.facts[3].source_turns == ("D1:2", "D1:4") and b.facts[3].persons == ("Ben",)
     assert np.allclose(np.linalg.norm(b.fact_vecs, axis=1), 1.0, atol=1e-5)
     # --update continues with the bank's own facts source and adds the new session's facts only
