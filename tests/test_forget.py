@@ -297,3 +297,49 @@ def test_a_forget_killed_midway_leaves_old_or_new_and_a_rerun_finishes_it(built,
     assert res["deleted"] == whole
     assert _traces([coll, tmp_path / "cache", out.parent], needles, mem) == []
     assert not list((coll / ".forget").glob("*"))
+
+
+def test_forget_while_other_threads_select_and_add(tmp_path, monkeypatch):
+    """Selections on three threads and adds to another bank while turns are forgotten one by one:
+    nothing fails, and once a forget returns no selection shows that turn."""
+    import threading
+
+    from trawmem_gpu import Memory
+
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+    conv = load_conversations(sample_path())[0]
+    mem = Memory(tmp_path / "m")
+    mem.add("ana-ben", list(conv.turns))
+    gone: list[str] = []
+    errors, stop = [], threading.Event()
+
+    def reader():
+        try:
+            while not stop.is_set():
+                done = list(gone)  # forgotten before this selection started
+                ws = mem.select("ana-ben", "Where does Clara live?", budget=33)
+                assert not set(done) & set(ws.unit_ids), (done, ws.unit_ids)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    def adder():
+        try:
+            for i in range(3):
+                mem.add("side", [{"turn_id": f"s{i}", "speaker": "Zed", "text": f"note {i}",
+                                  "timestamp": "2031-05-01"}])
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=reader) for _ in range(3)] + [threading.Thread(target=adder)]
+    for t in threads:
+        t.start()
+    try:
+        for tid in ("S1:8", "S2:4", "S3:1", "S3:6"):
+            assert mem.forget("ana-ben", [tid])["forgotten"] == [tid]
+            gone.append(tid)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=600)
+    assert not errors, errors
+    assert len(mem.turns("ana-ben")) == len(conv.turns) - 4 and len(mem.turns("side")) == 3

@@ -93,9 +93,14 @@ class Erasure:
             t = old.turns[i]
             texts += [t.text, t.embed_text(), t.lexical_text()] + ([t.caption] if t.caption else [])
         texts += [old.heads[j] for j in gone]
+        vecs = [old.unit_vecs[i] for i in idx] + [old.head_vecs[j] for j in gone]
+        for layer, text in (("fact", lambda f: f.text), ("profile", lambda p: p.text())):  # layers beside the turns
+            items, left = getattr(old, f"{layer}s", ()), {id(x) for x in getattr(new, f"{layer}s", ())}
+            gone_items = [k for k, x in enumerate(items) if id(x) not in left]
+            texts += [text(items[k]) for k in gone_items]
+            vecs += [getattr(old, f"{layer}_vecs")[k] for k in gone_items]
         texts = [x for x in dict.fromkeys(texts) if x]
         keys = [EmbeddingCache.key(old.encoder_id, q, x) for x in texts for q in (False, True)]
-        vecs = [old.unit_vecs[i] for i in idx] + [old.head_vecs[j] for j in gone]
         kept = set() if new is None else {w for t in new.turns for w in _words(t)}
         words = sorted({w for i in idx for w in _words(old.turns[i])} - kept)
         touched = {old.turns[i].session for i in idx}
