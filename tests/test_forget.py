@@ -98,6 +98,38 @@ def test_a_delete_killed_after_its_index_write_is_finished(tmp_path):
     assert not (d / "banks" / name).exists() and Collection(d).bank_ids == ["ana-ben"]
 
 
+def test_engine_purge_drops_the_dead_rows_and_picks_as_a_fresh_engine():
+    from dataclasses import replace
+
+    import torch
+
+    from trawmem_gpu.construct import build_banks
+    from trawmem_gpu.construct.forget import without_turns
+    from trawmem_gpu.encode import get_encoder
+    from trawmem_gpu.select.engine import SelectionEngine
+
+    conv = load_conversations(sample_path())[0]
+    enc = get_encoder(cache=False)
+    (a,), _ = build_banks([conv], encoder=enc, progress=False)
+    b = replace(a, bank_id="b")
+    eng = SelectionEngine([a, b], device="cpu")
+    gone = a.unit_vecs[a.index_of()["S1:8"]].astype(np.float64).tobytes()  # the CPU engine's dtype
+    small, _ = without_turns(a, ["S1:8"], enc)
+    eng.replace_bank(small)
+    blob = lambda: b"".join(s.buf.contiguous().view(-1).view(torch.uint8).numpy().tobytes()  # noqa: E731
+                            for s in eng._store._segments.values())
+    assert blob().count(gone) == 2  # bank b's copy, and the replaced bank's dead rows
+    old = [s.buf for s in eng._store._segments.values()]
+    eng.purge()
+    assert blob().count(gone) == 1  # only bank b's own
+    assert all(not o.any() or o.eq(o.flatten()[0]).all() for o in old)  # the old buffers overwritten
+    z = enc.encode(["Where does Clara live?"], is_query=True)
+    fresh = SelectionEngine([small, b], device="cpu")
+    for bid in (a.bank_id, "b"):
+        assert eng.select_units([bid], ["Where does Clara live?"], z) == \
+            fresh.select_units([bid], ["Where does Clara live?"], z)
+
+
 # -- no trace ------------------------------------------------------------------------------------
 def _reachable(root, limit: int = 2_000_000):
     """Every NumPy array, torch tensor and string reachable from ``root`` (attributes, dicts,
@@ -163,7 +195,9 @@ def _needles(coll_dir, extra_keys=()) -> dict[str, bytes]:
     i = next(k for k, t in enumerate(bank.turns) if t.turn_id == MARKER_ID)
     t = bank.turns[i]
     key = EmbeddingCache.key(bank.encoder_id, False, t.embed_text())
-    out = {"text": MARKER.encode(), "embedding key": key.encode(), "vector": bank.unit_vecs[i].tobytes()}
+    v = bank.unit_vecs[i]
+    out = {"text": MARKER.encode(), "embedding key": key.encode(), "vector": v.tobytes(),
+           "vector64": v.astype(np.float64).tobytes()}  # as a CPU engine's tables hold it
     out.update({f"llm key {n}": k.encode() for n, k in enumerate(extra_keys)})
     return out
 
@@ -216,6 +250,7 @@ def test_forget_leaves_no_trace(built, tmp_path, capsys):
     # the search finds every kind of copy before the forget, so it could fail after it
     for what in ("text in coll", "embedding key in cache", "vector in cache", "vector in coll", "text in scores",
                  "text in cache", "llm key 0 in cache", "llm key 1 in cache", "vector in the engine's arrays",
+                 "vector64 in the engine's arrays",
                  "text in the engine's Python objects"):
         assert any(x.startswith(what) for x in before), (what, before)
     n_before = len(mem.turns("ana-ben"))
@@ -226,7 +261,8 @@ def test_forget_leaves_no_trace(built, tmp_path, capsys):
     assert res["forgotten"] == [MARKER_ID] and res["n_units"] == n_before - 1 and res["cache_rows"] >= 4
     assert res["output_records"] == len(recs) - len(kept)
     after = _traces(dirs, needles, mem)
-    print("forget test search, before:", *before, "after:", *(after or ["nothing found"]), sep="\n  ")
+    print("forget test search, before:", *before, "after:", *(after or ["nothing found"]), sep="\n  ",
+          file=sys.__stdout__)
     assert after == []
     hits = unit_line.cache_info().hits
     unit_line(marker_turn, True)

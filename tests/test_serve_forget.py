@@ -46,8 +46,10 @@ def test_forget_routes(tmp_path, monkeypatch):
         q = {"bank_id": "acme-1", "question": "What is the bike lock code?", "budget": 64}
         assert "m1" in [u["id"] for u in call("POST", "/v1/select", KEYS["ro"], q).json()["units"]]
         bank = service.registry.get("acme-1")
-        needles = {"text": MARKER.encode(), "vector": bank.unit_vecs[bank.index_of()["m1"]].tobytes()}
-        assert len(_traces([coll], needles, service.core)) >= 3
+        v = bank.unit_vecs[bank.index_of()["m1"]]
+        needles = {"text": MARKER.encode(), "vector": v.tobytes(), "vector64": v.astype("float64").tobytes()}
+        before = _traces([coll], needles, service.core)
+        assert "vector64 in the engine's arrays" in before and len(before) >= 4, before
         # no key: 401; a read-only key: 403 on its own bank; a foreign bank answers as a missing one
         for path in ("/v1/banks/acme-1", "/v1/banks/acme-1/turns/m1"):
             assert call("DELETE", path).status_code == 401
