@@ -79,6 +79,36 @@ def test_an_llm_built_bank_forgets_without_an_llm(tmp_path, monkeypatch, server)
     assert {got.head_kind[j] for j in range(got.n_threads) if j not in s2} == {"llm"}  # the others are kept
 
 
+def test_facts_and_profiles_citing_a_forgotten_turn_go_with_it():
+    """Layers beside the turns (issue 21's facts and profiles): what cites a forgotten turn is
+    dropped, with its vector, and erased; the rest is kept as it was. Runs once the layered bank
+    (``trawmem_gpu.facts``) is in the tree."""
+    schema = pytest.importorskip("trawmem_gpu.facts.schema")
+    from dataclasses import replace
+
+    from trawmem_gpu.construct import build_banks
+    from trawmem_gpu.construct.forget import without_turns
+    from trawmem_gpu.encode import get_encoder
+    from trawmem_gpu.memory.erase import Erasure, vector_digest
+
+    enc = get_encoder(cache=False)
+    (b,), _ = build_banks(load_conversations(sample_path()), encoder=enc, progress=False)
+    facts = (schema.Fact("F:1:1", "Clara moved to Rotterdam", ("S1:8",)),
+             schema.Fact("F:1:2", "Ana runs a half marathon", ("S1:1", "S1:3")))
+    prof = (schema.ProfileSection("Ana", "interests", (schema.ProfileLine("running", ("F:1:2",)),)),
+            schema.ProfileSection("Ben", "relationships", (schema.ProfileLine("sister in Rotterdam", ("F:1:1",)),)))
+    b = replace(b, facts=facts, fact_vecs=enc.encode([f.text for f in facts]), profiles=prof,
+                profile_vecs=enc.encode([p.text() for p in prof]), layer_sources={"facts": "locomo"})
+    got, _ = without_turns(b, ["S1:8"], enc)
+    got.validate()
+    assert [f.fact_id for f in got.facts] == ["F:1:2"] and [p.person for p in got.profiles] == ["Ana"]
+    assert np.array_equal(got.fact_vecs, b.fact_vecs[1:]) and np.array_equal(got.profile_vecs, b.profile_vecs[:1])
+    assert got.layer_sources == {"facts": "locomo"}
+    e = Erasure.of(b, got, ["S1:8"])
+    assert {"Clara moved to Rotterdam", "sister in Rotterdam"} <= set(e.texts)
+    assert {vector_digest(b.fact_vecs[0]), vector_digest(b.profile_vecs[1])} <= set(e.vectors)
+
+
 def test_a_delete_killed_after_its_index_write_is_finished(tmp_path):
     import shutil
 
