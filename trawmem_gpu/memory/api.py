@@ -25,7 +25,14 @@ from ..data.types import Turn
 from ..errors import InputError, UnknownBank
 from .result import SelectedWorkspace
 
-_UNSET = object()
+class _Default:
+    """The default of a parameter whose None means something else (``budget=None``: no unit cap)."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+_UNSET = _Default()
 
 
 def _records(turns) -> list[dict]:
