@@ -77,6 +77,23 @@ def test_an_llm_built_bank_forgets_without_an_llm(tmp_path, monkeypatch, server)
     s2 = [j for j in range(got.n_threads) if got.turns[int(got.thread_offsets[j])].session == 2]
     assert {got.head_kind[j] for j in s2} == {"extractive"}  # the touched session fell back
     assert {got.head_kind[j] for j in range(got.n_threads) if j not in s2} == {"llm"}  # the others are kept
+    # a Memory with the LLM appends to (and forgets from) such a bank as `build --update` would
+    from trawmem_gpu import Memory
+    from trawmem_gpu.errors import NoLLMConfigured
+    from trawmem_gpu.llm_factory import llm_from_args
+
+    new = [{"turn_id": "S9:1", "speaker": "Ana", "text": "Back from Lisbon!", "timestamp": "2031-10-20T10:00:00"}]
+    with pytest.raises(NoLLMConfigured):
+        Memory(tmp_path / "c").add("ana-ben", new)
+    llm = llm_from_args(server.base_url)
+    try:
+        mem = Memory(tmp_path / "c", llm=llm)
+        assert mem.add("ana-ben", new)["appended"] == 1
+        assert mem.forget("ana-ben", ["S2:3"])["forgotten"] == ["S2:3"]
+    finally:
+        llm.close()
+    stored = Collection(tmp_path / "c").load("ana-ben")
+    assert set(stored.head_kind) == {"llm"} and "S2:3" not in stored.index_of()  # the LLM wrote every head
 
 
 def test_facts_and_profiles_citing_a_forgotten_turn_go_with_it():

@@ -81,6 +81,8 @@ class Memory:
     :param head: a learned role head (``trawmem_gpu.head.load_head``) for the engine
     :param only: load only these bank ids (a process that serves a few banks of a large collection)
     :param create: create the collection when ``path`` does not hold one (else a ``BankError``)
+    :param llm: an LLM backend (``trawmem_gpu.llm_factory.llm_from_args``) for banks built with
+        LLM segmentation or heads: ``add`` re-segments and writes heads with it, ``forget`` too
     :param embedding_cache: keep vectors in the on-disk embedding cache (True: the default one
         under ``TRAWMEM_CACHE``, or a file path); off by default
     :raises BankError: the directory is not a collection (or a damaged one)
@@ -90,7 +92,7 @@ class Memory:
     def __init__(self, path: str | Path, *, encoder=None, method=None, budget: int | None = _UNSET,
                  token_budget: int | None = None, hops: int | None = None, threads: int | None = None,
                  caches: Iterable[str | Path] = (), head=None, only: Iterable[str] | None = None,
-                 create: bool = True, embedding_cache: bool | str = False):
+                 create: bool = True, embedding_cache: bool | str = False, llm=None):
         from ..select.params import QueryParams
         from .core import MemoryCore
 
@@ -102,6 +104,7 @@ class Memory:
         owns = (lambda b, keep=frozenset(only): b in keep) if only is not None else (lambda b: True)
         self._core = MemoryCore(path, encoder=encoder, select_cfg=method, threads=threads, caches=caches, head=head,
                                 owns=owns, create=create, embedding_cache=embedding_cache)
+        self.llm = llm
         self._lock = threading.RLock()
         """Held for every engine call and engine refresh."""
 
@@ -148,7 +151,7 @@ class Memory:
         """
         from .core import bank_summary
 
-        res = self._core.append(bank_id, _records(turns))
+        res = self._core.append(bank_id, _records(turns), llm=self.llm)
         prepared = self._core.engines.prepare(res.bank)  # the slow part, outside the engine lock
         with self._lock:
             self._core.sync_engine(bank_id, prepared)
@@ -162,8 +165,9 @@ class Memory:
         scrubbed of them. Forgetting an id twice is not an error (``missing`` lists it); a forget
         that was killed half-way is finished by the next forget of that bank.
 
-        :param llm: an LLM backend for a bank built with LLM segmentation or heads (without one the
-            re-segmented sessions fall back to embedding segmentation and extractive heads)
+        :param llm: an LLM backend for a bank built with LLM segmentation or heads (default: the
+            Memory's; without one the re-segmented sessions fall back to embedding segmentation and
+            extractive heads)
         :returns: ``{"bank_id", "forgotten": [ids], "missing": [ids], "deleted": bool,
             "n_units": int, "cache_rows": int, "output_records": int}``
         :raises UnknownBank: no such bank (and no unfinished forget of it)
@@ -175,7 +179,7 @@ class Memory:
             bad = [t for t in turn_ids if not isinstance(t, str)]
             if bad:
                 raise InputError(f"turn_ids: expected turn id strings, got {type(bad[0]).__name__}")
-        res = self._core.forget_stored(bank_id, turn_ids, llm)
+        res = self._core.forget_stored(bank_id, turn_ids, llm or self.llm)
         prepared = self._core.prepare_forget(res)
         with self._lock:
             self._core.sync_forget(res, prepared)

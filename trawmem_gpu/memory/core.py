@@ -89,11 +89,11 @@ class MemoryCore:
     def headings(self):
         return self.engines.cfg.headings
 
-    def append(self, bank_id: str, records: list[dict], encoder: Encoder | None = None) -> AppendResult:
+    def append(self, bank_id: str, records: list[dict], encoder: Encoder | None = None, llm=None) -> AppendResult:
         """Validate, build and persist turns (``BankRegistry.append``) with ``encoder`` (default:
         the query encoder; a server may give appends an instance of their own); the engine is not
-        touched."""
-        return self.registry.append(bank_id, records, encoder or self.encoder, self.encoder_spec)
+        touched. ``llm``: for a bank built with LLM segmentation or heads."""
+        return self.registry.append(bank_id, records, encoder or self.encoder, self.encoder_spec, llm)
 
     def forget_stored(self, bank_id: str, turn_ids: list[str] | None, llm=None,
                       encoder: Encoder | None = None) -> ForgetResult:
