@@ -431,3 +431,43 @@ def test_forget_while_other_threads_select_and_add(tmp_path, monkeypatch):
             t.join(timeout=600)
     assert not errors, errors
     assert len(mem.turns("ana-ben")) == len(conv.turns) - 4 and len(mem.turns("side")) == 3
+
+
+def test_a_forget_waits_for_workspaces_of_the_old_bank_before_dropping_the_render_caches(tmp_path, monkeypatch):
+    """A selection picked from the old bank renders it after the forget has swapped the bank; the
+    forget drops the rendering caches only after that rendering (else it would re-fill them with
+    the forgotten turn)."""
+    import threading
+
+    from trawmem_gpu import Memory
+    from trawmem_gpu.memory import api, result
+
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+    conv = load_conversations(sample_path())[0]
+    mem = Memory(tmp_path / "m")
+    mem.add("ana-ben", list(conv.turns))
+    order, release, inside = [], threading.Event(), threading.Event()
+    real_of = result.SelectedWorkspace.of
+
+    def slow_of(*a, **k):
+        inside.set()
+        release.wait(600)
+        order.append("rendered")
+        return real_of(*a, **k)
+
+    real_erase = mem._core.erase_copies
+    monkeypatch.setattr(mem._core, "erase_copies", lambda *a, **k: order.append("erased") or real_erase(*a, **k))
+    monkeypatch.setattr(api.SelectedWorkspace, "of", slow_of)
+    sel = threading.Thread(target=mem.select, args=("ana-ben", "Where does Clara live?"))
+    sel.start()
+    assert inside.wait(600)
+    fg = threading.Thread(target=mem.forget, args=("ana-ben", ["S1:8"]))
+    fg.start()
+    for _ in range(60000):  # until the forget waits for the rendering (bounded)
+        if mem._assembled._waiters:
+            break
+        fg.join(0.01)
+    release.set()
+    sel.join(600)
+    fg.join(600)
+    assert order == ["rendered", "erased"]

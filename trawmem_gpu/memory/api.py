@@ -105,8 +105,13 @@ class Memory:
         self._core = MemoryCore(path, encoder=encoder, select_cfg=method, threads=threads, caches=caches, head=head,
                                 owns=owns, create=create, embedding_cache=embedding_cache)
         self.llm = llm
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
         """Held for every engine call and engine refresh."""
+        self._assembled = threading.Condition(self._lock)
+        self._epoch = 0
+        self._assembling: dict[int, int] = {}
+        """Engine epoch -> selections picked at it and still being assembled: a forget waits for
+        those picked before it (they render the old bank) before it drops the rendering caches."""
 
     # -- properties ---------------------------------------------------------------------------
     @property
@@ -183,6 +188,9 @@ class Memory:
         prepared = self._core.prepare_forget(res)
         with self._lock:
             self._core.sync_forget(res, prepared)
+            self._epoch += 1
+            now = self._epoch
+            self._assembled.wait_for(lambda: all(e >= now for e in self._assembling))
         return self._core.forget_summary(res, self._core.erase_copies(res, outputs))
 
     # -- selection -------------------------------------------------------------------------------
@@ -250,7 +258,17 @@ class Memory:
                     if b not in eng.banks:
                         raise UnknownBank(b, f"queries[{i}]: " if n > 1 else "")
             picks, banks, used = pick(eng, bids, qs, Z, ds, [qp] * n)
-        return [SelectedWorkspace.of(bank, q, p, self._core.headings, used) for bank, q, p in zip(banks, qs, picks)]
+            epoch = self._epoch
+            self._assembling[epoch] = self._assembling.get(epoch, 0) + 1
+        try:
+            return [SelectedWorkspace.of(bank, q, p, self._core.headings, used)
+                    for bank, q, p in zip(banks, qs, picks)]
+        finally:
+            with self._lock:
+                self._assembling[epoch] -= 1
+                if not self._assembling[epoch]:
+                    del self._assembling[epoch]
+                self._assembled.notify_all()
 
     def _params(self, budget, token_budget, hops):
         from .engines import query_params
