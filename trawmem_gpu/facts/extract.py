@@ -25,4 +25,4 @@ OVERLAP = 10
 def extract_facts(conversation_turns: list[Turn], backend, *, window: int = WINDOW, overlap: int = OVERLAP,
                   prompts=None) -> tuple[list[Fact], dict]:
     """Atomic facts of ``conversation_turns`` by the LLM ``backend`` (see the module docstring)."""
-    raise ConfigError("facts: 'llm' extraction is not available in this build yet (use --facts locomo or none)")
+    raise ConfigError("`facts` 'llm': the extraction is not available in this build yet (use 'locomo' or 'none')")
