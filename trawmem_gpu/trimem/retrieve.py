@@ -11,19 +11,10 @@ best) are kept. Their source turns are recovered, and the profile sections of th
 involved (the plan's persons that have a profile, else those of the three best facts), at most
 ``max_sections``, the ones sharing most words with the searches first.
 
-The workspace shows three blocks, every item with its id::
-
-    # Facts
-    [F:3:0] (2031-05-02) Ana adopted a grey cat named Pixel. <- D3:4
-    # Dialogue
-    [D3:4] (2 May 2031) Ana: ...
-    # Profiles
-    [P:Ana:interests] Ana, interests: likes cats [F:3:0]; paints [F:1:2]
-
-Under a token budget T the items are taken in priority order, each fact followed by its source
-turns not yet shown and the profile sections after the first ``profile_after`` facts; an item
-that does not fit is skipped and the rest goes on (the baselines' ``fill="skip"``), and the
-rendered text (counted with ``cl100k_base`` like every workspace) is checked against T.
+:func:`priority_ids` lists what the workspace shows, in the order a token budget takes it: each
+fact followed by its source turns not yet listed, the profile sections after the first
+``profile_after`` facts. ``trimem.method`` maps the ids to the units of the bank's unit view
+(``facts.view``), whose workspace shows every fact, turn and section with its id.
 """
 from __future__ import annotations
 
@@ -36,8 +27,6 @@ import numpy as np
 from ..data.types import Turn
 from ..facts.schema import Fact, ProfileSection
 from ..select.lexical import BM25Index, tokenize
-from ..tokens import count_tokens
-from ..workspace import clean, one_line, unit_line
 from .plan import QueryPlan
 from .prompts import SECTIONS
 
@@ -50,24 +39,6 @@ _YEAR = re.compile(r"\b(19\d{2}|20\d{2})\b")
 _MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
            "november", "december")
 _MONTH = re.compile(r"\b(" + "|".join(m for m in _MONTHS) + r"|" + "|".join(m[:3] for m in _MONTHS) + r")\b", re.I)
-
-
-def profile_id(s: ProfileSection) -> str:
-    """A profile section's unit id, ``P:<person>:<section>``."""
-    return f"P:{s.person}:{s.section}"
-
-
-def fact_line(f: Fact) -> str:
-    date = f" ({f.date})" if f.date else ""
-    return f"[{one_line(f.fact_id)}]{date} {clean(f.text)} <- {', '.join(map(one_line, f.source_turns))}"
-
-
-def profile_line(s: ProfileSection) -> str:
-    body = "; ".join(f"{clean(ln.text)} [{', '.join(ln.fact_ids)}]" for ln in s.lines)
-    return f"[{one_line(profile_id(s))}] {one_line(s.person)}, {s.section.replace('_', ' ')}: {body}"
-
-
-HEADERS = {"fact": "# Facts", "turn": "# Dialogue", "profile": "# Profiles"}
 
 
 @dataclass
@@ -97,26 +68,6 @@ class TriMemIndex:
                     persons.setdefault(key, set()).add(i)
         return cls(facts, vecs, list(turns), list(profiles), BM25Index(texts) if facts else None,
                    {t.turn_id: i for i, t in enumerate(turns)}, persons)
-
-
-@dataclass
-class TriMemWorkspace:
-    """What ``--method trimem`` shows for one question."""
-
-    fact_ids: list[str]
-    turn_ids: list[str]
-    profile_ids: list[str]
-    text: str
-    n_tokens: int
-    plan: QueryPlan
-
-    @property
-    def unit_ids(self) -> list[str]:
-        """Every id shown: facts, turns, profile sections."""
-        return self.fact_ids + self.turn_ids + self.profile_ids
-
-    def mix(self) -> dict:
-        return {"facts": len(self.fact_ids), "turns": len(self.turn_ids), "profiles": len(self.profile_ids)}
 
 
 def _rank_share(scores: np.ndarray, positive_only: bool) -> np.ndarray:
@@ -207,58 +158,22 @@ def involved_sections(idx: TriMemIndex, plan: QueryPlan, top: Sequence[int], max
     return sorted(cand, key=key)[:max_sections]
 
 
-def render(items: list[tuple[str, str, str]]) -> str:
-    """The three blocks (facts, dialogue, profiles) of ``(kind, id, line)`` items; turns in source
-    order is the caller's business."""
-    out = []
-    for kind in ("fact", "turn", "profile"):
-        lines = [ln for k, _, ln in items if k == kind]
-        if lines:
-            out.append(HEADERS[kind] + "\n" + "\n".join(lines))
-    return "\n\n".join(out) + ("\n" if out else "")
-
-
-def retrieve(idx: TriMemIndex, plan: QueryPlan, query_vecs: np.ndarray, *, k: int = TOP_K,
-             token_budget: Optional[int] = None, max_sections: int = MAX_SECTIONS,
-             profile_after: int = PROFILE_AFTER) -> TriMemWorkspace:
-    """The workspace of one question (module docstring)."""
+def priority_ids(idx: TriMemIndex, plan: QueryPlan, query_vecs: np.ndarray, *, k: int = TOP_K,
+                 max_sections: int = MAX_SECTIONS, profile_after: int = PROFILE_AFTER) -> list[str]:
+    """Fact, turn and profile-section ids to show, in priority order (module docstring)."""
     top = rank_facts(idx, plan, query_vecs, k)
-    sections = involved_sections(idx, plan, top, max_sections)
-    queue: list[tuple[str, str, str]] = []
-    shown_turns: set[str] = set()
+    sections = [s.unit_id for s in involved_sections(idx, plan, top, max_sections)]
+    out: list[str] = []
+    seen: set[str] = set()
     for r, i in enumerate(top):
         if r == profile_after:
-            queue += [("profile", profile_id(s), profile_line(s)) for s in sections]
+            out += sections
         f = idx.facts[i]
-        queue.append(("fact", f.fact_id, fact_line(f)))
+        out.append(f.fact_id)
         for tid in f.source_turns:
-            if tid in idx.turn_pos and tid not in shown_turns:
-                shown_turns.add(tid)
-                queue.append(("turn", tid, unit_line(idx.turns[idx.turn_pos[tid]], False)))
+            if tid in idx.turn_pos and tid not in seen:
+                seen.add(tid)
+                out.append(tid)
     if len(top) <= profile_after:
-        queue += [("profile", profile_id(s), profile_line(s)) for s in sections]
-    def arrange(items):  # facts by rank, turns in source order, profiles by relevance
-        return sorted(items, key=lambda x: (("fact", "turn", "profile").index(x[0]),
-                                            idx.turn_pos[x[1]] if x[0] == "turn" else 0))
-
-    ordered = arrange(queue if token_budget is None else _fill(queue, int(token_budget), arrange))
-    text = render(ordered)
-    return TriMemWorkspace([x[1] for x in ordered if x[0] == "fact"], [x[1] for x in ordered if x[0] == "turn"],
-                           [x[1] for x in ordered if x[0] == "profile"], text, count_tokens(text) if text else 0, plan)
-
-
-def _fill(queue: list[tuple[str, str, str]], budget: int, arrange) -> list[tuple[str, str, str]]:
-    """Items of ``queue`` in order while they fit ``budget`` tokens of rendered text (a block's
-    header paid with its first item; an item that overflows is skipped); ``arrange`` puts items
-    in their rendered order for the final check on the text."""
-    room, taken, opened = budget, [], set()
-    for item in queue:
-        kind, _, line = item
-        c = count_tokens(line + "\n") + (0 if kind in opened else count_tokens(HEADERS[kind] + "\n\n"))
-        if c <= room:
-            taken.append(item)
-            room -= c
-            opened.add(kind)
-    while taken and count_tokens(render(arrange(taken))) > budget:  # token merges across lines: settle on the text
-        taken.pop()
-    return taken
+        out += sections
+    return out
