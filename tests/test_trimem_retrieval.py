@@ -10,7 +10,8 @@ from trawmem_gpu.data import load_conversations, sample_path
 from trawmem_gpu.encode import get_encoder
 from trawmem_gpu.llm.openai_http import OpenAIHTTPBackend
 from trawmem_gpu.select.params import QueryParams
-from trawmem_gpu.trimem.build import attach_llm_layers
+from trawmem_gpu.trimem.build import attach_profiles
+from trawmem_gpu.trimem.extract import extract_facts
 from trawmem_gpu.trimem.method import TriMemRankers, trimem_select
 from trawmem_gpu.trimem.plan import QueryPlan, plain_plan
 from trawmem_gpu.workspace import assemble
@@ -38,10 +39,23 @@ def llm(server):
         b.close()
 
 
+def with_facts(bank, llm, enc, new_from=0):
+    """``bank`` with TriMem's facts of its turns from ``new_from`` on, encoded (as the build does)."""
+    from dataclasses import replace
+
+    from trawmem_gpu.facts.view import fact_embed_text
+
+    new, st = extract_facts(bank.turns, llm, new_from=new_from, existing=bank.facts)
+    ts = {t.turn_id: t.timestamp for t in bank.turns}
+    v = enc.encode([fact_embed_text(f, ts[f.source_turns[0]]) for f in new])
+    vecs = v if bank.fact_vecs is None else np.concatenate([bank.fact_vecs, v])
+    return replace(bank, facts=tuple(bank.facts) + tuple(new), fact_vecs=vecs, stats={**bank.stats,
+                                                                                       "facts_llm": st.to_dict()})
+
+
 @pytest.fixture
 def layered(sample_bank, llm, enc):
-    bank = attach_llm_layers(sample_bank, llm, enc, facts=True, profiles=True)
-    bank.validate()
+    bank, _ = attach_profiles(with_facts(sample_bank, llm, enc), llm, enc)
     return bank
 
 
@@ -63,7 +77,7 @@ def _select(layered, enc, questions, params=None, llm=None):
 
 def test_workspace_shows_facts_their_turns_and_profiles_with_ids(layered, enc):
     q = "Where did Clara move for her job?"
-    _, (pick,) = _select(layered, enc, [q])
+    _, (pick,) = _select(layered, enc, [q], QueryParams(budget=4096))
     ws = assemble(pick.view, q, pick.units, "none")
     ids = ws.unit_ids
     facts = [i for i in ids if i.startswith("F:")]
@@ -76,6 +90,8 @@ def test_workspace_shows_facts_their_turns_and_profiles_with_ids(layered, enc):
     text = ws.render()
     assert "[F:" in text and "[cites " in text and "[P:" in text
     assert "S1:8" in ids  # Clara's move is found by the plain question
+    _, (capped,) = _select(layered, enc, [q], QueryParams(budget=5))
+    assert capped.units == pick.units[:5]  # B caps the units, in priority order
 
 
 def test_token_budget_is_kept(layered, enc):
@@ -121,13 +137,12 @@ def test_update_extracts_new_turns_and_touches_only_their_profiles(layered, llm,
     last = layered.turns[-1]
     new = [Turn("S9:1", "Ben", "Ben works at the harbour office now.", last.session + 1, "2031-06-01T10:00:00",
                 last.time.replace(year=2031, month=6, day=1) if last.time else None)]
-    stored = replace(layered)
-    grown, _ = update_bank(stored, new, encoder=enc)
+    grown, _ = update_bank(layered, new, encoder=enc)
+    grown = replace(grown, facts=layered.facts, fact_vecs=layered.fact_vecs, profiles=layered.profiles,
+                    profile_vecs=layered.profile_vecs)  # (the facts task's update_bank carries the layers)
     server.reset_counts()
-    upd = attach_llm_layers(grown, llm, enc, facts=True, profiles=True, new_from=layered.n_units,
-                            old_facts=layered.facts, old_fact_vecs=layered.fact_vecs, old_profiles=layered.profiles,
-                            old_profile_vecs=layered.profile_vecs)
-    upd.validate()
+    grown = with_facts(grown, llm, enc, new_from=layered.n_units)
+    upd, st = attach_profiles(grown, llm, enc, new_fact_ids=[f.fact_id for f in grown.facts[len(layered.facts):]])
     added = [f for f in upd.facts if f.fact_id not in {g.fact_id for g in layered.facts}]
     assert [f.source_turns for f in added] == [("S9:1",)]
     assert server.requests == 2  # one extraction window, one profile update (Ben); Ana is not asked

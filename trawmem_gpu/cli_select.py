@@ -53,6 +53,18 @@ def _check_question(q: str) -> str:
     return q.strip()
 
 
+def _plan_llm(a):
+    """TriMem's planning LLM from ``--plan-llm`` (checked, cached), or None."""
+    spec = getattr(a, "plan_llm", None)
+    if not spec:
+        return None
+    if a.method != "trimem":
+        raise InputError("--plan-llm applies to --method trimem only")
+    from .llm_factory import llm_from_args, llm_options
+
+    return llm_from_args(spec, check=True, **llm_options(a))
+
+
 def _load_head(path):
     if not path:
         return None
@@ -88,12 +100,28 @@ def cmd_query(a) -> int:
     if enc.id != bank.encoder_id:
         raise InputError(f"bank was encoded with {bank.encoder_id!r}, the configured encoder is {enc.id!r}")
     z = enc.encode([q], is_query=True)[0]
-    kw = {"head": head} if head is not None else {}
-    sel = select_reference(BankContext.of(bank), q, z, cfg, qp, **kw)
-    ws = assemble(bank, q, sel.units, cfg.headings)
+    extra = {}
+    if a.method == "trawmem":
+        kw = {"head": head} if head is not None else {}
+        ws = assemble(bank, q, select_reference(BankContext.of(bank), q, z, cfg, qp, **kw).units, cfg.headings)
+    elif a.method == "trimem":
+        from .trimem.method import TriMemRankers, trimem_select
+
+        plan_llm = _plan_llm(a)
+        try:
+            (pick,) = trimem_select(TriMemRankers({bank.bank_id: bank}), [(bank.bank_id, q)], z[None, :], qp,
+                                    llm=plan_llm, encode=lambda xs: enc.encode(xs, is_query=True))
+        finally:
+            if plan_llm is not None:
+                plan_llm.close()
+        ws, extra = assemble(pick.view, q, pick.units, "none"), {"plan": pick.plan.to_dict()}
+    else:
+        from .select.baselines import baseline_units
+
+        ws = assemble(bank, q, baseline_units(a.method, BankContext.of(bank), q, z, cfg, qp), "none")
     if a.json:
         print(json.dumps({"bank_id": bank.bank_id, "question": q, "units": ws.unit_ids, "tokens": ws.n_tokens,
-                          "tokenizer": ws.tokenizer, "workspace": ws.render()}, indent=1))
+                          "tokenizer": ws.tokenizer, "workspace": ws.render(), **extra}, indent=1))
     else:
         print(ws.render())
         print(f"-- {plural(len(ws.unit_ids), 'unit')} in {plural(len(ws.blocks), 'thread')}, {ws.n_tokens} tokens "
@@ -110,13 +138,15 @@ def cmd_eval(a) -> int:
     answer = judge = None
     if a.answer_llm or a.judge_llm:  # checked first: a wrong URL, key or model stops here, before retrieval
         answer, judge = open_backends(a)
+    plan = None
     try:
+        plan = _plan_llm(a)
         res = run_eval(a.data, a.method, cfg, categories=a.categories, engine=a.engine, head=head,
-                       bank_cache=a.banks, keep_records=True, dayfirst=a.dayfirst, params=qp)
+                       bank_cache=a.banks, keep_records=True, dayfirst=a.dayfirst, params=qp, plan_llm=plan)
         if answer is not None:
             add_answer_metrics(res, a, answer_backend=answer, judge_backend=judge)
     finally:
-        close_backends(answer, judge)
+        close_backends(answer, judge, plan)
     out = Path(a.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
@@ -189,6 +219,8 @@ def configure_query(q) -> None:
     q.add_argument("--bank", required=True, help="bank or collection directory")
     q.add_argument("--bank-id", help="bank within a collection (default: the only one; needed when it holds several)")
     q.add_argument("--question", required=True, help=f"the question (at most {MAX_QUESTION_CHARS} characters)")
+    add_method(q)
+    add_llm_options(q)
     q.add_argument("--budget", type=budget_int, help=budget_help)
     add_token_budget(q)
     q.add_argument("--hops", type=hops_int, help=hops_help)

@@ -32,7 +32,8 @@ __all__ = ["Cell", "CellRunner", "grid", "run_sweep", "run_cells", "interleave",
 
 TRAWMEM = "trawmem"
 BASELINES = ("cosine", "bm25", "hybrid")
-SWEEP_METHODS = (TRAWMEM, *BASELINES)
+TRIMEM = "trimem"  # trimem.method, without query planning in a sweep: cells like a baseline's
+SWEEP_METHODS = (TRAWMEM, *BASELINES, TRIMEM)
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,6 @@ class SharedEngine:
 class CellRunner:
     """One cell's selection for one query at a time, with its method, its query parameters and
     (for a TrawMem cell with ``engine="batched"``, or for the throughput) the grid's engine.
-
     :param base_params: the ``QueryParams`` the cell's B / T / H replace (None = the defaults)
     :param shared: the grid's :class:`SharedEngine` (None: one of its own)
     """
@@ -133,6 +133,8 @@ class CellRunner:
         self.shared = shared or SharedEngine(banks, base_cfg, threads)
         self.records: list[dict] = []
         self.selections: list = []
+        from ..trimem.method import TriMemRankers  # per-bank setup before any query is timed
+        self.trimem = TriMemRankers.prepared(banks) if cell.method == TRIMEM else None
 
     def engine(self):
         """The grid's batched engine (built once; ``setup_s`` times it)."""
@@ -153,6 +155,8 @@ class CellRunner:
                 return self.engine().select_units([bid], [question], Z[i:i + 1], params=self.params)[0], None
             s = select_reference(ctx, question, Z[i], self.cfg, self.params, keep_internals=True)
             return s.units, s
+        if m == TRIMEM:
+            return self.trimem[bid].plain_units(question, Z[i], self.params), None
         return baseline_units(m, ctx, question, Z[i], self.cfg, self.params), None
 
     def run_one(self, items: list, Z: np.ndarray, i: int, keep: bool = False, record: bool = True) -> None:
@@ -164,7 +168,8 @@ class CellRunner:
         t0 = time.perf_counter()
         units, s = self.select(bid, q.question, Z, i)
         t1 = time.perf_counter()
-        ws = assemble(self.banks[bid], q.question, units, headings_for(self.cell.method, self.cfg))
+        ws = assemble(self.banks[bid] if self.trimem is None else self.trimem[bid].view, q.question, units,
+                      headings_for(self.cell.method, self.cfg))
         ws.render()
         t2 = time.perf_counter()
         if not record:
@@ -194,8 +199,7 @@ def run_cells(cells: list[Cell], banks: dict, ctxs: dict, items: list, Z: np.nda
     """
     shared = SharedEngine(banks, base_cfg, threads)  # one engine, one set of tables, for the whole grid
     runners = [CellRunner(c, banks, ctxs, base_cfg, engine, threads, base_params, shared) for c in cells]
-    return interleave(runners, items, Z, warmup=warmup, keep_selections=keep_selections, progress=progress,
-                      desc=desc)
+    return interleave(runners, items, Z, warmup=warmup, keep_selections=keep_selections, progress=progress, desc=desc)
 
 
 def interleave(runners: list[CellRunner], items: list, Z: np.ndarray, *, warmup: int = 10,

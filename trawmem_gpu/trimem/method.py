@@ -6,10 +6,11 @@ A :class:`TriMemRanker` holds one bank's retrieval index (``trimem.retrieve``) a
 so that the workspace is the view's, rendered like every baseline's (``headings="none"``: each
 line with its id and date; a fact with the turns it cites). :func:`trimem_select` serves a batch
 of questions: the plans in two batched LLM calls (none without an LLM), every extra search
-encoded in one call, then per question the priority ids mapped to view units and taken under the
-token budget T exactly as a baseline takes its ranking (``select.baselines.take_within_tokens``,
-then ``workspace.fit_to_tokens``), at most B units when B is also given. Without T every
-listed unit is shown (the K facts, their turns, the sections): B does not apply.
+encoded in one call, then per question the priority ids mapped to view units and taken as a
+baseline takes its ranking: the first B at a unit budget, or under a token budget T
+(``select.baselines.take_within_tokens``, then ``workspace.fit_to_tokens``), at most B units when
+B is also given. A B above what is listed (``--budget 4096``) shows everything: the K facts,
+their turns and the sections, the paper's setting.
 """
 from __future__ import annotations
 
@@ -58,6 +59,10 @@ class TriMemRanker:
         idx = TriMemIndex.of(bank.facts, bank.fact_vecs, bank.turns, bank.profiles)
         return cls(bank, view, BankContext.of(view), idx, view.index_of())
 
+    def plain_units(self, question: str, z: np.ndarray, params=None) -> list[int]:
+        """:meth:`units` without planning: the question (vector ``z``) is the only search."""
+        return self.units(plain_plan(question), np.asarray(z)[None, :], params)
+
     def units(self, plan: QueryPlan, query_vecs: np.ndarray, params=None, k: int = TOP_K) -> list[int]:
         """View unit indices shown for ``plan`` (its searches' vectors ``query_vecs``), in priority order."""
         from ..select.params import QueryParams
@@ -66,7 +71,7 @@ class TriMemRanker:
         qp = params or QueryParams()
         order = [self.pos[i] for i in priority_ids(self.index, plan, query_vecs, k=k) if i in self.pos]
         if qp.token_budget is None:
-            return order
+            return order[:qp.budget]
         costs = self.ctx.token_costs(HEADINGS)
         units = take_within_tokens(order, costs, self.view.unit_thread, qp.token_budget, qp.fill, qp.budget)
         return fit_to_tokens(self.view, units, qp.token_budget, HEADINGS, costs=costs)
@@ -82,6 +87,14 @@ class TriMemRankers(dict):
     def __missing__(self, bank_id: str) -> TriMemRanker:
         r = self[bank_id] = TriMemRanker.of(self.banks[bank_id])
         return r
+
+    @classmethod
+    def prepared(cls, banks: dict) -> "TriMemRankers":
+        """Rankers of every bank made now, token costs counted (setup outside any query's timing)."""
+        out = cls(banks)
+        for bid in banks:
+            out[bid].ctx.token_costs(HEADINGS)
+        return out
 
 
 @dataclass
