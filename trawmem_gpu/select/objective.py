@@ -379,10 +379,11 @@ if numba is not None:
 support_from_cosine_compiled = njit(cache=True, inline="always")(support_from_cosine)
 
 
-def support_kernel(cos, same_thread, cfg):
+def support_kernel(cos, same_thread, cfg, floor=None):
     """``K [..., U, U]`` from candidate cosines (NumPy or torch): :func:`support_from_cosine`,
-    zero across threads without cross-thread support (``same_thread [..., U, U]`` bool), unit
-    diagonal; or the identity (``kernel="identity"``)."""
+    zero across threads without cross-thread support (``same_thread [..., U, U]`` bool), raised
+    to ``floor [..., U, U]`` where given (the support links of a unit view: :func:`support_floor`),
+    unit diagonal; or the identity (``kernel="identity"``)."""
     U = cos.shape[-1]
     if _is_torch(cos):
         import torch
@@ -393,6 +394,8 @@ def support_kernel(cos, same_thread, cfg):
         K = support_from_cosine(cos, cfg.k_shift)
         if not cfg.cross_thread:
             K = K * same_thread
+        if floor is not None:
+            K = torch.maximum(K, floor.to(K.dtype))
         return torch.where(eye, torch.ones((), dtype=K.dtype, device=K.device), K)
     if cfg.kernel == "identity":
         return np.broadcast_to(np.eye(U), cos.shape).copy()
@@ -400,8 +403,25 @@ def support_kernel(cos, same_thread, cfg):
     if not cfg.cross_thread:
         K = K * same_thread
     K = np.array(K, dtype=np.float64)
+    if floor is not None:
+        np.maximum(K, floor, out=K)
     np.einsum("...ii->...i", K)[...] = 1.0
     return K
+
+
+def support_floor(bank, cfg) -> np.ndarray | None:
+    """``[N, N]`` float64 the least support ``K(u, v)`` between the units of ``bank`` that its
+    support links give (``Bank.support_src`` restates ``support_dst``: a fact and a source turn),
+    or None when it has none. A unit restates what it was made from, lossily: ``K(restating,
+    source) >= cfg.fact_support``; the source holds all the restatement says: ``K(source,
+    restating) = 1``. So a fact and its source turn together are a redundancy J sees."""
+    src, dst = getattr(bank, "support_src", None), getattr(bank, "support_dst", None)
+    if src is None or not len(src):
+        return None
+    F = np.zeros((bank.n_units, bank.n_units))
+    F[src, dst] = cfg.fact_support
+    F[dst, src] = 1.0
+    return F
 
 
 def _is_torch(x) -> bool:

@@ -46,6 +46,8 @@ class Bank:
     """The profiles layer (``facts.schema.ProfileSection``, one per person and section)."""
     profile_vecs: np.ndarray | None = None
     """[P, d] float32, L2-normalized; None when no profiles."""
+    layer_sources: dict = field(default_factory=dict)
+    """Where each layer came from (``{"facts": "locomo"}``): an ``--update`` continues with it."""
     units: tuple[str, ...] = ("turns",)
     """The layers that are units here: ``("turns",)`` for a stored bank; a unit view's tuple, whose
     ``turns`` then also hold the fact and profile units (``facts.view``)."""

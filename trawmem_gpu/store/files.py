@@ -133,8 +133,8 @@ def write_bank_files(bank: Bank, d: Path) -> None:
         os.fsync(f.fileno())
     if layered:
         with open(d / LAYERS, "w", encoding="utf-8") as f:
-            json.dump({"facts": [x.to_record() for x in bank.facts],
-                       "profiles": [x.to_record() for x in bank.profiles]}, f, ensure_ascii=False)
+            json.dump({"facts": [x.to_record() for x in bank.facts], "profiles": [x.to_record() for x in bank.profiles],
+                       "sources": dict(bank.layer_sources)}, f, ensure_ascii=False)
             f.flush()
             os.fsync(f.fileno())
     meta = {
@@ -240,14 +240,15 @@ def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = No
             raise BankError(f"{path / TENSORS}: unreadable tensors ({e})") from None
         units = json.loads((path / UNITS).read_text(encoding="utf-8"))
         stats = meta.get("stats", {})
-        facts, profiles = _read_layers(path / LAYERS, meta["layers"]) if layered else ((), ())
+        facts, profiles, sources = _read_layers(path / LAYERS, meta["layers"]) if layered else ((), (), {})
         bank = Bank(
             bank_id=meta["bank_id"], turns=[_turn_from(r) for r in units],
             thread_offsets=t["thread_offsets"], heads=list(meta["heads"]), head_kind=list(meta["head_kind"]),
             unit_vecs=t["unit_vecs"], head_vecs=t["head_vecs"], edge_src=t["edge_src"], edge_dst=t["edge_dst"],
             edge_w=t["edge_w"], edge_kind=t["edge_kind"], encoder_id=meta["encoder_id"],
             build_config=meta.get("build_config") or {}, stats=stats if isinstance(stats, dict) else {},
-            facts=facts, fact_vecs=t.get("fact_vecs"), profiles=profiles, profile_vecs=t.get("profile_vecs"))
+            facts=facts, fact_vecs=t.get("fact_vecs"), profiles=profiles, profile_vecs=t.get("profile_vecs"),
+            layer_sources=sources)
         if turns_digest(bank.turns) != meta["turns_sha256"]:
             raise BankError(f"{path / UNITS}: the turns do not match the digest in {META}; {REBUILD_HINT}")
     except BankError:
@@ -261,8 +262,8 @@ def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = No
     return bank
 
 
-def _read_layers(fp: Path, counts: dict) -> tuple[tuple, tuple]:
-    """The facts and profiles of ``layers.json`` (checked records, counts as ``meta.json`` says)."""
+def _read_layers(fp: Path, counts: dict) -> tuple[tuple, tuple, dict]:
+    """The facts, profiles and sources of ``layers.json`` (checked records, counts as ``meta.json`` says)."""
     from ..facts.schema import fact_from_record, profile_from_record
 
     rec = json.loads(fp.read_text(encoding="utf-8"))
@@ -276,4 +277,7 @@ def _read_layers(fp: Path, counts: dict) -> tuple[tuple, tuple]:
     if len(facts) != counts.get("facts") or len(profiles) != counts.get("profiles"):
         raise BankError(f"{fp}: {len(facts)} facts and {len(profiles)} profile sections where {META} says "
                         f"{counts.get('facts')} and {counts.get('profiles')}")
-    return facts, profiles
+    sources = rec.get("sources", {})
+    if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
+        raise BankError(f"{fp}: corrupt layers (field 'sources' must map layer names to strings)")
+    return facts, profiles, sources

@@ -99,6 +99,9 @@ class StageTables(NamedTuple):
     """[threads] heading token cost of every stored thread."""
     tok_hrun: np.ndarray
     """[threads] the bank-local first thread of every stored thread's heading run (one heading)."""
+    linked: np.ndarray
+    """[units] 1 where a unit has a support link (its K to another thread may exceed the bridge
+    cosine's: its step-0 bound then counts K <= 1 for every thread)."""
 
 
 class StageBatch(NamedTuple):
@@ -156,7 +159,8 @@ def _learned_tables(snap: Snapshot):
 def stage_tables(snap: Snapshot) -> StageTables:
     n = snap.np
     return StageTables(n["ktab"], n["btab"], n["head_sim"], n["temporal"], n["position"], n["d_in"],
-                       ThreadGraph(n["nbr"], n["nbw"], snap.dummy_thread), n["tok_unit"], n["tok_head"], n["tok_hrun"])
+                       ThreadGraph(n["nbr"], n["nbw"], snap.dummy_thread), n["tok_unit"], n["tok_head"], n["tok_hrun"],
+                       n["linked"])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -311,6 +315,8 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
                     if c > br:
                         br = c
                     kr[j] = 0.0 if no_support else support_from_cosine_compiled(c, k_shift)
+                    if tab.linked[gl] > 0 and not p.identity:  # a support link may reach thread j
+                        kr[j] = 1.0
                 else:
                     kr[j] = 1.0
             br = 0.0 if br == -np.inf else min(max(br, 0.0), 1.0)
