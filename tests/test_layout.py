@@ -36,7 +36,7 @@ LAYERS = (
     ("score", ("trawmem_gpu.score",)),
     ("serve", ("trawmem_gpu.serve",)),
     ("cli", ("trawmem_gpu.cli", "trawmem_gpu.cli_args", "trawmem_gpu.cli_score", "trawmem_gpu.cli_select",
-             "trawmem_gpu.cli_sweep", "trawmem_gpu.head.cli", "trawmem_gpu.serve.cli")),
+             "trawmem_gpu.cli_sweep", "trawmem_gpu.head.cli", "trawmem_gpu.serve.cli", "trawmem_gpu.trimem.cli")),
 )
 
 

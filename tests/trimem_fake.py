@@ -10,7 +10,8 @@ Replies follow the prompts of ``trawmem_gpu.trimem.prompts``:
 * profile update: only the section the new facts touch (career for "works", else interests);
 * key information: the capitalized words of the question as persons; target queries: the
   question and its last three words; ``PLAN_FAIL`` in a question makes both replies malformed;
-* critique / apply: a fixed critique, and the prompt with one rule appended (``EVOLVE_LINE``).
+* critique / apply: a fixed critique, and the prompt with one rule appended (``EVOLVE_LINE``);
+* anything else (answers, judgements) passes to the server's built-in replies.
 """
 from __future__ import annotations
 
@@ -45,7 +46,14 @@ def _profile(person, facts):
 def respond(messages):
     users = _users(messages)
     first, retry = (users[0] if users else ""), len(users) > 1
-    if "You are a memory extraction agent" in first:
+    if first.startswith("You improve the system prompt"):
+        return json.dumps({"critique": "The prompt loses exact adjectives."})
+    if first.startswith("Rewrite the system prompt"):
+        prompt = first.split("Prompt:\n<<<\n", 1)[1].split("\n>>>", 1)[0]
+        head, sep, tail = prompt.partition("\n\nTurns:")
+        new = head + "\n" + EVOLVE_LINE + sep + tail if sep else prompt + "\n" + EVOLVE_LINE
+        return json.dumps({"prompt": new})
+    if first.startswith("You are a memory extraction agent"):
         block = first.split("Turns:\n", 1)[1].split("\n\nReply", 1)[0]
         if "MALFORMED_ONCE" in block and not retry:
             return '{"facts": [{"text": "broken'
@@ -69,22 +77,25 @@ def respond(messages):
         new = _facts_of(first, "New facts:\n")
         sec = "career" if any("works" in t for _, t in new) else "interests"
         return json.dumps({sec: [{"text": f"{person} updated {sec}", "fact_ids": [f for f, _ in new]}]})
-    if "extract the key information" in first:
+    if first.startswith("Analyze the question"):
         q = first.split("Question: ", 1)[1].split("\n", 1)[0]
         if "PLAN_FAIL" in q:
             return "not json at all"
         return json.dumps({"keywords": q.split()[-2:], "persons": re.findall(r"\b[A-Z][a-z]+\b", q)[1:],
                            "time_expression": None, "location": None, "entities": []})
-    if "Plan searches" in first:
+    if first.startswith("Plan searches"):
         q = first.split("Question: ", 1)[1].split("\n", 1)[0]
         if "PLAN_FAIL" in q:
             return "no"
         return json.dumps({"queries": [q, " ".join(q.rstrip("?").split()[-3:])]})
-    if "Criticize the prompt" in first:
-        return json.dumps({"critique": "The prompt loses exact adjectives."})
-    if first.startswith("Rewrite the system prompt"):
-        prompt = first.split("Prompt:\n<<<\n", 1)[1].split("\n>>>", 1)[0]
-        head, sep, tail = prompt.partition("\n\nTurns:")
-        new = head + "\n" + EVOLVE_LINE + sep + tail if sep else prompt + "\n" + EVOLVE_LINE
-        return json.dumps({"prompt": new})
     return None
+
+
+def write_locomo(path, sessions, qa):
+    """A made-up LoCoMo-layout file (May 2031): ``sessions`` lists of (speaker, text), ``qa`` question dicts."""
+    conv = {"speaker_a": "Ana", "speaker_b": "Ben"}
+    for k, turns in enumerate(sessions, 1):
+        conv[f"session_{k}_date_time"] = f"2:14 pm on {k + 1} May, 2031"
+        conv[f"session_{k}"] = [{"speaker": s, "dia_id": f"D{k}:{i + 1}", "text": t} for i, (s, t) in enumerate(turns)]
+    path.write_text(json.dumps([{"sample_id": "conv-x", "conversation": conv, "qa": qa}]))
+    return path

@@ -21,11 +21,18 @@ from .profiles import ProfileStats, build_profiles
 from .prompts import PromptSet
 
 
+def profiles_summary(stats: list[ProfileStats]) -> str:
+    """One line on what a build's profile runs did."""
+    tot = {k: sum(getattr(s, k) for s in stats) for k in ("persons", "created", "updated", "unchanged",
+                                                           "sections_changed", "retried", "failed")}
+    return "profiles: " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in tot.items())
+
+
 def attach_profiles(bank: Bank, llm, encoder, *, prompts: PromptSet | None = None,
                     new_fact_ids: Optional[Iterable[str]] = None) -> tuple[Bank, ProfileStats]:
     """``bank`` with its profiles layer made (``new_fact_ids`` None) or updated (module docstring)."""
-    if not bank.facts:
-        raise ConfigError(f"profiles: bank {bank.bank_id!r} has no facts to build profiles from (give --facts)")
+    if not bank.facts:  # nothing to build from (a bank whose extraction gave no fact)
+        return bank, ProfileStats()
     if encoder.id != bank.encoder_id:
         raise ConfigError(f"profiles: bank {bank.bank_id!r} was encoded with {bank.encoder_id!r}, not {encoder.id!r}")
     update = new_fact_ids is not None and bool(bank.profiles)
@@ -39,7 +46,6 @@ def attach_profiles(bank: Bank, llm, encoder, *, prompts: PromptSet | None = Non
         fresh = {}
     vecs = np.stack([old[id(s)] if id(s) in old else fresh[id(s)] for s in secs]).astype(np.float32) if secs else None
     out = replace(bank, profiles=tuple(secs), profile_vecs=vecs, stats={**bank.stats, "profiles_llm": st.to_dict()},
-                  **({"layer_sources": {**bank.layer_sources, "profiles": "llm"}} if hasattr(bank, "layer_sources")
-                     else {}))
+                  layer_sources={**bank.layer_sources, "profiles": "llm"})
     out.validate()
     return out, st

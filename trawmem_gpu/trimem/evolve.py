@@ -182,7 +182,7 @@ class Evolution:
         res = self.llm.chat(convs, max_tokens=4096, temperature=0.0, json_mode=True, desc="trimem-apply") \
             if convs else []
         nxt, applied, refused = ps, [], []
-        version = f"evolved-{len(self.state['versions'])}"
+        version = f"evolved-{self.state['next']['version'] + 1}"
         for n, r in zip(todo, res):
             obj = extract_json(r.text) if r.error is None else None
             new = obj.get("prompt") if isinstance(obj, dict) else None

@@ -59,7 +59,8 @@ class TriMemIndex:
     def of(cls, facts: Sequence[Fact], fact_vecs: np.ndarray, turns: Sequence[Turn],
            profiles: Sequence[ProfileSection] = ()) -> "TriMemIndex":
         facts = list(facts)
-        vecs = np.asarray(fact_vecs, dtype=np.float32).reshape(len(facts), -1) if facts else np.zeros((0, 1), np.float32)
+        vecs = np.asarray(fact_vecs, dtype=np.float32).reshape(len(facts), -1) if facts else \
+            np.zeros((0, 1), np.float32)
         texts = [" ".join([f.text, *f.persons, *f.keywords, *f.entities, *f.locations]) for f in facts]
         persons: dict[str, set[int]] = {}
         for i, f in enumerate(facts):
