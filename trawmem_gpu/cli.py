@@ -242,8 +242,8 @@ def configure_build(b: Parser) -> None:
                    help="the profiles layer: per-person profiles (identity, personality, interests, career, "
                         "relationships, life events, preferences) made by --llm from the facts (llm); with --update, "
                         "only the sections new facts touch change (default: none, or with --update the bank's own)")
-    b.add_argument("--prompts", help="TriMem prompts file for --facts llm / --profiles llm (from `trawmem "
-                                     "evolve-prompts`: its best_prompts.json; default: the built-in prompts)")
+    b.add_argument("--prompts", help="TriMem prompts file for --facts llm / --profiles llm, such as the "
+                                     "best_prompts.json of `trawmem evolve-prompts` (default: the built-in prompts)")
     b.add_argument("--update", action="store_true",
                    help="append to existing banks: the input may hold a bank's whole history, a tail of it, or "
                         "only new turns; a history that conflicts with the stored one is refused")

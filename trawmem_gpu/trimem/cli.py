@@ -49,7 +49,7 @@ def configure_evolve(e) -> None:
                    help="wrong answers shown to the critic per step")
     e.add_argument("--budget", type=positive_int, default=4096,
                    help="unit cap of each workspace (default: everything TriMem lists)")
-    e.add_argument("--token-budget", type=token_budget_int, metavar="T", help="workspace token budget (default: none)")
+    e.add_argument("--token-budget", type=token_budget_int, metavar="T", help="workspace token budget (default: no token budget)")
     e.add_argument("--no-profiles", action="store_true", help="evolve the extraction prompt alone (no profiles)")
     e.add_argument("--init", help="prompts file to start from (default: the built-in prompts)")
     e.add_argument("--out", required=True, help="run directory: versions, state, best prompts")
