@@ -71,6 +71,19 @@ def test_build_update_and_eval_with_trimem(env, server, capsys):
                  "--token-budget", "120", "--json"]) == 0
     q = json.loads(capsys.readouterr().out)
     assert q["tokens"] <= 120 and q["units"] and q["plan"]["queries"] == ["What breed is Rex?"]
+    # score and sweep take --method trimem too (no planning there)
+    qs = env / "q.jsonl"
+    qs.write_text(json.dumps({"id": "q1", "bank_id": "conv-x", "question": "What did Rex chew?"}) + "\n")
+    assert main(["score", "--questions", str(qs), "--banks", str(env / "coll"), "--method", "trimem",
+                 "--token-budget", "150", "--out", str(env / "s.jsonl"), "--quiet"]) == 0
+    rec = json.loads((env / "s.jsonl").read_text().splitlines()[0])
+    assert rec["tokens"] <= 150 and any(u.startswith("F:") for u in rec["units"]) and "[F:" in rec["workspace"]
+    assert main(["sweep", "--data", str(full), "--banks", str(env / "coll"), "--method", "trimem,hybrid",
+                 "--budget", "8", "--token-budget", "200", "--hops", "1", "--warmup", "0", "--rounds", "1",
+                 "--output", str(env / "sw.json"), "--quiet"]) == 0
+    cells = {c["key"]: c for c in json.loads((env / "sw.json").read_text())["cells"]}
+    assert {"trimem B=8", "trimem T=200", "hybrid T=200"} <= set(cells)
+    assert cells["trimem T=200"]["context_tokens"]["mean"] <= 200
 
 
 def test_profiles_need_facts_and_method_trimem_needs_facts(env, server, capsys):
