@@ -105,11 +105,22 @@ def test_view_structure():
     v = unit_view(b, ("profiles", "turns", "facts"))  # any order: the layers stand in UNIT_KINDS order
     N, F, P = b.n_units, len(b.facts), len(b.profiles)
     assert v.units == ("turns", "facts", "profiles") and v.n_units == N + F + P
-    assert [t.turn_id for t in v.turns[:N]] == [t.turn_id for t in b.turns]  # the turns keep their indices
-    assert np.array_equal(v.unit_vecs[:N], b.unit_vecs) and np.array_equal(v.thread_offsets[:b.n_threads + 1],
-                                                                            b.thread_offsets)
-    assert layer_counts(v.turns) == {"turns": N, "facts": F, "profiles": P}
+    turns = [t for t in v.turns if getattr(t, "layer", "turns") == "turns"]
+    assert turns == b.turns  # the turns in their order, with their vectors
     idx = v.index_of()
+    assert np.array_equal(v.unit_vecs[[idx[t.turn_id] for t in b.turns]], b.unit_vecs)
+    # each session's facts follow its turns: the thread order is by session, profiles last
+    sessions = [v.turns[int(v.thread_offsets[j])].session for j in range(v.n_threads)]
+    layer = [getattr(v.turns[int(v.thread_offsets[j])], "layer", "turns") for j in range(v.n_threads)]
+    assert [s for s, k in zip(sessions, layer) if k != "profiles"] == sorted(s for s, k in zip(sessions, layer)
+                                                                            if k != "profiles")
+    assert layer[-1] == "profiles" and layer.count("profiles") == 1
+    # bank edges survive, renumbered: every bank edge joins the view threads of the same turns
+    vt = {t.turn_id: int(v.unit_thread[idx[t.turn_id]]) for t in b.turns}
+    first = [b.turns[int(b.thread_offsets[j])].turn_id for j in range(b.n_threads)]
+    ve = set(zip(v.edge_src.tolist(), v.edge_dst.tolist()))
+    assert all((vt[first[s]], vt[first[d]]) in ve for s, d in zip(b.edge_src.tolist(), b.edge_dst.tolist()))
+    assert layer_counts(v.turns) == {"turns": N, "facts": F, "profiles": P}
     pairs = set(zip(v.support_src.tolist(), v.support_dst.tolist()))
     for f in b.facts:  # each fact restates its source turns, and its thread meets theirs in the graph
         assert {(idx[f.fact_id], idx[t]) for t in f.source_turns} <= pairs
@@ -131,7 +142,8 @@ def test_workspace_shows_facts_with_their_cited_turns():
     b = layered_bank()
     v = unit_view(b, ("turns", "facts"))
     i = v.index_of()["F:0"]
-    text = assemble(v, "q", [0, i]).render()
+    t0 = v.index_of()[b.turns[0].turn_id]
+    text = assemble(v, "q", [t0, i]).render()
     assert f"[F:0] fact: {b.facts[0].text} [cites {', '.join(b.facts[0].source_turns)}]" in text
     assert f"[{b.turns[0].turn_id}]" in text
 

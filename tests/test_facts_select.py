@@ -34,9 +34,10 @@ def vqueries(views):
     rng = np.random.default_rng(11)
     ids, qs, zs = [], [], []
     for b in views:
-        n_turns = sum(1 for t in b.turns if getattr(t, "layer", "turns") == "turns")
+        layer = [i for i, t in enumerate(b.turns) if getattr(t, "layer", "turns") != "turns"]
+        turns = [i for i, t in enumerate(b.turns) if getattr(t, "layer", "turns") == "turns"]
         for i in range(6):
-            u = int(rng.integers(n_turns, b.n_units)) if i % 2 else int(rng.integers(n_turns))  # near a fact / a turn
+            u = int(rng.choice(layer if i % 2 else turns))  # near a fact or profile / a turn
             z = b.unit_vecs[u] + 0.3 * rng.normal(size=D)
             ids.append(b.bank_id)
             qs.append(f"When did Ana {i} cat paint?")
@@ -58,8 +59,9 @@ def test_engines_pick_what_the_reference_picks_with_facts(views, vqueries, varia
         got = SelectionEngine(views, cfg, device="cpu", **variant).select_units(ids, qs, Z, params=params)
         bad = [(i, g, r) for i, (g, r) in enumerate(zip(got, ref)) if g != r]
         assert not bad, f"{len(bad)}/{len(ref)} differ, first: {bad[:2]}"
-    n = views[0].n_units - sum(1 for t in views[0].turns if getattr(t, "layer", "turns") == "turns")
-    assert any(u >= views[0].n_units - n for r in ref for u in r), "no layer unit was ever picked: a vacuous test"
+    bank_of = {b.bank_id: b for b in views}
+    assert any(getattr(bank_of[b].turns[u], "layer", "turns") != "turns" for b, r in zip(ids, ref) for u in r), \
+        "no layer unit was ever picked: a vacuous test"
 
 
 def test_a_fact_supports_its_source_turns(views):
@@ -98,3 +100,28 @@ def test_knapsack_pays_rendered_fact_lines(views):
         z = b.unit_vecs[-1]
         sel = select_reference(ctx, "What does Ana like?", z, SelectConfig(), p)
         assert assemble(b, "", sel.units).n_tokens <= 90
+
+
+def test_served_engine_selects_from_the_views():
+    """``serve --units``: the service's engine selects from each stored bank's unit view, and an
+    append's refresh makes the new bank's view."""
+    from dataclasses import replace
+
+    from trawmem_gpu.serve.config import ServeConfig
+    from trawmem_gpu.serve.engines import ServedEngine
+
+    a, b = layered_bank("a", (3, 4), 1), layered_bank("b", (2, 5), 2)
+    es = ServedEngine({"a": a}, SelectConfig(), units=ServeConfig(units="turns,facts").units)
+    assert es.banks["a"] is a and es.bank("a").units == ("turns", "facts")
+    assert es.bank("a").n_units == a.n_units + len(a.facts)
+    prep = es.prepare(b)
+    es.refresh(b, prep)
+    assert es.bank("b") is prep[3] and es.engine.snapshot.bank_index("b") == 1
+    z = es.bank("b").unit_vecs[-1]
+    (picks,) = es.engine.select_units(["b"], ["What does Ana like?"], z[None, :])
+    ref = select_reference(BankContext.of(es.bank("b")), "What does Ana like?", z, SelectConfig()).units
+    assert picks == ref
+    es.refresh(replace(b))  # a new bank object without prepared tables: its view is built here
+    assert es.bank("b").units == ("turns", "facts")
+    with pytest.raises(Exception, match="unknown layer"):
+        ServeConfig(units="turns,gists")

@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .cli_args import add_ablation, add_affinity_weights, add_dayfirst, add_engine, add_head, add_llm_options, \
-    add_method, add_token_budget, banks_cache_dir, budget_int, categories, hops_int, nonneg_int, positive_int
+    add_method, add_token_budget, add_units, banks_cache_dir, budget_int, categories, hops_int, nonneg_int, positive_int
 from .data.types import MAX_QUESTION_CHARS
 from .errors import InputError, name_list, plural
 
@@ -95,6 +95,9 @@ def cmd_query(a) -> int:
         bank = coll.load(a.bank_id)
     head = _load_head(a.head)
     from .config import BuildConfig
+    from .facts.view import unit_view
+
+    bank = unit_view(bank, a.units)
 
     enc = get_encoder(BuildConfig.from_dict(bank.build_config).encoder if bank.build_config else "minilm")
     if enc.id != bank.encoder_id:
@@ -142,7 +145,8 @@ def cmd_eval(a) -> int:
     try:
         plan = _plan_llm(a)
         res = run_eval(a.data, a.method, cfg, categories=a.categories, engine=a.engine, head=head,
-                       bank_cache=a.banks, keep_records=True, dayfirst=a.dayfirst, params=qp, plan_llm=plan)
+                       bank_cache=a.banks, keep_records=True, dayfirst=a.dayfirst, params=qp, units=a.units,
+                       facts=a.facts, plan_llm=plan)
         if answer is not None:
             add_answer_metrics(res, a, answer_backend=answer, judge_backend=judge)
     finally:
@@ -160,6 +164,10 @@ def cmd_eval(a) -> int:
           f"{m['evidence_recall']:.3f}, all-evidence hit {m['all_evidence_hit']:.3f}, "
           f"multi-hop hit {'n/a' if mh is None else f'{mh:.3f}'}, context tokens {m['context_tokens']:.0f} over "
           f"{plural(res['n_questions'], 'question')} -> {out}")
+    if "evidence_recall_cited" in m:
+        print(f"units {','.join(a.units)}: macro evidence recall with citations {m['evidence_recall_cited']:.3f}, "
+              f"per workspace {m['n_turns']:.1f} turns, {m['n_facts']:.1f} facts, {m['n_profiles']:.1f} profile "
+              f"sections")
     failed = failed_requests(res)
     if failed > a.allow_failures:
         print(f"trawmem eval: error: {plural(failed, 'LLM request')} failed (more than --allow-failures "
@@ -227,6 +235,7 @@ def configure_query(q) -> None:
     q.add_argument("--paper", action="store_true", help="Section 4.2 exactly as written")
     add_head(q)
     add_affinity_weights(q)
+    add_units(q)
     q.add_argument("--json", action="store_true", help="print the workspace and its ids as JSON")
     q.set_defaults(fn=cmd_query)
 
@@ -251,6 +260,7 @@ def configure_eval(e) -> None:
     add_engine(e)
     add_head(e)
     add_affinity_weights(e)
+    add_units(e, facts=True)
     e.add_argument("--categories", type=categories, default="1,2,3,4", metavar="C,C,...",
                    help="LoCoMo question categories to score")
     e.add_argument("--banks", help="bank directory: built into when new or empty, else used only if its banks "

@@ -1,16 +1,17 @@
 """A bank's unit view for a ``units`` tuple: the layers that selection takes as units.
 
 ``unit_view(bank, ("turns",))`` is the bank itself (the engines' tables and picks are today's).
-With more layers, the view is a :class:`~trawmem_gpu.store.bank.Bank` whose ``turns`` are the
-bank's turns (same indices, same threads) followed by one :class:`LayerUnit` per fact and per
-profile section, so every engine, the reference and the workspace take it unchanged:
+With more layers, the view is a :class:`~trawmem_gpu.store.bank.Bank` whose ``turns`` hold the
+bank's turns and one :class:`LayerUnit` per fact and per profile section, so every engine, the
+reference and the workspace take it unchanged:
 
-* **units**: the turns, then the facts (by session, in their order), then the profile sections
-  (by person, in :data:`~trawmem_gpu.facts.schema.SECTIONS` order); vectors are the bank's
-  (``unit_vecs``, ``fact_vecs``, ``profile_vecs``);
-* **threads**: the bank's threads, then one fact thread per session (a thread never crosses a
-  session) and one profile thread per person; a layer thread's head vector is the normalized mean
-  of its units' vectors;
+* **threads**: the bank's threads in their order, each session's followed by one fact thread
+  holding the facts whose (first) source turn is in that session (a thread never crosses a
+  session), so a workspace shows a session's facts under the date heading of its turns; then one
+  profile thread per person (sections in :data:`~trawmem_gpu.facts.schema.SECTIONS` order). A
+  layer thread's head vector is the normalized mean of its units' vectors; unit vectors are the
+  bank's (``unit_vecs``, ``fact_vecs``, ``profile_vecs``). Turn and thread indices therefore
+  differ from the bank's (ids do not);
 * **thread graph**: the bank's edges, plus a ``LAYER`` edge (weight 1, both directions) between a
   fact thread and every thread holding one of its facts' source turns, and between a profile
   thread and the threads of the facts (or, without the facts layer, of their source turns) its
@@ -81,12 +82,7 @@ def _normalize(v: np.ndarray) -> np.ndarray:
 
 
 def fact_session(fact: Fact, turn_by_id: dict[str, Turn]) -> int:
-    """The session a fact's unit sits in: its ``session`` when it names one, else its first source turn's."""
-    if fact.session is not None:
-        try:
-            return int(fact.session)
-        except ValueError:
-            pass
+    """The session a fact's unit sits in: its first source turn's (a thread never crosses a session)."""
     return turn_by_id[fact.source_turns[0]].session
 
 
@@ -100,94 +96,113 @@ def unit_view(bank: Bank, units=DEFAULT_UNITS) -> Bank:
         if not getattr(bank, layer):
             raise ConfigError(f"units: bank {bank.bank_id!r} has no {layer} (build it with --{layer})")
     turn_by_id = {t.turn_id: t for t in bank.turns}
-    uthread = bank.unit_thread
     tindex = bank.index_of()
-    new_units: list[LayerUnit] = []
-    vecs: list[np.ndarray] = [bank.unit_vecs]
-    offsets = list(bank.thread_offsets)
-    heads, kinds, hvecs = list(bank.heads), list(bank.head_kind), [bank.head_vecs]
+    N, J = bank.n_units, bank.n_threads
+    off = bank.thread_offsets
+    sess = [bank.turns[int(off[j])].session for j in range(J)]
+    by_session: dict[int, list[int]] = {}
+    if "facts" in units:
+        for i, f in enumerate(bank.facts):
+            by_session.setdefault(fact_session(f, turn_by_id), []).append(i)
+    order: list[tuple[str, object]] = []  # ("t", bank thread) | ("f", session) | ("p", person), in view order
+    for j in range(J):
+        order.append(("t", j))
+        if (j == J - 1 or sess[j + 1] != sess[j]) and sess[j] in by_session:
+            order.append(("f", sess[j]))
+    by_person: dict[str, list[int]] = {}
+    if "profiles" in units:
+        for i in sorted(range(len(bank.profiles)), key=lambda i: (bank.profiles[i].person,
+                                                                  SECTIONS.index(bank.profiles[i].section))):
+            by_person.setdefault(bank.profiles[i].person, []).append(i)
+        order += [("p", person) for person in by_person]
+    # place every unit: old turn -> view unit, bank thread -> view thread, fact id -> view unit
+    umap = np.empty(N, dtype=np.int64)
+    tmap = np.empty(J, dtype=np.int64)
+    fact_unit: dict[str, int] = {}
+    n = 0
+    for j, (kind, key) in enumerate(order):
+        if kind == "t":
+            umap[off[key]:off[key + 1]] = np.arange(n, n + off[key + 1] - off[key])
+            tmap[key] = j
+            n += int(off[key + 1] - off[key])
+        elif kind == "f":
+            for i in by_session[key]:
+                fact_unit[bank.facts[i].fact_id] = n
+                n += 1
+        else:
+            n += len(by_person[key])
+    fact_by_id = {f.fact_id: f for f in bank.facts}
+    voff = _view_offsets(order, off, by_session, by_person)
+    new_turns, vecs, offsets, heads, kinds, hvecs = [], [], [0], [], [], []
     edges: list[tuple[int, int]] = []
     links: list[tuple[int, int]] = []
-    N, J = bank.n_units, bank.n_threads
-    fact_unit: dict[str, int] = {}
-    fact_by_id = {f.fact_id: f for f in bank.facts}
-
-    def add_thread(members: list[tuple[LayerUnit, np.ndarray]], head: str, targets: set[int]) -> None:
-        j = len(heads)
-        for u, _ in members:
-            new_units.append(u)
+    for j, (kind, key) in enumerate(order):
+        if kind == "t":
+            lo, hi = int(off[key]), int(off[key + 1])
+            new_turns += bank.turns[lo:hi]
+            vecs.append(bank.unit_vecs[lo:hi])
+            heads.append(bank.heads[key])
+            kinds.append(bank.head_kind[key])
+            hvecs.append(bank.head_vecs[key:key + 1])
+            offsets.append(offsets[-1] + hi - lo)
+            continue
+        members, targets = [], set()
+        if kind == "f":
+            for i in by_session[key]:
+                f = bank.facts[i]
+                src = turn_by_id[f.source_turns[0]]
+                members.append((LayerUnit(f.fact_id, FACT_SPEAKER, f.text, key, src.timestamp, src.time, None,
+                                          "facts", f.source_turns, f.source_turns), bank.fact_vecs[i]))
+                for t in f.source_turns:
+                    links.append((fact_unit[f.fact_id], int(umap[tindex[t]])))
+                    targets.add(int(tmap[bank.unit_thread[tindex[t]]]))
+            head = f"[{members[0][0].timestamp}] facts of session {key}"
+        else:
+            me = offsets[-1]
+            for i in by_person[key]:
+                p = bank.profiles[i]
+                turns = tuple(dict.fromkeys(t for fid in p.fact_ids for t in fact_by_id[fid].source_turns))
+                members.append((LayerUnit(p.unit_id, PROFILE_SPEAKER, profile_embed_text(p), -1, "profile", None,
+                                          None, "profiles", p.fact_ids, turns), bank.profile_vecs[i]))
+                cited = [fact_unit[fid] for fid in p.fact_ids] if "facts" in units \
+                    else [int(umap[tindex[t]]) for t in turns]
+                links += [(me, c) for c in cited]
+                targets |= {int(np.searchsorted(voff, c, side="right") - 1) for c in cited}
+                me += 1
+            head = f"profile of {key}"
         block = np.stack([v for _, v in members])
+        new_turns += [u for u, _ in members]
         vecs.append(block)
         offsets.append(offsets[-1] + len(members))
         heads.append(head)
         kinds.append("extractive")
         hvecs.append(_normalize(block.mean(axis=0))[None, :])
-        edges.extend((j, t) for t in sorted(targets) if t != j)
-
-    if "facts" in units:
-        order = sorted(range(len(bank.facts)), key=lambda i: (fact_session(bank.facts[i], turn_by_id), i))
-        by_session: dict[int, list[int]] = {}
-        for i in order:
-            by_session.setdefault(fact_session(bank.facts[i], turn_by_id), []).append(i)
-        for s, idx in by_session.items():
-            members, targets = [], set()
-            for i in idx:
-                f = bank.facts[i]
-                src = turn_by_id[f.source_turns[0]]
-                u = LayerUnit(f.fact_id, FACT_SPEAKER, f.text, s, src.timestamp, src.time, None, "facts",
-                              f.source_turns, f.source_turns)
-                fact_unit[f.fact_id] = N + len(new_units) + len(members)
-                members.append((u, bank.fact_vecs[i]))
-                for t in f.source_turns:
-                    links.append((fact_unit[f.fact_id], tindex[t]))
-                    targets.add(int(uthread[tindex[t]]))
-            add_thread(members, f"[{members[0][0].timestamp}] facts of session {s}", targets)
-    if "profiles" in units:
-        pidx = sorted(range(len(bank.profiles)), key=lambda i: (bank.profiles[i].person,
-                                                              SECTIONS.index(bank.profiles[i].section)))
-        by_person: dict[str, list[int]] = {}
-        for i in pidx:
-            by_person.setdefault(bank.profiles[i].person, []).append(i)
-        unit_thread_of = _thread_lookup(offsets)
-        for person, idx in by_person.items():
-            members, targets, plinks = [], set(), []
-            for i in idx:
-                p = bank.profiles[i]
-                turns = tuple(dict.fromkeys(t for f in p.fact_ids for t in fact_by_id[f].source_turns))
-                u = LayerUnit(p.unit_id, PROFILE_SPEAKER, f"{p.person}, {p.section.replace('_', ' ')}: {p.text()}",
-                              -1, "profile", None, None, "profiles", p.fact_ids, turns)
-                me = N + len(new_units) + len(members)
-                members.append((u, bank.profile_vecs[i]))
-                cited = [fact_unit[f] for f in p.fact_ids] if "facts" in units else [tindex[t] for t in turns]
-                for c in cited:
-                    plinks.append((me, c))
-                    targets.add(unit_thread_of(c))
-            add_thread(members, f"profile of {person}", targets)
-            links.extend(plinks)
-    src, dst, w, kind = _with_layer_edges(bank, edges)
-    lsrc = np.array([a for a, _ in links], dtype=np.int64)
-    ldst = np.array([b for _, b in links], dtype=np.int64)
-    view = replace(bank, turns=list(bank.turns) + new_units, thread_offsets=np.array(offsets, dtype=np.int64),
-                   heads=heads, head_kind=kinds, unit_vecs=np.concatenate(vecs).astype(np.float32),
+        edges += [(j, t) for t in sorted(targets) if t != j]
+    src, dst, w, kind = _with_layer_edges(tmap[bank.edge_src], tmap[bank.edge_dst], bank, edges)
+    view = replace(bank, turns=new_turns, thread_offsets=np.array(offsets, dtype=np.int64), heads=heads,
+                   head_kind=kinds, unit_vecs=np.concatenate(vecs).astype(np.float32),
                    head_vecs=np.concatenate(hvecs).astype(np.float32), edge_src=src, edge_dst=dst, edge_w=w,
                    edge_kind=kind, facts=(), fact_vecs=None, profiles=(), profile_vecs=None, units=units,
-                   support_src=lsrc, support_dst=ldst)
+                   support_src=np.array([a for a, _ in links], dtype=np.int64),
+                   support_dst=np.array([b for _, b in links], dtype=np.int64))
     view.validate()
-    assert view.n_threads >= J
     return view
 
 
-def _thread_lookup(offsets: list[int]):
-    off = np.asarray(offsets, dtype=np.int64)
-    return lambda u: int(np.searchsorted(off, u, side="right") - 1)
+def _view_offsets(order, off, by_session, by_person) -> np.ndarray:
+    """The view's thread offsets for ``order`` (see :func:`unit_view`)."""
+    sizes = [int(off[k + 1] - off[k]) if kind == "t" else len(by_session[k] if kind == "f" else by_person[k])
+             for kind, k in order]
+    return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
 
-def _with_layer_edges(bank: Bank, edges: list[tuple[int, int]]):
-    """The bank's edges plus the layer edges, in both directions, sorted by (src, dst)."""
+def _with_layer_edges(src0: np.ndarray, dst0: np.ndarray, bank: Bank, edges: list[tuple[int, int]]):
+    """The bank's edges (their threads renumbered: ``src0`` / ``dst0``) plus the layer edges, in both
+    directions, sorted by (src, dst)."""
     a = np.array([e[0] for e in edges] + [e[1] for e in edges], dtype=np.int64)
     b = np.array([e[1] for e in edges] + [e[0] for e in edges], dtype=np.int64)
-    src = np.concatenate([bank.edge_src.astype(np.int64), a])
-    dst = np.concatenate([bank.edge_dst.astype(np.int64), b])
+    src = np.concatenate([src0.astype(np.int64), a])
+    dst = np.concatenate([dst0.astype(np.int64), b])
     w = np.concatenate([bank.edge_w.astype(np.float32), np.ones(len(a), dtype=np.float32)])
     kind = np.concatenate([bank.edge_kind.astype(np.int8), np.full(len(a), LAYER, dtype=np.int8)])
     order = np.lexsort((dst, src))

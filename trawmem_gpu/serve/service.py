@@ -147,7 +147,7 @@ class SelectionService:
 
             return SelectionEngine(banks, scfg, **({"threads": threads} if threads else {}))
 
-        self.engines = ServedEngine(self.registry.banks(), base, make)
+        self.engines = ServedEngine(self.registry.banks(), base, make, units=cfg.units)
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="trawmem-batch", initializer=_os_thread_name("tm-batch"))
         self.appender = ThreadPoolExecutor(2, thread_name_prefix="trawmem-append",
                                            initializer=_os_thread_name("tm-append"))
