@@ -165,7 +165,8 @@ def cmd_eval(a) -> int:
           f"multi-hop hit {'n/a' if mh is None else f'{mh:.3f}'}, context tokens {m['context_tokens']:.0f} over "
           f"{plural(res['n_questions'], 'question')} -> {out}")
     if "evidence_recall_cited" in m:
-        print(f"units {','.join(a.units)}: macro evidence recall with citations {m['evidence_recall_cited']:.3f}, "
+        what = "trimem" if a.method == "trimem" else f"units {','.join(a.units)}"
+        print(f"{what}: macro evidence recall with citations {m['evidence_recall_cited']:.3f}, "
               f"per workspace {m['n_turns']:.1f} turns, {m['n_facts']:.1f} facts, {m['n_profiles']:.1f} profile "
               f"sections")
     failed = failed_requests(res)
