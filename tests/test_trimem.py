@@ -40,10 +40,19 @@ def test_windows_overlap_and_cover_new_turns_only():
     assert windows(10, 40, 10, start=10) == []
 
 
-def test_dates_are_normalized_or_refused():
+def test_dates_are_normalized_resolved_or_refused():
+    from datetime import date
+
     assert normalize_date("2031-05") == "2031-05"
     assert normalize_date("7 May 2031") == "2031-05-07"
-    assert normalize_date("last Friday") is None and normalize_date(None) is None
+    assert normalize_date("last Friday") is None and normalize_date(None) is None  # no session date
+    wed = date(2031, 5, 7)  # a Wednesday
+    got = {e: normalize_date(e, wed) for e in ("last Friday", "next Friday", "yesterday", "two weeks ago",
+                                               "last month", "next year", "last week", "3 days ago", "soon")}
+    assert got == {"last Friday": "2031-05-02", "next Friday": "2031-05-09", "yesterday": "2031-05-06",
+                   "two weeks ago": "2031-04-23", "last month": "2031-04", "next year": "2032",
+                   "last week": "2031-04-28", "3 days ago": "2031-05-04", "soon": None}
+    assert normalize_date("last Wednesday", wed) == "2031-04-30"  # not the session's own day
 
 
 def test_extraction_counts_and_retries_malformed_unknown_and_empty_windows(llm, server):
@@ -51,6 +60,7 @@ def test_extraction_counts_and_retries_malformed_unknown_and_empty_windows(llm, 
     turns[1] = Turn(turns[1].turn_id, "Ben", "MALFORMED_ONCE here", 1, turns[1].timestamp, turns[1].time)
     turns[6] = Turn(turns[6].turn_id, "Ana", "BOGUS_ID there", 1, turns[6].timestamp, turns[6].time)
     turns[10] = Turn(turns[10].turn_id, "Ana", "EMPTY_ONCE now", 1, turns[10].timestamp, turns[10].time)
+    turns[11] = Turn(turns[11].turn_id, "Ben", "LAST_FRIDAY I ran", 1, turns[11].timestamp, turns[11].time)
     facts, st = extract_facts(turns, llm, window=4, overlap=1)
     assert st.windows == 4  # (0,4) (3,7) (6,10) (9,12)
     assert (st.malformed, st.unknown_ids, st.empty) == (1, 2, 1)  # turn 6 sits in two windows
@@ -63,6 +73,7 @@ def test_extraction_counts_and_retries_malformed_unknown_and_empty_windows(llm, 
     assert {f.source_turns[0] for f in facts} == ids
     assert len({f.fact_id for f in facts}) == 12 and all(f.fact_id.startswith("F:1:") for f in facts)
     assert all(f.date and f.date.startswith("2031-05-") for f in facts)
+    assert facts[-1].date == "2031-05-02"  # "last Friday" from the session of Saturday 3 May 2031
     assert facts[0].persons == ("Ana",) and facts[0].text == "Ana said: plain turn 0"
 
 

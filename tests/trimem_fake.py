@@ -4,7 +4,8 @@ Replies follow the prompts of ``trawmem_gpu.trimem.prompts``:
 
 * extraction: one fact per turn of the window, ``<speaker> said: <text>``, citing the turn; a turn
   holding ``MALFORMED_ONCE`` makes the first reply malformed, ``BOGUS_ID`` adds an unknown source
-  id to the first reply, ``EMPTY_ONCE`` makes the first reply empty (the retries are clean);
+  id to the first reply, ``EMPTY_ONCE`` makes the first reply empty (the retries are clean), and
+  ``LAST_FRIDAY`` leaves the fact's date relative;
 * profile: an identity line citing the first fact, an interests line citing the facts that say
   "likes", a career line citing those that say "works";
 * profile update: only the section the new facts touch (career for "works", else interests);
@@ -67,7 +68,8 @@ def respond(messages):
             tid, _, spk, text = m.groups()
             src = [tid] + (["ZZ:99"] if "BOGUS_ID" in text and not retry else [])
             facts.append({"text": f"{spk} said: {text}", "source_turns": src, "persons": [spk],
-                          "keywords": text.split()[:2], "date": "2031-05-0" + str(1 + len(facts) % 9)})
+                          "keywords": text.split()[:2],
+                          "date": "last Friday" if "LAST_FRIDAY" in text else "2031-05-0" + str(1 + len(facts) % 9)})
         return json.dumps({"facts": facts})
     if first.startswith("You build the profile of "):
         person = first[len("You build the profile of "):].split(" from facts", 1)[0]

@@ -15,9 +15,11 @@ message that shows the model its reply and says what was wrong:
 After the retry the better of the two replies is kept (the retry unless it is malformed).
 
 Dates: the model resolves relative dates against the session date (the prompt asks for it) and
-gives ``date``; it is normalized to ``YYYY-MM-DD`` / ``YYYY-MM`` / ``YYYY`` (free forms through
-``data.dates.parse_date``, python-dateutil); a missing or unreadable one becomes the session date
-of the fact's first source turn (``bad_dates`` counts the unreadable ones).
+gives ``date``; it is normalized to ``YYYY-MM-DD`` / ``YYYY-MM`` / ``YYYY``: a relative date the
+model left as it was ("last Friday") is resolved against the session date of the fact's first
+source turn (``dateutil.relativedelta``), free absolute forms go through ``data.dates.parse_date``
+(python-dateutil); a missing or unreadable one becomes that session date (``bad_dates`` counts
+the unreadable ones).
 
 Facts with the same sentence (case and spacing aside) from overlapping windows are one fact
 with the union of their sources. With ``new_from`` (``build --update``) only facts citing a new
@@ -114,13 +116,64 @@ def _strings(x) -> tuple[str, ...]:
     return tuple(out)
 
 
-def normalize_date(value) -> str | None:
-    """``YYYY-MM-DD`` / ``YYYY-MM`` / ``YYYY`` from a reply's date, or None when unreadable."""
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_UNITS = {"day": "days", "week": "weeks", "month": "months", "year": "years"}
+_NUM = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "ten": 10}
+_AGO = re.compile(r"^(\d+|an?|one|two|three|four|five|six|seven|ten) (day|week|month|year)s? (ago|later|from now)$")
+_LAST = re.compile(r"^(last|next|this) (day|week|month|year|" + "|".join(_WEEKDAYS) + r")$")
+
+
+def resolve_relative(expr: str, anchor) -> str | None:
+    """A relative date (``yesterday``, ``last Friday``, ``two weeks ago``, ``next month``) as
+    ``YYYY-MM-DD`` / ``YYYY-MM`` / ``YYYY`` against ``anchor`` (the session's ``date``), through
+    ``dateutil.relativedelta``; None for anything else. A week resolves to its Monday's date."""
+    from dateutil.relativedelta import relativedelta, weekday
+
+    e = " ".join(expr.lower().replace("the ", "").split()).rstrip(".")
+    if e in ("today", "tonight", "this morning", "this evening"):
+        return anchor.isoformat()
+    if e in ("yesterday", "last night"):
+        return (anchor - relativedelta(days=1)).isoformat()
+    if e == "tomorrow":
+        return (anchor + relativedelta(days=1)).isoformat()
+    m = _AGO.match(e)
+    if m:
+        n = int(m.group(1)) if m.group(1).isdigit() else _NUM[m.group(1)]
+        d = anchor + (-1 if m.group(3) == "ago" else 1) * relativedelta(**{_UNITS[m.group(2)]: n})
+        return d.isoformat()[:{"day": 10, "week": 10, "month": 7, "year": 4}[m.group(2)]]
+    m = _LAST.match(e)
+    if not m:
+        return None
+    step = {"last": -1, "next": 1, "this": 0}[m.group(1)]
+    what = m.group(2)
+    if what in _WEEKDAYS:  # last Friday: the latest Friday before the anchor; next Friday: the first after
+        wd = weekday(_WEEKDAYS.index(what))
+        d = anchor + relativedelta(days=-1, weekday=wd(-1)) if step < 0 else \
+            anchor + relativedelta(days=+1, weekday=wd(+1)) if step > 0 else anchor + relativedelta(weekday=wd)
+        return d.isoformat()
+    if what == "day":
+        return (anchor + relativedelta(days=step)).isoformat()
+    if what == "week":
+        d = anchor + relativedelta(weeks=step)
+        return (d - relativedelta(days=d.weekday())).isoformat()
+    if what == "month":
+        return (anchor + relativedelta(months=step)).isoformat()[:7]
+    return str(anchor.year + step)
+
+
+def normalize_date(value, anchor=None) -> str | None:
+    """``YYYY-MM-DD`` / ``YYYY-MM`` / ``YYYY`` from a reply's date, or None when unreadable: ISO
+    forms as they are, a relative date against ``anchor`` (:func:`resolve_relative`), other
+    absolute forms through ``data.dates.parse_date`` (python-dateutil)."""
     if not isinstance(value, str) or not value.strip():
         return None
     s = value.strip()
     if _ISO.match(s):
         return s
+    if anchor is not None:
+        rel = resolve_relative(s, anchor)
+        if rel is not None:
+            return rel
     from ..data.dates import parse_date
 
     try:
@@ -258,7 +311,7 @@ def _facts_from(turns: Sequence[Turn], parsed: list[_Parsed], new_from: int, exi
     for key in order:
         e = merged[key]
         first = turns[pos[e["source_turns"][0]]]
-        date = normalize_date(e.get("date"))
+        date = normalize_date(e.get("date"), first.time.date() if first.time else None)
         if date is None:
             st.bad_dates += e.get("date") not in (None, "", "null")
             date = _session_date(first)
