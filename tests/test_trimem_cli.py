@@ -71,6 +71,13 @@ def test_build_update_and_eval_with_trimem(env, server, capsys):
                  "--token-budget", "120", "--json"]) == 0
     q = json.loads(capsys.readouterr().out)
     assert q["tokens"] <= 120 and q["units"] and q["plan"]["queries"] == ["What breed is Rex?"]
+    assert main(["query", "--bank", str(env / "coll"), "--question", "What breed is Rex?", "--method", "hybrid",
+                 "--budget", "2", "--json"]) == 0
+    h = json.loads(capsys.readouterr().out)
+    assert len(h["units"]) == 2 and not any(u.startswith("F:") for u in h["units"])
+    assert main(["query", "--bank", str(env / "coll"), "--question", "Q?", "--method", "trimem", "--units",
+                 "turns,facts"]) == 2
+    assert "--units does not apply to --method trimem" in capsys.readouterr().err
     # score and sweep take --method trimem too (no planning there)
     qs = env / "q.jsonl"
     qs.write_text(json.dumps({"id": "q1", "bank_id": "conv-x", "question": "What did Rex chew?"}) + "\n")

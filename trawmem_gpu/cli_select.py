@@ -73,57 +73,83 @@ def _load_head(path):
     return load_head(path)
 
 
+def _query_bank(a):
+    """The bank ``query`` reads: ``--bank`` itself, or ``--bank-id`` of the collection ``--bank``."""
+    from .store import Collection, load_bank
+
+    p = Path(a.bank)
+    if (p / "meta.json").exists():
+        return load_bank(p)
+    coll = Collection(p)
+    if a.bank_id is None:
+        if len(coll) != 1:
+            raise InputError(f"{p} holds {plural(len(coll), 'bank')}; name one with --bank-id "
+                             f"({name_list(coll.bank_ids)})")
+        a.bank_id = coll.bank_ids[0]
+    return coll.load(a.bank_id)
+
+
+def _query_ranked(a, q: str, qp):
+    """``(workspace, extra JSON fields)`` of ``query --method`` trimem or a baseline (TrawMem has
+    its own path): TriMem over the bank's facts (planned with ``--plan-llm``), a baseline over its
+    unit view for ``--units``."""
+    from .config import BuildConfig
+    from .encode import get_encoder
+    from .facts.view import DEFAULT_UNITS, parse_units, unit_view
+    from .workspace import assemble
+
+    bank = _query_bank(a)
+    if a.method == "trimem" and parse_units(a.units) != DEFAULT_UNITS:
+        raise InputError("--units does not apply to --method trimem (it shows facts, their turns and profiles)")
+    enc = get_encoder(BuildConfig.from_dict(bank.build_config).encoder if bank.build_config else "minilm")
+    if enc.id != bank.encoder_id:
+        raise InputError(f"bank was encoded with {bank.encoder_id!r}, the configured encoder is {enc.id!r}")
+    z = enc.encode([q], is_query=True)
+    if a.method != "trimem":
+        from .select.baselines import baseline_units
+        from .select.context import BankContext
+
+        view = unit_view(bank, a.units)
+        return assemble(view, q, baseline_units(a.method, BankContext.of(view), q, z[0], None, qp), "none"), {}
+    from .trimem.method import TriMemRankers, trimem_select
+
+    plan_llm = _plan_llm(a)
+    try:
+        (got,) = trimem_select(TriMemRankers({bank.bank_id: bank}), [(bank.bank_id, q)], z, qp, llm=plan_llm,
+                               encode=lambda xs: enc.encode(xs, is_query=True))
+    finally:
+        if plan_llm is not None:
+            plan_llm.close()
+    return assemble(got.view, q, got.units, "none"), {"plan": got.plan.to_dict()}
+
+
 def cmd_query(a) -> int:
     from .encode import get_encoder
     from .select.context import BankContext
     from .select.reference import select_reference
-    from .store import Collection, load_bank
     from .workspace import assemble
 
     q = _check_question(a.question)
     cfg, qp = _select_config(a)
-    p = Path(a.bank)
-    if (p / "meta.json").exists():
-        bank = load_bank(p)
-    else:
-        coll = Collection(p)
-        if a.bank_id is None:
-            if len(coll) != 1:
-                raise InputError(f"{p} holds {plural(len(coll), 'bank')}; name one with --bank-id "
-                                 f"({name_list(coll.bank_ids)})")
-            a.bank_id = coll.bank_ids[0]
-        bank = coll.load(a.bank_id)
-    head = _load_head(a.head)
-    from .config import BuildConfig
-    from .facts.view import unit_view
-
-    bank = unit_view(bank, a.units)
-
-    enc = get_encoder(BuildConfig.from_dict(bank.build_config).encoder if bank.build_config else "minilm")
-    if enc.id != bank.encoder_id:
-        raise InputError(f"bank was encoded with {bank.encoder_id!r}, the configured encoder is {enc.id!r}")
-    z = enc.encode([q], is_query=True)[0]
     extra = {}
-    if a.method == "trawmem":
+    if a.method != "trawmem":
+        ws, extra = _query_ranked(a, q, qp)
+    else:
+        bank = _query_bank(a)
+        head = _load_head(a.head)
+        from .config import BuildConfig
+        from .facts.view import unit_view
+
+        bank = unit_view(bank, a.units)
+
+        enc = get_encoder(BuildConfig.from_dict(bank.build_config).encoder if bank.build_config else "minilm")
+        if enc.id != bank.encoder_id:
+            raise InputError(f"bank was encoded with {bank.encoder_id!r}, the configured encoder is {enc.id!r}")
+        z = enc.encode([q], is_query=True)[0]
         kw = {"head": head} if head is not None else {}
         ws = assemble(bank, q, select_reference(BankContext.of(bank), q, z, cfg, qp, **kw).units, cfg.headings)
-    elif a.method == "trimem":
-        from .trimem.method import TriMemRankers, trimem_select
-
-        plan_llm = _plan_llm(a)
-        try:
-            (pick,) = trimem_select(TriMemRankers({bank.bank_id: bank}), [(bank.bank_id, q)], z[None, :], qp,
-                                    llm=plan_llm, encode=lambda xs: enc.encode(xs, is_query=True))
-        finally:
-            if plan_llm is not None:
-                plan_llm.close()
-        ws, extra = assemble(pick.view, q, pick.units, "none"), {"plan": pick.plan.to_dict()}
-    else:
-        from .select.baselines import baseline_units
-
-        ws = assemble(bank, q, baseline_units(a.method, BankContext.of(bank), q, z, cfg, qp), "none")
     if a.json:
-        print(json.dumps({"bank_id": bank.bank_id, "question": q, "units": ws.unit_ids, "tokens": ws.n_tokens,
+        print(json.dumps({"bank_id": ws.bank_id, "question": q, "units": ws.unit_ids, "tokens": ws.n_tokens,
                           "tokenizer": ws.tokenizer, "workspace": ws.render(), **extra}, indent=1))
     else:
         print(ws.render())

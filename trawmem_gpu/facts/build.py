@@ -94,7 +94,7 @@ def attach_facts(banks: list[Bank], source: str, encoder, *, input_path=None, ll
         from .extract import OVERLAP, WINDOW, extract_facts
 
         if llm is None:
-            raise ConfigError("facts: 'llm' needs an LLM (--llm SPEC)")
+            raise ConfigError("facts: 'llm' needs an LLM (`llm`)")
         for b in banks:
             turns = list(b.turns)
             new_ids = None

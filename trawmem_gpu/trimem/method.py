@@ -38,8 +38,8 @@ def trimem_units_of(bank: Bank) -> tuple[str, ...]:
     if bank.is_view:
         raise ConfigError(f"method trimem: bank {bank.bank_id!r} is already a unit view; give the stored bank")
     if not bank.facts:
-        raise ConfigError(f"method trimem: bank {bank.bank_id!r} has no facts (build it with --facts locomo or "
-                          f"--facts llm)")
+        raise ConfigError(f"method trimem: bank {bank.bank_id!r} has no facts (build the bank with `facts` locomo "
+                          f"or llm)")
     return ("turns", "facts", "profiles") if bank.profiles else ("turns", "facts")
 
 
