@@ -43,6 +43,9 @@ def test_build_update_and_eval_with_trimem(env, server, capsys):
     before = {p.unit_id: p for p in bank.profiles}
     # --update with a second session: facts of the new turns only, Ben's career section only
     full = write_locomo(env / "d2.json", [S1, S2], QA)
+    assert main(["build", "--input", str(full), "--out", str(env / "coll"), "--update", "--quiet"]) == 2
+    assert "needs an LLM (--llm)" in capsys.readouterr().err  # the bank's layers are the LLM's: nothing written
+    assert len(Collection(env / "coll").load("conv-x").facts) == 4
     server.reset_counts()
     assert main(["build", "--input", str(full), "--out", str(env / "coll"), "--update", "--llm", server.base_url,
                  "--quiet"]) == 0

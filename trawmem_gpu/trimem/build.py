@@ -31,6 +31,8 @@ def profiles_summary(stats: list[ProfileStats]) -> str:
 def attach_profiles(bank: Bank, llm, encoder, *, prompts: PromptSet | None = None,
                     new_fact_ids: Optional[Iterable[str]] = None) -> tuple[Bank, ProfileStats]:
     """``bank`` with its profiles layer made (``new_fact_ids`` None) or updated (module docstring)."""
+    if llm is None:
+        raise ConfigError("profiles: 'llm' needs an LLM (`llm`)")
     if not bank.facts:  # nothing to build from (a bank whose extraction gave no fact)
         return bank, ProfileStats()
     if encoder.id != bank.encoder_id:
