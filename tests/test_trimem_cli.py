@@ -152,3 +152,26 @@ def test_evolve_prompts_versions_best_and_resume(env, server, capsys, monkeypatc
                  "--prompts", str(env / "p.json"), "--quiet"]) == 0
     sent = [b["messages"][0]["content"] for b in server.bodies]
     assert any(EVOLVE_LINE in s for s in sent)
+
+
+def test_serve_method_trimem(env, server):
+    pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    pytest.importorskip("uvicorn", reason="the serve extra is not installed")
+    import httpx
+    from serve_util import running
+
+    from trawmem_gpu.errors import ConfigError
+    from trawmem_gpu.serve.config import ServeConfig
+
+    assert _build(env, server, write_locomo(env / "d.json", [S1, S2], QA)) == 0
+    with pytest.raises(ConfigError, match="method trimem shows its own units"):
+        ServeConfig(collection=str(env / "coll"), method="trimem", units=("turns", "facts"))
+    with running(ServeConfig(collection=str(env / "coll"), method="trimem", max_wait_ms=2)) as (url, _, _srv):
+        with httpx.Client(base_url=url, timeout=60) as c:
+            r = c.post("/v1/select", json={"bank_id": "conv-x", "question": "What did Rex chew?",
+                                           "token_budget": 150})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    ids = [u["id"] for u in body["units"]]
+    assert any(i.startswith("F:") for i in ids) and "D2:2" in ids and body["n_tokens"] <= 150
+    assert "[F:" in body["text"] and "## " not in body["text"]  # no thread headings

@@ -152,3 +152,27 @@ def test_update_extracts_new_turns_and_touches_only_their_profiles(layered, llm,
     i_old = [p.unit_id for p in layered.profiles].index("P:Ana:identity")
     i_new = [p.unit_id for p in upd.profiles].index("P:Ana:identity")
     assert np.array_equal(upd.profile_vecs[i_new], layered.profile_vecs[i_old])
+
+
+def test_serving_engine_adapter(layered, enc, sample_bank):
+    from trawmem_gpu.trimem.method import TriMemEngine
+
+    eng = TriMemEngine([layered])
+    q = "Where did Clara move for her job?"
+    z = enc.encode([q], is_query=True)
+    (units,) = eng.select_units([layered.bank_id], [q], z, params=[QueryParams(budget=None, token_budget=300)])
+    _, (pick,) = _select(layered, enc, [q], QueryParams(budget=None, token_budget=300))
+    assert units == pick.units and eng.view(layered.bank_id).n_units > layered.n_units
+    with pytest.raises(KeyError):
+        eng.select_units(["nope"], [q], z)
+    smaller = replace_facts(layered, layered.facts[:5])
+    eng.replace_bank(smaller, eng.prepare_bank(smaller))
+    (units,) = eng.select_units([layered.bank_id], [q], z, params=[QueryParams(budget=4096)])
+    shown = [eng.view(layered.bank_id).turns[u].turn_id for u in units]
+    assert {i for i in shown if i.startswith("F:")} <= {f.fact_id for f in layered.facts[:5]}
+
+
+def replace_facts(bank, facts):
+    from dataclasses import replace
+
+    return replace(bank, facts=tuple(facts), fact_vecs=bank.fact_vecs[:len(facts)], profiles=(), profile_vecs=None)

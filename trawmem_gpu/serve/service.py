@@ -143,9 +143,18 @@ class SelectionService:
         threads = cfg.threads
 
         def make(banks, scfg):
+            if cfg.method == "trimem":
+                from ..trimem.method import TriMemEngine
+
+                return TriMemEngine(banks, scfg)
             from ..select.engine import SelectionEngine
 
             return SelectionEngine(banks, scfg, **({"threads": threads} if threads else {}))
+
+        if cfg.method == "trimem":  # rendered like a baseline's (ids and dates on every line)
+            from dataclasses import replace
+
+            base = replace(base, headings="none")
 
         self.engines = ServedEngine(self.registry.banks(), base, make, units=cfg.units)
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="trawmem-batch", initializer=_os_thread_name("tm-batch"))

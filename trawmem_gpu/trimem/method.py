@@ -123,3 +123,54 @@ def trimem_select(rankers: TriMemRankers, items: Sequence[tuple[str, str]], Z: n
         qv = np.stack([z] + [vec_of[s] for s in p.queries[1:]])
         out.append(TriMemPick(r.view, r.units(p, qv, params), p))
     return out
+
+
+class TriMemEngine:
+    """The selection engine's serving interface (``select_units``, ``prepare_bank``,
+    ``replace_bank``, ``remove_bank``, ``purge``, ``nbytes``) over TriMem rankers, for ``serve
+    --method trimem``: stored banks in, view units out (the question is the only search; a
+    server has no planning LLM). :meth:`view` is the bank the picks index, which the workspace is
+    assembled from. Writers are serialized by the caller (the service's batch worker)."""
+
+    threads = 1
+    device = "cpu"
+
+    def __init__(self, banks: Sequence[Bank], cfg=None):
+        self.rankers = TriMemRankers.prepared({b.bank_id: b for b in banks})
+
+    @property
+    def bank_ids(self) -> list[str]:
+        return list(self.rankers)
+
+    def prepare_bank(self, bank: Bank) -> TriMemRanker:
+        r = TriMemRanker.of(bank)
+        r.ctx.token_costs(HEADINGS)
+        return r
+
+    def replace_bank(self, bank: Bank, prepared: Optional[TriMemRanker] = None) -> None:
+        self.rankers.banks[bank.bank_id] = bank
+        self.rankers[bank.bank_id] = prepared if prepared is not None and prepared.bank is bank \
+            else self.prepare_bank(bank)
+
+    def remove_bank(self, bank_id: str) -> None:
+        del self.rankers[bank_id]
+        del self.rankers.banks[bank_id]
+
+    def purge(self) -> None:
+        """Nothing to purge: a replaced bank's ranker is dropped whole."""
+
+    def view(self, bank_id: str) -> Bank:
+        return self.rankers[bank_id].view
+
+    def select_units(self, bank_ids: list[str], questions: list[str], Z, dates=None, params=None) -> list[list[int]]:
+        from ..select.params import QueryParams
+
+        ps = params if isinstance(params, (list, tuple)) else [params or QueryParams()] * len(bank_ids)
+        for b in bank_ids:
+            if b not in self.rankers.banks:
+                raise KeyError(b)
+        Z = np.asarray(Z, dtype=np.float32)
+        return [self.rankers[b].plain_units(q, z, p) for b, q, z, p in zip(bank_ids, questions, Z, ps)]
+
+    def nbytes(self) -> int:
+        return int(sum(r.view.unit_vecs.nbytes + r.index.fact_vecs.nbytes for r in self.rankers.values()))
