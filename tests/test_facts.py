@@ -144,7 +144,7 @@ def test_workspace_shows_facts_with_their_cited_turns():
     i = v.index_of()["F:0"]
     t0 = v.index_of()[b.turns[0].turn_id]
     text = assemble(v, "q", [t0, i]).render()
-    assert f"[F:0] fact: {b.facts[0].text} [cites {', '.join(b.facts[0].source_turns)}]" in text
+    assert f"[F:0 from {', '.join(b.facts[0].source_turns)}] {b.facts[0].text}" in text
     assert f"[{b.turns[0].turn_id}]" in text
 
 

@@ -47,6 +47,8 @@ def test_build_facts_locomo_and_update(tmp_path, capsys):
     b = Collection(out).load("made-up")
     assert len(b.facts) == 8 and b.fact_vecs.shape == (8, b.unit_vecs.shape[1])
     assert b.layer_sources == {"facts": "locomo"}
+    assert _main(["info", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["layers"] == {"facts": 8, "profile_sections": 0}
     assert b.facts[3].source_turns == ("D1:2", "D1:4") and b.facts[3].persons == ("Ben",)
     assert np.allclose(np.linalg.norm(b.fact_vecs, axis=1), 1.0, atol=1e-5)
     # --update continues with the bank's own facts source and adds the new session's facts only
@@ -80,3 +82,35 @@ def test_attach_facts_checks_its_source():
     with pytest.raises(ConfigError, match="needs an LLM"):
         from test_engine import make_bank
         attach_facts([make_bank("b", [3], 0)], "llm", None)
+
+
+def test_query_and_eval_with_facts_as_units(tmp_path, capsys):
+    data = tmp_path / "s.json"
+    data.write_text(json.dumps([_sample(2)]), encoding="utf-8")
+    out = tmp_path / "coll"
+    assert _main(["build", "--input", str(data), "--out", str(out), "--facts", "locomo", "--quiet"]) == 0
+    capsys.readouterr()
+    q = ["query", "--bank", str(out), "--question", "What did Ana say about the violin?", "--token-budget", "200",
+         "--json"]
+    assert _main(q) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert not any(u.startswith("F:") for u in plain["units"])
+    assert _main(q + ["--units", "turns,facts"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert any(u.startswith("F:") for u in got["units"]) and " from D" in got["workspace"]
+    assert got["tokens"] <= 200
+    assert _main(q + ["--units", "turns,profiles"]) == 2
+    assert "has no profiles" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # refused at parse time, naming the flag
+        _main(q + ["--units", "facts"])
+    assert e.value.code == 2 and "argument --units: must include 'turns'" in capsys.readouterr().err
+    # eval over turns and facts (facts from the data file): recall with citations and the mix
+    res = tmp_path / "r.json"
+    assert _main(["eval", "--data", str(data), "--token-budget", "120", "--units", "turns,facts", "--facts", "locomo",
+                  "--output", str(res)]) == 0
+    assert "with citations" in capsys.readouterr().out
+    r = json.loads(res.read_text())
+    rec = r["records"][0]
+    assert {"evidence_recall_cited", "n_facts", "n_turns"} <= set(rec)
+    assert rec["evidence_recall_cited"] >= rec["evidence_recall"]
+    assert r["config"]["units"] == ["turns", "facts"]

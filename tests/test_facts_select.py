@@ -92,7 +92,7 @@ def test_knapsack_pays_rendered_fact_lines(views):
     f = next(t for t in v.turns if getattr(t, "layer", "") == "facts")
     u = idx[f.turn_id]
     ws = assemble(v, "", [u])
-    assert "[cites" in ws.render()
+    assert " from " in ws.render() and ws.render().count("[F:") == 1
     assert ws.n_tokens <= c.unit[u] + c.heading[c.runs(np.array([v.unit_thread[u]]))[0]]
     p = QueryParams(budget=None, token_budget=90)
     for b in views:
@@ -125,3 +125,21 @@ def test_served_engine_selects_from_the_views():
     assert es.bank("b").units == ("turns", "facts")
     with pytest.raises(Exception, match="unknown layer"):
         ServeConfig(units="turns,gists")
+
+
+def test_turn_context_is_the_banks_and_a_fact_has_its_source_turns():
+    """The ``learned`` affinity's session context in a view: a turn's neighbours are its bank
+    neighbours (the layer units do not come between), a fact's are its source turn's."""
+    from trawmem_gpu.select.steps.relevance import relevance_static
+
+    b = layered_bank("c", (2, 6, 3, 3, 1, 5, 2), 3, n_facts=12)
+    v = unit_view(b, ("turns", "facts"))
+    sb, sv = relevance_static(b), relevance_static(v)
+    vid = v.index_of()
+    ids = lambda bank, k: None if k < 0 else bank.turns[k].turn_id  # noqa: E731
+    for i, t in enumerate(b.turns):
+        j = vid[t.turn_id]
+        assert (ids(v, sv.prev[j]), ids(v, sv.next[j])) == (ids(b, sb.prev[i]), ids(b, sb.next[i]))
+    for f in b.facts:
+        j, src = vid[f.fact_id], b.index_of()[f.source_turns[0]]
+        assert (ids(v, sv.prev[j]), ids(v, sv.next[j])) == (ids(b, sb.prev[src]), ids(b, sb.next[src]))

@@ -177,6 +177,7 @@ def cmd_info(a) -> int:
         "edges": {"adjacent": int(sum((b.edge_kind == 0).sum() for b in banks) // 2),
                   "semantic": int(sum((b.edge_kind == 1).sum() for b in banks) // 2)},
         "per_bank": [{"bank_id": b.bank_id, "units": b.n_units, "threads": b.n_threads} for b in banks],
+        "layers": {"facts": sum(len(b.facts) for b in banks), "profile_sections": sum(len(b.profiles) for b in banks)},
     }
     if a.json:
         print(json.dumps(info, indent=1))
@@ -187,6 +188,9 @@ def cmd_info(a) -> int:
     print(f"thread length: mean {tl['mean']}, median {tl['median']}, min {tl['min']}, p90 {tl['p90']}, "
           f"max {tl['max']}")
     print(f"edges: {info['edges']['adjacent']} adjacent, {info['edges']['semantic']} semantic")
+    if any(info["layers"].values()):
+        print(f"layers: {plural(info['layers']['facts'], 'fact')}, "
+              f"{plural(info['layers']['profile_sections'], 'profile section')}")
     for r in info["per_bank"]:
         print(f"  {r['bank_id']}: {plural(r['units'], 'unit')}, {plural(r['threads'], 'thread')}")
     return 0

@@ -335,8 +335,7 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
               rounds: int = 3, threads: int = 1, warmup: int = 10, banks_dir=None, max_questions: int | None = None,
               progress: bool = True, dayfirst: bool = False, time_builds: bool = False, units=("turns",),
               facts: str | None = None) -> dict:
-    """Run the whole grid; returns the JSON-ready result (see the module docstring). ``units`` /
-    ``facts``: the layers every cell selects from (``eval.retrieval.layered_banks``)."""
+    """Run the whole grid (``units`` / ``facts``: ``eval.retrieval.layered_banks``); the JSON-ready result."""
     from .. import __version__
     from ..config import BuildConfig
     from ..data import load_conversations, require_locomo
@@ -360,11 +359,8 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
         banks_list, build_rows, build_source = load_or_build_banks(convs, banks_dir, build_cfg, progress,
                                                                    time_builds=time_builds, data_path=data,
                                                                    dayfirst=dayfirst)
-    from ..facts.view import DEFAULT_UNITS, parse_units
-
-    if parse_units(units) != DEFAULT_UNITS or facts not in (None, "none"):
+    if tuple(units) != ("turns",) or facts not in (None, "none"):  # the layers (eval's rule)
         from .retrieval import layered_banks
-
         banks_list = layered_banks(banks_list, data, units, facts, get_encoder(build_cfg.encoder), dayfirst=dayfirst)
     banks = {b.bank_id: b for b in banks_list}
     encoder = get_encoder(build_cfg.encoder, cache=False)

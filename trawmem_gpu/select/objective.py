@@ -380,10 +380,9 @@ support_from_cosine_compiled = njit(cache=True, inline="always")(support_from_co
 
 
 def support_kernel(cos, same_thread, cfg, floor=None):
-    """``K [..., U, U]`` from candidate cosines (NumPy or torch): :func:`support_from_cosine`,
-    zero across threads without cross-thread support (``same_thread [..., U, U]`` bool), raised
-    to ``floor [..., U, U]`` where given (the support links of a unit view: :func:`support_floor`),
-    unit diagonal; or the identity (``kernel="identity"``)."""
+    """``K [..., U, U]`` from candidate cosines (NumPy or torch): :func:`support_from_cosine`, zero across
+    threads without cross-thread support (``same_thread [..., U, U]`` bool), raised to ``floor [..., U, U]``
+    (a unit view's support links: :func:`support_floor`), unit diagonal; or the identity (``kernel="identity"``)."""
     U = cos.shape[-1]
     if _is_torch(cos):
         import torch
@@ -410,11 +409,10 @@ def support_kernel(cos, same_thread, cfg, floor=None):
 
 
 def support_floor(bank, cfg) -> np.ndarray | None:
-    """``[N, N]`` float64 the least support ``K(u, v)`` between the units of ``bank`` that its
-    support links give (``Bank.support_src`` restates ``support_dst``: a fact and a source turn),
-    or None when it has none. A unit restates what it was made from, lossily: ``K(restating,
-    source) >= cfg.fact_support``; the source holds all the restatement says: ``K(source,
-    restating) = 1``. So a fact and its source turn together are a redundancy J sees."""
+    """``[N, N]`` float64 the least ``K(u, v)`` the support links of ``bank`` give (``Bank.support_src``
+    restates ``support_dst``: a fact, a source turn), None without links. A restatement is lossy:
+    ``K(restating, source) >= cfg.fact_support``; the source holds all it says: ``K(source,
+    restating) = 1``. So J sees a fact and its source turn together as a redundancy."""
     src, dst = getattr(bank, "support_src", None), getattr(bank, "support_dst", None)
     if src is None or not len(src):
         return None
