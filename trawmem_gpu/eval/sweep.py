@@ -32,8 +32,7 @@ __all__ = ["Cell", "CellRunner", "grid", "run_sweep", "run_cells", "interleave",
 
 TRAWMEM = "trawmem"
 BASELINES = ("cosine", "bm25", "hybrid")
-TRIMEM = "trimem"  # trimem.method, without query planning in a sweep: cells like a baseline's
-SWEEP_METHODS = (TRAWMEM, *BASELINES, TRIMEM)
+SWEEP_METHODS = (TRAWMEM, *BASELINES, "trimem")  # trimem.method without planning: cells like a baseline's
 
 
 @dataclass(frozen=True)
@@ -71,10 +70,8 @@ def grid(methods, hops, budgets, token_budgets=()) -> list[Cell]:
     for m in methods:
         if m not in SWEEP_METHODS:
             raise InputError(f"`methods`: unknown method {m!r}; choose from {', '.join(SWEEP_METHODS)}")
-        if m == TRAWMEM:
-            cells += [Cell(m, b, int(h), t) for h in hops for b, t in sizes]
-        else:
-            cells += [Cell(m, b, None, t) for b, t in sizes]
+        cells += [Cell(m, b, int(h), t) for h in hops for b, t in sizes] if m == TRAWMEM else \
+            [Cell(m, b, None, t) for b, t in sizes]
     return cells
 
 
@@ -133,8 +130,10 @@ class CellRunner:
         self.shared = shared or SharedEngine(banks, base_cfg, threads)
         self.records: list[dict] = []
         self.selections: list = []
-        from ..trimem.method import TriMemRankers  # per-bank setup before any query is timed
-        self.trimem = TriMemRankers.prepared(banks) if cell.method == TRIMEM else None
+        if cell.method == "trimem":  # per-bank setup before any query is timed; workspaces from its views
+            from ..trimem.method import TriMemRankers
+            self.trimem = TriMemRankers.prepared(banks)
+            self.banks = {b: r.view for b, r in self.trimem.items()}
 
     def engine(self):
         """The grid's batched engine (built once; ``setup_s`` times it)."""
@@ -155,7 +154,7 @@ class CellRunner:
                 return self.engine().select_units([bid], [question], Z[i:i + 1], params=self.params)[0], None
             s = select_reference(ctx, question, Z[i], self.cfg, self.params, keep_internals=True)
             return s.units, s
-        if m == TRIMEM:
+        if m == "trimem":
             return self.trimem[bid].plain_units(question, Z[i], self.params), None
         return baseline_units(m, ctx, question, Z[i], self.cfg, self.params), None
 
@@ -168,8 +167,7 @@ class CellRunner:
         t0 = time.perf_counter()
         units, s = self.select(bid, q.question, Z, i)
         t1 = time.perf_counter()
-        ws = assemble(self.banks[bid] if self.trimem is None else self.trimem[bid].view, q.question, units,
-                      headings_for(self.cell.method, self.cfg))
+        ws = assemble(self.banks[bid], q.question, units, headings_for(self.cell.method, self.cfg))
         ws.render()
         t2 = time.perf_counter()
         if not record:
@@ -399,13 +397,11 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
         "select_config": base_cfg.to_dict(), "query_params": base_params.to_dict(),
         "build_config": build_cfg.to_dict(), "encoder": encoder.id,
         "tokenizer": TOKENIZER_NAME, "engine": engine, "package_version": __version__,
-        "machine": {**machine_info(), "loadavg_1m_before": load0},
-        "query_threads": threads,
+        "machine": {**machine_info(), "loadavg_1m_before": load0}, "query_threads": threads,
         "timing_protocol": TIMING_PROTOCOL,
         "build": {"source": build_source, "per_bank": build_rows,
                   "mean_build_s": _mean([r["build_s"] for r in build_rows])},
-        "context_setup_s": ctx_s,
-        "encode_ms": _pcts(enc_s * 1e3),
+        "context_setup_s": ctx_s, "encode_ms": _pcts(enc_s * 1e3),
         "pareto_latency_axis": "latency_ms.p50", "pareto_tokens_axis": "context_tokens.mean",
         "cells": out_cells,
     }
