@@ -2,6 +2,8 @@
 protocol server answering through ``trimem_fake.respond``."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -88,7 +90,7 @@ def test_workspace_shows_facts_their_turns_and_profiles_with_ids(layered, enc):
     assert all(set(by_id[f].source_turns) <= set(ids) for f in facts)
     assert any(i in turns for i in ids) and any(i.startswith("P:") for i in ids)
     text = ws.render()
-    assert "[F:" in text and "[cites " in text and "[P:" in text
+    assert re.search(r"^\[F:\d+:\d+ from S\d+:\d+", text, re.M) and "[P:" in text
     assert "S1:8" in ids  # Clara's move is found by the plain question
     _, (capped,) = _select(layered, enc, [q], QueryParams(budget=5))
     assert capped.units == pick.units[:5]  # B caps the units, in priority order
