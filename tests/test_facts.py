@@ -121,6 +121,7 @@ def test_view_structure():
     ve = set(zip(v.edge_src.tolist(), v.edge_dst.tolist()))
     assert all((vt[first[s]], vt[first[d]]) in ve for s, d in zip(b.edge_src.tolist(), b.edge_dst.tolist()))
     assert layer_counts(v.turns) == {"turns": N, "facts": F, "profiles": P}
+    assert all(v.turns[idx[f.fact_id]].speaker == f.persons[0] for f in b.facts)  # who the fact is about
     pairs = set(zip(v.support_src.tolist(), v.support_dst.tolist()))
     for f in b.facts:  # each fact restates its source turns, and its thread meets theirs in the graph
         assert {(idx[f.fact_id], idx[t]) for t in f.source_turns} <= pairs

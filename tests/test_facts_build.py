@@ -114,3 +114,17 @@ def test_query_and_eval_with_facts_as_units(tmp_path, capsys):
     assert {"evidence_recall_cited", "n_facts", "n_turns"} <= set(rec)
     assert rec["evidence_recall_cited"] >= rec["evidence_recall"]
     assert r["config"]["units"] == ["turns", "facts"]
+
+
+def test_sweep_with_facts_as_units(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+    data = tmp_path / "s.json"
+    data.write_text(json.dumps([_sample(2)]), encoding="utf-8")
+    base = ["sweep", "--data", str(data), "--budget", "6", "--hops", "1", "--method", "trawmem", "--rounds", "1",
+            "--warmup", "0", "--batch-size", "4", "--quiet"]
+    assert _main(base + ["--output", str(tmp_path / "a.json")]) == 0
+    assert _main(base + ["--units", "turns,facts", "--facts", "locomo", "--output", str(tmp_path / "b.json")]) == 0
+    capsys.readouterr()
+    a, b = (json.loads((tmp_path / f"{n}.json").read_text()) for n in "ab")
+    (ca,), (cb,) = a["cells"], b["cells"]
+    assert cb["candidates_mean"] > ca["candidates_mean"]  # the facts joined the candidates

@@ -12,6 +12,9 @@ reference and the workspace take it unchanged:
   layer thread's head vector is the normalized mean of its units' vectors; unit vectors are the
   bank's (``unit_vecs``, ``fact_vecs``, ``profile_vecs``). Turn and thread indices therefore
   differ from the bank's (ids do not);
+* **a fact's unit** has the fact's first person as its speaker (the ``learned`` affinity's
+  ``speaker_named`` feature sees who it is about; its line shows no speaker:
+  ``workspace.unit_line``), its source turn's date and session;
 * **thread graph**: the bank's edges, plus a ``LAYER`` edge (weight 1, both directions) between a
   fact thread and every thread holding one of its facts' source turns, and between a profile
   thread and the threads of the facts (or, without the facts layer, of their source turns) its
@@ -151,7 +154,8 @@ def unit_view(bank: Bank, units=DEFAULT_UNITS) -> Bank:
             for i in by_session[key]:
                 f = bank.facts[i]
                 src = turn_by_id[f.source_turns[0]]
-                members.append((LayerUnit(f.fact_id, FACT_SPEAKER, f.text, key, src.timestamp, src.time, None,
+                members.append((LayerUnit(f.fact_id, f.persons[0] if f.persons else FACT_SPEAKER, f.text, key,
+                                          src.timestamp, src.time, None,
                                           "facts", f.source_turns, f.source_turns), bank.fact_vecs[i]))
                 for t in f.source_turns:
                     links.append((fact_unit[f.fact_id], int(umap[tindex[t]])))
