@@ -28,7 +28,6 @@ from .plan import QueryPlan, plain_plan, plan_queries
 from .prompts import PromptSet
 from .retrieve import TOP_K, TriMemIndex, priority_ids
 
-TRIMEM = "trimem"
 HEADINGS = "none"
 """How a TriMem workspace is rendered (like the baselines: no thread headings)."""
 
