@@ -76,6 +76,15 @@ def test_facts_llm_without_extractor_is_a_clear_error(tmp_path, capsys):
     assert "Traceback" not in err and "llm" in err
 
 
+def test_facts_locomo_needs_a_locomo_input(tmp_path, capsys):
+    p = tmp_path / "h.jsonl"
+    p.write_text(json.dumps({"bank_id": "b", "turn_id": "t1", "speaker": "Ana", "text": "hello there",
+                             "timestamp": "2031-05-01"}) + "\n", encoding="utf-8")
+    assert _main(["build", "--input", str(p), "--out", str(tmp_path / "o"), "--facts", "locomo", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "LoCoMo-layout input" in err and "Traceback" not in err
+
+
 def test_attach_facts_checks_its_source():
     with pytest.raises(ConfigError, match="facts: must be one of"):
         attach_facts([], "gpt", None)

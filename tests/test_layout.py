@@ -34,9 +34,11 @@ LAYERS = (
     ("eval", ("trawmem_gpu.eval", "trawmem_gpu.trimem.evolve")),
     ("head", ("trawmem_gpu.head",)),
     ("score", ("trawmem_gpu.score",)),
+    ("memory", ("trawmem_gpu.memory",)),
     ("serve", ("trawmem_gpu.serve",)),
     ("cli", ("trawmem_gpu.cli", "trawmem_gpu.cli_args", "trawmem_gpu.cli_score", "trawmem_gpu.cli_select",
-             "trawmem_gpu.cli_sweep", "trawmem_gpu.head.cli", "trawmem_gpu.serve.cli", "trawmem_gpu.trimem.cli")),
+             "trawmem_gpu.cli_sweep", "trawmem_gpu.cli_forget", "trawmem_gpu.head.cli", "trawmem_gpu.serve.cli",
+             "trawmem_gpu.trimem.cli")),
 )
 
 

@@ -96,7 +96,7 @@ def _query_ranked(a, q: str, qp):
     from .config import BuildConfig
     from .encode import get_encoder
     from .facts.view import DEFAULT_UNITS, parse_units, unit_view
-    from .workspace import assemble
+    from .memory import SelectedWorkspace
 
     bank = _query_bank(a)
     if a.method == "trimem" and parse_units(a.units) != DEFAULT_UNITS:
@@ -110,7 +110,8 @@ def _query_ranked(a, q: str, qp):
         from .select.context import BankContext
 
         view = unit_view(bank, a.units)
-        return assemble(view, q, baseline_units(a.method, BankContext.of(view), q, z[0], None, qp), "none"), {}
+        units = baseline_units(a.method, BankContext.of(view), q, z[0], None, qp)
+        return SelectedWorkspace.of(view, q, units, "none", False), {}
     from .trimem.method import TriMemRankers, trimem_select
 
     plan_llm = _plan_llm(a)
@@ -120,40 +121,53 @@ def _query_ranked(a, q: str, qp):
     finally:
         if plan_llm is not None:
             plan_llm.close()
-    return assemble(got.view, q, got.units, "none"), {"plan": got.plan.to_dict()}
+    return SelectedWorkspace.of(got.view, q, got.units, "none", False), {"plan": got.plan.to_dict()}
 
 
 def cmd_query(a) -> int:
-    from .encode import get_encoder
-    from .select.context import BankContext
-    from .select.reference import select_reference
-    from .workspace import assemble
+    """One question through the Memory core: the engine, picks and workspace of ``Memory.select``
+    and of the server (a lone bank directory gets the same engine over that one bank); ``--method``
+    trimem or a baseline through :func:`_query_ranked`."""
+    from .memory import Memory, SelectedWorkspace
+    from .memory.core import pick, served_engine
+    from .store import Collection, load_bank
 
     q = _check_question(a.question)
     cfg, qp = _select_config(a)
     extra = {}
+    p = Path(a.bank)
     if a.method != "trawmem":
         ws, extra = _query_ranked(a, q, qp)
-    else:
-        bank = _query_bank(a)
-        head = _load_head(a.head)
+    elif (p / "meta.json").exists():
         from .config import BuildConfig
-        from .facts.view import unit_view
+        from .encode import get_encoder
 
-        bank = unit_view(bank, a.units)
-
+        head = _load_head(a.head)
+        bank = load_bank(p)
         enc = get_encoder(BuildConfig.from_dict(bank.build_config).encoder if bank.build_config else "minilm")
         if enc.id != bank.encoder_id:
             raise InputError(f"bank was encoded with {bank.encoder_id!r}, the configured encoder is {enc.id!r}")
-        z = enc.encode([q], is_query=True)[0]
-        kw = {"head": head} if head is not None else {}
-        ws = assemble(bank, q, select_reference(BankContext.of(bank), q, z, cfg, qp, **kw).units, cfg.headings)
-    if a.json:
-        print(json.dumps({"bank_id": ws.bank_id, "question": q, "units": ws.unit_ids, "tokens": ws.n_tokens,
-                          "tokenizer": ws.tokenizer, "workspace": ws.render(), **extra}, indent=1))
+        z = enc.encode([q], is_query=True)
+        picks, banks, used = pick(served_engine({bank.bank_id: bank}, cfg, head=head, units=a.units),
+                                  [bank.bank_id], [q], z, [None], [qp])
+        ws = SelectedWorkspace.of(banks[0], q, picks[0], cfg.headings, used)
     else:
-        print(ws.render())
-        print(f"-- {plural(len(ws.unit_ids), 'unit')} in {plural(len(ws.blocks), 'thread')}, {ws.n_tokens} tokens "
+        head = _load_head(a.head)
+        coll = Collection(p)
+        if a.bank_id is None:
+            if len(coll) != 1:
+                raise InputError(f"{p} holds {plural(len(coll), 'bank')}; name one with --bank-id "
+                                 f"({name_list(coll.bank_ids)})")
+            a.bank_id = coll.bank_ids[0]
+        coll.bank_path(a.bank_id)  # UnknownBank naming what the collection holds
+        mem = Memory(p, method=cfg, head=head, only=[a.bank_id], create=False, embedding_cache=True, units=a.units)
+        ws = mem.select(a.bank_id, q, budget=qp.budget, token_budget=qp.token_budget, hops=qp.hops)
+    if a.json:
+        print(json.dumps({"bank_id": ws.bank_id, "question": q, "units": ws.unit_ids, "tokens": ws.tokens,
+                          "tokenizer": ws.tokenizer, "workspace": ws.text, **extra}, indent=1))
+    else:
+        print(ws.text)
+        print(f"-- {plural(len(ws.units), 'unit')} in {plural(len(ws.threads), 'thread')}, {ws.tokens} tokens "
               f"({ws.tokenizer})")
     return 0
 

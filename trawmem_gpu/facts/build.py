@@ -80,8 +80,11 @@ def attach_facts(banks: list[Bank], source: str, encoder, *, input_path=None, ll
     if source == "locomo":
         from .locomo import load_locomo_facts
 
-        if input_path is None:
-            raise ConfigError("facts: 'locomo' reads the observations of a LoCoMo input file (none given)")
+        from ..data import detect_format
+
+        if input_path is None or detect_format(input_path) != "locomo":
+            raise ConfigError("facts: 'locomo' reads the per-session observations of a LoCoMo-layout input "
+                              f"({'none given' if input_path is None else f'{input_path} is not one'})")
         got, st = load_locomo_facts(input_path, {b.bank_id: {t.turn_id for t in b.turns} for b in banks},
                                     dayfirst=dayfirst)
         stats.update(st)
