@@ -86,7 +86,7 @@ def test_facts_locomo_needs_a_locomo_input(tmp_path, capsys):
 
 
 def test_attach_facts_checks_its_source():
-    with pytest.raises(ConfigError, match="facts: must be one of"):
+    with pytest.raises(ConfigError, match="`facts` must be one of"):
         attach_facts([], "gpt", None)
     with pytest.raises(ConfigError, match="needs an LLM"):
         from test_engine import make_bank

@@ -143,3 +143,32 @@ def test_turn_context_is_the_banks_and_a_fact_has_its_source_turns():
     for f in b.facts:
         j, src = vid[f.fact_id], b.index_of()[f.source_turns[0]]
         assert (ids(v, sv.prev[j]), ids(v, sv.next[j])) == (ids(b, sb.prev[src]), ids(b, sb.next[src]))
+
+
+@pytest.mark.slow
+def test_engines_agree_on_dev_banks_with_locomo_facts(dev_path):
+    """Real turns and facts (LoCoMo dev, 2 banks with their observations, 15 questions each): the
+    reference and the engine paths pick identical sets at T = 400 and B = 16, and every workspace
+    fits T."""
+    from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.encode import get_encoder
+    from trawmem_gpu.eval.retrieval import banks_for, layered_banks
+
+    convs, banks, _ = banks_for(dev_path, BuildConfig(), progress=False)
+    convs, banks = convs[:2], banks[:2]
+    enc = get_encoder()
+    views = layered_banks(banks, dev_path, ("turns", "facts"), "locomo", enc)
+    items = [(c.bank_id, q.question) for c in convs for q in
+             [q for q in c.questions if q.category in (1, 2, 3, 4) and q.evidence][:15]]
+    Z = enc.encode([q for _, q in items], is_query=True)
+    ids, qs = [b for b, _ in items], [q for _, q in items]
+    for qp in (QueryParams(token_budget=400, budget=None), QueryParams(budget=16)):
+        ref = _reference(views, SelectConfig(), ids, qs, Z, [qp] * len(ids))
+        for variant in VARIANTS[:3]:
+            got = SelectionEngine(views, SelectConfig(), device="cpu", **variant).select_units(ids, qs, Z, params=qp)
+            assert got == ref, variant
+        bank = {b.bank_id: b for b in views}
+        n_facts = sum(getattr(bank[b].turns[u], "layer", "") == "facts" for b, r in zip(ids, ref) for u in r)
+        assert n_facts > 0
+        if qp.token_budget:
+            assert max(assemble(bank[b], q, r).n_tokens for b, q, r in zip(ids, qs, ref)) <= 400

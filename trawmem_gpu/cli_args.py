@@ -285,7 +285,7 @@ def units_list(text: str) -> tuple[str, ...]:
     try:
         return parse_units(text)
     except ConfigError as e:
-        raise argparse.ArgumentTypeError(str(e).removeprefix("units: ")) from None
+        raise argparse.ArgumentTypeError(str(e).removeprefix("`units`: ").removeprefix("`units` ")) from None
 
 
 def add_units(p: argparse.ArgumentParser, facts: bool = False) -> None:

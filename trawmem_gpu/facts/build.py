@@ -58,7 +58,7 @@ def with_facts(bank: Bank, new: list[Fact], encoder, source: str) -> Bank:
         return bank if bank.facts or source == "none" else replace(bank, layer_sources={**bank.layer_sources,
                                                                                          "facts": source})
     if encoder.id != bank.encoder_id:
-        raise ConfigError(f"facts: bank {bank.bank_id!r} was encoded with {bank.encoder_id!r}, not {encoder.id!r}")
+        raise ConfigError(f"`facts`: bank {bank.bank_id!r} was encoded with {bank.encoder_id!r}, not {encoder.id!r}")
     v = _encode(new, bank, encoder)
     vecs = v if bank.fact_vecs is None else np.concatenate([bank.fact_vecs, v])
     out = replace(bank, facts=tuple(bank.facts) + tuple(new), fact_vecs=vecs.astype(np.float32),
@@ -72,7 +72,7 @@ def attach_facts(banks: list[Bank], source: str, encoder, *, input_path=None, ll
                  ) -> tuple[list[Bank], dict]:
     """The banks with their facts layer from ``source`` (see the module docstring), and counts."""
     if source not in FACT_SOURCES:
-        raise ConfigError(f"facts: must be one of {', '.join(FACT_SOURCES)} (got {source!r})")
+        raise ConfigError(f"`facts` must be one of {', '.join(FACT_SOURCES)} (got {source!r})")
     stats: dict = {"facts_added": 0}
     if source == "none" or not banks:
         return list(banks), stats
@@ -83,7 +83,7 @@ def attach_facts(banks: list[Bank], source: str, encoder, *, input_path=None, ll
         from ..data import detect_format
 
         if input_path is None or detect_format(input_path) != "locomo":
-            raise ConfigError("facts: 'locomo' reads the per-session observations of a LoCoMo-layout input "
+            raise ConfigError("`facts` 'locomo' reads the per-session observations of a LoCoMo-layout input "
                               f"({'none given' if input_path is None else f'{input_path} is not one'})")
         got, st = load_locomo_facts(input_path, {b.bank_id: {t.turn_id for t in b.turns} for b in banks},
                                     dayfirst=dayfirst)
@@ -97,7 +97,7 @@ def attach_facts(banks: list[Bank], source: str, encoder, *, input_path=None, ll
         from .extract import OVERLAP, WINDOW, extract_facts
 
         if llm is None:
-            raise ConfigError("facts: 'llm' needs an LLM (`llm`)")
+            raise ConfigError("`facts` 'llm' needs an LLM (`llm`)")
         for b in banks:
             turns = list(b.turns)
             new_ids = None

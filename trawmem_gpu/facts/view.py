@@ -60,12 +60,12 @@ def parse_units(spec) -> tuple[str, ...]:
     items = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
     bad = [s for s in items if s not in UNIT_KINDS]
     if bad or not items:
-        raise ConfigError(f"units: unknown layer {bad[0] if bad else ''!r} (choose from {', '.join(UNIT_KINDS)}, "
+        raise ConfigError(f"`units`: unknown layer {bad[0] if bad else ''!r} (choose from {', '.join(UNIT_KINDS)}, "
                           f"comma-separated)")
     if len(set(items)) != len(items):
-        raise ConfigError(f"units: {items} names a layer twice")
+        raise ConfigError(f"`units`: {items} names a layer twice")
     if "turns" not in items:
-        raise ConfigError("units: must include 'turns' (facts and profiles point at turns)")
+        raise ConfigError("`units` must include 'turns' (facts and profiles point at turns)")
     return tuple(k for k in UNIT_KINDS if k in items)
 
 
@@ -97,7 +97,7 @@ def unit_view(bank: Bank, units=DEFAULT_UNITS) -> Bank:
         return bank
     for layer in units[1:]:
         if not getattr(bank, layer):
-            raise ConfigError(f"units: bank {bank.bank_id!r} has no {layer} (build it with --{layer})")
+            raise ConfigError(f"`units`: bank {bank.bank_id!r} has no {layer} (build it with its `{layer}` layer)")
     turn_by_id = {t.turn_id: t for t in bank.turns}
     tindex = bank.index_of()
     N, J = bank.n_units, bank.n_threads
