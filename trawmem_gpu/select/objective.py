@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from collections import namedtuple
 from typing import Callable, Mapping, NamedTuple
 
 import numpy as np
@@ -227,15 +228,14 @@ class ThreadCoverage(CoverageTerm):
 
 class GroupAffinity(CoverageTerm):
     """``sum_g max_{u in S, u in g} alpha(u)`` over the restatement groups g (column ``group`` of
-    :func:`unit_attributes`: a fact and the turns it restates): a group's affinity counts once, so a
-    fact beside its source turn adds only what its affinity exceeds the turn's by. Units of no group
-    gain nothing here (their affinity stays in the modular sum). State: each group's best alpha
-    (NumPy: a dict; torch: ``[Q, G + 1]`` by group column ``group + 1``, column 0 = none)."""
+    :func:`unit_attributes`: a fact and the turns it restates): a fact beside its source turn adds
+    only what its affinity exceeds the turn's by; units of no group gain nothing here (their affinity
+    stays modular). State: each group's best alpha (NumPy: a dict; torch: ``[Q, G + 1]``, column 0 = none)."""
 
     reads_attrs = True
 
     def _g(self, d, u) -> int:
-        return int(d.attrs[u, GROUP])
+        return -1 if d.attrs is None or d.alpha is None else int(d.attrs[u, GROUP])  # no data: no groups
 
     def init(self, d):
         return {}
@@ -254,23 +254,27 @@ class GroupAffinity(CoverageTerm):
 
     @staticmethod
     def _col(d):
+        if d.attrs is None or d.alpha is None:  # no data: no groups (every unit in column 0)
+            return d.thread * 0
         return (d.attrs[..., GROUP] + 1).long()
 
     def init_t(self, d):
         import torch
-        return torch.zeros(d.alpha.shape[0], int(self._col(d).max()) + 1, dtype=d.alpha.dtype, device=d.alpha.device)
+        return torch.zeros(d.pi.shape[0], int(self._col(d).max()) + 1, dtype=d.pi.dtype, device=d.pi.device)
 
     def gains_t(self, d, best, pick):
         import torch
         col = pick.units(self._col(d))
-        g = (pick.units(d.alpha) - torch.gather(pick.query(best), 1, col)).clamp_min(0)
+        a = pick.units(d.alpha if d.alpha is not None else d.pi)
+        g = (a - torch.gather(pick.query(best), 1, col)).clamp_min(0)
         return torch.where(col > 0, g, torch.zeros((), dtype=g.dtype, device=g.device))
 
     def add_t(self, d, best, rows, active):
         import torch
         col = rows(self._col(d))[:, None]
         cur = torch.gather(best, 1, col)
-        new = best.scatter(1, col, torch.where(active[:, None], torch.maximum(cur, rows(d.alpha)[:, None]), cur))
+        a = rows(d.alpha if d.alpha is not None else d.pi)[:, None]
+        new = best.scatter(1, col, torch.where(active[:, None], torch.maximum(cur, a), cur))
         new[:, 0] = 0.0
         return new
 
@@ -355,9 +359,9 @@ def date_seconds(when: datetime | None) -> float:
 # ----------------------------------------------------------------------------------------------
 # weights
 # ----------------------------------------------------------------------------------------------
-CoverageWeights = NamedTuple("CoverageWeights", [(t.weight, object) for t in COVERAGE_TERMS])
+CoverageWeights = namedtuple("CoverageWeights", [t.weight for t in COVERAGE_TERMS], defaults=(0.0,))
 CoverageWeights.__doc__ = """Weights of the coverage terms, in :data:`COVERAGE_TERMS` order: floats, or per-query
-``[Q, 1]`` arrays / tensors."""
+``[Q, 1]`` arrays / tensors. The last, ``w_grp``, may be left out: 0 (the group affinity off)."""
 
 
 def weight_matrix(cfg, n: int, overrides: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
