@@ -6,8 +6,8 @@ For a set S of candidate units of one query::
          + w_cov  * sum_v pi(v) max_{u in S} K(u, v)        information coverage
          + w_role * sum_r delta_r max_{u in S} rho_r(u)     role coverage
          + w_thr  * sum_j [S hits L_j] * mass_j             thread coverage (mass_j = sum of pi over L_j)
-
-    m(u) = sum over the modular terms k of w_k * value_k(u)   (affinity: value = alpha(u))
+         + w_grp  * sum_g max_{u in S, u in g} alpha(u)     group affinity (g: a fact and its source turns)
+    m(u) = sum over the modular terms k of w_k * value_k(u)   (affinity: alpha(u); w_grp > 0: 0 in a group)
 
 :data:`TERMS` lists the terms in the one order every weight vector uses (:data:`WEIGHTS`,
 then the priority weights of steps 5-6: :data:`QUERY_WEIGHTS`, the columns of every per-query
