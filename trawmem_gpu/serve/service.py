@@ -13,8 +13,9 @@ runs on three thread pools, never on the event loop:
   registry); the engine refresh that follows is handed to the batch worker, and the append
   answers only after it, so a client reads its own writes.
 
-The encoder is shared by both pools behind a lock (a transformers tokenizer is not safe to call
-from two threads at once).
+Queries and appends encode with separate encoder instances, and appends encode in chunks that
+give way to running query batches (:mod:`.lanes`): an append never holds what a query waits for.
+Per-key limits (:class:`~.keys.Quota`) bound each key's queued queries and appends in flight.
 """
 from __future__ import annotations
 
@@ -35,9 +36,11 @@ from ..select.config import SelectConfig
 from ..select.params import QueryParams
 from ..tokens import TOKENIZER_NAME, count_tokens_cached
 from ..workspace import assemble
-from .batcher import DynamicBatcher, Later
-from .config import ServeConfig
+from .batcher import DynamicBatcher, InFlight, Later
+from .config import ServeConfig, default_threads
 from .engines import ServedEngine, query_params, select_units
+from .keys import Quota
+from .lanes import AppendEncoder, QueryFirst
 from .registry import BankRegistry
 
 log = logging.getLogger("trawmem.serve")
@@ -91,7 +94,8 @@ def freeze_heap() -> None:
 
 
 class LockedEncoder(Encoder):
-    """An encoder whose calls are serialized (shared by the batch worker and append threads)."""
+    """An encoder whose calls are serialized (a transformers tokenizer is not safe to call from
+    two threads at once)."""
 
     def __init__(self, inner: Encoder):
         self.inner, self.id, self.dim = inner, inner.id, inner.dim
@@ -113,7 +117,8 @@ class SelectionService:
     :param select_cfg: the method (default ``SelectConfig()``)
     :param params: the query parameters of a request that gives none (default ``QueryParams()``);
         a request's budget / hops / token_budget replace them, per query, on the same engine
-    :param encoder: an encoder to use instead of loading ``cfg.encoder``
+    :param encoder: an encoder to use instead of loading ``cfg.encoder`` (then appends share it,
+        behind its lock, as there is no second instance to load)
     """
 
     ASSEMBLY_CHUNKS = 4
@@ -122,10 +127,11 @@ class SelectionService:
 
     def __init__(self, cfg: ServeConfig, *, owns=lambda bank_id: True, select_cfg: SelectConfig | None = None,
                  params: QueryParams | None = None, encoder: Encoder | None = None, metrics=None):
-        if cfg.threads:
-            import torch
+        import torch
 
-            torch.set_num_threads(cfg.threads)
+        threads = cfg.threads or default_threads(cfg.http_workers)
+        torch.set_num_threads(threads)
+        self.threads = threads
         self.cfg = cfg
         self.metrics = metrics
         self.registry = BankRegistry(cfg.collection, owns)
@@ -136,16 +142,20 @@ class SelectionService:
             raise ConfigError(f"the collection {cfg.collection} was encoded with {coll_enc!r}, the query encoder "
                               f"is {enc.id!r}; set `encoder` to the collection's encoder")
         self.encoder = LockedEncoder(enc)
+        self._given_encoder = encoder is not None
+        self._append_encoder: AppendEncoder | None = None
+        self._append_encoder_lock = threading.Lock()
+        self.query_first = QueryFirst()
+        self.appends_in_flight = InFlight()
         self.dim = int(enc.dim)
         base = select_cfg or SelectConfig()
         dp = params or QueryParams()
         self.defaults = (dp.budget, dp.hops, dp.token_budget)
-        threads = cfg.threads
 
         def make(banks, scfg):
             from ..select.engine import SelectionEngine
 
-            return SelectionEngine(banks, scfg, **({"threads": threads} if threads else {}))
+            return SelectionEngine(banks, scfg, threads=threads)
 
         self.engines = ServedEngine(self.registry.banks(), base, make)
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="trawmem-batch", initializer=_os_thread_name("tm-batch"))
@@ -214,24 +224,42 @@ class SelectionService:
         bank = self.registry.get(bank_id)
         return None if bank is None else self.bank_summary(bank)
 
-    async def select(self, items: list[SelectItem], batch: bool = False) -> list[dict]:
+    async def select(self, items: list[SelectItem], batch: bool = False, quota: Quota | None = None) -> list[dict]:
         """Workspaces for ``items`` through the batcher; raises UnknownBank (before queueing; naming
-        ``requests[i]`` when ``batch``), QueueFull, DeadlineExceeded or ShuttingDown."""
+        ``requests[i]`` when ``batch``), QueueFull (also past ``quota.max_queued``),
+        DeadlineExceeded or ShuttingDown."""
         for i, it in enumerate(items):
             if it.bank_id not in self.registry:
                 raise UnknownBank(it.bank_id, f"requests[{i}]: " if batch else "")
-        return await self.batcher.submit(items, self.cfg.timeout_s)
+        if quota is None:
+            return await self.batcher.submit(items, self.cfg.timeout_s)
+        return await self.batcher.submit(items, self.cfg.timeout_s, key=quota.key, key_limit=quota.max_queued)
 
-    async def append(self, bank_id: str, records: list[dict]) -> dict:
-        """Append turns (creating the bank on first append); returns the bank's new counts."""
+    def append_encoder(self) -> AppendEncoder:
+        """The appends' encoder: a second instance of the query encoder's model, loaded on the
+        first append (on its thread), in chunks that give way to query batches."""
+        with self._append_encoder_lock:
+            if self._append_encoder is None:
+                inner = self.encoder if self._given_encoder else LockedEncoder(
+                    get_encoder(self.encoder_spec, cache=False, fresh=True))
+                self._append_encoder = AppendEncoder(inner, self.cfg.append_chunk, self.query_first.wait_idle)
+            return self._append_encoder
+
+    async def append(self, bank_id: str, records: list[dict], quota: Quota | None = None) -> dict:
+        """Append turns (creating the bank on first append); returns the bank's new counts, the
+        turn ids stored and those it held already (a retry). QueueFull past ``quota.max_appends``."""
         if self.batcher.closing:
             from .batcher import ShuttingDown
 
             raise ShuttingDown("the server is shutting down")
+        with self.appends_in_flight.hold(None if quota is None else quota.key,
+                                         None if quota is None else quota.max_appends):
+            return await self._append(bank_id, records)
+
+    async def _append(self, bank_id: str, records: list[dict]) -> dict:
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
-        res = await loop.run_in_executor(self.appender, self.registry.append, bank_id, records, self.encoder,
-                                         self.encoder_spec)
+        res = await loop.run_in_executor(self.appender, self._registry_append, bank_id, records)
         # the new bank's engine tables are built here, on the append thread; the batch worker only
         # publishes them, so queries do not wait behind the build
         prepared = await loop.run_in_executor(self.appender, self.engines.prepare, res.bank)
@@ -242,8 +270,12 @@ class SelectionService:
             self.metrics.appended.inc(res.appended)
             self.metrics.engine_builds.set(self.engines.builds)
         return {**self.bank_summary(res.bank), "created": res.created, "appended": res.appended,
+                "stored": res.stored, "already_stored": res.already_stored,
                 "timings": {"build_and_write_ms": round((t1 - t0) * 1e3, 3),
                             "engine_refresh_ms": round((t2 - t1) * 1e3, 3)}}
+
+    def _registry_append(self, bank_id: str, records: list[dict]):
+        return self.registry.append(bank_id, records, self.append_encoder(), self.encoder_spec)
 
     def _sync_bank(self, bank_id: str, prepared: dict | None = None) -> None:
         """On the batch worker: make the engine use the registry's current bank ``bank_id``
@@ -271,7 +303,11 @@ class SelectionService:
     def process_batch(self, items: list[SelectItem]) -> list:
         """One encoder call and one engine call for the whole batch, whatever (budget, hops,
         token_budget) its queries ask for; per item a :class:`~.batcher.Later` of its response body
-        (assembled on the pool, in a few chunks) or the exception."""
+        (assembled on the pool, in a few chunks) or the exception. Append chunks wait meanwhile."""
+        with self.query_first.running():
+            return self._process_batch(items)
+
+    def _process_batch(self, items: list[SelectItem]) -> list:
         t_start = time.perf_counter()
         n = len(items)
         for bid in dict.fromkeys(it.bank_id for it in items):
