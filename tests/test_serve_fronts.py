@@ -50,7 +50,8 @@ def fronts(tmp_path_factory):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.Popen([sys.executable, "-m", "trawmem_gpu.cli", "serve", "--collection", str(coll),
                              "--port", "0", "--http-workers", "2", "--keys", _keys_file(tmp / "keys.json"),
-                             "--max-wait-ms", "2", "--threads", "1"],
+                             "--max-wait-ms", "2", "--threads", "1",
+                             "--tenant-max-appends", "8"],  # 8 appends of one key at once, below
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     url, lines, t0 = None, [], time.monotonic()
     while url is None and time.monotonic() - t0 < 180:

@@ -156,6 +156,38 @@ def test_fair_queue_takes_round_robin_across_keys():
     assert q.oldest_arrival() == 0.0
 
 
+def test_a_keys_share_bounds_its_part_of_a_batch():
+    q = FairQueue()
+    q.push("big", [_pend("big", i) for i in range(256)], share=16)
+    q.push("one", [_pend("one", 0)], share=16)
+    first = [p.item for p in q.take(64)]
+    assert len(first) == 17 and ("one", 0) in first and sum(k == "big" for k, _ in first) == 16
+    assert [k for k, _ in (p.item for p in q.take(64))] == ["big"] * 16  # alone: batches of its share
+    q.push("free", [_pend("free", i) for i in range(40)])  # no share (the tenant of a server without keys)
+    nxt = [p.item[0] for p in q.take(64)]
+    assert nxt.count("big") == 16 and nxt.count("free") == 40
+
+
+def test_assembly_pool_takes_jobs_round_robin_across_keys():
+    from trawmem_gpu.serve.lanes import FairPool
+
+    pool, gate, started, order = FairPool(1), threading.Event(), threading.Event(), []
+    first = pool.submit("big", lambda: (started.set(), gate.wait(60)))  # holds the one thread
+    started.wait(60)
+    futs = [pool.submit("big", order.append, ("big", i)) for i in range(5)]
+    futs.append(pool.submit("one", order.append, ("one", 0)))
+    gate.set()
+    for f in [first, *futs]:
+        f.result(60)
+    assert order[:2] == [("big", 0), ("one", 0)] and len(order) == 6
+    boom = pool.submit("x", lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        boom.result(60)
+    pool.shutdown()
+    with pytest.raises(RuntimeError):
+        pool.submit("x", print)
+
+
 def test_one_keys_big_batch_delays_anothers_query_by_one_engine_call():
     """Key A's first query is held in a running batch; meanwhile A queues 200 more and B one: the
     very next batch carries B's query (batch composition, read from the batch function)."""

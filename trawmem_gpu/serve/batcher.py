@@ -47,13 +47,17 @@ class FairQueue:
 
     :meth:`take` gives each key with requests waiting one slot per turn, in a rotation that goes
     on from batch to batch (the key after the last one served comes first), so a key with one
-    request waiting is in the next batch whatever another key has queued. Requests whose future
-    is done (timed out, gone) are dropped as they come up, without taking a slot.
+    request waiting is in the next batch whatever another key has queued. A key pushed with a
+    ``share`` contributes at most that many requests to one batch, so the engine call another
+    key's query may wait behind stays short (a key alone with a large backlog then runs in
+    batches of its share). Requests whose future is done (timed out, gone) are dropped as they
+    come up, without taking a slot or the key's turn.
     """
 
     def __init__(self):
         self._q: dict[object, collections.deque] = {}
         self._order: collections.deque = collections.deque()  # keys with requests, in turn
+        self._share: dict = {}
         self._n = 0
 
     def __len__(self) -> int:
@@ -63,24 +67,34 @@ class FairQueue:
         q = self._q.get(key)
         return 0 if q is None else len(q)
 
-    def push(self, key, items) -> None:
+    def push(self, key, items, share: int | None = None) -> None:
+        """Queue ``items`` of ``key``; ``share``: most of them one batch takes (None: no bound)."""
         q = self._q.get(key)
         if q is None:
             q = self._q[key] = collections.deque()
             self._order.append(key)
         q.extend(items)
         self._n += len(items)
+        if share is not None:
+            self._share[key] = share
 
     def oldest_arrival(self) -> float:
         """``arrived`` of the oldest request at the head of any key's queue (``inf`` when empty)."""
         return min((q[0].arrived for q in self._q.values()), default=math.inf)
 
     def take(self, n: int) -> list:
-        """Up to ``n`` live requests, round robin across keys."""
-        out = []
-        order, qs = self._order, self._q
-        while order and len(out) < n:
+        """Up to ``n`` live requests, round robin across keys, at most a key's ``share`` each."""
+        out, taken = [], {}
+        order, qs, shares = self._order, self._q, self._share
+        passed = 0  # keys passed over in a row because their share is used up
+        while order and len(out) < n and passed < len(order):
             key = order[0]
+            share = shares.get(key)
+            if share is not None and taken.get(key, 0) >= share:
+                order.rotate(-1)
+                passed += 1
+                continue
+            passed = 0
             q = qs[key]
             live = None
             while q and live is None:  # the key's next live request; the dead ones go
@@ -91,10 +105,12 @@ class FairQueue:
             if not q:
                 order.popleft()
                 del qs[key]
+                shares.pop(key, None)
             else:
                 order.rotate(-1)
             if live is not None:
                 out.append(live)
+                taken[key] = taken.get(key, 0) + 1
         return out
 
 
@@ -230,11 +246,13 @@ class DynamicBatcher:
         backlog = len(self._queue) + self.running if backlog is None else backlog
         return max(1, math.ceil(backlog / self._rate)) if self._rate > 0 else 1
 
-    async def submit(self, items: list, timeout_s: float, key=None, key_limit: int | None = None) -> list:
+    async def submit(self, items: list, timeout_s: float, key=None, key_limit: int | None = None,
+                     key_share: int | None = None) -> list:
         """Results for ``items`` (in order); raises QueueFull, DeadlineExceeded or ShuttingDown.
 
         :param key: whose requests these are (batches are formed round robin across keys)
         :param key_limit: most requests ``key`` may have waiting (None: only ``max_queue``)
+        :param key_share: most requests of ``key`` in one batch (None: up to ``max_batch``)
         """
         if self._closing or self._task is None:
             raise ShuttingDown("the server is shutting down")
@@ -249,7 +267,7 @@ class DynamicBatcher:
         loop = asyncio.get_running_loop()
         now = time.perf_counter()
         pend = [_Pending(it, now, loop.create_future()) for it in items]
-        self._queue.push(key, pend)
+        self._queue.push(key, pend, key_share)
         self._wake.set()
         try:
             if len(pend) == 1:  # the common case, without a gathering future

@@ -41,7 +41,8 @@ def cmd_serve(a) -> int:
                       encoder=a.encoder, threads=a.threads,
                       switch_interval_ms=a.switch_interval_ms, encode_chunk=a.encode_chunk,
                       http_workers=a.http_workers, tenant_max_queued=a.tenant_max_queued,
-                      tenant_max_appends=a.tenant_max_appends, append_chunk=a.append_chunk,
+                      tenant_max_appends=a.tenant_max_appends, tenant_batch_share=a.tenant_batch_share,
+                      append_chunk=a.append_chunk,
                       max_connections=a.max_connections, header_timeout_s=a.header_timeout,
                       body_timeout_s=a.body_timeout, keep_alive_s=a.keep_alive)
     if a.sample:
@@ -105,6 +106,8 @@ def configure_serve(s) -> None:
                    help="queries one API key may have waiting before 429 (the keys file's limits.max_queued overrides)")
     s.add_argument("--tenant-max-appends", type=positive_int, default=d.tenant_max_appends,
                    help="appends one API key may have in flight before 429 (limits.max_appends overrides)")
+    s.add_argument("--tenant-batch-share", type=positive_int, default=d.tenant_batch_share,
+                   help="most of one API key's queries in one engine batch (limits.batch_share overrides)")
     s.add_argument("--append-chunk", type=positive_int, default=d.append_chunk,
                    help="turns an append encodes per call, giving way to query batches between calls")
     s.add_argument("--max-connections", type=positive_int, default=d.max_connections,

@@ -57,7 +57,14 @@ class ServeConfig:
     that key gets 429 with Retry-After while other keys are still admitted. A keys-file entry's
     ``limits.max_queued`` overrides it for that key. At least ``max_batch_request``, or a full
     batch call could never be admitted."""
-    tenant_max_appends: int = 2
+    tenant_batch_share: int = 16
+    """Most of one API key's queries in one engine batch (``--tenant-batch-share``; the keys
+    file's ``limits.batch_share`` overrides it). Another key's query waits behind at most the
+    engine call already running, so this bounds that call's length: with 16 (``encode_chunk``,
+    the encoder's cheapest size on a CPU) a key's 256-query batch runs as 16 engine calls and a
+    lone query of another key joins the next. Without a keys file there is one tenant and no
+    share: its batches fill to ``max_batch``."""
+    tenant_max_appends: int = 4
     """Most appends one API key may have in flight at once (``--tenant-max-appends``); beyond it
     429 with Retry-After. A keys-file entry's ``limits.max_appends`` overrides it for that key."""
     append_chunk: int = 16
@@ -98,7 +105,7 @@ class ServeConfig:
     def __post_init__(self):
         for name in ("max_batch", "encode_chunk", "max_queue", "max_body_bytes", "max_question_chars", "max_budget",
                      "max_token_budget", "max_batch_request", "max_turns_per_append", "tenant_max_queued",
-                     "tenant_max_appends", "append_chunk", "max_connections"):
+                     "tenant_max_appends", "tenant_batch_share", "append_chunk", "max_connections"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"`{name}` must be >= 1, got {getattr(self, name)!r}")
         if self.max_hops < 0:

@@ -4,11 +4,12 @@ File layout (``trawmem serve-key`` writes it; only hashes are stored, never a ke
 
     {"keys": [{"sha256": "<64 hex>", "tenant": "acme", "banks": ["acme-*"], "access": "read-write"},
               {"sha256": "<64 hex>", "tenant": "acme-ro", "banks": ["acme-*"], "access": "read-only",
-               "limits": {"max_queued": 64, "max_appends": 1}}]}
+               "limits": {"max_queued": 64, "max_appends": 1, "batch_share": 8}}]}
 
 ``limits`` (optional, each field optional) overrides the server's per-key defaults
-(``ServeConfig.tenant_max_queued`` / ``tenant_max_appends``) for that key: most queries waiting
-for a batch, most appends in flight; beyond either the key gets 429 with ``Retry-After``. The
+(``ServeConfig.tenant_max_queued`` / ``tenant_max_appends`` / ``tenant_batch_share``) for that
+key: most queries waiting for a batch, most appends in flight (beyond either the key gets 429
+with ``Retry-After``), most of its queries in one engine batch. The
 limits, and the fair share of each batch, are per tenant name: keys of one tenant share them.
 ``banks`` are shell-style patterns (``fnmatch``, case-sensitive). A key is compared against
 *every* stored hash with ``hmac.compare_digest`` (no early exit), so the time taken does not
@@ -33,7 +34,7 @@ ACCESS = ("read-only", "read-write")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
-LIMIT_FIELDS = ("max_queued", "max_appends")
+LIMIT_FIELDS = ("max_queued", "max_appends", "batch_share")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class Limits:
     """Most queries waiting for a batch (default ``ServeConfig.tenant_max_queued``)."""
     max_appends: int | None = None
     """Most appends in flight (default ``ServeConfig.tenant_max_appends``)."""
+    batch_share: int | None = None
+    """Most of its queries in one engine batch (default ``ServeConfig.tenant_batch_share``)."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class Quota:
     key: str
     max_queued: int | None
     max_appends: int | None
+    batch_share: int | None = None
 
 
 @dataclass(frozen=True)
@@ -75,9 +79,10 @@ class Tenant:
         """This tenant's limits under ``cfg`` (a ``ServeConfig``)."""
         lim = self.limits
         if lim is None:
-            return Quota(self.name, None, None)
-        return Quota(self.name, cfg.tenant_max_queued if lim.max_queued is None else lim.max_queued,
-                     cfg.tenant_max_appends if lim.max_appends is None else lim.max_appends)
+            return Quota(self.name, None, None, None)
+        pick = lambda own, default: default if own is None else own  # noqa: E731
+        return Quota(self.name, pick(lim.max_queued, cfg.tenant_max_queued),
+                     pick(lim.max_appends, cfg.tenant_max_appends), pick(lim.batch_share, cfg.tenant_batch_share))
 
 
 LOCAL_TENANT = Tenant("local", ("*",), True, None)

@@ -78,3 +78,77 @@ class AppendEncoder(Encoder):
             out[idx] = self.inner.encode([texts[i] for i in idx], batch_size=step, **kw)
             self.chunks += 1
         return out
+
+
+class FairPool:
+    """A thread pool whose jobs are taken round robin across keys (workspace assembly): one
+    key's backlog of finished selections waiting to be rendered does not hold up another key's.
+    ``submit(key, fn, *args)`` returns a ``concurrent.futures.Future``, like an executor's."""
+
+    def __init__(self, threads: int, name: str = "trawmem-assemble", initializer=None):
+        import collections
+
+        self._q: dict = {}
+        self._order = collections.deque()
+        self._cv = threading.Condition()
+        self._closed = False
+        self._init = initializer
+        self._threads = [threading.Thread(target=self._work, name=f"{name}_{i}", daemon=True) for i in range(threads)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, key, fn, *args):
+        import collections
+        from concurrent.futures import Future
+
+        fut = Future()
+        with self._cv:
+            if self._closed:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            q = self._q.get(key)
+            if q is None:
+                q = self._q[key] = collections.deque()
+                self._order.append(key)
+            q.append((fut, fn, args))
+            self._cv.notify()
+        return fut
+
+    def _next(self):
+        with self._cv:
+            while not self._order:
+                if self._closed:
+                    return None
+                self._cv.wait()
+            key = self._order[0]
+            q = self._q[key]
+            job = q.popleft()
+            if q:
+                self._order.rotate(-1)
+            else:
+                self._order.popleft()
+                del self._q[key]
+            return job
+
+    def _work(self) -> None:
+        if self._init is not None:
+            self._init()
+        while True:
+            job = self._next()
+            if job is None:
+                return
+            fut, fn, args = job
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001 - handed to the future, as an executor does
+                fut.set_exception(e)
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Finish the queued jobs, then stop the threads."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        if wait:
+            for t in self._threads:
+                t.join()

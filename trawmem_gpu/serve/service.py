@@ -40,7 +40,7 @@ from .batcher import DynamicBatcher, InFlight, Later
 from .config import ServeConfig, default_threads
 from .engines import ServedEngine, query_params, select_units
 from .keys import Quota
-from .lanes import AppendEncoder, QueryFirst
+from .lanes import AppendEncoder, FairPool, QueryFirst
 from .registry import BankRegistry
 
 log = logging.getLogger("trawmem.serve")
@@ -62,6 +62,9 @@ class SelectItem:
     """``time.perf_counter()`` at arrival."""
     token_budget: int | None = None
     """T (None: no token budget)."""
+    key: object = None
+    """Whose query this is (the tenant; set by :meth:`SelectionService.select`): assembly is fair
+    across keys."""
 
     @property
     def params(self) -> QueryParams:
@@ -163,8 +166,7 @@ class SelectionService:
                                            initializer=_os_thread_name("tm-append"))
         # Workspaces are assembled (rendered, token-counted) here, beside the next batch's encoder
         # and engine calls; the batch worker only encodes and selects.
-        self.assembler = ThreadPoolExecutor(2, thread_name_prefix="trawmem-assemble",
-                                            initializer=_os_thread_name("tm-assemble"))
+        self.assembler = FairPool(2, initializer=_os_thread_name("tm-assemble"))
         self.batcher = DynamicBatcher(self.process_batch, max_batch=cfg.max_batch, max_wait_s=cfg.max_wait_ms / 1e3,
                                       max_queue=cfg.max_queue, executor=self.worker, on_batch=self._on_batch)
         self.ready = False
@@ -233,7 +235,10 @@ class SelectionService:
                 raise UnknownBank(it.bank_id, f"requests[{i}]: " if batch else "")
         if quota is None:
             return await self.batcher.submit(items, self.cfg.timeout_s)
-        return await self.batcher.submit(items, self.cfg.timeout_s, key=quota.key, key_limit=quota.max_queued)
+        for it in items:
+            it.key = quota.key
+        return await self.batcher.submit(items, self.cfg.timeout_s, key=quota.key, key_limit=quota.max_queued,
+                                         key_share=quota.batch_share)
 
     def append_encoder(self) -> AppendEncoder:
         """The appends' encoder: a second instance of the query encoder's model, loaded on the
@@ -361,12 +366,18 @@ class SelectionService:
                        "select_ms": round(t_sel * 1e3, 3), "batch_size": n}
             # the bank the engine just selected from, taken here: a refresh may follow before assembly
             jobs.append((it, self.engines.bank(it.bank_id), units, used_dates, timings))
-        # a few chunks, one pool job and one event-loop wake-up each
+        # a few chunks per key, one pool job and one event-loop wake-up each; the pool takes
+        # them round robin across keys
         size = -(-len(jobs) // self.ASSEMBLY_CHUNKS)
-        for c in range(0, len(jobs), size):
-            fut = self.assembler.submit(self._workspaces, jobs[c:c + size])
-            for k, i in enumerate(idx[c:c + size]):
-                out[i] = Later(fut, k)
+        by_key: dict = {}
+        for k, i in enumerate(idx):
+            by_key.setdefault(items[i].key, []).append(k)
+        for key, ks in by_key.items():
+            for c in range(0, len(ks), size):
+                part = ks[c:c + size]
+                fut = self.assembler.submit(key, self._workspaces, [jobs[k] for k in part])
+                for j, k in enumerate(part):
+                    out[idx[k]] = Later(fut, j)
 
     def _workspaces(self, jobs: list[tuple]) -> list:
         """Response bodies for a chunk of queries; a query whose assembly fails gets its exception."""
