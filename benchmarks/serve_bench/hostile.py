@@ -267,6 +267,7 @@ async def append_phase(port: int, victim_key: str, victim_bodies: list[bytes], h
 async def run_phases(port: int, victim_key: str, victim_bodies: list[bytes], hostile_key: str, hostile_bank: str,
                      spec: Spec, tag: str = "h") -> dict:
     """The victim alone, then the victim beside the hostile tenant (same server, one run)."""
+    RETRIES["stale_keepalive"] = 0
     unloaded = await victim(port, victim_key, victim_bodies, spec.victim_rate_hz, spec.phase_s)
     stop = asyncio.Event()
     h = asyncio.ensure_future(hostile(port, hostile_key, hostile_bank, spec, stop, tag))

@@ -57,13 +57,14 @@ class ServeConfig:
     that key gets 429 with Retry-After while other keys are still admitted. A keys-file entry's
     ``limits.max_queued`` overrides it for that key. At least ``max_batch_request``, or a full
     batch call could never be admitted."""
-    tenant_batch_share: int = 16
+    tenant_batch_share: int = 4
     """Most of one API key's queries in one engine batch (``--tenant-batch-share``; the keys
     file's ``limits.batch_share`` overrides it). Another key's query waits behind at most the
-    engine call already running, so this bounds that call's length: with 16 (``encode_chunk``,
-    the encoder's cheapest size on a CPU) a key's 256-query batch runs as 16 engine calls and a
-    lone query of another key joins the next. Without a keys file there is one tenant and no
-    share: its batches fill to ``max_batch``."""
+    engine call already running, so this bounds that call's length: a key's 256-query batch runs
+    as 64 engine calls of 4, and a lone query of another key joins the next one. On a 2-core host
+    under the hostile load, 4 gave the victim a p99 a quarter of 16's, with no fewer of the hostile
+    tenant's own batches answered (benchmarks/results/serve_hostile.md). Without a keys file
+    there is one tenant and no share: its batches fill to ``max_batch``."""
     tenant_max_appends: int = 4
     """Most appends one API key may have in flight at once (``--tenant-max-appends``); beyond it
     429 with Retry-After. A keys-file entry's ``limits.max_appends`` overrides it for that key."""
