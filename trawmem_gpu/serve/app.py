@@ -6,7 +6,7 @@ Every error is a JSON ``{"detail": "..."}`` with a 4xx/5xx status; the server ke
 
 =====  ==========================================================================================
 401    no API key, or a key that is not in the keys file
-403    a read-only key appending to a bank it owns
+403    a read-only key appending to (or forgetting from) a bank it owns
 404    a bank that does not exist *or* that the key does not own (same body either way)
 408    request headers or body not delivered within ``--header-timeout`` / ``--body-timeout``
 409    an append with a turn id the bank already holds *with other content* (nothing appended; the
@@ -48,8 +48,9 @@ from .batcher import DeadlineExceeded, OutcomeUnknown, QueueFull, ShuttingDown
 from .config import ServeConfig
 from .keys import LOCAL_TENANT, KeyStore, Tenant
 from .metrics import Metrics
+from .openapi import with_models, documented_body, offline_docs
 from .models import (AppendRequest, AppendResponse, BankInfo, BankList, BatchRequest, BatchResponse, Error,
-                     SelectRequest, SelectResponse)
+                     ForgetRequest, ForgetResponse, SelectRequest, SelectResponse)
 from .registry import DuplicateTurns, check_bank_id
 from ..errors import UnknownBank
 from .service import SelectItem
@@ -94,35 +95,6 @@ async def body_of(request: Request, model: type[BaseModel]) -> BaseModel:
     except ValidationError as e:
         raise RequestValidationError([{**err, "loc": ("body", *err["loc"])}
                                       for err in e.errors(include_url=False, include_context=False)]) from None
-
-
-def documented_body(model: type[BaseModel], *security) -> dict:
-    """``openapi_extra`` of a route that reads ``model`` with :func:`body_of`: the JSON body and the
-    accepted keys, as FastAPI writes them for a body parameter and security dependencies (the
-    schema itself is added to the components by :func:`_with_models`)."""
-    return {"requestBody": {"required": True, "content": {"application/json": {
-        "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}},
-        "security": [{s.scheme_name: []} for s in security]}
-
-
-def _with_models(app: FastAPI, models: list[type[BaseModel]]):
-    """``app.openapi`` that also puts ``models`` (and the models they use) into the components."""
-    from pydantic.json_schema import models_json_schema
-
-    plain = app.openapi
-
-    def openapi() -> dict:
-        if app.openapi_schema is None:
-            spec = plain()
-            _, defs = models_json_schema([(m, "validation") for m in models],
-                                         ref_template="#/components/schemas/{model}")
-            schemas = spec.setdefault("components", {}).setdefault("schemas", {})
-            for name, schema in defs.get("$defs", {}).items():
-                schemas.setdefault(name, schema)
-            app.openapi_schema = spec
-        return app.openapi_schema
-
-    return openapi
 
 
 class _Edge:
@@ -228,28 +200,6 @@ class _Edge:
             path = getattr(route, "path", None) or "unmatched"
             m.requests.labels(path, scope["method"], str(status[0])).inc()
             m.latency.labels(path, scope["method"]).observe(time.perf_counter() - t0)
-
-
-def offline_docs(app: FastAPI) -> None:
-    """``/docs`` (Swagger UI) from the assets of the ``swagger-ui-bundle`` package, served by this
-    server under ``/docs-assets`` (FastAPI's default page loads them from a CDN, which an offline or
-    locked-down deployment cannot reach). Without the package there is no ``/docs``; the schema
-    stays at ``/openapi.json``."""
-    try:
-        import swagger_ui_bundle
-    except ImportError:
-        return
-    from fastapi.openapi.docs import get_swagger_ui_html
-    from fastapi.staticfiles import StaticFiles
-
-    app.mount("/docs-assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")
-
-    @app.get("/docs", include_in_schema=False)
-    async def docs():
-        return get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{app.title} - API",
-                                   swagger_js_url="/docs-assets/swagger-ui-bundle.js",
-                                   swagger_css_url="/docs-assets/swagger-ui.css",
-                                   swagger_favicon_url="/docs-assets/favicon-32x32.png")
 
 
 def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics: Metrics | None = None) -> FastAPI:
@@ -391,6 +341,31 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
         records = [t.model_dump(exclude_none=True) for t in req.turns]
         return _json(await backend.append(bank_id, records, quota=tenant.quota(cfg)))
 
+    async def forget(bank_id: str, turn_ids: list[str] | None, tenant: Tenant) -> dict:
+        if not tenant.owns(bank_id):
+            raise _unknown_bank(bank_id)
+        if not tenant.writable:
+            raise HTTPError(403, "this API key is read-only")
+        return await backend.forget(bank_id, turn_ids)
+
+    forget_doc = {"response_model": ForgetResponse, "responses": {**errors, 403: {"model": Error}},
+                  "tags": ["banks"]}
+
+    @app.delete("/v1/banks/{bank_id}", summary="Forget a whole bank (files, engine, caches)", **forget_doc)
+    async def forget_bank(bank_id: str, tenant: Tenant = Depends(tenant_of)):
+        return _json(await forget(bank_id, None, tenant))
+
+    @app.delete("/v1/banks/{bank_id}/turns/{turn_id}", summary="Forget one turn of a bank", **forget_doc)
+    async def forget_turn(bank_id: str, turn_id: str, tenant: Tenant = Depends(tenant_of)):
+        res = await forget(bank_id, [turn_id], tenant)
+        if res["missing"]:
+            raise HTTPError(404, f"bank {bank_id!r} holds no turn {turn_id!r}")
+        return _json(res)
+
+    @app.post("/v1/banks/{bank_id}/forget", summary="Forget turns of a bank", **forget_doc)
+    async def forget_turns(bank_id: str, req: ForgetRequest, tenant: Tenant = Depends(tenant_of)):
+        return _json(await forget(bank_id, list(dict.fromkeys(req.turn_ids)), tenant))
+
     @app.get("/v1/banks", response_model=BankList, responses=errors, tags=["banks"],
              summary="The banks this key can see, with counts")
     async def banks(tenant: Tenant = Depends(tenant_of)):
@@ -473,7 +448,7 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
         log.error("internal error on %s %s: %s: %s", request.method, request.url.path, type(e).__name__, e)
         return _json({"detail": "internal server error"}, 500)
 
-    app.openapi = _with_models(app, [SelectRequest, BatchRequest, AppendRequest])
+    app.openapi = with_models(app, [SelectRequest, BatchRequest, AppendRequest])
     direct = {r.path: r for r in app.routes if getattr(r, "endpoint", None) in (select, select_batch)}
     app.add_middleware(_Edge, limit=cfg.max_body_bytes, metrics=metrics, direct=direct,
                        handlers=app.exception_handlers, body_timeout_s=cfg.body_timeout_s)

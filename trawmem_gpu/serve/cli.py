@@ -44,7 +44,7 @@ def cmd_serve(a) -> int:
                       tenant_max_appends=a.tenant_max_appends, tenant_batch_share=a.tenant_batch_share,
                       append_chunk=a.append_chunk,
                       max_connections=a.max_connections, header_timeout_s=a.header_timeout,
-                      body_timeout_s=a.body_timeout, keep_alive_s=a.keep_alive)
+                      body_timeout_s=a.body_timeout, keep_alive_s=a.keep_alive, units=a.units)
     if a.sample:
         _sample_into(cfg.collection)
     if a.ray:
@@ -123,6 +123,9 @@ def configure_serve(s) -> None:
     s.add_argument("--http-workers", type=nonneg_int, default=d.http_workers,
                    help="HTTP front processes in front of this engine process (0: HTTP in this process); "
                         "each takes HTTP, keys and JSON off the engine's GIL")
+    from ..cli_args import add_units
+
+    add_units(s)
     s.add_argument("--access-log", action="store_true", help="log every request line")
     s.add_argument("--ray", action="store_true", help="run as a Ray Serve application (extra: ray)")
     s.add_argument("--shards", type=positive_int, default=2, help="--ray: bank shards (one replica each)")

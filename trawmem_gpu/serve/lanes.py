@@ -92,6 +92,7 @@ class FairPool:
         self._order = collections.deque()
         self._cv = threading.Condition()
         self._closed = False
+        self._outstanding: set = set()
         self._init = initializer
         self._threads = [threading.Thread(target=self._work, name=f"{name}_{i}", daemon=True) for i in range(threads)]
         for t in self._threads:
@@ -110,8 +111,19 @@ class FairPool:
                 q = self._q[key] = collections.deque()
                 self._order.append(key)
             q.append((fut, fn, args))
+            self._outstanding.add(fut)
             self._cv.notify()
+        fut.add_done_callback(self._done)
         return fut
+
+    def _done(self, fut) -> None:
+        with self._cv:
+            self._outstanding.discard(fut)
+
+    def outstanding(self) -> list:
+        """The futures of every job submitted and not finished yet (queued or running)."""
+        with self._cv:
+            return list(self._outstanding)
 
     def _next(self):
         with self._cv:
