@@ -44,7 +44,7 @@ def cmd_serve(a) -> int:
                       tenant_max_appends=a.tenant_max_appends, tenant_batch_share=a.tenant_batch_share,
                       append_chunk=a.append_chunk,
                       max_connections=a.max_connections, header_timeout_s=a.header_timeout,
-                      body_timeout_s=a.body_timeout, keep_alive_s=a.keep_alive, units=a.units)
+                      body_timeout_s=a.body_timeout, keep_alive_s=a.keep_alive, units=a.units, method=a.method)
     if a.sample:
         _sample_into(cfg.collection)
     if a.ray:
@@ -126,6 +126,9 @@ def configure_serve(s) -> None:
     from ..cli_args import add_units
 
     add_units(s)
+    s.add_argument("--method", choices=["trawmem", "trimem"], default="trawmem",
+                   help="selection method: TrawMem, or TriMem's retrieval over the banks' facts, their source turns "
+                        "and profiles (banks built with --facts; the question is the only search)")
     s.add_argument("--access-log", action="store_true", help="log every request line")
     s.add_argument("--ray", action="store_true", help="run as a Ray Serve application (extra: ray)")
     s.add_argument("--shards", type=positive_int, default=2, help="--ray: bank shards (one replica each)")

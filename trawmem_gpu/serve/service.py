@@ -131,7 +131,7 @@ class SelectionService:
         self.metrics = metrics
         # the Memory core: banks (registry), query encoder and engine, the append and forget paths
         self.core = MemoryCore(cfg.collection, encoder=encoder or cfg.encoder, select_cfg=select_cfg,
-                               threads=threads, owns=owns, units=cfg.units)
+                               threads=threads, owns=owns, units=cfg.units, method=cfg.method)
         self.registry, self.encoder, self.engines = self.core.registry, self.core.encoder, self.core.engines
         self.encoder_spec, self.dim = self.core.encoder_spec, self.core.dim
         dp = params or QueryParams()
