@@ -198,7 +198,11 @@ class SelectConfig(DictFields):
     @classmethod
     def paper(cls, **kw) -> "SelectConfig":
         """Section 4.2 as written: head seeds, Eq. 4 propagation, dense affinity, unit weights, and
-        thread heads shown in the workspace (the cost-aware greedy with its guarantee under T).
+        thread heads shown in the workspace. Under a token budget (beyond the paper, which has B
+        only) its greedy keeps the paper's rule, the unit of largest gain that still fits
+        (``knapsack="gain"``): with the dense affinity every unit adds about 1/2 to J whatever its
+        relevance, so the set of most units has the largest J and the cost-aware ``best`` would keep
+        its gain-per-token run, the shortest turns in the bank (``docs/method-defaults.md``).
         The paper's H = 2 is a per-query choice: ``QueryParams(hops=PAPER_HOPS)``."""
         return cls(**(PAPER | kw))
 
@@ -235,7 +239,7 @@ class SelectConfig(DictFields):
 
 
 PAPER = dict(seed_score="head", propagation="paper", affinity="dense", k_shift=0.0, w_cov=1.0, w_role=1.0,
-             w_aff=1.0, w_thr=1.0, headings="gist", knapsack="best")
+             w_aff=1.0, w_thr=1.0, headings="gist", knapsack="gain")
 """The fields :meth:`SelectConfig.paper` sets: Section 4.2 as written."""
 
 
