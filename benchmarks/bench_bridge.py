@@ -19,11 +19,12 @@ Parts, each merged into ``bridge.json`` (a partial run keeps the other parts' ta
   turn (id, TrawMem's affinity rank in the bank, whether it was in TrawMem's candidate pool, its
   rank in the hybrid's ranking). Question and turn ids only, no text.
 * ``variants``: the bridge ideas at T = 400 and 800 on both sets (``VARIANTS``), with the
-  nested choice among the entity-coverage weights; two anchor second-stage prototypes (a unit's
+  nested choice among the entity-coverage weights (run with the term applied from
+  ``docs/examples/entity-coverage-term.patch``, which the package does not ship: left out without it); two anchor second-stage prototypes (a unit's
   affinity raised by its similarity to each of the query's top units, their own vector or their
   text as a BM25 query) run on the NumPy reference with a patched affinity.
-* ``roles``: role conditioning and the multi-thread term ablated against the defaults at every T
-  (defaults minus ablation, paired bootstrap).
+* ``roles``: role conditioning and the multi-thread term switched on over the defaults (which
+  have both off since issue 25) at every T (variant minus defaults, paired bootstrap).
 * ``paper``: ``SelectConfig.paper()`` (H = 2) at B = 16 and under T, beside plain cosine, with the
   knapsack rules and the seeds switched one at a time (LoCoMo dev).
 
@@ -53,10 +54,21 @@ VARIANTS = [("hops 0 (seeds only)", {"hops": 0}), ("hops 2", {"hops": 2}),
             ("entity coverage w_ent 16", {"w_ent": 16.0}), ("entity coverage w_ent 64", {"w_ent": 64.0}),
             ("anchor second stage: cosine (prototype)", {"__anchor": "cos"}),
             ("anchor second stage: BM25 of the anchor (prototype)", {"__anchor": "lex"})]
-ROLE_VARIANTS = [("no_role_conditioning", {"ablation": "no_role_conditioning"}),
-                 ("no_multi_thread", {"ablation": "no_multi_thread"}),
-                 ("both off", {"lambda_r": 0.0, "w_role": 0.0, "cross_thread": False, "w_thr": 0.0})]
+def role_variants() -> list:
+    """The roles and the multi-thread term switched on over the defaults (which have both off)."""
+    from trawmem_gpu.select.config import MULTI_THREAD, ROLE_TERMS
+
+    return [("+ role conditioning", dict(ROLE_TERMS)), ("+ multi-thread term", dict(MULTI_THREAD)),
+            ("+ both (the defaults before issue 25)", {**ROLE_TERMS, **MULTI_THREAD})]
 ANCHORS, ANCHOR_WEIGHT = 2, 0.5
+
+
+def has_entity_term() -> bool:
+    """Whether the entity-coverage term is in the tree (``git apply docs/examples/entity-coverage-term.patch``:
+    measured here, not shipped); without it the ``w_ent`` variants are left out."""
+    from trawmem_gpu.select.config import SelectConfig
+
+    return "w_ent" in SelectConfig.__dataclass_fields__
 
 
 def fold_weights(data: dict) -> dict:
@@ -261,6 +273,8 @@ def run(a, parts: set, Ts: list[int]) -> int:
             for n, ds in data.items():
                 h, d = base(n, T)
                 for label, v in VARIANTS:
+                    if "w_ent" in v and not has_entity_term():
+                        continue
                     t0 = time.perf_counter()
                     r = get(n, T, label, lambda: variant_picks(ds, W, T, v))
                     res["variants"][f"{n}@{T}|{label}"] = {"summary": brief(r["summary"]),
@@ -270,6 +284,8 @@ def run(a, parts: set, Ts: list[int]) -> int:
                           f"{r['summary']['per_category'][ds.cat_name(TARGET_CAT[n])]['hit']:.3f} "
                           f"({time.perf_counter() - t0:.0f}s)", flush=True)
             labels = ["defaults"] + [lab for lab, v in VARIANTS if "w_ent" in v]
+            if not has_entity_term():
+                continue
             nest = nested(data, cache, T, labels)
             res["variants"][f"nested entity coverage@{T}"] = {
                 "chosen": nest["chosen"], **{n: {"summary": brief(summary(data[n], recs)),
@@ -284,12 +300,12 @@ def run(a, parts: set, Ts: list[int]) -> int:
                 if n == "longmemeval" and T not in lme_T:
                     continue
                 h, d = base(n, T)
-                for label, v in ROLE_VARIANTS:
+                for label, v in role_variants():
                     r = get(n, T, label, lambda: select(ds, "trawmem", trawmem_setting(W, T=T, **v)))
                     res["roles"][f"{n}@{T}|{label}"] = {"summary": brief(r["summary"]),
-                                                       "defaults_minus_ablation": compare(ds, d["records"], r["records"])}
-                    m = res["roles"][f"{n}@{T}|{label}"]["defaults_minus_ablation"]["macro_recall"]
-                    print(f"roles {n} T={T} {label}: defaults - ablation {100 * m['margin']:+.2f} points "
+                                                       "variant_minus_defaults": compare(ds, r["records"], d["records"])}
+                    m = res["roles"][f"{n}@{T}|{label}"]["variant_minus_defaults"]["macro_recall"]
+                    print(f"roles {n} T={T} {label}: variant - defaults {100 * m['margin']:+.2f} points "
                           f"[{100 * m['ci95'][0]:+.2f}, {100 * m['ci95'][1]:+.2f}]", flush=True)
     if "paper" in parts:
         from trawmem_gpu.select.config import PAPER, PAPER_HOPS

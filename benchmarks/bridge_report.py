@@ -79,12 +79,12 @@ def markdown(res: dict, previous: str = "") -> str:
                      f"{_pts(v['vs_hybrid']['target_hit'])} |")
         L.append("")
     if "roles" in res:
-        L += ["## Roles and the multi-thread term (defaults minus ablation)", "",
-              "| ablation | set @ T | macro recall | defaults - ablation (recall) | defaults - ablation (target hit) |",
+        L += ["## Roles and the multi-thread term over the defaults (variant minus defaults)", "",
+              "| variant | set @ T | macro recall | variant - defaults (recall) | variant - defaults (target hit) |",
               "|---|---|---|---|---|"]
         for key, v in res["roles"].items():
             where, label = key.split("|")
-            m = v["defaults_minus_ablation"]
+            m = v["variant_minus_defaults"]
             L.append(f"| {label} | {where.replace('@', ' @ ')} | {v['summary']['recall']:.3f} | {_pts(m['macro_recall'])} | "
                      f"{_pts(m['target_hit'])} |")
         L.append("")

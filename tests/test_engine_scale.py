@@ -58,6 +58,7 @@ CONFIGS = [
     pytest.param(dict(seed_score="max", affinity="fused"), id="max-fused"),
     pytest.param(dict(ablation="identity_k"), id="identity-k"),
     pytest.param(dict(ablation="no_multi_thread"), id="no-multi-thread"),
+    pytest.param(dict(lambda_r=0.5, w_role=1.0, cross_thread=True, w_thr=1.0), id="roles-and-multi-thread"),
     pytest.param(dict(greedy="plain", stop_coverage=0.5, budget=9), id="early-stop"),
 ]
 

@@ -496,6 +496,8 @@ ENGINE_VARIANTS = [{}, {"backend": "tensor"}, {"backend": "tensor", "optimizer":
     pytest.param(dict(token_budget=150, budget=None, knapsack="gain"), id="T150-gain"),
     pytest.param(dict(token_budget=150, budget=None, knapsack="ratio", hops=2), id="T150-ratio-H2"),
     pytest.param(dict(token_budget=300, budget=None, ablation="no_multi_thread"), id="T300-no-multi-thread"),
+    pytest.param(dict(token_budget=300, budget=None, lambda_r=0.5, w_role=1.0, cross_thread=True, w_thr=1.0),
+                 id="T300-roles-and-multi-thread"),
     pytest.param(dict(token_budget=200, budget=None, affinity="learned"), id="T200-learned-affinity"),
     pytest.param(dict(token_budget=200, budget=None, headings="gist"), id="T200-gist-headings"),
     pytest.param(dict(token_budget=200, budget=None, headings="none"), id="T200-no-headings"),
