@@ -234,9 +234,10 @@ def test_errors_and_empty(banks, queries):
 
 def test_head_hook(banks, queries):
     """A head with ``role_matrices`` replaces delta and M(delta); one returning the hand-set
-    values changes nothing; an object without the method is ignored."""
+    values changes nothing; an object without the method is ignored (roles on: without role
+    conditioning, the defaults, delta and M change no pick)."""
     ids, qs, Z = queries
-    cfg = SelectConfig()
+    cfg = SelectConfig(**ROLE_TERMS)
     A, M = np.array(cfg.A), np.array(cfg.M)
 
     class SameHead:

@@ -88,7 +88,7 @@ def priority_args(x):
                            x["alpha"], x["budget"]), PriorityWeights(LAMBDA_M, LAMBDA_R, TAU), T_R)
 
 
-def kernel_of(E, cfg=SelectConfig(k_shift=0.0)):
+def kernel_of(E, cfg=SelectConfig(k_shift=0.0, cross_thread=True)):
     """K from unit vectors by the objective's support kernel (clipped cosine, unit diagonal)."""
     return support_kernel(E @ E.transpose(-1, -2), None, cfg)
 
