@@ -127,7 +127,7 @@ def test_tables_and_memory_accounting(syn):
 
 def test_candidate_helpers_match_reference(syn):
     banks, ids, qs, Z, ctx = syn
-    cfg = SelectConfig()
+    cfg = SelectConfig(cross_thread=True)  # K across threads too (the defaults zero it there)
     eng = SelectionEngine(banks, cfg, device="cpu")
     no_tables = SelectionEngine(banks, cfg, device="cpu", table_bytes=0)
     cands = eng.candidate_sets(ids[:12], qs[:12], Z[:12])
