@@ -330,6 +330,9 @@ def run(a, parts: set, Ts: list[int]) -> int:
     seconds = round(time.perf_counter() - t_all, 1)
     res["seconds_" + "_".join(sorted(parts))] = seconds
     with harness.locked("bridge", a.out_dir) as old:
+        for k in ("headline", "variants", "roles"):  # a run over some budgets keeps the others' cells
+            if k in res and isinstance(old.get(k), dict):
+                res[k] = {**old[k], **res[k]}
         old.update(res)
         md = a.out_dir / "bridge.md"
         harness.write_text(md, markdown(old, md.read_text(encoding="utf-8") if md.exists() else ""))
