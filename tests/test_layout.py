@@ -24,18 +24,19 @@ PKG = ROOT / "trawmem_gpu"
 LAYERS = (
     ("shared", ("trawmem_gpu", "trawmem_gpu.errors", "trawmem_gpu.paths", "trawmem_gpu.tokens",
                 "trawmem_gpu.config", "trawmem_gpu.llm", "trawmem_gpu.llm_factory")),
-    ("data", ("trawmem_gpu.data",)),
+    ("data", ("trawmem_gpu.data", "trawmem_gpu.facts.schema")),
     ("encode", ("trawmem_gpu.encode",)),
     ("store", ("trawmem_gpu.store",)),
-    ("construct", ("trawmem_gpu.construct",)),
+    ("construct", ("trawmem_gpu.construct", "trawmem_gpu.facts")),
     ("workspace", ("trawmem_gpu.workspace",)),
     ("select", ("trawmem_gpu.select", "trawmem_gpu.kernels")),
     ("eval", ("trawmem_gpu.eval",)),
     ("head", ("trawmem_gpu.head",)),
     ("score", ("trawmem_gpu.score",)),
+    ("memory", ("trawmem_gpu.memory",)),
     ("serve", ("trawmem_gpu.serve",)),
     ("cli", ("trawmem_gpu.cli", "trawmem_gpu.cli_args", "trawmem_gpu.cli_score", "trawmem_gpu.cli_select",
-             "trawmem_gpu.cli_sweep", "trawmem_gpu.head.cli", "trawmem_gpu.serve.cli")),
+             "trawmem_gpu.cli_sweep", "trawmem_gpu.cli_forget", "trawmem_gpu.head.cli", "trawmem_gpu.serve.cli")),
 )
 
 

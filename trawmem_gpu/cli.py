@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "repair-index": ("trawmem_gpu.cli:configure_repair_index",
                      "rebuild a collection's index (collection.json) from its banks' metadata"),
     "query": ("trawmem_gpu.cli_select:configure_query", "print the workspace for one question"),
+    "forget": ("trawmem_gpu.cli_forget:configure_forget",
+               "forget turns of a bank, or a whole bank, in its files and every cache"),
     "eval": ("trawmem_gpu.cli_select:configure_eval",
              "retrieval (and optionally answer) quality on LoCoMo-layout data"),
     "demo": ("trawmem_gpu.cli_select:configure_demo", "build the bundled sample conversation and show workspaces"),
@@ -62,10 +64,17 @@ def _llm_summary(stats: dict, n_sessions: int, n_threads: int) -> str | None:
     return "LLM: " + ", ".join(parts) + " (malformed or failed replies)" if parts else None
 
 
+def _facts_summary(st: dict) -> str:
+    """One line on the facts a build added and what was repaired or dropped on the way."""
+    extra = [f"{k.replace('_', ' ')} {v}" for k, v in st.items() if k != "facts_added" and k != "facts" and v]
+    return f"facts: {plural(st.get('facts_added', 0), 'fact')} added" + (f" ({', '.join(extra)})" if extra else "")
+
+
 def cmd_build(a) -> int:
     from .construct import build_banks, update_bank
     from .construct.history import new_turns
     from .data import load_conversations
+    from .facts.build import attach_facts
     from .encode import get_encoder
     from .llm_factory import llm_from_args, llm_options
     from .store import Collection
@@ -76,8 +85,8 @@ def cmd_build(a) -> int:
     skipped = sum(c.skipped_empty for c in convs)
     if skipped:
         print(f"skipped {plural(skipped, 'turn')} with empty text and no caption")
-    llm = llm_from_args(a.llm, check=True, **llm_options(a)) if (cfg.segmentation == "llm" or cfg.heads == "llm") \
-        else None
+    llm = llm_from_args(a.llm, check=True, **llm_options(a)) \
+        if (cfg.segmentation == "llm" or cfg.heads == "llm" or a.facts == "llm") else None
     try:
         enc = get_encoder(cfg.encoder, cache=not a.no_cache)
         fresh, updated, replaced = [], 0, 0
@@ -91,6 +100,9 @@ def cmd_build(a) -> int:
                         return None
                     # An update continues with the bank's own build config unless flags override it.
                     bank, out["stats"] = update_bank(old, turns, _build_config(a, old.build_config), enc, llm)
+                    source = a.facts or old.layer_sources.get("facts", "none")  # the bank's own, unless given
+                    (bank,), out["facts"] = attach_facts([bank], source, enc, input_path=a.input, llm=llm,
+                                                         dayfirst=a.dayfirst, new_turns={c.bank_id: turns})
                     return bank
 
                 bank = coll.update(c.bank_id, append)
@@ -99,12 +111,14 @@ def cmd_build(a) -> int:
                     continue
                 updated += 1
                 print(f"updated {c.bank_id}: +{plural(out['stats']['n_new_units'], 'unit')}, now "
-                      f"{plural(bank.n_units, 'unit')} in {plural(bank.n_threads, 'thread')}")
+                      f"{plural(bank.n_units, 'unit')} in {plural(bank.n_threads, 'thread')}"
+                      + (f", +{plural(out['facts']['facts_added'], 'fact')}" if bank.facts else ""))
             else:
                 replaced += c.bank_id in coll
                 fresh.append(c)
         if fresh:
             banks, st = build_banks(fresh, cfg, enc, llm, progress=not a.quiet)
+            banks, fst = attach_facts(banks, a.facts or "none", enc, input_path=a.input, llm=llm, dayfirst=a.dayfirst)
             coll.put_many(banks)
             note = f" ({replaced} replaced)" if replaced else ""
             print(f"built {plural(len(banks), 'bank')}{note}, {plural(st['n_units'], 'unit')} in {a.out} "
@@ -113,6 +127,8 @@ def cmd_build(a) -> int:
             line = _llm_summary(st, sum(len(c.sessions) for c in fresh), sum(b.n_threads for b in banks))
             if line:
                 print(line)
+            if a.facts not in (None, "none"):
+                print(_facts_summary(fst))
         if updated:
             print(f"updated {plural(updated, 'bank')}")
     finally:
@@ -139,6 +155,7 @@ def cmd_info(a) -> int:
         "edges": {"adjacent": int(sum((b.edge_kind == 0).sum() for b in banks) // 2),
                   "semantic": int(sum((b.edge_kind == 1).sum() for b in banks) // 2)},
         "per_bank": [{"bank_id": b.bank_id, "units": b.n_units, "threads": b.n_threads} for b in banks],
+        "layers": {"facts": sum(len(b.facts) for b in banks), "profile_sections": sum(len(b.profiles) for b in banks)},
     }
     if a.json:
         print(json.dumps(info, indent=1))
@@ -149,6 +166,9 @@ def cmd_info(a) -> int:
     print(f"thread length: mean {tl['mean']}, median {tl['median']}, min {tl['min']}, p90 {tl['p90']}, "
           f"max {tl['max']}")
     print(f"edges: {info['edges']['adjacent']} adjacent, {info['edges']['semantic']} semantic")
+    if any(info["layers"].values()):
+        print(f"layers: {plural(info['layers']['facts'], 'fact')}, "
+              f"{plural(info['layers']['profile_sections'], 'profile section')}")
     for r in info["per_bank"]:
         print(f"  {r['bank_id']}: {plural(r['units'], 'unit')}, {plural(r['threads'], 'thread')}")
     return 0
@@ -196,6 +216,10 @@ def configure_build(b: Parser) -> None:
     b.add_argument("--llm", help=f"LLM for --segmentation/--heads llm: {SPEC_HELP} (default: none; needed only "
                                  "for llm segmentation or heads)")
     add_llm_options(b)
+    b.add_argument("--facts", choices=["none", "locomo", "llm"],
+                   help="the facts layer: none, LoCoMo's per-session observations of --input (locomo), or atomic "
+                        "facts extracted by --llm (llm); with --update, facts of the new turns only (default: none, "
+                        "or with --update the bank's own)")
     b.add_argument("--update", action="store_true",
                    help="append to existing banks: the input may hold a bank's whole history, a tail of it, or "
                         "only new turns; a history that conflicts with the stored one is refused")

@@ -267,3 +267,26 @@ def add_ablation(p: argparse.ArgumentParser) -> None:
 def add_head(p: argparse.ArgumentParser) -> None:
     p.add_argument("--head", help="learned role head (safetensors) from `trawmem train-head` (default: none, the "
                                   "hand-set role weights)")
+
+
+def units_list(text: str) -> tuple[str, ...]:
+    """``--units turns,facts,profiles`` -> the layers, checked (``facts.view.parse_units``)."""
+    from .errors import ConfigError
+    from .facts.view import parse_units
+
+    try:
+        return parse_units(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("`units`: ").removeprefix("`units` ")) from None
+
+
+def add_units(p: argparse.ArgumentParser, facts: bool = False) -> None:
+    """``--units`` (the layers TrawMem selects from) and, for commands that build their banks
+    from a data file, ``--facts`` (a facts layer for banks built without one)."""
+    p.add_argument("--units", type=units_list, default=("turns",), metavar="L,L,...",
+                   help="the layers selection takes units from: turns, facts, profiles (comma-separated, turns "
+                        "included); facts and profiles need banks built with them (build --facts/--profiles)")
+    if facts:
+        p.add_argument("--facts", choices=["none", "locomo"], default="none",
+                       help="give banks without a facts layer LoCoMo's per-session observations of the data file "
+                            "(encoded, not stored), as build --facts locomo would")

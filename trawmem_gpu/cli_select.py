@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .cli_args import add_ablation, add_affinity_weights, add_dayfirst, add_engine, add_head, add_llm_options, \
-    add_method, add_token_budget, banks_cache_dir, budget_int, categories, hops_int, nonneg_int, positive_int
+    add_method, add_token_budget, add_units, banks_cache_dir, budget_int, categories, hops_int, nonneg_int, positive_int
 from .data.types import MAX_QUESTION_CHARS
 from .errors import InputError, name_list, plural
 
@@ -62,17 +62,28 @@ def _load_head(path):
 
 
 def cmd_query(a) -> int:
-    from .encode import get_encoder
-    from .select.context import BankContext
-    from .select.reference import select_reference
+    """One question through the Memory core: the engine, picks and workspace of ``Memory.select``
+    and of the server (a lone bank directory gets the same engine over that one bank)."""
+    from .memory import Memory, SelectedWorkspace
+    from .memory.core import pick, served_engine
     from .store import Collection, load_bank
-    from .workspace import assemble
 
     q = _check_question(a.question)
     cfg, qp = _select_config(a)
+    head = _load_head(a.head)
     p = Path(a.bank)
     if (p / "meta.json").exists():
+        from .config import BuildConfig
+        from .encode import get_encoder
+
         bank = load_bank(p)
+        enc = get_encoder(BuildConfig.from_dict(bank.build_config).encoder if bank.build_config else "minilm")
+        if enc.id != bank.encoder_id:
+            raise InputError(f"bank was encoded with {bank.encoder_id!r}, the configured encoder is {enc.id!r}")
+        z = enc.encode([q], is_query=True)
+        picks, banks, used = pick(served_engine({bank.bank_id: bank}, cfg, head=head, units=a.units),
+                                  [bank.bank_id], [q], z, [None], [qp])
+        ws = SelectedWorkspace.of(banks[0], q, picks[0], cfg.headings, used)
     else:
         coll = Collection(p)
         if a.bank_id is None:
@@ -80,23 +91,15 @@ def cmd_query(a) -> int:
                 raise InputError(f"{p} holds {plural(len(coll), 'bank')}; name one with --bank-id "
                                  f"({name_list(coll.bank_ids)})")
             a.bank_id = coll.bank_ids[0]
-        bank = coll.load(a.bank_id)
-    head = _load_head(a.head)
-    from .config import BuildConfig
-
-    enc = get_encoder(BuildConfig.from_dict(bank.build_config).encoder if bank.build_config else "minilm")
-    if enc.id != bank.encoder_id:
-        raise InputError(f"bank was encoded with {bank.encoder_id!r}, the configured encoder is {enc.id!r}")
-    z = enc.encode([q], is_query=True)[0]
-    kw = {"head": head} if head is not None else {}
-    sel = select_reference(BankContext.of(bank), q, z, cfg, qp, **kw)
-    ws = assemble(bank, q, sel.units, cfg.headings)
+        coll.bank_path(a.bank_id)  # UnknownBank naming what the collection holds
+        mem = Memory(p, method=cfg, head=head, only=[a.bank_id], create=False, embedding_cache=True, units=a.units)
+        ws = mem.select(a.bank_id, q, budget=qp.budget, token_budget=qp.token_budget, hops=qp.hops)
     if a.json:
-        print(json.dumps({"bank_id": bank.bank_id, "question": q, "units": ws.unit_ids, "tokens": ws.n_tokens,
-                          "tokenizer": ws.tokenizer, "workspace": ws.render()}, indent=1))
+        print(json.dumps({"bank_id": ws.bank_id, "question": q, "units": ws.unit_ids, "tokens": ws.tokens,
+                          "tokenizer": ws.tokenizer, "workspace": ws.text}, indent=1))
     else:
-        print(ws.render())
-        print(f"-- {plural(len(ws.unit_ids), 'unit')} in {plural(len(ws.blocks), 'thread')}, {ws.n_tokens} tokens "
+        print(ws.text)
+        print(f"-- {plural(len(ws.units), 'unit')} in {plural(len(ws.threads), 'thread')}, {ws.tokens} tokens "
               f"({ws.tokenizer})")
     return 0
 
@@ -112,7 +115,8 @@ def cmd_eval(a) -> int:
         answer, judge = open_backends(a)
     try:
         res = run_eval(a.data, a.method, cfg, categories=a.categories, engine=a.engine, head=head,
-                       bank_cache=a.banks, keep_records=True, dayfirst=a.dayfirst, params=qp)
+                       bank_cache=a.banks, keep_records=True, dayfirst=a.dayfirst, params=qp, units=a.units,
+                       facts=a.facts)
         if answer is not None:
             add_answer_metrics(res, a, answer_backend=answer, judge_backend=judge)
     finally:
@@ -130,6 +134,10 @@ def cmd_eval(a) -> int:
           f"{m['evidence_recall']:.3f}, all-evidence hit {m['all_evidence_hit']:.3f}, "
           f"multi-hop hit {'n/a' if mh is None else f'{mh:.3f}'}, context tokens {m['context_tokens']:.0f} over "
           f"{plural(res['n_questions'], 'question')} -> {out}")
+    if "evidence_recall_cited" in m:
+        print(f"units {','.join(a.units)}: macro evidence recall with citations {m['evidence_recall_cited']:.3f}, "
+              f"per workspace {m['n_turns']:.1f} turns, {m['n_facts']:.1f} facts, {m['n_profiles']:.1f} profile "
+              f"sections")
     failed = failed_requests(res)
     if failed > a.allow_failures:
         print(f"trawmem eval: error: {plural(failed, 'LLM request')} failed (more than --allow-failures "
@@ -195,6 +203,7 @@ def configure_query(q) -> None:
     q.add_argument("--paper", action="store_true", help="Section 4.2 exactly as written")
     add_head(q)
     add_affinity_weights(q)
+    add_units(q)
     q.add_argument("--json", action="store_true", help="print the workspace and its ids as JSON")
     q.set_defaults(fn=cmd_query)
 
@@ -219,6 +228,7 @@ def configure_eval(e) -> None:
     add_engine(e)
     add_head(e)
     add_affinity_weights(e)
+    add_units(e, facts=True)
     e.add_argument("--categories", type=categories, default="1,2,3,4", metavar="C,C,...",
                    help="LoCoMo question categories to score")
     e.add_argument("--banks", help="bank directory: built into when new or empty, else used only if its banks "

@@ -124,6 +124,40 @@ def _scores(selected_ids: list[str], gold: tuple[str, ...]) -> tuple[float, floa
     return len(g & s) / len(g), float(g <= s)
 
 
+def layer_scores(units: list, gold: tuple[str, ...]) -> dict:
+    """With facts or profiles as units: the evidence recall with citations (gold turns shown, or
+    cited by a shown fact or profile section: ``facts.view.LayerUnit.cited_turns``), its
+    all-evidence hit, and the mix (turns, facts, profile sections shown)."""
+    from ..facts.view import layer_counts
+
+    g = set(gold)
+    reached = {u.turn_id for u in units if getattr(u, "layer", "turns") == "turns"}
+    reached |= {t for u in units for t in getattr(u, "cited_turns", ())}
+    mix = layer_counts(units)
+    return {"evidence_recall_cited": len(g & reached) / len(g), "all_evidence_hit_cited": float(g <= reached),
+            "n_turns": mix["turns"], "n_facts": mix["facts"], "n_profiles": mix["profiles"]}
+
+
+LAYER_KEYS = ("evidence_recall_cited", "all_evidence_hit_cited", "n_turns", "n_facts", "n_profiles")
+"""The keys :func:`layer_scores` adds to a record (and ``run_eval`` to its aggregates)."""
+
+
+def layered_banks(banks, data_path, units, facts: str | None, encoder, *, dayfirst: bool = False) -> list:
+    """``banks`` as selection sees them with ``units`` (``facts.view.unit_view``). ``facts``
+    (``locomo``): banks without a facts layer get LoCoMo's observations of ``data_path`` first
+    (encoded, not stored); ``None``: the layers must be in the banks already (``build --facts``)."""
+    from ..facts.build import attach_facts
+    from ..facts.view import DEFAULT_UNITS, parse_units, unit_view
+
+    units = parse_units(units)
+    if facts not in (None, "none"):
+        bare = [b for b in banks if not b.facts]
+        got, _ = attach_facts(bare, facts, encoder, input_path=data_path, dayfirst=dayfirst)
+        by_id = {b.bank_id: b for b in got}
+        banks = [by_id.get(b.bank_id, b) for b in banks]
+    return list(banks) if units == DEFAULT_UNITS else [unit_view(b, units) for b in banks]
+
+
 def aggregate(records: list[dict], keys=("evidence_recall", "all_evidence_hit", "context_tokens"),
               categories=(1, 2, 3, 4)) -> dict:
     """Per-category means and their macro average over the categories present."""
@@ -150,13 +184,15 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
              build_cfg: BuildConfig | None = None, *, categories=(1, 2, 3, 4), engine: str = "reference",
              head=None, progress: bool = True, bank_cache: str | Path | None = None,
              keep_records: bool = True, banks_and_convs=None, query_vecs=None, dayfirst: bool = False,
-             params: QueryParams | None = None) -> dict:
+             params: QueryParams | None = None, units=("turns",), facts: str | None = None) -> dict:
     """Select for every question of ``categories`` and score against the gold evidence, every
     question with the query parameters ``params`` (B, H, T; None = the defaults).
 
     ``build_cfg=None`` builds with the defaults, or takes the build config of the banks already
     in ``bank_cache`` (``--banks``); banks that do not match the data are refused (``banks_for``).
     A file without questions that have gold evidence in ``categories`` is an ``InputError``.
+    ``units`` / ``facts``: the layers selected from (:func:`layered_banks`); with more than the turns,
+    each record also has the :data:`LAYER_KEYS` (recall with citations, the mix).
     """
     from ..encode import get_encoder
     from ..select.baselines import baseline_units
@@ -184,6 +220,12 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
                                     convs=convs)
     else:
         convs, banks = banks_and_convs
+    from ..facts.view import DEFAULT_UNITS, parse_units
+
+    units = parse_units(units)
+    layered = units != DEFAULT_UNITS
+    if layered or facts not in (None, "none"):
+        banks = layered_banks(banks, data_path, units, facts, encoder, dayfirst=dayfirst)
     batched = method == "trawmem" and engine == "batched"
     # The batched engine keeps its own per-bank tables; contexts (BM25 indexes) only for the loop.
     ctxs = {} if batched else {b.bank_id: BankContext.of(b) for b in banks}
@@ -229,8 +271,11 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
         records.append({"qid": q.qid, "bank_id": bid, "category": q.category, "evidence_recall": rec_,
                         "all_evidence_hit": hit, "context_tokens": ws.n_tokens, "n_selected": len(ws.unit_ids),
                         "selected": ws.unit_ids, "gold": list(q.evidence), "select_s": ts})
+        if layered:
+            records[-1].update(layer_scores([t for b in ws.blocks for t in b.units], q.evidence))
     t_asm = time.perf_counter() - t0
-    agg = aggregate(records, categories=categories)
+    agg = aggregate(records, categories=categories,
+                    keys=("evidence_recall", "all_evidence_hit", "context_tokens") + (LAYER_KEYS if layered else ()))
     from ..data.types import EvidenceRepairs
 
     rep = EvidenceRepairs()
@@ -241,7 +286,7 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
         "n_questions": len(records), "skipped_no_evidence": skipped,
         "config": {"select": {**cfg.to_dict(), **qp.to_dict()}, "build": build_cfg.to_dict(), "budget": qp.budget,
                    "token_budget": qp.token_budget, "hops": qp.hops, "ablation": cfg.ablation,
-                   "categories": list(categories)},
+                   "categories": list(categories), **({"units": list(units), "facts": facts} if layered else {})},
         "dataset": {"path": str(data_path), "sha256": file_sha256(data_path), "evidence_repairs": rep.as_dict(),
                     "dayfirst": dayfirst, "skipped_empty_turns": sum(c.skipped_empty for c in convs)},
         "encoder": encoder.id, "tokenizer": TOKENIZER_NAME, "package_version": __version__,

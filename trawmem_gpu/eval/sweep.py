@@ -329,8 +329,9 @@ def load_or_build_banks(convs, banks_dir, build_cfg, progress: bool = True, *, t
 def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), budgets=(4, 8, 16, 32), *,
               token_budgets=(), paper: bool = False, engine: str = "reference", categories=(1, 2, 3, 4), batch_size: int = 256,
               rounds: int = 3, threads: int = 1, warmup: int = 10, banks_dir=None, max_questions: int | None = None,
-              progress: bool = True, dayfirst: bool = False, time_builds: bool = False) -> dict:
-    """Run the whole grid; returns the JSON-ready result (see the module docstring)."""
+              progress: bool = True, dayfirst: bool = False, time_builds: bool = False, units=("turns",),
+              facts: str | None = None) -> dict:
+    """Run the whole grid (``units`` / ``facts``: ``eval.retrieval.layered_banks``); the JSON-ready result."""
     from .. import __version__
     from ..config import BuildConfig
     from ..data import load_conversations, require_locomo
@@ -354,6 +355,9 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
         banks_list, build_rows, build_source = load_or_build_banks(convs, banks_dir, build_cfg, progress,
                                                                    time_builds=time_builds, data_path=data,
                                                                    dayfirst=dayfirst)
+    if tuple(units) != ("turns",) or facts not in (None, "none"):  # the layers (eval's rule)
+        from .retrieval import layered_banks
+        banks_list = layered_banks(banks_list, data, units, facts, get_encoder(build_cfg.encoder), dayfirst=dayfirst)
     banks = {b.bank_id: b for b in banks_list}
     encoder = get_encoder(build_cfg.encoder, cache=False)
     if banks_list[0].encoder_id != encoder.id:

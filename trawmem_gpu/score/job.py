@@ -70,6 +70,9 @@ class ScoreSpec:
     answer_llm: str | None = None
     """LLM spec for answers (``--answer-llm``), or None."""
     answer_max_tokens: int = 96
+    layers: tuple = ("turns",)
+    """The layers selection takes units from (``--layers``: ``facts.view.unit_view``; the banks must
+    hold them). Left out of the job's identity while it is the default (older jobs resume)."""
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -80,6 +83,9 @@ class ScoreSpec:
         if not self.ks or min(self.ks) < 1:
             raise InputError(f"`ks` must list positive integers, got {self.ks}")
         self.config(), self.params()  # validates the selection config
+        from ..facts.view import parse_units
+
+        self.layers = parse_units(self.layers)
 
     def config(self) -> SelectConfig:
         """The method."""
@@ -90,7 +96,10 @@ class ScoreSpec:
         return QueryParams.from_dict(split_fields(self.select)[1])
 
     def to_dict(self) -> dict:
-        return asdict(self) | {"ks": list(self.ks)}
+        d = asdict(self) | {"ks": list(self.ks), "layers": list(self.layers)}
+        if tuple(self.layers) == ("turns",):
+            del d["layers"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "ScoreSpec":
@@ -102,7 +111,8 @@ class ScoreSpec:
         sha = hashlib.sha256(json.dumps(self.select, sort_keys=True).encode()).hexdigest()[:12]
         return {"method": self.method, "engine": self.engine if self.method == "trawmem" else None,
                 "budget": qp.budget, "token_budget": qp.token_budget, "hops": qp.hops, "ablation": cfg.ablation,
-                "head": Path(self.head).name if self.head else None, "encoder": encoder_id, "select_sha": sha}
+                "head": Path(self.head).name if self.head else None, "encoder": encoder_id, "select_sha": sha,
+                **({"layers": list(self.layers)} if tuple(self.layers) != ("turns",) else {})}
 
 
 class Scorer:
@@ -112,8 +122,11 @@ class Scorer:
                  contexts: dict | None = None):
         if not banks:
             raise ValueError("Scorer needs at least one bank")
+        from ..facts.view import unit_view
+
         self.spec = spec
         self.cfg, self.qp = spec.config(), spec.params()
+        banks = [unit_view(b, spec.layers) for b in banks]
         self.banks = {b.bank_id: b for b in banks}
         enc_ids = {b.encoder_id for b in banks}
         if len(enc_ids) != 1:

@@ -68,7 +68,13 @@ class ServeConfig:
     validation, routes, JSON) in N front processes that forward to one engine process over a
     private Unix socket (:mod:`.remote`), so HTTP no longer shares the engine's GIL."""
 
+    units: tuple = ("turns",)
+    """The layers the engine selects from (``--units``: ``facts.view.unit_view`` of every bank)."""
+
     def __post_init__(self):
+        from ..facts.view import parse_units
+
+        self.units = parse_units(self.units)
         for name in ("max_batch", "encode_chunk", "max_queue", "max_body_bytes", "max_question_chars", "max_budget",
                      "max_token_budget", "max_batch_request", "max_turns_per_append"):
             if getattr(self, name) < 1:

@@ -11,7 +11,11 @@ runs on three thread pools, never on the event loop:
   batch (grouping and rendering cost more CPU per query than the selection);
 * *append threads* validate, build and persist appended turns (serialized per bank by the
   registry); the engine refresh that follows is handed to the batch worker, and the append
-  answers only after it, so a client reads its own writes.
+  answers only after it, so a client reads its own writes. A forget runs the same way, then
+  scrubs the caches on the append thread (``memory.core.MemoryCore``).
+
+The banks, the encoder, the engine and the append / forget paths are the Memory core's
+(``trawmem_gpu.memory``), the same as ``Memory`` and ``trawmem query`` use.
 
 The encoder is shared by both pools behind a lock (a transformers tokenizer is not safe to call
 from two threads at once).
@@ -28,17 +32,16 @@ from datetime import datetime
 
 import numpy as np
 
-from ..encode import get_encoder
 from ..encode.base import Encoder
 from ..errors import ConfigError, UnknownBank
+from ..memory.core import MemoryCore, bank_summary
+from ..memory.engines import query_params, select_units
+from ..memory.result import SelectedWorkspace
 from ..select.config import SelectConfig
 from ..select.params import QueryParams
-from ..tokens import TOKENIZER_NAME, count_tokens_cached
-from ..workspace import assemble
+from ..tokens import count_tokens_cached
 from .batcher import DynamicBatcher, Later
 from .config import ServeConfig
-from .engines import ServedEngine, query_params, select_units
-from .registry import BankRegistry
 
 log = logging.getLogger("trawmem.serve")
 
@@ -90,21 +93,6 @@ def freeze_heap() -> None:
     gc.freeze()
 
 
-class LockedEncoder(Encoder):
-    """An encoder whose calls are serialized (shared by the batch worker and append threads)."""
-
-    def __init__(self, inner: Encoder):
-        self.inner, self.id, self.dim = inner, inner.id, inner.dim
-        self.lock = threading.Lock()
-
-    def _encode_batch(self, texts, is_query):  # pragma: no cover - encode() is overridden
-        return self.inner._encode_batch(texts, is_query)
-
-    def encode(self, texts, **kw):
-        with self.lock:
-            return self.inner.encode(texts, **kw)
-
-
 class SelectionService:
     """One process's banks and engines behind a dynamic batcher.
 
@@ -116,6 +104,7 @@ class SelectionService:
     :param encoder: an encoder to use instead of loading ``cfg.encoder``
     """
 
+    ASSEMBLY_THREADS = 2
     ASSEMBLY_CHUNKS = 4
     """Assembly jobs per engine call (the pool has 2 threads): few enough that answering costs few
     event-loop wake-ups, enough that the first answers leave before the whole batch is rendered."""
@@ -128,32 +117,19 @@ class SelectionService:
             torch.set_num_threads(cfg.threads)
         self.cfg = cfg
         self.metrics = metrics
-        self.registry = BankRegistry(cfg.collection, owns)
-        self.encoder_spec = cfg.encoder or self.registry.build_config("minilm").encoder
-        enc = encoder or get_encoder(self.encoder_spec, cache=False)
-        coll_enc = self.registry.encoder_id
-        if coll_enc is not None and enc.id != coll_enc:
-            raise ConfigError(f"the collection {cfg.collection} was encoded with {coll_enc!r}, the query encoder "
-                              f"is {enc.id!r}; set `encoder` to the collection's encoder")
-        self.encoder = LockedEncoder(enc)
-        self.dim = int(enc.dim)
-        base = select_cfg or SelectConfig()
+        # the Memory core: banks (registry), query encoder and engine, the append and forget paths
+        self.core = MemoryCore(cfg.collection, encoder=encoder or cfg.encoder, select_cfg=select_cfg,
+                               threads=cfg.threads, owns=owns, units=cfg.units)
+        self.registry, self.encoder, self.engines = self.core.registry, self.core.encoder, self.core.engines
+        self.encoder_spec, self.dim = self.core.encoder_spec, self.core.dim
         dp = params or QueryParams()
         self.defaults = (dp.budget, dp.hops, dp.token_budget)
-        threads = cfg.threads
-
-        def make(banks, scfg):
-            from ..select.engine import SelectionEngine
-
-            return SelectionEngine(banks, scfg, **({"threads": threads} if threads else {}))
-
-        self.engines = ServedEngine(self.registry.banks(), base, make)
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="trawmem-batch", initializer=_os_thread_name("tm-batch"))
         self.appender = ThreadPoolExecutor(2, thread_name_prefix="trawmem-append",
                                            initializer=_os_thread_name("tm-append"))
         # Workspaces are assembled (rendered, token-counted) here, beside the next batch's encoder
         # and engine calls; the batch worker only encodes and selects.
-        self.assembler = ThreadPoolExecutor(2, thread_name_prefix="trawmem-assemble",
+        self.assembler = ThreadPoolExecutor(self.ASSEMBLY_THREADS, thread_name_prefix="trawmem-assemble",
                                             initializer=_os_thread_name("tm-assemble"))
         self.batcher = DynamicBatcher(self.process_batch, max_batch=cfg.max_batch, max_wait_s=cfg.max_wait_ms / 1e3,
                                       max_queue=cfg.max_queue, executor=self.worker, on_batch=self._on_batch)
@@ -245,21 +221,40 @@ class SelectionService:
                 "timings": {"build_and_write_ms": round((t1 - t0) * 1e3, 3),
                             "engine_refresh_ms": round((t2 - t1) * 1e3, 3)}}
 
+    async def forget(self, bank_id: str, turn_ids: list[str] | None) -> dict:
+        """Forget turns of a bank (None: the whole bank) in the files, the engine and the caches
+        (``MemoryCore``): the rewrite and the cache scrub on an append thread, the engine's
+        refresh and purge on the batch worker (between batches); answers after all three."""
+        if self.batcher.closing:
+            from .batcher import ShuttingDown
+
+            raise ShuttingDown("the server is shutting down")
+        loop = asyncio.get_running_loop()
+        res = await loop.run_in_executor(self.appender, self.core.forget_stored, bank_id, turn_ids)
+        prepared = await loop.run_in_executor(self.appender, self.core.prepare_forget, res)
+        await loop.run_in_executor(self.worker, self.core.sync_forget, res, prepared)
+        await self._assembly_drained()  # workspaces of the old bank are rendered before the caches go
+        counts = await loop.run_in_executor(self.appender, self.core.erase_copies, res)
+        return self.core.forget_summary(res, counts)
+
+    async def _assembly_drained(self) -> None:
+        """Return once every assembly job submitted so far has finished: one barrier job per
+        assembly thread (the pool takes jobs in order, so when all of them run at once, every
+        earlier job is done)."""
+        n = self.ASSEMBLY_THREADS
+        barrier = threading.Barrier(n)
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(self.assembler, barrier.wait, 600) for _ in range(n)))
+
     def _sync_bank(self, bank_id: str, prepared: dict | None = None) -> None:
         """On the batch worker: make the engine use the registry's current bank ``bank_id``
         (``prepared``: :meth:`ServedEngine.prepare` of a bank; ``refresh`` uses only tables of this one)."""
-        bank = self.registry.get(bank_id)
-        if bank is not None and self.engines.banks.get(bank_id) is not bank:
-            self.engines.refresh(bank, prepared)
+        before = self.engines.banks.get(bank_id)
+        self.core.sync_engine(bank_id, prepared)
+        if self.engines.banks.get(bank_id) is not before:
             freeze_heap()
 
-    @staticmethod
-    def bank_summary(bank) -> dict:
-        times = [t.time for t in bank.turns if t.time is not None]
-        return {"bank_id": bank.bank_id, "n_units": bank.n_units, "n_threads": bank.n_threads,
-                "n_sessions": len({t.session for t in bank.turns}),
-                "first_date": min(times).isoformat() if times else None,
-                "last_date": max(times).isoformat() if times else None}
+    bank_summary = staticmethod(bank_summary)
 
     def bank_list(self) -> list[dict]:
         return [{"bank_id": b.bank_id, "n_units": b.n_units, "n_threads": b.n_threads}
@@ -346,19 +341,9 @@ class SelectionService:
     def _workspace(self, it: SelectItem, bank, units: list[int], used_dates: bool, timings: dict) -> dict:
         """The response body for one query: grouping, rendering and the token count."""
         t0 = time.perf_counter()
-        ws = assemble(bank, it.question, units, self.engines.cfg.headings)
-        text = ws.render()
-        out = {
-            "bank_id": it.bank_id, "bank_n_units": bank.n_units, "question": it.question, "budget": it.budget,
-            "hops": it.hops, "token_budget": it.token_budget,
-            "date": it.date.isoformat() if it.date else None, "date_used": used_dates,
-            "units": [{"id": t.turn_id, "speaker": t.speaker, "date": t.time.isoformat() if t.time else None,
-                       "timestamp": t.timestamp, "text": t.text, "caption": t.caption, "thread": b.thread,
-                       "session": t.session}
-                      for b in ws.blocks for t in b.units],
-            "threads": [{"thread": b.thread, "head": b.head} for b in ws.blocks],
-            "text": text, "n_tokens": count_tokens_cached(text), "tokenizer": TOKENIZER_NAME,
-        }
+        ws = SelectedWorkspace.of(bank, it.question, units, self.engines.cfg.headings, used_dates)
+        out = {**ws.to_dict(), "bank_n_units": bank.n_units, "budget": it.budget, "hops": it.hops,
+               "token_budget": it.token_budget, "date": it.date.isoformat() if it.date else None}
         dt = time.perf_counter() - t0
         out["timings"] = {**timings, "assemble_ms": round(dt * 1e3, 3)}
         if self.metrics is not None:

@@ -1,0 +1,161 @@
+"""The core a :class:`~trawmem_gpu.memory.Memory` and a server share: one collection's banks,
+the query encoder, one selection engine, and the append and forget paths.
+
+:class:`MemoryCore` holds the parts; who calls them on which thread is the caller's: ``Memory``
+serializes engine calls behind one lock, the server runs them on its single batch worker (see
+``serve/service.py``). Every step is the same, so the library, the CLI and the server pick the
+same units for the same question.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+from ..encode.base import Encoder
+from ..errors import ConfigError
+from ..select.config import SelectConfig
+from .banks import AppendResult, BankRegistry, ForgetResult
+from .engines import ServedEngine, select_units
+from .erase import clear_journal, erase_copies, pause_point
+
+
+class LockedEncoder(Encoder):
+    """An encoder whose calls are serialized (a transformers tokenizer is not safe to call from
+    two threads at once)."""
+
+    def __init__(self, inner: Encoder):
+        self.inner, self.id, self.dim = inner, inner.id, inner.dim
+        self.lock = threading.Lock()
+
+    def _encode_batch(self, texts, is_query):  # pragma: no cover - encode() is overridden
+        return self.inner._encode_batch(texts, is_query)
+
+    def encode(self, texts, **kw):
+        with self.lock:
+            return self.inner.encode(texts, **kw)
+
+
+def forget_in_process_texts() -> None:
+    """Drop the process's text-keyed caches (rendered lines, token counts of lines, word stems):
+    after a forget none of them may keep a forgotten text."""
+    from ..select.lexical import _stem
+    from ..tokens import clear_counts
+    from ..workspace import date_label, unit_line
+
+    for f in (unit_line, date_label, _stem):
+        f.cache_clear()
+    clear_counts()
+
+
+class MemoryCore:
+    """Banks, encoder and engine of one collection.
+
+    :param path: the collection directory (created empty when missing)
+    :param encoder: an encoder spec (``"minilm"``, ``"hf:/dir"``) or an :class:`Encoder`; default:
+        the collection's own build config's, else ``"minilm"``
+    :param select_cfg: the method (default ``SelectConfig()``)
+    :param threads: CPU threads of the engine (None: its default)
+    :param owns: which bank ids this process serves (a Ray shard serves a slice)
+    :param caches: cache files a forget scrubs besides the default ones (``memory.erase``)
+    :param head: a learned role head for the engine (``head.load_head``), or None
+    :param create: create a missing collection (else a ``BankError``)
+    :param embedding_cache: keep query vectors in the on-disk embedding cache (True: the default
+        one, or a file path); off by default
+    :param units: the layers the engine selects from (``facts.view.unit_view``; default the turns)
+    """
+
+    def __init__(self, path, *, encoder: str | Encoder | None = None, select_cfg: SelectConfig | None = None,
+                 threads: int | None = None, owns: Callable[[str], bool] = lambda bank_id: True, caches=(),
+                 head=None, create: bool = True, embedding_cache: bool | str = False, units=("turns",)):
+        from ..encode import get_encoder
+
+        self.registry = BankRegistry(path, owns, create)
+        self.encoder_spec = encoder if isinstance(encoder, str) else self.registry.build_config("minilm").encoder
+        enc = encoder if isinstance(encoder, Encoder) else get_encoder(self.encoder_spec, cache=embedding_cache)
+        coll_enc = self.registry.encoder_id
+        if coll_enc is not None and enc.id != coll_enc:
+            raise ConfigError(f"the collection {path} was encoded with {coll_enc!r}, the query encoder "
+                              f"is {enc.id!r}; set `encoder` to the collection's encoder")
+        self.encoder = enc if isinstance(enc, LockedEncoder) else LockedEncoder(enc)
+        self.dim = int(enc.dim)
+        self.caches = tuple(caches) + ((embedding_cache,) if isinstance(embedding_cache, str) else ())
+
+        self.engines = served_engine(self.registry.banks(), select_cfg, threads, head, units)
+
+    @property
+    def path(self):
+        return self.registry.coll.path
+
+    @property
+    def headings(self):
+        return self.engines.cfg.headings
+
+    def append(self, bank_id: str, records: list[dict], encoder: Encoder | None = None, llm=None) -> AppendResult:
+        """Validate, build and persist turns (``BankRegistry.append``) with ``encoder`` (default:
+        the query encoder; a server may give appends an instance of their own); the engine is not
+        touched. ``llm``: for a bank built with LLM segmentation or heads."""
+        return self.registry.append(bank_id, records, encoder or self.encoder, self.encoder_spec, llm)
+
+    def forget_stored(self, bank_id: str, turn_ids: list[str] | None, llm=None,
+                      encoder: Encoder | None = None) -> ForgetResult:
+        """Rewrite (or delete) the stored bank without the turns (``encoder`` as for :meth:`append`);
+        the engine and caches are not touched."""
+        return self.registry.forget(bank_id, turn_ids, encoder or self.encoder, llm)
+
+    def erase_copies(self, res: ForgetResult, outputs=()) -> dict:
+        """Scrub every cache copy of what ``res`` forgot (and the ``outputs``), then close its
+        journal: call after the engine no longer selects from the old bank."""
+        pause_point("stored")
+        counts = erase_copies(res.erasure, self.caches, outputs)
+        forget_in_process_texts()
+        clear_journal(self.path, res.erasure.bank_id)
+        return counts
+
+    def sync_engine(self, bank_id: str, prepared=None) -> None:
+        """Make the engine select from the registry's current bank ``bank_id`` (engine-owner thread)."""
+        bank = self.registry.get(bank_id)
+        if bank is not None and self.engines.banks.get(bank_id) is not bank:
+            self.engines.refresh(bank, prepared)
+
+    def prepare_forget(self, res: ForgetResult):
+        """The tables of the bank a forget left (any thread; None when the bank is gone)."""
+        return None if res.bank is None else self.engines.prepare(res.bank)
+
+    def sync_forget(self, res: ForgetResult, prepared=None) -> None:
+        """Make the engine select from the bank as it now is (the forget's, or a later append's;
+        dropped when gone) and purge its tables of the old bank's rows (engine-owner thread)."""
+        bank_id = res.erasure.bank_id
+        if res.erasure.turn_ids or res.erasure.whole:  # else nothing was forgotten
+            self.engines.forget(bank_id, self.registry.get(bank_id), prepared)
+
+    def forget_summary(self, res: ForgetResult, counts: dict) -> dict:
+        return {"bank_id": res.erasure.bank_id, "forgotten": res.forgotten, "missing": res.missing,
+                "deleted": res.bank is None, "n_units": 0 if res.bank is None else res.bank.n_units, **counts}
+
+
+def served_engine(banks: dict, select_cfg: SelectConfig | None = None, threads: int | None = None,
+                  head=None, units=("turns",)) -> ServedEngine:
+    """The one engine over ``banks`` (bank id -> bank) with the method ``select_cfg``, selecting
+    from their unit views for ``units``."""
+    def make(banks, scfg):
+        from ..select.engine import SelectionEngine
+
+        return SelectionEngine(banks, scfg, head=head, **({"threads": threads} if threads else {}))
+
+    return ServedEngine(banks, select_cfg or SelectConfig(), make, units)
+
+
+def pick(engines: ServedEngine, bank_ids: list[str], questions: list[str], Z, dates, params):
+    """One batched engine call: ``(picks, the banks they index, whether a date was used)``
+    (engine-owner thread; assemble with ``SelectedWorkspace.of``)."""
+    picks, used = select_units(engines.engine, bank_ids, questions, Z, dates, params)
+    return picks, [engines.bank(b) for b in bank_ids], used
+
+
+def bank_summary(bank) -> dict:
+    """A bank's counts and date range (``Memory.banks``, ``GET /v1/banks/{id}``)."""
+    times = [t.time for t in bank.turns if t.time is not None]
+    return {"bank_id": bank.bank_id, "n_units": bank.n_units, "n_threads": bank.n_threads,
+            "n_sessions": len({t.session for t in bank.turns}),
+            "first_date": min(times).isoformat() if times else None,
+            "last_date": max(times).isoformat() if times else None}
