@@ -36,7 +36,7 @@ def _problem(seed: int, Q: int, U: int, T: int) -> dict:
     rng = np.random.default_rng(seed)
     E = rng.standard_normal((Q, U, 5))
     E /= np.linalg.norm(E, axis=2, keepdims=True)
-    K = J.support_kernel(E @ E.transpose(0, 2, 1), None, SelectConfig(k_shift=0.2))
+    K = J.support_kernel(E @ E.transpose(0, 2, 1), None, SelectConfig(k_shift=0.2, cross_thread=True))
     pi = rng.random((Q, U)) ** 3
     pi /= pi.sum(1, keepdims=True)
     thread = rng.integers(0, T, (Q, U))
