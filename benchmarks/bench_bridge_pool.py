@@ -1,0 +1,101 @@
+"""The candidate pool widened by the query's top units of the whole bank (issue 25, a bridge idea):
+``SelectConfig.pool_top_affinity = M`` on the NumPy reference, at equal context tokens against the
+RRF hybrid and the shipped defaults.
+
+    python benchmarks/bench_bridge_pool.py [--T 400,800] [--lme-T 400,800] [--M 8,16,32]
+        [--max-questions N] [--out-dir benchmarks/results]
+
+Protocol of ``bench_bridge.py`` (its folds, its per-fold learned affinity, its paired bootstraps):
+each M is scored on every fold; the nested row chooses per fold, among the defaults (M = 0) and
+the Ms, the one with the best mean (over the sets run at that T) macro recall on the other folds,
+and scores it on the fold. Writes ``bridge_pool.json`` under ``--out-dir``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import harness
+import numpy as np
+from bench_bridge import TARGET_CAT, compare, fold_weights, nested
+from equal_tokens_bench.data import Dataset, fixed_setting, select, trawmem_setting
+from equal_tokens_bench.stats import records, summary
+
+
+def reference_picks(ds: Dataset, W, T: int, **kw) -> tuple:
+    """Every question's picks by ``select_reference`` with the fold's config and ``kw``."""
+    from trawmem_gpu.select.reference import select_reference
+
+    setting = trawmem_setting(W, T=T, **kw)
+    out = []
+    for q in ds.questions:
+        cfg, qp = setting(q.group)
+        out.append(select_reference(ds.ctxs[q.bank_id], q.extra["question"], np.asarray(q.extra["z"], np.float64),
+                                    cfg, qp, now=q.extra["date"]).units)
+    return out, cfg.headings
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--locomo", type=Path, default=harness.dev_data("locomo"))
+    ap.add_argument("--lme", type=Path, default=harness.dev_data("longmemeval"))
+    ap.add_argument("--T", default="400,800")
+    ap.add_argument("--lme-T", default="400,800")
+    ap.add_argument("--M", default="8,16,32")
+    ap.add_argument("--sets", default="locomo,longmemeval")
+    ap.add_argument("--out-dir", type=Path)
+    a = ap.parse_args()
+    a.out_dir = harness.results_dir(a.out_dir)
+    Ms = [int(x) for x in a.M.split(",")]
+    paths = {"locomo": a.locomo, "longmemeval": a.lme}
+    with harness.pin_threads(1):
+        data = {n: Dataset(n, paths[n]) for n in a.sets.split(",")}
+        W = fold_weights({"locomo": Dataset("locomo", a.locomo), "longmemeval": Dataset("longmemeval", a.lme)})
+        Ts = {"locomo": [int(x) for x in a.T.split(",")], "longmemeval": [int(x) for x in a.lme_T.split(",")]}
+        cache: dict = {}
+        res = {"protocol": __doc__, "machine": harness.machine(), "cells": {}}
+        for n, ds in data.items():
+            for T in Ts[n]:
+                for label, fn in [("hybrid", lambda: select(ds, "hybrid", fixed_setting(T=T))),
+                                  ("defaults", lambda: select(ds, "trawmem", trawmem_setting(W, T=T)))] + [
+                                  (f"M={m}", lambda m=m: reference_picks(ds, W, T, pool_top_affinity=m)) for m in Ms]:
+                    t0 = time.perf_counter()
+                    picks = fn()
+                    recs = records(ds, picks)
+                    cache[(n, T, label)] = {"records": recs, "summary": summary(ds, recs)}
+                    s = cache[(n, T, label)]["summary"]
+                    print(f"{n} T={T} {label}: recall {s['macro']['recall']:.3f} target hit "
+                          f"{s['per_category'][ds.cat_name(TARGET_CAT[n])]['hit']:.3f} ({time.perf_counter() - t0:.0f}s)",
+                          flush=True)
+                    if label.startswith("M="):
+                        res["cells"][f"{n}@{T}|{label}"] = cell(ds, cache, n, T, label, recs)
+        labels = ["defaults"] + [f"M={m}" for m in Ms]
+        for T in sorted({t for n in data for t in Ts[n]}):
+            sub = {n: ds for n, ds in data.items() if T in Ts[n]}
+            nest = nested(sub, cache, T, labels)
+            for n, recs in nest["records"].items():
+                res["cells"][f"{n}@{T}|nested"] = {**cell(data[n], cache, n, T, "nested", recs),
+                                                   "chosen": nest["chosen"], "over": sorted(sub)}
+    harness.write_text(a.out_dir / "bridge_pool.json", __import__("json").dumps(res, indent=1, default=float))
+    for k, c in res["cells"].items():
+        print(k, {x: round(c[x], 4) if isinstance(c[x], float) else c[x] for x in ("recall", "target_hit")},
+              "vs defaults", fmt(c["vs_defaults"]["macro_recall"]), "hit vs hybrid", fmt(c["vs_hybrid"]["target_hit"]),
+              c.get("chosen", ""))
+    return 0
+
+
+def cell(ds, cache, n, T, label, recs) -> dict:
+    s = summary(ds, recs)
+    return {"recall": s["macro"]["recall"], "target_hit": s["per_category"][ds.cat_name(TARGET_CAT[n])]["hit"],
+            "tokens": s["macro"]["tokens"], "vs_defaults": compare(ds, recs, cache[(n, T, "defaults")]["records"]),
+            "vs_hybrid": compare(ds, recs, cache[(n, T, "hybrid")]["records"])}
+
+
+def fmt(m: dict) -> str:
+    return f"{100 * m['margin']:+.1f} [{100 * m['ci95'][0]:+.1f}, {100 * m['ci95'][1]:+.1f}]" if m else "-"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
