@@ -24,16 +24,33 @@ from equal_tokens_bench.data import Dataset, fixed_setting, select, trawmem_sett
 from equal_tokens_bench.stats import records, summary
 
 
-def reference_picks(ds: Dataset, W, T: int, **kw) -> tuple:
-    """Every question's picks by ``select_reference`` with the fold's config and ``kw``."""
-    from trawmem_gpu.select.reference import select_reference
+def reference_picks(ds: Dataset, W, T: int, source: str = "affinity", **kw) -> tuple:
+    """Every question's picks by ``select_reference`` with the fold's config and ``kw``; ``source
+    = "hybrid"`` (a prototype): the added units are the hybrid's top ones instead of the affinity's."""
+    import trawmem_gpu.select.reference as R
+    from trawmem_gpu.select.baselines import ranking
 
     setting = trawmem_setting(W, T=T, **kw)
+    orig, score = R.step3.widen_pool, {}
+
+    def by_hybrid(unit_thread, cand, r_t, r0, alpha, m):
+        return orig(unit_thread, cand, r_t, r0, score["s"], m)
+
     out = []
-    for q in ds.questions:
-        cfg, qp = setting(q.group)
-        out.append(select_reference(ds.ctxs[q.bank_id], q.extra["question"], np.asarray(q.extra["z"], np.float64),
-                                    cfg, qp, now=q.extra["date"]).units)
+    if source == "hybrid":
+        R.step3.widen_pool = by_hybrid
+    try:
+        for q in ds.questions:
+            cfg, qp = setting(q.group)
+            ctx, z = ds.ctxs[q.bank_id], np.asarray(q.extra["z"], np.float64)
+            if source == "hybrid":
+                s = np.zeros(ctx.bank.n_units)
+                order = ranking("hybrid", ctx, q.extra["question"], z)
+                s[np.asarray(order, np.int64)] = -np.arange(len(order), dtype=np.float64) - 1.0
+                score["s"] = s - (len(order) + 1) * (s == 0)
+            out.append(R.select_reference(ctx, q.extra["question"], z, cfg, qp, now=q.extra["date"]).units)
+    finally:
+        R.step3.widen_pool = orig
     return out, cfg.headings
 
 
@@ -45,6 +62,8 @@ def main() -> int:
     ap.add_argument("--lme-T", default="400,800")
     ap.add_argument("--M", default="8,16,32")
     ap.add_argument("--sets", default="locomo,longmemeval")
+    ap.add_argument("--source", choices=("affinity", "hybrid"), default="affinity",
+                    help="which ranking the added units come from (hybrid: a prototype)")
     ap.add_argument("--out-dir", type=Path)
     a = ap.parse_args()
     a.out_dir = harness.results_dir(a.out_dir)
@@ -55,12 +74,12 @@ def main() -> int:
         W = fold_weights({"locomo": Dataset("locomo", a.locomo), "longmemeval": Dataset("longmemeval", a.lme)})
         Ts = {"locomo": [int(x) for x in a.T.split(",")], "longmemeval": [int(x) for x in a.lme_T.split(",")]}
         cache: dict = {}
-        res = {"protocol": __doc__, "machine": harness.machine(), "cells": {}}
+        res = {"protocol": __doc__, "machine": harness.machine(), "source": a.source, "cells": {}}
         for n, ds in data.items():
             for T in Ts[n]:
                 for label, fn in [("hybrid", lambda: select(ds, "hybrid", fixed_setting(T=T))),
                                   ("defaults", lambda: select(ds, "trawmem", trawmem_setting(W, T=T)))] + [
-                                  (f"M={m}", lambda m=m: reference_picks(ds, W, T, pool_top_affinity=m)) for m in Ms]:
+                                  (f"M={m}", lambda m=m: reference_picks(ds, W, T, a.source, pool_top_affinity=m)) for m in Ms]:
                     t0 = time.perf_counter()
                     picks = fn()
                     recs = records(ds, picks)
@@ -78,7 +97,7 @@ def main() -> int:
             for n, recs in nest["records"].items():
                 res["cells"][f"{n}@{T}|nested"] = {**cell(data[n], cache, n, T, "nested", recs),
                                                    "chosen": nest["chosen"], "over": sorted(sub)}
-    harness.write_text(a.out_dir / "bridge_pool.json", __import__("json").dumps(res, indent=1, default=float))
+    harness.write_text(a.out_dir / f"bridge_pool_{a.source}.json", __import__("json").dumps(res, indent=1, default=float))
     for k, c in res["cells"].items():
         print(k, {x: round(c[x], 4) if isinstance(c[x], float) else c[x] for x in ("recall", "target_hit")},
               "vs defaults", fmt(c["vs_defaults"]["macro_recall"]), "hit vs hybrid", fmt(c["vs_hybrid"]["target_hit"]),
