@@ -1,6 +1,7 @@
 """The candidate pool widened by the query's top units of the whole bank (issue 25, a bridge idea):
-``SelectConfig.pool_top_affinity = M`` on the NumPy reference, at equal context tokens against the
-RRF hybrid and the shipped defaults.
+``SelectConfig.pool_top_affinity = M`` on the NumPy reference (``git apply
+docs/examples/pool-top-affinity.patch``: measured, not shipped), at equal context tokens against
+the RRF hybrid and the shipped defaults.
 
     python benchmarks/bench_bridge_pool.py [--T 400,800] [--lme-T 400,800] [--M 8,16,32]
         [--max-questions N] [--out-dir benchmarks/results]
@@ -8,7 +9,7 @@ RRF hybrid and the shipped defaults.
 Protocol of ``bench_bridge.py`` (its folds, its per-fold learned affinity, its paired bootstraps):
 each M is scored on every fold; the nested row chooses per fold, among the defaults (M = 0) and
 the Ms, the one with the best mean (over the sets run at that T) macro recall on the other folds,
-and scores it on the fold. Writes ``bridge_pool.json`` under ``--out-dir``.
+and scores it on the fold. Writes ``bridge_pool.json`` under ``--out-dir`` (one entry per ``--source``).
 """
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ from equal_tokens_bench.stats import records, summary
 
 
 def reference_picks(ds: Dataset, W, T: int, source: str = "affinity", **kw) -> tuple:
-    """Every question's picks by ``select_reference`` with the fold's config and ``kw``; ``source
-    = "hybrid"`` (a prototype): the added units are the hybrid's top ones instead of the affinity's."""
+    """Every question's picks by ``select_reference`` with the fold's config and ``kw``; prototypes:
+    ``source = "hybrid"``, the added units are the hybrid's top ones instead of the affinity's;
+    ``"affinity-low-r"``, an added thread's r~ is the lowest r~ of H_q instead of its seed score."""
     import trawmem_gpu.select.reference as R
     from trawmem_gpu.select.baselines import ranking
 
@@ -36,9 +38,12 @@ def reference_picks(ds: Dataset, W, T: int, source: str = "affinity", **kw) -> t
     def by_hybrid(unit_thread, cand, r_t, r0, alpha, m):
         return orig(unit_thread, cand, r_t, r0, score["s"], m)
 
+    def low_r(unit_thread, cand, r_t, r0, alpha, m):  # an added thread's r~: the lowest of H_q's
+        return orig(unit_thread, cand, r_t, np.full(len(r0), min(r_t.values())), alpha, m)
+
     out = []
-    if source == "hybrid":
-        R.step3.widen_pool = by_hybrid
+    if source != "affinity":
+        R.step3.widen_pool = by_hybrid if source == "hybrid" else low_r
     try:
         for q in ds.questions:
             cfg, qp = setting(q.group)
@@ -62,10 +67,16 @@ def main() -> int:
     ap.add_argument("--lme-T", default="400,800")
     ap.add_argument("--M", default="8,16,32")
     ap.add_argument("--sets", default="locomo,longmemeval")
-    ap.add_argument("--source", choices=("affinity", "hybrid"), default="affinity",
-                    help="which ranking the added units come from (hybrid: a prototype)")
+    ap.add_argument("--source", choices=("affinity", "hybrid", "affinity-low-r"), default="affinity",
+                    help="which ranking the added units come from (hybrid: a prototype; affinity-low-r: the "
+                         "affinity's, an added thread's r~ the lowest of H_q's, a prototype)")
     ap.add_argument("--out-dir", type=Path)
     a = ap.parse_args()
+    from trawmem_gpu.select.config import SelectConfig
+
+    if "pool_top_affinity" not in SelectConfig.__dataclass_fields__:
+        ap.error("needs SelectConfig.pool_top_affinity, which the package does not ship: "
+                 "git apply docs/examples/pool-top-affinity.patch")
     a.out_dir = harness.results_dir(a.out_dir)
     Ms = [int(x) for x in a.M.split(",")]
     paths = {"locomo": a.locomo, "longmemeval": a.lme}
@@ -97,7 +108,9 @@ def main() -> int:
             for n, recs in nest["records"].items():
                 res["cells"][f"{n}@{T}|nested"] = {**cell(data[n], cache, n, T, "nested", recs),
                                                    "chosen": nest["chosen"], "over": sorted(sub)}
-    harness.write_text(a.out_dir / f"bridge_pool_{a.source}.json", __import__("json").dumps(res, indent=1, default=float))
+    with harness.locked("bridge_pool", a.out_dir) as old:  # one entry per source, the others kept
+        old[a.source] = {**res, "command": harness.command()}
+        harness.save("bridge_pool", old, out_dir=a.out_dir)
     for k, c in res["cells"].items():
         print(k, {x: round(c[x], 4) if isinstance(c[x], float) else c[x] for x in ("recall", "target_hit")},
               "vs defaults", fmt(c["vs_defaults"]["macro_recall"]), "hit vs hybrid", fmt(c["vs_hybrid"]["target_hit"]),

@@ -174,12 +174,6 @@ class SelectConfig(DictFields):
     the paper: on)."""
     semantic_edges: bool = True
     """Use semantic (k-nearest-head) edges of G_H; off for No Cross-Edge."""
-    pool_top_affinity: int = 0
-    """Add to the candidates U_q the ``pool_top_affinity`` units of the whole bank with the largest
-    affinity (ties to the lower unit), beside the neighbourhood's threads: a unit the query ranks
-    high but whose thread the propagation left out can still be picked. Each added unit's thread
-    joins H_q with the unit alone (r~ = its seed score r0). 0 = off: the thread-derived pool only.
-    The NumPy reference only (the engines raise ``ConfigError``)."""
     ablation: str = "none"
     """One of ABLATIONS; applied by ``resolved()``. ``fixed_segmentation`` is a build switch."""
 
@@ -196,9 +190,6 @@ class SelectConfig(DictFields):
             raise ConfigError(f"`ablation` must be one of {', '.join(repr(a) for a in ABLATIONS)} "
                               f"(got {self.ablation!r})")
         _at_least("rrf_k", self.rrf_k, 1)
-        if isinstance(self.pool_top_affinity, bool) or not isinstance(self.pool_top_affinity, int):
-            raise ConfigError(f"`pool_top_affinity` must be an integer (got {self.pool_top_affinity!r})")
-        _at_least("pool_top_affinity", self.pool_top_affinity, 0)
         _check_choices(self)
         self.relevance_weights = tuple(float(x) for x in self.relevance_weights)
         if len(self.relevance_weights) != len(RELEVANCE_FEATURES) + 1 or not all(

@@ -87,10 +87,8 @@ def localize(ctx: BankContext, question: str, z: np.ndarray, cfg: SelectConfig, 
     alpha_all = step3a.unit_affinity(ctx, z, question, cfg, date_seconds(now))
     r0 = step1.seed_scores(ctx, z, alpha_all, cfg)
     r_t = step2.neighbourhood(ctx, r0, cfg, params)
-    cand, lt = step3.candidates(ctx.bank, list(r_t))
-    if cfg.pool_top_affinity:                                              # U_q beside the threads
-        r_t, cand, lt = step3.widen_pool(ctx.unit_thread, cand, r_t, r0, alpha_all, cfg.pool_top_affinity)
     threads = list(r_t)
+    cand, lt = step3.candidates(ctx.bank, threads)
     alpha = alpha_all[cand]
     E = ctx.bank.unit_vecs[cand].astype(np.float64)
     S = E @ E.T

@@ -94,9 +94,6 @@ def fused_terms_apply(fused: tuple[str, ...], cfg: SelectConfig) -> str | None:
 
 
 def resolve(ec: EngineConfig, cfg: SelectConfig, banks) -> Plan:
-    if cfg.pool_top_affinity:
-        raise ConfigError("pool_top_affinity applies to the NumPy reference (select_reference) only; "
-                          "no engine path has it")
     device = torch.device(ec.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     cpu = device.type == "cpu"
     dtype = {"auto": torch.float64 if cpu else torch.float32, "float32": torch.float32,

@@ -36,22 +36,6 @@ def candidates(bank, threads: list[int]) -> tuple[np.ndarray, np.ndarray]:
     return cand, lt
 
 
-def widen_pool(unit_thread: np.ndarray, cand: np.ndarray, r_t: dict, r0: np.ndarray, alpha: np.ndarray,
-               m: int) -> tuple[dict, np.ndarray, np.ndarray]:
-    """``(r_t, cand, lt)`` with the ``m`` units of the bank of largest ``alpha`` (ties to the lower
-    unit) added to ``cand`` (``SelectConfig.pool_top_affinity``): an added unit's thread joins
-    ``r_t`` with its seed score ``r0`` when it is not there, holding only the added units; ``cand``
-    stays ascending (hence grouped by thread) and ``lt`` is each one's position in ``r_t``'s threads."""
-    top = np.lexsort((np.arange(len(alpha)), -alpha))[:m]
-    cand = np.union1d(cand, top).astype(np.int64)
-    r_t = dict(r_t)
-    for j in np.unique(unit_thread[top]).tolist():
-        r_t.setdefault(int(j), float(r0[j]))
-    r_t = {k: r_t[k] for k in sorted(r_t)}
-    lt = np.searchsorted(np.asarray(list(r_t), dtype=np.int64), unit_thread[cand]).astype(np.int64)
-    return r_t, cand, lt
-
-
 def uses_bm25(cfg) -> bool:
     """Whether the affinity reads BM25 (a host without bm25s can still run dense configs)."""
     return cfg.affinity in ("rrf", "learned") or (cfg.affinity == "fused" and cfg.lexical_weight > 0)
