@@ -12,8 +12,8 @@ view (``facts.view.unit_view``). Methods, every one filling the token budget T:
 * ``trawmem``: TrawMem over the turns (``--units turns``, today's default);
 * ``trawmem+facts``: TrawMem over turns and facts (``--units turns,facts``), the fact-support
   setting chosen per fold (below);
-* ``trimem``: TriMem's retrieval (``--method trimem``), when the package has it (the hook:
-  ``select.baselines.BASELINES`` lists it); skipped otherwise.
+* ``trimem``: TriMem's retrieval (``--method trimem``: facts top-K, their source turns; no
+  planning LLM, the question is the only search) over the same observations as facts.
 
 Protocol (nothing is tuned on what it is scored on): TrawMem's learned affinity is the fold's
 (``fold_weights`` of ``results/equal_tokens.json``: each LoCoMo conversation's weights fitted on
@@ -126,15 +126,36 @@ def run_method(ds, dsf, method: str, T: int, W: dict, setting: dict | None = Non
     elif method == "trawmem+facts":
         picks, h = select(dsf, "trawmem", trawmem_setting(W, T=T, **(setting or {})))
         data = dsf
+    elif method == "trimem":
+        (data, picks), h = trimem_run(ds, T), "none"
     else:
         raise ValueError(method)
     return records(data, picks, h), time.perf_counter() - t0
 
 
 def trimem_available() -> bool:
-    from trawmem_gpu.select import baselines
+    import importlib.util
 
-    return "trimem" in getattr(baselines, "BASELINES", ())
+    return importlib.util.find_spec("trawmem_gpu.trimem.method") is not None
+
+
+def trimem_run(ds, T: int):
+    """``(dev set whose contexts are the TriMem views, picks)``: TriMem's retrieval (``--method
+    trimem``; no planning LLM, the question is the only search) over the banks with LoCoMo's
+    observations as their facts layer, under the token budget T."""
+    from trawmem_gpu.encode import get_encoder
+    from trawmem_gpu.eval.retrieval import layered_banks
+    from trawmem_gpu.select.params import QueryParams
+    from trawmem_gpu.trimem.method import TriMemRankers
+
+    enc = get_encoder(ds.banks[0].build_config.get("encoder", "minilm") if ds.banks[0].build_config else "minilm")
+    banks = layered_banks(ds.banks, ds.path, ("turns",), "locomo", enc)
+    rankers = TriMemRankers.prepared({b.bank_id: b for b in banks})
+    qp = QueryParams(budget=None, token_budget=T)
+    picks = [rankers[q.bank_id].plain_units(q.extra["question"], q.extra["z"], qp) for q in ds.questions]
+    out = copy.copy(ds)
+    out.banks, out.ctxs = [r.view for r in rankers.values()], {b: r.ctx for b, r in rankers.items()}
+    return out, picks
 
 
 def nested_choice(per_setting: list[list[dict]], groups) -> tuple[list[dict], dict]:
@@ -212,12 +233,9 @@ def main(argv=None) -> int:
            "folds": ds.groups, "notes": []}
     if "trimem" in methods and not trimem_available():
         methods.remove("trimem")
-        res["notes"].append("trimem: not in this build (select.baselines.BASELINES has no 'trimem'); skipped")
+        res["notes"].append("trimem: not in this build (no trawmem_gpu.trimem); skipped")
     for T in Ts:
         for m in methods:
-            if m == "trimem":
-                res["notes"].append("trimem: hook present, runner to be added with --method trimem")
-                continue
             if m == "trawmem+facts":
                 per_setting, secs = [], 0.0
                 for st in SETTINGS:

@@ -27,16 +27,18 @@ LAYERS = (
     ("data", ("trawmem_gpu.data", "trawmem_gpu.facts.schema")),
     ("encode", ("trawmem_gpu.encode",)),
     ("store", ("trawmem_gpu.store",)),
-    ("construct", ("trawmem_gpu.construct", "trawmem_gpu.facts")),
+    ("construct", ("trawmem_gpu.construct", "trawmem_gpu.facts", "trawmem_gpu.trimem")),
     ("workspace", ("trawmem_gpu.workspace",)),
-    ("select", ("trawmem_gpu.select", "trawmem_gpu.kernels")),
-    ("eval", ("trawmem_gpu.eval",)),
+    ("select", ("trawmem_gpu.select", "trawmem_gpu.kernels", "trawmem_gpu.trimem.retrieve",
+                "trawmem_gpu.trimem.method")),
+    ("eval", ("trawmem_gpu.eval", "trawmem_gpu.trimem.evolve")),
     ("head", ("trawmem_gpu.head",)),
     ("score", ("trawmem_gpu.score",)),
     ("memory", ("trawmem_gpu.memory",)),
     ("serve", ("trawmem_gpu.serve",)),
     ("cli", ("trawmem_gpu.cli", "trawmem_gpu.cli_args", "trawmem_gpu.cli_score", "trawmem_gpu.cli_select",
-             "trawmem_gpu.cli_sweep", "trawmem_gpu.cli_forget", "trawmem_gpu.head.cli", "trawmem_gpu.serve.cli")),
+             "trawmem_gpu.cli_sweep", "trawmem_gpu.cli_forget", "trawmem_gpu.head.cli", "trawmem_gpu.serve.cli",
+             "trawmem_gpu.trimem.cli")),
 )
 
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from .cli_args import Parser, add_dayfirst, add_llm_options, flags_for_fields, positive_int
-from .errors import TrawmemError, plural
+from .errors import InputError, TrawmemError, plural
 
 #: command -> ("module:function" adding its options to its parser, one-line summary)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -38,6 +38,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                    "train the learned role head (A, M(delta), weights) from gold evidence"),
     "train-affinity": ("trawmem_gpu.head.cli:configure_train_affinity",
                        "fit the learned affinity (--affinity-weights) from gold evidence labels"),
+    "evolve-prompts": ("trawmem_gpu.trimem.cli:configure_evolve",
+                       "evolve TriMem's extraction and profile prompts on a dev split (TextGrad-style, resumable)"),
     "serve": ("trawmem_gpu.serve.cli:configure_serve",
               "HTTP selection service with dynamic batching and API keys (extra: serve)"),
     "serve-key": ("trawmem_gpu.serve.cli:configure_serve_key",
@@ -85,8 +87,19 @@ def cmd_build(a) -> int:
     skipped = sum(c.skipped_empty for c in convs)
     if skipped:
         print(f"skipped {plural(skipped, 'turn')} with empty text and no caption")
+    if a.profiles == "llm" and a.facts in (None, "none") and not a.update:
+        raise InputError("--profiles llm builds profiles from facts: give --facts locomo or --facts llm")
+    prompts = None
+    if a.prompts:
+        from .trimem.prompts import load_prompt_set
+
+        prompts = load_prompt_set(a.prompts)
+    from .trimem.build import attach_profiles, profiles_summary
+
+    pstats = []
     llm = llm_from_args(a.llm, check=True, **llm_options(a)) \
-        if (cfg.segmentation == "llm" or cfg.heads == "llm" or a.facts == "llm") else None
+        if (cfg.segmentation == "llm" or cfg.heads == "llm" or "llm" in (a.facts, a.profiles)
+            or (a.update and a.llm)) else None
     try:
         enc = get_encoder(cfg.encoder, cache=not a.no_cache)
         fresh, updated, replaced = [], 0, 0
@@ -102,7 +115,12 @@ def cmd_build(a) -> int:
                     bank, out["stats"] = update_bank(old, turns, _build_config(a, old.build_config), enc, llm)
                     source = a.facts or old.layer_sources.get("facts", "none")  # the bank's own, unless given
                     (bank,), out["facts"] = attach_facts([bank], source, enc, input_path=a.input, llm=llm,
-                                                         dayfirst=a.dayfirst, new_turns={c.bank_id: turns})
+                                                         dayfirst=a.dayfirst, new_turns={c.bank_id: turns},
+                                                         prompts=prompts)
+                    if (a.profiles or old.layer_sources.get("profiles", "none")) == "llm":  # new facts' sections
+                        bank, pst = attach_profiles(bank, llm, enc, prompts=prompts,
+                                                    new_fact_ids=[f.fact_id for f in bank.facts[len(old.facts):]])
+                        pstats.append(pst)
                     return bank
 
                 bank = coll.update(c.bank_id, append)
@@ -118,7 +136,11 @@ def cmd_build(a) -> int:
                 fresh.append(c)
         if fresh:
             banks, st = build_banks(fresh, cfg, enc, llm, progress=not a.quiet)
-            banks, fst = attach_facts(banks, a.facts or "none", enc, input_path=a.input, llm=llm, dayfirst=a.dayfirst)
+            banks, fst = attach_facts(banks, a.facts or "none", enc, input_path=a.input, llm=llm, dayfirst=a.dayfirst,
+                                      prompts=prompts)
+            if a.profiles == "llm":
+                made = [attach_profiles(b, llm, enc, prompts=prompts) for b in banks]
+                banks, pstats = [b for b, _ in made], pstats + [s for _, s in made]
             coll.put_many(banks)
             note = f" ({replaced} replaced)" if replaced else ""
             print(f"built {plural(len(banks), 'bank')}{note}, {plural(st['n_units'], 'unit')} in {a.out} "
@@ -131,6 +153,8 @@ def cmd_build(a) -> int:
                 print(_facts_summary(fst))
         if updated:
             print(f"updated {plural(updated, 'bank')}")
+        if pstats:
+            print(profiles_summary(pstats))
     finally:
         if llm is not None:
             llm.close()
@@ -213,13 +237,19 @@ def configure_build(b: Parser) -> None:
                    help="turns per thread with --segmentation fixed (default: 6, or with --update the bank's own)")
     b.add_argument("--encoder", help="'minilm' (the embedded all-MiniLM-L6-v2) or 'hf:/local/model/dir' "
                                      "(default: minilm, or with --update the bank's own)")
-    b.add_argument("--llm", help=f"LLM for --segmentation/--heads llm: {SPEC_HELP} (default: none; needed only "
-                                 "for llm segmentation or heads)")
+    b.add_argument("--llm", help=f"LLM for --segmentation/--heads/--facts/--profiles llm: {SPEC_HELP} (default: "
+                                 "none; needed only for those)")
     add_llm_options(b)
     b.add_argument("--facts", choices=["none", "locomo", "llm"],
                    help="the facts layer: none, LoCoMo's per-session observations of --input (locomo), or atomic "
                         "facts extracted by --llm (llm); with --update, facts of the new turns only (default: none, "
                         "or with --update the bank's own)")
+    b.add_argument("--profiles", choices=["none", "llm"],
+                   help="the profiles layer: per-person profiles (identity, personality, interests, career, "
+                        "relationships, life events, preferences) made by --llm from the facts (llm); with --update, "
+                        "only the sections new facts touch change (default: none, or with --update the bank's own)")
+    b.add_argument("--prompts", help="TriMem prompts file for --facts llm / --profiles llm, such as the "
+                                     "best_prompts.json of `trawmem evolve-prompts` (default: the built-in prompts)")
     b.add_argument("--update", action="store_true",
                    help="append to existing banks: the input may hold a bank's whole history, a tail of it, or "
                         "only new turns; a history that conflicts with the stored one is refused")

@@ -245,9 +245,17 @@ def banks_cache_dir() -> str:
     return str(default_cache_dir() / "banks")
 
 
-def add_method(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--method", choices=["trawmem", "cosine", "bm25", "hybrid", "full"], default="trawmem",
-                   help="selection method")
+def add_method(p: argparse.ArgumentParser, trimem_llm: bool = True) -> None:
+    """``--method`` (and TriMem's ``--plan-llm`` where ``trimem_llm``)."""
+    p.add_argument("--method", choices=["trawmem", "cosine", "bm25", "hybrid", "full", "trimem"], default="trawmem",
+                   help="selection method (trimem: TriMem's facts, their source turns and profiles; needs banks "
+                        "built with --facts)")
+    if trimem_llm:
+        from .llm.spec import SPEC_HELP
+
+        p.add_argument("--plan-llm", help=f"with --method trimem: the LLM of TriMem's key-information and "
+                                          f"target-query steps, {SPEC_HELP} (default: none, the question is the "
+                                          "only search)")
 
 
 def add_engine(p: argparse.ArgumentParser) -> None:

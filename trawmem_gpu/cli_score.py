@@ -204,7 +204,7 @@ def configure_score(s) -> None:
     s.add_argument("--rescore-changed", action="store_true",
                    help="on resume, score again the written records whose question, date, bank or config no longer "
                         "match the input (without it such a record is an error naming it)")
-    add_method(s)
+    add_method(s, trimem_llm=False)
     s.add_argument("--budget", type=budget_int, help=budget_help)
     add_token_budget(s, fill=True)
     s.add_argument("--hops", type=hops_int, help=hops_help)

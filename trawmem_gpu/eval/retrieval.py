@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from .. import __version__
 from ..config import BuildConfig
 from ..data import load_conversations
-from ..errors import InputError
+from ..errors import ConfigError, InputError
 from ..paths import file_sha256
 from ..select.config import SelectConfig
 from ..select.params import QueryParams
@@ -24,8 +24,8 @@ from ..select.context import BankContext
 from ..tokens import TOKENIZER_NAME
 from ..workspace import assemble, headings_for
 
-METHODS = ("trawmem", "cosine", "bm25", "hybrid", "full")
-Method = Literal["trawmem", "cosine", "bm25", "hybrid", "full"]
+METHODS = ("trawmem", "cosine", "bm25", "hybrid", "full", "trimem")
+Method = Literal["trawmem", "cosine", "bm25", "hybrid", "full", "trimem"]
 
 
 def given_build_config(cache_dir: str | Path | None) -> BuildConfig | None:
@@ -184,9 +184,13 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
              build_cfg: BuildConfig | None = None, *, categories=(1, 2, 3, 4), engine: str = "reference",
              head=None, progress: bool = True, bank_cache: str | Path | None = None,
              keep_records: bool = True, banks_and_convs=None, query_vecs=None, dayfirst: bool = False,
-             params: QueryParams | None = None, units=("turns",), facts: str | None = None) -> dict:
+             params: QueryParams | None = None, units=("turns",), facts: str | None = None, plan_llm=None,
+             prompts=None) -> dict:
     """Select for every question of ``categories`` and score against the gold evidence, every
     question with the query parameters ``params`` (B, H, T; None = the defaults).
+
+    ``method="trimem"`` (``trimem.method``) needs banks with facts; ``plan_llm`` is its planning
+    LLM (None: the question is the only search) and ``prompts`` its ``trimem.prompts.PromptSet``.
 
     ``build_cfg=None`` builds with the defaults, or takes the build config of the banks already
     in ``bank_cache`` (``--banks``); banks that do not match the data are refused (``banks_for``).
@@ -223,12 +227,15 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     from ..facts.view import DEFAULT_UNITS, parse_units
 
     units = parse_units(units)
-    layered = units != DEFAULT_UNITS
-    if layered or facts not in (None, "none"):
+    if method == "trimem" and units != DEFAULT_UNITS:
+        raise ConfigError("`units`: method trimem shows its own units (facts, their source turns, profiles); "
+                          "leave `units` at turns")
+    layered = units != DEFAULT_UNITS or method == "trimem"
+    if units != DEFAULT_UNITS or facts not in (None, "none"):
         banks = layered_banks(banks, data_path, units, facts, encoder, dayfirst=dayfirst)
     batched = method == "trawmem" and engine == "batched"
     # The batched engine keeps its own per-bank tables; contexts (BM25 indexes) only for the loop.
-    ctxs = {} if batched else {b.bank_id: BankContext.of(b) for b in banks}
+    ctxs = {} if batched or method == "trimem" else {b.bank_id: BankContext.of(b) for b in banks}
     if qp.token_budget is not None:  # per-bank setup (the token costs), outside the selection timing
         for c in ctxs.values():
             c.token_costs(headings_for(method, cfg))
@@ -244,7 +251,21 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     t_sel = 0.0
     picks: list[list[int]] = []
     t_each: list[float] = []
-    if batched:
+    render_bank = dict(bank_of)  # what each record's workspace is rendered from (trimem: unit views)
+    trimem_plans = None
+    if method == "trimem":
+        from ..trimem.method import TriMemRankers, trimem_select
+
+        rankers = TriMemRankers.prepared(bank_of)  # per-bank setup, outside the selection timing
+        t0 = time.perf_counter()
+        tm = trimem_select(rankers, [(b, q.question) for b, q in items], Z, qp, llm=plan_llm, prompts=prompts,
+                           encode=lambda xs: encoder.encode(xs, is_query=True))
+        t_sel = time.perf_counter() - t0
+        t_each = [t_sel / max(1, len(items))] * len(items)
+        picks = [p.units for p in tm]
+        trimem_plans = [p.plan.to_dict() for p in tm]
+        render_bank = {b: r.view for b, r in rankers.items()}
+    elif batched:
         from ..select.engine import SelectionEngine
 
         eng = SelectionEngine(banks, cfg, head=head)
@@ -265,14 +286,16 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
             picks.append(p)
     records = []
     t0 = time.perf_counter()
-    for (bid, q), p, ts in zip(items, picks, t_each):
-        ws = assemble(bank_of[bid], q.question, p, headings_for(method, cfg))
+    for n, ((bid, q), p, ts) in enumerate(zip(items, picks, t_each)):
+        ws = assemble(render_bank[bid], q.question, p, headings_for(method, cfg))
         rec_, hit = _scores(ws.unit_ids, q.evidence)
         records.append({"qid": q.qid, "bank_id": bid, "category": q.category, "evidence_recall": rec_,
                         "all_evidence_hit": hit, "context_tokens": ws.n_tokens, "n_selected": len(ws.unit_ids),
                         "selected": ws.unit_ids, "gold": list(q.evidence), "select_s": ts})
         if layered:
             records[-1].update(layer_scores([t for b in ws.blocks for t in b.units], q.evidence))
+        if trimem_plans is not None:
+            records[-1]["plan"] = trimem_plans[n]
     t_asm = time.perf_counter() - t0
     agg = aggregate(records, categories=categories,
                     keys=("evidence_recall", "all_evidence_hit", "context_tokens") + (LAYER_KEYS if layered else ()))
@@ -296,6 +319,13 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     }
     if head is not None:
         out["head"] = getattr(head, "describe", lambda: str(head))()
+    if method == "trimem":
+        from ..trimem.prompts import PromptSet
+
+        out["trimem"] = {"plan_llm": plan_llm.describe() if plan_llm is not None else None,
+                         "prompts": (prompts or PromptSet()).describe(),
+                         "planned": sum(bool(p["planned"]) for p in trimem_plans),
+                         "plan_fallbacks": sum(bool(p["fallback"]) for p in trimem_plans)}
     if keep_records:
         out["records"] = records
     return out

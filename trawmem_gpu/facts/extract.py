@@ -1,8 +1,8 @@
 """The LLM hook of ``build --facts llm``: atomic facts over overlapping windows of turns.
 
-The *trimem* task fills :func:`extract_facts` (TriMem's extraction prompt, 40-turn windows,
-malformed replies and unknown ids counted and retried once). Its contract, which the build
-(``facts.build.attach_facts``) relies on:
+The extraction itself is TriMem's (``trimem.extract``: the extraction prompt, 40-turn windows,
+malformed replies, unknown ids and empty windows counted and retried once). Its contract, which
+the build (``facts.build.attach_facts``) relies on:
 
 * ``conversation_turns``: the turns to extract from, in source order (on ``--update``, the new turns
   only, with up to ``overlap`` turns before them as context);
@@ -13,16 +13,14 @@ malformed replies and unknown ids counted and retried once). Its contract, which
 from __future__ import annotations
 
 from ..data.types import Turn
-from ..errors import ConfigError
+from ..trimem.extract import OVERLAP, WINDOW  # noqa: F401 (the build's window defaults)
+from ..trimem.extract import extract_facts as trimem_extract
 from .schema import Fact
-
-WINDOW = 40
-"""Turns per extraction window (TriMem's best)."""
-OVERLAP = 10
-"""Turns two consecutive windows share."""
 
 
 def extract_facts(conversation_turns: list[Turn], backend, *, window: int = WINDOW, overlap: int = OVERLAP,
                   prompts=None) -> tuple[list[Fact], dict]:
-    """Atomic facts of ``conversation_turns`` by the LLM ``backend`` (see the module docstring)."""
-    raise ConfigError("`facts` 'llm': the extraction is not available in this build yet (use 'locomo' or 'none')")
+    """Atomic facts of ``conversation_turns`` by the LLM ``backend`` (see the module docstring);
+    ``prompts``: a ``trimem.prompts.PromptSet`` (``build --prompts``; None: the built-in prompts)."""
+    facts, st = trimem_extract(list(conversation_turns), backend, prompts, window=window, overlap=overlap)
+    return facts, {k: v for k, v in st.to_dict().items() if k != "prompt"}

@@ -105,8 +105,10 @@ class ServedEngine:
             self._engine.purge()
 
     def bank(self, bank_id: str) -> Bank:
-        """The bank the engine selects from for ``bank_id`` (its unit view)."""
-        return self.views[bank_id]
+        """The bank the engine selects from for ``bank_id`` (its unit view; for TriMem's engine,
+        ``trimem.method.TriMemEngine.view``)."""
+        view = getattr(self._engine, "view", None)
+        return view(bank_id) if view is not None else self.views[bank_id]
 
     def nbytes(self) -> int:
         """Bytes of the engine's tables (0 before it exists)."""

@@ -47,7 +47,7 @@ from ..workspace import assemble, headings_for
 from .items import ScoreItem
 from .writer import ResumableJsonl, read_records
 
-METHODS = ("trawmem", "cosine", "bm25", "hybrid", "full")
+METHODS = ("trawmem", "cosine", "bm25", "hybrid", "full", "trimem")
 
 
 @dataclass
@@ -55,7 +55,8 @@ class ScoreSpec:
     """What each question gets: the method and its configuration (the job's identity)."""
 
     method: str = "trawmem"
-    """``trawmem``, or a baseline: ``cosine``, ``bm25``, ``hybrid`` (RRF, k = 60), ``full``."""
+    """``trawmem``, a baseline: ``cosine``, ``bm25``, ``hybrid`` (RRF, k = 60), ``full``, or ``trimem``
+    (``trimem.method`` without query planning: the question is the only search)."""
     select: dict = field(default_factory=lambda: {**SelectConfig().to_dict(), **QueryParams().to_dict()})
     """The ``SelectConfig`` and the ``QueryParams`` every question gets, as one flat dict (the
     params' ``budget``, ``token_budget`` and ``fill`` are also the baselines')."""
@@ -154,6 +155,11 @@ class Scorer:
 
             kw = {"threads": spec.threads} if spec.threads else {}
             self.engine = SelectionEngine(list(banks), self.cfg, head=head, **kw)
+        self.trimem = None
+        if spec.method == "trimem":
+            from ..trimem.method import TriMemRankers
+
+            self.trimem = TriMemRankers.prepared(self.banks)
         self._lap("setup", t0)
 
     def _lap(self, name: str, t0: float) -> float:
@@ -184,6 +190,8 @@ class Scorer:
         if self.engine is not None:
             return self.engine.select_units([it.bank_id for it in items], [it.question for it in items], Z,
                                             dates=dates, params=self.qp)
+        if self.trimem is not None:
+            return [self.trimem[it.bank_id].plain_units(it.question, z, self.qp) for it, z in zip(items, Z)]
         ctxs = [self.context(it.bank_id) for it in items]  # outside the selection timing, as the engine's setup
         out = []
         for it, ctx, z, now in zip(items, ctxs, Z, dates):
@@ -219,6 +227,8 @@ class Scorer:
             bank = self.banks[it.bank_id]
             if it.bank_id not in self._digest:
                 self._digest[it.bank_id] = bank_digest(bank)
+            if self.trimem is not None:  # the workspace is the unit view's: facts, turns, profiles
+                bank = self.trimem[it.bank_id].view
             ws = assemble(bank, it.question, p, headings_for(self.spec.method, self.cfg))
             text = ws.render()
             ranked = [bank.turns[int(u)].turn_id for u in p]
