@@ -158,6 +158,11 @@ class SelectConfig(DictFields):
     and coverage breaks ties among near-equals."""
     w_thr: float = 0.0
     """Weight of the thread-coverage term of J (0 by default, like ``cross_thread``; the paper: 1)."""
+    w_grp: float = 0.0
+    """Weight of the group affinity of J (``objective.GroupAffinity``): with support links (facts as
+    units), the affinity of a restatement group (a fact and its source turns) counts once, as the max
+    over its picked units, and the grouped units leave the affinity sum. ``w_grp = w_aff`` counts
+    every unit's affinity at the same weight, once per group; 0 = off (a fact and its turn both count)."""
     w_rec: float = 0.0
     """Weight of the recency bonus of J (needs the query's date; 0 = off, the paper's J)."""
     recency_half_life_days: float = 30.0
