@@ -366,13 +366,13 @@ class SelectionService:
     def _answer(self, items, idx, picks, used_dates, out, t_start, t_enc, t_sel, n) -> None:
         """Hand the picks of queries ``idx`` to the assembly pool: ``out[i]`` becomes a ``Later``."""
         jobs = []
-        for i, units in zip(idx, picks):
+        for i, units, used in zip(idx, picks, used_dates):
             it = items[i]
             timings = {"queue_ms": round((t_start - it.arrived) * 1e3, 3) if it.arrived else None,
                        "encode_ms": round(t_enc * 1e3, 3) if it.vector is None else 0.0,
                        "select_ms": round(t_sel * 1e3, 3), "batch_size": n}
             # the bank the engine just selected from, taken here: a refresh may follow before assembly
-            jobs.append((it, self.engines.bank(it.bank_id), units, used_dates, timings))
+            jobs.append((it, self.engines.bank(it.bank_id), units, used, timings))
         # a few chunks per key, one pool job and one event-loop wake-up each; the pool takes
         # them round robin across keys
         size = -(-len(jobs) // self.ASSEMBLY_CHUNKS)
