@@ -167,6 +167,9 @@ def test_date_reaches_the_engine(tmp_path, sample):
     mem.add("ana-ben", list(sample.turns))
     assert mem.select("ana-ben", QUESTION, date="2024-05-01").date_used
     assert not mem.select("ana-ben", QUESTION).date_used
+    # per query: an undated query batched with a dated one does not report a date
+    dated, undated = mem.select_many([("ana-ben", QUESTION)] * 2, dates=["2024-05-01", None])
+    assert dated.date_used and not undated.date_used
 
 
 def test_concurrent_select_and_add(tmp_path, sample):

@@ -833,8 +833,8 @@ def test_dates_reach_the_engine():
 
     d = [datetime(2031, 1, 2), None]
     eng = Eng()
-    assert select_units(eng, ["a", "b"], ["q", "q"], None, d, ["p", "p"]) == ([[1], [1]], True) and eng.dates == d
-    assert select_units(eng, ["a"], ["q"], None, [None], ["p"]) == ([[1]], False) and eng.dates is None
+    assert select_units(eng, ["a", "b"], ["q", "q"], None, d, ["p", "p"]) == ([[1], [1]], [True, False]) and eng.dates == d
+    assert select_units(eng, ["a"], ["q"], None, [None], ["p"]) == ([[1]], [False]) and eng.dates is None
     assert eng.params == ["p"]
 
 

@@ -266,8 +266,8 @@ class Memory:
             epoch = self._epoch
             self._assembling[epoch] = self._assembling.get(epoch, 0) + 1
         try:
-            return [SelectedWorkspace.of(bank, q, p, self._core.headings, used)
-                    for bank, q, p in zip(banks, qs, picks)]
+            return [SelectedWorkspace.of(bank, q, p, self._core.headings, u)
+                    for bank, q, p, u in zip(banks, qs, picks, used)]
         finally:
             with self._lock:
                 self._assembling[epoch] -= 1

@@ -157,7 +157,7 @@ def served_engine(banks: dict, select_cfg: SelectConfig | None = None, threads: 
 
 
 def pick(engines: ServedEngine, bank_ids: list[str], questions: list[str], Z, dates, params):
-    """One batched engine call: ``(picks, the banks they index, whether a date was used)``
+    """One batched engine call: ``(picks, the banks they index, per query whether its date was used)``
     (engine-owner thread; assemble with ``SelectedWorkspace.of``)."""
     picks, used = select_units(engines.engine, bank_ids, questions, Z, dates, params)
     return picks, [engines.bank(b) for b in bank_ids], used

@@ -123,8 +123,9 @@ def query_params(budget: int | None, hops: int, token_budget: int | None) -> Que
 
 
 def select_units(engine: SelectionEngine, bank_ids: list[str], questions: list[str], Z,
-                 dates: list[datetime | None], params: list[QueryParams]) -> tuple[list[list[int]], bool]:
+                 dates: list[datetime | None], params: list[QueryParams]) -> tuple[list[list[int]], list[bool]]:
     """``engine.select_units`` with each query's date (its "now") and params; returns (picks,
-    whether any query carried a date)."""
-    used = any(d is not None for d in dates)
-    return engine.select_units(bank_ids, questions, Z, dates=dates if used else None, params=params), used
+    per query whether it carried a date: a query's answer never depends on what it was batched
+    with)."""
+    used = [d is not None for d in dates]
+    return engine.select_units(bank_ids, questions, Z, dates=dates if any(used) else None, params=params), used

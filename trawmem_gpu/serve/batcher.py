@@ -7,7 +7,9 @@ batch ran go out at once), then forms the batch round robin across keys, one req
 per turn, continuing from the key after the last one served: one key's large batch call delays
 another key's single query by at most the engine call already running. The batch goes to
 ``process`` on a worker thread: the event loop never runs model or engine code. One batch runs
-at a time, so the batch grows with the load.
+at a time, so the batch grows with the load. With ``ahead``, the requests of a batch it marks
+(queries that bring their own vector) run in their own call first and are answered before the
+rest of the batch (those that need an encoder call) starts: the batch is formed the same way.
 
 * A full queue, or a key over its own limit of queued requests, raises :class:`QueueFull`
   (HTTP 429) with a Retry-After estimate from the measured service rate; a multi-request
@@ -206,11 +208,15 @@ class DynamicBatcher:
     :param max_queue: most items queued (not counting the running batch)
     :param executor: where ``process`` runs (a one-thread pool keeps the engine single-writer)
     :param on_batch: called on the loop with (batch size, seconds) after each batch
+    :param ahead: ``ahead(item)`` true: the item runs in a first call of its own, with the other
+        items so marked in its batch, and is answered before the batch's other items are
+        processed (None: one call per batch)
     """
 
     def __init__(self, process: Callable[[list], list], *, max_batch: int, max_wait_s: float, max_queue: int,
-                 executor: Executor, on_batch: Callable[[int, float], None] | None = None):
-        self.process, self.executor, self.on_batch = process, executor, on_batch
+                 executor: Executor, on_batch: Callable[[int, float], None] | None = None,
+                 ahead: Callable[[object], bool] | None = None):
+        self.process, self.executor, self.on_batch, self.ahead = process, executor, on_batch, ahead
         self.max_batch, self.max_wait_s, self.max_queue = int(max_batch), float(max_wait_s), int(max_queue)
         self._queue = FairQueue()
         self._wake: asyncio.Event | None = None
@@ -305,26 +311,44 @@ class DynamicBatcher:
                 continue
             self.running = len(batch)
             t0 = time.perf_counter()
-            try:
-                results = await loop.run_in_executor(self.executor, self.process, [p.item for p in batch])
-                if len(results) != len(batch):
-                    raise RuntimeError(f"batch function returned {len(results)} results for {len(batch)} items")
-            except Exception as e:  # a bug in process: fail this batch, keep serving
-                log.exception("batch of %d failed", len(batch))
-                results = [e] * len(batch)
+            for part in self._parts(batch):
+                await self._run_part(loop, part)
             dt = time.perf_counter() - t0
             self.running = 0
             self._rate = len(batch) / dt if self._rate == 0 else 0.8 * self._rate + 0.2 * len(batch) / max(dt, 1e-9)
-            later: dict[int, tuple] = {}
-            for p, r in zip(batch, results):
-                if isinstance(r, Later):  # finished later on another pool, with its chunk
-                    later.setdefault(id(r.future), (r.future, []))[1].append((p.future, r.index))
-                elif not p.future.done():
-                    if isinstance(r, BaseException):
-                        p.future.set_exception(r)
-                    else:
-                        p.future.set_result(r)
-            for fut, parts in later.values():
-                fut.add_done_callback(functools.partial(_later_done, loop, parts))
             if self.on_batch is not None:
                 self.on_batch(len(batch), dt)
+
+    def _parts(self, batch: list) -> list[list]:
+        """The calls of one batch: the ``ahead`` items first (in batch order), then the others."""
+        if self.ahead is None:
+            return [batch]
+        first = [p for p in batch if self.ahead(p.item)]
+        if not first or len(first) == len(batch):
+            return [batch]
+        return [first, [p for p in batch if not self.ahead(p.item)]]
+
+    async def _run_part(self, loop: asyncio.AbstractEventLoop, part: list) -> None:
+        """One call of ``process`` for ``part``; settles its requests (or hooks their ``Later``).
+        Requests gone meanwhile (timed out while an earlier part ran) are left out."""
+        part = [p for p in part if not p.future.done()]
+        if not part:
+            return
+        try:
+            results = await loop.run_in_executor(self.executor, self.process, [p.item for p in part])
+            if len(results) != len(part):
+                raise RuntimeError(f"batch function returned {len(results)} results for {len(part)} items")
+        except Exception as e:  # a bug in process: fail this call's requests, keep serving
+            log.exception("batch of %d failed", len(part))
+            results = [e] * len(part)
+        later: dict[int, tuple] = {}
+        for p, r in zip(part, results):
+            if isinstance(r, Later):  # finished later on another pool, with its chunk
+                later.setdefault(id(r.future), (r.future, []))[1].append((p.future, r.index))
+            elif not p.future.done():
+                if isinstance(r, BaseException):
+                    p.future.set_exception(r)
+                else:
+                    p.future.set_result(r)
+        for fut, parts in later.values():
+            fut.add_done_callback(functools.partial(_later_done, loop, parts))

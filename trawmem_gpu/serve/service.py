@@ -3,9 +3,10 @@
 The HTTP app (``app.py``) and each Ray Serve shard (``ray_app.py``) drive one of these. Work
 runs on three thread pools, never on the event loop:
 
-* the *batch worker* (one thread) runs every batch (one encoder call for the queries without
-  a ``question_vector``, one engine call per (budget, hops, token_budget) group) and every engine refresh, so
-  refreshes and selections never interleave;
+* the *batch worker* (one thread) runs every batch and every engine refresh, so refreshes and
+  selections never interleave. A batch's queries with a ``question_vector`` go first, in an
+  engine call of their own, and are answered without waiting for the encoder call of the
+  batch's other queries (one encoder call, then one engine call for those);
 * *assembly threads* turn each selection into its response body (workspace grouping, rendering,
   token count) from the bank object the engine selected from, while the worker starts the next
   batch (grouping and rendering cost more CPU per query than the selection);
@@ -79,6 +80,12 @@ class SelectItem:
         return query_params(self.budget, self.hops, self.token_budget)
 
 
+def _brings_vector(it: SelectItem) -> bool:
+    """The batcher's ``ahead``: a query with its own vector runs (and is answered) before its
+    batch's encoder call."""
+    return it.vector is not None
+
+
 def _os_thread_name(name: str):
     """Executor initializer: give the OS thread a name (``top -H``, ``/proc/PID/task/*/comm``), Linux only."""
     def init():
@@ -148,7 +155,8 @@ class SelectionService:
         # and engine calls; the batch worker only encodes and selects.
         self.assembler = FairPool(self.ASSEMBLY_THREADS, initializer=_os_thread_name("tm-assemble"))
         self.batcher = DynamicBatcher(self.process_batch, max_batch=cfg.max_batch, max_wait_s=cfg.max_wait_ms / 1e3,
-                                      max_queue=cfg.max_queue, executor=self.worker, on_batch=self._on_batch)
+                                      max_queue=cfg.max_queue, executor=self.worker, on_batch=self._on_batch,
+                                      ahead=_brings_vector)
         self.ready = False
         self.started = time.time()
 
@@ -304,8 +312,9 @@ class SelectionService:
     # the batch function (batch worker thread)
     # ------------------------------------------------------------------------------------------
     def process_batch(self, items: list[SelectItem]) -> list:
-        """One encoder call and one engine call for the whole batch, whatever (budget, hops,
-        token_budget) its queries ask for; per item a :class:`~.batcher.Later` of its response body
+        """One encoder call (for the items without a vector; the batcher hands a batch's vector
+        queries over in a call of their own, first) and one engine call for ``items``, whatever
+        (budget, hops, token_budget) they ask for; per item a :class:`~.batcher.Later` of its response body
         (assembled on the pool, in a few chunks) or the exception. Append chunks wait meanwhile."""
         with self.query_first.running():
             return self._process_batch(items)
@@ -357,13 +366,13 @@ class SelectionService:
     def _answer(self, items, idx, picks, used_dates, out, t_start, t_enc, t_sel, n) -> None:
         """Hand the picks of queries ``idx`` to the assembly pool: ``out[i]`` becomes a ``Later``."""
         jobs = []
-        for i, units in zip(idx, picks):
+        for i, units, used in zip(idx, picks, used_dates):
             it = items[i]
             timings = {"queue_ms": round((t_start - it.arrived) * 1e3, 3) if it.arrived else None,
                        "encode_ms": round(t_enc * 1e3, 3) if it.vector is None else 0.0,
                        "select_ms": round(t_sel * 1e3, 3), "batch_size": n}
             # the bank the engine just selected from, taken here: a refresh may follow before assembly
-            jobs.append((it, self.engines.bank(it.bank_id), units, used_dates, timings))
+            jobs.append((it, self.engines.bank(it.bank_id), units, used, timings))
         # a few chunks per key, one pool job and one event-loop wake-up each; the pool takes
         # them round robin across keys
         size = -(-len(jobs) // self.ASSEMBLY_CHUNKS)
