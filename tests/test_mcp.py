@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -33,8 +34,9 @@ def _data(result):
 
 
 def _error(result) -> str:
+    """A tool error's text, without the SDK's "Error executing tool NAME: " prefix."""
     assert result.is_error
-    return " ".join(c.text for c in result.content)
+    return re.sub(r"^Error executing tool \w+: ", "", " ".join(c.text for c in result.content))
 
 
 async def _exercise(client, bank: str, others_bank: str | None):

@@ -18,7 +18,19 @@ LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
 def _blocks(text: str, lang: str) -> list[str]:
-    return re.findall(rf"^```{lang}\n(.*?)^```", text, re.M | re.S)
+    """The bodies of the fenced code blocks of ``text`` opened with ```` ```lang ```` ("": none)."""
+    out, body, open_lang = [], None, None
+    for line in text.splitlines():
+        if line.startswith("```"):
+            if body is None:
+                body, open_lang = [], line[3:].strip()
+            else:
+                if open_lang == lang:
+                    out.append("\n".join(body) + "\n")
+                body = None
+        elif body is not None:
+            body.append(line)
+    return out
 
 
 def _slug(heading: str) -> str:

@@ -162,18 +162,23 @@ class AppendResult:
 
 @dataclass(frozen=True)
 class ForgetResult:
-    """A ``DELETE``'s answer: what was removed. ``raw`` is the server's whole answer."""
+    """What a forget removed (the ``DELETE`` answers, as ``Memory.forget`` returns them): the turn
+    ids ``forgotten`` and those the bank did not hold (``missing``), whether the whole bank is
+    gone (``deleted``), and the bank's ``n_units`` after it."""
 
     bank_id: str
-    removed_turns: tuple[str, ...] = ()
-    bank_removed: bool = False
-    raw: dict = field(default_factory=dict, compare=False)
+    forgotten: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    deleted: bool = False
+    n_units: int = 0
 
     @classmethod
-    def from_json(cls, bank_id: str, d: dict, turn_ids: Sequence[str] | None) -> "ForgetResult":
-        if turn_ids is None:
-            return cls(bank_id, (), True, d)
-        return cls(bank_id, tuple(str(t) for t in turn_ids), False, d)
+    def of(cls, bank_id: str, answers: list[dict]) -> "ForgetResult":
+        """One result for the answers of one forget's ``DELETE`` requests (one per turn, or one)."""
+        last = answers[-1] if answers else {}
+        return cls(bank_id, tuple(t for a in answers for t in a.get("forgotten") or ()),
+                   tuple(t for a in answers for t in a.get("missing") or ()), bool(last.get("deleted")),
+                   int(last.get("n_units") or 0))
 
 
 # --- errors ------------------------------------------------------------------------------------
@@ -463,10 +468,7 @@ class Client(_Base):
 
     def forget(self, bank_id: str, turn_ids: Sequence[str] | None = None) -> ForgetResult:
         """Forget turns ``turn_ids`` of ``bank_id``, or (``None``) the whole bank."""
-        raw = {}
-        for call in self._forget_calls(bank_id, turn_ids):
-            raw = self._send(call)
-        return ForgetResult.from_json(bank_id, raw, turn_ids)
+        return ForgetResult.of(bank_id, [self._send(call) for call in self._forget_calls(bank_id, turn_ids)])
 
     def ready(self) -> bool:
         """Whether ``/readyz`` answers 200 (no retries)."""
@@ -539,10 +541,7 @@ class AsyncClient(_Base):
         return _from(BankInfo, await self._send(_Call("GET", f"/v1/banks/{_path_id(bank_id)}", None, bank_id)))
 
     async def forget(self, bank_id: str, turn_ids: Sequence[str] | None = None) -> ForgetResult:
-        raw = {}
-        for call in self._forget_calls(bank_id, turn_ids):
-            raw = await self._send(call)
-        return ForgetResult.from_json(bank_id, raw, turn_ids)
+        return ForgetResult.of(bank_id, [await self._send(call) for call in self._forget_calls(bank_id, turn_ids)])
 
     async def ready(self) -> bool:
         try:

@@ -99,7 +99,7 @@ def build_server(memory, tenant_of: Callable[[Any], Any], *, default_token_budge
         missing: list[str] = Field(description="turn ids the bank did not hold")
         deleted: bool = Field(description="whether the whole bank is gone")
 
-    server = MCPServer(name, instructions=(
+    server = MCPServer(name, log_level="WARNING", instructions=(
         "Long-term memory of past conversations. Call `recall` with the user's question to get a short workspace "
         "of the relevant past turns to read before answering; `add_turns` to store new turns; `forget` when the "
         "user asks to forget something; `list_banks` to see which memory banks exist."))
