@@ -852,7 +852,7 @@ def test_ids_that_look_alike_are_refused(bad, what):
     """Bank and turn ids cannot differ from another only by an invisible or bidirectional
     character, or by NFC / NFD form (issue 23): the one id rule refuses them, naming the field."""
     from trawmem_gpu.data.fields import id_field
-    from trawmem_gpu.serve.registry import check_bank_id
+    from trawmem_gpu.memory.banks import check_bank_id
 
     for check in (lambda: id_field(bad, "bank_id", "line 1"), lambda: check_bank_id(bad)):
         with pytest.raises(InputError, match=re.escape(what)):

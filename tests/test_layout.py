@@ -33,6 +33,7 @@ LAYERS = (
     ("eval", ("trawmem_gpu.eval",)),
     ("head", ("trawmem_gpu.head",)),
     ("score", ("trawmem_gpu.score",)),
+    ("memory", ("trawmem_gpu.memory",)),
     ("serve", ("trawmem_gpu.serve",)),
     ("client", ("trawmem_gpu.client",)),  # the HTTP client of `serve`
     ("cli", ("trawmem_gpu.cli", "trawmem_gpu.cli_args", "trawmem_gpu.cli_score", "trawmem_gpu.cli_select",

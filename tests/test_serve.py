@@ -797,7 +797,7 @@ class _Eng:
 
 def test_served_engine_refresh():
     from trawmem_gpu.select.config import SelectConfig
-    from trawmem_gpu.serve.engines import ServedEngine
+    from trawmem_gpu.memory.engines import ServedEngine
 
     es = ServedEngine({}, SelectConfig(), make=_Eng)
     assert es.builds == 0 and es.prepare(_FakeBank("a")) is None
@@ -824,7 +824,7 @@ def test_served_engine_refresh():
 def test_dates_reach_the_engine():
     from datetime import datetime
 
-    from trawmem_gpu.serve.engines import select_units
+    from trawmem_gpu.memory.engines import select_units
 
     class Eng:
         def select_units(self, bank_ids, questions, Z, dates=None, params=None):

@@ -164,7 +164,7 @@ def test_metrics_are_summed_over_fronts_and_include_the_engine(fronts):
 def test_errors_cross_the_socket_as_the_same_classes():
     from trawmem_gpu.errors import InputError
     from trawmem_gpu.serve.batcher import DeadlineExceeded, QueueFull, ShuttingDown
-    from trawmem_gpu.serve.registry import DuplicateTurns
+    from trawmem_gpu.errors import DuplicateTurns
     from trawmem_gpu.serve.remote import error_fields, error_from
     from trawmem_gpu.errors import UnknownBank
 

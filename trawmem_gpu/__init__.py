@@ -1,8 +1,23 @@
 """trawmem_gpu: task-oriented role-adaptive workspaces (TrawMem) for agent memory.
 
+``from trawmem_gpu import Memory`` is the Python API (``docs/python-api.md``); it is loaded on
+first use, so ``import trawmem_gpu`` stays light.
+
 Pipeline, one subpackage per stage: ``data`` (ingest conversations) -> ``build`` (threads,
 heads, vectors, thread graph) -> ``store`` (banks on disk, packed collections) -> ``select``
 (reference and batched selection) -> ``workspace`` (assembly, rendering) -> ``eval`` / ``serve``.
 """
 
 __version__ = "0.1.0"
+
+_LAZY = {"Memory": "trawmem_gpu.memory", "SelectedWorkspace": "trawmem_gpu.memory", "Turn": "trawmem_gpu.data.types"}
+__all__ = ["Memory", "SelectedWorkspace", "Turn", "__version__"]
+
+
+def __getattr__(name: str):
+    """The lazily exported names (PEP 562): imported when first asked for."""
+    import importlib
+
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'trawmem_gpu' has no attribute {name!r}")

@@ -62,17 +62,28 @@ def _load_head(path):
 
 
 def cmd_query(a) -> int:
-    from .encode import get_encoder
-    from .select.context import BankContext
-    from .select.reference import select_reference
+    """One question through the Memory core: the engine, picks and workspace of ``Memory.select``
+    and of the server (a lone bank directory gets the same engine over that one bank)."""
+    from .memory import Memory, SelectedWorkspace
+    from .memory.core import pick, served_engine
     from .store import Collection, load_bank
-    from .workspace import assemble
 
     q = _check_question(a.question)
     cfg, qp = _select_config(a)
+    head = _load_head(a.head)
     p = Path(a.bank)
     if (p / "meta.json").exists():
+        from .config import BuildConfig
+        from .encode import get_encoder
+
         bank = load_bank(p)
+        enc = get_encoder(BuildConfig.from_dict(bank.build_config).encoder if bank.build_config else "minilm")
+        if enc.id != bank.encoder_id:
+            raise InputError(f"bank was encoded with {bank.encoder_id!r}, the configured encoder is {enc.id!r}")
+        z = enc.encode([q], is_query=True)
+        picks, banks, used = pick(served_engine({bank.bank_id: bank}, cfg, head=head), [bank.bank_id], [q], z,
+                                  [None], [qp])
+        ws = SelectedWorkspace.of(bank, q, picks[0], cfg.headings, used)
     else:
         coll = Collection(p)
         if a.bank_id is None:
@@ -80,23 +91,15 @@ def cmd_query(a) -> int:
                 raise InputError(f"{p} holds {plural(len(coll), 'bank')}; name one with --bank-id "
                                  f"({name_list(coll.bank_ids)})")
             a.bank_id = coll.bank_ids[0]
-        bank = coll.load(a.bank_id)
-    head = _load_head(a.head)
-    from .config import BuildConfig
-
-    enc = get_encoder(BuildConfig.from_dict(bank.build_config).encoder if bank.build_config else "minilm")
-    if enc.id != bank.encoder_id:
-        raise InputError(f"bank was encoded with {bank.encoder_id!r}, the configured encoder is {enc.id!r}")
-    z = enc.encode([q], is_query=True)[0]
-    kw = {"head": head} if head is not None else {}
-    sel = select_reference(BankContext.of(bank), q, z, cfg, qp, **kw)
-    ws = assemble(bank, q, sel.units, cfg.headings)
+        coll.bank_path(a.bank_id)  # UnknownBank naming what the collection holds
+        mem = Memory(p, method=cfg, head=head, only=[a.bank_id], create=False, embedding_cache=True)
+        ws = mem.select(a.bank_id, q, budget=qp.budget, token_budget=qp.token_budget, hops=qp.hops)
     if a.json:
-        print(json.dumps({"bank_id": bank.bank_id, "question": q, "units": ws.unit_ids, "tokens": ws.n_tokens,
-                          "tokenizer": ws.tokenizer, "workspace": ws.render()}, indent=1))
+        print(json.dumps({"bank_id": ws.bank_id, "question": q, "units": ws.unit_ids, "tokens": ws.tokens,
+                          "tokenizer": ws.tokenizer, "workspace": ws.text}, indent=1))
     else:
-        print(ws.render())
-        print(f"-- {plural(len(ws.unit_ids), 'unit')} in {plural(len(ws.blocks), 'thread')}, {ws.n_tokens} tokens "
+        print(ws.text)
+        print(f"-- {plural(len(ws.units), 'unit')} in {plural(len(ws.threads), 'thread')}, {ws.tokens} tokens "
               f"({ws.tokenizer})")
     return 0
 

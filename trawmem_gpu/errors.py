@@ -36,6 +36,10 @@ class UnknownBank(TrawmemError, KeyError):
         return type(self), (self.bank_id, self.where, self.detail)
 
 
+class DuplicateTurns(InputError):
+    """Turn ids that the bank already holds (nothing appended; HTTP 409)."""
+
+
 class ConfigError(TrawmemError, ValueError):
     """An invalid configuration value."""
 

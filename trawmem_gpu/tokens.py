@@ -90,6 +90,11 @@ MAX_CACHED_PIECES = 1 << 18
 """Most text pieces whose counts :func:`count_tokens_cached` keeps (the cache is dropped beyond)."""
 
 
+def clear_counts() -> None:
+    """Drop the pieces :func:`count_tokens_cached` keeps (a forget: they hold workspace lines)."""
+    _piece_counts.clear()
+
+
 def count_tokens_cached(text: str) -> int:
     """``count_tokens(text)``, exactly, from per-line counts kept across calls.
 

@@ -28,17 +28,16 @@ from datetime import datetime
 
 import numpy as np
 
-from ..encode import get_encoder
 from ..encode.base import Encoder
 from ..errors import ConfigError, UnknownBank
+from ..memory.core import MemoryCore, bank_summary
+from ..memory.engines import query_params, select_units
+from ..memory.result import SelectedWorkspace
 from ..select.config import SelectConfig
 from ..select.params import QueryParams
-from ..tokens import TOKENIZER_NAME, count_tokens_cached
-from ..workspace import assemble
+from ..tokens import count_tokens_cached
 from .batcher import DynamicBatcher, Later
 from .config import ServeConfig
-from .engines import ServedEngine, query_params, select_units
-from .registry import BankRegistry
 
 log = logging.getLogger("trawmem.serve")
 
@@ -90,21 +89,6 @@ def freeze_heap() -> None:
     gc.freeze()
 
 
-class LockedEncoder(Encoder):
-    """An encoder whose calls are serialized (shared by the batch worker and append threads)."""
-
-    def __init__(self, inner: Encoder):
-        self.inner, self.id, self.dim = inner, inner.id, inner.dim
-        self.lock = threading.Lock()
-
-    def _encode_batch(self, texts, is_query):  # pragma: no cover - encode() is overridden
-        return self.inner._encode_batch(texts, is_query)
-
-    def encode(self, texts, **kw):
-        with self.lock:
-            return self.inner.encode(texts, **kw)
-
-
 class SelectionService:
     """One process's banks and engines behind a dynamic batcher.
 
@@ -128,26 +112,13 @@ class SelectionService:
             torch.set_num_threads(cfg.threads)
         self.cfg = cfg
         self.metrics = metrics
-        self.registry = BankRegistry(cfg.collection, owns)
-        self.encoder_spec = cfg.encoder or self.registry.build_config("minilm").encoder
-        enc = encoder or get_encoder(self.encoder_spec, cache=False)
-        coll_enc = self.registry.encoder_id
-        if coll_enc is not None and enc.id != coll_enc:
-            raise ConfigError(f"the collection {cfg.collection} was encoded with {coll_enc!r}, the query encoder "
-                              f"is {enc.id!r}; set `encoder` to the collection's encoder")
-        self.encoder = LockedEncoder(enc)
-        self.dim = int(enc.dim)
-        base = select_cfg or SelectConfig()
+        # the Memory core: banks (registry), query encoder and engine, the append and forget paths
+        self.core = MemoryCore(cfg.collection, encoder=encoder or cfg.encoder, select_cfg=select_cfg,
+                               threads=cfg.threads, owns=owns)
+        self.registry, self.encoder, self.engines = self.core.registry, self.core.encoder, self.core.engines
+        self.encoder_spec, self.dim = self.core.encoder_spec, self.core.dim
         dp = params or QueryParams()
         self.defaults = (dp.budget, dp.hops, dp.token_budget)
-        threads = cfg.threads
-
-        def make(banks, scfg):
-            from ..select.engine import SelectionEngine
-
-            return SelectionEngine(banks, scfg, **({"threads": threads} if threads else {}))
-
-        self.engines = ServedEngine(self.registry.banks(), base, make)
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="trawmem-batch", initializer=_os_thread_name("tm-batch"))
         self.appender = ThreadPoolExecutor(2, thread_name_prefix="trawmem-append",
                                            initializer=_os_thread_name("tm-append"))
@@ -248,18 +219,12 @@ class SelectionService:
     def _sync_bank(self, bank_id: str, prepared: dict | None = None) -> None:
         """On the batch worker: make the engine use the registry's current bank ``bank_id``
         (``prepared``: :meth:`ServedEngine.prepare` of a bank; ``refresh`` uses only tables of this one)."""
-        bank = self.registry.get(bank_id)
-        if bank is not None and self.engines.banks.get(bank_id) is not bank:
-            self.engines.refresh(bank, prepared)
+        before = self.engines.banks.get(bank_id)
+        self.core.sync_engine(bank_id, prepared)
+        if self.engines.banks.get(bank_id) is not before:
             freeze_heap()
 
-    @staticmethod
-    def bank_summary(bank) -> dict:
-        times = [t.time for t in bank.turns if t.time is not None]
-        return {"bank_id": bank.bank_id, "n_units": bank.n_units, "n_threads": bank.n_threads,
-                "n_sessions": len({t.session for t in bank.turns}),
-                "first_date": min(times).isoformat() if times else None,
-                "last_date": max(times).isoformat() if times else None}
+    bank_summary = staticmethod(bank_summary)
 
     def bank_list(self) -> list[dict]:
         return [{"bank_id": b.bank_id, "n_units": b.n_units, "n_threads": b.n_threads}
@@ -346,19 +311,9 @@ class SelectionService:
     def _workspace(self, it: SelectItem, bank, units: list[int], used_dates: bool, timings: dict) -> dict:
         """The response body for one query: grouping, rendering and the token count."""
         t0 = time.perf_counter()
-        ws = assemble(bank, it.question, units, self.engines.cfg.headings)
-        text = ws.render()
-        out = {
-            "bank_id": it.bank_id, "bank_n_units": bank.n_units, "question": it.question, "budget": it.budget,
-            "hops": it.hops, "token_budget": it.token_budget,
-            "date": it.date.isoformat() if it.date else None, "date_used": used_dates,
-            "units": [{"id": t.turn_id, "speaker": t.speaker, "date": t.time.isoformat() if t.time else None,
-                       "timestamp": t.timestamp, "text": t.text, "caption": t.caption, "thread": b.thread,
-                       "session": t.session}
-                      for b in ws.blocks for t in b.units],
-            "threads": [{"thread": b.thread, "head": b.head} for b in ws.blocks],
-            "text": text, "n_tokens": count_tokens_cached(text), "tokenizer": TOKENIZER_NAME,
-        }
+        ws = SelectedWorkspace.of(bank, it.question, units, self.engines.cfg.headings, used_dates)
+        out = {**ws.to_dict(), "bank_n_units": bank.n_units, "budget": it.budget, "hops": it.hops,
+               "token_budget": it.token_budget, "date": it.date.isoformat() if it.date else None}
         dt = time.perf_counter() - t0
         out["timings"] = {**timings, "assemble_ms": round(dt * 1e3, 3)}
         if self.metrics is not None:

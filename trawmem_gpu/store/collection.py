@@ -336,6 +336,28 @@ class Collection:
                     return new
         raise BankError(f"{self.path}: bank {bank_id!r} kept changing under {tries} attempts to update it")
 
+    def delete(self, bank_id: str, dirname: str | None = None) -> bool:
+        """Remove one bank (False when the index does not name it): the index without it is
+        written first (atomically; readers see the bank or no bank), then its directory is moved
+        to a temporary name and removed, with any leftovers of earlier writes of it. ``dirname``:
+        its directory as the index named it, removed even when the index no longer does (a
+        delete killed between the two steps)."""
+        with self.bank_lock(bank_id), self.lock():
+            self._refuse_lost_index()
+            self.refresh()
+            name = self.banks.pop(bank_id, None)
+            if name is not None:
+                self._write_index()
+            self._sweep()
+            orphan = dirname if dirname not in (None, name, *self.banks.values()) and _valid_dirname(dirname) else None
+            for n in (x for x in (name, orphan) if x):
+                live = self.path / BANKS / n
+                if live.exists():
+                    gone = live.with_name(f".{n}.tmp-deleted")
+                    os.replace(live, gone)
+                    shutil.rmtree(gone)
+            return name is not None
+
 
 def repair_index(path: str | Path, *, timeout: float = LOCK_TIMEOUT_S) -> dict:
     """Rebuild ``path/collection.json`` from the banks' own metadata (``trawmem repair-index``).

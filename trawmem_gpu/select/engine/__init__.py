@@ -118,6 +118,12 @@ class SelectionEngine:
         Calls running meanwhile finish on the banks they started with."""
         self._store.remove(bank_id)
 
+    def purge(self) -> None:
+        """After :meth:`replace_bank` / :meth:`remove_bank` of a forgotten bank: rebuild the
+        tables without the dead rows and overwrite the old buffers (no table keeps a row of the
+        old bank). Call only while no ``select_units`` runs on this engine."""
+        self._store.purge()
+
     # ------------------------------------------------------------------------------------------
     # selection
     # ------------------------------------------------------------------------------------------

@@ -425,6 +425,17 @@ class TableStore:
         self._dead = 0
         return out
 
+    def purge(self) -> None:
+        """Compact the live banks into fresh buffers and overwrite every old buffer with its fill
+        value, so no table holds a row of a removed or replaced bank (forgetting). Only while no
+        query reads an older snapshot (they read the old buffers)."""
+        with self._lock:
+            old = [s.buf for s in self._segments.values()]
+            self._entries = self._compact(dict(self._entries))
+            self.snapshot = Snapshot(list(self._entries.values()), self._segments, self.layout.device)
+            for name, buf in zip(self._segments, old):
+                buf.fill_(self._segments[name].fill)
+
     def nbytes(self) -> int:
         return self.snapshot.nbytes()
 

@@ -1,0 +1,11 @@
+"""The Python API: :class:`Memory` over one collection (add, select, select_many, forget, banks).
+
+The core it shares with the server and the CLI (``MemoryCore``: banks, encoder, engine, the append
+and forget paths) is in :mod:`.core`; erasure of forgotten turns from caches in :mod:`.erase`.
+Reference: ``docs/python-api.md``.
+"""
+from ..data.types import Turn
+from .api import Memory
+from .result import SelectedWorkspace, Thread, Unit
+
+__all__ = ["Memory", "SelectedWorkspace", "Thread", "Turn", "Unit"]

@@ -1,0 +1,254 @@
+"""``Memory``: the Python API over one collection (add turns, select workspaces, forget).
+
+::
+
+    from trawmem_gpu import Memory
+    mem = Memory("memories/")
+    mem.add("ana-ben", [{"turn_id": "S1:1", "speaker": "Ana", "text": "...", "timestamp": "2031-03-02"}])
+    ws = mem.select("ana-ben", "Where does Ben's sister live?", token_budget=800)
+    print(ws.text, ws.units, ws.tokens)
+
+Thread-safety follows the server's model (``serve/service.py``): appends and forgets of one
+bank run one after another (the registry's bank lock), of different banks side by side; the
+engine is touched under one lock (a selection call, or the publication of a bank an append or
+forget built), so a selection sees a bank before or after a write, never a mix; encoding and
+workspace assembly run outside it. The reference is ``docs/python-api.md``.
+"""
+from __future__ import annotations
+
+import threading
+from datetime import date as _date, datetime
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from ..data.types import Turn
+from ..errors import InputError, UnknownBank
+from .result import SelectedWorkspace
+
+_UNSET = object()
+
+
+def _records(turns) -> list[dict]:
+    """Turn dicts (the JSONL fields without ``bank_id``) from dicts or :class:`Turn` objects."""
+    if isinstance(turns, (dict, Turn)):
+        turns = [turns]
+    out = []
+    for i, t in enumerate(turns):
+        if isinstance(t, Turn):
+            out.append({"turn_id": t.turn_id, "speaker": t.speaker, "text": t.text, "timestamp": t.timestamp,
+                        "session": t.session, **({"caption": t.caption} if t.caption else {})})
+        elif isinstance(t, dict):
+            out.append({k: v for k, v in t.items() if k != "bank_id"})
+        else:
+            raise InputError(f"turns[{i}]: expected a dict or a Turn, got {type(t).__name__}")
+    return out
+
+
+def _date_of(d, where: str) -> datetime | None:
+    if d is None or isinstance(d, datetime):
+        return d
+    if isinstance(d, _date):
+        return datetime(d.year, d.month, d.day)
+    if isinstance(d, str):
+        from ..data.dates import parse_date
+
+        try:
+            return parse_date(d)
+        except ValueError as e:
+            raise InputError(f"{where}: {e}") from None
+    raise InputError(f"{where}: expected a date, a datetime or a date string, got {type(d).__name__}")
+
+
+class Memory:
+    """Agent memory over the collection directory ``path`` (created empty when missing).
+
+    :param path: the collection directory
+    :param encoder: encoder spec (``"minilm"``: all-MiniLM-L6-v2 on the CPU, ``"hf:/dir"``) or an
+        ``Encoder``; default: the collection's own, else ``"minilm"``
+    :param method: the selection method (``SelectConfig``; default TrawMem as the CLI and server run it)
+    :param budget: default B per query (``QueryParams.budget``)
+    :param token_budget: default T per query (None: no token budget)
+    :param hops: default H per query
+    :param threads: CPU threads of the engine (None: its default)
+    :param caches: cache files a forget scrubs besides the default ones
+    :param head: a learned role head (``trawmem_gpu.head.load_head``) for the engine
+    :param only: load only these bank ids (a process that serves a few banks of a large collection)
+    :param create: create the collection when ``path`` does not hold one (else a ``BankError``)
+    :param embedding_cache: keep vectors in the on-disk embedding cache (True: the default one
+        under ``TRAWMEM_CACHE``, or a file path); off by default
+    :raises BankError: the directory is not a collection (or a damaged one)
+    :raises ConfigError: the encoder is not the collection's
+    """
+
+    def __init__(self, path: str | Path, *, encoder=None, method=None, budget: int | None = _UNSET,
+                 token_budget: int | None = None, hops: int | None = None, threads: int | None = None,
+                 caches: Iterable[str | Path] = (), head=None, only: Iterable[str] | None = None,
+                 create: bool = True, embedding_cache: bool | str = False):
+        from ..select.params import QueryParams
+        from .core import MemoryCore
+
+        d = QueryParams()
+        b = d.budget if budget is _UNSET else budget
+        if budget is _UNSET and token_budget is not None:
+            b = None
+        self.defaults = QueryParams(budget=b, token_budget=token_budget, hops=d.hops if hops is None else hops)
+        owns = (lambda b, keep=frozenset(only): b in keep) if only is not None else (lambda b: True)
+        self._core = MemoryCore(path, encoder=encoder, select_cfg=method, threads=threads, caches=caches, head=head,
+                                owns=owns, create=create, embedding_cache=embedding_cache)
+        self._lock = threading.RLock()
+        """Held for every engine call and engine refresh."""
+
+    # -- properties ---------------------------------------------------------------------------
+    @property
+    def path(self) -> Path:
+        return self._core.path
+
+    @property
+    def encoder_id(self) -> str:
+        return self._core.encoder.id
+
+    def __contains__(self, bank_id: str) -> bool:
+        return bank_id in self._core.registry
+
+    def __repr__(self) -> str:
+        return f"Memory({str(self.path)!r}, banks={len(self._core.registry.banks())})"
+
+    # -- banks -----------------------------------------------------------------------------------
+    def banks(self) -> list[dict]:
+        """Every bank's counts and date range, by bank id: ``bank_id``, ``n_units``,
+        ``n_threads``, ``n_sessions``, ``first_date``, ``last_date``."""
+        from .core import bank_summary
+
+        return [bank_summary(b) for _, b in sorted(self._core.registry.banks().items())]
+
+    def turns(self, bank_id: str) -> list[Turn]:
+        """The turns bank ``bank_id`` holds, in order (``UnknownBank`` when there is no such bank)."""
+        bank = self._core.registry.get(bank_id)
+        if bank is None:
+            raise UnknownBank(bank_id)
+        return list(bank.turns)
+
+    # -- writing ---------------------------------------------------------------------------------
+    def add(self, bank_id: str, turns) -> dict:
+        """Append ``turns`` (dicts with ``turn_id``, ``speaker``, ``text``, ``timestamp``, optional
+        ``caption`` and ``session``; or :class:`Turn` objects) to bank ``bank_id``, creating it on
+        the first add. The bank is rebuilt as ``trawmem build --update`` rebuilds it and written
+        atomically; selections see it once ``add`` returns.
+
+        :returns: the bank's counts (as :meth:`banks`) plus ``created`` and ``appended``
+        :raises InputError: a malformed turn (nothing added; the message names ``turns[i]``)
+        :raises DuplicateTurns: a turn id the bank already holds (nothing added)
+        """
+        from .core import bank_summary
+
+        res = self._core.append(bank_id, _records(turns))
+        prepared = self._core.engines.prepare(res.bank)  # the slow part, outside the engine lock
+        with self._lock:
+            self._core.sync_engine(bank_id, prepared)
+        return {**bank_summary(res.bank), "created": res.created, "appended": res.appended}
+
+    def forget(self, bank_id: str, turn_ids: Sequence[str] | None = None, *, outputs: Iterable[str | Path] = (),
+               llm=None) -> dict:
+        """Forget turns of a bank (``turn_ids``), or the whole bank (None), everywhere: the bank is
+        rebuilt without them (as an append rebuilds it) and written atomically, then the engine's
+        tables, the embedding and LLM caches and the ``score`` outputs named in ``outputs`` are
+        scrubbed of them. Forgetting an id twice is not an error (``missing`` lists it); a forget
+        that was killed half-way is finished by the next forget of that bank.
+
+        :param llm: an LLM backend for a bank built with LLM segmentation or heads (without one the
+            re-segmented sessions fall back to embedding segmentation and extractive heads)
+        :returns: ``{"bank_id", "forgotten": [ids], "missing": [ids], "deleted": bool,
+            "n_units": int, "cache_rows": int, "output_records": int}``
+        :raises UnknownBank: no such bank (and no unfinished forget of it)
+        """
+        if turn_ids is not None:
+            if isinstance(turn_ids, str):
+                turn_ids = [turn_ids]
+            turn_ids = list(turn_ids)
+            bad = [t for t in turn_ids if not isinstance(t, str)]
+            if bad:
+                raise InputError(f"turn_ids: expected turn id strings, got {type(bad[0]).__name__}")
+        res = self._core.forget_stored(bank_id, turn_ids, llm)
+        with self._lock:
+            self._core.sync_forget(res)
+        counts = self._core.erase_copies(res, outputs)
+        return {"bank_id": bank_id, "forgotten": res.forgotten, "missing": res.missing, "deleted": res.bank is None,
+                "n_units": 0 if res.bank is None else res.bank.n_units, **counts}
+
+    # -- selection -------------------------------------------------------------------------------
+    def select(self, bank_id: str, question: str, *, budget: int | None = _UNSET, token_budget: int | None = _UNSET,
+               hops: int | None = None, date=None, vector=None) -> SelectedWorkspace:
+        """The workspace for ``question`` from bank ``bank_id``: ``.text`` (what an answer model
+        reads), ``.units`` (the selected turns), ``.tokens``.
+
+        :param budget: B, most units (default: the Memory's; with ``token_budget`` only: no cap)
+        :param token_budget: T, most tokens of ``.text``
+        :param hops: H, propagation hops over the thread graph
+        :param date: the question's "now" (datetime, date or date string) for the date-dependent terms
+        :param vector: the question's unit-norm vector (skips encoding)
+        :raises UnknownBank: no such bank
+        :raises ConfigError: a budget, token budget or hops out of range (the message names the field)
+        """
+        return self.select_many([(bank_id, question)], budget=budget, token_budget=token_budget, hops=hops,
+                                dates=None if date is None else [date],
+                                vectors=None if vector is None else [vector])[0]
+
+    def select_many(self, queries: Sequence[tuple[str, str]], *, budget: int | None = _UNSET,
+                    token_budget: int | None = _UNSET, hops: int | None = None, dates=None,
+                    vectors=None) -> list[SelectedWorkspace]:
+        """Workspaces for many ``(bank_id, question)`` pairs: one encoder call and one batched
+        engine call for all of them (what the server does for a batch). Parameters as
+        :meth:`select`, for every query; ``dates`` / ``vectors``: one per query (or None)."""
+        import numpy as np
+
+        from ..data.types import MAX_QUESTION_CHARS
+        from .core import pick
+
+        queries = [tuple(q) for q in queries]
+        if not queries:
+            return []
+        qp = self._params(budget, token_budget, hops)
+        bids, qs = [], []
+        for i, q in enumerate(queries):
+            if len(q) != 2:
+                raise InputError(f"queries[{i}]: expected a (bank_id, question) pair")
+            b, text = q
+            if not isinstance(text, str) or not text.strip():
+                raise InputError(f"queries[{i}]: the question is empty")
+            if len(text) > MAX_QUESTION_CHARS:
+                raise InputError(f"queries[{i}]: the question is {len(text)} characters; the limit is "
+                                 f"{MAX_QUESTION_CHARS}")
+            if b not in self._core.registry:
+                raise UnknownBank(b, f"queries[{i}]: " if len(queries) > 1 else "")
+            bids.append(b)
+            qs.append(text.strip())
+        n = len(queries)
+        ds = [None] * n if dates is None else [_date_of(d, f"dates[{i}]") for i, d in enumerate(dates)]
+        if len(ds) != n:
+            raise InputError(f"dates: {len(ds)} dates for {n} queries")
+        if vectors is None:
+            Z = self._core.encoder.encode(qs, is_query=True)
+        else:
+            Z = np.asarray(vectors, dtype=np.float32).reshape(n, -1)
+            if Z.shape[1] != self._core.dim or not np.isfinite(Z).all():
+                raise InputError(f"vectors: expected {n} finite vectors of {self._core.dim} numbers")
+        with self._lock:
+            eng = self._core.engines
+            for i, b in enumerate(bids):
+                if b not in eng.banks:  # added by an add whose engine refresh has not run yet, or forgotten
+                    self._core.sync_engine(b)
+                    if b not in eng.banks:
+                        raise UnknownBank(b, f"queries[{i}]: " if n > 1 else "")
+            picks, banks, used = pick(eng, bids, qs, Z, ds, [qp] * n)
+        return [SelectedWorkspace.of(bank, q, p, self._core.headings, used) for bank, q, p in zip(banks, qs, picks)]
+
+    def _params(self, budget, token_budget, hops):
+        from .engines import query_params
+
+        d = self.defaults
+        t = d.token_budget if token_budget is _UNSET else token_budget
+        if budget is _UNSET:
+            b = None if (token_budget is not _UNSET and token_budget is not None) else d.budget
+        else:
+            b = budget
+        return query_params(b, d.hops if hops is None else hops, t)

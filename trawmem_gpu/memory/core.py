@@ -1,0 +1,144 @@
+"""The core a :class:`~trawmem_gpu.memory.Memory` and a server share: one collection's banks,
+the query encoder, one selection engine, and the append and forget paths.
+
+:class:`MemoryCore` holds the parts; who calls them on which thread is the caller's: ``Memory``
+serializes engine calls behind one lock, the server runs them on its single batch worker (see
+``serve/service.py``). Every step is the same, so the library, the CLI and the server pick the
+same units for the same question.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+from ..encode.base import Encoder
+from ..errors import ConfigError
+from ..select.config import SelectConfig
+from .banks import AppendResult, BankRegistry, ForgetResult
+from .engines import ServedEngine, select_units
+from .erase import clear_journal, erase_copies
+
+
+class LockedEncoder(Encoder):
+    """An encoder whose calls are serialized (a transformers tokenizer is not safe to call from
+    two threads at once)."""
+
+    def __init__(self, inner: Encoder):
+        self.inner, self.id, self.dim = inner, inner.id, inner.dim
+        self.lock = threading.Lock()
+
+    def _encode_batch(self, texts, is_query):  # pragma: no cover - encode() is overridden
+        return self.inner._encode_batch(texts, is_query)
+
+    def encode(self, texts, **kw):
+        with self.lock:
+            return self.inner.encode(texts, **kw)
+
+
+def forget_in_process_texts() -> None:
+    """Drop the process's text-keyed caches (rendered lines, token counts of lines, word stems):
+    after a forget none of them may keep a forgotten text."""
+    from ..select.lexical import _stem
+    from ..tokens import clear_counts
+    from ..workspace import date_label, unit_line
+
+    for f in (unit_line, date_label, _stem):
+        f.cache_clear()
+    clear_counts()
+
+
+class MemoryCore:
+    """Banks, encoder and engine of one collection.
+
+    :param path: the collection directory (created empty when missing)
+    :param encoder: an encoder spec (``"minilm"``, ``"hf:/dir"``) or an :class:`Encoder`; default:
+        the collection's own build config's, else ``"minilm"``
+    :param select_cfg: the method (default ``SelectConfig()``)
+    :param threads: CPU threads of the engine (None: its default)
+    :param owns: which bank ids this process serves (a Ray shard serves a slice)
+    :param caches: cache files a forget scrubs besides the default ones (``memory.erase``)
+    :param head: a learned role head for the engine (``head.load_head``), or None
+    :param create: create a missing collection (else a ``BankError``)
+    :param embedding_cache: keep query vectors in the on-disk embedding cache (True: the default
+        one, or a file path); off by default
+    """
+
+    def __init__(self, path, *, encoder: str | Encoder | None = None, select_cfg: SelectConfig | None = None,
+                 threads: int | None = None, owns: Callable[[str], bool] = lambda bank_id: True, caches=(),
+                 head=None, create: bool = True, embedding_cache: bool | str = False):
+        from ..encode import get_encoder
+
+        self.registry = BankRegistry(path, owns, create)
+        self.encoder_spec = encoder if isinstance(encoder, str) else self.registry.build_config("minilm").encoder
+        enc = encoder if isinstance(encoder, Encoder) else get_encoder(self.encoder_spec, cache=embedding_cache)
+        coll_enc = self.registry.encoder_id
+        if coll_enc is not None and enc.id != coll_enc:
+            raise ConfigError(f"the collection {path} was encoded with {coll_enc!r}, the query encoder "
+                              f"is {enc.id!r}; set `encoder` to the collection's encoder")
+        self.encoder = enc if isinstance(enc, LockedEncoder) else LockedEncoder(enc)
+        self.dim = int(enc.dim)
+        self.caches = tuple(caches) + ((embedding_cache,) if isinstance(embedding_cache, str) else ())
+
+        self.engines = served_engine(self.registry.banks(), select_cfg, threads, head)
+
+    @property
+    def path(self):
+        return self.registry.coll.path
+
+    @property
+    def headings(self):
+        return self.engines.cfg.headings
+
+    def append(self, bank_id: str, records: list[dict]) -> AppendResult:
+        """Validate, build and persist turns (``BankRegistry.append``); the engine is not touched."""
+        return self.registry.append(bank_id, records, self.encoder, self.encoder_spec)
+
+    def forget_stored(self, bank_id: str, turn_ids: list[str] | None, llm=None) -> ForgetResult:
+        """Rewrite (or delete) the stored bank without the turns; the engine and caches are not touched."""
+        return self.registry.forget(bank_id, turn_ids, self.encoder, llm)
+
+    def erase_copies(self, res: ForgetResult, outputs=()) -> dict:
+        """Scrub every cache copy of what ``res`` forgot (and the ``outputs``), then close its
+        journal: call after the engine no longer selects from the old bank."""
+        counts = erase_copies(res.erasure, self.caches, outputs)
+        forget_in_process_texts()
+        clear_journal(self.path, res.erasure.bank_id)
+        return counts
+
+    def sync_engine(self, bank_id: str, prepared=None) -> None:
+        """Make the engine select from the registry's current bank ``bank_id`` (engine-owner thread)."""
+        bank = self.registry.get(bank_id)
+        if bank is not None and self.engines.banks.get(bank_id) is not bank:
+            self.engines.refresh(bank, prepared)
+
+    def sync_forget(self, res: ForgetResult) -> None:
+        """Make the engine select from the bank as the forget left it (or drop it), and purge its
+        tables of the old bank's rows (engine-owner thread)."""
+        self.engines.forget(res.erasure.bank_id, res.bank)
+
+
+def served_engine(banks: dict, select_cfg: SelectConfig | None = None, threads: int | None = None,
+                  head=None) -> ServedEngine:
+    """The one engine over ``banks`` (bank id -> bank) with the method ``select_cfg``."""
+    def make(banks, scfg):
+        from ..select.engine import SelectionEngine
+
+        return SelectionEngine(banks, scfg, head=head, **({"threads": threads} if threads else {}))
+
+    return ServedEngine(banks, select_cfg or SelectConfig(), make)
+
+
+def pick(engines: ServedEngine, bank_ids: list[str], questions: list[str], Z, dates, params):
+    """One batched engine call: ``(picks, the banks they index, whether a date was used)``
+    (engine-owner thread; assemble with ``SelectedWorkspace.of``)."""
+    picks, used = select_units(engines.engine, bank_ids, questions, Z, dates, params)
+    return picks, [engines.bank(b) for b in bank_ids], used
+
+
+def bank_summary(bank) -> dict:
+    """A bank's counts and date range (``Memory.banks``, ``GET /v1/banks/{id}``)."""
+    times = [t.time for t in bank.turns if t.time is not None]
+    return {"bank_id": bank.bank_id, "n_units": bank.n_units, "n_threads": bank.n_threads,
+            "n_sessions": len({t.session for t in bank.turns}),
+            "first_date": min(times).isoformat() if times else None,
+            "last_date": max(times).isoformat() if times else None}

@@ -1,0 +1,117 @@
+"""The service's selection engine: one set of bank tables, whatever the requests ask for.
+
+Budgets, hops and token budgets travel with each query (``select.params.QueryParams``), so one
+:class:`~trawmem_gpu.select.engine.SelectionEngine` answers every request, and a batch mixing
+any (B, H, T) is one engine call. Its tables are built once per bank (at start, or on the first
+append of a bank) and refreshed bank by bank.
+
+After a forget, :meth:`ServedEngine.forget` publishes the bank without the forgotten turns (or
+drops it) and purges the old rows from every table.
+
+After an append, :meth:`ServedEngine.prepare` builds the new bank's tables on the append's own
+thread, and :meth:`ServedEngine.refresh` publishes them through the engine's ``replace_bank``.
+:class:`ServedEngine` is touched only from the service's single batch worker thread (``prepare``
+excepted, which publishes nothing), so a refresh and a selection never interleave: every query of
+a batch sees one consistent set of banks (the old bank or the new one, never a mix), and
+workspaces are assembled from the very bank object the engine selected from
+(:meth:`ServedEngine.bank`).
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from functools import lru_cache
+from typing import Callable
+
+from ..select.config import SelectConfig
+from ..select.engine import SelectionEngine
+from ..select.params import QueryParams
+from ..store.bank import Bank
+
+
+class ServedEngine:
+    """One engine over one mutable set of banks.
+
+    :param banks: bank id -> bank (the set is owned here after construction)
+    :param cfg: the method every query is selected by
+    :param make: engine factory ``(banks, cfg) -> SelectionEngine``
+    """
+
+    def __init__(self, banks: dict[str, Bank], cfg: SelectConfig,
+                 make: Callable[[list[Bank], SelectConfig], SelectionEngine] | None = None):
+        self.banks = dict(banks)
+        self.cfg = cfg
+        self.make = make or (lambda banks, cfg: SelectionEngine(banks, cfg))
+        self.builds = 0
+        """Whole-engine builds since start: 1 (0 while the collection is empty), whatever the requests ask."""
+        self._engine: SelectionEngine | None = None
+        if self.banks:
+            self._build()
+
+    def _build(self) -> SelectionEngine:
+        self._engine = self.make(list(self.banks.values()), self.cfg)
+        self.builds += 1
+        return self._engine
+
+    @property
+    def engine(self) -> SelectionEngine:
+        """The engine (built on first use once a bank exists; ``LookupError`` while there is none)."""
+        if self._engine is None:
+            if not self.banks:
+                raise LookupError("no bank to select from")
+            self._build()
+        return self._engine
+
+    def prepare(self, bank: Bank):
+        """``bank``'s new tables (None before the engine exists): the slow part of :meth:`refresh`,
+        for any thread (an append's own), so the batch worker only publishes them."""
+        eng = self._engine
+        return None if eng is None else (eng, eng.prepare_bank(bank))
+
+    def refresh(self, bank: Bank, prepared=None) -> None:
+        """Make the engine select from ``bank`` (new, or replacing the bank of that id), with
+        :meth:`prepare`'s tables when they were built for this bank by this engine."""
+        self.banks[bank.bank_id] = bank
+        eng = self._engine
+        if eng is None:
+            self._build()
+            return
+        ok = prepared is not None and prepared[0] is eng and prepared[1][0].bank is bank
+        eng.replace_bank(bank, prepared[1] if ok else None)  # that bank's tables only
+
+    def forget(self, bank_id: str, bank: Bank | None, prepared=None) -> None:
+        """After a forget: select from ``bank`` (the bank less the forgotten turns), or drop
+        ``bank_id`` when ``bank`` is None; then purge, so that no engine table, dead rows
+        included, keeps a row of the old bank (see ``SelectionEngine.purge``)."""
+        if bank is not None:
+            self.refresh(bank, prepared)
+        elif bank_id in self.banks:
+            del self.banks[bank_id]
+            if not self.banks:
+                self._engine = None  # an engine holds at least one bank: none is left
+            elif self._engine is not None:
+                self._engine.remove_bank(bank_id)
+        if self._engine is not None:
+            self._engine.purge()
+
+    def bank(self, bank_id: str) -> Bank:
+        """The bank the engine selects from for ``bank_id``."""
+        return self.banks[bank_id]
+
+    def nbytes(self) -> int:
+        """Bytes of the engine's tables (0 before it exists)."""
+        return 0 if self._engine is None else self._engine.nbytes()
+
+
+@lru_cache(maxsize=4096)
+def query_params(budget: int | None, hops: int, token_budget: int | None) -> QueryParams:
+    """The (checked) ``QueryParams`` of a request's budget, hops and token budget, cached: a batch
+    mostly repeats a few."""
+    return QueryParams(budget=budget, hops=hops, token_budget=token_budget)
+
+
+def select_units(engine: SelectionEngine, bank_ids: list[str], questions: list[str], Z,
+                 dates: list[datetime | None], params: list[QueryParams]) -> tuple[list[list[int]], bool]:
+    """``engine.select_units`` with each query's date (its "now") and params; returns (picks,
+    whether any query carried a date)."""
+    used = any(d is not None for d in dates)
+    return engine.select_units(bank_ids, questions, Z, dates=dates if used else None, params=params), used

@@ -1,0 +1,75 @@
+"""What a selection returns: the workspace's units, its rendered text and its token count.
+
+One home for the answer of ``Memory.select`` and of ``POST /v1/select`` (the server's body is
+:meth:`SelectedWorkspace.to_dict` plus its request fields and timings).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..store.bank import Bank
+from ..tokens import TOKENIZER_NAME, count_tokens_cached
+from ..workspace import Headings, assemble
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One selected turn, as the workspace shows it."""
+
+    id: str
+    speaker: str
+    text: str
+    date: str | None
+    """ISO date-time of the turn (None: the source gave no parsable date)."""
+    timestamp: str
+    """The date as the source wrote it."""
+    caption: str | None
+    thread: int
+    """Bank-local thread index."""
+    session: int
+
+
+@dataclass(frozen=True)
+class Thread:
+    thread: int
+    head: str | None
+
+
+@dataclass(frozen=True)
+class SelectedWorkspace:
+    """A workspace selected for one question: ``text`` is what an answer model reads."""
+
+    bank_id: str
+    question: str
+    units: tuple[Unit, ...]
+    """The selected turns, grouped by thread, threads in source order (as ``text`` shows them)."""
+    threads: tuple[Thread, ...]
+    text: str
+    tokens: int
+    """Tokens of ``text`` (``tokenizer``)."""
+    tokenizer: str = TOKENIZER_NAME
+    date_used: bool = False
+    """Whether the batch this query ran in carried a date ("now") for the date-dependent terms."""
+
+    @property
+    def unit_ids(self) -> list[str]:
+        return [u.id for u in self.units]
+
+    def to_dict(self) -> dict:
+        """The JSON fields of the server's answer (``units``, ``threads``, ``text``, ``n_tokens``, ...)."""
+        return {"bank_id": self.bank_id, "question": self.question, "date_used": self.date_used,
+                "units": [u.__dict__.copy() for u in self.units],
+                "threads": [t.__dict__.copy() for t in self.threads],
+                "text": self.text, "n_tokens": self.tokens, "tokenizer": self.tokenizer}
+
+    @classmethod
+    def of(cls, bank: Bank, question: str, units: list[int], headings: Headings,
+           date_used: bool = False) -> "SelectedWorkspace":
+        """Assemble the picks ``units`` (bank-local indices) of ``bank`` into a workspace."""
+        ws = assemble(bank, question, units, headings)
+        text = ws.render()
+        return cls(bank.bank_id, question,
+                   tuple(Unit(t.turn_id, t.speaker, t.text, t.time.isoformat() if t.time else None, t.timestamp,
+                              t.caption, b.thread, t.session) for b in ws.blocks for t in b.units),
+                   tuple(Thread(b.thread, b.head) for b in ws.blocks), text, count_tokens_cached(text),
+                   date_used=date_used)
