@@ -111,6 +111,27 @@ def test_append_banks_and_the_errors_are_the_packages(server):
         c.append("ana-new", [_turn("n3")])
 
 
+def test_forget_turns_and_banks_on_the_real_server(server):
+    url, keys, service = server
+    marker = "Quillfeather marmalade 7723"
+    with tc.Client(url, keys["rw"]) as c:
+        c.append("ana-forget", [_turn("f1", "We met at the station."), _turn("f2", f"The safe word is {marker}."),
+                                _turn("f3", "See you next week.")])
+        assert marker in c.select("ana-forget", "What is the safe word?", budget=3).text
+        with tc.Client(url, keys["ro"]) as ro, pytest.raises(tc.Forbidden):
+            ro.forget("ana-forget", ["f2"])
+        with tc.Client(url, keys["zed"]) as zed, pytest.raises(tc.BankNotFound):
+            zed.forget("ana-forget")  # another tenant's bank: as a missing one, nothing forgotten
+        r = c.forget("ana-forget", ["f2", "nope"])
+        assert r.forgotten == ("f2",) and r.missing == ("nope",) and not r.deleted and r.n_units == 2
+        ws = c.select("ana-forget", "What is the safe word?", budget=3)
+        assert marker not in ws.text and "f2" not in ws.unit_ids and c.bank("ana-forget").n_units == 2
+        assert c.forget("ana-forget").deleted
+        assert "ana-forget" not in {b.bank_id for b in c.banks().banks}
+        with pytest.raises(tc.BankNotFound):
+            c.select("ana-forget", "What is the safe word?")
+
+
 def test_async_client_answers_as_the_sync_one(server):
     url, keys, _ = server
 
@@ -158,8 +179,9 @@ def test_bad_client_arguments_name_the_field():
 # retries, against a stub that answers a script of statuses
 # ----------------------------------------------------------------------------------------------
 @contextmanager
-def stub(script: list[tuple[int, dict]]):
-    """A server on 127.0.0.1 that answers request i with ``script[i]`` (status, headers), then 200."""
+def stub(script: list[tuple[int, dict]], ok: dict | None = None):
+    """A server on 127.0.0.1 that answers request i with ``script[i]`` (status, headers), then 200
+    with ``ok`` (default: a bank list)."""
     seen = []
 
     class H(BaseHTTPRequestHandler):
@@ -167,7 +189,7 @@ def stub(script: list[tuple[int, dict]]):
             n = int(self.headers.get("content-length") or 0)
             seen.append((self.command, self.path, self.rfile.read(n)))
             status, headers = script[len(seen) - 1] if len(seen) <= len(script) else (200, {})
-            body = json.dumps({"detail": "busy"} if status != 200 else
+            body = json.dumps({"detail": "busy"} if status != 200 else ok or
                               {"banks": [{"bank_id": "b", "n_units": 3, "n_threads": 1}], "encoder": "e", "dim": 4})
             self.send_response(status)
             for k, v in headers.items():
@@ -251,9 +273,11 @@ def test_async_client_retries_the_same_way():
 
 
 def test_ids_are_escaped_in_paths():
-    with stub([]) as (url, seen), tc.Client(url) as c:
-        c.forget("a/b c", ["S1:6", "x/y"])
+    answer = {"bank_id": "a/b c", "forgotten": ["S1:6"], "missing": ["x/y"], "deleted": False, "n_units": 5,
+              "cache_rows": 2, "output_records": 0}
+    with stub([], answer) as (url, seen), tc.Client(url) as c:
+        r = c.forget("a/b c", ["S1:6", "x/y"])
         c.forget("a/b c")
-    assert [(m, p) for m, p, _ in seen] == [("DELETE", "/v1/banks/a%2Fb%20c/turns/S1%3A6"),
-                                            ("DELETE", "/v1/banks/a%2Fb%20c/turns/x%2Fy"),
-                                            ("DELETE", "/v1/banks/a%2Fb%20c")]
+    assert r == tc.ForgetResult("a/b c", ("S1:6",), ("x/y",), False, 5, 2, 0)
+    assert [(m, p) for m, p, _ in seen] == [("POST", "/v1/banks/a%2Fb%20c/forget"), ("DELETE", "/v1/banks/a%2Fb%20c")]
+    assert json.loads(seen[0][2]) == {"turn_ids": ["S1:6", "x/y"]}

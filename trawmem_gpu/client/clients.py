@@ -117,16 +117,15 @@ class _Base:
         return _Call("POST", f"/v1/banks/{_path_id(bank_id)}/turns", {"turns": [_turn(t) for t in turns]}, bank_id)
 
     @staticmethod
-    def _forget_calls(bank_id, turn_ids) -> list[_Call]:
+    def _forget_call(bank_id, turn_ids) -> _Call:
         if turn_ids is None:
-            return [_Call("DELETE", f"/v1/banks/{_path_id(bank_id)}", None, bank_id)]
+            return _Call("DELETE", f"/v1/banks/{_path_id(bank_id)}", None, bank_id)
         if isinstance(turn_ids, (str, bytes)):
             raise InputError("turn_ids must be a list of turn ids, not one string")
-        turn_ids = list(turn_ids)
+        turn_ids = [str(t) for t in turn_ids]
         if not turn_ids:
             raise InputError("turn_ids is empty (pass None to forget the whole bank)")
-        return [_Call("DELETE", f"/v1/banks/{_path_id(bank_id)}/turns/{_path_id(t)}", None, bank_id)
-                for t in turn_ids]
+        return _Call("POST", f"/v1/banks/{_path_id(bank_id)}/forget", {"turn_ids": turn_ids}, bank_id)
 
     def _request_kw(self, call: _Call, timeout: float) -> dict:
         kw = {"headers": self._headers, "timeout": timeout}
@@ -219,8 +218,9 @@ class Client(_Base):
         return _from(BankInfo, self._send(_Call("GET", f"/v1/banks/{_path_id(bank_id)}", None, bank_id)))
 
     def forget(self, bank_id: str, turn_ids: Sequence[str] | None = None) -> ForgetResult:
-        """Forget turns ``turn_ids`` of ``bank_id``, or (``None``) the whole bank."""
-        return ForgetResult.of(bank_id, [self._send(call) for call in self._forget_calls(bank_id, turn_ids)])
+        """Forget turns ``turn_ids`` of ``bank_id`` (``POST /v1/banks/{bank_id}/forget``; ids the bank
+        does not hold come back in ``missing``), or (``None``) the whole bank (``DELETE``)."""
+        return ForgetResult.from_json(self._send(self._forget_call(bank_id, turn_ids)))
 
     def ready(self) -> bool:
         """Whether ``/readyz`` answers 200 (no retries)."""
@@ -293,7 +293,7 @@ class AsyncClient(_Base):
         return _from(BankInfo, await self._send(_Call("GET", f"/v1/banks/{_path_id(bank_id)}", None, bank_id)))
 
     async def forget(self, bank_id: str, turn_ids: Sequence[str] | None = None) -> ForgetResult:
-        return ForgetResult.of(bank_id, [await self._send(call) for call in self._forget_calls(bank_id, turn_ids)])
+        return ForgetResult.from_json(await self._send(self._forget_call(bank_id, turn_ids)))
 
     async def ready(self) -> bool:
         try:

@@ -115,20 +115,19 @@ class AppendResult:
 
 @dataclass(frozen=True)
 class ForgetResult:
-    """What a forget removed (the ``DELETE`` answers, as ``Memory.forget`` returns them): the turn
-    ids ``forgotten`` and those the bank did not hold (``missing``), whether the whole bank is
-    gone (``deleted``), and the bank's ``n_units`` after it."""
+    """A forget's answer (``DELETE /v1/banks/{bank_id}`` or ``POST /v1/banks/{bank_id}/forget``,
+    as ``Memory.forget`` returns it): the turn ids ``forgotten``, those the bank did not hold
+    (``missing``), whether the whole bank is gone (``deleted``), the bank's ``n_units`` after it,
+    and how many cache rows and ``score`` output records were erased."""
 
     bank_id: str
     forgotten: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
     deleted: bool = False
     n_units: int = 0
+    cache_rows: int = 0
+    output_records: int = 0
 
     @classmethod
-    def of(cls, bank_id: str, answers: list[dict]) -> "ForgetResult":
-        """One result for the answers of one forget's ``DELETE`` requests (one per turn, or one)."""
-        last = answers[-1] if answers else {}
-        return cls(bank_id, tuple(t for a in answers for t in a.get("forgotten") or ()),
-                   tuple(t for a in answers for t in a.get("missing") or ()), bool(last.get("deleted")),
-                   int(last.get("n_units") or 0))
+    def from_json(cls, d: dict) -> "ForgetResult":
+        return _from(cls, {**d, "forgotten": tuple(d.get("forgotten") or ()), "missing": tuple(d.get("missing") or ())})
