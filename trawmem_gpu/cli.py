@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "repair-index": ("trawmem_gpu.cli:configure_repair_index",
                      "rebuild a collection's index (collection.json) from its banks' metadata"),
     "query": ("trawmem_gpu.cli_select:configure_query", "print the workspace for one question"),
+    "forget": ("trawmem_gpu.cli_forget:configure_forget",
+               "forget turns of a bank, or a whole bank, in its files and every cache"),
     "eval": ("trawmem_gpu.cli_select:configure_eval",
              "retrieval (and optionally answer) quality on LoCoMo-layout data"),
     "demo": ("trawmem_gpu.cli_select:configure_demo", "build the bundled sample conversation and show workspaces"),

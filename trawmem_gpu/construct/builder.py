@@ -96,10 +96,9 @@ def _heads(works: list[_Work], cfg: BuildConfig, llm, stats: dict) -> None:
         if llm is None:
             raise NoLLMConfigured("heads='llm' needs an LLM backend (none configured); set `heads` to 'extractive' "
                                   "or give an `llm`")
-        from .llm_threads import llm_heads
+        from .llm_threads import llm_heads, thread_text
 
-        rendered = ["\n".join(f"[{t.timestamp}] {t.embed_text()}" for t in works[wi].conv.turns[s:e])
-                    for wi, j, s, e in todo]
+        rendered = [thread_text(works[wi].conv.turns[s:e]) for wi, j, s, e in todo]
         texts, n_fb = llm_heads(rendered, llm)
         stats["llm_head_fallbacks"] = stats.get("llm_head_fallbacks", 0) + int(n_fb)
     for (wi, j, s, e), txt in zip(todo, texts):

@@ -18,6 +18,26 @@ log = logging.getLogger("trawmem_gpu.construct")
 
 MAX_TURN_CHARS = 600
 """Turns longer than this are clipped in the segmentation prompt."""
+SEGMENT_MAX_TOKENS, HEAD_MAX_TOKENS = 256, 128
+"""Reply budgets of the segmentation and head requests (part of their cache keys)."""
+
+
+def thread_text(turns) -> str:
+    """A thread as the head prompt shows it: ``[timestamp] embedded text`` per turn."""
+    return "\n".join(f"[{t.timestamp}] {t.embed_text()}" for t in turns)
+
+
+def retry_messages(conv: list[dict], reply: str) -> list[dict]:
+    """The follow-up of a malformed reply: the model's reply shown back, the JSON asked again."""
+    return list(conv) + [{"role": "assistant", "content": reply[:4000]}, {"role": "user", "content": RETRY_JSON}]
+
+
+def build_requests(sessions, threads) -> list[tuple[list[dict], int]]:
+    """The first requests (messages, max_tokens; temperature 0, JSON mode) a build sends for
+    ``sessions`` and ``threads`` (lists of turns): what a forget looks up in the LLM cache."""
+    out = [(SEGMENT.messages(turns=render_turns([t.embed_text() for t in s])), SEGMENT_MAX_TOKENS)
+           for s in sessions if len(s) > 1]
+    return out + [(HEAD.messages(thread=thread_text(t)), HEAD_MAX_TOKENS) for t in threads if t]
 
 
 def render_turns(turns: Sequence[str], max_chars: int = MAX_TURN_CHARS) -> str:
@@ -50,10 +70,7 @@ def _structured_batch(convs: list[list[dict]], parsers: list[Callable[[str], obj
             if val is None:
                 still.append(i)
                 if r.error is None:  # show the model its reply and ask again (also a new cache key)
-                    current[i] = list(convs[i]) + [
-                        {"role": "assistant", "content": r.text[:4000]},
-                        {"role": "user", "content": RETRY_JSON},
-                    ]
+                    current[i] = retry_messages(convs[i], r.text)
             else:
                 out[i] = val
         pending = still
@@ -64,7 +81,7 @@ def _structured_batch(convs: list[list[dict]], parsers: list[Callable[[str], obj
 
 
 def llm_segment(sessions: list[list[str]], backend: LLMBackend, max_retries: int = 1, *,
-                max_tokens: int = 256, max_turn_chars: int = MAX_TURN_CHARS,
+                max_tokens: int = SEGMENT_MAX_TOKENS, max_turn_chars: int = MAX_TURN_CHARS,
                 desc: str = "segment") -> tuple[list[Optional[list[int]]], int]:
     """Thread starts per session (``[0, s1, ...]``) from one batched chat call per attempt.
 
@@ -92,7 +109,7 @@ def llm_segment(sessions: list[list[str]], backend: LLMBackend, max_retries: int
     return out, n_fallback
 
 
-def llm_heads(threads: list[str], backend: LLMBackend, max_retries: int = 1, *, max_tokens: int = 128,
+def llm_heads(threads: list[str], backend: LLMBackend, max_retries: int = 1, *, max_tokens: int = HEAD_MAX_TOKENS,
               desc: str = "head") -> tuple[list[Optional[str]], int]:
     """One-sentence head per rendered thread text (with date and speakers), batched.
 

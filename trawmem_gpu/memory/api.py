@@ -169,11 +169,10 @@ class Memory:
             if bad:
                 raise InputError(f"turn_ids: expected turn id strings, got {type(bad[0]).__name__}")
         res = self._core.forget_stored(bank_id, turn_ids, llm)
+        prepared = self._core.prepare_forget(res)
         with self._lock:
-            self._core.sync_forget(res)
-        counts = self._core.erase_copies(res, outputs)
-        return {"bank_id": bank_id, "forgotten": res.forgotten, "missing": res.missing, "deleted": res.bank is None,
-                "n_units": 0 if res.bank is None else res.bank.n_units, **counts}
+            self._core.sync_forget(res, prepared)
+        return self._core.forget_summary(res, self._core.erase_copies(res, outputs))
 
     # -- selection -------------------------------------------------------------------------------
     def select(self, bank_id: str, question: str, *, budget: int | None = _UNSET, token_budget: int | None = _UNSET,

@@ -28,7 +28,7 @@ from ..data.types import Conversation
 from ..encode.base import Encoder
 from ..errors import DuplicateTurns, InputError, UnknownBank
 from ..store import Bank, Collection
-from .erase import Erasure, read_journal, write_journal
+from .erase import Erasure, pause_point, read_journal, write_journal
 from .turns import parse_turns
 
 MAX_BANK_ID = 256
@@ -148,6 +148,7 @@ class BankRegistry:
             e = Erasure.of(old, new, turn_ids or (), self.coll.banks.get(bank_id))
             if e.turn_ids:
                 write_journal(path, e)  # before the bank changes: a killed forget is finished by a rerun
+                pause_point("journaled")
             done.update(new=new, erasure=e, missing=st["missing"])
             return new if new is not None and new is not old else None
 

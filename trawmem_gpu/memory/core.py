@@ -16,7 +16,7 @@ from ..errors import ConfigError
 from ..select.config import SelectConfig
 from .banks import AppendResult, BankRegistry, ForgetResult
 from .engines import ServedEngine, select_units
-from .erase import clear_journal, erase_copies
+from .erase import clear_journal, erase_copies, pause_point
 
 
 class LockedEncoder(Encoder):
@@ -100,6 +100,7 @@ class MemoryCore:
     def erase_copies(self, res: ForgetResult, outputs=()) -> dict:
         """Scrub every cache copy of what ``res`` forgot (and the ``outputs``), then close its
         journal: call after the engine no longer selects from the old bank."""
+        pause_point("stored")
         counts = erase_copies(res.erasure, self.caches, outputs)
         forget_in_process_texts()
         clear_journal(self.path, res.erasure.bank_id)
@@ -111,10 +112,19 @@ class MemoryCore:
         if bank is not None and self.engines.banks.get(bank_id) is not bank:
             self.engines.refresh(bank, prepared)
 
-    def sync_forget(self, res: ForgetResult) -> None:
-        """Make the engine select from the bank as the forget left it (or drop it), and purge its
-        tables of the old bank's rows (engine-owner thread)."""
-        self.engines.forget(res.erasure.bank_id, res.bank)
+    def prepare_forget(self, res: ForgetResult):
+        """The tables of the bank a forget left (any thread; None when the bank is gone)."""
+        return None if res.bank is None else self.engines.prepare(res.bank)
+
+    def sync_forget(self, res: ForgetResult, prepared=None) -> None:
+        """Make the engine select from the bank as it now is (the forget's, or a later append's;
+        dropped when gone) and purge its tables of the old bank's rows (engine-owner thread)."""
+        bank_id = res.erasure.bank_id
+        self.engines.forget(bank_id, self.registry.get(bank_id), prepared)
+
+    def forget_summary(self, res: ForgetResult, counts: dict) -> dict:
+        return {"bank_id": res.erasure.bank_id, "forgotten": res.forgotten, "missing": res.missing,
+                "deleted": res.bank is None, "n_units": 0 if res.bank is None else res.bank.n_units, **counts}
 
 
 def served_engine(banks: dict, select_cfg: SelectConfig | None = None, threads: int | None = None,

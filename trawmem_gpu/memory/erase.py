@@ -7,8 +7,12 @@ What a forget must reach besides the bank (see ``docs/python-api.md``, "Forgetti
   embedded text, its words, a removed thread head; as a document and as a query), and rows
   whose vector is the vector of a forgotten unit or removed head, whatever their key. Files a
   damaged cache was set aside as (``embeddings.sqlite.bad-N``) are removed;
-* the **LLM response caches** (``llm.sqlite``): rows whose response quotes a forgotten text
-  (their keys are hashes of the prompts, which are not stored);
+* the **LLM response caches** (``llm.sqlite``; keys are hashes of the prompts, which are not
+  stored): the responses to every segmentation and head request a build of the bank may have
+  sent with a forgotten turn in it (the keys are recomputed, for each model in the cache, with
+  the retries of a malformed reply), and every response that quotes a forgotten text or a word
+  (6 characters or more) that only forgotten turns of the bank use; answer and judge responses
+  of ``eval`` / ``score`` go by that second rule (their prompts are not recomputed);
 * the **score outputs** named by the caller: records of the bank that picked a forgotten turn
   (or, for a whole bank, every record of it) are taken out (a rerun of ``score`` scores them
   again against the bank as it now is).
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,6 +42,19 @@ from ..store.bank import Bank
 from ..store.files import fsync_dir, write_json_atomic
 
 JOURNAL_DIR = ".forget"
+PAUSE_ENV = "TRAWMEM_FORGET_PAUSE"
+"""Test hook: ``STAGE:FILE`` makes a forget that reaches ``STAGE`` (``journaled``: the journal is
+written, the bank not yet; ``stored``: the bank is rewritten, the caches not yet scrubbed) create
+``FILE`` and wait there, so a test can kill it at that point."""
+
+
+def pause_point(stage: str) -> None:
+    spec = os.environ.get(PAUSE_ENV, "")
+    if spec.partition(":")[0] == stage:
+        import time
+
+        Path(spec.partition(":")[2]).write_text(stage)
+        time.sleep(600)
 
 
 @dataclass
@@ -56,6 +74,12 @@ class Erasure:
     """sha256 of the float32 bytes of the forgotten unit vectors and removed head vectors."""
     dirname: str | None = None
     """The bank's directory under ``banks/`` (a whole-bank forget removes it)."""
+    words: list[str] = field(default_factory=list)
+    """Words (lower case, at least :data:`WORD_MIN` characters) of the forgotten turns that no
+    remaining turn of the bank uses: an LLM response quoting one is erased (a partial quote)."""
+    sessions: list[list[dict]] = field(default_factory=list)
+    """The old bank's sessions that held forgotten turns (turn records): the LLM requests any
+    build of them may have sent are recomputed from these (:func:`llm_requests`)."""
 
     @classmethod
     def of(cls, old: Bank, new: Bank | None, turn_ids, dirname: str | None = None) -> "Erasure":
@@ -72,8 +96,15 @@ class Erasure:
         texts = [x for x in dict.fromkeys(texts) if x]
         keys = [EmbeddingCache.key(old.encoder_id, q, x) for x in texts for q in (False, True)]
         vecs = [old.unit_vecs[i] for i in idx] + [old.head_vecs[j] for j in gone]
+        kept = set() if new is None else {w for t in new.turns for w in _words(t)}
+        words = sorted({w for i in idx for w in _words(old.turns[i])} - kept)
+        touched = {old.turns[i].session for i in idx}
+        sessions: dict[int, list[dict]] = {}
+        for t in old.turns:
+            if t.session in touched:
+                sessions.setdefault(t.session, []).append(turn_record(t))
         return cls(old.bank_id, [old.turns[i].turn_id for i in idx], new is None, texts, keys,
-                   [vector_digest(v) for v in vecs], dirname)
+                   [vector_digest(v) for v in vecs], dirname, words, list(sessions.values()))
 
     def merged(self, other: "Erasure | None") -> "Erasure":
         if other is None:
@@ -81,7 +112,47 @@ class Erasure:
         u = lambda a, b: list(dict.fromkeys(a + b))  # noqa: E731
         return Erasure(self.bank_id, u(other.turn_ids, self.turn_ids), self.whole or other.whole,
                        u(other.texts, self.texts), u(other.keys, self.keys), u(other.vectors, self.vectors),
-                       self.dirname or other.dirname)
+                       self.dirname or other.dirname, u(other.words, self.words), other.sessions + [x for x in self.sessions
+                                                                        if x not in other.sessions])
+
+
+WORD_MIN = 6
+
+
+def _words(t) -> set[str]:
+    """A turn's words (split on white space, outer punctuation stripped, lower case) of at least
+    :data:`WORD_MIN` characters."""
+    text = f"{t.text} {t.caption or ''}".lower()
+    return {w for w in (x.strip(".,;:!?\"'()[]{}<>") for x in text.split()) if len(w) >= WORD_MIN}
+
+
+def turn_record(t) -> dict:
+    return {"turn_id": t.turn_id, "speaker": t.speaker, "text": t.text, "session": t.session,
+            "timestamp": t.timestamp, "time": t.time.isoformat() if t.time else None, "caption": t.caption}
+
+
+def llm_requests(e: Erasure, max_len: int = 64) -> list[tuple[list[dict], int]]:
+    """Every first request (messages, max_tokens) a build of the erasure's sessions may have
+    sent with a forgotten turn in it: segmentation of each prefix of a session (a session grows
+    by appends, each re-segments it whole) and a head of each run of turns (a thread) that holds
+    a forgotten turn, up to ``max_len`` turns."""
+    from datetime import datetime
+
+    from ..construct.llm_threads import build_requests
+    from ..data.types import Turn
+
+    gone = set(e.turn_ids)
+    segs, threads = [], []
+    for recs in e.sessions:
+        turns = [Turn(**{**r, "time": datetime.fromisoformat(r["time"]) if r.get("time") else None}) for r in recs]
+        hit = [i for i, t in enumerate(turns) if t.turn_id in gone]
+        if not hit:
+            continue
+        segs += [turns[:k] for k in range(hit[0] + 1, len(turns) + 1)]
+        runs = {(a, b) for i in hit for a in range(max(0, i - max_len + 1), i + 1)
+                for b in range(i + 1, min(len(turns), a + max_len) + 1)}
+        threads += [turns[a:b] for a, b in sorted(runs)]
+    return build_requests(segs, threads)
 
 
 def vector_digest(v) -> str:
@@ -186,14 +257,32 @@ def scrub_embeddings(path: Path, e: Erasure) -> int:
     return n
 
 
-def scrub_llm(path: Path, e: Erasure) -> int:
-    """Delete the LLM responses that quote a forgotten text from the response cache ``path``."""
+def scrub_llm(path: Path, e: Erasure, retries: int = 3) -> int:
+    """Delete from the LLM response cache ``path`` the responses to every request that carried a
+    forgotten turn (:func:`llm_requests`, for each model the cache holds, and the retries of a
+    malformed reply), and every response that quotes a forgotten text."""
+    from ..construct.llm_threads import retry_messages
+    from ..llm.cache import cache_key
+
     def delete(db):
         if "responses" not in _tables(db):
             return 0
         n = 0
+        models = [r[0] for r in db.execute("SELECT DISTINCT model FROM responses")]
+        for messages, max_tokens in llm_requests(e) if models else ():
+            for model in models:
+                conv = messages
+                for _ in range(retries + 1):
+                    k = cache_key(model, conv, max_tokens, 0.0, True)
+                    row = db.execute("SELECT text FROM responses WHERE key=?", (k,)).fetchone()
+                    if row is None:
+                        break
+                    n += db.execute("DELETE FROM responses WHERE key=?", (k,)).rowcount
+                    conv = retry_messages(conv, row[0] or "")
         for x in e.texts:
             n += db.execute("DELETE FROM responses WHERE instr(text, ?) > 0", (x,)).rowcount
+        for w in e.words:
+            n += db.execute("DELETE FROM responses WHERE instr(lower(text), ?) > 0", (w,)).rowcount
         return n
     return _scrub_db(path, delete)
 

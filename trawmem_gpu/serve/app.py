@@ -6,7 +6,7 @@ Every error is a JSON ``{"detail": "..."}`` with a 4xx/5xx status; the server ke
 
 =====  ==========================================================================================
 401    no API key, or a key that is not in the keys file
-403    a read-only key appending to a bank it owns
+403    a read-only key appending to (or forgetting from) a bank it owns
 404    a bank that does not exist *or* that the key does not own (same body either way)
 409    an append whose turn ids the bank already holds (nothing appended)
 413    a body over ``--max-body-bytes``
@@ -40,7 +40,7 @@ from .config import ServeConfig
 from .keys import LOCAL_TENANT, KeyStore, Tenant
 from .metrics import Metrics
 from .models import (AppendRequest, AppendResponse, BankInfo, BankList, BatchRequest, BatchResponse, Error,
-                     SelectRequest, SelectResponse)
+                     ForgetRequest, ForgetResponse, SelectRequest, SelectResponse)
 from .registry import DuplicateTurns, check_bank_id
 from ..errors import UnknownBank
 from .service import SelectItem
@@ -360,6 +360,33 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
             raise HTTPError(422, f"turns holds {len(req.turns)} turns; the limit is {cfg.max_turns_per_append}")
         records = [t.model_dump(exclude_none=True) for t in req.turns]
         return _json(await backend.append(bank_id, records))
+
+    async def forget(bank_id: str, turn_ids: list[str] | None, tenant: Tenant) -> dict:
+        if not tenant.owns(bank_id):
+            raise _unknown_bank(bank_id)
+        if not tenant.writable:
+            raise HTTPError(403, "this API key is read-only")
+        if getattr(backend, "forget", None) is None:
+            raise HTTPError(501, "this server's backend cannot forget (run it without Ray)")
+        return await backend.forget(bank_id, turn_ids)
+
+    forget_doc = {"response_model": ForgetResponse, "responses": {**errors, 403: {"model": Error}},
+                  "tags": ["banks"]}
+
+    @app.delete("/v1/banks/{bank_id}", summary="Forget a whole bank (files, engine, caches)", **forget_doc)
+    async def forget_bank(bank_id: str, tenant: Tenant = Depends(tenant_of)):
+        return _json(await forget(bank_id, None, tenant))
+
+    @app.delete("/v1/banks/{bank_id}/turns/{turn_id}", summary="Forget one turn of a bank", **forget_doc)
+    async def forget_turn(bank_id: str, turn_id: str, tenant: Tenant = Depends(tenant_of)):
+        res = await forget(bank_id, [turn_id], tenant)
+        if res["missing"]:
+            raise HTTPError(404, f"bank {bank_id!r} holds no turn {turn_id!r}")
+        return _json(res)
+
+    @app.post("/v1/banks/{bank_id}/forget", summary="Forget turns of a bank", **forget_doc)
+    async def forget_turns(bank_id: str, req: ForgetRequest, tenant: Tenant = Depends(tenant_of)):
+        return _json(await forget(bank_id, list(dict.fromkeys(req.turn_ids)), tenant))
 
     @app.get("/v1/banks", response_model=BankList, responses=errors, tags=["banks"],
              summary="The banks this key can see, with counts")

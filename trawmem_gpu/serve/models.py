@@ -129,5 +129,21 @@ class AppendResponse(BankInfo):
     timings: dict[str, float]
 
 
+class ForgetRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    turn_ids: list[str] = Field(min_length=1, max_length=10_000, description="turn ids of the bank to forget")
+
+
+class ForgetResponse(BaseModel):
+    bank_id: str
+    forgotten: list[str] = Field(description="turn ids forgotten by this call (or a rerun it finished)")
+    missing: list[str] = Field(description="ids asked for that the bank does not hold")
+    deleted: bool = Field(description="the bank is gone (a whole-bank forget, or no turn left)")
+    n_units: int
+    cache_rows: int = Field(description="embedding / LLM cache rows erased")
+    output_records: int
+
+
 class Error(BaseModel):
     detail: str

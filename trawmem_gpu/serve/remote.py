@@ -165,6 +165,8 @@ class EngineEndpoint:
             return await s.select(*args)
         if op == "append":
             return await s.append(*args)
+        if op == "forget":
+            return await s.forget(*args)
         if op == "bank_list":
             return s.bank_list()
         if op == "bank_info":
@@ -281,6 +283,9 @@ class RemoteBackend:
 
     async def append(self, bank_id: str, records: list[dict]) -> dict:
         return await self._call("append", bank_id, records)
+
+    async def forget(self, bank_id: str, turn_ids: list[str] | None) -> dict:
+        return await self._call("forget", bank_id, turn_ids)
 
     async def has_bank(self, bank_id: str) -> bool:
         return await self._call("has_bank", bank_id)

@@ -216,6 +216,21 @@ class SelectionService:
                 "timings": {"build_and_write_ms": round((t1 - t0) * 1e3, 3),
                             "engine_refresh_ms": round((t2 - t1) * 1e3, 3)}}
 
+    async def forget(self, bank_id: str, turn_ids: list[str] | None) -> dict:
+        """Forget turns of a bank (None: the whole bank) in the files, the engine and the caches
+        (``MemoryCore``): the rewrite and the cache scrub on an append thread, the engine's
+        refresh and purge on the batch worker (between batches); answers after all three."""
+        if self.batcher.closing:
+            from .batcher import ShuttingDown
+
+            raise ShuttingDown("the server is shutting down")
+        loop = asyncio.get_running_loop()
+        res = await loop.run_in_executor(self.appender, self.core.forget_stored, bank_id, turn_ids)
+        prepared = await loop.run_in_executor(self.appender, self.core.prepare_forget, res)
+        await loop.run_in_executor(self.worker, self.core.sync_forget, res, prepared)
+        counts = await loop.run_in_executor(self.appender, self.core.erase_copies, res)
+        return self.core.forget_summary(res, counts)
+
     def _sync_bank(self, bank_id: str, prepared: dict | None = None) -> None:
         """On the batch worker: make the engine use the registry's current bank ``bank_id``
         (``prepared``: :meth:`ServedEngine.prepare` of a bank; ``refresh`` uses only tables of this one)."""

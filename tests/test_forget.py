@@ -1,0 +1,299 @@
+"""Forgetting (issue 22.2): the bank rebuilt without the turns as an append rebuilds it, and no
+trace of a forgotten turn left in the collection, the caches, the score outputs or the process's
+engine, also after a ``kill -9`` in the middle of a forget."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trawmem_gpu.cli import main
+from trawmem_gpu.data import load_conversations, sample_path
+
+ROOT = Path(__file__).resolve().parents[1]
+MARKER = "zqxv-unique-marker-8f3a61c2"
+MARKER_ID = "S2:M"
+QUESTION = "What is the locker code?"
+
+
+def _history(tmp_path) -> Path:
+    """The sample (bank ``ana-ben``) with one turn carrying MARKER in the middle of session 2, and
+    a second bank."""
+    lines = [json.loads(x) for x in sample_path().read_text().splitlines() if x.strip()]
+    at = next(i for i, r in enumerate(lines) if r["turn_id"] == "S2:4")
+    lines.insert(at, {**lines[at], "turn_id": MARKER_ID, "speaker": "Ana",
+                      "text": f"My gym locker code, the answer is {MARKER}. Never tell anyone."})
+    lines.append({"bank_id": "other", "turn_id": "o1", "speaker": "Zed", "text": "I bought a red kayak.",
+                  "timestamp": "2031-05-01T09:00:00"})
+    p = tmp_path / "hist.jsonl"
+    p.write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    return p
+
+
+# -- the rebuild ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("drop", [["S2:3"], ["S1:1", "S3:10"], [f"S2:{i}" for i in range(1, 12)]])
+def test_the_bank_less_the_turns_equals_a_full_build_of_the_rest(drop):
+    from trawmem_gpu.construct import build_banks
+    from trawmem_gpu.construct.forget import without_turns
+    from trawmem_gpu.data.types import Conversation
+    from trawmem_gpu.encode import get_encoder
+
+    conv = load_conversations(sample_path())[0]
+    enc = get_encoder(cache=False)
+    (bank,), _ = build_banks([conv], encoder=enc, progress=False)
+    got, st = without_turns(bank, drop + ["never-there"], enc)
+    rest = [t for t in conv.turns if t.turn_id not in drop]
+    (want,), _ = build_banks([Conversation(conv.bank_id, rest)], encoder=enc, progress=False)
+    assert st["forgotten"] == len(drop) and st["missing"] == ["never-there"]
+    assert [t.turn_id for t in got.turns] == [t.turn_id for t in rest]
+    assert np.array_equal(got.thread_offsets, want.thread_offsets) and got.heads == want.heads
+    assert np.allclose(got.unit_vecs, want.unit_vecs, atol=1e-6) and np.allclose(got.head_vecs, want.head_vecs,
+                                                                                 atol=1e-6)
+    assert np.array_equal(got.edge_src, want.edge_src) and np.array_equal(got.edge_dst, want.edge_dst)
+    assert got.build_config == bank.build_config
+    assert st["kept_threads"] > 0 or len(drop) > 5
+    assert without_turns(bank, ["never-there"], enc)[0] is bank  # nothing to forget: the bank as it was
+    assert without_turns(bank, [t.turn_id for t in conv.turns], enc)[0] is None
+
+
+def test_an_llm_built_bank_forgets_without_an_llm(tmp_path, monkeypatch, server):
+    from trawmem_gpu.construct.forget import without_turns
+    from trawmem_gpu.encode import get_encoder
+    from trawmem_gpu.store import Collection
+
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+    assert main(["build", "--input", str(sample_path()), "--out", str(tmp_path / "c"), "--heads", "llm",
+                 "--segmentation", "llm", "--llm", server.base_url, "--quiet"]) == 0
+    bank = Collection(tmp_path / "c").load("ana-ben")
+    got, st = without_turns(bank, ["S2:3"], get_encoder(cache=False))
+    assert st["llm_fallback"] == ["heads", "segmentation"] and got.build_config == bank.build_config
+    s2 = [j for j in range(got.n_threads) if got.turns[int(got.thread_offsets[j])].session == 2]
+    assert {got.head_kind[j] for j in s2} == {"extractive"}  # the touched session fell back
+    assert {got.head_kind[j] for j in range(got.n_threads) if j not in s2} == {"llm"}  # the others are kept
+
+
+def test_a_delete_killed_after_its_index_write_is_finished(tmp_path):
+    import shutil
+
+    from trawmem_gpu.store import Collection
+    from serve_util import build_sample_collection
+
+    d = build_sample_collection(tmp_path / "c", extra_ids=("b2",))
+    coll = Collection(d)
+    name = coll.banks["b2"]
+    saved = tmp_path / "saved"
+    shutil.copytree(d / "banks" / name, saved)
+    assert coll.delete("b2") and not (d / "banks" / name).exists()
+    shutil.copytree(saved, d / "banks" / name)  # the state of a kill between the index write and the removal
+    assert "b2" not in Collection(d) and not Collection(d).delete("b2")
+    assert (d / "banks" / name).exists()  # no dirname given: an unknown directory is not touched
+    Collection(d).delete("b2", name)
+    assert not (d / "banks" / name).exists() and Collection(d).bank_ids == ["ana-ben"]
+
+
+# -- no trace ------------------------------------------------------------------------------------
+def _reachable(root, limit: int = 2_000_000):
+    """Every NumPy array, torch tensor and string reachable from ``root`` (attributes, dicts,
+    sequences), the process's engine tables included."""
+    import torch
+
+    seen, stack, arrays, strings = set(), [root], [], []
+    while stack and len(seen) < limit:
+        o = stack.pop()
+        if id(o) in seen or isinstance(o, (type, type(sys), int, float, bool, type(None), bytes)) or callable(o) \
+                and not hasattr(o, "__dict__"):
+            continue
+        seen.add(id(o))
+        if isinstance(o, str):
+            strings.append(o)
+        elif isinstance(o, torch.Tensor):
+            arrays.append(o.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        elif isinstance(o, np.ndarray):
+            arrays.append(np.ascontiguousarray(o).tobytes())
+        elif isinstance(o, dict):
+            stack.extend(o.keys())
+            stack.extend(o.values())
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            stack.extend(o)
+        elif isinstance(o, torch.nn.Module):
+            continue  # the encoder's weights: not memory
+        else:
+            if hasattr(o, "__dict__"):
+                stack.extend(vars(o).values())
+            for s in getattr(type(o), "__slots__", ()):
+                if hasattr(o, s):
+                    stack.append(getattr(o, s))
+    return arrays, strings
+
+
+def _traces(dirs, needles: dict[str, bytes], mem=None) -> list[str]:
+    """``"what in where"`` for every needle found in any file under ``dirs`` (byte by byte) and,
+    given a Memory, in its engine's tables and its banks."""
+    found = []
+    for d in dirs:
+        for p in sorted(Path(d).rglob("*")):
+            if p.is_file():
+                data = p.read_bytes()
+                found += [f"{k} in {p.relative_to(d.parent)}" for k, v in needles.items() if v in data]
+    if mem is not None:
+        arrays, strings = _reachable(mem)
+        blob = b"".join(arrays)
+        found += [f"{k} in the engine's arrays" for k, v in needles.items() if v in blob]
+        if any(MARKER in s for s in strings):
+            found.append("text in the engine's Python objects")
+        from trawmem_gpu.tokens import _piece_counts
+
+        if any(MARKER in k for k in _piece_counts):
+            found.append("text in the token-count cache")
+    return found
+
+
+def _needles(coll_dir, extra_keys=()) -> dict[str, bytes]:
+    from trawmem_gpu.encode.cache import EmbeddingCache
+    from trawmem_gpu.store import Collection
+
+    bank = Collection(coll_dir).load("ana-ben")
+    i = next(k for k, t in enumerate(bank.turns) if t.turn_id == MARKER_ID)
+    t = bank.turns[i]
+    key = EmbeddingCache.key(bank.encoder_id, False, t.embed_text())
+    out = {"text": MARKER.encode(), "embedding key": key.encode(), "vector": bank.unit_vecs[i].tobytes()}
+    out.update({f"llm key {n}": k.encode() for n, k in enumerate(extra_keys)})
+    return out
+
+
+def _llm_keys(coll_dir) -> list[str]:
+    """The LLM cache keys of the segmentation and head requests of the marker's session / thread."""
+    from trawmem_gpu.construct.llm_threads import build_requests
+    from trawmem_gpu.llm.cache import cache_key
+    from trawmem_gpu.store import Collection
+
+    bank = Collection(coll_dir).load("ana-ben")
+    i = next(k for k, t in enumerate(bank.turns) if t.turn_id == MARKER_ID)
+    j = int(bank.unit_thread[i])
+    session = [t for t in bank.turns if t.session == bank.turns[i].session]
+    thread = [bank.turns[k] for k in bank.thread_units(j)]
+    return [cache_key("test-model-a", m, mt, 0.0, True) for m, mt in build_requests([session], [thread])]
+
+
+@pytest.fixture
+def built(tmp_path, monkeypatch, server):
+    """A collection built with LLM segmentation and heads (LLM and embedding caches filled), and
+    a score run with an answer model over it (its output and the LLM cache quote the marker)."""
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+    coll = tmp_path / "coll"
+    url = server.base_url + "@test-model-a"
+    assert main(["build", "--input", str(_history(tmp_path)), "--out", str(coll), "--segmentation", "llm",
+                 "--heads", "llm", "--llm", url, "--quiet"]) == 0
+    q = tmp_path / "q.jsonl"
+    q.write_text("".join(json.dumps({"id": f"q{k}", "bank_id": b, "question": text}) + "\n" for k, (b, text) in
+                         enumerate([("ana-ben", QUESTION), ("ana-ben", "Where does Clara live?"),
+                                    ("other", "What did Zed buy?")])))
+    out = tmp_path / "scores" / "o.jsonl"
+    assert main(["score", "--questions", str(q), "--banks", str(coll), "--out", str(out), "--answer-llm", url,
+                 "--budget", "8", "--quiet"]) == 0
+    return coll, out
+
+
+def test_forget_leaves_no_trace(built, tmp_path, capsys):
+    from trawmem_gpu import Memory
+    from trawmem_gpu.workspace import unit_line
+
+    coll, out = built
+    needles = _needles(coll, _llm_keys(coll))
+    mem = Memory(coll)
+    ws = mem.select("ana-ben", QUESTION, budget=40)
+    assert MARKER_ID in ws.unit_ids and mem.select("other", "kayak").unit_ids == ["o1"]
+    marker_turn = next(t for t in mem.turns("ana-ben") if t.turn_id == MARKER_ID)
+    dirs = [coll, tmp_path / "cache", out.parent]
+    before = _traces(dirs, needles, mem)
+    # the search finds every kind of copy before the forget, so it could fail after it
+    for what in ("text in coll", "embedding key in cache", "vector in cache", "vector in coll", "text in scores",
+                 "text in cache", "llm key 0 in cache", "llm key 1 in cache", "vector in the engine's arrays",
+                 "text in the engine's Python objects"):
+        assert any(x.startswith(what) for x in before), (what, before)
+    n_before = len(mem.turns("ana-ben"))
+    recs = [json.loads(x) for x in out.read_text().splitlines()]
+    kept = [r["id"] for r in recs if MARKER_ID not in r["units"]]
+    assert len(kept) == 2
+    res = mem.forget("ana-ben", [MARKER_ID], outputs=[out])
+    assert res["forgotten"] == [MARKER_ID] and res["n_units"] == n_before - 1 and res["cache_rows"] >= 4
+    assert res["output_records"] == len(recs) - len(kept)
+    after = _traces(dirs, needles, mem)
+    print("forget test search, before:", *before, "after:", *(after or ["nothing found"]), sep="\n  ")
+    assert after == []
+    hits = unit_line.cache_info().hits
+    unit_line(marker_turn, True)
+    assert unit_line.cache_info().hits == hits  # the rendered line was not cached any more
+    # the bank answers without the turn; the other records and banks are kept
+    assert MARKER_ID not in mem.select("ana-ben", QUESTION, budget=40).unit_ids
+    assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == kept
+    assert Memory(coll).select("ana-ben", QUESTION, budget=40).unit_ids == \
+        mem.select("ana-ben", QUESTION, budget=40).unit_ids
+    # forgetting again is not an error; the whole bank, then, leaves no trace of it either
+    assert mem.forget("ana-ben", [MARKER_ID])["missing"] == [MARKER_ID]
+    bank_text = "Clara".encode()
+    assert _traces([coll], {"t": bank_text})
+    assert main(["forget", "--collection", str(coll), "--bank", "ana-ben", "--outputs", str(out)]) == 0
+    assert "forgot the whole bank of 'ana-ben' (the bank is gone)" in capsys.readouterr().out
+    assert _traces([coll, out.parent], {"t": bank_text}) == []
+    assert [b["bank_id"] for b in Memory(coll).banks()] == ["other"]
+    assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == ["q2"]
+    assert main(["forget", "--collection", str(coll), "--bank", "ana-ben"]) == 2
+    assert "unknown bank id 'ana-ben'" in capsys.readouterr().err
+
+
+_KILLED = """
+import sys
+from trawmem_gpu import Memory
+mem = Memory(sys.argv[1])
+mem.select("ana-ben", "warm up")
+ids = None if sys.argv[2] == "-" else [sys.argv[2]]
+mem.forget("ana-ben", ids, outputs=[sys.argv[3]])
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("stage,whole", [("journaled", False), ("stored", False), ("stored", True)])
+def test_a_forget_killed_midway_leaves_old_or_new_and_a_rerun_finishes_it(built, tmp_path, stage, whole):
+    from trawmem_gpu import Memory
+    from trawmem_gpu.store import Collection
+
+    coll, out = built
+    needles = _needles(coll, _llm_keys(coll))
+    n_old = len(Collection(coll).load("ana-ben").turns)
+    flag = tmp_path / "paused"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRAWMEM_FORGET_PAUSE": f"{stage}:{flag}"}
+    p = subprocess.Popen([sys.executable, "-c", _KILLED, str(coll), "-" if whole else MARKER_ID, str(out)], env=env,
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for _ in range(6000):  # at most 10 minutes
+            if flag.exists() or p.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert flag.exists(), p.communicate()[1][-2000:]
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    # the bank is the old one or the new one, and loads
+    c = Collection(coll)
+    if whole:
+        assert ("ana-ben" in c) == (stage == "journaled")
+    else:
+        n = len(c.load("ana-ben").turns)
+        assert n == (n_old if stage == "journaled" else n_old - 1)
+    assert _traces([coll, tmp_path / "cache", out.parent], needles)  # traces are left: the forget did not finish
+    # a rerun of the same forget finishes the erasure
+    mem = Memory(coll)
+    res = mem.forget("ana-ben", None if whole else [MARKER_ID], outputs=[out])
+    assert res["deleted"] == whole
+    assert _traces([coll, tmp_path / "cache", out.parent], needles, mem) == []
+    assert not list((coll / ".forget").glob("*"))

@@ -1,0 +1,51 @@
+"""``trawmem forget``: forget turns of a bank, or a whole bank, everywhere (``Memory.forget``)."""
+from __future__ import annotations
+
+import json
+
+from .errors import plural
+
+
+def cmd_forget(a) -> int:
+    from .llm_factory import llm_from_args, llm_options
+    from .memory import Memory
+
+    mem = Memory(a.collection, create=False)
+    llm = llm_from_args(a.llm, check=True, **llm_options(a)) if a.llm else None
+    try:
+        res = mem.forget(a.bank, a.turns, outputs=a.outputs or (), llm=llm)
+    finally:
+        if llm is not None:
+            llm.close()
+    if a.json:
+        print(json.dumps(res, indent=1))
+        return 0
+    what = "the whole bank" if a.turns is None else plural(len(res["forgotten"]), "turn")
+    left = "the bank is gone" if res["deleted"] else f"{plural(res['n_units'], 'unit')} left"
+    print(f"forgot {what} of {a.bank!r} ({left}); erased {plural(res['cache_rows'], 'cache row')}"
+          + (f", {plural(res['output_records'], 'score record')}" if a.outputs else ""))
+    if res["missing"]:
+        shown = ", ".join(map(repr, res["missing"][:10])) + (" ..." if len(res["missing"]) > 10 else "")
+        print(f"not in the bank (forgotten before, or never there): {shown}")
+    return 0
+
+
+def configure_forget(f) -> None:
+    from .cli_args import add_llm_options
+    from .llm.spec import SPEC_HELP
+
+    f.describe("Forget turns of a bank (--turns), or the whole bank, everywhere: the bank is rebuilt without "
+               "them and written atomically, and the embedding and LLM caches under TRAWMEM_CACHE and the "
+               "score outputs named by --outputs are scrubbed of them (docs/python-api.md, Forgetting). "
+               "Rerunning a forget that was interrupted finishes it.")
+    f.add_argument("--collection", required=True, help="collection directory")
+    f.add_argument("--bank", required=True, help="bank id")
+    f.add_argument("--turns", nargs="+", metavar="ID",
+                   help="turn ids to forget (without it: the whole bank)")
+    f.add_argument("--outputs", nargs="+", metavar="FILE",
+                   help="`trawmem score` outputs to take the bank's records with forgotten turns out of")
+    f.add_argument("--llm", help=f"LLM for a bank built with llm segmentation or heads: {SPEC_HELP} (without it "
+                                 "the touched sessions fall back to embedding segmentation and extractive heads)")
+    add_llm_options(f)
+    f.add_argument("--json", action="store_true", help="print the result as JSON")
+    f.set_defaults(fn=cmd_forget)
