@@ -168,3 +168,20 @@ def test_the_trawmem_commands_parse_and_the_demo_runs(tmp_path, capsys):
     demo[i + 1] = str(tmp_path / demo[i + 1])
     assert main(demo[1:]) == 0
     assert "## " in capsys.readouterr().out
+
+
+def test_the_results_table_is_the_committed_run():
+    """Every row of the README's table is a row of ``benchmarks/results/equal_tokens_current.md``."""
+    text = README.read_text(encoding="utf-8")
+    table = text[text.index("## Results"):text.index("## Documentation")]
+    rows = [[c.strip().strip("*") for c in line.strip("|").split("|")] for line in table.splitlines()
+            if line.startswith("| ") and not line.startswith("| data set")]
+    assert len(rows) == 6
+    src = (ROOT / "benchmarks" / "results" / "equal_tokens_current.md").read_text(encoding="utf-8")
+    want = {}
+    for line in src.splitlines():
+        c = [x.strip() for x in line.strip("|").split("|")]
+        if len(c) == 6 and c[1].isdigit():  # set | T | margin before | margin now | recall before -> now | hybrid
+            want[(c[0], int(c[1]))] = (c[5], c[4].split("->")[1].strip(), c[3])
+    for data, t, hybrid, trawmem, margin in rows:
+        assert want[(data, int(t.replace(",", "")))] == (hybrid, trawmem, margin), (data, t)
