@@ -53,6 +53,11 @@ def test_select_is_typed_and_field_for_field_the_servers_answer(server):
     assert ws.tokens == raw["n_tokens"] <= 300 and ws.token_budget == 300 and ws.budget is None
     assert [(t.thread, t.head) for t in ws.threads] == [(t["thread"], t["head"]) for t in raw["threads"]]
     assert ws.units[0].text in ws.text and ws.units[0].speaker in ws.text
+    assert isinstance(ws.timings, tc.Timings) and ws.timings.batch_size == raw["timings"]["batch_size"] >= 1
+    with tc.Client(url, keys["rw"]) as c:
+        assert c.ready()
+    with tc.Client("http://127.0.0.1:1", timeout=5) as c:
+        assert not c.ready()
 
 
 def test_select_many_batches_in_order_and_matches_single_selects(server, monkeypatch):

@@ -24,7 +24,7 @@ types from their annotations, which name classes local to :func:`build_server`.)
 import sys
 from typing import Any, Callable, Mapping
 
-from .errors import ConfigError, InputError, TrawmemError, UnknownBank
+from .errors import ConfigError, TrawmemError, UnknownBank
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 

@@ -34,9 +34,10 @@ reached raises :class:`Unreachable`.
 from .clients import DEFAULT_URL, KEY_ENV, RETRY_STATUSES, URL_ENV, AsyncClient, Client
 from .errors import (STATUS_ERRORS, BankNotFound, Conflict, Forbidden, InvalidRequest, Overloaded, ServerError,
                      ServerTimeout, Unauthorized, Unreachable, retry_after_s)
-from .results import AppendResult, BankInfo, BankList, BankSummary, ForgetResult, SelectResult, ThreadHead, Unit
+from .results import (AppendResult, BankInfo, BankList, BankSummary, ForgetResult, SelectResult, ThreadHead, Timings,
+                      Unit)
 
 __all__ = ["AppendResult", "AsyncClient", "BankInfo", "BankList", "BankNotFound", "BankSummary", "Client", "Conflict",
            "DEFAULT_URL", "ForgetResult", "Forbidden", "InvalidRequest", "KEY_ENV", "Overloaded", "RETRY_STATUSES",
-           "STATUS_ERRORS", "SelectResult", "ServerError", "ServerTimeout", "ThreadHead", "URL_ENV", "Unauthorized",
-           "Unit", "Unreachable", "retry_after_s"]
+           "STATUS_ERRORS", "SelectResult", "ServerError", "ServerTimeout", "ThreadHead", "Timings", "URL_ENV",
+           "Unauthorized", "Unit", "Unreachable", "retry_after_s"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
 
 
 def _from(cls, d: dict):
@@ -33,6 +32,18 @@ class ThreadHead:
 
 
 @dataclass(frozen=True)
+class Timings:
+    """Where a request's time went inside the server (milliseconds)."""
+
+    queue_ms: float | None
+    encode_ms: float
+    select_ms: float
+    assemble_ms: float
+    batch_size: int
+    total_ms: float | None = None
+
+
+@dataclass(frozen=True)
 class SelectResult:
     """The workspace for one question (``POST /v1/select``)."""
 
@@ -49,7 +60,7 @@ class SelectResult:
     text: str
     n_tokens: int
     tokenizer: str
-    timings: dict[str, Any] = field(default_factory=dict)
+    timings: Timings | None = None
 
     @property
     def tokens(self) -> int:
@@ -62,8 +73,10 @@ class SelectResult:
 
     @classmethod
     def from_json(cls, d: dict) -> "SelectResult":
+        t = d.get("timings")
         return _from(cls, {**d, "units": tuple(_from(Unit, u) for u in d.get("units", ())),
-                           "threads": tuple(_from(ThreadHead, t) for t in d.get("threads", ()))})
+                           "threads": tuple(_from(ThreadHead, t) for t in d.get("threads", ())),
+                           "timings": _from(Timings, t) if isinstance(t, dict) else None})
 
 
 @dataclass(frozen=True)
