@@ -171,3 +171,49 @@ def test_bad_flags_are_one_line_errors(tmp_path, capsys):
         assert main(["mcp", "--collection", str(tmp_path / "c"), *argv]) == 2
         err = capsys.readouterr().err
         assert msg in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_http_command_serves_with_its_keys_file(tmp_path):
+    """`trawmem mcp --http --keys FILE` as a process: it loads the keys and answers on /mcp."""
+    import socket
+    import subprocess
+    import time
+
+    import httpx
+
+    from trawmem_gpu.serve.keys import add_key
+
+    keys_file = tmp_path / "keys.json"
+    key = add_key(keys_file, "ana", ["ana-*"], True)
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "TRAWMEM_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.Popen([sys.executable, "-m", "trawmem_gpu.cli", "mcp", "--collection", str(tmp_path / "c"),
+                             "--http", "--port", str(port), "--keys", str(keys_file)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        for _ in range(600):  # bounded: at most ~5 min for the encoder to load
+            try:
+                if httpx.post(url, json={}, timeout=5).status_code == 401:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            time.sleep(0.5)
+
+        async def go():
+            client, http = _http_client(url, key)
+            try:
+                async with client as c:
+                    assert {t.name for t in (await c.list_tools()).tools} >= TOOLS
+                    return _data(await c.call_tool("list_banks", {}))
+            finally:
+                await http.aclose()
+        assert asyncio.run(asyncio.wait_for(go(), 300)) == []
+    finally:
+        proc.terminate()
+        proc.wait(60)
