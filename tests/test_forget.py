@@ -79,6 +79,36 @@ def test_an_llm_built_bank_forgets_without_an_llm(tmp_path, monkeypatch, server)
     assert {got.head_kind[j] for j in range(got.n_threads) if j not in s2} == {"llm"}  # the others are kept
 
 
+def test_facts_and_profiles_citing_a_forgotten_turn_go_with_it():
+    """Layers beside the turns (issue 21's facts and profiles): what cites a forgotten turn is
+    dropped, with its vector, and erased; the rest is kept as it was. Runs once the layered bank
+    (``trawmem_gpu.facts``) is in the tree."""
+    schema = pytest.importorskip("trawmem_gpu.facts.schema")
+    from dataclasses import replace
+
+    from trawmem_gpu.construct import build_banks
+    from trawmem_gpu.construct.forget import without_turns
+    from trawmem_gpu.encode import get_encoder
+    from trawmem_gpu.memory.erase import Erasure, vector_digest
+
+    enc = get_encoder(cache=False)
+    (b,), _ = build_banks(load_conversations(sample_path()), encoder=enc, progress=False)
+    facts = (schema.Fact("F:1:1", "Clara moved to Rotterdam", ("S1:8",)),
+             schema.Fact("F:1:2", "Ana runs a half marathon", ("S1:1", "S1:3")))
+    prof = (schema.ProfileSection("Ana", "interests", (schema.ProfileLine("running", ("F:1:2",)),)),
+            schema.ProfileSection("Ben", "relationships", (schema.ProfileLine("sister in Rotterdam", ("F:1:1",)),)))
+    b = replace(b, facts=facts, fact_vecs=enc.encode([f.text for f in facts]), profiles=prof,
+                profile_vecs=enc.encode([p.text() for p in prof]), layer_sources={"facts": "locomo"})
+    got, _ = without_turns(b, ["S1:8"], enc)
+    got.validate()
+    assert [f.fact_id for f in got.facts] == ["F:1:2"] and [p.person for p in got.profiles] == ["Ana"]
+    assert np.array_equal(got.fact_vecs, b.fact_vecs[1:]) and np.array_equal(got.profile_vecs, b.profile_vecs[:1])
+    assert got.layer_sources == {"facts": "locomo"}
+    e = Erasure.of(b, got, ["S1:8"])
+    assert {"Clara moved to Rotterdam", "sister in Rotterdam"} <= set(e.texts)
+    assert {vector_digest(b.fact_vecs[0]), vector_digest(b.profile_vecs[1])} <= set(e.vectors)
+
+
 def test_a_delete_killed_after_its_index_write_is_finished(tmp_path):
     import shutil
 
@@ -96,6 +126,38 @@ def test_a_delete_killed_after_its_index_write_is_finished(tmp_path):
     assert (d / "banks" / name).exists()  # no dirname given: an unknown directory is not touched
     Collection(d).delete("b2", name)
     assert not (d / "banks" / name).exists() and Collection(d).bank_ids == ["ana-ben"]
+
+
+def test_engine_purge_drops_the_dead_rows_and_picks_as_a_fresh_engine():
+    from dataclasses import replace
+
+    import torch
+
+    from trawmem_gpu.construct import build_banks
+    from trawmem_gpu.construct.forget import without_turns
+    from trawmem_gpu.encode import get_encoder
+    from trawmem_gpu.select.engine import SelectionEngine
+
+    conv = load_conversations(sample_path())[0]
+    enc = get_encoder(cache=False)
+    (a,), _ = build_banks([conv], encoder=enc, progress=False)
+    b = replace(a, bank_id="b")
+    eng = SelectionEngine([a, b], device="cpu")
+    gone = a.unit_vecs[a.index_of()["S1:8"]].astype(np.float64).tobytes()  # the CPU engine's dtype
+    small, _ = without_turns(a, ["S1:8"], enc)
+    eng.replace_bank(small)
+    blob = lambda: b"".join(s.buf.contiguous().view(-1).view(torch.uint8).numpy().tobytes()  # noqa: E731
+                            for s in eng._store._segments.values())
+    assert blob().count(gone) == 2  # bank b's copy, and the replaced bank's dead rows
+    old = [s.buf for s in eng._store._segments.values()]
+    eng.purge()
+    assert blob().count(gone) == 1  # only bank b's own
+    assert all(not o.any() or o.eq(o.flatten()[0]).all() for o in old)  # the old buffers overwritten
+    z = enc.encode(["Where does Clara live?"], is_query=True)
+    fresh = SelectionEngine([small, b], device="cpu")
+    for bid in (a.bank_id, "b"):
+        assert eng.select_units([bid], ["Where does Clara live?"], z) == \
+            fresh.select_units([bid], ["Where does Clara live?"], z)
 
 
 # -- no trace ------------------------------------------------------------------------------------
@@ -163,7 +225,9 @@ def _needles(coll_dir, extra_keys=()) -> dict[str, bytes]:
     i = next(k for k, t in enumerate(bank.turns) if t.turn_id == MARKER_ID)
     t = bank.turns[i]
     key = EmbeddingCache.key(bank.encoder_id, False, t.embed_text())
-    out = {"text": MARKER.encode(), "embedding key": key.encode(), "vector": bank.unit_vecs[i].tobytes()}
+    v = bank.unit_vecs[i]
+    out = {"text": MARKER.encode(), "embedding key": key.encode(), "vector": v.tobytes(),
+           "vector64": v.astype(np.float64).tobytes()}  # as a CPU engine's tables hold it
     out.update({f"llm key {n}": k.encode() for n, k in enumerate(extra_keys)})
     return out
 
@@ -216,6 +280,7 @@ def test_forget_leaves_no_trace(built, tmp_path, capsys):
     # the search finds every kind of copy before the forget, so it could fail after it
     for what in ("text in coll", "embedding key in cache", "vector in cache", "vector in coll", "text in scores",
                  "text in cache", "llm key 0 in cache", "llm key 1 in cache", "vector in the engine's arrays",
+                 "vector64 in the engine's arrays",
                  "text in the engine's Python objects"):
         assert any(x.startswith(what) for x in before), (what, before)
     n_before = len(mem.turns("ana-ben"))
@@ -226,7 +291,8 @@ def test_forget_leaves_no_trace(built, tmp_path, capsys):
     assert res["forgotten"] == [MARKER_ID] and res["n_units"] == n_before - 1 and res["cache_rows"] >= 4
     assert res["output_records"] == len(recs) - len(kept)
     after = _traces(dirs, needles, mem)
-    print("forget test search, before:", *before, "after:", *(after or ["nothing found"]), sep="\n  ")
+    print("forget test search, before:", *before, "after:", *(after or ["nothing found"]), sep="\n  ",
+          file=sys.__stdout__)
     assert after == []
     hits = unit_line.cache_info().hits
     unit_line(marker_turn, True)
@@ -297,3 +363,49 @@ def test_a_forget_killed_midway_leaves_old_or_new_and_a_rerun_finishes_it(built,
     assert res["deleted"] == whole
     assert _traces([coll, tmp_path / "cache", out.parent], needles, mem) == []
     assert not list((coll / ".forget").glob("*"))
+
+
+def test_forget_while_other_threads_select_and_add(tmp_path, monkeypatch):
+    """Selections on three threads and adds to another bank while turns are forgotten one by one:
+    nothing fails, and once a forget returns no selection shows that turn."""
+    import threading
+
+    from trawmem_gpu import Memory
+
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+    conv = load_conversations(sample_path())[0]
+    mem = Memory(tmp_path / "m")
+    mem.add("ana-ben", list(conv.turns))
+    gone: list[str] = []
+    errors, stop = [], threading.Event()
+
+    def reader():
+        try:
+            while not stop.is_set():
+                done = list(gone)  # forgotten before this selection started
+                ws = mem.select("ana-ben", "Where does Clara live?", budget=33)
+                assert not set(done) & set(ws.unit_ids), (done, ws.unit_ids)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    def adder():
+        try:
+            for i in range(3):
+                mem.add("side", [{"turn_id": f"s{i}", "speaker": "Zed", "text": f"note {i}",
+                                  "timestamp": "2031-05-01"}])
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=reader) for _ in range(3)] + [threading.Thread(target=adder)]
+    for t in threads:
+        t.start()
+    try:
+        for tid in ("S1:8", "S2:4", "S3:1", "S3:6"):
+            assert mem.forget("ana-ben", [tid])["forgotten"] == [tid]
+            gone.append(tid)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=600)
+    assert not errors, errors
+    assert len(mem.turns("ana-ben")) == len(conv.turns) - 4 and len(mem.turns("side")) == 3

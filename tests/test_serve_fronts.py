@@ -143,6 +143,29 @@ def test_appends_through_any_front_are_read_back_and_none_is_lost(fronts):
     assert r.status_code == 200 and r.json()["bank_n_units"] == 8
 
 
+def test_a_forget_through_one_front_is_seen_by_every_front(fronts):
+    url, _, coll = fronts
+    h = _auth("rw")
+    turns = [_turn("f1", "My locker code is 4417."), _turn("f2", "Lunch was soup.")]
+    assert httpx.post(url + "/v1/banks/acme-fg/turns", json={"turns": turns}, headers=h).status_code == 200
+    assert httpx.delete(url + "/v1/banks/acme-fg/turns/f1", headers=_auth("ro")).status_code == 404  # not its bank
+    r = httpx.delete(url + "/v1/banks/acme-fg/turns/f1", headers=h)
+    assert r.status_code == 200 and r.json()["forgotten"] == ["f1"] and r.json()["n_units"] == 1
+    q = {"bank_id": "acme-fg", "question": "What is the locker code?"}
+    for _ in range(6):  # each on its own connection: both fronts answer from the engine process
+        with httpx.Client() as c:
+            assert [u["id"] for u in c.post(url + "/v1/select", json=q, headers=h).json()["units"]] == ["f2"]
+    r = httpx.delete(url + "/v1/banks/acme-fg", headers=h)
+    assert r.status_code == 200 and r.json()["deleted"] is True
+    assert httpx.delete(url + "/v1/banks/acme-fg", headers=h).status_code == 404  # UnknownBank crossed the socket
+    for _ in range(4):
+        with httpx.Client() as c:
+            assert c.get(url + "/v1/banks/acme-fg", headers=h).status_code == 404
+    from trawmem_gpu.store import Collection
+
+    assert "acme-fg" not in Collection(coll)
+
+
 def test_metrics_are_summed_over_fronts_and_include_the_engine(fronts):
     url, _, _ = fronts
 

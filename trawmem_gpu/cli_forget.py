@@ -41,11 +41,12 @@ def configure_forget(f) -> None:
     f.add_argument("--collection", required=True, help="collection directory")
     f.add_argument("--bank", required=True, help="bank id")
     f.add_argument("--turns", nargs="+", metavar="ID",
-                   help="turn ids to forget (without it: the whole bank)")
+                   help="turn ids to forget (default: the whole bank)")
     f.add_argument("--outputs", nargs="+", metavar="FILE",
-                   help="`trawmem score` outputs to take the bank's records with forgotten turns out of")
-    f.add_argument("--llm", help=f"LLM for a bank built with llm segmentation or heads: {SPEC_HELP} (without it "
-                                 "the touched sessions fall back to embedding segmentation and extractive heads)")
+                   help="`trawmem score` outputs to take the bank's records with forgotten turns out of (default: "
+                        "none besides the bank and the caches)")
+    f.add_argument("--llm", help=f"LLM for a bank built with llm segmentation or heads: {SPEC_HELP} (default: "
+                                 "none: the touched sessions fall back to embedding segmentation and extractive heads)")
     add_llm_options(f)
     f.add_argument("--json", action="store_true", help="print the result as JSON")
     f.set_defaults(fn=cmd_forget)

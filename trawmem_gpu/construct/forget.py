@@ -93,6 +93,24 @@ def without_turns(bank: Bank, turn_ids, encoder: Encoder, llm=None,
               [r[2] for r in rows], keep_threads=len(rows))
     out = _finish([w], encoder, cfg, False, stats, [head_vecs])[0]
     out.build_config = stored
+    out = layers_without(bank, out, drop)
     out.stats.update({"llm_segment_fallbacks": int(stats.get("llm_segment_fallbacks", 0)),
                       "llm_head_fallbacks": int(stats.get("llm_head_fallbacks", 0))})
     return out, stats
+
+
+def layers_without(old: Bank, new: Bank, drop: set) -> Bank:
+    """``new`` with ``old``'s other layers less what cites a forgotten turn: facts citing one of
+    ``drop`` go, and so do profile sections citing a fact that went (they are re-derived by the
+    next profile build); everything kept keeps its vector."""
+    facts, profiles = getattr(old, "facts", ()), getattr(old, "profiles", ())
+    if not facts and not profiles:
+        return new
+    keep_f = [k for k, f in enumerate(facts) if not set(f.source_turns) & drop]
+    kept = {facts[k].fact_id for k in keep_f}
+    keep_p = [k for k, p in enumerate(profiles) if set(p.fact_ids) <= kept]
+    return replace(new, facts=tuple(facts[k] for k in keep_f),
+                   fact_vecs=old.fact_vecs[keep_f] if keep_f else None,
+                   profiles=tuple(profiles[k] for k in keep_p),
+                   profile_vecs=old.profile_vecs[keep_p] if keep_p else None,
+                   layer_sources=dict(getattr(old, "layer_sources", {})))

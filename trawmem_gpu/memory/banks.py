@@ -164,7 +164,7 @@ class BankRegistry:
             e = done["erasure"].merged(pending)
             if done["new"] is None:
                 self.coll.delete(bank_id, e.dirname)
-            bank = done["new"] if done["new"] is not None else (None if bank_id not in self.coll else self.coll.load(bank_id))
+            bank = done["new"]
             with self._lock:
                 if bank is None:
                     self._banks.pop(bank_id, None)

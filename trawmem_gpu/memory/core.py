@@ -120,7 +120,8 @@ class MemoryCore:
         """Make the engine select from the bank as it now is (the forget's, or a later append's;
         dropped when gone) and purge its tables of the old bank's rows (engine-owner thread)."""
         bank_id = res.erasure.bank_id
-        self.engines.forget(bank_id, self.registry.get(bank_id), prepared)
+        if res.erasure.turn_ids or res.erasure.whole:  # else nothing was forgotten
+            self.engines.forget(bank_id, self.registry.get(bank_id), prepared)
 
     def forget_summary(self, res: ForgetResult, counts: dict) -> dict:
         return {"bank_id": res.erasure.bank_id, "forgotten": res.forgotten, "missing": res.missing,

@@ -93,9 +93,14 @@ class Erasure:
             t = old.turns[i]
             texts += [t.text, t.embed_text(), t.lexical_text()] + ([t.caption] if t.caption else [])
         texts += [old.heads[j] for j in gone]
+        vecs = [old.unit_vecs[i] for i in idx] + [old.head_vecs[j] for j in gone]
+        for layer, text in (("fact", lambda f: f.text), ("profile", lambda p: p.text())):  # layers beside the turns
+            items, left = getattr(old, f"{layer}s", ()), {id(x) for x in getattr(new, f"{layer}s", ())}
+            gone_items = [k for k, x in enumerate(items) if id(x) not in left]
+            texts += [text(items[k]) for k in gone_items]
+            vecs += [getattr(old, f"{layer}_vecs")[k] for k in gone_items]
         texts = [x for x in dict.fromkeys(texts) if x]
         keys = [EmbeddingCache.key(old.encoder_id, q, x) for x in texts for q in (False, True)]
-        vecs = [old.unit_vecs[i] for i in idx] + [old.head_vecs[j] for j in gone]
         kept = set() if new is None else {w for t in new.turns for w in _words(t)}
         words = sorted({w for i in idx for w in _words(old.turns[i])} - kept)
         touched = {old.turns[i].session for i in idx}
@@ -112,18 +117,21 @@ class Erasure:
         u = lambda a, b: list(dict.fromkeys(a + b))  # noqa: E731
         return Erasure(self.bank_id, u(other.turn_ids, self.turn_ids), self.whole or other.whole,
                        u(other.texts, self.texts), u(other.keys, self.keys), u(other.vectors, self.vectors),
-                       self.dirname or other.dirname, u(other.words, self.words), other.sessions + [x for x in self.sessions
-                                                                        if x not in other.sessions])
+                       self.dirname or other.dirname, u(other.words, self.words),
+                       other.sessions + [x for x in self.sessions if x not in other.sessions])
 
 
 WORD_MIN = 6
 
 
+def words_of(text: str) -> set[str]:
+    """The words of ``text`` (split on white space, outer punctuation stripped, lower case) of at
+    least :data:`WORD_MIN` characters."""
+    return {w for w in (x.strip(".,;:!?\"'()[]{}<>*`") for x in text.lower().split()) if len(w) >= WORD_MIN}
+
+
 def _words(t) -> set[str]:
-    """A turn's words (split on white space, outer punctuation stripped, lower case) of at least
-    :data:`WORD_MIN` characters."""
-    text = f"{t.text} {t.caption or ''}".lower()
-    return {w for w in (x.strip(".,;:!?\"'()[]{}<>") for x in text.split()) if len(w) >= WORD_MIN}
+    return words_of(f"{t.text} {t.caption or ''}")
 
 
 def turn_record(t) -> dict:
@@ -279,10 +287,11 @@ def scrub_llm(path: Path, e: Erasure, retries: int = 3) -> int:
                         break
                     n += db.execute("DELETE FROM responses WHERE key=?", (k,)).rowcount
                     conv = retry_messages(conv, row[0] or "")
-        for x in e.texts:
-            n += db.execute("DELETE FROM responses WHERE instr(text, ?) > 0", (x,)).rowcount
-        for w in e.words:
-            n += db.execute("DELETE FROM responses WHERE instr(lower(text), ?) > 0", (w,)).rowcount
+        words = set(e.words)
+        quoting = [k for k, text in db.execute("SELECT key, text FROM responses")
+                   if isinstance(text, str) and (words & words_of(text) or any(x in text for x in e.texts))]
+        for k in quoting:
+            n += db.execute("DELETE FROM responses WHERE key=?", (k,)).rowcount
         return n
     return _scrub_db(path, delete)
 
@@ -337,7 +346,10 @@ def scrub_outputs(paths, e: Erasure) -> int:
 
 
 def erase_copies(e: Erasure, caches=(), outputs=()) -> dict:
-    """Scrub every cache (the defaults and ``caches``) and the ``outputs``; returns the counts."""
+    """Scrub every cache (the defaults and ``caches``) and the ``outputs``; returns the counts
+    (nothing to do, nothing touched: a forget of ids the bank did not hold)."""
+    if not (e.turn_ids or e.whole):
+        return {"cache_rows": 0, "output_records": 0}
     files = list(dict.fromkeys([*default_caches(), *map(Path, caches)]))
     rows = sum(scrub_cache(p, e) for p in files)
     return {"cache_rows": rows, "output_records": scrub_outputs(outputs, e) if outputs else 0}

@@ -13,6 +13,7 @@ Every error is a JSON ``{"detail": "..."}`` with a 4xx/5xx status; the server ke
 422    malformed or out-of-range input (empty / oversized question, budget or hops out of range,
        NaN or wrong-length vector, unparseable date, malformed turn, ...)
 429    the queue is full (``Retry-After`` says when to come back)
+501    a forget on a backend that cannot forget (the Ray Serve router)
 503    draining for shutdown, or not yet ready
 504    no answer within ``--timeout``
 =====  ==========================================================================================

@@ -11,7 +11,11 @@ runs on three thread pools, never on the event loop:
   batch (grouping and rendering cost more CPU per query than the selection);
 * *append threads* validate, build and persist appended turns (serialized per bank by the
   registry); the engine refresh that follows is handed to the batch worker, and the append
-  answers only after it, so a client reads its own writes.
+  answers only after it, so a client reads its own writes. A forget runs the same way, then
+  scrubs the caches on the append thread (``memory.core.MemoryCore``).
+
+The banks, the encoder, the engine and the append / forget paths are the Memory core's
+(``trawmem_gpu.memory``), the same as ``Memory`` and ``trawmem query`` use.
 
 The encoder is shared by both pools behind a lock (a transformers tokenizer is not safe to call
 from two threads at once).

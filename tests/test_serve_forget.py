@@ -1,0 +1,101 @@
+"""``DELETE /v1/banks/{bank_id}``, ``DELETE /v1/banks/{bank_id}/turns/{turn_id}`` and ``POST
+/v1/banks/{bank_id}/forget`` against the real server: keys and tenants apply, the engine forgets
+(no trace in the serving process's tables), selections keep answering meanwhile."""
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+
+from serve_util import SAMPLE_BANK, build_sample_collection, running  # noqa: E402
+from test_forget import _traces  # noqa: E402
+from trawmem_gpu.serve.config import ServeConfig  # noqa: E402
+
+KEYS = {"rw": "key-acme-rw-0123456789", "ro": "key-acme-ro-0123456789", "other": "key-other-rw-0123456789"}
+MARKER = "qpwk-serve-marker-51d0e7"
+
+
+def _keys_file(path) -> str:
+    h = lambda k: hashlib.sha256(k.encode()).hexdigest()  # noqa: E731
+    path.write_text(json.dumps({"keys": [
+        {"sha256": h(KEYS["rw"]), "tenant": "acme", "banks": ["acme-*"], "access": "read-write"},
+        {"sha256": h(KEYS["ro"]), "tenant": "acme-reader", "banks": ["acme-*"], "access": "read-only"},
+        {"sha256": h(KEYS["other"]), "tenant": "other", "banks": ["other-*", SAMPLE_BANK], "access": "read-write"},
+    ]}))
+    return str(path)
+
+
+def test_forget_routes(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+    coll = build_sample_collection(tmp_path / "coll", extra_ids=("acme-1", "other-1"))
+    cfg = ServeConfig(collection=str(coll), keys_file=_keys_file(tmp_path / "keys.json"), max_wait_ms=1)
+    with running(cfg) as (url, service, _):
+        c = httpx.Client(base_url=url, timeout=120)
+
+        def call(method, path, key=None, body=None):
+            return c.request(method, path, json=body, headers={} if key is None else {"Authorization": f"Bearer {key}"})
+
+        turn = {"turn_id": "m1", "speaker": "Ana", "text": f"My bike lock code is {MARKER}.",
+                "timestamp": "2031-06-01T10:00:00"}
+        assert call("POST", "/v1/banks/acme-1/turns", KEYS["rw"], {"turns": [turn]}).status_code == 200
+        q = {"bank_id": "acme-1", "question": "What is the bike lock code?", "budget": 64}
+        assert "m1" in [u["id"] for u in call("POST", "/v1/select", KEYS["ro"], q).json()["units"]]
+        bank = service.registry.get("acme-1")
+        v = bank.unit_vecs[bank.index_of()["m1"]]
+        needles = {"text": MARKER.encode(), "vector": v.tobytes(), "vector64": v.astype("float64").tobytes()}
+        before = _traces([coll], needles, service.core)
+        assert "vector64 in the engine's arrays" in before and len(before) >= 4, before
+        # no key: 401; a read-only key: 403 on its own bank; a foreign bank answers as a missing one
+        for path in ("/v1/banks/acme-1", "/v1/banks/acme-1/turns/m1"):
+            assert call("DELETE", path).status_code == 401
+            assert call("DELETE", path, KEYS["ro"]).status_code == 403
+            foreign, missing = call("DELETE", path, KEYS["other"]), call("DELETE", path.replace("acme-1", "other-9"),
+                                                                         KEYS["other"])
+            assert foreign.status_code == missing.status_code == 404
+            assert foreign.json()["detail"].replace("'acme-1'", "ID") == missing.json()["detail"].replace("'other-9'",
+                                                                                                        "ID")
+        assert call("POST", "/v1/banks/acme-1/forget", KEYS["ro"], {"turn_ids": ["m1"]}).status_code == 403
+        assert call("POST", "/v1/banks/acme-1/forget", KEYS["rw"], {"turn_ids": []}).status_code == 422
+        assert "m1" in service.registry.get("acme-1").index_of()  # nothing refused was forgotten
+        # selections keep answering while the turn is forgotten
+        stop, codes = threading.Event(), []
+
+        def reader():
+            with httpx.Client(base_url=url, timeout=120) as rc:
+                while not stop.is_set():
+                    r = rc.post("/v1/select", json=q, headers={"Authorization": f"Bearer {KEYS['ro']}"})
+                    codes.append(r.status_code)
+
+        t = threading.Thread(target=reader)
+        t.start()
+        try:
+            r = call("DELETE", "/v1/banks/acme-1/turns/m1", KEYS["rw"])
+        finally:
+            stop.set()
+            t.join(timeout=300)
+        assert r.status_code == 200, r.text
+        assert r.json()["forgotten"] == ["m1"] and r.json()["deleted"] is False
+        assert codes and set(codes) == {200}
+        assert "m1" not in [u["id"] for u in call("POST", "/v1/select", KEYS["ro"], q).json()["units"]]
+        assert _traces([coll, tmp_path / "cache"], needles, service.core) == []
+        again = call("DELETE", "/v1/banks/acme-1/turns/m1", KEYS["rw"])
+        assert again.status_code == 404 and "holds no turn 'm1'" in again.json()["detail"]
+        # a batch of turns, then the whole bank
+        r = call("POST", "/v1/banks/acme-1/forget", KEYS["rw"], {"turn_ids": ["S1:1", "S1:2", "nope"]})
+        assert r.status_code == 200 and r.json()["forgotten"] == ["S1:1", "S1:2"] and r.json()["missing"] == ["nope"]
+        n = r.json()["n_units"]
+        assert call("GET", "/v1/banks/acme-1", KEYS["rw"]).json()["n_units"] == n
+        r = call("DELETE", "/v1/banks/acme-1", KEYS["rw"])
+        assert r.status_code == 200 and r.json()["deleted"] is True
+        assert call("GET", "/v1/banks/acme-1", KEYS["rw"]).status_code == 404
+        assert call("POST", "/v1/select", KEYS["rw"], q).status_code == 404
+        assert call("DELETE", "/v1/banks/acme-1", KEYS["rw"]).status_code == 404
+        # the other banks are untouched and still served
+        assert call("POST", "/v1/select", KEYS["other"], {"bank_id": "other-1", "question": "knee?"}).status_code == 200
+        assert "acme-1" not in service.engines.banks and "acme-1" not in service.engines.engine.bank_ids
+        c.close()
