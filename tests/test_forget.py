@@ -77,6 +77,23 @@ def test_an_llm_built_bank_forgets_without_an_llm(tmp_path, monkeypatch, server)
     s2 = [j for j in range(got.n_threads) if got.turns[int(got.thread_offsets[j])].session == 2]
     assert {got.head_kind[j] for j in s2} == {"extractive"}  # the touched session fell back
     assert {got.head_kind[j] for j in range(got.n_threads) if j not in s2} == {"llm"}  # the others are kept
+    # a Memory with the LLM appends to (and forgets from) such a bank as `build --update` would
+    from trawmem_gpu import Memory
+    from trawmem_gpu.errors import NoLLMConfigured
+    from trawmem_gpu.llm_factory import llm_from_args
+
+    new = [{"turn_id": "S9:1", "speaker": "Ana", "text": "Back from Lisbon!", "timestamp": "2031-10-20T10:00:00"}]
+    with pytest.raises(NoLLMConfigured):
+        Memory(tmp_path / "c").add("ana-ben", new)
+    llm = llm_from_args(server.base_url)
+    try:
+        mem = Memory(tmp_path / "c", llm=llm)
+        assert mem.add("ana-ben", new)["appended"] == 1
+        assert mem.forget("ana-ben", ["S2:3"])["forgotten"] == ["S2:3"]
+    finally:
+        llm.close()
+    stored = Collection(tmp_path / "c").load("ana-ben")
+    assert set(stored.head_kind) == {"llm"} and "S2:3" not in stored.index_of()  # the LLM wrote every head
 
 
 def test_facts_and_profiles_citing_a_forgotten_turn_go_with_it():
@@ -275,11 +292,16 @@ def test_forget_leaves_no_trace(built, tmp_path, capsys):
     ws = mem.select("ana-ben", QUESTION, budget=40)
     assert MARKER_ID in ws.unit_ids and mem.select("other", "kayak").unit_ids == ["o1"]
     marker_turn = next(t for t in mem.turns("ana-ben") if t.turn_id == MARKER_ID)
+    import shutil
+
+    live = coll / "banks" / "ana-ben"  # leftovers of earlier writes killed mid-way: copies of the bank
+    for leftover in (".ana-ben.tmp-k1ll3d", ".ana-ben.old-k1ll3d"):
+        shutil.copytree(live, live.with_name(leftover))
     dirs = [coll, tmp_path / "cache", out.parent]
     before = _traces(dirs, needles, mem)
     # the search finds every kind of copy before the forget, so it could fail after it
-    for what in ("text in coll", "embedding key in cache", "vector in cache", "vector in coll", "text in scores",
-                 "text in cache", "llm key 0 in cache", "llm key 1 in cache", "vector in the engine's arrays",
+    for what in ("text in coll/banks/.ana-ben.tmp-", "vector in coll/banks/.ana-ben.old-", "text in coll",
+                 "embedding key in cache", "vector in cache", "vector in coll", "text in scores", "text in cache", "llm key 0 in cache", "llm key 1 in cache", "vector in the engine's arrays",
                  "vector64 in the engine's arrays",
                  "text in the engine's Python objects"):
         assert any(x.startswith(what) for x in before), (what, before)
@@ -409,3 +431,43 @@ def test_forget_while_other_threads_select_and_add(tmp_path, monkeypatch):
             t.join(timeout=600)
     assert not errors, errors
     assert len(mem.turns("ana-ben")) == len(conv.turns) - 4 and len(mem.turns("side")) == 3
+
+
+def test_a_forget_waits_for_workspaces_of_the_old_bank_before_dropping_the_render_caches(tmp_path, monkeypatch):
+    """A selection picked from the old bank renders it after the forget has swapped the bank; the
+    forget drops the rendering caches only after that rendering (else it would re-fill them with
+    the forgotten turn)."""
+    import threading
+
+    from trawmem_gpu import Memory
+    from trawmem_gpu.memory import api, result
+
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+    conv = load_conversations(sample_path())[0]
+    mem = Memory(tmp_path / "m")
+    mem.add("ana-ben", list(conv.turns))
+    order, release, inside = [], threading.Event(), threading.Event()
+    real_of = result.SelectedWorkspace.of
+
+    def slow_of(*a, **k):
+        inside.set()
+        release.wait(600)
+        order.append("rendered")
+        return real_of(*a, **k)
+
+    real_erase = mem._core.erase_copies
+    monkeypatch.setattr(mem._core, "erase_copies", lambda *a, **k: order.append("erased") or real_erase(*a, **k))
+    monkeypatch.setattr(api.SelectedWorkspace, "of", slow_of)
+    sel = threading.Thread(target=mem.select, args=("ana-ben", "Where does Clara live?"))
+    sel.start()
+    assert inside.wait(600)
+    fg = threading.Thread(target=mem.forget, args=("ana-ben", ["S1:8"]))
+    fg.start()
+    for _ in range(60000):  # until the forget waits for the rendering (bounded)
+        if mem._assembled._waiters:
+            break
+        fg.join(0.01)
+    release.set()
+    sel.join(600)
+    fg.join(600)
+    assert order == ["rendered", "erased"]

@@ -91,4 +91,12 @@ def test_ray_shards_route_by_bank_id(ray_server):
             r = c.post("/v1/select", json={"bank_id": b, "question": "What is the puppy called?", "budget": 4})
             assert f"{b}-new" in [u["id"] for u in r.json()["units"]]
             assert c.post(f"/v1/banks/{b}/turns", json={"turns": [turn]}).status_code == 409
+            # a forget goes to the owning shard too, and its engine forgets
+            r = c.delete(f"/v1/banks/{b}/turns/{b}-new")
+            assert r.status_code == 200 and r.json()["n_units"] == n0, r.text
+            r = c.post("/v1/select", json={"bank_id": b, "question": "What is the puppy called?", "budget": 4})
+            assert f"{b}-new" not in [u["id"] for u in r.json()["units"]]
+        b = min(owned[1] - {SAMPLE_BANK})
+        assert c.delete(f"/v1/banks/{b}").json()["deleted"] is True
+        assert c.get(f"/v1/banks/{b}").status_code == 404 and c.delete(f"/v1/banks/{b}").status_code == 404
         assert c.get("/readyz").status_code == 200

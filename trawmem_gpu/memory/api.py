@@ -25,7 +25,14 @@ from ..data.types import Turn
 from ..errors import InputError, UnknownBank
 from .result import SelectedWorkspace
 
-_UNSET = object()
+class _Default:
+    """The default of a parameter whose None means something else (``budget=None``: no unit cap)."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+_UNSET = _Default()
 
 
 def _records(turns) -> list[dict]:
@@ -74,6 +81,8 @@ class Memory:
     :param head: a learned role head (``trawmem_gpu.head.load_head``) for the engine
     :param only: load only these bank ids (a process that serves a few banks of a large collection)
     :param create: create the collection when ``path`` does not hold one (else a ``BankError``)
+    :param llm: an LLM backend (``trawmem_gpu.llm_factory.llm_from_args``) for banks built with
+        LLM segmentation or heads: ``add`` re-segments and writes heads with it, ``forget`` too
     :param embedding_cache: keep vectors in the on-disk embedding cache (True: the default one
         under ``TRAWMEM_CACHE``, or a file path); off by default
     :raises BankError: the directory is not a collection (or a damaged one)
@@ -83,7 +92,7 @@ class Memory:
     def __init__(self, path: str | Path, *, encoder=None, method=None, budget: int | None = _UNSET,
                  token_budget: int | None = None, hops: int | None = None, threads: int | None = None,
                  caches: Iterable[str | Path] = (), head=None, only: Iterable[str] | None = None,
-                 create: bool = True, embedding_cache: bool | str = False):
+                 create: bool = True, embedding_cache: bool | str = False, llm=None):
         from ..select.params import QueryParams
         from .core import MemoryCore
 
@@ -95,8 +104,14 @@ class Memory:
         owns = (lambda b, keep=frozenset(only): b in keep) if only is not None else (lambda b: True)
         self._core = MemoryCore(path, encoder=encoder, select_cfg=method, threads=threads, caches=caches, head=head,
                                 owns=owns, create=create, embedding_cache=embedding_cache)
-        self._lock = threading.RLock()
+        self.llm = llm
+        self._lock = threading.Lock()
         """Held for every engine call and engine refresh."""
+        self._assembled = threading.Condition(self._lock)
+        self._epoch = 0
+        self._assembling: dict[int, int] = {}
+        """Engine epoch -> selections picked at it and still being assembled: a forget waits for
+        those picked before it (they render the old bank) before it drops the rendering caches."""
 
     # -- properties ---------------------------------------------------------------------------
     @property
@@ -141,7 +156,7 @@ class Memory:
         """
         from .core import bank_summary
 
-        res = self._core.append(bank_id, _records(turns))
+        res = self._core.append(bank_id, _records(turns), llm=self.llm)
         prepared = self._core.engines.prepare(res.bank)  # the slow part, outside the engine lock
         with self._lock:
             self._core.sync_engine(bank_id, prepared)
@@ -155,8 +170,9 @@ class Memory:
         scrubbed of them. Forgetting an id twice is not an error (``missing`` lists it); a forget
         that was killed half-way is finished by the next forget of that bank.
 
-        :param llm: an LLM backend for a bank built with LLM segmentation or heads (without one the
-            re-segmented sessions fall back to embedding segmentation and extractive heads)
+        :param llm: an LLM backend for a bank built with LLM segmentation or heads (default: the
+            Memory's; without one the re-segmented sessions fall back to embedding segmentation and
+            extractive heads)
         :returns: ``{"bank_id", "forgotten": [ids], "missing": [ids], "deleted": bool,
             "n_units": int, "cache_rows": int, "output_records": int}``
         :raises UnknownBank: no such bank (and no unfinished forget of it)
@@ -168,10 +184,13 @@ class Memory:
             bad = [t for t in turn_ids if not isinstance(t, str)]
             if bad:
                 raise InputError(f"turn_ids: expected turn id strings, got {type(bad[0]).__name__}")
-        res = self._core.forget_stored(bank_id, turn_ids, llm)
+        res = self._core.forget_stored(bank_id, turn_ids, llm or self.llm)
         prepared = self._core.prepare_forget(res)
         with self._lock:
             self._core.sync_forget(res, prepared)
+            self._epoch += 1
+            now = self._epoch
+            self._assembled.wait_for(lambda: all(e >= now for e in self._assembling))
         return self._core.forget_summary(res, self._core.erase_copies(res, outputs))
 
     # -- selection -------------------------------------------------------------------------------
@@ -239,7 +258,17 @@ class Memory:
                     if b not in eng.banks:
                         raise UnknownBank(b, f"queries[{i}]: " if n > 1 else "")
             picks, banks, used = pick(eng, bids, qs, Z, ds, [qp] * n)
-        return [SelectedWorkspace.of(bank, q, p, self._core.headings, used) for bank, q, p in zip(banks, qs, picks)]
+            epoch = self._epoch
+            self._assembling[epoch] = self._assembling.get(epoch, 0) + 1
+        try:
+            return [SelectedWorkspace.of(bank, q, p, self._core.headings, used)
+                    for bank, q, p in zip(banks, qs, picks)]
+        finally:
+            with self._lock:
+                self._assembling[epoch] -= 1
+                if not self._assembling[epoch]:
+                    del self._assembling[epoch]
+                self._assembled.notify_all()
 
     def _params(self, budget, token_budget, hops):
         from .engines import query_params

@@ -100,7 +100,8 @@ class BankRegistry:
         with self._lock:
             return self._bank_locks.setdefault(bank_id, threading.Lock())
 
-    def append(self, bank_id: str, records: list[dict], encoder: Encoder, encoder_spec: str) -> AppendResult:
+    def append(self, bank_id: str, records: list[dict], encoder: Encoder, encoder_spec: str,
+               llm=None) -> AppendResult:
         """Validate, build, persist and publish; raises ``InputError`` (nothing changed) on bad turns.
 
         The read-modify-write goes through ``Collection.update``, under the bank's lock, from the
@@ -118,10 +119,10 @@ class BankRegistry:
                     raise DuplicateTurns(f"bank {bank_id!r} already holds turn ids {dup[:10]}"
                                          f"{' ...' if len(dup) > 10 else ''}; nothing was appended")
                 cfg = BuildConfig.from_dict(old.build_config) if old.build_config else self.build_config(encoder_spec)
-                bank, stats = update_bank(old, turns, cfg, encoder)
+                bank, stats = update_bank(old, turns, cfg, encoder, llm)
             else:
                 conv = Conversation(bank_id, turns, tuple(dict.fromkeys(t.speaker for t in turns)))
-                (bank,), stats = build_banks([conv], self.build_config(encoder_spec), encoder, progress=False)
+                (bank,), stats = build_banks([conv], self.build_config(encoder_spec), encoder, llm, progress=False)
             done.update(created=old is None, appended=len(turns), stats=stats)
             return bank
 

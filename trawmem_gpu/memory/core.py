@@ -89,13 +89,17 @@ class MemoryCore:
     def headings(self):
         return self.engines.cfg.headings
 
-    def append(self, bank_id: str, records: list[dict]) -> AppendResult:
-        """Validate, build and persist turns (``BankRegistry.append``); the engine is not touched."""
-        return self.registry.append(bank_id, records, self.encoder, self.encoder_spec)
+    def append(self, bank_id: str, records: list[dict], encoder: Encoder | None = None, llm=None) -> AppendResult:
+        """Validate, build and persist turns (``BankRegistry.append``) with ``encoder`` (default:
+        the query encoder; a server may give appends an instance of their own); the engine is not
+        touched. ``llm``: for a bank built with LLM segmentation or heads."""
+        return self.registry.append(bank_id, records, encoder or self.encoder, self.encoder_spec, llm)
 
-    def forget_stored(self, bank_id: str, turn_ids: list[str] | None, llm=None) -> ForgetResult:
-        """Rewrite (or delete) the stored bank without the turns; the engine and caches are not touched."""
-        return self.registry.forget(bank_id, turn_ids, self.encoder, llm)
+    def forget_stored(self, bank_id: str, turn_ids: list[str] | None, llm=None,
+                      encoder: Encoder | None = None) -> ForgetResult:
+        """Rewrite (or delete) the stored bank without the turns (``encoder`` as for :meth:`append`);
+        the engine and caches are not touched."""
+        return self.registry.forget(bank_id, turn_ids, encoder or self.encoder, llm)
 
     def erase_copies(self, res: ForgetResult, outputs=()) -> dict:
         """Scrub every cache copy of what ``res`` forgot (and the ``outputs``), then close its

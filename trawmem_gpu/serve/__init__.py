@@ -2,10 +2,12 @@
 
 An agent framework or an LLM gateway asks, for every user turn, "which memories go into this
 prompt?" (``POST /v1/select``) and appends the turn once answered
-(``POST /v1/banks/{bank_id}/turns``). Concurrent questions are coalesced into one encoder call
-and one engine call (:mod:`.batcher`); appends rebuild only the touched bank and refresh the
-engines bank by bank (:mod:`.registry`, :mod:`.engines`); API keys map to tenants scoped to
-bank-id patterns (:mod:`.keys`).
+(``POST /v1/banks/{bank_id}/turns``), and forgets on request (``DELETE /v1/banks/{bank_id}``,
+``DELETE /v1/banks/{bank_id}/turns/{turn_id}``). Concurrent questions are coalesced into one
+encoder call and one engine call (:mod:`.batcher`); the banks, the engine, appends and forgets
+are the Memory core's (:mod:`trawmem_gpu.memory`, the Python API's), which rebuilds only the
+touched bank and refreshes the engine bank by bank; API keys map to tenants scoped to bank-id
+patterns (:mod:`.keys`).
 
 Why this stack (extra ``serve``):
 
@@ -19,8 +21,8 @@ Why this stack (extra ``serve``):
   histograms and gauges on a per-app registry.
 
 Modules: ``config`` (options), ``models`` (API bodies), ``keys`` (tenants), ``batcher``
-(dynamic batching), ``engines`` (one engine per (budget, hops)), ``registry`` (banks and
-appends), ``turns`` (validation of appended turns), ``service`` (one process's service),
+(dynamic batching), ``engines`` / ``registry`` (the Memory core's engine and banks, by their
+serve names), ``service`` (one process's service),
 ``metrics``, ``app`` (routes), ``server`` (uvicorn), ``remote`` (HTTP in front processes,
 ``--http-workers``), ``ray_app`` (Ray Serve), ``cli``.
 Only ``app``, ``metrics``, ``server``, ``remote`` (its fronts) and ``ray_app`` import the extras.

@@ -13,7 +13,6 @@ Every error is a JSON ``{"detail": "..."}`` with a 4xx/5xx status; the server ke
 422    malformed or out-of-range input (empty / oversized question, budget or hops out of range,
        NaN or wrong-length vector, unparseable date, malformed turn, ...)
 429    the queue is full (``Retry-After`` says when to come back)
-501    a forget on a backend that cannot forget (the Ray Serve router)
 503    draining for shutdown, or not yet ready
 504    no answer within ``--timeout``
 =====  ==========================================================================================
@@ -367,8 +366,6 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
             raise _unknown_bank(bank_id)
         if not tenant.writable:
             raise HTTPError(403, "this API key is read-only")
-        if getattr(backend, "forget", None) is None:
-            raise HTTPError(501, "this server's backend cannot forget (run it without Ray)")
         return await backend.forget(bank_id, turn_ids)
 
     forget_doc = {"response_model": ForgetResponse, "responses": {**errors, 403: {"model": Error}},

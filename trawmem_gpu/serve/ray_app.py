@@ -103,6 +103,14 @@ class BankShard:
         except InputError as e:
             return {"error": "input", "detail": str(e)}
 
+    async def forget(self, bank_id: str, turn_ids: list[str] | None) -> dict:
+        from ..errors import UnknownBank
+
+        try:
+            return await self.service.forget(bank_id, turn_ids)
+        except UnknownBank:
+            return {"error": "unknown_bank"}
+
     def has_bank(self, bank_id: str) -> bool:
         return self.service.has_bank(bank_id)
 
@@ -167,6 +175,14 @@ class RayBackend:
             raise DuplicateTurns(r["detail"])
         if r.get("error") == "input":
             raise InputError(r["detail"])
+        return r
+
+    async def forget(self, bank_id: str, turn_ids: list[str] | None) -> dict:
+        from ..errors import UnknownBank
+
+        r = await self._h(bank_id).forget.remote(bank_id, turn_ids)
+        if r.get("error") == "unknown_bank":
+            raise UnknownBank(bank_id)
         return r
 
     async def has_bank(self, bank_id: str) -> bool:

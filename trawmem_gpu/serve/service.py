@@ -104,6 +104,7 @@ class SelectionService:
     :param encoder: an encoder to use instead of loading ``cfg.encoder``
     """
 
+    ASSEMBLY_THREADS = 2
     ASSEMBLY_CHUNKS = 4
     """Assembly jobs per engine call (the pool has 2 threads): few enough that answering costs few
     event-loop wake-ups, enough that the first answers leave before the whole batch is rendered."""
@@ -128,7 +129,7 @@ class SelectionService:
                                            initializer=_os_thread_name("tm-append"))
         # Workspaces are assembled (rendered, token-counted) here, beside the next batch's encoder
         # and engine calls; the batch worker only encodes and selects.
-        self.assembler = ThreadPoolExecutor(2, thread_name_prefix="trawmem-assemble",
+        self.assembler = ThreadPoolExecutor(self.ASSEMBLY_THREADS, thread_name_prefix="trawmem-assemble",
                                             initializer=_os_thread_name("tm-assemble"))
         self.batcher = DynamicBatcher(self.process_batch, max_batch=cfg.max_batch, max_wait_s=cfg.max_wait_ms / 1e3,
                                       max_queue=cfg.max_queue, executor=self.worker, on_batch=self._on_batch)
@@ -232,8 +233,18 @@ class SelectionService:
         res = await loop.run_in_executor(self.appender, self.core.forget_stored, bank_id, turn_ids)
         prepared = await loop.run_in_executor(self.appender, self.core.prepare_forget, res)
         await loop.run_in_executor(self.worker, self.core.sync_forget, res, prepared)
+        await self._assembly_drained()  # workspaces of the old bank are rendered before the caches go
         counts = await loop.run_in_executor(self.appender, self.core.erase_copies, res)
         return self.core.forget_summary(res, counts)
+
+    async def _assembly_drained(self) -> None:
+        """Return once every assembly job submitted so far has finished: one barrier job per
+        assembly thread (the pool takes jobs in order, so when all of them run at once, every
+        earlier job is done)."""
+        n = self.ASSEMBLY_THREADS
+        barrier = threading.Barrier(n)
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(self.assembler, barrier.wait, 600) for _ in range(n)))
 
     def _sync_bank(self, bank_id: str, prepared: dict | None = None) -> None:
         """On the batch worker: make the engine use the registry's current bank ``bank_id``
