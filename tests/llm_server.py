@@ -3,7 +3,8 @@
 Replies are deterministic functions of the prompt: segmentation prompts get a boundary every
 3 turns, head prompts a JSON head, judge prompts CORRECT when the gold text appears in the
 generated answer, answer prompts the phrase after "the answer is" in the memory. Knobs make it
-fail the first N requests, delay replies, return malformed JSON, and it records request
+fail the first N requests, delay replies, return malformed JSON, answer through a test's own
+``responders``, and it records request
 counts, the peak number of requests in flight and the Authorization headers it saw.
 """
 from __future__ import annotations
@@ -45,6 +46,9 @@ class LLMServer:
         stays open; at most 60 s), so a concurrency bound is reached whatever the machine's speed."""
         self.required_key: Optional[str] = None
         """When set, every request without ``Authorization: Bearer <required_key>`` gets HTTP 401."""
+        self.responders: list = []
+        """Functions ``messages -> reply text or None`` asked first, in order (a test's own
+        replies for prompts the built-in rules do not know); None passes to the next rule."""
         self.lock = threading.Lock()
         self.seen = threading.Condition(self.lock)
         """Notified whenever a chat request is counted (see ``wait_requests``)."""
@@ -212,7 +216,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(st.fail_status, {"error": {"message": msg}}, headers)
                 return
             messages = body.get("messages") or []
-            text = LLMServer.reply_for(messages)
+            text = next((r for f in list(st.responders) if (r := f(messages)) is not None), None)
+            if text is None:
+                text = LLMServer.reply_for(messages)
             ptoks = sum(len(str(m.get("content", "")).split()) for m in messages)
             self._send(200, {
                 "id": "chatcmpl-test", "object": "chat.completion", "model": body.get("model"),

@@ -24,13 +24,14 @@ PKG = ROOT / "trawmem_gpu"
 LAYERS = (
     ("shared", ("trawmem_gpu", "trawmem_gpu.errors", "trawmem_gpu.paths", "trawmem_gpu.tokens",
                 "trawmem_gpu.config", "trawmem_gpu.llm", "trawmem_gpu.llm_factory")),
-    ("data", ("trawmem_gpu.data",)),
+    ("data", ("trawmem_gpu.data", "trawmem_gpu.facts.schema")),
     ("encode", ("trawmem_gpu.encode",)),
     ("store", ("trawmem_gpu.store",)),
-    ("construct", ("trawmem_gpu.construct",)),
+    ("construct", ("trawmem_gpu.construct", "trawmem_gpu.facts", "trawmem_gpu.trimem")),
     ("workspace", ("trawmem_gpu.workspace",)),
-    ("select", ("trawmem_gpu.select", "trawmem_gpu.kernels")),
-    ("eval", ("trawmem_gpu.eval",)),
+    ("select", ("trawmem_gpu.select", "trawmem_gpu.kernels", "trawmem_gpu.trimem.retrieve",
+                "trawmem_gpu.trimem.method")),
+    ("eval", ("trawmem_gpu.eval", "trawmem_gpu.trimem.evolve")),
     ("head", ("trawmem_gpu.head",)),
     ("score", ("trawmem_gpu.score",)),
     ("memory", ("trawmem_gpu.memory",)),
@@ -38,6 +39,7 @@ LAYERS = (
     ("client", ("trawmem_gpu.client",)),  # the HTTP client of `serve`
     ("cli", ("trawmem_gpu.cli", "trawmem_gpu.cli_args", "trawmem_gpu.cli_score", "trawmem_gpu.cli_select",
              "trawmem_gpu.cli_sweep", "trawmem_gpu.cli_forget", "trawmem_gpu.head.cli", "trawmem_gpu.serve.cli",
+             "trawmem_gpu.trimem.cli",
              "trawmem_gpu.mcp_server")),  # `trawmem mcp`: a front over the memory, as the command line is
 )
 

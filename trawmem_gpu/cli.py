@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from .cli_args import Parser, add_dayfirst, add_llm_options, flags_for_fields, positive_int
-from .errors import TrawmemError, plural
+from .errors import InputError, TrawmemError, plural
 
 #: command -> ("module:function" adding its options to its parser, one-line summary)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -38,6 +38,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                    "train the learned role head (A, M(delta), weights) from gold evidence"),
     "train-affinity": ("trawmem_gpu.head.cli:configure_train_affinity",
                        "fit the learned affinity (--affinity-weights) from gold evidence labels"),
+    "evolve-prompts": ("trawmem_gpu.trimem.cli:configure_evolve",
+                       "evolve TriMem's extraction and profile prompts on a dev split (TextGrad-style, resumable)"),
     "serve": ("trawmem_gpu.serve.cli:configure_serve",
               "HTTP selection service with dynamic batching and API keys (extra: serve)"),
     "serve-key": ("trawmem_gpu.serve.cli:configure_serve_key",
@@ -66,10 +68,17 @@ def _llm_summary(stats: dict, n_sessions: int, n_threads: int) -> str | None:
     return "LLM: " + ", ".join(parts) + " (malformed or failed replies)" if parts else None
 
 
+def _facts_summary(st: dict) -> str:
+    """One line on the facts a build added and what was repaired or dropped on the way."""
+    extra = [f"{k.replace('_', ' ')} {v}" for k, v in st.items() if k != "facts_added" and k != "facts" and v]
+    return f"facts: {plural(st.get('facts_added', 0), 'fact')} added" + (f" ({', '.join(extra)})" if extra else "")
+
+
 def cmd_build(a) -> int:
     from .construct import build_banks, update_bank
     from .construct.history import new_turns
     from .data import load_conversations
+    from .facts.build import attach_facts
     from .encode import get_encoder
     from .llm_factory import llm_from_args, llm_options
     from .store import Collection
@@ -80,8 +89,19 @@ def cmd_build(a) -> int:
     skipped = sum(c.skipped_empty for c in convs)
     if skipped:
         print(f"skipped {plural(skipped, 'turn')} with empty text and no caption")
-    llm = llm_from_args(a.llm, check=True, **llm_options(a)) if (cfg.segmentation == "llm" or cfg.heads == "llm") \
-        else None
+    if a.profiles == "llm" and a.facts in (None, "none") and not a.update:
+        raise InputError("--profiles llm builds profiles from facts: give --facts locomo or --facts llm")
+    prompts = None
+    if a.prompts:
+        from .trimem.prompts import load_prompt_set
+
+        prompts = load_prompt_set(a.prompts)
+    from .trimem.build import attach_profiles, profiles_summary
+
+    pstats = []
+    llm = llm_from_args(a.llm, check=True, **llm_options(a)) \
+        if (cfg.segmentation == "llm" or cfg.heads == "llm" or "llm" in (a.facts, a.profiles)
+            or (a.update and a.llm)) else None
     try:
         enc = get_encoder(cfg.encoder, cache=not a.no_cache)
         fresh, updated, replaced = [], 0, 0
@@ -95,6 +115,14 @@ def cmd_build(a) -> int:
                         return None
                     # An update continues with the bank's own build config unless flags override it.
                     bank, out["stats"] = update_bank(old, turns, _build_config(a, old.build_config), enc, llm)
+                    source = a.facts or old.layer_sources.get("facts", "none")  # the bank's own, unless given
+                    (bank,), out["facts"] = attach_facts([bank], source, enc, input_path=a.input, llm=llm,
+                                                         dayfirst=a.dayfirst, new_turns={c.bank_id: turns},
+                                                         prompts=prompts)
+                    if (a.profiles or old.layer_sources.get("profiles", "none")) == "llm":  # new facts' sections
+                        bank, pst = attach_profiles(bank, llm, enc, prompts=prompts,
+                                                    new_fact_ids=[f.fact_id for f in bank.facts[len(old.facts):]])
+                        pstats.append(pst)
                     return bank
 
                 bank = coll.update(c.bank_id, append)
@@ -103,12 +131,18 @@ def cmd_build(a) -> int:
                     continue
                 updated += 1
                 print(f"updated {c.bank_id}: +{plural(out['stats']['n_new_units'], 'unit')}, now "
-                      f"{plural(bank.n_units, 'unit')} in {plural(bank.n_threads, 'thread')}")
+                      f"{plural(bank.n_units, 'unit')} in {plural(bank.n_threads, 'thread')}"
+                      + (f", +{plural(out['facts']['facts_added'], 'fact')}" if bank.facts else ""))
             else:
                 replaced += c.bank_id in coll
                 fresh.append(c)
         if fresh:
             banks, st = build_banks(fresh, cfg, enc, llm, progress=not a.quiet)
+            banks, fst = attach_facts(banks, a.facts or "none", enc, input_path=a.input, llm=llm, dayfirst=a.dayfirst,
+                                      prompts=prompts)
+            if a.profiles == "llm":
+                made = [attach_profiles(b, llm, enc, prompts=prompts) for b in banks]
+                banks, pstats = [b for b, _ in made], pstats + [s for _, s in made]
             coll.put_many(banks)
             note = f" ({replaced} replaced)" if replaced else ""
             print(f"built {plural(len(banks), 'bank')}{note}, {plural(st['n_units'], 'unit')} in {a.out} "
@@ -117,8 +151,12 @@ def cmd_build(a) -> int:
             line = _llm_summary(st, sum(len(c.sessions) for c in fresh), sum(b.n_threads for b in banks))
             if line:
                 print(line)
+            if a.facts not in (None, "none"):
+                print(_facts_summary(fst))
         if updated:
             print(f"updated {plural(updated, 'bank')}")
+        if pstats:
+            print(profiles_summary(pstats))
     finally:
         if llm is not None:
             llm.close()
@@ -143,6 +181,7 @@ def cmd_info(a) -> int:
         "edges": {"adjacent": int(sum((b.edge_kind == 0).sum() for b in banks) // 2),
                   "semantic": int(sum((b.edge_kind == 1).sum() for b in banks) // 2)},
         "per_bank": [{"bank_id": b.bank_id, "units": b.n_units, "threads": b.n_threads} for b in banks],
+        "layers": {"facts": sum(len(b.facts) for b in banks), "profile_sections": sum(len(b.profiles) for b in banks)},
     }
     if a.json:
         print(json.dumps(info, indent=1))
@@ -153,6 +192,9 @@ def cmd_info(a) -> int:
     print(f"thread length: mean {tl['mean']}, median {tl['median']}, min {tl['min']}, p90 {tl['p90']}, "
           f"max {tl['max']}")
     print(f"edges: {info['edges']['adjacent']} adjacent, {info['edges']['semantic']} semantic")
+    if any(info["layers"].values()):
+        print(f"layers: {plural(info['layers']['facts'], 'fact')}, "
+              f"{plural(info['layers']['profile_sections'], 'profile section')}")
     for r in info["per_bank"]:
         print(f"  {r['bank_id']}: {plural(r['units'], 'unit')}, {plural(r['threads'], 'thread')}")
     return 0
@@ -197,9 +239,19 @@ def configure_build(b: Parser) -> None:
                    help="turns per thread with --segmentation fixed (default: 6, or with --update the bank's own)")
     b.add_argument("--encoder", help="'minilm' (the embedded all-MiniLM-L6-v2) or 'hf:/local/model/dir' "
                                      "(default: minilm, or with --update the bank's own)")
-    b.add_argument("--llm", help=f"LLM for --segmentation/--heads llm: {SPEC_HELP} (default: none; needed only "
-                                 "for llm segmentation or heads)")
+    b.add_argument("--llm", help=f"LLM for --segmentation/--heads/--facts/--profiles llm: {SPEC_HELP} (default: "
+                                 "none; needed only for those)")
     add_llm_options(b)
+    b.add_argument("--facts", choices=["none", "locomo", "llm"],
+                   help="the facts layer: none, LoCoMo's per-session observations of --input (locomo), or atomic "
+                        "facts extracted by --llm (llm); with --update, facts of the new turns only (default: none, "
+                        "or with --update the bank's own)")
+    b.add_argument("--profiles", choices=["none", "llm"],
+                   help="the profiles layer: per-person profiles (identity, personality, interests, career, "
+                        "relationships, life events, preferences) made by --llm from the facts (llm); with --update, "
+                        "only the sections new facts touch change (default: none, or with --update the bank's own)")
+    b.add_argument("--prompts", help="TriMem prompts file for --facts llm / --profiles llm, such as the "
+                                     "best_prompts.json of `trawmem evolve-prompts` (default: the built-in prompts)")
     b.add_argument("--update", action="store_true",
                    help="append to existing banks: the input may hold a bank's whole history, a tail of it, or "
                         "only new turns; a history that conflicts with the stored one is refused")

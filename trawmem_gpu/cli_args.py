@@ -245,9 +245,17 @@ def banks_cache_dir() -> str:
     return str(default_cache_dir() / "banks")
 
 
-def add_method(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--method", choices=["trawmem", "cosine", "bm25", "hybrid", "full"], default="trawmem",
-                   help="selection method")
+def add_method(p: argparse.ArgumentParser, trimem_llm: bool = True) -> None:
+    """``--method`` (and TriMem's ``--plan-llm`` where ``trimem_llm``)."""
+    p.add_argument("--method", choices=["trawmem", "cosine", "bm25", "hybrid", "full", "trimem"], default="trawmem",
+                   help="selection method (trimem: TriMem's facts, their source turns and profiles; needs banks "
+                        "built with --facts)")
+    if trimem_llm:
+        from .llm.spec import SPEC_HELP
+
+        p.add_argument("--plan-llm", help=f"with --method trimem: the LLM of TriMem's key-information and "
+                                          f"target-query steps, {SPEC_HELP} (default: none, the question is the "
+                                          "only search)")
 
 
 def add_engine(p: argparse.ArgumentParser) -> None:
@@ -267,3 +275,26 @@ def add_ablation(p: argparse.ArgumentParser) -> None:
 def add_head(p: argparse.ArgumentParser) -> None:
     p.add_argument("--head", help="learned role head (safetensors) from `trawmem train-head` (default: none, the "
                                   "hand-set role weights)")
+
+
+def units_list(text: str) -> tuple[str, ...]:
+    """``--units turns,facts,profiles`` -> the layers, checked (``facts.view.parse_units``)."""
+    from .errors import ConfigError
+    from .facts.view import parse_units
+
+    try:
+        return parse_units(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("`units`: ").removeprefix("`units` ")) from None
+
+
+def add_units(p: argparse.ArgumentParser, facts: bool = False) -> None:
+    """``--units`` (the layers TrawMem selects from) and, for commands that build their banks
+    from a data file, ``--facts`` (a facts layer for banks built without one)."""
+    p.add_argument("--units", type=units_list, default=("turns",), metavar="L,L,...",
+                   help="the layers selection takes units from: turns, facts, profiles (comma-separated, turns "
+                        "included); facts and profiles need banks built with them (build --facts/--profiles)")
+    if facts:
+        p.add_argument("--facts", choices=["none", "locomo"], default="none",
+                       help="give banks without a facts layer LoCoMo's per-session observations of the data file "
+                            "(encoded, not stored), as build --facts locomo would")

@@ -36,7 +36,7 @@ def _spec(a):
         raise InputError(f"--head {a.head}: file not found")
     cfg, qp = _select_config(a)
     return ScoreSpec(method=a.method, select={**cfg.to_dict(), **qp.to_dict()}, engine=a.engine, head=a.head,
-                     ks=a.k, threads=a.threads, answer_llm=a.answer_llm)
+                     ks=a.k, threads=a.threads, answer_llm=a.answer_llm, layers=a.layers)
 
 
 def _benchmark(a):
@@ -181,6 +181,11 @@ def configure_score(s) -> None:
                    help="format of --data; auto tells LongMemEval from LoCoMo by the content")
     s.add_argument("--units", choices=["user", "all"], default="user",
                    help="LongMemEval units: user turns (official) or all turns")
+    from .cli_args import units_list
+
+    s.add_argument("--layers", type=units_list, default=("turns",), metavar="L,L,...",
+                   help="the layers selection takes units from: turns, facts, profiles (what --units is on query, "
+                        "eval, sweep and serve; here --units names LongMemEval's turns); the banks must hold them")
     s.add_argument("--categories", type=categories, default="1,2,3,4", metavar="C,C,...",
                    help="LoCoMo categories to score")
     add_dayfirst(s)
@@ -199,7 +204,7 @@ def configure_score(s) -> None:
     s.add_argument("--rescore-changed", action="store_true",
                    help="on resume, score again the written records whose question, date, bank or config no longer "
                         "match the input (without it such a record is an error naming it)")
-    add_method(s)
+    add_method(s, trimem_llm=False)
     s.add_argument("--budget", type=budget_int, help=budget_help)
     add_token_budget(s, fill=True)
     s.add_argument("--hops", type=hops_int, help=hops_help)

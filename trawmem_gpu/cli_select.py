@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .cli_args import add_ablation, add_affinity_weights, add_dayfirst, add_engine, add_head, add_llm_options, \
-    add_method, add_token_budget, banks_cache_dir, budget_int, categories, hops_int, nonneg_int, positive_int
+    add_method, add_token_budget, add_units, banks_cache_dir, budget_int, categories, hops_int, nonneg_int, positive_int
 from .data.types import MAX_QUESTION_CHARS
 from .errors import InputError, name_list, plural
 
@@ -53,6 +53,18 @@ def _check_question(q: str) -> str:
     return q.strip()
 
 
+def _plan_llm(a):
+    """TriMem's planning LLM from ``--plan-llm`` (checked, cached), or None."""
+    spec = getattr(a, "plan_llm", None)
+    if not spec:
+        return None
+    if a.method != "trimem":
+        raise InputError("--plan-llm applies to --method trimem only")
+    from .llm_factory import llm_from_args, llm_options
+
+    return llm_from_args(spec, check=True, **llm_options(a))
+
+
 def _load_head(path):
     if not path:
         return None
@@ -61,30 +73,86 @@ def _load_head(path):
     return load_head(path)
 
 
+def _query_bank(a):
+    """The bank ``query`` reads: ``--bank`` itself, or ``--bank-id`` of the collection ``--bank``."""
+    from .store import Collection, load_bank
+
+    p = Path(a.bank)
+    if (p / "meta.json").exists():
+        return load_bank(p)
+    coll = Collection(p)
+    if a.bank_id is None:
+        if len(coll) != 1:
+            raise InputError(f"{p} holds {plural(len(coll), 'bank')}; name one with --bank-id "
+                             f"({name_list(coll.bank_ids)})")
+        a.bank_id = coll.bank_ids[0]
+    return coll.load(a.bank_id)
+
+
+def _query_ranked(a, q: str, qp):
+    """``(workspace, extra JSON fields)`` of ``query --method`` trimem or a baseline (TrawMem has
+    its own path): TriMem over the bank's facts (planned with ``--plan-llm``), a baseline over its
+    unit view for ``--units``."""
+    from .config import BuildConfig
+    from .encode import get_encoder
+    from .facts.view import DEFAULT_UNITS, parse_units, unit_view
+    from .memory import SelectedWorkspace
+
+    bank = _query_bank(a)
+    if a.method == "trimem" and parse_units(a.units) != DEFAULT_UNITS:
+        raise InputError("--units does not apply to --method trimem (it shows facts, their turns and profiles)")
+    enc = get_encoder(BuildConfig.from_dict(bank.build_config).encoder if bank.build_config else "minilm")
+    if enc.id != bank.encoder_id:
+        raise InputError(f"bank was encoded with {bank.encoder_id!r}, the configured encoder is {enc.id!r}")
+    z = enc.encode([q], is_query=True)
+    if a.method != "trimem":
+        from .select.baselines import baseline_units
+        from .select.context import BankContext
+
+        view = unit_view(bank, a.units)
+        units = baseline_units(a.method, BankContext.of(view), q, z[0], None, qp)
+        return SelectedWorkspace.of(view, q, units, "none", False), {}
+    from .trimem.method import TriMemRankers, trimem_select
+
+    plan_llm = _plan_llm(a)
+    try:
+        (got,) = trimem_select(TriMemRankers({bank.bank_id: bank}), [(bank.bank_id, q)], z, qp, llm=plan_llm,
+                               encode=lambda xs: enc.encode(xs, is_query=True))
+    finally:
+        if plan_llm is not None:
+            plan_llm.close()
+    return SelectedWorkspace.of(got.view, q, got.units, "none", False), {"plan": got.plan.to_dict()}
+
+
 def cmd_query(a) -> int:
     """One question through the Memory core: the engine, picks and workspace of ``Memory.select``
-    and of the server (a lone bank directory gets the same engine over that one bank)."""
+    and of the server (a lone bank directory gets the same engine over that one bank); ``--method``
+    trimem or a baseline through :func:`_query_ranked`."""
     from .memory import Memory, SelectedWorkspace
     from .memory.core import pick, served_engine
     from .store import Collection, load_bank
 
     q = _check_question(a.question)
     cfg, qp = _select_config(a)
-    head = _load_head(a.head)
+    extra = {}
     p = Path(a.bank)
-    if (p / "meta.json").exists():
+    if a.method != "trawmem":
+        ws, extra = _query_ranked(a, q, qp)
+    elif (p / "meta.json").exists():
         from .config import BuildConfig
         from .encode import get_encoder
 
+        head = _load_head(a.head)
         bank = load_bank(p)
         enc = get_encoder(BuildConfig.from_dict(bank.build_config).encoder if bank.build_config else "minilm")
         if enc.id != bank.encoder_id:
             raise InputError(f"bank was encoded with {bank.encoder_id!r}, the configured encoder is {enc.id!r}")
         z = enc.encode([q], is_query=True)
-        picks, banks, used = pick(served_engine({bank.bank_id: bank}, cfg, head=head), [bank.bank_id], [q], z,
-                                  [None], [qp])
-        ws = SelectedWorkspace.of(bank, q, picks[0], cfg.headings, used)
+        picks, banks, used = pick(served_engine({bank.bank_id: bank}, cfg, head=head, units=a.units),
+                                  [bank.bank_id], [q], z, [None], [qp])
+        ws = SelectedWorkspace.of(banks[0], q, picks[0], cfg.headings, used)
     else:
+        head = _load_head(a.head)
         coll = Collection(p)
         if a.bank_id is None:
             if len(coll) != 1:
@@ -92,11 +160,11 @@ def cmd_query(a) -> int:
                                  f"({name_list(coll.bank_ids)})")
             a.bank_id = coll.bank_ids[0]
         coll.bank_path(a.bank_id)  # UnknownBank naming what the collection holds
-        mem = Memory(p, method=cfg, head=head, only=[a.bank_id], create=False, embedding_cache=True)
+        mem = Memory(p, method=cfg, head=head, only=[a.bank_id], create=False, embedding_cache=True, units=a.units)
         ws = mem.select(a.bank_id, q, budget=qp.budget, token_budget=qp.token_budget, hops=qp.hops)
     if a.json:
         print(json.dumps({"bank_id": ws.bank_id, "question": q, "units": ws.unit_ids, "tokens": ws.tokens,
-                          "tokenizer": ws.tokenizer, "workspace": ws.text}, indent=1))
+                          "tokenizer": ws.tokenizer, "workspace": ws.text, **extra}, indent=1))
     else:
         print(ws.text)
         print(f"-- {plural(len(ws.units), 'unit')} in {plural(len(ws.threads), 'thread')}, {ws.tokens} tokens "
@@ -113,13 +181,16 @@ def cmd_eval(a) -> int:
     answer = judge = None
     if a.answer_llm or a.judge_llm:  # checked first: a wrong URL, key or model stops here, before retrieval
         answer, judge = open_backends(a)
+    plan = None
     try:
+        plan = _plan_llm(a)
         res = run_eval(a.data, a.method, cfg, categories=a.categories, engine=a.engine, head=head,
-                       bank_cache=a.banks, keep_records=True, dayfirst=a.dayfirst, params=qp)
+                       bank_cache=a.banks, keep_records=True, dayfirst=a.dayfirst, params=qp, units=a.units,
+                       facts=a.facts, plan_llm=plan)
         if answer is not None:
             add_answer_metrics(res, a, answer_backend=answer, judge_backend=judge)
     finally:
-        close_backends(answer, judge)
+        close_backends(answer, judge, plan)
     out = Path(a.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
@@ -133,6 +204,11 @@ def cmd_eval(a) -> int:
           f"{m['evidence_recall']:.3f}, all-evidence hit {m['all_evidence_hit']:.3f}, "
           f"multi-hop hit {'n/a' if mh is None else f'{mh:.3f}'}, context tokens {m['context_tokens']:.0f} over "
           f"{plural(res['n_questions'], 'question')} -> {out}")
+    if "evidence_recall_cited" in m:
+        what = "trimem" if a.method == "trimem" else f"units {','.join(a.units)}"
+        print(f"{what}: macro evidence recall with citations {m['evidence_recall_cited']:.3f}, "
+              f"per workspace {m['n_turns']:.1f} turns, {m['n_facts']:.1f} facts, {m['n_profiles']:.1f} profile "
+              f"sections")
     failed = failed_requests(res)
     if failed > a.allow_failures:
         print(f"trawmem eval: error: {plural(failed, 'LLM request')} failed (more than --allow-failures "
@@ -192,12 +268,15 @@ def configure_query(q) -> None:
     q.add_argument("--bank", required=True, help="bank or collection directory")
     q.add_argument("--bank-id", help="bank within a collection (default: the only one; needed when it holds several)")
     q.add_argument("--question", required=True, help=f"the question (at most {MAX_QUESTION_CHARS} characters)")
+    add_method(q)
+    add_llm_options(q)
     q.add_argument("--budget", type=budget_int, help=budget_help)
     add_token_budget(q)
     q.add_argument("--hops", type=hops_int, help=hops_help)
     q.add_argument("--paper", action="store_true", help="Section 4.2 exactly as written")
     add_head(q)
     add_affinity_weights(q)
+    add_units(q)
     q.add_argument("--json", action="store_true", help="print the workspace and its ids as JSON")
     q.set_defaults(fn=cmd_query)
 
@@ -222,6 +301,7 @@ def configure_eval(e) -> None:
     add_engine(e)
     add_head(e)
     add_affinity_weights(e)
+    add_units(e, facts=True)
     e.add_argument("--categories", type=categories, default="1,2,3,4", metavar="C,C,...",
                    help="LoCoMo question categories to score")
     e.add_argument("--banks", help="bank directory: built into when new or empty, else used only if its banks "

@@ -5,7 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .cli_args import MAX_BUDGET, MAX_HOPS, MAX_TOKEN_BUDGET, add_dayfirst, categories, nonneg_int, positive_int
+from .cli_args import MAX_BUDGET, MAX_HOPS, MAX_TOKEN_BUDGET, add_dayfirst, add_units, categories, nonneg_int, positive_int
 
 
 def int_list(minimum: int, maximum: int):
@@ -48,7 +48,8 @@ def cmd_sweep(a) -> int:
     res = run_sweep(a.data, a.method, a.hops, a.budget, token_budgets=a.token_budget or (), paper=a.paper,
                     engine=a.engine, categories=a.categories,
                     batch_size=a.batch_size, rounds=a.rounds, threads=a.threads, warmup=a.warmup,
-                    banks_dir=a.banks, max_questions=a.max_questions, progress=not a.quiet,
+                    banks_dir=a.banks, max_questions=a.max_questions, progress=not a.quiet, units=a.units,
+                    facts=a.facts,
                     time_builds=a.time_builds, dayfirst=a.dayfirst)
     out = Path(a.output)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -92,6 +93,7 @@ def configure_sweep(s) -> None:
                    help="build every bank afresh, one conversation at a time with the embedding cache off, and "
                         "report the build cost per bank (slow on a CPU: no embedding cache)")
     add_dayfirst(s)
+    add_units(s, facts=True)
     s.add_argument("--max-questions", type=positive_int, help="a seeded sample of this many questions (default: all)")
     s.add_argument("--output", default="sweep.json", help="result JSON")
     s.add_argument("--plot", help="Pareto PNG (default: --output with .png)")

@@ -19,7 +19,10 @@ Rendered format (what the answer model reads, and what ``context_tokens`` counts
   left on either: both threads' quoted turns are shown); the date part alone is not split off
   (``## date`` then ``— gist`` lines would cost more tokens than they save);
 * one line per selected unit, in thread order: ``[turn id] speaker: text``, then
-  ``[shares an image: caption]`` for a shared image;
+  ``[shares an image: caption]`` for a shared image; a fact (a unit view with ``facts``,
+  ``facts.view``) is ``[F:3:1 from D3:7, D3:8] text`` (its id and the turns it cites, 5 tokens
+  fewer than a ``fact:`` speaker and a ``[cites ...]`` tail), a profile section
+  ``[P:Ana:career] profile: Ana, career: ...``;
 * without headings (``headings="none"``: the baselines) each line carries its own date:
   ``[S1:6] (2 March 2024) Ben: ...``;
 * a blank line between thread blocks.
@@ -102,6 +105,9 @@ def unit_line(t: Turn, with_heads: bool) -> str:
     """One unit's line: ``[id] speaker: text`` under a heading (which carries the date), else
     ``[id] (date) speaker: text``; then the image caption, if any."""
     tid, spk = one_line(t.turn_id), one_line(t.speaker)
+    if getattr(t, "layer", "turns") == "facts":  # a fact of a unit view (facts.view.LayerUnit), with its sources
+        tid += " from " + ", ".join(one_line(c) for c in t.cites)
+        return f"[{tid}] {clean(t.text)}" if with_heads else f"[{tid}] ({date_label(t)}) {clean(t.text)}"
     s = f"[{tid}] {spk}: {clean(t.text)}" if with_heads else f"[{tid}] ({date_label(t)}) {spk}: {clean(t.text)}"
     if t.caption:
         s += f" [shares an image: {one_line(t.caption)}]"

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-ADJACENT, SEMANTIC = 0, 1
+ADJACENT, SEMANTIC, LAYER = 0, 1, 2
+"""Edge kinds: adjacent threads, semantic nearest heads, and (in a unit view only, ``facts.view``) a
+layer edge between a fact or profile thread and the threads of the units it restates."""
 
 
 def knn_heads(head_vecs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -47,8 +47,9 @@ _CONSTRUCTION = {
     "hybrid": ("encode_units_s",),
     "bm25": (),
     "full": (),
+    "trimem": ("wall_s",),
 }
-_NEEDS_INDEX = {"trawmem": True, "cosine": True, "hybrid": True, "bm25": True, "full": False}
+_NEEDS_INDEX = {"trawmem": True, "cosine": True, "hybrid": True, "bm25": True, "full": False, "trimem": True}
 
 
 def _secrets() -> list[str]:
@@ -117,12 +118,19 @@ def workspace_texts(res: dict, data_path, bank_cache=None, progress: bool = True
         sel = sel | {"headings": "gist"}
     sel_cfg = SelectConfig.from_dict(sel)
     headings = headings_for(res.get("method"), sel_cfg)  # as the retrieval run rendered them
+    views = None
+    if res.get("method") == "trimem":  # its workspaces are the unit views' (facts, turns, profiles)
+        from ..trimem.method import TriMemRankers
+
+        views = TriMemRankers(bank_of)
     index = {}
     texts = []
     for r in tqdm(records, desc="workspaces", disable=not progress or len(records) < 2, leave=False):
         b = bank_of.get(r["bank_id"])
         if b is None:
             raise InputError(f"record {r['qid']}: bank {r['bank_id']!r} is not in the bank cache")
+        if views is not None:
+            b = views[b.bank_id].view
         idx = index.setdefault(b.bank_id, b.index_of())
         try:
             units = [idx[t] for t in r["selected"]]

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from .. import __version__
 from ..config import BuildConfig
 from ..data import load_conversations
-from ..errors import InputError
+from ..errors import ConfigError, InputError
 from ..paths import file_sha256
 from ..select.config import SelectConfig
 from ..select.params import QueryParams
@@ -24,8 +24,8 @@ from ..select.context import BankContext
 from ..tokens import TOKENIZER_NAME
 from ..workspace import assemble, headings_for
 
-METHODS = ("trawmem", "cosine", "bm25", "hybrid", "full")
-Method = Literal["trawmem", "cosine", "bm25", "hybrid", "full"]
+METHODS = ("trawmem", "cosine", "bm25", "hybrid", "full", "trimem")
+Method = Literal["trawmem", "cosine", "bm25", "hybrid", "full", "trimem"]
 
 
 def given_build_config(cache_dir: str | Path | None) -> BuildConfig | None:
@@ -124,6 +124,40 @@ def _scores(selected_ids: list[str], gold: tuple[str, ...]) -> tuple[float, floa
     return len(g & s) / len(g), float(g <= s)
 
 
+def layer_scores(units: list, gold: tuple[str, ...]) -> dict:
+    """With facts or profiles as units: the evidence recall with citations (gold turns shown, or
+    cited by a shown fact or profile section: ``facts.view.LayerUnit.cited_turns``), its
+    all-evidence hit, and the mix (turns, facts, profile sections shown)."""
+    from ..facts.view import layer_counts
+
+    g = set(gold)
+    reached = {u.turn_id for u in units if getattr(u, "layer", "turns") == "turns"}
+    reached |= {t for u in units for t in getattr(u, "cited_turns", ())}
+    mix = layer_counts(units)
+    return {"evidence_recall_cited": len(g & reached) / len(g), "all_evidence_hit_cited": float(g <= reached),
+            "n_turns": mix["turns"], "n_facts": mix["facts"], "n_profiles": mix["profiles"]}
+
+
+LAYER_KEYS = ("evidence_recall_cited", "all_evidence_hit_cited", "n_turns", "n_facts", "n_profiles")
+"""The keys :func:`layer_scores` adds to a record (and ``run_eval`` to its aggregates)."""
+
+
+def layered_banks(banks, data_path, units, facts: str | None, encoder, *, dayfirst: bool = False) -> list:
+    """``banks`` as selection sees them with ``units`` (``facts.view.unit_view``). ``facts``
+    (``locomo``): banks without a facts layer get LoCoMo's observations of ``data_path`` first
+    (encoded, not stored); ``None``: the layers must be in the banks already (``build --facts``)."""
+    from ..facts.build import attach_facts
+    from ..facts.view import DEFAULT_UNITS, parse_units, unit_view
+
+    units = parse_units(units)
+    if facts not in (None, "none"):
+        bare = [b for b in banks if not b.facts]
+        got, _ = attach_facts(bare, facts, encoder, input_path=data_path, dayfirst=dayfirst)
+        by_id = {b.bank_id: b for b in got}
+        banks = [by_id.get(b.bank_id, b) for b in banks]
+    return list(banks) if units == DEFAULT_UNITS else [unit_view(b, units) for b in banks]
+
+
 def aggregate(records: list[dict], keys=("evidence_recall", "all_evidence_hit", "context_tokens"),
               categories=(1, 2, 3, 4)) -> dict:
     """Per-category means and their macro average over the categories present."""
@@ -150,13 +184,19 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
              build_cfg: BuildConfig | None = None, *, categories=(1, 2, 3, 4), engine: str = "reference",
              head=None, progress: bool = True, bank_cache: str | Path | None = None,
              keep_records: bool = True, banks_and_convs=None, query_vecs=None, dayfirst: bool = False,
-             params: QueryParams | None = None) -> dict:
+             params: QueryParams | None = None, units=("turns",), facts: str | None = None, plan_llm=None,
+             prompts=None) -> dict:
     """Select for every question of ``categories`` and score against the gold evidence, every
     question with the query parameters ``params`` (B, H, T; None = the defaults).
+
+    ``method="trimem"`` (``trimem.method``) needs banks with facts; ``plan_llm`` is its planning
+    LLM (None: the question is the only search) and ``prompts`` its ``trimem.prompts.PromptSet``.
 
     ``build_cfg=None`` builds with the defaults, or takes the build config of the banks already
     in ``bank_cache`` (``--banks``); banks that do not match the data are refused (``banks_for``).
     A file without questions that have gold evidence in ``categories`` is an ``InputError``.
+    ``units`` / ``facts``: the layers selected from (:func:`layered_banks`); with more than the turns,
+    each record also has the :data:`LAYER_KEYS` (recall with citations, the mix).
     """
     from ..encode import get_encoder
     from ..select.baselines import baseline_units
@@ -184,9 +224,18 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
                                     convs=convs)
     else:
         convs, banks = banks_and_convs
+    from ..facts.view import DEFAULT_UNITS, parse_units
+
+    units = parse_units(units)
+    if method == "trimem" and units != DEFAULT_UNITS:
+        raise ConfigError("`units`: method trimem shows its own units (facts, their source turns, profiles); "
+                          "leave `units` at turns")
+    layered = units != DEFAULT_UNITS or method == "trimem"
+    if units != DEFAULT_UNITS or facts not in (None, "none"):
+        banks = layered_banks(banks, data_path, units, facts, encoder, dayfirst=dayfirst)
     batched = method == "trawmem" and engine == "batched"
     # The batched engine keeps its own per-bank tables; contexts (BM25 indexes) only for the loop.
-    ctxs = {} if batched else {b.bank_id: BankContext.of(b) for b in banks}
+    ctxs = {} if batched or method == "trimem" else {b.bank_id: BankContext.of(b) for b in banks}
     if qp.token_budget is not None:  # per-bank setup (the token costs), outside the selection timing
         for c in ctxs.values():
             c.token_costs(headings_for(method, cfg))
@@ -202,7 +251,21 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     t_sel = 0.0
     picks: list[list[int]] = []
     t_each: list[float] = []
-    if batched:
+    render_bank = dict(bank_of)  # what each record's workspace is rendered from (trimem: unit views)
+    trimem_plans = None
+    if method == "trimem":
+        from ..trimem.method import TriMemRankers, trimem_select
+
+        rankers = TriMemRankers.prepared(bank_of)  # per-bank setup, outside the selection timing
+        t0 = time.perf_counter()
+        tm = trimem_select(rankers, [(b, q.question) for b, q in items], Z, qp, llm=plan_llm, prompts=prompts,
+                           encode=lambda xs: encoder.encode(xs, is_query=True))
+        t_sel = time.perf_counter() - t0
+        t_each = [t_sel / max(1, len(items))] * len(items)
+        picks = [p.units for p in tm]
+        trimem_plans = [p.plan.to_dict() for p in tm]
+        render_bank = {b: r.view for b, r in rankers.items()}
+    elif batched:
         from ..select.engine import SelectionEngine
 
         eng = SelectionEngine(banks, cfg, head=head)
@@ -223,14 +286,19 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
             picks.append(p)
     records = []
     t0 = time.perf_counter()
-    for (bid, q), p, ts in zip(items, picks, t_each):
-        ws = assemble(bank_of[bid], q.question, p, headings_for(method, cfg))
+    for n, ((bid, q), p, ts) in enumerate(zip(items, picks, t_each)):
+        ws = assemble(render_bank[bid], q.question, p, headings_for(method, cfg))
         rec_, hit = _scores(ws.unit_ids, q.evidence)
         records.append({"qid": q.qid, "bank_id": bid, "category": q.category, "evidence_recall": rec_,
                         "all_evidence_hit": hit, "context_tokens": ws.n_tokens, "n_selected": len(ws.unit_ids),
                         "selected": ws.unit_ids, "gold": list(q.evidence), "select_s": ts})
+        if layered:
+            records[-1].update(layer_scores([t for b in ws.blocks for t in b.units], q.evidence))
+        if trimem_plans is not None:
+            records[-1]["plan"] = trimem_plans[n]
     t_asm = time.perf_counter() - t0
-    agg = aggregate(records, categories=categories)
+    agg = aggregate(records, categories=categories,
+                    keys=("evidence_recall", "all_evidence_hit", "context_tokens") + (LAYER_KEYS if layered else ()))
     from ..data.types import EvidenceRepairs
 
     rep = EvidenceRepairs()
@@ -241,7 +309,7 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
         "n_questions": len(records), "skipped_no_evidence": skipped,
         "config": {"select": {**cfg.to_dict(), **qp.to_dict()}, "build": build_cfg.to_dict(), "budget": qp.budget,
                    "token_budget": qp.token_budget, "hops": qp.hops, "ablation": cfg.ablation,
-                   "categories": list(categories)},
+                   "categories": list(categories), **({"units": list(units), "facts": facts} if layered else {})},
         "dataset": {"path": str(data_path), "sha256": file_sha256(data_path), "evidence_repairs": rep.as_dict(),
                     "dayfirst": dayfirst, "skipped_empty_turns": sum(c.skipped_empty for c in convs)},
         "encoder": encoder.id, "tokenizer": TOKENIZER_NAME, "package_version": __version__,
@@ -251,6 +319,13 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     }
     if head is not None:
         out["head"] = getattr(head, "describe", lambda: str(head))()
+    if method == "trimem":
+        from ..trimem.prompts import PromptSet
+
+        out["trimem"] = {"plan_llm": plan_llm.describe() if plan_llm is not None else None,
+                         "prompts": (prompts or PromptSet()).describe(),
+                         "planned": sum(bool(p["planned"]) for p in trimem_plans),
+                         "plan_fallbacks": sum(bool(p["fallback"]) for p in trimem_plans)}
     if keep_records:
         out["records"] = records
     return out

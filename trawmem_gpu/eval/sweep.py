@@ -32,7 +32,7 @@ __all__ = ["Cell", "CellRunner", "grid", "run_sweep", "run_cells", "interleave",
 
 TRAWMEM = "trawmem"
 BASELINES = ("cosine", "bm25", "hybrid")
-SWEEP_METHODS = (TRAWMEM, *BASELINES)
+SWEEP_METHODS = (TRAWMEM, *BASELINES, "trimem")  # trimem.method without planning: cells like a baseline's
 
 
 @dataclass(frozen=True)
@@ -70,10 +70,8 @@ def grid(methods, hops, budgets, token_budgets=()) -> list[Cell]:
     for m in methods:
         if m not in SWEEP_METHODS:
             raise InputError(f"`methods`: unknown method {m!r}; choose from {', '.join(SWEEP_METHODS)}")
-        if m == TRAWMEM:
-            cells += [Cell(m, b, int(h), t) for h in hops for b, t in sizes]
-        else:
-            cells += [Cell(m, b, None, t) for b, t in sizes]
+        cells += [Cell(m, b, int(h), t) for h in hops for b, t in sizes] if m == TRAWMEM else \
+            [Cell(m, b, None, t) for b, t in sizes]
     return cells
 
 
@@ -118,7 +116,6 @@ class SharedEngine:
 class CellRunner:
     """One cell's selection for one query at a time, with its method, its query parameters and
     (for a TrawMem cell with ``engine="batched"``, or for the throughput) the grid's engine.
-
     :param base_params: the ``QueryParams`` the cell's B / T / H replace (None = the defaults)
     :param shared: the grid's :class:`SharedEngine` (None: one of its own)
     """
@@ -133,6 +130,10 @@ class CellRunner:
         self.shared = shared or SharedEngine(banks, base_cfg, threads)
         self.records: list[dict] = []
         self.selections: list = []
+        if cell.method == "trimem":  # per-bank setup before any query is timed; workspaces from its views
+            from ..trimem.method import TriMemRankers
+            self.trimem = TriMemRankers.prepared(banks)
+            self.banks = {b: r.view for b, r in self.trimem.items()}
 
     def engine(self):
         """The grid's batched engine (built once; ``setup_s`` times it)."""
@@ -153,6 +154,8 @@ class CellRunner:
                 return self.engine().select_units([bid], [question], Z[i:i + 1], params=self.params)[0], None
             s = select_reference(ctx, question, Z[i], self.cfg, self.params, keep_internals=True)
             return s.units, s
+        if m == "trimem":
+            return self.trimem[bid].plain_units(question, Z[i], self.params), None
         return baseline_units(m, ctx, question, Z[i], self.cfg, self.params), None
 
     def run_one(self, items: list, Z: np.ndarray, i: int, keep: bool = False, record: bool = True) -> None:
@@ -194,8 +197,7 @@ def run_cells(cells: list[Cell], banks: dict, ctxs: dict, items: list, Z: np.nda
     """
     shared = SharedEngine(banks, base_cfg, threads)  # one engine, one set of tables, for the whole grid
     runners = [CellRunner(c, banks, ctxs, base_cfg, engine, threads, base_params, shared) for c in cells]
-    return interleave(runners, items, Z, warmup=warmup, keep_selections=keep_selections, progress=progress,
-                      desc=desc)
+    return interleave(runners, items, Z, warmup=warmup, keep_selections=keep_selections, progress=progress, desc=desc)
 
 
 def interleave(runners: list[CellRunner], items: list, Z: np.ndarray, *, warmup: int = 10,
@@ -329,8 +331,9 @@ def load_or_build_banks(convs, banks_dir, build_cfg, progress: bool = True, *, t
 def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), budgets=(4, 8, 16, 32), *,
               token_budgets=(), paper: bool = False, engine: str = "reference", categories=(1, 2, 3, 4), batch_size: int = 256,
               rounds: int = 3, threads: int = 1, warmup: int = 10, banks_dir=None, max_questions: int | None = None,
-              progress: bool = True, dayfirst: bool = False, time_builds: bool = False) -> dict:
-    """Run the whole grid; returns the JSON-ready result (see the module docstring)."""
+              progress: bool = True, dayfirst: bool = False, time_builds: bool = False, units=("turns",),
+              facts: str | None = None) -> dict:
+    """Run the whole grid (``units`` / ``facts``: ``eval.retrieval.layered_banks``); the JSON-ready result."""
     from .. import __version__
     from ..config import BuildConfig
     from ..data import load_conversations, require_locomo
@@ -354,6 +357,9 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
         banks_list, build_rows, build_source = load_or_build_banks(convs, banks_dir, build_cfg, progress,
                                                                    time_builds=time_builds, data_path=data,
                                                                    dayfirst=dayfirst)
+    if tuple(units) != ("turns",) or facts not in (None, "none"):  # the layers (eval's rule)
+        from .retrieval import layered_banks
+        banks_list = layered_banks(banks_list, data, units, facts, get_encoder(build_cfg.encoder), dayfirst=dayfirst)
     banks = {b.bank_id: b for b in banks_list}
     encoder = get_encoder(build_cfg.encoder, cache=False)
     if banks_list[0].encoder_id != encoder.id:
@@ -391,13 +397,11 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
         "select_config": base_cfg.to_dict(), "query_params": base_params.to_dict(),
         "build_config": build_cfg.to_dict(), "encoder": encoder.id,
         "tokenizer": TOKENIZER_NAME, "engine": engine, "package_version": __version__,
-        "machine": {**machine_info(), "loadavg_1m_before": load0},
-        "query_threads": threads,
+        "machine": {**machine_info(), "loadavg_1m_before": load0}, "query_threads": threads,
         "timing_protocol": TIMING_PROTOCOL,
         "build": {"source": build_source, "per_bank": build_rows,
                   "mean_build_s": _mean([r["build_s"] for r in build_rows])},
-        "context_setup_s": ctx_s,
-        "encode_ms": _pcts(enc_s * 1e3),
+        "context_setup_s": ctx_s, "encode_ms": _pcts(enc_s * 1e3),
         "pareto_latency_axis": "latency_ms.p50", "pareto_tokens_axis": "context_tokens.mean",
         "cells": out_cells,
     }

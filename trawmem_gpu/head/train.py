@@ -82,7 +82,7 @@ def precompute(ctx: BankContext, question: str, z: np.ndarray, cfg: SelectConfig
     loc = localize(ctx, question, z, cfg, (params or QueryParams()).resolved(cfg), now)
     cand, lt = loc.cand, loc.lt
     G = np.minimum(loc.graph_cost, _BIG)
-    K = support_kernel(loc.S, lt[:, None] == lt[None, :], cfg)
+    K = support_kernel(loc.S, lt[:, None] == lt[None, :], cfg, ctx.support_floor(cand, cfg))
     ids = {t.turn_id: i for i, t in enumerate(bank.turns)}
     gold_units = {ids[g] for g in gold_ids if g in ids}
     gold = np.array([int(c) in gold_units for c in cand], dtype=bool)

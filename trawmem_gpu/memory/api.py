@@ -92,7 +92,7 @@ class Memory:
     def __init__(self, path: str | Path, *, encoder=None, method=None, budget: int | None = _UNSET,
                  token_budget: int | None = None, hops: int | None = None, threads: int | None = None,
                  caches: Iterable[str | Path] = (), head=None, only: Iterable[str] | None = None,
-                 create: bool = True, embedding_cache: bool | str = False, llm=None):
+                 create: bool = True, embedding_cache: bool | str = False, llm=None, units=("turns",)):
         from ..select.params import QueryParams
         from .core import MemoryCore
 
@@ -103,7 +103,7 @@ class Memory:
         self.defaults = QueryParams(budget=b, token_budget=token_budget, hops=d.hops if hops is None else hops)
         owns = (lambda b, keep=frozenset(only): b in keep) if only is not None else (lambda b: True)
         self._core = MemoryCore(path, encoder=encoder, select_cfg=method, threads=threads, caches=caches, head=head,
-                                owns=owns, create=create, embedding_cache=embedding_cache)
+                                owns=owns, create=create, embedding_cache=embedding_cache, units=units)
         self.llm = llm
         self._lock = threading.Lock()
         """Held for every engine call and engine refresh."""

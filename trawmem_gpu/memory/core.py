@@ -61,11 +61,14 @@ class MemoryCore:
     :param create: create a missing collection (else a ``BankError``)
     :param embedding_cache: keep query vectors in the on-disk embedding cache (True: the default
         one, or a file path); off by default
+    :param units: the layers the engine selects from (``facts.view.unit_view``; default the turns)
+    :param method: ``trawmem``, or ``trimem`` (TriMem's retrieval: ``trimem.method.TriMemEngine``)
     """
 
     def __init__(self, path, *, encoder: str | Encoder | None = None, select_cfg: SelectConfig | None = None,
                  threads: int | None = None, owns: Callable[[str], bool] = lambda bank_id: True, caches=(),
-                 head=None, create: bool = True, embedding_cache: bool | str = False):
+                 head=None, create: bool = True, embedding_cache: bool | str = False, units=("turns",),
+                 method: str = "trawmem"):
         from ..encode import get_encoder
 
         self.registry = BankRegistry(path, owns, create)
@@ -79,7 +82,7 @@ class MemoryCore:
         self.dim = int(enc.dim)
         self.caches = tuple(caches) + ((embedding_cache,) if isinstance(embedding_cache, str) else ())
 
-        self.engines = served_engine(self.registry.banks(), select_cfg, threads, head)
+        self.engines = served_engine(self.registry.banks(), select_cfg, threads, head, units, method)
 
     @property
     def path(self):
@@ -133,14 +136,24 @@ class MemoryCore:
 
 
 def served_engine(banks: dict, select_cfg: SelectConfig | None = None, threads: int | None = None,
-                  head=None) -> ServedEngine:
-    """The one engine over ``banks`` (bank id -> bank) with the method ``select_cfg``."""
+                  head=None, units=("turns",), method: str = "trawmem") -> ServedEngine:
+    """The one engine over ``banks`` (bank id -> bank) with the method ``select_cfg``, selecting
+    from their unit views for ``units``; ``method="trimem"``: TriMem's retrieval over the banks'
+    facts (``trimem.method.TriMemEngine``; the stored banks in, workspaces without thread headings)."""
+    cfg = select_cfg or SelectConfig()
+    if method == "trimem":
+        from dataclasses import replace
+
+        from ..trimem.method import TriMemEngine
+
+        return ServedEngine(banks, replace(cfg, headings="none"), TriMemEngine, units)
+
     def make(banks, scfg):
         from ..select.engine import SelectionEngine
 
         return SelectionEngine(banks, scfg, head=head, **({"threads": threads} if threads else {}))
 
-    return ServedEngine(banks, select_cfg or SelectConfig(), make)
+    return ServedEngine(banks, cfg, make, units)
 
 
 def pick(engines: ServedEngine, bank_ids: list[str], questions: list[str], Z, dates, params):

@@ -37,8 +37,15 @@ class ServedEngine:
     """
 
     def __init__(self, banks: dict[str, Bank], cfg: SelectConfig,
-                 make: Callable[[list[Bank], SelectConfig], SelectionEngine] | None = None):
+                 make: Callable[[list[Bank], SelectConfig], SelectionEngine] | None = None, units=("turns",)):
+        from ..facts.view import unit_view
+
+        self.view = lambda bank: unit_view(bank, units)
+        """A stored bank as the engine selects from it (``--units``; the bank itself for ``turns``)."""
         self.banks = dict(banks)
+        """bank id -> the stored bank the engine serves."""
+        self.views = {k: self.view(b) for k, b in self.banks.items()}
+        """bank id -> that bank's unit view (what the engine selects from and workspaces show)."""
         self.cfg = cfg
         self.make = make or (lambda banks, cfg: SelectionEngine(banks, cfg))
         self.builds = 0
@@ -48,7 +55,7 @@ class ServedEngine:
             self._build()
 
     def _build(self) -> SelectionEngine:
-        self._engine = self.make(list(self.banks.values()), self.cfg)
+        self._engine = self.make(list(self.views.values()), self.cfg)
         self.builds += 1
         return self._engine
 
@@ -65,18 +72,22 @@ class ServedEngine:
         """``bank``'s new tables (None before the engine exists): the slow part of :meth:`refresh`,
         for any thread (an append's own), so the batch worker only publishes them."""
         eng = self._engine
-        return None if eng is None else (eng, eng.prepare_bank(bank))
+        if eng is None:
+            return None
+        view = self.view(bank)
+        return eng, eng.prepare_bank(view), bank, view
 
     def refresh(self, bank: Bank, prepared=None) -> None:
         """Make the engine select from ``bank`` (new, or replacing the bank of that id), with
         :meth:`prepare`'s tables when they were built for this bank by this engine."""
-        self.banks[bank.bank_id] = bank
+        ok = prepared is not None and prepared[0] is self._engine and prepared[2] is bank
+        view = prepared[3] if ok else self.view(bank)
+        self.banks[bank.bank_id], self.views[bank.bank_id] = bank, view
         eng = self._engine
         if eng is None:
             self._build()
             return
-        ok = prepared is not None and prepared[0] is eng and prepared[1][0].bank is bank
-        eng.replace_bank(bank, prepared[1] if ok else None)  # that bank's tables only
+        eng.replace_bank(view, prepared[1] if ok else None)  # that bank's tables only
 
     def forget(self, bank_id: str, bank: Bank | None, prepared=None) -> None:
         """After a forget: select from ``bank`` (the bank less the forgotten turns), or drop
@@ -85,7 +96,7 @@ class ServedEngine:
         if bank is not None:
             self.refresh(bank, prepared)
         elif bank_id in self.banks:
-            del self.banks[bank_id]
+            del self.banks[bank_id], self.views[bank_id]
             if not self.banks:
                 self._engine = None  # an engine holds at least one bank: none is left
             elif self._engine is not None:
@@ -94,8 +105,10 @@ class ServedEngine:
             self._engine.purge()
 
     def bank(self, bank_id: str) -> Bank:
-        """The bank the engine selects from for ``bank_id``."""
-        return self.banks[bank_id]
+        """The bank the engine selects from for ``bank_id`` (its unit view; for TriMem's engine,
+        ``trimem.method.TriMemEngine.view``)."""
+        view = getattr(self._engine, "view", None)
+        return view(bank_id) if view is not None else self.views[bank_id]
 
     def nbytes(self) -> int:
         """Bytes of the engine's tables (0 before it exists)."""

@@ -47,7 +47,7 @@ from ..workspace import assemble, headings_for
 from .items import ScoreItem
 from .writer import ResumableJsonl, read_records
 
-METHODS = ("trawmem", "cosine", "bm25", "hybrid", "full")
+METHODS = ("trawmem", "cosine", "bm25", "hybrid", "full", "trimem")
 
 
 @dataclass
@@ -55,7 +55,8 @@ class ScoreSpec:
     """What each question gets: the method and its configuration (the job's identity)."""
 
     method: str = "trawmem"
-    """``trawmem``, or a baseline: ``cosine``, ``bm25``, ``hybrid`` (RRF, k = 60), ``full``."""
+    """``trawmem``, a baseline: ``cosine``, ``bm25``, ``hybrid`` (RRF, k = 60), ``full``, or ``trimem``
+    (``trimem.method`` without query planning: the question is the only search)."""
     select: dict = field(default_factory=lambda: {**SelectConfig().to_dict(), **QueryParams().to_dict()})
     """The ``SelectConfig`` and the ``QueryParams`` every question gets, as one flat dict (the
     params' ``budget``, ``token_budget`` and ``fill`` are also the baselines')."""
@@ -70,6 +71,9 @@ class ScoreSpec:
     answer_llm: str | None = None
     """LLM spec for answers (``--answer-llm``), or None."""
     answer_max_tokens: int = 96
+    layers: tuple = ("turns",)
+    """The layers selection takes units from (``--layers``: ``facts.view.unit_view``; the banks must
+    hold them). Left out of the job's identity while it is the default (older jobs resume)."""
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -80,6 +84,9 @@ class ScoreSpec:
         if not self.ks or min(self.ks) < 1:
             raise InputError(f"`ks` must list positive integers, got {self.ks}")
         self.config(), self.params()  # validates the selection config
+        from ..facts.view import parse_units
+
+        self.layers = parse_units(self.layers)
 
     def config(self) -> SelectConfig:
         """The method."""
@@ -90,7 +97,10 @@ class ScoreSpec:
         return QueryParams.from_dict(split_fields(self.select)[1])
 
     def to_dict(self) -> dict:
-        return asdict(self) | {"ks": list(self.ks)}
+        d = asdict(self) | {"ks": list(self.ks), "layers": list(self.layers)}
+        if tuple(self.layers) == ("turns",):
+            del d["layers"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "ScoreSpec":
@@ -102,7 +112,8 @@ class ScoreSpec:
         sha = hashlib.sha256(json.dumps(self.select, sort_keys=True).encode()).hexdigest()[:12]
         return {"method": self.method, "engine": self.engine if self.method == "trawmem" else None,
                 "budget": qp.budget, "token_budget": qp.token_budget, "hops": qp.hops, "ablation": cfg.ablation,
-                "head": Path(self.head).name if self.head else None, "encoder": encoder_id, "select_sha": sha}
+                "head": Path(self.head).name if self.head else None, "encoder": encoder_id, "select_sha": sha,
+                **({"layers": list(self.layers)} if tuple(self.layers) != ("turns",) else {})}
 
 
 class Scorer:
@@ -112,8 +123,11 @@ class Scorer:
                  contexts: dict | None = None):
         if not banks:
             raise ValueError("Scorer needs at least one bank")
+        from ..facts.view import unit_view
+
         self.spec = spec
         self.cfg, self.qp = spec.config(), spec.params()
+        banks = [unit_view(b, spec.layers) for b in banks]
         self.banks = {b.bank_id: b for b in banks}
         enc_ids = {b.encoder_id for b in banks}
         if len(enc_ids) != 1:
@@ -141,6 +155,11 @@ class Scorer:
 
             kw = {"threads": spec.threads} if spec.threads else {}
             self.engine = SelectionEngine(list(banks), self.cfg, head=head, **kw)
+        self.trimem = None
+        if spec.method == "trimem":
+            from ..trimem.method import TriMemRankers
+
+            self.trimem = TriMemRankers.prepared(self.banks)
         self._lap("setup", t0)
 
     def _lap(self, name: str, t0: float) -> float:
@@ -171,6 +190,8 @@ class Scorer:
         if self.engine is not None:
             return self.engine.select_units([it.bank_id for it in items], [it.question for it in items], Z,
                                             dates=dates, params=self.qp)
+        if self.trimem is not None:
+            return [self.trimem[it.bank_id].plain_units(it.question, z, self.qp) for it, z in zip(items, Z)]
         ctxs = [self.context(it.bank_id) for it in items]  # outside the selection timing, as the engine's setup
         out = []
         for it, ctx, z, now in zip(items, ctxs, Z, dates):
@@ -206,6 +227,8 @@ class Scorer:
             bank = self.banks[it.bank_id]
             if it.bank_id not in self._digest:
                 self._digest[it.bank_id] = bank_digest(bank)
+            if self.trimem is not None:  # the workspace is the unit view's: facts, turns, profiles
+                bank = self.trimem[it.bank_id].view
             ws = assemble(bank, it.question, p, headings_for(self.spec.method, self.cfg))
             text = ws.render()
             ranked = [bank.turns[int(u)].turn_id for u in p]

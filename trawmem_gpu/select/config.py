@@ -144,6 +144,10 @@ class SelectConfig(DictFields):
     K(v, v) = 1 (``objective.support_from_cosine``), or the identity."""
     k_shift: float = 0.3
     """Cosine at or below which a unit supports another not at all (0 = plain clipped cosine)."""
+    fact_support: float = 0.5
+    """With facts or profiles as units (``--units``): the least support K(u, v) of a unit for
+    one it restates (a fact for its source turn; ``objective.support_floor``). A fact is a lossy
+    restatement: below 1; its source turn supports the fact fully."""
     w_cov: float = 1.0
     """Weight of the information-coverage term of J."""
     w_role: float = 1.0
@@ -178,6 +182,7 @@ class SelectConfig(DictFields):
         for name in ("lambda_m", "lambda_r", "c_head", "c_step", "c_hop") + _objective_weights():
             _at_least(name, getattr(self, name), 0)
         _within("k_shift", self.k_shift, 0.0, 1.0, hi_open=True)
+        _within("fact_support", self.fact_support, 0.0, 1.0)
         if self.ablation not in ABLATIONS:
             raise ConfigError(f"`ablation` must be one of {', '.join(repr(a) for a in ABLATIONS)} "
                               f"(got {self.ablation!r})")

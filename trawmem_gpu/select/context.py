@@ -10,7 +10,7 @@ from ..construct.graph import SEMANTIC
 from ..store.bank import Bank
 from ..workspace import DEFAULT_HEADINGS, token_costs
 from .lexical import BM25Index
-from .objective import unit_attributes
+from .objective import support_floor, unit_attributes
 from .steps.relevance import RelevanceStatic, relevance_static
 from .text_features import temporal_flags
 
@@ -46,6 +46,7 @@ class BankContext:
     relevance: RelevanceStatic
     """The query-independent inputs of the ``learned`` affinity's features."""
     _token_costs: dict = field(default_factory=dict, repr=False, compare=False)
+    _floors: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, bank: Bank) -> "BankContext":
@@ -62,6 +63,15 @@ class BankContext:
         if headings not in self._token_costs:
             self._token_costs[headings] = token_costs(self.bank, headings)
         return self._token_costs[headings]
+
+    def support_floor(self, cand: np.ndarray, cfg) -> np.ndarray | None:
+        """``[U, U]`` the support links' floor of K between the candidates ``cand``
+        (``objective.support_floor``), None when the bank has no links."""
+        key = float(cfg.fact_support)
+        if key not in self._floors:
+            self._floors[key] = support_floor(self.bank, cfg)
+        F = self._floors[key]
+        return None if F is None else F[np.ix_(cand, cand)]
 
     def neighbours(self, j: int, semantic: bool):
         return [(d, w) for d, w, k in self.adj[j] if semantic or k != SEMANTIC]

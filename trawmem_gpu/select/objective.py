@@ -379,10 +379,10 @@ if numba is not None:
 support_from_cosine_compiled = njit(cache=True, inline="always")(support_from_cosine)
 
 
-def support_kernel(cos, same_thread, cfg):
-    """``K [..., U, U]`` from candidate cosines (NumPy or torch): :func:`support_from_cosine`,
-    zero across threads without cross-thread support (``same_thread [..., U, U]`` bool), unit
-    diagonal; or the identity (``kernel="identity"``)."""
+def support_kernel(cos, same_thread, cfg, floor=None):
+    """``K [..., U, U]`` from candidate cosines (NumPy or torch): :func:`support_from_cosine`, zero across
+    threads without cross-thread support (``same_thread [..., U, U]`` bool), raised to ``floor [..., U, U]``
+    (a unit view's support links: :func:`support_floor`), unit diagonal; or the identity (``kernel="identity"``)."""
     U = cos.shape[-1]
     if _is_torch(cos):
         import torch
@@ -393,6 +393,8 @@ def support_kernel(cos, same_thread, cfg):
         K = support_from_cosine(cos, cfg.k_shift)
         if not cfg.cross_thread:
             K = K * same_thread
+        if floor is not None:
+            K = torch.maximum(K, floor.to(K.dtype))
         return torch.where(eye, torch.ones((), dtype=K.dtype, device=K.device), K)
     if cfg.kernel == "identity":
         return np.broadcast_to(np.eye(U), cos.shape).copy()
@@ -400,8 +402,24 @@ def support_kernel(cos, same_thread, cfg):
     if not cfg.cross_thread:
         K = K * same_thread
     K = np.array(K, dtype=np.float64)
+    if floor is not None:
+        np.maximum(K, floor, out=K)
     np.einsum("...ii->...i", K)[...] = 1.0
     return K
+
+
+def support_floor(bank, cfg) -> np.ndarray | None:
+    """``[N, N]`` float64 the least ``K(u, v)`` the support links of ``bank`` give (``Bank.support_src``
+    restates ``support_dst``: a fact, a source turn), None without links. A restatement is lossy:
+    ``K(restating, source) >= cfg.fact_support``; the source holds all it says: ``K(source,
+    restating) = 1``. So J sees a fact and its source turn together as a redundancy."""
+    src, dst = getattr(bank, "support_src", None), getattr(bank, "support_dst", None)
+    if src is None or not len(src):
+        return None
+    F = np.zeros((bank.n_units, bank.n_units))
+    F[src, dst] = cfg.fact_support
+    F[dst, src] = 1.0
+    return F
 
 
 def _is_torch(x) -> bool:

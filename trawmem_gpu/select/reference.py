@@ -118,7 +118,8 @@ def select_reference(ctx: BankContext, question: str, z: np.ndarray, cfg: Select
     U = len(loc.cand)
     Bq = effective_budget(qp.pool_budget, U)                             # step 6
     pi = priorities(loc.graph_cost, loc.rvec, loc.alpha, phi, Bq, w)      # steps 5-6
-    K = support_kernel(loc.S, loc.lt[:, None] == loc.lt[None, :], cfg)    # step 7: J
+    K = support_kernel(loc.S, loc.lt[:, None] == loc.lt[None, :], cfg,    # step 7: J
+                       ctx.support_floor(loc.cand, cfg))
     modular = modular_gain(ModularInputs(loc.alpha, loc.attrs, date_seconds(now)), w, cfg)
     obj = Objective(pi, K, rho, delta, modular, loc.lt, coverage_weights(w), attrs=loc.attrs)
     tokens = costs = None

@@ -40,7 +40,7 @@ def cmd_serve(a) -> int:
                       max_token_budget=a.max_token_budget,
                       encoder=a.encoder, threads=a.threads,
                       switch_interval_ms=a.switch_interval_ms, encode_chunk=a.encode_chunk,
-                      http_workers=a.http_workers)
+                      http_workers=a.http_workers, units=a.units, method=a.method)
     if a.sample:
         _sample_into(cfg.collection)
     if a.ray:
@@ -102,6 +102,12 @@ def configure_serve(s) -> None:
     s.add_argument("--http-workers", type=nonneg_int, default=d.http_workers,
                    help="HTTP front processes in front of this engine process (0: HTTP in this process); "
                         "each takes HTTP, keys and JSON off the engine's GIL")
+    from ..cli_args import add_units
+
+    add_units(s)
+    s.add_argument("--method", choices=["trawmem", "trimem"], default="trawmem",
+                   help="selection method: TrawMem, or TriMem's retrieval over the banks' facts, their source turns "
+                        "and profiles (banks built with --facts; the question is the only search)")
     s.add_argument("--access-log", action="store_true", help="log every request line")
     s.add_argument("--ray", action="store_true", help="run as a Ray Serve application (extra: ray)")
     s.add_argument("--shards", type=positive_int, default=2, help="--ray: bank shards (one replica each)")

@@ -68,7 +68,20 @@ class ServeConfig:
     validation, routes, JSON) in N front processes that forward to one engine process over a
     private Unix socket (:mod:`.remote`), so HTTP no longer shares the engine's GIL."""
 
+    units: tuple = ("turns",)
+    """The layers the engine selects from (``--units``: ``facts.view.unit_view`` of every bank)."""
+    method: str = "trawmem"
+    """``--method``: ``trawmem``, or ``trimem`` (TriMem's retrieval over the banks' facts, the question
+    the only search: ``trimem.method.TriMemEngine``; ``units`` stays ``turns``)."""
+
     def __post_init__(self):
+        from ..facts.view import DEFAULT_UNITS, parse_units
+
+        self.units = parse_units(self.units)
+        if self.method not in ("trawmem", "trimem"):
+            raise ConfigError(f"`method` must be trawmem or trimem, got {self.method!r}")
+        if self.method == "trimem" and self.units != DEFAULT_UNITS:
+            raise ConfigError("`units`: method trimem shows its own units (facts, their turns, profiles)")
         for name in ("max_batch", "encode_chunk", "max_queue", "max_body_bytes", "max_question_chars", "max_budget",
                      "max_token_budget", "max_batch_request", "max_turns_per_append"):
             if getattr(self, name) < 1:

@@ -119,7 +119,7 @@ class SelectionService:
         self.metrics = metrics
         # the Memory core: banks (registry), query encoder and engine, the append and forget paths
         self.core = MemoryCore(cfg.collection, encoder=encoder or cfg.encoder, select_cfg=select_cfg,
-                               threads=cfg.threads, owns=owns)
+                               threads=cfg.threads, owns=owns, units=cfg.units, method=cfg.method)
         self.registry, self.encoder, self.engines = self.core.registry, self.core.encoder, self.core.engines
         self.encoder_spec, self.dim = self.core.encoder_spec, self.core.dim
         dp = params or QueryParams()

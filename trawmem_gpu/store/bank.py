@@ -37,6 +37,24 @@ class Bank:
     build_config: dict = field(default_factory=dict)
     stats: dict = field(default_factory=dict)
     """Build bookkeeping (timings, fallbacks); not part of the bank's identity."""
+    facts: tuple = ()
+    """The facts layer (``facts.schema.Fact``), kept beside the turns; not units unless a unit view
+    (``facts.view.unit_view``) makes them so."""
+    fact_vecs: np.ndarray | None = None
+    """[F, d] float32, L2-normalized (the bank's encoder, ``Fact`` embed text); None when no facts."""
+    profiles: tuple = ()
+    """The profiles layer (``facts.schema.ProfileSection``, one per person and section)."""
+    profile_vecs: np.ndarray | None = None
+    """[P, d] float32, L2-normalized; None when no profiles."""
+    layer_sources: dict = field(default_factory=dict)
+    """Where each layer came from (``{"facts": "locomo"}``): an ``--update`` continues with it."""
+    units: tuple[str, ...] = ("turns",)
+    """The layers that are units here: ``("turns",)`` for a stored bank; a unit view's tuple, whose
+    ``turns`` then also hold the fact and profile units (``facts.view``)."""
+    support_src: np.ndarray | None = None
+    support_dst: np.ndarray | None = None
+    """A unit view's support links (unit ``support_src[k]`` restates unit ``support_dst[k]``: a fact
+    and a source turn, a profile section and a fact), read by the support kernel K; None: none."""
 
     @property
     def n_units(self) -> int:
@@ -53,6 +71,11 @@ class Bank:
 
     def thread_units(self, j: int) -> range:
         return range(int(self.thread_offsets[j]), int(self.thread_offsets[j + 1]))
+
+    @property
+    def is_view(self) -> bool:
+        """A unit view over more layers than the turns (never stored: ``store.files`` refuses it)."""
+        return tuple(self.units) != ("turns",)
 
     def index_of(self) -> dict[str, int]:
         """turn id -> unit index."""
@@ -84,6 +107,42 @@ class Bank:
             a = getattr(self, name)
             if not np.all(np.isfinite(a)):
                 raise ValueError(f"bank {self.bank_id!r}: {name} holds NaN or inf")
+        self._validate_layers()
         if len(self.edge_src) and (min(self.edge_src.min(), self.edge_dst.min()) < 0
                                    or self.edge_src.max() >= J or self.edge_dst.max() >= J):
             raise ValueError(f"bank {self.bank_id!r}: an edge names an unknown thread")
+
+    def _validate_layers(self) -> None:
+        """The facts and profiles layers: unique ids, links to turns / facts that exist, vectors."""
+        d = self.unit_vecs.shape[1]
+        for name, items, vecs in (("facts", self.facts, self.fact_vecs), ("profiles", self.profiles, self.profile_vecs)):
+            n = len(items)
+            if (vecs is None) != (n == 0) or (vecs is not None and vecs.shape != (n, d)):
+                raise ValueError(f"bank {self.bank_id!r}: {name} and {name[:-1]}_vecs do not match "
+                                 f"({n} {name}, vectors {None if vecs is None else vecs.shape})")
+            if vecs is not None and not np.all(np.isfinite(vecs)):
+                raise ValueError(f"bank {self.bank_id!r}: {name[:-1]}_vecs holds NaN or inf")
+        if not self.facts and not self.profiles:
+            return
+        turn_ids = {t.turn_id for t in self.turns}
+        fids = [f.fact_id for f in self.facts]
+        if len(set(fids)) != len(fids):
+            dup = next(i for i, c in Counter(fids).items() if c > 1)
+            raise ValueError(f"bank {self.bank_id!r}: duplicate fact id {dup!r}")
+        if turn_ids & set(fids):
+            raise ValueError(f"bank {self.bank_id!r}: fact id {sorted(turn_ids & set(fids))[0]!r} is also a turn id")
+        for f in self.facts:
+            bad = [t for t in f.source_turns if t not in turn_ids]
+            if bad:
+                raise ValueError(f"bank {self.bank_id!r}: fact {f.fact_id!r} cites turn {bad[0]!r}, which the bank "
+                                 f"does not hold")
+        fset = set(fids)
+        keys = [(p.person, p.section) for p in self.profiles]
+        if len(set(keys)) != len(keys):
+            dup = next(k for k, c in Counter(keys).items() if c > 1)
+            raise ValueError(f"bank {self.bank_id!r}: two profile sections {dup[1]!r} for {dup[0]!r}")
+        for p in self.profiles:
+            bad = [f for f in p.fact_ids if f not in fset]
+            if bad:
+                raise ValueError(f"bank {self.bank_id!r}: profile {p.unit_id!r} cites fact {bad[0]!r}, which the "
+                                 f"bank does not hold")

@@ -4,6 +4,10 @@ Layout of a bank directory (format version 2)::
 
     tensors.safetensors   unit_vecs, head_vecs, thread_offsets, edge_src/dst/w/kind
     units.json            one record per unit (id, speaker, text, session, date, caption)
+    layers.json           only in a bank with facts or profiles: ``{"facts": [...], "profiles":
+                          [...]}`` (``facts.schema`` records); their vectors are the tensors
+                          ``fact_vecs`` / ``profile_vecs`` (a bank without layers has neither, so
+                          its files are what they were before layers existed)
     meta.json             format version, bank id, encoder id, build config, heads, counts,
                           turns_sha256 (the digest of the turns the bank holds, see
                           ``trawmem_gpu.data.turns_digest``), the sha256 of the two files above,
@@ -41,7 +45,7 @@ from .bank import Bank
 
 FORMAT_VERSION = 2
 """Layout version of bank directories and collection indexes; other versions are refused."""
-TENSORS, UNITS, META = "tensors.safetensors", "units.json", "meta.json"
+TENSORS, UNITS, META, LAYERS = "tensors.safetensors", "units.json", "meta.json", "layers.json"
 REBUILD_HINT = "rebuild it from its history (`trawmem build`, not an `update`)"
 
 
@@ -105,6 +109,9 @@ def write_bank_files(bank: Bank, d: Path) -> None:
     from safetensors.numpy import save_file
 
     bank.validate()
+    if bank.is_view:
+        raise BankError(f"bank {bank.bank_id!r} is a unit view over {'+'.join(bank.units)}, not a bank; "
+                        f"store the bank it was made from")
     tensors = {
         "unit_vecs": np.ascontiguousarray(bank.unit_vecs, dtype=np.float32),
         "head_vecs": np.ascontiguousarray(bank.head_vecs, dtype=np.float32),
@@ -114,12 +121,22 @@ def write_bank_files(bank: Bank, d: Path) -> None:
         "edge_w": np.ascontiguousarray(bank.edge_w, dtype=np.float32),
         "edge_kind": np.ascontiguousarray(bank.edge_kind, dtype=np.int8),
     }
+    layered = bool(bank.facts or bank.profiles)
+    for name in ("fact_vecs", "profile_vecs"):
+        if getattr(bank, name) is not None:
+            tensors[name] = np.ascontiguousarray(getattr(bank, name), dtype=np.float32)
     save_file(tensors, str(d / TENSORS))
     _fsync_file(d / TENSORS)
     with open(d / UNITS, "w", encoding="utf-8") as f:
         json.dump([_turn_record(t) for t in bank.turns], f, ensure_ascii=False)
         f.flush()
         os.fsync(f.fileno())
+    if layered:
+        with open(d / LAYERS, "w", encoding="utf-8") as f:
+            json.dump({"facts": [x.to_record() for x in bank.facts], "profiles": [x.to_record() for x in bank.profiles],
+                       "sources": dict(bank.layer_sources)}, f, ensure_ascii=False)
+            f.flush()
+            os.fsync(f.fileno())
     meta = {
         "format_version": FORMAT_VERSION,
         "bank_id": bank.bank_id,
@@ -135,6 +152,9 @@ def write_bank_files(bank: Bank, d: Path) -> None:
         "stats": bank.stats,
         "checksums": {TENSORS: file_sha256(d / TENSORS), UNITS: file_sha256(d / UNITS)},
     }
+    if layered:
+        meta["layers"] = {"facts": len(bank.facts), "profiles": len(bank.profiles)}
+        meta["checksums"][LAYERS] = file_sha256(d / LAYERS)
     meta["meta_sha256"] = meta_digest(meta)
     write_json_atomic(meta, d / META, indent=1)
 
@@ -207,7 +227,8 @@ def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = No
             raise BankError(f"{path}: holds bank {meta['bank_id']!r} where the collection index expects "
                             f"{bank_id!r} (a copied or moved bank directory?); {REBUILD_HINT}")
         sums = meta["checksums"]
-        for name in (TENSORS, UNITS):
+        layered = "layers" in meta
+        for name in (TENSORS, UNITS) + ((LAYERS,) if layered else ()):
             fp = path / name
             if not fp.exists():
                 raise BankError(f"{fp}: missing")
@@ -219,12 +240,15 @@ def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = No
             raise BankError(f"{path / TENSORS}: unreadable tensors ({e})") from None
         units = json.loads((path / UNITS).read_text(encoding="utf-8"))
         stats = meta.get("stats", {})
+        facts, profiles, sources = _read_layers(path / LAYERS, meta["layers"]) if layered else ((), (), {})
         bank = Bank(
             bank_id=meta["bank_id"], turns=[_turn_from(r) for r in units],
             thread_offsets=t["thread_offsets"], heads=list(meta["heads"]), head_kind=list(meta["head_kind"]),
             unit_vecs=t["unit_vecs"], head_vecs=t["head_vecs"], edge_src=t["edge_src"], edge_dst=t["edge_dst"],
             edge_w=t["edge_w"], edge_kind=t["edge_kind"], encoder_id=meta["encoder_id"],
-            build_config=meta.get("build_config") or {}, stats=stats if isinstance(stats, dict) else {})
+            build_config=meta.get("build_config") or {}, stats=stats if isinstance(stats, dict) else {},
+            facts=facts, fact_vecs=t.get("fact_vecs"), profiles=profiles, profile_vecs=t.get("profile_vecs"),
+            layer_sources=sources)
         if turns_digest(bank.turns) != meta["turns_sha256"]:
             raise BankError(f"{path / UNITS}: the turns do not match the digest in {META}; {REBUILD_HINT}")
     except BankError:
@@ -236,3 +260,24 @@ def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = No
     except (ValueError, TypeError) as e:
         raise BankError(f"{path}: {e}") from None
     return bank
+
+
+def _read_layers(fp: Path, counts: dict) -> tuple[tuple, tuple, dict]:
+    """The facts, profiles and sources of ``layers.json`` (checked records, counts as ``meta.json`` says)."""
+    from ..facts.schema import fact_from_record, profile_from_record
+
+    rec = json.loads(fp.read_text(encoding="utf-8"))
+    if not isinstance(rec, dict) or not isinstance(rec.get("facts"), list) or not isinstance(rec.get("profiles"), list):
+        raise BankError(f"{fp}: corrupt layers (expected an object with lists 'facts' and 'profiles')")
+    try:
+        facts = tuple(fact_from_record(r) for r in rec["facts"])
+        profiles = tuple(profile_from_record(r) for r in rec["profiles"])
+    except ValueError as e:
+        raise BankError(f"{fp}: corrupt layers ({e})") from None
+    if len(facts) != counts.get("facts") or len(profiles) != counts.get("profiles"):
+        raise BankError(f"{fp}: {len(facts)} facts and {len(profiles)} profile sections where {META} says "
+                        f"{counts.get('facts')} and {counts.get('profiles')}")
+    sources = rec.get("sources", {})
+    if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
+        raise BankError(f"{fp}: corrupt layers (field 'sources' must map layer names to strings)")
+    return facts, profiles, sources

@@ -95,10 +95,9 @@ class StageTables(NamedTuple):
     graph: ThreadGraph
     tok_unit: np.ndarray
     """[units] token cost of every stored unit (``workspace.TokenCosts``; 0 without a token budget)."""
-    tok_head: np.ndarray
-    """[threads] heading token cost of every stored thread."""
-    tok_hrun: np.ndarray
-    """[threads] the bank-local first thread of every stored thread's heading run (one heading)."""
+    tok_head: np.ndarray  # [threads] heading token cost of every stored thread
+    tok_hrun: np.ndarray  # [threads] the bank-local first thread of every stored thread's heading run
+    linked: np.ndarray  # [units] 1 where a unit has a support link
 
 
 class StageBatch(NamedTuple):
@@ -155,8 +154,8 @@ def _learned_tables(snap: Snapshot):
 
 def stage_tables(snap: Snapshot) -> StageTables:
     n = snap.np
-    return StageTables(n["ktab"], n["btab"], n["head_sim"], n["temporal"], n["position"], n["d_in"],
-                       ThreadGraph(n["nbr"], n["nbw"], snap.dummy_thread), n["tok_unit"], n["tok_head"], n["tok_hrun"])
+    return StageTables(n["ktab"], n["btab"], n["head_sim"], n["temporal"], n["position"], n["d_in"], ThreadGraph(
+        n["nbr"], n["nbw"], snap.dummy_thread), n["tok_unit"], n["tok_head"], n["tok_hrun"], n["linked"])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -276,6 +275,7 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
     other = np.empty(sel.shape[1], np.int64)
     mark = np.zeros(U1, np.bool_)
     no_support = p.identity or not p.cross_thread  # K is 0 across threads: no bound from the other threads
+    links = not p.identity  # a unit with a support link (a fact, its source) may have K = 1 in any thread
     k_shift = p.k_shift
     for q in range(Q):
         n = x.n_cand[q]
@@ -310,7 +310,7 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
                     c = tab.btab[brow + x.hthread[q, j]]
                     if c > br:
                         br = c
-                    kr[j] = 0.0 if no_support else support_from_cosine_compiled(c, k_shift)
+                    kr[j] = 1.0 if links and tab.linked[gl] > 0 else 0.0 if no_support else support_from_cosine_compiled(c, k_shift)
                 else:
                     kr[j] = 1.0
             br = 0.0 if br == -np.inf else min(max(br, 0.0), 1.0)

@@ -1,7 +1,8 @@
 """The engine's per-bank, query-independent tables, and the store that holds them for many banks.
 
 Per bank (:func:`build_bank`): unit and head vectors, each unit's bank-local thread, the unit
-features that do not depend on the query (cosine to its head, temporal flag, position), the
+features that do not depend on the query (cosine to its head, temporal flag, position), whether
+the unit has a support link (``linked``: a unit view's fact or its source, ``facts.view``), the
 in-thread distance ``d_in`` (step 5), the modular terms' unit attributes, the token costs of the
 units and thread headings (``workspace.token_costs``; a token budget reads them), the thread graph as
 padded neighbour lists, its BM25 score matrix (CSC), and, while they fit in
@@ -38,7 +39,7 @@ from ...store.bank import Bank
 from ...workspace import token_costs
 from ..context import unit_features
 from ..lexical import BM25Index
-from ..objective import UNIT_ATTRIBUTES, support_kernel, unit_attributes
+from ..objective import UNIT_ATTRIBUTES, support_floor, support_kernel, unit_attributes
 from ..steps.candidates import BM25Store
 from ..steps.priority import in_thread_distances
 from ..steps.relevance import relevance_static
@@ -88,6 +89,7 @@ TABLES = (
     ("unit_vecs", "unit", "float", 0), ("unit_thread", "unit", "int", 0), ("head_sim", "unit", "float", 0),
     ("temporal", "unit", "float", 0), ("position", "unit", "float", 0), ("d_in", "unit", "float", 0),
     ("attrs", "unit", "float64", 0), ("rel_idx", "unit", "int", -1), ("tok_unit", "unit", "float", 0),
+    ("linked", "unit", "float", 0),
     ("head_vecs", "thread", "float", 0), ("nbr", "thread", "int", -1), ("nbw", "thread", "float", 0),
     ("tok_head", "thread", "float", 0), ("tok_hrun", "thread", "int", 0),
     ("ktab", "k", "float", 0), ("btab", "b", "float", 0),
@@ -121,8 +123,13 @@ def build_bank(bank: Bank, cfg, layout: Layout) -> tuple[BankInfo, dict[str, np.
         a["tok_hrun"] = costs.runs(np.arange(J))  # the first thread of each thread's heading run
     else:
         a["tok_unit"], a["tok_head"], a["tok_hrun"] = np.zeros(N), np.zeros(J), np.arange(J)
+    floor = support_floor(bank, cfg)
+    a["linked"] = np.zeros(N) if floor is None else (floor.max(axis=1) > 0).astype(np.float64)
+    if floor is not None and not layout.with_tables and cfg.kernel != "identity":
+        raise ValueError(f"bank {bank.bank_id!r} has support links (facts or profiles as units): the engine needs "
+                         f"its per-bank tables (raise EngineConfig.table_bytes)")
     if layout.with_tables:
-        a["ktab"], a["btab"] = _kernel_tables(bank, cfg, layout)
+        a["ktab"], a["btab"] = _kernel_tables(bank, cfg, layout, floor)
     bm25 = vocab = None
     plain = False
     if layout.lexical:
@@ -160,10 +167,10 @@ def _neighbours(bank: Bank, semantic: bool) -> tuple[np.ndarray, np.ndarray]:
     return nbr, nbw
 
 
-def _kernel_tables(bank: Bank, cfg, layout: Layout) -> tuple[Tensor | None, Tensor]:
+def _kernel_tables(bank: Bank, cfg, layout: Layout, floor=None) -> tuple[Tensor | None, Tensor]:
     """``(ktab [N * N], btab [N * J])``: the bank's support kernel (the objective's
-    ``support_kernel`` of its Gram matrix, so a gather gives exactly a candidate set's K) and each
-    unit's best cosine per thread."""
+    ``support_kernel`` of its Gram matrix and support ``floor``, so a gather gives exactly a
+    candidate set's K) and each unit's best cosine per thread."""
     E = torch.as_tensor(np.ascontiguousarray(bank.unit_vecs), dtype=layout.dtype, device=layout.device)
     G = E @ E.T
     lt = torch.as_tensor(bank.unit_thread, device=layout.device)
@@ -172,7 +179,8 @@ def _kernel_tables(bank: Bank, cfg, layout: Layout) -> tuple[Tensor | None, Tens
     bt.scatter_reduce_(1, lt[None, :].expand(N, N), G, reduce="amax", include_self=True)
     if cfg.kernel == "identity":
         return None, bt.flatten()
-    return support_kernel(G, lt[:, None] == lt[None, :], cfg).flatten(), bt.flatten()
+    fl = None if floor is None else torch.as_tensor(floor, dtype=layout.dtype, device=layout.device)
+    return support_kernel(G, lt[:, None] == lt[None, :], cfg, fl).flatten(), bt.flatten()
 
 
 def table_bytes_needed(banks: list[Bank], cfg, element_size: int) -> int:

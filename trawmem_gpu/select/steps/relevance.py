@@ -78,10 +78,31 @@ def relevance_static(bank, temporal: np.ndarray | None = None) -> RelevanceStati
     idx = np.arange(n, dtype=np.int64)
     same_prev = np.concatenate([[False], ses[1:] == ses[:-1]])
     same_next = np.concatenate([ses[:-1] == ses[1:], [False]])
-    return RelevanceStatic(np.array([pos[t.speaker] for t in turns], dtype=np.int64), speakers,
-                           np.where(same_prev, idx - 1, -1), np.where(same_next, idx + 1, -1),
+    prev, nxt = np.where(same_prev, idx - 1, -1), np.where(same_next, idx + 1, -1)
+    if getattr(bank, "is_view", False):
+        prev, nxt = _layered_context(turns, ses)
+    return RelevanceStatic(np.array([pos[t.speaker] for t in turns], dtype=np.int64), speakers, prev, nxt,
                            temporal_flags([t.text for t in turns]) if temporal is None else temporal,
                            np.array([date_seconds(t.time) for t in turns], dtype=np.float64))
+
+
+def _layered_context(turns, ses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The session context of a unit view's units (``facts.view``): a turn's neighbours are the turns
+    before and after it in its session (the layer units between are skipped, so a turn's features
+    are what they are in its bank); a fact's are its first source turn's (it restates that turn, in
+    that place of the conversation); a profile section has none."""
+    n = len(turns)
+    prev, nxt = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    ti = [i for i, t in enumerate(turns) if getattr(t, "layer", "turns") == "turns"]
+    for a, b in zip(ti, ti[1:]):
+        if ses[a] == ses[b]:
+            nxt[a], prev[b] = b, a
+    where = {turns[i].turn_id: i for i in ti}
+    for i, t in enumerate(turns):
+        if getattr(t, "layer", "turns") == "facts" and t.cited_turns and t.cited_turns[0] in where:
+            src = where[t.cited_turns[0]]
+            prev[i], nxt[i] = prev[src], nxt[src]
+    return prev, nxt
 
 
 def speakers_named(question: str, speakers: tuple[str, ...]) -> np.ndarray:

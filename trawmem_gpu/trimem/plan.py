@@ -1,0 +1,128 @@
+"""TriMem's query planning: the key-information step and the target-query step.
+
+For each question, two structured LLM calls (batched over all questions): the key information
+(keywords, persons, time expression, location, entities) and one to three focused search
+queries. The original question is always the first query, and at most ``MAX_QUERIES`` are kept.
+Without an LLM both steps are skipped and the question is the only query; a step whose reply is
+still malformed after one retry, or whose request failed, falls back the same way for that
+question (``QueryPlan.fallback`` says which step fell back).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from ..llm.base import LLMBackend
+from ..llm.prompts import RETRY_JSON
+from ..llm.structured import extract_json
+from .prompts import PromptSet
+
+MAX_QUERIES = 3
+"""Searches per question, the original question included (the paper: one to three)."""
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """What TriMem searches for one question."""
+
+    question: str
+    queries: tuple[str, ...]
+    """The searches, the question first."""
+    keywords: tuple[str, ...] = ()
+    persons: tuple[str, ...] = ()
+    time: Optional[str] = None
+    location: Optional[str] = None
+    entities: tuple[str, ...] = ()
+    planned: bool = False
+    """True when both LLM steps answered."""
+    fallback: tuple[str, ...] = field(default=())
+    """The steps that fell back to the plain question ('key_info', 'target_query'); empty when
+    planned or when no LLM was given."""
+
+    def to_dict(self) -> dict:
+        return {"queries": list(self.queries), "keywords": list(self.keywords), "persons": list(self.persons),
+                "time": self.time, "location": self.location, "entities": list(self.entities),
+                "planned": self.planned, "fallback": list(self.fallback)}
+
+
+def plain_plan(question: str) -> QueryPlan:
+    """The plan without an LLM: the question is the only query."""
+    return QueryPlan(question=question, queries=(question,))
+
+
+def _strs(x) -> tuple[str, ...]:
+    if isinstance(x, str):
+        x = [x]
+    if not isinstance(x, (list, tuple)):
+        return ()
+    return tuple(dict.fromkeys(" ".join(v.split()) for v in x if isinstance(v, str) and v.strip()))
+
+
+def _opt(x) -> Optional[str]:
+    if isinstance(x, list):
+        x = next((v for v in x if isinstance(v, str) and v.strip()), None)
+    if not isinstance(x, str) or not x.strip() or x.strip().lower() in ("null", "none", "n/a"):
+        return None
+    return " ".join(x.split())
+
+
+def parse_key_info(text: Optional[str]) -> Optional[dict]:
+    """``{"keywords", "persons", "time", "location", "entities"}`` from a reply, or None."""
+    obj = extract_json(text)
+    if not isinstance(obj, dict) or not any(k in obj for k in ("keywords", "persons", "entities",
+                                                                "time_expression", "location")):
+        return None
+    return {"keywords": _strs(obj.get("keywords")), "persons": _strs(obj.get("persons")),
+            "time": _opt(obj.get("time_expression", obj.get("time"))), "location": _opt(obj.get("location")),
+            "entities": _strs(obj.get("entities"))}
+
+
+def parse_queries(text: Optional[str], question: str) -> Optional[tuple[str, ...]]:
+    """The searches of a reply, the question first, at most ``MAX_QUERIES``; None when malformed."""
+    obj = extract_json(text)
+    if isinstance(obj, dict):
+        obj = obj.get("queries", obj.get("search_queries"))
+    if not isinstance(obj, list):
+        return None
+    qs = [question] + [q for q in _strs(obj) if q.casefold() != question.casefold()]
+    return tuple(qs[:MAX_QUERIES])
+
+
+def _structured(llm: LLMBackend, convs: list, parse, desc: str, max_tokens: int) -> list:
+    res = llm.chat(convs, max_tokens=max_tokens, temperature=0.0, json_mode=True, desc=desc)
+    vals = [parse(i, r.text) if r.error is None else None for i, r in enumerate(res)]
+    again = [i for i, v in enumerate(vals) if v is None and res[i].error is None]
+    if again:
+        follow = [convs[i] + [{"role": "assistant", "content": res[i].text[:4000]},
+                              {"role": "user", "content": RETRY_JSON}] for i in again]
+        for i, r in zip(again, llm.chat(follow, max_tokens=max_tokens, temperature=0.0, json_mode=True,
+                                        desc=f"{desc}-retry")):
+            vals[i] = parse(i, r.text) if r.error is None else None
+    return vals
+
+
+def plan_queries(questions: Sequence[str], llm: Optional[LLMBackend], prompts: PromptSet | None = None, *,
+                 max_tokens: int = 256) -> list[QueryPlan]:
+    """One plan per question (module docstring); ``llm`` None gives the plain plans. A failure of
+    the LLM layer itself (an unreachable server after its retries) also falls back, per step."""
+    if llm is None or not questions:
+        return [plain_plan(q) for q in questions]
+    from ..errors import TrawmemError
+
+    ps = prompts or PromptSet()
+    qs = list(questions)
+    try:
+        keys = _structured(llm, [ps.key_info.messages(question=q) for q in qs],
+                           lambda i, t: parse_key_info(t), "trimem-key-info", max_tokens)
+    except TrawmemError:
+        keys = [None] * len(qs)
+    try:
+        searches = _structured(llm, [ps.target_query.messages(question=q) for q in qs],
+                               lambda i, t: parse_queries(t, qs[i]), "trimem-target-query", max_tokens)
+    except TrawmemError:
+        searches = [None] * len(qs)
+    out = []
+    for q, k, s in zip(qs, keys, searches):
+        fb = tuple(n for n, v in (("key_info", k), ("target_query", s)) if v is None)
+        out.append(QueryPlan(question=q, queries=s or (q,), planned=not fb, fallback=fb, **(k or {})))
+    return out
