@@ -18,8 +18,8 @@ view (``facts.view.unit_view``). Methods, every one filling the token budget T:
 Protocol (nothing is tuned on what it is scored on): TrawMem's learned affinity is the fold's
 (``fold_weights`` of ``results/equal_tokens.json``: each LoCoMo conversation's weights fitted on
 the other 11 folds of both dev sets by ``bench_equal_tokens.py``); the baselines fit nothing. The
-one knob of facts as units, ``SelectConfig.fact_support`` (how much a fact supports its source turn
-in K), and the knapsack rule are chosen per conversation as the setting of :data:`SETTINGS` with the
+knobs of facts as units, ``SelectConfig.fact_support`` (how much a fact supports its source turn
+in K), the group affinity ``SelectConfig.w_grp`` and the knapsack rule are chosen per conversation as the setting of :data:`SETTINGS` with the
 best recall with citations on the *other* six conversations at each T (nested leave-one-conversation-
 out), and each setting's own scores are reported beside it.
 
@@ -41,10 +41,13 @@ import harness
 import numpy as np
 
 SETTINGS = ({"fact_support": 0.5, "knapsack": "gain"}, {"fact_support": 0.5, "knapsack": "best"},
-            {"fact_support": 1.0, "knapsack": "best"})
+            {"fact_support": 1.0, "knapsack": "best"}, {"fact_support": 0.5, "knapsack": "gain", "w_grp": 16.0},
+            {"fact_support": 0.5, "knapsack": "best", "w_grp": 16.0})
 """The settings of facts as units the nested choice ranges over (the first: the shipped defaults):
-``fact_support`` (K of a fact for its source turn) and the knapsack rule (``gain``: the shipped
-one, chosen for turns by ``bench_equal_tokens.py``; ``best``: the better of gain and gain per token)."""
+``fact_support`` (K of a fact for its source turn), the knapsack rule (``gain``: the shipped
+one, chosen for turns by ``bench_equal_tokens.py``; ``best``: the better of gain and gain per token)
+and ``w_grp`` (the group affinity: a fact and its source turns count their affinity once, at the
+affinity's own weight ``w_aff = 16``; 0 = off)."""
 METHODS = ("cosine", "bm25", "hybrid", "hybrid+facts", "trawmem", "trawmem+facts", "trimem")
 KEYS = ("recall", "recall_cited", "hit", "hit_cited", "tokens", "n_turns", "n_facts", "n_profiles")
 

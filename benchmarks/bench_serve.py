@@ -40,6 +40,12 @@ alternating with it in each round: this version over that one, per round, in one
                                      [--conc 1,8,64,256] [--threads 1] [--data PATH|sample]
                                      [--encoder-runtime torch|onnx] [--baseline-src DIR] [--skip-text]
 
+``--hostile`` runs the adversarial test instead (``serve_bench/hostile.py``): a victim tenant's
+single selects at a steady rate, alone and then beside a hostile tenant sending oversized fields,
+a 64-distinct-parameter batch, a large append, 256-query batches and hundreds of slow and idle
+connections, on the default server and on ``--http-workers 2`` (results ``serve_hostile.json`` /
+``.png``; ``--data sample`` by default there). tests/test_serve_hostile.py runs a short form.
+
 Results: ``benchmarks/results/serve.json`` and ``serve.png`` (or ``--out-dir`` / ``TRAWMEM_BENCH_OUT``,
 ``--name``). Dev data is read in place (``../shared/data/locomo/locomo_dev.json``, or
 ``TRAWMEM_DEV_DATA``); ``--data sample`` uses 8 copies of the bundled sample conversation instead.
@@ -92,10 +98,25 @@ def main(argv=None) -> int:
     p.add_argument("--http-workers", default="1",
                    help="comma list: a reference-configured server with each --http-workers N (front processes) "
                         "also runs the client-vector cells, alternating with the others ('' for none)")
+    p.add_argument("--hostile", action="store_true", help="the adversarial two-tenant test (see above)")
+    p.add_argument("--hostile-rate", type=float, default=8.0, help="--hostile: victim selects per second")
+    p.add_argument("--hostile-phase", type=float, default=20.0, help="--hostile: seconds per phase")
+    p.add_argument("--hostile-append", type=int, default=300, help="--hostile: turns in the hostile append")
+    p.add_argument("--hostile-big-append", type=int, default=1000,
+                   help="--hostile: turns of the append-only phase (0: none)")
+    p.add_argument("--hostile-flags", default="", help="--hostile: extra options of both servers (default: none)")
+    p.add_argument("--hostile-slow", type=int, default=300, help="--hostile: slow-header connections")
+    p.add_argument("--hostile-idle", type=int, default=200, help="--hostile: idle connections")
     p.add_argument("--quick", action="store_true", help="1 round, 3 s cells, waits 0,5, clients 1,8,64")
     p.add_argument("--out-dir", help="results folder (default: benchmarks/results or TRAWMEM_BENCH_OUT)")
     p.add_argument("--name", default="serve", help="result files: NAME.json and NAME.png in --out-dir")
     a = p.parse_args(argv)
+    if a.hostile:
+        from serve_bench.hostile_run import bench
+
+        if a.data == str(harness.dev_data("locomo")) and "--data" not in (argv or sys.argv):
+            a.data = "sample"
+        return bench(a)
     if a.quick:
         a.rounds, a.duration, a.waits, a.conc, a.inproc_seconds = 1, 3.0, "0,5", "1,8,64", 1.0
     if a.data != "sample":

@@ -46,3 +46,21 @@ def test_a_sure_margin_is_sure():
     cats = [1] * 40 + [2] * 40
     m = margin_bootstrap(_DS(), _recs(cats, [1.0] * 80), _recs(cats, [0.0] * 80), n_boot=500)
     assert m["margin"] == 1.0 and m["p_at_least_3_points"] == 1.0 and m["ci95"] == [1.0, 1.0]
+
+
+def test_bridge_hit_bootstrap_and_kept_summary():
+    """``bench_bridge.py``: the target-category hit margin is the mean paired difference on that
+    category alone, with the questions won and lost; the report keeps a hand-written summary."""
+    from bench_bridge import hit_bootstrap
+    from bridge_report import markdown
+
+    ours = [{"cat": c, "hit": h} for c, h in ((1, 1.0), (1, 0.0), (1, 1.0), (2, 0.0), (1, 1.0))]
+    theirs = [{"cat": c, "hit": h} for c, h in ((1, 0.0), (1, 1.0), (1, 1.0), (2, 1.0), (1, 0.0))]
+    m = hit_bootstrap(ours, theirs, 1, n_boot=500)
+    assert m["margin"] == pytest.approx(0.25) and m["n"] == 4 and m["won_lost"] == [2, 1]
+    assert m["ci95"][0] <= m["margin"] <= m["ci95"][1]
+    assert hit_bootstrap(ours, theirs, 3) == {}
+    prev = "# old\n\n<!-- summary -->\nwhat we found\n<!-- /summary -->\n\nold tables"
+    md = markdown({}, prev)
+    assert "what we found" in md and "old tables" not in md
+    assert "<!-- summary -->" not in markdown({}, "no block here")

@@ -16,7 +16,7 @@ import pytest
 
 from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.select._jit import HAS_NUMBA
-from trawmem_gpu.select.config import SelectConfig
+from trawmem_gpu.select.config import MULTI_THREAD, ROLE_TERMS, SelectConfig
 from trawmem_gpu.select.context import BankContext
 from trawmem_gpu.select.engine import SelectionEngine, compiled
 from trawmem_gpu.select.params import QueryParams, split_fields
@@ -91,6 +91,7 @@ CONFIGS = [
     pytest.param(dict(hops=0, n_seeds=3, neighborhood_cap=3), id="hops0-cap-equals-seeds"),
     pytest.param(dict(ablation="identity_k"), id="identity-k"),
     pytest.param(dict(ablation="no_multi_thread"), id="no-multi-thread"),
+    pytest.param(ROLE_TERMS | MULTI_THREAD, id="roles-and-multi-thread"),
     pytest.param(dict(budget=1, stop_coverage=0.3), id="B1-stop"),
 ]
 

@@ -16,7 +16,7 @@ import torch
 
 from trawmem_gpu.construct.graph import ADJACENT, SEMANTIC
 from trawmem_gpu.data.types import Turn
-from trawmem_gpu.select.config import ABLATIONS, PAPER_HOPS, SelectConfig
+from trawmem_gpu.select.config import ABLATIONS, MULTI_THREAD, PAPER_HOPS, ROLE_TERMS, SelectConfig
 from trawmem_gpu.select.context import BankContext
 from trawmem_gpu.select.engine import SelectionEngine
 from trawmem_gpu.select.objective import CoverageWeights
@@ -124,6 +124,8 @@ CONFIGS += [
     pytest.param(dict(n_seeds=2, neighborhood_cap=3, budget=5, hops=2), id="small-cap"),
     pytest.param(dict(greedy="plain", budget=7, stop_coverage=0.6), id="early-stop"),
     pytest.param(dict(budget=1), id="budget-1"),
+    pytest.param(ROLE_TERMS | MULTI_THREAD, id="roles-and-multi-thread"),
+    pytest.param(ROLE_TERMS | MULTI_THREAD | dict(ablation="no_multi_thread", hops=2), id="roles-no-multi-thread-h2"),
     pytest.param("paper", id="paper"),
 ]
 
@@ -232,9 +234,10 @@ def test_errors_and_empty(banks, queries):
 
 def test_head_hook(banks, queries):
     """A head with ``role_matrices`` replaces delta and M(delta); one returning the hand-set
-    values changes nothing; an object without the method is ignored."""
+    values changes nothing; an object without the method is ignored (roles on: without role
+    conditioning, the defaults, delta and M change no pick)."""
     ids, qs, Z = queries
-    cfg = SelectConfig()
+    cfg = SelectConfig(**ROLE_TERMS)
     A, M = np.array(cfg.A), np.array(cfg.M)
 
     class SameHead:

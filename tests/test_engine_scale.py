@@ -58,6 +58,7 @@ CONFIGS = [
     pytest.param(dict(seed_score="max", affinity="fused"), id="max-fused"),
     pytest.param(dict(ablation="identity_k"), id="identity-k"),
     pytest.param(dict(ablation="no_multi_thread"), id="no-multi-thread"),
+    pytest.param(dict(lambda_r=0.5, w_role=1.0, cross_thread=True, w_thr=1.0), id="roles-and-multi-thread"),
     pytest.param(dict(greedy="plain", stop_coverage=0.5, budget=9), id="early-stop"),
 ]
 
@@ -126,7 +127,7 @@ def test_tables_and_memory_accounting(syn):
 
 def test_candidate_helpers_match_reference(syn):
     banks, ids, qs, Z, ctx = syn
-    cfg = SelectConfig()
+    cfg = SelectConfig(cross_thread=True)  # K across threads too (the defaults zero it there)
     eng = SelectionEngine(banks, cfg, device="cpu")
     no_tables = SelectionEngine(banks, cfg, device="cpu", table_bytes=0)
     cands = eng.candidate_sets(ids[:12], qs[:12], Z[:12])

@@ -77,7 +77,7 @@ def test_a_fact_supports_its_source_turns(views):
     assert K[0, 1] >= 0.75 and K[1, 0] == 1.0
     # J sees the redundancy: once the source turn is in S, the fact adds no information coverage
     obj = Objective(np.array([0.5, 0.5]), K, np.zeros((2, 1)), np.zeros(1), np.zeros(2), np.array([0, 1]),
-                    weights=(1.0, 0.0, 0.0))
+                    weights=(1.0, 0.0, 0.0, 0.0))
     assert obj.gain(0) > 0
     obj.add(1)
     assert obj.gain(0) == 0.0
@@ -172,3 +172,61 @@ def test_engines_agree_on_dev_banks_with_locomo_facts(dev_path):
         assert n_facts > 0
         if qp.token_budget:
             assert max(assemble(bank[b], q, r).n_tokens for b, q, r in zip(ids, qs, ref)) <= 400
+
+
+TENSOR_VARIANTS = [v for v in VARIANTS if v["backend"] == "tensor"]  # the fused paths stand aside for w_grp
+
+
+def test_restatement_groups_join_a_fact_and_its_source_turns(views):
+    from trawmem_gpu.select.objective import GROUP, restatement_groups, unit_attributes
+
+    v = views[0]
+    g, idx = restatement_groups(v), v.index_of()
+    for t in v.turns:
+        if getattr(t, "layer", "") == "facts":
+            assert {g[idx[c]] for c in t.cites} == {g[idx[t.turn_id]]} and g[idx[t.turn_id]] >= 0
+    linked = set(v.support_src.tolist()) | set(v.support_dst.tolist())
+    assert all(g[u] == -1 for u in range(v.n_units) if u not in linked)
+    assert all(g[u] <= u for u in linked)  # a group is named by its smallest unit
+    assert np.array_equal(unit_attributes(v)[:, GROUP], g)
+
+
+def test_group_affinity_counts_a_fact_and_its_turn_once():
+    alpha = np.array([0.9, 0.6, 0.5])  # unit 0 a turn, unit 1 its fact, unit 2 of no group
+    attrs = np.array([[np.nan, 0.0], [np.nan, 0.0], [np.nan, -1.0]])
+    cfg = SelectConfig(w_grp=1.0)
+    from trawmem_gpu.select.objective import ModularInputs, modular_gain
+
+    m = modular_gain(ModularInputs(alpha, attrs, np.nan), {"w_aff": 1.0, "w_rec": 0.0}, cfg)
+    assert m.tolist() == [0.0, 0.0, 0.5]  # grouped units leave the modular sum
+    obj = Objective(np.full(3, 1 / 3), np.eye(3), np.zeros((3, 1)), np.zeros(1), m, np.array([0, 1, 2]),
+                    weights=(0.0, 0.0, 0.0, 1.0), attrs=attrs, alpha=alpha)
+    assert obj.gain(1) == pytest.approx(0.6)
+    obj.add(0)
+    assert obj.gain(1) == 0.0 and obj.gain(2) == pytest.approx(0.5)  # the fact adds nothing beside its turn
+    assert obj.value([0, 1, 2]) == pytest.approx(0.9 + 0.5)
+
+
+@pytest.mark.parametrize("variant", TENSOR_VARIANTS, ids=lambda v: "-".join(map(str, v.values())))
+def test_engines_pick_what_the_reference_picks_with_group_affinity(views, vqueries, variant):
+    ids, qs, Z = vqueries
+    params = [MIX[i % len(MIX)] for i in range(len(ids))]
+    cfg = SelectConfig(w_grp=16.0)
+    ref = _reference(views, cfg, ids, qs, Z, params)
+    got = SelectionEngine(views, cfg, device="cpu", **variant).select_units(ids, qs, Z, params=params)
+    bad = [(i, g, r) for i, (g, r) in enumerate(zip(got, ref)) if g != r]
+    assert not bad, f"{len(bad)}/{len(ref)} differ, first: {bad[:2]}"
+    assert ref != _reference(views, SelectConfig(), ids, qs, Z, params), "w_grp changed no pick: a vacuous test"
+
+
+def test_group_affinity_is_inactive_without_support_links():
+    from test_facts import layered_bank
+
+    bank = layered_bank("t", (3, 4, 2, 5), 4, n_facts=0)
+    rng = np.random.default_rng(5)
+    Z = rng.normal(size=(6, D))
+    Z = (Z / np.linalg.norm(Z, axis=1, keepdims=True)).astype(np.float32)
+    ids, qs = ["t"] * 6, [f"Where did Ana {i} go?" for i in range(6)]
+    params = [QueryParams(token_budget=120)] * 6
+    on = _reference([bank], SelectConfig(w_grp=16.0), ids, qs, Z, params)
+    assert on == _reference([bank], SelectConfig(), ids, qs, Z, params)

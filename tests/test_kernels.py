@@ -88,7 +88,7 @@ def priority_args(x):
                            x["alpha"], x["budget"]), PriorityWeights(LAMBDA_M, LAMBDA_R, TAU), T_R)
 
 
-def kernel_of(E, cfg=SelectConfig(k_shift=0.0)):
+def kernel_of(E, cfg=SelectConfig(k_shift=0.0, cross_thread=True)):
     """K from unit vectors by the objective's support kernel (clipped cosine, unit diagonal)."""
     return support_kernel(E @ E.transpose(-1, -2), None, cfg)
 
@@ -216,7 +216,7 @@ def test_support_kernel_numpy_and_torch():
     S = E @ E.T
     thread = torch.tensor([0, 0, 1, 1, 1, 2, 2, 0, 1])
     same = thread[:, None] == thread[None, :]
-    for cfg in (SelectConfig(), SelectConfig(k_shift=0.0), SelectConfig(cross_thread=False),
+    for cfg in (SelectConfig(cross_thread=True), SelectConfig(k_shift=0.0, cross_thread=True), SelectConfig(),
                 SelectConfig(kernel="identity")):
         want = np.clip((S.numpy() - cfg.k_shift) * (1.0 / (1.0 - cfg.k_shift)), 0, 1)  # objective's statement
         if not cfg.cross_thread:

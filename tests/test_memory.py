@@ -80,8 +80,11 @@ def test_add_creates_then_appends_and_equals_a_build(tmp_path, sample):
     assert got.heads == full.heads and np.array_equal(got.thread_offsets, full.thread_offsets)
     assert mem.banks() == [{"bank_id": "ana-ben", "n_units": 33, "n_threads": full.n_threads, "n_sessions": 3,
                             "first_date": "2024-03-02T10:15:00", "last_date": "2024-04-22T09:05:00"}]
-    with pytest.raises(DuplicateTurns, match="already holds turn ids"):
-        mem.add("ana-ben", [{k: v for k, v in r.items() if k != "session"} for r in _records(sample.turns[:1])])
+    again = mem.add("ana-ben", [{k: v for k, v in r.items() if k != "session"} for r in _records(sample.turns[:1])])
+    assert again["appended"] == 0 and again["already_stored"] == [sample.turns[0].turn_id]  # a retry is safe
+    with pytest.raises(DuplicateTurns, match="already holds turn ids .* with other content"):
+        mem.add("ana-ben", [{**{k: v for k, v in r.items() if k != "session"}, "text": "Other words."}
+                            for r in _records(sample.turns[:1])])
     with pytest.raises(InputError, match=r"turns\[0\]: missing field 'speaker'"):
         mem.add("ana-ben", [{"turn_id": "n1", "text": "x", "timestamp": "2031-01-01"}])
     with pytest.raises(InputError, match="expected a dict or a Turn"):

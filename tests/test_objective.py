@@ -36,7 +36,7 @@ def _problem(seed: int, Q: int, U: int, T: int) -> dict:
     rng = np.random.default_rng(seed)
     E = rng.standard_normal((Q, U, 5))
     E /= np.linalg.norm(E, axis=2, keepdims=True)
-    K = J.support_kernel(E @ E.transpose(0, 2, 1), None, SelectConfig(k_shift=0.2))
+    K = J.support_kernel(E @ E.transpose(0, 2, 1), None, SelectConfig(k_shift=0.2, cross_thread=True))
     pi = rng.random((Q, U)) ** 3
     pi /= pi.sum(1, keepdims=True)
     thread = rng.integers(0, T, (Q, U))
@@ -47,6 +47,7 @@ def _problem(seed: int, Q: int, U: int, T: int) -> dict:
     A = len(J.UNIT_ATTRIBUTES)
     attrs = np.where(rng.random((Q, U, A)) < 0.3, np.nan, rng.integers(1, 6, (Q, U, A)).astype(float))
     attrs[..., 0] = NOW - rng.random((Q, U)) * 90 * 86400
+    attrs[..., J.GROUP] = rng.integers(-1, 4, (Q, U))  # restatement groups, shared by several units; -1 = none
     return dict(pi=pi, K=K, rho=rho, delta=rng.dirichlet(np.ones(3), size=Q), alpha=rng.random((Q, U)),
                 thread=thread, thread_mass=mass, valid=np.ones((Q, U), dtype=bool), budget=np.full(Q, U // 2),
                 attrs=attrs)
@@ -85,7 +86,7 @@ def _reference(x, w, modular):
     out = []
     for q in range(len(x["pi"])):
         obj = J.Objective(x["pi"][q], x["K"][q], x["rho"][q], x["delta"][q], modular[q], x["thread"][q], w,
-                          thread_mass=x["thread_mass"][q], attrs=x["attrs"][q])
+                          thread_mass=x["thread_mass"][q], attrs=x["attrs"][q], alpha=x["alpha"][q])
         out.append(G.plain_greedy(obj, G.StopRule(int(x["budget"][q]))))
     return out
 
@@ -93,7 +94,7 @@ def _reference(x, w, modular):
 def _problem_of(x, modular, torch_=True):
     f = (lambda a: torch.as_tensor(a)) if torch_ else (lambda a: a)
     return G.GreedyProblem(f(x["pi"]), f(x["K"]), f(x["rho"]), f(x["delta"]), f(modular), f(x["thread"]),
-                           f(x["thread_mass"]), f(x["valid"]), f(x["attrs"]))
+                           f(x["thread_mass"]), f(x["valid"]), f(x["attrs"]), f(x["alpha"]))
 
 
 def _batched(fn):
@@ -121,7 +122,7 @@ def _numba(x, w, modular):
         n = G.lazy_greedy_one(g, s, sel)
         # the compiled greedy does not report gains: recompute them with the reference's state
         obj = J.Objective(x["pi"][q], K, x["rho"][q], x["delta"][q], modular[q], x["thread"][q], w,
-                          thread_mass=x["thread_mass"][q], attrs=x["attrs"][q])
+                          thread_mass=x["thread_mass"][q], attrs=x["attrs"][q], alpha=x["alpha"][q])
         gains = []
         for u in sel[:n]:
             gains.append(obj.gain(int(u)))
@@ -139,7 +140,8 @@ def _surrogate(x, w, modular):
     Q, U = t["pi"].shape
     s = {"pi": t["pi"], "rho": t["rho"], "delta": t["delta"], "mass": t["thread_mass"],
          "modular": torch.as_tensor(modular), "weights": {term.weight: v for term, v in zip(J.COVERAGE_TERMS, w)}}
-    d = _coverage_data(s, {"K": t["K"], "lt": t["thread"], "umask": t["valid"], "attrs": t["attrs"]})
+    d = _coverage_data(s, {"K": t["K"], "lt": t["thread"], "umask": t["valid"], "attrs": t["attrs"],
+                              "alpha": t["alpha"]})
     state = [term.init_t(d) for term in J.COVERAGE_TERMS]
     free = torch.ones(Q, U, dtype=torch.bool)
     out = [([], []) for _ in range(Q)]
@@ -225,7 +227,7 @@ def test_support_formula_once():
     pattern = re.compile(r"(-\s*k_shift\)\s*/|/\s*\(1(\.0)?\s*-\s*k_shift\)|\*\s*inv_ks)")
     hits = [str(p.relative_to(ROOT)) for d in ("trawmem_gpu/select", "trawmem_gpu/head", "kernels")
             for p in (ROOT / d).rglob("*.py") if pattern.search(p.read_text())]
-    assert hits == ["trawmem_gpu/select/objective.py"], hits
+    assert hits == ["trawmem_gpu/select/support.py"], hits
 
 
 def test_modular_gain_skips_zero_weights_exactly_and_gathers_lazily():

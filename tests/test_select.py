@@ -114,6 +114,23 @@ def test_config_validation_messages():
     assert r.cross_thread is False and r.w_thr == 0
 
 
+def test_roles_and_multi_thread_are_off_by_default_and_on_in_the_paper():
+    """Issue 25.3: at equal tokens neither showed a gain, so the defaults turn them off (their
+    ablations change nothing there); the paper's config keeps both, and each switches back on."""
+    from dataclasses import replace
+
+    from trawmem_gpu.select.config import MULTI_THREAD, ROLE_TERMS
+
+    d, p = SelectConfig(), SelectConfig.paper()
+    assert (d.lambda_r, d.w_role, d.cross_thread, d.w_thr) == (0.0, 0.0, False, 0.0)
+    assert (p.lambda_r, p.w_role, p.cross_thread, p.w_thr) == (0.5, 1.0, True, 1.0)
+    for a in ("no_role_conditioning", "no_multi_thread"):
+        assert replace(SelectConfig(ablation=a).resolved(), ablation="none") == d
+        assert SelectConfig.paper(ablation=a).resolved() != p
+    on = SelectConfig(**ROLE_TERMS, **MULTI_THREAD)
+    assert (on.lambda_r, on.w_role, on.cross_thread, on.w_thr) == (0.5, 1.0, True, 1.0)
+
+
 def _synthetic_bank(rng, sizes=(3, 4, 2, 5), d=16, bank_id="syn") -> Bank:
     from trawmem_gpu.construct.graph import build_edges
 

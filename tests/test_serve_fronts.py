@@ -50,7 +50,8 @@ def fronts(tmp_path_factory):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.Popen([sys.executable, "-m", "trawmem_gpu.cli", "serve", "--collection", str(coll),
                              "--port", "0", "--http-workers", "2", "--keys", _keys_file(tmp / "keys.json"),
-                             "--max-wait-ms", "2", "--threads", "1"],
+                             "--max-wait-ms", "2", "--threads", "1",
+                             "--tenant-max-appends", "8"],  # 8 appends of one key at once, below
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     url, lines, t0 = None, [], time.monotonic()
     while url is None and time.monotonic() - t0 < 180:
@@ -123,7 +124,9 @@ def test_appends_through_any_front_are_read_back_and_none_is_lost(fronts):
                       headers=_auth("ro")).status_code == 403
     r = httpx.post(url + f"/v1/banks/{SAMPLE_BANK}/turns", json={"turns": [_turn("x1")]}, headers=h)
     assert r.status_code == 200, r.text
-    assert httpx.post(url + f"/v1/banks/{SAMPLE_BANK}/turns", json={"turns": [_turn("x1")]},
+    r = httpx.post(url + f"/v1/banks/{SAMPLE_BANK}/turns", json={"turns": [_turn("x1")]}, headers=h)
+    assert r.status_code == 200 and r.json()["already_stored"] == ["x1"] and r.json()["appended"] == 0, r.text
+    assert httpx.post(url + f"/v1/banks/{SAMPLE_BANK}/turns", json={"turns": [_turn("x1", "Other words.")]},
                       headers=h).status_code == 409  # DuplicateTurns crossed the socket as itself
 
     def append(i):  # each on its own connection: spread over both fronts
@@ -276,3 +279,85 @@ def _alive(pid: int) -> bool:
         return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
     except OSError:
         return False
+
+
+def _start(coll: Path, *args: str) -> tuple[subprocess.Popen, str]:
+    """`trawmem serve --http-workers N` over ``coll`` on a free port: (process, url) once ready
+    (the URL line names the bound port with front processes)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen([sys.executable, "-m", "trawmem_gpu.cli", "serve", "--collection", str(coll),
+                             "--port", "0", "--threads", "1", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    url, t0 = None, time.monotonic()
+    while url is None and time.monotonic() - t0 < 180 and proc.poll() is None:
+        m = re.search(r"(http://127\.0\.0\.1:\d+)", proc.stdout.readline())
+        url = m.group(1) if m else None
+    while url and time.monotonic() - t0 < 180:
+        try:
+            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    pytest.fail("server did not start")
+
+
+def test_kill_9_mid_append_answers_outcome_unknown_and_a_resend_is_safe(tmp_path):
+    """The engine process is killed after the first of six appends to one bank was stored, the
+    others in flight: each is answered 200 or 503 with "outcome": "unknown" (never a plain "not
+    done"); after a restart, resending every append is 200 and reports what was stored already,
+    and each turn is stored exactly once."""
+    coll = build_sample_collection(tmp_path / "coll")
+    bodies = [{"turns": [_turn(f"k{r}-{i}", f"Note {i} of batch {r} about the garden.") for i in range(40)]}
+              for r in range(6)]
+    proc, url = _start(coll, "--http-workers", "2")
+    n0 = httpx.get(url + f"/v1/banks/{SAMPLE_BANK}", timeout=30).json()["n_units"]
+    try:
+        def append(body):
+            try:
+                with httpx.Client(timeout=300) as c:
+                    return c.post(url + f"/v1/banks/{SAMPLE_BANK}/turns", json=body)
+            except httpx.HTTPError as e:  # the front went away before answering
+                return e
+
+        def stored() -> int:
+            try:
+                return httpx.get(url + f"/v1/banks/{SAMPLE_BANK}", timeout=10).json()["n_units"] - n0
+            except (httpx.HTTPError, KeyError, ValueError):
+                return 0
+
+        with ThreadPoolExecutor(6) as ex:
+            futs = [ex.submit(append, b) for b in bodies]
+            t0 = time.monotonic()
+            while stored() < 40 and time.monotonic() - t0 < 120:  # appends to one bank run one by one
+                time.sleep(0.05)
+            proc.kill()  # kill -9 of the engine process, the other appends in flight
+            proc.wait()
+            first = [f.result() for f in futs]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    answered = [r for r in first if isinstance(r, httpx.Response)]
+    assert answered and all(r.status_code == 200 or (r.status_code == 503 and r.json().get("outcome") == "unknown")
+                            for r in answered), [(r.status_code, r.text[:200]) for r in answered]
+    assert any(r.status_code == 503 for r in answered)
+    proc, url = _start(coll, "--http-workers", "1")  # the same collection, restarted
+    try:
+        with httpx.Client(timeout=300) as c:
+            again = [c.post(url + f"/v1/banks/{SAMPLE_BANK}/turns", json=b) for b in bodies]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(120)
+    for b, r0, r in zip(bodies, first, again):
+        ids = [t["turn_id"] for t in b["turns"]]
+        assert r.status_code == 200 and sorted(r.json()["stored"] + r.json()["already_stored"]) == sorted(ids)
+        if isinstance(r0, httpx.Response) and r0.status_code == 200:
+            assert r.json()["already_stored"] == ids
+    assert sum(len(r.json()["already_stored"]) for r in again) >= 40  # the first append was stored before the kill
+    from trawmem_gpu.store import Collection
+
+    held = [t.turn_id for t in Collection(coll).load(SAMPLE_BANK).turns]
+    assert all(held.count(t["turn_id"]) == 1 for b in bodies for t in b["turns"])
+    print("kill -9 mid-append:", [getattr(r, "status_code", type(r).__name__) for r in first],
+          "resent: already_stored", [len(r.json()["already_stored"]) for r in again])

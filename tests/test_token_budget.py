@@ -496,6 +496,8 @@ ENGINE_VARIANTS = [{}, {"backend": "tensor"}, {"backend": "tensor", "optimizer":
     pytest.param(dict(token_budget=150, budget=None, knapsack="gain"), id="T150-gain"),
     pytest.param(dict(token_budget=150, budget=None, knapsack="ratio", hops=2), id="T150-ratio-H2"),
     pytest.param(dict(token_budget=300, budget=None, ablation="no_multi_thread"), id="T300-no-multi-thread"),
+    pytest.param(dict(token_budget=300, budget=None, lambda_r=0.5, w_role=1.0, cross_thread=True, w_thr=1.0),
+                 id="T300-roles-and-multi-thread"),
     pytest.param(dict(token_budget=200, budget=None, affinity="learned"), id="T200-learned-affinity"),
     pytest.param(dict(token_budget=200, budget=None, headings="gist"), id="T200-gist-headings"),
     pytest.param(dict(token_budget=200, budget=None, headings="none"), id="T200-no-headings"),
@@ -650,3 +652,28 @@ def test_sweep_grid_has_token_budget_cells():
     # the cell's B / T / H replace those of the base params, the rest is kept
     assert cells[5].params(QueryParams(hops=3, fill="stop", n_seeds=2)) == \
         QueryParams(budget=None, token_budget=800, hops=2, fill="stop", n_seeds=2)
+
+
+def test_paper_config_under_a_token_budget_does_not_trade_relevance_for_count():
+    """Issue 25.4: the paper's J sums the dense affinity (1 + cos) / 2, about 1/2 even for an
+    unrelated unit, so under a knapsack the set of most units has the largest J; the gain-per-token
+    run of the cost-aware greedy then filled T with the shortest turns and left out the one turn
+    the query is about. ``SelectConfig.paper()`` ranks by gain under T (the paper's greedy)."""
+    rng = np.random.default_rng(11)
+    lens = [1, 12, 12, 12, 12]
+    E = rng.normal(size=(sum(lens), D))
+    E[1:] -= np.outer(E[1:] @ E[0], E[0]) / (E[0] @ E[0])  # the short turns: orthogonal to the long one
+    E /= np.linalg.norm(E, axis=1, keepdims=True)
+    texts = [" ".join(rng.choice(VOCAB, size=60))] + ["ok"] * (sum(lens) - 1)
+    bank = make_bank("paper", lens, seed=11, unit_vecs=E, texts=texts)
+    z = E[0].astype(np.float32)
+    cfg = SelectConfig.paper()
+    ctx = BankContext.of(bank)
+    long_cost = token_costs(bank, cfg.headings).cost([0], bank.unit_thread)
+    qp = QueryParams(token_budget=long_cost + 60, budget=None, hops=2)
+    picks = select_reference(ctx, "What about it?", z, cfg, qp).units
+    assert 0 in picks
+    ratio = select_reference(ctx, "What about it?", z, replace(cfg, knapsack="ratio"), qp)
+    assert 0 not in ratio.units and len(ratio.units) > len(picks)  # the trap the default run avoids
+    assert SelectionEngine([bank], cfg, device="cpu").select_units(["paper"], ["What about it?"], z[None],
+                                                                   params=qp)[0] == picks

@@ -50,9 +50,10 @@ def load_data(spec: str):
 
 class Server:
     def __init__(self, name: str, src: Path, work: Path, args, max_batch: int, max_wait_ms: float,
-                 root: Path = harness.ROOT, http_workers: int = 0):
+                 root: Path = harness.ROOT, http_workers: int = 0, flags: list[str] | None = None):
         """``root``: the source tree the server runs from (this one, or ``--baseline-src``);
-        ``http_workers``: its ``--http-workers`` (front processes)."""
+        ``http_workers``: its ``--http-workers`` (front processes); ``flags``: the server's options
+        instead of the load test's tuning (``--hostile`` runs the default server, with keys)."""
         self.name, self.max_batch, self.max_wait_ms = name, max_batch, max_wait_ms
         self.http_workers = http_workers
         self._children: list[int] | None = None
@@ -64,11 +65,13 @@ class Server:
         env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                "TRAWMEM_ENCODER_RUNTIME": args.encoder_runtime,
-               **{k: str(args.threads) for k in harness.THREAD_VARS}}
+               **({} if flags is not None else {k: str(args.threads) for k in harness.THREAD_VARS})}
         cmd = [sys.executable, "-m", "trawmem_gpu.cli", "serve", "--collection", str(self.coll), "--port",
-               str(self.port), "--max-batch", str(max_batch), "--max-wait-ms", str(max_wait_ms),
-               "--max-queue", "4096", "--timeout", "120", "--threads", str(args.threads),
-               "--switch-interval-ms", str(args.switch_interval_ms), "--encode-chunk", str(args.encode_chunk)]
+               str(self.port)]
+        cmd += flags if flags is not None else [
+            "--max-batch", str(max_batch), "--max-wait-ms", str(max_wait_ms),
+            "--max-queue", "4096", "--timeout", "120", "--threads", str(args.threads),
+            "--switch-interval-ms", str(args.switch_interval_ms), "--encode-chunk", str(args.encode_chunk)]
         if http_workers:
             cmd += ["--http-workers", str(http_workers)]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=str(root))

@@ -46,10 +46,11 @@ def _load(spec: str, runtime: str = "torch") -> Encoder:
     return OnnxEncoder(enc)
 
 
-def get_encoder(spec: str = "minilm", cache: bool | str = True) -> Encoder:
+def get_encoder(spec: str = "minilm", cache: bool | str = True, fresh: bool = False) -> Encoder:
     """Encoder from a spec string (runtime from ``TRAWMEM_ENCODER_RUNTIME``), wrapped in the
-    on-disk cache unless ``cache=False``."""
-    enc = _load(spec, encoder_runtime())
+    on-disk cache unless ``cache=False``. ``fresh``: a new instance of the model, not the one the
+    process shares (for a thread that must never wait on another's calls; the server's appends)."""
+    enc = (_load.__wrapped__ if fresh else _load)(spec, encoder_runtime())
     if cache is False:
         return enc
     return CachedEncoder(enc, EmbeddingCache(None if cache is True else cache))

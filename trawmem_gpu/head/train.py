@@ -175,7 +175,8 @@ def _coverage_data(s: dict, b: dict) -> CoverageData:
     Q = s["pi"].shape[0]
     tcol = torch.where(b["umask"], b["lt"] + 1, torch.zeros_like(b["lt"]))
     mass = torch.cat([torch.zeros(Q, 1, dtype=s["mass"].dtype), s["mass"]], dim=1)
-    return CoverageData(s["pi"], b["K"], s["rho"], s["delta"], tcol, mass, b.get("attrs"))
+    return CoverageData(s["pi"], b["K"], s["rho"], s["delta"], tcol, mass, b.get("attrs"),
+                        torch.where(b["umask"], b["alpha"], 0.0) if "alpha" in b else None)
 
 
 _ALL = Pick(lambda x: x, lambda x: x)  # every unit of every query

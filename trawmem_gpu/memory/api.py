@@ -150,9 +150,13 @@ class Memory:
         the first add. The bank is rebuilt as ``trawmem build --update`` rebuilds it and written
         atomically; selections see it once ``add`` returns.
 
-        :returns: the bank's counts (as :meth:`banks`) plus ``created`` and ``appended``
+        A turn whose id the bank holds already with the same speaker, text, timestamp and caption
+        is not added again (a retry is safe): it is listed in ``already_stored``.
+
+        :returns: the bank's counts (as :meth:`banks`) plus ``created``, ``appended``, ``stored``
+            and ``already_stored`` (turn ids)
         :raises InputError: a malformed turn (nothing added; the message names ``turns[i]``)
-        :raises DuplicateTurns: a turn id the bank already holds (nothing added)
+        :raises DuplicateTurns: a turn id the bank already holds with other content (nothing added)
         """
         from .core import bank_summary
 
@@ -160,7 +164,8 @@ class Memory:
         prepared = self._core.engines.prepare(res.bank)  # the slow part, outside the engine lock
         with self._lock:
             self._core.sync_engine(bank_id, prepared)
-        return {**bank_summary(res.bank), "created": res.created, "appended": res.appended}
+        return {**bank_summary(res.bank), "created": res.created, "appended": res.appended, "stored": res.stored,
+                "already_stored": res.already_stored}
 
     def forget(self, bank_id: str, turn_ids: Sequence[str] | None = None, *, outputs: Iterable[str | Path] = (),
                llm=None) -> dict:

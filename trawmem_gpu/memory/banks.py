@@ -17,7 +17,7 @@ from the caches is journaled (``memory.erase``), and the caller erases it (``Mem
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..construct import build_banks, update_bank
@@ -46,6 +46,16 @@ class AppendResult:
     created: bool
     appended: int
     stats: dict
+    stored: list = field(default_factory=list)
+    """Turn ids this append stored."""
+    already_stored: list = field(default_factory=list)
+    """Turn ids the bank held already with the same content (a retried append): not stored again."""
+
+
+def _same_turn(a, b) -> bool:
+    """Whether two turns of one id carry the same content (what a client sent: the session is
+    derived, so it is not compared)."""
+    return (a.speaker, a.text, a.timestamp, a.caption) == (b.speaker, b.text, b.timestamp, b.caption)
 
 
 @dataclass
@@ -106,32 +116,52 @@ class BankRegistry:
 
         The read-modify-write goes through ``Collection.update``, under the bank's lock, from the
         bank as stored (another process may have appended since this one loaded it).
+
+        Idempotent: turns whose ids the bank holds already *with the same content* are a retry of
+        an append whose answer was lost; they are reported in ``already_stored`` and not stored
+        again, and the rest are appended. An id the bank holds with other content raises
+        ``DuplicateTurns`` (409), with nothing appended.
         """
         check_bank_id(bank_id)
         done: dict = {}
 
-        def extend(old: Bank | None) -> Bank:
-            turns = parse_turns(bank_id, records, old.turns[-1] if old is not None else None)
+        def extend(old: Bank | None) -> Bank | None:
+            last = old.turns[-1] if old is not None else None
+            turns = parse_turns(bank_id, records, last)
+            again: list = []
             if old is not None:
-                known = {t.turn_id for t in old.turns}
-                dup = [t.turn_id for t in turns if t.turn_id in known]
+                known = {t.turn_id: t for t in old.turns}
+                dup = [t.turn_id for t in turns if t.turn_id in known and not _same_turn(t, known[t.turn_id])]
                 if dup:
                     raise DuplicateTurns(f"bank {bank_id!r} already holds turn ids {dup[:10]}"
-                                         f"{' ...' if len(dup) > 10 else ''}; nothing was appended")
+                                         f"{' ...' if len(dup) > 10 else ''} with other content; nothing was appended")
+                again = [t.turn_id for t in turns if t.turn_id in known]
+                if again:  # parse the new ones again, continuing from the bank's last turn
+                    fresh = [r for r, t in zip(records, turns) if t.turn_id not in known]
+                    turns = parse_turns(bank_id, fresh, last) if fresh else []
+            done.update(created=old is None, appended=len(turns), stats={}, old=old,
+                        stored=[t.turn_id for t in turns], already_stored=again)
+            if not turns:
+                return None  # all stored already: nothing to write
+            if old is not None:
                 cfg = BuildConfig.from_dict(old.build_config) if old.build_config else self.build_config(encoder_spec)
                 bank, stats = update_bank(old, turns, cfg, encoder, llm)
             else:
                 conv = Conversation(bank_id, turns, tuple(dict.fromkeys(t.speaker for t in turns)))
                 (bank,), stats = build_banks([conv], self.build_config(encoder_spec), encoder, llm, progress=False)
-            done.update(created=old is None, appended=len(turns), stats=stats)
+            done["stats"] = stats
             return bank
 
         with self._bank_lock(bank_id):
             bank = self.coll.update(bank_id, extend)
+            if bank is None:  # nothing new: keep the bank published, unless the stored one differs
+                cur = self._banks.get(bank_id)
+                bank = cur if cur is not None and cur.n_units == done["old"].n_units else done["old"]
             with self._lock:
                 self._banks[bank_id] = bank
                 self.version += 1
-            return AppendResult(bank, done["created"], done["appended"], done["stats"])
+            return AppendResult(bank, done["created"], done["appended"], done["stats"], done["stored"],
+                                done["already_stored"])
 
     def forget(self, bank_id: str, turn_ids: list[str] | None, encoder: Encoder, llm=None) -> ForgetResult:
         """Rebuild the bank without ``turn_ids`` (None: the whole bank), persist and publish;

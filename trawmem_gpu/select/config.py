@@ -123,8 +123,9 @@ class SelectConfig(DictFields):
     (``trawmem train-affinity`` fits them; the default: :data:`DEFAULT_RELEVANCE_WEIGHTS`)."""
     lambda_m: float = 1.25
     """Cost weight of query mismatch (1 - alpha) (the paper's value)."""
-    lambda_r: float = 0.5
-    """Cost weight of role misfit (1 - phi)."""
+    lambda_r: float = 0.0
+    """Cost weight of role misfit (1 - phi); 0 = no role conditioning of the priorities (the
+    default: at equal tokens the roles showed no gain, ``docs/method-defaults.md``; the paper: 0.5)."""
     tau: float = 0.25
     """Temperature of exp(-C / tau) in the priorities."""
     T_R: float = 0.5
@@ -150,13 +151,18 @@ class SelectConfig(DictFields):
     restatement: below 1; its source turn supports the fact fully."""
     w_cov: float = 1.0
     """Weight of the information-coverage term of J."""
-    w_role: float = 1.0
-    """Weight of the role-coverage term of J."""
+    w_role: float = 0.0
+    """Weight of the role-coverage term of J (0 by default, like ``lambda_r``; the paper: 1)."""
     w_aff: float = 16.0
     """Weight of the affinity sum of J (the paper: 1). Above the coverage weights, relevance leads
     and coverage breaks ties among near-equals."""
-    w_thr: float = 1.0
-    """Weight of the thread-coverage term of J."""
+    w_thr: float = 0.0
+    """Weight of the thread-coverage term of J (0 by default, like ``cross_thread``; the paper: 1)."""
+    w_grp: float = 0.0
+    """Weight of the group affinity of J (``objective.GroupAffinity``): with support links (facts as
+    units), the affinity of a restatement group (a fact and its source turns) counts once, as the max
+    over its picked units, and the grouped units leave the affinity sum. ``w_grp = w_aff`` counts
+    every unit's affinity at the same weight, once per group; 0 = off (a fact and its turn both count)."""
     w_rec: float = 0.0
     """Weight of the recency bonus of J (needs the query's date; 0 = off, the paper's J)."""
     recency_half_life_days: float = 30.0
@@ -167,8 +173,10 @@ class SelectConfig(DictFields):
     """How the reference (``select_reference``) maximizes J: lazy greedy (stale upper bounds)
     or plain greedy. Both pick exactly the same units; so does every engine path, whose own
     maximizer is ``EngineConfig.optimizer``."""
-    cross_thread: bool = True
-    """Cross-thread support (K across threads, priorities from other heads); off for No Multi-thread."""
+    cross_thread: bool = False
+    """Cross-thread support (K across threads, priorities from other heads); off for No Multi-thread
+    and by default (at equal tokens the multi-thread term showed no gain, ``docs/method-defaults.md``;
+    the paper: on)."""
     semantic_edges: bool = True
     """Use semantic (k-nearest-head) edges of G_H; off for No Cross-Edge."""
     ablation: str = "none"
@@ -203,7 +211,11 @@ class SelectConfig(DictFields):
     @classmethod
     def paper(cls, **kw) -> "SelectConfig":
         """Section 4.2 as written: head seeds, Eq. 4 propagation, dense affinity, unit weights, and
-        thread heads shown in the workspace (the cost-aware greedy with its guarantee under T).
+        thread heads shown in the workspace. Under a token budget (beyond the paper, which has B
+        only) its greedy keeps the paper's rule, the unit of largest gain that still fits
+        (``knapsack="gain"``): with the dense affinity every unit adds about 1/2 to J whatever its
+        relevance, so the set of most units has the largest J and the cost-aware ``best`` would keep
+        its gain-per-token run, the shortest turns in the bank (``docs/method-defaults.md``).
         The paper's H = 2 is a per-query choice: ``QueryParams(hops=PAPER_HOPS)``."""
         return cls(**(PAPER | kw))
 
@@ -240,8 +252,12 @@ class SelectConfig(DictFields):
 
 
 PAPER = dict(seed_score="head", propagation="paper", affinity="dense", k_shift=0.0, w_cov=1.0, w_role=1.0,
-             w_aff=1.0, w_thr=1.0, headings="gist", knapsack="best")
+             w_aff=1.0, w_thr=1.0, lambda_r=0.5, cross_thread=True, headings="gist", knapsack="gain")
 """The fields :meth:`SelectConfig.paper` sets: Section 4.2 as written."""
+ROLE_TERMS = dict(lambda_r=0.5, w_role=1.0)
+"""Role conditioning (the paper's, Section 5.4), off in the defaults: the ``no_role_conditioning`` ablation undone."""
+MULTI_THREAD = dict(cross_thread=True, w_thr=1.0)
+"""The multi-thread term (the paper's), off in the defaults: the ``no_multi_thread`` ablation undone."""
 
 
 def _objective_weights() -> tuple[str, ...]:

@@ -6,8 +6,8 @@ For a set S of candidate units of one query::
          + w_cov  * sum_v pi(v) max_{u in S} K(u, v)        information coverage
          + w_role * sum_r delta_r max_{u in S} rho_r(u)     role coverage
          + w_thr  * sum_j [S hits L_j] * mass_j             thread coverage (mass_j = sum of pi over L_j)
-
-    m(u) = sum over the modular terms k of w_k * value_k(u)   (affinity: value = alpha(u))
+         + w_grp  * sum_g max_{u in S, u in g} alpha(u)     group affinity (g: a fact and its source turns)
+    m(u) = sum over the modular terms k of w_k * value_k(u)   (affinity: alpha(u); w_grp > 0: 0 in a group)
 
 :data:`TERMS` lists the terms in the one order every weight vector uses (:data:`WEIGHTS`,
 then the priority weights of steps 5-6: :data:`QUERY_WEIGHTS`, the columns of every per-query
@@ -39,11 +39,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from collections import namedtuple
 from typing import Callable, Mapping, NamedTuple
 
 import numpy as np
 
-from ._jit import njit, numba
+from .support import (_is_torch, clip01, restatement_groups, support_floor, support_from_cosine,  # noqa: F401
+                      support_from_cosine_compiled, support_kernel)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -101,6 +103,8 @@ class CoverageData(NamedTuple):
     attrs: object = None
     """The candidates' rows of :func:`unit_attributes` (``[U, A]`` / ``[Q, U, A]``), given when a
     term reads them (:attr:`CoverageTerm.reads_attrs`), else None."""
+    alpha: object = None
+    """The candidates' affinity (``[U]`` / ``[Q, U]``, 0 on padding), read by :class:`GroupAffinity`."""
 
 
 class Pick(NamedTuple):
@@ -222,6 +226,59 @@ class ThreadCoverage(CoverageTerm):
         return new
 
 
+class GroupAffinity(CoverageTerm):
+    """``sum_g max_{u in S, u in g} alpha(u)`` over the restatement groups g (column ``group`` of
+    :func:`unit_attributes`: a fact and the turns it restates): a fact beside its source turn adds
+    only what its affinity exceeds the turn's by; units of no group gain nothing here (their affinity
+    stays modular). State: each group's best alpha (NumPy: a dict; torch: ``[Q, G + 1]``, column 0 = none)."""
+
+    reads_attrs = True
+
+    def _g(self, d, u) -> int:
+        return -1 if d.attrs is None or d.alpha is None else int(d.attrs[u, GROUP])  # no data: no groups
+
+    def init(self, d):
+        return {}
+
+    def gain(self, d, best, u):
+        g = self._g(d, u)
+        return max(0.0, float(d.alpha[u]) - best.get(g, 0.0)) if g >= 0 else 0.0
+
+    def add(self, d, best, u):
+        g = self._g(d, u)
+        if g >= 0:
+            best[g] = max(best.get(g, 0.0), float(d.alpha[u]))
+
+    def total(self, d, best):
+        return float(sum(best.values()))
+
+    @staticmethod
+    def _col(d):
+        if d.attrs is None or d.alpha is None:  # no data: no groups (every unit in column 0)
+            return d.thread * 0
+        return (d.attrs[..., GROUP] + 1).long()
+
+    def init_t(self, d):
+        import torch
+        return torch.zeros(d.pi.shape[0], int(self._col(d).max()) + 1, dtype=d.pi.dtype, device=d.pi.device)
+
+    def gains_t(self, d, best, pick):
+        import torch
+        col = pick.units(self._col(d))
+        a = pick.units(d.alpha if d.alpha is not None else d.pi)
+        g = (a - torch.gather(pick.query(best), 1, col)).clamp_min(0)
+        return torch.where(col > 0, g, torch.zeros((), dtype=g.dtype, device=g.device))
+
+    def add_t(self, d, best, rows, active):
+        import torch
+        col = rows(self._col(d))[:, None]
+        cur = torch.gather(best, 1, col)
+        a = rows(d.alpha if d.alpha is not None else d.pi)[:, None]
+        new = best.scatter(1, col, torch.where(active[:, None], torch.maximum(cur, a), cur))
+        new[:, 0] = 0.0
+        return new
+
+
 TERMS: tuple[Term, ...] = (
     MaxCoverage("information_coverage", "w_cov", "coverage", "sum_v pi(v) max_{u in S} K(u, v)",
                 "gain(u | S) = sum_v pi(v) max(0, K(u, v) - c(v)), c(v) = max_{s in S} K(s, v); "
@@ -229,12 +286,15 @@ TERMS: tuple[Term, ...] = (
     MaxCoverage("role_coverage", "w_role", "coverage", "sum_r delta_r max_{u in S} rho_r(u)",
                 "gain(u | S) = sum_r delta_r max(0, rho_r(u) - m_r), m_r = max_{s in S} rho_r(s); <= delta . rho(u)",
                 a="delta", x="rho"),
-    Term("affinity", "w_aff", "modular", "sum_{u in S} alpha(u)", "gain(u | S) = alpha(u)",
-         value=lambda x, cfg: x.alpha),
+    Term("affinity", "w_aff", "modular", "sum_{u in S} alpha(u) (with w_grp > 0: over units of no group)",
+         "gain(u | S) = alpha(u)", value=lambda x, cfg: affinity_value(x, cfg)),
     ThreadCoverage("thread_coverage", "w_thr", "coverage", "sum_j [S hits L_j] mass_j",
                    "gain(u | S) = mass_{thread(u)} if no unit of S is in thread(u), else 0; <= mass_{thread(u)}"),
     Term("recency", "w_rec", "modular", "sum_{u in S} 2^(-age(u) / half-life)", "gain(u | S) = the bonus of u",
          value=lambda x, cfg: recency(x, cfg.recency_half_life_days)),
+    GroupAffinity("group_affinity", "w_grp", "coverage", "sum_g max_{u in S, u in g} alpha(u)",
+                  "gain(u | S) = max(0, alpha(u) - max_{s in S, s in g(u)} alpha(s)) for u in a group g(u), "
+                  "else 0; <= alpha(u)"),
 )
 TERM_BY_NAME = {t.name: t for t in TERMS}
 MODULAR_TERMS = tuple(t for t in TERMS if t.kind == "modular")
@@ -250,14 +310,25 @@ LAMBDA_M, LAMBDA_R, TAU = COL["lambda_m"], COL["lambda_r"], COL["tau"]
 INFORMATION = COVERAGE_TERMS.index(TERM_BY_NAME["information_coverage"])
 """Position of the information coverage among the coverage terms (the early stop reads its state)."""
 
-UNIT_ATTRIBUTES: tuple[str, ...] = ("time",)
-"""Query-independent per-unit inputs of the modular terms (columns of :func:`unit_attributes`):
-``time``, the unit's date (POSIX seconds, NaN when the source gave none)."""
+UNIT_ATTRIBUTES: tuple[str, ...] = ("time", "group")
+"""Query-independent per-unit inputs of the terms (columns of :func:`unit_attributes`): ``time``, the
+unit's date (POSIX seconds, NaN when the source gave none); ``group``, its restatement group
+(:func:`restatement_groups`, -1 = none)."""
+GROUP = UNIT_ATTRIBUTES.index("group")
 
 
 def unit_attributes(bank) -> np.ndarray:
-    """``[N, len(UNIT_ATTRIBUTES)]`` float64: the per-unit columns the modular terms read."""
-    return np.array([[date_seconds(t.time)] for t in bank.turns], dtype=np.float64).reshape(bank.n_units, 1)
+    """``[N, len(UNIT_ATTRIBUTES)]`` float64: the per-unit columns the terms read."""
+    time = np.array([date_seconds(t.time) for t in bank.turns], dtype=np.float64).reshape(bank.n_units)
+    return np.stack([time, restatement_groups(bank).astype(np.float64)], axis=1)
+
+
+def affinity_value(x: ModularInputs, cfg):
+    """The modular affinity of each unit: alpha, or (``w_grp > 0``) alpha for units of no restatement
+    group and 0 for grouped ones, whose affinity :class:`GroupAffinity` counts once per group."""
+    if cfg.w_grp == 0:
+        return x.alpha
+    return x.alpha * (x.attrs[..., GROUP] < 0)
 
 
 def recency(x: ModularInputs, half_life_days: float):
@@ -288,9 +359,9 @@ def date_seconds(when: datetime | None) -> float:
 # ----------------------------------------------------------------------------------------------
 # weights
 # ----------------------------------------------------------------------------------------------
-CoverageWeights = NamedTuple("CoverageWeights", [(t.weight, object) for t in COVERAGE_TERMS])
+CoverageWeights = namedtuple("CoverageWeights", [t.weight for t in COVERAGE_TERMS], defaults=(0.0,))
 CoverageWeights.__doc__ = """Weights of the coverage terms, in :data:`COVERAGE_TERMS` order: floats, or per-query
-``[Q, 1]`` arrays / tensors."""
+``[Q, 1]`` arrays / tensors. The last, ``w_grp``, may be left out: 0 (the group affinity off)."""
 
 
 def weight_matrix(cfg, n: int, overrides: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
@@ -354,79 +425,6 @@ def combine_gain(gains, modular, weights):
 
 
 # ----------------------------------------------------------------------------------------------
-# the support kernel K (information coverage)
-# ----------------------------------------------------------------------------------------------
-def support_from_cosine(cos, k_shift):
-    """``K = clip((cos - k_shift) / (1 - k_shift), 0, 1)``: the one statement of the clip formula,
-    for floats, NumPy arrays, torch tensors and, compiled, inside numba
-    (:func:`support_from_cosine_compiled`). The division is a product with the reciprocal, which a
-    compiled loop hoists: one multiplication per entry."""
-    return clip01((cos - k_shift) * (1.0 / (1.0 - k_shift)))
-
-
-def clip01(y):
-    """``clip(y, 0, 1)`` of an array, a tensor or a float (numba: ``min(max(y, 0), 1)``)."""
-    return y.clip(0.0, 1.0) if hasattr(y, "clip") else min(max(y, 0.0), 1.0)
-
-
-if numba is not None:
-    @numba.extending.overload(clip01)
-    def _clip01_compiled(y):  # pragma: no cover - compiled
-        if isinstance(y, numba.types.Float):
-            return lambda y: min(max(y, 0.0), 1.0)
-
-
-support_from_cosine_compiled = njit(cache=True, inline="always")(support_from_cosine)
-
-
-def support_kernel(cos, same_thread, cfg, floor=None):
-    """``K [..., U, U]`` from candidate cosines (NumPy or torch): :func:`support_from_cosine`, zero across
-    threads without cross-thread support (``same_thread [..., U, U]`` bool), raised to ``floor [..., U, U]``
-    (a unit view's support links: :func:`support_floor`), unit diagonal; or the identity (``kernel="identity"``)."""
-    U = cos.shape[-1]
-    if _is_torch(cos):
-        import torch
-
-        eye = torch.eye(U, dtype=torch.bool, device=cos.device)
-        if cfg.kernel == "identity":
-            return eye.to(cos.dtype).expand(cos.shape).clone()
-        K = support_from_cosine(cos, cfg.k_shift)
-        if not cfg.cross_thread:
-            K = K * same_thread
-        if floor is not None:
-            K = torch.maximum(K, floor.to(K.dtype))
-        return torch.where(eye, torch.ones((), dtype=K.dtype, device=K.device), K)
-    if cfg.kernel == "identity":
-        return np.broadcast_to(np.eye(U), cos.shape).copy()
-    K = support_from_cosine(cos, cfg.k_shift)
-    if not cfg.cross_thread:
-        K = K * same_thread
-    K = np.array(K, dtype=np.float64)
-    if floor is not None:
-        np.maximum(K, floor, out=K)
-    np.einsum("...ii->...i", K)[...] = 1.0
-    return K
-
-
-def support_floor(bank, cfg) -> np.ndarray | None:
-    """``[N, N]`` float64 the least ``K(u, v)`` the support links of ``bank`` give (``Bank.support_src``
-    restates ``support_dst``: a fact, a source turn), None without links. A restatement is lossy:
-    ``K(restating, source) >= cfg.fact_support``; the source holds all it says: ``K(source,
-    restating) = 1``. So J sees a fact and its source turn together as a redundancy."""
-    src, dst = getattr(bank, "support_src", None), getattr(bank, "support_dst", None)
-    if src is None or not len(src):
-        return None
-    F = np.zeros((bank.n_units, bank.n_units))
-    F[src, dst] = cfg.fact_support
-    F[dst, src] = 1.0
-    return F
-
-
-def _is_torch(x) -> bool:
-    return type(x).__module__.startswith("torch")
-
-
-# ----------------------------------------------------------------------------------------------
 # J of one query (NumPy): the terms composed, with the greedy's running state
 # ----------------------------------------------------------------------------------------------
 class Objective:
@@ -439,9 +437,10 @@ class Objective:
     :param weights: the coverage terms' weights (:data:`CoverageWeights`; default all 1)
     :param thread_mass: ``[T]`` mass_j; default the sum of ``pi`` over each thread's units
     :param attrs: ``[U, A]`` the units' rows of :func:`unit_attributes` (read by terms that need them)
+    :param alpha: ``[U]`` the units' affinity (read by :class:`GroupAffinity`)
     """
 
-    def __init__(self, pi, K, rho, delta, modular, thread, weights=None, thread_mass=None, attrs=None):
+    def __init__(self, pi, K, rho, delta, modular, thread, weights=None, thread_mass=None, attrs=None, alpha=None):
         pi = np.asarray(pi, dtype=np.float64)
         delta = np.asarray(delta, dtype=np.float64)
         thread = np.asarray(thread, dtype=np.int64)
@@ -452,7 +451,8 @@ class Objective:
             thread_mass = np.bincount(thread[own], weights=pi[own], minlength=T) if U else np.zeros(0)
         self.data = CoverageData(pi, np.asarray(K, dtype=np.float64),
                                  np.asarray(rho, dtype=np.float64).reshape(U, len(delta)), delta, thread,
-                                 np.asarray(thread_mass, dtype=np.float64), None if attrs is None else np.asarray(attrs))
+                                 np.asarray(thread_mass, dtype=np.float64), None if attrs is None else np.asarray(attrs),
+                                 None if alpha is None else np.asarray(alpha, dtype=np.float64))
         self.modular = np.asarray(modular, dtype=np.float64)
         self.w = tuple(float(x) for x in (weights if weights is not None else [1.0] * len(COVERAGE_TERMS)))
         if len(self.w) != len(COVERAGE_TERMS):

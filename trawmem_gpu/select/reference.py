@@ -121,7 +121,8 @@ def select_reference(ctx: BankContext, question: str, z: np.ndarray, cfg: Select
     K = support_kernel(loc.S, loc.lt[:, None] == loc.lt[None, :], cfg,    # step 7: J
                        ctx.support_floor(loc.cand, cfg))
     modular = modular_gain(ModularInputs(loc.alpha, loc.attrs, date_seconds(now)), w, cfg)
-    obj = Objective(pi, K, rho, delta, modular, loc.lt, coverage_weights(w), attrs=loc.attrs)
+    obj = Objective(pi, K, rho, delta, modular, loc.lt, coverage_weights(w), attrs=loc.attrs,
+                    alpha=loc.alpha)
     tokens = costs = None
     if qp.token_budget is not None:                                       # a knapsack on workspace tokens
         costs = ctx.token_costs(cfg.headings)

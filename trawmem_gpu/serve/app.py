@@ -8,17 +8,26 @@ Every error is a JSON ``{"detail": "..."}`` with a 4xx/5xx status; the server ke
 401    no API key, or a key that is not in the keys file
 403    a read-only key appending to (or forgetting from) a bank it owns
 404    a bank that does not exist *or* that the key does not own (same body either way)
-409    an append whose turn ids the bank already holds (nothing appended)
+408    request headers or body not delivered within ``--header-timeout`` / ``--body-timeout``
+409    an append with a turn id the bank already holds *with other content* (nothing appended; the
+       same content again is a retry: 200, listed in ``already_stored``)
 413    a body over ``--max-body-bytes``
-422    malformed or out-of-range input (empty / oversized question, budget or hops out of range,
-       NaN or wrong-length vector, unparseable date, malformed turn, ...)
-429    the queue is full (``Retry-After`` says when to come back)
-503    draining for shutdown, or not yet ready
+422    malformed or out-of-range input (empty / oversized question or field, budget or hops out of
+       range, NaN or wrong-length vector, unparseable date, malformed turn, ...)
+429    the queue is full, or this key has its limit of queued queries or appends in flight
+       (``Retry-After`` says when to come back)
+503    draining for shutdown, or not yet ready; for an append whose answer was lost (the engine
+       process went away), ``"outcome": "unknown"`` in the body: resend it (a retry is safe)
 504    no answer within ``--timeout``
 =====  ==========================================================================================
+
+Every field's size is bounded (``models.py``; docs/serving-limits.md) and checked while the body
+is validated, after the edge has read the whole body under its size cap and deadline; no field
+is parsed further (dates, turns) before it passed its bound.
 """
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import logging
@@ -35,10 +44,11 @@ from pydantic import BaseModel, ValidationError
 
 from ..data.dates import parse_date
 from ..errors import InputError
-from .batcher import DeadlineExceeded, QueueFull, ShuttingDown
+from .batcher import DeadlineExceeded, OutcomeUnknown, QueueFull, ShuttingDown
 from .config import ServeConfig
 from .keys import LOCAL_TENANT, KeyStore, Tenant
 from .metrics import Metrics
+from .openapi import with_models, documented_body, offline_docs
 from .models import (AppendRequest, AppendResponse, BankInfo, BankList, BatchRequest, BatchResponse, Error,
                      ForgetRequest, ForgetResponse, SelectRequest, SelectResponse)
 from .registry import DuplicateTurns, check_bank_id
@@ -87,40 +97,13 @@ async def body_of(request: Request, model: type[BaseModel]) -> BaseModel:
                                       for err in e.errors(include_url=False, include_context=False)]) from None
 
 
-def documented_body(model: type[BaseModel], *security) -> dict:
-    """``openapi_extra`` of a route that reads ``model`` with :func:`body_of`: the JSON body and the
-    accepted keys, as FastAPI writes them for a body parameter and security dependencies (the
-    schema itself is added to the components by :func:`_with_models`)."""
-    return {"requestBody": {"required": True, "content": {"application/json": {
-        "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}},
-        "security": [{s.scheme_name: []} for s in security]}
-
-
-def _with_models(app: FastAPI, models: list[type[BaseModel]]):
-    """``app.openapi`` that also puts ``models`` (and the models they use) into the components."""
-    from pydantic.json_schema import models_json_schema
-
-    plain = app.openapi
-
-    def openapi() -> dict:
-        if app.openapi_schema is None:
-            spec = plain()
-            _, defs = models_json_schema([(m, "validation") for m in models],
-                                         ref_template="#/components/schemas/{model}")
-            schemas = spec.setdefault("components", {}).setdefault("schemas", {})
-            for name, schema in defs.get("$defs", {}).items():
-                schemas.setdefault(name, schema)
-            app.openapi_schema = spec
-        return app.openapi_schema
-
-    return openapi
-
-
 class _Edge:
-    """Pure ASGI middleware: body-size limit (413), per-route metrics, and the query routes.
+    """Pure ASGI middleware: body-size limit (413), body deadline (408), per-route metrics, and
+    the query routes.
 
-    Bodies with a Content-Length over the limit are refused before they are read; bodies without
-    one (chunked) are read here up to the limit and replayed to the app.
+    Bodies with a Content-Length over the limit are refused before they are read; every other
+    body is read here, up to the limit and within ``body_timeout_s`` of its headers (a client
+    trickling its body gets 408), and replayed to the app.
 
     ``direct`` maps ``POST`` paths to their route endpoints (``endpoint(request) -> Response``),
     called here instead of through FastAPI's routing, exception and exit-stack layers (about a
@@ -129,8 +112,9 @@ class _Edge:
     methods and paths go on to the app as before.
     """
 
-    def __init__(self, app, limit: int, metrics: Metrics, direct: dict | None = None, handlers: dict | None = None):
-        self.app, self.limit, self.metrics = app, limit, metrics
+    def __init__(self, app, limit: int, metrics: Metrics, direct: dict | None = None, handlers: dict | None = None,
+                 body_timeout_s: float = 10.0):
+        self.app, self.limit, self.metrics, self.body_timeout_s = app, limit, metrics, body_timeout_s
         self.direct, self.handlers = direct or {}, handlers or {}
 
     async def _direct(self, route, scope, receive, send) -> None:
@@ -144,6 +128,20 @@ class _Edge:
                 raise
             response = await handler(request, e)
         await response(scope, receive, send)
+
+    async def _read_body(self, receive) -> bytes | None:
+        """The whole body (None: over the limit)."""
+        chunks, size, more = [], 0, True
+        while more:
+            msg = await receive()
+            if msg["type"] != "http.request":
+                break
+            chunks.append(msg.get("body", b""))
+            size += len(chunks[-1])
+            more = msg.get("more_body", False)
+            if size > self.limit:
+                return None
+        return b"".join(chunks)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -162,33 +160,34 @@ class _Edge:
         try:
             if scope["method"] in ("POST", "PUT", "PATCH"):
                 cl = dict(scope["headers"]).get(b"content-length")
-                too_big = False
-                if cl is not None:
-                    too_big = not cl.isdigit() or int(cl) > self.limit
+                refusal = None
+                if cl is not None and (not cl.isdigit() or int(cl) > self.limit):
+                    refusal = 413
                 else:
-                    chunks, size, more = [], 0, True
-                    while more:
-                        msg = await receive()
-                        if msg["type"] != "http.request":
-                            break
-                        chunks.append(msg.get("body", b""))
-                        size += len(chunks[-1])
-                        more = msg.get("more_body", False)
-                        if size > self.limit:
-                            too_big = True
-                            break
-                    if not too_big:
-                        body, sent = b"".join(chunks), [False]
+                    try:
+                        body = await asyncio.wait_for(self._read_body(receive), self.body_timeout_s)
+                    except asyncio.TimeoutError:
+                        refusal = 408
+                    else:
+                        if body is None:
+                            refusal = 413
+                        else:
+                            sent = [False]
 
-                        async def receive():  # noqa: F811 - replay the buffered body
-                            if sent[0]:
-                                return {"type": "http.disconnect"}
-                            sent[0] = True
-                            return {"type": "http.request", "body": body, "more_body": False}
-                if too_big:
+                            async def receive():  # noqa: F811 - replay the buffered body
+                                if sent[0]:
+                                    return {"type": "http.disconnect"}
+                                sent[0] = True
+                                return {"type": "http.request", "body": body, "more_body": False}
+                if refusal == 413:
                     await _json({"detail": f"request body over the {self.limit}-byte limit "
                                           "(the server's `max_body_bytes`)"},
                                 413)(scope, receive, send_)
+                    return
+                if refusal == 408:
+                    await _json({"detail": f"request body not received within {self.body_timeout_s:g} s "
+                                          "(the server's `body_timeout_s`)"},
+                                408, {"Connection": "close"})(scope, receive, send_)
                     return
             route = self.direct.get(scope["path"]) if scope["method"] == "POST" else None
             if route is not None:
@@ -201,28 +200,6 @@ class _Edge:
             path = getattr(route, "path", None) or "unmatched"
             m.requests.labels(path, scope["method"], str(status[0])).inc()
             m.latency.labels(path, scope["method"]).observe(time.perf_counter() - t0)
-
-
-def offline_docs(app: FastAPI) -> None:
-    """``/docs`` (Swagger UI) from the assets of the ``swagger-ui-bundle`` package, served by this
-    server under ``/docs-assets`` (FastAPI's default page loads them from a CDN, which an offline or
-    locked-down deployment cannot reach). Without the package there is no ``/docs``; the schema
-    stays at ``/openapi.json``."""
-    try:
-        import swagger_ui_bundle
-    except ImportError:
-        return
-    from fastapi.openapi.docs import get_swagger_ui_html
-    from fastapi.staticfiles import StaticFiles
-
-    app.mount("/docs-assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")
-
-    @app.get("/docs", include_in_schema=False)
-    async def docs():
-        return get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{app.title} - API",
-                                   swagger_js_url="/docs-assets/swagger-ui-bundle.js",
-                                   swagger_css_url="/docs-assets/swagger-ui.css",
-                                   swagger_favicon_url="/docs-assets/favicon-32x32.png")
 
 
 def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics: Metrics | None = None) -> FastAPI:
@@ -326,7 +303,7 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
         tenant = await tenant_of_request(request)
         item = item_of(await body_of(request, SelectRequest), t0)
         owned(tenant, item.bank_id)
-        (res,) = await backend.select([item])
+        (res,) = await backend.select([item], quota=tenant.quota(cfg))
         return _json(finish(res, t0))
 
     @app.post("/v1/select/batch", response_model=BatchResponse, responses=errors, tags=["select"],
@@ -341,13 +318,16 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
         items = [item_of(r, t0, f"requests[{i}].") for i, r in enumerate(req.requests)]
         for i, it in enumerate(items):
             owned(tenant, it.bank_id, f"requests[{i}]: ")
-        res = await backend.select(items, batch=True)
+        res = await backend.select(items, batch=True, quota=tenant.quota(cfg))
         return _json({"results": [finish(r, t0) for r in res]})
 
     @app.post("/v1/banks/{bank_id}/turns", response_model=AppendResponse,
               responses={**errors, 403: {"model": Error}, 409: {"model": Error}}, tags=["banks"],
-              summary="Append turns to a bank (the first append creates it)")
-    async def append(bank_id: str, req: AppendRequest, tenant: Tenant = Depends(tenant_of)):
+              summary="Append turns to a bank (the first append creates it; resending turns it holds is safe)",
+              openapi_extra=documented_body(AppendRequest, bearer, api_key))
+    async def append(bank_id: str, request: Request):
+        tenant = await tenant_of_request(request)
+        req = await body_of(request, AppendRequest)
         if not tenant.owns(bank_id):
             raise _unknown_bank(bank_id)
         if not tenant.writable:
@@ -359,7 +339,7 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
         if len(req.turns) > cfg.max_turns_per_append:
             raise HTTPError(422, f"turns holds {len(req.turns)} turns; the limit is {cfg.max_turns_per_append}")
         records = [t.model_dump(exclude_none=True) for t in req.turns]
-        return _json(await backend.append(bank_id, records))
+        return _json(await backend.append(bank_id, records, quota=tenant.quota(cfg)))
 
     async def forget(bank_id: str, turn_ids: list[str] | None, tenant: Tenant) -> dict:
         if not tenant.owns(bank_id):
@@ -451,6 +431,10 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
     async def _draining(request, e: ShuttingDown):
         return _json({"detail": str(e)}, 503, {"Retry-After": "1"})
 
+    @app.exception_handler(OutcomeUnknown)
+    async def _unknown_outcome(request, e: OutcomeUnknown):
+        return _json({"detail": str(e), "outcome": "unknown"}, 503, {"Retry-After": "1"})
+
     @app.exception_handler(DuplicateTurns)
     async def _dup(request, e: DuplicateTurns):
         return _json({"detail": str(e)}, 409)
@@ -464,8 +448,8 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
         log.error("internal error on %s %s: %s: %s", request.method, request.url.path, type(e).__name__, e)
         return _json({"detail": "internal server error"}, 500)
 
-    app.openapi = _with_models(app, [SelectRequest, BatchRequest])
+    app.openapi = with_models(app, [SelectRequest, BatchRequest, AppendRequest])
     direct = {r.path: r for r in app.routes if getattr(r, "endpoint", None) in (select, select_batch)}
     app.add_middleware(_Edge, limit=cfg.max_body_bytes, metrics=metrics, direct=direct,
-                       handlers=app.exception_handlers)
+                       handlers=app.exception_handlers, body_timeout_s=cfg.body_timeout_s)
     return app

@@ -40,7 +40,11 @@ def cmd_serve(a) -> int:
                       max_token_budget=a.max_token_budget,
                       encoder=a.encoder, threads=a.threads,
                       switch_interval_ms=a.switch_interval_ms, encode_chunk=a.encode_chunk,
-                      http_workers=a.http_workers, units=a.units, method=a.method)
+                      http_workers=a.http_workers, tenant_max_queued=a.tenant_max_queued,
+                      tenant_max_appends=a.tenant_max_appends, tenant_batch_share=a.tenant_batch_share,
+                      append_chunk=a.append_chunk,
+                      max_connections=a.max_connections, header_timeout_s=a.header_timeout,
+                      body_timeout_s=a.body_timeout, keep_alive_s=a.keep_alive, units=a.units, method=a.method)
     if a.sample:
         _sample_into(cfg.collection)
     if a.ray:
@@ -96,7 +100,24 @@ def configure_serve(s) -> None:
     s.add_argument("--max-token-budget", type=token_budget_int, default=d.max_token_budget,
                    help="largest per-request token_budget")
     s.add_argument("--encoder", help="query encoder (default: the collection's)")
-    s.add_argument("--threads", type=positive_int, help="torch and engine threads (default: torch's)")
+    s.add_argument("--threads", type=positive_int,
+                   help="torch and engine threads (default: half the usable cores less one per HTTP front, at least 1)")
+    s.add_argument("--tenant-max-queued", type=positive_int, default=d.tenant_max_queued,
+                   help="queries one API key may have waiting before 429 (the keys file's limits.max_queued overrides)")
+    s.add_argument("--tenant-max-appends", type=positive_int, default=d.tenant_max_appends,
+                   help="appends one API key may have in flight before 429 (limits.max_appends overrides)")
+    s.add_argument("--tenant-batch-share", type=positive_int, default=d.tenant_batch_share,
+                   help="most of one API key's queries in one engine batch (limits.batch_share overrides)")
+    s.add_argument("--append-chunk", type=positive_int, default=d.append_chunk,
+                   help="turns an append encodes per call, giving way to query batches between calls")
+    s.add_argument("--max-connections", type=positive_int, default=d.max_connections,
+                   help="open HTTP connections per process; a new one beyond it is closed at once")
+    s.add_argument("--header-timeout", type=positive_float, default=d.header_timeout_s,
+                   help="seconds to finish a request's headers (then 408 and close)")
+    s.add_argument("--body-timeout", type=positive_float, default=d.body_timeout_s,
+                   help="seconds to deliver a request's body (then 408)")
+    s.add_argument("--keep-alive", type=positive_float, default=d.keep_alive_s,
+                   help="seconds an idle keep-alive connection stays open")
     s.add_argument("--switch-interval-ms", type=positive_float, default=d.switch_interval_ms,
                    help="Python GIL switch interval (short keeps HTTP and the engine responsive to each other)")
     s.add_argument("--http-workers", type=nonneg_int, default=d.http_workers,

@@ -52,10 +52,45 @@ class ServeConfig:
     """Most requests in one ``POST /v1/select/batch``."""
     max_turns_per_append: int = 1000
     """Most turns in one ``POST /v1/banks/{bank_id}/turns``."""
+    tenant_max_queued: int = 512
+    """Most queries one API key may have waiting for a batch (``--tenant-max-queued``); beyond it
+    that key gets 429 with Retry-After while other keys are still admitted. A keys-file entry's
+    ``limits.max_queued`` overrides it for that key. At least ``max_batch_request``, or a full
+    batch call could never be admitted."""
+    tenant_batch_share: int = 4
+    """Most of one API key's queries in one engine batch (``--tenant-batch-share``; the keys
+    file's ``limits.batch_share`` overrides it). Another key's query waits behind at most the
+    engine call already running, so this bounds that call's length: a key's 256-query batch runs
+    as 64 engine calls of 4, and a lone query of another key joins the next one. On a 2-core host
+    under the hostile load, 4 gave the victim a p99 a quarter of 16's, with no fewer of the hostile
+    tenant's own batches answered (benchmarks/results/serve_hostile.md). Without a keys file
+    there is one tenant and no share: its batches fill to ``max_batch``."""
+    tenant_max_appends: int = 4
+    """Most appends one API key may have in flight at once (``--tenant-max-appends``); beyond it
+    429 with Retry-After. A keys-file entry's ``limits.max_appends`` overrides it for that key."""
+    append_chunk: int = 16
+    """Turns an append encodes per encoder call (``--append-chunk``): between chunks the append
+    waits while a query batch is being encoded or selected, so a large append yields the CPU to
+    queries instead of holding it for its whole encode."""
+    max_connections: int = 1024
+    """Most open HTTP connections per process (``--max-connections``; per front with
+    ``--http-workers``); a connection beyond it is closed at once. Connections already open are
+    never refused, so a flood of idle or slow connections cannot turn away a client's next
+    request on its open connection."""
+    header_timeout_s: float = 10.0
+    """Seconds a connection may take from opening (or from a request's first byte) to the end of
+    that request's headers (``--header-timeout``); then it gets 408 and is closed (slow-header
+    and idle-before-first-request connections)."""
+    body_timeout_s: float = 10.0
+    """Seconds a request may take to deliver its whole body once its headers are in
+    (``--body-timeout``); then 408."""
+    keep_alive_s: float = 5.0
+    """Seconds an idle keep-alive connection stays open between requests (``--keep-alive``)."""
     encoder: str | None = None
     """Query encoder spec; None = the collection's build config encoder (``minilm`` if empty)."""
     threads: int | None = None
-    """torch / engine worker threads (``--threads``); None keeps torch's default."""
+    """torch / engine worker threads (``--threads``); None: :func:`default_threads` (half the
+    host's usable cores, less one per HTTP front process, at least 1)."""
     switch_interval_ms: float = 0.5
     """Python's GIL switch interval in this process (``sys.setswitchinterval``; Python's default is
     5 ms). The encoder and engine release the GIL around every native call, so while another thread
@@ -83,7 +118,8 @@ class ServeConfig:
         if self.method == "trimem" and self.units != DEFAULT_UNITS:
             raise ConfigError("`units`: method trimem shows its own units (facts, their turns, profiles)")
         for name in ("max_batch", "encode_chunk", "max_queue", "max_body_bytes", "max_question_chars", "max_budget",
-                     "max_token_budget", "max_batch_request", "max_turns_per_append"):
+                     "max_token_budget", "max_batch_request", "max_turns_per_append", "tenant_max_queued",
+                     "tenant_max_appends", "tenant_batch_share", "append_chunk", "max_connections"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"`{name}` must be >= 1, got {getattr(self, name)!r}")
         if self.max_hops < 0:
@@ -92,6 +128,9 @@ class ServeConfig:
             raise ConfigError(f"`max_wait_ms` must be >= 0, got {self.max_wait_ms!r}")
         if self.switch_interval_ms <= 0:
             raise ConfigError(f"`switch_interval_ms` must be > 0, got {self.switch_interval_ms!r}")
+        for name in ("header_timeout_s", "body_timeout_s", "keep_alive_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"`{name}` must be > 0 seconds, got {getattr(self, name)!r}")
         if self.timeout_s <= 0:
             raise ConfigError(f"`timeout_s` must be > 0 seconds, got {self.timeout_s!r}")
         if not 0 <= self.port <= 65535:
@@ -105,14 +144,40 @@ class ServeConfig:
                               "127.0.0.1 only; set `keys_file` to serve other hosts")
 
 
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def default_threads(http_workers: int = 0, cores: int | None = None) -> int:
+    """torch / engine threads when ``--threads`` is not given: ``max(1, cores // 2 - http_workers)``.
+
+    The engine process runs more than the encoder and engine: the event loop (HTTP, in one
+    process), workspace assembly (2 threads) and appends share its cores, and each HTTP front
+    process takes a core of its own; torch's default (every core) oversubscribes them, which on
+    a busy host made a text select some 30x slower than one thread (issue 23). Half the cores
+    leaves the other half to those."""
+    cores = usable_cores() if cores is None else cores
+    return max(1, cores // 2 - int(http_workers))
+
+
 def uvicorn_config(app, cfg: ServeConfig, access_log: bool = False, graceful_s: float | None = None):
     """uvicorn's settings for serving ``app`` as ``cfg`` says (the one-process server and each
-    HTTP front of :mod:`.remote` alike)."""
+    HTTP front of :mod:`.remote` alike): the connection limits of :mod:`.conn` (connection cap,
+    header timeout) and the keep-alive bound."""
     import uvicorn
+
+    from .conn import bounded_protocol
 
     return uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="info" if access_log else "warning",
                           access_log=access_log, timeout_graceful_shutdown=graceful_s or (cfg.timeout_s + 5),
-                          lifespan="on", server_header=False, limit_concurrency=None)
+                          lifespan="on", server_header=False, limit_concurrency=None,
+                          timeout_keep_alive=cfg.keep_alive_s, http=bounded_protocol(cfg))
 
 
 def select_defaults() -> tuple:

@@ -3,8 +3,14 @@
 File layout (``trawmem serve-key`` writes it; only hashes are stored, never a key)::
 
     {"keys": [{"sha256": "<64 hex>", "tenant": "acme", "banks": ["acme-*"], "access": "read-write"},
-              {"sha256": "<64 hex>", "tenant": "acme-ro", "banks": ["acme-*"], "access": "read-only"}]}
+              {"sha256": "<64 hex>", "tenant": "acme-ro", "banks": ["acme-*"], "access": "read-only",
+               "limits": {"max_queued": 64, "max_appends": 1, "batch_share": 8}}]}
 
+``limits`` (optional, each field optional) overrides the server's per-key defaults
+(``ServeConfig.tenant_max_queued`` / ``tenant_max_appends`` / ``tenant_batch_share``) for that
+key: most queries waiting for a batch, most appends in flight (beyond either the key gets 429
+with ``Retry-After``), most of its queries in one engine batch. The
+limits, and the fair share of each batch, are per tenant name: keys of one tenant share them.
 ``banks`` are shell-style patterns (``fnmatch``, case-sensitive). A key is compared against
 *every* stored hash with ``hmac.compare_digest`` (no early exit), so the time taken does not
 depend on which entry, if any, matches. Keys are never logged, counted in metrics or echoed
@@ -28,6 +34,32 @@ ACCESS = ("read-only", "read-write")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
+LIMIT_FIELDS = ("max_queued", "max_appends", "batch_share")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A key's own limits from the keys file (None: the server's default)."""
+
+    max_queued: int | None = None
+    """Most queries waiting for a batch (default ``ServeConfig.tenant_max_queued``)."""
+    max_appends: int | None = None
+    """Most appends in flight (default ``ServeConfig.tenant_max_appends``)."""
+    batch_share: int | None = None
+    """Most of its queries in one engine batch (default ``ServeConfig.tenant_batch_share``)."""
+
+
+@dataclass(frozen=True)
+class Quota:
+    """The limits a request is held to: its tenant's, resolved against the server's defaults.
+    None: no per-key limit (the tenant of a server without keys file)."""
+
+    key: str
+    max_queued: int | None
+    max_appends: int | None
+    batch_share: int | None = None
+
+
 @dataclass(frozen=True)
 class Tenant:
     """Who a key belongs to and what it may touch."""
@@ -37,13 +69,35 @@ class Tenant:
     """Bank-id patterns this tenant owns."""
     writable: bool
     """May append turns (and create banks matching ``banks``)."""
+    limits: Limits | None = Limits()
+    """Per-key limits; None: none (only the server-wide queue bound)."""
 
     def owns(self, bank_id: str) -> bool:
         return any(fnmatchcase(bank_id, p) for p in self.banks)
 
+    def quota(self, cfg) -> Quota:
+        """This tenant's limits under ``cfg`` (a ``ServeConfig``)."""
+        lim = self.limits
+        if lim is None:
+            return Quota(self.name, None, None, None)
+        pick = lambda own, default: default if own is None else own  # noqa: E731
+        return Quota(self.name, pick(lim.max_queued, cfg.tenant_max_queued),
+                     pick(lim.max_appends, cfg.tenant_max_appends), pick(lim.batch_share, cfg.tenant_batch_share))
 
-LOCAL_TENANT = Tenant("local", ("*",), True)
-"""Everything, read-write: the tenant of every request when no keys file is configured."""
+
+LOCAL_TENANT = Tenant("local", ("*",), True, None)
+"""Everything, read-write, no per-key limits: the tenant of every request when no keys file is
+configured (one tenant: the server-wide queue bound is its bound)."""
+
+
+def _limits(e: dict, where: str) -> Limits:
+    lim = e.get("limits", {})
+    if not isinstance(lim, dict) or set(lim) - set(LIMIT_FIELDS):
+        raise ConfigError(f"{where}: field 'limits' must be an object with keys among {LIMIT_FIELDS}")
+    for k, v in lim.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"{where}: limits.{k} must be a whole number >= 1, got {v!r}")
+    return Limits(**lim)
 
 
 def hash_key(key: str) -> bytes:
@@ -86,7 +140,8 @@ class KeyStore:
                 raise ConfigError(f"{where}: field 'banks' must be a non-empty list of bank-id patterns")
             if access not in ACCESS:
                 raise ConfigError(f"{where}: field 'access' must be one of {ACCESS}")
-            entries.append((bytes.fromhex(h.lower()), Tenant(name, tuple(banks), access == "read-write")))
+            entries.append((bytes.fromhex(h.lower()),
+                            Tenant(name, tuple(banks), access == "read-write", _limits(e, where))))
         return cls(entries)
 
     def authenticate(self, key: str | None) -> Tenant | None:

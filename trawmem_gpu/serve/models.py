@@ -5,6 +5,12 @@ not read as a number; so are a ``question_vector``'s entries (numbers only: ``"0
 is refused). Limits that depend on the server's options (question length, budget, hops
 and token budget ranges, vector length, batch and append sizes) are checked by the app against
 ``ServeConfig``, so their error messages name the option.
+
+Every string and list field also has a fixed bound (the ``MAX_*`` constants below; the table in
+docs/serving-limits.md), enforced by pydantic's JSON validator while it reads the body, before any
+of the server's own parsing (dates, turns) sees a value: the body is at most ``max_body_bytes``
+(413 before it is read), the validator is linear in it, and everything after works on bounded
+fields. An oversized field answers 422 naming the field and its bound, never echoing the value.
 """
 from __future__ import annotations
 
@@ -12,14 +18,33 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
+MAX_ID_CHARS = 256
+"""Bank ids and turn ids (the registry's bank-id rule says the same)."""
+MAX_QUESTION_FIELD_CHARS = 65536
+"""The question field's fixed bound; the server's ``max_question_chars`` (default 4000) is the
+limit a question is then held to."""
+MAX_DATE_CHARS = 64
+"""A ``date`` or a turn's ``timestamp`` (the longest date the loaders read is about 40)."""
+MAX_VECTOR_DIMS = 8192
+"""Numbers in a ``question_vector`` (the collection's encoder dimension is then required)."""
+MAX_BATCH_FIELD = 4096
+"""Requests in a batch body; the server's ``max_batch_request`` (default 256) then applies."""
+MAX_TURNS_FIELD = 10000
+"""Turns in an append body; the server's ``max_turns_per_append`` (default 1000) then applies."""
+MAX_SPEAKER_CHARS = 256
+MAX_TEXT_CHARS = 65536
+"""A turn's text."""
+MAX_CAPTION_CHARS = 8192
+
 
 class SelectRequest(BaseModel):
     """One question against one bank."""
 
     model_config = ConfigDict(extra="forbid")
 
-    bank_id: str = Field(min_length=1, max_length=256, description="the bank to select from")
-    question: str = Field(description="the question (also used for BM25 and the demand features)")
+    bank_id: str = Field(min_length=1, max_length=MAX_ID_CHARS, description="the bank to select from")
+    question: str = Field(max_length=MAX_QUESTION_FIELD_CHARS,
+                          description="the question (also used for BM25 and the demand features)")
     budget: int | None = Field(None, strict=True, description="B: most units in the workspace (default: the "
                                                               "server's; with a token_budget, no cap on units)")
     hops: int | None = Field(None, strict=True,
@@ -27,17 +52,19 @@ class SelectRequest(BaseModel):
     token_budget: int | None = Field(
         None, strict=True, description="T: most tokens (cl100k_base) in the rendered workspace, headings included; the "
                           "selection then fits its units to T (default: the server's, usually none)")
-    date: str | None = Field(None, description="the question's 'now' (ISO 8601 or any date the loaders read); "
-                                               "used where the engine supports per-query dates")
+    date: str | None = Field(None, max_length=MAX_DATE_CHARS,
+                             description="the question's 'now' (ISO 8601 or any date the loaders read); "
+                                         "used where the engine supports per-query dates")
     question_vector: list[Annotated[float, Strict()]] | None = Field(
-        None, description="the question's embedding from the collection's encoder (skips the encoder); "
+        None, max_length=MAX_VECTOR_DIMS, description="the question's embedding from the collection's encoder (skips the encoder); "
                           "normalized by the server; JSON numbers only (no strings, no booleans)")
 
 
 class BatchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    requests: list[SelectRequest] = Field(min_length=1, description="requests answered together")
+    requests: list[SelectRequest] = Field(min_length=1, max_length=MAX_BATCH_FIELD,
+                                          description="requests answered together")
 
 
 class Unit(BaseModel):
@@ -91,18 +118,20 @@ class TurnIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    turn_id: str | int
-    speaker: str
-    text: str
-    timestamp: str = Field(description="ISO 8601 or LoCoMo style, e.g. '2:14 pm on 9 May, 2031'")
-    caption: str | None = None
+    turn_id: Annotated[str, Field(max_length=MAX_ID_CHARS)] | int
+    speaker: str = Field(max_length=MAX_SPEAKER_CHARS)
+    text: str = Field(max_length=MAX_TEXT_CHARS)
+    timestamp: str = Field(max_length=MAX_DATE_CHARS,
+                           description="ISO 8601 or LoCoMo style, e.g. '2:14 pm on 9 May, 2031'")
+    caption: str | None = Field(None, max_length=MAX_CAPTION_CHARS)
     session: int | None = Field(None, description="session number; give it on every turn or on none")
 
 
 class AppendRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    turns: list[TurnIn] = Field(min_length=1, description="turns in source order, after the bank's last turn")
+    turns: list[TurnIn] = Field(min_length=1, max_length=MAX_TURNS_FIELD,
+                                description="turns in source order, after the bank's last turn")
 
 
 class BankSummary(BaseModel):
@@ -126,6 +155,10 @@ class BankInfo(BankSummary):
 class AppendResponse(BankInfo):
     created: bool
     appended: int
+    stored: list[str | int] = Field(description="turn ids this request stored")
+    already_stored: list[str | int] = Field(
+        description="turn ids the bank held already, with the same speaker, text, timestamp and caption (a "
+                    "retry of an append whose answer was lost); they are not stored twice")
     timings: dict[str, float]
 
 
@@ -147,3 +180,5 @@ class ForgetResponse(BaseModel):
 
 class Error(BaseModel):
     detail: str
+    outcome: str | None = Field(None, description="on a 503/504 of an append: 'unknown' when the append may "
+                                                  "or may not have been stored (resend it: a retry is safe)")

@@ -146,7 +146,8 @@ class RayBackend:
     def _h(self, bank_id: str):
         return self.handles[shard_of(bank_id, self.n)]
 
-    async def select(self, items: list, batch: bool = False) -> list[dict]:
+    async def select(self, items: list, batch: bool = False, quota=None) -> list[dict]:
+        """(Per-key quotas are not applied across Ray shards; Ray Serve's back pressure bounds the queues.)"""
         from ray.serve.exceptions import BackPressureError
 
         from ..errors import UnknownBank
@@ -169,7 +170,7 @@ class RayBackend:
                 raise RuntimeError(f"shard {shard_of(it.bank_id, self.n)} failed")
         return res
 
-    async def append(self, bank_id: str, records: list[dict]) -> dict:
+    async def append(self, bank_id: str, records: list[dict], quota=None) -> dict:
         r = await self._h(bank_id).append.remote(bank_id, records)
         if r.get("error") == "duplicate":
             raise DuplicateTurns(r["detail"])

@@ -18,7 +18,10 @@ list: the calls (or answers) one side made in one event-loop iteration, so a bat
 cross in one write. Each call carries an id, so answers come back in any order on one
 connection per front. Errors
 cross as (kind, fields) and are raised again in the front as the same exception classes, so a
-client sees the same statuses (404, 409, 422, 429, 503, 504) as from one process.
+client sees the same statuses (404, 409, 422, 429, 503, 504) as from one process. An append
+whose answer does not come back (the engine process died, or did not answer in time) may have
+been stored: it fails with :class:`~.batcher.OutcomeUnknown` (503, ``"outcome": "unknown"``), and
+the client's retry is safe (the registry reports the turns it holds already).
 
 Metrics: each front counts its HTTP requests in ``prometheus_client``'s multiprocess mode
 (``PROMETHEUS_MULTIPROC_DIR`` in the same private directory), summed at each scrape; the engine
@@ -41,13 +44,16 @@ import struct
 import tempfile
 
 from ..errors import InputError, UnknownBank
-from .batcher import DeadlineExceeded, QueueFull, ShuttingDown
+from .batcher import DeadlineExceeded, OutcomeUnknown, QueueFull, ShuttingDown
 from .config import ServeConfig, select_defaults, uvicorn_config
 from .config import say_draining
 
 log = logging.getLogger("trawmem.serve")
 
 _LEN = struct.Struct("!I")
+APPEND_WAIT_S = 600.0
+"""Longest a front waits for the engine's answer to an append (a large append on a busy host
+takes minutes; a dead engine is noticed at once, by its socket closing); then OutcomeUnknown."""
 MAX_FRAME = 1 << 30
 """Largest frame either side accepts (a corrupt length fails the connection, not the process)."""
 
@@ -74,7 +80,8 @@ def _error_kinds() -> tuple:
     def msg(e):
         return (str(e),)
 
-    return (("queue_full", QueueFull, lambda e: (e.retry_after,)), ("deadline", DeadlineExceeded, msg),
+    return (("queue_full", QueueFull, lambda e: (e.retry_after, str(e))), ("deadline", DeadlineExceeded, msg),
+            ("outcome_unknown", OutcomeUnknown, msg),
             ("shutting_down", ShuttingDown, msg), ("unknown_bank", UnknownBank, lambda e: (e.bank_id, e.where, e.detail)),
             ("duplicate", DuplicateTurns, msg), ("input", InputError, msg))
 
@@ -181,14 +188,21 @@ class EngineEndpoint:
         raise ValueError(f"unknown engine call {op!r}")
 
 
+class _EngineLost(ShuttingDown):
+    """A call's answer will not come: the engine's socket closed."""
+
+
 class RemoteBackend:
     """The app's backend in a front process: every call goes to the engine process."""
 
     POLL_S = 0.5
     """How often readiness and queue depth are refreshed (``/readyz``, ``Retry-After``)."""
 
-    def __init__(self, path: str, cfg: ServeConfig):
+    def __init__(self, path: str, cfg: ServeConfig, on_engine_lost=None):
+        """:param on_engine_lost: called when the engine's socket closes (default: SIGTERM to this
+        front, which then shuts down: no orphans)"""
         self.path, self.cfg = path, cfg
+        self.on_engine_lost = on_engine_lost or (lambda: os.kill(os.getpid(), signal.SIGTERM))
         self.dim, self.encoder_id, self.defaults = 0, None, select_defaults()
         self._engine_ready, self._depth = False, 0
         self._reader: asyncio.StreamReader | None = None
@@ -237,8 +251,17 @@ class RemoteBackend:
     def _fail_pending(self, why: str) -> None:
         for fut in self._pending.values():
             if not fut.done():
-                fut.set_exception(ShuttingDown(why))
+                fut.set_exception(_EngineLost(why))
         self._pending.clear()
+
+    def _lost(self, op: str, e: Exception) -> Exception:
+        """What a call whose answer never came raises: for an append, OutcomeUnknown (it may have
+        been stored); for anything else (reads, selections) the error as it was."""
+        if op != "append":
+            return e
+        return OutcomeUnknown(f"the append's outcome is unknown ({e}): it may or may not have been stored; "
+                              "resend the same turns (turns already stored are reported in already_stored, "
+                              "not stored twice)")
 
     async def _read_answers(self) -> None:
         try:
@@ -260,7 +283,7 @@ class RemoteBackend:
                 self._writer.close()  # later calls fail at once (503), not at the deadline
             self._fail_pending("the engine process is not answering")
             if not self._stopping:  # the engine is gone: this front shuts down too (no orphans)
-                os.kill(os.getpid(), signal.SIGTERM)
+                self.on_engine_lost()
 
     async def _call(self, op: str, *args):
         w = self._writer
@@ -271,18 +294,21 @@ class RemoteBackend:
         fut = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
         self._out.put((rid, op, args))
+        wait_s = APPEND_WAIT_S if op == "append" else self.cfg.timeout_s + 5.0
         try:  # the engine enforces --timeout itself; this bounds a stuck engine process
-            return await asyncio.wait_for(fut, self.cfg.timeout_s + 5.0)
+            return await asyncio.wait_for(fut, wait_s)
         except asyncio.TimeoutError:
-            raise DeadlineExceeded(f"no answer from the engine process within {self.cfg.timeout_s + 5:g} s") from None
+            raise self._lost(op, DeadlineExceeded(f"no answer from the engine process within {wait_s:g} s")) from None
+        except _EngineLost as e:  # sent, then the engine went away: an append may have been stored
+            raise self._lost(op, e) from None
         finally:
             self._pending.pop(rid, None)
 
-    async def select(self, items: list, batch: bool = False) -> list[dict]:
-        return await self._call("select", items, batch)
+    async def select(self, items: list, batch: bool = False, quota=None) -> list[dict]:
+        return await self._call("select", items, batch, quota)
 
-    async def append(self, bank_id: str, records: list[dict]) -> dict:
-        return await self._call("append", bank_id, records)
+    async def append(self, bank_id: str, records: list[dict], quota=None) -> dict:
+        return await self._call("append", bank_id, records, quota)
 
     async def forget(self, bank_id: str, turn_ids: list[str] | None) -> dict:
         return await self._call("forget", bank_id, turn_ids)

@@ -3,9 +3,10 @@
 The HTTP app (``app.py``) and each Ray Serve shard (``ray_app.py``) drive one of these. Work
 runs on three thread pools, never on the event loop:
 
-* the *batch worker* (one thread) runs every batch (one encoder call for the queries without
-  a ``question_vector``, one engine call per (budget, hops, token_budget) group) and every engine refresh, so
-  refreshes and selections never interleave;
+* the *batch worker* (one thread) runs every batch and every engine refresh, so refreshes and
+  selections never interleave. A batch's queries with a ``question_vector`` go first, in an
+  engine call of their own, and are answered without waiting for the encoder call of the
+  batch's other queries (one encoder call, then one engine call for those);
 * *assembly threads* turn each selection into its response body (workspace grouping, rendering,
   token count) from the bank object the engine selected from, while the worker starts the next
   batch (grouping and rendering cost more CPU per query than the selection);
@@ -16,6 +17,11 @@ runs on three thread pools, never on the event loop:
 
 The banks, the encoder, the engine and the append / forget paths are the Memory core's
 (``trawmem_gpu.memory``), the same as ``Memory`` and ``trawmem query`` use.
+
+Queries and appends (and forgets) encode with separate encoder instances, and appends encode in
+chunks that give way to running query batches (:mod:`.lanes`): an append never holds what a query
+waits for. Per-key limits (:class:`~.keys.Quota`) bound each key's queued queries, its share of
+a batch and its appends in flight; assembly takes the keys' jobs round robin.
 
 The encoder is shared by both pools behind a lock (a transformers tokenizer is not safe to call
 from two threads at once).
@@ -40,8 +46,10 @@ from ..memory.result import SelectedWorkspace
 from ..select.config import SelectConfig
 from ..select.params import QueryParams
 from ..tokens import count_tokens_cached
-from .batcher import DynamicBatcher, Later
-from .config import ServeConfig
+from .batcher import DynamicBatcher, InFlight, Later
+from .config import ServeConfig, default_threads
+from .keys import Quota
+from .lanes import AppendEncoder, FairPool, QueryFirst
 
 log = logging.getLogger("trawmem.serve")
 
@@ -62,11 +70,20 @@ class SelectItem:
     """``time.perf_counter()`` at arrival."""
     token_budget: int | None = None
     """T (None: no token budget)."""
+    key: object = None
+    """Whose query this is (the tenant; set by :meth:`SelectionService.select`): assembly is fair
+    across keys."""
 
     @property
     def params(self) -> QueryParams:
         """The query's ``QueryParams`` (checked; ``ConfigError`` when out of range)."""
         return query_params(self.budget, self.hops, self.token_budget)
+
+
+def _brings_vector(it: SelectItem) -> bool:
+    """The batcher's ``ahead``: a query with its own vector runs (and is answered) before its
+    batch's encoder call."""
+    return it.vector is not None
 
 
 def _os_thread_name(name: str):
@@ -101,7 +118,8 @@ class SelectionService:
     :param select_cfg: the method (default ``SelectConfig()``)
     :param params: the query parameters of a request that gives none (default ``QueryParams()``);
         a request's budget / hops / token_budget replace them, per query, on the same engine
-    :param encoder: an encoder to use instead of loading ``cfg.encoder``
+    :param encoder: an encoder to use instead of loading ``cfg.encoder`` (then appends share it,
+        behind its lock, as there is no second instance to load)
     """
 
     ASSEMBLY_THREADS = 2
@@ -111,28 +129,34 @@ class SelectionService:
 
     def __init__(self, cfg: ServeConfig, *, owns=lambda bank_id: True, select_cfg: SelectConfig | None = None,
                  params: QueryParams | None = None, encoder: Encoder | None = None, metrics=None):
-        if cfg.threads:
-            import torch
+        import torch
 
-            torch.set_num_threads(cfg.threads)
+        threads = cfg.threads or default_threads(cfg.http_workers)
+        torch.set_num_threads(threads)
+        self.threads = threads
         self.cfg = cfg
         self.metrics = metrics
         # the Memory core: banks (registry), query encoder and engine, the append and forget paths
         self.core = MemoryCore(cfg.collection, encoder=encoder or cfg.encoder, select_cfg=select_cfg,
-                               threads=cfg.threads, owns=owns, units=cfg.units, method=cfg.method)
+                               threads=threads, owns=owns, units=cfg.units, method=cfg.method)
         self.registry, self.encoder, self.engines = self.core.registry, self.core.encoder, self.core.engines
         self.encoder_spec, self.dim = self.core.encoder_spec, self.core.dim
         dp = params or QueryParams()
         self.defaults = (dp.budget, dp.hops, dp.token_budget)
+        self._given_encoder = encoder is not None and not isinstance(encoder, str)
+        self._append_encoder: AppendEncoder | None = None
+        self._append_encoder_lock = threading.Lock()
+        self.query_first = QueryFirst()
+        self.appends_in_flight = InFlight()
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="trawmem-batch", initializer=_os_thread_name("tm-batch"))
         self.appender = ThreadPoolExecutor(2, thread_name_prefix="trawmem-append",
                                            initializer=_os_thread_name("tm-append"))
         # Workspaces are assembled (rendered, token-counted) here, beside the next batch's encoder
         # and engine calls; the batch worker only encodes and selects.
-        self.assembler = ThreadPoolExecutor(self.ASSEMBLY_THREADS, thread_name_prefix="trawmem-assemble",
-                                            initializer=_os_thread_name("tm-assemble"))
+        self.assembler = FairPool(self.ASSEMBLY_THREADS, initializer=_os_thread_name("tm-assemble"))
         self.batcher = DynamicBatcher(self.process_batch, max_batch=cfg.max_batch, max_wait_s=cfg.max_wait_ms / 1e3,
-                                      max_queue=cfg.max_queue, executor=self.worker, on_batch=self._on_batch)
+                                      max_queue=cfg.max_queue, executor=self.worker, on_batch=self._on_batch,
+                                      ahead=_brings_vector)
         self.ready = False
         self.started = time.time()
 
@@ -190,24 +214,49 @@ class SelectionService:
         bank = self.registry.get(bank_id)
         return None if bank is None else self.bank_summary(bank)
 
-    async def select(self, items: list[SelectItem], batch: bool = False) -> list[dict]:
+    async def select(self, items: list[SelectItem], batch: bool = False, quota: Quota | None = None) -> list[dict]:
         """Workspaces for ``items`` through the batcher; raises UnknownBank (before queueing; naming
-        ``requests[i]`` when ``batch``), QueueFull, DeadlineExceeded or ShuttingDown."""
+        ``requests[i]`` when ``batch``), QueueFull (also past ``quota.max_queued``),
+        DeadlineExceeded or ShuttingDown."""
         for i, it in enumerate(items):
             if it.bank_id not in self.registry:
                 raise UnknownBank(it.bank_id, f"requests[{i}]: " if batch else "")
-        return await self.batcher.submit(items, self.cfg.timeout_s)
+        if quota is None:
+            return await self.batcher.submit(items, self.cfg.timeout_s)
+        for it in items:
+            it.key = quota.key
+        return await self.batcher.submit(items, self.cfg.timeout_s, key=quota.key, key_limit=quota.max_queued,
+                                         key_share=quota.batch_share)
 
-    async def append(self, bank_id: str, records: list[dict]) -> dict:
-        """Append turns (creating the bank on first append); returns the bank's new counts."""
+    def append_encoder(self) -> AppendEncoder:
+        """The encoder of appends and forgets: a second instance of the query encoder's model,
+        loaded on first use (on its thread), in chunks that give way to query batches."""
+        with self._append_encoder_lock:
+            if self._append_encoder is None:
+                from ..encode import get_encoder
+                from ..memory.core import LockedEncoder
+
+                inner = self.encoder if self._given_encoder else LockedEncoder(
+                    get_encoder(self.encoder_spec, cache=False, fresh=True))
+                self._append_encoder = AppendEncoder(inner, self.cfg.append_chunk, self.query_first.wait_idle)
+            return self._append_encoder
+
+    async def append(self, bank_id: str, records: list[dict], quota: Quota | None = None) -> dict:
+        """Append turns (creating the bank on first append); returns the bank's new counts, the
+        turn ids stored and those it held already (a retry). QueueFull past ``quota.max_appends``."""
         if self.batcher.closing:
             from .batcher import ShuttingDown
 
             raise ShuttingDown("the server is shutting down")
+        with self.appends_in_flight.hold(None if quota is None else quota.key,
+                                         None if quota is None else quota.max_appends):
+            return await self._append(bank_id, records)
+
+    async def _append(self, bank_id: str, records: list[dict]) -> dict:
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
-        res = await loop.run_in_executor(self.appender, self.registry.append, bank_id, records, self.encoder,
-                                         self.encoder_spec)
+        res = await loop.run_in_executor(self.appender, lambda: self.core.append(bank_id, records,
+                                                                                 self.append_encoder()))
         # the new bank's engine tables are built here, on the append thread; the batch worker only
         # publishes them, so queries do not wait behind the build
         prepared = await loop.run_in_executor(self.appender, self.engines.prepare, res.bank)
@@ -218,6 +267,7 @@ class SelectionService:
             self.metrics.appended.inc(res.appended)
             self.metrics.engine_builds.set(self.engines.builds)
         return {**self.bank_summary(res.bank), "created": res.created, "appended": res.appended,
+                "stored": res.stored, "already_stored": res.already_stored,
                 "timings": {"build_and_write_ms": round((t1 - t0) * 1e3, 3),
                             "engine_refresh_ms": round((t2 - t1) * 1e3, 3)}}
 
@@ -230,7 +280,8 @@ class SelectionService:
 
             raise ShuttingDown("the server is shutting down")
         loop = asyncio.get_running_loop()
-        res = await loop.run_in_executor(self.appender, self.core.forget_stored, bank_id, turn_ids)
+        res = await loop.run_in_executor(self.appender, lambda: self.core.forget_stored(
+            bank_id, turn_ids, encoder=self.append_encoder()))
         prepared = await loop.run_in_executor(self.appender, self.core.prepare_forget, res)
         await loop.run_in_executor(self.worker, self.core.sync_forget, res, prepared)
         await self._assembly_drained()  # workspaces of the old bank are rendered before the caches go
@@ -238,13 +289,10 @@ class SelectionService:
         return self.core.forget_summary(res, counts)
 
     async def _assembly_drained(self) -> None:
-        """Return once every assembly job submitted so far has finished: one barrier job per
-        assembly thread (the pool takes jobs in order, so when all of them run at once, every
-        earlier job is done)."""
-        n = self.ASSEMBLY_THREADS
-        barrier = threading.Barrier(n)
-        loop = asyncio.get_running_loop()
-        await asyncio.gather(*(loop.run_in_executor(self.assembler, barrier.wait, 600) for _ in range(n)))
+        """Return once every assembly job submitted so far has finished (queued or running)."""
+        futs = self.assembler.outstanding()
+        if futs:
+            await asyncio.wait([asyncio.wrap_future(f) for f in futs])
 
     def _sync_bank(self, bank_id: str, prepared: dict | None = None) -> None:
         """On the batch worker: make the engine use the registry's current bank ``bank_id``
@@ -264,9 +312,14 @@ class SelectionService:
     # the batch function (batch worker thread)
     # ------------------------------------------------------------------------------------------
     def process_batch(self, items: list[SelectItem]) -> list:
-        """One encoder call and one engine call for the whole batch, whatever (budget, hops,
-        token_budget) its queries ask for; per item a :class:`~.batcher.Later` of its response body
-        (assembled on the pool, in a few chunks) or the exception."""
+        """One encoder call (for the items without a vector; the batcher hands a batch's vector
+        queries over in a call of their own, first) and one engine call for ``items``, whatever
+        (budget, hops, token_budget) they ask for; per item a :class:`~.batcher.Later` of its response body
+        (assembled on the pool, in a few chunks) or the exception. Append chunks wait meanwhile."""
+        with self.query_first.running():
+            return self._process_batch(items)
+
+    def _process_batch(self, items: list[SelectItem]) -> list:
         t_start = time.perf_counter()
         n = len(items)
         for bid in dict.fromkeys(it.bank_id for it in items):
@@ -320,12 +373,18 @@ class SelectionService:
                        "select_ms": round(t_sel * 1e3, 3), "batch_size": n}
             # the bank the engine just selected from, taken here: a refresh may follow before assembly
             jobs.append((it, self.engines.bank(it.bank_id), units, used_dates, timings))
-        # a few chunks, one pool job and one event-loop wake-up each
+        # a few chunks per key, one pool job and one event-loop wake-up each; the pool takes
+        # them round robin across keys
         size = -(-len(jobs) // self.ASSEMBLY_CHUNKS)
-        for c in range(0, len(jobs), size):
-            fut = self.assembler.submit(self._workspaces, jobs[c:c + size])
-            for k, i in enumerate(idx[c:c + size]):
-                out[i] = Later(fut, k)
+        by_key: dict = {}
+        for k, i in enumerate(idx):
+            by_key.setdefault(items[i].key, []).append(k)
+        for key, ks in by_key.items():
+            for c in range(0, len(ks), size):
+                part = ks[c:c + size]
+                fut = self.assembler.submit(key, self._workspaces, [jobs[k] for k in part])
+                for j, k in enumerate(part):
+                    out[idx[k]] = Later(fut, j)
 
     def _workspaces(self, jobs: list[tuple]) -> list:
         """Response bodies for a chunk of queries; a query whose assembly fails gets its exception."""

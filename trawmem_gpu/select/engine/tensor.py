@@ -255,8 +255,9 @@ def select_chunk(snap: Snapshot, plan, cfg, c: Chunk, W: Tensor, demand, now: Te
     attrs = (lambda: candidate_attrs(snap.t["attrs"], c.gid, c.cvalid))
     x = ModularInputs(c.alpha, attrs, now[:, None])  # gathers the attributes once, if a term reads them
     modular = modular_gain(x, w, cfg)
+    reads = [t for t in COVERAGE_TERMS if t.reads_attrs and bool((w[t.weight] != 0).any())]
     p = GreedyProblem(pi, K, rho.to(dt), delta, modular.to(dt), c.lt, mass[:, :T], c.cvalid,
-                      x.attrs if any(t.reads_attrs for t in COVERAGE_TERMS) else None)
+                      x.attrs if reads else None, c.alpha.to(dt) if reads else None)
     U = c.cand.shape[1]
     width = max(1, min(U, int(torch.where(unit_cap > 0, unit_cap, U).max()))) if len(unit_cap) else 1
     rule = config_rule(cfg, unit_cap.to(c.n_cand.device), c.n_cand, width, token_budget(snap, cfg, c, capacity))

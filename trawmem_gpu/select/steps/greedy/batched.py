@@ -37,7 +37,8 @@ class _TorchState:
         self.tcol = torch.where(in_range, p.thread + 1, torch.zeros_like(p.thread))  # column 0 = no thread
         tmass = torch.cat([torch.zeros(Q, 1, dtype=dtype, device=dev), p.thread_mass.to(dtype)], dim=1)
         self.data = CoverageData(torch.where(valid, p.pi.to(dtype), zero), torch.where(pair, K.to(dtype), zero),
-                                 p.rho.to(dtype), p.delta.to(dtype), self.tcol, tmass, p.attrs)
+                                 p.rho.to(dtype), p.delta.to(dtype), self.tcol, tmass, p.attrs,
+                                 None if p.alpha is None else torch.where(valid, p.alpha.to(dtype), zero))
         self.modular = p.modular.to(dtype)
         self.W = torch.stack([torch.as_tensor(x, dtype=dtype, device=dev).reshape(-1).expand(Q) for x in w], 1)
         if self.W.shape[1] != len(COVERAGE_TERMS):

@@ -163,6 +163,8 @@ class GreedyProblem(NamedTuple):
     attrs: object = None
     """[Q, U, A] the candidates' unit attributes (``objective.unit_attributes``), for coverage
     terms that read them (``CoverageTerm.reads_attrs``); None when none does."""
+    alpha: object = None
+    """[Q, U] the candidates' affinity, for terms that read it (``objective.GroupAffinity``)."""
 
 
 def greedy_reference_np(p: GreedyProblem, w: CoverageWeights, rule: StopRule, lazy: bool = False):
@@ -186,7 +188,8 @@ def greedy_reference_np(p: GreedyProblem, w: CoverageWeights, rule: StopRule, la
         K = np.eye(U) if a["K"] is None else np.asarray(a["K"][q], dtype=np.float64)
         obj = Objective(a["pi"][q][live], K[np.ix_(live, live)], a["rho"][q][live], a["delta"][q],
                         a["modular"][q][live], a["thread"][q][live], tuple(x[q] for x in wq),
-                        thread_mass=a["thread_mass"][q], attrs=None if a["attrs"] is None else a["attrs"][q][live])
+                        thread_mass=a["thread_mass"][q], attrs=None if a["attrs"] is None else a["attrs"][q][live],
+                        alpha=None if a["alpha"] is None else a["alpha"][q][live])
         tq = None if tb is None else TokenBudget(cap[q], uc[q][live], hc[q], tb.ratio,
                                                  None if tb.unit_key is None else np_(tb.unit_key)[q][live])
         s, g = cost_aware_greedy(obj, rule._replace(budget=int(budget[q]), tokens=tq), lazy=lazy)
