@@ -7,7 +7,7 @@ With ``--rounds N`` it also times both configs in the batched engine (one thread
 per call, the configs alternating over N rounds), at T and at B = 16: median queries/s and the
 median per-round ratio.
 
-Compares the defaults with the defaults before the equal-token work (README "Equal tokens");
+Compares the defaults with the defaults before the equal-token work (benchmarks/results/quality.md);
 descriptive only (the shipped affinity weights, fitted on this data, not held out).
 """
 from __future__ import annotations

@@ -38,7 +38,7 @@ def test_top_level_help_lists_every_command_and_imports_no_model_code():
         - {"trawmem_gpu.cli_args", "trawmem_gpu.select", "trawmem_gpu.select.params"}  # the bounds of the ranges
 
 
-@pytest.mark.parametrize("cmd", ["build", "info", "demo", "sweep", "serve", "serve-key", "evolve-prompts"])
+@pytest.mark.parametrize("cmd", ["build", "info", "demo", "sweep", "serve", "serve-key", "evolve-prompts", "mcp"])
 def test_a_command_imports_only_its_own_module_to_parse(cmd):
     got = _imported_after([cmd, "--help"])
     assert not {m for m in got["modules"] if m.split(".")[0] in HEAVY}

@@ -324,7 +324,7 @@ def test_one_rule_for_both_formats(tmp_path, fields, expect):
 
 def test_readme_setup_uses_a_virtual_environment():
     readme = (ROOT / "README.md").read_text()
-    setup = readme[:readme.index("## Pipeline")]
+    setup = readme[:readme.index("## Python")]
     assert "python3 -m venv" in setup and "activate" in setup
 
 
@@ -434,7 +434,7 @@ def test_every_option_shows_its_default():
     p = build_parser()
     top = p.format_help()
     assert set(p.commands) == {"build", "info", "query", "eval", "demo", "train-head", "train-affinity", "sweep",
-                               "score", "serve", "serve-key", "repair-index", "forget", "evolve-prompts"}
+                               "score", "serve", "serve-key", "repair-index", "forget", "evolve-prompts", "mcp"}
     for name, sp in p.commands.items():
         assert name in top
         flags = {s for a in sp._actions if a.nargs == 0 for s in a.option_strings}
@@ -466,8 +466,8 @@ def test_thread_headings_are_short_and_documented(tmp_path, cache):
     assert "&" not in heading and "[" not in heading  # no speaker list, no bracketed date
     assert assemble(bank, "q", [head_turn], "gist").render().splitlines()[0] == f"## {bank.turns[head_turn].time.day} " \
         f"{bank.turns[head_turn].time:%B %Y}"  # the quoted turn is shown: the heading is only the date
-    readme = (ROOT / "README.md").read_text()
-    assert "## 2 March 2024 — Ana: " in readme and "[S1:6] Ben: " in readme  # the format is documented
+    doc = (ROOT / "docs" / "cli.md").read_text()
+    assert "## 2 March 2024 — Ana: " in doc and "[S1:6] Ben: " in doc  # the format is documented
 
 
 def test_control_and_bidi_characters_never_reach_the_workspace(tmp_path, cache):

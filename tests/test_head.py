@@ -181,7 +181,7 @@ def test_learned_head_beats_hand_set_on_held_out(tmp_path, dev_path, dev):
     train_ids = [c.bank_id for c in convs if c.bank_id not in HELD_OUT]
     assert len(train_ids) == 5
     # The head learns A, M and J's weights over the hand-set rank-fusion affinity (the config it was
-    # validated on, README "Learned role head"); over the defaults' learned affinity and w_aff = 16
+    # validated on, benchmarks/results/quality.md "Learned role head"); over the defaults' learned affinity and w_aff = 16
     # it gains nothing on these two conversations (0.5823 both), which is not tested here.
     cfg = SelectConfig(affinity="rrf", w_aff=1.0)
     res = train_head(dev_path, tmp_path / "h.safetensors", conversations=train_ids, progress=False, data=dev,

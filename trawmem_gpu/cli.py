@@ -44,6 +44,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "HTTP selection service with dynamic batching and API keys (extra: serve)"),
     "serve-key": ("trawmem_gpu.serve.cli:configure_serve_key",
                   "create an API key for `trawmem serve` (prints it once)"),
+    "mcp": ("trawmem_gpu.mcp_server:configure_mcp",
+            "Model Context Protocol server (stdio or streamable HTTP) with add, recall, forget tools (extra: mcp)"),
 }
 
 
@@ -222,7 +224,7 @@ def configure_build(b: Parser) -> None:
     from .llm.spec import SPEC_HELP
 
     b.describe("Build one bank per conversation of --input into the collection --out "
-               "(bank ids become directory names as the README describes).")
+               "(bank ids become directory names as docs/cli.md describes).")
     b.add_argument("--input", required=True, help="history file: LoCoMo-layout JSON or JSONL (one turn per line)")
     b.add_argument("--out", required=True, help="collection directory (created if missing)")
     b.add_argument("--format", choices=["auto", *FORMATS], default="auto",

@@ -55,7 +55,7 @@ WHY = {
             "retain more relevant facts with fewer repeated mentions at B = 16, as the paper reports; against "
             "the RRF hybrid (the strongest standard baseline here) they tie on both. The paper-faithful mode "
             "repeats least of the non-random methods at B = 16 but retains far fewer facts: its head-vector "
-            "seeds miss many gold threads (see the README's headline table).",
+            "seeds miss many gold threads (see the headline table of benchmarks/results/quality.md).",
     "fig7": "The paper's 356 query pairs were written by an LLM per unit; ours come from the gold evidence: a unit "
             "that is the only gold turn of one question (direct support) and one of several gold turns of "
             "another (it must be combined), selected by both (paper_fig7.json gives both sides' categories: the "

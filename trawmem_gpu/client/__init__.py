@@ -1,0 +1,43 @@
+"""A client for ``trawmem serve`` (API v1), sync and async, on httpx.
+
+::
+
+    from trawmem_gpu.client import Client
+    with Client() as c:                       # TRAWMEM_SERVE_URL, TRAWMEM_SERVE_KEY
+        ws = c.select("ana-ben", "Where does Ben's sister live?", token_budget=800)
+        print(ws.text, ws.units, ws.tokens)
+        wss = c.select_many([("ana-ben", "Who adopted a cat?"), ("ana-ben", "What is Pixel?")], budget=8)
+
+:class:`AsyncClient` has the same methods as coroutines. Results are the dataclasses below,
+field for field the server's response models (``serve/models.py``); a field the server adds
+later is ignored, never an error.
+
+**Retries.** A 429 (queue full) or 503 (draining, not ready) means the server did no work, so
+every call, appends included, is sent again: after the ``Retry-After`` the server gave (seconds
+or an HTTP date), else after an exponential backoff (0.1 s doubling, at most 5 s). Retries stop
+at ``max_retries`` or when the next wait would end past the call's ``deadline`` (seconds from
+the call's start); the last answer is then raised as :class:`Overloaded`, with its
+``retry_after``. Every request's own timeout is cut to what is left of the deadline.
+
+**Keys and address** come from the arguments, else from ``TRAWMEM_SERVE_KEY`` and
+``TRAWMEM_SERVE_URL`` (default ``http://127.0.0.1:8000``). They are not ``TRAWMEM_API_KEY``,
+which holds the key of an LLM server (``trawmem eval --answer-llm``): the two never travel to
+each other's server. The key is sent as ``Authorization: Bearer KEY`` and never appears in a
+message or ``repr``.
+
+**Errors** are this package's (:class:`~trawmem_gpu.errors.TrawmemError`): each HTTP status has
+its class (:data:`STATUS_ERRORS`), carrying ``status`` and the server's ``detail``; a 404 is also
+an :class:`~trawmem_gpu.errors.UnknownBank` and a 409 or 422 an
+:class:`~trawmem_gpu.errors.InputError`, as the local API raises them. A server that cannot be
+reached raises :class:`Unreachable`.
+"""
+from .clients import DEFAULT_URL, KEY_ENV, RETRY_STATUSES, URL_ENV, AsyncClient, Client
+from .errors import (STATUS_ERRORS, BankNotFound, Conflict, Forbidden, InvalidRequest, Overloaded, ServerError,
+                     ServerTimeout, Unauthorized, Unreachable, retry_after_s)
+from .results import (AppendResult, BankInfo, BankList, BankSummary, ForgetResult, SelectResult, ThreadHead, Timings,
+                      Unit)
+
+__all__ = ["AppendResult", "AsyncClient", "BankInfo", "BankList", "BankNotFound", "BankSummary", "Client", "Conflict",
+           "DEFAULT_URL", "ForgetResult", "Forbidden", "InvalidRequest", "KEY_ENV", "Overloaded", "RETRY_STATUSES",
+           "STATUS_ERRORS", "SelectResult", "ServerError", "ServerTimeout", "ThreadHead", "Timings", "URL_ENV",
+           "Unauthorized", "Unit", "Unreachable", "retry_after_s"]

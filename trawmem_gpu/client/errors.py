@@ -1,0 +1,94 @@
+"""The client's errors: one class per HTTP status, all :class:`ServerError` (a
+:class:`~trawmem_gpu.errors.TrawmemError`)."""
+from __future__ import annotations
+
+import email.utils
+import time
+
+import httpx
+
+from ..errors import InputError, TrawmemError, UnknownBank
+
+
+class ServerError(TrawmemError):
+    """The server answered with an error status: ``status`` and its ``detail`` (the JSON body)."""
+
+    def __init__(self, status: int | None, detail: str, retry_after: float | None = None):
+        super().__init__(f"HTTP {status}: {detail}" if status is not None else detail)
+        self.status, self.detail, self.retry_after = status, detail, retry_after
+
+
+class Unauthorized(ServerError):
+    """401: no API key, or one the server's keys file does not hold."""
+
+
+class Forbidden(ServerError):
+    """403: a read-only key asked to write."""
+
+
+class BankNotFound(ServerError, UnknownBank):
+    """404: a bank that does not exist, or that the key does not own (the server does not say which)."""
+
+    def __init__(self, status, detail, retry_after=None, bank_id: str = ""):
+        ServerError.__init__(self, status, detail, retry_after)
+        self.bank_id, self.where, self.detail = bank_id, "", detail
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __reduce__(self):
+        return type(self), (self.status, self.detail, self.retry_after, self.bank_id)
+
+
+class Conflict(ServerError, InputError):
+    """409: turn ids the bank already holds (nothing was appended)."""
+
+
+class InvalidRequest(ServerError, InputError):
+    """413 or 422: a body over the server's limit, or a field out of range (``detail`` names it)."""
+
+
+class Overloaded(ServerError):
+    """429 or 503 once the retries or the deadline ran out; ``retry_after`` is the server's last word."""
+
+
+class ServerTimeout(ServerError):
+    """504: no answer within the server's ``timeout_s``."""
+
+
+class Unreachable(ServerError):
+    """No HTTP answer at all (connection refused, reset, or the client's own timeout)."""
+
+
+STATUS_ERRORS: dict[int, type[ServerError]] = {401: Unauthorized, 403: Forbidden, 404: BankNotFound,
+                                               409: Conflict, 413: InvalidRequest, 422: InvalidRequest,
+                                               429: Overloaded, 503: Overloaded, 504: ServerTimeout}
+
+
+def retry_after_s(value: str | None, now: float | None = None) -> float | None:
+    """A ``Retry-After`` header in seconds: a number of seconds, or an HTTP date (from ``now``,
+    epoch seconds); None when it is missing or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _error_of(r: httpx.Response, bank_id: str = "") -> ServerError:
+    try:
+        detail = r.json().get("detail", r.text)
+    except ValueError:
+        detail = r.text or r.reason_phrase
+    cls = STATUS_ERRORS.get(r.status_code, ServerError)
+    ra = retry_after_s(r.headers.get("retry-after"))
+    if cls is BankNotFound:
+        return BankNotFound(r.status_code, str(detail), ra, bank_id)
+    return cls(r.status_code, str(detail), ra)
