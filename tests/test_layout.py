@@ -39,7 +39,7 @@ LAYERS = (
     ("client", ("trawmem_gpu.client",)),  # the HTTP client of `serve`
     ("cli", ("trawmem_gpu.cli", "trawmem_gpu.cli_args", "trawmem_gpu.cli_score", "trawmem_gpu.cli_select",
              "trawmem_gpu.cli_sweep", "trawmem_gpu.cli_forget", "trawmem_gpu.head.cli", "trawmem_gpu.serve.cli",
-             "trawmem_gpu.trimem.cli",
+             "trawmem_gpu.trimem.cli", "trawmem_gpu.cli_mcp",
              "trawmem_gpu.mcp_server")),  # `trawmem mcp`: a front over the memory, as the command line is
 )
 

@@ -44,7 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "HTTP selection service with dynamic batching and API keys (extra: serve)"),
     "serve-key": ("trawmem_gpu.serve.cli:configure_serve_key",
                   "create an API key for `trawmem serve` (prints it once)"),
-    "mcp": ("trawmem_gpu.mcp_server:configure_mcp",
+    "mcp": ("trawmem_gpu.cli_mcp:configure_mcp",
             "Model Context Protocol server (stdio or streamable HTTP) with add, recall, forget tools (extra: mcp)"),
 }
 
