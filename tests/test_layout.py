@@ -23,7 +23,7 @@ PKG = ROOT / "trawmem_gpu"
 #: ``score`` selects with a fitted head. Shared utilities come first and import no stage.
 LAYERS = (
     ("shared", ("trawmem_gpu", "trawmem_gpu.errors", "trawmem_gpu.paths", "trawmem_gpu.tokens",
-                "trawmem_gpu.config", "trawmem_gpu.llm", "trawmem_gpu.llm_factory")),
+                "trawmem_gpu.config", "trawmem_gpu.llm", "trawmem_gpu.llm_factory", "trawmem_gpu.http_headers")),
     ("data", ("trawmem_gpu.data", "trawmem_gpu.facts.schema")),
     ("encode", ("trawmem_gpu.encode",)),
     ("store", ("trawmem_gpu.store",)),

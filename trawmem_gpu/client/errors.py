@@ -2,12 +2,10 @@
 :class:`~trawmem_gpu.errors.TrawmemError`)."""
 from __future__ import annotations
 
-import email.utils
-import time
-
 import httpx
 
 from ..errors import InputError, TrawmemError, UnknownBank
+from ..http_headers import retry_after_s  # noqa: F401 - re-exported by the client package
 
 
 class ServerError(TrawmemError):
@@ -63,23 +61,6 @@ class Unreachable(ServerError):
 STATUS_ERRORS: dict[int, type[ServerError]] = {401: Unauthorized, 403: Forbidden, 404: BankNotFound,
                                                409: Conflict, 413: InvalidRequest, 422: InvalidRequest,
                                                429: Overloaded, 503: Overloaded, 504: ServerTimeout}
-
-
-def retry_after_s(value: str | None, now: float | None = None) -> float | None:
-    """A ``Retry-After`` header in seconds: a number of seconds, or an HTTP date (from ``now``,
-    epoch seconds); None when it is missing or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 def _error_of(r: httpx.Response, bank_id: str = "") -> ServerError:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import email.utils
 import logging
 import os
 import random
@@ -14,6 +13,7 @@ from typing import Optional
 import httpx
 
 from trawmem_gpu.errors import ConfigError, name_list
+from trawmem_gpu.http_headers import retry_after_s
 from trawmem_gpu.llm.base import LLMBackend, LLMRequestError, LLMResult, Secret
 
 log = logging.getLogger("trawmem_gpu.llm")
@@ -23,24 +23,6 @@ API_KEY_ENV = ("TRAWMEM_API_KEY", "OPENAI_API_KEY")
 
 _RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 _BEARER_RE = re.compile(r"(?i)(bearer\s+)[^\s'\"]+")
-
-
-def _retry_after_s(value: Optional[str]) -> Optional[float]:
-    """Seconds from a Retry-After header (delta seconds or HTTP date), or None."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        dt = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if dt is None:
-        return None
-    return max(0.0, dt.timestamp() - time.time())
 
 
 class OpenAIHTTPBackend(LLMBackend):
@@ -260,7 +242,7 @@ class OpenAIHTTPBackend(LLMBackend):
                     continue
                 if resp.status_code not in _RETRY_STATUS:
                     break
-                retry_after = _retry_after_s(resp.headers.get("retry-after"))
+                retry_after = retry_after_s(resp.headers.get("retry-after"))
             except (httpx.TimeoutException, asyncio.TimeoutError) as e:
                 last_err = f"timeout after {limit:g}s ({type(e).__name__}; `timeout_s`)"
             except httpx.TransportError as e:
