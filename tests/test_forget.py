@@ -471,3 +471,16 @@ def test_a_forget_waits_for_workspaces_of_the_old_bank_before_dropping_the_rende
     sel.join(600)
     fg.join(600)
     assert order == ["rendered", "erased"]
+
+
+def test_a_score_record_quoting_a_forgotten_text_with_quotes_or_a_newline_goes(tmp_path):
+    from trawmem_gpu.memory.erase import Erasure, scrub_outputs
+
+    said = 'Ben said "meet me at the pier"\nat noon'  # JSON escapes both the quotes and the newline
+    out = tmp_path / "o.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"id": "q0", "bank_id": "other", "units": [], "answer": f"He wrote: {said}"},
+        {"id": "q1", "bank_id": "other", "units": [], "answer": "nothing of it"}]))
+    e = Erasure("ana-ben", ["S9:1"], False, texts=[said])
+    assert scrub_outputs([out], e) == 1
+    assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == ["q1"]

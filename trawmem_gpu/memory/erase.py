@@ -310,6 +310,19 @@ def scrub_cache(path: Path, e: Erasure) -> int:
     return n + (scrub_llm(path, e) if "responses" in tables else 0)
 
 
+def _strings(o):
+    """Every string in a decoded JSON value (keys included)."""
+    if isinstance(o, str):
+        yield o
+    elif isinstance(o, dict):
+        for k, v in o.items():
+            yield k
+            yield from _strings(v)
+    elif isinstance(o, list):
+        for v in o:
+            yield from _strings(v)
+
+
 def scrub_outputs(paths, e: Erasure) -> int:
     """Take out of each ``score`` output (JSONL) the records of the erasure's bank that picked a
     forgotten turn (every record of the bank for a whole bank) or quote a forgotten text."""
@@ -330,9 +343,10 @@ def scrub_outputs(paths, e: Erasure) -> int:
                 continue
             if not isinstance(rec, dict) or "id" not in rec:
                 continue
-            text = json.dumps(rec, ensure_ascii=False)
+            strings = list(_strings(rec))  # the decoded values: a dump escapes quotes and newlines
             mine = rec.get("bank_id") == e.bank_id
-            if (mine and (e.whole or gone & set(rec.get("units") or ()))) or any(x in text for x in e.texts):
+            if (mine and (e.whole or gone & set(rec.get("units") or ()))) or \
+                    any(x in s for x in e.texts for s in strings):
                 ids.append(rec["id"])
         if ids:
             w = ResumableJsonl(p)
