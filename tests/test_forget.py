@@ -484,3 +484,30 @@ def test_a_score_record_quoting_a_forgotten_text_with_quotes_or_a_newline_goes(t
     e = Erasure("ana-ben", ["S9:1"], False, texts=[said])
     assert scrub_outputs([out], e) == 1
     assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == ["q1"]
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_the_next_forget_of_other_turns_finishes_a_journaled_one(tmp_path, monkeypatch, whole):
+    """A forget killed after its journal, before the bank changed (stage ``journaled``), is finished
+    by the next forget of the bank even when that one names other turns: the journaled turns (or
+    the whole bank) leave the bank too, not only the caches."""
+    from trawmem_gpu import Memory
+    from trawmem_gpu.memory.erase import Erasure, write_journal
+    from trawmem_gpu.store import Collection
+
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+    conv = load_conversations(sample_path())[0]
+    mem = Memory(tmp_path / "m")
+    mem.add("ana-ben", list(conv.turns))
+    old = Collection(tmp_path / "m").load("ana-ben")
+    first, other = old.turns[3].turn_id, old.turns[7].turn_id
+    write_journal(tmp_path / "m", Erasure.of(old, None if whole else old, [] if whole else [first]))
+    res = mem.forget("ana-ben", [other])
+    assert not list((tmp_path / "m" / ".forget").glob("*"))
+    if whole:
+        assert res["deleted"] and "ana-ben" not in Collection(tmp_path / "m") and "ana-ben" not in mem
+    else:
+        assert res["forgotten"] == [first, other] and res["missing"] == []
+        for ids in ([t.turn_id for t in Collection(tmp_path / "m").load("ana-ben").turns],
+                    [t.turn_id for t in mem.turns("ana-ben")]):
+            assert first not in ids and other not in ids and len(ids) == len(old.turns) - 2

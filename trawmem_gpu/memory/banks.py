@@ -172,11 +172,15 @@ class BankRegistry:
         def shrink(old: Bank | None) -> Bank | None:
             if old is None:
                 raise UnknownBank(bank_id)
-            if turn_ids is None:
+            # an unfinished forget's turns go too (it may have been killed before the bank changed)
+            ids = None if turn_ids is None else list(dict.fromkeys([*turn_ids, *(pending.turn_ids if pending else ())]))
+            if ids is None:
                 new, st = None, {"missing": [], "forgotten": old.n_units}
             else:
-                new, st = without_turns(old, turn_ids, encoder, llm)
-            e = Erasure.of(old, new, turn_ids or (), self.coll.banks.get(bank_id))
+                new, st = without_turns(old, ids, encoder, llm)
+                asked = set(turn_ids)
+                st["missing"] = [t for t in st["missing"] if t in asked]
+            e = Erasure.of(old, new, ids or (), self.coll.banks.get(bank_id))
             if e.turn_ids:
                 write_journal(path, e)  # before the bank changes: a killed forget is finished by a rerun
                 pause_point("journaled")
