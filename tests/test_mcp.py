@@ -69,7 +69,7 @@ async def _exercise(client, bank: str, others_bank: str | None):
     assert "token_budget" in _error(await client.call_tool("recall", {"bank_id": bank, "question": "q",
                                                                         "token_budget": 0}))
     gone = _data(await client.call_tool("forget", {"bank_id": bank}))
-    assert gone["deleted"]
+    assert gone["deleted"] and gone["forgotten"] == ["S1:1", "S1:3", "S1:4"]
     assert bank not in {b["bank_id"] for b in _data(await client.call_tool("list_banks", {}))}
     assert _error(await client.call_tool("recall", {"bank_id": bank, "question": "hike?"})) == \
         f"unknown bank id {bank!r}"

@@ -94,7 +94,7 @@ def build_server(memory, tenant_of: Callable[[Any], Any], *, default_token_budge
 
     class Forgotten(BaseModel):
         bank_id: str
-        forgotten: list[str] = Field(description="turn ids removed (empty when the whole bank went)")
+        forgotten: list[str] = Field(description="turn ids removed (every turn of the bank when the whole bank went)")
         missing: list[str] = Field(description="turn ids the bank did not hold")
         deleted: bool = Field(description="whether the whole bank is gone")
 
