@@ -511,3 +511,23 @@ def test_the_next_forget_of_other_turns_finishes_a_journaled_one(tmp_path, monke
         for ids in ([t.turn_id for t in Collection(tmp_path / "m").load("ana-ben").turns],
                     [t.turn_id for t in mem.turns("ana-ben")]):
             assert first not in ids and other not in ids and len(ids) == len(old.turns) - 2
+
+
+def test_an_llm_response_quoting_a_forgotten_text_inside_json_goes(tmp_path):
+    """A JSON reply (a head, a segmentation) quotes a turn with its quotes and newlines escaped."""
+    import sqlite3
+
+    from trawmem_gpu.memory.erase import Erasure, scrub_llm
+
+    said = 'Ben said "meet me at the pier"\nat noon'
+    db = sqlite3.connect(tmp_path / "llm.sqlite")
+    db.execute("CREATE TABLE responses (key TEXT PRIMARY KEY, model TEXT, text TEXT, prompt_tokens INTEGER,"
+               " completion_tokens INTEGER, created REAL)")
+    for k, reply in (("a", json.dumps({"head": said})), ("b", json.dumps({"head": "the hike"}))):
+        db.execute("INSERT INTO responses VALUES (?, 'm', ?, 0, 0, 0)", (k, reply))
+    db.commit()
+    db.close()
+    assert scrub_llm(tmp_path / "llm.sqlite", Erasure("ana-ben", ["S9:1"], False, texts=[said])) == 1
+    db = sqlite3.connect(tmp_path / "llm.sqlite")
+    assert [r[0] for r in db.execute("SELECT key FROM responses")] == ["b"]
+    db.close()

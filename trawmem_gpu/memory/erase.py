@@ -163,6 +163,13 @@ def llm_requests(e: Erasure, max_len: int = 64) -> list[tuple[list[dict], int]]:
     return build_requests(segs, threads)
 
 
+def quoted_forms(texts) -> list[str]:
+    """``texts`` as written and as a JSON string quotes them (a JSON reply escapes quotes,
+    newlines and, with ``ensure_ascii``, every non-ASCII character)."""
+    forms = [f for x in texts for f in (x, json.dumps(x)[1:-1], json.dumps(x, ensure_ascii=False)[1:-1])]
+    return list(dict.fromkeys(forms))
+
+
 def vector_digest(v) -> str:
     return hashlib.sha256(np.ascontiguousarray(v, dtype=np.float32).tobytes()).hexdigest()
 
@@ -288,8 +295,9 @@ def scrub_llm(path: Path, e: Erasure, retries: int = 3) -> int:
                     n += db.execute("DELETE FROM responses WHERE key=?", (k,)).rowcount
                     conv = retry_messages(conv, row[0] or "")
         words = set(e.words)
+        forms = quoted_forms(e.texts)
         quoting = [k for k, text in db.execute("SELECT key, text FROM responses")
-                   if isinstance(text, str) and (words & words_of(text) or any(x in text for x in e.texts))]
+                   if isinstance(text, str) and (words & words_of(text) or any(x in text for x in forms))]
         for k in quoting:
             n += db.execute("DELETE FROM responses WHERE key=?", (k,)).rowcount
         return n
