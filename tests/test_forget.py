@@ -480,9 +480,10 @@ def test_a_score_record_quoting_a_forgotten_text_with_quotes_or_a_newline_goes(t
     out = tmp_path / "o.jsonl"
     out.write_text("".join(json.dumps(r) + "\n" for r in [
         {"id": "q0", "bank_id": "other", "units": [], "answer": f"He wrote: {said}"},
-        {"id": "q1", "bank_id": "other", "units": [], "answer": "nothing of it"}]))
+        {"id": "q1", "bank_id": "other", "units": [], "answer": "nothing of it"},
+        {"id": "q2", "bank_id": "other", "units": [], "raw": json.dumps({"answer": said})}]))  # a raw JSON reply
     e = Erasure("ana-ben", ["S9:1"], False, texts=[said])
-    assert scrub_outputs([out], e) == 1
+    assert scrub_outputs([out], e) == 2
     assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == ["q1"]
 
 

@@ -336,7 +336,7 @@ def scrub_outputs(paths, e: Erasure) -> int:
     forgotten turn (every record of the bank for a whole bank) or quote a forgotten text."""
     from ..score.writer import ResumableJsonl
 
-    gone, n = set(e.turn_ids), 0
+    gone, n, forms = set(e.turn_ids), 0, quoted_forms(e.texts)  # a record may keep a raw JSON reply
     for p in paths:
         p = Path(p)
         if not p.exists():
@@ -354,7 +354,7 @@ def scrub_outputs(paths, e: Erasure) -> int:
             strings = list(_strings(rec))  # the decoded values: a dump escapes quotes and newlines
             mine = rec.get("bank_id") == e.bank_id
             if (mine and (e.whole or gone & set(rec.get("units") or ()))) or \
-                    any(x in s for x in e.texts for s in strings):
+                    any(x in s for x in forms for s in strings):
                 ids.append(rec["id"])
         if ids:
             w = ResumableJsonl(p)
