@@ -34,9 +34,9 @@ class _Retry:
 
     def __init__(self, deadline: float, max_retries: int, base: float = 0.1, cap: float = 5.0):
         if not deadline > 0:
-            raise InputError(f"deadline must be > 0 seconds, got {deadline!r}")
+            raise InputError(f"`deadline` must be > 0 seconds, got {deadline!r}")
         if max_retries < 0:
-            raise InputError(f"max_retries must be >= 0, got {max_retries!r}")
+            raise InputError(f"`max_retries` must be >= 0, got {max_retries!r}")
         self.deadline, self.max_retries, self.base, self.cap = float(deadline), int(max_retries), base, cap
 
     def wait(self, r: httpx.Response, attempt: int, t0: float, now: float) -> float | None:
@@ -85,9 +85,9 @@ class _Base:
         key = api_key if api_key is not None else os.environ.get(KEY_ENV)
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         if not timeout > 0:
-            raise InputError(f"timeout must be > 0 seconds, got {timeout!r}")
+            raise InputError(f"`timeout` must be > 0 seconds, got {timeout!r}")
         if batch_size < 1:
-            raise InputError(f"batch_size must be at least 1, got {batch_size!r}")
+            raise InputError(f"`batch_size` must be at least 1, got {batch_size!r}")
         self.timeout, self.batch_size = float(timeout), int(batch_size)
         self._retry = _Retry(deadline, max_retries)
 
@@ -121,10 +121,10 @@ class _Base:
         if turn_ids is None:
             return _Call("DELETE", f"/v1/banks/{_path_id(bank_id)}", None, bank_id)
         if isinstance(turn_ids, (str, bytes)):
-            raise InputError("turn_ids must be a list of turn ids, not one string")
+            raise InputError("`turn_ids` must be a list of turn ids, not one string")
         turn_ids = [str(t) for t in turn_ids]
         if not turn_ids:
-            raise InputError("turn_ids is empty (pass None to forget the whole bank)")
+            raise InputError("`turn_ids` is empty (pass None to forget the whole bank)")
         return _Call("POST", f"/v1/banks/{_path_id(bank_id)}/forget", {"turn_ids": turn_ids}, bank_id)
 
     def _request_kw(self, call: _Call, timeout: float) -> dict:
