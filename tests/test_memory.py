@@ -238,3 +238,21 @@ def test_api_doc_names_every_public_method_and_error():
     assert not missing, missing
     for err in ("UnknownBank", "InputError", "DuplicateTurns", "ConfigError", "BankError", "TrawmemError"):
         assert err in doc, err
+
+
+def test_build_config_is_read_while_another_append_publishes_a_bank(tmp_path):
+    """A first append reads the collection's build config while an append of another bank, on
+    another thread, publishes that bank: the read must not iterate the live bank table."""
+    from trawmem_gpu.memory.banks import BankRegistry
+
+    reg = BankRegistry(tmp_path / "c")
+
+    class Publishing:  # a bank whose config is read just as another thread publishes a new bank
+        @property
+        def build_config(self):
+            with reg._lock:
+                reg._banks["y"] = object()
+            return None
+
+    reg._banks["x"] = Publishing()
+    assert reg.build_config("minilm").encoder == "minilm"

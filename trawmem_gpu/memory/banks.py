@@ -101,7 +101,7 @@ class BankRegistry:
 
     def build_config(self, encoder_spec: str) -> BuildConfig:
         """Build config for banks created by a first append: the collection's own, if it has banks."""
-        for b in self._banks.values():
+        for b in self.banks().values():  # a copy: appends of other banks publish meanwhile
             if b.build_config:
                 return BuildConfig.from_dict(b.build_config)
         return BuildConfig(encoder=encoder_spec)
