@@ -153,6 +153,9 @@ def test_errors_are_the_package_own(tmp_path, sample):
         mem.select("ana-ben", QUESTION, date="not a date")
     with pytest.raises(UnknownBank):
         mem.forget("nope")
+    for bad in ([[1.0, 2.0, 3.0]], [["a"] * 384] * 2):  # a size no reshape fits; not numbers
+        with pytest.raises(InputError, match="vectors: expected 2 finite vectors"):
+            mem.select_many([("ana-ben", "x"), ("ana-ben", "y")], vectors=bad)
     for e in (UnknownBank("x"), ConfigError("x"), InputError("x"), DuplicateTurns("x")):
         assert isinstance(e, TrawmemError)
     (tmp_path / "file").write_text("x")

@@ -252,8 +252,11 @@ class Memory:
         if vectors is None:
             Z = self._core.encoder.encode(qs, is_query=True)
         else:
-            Z = np.asarray(vectors, dtype=np.float32).reshape(n, -1)
-            if Z.shape[1] != self._core.dim or not np.isfinite(Z).all():
+            try:
+                Z = np.asarray(vectors, dtype=np.float32).reshape(n, -1)
+            except (TypeError, ValueError):  # not numbers, or a size no reshape to n rows fits
+                Z = None
+            if Z is None or Z.shape[1] != self._core.dim or not np.isfinite(Z).all():
                 raise InputError(f"vectors: expected {n} finite vectors of {self._core.dim} numbers")
         with self._lock:
             eng = self._core.engines
