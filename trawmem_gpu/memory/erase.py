@@ -190,17 +190,6 @@ def read_journal(collection, bank_id: str) -> Erasure | None:
         return None
 
 
-def pending_journals(collection) -> list[Erasure]:
-    d = Path(collection) / JOURNAL_DIR
-    out = []
-    for p in sorted(d.glob("*.json")) if d.is_dir() else []:
-        try:
-            out.append(Erasure(**json.loads(p.read_text(encoding="utf-8"))))
-        except (OSError, ValueError, TypeError):
-            continue
-    return out
-
-
 def write_journal(collection, e: Erasure) -> None:
     p = journal_path(collection, e.bank_id)
     p.parent.mkdir(parents=True, exist_ok=True)
