@@ -259,3 +259,19 @@ def test_build_config_is_read_while_another_append_publishes_a_bank(tmp_path):
 
     reg._banks["x"] = Publishing()
     assert reg.build_config("minilm").encoder == "minilm"
+
+
+def test_no_token_budget_for_one_call_of_a_memory_with_one_falls_back_to_the_unit_budget(tmp_path):
+    """``Memory(token_budget=T)`` has no default unit cap; a call that turns the token budget off
+    (``token_budget=None``) gets the default B, not a ConfigError about ``budget``."""
+    from trawmem_gpu import Memory
+    from trawmem_gpu.select.params import QueryParams
+
+    mem = Memory(tmp_path / "m", token_budget=800)
+    assert mem._params(mem.defaults.budget, 800, None).budget is None  # T alone: no unit cap
+    from trawmem_gpu.memory.api import _UNSET
+
+    qp = mem._params(_UNSET, None, None)
+    assert (qp.budget, qp.token_budget) == (QueryParams().budget, None)
+    with pytest.raises(UnknownBank):  # the parameters pass; the bank is what is missing
+        mem.select("nope", QUESTION, token_budget=None)

@@ -285,6 +285,10 @@ class Memory:
         t = d.token_budget if token_budget is _UNSET else token_budget
         if budget is _UNSET:
             b = None if (token_budget is not _UNSET and token_budget is not None) else d.budget
+            if b is None and t is None:  # the Memory's T alone lifted its unit cap; this call has no T
+                from ..select.params import QueryParams
+
+                b = QueryParams().budget
         else:
             b = budget
         return query_params(b, d.hops if hops is None else hops, t)
