@@ -250,6 +250,38 @@ def test_per_key_queue_limit_gets_429_and_other_keys_are_admitted():
     assert err.retry_after >= 1 and "this key has 4 queries waiting" in str(err) and "tenant_max_queued" in str(err)
 
 
+def test_a_request_gone_while_queued_frees_its_keys_slot_at_once():
+    """A queued request that is cancelled (or timed out) while a batch runs leaves the queue then,
+    not when the dispatcher next takes: the key may queue again at once, within its limit."""
+    release = threading.Event()
+
+    async def main():
+        ex = ThreadPoolExecutor(1)
+        b = DynamicBatcher(lambda items: (release.wait(60), items)[1], max_batch=1, max_wait_s=0.0,
+                           max_queue=2, executor=ex)
+        b.start()
+        held = asyncio.ensure_future(b.submit(["x"], 60, key="a", key_limit=1))
+        while b.running != 1:
+            await asyncio.sleep(0.005)
+        gone = asyncio.ensure_future(b.submit(["y", "y2"], 60, key="a", key_limit=2))
+        while b.depth < 2:
+            await asyncio.sleep(0.005)
+        gone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        depth = b.depth
+        again = asyncio.ensure_future(b.submit(["z"], 60, key="a", key_limit=1))  # QueueFull before
+        await asyncio.sleep(0)
+        release.set()
+        res = await asyncio.gather(held, again)
+        await b.close()
+        ex.shutdown()
+        return depth, res
+
+    depth, res = asyncio.run(main())
+    assert depth == 0 and res == [["x"], ["z"]]
+
+
 def test_in_flight_appends_are_limited_per_key():
     f = InFlight()
     with f.hold("a", 2), f.hold("a", 2):

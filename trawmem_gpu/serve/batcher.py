@@ -80,6 +80,22 @@ class FairQueue:
         if share is not None:
             self._share[key] = share
 
+    def remove(self, key, items) -> None:
+        """Take those of ``items`` still queued under ``key`` out (requests gone before a batch
+        took them), so they stop counting against the queue's and the key's limits at once."""
+        q = self._q.get(key)
+        if q is None:
+            return
+        gone = {id(p) for p in items}
+        kept = collections.deque(p for p in q if id(p) not in gone)
+        self._n -= len(q) - len(kept)
+        if kept:
+            self._q[key] = kept
+        else:
+            del self._q[key]
+            self._order.remove(key)
+            self._share.pop(key, None)
+
     def oldest_arrival(self) -> float:
         """``arrived`` of the oldest request at the head of any key's queue (``inf`` when empty)."""
         return min((q[0].arrived for q in self._q.values()), default=math.inf)
@@ -285,6 +301,9 @@ class DynamicBatcher:
             for p in pend:  # a timed-out or cancelled request leaves the queue without costing a batch
                 if not p.future.done():
                     p.future.cancel()
+            gone = [p for p in pend if p.future.cancelled()]  # (cancelling a gather cancels them too)
+            if gone:
+                self._queue.remove(key, gone)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
