@@ -436,28 +436,33 @@ def test_an_append_whose_answer_is_lost_says_outcome_unknown():
                 if op == "state":
                     writer.write(frame([(rid, True, {"ready": True, "queue_depth": 0, "dim": 4, "encoder_id": "f",
                                                      "defaults": (8, 1, None)})]))
-                elif op in ("append", "select"):
+                elif op in ("append", "forget", "select"):
                     writer.close()  # killed mid-call
                     return
+
+    calls = {"append": lambda be: be.append("b", [_turn("t")]), "forget": lambda be: be.forget("b", ["t"]),
+             "select": lambda be: be.select([])}
 
     async def main():
         srv = await asyncio.start_unix_server(engine, path=path)
         out = []
-        for op in ("append", "select"):
+        for op, call in calls.items():
             be = RemoteBackend(path, ServeConfig(), on_engine_lost=lambda: lost.append(1))
             await be.start()
             try:
-                await (be.append("b", [_turn("t")]) if op == "append" else be.select([]))
+                await call(be)
             except Exception as e:  # noqa: BLE001
                 out.append(e)
             await be.stop()
         srv.close()
         return out
 
-    err_append, err_select = asyncio.run(main())
+    err_append, err_forget, err_select = asyncio.run(main())
     assert isinstance(err_append, OutcomeUnknown) and "resend" in str(err_append)
+    # a forget is a write too: it may have been done, and saying "shutting down" would hide that
+    assert isinstance(err_forget, OutcomeUnknown) and "forget" in str(err_forget)
     assert isinstance(err_select, ShuttingDown) and not isinstance(err_select, OutcomeUnknown)
-    assert lost == [1, 1]
+    assert lost == [1, 1, 1]
 
 
 def test_outcome_unknown_is_answered_503_with_outcome(tmp_path):

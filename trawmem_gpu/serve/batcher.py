@@ -168,9 +168,10 @@ class ShuttingDown(Exception):
 
 
 class OutcomeUnknown(Exception):
-    """An append whose answer was lost (the engine process went away, or did not answer in
-    time): it may or may not have been stored. Answered 503 with ``"outcome": "unknown"``; resending
-    the same turns is safe (turns already stored are reported, not stored twice)."""
+    """An append (or forget) whose answer was lost (the engine process went away, or did not
+    answer in time): it may or may not have been done. Answered 503 with ``"outcome": "unknown"``;
+    resending it is safe (turns already stored are reported, not stored twice; turns already
+    forgotten are reported missing)."""
 
 
 class _Pending:
