@@ -282,6 +282,33 @@ def test_a_request_gone_while_queued_frees_its_keys_slot_at_once():
     assert depth == 0 and res == [["x"], ["z"]]
 
 
+def test_a_submission_larger_than_a_limit_is_422_not_a_429_to_retry_forever():
+    """A batch of more queries than the key's limit (or the whole queue) can never be admitted:
+    it is bad input (422), not a full queue that a retry after Retry-After would pass."""
+    from trawmem_gpu.errors import InputError
+
+    async def main():
+        ex = ThreadPoolExecutor(1)
+        b = DynamicBatcher(lambda items: items, max_batch=4, max_wait_s=0.0, max_queue=8, executor=ex)
+        b.start()
+        errs = []
+        for kw in ({"key_limit": 2}, {}):
+            try:
+                await b.submit(["q"] * (3 if kw else 9), 60, key="a", **kw)
+            except Exception as e:  # noqa: BLE001
+                errs.append(e)
+        ok = await b.submit(["q"] * 2, 60, key="a", key_limit=2)
+        await b.close()
+        ex.shutdown()
+        return errs, ok
+
+    (per_key, whole), ok = asyncio.run(main())
+    assert isinstance(per_key, InputError) and not isinstance(per_key, QueueFull)
+    assert "3 queries" in str(per_key) and "limit is 2" in str(per_key) and "tenant_max_queued" in str(per_key)
+    assert isinstance(whole, InputError) and "9 queries" in str(whole) and "max_queue" in str(whole)
+    assert ok == ["q", "q"]
+
+
 def test_in_flight_appends_are_limited_per_key():
     f = InFlight()
     with f.hold("a", 2), f.hold("a", 2):

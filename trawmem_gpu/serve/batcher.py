@@ -13,7 +13,8 @@ rest of the batch (those that need an encoder call) starts: the batch is formed 
 
 * A full queue, or a key over its own limit of queued requests, raises :class:`QueueFull`
   (HTTP 429) with a Retry-After estimate from the measured service rate; a multi-request
-  submission is admitted whole or not at all.
+  submission is admitted whole or not at all (one larger than either limit, which no wait would
+  admit, is ``InputError``, HTTP 422).
 * Every request carries a deadline; past it :meth:`DynamicBatcher.submit` raises
   :class:`DeadlineExceeded` (HTTP 504) and a request still queued is dropped before it costs
   engine time.
@@ -32,6 +33,8 @@ import math
 import time
 from concurrent.futures import Executor
 from typing import Callable, NamedTuple
+
+from ..errors import InputError
 
 log = logging.getLogger("trawmem.serve")
 
@@ -279,6 +282,10 @@ class DynamicBatcher:
         """
         if self._closing or self._task is None:
             raise ShuttingDown("the server is shutting down")
+        for limit, name in ((key_limit, "this key's limit of queued queries (`tenant_max_queued` or the keys "
+                                        "file's limits)"), (self.max_queue, "the queue's (`max_queue`)")):
+            if limit is not None and len(items) > limit:  # never admitted, so no 429 to retry
+                raise InputError(f"{len(items)} queries in one request; {name} limit is {limit}")
         if len(self._queue) + len(items) > self.max_queue:
             raise QueueFull(self.retry_after())
         if key_limit is not None:
