@@ -23,8 +23,8 @@ chunks that give way to running query batches (:mod:`.lanes`): an append never h
 waits for. Per-key limits (:class:`~.keys.Quota`) bound each key's queued queries, its share of
 a batch and its appends in flight; assembly takes the keys' jobs round robin.
 
-The encoder is shared by both pools behind a lock (a transformers tokenizer is not safe to call
-from two threads at once).
+Each encoder instance is behind its own lock (a transformers tokenizer is not safe to call from
+two threads at once); appends and forgets share the append instance.
 """
 from __future__ import annotations
 
