@@ -282,10 +282,10 @@ class DynamicBatcher:
         """
         if self._closing or self._task is None:
             raise ShuttingDown("the server is shutting down")
-        for limit, name in ((key_limit, "this key's limit of queued queries (`tenant_max_queued` or the keys "
-                                        "file's limits)"), (self.max_queue, "the queue's (`max_queue`)")):
+        for limit, what in ((key_limit, "queries this key may have queued: `tenant_max_queued` or the keys file's "
+                                        "limits"), (self.max_queue, "queries the queue holds: `max_queue`")):
             if limit is not None and len(items) > limit:  # never admitted, so no 429 to retry
-                raise InputError(f"{len(items)} queries in one request; {name} limit is {limit}")
+                raise InputError(f"{len(items)} queries in one request; the limit is {limit} ({what})")
         if len(self._queue) + len(items) > self.max_queue:
             raise QueueFull(self.retry_after())
         if key_limit is not None:
