@@ -269,7 +269,7 @@ def scrub_llm(path: Path, e: Erasure, retries: int = 3) -> int:
     """Delete from the LLM response cache ``path`` the responses to every request that carried a
     forgotten turn (:func:`llm_requests`, for each model the cache holds, and the retries of a
     malformed reply), and every response that quotes a forgotten text."""
-    from ..construct.llm_threads import retry_messages
+    from ..llm.prompts import retry_messages
     from ..llm.cache import cache_key
 
     def delete(db):

@@ -33,9 +33,9 @@ from typing import Iterable, Sequence
 
 from ..data.types import Turn
 from ..errors import ConfigError
-from ..facts.schema import Fact
+from ..facts.schema import Fact, fact_id
 from ..llm.base import LLMBackend
-from ..llm.prompts import RETRY_JSON
+from ..llm.prompts import RETRY_JSON, retry_messages
 from ..llm.structured import extract_json
 from .prompts import PromptSet
 
@@ -47,6 +47,8 @@ MAX_TURN_CHARS = 1200
 """Turns longer than this are clipped in the window text."""
 MAX_FACT_CHARS = 1000
 """Longer fact sentences are clipped."""
+ECHO_CHARS = 8000
+"""How much of a reply a retry shows back to the model (extraction and profile replies are long)."""
 
 _ISO = re.compile(r"^\d{4}(?:-\d{2}(?:-\d{2})?)?$")
 
@@ -268,8 +270,7 @@ def extract_facts(turns: Sequence[Turn], llm: LLMBackend, prompts: PromptSet | N
     again = [i for i, p in enumerate(parsed) if _needs_retry(p, has_text[i])]
     if again:
         st.retried = len(again)
-        follow = [convs[i] + [{"role": "assistant", "content": (res[i].text or "")[:8000]},
-                              {"role": "user", "content": _retry_message(parsed[i])}] for i in again]
+        follow = [retry_messages(convs[i], res[i].text, _retry_message(parsed[i]), ECHO_CHARS) for i in again]
         res2 = llm.chat(follow, max_tokens=max_tokens, temperature=0.0, json_mode=True, desc="trimem-extract-retry")
         st.requests += len(res2)
         for i, r in zip(again, res2):
@@ -319,7 +320,7 @@ def _facts_from(turns: Sequence[Turn], parsed: list[_Parsed], new_from: int, exi
         session = str(first.session)
         n = nxt.get(session, 0)
         nxt[session] = n + 1
-        out.append(Fact(fact_id=f"F:{session}:{n}", text=e["text"], source_turns=tuple(e["source_turns"]),
+        out.append(Fact(fact_id=fact_id(session, n), text=e["text"], source_turns=tuple(e["source_turns"]),
                         persons=persons, locations=_strings(e.get("locations")),
                         keywords=_strings(e.get("keywords")), entities=_strings(e.get("entities")),
                         date=date, session=session))

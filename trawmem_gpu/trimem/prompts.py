@@ -15,10 +15,8 @@ from pathlib import Path
 from string import Template
 
 from ..errors import InputError
+from ..facts.schema import SECTIONS
 from ..llm.prompts import Prompt
-
-SECTIONS = ("identity", "personality", "interests", "career", "relationships", "life_events", "preferences")
-"""Profile sections, in the order a profile shows them (session3.md's schema)."""
 
 EXTRACT = Prompt(
     name="trimem_extract",
@@ -47,7 +45,7 @@ EXTRACT = Prompt(
 )
 
 _PROFILE_FORMAT = (
-    "Sections: identity, personality, interests, career, relationships, life_events, preferences. "
+    f"Sections: {', '.join(SECTIONS)}. "
     "Each line is one statement about the person with the ids of the facts behind it; infer "
     "traits and preferences only where the facts support them, and keep exact adjectives."
 )
