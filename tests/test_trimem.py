@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import numpy as np
 import pytest
 
 from trawmem_gpu.data.types import Turn
@@ -14,17 +13,6 @@ from trawmem_gpu.trimem.plan import plain_plan, plan_queries
 from trawmem_gpu.trimem.profiles import build_profiles
 from trawmem_gpu.trimem.prompts import EXTRACT, PromptSet, check_template, load_prompt_set, save_prompt_set
 from trawmem_gpu.errors import InputError
-from trimem_fake import respond
-
-
-@pytest.fixture
-def llm(server):
-    server.responders.append(respond)
-    b = OpenAIHTTPBackend(server.base_url, model="test-model-a", max_retries=0)
-    try:
-        yield b
-    finally:
-        b.close()
 
 
 def _turns(texts, session=1, start=0):
