@@ -80,9 +80,9 @@ def windows(n: int, size: int = WINDOW, overlap: int = OVERLAP, start: int = 0) 
     ``start`` when there are any), each ``size`` long but the last, each the previous plus
     ``size - overlap``."""
     if size < 1:
-        raise ConfigError(f"window must be >= 1, got {size}")
+        raise ConfigError(f"`window` must be >= 1, got {size}")
     if not 0 <= overlap < size:
-        raise ConfigError(f"overlap must be in [0, window), got {overlap}")
+        raise ConfigError(f"`overlap` must be in [0, `window`), got {overlap}")
     if start >= n:
         return []
     lo = max(0, start - overlap) if start else 0
