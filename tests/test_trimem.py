@@ -43,6 +43,14 @@ def test_dates_are_normalized_resolved_or_refused():
     assert normalize_date("last Wednesday", wed) == "2031-04-30"  # not the session's own day
 
 
+def test_an_iso_date_that_names_no_day_is_unreadable():
+    from datetime import date
+
+    assert [normalize_date(s) for s in ("2031-02-30", "2031-13", "2031-00-10", "0000")] == [None] * 4
+    assert normalize_date("2031-13", date(2031, 5, 7)) is None
+    assert [normalize_date(s) for s in ("2031-02-28", "2031-12", "2031")] == ["2031-02-28", "2031-12", "2031"]
+
+
 def test_extraction_counts_and_retries_malformed_unknown_and_empty_windows(llm, server):
     turns = _turns([f"plain turn {i}" for i in range(12)])
     turns[1] = Turn(turns[1].turn_id, "Ben", "MALFORMED_ONCE here", 1, turns[1].timestamp, turns[1].time)

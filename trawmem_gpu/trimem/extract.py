@@ -165,12 +165,19 @@ def resolve_relative(expr: str, anchor) -> str | None:
 
 def normalize_date(value, anchor=None) -> str | None:
     """``YYYY-MM-DD`` / ``YYYY-MM`` / ``YYYY`` from a reply's date, or None when unreadable: ISO
-    forms as they are, a relative date against ``anchor`` (:func:`resolve_relative`), other
-    absolute forms through ``data.dates.parse_date`` (python-dateutil)."""
+    forms as they are when they name a real day, month or year, a relative date against ``anchor``
+    (:func:`resolve_relative`), other absolute forms through ``data.dates.parse_date`` (python-dateutil)."""
     if not isinstance(value, str) or not value.strip():
         return None
     s = value.strip()
     if _ISO.match(s):
+        from datetime import date
+
+        y, m, d = (s.split("-") + ["01", "01"])[:3]
+        try:
+            date(int(y), int(m), int(d))
+        except ValueError:
+            return None  # ISO in form only (2031-02-30, 2031-13): no such day
         return s
     if anchor is not None:
         rel = resolve_relative(s, anchor)
