@@ -135,7 +135,7 @@ APPLY_CRITIQUE = Prompt(
 )
 
 EVOLVABLE = ("extract", "profile", "profile_update")
-"""PromptSet fields that evolution edits."""
+"""PromptSet fields a prompts file may replace (``evolve-prompts`` edits ``trimem.evolve.EVOLVED`` of them)."""
 
 
 @dataclass(frozen=True)
