@@ -48,4 +48,19 @@ def server():
         s.stop()
 
 
+@pytest.fixture
+def llm(server):
+    """An OpenAI-protocol backend on the local ``server`` answering TriMem's prompts (``trimem_fake.respond``)."""
+    from trimem_fake import respond
+
+    from trawmem_gpu.llm.openai_http import OpenAIHTTPBackend
+
+    server.responders.append(respond)
+    b = OpenAIHTTPBackend(server.base_url, model="test-model-a", max_retries=0)
+    try:
+        yield b
+    finally:
+        b.close()
+
+
 requires_cuda = pytest.mark.skipif(not (lambda: __import__("torch").cuda.is_available())(), reason="needs CUDA")

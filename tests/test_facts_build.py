@@ -137,3 +137,24 @@ def test_sweep_with_facts_as_units(tmp_path, capsys, monkeypatch):
     a, b = (json.loads((tmp_path / f"{n}.json").read_text()) for n in "ab")
     (ca,), (cb,) = a["cells"], b["cells"]
     assert cb["candidates_mean"] > ca["candidates_mean"]  # the facts joined the candidates
+
+
+def test_update_keeps_a_fact_of_a_new_turn_whose_number_a_stored_fact_has(tmp_path, capsys):
+    """A LoCoMo observation dropped at the first build (its turn not in the bank yet) shifts the
+    numbers of the session's later facts: on ``--update`` the fact of the new turn must still be added."""
+    full = _sample(1)
+    part = json.loads(json.dumps(full))
+    part["conversation"]["session_1"] = part["conversation"]["session_1"][:4]  # D1:5, D1:6 come later
+    pp, fp = tmp_path / "part.json", tmp_path / "full.json"
+    pp.write_text(json.dumps([part]), encoding="utf-8")
+    fp.write_text(json.dumps([full]), encoding="utf-8")
+    out = tmp_path / "coll"
+    assert _main(["build", "--input", str(pp), "--out", str(out), "--facts", "locomo", "--quiet"]) == 0
+    b = Collection(out).load("made-up")
+    assert not any("D1:5" in f.source_turns for f in b.facts)
+    assert _main(["build", "--input", str(fp), "--out", str(out), "--update", "--quiet"]) == 0
+    capsys.readouterr()
+    u = Collection(out).load("made-up")
+    assert u.facts[:len(b.facts)] == b.facts
+    assert [f.source_turns for f in u.facts[len(b.facts):]] == [("D1:5",)]
+    assert len({f.fact_id for f in u.facts}) == len(u.facts)

@@ -250,6 +250,65 @@ def test_per_key_queue_limit_gets_429_and_other_keys_are_admitted():
     assert err.retry_after >= 1 and "this key has 4 queries waiting" in str(err) and "tenant_max_queued" in str(err)
 
 
+def test_a_request_gone_while_queued_frees_its_keys_slot_at_once():
+    """A queued request that is cancelled (or timed out) while a batch runs leaves the queue then,
+    not when the dispatcher next takes: the key may queue again at once, within its limit."""
+    release = threading.Event()
+
+    async def main():
+        ex = ThreadPoolExecutor(1)
+        b = DynamicBatcher(lambda items: (release.wait(60), items)[1], max_batch=1, max_wait_s=0.0,
+                           max_queue=2, executor=ex)
+        b.start()
+        held = asyncio.ensure_future(b.submit(["x"], 60, key="a", key_limit=1))
+        while b.running != 1:
+            await asyncio.sleep(0.005)
+        gone = asyncio.ensure_future(b.submit(["y", "y2"], 60, key="a", key_limit=2))
+        while b.depth < 2:
+            await asyncio.sleep(0.005)
+        gone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        depth = b.depth
+        again = asyncio.ensure_future(b.submit(["z"], 60, key="a", key_limit=1))  # QueueFull before
+        await asyncio.sleep(0)
+        release.set()
+        res = await asyncio.gather(held, again)
+        await b.close()
+        ex.shutdown()
+        return depth, res
+
+    depth, res = asyncio.run(main())
+    assert depth == 0 and res == [["x"], ["z"]]
+
+
+def test_a_submission_larger_than_a_limit_is_422_not_a_429_to_retry_forever():
+    """A batch of more queries than the key's limit (or the whole queue) can never be admitted:
+    it is bad input (422), not a full queue that a retry after Retry-After would pass."""
+    from trawmem_gpu.errors import InputError
+
+    async def main():
+        ex = ThreadPoolExecutor(1)
+        b = DynamicBatcher(lambda items: items, max_batch=4, max_wait_s=0.0, max_queue=8, executor=ex)
+        b.start()
+        errs = []
+        for kw in ({"key_limit": 2}, {}):
+            try:
+                await b.submit(["q"] * (3 if kw else 9), 60, key="a", **kw)
+            except Exception as e:  # noqa: BLE001
+                errs.append(e)
+        ok = await b.submit(["q"] * 2, 60, key="a", key_limit=2)
+        await b.close()
+        ex.shutdown()
+        return errs, ok
+
+    (per_key, whole), ok = asyncio.run(main())
+    assert isinstance(per_key, InputError) and not isinstance(per_key, QueueFull)
+    assert "3 queries" in str(per_key) and "limit is 2" in str(per_key) and "tenant_max_queued" in str(per_key)
+    assert isinstance(whole, InputError) and "9 queries" in str(whole) and "max_queue" in str(whole)
+    assert ok == ["q", "q"]
+
+
 def test_in_flight_appends_are_limited_per_key():
     f = InFlight()
     with f.hold("a", 2), f.hold("a", 2):
@@ -280,7 +339,8 @@ def test_per_key_limits_through_the_server(coll, tmp_path):
     with running(cfg) as (url, service, _), httpx.Client(base_url=url, timeout=120) as c:
         q = {"bank_id": SAMPLE_BANK, "question": QUESTION}
         r = c.post("/v1/select/batch", json={"requests": [q] * 3}, headers=_auth("a"))
-        assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1 and "limit is 2" in r.json()["detail"]
+        # more than the key may ever queue: 422 (a 429's retry could never pass)
+        assert r.status_code == 422 and "limit is 2" in r.json()["detail"], r.text
         assert c.post("/v1/select/batch", json={"requests": [q] * 2}, headers=_auth("a")).status_code == 200
         # an append in flight (held in its encoder): the key's second one gets 429
         gate, inside = threading.Event(), threading.Event()
@@ -404,28 +464,33 @@ def test_an_append_whose_answer_is_lost_says_outcome_unknown():
                 if op == "state":
                     writer.write(frame([(rid, True, {"ready": True, "queue_depth": 0, "dim": 4, "encoder_id": "f",
                                                      "defaults": (8, 1, None)})]))
-                elif op in ("append", "select"):
+                elif op in ("append", "forget", "select"):
                     writer.close()  # killed mid-call
                     return
+
+    calls = {"append": lambda be: be.append("b", [_turn("t")]), "forget": lambda be: be.forget("b", ["t"]),
+             "select": lambda be: be.select([])}
 
     async def main():
         srv = await asyncio.start_unix_server(engine, path=path)
         out = []
-        for op in ("append", "select"):
+        for op, call in calls.items():
             be = RemoteBackend(path, ServeConfig(), on_engine_lost=lambda: lost.append(1))
             await be.start()
             try:
-                await (be.append("b", [_turn("t")]) if op == "append" else be.select([]))
+                await call(be)
             except Exception as e:  # noqa: BLE001
                 out.append(e)
             await be.stop()
         srv.close()
         return out
 
-    err_append, err_select = asyncio.run(main())
+    err_append, err_forget, err_select = asyncio.run(main())
     assert isinstance(err_append, OutcomeUnknown) and "resend" in str(err_append)
+    # a forget is a write too: it may have been done, and saying "shutting down" would hide that
+    assert isinstance(err_forget, OutcomeUnknown) and "forget" in str(err_forget)
     assert isinstance(err_select, ShuttingDown) and not isinstance(err_select, OutcomeUnknown)
-    assert lost == [1, 1]
+    assert lost == [1, 1, 1]
 
 
 def test_outcome_unknown_is_answered_503_with_outcome(tmp_path):

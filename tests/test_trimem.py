@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import numpy as np
 import pytest
 
 from trawmem_gpu.data.types import Turn
@@ -14,17 +13,6 @@ from trawmem_gpu.trimem.plan import plain_plan, plan_queries
 from trawmem_gpu.trimem.profiles import build_profiles
 from trawmem_gpu.trimem.prompts import EXTRACT, PromptSet, check_template, load_prompt_set, save_prompt_set
 from trawmem_gpu.errors import InputError
-from trimem_fake import respond
-
-
-@pytest.fixture
-def llm(server):
-    server.responders.append(respond)
-    b = OpenAIHTTPBackend(server.base_url, model="test-model-a", max_retries=0)
-    try:
-        yield b
-    finally:
-        b.close()
 
 
 def _turns(texts, session=1, start=0):
@@ -53,6 +41,14 @@ def test_dates_are_normalized_resolved_or_refused():
                    "two weeks ago": "2031-04-23", "last month": "2031-04", "next year": "2032",
                    "last week": "2031-04-28", "3 days ago": "2031-05-04", "soon": None}
     assert normalize_date("last Wednesday", wed) == "2031-04-30"  # not the session's own day
+
+
+def test_an_iso_date_that_names_no_day_is_unreadable():
+    from datetime import date
+
+    assert [normalize_date(s) for s in ("2031-02-30", "2031-13", "2031-00-10", "0000")] == [None] * 4
+    assert normalize_date("2031-13", date(2031, 5, 7)) is None
+    assert [normalize_date(s) for s in ("2031-02-28", "2031-12", "2031")] == ["2031-02-28", "2031-12", "2031"]
 
 
 def test_extraction_counts_and_retries_malformed_unknown_and_empty_windows(llm, server):

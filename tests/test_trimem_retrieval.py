@@ -10,14 +10,12 @@ import pytest
 from trawmem_gpu.construct import build_banks
 from trawmem_gpu.data import load_conversations, sample_path
 from trawmem_gpu.encode import get_encoder
-from trawmem_gpu.llm.openai_http import OpenAIHTTPBackend
 from trawmem_gpu.select.params import QueryParams
 from trawmem_gpu.trimem.build import attach_profiles
 from trawmem_gpu.trimem.extract import extract_facts
 from trawmem_gpu.trimem.method import TriMemRankers, trimem_select
 from trawmem_gpu.trimem.plan import QueryPlan, plain_plan
 from trawmem_gpu.workspace import assemble
-from trimem_fake import respond
 
 
 @pytest.fixture(scope="module")
@@ -31,28 +29,15 @@ def sample_bank(enc):
     return banks[0]
 
 
-@pytest.fixture
-def llm(server):
-    server.responders.append(respond)
-    b = OpenAIHTTPBackend(server.base_url, model="test-model-a", max_retries=0)
-    try:
-        yield b
-    finally:
-        b.close()
-
-
 def with_facts(bank, llm, enc, new_from=0):
     """``bank`` with TriMem's facts of its turns from ``new_from`` on, encoded (as the build does)."""
     from dataclasses import replace
 
-    from trawmem_gpu.facts.view import fact_embed_text
+    from trawmem_gpu.facts.build import with_facts as append_facts
 
     new, st = extract_facts(bank.turns, llm, new_from=new_from, existing=bank.facts)
-    ts = {t.turn_id: t.timestamp for t in bank.turns}
-    v = enc.encode([fact_embed_text(f, ts[f.source_turns[0]]) for f in new])
-    vecs = v if bank.fact_vecs is None else np.concatenate([bank.fact_vecs, v])
-    return replace(bank, facts=tuple(bank.facts) + tuple(new), fact_vecs=vecs, stats={**bank.stats,
-                                                                                       "facts_llm": st.to_dict()})
+    out = append_facts(bank, new, enc, "llm")
+    return replace(out, stats={**out.stats, "facts_llm": st.to_dict()})
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from typing import Callable, Optional, Sequence
 
 from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.llm.base import LLMBackend
-from trawmem_gpu.llm.prompts import HEAD, RETRY_JSON, SEGMENT
+from trawmem_gpu.llm.prompts import HEAD, SEGMENT, retry_messages
 from trawmem_gpu.llm.structured import parse_boundaries, parse_head
 
 log = logging.getLogger("trawmem_gpu.construct")
@@ -25,11 +25,6 @@ SEGMENT_MAX_TOKENS, HEAD_MAX_TOKENS = 256, 128
 def thread_text(turns) -> str:
     """A thread as the head prompt shows it: ``[timestamp] embedded text`` per turn."""
     return "\n".join(f"[{t.timestamp}] {t.embed_text()}" for t in turns)
-
-
-def retry_messages(conv: list[dict], reply: str) -> list[dict]:
-    """The follow-up of a malformed reply: the model's reply shown back, the JSON asked again."""
-    return list(conv) + [{"role": "assistant", "content": reply[:4000]}, {"role": "user", "content": RETRY_JSON}]
 
 
 def build_requests(sessions, threads) -> list[tuple[list[dict], int]]:

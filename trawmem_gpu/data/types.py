@@ -62,6 +62,9 @@ def turns_digest(turns: Iterable[Turn]) -> str:
 
 MAX_QUESTION_CHARS = 4000
 """Longest question text accepted anywhere (``trawmem query``, ``score`` question files, ``serve``)."""
+MAX_ID_CHARS = 256
+"""Longest bank id a bank is created under (``memory.banks.check_bank_id``) and longest bank or
+turn id the HTTP API accepts (``serve.models``)."""
 
 
 @dataclass(frozen=True)

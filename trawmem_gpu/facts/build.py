@@ -9,7 +9,8 @@ their turns (``Bank.facts``, ``fact_vecs``, ``layer_sources["facts"]``):
 * ``llm``: :func:`~trawmem_gpu.facts.extract.extract_facts` over the turns, in windows.
 
 With ``new_turns`` (an ``--update``: bank id -> the turns it appended), only facts of the new
-turns are added: ``locomo`` adds the observations that cite a new turn and are not stored yet;
+turns are added: ``locomo`` adds the observations that cite a new turn (an id a stored fact has is
+numbered on);
 ``llm`` extracts over the new turns, with up to ``overlap`` turns before them as context, and keeps
 the facts that cite a new turn. New ``llm`` facts are numbered on from the bank's own
 (``F:<session>:<n>``), so ids stay bank-unique.
@@ -29,12 +30,20 @@ from .view import fact_session
 FACT_SOURCES: tuple[str, ...] = ("none", "locomo", "llm")
 
 
-def _renumber(bank: Bank, facts: list[Fact], turn_by_id: dict[str, Turn]) -> list[Fact]:
-    """``facts`` with bank-unique ids ``F:<session>:<n>``, numbered on past the bank's own."""
+def _renumber(bank: Bank, facts: list[Fact], turn_by_id: dict[str, Turn], *, keep_free: bool = False) -> list[Fact]:
+    """``facts`` with bank-unique ids ``F:<session>:<n>``, numbered on past the bank's own
+    (``keep_free``: a fact whose id no other fact has keeps it)."""
     taken = {f.fact_id for f in bank.facts}
+    if keep_free:
+        free = [f for f in facts if f.fact_id not in taken]
+        taken |= {f.fact_id for f in free}
+        free_ids = {id(f) for f in free}
     nxt: dict[int, int] = {}
     out = []
     for f in facts:
+        if keep_free and id(f) in free_ids:
+            out.append(f)
+            continue
         s = fact_session(f, turn_by_id)
         n = nxt.get(s, 0) + 1
         while fact_id(s, n) in taken:
@@ -89,10 +98,16 @@ def attach_facts(banks: list[Bank], source: str, encoder, *, input_path=None, ll
                                     dayfirst=dayfirst)
         stats.update(st)
         for b in banks:
-            have = {f.fact_id for f in b.facts}
-            new_ids = None if new_turns is None else {t.turn_id for t in new_turns.get(b.bank_id, [])}
-            fresh[b.bank_id] = [f for f in got.get(b.bank_id, []) if f.fact_id not in have
-                                and (new_ids is None or set(f.source_turns) & new_ids)]
+            if new_turns is None:
+                have = {f.fact_id for f in b.facts}
+                fresh[b.bank_id] = [f for f in got.get(b.bank_id, []) if f.fact_id not in have]
+                continue
+            # an update: the facts citing a new turn (no stored fact can); their numbers may be a stored
+            # fact's (an observation dropped at the first build, its turn not there yet, numbered the
+            # session's later facts one lower), so a taken id is numbered on
+            new_ids = {t.turn_id for t in new_turns.get(b.bank_id, [])}
+            fresh[b.bank_id] = _renumber(b, [f for f in got.get(b.bank_id, []) if set(f.source_turns) & new_ids],
+                                         {t.turn_id: t for t in b.turns}, keep_free=True)
     else:
         from .extract import OVERLAP, WINDOW, extract_facts
 

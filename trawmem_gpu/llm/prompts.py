@@ -138,6 +138,14 @@ RETRY_JSON = (
 """Follow-up message sent when a structured reply was malformed."""
 
 
+def retry_messages(conv: list[dict], reply: str | None, message: str = RETRY_JSON, max_chars: int = 4000
+                   ) -> list[dict]:
+    """The follow-up of a reply that needs another try: ``conv``, the model's reply shown back
+    (its first ``max_chars`` characters), then ``message`` (by default: the JSON asked again)."""
+    return list(conv) + [{"role": "assistant", "content": (reply or "")[:max_chars]},
+                         {"role": "user", "content": message}]
+
+
 def answer_prompt(category, use_session_dates_cat2: bool = True) -> Prompt:
     """ANSWER, or ANSWER_TEMPORAL for category 2 when ``use_session_dates_cat2``."""
     try:

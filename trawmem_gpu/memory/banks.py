@@ -24,20 +24,20 @@ from ..construct import build_banks, update_bank
 from ..construct.forget import without_turns
 from ..config import BuildConfig
 from ..data.fields import id_field
-from ..data.types import Conversation
+from ..data.types import MAX_ID_CHARS, Conversation
 from ..encode.base import Encoder
 from ..errors import DuplicateTurns, InputError, UnknownBank
 from ..store import Bank, Collection
 from .erase import Erasure, pause_point, read_journal, write_journal
 from .turns import parse_turns
 
-MAX_BANK_ID = 256
+
 
 def check_bank_id(bank_id: str) -> None:
-    """The store's rule for ids (non-empty, no control characters), and at most 256 characters."""
+    """The store's rule for ids (non-empty, no control characters), and at most ``MAX_ID_CHARS``."""
     id_field(bank_id, "bank_id", "bank id")
-    if len(bank_id) > MAX_BANK_ID:
-        raise InputError(f"bank id is {len(bank_id)} characters; the limit is {MAX_BANK_ID}")
+    if len(bank_id) > MAX_ID_CHARS:
+        raise InputError(f"bank id is {len(bank_id)} characters; the limit is {MAX_ID_CHARS}")
 
 
 @dataclass

@@ -265,8 +265,8 @@ def scrub_llm(path: Path, e: Erasure, retries: int = 3) -> int:
     """Delete from the LLM response cache ``path`` the responses to every request that carried a
     forgotten turn (:func:`llm_requests`, for each model the cache holds, and the retries of a
     malformed reply), and every response that quotes a forgotten text."""
-    from ..construct.llm_threads import retry_messages
     from ..llm.cache import cache_key
+    from ..llm.prompts import retry_messages
 
     def delete(db):
         if "responses" not in _tables(db):

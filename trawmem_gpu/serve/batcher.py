@@ -13,7 +13,8 @@ rest of the batch (those that need an encoder call) starts: the batch is formed 
 
 * A full queue, or a key over its own limit of queued requests, raises :class:`QueueFull`
   (HTTP 429) with a Retry-After estimate from the measured service rate; a multi-request
-  submission is admitted whole or not at all.
+  submission is admitted whole or not at all (one larger than either limit, which no wait would
+  admit, is ``InputError``, HTTP 422).
 * Every request carries a deadline; past it :meth:`DynamicBatcher.submit` raises
   :class:`DeadlineExceeded` (HTTP 504) and a request still queued is dropped before it costs
   engine time.
@@ -32,6 +33,8 @@ import math
 import time
 from concurrent.futures import Executor
 from typing import Callable, NamedTuple
+
+from ..errors import InputError
 
 log = logging.getLogger("trawmem.serve")
 
@@ -79,6 +82,22 @@ class FairQueue:
         self._n += len(items)
         if share is not None:
             self._share[key] = share
+
+    def remove(self, key, items) -> None:
+        """Take those of ``items`` still queued under ``key`` out (requests gone before a batch
+        took them), so they stop counting against the queue's and the key's limits at once."""
+        q = self._q.get(key)
+        if q is None:
+            return
+        gone = {id(p) for p in items}
+        kept = collections.deque(p for p in q if id(p) not in gone)
+        self._n -= len(q) - len(kept)
+        if kept:
+            self._q[key] = kept
+        else:
+            del self._q[key]
+            self._order.remove(key)
+            self._share.pop(key, None)
 
     def oldest_arrival(self) -> float:
         """``arrived`` of the oldest request at the head of any key's queue (``inf`` when empty)."""
@@ -152,9 +171,10 @@ class ShuttingDown(Exception):
 
 
 class OutcomeUnknown(Exception):
-    """An append whose answer was lost (the engine process went away, or did not answer in
-    time): it may or may not have been stored. Answered 503 with ``"outcome": "unknown"``; resending
-    the same turns is safe (turns already stored are reported, not stored twice)."""
+    """An append (or forget) whose answer was lost (the engine process went away, or did not
+    answer in time): it may or may not have been done. Answered 503 with ``"outcome": "unknown"``;
+    resending it is safe (turns already stored are reported, not stored twice; turns already
+    forgotten are reported missing)."""
 
 
 class _Pending:
@@ -262,6 +282,10 @@ class DynamicBatcher:
         """
         if self._closing or self._task is None:
             raise ShuttingDown("the server is shutting down")
+        for limit, what in ((key_limit, "queries this key may have queued: `tenant_max_queued` or the keys file's "
+                                        "limits"), (self.max_queue, "queries the queue holds: `max_queue`")):
+            if limit is not None and len(items) > limit:  # never admitted, so no 429 to retry
+                raise InputError(f"{len(items)} queries in one request; the limit is {limit} ({what})")
         if len(self._queue) + len(items) > self.max_queue:
             raise QueueFull(self.retry_after())
         if key_limit is not None:
@@ -285,6 +309,9 @@ class DynamicBatcher:
             for p in pend:  # a timed-out or cancelled request leaves the queue without costing a batch
                 if not p.future.done():
                     p.future.cancel()
+            gone = [p for p in pend if p.future.cancelled()]  # (cancelling a gather cancels them too)
+            if gone:
+                self._queue.remove(key, gone)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

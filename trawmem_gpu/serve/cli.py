@@ -34,17 +34,8 @@ def cmd_serve(a) -> int:
     from .config import ServeConfig
 
     _need_extra("serve", ("fastapi", "uvicorn", "prometheus_client"))
-    cfg = ServeConfig(collection=a.collection, host=a.host, port=a.port, keys_file=a.keys, max_batch=a.max_batch,
-                      max_wait_ms=a.max_wait_ms, max_queue=a.max_queue, timeout_s=a.timeout,
-                      max_body_bytes=a.max_body_bytes, max_budget=a.max_budget, max_hops=a.max_hops,
-                      max_token_budget=a.max_token_budget,
-                      encoder=a.encoder, threads=a.threads,
-                      switch_interval_ms=a.switch_interval_ms, encode_chunk=a.encode_chunk,
-                      http_workers=a.http_workers, tenant_max_queued=a.tenant_max_queued,
-                      tenant_max_appends=a.tenant_max_appends, tenant_batch_share=a.tenant_batch_share,
-                      append_chunk=a.append_chunk,
-                      max_connections=a.max_connections, header_timeout_s=a.header_timeout,
-                      body_timeout_s=a.body_timeout, keep_alive_s=a.keep_alive, units=a.units, method=a.method)
+    cfg = ServeConfig(**{field: getattr(a, flag.lstrip("-").replace("-", "_")) for flag, field, *_ in _config_flags()},
+                      units=a.units, method=a.method)
     if a.sample:
         _sample_into(cfg.collection)
     if a.ray:
@@ -71,62 +62,66 @@ def cmd_serve_key(a) -> int:
     return 0
 
 
-def configure_serve(s) -> None:
+def _config_flags() -> list[tuple]:
+    """(flag, ``ServeConfig`` field, type, help) of every ``trawmem serve`` flag that sets one
+    field (the field's default is the flag's): one list for both the parser and ``cmd_serve``."""
     from ..cli_args import budget_int, hops_int, nonneg_float, nonneg_int, port_int, positive_float, positive_int, \
         token_budget_int
+
+    return [
+        ("--collection", "collection", str, "collection directory (created when missing)"),
+        ("--host", "host", str, "bind address; other than 127.0.0.1 needs --keys"),
+        ("--port", "port", port_int, "TCP port (0: a free one)"),
+        ("--keys", "keys_file", str, "keys file (sha256 of API keys -> tenants); see `trawmem serve-key` (default: "
+                                     "none, no authentication and 127.0.0.1 only)"),
+        ("--max-batch", "max_batch", positive_int, "most queries per engine batch"),
+        ("--max-wait-ms", "max_wait_ms", nonneg_float, "longest a query waits for a batch to fill when the engine is idle"),
+        ("--max-queue", "max_queue", positive_int, "queued queries before 429"),
+        ("--encode-chunk", "encode_chunk", positive_int,
+         "questions per encoder forward pass within a batch (16 suits a CPU; raise it on a GPU)"),
+        ("--timeout", "timeout_s", positive_float, "per-query deadline in seconds (then 504)"),
+        ("--max-body-bytes", "max_body_bytes", positive_int, "largest request body (then 413)"),
+        ("--max-budget", "max_budget", budget_int, "largest per-request budget"),
+        ("--max-hops", "max_hops", hops_int, "largest per-request hops"),
+        ("--max-token-budget", "max_token_budget", token_budget_int, "largest per-request token_budget"),
+        ("--encoder", "encoder", str, "query encoder (default: the collection's)"),
+        ("--threads", "threads", positive_int,
+         "torch and engine threads (default: half the usable cores less one per HTTP front, at least 1)"),
+        ("--tenant-max-queued", "tenant_max_queued", positive_int,
+         "queries one API key may have waiting before 429 (the keys file's limits.max_queued overrides)"),
+        ("--tenant-max-appends", "tenant_max_appends", positive_int,
+         "appends one API key may have in flight before 429 (limits.max_appends overrides)"),
+        ("--tenant-batch-share", "tenant_batch_share", positive_int,
+         "most of one API key's queries in one engine batch (limits.batch_share overrides)"),
+        ("--append-chunk", "append_chunk", positive_int,
+         "turns an append encodes per call, giving way to query batches between calls"),
+        ("--max-connections", "max_connections", positive_int,
+         "open HTTP connections per process; a new one beyond it is closed at once"),
+        ("--header-timeout", "header_timeout_s", positive_float, "seconds to finish a request's headers (then 408 and close)"),
+        ("--body-timeout", "body_timeout_s", positive_float, "seconds to deliver a request's body (then 408)"),
+        ("--keep-alive", "keep_alive_s", positive_float, "seconds an idle keep-alive connection stays open"),
+        ("--switch-interval-ms", "switch_interval_ms", positive_float,
+         "Python GIL switch interval (short keeps HTTP and the engine responsive to each other)"),
+        ("--http-workers", "http_workers", nonneg_int,
+         "HTTP front processes in front of this engine process (0: HTTP in this process); "
+         "each takes HTTP, keys and JSON off the engine's GIL"),
+    ]
+
+
+def configure_serve(s) -> None:
+    from ..cli_args import positive_float, positive_int
     from .config import ServeConfig
 
     d = ServeConfig()
     s.describe("Serve workspace selection over HTTP (API v1, OpenAPI at /docs): dynamic batching, API keys "
                "per tenant, live appends and Prometheus metrics. Needs the serve extra.")
-    s.add_argument("--collection", default=d.collection, help="collection directory (created when missing)")
+    for flag, field, kind, text in _config_flags():
+        s.add_argument(flag, type=kind, default=getattr(d, field), help=text)
     s.add_argument("--sample", action="store_true", help="first build the bundled sample conversation into it")
-    s.add_argument("--host", default=d.host, help="bind address; other than 127.0.0.1 needs --keys")
-    s.add_argument("--port", type=port_int, default=d.port, help="TCP port (0: a free one)")
-    s.add_argument("--keys", help="keys file (sha256 of API keys -> tenants); see `trawmem serve-key` (default: "
-                                  "none, no authentication and 127.0.0.1 only)")
-    s.add_argument("--max-batch", type=positive_int, default=d.max_batch, help="most queries per engine batch")
-    s.add_argument("--max-wait-ms", type=nonneg_float, default=d.max_wait_ms,
-                   help="longest a query waits for a batch to fill when the engine is idle")
-    s.add_argument("--max-queue", type=positive_int, default=d.max_queue, help="queued queries before 429")
-    s.add_argument("--encode-chunk", type=positive_int, default=d.encode_chunk,
-                   help="questions per encoder forward pass within a batch (16 suits a CPU; raise it on a GPU)")
-    s.add_argument("--timeout", type=positive_float, default=d.timeout_s,
-                   help="per-query deadline in seconds (then 504)")
-    s.add_argument("--max-body-bytes", type=positive_int, default=d.max_body_bytes,
-                   help="largest request body (then 413)")
-    s.add_argument("--max-budget", type=budget_int, default=d.max_budget, help="largest per-request budget")
-    s.add_argument("--max-hops", type=hops_int, default=d.max_hops, help="largest per-request hops")
-    s.add_argument("--max-token-budget", type=token_budget_int, default=d.max_token_budget,
-                   help="largest per-request token_budget")
-    s.add_argument("--encoder", help="query encoder (default: the collection's)")
-    s.add_argument("--threads", type=positive_int,
-                   help="torch and engine threads (default: half the usable cores less one per HTTP front, at least 1)")
-    s.add_argument("--tenant-max-queued", type=positive_int, default=d.tenant_max_queued,
-                   help="queries one API key may have waiting before 429 (the keys file's limits.max_queued overrides)")
-    s.add_argument("--tenant-max-appends", type=positive_int, default=d.tenant_max_appends,
-                   help="appends one API key may have in flight before 429 (limits.max_appends overrides)")
-    s.add_argument("--tenant-batch-share", type=positive_int, default=d.tenant_batch_share,
-                   help="most of one API key's queries in one engine batch (limits.batch_share overrides)")
-    s.add_argument("--append-chunk", type=positive_int, default=d.append_chunk,
-                   help="turns an append encodes per call, giving way to query batches between calls")
-    s.add_argument("--max-connections", type=positive_int, default=d.max_connections,
-                   help="open HTTP connections per process; a new one beyond it is closed at once")
-    s.add_argument("--header-timeout", type=positive_float, default=d.header_timeout_s,
-                   help="seconds to finish a request's headers (then 408 and close)")
-    s.add_argument("--body-timeout", type=positive_float, default=d.body_timeout_s,
-                   help="seconds to deliver a request's body (then 408)")
-    s.add_argument("--keep-alive", type=positive_float, default=d.keep_alive_s,
-                   help="seconds an idle keep-alive connection stays open")
-    s.add_argument("--switch-interval-ms", type=positive_float, default=d.switch_interval_ms,
-                   help="Python GIL switch interval (short keeps HTTP and the engine responsive to each other)")
-    s.add_argument("--http-workers", type=nonneg_int, default=d.http_workers,
-                   help="HTTP front processes in front of this engine process (0: HTTP in this process); "
-                        "each takes HTTP, keys and JSON off the engine's GIL")
     from ..cli_args import add_units
 
     add_units(s)
-    s.add_argument("--method", choices=["trawmem", "trimem"], default="trawmem",
+    s.add_argument("--method", choices=["trawmem", "trimem"], default=d.method,
                    help="selection method: TrawMem, or TriMem's retrieval over the banks' facts, their source turns "
                         "and profiles (banks built with --facts; the question is the only search)")
     s.add_argument("--access-log", action="store_true", help="log every request line")

@@ -61,9 +61,8 @@ class ServeConfig:
     """Most of one API key's queries in one engine batch (``--tenant-batch-share``; the keys
     file's ``limits.batch_share`` overrides it). Another key's query waits behind at most the
     engine call already running, so this bounds that call's length: a key's 256-query batch runs
-    as 64 engine calls of 4, and a lone query of another key joins the next one. On a 2-core host
-    under the hostile load, 4 gave the victim a p99 a quarter of 16's, with no fewer of the hostile
-    tenant's own batches answered (benchmarks/results/serve_hostile.md). Without a keys file
+    as 64 engine calls of 4, and a lone query of another key joins the next one (the default's
+    measurement against 16: benchmarks/results/serve_hostile.md). Without a keys file
     there is one tenant and no share: its batches fill to ``max_batch``."""
     tenant_max_appends: int = 4
     """Most appends one API key may have in flight at once (``--tenant-max-appends``); beyond it
@@ -159,9 +158,8 @@ def default_threads(http_workers: int = 0, cores: int | None = None) -> int:
 
     The engine process runs more than the encoder and engine: the event loop (HTTP, in one
     process), workspace assembly (2 threads) and appends share its cores, and each HTTP front
-    process takes a core of its own; torch's default (every core) oversubscribes them, which on
-    a busy host made a text select some 30x slower than one thread (issue 23). Half the cores
-    leaves the other half to those."""
+    process takes a core of its own; torch's default (every core) oversubscribes them (issue 23).
+    Half the cores leaves the other half to those."""
     cores = usable_cores() if cores is None else cores
     return max(1, cores // 2 - int(http_workers))
 

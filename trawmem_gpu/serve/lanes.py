@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from concurrent.futures import Future
 
 import numpy as np
 
 from ..encode.base import Encoder
+from .batcher import FairQueue, _Pending
 
 
 class QueryFirst:
@@ -83,13 +85,11 @@ class AppendEncoder(Encoder):
 class FairPool:
     """A thread pool whose jobs are taken round robin across keys (workspace assembly): one
     key's backlog of finished selections waiting to be rendered does not hold up another key's.
-    ``submit(key, fn, *args)`` returns a ``concurrent.futures.Future``, like an executor's."""
+    ``submit(key, fn, *args)`` returns a ``concurrent.futures.Future``, like an executor's. The
+    jobs wait in a :class:`~.batcher.FairQueue` (the batcher's rotation, one job per take)."""
 
     def __init__(self, threads: int, name: str = "trawmem-assemble", initializer=None):
-        import collections
-
-        self._q: dict = {}
-        self._order = collections.deque()
+        self._q = FairQueue()
         self._cv = threading.Condition()
         self._closed = False
         self._outstanding: set = set()
@@ -98,19 +98,12 @@ class FairPool:
         for t in self._threads:
             t.start()
 
-    def submit(self, key, fn, *args):
-        import collections
-        from concurrent.futures import Future
-
+    def submit(self, key, fn, *args) -> Future:
         fut = Future()
         with self._cv:
             if self._closed:
                 raise RuntimeError("cannot schedule new futures after shutdown")
-            q = self._q.get(key)
-            if q is None:
-                q = self._q[key] = collections.deque()
-                self._order.append(key)
-            q.append((fut, fn, args))
+            self._q.push(key, [_Pending((fn, args), 0.0, fut)])
             self._outstanding.add(fut)
             self._cv.notify()
         fut.add_done_callback(self._done)
@@ -126,20 +119,15 @@ class FairPool:
             return list(self._outstanding)
 
     def _next(self):
+        """The next job (round robin across keys; cancelled ones are skipped), None once closed and empty."""
         with self._cv:
-            while not self._order:
+            while True:
+                job = self._q.take(1)
+                if job:
+                    return job[0]
                 if self._closed:
                     return None
                 self._cv.wait()
-            key = self._order[0]
-            q = self._q[key]
-            job = q.popleft()
-            if q:
-                self._order.rotate(-1)
-            else:
-                self._order.popleft()
-                del self._q[key]
-            return job
 
     def _work(self) -> None:
         if self._init is not None:
@@ -148,7 +136,7 @@ class FairPool:
             job = self._next()
             if job is None:
                 return
-            fut, fn, args = job
+            (fn, args), fut = job.item, job.future
             if not fut.set_running_or_notify_cancel():
                 continue
             try:

@@ -18,8 +18,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
-MAX_ID_CHARS = 256
-"""Bank ids and turn ids (the registry's bank-id rule says the same)."""
+from ..data.types import MAX_ID_CHARS
+
 MAX_QUESTION_FIELD_CHARS = 65536
 """The question field's fixed bound; the server's ``max_question_chars`` (default 4000) is the
 limit a question is then held to."""

@@ -19,9 +19,10 @@ cross in one write. Each call carries an id, so answers come back in any order o
 connection per front. Errors
 cross as (kind, fields) and are raised again in the front as the same exception classes, so a
 client sees the same statuses (404, 409, 422, 429, 503, 504) as from one process. An append
-whose answer does not come back (the engine process died, or did not answer in time) may have
-been stored: it fails with :class:`~.batcher.OutcomeUnknown` (503, ``"outcome": "unknown"``), and
-the client's retry is safe (the registry reports the turns it holds already).
+or a forget whose answer does not come back (the engine process died, or did not answer in time)
+may have been done: it fails with :class:`~.batcher.OutcomeUnknown` (503, ``"outcome": "unknown"``),
+and the client's retry is safe (the registry reports the turns it holds already, a forget the
+turns it no longer holds).
 
 Metrics: each front counts its HTTP requests in ``prometheus_client``'s multiprocess mode
 (``PROMETHEUS_MULTIPROC_DIR`` in the same private directory), summed at each scrape; the engine
@@ -51,9 +52,14 @@ from .config import say_draining
 log = logging.getLogger("trawmem.serve")
 
 _LEN = struct.Struct("!I")
-APPEND_WAIT_S = 600.0
-"""Longest a front waits for the engine's answer to an append (a large append on a busy host
-takes minutes; a dead engine is noticed at once, by its socket closing); then OutcomeUnknown."""
+WRITE_WAIT_S = 600.0
+"""Longest a front waits for the engine's answer to a write (an append or a forget: a large one on
+a busy host takes minutes, and the engine bounds neither by ``timeout_s``; a dead engine is
+noticed at once, by its socket closing); then OutcomeUnknown."""
+WRITES = {"append": "stored; resend the same turns (turns already stored are reported in already_stored, "
+                    "not stored twice)",
+          "forget": "done; resend it (turns already forgotten are reported in missing)"}
+"""The calls whose lost answer is OutcomeUnknown, with what the client is told of it."""
 MAX_FRAME = 1 << 30
 """Largest frame either side accepts (a corrupt length fails the connection, not the process)."""
 
@@ -255,13 +261,11 @@ class RemoteBackend:
         self._pending.clear()
 
     def _lost(self, op: str, e: Exception) -> Exception:
-        """What a call whose answer never came raises: for an append, OutcomeUnknown (it may have
-        been stored); for anything else (reads, selections) the error as it was."""
-        if op != "append":
+        """What a call whose answer never came raises: for a write (append, forget), OutcomeUnknown
+        (it may have been done); for anything else (reads, selections) the error as it was."""
+        if op not in WRITES:
             return e
-        return OutcomeUnknown(f"the append's outcome is unknown ({e}): it may or may not have been stored; "
-                              "resend the same turns (turns already stored are reported in already_stored, "
-                              "not stored twice)")
+        return OutcomeUnknown(f"the {op}'s outcome is unknown ({e}): it may or may not have been {WRITES[op]}")
 
     async def _read_answers(self) -> None:
         try:
@@ -294,7 +298,7 @@ class RemoteBackend:
         fut = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
         self._out.put((rid, op, args))
-        wait_s = APPEND_WAIT_S if op == "append" else self.cfg.timeout_s + 5.0
+        wait_s = WRITE_WAIT_S if op in WRITES else self.cfg.timeout_s + 5.0
         try:  # the engine enforces --timeout itself; this bounds a stuck engine process
             return await asyncio.wait_for(fut, wait_s)
         except asyncio.TimeoutError:

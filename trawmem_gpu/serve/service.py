@@ -23,8 +23,8 @@ chunks that give way to running query batches (:mod:`.lanes`): an append never h
 waits for. Per-key limits (:class:`~.keys.Quota`) bound each key's queued queries, its share of
 a batch and its appends in flight; assembly takes the keys' jobs round robin.
 
-The encoder is shared by both pools behind a lock (a transformers tokenizer is not safe to call
-from two threads at once).
+Each encoder instance is behind its own lock (a transformers tokenizer is not safe to call from
+two threads at once); appends and forgets share the append instance.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ from ..memory.result import SelectedWorkspace
 from ..select.config import SelectConfig
 from ..select.params import QueryParams
 from ..tokens import count_tokens_cached
-from .batcher import DynamicBatcher, InFlight, Later
+from .batcher import DynamicBatcher, InFlight, Later, ShuttingDown
 from .config import ServeConfig, default_threads
 from .keys import Quota
 from .lanes import AppendEncoder, FairPool, QueryFirst
@@ -245,8 +245,6 @@ class SelectionService:
         """Append turns (creating the bank on first append); returns the bank's new counts, the
         turn ids stored and those it held already (a retry). QueueFull past ``quota.max_appends``."""
         if self.batcher.closing:
-            from .batcher import ShuttingDown
-
             raise ShuttingDown("the server is shutting down")
         with self.appends_in_flight.hold(None if quota is None else quota.key,
                                          None if quota is None else quota.max_appends):
@@ -276,8 +274,6 @@ class SelectionService:
         (``MemoryCore``): the rewrite and the cache scrub on an append thread, the engine's
         refresh and purge on the batch worker (between batches); answers after all three."""
         if self.batcher.closing:
-            from .batcher import ShuttingDown
-
             raise ShuttingDown("the server is shutting down")
         loop = asyncio.get_running_loop()
         res = await loop.run_in_executor(self.appender, lambda: self.core.forget_stored(

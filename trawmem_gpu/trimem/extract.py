@@ -33,9 +33,9 @@ from typing import Iterable, Sequence
 
 from ..data.types import Turn
 from ..errors import ConfigError
-from ..facts.schema import Fact
+from ..facts.schema import Fact, fact_id
 from ..llm.base import LLMBackend
-from ..llm.prompts import RETRY_JSON
+from ..llm.prompts import RETRY_JSON, retry_messages
 from ..llm.structured import extract_json
 from .prompts import PromptSet
 
@@ -47,6 +47,8 @@ MAX_TURN_CHARS = 1200
 """Turns longer than this are clipped in the window text."""
 MAX_FACT_CHARS = 1000
 """Longer fact sentences are clipped."""
+ECHO_CHARS = 8000
+"""How much of a reply a retry shows back to the model (extraction and profile replies are long)."""
 
 _ISO = re.compile(r"^\d{4}(?:-\d{2}(?:-\d{2})?)?$")
 
@@ -78,9 +80,9 @@ def windows(n: int, size: int = WINDOW, overlap: int = OVERLAP, start: int = 0) 
     ``start`` when there are any), each ``size`` long but the last, each the previous plus
     ``size - overlap``."""
     if size < 1:
-        raise ConfigError(f"window must be >= 1, got {size}")
+        raise ConfigError(f"`window` must be >= 1, got {size}")
     if not 0 <= overlap < size:
-        raise ConfigError(f"overlap must be in [0, window), got {overlap}")
+        raise ConfigError(f"`overlap` must be in [0, `window`), got {overlap}")
     if start >= n:
         return []
     lo = max(0, start - overlap) if start else 0
@@ -163,12 +165,19 @@ def resolve_relative(expr: str, anchor) -> str | None:
 
 def normalize_date(value, anchor=None) -> str | None:
     """``YYYY-MM-DD`` / ``YYYY-MM`` / ``YYYY`` from a reply's date, or None when unreadable: ISO
-    forms as they are, a relative date against ``anchor`` (:func:`resolve_relative`), other
-    absolute forms through ``data.dates.parse_date`` (python-dateutil)."""
+    forms as they are when they name a real day, month or year, a relative date against ``anchor``
+    (:func:`resolve_relative`), other absolute forms through ``data.dates.parse_date`` (python-dateutil)."""
     if not isinstance(value, str) or not value.strip():
         return None
     s = value.strip()
     if _ISO.match(s):
+        from datetime import date
+
+        y, m, d = (s.split("-") + ["01", "01"])[:3]
+        try:
+            date(int(y), int(m), int(d))
+        except ValueError:
+            return None  # ISO in form only (2031-02-30, 2031-13): no such day
         return s
     if anchor is not None:
         rel = resolve_relative(s, anchor)
@@ -268,8 +277,7 @@ def extract_facts(turns: Sequence[Turn], llm: LLMBackend, prompts: PromptSet | N
     again = [i for i, p in enumerate(parsed) if _needs_retry(p, has_text[i])]
     if again:
         st.retried = len(again)
-        follow = [convs[i] + [{"role": "assistant", "content": (res[i].text or "")[:8000]},
-                              {"role": "user", "content": _retry_message(parsed[i])}] for i in again]
+        follow = [retry_messages(convs[i], res[i].text, _retry_message(parsed[i]), ECHO_CHARS) for i in again]
         res2 = llm.chat(follow, max_tokens=max_tokens, temperature=0.0, json_mode=True, desc="trimem-extract-retry")
         st.requests += len(res2)
         for i, r in zip(again, res2):
@@ -319,7 +327,7 @@ def _facts_from(turns: Sequence[Turn], parsed: list[_Parsed], new_from: int, exi
         session = str(first.session)
         n = nxt.get(session, 0)
         nxt[session] = n + 1
-        out.append(Fact(fact_id=f"F:{session}:{n}", text=e["text"], source_turns=tuple(e["source_turns"]),
+        out.append(Fact(fact_id=fact_id(session, n), text=e["text"], source_turns=tuple(e["source_turns"]),
                         persons=persons, locations=_strings(e.get("locations")),
                         keywords=_strings(e.get("keywords")), entities=_strings(e.get("entities")),
                         date=date, session=session))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from ..llm.base import LLMBackend
-from ..llm.prompts import RETRY_JSON
+from ..llm.prompts import retry_messages
 from ..llm.structured import extract_json
 from .prompts import PromptSet
 
@@ -93,8 +93,7 @@ def _structured(llm: LLMBackend, convs: list, parse, desc: str, max_tokens: int)
     vals = [parse(i, r.text) if r.error is None else None for i, r in enumerate(res)]
     again = [i for i, v in enumerate(vals) if v is None and res[i].error is None]
     if again:
-        follow = [convs[i] + [{"role": "assistant", "content": res[i].text[:4000]},
-                              {"role": "user", "content": RETRY_JSON}] for i in again]
+        follow = [retry_messages(convs[i], res[i].text) for i in again]
         for i, r in zip(again, llm.chat(follow, max_tokens=max_tokens, temperature=0.0, json_mode=True,
                                         desc=f"{desc}-retry")):
             vals[i] = parse(i, r.text) if r.error is None else None

@@ -17,11 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from ..facts.schema import Fact, ProfileLine, ProfileSection
+from ..facts.schema import SECTIONS, Fact, ProfileLine, ProfileSection
 from ..llm.base import LLMBackend
-from ..llm.prompts import RETRY_JSON
+from ..llm.prompts import retry_messages
 from ..llm.structured import extract_json
-from .prompts import SECTIONS, PromptSet
+from .extract import ECHO_CHARS
+from .prompts import PromptSet
 
 MIN_FACTS = 2
 """A person needs this many facts for a profile."""
@@ -118,8 +119,7 @@ def _ask(llm: LLMBackend, convs: list[list[dict]], parse, st: ProfileStats, max_
     again = [i for i, v in enumerate(vals) if v is None]
     if again:
         st.retried += len(again)
-        follow = [convs[i] + [{"role": "assistant", "content": (res[i].text or "")[:8000]},
-                              {"role": "user", "content": RETRY_JSON}] for i in again]
+        follow = [retry_messages(convs[i], res[i].text, max_chars=ECHO_CHARS) for i in again]
         res2 = llm.chat(follow, max_tokens=max_tokens, temperature=0.0, json_mode=True, desc=f"{desc}-retry")
         st.requests += len(res2)
         for i, r in zip(again, res2):

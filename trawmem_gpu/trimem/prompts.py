@@ -15,10 +15,8 @@ from pathlib import Path
 from string import Template
 
 from ..errors import InputError
+from ..facts.schema import SECTIONS
 from ..llm.prompts import Prompt
-
-SECTIONS = ("identity", "personality", "interests", "career", "relationships", "life_events", "preferences")
-"""Profile sections, in the order a profile shows them (session3.md's schema)."""
 
 EXTRACT = Prompt(
     name="trimem_extract",
@@ -47,7 +45,7 @@ EXTRACT = Prompt(
 )
 
 _PROFILE_FORMAT = (
-    "Sections: identity, personality, interests, career, relationships, life_events, preferences. "
+    f"Sections: {', '.join(SECTIONS)}. "
     "Each line is one statement about the person with the ids of the facts behind it; infer "
     "traits and preferences only where the facts support them, and keep exact adjectives."
 )
@@ -137,7 +135,7 @@ APPLY_CRITIQUE = Prompt(
 )
 
 EVOLVABLE = ("extract", "profile", "profile_update")
-"""PromptSet fields that evolution edits."""
+"""PromptSet fields a prompts file may replace (``evolve-prompts`` edits ``trimem.evolve.EVOLVED`` of them)."""
 
 
 @dataclass(frozen=True)

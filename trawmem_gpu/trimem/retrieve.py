@@ -25,10 +25,9 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..data.types import Turn
-from ..facts.schema import Fact, ProfileSection
+from ..facts.schema import SECTIONS, Fact, ProfileSection
 from ..select.lexical import BM25Index, tokenize
 from .plan import QueryPlan
-from .prompts import SECTIONS
 
 TOP_K = 25
 """Facts retrieved per question (the paper's best)."""
