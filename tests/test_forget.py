@@ -177,6 +177,26 @@ def test_engine_purge_drops_the_dead_rows_and_picks_as_a_fresh_engine():
             fresh.select_units([bid], ["Where does Clara live?"], z)
 
 
+def test_forgetting_the_last_bank_overwrites_the_engine_tables():
+    """The engine is dropped with its last bank: its buffers are overwritten first, not freed
+    with the rows in them."""
+    from trawmem_gpu.construct import build_banks
+    from trawmem_gpu.encode import get_encoder
+    from trawmem_gpu.memory.engines import ServedEngine
+    from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.engine import SelectionEngine
+
+    conv = load_conversations(sample_path())[0]
+    (a,), _ = build_banks([conv], encoder=get_encoder(cache=False), progress=False)
+    served = ServedEngine({a.bank_id: a}, SelectConfig(), lambda banks, cfg: SelectionEngine(banks, cfg, device="cpu"))
+    bufs = [s.buf for s in served.engine._store._segments.values()]
+    assert any(b.ne(s.fill).any() for b, s in zip(bufs, served.engine._store._segments.values()))
+    fills = [s.fill for s in served.engine._store._segments.values()]
+    served.forget(a.bank_id, None)
+    assert not served.banks
+    assert all(b.eq(f).all() for b, f in zip(bufs, fills))
+
+
 # -- no trace ------------------------------------------------------------------------------------
 def _reachable(root, limit: int = 2_000_000):
     """Every NumPy array, torch tensor and string reachable from ``root`` (attributes, dicts,

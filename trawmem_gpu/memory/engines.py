@@ -97,8 +97,10 @@ class ServedEngine:
             self.refresh(bank, prepared)
         elif bank_id in self.banks:
             del self.banks[bank_id], self.views[bank_id]
-            if not self.banks:
-                self._engine = None  # an engine holds at least one bank: none is left
+            if not self.banks:  # an engine holds at least one bank: none is left
+                if self._engine is not None:
+                    self._engine.wipe()  # its buffers would otherwise be freed with the rows in them
+                self._engine = None
             elif self._engine is not None:
                 self._engine.remove_bank(bank_id)
         if self._engine is not None:

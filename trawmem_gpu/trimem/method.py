@@ -126,7 +126,7 @@ def trimem_select(rankers: TriMemRankers, items: Sequence[tuple[str, str]], Z: n
 
 class TriMemEngine:
     """The selection engine's serving interface (``select_units``, ``prepare_bank``,
-    ``replace_bank``, ``remove_bank``, ``purge``, ``nbytes``) over TriMem rankers, for ``serve
+    ``replace_bank``, ``remove_bank``, ``purge``, ``wipe``, ``nbytes``) over TriMem rankers, for ``serve
     --method trimem``: stored banks in, view units out (the question is the only search; a
     server has no planning LLM). :meth:`view` is the bank the picks index, which the workspace is
     assembled from. Writers are serialized by the caller (the service's batch worker)."""
@@ -157,6 +157,9 @@ class TriMemEngine:
 
     def purge(self) -> None:
         """Nothing to purge: a replaced bank's ranker is dropped whole."""
+
+    def wipe(self) -> None:
+        """Nothing to wipe: the rankers hold no preallocated table buffers."""
 
     def view(self, bank_id: str) -> Bank:
         return self.rankers[bank_id].view

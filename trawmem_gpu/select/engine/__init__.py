@@ -124,6 +124,11 @@ class SelectionEngine:
         old bank). Call only while no ``select_units`` runs on this engine."""
         self._store.purge()
 
+    def wipe(self) -> None:
+        """Overwrite every table buffer (the engine's last bank forgotten: the engine is dropped
+        after this and must not select again)."""
+        self._store.wipe()
+
     # ------------------------------------------------------------------------------------------
     # selection
     # ------------------------------------------------------------------------------------------

@@ -444,6 +444,13 @@ class TableStore:
             for name, buf in zip(self._segments, old):
                 buf.fill_(self._segments[name].fill)
 
+    def wipe(self) -> None:
+        """Overwrite every buffer with its fill value: the store is done with (its last bank
+        forgotten); nothing may select from it afterwards."""
+        with self._lock:
+            for seg in self._segments.values():
+                seg.buf.fill_(seg.fill)
+
     def nbytes(self) -> int:
         return self.snapshot.nbytes()
 
