@@ -112,3 +112,14 @@ def test_workspaces_fit_each_querys_token_budget(banks, queries):  # noqa: F811
     ws = SelectionEngine(banks, SelectConfig(), device="cpu").select(ids[:n], qs[:n], Z[:n], params=params)
     for w, p in zip(ws, params):
         assert count_tokens(w.render()) <= p.token_budget
+
+
+def test_unit_cap_is_the_one_rule_for_a_left_out_budget():
+    """B left out: none under a token budget, else the default; given (None included), as given."""
+    from trawmem_gpu.select.params import unit_cap
+
+    UNSET = object()
+    assert unit_cap(None, 800, 16) is None and unit_cap(None, None, 16) == 16 and unit_cap(4, 800, 16) == 4
+    assert unit_cap(UNSET, 800, 16, missing=UNSET) is None and unit_cap(UNSET, UNSET, 16, missing=UNSET) == 16
+    assert unit_cap(None, 800, 16, missing=UNSET) is None and unit_cap(8, None, 16, missing=UNSET) == 8
+    assert unit_cap(UNSET, None, 16, missing=UNSET) == 16

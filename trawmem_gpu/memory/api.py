@@ -93,13 +93,11 @@ class Memory:
                  token_budget: int | None = None, hops: int | None = None, threads: int | None = None,
                  caches: Iterable[str | Path] = (), head=None, only: Iterable[str] | None = None,
                  create: bool = True, embedding_cache: bool | str = False, llm=None, units=("turns",)):
-        from ..select.params import QueryParams
+        from ..select.params import QueryParams, unit_cap
         from .core import MemoryCore
 
         d = QueryParams()
-        b = d.budget if budget is _UNSET else budget
-        if budget is _UNSET and token_budget is not None:
-            b = None
+        b = unit_cap(budget, token_budget, d.budget, missing=_UNSET)
         self.defaults = QueryParams(budget=b, token_budget=token_budget, hops=d.hops if hops is None else hops)
         owns = (lambda b, keep=frozenset(only): b in keep) if only is not None else (lambda b: True)
         self._core = MemoryCore(path, encoder=encoder, select_cfg=method, threads=threads, caches=caches, head=head,
@@ -281,14 +279,11 @@ class Memory:
     def _params(self, budget, token_budget, hops):
         from .engines import query_params
 
+        from ..select.params import QueryParams, unit_cap
+
         d = self.defaults
         t = d.token_budget if token_budget is _UNSET else token_budget
-        if budget is _UNSET:
-            b = None if (token_budget is not _UNSET and token_budget is not None) else d.budget
-            if b is None and t is None:  # the Memory's T alone lifted its unit cap; this call has no T
-                from ..select.params import QueryParams
-
-                b = QueryParams().budget
-        else:
-            b = budget
+        b = unit_cap(budget, token_budget, d.budget, missing=_UNSET)
+        if budget is _UNSET and b is None and t is None:  # the Memory's T alone lifted its unit cap; this call has no T
+            b = QueryParams().budget
         return query_params(b, d.hops if hops is None else hops, t)

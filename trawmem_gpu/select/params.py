@@ -120,6 +120,15 @@ FIELDS = tuple(f.name for f in fields(QueryParams))
 :func:`split_fields`)."""
 
 
+def unit_cap(budget, token_budget, default, *, missing=None):
+    """B of a query whose caller may leave B out (``budget is missing``): the caller's B when given;
+    else none when the query has a token budget (T sizes the workspace by itself, and B then caps
+    units only when asked for); else ``default``. ``token_budget`` None or ``missing``: no T."""
+    if budget is not missing:
+        return budget
+    return None if token_budget is not None and token_budget is not missing else default
+
+
 def split_fields(d: dict) -> tuple[dict, dict]:
     """``(method fields, query fields)`` of a flat dict of ``SelectConfig`` and ``QueryParams`` fields
     (a stored run config, a CLI's options)."""

@@ -44,6 +44,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..data.dates import parse_date
 from ..errors import InputError
+from ..select.params import unit_cap
 from .batcher import DeadlineExceeded, OutcomeUnknown, QueueFull, ShuttingDown
 from .config import ServeConfig
 from .keys import LOCAL_TENANT, KeyStore, Tenant
@@ -253,8 +254,7 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
         if r.token_budget is not None and not 1 <= tokens <= cfg.max_token_budget:
             raise HTTPError(422, f"{where}token_budget must lie in 1..{cfg.max_token_budget} (the server's "
                                  f"`max_token_budget`), got {tokens}")
-        # a token budget sizes the workspace by itself: B then caps units only when asked for
-        budget = r.budget if r.budget is not None else (None if r.token_budget is not None else d_budget)
+        budget = unit_cap(r.budget, r.token_budget, d_budget)
         if budget is not None and not 1 <= budget <= cfg.max_budget:
             raise HTTPError(422, f"{where}budget must lie in 1..{cfg.max_budget} (the server's `max_budget`), "
                                  f"got {budget}")
