@@ -186,7 +186,7 @@ def test_duplicate_turn_ids_in_a_stored_bank(tmp_path):
     (p / "units.json").write_text(json.dumps(units))
     meta = json.loads((p / "meta.json").read_text())
     meta["checksums"]["units.json"] = file_sha256(p / "units.json")
-    meta["turns_sha256"] = turns_digest([store_files._turn_from(r) for r in units])
+    meta["turns_sha256"] = turns_digest([store_files.turn_from(r) for r in units])
     meta["meta_sha256"] = store_files.meta_digest(meta)
     (p / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(BankError, match="duplicate turn id 'a1'"):

@@ -39,7 +39,7 @@ import numpy as np
 from ..encode.cache import EmbeddingCache
 from ..paths import default_cache_dir
 from ..store.bank import Bank
-from ..store.files import fsync_dir, write_json_atomic
+from ..store.files import fsync_dir, turn_from, turn_record, write_json_atomic
 
 JOURNAL_DIR = ".forget"
 PAUSE_ENV = "TRAWMEM_FORGET_PAUSE"
@@ -134,25 +134,17 @@ def _words(t) -> set[str]:
     return words_of(f"{t.text} {t.caption or ''}")
 
 
-def turn_record(t) -> dict:
-    return {"turn_id": t.turn_id, "speaker": t.speaker, "text": t.text, "session": t.session,
-            "timestamp": t.timestamp, "time": t.time.isoformat() if t.time else None, "caption": t.caption}
-
-
 def llm_requests(e: Erasure, max_len: int = 64) -> list[tuple[list[dict], int]]:
     """Every first request (messages, max_tokens) a build of the erasure's sessions may have
     sent with a forgotten turn in it: segmentation of each prefix of a session (a session grows
     by appends, each re-segments it whole) and a head of each run of turns (a thread) that holds
     a forgotten turn, up to ``max_len`` turns."""
-    from datetime import datetime
-
     from ..construct.llm_threads import build_requests
-    from ..data.types import Turn
 
     gone = set(e.turn_ids)
     segs, threads = [], []
     for recs in e.sessions:
-        turns = [Turn(**{**r, "time": datetime.fromisoformat(r["time"]) if r.get("time") else None}) for r in recs]
+        turns = [turn_from(r) for r in recs]
         hit = [i for i, t in enumerate(turns) if t.turn_id in gone]
         if not hit:
             continue

@@ -56,12 +56,14 @@ def meta_digest(meta: dict) -> str:
                                      separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
-def _turn_record(t: Turn) -> dict:
+def turn_record(t: Turn) -> dict:
+    """A turn as the bank files store it (``units.json``; a forget's journal too)."""
     return {"id": t.turn_id, "speaker": t.speaker, "text": t.text, "session": t.session,
             "timestamp": t.timestamp, "time": t.time.isoformat() if t.time else None, "caption": t.caption}
 
 
-def _turn_from(r: dict) -> Turn:
+def turn_from(r: dict) -> Turn:
+    """The turn of a :func:`turn_record`."""
     return Turn(r["id"], r["speaker"], r["text"], int(r["session"]), r["timestamp"],
                 datetime.fromisoformat(r["time"]) if r.get("time") else None, r.get("caption"))
 
@@ -128,7 +130,7 @@ def write_bank_files(bank: Bank, d: Path) -> None:
     save_file(tensors, str(d / TENSORS))
     _fsync_file(d / TENSORS)
     with open(d / UNITS, "w", encoding="utf-8") as f:
-        json.dump([_turn_record(t) for t in bank.turns], f, ensure_ascii=False)
+        json.dump([turn_record(t) for t in bank.turns], f, ensure_ascii=False)
         f.flush()
         os.fsync(f.fileno())
     if layered:
@@ -242,7 +244,7 @@ def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = No
         stats = meta.get("stats", {})
         facts, profiles, sources = _read_layers(path / LAYERS, meta["layers"]) if layered else ((), (), {})
         bank = Bank(
-            bank_id=meta["bank_id"], turns=[_turn_from(r) for r in units],
+            bank_id=meta["bank_id"], turns=[turn_from(r) for r in units],
             thread_offsets=t["thread_offsets"], heads=list(meta["heads"]), head_kind=list(meta["head_kind"]),
             unit_vecs=t["unit_vecs"], head_vecs=t["head_vecs"], edge_src=t["edge_src"], edge_dst=t["edge_dst"],
             edge_w=t["edge_w"], edge_kind=t["edge_kind"], encoder_id=meta["encoder_id"],
