@@ -1,11 +1,18 @@
-"""TriMem's query planning: the key-information step and the target-query step.
+"""TriMem's query planning: the key-information step and the target-query step, and the
+follow-up step of planned TrawMem (``select.planned``).
 
 For each question, two structured LLM calls (batched over all questions): the key information
 (keywords, persons, time expression, location, entities) and one to three focused search
 queries. The original question is always the first query, and at most ``MAX_QUERIES`` are kept.
 Without an LLM both steps are skipped and the question is the only query; a step whose reply is
 still malformed after one retry, or whose request failed, falls back the same way for that
-question (``QueryPlan.fallback`` says which step fell back).
+question (``QueryPlan.fallback`` says which step fell back). ``key_info=False`` skips the first
+step (a caller that reads only the searches: planned TrawMem).
+
+The follow-up step (:func:`follow_up_queries`) is one more structured call per question, given
+the question and the text of the workspace found so far: at most ``MAX_FOLLOW_UPS`` searches for
+evidence the workspace still lacks (none is a valid answer), searches already made left out;
+a reply still malformed after one retry, or a failed request, gives None (no follow-up).
 """
 from __future__ import annotations
 
@@ -19,6 +26,10 @@ from .prompts import PromptSet
 
 MAX_QUERIES = 3
 """Searches per question, the original question included (the paper: one to three)."""
+MAX_FOLLOW_UPS = 2
+"""Follow-up searches per question (:func:`follow_up_queries`)."""
+MAX_WORKSPACE_CHARS = 12_000
+"""Most characters of a workspace's text the follow-up prompt shows (the rest is cut, marked)."""
 
 
 @dataclass(frozen=True)
@@ -77,15 +88,34 @@ def parse_key_info(text: Optional[str]) -> Optional[dict]:
             "entities": _strs(obj.get("entities"))}
 
 
-def parse_queries(text: Optional[str], question: str) -> Optional[tuple[str, ...]]:
-    """The searches of a reply, the question first, at most ``MAX_QUERIES``; None when malformed."""
+def _query_list(text: Optional[str]) -> Optional[tuple[str, ...]]:
+    """The searches a reply lists (``{"queries": [...]}`` or a bare list), whitespace collapsed and
+    deduplicated; None when malformed."""
     obj = extract_json(text)
     if isinstance(obj, dict):
         obj = obj.get("queries", obj.get("search_queries"))
     if not isinstance(obj, list):
         return None
-    qs = [question] + [q for q in _strs(obj) if q.casefold() != question.casefold()]
+    return _strs(obj)
+
+
+def parse_queries(text: Optional[str], question: str) -> Optional[tuple[str, ...]]:
+    """The searches of a reply, the question first, at most ``MAX_QUERIES``; None when malformed."""
+    got = _query_list(text)
+    if got is None:
+        return None
+    qs = [question] + [q for q in got if q.casefold() != question.casefold()]
     return tuple(qs[:MAX_QUERIES])
+
+
+def parse_follow_ups(text: Optional[str], asked: Sequence[str]) -> Optional[tuple[str, ...]]:
+    """The follow-up searches of a reply, those in ``asked`` (casefolded) left out, at most
+    ``MAX_FOLLOW_UPS`` (an empty tuple: nothing is missing); None when malformed."""
+    got = _query_list(text)
+    if got is None:
+        return None
+    seen = {a.casefold() for a in asked}
+    return tuple(q for q in got if q.casefold() not in seen)[:MAX_FOLLOW_UPS]
 
 
 def _structured(llm: LLMBackend, convs: list, parse, desc: str, max_tokens: int) -> list:
@@ -101,18 +131,21 @@ def _structured(llm: LLMBackend, convs: list, parse, desc: str, max_tokens: int)
 
 
 def plan_queries(questions: Sequence[str], llm: Optional[LLMBackend], prompts: PromptSet | None = None, *,
-                 max_tokens: int = 256) -> list[QueryPlan]:
+                 max_tokens: int = 256, key_info: bool = True) -> list[QueryPlan]:
     """One plan per question (module docstring); ``llm`` None gives the plain plans. A failure of
-    the LLM layer itself (an unreachable server after its retries) also falls back, per step."""
+    the LLM layer itself (an unreachable server after its retries) also falls back, per step.
+    ``key_info=False``: the target-query step only (no keywords, persons, time or location)."""
     if llm is None or not questions:
         return [plain_plan(q) for q in questions]
     from ..errors import TrawmemError
 
     ps = prompts or PromptSet()
     qs = list(questions)
+    keys: list = [{}] * len(qs)
     try:
-        keys = _structured(llm, [ps.key_info.messages(question=q) for q in qs],
-                           lambda i, t: parse_key_info(t), "trimem-key-info", max_tokens)
+        if key_info:
+            keys = _structured(llm, [ps.key_info.messages(question=q) for q in qs],
+                               lambda i, t: parse_key_info(t), "trimem-key-info", max_tokens)
     except TrawmemError:
         keys = [None] * len(qs)
     try:
@@ -125,3 +158,24 @@ def plan_queries(questions: Sequence[str], llm: Optional[LLMBackend], prompts: P
         fb = tuple(n for n, v in (("key_info", k), ("target_query", s)) if v is None)
         out.append(QueryPlan(question=q, queries=s or (q,), planned=not fb, fallback=fb, **(k or {})))
     return out
+
+
+def follow_up_queries(questions: Sequence[str], workspaces: Sequence[str], asked: Sequence[Sequence[str]],
+                      llm: LLMBackend, prompts: PromptSet | None = None, *,
+                      max_tokens: int = 256) -> list[Optional[tuple[str, ...]]]:
+    """The follow-up searches of each question (module docstring): ``workspaces`` the text of each
+    question's workspace so far, ``asked`` the searches already made; None where the step fell
+    back (malformed after one retry, or the request failed)."""
+    if not questions:
+        return []
+    from ..errors import TrawmemError
+
+    ps = prompts or PromptSet()
+    cut = "\n[... the rest of the workspace is left out]"
+    texts = [w if len(w) <= MAX_WORKSPACE_CHARS else w[:MAX_WORKSPACE_CHARS] + cut for w in workspaces]
+    convs = [ps.follow_up.messages(question=q, workspace=w.strip() or "(nothing found)")
+             for q, w in zip(questions, texts)]
+    try:
+        return _structured(llm, convs, lambda i, t: parse_follow_ups(t, asked[i]), "trawmem-follow-up", max_tokens)
+    except TrawmemError:
+        return [None] * len(questions)

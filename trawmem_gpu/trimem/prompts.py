@@ -4,7 +4,9 @@ build or an evolution step uses.
 The extraction and profile prompts are what TextGrad evolution edits (``trimem.evolve``); an
 evolved set is a JSON file (``save_prompt_set`` / ``load_prompt_set``, ``build --prompts FILE``)
 whose templates must keep their placeholders. The planning prompts (key information, target
-queries) and the critique prompts stay fixed.
+queries, and the follow-up searches of planned TrawMem, ``select.planned``) and the critique
+prompts stay fixed: evolution scores a prompt set by the memory it builds, which the planning
+prompts do not touch.
 """
 from __future__ import annotations
 
@@ -106,6 +108,23 @@ TARGET_QUERY = Prompt(
     ),
 )
 
+FOLLOW_UP = Prompt(
+    name="trawmem_follow_up",
+    version="1",
+    fields=("question", "workspace"),
+    json_mode=True,
+    template=(
+        "A memory of past conversations was searched for the question below; the excerpts found so "
+        "far follow it.\n\nQuestion: $question\n\nExcerpts:\n$workspace\n\n"
+        "Work out which pieces of evidence the question needs (each part of a question with several "
+        "parts; a second fact that a found excerpt points to: a person, event, object or date it "
+        "names) and which of them the excerpts do not hold yet. Write at most two focused search "
+        "queries for the missing evidence, each naming what to find rather than repeating the "
+        "question; write none when the excerpts already hold everything the question needs.\n\n"
+        'Reply with JSON only: {"queries": ["<query>", ...]}'
+    ),
+)
+
 CRITIQUE = Prompt(
     name="trimem_critique",
     version="1",
@@ -121,7 +140,24 @@ CRITIQUE = Prompt(
     ),
 )
 
-APPLY_CRITIQUE = Prompt(
+APPLY_FOLLOW_UP = Prompt(
+    name="trawmem_follow_up",
+    version="1",
+    fields=("question", "workspace"),
+    json_mode=True,
+    template=(
+        "A memory of past conversations was searched for the question below; the excerpts found so "
+        "far follow it.\n\nQuestion: $question\n\nExcerpts:\n$workspace\n\n"
+        "Work out which pieces of evidence the question needs (each part of a question with several "
+        "parts; a second fact that a found excerpt points to: a person, event, object or date it "
+        "names) and which of them the excerpts do not hold yet. Write at most two focused search "
+        "queries for the missing evidence, each naming what to find rather than repeating the "
+        "question; write none when the excerpts already hold everything the question needs.\n\n"
+        'Reply with JSON only: {"queries": ["<query>", ...]}'
+    ),
+)
+
+CRITIQUE = Prompt(
     name="trimem_apply_critique",
     version="1",
     fields=("prompt_name", "prompt", "critiques", "placeholders"),
@@ -147,6 +183,7 @@ class PromptSet:
     profile_update: Prompt = PROFILE_UPDATE
     key_info: Prompt = KEY_INFO
     target_query: Prompt = TARGET_QUERY
+    follow_up: Prompt = FOLLOW_UP
 
     def describe(self) -> dict:
         """name / version / sha of every prompt, for result files and bank stats."""
