@@ -246,7 +246,8 @@ def banks_cache_dir() -> str:
 
 
 def add_method(p: argparse.ArgumentParser, trimem_llm: bool = True) -> None:
-    """``--method`` (and TriMem's ``--plan-llm`` where ``trimem_llm``)."""
+    """``--method`` (and the planning LLM ``--plan-llm`` of TriMem and planned TrawMem, with
+    ``--follow-up``, where ``trimem_llm``)."""
     p.add_argument("--method", choices=["trawmem", "cosine", "bm25", "hybrid", "full", "trimem"], default="trawmem",
                    help="selection method (trimem: TriMem's facts, their source turns and profiles; needs banks "
                         "built with --facts)")
@@ -254,8 +255,13 @@ def add_method(p: argparse.ArgumentParser, trimem_llm: bool = True) -> None:
         from .llm.spec import SPEC_HELP
 
         p.add_argument("--plan-llm", help=f"with --method trimem: the LLM of TriMem's key-information and "
-                                          f"target-query steps, {SPEC_HELP} (default: none, the question is the "
-                                          "only search)")
+                                          "target-query steps; with --method trawmem: planned TrawMem, the "
+                                          "engine's picks for each of the planner's searches merged into one "
+                                          f"workspace; {SPEC_HELP} (default: none, the question is the only search)")
+        p.add_argument("--follow-up", action="store_true",
+                       help="with --method trawmem --plan-llm: a second stage, one more LLM call per question "
+                            "with its workspace so far, for at most 2 searches for evidence it still lacks, whose "
+                            "picks fill the last quarter of the budget")
 
 
 def add_engine(p: argparse.ArgumentParser) -> None:

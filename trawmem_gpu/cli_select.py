@@ -53,13 +53,23 @@ def _check_question(q: str) -> str:
     return q.strip()
 
 
+def _check_plan_flags(a) -> None:
+    """``--plan-llm`` / ``--follow-up`` only where they apply (a one-line ``InputError`` else)."""
+    spec = getattr(a, "plan_llm", None)
+    if getattr(a, "follow_up", False) and not (spec and a.method == "trawmem"):
+        raise InputError("--follow-up needs --method trawmem with --plan-llm")
+    if spec and a.method not in ("trimem", "trawmem"):
+        raise InputError(f"--plan-llm applies to --method trimem or trawmem, not {a.method}")
+    if spec and a.method == "trawmem" and getattr(a, "engine", "batched") != "batched":
+        raise InputError("--plan-llm with --method trawmem runs the batched engine; drop --engine reference")
+
+
 def _plan_llm(a):
-    """TriMem's planning LLM from ``--plan-llm`` (checked, cached), or None."""
+    """The planning LLM of TriMem or planned TrawMem from ``--plan-llm`` (checked, cached), or None."""
+    _check_plan_flags(a)
     spec = getattr(a, "plan_llm", None)
     if not spec:
         return None
-    if a.method != "trimem":
-        raise InputError("--plan-llm applies to --method trimem only")
     from .llm_factory import llm_from_args, llm_options
 
     return llm_from_args(spec, check=True, **llm_options(a))
@@ -124,20 +134,50 @@ def _query_ranked(a, q: str, qp):
     return SelectedWorkspace.of(got.view, q, got.units, "none", False), {"plan": got.plan.to_dict()}
 
 
+def _query_planned(a, q: str, cfg, qp, plan_llm):
+    """``(workspace, extra JSON fields)`` of ``query --method trawmem --plan-llm``: planned TrawMem
+    (``select.planned``) over the one bank's unit view for ``--units``, on the engine ``query``
+    uses without a plan."""
+    from .config import BuildConfig
+    from .encode import get_encoder
+    from .memory import SelectedWorkspace
+    from .memory.core import served_engine
+    from .select.planned import planned_select
+
+    bank = _query_bank(a)
+    enc = get_encoder(BuildConfig.from_dict(bank.build_config).encoder if bank.build_config else "minilm")
+    if enc.id != bank.encoder_id:
+        raise InputError(f"bank was encoded with {bank.encoder_id!r}, the configured encoder is {enc.id!r}")
+    served = served_engine({bank.bank_id: bank}, cfg, head=_load_head(a.head), units=a.units)
+    z = enc.encode([q], is_query=True)
+    (got,) = planned_select(served.engine, [(bank.bank_id, q)], z, qp, llm=plan_llm, follow_up=a.follow_up,
+                            encode=lambda xs: enc.encode(xs, is_query=True))
+    ws = SelectedWorkspace.of(served.bank(bank.bank_id), q, got.units, cfg.headings, False)
+    return ws, {"plan": got.to_dict()}
+
+
 def cmd_query(a) -> int:
     """One question through the Memory core: the engine, picks and workspace of ``Memory.select``
     and of the server (a lone bank directory gets the same engine over that one bank); ``--method``
-    trimem or a baseline through :func:`_query_ranked`."""
+    trimem or a baseline through :func:`_query_ranked`, planned TrawMem (``--plan-llm``) through
+    :func:`_query_planned`."""
     from .memory import Memory, SelectedWorkspace
     from .memory.core import pick, served_engine
     from .store import Collection, load_bank
 
     q = _check_question(a.question)
+    _check_plan_flags(a)
     cfg, qp = _select_config(a)
     extra = {}
     p = Path(a.bank)
     if a.method != "trawmem":
         ws, extra = _query_ranked(a, q, qp)
+    elif a.plan_llm:
+        plan_llm = _plan_llm(a)
+        try:
+            ws, extra = _query_planned(a, q, cfg, qp, plan_llm)
+        finally:
+            plan_llm.close()
     elif (p / "meta.json").exists():
         from .config import BuildConfig
         from .encode import get_encoder
@@ -186,7 +226,7 @@ def cmd_eval(a) -> int:
         plan = _plan_llm(a)
         res = run_eval(a.data, a.method, cfg, categories=a.categories, engine=a.engine, head=head,
                        bank_cache=a.banks, keep_records=True, dayfirst=a.dayfirst, params=qp, units=a.units,
-                       facts=a.facts, plan_llm=plan)
+                       facts=a.facts, plan_llm=plan, follow_up=a.follow_up)
         if answer is not None:
             add_answer_metrics(res, a, answer_backend=answer, judge_backend=judge)
     finally:

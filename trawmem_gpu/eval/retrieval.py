@@ -185,12 +185,14 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
              head=None, progress: bool = True, bank_cache: str | Path | None = None,
              keep_records: bool = True, banks_and_convs=None, query_vecs=None, dayfirst: bool = False,
              params: QueryParams | None = None, units=("turns",), facts: str | None = None, plan_llm=None,
-             prompts=None) -> dict:
+             prompts=None, follow_up: bool = False) -> dict:
     """Select for every question of ``categories`` and score against the gold evidence, every
     question with the query parameters ``params`` (B, H, T; None = the defaults).
 
     ``method="trimem"`` (``trimem.method``) needs banks with facts; ``plan_llm`` is its planning
     LLM (None: the question is the only search) and ``prompts`` its ``trimem.prompts.PromptSet``.
+    ``method="trawmem"`` with a ``plan_llm``: planned TrawMem (``select.planned``, the batched
+    engine only), its second stage with ``follow_up``; each record then has its ``plan``.
 
     ``build_cfg=None`` builds with the defaults, or takes the build config of the banks already
     in ``bank_cache`` (``--banks``); banks that do not match the data are refused (``banks_for``).
@@ -204,6 +206,13 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
 
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {METHODS}")
+    planned = method == "trawmem" and plan_llm is not None
+    if plan_llm is not None and method not in ("trawmem", "trimem"):
+        raise ConfigError(f"`plan_llm` applies to method trimem or trawmem, not {method}")
+    if planned and engine != "batched":
+        raise ConfigError("`plan_llm` with method trawmem runs the batched engine; set `engine` to batched")
+    if follow_up and not planned:
+        raise ConfigError("`follow_up` needs method trawmem with a `plan_llm`")
     from ..data import require_locomo
 
     if banks_and_convs is None:
@@ -252,7 +261,7 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     picks: list[list[int]] = []
     t_each: list[float] = []
     render_bank = dict(bank_of)  # what each record's workspace is rendered from (trimem: unit views)
-    trimem_plans = None
+    trimem_plans = plan_picks = None
     if method == "trimem":
         from ..trimem.method import TriMemRankers, trimem_select
 
@@ -270,7 +279,14 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
 
         eng = SelectionEngine(banks, cfg, head=head)
         t0 = time.perf_counter()
-        picks = eng.select_units([b for b, _ in items], [q.question for _, q in items], Z, params=qp)
+        if planned:
+            from ..select.planned import planned_select
+
+            got = planned_select(eng, [(b, q.question) for b, q in items], Z, qp, llm=plan_llm, prompts=prompts,
+                                 follow_up=follow_up, encode=lambda xs: encoder.encode(xs, is_query=True))
+            picks, plan_picks = [p.units for p in got], got
+        else:
+            picks = eng.select_units([b for b, _ in items], [q.question for _, q in items], Z, params=qp)
         t_sel = time.perf_counter() - t0
         t_each = [t_sel / max(1, len(items))] * len(items)
     else:
@@ -296,6 +312,8 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
             records[-1].update(layer_scores([t for b in ws.blocks for t in b.units], q.evidence))
         if trimem_plans is not None:
             records[-1]["plan"] = trimem_plans[n]
+        if plan_picks is not None:
+            records[-1]["plan"] = plan_picks[n].to_dict()
     t_asm = time.perf_counter() - t0
     agg = aggregate(records, categories=categories,
                     keys=("evidence_recall", "all_evidence_hit", "context_tokens") + (LAYER_KEYS if layered else ()))
@@ -326,6 +344,10 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
                          "prompts": (prompts or PromptSet()).describe(),
                          "planned": sum(bool(p["planned"]) for p in trimem_plans),
                          "plan_fallbacks": sum(bool(p["fallback"]) for p in trimem_plans)}
+    if plan_picks is not None:
+        from ..select.planned import plan_summary
+
+        out["plan"] = plan_summary(plan_picks, plan_llm, prompts) | {"follow_up": follow_up}
     if keep_records:
         out["records"] = records
     return out
