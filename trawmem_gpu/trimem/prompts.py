@@ -140,24 +140,7 @@ CRITIQUE = Prompt(
     ),
 )
 
-APPLY_FOLLOW_UP = Prompt(
-    name="trawmem_follow_up",
-    version="1",
-    fields=("question", "workspace"),
-    json_mode=True,
-    template=(
-        "A memory of past conversations was searched for the question below; the excerpts found so "
-        "far follow it.\n\nQuestion: $question\n\nExcerpts:\n$workspace\n\n"
-        "Work out which pieces of evidence the question needs (each part of a question with several "
-        "parts; a second fact that a found excerpt points to: a person, event, object or date it "
-        "names) and which of them the excerpts do not hold yet. Write at most two focused search "
-        "queries for the missing evidence, each naming what to find rather than repeating the "
-        "question; write none when the excerpts already hold everything the question needs.\n\n"
-        'Reply with JSON only: {"queries": ["<query>", ...]}'
-    ),
-)
-
-CRITIQUE = Prompt(
+APPLY_CRITIQUE = Prompt(
     name="trimem_apply_critique",
     version="1",
     fields=("prompt_name", "prompt", "critiques", "placeholders"),
