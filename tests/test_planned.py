@@ -220,6 +220,37 @@ def test_follow_up_fills_the_rest_of_the_budget(server, sample):
     llm.close()
 
 
+def test_a_batch_costs_one_encoder_and_one_engine_call_per_stage(server, sample):
+    bank, enc = sample
+    eng = SelectionEngine([bank], device="cpu")
+    qs = ["How did Ana's knee do in the race?", "Where did Clara move for her job?", "What did Ben cook?"]
+    Z = enc.encode(qs, is_query=True)
+
+    def model(messages):
+        text, q = messages[0]["content"], None
+        if text.startswith(("Plan searches", "A memory of past conversations was searched")):
+            q = _question(messages)
+        if text.startswith("Plan searches"):
+            return json.dumps({"queries": [q, f"{q.split()[2]} plans", "the weekend"]})  # one search shared
+        if q is not None:
+            return json.dumps({"queries": [f"{q.split()[2]} later", "the weekend", "a third one"]})
+        return None
+
+    llm = _backend(server, model)
+    c = Counted(eng, lambda xs: enc.encode(xs, is_query=True))
+    qp = QueryParams(budget=None, token_budget=300)
+    got = planned_select(eng, [(bank.bank_id, q) for q in qs], Z, qp, encode=c.encode, llm=llm, follow_up=True)
+    assert (c.encodes, c.selects) == (2, 2)
+    first, second = c.encoded
+    assert sorted(first) == sorted({g.plan.queries[k] for g in got for k in (1, 2)}) and len(first) == 4
+    assert all(g.follow_ups[0].endswith("later") and len(g.follow_ups) == 2 for g in got)  # at most 2 kept
+    assert "the weekend" not in second  # already searched by every plan
+    costs = token_costs(bank, eng.cfg.headings)
+    assert all(costs.cost(g.units, bank.unit_thread) <= 300 for g in got)
+    assert all(assemble(bank, q, g.units, eng.cfg.headings).n_tokens <= 300 for q, g in zip(qs, got))
+    llm.close()
+
+
 def test_malformed_replies_fall_back_and_are_counted(server, sample):
     bank, enc = sample
     eng = SelectionEngine([bank], device="cpu")
