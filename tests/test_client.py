@@ -178,6 +178,11 @@ def test_bad_client_arguments_name_the_field():
             c.forget("b", "S1:1")
         with pytest.raises(InputError, match="turn_ids"):
             c.forget("b", [])
+        # turns are checked before anything is sent (the address has no server)
+        with pytest.raises(InputError, match=r"turns\[1\]\.bank_id: 'c' is not the bank"):
+            c.append("b", [_turn("n1"), {**_turn("n2"), "bank_id": "c"}])
+        with pytest.raises(InputError, match=r"turns\[0\]: expected a dict or an object with turn_id"):
+            c.append("b", [3])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 
 from trawmem_gpu.data import load_conversations, load_jsonl, load_locomo, sample_path
 from trawmem_gpu.data.evidence import parse_evidence
-from trawmem_gpu.data.jsonl import REQUIRED
+from trawmem_gpu.data.jsonl import REQUIRED, turn_from_record
 from trawmem_gpu.data.types import EvidenceRepairs
 from trawmem_gpu.errors import InputError
 
@@ -471,3 +471,18 @@ def test_dev_file_counts(dev_path):
     for c in convs:
         total.add(c.repairs)
     assert sum(total.as_dict().values()) > 0  # the dev data has dirty ids; they are counted
+
+
+def test_record_of_is_what_the_loader_reads_back():
+    """``record_of`` (what ``Memory.add`` and the client send) gives the record a turn came from."""
+    from trawmem_gpu.data.jsonl import record_of
+
+    for rec in (_rec("t1"), _rec("t2", caption="a photo of a boat"), {**_rec("t3"), "session": 4}):
+        _, turn = turn_from_record(rec)
+        back = record_of(turn, bank_id="b1")
+        assert turn_from_record({**back, "bank_id": "b1"}) == ("b1", turn)
+        assert record_of(rec, bank_id="b1") == {k: v for k, v in rec.items() if k != "bank_id"}
+    with pytest.raises(InputError, match=r"turns\[2\]\.bank_id: 'b1' is not the bank"):
+        record_of(_rec("t1"), "turns[2]", "b9")
+    with pytest.raises(InputError, match="turns: expected a dict or an object with turn_id"):
+        record_of(object(), "turns")

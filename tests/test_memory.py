@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from trawmem_gpu.data import load_conversations, sample_path
+from trawmem_gpu.data.jsonl import record_of
 from trawmem_gpu.errors import ConfigError, DuplicateTurns, InputError, TrawmemError, UnknownBank
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,9 +30,8 @@ def sample():
     return load_conversations(sample_path())[0]
 
 
-def _records(turns):
-    return [{"turn_id": t.turn_id, "speaker": t.speaker, "text": t.text, "timestamp": t.timestamp,
-             "session": t.session, **({"caption": t.caption} if t.caption else {})} for t in turns]
+def _records(turns, bank_id=None):
+    return [record_of(t) for t in turns]
 
 
 def test_import_is_light_until_memory_is_used():
@@ -80,15 +80,17 @@ def test_add_creates_then_appends_and_equals_a_build(tmp_path, sample):
     assert got.heads == full.heads and np.array_equal(got.thread_offsets, full.thread_offsets)
     assert mem.banks() == [{"bank_id": "ana-ben", "n_units": 33, "n_threads": full.n_threads, "n_sessions": 3,
                             "first_date": "2024-03-02T10:15:00", "last_date": "2024-04-22T09:05:00"}]
-    again = mem.add("ana-ben", [{k: v for k, v in r.items() if k != "session"} for r in _records(sample.turns[:1])])
+    again = mem.add("ana-ben", [{k: v for k, v in r.items() if k != "session"} for r in _records(sample.turns[:1], "ana-ben")])
     assert again["appended"] == 0 and again["already_stored"] == [sample.turns[0].turn_id]  # a retry is safe
     with pytest.raises(DuplicateTurns, match="already holds turn ids .* with other content"):
         mem.add("ana-ben", [{**{k: v for k, v in r.items() if k != "session"}, "text": "Other words."}
-                            for r in _records(sample.turns[:1])])
+                            for r in _records(sample.turns[:1], "ana-ben")])
     with pytest.raises(InputError, match=r"turns\[0\]: missing field 'speaker'"):
         mem.add("ana-ben", [{"turn_id": "n1", "text": "x", "timestamp": "2031-01-01"}])
-    with pytest.raises(InputError, match="expected a dict or a Turn"):
+    with pytest.raises(InputError, match=r"turns\[0\]: expected a dict or an object with turn_id"):
         mem.add("ana-ben", [3])
+    with pytest.raises(InputError, match=r"turns\[0\]\.bank_id: 'other' is not the bank"):  # a record for another bank
+        mem.add("ana-ben", [{**_records(sample.turns[:1], "ana-ben")[0], "bank_id": "other", "turn_id": "n9"}])
     assert mem._core.registry.get("ana-ben").n_units == 33  # nothing added by the refused calls
     # a second Memory over the same directory sees what the first wrote
     assert Memory(tmp_path / "m").banks() == mem.banks()

@@ -175,3 +175,19 @@ def test_serve_method_trimem(env, server):
     ids = [u["id"] for u in body["units"]]
     assert any(i.startswith("F:") for i in ids) and "D2:2" in ids and body["n_tokens"] <= 150
     assert "[F:" in body["text"] and "## " not in body["text"]  # no thread headings
+
+
+def test_update_does_not_extract_again_a_fact_the_bank_already_states(env, server, capsys):
+    """``build --update --facts llm`` hands the stored facts to the extraction: a new turn that
+    restates a stored fact word for word adds no second copy of it; a new sentence is added."""
+    first = write_locomo(env / "d1.json", [S1], QA[:2])
+    assert _build(env, server, first) == 0
+    again = [S1[1], ("Ana", "Rex learned to fetch the paper.")]  # Ben's line said again, and a new one
+    full = write_locomo(env / "d2.json", [S1, again], QA[:2])
+    assert main(["build", "--input", str(full), "--out", str(env / "coll"), "--update", "--llm", server.base_url,
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    facts = Collection(env / "coll").load("conv-x").facts
+    texts = [f.text for f in facts]
+    assert len(texts) == len(set(texts))  # without the stored facts, Ben's sentence came twice
+    assert [f.source_turns for f in facts if f.session == "2"] == [("D2:2",)]

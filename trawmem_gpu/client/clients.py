@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 import httpx
 
+from ..data.jsonl import record_of
 from ..errors import InputError
 from .errors import ServerError, Unreachable, _error_of, retry_after_s
 from .results import AppendResult, BankInfo, BankList, ForgetResult, SelectResult, _from
@@ -62,18 +63,6 @@ def _select_body(bank_id: str, question: str, budget, hops, token_budget, date, 
     return body
 
 
-def _turn(t) -> dict:
-    """A turn as the append route takes it: a dict, or an object with the turn's fields."""
-    if isinstance(t, dict):
-        return t
-    d = {k: getattr(t, k) for k in ("turn_id", "speaker", "text", "timestamp", "caption", "session")
-         if getattr(t, k, None) is not None}
-    if not d:
-        raise InputError(f"turns: expected dicts or objects with turn_id, speaker, text and timestamp, "
-                         f"got {type(t).__name__}")
-    return d
-
-
 def _path_id(x) -> str:
     return quote(str(x), safe="")
 
@@ -114,7 +103,7 @@ class _Base:
 
     @staticmethod
     def _append_call(bank_id, turns) -> _Call:
-        return _Call("POST", f"/v1/banks/{_path_id(bank_id)}/turns", {"turns": [_turn(t) for t in turns]}, bank_id)
+        return _Call("POST", f"/v1/banks/{_path_id(bank_id)}/turns", {"turns": [record_of(t, f"turns[{i}]", bank_id) for i, t in enumerate(turns)]}, bank_id)
 
     @staticmethod
     def _forget_call(bank_id, turn_ids) -> _Call:

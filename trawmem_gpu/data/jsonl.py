@@ -11,6 +11,8 @@ Lines are split on ``\\n`` only: U+2028 / U+2029 and other separators are legal 
 strings. Each line is decoded as UTF-8 on its own, so a bad byte is reported with its line.
 
 :func:`turn_from_record` checks one record; a server that appends turns uses it directly.
+:func:`record_of` is the other way: a turn as such a record carries it (without ``bank_id``), what
+``Memory.add`` and the HTTP client send.
 """
 from __future__ import annotations
 
@@ -22,6 +24,28 @@ from .fields import EmptyTurn, id_field, make_turn
 from .types import Conversation, Turn
 
 REQUIRED = ("bank_id", "turn_id", "speaker", "text", "timestamp")
+TURN_FIELDS = ("turn_id", "speaker", "text", "timestamp", "session", "caption")
+"""The fields of a record that describe the turn (all but ``bank_id``)."""
+
+
+def record_of(t, where: str = "turn", bank_id: str | None = None) -> dict:
+    """A turn as a record carries it, without ``bank_id``: a dict as given (a ``bank_id`` in it must
+    be ``bank_id`` and is dropped), or a :class:`Turn` or any object with the turn's fields as
+    attributes (those that are set; an empty caption is left out). The fields themselves are
+    checked where the record is read (:func:`turn_from_record`).
+
+    :raises InputError: not a dict nor an object with turn fields, or a dict for another bank
+    """
+    if isinstance(t, dict):
+        if "bank_id" in t and bank_id is not None and t["bank_id"] != bank_id:
+            raise InputError(f"{where}.bank_id: {t['bank_id']!r} is not the bank the turns are added to ({bank_id!r})")
+        return {k: v for k, v in t.items() if k != "bank_id"}
+    rec = {k: getattr(t, k) for k in TURN_FIELDS if getattr(t, k, None) not in (None, "") or
+           (k == "text" and getattr(t, k, None) == "")}
+    if not {"turn_id", "speaker"} & rec.keys():
+        raise InputError(f"{where}: expected a dict or an object with turn_id, speaker, text and timestamp, "
+                         f"got {type(t).__name__}")
+    return rec
 
 
 def turn_from_record(rec, where: str = "record", *, prev: Turn | None = None,

@@ -124,7 +124,8 @@ def attach_facts(banks: list[Bank], source: str, encoder, *, input_path=None, ll
                 new_ids = {t.turn_id for t in add}
                 first = next(i for i, t in enumerate(turns) if t.turn_id in new_ids)
                 turns = turns[max(0, first - OVERLAP):]
-            facts, st = extract_facts(turns, llm, window=window or WINDOW, overlap=OVERLAP, prompts=prompts)
+            facts, st = extract_facts(turns, llm, window=window or WINDOW, overlap=OVERLAP, prompts=prompts,
+                                      existing=b.facts if new_ids is not None else ())
             for k, v in st.items():
                 if isinstance(v, (int, float)):
                     stats[k] = stats.get(k, 0) + v

@@ -6,11 +6,15 @@ the build (``facts.build.attach_facts``) relies on:
 
 * ``conversation_turns``: the turns to extract from, in source order (on ``--update``, the new turns
   only, with up to ``overlap`` turns before them as context);
+* ``existing``: on ``--update``, the bank's stored facts: a sentence one of them already states is
+  not extracted again (TriMem's rule, ``trimem.extract``);
 * returns ``(facts, stats)``: :class:`~trawmem_gpu.facts.schema.Fact` records whose
   ``source_turns`` are ids of ``conversation_turns`` and whose ids are unique among themselves
   (the build renumbers them bank-unique), and a dict of counts (windows, malformed, retried, ...).
 """
 from __future__ import annotations
+
+from typing import Sequence
 
 from ..data.types import Turn
 from ..trimem.extract import OVERLAP, WINDOW  # noqa: F401 (the build's window defaults)
@@ -19,8 +23,9 @@ from .schema import Fact
 
 
 def extract_facts(conversation_turns: list[Turn], backend, *, window: int = WINDOW, overlap: int = OVERLAP,
-                  prompts=None) -> tuple[list[Fact], dict]:
+                  prompts=None, existing: Sequence[Fact] = ()) -> tuple[list[Fact], dict]:
     """Atomic facts of ``conversation_turns`` by the LLM ``backend`` (see the module docstring);
     ``prompts``: a ``trimem.prompts.PromptSet`` (``build --prompts``; None: the built-in prompts)."""
-    facts, st = trimem_extract(list(conversation_turns), backend, prompts, window=window, overlap=overlap)
+    facts, st = trimem_extract(list(conversation_turns), backend, prompts, window=window, overlap=overlap,
+                               existing=existing)
     return facts, {k: v for k, v in st.to_dict().items() if k != "prompt"}

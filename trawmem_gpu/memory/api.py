@@ -21,6 +21,7 @@ from datetime import date as _date, datetime
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from ..data.jsonl import record_of
 from ..data.types import Turn
 from ..errors import InputError, UnknownBank
 from .result import SelectedWorkspace
@@ -35,20 +36,11 @@ class _Default:
 _UNSET = _Default()
 
 
-def _records(turns) -> list[dict]:
-    """Turn dicts (the JSONL fields without ``bank_id``) from dicts or :class:`Turn` objects."""
+def _records(turns, bank_id: str) -> list[dict]:
+    """Turn records (:func:`~trawmem_gpu.data.jsonl.record_of`) of one turn or a list of them."""
     if isinstance(turns, (dict, Turn)):
         turns = [turns]
-    out = []
-    for i, t in enumerate(turns):
-        if isinstance(t, Turn):
-            out.append({"turn_id": t.turn_id, "speaker": t.speaker, "text": t.text, "timestamp": t.timestamp,
-                        "session": t.session, **({"caption": t.caption} if t.caption else {})})
-        elif isinstance(t, dict):
-            out.append({k: v for k, v in t.items() if k != "bank_id"})
-        else:
-            raise InputError(f"turns[{i}]: expected a dict or a Turn, got {type(t).__name__}")
-    return out
+    return [record_of(t, f"turns[{i}]", bank_id) for i, t in enumerate(turns)]
 
 
 def _date_of(d, where: str) -> datetime | None:
@@ -158,7 +150,7 @@ class Memory:
         """
         from .core import bank_summary
 
-        res = self._core.append(bank_id, _records(turns), llm=self.llm)
+        res = self._core.append(bank_id, _records(turns, bank_id), llm=self.llm)
         prepared = self._core.engines.prepare(res.bank)  # the slow part, outside the engine lock
         with self._lock:
             self._core.sync_engine(bank_id, prepared)
