@@ -72,11 +72,15 @@ def has_entity_term() -> bool:
 
 
 def fold_weights(data: dict) -> dict:
-    """The learned affinity per fold (fitted on the other 11), cached by the data files' hashes."""
+    """The learned affinity per fold (fitted on the other 11), cached by the data files' hashes and
+    the feature list."""
     from trawmem_gpu.head.relevance import cross_validate
     from trawmem_gpu.paths import file_sha256
 
-    key = hashlib.sha256("".join(file_sha256(d.path) for d in data.values()).encode()).hexdigest()[:16]
+    from trawmem_gpu.select.config import RELEVANCE_FEATURES
+
+    key = hashlib.sha256(("".join(file_sha256(d.path) for d in data.values()) + ",".join(RELEVANCE_FEATURES))
+                         .encode()).hexdigest()[:16]
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "trawmem_gpu" / f"fold_weights_{key}.json"
     if cache.exists():
         return {g: tuple(w) for g, w in json.loads(cache.read_text()).items()}

@@ -98,7 +98,7 @@ def test_the_cli_maps_fields_to_its_own_flags():
 
 def test_a_cli_error_still_names_the_flag(sample_coll, tmp_path, capsys):
     bad = tmp_path / "w.json"
-    bad.write_text('{"format": "trawmem-affinity-weights", "features": ["cos"], "weights": [1, 2]}')
+    bad.write_text('{"format": "trawmem-affinity-weights", "features": ["bm25"], "weights": [1, 2]}')
     assert main(["query", "--bank", str(sample_coll), "--question", "hi", "--affinity-weights", str(bad)]) == 2
     err = _err(capsys)
     assert f"--affinity-weights {bad}: fitted for the features" in err and "`" not in err.split("`trawmem")[0]

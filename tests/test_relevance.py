@@ -23,8 +23,9 @@ from trawmem_gpu.select.params import QueryParams
 from trawmem_gpu.select.context import BankContext
 from trawmem_gpu.select.engine import SelectionEngine
 from trawmem_gpu.select.reference import select_reference
-from trawmem_gpu.select.steps.relevance import (affinity_from_logits, date_match, learned_affinity, logits,
-                                                relevance_features, relevance_static, speakers_named)
+from trawmem_gpu.select.steps.relevance import (WORDS_CAP, affinity_from_logits, date_match, learned_affinity,
+                                                logits, relevance_features, relevance_static, speakers_named,
+                                                words_feature)
 from trawmem_gpu.select.text_features import relative_dates
 
 COL = {n: i for i, n in enumerate(RELEVANCE_FEATURES)}
@@ -33,7 +34,8 @@ COL = {n: i for i, n in enumerate(RELEVANCE_FEATURES)}
 def _dated_bank():
     """Two sessions (10 and 40 days before 2023-06-01), speakers Ann and Bob."""
     day = datetime(2023, 6, 1)
-    texts = ["Ann adopted a cat", "Bob likes jazz", "the cat is grey", "yesterday we hiked", "Bob sold a car"]
+    texts = ["Ann adopted a cat", "Bob likes jazz", "the cat is grey", "yesterday we hiked",
+             "Bob sold a car " + "and then " * 12]
     ses = [1, 1, 1, 2, 2]
     turns = [Turn(f"D{s}:{i}", "Ann" if i % 2 == 0 else "Bob", t, s, "x",
                   day - timedelta(days=10 if s == 1 else 40)) for i, (t, s) in enumerate(zip(texts, ses))]
@@ -67,6 +69,8 @@ def test_features_on_a_hand_made_bank():
     # no question date, or no relative time: the date feature is 0
     assert date_match(st.time, q, float("nan")) is None
     assert date_match(st.time, "What did Bob sell?", now.timestamp()) is None
+    # words: log(1 + words), capped at WORDS_CAP (the last text has 4 + 24 words)
+    np.testing.assert_array_equal(F[:, COL["words"]], np.log1p([4, 3, 4, 3, WORDS_CAP]))
 
 
 def test_question_cues():
@@ -87,7 +91,7 @@ def test_sigmoid_normalization():
 
 
 def test_config_checks_relevance_weights():
-    with pytest.raises(ConfigError, match="`relevance_weights` must be 12 finite numbers"):
+    with pytest.raises(ConfigError, match=f"`relevance_weights` must be {len(RELEVANCE_FEATURES) + 1} finite numbers"):
         SelectConfig(relevance_weights=(1.0, 2.0))
     with pytest.raises(ConfigError, match="finite"):
         SelectConfig(relevance_weights=(float("nan"),) * (len(RELEVANCE_FEATURES) + 1))
@@ -130,7 +134,7 @@ def test_engine_agrees_with_reference(seed, backend):
         half = b.n_units // 2
         b.turns = [Turn(t.turn_id, t.speaker, t.text, t.session, "x",
                         datetime(2023, 5, 1) + timedelta(days=30 if i >= half else 0)) for i, t in enumerate(b.turns)]
-    w = tuple(rng.normal(size=len(RELEVANCE_FEATURES) + 1) * np.r_[[2, 2, 200, 200, 10, 10, 2, 2, 2, 50, 2], 1])
+    w = tuple(rng.normal(size=len(RELEVANCE_FEATURES) + 1) * np.r_[[2, 2, 200, 200, 10, 10, 2, 2, 2, 50, 2, 2], 1])
     cfg, qp = SelectConfig(affinity="learned", relevance_weights=w), QueryParams(budget=5)
     ids, qs, zs, dates = [], [], [], []
     stems = ["What did Ann do two weeks ago", "When did Bob", "Which lake last month", "Did Ann and Bob"]
@@ -229,7 +233,7 @@ def test_train_affinity_cli_and_weights_file(tmp_path, dev_path, capsys):
     assert main(["query", "--bank", str(bank), "--question", "Where does Clara live?",
                  "--affinity-weights", str(out), "--json"]) == 0
     bad = tmp_path / "bad.json"
-    bad.write_text('{"format": "trawmem-affinity-weights", "features": ["cos"], "weights": [1, 2]}')
+    bad.write_text('{"format": "trawmem-affinity-weights", "features": ["bm25"], "weights": [1, 2]}')
     for f, msg in ((bad, "fitted for the features"), (tmp_path / "none.json", "file not found")):
         with pytest.raises(Exception, match=msg):
             load_weights(f)
@@ -246,3 +250,28 @@ def _sample_collection(tmp_path):
 
     assert main(["build", "--input", str(sample_path()), "--out", str(out), "--quiet"]) == 0
     return out
+
+
+def test_a_weights_file_of_fewer_features_reads_with_zero_for_the_later_ones(tmp_path):
+    """A file fitted before a feature was added (its features a prefix of this version's) gives the
+    affinity it was fitted as: weight 0 for the features it lacks; any other list is an error."""
+    import json
+
+    from trawmem_gpu.head.relevance import load_weights
+
+    old = list(RELEVANCE_FEATURES[:-1])
+    f = tmp_path / "old.json"
+    f.write_text(json.dumps({"format": "trawmem-affinity-weights", "features": old,
+                             "weights": [float(i + 1) for i in range(len(old))] + [-3.0]}))
+    w = load_weights(f)
+    assert w == tuple(float(i + 1) for i in range(len(old))) + (0.0, -3.0) and len(w) == len(RELEVANCE_FEATURES) + 1
+    for bad in (old[1:], old[::-1], []):
+        f.write_text(json.dumps({"format": "trawmem-affinity-weights", "features": bad, "weights": [1.0] * (len(bad) + 1)}))
+        with pytest.raises(Exception, match="fitted for the features"):
+            load_weights(f)
+
+
+def test_words_feature_counts_text_and_caption():
+    t = [Turn("a", "Ann", "two words", 1, "x", None, "a red boat"), Turn("b", "Bob", "", 1, "x", None, "photo"),
+         Turn("c", "Ann", "  spaced\tout\n words ", 1, "x", None)]
+    np.testing.assert_array_equal(words_feature(t), np.log1p([5, 1, 3]))

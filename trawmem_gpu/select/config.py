@@ -45,7 +45,7 @@ ROLES = ("anchor", "bridge", "context")
 PAPER_HOPS = 2
 """H of the paper's configuration (``SelectConfig.paper``), a per-query choice."""
 RELEVANCE_FEATURES = ("cos", "bm25", "rrf_cos", "rrf_bm25", "top_cos", "top_bm25", "speaker_named", "temporal_match",
-                      "context_cos", "context_rrf", "date_match")
+                      "context_cos", "context_rrf", "date_match", "words")
 """Features of the ``learned`` affinity, in the order of ``relevance_weights`` (defined in
 ``steps/relevance.py``)."""
 WEIGHTS_PATH = Path(__file__).with_name("affinity_weights.json")

@@ -148,8 +148,9 @@ def front_tables(snap: Snapshot) -> FrontTables:
 
 def _learned_tables(snap: Snapshot):
     n = snap.np
-    rel = n["rel_idx"] if n["rel_idx"].shape[1] == 3 else np.zeros((1, 3), np.int64)
-    return step3r.LearnedTables(rel, n["temporal"])
+    if n["rel_idx"].shape[1] != 3:  # an engine without the learned affinity's tables
+        return step3r.LearnedTables(np.zeros((1, 3), np.int64), n["temporal"], np.zeros(1))
+    return step3r.LearnedTables(n["rel_idx"], n["temporal"], n["rel_words"])
 
 
 def stage_tables(snap: Snapshot) -> StageTables:

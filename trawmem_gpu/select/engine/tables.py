@@ -88,7 +88,8 @@ class BankInfo:
 TABLES = (
     ("unit_vecs", "unit", "float", 0), ("unit_thread", "unit", "int", 0), ("head_sim", "unit", "float", 0),
     ("temporal", "unit", "float", 0), ("position", "unit", "float", 0), ("d_in", "unit", "float", 0),
-    ("attrs", "unit", "float64", 0), ("rel_idx", "unit", "int", -1), ("tok_unit", "unit", "float", 0),
+    ("attrs", "unit", "float64", 0), ("rel_idx", "unit", "int", -1), ("rel_words", "unit", "float64", 0),
+    ("tok_unit", "unit", "float", 0),
     ("linked", "unit", "float", 0),
     ("head_vecs", "thread", "float", 0), ("nbr", "thread", "int", -1), ("nbw", "thread", "float", 0),
     ("tok_head", "thread", "float", 0), ("tok_hrun", "thread", "int", 0),
@@ -116,6 +117,7 @@ def build_bank(bank: Bank, cfg, layout: Layout) -> tuple[BankInfo, dict[str, np.
         st = relevance_static(bank, temporal)
         speakers = st.speakers
         a["rel_idx"] = np.stack([st.speaker, st.prev, st.next], axis=1)
+        a["rel_words"] = st.words
     a["nbr"], a["nbw"] = _neighbours(bank, cfg.semantic_edges)
     costs = token_costs(bank, cfg.headings) if layout.tokens else None
     if costs is not None:

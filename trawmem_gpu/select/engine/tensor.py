@@ -322,7 +322,8 @@ def _learned_affinity(snap: Snapshot, cfg, batch: QueryBatch, cos: Tensor, umask
     live = umask[:, :, None]
     idx = torch.where(live, idx, torch.tensor([0, -1, -1], device=dev))
     time = snap.t["attrs"][uid][:, :, 0]
-    rows = step3r.RelevanceRows(idx[:, :, 0], idx[:, :, 1], idx[:, :, 2], snap.t["temporal"][uid].to(dt), time)
+    words = torch.where(umask, snap.t["rel_words"][uid].to(dt), torch.zeros((), dtype=dt, device=dev))
+    rows = step3r.RelevanceRows(idx[:, :, 0], idx[:, :, 1], idx[:, :, 2], snap.t["temporal"][uid].to(dt), time, words)
     infos = [snap.infos[int(b)] for b in batch.bidx]
     S = max(1, max(len(i.speakers) for i in infos))
     named = np.zeros((len(infos), S))

@@ -21,6 +21,10 @@ set, a person or a topic (:data:`RELEVANCE_FEATURES`, in this order):
                     ago", "last month"): max over those times of exp(-|age(v) - age| / tolerance)
                     with age(v) = days from v's date to the question's (``text_features.relative_dates``);
                     0 without a question date
+``words``           log(1 + min(words of v, ``WORDS_CAP``)): how much v says, up to about a
+                    sentence (its text and image caption, split on white space). Short replies
+                    ("Wow, great!") seldom hold evidence; past a sentence, more words are not more
+                    relevance, and a token budget pays for them already
 ==================  ==========================================================================
 
 Exactness: the features are elementwise IEEE operations on the cosines, BM25 scores and ranks
@@ -49,6 +53,8 @@ from .candidates import order_desc, order_desc_bits
 
 TOP_K = 5.0
 """The k of the ``top_*`` rank features."""
+WORDS_CAP = 20
+"""Words past which the ``words`` feature stops growing (about one sentence)."""
 
 
 class RelevanceStatic(NamedTuple):
@@ -65,6 +71,14 @@ class RelevanceStatic(NamedTuple):
     """[N] float64 1 where the unit's text holds a temporal expression."""
     time: np.ndarray
     """[N] float64 the unit's date in POSIX seconds (NaN when the source gave none)."""
+    words: np.ndarray
+    """[N] float64 the ``words`` feature (:func:`words_feature`)."""
+
+
+def words_feature(turns) -> np.ndarray:
+    """``[N]`` float64 log(1 + min(words, WORDS_CAP)) of each unit's text and caption."""
+    n = [len(f"{t.text or ''} {t.caption or ''}".split()) for t in turns]
+    return np.log1p(np.minimum(np.asarray(n, dtype=np.float64), float(WORDS_CAP)))
 
 
 def relevance_static(bank, temporal: np.ndarray | None = None) -> RelevanceStatic:
@@ -83,7 +97,7 @@ def relevance_static(bank, temporal: np.ndarray | None = None) -> RelevanceStati
         prev, nxt = _layered_context(turns, ses)
     return RelevanceStatic(np.array([pos[t.speaker] for t in turns], dtype=np.int64), speakers, prev, nxt,
                            temporal_flags([t.text for t in turns]) if temporal is None else temporal,
-                           np.array([date_seconds(t.time) for t in turns], dtype=np.float64))
+                           np.array([date_seconds(t.time) for t in turns], dtype=np.float64), words_feature(turns))
 
 
 def _layered_context(turns, ses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -156,7 +170,7 @@ def relevance_features(st: RelevanceStatic, cos: np.ndarray, bm25: np.ndarray, q
     return np.stack([cos, bm25 / mx if mx > 0 else np.zeros_like(bm25), rrf_c, rrf_b, 1.0 / (TOP_K + rc),
                      np.where(pos, 1.0 / (TOP_K + rb), 0.0), speakers_named(question, st.speakers)[st.speaker],
                      z_temp * st.temporal, _context(cos, st), _context(rrf_c + rrf_b, st),
-                     dm if dm is not None else np.zeros(len(cos))], axis=-1)
+                     dm if dm is not None else np.zeros(len(cos)), st.words], axis=-1)
 
 
 def logits(F, w) -> np.ndarray | Tensor:
@@ -214,6 +228,8 @@ class RelevanceRows(NamedTuple):
     next: Tensor
     temporal: Tensor
     time: Tensor
+    words: Tensor
+    """the ``words`` feature (0 on padding)."""
 
 
 def learned_affinity_torch(cos: Tensor, umask: Tensor, lex: Tensor, rows: RelevanceRows, named: Tensor,
@@ -244,7 +260,7 @@ def learned_affinity_torch(cos: Tensor, umask: Tensor, lex: Tensor, rows: Releva
         dm[q, :len(col)] = torch.as_tensor(col, dtype=cos.dtype, device=cos.device)
     F = torch.stack([cos, torch.where(mx > 0, lex / torch.where(mx > 0, mx, 1.0), zero), rrf_c, rrf_b,
                      1.0 / (TOP_K + rc), torch.where(pos, 1.0 / (TOP_K + rb), zero), torch.gather(named, 1, rows.speaker),
-                     z_temp[:, None] * rows.temporal, context(cos), context(rrf_c + rrf_b), dm], dim=-1)
+                     z_temp[:, None] * rows.temporal, context(cos), context(rrf_c + rrf_b), dm, rows.words], dim=-1)
     s = logits(F, torch.as_tensor(cfg.relevance_weights, dtype=cos.dtype, device=cos.device))
     if s.device.type == "cpu":  # the reference's exponential: same bits
         alpha = torch.from_numpy(affinity_from_logits(s.numpy(), umask.sum(dim=1).numpy())).to(cos.dtype)
@@ -258,10 +274,12 @@ def learned_affinity_torch(cos: Tensor, umask: Tensor, lex: Tensor, rows: Releva
 # compiled (numba, one query at a time): the engine's compiled front
 # ----------------------------------------------------------------------------------------------
 class LearnedTables(NamedTuple):
-    """Per stored unit: ``rel_idx [units, 3]`` (speaker, previous, next: bank-local) and the temporal flag."""
+    """Per stored unit: ``rel_idx [units, 3]`` (speaker, previous, next: bank-local), the temporal
+    flag and the ``words`` feature."""
 
     rel_idx: np.ndarray
     temporal: np.ndarray
+    words: np.ndarray
 
 
 class LearnedQueries(NamedTuple):
@@ -355,7 +373,8 @@ def learned_row(vals, m, bm, bmbits, u0, tab, lq, q, alpha, s, rc, rb):  # pragm
         sc = sc + ctx_cos * w[8]
         sc = sc + ctx_rrf * w[9]
         sc = sc + (lq.dm[do + j] if do >= 0 else 0.0) * w[10]
-        sc = sc + w[11]
+        sc = sc + tab.words[g] * w[11]
+        sc = sc + w[12]
         p = 1.0 / (1.0 + math.exp(-sc))
         rb[j] = p  # rb's rank is not read again after unit j (only earlier units' ranks were)
         if p > pmax:
