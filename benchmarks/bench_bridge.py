@@ -63,6 +63,30 @@ def role_variants() -> list:
 ANCHORS, ANCHOR_WEIGHT = 2, 0.5
 
 
+def dev_parser(doc: str, T: str = "400,800") -> argparse.ArgumentParser:
+    """The arguments every bridge benchmark takes: ``--locomo``, ``--lme`` (the dev sets, read in
+    place), ``--T`` (token budgets, default ``T``) and ``--out-dir``."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--locomo", type=Path, default=harness.dev_data("locomo"))
+    ap.add_argument("--lme", type=Path, default=harness.dev_data("longmemeval"))
+    ap.add_argument("--T", default=T)
+    ap.add_argument("--out-dir", type=Path)
+    return ap
+
+
+def dev_checked(a) -> argparse.Namespace:
+    """``a`` with both dev sets checked (a clear error naming the flag) and ``out_dir`` resolved."""
+    harness.require_data(a.locomo, "locomo", "--locomo")
+    harness.require_data(a.lme, "longmemeval", "--lme")
+    a.out_dir = harness.results_dir(a.out_dir)
+    return a
+
+
+def dev_sets(a) -> dict:
+    """Both dev sets of :func:`dev_parser`'s arguments, by name."""
+    return {"locomo": Dataset("locomo", a.locomo), "longmemeval": Dataset("longmemeval", a.lme)}
+
+
 def has_entity_term() -> bool:
     """Whether the entity-coverage term is in the tree (``git apply docs/examples/entity-coverage-term.patch``:
     measured here, not shipped); without it the ``w_ent`` variants are left out."""
@@ -215,20 +239,14 @@ def nested(data: dict, rows: dict, T: int, labels: list[str]) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--locomo", type=Path, default=harness.dev_data("locomo"))
-    ap.add_argument("--lme", type=Path, default=harness.dev_data("longmemeval"))
-    ap.add_argument("--T", default="400,800,1600")
+    ap = dev_parser(__doc__, "400,800,1600")
     ap.add_argument("--lme-T", help="budgets of the roles part on LongMemEval (default: --T)")
     ap.add_argument("--parts", default=",".join(PARTS))
-    ap.add_argument("--out-dir", type=Path)
     a = ap.parse_args()
     parts = set(a.parts.split(","))
     if parts - set(PARTS):
         ap.error(f"--parts: unknown part {sorted(parts - set(PARTS))[0]!r}; choose from {', '.join(PARTS)}")
-    harness.require_data(a.locomo, "locomo", "--locomo")
-    harness.require_data(a.lme, "longmemeval", "--lme")
-    a.out_dir = harness.results_dir(a.out_dir)
+    dev_checked(a)
     with harness.pin_threads(1):
         return run(a, parts, [int(x) for x in a.T.split(",")])
 
@@ -237,7 +255,7 @@ def run(a, parts: set, Ts: list[int]) -> int:
     from bridge_report import markdown, plot
 
     t_all = time.perf_counter()
-    data = {"locomo": Dataset("locomo", a.locomo), "longmemeval": Dataset("longmemeval", a.lme)}
+    data = dev_sets(a)
     res: dict = {"protocol": __doc__, "machine": harness.machine()}
     W = fold_weights(data) if parts - {"paper"} else None
     cache: dict = {}

@@ -26,16 +26,14 @@ Writes ``bridge_features.json`` and ``bridge_features.md`` under ``--out-dir`` (
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import harness
 import numpy as np
-from bench_bridge import TARGET_CAT, compare
-from equal_tokens_bench.data import Dataset, fixed_setting, select, trawmem_setting
+from bench_bridge import TARGET_CAT, compare, dev_checked, dev_parser, dev_sets
+from equal_tokens_bench.data import fixed_setting, select, trawmem_setting
 from equal_tokens_bench.stats import records, summary
 
 VARIANTS = {"base": (), "len": ("len",), "cap20": ("cap20",), "cap40": ("cap40",), "cap20+q": ("cap20", "q"),
@@ -122,23 +120,17 @@ def run_variant(data: dict, cols: tuple, Ts: list[int], W_shipped) -> dict:
 def main() -> int:
     from bench_bridge import fold_weights
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--locomo", type=Path, default=harness.dev_data("locomo"))
-    ap.add_argument("--lme", type=Path, default=harness.dev_data("longmemeval"))
-    ap.add_argument("--T", default="400,800")
+    ap = dev_parser(__doc__, "400,800")
     ap.add_argument("--variants", default=",".join(VARIANTS))
-    ap.add_argument("--out-dir", type=Path)
     a = ap.parse_args()
     names = a.variants.split(",")
     if set(names) - set(VARIANTS):
         ap.error(f"--variants: unknown {sorted(set(names) - set(VARIANTS))[0]!r}; choose from {', '.join(VARIANTS)}")
-    harness.require_data(a.locomo, "locomo", "--locomo")
-    harness.require_data(a.lme, "longmemeval", "--lme")
-    out_dir = harness.results_dir(a.out_dir)
+    out_dir = dev_checked(a).out_dir
     Ts = [int(x) for x in a.T.split(",")]
     t0 = time.perf_counter()
     with harness.pin_threads(1):
-        data = {"locomo": Dataset("locomo", a.locomo), "longmemeval": Dataset("longmemeval", a.lme)}
+        data = dev_sets(a)
         W_shipped = fold_weights(data)  # the engine's defaults (features with words), fold by fold
         base = {}
         for T in Ts:

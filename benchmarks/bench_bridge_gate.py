@@ -37,7 +37,6 @@ Writes ``bridge_gate.json``, ``bridge_gate.md`` and ``bridge_gate.png`` under ``
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -47,7 +46,7 @@ from pathlib import Path
 
 import harness
 import numpy as np
-from bench_bridge import TARGET_CAT, compare, fold_weights, nested
+from bench_bridge import TARGET_CAT, compare, dev_checked, dev_parser, dev_sets, fold_weights, nested
 from bench_bridge_pool import fmt, reference_picks
 from equal_tokens_bench.data import Dataset, fixed_setting, select, trawmem_setting
 from equal_tokens_bench.stats import records, summary
@@ -136,29 +135,23 @@ def signals_of(ds: Dataset, W, k: int) -> list[dict]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--locomo", type=Path, default=harness.dev_data("locomo"))
-    ap.add_argument("--lme", type=Path, default=harness.dev_data("longmemeval"))
-    ap.add_argument("--T", default="400,800")
+    ap = dev_parser(__doc__, "400,800")
     ap.add_argument("--M", default="8,16,32")
     ap.add_argument("--fresh", action="store_true", help="recompute the cached picks")
-    ap.add_argument("--out-dir", type=Path)
     a = ap.parse_args()
     from trawmem_gpu.select.config import SelectConfig
 
     if "pool_top_affinity" not in SelectConfig.__dataclass_fields__:
         ap.error("needs SelectConfig.pool_top_affinity, which the package does not ship: "
                  "git apply docs/examples/pool-top-affinity.patch")
-    harness.require_data(a.locomo, "locomo", "--locomo")
-    harness.require_data(a.lme, "longmemeval", "--lme")
-    a.out_dir = harness.results_dir(a.out_dir)
+    dev_checked(a)
     with harness.pin_threads(1):
         return run(a, [int(x) for x in a.T.split(",")], [int(x) for x in a.M.split(",")])
 
 
 def run(a, Ts: list[int], Ms: list[int]) -> int:
     t_all = time.perf_counter()
-    data = {"locomo": Dataset("locomo", a.locomo), "longmemeval": Dataset("longmemeval", a.lme)}
+    data = dev_sets(a)
     W = fold_weights(data)
     key = code_key(data, W)
     actions = [f"M={m}" for m in Ms] + ["fill"]

@@ -29,14 +29,12 @@ Writes ``bridge_headroom.json``, ``bridge_headroom.md`` and ``bridge_headroom.pn
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
-from pathlib import Path
 
 import harness
 import numpy as np
-from bench_bridge import TARGET_CAT, fold_weights
+from bench_bridge import TARGET_CAT, dev_checked, dev_parser, dev_sets, fold_weights
 from equal_tokens_bench.data import Dataset, fixed_setting, select, trawmem_setting
 from equal_tokens_bench.stats import records, summary
 
@@ -210,19 +208,13 @@ def plot(res: dict):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--locomo", type=Path, default=harness.dev_data("locomo"))
-    ap.add_argument("--lme", type=Path, default=harness.dev_data("longmemeval"))
-    ap.add_argument("--T", default="400,800,1600")
-    ap.add_argument("--out-dir", type=Path)
+    ap = dev_parser(__doc__, "400,800,1600")
     a = ap.parse_args()
-    harness.require_data(a.locomo, "locomo", "--locomo")
-    harness.require_data(a.lme, "longmemeval", "--lme")
-    out_dir = harness.results_dir(a.out_dir)
+    out_dir = dev_checked(a).out_dir
     Ts = [int(x) for x in a.T.split(",")]
     t0 = time.perf_counter()
     with harness.pin_threads(1):
-        data = {"locomo": Dataset("locomo", a.locomo), "longmemeval": Dataset("longmemeval", a.lme)}
+        data = dev_sets(a)
         W = fold_weights(data)
         res = {"protocol": __doc__, "machine": harness.machine(), "command": harness.command(), "sets": {}}
         for n, ds in data.items():

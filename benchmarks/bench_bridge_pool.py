@@ -13,14 +13,12 @@ and scores it on the fold. Writes ``bridge_pool.json`` under ``--out-dir`` (one 
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
-from pathlib import Path
 
 import harness
 import numpy as np
-from bench_bridge import TARGET_CAT, compare, fold_weights, nested
+from bench_bridge import TARGET_CAT, compare, dev_checked, dev_parser, dev_sets, fold_weights, nested
 from equal_tokens_bench.data import Dataset, fixed_setting, select, trawmem_setting
 from equal_tokens_bench.stats import records, summary
 
@@ -60,29 +58,25 @@ def reference_picks(ds: Dataset, W, T: int, source: str = "affinity", **kw) -> t
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--locomo", type=Path, default=harness.dev_data("locomo"))
-    ap.add_argument("--lme", type=Path, default=harness.dev_data("longmemeval"))
-    ap.add_argument("--T", default="400,800")
+    ap = dev_parser(__doc__, "400,800")
     ap.add_argument("--lme-T", default="400,800")
     ap.add_argument("--M", default="8,16,32")
     ap.add_argument("--sets", default="locomo,longmemeval")
     ap.add_argument("--source", choices=("affinity", "hybrid", "affinity-low-r"), default="affinity",
                     help="which ranking the added units come from (hybrid: a prototype; affinity-low-r: the "
                          "affinity's, an added thread's r~ the lowest of H_q's, a prototype)")
-    ap.add_argument("--out-dir", type=Path)
     a = ap.parse_args()
     from trawmem_gpu.select.config import SelectConfig
 
     if "pool_top_affinity" not in SelectConfig.__dataclass_fields__:
         ap.error("needs SelectConfig.pool_top_affinity, which the package does not ship: "
                  "git apply docs/examples/pool-top-affinity.patch")
-    a.out_dir = harness.results_dir(a.out_dir)
+    dev_checked(a)
     Ms = [int(x) for x in a.M.split(",")]
     paths = {"locomo": a.locomo, "longmemeval": a.lme}
     with harness.pin_threads(1):
         data = {n: Dataset(n, paths[n]) for n in a.sets.split(",")}
-        W = fold_weights({"locomo": Dataset("locomo", a.locomo), "longmemeval": Dataset("longmemeval", a.lme)})
+        W = fold_weights(dev_sets(a))
         Ts = {"locomo": [int(x) for x in a.T.split(",")], "longmemeval": [int(x) for x in a.lme_T.split(",")]}
         cache: dict = {}
         res = {"protocol": __doc__, "machine": harness.machine(), "source": a.source, "cells": {}}
