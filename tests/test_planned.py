@@ -376,3 +376,24 @@ def test_eval_plan_llm_needs_the_batched_engine(coll, server, capsys):
     err = capsys.readouterr().err.strip()
     assert re.search(r"--plan-llm with --method trawmem runs the batched engine", err) and "Traceback" not in err
     assert not (tmp / "r.json").exists()
+
+
+def test_memory_with_a_plan_llm_selects_what_the_cli_does(coll, server, capsys):
+    """``Memory(plan_llm=...)``: the same workspace as ``query --plan-llm`` (the planner's search
+    brings its unit in), its searches on the result; without a plan LLM the plain selection."""
+    from trawmem_gpu import Memory
+
+    tmp, _ = coll
+    capsys.readouterr()
+    assert main(["query", "--bank", str(tmp / "coll"), "--question", "What breed is Rex?", "--budget", "3", "--json",
+                 "--plan-llm", server.base_url, "--follow-up"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    llm = OpenAIHTTPBackend(server.base_url, model="test-model-a", max_retries=0)
+    ws = Memory(tmp / "coll", plan_llm=llm, follow_up=True).select("conv-x", "What breed is Rex?", budget=3)
+    assert set(ws.unit_ids) == set(cli["units"]) and "D2:1" in ws.unit_ids
+    assert ws.searches == ("What breed is Rex?", "the harbour office", "Rex chewed boots")
+    assert ws.to_dict()["searches"] == list(ws.searches)
+    plain = Memory(tmp / "coll").select("conv-x", "What breed is Rex?", budget=3)
+    assert plain.searches == () and "searches" not in plain.to_dict() and "D2:1" not in plain.unit_ids
+    with pytest.raises(ConfigError, match="`follow_up` needs a `plan_llm`"):
+        Memory(tmp / "coll", follow_up=True)

@@ -23,7 +23,7 @@ from typing import Iterable, Sequence
 
 from ..data.jsonl import record_of
 from ..data.types import Turn
-from ..errors import InputError, UnknownBank
+from ..errors import ConfigError, InputError, UnknownBank
 from .result import SelectedWorkspace
 
 class _Default:
@@ -77,6 +77,11 @@ class Memory:
         LLM segmentation or heads: ``add`` re-segments and writes heads with it, ``forget`` too
     :param embedding_cache: keep vectors in the on-disk embedding cache (True: the default one
         under ``TRAWMEM_CACHE``, or a file path); off by default
+    :param plan_llm: an LLM backend for planned TrawMem (``select.planned``, docs/method.md): it
+        writes each question's searches (TriMem's target-query step) and TrawMem selects for each;
+        None (the default): the question is the only search
+    :param follow_up: with ``plan_llm``, one more LLM call per question asks for the evidence its
+        first workspace still lacks
     :raises BankError: the directory is not a collection (or a damaged one)
     :raises ConfigError: the encoder is not the collection's
     """
@@ -84,10 +89,13 @@ class Memory:
     def __init__(self, path: str | Path, *, encoder=None, method=None, budget: int | None = _UNSET,
                  token_budget: int | None = None, hops: int | None = None, threads: int | None = None,
                  caches: Iterable[str | Path] = (), head=None, only: Iterable[str] | None = None,
-                 create: bool = True, embedding_cache: bool | str = False, llm=None, units=("turns",)):
+                 create: bool = True, embedding_cache: bool | str = False, llm=None, units=("turns",),
+                 plan_llm=None, follow_up: bool = False):
         from ..select.params import QueryParams, unit_cap
         from .core import MemoryCore
 
+        if follow_up and plan_llm is None:
+            raise ConfigError("`follow_up` needs a `plan_llm`")
         d = QueryParams()
         b = unit_cap(budget, token_budget, d.budget, missing=_UNSET)
         self.defaults = QueryParams(budget=b, token_budget=token_budget, hops=d.hops if hops is None else hops)
@@ -95,6 +103,7 @@ class Memory:
         self._core = MemoryCore(path, encoder=encoder, select_cfg=method, threads=threads, caches=caches, head=head,
                                 owns=owns, create=create, embedding_cache=embedding_cache, units=units)
         self.llm = llm
+        self.plan_llm, self.follow_up = plan_llm, bool(follow_up)
         self._lock = threading.Lock()
         """Held for every engine call and engine refresh."""
         self._assembled = threading.Condition(self._lock)
@@ -248,6 +257,12 @@ class Memory:
                 Z = None
             if Z is None or Z.shape[1] != self._core.dim or not np.isfinite(Z).all():
                 raise InputError(f"vectors: expected {n} finite vectors of {self._core.dim} numbers")
+        plans = None
+        if self.plan_llm is not None:  # the planner's LLM calls, before the engine is held
+            from ..trimem.plan import plan_queries
+
+            plans = plan_queries(qs, self.plan_llm, key_info=False)
+        searches = [()] * n if plans is None else [p.queries for p in plans]
         with self._lock:
             eng = self._core.engines
             for i, b in enumerate(bids):
@@ -255,12 +270,21 @@ class Memory:
                     self._core.sync_engine(b)
                     if b not in eng.banks:
                         raise UnknownBank(b, f"queries[{i}]: " if n > 1 else "")
-            picks, banks, used = pick(eng, bids, qs, Z, ds, [qp] * n)
+            if plans is None:
+                picks, banks, used = pick(eng, bids, qs, Z, ds, [qp] * n)
+            else:
+                from ..select.planned import planned_select
+
+                got = planned_select(eng.engine, list(zip(bids, qs)), Z, qp, llm=self.plan_llm, plans=plans,
+                                     encode=lambda t: self._core.encoder.encode(t, is_query=True),
+                                     follow_up=self.follow_up, dates=ds if any(d is not None for d in ds) else None)
+                picks, banks, used = [g.units for g in got], [eng.bank(b) for b in bids], [d is not None for d in ds]
+                searches = [g.searches for g in got]
             epoch = self._epoch
             self._assembling[epoch] = self._assembling.get(epoch, 0) + 1
         try:
-            return [SelectedWorkspace.of(bank, q, p, self._core.headings, u)
-                    for bank, q, p, u in zip(banks, qs, picks, used)]
+            return [SelectedWorkspace.of(bank, q, p, self._core.headings, u, sr)
+                    for bank, q, p, u, sr in zip(banks, qs, picks, used, searches)]
         finally:
             with self._lock:
                 self._assembling[epoch] -= 1

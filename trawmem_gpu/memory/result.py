@@ -50,6 +50,9 @@ class SelectedWorkspace:
     tokenizer: str = TOKENIZER_NAME
     date_used: bool = False
     """Whether the batch this query ran in carried a date ("now") for the date-dependent terms."""
+    searches: tuple[str, ...] = ()
+    """Planned TrawMem's searches (``Memory(plan_llm=...)``): the question, then the planner's and
+    the follow-ups; empty when the question alone was searched."""
 
     @property
     def unit_ids(self) -> list[str]:
@@ -60,11 +63,12 @@ class SelectedWorkspace:
         return {"bank_id": self.bank_id, "question": self.question, "date_used": self.date_used,
                 "units": [u.__dict__.copy() for u in self.units],
                 "threads": [t.__dict__.copy() for t in self.threads],
-                "text": self.text, "n_tokens": self.tokens, "tokenizer": self.tokenizer}
+                "text": self.text, "n_tokens": self.tokens, "tokenizer": self.tokenizer,
+                **({"searches": list(self.searches)} if self.searches else {})}
 
     @classmethod
     def of(cls, bank: Bank, question: str, units: list[int], headings: Headings,
-           date_used: bool = False) -> "SelectedWorkspace":
+           date_used: bool = False, searches: tuple[str, ...] = ()) -> "SelectedWorkspace":
         """Assemble the picks ``units`` (bank-local indices) of ``bank`` into a workspace."""
         ws = assemble(bank, question, units, headings)
         text = ws.render()
@@ -72,4 +76,4 @@ class SelectedWorkspace:
                    tuple(Unit(t.turn_id, t.speaker, t.text, t.time.isoformat() if t.time else None, t.timestamp,
                               t.caption, b.thread, t.session) for b in ws.blocks for t in b.units),
                    tuple(Thread(b.thread, b.head) for b in ws.blocks), text, count_tokens_cached(text),
-                   date_used=date_used)
+                   date_used=date_used, searches=tuple(searches) if len(searches) > 1 else ())
