@@ -22,7 +22,7 @@ SECRET = "sk-e2e-TopSecret-9876543210"
 SESSIONS = {
     "conv-a": ("Alice", "Bob", [
         ("2:14 pm on 9 May, 2031", [
-            "Hi Bob! Yesterday I adopted a puppy, the answer is a golden retriever named Max.",
+            "Hi Bob! Yesterday I adopted a puppy, a golden retriever named Max.",
             "That's wonderful Alice, what breed is he?",
             "A golden retriever. He loves chasing tennis balls in the park.",
             "I started a pottery class last week, the answer is pottery.",
