@@ -181,6 +181,13 @@ def variant_picks(ds: Dataset, W, T: int, v: dict) -> tuple:
     return select(ds, "trawmem", trawmem_setting(W, T=T, **v))
 
 
+def positions(scores: np.ndarray) -> np.ndarray:
+    """0-based position of every unit in the descending order of ``scores`` (ties to the lower unit)."""
+    pos = np.empty(len(scores), np.int64)
+    pos[np.lexsort((np.arange(len(scores)), -scores))] = np.arange(len(scores))
+    return pos
+
+
 def lost_detail(ds: Dataset, W, T: int, ours: list, theirs: list) -> dict:
     """Multi-hop (or multi-session) questions TrawMem's defaults lose and win against the hybrid
     (all-evidence hit), and for each lost one the gold turns TrawMem misses: affinity rank, in
@@ -207,8 +214,7 @@ def lost_detail(ds: Dataset, W, T: int, ours: list, theirs: list) -> dict:
         cfg, qp = setting(q.group)
         z = np.asarray(q.extra["z"], np.float64)
         a = unit_affinity(ctx, z, q.extra["question"], cfg, date_seconds(q.extra["date"]))
-        pos = np.empty(len(a), np.int64)
-        pos[np.lexsort((np.arange(len(a)), -a))] = np.arange(len(a))
+        pos = positions(a)
         hyb = {int(u): r for r, u in enumerate(ranking("hybrid", ctx, q.extra["question"], z))}
         pool = set(select_reference(ctx, q.extra["question"], z, cfg, qp, keep_internals=True,
                                     now=q.extra["date"]).candidates.tolist())

@@ -43,18 +43,16 @@ N_BASE = 11
 """The features before issue 25: the first 11 of ``RELEVANCE_FEATURES`` (``words`` is the 12th)."""
 
 
-def _words(bank) -> np.ndarray:
-    return np.array([len(f"{t.text or ''} {t.caption or ''}".split()) for t in bank.turns], dtype=np.float64)
-
-
 def columns(bank, cos: np.ndarray, cols: tuple) -> np.ndarray:
     """``[N, len(cols)]`` the variant's columns for one query over ``bank``."""
+    from trawmem_gpu.select.steps.relevance import word_counts
+
     out, T = [], bank.turns
     for c in cols:
         if c == "len":
-            out.append(np.log1p(_words(bank)))
+            out.append(np.log1p(word_counts(T)))
         elif c.startswith("cap"):
-            out.append(np.log1p(np.minimum(_words(bank), float(c[3:]))))
+            out.append(np.log1p(np.minimum(word_counts(T), float(c[3:]))))
         elif c == "q":
             out.append(np.array([float((t.text or "").rstrip().endswith("?")) for t in T]))
         elif c == "qa":

@@ -34,7 +34,7 @@ import time
 
 import harness
 import numpy as np
-from bench_bridge import TARGET_CAT, dev_checked, dev_parser, dev_sets, fold_weights
+from bench_bridge import TARGET_CAT, dev_checked, dev_parser, dev_sets, fold_weights, positions
 from equal_tokens_bench.data import Dataset, fixed_setting, select, trawmem_setting
 from equal_tokens_bench.stats import records, summary
 
@@ -48,13 +48,6 @@ def _rank_of(scores: np.ndarray, u: int, exclude: int) -> int:
     s = scores.astype(np.float64).copy()
     s[exclude] = -np.inf
     return int((s > s[u]).sum() + ((s == s[u]) & (np.arange(len(s)) < u)).sum()) + 1
-
-
-def _positions(scores: np.ndarray) -> np.ndarray:
-    """0-based position of every unit in the descending order of ``scores`` (ties to the lower unit)."""
-    pos = np.empty(len(scores), np.int64)
-    pos[np.lexsort((np.arange(len(scores)), -scores))] = np.arange(len(scores))
-    return pos
 
 
 def question_ranks(ds: Dataset, W) -> list[dict]:
@@ -78,16 +71,16 @@ def question_ranks(ds: Dataset, W) -> list[dict]:
         z = np.asarray(q.extra["z"], np.float64)
         a = unit_affinity(ctx, z, q.extra["question"], cfg, date_seconds(q.extra["date"]))
         E = ctx.bank.unit_vecs.astype(np.float64)
-        pa = _positions(a)
+        pa = positions(a)
         ph = np.empty(len(a), np.int64)
         ph[ranking("hybrid", ctx, q.extra["question"], z)] = np.arange(len(a))
-        pc = _positions(E @ z)
+        pc = positions(E @ z)
         anchor = min(gold, key=lambda g: pa[g])
         top = int(np.argmax(pa == 0))
         cos_anchor = E @ E[anchor]
         lex_anchor = ctx.bm25.scores(ctx.bank.turns[anchor].text)
         cos_top = E @ E[top]
-        pn = _positions(np.where(np.arange(len(a)) == anchor, -np.inf, cos_anchor))  # anchor's neighbours
+        pn = positions(np.where(np.arange(len(a)) == anchor, -np.inf, cos_anchor))  # anchor's neighbours
         far = [{"turn": ctx.bank.turns[g].turn_id, "affinity_rank": int(pa[g]) + 1,
                 "cos_anchor": _rank_of(cos_anchor, g, anchor), "bm25_anchor": _rank_of(lex_anchor, g, anchor),
                 "cos_top_unit": _rank_of(cos_top, g, top)}

@@ -6,6 +6,23 @@ from contextlib import contextmanager
 from pathlib import Path
 
 SAMPLE_BANK = "ana-ben"
+KEYS = {"rw": "key-acme-rw-0123456789", "ro": "key-acme-ro-0123456789", "other": "key-other-rw-0123456789"}
+"""API keys of the tenant tests: acme read-write and read-only (banks ``acme-*``), and another
+tenant (``other-*`` and the sample bank)."""
+
+
+def keys_file(path: Path) -> str:
+    """A keys file of :data:`KEYS` at ``path`` (``ServeConfig.keys_file``)."""
+    import hashlib
+    import json
+
+    h = lambda k: hashlib.sha256(k.encode()).hexdigest()  # noqa: E731
+    path.write_text(json.dumps({"keys": [
+        {"sha256": h(KEYS["rw"]), "tenant": "acme", "banks": ["acme-*"], "access": "read-write"},
+        {"sha256": h(KEYS["ro"]), "tenant": "acme-reader", "banks": ["acme-*"], "access": "read-only"},
+        {"sha256": h(KEYS["other"]), "tenant": "other", "banks": ["other-*", SAMPLE_BANK], "access": "read-write"},
+    ]}))
+    return str(path)
 
 
 def build_sample_collection(path: Path, extra_ids: tuple[str, ...] = ()) -> Path:

@@ -21,7 +21,7 @@ pytest.importorskip("uvicorn", reason="the serve extra is not installed")
 pytest.importorskip("prometheus_client", reason="the serve extra is not installed")
 import httpx  # noqa: E402
 
-from serve_util import SAMPLE_BANK, build_sample_collection, copy_collection, running  # noqa: E402
+from serve_util import KEYS, SAMPLE_BANK, build_sample_collection, copy_collection, keys_file, running  # noqa: E402
 from trawmem_gpu.serve.config import ServeConfig  # noqa: E402
 
 QUESTION = "Why did Ana walk home during her long run?"
@@ -401,17 +401,6 @@ def test_batcher_answers_chunks_together():
 # ----------------------------------------------------------------------------------------------
 # tenants and keys
 # ----------------------------------------------------------------------------------------------
-KEYS = {"rw": "key-acme-rw-0123456789", "ro": "key-acme-ro-0123456789", "other": "key-other-rw-0123456789"}
-
-
-def _keys_file(path: Path) -> str:
-    h = lambda k: hashlib.sha256(k.encode()).hexdigest()  # noqa: E731
-    path.write_text(json.dumps({"keys": [
-        {"sha256": h(KEYS["rw"]), "tenant": "acme", "banks": ["acme-*"], "access": "read-write"},
-        {"sha256": h(KEYS["ro"]), "tenant": "acme-reader", "banks": ["acme-*"], "access": "read-only"},
-        {"sha256": h(KEYS["other"]), "tenant": "other", "banks": ["other-*", SAMPLE_BANK], "access": "read-write"},
-    ]}))
-    return str(path)
 
 
 def _turn(tid, text="We adopted a puppy called Biscuit today.", ts="2024-06-01T10:00:00", **kw):
@@ -420,7 +409,7 @@ def _turn(tid, text="We adopted a puppy called Biscuit today.", ts="2024-06-01T1
 
 def test_auth_matrix(coll, tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
-    cfg = ServeConfig(collection=coll, keys_file=_keys_file(tmp_path / "keys.json"), max_wait_ms=1)
+    cfg = ServeConfig(collection=coll, keys_file=keys_file(tmp_path / "keys.json"), max_wait_ms=1)
     bodies = []
     with running(cfg) as (url, service, _):
         c = httpx.Client(base_url=url, timeout=60)

@@ -3,8 +3,6 @@
 (no trace in the serving process's tables), selections keep answering meanwhile."""
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 
 import pytest
@@ -12,28 +10,17 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
-from serve_util import SAMPLE_BANK, build_sample_collection, running  # noqa: E402
+from serve_util import KEYS, build_sample_collection, keys_file, running  # noqa: E402
 from test_forget import _traces  # noqa: E402
 from trawmem_gpu.serve.config import ServeConfig  # noqa: E402
 
-KEYS = {"rw": "key-acme-rw-0123456789", "ro": "key-acme-ro-0123456789", "other": "key-other-rw-0123456789"}
 MARKER = "qpwk-serve-marker-51d0e7"
-
-
-def _keys_file(path) -> str:
-    h = lambda k: hashlib.sha256(k.encode()).hexdigest()  # noqa: E731
-    path.write_text(json.dumps({"keys": [
-        {"sha256": h(KEYS["rw"]), "tenant": "acme", "banks": ["acme-*"], "access": "read-write"},
-        {"sha256": h(KEYS["ro"]), "tenant": "acme-reader", "banks": ["acme-*"], "access": "read-only"},
-        {"sha256": h(KEYS["other"]), "tenant": "other", "banks": ["other-*", SAMPLE_BANK], "access": "read-write"},
-    ]}))
-    return str(path)
 
 
 def test_forget_routes(tmp_path, monkeypatch):
     monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
     coll = build_sample_collection(tmp_path / "coll", extra_ids=("acme-1", "other-1"))
-    cfg = ServeConfig(collection=str(coll), keys_file=_keys_file(tmp_path / "keys.json"), max_wait_ms=1)
+    cfg = ServeConfig(collection=str(coll), keys_file=keys_file(tmp_path / "keys.json"), max_wait_ms=1)
     with running(cfg) as (url, service, _):
         c = httpx.Client(base_url=url, timeout=120)
 

@@ -83,6 +83,16 @@ def _load_head(path):
     return load_head(path)
 
 
+def _bank_id(a, coll) -> str:
+    """``--bank-id``, or the one bank of ``coll`` when it holds one (``a.bank_id`` set to it)."""
+    if a.bank_id is None:
+        if len(coll) != 1:
+            raise InputError(f"{coll.path} holds {plural(len(coll), 'bank')}; name one with --bank-id "
+                             f"({name_list(coll.bank_ids)})")
+        a.bank_id = coll.bank_ids[0]
+    return a.bank_id
+
+
 def _query_bank(a):
     """The bank ``query`` reads: ``--bank`` itself, or ``--bank-id`` of the collection ``--bank``."""
     from .store import Collection, load_bank
@@ -91,29 +101,31 @@ def _query_bank(a):
     if (p / "meta.json").exists():
         return load_bank(p)
     coll = Collection(p)
-    if a.bank_id is None:
-        if len(coll) != 1:
-            raise InputError(f"{p} holds {plural(len(coll), 'bank')}; name one with --bank-id "
-                             f"({name_list(coll.bank_ids)})")
-        a.bank_id = coll.bank_ids[0]
-    return coll.load(a.bank_id)
+    return coll.load(_bank_id(a, coll))
+
+
+def _bank_encoder(bank):
+    """The query encoder of ``bank``'s build config (MiniLM without one), checked against the bank's."""
+    from .config import BuildConfig
+    from .encode import get_encoder
+
+    enc = get_encoder(BuildConfig.from_dict(bank.build_config).encoder if bank.build_config else "minilm")
+    if enc.id != bank.encoder_id:
+        raise InputError(f"bank was encoded with {bank.encoder_id!r}, the configured encoder is {enc.id!r}")
+    return enc
 
 
 def _query_ranked(a, q: str, qp):
     """``(workspace, extra JSON fields)`` of ``query --method`` trimem or a baseline (TrawMem has
     its own path): TriMem over the bank's facts (planned with ``--plan-llm``), a baseline over its
     unit view for ``--units``."""
-    from .config import BuildConfig
-    from .encode import get_encoder
     from .facts.view import DEFAULT_UNITS, parse_units, unit_view
     from .memory import SelectedWorkspace
 
     bank = _query_bank(a)
     if a.method == "trimem" and parse_units(a.units) != DEFAULT_UNITS:
         raise InputError("--units does not apply to --method trimem (it shows facts, their turns and profiles)")
-    enc = get_encoder(BuildConfig.from_dict(bank.build_config).encoder if bank.build_config else "minilm")
-    if enc.id != bank.encoder_id:
-        raise InputError(f"bank was encoded with {bank.encoder_id!r}, the configured encoder is {enc.id!r}")
+    enc = _bank_encoder(bank)
     z = enc.encode([q], is_query=True)
     if a.method != "trimem":
         from .select.baselines import baseline_units
@@ -138,16 +150,12 @@ def _query_planned(a, q: str, cfg, qp, plan_llm):
     """``(workspace, extra JSON fields)`` of ``query --method trawmem --plan-llm``: planned TrawMem
     (``select.planned``) over the one bank's unit view for ``--units``, on the engine ``query``
     uses without a plan."""
-    from .config import BuildConfig
-    from .encode import get_encoder
     from .memory import SelectedWorkspace
     from .memory.core import served_engine
     from .select.planned import planned_select
 
     bank = _query_bank(a)
-    enc = get_encoder(BuildConfig.from_dict(bank.build_config).encoder if bank.build_config else "minilm")
-    if enc.id != bank.encoder_id:
-        raise InputError(f"bank was encoded with {bank.encoder_id!r}, the configured encoder is {enc.id!r}")
+    enc = _bank_encoder(bank)
     served = served_engine({bank.bank_id: bank}, cfg, head=_load_head(a.head), units=a.units)
     z = enc.encode([q], is_query=True)
     (got,) = planned_select(served.engine, [(bank.bank_id, q)], z, qp, llm=plan_llm, follow_up=a.follow_up,
@@ -179,14 +187,9 @@ def cmd_query(a) -> int:
         finally:
             plan_llm.close()
     elif (p / "meta.json").exists():
-        from .config import BuildConfig
-        from .encode import get_encoder
-
         head = _load_head(a.head)
         bank = load_bank(p)
-        enc = get_encoder(BuildConfig.from_dict(bank.build_config).encoder if bank.build_config else "minilm")
-        if enc.id != bank.encoder_id:
-            raise InputError(f"bank was encoded with {bank.encoder_id!r}, the configured encoder is {enc.id!r}")
+        enc = _bank_encoder(bank)
         z = enc.encode([q], is_query=True)
         picks, banks, used = pick(served_engine({bank.bank_id: bank}, cfg, head=head, units=a.units),
                                   [bank.bank_id], [q], z, [None], [qp])
@@ -194,12 +197,7 @@ def cmd_query(a) -> int:
     else:
         head = _load_head(a.head)
         coll = Collection(p)
-        if a.bank_id is None:
-            if len(coll) != 1:
-                raise InputError(f"{p} holds {plural(len(coll), 'bank')}; name one with --bank-id "
-                                 f"({name_list(coll.bank_ids)})")
-            a.bank_id = coll.bank_ids[0]
-        coll.bank_path(a.bank_id)  # UnknownBank naming what the collection holds
+        coll.bank_path(_bank_id(a, coll))  # UnknownBank naming what the collection holds
         mem = Memory(p, method=cfg, head=head, only=[a.bank_id], create=False, embedding_cache=True, units=a.units)
         ws = mem.select(a.bank_id, q, budget=qp.budget, token_budget=qp.token_budget, hops=qp.hops)
     if a.json:

@@ -112,15 +112,10 @@ class BankInfo:
 
 
 @dataclass(frozen=True)
-class AppendResult:
-    """``POST /v1/banks/{bank_id}/turns``: the bank after the append."""
+class AppendResult(BankInfo):
+    """``POST /v1/banks/{bank_id}/turns``: the bank after the append (its :class:`BankInfo`), and
+    what the append did."""
 
-    bank_id: str
-    n_units: int
-    n_threads: int
-    n_sessions: int
-    first_date: str | None
-    last_date: str | None
     created: bool
     appended: int
     timings: dict[str, float] = field(default_factory=dict)

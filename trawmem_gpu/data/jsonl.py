@@ -40,8 +40,8 @@ def record_of(t, where: str = "turn", bank_id: str | None = None) -> dict:
         if "bank_id" in t and bank_id is not None and t["bank_id"] != bank_id:
             raise InputError(f"{where}.bank_id: {t['bank_id']!r} is not the bank the turns are added to ({bank_id!r})")
         return {k: v for k, v in t.items() if k != "bank_id"}
-    rec = {k: getattr(t, k) for k in TURN_FIELDS if getattr(t, k, None) not in (None, "") or
-           (k == "text" and getattr(t, k, None) == "")}
+    got = {k: getattr(t, k, None) for k in TURN_FIELDS}
+    rec = {k: v for k, v in got.items() if v is not None and (v != "" or k == "text")}  # "" text: a caption-only turn
     if not {"turn_id", "speaker"} & rec.keys():
         raise InputError(f"{where}: expected a dict or an object with turn_id, speaker, text and timestamp, "
                          f"got {type(t).__name__}")

@@ -113,14 +113,21 @@ def parse_sample(sample: dict, where: str, *, dayfirst: bool = False) -> Convers
     return Conversation(sid, turns, speakers, questions, repairs, skipped_empty=skipped)
 
 
-def load_locomo(path: str | Path, *, dayfirst: bool = False) -> list[Conversation]:
-    """Load a LoCoMo-layout file (the dev split or the public ``locomo10.json``)."""
-    path = Path(path)
+def locomo_samples(path: Path) -> list:
+    """The samples of a LoCoMo-layout file as JSON (one sample alone counts as a list of one);
+    clear errors for a missing, non-UTF-8 or malformed file, or one that is not a list."""
     data = _load_json(path)
     if isinstance(data, dict) and "conversation" in data:
         data = [data]
     if not isinstance(data, list):
         raise InputError(f"{path}: expected a JSON list of samples, got {type(data).__name__}")
+    return data
+
+
+def load_locomo(path: str | Path, *, dayfirst: bool = False) -> list[Conversation]:
+    """Load a LoCoMo-layout file (the dev split or the public ``locomo10.json``)."""
+    path = Path(path)
+    data = locomo_samples(path)
     if not data:
         raise InputError(f"{path}: no samples")
     out = [parse_sample(s, f"{path}: sample {i}", dayfirst=dayfirst) for i, s in enumerate(data)]

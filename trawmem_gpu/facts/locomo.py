@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..data.dates import parse_date
 from ..data.evidence import parse_evidence
-from ..data.locomo import _load_json
+from ..data.locomo import locomo_samples
 from ..data.types import EvidenceRepairs
 from ..errors import InputError
 from .schema import Fact, fact_id
@@ -72,11 +72,7 @@ def load_locomo_facts(path: str | Path, turn_ids: dict[str, set[str]], *, dayfir
     """Facts of every sample of a LoCoMo file whose id is in ``turn_ids`` (sample id -> its bank's
     turn ids), and the summed counts."""
     path = Path(path)
-    data = _load_json(path)
-    if isinstance(data, dict) and "conversation" in data:
-        data = [data]
-    if not isinstance(data, list):
-        raise InputError(f"{path}: expected a JSON list of samples, got {type(data).__name__}")
+    data = locomo_samples(path)
     out: dict[str, list[Fact]] = {}
     total: dict[str, int] = {}
     for i, s in enumerate(data):

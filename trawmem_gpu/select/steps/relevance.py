@@ -75,10 +75,14 @@ class RelevanceStatic(NamedTuple):
     """[N] float64 the ``words`` feature (:func:`words_feature`)."""
 
 
+def word_counts(turns) -> np.ndarray:
+    """``[N]`` float64 words of each unit's text and caption (split on white space)."""
+    return np.array([len(f"{t.text or ''} {t.caption or ''}".split()) for t in turns], dtype=np.float64)
+
+
 def words_feature(turns) -> np.ndarray:
-    """``[N]`` float64 log(1 + min(words, WORDS_CAP)) of each unit's text and caption."""
-    n = [len(f"{t.text or ''} {t.caption or ''}".split()) for t in turns]
-    return np.log1p(np.minimum(np.asarray(n, dtype=np.float64), float(WORDS_CAP)))
+    """``[N]`` float64 log(1 + min(words, WORDS_CAP)) of each unit (:func:`word_counts`)."""
+    return np.log1p(np.minimum(word_counts(turns), float(WORDS_CAP)))
 
 
 def relevance_static(bank, temporal: np.ndarray | None = None) -> RelevanceStatic:
