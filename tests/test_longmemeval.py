@@ -18,7 +18,6 @@ from trawmem_gpu.errors import InputError
 from trawmem_gpu.eval.longmemeval import aggregate_lme, official_metrics, question_record, session_metrics, turn_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
-DEV = ROOT.parent / "shared" / "data" / "longmemeval" / "longmemeval_s_dev.json.gz"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,10 +117,9 @@ def _torn_gzip(tmp_path):
     return p
 
 
-@pytest.mark.skipif(not DEV.exists(), reason="LongMemEval dev slice not in ../shared/data/longmemeval")
-def test_dev_file_matches_the_official_corpus():
-    raw = json.loads(gzip.decompress(DEV.read_bytes()))
-    convs = load_conversations(DEV)
+def test_dev_file_matches_the_official_corpus(lme_dev_path):
+    raw = json.loads(gzip.decompress(lme_dev_path.read_bytes()))
+    convs = load_conversations(lme_dev_path)
     assert len(convs) == len(raw) == 150
     n_user = sum(1 for d in raw for s in d["haystack_sessions"] for t in s if t["role"] == "user")
     assert sum(len(c.turns) for c in convs) == n_user
