@@ -41,14 +41,25 @@ def cmd_mcp(a) -> int:
         raise ConfigError("--banks and --read-only are for a server without --keys (a key names its own banks)")
     from .memory import Memory
 
+    if a.http:  # the port first: a busy one is one line (exit 2), before the memory loads
+        from .serve.config import bound_socket
+
+        sock = bound_socket(a.host, a.port)
+        try:
+            return _serve_http(a, Memory(a.collection, encoder=a.encoder), sock)
+        finally:
+            sock.close()
     memory = Memory(a.collection, encoder=a.encoder)
-    if not a.http:
-        tenant = _tenant_of_flags(a)
-        print(f"trawmem mcp: {a.collection} on stdio ({len(memory.banks())} banks)", file=sys.stderr, flush=True)
-        server = build_server(memory, lambda ctx: tenant, default_token_budget=a.token_budget, log_level=a.log_level)
-        _log_at(a.log_level)
-        server.run("stdio")
-        return 0
+    tenant = _tenant_of_flags(a)
+    print(f"trawmem mcp: {a.collection} on stdio ({len(memory.banks())} banks)", file=sys.stderr, flush=True)
+    server = build_server(memory, lambda ctx: tenant, default_token_budget=a.token_budget, log_level=a.log_level)
+    _log_at(a.log_level)
+    server.run("stdio")
+    return 0
+
+
+def _serve_http(a, memory, sock) -> int:
+    """``trawmem mcp --http`` on ``sock`` (bound to --host:--port)."""
     import uvicorn
 
     from .serve.keys import KeyStore
@@ -58,9 +69,9 @@ def cmd_mcp(a) -> int:
                    tenant=None if keys else _tenant_of_flags(a), log_level=a.log_level)
     _log_at(a.log_level)
     auth = f"API keys from {a.keys}" if keys else "no keys file: WITHOUT authentication, 127.0.0.1 only"
-    print(f"trawmem mcp: {a.collection} on http://{a.host}:{a.port}/mcp (streamable HTTP); {auth}",
+    print(f"trawmem mcp: {a.collection} on http://{a.host}:{sock.getsockname()[1]}/mcp (streamable HTTP); {auth}",
           file=sys.stderr, flush=True)
-    uvicorn.run(app, host=a.host, port=a.port, log_level=a.log_level, server_header=False)
+    uvicorn.Server(uvicorn.Config(app, log_level=a.log_level, server_header=False)).run(sockets=[sock])
     return 0
 
 
