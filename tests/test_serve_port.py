@@ -36,7 +36,7 @@ def test_bound_socket_names_a_busy_port():
     try:
         port = sock.getsockname()[1]
         assert port != 0
-        with pytest.raises(ConfigError, match=f"--port {port}: 127.0.0.1:{port} is already in use"):
+        with pytest.raises(ConfigError, match=f"^`port` {port}: 127.0.0.1:{port} is already in use"):
             sock.listen(1)
             bound_socket("127.0.0.1", port).close()
     finally:

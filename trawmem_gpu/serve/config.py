@@ -159,9 +159,9 @@ def bound_socket(host: str, port: int) -> "socket.socket":
     except OSError as e:
         sock.close()
         if e.errno == errno.EADDRINUSE:
-            raise ConfigError(f"--port {port}: {host}:{port} is already in use (pick another --port, or 0 for a "
+            raise ConfigError(f"`port` {port}: {host}:{port} is already in use (pick another `port`, or 0 for a "
                               "free one)") from None
-        raise ConfigError(f"--host {host} --port {port}: cannot listen there ({e.strerror or e})") from None
+        raise ConfigError(f"`host` {host} `port` {port}: cannot listen there ({e.strerror or e})") from None
     return sock
 
 
