@@ -16,7 +16,7 @@ pytest.importorskip("uvicorn", reason="the serve extra is not installed")
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK = "Zorblax quartz tulip"  # a made-up marker: recalled, then forgotten
-TOOLS = {"add_turns", "recall", "forget", "list_banks"}
+TOOLS = {"add_turns", "recall", "forget", "forget_bank", "list_banks"}
 
 
 def _turns(n0: int = 1) -> list[dict]:
@@ -64,11 +64,11 @@ async def _exercise(client, bank: str, others_bank: str | None):
         foreign = _error(await client.call_tool("recall", {"bank_id": others_bank, "question": "hike?"}))
         assert foreign == f"unknown bank id {others_bank!r}"
         assert others_bank not in {b["bank_id"] for b in _data(await client.call_tool("list_banks", {}))}
-        assert _error(await client.call_tool("forget", {"bank_id": others_bank})) == foreign
+        assert _error(await client.call_tool("forget_bank", {"bank_id": others_bank})) == foreign
 
     assert "token_budget" in _error(await client.call_tool("recall", {"bank_id": bank, "question": "q",
                                                                         "token_budget": 0}))
-    gone = _data(await client.call_tool("forget", {"bank_id": bank}))
+    gone = _data(await client.call_tool("forget_bank", {"bank_id": bank}))
     assert gone["deleted"] and gone["forgotten"] == ["S1:1", "S1:3", "S1:4"]
     assert bank not in {b["bank_id"] for b in _data(await client.call_tool("list_banks", {}))}
     assert _error(await client.call_tool("recall", {"bank_id": bank, "question": "hike?"})) == \
@@ -146,7 +146,7 @@ def test_streamable_http_with_tenant_keys(http_server):
         async def read_only(c):
             assert _error(await c.call_tool("add_turns", {"bank_id": "ana-x", "turns": _turns()})) == \
                 "this API key is read-only"
-            assert _error(await c.call_tool("forget", {"bank_id": "zed-1"})) == "unknown bank id 'zed-1'"
+            assert _error(await c.call_tool("forget_bank", {"bank_id": "zed-1"})) == "unknown bank id 'zed-1'"
             return _data(await c.call_tool("list_banks", {}))
         assert await as_(keys["ro"], read_only) == []
 

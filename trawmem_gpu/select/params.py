@@ -65,10 +65,10 @@ class QueryParams(DictFields):
     a unit that would overflow and go on down the ranking, or ``stop`` at the first one."""
     n_seeds: int | None = None
     """Seed threads taken by initial score before propagation; None = max(2, round(B / 2)) with
-    B = :attr:`pool_budget`, so the candidate pool grows with the budget."""
+    B = :attr:`pool_budget` (at most :data:`MAX_BUDGET`), so the candidate pool grows with the budget."""
     neighborhood_cap: int | None = None
     """Most threads in the neighbourhood H_q (seeds first, then the best-scored neighbours);
-    None = max(n_seeds, round(3 B / 4))."""
+    None = max(n_seeds, round(3 B / 4)) (at most :data:`MAX_BUDGET`)."""
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen
@@ -99,8 +99,11 @@ class QueryParams(DictFields):
         ``cfg`` (a ``SelectConfig``), its per-query ablation applied (``seed_only``: no hops).
         Idempotent."""
         B = self.pool_budget
-        ns = self.n_seeds if self.n_seeds is not None else max(2, round(B / 2))
-        cap = self.neighborhood_cap if self.neighborhood_cap is not None else max(ns, round(3 * B / 4))
+        # derived sizes stop at MAX_BUDGET (the bound of the fields a caller may set): a token budget
+        # up to MAX_TOKEN_BUDGET sizes B_T = T / 50 past it, and nobody asked for these sizes
+        ns = self.n_seeds if self.n_seeds is not None else min(MAX_BUDGET, max(2, round(B / 2)))
+        cap = (self.neighborhood_cap if self.neighborhood_cap is not None else
+               min(MAX_BUDGET, max(ns, round(3 * B / 4))))
         hops = 0 if (cfg is not None and cfg.ablation == "seed_only") else self.hops
         if (ns, cap, hops) == (self.n_seeds, self.neighborhood_cap, self.hops):
             return self

@@ -355,7 +355,8 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
     async def forget_bank(bank_id: str, tenant: Tenant = Depends(tenant_of)):
         return _json(await forget(bank_id, None, tenant))
 
-    @app.delete("/v1/banks/{bank_id}/turns/{turn_id}", summary="Forget one turn of a bank", **forget_doc)
+    # {turn_id:path}: a turn id may hold "/" (sent percent-encoded as %2F, which the path arrives decoded from)
+    @app.delete("/v1/banks/{bank_id}/turns/{turn_id:path}", summary="Forget one turn of a bank", **forget_doc)
     async def forget_turn(bank_id: str, turn_id: str, tenant: Tenant = Depends(tenant_of)):
         res = await forget(bank_id, [turn_id], tenant)
         if res["missing"]:

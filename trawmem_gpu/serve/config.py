@@ -143,6 +143,28 @@ class ServeConfig:
                               "127.0.0.1 only; set `keys_file` to serve other hosts")
 
 
+def bound_socket(host: str, port: int) -> "socket.socket":
+    """A TCP socket bound to ``host:port`` (``port`` 0: a free one), not yet listening: bound before
+    the server loads anything or says its URL, so a busy port is one line (exit 2), at once.
+
+    :raises ConfigError: the address is in use or cannot be bound
+    """
+    import errno
+    import socket
+
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise ConfigError(f"`port` {port}: {host}:{port} is already in use (pick another `port`, or 0 for a "
+                              "free one)") from None
+        raise ConfigError(f"`host` {host} `port` {port}: cannot listen there ({e.strerror or e})") from None
+    return sock
+
+
 def usable_cores() -> int:
     """CPU cores this process may run on (its affinity mask where the OS has one)."""
     import os

@@ -35,6 +35,8 @@ MAX_SPEAKER_CHARS = 256
 MAX_TEXT_CHARS = 65536
 """A turn's text."""
 MAX_CAPTION_CHARS = 8192
+MAX_FORGET_IDS = 10_000
+"""Turn ids in one forget (``POST /v1/banks/{bank_id}/forget``, MCP ``forget``)."""
 
 
 class SelectRequest(BaseModel):
@@ -165,7 +167,7 @@ class AppendResponse(BankInfo):
 class ForgetRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    turn_ids: list[str] = Field(min_length=1, max_length=10_000, description="turn ids of the bank to forget")
+    turn_ids: list[str] = Field(min_length=1, max_length=MAX_FORGET_IDS, description="turn ids of the bank to forget")
 
 
 class ForgetResponse(BaseModel):

@@ -46,7 +46,7 @@ import tempfile
 
 from ..errors import InputError, UnknownBank
 from .batcher import DeadlineExceeded, OutcomeUnknown, QueueFull, ShuttingDown
-from .config import ServeConfig, select_defaults, uvicorn_config
+from .config import ServeConfig, bound_socket, select_defaults, uvicorn_config
 from .config import say_draining
 
 log = logging.getLogger("trawmem.serve")
@@ -352,18 +352,16 @@ def run_front(cfg: ServeConfig, path: str, sock: socket.socket, access_log: bool
         multiprocess.mark_process_dead(os.getpid(), prom_dir)
 
 
-def listening_socket(cfg: ServeConfig) -> socket.socket:
-    """The one socket every front accepts on (bound here, so ``--port 0`` gets a port once)."""
-    family = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((cfg.host, cfg.port))
+def listening_socket(sock: socket.socket) -> socket.socket:
+    """The one socket every front accepts on (``config.bound_socket``, bound once, so ``--port 0``
+    gets a port once), listening and inheritable."""
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
 
 
-def serve_with_fronts(cfg: ServeConfig, service, metrics, announce, access_log: bool = False) -> None:
+def serve_with_fronts(cfg: ServeConfig, service, metrics, announce, access_log: bool = False,
+                      sock: socket.socket | None = None) -> None:
     """Run the engine endpoint here and ``cfg.http_workers`` front processes until SIGINT /
     SIGTERM (or a front dies), then shut down in order: fronts first (they answer what they
     hold, the engine still serving them), then the engine's batcher drains."""
@@ -373,7 +371,7 @@ def serve_with_fronts(cfg: ServeConfig, service, metrics, announce, access_log: 
     path = os.path.join(workdir, "engine.sock")
     prom_dir = os.path.join(workdir, "metrics")
     os.mkdir(prom_dir)
-    sock = listening_socket(cfg)
+    sock = listening_socket(sock or bound_socket(cfg.host, cfg.port))
     announce(sock.getsockname()[1])
 
     async def main() -> None:

@@ -9,7 +9,7 @@ import socket
 import threading
 
 from ..errors import plural
-from .config import ServeConfig, say_draining, uvicorn_config
+from .config import ServeConfig, bound_socket, say_draining, uvicorn_config
 
 log = logging.getLogger("trawmem.serve")
 
@@ -82,6 +82,14 @@ class BackgroundServer:
 def serve_forever(cfg: ServeConfig, access_log: bool = False, **service_kw) -> None:
     """``trawmem serve``: load, warm up, serve until SIGINT / SIGTERM, then drain. With
     ``cfg.http_workers`` > 0, HTTP runs in that many front processes (:mod:`.remote`)."""
+    sock = bound_socket(cfg.host, cfg.port)  # first: a busy port is one line, before the long load
+    try:
+        _serve_on(sock, cfg, access_log, **service_kw)
+    finally:
+        sock.close()
+
+
+def _serve_on(sock: socket.socket, cfg: ServeConfig, access_log: bool, **service_kw) -> None:
     import uvicorn
 
     if cfg.http_workers:
@@ -108,9 +116,9 @@ def serve_forever(cfg: ServeConfig, access_log: bool = False, **service_kw) -> N
               f"(OpenAPI at /docs)", flush=True)
 
     if cfg.http_workers:
-        serve_with_fronts(cfg, service, metrics, announce, access_log)
+        serve_with_fronts(cfg, service, metrics, announce, access_log, sock=sock)
         return
-    announce(cfg.port)
+    announce(sock.getsockname()[1])
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame):
@@ -121,7 +129,7 @@ def serve_forever(cfg: ServeConfig, access_log: bool = False, **service_kw) -> N
     # uvicorn re-raises the signal it caught once its graceful shutdown is done; for SIGTERM
     # that is a finished drain, so the handler it finds does nothing and the process exits 0
     signal.signal(signal.SIGTERM, lambda *_: None)
-    Server(uvicorn_config(app, cfg, access_log)).run()
+    Server(uvicorn_config(app, cfg, access_log)).run(sockets=[sock])
     print("trawmem serve: stopped", flush=True)
 
 
