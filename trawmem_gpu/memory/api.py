@@ -76,6 +76,20 @@ def _date_of(d, where: str) -> datetime | None:
     raise InputError(f"{where}: expected a date, a datetime or a date string, got {type(d).__name__}")
 
 
+def _vectors(vectors, n: int, dim: int):
+    """``vectors`` as an ``(n, dim)`` float32 array: one finite vector per query, never reshaped."""
+    import numpy as np
+
+    try:
+        Z = np.asarray(vectors, dtype=np.float32)
+    except (TypeError, ValueError):  # not numbers, or vectors of different lengths
+        Z = None
+    if Z is None or Z.shape != (n, dim) or not np.isfinite(Z).all():
+        got = "" if Z is None or Z.ndim != 2 else f", got {Z.shape[0]} of {Z.shape[1]}"
+        raise InputError(f"vectors: expected {n} finite vectors of {dim} numbers (one per query){got}")
+    return Z
+
+
 class Memory:
     """Agent memory over the collection directory ``path`` (created empty when missing).
 
@@ -243,8 +257,6 @@ class Memory:
         """Workspaces for many ``(bank_id, question)`` pairs: one encoder call and one batched
         engine call for all of them (what the server does for a batch). Parameters as
         :meth:`select`, for every query; ``dates`` / ``vectors``: one per query (or None)."""
-        import numpy as np
-
         from ..data.types import MAX_QUESTION_CHARS
         from .core import pick
 
@@ -273,17 +285,7 @@ class Memory:
         ds = [None] * n if dates is None else [_date_of(d, f"dates[{i}]") for i, d in enumerate(dates)]
         if len(ds) != n:
             raise InputError(f"dates: {len(ds)} dates for {n} queries")
-        if vectors is None:
-            Z = self._core.encoder.encode(qs, is_query=True)
-        else:
-            try:
-                Z = np.asarray(vectors, dtype=np.float32)
-            except (TypeError, ValueError):  # not numbers, or vectors of different lengths
-                Z = None
-            if Z is None or Z.shape != (n, self._core.dim) or not np.isfinite(Z).all():  # never reshaped
-                got = "" if Z is None or Z.ndim != 2 else f", got {Z.shape[0]} of {Z.shape[1]}"
-                raise InputError(f"vectors: expected {n} finite vectors of {self._core.dim} numbers (one per "
-                                 f"query){got}")
+        Z = self._core.encoder.encode(qs, is_query=True) if vectors is None else _vectors(vectors, n, self._core.dim)
         plans = None
         if self.plan_llm is not None:  # the planner's LLM calls, before the engine is held
             from ..trimem.plan import plan_queries
