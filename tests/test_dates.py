@@ -1,6 +1,6 @@
 """Date parsing through python-dateutil (trawmem_gpu.data.dates): the formats real exports use,
 the day-first switch, and clear errors for what cannot be read."""
-from datetime import datetime, timezone
+from datetime import datetime
 
 import pytest
 
@@ -24,7 +24,12 @@ def test_formats(text, want):
 
 
 def test_iso_with_zone():
-    assert parse_date("2031-05-09T14:14:00Z") == datetime(2031, 5, 9, 14, 14, tzinfo=timezone.utc)
+    """A date with an offset or zone is read as its UTC time, naive, so it compares with every other."""
+    assert parse_date("2031-05-09T14:14:00Z") == datetime(2031, 5, 9, 14, 14)
+    assert parse_date("2031-05-09T14:14:00+05:00") == datetime(2031, 5, 9, 9, 14)
+    assert parse_date("9 May 2031 14:14 -0200") == datetime(2031, 5, 9, 16, 14)
+    assert parse_date("2031-05-09T14:14:00+05:00").tzinfo is None
+    assert parse_date("2031-05-09T14:14:00Z") < datetime(2031, 5, 10)  # naive and parsed compare
 
 
 def test_dayfirst_decides_ambiguous_dates_only():

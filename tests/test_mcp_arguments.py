@@ -112,7 +112,8 @@ def test_a_whole_bank_forget_is_its_own_tool():
 def test_writes_carry_the_caps_of_the_http_server():
     from trawmem_gpu.data.types import MAX_ID_CHARS
     from trawmem_gpu.serve.config import ServeConfig
-    from trawmem_gpu.serve.models import MAX_FORGET_IDS, MAX_TEXT_CHARS
+    from trawmem_gpu.data.types import MAX_TEXT_CHARS
+    from trawmem_gpu.serve.models import MAX_FORGET_IDS
 
     cap = ServeConfig.max_turns_per_append
     mem = Recorder()

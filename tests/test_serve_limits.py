@@ -26,6 +26,7 @@ pytest.importorskip("uvicorn", reason="the serve extra is not installed")
 import httpx  # noqa: E402
 
 from serve_util import SAMPLE_BANK, build_sample_collection, copy_collection, running  # noqa: E402
+from trawmem_gpu.data.types import MAX_TEXT_CHARS  # noqa: E402
 from trawmem_gpu.errors import ConfigError  # noqa: E402
 from trawmem_gpu.serve.batcher import DynamicBatcher, FairQueue, InFlight, OutcomeUnknown, QueueFull, \
     ShuttingDown, _Pending  # noqa: E402
@@ -88,8 +89,8 @@ def test_every_field_is_bounded_and_never_echoed(coll):
         ("/v1/select/batch", {"requests": [ok] * 300}, "requests holds 300 requests; the limit is 256"),
         (f"/v1/banks/{SAMPLE_BANK}/turns", {"turns": [{**_turn("n1"), "timestamp": big}]},
          "turns[0].timestamp: String should have at most 64"),
-        (f"/v1/banks/{SAMPLE_BANK}/turns", {"turns": [_turn("n1", text="x" * 70000)]},
-         "turns[0].text: String should have at most 65536"),
+        (f"/v1/banks/{SAMPLE_BANK}/turns", {"turns": [_turn("n1", text="x" * (MAX_TEXT_CHARS + 1))]},
+         f"turns[0].text: String should have at most {MAX_TEXT_CHARS}"),
         (f"/v1/banks/{SAMPLE_BANK}/turns", {"turns": [{**_turn("n1"), "speaker": "s" * 300}]},
          "turns[0].speaker: String should have at most 256"),
         (f"/v1/banks/{SAMPLE_BANK}/turns", {"turns": [_turn("x" * 300)]}, "turns[0].turn_id"),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..config import BuildConfig
+from ..data.fields import session_field
 from ..data.types import Conversation, Turn
 from ..encode.base import Encoder
 from ..errors import InputError, NoLLMConfigured
@@ -213,6 +214,7 @@ def update_bank(bank: Bank, new_turns: list[Turn], cfg: BuildConfig | None = Non
     for t in new_turns:
         if t.turn_id in known:
             raise InputError(f"bank {bank.bank_id!r}: duplicate turn id {t.turn_id!r}")
+        session_field(t.session, "session", f"bank {bank.bank_id!r}: turn {t.turn_id!r}")
         if t.session < prev:
             raise InputError(f"bank {bank.bank_id!r}: turn {t.turn_id!r} goes back to session {t.session} "
                              f"after session {prev}")

@@ -15,13 +15,16 @@ repeated run, or a stored id reappearing among the new turns is a conflicting hi
 Sessions counted by calendar day (JSONL without ``session``) are numbered from 1 at the top of
 each file, so they are shifted to continue the bank: a new turn on the day of the bank's last
 turn joins its session, a later day opens the next one. Sessions the input gives explicitly are
-taken as they are (``update_bank`` refuses ones that go back).
+taken as they are (``update_bank`` refuses ones that go back). A shifted session past
+``MAX_SESSION`` is refused, and so is a new turn dated before the turn it would follow (an
+append never goes back in time: ``data.fields.check_order``).
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
 from ..data.dates import parse_date
+from ..data.fields import check_order, session_field
 from ..data.types import Conversation, Turn
 from ..errors import InputError
 from ..store.bank import Bank
@@ -80,4 +83,10 @@ def new_turns(bank: Bank, conv: Conversation, *, dayfirst: bool = False) -> list
     if again:
         raise InputError(f"{where}: turn {again[0]!r} is already stored but appears among the new turns "
                          f"(out of order?); the histories conflict: rebuild the bank without `update`")
+    prev = stored[-1]
+    for t in fresh:  # the rules of every append: sessions within bounds, no going back in time
+        w = f"{where}: turn {t.turn_id!r}"
+        session_field(t.session, "session", w)
+        check_order(t, prev, w)
+        prev = t
     return fresh

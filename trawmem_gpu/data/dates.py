@@ -17,6 +17,12 @@ list of ``strptime`` formats rejects most of them, so everything that is not ISO
   and dateutil would read ``2031/03/02`` as 3 February with ``dayfirst=True``. A date whose day
   is above 12 or whose month is a word reads the same either way.
 
+**Time zones**: a date that carries an offset or zone (``2024-03-03T10:00:00+05:00``,
+``...Z``) is converted to UTC and returned *naive* (``2024-03-03 05:00:00``), so every parsed
+date compares with every other; a date without one is taken as written (read as UTC). The
+source's text is kept verbatim beside it (``Turn.timestamp``); calendar days (counted sessions,
+date headings) are UTC days. :func:`naive_utc` is that rule for a ``datetime`` a caller passes.
+
 Every input path (``build``, ``eval``, ``score --data`` and ``--questions``, ``train-head``,
 ``train-affinity``, ``sweep``) reads its dates through :func:`parse_date` with the command's
 ``--dayfirst``; the server has no such flag and reads ambiguous dates month first.
@@ -24,7 +30,7 @@ Every input path (``build``, ``eval``, ``score --data`` and ``--questions``, ``t
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timezone
 
 _WEEKDAY = re.compile(r"\(\s*(mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun)[a-z]*\.?\s*\)", re.I)
 _WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -33,20 +39,35 @@ _YEAR_FIRST = re.compile(r"^(?:\d{4}|\d{8})(?!\d)")
 _DEFAULTS = (datetime(1904, 1, 1), datetime(1905, 2, 2))  # any two dates differing in y, m and d
 
 
+def naive_utc(d: datetime, label: str | None = None) -> datetime:
+    """``d`` when naive; an aware ``d`` converted to UTC, without its tzinfo. Raises ``ValueError``
+    (naming ``label``, else ``d``) when UTC falls outside the years datetime can hold."""
+    if d.tzinfo is None or d.utcoffset() is None:
+        return d.replace(tzinfo=None)
+    try:
+        return d.astimezone(timezone.utc).replace(tzinfo=None)
+    except (OverflowError, ValueError):
+        raise ValueError(f"date {label if label is not None else d.isoformat()!r} is out of range once "
+                         "converted to UTC") from None
+
+
 def parse_date(text: str, dayfirst: bool = False) -> datetime:
     """Parse a date or date-time; raises ``ValueError`` naming the text when it cannot.
 
     :param text: the date as the source wrote it (ISO 8601, LoCoMo, LongMemEval, ``d.m.Y``, ...)
     :param dayfirst: read an ambiguous ``01.02.2031`` as day first (the ``--dayfirst`` flag); never
         applied to a date that starts with its year (see the module docstring)
+    :returns: a naive datetime; one written with an offset or zone, converted to UTC
     """
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"empty or non-string date {text!r}")
     s = " ".join(text.strip().split())
     try:
-        return datetime.fromisoformat(s.replace("Z", "+00:00"))
+        iso = datetime.fromisoformat(s.replace("Z", "+00:00"))
     except ValueError:
-        pass
+        iso = None
+    if iso is not None:
+        return naive_utc(iso, text)
     from dateutil import parser
 
     weekday = None
@@ -66,4 +87,4 @@ def parse_date(text: str, dayfirst: bool = False) -> datetime:
         raise ValueError(f"incomplete date {text!r}: no {' or '.join(missing)} in it")
     if weekday is not None and a.weekday() != weekday:
         raise ValueError(f"date {text!r} names the wrong weekday ({a:%Y-%m-%d} is a {a:%A})")
-    return a
+    return naive_utc(a, text)

@@ -1,11 +1,15 @@
 """Loader for users' own histories: JSON Lines, one turn per line.
 
 Fields per line: ``bank_id``, ``turn_id``, ``speaker``, ``text``, ``timestamp`` (any date
-:func:`~trawmem_gpu.data.dates.parse_date` reads), optional ``caption`` and optional integer
-``session``. Within one bank either every line carries ``session`` or none does; without it, a
-new session starts whenever the calendar day of ``timestamp`` changes. Lines of a bank keep
-their file order. Blank lines are skipped. Field rules (types, empty turns, Unicode) are those
-of :mod:`trawmem_gpu.data.fields`, shared with the LoCoMo loader.
+:func:`~trawmem_gpu.data.dates.parse_date` reads; one with an offset is read as its UTC time),
+optional ``caption`` and optional integer ``session`` (0..2**31 - 1). Any other field is an
+error naming it (a misspelled ``sesion`` would otherwise be dropped unseen). Within one bank
+either every line carries ``session`` or none does; without it, a new session starts whenever
+the calendar day of ``timestamp`` changes. Lines of a bank keep their file order. Blank lines
+are skipped. Field rules (types, bounds, empty turns, Unicode) are those of
+:mod:`trawmem_gpu.data.fields`, shared with the LoCoMo loader and every append.
+
+A JSON array of such objects is not JSONL: the loaders say so (``turns are JSON Lines``).
 
 Lines are split on ``\\n`` only: U+2028 / U+2029 and other separators are legal inside JSON
 strings. Each line is decoded as UTF-8 on its own, so a bad byte is reported with its line.
@@ -20,12 +24,16 @@ import json
 from pathlib import Path
 
 from ..errors import InputError
-from .fields import EmptyTurn, id_field, make_turn
+from .fields import EmptyTurn, id_field, make_turn, next_session, session_field
 from .types import Conversation, Turn
 
 REQUIRED = ("bank_id", "turn_id", "speaker", "text", "timestamp")
 TURN_FIELDS = ("turn_id", "speaker", "text", "timestamp", "session", "caption")
 """The fields of a record that describe the turn (all but ``bank_id``)."""
+RECORD_FIELDS = ("bank_id", *TURN_FIELDS)
+"""Every field a record may carry; any other is refused."""
+JSONL_HINT = ("the turns format is JSON Lines: one JSON object per line, in a .jsonl file (not a JSON array); "
+              "see docs/cli.md")
 
 
 def record_of(t, where: str = "turn", bank_id: str | None = None) -> dict:
@@ -62,14 +70,17 @@ def turn_from_record(rec, where: str = "record", *, prev: Turn | None = None,
     """
     if not isinstance(rec, dict):
         raise InputError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+    extra = [k for k in rec if k not in RECORD_FIELDS]
+    if extra:
+        raise InputError(f"{where}: unknown field {str(extra[0])[:64]!r} (a turn's fields are "
+                         f"{', '.join(RECORD_FIELDS)})")
     for f in REQUIRED:
         if f not in rec:
             raise InputError(f"{where}: missing field {f!r}")
     bank = id_field(rec["bank_id"], "bank_id", where)
     sess = rec.get("session")
     if sess is not None:
-        if not isinstance(sess, int) or isinstance(sess, bool):
-            raise InputError(f"{where}: field 'session' must be an integer")
+        session_field(sess, "session", where)
         if prev is not None and sess < prev.session:
             raise InputError(f"{where}: field 'session' goes backwards ({sess} after {prev.session})")
     turn = make_turn(where, turn_id=rec["turn_id"], speaker=rec["speaker"], text=rec["text"],
@@ -80,7 +91,7 @@ def turn_from_record(rec, where: str = "record", *, prev: Turn | None = None,
         elif prev.time is not None and turn.time.date() == prev.time.date():
             sess = prev.session
         else:
-            sess = prev.session + 1
+            sess = next_session(prev.session, where)
         turn = Turn(turn.turn_id, turn.speaker, turn.text, sess, turn.timestamp, turn.time, turn.caption)
     return bank, turn
 
@@ -114,9 +125,13 @@ def load_jsonl(path: str | Path, *, dayfirst: bool = False) -> list[Conversation
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
-            raise InputError(f"{where}: bad JSON at column {e.colno}: {e.msg}") from None
+            hint = f" ({JSONL_HINT})" if line.lstrip().startswith("[") else ""
+            raise InputError(f"{where}: bad JSON at column {e.colno}: {e.msg}{hint}") from None
+        except ValueError as e:  # an integer of more digits than Python converts
+            raise InputError(f"{where}: bad JSON: {e}") from None
         if not isinstance(rec, dict):
-            raise InputError(f"{where}: expected a JSON object per line")
+            hint = f" ({JSONL_HINT})" if isinstance(rec, list) else ""
+            raise InputError(f"{where}: expected a JSON object per line{hint}")
         bank = id_field(rec.get("bank_id"), "bank_id", where) if "bank_id" in rec else None
         prev = banks.get(bank, [None])[-1] if bank is not None else None
         try:

@@ -17,6 +17,7 @@ from ..errors import InputError
 from .dates import parse_date
 from .evidence import parse_evidence
 from .fields import EmptyTurn, id_field, make_turn, str_field, valid_unicode
+from .jsonl import JSONL_HINT
 from .types import Conversation, EvidenceRepairs, Question, Turn
 
 _SESSION = re.compile(r"^session_(\d+)$")
@@ -53,8 +54,16 @@ def _req(obj: dict, key: str, where: str, kind=str):
     return v
 
 
+def _turn_like(obj) -> bool:
+    """Whether ``obj`` looks like a JSONL turn record rather than a LoCoMo sample."""
+    return isinstance(obj, dict) and "conversation" not in obj and "sample_id" not in obj and \
+        ("turn_id" in obj or {"speaker", "text"} <= obj.keys())
+
+
 def parse_sample(sample: dict, where: str, *, dayfirst: bool = False) -> Conversation:
     """One LoCoMo sample -> Conversation. ``where`` prefixes every error message."""
+    if _turn_like(sample):
+        raise InputError(f"{where}: a turn record (turn_id, speaker, text), not a LoCoMo sample: {JSONL_HINT}")
     sid = id_field(_req(sample, "sample_id", where, None), "sample_id", where)
     where = f"{where} (sample {sid!r})"
     conv = _req(sample, "conversation", where, dict)
@@ -120,7 +129,8 @@ def locomo_samples(path: Path) -> list:
     if isinstance(data, dict) and "conversation" in data:
         data = [data]
     if not isinstance(data, list):
-        raise InputError(f"{path}: expected a JSON list of samples, got {type(data).__name__}")
+        hint = f" ({JSONL_HINT})" if _turn_like(data) else ""
+        raise InputError(f"{path}: expected a JSON list of samples, got {type(data).__name__}{hint}")
     return data
 
 

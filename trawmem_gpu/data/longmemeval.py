@@ -35,8 +35,8 @@ from typing import Literal
 
 from ..errors import InputError
 from .dates import parse_date
-from .fields import id_field, valid_unicode
-from .types import Conversation, EvidenceRepairs, Question, Turn
+from .fields import check_len, id_field, valid_unicode
+from .types import MAX_ID_CHARS, MAX_TEXT_CHARS, Conversation, EvidenceRepairs, Question, Turn
 
 QUESTION_TYPES = ("single-session-user", "single-session-assistant", "single-session-preference",
                   "multi-session", "knowledge-update", "temporal-reasoning")
@@ -170,7 +170,8 @@ def parse_instance(inst: dict, where: str, units: Units = "user", dayfirst: bool
                 raise InputError(f"{tw}: field 'has_answer' must be true or false")
             if role != "user" and units == "user":
                 continue
-            tid = f"{sid}_{ti + 1}"
+            check_len(content, "content", tw, MAX_TEXT_CHARS)  # the turn bounds of every door (data.fields)
+            tid = check_len(f"{sid}_{ti + 1}", f"haystack_session_ids[{si}]", where, MAX_ID_CHARS)
             is_gold = answer_session and role == "user" and has
             if answer_session and not is_gold:
                 tid = tid.replace("answer", "noans")

@@ -62,9 +62,22 @@ def turns_digest(turns: Iterable[Turn]) -> str:
 
 MAX_QUESTION_CHARS = 4000
 """Longest question text accepted anywhere (``trawmem query``, ``score`` question files, ``serve``)."""
+# The bounds of a turn, one home for every door (``data.fields`` enforces them on every input:
+# the JSONL and LoCoMo loaders, ``Memory.add``, ``build --update``, ``score --data``; the HTTP
+# models of ``serve.models`` carry the same numbers; docs/serving-limits.md tabulates them).
 MAX_ID_CHARS = 256
-"""Longest bank id a bank is created under (``memory.banks.check_bank_id``) and longest bank or
-turn id the HTTP API accepts (``serve.models``)."""
+"""Longest bank id, turn id (or LoCoMo ``sample_id``, question id) accepted anywhere."""
+MAX_SPEAKER_CHARS = 256
+"""Longest ``speaker``."""
+MAX_TEXT_CHARS = 131072
+"""Longest turn ``text`` (the longest user turn of LongMemEval's dev split is 76,560 characters)."""
+MAX_CAPTION_CHARS = 8192
+"""Longest ``caption`` (LoCoMo's ``blip_caption``)."""
+MAX_DATE_CHARS = 64
+"""Longest ``timestamp`` (or question date) as written; the longest date the loaders read is about 40."""
+MAX_SESSION = 2**31 - 1
+"""Largest ``session`` number (sessions are 0..MAX_SESSION). A turn whose counted session (the
+next calendar day after a turn of session MAX_SESSION) would pass it is refused."""
 
 
 @dataclass(frozen=True)

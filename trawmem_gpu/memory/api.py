@@ -17,9 +17,10 @@ workspace assembly run outside it. The reference is ``docs/python-api.md``.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from datetime import date as _date, datetime
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from ..data.jsonl import record_of
 from ..data.types import Turn
@@ -40,12 +41,29 @@ def _records(turns, bank_id: str) -> list[dict]:
     """Turn records (:func:`~trawmem_gpu.data.jsonl.record_of`) of one turn or a list of them."""
     if isinstance(turns, (dict, Turn)):
         turns = [turns]
+    if turns is None or isinstance(turns, (str, bytes)) or not isinstance(turns, Iterable):
+        raise InputError(f"turns: expected a turn (a dict or a Turn) or a list of them, got {type(turns).__name__}")
     return [record_of(t, f"turns[{i}]", bank_id) for i, t in enumerate(turns)]
 
 
+def _bank_arg(bank_id, name: str = "bank_id") -> str:
+    """``bank_id`` when it is a string; else an ``InputError`` naming the argument (the id rules
+    themselves are the store's, checked where the bank is made or looked up)."""
+    if not isinstance(bank_id, str):
+        raise InputError(f"{name}: expected a bank id string, got {type(bank_id).__name__}")
+    return bank_id
+
+
 def _date_of(d, where: str) -> datetime | None:
-    if d is None or isinstance(d, datetime):
+    if d is None:
         return d
+    if isinstance(d, datetime):
+        from ..data.dates import naive_utc
+
+        try:
+            return naive_utc(d)  # as every door reads dates: an aware one in UTC
+        except ValueError as e:
+            raise InputError(f"{where}: {e}") from None
     if isinstance(d, _date):
         return datetime(d.year, d.month, d.day)
     if isinstance(d, str):
@@ -56,6 +74,20 @@ def _date_of(d, where: str) -> datetime | None:
         except ValueError as e:
             raise InputError(f"{where}: {e}") from None
     raise InputError(f"{where}: expected a date, a datetime or a date string, got {type(d).__name__}")
+
+
+def _vectors(vectors, n: int, dim: int):
+    """``vectors`` as an ``(n, dim)`` float32 array: one finite vector per query, never reshaped."""
+    import numpy as np
+
+    try:
+        Z = np.asarray(vectors, dtype=np.float32)
+    except (TypeError, ValueError):  # not numbers, or vectors of different lengths
+        Z = None
+    if Z is None or Z.shape != (n, dim) or not np.isfinite(Z).all():
+        got = "" if Z is None or Z.ndim != 2 else f", got {Z.shape[0]} of {Z.shape[1]}"
+        raise InputError(f"vectors: expected {n} finite vectors of {dim} numbers (one per query){got}")
+    return Z
 
 
 class Memory:
@@ -159,6 +191,7 @@ class Memory:
         """
         from .core import bank_summary
 
+        _bank_arg(bank_id)
         res = self._core.append(bank_id, _records(turns, bank_id), llm=self.llm)
         prepared = self._core.engines.prepare(res.bank)  # the slow part, outside the engine lock
         with self._lock:
@@ -181,9 +214,12 @@ class Memory:
             "n_units": int, "cache_rows": int, "output_records": int}``
         :raises UnknownBank: no such bank (and no unfinished forget of it)
         """
+        _bank_arg(bank_id)
         if turn_ids is not None:
             if isinstance(turn_ids, str):
                 turn_ids = [turn_ids]
+            if not isinstance(turn_ids, Iterable):
+                raise InputError(f"turn_ids: expected a list of turn id strings, got {type(turn_ids).__name__}")
             turn_ids = list(turn_ids)
             bad = [t for t in turn_ids if not isinstance(t, str)]
             if bad:
@@ -221,20 +257,21 @@ class Memory:
         """Workspaces for many ``(bank_id, question)`` pairs: one encoder call and one batched
         engine call for all of them (what the server does for a batch). Parameters as
         :meth:`select`, for every query; ``dates`` / ``vectors``: one per query (or None)."""
-        import numpy as np
-
         from ..data.types import MAX_QUESTION_CHARS
         from .core import pick
 
-        queries = [tuple(q) for q in queries]
+        if queries is None or isinstance(queries, (str, bytes, dict)) or not isinstance(queries, Iterable):
+            raise InputError(f"queries: expected a list of (bank_id, question) pairs, got {type(queries).__name__}")
+        queries = list(queries)
         if not queries:
             return []
         qp = self._params(budget, token_budget, hops)
         bids, qs = [], []
         for i, q in enumerate(queries):
-            if len(q) != 2:
+            if isinstance(q, (str, bytes, dict)) or not isinstance(q, Iterable) or len(q := tuple(q)) != 2:
                 raise InputError(f"queries[{i}]: expected a (bank_id, question) pair")
             b, text = q
+            _bank_arg(b, f"queries[{i}]")
             if not isinstance(text, str) or not text.strip():
                 raise InputError(f"queries[{i}]: the question is empty")
             if len(text) > MAX_QUESTION_CHARS:
@@ -248,15 +285,7 @@ class Memory:
         ds = [None] * n if dates is None else [_date_of(d, f"dates[{i}]") for i, d in enumerate(dates)]
         if len(ds) != n:
             raise InputError(f"dates: {len(ds)} dates for {n} queries")
-        if vectors is None:
-            Z = self._core.encoder.encode(qs, is_query=True)
-        else:
-            try:
-                Z = np.asarray(vectors, dtype=np.float32).reshape(n, -1)
-            except (TypeError, ValueError):  # not numbers, or a size no reshape to n rows fits
-                Z = None
-            if Z is None or Z.shape[1] != self._core.dim or not np.isfinite(Z).all():
-                raise InputError(f"vectors: expected {n} finite vectors of {self._core.dim} numbers")
+        Z = self._core.encoder.encode(qs, is_query=True) if vectors is None else _vectors(vectors, n, self._core.dim)
         plans = None
         if self.plan_llm is not None:  # the planner's LLM calls, before the engine is held
             from ..trimem.plan import plan_queries

@@ -23,7 +23,7 @@ from pathlib import Path
 from ..construct import build_banks, update_bank
 from ..construct.forget import without_turns
 from ..config import BuildConfig
-from ..data.fields import id_field
+from ..data.fields import check_order, id_field
 from ..data.types import MAX_ID_CHARS, Conversation
 from ..encode.base import Encoder
 from ..errors import DuplicateTurns, InputError, UnknownBank
@@ -34,10 +34,13 @@ from .turns import parse_turns
 
 
 def check_bank_id(bank_id: str) -> None:
-    """The store's rule for ids (non-empty, no control characters), and at most ``MAX_ID_CHARS``."""
-    id_field(bank_id, "bank_id", "bank id")
+    """The store's rule for ids (a non-empty string, no control characters), and at most
+    ``MAX_ID_CHARS``; an ``InputError`` naming ``bank_id`` otherwise."""
+    if not isinstance(bank_id, str):
+        raise InputError(f"bank_id: expected a bank id string, got {type(bank_id).__name__}")
     if len(bank_id) > MAX_ID_CHARS:
         raise InputError(f"bank id is {len(bank_id)} characters; the limit is {MAX_ID_CHARS}")
+    id_field(bank_id, "bank_id", "bank id")
 
 
 @dataclass
@@ -136,9 +139,15 @@ class BankRegistry:
                     raise DuplicateTurns(f"bank {bank_id!r} already holds turn ids {dup[:10]}"
                                          f"{' ...' if len(dup) > 10 else ''} with other content; nothing was appended")
                 again = [t.turn_id for t in turns if t.turn_id in known]
-                if again:  # parse the new ones again, continuing from the bank's last turn
-                    fresh = [r for r, t in zip(records, turns) if t.turn_id not in known]
-                    turns = parse_turns(bank_id, fresh, last) if fresh else []
+            pos = list(range(len(records)))
+            if again:  # parse the new ones again, continuing from the bank's last turn
+                held = set(again)
+                pos = [i for i, t in enumerate(turns) if t.turn_id not in held]
+                turns = parse_turns(bank_id, [records[i] for i in pos], last) if pos else []
+            prev = last  # the new ones in time order (a retried turn, dated before the bank's last, is left out above)
+            for i, t in zip(pos, turns):
+                check_order(t, prev, f"turns[{i}]")
+                prev = t
             done.update(created=old is None, appended=len(turns), stats={}, old=old,
                         stored=[t.turn_id for t in turns], already_stored=again)
             if not turns:

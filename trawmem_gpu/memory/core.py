@@ -165,7 +165,9 @@ def pick(engines: ServedEngine, bank_ids: list[str], questions: list[str], Z, da
 
 def bank_summary(bank) -> dict:
     """A bank's counts and date range (``Memory.banks``, ``GET /v1/banks/{id}``)."""
-    times = [t.time for t in bank.turns if t.time is not None]
+    from ..data.dates import naive_utc
+
+    times = [naive_utc(t.time) for t in bank.turns if t.time is not None]  # naive UTC, as every door reads dates
     return {"bank_id": bank.bank_id, "n_units": bank.n_units, "n_threads": bank.n_threads,
             "n_sessions": len({t.session for t in bank.turns}),
             "first_date": min(times).isoformat() if times else None,

@@ -8,6 +8,11 @@ text and no caption is refused, not skipped (a client should know). Sessions: ei
 of a request names its ``session`` or none does; without them the first turn continues the
 bank's last session when it falls on the same calendar day and opens the next one otherwise, and
 each later turn does the same against the turn before it.
+
+Time order: an append never goes back in time. A turn dated before the turn it would follow (the
+bank's last turn, or the one before it in the request) is refused, naming ``turns[i]`` and its
+``timestamp`` (:func:`~trawmem_gpu.data.fields.check_order`, called by ``BankRegistry.append``
+once a retry's stored turns are left out); nothing is stored.
 """
 from __future__ import annotations
 

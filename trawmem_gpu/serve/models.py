@@ -6,8 +6,8 @@ is refused). Limits that depend on the server's options (question length, budget
 and token budget ranges, vector length, batch and append sizes) are checked by the app against
 ``ServeConfig``, so their error messages name the option.
 
-Every string and list field also has a fixed bound (the ``MAX_*`` constants below; the table in
-docs/serving-limits.md), enforced by pydantic's JSON validator while it reads the body, before any
+Every string and list field also has a fixed bound (the ``MAX_*`` constants below, and a turn's
+from ``data.types``; the table in docs/serving-limits.md), enforced by pydantic's JSON validator while it reads the body, before any
 of the server's own parsing (dates, turns) sees a value: the body is at most ``max_body_bytes``
 (413 before it is read), the validator is linear in it, and everything after works on bounded
 fields. An oversized field answers 422 naming the field and its bound, never echoing the value.
@@ -18,23 +18,21 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
-from ..data.types import MAX_ID_CHARS
+from ..data.types import (MAX_CAPTION_CHARS, MAX_DATE_CHARS, MAX_ID_CHARS, MAX_SESSION, MAX_SPEAKER_CHARS,
+                          MAX_TEXT_CHARS)
+
+# A turn's bounds (ids, speaker, text, caption, timestamp, session) are the data layer's
+# (``data.types``; every other door checks them through ``data.fields``): imported, never restated.
 
 MAX_QUESTION_FIELD_CHARS = 65536
 """The question field's fixed bound; the server's ``max_question_chars`` (default 4000) is the
 limit a question is then held to."""
-MAX_DATE_CHARS = 64
-"""A ``date`` or a turn's ``timestamp`` (the longest date the loaders read is about 40)."""
 MAX_VECTOR_DIMS = 8192
 """Numbers in a ``question_vector`` (the collection's encoder dimension is then required)."""
 MAX_BATCH_FIELD = 4096
 """Requests in a batch body; the server's ``max_batch_request`` (default 256) then applies."""
 MAX_TURNS_FIELD = 10000
 """Turns in an append body; the server's ``max_turns_per_append`` (default 1000) then applies."""
-MAX_SPEAKER_CHARS = 256
-MAX_TEXT_CHARS = 65536
-"""A turn's text."""
-MAX_CAPTION_CHARS = 8192
 MAX_FORGET_IDS = 10_000
 """Turn ids in one forget (``POST /v1/banks/{bank_id}/forget``, MCP ``forget``)."""
 
@@ -120,20 +118,23 @@ class TurnIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    turn_id: Annotated[str, Field(max_length=MAX_ID_CHARS)] | int
-    speaker: str = Field(max_length=MAX_SPEAKER_CHARS)
+    turn_id: Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)] | Annotated[int, Strict()]
+    speaker: str = Field(min_length=1, max_length=MAX_SPEAKER_CHARS)
     text: str = Field(max_length=MAX_TEXT_CHARS)
-    timestamp: str = Field(max_length=MAX_DATE_CHARS,
-                           description="ISO 8601 or LoCoMo style, e.g. '2:14 pm on 9 May, 2031'")
+    timestamp: str = Field(min_length=1, max_length=MAX_DATE_CHARS,
+                           description="ISO 8601 or LoCoMo style, e.g. '2:14 pm on 9 May, 2031'; one with an offset "
+                                       "('...+05:00', '...Z') is read as its UTC time")
     caption: str | None = Field(None, max_length=MAX_CAPTION_CHARS)
-    session: int | None = Field(None, description="session number; give it on every turn or on none")
+    session: int | None = Field(None, strict=True, ge=0, le=MAX_SESSION,
+                                description=f"session number in 0..{MAX_SESSION}; give it on every turn or on none")
 
 
 class AppendRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     turns: list[TurnIn] = Field(min_length=1, max_length=MAX_TURNS_FIELD,
-                                description="turns in source order, after the bank's last turn")
+                                description="turns in source order, after the bank's last turn and in time order "
+                                            "(a turn dated before the turn it follows is refused)")
 
 
 class BankSummary(BaseModel):
