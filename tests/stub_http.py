@@ -7,7 +7,10 @@ are sent, when the client hangs up or when the stub is shut down, and the server
 ``max_requests`` requests (later ones are dropped unanswered)."""
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
+import ssl
 import threading
 import time
 from contextlib import contextmanager
@@ -91,6 +94,30 @@ def stub_http(answers: list[Answer], max_requests: int = 1000):
         stub.stop.set()
         srv.shutdown()
         srv.server_close()
+
+
+@functools.cache
+def _tls():
+    return ssl.create_default_context()  # built once: a client's own costs tens of ms, per client
+
+
+def call(side: str, url: str, name: str, *args, **client_kw):
+    """``Client(url, **client_kw).name(*args)`` (``side`` "sync") or the same on an ``AsyncClient``
+    ("async"), on an httpx client as the client's own but for a shared TLS context; closed after."""
+    import httpx
+
+    from trawmem_gpu import client as tc
+    from trawmem_gpu.client.transport import deadline_transport
+
+    if side == "sync":
+        with httpx.Client(transport=deadline_transport(verify=_tls())) as http, tc.Client(url, http=http,
+                                                                                         **client_kw) as c:
+            return getattr(c, name)(*args)
+
+    async def go():
+        async with httpx.AsyncClient(verify=_tls()) as http, tc.AsyncClient(url, http=http, **client_kw) as c:
+            return await getattr(c, name)(*args)
+    return asyncio.run(go())
 
 
 def timed(fn, *args, **kw):

@@ -3,12 +3,11 @@ shape (or that is not JSON) is a :class:`ServerError` with status 200, for every
 and async; an error status with any body is its status's class."""
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 
 import pytest
 
-from stub_http import Answer, stub_http
+from stub_http import Answer, call, stub_http
 from trawmem_gpu import client as tc
 from trawmem_gpu.errors import InputError, UnknownBank
 
@@ -73,29 +72,22 @@ def _shapes(method: str) -> list:
     out = NOT_JSON + NOT_OBJECTS + [WRONG] + _nested(method)
     out += [{**good, k: WRONG} for k in good]  # each field of the wrong type
     if cls is not None:
-        out += [{k: v for k, v in good.items() if k != r} for r in sorted(_required(cls))]  # each required field missing
+        # each required field missing
+        out += [{k: v for k, v in good.items() if k != r} for r in sorted(_required(cls))]
     return out
 
 
 CASES = [(m, i) for m in METHODS for i in range(len(_shapes(m)))]
 
 
-def _call_sync(url, method, **kw):
-    name, args = METHODS[method][:2]
-    with tc.Client(url, **kw) as c:
-        return getattr(c, name)(*args)
+def _call(side):
+    def run(url, method, **kw):
+        name, args = METHODS[method][:2]
+        return call(side, url, name, *args, **kw)
+    return run
 
 
-def _call_async(url, method, **kw):
-    name, args = METHODS[method][:2]
-
-    async def go():
-        async with tc.AsyncClient(url, **kw) as c:
-            return await getattr(c, name)(*args)
-    return asyncio.run(go())
-
-
-CALLS = {"sync": _call_sync, "async": _call_async}
+CALLS = {"sync": _call("sync"), "async": _call("async")}
 
 
 @pytest.fixture(scope="module")

@@ -49,8 +49,9 @@ from .errors import (STATUS_ERRORS, BankNotFound, Conflict, DeadlineExceeded, Fo
                      ServerError, ServerTimeout, Unauthorized, Unreachable, retry_after_s)
 from .results import (AppendResult, BankInfo, BankList, BankSummary, ForgetResult, SelectResult, ThreadHead, Timings,
                       Unit)
+from .transport import deadline_transport
 
 __all__ = ["AppendResult", "AsyncClient", "BankInfo", "BankList", "BankNotFound", "BankSummary", "Client", "Conflict",
-           "DEFAULT_URL", "DeadlineExceeded", "ForgetResult", "Forbidden", "InvalidRequest", "KEY_ENV", "Overloaded", "RETRY_STATUSES",
-           "STATUS_ERRORS", "SelectResult", "ServerError", "ServerTimeout", "ThreadHead", "Timings", "URL_ENV",
-           "Unauthorized", "Unit", "Unreachable", "retry_after_s"]
+           "DEFAULT_URL", "DeadlineExceeded", "ForgetResult", "Forbidden", "InvalidRequest", "KEY_ENV", "Overloaded",
+           "RETRY_STATUSES", "STATUS_ERRORS", "SelectResult", "ServerError", "ServerTimeout", "ThreadHead", "Timings",
+           "URL_ENV", "Unauthorized", "Unit", "Unreachable", "deadline_transport", "retry_after_s"]

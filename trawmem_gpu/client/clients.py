@@ -8,10 +8,14 @@ every byte of every answer included (:class:`~.errors.DeadlineExceeded` once it 
 - :class:`Client` has no event loop to cancel a blocked read from, so its own transport
   (``transport.py``) cuts every socket connect, read and write to what is left of the call, and
   it reads each answer as a stream, checking the deadline between chunks. A server that
-  trickles its headers or body cannot hold a call past its deadline. With an ``http`` client
-  of your own the chunk checks and the cut request timeouts still hold, but a read can wait up
-  to what was left at the request's start: a trickling server can then hold a call up to about
-  twice its deadline.
+  trickles its headers or body cannot hold a call past its deadline. An ``http`` client of your
+  own keeps the whole bound when its transport is :func:`~.transport.deadline_transport`;
+  without it the chunk checks and the cut request timeouts still hold (a trickled body stops
+  within a read's timeout of the deadline), but a server trickling its headers can hold the
+  call, since httpx reads the headers in one go.
+
+Either way a timeout that fires at the deadline is :class:`~.errors.DeadlineExceeded`, any other
+transport failure :class:`~.errors.Unreachable`.
 """
 from __future__ import annotations
 
@@ -209,8 +213,8 @@ class Client(_Base):
     :param batch_size: questions per ``/v1/select/batch`` request in :meth:`select_many`
         (the server's ``max_batch_request`` defaults to 256)
     :param http: an ``httpx.Client`` to use (its base URL is ignored; it is not closed here).
-        The client's own has a transport that cuts every socket operation to the deadline; with
-        yours the deadline is checked between chunks of an answer (module docstring)
+        The client's own has a transport that cuts every socket operation to the deadline; give
+        yours ``transport=deadline_transport()`` to keep that (module docstring)
     """
 
     def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout: float = 30.0,

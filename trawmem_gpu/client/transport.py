@@ -79,9 +79,10 @@ class _Backend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
-def deadline_transport() -> httpx.HTTPTransport:
-    """httpx's default transport, its socket operations cut to the current call's deadline."""
-    transport = httpx.HTTPTransport()
+def deadline_transport(**kw) -> httpx.HTTPTransport:
+    """``httpx.HTTPTransport(**kw)``, its socket operations cut to the current call's deadline:
+    give it to an ``httpx.Client`` of your own (``http=``) to keep :class:`~.Client`'s bound."""
+    transport = httpx.HTTPTransport(**kw)
     pool = getattr(transport, "_pool", None)
     if isinstance(getattr(pool, "_network_backend", None), httpcore.NetworkBackend):
         pool._network_backend = _Backend(pool._network_backend)
