@@ -51,7 +51,8 @@ def _nested(method: str) -> list:
         sel = [{**SELECT, "units": [5]}, {**SELECT, "units": [{**UNIT, "session": "one"}]},
                {**SELECT, "units": [{}]}, {**SELECT, "units": {"a": 1}}, {**SELECT, "threads": [None]},
                {**SELECT, "timings": "fast"}, {**SELECT, "timings": {"batch_size": 1}},
-               {**SELECT, "n_tokens": True}, {**SELECT, "units": [{**UNIT, "thread": 1.5}]}]
+               {**SELECT, "n_tokens": True}, {**SELECT, "units": [{**UNIT, "thread": 1.5}]},
+               {**SELECT, "timings": {**SELECT["timings"], "encode_ms": 10 ** 400}}]
         if method == "select":
             return sel
         return [{"results": [s, SELECT]} for s in sel] + [

@@ -55,7 +55,12 @@ def _value(tp, v, where: str):
           float: lambda: isinstance(v, (int, float)) and not isinstance(v, bool)}[tp]()
     if not ok:
         raise Malformed(f"{where}: expected {tp.__name__}, got {_kind(v)}")
-    return float(v) if tp is float else v
+    if tp is float and not isinstance(v, float):
+        try:
+            return float(v)
+        except OverflowError:
+            raise Malformed(f"{where}: {_kind(v)} is out of a float's range") from None
+    return v
 
 
 def parse(cls, d, where: str = "answer"):
