@@ -14,10 +14,19 @@ later is ignored, never an error.
 
 **Retries.** A 429 (queue full) or 503 (draining, not ready) means the server did no work, so
 every call, appends included, is sent again: after the ``Retry-After`` the server gave (seconds
-or an HTTP date), else after an exponential backoff (0.1 s doubling, at most 5 s). Retries stop
-at ``max_retries`` or when the next wait would end past the call's ``deadline`` (seconds from
-the call's start); the last answer is then raised as :class:`Overloaded`, with its
-``retry_after``. Every request's own timeout is cut to what is left of the deadline.
+or an HTTP date, at most a day), else after an exponential backoff (0.1 s doubling, at most 5 s,
+jittered down to half). A ``Retry-After`` that is negative, NaN, infinite, over a day or
+unreadable is ignored (the backoff is used), and no wait is shorter than 0.05 s, so a bad header
+never makes the client hammer the server. Retries stop at ``max_retries``, or at once when the
+next wait would end past the call's ``deadline``; the last answer is then raised as
+:class:`Overloaded`, with its ``retry_after``.
+
+**Deadline.** ``deadline`` is wall-clock seconds from the call's start to its result: every
+request, every wait between retries and every byte of every answer (for ``select_many``, all its
+batch requests) fit in it. A server that is slow, or that trickles its answer a byte at a time,
+ends the call in :class:`DeadlineExceeded` (an :class:`Unreachable`) once it has passed.
+``timeout`` is httpx's, per connect, read or write, and is also cut to what is left of the
+deadline. How each client holds the bound: ``clients.py``.
 
 **Keys and address** come from the arguments, else from ``TRAWMEM_SERVE_KEY`` and
 ``TRAWMEM_SERVE_URL`` (default ``http://127.0.0.1:8000``). They are not ``TRAWMEM_API_KEY``,
@@ -29,15 +38,20 @@ message or ``repr``.
 its class (:data:`STATUS_ERRORS`), carrying ``status`` and the server's ``detail``; a 404 is also
 an :class:`~trawmem_gpu.errors.UnknownBank` and a 409 or 422 an
 :class:`~trawmem_gpu.errors.InputError`, as the local API raises them. A server that cannot be
-reached raises :class:`Unreachable`.
+reached raises :class:`Unreachable`. A 200 whose body is not JSON, or not of the result's shape
+(not an object, a field missing or of another type), raises :class:`ServerError` with that
+status, the field named; any error body (null, a list, text, not UTF-8) still gets its status's
+class, its ``detail`` clipped to 4,000 characters. No builtin exception escapes a call because of
+what a server sent.
 """
 from .clients import DEFAULT_URL, KEY_ENV, RETRY_STATUSES, URL_ENV, AsyncClient, Client
-from .errors import (STATUS_ERRORS, BankNotFound, Conflict, Forbidden, InvalidRequest, Overloaded, ServerError,
-                     ServerTimeout, Unauthorized, Unreachable, retry_after_s)
+from .errors import (STATUS_ERRORS, BankNotFound, Conflict, DeadlineExceeded, Forbidden, InvalidRequest, Overloaded,
+                     ServerError, ServerTimeout, Unauthorized, Unreachable, retry_after_s)
 from .results import (AppendResult, BankInfo, BankList, BankSummary, ForgetResult, SelectResult, ThreadHead, Timings,
                       Unit)
+from .transport import deadline_transport
 
 __all__ = ["AppendResult", "AsyncClient", "BankInfo", "BankList", "BankNotFound", "BankSummary", "Client", "Conflict",
-           "DEFAULT_URL", "ForgetResult", "Forbidden", "InvalidRequest", "KEY_ENV", "Overloaded", "RETRY_STATUSES",
-           "STATUS_ERRORS", "SelectResult", "ServerError", "ServerTimeout", "ThreadHead", "Timings", "URL_ENV",
-           "Unauthorized", "Unit", "Unreachable", "retry_after_s"]
+           "DEFAULT_URL", "DeadlineExceeded", "ForgetResult", "Forbidden", "InvalidRequest", "KEY_ENV", "Overloaded",
+           "RETRY_STATUSES", "STATUS_ERRORS", "SelectResult", "ServerError", "ServerTimeout", "ThreadHead", "Timings",
+           "URL_ENV", "Unauthorized", "Unit", "Unreachable", "deadline_transport", "retry_after_s"]

@@ -1,8 +1,26 @@
 """The two clients, :class:`Client` and :class:`AsyncClient`, over one request plan (``_Base``)
-and one retry rule (``_Retry``); see the package docstring."""
+and one retry rule (``_Retry``); see the package docstring.
+
+**The deadline is wall-clock time** from the call's start to its result, retries, waits and
+every byte of every answer included (:class:`~.errors.DeadlineExceeded` once it has passed):
+
+- :class:`AsyncClient` runs the whole call under ``asyncio.timeout``;
+- :class:`Client` has no event loop to cancel a blocked read from, so its own transport
+  (``transport.py``) cuts every socket connect, read and write to what is left of the call, and
+  it reads each answer as a stream, checking the deadline between chunks. A server that
+  trickles its headers or body cannot hold a call past its deadline. An ``http`` client of your
+  own keeps the whole bound when its transport is :func:`~.transport.deadline_transport`;
+  without it the chunk checks and the cut request timeouts still hold (a trickled body stops
+  within a read's timeout of the deadline), but a server trickling its headers can hold the
+  call, since httpx reads the headers in one go.
+
+Either way a timeout that fires at the deadline is :class:`~.errors.DeadlineExceeded`, any other
+transport failure :class:`~.errors.Unreachable`.
+"""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import time
@@ -14,12 +32,14 @@ import httpx
 
 from ..data.jsonl import record_of
 from ..errors import InputError
-from .errors import ServerError, Unreachable, _error_of, retry_after_s
-from .results import AppendResult, BankInfo, BankList, ForgetResult, SelectResult, _from
+from .errors import DeadlineExceeded, ServerError, Unreachable, _error_of, retry_after_s
+from .results import AppendResult, BankInfo, BankList, ForgetResult, Malformed, SelectResult, parse
+from .transport import deadline_at, deadline_transport
 
 URL_ENV, KEY_ENV = "TRAWMEM_SERVE_URL", "TRAWMEM_SERVE_KEY"
 DEFAULT_URL = "http://127.0.0.1:8000"
 RETRY_STATUSES = (429, 503)
+_SLACK_S = 0.05  # a timeout this close to the deadline is the deadline's
 
 
 @dataclass(frozen=True)
@@ -30,27 +50,54 @@ class _Call:
     bank_id: str = ""
 
 
-class _Retry:
-    """When to send a call again (see the module docstring)."""
+@dataclass(frozen=True)
+class _Answer:
+    """A whole answer: its response (headers, status) and the body read from its stream."""
 
-    def __init__(self, deadline: float, max_retries: int, base: float = 0.1, cap: float = 5.0):
+    response: httpx.Response
+    body: bytes
+
+    @property
+    def status(self) -> int:
+        return self.response.status_code
+
+
+class _Retry:
+    """When to send a call again (see the package docstring): the server's ``Retry-After`` when it
+    is readable, else the backoff; never less than ``floor``; never a wait that ends past the
+    deadline (the call gives up at once instead)."""
+
+    def __init__(self, deadline: float, max_retries: int, base: float = 0.1, cap: float = 5.0,
+                 floor: float = 0.05):
         if not deadline > 0:
             raise InputError(f"`deadline` must be > 0 seconds, got {deadline!r}")
         if max_retries < 0:
             raise InputError(f"`max_retries` must be >= 0, got {max_retries!r}")
-        self.deadline, self.max_retries, self.base, self.cap = float(deadline), int(max_retries), base, cap
+        self.deadline, self.max_retries = float(deadline), int(max_retries)
+        self.base, self.cap, self.floor = base, cap, floor
 
-    def wait(self, r: httpx.Response, attempt: int, t0: float, now: float) -> float | None:
-        """Seconds to wait before sending again after answer ``r`` of try ``attempt`` (0-based), or
-        None to give up (not a retry status, out of retries, or past the deadline)."""
-        if r.status_code not in RETRY_STATUSES or attempt >= self.max_retries:
+    def wait(self, a: _Answer, attempt: int, now: float, end: float) -> float | None:
+        """Seconds to wait before sending again after answer ``a`` of try ``attempt`` (0-based), or
+        None to give up (not a retry status, out of retries, or the wait would end past ``end``)."""
+        if a.status not in RETRY_STATUSES or attempt >= self.max_retries:
             return None
-        ra = retry_after_s(r.headers.get("retry-after"))
+        ra = retry_after_s(a.response.headers.get("retry-after"))
         w = ra if ra is not None else min(self.cap, self.base * 2 ** attempt) * (0.5 + random.random() / 2)
-        return None if now + w >= t0 + self.deadline else w
+        w = max(w, self.floor)
+        return None if now + w >= end else w
 
-    def timeout(self, per_request: float, t0: float, now: float) -> float:
-        return max(0.001, min(per_request, t0 + self.deadline - now))
+    def timeout(self, per_request: float, end: float, now: float) -> float:
+        return max(0.001, min(per_request, end - now))
+
+
+def _late(call: _Call, what: str = "") -> DeadlineExceeded:
+    return DeadlineExceeded(None, f"{call.method} {call.path}: the call's deadline passed{what}")
+
+
+def _http_error(call: _Call, url: str, e: httpx.HTTPError, end: float) -> ServerError:
+    if isinstance(e, httpx.TimeoutException) and time.monotonic() >= end - _SLACK_S:
+        return _late(call, f" ({type(e).__name__})")
+    return Unreachable(None, f"{call.method} {url}{call.path}: {type(e).__name__}: {e}")
 
 
 def _select_body(bank_id: str, question: str, budget, hops, token_budget, date, question_vector) -> dict:
@@ -123,13 +170,34 @@ class _Base:
         return kw
 
     @staticmethod
-    def _result(call: _Call, r: httpx.Response) -> dict:
-        if r.status_code >= 400:
-            raise _error_of(r, call.bank_id)
+    def _result(call: _Call, a: _Answer):
+        """The JSON of answer ``a``, or its error (an error status; a body that is not JSON)."""
+        if a.status >= 400:
+            raise _error_of(a.response, call.bank_id, a.body)
         try:
-            return r.json()
-        except ValueError:
-            raise ServerError(r.status_code, f"the answer to {call.method} {call.path} is not JSON") from None
+            return json.loads(a.body)
+        except (ValueError, RecursionError):
+            raise ServerError(a.status, f"the answer to {call.method} {call.path} is not JSON") from None
+
+    @staticmethod
+    def _parse(cls, call: _Call, doc, status: int = 200):
+        try:
+            return parse(cls, doc)
+        except Malformed as e:
+            raise ServerError(status, f"the answer to {call.method} {call.path} is malformed: {e}") from None
+
+    @staticmethod
+    def _results(call: _Call, doc, status: int = 200) -> list:
+        """The ``results`` of a batch answer, one per question of ``call``."""
+        n = len(call.body["requests"])
+        got = doc.get("results") if isinstance(doc, dict) else None
+        if not isinstance(got, list) or len(got) != n:
+            raise ServerError(status, f"the answer to {call.method} {call.path} is malformed: expected `results`, "
+                                      f"a list of {n} workspaces")
+        return [_Base._parse(SelectResult, call, d, status) for d in got]
+
+    def _end(self) -> float:
+        return time.monotonic() + self._retry.deadline
 
 
 class Client(_Base):
@@ -137,12 +205,16 @@ class Client(_Base):
 
     :param url: the server (default ``$TRAWMEM_SERVE_URL``, else ``http://127.0.0.1:8000``)
     :param api_key: the tenant key (default ``$TRAWMEM_SERVE_KEY``; none: no ``Authorization``)
-    :param timeout: seconds per HTTP request
-    :param deadline: seconds per call, retries included
+    :param timeout: seconds one connect, read or write may wait (httpx's timeout: per operation)
+    :param deadline: wall-clock seconds per call, from its start to its result: retries, waits
+        and every byte of every answer included (:class:`DeadlineExceeded` when it passes; for
+        :meth:`select_many`, all its batch requests together)
     :param max_retries: most retries of a 429 / 503 per request
     :param batch_size: questions per ``/v1/select/batch`` request in :meth:`select_many`
         (the server's ``max_batch_request`` defaults to 256)
-    :param http: an ``httpx.Client`` to use (its base URL is ignored; it is not closed here)
+    :param http: an ``httpx.Client`` to use (its base URL is ignored; it is not closed here).
+        The client's own has a transport that cuts every socket operation to the deadline; give
+        yours ``transport=deadline_transport()`` to keep that (module docstring)
     """
 
     def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout: float = 30.0,
@@ -150,7 +222,7 @@ class Client(_Base):
                  http: httpx.Client | None = None):
         super().__init__(url, api_key, timeout, deadline, max_retries, batch_size)
         self._own = http is None
-        self._http = http or httpx.Client()
+        self._http = http or httpx.Client(transport=deadline_transport())
         self._sleep = time.sleep
 
     def close(self) -> None:
@@ -163,65 +235,90 @@ class Client(_Base):
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _send(self, call: _Call) -> dict:
+    def _attempt(self, call: _Call, end: float) -> _Answer:
+        """One request of ``call`` and its whole answer, by ``end``."""
+        now = time.monotonic()
+        if now >= end:
+            raise _late(call)
+        kw = self._request_kw(call, self._retry.timeout(self.timeout, end, now))
+        try:
+            with deadline_at(end), self._http.stream(call.method, self.url + call.path, **kw) as r:
+                chunks = []
+                for chunk in r.iter_bytes():
+                    if time.monotonic() >= end:
+                        raise _late(call)
+                    chunks.append(chunk)
+                return _Answer(r, b"".join(chunks))
+        except httpx.HTTPError as e:
+            raise _http_error(call, self.url, e, end) from None
+
+    def _send(self, call: _Call, end: float | None = None) -> tuple[int, Any]:
+        """(status, JSON) of ``call``'s answer, retried as the package docstring says, by ``end``
+        (default: the deadline from now)."""
+        end = self._end() if end is None else end
         attempt = 0
-        t0 = time.monotonic()
         while True:
-            now = time.monotonic()
-            try:
-                r = self._http.request(call.method, self.url + call.path,
-                                       **self._request_kw(call, self._retry.timeout(self.timeout, t0, now)))
-            except httpx.HTTPError as e:
-                raise Unreachable(None, f"{call.method} {self.url}{call.path}: {type(e).__name__}: {e}") from None
-            w = self._retry.wait(r, attempt, t0, time.monotonic())
+            a = self._attempt(call, end)
+            w = self._retry.wait(a, attempt, time.monotonic(), end)
             if w is None:
-                return self._result(call, r)
+                return a.status, self._result(call, a)
             self._sleep(w)
             attempt += 1
+
+    def _get(self, cls, call: _Call):
+        status, doc = self._send(call)
+        return self._parse(cls, call, doc, status)
 
     def select(self, bank_id: str, question: str, *, budget: int | None = None, hops: int | None = None,
                token_budget: int | None = None, date: str | None = None,
                question_vector: Sequence[float] | None = None) -> SelectResult:
         """The workspace for ``question`` from bank ``bank_id`` (unset parameters: the server's)."""
-        return SelectResult.from_json(self._send(self._select_call(bank_id, question, budget, hops, token_budget,
-                                                                   date, question_vector)))
+        return self._get(SelectResult, self._select_call(bank_id, question, budget, hops, token_budget, date,
+                                                         question_vector))
 
     def select_many(self, pairs: Iterable[tuple[str, str]], *, budget: int | None = None, hops: int | None = None,
                     token_budget: int | None = None, date: str | None = None) -> list[SelectResult]:
         """Workspaces for ``(bank_id, question)`` pairs, in order, over ``/v1/select/batch``
-        (``batch_size`` questions per request); the parameters apply to every question."""
+        (``batch_size`` questions per request, all within one ``deadline``); the parameters apply
+        to every question."""
         params = {"budget": budget, "hops": hops, "token_budget": token_budget, "date": date}
-        return [SelectResult.from_json(d) for call in self._batch_calls(pairs, params)
-                for d in self._send(call)["results"]]
+        calls, end, out = self._batch_calls(pairs, params), self._end(), []
+        for call in calls:
+            status, doc = self._send(call, end)
+            out += self._results(call, doc, status)
+        return out
 
     def append(self, bank_id: str, turns: Iterable) -> AppendResult:
         """Append ``turns`` (dicts or objects with ``turn_id, speaker, text, timestamp[, caption,
         session]``) to ``bank_id``; the first append creates the bank."""
-        return _from(AppendResult, self._send(self._append_call(bank_id, turns)))
+        return self._get(AppendResult, self._append_call(bank_id, turns))
 
     def banks(self) -> BankList:
         """The banks this key can see."""
-        return BankList.from_json(self._send(_Call("GET", "/v1/banks")))
+        return self._get(BankList, _Call("GET", "/v1/banks"))
 
     def bank(self, bank_id: str) -> BankInfo:
-        return _from(BankInfo, self._send(_Call("GET", f"/v1/banks/{_path_id(bank_id)}", None, bank_id)))
+        return self._get(BankInfo, _Call("GET", f"/v1/banks/{_path_id(bank_id)}", None, bank_id))
 
     def forget(self, bank_id: str, turn_ids: Sequence[str] | None = None) -> ForgetResult:
         """Forget turns ``turn_ids`` of ``bank_id`` (``POST /v1/banks/{bank_id}/forget``; ids the bank
         does not hold come back in ``missing``), or (``None``) the whole bank (``DELETE``)."""
-        return ForgetResult.from_json(self._send(self._forget_call(bank_id, turn_ids)))
+        return self._get(ForgetResult, self._forget_call(bank_id, turn_ids))
 
     def ready(self) -> bool:
-        """Whether ``/readyz`` answers 200 (no retries)."""
+        """Whether ``/readyz`` answers 200 (no retries; within ``timeout`` and ``deadline``)."""
+        end = time.monotonic() + min(self.timeout, self._retry.deadline)
         try:
-            return self._http.get(self.url + "/readyz", timeout=self.timeout).status_code == 200
+            with deadline_at(end), self._http.stream("GET", self.url + "/readyz", timeout=self.timeout) as r:
+                return r.status_code == 200
         except httpx.HTTPError:
             return False
 
 
 class AsyncClient(_Base):
     """The asynchronous client: :class:`Client`'s arguments and methods, as coroutines;
-    ``async with AsyncClient() as c: ws = await c.select(...)``."""
+    ``async with AsyncClient() as c: ws = await c.select(...)``. Each call runs under
+    ``asyncio.timeout`` of its ``deadline``, whatever the ``http`` client."""
 
     def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout: float = 30.0,
                  deadline: float = 60.0, max_retries: int = 8, batch_size: int = 256,
@@ -241,51 +338,75 @@ class AsyncClient(_Base):
     async def __aexit__(self, *exc) -> None:
         await self.aclose()
 
-    async def _send(self, call: _Call) -> dict:
+    async def _attempt(self, call: _Call, end: float) -> _Answer:
+        now = time.monotonic()
+        if now >= end:
+            raise _late(call)
+        kw = self._request_kw(call, self._retry.timeout(self.timeout, end, now))
+        try:
+            async with self._http.stream(call.method, self.url + call.path, **kw) as r:
+                return _Answer(r, await r.aread())
+        except httpx.HTTPError as e:
+            raise _http_error(call, self.url, e, end) from None
+
+    async def _retried(self, call: _Call, end: float) -> tuple[int, Any]:
         attempt = 0
-        t0 = time.monotonic()
         while True:
-            now = time.monotonic()
-            try:
-                r = await self._http.request(call.method, self.url + call.path,
-                                             **self._request_kw(call, self._retry.timeout(self.timeout, t0, now)))
-            except httpx.HTTPError as e:
-                raise Unreachable(None, f"{call.method} {self.url}{call.path}: {type(e).__name__}: {e}") from None
-            w = self._retry.wait(r, attempt, t0, time.monotonic())
+            a = await self._attempt(call, end)
+            w = self._retry.wait(a, attempt, time.monotonic(), end)
             if w is None:
-                return self._result(call, r)
+                return a.status, self._result(call, a)
             await self._sleep(w)
             attempt += 1
+
+    async def _send(self, call: _Call, end: float | None = None) -> tuple[int, Any]:
+        """:meth:`Client._send`, the whole of it under ``asyncio.timeout`` until ``end``."""
+        end = self._end() if end is None else end
+        bound = asyncio.timeout(max(0.0, end - time.monotonic()))
+        try:
+            async with bound:
+                return await self._retried(call, end)
+        except TimeoutError:
+            if bound.expired():
+                raise _late(call) from None
+            raise
+
+    async def _get(self, cls, call: _Call):
+        status, doc = await self._send(call)
+        return self._parse(cls, call, doc, status)
 
     async def select(self, bank_id: str, question: str, *, budget: int | None = None, hops: int | None = None,
                      token_budget: int | None = None, date: str | None = None,
                      question_vector: Sequence[float] | None = None) -> SelectResult:
-        return SelectResult.from_json(await self._send(self._select_call(bank_id, question, budget, hops,
-                                                                         token_budget, date, question_vector)))
+        return await self._get(SelectResult, self._select_call(bank_id, question, budget, hops, token_budget, date,
+                                                               question_vector))
 
     async def select_many(self, pairs: Iterable[tuple[str, str]], *, budget: int | None = None,
                           hops: int | None = None, token_budget: int | None = None,
                           date: str | None = None) -> list[SelectResult]:
         params = {"budget": budget, "hops": hops, "token_budget": token_budget, "date": date}
-        out = []
-        for call in self._batch_calls(pairs, params):
-            out += [SelectResult.from_json(d) for d in (await self._send(call))["results"]]
+        calls, end, out = self._batch_calls(pairs, params), self._end(), []
+        for call in calls:
+            status, doc = await self._send(call, end)
+            out += self._results(call, doc, status)
         return out
 
     async def append(self, bank_id: str, turns: Iterable) -> AppendResult:
-        return _from(AppendResult, await self._send(self._append_call(bank_id, turns)))
+        return await self._get(AppendResult, self._append_call(bank_id, turns))
 
     async def banks(self) -> BankList:
-        return BankList.from_json(await self._send(_Call("GET", "/v1/banks")))
+        return await self._get(BankList, _Call("GET", "/v1/banks"))
 
     async def bank(self, bank_id: str) -> BankInfo:
-        return _from(BankInfo, await self._send(_Call("GET", f"/v1/banks/{_path_id(bank_id)}", None, bank_id)))
+        return await self._get(BankInfo, _Call("GET", f"/v1/banks/{_path_id(bank_id)}", None, bank_id))
 
     async def forget(self, bank_id: str, turn_ids: Sequence[str] | None = None) -> ForgetResult:
-        return ForgetResult.from_json(await self._send(self._forget_call(bank_id, turn_ids)))
+        return await self._get(ForgetResult, self._forget_call(bank_id, turn_ids))
 
     async def ready(self) -> bool:
         try:
-            return (await self._http.get(self.url + "/readyz", timeout=self.timeout)).status_code == 200
-        except httpx.HTTPError:
+            async with asyncio.timeout(min(self.timeout, self._retry.deadline)):
+                async with self._http.stream("GET", self.url + "/readyz", timeout=self.timeout) as r:
+                    return r.status_code == 200
+        except (httpx.HTTPError, TimeoutError):
             return False

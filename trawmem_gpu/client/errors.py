@@ -2,6 +2,9 @@
 :class:`~trawmem_gpu.errors.TrawmemError`)."""
 from __future__ import annotations
 
+import http
+import json
+
 import httpx
 
 from ..errors import InputError, TrawmemError, UnknownBank
@@ -58,18 +61,49 @@ class Unreachable(ServerError):
     """No HTTP answer at all (connection refused, reset, or the client's own timeout)."""
 
 
+class DeadlineExceeded(Unreachable):
+    """The call's ``deadline`` passed before a whole answer came (a slow or trickling server,
+    retries included); an :class:`Unreachable`, as the client's own timeout is."""
+
+
 STATUS_ERRORS: dict[int, type[ServerError]] = {401: Unauthorized, 403: Forbidden, 404: BankNotFound,
                                                409: Conflict, 413: InvalidRequest, 422: InvalidRequest,
                                                429: Overloaded, 503: Overloaded, 504: ServerTimeout}
 
 
-def _error_of(r: httpx.Response, bank_id: str = "") -> ServerError:
+MAX_DETAIL = 4000
+"""The most characters of an error body kept as ``detail`` (a hostile server's body is not echoed whole)."""
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_DETAIL else text[:MAX_DETAIL - 15] + "... (clipped)"
+
+
+def detail_of(body: bytes, status: int) -> str:
+    """The server's ``detail``: the ``detail`` key of a JSON object body, else the body's text,
+    else the status's reason phrase; whatever the body is (null, a list, not JSON, not UTF-8)."""
+    text = body.decode("utf-8", "replace")
     try:
-        detail = r.json().get("detail", r.text)
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        doc = None
+    if isinstance(doc, dict) and doc.get("detail") is not None:
+        d = doc["detail"]
+        return _clip(d if isinstance(d, str) else json.dumps(d))
+    if text.strip():
+        return _clip(text.strip())
+    try:
+        return http.HTTPStatus(status).phrase
     except ValueError:
-        detail = r.text or r.reason_phrase
+        return "no detail"
+
+
+def _error_of(r: httpx.Response, bank_id: str = "", body: bytes | None = None) -> ServerError:
+    """The error of answer ``r`` (an error status), its class by status; ``body``: ``r``'s body
+    when it was read as a stream."""
+    detail = detail_of(r.content if body is None else body, r.status_code)
     cls = STATUS_ERRORS.get(r.status_code, ServerError)
     ra = retry_after_s(r.headers.get("retry-after"))
     if cls is BankNotFound:
-        return BankNotFound(r.status_code, str(detail), ra, bank_id)
-    return cls(r.status_code, str(detail), ra)
+        return BankNotFound(r.status_code, detail, ra, bank_id)
+    return cls(r.status_code, detail, ra)

@@ -1,14 +1,83 @@
 """The client's results: dataclasses, field for field the server's response models
-(``serve/models.py``); keys a newer server adds are ignored."""
+(``serve/models.py``); keys a newer server adds are ignored.
+
+Every answer is checked against its dataclass's field types before it is built (:func:`parse`):
+an answer of the wrong shape (not an object, a required field missing, a field of another type)
+raises :class:`Malformed`, which the client turns into a :class:`~.errors.ServerError` with the
+answer's status; a wrong shape never surfaces as an ``AttributeError`` or ``TypeError``, nor is
+it passed on silently."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+import functools
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 
 
-def _from(cls, d: dict):
-    """``cls`` from the keys of ``d`` it declares (others ignored: a newer server may add some)."""
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in d.items() if k in names})
+class Malformed(ValueError):
+    """An answer that is not of its result's shape; the message names the field (``units[0].session``)."""
+
+
+def _kind(v) -> str:
+    r = repr(v)
+    return f"{type(v).__name__} {r[:40] + '...' if len(r) > 40 else r}"
+
+
+@functools.cache
+def _hints(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _has_default(f) -> bool:
+    return f.default is not MISSING or f.default_factory is not MISSING
+
+
+def _value(tp, v, where: str):
+    """``v`` as type ``tp`` (the field types the results use), or :class:`Malformed`."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if v is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _value(inner, v, where)
+    if origin is tuple:
+        if not isinstance(v, list):
+            raise Malformed(f"{where}: expected a list, got {_kind(v)}")
+        return tuple(_value(args[0], x, f"{where}[{i}]") for i, x in enumerate(v))
+    if origin is dict:
+        if not isinstance(v, dict):
+            raise Malformed(f"{where}: expected an object, got {_kind(v)}")
+        return {k: _value(args[1], x, f"{where}.{k}") for k, x in v.items()}
+    if is_dataclass(tp):
+        return parse(tp, v, where)
+    ok = {str: lambda: isinstance(v, str), bool: lambda: isinstance(v, bool),
+          int: lambda: isinstance(v, int) and not isinstance(v, bool),
+          float: lambda: isinstance(v, (int, float)) and not isinstance(v, bool)}[tp]()
+    if not ok:
+        raise Malformed(f"{where}: expected {tp.__name__}, got {_kind(v)}")
+    if tp is float and not isinstance(v, float):
+        try:
+            return float(v)
+        except OverflowError:
+            raise Malformed(f"{where}: {_kind(v)} is out of a float's range") from None
+    return v
+
+
+def parse(cls, d, where: str = "answer"):
+    """``cls`` from the keys of ``d`` it declares, each checked against its field's type (keys
+    ``cls`` does not declare are ignored: a newer server may add some). A field with a default
+    may be missing or null; any other field must be there, of its type."""
+    if not isinstance(d, dict):
+        raise Malformed(f"{where}: expected an object, got {_kind(d)}")
+    kw = {}
+    for f in fields(cls):
+        tp = _hints(cls)[f.name]
+        if f.name not in d or (d[f.name] is None and _has_default(f)):
+            if not _has_default(f):
+                raise Malformed(f"{where}.{f.name}: missing")
+            continue
+        kw[f.name] = _value(tp, d[f.name], f"{where}.{f.name}")
+    return cls(**kw)
 
 
 @dataclass(frozen=True)
@@ -72,11 +141,8 @@ class SelectResult:
         return [u.id for u in self.units]
 
     @classmethod
-    def from_json(cls, d: dict) -> "SelectResult":
-        t = d.get("timings")
-        return _from(cls, {**d, "units": tuple(_from(Unit, u) for u in d.get("units", ())),
-                           "threads": tuple(_from(ThreadHead, t) for t in d.get("threads", ())),
-                           "timings": _from(Timings, t) if isinstance(t, dict) else None})
+    def from_json(cls, d) -> "SelectResult":
+        return parse(cls, d)
 
 
 @dataclass(frozen=True)
@@ -95,8 +161,8 @@ class BankList:
     dim: int
 
     @classmethod
-    def from_json(cls, d: dict) -> "BankList":
-        return _from(cls, {**d, "banks": tuple(_from(BankSummary, b) for b in d.get("banks", ()))})
+    def from_json(cls, d) -> "BankList":
+        return parse(cls, d)
 
 
 @dataclass(frozen=True)
@@ -137,5 +203,5 @@ class ForgetResult:
     output_records: int = 0
 
     @classmethod
-    def from_json(cls, d: dict) -> "ForgetResult":
-        return _from(cls, {**d, "forgotten": tuple(d.get("forgotten") or ()), "missing": tuple(d.get("missing") or ())})
+    def from_json(cls, d) -> "ForgetResult":
+        return parse(cls, d)
