@@ -242,7 +242,8 @@ class BankRegistry:
         """The journaled erasure of the whole stored bank (read leniently: a quarantined bank's
         files may not load) and of the copy this process serves."""
         with self.coll.lock(reading=True):  # never between a writer's two renames
-            e = stored_erasure(self.coll.bank_path(bank_id), bank_id, self.coll.banks.get(bank_id))
+            e = stored_erasure(self.coll.bank_path(bank_id), bank_id, self.coll.banks.get(bank_id),
+                               self.coll.encoder_id)
         if seen is not None and not {t.turn_id for t in seen.turns} <= set(e.turn_ids):
             e = e.merged(Erasure.of(seen, None, (), e.dirname))
         e.outputs = list(outputs)

@@ -27,10 +27,11 @@ def cause_of(e: BaseException, root: Path) -> str:
     return msg
 
 
-def stored_erasure(bank_dir: Path, bank_id: str, dirname: str | None) -> Erasure:
+def stored_erasure(bank_dir: Path, bank_id: str, dirname: str | None, encoder_id: str | None = None) -> Erasure:
     """The erasure of the whole stored bank at ``bank_dir``: from the bank when it loads, else
     from whatever of its files still reads (texts and turns of ``units.json``, vectors of the
-    tensors, heads of ``meta.json``), so a quarantined bank's forget erases all it can."""
+    tensors, heads of ``meta.json``), so a quarantined bank's forget erases all it can.
+    ``encoder_id``: the collection's, for the cache keys when ``meta.json`` does not read."""
     try:
         return Erasure.of(load_bank(bank_dir, bank_id=bank_id), None, (), dirname)
     except BankError:
@@ -52,7 +53,7 @@ def stored_erasure(bank_dir: Path, bank_id: str, dirname: str | None) -> Erasure
         texts += [t.embed_text(), t.lexical_text()]
     heads = [h for h in meta.get("heads") or () if isinstance(h, str)]
     texts = [x for x in dict.fromkeys(texts + heads) if x]
-    enc = meta.get("encoder_id") if isinstance(meta.get("encoder_id"), str) else ""
+    enc = meta.get("encoder_id") if isinstance(meta.get("encoder_id"), str) else encoder_id
     keys = [EmbeddingCache.key(enc, q, x) for x in texts for q in (False, True)] if enc else []
     sessions: dict = {}
     for t in turns:

@@ -39,7 +39,7 @@ from datetime import datetime
 import numpy as np
 
 from ..encode.base import Encoder
-from ..errors import ConfigError
+from ..errors import ConfigError, UnknownBank  # noqa: F401 - the one UnknownBank, for the serve modules
 from ..memory.core import MemoryCore, bank_summary
 from ..memory.engines import query_params, select_units
 from ..memory.result import SelectedWorkspace
