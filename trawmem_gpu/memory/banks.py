@@ -280,6 +280,8 @@ class BankRegistry:
         return done["new"], done["erasure"]
 
     def finished(self, e: Erasure) -> None:
-        """Record that opening the collection finished the killed forget ``e`` (see ``_finished``)."""
+        """Record that opening the collection finished the killed forget ``e`` (see ``_finished``):
+        its ids and outputs only, no forgotten text (every copy of those is erased)."""
         with self._lock:
-            self._finished[e.bank_id] = e
+            self._finished[e.bank_id] = Erasure(e.bank_id, list(e.turn_ids), e.whole, dirname=e.dirname,
+                                                outputs=list(e.outputs))
