@@ -120,16 +120,21 @@ class Bank:
             raise ValueError(f"bank {self.bank_id!r}: an edge names an unknown thread")
 
     def _validate_values(self) -> None:
-        """Every turn's session is an integer the engine's int64 tables hold, and its time naive
-        (a collection compares and subtracts the times of all its banks)."""
+        """Every turn's session is an integer the engine's int64 tables hold."""
         for t in self.turns:
             s = t.session
             if not isinstance(s, Integral) or isinstance(s, bool) or not SESSION_MIN <= s <= SESSION_MAX:
                 raise ValueError(f"bank {self.bank_id!r}: turn {t.turn_id!r} has session {s!r}, outside the "
                                  f"64-bit integers [{SESSION_MIN}, {SESSION_MAX}] the engine's tables hold")
+
+    def validate_stored(self) -> None:
+        """:meth:`validate`, and what a stored bank holds besides: naive times (UTC), so the times
+        of all the banks of a collection compare (``store.files`` checks it on write and load)."""
+        self.validate()
+        for t in self.turns:
             if t.time is not None and t.time.utcoffset() is not None:
                 raise ValueError(f"bank {self.bank_id!r}: turn {t.turn_id!r} has the timezone-aware time "
-                                 f"{t.time.isoformat()}; a bank holds naive times (UTC)")
+                                 f"{t.time.isoformat()}; a stored bank holds naive times (UTC)")
 
     def _validate_layers(self) -> None:
         """The facts and profiles layers: unique ids, links to turns / facts that exist, vectors."""
