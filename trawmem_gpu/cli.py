@@ -169,13 +169,14 @@ def cmd_info(a) -> int:
     from .store import Collection, load_bank
 
     p = Path(a.dir)
-    banks = [load_bank(p)] if (p / "meta.json").exists() else Collection(p).load_all()
-    if not banks:
+    banks, quarantined = ([load_bank(p)], {}) if (p / "meta.json").exists() else _loaded(Collection(p))
+    if not banks and not quarantined:
         raise TrawmemError(f"{p}: the collection holds no banks")
-    lens = np.concatenate([np.diff(b.thread_offsets) for b in banks])
+    lens = np.concatenate([np.diff(b.thread_offsets) for b in banks] or [np.zeros(1, np.int64)])
     info = {
         "path": str(p), "banks": len(banks), "threads": int(sum(b.n_threads for b in banks)),
-        "units": int(sum(b.n_units for b in banks)), "encoder": banks[0].encoder_id,
+        "units": int(sum(b.n_units for b in banks)), "encoder": banks[0].encoder_id if banks else None,
+        "quarantined": [{"bank_id": b, "cause": c} for b, c in quarantined.items()],
         "thread_length": {"mean": round(float(lens.mean()), 2), "median": float(np.median(lens)),
                           "min": int(lens.min()), "max": int(lens.max()), "p90": float(np.percentile(lens, 90))},
         "edges": {"adjacent": int(sum((b.edge_kind == 0).sum() for b in banks) // 2),
@@ -197,7 +198,25 @@ def cmd_info(a) -> int:
               f"{plural(info['layers']['profile_sections'], 'profile section')}")
     for r in info["per_bank"]:
         print(f"  {r['bank_id']}: {plural(r['units'], 'unit')}, {plural(r['threads'], 'thread')}")
+    if quarantined:
+        print(f"quarantined: {plural(len(quarantined), 'bank')} not served (remove one with `trawmem forget "
+              f"--collection {p} --bank ID`, then rebuild it):")
+        for b, c in quarantined.items():
+            print(f"  {b}: {c}")
     return 0
+
+
+def _loaded(coll) -> tuple[list, dict]:
+    """The banks of ``coll`` that load, and bank id -> cause for those that do not (quarantined)."""
+    from .memory.quarantine import cause_of
+
+    banks, bad = [], {}
+    for b in coll.bank_ids:
+        try:
+            banks.append(coll.load(b))
+        except Exception as e:  # noqa: BLE001 - one bad bank fails alone
+            bad[b] = cause_of(e, coll.path)
+    return banks, bad
 
 
 def cmd_repair_index(a) -> int:

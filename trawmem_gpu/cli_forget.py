@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from .errors import plural
 
@@ -10,7 +11,11 @@ def cmd_forget(a) -> int:
     from .llm_factory import llm_from_args, llm_options
     from .memory import Memory
 
-    mem = Memory(a.collection, create=False)
+    mem = Memory(a.collection, create=False)  # opening it finishes any forget a kill left unfinished
+    for r in mem._core.finished:
+        if r["bank_id"] != a.bank:
+            print(f"finished an interrupted forget of {r['bank_id']!r} ({plural(len(r['forgotten']), 'turn')}"
+                  f"{', the bank is gone' if r['deleted'] else ''})", file=sys.stderr)
     llm = llm_from_args(a.llm, check=True, **llm_options(a)) if a.llm else None
     try:
         res = mem.forget(a.bank, a.turns, outputs=a.outputs or (), llm=llm)
@@ -37,7 +42,9 @@ def configure_forget(f) -> None:
     f.describe("Forget turns of a bank (--turns), or the whole bank, everywhere: the bank is rebuilt without "
                "them and written atomically, and the embedding and LLM caches under TRAWMEM_CACHE and the "
                "score outputs named by --outputs are scrubbed of them (docs/python-api.md, Forgetting). "
-               "Rerunning a forget that was interrupted finishes it.")
+               "A forget that was interrupted is finished by the next open of the collection (this command, "
+               "`trawmem serve`, Memory), with the outputs it named. A quarantined bank (`trawmem info` lists "
+               "them) can be forgotten whole, without --turns.")
     f.add_argument("--collection", required=True, help="collection directory")
     f.add_argument("--bank", required=True, help="bank id")
     f.add_argument("--turns", nargs="+", metavar="ID",

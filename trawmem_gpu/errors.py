@@ -16,6 +16,26 @@ class BankError(TrawmemError):
     """A bank directory is missing, corrupt, truncated, stale or of another format version."""
 
 
+class QuarantinedBank(BankError):
+    """A bank the collection holds but cannot serve: its files could not be loaded, or not
+    prepared for the engine (``cause`` says why). The collection opens and serves its other
+    banks; selecting from this one, adding to it or forgetting some of its turns raises this
+    (HTTP 409), and forgetting the whole bank removes it (``trawmem forget --bank``,
+    ``Memory.forget(bank_id)``, ``DELETE /v1/banks/{bank_id}``).
+
+    :param where: a prefix locating the request (``"queries[3]: "``)
+    """
+
+    def __init__(self, bank_id: str, cause: str, where: str = ""):
+        super().__init__(f"{where}bank {bank_id!r} is quarantined: {cause}; it is not served until it is removed "
+                         f"(forget the whole bank: `trawmem forget --bank`, Memory.forget(bank_id) or DELETE "
+                         f"/v1/banks/{{bank_id}}) and rebuilt")
+        self.bank_id, self.cause, self.where = bank_id, cause, where
+
+    def __reduce__(self):  # pickles (the front processes) with its fields
+        return type(self), (self.bank_id, self.cause, self.where)
+
+
 class UnknownBank(TrawmemError, KeyError):
     """A bank id that the collection, engine or server does not hold. A ``KeyError`` too, so
     ``except KeyError`` keeps working; ``str()`` is the plain message (no added quotes).

@@ -24,7 +24,7 @@ from typing import Sequence
 
 from ..data.jsonl import record_of
 from ..data.types import Turn
-from ..errors import ConfigError, InputError, UnknownBank
+from ..errors import ConfigError, InputError
 from .result import SelectedWorkspace
 
 class _Default:
@@ -162,16 +162,27 @@ class Memory:
     # -- banks -----------------------------------------------------------------------------------
     def banks(self) -> list[dict]:
         """Every bank's counts and date range, by bank id: ``bank_id``, ``n_units``,
-        ``n_threads``, ``n_sessions``, ``first_date``, ``last_date``."""
-        from .core import bank_summary
+        ``n_threads``, ``n_sessions``, ``first_date``, ``last_date``. A quarantined bank (its
+        files could not be served; ``QuarantinedBank``) is listed with ``"quarantined"``: the
+        cause, and None for the counts and dates."""
+        from .core import bank_summary, quarantined_summary
 
-        return [bank_summary(b) for _, b in sorted(self._core.registry.banks().items())]
+        reg = self._core.registry
+        rows = [bank_summary(b) for b in reg.banks().values()]
+        rows += [quarantined_summary(b, cause) for b, cause in dict(reg.quarantined).items()]
+        return sorted(rows, key=lambda r: r["bank_id"])
+
+    @property
+    def quarantined(self) -> dict[str, str]:
+        """Bank id -> why the bank is not served (see :class:`~trawmem_gpu.errors.QuarantinedBank`)."""
+        return dict(self._core.registry.quarantined)
 
     def turns(self, bank_id: str) -> list[Turn]:
-        """The turns bank ``bank_id`` holds, in order (``UnknownBank`` when there is no such bank)."""
+        """The turns bank ``bank_id`` holds, in order (``UnknownBank`` when there is no such bank,
+        ``QuarantinedBank`` when it is quarantined)."""
         bank = self._core.registry.get(bank_id)
         if bank is None:
-            raise UnknownBank(bank_id)
+            raise self._core.registry.absent(bank_id)
         return list(bank.turns)
 
     # -- writing ---------------------------------------------------------------------------------
@@ -205,7 +216,10 @@ class Memory:
         rebuilt without them (as an append rebuilds it) and written atomically, then the engine's
         tables, the embedding and LLM caches and the ``score`` outputs named in ``outputs`` are
         scrubbed of them. Forgetting an id twice is not an error (``missing`` lists it); a forget
-        that was killed half-way is finished by the next forget of that bank.
+        that was killed half-way (its journal names the ``outputs`` too) is finished by the next
+        open of the collection or the next forget of that bank. The bank is read from disk: turns
+        another process forgot beside this Memory are dropped from its engine too (and reported
+        forgotten). A quarantined bank (:attr:`quarantined`) can be forgotten whole only.
 
         :param llm: an LLM backend for a bank built with LLM segmentation or heads (default: the
             Memory's; without one the re-segmented sessions fall back to embedding segmentation and
@@ -213,6 +227,7 @@ class Memory:
         :returns: ``{"bank_id", "forgotten": [ids], "missing": [ids], "deleted": bool,
             "n_units": int, "cache_rows": int, "output_records": int}``
         :raises UnknownBank: no such bank (and no unfinished forget of it)
+        :raises QuarantinedBank: ``turn_ids`` of a quarantined bank (forget it whole)
         """
         _bank_arg(bank_id)
         if turn_ids is not None:
@@ -224,14 +239,14 @@ class Memory:
             bad = [t for t in turn_ids if not isinstance(t, str)]
             if bad:
                 raise InputError(f"turn_ids: expected turn id strings, got {type(bad[0]).__name__}")
-        res = self._core.forget_stored(bank_id, turn_ids, llm or self.llm)
+        res = self._core.forget_stored(bank_id, turn_ids, llm or self.llm, outputs=outputs)
         prepared = self._core.prepare_forget(res)
         with self._lock:
             self._core.sync_forget(res, prepared)
             self._epoch += 1
             now = self._epoch
             self._assembled.wait_for(lambda: all(e >= now for e in self._assembling))
-        return self._core.forget_summary(res, self._core.erase_copies(res, outputs))
+        return self._core.forget_summary(res, self._core.erase_copies(res))
 
     # -- selection -------------------------------------------------------------------------------
     def select(self, bank_id: str, question: str, *, budget: int | None = _UNSET, token_budget: int | None = _UNSET,
@@ -278,7 +293,7 @@ class Memory:
                 raise InputError(f"queries[{i}]: the question is {len(text)} characters; the limit is "
                                  f"{MAX_QUESTION_CHARS}")
             if b not in self._core.registry:
-                raise UnknownBank(b, f"queries[{i}]: " if len(queries) > 1 else "")
+                raise self._core.registry.absent(b, f"queries[{i}]: " if len(queries) > 1 else "")
             bids.append(b)
             qs.append(text.strip())
         n = len(queries)
@@ -298,7 +313,7 @@ class Memory:
                 if b not in eng.banks:  # added by an add whose engine refresh has not run yet, or forgotten
                     self._core.sync_engine(b)
                     if b not in eng.banks:
-                        raise UnknownBank(b, f"queries[{i}]: " if n > 1 else "")
+                        raise self._core.registry.absent(b, f"queries[{i}]: " if n > 1 else "")
             if plans is None:
                 picks, banks, used = pick(eng, bids, qs, Z, ds, [qp] * n)
             else:

@@ -16,6 +16,7 @@ from the caches is journaled (``memory.erase``), and the caller erases it (``Mem
 """
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,11 +27,13 @@ from ..config import BuildConfig
 from ..data.fields import check_order, id_field
 from ..data.types import MAX_ID_CHARS, Conversation
 from ..encode.base import Encoder
-from ..errors import DuplicateTurns, InputError, UnknownBank
+from ..errors import DuplicateTurns, InputError, QuarantinedBank, UnknownBank
 from ..store import Bank, Collection
 from .erase import Erasure, pause_point, read_journal, write_journal
+from .quarantine import cause_of, stored_erasure
 from .turns import parse_turns
 
+log = logging.getLogger("trawmem.memory")
 
 
 def check_bank_id(bank_id: str) -> None:
@@ -83,9 +86,22 @@ class BankRegistry:
         self.coll = Collection(path, create=create)
         self.created = self.coll.create_empty() if create else False
         self.owns = owns
-        self._banks: dict[str, Bank] = {b: self.coll.load(b) for b in self.coll.bank_ids if owns(b)}
+        self._banks: dict[str, Bank] = {}
+        self.quarantined: dict[str, str] = {}
+        """Bank id -> why the bank is not served (its files did not load, or not for the engine):
+        the collection's other banks are (``memory.quarantine``)."""
+        for b in self.coll.bank_ids:
+            if owns(b):
+                try:
+                    self._banks[b] = self.coll.load(b)
+                except Exception as e:  # noqa: BLE001 - one bad bank fails alone
+                    self.quarantined[b] = cause_of(e, self.coll.path)
+                    log.warning("bank %r is quarantined: %s", b, self.quarantined[b])
         self._lock = threading.Lock()
         self._bank_locks: dict[str, threading.Lock] = {}
+        self._finished: dict[str, Erasure] = {}
+        """Bank id -> a killed forget that opening the collection finished (``finish_pending``):
+        the next forget of that bank answers as the rerun that finished it."""
         self.version = 0
 
     def __contains__(self, bank_id: str) -> bool:
@@ -93,6 +109,20 @@ class BankRegistry:
 
     def get(self, bank_id: str) -> Bank | None:
         return self._banks.get(bank_id)
+
+    def quarantine(self, bank_id: str, cause: str) -> None:
+        """Stop serving ``bank_id`` (its files cannot be served: ``cause``); the files are kept."""
+        with self._lock:
+            self._banks.pop(bank_id, None)
+            self.quarantined[bank_id] = cause
+            self.version += 1
+        log.warning("bank %r is quarantined: %s", bank_id, cause)
+
+    def absent(self, bank_id: str, where: str = "") -> Exception:
+        """The error for a bank this registry does not serve: ``QuarantinedBank`` (with its
+        cause) or ``UnknownBank``."""
+        cause = self.quarantined.get(bank_id)
+        return UnknownBank(bank_id, where) if cause is None else QuarantinedBank(bank_id, cause, where)
 
     def banks(self) -> dict[str, Bank]:
         with self._lock:
@@ -126,6 +156,8 @@ class BankRegistry:
         ``DuplicateTurns`` (409), with nothing appended.
         """
         check_bank_id(bank_id)
+        if bank_id in self.quarantined:
+            raise self.absent(bank_id)
         done: dict = {}
 
         def extend(old: Bank | None) -> Bank | None:
@@ -172,47 +204,93 @@ class BankRegistry:
             return AppendResult(bank, done["created"], done["appended"], done["stats"], done["stored"],
                                 done["already_stored"])
 
-    def forget(self, bank_id: str, turn_ids: list[str] | None, encoder: Encoder, llm=None) -> ForgetResult:
-        """Rebuild the bank without ``turn_ids`` (None: the whole bank), persist and publish;
-        ``UnknownBank`` when the collection holds no such bank and no forget of it is pending."""
+    def forget(self, bank_id: str, turn_ids: list[str] | None, encoder: Encoder, llm=None,
+               outputs=()) -> ForgetResult:
+        """Rebuild the bank without ``turn_ids`` (None: the whole bank), persist and publish.
+
+        The bank is read from disk, not taken from memory: turns this process serves that the
+        stored bank no longer holds (a forget from another process beside it) are forgotten here
+        too, so the engine drops them and an id among them is reported forgotten, not missing.
+        An unfinished forget of the bank (its journal) is finished with it. A quarantined bank
+        is forgotten whole only (from what of its files still reads). ``outputs``: the score
+        outputs to scrub, journaled with the rest.
+
+        Raises ``UnknownBank`` when the collection holds no such bank and no forget of it is
+        pending, ``QuarantinedBank`` for turn ids of a quarantined bank."""
+        outputs = [str(Path(p).resolve()) for p in outputs]
+        with self._bank_lock(bank_id):
+            finished = self._finished.pop(bank_id, None)
+            pending = read_journal(self.coll.path, bank_id)
+            pending = finished if pending is None else pending.merged(finished)
+            self.coll.refresh()
+            seen = self._banks.get(bank_id)
+            if bank_id not in self.coll:
+                if pending is None and seen is None and bank_id not in self.quarantined:
+                    raise UnknownBank(bank_id)
+                new, e = None, Erasure(bank_id, [], True) if seen is None else Erasure.of(seen, None, ())
+            elif turn_ids is None or (pending is not None and pending.whole):
+                new, e = None, self._whole(bank_id, seen, outputs)
+            elif bank_id in self.quarantined:
+                raise self.absent(bank_id)
+            else:
+                new, e = self._shrink(bank_id, turn_ids, pending, seen, encoder, llm, outputs)
+            e = e.merged(pending)
+            if new is None:
+                self.coll.delete(bank_id, e.dirname)
+            with self._lock:
+                if new is None:
+                    self._banks.pop(bank_id, None)
+                    self.quarantined.pop(bank_id, None)
+                elif self.owns(bank_id):
+                    self._banks[bank_id] = new
+                self.version += 1
+            gone = set(e.turn_ids)
+            return ForgetResult(new, e, list(e.turn_ids), [t for t in turn_ids or () if t not in gone])
+
+    def _whole(self, bank_id: str, seen: Bank | None, outputs: list[str]) -> Erasure:
+        """The journaled erasure of the whole stored bank (read leniently: a quarantined bank's
+        files may not load) and of the copy this process serves."""
+        with self.coll.lock(reading=True):  # never between a writer's two renames
+            e = stored_erasure(self.coll.bank_path(bank_id), bank_id, self.coll.banks.get(bank_id),
+                               self.coll.encoder_id)
+        if seen is not None and not {t.turn_id for t in seen.turns} <= set(e.turn_ids):
+            e = e.merged(Erasure.of(seen, None, (), e.dirname))
+        e.outputs = list(outputs)
+        write_journal(self.coll.path, e)  # before the bank goes: a killed forget is finished later
+        pause_point("journaled")
+        return e
+
+    def _shrink(self, bank_id: str, turn_ids: list[str], pending: Erasure | None, seen: Bank | None,
+                encoder: Encoder, llm, outputs: list[str]) -> tuple[Bank | None, Erasure]:
+        """The stored bank less ``turn_ids`` and the pending forget's turns, written through
+        ``Collection.update``; returns (the bank as it now is, or None when no turn is left, the
+        erasure)."""
         done: dict = {}
-        path = self.coll.path
 
         def shrink(old: Bank | None) -> Bank | None:
             if old is None:
                 raise UnknownBank(bank_id)
             # an unfinished forget's turns go too (it may have been killed before the bank changed)
-            ids = None if turn_ids is None else list(dict.fromkeys([*turn_ids, *(pending.turn_ids if pending else ())]))
-            if ids is None:
-                new, st = None, {"missing": [], "forgotten": old.n_units}
-            else:
-                new, st = without_turns(old, ids, encoder, llm)
-                asked = set(turn_ids)
-                st["missing"] = [t for t in st["missing"] if t in asked]
-            e = Erasure.of(old, new, ids or (), self.coll.banks.get(bank_id))
+            ids = list(dict.fromkeys([*turn_ids, *(pending.turn_ids if pending else ())]))
+            new, _ = without_turns(old, ids, encoder, llm)
+            e = Erasure.of(old, new, ids, self.coll.banks.get(bank_id))
+            held = {t.turn_id for t in old.turns}
+            beside = [t.turn_id for t in seen.turns if t.turn_id not in held] if seen is not None else []
+            if beside:  # forgotten by another process: this one's copy (the engine's) goes too
+                e = e.merged(Erasure.of(seen, old, beside))
+            e.outputs = list(outputs)
             if e.turn_ids:
-                write_journal(path, e)  # before the bank changes: a killed forget is finished by a rerun
+                write_journal(self.coll.path, e)  # before the bank changes: a killed forget is finished later
                 pause_point("journaled")
-            done.update(new=new, erasure=e, missing=st["missing"])
+            done.update(new=new, erasure=e)
             return new if new is not None and new is not old else None
 
-        with self._bank_lock(bank_id):
-            pending = read_journal(path, bank_id)
-            self.coll.refresh()
-            if bank_id not in self.coll:
-                if pending is None:
-                    raise UnknownBank(bank_id)
-                done.update(new=None, erasure=pending, missing=list(turn_ids or ()))
-            else:
-                self.coll.update(bank_id, shrink)
-            e = done["erasure"].merged(pending)
-            if done["new"] is None:
-                self.coll.delete(bank_id, e.dirname)
-            bank = done["new"]
-            with self._lock:
-                if bank is None:
-                    self._banks.pop(bank_id, None)
-                elif self.owns(bank_id):
-                    self._banks[bank_id] = bank
-                self.version += 1
-            return ForgetResult(bank, e, [t for t in e.turn_ids if t not in done["missing"]], done["missing"])
+        self.coll.update(bank_id, shrink)
+        return done["new"], done["erasure"]
+
+    def finished(self, e: Erasure) -> None:
+        """Record that opening the collection finished the killed forget ``e`` (see ``_finished``):
+        its ids and outputs only, no forgotten text (every copy of those is erased)."""
+        with self._lock:
+            self._finished[e.bank_id] = Erasure(e.bank_id, list(e.turn_ids), e.whole, dirname=e.dirname,
+                                                outputs=list(e.outputs))

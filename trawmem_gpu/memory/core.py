@@ -8,6 +8,7 @@ same units for the same question.
 """
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Callable
 
@@ -16,7 +17,10 @@ from ..errors import ConfigError
 from ..select.config import SelectConfig
 from .banks import AppendResult, BankRegistry, ForgetResult
 from .engines import ServedEngine, select_units
-from .erase import clear_journal, erase_copies, pause_point
+from .erase import clear_journal, erase_copies, pause_point, pending_journals
+from .quarantine import cause_of
+
+log = logging.getLogger("trawmem.memory")
 
 
 class LockedEncoder(Encoder):
@@ -81,8 +85,11 @@ class MemoryCore:
         self.encoder = enc if isinstance(enc, LockedEncoder) else LockedEncoder(enc)
         self.dim = int(enc.dim)
         self.caches = tuple(caches) + ((embedding_cache,) if isinstance(embedding_cache, str) else ())
-
+        self.finished = self.finish_pending()
+        """Summaries of the killed forgets this open finished (before anything was served)."""
         self.engines = served_engine(self.registry.banks(), select_cfg, threads, head, units, method)
+        for bank_id, cause in self.engines.rejected.items():  # banks that load but do not prepare
+            self.registry.quarantine(bank_id, cause)
 
     @property
     def path(self):
@@ -99,19 +106,48 @@ class MemoryCore:
         return self.registry.append(bank_id, records, encoder or self.encoder, self.encoder_spec, llm)
 
     def forget_stored(self, bank_id: str, turn_ids: list[str] | None, llm=None,
-                      encoder: Encoder | None = None) -> ForgetResult:
-        """Rewrite (or delete) the stored bank without the turns (``encoder`` as for :meth:`append`);
-        the engine and caches are not touched."""
-        return self.registry.forget(bank_id, turn_ids, encoder or self.encoder, llm)
+                      encoder: Encoder | None = None, outputs=()) -> ForgetResult:
+        """Rewrite (or delete) the stored bank without the turns (``encoder`` as for :meth:`append`;
+        ``outputs``: the score outputs :meth:`erase_copies` will scrub, journaled first); the
+        engine and caches are not touched."""
+        return self.registry.forget(bank_id, turn_ids, encoder or self.encoder, llm, outputs)
 
     def erase_copies(self, res: ForgetResult, outputs=()) -> dict:
-        """Scrub every cache copy of what ``res`` forgot (and the ``outputs``), then close its
-        journal: call after the engine no longer selects from the old bank."""
+        """Scrub every cache copy of what ``res`` forgot (and the ``outputs``: those given, and
+        those its journal names), then close its journal: call after the engine no longer
+        selects from the old bank."""
         pause_point("stored")
         counts = erase_copies(res.erasure, self.caches, outputs)
         forget_in_process_texts()
         clear_journal(self.path, res.erasure.bank_id)
         return counts
+
+    def finish_pending(self) -> list[dict]:
+        """Finish every forget of a bank this process serves that a kill left unfinished (its
+        journal), before the engine exists: the bank is rewritten (or removed) as the forget
+        would have, and every copy it names (caches, score outputs) is scrubbed. A bank whose
+        pending forget cannot be finished is quarantined (its copies are scrubbed all the same,
+        and the journal stays for a later whole-bank forget). Returns the forgets' summaries."""
+        done = []
+        for e in pending_journals(self.path):
+            if not self.registry.owns(e.bank_id):
+                continue
+            if e.bank_id in self.registry.quarantined and not e.whole:
+                erase_copies(e, self.caches)
+                continue
+            try:
+                res = self.registry.forget(e.bank_id, None if e.whole else [], self.encoder)
+            except Exception as x:  # noqa: BLE001 - that bank fails alone
+                erase_copies(e, self.caches)
+                self.registry.quarantine(e.bank_id, f"an interrupted forget of it could not be finished "
+                                                    f"({cause_of(x, self.path)})")
+                continue
+            summary = self.forget_summary(res, self.erase_copies(res))
+            self.registry.finished(res.erasure)
+            log.warning("finished an interrupted forget of bank %r (%d turns%s)", e.bank_id,
+                        len(summary["forgotten"]), ", the bank is gone" if summary["deleted"] else "")
+            done.append(summary)
+        return done
 
     def sync_engine(self, bank_id: str, prepared=None) -> None:
         """Make the engine select from the registry's current bank ``bank_id`` (engine-owner thread)."""
@@ -127,8 +163,10 @@ class MemoryCore:
         """Make the engine select from the bank as it now is (the forget's, or a later append's;
         dropped when gone) and purge its tables of the old bank's rows (engine-owner thread)."""
         bank_id = res.erasure.bank_id
-        if res.erasure.turn_ids or res.erasure.whole:  # else nothing was forgotten
+        if res.erasure.turn_ids or res.erasure.whole:
             self.engines.forget(bank_id, self.registry.get(bank_id), prepared)
+        else:  # nothing was forgotten; the bank as stored may still be newer (an append beside)
+            self.sync_engine(bank_id, prepared)
 
     def forget_summary(self, res: ForgetResult, counts: dict) -> dict:
         return {"bank_id": res.erasure.bank_id, "forgotten": res.forgotten, "missing": res.missing,
@@ -172,3 +210,9 @@ def bank_summary(bank) -> dict:
             "n_sessions": len({t.session for t in bank.turns}),
             "first_date": min(times).isoformat() if times else None,
             "last_date": max(times).isoformat() if times else None}
+
+
+def quarantined_summary(bank_id: str, cause: str) -> dict:
+    """A quarantined bank's row beside :func:`bank_summary`'s (``Memory.banks``)."""
+    return {"bank_id": bank_id, "n_units": None, "n_threads": None, "n_sessions": None, "first_date": None,
+            "last_date": None, "quarantined": cause}

@@ -42,15 +42,44 @@ class ServedEngine:
 
         self.view = lambda bank: unit_view(bank, units)
         """A stored bank as the engine selects from it (``--units``; the bank itself for ``turns``)."""
-        self.banks = dict(banks)
+        self.banks: dict[str, Bank] = {}
         """bank id -> the stored bank the engine serves."""
-        self.views = {k: self.view(b) for k, b in self.banks.items()}
+        self.views: dict[str, Bank] = {}
         """bank id -> that bank's unit view (what the engine selects from and workspaces show)."""
+        self.rejected: dict[str, str] = {}
+        """bank id -> why that bank of ``banks`` given at start could not be prepared for the
+        engine (it is left out; the others are served)."""
+        for k, b in banks.items():
+            try:
+                self.views[k], self.banks[k] = self.view(b), b
+            except Exception as e:  # noqa: BLE001 - one bad bank fails alone
+                self.rejected[k] = _cause(e)
         self.cfg = cfg
         self.make = make or (lambda banks, cfg: SelectionEngine(banks, cfg))
         self.builds = 0
         """Whole-engine builds since start: 1 (0 while the collection is empty), whatever the requests ask."""
         self._engine: SelectionEngine | None = None
+        if self.banks:
+            self._build_isolating()
+
+    def _build_isolating(self) -> None:
+        """Build the engine; when that fails, try each bank alone and leave out (``rejected``)
+        those that fail by themselves, so one bank's bad values never keep the others from serving."""
+        try:
+            self._build()
+            return
+        except Exception:  # noqa: BLE001 - find the banks that fail alone
+            bad = {}
+            for k, v in self.views.items():
+                try:
+                    self.make([v], self.cfg)
+                except Exception as e:  # noqa: BLE001
+                    bad[k] = _cause(e)
+            if not bad:
+                raise
+        for k, cause in bad.items():
+            del self.banks[k], self.views[k]
+            self.rejected[k] = cause
         if self.banks:
             self._build()
 
@@ -115,6 +144,10 @@ class ServedEngine:
     def nbytes(self) -> int:
         """Bytes of the engine's tables (0 before it exists)."""
         return 0 if self._engine is None else self._engine.nbytes()
+
+
+def _cause(e: BaseException) -> str:
+    return f"its tables could not be prepared for the engine ({type(e).__name__}: {e})"
 
 
 @lru_cache(maxsize=4096)

@@ -22,8 +22,10 @@ SQLite keeps deleted rows in free pages and, in WAL mode, in the log: every dele
 the log, so no byte of a deleted row is left in the files.
 
 A forget records what it erases in a journal (``DIR/.forget/<sha1 of the bank id>.json``, written
-before the bank is rewritten, removed when every copy is erased), so a forget killed half-way is
-finished by the next forget of that bank (``Memory.forget`` reruns it first).
+before the bank is rewritten, removed when every copy is erased; it names the score outputs to
+scrub too), so a forget killed half-way is finished by the next open of the collection (``Memory``,
+``trawmem serve``, ``trawmem forget``: ``MemoryCore.finish_pending``) or the next forget of that
+bank, whichever comes first, whether or not the rerun names the outputs again.
 """
 from __future__ import annotations
 
@@ -80,6 +82,9 @@ class Erasure:
     sessions: list[list[dict]] = field(default_factory=list)
     """The old bank's sessions that held forgotten turns (turn records): the LLM requests any
     build of them may have sent are recomputed from these (:func:`llm_requests`)."""
+    outputs: list[str] = field(default_factory=list)
+    """The ``score`` outputs the forget was asked to scrub (absolute paths): journaled with the
+    rest, so whoever finishes a killed forget scrubs them too."""
 
     @classmethod
     def of(cls, old: Bank, new: Bank | None, turn_ids, dirname: str | None = None) -> "Erasure":
@@ -95,8 +100,8 @@ class Erasure:
         texts += [old.heads[j] for j in gone]
         vecs = [old.unit_vecs[i] for i in idx] + [old.head_vecs[j] for j in gone]
         for layer, text in (("fact", lambda f: f.text), ("profile", lambda p: p.text())):  # layers beside the turns
-            items, left = getattr(old, f"{layer}s", ()), {id(x) for x in getattr(new, f"{layer}s", ())}
-            gone_items = [k for k, x in enumerate(items) if id(x) not in left]
+            items, left = getattr(old, f"{layer}s", ()), _Kept(getattr(new, f"{layer}s", ()))
+            gone_items = [k for k, x in enumerate(items) if x not in left]
             texts += [text(items[k]) for k in gone_items]
             vecs += [getattr(old, f"{layer}_vecs")[k] for k in gone_items]
         texts = [x for x in dict.fromkeys(texts) if x]
@@ -118,7 +123,26 @@ class Erasure:
         return Erasure(self.bank_id, u(other.turn_ids, self.turn_ids), self.whole or other.whole,
                        u(other.texts, self.texts), u(other.keys, self.keys), u(other.vectors, self.vectors),
                        self.dirname or other.dirname, u(other.words, self.words),
-                       other.sessions + [x for x in self.sessions if x not in other.sessions])
+                       other.sessions + [x for x in self.sessions if x not in other.sessions],
+                       u(other.outputs, self.outputs))
+
+
+class _Kept:
+    """The items a new bank kept: the very objects (a rebuild keeps them), or equal ones (the
+    same bank loaded again)."""
+
+    def __init__(self, items):
+        self.ids = {id(x) for x in items}
+        try:
+            self.values = set(items)
+        except TypeError:  # unhashable records: identity only
+            self.values = set()
+
+    def __contains__(self, x) -> bool:
+        try:
+            return id(x) in self.ids or x in self.values
+        except TypeError:
+            return False
 
 
 WORD_MIN = 6
@@ -180,6 +204,22 @@ def read_journal(collection, bank_id: str) -> Erasure | None:
         return None
     except (OSError, ValueError, TypeError):  # a torn journal: written atomically, so never; be safe
         return None
+
+
+def pending_journals(collection) -> list[Erasure]:
+    """The journals of every unfinished forget in the collection (by bank id)."""
+    d = Path(collection) / JOURNAL_DIR
+    if not d.is_dir():
+        return []
+    out = []
+    for p in sorted(d.glob("*.json")):
+        try:
+            e = Erasure(**json.loads(p.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError):
+            continue
+        if journal_path(collection, e.bank_id).name == p.name:
+            out.append(e)
+    return sorted(out, key=lambda e: e.bank_id)
 
 
 def write_journal(collection, e: Erasure) -> None:
@@ -349,11 +389,13 @@ def scrub_outputs(paths, e: Erasure) -> int:
 
 
 def erase_copies(e: Erasure, caches=(), outputs=()) -> dict:
-    """Scrub every cache (the defaults and ``caches``) and the ``outputs``; returns the counts
+    """Scrub every cache (the defaults and ``caches``) and the ``outputs`` (with the erasure's own
+    ``outputs``); returns the counts
     (nothing to do, nothing touched: a forget of ids the bank did not hold)."""
     if not (e.turn_ids or e.whole):
         return {"cache_rows": 0, "output_records": 0}
     files = list(dict.fromkeys([*default_caches(), *map(Path, caches)]))
     rows = sum(scrub_cache(p, e) for p in files)
+    outputs = list(dict.fromkeys([*map(str, outputs), *e.outputs]))  # the journal's too: a rerun may name none
     return {"cache_rows": rows, "output_records": scrub_outputs(outputs, e) if outputs else 0}
 

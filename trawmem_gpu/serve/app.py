@@ -10,7 +10,9 @@ Every error is a JSON ``{"detail": "..."}`` with a 4xx/5xx status; the server ke
 404    a bank that does not exist *or* that the key does not own (same body either way)
 408    request headers or body not delivered within ``--header-timeout`` / ``--body-timeout``
 409    an append with a turn id the bank already holds *with other content* (nothing appended; the
-       same content again is a retry: 200, listed in ``already_stored``)
+       same content again is a retry: 200, listed in ``already_stored``); or a quarantined bank
+       (its files could not be served; the detail says why): only ``DELETE /v1/banks/{id}``
+       takes it, and removes it
 413    a body over ``--max-body-bytes``
 422    malformed or out-of-range input (empty / oversized question or field, budget or hops out of
        range, NaN or wrong-length vector, unparseable date, malformed turn, ...)
@@ -53,7 +55,7 @@ from .openapi import with_models, documented_body, offline_docs
 from .models import (AppendRequest, AppendResponse, BankInfo, BankList, BatchRequest, BatchResponse, Error,
                      ForgetRequest, ForgetResponse, SelectRequest, SelectResponse)
 from .registry import DuplicateTurns, check_bank_id
-from ..errors import UnknownBank
+from ..errors import QuarantinedBank, UnknownBank
 from .service import SelectItem
 
 log = logging.getLogger("trawmem.serve")
@@ -419,6 +421,10 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
     @app.exception_handler(UnknownBank)
     async def _unknown(request, e: UnknownBank):  # never e.detail: what else is held is not the client's
         return _json({"detail": f"{e.where}unknown bank id {e.bank_id!r}"}, 404)
+
+    @app.exception_handler(QuarantinedBank)
+    async def _quarantined(request, e: QuarantinedBank):
+        return _json({"detail": str(e)}, 409)
 
     @app.exception_handler(QueueFull)
     async def _full(request, e: QueueFull):

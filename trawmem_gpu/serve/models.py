@@ -141,6 +141,8 @@ class BankSummary(BaseModel):
     bank_id: str
     n_units: int
     n_threads: int
+    quarantined: str | None = Field(None, description="in a listing: why this bank is not served (its files "
+                                                      "could not be loaded or prepared); DELETE it to remove it")
 
 
 class BankList(BaseModel):

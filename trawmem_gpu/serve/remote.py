@@ -44,7 +44,7 @@ import socket
 import struct
 import tempfile
 
-from ..errors import InputError, UnknownBank
+from ..errors import InputError, QuarantinedBank, UnknownBank
 from .batcher import DeadlineExceeded, OutcomeUnknown, QueueFull, ShuttingDown
 from .config import ServeConfig, bound_socket, select_defaults, uvicorn_config
 from .config import say_draining
@@ -89,6 +89,7 @@ def _error_kinds() -> tuple:
     return (("queue_full", QueueFull, lambda e: (e.retry_after, str(e))), ("deadline", DeadlineExceeded, msg),
             ("outcome_unknown", OutcomeUnknown, msg),
             ("shutting_down", ShuttingDown, msg), ("unknown_bank", UnknownBank, lambda e: (e.bank_id, e.where, e.detail)),
+            ("quarantined", QuarantinedBank, lambda e: (e.bank_id, e.cause, e.where)),
             ("duplicate", DuplicateTurns, msg), ("input", InputError, msg))
 
 

@@ -106,6 +106,9 @@ def _serve_on(sock: socket.socket, cfg: ServeConfig, access_log: bool, **service
             "no keys file: serving WITHOUT authentication, bound to 127.0.0.1 only")
     print(f"trawmem serve: {plural(len(banks), 'bank')}, {plural(sum(b['n_units'] for b in banks), 'unit')} from "
           f"{cfg.collection} (encoder {service.encoder_id}); {auth}", flush=True)
+    for bank_id, cause in sorted(service.registry.quarantined.items()):
+        print(f"trawmem serve: bank {bank_id!r} is quarantined (not served; DELETE /v1/banks/{{bank_id}} or "
+              f"`trawmem forget --bank` removes it): {cause}", flush=True)
     if service.registry.created:
         print(f"trawmem serve: {cfg.collection} did not exist: created an empty collection there "
               "(banks come with POST /v1/banks/{bank_id}/turns)", flush=True)

@@ -39,7 +39,7 @@ from datetime import datetime
 import numpy as np
 
 from ..encode.base import Encoder
-from ..errors import ConfigError, UnknownBank
+from ..errors import ConfigError, UnknownBank  # noqa: F401 - the one UnknownBank, for the serve modules
 from ..memory.core import MemoryCore, bank_summary
 from ..memory.engines import query_params, select_units
 from ..memory.result import SelectedWorkspace
@@ -211,7 +211,10 @@ class SelectionService:
         return self.batcher.depth
 
     def bank_info(self, bank_id: str) -> dict | None:
+        """A bank's counts (None: no such bank; ``QuarantinedBank`` for a quarantined one)."""
         bank = self.registry.get(bank_id)
+        if bank is None and bank_id in self.registry.quarantined:
+            raise self.registry.absent(bank_id)
         return None if bank is None else self.bank_summary(bank)
 
     async def select(self, items: list[SelectItem], batch: bool = False, quota: Quota | None = None) -> list[dict]:
@@ -220,7 +223,7 @@ class SelectionService:
         DeadlineExceeded or ShuttingDown."""
         for i, it in enumerate(items):
             if it.bank_id not in self.registry:
-                raise UnknownBank(it.bank_id, f"requests[{i}]: " if batch else "")
+                raise self.registry.absent(it.bank_id, f"requests[{i}]: " if batch else "")
         if quota is None:
             return await self.batcher.submit(items, self.cfg.timeout_s)
         for it in items:
@@ -301,8 +304,11 @@ class SelectionService:
     bank_summary = staticmethod(bank_summary)
 
     def bank_list(self) -> list[dict]:
+        """Every bank's counts; a quarantined bank with 0 and ``quarantined``: the cause."""
         return [{"bank_id": b.bank_id, "n_units": b.n_units, "n_threads": b.n_threads}
-                for b in self.registry.banks().values()]
+                for b in self.registry.banks().values()] + \
+            [{"bank_id": b, "n_units": 0, "n_threads": 0, "quarantined": cause}
+             for b, cause in dict(self.registry.quarantined).items()]
 
     # ------------------------------------------------------------------------------------------
     # the batch function (batch worker thread)

@@ -3,10 +3,16 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from numbers import Integral
 
 import numpy as np
 
 from ..data.types import Turn
+
+
+SESSION_MIN, SESSION_MAX = -(2 ** 63), 2 ** 63 - 1
+"""The sessions a bank can hold: what the engine's int64 tables hold (the turn schema's own bound
+is narrower)."""
 
 
 @dataclass
@@ -91,6 +97,7 @@ class Bank:
         if len(set(ids)) != N:
             dup = next(i for i, c in Counter(ids).items() if c > 1)
             raise ValueError(f"bank {self.bank_id!r}: duplicate turn id {dup!r}")
+        self._validate_values()
         if off[0] != 0 or off[-1] != N or np.any(np.diff(off) <= 0):
             raise ValueError(f"bank {self.bank_id!r}: thread offsets do not tile the units (empty thread?)")
         for j in range(J):
@@ -111,6 +118,23 @@ class Bank:
         if len(self.edge_src) and (min(self.edge_src.min(), self.edge_dst.min()) < 0
                                    or self.edge_src.max() >= J or self.edge_dst.max() >= J):
             raise ValueError(f"bank {self.bank_id!r}: an edge names an unknown thread")
+
+    def _validate_values(self) -> None:
+        """Every turn's session is an integer the engine's int64 tables hold."""
+        for t in self.turns:
+            s = t.session
+            if not isinstance(s, Integral) or isinstance(s, bool) or not SESSION_MIN <= s <= SESSION_MAX:
+                raise ValueError(f"bank {self.bank_id!r}: turn {t.turn_id!r} has session {s!r}, outside the "
+                                 f"64-bit integers [{SESSION_MIN}, {SESSION_MAX}] the engine's tables hold")
+
+    def validate_stored(self) -> None:
+        """:meth:`validate`, and what a stored bank holds besides: naive times (UTC), so the times
+        of all the banks of a collection compare (``store.files`` checks it on write and load)."""
+        self.validate()
+        for t in self.turns:
+            if t.time is not None and t.time.utcoffset() is not None:
+                raise ValueError(f"bank {self.bank_id!r}: turn {t.turn_id!r} has the timezone-aware time "
+                                 f"{t.time.isoformat()}; a stored bank holds naive times (UTC)")
 
     def _validate_layers(self) -> None:
         """The facts and profiles layers: unique ids, links to turns / facts that exist, vectors."""

@@ -110,7 +110,7 @@ def write_bank_files(bank: Bank, d: Path) -> None:
     """Write the three files of ``bank`` into the existing directory ``d`` (not atomic by itself)."""
     from safetensors.numpy import save_file
 
-    bank.validate()
+    bank.validate_stored()
     if bank.is_view:
         raise BankError(f"bank {bank.bank_id!r} is a unit view over {'+'.join(bank.units)}, not a bank; "
                         f"store the bank it was made from")
@@ -258,7 +258,7 @@ def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = No
     except (KeyError, TypeError, ValueError, AttributeError, json.JSONDecodeError) as e:
         raise BankError(f"{path}: corrupt bank ({type(e).__name__}: {e})") from None
     try:
-        bank.validate()
+        bank.validate_stored()
     except (ValueError, TypeError) as e:
         raise BankError(f"{path}: {e}") from None
     return bank
