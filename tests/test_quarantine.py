@@ -1,5 +1,5 @@
-"""One bad bank fails alone: a bank whose files hold a poisoned value (a session beyond 64 bits,
-a timezone-aware time) or a corrupt, truncated or missing file is quarantined when the
+"""One bad bank fails alone: a bank whose files hold a poisoned value (a session beyond 64 bits)
+or a corrupt, truncated or missing file is quarantined when the
 collection opens; every other bank opens, selects and serves (``Memory`` and the HTTP server),
 ``trawmem info`` lists the quarantined bank with its cause, and a whole-bank forget removes it.
 
@@ -65,7 +65,6 @@ POISONS = {
     # kind: (how it is planted into the bank directory, words the cause names)
     "session 10**30": (lambda d: _rewrite_units(d, _last_session(10 ** 30)), "session 1000000000000000000000000000000"),
     "session 2**63": (lambda d: _rewrite_units(d, _last_session(2 ** 63)), f"session {2 ** 63}"),
-    "aware time": (lambda d: _rewrite_units(d, _aware), "timezone-aware time 2024-03-03T10:00:00+05:00"),
     "truncated tensors": (lambda d: _truncate(d / "tensors.safetensors"), "tensors.safetensors: checksum mismatch"),
     "corrupt units": (lambda d: (d / "units.json").write_bytes(b"\x00garbage{"), "units.json: checksum mismatch"),
     "corrupt meta": (lambda d: (d / "meta.json").write_text("{"), "meta.json: corrupt metadata"),
@@ -181,3 +180,27 @@ def test_the_forget_of_a_damaged_bank_erases_what_its_files_still_hold(base, kin
     else:
         assert got.turn_ids == [] and set(full.vectors) <= set(got.vectors)
         assert set(bank.heads) <= set(got.texts)
+
+
+def test_a_bank_stored_with_an_aware_time_opens_and_serves_as_utc(base, tmp_path, monkeypatch):
+    """Banks written before the turn schema normalized times may hold aware times (a ``Z`` or offset
+    timestamp): they are read as naive UTC, beside the naive banks, never quarantined, and every
+    call on them works (listing, select, add, reopen after the next write)."""
+    from datetime import datetime
+
+    from trawmem_gpu import Memory
+
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+    coll = tmp_path / "coll"
+    shutil.copytree(base, coll)
+    _rewrite_units(coll / "banks" / BAD, _aware)
+    mem = Memory(coll)
+    assert not mem.quarantined
+    times = [t.time for t in mem.turns(BAD)]
+    assert all(t is None or t.tzinfo is None for t in times) and datetime(2024, 3, 3, 5, 0) in times
+    assert {r["bank_id"] for r in mem.banks()} == {*GOOD, BAD}
+    assert mem.select(BAD, QUESTION).unit_ids
+    turn = {"turn_id": "n1", "speaker": "Ana", "text": "A new note.", "timestamp": "2031-06-01T10:00:00"}
+    assert mem.add(BAD, [turn])["appended"] == 1
+    again = Memory(coll)
+    assert not again.quarantined and "n1" in {t.turn_id for t in again.turns(BAD)}
