@@ -78,7 +78,7 @@ def cmd_build(a) -> int:
     from .construct import build_banks, update_bank
     from .construct.history import new_turns
     from .data import load_conversations
-    from .facts.build import attach_facts
+    from .facts.build import attach_facts, check_locomo_update
     from .encode import get_encoder
     from .llm_factory import llm_from_args, llm_options
     from .store import Collection
@@ -111,11 +111,13 @@ def cmd_build(a) -> int:
 
                 def append(old, c=c, out=out):
                     turns = new_turns(old, c, dayfirst=a.dayfirst)
+                    source = a.facts or old.layer_sources.get("facts", "none")  # the bank's own, unless given
+                    if source == "locomo":  # the old observations must be the bank's facts, new turns or not
+                        check_locomo_update(old, a.input, dayfirst=a.dayfirst)
                     if not turns:
                         return None
                     # An update continues with the bank's own build config unless flags override it.
                     bank, out["stats"] = update_bank(old, turns, _build_config(a, old.build_config), enc, llm)
-                    source = a.facts or old.layer_sources.get("facts", "none")  # the bank's own, unless given
                     (bank,), out["facts"] = attach_facts([bank], source, enc, input_path=a.input, llm=llm,
                                                          dayfirst=a.dayfirst, new_turns={c.bank_id: turns},
                                                          prompts=prompts)
