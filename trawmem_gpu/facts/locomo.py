@@ -26,7 +26,7 @@ from ..errors import InputError
 from .schema import Fact, fact_id
 
 _OBS = re.compile(r"^session_(\d+)_observation$")
-_SESSION = re.compile(r"^session_(\d+)$")
+_SESSION = re.compile(r"^session_(\d+)(?:_date_time)?$")
 
 
 def _sessions_text(ns: list[int]) -> str:
@@ -48,17 +48,17 @@ def facts_from_sample(sample: dict, known_ids: set[str], where: str = "", *, day
     if not isinstance(obs, dict):
         raise InputError(f"{where}: field 'observation' must be an object")
     conv = sample.get("conversation") or {}
+    sessions = {int(s.group(1)) for k in conv if (s := _SESSION.match(k))}  # session_N, session_N_date_time
     facts: list[Fact] = []
     for key in sorted(obs, key=lambda k: int(m.group(1)) if (m := _OBS.match(k)) else -1):
         m = _OBS.match(key)
         if not m:
             raise InputError(f"{where}: field 'observation.{key}' is not named session_N_observation")
         n = int(m.group(1))
-        if not isinstance(conv.get(f"session_{n}"), list):
-            have = sorted(int(s.group(1)) for k in conv if (s := _SESSION.match(k)))
+        if n not in sessions:
             raise InputError(f"{where}: field 'observation.{key}' is for session {n}, which the conversation "
-                             f"does not have (it has {_sessions_text(have)}); a fact must come from a session "
-                             f"of the conversation")
+                             f"does not have (it has {_sessions_text(sorted(sessions))}); a fact must come from a "
+                             f"session of the conversation")
         per = obs[key]
         if not isinstance(per, dict):
             raise InputError(f"{where}: field 'observation.{key}' must be an object of person -> facts")
