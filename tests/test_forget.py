@@ -269,7 +269,7 @@ def _needles(coll_dir, extra_keys=()) -> dict[str, bytes]:
     return out
 
 
-def _llm_keys(coll_dir) -> list[str]:
+def _llm_keys(coll_dir, endpoint) -> list[str]:
     """The LLM cache keys of the segmentation and head requests of the marker's session / thread."""
     from trawmem_gpu.construct.llm_threads import build_requests
     from trawmem_gpu.llm.cache import cache_key
@@ -280,7 +280,7 @@ def _llm_keys(coll_dir) -> list[str]:
     j = int(bank.unit_thread[i])
     session = [t for t in bank.turns if t.session == bank.turns[i].session]
     thread = [bank.turns[k] for k in bank.thread_units(j)]
-    return [cache_key("test-model-a", m, mt, 0.0, True) for m, mt in build_requests([session], [thread])]
+    return [cache_key("test-model-a", m, mt, 0.0, True, endpoint) for m, mt in build_requests([session], [thread])]
 
 
 @pytest.fixture
@@ -302,12 +302,12 @@ def built(tmp_path, monkeypatch, server):
     return coll, out
 
 
-def test_forget_leaves_no_trace(built, tmp_path, capsys):
+def test_forget_leaves_no_trace(built, server, tmp_path, capsys):
     from trawmem_gpu import Memory
     from trawmem_gpu.workspace import unit_line
 
     coll, out = built
-    needles = _needles(coll, _llm_keys(coll))
+    needles = _needles(coll, _llm_keys(coll, server.base_url))
     mem = Memory(coll)
     ws = mem.select("ana-ben", QUESTION, budget=40)
     assert MARKER_ID in ws.unit_ids and mem.select("other", "kayak").unit_ids == ["o1"]
@@ -369,12 +369,12 @@ print("finished")
 
 
 @pytest.mark.parametrize("stage,whole", [("journaled", False), ("stored", False), ("stored", True)])
-def test_a_forget_killed_midway_leaves_old_or_new_and_a_rerun_finishes_it(built, tmp_path, stage, whole):
+def test_a_forget_killed_midway_leaves_old_or_new_and_a_rerun_finishes_it(built, server, tmp_path, stage, whole):
     from trawmem_gpu import Memory
     from trawmem_gpu.store import Collection
 
     coll, out = built
-    needles = _needles(coll, _llm_keys(coll))
+    needles = _needles(coll, _llm_keys(coll, server.base_url))
     n_old = len(Collection(coll).load("ana-ben").turns)
     flag = tmp_path / "paused"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRAWMEM_FORGET_PAUSE": f"{stage}:{flag}"}

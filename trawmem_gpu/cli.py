@@ -74,9 +74,36 @@ def _facts_summary(st: dict) -> str:
     return f"facts: {plural(st.get('facts_added', 0), 'fact')} added" + (f" ({', '.join(extra)})" if extra else "")
 
 
-def cmd_build(a) -> int:
-    from .construct import build_banks, update_bank
+def _appender(a, c, out: dict, enc, llm, prompts, pstats: list):
+    """``Collection.update``'s function for an ``--update`` of ``c``'s bank: the bank with the new
+    turns of ``c`` appended (and their facts and profile sections), None when nothing is new; the
+    run's counts go into ``out``."""
+    from .construct import update_bank
     from .construct.history import new_turns
+    from .facts.build import attach_facts, check_locomo_update
+    from .trimem.build import attach_profiles
+
+    def append(old):
+        turns = new_turns(old, c, dayfirst=a.dayfirst)
+        source = a.facts or old.layer_sources.get("facts", "none")  # the bank's own, unless given
+        if source == "locomo":  # the old observations must be the bank's facts, new turns or not
+            check_locomo_update(old, a.input, dayfirst=a.dayfirst)
+        if not turns:
+            return None
+        # An update continues with the bank's own build config unless flags override it.
+        bank, out["stats"] = update_bank(old, turns, _build_config(a, old.build_config), enc, llm)
+        (bank,), out["facts"] = attach_facts([bank], source, enc, input_path=a.input, llm=llm, dayfirst=a.dayfirst,
+                                             new_turns={c.bank_id: turns}, prompts=prompts)
+        if (a.profiles or old.layer_sources.get("profiles", "none")) == "llm":  # new facts' sections
+            bank, pst = attach_profiles(bank, llm, enc, prompts=prompts,
+                                        new_fact_ids=[f.fact_id for f in bank.facts[len(old.facts):]])
+            pstats.append(pst)
+        return bank
+    return append
+
+
+def cmd_build(a) -> int:
+    from .construct import build_banks
     from .data import load_conversations
     from .facts.build import attach_facts
     from .encode import get_encoder
@@ -108,24 +135,7 @@ def cmd_build(a) -> int:
         for c in convs:
             if a.update and c.bank_id in coll:
                 out = {}
-
-                def append(old, c=c, out=out):
-                    turns = new_turns(old, c, dayfirst=a.dayfirst)
-                    if not turns:
-                        return None
-                    # An update continues with the bank's own build config unless flags override it.
-                    bank, out["stats"] = update_bank(old, turns, _build_config(a, old.build_config), enc, llm)
-                    source = a.facts or old.layer_sources.get("facts", "none")  # the bank's own, unless given
-                    (bank,), out["facts"] = attach_facts([bank], source, enc, input_path=a.input, llm=llm,
-                                                         dayfirst=a.dayfirst, new_turns={c.bank_id: turns},
-                                                         prompts=prompts)
-                    if (a.profiles or old.layer_sources.get("profiles", "none")) == "llm":  # new facts' sections
-                        bank, pst = attach_profiles(bank, llm, enc, prompts=prompts,
-                                                    new_fact_ids=[f.fact_id for f in bank.facts[len(old.facts):]])
-                        pstats.append(pst)
-                    return bank
-
-                bank = coll.update(c.bank_id, append)
+                bank = coll.update(c.bank_id, _appender(a, c, out, enc, llm, prompts, pstats))
                 if bank is None:
                     print(f"{c.bank_id}: nothing new (all {plural(len(c.turns), 'turn')} of the input are stored)")
                     continue

@@ -58,7 +58,8 @@ def _structured_batch(convs: list[list[dict]], parsers: list[Callable[[str], obj
         if not pending:
             break
         results = backend.chat([current[i] for i in pending], max_tokens=max_tokens, temperature=0.0,
-                               json_mode=True, desc=desc if attempt == 0 else f"{desc}-retry")
+                               json_mode=True, desc=desc if attempt == 0 else f"{desc}-retry",
+                               accept=lambda j, text, p=tuple(pending): parsers[p[j]](text) is not None)
         still = []
         for i, r in zip(pending, results):
             val = parsers[i](r.text) if r.error is None else None

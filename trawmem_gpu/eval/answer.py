@@ -81,7 +81,7 @@ def answer_and_judge(items: list[dict], answer_backend: LLMBackend, judge_backen
                   for i in todo]
         t0 = time.perf_counter()
         jres = judge_backend.chat(jconvs, max_tokens=judge_max_tokens, temperature=0.0, json_mode=True,
-                                  desc="judge") if jconvs else []
+                                  desc="judge", accept=lambda j, t: parse_judge(t) is not None) if jconvs else []
         meter.record("judge", jres, time.perf_counter() - t0)
         for i, r in zip(todo, jres):
             judged[i] = r

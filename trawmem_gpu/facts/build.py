@@ -10,7 +10,8 @@ their turns (``Bank.facts``, ``fact_vecs``, ``layer_sources["facts"]``):
 
 With ``new_turns`` (an ``--update``: bank id -> the turns it appended), only facts of the new
 turns are added: ``locomo`` adds the observations that cite a new turn (an id a stored fact has is
-numbered on);
+numbered on), after :func:`check_locomo_update` found the observations of the stored turns
+unchanged (else the update is refused as a conflict, new turns or not);
 ``llm`` extracts over the new turns, with up to ``overlap`` turns before them as context, and keeps
 the facts that cite a new turn. New ``llm`` facts are numbered on from the bank's own
 (``F:<session>:<n>``), so ids stay bank-unique.
@@ -74,6 +75,24 @@ def with_facts(bank: Bank, new: list[Fact], encoder, source: str) -> Bank:
                   layer_sources={**bank.layer_sources, "facts": source})
     out.validate()
     return out
+
+
+def check_locomo_update(bank: Bank, input_path, *, dayfirst: bool = False) -> None:
+    """Refuse an ``--update`` of ``bank`` whose facts come from LoCoMo observations when the
+    input's observations of the bank's stored turns are not the bank's facts (an old observation
+    edited, added or removed; or a bank whose facts were not read from this input): an
+    ``InputError`` naming the bank and the first difference. The update would add the new turns'
+    facts only, and the bank would no longer equal a full build of the input."""
+    from ..errors import InputError
+    from .locomo import load_locomo_facts, observation_conflict
+
+    got, _ = load_locomo_facts(input_path, {bank.bank_id: {t.turn_id for t in bank.turns}}, dayfirst=dayfirst)
+    why = observation_conflict(bank.facts, got.get(bank.bank_id, []))
+    if why is not None:
+        source = bank.layer_sources.get("facts", "none")
+        how = "" if source == "locomo" else f" (its facts came from `facts` {source!r}, not these observations)"
+        raise InputError(f"`update`: bank {bank.bank_id!r}{how}: {why}; the input's observations of the stored "
+                         f"turns conflict with the bank's facts: rebuild the bank without `update`")
 
 
 def attach_facts(banks: list[Bank], source: str, encoder, *, input_path=None, llm=None, dayfirst: bool = False,

@@ -73,11 +73,17 @@ def row_weights(questions: list[LabelledQuestion]) -> np.ndarray:
     return w / w.mean()
 
 
+ZERO_WEIGHT = 1e-12
+"""A fit whose every standardized feature weight is at most this (in magnitude) is refused: with
+a ``C`` so small (``1e-300``) the L2 term wins and the weights are zero."""
+
+
 def fit_relevance(questions: list[LabelledQuestion], C: float = L2, max_iter: int = 500) -> tuple[float, ...]:
     """The relevance weights (one per feature, then the bias) fitted on ``questions``.
 
     :param C: inverse L2 strength, a finite number above 0 (``ConfigError`` naming ``C`` otherwise,
-        and when the fit still diverges: non-finite weights)
+        when the fit still diverges: non-finite weights, and when it yields zero weights: every
+        standardized feature weight at most ``ZERO_WEIGHT``)
     :raises InputError: no questions
     """
     from ..errors import ConfigError, InputError
@@ -114,6 +120,10 @@ def fit_relevance(questions: list[LabelledQuestion], C: float = L2, max_iter: in
     if not all(math.isfinite(x) for x in out):
         raise ConfigError(f"the affinity fit diverged (non-finite weights) at C = {C:g}; a smaller C "
                           "regularizes more")
+    if not np.any(np.abs(beta.detach().numpy()) > ZERO_WEIGHT):
+        raise ConfigError(f"C = {C:g} regularizes the affinity fit to zero weights (every feature's weight is "
+                          f"0: the affinity would rank every unit the same); a larger C regularizes less (the "
+                          f"default is {L2:g})")
     return out
 
 

@@ -9,6 +9,8 @@ from trawmem_gpu.errors import ConfigError, InputError, NoLLMConfigured, Trawmem
 
 Conversation = list  # list[dict(role, content)]
 OnResult = Callable[[int, "LLMResult"], None]
+Accept = Callable[[int, str], bool]
+"""``accept(i, text)``: whether the reply to conversation ``i`` is usable (its parser reads it)."""
 
 _ROLES = ("system", "user", "assistant")
 
@@ -132,6 +134,8 @@ class LLMBackend:
     """
 
     name: str = "base"
+    filters_replies: bool = False
+    """True when ``_chat`` takes ``accept`` (the response cache: it keeps only accepted replies)."""
 
     def __init__(self) -> None:
         self.usage = UsageMeter()
@@ -140,6 +144,11 @@ class LLMBackend:
     def model(self) -> Optional[str]:
         """Model id used in requests (and cache keys)."""
         return getattr(self, "_model", None)
+
+    @property
+    def endpoint(self) -> Optional[str]:
+        """Who answers (part of the cache keys): an HTTP server's base URL, else the backend's name."""
+        return self.name
 
     def chat(
         self,
@@ -150,8 +159,11 @@ class LLMBackend:
         json_mode: bool = False,
         desc: Optional[str] = None,
         on_result: Optional[OnResult] = None,
+        accept: Optional[Accept] = None,
     ) -> list[LLMResult]:
-        """Run one batch of conversations; results are in input order."""
+        """Run one batch of conversations; results are in input order. ``accept(i, text)`` says
+        whether a reply is usable (a structured call passes its parser): a response cache stores
+        only accepted replies, and sends again a stored one that is not accepted."""
         batch = validate_batch(batch)
         if not isinstance(max_tokens, int) or max_tokens <= 0:
             raise ConfigError(f"max_tokens must be a positive int, got {max_tokens!r}")
@@ -160,9 +172,10 @@ class LLMBackend:
         if not batch:
             return []
         t0 = time.perf_counter()
+        extra = {"accept": accept} if self.filters_replies else {}
         results = self._chat(
             batch, max_tokens=max_tokens, temperature=float(temperature),
-            json_mode=bool(json_mode), desc=desc, on_result=on_result,
+            json_mode=bool(json_mode), desc=desc, on_result=on_result, **extra,
         )
         if len(results) != len(batch):  # pragma: no cover - backend bug guard
             raise LLMRequestError(f"{self.name}: got {len(results)} results for {len(batch)} conversations")
@@ -205,7 +218,8 @@ class NoLLM(LLMBackend):
     def model(self) -> None:
         return None
 
-    def chat(self, batch=None, *, max_tokens=0, temperature=0.0, json_mode=False, desc=None, on_result=None):
+    def chat(self, batch=None, *, max_tokens=0, temperature=0.0, json_mode=False, desc=None, on_result=None,
+             accept=None):
         """Always raises NoLLMConfigured."""
         msg = NO_LLM_MESSAGE
         if desc:

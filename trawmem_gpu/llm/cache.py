@@ -1,8 +1,16 @@
-"""On-disk response cache (sqlite3) wrapping any backend; resumable after a crash."""
+"""On-disk response cache (sqlite3) wrapping any backend; resumable after a crash.
+
+A reply is keyed on the request (model, messages, max_tokens, temperature, JSON mode) and on the
+endpoint that answered it (``LLMBackend.endpoint``: an HTTP server's base URL), so servers serving
+a model of the same name never share replies. A reply the caller's parser rejects (``accept``
+of :meth:`LLMBackend.chat`) is never stored, and a stored one it rejects is dropped and sent
+again.
+"""
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -12,12 +20,18 @@ from typing import Optional
 from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.llm.base import LLMBackend, LLMResult
 
-CACHE_FORMAT = 1
-"""Version of the table layout; a file of another version is refused."""
+log = logging.getLogger("trawmem_gpu.llm")
+
+CACHE_FORMAT = 2
+"""Version of the table layout (2: replies keyed on the endpoint too, its column beside the
+model's). A format-1 file is upgraded in place: its replies, keyed without the endpoint, cannot be
+told apart by server and are deleted. A file of any other version is refused."""
 
 
-def cache_key(model: Optional[str], messages: list[dict], max_tokens: int, temperature: float, json_mode: bool) -> str:
-    """sha256 hex of the request fields that determine the response."""
+def cache_key(model: Optional[str], messages: list[dict], max_tokens: int, temperature: float, json_mode: bool,
+              endpoint: Optional[str] = None) -> str:
+    """sha256 hex of the request fields that determine the response and of the ``endpoint`` that
+    answers it (None: the format-1 key, without one)."""
     payload = {
         "model": model,
         "messages": [{k: m[k] for k in sorted(m)} for m in messages],
@@ -25,6 +39,8 @@ def cache_key(model: Optional[str], messages: list[dict], max_tokens: int, tempe
         "temperature": float(temperature),
         "json_mode": bool(json_mode),
     }
+    if endpoint is not None:
+        payload["endpoint"] = str(endpoint)
     raw = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
@@ -43,16 +59,30 @@ class ResponseCache:
             self._db.execute("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT)")
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, model TEXT, text TEXT,"
-                " prompt_tokens INTEGER, completion_tokens INTEGER, created REAL)"
+                " prompt_tokens INTEGER, completion_tokens INTEGER, created REAL, endpoint TEXT)"
             )
             row = self._db.execute("SELECT v FROM meta WHERE k='format'").fetchone()
             if row is None:
                 self._db.execute("INSERT INTO meta VALUES ('format', ?)", (str(CACHE_FORMAT),))
+            elif row[0] == "1":
+                self._upgrade_from_1()
             elif row[0] != str(CACHE_FORMAT):
                 raise ConfigError(f"LLM cache {self.path} has format {row[0]}, expected {CACHE_FORMAT}")
             self._db.commit()
         except sqlite3.DatabaseError as e:
             raise ConfigError(f"LLM cache {self.path} is not a usable sqlite file: {e}") from None
+
+    def _upgrade_from_1(self) -> None:
+        """Format 1 -> 2: add the endpoint column, delete the replies (keyed without the endpoint)."""
+        cols = {r[1] for r in self._db.execute("PRAGMA table_info(responses)")}
+        self._db.execute("PRAGMA secure_delete=ON")
+        n = self._db.execute("DELETE FROM responses").rowcount
+        if "endpoint" not in cols:
+            self._db.execute("ALTER TABLE responses ADD COLUMN endpoint TEXT")
+        self._db.execute("UPDATE meta SET v=? WHERE k='format'", (str(CACHE_FORMAT),))
+        if n:
+            log.warning("LLM cache %s was written without the server of each reply (format 1); its %d "
+                        "replies cannot be told apart by server and were deleted", self.path, n)
 
     def get(self, key: str) -> Optional[LLMResult]:
         """Cached result (cached=True) or None."""
@@ -65,15 +95,23 @@ class ResponseCache:
         return LLMResult(text=row[0], prompt_tokens=row[1] or 0, completion_tokens=row[2] or 0,
                          latency_s=0.0, cached=True)
 
-    def put(self, key: str, model: Optional[str], result: LLMResult) -> None:
+    def put(self, key: str, model: Optional[str], result: LLMResult, endpoint: Optional[str] = None) -> None:
         """Store a successful result and commit at once."""
         if result.error is not None:
             return
         with self._lock:
             self._db.execute(
-                "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
-                (key, model, result.text, int(result.prompt_tokens), int(result.completion_tokens), time.time()),
+                "INSERT OR REPLACE INTO responses (key, model, text, prompt_tokens, completion_tokens, created,"
+                " endpoint) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (key, model, result.text, int(result.prompt_tokens), int(result.completion_tokens), time.time(),
+                 endpoint),
             )
+            self._db.commit()
+
+    def delete(self, key: str) -> None:
+        """Drop the reply stored under ``key`` (if any) and commit."""
+        with self._lock:
+            self._db.execute("DELETE FROM responses WHERE key=?", (key,))
             self._db.commit()
 
     def __len__(self) -> int:
@@ -90,7 +128,7 @@ class CachedBackend(LLMBackend):
     """Wraps ``inner``: identical requests are answered from ``path`` without being sent.
 
     Results from the cache carry ``cached=True`` (and their original token counts). Only
-    successful responses are stored, each committed as it arrives, so a crashed run resumes
+    successful responses that the caller's ``accept`` takes (the module docstring) are stored, each committed as it arrives, so a crashed run resumes
     where it stopped. Identical requests within one batch are sent once.
     """
 
@@ -103,9 +141,15 @@ class CachedBackend(LLMBackend):
     def name(self) -> str:  # type: ignore[override]
         return self.inner.name
 
+    filters_replies = True
+
     @property
     def model(self) -> Optional[str]:
         return self.inner.model
+
+    @property
+    def endpoint(self) -> Optional[str]:
+        return self.inner.endpoint
 
     def describe(self) -> dict:
         d = dict(self.inner.describe())
@@ -118,14 +162,19 @@ class CachedBackend(LLMBackend):
     def __repr__(self) -> str:
         return f"CachedBackend({self.inner!r}, path={str(self.cache.path)!r})"
 
-    def _chat(self, batch, *, max_tokens, temperature, json_mode, desc, on_result):
-        model = self.inner.model
-        keys = [cache_key(model, conv, max_tokens, temperature, json_mode) for conv in batch]
+    def _chat(self, batch, *, max_tokens, temperature, json_mode, desc, on_result, accept=None):
+        model, endpoint = self.inner.model, self.inner.endpoint
+        keys = [cache_key(model, conv, max_tokens, temperature, json_mode, endpoint) for conv in batch]
+        ok = (lambda i, r: r.error is None) if accept is None else \
+            (lambda i, r: r.error is None and bool(accept(i, r.text)))
         results: list[Optional[LLMResult]] = [None] * len(batch)
         first_of: dict[str, int] = {}
         miss: list[int] = []  # batch indices to send (first occurrence of each key)
         for i, k in enumerate(keys):
             hit = self.cache.get(k)
+            if hit is not None and not ok(i, hit):  # kept before its parser was asked: send it again
+                self.cache.delete(k)
+                hit = None
             if hit is not None:
                 results[i] = hit
                 if on_result is not None:
@@ -138,7 +187,8 @@ class CachedBackend(LLMBackend):
         if miss:
             def store(j: int, r: LLMResult) -> None:
                 i = miss[j]
-                self.cache.put(keys[i], model, r)
+                if ok(i, r):
+                    self.cache.put(keys[i], model, r, endpoint)
                 results[i] = r
                 if on_result is not None:
                     on_result(i, r)

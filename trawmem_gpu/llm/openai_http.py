@@ -23,6 +23,8 @@ API_KEY_ENV = ("TRAWMEM_API_KEY", "OPENAI_API_KEY")
 
 _RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 _BEARER_RE = re.compile(r"(?i)(bearer\s+)[^\s'\"]+")
+REFUSED = "the model refused the request"
+"""How a refused request's error begins (a reply with ``refusal`` or a content-filter stop)."""
 
 
 class OpenAIHTTPBackend(LLMBackend):
@@ -114,6 +116,13 @@ class OpenAIHTTPBackend(LLMBackend):
         return {"backend": self.name, "model": self.model, "base_url": self.base_url}
 
     @property
+    def endpoint(self) -> str:
+        """The server (cache keys): the base URL, scheme and host in lower case, no trailing slash."""
+        scheme, rest = self.base_url.split("://", 1)
+        host, sep, path = rest.partition("/")
+        return f"{scheme.lower()}://{host.lower()}{sep}{path}".rstrip("/")
+
+    @property
     def model(self) -> str:
         """Model id; when not given, the first id listed by ``GET /v1/models`` (fetched once)."""
         if self._model is None:
@@ -184,7 +193,8 @@ class OpenAIHTTPBackend(LLMBackend):
         else:  # called from inside an event loop (e.g. a notebook): run in a worker thread
             with concurrent.futures.ThreadPoolExecutor(1) as ex:
                 results = ex.submit(lambda: asyncio.run(coro_fn())).result()
-        if self.raise_if_all_failed and results and all(r.error is not None for r in results):
+        if self.raise_if_all_failed and results and all(r.error is not None and not r.error.startswith(REFUSED)
+                                                        for r in results):  # refusals: the server works
             raise LLMRequestError(self._scrub(
                 f"all {len(results)} requests to {self.base_url} failed; first error: {results[0].error}"
             ))
@@ -269,6 +279,11 @@ class OpenAIHTTPBackend(LLMBackend):
             choice = data["choices"][0]
             msg = choice.get("message") or {}
             text = msg.get("content")
+            refusal = msg.get("refusal")
+            if refusal or choice.get("finish_reason") == "content_filter":
+                # a refused request is a failed one: never cached, and the caller falls back
+                why = " ".join(str(refusal or "content filter").split())[:200]
+                return LLMResult(text="", latency_s=latency, error=f"{REFUSED} ({why})")
             if text is None:
                 text = choice.get("text") or ""
             usage = data.get("usage") or {}

@@ -295,7 +295,7 @@ def scrub_embeddings(path: Path, e: Erasure) -> int:
 
 def scrub_llm(path: Path, e: Erasure, retries: int = 3) -> int:
     """Delete from the LLM response cache ``path`` the responses to every request that carried a
-    forgotten turn (:func:`llm_requests`, for each model the cache holds, and the retries of a
+    forgotten turn (:func:`llm_requests`, for each model and endpoint the cache holds, and the retries of a
     malformed reply), and every response that quotes a forgotten text."""
     from ..llm.cache import cache_key
     from ..llm.prompts import retry_messages
@@ -304,12 +304,14 @@ def scrub_llm(path: Path, e: Erasure, retries: int = 3) -> int:
         if "responses" not in _tables(db):
             return 0
         n = 0
-        models = [r[0] for r in db.execute("SELECT DISTINCT model FROM responses")]
-        for messages, max_tokens in llm_requests(e) if models else ():
-            for model in models:
+        cols = {r[1] for r in db.execute("PRAGMA table_info(responses)")}
+        who = "model, endpoint" if "endpoint" in cols else "model, NULL"  # format 1: keys without the endpoint
+        servers = list(db.execute(f"SELECT DISTINCT {who} FROM responses"))
+        for messages, max_tokens in llm_requests(e) if servers else ():
+            for model, endpoint in servers:
                 conv = messages
                 for _ in range(retries + 1):
-                    k = cache_key(model, conv, max_tokens, 0.0, True)
+                    k = cache_key(model, conv, max_tokens, 0.0, True, endpoint)
                     row = db.execute("SELECT text FROM responses WHERE key=?", (k,)).fetchone()
                     if row is None:
                         break

@@ -35,7 +35,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from ..errors import ConfigError
-from ..trimem.plan import QueryPlan, follow_up_queries, plain_plan, plan_queries
+from ..trimem.plan import QueryPlan, check_plans, follow_up_queries, plain_plan, plan_queries
 from ..workspace import assemble, fit_to_tokens
 from .params import QueryParams
 
@@ -156,12 +156,7 @@ def planned_select(engine, items: Sequence[tuple[str, str]], Z, params: Optional
     qs = [q for _, q in items]
     if plans is None:
         plans = plan_queries(qs, llm, prompts, key_info=False) if llm is not None else [plain_plan(q) for q in qs]
-    plans = list(plans)
-    if len(plans) != len(items):
-        raise ConfigError(f"{len(items)} items but {len(plans)} `plans`")
-    for i, (p, q) in enumerate(zip(plans, qs)):
-        if not p.queries or p.queries[0] != q:
-            raise ConfigError(f"`plans`[{i}]: the first search must be the item's question")
+    plans = check_plans(plans, qs)
     if not items:
         return []
     bids = [b for b, _ in items]

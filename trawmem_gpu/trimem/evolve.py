@@ -58,6 +58,23 @@ class EvolveConfig:
                 "wrong_f1": self.wrong_f1, "llm": llm_desc.get("model"), "judge": (judge_desc or {}).get("model")}
 
 
+def _critique_of(text) -> str | None:
+    """The critique of a critique reply (``{"critique": "..."}``, whitespace collapsed), or None."""
+    from ..llm.structured import extract_json
+
+    obj = extract_json(text)
+    c = obj.get("critique") if isinstance(obj, dict) else None
+    return " ".join(c.split()) if isinstance(c, str) and c.strip() else None
+
+
+def _prompt_of(text):
+    """The ``prompt`` of an apply reply (``{"prompt": "..."}``), or None."""
+    from ..llm.structured import extract_json
+
+    obj = extract_json(text)
+    return obj.get("prompt") if isinstance(obj, dict) else None
+
+
 def _score(metrics: dict, judged: bool) -> float:
     m = metrics["macro"]
     v = m.get("judge") if judged else m.get("f1_locomo")
@@ -156,8 +173,6 @@ class Evolution:
 
     def critique(self, ps: PromptSet, wrong: list[dict]) -> tuple[PromptSet, dict]:
         """The next prompt set from critiques of ``wrong`` answers, and what was said and done."""
-        from ..llm.structured import extract_json
-
         shown = wrong[:self.cfg.max_failures]
         fails = ["Question: {question}\nGold answer: {gold}\nGiven answer: {prediction}\nMemory shown:\n{ctx}".format(
             ctx=r["context"][:MAX_CONTEXT_CHARS], **{k: r.get(k) for k in ("question", "gold", "prediction")})
@@ -168,24 +183,25 @@ class Evolution:
             for f in fails:
                 convs.append(CRITIQUE.messages(prompt_name=p.name, prompt=p.template, failures=f))
                 keys.append(name)
-        res = self.llm.chat(convs, max_tokens=512, temperature=0.0, json_mode=True, desc="trimem-critique")
+        res = self.llm.chat(convs, max_tokens=512, temperature=0.0, json_mode=True, desc="trimem-critique",
+                            accept=lambda i, t: _critique_of(t) is not None)
         crit: dict[str, list[str]] = {n: [] for n in EVOLVED}
         for k, r in zip(keys, res):
-            obj = extract_json(r.text) if r.error is None else None
-            if isinstance(obj, dict) and isinstance(obj.get("critique"), str) and obj["critique"].strip():
-                crit[k].append(" ".join(obj["critique"].split()))
+            c = _critique_of(r.text) if r.error is None else None
+            if c is not None:
+                crit[k].append(c)
         todo = [n for n in EVOLVED if crit[n]]
         convs = [APPLY_CRITIQUE.messages(prompt_name=getattr(ps, n).name, prompt=getattr(ps, n).template,
                                          critiques="\n".join(f"- {c}" for c in crit[n]),
                                          placeholders=", ".join("$" + f for f in getattr(ps, n).fields))
                  for n in todo]
-        res = self.llm.chat(convs, max_tokens=4096, temperature=0.0, json_mode=True, desc="trimem-apply") \
+        res = self.llm.chat(convs, max_tokens=4096, temperature=0.0, json_mode=True, desc="trimem-apply",
+                            accept=lambda i, t: isinstance(_prompt_of(t), str)) \
             if convs else []
         nxt, applied, refused = ps, [], []
         version = f"evolved-{self.state['next']['version'] + 1}"
         for n, r in zip(todo, res):
-            obj = extract_json(r.text) if r.error is None else None
-            new = obj.get("prompt") if isinstance(obj, dict) else None
+            new = _prompt_of(r.text) if r.error is None else None
             try:
                 if not isinstance(new, str):
                     raise InputError("no prompt in the reply")

@@ -18,8 +18,12 @@ Dates: the model resolves relative dates against the session date (the prompt as
 gives ``date``; it is normalized to ``YYYY-MM-DD`` / ``YYYY-MM`` / ``YYYY``: a relative date the
 model left as it was ("last Friday") is resolved against the session date of the fact's first
 source turn (``dateutil.relativedelta``), free absolute forms go through ``data.dates.parse_date``
-(python-dateutil); a missing or unreadable one becomes that session date (``bad_dates`` counts
-the unreadable ones).
+(python-dateutil); a missing or unreadable one, or one outside ``DATE_YEARS`` ("1000000 days ago"),
+becomes that session date (``bad_dates`` counts them).
+
+Every other value is checked as user input is: persons, locations, keywords and entities must be
+strings of at most ``MAX_NAME_CHARS`` (a number such as ``5`` or ``1e308`` is refused, not stored as
+"5"); each refused one is dropped and counted (``bad_values``).
 
 Facts with the same sentence (case and spacing aside) from overlapping windows are one fact
 with the union of their sources. With ``new_from`` (``build --update``) only facts citing a new
@@ -49,6 +53,12 @@ MAX_FACT_CHARS = 1000
 """Longer fact sentences are clipped."""
 ECHO_CHARS = 8000
 """How much of a reply a retry shows back to the model (extraction and profile replies are long)."""
+DATE_YEARS = (1000, 2999)
+"""The years a fact's date may fall in; a date outside them counts as unreadable (``bad_dates``)."""
+MAX_NAME_CHARS = 200
+"""Longest person, location, keyword or entity kept (a longer one is refused: ``bad_values``)."""
+MAX_NAMES = 32
+"""Most persons (locations, keywords, entities) kept per fact."""
 
 _ISO = re.compile(r"^\d{4}(?:-\d{2}(?:-\d{2})?)?$")
 
@@ -68,6 +78,9 @@ class ExtractStats:
     dropped_no_source: int = 0
     duplicates: int = 0
     bad_dates: int = 0
+    """Dates that could not be read, or fall outside ``DATE_YEARS`` (the session date is used)."""
+    bad_values: int = 0
+    """Persons, locations, keywords or entities refused (not strings, or too long)."""
     facts: int = 0
     prompt: dict = field(default_factory=dict)
 
@@ -108,13 +121,40 @@ def render_window(turns: Sequence[Turn]) -> str:
     return "\n".join(lines)
 
 
-def _strings(x) -> tuple[str, ...]:
-    """A list of strings from a reply field (a lone string counts as one); blanks dropped."""
-    if isinstance(x, str):
+def _ids(x) -> tuple[str, ...]:
+    """Turn ids from a reply's ``source_turns`` (a lone one counts as one; a number is read as the
+    id it spells, checked against the window's ids); blanks dropped."""
+    if isinstance(x, (str, int)) and not isinstance(x, bool):
         x = [x]
     if not isinstance(x, (list, tuple)):
         return ()
-    out = dict.fromkeys(" ".join(str(v).split()) for v in x if isinstance(v, (str, int, float)) and str(v).strip())
+    out = dict.fromkeys(" ".join(str(v).split()) for v in x
+                        if isinstance(v, (str, int)) and not isinstance(v, bool) and str(v).strip())
+    return tuple(out)
+
+
+def _strings(x, st: "ExtractStats | None" = None) -> tuple[str, ...]:
+    """A list of names from a reply field (persons, locations, keywords, entities; a lone string
+    counts as one), whitespace collapsed, blanks dropped. A value that is not a string (a number,
+    an object), or longer than ``MAX_NAME_CHARS``, is refused: dropped and counted in
+    ``st.bad_values``; at most ``MAX_NAMES`` are kept."""
+    if x is None:
+        return ()
+    if isinstance(x, str):
+        x = [x]
+    if not isinstance(x, (list, tuple)):
+        if st is not None:
+            st.bad_values += 1
+        return ()
+    out: dict[str, None] = {}
+    for v in x:
+        s = " ".join(v.split()) if isinstance(v, str) else None
+        if s is None or len(s) > MAX_NAME_CHARS:
+            if st is not None:
+                st.bad_values += 1
+            continue
+        if s and len(out) < MAX_NAMES:
+            out[s] = None
     return tuple(out)
 
 
@@ -166,10 +206,18 @@ def resolve_relative(expr: str, anchor) -> str | None:
 def normalize_date(value, anchor=None) -> str | None:
     """``YYYY-MM-DD`` / ``YYYY-MM`` / ``YYYY`` from a reply's date, or None when unreadable: ISO
     forms as they are when they name a real day, month or year, a relative date against ``anchor``
-    (:func:`resolve_relative`), other absolute forms through ``data.dates.parse_date`` (python-dateutil)."""
-    if not isinstance(value, str) or not value.strip():
+    (:func:`resolve_relative`), other absolute forms through ``data.dates.parse_date`` (python-dateutil).
+    A date beyond the calendar or outside ``DATE_YEARS`` is unreadable too (None), never an error."""
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME_CHARS:
         return None
-    s = value.strip()
+    try:
+        out = _normalize_date(value.strip(), anchor)
+    except (ValueError, OverflowError):  # "1000000 days ago": beyond the calendar
+        return None
+    return out if out is not None and DATE_YEARS[0] <= int(out[:4]) <= DATE_YEARS[1] else None
+
+
+def _normalize_date(s: str, anchor) -> str | None:
     if _ISO.match(s):
         from datetime import date
 
@@ -185,10 +233,7 @@ def normalize_date(value, anchor=None) -> str | None:
             return rel
     from ..data.dates import parse_date
 
-    try:
-        return parse_date(s).date().isoformat()
-    except ValueError:
-        return None
+    return parse_date(s).date().isoformat()
 
 
 def _session_date(t: Turn) -> str | None:
@@ -214,7 +259,7 @@ def parse_reply(text: str | None, window_ids: set[str]) -> _Parsed:
     for e in obj:
         if not isinstance(e, dict) or not isinstance(e.get("text"), str) or not e["text"].strip():
             continue
-        src = _strings(e.get("source_turns", e.get("source", e.get("src"))))
+        src = _ids(e.get("source_turns", e.get("source", e.get("src"))))
         known = tuple(s for s in src if s in window_ids)
         unknown += len(src) - len(known)
         out.append({**e, "source_turns": known})
@@ -267,7 +312,8 @@ def extract_facts(turns: Sequence[Turn], llm: LLMBackend, prompts: PromptSet | N
         convs.append(ps.extract.messages(window=render_window(w)))
         ids.append({t.turn_id for t in w})
         has_text.append(any((t.text or t.caption or "").strip() for t in w))
-    res = llm.chat(convs, max_tokens=max_tokens, temperature=0.0, json_mode=True, desc="trimem-extract")
+    res = llm.chat(convs, max_tokens=max_tokens, temperature=0.0, json_mode=True, desc="trimem-extract",
+                   accept=lambda i, t: not parse_reply(t, ids[i]).malformed)
     st.requests += len(res)
     parsed = [parse_reply(r.text if r.error is None else None, ids[i]) for i, r in enumerate(res)]
     for p, h in zip(parsed, has_text):
@@ -278,7 +324,8 @@ def extract_facts(turns: Sequence[Turn], llm: LLMBackend, prompts: PromptSet | N
     if again:
         st.retried = len(again)
         follow = [retry_messages(convs[i], res[i].text, _retry_message(parsed[i]), ECHO_CHARS) for i in again]
-        res2 = llm.chat(follow, max_tokens=max_tokens, temperature=0.0, json_mode=True, desc="trimem-extract-retry")
+        res2 = llm.chat(follow, max_tokens=max_tokens, temperature=0.0, json_mode=True, desc="trimem-extract-retry",
+                        accept=lambda j, t: not parse_reply(t, ids[again[j]]).malformed)
         st.requests += len(res2)
         for i, r in zip(again, res2):
             p2 = parse_reply(r.text if r.error is None else None, ids[i])
@@ -323,13 +370,14 @@ def _facts_from(turns: Sequence[Turn], parsed: list[_Parsed], new_from: int, exi
         if date is None:
             st.bad_dates += e.get("date") not in (None, "", "null")
             date = _session_date(first)
-        persons = _strings(e.get("persons")) or tuple(dict.fromkeys(turns[pos[s]].speaker for s in e["source_turns"]))
+        persons = _strings(e.get("persons"), st) or \
+            tuple(dict.fromkeys(turns[pos[s]].speaker for s in e["source_turns"]))
         session = str(first.session)
         n = nxt.get(session, 0)
         nxt[session] = n + 1
         out.append(Fact(fact_id=fact_id(session, n), text=e["text"], source_turns=tuple(e["source_turns"]),
-                        persons=persons, locations=_strings(e.get("locations")),
-                        keywords=_strings(e.get("keywords")), entities=_strings(e.get("entities")),
+                        persons=persons, locations=_strings(e.get("locations"), st),
+                        keywords=_strings(e.get("keywords"), st), entities=_strings(e.get("entities"), st),
                         date=date, session=session))
     st.facts = len(out)
     return out

@@ -24,7 +24,7 @@ from ..facts.view import unit_view
 from ..select.baselines import take_within_tokens
 from ..select.context import BankContext
 from ..store.bank import Bank
-from .plan import QueryPlan, plain_plan, plan_queries
+from .plan import QueryPlan, check_plans, plain_plan, plan_queries
 from .prompts import PromptSet
 from .retrieve import TOP_K, TriMemIndex, priority_ids
 
@@ -113,6 +113,8 @@ def trimem_select(rankers: TriMemRankers, items: Sequence[tuple[str, str]], Z: n
     qs = [q for _, q in items]
     if plans is None:
         plans = plan_queries(qs, llm, prompts) if llm is not None else [plain_plan(q) for q in qs]
+    else:
+        plans = check_plans(plans, qs)
     extra = list(dict.fromkeys(s for p in plans for s in p.queries[1:]))
     V = encode(extra) if extra else np.zeros((0, Z.shape[1]), np.float32)
     vec_of = {s: V[i] for i, s in enumerate(extra)}

@@ -4,6 +4,9 @@ follow-up step of planned TrawMem (``select.planned``).
 For each question, two structured LLM calls (batched over all questions): the key information
 (keywords, persons, time expression, location, entities) and one to three focused search
 queries. The original question is always the first query, and at most ``MAX_QUERIES`` are kept.
+Every value a reply gives is checked as user input is: a search (or keyword, person, time,
+location, entity) that is not a string, or is longer than a question may be
+(``data.types.MAX_QUESTION_CHARS``), is left out.
 Without an LLM both steps are skipped and the question is the only query; a step whose reply is
 still malformed after one retry, or whose request failed, falls back the same way for that
 question (``QueryPlan.fallback`` says which step fell back). ``key_info=False`` skips the first
@@ -19,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from ..data.types import MAX_QUESTION_CHARS
 from ..llm.base import LLMBackend
 from ..llm.prompts import retry_messages
 from ..llm.structured import extract_json
@@ -61,20 +65,48 @@ def plain_plan(question: str) -> QueryPlan:
     return QueryPlan(question=question, queries=(question,))
 
 
+def _fits(v) -> bool:
+    """A reply's string value within the question's bounds (``MAX_QUESTION_CHARS``, non-blank)."""
+    return isinstance(v, str) and bool(v.strip()) and len(v) <= MAX_QUESTION_CHARS
+
+
 def _strs(x) -> tuple[str, ...]:
+    """The strings of a reply field (a lone string counts as one), whitespace collapsed; values that
+    are not strings, or longer than a question may be, are refused (left out)."""
     if isinstance(x, str):
         x = [x]
     if not isinstance(x, (list, tuple)):
         return ()
-    return tuple(dict.fromkeys(" ".join(v.split()) for v in x if isinstance(v, str) and v.strip()))
+    return tuple(dict.fromkeys(" ".join(v.split()) for v in x if _fits(v)))
 
 
 def _opt(x) -> Optional[str]:
     if isinstance(x, list):
-        x = next((v for v in x if isinstance(v, str) and v.strip()), None)
-    if not isinstance(x, str) or not x.strip() or x.strip().lower() in ("null", "none", "n/a"):
+        x = next((v for v in x if _fits(v)), None)
+    if not _fits(x) or x.strip().lower() in ("null", "none", "n/a"):
         return None
     return " ".join(x.split())
+
+
+def check_plans(plans: Sequence[QueryPlan], questions: Sequence[str]) -> list[QueryPlan]:
+    """Plans given by a caller, one per question, each with its question first and every search a
+    string within the question's bounds (``MAX_QUESTION_CHARS``); ``ConfigError`` naming the plan."""
+    from ..errors import ConfigError
+
+    plans = list(plans)
+    if len(plans) != len(questions):
+        raise ConfigError(f"{len(questions)} items but {len(plans)} `plans`")
+    for i, (p, q) in enumerate(zip(plans, questions)):
+        if not p.queries or p.queries[0] != q:
+            raise ConfigError(f"`plans`[{i}]: the first search must be the item's question")
+        bad = next((k for k, s in enumerate(p.queries) if not isinstance(s, str) or not s.strip()
+                    or len(s) > MAX_QUESTION_CHARS), None)
+        if bad is not None:
+            s = p.queries[bad]
+            what = f"{len(s)} characters" if isinstance(s, str) and s.strip() else "blank or not a string"
+            raise ConfigError(f"`plans`[{i}]: search {bad} is {what}; a search is a non-blank string of at "
+                              f"most {MAX_QUESTION_CHARS} characters, as a question is")
+    return plans
 
 
 def parse_key_info(text: Optional[str]) -> Optional[dict]:
@@ -119,13 +151,14 @@ def parse_follow_ups(text: Optional[str], asked: Sequence[str]) -> Optional[tupl
 
 
 def _structured(llm: LLMBackend, convs: list, parse, desc: str, max_tokens: int) -> list:
-    res = llm.chat(convs, max_tokens=max_tokens, temperature=0.0, json_mode=True, desc=desc)
+    res = llm.chat(convs, max_tokens=max_tokens, temperature=0.0, json_mode=True, desc=desc,
+                   accept=lambda i, t: parse(i, t) is not None)
     vals = [parse(i, r.text) if r.error is None else None for i, r in enumerate(res)]
     again = [i for i, v in enumerate(vals) if v is None and res[i].error is None]
     if again:
         follow = [retry_messages(convs[i], res[i].text) for i in again]
         for i, r in zip(again, llm.chat(follow, max_tokens=max_tokens, temperature=0.0, json_mode=True,
-                                        desc=f"{desc}-retry")):
+                                        desc=f"{desc}-retry", accept=lambda j, t: parse(again[j], t) is not None)):
             vals[i] = parse(i, r.text) if r.error is None else None
     return vals
 

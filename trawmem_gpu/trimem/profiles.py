@@ -113,14 +113,16 @@ def _ask(llm: LLMBackend, convs: list[list[dict]], parse, st: ProfileStats, max_
     """Send ``convs``; re-ask malformed replies once; parsed values (None: still malformed)."""
     if not convs:
         return []
-    res = llm.chat(convs, max_tokens=max_tokens, temperature=0.0, json_mode=True, desc=desc)
+    res = llm.chat(convs, max_tokens=max_tokens, temperature=0.0, json_mode=True, desc=desc,
+                   accept=lambda i, t: parse(i, t) is not None)
     st.requests += len(res)
     vals = [parse(i, r.text) if r.error is None else None for i, r in enumerate(res)]
     again = [i for i, v in enumerate(vals) if v is None]
     if again:
         st.retried += len(again)
         follow = [retry_messages(convs[i], res[i].text, max_chars=ECHO_CHARS) for i in again]
-        res2 = llm.chat(follow, max_tokens=max_tokens, temperature=0.0, json_mode=True, desc=f"{desc}-retry")
+        res2 = llm.chat(follow, max_tokens=max_tokens, temperature=0.0, json_mode=True, desc=f"{desc}-retry",
+                        accept=lambda j, t: parse(again[j], t) is not None)
         st.requests += len(res2)
         for i, r in zip(again, res2):
             vals[i] = parse(i, r.text) if r.error is None else None
