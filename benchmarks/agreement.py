@@ -6,7 +6,7 @@ of questions whose selected *sets* are identical, the macro evidence recall of e
 decimals), the selection seconds per query of each and the speedup. The batched time is also
 measured warm (a second call on the same engine), since the first call pays one-off costs.
 
-    python benchmarks/agreement.py [--data PATH] [--threads 1] [--sweep] [--out FILE]
+    python -m benchmarks run agreement [--data PATH] [--threads 1] [--sweep] [--out FILE]
 
 ``--threads`` caps torch / BLAS threads for both engines (default 1: per-core throughput, and
 the numbers stay stable on a shared machine). ``--sweep`` adds hops 2, 3, every selection
@@ -22,11 +22,15 @@ when any set differs, any workspace exceeds T or the mixed call differs. Results
 """
 from __future__ import annotations
 
+if not __package__:  # python benchmarks/NAME.py: run as the module benchmarks.NAME (_boot.py)
+    import _boot
+    _boot.run_file(__file__)
+
 import argparse
 import sys
 from pathlib import Path
 
-import harness
+from . import harness
 
 
 def main(argv=None) -> int:

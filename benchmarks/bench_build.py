@@ -5,12 +5,16 @@ conversation), with a cold embedding cache in a temporary directory unless ``--w
 the user's cache, ``TRAWMEM_CACHE`` or ~/.cache/trawmem_gpu, is reused). Each bank is saved
 with ``save_bank`` and its directory measured on disk.
 
-    python benchmarks/bench_build.py [PATH] [--warm] [--segmentation embedding|fixed]
+    python -m benchmarks run build [PATH] [--warm] [--segmentation embedding|fixed]
 
 Writes ``benchmarks/results/build.json`` and ``benchmarks/results/build.png`` (with ``--tag``,
 ``build-TAG.*``).
 """
 from __future__ import annotations
+
+if not __package__:  # python benchmarks/NAME.py: run as the module benchmarks.NAME (_boot.py)
+    import _boot
+    _boot.run_file(__file__)
 
 import argparse
 import os
@@ -19,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import harness
+from . import harness
 
 STAGES = ("encode_units_s", "encode_heads_s", "segment_s", "heads_s", "graph_s")
 

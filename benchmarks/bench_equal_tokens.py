@@ -1,7 +1,7 @@
 """Selection quality at equal context tokens on both dev sets, every learned part validated on
 held-out folds (issue 12).
 
-    python benchmarks/bench_equal_tokens.py [--locomo PATH] [--lme PATH] [--T 400,800,1600]
+    python -m benchmarks run equal_tokens [--locomo PATH] [--lme PATH] [--T 400,800,1600]
         [--parts fit,grid,headline,margin,ablations] [--out-dir benchmarks/results]
 
 Protocol (nothing is tuned on what it is scored on):
@@ -36,6 +36,10 @@ their provenance to their one home, the package's ``trawmem_gpu/select/affinity_
 """
 from __future__ import annotations
 
+if not __package__:  # python benchmarks/NAME.py: run as the module benchmarks.NAME (_boot.py)
+    import _boot
+    _boot.run_file(__file__)
+
 import argparse
 import os
 import sys
@@ -43,12 +47,13 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import harness
 import numpy as np
-from equal_tokens_bench.data import (GRID, HEADLINE, PREVIOUS, TARGET_T, BASELINES, Dataset, fixed_setting, select,
+
+from . import harness
+from .equal_tokens_bench.data import (GRID, HEADLINE, PREVIOUS, TARGET_T, BASELINES, Dataset, fixed_setting, select,
                                      trawmem_setting)
-from equal_tokens_bench.report import fmt, markdown, plot
-from equal_tokens_bench.stats import losses, margin_bootstrap, nested_ablation_choice, records, score, summary
+from .equal_tokens_bench.report import fmt, markdown, plot
+from .equal_tokens_bench.stats import losses, margin_bootstrap, nested_ablation_choice, records, score, summary
 
 PARTS = ("fit", "grid", "headline", "margin", "ablations")
 __all__ = ["margin_bootstrap", "main"]  # margin_bootstrap: tests/test_bench_margin.py
@@ -104,7 +109,7 @@ def run(a, parts: set, Ts: list[int]) -> int:
                              {"data": [{"path": os.path.relpath(d.path, harness.ROOT),
                                         "sha256": res["data"][k]["sha256"], "questions": len(d.questions)}
                                        for k, d in data.items()],
-                              "command": "python benchmarks/bench_equal_tokens.py --parts fit"})
+                              "command": "python -m benchmarks run equal_tokens --parts fit"})
         print(f"wrote {wrote}")
         print("shipped weights:", ", ".join(f"{n} {w:.4g}" for n, w in zip(RELEVANCE_FEATURES + ("bias",), shipped)))
     chosen = {}

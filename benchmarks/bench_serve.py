@@ -36,9 +36,9 @@ its CPU per query adds a ``fronts`` role). With ``--baseline-src DIR`` (a source
 tar -x -C DIR`` and ``ln -s ../kernels DIR/trawmem_gpu/kernels``) a server of that tree, configured as the reference one, runs the same cells,
 alternating with it in each round: this version over that one, per round, in one run.
 
-    python benchmarks/bench_serve.py [--quick] [--duration 4] [--rounds 4] [--waits 0,5,20]
-                                     [--conc 1,8,64,256] [--threads 1] [--data PATH|sample]
-                                     [--encoder-runtime torch|onnx] [--baseline-src DIR] [--skip-text]
+    python -m benchmarks run serve [--quick] [--duration 4] [--rounds 4] [--waits 0,5,20]
+                                   [--conc 1,8,64,256] [--threads 1] [--data PATH|sample]
+                                   [--encoder-runtime torch|onnx] [--baseline-src DIR] [--skip-text]
 
 ``--hostile`` runs the adversarial test instead (``serve_bench/hostile.py``): a victim tenant's
 single selects at a steady rate, alone and then beside a hostile tenant sending oversized fields,
@@ -53,6 +53,10 @@ The parts live in ``benchmarks/serve_bench/``.
 """
 from __future__ import annotations
 
+if not __package__:  # python benchmarks/NAME.py: run as the module benchmarks.NAME (_boot.py)
+    import _boot
+    _boot.run_file(__file__)
+
 import argparse
 import json
 import os
@@ -62,11 +66,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-import harness
-from serve_bench.inproc import InProcess, encoder_chunks
-from serve_bench.load import run_cell
-from serve_bench.report import median_cells, plot, table, targets
-from serve_bench.servers import Server, load_data
+from . import harness
+from .serve_bench.inproc import InProcess, encoder_chunks
+from .serve_bench.load import run_cell
+from .serve_bench.report import median_cells, plot, table, targets
+from .serve_bench.servers import Server, load_data
 
 
 def main(argv=None) -> int:
@@ -112,7 +116,7 @@ def main(argv=None) -> int:
     p.add_argument("--name", default="serve", help="result files: NAME.json and NAME.png in --out-dir")
     a = p.parse_args(argv)
     if a.hostile:
-        from serve_bench.hostile_run import bench
+        from .serve_bench.hostile_run import bench
 
         if a.data == str(harness.dev_data("locomo")) and "--data" not in (argv or sys.argv):
             a.data = "sample"

@@ -1,6 +1,6 @@
 """The paper's retrieval-side analyses (Sections 5.4-5.8 and 6), with its numbers beside ours.
 
-    python benchmarks/paper_analyses.py [--data PATH] [--modes default,paper] \
+    python -m benchmarks run paper_analyses [--data PATH] [--modes default,paper] \
         [--parts fig7,fig8,fig9,fig10,fig12,table3] [--llm SPEC] [--out benchmarks/results]
 
 On the LoCoMo file given (categories 1-4, questions with gold evidence), for the shipped
@@ -33,16 +33,20 @@ at ``--threads`` (default 1) for all of it, builds included. Writes ``paper_<par
 """
 from __future__ import annotations
 
+if not __package__:  # python benchmarks/NAME.py: run as the module benchmarks.NAME (_boot.py)
+    import _boot
+    _boot.run_file(__file__)
+
 import argparse
 import sys
 import time
 
-import harness
-from paper_bench.common import query_rows
-from paper_bench.figures import fig8, fig10, fig12
-from paper_bench.paper import CATS, FIG9_BUDGETS, HOPS, PARTS, WHY, B
-from paper_bench.roles import fig7, fig9
-from paper_bench.table3 import summary, table3
+from . import harness
+from .paper_bench.common import query_rows
+from .paper_bench.figures import fig8, fig10, fig12
+from .paper_bench.paper import CATS, FIG9_BUDGETS, HOPS, PARTS, WHY, B
+from .paper_bench.roles import fig7, fig9
+from .paper_bench.table3 import summary, table3
 
 
 def main(argv=None) -> int:

@@ -5,7 +5,7 @@ import importlib.util
 import os
 import time
 
-import synthetic_banks
+from .. import synthetic_banks
 
 from .impls import run_batched
 

@@ -1,8 +1,8 @@
 """Bridge mechanisms for multi-hop questions at small token budgets, the roles ablation and the
 paper's configuration under a token budget (issue 25), at equal context tokens against the RRF hybrid.
 
-    python benchmarks/bench_bridge.py [--locomo PATH] [--lme PATH] [--T 400,800,1600]
-        [--parts headline,variants,roles,paper] [--out-dir benchmarks/results]
+    python -m benchmarks.experiments.bench_bridge [--locomo PATH] [--lme PATH] [--T 400,800,1600]
+        [--parts headline,variants,roles,paper] [--out-dir benchmarks/results/archive]
 
 Protocol (nothing is tuned on what it is scored on), the folds of ``bench_equal_tokens.py``:
 LoCoMo dev one fold per conversation (7), LongMemEval-S dev 5 folds of questions. The learned
@@ -40,10 +40,11 @@ import sys
 import time
 from pathlib import Path
 
-import harness
 import numpy as np
-from equal_tokens_bench.data import Dataset, fixed_setting, select, trawmem_setting
-from equal_tokens_bench.stats import margin_bootstrap, records, summary
+
+from .. import harness
+from ..equal_tokens_bench.data import Dataset, fixed_setting, select, trawmem_setting
+from ..equal_tokens_bench.stats import margin_bootstrap, records, summary
 
 PARTS = ("headline", "variants", "roles", "paper")
 TARGET_CAT = {"locomo": 1, "longmemeval": 4}
@@ -78,7 +79,7 @@ def dev_checked(a) -> argparse.Namespace:
     """``a`` with both dev sets checked (a clear error naming the flag) and ``out_dir`` resolved."""
     harness.require_data(a.locomo, "locomo", "--locomo")
     harness.require_data(a.lme, "longmemeval", "--lme")
-    a.out_dir = harness.results_dir(a.out_dir)
+    a.out_dir = harness.results_dir(a.out_dir, harness.ARCHIVE)
     return a
 
 
@@ -258,7 +259,7 @@ def main() -> int:
 
 
 def run(a, parts: set, Ts: list[int]) -> int:
-    from bridge_report import markdown, plot
+    from .bridge_report import markdown, plot
 
     t_all = time.perf_counter()
     data = dev_sets(a)

@@ -4,7 +4,7 @@ MLP, boosted trees) and packing by relevance per token, under the same fold prot
 weights fitted on the other 11 folds of both dev sets), scored on the affinity's ranking alone,
 filled to T in rank order (LoCoMo T = 800, LongMemEval T = 400; macro evidence recall).
 
-    python benchmarks/affinity_probes.py [--out benchmarks/results/affinity_probes.json]
+    python -m benchmarks.experiments.affinity_probes [--out benchmarks/results/archive/affinity_probes.json]
 
 The ranking-alone score of the shipped features reproduces the "alpha ranking only" ablation of
 ``equal_tokens.json`` (0.630 / 0.676), so a probe's gain there is the gain it could bring. An
@@ -18,11 +18,12 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-import harness
 import numpy as np
 import torch
 
 from trawmem_gpu.head.relevance import row_weights
+
+from .. import harness
 
 TARGET_T = {"locomo": 800, "longmemeval": 400}
 FIRST_PERSON = re.compile(r"\b(i|i'm|i've|i'd|i'll|me|my|mine|myself|we|our|us)\b", re.I)
@@ -185,9 +186,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--locomo", type=Path, default=harness.dev_data("locomo"))
     ap.add_argument("--lme", type=Path, default=harness.dev_data("longmemeval"))
-    ap.add_argument("--out", type=Path, help="result file (default: affinity_probes.json in the results folder)")
+    ap.add_argument("--out", type=Path, help="result file (default: affinity_probes.json in results/archive)")
     a = ap.parse_args()
-    out = harness.out_file(a.out, "affinity_probes.json")
+    out = harness.out_file(a.out, "affinity_probes.json", harness.ARCHIVE)
     paths = {"locomo": harness.require_data(a.locomo, "locomo", "--locomo"),
              "longmemeval": harness.require_data(a.lme, "longmemeval", "--lme")}
     with harness.pin_threads(1):
