@@ -195,6 +195,26 @@ def main() -> int:
         return run(paths, out)
 
 
+def gold_oracle(data: dict) -> dict:
+    """The budget's own limit per data set: gold units packed cheapest first, date headings paid."""
+    oracle = {}
+    for name, ((qs, ctxs), T) in data.items():
+        per = defaultdict(list)
+        for q in qs:
+            c, b = ctxs[q.bank_id].token_costs("date"), ctxs[q.bank_id].bank
+            gold = np.flatnonzero(q.y > 0)
+            used, seen, got = 0, set(), 0
+            for u in gold[np.argsort(c.unit[gold], kind="stable")]:
+                j = int(b.unit_thread[u])
+                cost = int(c.unit[u]) + (0 if j in seen else int(c.heading[j]))
+                if used + cost <= T:
+                    used, got = used + cost, got + 1
+                    seen.add(j)
+            per[q.category].append(got / len(gold))
+        oracle[f"{name}@{T}"] = float(np.mean([np.mean(v) for v in per.values()]))
+    return oracle
+
+
 def run(paths: dict, out: Path) -> int:
     from trawmem_gpu.head.relevance import fit_relevance, load_labelled
     from trawmem_gpu.select.baselines import take_within_tokens
@@ -264,22 +284,7 @@ def run(paths: dict, out: Path) -> int:
             row[f"{name}@{T}"] = float(np.mean([np.mean(v) for v in per.values()]))
         res["probes"].append(row)
         print(" | ".join(f"{k} {v:.4f}" if isinstance(v, float) else v for k, v in row.items()), flush=True)
-    oracle = {}  # the budget's own limit: gold units packed cheapest first, date headings paid
-    for name, ((qs, ctxs), T) in data.items():
-        per = defaultdict(list)
-        for q in qs:
-            c, b = ctxs[q.bank_id].token_costs("date"), ctxs[q.bank_id].bank
-            gold = np.flatnonzero(q.y > 0)
-            used, seen, got = 0, set(), 0
-            for u in gold[np.argsort(c.unit[gold], kind="stable")]:
-                j = int(b.unit_thread[u])
-                cost = int(c.unit[u]) + (0 if j in seen else int(c.heading[j]))
-                if used + cost <= T:
-                    used, got = used + cost, got + 1
-                    seen.add(j)
-            per[q.category].append(got / len(gold))
-        oracle[f"{name}@{T}"] = float(np.mean([np.mean(v) for v in per.values()]))
-    res["oracle_gold_packed_cheapest_first"] = oracle
+    res["oracle_gold_packed_cheapest_first"] = oracle = gold_oracle(data)
     print("oracle (gold packed cheapest first):", oracle)
     print(f"-> {harness.save(out.stem, res, out_dir=out.parent)}")
     return 0
