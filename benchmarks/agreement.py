@@ -6,7 +6,7 @@ of questions whose selected *sets* are identical, the macro evidence recall of e
 decimals), the selection seconds per query of each and the speedup. The batched time is also
 measured warm (a second call on the same engine), since the first call pays one-off costs.
 
-    python benchmarks/agreement.py [--data PATH] [--threads 1] [--sweep] [--out FILE]
+    python -m benchmarks run agreement [--data PATH] [--threads 1] [--sweep] [--out FILE]
 
 ``--threads`` caps torch / BLAS threads for both engines (default 1: per-core throughput, and
 the numbers stay stable on a shared machine). ``--sweep`` adds hops 2, 3, every selection
@@ -22,11 +22,15 @@ when any set differs, any workspace exceeds T or the mixed call differs. Results
 """
 from __future__ import annotations
 
+if not __package__:  # python benchmarks/NAME.py: run as the module benchmarks.NAME (_boot.py)
+    import _boot
+    _boot.run_file(__file__)
+
 import argparse
 import sys
 from pathlib import Path
 
-import harness
+from . import harness
 
 
 def main(argv=None) -> int:
@@ -43,25 +47,13 @@ def main(argv=None) -> int:
         return run(args, harness.out_file(args.out, "agreement.json"))
 
 
-def run(args, out_path: Path) -> int:
-    import os
-    import time
-
-    import numpy as np
-
-    from trawmem_gpu.config import BuildConfig
-    from trawmem_gpu.encode import get_encoder
-    from trawmem_gpu.eval.retrieval import banks_for, run_eval
+def configs_of(args):
+    """``(methods, configs)``: the method configs by name, and the ``(name, method name,
+    QueryParams)`` triples to check (``--sweep``: all; ``--only``: those named); None, with a
+    one-line error, when ``--only`` names an unknown config."""
     from trawmem_gpu.select.config import ABLATIONS, SelectConfig
-    from trawmem_gpu.select.engine import SelectionEngine
     from trawmem_gpu.select.params import QueryParams
 
-    build_cfg = BuildConfig()
-    convs, banks, _ = banks_for(args.data, build_cfg, progress=False)
-    cats = (1, 2, 3, 4)
-    items = [(c.bank_id, q) for c in convs for q in c.questions if q.category in cats and q.evidence]
-    Z = np.asarray(get_encoder(build_cfg.encoder).encode([q.question for _, q in items], is_query=True,
-                                                         progress=False))
     # every config is a (method config, QueryParams) pair; one engine per method config serves
     # all of its pairs (the query parameters are per call)
     methods = {"default": SelectConfig(), "headings=gist": SelectConfig(headings="gist"),
@@ -80,10 +72,71 @@ def run(args, out_path: Path) -> int:
         if unknown:
             print(f"error: --only: unknown config {sorted(unknown)[0]!r}; choose from "
                   f"{', '.join(n for n, _, _ in every)}", file=sys.stderr)
-            return 2
-        configs = [c for c in every if c[0] in want]
-    else:
-        configs = every if args.sweep else every[:1]
+            return None
+        return methods, [c for c in every if c[0] in want]
+    return methods, every if args.sweep else every[:1]
+
+
+def mixed_params(engines: dict, configs: list, picks_of: dict, batch, failed: list) -> list[dict]:
+    """Per method config with two or more query-parameter sets: one call in which each query
+    carries its own set picks what the single-set calls picked (a config that differs is added to
+    ``failed``)."""
+    ids, qs, Z = batch
+    mixed = []
+    for mname, eng in engines.items():  # one call, each query with its own params: the same picks
+        mine = [(n, p) for n, m, p in configs if m == mname]
+        if len(mine) < 2:
+            continue
+        plist = [mine[i % len(mine)][1] for i in range(len(ids))]
+        got = eng.select_units(ids, qs, Z, params=plist)
+        n_differ = sum(g != picks_of[mine[i % len(mine)][0]][i] for i, g in enumerate(got))
+        mixed.append({"method_config": mname, "configs": [n for n, _ in mine], "n_questions": len(ids),
+                      "n_differ_from_single_params_calls": int(n_differ)})
+        print(f"{mname:>28}: one call mixing {', '.join(n for n, _ in mine)} per query: {n_differ} of "
+              f"{len(ids)} picks differ from the single-params calls", flush=True)
+        if n_differ:
+            failed.append(f"{mname} (mixed params)")
+    return mixed
+
+
+def record(args, cats, banks, eng, runs: list, mixed: list) -> dict:
+    """The result file's record: the data, the last engine's device and dtype, every run."""
+    import os
+
+    out = {
+        "data": os.path.basename(args.data), "categories": list(cats), "n_banks": len(banks),
+        "units": int(sum(b.n_units for b in banks)), "threads_per_bank_max": int(max(b.n_threads for b in banks)),
+        "device": str(eng.device), "dtype": str(eng.dtype), "torch_threads": args.threads,
+        "machine": harness.machine(threads=args.threads),
+        "note": "Reference = select_reference per query (NumPy float64); batched = SelectionEngine over all "
+                "questions in one call (float64 on CPU, float32 on CUDA). Identical sets compare the selected "
+                "turn ids as sets. Timings exclude engine construction and query encoding; the BM25 and "
+                "question-feature stages run on the CPU in both.",
+        "runs": runs, "mixed_params": mixed,
+    }
+    return out
+
+
+def run(args, out_path: Path) -> int:
+    import time
+
+    import numpy as np
+
+    from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.encode import get_encoder
+    from trawmem_gpu.eval.retrieval import banks_for, run_eval
+    from trawmem_gpu.select.engine import SelectionEngine
+
+    build_cfg = BuildConfig()
+    convs, banks, _ = banks_for(args.data, build_cfg, progress=False)
+    cats = (1, 2, 3, 4)
+    items = [(c.bank_id, q) for c in convs for q in c.questions if q.category in cats and q.evidence]
+    Z = np.asarray(get_encoder(build_cfg.encoder).encode([q.question for _, q in items], is_query=True,
+                                                         progress=False))
+    chosen = configs_of(args)
+    if chosen is None:
+        return 2
+    methods, configs = chosen
     ids, qs = [b for b, _ in items], [q.question for _, q in items]
     engines, picks_of, runs, failed = {}, {}, [], []
     for name, mname, params in configs:
@@ -135,31 +188,8 @@ def run(args, out_path: Path) -> int:
                   f"{run['context_tokens_mean']}", flush=True)
         if run["n_differ"] or over:
             failed.append(name)
-    mixed = []
-    for mname, eng in engines.items():  # one call, each query with its own params: the same picks
-        mine = [(n, p) for n, m, p in configs if m == mname]
-        if len(mine) < 2:
-            continue
-        plist = [mine[i % len(mine)][1] for i in range(len(items))]
-        got = eng.select_units(ids, qs, Z, params=plist)
-        n_differ = sum(g != picks_of[mine[i % len(mine)][0]][i] for i, g in enumerate(got))
-        mixed.append({"method_config": mname, "configs": [n for n, _ in mine], "n_questions": len(items),
-                      "n_differ_from_single_params_calls": int(n_differ)})
-        print(f"{mname:>28}: one call mixing {', '.join(n for n, _ in mine)} per query: {n_differ} of "
-              f"{len(items)} picks differ from the single-params calls", flush=True)
-        if n_differ:
-            failed.append(f"{mname} (mixed params)")
-    out = {
-        "data": os.path.basename(args.data), "categories": list(cats), "n_banks": len(banks),
-        "units": int(sum(b.n_units for b in banks)), "threads_per_bank_max": int(max(b.n_threads for b in banks)),
-        "device": str(eng.device), "dtype": str(eng.dtype), "torch_threads": args.threads,
-        "machine": harness.machine(threads=args.threads),
-        "note": "Reference = select_reference per query (NumPy float64); batched = SelectionEngine over all "
-                "questions in one call (float64 on CPU, float32 on CUDA). Identical sets compare the selected "
-                "turn ids as sets. Timings exclude engine construction and query encoding; the BM25 and "
-                "question-feature stages run on the CPU in both.",
-        "runs": runs, "mixed_params": mixed,
-    }
+    mixed = mixed_params(engines, configs, picks_of, (ids, qs, Z), failed)
+    out = record(args, cats, banks, eng, runs, mixed)
     print(f"wrote {harness.save(out_path.stem, out, out_dir=out_path.parent)}")
     if failed:
         print(f"error: the engine and the reference disagree in {', '.join(failed)}", file=sys.stderr)

@@ -2,12 +2,16 @@
 against without it, in interleaved rounds of one run (LoCoMo dev banks, 17-unit random sets, the
 default date headings).
 
-    python benchmarks/bench_assembly.py [--data PATH] [--rounds 9] [--out benchmarks/results/assembly.json]
+    python -m benchmarks run assembly [--data PATH] [--rounds 9] [--out benchmarks/results/assembly.json]
 
 "Without" swaps ``workspace.unit_line`` and ``workspace.date_label`` for their uncached
 functions (``__wrapped__``); the token count is ``tokens.count_tokens_cached`` in both.
 """
 from __future__ import annotations
+
+if not __package__:  # python benchmarks/NAME.py: run as the module benchmarks.NAME (_boot.py)
+    import _boot
+    _boot.run_file(__file__)
 
 import argparse
 import json
@@ -15,8 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-import harness
 import numpy as np
+
+from . import harness
 
 
 def main() -> int:

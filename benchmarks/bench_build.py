@@ -5,12 +5,16 @@ conversation), with a cold embedding cache in a temporary directory unless ``--w
 the user's cache, ``TRAWMEM_CACHE`` or ~/.cache/trawmem_gpu, is reused). Each bank is saved
 with ``save_bank`` and its directory measured on disk.
 
-    python benchmarks/bench_build.py [PATH] [--warm] [--segmentation embedding|fixed]
+    python -m benchmarks run build [PATH] [--warm] [--segmentation embedding|fixed]
 
 Writes ``benchmarks/results/build.json`` and ``benchmarks/results/build.png`` (with ``--tag``,
 ``build-TAG.*``).
 """
 from __future__ import annotations
+
+if not __package__:  # python benchmarks/NAME.py: run as the module benchmarks.NAME (_boot.py)
+    import _boot
+    _boot.run_file(__file__)
 
 import argparse
 import os
@@ -19,13 +23,29 @@ import tempfile
 import time
 from pathlib import Path
 
-import harness
+from . import harness
 
 STAGES = ("encode_units_s", "encode_heads_s", "segment_s", "heads_s", "graph_s")
 
 
 def _dir_sizes(d: Path) -> dict[str, int]:
     return {p.name: p.stat().st_size for p in sorted(d.iterdir()) if p.is_file()}
+
+
+def _totals(rows: list[dict]) -> dict:
+    """The per-conversation rows summed: stage seconds, units, threads, bytes on disk (per file too)."""
+    tot_units = sum(r["units"] for r in rows)
+    tot_bytes = sum(r["disk_bytes"] for r in rows)
+    totals = {k: round(sum(r[k] for r in rows), 3) for k in (*STAGES, "encode_s", "total_s", "other_s")}
+    totals.update(units=tot_units, threads=sum(r["threads"] for r in rows), disk_bytes=tot_bytes,
+                  kb_per_1000_units=round(tot_bytes / tot_units * 1000 / 1024, 1),
+                  units_per_s=round(tot_units / totals["total_s"], 1))
+    by_file: dict[str, int] = {}
+    for r in rows:
+        for k, v in r["disk_bytes_by_file"].items():
+            by_file[k] = by_file.get(k, 0) + v
+    totals["kb_per_1000_units_by_file"] = {k: round(v / tot_units * 1000 / 1024, 1) for k, v in by_file.items()}
+    return totals
 
 
 def run(args) -> dict:
@@ -87,17 +107,7 @@ def run(args) -> dict:
         rows.append(r)
         print(f"  {c.bank_id}: {r['units']} units, {r['total_s']:.2f}s", file=sys.stderr)
 
-    tot_units = sum(r["units"] for r in rows)
-    tot_bytes = sum(r["disk_bytes"] for r in rows)
-    totals = {k: round(sum(r[k] for r in rows), 3) for k in (*STAGES, "encode_s", "total_s", "other_s")}
-    totals.update(units=tot_units, threads=sum(r["threads"] for r in rows), disk_bytes=tot_bytes,
-                  kb_per_1000_units=round(tot_bytes / tot_units * 1000 / 1024, 1),
-                  units_per_s=round(tot_units / totals["total_s"], 1))
-    by_file: dict[str, int] = {}
-    for r in rows:
-        for k, v in r["disk_bytes_by_file"].items():
-            by_file[k] = by_file.get(k, 0) + v
-    totals["kb_per_1000_units_by_file"] = {k: round(v / tot_units * 1000 / 1024, 1) for k, v in by_file.items()}
+    totals = _totals(rows)
 
     result = {
         "benchmark": "build",

@@ -1,7 +1,7 @@
 """Selection quality at equal context tokens on both dev sets, every learned part validated on
 held-out folds (issue 12).
 
-    python benchmarks/bench_equal_tokens.py [--locomo PATH] [--lme PATH] [--T 400,800,1600]
+    python -m benchmarks run equal_tokens [--locomo PATH] [--lme PATH] [--T 400,800,1600]
         [--parts fit,grid,headline,margin,ablations] [--out-dir benchmarks/results]
 
 Protocol (nothing is tuned on what it is scored on):
@@ -36,6 +36,10 @@ their provenance to their one home, the package's ``trawmem_gpu/select/affinity_
 """
 from __future__ import annotations
 
+if not __package__:  # python benchmarks/NAME.py: run as the module benchmarks.NAME (_boot.py)
+    import _boot
+    _boot.run_file(__file__)
+
 import argparse
 import os
 import sys
@@ -43,12 +47,13 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import harness
 import numpy as np
-from equal_tokens_bench.data import (GRID, HEADLINE, PREVIOUS, TARGET_T, BASELINES, Dataset, fixed_setting, select,
+
+from . import harness
+from .equal_tokens_bench.data import (GRID, HEADLINE, PREVIOUS, TARGET_T, BASELINES, Dataset, fixed_setting, select,
                                      trawmem_setting)
-from equal_tokens_bench.report import fmt, markdown, plot
-from equal_tokens_bench.stats import losses, margin_bootstrap, nested_ablation_choice, records, score, summary
+from .equal_tokens_bench.report import fmt, markdown, plot
+from .equal_tokens_bench.stats import losses, margin_bootstrap, nested_ablation_choice, records, score, summary
 
 PARTS = ("fit", "grid", "headline", "margin", "ablations")
 __all__ = ["margin_bootstrap", "main"]  # margin_bootstrap: tests/test_bench_margin.py
@@ -59,6 +64,22 @@ def shipped_weights_path() -> Path:
     from trawmem_gpu.select.config import WEIGHTS_PATH
 
     return WEIGHTS_PATH
+
+
+ABLATION_VARIANTS = [("defaults", {}), ("affinity rrf (hand-set fusion)", {"__rrf": True}),
+                     ("alpha ranking only (no set selection)", {"__alpha": True}),
+                     ("headings: date and gist", {"headings": "gist"}),
+                     ("headings: none (a date on every line)", {"headings": "none"}),
+                     ("knapsack best", {"knapsack": "best"}), ("knapsack gain", {"knapsack": "gain"}),
+                     ("w_aff 1 (paper's weights)", {"w_aff": 1.0}),
+                     ("no coverage term (w_cov 0)", {"w_cov": 0.0}), ("no role term (w_role 0)", {"w_role": 0.0}),
+                     ("no thread term (w_thr 0)", {"w_thr": 0.0}),
+                     ("seed_only", {"ablation": "seed_only"}), ("no_cross_edges", {"ablation": "no_cross_edges"}),
+                     ("no_role_conditioning", {"ablation": "no_role_conditioning"}),
+                     ("identity_k", {"ablation": "identity_k"}), ("no_multi_thread", {"ablation": "no_multi_thread"}),
+                     ("hops 2", {"hops": 2})]
+"""The ablation table's rows: a label and the setting it changes from the defaults (``__rrf``:
+the hand-set fusion; ``__alpha``: the affinity ranking alone, no set selection)."""
 
 
 def main() -> int:
@@ -80,6 +101,76 @@ def main() -> int:
     a.out_dir = harness.results_dir(a.out_dir)
     with harness.pin_threads(1):
         return run(a, parts, [int(x) for x in a.T.split(",")])
+
+
+def grid_part(data: dict, W: dict) -> tuple[dict, dict]:
+    """The objective's weights under T (``GRID``), chosen per fold on the other folds (nested
+    leave-one-fold-out): the grid's table, and the setting most folds chose (the default)."""
+    grid = []
+    for setting in GRID:
+        row = {"setting": setting}
+        for name, ds in data.items():
+            T = TARGET_T[name]
+            row[name] = score(ds, select(ds, "trawmem", trawmem_setting(W, T=T, **setting)))
+        grid.append(row)
+        print("grid", setting, {n: round(row[n]["macro"]["recall"], 4) for n in data}, flush=True)
+    folds = [(n, g) for n, d in data.items() for g in d.groups]
+    pick = {}
+    for n, g in folds:
+        def others(row):  # mean over the two data sets of the macro recall on every other fold
+            return np.mean([np.mean([row[m]["per_fold"][h]["recall"] for h in data[m].groups if h != g])
+                            for m in data])
+        pick[g] = max(range(len(grid)), key=lambda i: (others(grid[i]), -i))
+    counts = defaultdict(int)
+    for i in pick.values():
+        counts[i] += 1
+    best = max(counts, key=lambda i: (counts[i], -i))
+    chosen = GRID[best]
+    out = {"settings": GRID, "rows": [{"setting": r["setting"], **{n: r[n]["macro"] for n in data}} for r in grid],
+           "chosen_per_fold": {g: GRID[i] for g, i in pick.items()}, "default": chosen}
+    nested = {}
+    for n, ds in data.items():
+        vals = [grid[pick[g]][n]["per_fold"][g]["recall"] for g in ds.groups]
+        nested[n] = {"fold_recall": dict(zip(ds.groups, vals))}
+    out["nested"] = nested
+    print("chosen per fold:", {g: GRID[i] for g, i in pick.items()}, "-> default", chosen, flush=True)
+    return out, chosen
+
+
+def ablations_part(data: dict, W: dict, chosen: dict) -> list[dict]:
+    """Each of ``ABLATION_VARIANTS`` from the chosen defaults, scored at each set's target T."""
+    abl = []
+    base = dict(chosen)
+    for label, v in ABLATION_VARIANTS:
+        row = {"variant": label}
+        for name, ds in data.items():
+            T = TARGET_T[name]
+            if v.get("__rrf"):
+                cfg, m = fixed_setting(T=T, affinity="rrf", **base), "trawmem"
+            elif v.get("__alpha"):
+                cfg, m = trawmem_setting(W, T=T), "alpha-rank"
+            else:
+                cfg, m = trawmem_setting(W, T=T, **{**base, **v}), "trawmem"
+            row[name] = score(ds, select(ds, m, cfg))
+        abl.append(row)
+        print(f"ablation {label:>40}: " + " | ".join(f"{n}@{TARGET_T[n]} {fmt(row[n]['macro'])}" for n in data),
+              flush=True)
+    return abl
+
+
+def save_results(res: dict, parts: set, seconds: float, out_dir) -> None:
+    """``res`` merged into ``equal_tokens.json`` (a partial run keeps the other parts' tables),
+    with ``equal_tokens.md`` and ``.png``."""
+    full = set(PARTS) <= parts
+    seconds = round(seconds, 1)
+    res["seconds" if full else "seconds_" + "_".join(sorted(parts))] = seconds
+    with harness.locked("equal_tokens", out_dir) as old:  # a partial run keeps the other parts' tables
+        old.update(res)
+        if "ablations" in old:
+            old["ablation_nested"] = nested_ablation_choice(old)
+        harness.write_text(out_dir / "equal_tokens.md", markdown(old))
+        out = harness.save("equal_tokens", old, plot(old), out_dir=out_dir, dpi=120)
+    print(f"wrote {out} ({seconds:.0f}s)")
 
 
 def run(a, parts: set, Ts: list[int]) -> int:
@@ -109,35 +200,7 @@ def run(a, parts: set, Ts: list[int]) -> int:
         print("shipped weights:", ", ".join(f"{n} {w:.4g}" for n, w in zip(RELEVANCE_FEATURES + ("bias",), shipped)))
     chosen = {}
     if "grid" in parts:  # nested leave-one-fold-out over the objective's weights under T
-        grid = []
-        for setting in GRID:
-            row = {"setting": setting}
-            for name, ds in data.items():
-                T = TARGET_T[name]
-                row[name] = score(ds, select(ds, "trawmem", trawmem_setting(W, T=T, **setting)))
-            grid.append(row)
-            print("grid", setting, {n: round(row[n]["macro"]["recall"], 4) for n in data}, flush=True)
-        folds = [(n, g) for n, d in data.items() for g in d.groups]
-        pick = {}
-        for n, g in folds:
-            def others(row):  # mean over the two data sets of the macro recall on every other fold
-                return np.mean([np.mean([row[m]["per_fold"][h]["recall"] for h in data[m].groups if h != g])
-                                for m in data])
-            pick[g] = max(range(len(grid)), key=lambda i: (others(grid[i]), -i))
-        counts = defaultdict(int)
-        for i in pick.values():
-            counts[i] += 1
-        best = max(counts, key=lambda i: (counts[i], -i))
-        chosen = GRID[best]
-        res["grid"] = {"settings": GRID, "rows": [{"setting": r["setting"], **{n: r[n]["macro"] for n in data}}
-                                                   for r in grid],
-                       "chosen_per_fold": {g: GRID[i] for g, i in pick.items()}, "default": chosen}
-        nested = {}
-        for n, ds in data.items():
-            vals = [grid[pick[g]][n]["per_fold"][g]["recall"] for g in ds.groups]
-            nested[n] = {"fold_recall": dict(zip(ds.groups, vals))}
-        res["grid"]["nested"] = nested
-        print("chosen per fold:", {g: GRID[i] for g, i in pick.items()}, "-> default", chosen, flush=True)
+        res["grid"], chosen = grid_part(data, W)
     chosen = chosen or dict(headings="date", knapsack="gain", w_aff=16.0)
     picked: dict = {}
 
@@ -182,45 +245,8 @@ def run(a, parts: set, Ts: list[int]) -> int:
                       f"[{100 * m['ci95'][0]:+.1f}, {100 * m['ci95'][1]:+.1f}], P(>= +3) {m['p_at_least_3_points']:.2f}, "
                       f"better/worse/equal {m['questions_better_worse_equal']}", flush=True)
     if "ablations" in parts:
-        abl = []
-        base = dict(chosen)
-        variants = [("defaults", {}), ("affinity rrf (hand-set fusion)", {"__rrf": True}),
-                    ("alpha ranking only (no set selection)", {"__alpha": True}),
-                    ("headings: date and gist", {"headings": "gist"}),
-                    ("headings: none (a date on every line)", {"headings": "none"}),
-                    ("knapsack best", {"knapsack": "best"}), ("knapsack gain", {"knapsack": "gain"}),
-                    ("w_aff 1 (paper's weights)", {"w_aff": 1.0}),
-                    ("no coverage term (w_cov 0)", {"w_cov": 0.0}), ("no role term (w_role 0)", {"w_role": 0.0}),
-                    ("no thread term (w_thr 0)", {"w_thr": 0.0}),
-                    ("seed_only", {"ablation": "seed_only"}), ("no_cross_edges", {"ablation": "no_cross_edges"}),
-                    ("no_role_conditioning", {"ablation": "no_role_conditioning"}),
-                    ("identity_k", {"ablation": "identity_k"}), ("no_multi_thread", {"ablation": "no_multi_thread"}),
-                    ("hops 2", {"hops": 2})]
-        for label, v in variants:
-            row = {"variant": label}
-            for name, ds in data.items():
-                T = TARGET_T[name]
-                if v.get("__rrf"):
-                    cfg, m = fixed_setting(T=T, affinity="rrf", **base), "trawmem"
-                elif v.get("__alpha"):
-                    cfg, m = trawmem_setting(W, T=T), "alpha-rank"
-                else:
-                    cfg, m = trawmem_setting(W, T=T, **{**base, **v}), "trawmem"
-                row[name] = score(ds, select(ds, m, cfg))
-            abl.append(row)
-            print(f"ablation {label:>40}: " + " | ".join(f"{n}@{TARGET_T[n]} {fmt(row[n]['macro'])}" for n in data),
-                  flush=True)
-        res["ablations"] = abl
-    full = set(PARTS) <= parts
-    seconds = round(time.perf_counter() - t_all, 1)
-    res["seconds" if full else "seconds_" + "_".join(sorted(parts))] = seconds
-    with harness.locked("equal_tokens", a.out_dir) as old:  # a partial run keeps the other parts' tables
-        old.update(res)
-        if "ablations" in old:
-            old["ablation_nested"] = nested_ablation_choice(old)
-        harness.write_text(a.out_dir / "equal_tokens.md", markdown(old))
-        out = harness.save("equal_tokens", old, plot(old), out_dir=a.out_dir, dpi=120)
-    print(f"wrote {out} ({seconds:.0f}s)")
+        res["ablations"] = ablations_part(data, W, chosen)
+    save_results(res, parts, time.perf_counter() - t_all, a.out_dir)
     return 0
 
 

@@ -1,6 +1,6 @@
 """TrawMem over three granularities on LoCoMo dev (issue 21.7-21.8): turns, facts beside them.
 
-    python benchmarks/bench_granularity.py [--data PATH] [--T 400,800,1600] [--methods M,M,...]
+    python -m benchmarks run granularity [--data PATH] [--T 400,800,1600] [--methods M,M,...]
         [--out-dir benchmarks/results]
 
 The facts are LoCoMo's per-session observations (``build --facts locomo``: LLM-extracted facts,
@@ -31,14 +31,19 @@ workspace), and the mix (turns / facts / profile sections shown per workspace). 
 """
 from __future__ import annotations
 
+if not __package__:  # python benchmarks/NAME.py: run as the module benchmarks.NAME (_boot.py)
+    import _boot
+    _boot.run_file(__file__)
+
 import argparse
 import copy
 import time
 from collections import defaultdict
 from pathlib import Path
 
-import harness
 import numpy as np
+
+from . import harness
 
 SETTINGS = ({"fact_support": 0.5, "knapsack": "gain"}, {"fact_support": 0.5, "knapsack": "best"},
             {"fact_support": 1.0, "knapsack": "best"}, {"fact_support": 0.5, "knapsack": "gain", "w_grp": 16.0},
@@ -59,7 +64,7 @@ def fold_weights(path) -> dict:
     rec = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     if "fold_weights" not in rec:
         raise SystemExit(f"bench_granularity: {path} has no fold_weights; run "
-                         "`python benchmarks/bench_equal_tokens.py --parts fit` first")
+                         "`python -m benchmarks run equal_tokens --parts fit` first")
     return {g: tuple(w) for g, w in rec["fold_weights"].items()}
 
 
@@ -114,7 +119,7 @@ def summary(recs: list[dict], groups) -> dict:
 
 def run_method(ds, dsf, method: str, T: int, W: dict, setting: dict | None = None):
     """``(records, seconds)`` of one method at T (``dsf``: the dev set with facts as units)."""
-    from equal_tokens_bench.data import fixed_setting, select, trawmem_setting
+    from .equal_tokens_bench.data import fixed_setting, select, trawmem_setting
 
     t0 = time.perf_counter()
     if method in ("cosine", "bm25", "hybrid"):
@@ -216,7 +221,7 @@ def main(argv=None) -> int:
     ap.add_argument("--weights", type=Path, default=harness.RESULTS / "equal_tokens.json",
                     help="the result file holding the per-fold affinity weights")
     a = ap.parse_args(argv)
-    from equal_tokens_bench.data import Dataset
+    from .equal_tokens_bench.data import Dataset
 
     path = harness.require_data(a.data or harness.dev_data("locomo"), "locomo")
     Ts = [int(x) for x in a.T.split(",")]

@@ -1,6 +1,6 @@
 """The learned role head on LoCoMo dev: leave-one-conversation-out, then the B table.
 
-    python benchmarks/bench_head.py [--data PATH] [--epochs N] [--seed S]
+    python -m benchmarks run head [--data PATH] [--epochs N] [--seed S]
 
 (a) LOCO: for each dev conversation, a head trained (``train.fit``, the default hyper-parameters)
     on the other six is evaluated on it with the real reference selection (``run_eval``), next to
@@ -19,13 +19,17 @@ prints the tables as markdown.
 """
 from __future__ import annotations
 
+if not __package__:  # python benchmarks/NAME.py: run as the module benchmarks.NAME (_boot.py)
+    import _boot
+    _boot.run_file(__file__)
+
 import argparse
 import sys
 import time
 
-import harness
 import numpy as np
-import torch
+
+from . import harness
 
 BUDGETS = (8, 16, 32)
 LOCO_B = 16
@@ -66,6 +70,8 @@ def _torch_macro(head, items, cfg, params) -> float:
 
 def _keep_only(head, group: str):
     """A copy of ``head`` with only one tensor group learned, the rest at the hand-set start."""
+    import torch
+
     from trawmem_gpu.head import RoleHead
 
     groups = {"weights": ("s", "S"), "A": ("dA",), "M": ("dM0", "dMr")}

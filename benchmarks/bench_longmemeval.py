@@ -1,7 +1,7 @@
 """LongMemEval-S dev slice: quality of every method at B = 8 / 16 / 32, build cost, and scoring
 throughput (batched vs reference selection; single process vs Ray with 2 workers), one run.
 
-    python benchmarks/bench_longmemeval.py [--data PATH] [--head HEAD.safetensors] [--budgets 8,16,32]
+    python -m benchmarks run longmemeval [--data PATH] [--head HEAD.safetensors] [--budgets 8,16,32]
         [--token-budgets 400,800,1600] [--k 1,3,5,10,30,50] [--build-sample 4] [--rounds 3]
         [--ray-workers 2] [--ray-rounds 2] [--no-ray]
 
@@ -25,6 +25,10 @@ Writes ``benchmarks/results/longmemeval.json`` and ``longmemeval.png`` (``--tag`
 """
 from __future__ import annotations
 
+if not __package__:  # python benchmarks/NAME.py: run as the module benchmarks.NAME (_boot.py)
+    import _boot
+    _boot.run_file(__file__)
+
 import argparse
 import json
 import statistics
@@ -33,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import harness
+from . import harness
 
 BASELINES = ("cosine", "bm25", "hybrid")
 

@@ -3,7 +3,7 @@
 One command regenerates everything (banks come from the on-disk cache, built if missing; the
 questions are encoded once and shared by every run):
 
-    python benchmarks/bench_quality.py [--data PATH] [--parts grid ablations headline]
+    python -m benchmarks run quality [--data PATH] [--parts grid ablations headline]
 
 (a) grid: macro evidence recall, macro all-evidence hit, multi-hop (category 1) all-evidence
     hit and context tokens over H in {1, 2, 3} x B in {4, 8, 16, 32} for the default
@@ -27,6 +27,10 @@ and the ``none`` ablation) is evaluated once.
 """
 from __future__ import annotations
 
+if not __package__:  # python benchmarks/NAME.py: run as the module benchmarks.NAME (_boot.py)
+    import _boot
+    _boot.run_file(__file__)
+
 import argparse
 import os
 import sys
@@ -34,7 +38,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import harness
+from . import harness
 
 HOPS = (1, 2, 3)
 BUDGETS = (4, 8, 16, 32)

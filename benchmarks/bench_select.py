@@ -29,9 +29,9 @@ and reports throughput, build times and memory (RSS and the engine's tensor byte
 run times the two head-search paths of ``steps/seeds.py`` (faiss with per-bank restriction vs
 batched per-bank similarity) on many small and a few large banks.
 
-    python benchmarks/bench_select.py [--quick] [--threads 1] [--no-real] [--no-synthetic]
-                                      [--no-scaling] [--no-seed-search] [--max-banks 10000]
-                                      [--update] [--gpu-target]
+    python -m benchmarks run select [--quick] [--threads 1] [--no-real] [--no-synthetic]
+                                    [--no-scaling] [--no-seed-search] [--max-banks 10000]
+                                    [--update] [--gpu-target]
 
 ``--tokens`` pairs the CPU default engine at B = 16 against the same engine under a token budget
 T = 800 (no unit cap; the cost-aware knapsack greedy and the check against T) on 1,024 LoCoMo dev
@@ -51,17 +51,21 @@ the ratio taken within each round; writes ``select_versus.json``. Results go to
 """
 from __future__ import annotations
 
+if not __package__:  # python benchmarks/NAME.py: run as the module benchmarks.NAME (_boot.py)
+    import _boot
+    _boot.run_file(__file__)
+
 import argparse
 import sys
 import time
 from pathlib import Path
 
-import harness
-from select_bench.gpu import gpu_target
-from select_bench.paired import tokens_vs_units, versus, versus_worker
-from select_bench.report import plot_scaling, plot_sweeps, report
-from select_bench.scale import scaling, seed_search_bench
-from select_bench.sweeps import sweep, target_interleaved
+from . import harness
+from .select_bench.gpu import gpu_target
+from .select_bench.paired import tokens_vs_units, versus, versus_worker
+from .select_bench.report import plot_scaling, plot_sweeps, report
+from .select_bench.scale import scaling, seed_search_bench
+from .select_bench.sweeps import sweep, target_interleaved
 
 
 def main(argv=None) -> int:
@@ -130,7 +134,7 @@ def run(args) -> int:
         print("target point, interleaved:", flush=True)
         results["target"] = {}
         if not args.no_real and Path(args.data).exists():
-            from select_bench.data import RealData
+            from .select_bench.data import RealData
 
             real = RealData(args.data)
             results["target"]["locomo_dev"] = target_interleaved(real, args, "locomo_dev")
@@ -140,7 +144,7 @@ def run(args) -> int:
         args.no_real = args.no_synthetic = args.no_seed_search = args.no_scaling = True
     if not args.no_real:
         if Path(args.data).exists():
-            from select_bench.data import RealData
+            from .select_bench.data import RealData
 
             print("real LoCoMo dev banks:", flush=True)
             sweep(real or RealData(args.data), args, results, "locomo_dev")

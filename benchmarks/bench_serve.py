@@ -36,9 +36,9 @@ its CPU per query adds a ``fronts`` role). With ``--baseline-src DIR`` (a source
 tar -x -C DIR`` and ``ln -s ../kernels DIR/trawmem_gpu/kernels``) a server of that tree, configured as the reference one, runs the same cells,
 alternating with it in each round: this version over that one, per round, in one run.
 
-    python benchmarks/bench_serve.py [--quick] [--duration 4] [--rounds 4] [--waits 0,5,20]
-                                     [--conc 1,8,64,256] [--threads 1] [--data PATH|sample]
-                                     [--encoder-runtime torch|onnx] [--baseline-src DIR] [--skip-text]
+    python -m benchmarks run serve [--quick] [--duration 4] [--rounds 4] [--waits 0,5,20]
+                                   [--conc 1,8,64,256] [--threads 1] [--data PATH|sample]
+                                   [--encoder-runtime torch|onnx] [--baseline-src DIR] [--skip-text]
 
 ``--hostile`` runs the adversarial test instead (``serve_bench/hostile.py``): a victim tenant's
 single selects at a steady rate, alone and then beside a hostile tenant sending oversized fields,
@@ -53,6 +53,10 @@ The parts live in ``benchmarks/serve_bench/``.
 """
 from __future__ import annotations
 
+if not __package__:  # python benchmarks/NAME.py: run as the module benchmarks.NAME (_boot.py)
+    import _boot
+    _boot.run_file(__file__)
+
 import argparse
 import json
 import os
@@ -62,11 +66,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-import harness
-from serve_bench.inproc import InProcess, encoder_chunks
-from serve_bench.load import run_cell
-from serve_bench.report import median_cells, plot, table, targets
-from serve_bench.servers import Server, load_data
+from . import harness
+from .serve_bench.inproc import InProcess, encoder_chunks
+from .serve_bench.load import run_cell
+from .serve_bench.report import median_cells, plot, table, targets
+from .serve_bench.servers import Server, load_data
 
 
 def main(argv=None) -> int:
@@ -112,7 +116,7 @@ def main(argv=None) -> int:
     p.add_argument("--name", default="serve", help="result files: NAME.json and NAME.png in --out-dir")
     a = p.parse_args(argv)
     if a.hostile:
-        from serve_bench.hostile_run import bench
+        from .serve_bench.hostile_run import bench
 
         if a.data == str(harness.dev_data("locomo")) and "--data" not in (argv or sys.argv):
             a.data = "sample"
@@ -125,6 +129,68 @@ def main(argv=None) -> int:
     random.seed(0)
     with harness.pin_threads(a.threads):  # the in-process reference; the servers get --threads
         return run(a)
+
+
+def text_rounds(a, servers, concs, inproc, bodies, bank_ids) -> list[dict]:
+    """The text cells: every server at every concurrency, ``a.rounds`` rounds in alternating order,
+    each cell paired with the in-process rate at its batch size (measured right before and after)."""
+    prev_batch: dict = {}
+    cells = []
+    for rnd in range(a.rounds):
+        order = [(s, c) for c in concs
+                 for s in (servers if (rnd + concs.index(c)) % 2 == 0 else servers[::-1])]
+        for s, c in order:
+            # in-process at this cell's batch size right before (the previous round's batch size,
+            # else the concurrency bound) and right after the cell; their mean pairs with the cell
+            guess = prev_batch.get((s.name, c), min(c, s.max_batch))
+            before = inproc.rate(guess, a.inproc_seconds / 2)
+            cell = run_cell(s, bodies, "/v1/select", c, a, bank_ids, f"{s.name}-{c}-{rnd}")
+            cell["round"] = rnd
+            after = inproc.rate(cell["mean_batch"], a.inproc_seconds / 2)
+            cell["inproc_qps"] = after if round(guess) != round(cell["mean_batch"]) else (before + after) / 2
+            cell["served_over_inproc"] = cell["throughput_qps"] / cell["inproc_qps"]
+            prev_batch[(s.name, c)] = cell["mean_batch"]
+            cells.append(cell)
+            print(f"round {rnd} {s.name:>18} x{c:<4} {cell['throughput_qps']:7.1f} q/s  p50 {cell['p50_ms']:7.1f}"
+                  f"  p99 {cell['p99_ms']:7.1f} ms  batch {cell['mean_batch']:5.1f}  in-process "
+                  f"{cell['inproc_qps']:7.1f} q/s ({cell['served_over_inproc']:.2f})  busy "
+                  f"{cell['worker_busy']:.2f}  failed {cell['failed']}", flush=True)
+    return cells
+
+
+def vector_rounds(a, refs, fronts, b1, vec_and_batch_bodies, bank_ids) -> list[dict]:
+    """Client-supplied vectors (single and batch calls) on the reference servers ``refs`` (the
+    baseline's too), the front-process servers and, for single calls, batch-size-1 serving."""
+    vec_bodies, batch_bodies = vec_and_batch_bodies
+    where = []
+    for rnd in range(a.rounds):
+        for route, bodies, per in (("/v1/select", vec_bodies, 1), ("/v1/select/batch", batch_bodies, a.batch_call)):
+            conc = a.where_conc if per == 1 else max(1, a.where_conc // per)
+            pair = list(refs) + fronts
+            if per == 1:  # batch-size-1 serving of the same vectors, next to the reference server
+                pair.append(b1)
+            pair = pair if rnd % 2 == 0 else pair[::-1]
+            for srv in pair:
+                cell = run_cell(srv, bodies, route, conc, a, bank_ids, f"vec-{srv.name}-{route[-5:]}-{rnd}", per)
+                cell["vectors"], cell["round"] = True, rnd
+                where.append(cell)
+                print(f"vectors {srv.name:>18} {route:>16} x{conc:<4} ({per}/call) {cell['throughput_qps']:7.1f} "
+                      f"q/s  p50 {cell['p50_ms']:7.1f} ms  batch {cell['mean_batch']:5.1f}  busy "
+                      f"{cell['worker_busy']:.2f}  cpu {cell['server_cpu_cores']:.2f}  per query "
+                      f"{cell.get('server_cpu_ms_per_query')}  split {cell.get('latency_split_ms')}", flush=True)
+    return where
+
+
+def print_report(rows: list[dict], wrows: list[dict], tg: dict) -> None:
+    """The text cells' table, the client-supplied vectors' rows and the targets."""
+    print("\n" + table(rows))
+    print("\nclient-supplied vectors (where the time goes):")
+    for r in wrows:
+        print(f"  {r['server']} {r['route']} ({r['queries_per_call']}/call, {r['conc']} clients): "
+              f"{r['throughput_qps']:.0f} q/s, "
+              f"worker busy {r['worker_busy']:.2f}, server CPU {r['server_cpu_cores']:.2f} cores, per query "
+              f"{r.get('per_query_ms')}, latency split {r.get('latency_split_ms')}")
+    print("\ntargets:", json.dumps(tg, indent=1))
 
 
 def run(a) -> int:
@@ -160,50 +226,16 @@ def run(a) -> int:
               for n in (int(x) for x in a.http_workers.split(",") if x.strip())]
     servers += fronts
     stored0 = {s.name: sum(b.n_units for b in banks) for s in servers}
-    cells, where = [], []
     try:
         for s in servers:
             s.wait_ready()
         print(f"{len(servers)} servers ready", flush=True)
-        prev_batch: dict = {}
         text_servers = [s for s in servers if s is not base and s not in fronts]
-        for rnd in range(0 if a.skip_text else a.rounds):
-            order = [(s, c) for c in concs
-                     for s in (text_servers if (rnd + concs.index(c)) % 2 == 0 else text_servers[::-1])]
-            for s, c in order:
-                # in-process at this cell's batch size right before (the previous round's batch size,
-                # else the concurrency bound) and right after the cell; their mean pairs with the cell
-                guess = prev_batch.get((s.name, c), min(c, s.max_batch))
-                before = inproc.rate(guess, a.inproc_seconds / 2)
-                cell = run_cell(s, text_bodies, "/v1/select", c, a, bank_ids, f"{s.name}-{c}-{rnd}")
-                cell["round"] = rnd
-                after = inproc.rate(cell["mean_batch"], a.inproc_seconds / 2)
-                cell["inproc_qps"] = after if round(guess) != round(cell["mean_batch"]) else (before + after) / 2
-                cell["served_over_inproc"] = cell["throughput_qps"] / cell["inproc_qps"]
-                prev_batch[(s.name, c)] = cell["mean_batch"]
-                cells.append(cell)
-                print(f"round {rnd} {s.name:>18} x{c:<4} {cell['throughput_qps']:7.1f} q/s  p50 {cell['p50_ms']:7.1f}"
-                      f"  p99 {cell['p99_ms']:7.1f} ms  batch {cell['mean_batch']:5.1f}  in-process "
-                      f"{cell['inproc_qps']:7.1f} q/s ({cell['served_over_inproc']:.2f})  busy "
-                      f"{cell['worker_busy']:.2f}  failed {cell['failed']}", flush=True)
+        cells = [] if a.skip_text else text_rounds(a, text_servers, concs, inproc, text_bodies, bank_ids)
         # where the time goes: client-supplied vectors on the reference batching server
         bs = next((s for s in servers if s.max_wait_ms == a.ref_wait and s.max_batch > 1), servers[0])
         b1 = next(s for s in servers if s.name == "batch1")
-        for rnd in range(a.rounds):
-            for route, bodies, per in (("/v1/select", vec_bodies, 1), ("/v1/select/batch", batch_bodies, a.batch_call)):
-                conc = a.where_conc if per == 1 else max(1, a.where_conc // per)
-                pair = ([bs] if base is None else [bs, base]) + fronts
-                if per == 1:  # batch-size-1 serving of the same vectors, next to the reference server
-                    pair.append(b1)
-                pair = pair if rnd % 2 == 0 else pair[::-1]
-                for srv in pair:
-                    cell = run_cell(srv, bodies, route, conc, a, bank_ids, f"vec-{srv.name}-{route[-5:]}-{rnd}", per)
-                    cell["vectors"], cell["round"] = True, rnd
-                    where.append(cell)
-                    print(f"vectors {srv.name:>18} {route:>16} x{conc:<4} ({per}/call) {cell['throughput_qps']:7.1f} "
-                          f"q/s  p50 {cell['p50_ms']:7.1f} ms  batch {cell['mean_batch']:5.1f}  busy "
-                          f"{cell['worker_busy']:.2f}  cpu {cell['server_cpu_cores']:.2f}  per query "
-                          f"{cell.get('server_cpu_ms_per_query')}  split {cell.get('latency_split_ms')}", flush=True)
+        where = vector_rounds(a, [bs] if base is None else [bs, base], fronts, b1, (vec_bodies, batch_bodies), bank_ids)
         # turns appended vs stored
         import httpx
 
@@ -225,14 +257,7 @@ def run(a) -> int:
     wrows = median_cells(where)
     tg = targets(cells, where, rows, bs.name, None if base is None else base.name, [f.name for f in fronts], concs,
                  a.rounds, appended, api_stored, disk_stored)
-    print("\n" + table(rows))
-    print("\nclient-supplied vectors (where the time goes):")
-    for r in wrows:
-        print(f"  {r['server']} {r['route']} ({r['queries_per_call']}/call, {r['conc']} clients): "
-              f"{r['throughput_qps']:.0f} q/s, "
-              f"worker busy {r['worker_busy']:.2f}, server CPU {r['server_cpu_cores']:.2f} cores, per query "
-              f"{r.get('per_query_ms')}, latency split {r.get('latency_split_ms')}")
-    print("\ntargets:", json.dumps(tg, indent=1))
+    print_report(rows, wrows, tg)
     res = {"machine": harness.machine(threads=a.threads), "args": vars(a), "n_banks": len(banks), "n_units": int(sum(b.n_units for b in banks)),
            "n_questions": len(items), "encoder_cpu_ms_per_question_by_chunk": chunks, "cells": cells,
            "where": where, "table": rows, "where_table": wrows,

@@ -7,7 +7,7 @@ with one (B, H, T), and after requests with 12 distinct ones; the engine builds 
 reports (``trawmem_engine_builds``); the median latency of the first request of each new
 (B, H, T) and of a repeated one. Servers run one after another, each on a fresh process.
 
-    python benchmarks/bench_serve_memory.py --collection banks/ --src . --src ../base \
+    python -m benchmarks run serve_memory --collection banks/ --src . --src ../base \
         --extra-for "../base=--max-engines 12"
 
 (the tree before per-call parameters has ``--max-engines``; this tree's server refuses it: one
@@ -15,6 +15,10 @@ engine per collection). Writes ``serve_memory.json`` and ``serve_memory.png`` (`
 ``TRAWMEM_BENCH_OUT``).
 """
 from __future__ import annotations
+
+if not __package__:  # python benchmarks/NAME.py: run as the module benchmarks.NAME (_boot.py)
+    import _boot
+    _boot.run_file(__file__)
 
 import argparse
 import os
@@ -24,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-import harness
+from . import harness
 
 CELLS = [{"budget": b, "hops": h} for b in (4, 8, 16) for h in (0, 1, 2)] + \
         [{"token_budget": t, "hops": 1} for t in (400, 800, 1600)]

@@ -9,11 +9,15 @@ resume (zero requests). Embeddings and banks come from the user's cache (``TRAWM
 ~/.cache/trawmem_gpu) unless ``--cold``, which puts every cache in a fresh temporary directory
 (then construction and question encoding are timed from scratch).
 
-    python benchmarks/e2e_dev_eval.py [--data PATH] [--method trawmem] [--cold] [--keep-records]
+    python -m benchmarks run e2e_dev_eval [--data PATH] [--method trawmem] [--cold] [--keep-records]
 
 Writes ``benchmarks/results/e2e_dev_testserver.json`` (``--out`` to change).
 """
 from __future__ import annotations
+
+if not __package__:  # python benchmarks/NAME.py: run as the module benchmarks.NAME (_boot.py)
+    import _boot
+    _boot.run_file(__file__)
 
 import argparse
 import os
@@ -23,7 +27,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import harness
+from . import harness
 
 
 def _one_run(args, server, llm_cache: Path) -> tuple[dict, dict]:
@@ -113,7 +117,7 @@ def main(argv=None) -> int:
     out["benchmark"] = {
         "what": "trawmem eval with --answer-llm/--judge-llm against tests/llm_server.py (deterministic fake "
                 "answers: the answer metrics are pipeline checks, not model quality)",
-        "command": "python benchmarks/e2e_dev_eval.py" + (" --cold" if args.cold else ""),
+        "command": "python -m benchmarks run e2e_dev_eval" + (" --cold" if args.cold else ""),
         "run1": bench, "run2_resume": bench2 | {"usage": res2["llm"]["usage"], "same_metrics": same},
         "caches": "cold (fresh temp dir)" if args.cold else "user's embedding and bank caches; fresh LLM cache",
         "package_version": trawmem_gpu.__version__,

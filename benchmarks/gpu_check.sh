@@ -4,6 +4,7 @@
 # faiss / bm25s / nltk / numba / pytest optional. Run from anywhere:
 #
 #     bash benchmarks/gpu_check.sh            # JSON to $OUT, else $TRAWMEM_BENCH_OUT, else benchmarks/results/
+#     python -m benchmarks run gpu_check      # the same, through the suite's runner
 #
 # Steps (each under its own timeout; the whole script stays under ~5 minutes):
 #   1. environment: GPU, versions, which optional modules import (faiss, faiss GPUs, bm25s, ...)
@@ -76,6 +77,8 @@ else
 fi
 
 echo "== 4. GPU benchmark"
+# the script's file, not `python -m benchmarks run select`: -m would put the repository root first on
+# sys.path, ahead of the overlay, and its trawmem_gpu has no kernels/ (benchmarks/_boot.py)
 timeout 200 "$PY" benchmarks/bench_select.py --gpu-target --out-dir "$OUTDIR" 2>&1 | grep -v -i warn | tail -20
 BENCH_RC=${PIPESTATUS[0]}
 echo "benchmark exit code: $BENCH_RC (124 = timed out)"

@@ -1,17 +1,21 @@
 """What every benchmark script shares: the machine record, thread pinning, the dev-data paths,
 and writing results.
 
-How the scripts import. Each script runs from the repository root as
-``python benchmarks/NAME.py`` with the package installed (``pip install -e .``, or
-``PYTHONPATH`` on the tree); ``trawmem_gpu`` is imported like any installed package. Python puts
-the script's own folder, ``benchmarks/``, first on ``sys.path``, which is how a script imports
-this module and its sibling modules (``synthetic_banks``, the ``*_bench`` packages that hold the
-larger scripts' parts). Nothing under ``benchmarks/`` edits ``sys.path``; the one module outside
-``benchmarks/`` a script needs, a helper of the test suite, is loaded by :func:`tests_module`.
+How the scripts import. ``benchmarks/`` is a package: ``python -m benchmarks run NAME`` (the
+suite's runner, ``benchmarks/__main__.py``) or ``python -m benchmarks.MODULE`` runs a script from
+the repository root with the package installed (``pip install -e .``, or ``PYTHONPATH`` on the
+tree), and scripts import this module and their sibling modules relatively (``from . import
+harness``; ``from .. import harness`` in ``select_bench/``, ``experiments/`` and the other
+subpackages). ``python benchmarks/NAME.py`` runs the same module: its first lines hand over to
+``_boot.run_file``, which loads this folder as the ``benchmarks`` package by its location, so
+whichever ``trawmem_gpu`` ``PYTHONPATH`` names is the one measured (``bench_select.py --versus``
+spawns its workers that way, one per source tree). Nothing under ``benchmarks/`` edits
+``sys.path``; the one module outside ``benchmarks/`` a script needs, a helper of the test suite,
+is loaded by :func:`tests_module`.
 
 This module imports only the standard library at import time (the package, torch, numpy, numba,
-filelock and matplotlib are imported where used), so ``--help`` stays fast and a script that
-spawns workers of another source tree (``bench_select.py --versus``) can import it there too.
+filelock and matplotlib are imported where used), so ``--help`` stays fast and a worker running
+against another source tree can import it there too.
 
 * :func:`machine`: the one machine-description record of every result file.
 * :func:`pin_threads`: torch, BLAS / OpenMP (threadpoolctl), numba and the thread variables of
@@ -20,9 +24,9 @@ spawns workers of another source tree (``bench_select.py --versus``) can import 
   (``../shared/data`` beside the repository, or ``TRAWMEM_DEV_DATA``), and a one-line error
   (exit 2) when one is missing.
 * :func:`results_dir`, :func:`save`, :func:`load`, :func:`locked`: ``NAME.json`` (and
-  ``NAME.png``) written atomically under ``benchmarks/results/`` (or ``TRAWMEM_BENCH_OUT``, or a
-  script's ``--out-dir``), with the machine record and the command line inside; a
-  read-modify-write of a result file holds its lock.
+  ``NAME.png``) written atomically under ``benchmarks/results/`` (``results/archive/`` for the
+  experiments; or ``TRAWMEM_BENCH_OUT``, or a script's ``--out-dir``), with the machine record
+  and the command line inside; a read-modify-write of a result file holds its lock.
 """
 from __future__ import annotations
 
@@ -37,6 +41,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results"
+ARCHIVE = RESULTS / "archive"
+"""Where the experiments (``benchmarks/experiments/``) write: their results are kept, not current."""
 SHARED_DATA = ROOT.parent / "shared" / "data"
 DEV_FILES = {"locomo": Path("locomo") / "locomo_dev.json",
              "longmemeval": Path("longmemeval") / "longmemeval_s_dev.json.gz"}
@@ -180,22 +186,30 @@ def tests_module(name: str):
 # ----------------------------------------------------------------------------------------------
 # results
 # ----------------------------------------------------------------------------------------------
-def results_dir(out_dir=None) -> Path:
+def results_dir(out_dir=None, default: Path = RESULTS) -> Path:
     """Where result files go: ``out_dir`` (a script's ``--out-dir``) if given, else
     ``TRAWMEM_BENCH_OUT`` if set (smoke runs write there, leaving the committed results alone),
-    else ``benchmarks/results``. Created if missing."""
-    d = Path(out_dir or os.environ.get("TRAWMEM_BENCH_OUT") or RESULTS)
+    else ``default`` (``benchmarks/results``; :data:`ARCHIVE` for an experiment). Created if
+    missing."""
+    d = Path(out_dir or os.environ.get("TRAWMEM_BENCH_OUT") or default)
     d.mkdir(parents=True, exist_ok=True)
     return d
 
 
-def out_file(path_or_none, default_name: str) -> Path:
+def out_file(path_or_none, default_name: str, default: Path = RESULTS) -> Path:
     """A script's ``--out FILE``: the file given, else ``default_name`` under :func:`results_dir`."""
-    return Path(path_or_none) if path_or_none else results_dir() / default_name
+    return Path(path_or_none) if path_or_none else results_dir(default=default) / default_name
+
+
+RUN_AS: list[str] | None = None
+"""The runner's command (``["python", "-m", "benchmarks", "run", NAME]``) while it runs an entry;
+:func:`command` records it in place of the script's path."""
 
 
 def command() -> str:
     """The command line that ran, as typed from the repository root."""
+    if RUN_AS:
+        return shlex.join([*RUN_AS, *sys.argv[1:]])
     script = Path(sys.argv[0]).resolve()
     try:
         script = script.relative_to(ROOT)

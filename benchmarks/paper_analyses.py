@@ -1,6 +1,6 @@
 """The paper's retrieval-side analyses (Sections 5.4-5.8 and 6), with its numbers beside ours.
 
-    python benchmarks/paper_analyses.py [--data PATH] [--modes default,paper] \
+    python -m benchmarks run paper_analyses [--data PATH] [--modes default,paper] \
         [--parts fig7,fig8,fig9,fig10,fig12,table3] [--llm SPEC] [--out benchmarks/results]
 
 On the LoCoMo file given (categories 1-4, questions with gold evidence), for the shipped
@@ -33,16 +33,20 @@ at ``--threads`` (default 1) for all of it, builds included. Writes ``paper_<par
 """
 from __future__ import annotations
 
+if not __package__:  # python benchmarks/NAME.py: run as the module benchmarks.NAME (_boot.py)
+    import _boot
+    _boot.run_file(__file__)
+
 import argparse
 import sys
 import time
 
-import harness
-from paper_bench.common import query_rows
-from paper_bench.figures import fig8, fig10, fig12
-from paper_bench.paper import CATS, FIG9_BUDGETS, HOPS, PARTS, WHY, B
-from paper_bench.roles import fig7, fig9
-from paper_bench.table3 import summary, table3
+from . import harness
+from .paper_bench.common import query_rows
+from .paper_bench.figures import fig8, fig10, fig12
+from .paper_bench.paper import CATS, FIG9_BUDGETS, HOPS, PARTS, WHY, B
+from .paper_bench.roles import fig7, fig9
+from .paper_bench.table3 import summary, table3
 
 
 def main(argv=None) -> int:
@@ -58,26 +62,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="BLAS / torch threads of every timed path (builds too)")
     args = ap.parse_args(argv)
 
-    from tqdm.auto import tqdm
-
-    import trawmem_gpu
-    from trawmem_gpu.config import BuildConfig
-    from trawmem_gpu.data import load_conversations
-    from trawmem_gpu.encode import get_encoder
-    from trawmem_gpu.paths import file_sha256
-    from trawmem_gpu.eval.sweep import (
-        Cell,
-        CellRunner,
-        build_timed,
-        encode_timed,
-        interleave,
-        parse_int_list,
-        question_items,
-    )
+    from trawmem_gpu.eval.sweep import parse_int_list
     from trawmem_gpu.select.config import PAPER_HOPS, SelectConfig
-    from trawmem_gpu.select.context import BankContext
     from trawmem_gpu.select.params import QueryParams
-    from trawmem_gpu.tokens import TOKENIZER_NAME
 
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     bad = [p for p in parts if p not in PARTS]
@@ -93,6 +80,41 @@ def main(argv=None) -> int:
         args.fig9_budgets = parse_int_list(args.fig9_budgets, 1)
     except ValueError as e:
         ap.error(f"--fig9-budgets: {e}")
+    return run(args, parts, mode_names, modes)
+
+
+def write_summary(out: Path, meta: dict, rows: list[dict], table: str) -> None:
+    """``paper_vs_ours.json`` / ``.md`` under ``out``, and the table and the reasons printed."""
+    harness.save("paper_vs_ours", {**meta, "rows": rows}, out_dir=out)
+    harness.write_text(out / "paper_vs_ours.md", table + "\n")
+    print(table)
+    print("\nWhy our numbers differ:")
+    for k, v in WHY.items():
+        print(f"- {k}: {v}")
+    print(f"\nwrote paper_*.json / .png and paper_vs_ours.json / .md under {out} "
+          f"({meta['wall_s']:.0f} s)")
+
+
+def run(args, parts: list[str], mode_names: list[str], modes: dict) -> int:
+    """Build the banks (timed), select with every mode interleaved, run ``parts``, write the results."""
+    from tqdm.auto import tqdm
+
+    import trawmem_gpu
+    from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.data import load_conversations
+    from trawmem_gpu.encode import get_encoder
+    from trawmem_gpu.paths import file_sha256
+    from trawmem_gpu.eval.sweep import (
+        Cell,
+        CellRunner,
+        build_timed,
+        encode_timed,
+        interleave,
+        question_items,
+    )
+    from trawmem_gpu.select.context import BankContext
+    from trawmem_gpu.tokens import TOKENIZER_NAME
+
     harness.require_data(args.data)
     out = harness.results_dir(args.out)
     t_start = time.perf_counter()
@@ -150,14 +172,7 @@ def main(argv=None) -> int:
             "package_version": trawmem_gpu.__version__, "query_threads": args.threads,
             "machine": harness.machine(loadavg_1m_before=load0),
             "wall_s": round(time.perf_counter() - t_start, 1), "why_numbers_differ": WHY}
-    harness.save("paper_vs_ours", {**meta, "rows": rows}, out_dir=out)
-    harness.write_text(out / "paper_vs_ours.md", table + "\n")
-    print(table)
-    print("\nWhy our numbers differ:")
-    for k, v in WHY.items():
-        print(f"- {k}: {v}")
-    print(f"\nwrote paper_*.json / .png and paper_vs_ours.json / .md under {out} "
-          f"({meta['wall_s']:.0f} s)")
+    write_summary(out, meta, rows, table)
     return 0
 
 

@@ -1,7 +1,7 @@
 """What kind of units a config selects under a token budget: units per question, their length,
 and how often the same units recur across questions (LoCoMo dev, T = 800 by default).
 
-    python benchmarks/selection_profile.py [--data PATH] [--T 800] [--rounds 11] [--out benchmarks/results/selection_profile.json]
+    python -m benchmarks run selection_profile [--data PATH] [--T 800] [--rounds 11] [--out benchmarks/results/selection_profile.json]
 
 With ``--rounds N`` it also times both configs in the batched engine (one thread, all questions
 per call, the configs alternating over N rounds), at T and at B = 16: median queries/s and the
@@ -12,14 +12,19 @@ descriptive only (the shipped affinity weights, fitted on this data, not held ou
 """
 from __future__ import annotations
 
+if not __package__:  # python benchmarks/NAME.py: run as the module benchmarks.NAME (_boot.py)
+    import _boot
+    _boot.run_file(__file__)
+
 import argparse
 import collections
 import sys
 import time
 from pathlib import Path
 
-import harness
 import numpy as np
+
+from . import harness
 
 
 def main() -> int:

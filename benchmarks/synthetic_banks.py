@@ -18,7 +18,7 @@ count (``edges="torch"``; ``edges="build_edges"`` calls the project's faiss-base
 bank instead, for checking). 10,000 banks of 100 units (1M units) take about a minute on 2 CPU
 cores, dominated by building the per-unit ``Turn`` objects.
 
-    python benchmarks/synthetic_banks.py --banks 1000 --units 100     # prints timing and sizes
+    python -m benchmarks run synthetic_banks --banks 1000 --units 100     # prints timing and sizes
 
 Queries: :func:`make_queries` draws a bank, a unit of it, ``z = normalize(e_unit + noise)``
 and a question made of a question stem and some of the unit's words.

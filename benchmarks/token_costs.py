@@ -5,14 +5,18 @@ For every LoCoMo dev bank, random unit sets of 1-39 units (300 per bank and mode
 workspace's token count (cl100k_base). The costs are an upper bound by construction
 (``TokenCosts``); this measures how tight it is, and how long counting the costs takes.
 
-    python benchmarks/token_costs.py [--data PATH] [--sets 300] [--out FILE]
+    python -m benchmarks run token_costs [--data PATH] [--sets 300] [--out FILE]
 """
 from __future__ import annotations
+
+if not __package__:  # python benchmarks/NAME.py: run as the module benchmarks.NAME (_boot.py)
+    import _boot
+    _boot.run_file(__file__)
 
 import argparse
 import time
 
-import harness
+from . import harness
 
 
 def main(argv=None) -> int:

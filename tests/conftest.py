@@ -15,20 +15,19 @@ try:
 except ImportError:  # pragma: no cover
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # the tests import ``benchmarks.*`` (appended: the installed package keeps its place)
+    sys.path.append(str(ROOT))
 
 
 def _dev_file(name: str) -> Path:
     """Where the ``name`` dev file lies: the benchmarks' one rule (``benchmarks.harness.dev_data``:
     ``TRAWMEM_DEV_DATA`` names the LoCoMo file or a folder laid out like ``../shared/data``)."""
-    import sys
-
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
     from benchmarks.harness import dev_data
 
     return dev_data(name)

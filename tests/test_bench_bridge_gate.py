@@ -1,14 +1,9 @@
-"""The query-level gates of ``benchmarks/bench_bridge_gate.py`` (which queries get the widened
+"""The query-level gates of ``benchmarks/experiments/bench_bridge_gate.py`` (which queries get the widened
 pool), on small made-up affinity vectors."""
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from bench_bridge_gate import auc, gate_signals, gated, mixed  # noqa: E402
+from benchmarks.experiments.bench_bridge_gate import auc, gate_signals, gated, mixed
 
 
 def test_signals_read_the_top_k_units_threads_sessions_and_flatness():

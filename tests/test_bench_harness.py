@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-import harness  # noqa: E402
+from benchmarks import harness
 
 
 def test_save_writes_json_and_png_with_machine_and_command(tmp_path, monkeypatch):

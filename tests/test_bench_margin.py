@@ -1,14 +1,9 @@
 """The margin bootstrap of ``benchmarks/bench_equal_tokens.py`` (how sure a dev set is of a
 macro-recall margin), against the macro computed by hand."""
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from bench_equal_tokens import margin_bootstrap  # noqa: E402
+from benchmarks.bench_equal_tokens import margin_bootstrap
 
 
 class _DS:
@@ -51,8 +46,8 @@ def test_a_sure_margin_is_sure():
 def test_bridge_hit_bootstrap_and_kept_summary():
     """``bench_bridge.py``: the target-category hit margin is the mean paired difference on that
     category alone, with the questions won and lost; the report keeps a hand-written summary."""
-    from bench_bridge import hit_bootstrap
-    from bridge_report import markdown
+    from benchmarks.experiments.bench_bridge import hit_bootstrap
+    from benchmarks.experiments.bridge_report import markdown
 
     ours = [{"cat": c, "hit": h} for c, h in ((1, 1.0), (1, 0.0), (1, 1.0), (2, 0.0), (1, 1.0))]
     theirs = [{"cat": c, "hit": h} for c, h in ((1, 0.0), (1, 1.0), (1, 1.0), (2, 1.0), (1, 0.0))]

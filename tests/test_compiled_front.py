@@ -8,9 +8,6 @@
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -23,8 +20,7 @@ from trawmem_gpu.select.params import QueryParams, split_fields
 from trawmem_gpu.select.reference import select_reference
 from trawmem_gpu.select.steps import candidates as step3
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from synthetic_banks import make_banks, make_queries  # noqa: E402
+from benchmarks.synthetic_banks import make_banks, make_queries
 
 pytestmark = pytest.mark.skipif(not HAS_NUMBA, reason="needs numba")
 

@@ -11,9 +11,6 @@
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -31,8 +28,7 @@ from trawmem_gpu.select.tensor_ops import ranks as _ranks
 from trawmem_gpu.select.tensor_ops import ranks_positive as _ranks_positive
 from trawmem_gpu.select.tensor_ops import topk_mask as _topk_mask
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from synthetic_banks import make_banks, make_queries  # noqa: E402
+from benchmarks.synthetic_banks import make_banks, make_queries
 
 HAS_NUMBA = _jit.HAS_NUMBA
 

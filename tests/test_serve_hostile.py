@@ -13,16 +13,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("fastapi", reason="the serve extra is not installed")
 pytest.importorskip("uvicorn", reason="the serve extra is not installed")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from serve_bench.hostile import Spec, hostile_got_4xx, keys_doc, run_phases  # noqa: E402
+from benchmarks.serve_bench.hostile import Spec, hostile_got_4xx, keys_doc, run_phases  # noqa: E402
 from serve_util import SAMPLE_BANK, build_sample_collection, running  # noqa: E402
 from trawmem_gpu.serve.config import ServeConfig  # noqa: E402
 

@@ -1,7 +1,7 @@
 """The markdown tables (``equal_tokens.md``) and the figure of ``bench_equal_tokens.py``."""
 from __future__ import annotations
 
-import harness
+from .. import harness
 
 from .data import HEADLINE, TARGET_T
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import harness
 import numpy as np
 
+from .. import harness
 from .paper import CAT_NAMES, CATS
 
 

@@ -146,24 +146,31 @@ def fig9(args, modes: dict, items, banks, ctxs, Z, out: Path) -> dict:
                "selection": "each method's first B units: random (uniform over the conversation, mean of "
                             "random_draws draws), top-B cosine, top-B RRF hybrid, TrawMem run at budget B"},
            "curves": curves}
+    _plot_fig9(res, args.fig9_budgets, len(keep), out)
+    return res
+
+
+def _plot_fig9(res: dict, budgets, n_questions: int, out: Path) -> None:
+    """Fig. 9's three panels (retained, retained by cited turns, repeats) against B, with 95% bands."""
+    curves, methods = res["curves"], res["methods"]
     fig, axes = grid_figure(1, 3, 16, 4.6)
     axes = axes[0]
     for ax, key, lab in zip(axes, ("retained", "retained_cited", "repeats"),
                             ("(a) distinct relevant facts retained per query", "(a') ... counting cited turns only",
                              "(b) repeated fact mentions per query")):
         for j, m in enumerate(methods):
-            mu = [curves[m][str(b)][key]["mean"] for b in args.fig9_budgets]
-            lo = [curves[m][str(b)][key]["ci95"][0] for b in args.fig9_budgets]
-            hi = [curves[m][str(b)][key]["ci95"][1] for b in args.fig9_budgets]
-            ax.plot(args.fig9_budgets, mu, marker="o", ms=3, label=m, color=f"C{j}")
-            ax.fill_between(args.fig9_budgets, lo, hi, color=f"C{j}", alpha=0.12)
+            mu = [curves[m][str(b)][key]["mean"] for b in budgets]
+            lo = [curves[m][str(b)][key]["ci95"][0] for b in budgets]
+            hi = [curves[m][str(b)][key]["ci95"][1] for b in budgets]
+            ax.plot(budgets, mu, marker="o", ms=3, label=m, color=f"C{j}")
+            ax.fill_between(budgets, lo, hi, color=f"C{j}", alpha=0.12)
         ax.set_xlabel("budget B (selected units)")
         ax.set_title(lab, fontsize=9)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
-    save_figure(fig, out, "paper_fig9", res=res, title= f"Fig. 9 reproduced: coverage and redundancy vs B ({len(keep)} questions with a "
-                                  f"relevant observation fact; bands: 95% CI, conversations resampled)")
-    return res
+    save_figure(fig, out, "paper_fig9", res=res,
+                title=f"Fig. 9 reproduced: coverage and redundancy vs B ({n_questions} questions with a "
+                      f"relevant observation fact; bands: 95% CI, conversations resampled)")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -125,6 +125,11 @@ def summary(res: dict, modes: list[str]) -> tuple[list[dict], str]:
         add("Table 3 construction s/root with LLM heads", 96.1,
             lambda m: llm["per_root_s"] if "per_root_s" in llm else "not run (no LLM configured)",
             "{:.2f}" if "per_root_s" in llm else "{}")
+    return rows, _markdown(rows, modes)
+
+
+def _markdown(rows: list[dict], modes: list[str]) -> str:
+    """The rows of :func:`summary` as a markdown table (each row's ``_fmt`` popped)."""
     # ours in the same rows for every mode where a figure does not depend on it (Fig. 9 rows differ by method)
     head = "| quantity | paper | " + " | ".join(f"ours ({m})" for m in modes) + " |"
     lines = [head, "|" + "---|" * (2 + len(modes))]
@@ -138,4 +143,4 @@ def summary(res: dict, modes: list[str]) -> tuple[list[dict], str]:
         lines.append(f"| {r['quantity']} | {pv:,}" if isinstance(pv, (int, float)) and not isinstance(pv, bool)
                      else f"| {r['quantity']} | {pv}")
         lines[-1] += " | " + " | ".join(cells) + " |"
-    return rows, "\n".join(lines)
+    return "\n".join(lines)

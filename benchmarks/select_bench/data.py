@@ -1,7 +1,7 @@
 """The query sets of ``bench_select.py``: LoCoMo dev banks and questions, and synthetic banks."""
 from __future__ import annotations
 
-import synthetic_banks
+from .. import synthetic_banks
 
 
 class RealData:

@@ -5,14 +5,13 @@ import importlib.util
 import os
 import time
 
-import synthetic_banks
+from .. import synthetic_banks
 
 from .impls import run_batched
 
 HBM_BYTES_PER_S = 4.3e12  # H200
 
 def gpu_target(args) -> dict:
-    import numpy as np
     import torch
 
     from trawmem_gpu.select.config import SelectConfig
@@ -78,17 +77,29 @@ def gpu_target(args) -> dict:
         if dev == "cuda":
             torch.cuda.empty_cache()
     out["runs"] = runs
-    # seed search on the device: exact per-bank top-24 heads, torch vs faiss (GPU index if any)
+    out["seed_search"] = _seed_search(banks[:64], cfg, dev, chunk, sync)
+    return out
+
+
+def _seed_search(banks, cfg, dev: str, chunk: int, sync) -> dict:
+    """Seed search on the device: exact per-bank top-24 heads of 4,096 queries, torch against faiss
+    (a GPU index if any), and whether both find the same heads."""
+    import numpy as np
+    import torch
+
+    from trawmem_gpu.select.engine import SelectionEngine
+    from trawmem_gpu.select.steps.seeds import faiss_available
+
     try:
         from trawmem_gpu.select.engine.batch import make_batch
         from trawmem_gpu.select.steps.seeds import HeadIndex
 
-        eng = SelectionEngine(banks[:64], cfg, device=dev, chunk_elems=chunk)
-        ids, qs, Z = synthetic_banks.make_queries(banks[:64], 4096, seed=6)
+        eng = SelectionEngine(banks, cfg, device=dev, chunk_elems=chunk)
+        ids, qs, Z = synthetic_banks.make_queries(banks, 4096, seed=6)
         qb = make_batch(eng.snapshot, ids, qs, Z, None, eng.device, eng.dtype)
         bidx, Zt = torch.as_tensor(qb.bidx, device=dev), qb.Z
-        heads = torch.as_tensor(np.concatenate([b.head_vecs for b in banks[:64]]), dtype=eng.dtype, device=dev)
-        counts = torch.as_tensor([b.n_threads for b in banks[:64]], device=dev)
+        heads = torch.as_tensor(np.concatenate([b.head_vecs for b in banks]), dtype=eng.dtype, device=dev)
+        counts = torch.as_tensor([b.n_threads for b in banks], device=dev)
         idx = HeadIndex(heads, torch.cumsum(counts, 0) - counts, counts, mode="torch")
         seed = {}
         for mode in ("torch", "faiss"):
@@ -106,8 +117,7 @@ def gpu_target(args) -> dict:
         ids_l = seed.pop("_ids", [])
         if len(ids_l) == 2:
             seed["same_ids"] = bool(torch.equal(ids_l[0], ids_l[1]))
-        out["seed_search"] = seed
-        print(f"  gpu seed search (64 banks, Q=4096, k=24): {seed}", flush=True)
+        print(f"  gpu seed search ({len(banks)} banks, Q=4096, k=24): {seed}", flush=True)
+        return seed
     except Exception as e:  # noqa: BLE001
-        out["seed_search"] = {"error": repr(e)[:300]}
-    return out
+        return {"error": repr(e)[:300]}

@@ -4,8 +4,8 @@ from __future__ import annotations
 import functools
 import time
 
-import harness
-from harness import pct
+from .. import harness
+from ..harness import pct
 
 
 def rss_bytes() -> int:

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-import harness
+from .. import harness
 
 from .data import RealData
 
@@ -91,6 +91,8 @@ def versus(args) -> dict:
     trees = {"this": str(harness.ROOT), "other": str(Path(args.versus).resolve())}
     procs = {}
     for k, tree in trees.items():
+        # this tree's script as a file (benchmarks/_boot.py loads this benchmarks/ by its location),
+        # so the trawmem_gpu imported is the one PYTHONPATH names: each tree's own
         env = dict(os.environ, PYTHONPATH=tree)
         procs[k] = subprocess.Popen([sys.executable, str(harness.HERE / "bench_select.py"), "--versus-worker", "--data", args.data,
                                      "--threads", str(args.threads)], env=env, stdin=subprocess.PIPE,

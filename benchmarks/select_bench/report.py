@@ -1,7 +1,7 @@
 """The markdown tables and figures of ``bench_select.py``."""
 from __future__ import annotations
 
-import harness
+from .. import harness
 
 
 def fmt_table(rows, cols, heads) -> str:

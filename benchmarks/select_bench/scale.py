@@ -4,9 +4,9 @@ from __future__ import annotations
 import gc
 import time
 
-import harness
-import synthetic_banks
-from harness import pct
+from .. import harness
+from .. import synthetic_banks
+from ..harness import pct
 
 from .impls import rss_bytes, run_batched, run_reference
 

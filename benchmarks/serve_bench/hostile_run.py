@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import harness
+from .. import harness
 
 from .hostile import Spec, hostile_got_4xx, keys_doc, run_phases
 from .servers import Server, load_data

@@ -8,7 +8,7 @@ import random
 import time
 
 import numpy as np
-from harness import pct
+from ..harness import pct
 
 from .servers import Server
 

@@ -1,8 +1,9 @@
 """Medians over rounds, the headline targets, the table and the figure of the load test."""
 from __future__ import annotations
 
-import harness
 import numpy as np
+
+from .. import harness
 
 
 def median_cells(cells: list[dict]) -> list[dict]:

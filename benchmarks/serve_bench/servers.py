@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import harness
+from .. import harness
 
 
 def _free_port() -> int:

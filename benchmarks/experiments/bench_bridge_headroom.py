@@ -1,8 +1,8 @@
 """How far any selection from today's relevance signals can go on the bridge targets (issue 25):
 the ceiling of the multi-hop all-evidence hit, and how strong a bridge signal the data holds.
 
-    python benchmarks/bench_bridge_headroom.py [--locomo PATH] [--lme PATH] [--T 400,800,1600]
-        [--out-dir benchmarks/results]
+    python -m benchmarks.experiments.bench_bridge_headroom [--locomo PATH] [--lme PATH] [--T 400,800,1600]
+        [--out-dir benchmarks/results/archive]
 
 Protocol of ``bench_bridge.py`` (its folds, its per-fold learned affinity fitted on the other 11
 folds); nothing is chosen here, every number is a count over the dev questions of the target
@@ -32,11 +32,12 @@ from __future__ import annotations
 import sys
 import time
 
-import harness
 import numpy as np
-from bench_bridge import TARGET_CAT, dev_checked, dev_parser, dev_sets, fold_weights, positions
-from equal_tokens_bench.data import Dataset, fixed_setting, select, trawmem_setting
-from equal_tokens_bench.stats import records, summary
+
+from .. import harness
+from .bench_bridge import TARGET_CAT, dev_checked, dev_parser, dev_sets, fold_weights, positions
+from ..equal_tokens_bench.data import Dataset, fixed_setting, select, trawmem_setting
+from ..equal_tokens_bench.stats import records, summary
 
 KS = list(range(1, 65))
 FAR_T = 400

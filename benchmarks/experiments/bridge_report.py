@@ -1,7 +1,7 @@
 """The markdown tables (``bridge.md``) and the figure (``bridge.png``) of ``bench_bridge.py``."""
 from __future__ import annotations
 
-import harness
+from .. import harness
 
 NAMES = {"locomo": "LoCoMo dev", "longmemeval": "LongMemEval-S dev"}
 TARGET = {"locomo": "multi-hop hit", "longmemeval": "multi-session hit"}
@@ -24,7 +24,7 @@ def markdown(res: dict, previous: str = "") -> str:
     i, j = previous.find(SUMMARY[0]), previous.find(SUMMARY[1])
     kept = [previous[i:j + len(SUMMARY[1])], ""] if 0 <= i < j else []
     L = ["# Bridge mechanisms, roles and the paper's config under T (issue 25)", ""] + kept + [
-         "`python benchmarks/bench_bridge.py` (`bridge.json`, `bridge.png`). Equal context tokens (cl100k_base,",
+         "`python -m benchmarks.experiments.bench_bridge` (`bridge.json`, `bridge.png`). Equal context tokens (cl100k_base,",
          "rendered workspace), learned affinity per fold from the other 11 folds; margins in points with a",
          "paired bootstrap 95% interval (macro recall: stratified by category; hit: within the target category).", ""]
     if "headline" in res:

@@ -4,7 +4,7 @@ affinity-only gate marks as aggregation-like, at equal context tokens against th
 the shipped defaults.
 
     git apply docs/examples/pool-top-affinity.patch     # SelectConfig.pool_top_affinity (not shipped)
-    python benchmarks/bench_bridge_gate.py [--T 400,800] [--M 8,16,32] [--fresh] [--out-dir benchmarks/results]
+    python -m benchmarks.experiments.bench_bridge_gate [--T 400,800] [--M 8,16,32] [--fresh] [--out-dir benchmarks/results/archive]
 
 The gates read only the query's affinity over the whole bank (``alpha``, the fold's learned
 affinity; no data set, speaker or phrasing key), at k = B_T = round(T / 50) units (8 at T = 400):
@@ -44,12 +44,13 @@ import sys
 import time
 from pathlib import Path
 
-import harness
 import numpy as np
-from bench_bridge import TARGET_CAT, compare, dev_checked, dev_parser, dev_sets, fold_weights, nested
-from bench_bridge_pool import fmt, reference_picks
-from equal_tokens_bench.data import Dataset, fixed_setting, select, trawmem_setting
-from equal_tokens_bench.stats import records, summary
+
+from .. import harness
+from .bench_bridge import TARGET_CAT, compare, dev_checked, dev_parser, dev_sets, fold_weights, nested
+from .bench_bridge_pool import fmt, reference_picks
+from ..equal_tokens_bench.data import Dataset, fixed_setting, select, trawmem_setting
+from ..equal_tokens_bench.stats import records, summary
 
 GATES = ("threads", "sessions", "flat")
 THRESHOLDS = {"threads": (0.625, 0.75, 0.875, 1.0), "sessions": (0.5, 0.625, 0.75, 0.875),
@@ -101,7 +102,7 @@ def code_key(data: dict, W: dict) -> str:
     h = hashlib.sha256(json.dumps({g: list(w) for g, w in sorted(W.items())}).encode())
     for d in data.values():
         h.update(file_sha256(d.path).encode())
-    pkg = Path(__file__).resolve().parents[1] / "trawmem_gpu"
+    pkg = harness.ROOT / "trawmem_gpu"
     for p in sorted((pkg / "select").rglob("*.py")) + [pkg / "workspace.py"]:
         h.update(p.read_bytes())
     return h.hexdigest()[:16]
@@ -252,7 +253,7 @@ def targets(res: dict, Ts: list[int]) -> dict:
 
 def markdown(res: dict, Ts: list[int], Ms: list[int], previous: str = "") -> str:
     """The tables of ``res``, after the hand-written summary block of ``previous`` (kept as it is)."""
-    from bridge_report import SUMMARY
+    from .bridge_report import SUMMARY
 
     i, j = previous.find(SUMMARY[0]), previous.find(SUMMARY[1])
     kept = [previous[i:j + len(SUMMARY[1])], ""] if 0 <= i < j else []

@@ -6,14 +6,14 @@ sanitized (see ``trawmem_gpu/workspace.py``). For every category 1-4 dev questio
 heads) and cosine top-B (no heads) workspaces are rendered both ways and counted with
 ``cl100k_base``; prints and saves the means and the median per-question ratio.
 
-    python benchmarks/workspace_tokens.py [--data PATH] [--budget 16] [--out FILE]
+    python -m benchmarks.experiments.workspace_tokens [--data PATH] [--budget 16] [--out FILE]
 """
 from __future__ import annotations
 
 import argparse
 import statistics
 
-import harness
+from .. import harness
 
 
 def old_render(ws) -> str:
@@ -43,10 +43,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=str(harness.dev_data("locomo")))
     ap.add_argument("--budget", type=int, default=16)
-    ap.add_argument("--out", help="result file (default: workspace_tokens.json in the results folder)")
+    ap.add_argument("--out", help="result file (default: workspace_tokens.json in results/archive)")
     args = ap.parse_args(argv)
     harness.require_data(args.data)
-    out = harness.out_file(args.out, "workspace_tokens.json")
+    out = harness.out_file(args.out, "workspace_tokens.json", harness.ARCHIVE)
 
     from trawmem_gpu.eval.retrieval import banks_for, run_eval
     from trawmem_gpu.select.config import SelectConfig

@@ -3,8 +3,8 @@
 docs/examples/pool-top-affinity.patch``: measured, not shipped), at equal context tokens against
 the RRF hybrid and the shipped defaults.
 
-    python benchmarks/bench_bridge_pool.py [--T 400,800] [--lme-T 400,800] [--M 8,16,32]
-        [--max-questions N] [--out-dir benchmarks/results]
+    python -m benchmarks.experiments.bench_bridge_pool [--T 400,800] [--lme-T 400,800] [--M 8,16,32]
+        [--max-questions N] [--out-dir benchmarks/results/archive]
 
 Protocol of ``bench_bridge.py`` (its folds, its per-fold learned affinity, its paired bootstraps):
 each M is scored on every fold; the nested row chooses per fold, among the defaults (M = 0) and
@@ -16,11 +16,12 @@ from __future__ import annotations
 import sys
 import time
 
-import harness
 import numpy as np
-from bench_bridge import TARGET_CAT, compare, dev_checked, dev_parser, dev_sets, fold_weights, nested
-from equal_tokens_bench.data import Dataset, fixed_setting, select, trawmem_setting
-from equal_tokens_bench.stats import records, summary
+
+from .. import harness
+from .bench_bridge import TARGET_CAT, compare, dev_checked, dev_parser, dev_sets, fold_weights, nested
+from ..equal_tokens_bench.data import Dataset, fixed_setting, select, trawmem_setting
+from ..equal_tokens_bench.stats import records, summary
 
 
 def reference_picks(ds: Dataset, W, T: int, source: str = "affinity", **kw) -> tuple:

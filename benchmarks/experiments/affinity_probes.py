@@ -4,7 +4,7 @@ MLP, boosted trees) and packing by relevance per token, under the same fold prot
 weights fitted on the other 11 folds of both dev sets), scored on the affinity's ranking alone,
 filled to T in rank order (LoCoMo T = 800, LongMemEval T = 400; macro evidence recall).
 
-    python benchmarks/affinity_probes.py [--out benchmarks/results/affinity_probes.json]
+    python -m benchmarks.experiments.affinity_probes [--out benchmarks/results/archive/affinity_probes.json]
 
 The ranking-alone score of the shipped features reproduces the "alpha ranking only" ablation of
 ``equal_tokens.json`` (0.630 / 0.676), so a probe's gain there is the gain it could bring. An
@@ -18,11 +18,12 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-import harness
 import numpy as np
 import torch
 
 from trawmem_gpu.head.relevance import row_weights
+
+from .. import harness
 
 TARGET_T = {"locomo": 800, "longmemeval": 400}
 FIRST_PERSON = re.compile(r"\b(i|i'm|i've|i'd|i'll|me|my|mine|myself|we|our|us)\b", re.I)
@@ -185,13 +186,33 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--locomo", type=Path, default=harness.dev_data("locomo"))
     ap.add_argument("--lme", type=Path, default=harness.dev_data("longmemeval"))
-    ap.add_argument("--out", type=Path, help="result file (default: affinity_probes.json in the results folder)")
+    ap.add_argument("--out", type=Path, help="result file (default: affinity_probes.json in results/archive)")
     a = ap.parse_args()
-    out = harness.out_file(a.out, "affinity_probes.json")
+    out = harness.out_file(a.out, "affinity_probes.json", harness.ARCHIVE)
     paths = {"locomo": harness.require_data(a.locomo, "locomo", "--locomo"),
              "longmemeval": harness.require_data(a.lme, "longmemeval", "--lme")}
     with harness.pin_threads(1):
         return run(paths, out)
+
+
+def gold_oracle(data: dict) -> dict:
+    """The budget's own limit per data set: gold units packed cheapest first, date headings paid."""
+    oracle = {}
+    for name, ((qs, ctxs), T) in data.items():
+        per = defaultdict(list)
+        for q in qs:
+            c, b = ctxs[q.bank_id].token_costs("date"), ctxs[q.bank_id].bank
+            gold = np.flatnonzero(q.y > 0)
+            used, seen, got = 0, set(), 0
+            for u in gold[np.argsort(c.unit[gold], kind="stable")]:
+                j = int(b.unit_thread[u])
+                cost = int(c.unit[u]) + (0 if j in seen else int(c.heading[j]))
+                if used + cost <= T:
+                    used, got = used + cost, got + 1
+                    seen.add(j)
+            per[q.category].append(got / len(gold))
+        oracle[f"{name}@{T}"] = float(np.mean([np.mean(v) for v in per.values()]))
+    return oracle
 
 
 def run(paths: dict, out: Path) -> int:
@@ -263,22 +284,7 @@ def run(paths: dict, out: Path) -> int:
             row[f"{name}@{T}"] = float(np.mean([np.mean(v) for v in per.values()]))
         res["probes"].append(row)
         print(" | ".join(f"{k} {v:.4f}" if isinstance(v, float) else v for k, v in row.items()), flush=True)
-    oracle = {}  # the budget's own limit: gold units packed cheapest first, date headings paid
-    for name, ((qs, ctxs), T) in data.items():
-        per = defaultdict(list)
-        for q in qs:
-            c, b = ctxs[q.bank_id].token_costs("date"), ctxs[q.bank_id].bank
-            gold = np.flatnonzero(q.y > 0)
-            used, seen, got = 0, set(), 0
-            for u in gold[np.argsort(c.unit[gold], kind="stable")]:
-                j = int(b.unit_thread[u])
-                cost = int(c.unit[u]) + (0 if j in seen else int(c.heading[j]))
-                if used + cost <= T:
-                    used, got = used + cost, got + 1
-                    seen.add(j)
-            per[q.category].append(got / len(gold))
-        oracle[f"{name}@{T}"] = float(np.mean([np.mean(v) for v in per.values()]))
-    res["oracle_gold_packed_cheapest_first"] = oracle
+    res["oracle_gold_packed_cheapest_first"] = oracle = gold_oracle(data)
     print("oracle (gold packed cheapest first):", oracle)
     print(f"-> {harness.save(out.stem, res, out_dir=out.parent)}")
     return 0

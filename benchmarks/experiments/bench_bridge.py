@@ -1,8 +1,8 @@
 """Bridge mechanisms for multi-hop questions at small token budgets, the roles ablation and the
 paper's configuration under a token budget (issue 25), at equal context tokens against the RRF hybrid.
 
-    python benchmarks/bench_bridge.py [--locomo PATH] [--lme PATH] [--T 400,800,1600]
-        [--parts headline,variants,roles,paper] [--out-dir benchmarks/results]
+    python -m benchmarks.experiments.bench_bridge [--locomo PATH] [--lme PATH] [--T 400,800,1600]
+        [--parts headline,variants,roles,paper] [--out-dir benchmarks/results/archive]
 
 Protocol (nothing is tuned on what it is scored on), the folds of ``bench_equal_tokens.py``:
 LoCoMo dev one fold per conversation (7), LongMemEval-S dev 5 folds of questions. The learned
@@ -40,10 +40,11 @@ import sys
 import time
 from pathlib import Path
 
-import harness
 import numpy as np
-from equal_tokens_bench.data import Dataset, fixed_setting, select, trawmem_setting
-from equal_tokens_bench.stats import margin_bootstrap, records, summary
+
+from .. import harness
+from ..equal_tokens_bench.data import Dataset, fixed_setting, select, trawmem_setting
+from ..equal_tokens_bench.stats import margin_bootstrap, records, summary
 
 PARTS = ("headline", "variants", "roles", "paper")
 TARGET_CAT = {"locomo": 1, "longmemeval": 4}
@@ -78,7 +79,7 @@ def dev_checked(a) -> argparse.Namespace:
     """``a`` with both dev sets checked (a clear error naming the flag) and ``out_dir`` resolved."""
     harness.require_data(a.locomo, "locomo", "--locomo")
     harness.require_data(a.lme, "longmemeval", "--lme")
-    a.out_dir = harness.results_dir(a.out_dir)
+    a.out_dir = harness.results_dir(a.out_dir, harness.ARCHIVE)
     return a
 
 
@@ -257,9 +258,53 @@ def main() -> int:
         return run(a, parts, [int(x) for x in a.T.split(",")])
 
 
-def run(a, parts: set, Ts: list[int]) -> int:
-    from bridge_report import markdown, plot
+def brief(s: dict) -> dict:
+    """A summary's macro recall, hit and tokens, and its per-category table."""
+    m = s["macro"]
+    return {"recall": m["recall"], "hit": m["hit"], "tokens": m["tokens"], "per_category": s["per_category"]}
 
+
+def paper_rows(ds) -> list[dict]:
+    """The paper's configuration on LoCoMo at B = 16 and under T = 800, with its knapsack and seed
+    variants, beside cosine top-B: one row per (T, config)."""
+    from trawmem_gpu.select.config import PAPER, PAPER_HOPS
+
+    rows = []
+    paper = dict(PAPER, hops=PAPER_HOPS)
+    for T in (None, 800):
+        cells = [("cosine", "cosine", fixed_setting(T=T)), ("paper", "trawmem", fixed_setting(T=T, **paper)),
+                 ("paper, knapsack best (before the fix)", "trawmem", fixed_setting(T=T, **{**paper, "knapsack": "best"})),
+                 ("paper, knapsack ratio", "trawmem", fixed_setting(T=T, **{**paper, "knapsack": "ratio"})),
+                 ("paper, best-unit seeds", "trawmem", fixed_setting(T=T, **{**paper, "seed_score": "best_unit"}))]
+        for label, m, setting in cells:
+            if T is None and "knapsack" in label:
+                continue
+            picks = select(ds, m, setting)
+            s = summary(ds, records(ds, picks))
+            rows.append({"T": T, "B": None if T else 16, "config": label, "recall": s["macro"]["recall"],
+                         "hit": s["macro"]["hit"], "multi_hop_hit": s["macro"]["multi_hop_hit"],
+                         "tokens": s["macro"]["tokens"], "units": s["macro"]["units"]})
+            print(f"paper T={T} {label}: recall {s['macro']['recall']:.3f} units {s['macro']['units']:.1f}", flush=True)
+    return rows
+
+
+def save_results(res: dict, out_dir) -> Path:
+    """``res`` merged into ``bridge.json`` (a run over some parts or budgets keeps the others'),
+    with ``bridge.md`` (its hand-written summary kept) and ``bridge.png``."""
+    from .bridge_report import markdown, plot
+
+    with harness.locked("bridge", out_dir) as old:
+        for k in ("headline", "variants", "roles"):  # a run over some budgets keeps the others' cells
+            if k in res and isinstance(old.get(k), dict):
+                res[k] = {**old[k], **res[k]}
+        old.update(res)
+        md = out_dir / "bridge.md"
+        harness.write_text(md, markdown(old, md.read_text(encoding="utf-8") if md.exists() else ""))
+        out = harness.save("bridge", old, plot(old), out_dir=out_dir, dpi=110)
+    return out
+
+
+def run(a, parts: set, Ts: list[int]) -> int:
     t_all = time.perf_counter()
     data = dev_sets(a)
     res: dict = {"protocol": __doc__, "machine": harness.machine()}
@@ -276,11 +321,6 @@ def run(a, parts: set, Ts: list[int]) -> int:
     def base(n, T):
         return (get(n, T, "hybrid", lambda: select(data[n], "hybrid", fixed_setting(T=T))),
                 get(n, T, "defaults", lambda: select(data[n], "trawmem", trawmem_setting(W, T=T))))
-
-    def brief(s):
-        m = s["macro"]
-        return {"recall": m["recall"], "hit": m["hit"], "tokens": m["tokens"],
-                "per_category": s["per_category"]}
 
     if "headline" in parts:
         res["headline"] = {}
@@ -336,35 +376,10 @@ def run(a, parts: set, Ts: list[int]) -> int:
                     print(f"roles {n} T={T} {label}: variant - defaults {100 * m['margin']:+.2f} points "
                           f"[{100 * m['ci95'][0]:+.2f}, {100 * m['ci95'][1]:+.2f}]", flush=True)
     if "paper" in parts:
-        from trawmem_gpu.select.config import PAPER, PAPER_HOPS
-
-        ds, rows = data["locomo"], []
-        paper = dict(PAPER, hops=PAPER_HOPS)
-        for T in (None, 800):
-            cells = [("cosine", "cosine", fixed_setting(T=T)), ("paper", "trawmem", fixed_setting(T=T, **paper)),
-                     ("paper, knapsack best (before the fix)", "trawmem", fixed_setting(T=T, **{**paper, "knapsack": "best"})),
-                     ("paper, knapsack ratio", "trawmem", fixed_setting(T=T, **{**paper, "knapsack": "ratio"})),
-                     ("paper, best-unit seeds", "trawmem", fixed_setting(T=T, **{**paper, "seed_score": "best_unit"}))]
-            for label, m, setting in cells:
-                if T is None and "knapsack" in label:
-                    continue
-                picks = select(ds, m, setting)
-                s = summary(ds, records(ds, picks))
-                rows.append({"T": T, "B": None if T else 16, "config": label, "recall": s["macro"]["recall"],
-                             "hit": s["macro"]["hit"], "multi_hop_hit": s["macro"]["multi_hop_hit"],
-                             "tokens": s["macro"]["tokens"], "units": s["macro"]["units"]})
-                print(f"paper T={T} {label}: recall {s['macro']['recall']:.3f} units {s['macro']['units']:.1f}", flush=True)
-        res["paper"] = rows
+        res["paper"] = paper_rows(data["locomo"])
     seconds = round(time.perf_counter() - t_all, 1)
     res["seconds_" + "_".join(sorted(parts))] = seconds
-    with harness.locked("bridge", a.out_dir) as old:
-        for k in ("headline", "variants", "roles"):  # a run over some budgets keeps the others' cells
-            if k in res and isinstance(old.get(k), dict):
-                res[k] = {**old[k], **res[k]}
-        old.update(res)
-        md = a.out_dir / "bridge.md"
-        harness.write_text(md, markdown(old, md.read_text(encoding="utf-8") if md.exists() else ""))
-        out = harness.save("bridge", old, plot(old), out_dir=a.out_dir, dpi=110)
+    out = save_results(res, a.out_dir)
     print(f"wrote {out} ({seconds:.0f}s)")
     return 0
 

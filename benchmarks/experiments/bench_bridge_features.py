@@ -1,8 +1,8 @@
 """Relevance features for the bridge targets (issue 25): what each candidate feature of the learned
 affinity does at equal context tokens, and why ``words`` is the one shipped.
 
-    python benchmarks/bench_bridge_features.py [--T 400,800] [--variants base,len,cap20,...]
-        [--out-dir benchmarks/results]
+    python -m benchmarks.experiments.bench_bridge_features [--T 400,800] [--variants base,len,cap20,...]
+        [--out-dir benchmarks/results/archive]
 
 Protocol of ``bench_bridge.py`` (its folds; every number at equal context tokens against the RRF
 hybrid, paired bootstraps): for each variant, the affinity's features are the ones before issue 25
@@ -30,11 +30,12 @@ import sys
 import time
 from dataclasses import replace
 
-import harness
 import numpy as np
-from bench_bridge import TARGET_CAT, compare, dev_checked, dev_parser, dev_sets
-from equal_tokens_bench.data import fixed_setting, select, trawmem_setting
-from equal_tokens_bench.stats import records, summary
+
+from .. import harness
+from .bench_bridge import TARGET_CAT, compare, dev_checked, dev_parser, dev_sets
+from ..equal_tokens_bench.data import fixed_setting, select, trawmem_setting
+from ..equal_tokens_bench.stats import records, summary
 
 VARIANTS = {"base": (), "len": ("len",), "cap20": ("cap20",), "cap40": ("cap40",), "cap20+q": ("cap20", "q"),
             "cap20+qa": ("cap20", "qa"), "cap20+q+sess": ("cap20", "q", "sess")}
@@ -116,7 +117,7 @@ def run_variant(data: dict, cols: tuple, Ts: list[int], W_shipped) -> dict:
 
 
 def main() -> int:
-    from bench_bridge import fold_weights
+    from .bench_bridge import fold_weights
 
     ap = dev_parser(__doc__, "400,800")
     ap.add_argument("--variants", default=",".join(VARIANTS))

@@ -1,0 +1,115 @@
+"""The benchmark suite: one table of its entries, run by ``python -m benchmarks run NAME``.
+
+:data:`SUITE` is the index (``python -m benchmarks list`` prints it; ``benchmarks/README.md``
+shows it as a table): each entry's name, its script (a module of this folder, or a shell
+script), what it measures, the result files it writes under ``benchmarks/results/`` and how long
+a full run takes on the project's 2-core machine (from the timings its result files or docs
+record; "not timed" where none is recorded). Every script of this folder is an entry
+(``tests/test_bench_runner.py`` checks it), except the modules the scripts share
+(:data:`SHARED`). One-off experiments sit in ``experiments/`` and are not entries; they run as
+``python -m benchmarks.experiments.NAME`` and write under ``results/archive/``.
+
+Standard library only: importing the package (the test suite imports ``benchmarks.harness``)
+costs nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One benchmark of the suite."""
+
+    name: str
+    """What ``python -m benchmarks run NAME`` takes."""
+    script: str
+    """Its file in ``benchmarks/`` (a Python module with a ``main()``, or a ``.sh`` run by bash)."""
+    measures: str
+    """What it measures, one line."""
+    results: tuple[str, ...]
+    """The files it writes under ``benchmarks/results/`` (or ``TRAWMEM_BENCH_OUT``)."""
+    takes: str
+    """How long a full run takes on the 2-core machine, and where that figure is recorded."""
+
+    @property
+    def module(self) -> str | None:
+        """The module to import (``benchmarks.bench_select``); None for a shell script."""
+        return None if not self.script.endswith(".py") else "benchmarks." + self.script[:-3]
+
+
+SUITE: tuple[Entry, ...] = (
+    Entry("agreement", "agreement.py",
+          "batched engine against the reference selection on LoCoMo dev: identical sets (`--sweep`: H, ablations, T)",
+          ("agreement.json",), "not timed"),
+    Entry("assembly", "bench_assembly.py",
+          "workspace assembly per query (group, render, token count) with and without the per-turn line cache",
+          ("assembly.json",), "not timed"),
+    Entry("build", "bench_build.py",
+          "Stage-1 build cost per conversation (encode, segment, heads, graph) and bank size on disk",
+          ("build.json", "build.png", "build-warm.json", "build-warm.png"),
+          "45 s of builds (build.json `totals.total_s`)"),
+    Entry("e2e_dev_eval", "e2e_dev_eval.py",
+          "one full dev-set `trawmem eval` with answers and judging against the local test server, then its resume",
+          ("e2e_dev_testserver.json",), "4 min: 224 s, resume 17 s (e2e_dev_testserver.json)"),
+    Entry("equal_tokens", "bench_equal_tokens.py",
+          "selection quality at equal context tokens on both dev sets, every learned part on held-out folds",
+          ("equal_tokens.json", "equal_tokens.md", "equal_tokens.png", "equal_tokens_current.json",
+           "equal_tokens_current.md", "equal_tokens_grid_current.json"),
+          "29 min all parts (equal_tokens.json); margin + headline 5 min, grid 8 min"),
+    Entry("granularity", "bench_granularity.py",
+          "TrawMem over turns and facts beside them (three granularities) on LoCoMo dev",
+          ("granularity.json", "granularity.md", "granularity.png"),
+          "140 s for `--T 400,800` and two methods (granularity.json)"),
+    Entry("head", "bench_head.py",
+          "the learned role head on LoCoMo dev: leave-one-conversation-out, then the B table",
+          ("head_loco.json", "head_loco.png", "head_table.json"), "15 min (head_table.json: 883 s)"),
+    Entry("longmemeval", "bench_longmemeval.py",
+          "LongMemEval-S dev: quality of every method at B = 8/16/32, build cost, scoring throughput (Ray too)",
+          ("longmemeval.json", "longmemeval.md", "longmemeval.png", "longmemeval-current-defaults.json",
+           "longmemeval-current-defaults.png"),
+          "54 min with a cold build (longmemeval.md: 3,236 s); warm not timed"),
+    Entry("paper_analyses", "paper_analyses.py",
+          "the paper's retrieval-side analyses (Figs. 7-10, 12, Table 3's efficiency), its numbers beside ours",
+          ("paper_vs_ours.json", "paper_vs_ours.md", "paper_fig7.json", "paper_fig8.json", "paper_fig9.json",
+           "paper_fig10.json", "paper_fig12.json", "paper_table3.json"), "2 min (paper_vs_ours.json: 119 s)"),
+    Entry("quality", "bench_quality.py",
+          "selection quality on LoCoMo: the H x B grid, the ablations, the headline table, token budgets",
+          ("quality_grid.json", "quality_ablations.json", "quality_headline.json", "quality_tokens.json"),
+          "144 s all parts (quality_grid.json)"),
+    Entry("select", "bench_select.py",
+          "selection throughput of every implementation side by side; sweeps, scaling, seed search "
+          "(`--versus TREE`, `--tokens`, `--gpu-target`)",
+          ("select.json", "select.png", "select_scaling.json", "select_scaling.png", "select_versus.json",
+           "select_tokens.json", "select_gpu.json"), "5 min (select.json: 307 s, `--rounds 25 --ref-per-round 60`)"),
+    Entry("selection_profile", "selection_profile.py",
+          "what a config selects under a token budget: units per question, their length, recurrence",
+          ("selection_profile.json",), "not timed"),
+    Entry("serve", "bench_serve.py",
+          "load test of `trawmem serve`: throughput, latency percentiles, batching, appends (`--hostile`: two tenants)",
+          ("serve.json", "serve.png", "serve_hostile.json", "serve_versus.json", "serve_fronts.json"),
+          "`--hostile`: 185 s (serve_hostile.md); the load test not timed"),
+    Entry("serve_memory", "bench_serve_memory.py",
+          "the server's memory and latency against the number of distinct (B, H, T), one server per source tree",
+          ("serve_memory.json", "serve_memory.png"), "not timed"),
+    Entry("synthetic_banks", "synthetic_banks.py",
+          "synthetic banks for the selection benchmarks: prints build time and sizes",
+          (), "1 min for 10,000 banks of 100 units (its docstring)"),
+    Entry("token_costs", "token_costs.py",
+          "how close the additive token costs come to the real rendering, and how long counting takes",
+          ("token_costs.json",), "not timed"),
+    Entry("gpu_check", "gpu_check.sh",
+          "a bare CUDA host: the CUDA tests and `select --gpu-target`",
+          ("gpu_check.json", "gpu_check_env.json", "select_gpu.json"), "under 5 min (its own timeouts)"),
+)
+
+SHARED: tuple[str, ...] = ("harness.py", "_boot.py", "__init__.py", "__main__.py")
+"""The files of this folder that are not entries: what the scripts share, and the runner."""
+
+
+def entry(name: str) -> Entry:
+    """The entry called ``name`` (or whose script is ``name``, ``bench_select`` or ``bench_select.py``)."""
+    for e in SUITE:
+        if name in (e.name, e.script, e.script.rsplit(".", 1)[0]):
+            return e
+    raise KeyError(name)
