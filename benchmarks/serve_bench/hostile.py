@@ -31,6 +31,7 @@ import asyncio
 import json
 import time
 from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
 
 import numpy as np
 
@@ -152,10 +153,13 @@ def param_batch(bank: str) -> bytes:
     return json.dumps({"requests": reqs}).encode()
 
 
-def append_body(n: int, tag: str) -> bytes:
+def append_body(n: int, tag: str, day: int = 1) -> bytes:
+    """``n`` turns a minute apart from 10:00 on 2031-03-``day`` (in time order: the server refuses a
+    turn dated before the one it follows)."""
+    t0 = datetime(2031, 3, day, 10, 0)
     turns = [{"turn_id": f"{tag}-{i}", "speaker": "Mallory" if i % 2 else "Trent",
               "text": f"Note {i}: the quarterly plan for the garden project moves to week {i % 52}.",
-              "timestamp": f"2031-03-{1 + (i // 100) % 28:02d}T10:{i % 60:02d}:00"} for i in range(n)]
+              "timestamp": (t0 + timedelta(minutes=i)).isoformat()} for i in range(n)]
     return json.dumps({"turns": turns}).encode()
 
 
@@ -243,10 +247,10 @@ async def hostile(port: int, key: str, bank: str, spec: Spec, stop: asyncio.Even
     return res
 
 
-async def _append(port: int, key: str, bank: str, n: int, tag: str) -> dict:
+async def _append(port: int, key: str, bank: str, n: int, tag: str, day: int = 1) -> dict:
     conn = Conn("127.0.0.1", port)
     t0 = time.perf_counter()
-    status, body = await _post(conn, f"/v1/banks/{bank}/turns", port, key, append_body(n, tag), timeout=600)
+    status, body = await _post(conn, f"/v1/banks/{bank}/turns", port, key, append_body(n, tag, day), timeout=600)
     dt = time.perf_counter() - t0
     await conn.close()
     return {"status": status, "turns": n, "seconds": dt, "turns_per_s": n / dt,
@@ -256,7 +260,7 @@ async def _append(port: int, key: str, bank: str, n: int, tag: str) -> dict:
 async def append_phase(port: int, victim_key: str, victim_bodies: list[bytes], hostile_key: str, bank: str,
                        spec: Spec, tag: str) -> dict:
     """The victim while one large append runs (the victim is measured until the append is done)."""
-    app = asyncio.ensure_future(_append(port, hostile_key, bank, spec.big_append_turns, f"{tag}-big"))
+    app = asyncio.ensure_future(_append(port, hostile_key, bank, spec.big_append_turns, f"{tag}-big", day=2))
     lat_parts = []
     while not app.done():
         lat_parts.append(await victim(port, victim_key, victim_bodies, spec.victim_rate_hz,
