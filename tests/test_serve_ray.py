@@ -17,6 +17,8 @@ import httpx  # noqa: E402
 from serve_util import build_sample_collection  # noqa: E402
 
 QUESTION = "Why did Ana walk home during her long run?"
+BAD = "bad-0"
+"""A bank whose tensors file is truncated on disk: quarantined by the shard that owns it."""
 
 
 def _free_port() -> int:
@@ -35,7 +37,9 @@ def ray_server(tmp_path_factory):
 
     ids = [f"user-{i}" for i in range(6)]
     assert {shard_of(b, 2) for b in ids} == {0, 1}  # both shards own banks
-    path = build_sample_collection(tmp_path_factory.mktemp("ray") / "coll", extra_ids=tuple(ids))
+    path = build_sample_collection(tmp_path_factory.mktemp("ray") / "coll", extra_ids=(*ids, BAD))
+    tensors = path / "banks" / BAD / "tensors.safetensors"
+    tensors.write_bytes(tensors.read_bytes()[: tensors.stat().st_size // 2])
     port = _free_port()
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
@@ -57,7 +61,7 @@ def test_ray_shards_route_by_bank_id(ray_server):
     url, ids = ray_server
     with httpx.Client(base_url=url, timeout=120) as c:
         listed = {b["bank_id"]: b for b in c.get("/v1/banks").json()["banks"]}
-        assert set(listed) == {SAMPLE_BANK, *ids}  # fanned out to both shards
+        assert set(listed) == {SAMPLE_BANK, *ids, BAD} and listed[BAD]["quarantined"]  # fanned out to both shards
         # the same bank content on every shard gives the same workspace wherever it lives
         base = c.post("/v1/select", json={"bank_id": SAMPLE_BANK, "question": QUESTION, "budget": 6}).json()
         with ThreadPoolExecutor(8) as ex:
@@ -81,7 +85,7 @@ def test_ray_shards_route_by_bank_id(ray_server):
         assert owned[0] and owned[1] and not owned[0] & owned[1] and owned[0] | owned[1] == set(listed)
         assert all(shard_of(b, 2) == i for i in range(2) for b in owned[i])
         # appends go to the owning shard (one bank on each); the next read there sees them
-        for b in (min(owned[0] - {SAMPLE_BANK}), min(owned[1] - {SAMPLE_BANK})):
+        for b in (min(owned[0] - {SAMPLE_BANK, BAD}), min(owned[1] - {SAMPLE_BANK, BAD})):
             n0 = listed[b]["n_units"]
             turn = {"turn_id": f"{b}-new", "speaker": "Ana", "text": "We adopted a puppy called Biscuit.",
                     "timestamp": "2030-01-01T10:00:00"}
@@ -98,7 +102,28 @@ def test_ray_shards_route_by_bank_id(ray_server):
             assert r.status_code == 200 and r.json()["n_units"] == n0, r.text
             r = c.post("/v1/select", json={"bank_id": b, "question": "What is the puppy called?", "budget": 4})
             assert f"{b}-new" not in [u["id"] for u in r.json()["units"]]
-        b = min(owned[1] - {SAMPLE_BANK})
+        b = min(owned[1] - {SAMPLE_BANK, BAD})
         assert c.delete(f"/v1/banks/{b}").json()["deleted"] is True
         assert c.get(f"/v1/banks/{b}").status_code == 404 and c.delete(f"/v1/banks/{b}").status_code == 404
         assert c.get("/readyz").status_code == 200
+
+
+def test_a_quarantined_bank_answers_409_through_its_shard_and_can_be_deleted(ray_server):
+    """The shards answer a quarantined bank as the single-process app does: 409 naming the bank and
+    the cause on select (alone and in a batch), append, forget and GET; DELETE removes it."""
+    url, ids = ray_server
+    turn = {"turn_id": "n1", "speaker": "Ana", "text": "A note.", "timestamp": "2031-06-01T10:00:00"}
+    with httpx.Client(base_url=url, timeout=120) as c:
+        calls = [c.post("/v1/select", json={"bank_id": BAD, "question": QUESTION}),
+                 c.post("/v1/select/batch", json={"requests": [{"bank_id": ids[0], "question": QUESTION},
+                                                               {"bank_id": BAD, "question": QUESTION}]}),
+                 c.post(f"/v1/banks/{BAD}/turns", json={"turns": [turn]}),
+                 c.post(f"/v1/banks/{BAD}/forget", json={"turn_ids": ["S1:1"]}),
+                 c.get(f"/v1/banks/{BAD}")]
+        for r in calls:
+            assert r.status_code == 409 and f"bank {BAD!r} is quarantined" in r.json()["detail"], r.text
+        assert calls[1].json()["detail"].startswith("requests[1]: ")
+        assert c.post("/v1/select", json={"bank_id": ids[0], "question": QUESTION}).status_code == 200
+        r = c.delete(f"/v1/banks/{BAD}")
+        assert r.status_code == 200 and r.json()["deleted"] is True, r.text
+        assert c.get(f"/v1/banks/{BAD}").status_code == 404

@@ -30,13 +30,36 @@ from dataclasses import asdict
 
 from ray import serve
 
-from ..errors import InputError
 from .batcher import DeadlineExceeded, Later, QueueFull
 from .config import ServeConfig, select_defaults
-from .registry import DuplicateTurns
+from .remote import error_fields, error_from
 
 log = logging.getLogger("trawmem.serve")
 APP_NAME = "trawmem"
+
+
+def _refused(e: BaseException) -> dict:
+    """A package error a shard answers with, as plain data for the router (the ``--http-workers``
+    socket's own encoding, :func:`.remote.error_fields`); any other exception is raised."""
+    fields = error_fields(e)
+    if fields[0] == "internal":
+        raise e
+    return {"error": "refused", "fields": list(fields)}
+
+
+def _raise_refused(r: dict, where: str = "") -> None:
+    """Raise the package error a shard's ``{"error": "refused"}`` answer carries; ``where`` (a batch
+    item's ``requests[i]: ``) prefixes a bank error's message as the single-process app does."""
+    if r.get("error") != "refused":
+        return
+    from ..errors import QuarantinedBank, UnknownBank
+
+    e = error_from(tuple(r["fields"]))
+    if where and isinstance(e, QuarantinedBank):
+        e = QuarantinedBank(e.bank_id, e.cause, where)
+    elif where and isinstance(e, UnknownBank):
+        e = UnknownBank(e.bank_id, where)
+    raise e
 
 
 def shard_of(bank_id: str, shards: int) -> int:
@@ -87,10 +110,12 @@ class BankShard:
     async def select(self, item) -> dict:
         """One query (batched with concurrent ones); ``{"error": ...}`` instead of raising."""
         if not self.service.has_bank(item.bank_id):
-            return {"error": "unknown_bank"}
+            return _refused(self.service.registry.absent(item.bank_id))  # unknown, or quarantined
         item.arrived = time.perf_counter()  # this process's clock
         res = await self._select_batch(item)
         if isinstance(res, BaseException):
+            if error_fields(res)[0] != "internal":  # a quarantined bank, bad input: the app's answer
+                return _refused(res)
             log.error("selection failed: %s: %s", type(res).__name__, res)
             return {"error": "internal"}
         return res
@@ -98,18 +123,14 @@ class BankShard:
     async def append(self, bank_id: str, records: list[dict]) -> dict:
         try:
             return await self.service.append(bank_id, records)
-        except DuplicateTurns as e:
-            return {"error": "duplicate", "detail": str(e)}
-        except InputError as e:
-            return {"error": "input", "detail": str(e)}
+        except Exception as e:  # noqa: BLE001 - package errors go back as data, others are raised
+            return _refused(e)
 
     async def forget(self, bank_id: str, turn_ids: list[str] | None) -> dict:
-        from ..errors import UnknownBank
-
         try:
             return await self.service.forget(bank_id, turn_ids)
-        except UnknownBank:
-            return {"error": "unknown_bank"}
+        except Exception as e:  # noqa: BLE001 - package errors go back as data, others are raised
+            return _refused(e)
 
     def has_bank(self, bank_id: str) -> bool:
         return self.service.has_bank(bank_id)
@@ -118,7 +139,10 @@ class BankShard:
         return self.service.bank_list()
 
     def bank_info(self, bank_id: str) -> dict | None:
-        return self.service.bank_info(bank_id)
+        try:
+            return self.service.bank_info(bank_id)
+        except Exception as e:  # noqa: BLE001 - package errors go back as data, others are raised
+            return _refused(e)
 
 
 class RayBackend:
@@ -150,8 +174,6 @@ class RayBackend:
         """(Per-key quotas are not applied across Ray shards; Ray Serve's back pressure bounds the queues.)"""
         from ray.serve.exceptions import BackPressureError
 
-        from ..errors import UnknownBank
-
         calls = [self._h(it.bank_id).select.remote(it) for it in items]
         try:
             res = await asyncio.wait_for(asyncio.gather(*calls), self.cfg.timeout_s)
@@ -164,26 +186,19 @@ class RayBackend:
                 c.cancel()
             raise QueueFull(1) from None
         for i, (it, r) in enumerate(zip(items, res)):
-            if r.get("error") == "unknown_bank":
-                raise UnknownBank(it.bank_id, f"requests[{i}]: " if batch else "")
+            _raise_refused(r, f"requests[{i}]: " if batch else "")
             if r.get("error"):
                 raise RuntimeError(f"shard {shard_of(it.bank_id, self.n)} failed")
         return res
 
     async def append(self, bank_id: str, records: list[dict], quota=None) -> dict:
         r = await self._h(bank_id).append.remote(bank_id, records)
-        if r.get("error") == "duplicate":
-            raise DuplicateTurns(r["detail"])
-        if r.get("error") == "input":
-            raise InputError(r["detail"])
+        _raise_refused(r)
         return r
 
     async def forget(self, bank_id: str, turn_ids: list[str] | None) -> dict:
-        from ..errors import UnknownBank
-
         r = await self._h(bank_id).forget.remote(bank_id, turn_ids)
-        if r.get("error") == "unknown_bank":
-            raise UnknownBank(bank_id)
+        _raise_refused(r)
         return r
 
     async def has_bank(self, bank_id: str) -> bool:
@@ -194,7 +209,10 @@ class RayBackend:
         return [b for p in parts for b in p]
 
     async def bank_info(self, bank_id: str) -> dict | None:
-        return await self._h(bank_id).bank_info.remote(bank_id)
+        r = await self._h(bank_id).bank_info.remote(bank_id)
+        if r is not None:
+            _raise_refused(r)
+        return r
 
 
 def _router_builder(cfg: dict, shards: int, app_name: str):
