@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from pause_kill import kill_when_paused
 
 from trawmem_gpu.cli import main
 from trawmem_gpu.data import load_conversations, sample_path
@@ -380,17 +379,7 @@ def test_a_forget_killed_midway_leaves_old_or_new_and_a_rerun_finishes_it(built,
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRAWMEM_FORGET_PAUSE": f"{stage}:{flag}"}
     p = subprocess.Popen([sys.executable, "-c", _KILLED, str(coll), "-" if whole else MARKER_ID, str(out)], env=env,
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        for _ in range(6000):  # at most 10 minutes
-            if flag.exists() or p.poll() is not None:
-                break
-            time.sleep(0.1)
-        assert flag.exists(), p.communicate()[1][-2000:]
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
+    kill_when_paused(p, flag)
     # the bank is the old one or the new one, and loads
     c = Collection(coll)
     if whole:

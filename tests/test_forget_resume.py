@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from pause_kill import kill_when_paused
 
 from test_forget import _KILLED, MARKER, MARKER_ID, QUESTION, ROOT, _history, _needles, _traces
 from trawmem_gpu.cli import main
@@ -43,18 +43,12 @@ def _forget_in_another_process(coll: Path, ids: str, out: Path, stage: str | Non
         env["TRAWMEM_FORGET_PAUSE"] = f"{stage}:{flag}"
     p = subprocess.Popen([sys.executable, "-c", _KILLED, str(coll), ids, str(out)], env=env, cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if stage is not None:
+        kill_when_paused(p, flag)
+        return
     try:
-        if stage is None:
-            _, err = p.communicate(timeout=600)
-            assert p.returncode == 0, err.decode()[-2000:]
-            return
-        for _ in range(6000):  # at most 10 minutes
-            if flag.exists() or p.poll() is not None:
-                break
-            time.sleep(0.1)
-        assert flag.exists(), p.communicate()[1][-2000:]
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait(timeout=60)
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err.decode()[-2000:]
     finally:
         if p.poll() is None:
             p.kill()
