@@ -32,7 +32,7 @@ def main() -> int:
     a = ap.parse_args()
     harness.require_data(a.data)
     out_path = harness.out_file(a.out, "assembly.json")
-    import trawmem_gpu.workspace as W
+    import trawmem_gpu.select.workspace as W
     from trawmem_gpu.eval.retrieval import banks_for
 
     _, banks, _ = banks_for(a.data, progress=False)

@@ -32,7 +32,7 @@ def main(argv=None) -> int:
 
     from trawmem_gpu.eval.retrieval import banks_for
     from trawmem_gpu.tokens import TOKENIZER_NAME
-    from trawmem_gpu.workspace import assemble, token_costs
+    from trawmem_gpu.select.workspace import assemble, token_costs
 
     _, banks, _ = banks_for(args.data, progress=False)
     rng = np.random.default_rng(0)

@@ -18,29 +18,28 @@ ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "trawmem_gpu"
 
 #: The pipeline, earliest first, as the imports run: a module may import its own layer and earlier
-#: ones only. ``store`` defines the Bank that ``construct`` builds; ``workspace`` holds the token
-#: costs that ``select``'s knapsack reads; ``head`` fits on banks that ``eval`` provides and
-#: ``score`` selects with a fitted head. Shared utilities come first and import no stage.
+#: ones only (docs/architecture.md draws it). ``store`` (the bank's schema: turns, threads, the
+#: thread graph, facts, profiles, the unit view, and its files) comes before ``ingest``, which
+#: builds banks into it; ``head`` fits on banks that ``eval`` provides and ``score`` selects with a
+#: fitted head. Shared utilities come first and import no stage.
 LAYERS = (
     ("shared", ("trawmem_gpu", "trawmem_gpu.errors", "trawmem_gpu.paths", "trawmem_gpu.tokens",
-                "trawmem_gpu.config", "trawmem_gpu.llm", "trawmem_gpu.llm_factory", "trawmem_gpu.http_headers")),
-    ("data", ("trawmem_gpu.data", "trawmem_gpu.facts.schema")),
+                "trawmem_gpu.dictconfig", "trawmem_gpu.llm", "trawmem_gpu.http_headers")),
+    ("data", ("trawmem_gpu.data",)),
     ("encode", ("trawmem_gpu.encode",)),
     ("store", ("trawmem_gpu.store",)),
-    ("construct", ("trawmem_gpu.construct", "trawmem_gpu.facts", "trawmem_gpu.trimem")),
-    ("workspace", ("trawmem_gpu.workspace",)),
-    ("select", ("trawmem_gpu.select", "trawmem_gpu.kernels", "trawmem_gpu.trimem.retrieve",
-                "trawmem_gpu.trimem.method")),
-    ("eval", ("trawmem_gpu.eval", "trawmem_gpu.trimem.evolve")),
+    ("ingest", ("trawmem_gpu.ingest",)),
+    ("select", ("trawmem_gpu.select", "trawmem_gpu.kernels")),
+    ("eval", ("trawmem_gpu.eval",)),
     ("head", ("trawmem_gpu.head",)),
     ("score", ("trawmem_gpu.score",)),
     ("memory", ("trawmem_gpu.memory",)),
     ("serve", ("trawmem_gpu.serve",)),
     ("client", ("trawmem_gpu.client",)),  # the HTTP client of `serve`
+    ("mcp", ("trawmem_gpu.mcp",)),  # `trawmem mcp`: a front over the memory, as the command line is
     ("cli", ("trawmem_gpu.cli", "trawmem_gpu.cli_args", "trawmem_gpu.cli_score", "trawmem_gpu.cli_select",
              "trawmem_gpu.cli_sweep", "trawmem_gpu.cli_forget", "trawmem_gpu.head.cli", "trawmem_gpu.serve.cli",
-             "trawmem_gpu.trimem.cli", "trawmem_gpu.cli_mcp",
-             "trawmem_gpu.mcp_server")),  # `trawmem mcp`: a front over the memory, as the command line is
+             "trawmem_gpu.trimem.cli", "trawmem_gpu.cli_mcp")),
 )
 
 
@@ -133,7 +132,7 @@ def test_the_graph_reader_sees_a_cycle():
     g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(g) == [["a", "b", "c"]]
     graph = import_graph()
-    assert "trawmem_gpu.store.bank" in graph["trawmem_gpu.construct.builder"]  # a module-level import
+    assert "trawmem_gpu.store.bank" in graph["trawmem_gpu.ingest.builder"]  # a module-level import
     assert "trawmem_gpu.paths" in graph["trawmem_gpu.eval.retrieval"]
 
 
@@ -178,8 +177,8 @@ def test_one_file_digest_and_one_cache_root(tmp_path, monkeypatch):
     import hashlib
 
     from trawmem_gpu import paths
-    from trawmem_gpu.config import BuildConfig
-    from trawmem_gpu.construct import cache
+    from trawmem_gpu.ingest.config import BuildConfig
+    from trawmem_gpu.ingest import cache
 
     f = tmp_path / "d.bin"
     f.write_bytes(b"x" * (3 << 20))

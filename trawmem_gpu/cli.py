@@ -56,7 +56,7 @@ def _overrides(a) -> dict:
 
 def _build_config(a, base: dict | None = None):
     """Config from the flags given, on top of ``base`` (a stored bank's config) or the defaults."""
-    from .config import BuildConfig
+    from .ingest.config import BuildConfig
 
     return BuildConfig.from_dict({**(base or {}), **_overrides(a)})
 
@@ -78,10 +78,10 @@ def _appender(a, c, out: dict, enc, llm, prompts, pstats: list):
     """``Collection.update``'s function for an ``--update`` of ``c``'s bank: the bank with the new
     turns of ``c`` appended (and their facts and profile sections), None when nothing is new; the
     run's counts go into ``out``."""
-    from .construct import update_bank
-    from .construct.history import new_turns
-    from .facts.build import attach_facts, check_locomo_update
-    from .trimem.build import attach_profiles
+    from .ingest import update_bank
+    from .ingest.history import new_turns
+    from .ingest.layers.facts import attach_facts, check_locomo_update
+    from .ingest.layers.profiles import attach_profiles
 
     def append(old):
         turns = new_turns(old, c, dayfirst=a.dayfirst)
@@ -103,11 +103,11 @@ def _appender(a, c, out: dict, enc, llm, prompts, pstats: list):
 
 
 def cmd_build(a) -> int:
-    from .construct import build_banks
+    from .ingest import build_banks
     from .data import load_conversations
-    from .facts.build import attach_facts
+    from .ingest.layers.facts import attach_facts
     from .encode import get_encoder
-    from .llm_factory import llm_from_args, llm_options
+    from .llm.factory import llm_from_args, llm_options
     from .store import Collection
 
     cfg = _build_config(a)
@@ -120,10 +120,10 @@ def cmd_build(a) -> int:
         raise InputError("--profiles llm builds profiles from facts: give --facts locomo or --facts llm")
     prompts = None
     if a.prompts:
-        from .trimem.prompts import load_prompt_set
+        from .ingest.layers.prompts import load_prompt_set
 
         prompts = load_prompt_set(a.prompts)
-    from .trimem.build import attach_profiles, profiles_summary
+    from .ingest.layers.profiles import attach_profiles, profiles_summary
 
     pstats = []
     llm = llm_from_args(a.llm, check=True, **llm_options(a)) \

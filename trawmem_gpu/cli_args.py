@@ -24,7 +24,7 @@ import argparse
 import math
 import re
 
-from .llm_factory import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
+from .llm.factory import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 from .select.params import MAX_BUDGET, MAX_HOPS, MAX_TOKEN_BUDGET  # the bounds of QueryParams, one home
 
 
@@ -224,7 +224,7 @@ def add_token_budget(p: argparse.ArgumentParser, fill: bool = False) -> None:
                         "at most T tokens; without --budget there is no cap on the number of units (default: no "
                         "token budget)")
     from .select.config import SelectConfig
-    from .workspace import HEADINGS
+    from .select.workspace import HEADINGS
 
     p.add_argument("--headings", choices=list(HEADINGS),
                    help="what TrawMem's workspace shows per thread (and its token budget pays for): a date heading "
@@ -286,7 +286,7 @@ def add_head(p: argparse.ArgumentParser) -> None:
 def units_list(text: str) -> tuple[str, ...]:
     """``--units turns,facts,profiles`` -> the layers, checked (``facts.view.parse_units``)."""
     from .errors import ConfigError
-    from .facts.view import parse_units
+    from .store.view import parse_units
 
     try:
         return parse_units(text)

@@ -8,7 +8,7 @@ from .errors import plural
 
 
 def cmd_forget(a) -> int:
-    from .llm_factory import llm_from_args, llm_options
+    from .llm.factory import llm_from_args, llm_options
     from .memory import Memory
 
     mem = Memory(a.collection, create=False)  # opening it finishes any forget a kill left unfinished

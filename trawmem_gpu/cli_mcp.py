@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 
 from .errors import ConfigError
-from .mcp_server import LOCAL_HOSTS, build_server, http_app
+from .mcp.server import LOCAL_HOSTS, build_server, http_app
 
 
 def _tenant_of_flags(a):

@@ -41,10 +41,10 @@ def _spec(a):
 
 def _benchmark(a):
     """(conversations, items, collection dir, build stats) for ``--data``."""
-    from .config import BuildConfig
+    from .ingest.config import BuildConfig
     from .data import check_input_file, detect_format, load_conversations
     from .data.longmemeval import load_longmemeval
-    from .construct.cache import build_identity, default_bank_dir, ensure_collection
+    from .ingest.cache import build_identity, default_bank_dir, ensure_collection
     from .paths import file_sha256
     from .score.items import items_from_conversations
 

@@ -70,7 +70,7 @@ def _plan_llm(a):
     spec = getattr(a, "plan_llm", None)
     if not spec:
         return None
-    from .llm_factory import llm_from_args, llm_options
+    from .llm.factory import llm_from_args, llm_options
 
     return llm_from_args(spec, check=True, **llm_options(a))
 
@@ -106,7 +106,7 @@ def _query_bank(a):
 
 def _bank_encoder(bank):
     """The query encoder of ``bank``'s build config (MiniLM without one), checked against the bank's."""
-    from .config import BuildConfig
+    from .ingest.config import BuildConfig
     from .encode import get_encoder
 
     enc = get_encoder(BuildConfig.from_dict(bank.build_config).encoder if bank.build_config else "minilm")
@@ -119,7 +119,7 @@ def _query_ranked(a, q: str, qp):
     """``(workspace, extra JSON fields)`` of ``query --method`` trimem or a baseline (TrawMem has
     its own path): TriMem over the bank's facts (planned with ``--plan-llm``), a baseline over its
     unit view for ``--units``."""
-    from .facts.view import DEFAULT_UNITS, parse_units, unit_view
+    from .store.view import DEFAULT_UNITS, parse_units, unit_view
     from .memory import SelectedWorkspace
 
     bank = _query_bank(a)
@@ -134,7 +134,7 @@ def _query_ranked(a, q: str, qp):
         view = unit_view(bank, a.units)
         units = baseline_units(a.method, BankContext.of(view), q, z[0], None, qp)
         return SelectedWorkspace.of(view, q, units, "none", False), {}
-    from .trimem.method import TriMemRankers, trimem_select
+    from .select.trimem.method import TriMemRankers, trimem_select
 
     plan_llm = _plan_llm(a)
     try:
@@ -152,7 +152,7 @@ def _query_planned(a, q: str, cfg, qp, plan_llm):
     uses without a plan."""
     from .memory import SelectedWorkspace
     from .memory.core import served_engine
-    from .select.planned import planned_select
+    from .eval.planned import planned_select
 
     bank = _query_bank(a)
     enc = _bank_encoder(bank)
@@ -258,7 +258,7 @@ def cmd_eval(a) -> int:
 
 def cmd_demo(a) -> int:
     """Build the bundled sample into a collection and answer its sample questions."""
-    from .construct import build_banks
+    from .ingest import build_banks
     from .data import load_conversations, sample_path
     from .encode import get_encoder
     from .select.config import SelectConfig
@@ -266,7 +266,7 @@ def cmd_demo(a) -> int:
     from .select.params import QueryParams
     from .select.reference import select_reference
     from .store import Collection
-    from .workspace import assemble
+    from .select.workspace import assemble
 
     out = Path(a.out)
     coll = Collection(out, create=True)

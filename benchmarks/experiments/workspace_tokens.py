@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     from trawmem_gpu.select.config import SelectConfig
     from trawmem_gpu.select.params import QueryParams
     from trawmem_gpu.tokens import TOKENIZER_NAME, count_tokens
-    from trawmem_gpu.workspace import assemble, headings_for
+    from trawmem_gpu.select.workspace import assemble, headings_for
 
     convs, banks, _ = banks_for(args.data, progress=False)
     bank_of = {b.bank_id: b for b in banks}

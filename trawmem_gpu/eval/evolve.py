@@ -29,7 +29,7 @@ from typing import Callable, Optional
 from ..errors import ConfigError, InputError
 from ..paths import file_sha256
 from ..store.files import write_json_atomic
-from .prompts import APPLY_CRITIQUE, CRITIQUE, PromptSet, prompt_set_from_dict, prompt_set_to_dict, save_prompt_set
+from ..ingest.layers.prompts import APPLY_CRITIQUE, CRITIQUE, PromptSet, prompt_set_from_dict, prompt_set_to_dict, save_prompt_set
 
 STATE_FORMAT = 1
 EVOLVED = ("extract", "profile")
@@ -115,7 +115,7 @@ class Evolution:
     # -- stages -----------------------------------------------------------------------------
     def _banks(self):
         if self._base is None:
-            from ..construct import build_banks
+            from ..ingest import build_banks
             from ..data import load_conversations, require_locomo
 
             require_locomo(self.cfg.data, "evolve-prompts")
@@ -134,8 +134,8 @@ class Evolution:
 
     def memory(self, ps: PromptSet) -> list:
         """The dev banks with facts (and profiles) by ``ps``."""
-        from ..facts.build import attach_facts
-        from .build import attach_profiles
+        from ..ingest.layers.facts import attach_facts
+        from ..ingest.layers.profiles import attach_profiles
 
         convs, banks = self._banks()
         banks, _ = attach_facts(banks, "llm", self.encoder, llm=self.llm, prompts=ps)
@@ -145,10 +145,10 @@ class Evolution:
 
     def answer(self, banks: list) -> tuple[dict, list[dict], dict]:
         """``(metrics, per-question records with their workspace, usage)`` of TriMem over ``banks``."""
-        from ..eval.answer import answer_and_judge
+        from .answer import answer_and_judge
         from ..select.params import QueryParams
-        from ..workspace import assemble
-        from .method import TriMemRankers, trimem_select
+        from ..select.workspace import assemble
+        from ..select.trimem.method import TriMemRankers, trimem_select
 
         convs, _ = self._banks()
         by_id = {b.bank_id: b for b in banks if b.facts}

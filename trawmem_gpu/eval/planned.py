@@ -35,9 +35,9 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from ..errors import ConfigError
-from ..trimem.plan import QueryPlan, check_plans, follow_up_queries, plain_plan, plan_queries
-from ..workspace import assemble, fit_to_tokens
-from .params import QueryParams
+from ..select.trimem.plan import QueryPlan, check_plans, follow_up_queries, plain_plan, plan_queries
+from ..select.workspace import assemble, fit_to_tokens
+from ..select.params import QueryParams
 
 FOLLOW_UP_SHARE = 0.25
 """Share of B and T that stage 1 leaves to the follow-up searches (stage 2 on only)."""
@@ -194,7 +194,7 @@ def planned_select(engine, items: Sequence[tuple[str, str]], Z, params: Optional
 
 def plan_summary(picks: Sequence[PlannedPick], llm=None, prompts=None) -> dict:
     """Counts over a batch's plans, for result files: planned, fallbacks, follow-ups."""
-    from ..trimem.prompts import PromptSet
+    from ..ingest.layers.prompts import PromptSet
 
     return {"plan_llm": llm.describe() if llm is not None else None,
             "prompts": {k: v for k, v in (prompts or PromptSet()).describe().items()

@@ -371,7 +371,7 @@ def loss_png_path(out_path: str | Path) -> Path:
 def load_dev(data_path: str | Path, build_cfg=None, progress: bool = False, categories=(1, 2, 3, 4),
              dayfirst: bool = False):
     """(convs, banks, Z) for ``data_path``: banks from the on-disk cache, questions encoded once."""
-    from ..config import BuildConfig
+    from ..ingest.config import BuildConfig
     from ..encode import get_encoder
     from ..eval.retrieval import banks_for
 

@@ -14,13 +14,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..config import BuildConfig
+from .config import BuildConfig
 from ..data.fields import session_field
 from ..data.types import Conversation, Turn
 from ..encode.base import Encoder
 from ..errors import InputError, NoLLMConfigured
 from ..store.bank import Bank
-from .graph import build_edges
+from ..store.graph import build_edges
 from .heads import extractive_head
 from .segment import embedding_segments, fixed_segments
 

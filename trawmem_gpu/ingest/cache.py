@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..config import BuildConfig
+from .config import BuildConfig
 from ..data.types import UNIT_TEXT_VERSION, Conversation
 from ..errors import BankError, plural, read_json_object
 from ..paths import default_cache_dir, file_sha256  # noqa: F401 (file_sha256 names the data file)

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .dictconfig import DictFields
-from .errors import ConfigError
+from ..dictconfig import DictFields
+from ..errors import ConfigError
 
 
 @dataclass

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..config import BuildConfig
+from .config import BuildConfig
 from ..data.types import Conversation, Turn
 from ..encode.base import Encoder
 from ..errors import InputError

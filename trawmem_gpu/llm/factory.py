@@ -19,9 +19,9 @@ def llm_from_args(spec: str | None, cache_path=None, *, check: bool = False, tim
     asks the server first (``GET /models``: reachable, key accepted, model served)."""
     if not spec or spec == "none":
         return None
-    from .paths import default_cache_dir
-    from .llm.cache import CachedBackend
-    from .llm.spec import backend_from_spec
+    from ..paths import default_cache_dir
+    from .cache import CachedBackend
+    from .spec import backend_from_spec
 
     http = spec.strip().lower().startswith(("http://", "https://"))
     opts = {"timeout_s": timeout_s, "max_retries": max_retries, "deadline_s": deadline_s} if http else {}

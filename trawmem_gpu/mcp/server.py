@@ -30,7 +30,7 @@ types from their annotations, which name classes local to :func:`build_server`.)
 """
 from typing import Any, Callable, Mapping
 
-from .errors import TrawmemError, UnknownBank
+from ..errors import TrawmemError, UnknownBank
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 MAX_SHOWN_ERRORS = 5
@@ -210,7 +210,7 @@ def _bank_id_type():
 
     from pydantic import Field
 
-    from .data.types import MAX_ID_CHARS
+    from ..data.types import MAX_ID_CHARS
 
     return Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, description="the memory bank's id")]
 
@@ -222,9 +222,9 @@ def _write_tools(g: _Guard, A) -> list:
     from mcp.server.mcpserver import Context
     from pydantic import Field
 
-    from .data.types import MAX_ID_CHARS
-    from .serve.config import ServeConfig
-    from .serve.models import MAX_FORGET_IDS, TurnIn
+    from ..data.types import MAX_ID_CHARS
+    from ..serve.config import ServeConfig
+    from ..serve.models import MAX_FORGET_IDS, TurnIn
 
     BankId = _bank_id_type()
     Turns = Annotated[list[TurnIn], Field(min_length=1, max_length=ServeConfig.max_turns_per_append,
@@ -271,8 +271,8 @@ def _read_tools(g: _Guard, A, default_token_budget: int) -> list:
     from mcp.server.mcpserver import Context
     from pydantic import Field
 
-    from .serve.config import ServeConfig
-    from .serve.models import MAX_DATE_CHARS
+    from ..serve.config import ServeConfig
+    from ..serve.models import MAX_DATE_CHARS
 
     BankId = _bank_id_type()
     Question = Annotated[str, Field(min_length=1, max_length=ServeConfig.max_question_chars)]
@@ -324,7 +324,7 @@ def http_app(memory, keys=None, *, host: str = "127.0.0.1", token_budget: int = 
              log_level: str = "WARNING"):
     """The streamable-HTTP ASGI app (``/mcp``): with ``keys`` (a ``KeyStore``) each request's key
     names its tenant (401 without one), else every request is ``tenant`` (default: all banks)."""
-    from .serve.keys import LOCAL_TENANT
+    from ..serve.keys import LOCAL_TENANT
 
     if keys is None:
         fixed = tenant or LOCAL_TENANT

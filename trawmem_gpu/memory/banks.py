@@ -21,9 +21,9 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..construct import build_banks, update_bank
-from ..construct.forget import without_turns
-from ..config import BuildConfig
+from ..ingest import build_banks, update_bank
+from ..ingest.forget import without_turns
+from ..ingest.config import BuildConfig
 from ..data.fields import check_order, id_field
 from ..data.types import MAX_ID_CHARS, Conversation
 from ..encode.base import Encoder

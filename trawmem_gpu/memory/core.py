@@ -44,7 +44,7 @@ def forget_in_process_texts() -> None:
     after a forget none of them may keep a forgotten text."""
     from ..select.lexical import _stem
     from ..tokens import clear_counts
-    from ..workspace import date_label, unit_line
+    from ..select.workspace import date_label, unit_line
 
     for f in (unit_line, date_label, _stem):
         f.cache_clear()
@@ -182,7 +182,7 @@ def served_engine(banks: dict, select_cfg: SelectConfig | None = None, threads: 
     if method == "trimem":
         from dataclasses import replace
 
-        from ..trimem.method import TriMemEngine
+        from ..select.trimem.method import TriMemEngine
 
         return ServedEngine(banks, replace(cfg, headings="none"), TriMemEngine, units)
 

@@ -38,7 +38,7 @@ class ServedEngine:
 
     def __init__(self, banks: dict[str, Bank], cfg: SelectConfig,
                  make: Callable[[list[Bank], SelectConfig], SelectionEngine] | None = None, units=("turns",)):
-        from ..facts.view import unit_view
+        from ..store.view import unit_view
 
         self.view = lambda bank: unit_view(bank, units)
         """A stored bank as the engine selects from it (``--units``; the bank itself for ``turns``)."""

@@ -97,7 +97,7 @@ def baseline_units(method: str, ctx: BankContext, question: str, z: np.ndarray, 
     if qp.token_budget is None:
         return full_context(ctx) if method == "full" else [int(u) for u in
                                                            ranking(method, ctx, question, z)[:qp.budget]]
-    from ..workspace import fit_to_tokens
+    from .workspace import fit_to_tokens
 
     order = ranking(method, ctx, question, z)
     costs = ctx.token_costs("none")

@@ -26,7 +26,7 @@ from typing import Literal
 from ..dictconfig import DictFields
 from ..errors import ConfigError
 from .weights_file import load_weights
-from ..workspace import DEFAULT_HEADINGS, Headings
+from .workspace import DEFAULT_HEADINGS, Headings
 
 ABLATIONS = ("none", "fixed_segmentation", "no_cross_edges", "seed_only", "no_role_conditioning", "identity_k",
              "no_multi_thread")

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..construct.graph import SEMANTIC
+from ..store.graph import SEMANTIC
 from ..store.bank import Bank
-from ..workspace import DEFAULT_HEADINGS, token_costs
+from .workspace import DEFAULT_HEADINGS, token_costs
 from .lexical import BM25Index
 from .objective import support_floor, unit_attributes
 from .steps.relevance import RelevanceStatic, relevance_static

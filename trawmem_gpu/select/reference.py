@@ -27,7 +27,7 @@ from .steps.greedy import TokenBudget, config_rule, cost_aware_greedy
 from .steps.priority import effective_budget, head_distances, priorities
 from .steps.roles import demand_mix, role_params  # noqa: F401 - re-exported (head.model, tests)
 from .text_features import demand_features
-from ..workspace import fit_to_tokens
+from .workspace import fit_to_tokens
 
 
 @dataclass

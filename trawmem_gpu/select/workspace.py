@@ -51,9 +51,9 @@ from typing import Literal
 
 import numpy as np
 
-from .data.types import Turn
-from .store.bank import Bank
-from .tokens import TOKENIZER_NAME, count_tokens_cached, count_tokens_many, lines_count_apart
+from ..data.types import Turn
+from ..store.bank import Bank
+from ..tokens import TOKENIZER_NAME, count_tokens_cached, count_tokens_many, lines_count_apart
 
 Headings = Literal["date", "gist", "none"]
 """What a workspace shows per thread: a ``## date`` heading (``date``), the heading with the

@@ -16,7 +16,7 @@ def _need_extra(extra: str, modules: tuple[str, ...]) -> None:
 
 def _sample_into(collection: str) -> None:
     """Build the bundled sample conversation into ``collection`` unless it already holds it."""
-    from ..construct import build_banks
+    from ..ingest import build_banks
     from ..data import load_conversations, sample_path
     from ..store import Collection
 

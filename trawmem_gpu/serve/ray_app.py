@@ -30,10 +30,9 @@ from dataclasses import asdict
 
 from ray import serve
 
-from ..errors import InputError
+from ..errors import DuplicateTurns, InputError
 from .batcher import DeadlineExceeded, Later, QueueFull
 from .config import ServeConfig, select_defaults
-from .registry import DuplicateTurns
 
 log = logging.getLogger("trawmem.serve")
 APP_NAME = "trawmem"

@@ -279,7 +279,7 @@ def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = No
 
 def _read_layers(fp: Path, counts: dict) -> tuple[tuple, tuple, dict]:
     """The facts, profiles and sources of ``layers.json`` (checked records, counts as ``meta.json`` says)."""
-    from ..facts.schema import fact_from_record, profile_from_record
+    from .facts import fact_from_record, profile_from_record
 
     rec = json.loads(fp.read_text(encoding="utf-8"))
     if not isinstance(rec, dict) or not isinstance(rec.get("facts"), list) or not isinstance(rec.get("profiles"), list):

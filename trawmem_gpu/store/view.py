@@ -8,7 +8,7 @@ reference and the workspace take it unchanged:
 * **threads**: the bank's threads in their order, each session's followed by one fact thread
   holding the facts whose (first) source turn is in that session (a thread never crosses a
   session), so a workspace shows a session's facts under the date heading of its turns; then one
-  profile thread per person (sections in :data:`~trawmem_gpu.facts.schema.SECTIONS` order). A
+  profile thread per person (sections in :data:`~trawmem_gpu.store.facts.SECTIONS` order). A
   layer thread's head vector is the normalized mean of its units' vectors; unit vectors are the
   bank's (``unit_vecs``, ``fact_vecs``, ``profile_vecs``). Turn and thread indices therefore
   differ from the bank's (ids do not);
@@ -31,11 +31,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..construct.graph import LAYER
+from .graph import LAYER
 from ..data.types import Turn
 from ..errors import ConfigError
-from ..store.bank import Bank
-from .schema import SECTIONS, Fact, ProfileSection
+from .bank import Bank
+from .facts import SECTIONS, Fact, ProfileSection
 
 UNIT_KINDS: tuple[str, ...] = ("turns", "facts", "profiles")
 """The layers a view may take as units, in the order they stand in it."""

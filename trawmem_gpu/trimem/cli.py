@@ -6,9 +6,9 @@ from ..cli_args import add_llm_options, int_range, positive_int, token_budget_in
 
 def cmd_evolve(a) -> int:
     from ..errors import InputError
-    from ..llm_factory import llm_from_args, llm_options
-    from .evolve import EvolveConfig, Evolution
-    from .prompts import load_prompt_set
+    from ..llm.factory import llm_from_args, llm_options
+    from ..eval.evolve import EvolveConfig, Evolution
+    from ..ingest.layers.prompts import load_prompt_set
 
     if not a.llm or a.llm.strip().lower() == "none":
         raise InputError("--llm is required: evolution extracts, answers and critiques with an LLM")

@@ -8,7 +8,7 @@ the build (``facts.build.attach_facts``) relies on:
   only, with up to ``overlap`` turns before them as context);
 * ``existing``: on ``--update``, the bank's stored facts: a sentence one of them already states is
   not extracted again (TriMem's rule, ``trimem.extract``);
-* returns ``(facts, stats)``: :class:`~trawmem_gpu.facts.schema.Fact` records whose
+* returns ``(facts, stats)``: :class:`~trawmem_gpu.store.facts.Fact` records whose
   ``source_turns`` are ids of ``conversation_turns`` and whose ids are unique among themselves
   (the build renumbers them bank-unique), and a dict of counts (windows, malformed, retried, ...).
 """
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..data.types import Turn
-from ..trimem.extract import OVERLAP, WINDOW  # noqa: F401 (the build's window defaults)
-from ..trimem.extract import extract_facts as trimem_extract
-from .schema import Fact
+from ...data.types import Turn
+from .trimem_extract import OVERLAP, WINDOW  # noqa: F401 (the build's window defaults)
+from .trimem_extract import extract_facts as trimem_extract
+from ...store.facts import Fact
 
 
 def extract_facts(conversation_turns: list[Turn], backend, *, window: int = WINDOW, overlap: int = OVERLAP,

@@ -1,12 +1,12 @@
 """``build --facts {none,locomo,llm}``: the facts layer of freshly built or updated banks.
 
 :func:`attach_facts` gives each bank its facts, encoded with the bank's encoder (the text of
-:func:`~trawmem_gpu.facts.view.fact_embed_text`), and returns the banks with the layer beside
+:func:`~trawmem_gpu.store.view.fact_embed_text`), and returns the banks with the layer beside
 their turns (``Bank.facts``, ``fact_vecs``, ``layer_sources["facts"]``):
 
 * ``none``: the banks as they are (an updated bank keeps the facts it had);
 * ``locomo``: LoCoMo's per-session observations of the input file (``facts.locomo``);
-* ``llm``: :func:`~trawmem_gpu.facts.extract.extract_facts` over the turns, in windows.
+* ``llm``: :func:`~trawmem_gpu.ingest.layers.extract.extract_facts` over the turns, in windows.
 
 With ``new_turns`` (an ``--update``: bank id -> the turns it appended), only facts of the new
 turns are added: ``locomo`` adds the observations that cite a new turn (an id a stored fact has is
@@ -22,11 +22,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..data.types import Turn
-from ..errors import ConfigError
-from ..store.bank import Bank
-from .schema import Fact, fact_id
-from .view import fact_session
+from ...data.types import Turn
+from ...errors import ConfigError
+from ...store.bank import Bank
+from ...store.facts import Fact, fact_id
+from ...store.view import fact_session
 
 FACT_SOURCES: tuple[str, ...] = ("none", "locomo", "llm")
 
@@ -56,7 +56,7 @@ def _renumber(bank: Bank, facts: list[Fact], turn_by_id: dict[str, Turn], *, kee
 
 
 def _encode(facts: list[Fact], bank: Bank, encoder, batch_size: int = 64) -> np.ndarray:
-    from .view import fact_embed_text
+    from ...store.view import fact_embed_text
 
     tb = {t.turn_id: t for t in bank.turns}
     return encoder.encode([fact_embed_text(f, tb[f.source_turns[0]].timestamp) for f in facts], batch_size=batch_size)
@@ -83,7 +83,7 @@ def check_locomo_update(bank: Bank, input_path, *, dayfirst: bool = False) -> No
     edited, added or removed; or a bank whose facts were not read from this input): an
     ``InputError`` naming the bank and the first difference. The update would add the new turns'
     facts only, and the bank would no longer equal a full build of the input."""
-    from ..errors import InputError
+    from ...errors import InputError
     from .locomo import load_locomo_facts, observation_conflict
 
     got, _ = load_locomo_facts(input_path, {bank.bank_id: {t.turn_id for t in bank.turns}}, dayfirst=dayfirst)
@@ -108,7 +108,7 @@ def attach_facts(banks: list[Bank], source: str, encoder, *, input_path=None, ll
     if source == "locomo":
         from .locomo import load_locomo_facts
 
-        from ..data import detect_format
+        from ...data import detect_format
 
         if input_path is None or detect_format(input_path) != "locomo":
             raise ConfigError("`facts` 'locomo' reads the per-session observations of a LoCoMo-layout input "

@@ -18,12 +18,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..data.dates import parse_date
-from ..data.evidence import parse_evidence
-from ..data.locomo import locomo_samples
-from ..data.types import EvidenceRepairs
-from ..errors import InputError
-from .schema import Fact, fact_id
+from ...data.dates import parse_date
+from ...data.evidence import parse_evidence
+from ...data.locomo import locomo_samples
+from ...data.types import EvidenceRepairs
+from ...errors import InputError
+from ...store.facts import Fact, fact_id
 
 _OBS = re.compile(r"^session_(\d+)_observation$")
 _SESSION = re.compile(r"^session_(\d+)(?:_date_time)?$")

@@ -14,10 +14,10 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..facts.view import profile_embed_text
-from ..store.bank import Bank
-from .profiles import ProfileStats, build_profiles
+from ...errors import ConfigError
+from ...store.view import profile_embed_text
+from ...store.bank import Bank
+from .trimem_profiles import ProfileStats, build_profiles
 from .prompts import PromptSet
 
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from string import Template
 
-from ..errors import InputError
-from ..facts.schema import SECTIONS
-from ..llm.prompts import Prompt
+from ...errors import InputError
+from ...store.facts import SECTIONS
+from ...llm.prompts import Prompt
 
 EXTRACT = Prompt(
     name="trimem_extract",
@@ -253,7 +253,7 @@ def load_prompt_set(path: str | Path | None) -> PromptSet:
 
 def save_prompt_set(ps: PromptSet, path: str | Path, extra: dict | None = None) -> None:
     """Write ``ps`` (and ``extra`` keys) to ``path`` atomically."""
-    from ..store.files import write_json_atomic
+    from ...store.files import write_json_atomic
 
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)

@@ -35,12 +35,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from ..data.types import Turn
-from ..errors import ConfigError
-from ..facts.schema import Fact, fact_id
-from ..llm.base import LLMBackend
-from ..llm.prompts import RETRY_JSON, retry_messages
-from ..llm.structured import extract_json
+from ...data.types import Turn
+from ...errors import ConfigError
+from ...store.facts import Fact, fact_id
+from ...llm.base import LLMBackend
+from ...llm.prompts import RETRY_JSON, retry_messages
+from ...llm.structured import extract_json
 from .prompts import PromptSet
 
 WINDOW = 40
@@ -231,7 +231,7 @@ def _normalize_date(s: str, anchor) -> str | None:
         rel = resolve_relative(s, anchor)
         if rel is not None:
             return rel
-    from ..data.dates import parse_date
+    from ...data.dates import parse_date
 
     return parse_date(s).date().isoformat()
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from ..facts.schema import SECTIONS, Fact, ProfileLine, ProfileSection
-from ..llm.base import LLMBackend
-from ..llm.prompts import retry_messages
-from ..llm.structured import extract_json
-from .extract import ECHO_CHARS
+from ...store.facts import SECTIONS, Fact, ProfileLine, ProfileSection
+from ...llm.base import LLMBackend
+from ...llm.prompts import retry_messages
+from ...llm.structured import extract_json
+from .trimem_extract import ECHO_CHARS
 from .prompts import PromptSet
 
 MIN_FACTS = 2

@@ -19,13 +19,13 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..facts.view import unit_view
-from ..select.baselines import take_within_tokens
-from ..select.context import BankContext
-from ..store.bank import Bank
+from ...errors import ConfigError
+from ...store.view import unit_view
+from ..baselines import take_within_tokens
+from ..context import BankContext
+from ...store.bank import Bank
 from .plan import QueryPlan, check_plans, plain_plan, plan_queries
-from .prompts import PromptSet
+from ...ingest.layers.prompts import PromptSet
 from .retrieve import TOP_K, TriMemIndex, priority_ids
 
 HEADINGS = "none"
@@ -64,7 +64,7 @@ class TriMemRanker:
 
     def units(self, plan: QueryPlan, query_vecs: np.ndarray, params=None, k: int = TOP_K) -> list[int]:
         """View unit indices shown for ``plan`` (its searches' vectors ``query_vecs``), in priority order."""
-        from ..select.params import QueryParams
+        from ..params import QueryParams
         from ..workspace import fit_to_tokens
 
         qp = params or QueryParams()
@@ -167,7 +167,7 @@ class TriMemEngine:
         return self.rankers[bank_id].view
 
     def select_units(self, bank_ids: list[str], questions: list[str], Z, dates=None, params=None) -> list[list[int]]:
-        from ..select.params import QueryParams
+        from ..params import QueryParams
 
         ps = params if isinstance(params, (list, tuple)) else [params or QueryParams()] * len(bank_ids)
         for b in bank_ids:

@@ -22,11 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from ..data.types import MAX_QUESTION_CHARS
-from ..llm.base import LLMBackend
-from ..llm.prompts import retry_messages
-from ..llm.structured import extract_json
-from .prompts import PromptSet
+from ...data.types import MAX_QUESTION_CHARS
+from ...llm.base import LLMBackend
+from ...llm.prompts import retry_messages
+from ...llm.structured import extract_json
+from ...ingest.layers.prompts import PromptSet
 
 MAX_QUERIES = 3
 """Searches per question, the original question included (the paper: one to three)."""
@@ -91,7 +91,7 @@ def _opt(x) -> Optional[str]:
 def check_plans(plans: Sequence[QueryPlan], questions: Sequence[str]) -> list[QueryPlan]:
     """Plans given by a caller, one per question, each with its question first and every search a
     string within the question's bounds (``MAX_QUESTION_CHARS``); ``ConfigError`` naming the plan."""
-    from ..errors import ConfigError
+    from ...errors import ConfigError
 
     plans = list(plans)
     if len(plans) != len(questions):
@@ -170,7 +170,7 @@ def plan_queries(questions: Sequence[str], llm: Optional[LLMBackend], prompts: P
     ``key_info=False``: the target-query step only (no keywords, persons, time or location)."""
     if llm is None or not questions:
         return [plain_plan(q) for q in questions]
-    from ..errors import TrawmemError
+    from ...errors import TrawmemError
 
     ps = prompts or PromptSet()
     qs = list(questions)
@@ -201,7 +201,7 @@ def follow_up_queries(questions: Sequence[str], workspaces: Sequence[str], asked
     back (malformed after one retry, or the request failed)."""
     if not questions:
         return []
-    from ..errors import TrawmemError
+    from ...errors import TrawmemError
 
     ps = prompts or PromptSet()
     cut = "\n[... the rest of the workspace is left out]"

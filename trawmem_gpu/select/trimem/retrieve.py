@@ -24,9 +24,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..data.types import Turn
-from ..facts.schema import SECTIONS, Fact, ProfileSection
-from ..select.lexical import BM25Index, tokenize
+from ...data.types import Turn
+from ...store.facts import SECTIONS, Fact, ProfileSection
+from ..lexical import BM25Index, tokenize
 from .plan import QueryPlan
 
 TOP_K = 25
