@@ -87,7 +87,7 @@ def test_library_errors_name_fields_not_flags():
 
 def test_the_cli_maps_fields_to_its_own_flags():
     from trawmem_gpu.cli import build_parser
-    from trawmem_gpu.cli_args import flags_for_fields
+    from trawmem_gpu.cli.args import flags_for_fields
 
     p = build_parser(["serve", "eval"])
     msg = "`timeout_s` must be > 0; `max_hops` too; `no_such_field` stays; `trawmem build` stays"

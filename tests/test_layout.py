@@ -37,9 +37,7 @@ LAYERS = (
     ("serve", ("trawmem_gpu.serve",)),
     ("client", ("trawmem_gpu.client",)),  # the HTTP client of `serve`
     ("mcp", ("trawmem_gpu.mcp",)),  # `trawmem mcp`: a front over the memory, as the command line is
-    ("cli", ("trawmem_gpu.cli", "trawmem_gpu.cli_args", "trawmem_gpu.cli_score", "trawmem_gpu.cli_select",
-             "trawmem_gpu.cli_sweep", "trawmem_gpu.cli_forget", "trawmem_gpu.head.cli", "trawmem_gpu.serve.cli",
-             "trawmem_gpu.trimem.cli", "trawmem_gpu.cli_mcp")),
+    ("cli", ("trawmem_gpu.cli",)),  # one module per command (trawmem_gpu/cli/__init__.py: the table)
 )
 
 
@@ -155,8 +153,8 @@ def test_no_earlier_stage_imports_a_later_one():
 
 def test_the_stage_check_catches_a_backward_import():
     assert layer_of("trawmem_gpu.head.relevance") < layer_of("trawmem_gpu.score.job")
-    assert layer_of("trawmem_gpu.serve.config") < layer_of("trawmem_gpu.cli_select")
-    assert layer_of("trawmem_gpu.head.cli") == layer_of("trawmem_gpu.cli")
+    assert layer_of("trawmem_gpu.serve.config") < layer_of("trawmem_gpu.cli.query")
+    assert layer_of("trawmem_gpu.cli.train_head") == layer_of("trawmem_gpu.cli")
 
 
 # -- one home per idea ---------------------------------------------------------------------------

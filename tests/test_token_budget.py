@@ -613,7 +613,7 @@ def test_every_method_fits_the_budget_on_dev_banks(dev_path):
 # ----------------------------------------------------------------------------------------------
 def test_flags_parse_and_build_the_config(capsys):
     from trawmem_gpu.cli import build_parser
-    from trawmem_gpu.cli_select import _select_config
+    from trawmem_gpu.cli.query import _select_config
 
     p = build_parser()
     for cmd in (["eval", "--data", "d", "--output", "o"], ["query", "--bank", "b", "--question", "q"],

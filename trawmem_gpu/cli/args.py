@@ -24,8 +24,8 @@ import argparse
 import math
 import re
 
-from .llm.factory import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
-from .select.params import MAX_BUDGET, MAX_HOPS, MAX_TOKEN_BUDGET  # the bounds of QueryParams, one home
+from ..llm.factory import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
+from ..select.params import MAX_BUDGET, MAX_HOPS, MAX_TOKEN_BUDGET  # the bounds of QueryParams, one home
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -223,8 +223,8 @@ def add_token_budget(p: argparse.ArgumentParser, fill: bool = False) -> None:
                    help="workspace token budget: the rendered workspace (cl100k_base, thread heads included) holds "
                         "at most T tokens; without --budget there is no cap on the number of units (default: no "
                         "token budget)")
-    from .select.config import SelectConfig
-    from .select.workspace import HEADINGS
+    from ..select.config import SelectConfig
+    from ..select.workspace import HEADINGS
 
     p.add_argument("--headings", choices=list(HEADINGS),
                    help="what TrawMem's workspace shows per thread (and its token budget pays for): a date heading "
@@ -238,9 +238,23 @@ def add_token_budget(p: argparse.ArgumentParser, fill: bool = False) -> None:
                             "the ranking, or stop at the first one")
 
 
+def add_query_params(p: argparse.ArgumentParser, fill: bool = False) -> None:
+    """The query parameters of every command that selects with TrawMem's flags: ``--budget``,
+    ``--token-budget`` (with ``--headings``, and ``--fill`` where ``fill``) and ``--hops``; the
+    defaults their help names are ``QueryParams``'s."""
+    from ..select.params import QueryParams
+
+    d0 = QueryParams()
+    p.add_argument("--budget", type=budget_int,
+                   help=f"workspace budget B: units selected per question (default: {d0.budget}; with "
+                        "--token-budget: a cap on the units, none unless given)")
+    add_token_budget(p, fill=fill)
+    p.add_argument("--hops", type=hops_int, help=f"propagation hops H over the thread graph (default: {d0.hops})")
+
+
 def banks_cache_dir() -> str:
     """Where automatic bank caches live (``TRAWMEM_CACHE`` honoured), for help texts."""
-    from .paths import default_cache_dir
+    from ..paths import default_cache_dir
 
     return str(default_cache_dir() / "banks")
 
@@ -252,7 +266,7 @@ def add_method(p: argparse.ArgumentParser, trimem_llm: bool = True) -> None:
                    help="selection method (trimem: TriMem's facts, their source turns and profiles; needs banks "
                         "built with --facts)")
     if trimem_llm:
-        from .llm.spec import SPEC_HELP
+        from ..llm.spec import SPEC_HELP
 
         p.add_argument("--plan-llm", help=f"with --method trimem: the LLM of TriMem's key-information and "
                                           "target-query steps; with --method trawmem: planned TrawMem, the "
@@ -272,7 +286,7 @@ def add_engine(p: argparse.ArgumentParser) -> None:
 
 
 def add_ablation(p: argparse.ArgumentParser) -> None:
-    from .select.config import ABLATIONS, SelectConfig
+    from ..select.config import ABLATIONS, SelectConfig
 
     p.add_argument("--ablation", choices=list(ABLATIONS), default=SelectConfig.default("ablation"),
                    help="one Section 5.2 ablation")
@@ -285,8 +299,8 @@ def add_head(p: argparse.ArgumentParser) -> None:
 
 def units_list(text: str) -> tuple[str, ...]:
     """``--units turns,facts,profiles`` -> the layers, checked (``facts.view.parse_units``)."""
-    from .errors import ConfigError
-    from .store.view import parse_units
+    from ..errors import ConfigError
+    from ..store.view import parse_units
 
     try:
         return parse_units(text)

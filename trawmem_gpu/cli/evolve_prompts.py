@@ -1,7 +1,7 @@
 """``trawmem evolve-prompts``: the command line of ``trimem.evolve``."""
 from __future__ import annotations
 
-from ..cli_args import add_llm_options, int_range, positive_int, token_budget_int
+from .args import add_llm_options, int_range, positive_int, token_budget_int
 
 
 def cmd_evolve(a) -> int:
@@ -32,7 +32,7 @@ def cmd_evolve(a) -> int:
     return 0
 
 
-def configure_evolve(e) -> None:
+def configure(e) -> None:
     from ..llm.spec import SPEC_HELP
 
     e.describe("Evolve TriMem's extraction and profile prompts on a dev split: build the facts and profiles with "

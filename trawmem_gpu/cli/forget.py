@@ -4,12 +4,12 @@ from __future__ import annotations
 import json
 import sys
 
-from .errors import plural
+from ..errors import plural
 
 
 def cmd_forget(a) -> int:
-    from .llm.factory import llm_from_args, llm_options
-    from .memory import Memory
+    from ..llm.factory import llm_from_args, llm_options
+    from ..memory import Memory
 
     mem = Memory(a.collection, create=False)  # opening it finishes any forget a kill left unfinished
     for r in mem._core.finished:
@@ -35,9 +35,9 @@ def cmd_forget(a) -> int:
     return 0
 
 
-def configure_forget(f) -> None:
-    from .cli_args import add_llm_options
-    from .llm.spec import SPEC_HELP
+def configure(f) -> None:
+    from .args import add_llm_options
+    from ..llm.spec import SPEC_HELP
 
     f.describe("Forget turns of a bank (--turns), or the whole bank, everywhere: the bank is rebuilt without "
                "them and written atomically, and the embedding and LLM caches under TRAWMEM_CACHE and the "

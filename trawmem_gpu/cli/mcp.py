@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import sys
 
-from .errors import ConfigError
-from .mcp.server import LOCAL_HOSTS, build_server, http_app
+from ..errors import ConfigError
+from ..mcp.server import LOCAL_HOSTS, build_server, http_app
 
 
 def _tenant_of_flags(a):
-    from .serve.keys import Tenant
+    from ..serve.keys import Tenant
 
     return Tenant("local", tuple(a.banks or ("*",)), not a.read_only)
 
@@ -39,10 +39,10 @@ def cmd_mcp(a) -> int:
         raise ConfigError("--keys is for --http (a stdio server's caller is the local user; see --banks)")
     if a.keys is not None and (a.banks or a.read_only):
         raise ConfigError("--banks and --read-only are for a server without --keys (a key names its own banks)")
-    from .memory import Memory
+    from ..memory import Memory
 
     if a.http:  # the port first: a busy one is one line (exit 2), before the memory loads
-        from .serve.config import bound_socket
+        from ..serve.config import bound_socket
 
         sock = bound_socket(a.host, a.port)
         try:
@@ -62,7 +62,7 @@ def _serve_http(a, memory, sock) -> int:
     """``trawmem mcp --http`` on ``sock`` (bound to --host:--port)."""
     import uvicorn
 
-    from .serve.keys import KeyStore
+    from ..serve.keys import KeyStore
 
     keys = KeyStore.load(a.keys) if a.keys else None
     app = http_app(memory, keys, host=a.host, token_budget=a.token_budget,
@@ -75,8 +75,8 @@ def _serve_http(a, memory, sock) -> int:
     return 0
 
 
-def configure_mcp(m) -> None:
-    from .cli_args import port_int, token_budget_int
+def configure(m) -> None:
+    from .args import port_int, token_budget_int
 
     m.describe("Serve the memory to MCP clients (desktop assistants, IDEs, agent frameworks) with the tools "
                "add_turns, recall, forget, forget_bank and list_banks: over stdio (default) or streamable HTTP (--http) with "

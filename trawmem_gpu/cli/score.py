@@ -11,8 +11,8 @@ import os
 import sys
 from pathlib import Path
 
-from .cli_args import banks_cache_dir
-from .errors import InputError, plural
+from .args import banks_cache_dir
+from ..errors import InputError, plural
 
 
 def ks_list(text: str) -> tuple[int, ...]:
@@ -29,8 +29,8 @@ def ks_list(text: str) -> tuple[int, ...]:
 
 
 def _spec(a):
-    from .cli_select import _select_config
-    from .score.job import ScoreSpec
+    from .query import _select_config
+    from ..score.job import ScoreSpec
 
     if a.head and not Path(a.head).exists():
         raise InputError(f"--head {a.head}: file not found")
@@ -41,12 +41,12 @@ def _spec(a):
 
 def _benchmark(a):
     """(conversations, items, collection dir, build stats) for ``--data``."""
-    from .ingest.config import BuildConfig
-    from .data import check_input_file, detect_format, load_conversations
-    from .data.longmemeval import load_longmemeval
-    from .ingest.cache import build_identity, default_bank_dir, ensure_collection
-    from .paths import file_sha256
-    from .score.items import items_from_conversations
+    from ..ingest.config import BuildConfig
+    from ..data import check_input_file, detect_format, load_conversations
+    from ..data.longmemeval import load_longmemeval
+    from ..ingest.cache import build_identity, default_bank_dir, ensure_collection
+    from ..paths import file_sha256
+    from ..score.items import items_from_conversations
 
     path = check_input_file(a.data)
     fmt = detect_format(path) if a.format == "auto" else a.format
@@ -65,11 +65,11 @@ def _benchmark(a):
     bank_dir = Path(a.banks) if a.banks else default_bank_dir(ident)
     build_chunks = enc = None
     if a.ray:
-        from .score.ray_runner import ray_chunk_builder
+        from ..score.ray_runner import ray_chunk_builder
 
         build_chunks = ray_chunk_builder(a.ray_address, a.ray_workers)
     else:
-        from .encode import get_encoder
+        from ..encode import get_encoder
 
         enc = get_encoder(cfg.encoder, cache=not a.no_cache)
     st = ensure_collection([c for c in convs if any(True for _ in c.turns)], bank_dir, ident, cfg, encoder=enc,
@@ -81,7 +81,7 @@ def _limit(items, a):
     """``--max-questions N``: a stratified sample (by question type; reproducible with --seed)."""
     from collections import Counter
 
-    from .score.items import stratified_sample
+    from ..score.items import stratified_sample
 
     if not a.max_questions or a.max_questions >= len(items):
         return items
@@ -96,8 +96,8 @@ def _limit(items, a):
 def cmd_score(a) -> int:
     if a.encoder_runtime:
         os.environ["TRAWMEM_ENCODER_RUNTIME"] = a.encoder_runtime
-    from .score.items import read_questions
-    from .score.job import answer_failures, run_score, summarize_output
+    from ..score.items import read_questions
+    from ..score.job import answer_failures, run_score, summarize_output
 
     spec = _spec(a)
     if a.data and a.questions:
@@ -112,7 +112,7 @@ def cmd_score(a) -> int:
     else:
         raise InputError("nothing to score: give --data FILE, or --banks DIR with --questions FILE")
     if a.ray:
-        from .score.ray_runner import ray_session, score_ray
+        from ..score.ray_runner import ray_session, score_ray
 
         with ray_session(a.ray_address, a.ray_workers):
             summary = score_ray(items, bank_dir, spec, a.out, address=a.ray_address, workers=a.ray_workers,
@@ -165,12 +165,9 @@ def cmd_score(a) -> int:
     return 0
 
 
-def configure_score(s) -> None:
-    from .cli_args import add_ablation, add_affinity_weights, add_dayfirst, add_engine, add_head, add_method, \
-        add_token_budget, budget_int, categories, hops_int, nonneg_int, positive_int
-    from .cli_select import _budget_help
-
-    budget_help, hops_help = _budget_help()
+def configure(s) -> None:
+    from .args import add_ablation, add_affinity_weights, add_dayfirst, add_engine, add_head, add_method, \
+        add_query_params, categories, nonneg_int, positive_int
     s.describe("Select a workspace for every question of a benchmark file (--data: LongMemEval or LoCoMo, its "
                "banks built or reused automatically) or of a questions JSONL over a collection (--banks with "
                "--questions), appending one JSON line per question to --out. A rerun resumes: questions already "
@@ -181,7 +178,7 @@ def configure_score(s) -> None:
                    help="format of --data; auto tells LongMemEval from LoCoMo by the content")
     s.add_argument("--units", choices=["user", "all"], default="user",
                    help="LongMemEval units: user turns (official) or all turns")
-    from .cli_args import units_list
+    from .args import units_list
 
     s.add_argument("--layers", type=units_list, default=("turns",), metavar="L,L,...",
                    help="the layers selection takes units from: turns, facts, profiles (what --units is on query, "
@@ -205,9 +202,7 @@ def configure_score(s) -> None:
                    help="on resume, score again the written records whose question, date, bank or config no longer "
                         "match the input (without it such a record is an error naming it)")
     add_method(s, trimem_llm=False)
-    s.add_argument("--budget", type=budget_int, help=budget_help)
-    add_token_budget(s, fill=True)
-    s.add_argument("--hops", type=hops_int, help=hops_help)
+    add_query_params(s, fill=True)
     add_ablation(s)
     s.add_argument("--paper", action="store_true", help="Section 4.2 exactly as written")
     add_engine(s)

@@ -1,7 +1,5 @@
-"""``trawmem serve`` (the HTTP selection service) and ``trawmem serve-key`` (API keys)."""
+"""``trawmem serve``: the HTTP selection service (:mod:`trawmem_gpu.serve`)."""
 from __future__ import annotations
-
-import sys
 
 from ..errors import ConfigError
 
@@ -31,7 +29,7 @@ def _sample_into(collection: str) -> None:
 
 
 def cmd_serve(a) -> int:
-    from .config import ServeConfig
+    from ..serve.config import ServeConfig
 
     _need_extra("serve", ("fastapi", "uvicorn", "prometheus_client"))
     cfg = ServeConfig(**{field: getattr(a, flag.lstrip("-").replace("-", "_")) for flag, field, *_ in _config_flags()},
@@ -42,30 +40,20 @@ def cmd_serve(a) -> int:
         if a.http_workers:
             raise ConfigError("--http-workers is for one machine; with --ray the router and shards are Ray's processes")
         _need_extra("ray", ("ray",))
-        from .ray_app import serve_ray
+        from ..serve.ray_app import serve_ray
 
         serve_ray(cfg, shards=a.shards, address=a.ray_address, shard_cpus=a.shard_cpus)
         return 0
-    from .server import serve_forever
+    from ..serve.server import serve_forever
 
     serve_forever(cfg, access_log=a.access_log)
-    return 0
-
-
-def cmd_serve_key(a) -> int:
-    from .keys import add_key
-
-    key = add_key(a.keys, a.tenant, a.banks, writable=not a.read_only)
-    print(f"added a {'read-only' if a.read_only else 'read-write'} key for tenant {a.tenant!r} "
-          f"(banks {', '.join(a.banks)}) to {a.keys}; it is shown once, only its sha256 is stored:", file=sys.stderr)
-    print(key)
     return 0
 
 
 def _config_flags() -> list[tuple]:
     """(flag, ``ServeConfig`` field, type, help) of every ``trawmem serve`` flag that sets one
     field (the field's default is the flag's): one list for both the parser and ``cmd_serve``."""
-    from ..cli_args import budget_int, hops_int, nonneg_float, nonneg_int, port_int, positive_float, positive_int, \
+    from .args import budget_int, hops_int, nonneg_float, nonneg_int, port_int, positive_float, positive_int, \
         token_budget_int
 
     return [
@@ -108,9 +96,9 @@ def _config_flags() -> list[tuple]:
     ]
 
 
-def configure_serve(s) -> None:
-    from ..cli_args import positive_float, positive_int
-    from .config import ServeConfig
+def configure(s) -> None:
+    from .args import positive_float, positive_int
+    from ..serve.config import ServeConfig
 
     d = ServeConfig()
     s.describe("Serve workspace selection over HTTP (API v1, OpenAPI at /docs): dynamic batching, API keys "
@@ -118,7 +106,7 @@ def configure_serve(s) -> None:
     for flag, field, kind, text in _config_flags():
         s.add_argument(flag, type=kind, default=getattr(d, field), help=text)
     s.add_argument("--sample", action="store_true", help="first build the bundled sample conversation into it")
-    from ..cli_args import add_units
+    from .args import add_units
 
     add_units(s)
     s.add_argument("--method", choices=["trawmem", "trimem"], default=d.method,
@@ -130,14 +118,3 @@ def configure_serve(s) -> None:
     s.add_argument("--shard-cpus", type=positive_float, default=1.0, help="--ray: CPUs each shard reserves")
     s.add_argument("--ray-address", help="--ray: address of a running Ray cluster (default: start a local one)")
     s.set_defaults(fn=cmd_serve)
-
-
-def configure_serve_key(k) -> None:
-    k.describe("Create an API key for `trawmem serve`: the key is printed once on stdout, and only its sha256 is "
-               "stored in the keys file, with the tenant and the bank-id patterns it may read (and append to).")
-    k.add_argument("--keys", required=True, help="keys file to add to (created when missing)")
-    k.add_argument("--tenant", required=True, help="tenant name the key belongs to")
-    k.add_argument("--banks", nargs="+", required=True, help="bank-id patterns the key owns, e.g. 'acme-*'")
-    k.add_argument("--read-only", action="store_true", help="may select but not append")
-    k.set_defaults(fn=cmd_serve_key)
-

@@ -5,14 +5,14 @@ import argparse
 import json
 from pathlib import Path
 
-from .cli_args import MAX_BUDGET, MAX_HOPS, MAX_TOKEN_BUDGET, add_dayfirst, add_units, categories, nonneg_int, positive_int
+from .args import MAX_BUDGET, MAX_HOPS, MAX_TOKEN_BUDGET, add_dayfirst, add_units, categories, nonneg_int, positive_int
 
 
 def int_list(minimum: int, maximum: int):
     """argparse type: a comma-separated list of integers in ``minimum..maximum``."""
     def parse(text: str) -> list[int]:
-        from .errors import InputError
-        from .eval.sweep import parse_int_list
+        from ..errors import InputError
+        from ..eval.sweep import parse_int_list
 
         try:
             vals = parse_int_list(text, minimum)
@@ -29,7 +29,7 @@ def int_list(minimum: int, maximum: int):
 
 def method_list(text: str) -> list[str]:
     """argparse type: comma-separated sweep methods."""
-    from .eval.sweep import SWEEP_METHODS
+    from ..eval.sweep import SWEEP_METHODS
 
     methods = list(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
     unknown = [m for m in methods if m not in SWEEP_METHODS]
@@ -40,8 +40,8 @@ def method_list(text: str) -> list[str]:
 
 
 def cmd_sweep(a) -> int:
-    from .errors import InputError
-    from .eval.sweep import format_table, plot_pareto, run_sweep
+    from ..errors import InputError
+    from ..eval.sweep import format_table, plot_pareto, run_sweep
 
     if not Path(a.data).exists():
         raise InputError(f"--data {a.data}: file not found")
@@ -63,7 +63,7 @@ def cmd_sweep(a) -> int:
     return 0
 
 
-def configure_sweep(s) -> None:
+def configure(s) -> None:
     s.describe("For every (method, H, B or T) cell: macro evidence recall, multi-hop hit, context "
                "tokens and one-query latency p50/p95/p99; batched-engine throughput for "
                "TrawMem cells; build cost per bank once. Writes a table, a JSON and a Pareto PNG.")

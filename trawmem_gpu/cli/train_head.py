@@ -6,7 +6,7 @@ import json
 
 def cmd_train_head(a) -> int:
     from ..data import check_input_file, require_locomo
-    from .train import train_head
+    from ..head.train import train_head
 
     require_locomo(check_input_file(a.data), "train-head")
     convs = [c for c in a.conversations.split(",") if c.strip()] if a.conversations else None
@@ -25,33 +25,9 @@ def cmd_train_head(a) -> int:
     return 0
 
 
-def cmd_train_affinity(a) -> int:
-    import time
-
-    from ..errors import InputError
-    from ..paths import file_sha256
-    from .relevance import NEEDS_LABELS, fit_relevance, load_labelled, save_weights
-
-    t0 = time.perf_counter()
-    qs, meta = [], []
-    for path in a.data:
-        got, _ = load_labelled(path, progress=not a.quiet, dayfirst=a.dayfirst, folds=1)
-        if not got:
-            raise InputError(f"{path}: no labelled question to fit the affinity on ({NEEDS_LABELS})")
-        qs += got
-        meta.append({"path": str(path), "sha256": file_sha256(path), "questions": len(got),
-                     "gold_units": int(sum(q.y.sum() for q in got))})
-    w = fit_relevance(qs, C=a.C)
-    out = save_weights(a.out, w, {"data": meta, "C": a.C, "seconds": round(time.perf_counter() - t0, 1)})
-    print(f"fitted the learned affinity on {len(qs)} questions of {len(a.data)} data set"
-          f"{'s' if len(a.data) != 1 else ''} in {time.perf_counter() - t0:.1f}s -> {out}")
-    print("use it with --affinity-weights " + str(out))
-    return 0
-
-
-def configure_train_head(t) -> None:
-    from ..cli_args import MAX_BUDGET, add_dayfirst, budget_int, int_range, nonneg_float, nonneg_int, positive_float
-    from .train import DEFAULTS
+def configure(t) -> None:
+    from .args import MAX_BUDGET, add_dayfirst, budget_int, int_range, nonneg_float, nonneg_int, positive_float
+    from ..head.defaults import DEFAULTS
 
     t.describe("Train the learned role head (the role affinity A, the role-feature matrix M(delta) and the "
                "objective weights) on the gold evidence of LoCoMo-layout data, unrolling the greedy selection "
@@ -72,20 +48,3 @@ def configure_train_head(t) -> None:
     t.add_argument("--json", action="store_true", help="also print the result summary as JSON")
     t.add_argument("--quiet", action="store_true", help="no progress bars")
     t.set_defaults(fn=cmd_train_head)
-
-
-def configure_train_affinity(f) -> None:
-    from ..cli_args import MAX_C, add_dayfirst, float_range
-
-    f.describe("Fit the learned affinity (SelectConfig.relevance_weights: a logistic model over the relevance "
-               "features) on the gold evidence of one or more labelled benchmark files, and write the weights "
-               "as JSON for --affinity-weights.")
-    f.add_argument("--data", required=True, action="append",
-                   help="labelled benchmark file (LoCoMo layout or LongMemEval); repeat it to fit on several, each "
-                        "data set weighing the same")
-    f.add_argument("--out", required=True, help="weights file to write (JSON); pass it to --affinity-weights")
-    f.add_argument("--C", type=float_range(0.0, MAX_C), default=1.0,
-                   help=f"inverse L2 strength of the logistic fit: above 0, at most {MAX_C:g}")
-    add_dayfirst(f)
-    f.add_argument("--quiet", action="store_true", help="no progress bars")
-    f.set_defaults(fn=cmd_train_affinity)

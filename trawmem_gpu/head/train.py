@@ -41,15 +41,12 @@ from ..select.objective import COVERAGE_TERMS, QUERY_WEIGHTS, CoverageData, Modu
     modular_gain, support_kernel
 from ..select.reference import localize
 from ..select.steps.priority import effective_budget
+from .defaults import DEFAULTS
 from .model import LEARNED_WEIGHTS, RoleHead, save_head
 
 _BIG = 1e6  # finite stand-in for unreachable head-to-head costs (exp(-1e6 / tau) == 0)
 _IDX = {k: i for i, k in enumerate(LEARNED_WEIGHTS)}
 LOSS_KINDS = ("listwise", "pick", "topb")
-DEFAULTS = {"epochs": 20, "lr": 0.05, "seed": 0, "l2": 1e-3, "temp": 1.0, "steps": None, "loss_kind": "listwise"}
-"""Training defaults, chosen on three two-conversation dev folds (listwise loss over the full
-greedy unroll; ``steps=None`` = B); the fold measurements behind each value are in
-benchmarks/results/quality.md ("Learned role head")."""
 
 
 @dataclass
