@@ -4,7 +4,7 @@ default date headings).
 
     python -m benchmarks run assembly [--data PATH] [--rounds 9] [--out benchmarks/results/assembly.json]
 
-"Without" swaps ``workspace.unit_line`` and ``workspace.date_label`` for their uncached
+"Without" swaps ``select.workspace.unit_line`` and ``select.workspace.date_label`` for their uncached
 functions (``__wrapped__``); the token count is ``tokens.count_tokens_cached`` in both.
 """
 from __future__ import annotations

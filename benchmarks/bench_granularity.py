@@ -5,7 +5,7 @@
 
 The facts are LoCoMo's per-session observations (``build --facts locomo``: LLM-extracted facts,
 each citing its source turn), encoded with the banks' encoder and made units by the banks' unit
-view (``facts.view.unit_view``). Methods, every one filling the token budget T:
+view (``store.view.unit_view``). Methods, every one filling the token budget T:
 
 * ``cosine``, ``bm25``, ``hybrid``: the standard baselines over the turns (``select.baselines``);
 * ``hybrid+facts``: the hybrid ranking over turns and facts together;

@@ -1,4 +1,4 @@
-"""How close the additive token costs (``workspace.token_costs``) come to the real rendering.
+"""How close the additive token costs (``select.workspace.token_costs``) come to the real rendering.
 
 For every LoCoMo dev bank, random unit sets of 1-39 units (300 per bank and mode), with heads
 (TrawMem's workspaces) and without (the baselines'): the additive cost minus the rendered

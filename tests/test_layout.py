@@ -154,7 +154,48 @@ def test_no_earlier_stage_imports_a_later_one():
 def test_the_stage_check_catches_a_backward_import():
     assert layer_of("trawmem_gpu.head.relevance") < layer_of("trawmem_gpu.score.job")
     assert layer_of("trawmem_gpu.serve.config") < layer_of("trawmem_gpu.cli.query")
-    assert layer_of("trawmem_gpu.cli.train_head") == layer_of("trawmem_gpu.cli")
+    assert layer_of("trawmem_gpu.store.facts") < layer_of("trawmem_gpu.ingest.layers.facts") \
+        < layer_of("trawmem_gpu.select.trimem.method") < layer_of("trawmem_gpu.eval.evolve")
+
+
+#: The top-level modules that are no stage: shared utilities every stage may import.
+SHARED_MODULES = {"errors", "paths", "tokens", "dictconfig", "http_headers"}
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph folded to the top-level packages (and loose modules) of ``trawmem_gpu``."""
+    def top(m):
+        return ".".join(m.split(".")[:2])
+
+    out: dict[str, set[str]] = {top(m): set() for m in graph}
+    for a, bs in graph.items():
+        out[top(a)] |= {top(b) for b in bs if top(b) != top(a)}
+    return out
+
+
+def test_no_package_cycle():
+    """Not even through an import inside a function (the command table imports by name, not by
+    an import statement, so it adds no edge)."""
+    assert not cycles(package_graph(import_graph()))
+
+
+def test_every_stage_is_a_package_and_loose_modules_are_shared_utilities():
+    loose = {p.stem for p in PKG.glob("*.py")} - {"__init__"}
+    assert loose == SHARED_MODULES, loose ^ SHARED_MODULES
+    assert set(LAYERS[0][1]) - {"trawmem_gpu", "trawmem_gpu.llm"} == {f"trawmem_gpu.{m}" for m in SHARED_MODULES}
+    packages = {p.parent.name for p in PKG.glob("*/__init__.py")} | {"kernels"}
+    assert packages == {pre.split(".")[1] for _, pres in LAYERS for pre in pres if "." in pre} - SHARED_MODULES
+    assert "build" not in {p.name for p in PKG.rglob("*") if p.is_dir()}  # linters and ignore files skip it
+
+
+def test_the_architecture_doc_draws_these_layers():
+    """docs/architecture.md lists the layers in this order, each with its packages."""
+    rows = re.findall(r"^\| (\d+) \| (\w+) \| (.*?) \|", (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"),
+                      re.M)
+    assert [name for _, name, _ in rows] == [name for name, _ in LAYERS]
+    for (_, _, cell), (name, prefixes) in zip(rows, LAYERS):
+        for pre in prefixes:
+            assert f"`{pre.removeprefix('trawmem_gpu.')}`" in cell or pre == "trawmem_gpu", (name, pre)
 
 
 # -- one home per idea ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Planned TrawMem (``select.planned``): the LLM-free path is the engine's own selection, planned
+"""Planned TrawMem (``eval.planned``): the LLM-free path is the engine's own selection, planned
 searches and follow-ups bring in units the question alone does not pick while B and T hold,
 malformed replies fall back and are counted, one encoder and one engine call per stage, and the
 command line (``query`` / ``eval --method trawmem --plan-llm``), against the local protocol server."""

@@ -207,7 +207,7 @@ def add_affinity_weights(p: argparse.ArgumentParser) -> None:
 
 
 def add_llm_options(p: argparse.ArgumentParser) -> None:
-    """The request options every LLM-using command takes (``llm_factory.llm_options`` reads them)."""
+    """The request options every LLM-using command takes (``llm.factory.llm_options`` reads them)."""
     p.add_argument("--llm-timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                    help="limit on each LLM request attempt (HTTP backends)")
     p.add_argument("--llm-retries", type=int_range(0, 100), default=DEFAULT_RETRIES, metavar="N",
@@ -298,7 +298,7 @@ def add_head(p: argparse.ArgumentParser) -> None:
 
 
 def units_list(text: str) -> tuple[str, ...]:
-    """``--units turns,facts,profiles`` -> the layers, checked (``facts.view.parse_units``)."""
+    """``--units turns,facts,profiles`` -> the layers, checked (``store.view.parse_units``)."""
     from ..errors import ConfigError
     from ..store.view import parse_units
 

@@ -1,4 +1,4 @@
-"""``trawmem evolve-prompts``: the command line of ``trimem.evolve``."""
+"""``trawmem evolve-prompts``: the command line of ``eval.evolve``."""
 from __future__ import annotations
 
 from .args import add_llm_options, int_range, positive_int, token_budget_int

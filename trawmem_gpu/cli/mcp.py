@@ -1,4 +1,4 @@
-"""`trawmem mcp`: the command line of the MCP server (``mcp_server.py``); its flags and their checks."""
+"""`trawmem mcp`: the command line of the MCP server (``mcp/server.py``); its flags and their checks."""
 from __future__ import annotations
 
 import sys

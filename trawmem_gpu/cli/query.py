@@ -150,7 +150,7 @@ def _query_ranked(a, q: str, qp):
 
 def _query_planned(a, q: str, cfg, qp, plan_llm):
     """``(workspace, extra JSON fields)`` of ``query --method trawmem --plan-llm``: planned TrawMem
-    (``select.planned``) over the one bank's unit view for ``--units``, on the engine ``query``
+    (``eval.planned``) over the one bank's unit view for ``--units``, on the engine ``query``
     uses without a plan."""
     from ..memory import SelectedWorkspace
     from ..memory.core import served_engine

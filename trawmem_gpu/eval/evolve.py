@@ -3,9 +3,9 @@
 One step, for the current prompt set (version ``v``):
 
 1. **memory**: the dev split's banks (turn layer built once) get facts by the extraction prompt
-   and profiles by the profile prompt (``facts.build.attach_facts``, ``trimem.build``);
+   and profiles by the profile prompt (``ingest.layers.facts.attach_facts``, ``ingest.layers.profiles``);
 2. **answers**: every question with a gold answer (categories 1-4) gets TriMem's workspace
-   (``trimem.method``; the question is the only search) and an answer (``eval.answer``), judged
+   (``select.trimem.method``; the question is the only search) and an answer (``eval.answer``), judged
    when a judge is given; the **score** is the macro LLM-judge accuracy, else the macro F1;
 3. **critique** (the textual gradient): for each evolvable prompt, the LLM criticizes it in the
    light of up to ``max_failures`` wrong answers (question, gold, prediction, what memory showed);

@@ -2,7 +2,7 @@
 
 A multi-hop question's second piece of evidence is often far from the question itself (by
 cosine and by BM25); a search that names it is not. Planned TrawMem asks TriMem's planner
-(``trimem.plan``: the target-query step, the question always first, fallbacks per question) for
+(``select.trimem.plan``: the target-query step, the question always first, fallbacks per question) for
 one to three searches per question and lets the selection engine pick a workspace for each:
 
 * **Stage 1.** Every plan's extra searches are encoded in one encoder call, and the engine runs
@@ -11,13 +11,13 @@ one to three searches per question and lets the selection engine pick a workspac
   searches in pick order (each round the question's own pick first), a unit taken once, and
   only while the workspace still fits the query's B and T as the engine pays them (a unit that
   would overflow T is skipped, the merge goes on; the costs are the engine's own
-  ``workspace.TokenCosts`` under its headings, read by ``TokenCosts.cost``); the merged
-  workspace is checked against the rendering (``workspace.fit_to_tokens``) as the engine's is.
+  ``select.workspace.TokenCosts`` under its headings, read by ``TokenCosts.cost``); the merged
+  workspace is checked against the rendering (``select.workspace.fit_to_tokens``) as the engine's is.
   With a single search per question (no LLM, or the planner fell back) the merge is exactly the
   engine's own workspace.
 * **Stage 2** (``follow_up=True``): "follow-up from the anchors". One more structured LLM call
   per question with the question and the text of its stage-1 workspace asks for at most two
-  searches for evidence the workspace still lacks (``trimem.plan.follow_up_queries``, the prompt
+  searches for evidence the workspace still lacks (``select.trimem.plan.follow_up_queries``, the prompt
   ``PromptSet.follow_up``); they are encoded in one call and selected by one more engine call,
   and their picks fill what the first stage left: stage 1 stops at ``1 - follow_up_share`` of B
   and T, the follow-ups' picks (round robin) fill up to the full B and T, then stage 1's picks
@@ -75,7 +75,7 @@ def merge_picks(lists: Sequence[Sequence[int]], costs, unit_thread: np.ndarray, 
     """``(units, sources)``: ``start`` (already in the workspace, with ``start_sources``) and then the
     units of ``lists`` (per search, in pick order) round robin, each once, while at most ``budget``
     units (None: no cap) and, with a ``token_budget``, ``costs.cost(units) <= token_budget``
-    (``costs`` a ``workspace.TokenCosts``; a unit that would overflow is skipped). ``sources`` holds
+    (``costs`` a ``select.workspace.TokenCosts``; a unit that would overflow is skipped). ``sources`` holds
     each new unit's list index plus ``first_source``."""
     units, src = [int(u) for u in start], [int(s) for s in start_sources]
     have = set(units)

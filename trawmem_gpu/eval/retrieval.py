@@ -126,7 +126,7 @@ def _scores(selected_ids: list[str], gold: tuple[str, ...]) -> tuple[float, floa
 
 def layer_scores(units: list, gold: tuple[str, ...]) -> dict:
     """With facts or profiles as units: the evidence recall with citations (gold turns shown, or
-    cited by a shown fact or profile section: ``facts.view.LayerUnit.cited_turns``), its
+    cited by a shown fact or profile section: ``store.view.LayerUnit.cited_turns``), its
     all-evidence hit, and the mix (turns, facts, profile sections shown)."""
     from ..store.view import layer_counts
 
@@ -143,7 +143,7 @@ LAYER_KEYS = ("evidence_recall_cited", "all_evidence_hit_cited", "n_turns", "n_f
 
 
 def layered_banks(banks, data_path, units, facts: str | None, encoder, *, dayfirst: bool = False) -> list:
-    """``banks`` as selection sees them with ``units`` (``facts.view.unit_view``). ``facts``
+    """``banks`` as selection sees them with ``units`` (``store.view.unit_view``). ``facts``
     (``locomo``): banks without a facts layer get LoCoMo's observations of ``data_path`` first
     (encoded, not stored); ``None``: the layers must be in the banks already (``build --facts``)."""
     from ..ingest.layers.facts import attach_facts
@@ -189,9 +189,9 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     """Select for every question of ``categories`` and score against the gold evidence, every
     question with the query parameters ``params`` (B, H, T; None = the defaults).
 
-    ``method="trimem"`` (``trimem.method``) needs banks with facts; ``plan_llm`` is its planning
-    LLM (None: the question is the only search) and ``prompts`` its ``trimem.prompts.PromptSet``.
-    ``method="trawmem"`` with a ``plan_llm``: planned TrawMem (``select.planned``, the batched
+    ``method="trimem"`` (``select.trimem.method``) needs banks with facts; ``plan_llm`` is its planning
+    LLM (None: the question is the only search) and ``prompts`` its ``ingest.layers.prompts.PromptSet``.
+    ``method="trawmem"`` with a ``plan_llm``: planned TrawMem (``eval.planned``, the batched
     engine only), its second stage with ``follow_up``; each record then has its ``plan``.
 
     ``build_cfg=None`` builds with the defaults, or takes the build config of the banks already

@@ -32,7 +32,7 @@ __all__ = ["Cell", "CellRunner", "grid", "run_sweep", "run_cells", "interleave",
 
 TRAWMEM = "trawmem"
 BASELINES = ("cosine", "bm25", "hybrid")
-SWEEP_METHODS = (TRAWMEM, *BASELINES, "trimem")  # trimem.method without planning: cells like a baseline's
+SWEEP_METHODS = (TRAWMEM, *BASELINES, "trimem")  # select.trimem.method without planning: cells like a baseline's
 
 
 @dataclass(frozen=True)

@@ -244,7 +244,7 @@ def update_bank(bank: Bank, new_turns: list[Turn], cfg: BuildConfig | None = Non
     _heads([w], cfg, llm, stats)
     stats["heads_s"] = time.perf_counter() - t0
     new_bank = _finish([w], encoder, cfg, progress, stats, [bank.head_vecs])[0]
-    # the layers cite turn ids, which an append keeps: they carry over (``facts.build`` adds new facts)
+    # the layers cite turn ids, which an append keeps: they carry over (``ingest.layers.facts`` adds new facts)
     new_bank = replace(new_bank, facts=bank.facts, fact_vecs=bank.fact_vecs, profiles=bank.profiles,
                        profile_vecs=bank.profile_vecs, layer_sources=dict(bank.layer_sources))
     new_bank.validate()

@@ -10,7 +10,7 @@ directory renamed into place, then the index), and only then published here. Any
 before the write leaves the bank as it was.
 
 A forget runs the same way (serialized with the bank's appends): the bank less the turns
-(``construct.forget.without_turns``) is written through ``Collection.update``, or the bank is
+(``ingest.forget.without_turns``) is written through ``Collection.update``, or the bank is
 deleted (``Collection.delete``) when no turn is left; before the write, what is to be erased
 from the caches is journaled (``memory.erase``), and the caller erases it (``MemoryCore``).
 """

@@ -137,7 +137,7 @@ class ServedEngine:
 
     def bank(self, bank_id: str) -> Bank:
         """The bank the engine selects from for ``bank_id`` (its unit view; for TriMem's engine,
-        ``trimem.method.TriMemEngine.view``)."""
+        ``select.trimem.method.TriMemEngine.view``)."""
         view = getattr(self._engine, "view", None)
         return view(bank_id) if view is not None else self.views[bank_id]
 

@@ -56,7 +56,7 @@ class ScoreSpec:
 
     method: str = "trawmem"
     """``trawmem``, a baseline: ``cosine``, ``bm25``, ``hybrid`` (RRF, k = 60), ``full``, or ``trimem``
-    (``trimem.method`` without query planning: the question is the only search)."""
+    (``select.trimem.method`` without query planning: the question is the only search)."""
     select: dict = field(default_factory=lambda: {**SelectConfig().to_dict(), **QueryParams().to_dict()})
     """The ``SelectConfig`` and the ``QueryParams`` every question gets, as one flat dict (the
     params' ``budget``, ``token_budget`` and ``fill`` are also the baselines')."""
@@ -72,7 +72,7 @@ class ScoreSpec:
     """LLM spec for answers (``--answer-llm``), or None."""
     answer_max_tokens: int = 96
     layers: tuple = ("turns",)
-    """The layers selection takes units from (``--layers``: ``facts.view.unit_view``; the banks must
+    """The layers selection takes units from (``--layers``: ``store.view.unit_view``; the banks must
     hold them). Left out of the job's identity while it is the default (older jobs resume)."""
 
     def __post_init__(self):

@@ -59,7 +59,7 @@ class BankContext:
                    relevance_static(bank, temporal))
 
     def token_costs(self, headings: str = DEFAULT_HEADINGS):
-        """The bank's ``workspace.TokenCosts`` under ``headings``, counted on first use."""
+        """The bank's ``select.workspace.TokenCosts`` under ``headings``, counted on first use."""
         if headings not in self._token_costs:
             self._token_costs[headings] = token_costs(self.bank, headings)
         return self._token_costs[headings]

@@ -5,7 +5,7 @@ steps' references (``steps/``) and the objective (``objective.py``): affinity al
 (step 3, read by the seeds) -> seeds r0 (1) -> propagation and the capped neighbourhood (2) ->
 candidates U_q (3) -> demand delta, unit features, rho, phi (4) -> costs C (5) -> B_q and
 priorities pi (6) -> J and its greedy maximization with the early stop (7); under a token budget
-the cost-aware greedy on the workspace's token costs, then the check against T (``workspace.fit_to_tokens``).
+the cost-aware greedy on the workspace's token costs, then the check against T (``select.workspace.fit_to_tokens``).
 """
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ Rendered format (what the answer model reads, and what ``context_tokens`` counts
   (``## date`` then ``— gist`` lines would cost more tokens than they save);
 * one line per selected unit, in thread order: ``[turn id] speaker: text``, then
   ``[shares an image: caption]`` for a shared image; a fact (a unit view with ``facts``,
-  ``facts.view``) is ``[F:3:1 from D3:7, D3:8] text`` (its id and the turns it cites, 5 tokens
+  ``store.view``) is ``[F:3:1 from D3:7, D3:8] text`` (its id and the turns it cites, 5 tokens
   fewer than a ``fact:`` speaker and a ``[cites ...]`` tail), a profile section
   ``[P:Ana:career] profile: Ana, career: ...``;
 * without headings (``headings="none"``: the baselines) each line carries its own date:
@@ -105,7 +105,7 @@ def unit_line(t: Turn, with_heads: bool) -> str:
     """One unit's line: ``[id] speaker: text`` under a heading (which carries the date), else
     ``[id] (date) speaker: text``; then the image caption, if any."""
     tid, spk = one_line(t.turn_id), one_line(t.speaker)
-    if getattr(t, "layer", "turns") == "facts":  # a fact of a unit view (facts.view.LayerUnit), with its sources
+    if getattr(t, "layer", "turns") == "facts":  # a fact of a unit view (store.view.LayerUnit), with its sources
         tid += " from " + ", ".join(one_line(c) for c in t.cites)
         return f"[{tid}] {clean(t.text)}" if with_heads else f"[{tid}] ({date_label(t)}) {clean(t.text)}"
     s = f"[{tid}] {spk}: {clean(t.text)}" if with_heads else f"[{tid}] ({date_label(t)}) {spk}: {clean(t.text)}"
@@ -115,7 +115,7 @@ def unit_line(t: Turn, with_heads: bool) -> str:
 
 
 def _extractive_prefix(turns: list[Turn]) -> str:
-    """What ``construct.heads.extractive_head`` writes before the quoted turn(s)."""
+    """What ``ingest.heads.extractive_head`` writes before the quoted turn(s)."""
     date = turns[0].time.strftime("%d %B %Y") if turns[0].time else turns[0].timestamp
     return f"[{date}] " + " & ".join(dict.fromkeys(t.speaker for t in turns)) + ": "
 

@@ -5,7 +5,7 @@ Layout of a bank directory (format version 2)::
     tensors.safetensors   unit_vecs, head_vecs, thread_offsets, edge_src/dst/w/kind
     units.json            one record per unit (id, speaker, text, session, date, caption)
     layers.json           only in a bank with facts or profiles: ``{"facts": [...], "profiles":
-                          [...]}`` (``facts.schema`` records); their vectors are the tensors
+                          [...]}`` (``store.facts`` records); their vectors are the tensors
                           ``fact_vecs`` / ``profile_vecs`` (a bank without layers has neither, so
                           its files are what they were before layers existed)
     meta.json             format version, bank id, encoder id, build config, heads, counts,

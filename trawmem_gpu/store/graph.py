@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 ADJACENT, SEMANTIC, LAYER = 0, 1, 2
-"""Edge kinds: adjacent threads, semantic nearest heads, and (in a unit view only, ``facts.view``) a
+"""Edge kinds: adjacent threads, semantic nearest heads, and (in a unit view only, ``store.view``) a
 layer edge between a fact or profile thread and the threads of the units it restates."""
 
 

@@ -14,7 +14,7 @@ reference and the workspace take it unchanged:
   differ from the bank's (ids do not);
 * **a fact's unit** has the fact's first person as its speaker (the ``learned`` affinity's
   ``speaker_named`` feature sees who it is about; its line shows no speaker:
-  ``workspace.unit_line``), its source turn's date and session;
+  ``select.workspace.unit_line``), its source turn's date and session;
 * **thread graph**: the bank's edges, plus a ``LAYER`` edge (weight 1, both directions) between a
   fact thread and every thread holding one of its facts' source turns, and between a profile
   thread and the threads of the facts (or, without the facts layer, of their source turns) its

@@ -1,5 +1,5 @@
-"""Layers of a bank beside its turns (issue 21): source-linked atomic facts and per-person
-profile sections (``schema``), how a bank stores them (``store/files.py``), where they come
-from (``locomo``: LoCoMo's observations; ``extract``: the LLM hook), and the bank's unit view
-for a ``units`` tuple (``view``), which the selection engines take as a bank."""
-from ...store.facts import SECTIONS, Fact, ProfileLine, ProfileSection  # noqa: F401
+"""The layers of a bank beside its turns, made at build time: source-linked atomic facts
+(``facts.attach_facts``: LoCoMo's observations, ``locomo``, or LLM extraction, ``extract`` over
+TriMem's ``trimem_extract``) and per-person profile sections (``profiles.attach_profiles`` over
+TriMem's ``trimem_profiles``), with the prompts they are written by (``prompts``). Their records
+are the store's (``store.facts``); the unit view selection reads is ``store.view``."""

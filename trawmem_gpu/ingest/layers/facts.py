@@ -5,7 +5,7 @@
 their turns (``Bank.facts``, ``fact_vecs``, ``layer_sources["facts"]``):
 
 * ``none``: the banks as they are (an updated bank keeps the facts it had);
-* ``locomo``: LoCoMo's per-session observations of the input file (``facts.locomo``);
+* ``locomo``: LoCoMo's per-session observations of the input file (``ingest.layers.locomo``);
 * ``llm``: :func:`~trawmem_gpu.ingest.layers.extract.extract_facts` over the turns, in windows.
 
 With ``new_turns`` (an ``--update``: bank id -> the turns it appended), only facts of the new

@@ -1,10 +1,10 @@
 """``build --profiles llm``: TriMem's profiles of a bank, attached with their vectors.
 
-The facts come first (``facts.build.attach_facts``: ``--facts locomo`` or ``--facts llm``, the
+The facts come first (``ingest.layers.facts.attach_facts``: ``--facts locomo`` or ``--facts llm``, the
 latter TriMem's extraction). :func:`attach_profiles` then makes every person's profile from the
-bank's facts (``trimem.profiles``), or, on ``build --update`` (``new_fact_ids``: the facts the
+bank's facts (``ingest.layers.trimem_profiles``), or, on ``build --update`` (``new_fact_ids``: the facts the
 update added), remakes only the sections those facts touch. New or changed sections are encoded
-(``facts.view.profile_embed_text``); unchanged ones keep their vectors. The run's counts go to
+(``store.view.profile_embed_text``); unchanged ones keep their vectors. The run's counts go to
 the bank's ``stats["profiles_llm"]``.
 """
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """TriMem's prompts (the seed paper's appendix E), as versioned ``Prompt``s, and the prompt set a
 build or an evolution step uses.
 
-The extraction and profile prompts are what TextGrad evolution edits (``trimem.evolve``); an
+The extraction and profile prompts are what TextGrad evolution edits (``eval.evolve``); an
 evolved set is a JSON file (``save_prompt_set`` / ``load_prompt_set``, ``build --prompts FILE``)
 whose templates must keep their placeholders. The planning prompts (key information, target
-queries, and the follow-up searches of planned TrawMem, ``select.planned``) and the critique
+queries, and the follow-up searches of planned TrawMem, ``eval.planned``) and the critique
 prompts stay fixed: evolution scores a prompt set by the memory it builds, which the planning
 prompts do not touch.
 """
@@ -154,7 +154,7 @@ APPLY_CRITIQUE = Prompt(
 )
 
 EVOLVABLE = ("extract", "profile", "profile_update")
-"""PromptSet fields a prompts file may replace (``evolve-prompts`` edits ``trimem.evolve.EVOLVED`` of them)."""
+"""PromptSet fields a prompts file may replace (``evolve-prompts`` edits ``eval.evolve.EVOLVED`` of them)."""
 
 
 @dataclass(frozen=True)

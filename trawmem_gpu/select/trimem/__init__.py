@@ -1,4 +1,5 @@
-"""TriMem (the second seed): LLM fact extraction (``extract``), per-person profiles (``profiles``,
-``build``), TriMem's query planning and retrieval (``plan``, ``retrieve``, ``method``: ``--method
-trimem``), its prompts (``prompts``) and their TextGrad-style evolution (``evolve``, ``cli``:
-``trawmem evolve-prompts``). docs/trimem.md describes them and what was measured."""
+"""TriMem's retrieval (``--method trimem``): the query plan (``plan``: key information, target
+queries, and the follow-up step planned TrawMem uses), the fused fact ranking (``retrieve``) and
+the harnesses' method (``method``). Its extraction and profiles are built at ingest
+(``ingest.layers``), its prompt evolution is ``eval.evolve``; docs/trimem.md describes them and
+what was measured."""

@@ -1,14 +1,14 @@
 """``--method trimem`` in the harnesses (query, eval, score, sweep, serve): plans, ranks, and the
 units of the bank's unit view that the workspace shows.
 
-A :class:`TriMemRanker` holds one bank's retrieval index (``trimem.retrieve``) and its unit view
-(``facts.view.unit_view`` over the turns, the facts and, when the bank has them, the profiles),
+A :class:`TriMemRanker` holds one bank's retrieval index (``select.trimem.retrieve``) and its unit view
+(``store.view.unit_view`` over the turns, the facts and, when the bank has them, the profiles),
 so that the workspace is the view's, rendered like every baseline's (``headings="none"``: each
 line with its id and date; a fact with the turns it cites). :func:`trimem_select` serves a batch
 of questions: the plans in two batched LLM calls (none without an LLM), every extra search
 encoded in one call, then per question the priority ids mapped to view units and taken as a
 baseline takes its ranking: the first B at a unit budget, or under a token budget T
-(``select.baselines.take_within_tokens``, then ``workspace.fit_to_tokens``), at most B units when
+(``select.baselines.take_within_tokens``, then ``select.workspace.fit_to_tokens``), at most B units when
 B is also given. A B above what is listed (``--budget 4096``) shows everything: the K facts,
 their turns and the sections, the paper's setting.
 """

@@ -1,5 +1,5 @@
 """TriMem's query planning: the key-information step and the target-query step, and the
-follow-up step of planned TrawMem (``select.planned``).
+follow-up step of planned TrawMem (``eval.planned``).
 
 For each question, two structured LLM calls (batched over all questions): the key information
 (keywords, persons, time expression, location, entities) and one to three focused search

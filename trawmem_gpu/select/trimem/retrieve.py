@@ -1,7 +1,7 @@
 """TriMem's retrieval (``--method trimem``): facts top-K by dense, BM25 and symbolic matching,
 then the source turns of those facts and the profiles of the persons involved.
 
-For each search of the plan (``trimem.plan``; the question alone without an LLM) every fact is
+For each search of the plan (``select.trimem.plan``; the question alone without an LLM) every fact is
 ranked by cosine to the search's vector and by BM25 over its sentence, persons, keywords and
 entities; the ranks are fused by reciprocal rank (k = 60) over all searches, and two symbolic
 matches add one first-rank share each: a person of the plan (or, without a plan, a known person
@@ -13,8 +13,8 @@ involved (the plan's persons that have a profile, else those of the three best f
 
 :func:`priority_ids` lists what the workspace shows, in the order a token budget takes it: each
 fact followed by its source turns not yet listed, the profile sections after the first
-``profile_after`` facts. ``trimem.method`` maps the ids to the units of the bank's unit view
-(``facts.view``), whose workspace shows every fact, turn and section with its id.
+``profile_after`` facts. ``select.trimem.method`` maps the ids to the units of the bank's unit view
+(``store.view``), whose workspace shows every fact, turn and section with its id.
 """
 from __future__ import annotations
 
