@@ -122,7 +122,7 @@ def run(args, out_path: Path) -> int:
 
     import numpy as np
 
-    from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.ingest.config import BuildConfig
     from trawmem_gpu.encode import get_encoder
     from trawmem_gpu.eval.retrieval import banks_for, run_eval
     from trawmem_gpu.select.engine import SelectionEngine

@@ -4,7 +4,7 @@ default date headings).
 
     python -m benchmarks run assembly [--data PATH] [--rounds 9] [--out benchmarks/results/assembly.json]
 
-"Without" swaps ``workspace.unit_line`` and ``workspace.date_label`` for their uncached
+"Without" swaps ``select.workspace.unit_line`` and ``select.workspace.date_label`` for their uncached
 functions (``__wrapped__``); the token count is ``tokens.count_tokens_cached`` in both.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ def main() -> int:
     a = ap.parse_args()
     harness.require_data(a.data)
     out_path = harness.out_file(a.out, "assembly.json")
-    import trawmem_gpu.workspace as W
+    import trawmem_gpu.select.workspace as W
     from trawmem_gpu.eval.retrieval import banks_for
 
     _, banks, _ = banks_for(a.data, progress=False)

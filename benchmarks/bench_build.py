@@ -52,8 +52,8 @@ def run(args) -> dict:
     import numpy as np
 
     import trawmem_gpu
-    from trawmem_gpu.config import BuildConfig
-    from trawmem_gpu.construct import build_banks
+    from trawmem_gpu.ingest.config import BuildConfig
+    from trawmem_gpu.ingest import build_banks
     from trawmem_gpu.data import load_conversations
     from trawmem_gpu.encode import get_encoder
     from trawmem_gpu.paths import file_sha256
@@ -76,7 +76,7 @@ def run(args) -> dict:
     getattr(enc, "inner", enc).encode(["warm-up pass of the benchmark"])
     warmup_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    from trawmem_gpu.construct.graph import build_edges
+    from trawmem_gpu.store.graph import build_edges
 
     v = np.random.default_rng(0).standard_normal((64, enc.dim)).astype(np.float32)  # > 20 queries: BLAS path
     build_edges(v / np.linalg.norm(v, axis=1, keepdims=True), knn=cfg.knn, threshold=cfg.knn_threshold)

@@ -5,7 +5,7 @@
 
 The facts are LoCoMo's per-session observations (``build --facts locomo``: LLM-extracted facts,
 each citing its source turn), encoded with the banks' encoder and made units by the banks' unit
-view (``facts.view.unit_view``). Methods, every one filling the token budget T:
+view (``store.view.unit_view``). Methods, every one filling the token budget T:
 
 * ``cosine``, ``bm25``, ``hybrid``: the standard baselines over the turns (``select.baselines``);
 * ``hybrid+facts``: the hybrid ranking over turns and facts together;
@@ -85,7 +85,7 @@ def with_facts(ds):
 def records(ds, picks: list[list[int]], headings: str) -> list[dict]:
     """Per question: category, fold, the recalls and hits (plain and with citations), tokens, mix."""
     from trawmem_gpu.eval.retrieval import layer_scores
-    from trawmem_gpu.workspace import assemble
+    from trawmem_gpu.select.workspace import assemble
 
     out = []
     for q, p in zip(ds.questions, picks):
@@ -144,7 +144,7 @@ def run_method(ds, dsf, method: str, T: int, W: dict, setting: dict | None = Non
 def trimem_available() -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("trawmem_gpu.trimem.method") is not None
+    return importlib.util.find_spec("trawmem_gpu.select.trimem.method") is not None
 
 
 def trimem_run(ds, T: int):
@@ -154,7 +154,7 @@ def trimem_run(ds, T: int):
     from trawmem_gpu.encode import get_encoder
     from trawmem_gpu.eval.retrieval import layered_banks
     from trawmem_gpu.select.params import QueryParams
-    from trawmem_gpu.trimem.method import TriMemRankers
+    from trawmem_gpu.select.trimem.method import TriMemRankers
 
     enc = get_encoder(ds.banks[0].build_config.get("encoder", "minilm") if ds.banks[0].build_config else "minilm")
     banks = layered_banks(ds.banks, ds.path, ("turns",), "locomo", enc)
@@ -241,7 +241,7 @@ def main(argv=None) -> int:
            "folds": ds.groups, "notes": []}
     if "trimem" in methods and not trimem_available():
         methods.remove("trimem")
-        res["notes"].append("trimem: not in this build (no trawmem_gpu.trimem); skipped")
+        res["notes"].append("trimem: not in this build (no trawmem_gpu.select.trimem); skipped")
     for T in Ts:
         for m in methods:
             if m == "trawmem+facts":

@@ -94,7 +94,8 @@ def _f(x, d=3):
 
 def loco(data, dev, items, epochs, seed) -> dict:
     from trawmem_gpu.eval.retrieval import run_eval
-    from trawmem_gpu.head.train import DEFAULTS, fit
+    from trawmem_gpu.head.defaults import DEFAULTS
+    from trawmem_gpu.head.train import fit
     from trawmem_gpu.select.config import SelectConfig
     from trawmem_gpu.select.params import QueryParams
 
@@ -194,7 +195,8 @@ def plot(loco_res):
 
 def main(argv=None) -> int:
     from trawmem_gpu.paths import file_sha256
-    from trawmem_gpu.head.train import DEFAULTS, load_dev, prepare_items
+    from trawmem_gpu.head.defaults import DEFAULTS
+    from trawmem_gpu.head.train import load_dev, prepare_items
     from trawmem_gpu.select.config import SelectConfig
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -63,8 +63,8 @@ def build_sample(convs, n: int) -> dict:
 
     import numpy as np
 
-    from trawmem_gpu.config import BuildConfig
-    from trawmem_gpu.construct import build_banks
+    from trawmem_gpu.ingest.config import BuildConfig
+    from trawmem_gpu.ingest import build_banks
     from trawmem_gpu.encode import CachedEncoder, EmbeddingCache, get_encoder
 
     pick = convs[:: max(1, len(convs) // n)][:n]
@@ -290,10 +290,10 @@ def main() -> int:
     skip = set(filter(None, args.skip.split(",")))
 
     import trawmem_gpu
-    from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.ingest.config import BuildConfig
     from trawmem_gpu.data.longmemeval import load_longmemeval
     from trawmem_gpu.encode import get_encoder
-    from trawmem_gpu.construct.cache import build_identity, build_log, default_bank_dir, ensure_collection
+    from trawmem_gpu.ingest.cache import build_identity, build_log, default_bank_dir, ensure_collection
     from trawmem_gpu.paths import file_sha256
     from trawmem_gpu.score.items import items_from_conversations
     from trawmem_gpu.store import Collection

@@ -128,7 +128,7 @@ def evaluate(data: Path, specs, progress: bool = True) -> dict:
     """Evaluate each distinct spec once; returns {spec: summary row}."""
     from tqdm.auto import tqdm
 
-    from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.ingest.config import BuildConfig
     from trawmem_gpu.encode import get_encoder
     from trawmem_gpu.eval.retrieval import banks_for, run_eval
 

@@ -100,7 +100,7 @@ def run(args, parts: list[str], mode_names: list[str], modes: dict) -> int:
     from tqdm.auto import tqdm
 
     import trawmem_gpu
-    from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.ingest.config import BuildConfig
     from trawmem_gpu.data import load_conversations
     from trawmem_gpu.encode import get_encoder
     from trawmem_gpu.paths import file_sha256

@@ -10,7 +10,7 @@ Each bank holds ``units`` unit vectors (``d`` = 384 by default, unit norm) in th
   topic words, so BM25 scores are informative and many units share terms;
 * heads are the normalized mean of their thread's units; edges are the adjacent-thread edges
   plus the ``knn`` nearest other heads with cosine >= ``threshold``, with the semantics of
-  :func:`trawmem_gpu.construct.graph.build_edges` (adjacent wins, both directions, sorted).
+  :func:`trawmem_gpu.store.graph.build_edges` (adjacent wins, both directions, sorted).
 
 Everything is vectorized across banks: vectors come from one generator call per block of
 banks, the kNN edges from one batched matrix product per group of banks with the same thread
@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from trawmem_gpu.construct.graph import ADJACENT, SEMANTIC, build_edges
+from trawmem_gpu.store.graph import ADJACENT, SEMANTIC, build_edges
 from trawmem_gpu.data.types import Turn
 from trawmem_gpu.store.bank import Bank
 
@@ -68,7 +68,7 @@ def thread_lengths(rng: np.random.Generator, units: int, thread_len: float) -> n
 
 def knn_edges_batched(H: np.ndarray, knn: int, threshold: float):
     """Edges of ``B`` banks with the same thread count ``J`` at once: ``H [B, J, d]`` heads ->
-    per bank ``(src, dst, w, kind)`` as :func:`~trawmem_gpu.construct.graph.build_edges` defines
+    per bank ``(src, dst, w, kind)`` as :func:`~trawmem_gpu.store.graph.build_edges` defines
     them (kNN by float32 inner product, ties to the lower id)."""
     import torch
 

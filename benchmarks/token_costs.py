@@ -1,4 +1,4 @@
-"""How close the additive token costs (``workspace.token_costs``) come to the real rendering.
+"""How close the additive token costs (``select.workspace.token_costs``) come to the real rendering.
 
 For every LoCoMo dev bank, random unit sets of 1-39 units (300 per bank and mode), with heads
 (TrawMem's workspaces) and without (the baselines'): the additive cost minus the rendered
@@ -32,7 +32,7 @@ def main(argv=None) -> int:
 
     from trawmem_gpu.eval.retrieval import banks_for
     from trawmem_gpu.tokens import TOKENIZER_NAME
-    from trawmem_gpu.workspace import assemble, token_costs
+    from trawmem_gpu.select.workspace import assemble, token_costs
 
     _, banks, _ = banks_for(args.data, progress=False)
     rng = np.random.default_rng(0)

@@ -29,7 +29,7 @@ def build_sample_collection(path: Path, extra_ids: tuple[str, ...] = ()) -> Path
     """The bundled sample conversation as bank ``ana-ben`` (and copies under ``extra_ids``)."""
     from dataclasses import replace
 
-    from trawmem_gpu.construct import build_banks
+    from trawmem_gpu.ingest import build_banks
     from trawmem_gpu.data import load_conversations, sample_path
     from trawmem_gpu.store import Collection
 

@@ -15,9 +15,9 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from trawmem_gpu.construct import build_banks, update_bank
-from trawmem_gpu.construct.graph import ADJACENT, SEMANTIC
-from trawmem_gpu.config import BuildConfig
+from trawmem_gpu.ingest import build_banks, update_bank
+from trawmem_gpu.store.graph import ADJACENT, SEMANTIC
+from trawmem_gpu.ingest.config import BuildConfig
 from trawmem_gpu.data import load_jsonl, load_locomo, sample_path
 from trawmem_gpu.data.types import Conversation, Turn
 from trawmem_gpu.encode import get_encoder

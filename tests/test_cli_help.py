@@ -33,18 +33,44 @@ def test_top_level_help_lists_every_command_and_imports_no_model_code():
     heavy = {m for m in got["modules"] if m.split(".")[0] in HEAVY}
     assert not heavy, sorted(heavy)[:5]
     # only the dispatcher and its light helpers: no command's module
-    assert not {m for m in got["modules"] if m.startswith(("trawmem_gpu.cli_", "trawmem_gpu.serve",
+    assert not {m for m in got["modules"] if m.startswith(("trawmem_gpu.cli.", "trawmem_gpu.serve",
                                                              "trawmem_gpu.head", "trawmem_gpu.select"))} \
-        - {"trawmem_gpu.cli_args", "trawmem_gpu.select", "trawmem_gpu.select.params"}  # the bounds of the ranges
+        - {"trawmem_gpu.cli.args", "trawmem_gpu.select", "trawmem_gpu.select.params"}  # the bounds of the ranges
 
 
-@pytest.mark.parametrize("cmd", ["build", "info", "demo", "sweep", "serve", "serve-key", "evolve-prompts", "mcp"])
-def test_a_command_imports_only_its_own_module_to_parse(cmd):
-    got = _imported_after([cmd, "--help"])
-    assert not {m for m in got["modules"] if m.split(".")[0] in HEAVY}
-    own = COMMANDS[cmd][0].split(":")[0]
-    others = {COMMANDS[c][0].split(":")[0] for c in COMMANDS} - {own, "trawmem_gpu.cli"}
-    assert own in got["modules"] and not others & got["modules"], others & got["modules"]
+def _help_imports(cmd: str) -> set[str]:
+    """The modules a fresh interpreter holds after parsing ``trawmem CMD --help`` (run by a small
+    runner: the table's module for CMD is imported, its ``configure`` called, its help printed)."""
+    code = ("import json, sys\nfrom trawmem_gpu.cli import build_parser\np = build_parser([%r])\n"
+            "try:\n    p.parse_args([%r, '--help'])\nexcept SystemExit:\n    pass\n"
+            "print(json.dumps(sorted(sys.modules)))" % (cmd, cmd))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("cmd", sorted(COMMANDS))
+def test_every_command_help_imports_nothing_heavy_and_no_other_command(cmd):
+    mods = _help_imports(cmd)
+    heavy = sorted(m for m in mods if m.split(".")[0] in HEAVY)
+    assert not heavy, f"trawmem {cmd} --help imports {heavy[:5]}"
+    own = COMMANDS[cmd][0]
+    others = {COMMANDS[c][0] for c in COMMANDS} - {own}
+    assert own in mods and not others & mods, others & mods
+
+
+def test_the_table_names_one_module_per_command():
+    import importlib
+
+    modules = [m for m, _ in COMMANDS.values()]
+    assert len(set(modules)) == len(modules)
+    for m in modules:
+        assert m.startswith("trawmem_gpu.cli.") and callable(importlib.import_module(m).configure), m
+
+
+def test_python_dash_m_runs_the_command_line():
+    out = subprocess.run([sys.executable, "-m", "trawmem_gpu.cli", "--help"], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and "repair-index" in out.stdout, out.stderr
 
 
 def _entries(parser: argparse.ArgumentParser) -> dict[str, tuple[argparse.Action, str]]:
@@ -93,7 +119,7 @@ def test_every_command_and_option_has_consistent_help():
 
 
 def test_the_checker_catches_what_the_issue_found():
-    from trawmem_gpu.cli_args import Parser
+    from trawmem_gpu.cli.args import Parser
 
     p = Parser(prog="t", description="x")
     p.add_argument("--tenant", required=True, help="who")  # fine

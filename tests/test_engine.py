@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from trawmem_gpu.construct.graph import ADJACENT, SEMANTIC
+from trawmem_gpu.store.graph import ADJACENT, SEMANTIC
 from trawmem_gpu.data.types import Turn
 from trawmem_gpu.select.config import ABLATIONS, MULTI_THREAD, PAPER_HOPS, ROLE_TERMS, SelectConfig
 from trawmem_gpu.select.context import BankContext

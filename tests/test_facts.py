@@ -8,13 +8,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from trawmem_gpu.construct.graph import LAYER
+from trawmem_gpu.store.graph import LAYER
 from trawmem_gpu.errors import BankError, ConfigError
-from trawmem_gpu.facts.locomo import facts_from_sample
-from trawmem_gpu.facts.schema import Fact, ProfileLine, ProfileSection, fact_from_record, profile_from_record
-from trawmem_gpu.facts.view import layer_counts, parse_units, unit_view
+from trawmem_gpu.ingest.layers.locomo import facts_from_sample
+from trawmem_gpu.store.facts import Fact, ProfileLine, ProfileSection, fact_from_record, profile_from_record
+from trawmem_gpu.store.view import layer_counts, parse_units, unit_view
 from trawmem_gpu.store.files import LAYERS, load_bank, save_bank
-from trawmem_gpu.workspace import assemble
+from trawmem_gpu.select.workspace import assemble
 
 from test_engine import make_bank
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from trawmem_gpu.errors import ConfigError
-from trawmem_gpu.facts.build import attach_facts
+from trawmem_gpu.ingest.layers.facts import attach_facts
 from trawmem_gpu.store import Collection
 
 WORDS = "sailing harbour violin garden lantern bakery ferry orchard kite museum".split()

@@ -9,7 +9,7 @@ import pytest
 
 from trawmem_gpu.cli import main
 from trawmem_gpu.errors import InputError
-from trawmem_gpu.facts.locomo import facts_from_sample
+from trawmem_gpu.ingest.layers.locomo import facts_from_sample
 from trawmem_gpu.store import Collection
 from test_facts_build import _sample
 

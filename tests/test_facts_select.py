@@ -12,8 +12,8 @@ from trawmem_gpu.select.engine import SelectionEngine
 from trawmem_gpu.select.objective import Objective, support_floor
 from trawmem_gpu.select.params import QueryParams
 from trawmem_gpu.select.reference import select_reference
-from trawmem_gpu.facts.view import unit_view
-from trawmem_gpu.workspace import assemble, token_costs
+from trawmem_gpu.store.view import unit_view
+from trawmem_gpu.select.workspace import assemble, token_costs
 
 from test_facts import layered_bank
 from test_query_params import MIX, VARIANTS
@@ -108,7 +108,7 @@ def test_served_engine_selects_from_the_views():
     from dataclasses import replace
 
     from trawmem_gpu.serve.config import ServeConfig
-    from trawmem_gpu.serve.engines import ServedEngine
+    from trawmem_gpu.memory.engines import ServedEngine
 
     a, b = layered_bank("a", (3, 4), 1), layered_bank("b", (2, 5), 2)
     es = ServedEngine({"a": a}, SelectConfig(), units=ServeConfig(units="turns,facts").units)
@@ -150,7 +150,7 @@ def test_engines_agree_on_dev_banks_with_locomo_facts(dev_path):
     """Real turns and facts (LoCoMo dev, 2 banks with their observations, 15 questions each): the
     reference and the engine paths pick identical sets at T = 400 and B = 16, and every workspace
     fits T."""
-    from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.ingest.config import BuildConfig
     from trawmem_gpu.encode import get_encoder
     from trawmem_gpu.eval.retrieval import banks_for, layered_banks
 

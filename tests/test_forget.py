@@ -39,8 +39,8 @@ def _history(tmp_path) -> Path:
 # -- the rebuild ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("drop", [["S2:3"], ["S1:1", "S3:10"], [f"S2:{i}" for i in range(1, 12)]])
 def test_the_bank_less_the_turns_equals_a_full_build_of_the_rest(drop):
-    from trawmem_gpu.construct import build_banks
-    from trawmem_gpu.construct.forget import without_turns
+    from trawmem_gpu.ingest import build_banks
+    from trawmem_gpu.ingest.forget import without_turns
     from trawmem_gpu.data.types import Conversation
     from trawmem_gpu.encode import get_encoder
 
@@ -63,7 +63,7 @@ def test_the_bank_less_the_turns_equals_a_full_build_of_the_rest(drop):
 
 
 def test_an_llm_built_bank_forgets_without_an_llm(tmp_path, monkeypatch, server):
-    from trawmem_gpu.construct.forget import without_turns
+    from trawmem_gpu.ingest.forget import without_turns
     from trawmem_gpu.encode import get_encoder
     from trawmem_gpu.store import Collection
 
@@ -79,7 +79,7 @@ def test_an_llm_built_bank_forgets_without_an_llm(tmp_path, monkeypatch, server)
     # a Memory with the LLM appends to (and forgets from) such a bank as `build --update` would
     from trawmem_gpu import Memory
     from trawmem_gpu.errors import NoLLMConfigured
-    from trawmem_gpu.llm_factory import llm_from_args
+    from trawmem_gpu.llm.factory import llm_from_args
 
     new = [{"turn_id": "S9:1", "speaker": "Ana", "text": "Back from Lisbon!", "timestamp": "2031-10-20T10:00:00"}]
     with pytest.raises(NoLLMConfigured):
@@ -98,12 +98,12 @@ def test_an_llm_built_bank_forgets_without_an_llm(tmp_path, monkeypatch, server)
 def test_facts_and_profiles_citing_a_forgotten_turn_go_with_it():
     """Layers beside the turns (issue 21's facts and profiles): what cites a forgotten turn is
     dropped, with its vector, and erased; the rest is kept as it was. Runs once the layered bank
-    (``trawmem_gpu.facts``) is in the tree."""
-    schema = pytest.importorskip("trawmem_gpu.facts.schema")
+    (``trawmem_gpu.ingest.layers``) is in the tree."""
+    schema = pytest.importorskip("trawmem_gpu.store.facts")
     from dataclasses import replace
 
-    from trawmem_gpu.construct import build_banks
-    from trawmem_gpu.construct.forget import without_turns
+    from trawmem_gpu.ingest import build_banks
+    from trawmem_gpu.ingest.forget import without_turns
     from trawmem_gpu.encode import get_encoder
     from trawmem_gpu.memory.erase import Erasure, vector_digest
 
@@ -149,8 +149,8 @@ def test_engine_purge_drops_the_dead_rows_and_picks_as_a_fresh_engine():
 
     import torch
 
-    from trawmem_gpu.construct import build_banks
-    from trawmem_gpu.construct.forget import without_turns
+    from trawmem_gpu.ingest import build_banks
+    from trawmem_gpu.ingest.forget import without_turns
     from trawmem_gpu.encode import get_encoder
     from trawmem_gpu.select.engine import SelectionEngine
 
@@ -179,7 +179,7 @@ def test_engine_purge_drops_the_dead_rows_and_picks_as_a_fresh_engine():
 def test_forgetting_the_last_bank_overwrites_the_engine_tables():
     """The engine is dropped with its last bank: its buffers are overwritten first, not freed
     with the rows in them."""
-    from trawmem_gpu.construct import build_banks
+    from trawmem_gpu.ingest import build_banks
     from trawmem_gpu.encode import get_encoder
     from trawmem_gpu.memory.engines import ServedEngine
     from trawmem_gpu.select.config import SelectConfig
@@ -270,7 +270,7 @@ def _needles(coll_dir, extra_keys=()) -> dict[str, bytes]:
 
 def _llm_keys(coll_dir, endpoint) -> list[str]:
     """The LLM cache keys of the segmentation and head requests of the marker's session / thread."""
-    from trawmem_gpu.construct.llm_threads import build_requests
+    from trawmem_gpu.ingest.llm_threads import build_requests
     from trawmem_gpu.llm.cache import cache_key
     from trawmem_gpu.store import Collection
 
@@ -303,7 +303,7 @@ def built(tmp_path, monkeypatch, server):
 
 def test_forget_leaves_no_trace(built, server, tmp_path, capsys):
     from trawmem_gpu import Memory
-    from trawmem_gpu.workspace import unit_line
+    from trawmem_gpu.select.workspace import unit_line
 
     coll, out = built
     needles = _needles(coll, _llm_keys(coll, server.base_url))

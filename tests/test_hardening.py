@@ -450,8 +450,8 @@ def test_plural_counts(tmp_path, cache, capsys):
 
 
 def test_thread_headings_are_short_and_documented(tmp_path, cache):
-    from trawmem_gpu.construct import build_banks
-    from trawmem_gpu.workspace import assemble
+    from trawmem_gpu.ingest import build_banks
+    from trawmem_gpu.select.workspace import assemble
 
     (bank,), _ = build_banks(load_conversations(sample_path()), progress=False)
     j = 1
@@ -471,8 +471,8 @@ def test_thread_headings_are_short_and_documented(tmp_path, cache):
 
 
 def test_control_and_bidi_characters_never_reach_the_workspace(tmp_path, cache):
-    from trawmem_gpu.construct import build_banks
-    from trawmem_gpu.workspace import assemble
+    from trawmem_gpu.ingest import build_banks
+    from trawmem_gpu.select.workspace import assemble
 
     evil = ["safe \u202eevil\u202c text", "nul\x00here", "esc \x1b[31mred\x1b[0m", "two\n## 1 Jan 2020 — forged",
             "line\u2028sep", "bom\ufeff", "iso \u2066x\u2069"]

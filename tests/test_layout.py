@@ -18,29 +18,26 @@ ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "trawmem_gpu"
 
 #: The pipeline, earliest first, as the imports run: a module may import its own layer and earlier
-#: ones only. ``store`` defines the Bank that ``construct`` builds; ``workspace`` holds the token
-#: costs that ``select``'s knapsack reads; ``head`` fits on banks that ``eval`` provides and
-#: ``score`` selects with a fitted head. Shared utilities come first and import no stage.
+#: ones only (docs/architecture.md draws it). ``store`` (the bank's schema: turns, threads, the
+#: thread graph, facts, profiles, the unit view, and its files) comes before ``ingest``, which
+#: builds banks into it; ``head`` fits on banks that ``eval`` provides and ``score`` selects with a
+#: fitted head. Shared utilities come first and import no stage.
 LAYERS = (
     ("shared", ("trawmem_gpu", "trawmem_gpu.errors", "trawmem_gpu.paths", "trawmem_gpu.tokens",
-                "trawmem_gpu.config", "trawmem_gpu.llm", "trawmem_gpu.llm_factory", "trawmem_gpu.http_headers")),
-    ("data", ("trawmem_gpu.data", "trawmem_gpu.facts.schema")),
+                "trawmem_gpu.dictconfig", "trawmem_gpu.llm", "trawmem_gpu.http_headers")),
+    ("data", ("trawmem_gpu.data",)),
     ("encode", ("trawmem_gpu.encode",)),
     ("store", ("trawmem_gpu.store",)),
-    ("construct", ("trawmem_gpu.construct", "trawmem_gpu.facts", "trawmem_gpu.trimem")),
-    ("workspace", ("trawmem_gpu.workspace",)),
-    ("select", ("trawmem_gpu.select", "trawmem_gpu.kernels", "trawmem_gpu.trimem.retrieve",
-                "trawmem_gpu.trimem.method")),
-    ("eval", ("trawmem_gpu.eval", "trawmem_gpu.trimem.evolve")),
+    ("ingest", ("trawmem_gpu.ingest",)),
+    ("select", ("trawmem_gpu.select", "trawmem_gpu.kernels")),
+    ("eval", ("trawmem_gpu.eval",)),
     ("head", ("trawmem_gpu.head",)),
     ("score", ("trawmem_gpu.score",)),
     ("memory", ("trawmem_gpu.memory",)),
     ("serve", ("trawmem_gpu.serve",)),
     ("client", ("trawmem_gpu.client",)),  # the HTTP client of `serve`
-    ("cli", ("trawmem_gpu.cli", "trawmem_gpu.cli_args", "trawmem_gpu.cli_score", "trawmem_gpu.cli_select",
-             "trawmem_gpu.cli_sweep", "trawmem_gpu.cli_forget", "trawmem_gpu.head.cli", "trawmem_gpu.serve.cli",
-             "trawmem_gpu.trimem.cli", "trawmem_gpu.cli_mcp",
-             "trawmem_gpu.mcp_server")),  # `trawmem mcp`: a front over the memory, as the command line is
+    ("mcp", ("trawmem_gpu.mcp",)),  # `trawmem mcp`: a front over the memory, as the command line is
+    ("cli", ("trawmem_gpu.cli",)),  # one module per command (trawmem_gpu/cli/__init__.py: the table)
 )
 
 
@@ -133,7 +130,7 @@ def test_the_graph_reader_sees_a_cycle():
     g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(g) == [["a", "b", "c"]]
     graph = import_graph()
-    assert "trawmem_gpu.store.bank" in graph["trawmem_gpu.construct.builder"]  # a module-level import
+    assert "trawmem_gpu.store.bank" in graph["trawmem_gpu.ingest.builder"]  # a module-level import
     assert "trawmem_gpu.paths" in graph["trawmem_gpu.eval.retrieval"]
 
 
@@ -156,8 +153,49 @@ def test_no_earlier_stage_imports_a_later_one():
 
 def test_the_stage_check_catches_a_backward_import():
     assert layer_of("trawmem_gpu.head.relevance") < layer_of("trawmem_gpu.score.job")
-    assert layer_of("trawmem_gpu.serve.config") < layer_of("trawmem_gpu.cli_select")
-    assert layer_of("trawmem_gpu.head.cli") == layer_of("trawmem_gpu.cli")
+    assert layer_of("trawmem_gpu.serve.config") < layer_of("trawmem_gpu.cli.query")
+    assert layer_of("trawmem_gpu.store.facts") < layer_of("trawmem_gpu.ingest.layers.facts") \
+        < layer_of("trawmem_gpu.select.trimem.method") < layer_of("trawmem_gpu.eval.evolve")
+
+
+#: The top-level modules that are no stage: shared utilities every stage may import.
+SHARED_MODULES = {"errors", "paths", "tokens", "dictconfig", "http_headers"}
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph folded to the top-level packages (and loose modules) of ``trawmem_gpu``."""
+    def top(m):
+        return ".".join(m.split(".")[:2])
+
+    out: dict[str, set[str]] = {top(m): set() for m in graph}
+    for a, bs in graph.items():
+        out[top(a)] |= {top(b) for b in bs if top(b) != top(a)}
+    return out
+
+
+def test_no_package_cycle():
+    """Not even through an import inside a function (the command table imports by name, not by
+    an import statement, so it adds no edge)."""
+    assert not cycles(package_graph(import_graph()))
+
+
+def test_every_stage_is_a_package_and_loose_modules_are_shared_utilities():
+    loose = {p.stem for p in PKG.glob("*.py")} - {"__init__"}
+    assert loose == SHARED_MODULES, loose ^ SHARED_MODULES
+    assert set(LAYERS[0][1]) - {"trawmem_gpu", "trawmem_gpu.llm"} == {f"trawmem_gpu.{m}" for m in SHARED_MODULES}
+    packages = {p.parent.name for p in PKG.glob("*/__init__.py")} | {"kernels"}
+    assert packages == {pre.split(".")[1] for _, pres in LAYERS for pre in pres if "." in pre} - SHARED_MODULES
+    assert "build" not in {p.name for p in PKG.rglob("*") if p.is_dir()}  # linters and ignore files skip it
+
+
+def test_the_architecture_doc_draws_these_layers():
+    """docs/architecture.md lists the layers in this order, each with its packages."""
+    rows = re.findall(r"^\| (\d+) \| (\w+) \| (.*?) \|", (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"),
+                      re.M)
+    assert [name for _, name, _ in rows] == [name for name, _ in LAYERS]
+    for (_, _, cell), (name, prefixes) in zip(rows, LAYERS):
+        for pre in prefixes:
+            assert f"`{pre.removeprefix('trawmem_gpu.')}`" in cell or pre == "trawmem_gpu", (name, pre)
 
 
 # -- one home per idea ---------------------------------------------------------------------------
@@ -178,8 +216,8 @@ def test_one_file_digest_and_one_cache_root(tmp_path, monkeypatch):
     import hashlib
 
     from trawmem_gpu import paths
-    from trawmem_gpu.config import BuildConfig
-    from trawmem_gpu.construct import cache
+    from trawmem_gpu.ingest.config import BuildConfig
+    from trawmem_gpu.ingest import cache
 
     f = tmp_path / "d.bin"
     f.write_bytes(b"x" * (3 << 20))

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from llm_server import MALFORMED_ALWAYS, MALFORMED_ONCE, LLMServer
-from trawmem_gpu.construct.llm_threads import llm_heads, llm_segment
+from trawmem_gpu.ingest.llm_threads import llm_heads, llm_segment
 from trawmem_gpu.errors import ConfigError, InputError, NoLLMConfigured
 from trawmem_gpu.eval.answer import answer_and_judge
 from trawmem_gpu.llm import CachedBackend, FakeBackend, LLMRequestError, LLMResult, NoLLM, backend_from_spec

@@ -7,7 +7,7 @@ import sqlite3
 import httpx
 import pytest
 
-from trawmem_gpu.construct.llm_threads import llm_heads
+from trawmem_gpu.ingest.llm_threads import llm_heads
 from trawmem_gpu.llm import CachedBackend, FakeBackend, ResponseCache, cache_key
 from trawmem_gpu.llm.openai_http import OpenAIHTTPBackend
 from trawmem_gpu.llm.prompts import HEAD

@@ -14,8 +14,8 @@ from trawmem_gpu.data.types import MAX_QUESTION_CHARS
 from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.llm import FakeBackend
 from trawmem_gpu.store import Collection
-from trawmem_gpu.trimem.extract import DATE_YEARS, extract_facts, normalize_date
-from trawmem_gpu.trimem.plan import QueryPlan, check_plans, parse_key_info, parse_queries, plan_queries
+from trawmem_gpu.ingest.layers.trimem_extract import DATE_YEARS, extract_facts, normalize_date
+from trawmem_gpu.select.trimem.plan import QueryPlan, check_plans, parse_key_info, parse_queries, plan_queries
 from trimem_fake import respond, write_locomo
 
 S1 = [("Ana", "I adopted a beagle called Rex."), ("Ben", "Ben likes pottery a lot.")]
@@ -86,7 +86,7 @@ def test_planner_searches_longer_than_a_question_are_left_out():
 
 
 def test_given_plans_with_an_overlong_search_are_refused():
-    from trawmem_gpu.trimem.method import trimem_select
+    from trawmem_gpu.select.trimem.method import trimem_select
 
     q = "Where did Ana travel?"
     bad = QueryPlan(question=q, queries=(q, LONG))

@@ -103,7 +103,7 @@ def test_stdio_server_as_a_desktop_assistant_starts_it(tmp_path):
 def http_server(tmp_path):
     """``trawmem mcp --http`` with a keys file (``ana`` and ``zed`` read-write, ``ana-ro``), on
     127.0.0.1 and a free port; ``zed-1`` already holds a bank."""
-    from trawmem_gpu.mcp_server import http_app
+    from trawmem_gpu.mcp.server import http_app
     from trawmem_gpu.memory import Memory
     from trawmem_gpu.serve.config import ServeConfig
     from trawmem_gpu.serve.keys import KeyStore, add_key

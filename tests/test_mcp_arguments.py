@@ -51,7 +51,7 @@ def _calls(memory, *calls):
     """[(is_error, text or structured content)] of ``calls`` ((tool, arguments) pairs), and the tools."""
     from mcp import Client
 
-    from trawmem_gpu.mcp_server import build_server
+    from trawmem_gpu.mcp.server import build_server
     from trawmem_gpu.serve.keys import LOCAL_TENANT
 
     async def go():

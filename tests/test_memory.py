@@ -69,7 +69,7 @@ def test_the_issue_snippet_runs_as_written(tmp_path, sample, monkeypatch):
 
 def test_add_creates_then_appends_and_equals_a_build(tmp_path, sample):
     from trawmem_gpu import Memory
-    from trawmem_gpu.construct import build_banks
+    from trawmem_gpu.ingest import build_banks
 
     mem = Memory(tmp_path / "m")
     r1 = mem.add("ana-ben", _records(sample.turns[:20]))  # dicts

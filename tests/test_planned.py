@@ -1,4 +1,4 @@
-"""Planned TrawMem (``select.planned``): the LLM-free path is the engine's own selection, planned
+"""Planned TrawMem (``eval.planned``): the LLM-free path is the engine's own selection, planned
 searches and follow-ups bring in units the question alone does not pick while B and T hold,
 malformed replies fall back and are counted, one encoder and one engine call per stage, and the
 command line (``query`` / ``eval --method trawmem --plan-llm``), against the local protocol server."""
@@ -17,9 +17,9 @@ from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.llm.openai_http import OpenAIHTTPBackend
 from trawmem_gpu.select.engine import SelectionEngine
 from trawmem_gpu.select.params import QueryParams
-from trawmem_gpu.select.planned import merge_picks, plan_summary, planned_select
-from trawmem_gpu.trimem.plan import QueryPlan, parse_follow_ups, plain_plan
-from trawmem_gpu.workspace import assemble, token_costs
+from trawmem_gpu.eval.planned import merge_picks, plan_summary, planned_select
+from trawmem_gpu.select.trimem.plan import QueryPlan, parse_follow_ups, plain_plan
+from trawmem_gpu.select.workspace import assemble, token_costs
 from trimem_fake import write_locomo
 
 PARAMS = [QueryParams(budget=16), QueryParams(budget=5), QueryParams(budget=None, token_budget=120),
@@ -99,7 +99,7 @@ def test_single_search_is_the_engines_own_workspace_on_random_banks(rbanks, reng
 
 @pytest.mark.slow
 def test_single_search_is_the_engines_own_workspace_on_dev_banks(dev_path):
-    from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.ingest.config import BuildConfig
     from trawmem_gpu.encode import get_encoder
     from trawmem_gpu.eval.retrieval import banks_for
 
@@ -133,7 +133,7 @@ def test_merge_keeps_b_and_t_and_skips_what_overflows(rbanks):
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory):
     """The bundled sample conversation as one bank, with the real query encoder."""
-    from trawmem_gpu.construct import build_banks
+    from trawmem_gpu.ingest import build_banks
     from trawmem_gpu.data import load_conversations, sample_path
     from trawmem_gpu.encode import get_encoder
 

@@ -34,9 +34,9 @@ def ray_local():
 
 @pytest.fixture(scope="module")
 def lme(tmp_path_factory):
-    from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.ingest.config import BuildConfig
     from trawmem_gpu.data.longmemeval import load_longmemeval
-    from trawmem_gpu.construct.cache import build_identity, ensure_collection
+    from trawmem_gpu.ingest.cache import build_identity, ensure_collection
     from trawmem_gpu.paths import file_sha256
     from trawmem_gpu.score.items import items_from_conversations
 
@@ -132,8 +132,8 @@ def test_rerun_after_killing_a_worker_loses_and_duplicates_nothing(ray_local, lm
 
 
 def test_bank_builds_as_ray_tasks_equal_a_local_build(ray_local, lme):
-    from trawmem_gpu.construct import build_banks
-    from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.ingest import build_banks
+    from trawmem_gpu.ingest.config import BuildConfig
     from trawmem_gpu.score.ray_runner import build_banks_ray
 
     convs = lme["convs"][:4]
@@ -154,8 +154,8 @@ def test_bank_builds_as_ray_tasks_equal_a_local_build(ray_local, lme):
 
 def test_the_bank_cache_builds_on_ray(ray_local, lme, tmp_path):
     """``trawmem score --ray`` builds missing banks through the bank cache's ``build_chunks``."""
-    from trawmem_gpu.config import BuildConfig
-    from trawmem_gpu.construct.cache import ensure_collection
+    from trawmem_gpu.ingest.config import BuildConfig
+    from trawmem_gpu.ingest.cache import ensure_collection
     from trawmem_gpu.score.ray_runner import ray_chunk_builder
     from trawmem_gpu.store import Collection
 

@@ -26,9 +26,9 @@ N_Q = 8
 @pytest.fixture(scope="module")
 def lme(tmp_path_factory):
     """A LongMemEval-format file and its collection, built through the job's own path."""
-    from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.ingest.config import BuildConfig
     from trawmem_gpu.data.longmemeval import load_longmemeval
-    from trawmem_gpu.construct.cache import build_identity, ensure_collection
+    from trawmem_gpu.ingest.cache import build_identity, ensure_collection
     from trawmem_gpu.paths import file_sha256
     from trawmem_gpu.score.items import items_from_conversations
 
@@ -50,9 +50,9 @@ def lme(tmp_path_factory):
 def test_the_bank_cache_builds_through_a_given_builder(lme, tmp_path):
     """``build_chunks`` (how ``score --ray`` builds on Ray actors) gets every missing chunk and its
     banks land in the collection like a local build's."""
-    from trawmem_gpu.config import BuildConfig
-    from trawmem_gpu.construct import build_banks
-    from trawmem_gpu.construct.cache import build_identity, ensure_collection
+    from trawmem_gpu.ingest.config import BuildConfig
+    from trawmem_gpu.ingest import build_banks
+    from trawmem_gpu.ingest.cache import build_identity, ensure_collection
     from trawmem_gpu.data.longmemeval import load_longmemeval
     from trawmem_gpu.paths import file_sha256
     from trawmem_gpu.store import Collection
@@ -335,8 +335,8 @@ def test_stratified_sample_keeps_proportions_within_one():
 
 
 def test_bank_build_reports_progress_per_encoder_batch(lme):
-    from trawmem_gpu.config import BuildConfig
-    from trawmem_gpu.construct import build_banks
+    from trawmem_gpu.ingest.config import BuildConfig
+    from trawmem_gpu.ingest import build_banks
     from trawmem_gpu.data.longmemeval import load_longmemeval
     from trawmem_gpu.encode import get_encoder
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trawmem_gpu.config import BuildConfig
+from trawmem_gpu.ingest.config import BuildConfig
 from trawmem_gpu.data.types import Turn
 from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.select.config import ABLATIONS, EngineConfig, SelectConfig
@@ -132,7 +132,7 @@ def test_roles_and_multi_thread_are_off_by_default_and_on_in_the_paper():
 
 
 def _synthetic_bank(rng, sizes=(3, 4, 2, 5), d=16, bank_id="syn") -> Bank:
-    from trawmem_gpu.construct.graph import build_edges
+    from trawmem_gpu.store.graph import build_edges
 
     N = sum(sizes)
     V = rng.normal(size=(N, d)).astype(np.float32)
@@ -194,7 +194,7 @@ def test_reference_rejects_nan_query():
 
 def test_workspace_groups_threads_in_source_order():
     from trawmem_gpu.tokens import TOKENIZER_NAME
-    from trawmem_gpu.workspace import assemble
+    from trawmem_gpu.select.workspace import assemble
 
     bank = _synthetic_bank(np.random.default_rng(1))
     ws = assemble(bank, "q", [9, 0, 4, 2], "gist")
@@ -214,7 +214,7 @@ def test_workspace_groups_threads_in_source_order():
     # rendered lines are cached by the turn's value: an edited turn renders its new text
     from dataclasses import replace as dc_replace
 
-    from trawmem_gpu.workspace import unit_line
+    from trawmem_gpu.select.workspace import unit_line
 
     t = bank.turns[0]
     assert unit_line(t, True) == unit_line(dc_replace(t), True)

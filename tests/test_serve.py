@@ -59,7 +59,7 @@ def test_select_matches_in_process_engine(shared):
     from trawmem_gpu.select.params import QueryParams
     from trawmem_gpu.select.engine import SelectionEngine
     from trawmem_gpu.tokens import count_tokens
-    from trawmem_gpu.workspace import assemble
+    from trawmem_gpu.select.workspace import assemble
 
     c, service = shared
     bank = service.registry.get(SAMPLE_BANK)
@@ -237,7 +237,7 @@ def test_token_budget_per_request(shared):
     from trawmem_gpu.select.config import SelectConfig
     from trawmem_gpu.select.engine import SelectionEngine
     from trawmem_gpu.tokens import count_tokens
-    from trawmem_gpu.workspace import assemble
+    from trawmem_gpu.select.workspace import assemble
 
     c, service = shared
     bank = service.registry.get(SAMPLE_BANK)

@@ -54,7 +54,7 @@ def test_mark_pareto_matches_the_definition():
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """The tiny file and a bank collection built from it once."""
-    from trawmem_gpu.construct import build_banks
+    from trawmem_gpu.ingest import build_banks
     from trawmem_gpu.data import load_conversations
     from trawmem_gpu.store import Collection
 
@@ -128,7 +128,7 @@ def test_sweep_measures_a_fresh_build(tiny, tmp_path):
 def test_sweep_reuses_banks_by_default_and_explains_pareto(tiny, tmp_path, monkeypatch, capsys):
     """Without --banks the sweep uses eval's automatic bank cache: built once, then reused (no
     build at all on the second run); build times are measured only with --time-builds."""
-    import trawmem_gpu.construct as construct
+    import trawmem_gpu.ingest as construct
 
     monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
     data = tiny[0]

@@ -28,7 +28,7 @@ from trawmem_gpu.select.objective import CoverageWeights, Objective
 from trawmem_gpu.select.params import TOKENS_PER_UNIT, QueryParams, split_fields
 from trawmem_gpu.select.reference import select_reference
 from trawmem_gpu.select.steps import greedy as G
-from trawmem_gpu.workspace import assemble, fit_to_tokens, token_costs, unit_line
+from trawmem_gpu.select.workspace import assemble, fit_to_tokens, token_costs, unit_line
 
 D = 16
 
@@ -74,7 +74,7 @@ def _extractive_bank(seed=3, lens=(3, 5, 2, 4, 1, 6), when=None):
     """A bank whose heads are extractive (``[date] A & B: A: quote``), so showing the quoted turn
     drops the quote from the heading; texts with trailing punctuation, line breaks and captions.
     Every turn dated 8 May 2023, or ``when(unit index)`` (a datetime)."""
-    from trawmem_gpu.construct.heads import extractive_head
+    from trawmem_gpu.ingest.heads import extractive_head
     from trawmem_gpu.data.types import Turn
 
     bank = make_bank("ext", list(lens), seed)
@@ -149,7 +149,7 @@ def test_same_date_threads_share_one_heading():
     blank line); the token costs credit the shared heading of same-date threads next to each other
     in the bank (``heading_run``) and stay an upper bound, exact where the rendering is."""
     from trawmem_gpu.tokens import count_tokens
-    from trawmem_gpu.workspace import date_label, heading_line
+    from trawmem_gpu.select.workspace import date_label, heading_line
 
     bank = _dated_bank([2, 2, 2, 5, 2, [6, 7], 6, 8, 8])
     every = list(range(bank.n_units))
@@ -216,7 +216,7 @@ def test_fit_to_tokens_drops_picks_from_the_end():
     # with the bank's costs: a selection whose cost is within T is not rendered; others are
     costs = token_costs(bank)
     assert costs.bounded
-    import trawmem_gpu.workspace as W
+    import trawmem_gpu.select.workspace as W
 
     rendered = []
     real_assemble = W.assemble
@@ -583,7 +583,7 @@ def test_take_within_tokens_skip_and_stop():
 def test_every_method_fits_the_budget_on_dev_banks(dev_path):
     """Real turns (LoCoMo dev, 3 banks, 20 questions each): TrawMem (reference and engine) and every
     baseline (both fills) render within T at T = 400, 800, 1600."""
-    from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.ingest.config import BuildConfig
     from trawmem_gpu.encode import get_encoder
     from trawmem_gpu.eval.retrieval import banks_for
 
@@ -613,7 +613,7 @@ def test_every_method_fits_the_budget_on_dev_banks(dev_path):
 # ----------------------------------------------------------------------------------------------
 def test_flags_parse_and_build_the_config(capsys):
     from trawmem_gpu.cli import build_parser
-    from trawmem_gpu.cli_select import _select_config
+    from trawmem_gpu.cli.query import _select_config
 
     p = build_parser()
     for cmd in (["eval", "--data", "d", "--output", "o"], ["query", "--bank", "b", "--question", "q"],

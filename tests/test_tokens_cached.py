@@ -78,9 +78,9 @@ def test_real_workspaces_count_exactly(dev_path):
     (date and gist, date only, none: every line then carries its date): the cached count is the
     count of the rendered text, and the knapsack's additive token costs (``token_costs``, which
     credit same-date threads their shared heading) bound it from above."""
-    from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.ingest.config import BuildConfig
     from trawmem_gpu.eval.retrieval import banks_for
-    from trawmem_gpu.workspace import HEADINGS, assemble, token_costs
+    from trawmem_gpu.select.workspace import HEADINGS, assemble, token_costs
 
     _, banks, _ = banks_for(dev_path, BuildConfig(), progress=False)
     rng = np.random.default_rng(0)

@@ -8,10 +8,10 @@ import pytest
 
 from trawmem_gpu.data.types import Turn
 from trawmem_gpu.llm.openai_http import OpenAIHTTPBackend
-from trawmem_gpu.trimem.extract import extract_facts, normalize_date, windows
-from trawmem_gpu.trimem.plan import plain_plan, plan_queries
-from trawmem_gpu.trimem.profiles import build_profiles
-from trawmem_gpu.trimem.prompts import EXTRACT, PromptSet, check_template, load_prompt_set, save_prompt_set
+from trawmem_gpu.ingest.layers.trimem_extract import extract_facts, normalize_date, windows
+from trawmem_gpu.select.trimem.plan import plain_plan, plan_queries
+from trawmem_gpu.ingest.layers.trimem_profiles import build_profiles
+from trawmem_gpu.ingest.layers.prompts import EXTRACT, PromptSet, check_template, load_prompt_set, save_prompt_set
 from trawmem_gpu.errors import InputError
 
 

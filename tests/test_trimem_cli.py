@@ -109,7 +109,7 @@ def test_profiles_need_facts_and_method_trimem_needs_facts(env, server, capsys):
 
 
 def test_evolve_prompts_versions_best_and_resume(env, server, capsys, monkeypatch):
-    from trawmem_gpu.trimem import evolve
+    from trawmem_gpu.eval import evolve
 
     data = write_locomo(env / "dev.json", [S1, S2], QA)
     args = ["evolve-prompts", "--data", str(data), "--llm", server.base_url, "--steps", "2", "--out", str(env / "ev")]

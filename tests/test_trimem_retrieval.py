@@ -7,15 +7,15 @@ import re
 import numpy as np
 import pytest
 
-from trawmem_gpu.construct import build_banks
+from trawmem_gpu.ingest import build_banks
 from trawmem_gpu.data import load_conversations, sample_path
 from trawmem_gpu.encode import get_encoder
 from trawmem_gpu.select.params import QueryParams
-from trawmem_gpu.trimem.build import attach_profiles
-from trawmem_gpu.trimem.extract import extract_facts
-from trawmem_gpu.trimem.method import TriMemRankers, trimem_select
-from trawmem_gpu.trimem.plan import QueryPlan, plain_plan
-from trawmem_gpu.workspace import assemble
+from trawmem_gpu.ingest.layers.profiles import attach_profiles
+from trawmem_gpu.ingest.layers.trimem_extract import extract_facts
+from trawmem_gpu.select.trimem.method import TriMemRankers, trimem_select
+from trawmem_gpu.select.trimem.plan import QueryPlan, plain_plan
+from trawmem_gpu.select.workspace import assemble
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def with_facts(bank, llm, enc, new_from=0):
     """``bank`` with TriMem's facts of its turns from ``new_from`` on, encoded (as the build does)."""
     from dataclasses import replace
 
-    from trawmem_gpu.facts.build import with_facts as append_facts
+    from trawmem_gpu.ingest.layers.facts import with_facts as append_facts
 
     new, st = extract_facts(bank.turns, llm, new_from=new_from, existing=bank.facts)
     out = append_facts(bank, new, enc, "llm")
@@ -118,7 +118,7 @@ def test_symbolic_person_match_lifts_a_persons_facts(layered, enc):
 def test_update_extracts_new_turns_and_touches_only_their_profiles(layered, llm, enc, server):
     from dataclasses import replace
 
-    from trawmem_gpu.construct import update_bank
+    from trawmem_gpu.ingest import update_bank
     from trawmem_gpu.data.types import Turn
 
     last = layered.turns[-1]
@@ -142,7 +142,7 @@ def test_update_extracts_new_turns_and_touches_only_their_profiles(layered, llm,
 
 
 def test_serving_engine_adapter(layered, enc, sample_bank):
-    from trawmem_gpu.trimem.method import TriMemEngine
+    from trawmem_gpu.select.trimem.method import TriMemEngine
 
     eng = TriMemEngine([layered])
     q = "Where did Clara move for her job?"

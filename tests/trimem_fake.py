@@ -1,6 +1,6 @@
 """A deterministic TriMem "model" for the local protocol server (``LLMServer.responders``).
 
-Replies follow the prompts of ``trawmem_gpu.trimem.prompts``:
+Replies follow the prompts of ``trawmem_gpu.ingest.layers.prompts``:
 
 * extraction: one fact per turn of the window, ``<speaker> said: <text>``, citing the turn; a turn
   holding ``MALFORMED_ONCE`` makes the first reply malformed, ``BOGUS_ID`` adds an unknown source

@@ -3,9 +3,11 @@
 ``from trawmem_gpu import Memory`` is the Python API (``docs/python-api.md``); it is loaded on
 first use, so ``import trawmem_gpu`` stays light.
 
-Pipeline, one subpackage per stage: ``data`` (ingest conversations) -> ``build`` (threads,
-heads, vectors, thread graph) -> ``store`` (banks on disk, packed collections) -> ``select``
-(reference and batched selection) -> ``workspace`` (assembly, rendering) -> ``eval`` / ``serve``.
+Pipeline, one subpackage per stage (docs/architecture.md): ``data`` (conversations) ->
+``encode`` (vectors) -> ``store`` (the bank's schema and files) -> ``ingest`` (Stage 1: threads,
+heads, vectors, thread graph, facts and profiles) -> ``select`` (Stage 2: TrawMem, TriMem's
+retrieval, the baselines, the workspace) -> the fronts: ``eval``, ``head``, ``score``, ``memory``
+(the Python API), ``serve``, ``client``, ``mcp`` and ``cli``.
 """
 
 __version__ = "0.1.0"

@@ -71,7 +71,7 @@ def lines_count_apart() -> bool:
     punctuation rule's optional prefix is a space, the rest are whitespace runs). So when every
     line starts with a non-whitespace character, ``text = L1 + "\n" + L2 + "\n" + ...`` is cut into
     the pieces of each ``Li + "\n"`` on its own, and its token count is their sum, except where a
-    line is followed by an empty line (the two newlines join one piece). ``workspace.TokenCosts``
+    line is followed by an empty line (the two newlines join one piece). ``select.workspace.TokenCosts``
     rests on this."""
     return getattr(get_tokenizer(), "_pat_str", None) in CL100K_PATTERNS
 

@@ -47,7 +47,7 @@ def select(ds: Dataset, method: str, setting_of_group) -> tuple[list[list[int]],
     One engine per method config; the query parameters go with each call."""
     from trawmem_gpu.select import SelectionEngine
     from trawmem_gpu.select.baselines import baseline_units
-    from trawmem_gpu.workspace import headings_for
+    from trawmem_gpu.select.workspace import headings_for
 
     out: list = [None] * len(ds.questions)
     by_group = defaultdict(list)
@@ -64,7 +64,7 @@ def select(ds: Dataset, method: str, setting_of_group) -> tuple[list[list[int]],
             from trawmem_gpu.select.baselines import take_within_tokens
             from trawmem_gpu.select.objective import date_seconds
             from trawmem_gpu.select.steps.affinity import unit_affinity
-            from trawmem_gpu.workspace import fit_to_tokens
+            from trawmem_gpu.select.workspace import fit_to_tokens
 
             for i in rows:
                 q = ds.questions[i]

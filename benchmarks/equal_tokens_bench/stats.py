@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 def records(ds: Dataset, selected: tuple[list[list[int]], str]) -> list[dict]:
     """Per question of ``ds``: category, fold, evidence recall, all-evidence hit, tokens, units of
     ``select``'s picks, rendered with its headings."""
-    from trawmem_gpu.workspace import assemble
+    from trawmem_gpu.select.workspace import assemble
 
     picks, headings = selected
     recs = []

@@ -103,7 +103,7 @@ def code_key(data: dict, W: dict) -> str:
     for d in data.values():
         h.update(file_sha256(d.path).encode())
     pkg = harness.ROOT / "trawmem_gpu"
-    for p in sorted((pkg / "select").rglob("*.py")) + [pkg / "workspace.py"]:
+    for p in sorted((pkg / "select").rglob("*.py")):  # the workspace (select/workspace.py) included
         h.update(p.read_bytes())
     return h.hexdigest()[:16]
 

@@ -2,7 +2,7 @@
 
 Selection is unchanged; only the thread heading changed, from ``## [08 May 2023] A & B: A: <quote>``
 to ``## 8 May 2023 — A: <quote>`` (no speaker list, no zero-padded bracketed date), and texts are
-sanitized (see ``trawmem_gpu/workspace.py``). For every category 1-4 dev question, TrawMem (with
+sanitized (see ``trawmem_gpu/select/workspace.py``). For every category 1-4 dev question, TrawMem (with
 heads) and cosine top-B (no heads) workspaces are rendered both ways and counted with
 ``cl100k_base``; prints and saves the means and the median per-question ratio.
 
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     from trawmem_gpu.select.config import SelectConfig
     from trawmem_gpu.select.params import QueryParams
     from trawmem_gpu.tokens import TOKENIZER_NAME, count_tokens
-    from trawmem_gpu.workspace import assemble, headings_for
+    from trawmem_gpu.select.workspace import assemble, headings_for
 
     convs, banks, _ = banks_for(args.data, progress=False)
     bank_of = {b.bank_id: b for b in banks}

@@ -10,7 +10,7 @@ class RealData:
     def __init__(self, path):
         import numpy as np
 
-        from trawmem_gpu.config import BuildConfig
+        from trawmem_gpu.ingest.config import BuildConfig
         from trawmem_gpu.encode import get_encoder
         from trawmem_gpu.eval.retrieval import banks_for
 

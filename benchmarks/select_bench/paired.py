@@ -153,7 +153,7 @@ def tokens_vs_units(args) -> dict:
     from trawmem_gpu.select.config import SelectConfig
     from trawmem_gpu.select.engine import SelectionEngine
     from trawmem_gpu.select.params import QueryParams
-    from trawmem_gpu.workspace import assemble
+    from trawmem_gpu.select.workspace import assemble
 
     d = RealData(args.data)
     ids, qs, Z = d.queries(1024)

@@ -24,10 +24,10 @@ def _free_port() -> int:
 
 def load_data(spec: str):
     """(collection dir to copy, banks, [(bank_id, question)])."""
-    from trawmem_gpu.config import BuildConfig
+    from trawmem_gpu.ingest.config import BuildConfig
 
     if spec == "sample":
-        from trawmem_gpu.construct import build_banks
+        from trawmem_gpu.ingest import build_banks
         from trawmem_gpu.data import load_conversations, sample_path
         from trawmem_gpu.store import Collection
 

@@ -35,7 +35,7 @@ Every door that stores turns (``build --input`` and ``--update``, ``Memory.add``
 for every turn of the input or request, before anything is stored.
 
 Control and bidirectional-override characters inside texts are kept as the source wrote them
-(provenance); rendering strips them (``trawmem_gpu.workspace``).
+(provenance); rendering strips them (``trawmem_gpu.select.workspace``).
 """
 from __future__ import annotations
 

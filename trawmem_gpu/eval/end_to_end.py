@@ -84,7 +84,7 @@ def _mean(xs) -> Optional[float]:
 
 
 def _build_config(res: dict):
-    from ..config import BuildConfig
+    from ..ingest.config import BuildConfig
 
     d = (res.get("config") or {}).get("build")
     return BuildConfig.from_dict(d) if d else BuildConfig()
@@ -101,7 +101,7 @@ def workspace_texts(res: dict, data_path, bank_cache=None, progress: bool = True
 
     from ..data import load_conversations
     from ..select.config import SelectConfig
-    from ..workspace import assemble, headings_for
+    from ..select.workspace import assemble, headings_for
     from .retrieval import banks_for
 
     records = res["records"]
@@ -120,7 +120,7 @@ def workspace_texts(res: dict, data_path, bank_cache=None, progress: bool = True
     headings = headings_for(res.get("method"), sel_cfg)  # as the retrieval run rendered them
     views = None
     if res.get("method") == "trimem":  # its workspaces are the unit views' (facts, turns, profiles)
-        from ..trimem.method import TriMemRankers
+        from ..select.trimem.method import TriMemRankers
 
         views = TriMemRankers(bank_of)
     index = {}
@@ -156,7 +156,7 @@ def _bank_fingerprint(bank, build_cfg) -> str:
 def _measured_build_stats(banks: dict, build_cfg, progress: bool) -> dict:
     """Build seconds of ``banks`` (which carry no build stats), measured by rebuilding them with
     the embedding cache off; kept in the cache directory so the next run does not rebuild."""
-    from ..construct import build_banks
+    from ..ingest import build_banks
     from ..data import Conversation
     from ..encode import get_encoder
     from ..paths import default_cache_dir
@@ -352,7 +352,7 @@ def open_backends(a, *, check: bool = True) -> tuple:
     ``--llm-deadline``, each checked against the server first (``GET /v1/models``: reachable, key
     accepted, model served) so a wrong key or URL stops the run before retrieval. The same spec
     for both stages shares one backend. Close them with :func:`close_backends`."""
-    from ..llm_factory import llm_from_args, llm_options
+    from ..llm.factory import llm_from_args, llm_options
 
     answer_spec = getattr(a, "answer_llm", None)
     judge_spec = getattr(a, "judge_llm", None)

@@ -14,7 +14,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .. import __version__
-from ..config import BuildConfig
+from ..ingest.config import BuildConfig
 from ..data import load_conversations
 from ..errors import ConfigError, InputError
 from ..paths import file_sha256
@@ -22,7 +22,7 @@ from ..select.config import SelectConfig
 from ..select.params import QueryParams
 from ..select.context import BankContext
 from ..tokens import TOKENIZER_NAME
-from ..workspace import assemble, headings_for
+from ..select.workspace import assemble, headings_for
 
 METHODS = ("trawmem", "cosine", "bm25", "hybrid", "full", "trimem")
 Method = Literal["trawmem", "cosine", "bm25", "hybrid", "full", "trimem"]
@@ -69,8 +69,8 @@ def banks_for(data_path: str | Path, build_cfg: BuildConfig | None = None, cache
     """
     import sys
 
-    from ..construct import build_banks
-    from ..construct.cache import build_identity, default_bank_dir
+    from ..ingest import build_banks
+    from ..ingest.cache import build_identity, default_bank_dir
     from ..errors import BankError
     from ..store import Collection
 
@@ -126,9 +126,9 @@ def _scores(selected_ids: list[str], gold: tuple[str, ...]) -> tuple[float, floa
 
 def layer_scores(units: list, gold: tuple[str, ...]) -> dict:
     """With facts or profiles as units: the evidence recall with citations (gold turns shown, or
-    cited by a shown fact or profile section: ``facts.view.LayerUnit.cited_turns``), its
+    cited by a shown fact or profile section: ``store.view.LayerUnit.cited_turns``), its
     all-evidence hit, and the mix (turns, facts, profile sections shown)."""
-    from ..facts.view import layer_counts
+    from ..store.view import layer_counts
 
     g = set(gold)
     reached = {u.turn_id for u in units if getattr(u, "layer", "turns") == "turns"}
@@ -143,11 +143,11 @@ LAYER_KEYS = ("evidence_recall_cited", "all_evidence_hit_cited", "n_turns", "n_f
 
 
 def layered_banks(banks, data_path, units, facts: str | None, encoder, *, dayfirst: bool = False) -> list:
-    """``banks`` as selection sees them with ``units`` (``facts.view.unit_view``). ``facts``
+    """``banks`` as selection sees them with ``units`` (``store.view.unit_view``). ``facts``
     (``locomo``): banks without a facts layer get LoCoMo's observations of ``data_path`` first
     (encoded, not stored); ``None``: the layers must be in the banks already (``build --facts``)."""
-    from ..facts.build import attach_facts
-    from ..facts.view import DEFAULT_UNITS, parse_units, unit_view
+    from ..ingest.layers.facts import attach_facts
+    from ..store.view import DEFAULT_UNITS, parse_units, unit_view
 
     units = parse_units(units)
     if facts not in (None, "none"):
@@ -189,9 +189,9 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     """Select for every question of ``categories`` and score against the gold evidence, every
     question with the query parameters ``params`` (B, H, T; None = the defaults).
 
-    ``method="trimem"`` (``trimem.method``) needs banks with facts; ``plan_llm`` is its planning
-    LLM (None: the question is the only search) and ``prompts`` its ``trimem.prompts.PromptSet``.
-    ``method="trawmem"`` with a ``plan_llm``: planned TrawMem (``select.planned``, the batched
+    ``method="trimem"`` (``select.trimem.method``) needs banks with facts; ``plan_llm`` is its planning
+    LLM (None: the question is the only search) and ``prompts`` its ``ingest.layers.prompts.PromptSet``.
+    ``method="trawmem"`` with a ``plan_llm``: planned TrawMem (``eval.planned``, the batched
     engine only), its second stage with ``follow_up``; each record then has its ``plan``.
 
     ``build_cfg=None`` builds with the defaults, or takes the build config of the banks already
@@ -233,7 +233,7 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
                                     convs=convs)
     else:
         convs, banks = banks_and_convs
-    from ..facts.view import DEFAULT_UNITS, parse_units
+    from ..store.view import DEFAULT_UNITS, parse_units
 
     units = parse_units(units)
     if method == "trimem" and units != DEFAULT_UNITS:
@@ -263,7 +263,7 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     render_bank = dict(bank_of)  # what each record's workspace is rendered from (trimem: unit views)
     trimem_plans = plan_picks = None
     if method == "trimem":
-        from ..trimem.method import TriMemRankers, trimem_select
+        from ..select.trimem.method import TriMemRankers, trimem_select
 
         rankers = TriMemRankers.prepared(bank_of)  # per-bank setup, outside the selection timing
         t0 = time.perf_counter()
@@ -280,7 +280,7 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
         eng = SelectionEngine(banks, cfg, head=head)
         t0 = time.perf_counter()
         if planned:
-            from ..select.planned import planned_select
+            from .planned import planned_select
 
             got = planned_select(eng, [(b, q.question) for b, q in items], Z, qp, llm=plan_llm, prompts=prompts,
                                  follow_up=follow_up, encode=lambda xs: encoder.encode(xs, is_query=True))
@@ -338,14 +338,14 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     if head is not None:
         out["head"] = getattr(head, "describe", lambda: str(head))()
     if method == "trimem":
-        from ..trimem.prompts import PromptSet
+        from ..ingest.layers.prompts import PromptSet
 
         out["trimem"] = {"plan_llm": plan_llm.describe() if plan_llm is not None else None,
                          "prompts": (prompts or PromptSet()).describe(),
                          "planned": sum(bool(p["planned"]) for p in trimem_plans),
                          "plan_fallbacks": sum(bool(p["fallback"]) for p in trimem_plans)}
     if plan_picks is not None:
-        from ..select.planned import plan_summary
+        from .planned import plan_summary
 
         out["plan"] = plan_summary(plan_picks, plan_llm, prompts) | {"follow_up": follow_up}
     if keep_records:

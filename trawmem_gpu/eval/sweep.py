@@ -32,7 +32,7 @@ __all__ = ["Cell", "CellRunner", "grid", "run_sweep", "run_cells", "interleave",
 
 TRAWMEM = "trawmem"
 BASELINES = ("cosine", "bm25", "hybrid")
-SWEEP_METHODS = (TRAWMEM, *BASELINES, "trimem")  # trimem.method without planning: cells like a baseline's
+SWEEP_METHODS = (TRAWMEM, *BASELINES, "trimem")  # select.trimem.method without planning: cells like a baseline's
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ class CellRunner:
         self.records: list[dict] = []
         self.selections: list = []
         if cell.method == "trimem":  # per-bank setup before any query is timed; workspaces from its views
-            from ..trimem.method import TriMemRankers
+            from ..select.trimem.method import TriMemRankers
             self.trimem = TriMemRankers.prepared(banks)
             self.banks = {b: r.view for b, r in self.trimem.items()}
 
@@ -160,7 +160,7 @@ class CellRunner:
 
     def run_one(self, items: list, Z: np.ndarray, i: int, keep: bool = False, record: bool = True) -> None:
         """Select query ``i`` alone, assemble and render its workspace, time both, score it."""
-        from ..workspace import assemble, headings_for
+        from ..select.workspace import assemble, headings_for
 
         bid, q = items[i]
         clear_query_caches()
@@ -335,7 +335,7 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
               facts: str | None = None) -> dict:
     """Run the whole grid (``units`` / ``facts``: ``eval.retrieval.layered_banks``); the JSON-ready result."""
     from .. import __version__
-    from ..config import BuildConfig
+    from ..ingest.config import BuildConfig
     from ..data import load_conversations, require_locomo
     from ..encode import get_encoder
     from ..select.config import PAPER_HOPS, SelectConfig
@@ -367,7 +367,7 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
     t0 = time.perf_counter()
     ctxs = {b: BankContext.of(bank) for b, bank in banks.items()}
     if any(cell.token_budget is not None for cell in cells):  # per-bank setup of the T cells, not a query's cost
-        from ..workspace import headings_for
+        from ..select.workspace import headings_for
 
         for c in ctxs.values():
             for h in {headings_for(cell.method, base_cfg) for cell in cells}:

@@ -48,7 +48,7 @@ def build_timed(convs, build_cfg, encoder, llm=None, progress: bool = True) -> t
     """Build each conversation on its own and time it: ``(banks, rows)``, one row per bank with
     ``build_s`` (wall) and the builder's stage seconds. ``encoder`` and ``llm`` should be
     uncached for honest figures; the encoder is warmed once first (model load is a one-off)."""
-    from ..construct import build_banks
+    from ..ingest import build_banks
 
     encoder.encode(["warm-up"], is_query=False)
     banks, rows = [], []

@@ -141,7 +141,7 @@ def load_labelled(path: str | Path, cfg: SelectConfig | None = None, *, dataset:
     every question with a gold user turn except abstention ones, grouped into ``folds`` folds
     (a seeded shuffle). Returns ``(questions, contexts {bank_id: BankContext}, Z {qid: vector})``.
     """
-    from ..config import BuildConfig
+    from ..ingest.config import BuildConfig
     from ..data import detect_format, load_conversations
     from ..encode import get_encoder
 
@@ -151,7 +151,7 @@ def load_labelled(path: str | Path, cfg: SelectConfig | None = None, *, dataset:
     enc = get_encoder(BuildConfig().encoder)
     if fmt == "longmemeval":
         from ..data.longmemeval import is_abstention
-        from ..construct.cache import build_identity, default_bank_dir, ensure_collection
+        from ..ingest.cache import build_identity, default_bank_dir, ensure_collection
         from ..paths import file_sha256
         from ..store import Collection
 

@@ -41,15 +41,12 @@ from ..select.objective import COVERAGE_TERMS, QUERY_WEIGHTS, CoverageData, Modu
     modular_gain, support_kernel
 from ..select.reference import localize
 from ..select.steps.priority import effective_budget
+from .defaults import DEFAULTS
 from .model import LEARNED_WEIGHTS, RoleHead, save_head
 
 _BIG = 1e6  # finite stand-in for unreachable head-to-head costs (exp(-1e6 / tau) == 0)
 _IDX = {k: i for i, k in enumerate(LEARNED_WEIGHTS)}
 LOSS_KINDS = ("listwise", "pick", "topb")
-DEFAULTS = {"epochs": 20, "lr": 0.05, "seed": 0, "l2": 1e-3, "temp": 1.0, "steps": None, "loss_kind": "listwise"}
-"""Training defaults, chosen on three two-conversation dev folds (listwise loss over the full
-greedy unroll; ``steps=None`` = B); the fold measurements behind each value are in
-benchmarks/results/quality.md ("Learned role head")."""
 
 
 @dataclass
@@ -371,7 +368,7 @@ def loss_png_path(out_path: str | Path) -> Path:
 def load_dev(data_path: str | Path, build_cfg=None, progress: bool = False, categories=(1, 2, 3, 4),
              dayfirst: bool = False):
     """(convs, banks, Z) for ``data_path``: banks from the on-disk cache, questions encoded once."""
-    from ..config import BuildConfig
+    from ..ingest.config import BuildConfig
     from ..encode import get_encoder
     from ..eval.retrieval import banks_for
 

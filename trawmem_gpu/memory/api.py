@@ -105,7 +105,7 @@ class Memory:
     :param head: a learned role head (``trawmem_gpu.head.load_head``) for the engine
     :param only: load only these bank ids (a process that serves a few banks of a large collection)
     :param create: create the collection when ``path`` does not hold one (else a ``BankError``)
-    :param llm: an LLM backend (``trawmem_gpu.llm_factory.llm_from_args``) for banks built with
+    :param llm: an LLM backend (``trawmem_gpu.llm.factory.llm_from_args``) for banks built with
         LLM segmentation or heads: ``add`` re-segments and writes heads with it, ``forget`` too
     :param embedding_cache: keep vectors in the on-disk embedding cache (True: the default one
         under ``TRAWMEM_CACHE``, or a file path); off by default
@@ -303,7 +303,7 @@ class Memory:
         Z = self._core.encoder.encode(qs, is_query=True) if vectors is None else _vectors(vectors, n, self._core.dim)
         plans = None
         if self.plan_llm is not None:  # the planner's LLM calls, before the engine is held
-            from ..trimem.plan import plan_queries
+            from ..select.trimem.plan import plan_queries
 
             plans = plan_queries(qs, self.plan_llm, key_info=False)
         searches = [()] * n if plans is None else [p.queries for p in plans]
@@ -317,7 +317,7 @@ class Memory:
             if plans is None:
                 picks, banks, used = pick(eng, bids, qs, Z, ds, [qp] * n)
             else:
-                from ..select.planned import planned_select
+                from ..eval.planned import planned_select
 
                 got = planned_select(eng.engine, list(zip(bids, qs)), Z, qp, llm=self.plan_llm, plans=plans,
                                      encode=lambda t: self._core.encoder.encode(t, is_query=True),

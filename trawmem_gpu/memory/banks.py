@@ -10,7 +10,7 @@ directory renamed into place, then the index), and only then published here. Any
 before the write leaves the bank as it was.
 
 A forget runs the same way (serialized with the bank's appends): the bank less the turns
-(``construct.forget.without_turns``) is written through ``Collection.update``, or the bank is
+(``ingest.forget.without_turns``) is written through ``Collection.update``, or the bank is
 deleted (``Collection.delete``) when no turn is left; before the write, what is to be erased
 from the caches is journaled (``memory.erase``), and the caller erases it (``MemoryCore``).
 """
@@ -21,9 +21,9 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..construct import build_banks, update_bank
-from ..construct.forget import without_turns
-from ..config import BuildConfig
+from ..ingest import build_banks, update_bank
+from ..ingest.forget import without_turns
+from ..ingest.config import BuildConfig
 from ..data.fields import check_order, id_field
 from ..data.types import MAX_ID_CHARS, Conversation
 from ..encode.base import Encoder

@@ -44,7 +44,7 @@ def forget_in_process_texts() -> None:
     after a forget none of them may keep a forgotten text."""
     from ..select.lexical import _stem
     from ..tokens import clear_counts
-    from ..workspace import date_label, unit_line
+    from ..select.workspace import date_label, unit_line
 
     for f in (unit_line, date_label, _stem):
         f.cache_clear()
@@ -65,8 +65,8 @@ class MemoryCore:
     :param create: create a missing collection (else a ``BankError``)
     :param embedding_cache: keep query vectors in the on-disk embedding cache (True: the default
         one, or a file path); off by default
-    :param units: the layers the engine selects from (``facts.view.unit_view``; default the turns)
-    :param method: ``trawmem``, or ``trimem`` (TriMem's retrieval: ``trimem.method.TriMemEngine``)
+    :param units: the layers the engine selects from (``store.view.unit_view``; default the turns)
+    :param method: ``trawmem``, or ``trimem`` (TriMem's retrieval: ``select.trimem.method.TriMemEngine``)
     """
 
     def __init__(self, path, *, encoder: str | Encoder | None = None, select_cfg: SelectConfig | None = None,
@@ -177,12 +177,12 @@ def served_engine(banks: dict, select_cfg: SelectConfig | None = None, threads: 
                   head=None, units=("turns",), method: str = "trawmem") -> ServedEngine:
     """The one engine over ``banks`` (bank id -> bank) with the method ``select_cfg``, selecting
     from their unit views for ``units``; ``method="trimem"``: TriMem's retrieval over the banks'
-    facts (``trimem.method.TriMemEngine``; the stored banks in, workspaces without thread headings)."""
+    facts (``select.trimem.method.TriMemEngine``; the stored banks in, workspaces without thread headings)."""
     cfg = select_cfg or SelectConfig()
     if method == "trimem":
         from dataclasses import replace
 
-        from ..trimem.method import TriMemEngine
+        from ..select.trimem.method import TriMemEngine
 
         return ServedEngine(banks, replace(cfg, headings="none"), TriMemEngine, units)
 

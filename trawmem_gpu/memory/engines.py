@@ -38,7 +38,7 @@ class ServedEngine:
 
     def __init__(self, banks: dict[str, Bank], cfg: SelectConfig,
                  make: Callable[[list[Bank], SelectConfig], SelectionEngine] | None = None, units=("turns",)):
-        from ..facts.view import unit_view
+        from ..store.view import unit_view
 
         self.view = lambda bank: unit_view(bank, units)
         """A stored bank as the engine selects from it (``--units``; the bank itself for ``turns``)."""
@@ -137,7 +137,7 @@ class ServedEngine:
 
     def bank(self, bank_id: str) -> Bank:
         """The bank the engine selects from for ``bank_id`` (its unit view; for TriMem's engine,
-        ``trimem.method.TriMemEngine.view``)."""
+        ``select.trimem.method.TriMemEngine.view``)."""
         view = getattr(self._engine, "view", None)
         return view(bank_id) if view is not None else self.views[bank_id]
 

@@ -163,7 +163,7 @@ def llm_requests(e: Erasure, max_len: int = 64) -> list[tuple[list[dict], int]]:
     sent with a forgotten turn in it: segmentation of each prefix of a session (a session grows
     by appends, each re-segments it whole) and a head of each run of turns (a thread) that holds
     a forgotten turn, up to ``max_len`` turns."""
-    from ..construct.llm_threads import build_requests
+    from ..ingest.llm_threads import build_requests
 
     gone = set(e.turn_ids)
     segs, threads = [], []

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ..store.bank import Bank
 from ..tokens import TOKENIZER_NAME, count_tokens_cached
-from ..workspace import Headings, assemble
+from ..select.workspace import Headings, assemble
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from ..select.params import QueryParams, split_fields
 from ..store.bank import Bank
 from ..store.verify import bank_digest
 from ..tokens import TOKENIZER_NAME, count_tokens
-from ..workspace import assemble, headings_for
+from ..select.workspace import assemble, headings_for
 from .items import ScoreItem
 from .writer import ResumableJsonl, read_records
 
@@ -56,7 +56,7 @@ class ScoreSpec:
 
     method: str = "trawmem"
     """``trawmem``, a baseline: ``cosine``, ``bm25``, ``hybrid`` (RRF, k = 60), ``full``, or ``trimem``
-    (``trimem.method`` without query planning: the question is the only search)."""
+    (``select.trimem.method`` without query planning: the question is the only search)."""
     select: dict = field(default_factory=lambda: {**SelectConfig().to_dict(), **QueryParams().to_dict()})
     """The ``SelectConfig`` and the ``QueryParams`` every question gets, as one flat dict (the
     params' ``budget``, ``token_budget`` and ``fill`` are also the baselines')."""
@@ -72,7 +72,7 @@ class ScoreSpec:
     """LLM spec for answers (``--answer-llm``), or None."""
     answer_max_tokens: int = 96
     layers: tuple = ("turns",)
-    """The layers selection takes units from (``--layers``: ``facts.view.unit_view``; the banks must
+    """The layers selection takes units from (``--layers``: ``store.view.unit_view``; the banks must
     hold them). Left out of the job's identity while it is the default (older jobs resume)."""
 
     def __post_init__(self):
@@ -84,7 +84,7 @@ class ScoreSpec:
         if not self.ks or min(self.ks) < 1:
             raise InputError(f"`ks` must list positive integers, got {self.ks}")
         self.config(), self.params()  # validates the selection config
-        from ..facts.view import parse_units
+        from ..store.view import parse_units
 
         self.layers = parse_units(self.layers)
 
@@ -123,7 +123,7 @@ class Scorer:
                  contexts: dict | None = None):
         if not banks:
             raise ValueError("Scorer needs at least one bank")
-        from ..facts.view import unit_view
+        from ..store.view import unit_view
 
         self.spec = spec
         self.cfg, self.qp = spec.config(), spec.params()
@@ -157,7 +157,7 @@ class Scorer:
             self.engine = SelectionEngine(list(banks), self.cfg, head=head, **kw)
         self.trimem = None
         if spec.method == "trimem":
-            from ..trimem.method import TriMemRankers
+            from ..select.trimem.method import TriMemRankers
 
             self.trimem = TriMemRankers.prepared(self.banks)
         self._lap("setup", t0)
@@ -263,7 +263,7 @@ class Scorer:
 
 def encoder_for(build_config: dict | None, encoder_id: str | None):
     """The (cached) encoder a bank's build config names; it must produce ``encoder_id``."""
-    from ..config import BuildConfig
+    from ..ingest.config import BuildConfig
     from ..encode import get_encoder
 
     enc = get_encoder(BuildConfig.from_dict(build_config).encoder if build_config else "minilm")
@@ -400,7 +400,7 @@ def run_score(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
     from tqdm.auto import tqdm
 
     from ..store import Collection
-    from ..llm_factory import llm_from_args
+    from ..llm.factory import llm_from_args
 
     t_start = time.perf_counter()
     coll = Collection(collection)

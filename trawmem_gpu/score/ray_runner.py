@@ -88,7 +88,7 @@ class GroupScorer:
             from ..head import load_head
 
             self.head = load_head(self.spec.head)
-        from ..llm_factory import llm_from_args
+        from ..llm.factory import llm_from_args
 
         self.llm = llm_from_args(self.spec.answer_llm) if self.spec.answer_llm else None
         self.max_banks = max_banks
@@ -204,7 +204,7 @@ class _BuildActor:
     def __init__(self, cfg: dict, threads: int = 1):
         import torch
 
-        from ..config import BuildConfig
+        from ..ingest.config import BuildConfig
         from ..encode import get_encoder
 
         torch.set_num_threads(max(1, threads))
@@ -212,7 +212,7 @@ class _BuildActor:
         self.encoder = get_encoder(self.cfg.encoder)
 
     def build(self, convs):
-        from ..construct import build_banks
+        from ..ingest import build_banks
 
         h0, m0 = getattr(self.encoder, "hits", 0), getattr(self.encoder, "misses", 0)
         banks, st = build_banks(convs, self.cfg, self.encoder, progress=False)
@@ -222,7 +222,7 @@ class _BuildActor:
 
 
 def ray_chunk_builder(address: str | None = None, workers: int | None = None):
-    """The bank cache's ``build_chunks`` (:func:`trawmem_gpu.construct.cache.ensure_collection`):
+    """The bank cache's ``build_chunks`` (:func:`trawmem_gpu.ingest.cache.ensure_collection`):
     chunks built on Ray actors."""
     def build(chunks: list, cfg):
         return build_banks_ray(chunks, cfg, address=address, workers=workers)

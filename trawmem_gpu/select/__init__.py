@@ -8,7 +8,11 @@ Layout (the method reads top-down; every fast path sits beside its reference):
 * ``reference.py``: ``select_reference``, the steps' references composed, one query;
 * ``engine/``: ``SelectionEngine``, the batched variants composed, many queries over many banks;
 * ``context.py``, ``lexical.py``, ``text_features.py``: per-bank precomputation, BM25, text cues;
-* ``baselines.py``: cosine, BM25, RRF hybrid, full context.
+* ``baselines.py``: cosine, BM25, RRF hybrid, full context;
+* ``workspace.py``: the selected units assembled under their thread headings and rendered, and
+  the token costs a token budget reads;
+* ``trimem/``: TriMem's retrieval (``--method trimem``): its query plan, the fused fact ranking and
+  the units of the bank's unit view it shows.
 
 The names below import lazily (the reference path needs no torch engine).
 """

@@ -4,8 +4,8 @@ Each ranks the bank's units (full context: in source order) and takes them from 
 first B at a unit budget, or under a token budget T (``QueryParams.token_budget``) every unit
 that still fits, in rank order (``fill="skip"``: a unit that would overflow is skipped and the
 ranking goes on; ``fill="stop"``: the first one that would overflow ends the workspace), at most
-B of them when B is also set. Costs are the workspace's own (``workspace.TokenCosts`` without
-heads), and the workspace is checked against T (``workspace.fit_to_tokens``).
+B of them when B is also set. Costs are the workspace's own (``select.workspace.TokenCosts`` without
+heads), and the workspace is checked against T (``select.workspace.fit_to_tokens``).
 :func:`baseline_units` is the one entry point every harness calls.
 """
 from __future__ import annotations
@@ -60,7 +60,7 @@ def ranking(method: str, ctx: BankContext, question: str, z: np.ndarray, k_rrf: 
 def take_within_tokens(order, costs, unit_thread: np.ndarray, token_budget: int, fill: str = "skip",
                        cap: int | None = None) -> list[int]:
     """Units of ``order`` (ranked) while they fit ``token_budget`` under the additive ``costs``
-    (``workspace.TokenCosts``; a thread's heading, if any, paid with its first unit): a unit
+    (``select.workspace.TokenCosts``; a thread's heading, if any, paid with its first unit): a unit
     that would overflow is skipped (``fill="skip"``) or ends the list (``"stop"``); at most
     ``cap`` units (None: no cap)."""
     from .steps.greedy import marginal_cost
@@ -97,7 +97,7 @@ def baseline_units(method: str, ctx: BankContext, question: str, z: np.ndarray, 
     if qp.token_budget is None:
         return full_context(ctx) if method == "full" else [int(u) for u in
                                                            ranking(method, ctx, question, z)[:qp.budget]]
-    from ..workspace import fit_to_tokens
+    from .workspace import fit_to_tokens
 
     order = ranking(method, ctx, question, z)
     costs = ctx.token_costs("none")

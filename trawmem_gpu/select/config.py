@@ -26,7 +26,7 @@ from typing import Literal
 from ..dictconfig import DictFields
 from ..errors import ConfigError
 from .weights_file import load_weights
-from ..workspace import DEFAULT_HEADINGS, Headings
+from .workspace import DEFAULT_HEADINGS, Headings
 
 ABLATIONS = ("none", "fixed_segmentation", "no_cross_edges", "seed_only", "no_role_conditioning", "identity_k",
              "no_multi_thread")
@@ -95,7 +95,7 @@ class SelectConfig(DictFields):
     evidence."""
     headings: Headings = DEFAULT_HEADINGS
     """What TrawMem's workspace shows per thread, and its token costs pay for
-    (``workspace.HEADINGS``): a ``## date`` heading (the default), the heading with the thread
+    (``select.workspace.HEADINGS``): a ``## date`` heading (the default), the heading with the thread
     head's gist (``gist``), or no headings and a date on every line (``none``). It changes no pick
     without a token budget."""
     gamma: float = 0.7

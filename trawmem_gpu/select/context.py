@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..construct.graph import SEMANTIC
+from ..store.graph import SEMANTIC
 from ..store.bank import Bank
-from ..workspace import DEFAULT_HEADINGS, token_costs
+from .workspace import DEFAULT_HEADINGS, token_costs
 from .lexical import BM25Index
 from .objective import support_floor, unit_attributes
 from .steps.relevance import RelevanceStatic, relevance_static
@@ -59,7 +59,7 @@ class BankContext:
                    relevance_static(bank, temporal))
 
     def token_costs(self, headings: str = DEFAULT_HEADINGS):
-        """The bank's ``workspace.TokenCosts`` under ``headings``, counted on first use."""
+        """The bank's ``select.workspace.TokenCosts`` under ``headings``, counted on first use."""
         if headings not in self._token_costs:
             self._token_costs[headings] = token_costs(self.bank, headings)
         return self._token_costs[headings]

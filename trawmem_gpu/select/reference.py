@@ -5,7 +5,7 @@ steps' references (``steps/``) and the objective (``objective.py``): affinity al
 (step 3, read by the seeds) -> seeds r0 (1) -> propagation and the capped neighbourhood (2) ->
 candidates U_q (3) -> demand delta, unit features, rho, phi (4) -> costs C (5) -> B_q and
 priorities pi (6) -> J and its greedy maximization with the early stop (7); under a token budget
-the cost-aware greedy on the workspace's token costs, then the check against T (``workspace.fit_to_tokens``).
+the cost-aware greedy on the workspace's token costs, then the check against T (``select.workspace.fit_to_tokens``).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from .steps.greedy import TokenBudget, config_rule, cost_aware_greedy
 from .steps.priority import effective_budget, head_distances, priorities
 from .steps.roles import demand_mix, role_params  # noqa: F401 - re-exported (head.model, tests)
 from .text_features import demand_features
-from ..workspace import fit_to_tokens
+from .workspace import fit_to_tokens
 
 
 @dataclass

@@ -21,10 +21,10 @@ Why this stack (extra ``serve``):
   histograms and gauges on a per-app registry.
 
 Modules: ``config`` (options), ``models`` (API bodies), ``keys`` (tenants), ``batcher``
-(dynamic batching), ``engines`` / ``registry`` (the Memory core's engine and banks, by their
-serve names), ``service`` (one process's service),
+(dynamic batching), ``service`` (one process's service over the Memory core's engine and
+banks, :mod:`trawmem_gpu.memory.engines` and :mod:`trawmem_gpu.memory.banks`),
 ``metrics``, ``app`` (routes), ``server`` (uvicorn), ``remote`` (HTTP in front processes,
-``--http-workers``), ``ray_app`` (Ray Serve), ``cli``.
+``--http-workers``), ``ray_app`` (Ray Serve); the commands are ``trawmem_gpu.cli.serve``.
 Only ``app``, ``metrics``, ``server``, ``remote`` (its fronts) and ``ray_app`` import the extras.
 """
 from .config import ServeConfig

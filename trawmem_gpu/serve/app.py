@@ -54,8 +54,8 @@ from .metrics import Metrics
 from .openapi import with_models, documented_body, offline_docs
 from .models import (AppendRequest, AppendResponse, BankInfo, BankList, BatchRequest, BatchResponse, Error,
                      ForgetRequest, ForgetResponse, SelectRequest, SelectResponse)
-from .registry import DuplicateTurns, check_bank_id
-from ..errors import QuarantinedBank, UnknownBank
+from ..memory.banks import check_bank_id
+from ..errors import DuplicateTurns, QuarantinedBank, UnknownBank
 from .service import SelectItem
 
 log = logging.getLogger("trawmem.serve")

@@ -109,7 +109,7 @@ class ServeConfig:
     the only search: ``trimem.method.TriMemEngine``; ``units`` stays ``turns``)."""
 
     def __post_init__(self):
-        from ..facts.view import DEFAULT_UNITS, parse_units
+        from ..store.view import DEFAULT_UNITS, parse_units
 
         self.units = parse_units(self.units)
         if self.method not in ("trawmem", "trimem"):

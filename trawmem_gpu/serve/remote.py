@@ -81,7 +81,7 @@ async def read_frame(reader: asyncio.StreamReader):
 def _error_kinds() -> tuple:
     """(kind, class, fields of an instance) for each exception that crosses the socket as itself;
     a subclass before its base. The class called with the fields makes the same exception."""
-    from .registry import DuplicateTurns
+    from ..errors import DuplicateTurns
 
     def msg(e):
         return (str(e),)

@@ -44,19 +44,19 @@ class Bank:
     stats: dict = field(default_factory=dict)
     """Build bookkeeping (timings, fallbacks); not part of the bank's identity."""
     facts: tuple = ()
-    """The facts layer (``facts.schema.Fact``), kept beside the turns; not units unless a unit view
-    (``facts.view.unit_view``) makes them so."""
+    """The facts layer (``store.facts.Fact``), kept beside the turns; not units unless a unit view
+    (``store.view.unit_view``) makes them so."""
     fact_vecs: np.ndarray | None = None
     """[F, d] float32, L2-normalized (the bank's encoder, ``Fact`` embed text); None when no facts."""
     profiles: tuple = ()
-    """The profiles layer (``facts.schema.ProfileSection``, one per person and section)."""
+    """The profiles layer (``store.facts.ProfileSection``, one per person and section)."""
     profile_vecs: np.ndarray | None = None
     """[P, d] float32, L2-normalized; None when no profiles."""
     layer_sources: dict = field(default_factory=dict)
     """Where each layer came from (``{"facts": "locomo"}``): an ``--update`` continues with it."""
     units: tuple[str, ...] = ("turns",)
     """The layers that are units here: ``("turns",)`` for a stored bank; a unit view's tuple, whose
-    ``turns`` then also hold the fact and profile units (``facts.view``)."""
+    ``turns`` then also hold the fact and profile units (``store.view``)."""
     support_src: np.ndarray | None = None
     support_dst: np.ndarray | None = None
     """A unit view's support links (unit ``support_src[k]`` restates unit ``support_dst[k]``: a fact

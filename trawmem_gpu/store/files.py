@@ -5,7 +5,7 @@ Layout of a bank directory (format version 2)::
     tensors.safetensors   unit_vecs, head_vecs, thread_offsets, edge_src/dst/w/kind
     units.json            one record per unit (id, speaker, text, session, date, caption)
     layers.json           only in a bank with facts or profiles: ``{"facts": [...], "profiles":
-                          [...]}`` (``facts.schema`` records); their vectors are the tensors
+                          [...]}`` (``store.facts`` records); their vectors are the tensors
                           ``fact_vecs`` / ``profile_vecs`` (a bank without layers has neither, so
                           its files are what they were before layers existed)
     meta.json             format version, bank id, encoder id, build config, heads, counts,
@@ -279,7 +279,7 @@ def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = No
 
 def _read_layers(fp: Path, counts: dict) -> tuple[tuple, tuple, dict]:
     """The facts, profiles and sources of ``layers.json`` (checked records, counts as ``meta.json`` says)."""
-    from ..facts.schema import fact_from_record, profile_from_record
+    from .facts import fact_from_record, profile_from_record
 
     rec = json.loads(fp.read_text(encoding="utf-8"))
     if not isinstance(rec, dict) or not isinstance(rec.get("facts"), list) or not isinstance(rec.get("profiles"), list):

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from ...store.bank import Bank
-from ...workspace import Workspace, assemble, fit_to_tokens
+from ..workspace import Workspace, assemble, fit_to_tokens
 from ..config import EngineConfig, SelectConfig
 from ..objective import support_kernel
 from ..params import QueryParams

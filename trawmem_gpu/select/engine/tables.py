@@ -34,9 +34,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ...construct.graph import SEMANTIC
+from ...store.graph import SEMANTIC
 from ...store.bank import Bank
-from ...workspace import token_costs
+from ..workspace import token_costs
 from ..context import unit_features
 from ..lexical import BM25Index
 from ..objective import UNIT_ATTRIBUTES, support_floor, support_kernel, unit_attributes

@@ -12,7 +12,7 @@ step  what                                                   module
 5-6   costs C, B_q, priorities w and pi                      ``priority.py``
 7     the objective J                                        ``../objective.py``
 7     greedy maximization of J, the budget / stop rule       ``greedy.py``
-8     workspace assembly                                     ``trawmem_gpu/workspace.py``
+8     workspace assembly                                     ``trawmem_gpu/select/workspace.py``
 ====  =====================================================  ================================
 
 ``select/reference.py`` composes the references; ``select/engine/`` composes the batched variants.

@@ -105,7 +105,7 @@ def relevance_static(bank, temporal: np.ndarray | None = None) -> RelevanceStati
 
 
 def _layered_context(turns, ses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The session context of a unit view's units (``facts.view``): a turn's neighbours are the turns
+    """The session context of a unit view's units (``store.view``): a turn's neighbours are the turns
     before and after it in its session (the layer units between are skipped, so a turn's features
     are what they are in its bank); a fact's are its first source turn's (it restates that turn, in
     that place of the conversation); a profile section has none."""

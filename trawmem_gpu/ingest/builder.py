@@ -1,0 +1,251 @@
+"""Stage 1: conversations -> banks (threads, heads, vectors, thread graph), full or incremental.
+
+All conversations of a build are processed together: one batched encoder pass over every
+unit of every bank, one batched LLM call per stage when an LLM is configured, then one encoder
+pass over every head. Incremental updates re-segment only the session that new turns extend
+(and new sessions), keep every other thread and head as it was, encode only new text, and
+recompute the thread graph from the stored head vectors (milliseconds), so the result equals a
+full build over the same turns.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .config import BuildConfig
+from ..data.fields import session_field
+from ..data.types import Conversation, Turn
+from ..encode.base import Encoder
+from ..errors import InputError, NoLLMConfigured
+from ..store.bank import Bank
+from ..store.graph import build_edges
+from .heads import extractive_head
+from .segment import embedding_segments, fixed_segments
+
+
+@dataclass
+class _Work:
+    """One bank in flight: its turns, unit vectors and thread starts (global unit offsets)."""
+
+    conv: Conversation
+    vecs: np.ndarray
+    starts: list[int] | None = None
+    heads: list[str] | None = None
+    head_kind: list[str] | None = None
+    keep_threads: int = 0
+    """Threads taken unchanged from an existing bank (incremental update)."""
+    seg_fallbacks: int = 0
+    """Sessions whose LLM segmentation was malformed and fell back to embedding segmentation."""
+    head_fallbacks: int = 0
+    """Threads whose LLM head was malformed and fell back to the extractive head."""
+
+
+def _session_spans(turns: list[Turn], lo: int = 0) -> list[tuple[int, int]]:
+    spans, s = [], lo
+    for i in range(lo + 1, len(turns) + 1):
+        if i == len(turns) or turns[i].session != turns[s].session:
+            spans.append((s, i))
+            s = i
+    return spans
+
+
+def _segment_session(vecs: np.ndarray, cfg: BuildConfig, mode: str) -> list[int]:
+    if mode == "fixed":
+        return fixed_segments(len(vecs), cfg.fixed_size)
+    return embedding_segments(vecs, window=cfg.window, depth_std=cfg.depth_std, min_depth=cfg.min_depth,
+                              min_len=cfg.min_thread_len, max_len=cfg.max_thread_len)
+
+
+def _segment(works: list[_Work], cfg: BuildConfig, llm, stats: dict, from_unit: list[int]) -> None:
+    """Fill ``w.starts`` for units at or after ``from_unit[i]`` (a session start)."""
+    jobs = []  # (work index, lo, hi)
+    for wi, w in enumerate(works):
+        for lo, hi in _session_spans(w.conv.turns, from_unit[wi]):
+            jobs.append((wi, lo, hi))
+    llm_bounds: list = [None] * len(jobs)
+    if cfg.segmentation == "llm":
+        if llm is None:
+            raise NoLLMConfigured("segmentation='llm' needs an LLM backend (none configured); "
+                                  "set `segmentation` to 'embedding' or give an `llm`")
+        from .llm_threads import llm_segment
+
+        sessions = [[t.embed_text() for t in works[wi].conv.turns[lo:hi]] for wi, lo, hi in jobs]
+        llm_bounds, n_fb = llm_segment(sessions, llm)
+        stats["llm_segment_fallbacks"] = stats.get("llm_segment_fallbacks", 0) + int(n_fb)
+    for (wi, lo, hi), lb in zip(jobs, llm_bounds):
+        w = works[wi]
+        if cfg.segmentation == "llm" and lb is None:
+            w.seg_fallbacks += 1
+        if lb is not None:
+            local = sorted({0, *[int(b) for b in lb if 0 < int(b) < hi - lo]})
+        else:
+            mode = "embedding" if cfg.segmentation == "llm" else cfg.segmentation
+            local = _segment_session(w.vecs[lo:hi], cfg, mode)
+        w.starts.extend(lo + s for s in local)
+
+
+def _heads(works: list[_Work], cfg: BuildConfig, llm, stats: dict) -> None:
+    todo = []  # (work index, thread index)
+    for wi, w in enumerate(works):
+        ends = w.starts[1:] + [len(w.conv.turns)]
+        for j in range(w.keep_threads, len(w.starts)):
+            todo.append((wi, j, w.starts[j], ends[j]))
+    texts: list = [None] * len(todo)
+    if cfg.heads == "llm":
+        if llm is None:
+            raise NoLLMConfigured("heads='llm' needs an LLM backend (none configured); set `heads` to 'extractive' "
+                                  "or give an `llm`")
+        from .llm_threads import llm_heads, thread_text
+
+        rendered = [thread_text(works[wi].conv.turns[s:e]) for wi, j, s, e in todo]
+        texts, n_fb = llm_heads(rendered, llm)
+        stats["llm_head_fallbacks"] = stats.get("llm_head_fallbacks", 0) + int(n_fb)
+    for (wi, j, s, e), txt in zip(todo, texts):
+        w = works[wi]
+        if txt:
+            w.heads.append(txt)
+            w.head_kind.append("llm")
+        else:
+            if cfg.heads == "llm":
+                w.head_fallbacks += 1
+            w.heads.append(extractive_head(w.conv.turns[s:e], w.vecs[s:e], sentences=cfg.head_sentences,
+                                           words=cfg.head_words))
+            w.head_kind.append("extractive")
+
+
+def _encode_units(convs: list[Conversation], encoder: Encoder, cfg: BuildConfig, progress: bool,
+                  skip: list[int] | None = None, old: list[np.ndarray] | None = None,
+                  on_units=None) -> list[np.ndarray]:
+    skip = skip or [0] * len(convs)
+    texts = [t.embed_text() for c, k in zip(convs, skip) for t in c.turns[k:]]
+    v = encoder.encode(texts, batch_size=cfg.encode_batch_size, progress=progress, desc="encode units",
+                       on_batch=on_units)
+    out, p = [], 0
+    for i, (c, k) in enumerate(zip(convs, skip)):
+        n = len(c.turns) - k
+        new = v[p:p + n]
+        out.append(np.concatenate([old[i][:k], new]) if k else new)
+        p += n
+    return out
+
+
+def _finish(works: list[_Work], encoder: Encoder, cfg: BuildConfig, progress: bool, stats: dict,
+            old_head_vecs: list[np.ndarray | None]) -> list[Bank]:
+    t0 = time.perf_counter()
+    texts = [h for w in works for h in w.heads[w.keep_threads:]]
+    hv = encoder.encode(texts, batch_size=cfg.encode_batch_size, progress=progress, desc="encode heads")
+    stats["encode_heads_s"] = stats.get("encode_heads_s", 0.0) + time.perf_counter() - t0
+    banks, p = [], 0
+    semantic = True
+    for w, ohv in zip(works, old_head_vecs):
+        n_new = len(w.heads) - w.keep_threads
+        head_vecs = hv[p:p + n_new]
+        if w.keep_threads:
+            head_vecs = np.concatenate([ohv[:w.keep_threads], head_vecs])
+        p += n_new
+        t1 = time.perf_counter()
+        src, dst, ew, kind = build_edges(head_vecs, knn=cfg.knn, threshold=cfg.knn_threshold, semantic=semantic)
+        stats["graph_s"] = stats.get("graph_s", 0.0) + time.perf_counter() - t1
+        bank = Bank(bank_id=w.conv.bank_id, turns=list(w.conv.turns),
+                    thread_offsets=np.array(w.starts + [len(w.conv.turns)], dtype=np.int64),
+                    heads=w.heads, head_kind=w.head_kind, unit_vecs=w.vecs, head_vecs=head_vecs,
+                    edge_src=src, edge_dst=dst, edge_w=ew, edge_kind=kind, encoder_id=encoder.id,
+                    build_config=cfg.to_dict(),
+                    stats={"segmentation": cfg.segmentation, "heads": cfg.heads,
+                           "llm_segment_fallbacks": w.seg_fallbacks, "llm_head_fallbacks": w.head_fallbacks})
+        bank.validate()
+        banks.append(bank)
+    return banks
+
+
+def build_banks(convs: list[Conversation], cfg: BuildConfig | None = None, encoder: Encoder | None = None,
+                llm=None, progress: bool = True, on_units=None) -> tuple[list[Bank], dict]:
+    """Build one bank per conversation. Returns (banks, stats with per-stage seconds).
+
+    :param on_units: called with a number of units after each encoder batch of unit texts
+        (a progress bar that moves while a large build encodes)
+    """
+    cfg = cfg or BuildConfig()
+    if encoder is None:
+        from ..encode import get_encoder
+
+        encoder = get_encoder(cfg.encoder)
+    for c in convs:
+        if not c.turns:
+            raise InputError(f"conversation {c.bank_id!r} is empty")
+    stats: dict = {"n_banks": len(convs), "n_units": sum(len(c.turns) for c in convs)}
+    t0 = time.perf_counter()
+    vecs = _encode_units(convs, encoder, cfg, progress, on_units=on_units)
+    stats["encode_units_s"] = time.perf_counter() - t0
+    works = [_Work(c, v, [], [], []) for c, v in zip(convs, vecs)]
+    t0 = time.perf_counter()
+    _segment(works, cfg, llm, stats, [0] * len(works))
+    stats["segment_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    _heads(works, cfg, llm, stats)
+    stats["heads_s"] = time.perf_counter() - t0
+    banks = _finish(works, encoder, cfg, progress, stats, [None] * len(works))
+    return banks, stats
+
+
+def update_bank(bank: Bank, new_turns: list[Turn], cfg: BuildConfig | None = None,
+                encoder: Encoder | None = None, llm=None, progress: bool = False) -> tuple[Bank, dict]:
+    """Append ``new_turns`` (in source order, after the bank's last turn) to ``bank``.
+
+    Threads of sessions before the first session the new turns touch are kept with their
+    heads and vectors; that session is re-segmented whole (segmentation is a function of the
+    session alone) and new sessions are segmented fresh. Raises ``InputError`` on a duplicate
+    turn id or on turns that go back to an earlier session.
+    """
+    cfg = cfg or BuildConfig.from_dict(bank.build_config) if bank.build_config else (cfg or BuildConfig())
+    if encoder is None:
+        from ..encode import get_encoder
+
+        encoder = get_encoder(cfg.encoder)
+    if encoder.id != bank.encoder_id:
+        raise InputError(f"bank {bank.bank_id!r} was built with encoder {bank.encoder_id!r}, not {encoder.id!r}")
+    if not new_turns:
+        return bank, {"n_new_units": 0}
+    known = {t.turn_id for t in bank.turns}
+    last_session = bank.turns[-1].session
+    prev = last_session
+    for t in new_turns:
+        if t.turn_id in known:
+            raise InputError(f"bank {bank.bank_id!r}: duplicate turn id {t.turn_id!r}")
+        session_field(t.session, "session", f"bank {bank.bank_id!r}: turn {t.turn_id!r}")
+        if t.session < prev:
+            raise InputError(f"bank {bank.bank_id!r}: turn {t.turn_id!r} goes back to session {t.session} "
+                             f"after session {prev}")
+        known.add(t.turn_id)
+        prev = t.session
+    turns = list(bank.turns) + list(new_turns)
+    conv = Conversation(bank.bank_id, turns)
+    # First unit of the session the new turns open or extend.
+    n_old = bank.n_units
+    first = n_old
+    if new_turns[0].session == last_session:
+        while first > 0 and turns[first - 1].session == last_session:
+            first -= 1
+    ut = bank.unit_thread
+    keep_threads = int(ut[first]) if first < n_old else bank.n_threads
+    stats: dict = {"n_new_units": len(new_turns), "resegmented_units": len(turns) - first,
+                   "kept_threads": keep_threads}
+    t0 = time.perf_counter()
+    vecs = _encode_units([conv], encoder, cfg, progress, skip=[n_old], old=[bank.unit_vecs])[0]
+    stats["encode_units_s"] = time.perf_counter() - t0
+    w = _Work(conv, vecs, [int(s) for s in bank.thread_offsets[:keep_threads]], list(bank.heads[:keep_threads]),
+              list(bank.head_kind[:keep_threads]), keep_threads)
+    t0 = time.perf_counter()
+    _segment([w], cfg, llm, stats, [first])
+    stats["segment_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    _heads([w], cfg, llm, stats)
+    stats["heads_s"] = time.perf_counter() - t0
+    new_bank = _finish([w], encoder, cfg, progress, stats, [bank.head_vecs])[0]
+    # the layers cite turn ids, which an append keeps: they carry over (``ingest.layers.facts`` adds new facts)
+    new_bank = replace(new_bank, facts=bank.facts, fact_vecs=bank.fact_vecs, profiles=bank.profiles,
+                       profile_vecs=bank.profile_vecs, layer_sources=dict(bank.layer_sources))
+    new_bank.validate()
+    return new_bank, stats

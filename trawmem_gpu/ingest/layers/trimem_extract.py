@@ -1,0 +1,383 @@
+"""TriMem's fact extraction (``build --facts llm``): overlapping windows of turns, one structured
+LLM call per window, the replies checked against the window.
+
+Each window (``window`` turns, 40 by default as the paper finds best, the next one starting
+``window - overlap`` turns later) is rendered as ``[turn id] (session date) speaker: text`` lines
+and sent with the extraction prompt (``PromptSet.extract``). A reply is read with the tolerant
+JSON reader; every entry becomes a :class:`Fact` when it has a sentence and at least one source
+turn id of the window. Three things are counted and earn the window one retry, a follow-up
+message that shows the model its reply and says what was wrong:
+
+* ``malformed``: no ``{"facts": [...]}`` in the reply (or the request failed);
+* ``unknown_ids``: source ids that are not turns of the window (dropped);
+* ``empty``: a window with text that gave no fact.
+
+After the retry the better of the two replies is kept (the retry unless it is malformed).
+
+Dates: the model resolves relative dates against the session date (the prompt asks for it) and
+gives ``date``; it is normalized to ``YYYY-MM-DD`` / ``YYYY-MM`` / ``YYYY``: a relative date the
+model left as it was ("last Friday") is resolved against the session date of the fact's first
+source turn (``dateutil.relativedelta``), free absolute forms go through ``data.dates.parse_date``
+(python-dateutil); a missing or unreadable one, or one outside ``DATE_YEARS`` ("1000000 days ago"),
+becomes that session date (``bad_dates`` counts them).
+
+Every other value is checked as user input is: persons, locations, keywords and entities must be
+strings of at most ``MAX_NAME_CHARS`` (a number such as ``5`` or ``1e308`` is refused, not stored as
+"5"); each refused one is dropped and counted (``bad_values``).
+
+Facts with the same sentence (case and spacing aside) from overlapping windows are one fact
+with the union of their sources. With ``new_from`` (``build --update``) only facts citing a new
+turn are kept; the windows start ``overlap`` turns before the first new one, for context.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from ...data.types import Turn
+from ...errors import ConfigError
+from ...store.facts import Fact, fact_id
+from ...llm.base import LLMBackend
+from ...llm.prompts import RETRY_JSON, retry_messages
+from ...llm.structured import extract_json
+from .prompts import PromptSet
+
+WINDOW = 40
+"""Turns per extraction window (the paper's best)."""
+OVERLAP = 10
+"""Turns shared by consecutive windows."""
+MAX_TURN_CHARS = 1200
+"""Turns longer than this are clipped in the window text."""
+MAX_FACT_CHARS = 1000
+"""Longer fact sentences are clipped."""
+ECHO_CHARS = 8000
+"""How much of a reply a retry shows back to the model (extraction and profile replies are long)."""
+DATE_YEARS = (1000, 2999)
+"""The years a fact's date may fall in; a date outside them counts as unreadable (``bad_dates``)."""
+MAX_NAME_CHARS = 200
+"""Longest person, location, keyword or entity kept (a longer one is refused: ``bad_values``)."""
+MAX_NAMES = 32
+"""Most persons (locations, keywords, entities) kept per fact."""
+
+_ISO = re.compile(r"^\d{4}(?:-\d{2}(?:-\d{2})?)?$")
+
+
+@dataclass
+class ExtractStats:
+    """Counts of one extraction run (written into the bank's stats as ``facts_llm``)."""
+
+    windows: int = 0
+    requests: int = 0
+    retried: int = 0
+    malformed: int = 0
+    unknown_ids: int = 0
+    empty: int = 0
+    failed: int = 0
+    """Windows still malformed after the retry (they give no fact)."""
+    dropped_no_source: int = 0
+    duplicates: int = 0
+    bad_dates: int = 0
+    """Dates that could not be read, or fall outside ``DATE_YEARS`` (the session date is used)."""
+    bad_values: int = 0
+    """Persons, locations, keywords or entities refused (not strings, or too long)."""
+    facts: int = 0
+    prompt: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def windows(n: int, size: int = WINDOW, overlap: int = OVERLAP, start: int = 0) -> list[tuple[int, int]]:
+    """``(lo, hi)`` turn ranges covering ``[start, n)`` (the first opens ``overlap`` turns before
+    ``start`` when there are any), each ``size`` long but the last, each the previous plus
+    ``size - overlap``."""
+    if size < 1:
+        raise ConfigError(f"`window` must be >= 1, got {size}")
+    if not 0 <= overlap < size:
+        raise ConfigError(f"`overlap` must be in [0, `window`), got {overlap}")
+    if start >= n:
+        return []
+    lo = max(0, start - overlap) if start else 0
+    out = []
+    while True:
+        hi = min(n, lo + size)
+        out.append((lo, hi))
+        if hi >= n:
+            return out
+        lo = hi - overlap
+
+
+def render_window(turns: Sequence[Turn]) -> str:
+    """``[turn id] (session date) speaker: text`` per turn (image captions as the text shows them)."""
+    lines = []
+    for t in turns:
+        text = " ".join(t.text.split())
+        if t.caption:
+            text += f" [shares an image: {' '.join(t.caption.split())}]"
+        if len(text) > MAX_TURN_CHARS:
+            text = text[:MAX_TURN_CHARS - 1] + "…"
+        lines.append(f"[{t.turn_id}] ({t.timestamp}) {t.speaker}: {text}")
+    return "\n".join(lines)
+
+
+def _ids(x) -> tuple[str, ...]:
+    """Turn ids from a reply's ``source_turns`` (a lone one counts as one; a number is read as the
+    id it spells, checked against the window's ids); blanks dropped."""
+    if isinstance(x, (str, int)) and not isinstance(x, bool):
+        x = [x]
+    if not isinstance(x, (list, tuple)):
+        return ()
+    out = dict.fromkeys(" ".join(str(v).split()) for v in x
+                        if isinstance(v, (str, int)) and not isinstance(v, bool) and str(v).strip())
+    return tuple(out)
+
+
+def _strings(x, st: "ExtractStats | None" = None) -> tuple[str, ...]:
+    """A list of names from a reply field (persons, locations, keywords, entities; a lone string
+    counts as one), whitespace collapsed, blanks dropped. A value that is not a string (a number,
+    an object), or longer than ``MAX_NAME_CHARS``, is refused: dropped and counted in
+    ``st.bad_values``; at most ``MAX_NAMES`` are kept."""
+    if x is None:
+        return ()
+    if isinstance(x, str):
+        x = [x]
+    if not isinstance(x, (list, tuple)):
+        if st is not None:
+            st.bad_values += 1
+        return ()
+    out: dict[str, None] = {}
+    for v in x:
+        s = " ".join(v.split()) if isinstance(v, str) else None
+        if s is None or len(s) > MAX_NAME_CHARS:
+            if st is not None:
+                st.bad_values += 1
+            continue
+        if s and len(out) < MAX_NAMES:
+            out[s] = None
+    return tuple(out)
+
+
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_UNITS = {"day": "days", "week": "weeks", "month": "months", "year": "years"}
+_NUM = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "ten": 10}
+_AGO = re.compile(r"^(\d+|an?|one|two|three|four|five|six|seven|ten) (day|week|month|year)s? (ago|later|from now)$")
+_LAST = re.compile(r"^(last|next|this) (day|week|month|year|" + "|".join(_WEEKDAYS) + r")$")
+
+
+def resolve_relative(expr: str, anchor) -> str | None:
+    """A relative date (``yesterday``, ``last Friday``, ``two weeks ago``, ``next month``) as
+    ``YYYY-MM-DD`` / ``YYYY-MM`` / ``YYYY`` against ``anchor`` (the session's ``date``), through
+    ``dateutil.relativedelta``; None for anything else. A week resolves to its Monday's date."""
+    from dateutil.relativedelta import relativedelta, weekday
+
+    e = " ".join(expr.lower().replace("the ", "").split()).rstrip(".")
+    if e in ("today", "tonight", "this morning", "this evening"):
+        return anchor.isoformat()
+    if e in ("yesterday", "last night"):
+        return (anchor - relativedelta(days=1)).isoformat()
+    if e == "tomorrow":
+        return (anchor + relativedelta(days=1)).isoformat()
+    m = _AGO.match(e)
+    if m:
+        n = int(m.group(1)) if m.group(1).isdigit() else _NUM[m.group(1)]
+        d = anchor + (-1 if m.group(3) == "ago" else 1) * relativedelta(**{_UNITS[m.group(2)]: n})
+        return d.isoformat()[:{"day": 10, "week": 10, "month": 7, "year": 4}[m.group(2)]]
+    m = _LAST.match(e)
+    if not m:
+        return None
+    step = {"last": -1, "next": 1, "this": 0}[m.group(1)]
+    what = m.group(2)
+    if what in _WEEKDAYS:  # last Friday: the latest Friday before the anchor; next Friday: the first after
+        wd = weekday(_WEEKDAYS.index(what))
+        d = anchor + relativedelta(days=-1, weekday=wd(-1)) if step < 0 else \
+            anchor + relativedelta(days=+1, weekday=wd(+1)) if step > 0 else anchor + relativedelta(weekday=wd)
+        return d.isoformat()
+    if what == "day":
+        return (anchor + relativedelta(days=step)).isoformat()
+    if what == "week":
+        d = anchor + relativedelta(weeks=step)
+        return (d - relativedelta(days=d.weekday())).isoformat()
+    if what == "month":
+        return (anchor + relativedelta(months=step)).isoformat()[:7]
+    return str(anchor.year + step)
+
+
+def normalize_date(value, anchor=None) -> str | None:
+    """``YYYY-MM-DD`` / ``YYYY-MM`` / ``YYYY`` from a reply's date, or None when unreadable: ISO
+    forms as they are when they name a real day, month or year, a relative date against ``anchor``
+    (:func:`resolve_relative`), other absolute forms through ``data.dates.parse_date`` (python-dateutil).
+    A date beyond the calendar or outside ``DATE_YEARS`` is unreadable too (None), never an error."""
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME_CHARS:
+        return None
+    try:
+        out = _normalize_date(value.strip(), anchor)
+    except (ValueError, OverflowError):  # "1000000 days ago": beyond the calendar
+        return None
+    return out if out is not None and DATE_YEARS[0] <= int(out[:4]) <= DATE_YEARS[1] else None
+
+
+def _normalize_date(s: str, anchor) -> str | None:
+    if _ISO.match(s):
+        from datetime import date
+
+        y, m, d = (s.split("-") + ["01", "01"])[:3]
+        try:
+            date(int(y), int(m), int(d))
+        except ValueError:
+            return None  # ISO in form only (2031-02-30, 2031-13): no such day
+        return s
+    if anchor is not None:
+        rel = resolve_relative(s, anchor)
+        if rel is not None:
+            return rel
+    from ...data.dates import parse_date
+
+    return parse_date(s).date().isoformat()
+
+
+def _session_date(t: Turn) -> str | None:
+    return t.time.date().isoformat() if t.time else None
+
+
+@dataclass
+class _Parsed:
+    entries: list[dict]
+    malformed: bool = False
+    unknown: int = 0
+
+
+def parse_reply(text: str | None, window_ids: set[str]) -> _Parsed:
+    """The usable entries of a reply (``text`` and known ``source_turns`` kept), how many source
+    ids were unknown, and whether the reply was malformed."""
+    obj = extract_json(text)
+    if isinstance(obj, dict):
+        obj = obj.get("facts", obj.get("memories", obj.get("entries")))
+    if not isinstance(obj, list):
+        return _Parsed([], malformed=True)
+    out, unknown = [], 0
+    for e in obj:
+        if not isinstance(e, dict) or not isinstance(e.get("text"), str) or not e["text"].strip():
+            continue
+        src = _ids(e.get("source_turns", e.get("source", e.get("src"))))
+        known = tuple(s for s in src if s in window_ids)
+        unknown += len(src) - len(known)
+        out.append({**e, "source_turns": known})
+    return _Parsed(out, unknown=unknown)
+
+
+def _retry_message(p: _Parsed) -> str:
+    if p.malformed:
+        return RETRY_JSON
+    if p.unknown:
+        return ("Some source_turns are not ids of the turns shown. Use only the bracketed ids of this "
+                "window. Reply again with the JSON object only.")
+    return ("You returned no facts, but the window has turns with content. Extract its facts. Reply "
+            "again with the JSON object only.")
+
+
+def _needs_retry(p: _Parsed, has_text: bool) -> bool:
+    return p.malformed or p.unknown > 0 or (has_text and not any(e["source_turns"] for e in p.entries))
+
+
+def _norm_key(text: str) -> str:
+    return " ".join(text.lower().split()).rstrip(".")
+
+
+def _next_numbers(existing: Iterable[Fact]) -> dict[str, int]:
+    """Per session, the next free n of ``F:<session>:<n>`` ids."""
+    nxt: dict[str, int] = {}
+    for f in existing:
+        parts = f.fact_id.split(":")
+        if len(parts) >= 3 and parts[0] == "F" and parts[-1].isdigit():
+            s = ":".join(parts[1:-1])
+            nxt[s] = max(nxt.get(s, 0), int(parts[-1]) + 1)
+    return nxt
+
+
+def extract_facts(turns: Sequence[Turn], llm: LLMBackend, prompts: PromptSet | None = None, *,
+                  window: int = WINDOW, overlap: int = OVERLAP, new_from: int = 0, existing: Sequence[Fact] = (),
+                  max_tokens: int = 2048) -> tuple[list[Fact], ExtractStats]:
+    """Facts of ``turns[new_from:]`` (all turns by default) and the run's counts; see the module
+    docstring. ``existing`` facts (an update's) reserve their ids and sentences."""
+    ps = prompts or PromptSet()
+    st = ExtractStats(prompt=ps.extract.describe())
+    spans = windows(len(turns), window, overlap, new_from)
+    st.windows = len(spans)
+    if not spans:
+        return [], st
+    convs, ids, has_text = [], [], []
+    for lo, hi in spans:
+        w = turns[lo:hi]
+        convs.append(ps.extract.messages(window=render_window(w)))
+        ids.append({t.turn_id for t in w})
+        has_text.append(any((t.text or t.caption or "").strip() for t in w))
+    res = llm.chat(convs, max_tokens=max_tokens, temperature=0.0, json_mode=True, desc="trimem-extract",
+                   accept=lambda i, t: not parse_reply(t, ids[i]).malformed)
+    st.requests += len(res)
+    parsed = [parse_reply(r.text if r.error is None else None, ids[i]) for i, r in enumerate(res)]
+    for p, h in zip(parsed, has_text):
+        st.malformed += p.malformed
+        st.unknown_ids += p.unknown
+        st.empty += (not p.malformed and h and not any(e["source_turns"] for e in p.entries))
+    again = [i for i, p in enumerate(parsed) if _needs_retry(p, has_text[i])]
+    if again:
+        st.retried = len(again)
+        follow = [retry_messages(convs[i], res[i].text, _retry_message(parsed[i]), ECHO_CHARS) for i in again]
+        res2 = llm.chat(follow, max_tokens=max_tokens, temperature=0.0, json_mode=True, desc="trimem-extract-retry",
+                        accept=lambda j, t: not parse_reply(t, ids[again[j]]).malformed)
+        st.requests += len(res2)
+        for i, r in zip(again, res2):
+            p2 = parse_reply(r.text if r.error is None else None, ids[i])
+            if not p2.malformed:
+                parsed[i] = p2
+        st.failed = sum(parsed[i].malformed for i in again)
+    return _facts_from(turns, parsed, new_from, existing, st), st
+
+
+def _facts_from(turns: Sequence[Turn], parsed: list[_Parsed], new_from: int, existing: Sequence[Fact],
+                st: ExtractStats) -> list[Fact]:
+    pos = {t.turn_id: i for i, t in enumerate(turns)}
+    nxt = _next_numbers(existing)
+    seen = {_norm_key(f.text) for f in existing}
+    order: list[str] = []
+    merged: dict[str, dict] = {}
+    for p in parsed:
+        for e in p.entries:
+            src = sorted(set(e["source_turns"]), key=pos.__getitem__)
+            if not src:
+                st.dropped_no_source += 1
+                continue
+            if new_from and pos[src[-1]] < new_from:
+                continue  # about old turns only: the stored facts have it
+            text = " ".join(e["text"].split())[:MAX_FACT_CHARS]
+            key = _norm_key(text)
+            if key in seen and key not in merged:
+                st.duplicates += 1
+                continue
+            if key in merged:
+                st.duplicates += 1
+                m = merged[key]
+                m["source_turns"] = sorted(set(m["source_turns"]) | set(src), key=pos.__getitem__)
+                continue
+            merged[key] = {**e, "text": text, "source_turns": src}
+            order.append(key)
+    out = []
+    for key in order:
+        e = merged[key]
+        first = turns[pos[e["source_turns"][0]]]
+        date = normalize_date(e.get("date"), first.time.date() if first.time else None)
+        if date is None:
+            st.bad_dates += e.get("date") not in (None, "", "null")
+            date = _session_date(first)
+        persons = _strings(e.get("persons"), st) or \
+            tuple(dict.fromkeys(turns[pos[s]].speaker for s in e["source_turns"]))
+        session = str(first.session)
+        n = nxt.get(session, 0)
+        nxt[session] = n + 1
+        out.append(Fact(fact_id=fact_id(session, n), text=e["text"], source_turns=tuple(e["source_turns"]),
+                        persons=persons, locations=_strings(e.get("locations"), st),
+                        keywords=_strings(e.get("keywords"), st), entities=_strings(e.get("entities"), st),
+                        date=date, session=session))
+    st.facts = len(out)
+    return out

@@ -1,0 +1,221 @@
+"""A bank's unit view for a ``units`` tuple: the layers that selection takes as units.
+
+``unit_view(bank, ("turns",))`` is the bank itself (the engines' tables and picks are today's).
+With more layers, the view is a :class:`~trawmem_gpu.store.bank.Bank` whose ``turns`` hold the
+bank's turns and one :class:`LayerUnit` per fact and per profile section, so every engine, the
+reference and the workspace take it unchanged:
+
+* **threads**: the bank's threads in their order, each session's followed by one fact thread
+  holding the facts whose (first) source turn is in that session (a thread never crosses a
+  session), so a workspace shows a session's facts under the date heading of its turns; then one
+  profile thread per person (sections in :data:`~trawmem_gpu.store.facts.SECTIONS` order). A
+  layer thread's head vector is the normalized mean of its units' vectors; unit vectors are the
+  bank's (``unit_vecs``, ``fact_vecs``, ``profile_vecs``). Turn and thread indices therefore
+  differ from the bank's (ids do not);
+* **a fact's unit** has the fact's first person as its speaker (the ``learned`` affinity's
+  ``speaker_named`` feature sees who it is about; its line shows no speaker:
+  ``select.workspace.unit_line``), its source turn's date and session;
+* **thread graph**: the bank's edges, plus a ``LAYER`` edge (weight 1, both directions) between a
+  fact thread and every thread holding one of its facts' source turns, and between a profile
+  thread and the threads of the facts (or, without the facts layer, of their source turns) its
+  lines cite;
+* **support links** (``support_src`` / ``support_dst``): each fact restates its source turns, each
+  profile section the facts behind it (their source turns when facts are not units); the support
+  kernel K reads them (``select.objective.support_kernel``).
+
+A view is never stored (``store.files`` refuses it) and holds no layers of its own (they are units).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .graph import LAYER
+from ..data.types import Turn
+from ..errors import ConfigError
+from .bank import Bank
+from .facts import SECTIONS, Fact, ProfileSection
+
+UNIT_KINDS: tuple[str, ...] = ("turns", "facts", "profiles")
+"""The layers a view may take as units, in the order they stand in it."""
+DEFAULT_UNITS: tuple[str, ...] = ("turns",)
+FACT_SPEAKER, PROFILE_SPEAKER = "fact", "profile"
+
+
+@dataclass(frozen=True)
+class LayerUnit(Turn):
+    """A fact or profile section as a unit of a view: a ``Turn`` (what the engines read) that
+    knows its layer and the ids it cites (a fact: its source turns; a section: its facts)."""
+
+    layer: str = "facts"
+    cites: tuple[str, ...] = ()
+    cited_turns: tuple[str, ...] = ()
+    """The turn ids behind the unit (a fact's source turns; a section's facts' source turns)."""
+
+
+def parse_units(spec) -> tuple[str, ...]:
+    """``"turns,facts"`` (or a sequence) -> ``("turns", "facts")`` in :data:`UNIT_KINDS` order;
+    ``ConfigError`` naming ``units`` for an unknown layer, a repeat or a set without turns."""
+    items = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
+    bad = [s for s in items if s not in UNIT_KINDS]
+    if bad or not items:
+        raise ConfigError(f"`units`: unknown layer {bad[0] if bad else ''!r} (choose from {', '.join(UNIT_KINDS)}, "
+                          f"comma-separated)")
+    if len(set(items)) != len(items):
+        raise ConfigError(f"`units`: {items} names a layer twice")
+    if "turns" not in items:
+        raise ConfigError("`units` must include 'turns' (facts and profiles point at turns)")
+    return tuple(k for k in UNIT_KINDS if k in items)
+
+
+def fact_embed_text(fact: Fact, timestamp: str) -> str:
+    """What the encoder sees of a fact: its session date, then its text (as ``Turn.embed_text``)."""
+    return f"[{timestamp}] {fact.text}"
+
+
+def profile_embed_text(p: ProfileSection) -> str:
+    """What the encoder sees of a profile section."""
+    return f"{p.person}, {p.section.replace('_', ' ')}: {p.text()}"
+
+
+def _normalize(v: np.ndarray) -> np.ndarray:
+    n = np.linalg.norm(v, axis=-1, keepdims=True)
+    return (v / np.where(n > 0, n, 1.0)).astype(np.float32)
+
+
+def fact_session(fact: Fact, turn_by_id: dict[str, Turn]) -> int:
+    """The session a fact's unit sits in: its first source turn's (a thread never crosses a session)."""
+    return turn_by_id[fact.source_turns[0]].session
+
+
+def unit_view(bank: Bank, units=DEFAULT_UNITS) -> Bank:
+    """The bank as selection sees it with ``units`` (see the module docstring); ``ConfigError``
+    when a layer asked for is empty in the bank (build it with ``--facts`` / ``--profiles``)."""
+    units = parse_units(units)
+    if units == DEFAULT_UNITS:
+        return bank
+    for layer in units[1:]:
+        if not getattr(bank, layer):
+            raise ConfigError(f"`units`: bank {bank.bank_id!r} has no {layer} (build it with its `{layer}` layer)")
+    turn_by_id = {t.turn_id: t for t in bank.turns}
+    tindex = bank.index_of()
+    N, J = bank.n_units, bank.n_threads
+    off = bank.thread_offsets
+    sess = [bank.turns[int(off[j])].session for j in range(J)]
+    by_session: dict[int, list[int]] = {}
+    if "facts" in units:
+        for i, f in enumerate(bank.facts):
+            by_session.setdefault(fact_session(f, turn_by_id), []).append(i)
+    order: list[tuple[str, object]] = []  # ("t", bank thread) | ("f", session) | ("p", person), in view order
+    for j in range(J):
+        order.append(("t", j))
+        if (j == J - 1 or sess[j + 1] != sess[j]) and sess[j] in by_session:
+            order.append(("f", sess[j]))
+    by_person: dict[str, list[int]] = {}
+    if "profiles" in units:
+        for i in sorted(range(len(bank.profiles)), key=lambda i: (bank.profiles[i].person,
+                                                                  SECTIONS.index(bank.profiles[i].section))):
+            by_person.setdefault(bank.profiles[i].person, []).append(i)
+        order += [("p", person) for person in by_person]
+    # place every unit: old turn -> view unit, bank thread -> view thread, fact id -> view unit
+    umap = np.empty(N, dtype=np.int64)
+    tmap = np.empty(J, dtype=np.int64)
+    fact_unit: dict[str, int] = {}
+    n = 0
+    for j, (kind, key) in enumerate(order):
+        if kind == "t":
+            umap[off[key]:off[key + 1]] = np.arange(n, n + off[key + 1] - off[key])
+            tmap[key] = j
+            n += int(off[key + 1] - off[key])
+        elif kind == "f":
+            for i in by_session[key]:
+                fact_unit[bank.facts[i].fact_id] = n
+                n += 1
+        else:
+            n += len(by_person[key])
+    fact_by_id = {f.fact_id: f for f in bank.facts}
+    voff = _view_offsets(order, off, by_session, by_person)
+    new_turns, vecs, offsets, heads, kinds, hvecs = [], [], [0], [], [], []
+    edges: list[tuple[int, int]] = []
+    links: list[tuple[int, int]] = []
+    for j, (kind, key) in enumerate(order):
+        if kind == "t":
+            lo, hi = int(off[key]), int(off[key + 1])
+            new_turns += bank.turns[lo:hi]
+            vecs.append(bank.unit_vecs[lo:hi])
+            heads.append(bank.heads[key])
+            kinds.append(bank.head_kind[key])
+            hvecs.append(bank.head_vecs[key:key + 1])
+            offsets.append(offsets[-1] + hi - lo)
+            continue
+        members, targets = [], set()
+        if kind == "f":
+            for i in by_session[key]:
+                f = bank.facts[i]
+                src = turn_by_id[f.source_turns[0]]
+                members.append((LayerUnit(f.fact_id, f.persons[0] if f.persons else FACT_SPEAKER, f.text, key,
+                                          src.timestamp, src.time, None,
+                                          "facts", f.source_turns, f.source_turns), bank.fact_vecs[i]))
+                for t in f.source_turns:
+                    links.append((fact_unit[f.fact_id], int(umap[tindex[t]])))
+                    targets.add(int(tmap[bank.unit_thread[tindex[t]]]))
+            head = f"[{members[0][0].timestamp}] facts of session {key}"
+        else:
+            me = offsets[-1]
+            for i in by_person[key]:
+                p = bank.profiles[i]
+                turns = tuple(dict.fromkeys(t for fid in p.fact_ids for t in fact_by_id[fid].source_turns))
+                members.append((LayerUnit(p.unit_id, PROFILE_SPEAKER, profile_embed_text(p), -1, "profile", None,
+                                          None, "profiles", p.fact_ids, turns), bank.profile_vecs[i]))
+                cited = [fact_unit[fid] for fid in p.fact_ids] if "facts" in units \
+                    else [int(umap[tindex[t]]) for t in turns]
+                links += [(me, c) for c in cited]
+                targets |= {int(np.searchsorted(voff, c, side="right") - 1) for c in cited}
+                me += 1
+            head = f"profile of {key}"
+        block = np.stack([v for _, v in members])
+        new_turns += [u for u, _ in members]
+        vecs.append(block)
+        offsets.append(offsets[-1] + len(members))
+        heads.append(head)
+        kinds.append("extractive")
+        hvecs.append(_normalize(block.mean(axis=0))[None, :])
+        edges += [(j, t) for t in sorted(targets) if t != j]
+    src, dst, w, kind = _with_layer_edges(tmap[bank.edge_src], tmap[bank.edge_dst], bank, edges)
+    view = replace(bank, turns=new_turns, thread_offsets=np.array(offsets, dtype=np.int64), heads=heads,
+                   head_kind=kinds, unit_vecs=np.concatenate(vecs).astype(np.float32),
+                   head_vecs=np.concatenate(hvecs).astype(np.float32), edge_src=src, edge_dst=dst, edge_w=w,
+                   edge_kind=kind, facts=(), fact_vecs=None, profiles=(), profile_vecs=None, units=units,
+                   support_src=np.array([a for a, _ in links], dtype=np.int64),
+                   support_dst=np.array([b for _, b in links], dtype=np.int64))
+    view.validate()
+    return view
+
+
+def _view_offsets(order, off, by_session, by_person) -> np.ndarray:
+    """The view's thread offsets for ``order`` (see :func:`unit_view`)."""
+    sizes = [int(off[k + 1] - off[k]) if kind == "t" else len(by_session[k] if kind == "f" else by_person[k])
+             for kind, k in order]
+    return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+
+def _with_layer_edges(src0: np.ndarray, dst0: np.ndarray, bank: Bank, edges: list[tuple[int, int]]):
+    """The bank's edges (their threads renumbered: ``src0`` / ``dst0``) plus the layer edges, in both
+    directions, sorted by (src, dst)."""
+    a = np.array([e[0] for e in edges] + [e[1] for e in edges], dtype=np.int64)
+    b = np.array([e[1] for e in edges] + [e[0] for e in edges], dtype=np.int64)
+    src = np.concatenate([src0.astype(np.int64), a])
+    dst = np.concatenate([dst0.astype(np.int64), b])
+    w = np.concatenate([bank.edge_w.astype(np.float32), np.ones(len(a), dtype=np.float32)])
+    kind = np.concatenate([bank.edge_kind.astype(np.int8), np.full(len(a), LAYER, dtype=np.int8)])
+    order = np.lexsort((dst, src))
+    return src[order], dst[order], w[order], kind[order]
+
+
+def layer_counts(units_or_turns) -> dict[str, int]:
+    """How many units of each layer a list of units (``Turn`` / ``LayerUnit``) holds: the mix."""
+    out = {k: 0 for k in UNIT_KINDS}
+    for u in units_or_turns:
+        out[getattr(u, "layer", "turns")] += 1
+    return out
