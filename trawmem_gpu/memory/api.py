@@ -109,7 +109,7 @@ class Memory:
         LLM segmentation or heads: ``add`` re-segments and writes heads with it, ``forget`` too
     :param embedding_cache: keep vectors in the on-disk embedding cache (True: the default one
         under ``TRAWMEM_CACHE``, or a file path); off by default
-    :param plan_llm: an LLM backend for planned TrawMem (``select.planned``, docs/method.md): it
+    :param plan_llm: an LLM backend for planned TrawMem (``eval.planned``, docs/method.md): it
         writes each question's searches (TriMem's target-query step) and TrawMem selects for each;
         None (the default): the question is the only search
     :param follow_up: with ``plan_llm``, one more LLM call per question asks for the evidence its
