@@ -7,7 +7,8 @@
 * The learned head's weight list is the terms declared ``learned``, then the priority weights.
 * A term registered beside J's (``objective.register_term``), with no fused pieces, keeps the
   dispatcher off the fused paths while its weight is non-zero (and only then), the engine then
-  picks what the reference picks, and the head learns its weight exactly when it declares so.
+  picks what the reference picks, the head learns its weight exactly when it declares so, and its
+  compiled code caches apart from this process's.
 """
 from __future__ import annotations
 
@@ -121,7 +122,8 @@ TOY = textwrap.dedent('''
             zs.append(z / np.linalg.norm(z))
     Z = np.array(zs, dtype=np.float32)
     ctx = {b.bank_id: BankContext.of(b) for b in banks}
-    out = {"learned": list(LEARNED_WEIGHTS),
+    from trawmem_gpu.select._jit import cache_dir
+    out = {"learned": list(LEARNED_WEIGHTS), "cache": cache_dir(),
            "head": sorted(RoleHead(ToyConfig(w_toy_roles=0.5)).weights_batch(torch.zeros(2, 4)))}
     for label, kw in (("off", {}), ("roles", dict(w_toy_roles=3.0)), ("threads", dict(w_toy_threads=3.0))):
         cfg = ToyConfig(**kw)
@@ -163,6 +165,13 @@ def test_a_new_term_picks_what_the_reference_picks(toy):
     for label in ("off", "roles", "threads"):
         assert toy[label]["same"], f"{label}: the engine's picks differ from the reference's"
     assert toy["roles"]["ref"] != toy["off"]["ref"] and toy["threads"]["ref"] != toy["off"]["ref"]  # the terms are live
+
+
+def test_a_new_term_compiles_into_its_own_cache(toy):
+    """Compiled code freezes the weight columns: a registry with other terms must not share it."""
+    from trawmem_gpu.select._jit import cache_dir
+
+    assert toy["cache"] != cache_dir()
 
 
 def test_the_head_learns_a_new_weight_iff_the_term_declares_it(toy):

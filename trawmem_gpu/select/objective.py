@@ -32,8 +32,7 @@ the head's :data:`LEARNED_WEIGHTS`) and which fused greedies hold its pieces (``
 there. So a new coverage term is a subclass here, its entry in :data:`TERMS` and its weight in
 ``SelectConfig``; ``tests/test_objective.py`` runs every optimizer with one term on at a time.
 
-The support kernel K of the information coverage is :func:`support_from_cosine` (the clip
-formula, once) applied by :func:`support_kernel`.
+The information coverage's K is :func:`support_kernel`: the clip formula (:func:`support_from_cosine`) once.
 """
 from __future__ import annotations
 
@@ -44,6 +43,7 @@ from typing import Callable, Mapping, NamedTuple
 
 import numpy as np
 
+from ._jit import salt_cache
 from .support import (_is_torch, clip01, restatement_groups, support_floor, support_from_cosine,  # noqa: F401
                       support_from_cosine_compiled, support_kernel)
 from .unit_inputs import GROUP, UNIT_ATTRIBUTES, ModularInputs, date_seconds, unit_attributes  # noqa: F401
@@ -293,10 +293,9 @@ PRIORITY_WEIGHTS = ("lambda_m", "lambda_r", "tau")
 
 
 def _derive() -> None:
-    """Set the views of :data:`TERMS`: ``MODULAR_TERMS`` / ``COVERAGE_TERMS`` (by kind, in order);
-    ``WEIGHTS`` (J's) and ``QUERY_WEIGHTS`` (+ :data:`PRIORITY_WEIGHTS`: the columns ``COL`` of every
-    per-query weight matrix); ``LEARNED_WEIGHTS`` (those a learned head sets, in that order);
-    ``INFORMATION`` (the early stop reads that coverage term's state); ``CoverageWeights``."""
+    """Set the views of :data:`TERMS`: the terms by kind; ``WEIGHTS`` (J's), ``QUERY_WEIGHTS`` (+ the
+    :data:`PRIORITY_WEIGHTS`: columns ``COL`` of every weight matrix) and ``LEARNED_WEIGHTS`` (those a
+    learned head sets), in order; ``INFORMATION`` (whose state the early stop reads); ``CoverageWeights``."""
     global TERM_BY_NAME, MODULAR_TERMS, COVERAGE_TERMS, WEIGHTS, QUERY_WEIGHTS, COL, LAMBDA_M, LAMBDA_R, TAU, \
         LEARNED_WEIGHTS, INFORMATION, CoverageWeights
     TERM_BY_NAME = {t.name: t for t in TERMS}
@@ -331,8 +330,8 @@ def fused_terms(backend: str) -> tuple[str, ...]:
 
 def register_term(term: Term) -> None:
     """Append ``term`` to :data:`TERMS` (a term defined outside this file: a test's, an experiment's)
-    and derive the views again. The engine, the head and the fused greedies read the views when
-    imported, so this refuses once any module holds one."""
+    and derive the views again; compiled code caches apart (``_jit.salt_cache``). The engine, the
+    head and the fused greedies read the views when imported, so this refuses once one holds them."""
     global TERMS
     views = (TERMS, TERM_BY_NAME, COVERAGE_TERMS, WEIGHTS, QUERY_WEIGHTS, COL, LEARNED_WEIGHTS, CoverageWeights)
     held = sorted(n for n, m in list(sys.modules.items()) if n.startswith("trawmem_gpu") and m is not None
@@ -341,6 +340,7 @@ def register_term(term: Term) -> None:
         raise RuntimeError(f"register the term {term.name!r} before importing {held}: they hold the term lists")
     TERMS = TERMS + (term,)
     _derive()
+    salt_cache(repr([(t.name, t.weight, t.kind) for t in TERMS]))
 
 
 def affinity_value(x: ModularInputs, cfg):
