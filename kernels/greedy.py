@@ -52,6 +52,16 @@ def _k_tile(k_ptr, q, offs_u, umask, valid_u, offs_n, nmask, valid_n, U, KMODE: 
 
 
 @triton.jit
+def _k_row(k_ptr, q, u, offs_n, nmask, valid_n, U, KMODE: tl.constexpr):
+    """``K[q, u, offs_n]`` as a float32 row, 0 outside live units."""
+    if KMODE == 0:
+        krow = tl.load(k_ptr + q * U * U + u.to(tl.int64) * U + offs_n, mask=nmask, other=0.0).to(tl.float32)
+    else:
+        krow = tl.where(offs_n == u, 1.0, 0.0)
+    return tl.where(nmask & valid_n, krow, 0.0)
+
+
+@triton.jit
 def information_coverage_gain(ktile, pi_n, c):
     """``sum_v pi[v] max(K(u, v) - c[v], 0)`` of each row ``u`` of the tile."""
     return tl.sum(pi_n[None, :] * tl.maximum(ktile - c[None, :], 0.0), axis=1)
@@ -155,12 +165,7 @@ def _greedy_kernel(
         tl.store(gains_ptr + q * S + t, best_val)
 
         # state update with the picked unit
-        if KMODE == 0:
-            krow = tl.load(k_ptr + q * U * U + best_idx.to(tl.int64) * U + offs_n, mask=nmask, other=0.0)
-            krow = tl.where(nmask & valid_n, krow.to(tl.float32), 0.0)
-        else:
-            krow = tl.where((offs_n == best_idx) & nmask & valid_n, 1.0, 0.0)
-        c = information_coverage_add(c, krow)
+        c = information_coverage_add(c, _k_row(k_ptr, q, best_idx, offs_n, nmask, valid_n, U, KMODE))
         rho_star = tl.load(rho_ptr + (q * U + best_idx) * R + offs_r, mask=rmask, other=0.0).to(tl.float32)
         m = role_coverage_add(m, rho_star)
         th_star = tl.load(thread_ptr + q * U + best_idx)
