@@ -13,8 +13,10 @@ the engine gathers it from the per-bank support tables, or forms it with
 ``objective.support_kernel``), or the identity (``KMODE=2``). A unit's gain is J's (``objective``):
 ``w_cov * cov + w_role * role + m(u) + w_thr * thr`` with the modular part ``m`` precomputed and the
 coverage weights per query, read by their columns in ``objective.COVERAGE_TERMS`` order. The kernel
-restates the coverage terms of :data:`FUSED_TERMS` inline; the dispatcher uses it only when J's
-coverage terms are exactly those, and ``tests/test_objective.py`` checks it term by term. The running
+holds the pieces (``<term>_gain``, ``<term>_add``) of the coverage terms that declare ``triton`` in
+``objective.TERMS`` (:data:`FUSED_TERMS`); the dispatcher uses it only while every coverage term
+with a weight is one of them, ``tests/test_objective.py`` checks it term by term and
+``tests/test_term_registry.py`` that its pieces are those the terms declare. The running
 best (value, index) keeps the earlier block on ties and each block takes its smallest index among
 equal maxima, so ties go to the smallest unit index.
 
@@ -29,7 +31,7 @@ import triton
 import triton.language as tl
 
 from ..select.objective import COVERAGE_TERMS
-from ..select.steps.greedy.batched import TRITON_FUSED_TERMS as FUSED_TERMS  # noqa: F401 - the terms restated here
+from ..select.steps.greedy.batched import TRITON_FUSED_TERMS as FUSED_TERMS  # noqa: F401 - the terms held here
 
 INTERPRETED = bool(triton.knobs.runtime.interpret)
 
@@ -47,6 +49,50 @@ def _k_tile(k_ptr, q, offs_u, umask, valid_u, offs_n, nmask, valid_n, U, KMODE: 
     else:
         tile = tl.where(offs_u[:, None] == offs_n[None, :], 1.0, 0.0)
     return tl.where(pair, tile, 0.0)
+
+
+@triton.jit
+def _k_row(k_ptr, q, u, offs_n, nmask, valid_n, U, KMODE: tl.constexpr):
+    """``K[q, u, offs_n]`` as a float32 row, 0 outside live units."""
+    if KMODE == 0:
+        krow = tl.load(k_ptr + q * U * U + u.to(tl.int64) * U + offs_n, mask=nmask, other=0.0).to(tl.float32)
+    else:
+        krow = tl.where(offs_n == u, 1.0, 0.0)
+    return tl.where(nmask & valid_n, krow, 0.0)
+
+
+@triton.jit
+def information_coverage_gain(ktile, pi_n, c):
+    """``sum_v pi[v] max(K(u, v) - c[v], 0)`` of each row ``u`` of the tile."""
+    return tl.sum(pi_n[None, :] * tl.maximum(ktile - c[None, :], 0.0), axis=1)
+
+
+@triton.jit
+def information_coverage_add(c, krow):
+    return tl.maximum(c, krow)
+
+
+@triton.jit
+def role_coverage_gain(rho_t, delta, m):
+    """``sum_r delta_r max(rho[u, r] - m[r], 0)`` of each row ``u`` of ``rho_t``."""
+    return tl.sum(delta[None, :] * tl.maximum(rho_t - m[None, :], 0.0), axis=1)
+
+
+@triton.jit
+def role_coverage_add(m, rho_star):
+    return tl.maximum(m, rho_star)
+
+
+@triton.jit
+def thread_coverage_gain(th, thr_vec, mass):
+    """Each unit's thread mass, 0 where its thread ``th`` is among the picks' (``thr_vec``)."""
+    hit = tl.sum((th[:, None] == thr_vec[None, :]).to(tl.int32), axis=1) > 0
+    return tl.where(hit, 0.0, mass)
+
+
+@triton.jit
+def thread_coverage_add(thr_vec, offs_s, t, th_star):
+    return tl.where(offs_s == t, th_star, thr_vec)
 
 
 @triton.jit
@@ -92,19 +138,18 @@ def _greedy_kernel(
             row = q * U + offs_u
             valid_u = tl.load(valid_ptr + row, mask=umask, other=0) != 0
             ktile = _k_tile(k_ptr, q, offs_u, umask, valid_u, offs_n, nmask, valid_n, U, KMODE)
-            cov = tl.sum(pi_n[None, :] * tl.maximum(ktile - c[None, :], 0.0), axis=1)
+            cov = information_coverage_gain(ktile, pi_n, c)
 
             rho_t = tl.load(rho_ptr + row[:, None] * R + offs_r[None, :],
                             mask=umask[:, None] & rmask[None, :], other=0.0).to(tl.float32)
-            role = tl.sum(delta[None, :] * tl.maximum(rho_t - m[None, :], 0.0), axis=1)
+            role = role_coverage_gain(rho_t, delta, m)
 
             mod_u = tl.load(mod_ptr + row, mask=umask, other=0.0).to(tl.float32)
 
             th = tl.load(thread_ptr + row, mask=umask, other=-1)
             tok = umask & valid_u & (th >= 0) & (th < T)
             mass = tl.load(tmass_ptr + q * T + tl.where(tok, th, 0), mask=tok, other=0.0).to(tl.float32)
-            hit = tl.sum((th[:, None] == thr_vec[None, :]).to(tl.int32), axis=1) > 0
-            thr = tl.where(hit, 0.0, mass)
+            thr = thread_coverage_gain(th, thr_vec, mass)
 
             gain = w_cov * cov + w_role * role + mod_u + w_thr * thr  # objective.combine_gain
             n_picked = tl.sum((offs_u[:, None] == sel_vec[None, :]).to(tl.int32), axis=1)
@@ -120,16 +165,11 @@ def _greedy_kernel(
         tl.store(gains_ptr + q * S + t, best_val)
 
         # state update with the picked unit
-        if KMODE == 0:
-            krow = tl.load(k_ptr + q * U * U + best_idx.to(tl.int64) * U + offs_n, mask=nmask, other=0.0)
-            krow = tl.where(nmask & valid_n, krow.to(tl.float32), 0.0)
-        else:
-            krow = tl.where((offs_n == best_idx) & nmask & valid_n, 1.0, 0.0)
-        c = tl.maximum(c, krow)
+        c = information_coverage_add(c, _k_row(k_ptr, q, best_idx, offs_n, nmask, valid_n, U, KMODE))
         rho_star = tl.load(rho_ptr + (q * U + best_idx) * R + offs_r, mask=rmask, other=0.0).to(tl.float32)
-        m = tl.maximum(m, rho_star)
+        m = role_coverage_add(m, rho_star)
         th_star = tl.load(thread_ptr + q * U + best_idx)
-        thr_vec = tl.where(offs_s == t, th_star, thr_vec)
+        thr_vec = thread_coverage_add(thr_vec, offs_s, t, th_star)
         sel_vec = tl.where(offs_s == t, best_idx, sel_vec)
         covered = tl.sum(pi_n * c, axis=0)
         t += 1

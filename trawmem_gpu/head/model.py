@@ -37,15 +37,16 @@ from torch import nn
 
 from ..errors import TrawmemError
 from ..select.config import DEMAND_FEATURES, UNIT_FEATURES, SelectConfig
+from ..select.objective import LEARNED_WEIGHTS
 from ..select.steps.roles import demand_mix
 
 FORMAT = "trawmem-role-head"
 FORMAT_VERSION = 1
-LEARNED_WEIGHTS = ("w_cov", "w_role", "w_aff", "w_thr", "lambda_m", "lambda_r", "tau")
-"""SelectConfig fields the head sets (per query): part of the file format, a subset of
-``objective.QUERY_WEIGHTS`` in its order (``tests/test_objective.py`` checks it). Weights not
-listed (``w_rec``) keep the config's value. Fields that shape the candidate set (seeds, hops,
-affinity, ...) are never overridden: the training surrogate precomputes U_q under them."""
+# LEARNED_WEIGHTS (``objective``: the terms declared ``learned``, then the priority weights) are the
+# SelectConfig fields the head sets per query, in ``objective.QUERY_WEIGHTS`` order, and part of the
+# file format. The other weights (``w_rec``, ``w_grp``) keep the config's value. Fields that shape
+# the candidate set (seeds, hops, affinity, ...) are never overridden: the training surrogate
+# precomputes U_q under them.
 TENSORS = ("A0", "B0", "w0", "dA", "dM0", "dMr", "s", "S")
 _TRAINABLE = ("dA", "dM0", "dMr", "s", "S")
 

@@ -16,60 +16,42 @@ from. Every term is monotone submodular for non-negative weights, so lazy greedy
 
 The modular part is one per-unit vector, computed by :func:`modular_gain` and nothing else:
 every backend (the NumPy reference, torch, numba, Triton, the head's training surrogate) takes
-that vector, so a new modular term (for example a recency bonus) is a new :class:`Term` with a
-``value`` function, plus its weight in ``SelectConfig``. Per-unit inputs a modular term needs
-beyond alpha are columns of :func:`unit_attributes` (query-independent, stored per bank) and
-the query's date (:func:`date_seconds`).
+that vector, so a new modular term is a :class:`Term` with a ``value`` function, plus its weight
+in ``SelectConfig``. Its per-unit inputs beyond alpha are columns of :func:`unit_attributes` and
+the query's date (:func:`date_seconds`, both in ``unit_inputs.py``).
 
 A coverage term is a :class:`CoverageTerm`: one object that owns its state, its marginal gain
 and its update when a unit enters S, in NumPy (one query, the specification) and torch (a padded
 batch). :class:`Objective` (the NumPy reference) and the torch greedies compose them without
-naming any, and :func:`combine_gain` sums the terms in one order. The fused backends (the
-compiled greedy, the Triton kernel) restate the coverage terms they know inline, declare which
-(``FUSED_TERMS`` beside each), are used only when J's terms are exactly those (the dispatcher
-in ``engine/plan.py`` checks), and ``tests/test_objective.py`` runs every optimizer with one term
-switched on at a time and names the term that differs. So a new coverage term is a subclass
-here with its weight in ``SelectConfig``; the fused paths stand aside until they restate it.
+naming any, and :func:`combine_gain` sums the terms in one order. :data:`TERMS` is the registry
+every backend reads: a term declares there whether a learned head sets its weight (``learned``:
+the head's :data:`LEARNED_WEIGHTS`) and which fused greedies hold its pieces (``fused``: ``numba``,
+``steps/greedy/compiled.py``; ``triton``, ``kernels/greedy.py``; pieces named ``<term>_gain`` and
+``<term>_add`` there). The fused lists (:func:`fused_terms`) are derived from it, and the dispatcher
+(``engine/plan.py``) runs a fused greedy only while every coverage term with a weight has its pieces
+there. So a new coverage term is a subclass here, its entry in :data:`TERMS` and its weight in
+``SelectConfig``; ``tests/test_objective.py`` runs every optimizer with one term on at a time.
 
-The support kernel K of the information coverage is :func:`support_from_cosine` (the clip
-formula, once) applied by :func:`support_kernel`.
+The information coverage's K is :func:`support_kernel`: the clip formula (:func:`support_from_cosine`) once.
 """
 from __future__ import annotations
 
-import math
+import sys
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from collections import namedtuple
 from typing import Callable, Mapping, NamedTuple
 
 import numpy as np
 
+from ._jit import salt_cache
 from .support import (_is_torch, clip01, restatement_groups, support_floor, support_from_cosine,  # noqa: F401
                       support_from_cosine_compiled, support_kernel)
+from .unit_inputs import GROUP, UNIT_ATTRIBUTES, ModularInputs, date_seconds, unit_attributes  # noqa: F401
 
 
 # ----------------------------------------------------------------------------------------------
 # the terms
 # ----------------------------------------------------------------------------------------------
-class ModularInputs:
-    """What the modular terms read, per candidate (NumPy arrays or torch tensors).
-
-    :param alpha: ``[..., U]`` affinity (step 3)
-    :param attrs: ``[..., U, len(UNIT_ATTRIBUTES)]`` the candidates' rows of :func:`unit_attributes`,
-        or a function that gathers them (called once, only if a term with a non-zero weight reads them)
-    :param now: ``[..., 1]`` (or a scalar) the query's date in POSIX seconds (:func:`date_seconds`), NaN if none
-    """
-
-    def __init__(self, alpha, attrs, now):
-        self.alpha, self._attrs, self.now = alpha, attrs, now
-
-    @property
-    def attrs(self):
-        if callable(self._attrs):
-            self._attrs = self._attrs()
-        return self._attrs
-
-
 @dataclass(frozen=True)
 class Term:
     """One term of J: its weight, formula and the bound a lazy greedy may start from. A modular term
@@ -86,6 +68,12 @@ class Term:
     value: Callable[[ModularInputs, object], object] | None = None
     """Modular terms: ``value(inputs, cfg) -> [..., U]``, finite and >= 0 (0 where the term has
     nothing to add): J stays monotone, and the lazy greedies' bounds stay upper bounds."""
+    learned: bool = False
+    """A learned head sets this weight per query (:data:`LEARNED_WEIGHTS`, the head's file format)."""
+    fused: tuple[str, ...] = ()
+    """Coverage terms: the fused greedies (of :data:`FUSED_BACKENDS`) that hold its pieces."""
+    optional: bool = False
+    """Coverage terms: its weight may be left out of :data:`CoverageWeights` (0, the term off)."""
 
 
 class CoverageData(NamedTuple):
@@ -118,8 +106,7 @@ class CoverageTerm(Term):
     """A coverage term: a max over S, monotone submodular. Each subclass states, once per array
     style, its state (``init``), the marginal gain of a unit (``gain``) and the update when a unit
     enters S (``add``): NumPy for one query (the specification), torch for a padded batch. The
-    optimizers call these and never name a term; the fused backends (numba, Triton) restate them
-    and are checked against them term by term (``tests/test_objective.py``)."""
+    optimizers call these and never name a term; a fused greedy's pieces restate them."""
 
     reads_attrs = False
     """Whether the term reads the candidates' unit attributes (``CoverageData.attrs``)."""
@@ -279,48 +266,81 @@ class GroupAffinity(CoverageTerm):
         return new
 
 
+FUSED_BACKENDS = ("numba", "triton")
+"""The fused greedies: ``numba`` (``steps/greedy/compiled.py``), ``triton`` (``kernels/greedy.py``)."""
 TERMS: tuple[Term, ...] = (
     MaxCoverage("information_coverage", "w_cov", "coverage", "sum_v pi(v) max_{u in S} K(u, v)",
                 "gain(u | S) = sum_v pi(v) max(0, K(u, v) - c(v)), c(v) = max_{s in S} K(s, v); "
-                "<= gain(u | {}) = sum_v pi(v) K(u, v) <= sum_j mass_j max_{v in L_j} K(u, v)", a="pi", x="K"),
+                "<= gain(u | {}) = sum_v pi(v) K(u, v) <= sum_j mass_j max_{v in L_j} K(u, v)",
+                learned=True, fused=FUSED_BACKENDS, a="pi", x="K"),
     MaxCoverage("role_coverage", "w_role", "coverage", "sum_r delta_r max_{u in S} rho_r(u)",
                 "gain(u | S) = sum_r delta_r max(0, rho_r(u) - m_r), m_r = max_{s in S} rho_r(s); <= delta . rho(u)",
-                a="delta", x="rho"),
+                learned=True, fused=FUSED_BACKENDS, a="delta", x="rho"),
     Term("affinity", "w_aff", "modular", "sum_{u in S} alpha(u) (with w_grp > 0: over units of no group)",
-         "gain(u | S) = alpha(u)", value=lambda x, cfg: affinity_value(x, cfg)),
+         "gain(u | S) = alpha(u)", value=lambda x, cfg: affinity_value(x, cfg), learned=True),
     ThreadCoverage("thread_coverage", "w_thr", "coverage", "sum_j [S hits L_j] mass_j",
-                   "gain(u | S) = mass_{thread(u)} if no unit of S is in thread(u), else 0; <= mass_{thread(u)}"),
+                   "gain(u | S) = mass_{thread(u)} if no unit of S is in thread(u), else 0; <= mass_{thread(u)}",
+                   learned=True, fused=FUSED_BACKENDS),
     Term("recency", "w_rec", "modular", "sum_{u in S} 2^(-age(u) / half-life)", "gain(u | S) = the bonus of u",
          value=lambda x, cfg: recency(x, cfg.recency_half_life_days)),
     GroupAffinity("group_affinity", "w_grp", "coverage", "sum_g max_{u in S, u in g} alpha(u)",
                   "gain(u | S) = max(0, alpha(u) - max_{s in S, s in g(u)} alpha(s)) for u in a group g(u), "
-                  "else 0; <= alpha(u)"),
+                  "else 0; <= alpha(u)", optional=True),
 )
-TERM_BY_NAME = {t.name: t for t in TERMS}
-MODULAR_TERMS = tuple(t for t in TERMS if t.kind == "modular")
-COVERAGE_TERMS: tuple[CoverageTerm, ...] = tuple(t for t in TERMS if t.kind == "coverage")
-WEIGHTS = tuple(t.weight for t in TERMS)
-"""J's weights, in the order of :data:`TERMS`."""
+"""The registry: J's terms, in the one order of every weight vector. The names below derive from it."""
 PRIORITY_WEIGHTS = ("lambda_m", "lambda_r", "tau")
-"""Steps 5-6 weights (costs and priorities) a learned head may also set per query."""
-QUERY_WEIGHTS = WEIGHTS + PRIORITY_WEIGHTS
-"""Columns of every per-query weight matrix (:func:`weight_matrix`)."""
-COL = {name: i for i, name in enumerate(QUERY_WEIGHTS)}
-LAMBDA_M, LAMBDA_R, TAU = COL["lambda_m"], COL["lambda_r"], COL["tau"]
-INFORMATION = COVERAGE_TERMS.index(TERM_BY_NAME["information_coverage"])
-"""Position of the information coverage among the coverage terms (the early stop reads its state)."""
-
-UNIT_ATTRIBUTES: tuple[str, ...] = ("time", "group")
-"""Query-independent per-unit inputs of the terms (columns of :func:`unit_attributes`): ``time``, the
-unit's date (POSIX seconds, NaN when the source gave none); ``group``, its restatement group
-(:func:`restatement_groups`, -1 = none)."""
-GROUP = UNIT_ATTRIBUTES.index("group")
+"""Steps 5-6 weights (costs and priorities); a learned head sets them per query too."""
 
 
-def unit_attributes(bank) -> np.ndarray:
-    """``[N, len(UNIT_ATTRIBUTES)]`` float64: the per-unit columns the terms read."""
-    time = np.array([date_seconds(t.time) for t in bank.turns], dtype=np.float64).reshape(bank.n_units)
-    return np.stack([time, restatement_groups(bank).astype(np.float64)], axis=1)
+def _derive() -> None:
+    """Set the views of :data:`TERMS`: the terms by kind; ``WEIGHTS`` (J's), ``QUERY_WEIGHTS`` (+ the
+    :data:`PRIORITY_WEIGHTS`: columns ``COL`` of every weight matrix) and ``LEARNED_WEIGHTS`` (those a
+    learned head sets), in order; ``INFORMATION`` (whose state the early stop reads); ``CoverageWeights``."""
+    global TERM_BY_NAME, MODULAR_TERMS, COVERAGE_TERMS, WEIGHTS, QUERY_WEIGHTS, COL, LAMBDA_M, LAMBDA_R, TAU, \
+        LEARNED_WEIGHTS, INFORMATION, CoverageWeights
+    TERM_BY_NAME = {t.name: t for t in TERMS}
+    MODULAR_TERMS = tuple(t for t in TERMS if t.kind == "modular")
+    COVERAGE_TERMS = tuple(t for t in TERMS if t.kind == "coverage")
+    WEIGHTS = tuple(t.weight for t in TERMS)
+    QUERY_WEIGHTS = WEIGHTS + PRIORITY_WEIGHTS
+    COL = {name: i for i, name in enumerate(QUERY_WEIGHTS)}
+    LAMBDA_M, LAMBDA_R, TAU = COL["lambda_m"], COL["lambda_r"], COL["tau"]
+    LEARNED_WEIGHTS = tuple(t.weight for t in TERMS if t.learned) + PRIORITY_WEIGHTS
+    INFORMATION = COVERAGE_TERMS.index(TERM_BY_NAME["information_coverage"])
+    n_opt = len(COVERAGE_TERMS) - sum(not t.optional for t in COVERAGE_TERMS)
+    if any(not t.optional for t in COVERAGE_TERMS[len(COVERAGE_TERMS) - n_opt:]):
+        raise ValueError("optional coverage terms must come after every required one")
+    CoverageWeights = namedtuple("CoverageWeights", [t.weight for t in COVERAGE_TERMS], defaults=(0.0,) * n_opt)
+    CoverageWeights.__doc__ = """Weights of the coverage terms, in ``COVERAGE_TERMS`` order: floats or per-query
+    ``[Q, 1]`` arrays / tensors; the trailing ``optional`` ones may be left out (0: those terms off)."""
+    bad = [t.name for t in TERMS if not set(t.fused) <= set(FUSED_BACKENDS if t.kind == "coverage" else ())]
+    if bad:
+        raise ValueError(f"terms {bad}: only coverage terms have fused pieces, in {FUSED_BACKENDS}")
+
+
+_derive()
+
+
+def fused_terms(backend: str) -> tuple[str, ...]:
+    """The coverage terms whose pieces the fused greedy ``backend`` holds, in ``COVERAGE_TERMS`` order."""
+    if backend not in FUSED_BACKENDS:
+        raise ValueError(f"no fused greedy {backend!r} (one of {FUSED_BACKENDS})")
+    return tuple(t.name for t in COVERAGE_TERMS if backend in t.fused)
+
+
+def register_term(term: Term) -> None:
+    """Append ``term`` to :data:`TERMS` (a term defined outside this file: a test's, an experiment's)
+    and derive the views again; compiled code caches apart (``_jit.salt_cache``). The engine, the
+    head and the fused greedies read the views when imported, so this refuses once one holds them."""
+    global TERMS
+    views = (TERMS, TERM_BY_NAME, COVERAGE_TERMS, WEIGHTS, QUERY_WEIGHTS, COL, LEARNED_WEIGHTS, CoverageWeights)
+    held = sorted(n for n, m in list(sys.modules.items()) if n.startswith("trawmem_gpu") and m is not None
+                  and n != __name__ and any(x is v for x in vars(m).values() for v in views))
+    if held:
+        raise RuntimeError(f"register the term {term.name!r} before importing {held}: they hold the term lists")
+    TERMS = TERMS + (term,)
+    _derive()
+    salt_cache(repr([(t.name, t.weight, t.kind) for t in TERMS]))
 
 
 def affinity_value(x: ModularInputs, cfg):
@@ -336,34 +356,15 @@ def recency(x: ModularInputs, half_life_days: float):
     query's (0 for a unit dated after it); 0 when either date is missing. In [0, 1]."""
     age = ((x.now - x.attrs[..., 0]) / 86400.0).clip(min=0.0)
     bonus = 0.5 ** (age / half_life_days)
-    return (_torch_where if _is_torch(bonus) else np.where)(bonus == bonus, bonus, 0.0)  # NaN (no date) -> 0
-
-
-def _torch_where(cond, x, y):
-    import torch
-
-    return torch.where(cond, x, y)
-
-
-def date_seconds(when: datetime | None) -> float:
-    """A query's or unit's date as POSIX seconds (naive dates are taken as UTC), NaN for None."""
-    if when is None:
-        return math.nan
-    if not isinstance(when, datetime):
-        raise TypeError(f"a date must be a datetime or None (got {type(when).__name__})")
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return when.timestamp()
+    if _is_torch(bonus):
+        import torch
+        return torch.where(bonus == bonus, bonus, 0.0)  # NaN (no date) -> 0
+    return np.where(bonus == bonus, bonus, 0.0)
 
 
 # ----------------------------------------------------------------------------------------------
-# weights
+# weights and the modular part
 # ----------------------------------------------------------------------------------------------
-CoverageWeights = namedtuple("CoverageWeights", [t.weight for t in COVERAGE_TERMS], defaults=(0.0,))
-CoverageWeights.__doc__ = """Weights of the coverage terms, in :data:`COVERAGE_TERMS` order: floats, or per-query
-``[Q, 1]`` arrays / tensors. The last, ``w_grp``, may be left out: 0 (the group affinity off)."""
-
-
 def weight_matrix(cfg, n: int, overrides: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
     """``[n, len(QUERY_WEIGHTS)]`` float64: the config's weights, per-query ``overrides`` (a learned
     head's, by field name) in place of the config's where given."""
@@ -385,9 +386,6 @@ def coverage_weights(w: Mapping[str, object]) -> tuple:
     return tuple(w[t.weight] for t in COVERAGE_TERMS)
 
 
-# ----------------------------------------------------------------------------------------------
-# the modular part
-# ----------------------------------------------------------------------------------------------
 def modular_gain(x: ModularInputs, weights: Mapping[str, object], cfg) -> object:
     """``m(u) = sum_k w_k value_k(u)`` over :data:`MODULAR_TERMS`, ``[..., U]`` (same array type as
     ``x.alpha``); ``weights`` maps weight names to floats or ``[..., 1]`` per-query columns. A term
@@ -454,9 +452,11 @@ class Objective:
                                  np.asarray(thread_mass, dtype=np.float64), None if attrs is None else np.asarray(attrs),
                                  None if alpha is None else np.asarray(alpha, dtype=np.float64))
         self.modular = np.asarray(modular, dtype=np.float64)
-        self.w = tuple(float(x) for x in (weights if weights is not None else [1.0] * len(COVERAGE_TERMS)))
-        if len(self.w) != len(COVERAGE_TERMS):
-            raise ValueError(f"{len(COVERAGE_TERMS)} coverage weights expected, got {len(self.w)}")
+        n = len(COVERAGE_TERMS)
+        weights = tuple(weights) if weights is not None else (1.0,) * n
+        if not n - len(CoverageWeights._field_defaults) <= len(weights) <= n:
+            raise ValueError(f"{n} coverage weights expected, got {len(weights)}")
+        self.w = tuple(float(x) for x in CoverageWeights(*weights))
         self.reset()
 
     @property

@@ -26,11 +26,9 @@ import numpy as np
 import torch
 
 from .._jit import njit
-from ..objective import LAMBDA_M, LAMBDA_R, TAU, ModularInputs, \
-    modular_gain, support_from_cosine_compiled, weight_columns
-from ..steps import candidates as step3
-from ..steps import relevance as step3r
-from ..steps import roles as step4
+from ..objective import LAMBDA_M, LAMBDA_R, TAU, ModularInputs, modular_gain, support_from_cosine_compiled, \
+    weight_columns
+from ..steps import candidates as step3, relevance as step3r, roles as step4
 from ..steps.greedy.compiled import W_COV, W_ROLE, W_THR, FusedWeights
 from ..steps.greedy import CompiledQuery, GreedyScratch, KSource, StopRule, best_of_two_compiled, config_rule, \
     lazy_greedy_one, pick_limit

@@ -15,10 +15,8 @@ import torch
 from ...errors import ConfigError
 from .._jit import HAS_NUMBA
 from ..config import EngineConfig, SelectConfig
-from ..objective import COVERAGE_TERMS
+from ..objective import COVERAGE_TERMS, fused_terms
 from ..steps.candidates import uses_bm25
-from ..steps.greedy.batched import TRITON_FUSED_TERMS
-from ..steps.greedy.compiled import FUSED_TERMS as COMPILED_FUSED_TERMS
 from ..steps.priority import HAS_TRITON
 from .tables import Layout, table_bytes_needed
 
@@ -83,9 +81,10 @@ def compiled_front_applies(cfg: SelectConfig, dtype: torch.dtype, sim: str) -> s
 
 
 def fused_terms_apply(fused: tuple[str, ...], cfg: SelectConfig) -> str | None:
-    """None when every coverage term of J that counts for ``cfg`` is among the ``fused`` ones a
-    fast path restates, else why not. A term whose weight is 0 counts for nothing (0 * gain adds
-    exactly +0.0, and a learned head scales the config's weights, so it stays 0)."""
+    """None when every coverage term of J that counts for ``cfg`` is among the ``fused`` ones whose
+    pieces a fast path holds (``objective.fused_terms``), else why not. A term whose weight is 0
+    counts for nothing (0 * gain adds exactly +0.0, and a learned head scales the config's weights,
+    so it stays 0)."""
     live = tuple(t.name for t in COVERAGE_TERMS if float(getattr(cfg, t.weight, 0.0)) != 0.0)
     extra = [n for n in live if n not in fused]
     if extra:
@@ -98,14 +97,14 @@ def resolve(ec: EngineConfig, cfg: SelectConfig, banks) -> Plan:
     cpu = device.type == "cpu"
     dtype = {"auto": torch.float64 if cpu else torch.float32, "float32": torch.float32,
              "float64": torch.float64}[ec.dtype]
-    triton_terms = fused_terms_apply(TRITON_FUSED_TERMS, cfg)
+    triton_terms = fused_terms_apply(fused_terms("triton"), cfg)
     kernels = ec.kernels
     if kernels == "auto":
         kernels = "triton" if (not cpu and HAS_TRITON and _kernels_importable() and not triton_terms) else "torch"
     elif kernels == "triton" and triton_terms:
         raise ConfigError(f"kernels='triton' does not apply: {triton_terms}")
     tables = table_bytes_needed(banks, cfg, dtype.itemsize) <= ec.table_bytes
-    compiled_terms = fused_terms_apply(COMPILED_FUSED_TERMS, cfg)
+    compiled_terms = fused_terms_apply(fused_terms("numba"), cfg)
     compiled_ok = cpu and kernels != "triton" and tables and HAS_NUMBA and not compiled_terms
     backend = ec.backend if ec.backend != "auto" else ("compiled" if compiled_ok else "tensor")
     if backend == "compiled" and not compiled_ok:

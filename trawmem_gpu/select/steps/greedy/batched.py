@@ -8,14 +8,14 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ...objective import COVERAGE_TERMS, INFORMATION, CoverageData, CoverageWeights, Pick, combine_gain
+from ...objective import COVERAGE_TERMS, INFORMATION, CoverageData, CoverageWeights, Pick, combine_gain, fused_terms
 from ..priority import kernels, per_query, use_triton
 from .reference import GreedyProblem
 from .rule import StopRule, coverage_reached, greedy_key, marginal_cost, pick_limit
 
 Impl = Literal["auto", "torch", "triton"]
-TRITON_FUSED_TERMS = ("information_coverage", "role_coverage", "thread_coverage")
-"""The coverage terms the Triton greedy kernel (``kernels/greedy.py``) restates inline, in order."""
+TRITON_FUSED_TERMS = fused_terms("triton")
+"""The coverage terms whose pieces the Triton greedy kernel (``kernels/greedy.py``) holds, in order."""
 
 
 class _TorchState:

@@ -1,8 +1,10 @@
 """The compiled optimizer of J (numba, one query at a time): lazy greedy with the coverage terms
-it knows fused inline (:data:`FUSED_TERMS`), K rows gathered from the bank's support table on
-first use. It restates ``objective.COVERAGE_TERMS``' gains and updates for speed; the dispatcher
-(``engine/plan.py``) uses it only when J's coverage terms are exactly :data:`FUSED_TERMS`, and
-``tests/test_objective.py`` checks it against the terms one at a time."""
+whose ``numba`` pieces are here fused inline (:data:`FUSED_TERMS`, from ``objective.TERMS``), K rows
+gathered from the bank's support table on first use. Each such term's pieces, ``<term>_gain`` and
+``<term>_add``, restate its gain and update; the dispatcher (``engine/plan.py``) uses this greedy
+only while every coverage term with a weight is one of them, ``tests/test_objective.py`` checks it
+against the terms one at a time and ``tests/test_term_registry.py`` that the pieces here are those
+the terms declare."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -10,11 +12,11 @@ from typing import NamedTuple
 import numpy as np
 
 from ..._jit import njit
-from ...objective import COL, TERM_BY_NAME
+from ...objective import COL, TERM_BY_NAME, fused_terms
 from .rule import StopRule, coverage_reached_compiled, greedy_key_compiled, marginal_cost_compiled
 
-FUSED_TERMS = ("information_coverage", "role_coverage", "thread_coverage")
-"""The coverage terms :func:`lazy_greedy_one` computes inline, in this order (``CoverageWeights``)."""
+FUSED_TERMS = fused_terms("numba")
+"""The coverage terms :func:`lazy_greedy_one` computes inline, in ``COVERAGE_TERMS`` order."""
 W_COV, W_ROLE, W_THR = (COL[TERM_BY_NAME[n].weight] for n in FUSED_TERMS)
 """Their weights' columns of a per-query weight matrix (``objective.QUERY_WEIGHTS``)."""
 FusedWeights = NamedTuple("FusedWeights", [(TERM_BY_NAME[n].weight, float) for n in FUSED_TERMS])
@@ -28,7 +30,7 @@ def combine_gain_compiled(cov, role, modular, thr, w_cov, w_role, w_thr):  # pra
 
 
 @njit(cache=True, fastmath={"reassoc", "nsz", "contract"})
-def coverage_gain_row(krow, pi, c):  # pragma: no cover - compiled
+def information_coverage_gain(krow, pi, c):  # pragma: no cover - compiled
     """Information coverage gain ``sum_v pi[v] max(K(u, v) - c[v], 0)`` of one unit (``krow``:
     its K row). Reassociation lets the sum vectorize; a query's gains all come from this one
     function, so they share one summation order and a stale gain stays an upper bound."""
@@ -39,7 +41,15 @@ def coverage_gain_row(krow, pi, c):  # pragma: no cover - compiled
 
 
 @njit(cache=True, inline="always")
-def role_gain_row(rho, u, m, delta):  # pragma: no cover - compiled
+def information_coverage_add(krow, c):  # pragma: no cover - compiled
+    """``c = max(c, K(u, .))`` when ``u`` (K row ``krow``) enters S."""
+    for v in range(krow.shape[0]):
+        if krow[v] > c[v]:
+            c[v] = krow[v]
+
+
+@njit(cache=True, inline="always")
+def role_coverage_gain(rho, u, m, delta):  # pragma: no cover - compiled
     """Role coverage gain ``sum_r delta_r max(rho[u, r] - m[r], 0)`` of unit ``u``."""
     g = 0.0
     for r in range(m.shape[0]):
@@ -47,6 +57,26 @@ def role_gain_row(rho, u, m, delta):  # pragma: no cover - compiled
         if y > 0.0:
             g += delta[r] * y
     return g
+
+
+@njit(cache=True, inline="always")
+def role_coverage_add(rho, u, m):  # pragma: no cover - compiled
+    """``m = max(m, rho[u])`` when ``u`` enters S."""
+    for r in range(m.shape[0]):
+        if rho[u, r] > m[r]:
+            m[r] = rho[u, r]
+
+
+@njit(cache=True, inline="always")
+def thread_coverage_gain(hit, lt, um, u):  # pragma: no cover - compiled
+    """Thread coverage gain of unit ``u``: its thread's mass ``um[u]`` unless the thread is hit."""
+    return 0.0 if hit[lt[u]] else um[u]
+
+
+@njit(cache=True, inline="always")
+def thread_coverage_add(hit, lt, u):  # pragma: no cover - compiled
+    """Mark the thread of ``u`` hit when ``u`` enters S."""
+    hit[lt[u]] = True
 
 
 class KSource(NamedTuple):
@@ -143,7 +173,7 @@ def lazy_greedy_one(g, s, sel):  # pragma: no cover - compiled
     1e-6 for rounding (every term is >= 0). Keys order by (bound descending, index ascending); the
     top is taken once its value is fresh for the step, else it is evaluated (its K row gathered on
     first use) and sifted down: the plain greedy's pick, ties to the lowest index. Gains are
-    computed at one site (coverage by ``objective.coverage_gain_row``, one summation order per
+    computed at one site (coverage by :func:`information_coverage_gain`, one summation order per
     query), so a computed gain never grows as the set grows and stale values are true bounds.
 
     With a token budget (``g.room`` finite) the keys are :func:`greedy_key` of those gains and
@@ -163,11 +193,11 @@ def lazy_greedy_one(g, s, sel):  # pragma: no cover - compiled
         hit[g.lt[u]] = False
         if tokens:
             paid[key[u]] = False
-    for u in range(n):
-        role = 0.0
-        for r in range(R):
-            role += g.delta[r] * g.rho[u, r]
-        b0 = combine_gain_compiled(g.bound[u], role, g.modular[u], g.um[u], g.w.w_cov, g.w.w_role,
+    for r in range(R):
+        m[r] = 0.0
+    for u in range(n):  # hit and m are empty: the step-0 role and thread gains are exact
+        b0 = combine_gain_compiled(g.bound[u], role_coverage_gain(g.rho, u, m, g.delta), g.modular[u],
+                                   thread_coverage_gain(hit, g.lt, g.um, u), g.w.w_cov, g.w.w_role,
                                    g.w.w_thr) * (1.0 + 1e-6)
         last[u] = b0
         hk[u] = greedy_key_compiled(b0, marginal_cost_compiled(g.uc[u], g.hc[key[u]], False), g.ratio) \
@@ -178,8 +208,6 @@ def lazy_greedy_one(g, s, sel):  # pragma: no cover - compiled
         loaded[u] = False
     for i in range(n // 2 - 1, -1, -1):
         sift_down(hk, hi, n, i)
-    for r in range(R):
-        m[r] = 0.0
     size = n
     n_sel = 0
     for step in range(min(g.rule.budget, n)):
@@ -213,9 +241,9 @@ def lazy_greedy_one(g, s, sel):  # pragma: no cover - compiled
                     for v in range(n):
                         dst[v] = k.ktab[o + k.cq[v]]
                 loaded[u] = True
-            gu = combine_gain_compiled(coverage_gain_row(Kc[u * n:(u + 1) * n], g.pq, c),
-                                       role_gain_row(g.rho, u, m, g.delta), g.modular[u],
-                                       0.0 if hit[g.lt[u]] else g.um[u], g.w.w_cov, g.w.w_role, g.w.w_thr)
+            gu = combine_gain_compiled(information_coverage_gain(Kc[u * n:(u + 1) * n], g.pq, c),
+                                       role_coverage_gain(g.rho, u, m, g.delta), g.modular[u],
+                                       thread_coverage_gain(hit, g.lt, g.um, u), g.w.w_cov, g.w.w_role, g.w.w_thr)
             fresh[u] = step
             last[u] = gu
             hk[0] = greedy_key_compiled(gu, cost, g.ratio) if tokens else gu
@@ -224,18 +252,12 @@ def lazy_greedy_one(g, s, sel):  # pragma: no cover - compiled
             break
         sel[step] = best
         n_sel = step + 1
-        kb = Kc[best * n:(best + 1) * n]
-        for v in range(n):
-            if kb[v] > c[v]:
-                c[v] = kb[v]
+        information_coverage_add(Kc[best * n:(best + 1) * n], c)
         covered = 0.0
         if g.rule.stop_coverage <= 1.0 + 1e-9:  # above 1 the test never fires (sum pq = 1, c <= 1)
             for v in range(n):
                 covered += g.pq[v] * c[v]
-        for r in range(R):
-            if g.rho[best, r] > m[r]:
-                m[r] = g.rho[best, r]
-        tb = g.lt[best]
+        role_coverage_add(g.rho, best, m)
         if tokens:
             room -= cost
             kb = key[best]
@@ -247,7 +269,7 @@ def lazy_greedy_one(g, s, sel):  # pragma: no cover - compiled
                 for i in range(size // 2 - 1, -1, -1):
                     sift_down(hk, hi, size, i)
             paid[kb] = True
-        hit[tb] = True
+        thread_coverage_add(hit, g.lt, best)
         if coverage_reached_compiled(g.rule, covered):
             break
     return n_sel
