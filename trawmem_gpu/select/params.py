@@ -5,10 +5,16 @@ A :class:`QueryParams` travels with every query (faiss style: search parameters 
 budgets B, hops H and token budgets T, per call or per query within one batch. Nothing here is
 read when the bank tables are built.
 
+Every front (the command line, ``Memory``, HTTP, MCP, ``score``) builds a query's params by one
+rule, :func:`merge_params`: the request's fields over the collection's defaults over the
+method's, held to the front's :class:`QueryLimits` (the engine's: :data:`ENGINE_LIMITS`; the
+server's: :data:`SERVED_LIMITS`).
+
 The sizes the method derives from the budget (the candidate pool: ``n_seeds``,
 ``neighborhood_cap``; the priority cap kappa = 1 / B_q) are resolved per query by
 :meth:`QueryParams.resolved`, the one home of those rules. Errors name the field
-(```token_budget` must lie in ...``, in backquotes); the command line maps fields to its flags.
+(```token_budget` must lie in ...``, in backquotes); each front words them in its own terms (the
+command line maps fields to its flags, HTTP names the body field).
 """
 from __future__ import annotations
 
