@@ -166,4 +166,10 @@ def test_limits_bound_the_merged_params_and_never_loosen_the_engines():
         QueryLimits(max_budget=5000)
     assert ENGINE_LIMITS == QueryLimits() and SERVED_LIMITS.max_budget < ENGINE_LIMITS.max_budget
     assert merge_params({"budget": 4096}, limits=ENGINE_LIMITS).budget == 4096
+    from dataclasses import asdict
+
+    from trawmem_gpu.serve.config import ServeConfig
+
+    cfg = ServeConfig(limits=lim)  # a Ray shard rebuilds its ServeConfig from asdict
+    assert ServeConfig(**asdict(cfg)) == cfg and ServeConfig(**asdict(cfg)).limits == lim
 

@@ -37,7 +37,8 @@ class ServeConfig:
     """Largest request body accepted (``--max-body-bytes``); larger gets 413."""
     limits: QueryLimits = SERVED_LIMITS
     """The bounds of a request's ``budget``, ``hops``, ``token_budget`` and question length
-    (``--max-budget``, ``--max-hops``, ``--max-token-budget``; ``select.params.QueryLimits``)."""
+    (``--max-budget``, ``--max-hops``, ``--max-token-budget``; ``select.params.QueryLimits``, or
+    its fields as a dict: ``dataclasses.asdict`` of a ``ServeConfig`` rebuilds)."""
     encode_chunk: int = 16
     """Questions per encoder forward pass within a batch (the batch is length-sorted, then cut;
     ``--encode-chunk``). On a CPU the default is the size that cost least CPU per question for
@@ -115,6 +116,8 @@ class ServeConfig:
                      "tenant_max_appends", "tenant_batch_share", "append_chunk", "max_connections"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"`{name}` must be >= 1, got {getattr(self, name)!r}")
+        if isinstance(self.limits, dict):
+            self.limits = QueryLimits(**self.limits)
         if not isinstance(self.limits, QueryLimits):
             raise ConfigError(f"`limits` must be a QueryLimits, got {type(self.limits).__name__}")
         if self.max_wait_ms < 0:
