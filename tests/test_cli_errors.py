@@ -75,11 +75,12 @@ def test_serve_http_workers_errors(tmp_path, capsys, args, msg):
 # -- library errors name fields; only the CLI maps them to flags --------------------------------
 def test_library_errors_name_fields_not_flags():
     from trawmem_gpu.errors import ConfigError
+    from trawmem_gpu.select.params import QueryLimits
     from trawmem_gpu.serve.config import ServeConfig
 
     with pytest.raises(ConfigError) as e:
-        ServeConfig(max_hops=-1)
-    assert "`max_hops` must be >= 0" in str(e.value) and "--" not in str(e.value)
+        ServeConfig(limits=QueryLimits(max_hops=-1))
+    assert "`max_hops` must lie in [0, 8] (got -1)" in str(e.value) and "--" not in str(e.value)
     with pytest.raises(ConfigError) as e:
         ServeConfig(timeout_s=0)
     assert str(e.value).startswith("`timeout_s` must be > 0")

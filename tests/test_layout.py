@@ -233,15 +233,26 @@ def test_one_file_digest_and_one_cache_root(tmp_path, monkeypatch):
     assert cache.default_bank_dir(ident) != cache.default_bank_dir(read_day_first)
 
 
-def test_serve_fronts_read_the_request_defaults_from_query_params():
-    from trawmem_gpu.select.params import QueryParams
-    from trawmem_gpu.serve.config import ServeConfig, select_defaults
+def test_query_params_and_their_limits_have_one_home():
+    """Every front builds a query's ``QueryParams`` by ``select.params.merge_params`` and holds it to a
+    ``QueryLimits``: no front restates the defaults or the bounds, and the bridges are gone."""
+    from trawmem_gpu.select import params
+    from trawmem_gpu.serve.config import ServeConfig
     from trawmem_gpu.serve.remote import RemoteBackend
 
-    d = QueryParams()
-    assert select_defaults() == (d.budget, d.hops, d.token_budget)
-    assert RemoteBackend("/nonexistent.sock", ServeConfig()).defaults == select_defaults()
-    for p in (PKG / "serve" / "remote.py", PKG / "serve" / "ray_app.py"):
+    assert RemoteBackend("/nonexistent.sock", ServeConfig()).defaults == params.QueryParams()
+    assert ServeConfig().limits is params.SERVED_LIMITS
+    for gone in ("unit_cap", "query_params", "_UNSET", "select_defaults"):
+        for mod in ("select/params.py", "memory/api.py", "memory/engines.py", "serve/engines.py", "serve/config.py"):
+            assert not re.search(rf"\b{gone}\b\s*[=(]", (PKG / mod).read_text(encoding="utf-8")), (gone, mod)
+    inner = ("select", "head", "trimem")  # the engine's own stages build params for themselves
+    for p in PKG.rglob("*.py"):
+        if p.relative_to(PKG).parts[0] in inner:
+            continue
+        text = p.read_text(encoding="utf-8")
+        assert not re.search(r"QueryParams\((budget|hops|token_budget)=", text), p  # merge_params builds them
+        assert not re.search(r"max_(budget|hops|token_budget)\s*[:=]\s*\d", text), p  # QueryLimits holds bounds
+    for p in (PKG / "serve" / "remote.py", PKG / "serve" / "ray_app.py", PKG / "serve" / "config.py"):
         assert not re.search(r"defaults = .*\(\s*\d+\s*,\s*\d+\s*,", p.read_text(encoding="utf-8")), p
 
 

@@ -113,6 +113,7 @@ def test_writes_carry_the_caps_of_the_http_server():
     from trawmem_gpu.data.types import MAX_ID_CHARS
     from trawmem_gpu.serve.config import ServeConfig
     from trawmem_gpu.data.types import MAX_TEXT_CHARS
+    from trawmem_gpu.select.params import SERVED_LIMITS
     from trawmem_gpu.serve.models import MAX_FORGET_IDS
 
     cap = ServeConfig.max_turns_per_append
@@ -124,8 +125,8 @@ def test_writes_carry_the_caps_of_the_http_server():
         ("add_turns", {"bank_id": "acme-2", "turns": [{**_turns(1)[0], "text": "x" * (MAX_TEXT_CHARS + 1)}]}),
         ("add_turns", {"bank_id": "a" * (MAX_ID_CHARS + 1), "turns": _turns(1)}),
         ("forget", {"bank_id": "acme-2", "turn_ids": [f"t{i}" for i in range(MAX_FORGET_IDS + 1)]}),
-        ("recall", {"bank_id": "acme-2", "question": "q" * (ServeConfig.max_question_chars + 1)}),
-        ("recall", {"bank_id": "acme-2", "question": "q", "token_budget": ServeConfig.max_token_budget + 1}))
+        ("recall", {"bank_id": "acme-2", "question": "q" * (SERVED_LIMITS.max_question_chars + 1)}),
+        ("recall", {"bank_id": "acme-2", "question": "q", "token_budget": SERVED_LIMITS.max_token_budget + 1}))
     assert out[0] == (True, f"turns: List should have at most {cap} items after validation, not {cap + 1}")
     assert not out[1][0] and out[1][1]["appended"] == cap
     assert out[2][0] and out[2][1].startswith("turns: List should have at least 1 item")
@@ -134,7 +135,7 @@ def test_writes_carry_the_caps_of_the_http_server():
     assert out[5][0] and out[5][1].startswith(f"turn_ids: List should have at most {MAX_FORGET_IDS} items")
     assert out[6][0] and out[6][1].startswith("question: String should have at most")
     assert out[7][0] and out[7][1].startswith(f"token_budget: Input should be less than or equal to "
-                                              f"{ServeConfig.max_token_budget}")
+                                              f"{SERVED_LIMITS.max_token_budget}")
     assert mem.calls == [("add", "acme-2", cap)]
     schema = tools["add_turns"].input_schema["properties"]["turns"]
     assert (schema["minItems"], schema["maxItems"]) == (1, cap)

@@ -270,10 +270,8 @@ def test_no_token_budget_for_one_call_of_a_memory_with_one_falls_back_to_the_uni
     from trawmem_gpu.select.params import QueryParams
 
     mem = Memory(tmp_path / "m", token_budget=800)
-    assert mem._params(mem.defaults.budget, 800, None).budget is None  # T alone: no unit cap
-    from trawmem_gpu.memory.api import _UNSET
-
-    qp = mem._params(_UNSET, None, None)
+    assert mem.defaults.budget is None and mem._params(None, {"token_budget": 800}, 1)[0].budget is None
+    (qp,) = mem._params(None, {"token_budget": None}, 1)
     assert (qp.budget, qp.token_budget) == (QueryParams().budget, None)
     with pytest.raises(UnknownBank):  # the parameters pass; the bank is what is missing
         mem.select("nope", QUESTION, token_budget=None)

@@ -114,12 +114,62 @@ def test_workspaces_fit_each_querys_token_budget(banks, queries):  # noqa: F811
         assert count_tokens(w.render()) <= p.token_budget
 
 
-def test_unit_cap_is_the_one_rule_for_a_left_out_budget():
-    """B left out: none under a token budget, else the default; given (None included), as given."""
-    from trawmem_gpu.select.params import unit_cap
+@pytest.mark.parametrize("given, coll, want", [
+    ({}, None, {}),  # the method's defaults
+    ({}, {"budget": 8, "hops": 2}, {"budget": 8, "hops": 2}),  # the collection's over the method's
+    ({"hops": 3}, {"budget": 8, "hops": 2}, {"budget": 8, "hops": 3}),  # the request's over the collection's
+    ({"budget": 4}, {"token_budget": 800}, {"budget": 4, "token_budget": 800}),
+    ({"token_budget": 800}, None, {"budget": None, "token_budget": 800}),  # T alone: no unit cap
+    ({"token_budget": 800}, {"budget": 8}, {"budget": None, "token_budget": 800}),
+    ({"token_budget": 800, "budget": 8}, None, {"budget": 8, "token_budget": 800}),
+    ({}, {"token_budget": 800}, {"budget": None, "token_budget": 800}),  # the collection's T: no unit cap
+    ({"token_budget": None}, {"token_budget": 800}, {}),  # T turned off, B left out: the method's B
+    ({"budget": None, "token_budget": 300}, {"budget": 8}, {"budget": None, "token_budget": 300}),
+    ({"fill": "stop"}, {"hops": 0}, {"fill": "stop", "hops": 0}),
+])
+def test_the_merge_rule_request_over_collection_over_method(given, coll, want):
+    from trawmem_gpu.select.params import merge_params
 
-    UNSET = object()
-    assert unit_cap(None, 800, 16) is None and unit_cap(None, None, 16) == 16 and unit_cap(4, 800, 16) == 4
-    assert unit_cap(UNSET, 800, 16, missing=UNSET) is None and unit_cap(UNSET, UNSET, 16, missing=UNSET) == 16
-    assert unit_cap(None, 800, 16, missing=UNSET) is None and unit_cap(8, None, 16, missing=UNSET) == 8
-    assert unit_cap(UNSET, None, 16, missing=UNSET) == 16
+    base = None if coll is None else QueryParams(**{"budget": None, **coll} if "token_budget" in coll else coll)
+    assert merge_params(given, base) == QueryParams(**want)
+    assert merge_params(given, base) is merge_params(dict(given), base)  # cached: a batch repeats a few
+
+
+def test_the_merge_rule_refuses_what_params_refuse_and_names_the_field():
+    from trawmem_gpu.select.params import merge_params
+
+    with pytest.raises(ConfigError, match=r"^unknown query parameter `budgt`"):
+        merge_params({"budgt": 4})
+    with pytest.raises(ConfigError, match=r"^`budget` must lie in \[1, 4096\] \(got 0\)"):
+        merge_params({"budget": 0})
+    with pytest.raises(ConfigError, match=r"^`budget` may be None"):
+        merge_params({"budget": None})
+    with pytest.raises(ConfigError, match=r"^`hops` must be a whole number"):
+        merge_params({"hops": [1]})  # unhashable: checked all the same
+
+
+def test_limits_bound_the_merged_params_and_never_loosen_the_engines():
+    from trawmem_gpu.select.params import ENGINE_LIMITS, SERVED_LIMITS, LimitError, QueryLimits, merge_params
+
+    lim = QueryLimits(max_budget=32, max_hops=2, max_token_budget=1000)
+    assert merge_params({"budget": 32, "hops": 2}, limits=lim) == QueryParams(budget=32, hops=2)
+    for given, field, limit, high in (({"budget": 33}, "budget", "max_budget", 32), ({"hops": 3}, "hops", "max_hops", 2),
+                                      ({"token_budget": 1001}, "token_budget", "max_token_budget", 1000),
+                                      ({"budget": 0}, "budget", "max_budget", 32)):
+        with pytest.raises(LimitError) as e:
+            merge_params(given, limits=lim)
+        assert (e.value.field, e.value.limit, e.value.high) == (field, limit, high)
+        assert str(e.value).startswith(f"`{field}` must lie in [")
+    with pytest.raises(LimitError, match="`hops`"):  # the collection's value is held to the limits too
+        merge_params({}, QueryParams(hops=3), limits=lim)
+    with pytest.raises(ConfigError, match=r"^`max_budget` must lie in \[1, 4096\]"):
+        QueryLimits(max_budget=5000)
+    assert ENGINE_LIMITS == QueryLimits() and SERVED_LIMITS.max_budget < ENGINE_LIMITS.max_budget
+    assert merge_params({"budget": 4096}, limits=ENGINE_LIMITS).budget == 4096
+    from dataclasses import asdict
+
+    from trawmem_gpu.serve.config import ServeConfig
+
+    cfg = ServeConfig(limits=lim)  # a Ray shard rebuilds its ServeConfig from asdict
+    assert ServeConfig(**asdict(cfg)) == cfg and ServeConfig(**asdict(cfg)).limits == lim
+

@@ -22,6 +22,7 @@ pytest.importorskip("prometheus_client", reason="the serve extra is not installe
 import httpx  # noqa: E402
 
 from serve_util import KEYS, SAMPLE_BANK, build_sample_collection, copy_collection, keys_file, running  # noqa: E402
+from trawmem_gpu.select.params import QueryLimits  # noqa: E402
 from trawmem_gpu.serve.config import ServeConfig  # noqa: E402
 
 QUESTION = "Why did Ana walk home during her long run?"
@@ -256,7 +257,7 @@ def test_token_budget_per_request(shared):
         assert len(got["units"]) <= (B or bank.n_units) and service.engines.builds == 1
     assert len(_post(c, "/v1/select", {**ok, "token_budget": 400, "hops": 2}).json()["units"]) > 3  # no cap of B
     plain = _post(c, "/v1/select", ok).json()
-    assert plain["token_budget"] is None and plain["budget"] == service.defaults[0]
+    assert plain["token_budget"] is None and plain["budget"] == service.defaults.budget
     reqs = [{**ok, "token_budget": T, "hops": H, **({"budget": B} if B else {})} for T, B, H in cases] + [ok]
     alone = [_post(c, "/v1/select", q).json() for q in reqs]
     batch = _post(c, "/v1/select/batch", {"requests": reqs}).json()["results"]
@@ -512,8 +513,8 @@ def _bank_files(coll: str, bank_id: str) -> dict:
 
 
 def test_bad_inputs_get_4xx_and_leave_banks_unchanged(coll):
-    cfg = ServeConfig(collection=coll, max_body_bytes=64 * 1024, max_budget=32, max_hops=3, max_batch_request=4,
-                      max_wait_ms=1)
+    cfg = ServeConfig(collection=coll, max_body_bytes=64 * 1024, limits=QueryLimits(max_budget=32, max_hops=3),
+                      max_batch_request=4, max_wait_ms=1)
     before = _bank_files(coll, SAMPLE_BANK)
     with running(cfg) as (url, service, _):
         c = httpx.Client(base_url=url, timeout=60)

@@ -15,7 +15,7 @@ def cmd_demo(a) -> int:
     from ..encode import get_encoder
     from ..select.config import SelectConfig
     from ..select.context import BankContext
-    from ..select.params import QueryParams
+    from ..select.params import merge_params
     from ..select.reference import select_reference
     from ..store import Collection
     from ..select.workspace import assemble
@@ -32,7 +32,7 @@ def cmd_demo(a) -> int:
     enc = get_encoder()
     Z = enc.encode([q["question"] for q in qs], is_query=True)
     ctx = BankContext.of(bank)
-    cfg, qp = SelectConfig(), QueryParams(budget=a.budget)
+    cfg, qp = SelectConfig(), merge_params({"budget": a.budget})
     hits = []
     for q, z in zip(qs, Z):
         ws = assemble(bank, q["question"], select_reference(ctx, q["question"], z, cfg, qp).units, cfg.headings)

@@ -17,20 +17,12 @@ from ..errors import InputError, name_list, plural
 def _select_config(a):
     """``(SelectConfig, QueryParams)``: the method and what every question asks for, from the flags."""
     from ..select.config import PAPER_HOPS, SelectConfig
-    from ..select.params import QueryParams
+    from ..select.params import FIELDS, merge_params
 
     paper = getattr(a, "paper", False)
     base = SelectConfig.paper() if paper else SelectConfig()
-    q = {"hops": PAPER_HOPS} if paper else {}
-    if getattr(a, "token_budget", None) is not None:
-        q["token_budget"] = a.token_budget
-        q["budget"] = None  # --token-budget without --budget: no unit cap
-    if getattr(a, "budget", None) is not None:
-        q["budget"] = a.budget
-    if getattr(a, "fill", None) is not None:
-        q["fill"] = a.fill
-    if getattr(a, "hops", None) is not None:
-        q["hops"] = a.hops
+    given = {k: v for k in FIELDS if (v := getattr(a, k, None)) is not None}  # the flags given
+    qp = merge_params(given, merge_params({"hops": PAPER_HOPS}) if paper else None)
     kw = {}
     if getattr(a, "headings", None) is not None:
         kw["headings"] = a.headings
@@ -40,7 +32,7 @@ def _select_config(a):
         from ..head.relevance import load_weights
 
         kw.update(affinity="learned", relevance_weights=load_weights(a.affinity_weights))
-    return replace(base, **kw), QueryParams(**q)
+    return replace(base, **kw), qp
 
 
 def _check_question(q: str) -> str:
@@ -201,7 +193,7 @@ def cmd_query(a) -> int:
         coll = Collection(p)
         coll.bank_path(_bank_id(a, coll))  # UnknownBank naming what the collection holds
         mem = Memory(p, method=cfg, head=head, only=[a.bank_id], create=False, embedding_cache=True, units=a.units)
-        ws = mem.select(a.bank_id, q, budget=qp.budget, token_budget=qp.token_budget, hops=qp.hops)
+        ws = mem.select(a.bank_id, q, params=qp)
     if a.json:
         print(json.dumps({"bank_id": ws.bank_id, "question": q, "units": ws.unit_ids, "tokens": ws.tokens,
                           "tokenizer": ws.tokenizer, "workspace": ws.text, **extra}, indent=1))

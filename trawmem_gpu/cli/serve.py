@@ -32,8 +32,11 @@ def cmd_serve(a) -> int:
     from ..serve.config import ServeConfig
 
     _need_extra("serve", ("fastapi", "uvicorn", "prometheus_client"))
-    cfg = ServeConfig(**{field: getattr(a, flag.lstrip("-").replace("-", "_")) for flag, field, *_ in _config_flags()},
-                      units=a.units, method=a.method)
+    from ..select.params import QueryLimits
+
+    vals = {field: getattr(a, flag.lstrip("-").replace("-", "_")) for flag, field, *_ in _config_flags()}
+    limits = QueryLimits(**{k.split(".")[1]: vals.pop(k) for k in list(vals) if k.startswith("limits.")})
+    cfg = ServeConfig(**vals, limits=limits, units=a.units, method=a.method)
     if a.sample:
         _sample_into(cfg.collection)
     if a.ray:
@@ -52,7 +55,8 @@ def cmd_serve(a) -> int:
 
 def _config_flags() -> list[tuple]:
     """(flag, ``ServeConfig`` field, type, help) of every ``trawmem serve`` flag that sets one
-    field (the field's default is the flag's): one list for both the parser and ``cmd_serve``."""
+    field (the field's default is the flag's; ``limits.NAME``: a field of ``ServeConfig.limits``):
+    one list for both the parser and ``cmd_serve``."""
     from .args import budget_int, hops_int, nonneg_float, nonneg_int, port_int, positive_float, positive_int, \
         token_budget_int
 
@@ -69,9 +73,9 @@ def _config_flags() -> list[tuple]:
          "questions per encoder forward pass within a batch (16 suits a CPU; raise it on a GPU)"),
         ("--timeout", "timeout_s", positive_float, "per-query deadline in seconds (then 504)"),
         ("--max-body-bytes", "max_body_bytes", positive_int, "largest request body (then 413)"),
-        ("--max-budget", "max_budget", budget_int, "largest per-request budget"),
-        ("--max-hops", "max_hops", hops_int, "largest per-request hops"),
-        ("--max-token-budget", "max_token_budget", token_budget_int, "largest per-request token_budget"),
+        ("--max-budget", "limits.max_budget", budget_int, "largest per-request budget"),
+        ("--max-hops", "limits.max_hops", hops_int, "largest per-request hops"),
+        ("--max-token-budget", "limits.max_token_budget", token_budget_int, "largest per-request token_budget"),
         ("--encoder", "encoder", str, "query encoder (default: the collection's)"),
         ("--threads", "threads", positive_int,
          "torch and engine threads (default: half the usable cores less one per HTTP front, at least 1)"),
@@ -103,8 +107,10 @@ def configure(s) -> None:
     d = ServeConfig()
     s.describe("Serve workspace selection over HTTP (API v1, OpenAPI at /docs): dynamic batching, API keys "
                "per tenant, live appends and Prometheus metrics. Needs the serve extra.")
+    from operator import attrgetter
+
     for flag, field, kind, text in _config_flags():
-        s.add_argument(flag, type=kind, default=getattr(d, field), help=text)
+        s.add_argument(flag, type=kind, default=attrgetter(field)(d), help=text)
     s.add_argument("--sample", action="store_true", help="first build the bundled sample conversation into it")
     from .args import add_units
 

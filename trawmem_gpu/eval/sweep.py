@@ -25,9 +25,10 @@ from tqdm.auto import tqdm
 
 from ..errors import InputError, plural
 from .analyses import describe, pareto_mask
-from .timing import TIMING_PROTOCOL, build_timed, clear_query_caches, encode_timed, machine_info, query_threads
+from .sweep_spec import SweepSpec, sweep_result
+from .timing import build_timed, clear_query_caches, encode_timed, machine_info, query_threads
 
-__all__ = ["Cell", "CellRunner", "grid", "run_sweep", "run_cells", "interleave", "batched_throughput",
+__all__ = ["Cell", "CellRunner", "SweepSpec", "grid", "run_sweep", "run_cells", "interleave", "batched_throughput",
            "build_timed", "encode_timed", "machine_info", "query_threads", "question_items", "parse_int_list"]
 
 TRAWMEM = "trawmem"
@@ -55,12 +56,10 @@ class Cell:
     def params(self, base=None):
         """The cell's ``QueryParams``: its budget (or token budget) and H, the rest from ``base``
         (a ``QueryParams``; None = the defaults)."""
-        from dataclasses import replace
+        from ..select.params import merge_params
 
-        from ..select.params import QueryParams
-
-        return replace(base or QueryParams(), budget=self.budget, token_budget=self.token_budget,
-                       **({} if self.hops is None else {"hops": self.hops}))
+        return merge_params({"budget": self.budget, "token_budget": self.token_budget,
+                             **({} if self.hops is None else {"hops": self.hops})}, base)
 
 
 def grid(methods, hops, budgets, token_budgets=()) -> list[Cell]:
@@ -328,38 +327,32 @@ def load_or_build_banks(convs, banks_dir, build_cfg, progress: bool = True, *, t
     return banks, rows, "stored with the banks when they were built (may include embedding-cache hits)"
 
 
-def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), budgets=(4, 8, 16, 32), *,
-              token_budgets=(), paper: bool = False, engine: str = "reference", categories=(1, 2, 3, 4), batch_size: int = 256,
-              rounds: int = 3, threads: int = 1, warmup: int = 10, banks_dir=None, max_questions: int | None = None,
-              progress: bool = True, dayfirst: bool = False, time_builds: bool = False, units=("turns",),
-              facts: str | None = None) -> dict:
-    """Run the whole grid (``units`` / ``facts``: ``eval.retrieval.layered_banks``); the JSON-ready result."""
-    from .. import __version__
+def run_sweep(spec: SweepSpec | str | Path, *args, **fields) -> dict:
+    """Run the whole grid of ``spec``; the JSON-ready result. ``run_sweep(data, methods, hops,
+    budgets, **fields)`` runs ``SweepSpec(data, methods, hops, budgets, **fields)``."""
     from ..ingest.config import BuildConfig
     from ..data import load_conversations, require_locomo
     from ..encode import get_encoder
     from ..select.config import PAPER_HOPS, SelectConfig
     from ..select.context import BankContext
-    from ..select.params import QueryParams
-    from ..tokens import TOKENIZER_NAME
-    from ..paths import file_sha256
+    from ..select.params import merge_params
 
-    if engine not in ("reference", "batched"):
-        raise InputError(f"`engine` must be 'reference' or 'batched', got {engine!r}")
-    cells = grid(methods, hops, budgets, token_budgets)
-    base_cfg = SelectConfig.paper() if paper else SelectConfig()
-    base_params = QueryParams(hops=PAPER_HOPS) if paper else QueryParams()
+    s = spec if isinstance(spec, SweepSpec) and not (args or fields) else SweepSpec(spec, *args, **fields)
+    cells = grid(s.methods, s.hops, s.budgets, s.token_budgets)
+    base_cfg = SelectConfig.paper() if s.paper else SelectConfig()
+    base_params = merge_params({"hops": PAPER_HOPS} if s.paper else None)
     build_cfg = BuildConfig()
-    require_locomo(data, "sweep")  # the one sniffer: LongMemEval has no LoCoMo categories or multi-hop hit
-    convs = load_conversations(data, dayfirst=dayfirst)
-    items = question_items(convs, categories, max_questions)
-    with query_threads(threads):
-        banks_list, build_rows, build_source = load_or_build_banks(convs, banks_dir, build_cfg, progress,
-                                                                   time_builds=time_builds, data_path=data,
-                                                                   dayfirst=dayfirst)
-    if tuple(units) != ("turns",) or facts not in (None, "none"):  # the layers (eval's rule)
+    require_locomo(s.data, "sweep")  # the one sniffer: LongMemEval has no LoCoMo categories or multi-hop hit
+    convs = load_conversations(s.data, dayfirst=s.dayfirst)
+    items = question_items(convs, s.categories, s.max_questions)
+    with query_threads(s.threads):
+        banks_list, build_rows, build_source = load_or_build_banks(convs, s.banks_dir, build_cfg, s.progress,
+                                                                   time_builds=s.time_builds, data_path=s.data,
+                                                                   dayfirst=s.dayfirst)
+    if s.units != ("turns",) or s.facts not in (None, "none"):  # the layers (eval's rule)
         from .retrieval import layered_banks
-        banks_list = layered_banks(banks_list, data, units, facts, get_encoder(build_cfg.encoder), dayfirst=dayfirst)
+        banks_list = layered_banks(banks_list, s.data, s.units, s.facts, get_encoder(build_cfg.encoder),
+                                   dayfirst=s.dayfirst)
     banks = {b.bank_id: b for b in banks_list}
     encoder = get_encoder(build_cfg.encoder, cache=False)
     if banks_list[0].encoder_id != encoder.id:
@@ -374,37 +367,28 @@ def run_sweep(data: str | Path, methods=(TRAWMEM, "hybrid"), hops=(1, 2, 3), bud
                 c.token_costs(h)
     ctx_s = time.perf_counter() - t0
     load0 = machine_info()["loadavg_1m"]
-    with query_threads(threads):
-        Z, enc_s = encode_timed(encoder, [q.question for _, q in items], progress=progress)
-        runners = run_cells(cells, banks, ctxs, items, Z, base_cfg, engine=engine, warmup=warmup, threads=threads,
-                            progress=progress, base_params=base_params)
+    with query_threads(s.threads):
+        Z, enc_s = encode_timed(encoder, [q.question for _, q in items], progress=s.progress)
+        runners = run_cells(cells, banks, ctxs, items, Z, base_cfg, engine=s.engine, warmup=s.warmup,
+                            threads=s.threads, progress=s.progress, base_params=base_params)
         tm = [r for r in runners if r.cell.method == TRAWMEM]
-        tps = batched_throughput(tm[0].engine(), [r.params for r in tm], items, Z, batch_size, rounds) if tm else []
+        tps = batched_throughput(tm[0].engine(), [r.params for r in tm], items, Z, s.batch_size, s.rounds) if tm else []
     tp_of = {id(r): t for r, t in zip(tm, tps)}
     out_cells = []
     for r in runners:
         c = r.cell
         row = {"key": c.key, "method": c.method, "hops": c.hops, "budget": c.budget, "token_budget": c.token_budget,
                "engine": r.engine_name,
-               **cell_metrics(r.records, categories, enc_s), "throughput": tp_of.get(id(r))}
+               **cell_metrics(r.records, s.categories, enc_s), "throughput": tp_of.get(id(r))}
         if id(r) in tp_of:
             row["engine_setup_s"] = r.setup_s
         out_cells.append(row)
     mark_pareto(out_cells)
-    return {
-        "command": "trawmem sweep", "dataset": {"path": str(data), "sha256": file_sha256(data), "dayfirst": dayfirst},
-        "categories": list(categories), "n_questions": len(items), "mode": "paper" if paper else "default",
-        "select_config": base_cfg.to_dict(), "query_params": base_params.to_dict(),
-        "build_config": build_cfg.to_dict(), "encoder": encoder.id,
-        "tokenizer": TOKENIZER_NAME, "engine": engine, "package_version": __version__,
-        "machine": {**machine_info(), "loadavg_1m_before": load0}, "query_threads": threads,
-        "timing_protocol": TIMING_PROTOCOL,
-        "build": {"source": build_source, "per_bank": build_rows,
-                  "mean_build_s": _mean([r["build_s"] for r in build_rows])},
-        "context_setup_s": ctx_s, "encode_ms": _pcts(enc_s * 1e3),
-        "pareto_latency_axis": "latency_ms.p50", "pareto_tokens_axis": "context_tokens.mean",
-        "cells": out_cells,
-    }
+    build = {"source": build_source, "per_bank": build_rows, "mean_build_s": _mean([r["build_s"] for r in build_rows])}
+    return sweep_result(s, {"n_questions": len(items), "select_config": base_cfg.to_dict(),
+                            "query_params": base_params.to_dict(), "build_config": build_cfg.to_dict(),
+                            "encoder": encoder.id, "loadavg_1m_before": load0, "build": build,
+                            "context_setup_s": ctx_s, "encode_ms": _pcts(enc_s * 1e3), "cells": out_cells})
 
 
 def _mean(xs) -> float | None:

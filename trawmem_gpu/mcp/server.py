@@ -271,18 +271,19 @@ def _read_tools(g: _Guard, A, default_token_budget: int) -> list:
     from mcp.server.mcpserver import Context
     from pydantic import Field
 
-    from ..serve.config import ServeConfig
+    from ..select.params import SERVED_LIMITS
     from ..serve.models import MAX_DATE_CHARS
 
     BankId = _bank_id_type()
-    Question = Annotated[str, Field(min_length=1, max_length=ServeConfig.max_question_chars)]
-    TokenBudget = Annotated[int, Field(ge=1, le=ServeConfig.max_token_budget)] | None
+    Question = Annotated[str, Field(min_length=1, max_length=SERVED_LIMITS.max_question_chars)]
+    TokenBudget = Annotated[int, Field(ge=1, le=SERVED_LIMITS.max_token_budget)] | None
     Date = Annotated[str, Field(max_length=MAX_DATE_CHARS)] | None
 
     async def recall(bank_id: BankId, question: Question, ctx: Context, token_budget: TokenBudget = None,
                      date: Date = None) -> A.Workspace:
         g.tenant(ctx, bank_id)
         tb = default_token_budget if token_budget is None else token_budget
+        # the request's T over the tool's default T; the Memory merges it over its own defaults
         ws = await g.run("select", bank_id, question, token_budget=tb, date=date)
         return A.Workspace(bank_id=bank_id, text=ws.text, unit_ids=list(ws.unit_ids), tokens=ws.tokens)
 

@@ -27,14 +27,15 @@ from ..data.types import Turn
 from ..errors import ConfigError, InputError
 from .result import SelectedWorkspace
 
-class _Default:
-    """The default of a parameter whose None means something else (``budget=None``: no unit cap)."""
+def _query(fn: str, query: dict) -> dict:
+    """The query fields a call names (``hops=None``: left out, the default), or the ``TypeError``
+    Python gives an unknown keyword argument."""
+    from ..select.params import FIELDS
 
-    def __repr__(self) -> str:
-        return "DEFAULT"
-
-
-_UNSET = _Default()
+    bad = next((k for k in query if k not in FIELDS), None)
+    if bad is not None:
+        raise TypeError(f"{fn}() got an unexpected keyword argument {bad!r}")
+    return {k: v for k, v in query.items() if not (k == "hops" and v is None)}
 
 
 def _records(turns, bank_id: str) -> list[dict]:
@@ -97,9 +98,10 @@ class Memory:
     :param encoder: encoder spec (``"minilm"``: all-MiniLM-L6-v2 on the CPU, ``"hf:/dir"``) or an
         ``Encoder``; default: the collection's own, else ``"minilm"``
     :param method: the selection method (``SelectConfig``; default TrawMem as the CLI and server run it)
-    :param budget: default B per query (``QueryParams.budget``)
-    :param token_budget: default T per query (None: no token budget)
-    :param hops: default H per query
+    :param params: the collection's default ``QueryParams`` (default: the method's, ``QueryParams()``)
+    :param query: default query fields over ``params`` (``budget=`` B, ``token_budget=`` T,
+        ``hops=`` H, or any other ``QueryParams`` field), merged by ``select.params.merge_params``:
+        ``token_budget`` alone means no unit cap. The result is :attr:`defaults`.
     :param threads: CPU threads of the engine (None: its default)
     :param caches: cache files a forget scrubs besides the default ones
     :param head: a learned role head (``trawmem_gpu.head.load_head``) for the engine
@@ -118,19 +120,17 @@ class Memory:
     :raises ConfigError: the encoder is not the collection's
     """
 
-    def __init__(self, path: str | Path, *, encoder=None, method=None, budget: int | None = _UNSET,
-                 token_budget: int | None = None, hops: int | None = None, threads: int | None = None,
+    def __init__(self, path: str | Path, *, encoder=None, method=None, params=None, threads: int | None = None,
                  caches: Iterable[str | Path] = (), head=None, only: Iterable[str] | None = None,
                  create: bool = True, embedding_cache: bool | str = False, llm=None, units=("turns",),
-                 plan_llm=None, follow_up: bool = False):
-        from ..select.params import QueryParams, unit_cap
+                 plan_llm=None, follow_up: bool = False, **query):
+        from ..select.params import merge_params
         from .core import MemoryCore
 
         if follow_up and plan_llm is None:
             raise ConfigError("`follow_up` needs a `plan_llm`")
-        d = QueryParams()
-        b = unit_cap(budget, token_budget, d.budget, missing=_UNSET)
-        self.defaults = QueryParams(budget=b, token_budget=token_budget, hops=d.hops if hops is None else hops)
+        self.defaults = merge_params(_query("Memory", query), params)
+        """The ``QueryParams`` a selection gets for the fields it leaves out (the collection default)."""
         owns = (lambda b, keep=frozenset(only): b in keep) if only is not None else (lambda b: True)
         self._core = MemoryCore(path, encoder=encoder, select_cfg=method, threads=threads, caches=caches, head=head,
                                 owns=owns, create=create, embedding_cache=embedding_cache, units=units)
@@ -249,29 +249,30 @@ class Memory:
         return self._core.forget_summary(res, self._core.erase_copies(res))
 
     # -- selection -------------------------------------------------------------------------------
-    def select(self, bank_id: str, question: str, *, budget: int | None = _UNSET, token_budget: int | None = _UNSET,
-               hops: int | None = None, date=None, vector=None) -> SelectedWorkspace:
+    def select(self, bank_id: str, question: str, *, params=None, date=None, vector=None,
+               **query) -> SelectedWorkspace:
         """The workspace for ``question`` from bank ``bank_id``: ``.text`` (what an answer model
         reads), ``.units`` (the selected turns), ``.tokens``.
 
-        :param budget: B, most units (default: the Memory's; with ``token_budget`` only: no cap)
-        :param token_budget: T, most tokens of ``.text``
-        :param hops: H, propagation hops over the thread graph
+        :param params: the ``QueryParams`` this call starts from (default: :attr:`defaults`)
+        :param query: query fields over ``params``, merged by ``select.params.merge_params`` (the
+            rule of every front): ``budget=`` B, most units (with ``token_budget`` only: no cap);
+            ``token_budget=`` T, most tokens of ``.text`` (None: none); ``hops=`` H, propagation
+            hops over the thread graph (None: the default); or any other ``QueryParams`` field
         :param date: the question's "now" (datetime, date or date string) for the date-dependent terms
         :param vector: the question's unit-norm vector (skips encoding)
         :raises UnknownBank: no such bank
         :raises ConfigError: a budget, token budget or hops out of range (the message names the field)
         """
-        return self.select_many([(bank_id, question)], budget=budget, token_budget=token_budget, hops=hops,
-                                dates=None if date is None else [date],
-                                vectors=None if vector is None else [vector])[0]
+        return self.select_many([(bank_id, question)], params=params, dates=None if date is None else [date],
+                                vectors=None if vector is None else [vector], **_query("select", query))[0]
 
-    def select_many(self, queries: Sequence[tuple[str, str]], *, budget: int | None = _UNSET,
-                    token_budget: int | None = _UNSET, hops: int | None = None, dates=None,
-                    vectors=None) -> list[SelectedWorkspace]:
+    def select_many(self, queries: Sequence[tuple[str, str]], *, params=None, dates=None, vectors=None,
+                    **query) -> list[SelectedWorkspace]:
         """Workspaces for many ``(bank_id, question)`` pairs: one encoder call and one batched
         engine call for all of them (what the server does for a batch). Parameters as
-        :meth:`select`, for every query; ``dates`` / ``vectors``: one per query (or None)."""
+        :meth:`select`, for every query; ``params``: one ``QueryParams`` for all or one per query;
+        ``dates`` / ``vectors``: one per query (or None)."""
         from ..data.types import MAX_QUESTION_CHARS
         from .core import pick
 
@@ -280,7 +281,7 @@ class Memory:
         queries = list(queries)
         if not queries:
             return []
-        qp = self._params(budget, token_budget, hops)
+        qps = self._params(params, _query("select_many", query), len(queries))
         bids, qs = [], []
         for i, q in enumerate(queries):
             if isinstance(q, (str, bytes, dict)) or not isinstance(q, Iterable) or len(q := tuple(q)) != 2:
@@ -303,6 +304,8 @@ class Memory:
         Z = self._core.encoder.encode(qs, is_query=True) if vectors is None else _vectors(vectors, n, self._core.dim)
         plans = None
         if self.plan_llm is not None:  # the planner's LLM calls, before the engine is held
+            if len(set(qps)) > 1:
+                raise InputError("params: planned selection (plan_llm) takes one QueryParams for all queries")
             from ..select.trimem.plan import plan_queries
 
             plans = plan_queries(qs, self.plan_llm, key_info=False)
@@ -315,11 +318,11 @@ class Memory:
                     if b not in eng.banks:
                         raise self._core.registry.absent(b, f"queries[{i}]: " if n > 1 else "")
             if plans is None:
-                picks, banks, used = pick(eng, bids, qs, Z, ds, [qp] * n)
+                picks, banks, used = pick(eng, bids, qs, Z, ds, qps)
             else:
                 from ..eval.planned import planned_select
 
-                got = planned_select(eng.engine, list(zip(bids, qs)), Z, qp, llm=self.plan_llm, plans=plans,
+                got = planned_select(eng.engine, list(zip(bids, qs)), Z, qps[0], llm=self.plan_llm, plans=plans,
                                      encode=lambda t: self._core.encoder.encode(t, is_query=True),
                                      follow_up=self.follow_up, dates=ds if any(d is not None for d in ds) else None)
                 picks, banks, used = [g.units for g in got], [eng.bank(b) for b in bids], [d is not None for d in ds]
@@ -336,14 +339,19 @@ class Memory:
                     del self._assembling[epoch]
                 self._assembled.notify_all()
 
-    def _params(self, budget, token_budget, hops):
-        from .engines import query_params
+    def _params(self, params, given: dict, n: int) -> list:
+        """Each query's ``QueryParams``: ``given`` over ``params`` (one for all, one per query, or
+        None: :attr:`defaults`) by the one rule (``select.params.merge_params``)."""
+        from ..select.params import QueryParams, merge_params
 
-        from ..select.params import QueryParams, unit_cap
-
-        d = self.defaults
-        t = d.token_budget if token_budget is _UNSET else token_budget
-        b = unit_cap(budget, token_budget, d.budget, missing=_UNSET)
-        if budget is _UNSET and b is None and t is None:  # the Memory's T alone lifted its unit cap; this call has no T
-            b = QueryParams().budget
-        return query_params(b, d.hops if hops is None else hops, t)
+        if params is None or isinstance(params, QueryParams):
+            return [merge_params(given, params or self.defaults)] * n
+        if isinstance(params, (str, bytes, dict)) or not isinstance(params, Iterable):
+            raise InputError(f"params: expected a QueryParams or a list of them, got {type(params).__name__}")
+        params = list(params)
+        if len(params) != n:
+            raise InputError(f"params: {len(params)} QueryParams for {n} queries")
+        for i, p in enumerate(params):
+            if not isinstance(p, QueryParams):
+                raise InputError(f"params[{i}]: expected a QueryParams, got {type(p).__name__}")
+        return [merge_params(given, p) for p in params]

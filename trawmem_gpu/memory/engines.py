@@ -19,7 +19,6 @@ workspaces are assembled from the very bank object the engine selected from
 from __future__ import annotations
 
 from datetime import datetime
-from functools import lru_cache
 from typing import Callable
 
 from ..select.config import SelectConfig
@@ -148,13 +147,6 @@ class ServedEngine:
 
 def _cause(e: BaseException) -> str:
     return f"its tables could not be prepared for the engine ({type(e).__name__}: {e})"
-
-
-@lru_cache(maxsize=4096)
-def query_params(budget: int | None, hops: int, token_budget: int | None) -> QueryParams:
-    """The (checked) ``QueryParams`` of a request's budget, hops and token budget, cached: a batch
-    mostly repeats a few."""
-    return QueryParams(budget=budget, hops=hops, token_budget=token_budget)
 
 
 def select_units(engine: SelectionEngine, bank_ids: list[str], questions: list[str], Z,

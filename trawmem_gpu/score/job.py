@@ -39,7 +39,7 @@ from .. import __version__
 from ..errors import InputError, plural
 from ..eval.longmemeval import DEFAULT_KS, question_record, unit_sessions
 from ..select.config import SelectConfig
-from ..select.params import QueryParams, split_fields
+from ..select.params import QueryParams, merge_params, split_fields
 from ..store.bank import Bank
 from ..store.verify import bank_digest
 from ..tokens import TOKENIZER_NAME, count_tokens
@@ -93,8 +93,9 @@ class ScoreSpec:
         return SelectConfig.from_dict(split_fields(self.select)[0])
 
     def params(self) -> QueryParams:
-        """What every question asks for (B, H, T)."""
-        return QueryParams.from_dict(split_fields(self.select)[1])
+        """What every question asks for (B, H, T): the query fields ``select`` names over the
+        method's defaults, by the one rule of every front (``select.params.merge_params``)."""
+        return merge_params(split_fields(self.select)[1])
 
     def to_dict(self) -> dict:
         d = asdict(self) | {"ks": list(self.ks), "layers": list(self.layers)}

@@ -5,17 +5,25 @@ A :class:`QueryParams` travels with every query (faiss style: search parameters 
 budgets B, hops H and token budgets T, per call or per query within one batch. Nothing here is
 read when the bank tables are built.
 
+Every front (the command line, ``Memory``, HTTP, MCP, ``score``) builds a query's params by one
+rule, :func:`merge_params`: the request's fields over the collection's defaults over the
+method's, held to the front's :class:`QueryLimits` (the engine's: :data:`ENGINE_LIMITS`; the
+server's: :data:`SERVED_LIMITS`).
+
 The sizes the method derives from the budget (the candidate pool: ``n_seeds``,
 ``neighborhood_cap``; the priority cap kappa = 1 / B_q) are resolved per query by
 :meth:`QueryParams.resolved`, the one home of those rules. Errors name the field
-(```token_budget` must lie in ...``, in backquotes); the command line maps fields to its flags.
+(```token_budget` must lie in ...``, in backquotes); each front words them in its own terms (the
+command line maps fields to its flags, HTTP names the body field).
 """
 from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, fields, replace
-from typing import Literal, Sequence
+from functools import lru_cache
+from typing import Literal, Mapping, Sequence
 
+from ..data.types import MAX_QUESTION_CHARS
 from ..dictconfig import DictFields
 from ..errors import ConfigError
 
@@ -23,14 +31,6 @@ TOKENS_PER_UNIT = 50
 """Workspace tokens one selected unit is taken to cost when a token budget T sizes what a unit
 budget B sizes (the candidate pool, the priority cap): B_T = max(1, round(T / TOKENS_PER_UNIT)),
 so T = 800 sizes the pool like B = 16 (about what one selected unit costs with its heading)."""
-MAX_HOPS = 8
-"""Most propagation hops a query may ask for. Propagation keeps the max over paths, so past the
-graph's diameter more hops change nothing; the cap bounds the work of a single query."""
-MAX_BUDGET = 4096
-"""Most units a query may ask for (B). Every buffer is sized by the candidate pool, never by B
-itself: the cap keeps a request's size stated and its numbers small."""
-MAX_TOKEN_BUDGET = 1_000_000
-"""Most workspace tokens a query may ask for (T)."""
 FILLS = ("skip", "stop")
 
 
@@ -44,6 +44,66 @@ def _whole(name: str, val, low: int, high: int, none_ok: bool = False):
     if not low <= val <= high:
         raise ConfigError(f"`{name}` must lie in [{low}, {high}] (got {val!r})")
     return int(val)
+
+
+@dataclass(frozen=True)
+class QueryLimits:
+    """The bounds a query is held to, one field per bound (the engine's own: :data:`ENGINE_LIMITS`;
+    ``trawmem serve`` and ``trawmem mcp``: :data:`SERVED_LIMITS`, or ``--max-budget`` ...).
+
+    A front passes its limits to :func:`merge_params`; a value past them is a
+    :class:`LimitError` naming the field and the limit, which the front words in its own terms.
+    A limit may tighten the engine's, never loosen it."""
+
+    max_budget: int = 4096
+    """Most units a query may ask for (``budget``, B). Every buffer is sized by the candidate pool,
+    never by B itself: the bound keeps a request's size stated and its numbers small."""
+    max_hops: int = 8
+    """Most propagation hops a query may ask for (``hops``, H). Propagation keeps the max over
+    paths, so past the graph's diameter more hops change nothing; the bound caps one query's work."""
+    max_token_budget: int = 1_000_000
+    """Most workspace tokens a query may ask for (``token_budget``, T)."""
+    max_question_chars: int = MAX_QUESTION_CHARS
+    """Longest question, in characters (``data.types.MAX_QUESTION_CHARS`` for the engine)."""
+
+    BOUNDS = (("budget", "max_budget", 1), ("hops", "max_hops", 0), ("token_budget", "max_token_budget", 1))
+    """``(QueryParams field, limit field, least value)`` of each bounded query field."""
+
+    def __post_init__(self):
+        top = {f.name: f.default for f in fields(QueryLimits)}
+        for _, limit, low in self.BOUNDS:
+            _whole(limit, getattr(self, limit), low, top[limit])
+        _whole("max_question_chars", self.max_question_chars, 1, 1 << 30)
+
+    def check(self, given: dict) -> None:
+        """Raise :class:`LimitError` for the first whole-number value of ``given`` (query fields)
+        outside these limits (a value of another type is left to :class:`QueryParams`)."""
+        for name, limit, low in self.BOUNDS:
+            v = given.get(name)
+            if isinstance(v, numbers.Integral) and not isinstance(v, bool) and not low <= v <= getattr(self, limit):
+                raise LimitError(name, low, getattr(self, limit), v, limit)
+
+
+class LimitError(ConfigError):
+    """A query field outside a front's :class:`QueryLimits`: ``field`` (the ``QueryParams`` field),
+    its range ``low`` .. ``high``, the value ``got`` and ``limit`` (the ``QueryLimits`` field)."""
+
+    def __init__(self, field: str, low: int, high: int, got, limit: str):
+        self.field, self.low, self.high, self.got, self.limit = field, low, high, got, limit
+        super().__init__(f"`{field}` must lie in [{low}, {high}] (got {got!r}; the limit `{limit}`)")
+
+
+ENGINE_LIMITS = QueryLimits()
+"""The engine's bounds: every :class:`QueryParams` is held to them."""
+SERVED_LIMITS = QueryLimits(max_budget=64, max_hops=3, max_token_budget=16_384)
+"""What ``trawmem serve`` (``ServeConfig.limits``; ``--max-budget``, ``--max-hops``,
+``--max-token-budget``) and ``trawmem mcp`` hold a request to."""
+MAX_BUDGET = ENGINE_LIMITS.max_budget
+"""``ENGINE_LIMITS.max_budget``."""
+MAX_HOPS = ENGINE_LIMITS.max_hops
+"""``ENGINE_LIMITS.max_hops``."""
+MAX_TOKEN_BUDGET = ENGINE_LIMITS.max_token_budget
+"""``ENGINE_LIMITS.max_token_budget``."""
 
 
 @dataclass(frozen=True)
@@ -123,13 +183,50 @@ FIELDS = tuple(f.name for f in fields(QueryParams))
 :func:`split_fields`)."""
 
 
-def unit_cap(budget, token_budget, default, *, missing=None):
-    """B of a query whose caller may leave B out (``budget is missing``): the caller's B when given;
-    else none when the query has a token budget (T sizes the workspace by itself, and B then caps
-    units only when asked for); else ``default``. ``token_budget`` None or ``missing``: no T."""
-    if budget is not missing:
-        return budget
-    return None if token_budget is not None and token_budget is not missing else default
+METHOD_DEFAULTS = QueryParams()
+"""What a query gets for a field that neither it nor its collection names."""
+
+
+def merge_params(given: Mapping | None = None, defaults: QueryParams | None = None,
+                 limits: QueryLimits | None = None) -> QueryParams:
+    """The one rule every front (CLI, ``Memory``, HTTP, MCP, ``score``) builds a query's params by:
+    each field is the request's (``given``: the fields the request names, left-out ones absent),
+    else the collection's (``defaults``: the ``Memory``'s or the server's; None = none), else the
+    method's (:data:`METHOD_DEFAULTS`).
+
+    ``budget`` has one more step: a request that names a ``token_budget`` (not None) and no
+    ``budget`` has no unit cap (T sizes the workspace by itself); and when neither the result's
+    ``budget`` nor its ``token_budget`` is set and the request named no ``budget`` (a request that
+    turns off the collection's T, whose B was left out), B is the method's.
+
+    :param limits: the front's bounds, checked on the merged values (:class:`LimitError`)
+    :raises ConfigError: a field the request names that ``QueryParams`` has not, or a value out of
+        range (the message names the field in backquotes)
+    """
+    given = {} if given is None else given
+    unknown = [k for k in given if k not in FIELDS]
+    if unknown:
+        raise ConfigError(f"unknown query parameter{'s' if len(unknown) > 1 else ''} "
+                          f"{', '.join(f'`{k}`' for k in unknown)}; the fields are {', '.join(FIELDS)}")
+    base = METHOD_DEFAULTS if defaults is None else defaults
+    vals = {k: given[k] if k in given else getattr(base, k) for k in FIELDS}
+    if "budget" not in given:
+        if given.get("token_budget") is not None:
+            vals["budget"] = None
+        elif vals["budget"] is None and vals["token_budget"] is None:
+            vals["budget"] = METHOD_DEFAULTS.budget
+    if limits is not None:
+        limits.check(vals)
+    try:
+        return _params(*vals.values())
+    except TypeError:  # an unhashable value: QueryParams names the field
+        return QueryParams(**vals)
+
+
+@lru_cache(maxsize=4096)
+def _params(*vals) -> QueryParams:
+    """The checked ``QueryParams`` of its field values, cached: a server's batches mostly repeat a few."""
+    return QueryParams(**dict(zip(FIELDS, vals)))
 
 
 def split_fields(d: dict) -> tuple[dict, dict]:

@@ -45,8 +45,8 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from pydantic import BaseModel, ValidationError
 
 from ..data.dates import parse_date
-from ..errors import InputError
-from ..select.params import unit_cap
+from ..errors import ConfigError, InputError
+from ..select.params import LimitError, merge_params
 from .batcher import DeadlineExceeded, OutcomeUnknown, QueueFull, ShuttingDown
 from .config import ServeConfig
 from .keys import LOCAL_TENANT, KeyStore, Tenant
@@ -205,6 +205,24 @@ class _Edge:
             m.latency.labels(path, scope["method"]).observe(time.perf_counter() - t0)
 
 
+QUERY_FIELDS = ("budget", "hops", "token_budget")
+"""The ``QueryParams`` fields a ``SelectRequest`` may name (null or absent: the server's)."""
+
+
+def request_params(r: SelectRequest, defaults, cfg: ServeConfig, where: str = ""):
+    """The ``QueryParams`` of request ``r``: its fields (null: left out) over the server's
+    ``defaults`` by the one rule (``select.params.merge_params``), held to ``cfg.limits``; a value
+    out of range is a 422 naming the body field and the server's option."""
+    given = {k: v for k in QUERY_FIELDS if (v := getattr(r, k)) is not None}
+    try:
+        return merge_params(given, defaults, cfg.limits)
+    except LimitError as e:
+        raise HTTPError(422, f"{where}{e.field} must lie in {e.low}..{e.high} (the server's `{e.limit}`), "
+                             f"got {e.got}") from None
+    except ConfigError as e:
+        raise HTTPError(422, f"{where}{str(e).replace('`', '')}") from None
+
+
 def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics: Metrics | None = None) -> FastAPI:
     """The FastAPI app over ``backend`` (see the module docstring for the error statuses)."""
     metrics = metrics or Metrics()
@@ -248,21 +266,10 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
         q = r.question.strip()
         if not q:
             raise HTTPError(422, f"{where}question is empty")
-        if len(r.question) > cfg.max_question_chars:
+        if len(r.question) > cfg.limits.max_question_chars:
             raise HTTPError(422, f"{where}question is {len(r.question)} characters; the limit is "
-                                 f"{cfg.max_question_chars}")
-        d_budget, d_hops, d_tokens = backend.defaults
-        tokens = d_tokens if r.token_budget is None else r.token_budget
-        if r.token_budget is not None and not 1 <= tokens <= cfg.max_token_budget:
-            raise HTTPError(422, f"{where}token_budget must lie in 1..{cfg.max_token_budget} (the server's "
-                                 f"`max_token_budget`), got {tokens}")
-        budget = unit_cap(r.budget, r.token_budget, d_budget)
-        if budget is not None and not 1 <= budget <= cfg.max_budget:
-            raise HTTPError(422, f"{where}budget must lie in 1..{cfg.max_budget} (the server's `max_budget`), "
-                                 f"got {budget}")
-        hops = d_hops if r.hops is None else r.hops
-        if not 0 <= hops <= cfg.max_hops:
-            raise HTTPError(422, f"{where}hops must lie in 0..{cfg.max_hops} (the server's `max_hops`), got {hops}")
+                                 f"{cfg.limits.max_question_chars}")
+        params = request_params(r, backend.defaults, cfg, where)
         date = None
         if r.date is not None:
             try:
@@ -282,7 +289,7 @@ def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics:
                     raise HTTPError(422, f"{where}question_vector holds NaN or infinite numbers")
                 raise HTTPError(422, f"{where}question_vector is all zeros (or overflows)")
             vec = (vec / math.sqrt(sq)).astype(np.float32)
-        return SelectItem(r.bank_id, q, vec, budget, int(hops), date, t0, tokens)
+        return SelectItem(r.bank_id, q, vec, params, date, t0)
 
     def finish(res: dict, t0: float) -> dict:
         res["timings"]["total_ms"] = round((time.perf_counter() - t0) * 1e3, 3)

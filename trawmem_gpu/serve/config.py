@@ -5,8 +5,8 @@ import signal
 
 from dataclasses import dataclass
 
-from ..data.types import MAX_QUESTION_CHARS
 from ..errors import ConfigError
+from ..select.params import SERVED_LIMITS, QueryLimits
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
@@ -35,14 +35,10 @@ class ServeConfig:
     """Per-query deadline from arrival (``--timeout``); past it the answer is 504."""
     max_body_bytes: int = 4 << 20
     """Largest request body accepted (``--max-body-bytes``); larger gets 413."""
-    max_question_chars: int = MAX_QUESTION_CHARS
-    """Longest question accepted, in characters (the limit of ``trawmem query``)."""
-    max_budget: int = 64
-    """Largest per-request ``budget`` (B) accepted; the default B is the engine config's."""
-    max_hops: int = 3
-    """Largest per-request ``hops`` (H) accepted."""
-    max_token_budget: int = 16384
-    """Largest per-request ``token_budget`` (T) accepted (``--max-token-budget``)."""
+    limits: QueryLimits = SERVED_LIMITS
+    """The bounds of a request's ``budget``, ``hops``, ``token_budget`` and question length
+    (``--max-budget``, ``--max-hops``, ``--max-token-budget``; ``select.params.QueryLimits``, or
+    its fields as a dict: ``dataclasses.asdict`` of a ``ServeConfig`` rebuilds)."""
     encode_chunk: int = 16
     """Questions per encoder forward pass within a batch (the batch is length-sorted, then cut;
     ``--encode-chunk``). On a CPU the default is the size that cost least CPU per question for
@@ -116,13 +112,14 @@ class ServeConfig:
             raise ConfigError(f"`method` must be trawmem or trimem, got {self.method!r}")
         if self.method == "trimem" and self.units != DEFAULT_UNITS:
             raise ConfigError("`units`: method trimem shows its own units (facts, their turns, profiles)")
-        for name in ("max_batch", "encode_chunk", "max_queue", "max_body_bytes", "max_question_chars", "max_budget",
-                     "max_token_budget", "max_batch_request", "max_turns_per_append", "tenant_max_queued",
+        for name in ("max_batch", "encode_chunk", "max_queue", "max_body_bytes", "max_batch_request", "max_turns_per_append", "tenant_max_queued",
                      "tenant_max_appends", "tenant_batch_share", "append_chunk", "max_connections"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"`{name}` must be >= 1, got {getattr(self, name)!r}")
-        if self.max_hops < 0:
-            raise ConfigError(f"`max_hops` must be >= 0, got {self.max_hops!r}")
+        if isinstance(self.limits, dict):
+            self.limits = QueryLimits(**self.limits)
+        if not isinstance(self.limits, QueryLimits):
+            raise ConfigError(f"`limits` must be a QueryLimits, got {type(self.limits).__name__}")
         if self.max_wait_ms < 0:
             raise ConfigError(f"`max_wait_ms` must be >= 0, got {self.max_wait_ms!r}")
         if self.switch_interval_ms <= 0:
@@ -198,17 +195,6 @@ def uvicorn_config(app, cfg: ServeConfig, access_log: bool = False, graceful_s: 
                           access_log=access_log, timeout_graceful_shutdown=graceful_s or (cfg.timeout_s + 5),
                           lifespan="on", server_header=False, limit_concurrency=None,
                           timeout_keep_alive=cfg.keep_alive_s, http=bounded_protocol(cfg))
-
-
-def select_defaults() -> tuple:
-    """(budget, hops, token_budget) a request gets when it names none, read from ``QueryParams``'
-    fields (a front shows these until the engine process reports its own)."""
-    from dataclasses import fields
-
-    from ..select.params import QueryParams
-
-    d = {f.name: f.default for f in fields(QueryParams)}
-    return d["budget"], d["hops"], d["token_budget"]
 
 
 def say_draining(sig: int, cfg: "ServeConfig") -> None:

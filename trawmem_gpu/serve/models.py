@@ -4,7 +4,7 @@ Whole numbers (budget, hops, token_budget) are strict: ``true``, ``"8"`` or ``8.
 not read as a number; so are a ``question_vector``'s entries (numbers only: ``"0.5"`` or ``true``
 is refused). Limits that depend on the server's options (question length, budget, hops
 and token budget ranges, vector length, batch and append sizes) are checked by the app against
-``ServeConfig``, so their error messages name the option.
+``ServeConfig.limits`` and the other options, so their error messages name the option.
 
 Every string and list field also has a fixed bound (the ``MAX_*`` constants below, and a turn's
 from ``data.types``; the table in docs/serving-limits.md), enforced by pydantic's JSON validator while it reads the body, before any
@@ -25,7 +25,7 @@ from ..data.types import (MAX_CAPTION_CHARS, MAX_DATE_CHARS, MAX_ID_CHARS, MAX_S
 # (``data.types``; every other door checks them through ``data.fields``): imported, never restated.
 
 MAX_QUESTION_FIELD_CHARS = 65536
-"""The question field's fixed bound; the server's ``max_question_chars`` (default 4000) is the
+"""The question field's fixed bound; the server's ``limits.max_question_chars`` (default 4000) is the
 limit a question is then held to."""
 MAX_VECTOR_DIMS = 8192
 """Numbers in a ``question_vector`` (the collection's encoder dimension is then required)."""

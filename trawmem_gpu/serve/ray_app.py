@@ -30,8 +30,9 @@ from dataclasses import asdict
 
 from ray import serve
 
+from ..select.params import QueryParams
 from .batcher import DeadlineExceeded, Later, QueueFull
-from .config import ServeConfig, select_defaults
+from .config import ServeConfig
 from .remote import error_fields, error_from
 
 log = logging.getLogger("trawmem.serve")
@@ -91,7 +92,7 @@ class BankShard:
 
     def info(self) -> dict:
         s = self.service
-        return {"dim": s.dim, "encoder_id": s.encoder_id, "defaults": list(s.defaults), "shard": self.shard}
+        return {"dim": s.dim, "encoder_id": s.encoder_id, "defaults": s.defaults, "shard": self.shard}
 
     @serve.batch(max_batch_size=64, batch_wait_timeout_s=0.005)
     async def _select_batch(self, items: list) -> list:
@@ -152,13 +153,13 @@ class RayBackend:
         self.cfg, self.n, self.app_name = cfg, shards, app_name
         self.handles: list = []
         self.ready = False
-        self.dim, self.encoder_id, self.defaults = 0, None, select_defaults()
+        self.dim, self.encoder_id, self.defaults = 0, None, QueryParams()
 
     async def start(self) -> None:
         self.handles = [serve.get_deployment_handle(f"trawmem-shard-{i}", app_name=self.app_name)
                         for i in range(self.n)]
         info = await self.handles[0].info.remote()
-        self.dim, self.encoder_id, self.defaults = info["dim"], info["encoder_id"], tuple(info["defaults"])
+        self.dim, self.encoder_id, self.defaults = info["dim"], info["encoder_id"], info["defaults"]
         self.ready = True
 
     async def stop(self) -> None:

@@ -45,8 +45,9 @@ import struct
 import tempfile
 
 from ..errors import InputError, QuarantinedBank, UnknownBank
+from ..select.params import QueryParams
 from .batcher import DeadlineExceeded, OutcomeUnknown, QueueFull, ShuttingDown
-from .config import ServeConfig, bound_socket, select_defaults, uvicorn_config
+from .config import ServeConfig, bound_socket, uvicorn_config
 from .config import say_draining
 
 log = logging.getLogger("trawmem.serve")
@@ -189,7 +190,7 @@ class EngineEndpoint:
             return s.has_bank(*args)
         if op == "state":
             return {"ready": s.ready, "queue_depth": s.queue_depth(), "dim": s.dim, "encoder_id": s.encoder_id,
-                    "defaults": tuple(s.defaults)}
+                    "defaults": s.defaults}
         if op == "metrics":
             return self.metrics.render() if self.metrics is not None else b""
         raise ValueError(f"unknown engine call {op!r}")
@@ -210,7 +211,7 @@ class RemoteBackend:
         front, which then shuts down: no orphans)"""
         self.path, self.cfg = path, cfg
         self.on_engine_lost = on_engine_lost or (lambda: os.kill(os.getpid(), signal.SIGTERM))
-        self.dim, self.encoder_id, self.defaults = 0, None, select_defaults()
+        self.dim, self.encoder_id, self.defaults = 0, None, QueryParams()
         self._engine_ready, self._depth = False, 0
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -245,7 +246,7 @@ class RemoteBackend:
 
     def _apply(self, st: dict) -> None:
         self._engine_ready, self._depth = bool(st["ready"]), int(st["queue_depth"])
-        self.dim, self.encoder_id, self.defaults = int(st["dim"]), st["encoder_id"], tuple(st["defaults"])
+        self.dim, self.encoder_id, self.defaults = int(st["dim"]), st["encoder_id"], st["defaults"]
 
     async def _poll(self) -> None:
         while True:

@@ -41,7 +41,7 @@ import numpy as np
 from ..encode.base import Encoder
 from ..errors import ConfigError, UnknownBank  # noqa: F401 - the one UnknownBank, for the serve modules
 from ..memory.core import MemoryCore, bank_summary
-from ..memory.engines import query_params, select_units
+from ..memory.engines import select_units
 from ..memory.result import SelectedWorkspace
 from ..select.config import SelectConfig
 from ..select.params import QueryParams
@@ -62,22 +62,15 @@ class SelectItem:
     question: str
     vector: np.ndarray | None
     """Unit-norm query vector from the client, or None to encode ``question``."""
-    budget: int | None
-    """B (None: no unit cap, under a token budget)."""
-    hops: int
+    params: QueryParams
+    """What the query asks for: the request's fields over the server's defaults
+    (``select.params.merge_params``, as every front builds it)."""
     date: datetime | None = None
     arrived: float = 0.0
     """``time.perf_counter()`` at arrival."""
-    token_budget: int | None = None
-    """T (None: no token budget)."""
     key: object = None
     """Whose query this is (the tenant; set by :meth:`SelectionService.select`): assembly is fair
     across keys."""
-
-    @property
-    def params(self) -> QueryParams:
-        """The query's ``QueryParams`` (checked; ``ConfigError`` when out of range)."""
-        return query_params(self.budget, self.hops, self.token_budget)
 
 
 def _brings_vector(it: SelectItem) -> bool:
@@ -116,8 +109,9 @@ class SelectionService:
     :param cfg: serving options
     :param owns: bank ids this process serves (all by default; a Ray shard passes its slice)
     :param select_cfg: the method (default ``SelectConfig()``)
-    :param params: the query parameters of a request that gives none (default ``QueryParams()``);
-        a request's budget / hops / token_budget replace them, per query, on the same engine
+    :param params: the query parameters of a request that gives none (default ``QueryParams()``):
+        :attr:`defaults`, under a request's fields (``select.params.merge_params``), per query,
+        on the same engine
     :param encoder: an encoder to use instead of loading ``cfg.encoder`` (then appends share it,
         behind its lock, as there is no second instance to load)
     """
@@ -141,8 +135,8 @@ class SelectionService:
                                threads=threads, owns=owns, units=cfg.units, method=cfg.method)
         self.registry, self.encoder, self.engines = self.core.registry, self.core.encoder, self.core.engines
         self.encoder_spec, self.dim = self.core.encoder_spec, self.core.dim
-        dp = params or QueryParams()
-        self.defaults = (dp.budget, dp.hops, dp.token_budget)
+        self.defaults = params or QueryParams()
+        """The server's default ``QueryParams`` (the collection default of the merge rule)."""
         self._given_encoder = encoder is not None and not isinstance(encoder, str)
         self._append_encoder: AppendEncoder | None = None
         self._append_encoder_lock = threading.Lock()
@@ -193,7 +187,7 @@ class SelectionService:
         if banks:
             bid = next(iter(banks))
             z = self.encoder.encode(["What happened first?"], is_query=True)
-            self.engines.engine.select_units([bid], ["What happened first?"], z, params=query_params(*self.defaults))
+            self.engines.engine.select_units([bid], ["What happened first?"], z, params=self.defaults)
             count_tokens_cached("warm-up")
         log.info("warm-up took %.1f s", time.perf_counter() - t0)
 
@@ -403,8 +397,8 @@ class SelectionService:
         """The response body for one query: grouping, rendering and the token count."""
         t0 = time.perf_counter()
         ws = SelectedWorkspace.of(bank, it.question, units, self.engines.cfg.headings, used_dates)
-        out = {**ws.to_dict(), "bank_n_units": bank.n_units, "budget": it.budget, "hops": it.hops,
-               "token_budget": it.token_budget, "date": it.date.isoformat() if it.date else None}
+        out = {**ws.to_dict(), "bank_n_units": bank.n_units, "budget": it.params.budget, "hops": it.params.hops,
+               "token_budget": it.params.token_budget, "date": it.date.isoformat() if it.date else None}
         dt = time.perf_counter() - t0
         out["timings"] = {**timings, "assemble_ms": round(dt * 1e3, 3)}
         if self.metrics is not None:
