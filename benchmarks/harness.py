@@ -170,13 +170,13 @@ def require_data(path, name: str = "locomo", flag: str = "--data") -> Path:
 
 
 def tests_module(name: str):
-    """A helper module of the test suite (``tests/NAME.py``, e.g. the local LLM server), loaded
+    """A helper module of the test suite (``tests/support/NAME.py``, e.g. the local LLM server), loaded
     from its file so that ``tests/`` need not be on ``sys.path``."""
     import importlib.util
 
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "support" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
     spec.loader.exec_module(mod)

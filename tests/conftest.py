@@ -23,6 +23,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the tests import ``benchmarks.*`` (appended: the installed package keeps its place)
     sys.path.append(str(ROOT))
+# The shared helper modules (tests/support/: local servers, fakes, synthetic banks and files) import
+# by their plain names from every stage folder (pytest's "prepend" mode adds only each test file's own folder).
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
 
 def _dev_file(name: str) -> Path:
@@ -62,7 +65,7 @@ def lme_dev_path():
 
 @pytest.fixture
 def server():
-    """A local OpenAI-compatible chat server on 127.0.0.1 (tests/llm_server.py), stopped after the test."""
+    """A local OpenAI-compatible chat server on 127.0.0.1 (tests/support/llm_server.py), stopped after the test."""
     from llm_server import LLMServer
 
     s = LLMServer().start()

@@ -7,7 +7,7 @@ import pytest
 from trawmem_gpu.cli import main
 from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.head.relevance import fit_relevance, load_labelled
-from test_end_to_end import write_data
+from locomo_files import write_data
 
 
 @pytest.fixture

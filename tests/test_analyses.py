@@ -3,7 +3,6 @@ and hand-made annotations whose answers are known: the reduction ratio, cluster 
 intervals, fact coverage and repeats, thread counts, role pairs and the Pareto set."""
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ from trawmem_gpu.eval.analyses import (anchor_bridge_pairs, citation_matrix, clu
                                        fact_coverage, fact_mentions, load_observation_facts, pareto_mask,
                                        reduction_ratio, relevant_facts, thread_usage)
 from trawmem_gpu.store.bank import Bank
+from locomo_files import write_tiny_locomo
 
 SIZES = (2, 3, 4)  # three threads: units 0-1, 2-4, 5-8
 
@@ -137,43 +137,6 @@ def test_fact_mentions_by_similarity():
     assert M[1].tolist() == [False, True, True, False, False, False]
     assert fact_coverage([0, 4, 5], M, [0]) == (1, 1)    # f0 retained, then repeated by unit 4
     assert fact_coverage([5], M, [0]) == (0, 0)
-
-
-def write_tiny_locomo(path, observation=True, extra_obs=None):
-    """A made-up two-session conversation in the LoCoMo layout (no real data)."""
-    sess1 = [("Ana", "I adopted a puppy called Rex last week."), ("Ben", "Nice, what breed is Rex?"),
-             ("Ana", "A beagle. He loves the park by the river."), ("Ben", "I started a pottery class."),
-             ("Ana", "Pottery sounds relaxing, what did you make?"), ("Ben", "A blue bowl for my mother.")]
-    sess2 = [("Ben", "My pottery teacher moved to Lisbon."), ("Ana", "Rex chewed my hiking boots yesterday."),
-             ("Ben", "Are you still planning the mountain hike?"), ("Ana", "Yes, in August with my sister."),
-             ("Ben", "Take Rex along, beagles love trails."), ("Ana", "Good idea, I will buy him a harness.")]
-    conv = {"speaker_a": "Ana", "speaker_b": "Ben",
-            "session_1_date_time": "2:14 pm on 9 May, 2031", "session_2_date_time": "11:22 am on 26 June, 2031",
-            "session_1": [{"speaker": s, "dia_id": f"D1:{i + 1}", "text": t} for i, (s, t) in enumerate(sess1)],
-            "session_2": [{"speaker": s, "dia_id": f"D2:{i + 1}", "text": t} for i, (s, t) in enumerate(sess2)]}
-    qa = [{"question": "What breed is Ana's dog and what did he chew?", "answer": "beagle, boots",
-           "evidence": ["D1:3", "D2:2"], "category": 1},
-          {"question": "When did Ana adopt Rex?", "answer": "early May 2031", "evidence": ["D1:1"], "category": 2},
-          {"question": "Would Ben enjoy crafts?", "answer": "yes", "evidence": ["D1:4"], "category": 3},
-          {"question": "What did Ben make in pottery class?", "answer": "a blue bowl", "evidence": ["D1:6"],
-           "category": 4},
-          {"question": "Who moved to Lisbon?", "answer": "the pottery teacher", "evidence": ["D2:1"], "category": 4},
-          {"question": "What did Ana buy?", "adversarial_answer": "x", "evidence": ["D2:6"], "category": 5}]
-    obs = {"session_1_observation": {"Ana": [["Ana adopted a beagle puppy named Rex.", "D1:1; D1:3"],
-                                             ["Rex loves the park by the river.", ["D1:3"]]],
-                                     "Ben": [["Ben takes a pottery class.", "D1:4"],
-                                             ["Ben made a blue bowl for his mother.", "D1:6"],
-                                             ["A fact citing nothing real.", "D9:9"]]},
-           "session_2_observation": {"Ana": [["Rex chewed Ana's hiking boots.", "D2:2, D2:8"],
-                                             ["Ana plans a mountain hike in August.", ["D2:3", "D2:4"]]],
-                                     "Ben": [["Ben's pottery teacher moved to Lisbon.", "D2:1"]]}}
-    if extra_obs:
-        obs["session_2_observation"]["Ben"].append(extra_obs)
-    sample = {"sample_id": "tiny-1", "conversation": conv, "qa": qa}
-    if observation:
-        sample["observation"] = obs
-    path.write_text(json.dumps([sample]))
-    return path
 
 
 def test_load_observation_facts(tmp_path):

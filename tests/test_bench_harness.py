@@ -122,4 +122,4 @@ def test_command_is_relative_to_the_repository(monkeypatch):
 
 def test_tests_module_loads_a_test_helper_by_file():
     mod = harness.tests_module("llm_server")
-    assert hasattr(mod, "LLMServer") and Path(mod.__file__).parent.name == "tests"
+    assert hasattr(mod, "LLMServer") and Path(mod.__file__).parent.name == "support"

@@ -140,7 +140,7 @@ def test_exact_gain_ties_pick_like_the_reference():
     """Units drawn from 4 distinct vectors and texts from 3 words: K rows, bridge values and
     gains tie exactly, so the bound-started lazy greedy must break every tie to the lower
     index, as the reference's plain greedy does."""
-    from test_engine import make_bank
+    from engine_banks import make_bank
 
     rng = np.random.default_rng(21)
     pool = rng.normal(size=(4, 16))

@@ -20,7 +20,7 @@ from trawmem_gpu.store import Collection, load_bank
 sys.path.insert(0, str(Path(__file__).parent))
 from store_writer import tiny_bank, turn  # noqa: E402
 
-WRITER = Path(__file__).parent / "store_writer.py"
+WRITER = Path(__file__).resolve().parents[1] / "support" / "store_writer.py"
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -18,8 +18,8 @@ from trawmem_gpu.select.engine import SelectionEngine, plan as P
 from trawmem_gpu.select.steps import greedy as G
 from trawmem_gpu.select.steps.greedy import batched as GB
 
-from test_engine import banks, queries  # noqa: F401 - fixtures
-from test_objective import _problem as random_problem, _problem_of as problem_of
+from engine_banks import banks, queries  # noqa: F401 - fixtures
+from objective_problems import _problem as random_problem, _problem_of as problem_of
 
 
 class PairCoverage(J.CoverageTerm):

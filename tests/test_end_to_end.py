@@ -16,84 +16,12 @@ from trawmem_gpu.cli import main
 from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.eval.end_to_end import add_answer_metrics
 from trawmem_gpu.llm.prompts import ANSWER, ANSWER_TEMPORAL, JUDGE
+from locomo_files import QA, write_data
 
 SECRET = "sk-e2e-TopSecret-9876543210"
 
-SESSIONS = {
-    "conv-a": ("Alice", "Bob", [
-        ("2:14 pm on 9 May, 2031", [
-            "Hi Bob! Yesterday I adopted a puppy, a golden retriever named Max.",
-            "That's wonderful Alice, what breed is he?",
-            "A golden retriever. He loves chasing tennis balls in the park.",
-            "I started a pottery class last week, the answer is pottery.",
-            "Pottery sounds relaxing. What did you make first?",
-            "A blue bowl for my kitchen, it came out a bit lopsided.",
-        ]),
-        ("11:22 am on 26 June, 2031", [
-            "Bob, I ran my first marathon in Boston last Sunday.",
-            "Congratulations Alice! How long did it take you?",
-            "Four hours and ten minutes, Max waited for me at the finish line.",
-            "I am moving to Denver next month for a new job at a bakery.",
-            "A bakery job suits you, you always loved baking bread.",
-            "Yes, the answer is sourdough bread, I bake it every weekend.",
-        ]),
-    ]),
-    "conv-b": ("Carol", "Dan", [
-        ("9:15 am on 3 March, 2031", [
-            "Dan, I finally bought a red bicycle, the answer is a red bicycle.",
-            "Nice! Where will you ride it?",
-            "Along the river trail near my apartment every morning.",
-            "My sister Emma visited me from Lisbon last weekend.",
-            "Did you show her around the city?",
-            "We went to the science museum and ate at a ramen shop.",
-        ]),
-        ("4:02 pm on 20 April, 2031", [
-            "Carol, I adopted two cats named Pepper and Salt.",
-            "Two cats! How are they getting along with each other?",
-            "They fight over the sunny spot by the window all day.",
-            "I signed up for a photography course that starts in May.",
-            "You should photograph the cats for practice.",
-            "Good idea, I will bring my new camera to the river trail too.",
-        ]),
-    ]),
-}
 
-QA = {
-    "conv-a": [
-        {"question": "What pet did Alice adopt and what race did she run?", "answer": "a puppy, a marathon",
-         "evidence": ["D1:1", "D2:1"], "category": 1},
-        {"question": "When did Alice adopt the puppy?", "answer": "7 May 2031", "evidence": ["D1:1"], "category": 2},
-        {"question": "What kind of bread might Alice bake at the bakery?", "answer": "sourdough bread",
-         "evidence": ["D2:6"], "category": 3},
-        {"question": "What class did Alice start?", "answer": "pottery", "evidence": ["D1:4"], "category": 4},
-    ],
-    "conv-b": [
-        {"question": "What did Carol buy and who visited Carol?", "answer": "a red bicycle, Emma",
-         "evidence": ["D1:1", "D1:4"], "category": 1},
-        {"question": "When did Emma visit Carol?", "answer": "the weekend before 3 March 2031",
-         "evidence": ["D1:4"], "category": 2},
-        {"question": "Would Carol enjoy outdoor photography?", "answer": "yes; she rides the river trail",
-         "evidence": ["D2:4", "D1:3"], "category": 3},
-        {"question": "What are the names of Carol's cats?", "answer": "Pepper and Salt", "evidence": ["D2:1"],
-         "category": 4},
-        {"question": "What did Dan say about his dog?", "adversarial_answer": "a husky", "evidence": ["D2:1"],
-         "category": 5},
-    ],
-}
 N_Q = 8  # categories 1-4
-
-
-def write_data(path):
-    samples = []
-    for sid, (a, b, sessions) in SESSIONS.items():
-        conv = {"speaker_a": a, "speaker_b": b}
-        for n, (date, turns) in enumerate(sessions, start=1):
-            conv[f"session_{n}_date_time"] = date
-            conv[f"session_{n}"] = [{"speaker": (a, b)[i % 2], "dia_id": f"D{n}:{i + 1}", "text": t}
-                                    for i, t in enumerate(turns)]
-        samples.append({"sample_id": sid, "conversation": conv, "qa": QA[sid]})
-    path.write_text(json.dumps(samples))
-    return path
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
-from test_engine import D, make_bank, reference
+from engine_banks import D, make_bank, reference
 from trawmem_gpu.select.config import SelectConfig
 from trawmem_gpu.select.context import BankContext
 from trawmem_gpu.select.engine import SelectionEngine

@@ -10,25 +10,7 @@ import pytest
 from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.ingest.layers.facts import attach_facts
 from trawmem_gpu.store import Collection
-
-WORDS = "sailing harbour violin garden lantern bakery ferry orchard kite museum".split()
-
-
-def _sample(n_sessions: int, per: int = 6) -> dict:
-    """A made-up LoCoMo-layout sample (dates in 2031) with one observation per two turns."""
-    conv = {"speaker_a": "Ana", "speaker_b": "Ben"}
-    obs = {}
-    for s in range(1, n_sessions + 1):
-        conv[f"session_{s}_date_time"] = f"1:00 pm on {s + 2} May, 2031"
-        conv[f"session_{s}"] = [{"speaker": "Ana" if i % 2 else "Ben", "dia_id": f"D{s}:{i}",
-                                 "text": f"Talk {s}.{i} about the {WORDS[(s * 3 + i) % len(WORDS)]} again."}
-                                for i in range(1, per + 1)]
-        obs[f"session_{s}_observation"] = {
-            "Ana": [[f"Ana spoke of the {WORDS[(s * 3 + i) % len(WORDS)]} in session {s}.", f"D{s}:{i}"]
-                    for i in range(1, per + 1, 2)],
-            "Ben": [[f"Ben and Ana met twice in session {s}.", [f"D{s}:2", f"D{s}:4"]]]}
-    return {"sample_id": "made-up", "conversation": conv, "observation": obs,
-            "qa": [{"question": "Where?", "answer": "x", "evidence": ["D1:1"], "category": 1}]}
+from locomo_files import _sample
 
 
 def _main(argv):
@@ -89,7 +71,7 @@ def test_attach_facts_checks_its_source():
     with pytest.raises(ConfigError, match="`facts` must be one of"):
         attach_facts([], "gpt", None)
     with pytest.raises(ConfigError, match="needs an LLM"):
-        from test_engine import make_bank
+        from engine_banks import make_bank
         attach_facts([make_bank("b", [3], 0)], "llm", None)
 
 

@@ -11,7 +11,7 @@ from trawmem_gpu.cli import main
 from trawmem_gpu.errors import InputError
 from trawmem_gpu.ingest.layers.locomo import facts_from_sample
 from trawmem_gpu.store import Collection
-from test_facts_build import _sample
+from locomo_files import _sample
 
 
 @pytest.fixture(autouse=True)

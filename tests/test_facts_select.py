@@ -15,8 +15,8 @@ from trawmem_gpu.select.reference import select_reference
 from trawmem_gpu.store.view import unit_view
 from trawmem_gpu.select.workspace import assemble, token_costs
 
-from test_facts import layered_bank
-from test_query_params import MIX, VARIANTS
+from layered_banks import layered_bank
+from query_mix import MIX, VARIANTS
 
 D = 16
 
@@ -220,7 +220,7 @@ def test_engines_pick_what_the_reference_picks_with_group_affinity(views, vqueri
 
 
 def test_group_affinity_is_inactive_without_support_links():
-    from test_facts import layered_bank
+    from layered_banks import layered_bank
 
     bank = layered_bank("t", (3, 4, 2, 5), 4, n_facts=0)
     rng = np.random.default_rng(5)

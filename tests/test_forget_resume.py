@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from pause_kill import kill_when_paused
 
-from test_forget import _KILLED, MARKER, MARKER_ID, QUESTION, ROOT, _history, _needles, _traces
+from forget_traces import _KILLED, MARKER, MARKER_ID, QUESTION, ROOT, _history, _needles, _traces
 from trawmem_gpu.cli import main
 
 

@@ -26,7 +26,7 @@ from trawmem_gpu.store.collection import bank_dirname
 
 sys.path.insert(0, str(Path(__file__).parent))
 from store_writer import tiny_bank, turn  # noqa: E402
-from test_end_to_end import write_data  # noqa: E402
+from locomo_files import write_data  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -336,7 +336,7 @@ def _sample_lines():
 def test_update_from_append_only_or_overlapping_file(tmp_path, cache, capsys, split, start):
     """The README's `--update` with a file of only the new turns (start == split), or one that
     repeats the last stored turns (start < split), equals a full build."""
-    from test_build_store import assert_banks_equal
+    from bank_compare import assert_banks_equal
 
     lines = _sample_lines()
     part, new = tmp_path / "part.jsonl", tmp_path / "new.jsonl"
@@ -801,7 +801,7 @@ def _growth(select, big: int) -> tuple[int, list, list]:
 
 
 def _library_problem():
-    from test_engine import make_bank
+    from engine_banks import make_bank
 
     import numpy as np
 

@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 
-from test_engine import D, make_bank
+from engine_banks import D, make_bank
 from trawmem_gpu.cli import main
 from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.llm.openai_http import OpenAIHTTPBackend

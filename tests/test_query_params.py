@@ -13,14 +13,8 @@ from trawmem_gpu.select.engine import SelectionEngine
 from trawmem_gpu.select.params import MAX_HOPS, QueryParams, per_query, split_fields
 from trawmem_gpu.select.reference import select_reference
 
-from test_engine import banks, make_bank, queries  # noqa: F401 - fixtures
-
-MIX = [QueryParams(budget=4, hops=0), QueryParams(budget=16, hops=1), QueryParams(budget=7, hops=3),
-       QueryParams(budget=None, token_budget=120), QueryParams(budget=3, token_budget=400, hops=2),
-       QueryParams(budget=2), QueryParams(token_budget=60, hops=0), QueryParams(budget=50, hops=2, n_seeds=1)]
-
-VARIANTS = ({"backend": "compiled"}, {"backend": "compiled", "front": "tensor"},
-            {"backend": "tensor", "optimizer": "lazy"}, {"backend": "tensor", "optimizer": "plain"})
+from engine_banks import banks, make_bank, queries  # noqa: F401 - fixtures
+from query_mix import MIX, VARIANTS
 
 
 def _reference(banks, cfg, ids, qs, Z, params):

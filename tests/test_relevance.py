@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 import numpy as np
 import pytest
 
-from test_engine import D, make_bank
+from engine_banks import D, make_bank
 from trawmem_gpu.data.types import Turn
 from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.head.relevance import LabelledQuestion, cross_validate, fit_relevance

@@ -11,7 +11,7 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
 from serve_util import KEYS, build_sample_collection, keys_file, running  # noqa: E402
-from test_forget import _traces  # noqa: E402
+from forget_traces import _traces  # noqa: E402
 from trawmem_gpu.serve.config import ServeConfig  # noqa: E402
 
 MARKER = "qpwk-serve-marker-51d0e7"

@@ -9,7 +9,7 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
 from serve_util import KEYS, keys_file, running  # noqa: E402
-from test_quarantine import BAD, POISONS, QUESTION, _poisoned, base  # noqa: E402,F401 - the fixture
+from poisoned_banks import BAD, POISONS, QUESTION, _poisoned, base  # noqa: E402,F401 - the fixture
 from trawmem_gpu.serve.config import ServeConfig  # noqa: E402
 
 

@@ -24,7 +24,7 @@ from trawmem_gpu.store import Collection
 
 sys.path.insert(0, str(Path(__file__).parent))
 from lme_synthetic import instances, write  # noqa: E402
-from test_end_to_end import write_data  # noqa: E402
+from locomo_files import write_data  # noqa: E402
 
 TOPICS = ["the garden shed", "a trip to the coast", "learning the cello", "a new bicycle", "the bakery downtown",
           "a chess club", "painting the kitchen", "a hiking boot"]

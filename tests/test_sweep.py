@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from test_analyses import write_tiny_locomo
+from locomo_files import write_tiny_locomo
 from trawmem_gpu.cli import main
 from trawmem_gpu.errors import InputError
 from trawmem_gpu.eval.analyses import pareto_mask

@@ -103,7 +103,7 @@ TOY = textwrap.dedent('''
     from trawmem_gpu.select.context import BankContext
     from trawmem_gpu.select.engine import SelectionEngine, plan as P
     from trawmem_gpu.select.reference import select_reference
-    from test_engine import D, VOCAB, make_bank
+    from engine_banks import D, VOCAB, make_bank
 
     @dataclass
     class ToyConfig(SelectConfig):

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from test_engine import VOCAB, make_bank
-from test_select import _objective as _select_objective
+from engine_banks import VOCAB, make_bank
+from select_objective import _objective as _select_objective
 from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.select._jit import HAS_NUMBA
 from trawmem_gpu.select.baselines import BASELINES, baseline_units, take_within_tokens

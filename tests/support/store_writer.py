@@ -1,6 +1,6 @@
 """A writer process for the concurrency tests: puts (and appends to) tiny synthetic banks.
 
-``python tests/store_writer.py DIR WRITER N_BANKS N_TURNS START_AT [APPEND_TO APPENDS [REPEAT]]``
+``python tests/support/store_writer.py DIR WRITER N_BANKS N_TURNS START_AT [APPEND_TO APPENDS [REPEAT]]``
 waits until the wall clock reaches START_AT (so all writers start together), then writes
 banks ``w{WRITER}-b{i}`` with N_TURNS turns each through ``Collection.put`` (each REPEAT
 times, with 1..N_TURNS turns), interleaved with APPENDS read-modify-write appends of one turn
