@@ -112,7 +112,7 @@ def test_shipped_weights_are_the_benchmarks_fit():
     assert load_weights(path) == DEFAULT_RELEVANCE_WEIGHTS
     doc = json.loads(path.read_text())
     assert doc["features"] == list(RELEVANCE_FEATURES) and "bench_equal_tokens.py --parts fit" in doc["meta"]["command"]
-    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
     bench = json.loads((results / "equal_tokens.json").read_text())
     assert bench["features"] == list(RELEVANCE_FEATURES)
     assert tuple(bench["shipped_weights"]) == DEFAULT_RELEVANCE_WEIGHTS

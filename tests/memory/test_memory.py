@@ -16,7 +16,7 @@ from trawmem_gpu.data import load_conversations, sample_path
 from trawmem_gpu.data.jsonl import record_of
 from trawmem_gpu.errors import ConfigError, DuplicateTurns, InputError, TrawmemError, UnknownBank
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "Where does Ben's sister live?"
 
 

@@ -27,7 +27,7 @@ from trawmem_gpu.select.steps.priority import HAS_TRITON
 from objective_problems import _problem, _problem_of, NOW
 
 TRITON_OK = HAS_TRITON and (torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 SIZES = [(3, 13, 4), (2, 29, 6)]  # (queries, candidates, threads)
 
 

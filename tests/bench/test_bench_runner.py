@@ -11,7 +11,7 @@ import pytest
 import benchmarks
 from benchmarks import harness
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 HEAVY = ("torch", "numba", "faiss", "transformers")
 

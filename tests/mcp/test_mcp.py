@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("mcp", reason="the mcp extra is not installed")
 pytest.importorskip("uvicorn", reason="the serve extra is not installed")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MARK = "Zorblax quartz tulip"  # a made-up marker: recalled, then forgotten
 TOOLS = {"add_turns", "recall", "forget", "forget_bank", "list_banks"}
 

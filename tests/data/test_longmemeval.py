@@ -17,7 +17,7 @@ from trawmem_gpu.data.longmemeval import QUESTION_TYPES, load_longmemeval, sessi
 from trawmem_gpu.errors import InputError
 from trawmem_gpu.eval.longmemeval import aggregate_lme, official_metrics, question_record, session_metrics, turn_metrics
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # ---------------------------------------------------------------------------------------------

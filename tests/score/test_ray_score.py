@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason=
 from lme_synthetic import instances, write  # noqa: E402
 from trawmem_gpu.score import ScoreSpec, read_records, run_score  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 N_Q = 8
 
 

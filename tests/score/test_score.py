@@ -19,7 +19,7 @@ from trawmem_gpu.errors import InputError
 from trawmem_gpu.score import ResumableJsonl, ScoreItem, ScoreSpec, read_questions, read_records, run_score
 from trawmem_gpu.score.job import plan_batches, summarize_output
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 N_Q = 8
 
 

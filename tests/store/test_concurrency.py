@@ -17,11 +17,10 @@ import pytest
 from trawmem_gpu.errors import BankError
 from trawmem_gpu.store import Collection, load_bank
 
-sys.path.insert(0, str(Path(__file__).parent))
 from store_writer import tiny_bank, turn  # noqa: E402
 
 WRITER = Path(__file__).resolve().parents[1] / "support" / "store_writer.py"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _spawn(args: list) -> subprocess.Popen:

@@ -24,7 +24,7 @@ import pytest
 
 from trawmem_gpu.select import objective as J
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FUSED = {  # backend -> (its source file, the greedy that calls the pieces)
     "numba": (ROOT / "trawmem_gpu" / "select" / "steps" / "greedy" / "compiled.py", "lazy_greedy_one"),
     "triton": (ROOT / "kernels" / "greedy.py", "_greedy_kernel"),
@@ -146,7 +146,7 @@ TOY = textwrap.dedent('''
 @pytest.fixture(scope="module")
 def toy():
     """The toy terms' run, in a fresh interpreter (the terms are registered before anything reads J)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)] + sys.path))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "support"), str(ROOT)] + sys.path))
     r = subprocess.run([sys.executable, "-c", TOY], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-4000:]
     return json.loads(next(ln for ln in r.stdout.splitlines() if ln.startswith("RESULT "))[len("RESULT "):])
