@@ -103,7 +103,7 @@ def _help_lines(parser) -> dict:
 
 def test_every_option_shows_its_default():
     """Every command is listed; each option states its default as typed, is marked required, or is a
-    flag (the full walk, with descriptions and no ``None``: ``tests/test_cli_help.py``)."""
+    flag (the full walk, with descriptions and no ``None``: ``tests/cli/test_cli_help.py``)."""
     p = build_parser()
     top = p.format_help()
     assert set(p.commands) == {"build", "info", "query", "eval", "demo", "train-head", "train-affinity", "sweep",

@@ -5,7 +5,7 @@ import pytest
 
 from trawmem_gpu.cli import main
 
-from history_files import cache  # noqa: F401 - cache: a fixture
+from history_files import cache  # noqa: F401 - cache: an autouse fixture
 
 
 @pytest.mark.parametrize("argv", [

@@ -15,7 +15,7 @@ from trawmem_gpu.store import Collection
 
 from lme_synthetic import instances, write
 from locomo_files import write_data
-from history_files import _build, _history, _questions, _score, cache, QS  # noqa: F401 - cache: a fixture
+from history_files import _build, _history, _questions, _score, cache, QS  # noqa: F401 - cache: an autouse fixture
 
 
 def test_dayfirst_keeps_year_first_dates(tmp_path, capsys):

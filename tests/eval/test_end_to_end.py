@@ -1,5 +1,5 @@
 """``trawmem eval --answer-llm/--judge-llm`` end to end against the local OpenAI-compatible test
-server (tests/llm_server.py): answer metrics per category and macro, the cost table, prompt
+server (tests/support/llm_server.py): answer metrics per category and macro, the cost table, prompt
 hashes, resume from the response cache (a second identical run sends no chat request), and the
 API key never reaching the result file or the console.
 

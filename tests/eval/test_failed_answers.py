@@ -6,7 +6,7 @@ from pathlib import Path
 
 from trawmem_gpu.score import read_records
 
-from history_files import _build, _history, _questions, _score, cache, TOPICS  # noqa: F401 - cache: a fixture
+from history_files import _build, _history, _questions, _score, cache, TOPICS  # noqa: F401 - cache: an autouse fixture
 
 
 def test_failed_answers_count_exit_1_and_are_retried(tmp_path, capsys, server):

@@ -6,7 +6,7 @@ import pytest
 from trawmem_gpu.cli import main
 from trawmem_gpu.errors import InputError
 
-from history_files import cache  # noqa: F401 - cache: a fixture
+from history_files import cache  # noqa: F401 - cache: an autouse fixture
 
 
 def test_degenerate_affinity_weights_refused(tmp_path, capsys):

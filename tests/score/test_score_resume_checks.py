@@ -8,7 +8,7 @@ from trawmem_gpu.cli import main
 from trawmem_gpu.score import read_records, ResumableJsonl
 
 from locomo_files import write_data
-from history_files import _build, _history, _questions, _score, cache, QS  # noqa: F401 - cache: a fixture
+from history_files import _build, _history, _questions, _score, cache, QS  # noqa: F401 - cache: an autouse fixture
 
 
 def test_resume_compares_question_bank_and_config(tmp_path, capsys):

@@ -1,6 +1,6 @@
 """Concurrent writers on one collection: nothing lost, nothing half-written, leftovers cleaned.
 
-The writers are separate processes (``tests/store_writer.py``) started together; banks are tiny
+The writers are separate processes (``tests/support/store_writer.py``) started together; banks are tiny
 and synthetic (no encoder), so the whole file takes a few seconds.
 """
 from __future__ import annotations

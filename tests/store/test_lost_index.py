@@ -5,7 +5,7 @@ from trawmem_gpu.cli import main
 from trawmem_gpu.store import Collection
 
 from locomo_files import write_data
-from history_files import _build, _history, cache  # noqa: F401 - cache: a fixture
+from history_files import _build, _history, cache  # noqa: F401 - cache: an autouse fixture
 
 
 def test_lost_index_is_refused_and_repaired(tmp_path, capsys):

@@ -4,9 +4,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-from test_engine import make_bank
 
 from trawmem_gpu.store.facts import Fact, ProfileLine, ProfileSection
+
+from engine_banks import make_bank
 
 
 def _unitvecs(rng, n, d):
@@ -15,7 +16,7 @@ def _unitvecs(rng, n, d):
 
 
 def layered_bank(bank_id="b0", lens=(4, 3, 5), seed=0, n_facts=6, profiles=True):
-    """A random bank (``test_engine.make_bank``) with facts citing its turns and profile sections."""
+    """A random bank (``engine_banks.make_bank``) with facts citing its turns and profile sections."""
     b = make_bank(bank_id, list(lens), seed)
     rng = np.random.default_rng(seed + 100)
     ids = [t.turn_id for t in b.turns]

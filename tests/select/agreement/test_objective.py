@@ -156,7 +156,7 @@ def test_every_optimizer_agrees_with_the_objective_term_by_term(backend, tol, si
     for label, w, mw in _cases():
         fused = getattr(backend, "fused", None)
         if fused is not None and not _fused_covers(w, fused):
-            continue  # the plan never sends such a J to this backend (tests/test_dispatch.py)
+            continue  # the plan never sends such a J to this backend (tests/select/agreement/test_dispatch.py)
         modular = _modular(x, mw)
         want = _reference(x, w, modular)
         got = backend(x, w, modular)
