@@ -5,7 +5,7 @@ shows it as a table): each entry's name, its script (a module of this folder, or
 script), what it measures, the result files it writes under ``benchmarks/results/`` and how long
 a full run takes on the project's 2-core machine (from the timings its result files or docs
 record; "not timed" where none is recorded). Every script of this folder is an entry
-(``tests/test_bench_runner.py`` checks it), except the modules the scripts share
+(``tests/bench/test_bench_runner.py`` checks it), except the modules the scripts share
 (:data:`SHARED`). One-off experiments sit in ``experiments/`` and are not entries; they run as
 ``python -m benchmarks.experiments.NAME`` and write under ``results/archive/``.
 

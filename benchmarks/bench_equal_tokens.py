@@ -56,7 +56,7 @@ from .equal_tokens_bench.report import fmt, markdown, plot
 from .equal_tokens_bench.stats import losses, margin_bootstrap, nested_ablation_choice, records, score, summary
 
 PARTS = ("fit", "grid", "headline", "margin", "ablations")
-__all__ = ["margin_bootstrap", "main"]  # margin_bootstrap: tests/test_bench_margin.py
+__all__ = ["margin_bootstrap", "main"]  # margin_bootstrap: tests/bench/test_bench_margin.py
 
 
 def shipped_weights_path() -> Path:

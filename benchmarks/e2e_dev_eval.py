@@ -1,6 +1,6 @@
 """One full dev-set ``trawmem eval`` with answers and judging, against the local test server.
 
-Starts the OpenAI-compatible test server of ``tests/llm_server.py`` in this process (its answers
+Starts the OpenAI-compatible test server of ``tests/support/llm_server.py`` in this process (its answers
 are deterministic functions of the prompt, so the answer metrics say nothing about any model;
 the point is the pipeline's requests, tokens and wall time), then runs exactly what
 ``trawmem eval --answer-llm URL --judge-llm URL@judge-model`` runs (``run_eval`` then
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     same = all(res2["macro"][k] == res["macro"][k] for k in ("f1_locomo", "f1_set", "bleu1", "judge"))
     out = {k: v for k, v in res.items() if args.keep_records or k != "records"}
     out["benchmark"] = {
-        "what": "trawmem eval with --answer-llm/--judge-llm against tests/llm_server.py (deterministic fake "
+        "what": "trawmem eval with --answer-llm/--judge-llm against tests/support/llm_server.py (deterministic fake "
                 "answers: the answer metrics are pipeline checks, not model quality)",
         "command": "python -m benchmarks run e2e_dev_eval" + (" --cold" if args.cold else ""),
         "run1": bench, "run2_resume": bench2 | {"usage": res2["llm"]["usage"], "same_metrics": same},

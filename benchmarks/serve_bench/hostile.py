@@ -22,7 +22,7 @@ full form) runs on the hostile tenant's bank: the append rate the server sustain
 queries, and what the append costs them.
 
 Errors of the victim are any answer but 200 (or no answer within 60 s). The parts are plain
-coroutines over a URL and two API keys, so the CI test (tests/test_serve_hostile.py) runs the
+coroutines over a URL and two API keys, so the CI test (tests/serve/test_serve_hostile.py) runs the
 same code in a short form against an in-process server.
 """
 from __future__ import annotations
