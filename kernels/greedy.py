@@ -15,8 +15,8 @@ the engine gathers it from the per-bank support tables, or forms it with
 coverage weights per query, read by their columns in ``objective.COVERAGE_TERMS`` order. The kernel
 holds the pieces (``<term>_gain``, ``<term>_add``) of the coverage terms that declare ``triton`` in
 ``objective.TERMS`` (:data:`FUSED_TERMS`); the dispatcher uses it only while every coverage term
-with a weight is one of them, ``tests/test_objective.py`` checks it term by term and
-``tests/test_term_registry.py`` that its pieces are those the terms declare. The running
+with a weight is one of them, ``tests/select/agreement/test_objective.py`` checks it term by term and
+``tests/select/test_term_registry.py`` that its pieces are those the terms declare. The running
 best (value, index) keeps the earlier block on ties and each block takes its smallest index among
 equal maxima, so ties go to the smallest unit index.
 

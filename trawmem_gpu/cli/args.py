@@ -34,7 +34,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     ``(default: X)`` for a set default (a list as ``1,2,3``), ``(required)`` for a required
     option, nothing for an on/off flag or when the help states its default itself. An option
     whose default is unset (None) says in its own help what happens without it; the formatter
-    never prints ``None`` (``tests/test_cli_help.py`` holds every command to this)."""
+    never prints ``None`` (``tests/cli/test_cli_help.py`` holds every command to this)."""
 
     def _get_help_string(self, action):
         h = action.help or ""

@@ -6,7 +6,7 @@ the BM25 and hybrid baselines are as strong as they are out of the box: bm25s' o
 (lowercase, words of two or more word characters, its English stop-word list) with the Snowball
 English stemmer of PyStemmer (a C implementation, the stemmer bm25s recommends), Lucene BM25
 with k1 = 1.5, b = 0.75, over the same text the encoder embeds (``Turn.embed_text``: session
-date, speaker, words, image caption). ``tests/test_select.py`` checks that ``tokenize`` gives
+date, speaker, words, image caption). ``tests/select/test_select.py`` checks that ``tokenize`` gives
 exactly ``bm25s.tokenize``'s tokens.
 """
 from __future__ import annotations

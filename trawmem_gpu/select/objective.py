@@ -30,7 +30,7 @@ the head's :data:`LEARNED_WEIGHTS`) and which fused greedies hold its pieces (``
 ``<term>_add`` there). The fused lists (:func:`fused_terms`) are derived from it, and the dispatcher
 (``engine/plan.py``) runs a fused greedy only while every coverage term with a weight has its pieces
 there. So a new coverage term is a subclass here, its entry in :data:`TERMS` and its weight in
-``SelectConfig``; ``tests/test_objective.py`` runs every optimizer with one term on at a time.
+``SelectConfig``; ``tests/select/agreement/test_objective.py`` runs every optimizer with one term on at a time.
 
 The information coverage's K is :func:`support_kernel`: the clip formula (:func:`support_from_cosine`) once.
 """

@@ -12,7 +12,7 @@ import numpy as np
 _MONTHS = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*"
 _DAYS = r"(?:mon|tues|wednes|thurs|fri|satur|sun)day"
 # Each question pattern starts with a lookahead on the first letters its alternatives can start
-# with: it changes no match (tests/test_select.py checks both) and lets the scan skip other
+# with: it changes no match (tests/select/test_select.py checks both) and lets the scan skip other
 # positions at once (Python's re would otherwise try every alternative at every position).
 TEMPORAL_Q = re.compile(
     r"(?=[wbasfulrdymh])\b(when|what (?:year|month|day|date|time|week)|how long|how many (?:years|months|weeks|days)|"

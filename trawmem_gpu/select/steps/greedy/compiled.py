@@ -2,8 +2,8 @@
 whose ``numba`` pieces are here fused inline (:data:`FUSED_TERMS`, from ``objective.TERMS``), K rows
 gathered from the bank's support table on first use. Each such term's pieces, ``<term>_gain`` and
 ``<term>_add``, restate its gain and update; the dispatcher (``engine/plan.py``) uses this greedy
-only while every coverage term with a weight is one of them, ``tests/test_objective.py`` checks it
-against the terms one at a time and ``tests/test_term_registry.py`` that the pieces here are those
+only while every coverage term with a weight is one of them, ``tests/select/agreement/test_objective.py`` checks it
+against the terms one at a time and ``tests/select/test_term_registry.py`` that the pieces here are those
 the terms declare."""
 from __future__ import annotations
 
