@@ -16,7 +16,7 @@ from trawmem_gpu.errors import ConfigError, name_list
 from trawmem_gpu.http_headers import retry_after_s
 from trawmem_gpu.llm.base import LLMBackend, LLMRequestError, LLMResult, Secret
 
-log = logging.getLogger("trawmem_gpu.llm")
+log = logging.getLogger(__name__)
 
 API_KEY_ENV = ("TRAWMEM_API_KEY", "OPENAI_API_KEY")
 """Environment variables read, in order, when no api_key is passed."""

@@ -20,7 +20,7 @@ from .engines import ServedEngine, select_units
 from .erase import clear_journal, erase_copies, pause_point, pending_journals
 from .quarantine import cause_of
 
-log = logging.getLogger("trawmem.memory")
+log = logging.getLogger(__name__)
 
 
 class LockedEncoder(Encoder):

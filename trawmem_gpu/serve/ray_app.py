@@ -35,7 +35,7 @@ from .batcher import DeadlineExceeded, Later, QueueFull
 from .config import ServeConfig
 from .remote import error_fields, error_from
 
-log = logging.getLogger("trawmem.serve")
+log = logging.getLogger(__name__)
 APP_NAME = "trawmem"
 
 

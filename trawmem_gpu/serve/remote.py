@@ -50,7 +50,7 @@ from .batcher import DeadlineExceeded, OutcomeUnknown, QueueFull, ShuttingDown
 from .config import ServeConfig, bound_socket, uvicorn_config
 from .config import say_draining
 
-log = logging.getLogger("trawmem.serve")
+log = logging.getLogger(__name__)
 
 _LEN = struct.Struct("!I")
 WRITE_WAIT_S = 600.0

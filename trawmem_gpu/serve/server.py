@@ -11,7 +11,7 @@ import threading
 from ..errors import plural
 from .config import ServeConfig, bound_socket, say_draining, uvicorn_config
 
-log = logging.getLogger("trawmem.serve")
+log = logging.getLogger(__name__)
 
 
 def build_app(cfg: ServeConfig, **service_kw):

@@ -51,7 +51,7 @@ from .config import ServeConfig, default_threads
 from .keys import Quota
 from .lanes import AppendEncoder, FairPool, QueryFirst
 
-log = logging.getLogger("trawmem.serve")
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
