@@ -32,7 +32,7 @@ from ray import serve
 
 from ..select.params import QueryParams
 from .batcher import DeadlineExceeded, Later, QueueFull
-from .config import ServeConfig
+from .config import Say, ServeConfig, log_line
 from .remote import error_fields, error_from
 
 log = logging.getLogger(__name__)
@@ -274,8 +274,10 @@ def start_app(cfg: ServeConfig, shards: int = 2, shard_cpus: float = 1.0, wait_s
             log.warning("Ray Serve is not serving yet (%s: %s); waiting on", type(e).__name__, e)
 
 
-def serve_ray(cfg: ServeConfig, shards: int = 2, address: str | None = None, shard_cpus: float = 1.0) -> None:
-    """``trawmem serve --ray``: start (or join) Ray, run the application, serve until Ctrl-C."""
+def serve_ray(cfg: ServeConfig, shards: int = 2, address: str | None = None, shard_cpus: float = 1.0,
+              say: Say = log_line) -> None:
+    """``trawmem serve --ray``: start (or join) Ray, run the application, serve until Ctrl-C;
+    ``say`` takes the status line (the command prints it)."""
     import signal
 
     import ray
@@ -288,8 +290,7 @@ def serve_ray(cfg: ServeConfig, shards: int = 2, address: str | None = None, sha
     try:
         start_app(cfg, shards, shard_cpus)
         auth = f"API keys from {cfg.keys_file}" if cfg.keys_file else "no keys file: WITHOUT authentication"
-        print(f"trawmem serve --ray: {shards} shards over {cfg.collection}, http://{cfg.host}:{cfg.port}; {auth}",
-              flush=True)
+        say(f"trawmem serve --ray: {shards} shards over {cfg.collection}, http://{cfg.host}:{cfg.port}; {auth}")
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

@@ -40,7 +40,7 @@ import numpy as np
 
 from ..encode.base import Encoder
 from ..errors import ConfigError, UnknownBank  # noqa: F401 - the one UnknownBank, for the serve modules
-from ..memory.core import MemoryCore, bank_summary
+from ..memory.core import EngineSpec, MemoryCore, bank_summary
 from ..memory.engines import select_units
 from ..memory.result import SelectedWorkspace
 from ..select.config import SelectConfig
@@ -131,8 +131,8 @@ class SelectionService:
         self.cfg = cfg
         self.metrics = metrics
         # the Memory core: banks (registry), query encoder and engine, the append and forget paths
-        self.core = MemoryCore(cfg.collection, encoder=encoder or cfg.encoder, select_cfg=select_cfg,
-                               threads=threads, owns=owns, units=cfg.units, method=cfg.method)
+        self.core = MemoryCore(cfg.collection, encoder=encoder or cfg.encoder, owns=owns,
+                               engine=EngineSpec(select_cfg, threads, units=cfg.units, method=cfg.method))
         self.registry, self.encoder, self.engines = self.core.registry, self.core.encoder, self.core.engines
         self.encoder_spec, self.dim = self.core.encoder_spec, self.core.dim
         self.defaults = params or QueryParams()
