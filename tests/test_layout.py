@@ -293,17 +293,12 @@ LIMIT_PENDING: set[tuple[str, str, str]] = {
     ("trawmem_gpu/ingest/cache.py", "", "print"),
     ("trawmem_gpu/score/job.py", "", "print"),
     ("trawmem_gpu/eval/end_to_end.py", "cost_table", "function"),
-    ("trawmem_gpu/eval/retrieval.py", "run_eval", "function"),
     ("trawmem_gpu/ingest/cache.py", "ensure_collection", "function"),
     ("trawmem_gpu/serve/app.py", "create_app", "function"),
     ("trawmem_gpu/store/view.py", "unit_view", "function"),
     ("trawmem_gpu/serve/service.py", "SelectionService", "class"),
     ("trawmem_gpu/eval/planned.py", "planned_select", "params"),
-    ("trawmem_gpu/eval/retrieval.py", "run_eval", "params"),
     ("trawmem_gpu/eval/sweep.py", "run_cells", "params"),
-    ("trawmem_gpu/head/train.py", "fit", "params"),
-    ("trawmem_gpu/head/train.py", "train_head", "params"),
-    ("trawmem_gpu/llm/openai_http.py", "__init__", "params"),
     ("trawmem_gpu/score/ray_runner.py", "score_ray", "params"),
 }
 
