@@ -299,7 +299,6 @@ LIMIT_PENDING: set[tuple[str, str, str]] = {
     ("trawmem_gpu/serve/service.py", "SelectionService", "class"),
     ("trawmem_gpu/eval/planned.py", "planned_select", "params"),
     ("trawmem_gpu/eval/sweep.py", "run_cells", "params"),
-    ("trawmem_gpu/score/ray_runner.py", "score_ray", "params"),
 }
 
 
