@@ -298,7 +298,6 @@ LIMIT_PENDING: set[tuple[str, str, str]] = {
     ("trawmem_gpu/store/view.py", "unit_view", "function"),
     ("trawmem_gpu/serve/service.py", "SelectionService", "class"),
     ("trawmem_gpu/eval/planned.py", "planned_select", "params"),
-    ("trawmem_gpu/eval/sweep.py", "run_cells", "params"),
 }
 
 
