@@ -297,7 +297,6 @@ LIMIT_PENDING: set[tuple[str, str, str]] = {
     ("trawmem_gpu/serve/app.py", "create_app", "function"),
     ("trawmem_gpu/store/view.py", "unit_view", "function"),
     ("trawmem_gpu/serve/service.py", "SelectionService", "class"),
-    ("trawmem_gpu/eval/planned.py", "planned_select", "params"),
 }
 
 
