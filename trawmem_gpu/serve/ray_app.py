@@ -73,7 +73,7 @@ class BankShard:
     """One shard: a :class:`~trawmem_gpu.serve.service.SelectionService` over its slice of banks."""
 
     def __init__(self, cfg: dict, shard: int, shards: int):
-        from .service import SelectionService, freeze_heap
+        from .service import SelectionService, freeze_heap, warm_up
 
         self.cfg = ServeConfig(**cfg)
         self.shard, self.shards = shard, shards
@@ -82,7 +82,7 @@ class BankShard:
 
         sys.setswitchinterval(self.cfg.switch_interval_ms / 1e3)
         if self.cfg.warmup:
-            self.service._warmup()
+            warm_up(self.service)
         freeze_heap()
         self.service.ready = True
         sel = self._select_batch

@@ -103,6 +103,20 @@ def freeze_heap() -> None:
     gc.freeze()
 
 
+def warm_up(service: "SelectionService") -> None:
+    """One query encode and, with a bank, one selection and a token count, so the first request
+    does not pay for the model's, the engine's and the tokenizer's first call."""
+    t0 = time.perf_counter()
+    service.encoder.encode(["warm-up question"], is_query=True)
+    banks = service.engines.banks
+    if banks:
+        bid = next(iter(banks))
+        z = service.encoder.encode(["What happened first?"], is_query=True)
+        service.engines.engine.select_units([bid], ["What happened first?"], z, params=service.defaults)
+        count_tokens_cached("warm-up")
+    log.info("warm-up took %.1f s", time.perf_counter() - t0)
+
+
 class SelectionService:
     """One process's banks and engines behind a dynamic batcher.
 
@@ -164,7 +178,7 @@ class SelectionService:
         self.batcher.start()
         loop = asyncio.get_running_loop()
         if self.cfg.warmup:
-            await loop.run_in_executor(self.worker, self._warmup)
+            await loop.run_in_executor(self.worker, warm_up, self)
         freeze_heap()
         self.ready = True
 
@@ -179,17 +193,6 @@ class SelectionService:
         import gc
 
         gc.unfreeze()  # let interpreter shutdown finalize everything again
-
-    def _warmup(self) -> None:
-        t0 = time.perf_counter()
-        self.encoder.encode(["warm-up question"], is_query=True)
-        banks = self.engines.banks
-        if banks:
-            bid = next(iter(banks))
-            z = self.encoder.encode(["What happened first?"], is_query=True)
-            self.engines.engine.select_units([bid], ["What happened first?"], z, params=self.defaults)
-            count_tokens_cached("warm-up")
-        log.info("warm-up took %.1f s", time.perf_counter() - t0)
 
     # ------------------------------------------------------------------------------------------
     # requests
