@@ -109,7 +109,7 @@ class ServeConfig:
     http_workers: int = 0
     """``--http-workers``: 0 serves HTTP in the engine's own process; N > 0 runs HTTP (keys,
     validation, routes, JSON) in N front processes that forward to one engine process over a
-    private Unix socket (:mod:`.remote`), so HTTP no longer shares the engine's GIL."""
+    private Unix socket (:mod:`.remote`), so HTTP does not share the engine's GIL."""
 
     units: tuple = ("turns",)
     """The layers the engine selects from (``--units``: ``facts.view.unit_view`` of every bank)."""
@@ -190,7 +190,7 @@ def default_threads(http_workers: int = 0, cores: int | None = None) -> int:
 
     The engine process runs more than the encoder and engine: the event loop (HTTP, in one
     process), workspace assembly (2 threads) and appends share its cores, and each HTTP front
-    process takes a core of its own; torch's default (every core) oversubscribes them (issue 23).
+    process takes a core of its own; torch's default (every core) oversubscribes them.
     Half the cores leaves the other half to those."""
     cores = usable_cores() if cores is None else cores
     return max(1, cores // 2 - int(http_workers))
