@@ -292,7 +292,6 @@ LIMIT_PENDING: set[tuple[str, str, str]] = {
     ("trawmem_gpu/eval/retrieval.py", "", "print"),
     ("trawmem_gpu/ingest/cache.py", "", "print"),
     ("trawmem_gpu/score/job.py", "", "print"),
-    ("trawmem_gpu/eval/end_to_end.py", "cost_table", "function"),
     ("trawmem_gpu/ingest/cache.py", "ensure_collection", "function"),
     ("trawmem_gpu/serve/app.py", "create_app", "function"),
     ("trawmem_gpu/store/view.py", "unit_view", "function"),
