@@ -267,3 +267,96 @@ def test_runs_on_the_python_floor_the_package_declares():
     floor = (int(m.group(1)), int(m.group(2)))
     assert sys.version_info[:2] >= floor
     assert f"Python {floor[0]}.{floor[1]}+" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+# ------------------------------------------------------------------------------------ limits
+#: Size limits of the library (``trawmem_gpu/`` and ``kernels/``).
+MAX_FILE_LINES, MAX_CLASS_LINES, MAX_FUNC_LINES, MAX_PARAMS = 500, 300, 80, 10
+
+#: Compiled loops and kernels whose shape the compiler fixes: ``(path, function) -> reason``. A
+#: Triton kernel's arguments are its launch ABI (one pointer or scalar each, no struct), and a
+#: numba loop stays one function so it compiles to one loop nest (a split changes its speed).
+LIMIT_EXEMPT = {
+    ("kernels/greedy.py", "_greedy_kernel"): "@triton.jit kernel: one argument per pointer / scalar / constexpr of its launch",
+    ("kernels/priority.py", "_role_weight_kernel"): "@triton.jit kernel: one argument per pointer / scalar / constexpr of its launch",
+    ("trawmem_gpu/select/steps/relevance.py", "learned_row"): "@njit row kernel: its arrays are passed one by one into the compiled loop",
+    ("trawmem_gpu/select/engine/compiled.py", "stage_loop"): "@njit stage loop: one loop nest, split only at a cost in speed",
+    ("trawmem_gpu/select/steps/greedy/compiled.py", "lazy_greedy_one"): "@njit lazy greedy: one loop nest, split only at a cost in speed",
+}
+
+#: Over a limit and not exempt, still to be split: ``(path, name, what)``. Empty is the goal; a
+#: new entry is a regression.
+LIMIT_PENDING: set[tuple[str, str, str]] = {
+    ("trawmem_gpu/encode/cache.py", "", "print"),
+    ("trawmem_gpu/eval/end_to_end.py", "", "print"),
+    ("trawmem_gpu/eval/retrieval.py", "", "print"),
+    ("trawmem_gpu/ingest/cache.py", "", "print"),
+    ("trawmem_gpu/score/job.py", "", "print"),
+    ("trawmem_gpu/ingest/cache.py", "ensure_collection", "function"),
+    ("trawmem_gpu/serve/app.py", "create_app", "function"),
+    ("trawmem_gpu/store/view.py", "unit_view", "function"),
+}
+
+
+def _library_files() -> list[Path]:
+    return sorted(p for base in (PKG, ROOT / "kernels") for p in base.rglob("*.py"))
+
+
+def _n_params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    a = fn.args
+    names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+    return len(names) - (names[:1] in (["self"], ["cls"])) + bool(a.vararg) + bool(a.kwarg)
+
+
+def limit_breaches(files: list[Path] | None = None) -> list[tuple[str, str, str]]:
+    """``(path, name, what)`` of every limit a library file breaks (``what``: ``lines``,
+    ``class``, ``function``, ``params``, ``print``, ``getLogger``)."""
+    out = []
+    for p in files or _library_files():
+        rel, src = p.relative_to(ROOT).as_posix(), p.read_text()
+        in_cli = rel.startswith("trawmem_gpu/cli/")
+        if src.count("\n") > MAX_FILE_LINES:
+            out.append((rel, "", "lines"))
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES:
+                out.append((rel, node.name, "class"))
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if node.end_lineno - node.lineno + 1 > MAX_FUNC_LINES:
+                    out.append((rel, node.name, "function"))
+                if _n_params(node) > MAX_PARAMS:
+                    out.append((rel, node.name, "params"))
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+                if not in_cli:  # the commands print; library code logs or hands lines to a callback
+                    out.append((rel, "", "print"))
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "getLogger":
+                named = len(node.args) == 1 and isinstance(node.args[0], ast.Name) and node.args[0].id == "__name__"
+                root = not node.args and in_cli  # a command configures the root logger
+                if not (named or root):
+                    out.append((rel, "", "getLogger"))
+    return [b for b in out if b[:2] not in LIMIT_EXEMPT]
+
+
+def test_library_code_keeps_the_size_and_logging_limits():
+    breaches = set(limit_breaches())
+    assert breaches <= LIMIT_PENDING, sorted(breaches - LIMIT_PENDING)
+    assert not LIMIT_PENDING - breaches, f"no longer over a limit, drop from LIMIT_PENDING: {sorted(LIMIT_PENDING - breaches)}"
+
+
+def test_every_limit_exemption_names_a_real_function():
+    for (rel, name), reason in LIMIT_EXEMPT.items():
+        tree = ast.parse((ROOT / rel).read_text())
+        assert name in {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}, (rel, name)
+        assert reason, (rel, name)
+
+
+def test_the_limit_check_sees_each_breach(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNC_LINES))
+    bad = PKG / "_limits_probe_.py"
+    src = (f"import logging\nlog = logging.getLogger('trawmem')\n\ndef long_one():\n{body}\n\n"
+           f"def wide({', '.join(f'a{i}' for i in range(MAX_PARAMS + 1))}):\n    print(a0)\n")
+    try:
+        bad.write_text(src)
+        got = {what for rel, _, what in limit_breaches([bad])}
+    finally:
+        bad.unlink()
+    assert got == {"function", "params", "print", "getLogger"}

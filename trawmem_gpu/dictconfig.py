@@ -25,3 +25,19 @@ class DictFields:
         if unknown:
             raise ConfigError(f"unknown {cls.KIND} fields {sorted(unknown)}")
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def with_keywords(fn: str, cls, options, kw: dict):
+    """``options`` (an instance of the dataclass ``cls``, or None: its defaults) with the fields
+    ``kw`` names set: how a call takes a grouped options object and the same fields as keywords
+    (``fn(..., options=None, **kw)``). A keyword ``cls`` lacks is the ``TypeError`` Python gives
+    an unknown keyword argument of ``fn``."""
+    from dataclasses import replace
+
+    if options is not None and not isinstance(options, cls):
+        raise TypeError(f"{fn}() options: expected a {cls.__name__}, got {type(options).__name__}")
+    names = {f.name for f in fields(cls)}
+    bad = next((k for k in kw if k not in names), None)
+    if bad is not None:
+        raise TypeError(f"{fn}() got an unexpected keyword argument {bad!r}")
+    return replace(options or cls(), **kw)

@@ -45,12 +45,17 @@ def cmd_serve(a) -> int:
         _need_extra("ray", ("ray",))
         from ..serve.ray_app import serve_ray
 
-        serve_ray(cfg, shards=a.shards, address=a.ray_address, shard_cpus=a.shard_cpus)
+        serve_ray(cfg, shards=a.shards, address=a.ray_address, shard_cpus=a.shard_cpus, say=_say)
         return 0
     from ..serve.server import serve_forever
 
-    serve_forever(cfg, access_log=a.access_log)
+    serve_forever(cfg, access_log=a.access_log, say=_say)
     return 0
+
+
+def _say(line: str) -> None:
+    """A server's status line, on stdout as it happens."""
+    print(line, flush=True)
 
 
 def _config_flags() -> list[tuple]:

@@ -242,6 +242,27 @@ def _stage_tokens(records: list[dict], stage: str, usage: dict) -> Optional[dict
     }
 
 
+COST_DEFINITIONS = {
+    "construction_s": "seconds to build what the method needs per conversation: TrawMem the whole bank "
+                      "(encode units, segment, heads, encode heads, graph); cosine/hybrid the unit "
+                      "vectors; plus the per-bank index (BM25, positions, adjacency) built at load; "
+                      "full context nothing. Build seconds are the bank's share (by units) of one batched "
+                      "build; an embedding cache warm at build time makes them smaller (see "
+                      "construction_detail.embedding_cache_hits_at_build).",
+    "retrieval_s": "question encoding (the conversation's share) plus selection, summed over its "
+                   "questions; workspace rendering and token counting are excluded; question vectors "
+                   "served by the embedding cache (construction_detail.question_embedding_cache_hits) "
+                   "make it smaller",
+    "answer_s": "wall seconds of the batched answer stage, shared by question count; near 0 when "
+                "answers come from the response cache",
+    "total_s": "construction_s + retrieval_s + answer_s (judging is evaluation cost, listed apart)",
+    "context_tokens_per_question": "tokens of the rendered workspace, counted with the named tokenizer",
+    "llm_tokens": "prompt/completion tokens as the server reported them, over all questions (cache hits "
+                  "count their original tokens); *_sent counts only requests sent in this run",
+}
+"""What each column of :func:`cost_table` counts (its ``definitions``)."""
+
+
 def cost_table(res: dict, banks: dict, usage: dict, progress: bool = True) -> dict:
     """The paper's Table 3 for this run: per conversation and the means over conversations."""
     from ..tokens import TOKENIZER_NAME
@@ -313,24 +334,7 @@ def cost_table(res: dict, banks: dict, usage: dict, progress: bool = True) -> di
                                 "embedding_cache_hits_at_build": cons.get("embedding_cache_hits_at_build"),
                                 "question_embedding_cache_hits": timing.get("question_embedding_cache_hits")},
         "per_conversation": rows,
-        "definitions": {
-            "construction_s": "seconds to build what the method needs per conversation: TrawMem the whole bank "
-                              "(encode units, segment, heads, encode heads, graph); cosine/hybrid the unit "
-                              "vectors; plus the per-bank index (BM25, positions, adjacency) built at load; "
-                              "full context nothing. Build seconds are the bank's share (by units) of one batched "
-                              "build; an embedding cache warm at build time makes them smaller (see "
-                              "construction_detail.embedding_cache_hits_at_build).",
-            "retrieval_s": "question encoding (the conversation's share) plus selection, summed over its "
-                           "questions; workspace rendering and token counting are excluded; question vectors "
-                           "served by the embedding cache (construction_detail.question_embedding_cache_hits) "
-                           "make it smaller",
-            "answer_s": "wall seconds of the batched answer stage, shared by question count; near 0 when "
-                        "answers come from the response cache",
-            "total_s": "construction_s + retrieval_s + answer_s (judging is evaluation cost, listed apart)",
-            "context_tokens_per_question": "tokens of the rendered workspace, counted with the named tokenizer",
-            "llm_tokens": "prompt/completion tokens as the server reported them, over all questions (cache hits "
-                          "count their original tokens); *_sent counts only requests sent in this run",
-        },
+        "definitions": dict(COST_DEFINITIONS),
     }
 
 

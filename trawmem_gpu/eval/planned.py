@@ -34,6 +34,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from ..dictconfig import with_keywords
 from ..errors import ConfigError
 from ..select.trimem.plan import QueryPlan, check_plans, follow_up_queries, plain_plan, plan_queries
 from ..select.workspace import assemble, fit_to_tokens
@@ -132,16 +133,33 @@ def _shrunk(qp: QueryParams, share: float) -> tuple[Optional[int], Optional[int]
     return b, t
 
 
-def planned_select(engine, items: Sequence[tuple[str, str]], Z, params: Optional[QueryParams] = None, *,
-                   encode: Callable[[list[str]], np.ndarray], llm=None, prompts=None,
-                   plans: Optional[Sequence[QueryPlan]] = None, follow_up: bool = False,
-                   follow_up_share: float = FOLLOW_UP_SHARE, dates=None) -> list[PlannedPick]:
+@dataclass(frozen=True)
+class PlanOptions:
+    """How :func:`planned_select` plans its searches and runs its second stage."""
+
+    llm: object = None
+    """The planner LLM (None: the question is the only search, unless ``plans`` are given)."""
+    prompts: object = None
+    """The planner's ``ingest.layers.prompts.PromptSet`` (None: the default prompts)."""
+    follow_up: bool = False
+    """Run stage 2: one more LLM call per question asks for the evidence still missing (needs ``llm``)."""
+    follow_up_share: float = FOLLOW_UP_SHARE
+    """The share of B and T left to stage 2's searches, in [0, 1)."""
+
+
+def planned_select(engine, items: Sequence[tuple[str, str]], Z, params: Optional[QueryParams] = None,
+                   options: Optional[PlanOptions] = None, *, encode: Callable[[list[str]], np.ndarray],
+                   plans: Optional[Sequence[QueryPlan]] = None, dates=None, **kw) -> list[PlannedPick]:
     """Planned TrawMem's workspaces (module docstring) for ``items`` (``(bank_id, question)``; ``Z``
     their question vectors, ``[Q, d]``), each with the one ``params`` (None = the defaults), over a
     ``SelectionEngine`` ``engine``. ``encode(texts)`` gives query vectors for the other searches.
     ``plans`` (one per item, the question first) are used as given, else made by ``llm`` (None:
     the question is the only search, and the result is the engine's own). ``follow_up`` runs stage
-    2 (needs ``llm``); ``dates``: each item's "now" (or None), as the engine takes them."""
+    2 (needs ``llm``); ``dates``: each item's "now" (or None), as the engine takes them.
+    ``options``: :class:`PlanOptions` (``llm``, ``prompts``, ``follow_up``, ``follow_up_share``), or
+    its fields as keywords."""
+    o = with_keywords("planned_select", PlanOptions, options, kw)
+    llm, prompts, follow_up, follow_up_share = o.llm, o.prompts, o.follow_up, o.follow_up_share
     qp = QueryParams() if params is None else params
     if not isinstance(qp, QueryParams):
         raise ConfigError(f"`params` must be one QueryParams (got {type(qp).__name__})")

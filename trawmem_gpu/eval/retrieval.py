@@ -7,6 +7,7 @@ tokens of the rendered workspace (named tokenizer) beside them.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -16,6 +17,7 @@ from tqdm.auto import tqdm
 from .. import __version__
 from ..ingest.config import BuildConfig
 from ..data import load_conversations
+from ..dictconfig import with_keywords
 from ..errors import ConfigError, InputError
 from ..paths import file_sha256
 from ..select.config import SelectConfig
@@ -180,14 +182,47 @@ def _require_questions(convs, data_path, categories) -> None:
                          ("" if n_all else " (a history file without questions can be built, not evaluated)"))
 
 
+@dataclass(frozen=True)
+class EvalOptions:
+    """What :func:`run_eval` runs besides the method and the configs (its keywords)."""
+
+    categories: tuple = (1, 2, 3, 4)
+    """The question categories scored (LoCoMo 1-4 by default)."""
+    engine: str = "reference"
+    """``reference`` (the per-query loop) or ``batched`` (``select.engine.SelectionEngine``)."""
+    head: object = None
+    """A learned role head (``head.load_head``), or None."""
+    progress: bool = True
+    """Progress bars."""
+    bank_cache: str | Path | None = None
+    """The bank directory to reuse or build (``--banks``; None: the automatic cache)."""
+    keep_records: bool = True
+    """Keep the per-question records in the result (``records``)."""
+    banks_and_convs: object = None
+    """Preloaded ``(convs, banks)``: nothing is loaded or built."""
+    query_vecs: object = None
+    """Preloaded question vectors (``[Q, d]``), else they are encoded."""
+    dayfirst: bool = False
+    """Read ambiguous dates day first."""
+    params: QueryParams | None = None
+    """The query parameters of every question (B, H, T; None: the defaults)."""
+    units: object = ("turns",)
+    """The layers selected from (:func:`layered_banks`)."""
+    facts: str | None = None
+    """How facts are made for a layered run (:func:`layered_banks`)."""
+    plan_llm: object = None
+    """The planning LLM of trimem or planned TrawMem (None: the question is the only search)."""
+    prompts: object = None
+    """trimem's ``ingest.layers.prompts.PromptSet``."""
+    follow_up: bool = False
+    """Planned TrawMem's second stage."""
+
+
 def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: SelectConfig | None = None,
-             build_cfg: BuildConfig | None = None, *, categories=(1, 2, 3, 4), engine: str = "reference",
-             head=None, progress: bool = True, bank_cache: str | Path | None = None,
-             keep_records: bool = True, banks_and_convs=None, query_vecs=None, dayfirst: bool = False,
-             params: QueryParams | None = None, units=("turns",), facts: str | None = None, plan_llm=None,
-             prompts=None, follow_up: bool = False) -> dict:
+             build_cfg: BuildConfig | None = None, options: EvalOptions | None = None, **kw) -> dict:
     """Select for every question of ``categories`` and score against the gold evidence, every
-    question with the query parameters ``params`` (B, H, T; None = the defaults).
+    question with the query parameters ``params`` (B, H, T; None = the defaults). ``options``:
+    :class:`EvalOptions`, or its fields as keywords.
 
     ``method="trimem"`` (``select.trimem.method``) needs banks with facts; ``plan_llm`` is its planning
     LLM (None: the question is the only search) and ``prompts`` its ``ingest.layers.prompts.PromptSet``.
@@ -200,63 +235,117 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     ``units`` / ``facts``: the layers selected from (:func:`layered_banks`); with more than the turns,
     each record also has the :data:`LAYER_KEYS` (recall with citations, the mix).
     """
-    from ..encode import get_encoder
-    from ..select.baselines import baseline_units
-    from ..select.reference import select_reference
-
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose from {METHODS}")
-    planned = method == "trawmem" and plan_llm is not None
-    if plan_llm is not None and method not in ("trawmem", "trimem"):
-        raise ConfigError(f"`plan_llm` applies to method trimem or trawmem, not {method}")
-    if planned and engine != "batched":
-        raise ConfigError("`plan_llm` with method trawmem runs the batched engine; set `engine` to batched")
-    if follow_up and not planned:
-        raise ConfigError("`follow_up` needs method trawmem with a `plan_llm`")
-    from ..data import require_locomo
-
-    if banks_and_convs is None:
-        require_locomo(data_path, "eval")
+    o = with_keywords("run_eval", EvalOptions, options, kw)
+    categories, engine, query_vecs = o.categories, o.engine, o.query_vecs
+    _check_method(method, o)
     cfg = select_cfg or SelectConfig()
-    qp = params or QueryParams()
-    if banks_and_convs is None:
-        convs = load_conversations(data_path, dayfirst=dayfirst)
-        _require_questions(convs, data_path, categories)
-        build_cfg = build_cfg or given_build_config(bank_cache) or BuildConfig()
-    else:
-        build_cfg = build_cfg or BuildConfig()
-    if cfg.ablation == "fixed_segmentation":
-        build_cfg = BuildConfig(**(build_cfg.to_dict() | {"segmentation": "fixed"}))
-    encoder = get_encoder(build_cfg.encoder)
-    if banks_and_convs is None:
-        convs, banks, _ = banks_for(data_path, build_cfg, bank_cache, progress, encoder, dayfirst=dayfirst,
-                                    convs=convs)
-    else:
-        convs, banks = banks_and_convs
-    from ..store.view import DEFAULT_UNITS, parse_units
-
-    units = parse_units(units)
-    if method == "trimem" and units != DEFAULT_UNITS:
-        raise ConfigError("`units`: method trimem shows its own units (facts, their source turns, profiles); "
-                          "leave `units` at turns")
-    layered = units != DEFAULT_UNITS or method == "trimem"
-    if units != DEFAULT_UNITS or facts not in (None, "none"):
-        banks = layered_banks(banks, data_path, units, facts, encoder, dayfirst=dayfirst)
+    qp = o.params or QueryParams()
+    convs, banks, build_cfg, encoder, units, layered = _eval_banks(data_path, method, cfg, build_cfg, o)
     batched = method == "trawmem" and engine == "batched"
     # The batched engine keeps its own per-bank tables; contexts (BM25 indexes) only for the loop.
     ctxs = {} if batched or method == "trimem" else {b.bank_id: BankContext.of(b) for b in banks}
     if qp.token_budget is not None:  # per-bank setup (the token costs), outside the selection timing
         for c in ctxs.values():
             c.token_costs(headings_for(method, cfg))
-    bank_of = {b.bank_id: b for b in banks}
     items = [(c.bank_id, q) for c in convs for q in c.questions if q.category in categories and q.evidence]
     skipped = sum(1 for c in convs for q in c.questions if q.category in categories and not q.evidence)
     t0, hits0 = time.perf_counter(), getattr(encoder, "hits", 0)
     if query_vecs is None:
-        Z = encoder.encode([q.question for _, q in items], is_query=True, progress=progress, desc="encode questions")
+        Z = encoder.encode([q.question for _, q in items], is_query=True, progress=o.progress, desc="encode questions")
     else:
         Z = query_vecs
     t_enc = time.perf_counter() - t0
+    picks, t_each, t_sel, render_bank, trimem_plans, plan_picks = _select_all(method, o, cfg, qp, banks, ctxs,
+                                                                              items, Z, encoder)
+    t0 = time.perf_counter()
+    plans = trimem_plans if plan_picks is None else [p.to_dict() for p in plan_picks]
+    records = _eval_records(items, picks, t_each, render_bank, headings_for(method, cfg), layered, plans)
+    t_asm = time.perf_counter() - t0
+    agg = aggregate(records, categories=categories,
+                    keys=("evidence_recall", "all_evidence_hit", "context_tokens") + (LAYER_KEYS if layered else ()))
+    from ..data.types import EvidenceRepairs
+
+    rep = EvidenceRepairs()
+    for c in convs:
+        rep.add(c.repairs)
+    out = {
+        "method": method, "engine": engine if method == "trawmem" else "n/a", **agg,
+        "n_questions": len(records), "skipped_no_evidence": skipped,
+        "config": {"select": {**cfg.to_dict(), **qp.to_dict()}, "build": build_cfg.to_dict(), "budget": qp.budget,
+                   "token_budget": qp.token_budget, "hops": qp.hops, "ablation": cfg.ablation,
+                   "categories": list(categories), **({"units": list(units), "facts": o.facts} if layered else {})},
+        "dataset": {"path": str(data_path), "sha256": file_sha256(data_path), "evidence_repairs": rep.as_dict(),
+                    "dayfirst": o.dayfirst, "skipped_empty_turns": sum(c.skipped_empty for c in convs)},
+        "encoder": encoder.id, "tokenizer": TOKENIZER_NAME, "package_version": __version__,
+        "selection_seconds_per_query": t_sel / max(1, len(records)),
+        "timing": {"encode_questions_s": t_enc, "select_s": t_sel, "assemble_s": t_asm,
+                   "question_embedding_cache_hits": getattr(encoder, "hits", 0) - hits0 if query_vecs is None else None},
+    }
+    _eval_extras(out, method, o, trimem_plans, plan_picks)
+    if o.keep_records:
+        out["records"] = records
+    return out
+
+
+def _check_method(method: str, o: EvalOptions) -> None:
+    """The ``ValueError`` / ``ConfigError`` of a method and options that do not go together."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose from {METHODS}")
+    planned = method == "trawmem" and o.plan_llm is not None
+    if o.plan_llm is not None and method not in ("trawmem", "trimem"):
+        raise ConfigError(f"`plan_llm` applies to method trimem or trawmem, not {method}")
+    if planned and o.engine != "batched":
+        raise ConfigError("`plan_llm` with method trawmem runs the batched engine; set `engine` to batched")
+    if o.follow_up and not planned:
+        raise ConfigError("`follow_up` needs method trawmem with a `plan_llm`")
+
+
+def _eval_banks(data_path, method: str, cfg: SelectConfig, build_cfg: BuildConfig | None, o: EvalOptions):
+    """``(convs, banks, build_cfg, encoder, units, layered)`` of a :func:`run_eval`: the
+    conversations and their banks (loaded, reused or built; layered as ``units`` / ``facts`` say)."""
+    from ..data import require_locomo
+    from ..encode import get_encoder
+
+    dayfirst = o.dayfirst
+    if o.banks_and_convs is None:
+        require_locomo(data_path, "eval")
+    if o.banks_and_convs is None:
+        convs = load_conversations(data_path, dayfirst=dayfirst)
+        _require_questions(convs, data_path, o.categories)
+        build_cfg = build_cfg or given_build_config(o.bank_cache) or BuildConfig()
+    else:
+        build_cfg = build_cfg or BuildConfig()
+    if cfg.ablation == "fixed_segmentation":
+        build_cfg = BuildConfig(**(build_cfg.to_dict() | {"segmentation": "fixed"}))
+    encoder = get_encoder(build_cfg.encoder)
+    if o.banks_and_convs is None:
+        convs, banks, _ = banks_for(data_path, build_cfg, o.bank_cache, o.progress, encoder, dayfirst=dayfirst,
+                                    convs=convs)
+    else:
+        convs, banks = o.banks_and_convs
+    from ..store.view import DEFAULT_UNITS, parse_units
+
+    units = parse_units(o.units)
+    if method == "trimem" and units != DEFAULT_UNITS:
+        raise ConfigError("`units`: method trimem shows its own units (facts, their source turns, profiles); "
+                          "leave `units` at turns")
+    layered = units != DEFAULT_UNITS or method == "trimem"
+    if units != DEFAULT_UNITS or o.facts not in (None, "none"):
+        banks = layered_banks(banks, data_path, units, o.facts, encoder, dayfirst=dayfirst)
+    return convs, banks, build_cfg, encoder, units, layered
+
+
+def _select_all(method: str, o: EvalOptions, cfg: SelectConfig, qp: QueryParams, banks, ctxs: dict, items, Z,
+                encoder):
+    """``(picks, t_each, t_sel, render_bank, trimem_plans, plan_picks)``: every question's
+    selection with ``method`` (timed), and what each workspace is rendered from."""
+    from ..select.baselines import baseline_units
+    from ..select.reference import select_reference
+
+    head, plan_llm, prompts = o.head, o.plan_llm, o.prompts
+    batched = method == "trawmem" and o.engine == "batched"
+    planned = method == "trawmem" and plan_llm is not None
+    bank_of = {b.bank_id: b for b in banks}
     t_sel = 0.0
     picks: list[list[int]] = []
     t_each: list[float] = []
@@ -283,14 +372,14 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
             from .planned import planned_select
 
             got = planned_select(eng, [(b, q.question) for b, q in items], Z, qp, llm=plan_llm, prompts=prompts,
-                                 follow_up=follow_up, encode=lambda xs: encoder.encode(xs, is_query=True))
+                                 follow_up=o.follow_up, encode=lambda xs: encoder.encode(xs, is_query=True))
             picks, plan_picks = [p.units for p in got], got
         else:
             picks = eng.select_units([b for b, _ in items], [q.question for _, q in items], Z, params=qp)
         t_sel = time.perf_counter() - t0
         t_each = [t_sel / max(1, len(items))] * len(items)
     else:
-        for (bid, q), z in tqdm(list(zip(items, Z)), desc=f"select ({method})", disable=not progress):
+        for (bid, q), z in tqdm(list(zip(items, Z)), desc=f"select ({method})", disable=not o.progress):
             ctx = ctxs[bid]
             t0 = time.perf_counter()
             if method == "trawmem":
@@ -300,41 +389,29 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
             t_each.append(time.perf_counter() - t0)
             t_sel += t_each[-1]
             picks.append(p)
+    return picks, t_each, t_sel, render_bank, trimem_plans, plan_picks
+
+
+def _eval_records(items, picks, t_each, render_bank: dict, headings, layered: bool, plans) -> list[dict]:
+    """One scored record per question: its workspace rendered, recall and hit against the gold,
+    the layer scores of a layered run, and its plan (``plans``: one dict per question, or None)."""
     records = []
-    t0 = time.perf_counter()
     for n, ((bid, q), p, ts) in enumerate(zip(items, picks, t_each)):
-        ws = assemble(render_bank[bid], q.question, p, headings_for(method, cfg))
+        ws = assemble(render_bank[bid], q.question, p, headings)
         rec_, hit = _scores(ws.unit_ids, q.evidence)
         records.append({"qid": q.qid, "bank_id": bid, "category": q.category, "evidence_recall": rec_,
                         "all_evidence_hit": hit, "context_tokens": ws.n_tokens, "n_selected": len(ws.unit_ids),
                         "selected": ws.unit_ids, "gold": list(q.evidence), "select_s": ts})
         if layered:
             records[-1].update(layer_scores([t for b in ws.blocks for t in b.units], q.evidence))
-        if trimem_plans is not None:
-            records[-1]["plan"] = trimem_plans[n]
-        if plan_picks is not None:
-            records[-1]["plan"] = plan_picks[n].to_dict()
-    t_asm = time.perf_counter() - t0
-    agg = aggregate(records, categories=categories,
-                    keys=("evidence_recall", "all_evidence_hit", "context_tokens") + (LAYER_KEYS if layered else ()))
-    from ..data.types import EvidenceRepairs
+        if plans is not None:
+            records[-1]["plan"] = plans[n]
+    return records
 
-    rep = EvidenceRepairs()
-    for c in convs:
-        rep.add(c.repairs)
-    out = {
-        "method": method, "engine": engine if method == "trawmem" else "n/a", **agg,
-        "n_questions": len(records), "skipped_no_evidence": skipped,
-        "config": {"select": {**cfg.to_dict(), **qp.to_dict()}, "build": build_cfg.to_dict(), "budget": qp.budget,
-                   "token_budget": qp.token_budget, "hops": qp.hops, "ablation": cfg.ablation,
-                   "categories": list(categories), **({"units": list(units), "facts": facts} if layered else {})},
-        "dataset": {"path": str(data_path), "sha256": file_sha256(data_path), "evidence_repairs": rep.as_dict(),
-                    "dayfirst": dayfirst, "skipped_empty_turns": sum(c.skipped_empty for c in convs)},
-        "encoder": encoder.id, "tokenizer": TOKENIZER_NAME, "package_version": __version__,
-        "selection_seconds_per_query": t_sel / max(1, len(records)),
-        "timing": {"encode_questions_s": t_enc, "select_s": t_sel, "assemble_s": t_asm,
-                   "question_embedding_cache_hits": getattr(encoder, "hits", 0) - hits0 if query_vecs is None else None},
-    }
+
+def _eval_extras(out: dict, method: str, o: EvalOptions, trimem_plans, plan_picks) -> None:
+    """The head's description, trimem's planning counts and planned TrawMem's summary, into ``out``."""
+    head, plan_llm, prompts = o.head, o.plan_llm, o.prompts
     if head is not None:
         out["head"] = getattr(head, "describe", lambda: str(head))()
     if method == "trimem":
@@ -347,7 +424,4 @@ def run_eval(data_path: str | Path, method: Method = "trawmem", select_cfg: Sele
     if plan_picks is not None:
         from .planned import plan_summary
 
-        out["plan"] = plan_summary(plan_picks, plan_llm, prompts) | {"follow_up": follow_up}
-    if keep_records:
-        out["records"] = records
-    return out
+        out["plan"] = plan_summary(plan_picks, plan_llm, prompts) | {"follow_up": o.follow_up}

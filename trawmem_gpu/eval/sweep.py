@@ -181,8 +181,7 @@ class CellRunner:
 
 
 def run_cells(cells: list[Cell], banks: dict, ctxs: dict, items: list, Z: np.ndarray, base_cfg, *,
-              engine: str = "reference", warmup: int = 10, threads: int = 1, keep_selections: bool = False,
-              progress: bool = True, desc: str = "select (cells interleaved)", base_params=None) -> list[CellRunner]:
+              engine: str = "reference", threads: int = 1, base_params=None, **timed) -> list[CellRunner]:
     """Select every query of ``items`` (``(bank_id, Question)``) alone in every cell and time it.
 
     The cells are interleaved query by query, in a fresh (seeded) random order per query, so a
@@ -193,10 +192,11 @@ def run_cells(cells: list[Cell], banks: dict, ctxs: dict, items: list, Z: np.nda
     all-evidence hit, context tokens, selected and candidate counts, ``select_s`` (selection
     alone) and ``latency_s`` (selection + assembling and rendering the workspace);
     ``selections`` the reference's :class:`Selection` per query when ``keep_selections``.
+    ``timed``: :func:`interleave`'s keywords (``warmup``, ``keep_selections``, ``progress``, ``desc``).
     """
     shared = SharedEngine(banks, base_cfg, threads)  # one engine, one set of tables, for the whole grid
     runners = [CellRunner(c, banks, ctxs, base_cfg, engine, threads, base_params, shared) for c in cells]
-    return interleave(runners, items, Z, warmup=warmup, keep_selections=keep_selections, progress=progress, desc=desc)
+    return interleave(runners, items, Z, **({"desc": "select (cells interleaved)"} | timed))
 
 
 def interleave(runners: list[CellRunner], items: list, Z: np.ndarray, *, warmup: int = 10,

@@ -41,7 +41,8 @@ from ..select.objective import COVERAGE_TERMS, QUERY_WEIGHTS, CoverageData, Modu
     modular_gain, support_kernel
 from ..select.reference import localize
 from ..select.steps.priority import effective_budget
-from .defaults import DEFAULTS
+from ..dictconfig import with_keywords
+from .defaults import FitOptions
 from .model import LEARNED_WEIGHTS, RoleHead, save_head
 
 _BIG = 1e6  # finite stand-in for unreachable head-to-head costs (exp(-1e6 / tau) == 0)
@@ -287,13 +288,14 @@ def torch_picks(head: RoleHead, batches: list[dict], cfg: SelectConfig, budget: 
 
 
 # --------------------------------------------------------------------------------------- fit
-def fit(items: list[QItem], cfg: SelectConfig | None = None, *, epochs: int = DEFAULTS["epochs"],
-        lr: float = DEFAULTS["lr"], seed: int = DEFAULTS["seed"], l2: float = DEFAULTS["l2"],
-        temp: float = DEFAULTS["temp"], steps: int | None = DEFAULTS["steps"], chunk: int = 48,
-        conditional_weights: bool = True, loss_kind: str = DEFAULTS["loss_kind"],
-        progress: bool = True, params: QueryParams | None = None) -> tuple[RoleHead, dict]:
+def fit(items: list[QItem], cfg: SelectConfig | None = None, options: FitOptions | None = None, *,
+        chunk: int = 48, conditional_weights: bool = True, progress: bool = True,
+        params: QueryParams | None = None, **kw) -> tuple[RoleHead, dict]:
     """Train a fresh head on ``items`` (questions whose gold is outside U_q are skipped), prepared
-    with the query parameters ``params`` (their pool budget sizes the priority cap and the steps)."""
+    with the query parameters ``params`` (their pool budget sizes the priority cap and the steps).
+    ``options``: the hyperparameters (:class:`~.defaults.FitOptions`), or its fields as keywords."""
+    o = with_keywords("fit", FitOptions, options, kw)
+    epochs, lr, seed, l2, temp, steps, loss_kind = o.epochs, o.lr, o.seed, o.l2, o.temp, o.steps, o.loss_kind
     cfg = (cfg or SelectConfig()).resolved()
     pool = (params or QueryParams()).pool_budget
     steps = pool if steps is None else int(steps)  # B, or B_T under a token budget
@@ -380,12 +382,11 @@ def load_dev(data_path: str | Path, build_cfg=None, progress: bool = False, cate
     return convs, banks, Z
 
 
-def train_head(data_path: str | Path, out_path: str | Path, *, conversations=None,
-               epochs: int = DEFAULTS["epochs"], lr: float = DEFAULTS["lr"], seed: int = DEFAULTS["seed"],
-               budget: int = 16, progress: bool = True, l2: float = DEFAULTS["l2"], temp: float = DEFAULTS["temp"],
-               steps: int | None = DEFAULTS["steps"], loss_kind: str = DEFAULTS["loss_kind"],
-               select_cfg: SelectConfig | None = None, data=None, dayfirst: bool = False) -> dict:
-    """Train a head on the gold evidence of ``data_path`` (optionally only ``conversations``), save it.
+def train_head(data_path: str | Path, out_path: str | Path, options: FitOptions | None = None, *,
+               conversations=None, budget: int = 16, progress: bool = True, select_cfg: SelectConfig | None = None,
+               data=None, dayfirst: bool = False, **kw) -> dict:
+    """Train a head on the gold evidence of ``data_path`` (optionally only ``conversations``), save it,
+    with the hyperparameters ``options`` (:class:`~.defaults.FitOptions`, or its fields as keywords).
 
     Writes the head to ``out_path`` (safetensors) and its loss curve beside it
     (``loss_png_path(out_path)``). ``data``: optional preloaded ``(convs, banks, Z)``.
@@ -393,6 +394,8 @@ def train_head(data_path: str | Path, out_path: str | Path, *, conversations=Non
     """
     from ..paths import file_sha256
 
+    o = with_keywords("train_head", FitOptions, options, kw)
+    seed, epochs, lr, l2, temp, loss_kind = o.seed, o.epochs, o.lr, o.l2, o.temp, o.loss_kind
     cfg = select_cfg or SelectConfig()
     qp = QueryParams(budget=budget)
     convs, banks, Z = data if data is not None else load_dev(data_path, progress=progress, dayfirst=dayfirst)
@@ -416,8 +419,7 @@ def train_head(data_path: str | Path, out_path: str | Path, *, conversations=Non
     n_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        head, hist = fit(items, cfg, epochs=epochs, lr=lr, seed=seed, l2=l2, temp=temp, steps=steps,
-                         loss_kind=loss_kind, progress=progress, params=qp)
+        head, hist = fit(items, cfg, o, progress=progress, params=qp)
     finally:
         torch.set_num_threads(n_threads)
     head.meta = {"data_path": str(data_path), "data_sha256": file_sha256(data_path),

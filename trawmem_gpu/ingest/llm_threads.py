@@ -14,7 +14,7 @@ from trawmem_gpu.llm.base import LLMBackend
 from trawmem_gpu.llm.prompts import HEAD, SEGMENT, retry_messages
 from trawmem_gpu.llm.structured import parse_boundaries, parse_head
 
-log = logging.getLogger("trawmem_gpu.ingest")
+log = logging.getLogger(__name__)
 
 MAX_TURN_CHARS = 600
 """Turns longer than this are clipped in the segmentation prompt."""

@@ -20,7 +20,7 @@ from typing import Optional
 from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.llm.base import LLMBackend, LLMResult
 
-log = logging.getLogger("trawmem_gpu.llm")
+log = logging.getLogger(__name__)
 
 CACHE_FORMAT = 2
 """Version of the table layout (2: replies keyed on the endpoint too, its column beside the

@@ -8,15 +8,17 @@ import os
 import random
 import re
 import time
+from dataclasses import dataclass
 from typing import Optional
 
 import httpx
 
+from trawmem_gpu.dictconfig import with_keywords
 from trawmem_gpu.errors import ConfigError, name_list
 from trawmem_gpu.http_headers import retry_after_s
 from trawmem_gpu.llm.base import LLMBackend, LLMRequestError, LLMResult, Secret
 
-log = logging.getLogger("trawmem_gpu.llm")
+log = logging.getLogger(__name__)
 
 API_KEY_ENV = ("TRAWMEM_API_KEY", "OPENAI_API_KEY")
 """Environment variables read, in order, when no api_key is passed."""
@@ -25,6 +27,28 @@ _RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524
 _BEARER_RE = re.compile(r"(?i)(bearer\s+)[^\s'\"]+")
 REFUSED = "the model refused the request"
 """How a refused request's error begins (a reply with ``refusal`` or a content-filter stop)."""
+
+
+@dataclass(frozen=True)
+class HTTPOptions:
+    """How an :class:`OpenAIHTTPBackend` sends its requests."""
+
+    concurrency: int = 16
+    """Requests of a batch in flight at once (>= 1)."""
+    timeout_s: float = 60
+    """Bound on each attempt as a whole: connect, send, wait, read (> 0)."""
+    max_retries: int = 4
+    """Retries of a transient failure (connect error, timeout, 429, 5xx)."""
+    backoff_s: float = 0.5
+    """The first retry's wait, doubled each retry (``Retry-After`` overrides it)."""
+    max_backoff_s: float = 60.0
+    """The longest wait between two attempts."""
+    progress: bool = True
+    """A progress bar over a batch."""
+    raise_if_all_failed: bool = True
+    """Raise :class:`LLMRequestError` when every request of a batch fails (server down)."""
+    deadline_s: Optional[float] = None
+    """Bound on all requests of the backend together, from its first chat request (None: none)."""
 
 
 class OpenAIHTTPBackend(LLMBackend):
@@ -46,21 +70,13 @@ class OpenAIHTTPBackend(LLMBackend):
 
     name = "openai-http"
 
-    def __init__(
-        self,
-        base_url: str,
-        model: Optional[str] = None,
-        api_key: Optional[str] = None,
-        concurrency: int = 16,
-        timeout_s: float = 60,
-        max_retries: int = 4,
-        backoff_s: float = 0.5,
-        *,
-        max_backoff_s: float = 60.0,
-        progress: bool = True,
-        raise_if_all_failed: bool = True,
-        deadline_s: Optional[float] = None,
-    ) -> None:
+    def __init__(self, base_url: str, model: Optional[str] = None, api_key: Optional[str] = None,
+                 options: Optional[HTTPOptions] = None, **kw) -> None:
+        """``options``: :class:`HTTPOptions`; its fields can be given as keywords too, over it."""
+        o = with_keywords("OpenAIHTTPBackend", HTTPOptions, options, kw)
+        concurrency, timeout_s, max_retries, backoff_s = o.concurrency, o.timeout_s, o.max_retries, o.backoff_s
+        max_backoff_s, progress, raise_if_all_failed, deadline_s = o.max_backoff_s, o.progress, \
+            o.raise_if_all_failed, o.deadline_s
         super().__init__()
         if not isinstance(base_url, str) or not re.match(r"^https?://[^/\s]+", base_url):
             raise ConfigError(f"base_url must start with http:// or https://, got {base_url!r}")

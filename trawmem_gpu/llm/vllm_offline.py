@@ -8,7 +8,7 @@ from typing import Optional
 from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.llm.base import LLMBackend, LLMResult
 
-log = logging.getLogger("trawmem_gpu.llm")
+log = logging.getLogger(__name__)
 
 
 def _json_sampling_kwargs() -> dict:

@@ -6,6 +6,7 @@ Reference: ``docs/python-api.md``.
 """
 from ..data.types import Turn
 from .api import Memory
+from .options import MemoryOptions
 from .result import SelectedWorkspace, Thread, Unit
 
-__all__ = ["Memory", "SelectedWorkspace", "Thread", "Turn", "Unit"]
+__all__ = ["Memory", "MemoryOptions", "SelectedWorkspace", "Thread", "Turn", "Unit"]

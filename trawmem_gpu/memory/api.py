@@ -25,6 +25,7 @@ from typing import Sequence
 from ..data.jsonl import record_of
 from ..data.types import Turn
 from ..errors import ConfigError, InputError
+from .options import OPTION_FIELDS, MemoryOptions
 from .result import SelectedWorkspace
 
 def _query(fn: str, query: dict) -> dict:
@@ -95,47 +96,35 @@ class Memory:
     """Agent memory over the collection directory ``path`` (created empty when missing).
 
     :param path: the collection directory
-    :param encoder: encoder spec (``"minilm"``: all-MiniLM-L6-v2 on the CPU, ``"hf:/dir"``) or an
-        ``Encoder``; default: the collection's own, else ``"minilm"``
-    :param method: the selection method (``SelectConfig``; default TrawMem as the CLI and server run it)
-    :param params: the collection's default ``QueryParams`` (default: the method's, ``QueryParams()``)
+    :param options: a :class:`~trawmem_gpu.memory.options.MemoryOptions` (encoder, method,
+        params, threads, caches, head, only, create, embedding_cache, llm, units, plan_llm,
+        follow_up; a docstring per field); its fields can also be given as keywords, over it
     :param query: default query fields over ``params`` (``budget=`` B, ``token_budget=`` T,
         ``hops=`` H, or any other ``QueryParams`` field), merged by ``select.params.merge_params``:
         ``token_budget`` alone means no unit cap. The result is :attr:`defaults`.
-    :param threads: CPU threads of the engine (None: its default)
-    :param caches: cache files a forget scrubs besides the default ones
-    :param head: a learned role head (``trawmem_gpu.head.load_head``) for the engine
-    :param only: load only these bank ids (a process that serves a few banks of a large collection)
-    :param create: create the collection when ``path`` does not hold one (else a ``BankError``)
-    :param llm: an LLM backend (``trawmem_gpu.llm.factory.llm_from_args``) for banks built with
-        LLM segmentation or heads: ``add`` re-segments and writes heads with it, ``forget`` too
-    :param embedding_cache: keep vectors in the on-disk embedding cache (True: the default one
-        under ``TRAWMEM_CACHE``, or a file path); off by default
-    :param plan_llm: an LLM backend for planned TrawMem (``eval.planned``, docs/method.md): it
-        writes each question's searches (TriMem's target-query step) and TrawMem selects for each;
-        None (the default): the question is the only search
-    :param follow_up: with ``plan_llm``, one more LLM call per question asks for the evidence its
-        first workspace still lacks
     :raises BankError: the directory is not a collection (or a damaged one)
     :raises ConfigError: the encoder is not the collection's
     """
 
-    def __init__(self, path: str | Path, *, encoder=None, method=None, params=None, threads: int | None = None,
-                 caches: Iterable[str | Path] = (), head=None, only: Iterable[str] | None = None,
-                 create: bool = True, embedding_cache: bool | str = False, llm=None, units=("turns",),
-                 plan_llm=None, follow_up: bool = False, **query):
-        from ..select.params import merge_params
-        from .core import MemoryCore
+    def __init__(self, path: str | Path, options: MemoryOptions | None = None, **kw):
+        from dataclasses import replace
 
-        if follow_up and plan_llm is None:
+        from ..select.params import merge_params
+        from .core import EngineSpec, MemoryCore
+
+        if options is not None and not isinstance(options, MemoryOptions):
+            raise TypeError(f"Memory() options: expected a MemoryOptions, got {type(options).__name__}")
+        o = replace(options or MemoryOptions(), **{k: v for k, v in kw.items() if k in OPTION_FIELDS})
+        query = {k: v for k, v in kw.items() if k not in OPTION_FIELDS}
+        if o.follow_up and o.plan_llm is None:
             raise ConfigError("`follow_up` needs a `plan_llm`")
-        self.defaults = merge_params(_query("Memory", query), params)
+        self.defaults = merge_params(_query("Memory", query), o.params)
         """The ``QueryParams`` a selection gets for the fields it leaves out (the collection default)."""
-        owns = (lambda b, keep=frozenset(only): b in keep) if only is not None else (lambda b: True)
-        self._core = MemoryCore(path, encoder=encoder, select_cfg=method, threads=threads, caches=caches, head=head,
-                                owns=owns, create=create, embedding_cache=embedding_cache, units=units)
-        self.llm = llm
-        self.plan_llm, self.follow_up = plan_llm, bool(follow_up)
+        owns = (lambda b, keep=frozenset(o.only): b in keep) if o.only is not None else (lambda b: True)
+        self._core = MemoryCore(path, encoder=o.encoder, engine=EngineSpec(o.method, o.threads, o.head, o.units),
+                                caches=o.caches, owns=owns, create=o.create, embedding_cache=o.embedding_cache)
+        self.llm = o.llm
+        self.plan_llm, self.follow_up = o.plan_llm, bool(o.follow_up)
         self._lock = threading.Lock()
         """Held for every engine call and engine refresh."""
         self._assembled = threading.Condition(self._lock)

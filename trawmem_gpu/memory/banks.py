@@ -33,7 +33,7 @@ from .erase import Erasure, pause_point, read_journal, write_journal
 from .quarantine import cause_of, stored_erasure
 from .turns import parse_turns
 
-log = logging.getLogger("trawmem.memory")
+log = logging.getLogger(__name__)
 
 
 def check_bank_id(bank_id: str) -> None:

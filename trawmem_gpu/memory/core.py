@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from typing import Callable
 
 from ..encode.base import Encoder
@@ -20,7 +21,7 @@ from .engines import ServedEngine, select_units
 from .erase import clear_journal, erase_copies, pause_point, pending_journals
 from .quarantine import cause_of
 
-log = logging.getLogger("trawmem.memory")
+log = logging.getLogger(__name__)
 
 
 class LockedEncoder(Encoder):
@@ -51,28 +52,39 @@ def forget_in_process_texts() -> None:
     clear_counts()
 
 
+@dataclass(frozen=True)
+class EngineSpec:
+    """What the one selection engine of a :class:`MemoryCore` runs (:func:`served_engine`)."""
+
+    select_cfg: SelectConfig | None = None
+    """The method (None: ``SelectConfig()``)."""
+    threads: int | None = None
+    """CPU threads of the engine (None: its default)."""
+    head: object = None
+    """A learned role head for the engine (``head.load_head``), or None."""
+    units: tuple | list = ("turns",)
+    """The layers the engine selects from (``store.view.unit_view``; default the turns)."""
+    method: str = "trawmem"
+    """``trawmem``, or ``trimem`` (TriMem's retrieval: ``select.trimem.method.TriMemEngine``)."""
+
+
 class MemoryCore:
     """Banks, encoder and engine of one collection.
 
     :param path: the collection directory (created empty when missing)
     :param encoder: an encoder spec (``"minilm"``, ``"hf:/dir"``) or an :class:`Encoder`; default:
         the collection's own build config's, else ``"minilm"``
-    :param select_cfg: the method (default ``SelectConfig()``)
-    :param threads: CPU threads of the engine (None: its default)
+    :param engine: what the engine runs (:class:`EngineSpec`: method, threads, head, units)
     :param owns: which bank ids this process serves (a Ray shard serves a slice)
     :param caches: cache files a forget scrubs besides the default ones (``memory.erase``)
-    :param head: a learned role head for the engine (``head.load_head``), or None
     :param create: create a missing collection (else a ``BankError``)
     :param embedding_cache: keep query vectors in the on-disk embedding cache (True: the default
         one, or a file path); off by default
-    :param units: the layers the engine selects from (``store.view.unit_view``; default the turns)
-    :param method: ``trawmem``, or ``trimem`` (TriMem's retrieval: ``select.trimem.method.TriMemEngine``)
     """
 
-    def __init__(self, path, *, encoder: str | Encoder | None = None, select_cfg: SelectConfig | None = None,
-                 threads: int | None = None, owns: Callable[[str], bool] = lambda bank_id: True, caches=(),
-                 head=None, create: bool = True, embedding_cache: bool | str = False, units=("turns",),
-                 method: str = "trawmem"):
+    def __init__(self, path, *, encoder: str | Encoder | None = None, engine: EngineSpec = EngineSpec(),
+                 owns: Callable[[str], bool] = lambda bank_id: True, caches=(), create: bool = True,
+                 embedding_cache: bool | str = False):
         from ..encode import get_encoder
 
         self.registry = BankRegistry(path, owns, create)
@@ -87,7 +99,8 @@ class MemoryCore:
         self.caches = tuple(caches) + ((embedding_cache,) if isinstance(embedding_cache, str) else ())
         self.finished = self.finish_pending()
         """Summaries of the killed forgets this open finished (before anything was served)."""
-        self.engines = served_engine(self.registry.banks(), select_cfg, threads, head, units, method)
+        self.engines = served_engine(self.registry.banks(), engine.select_cfg, engine.threads, engine.head,
+                                     engine.units, engine.method)
         for bank_id, cause in self.engines.rejected.items():  # banks that load but do not prepare
             self.registry.quarantine(bank_id, cause)
 

@@ -28,10 +28,12 @@ import os
 import time
 from collections import OrderedDict
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ..dictconfig import with_keywords
 from ..errors import ConfigError
 from .items import ScoreItem
 from .job import (RESUME_FIELDS, ScoreSpec, Scorer, check_banks, collection_encoder, encode_questions, job_meta,
@@ -119,11 +121,27 @@ class GroupScorer:
         return {"record": np.array(out, dtype=object), "timings": np.array(timings, dtype=object)}
 
 
-def score_ray(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, out: str | Path, *,
-              address: str | None = None, workers: int = 2, group_size: int | None = None,
-              threads_per_worker: int = 1, progress: bool = True, overwrite: bool = False, on_write=None,
-              rescore_changed: bool = False) -> dict:
-    """The scoring job on Ray Data (same output and resume rules as :func:`run_score`)."""
+@dataclass(frozen=True)
+class RayOptions:
+    """Where and how wide :func:`score_ray` runs on Ray."""
+
+    address: str | None = None
+    """The Ray cluster to join (None: start a local one)."""
+    workers: int = 2
+    """Scoring actors (>= 1)."""
+    group_size: int | None = None
+    """Questions per Ray Data block (None: about four blocks per worker)."""
+    threads_per_worker: int = 1
+    """CPU threads (and Ray CPUs) of each actor."""
+
+
+def score_ray(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, out: str | Path,
+              cluster: RayOptions | None = None, *, progress: bool = True, overwrite: bool = False, on_write=None,
+              rescore_changed: bool = False, **kw) -> dict:
+    """The scoring job on Ray Data (same output and resume rules as :func:`run_score`);
+    ``cluster``: :class:`RayOptions`, or its fields as keywords."""
+    c = with_keywords("score_ray", RayOptions, cluster, kw)
+    address, workers, group_size, threads_per_worker = c.address, c.workers, c.group_size, c.threads_per_worker
     from tqdm.auto import tqdm
 
     from ..store import Collection

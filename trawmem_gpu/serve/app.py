@@ -58,7 +58,7 @@ from ..memory.banks import check_bank_id
 from ..errors import DuplicateTurns, QuarantinedBank, UnknownBank
 from .service import SelectItem
 
-log = logging.getLogger("trawmem.serve")
+log = logging.getLogger(__name__)
 
 try:  # orjson is faster; the stdlib is the fallback
     import orjson

@@ -36,7 +36,7 @@ from typing import Callable, NamedTuple
 
 from ..errors import InputError
 
-log = logging.getLogger("trawmem.serve")
+log = logging.getLogger(__name__)
 
 
 class QueueFull(Exception):

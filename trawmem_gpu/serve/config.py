@@ -1,12 +1,25 @@
 """Serving options: every knob of ``trawmem serve`` in one dataclass, one docstring per field."""
 from __future__ import annotations
 
+import logging
 import signal
+from collections.abc import Callable
 
 from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..select.params import SERVED_LIMITS, QueryLimits
+
+log = logging.getLogger(__name__)
+
+Say = Callable[[str], None]
+"""Where a server's status lines go (start, drain, stop): ``trawmem serve`` prints them; a
+server started from code logs them (:func:`log_line`)."""
+
+
+def log_line(line: str) -> None:
+    """The default :data:`Say`: the line as an INFO record of this module's logger."""
+    log.info("%s", line)
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
@@ -96,7 +109,7 @@ class ServeConfig:
     http_workers: int = 0
     """``--http-workers``: 0 serves HTTP in the engine's own process; N > 0 runs HTTP (keys,
     validation, routes, JSON) in N front processes that forward to one engine process over a
-    private Unix socket (:mod:`.remote`), so HTTP no longer shares the engine's GIL."""
+    private Unix socket (:mod:`.remote`), so HTTP does not share the engine's GIL."""
 
     units: tuple = ("turns",)
     """The layers the engine selects from (``--units``: ``facts.view.unit_view`` of every bank)."""
@@ -177,7 +190,7 @@ def default_threads(http_workers: int = 0, cores: int | None = None) -> int:
 
     The engine process runs more than the encoder and engine: the event loop (HTTP, in one
     process), workspace assembly (2 threads) and appends share its cores, and each HTTP front
-    process takes a core of its own; torch's default (every core) oversubscribes them (issue 23).
+    process takes a core of its own; torch's default (every core) oversubscribes them.
     Half the cores leaves the other half to those."""
     cores = usable_cores() if cores is None else cores
     return max(1, cores // 2 - int(http_workers))
@@ -197,7 +210,7 @@ def uvicorn_config(app, cfg: ServeConfig, access_log: bool = False, graceful_s: 
                           timeout_keep_alive=cfg.keep_alive_s, http=bounded_protocol(cfg))
 
 
-def say_draining(sig: int, cfg: "ServeConfig") -> None:
+def say_draining(sig: int, cfg: "ServeConfig", say: Say = log_line) -> None:
     """The line a stop signal gets (SIGTERM or Ctrl-C): what the server does before it exits."""
-    print(f"trawmem serve: {signal.Signals(sig).name}: draining: no new connections; requests in flight and queued "
-          f"are answered (each within --timeout {cfg.timeout_s:g} s), then it stops", flush=True)
+    say(f"trawmem serve: {signal.Signals(sig).name}: draining: no new connections; requests in flight and queued "
+        f"are answered (each within --timeout {cfg.timeout_s:g} s), then it stops")

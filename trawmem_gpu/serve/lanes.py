@@ -1,8 +1,6 @@
 """Appends apart from the query path: their own encoder, in chunks that give way to queries.
 
-Before, appends and query batches shared one encoder behind one lock: a 300-turn append held it
-for its whole encode, and every query batch (even one whose queries all sent a
-``question_vector``) waited behind it (issue 23). Now:
+A query batch never waits behind an append's encode (a 300-turn append encodes for seconds):
 
 * the batch worker encodes queries with the service's query encoder, which nothing else calls;
 * appends encode with an :class:`AppendEncoder` over a second instance of the same model (loaded

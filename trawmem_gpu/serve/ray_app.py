@@ -32,10 +32,10 @@ from ray import serve
 
 from ..select.params import QueryParams
 from .batcher import DeadlineExceeded, Later, QueueFull
-from .config import ServeConfig
+from .config import Say, ServeConfig, log_line
 from .remote import error_fields, error_from
 
-log = logging.getLogger("trawmem.serve")
+log = logging.getLogger(__name__)
 APP_NAME = "trawmem"
 
 
@@ -73,7 +73,7 @@ class BankShard:
     """One shard: a :class:`~trawmem_gpu.serve.service.SelectionService` over its slice of banks."""
 
     def __init__(self, cfg: dict, shard: int, shards: int):
-        from .service import SelectionService, freeze_heap
+        from .service import SelectionService, freeze_heap, warm_up
 
         self.cfg = ServeConfig(**cfg)
         self.shard, self.shards = shard, shards
@@ -82,7 +82,7 @@ class BankShard:
 
         sys.setswitchinterval(self.cfg.switch_interval_ms / 1e3)
         if self.cfg.warmup:
-            self.service._warmup()
+            warm_up(self.service)
         freeze_heap()
         self.service.ready = True
         sel = self._select_batch
@@ -274,8 +274,10 @@ def start_app(cfg: ServeConfig, shards: int = 2, shard_cpus: float = 1.0, wait_s
             log.warning("Ray Serve is not serving yet (%s: %s); waiting on", type(e).__name__, e)
 
 
-def serve_ray(cfg: ServeConfig, shards: int = 2, address: str | None = None, shard_cpus: float = 1.0) -> None:
-    """``trawmem serve --ray``: start (or join) Ray, run the application, serve until Ctrl-C."""
+def serve_ray(cfg: ServeConfig, shards: int = 2, address: str | None = None, shard_cpus: float = 1.0,
+              say: Say = log_line) -> None:
+    """``trawmem serve --ray``: start (or join) Ray, run the application, serve until Ctrl-C;
+    ``say`` takes the status line (the command prints it)."""
     import signal
 
     import ray
@@ -288,8 +290,7 @@ def serve_ray(cfg: ServeConfig, shards: int = 2, address: str | None = None, sha
     try:
         start_app(cfg, shards, shard_cpus)
         auth = f"API keys from {cfg.keys_file}" if cfg.keys_file else "no keys file: WITHOUT authentication"
-        print(f"trawmem serve --ray: {shards} shards over {cfg.collection}, http://{cfg.host}:{cfg.port}; {auth}",
-              flush=True)
+        say(f"trawmem serve --ray: {shards} shards over {cfg.collection}, http://{cfg.host}:{cfg.port}; {auth}")
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

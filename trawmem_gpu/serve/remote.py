@@ -48,9 +48,9 @@ from ..errors import InputError, QuarantinedBank, UnknownBank
 from ..select.params import QueryParams
 from .batcher import DeadlineExceeded, OutcomeUnknown, QueueFull, ShuttingDown
 from .config import ServeConfig, bound_socket, uvicorn_config
-from .config import say_draining
+from .config import Say, log_line, say_draining
 
-log = logging.getLogger("trawmem.serve")
+log = logging.getLogger(__name__)
 
 _LEN = struct.Struct("!I")
 WRITE_WAIT_S = 600.0
@@ -363,7 +363,7 @@ def listening_socket(sock: socket.socket) -> socket.socket:
 
 
 def serve_with_fronts(cfg: ServeConfig, service, metrics, announce, access_log: bool = False,
-                      sock: socket.socket | None = None) -> None:
+                      sock: socket.socket | None = None, say: Say = log_line) -> None:
     """Run the engine endpoint here and ``cfg.http_workers`` front processes until SIGINT /
     SIGTERM (or a front dies), then shut down in order: fronts first (they answer what they
     hold, the engine still serving them), then the engine's batcher drains."""
@@ -381,7 +381,7 @@ def serve_with_fronts(cfg: ServeConfig, service, metrics, announce, access_log: 
         stop = asyncio.Event()
         def on_signal(sig: int) -> None:
             if not stop.is_set():
-                say_draining(sig, cfg)
+                say_draining(sig, cfg, say)
             stop.set()
 
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -399,9 +399,8 @@ def serve_with_fronts(cfg: ServeConfig, service, metrics, announce, access_log: 
                     p.start()
             finally:
                 os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
-            print(f"trawmem serve: {cfg.http_workers} HTTP front processes "
-                  f"(pids {', '.join(str(p.pid) for p in fronts)}) over this engine process ({os.getpid()})",
-                  flush=True)
+            say(f"trawmem serve: {cfg.http_workers} HTTP front processes "
+                f"(pids {', '.join(str(p.pid) for p in fronts)}) over this engine process ({os.getpid()})")
             while not stop.is_set():
                 try:
                     await asyncio.wait_for(stop.wait(), 0.5)
@@ -422,7 +421,7 @@ def serve_with_fronts(cfg: ServeConfig, service, metrics, announce, access_log: 
                     p.kill()
             await endpoint.close()
             await service.stop()
-            print("trawmem serve: stopped", flush=True)
+            say("trawmem serve: stopped")
 
     try:
         try:

@@ -9,9 +9,9 @@ import socket
 import threading
 
 from ..errors import plural
-from .config import ServeConfig, bound_socket, say_draining, uvicorn_config
+from .config import Say, ServeConfig, bound_socket, log_line, say_draining, uvicorn_config
 
-log = logging.getLogger("trawmem.serve")
+log = logging.getLogger(__name__)
 
 
 def build_app(cfg: ServeConfig, **service_kw):
@@ -79,17 +79,18 @@ class BackgroundServer:
         self.stop()
 
 
-def serve_forever(cfg: ServeConfig, access_log: bool = False, **service_kw) -> None:
+def serve_forever(cfg: ServeConfig, access_log: bool = False, say: Say = log_line, **service_kw) -> None:
     """``trawmem serve``: load, warm up, serve until SIGINT / SIGTERM, then drain. With
-    ``cfg.http_workers`` > 0, HTTP runs in that many front processes (:mod:`.remote`)."""
+    ``cfg.http_workers`` > 0, HTTP runs in that many front processes (:mod:`.remote`). ``say``
+    takes each status line (the command prints them)."""
     sock = bound_socket(cfg.host, cfg.port)  # first: a busy port is one line, before the long load
     try:
-        _serve_on(sock, cfg, access_log, **service_kw)
+        _serve_on(sock, cfg, access_log, say, **service_kw)
     finally:
         sock.close()
 
 
-def _serve_on(sock: socket.socket, cfg: ServeConfig, access_log: bool, **service_kw) -> None:
+def _serve_on(sock: socket.socket, cfg: ServeConfig, access_log: bool, say: Say, **service_kw) -> None:
     import uvicorn
 
     if cfg.http_workers:
@@ -104,35 +105,34 @@ def _serve_on(sock: socket.socket, cfg: ServeConfig, access_log: bool, **service
     banks = service.bank_list()
     auth = (f"API keys from {cfg.keys_file}" if cfg.keys_file else
             "no keys file: serving WITHOUT authentication, bound to 127.0.0.1 only")
-    print(f"trawmem serve: {plural(len(banks), 'bank')}, {plural(sum(b['n_units'] for b in banks), 'unit')} from "
-          f"{cfg.collection} (encoder {service.encoder_id}); {auth}", flush=True)
+    say(f"trawmem serve: {plural(len(banks), 'bank')}, {plural(sum(b['n_units'] for b in banks), 'unit')} from "
+        f"{cfg.collection} (encoder {service.encoder_id}); {auth}")
     for bank_id, cause in sorted(service.registry.quarantined.items()):
-        print(f"trawmem serve: bank {bank_id!r} is quarantined (not served; DELETE /v1/banks/{{bank_id}} or "
-              f"`trawmem forget --bank` removes it): {cause}", flush=True)
+        say(f"trawmem serve: bank {bank_id!r} is quarantined (not served; DELETE /v1/banks/{{bank_id}} or "
+            f"`trawmem forget --bank` removes it): {cause}")
     if service.registry.created:
-        print(f"trawmem serve: {cfg.collection} did not exist: created an empty collection there "
-              "(banks come with POST /v1/banks/{bank_id}/turns)", flush=True)
+        say(f"trawmem serve: {cfg.collection} did not exist: created an empty collection there "
+            "(banks come with POST /v1/banks/{bank_id}/turns)")
 
     def announce(port: int) -> None:
-        print(f"trawmem serve: batching up to {cfg.max_batch} queries, waiting at most {cfg.max_wait_ms:g} ms; "
-              f"queue {cfg.max_queue}; deadline {cfg.timeout_s:g} s; http://{cfg.host}:{port} "
-              f"(OpenAPI at /docs)", flush=True)
+        say(f"trawmem serve: batching up to {cfg.max_batch} queries, waiting at most {cfg.max_wait_ms:g} ms; "
+            f"queue {cfg.max_queue}; deadline {cfg.timeout_s:g} s; http://{cfg.host}:{port} (OpenAPI at /docs)")
 
     if cfg.http_workers:
-        serve_with_fronts(cfg, service, metrics, announce, access_log, sock=sock)
+        serve_with_fronts(cfg, service, metrics, announce, access_log, sock=sock, say=say)
         return
     announce(sock.getsockname()[1])
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame):
             if not self.should_exit:
-                say_draining(sig, cfg)
+                say_draining(sig, cfg, say)
             super().handle_exit(sig, frame)
 
     # uvicorn re-raises the signal it caught once its graceful shutdown is done; for SIGTERM
     # that is a finished drain, so the handler it finds does nothing and the process exits 0
     signal.signal(signal.SIGTERM, lambda *_: None)
     Server(uvicorn_config(app, cfg, access_log)).run(sockets=[sock])
-    print("trawmem serve: stopped", flush=True)
+    say("trawmem serve: stopped")
 
 

@@ -40,7 +40,7 @@ import numpy as np
 
 from ..encode.base import Encoder
 from ..errors import ConfigError, UnknownBank  # noqa: F401 - the one UnknownBank, for the serve modules
-from ..memory.core import MemoryCore, bank_summary
+from ..memory.core import EngineSpec, MemoryCore, bank_summary
 from ..memory.engines import select_units
 from ..memory.result import SelectedWorkspace
 from ..select.config import SelectConfig
@@ -51,7 +51,7 @@ from .config import ServeConfig, default_threads
 from .keys import Quota
 from .lanes import AppendEncoder, FairPool, QueryFirst
 
-log = logging.getLogger("trawmem.serve")
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -103,6 +103,20 @@ def freeze_heap() -> None:
     gc.freeze()
 
 
+def warm_up(service: "SelectionService") -> None:
+    """One query encode and, with a bank, one selection and a token count, so the first request
+    does not pay for the model's, the engine's and the tokenizer's first call."""
+    t0 = time.perf_counter()
+    service.encoder.encode(["warm-up question"], is_query=True)
+    banks = service.engines.banks
+    if banks:
+        bid = next(iter(banks))
+        z = service.encoder.encode(["What happened first?"], is_query=True)
+        service.engines.engine.select_units([bid], ["What happened first?"], z, params=service.defaults)
+        count_tokens_cached("warm-up")
+    log.info("warm-up took %.1f s", time.perf_counter() - t0)
+
+
 class SelectionService:
     """One process's banks and engines behind a dynamic batcher.
 
@@ -131,8 +145,8 @@ class SelectionService:
         self.cfg = cfg
         self.metrics = metrics
         # the Memory core: banks (registry), query encoder and engine, the append and forget paths
-        self.core = MemoryCore(cfg.collection, encoder=encoder or cfg.encoder, select_cfg=select_cfg,
-                               threads=threads, owns=owns, units=cfg.units, method=cfg.method)
+        self.core = MemoryCore(cfg.collection, encoder=encoder or cfg.encoder, owns=owns,
+                               engine=EngineSpec(select_cfg, threads, units=cfg.units, method=cfg.method))
         self.registry, self.encoder, self.engines = self.core.registry, self.core.encoder, self.core.engines
         self.encoder_spec, self.dim = self.core.encoder_spec, self.core.dim
         self.defaults = params or QueryParams()
@@ -164,7 +178,7 @@ class SelectionService:
         self.batcher.start()
         loop = asyncio.get_running_loop()
         if self.cfg.warmup:
-            await loop.run_in_executor(self.worker, self._warmup)
+            await loop.run_in_executor(self.worker, warm_up, self)
         freeze_heap()
         self.ready = True
 
@@ -179,17 +193,6 @@ class SelectionService:
         import gc
 
         gc.unfreeze()  # let interpreter shutdown finalize everything again
-
-    def _warmup(self) -> None:
-        t0 = time.perf_counter()
-        self.encoder.encode(["warm-up question"], is_query=True)
-        banks = self.engines.banks
-        if banks:
-            bid = next(iter(banks))
-            z = self.encoder.encode(["What happened first?"], is_query=True)
-            self.engines.engine.select_units([bid], ["What happened first?"], z, params=self.defaults)
-            count_tokens_cached("warm-up")
-        log.info("warm-up took %.1f s", time.perf_counter() - t0)
 
     # ------------------------------------------------------------------------------------------
     # requests
