@@ -76,19 +76,22 @@ def test_eval_refuses_a_corrupt_bank_instead_of_rebuilding_it(tmp_path, cache, c
     assert {p: p.stat().st_mtime_ns for p in banks.rglob("*") if p.is_file()} == before  # left as it was
 
 
-def test_automatic_cache_says_when_it_rebuilds(tmp_path, cache, capsys):
+def test_automatic_cache_says_when_it_rebuilds(tmp_path, cache, caplog):
     from trawmem_gpu.eval.retrieval import banks_for
 
+    caplog.set_level("INFO", logger="trawmem_gpu.eval.retrieval")  # the library logs its notes
     data = write_data(tmp_path / "tiny.json")
     _, banks, cdir = banks_for(data, progress=False)
     assert cdir.parent == tmp_path / "cache" / "banks"  # the one bank cache, shared with `trawmem score`
     t = next(cdir.glob("banks/*/tensors.safetensors"))
     t.write_bytes(t.read_bytes()[:50])
+    caplog.clear()
     _, again, cdir2 = banks_for(data, progress=False)
-    assert cdir2 == cdir and "bank cache is unusable" in capsys.readouterr().err
+    assert cdir2 == cdir and "bank cache is unusable" in caplog.text
     assert [b.n_units for b in again] == [b.n_units for b in banks]
+    caplog.clear()
     _, third, _ = banks_for(data, progress=False)
-    assert "unusable" not in capsys.readouterr().err
+    assert "unusable" not in caplog.text
 
 
 def test_index_and_bank_identity_must_agree(tmp_path):

@@ -16,6 +16,7 @@ import os
 import sys
 
 from ..errors import TrawmemError
+from ..notes import said_by
 from .args import Parser, flags_for_fields
 
 #: command -> (module defining ``configure(parser)``, one-line summary)
@@ -82,6 +83,16 @@ def _exit_quietly_on_broken_pipe() -> int:
     return 141  # 128 + SIGPIPE, what a shell reports for a command killed by a closed pipe
 
 
+def _say_err(line: str) -> None:
+    """A library note on stderr, as it happens."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def _say_out(line: str) -> None:
+    """A library line meant for stdout (an evaluation's summary)."""
+    print(line)
+
+
 def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -90,7 +101,8 @@ def main(argv=None) -> int:
     p = build_parser([cmd])
     a = p.parse_args(argv)
     try:
-        rc = a.fn(a)
+        with said_by(_say_err, _say_out):  # the library's notes of this run, printed (trawmem_gpu.notes)
+            rc = a.fn(a)
         sys.stdout.flush()
         return rc
     except BrokenPipeError:

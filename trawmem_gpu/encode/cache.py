@@ -5,7 +5,7 @@ float32 bytes.
 
 The cache is disposable: a file sqlite calls corrupt or not a database (truncated, bit-flipped,
 garbage), or a database of another schema, is set aside beside it (``embeddings.sqlite.bad-N``,
-with its journal files), a one-line note says so on stderr, and an empty cache takes its place,
+with its journal files), a one-line note says so (on stderr, from a command: ``..notes``), and an empty cache takes its place,
 filled again as texts are encoded. This happens when the cache is opened or whenever a read or
 write finds the damage; never fatal (``build``, ``query``, ``score`` go on).
 """
@@ -14,15 +14,18 @@ from __future__ import annotations
 import collections
 import hashlib
 import itertools
+import logging
 import os
 import sqlite3
-import sys
 from pathlib import Path
 
 import numpy as np
 
+from ..notes import note
 from ..paths import default_cache_dir
 from .base import Encoder
+
+log = logging.getLogger(__name__)
 
 _SCHEMA = [("table", "emb"), ("index", "sqlite_autoindex_emb_1")]
 """What ``sqlite_master`` of a cache holds (a database with anything else is someone else's)."""
@@ -90,8 +93,8 @@ class EmbeddingCache:
                     if j.exists():
                         os.replace(j, aside.with_name(aside.name + suffix))
                 self.set_aside.append(aside)
-                print(f"trawmem: note: the embedding cache {self.path} is unreadable ({err}); set aside as "
-                      f"{aside.name}, starting an empty one (texts are encoded again)", file=sys.stderr)
+                note(log, f"trawmem: note: the embedding cache {self.path} is unreadable ({err}); set aside as "
+                     f"{aside.name}, starting an empty one (texts are encoded again)")
             self._open()
 
     @staticmethod

@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
-import sys
 import time
 from typing import Optional
 
 from ..errors import ConfigError, InputError
+from ..notes import note
+
+log = logging.getLogger(__name__)
 
 ANSWER_KEYS = ("f1_locomo", "f1_set", "bleu1")
 """Answer metrics added to ``macro`` and ``per_category`` (``judge`` too when a judge ran)."""
@@ -477,16 +480,16 @@ def _print_summary(res: dict, keys: tuple) -> None:
     fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
     parts = [f"{k} {fmt(m.get(k))}" for k in keys]
     fails = _failure_line(res)
-    print(f"answers ({res['llm']['answer'].get('model')}"
-          + (f", judge {res['llm']['judge'].get('model')}" if res["llm"]["judge"] else "")
-          + "): macro " + ", ".join(parts) + (f" -- FAILURES: {fails}" if fails else ""), file=sys.stdout)
+    note(log, f"answers ({res['llm']['answer'].get('model')}"
+              + (f", judge {res['llm']['judge'].get('model')}" if res["llm"]["judge"] else "")
+              + "): macro " + ", ".join(parts) + (f" -- FAILURES: {fails}" if fails else ""), "stdout")
     for stage in ("answer", "judge"):
         s = ct["llm_tokens"].get(stage)
         if s:
-            print(f"  {stage}: {s['requests_sent']} requests sent, {s['cache_hits']} from cache, "
-                  f"{s['errors']} failed, {s['prompt_tokens']} prompt + {s['completion_tokens']} completion tokens, "
-                  f"{s['wall_s']:.2f}s")
+            note(log, f"  {stage}: {s['requests_sent']} requests sent, {s['cache_hits']} from cache, "
+                      f"{s['errors']} failed, {s['prompt_tokens']} prompt + {s['completion_tokens']} completion tokens, "
+                      f"{s['wall_s']:.2f}s", "stdout")
     c, tk = ct["construction_s_per_conversation"], ct["context_tokens_per_question"]
-    print(f"  per conversation: construction {'n/a' if c is None else f'{c:.2f}s'}, retrieval "
-          f"{ct['retrieval_s_per_conversation']:.3f}s ({ct['retrieval_s_per_query'] * 1000:.2f} ms/query), "
-          f"context {'n/a' if tk is None else f'{tk:.0f}'} tokens/question ({ct['tokenizer']})")
+    note(log, f"  per conversation: construction {'n/a' if c is None else f'{c:.2f}s'}, retrieval "
+              f"{ct['retrieval_s_per_conversation']:.3f}s ({ct['retrieval_s_per_query'] * 1000:.2f} ms/query), "
+              f"context {'n/a' if tk is None else f'{tk:.0f}'} tokens/question ({ct['tokenizer']})", "stdout")

@@ -6,6 +6,7 @@ tokens of the rendered workspace (named tokenizer) beside them.
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +20,15 @@ from ..ingest.config import BuildConfig
 from ..data import load_conversations
 from ..dictconfig import with_keywords
 from ..errors import ConfigError, InputError
+from ..notes import note
 from ..paths import file_sha256
 from ..select.config import SelectConfig
 from ..select.params import QueryParams
 from ..select.context import BankContext
 from ..tokens import TOKENIZER_NAME
 from ..select.workspace import assemble, headings_for
+
+log = logging.getLogger(__name__)
 
 METHODS = ("trawmem", "cosine", "bm25", "hybrid", "full", "trimem")
 Method = Literal["trawmem", "cosine", "bm25", "hybrid", "full", "trimem"]
@@ -67,10 +71,8 @@ def banks_for(data_path: str | Path, build_cfg: BuildConfig | None = None, cache
     else, corrupt banks included, is refused with a ``BankError`` that names the bank and what to
     do. A new or empty directory is built into. Without ``cache_dir`` the banks live in an
     automatic cache keyed by the data file, build config, ``dayfirst`` and formats; a cache that
-    fails the same checks is rebuilt, with a note on stderr.
+    fails the same checks is rebuilt, with a note (on stderr, from a command: ``..notes``).
     """
-    import sys
-
     from ..ingest import build_banks
     from ..ingest.cache import build_identity, default_bank_dir
     from ..errors import BankError
@@ -95,7 +97,7 @@ def banks_for(data_path: str | Path, build_cfg: BuildConfig | None = None, cache
             if len(coll):
                 return convs, _check_banks(coll, convs, data_path, build_cfg), cdir
         except BankError as e:
-            print(f"trawmem: the bank cache is unusable ({e}); rebuilding it in {cdir}", file=sys.stderr)
+            note(log, f"trawmem: the bank cache is unusable ({e}); rebuilding it in {cdir}")
             import shutil
 
             shutil.rmtree(cdir, ignore_errors=True)  # an automatic cache: nothing in it is the user's

@@ -18,15 +18,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
-import sys
 import time
 from pathlib import Path
 
 from .config import BuildConfig
 from ..data.types import UNIT_TEXT_VERSION, Conversation
 from ..errors import BankError, plural, read_json_object
+from ..notes import note
 from ..paths import default_cache_dir, file_sha256  # noqa: F401 (file_sha256 names the data file)
+
+log = logging.getLogger(__name__)
 
 SIDECAR = "score-build.json"
 BUILD_LOG = "score-build-log.json"
@@ -77,42 +80,19 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
         build here with ``encoder``
     :returns: build stats: banks built / reused, units, seconds per stage, units/s, cache hits
     """
-    from tqdm.auto import tqdm
-
     from ..store import Collection
-    from .builder import build_banks
+    from ..store.verify import verify_banks
 
     path = Path(path)
     sc = path / SIDECAR
-    repaired = 0
-    if sc.exists():
-        try:
-            old = read_json_object(sc, str(sc), "damaged sidecar", BankError)
-        except BankError as e:
-            if path.resolve() != default_bank_dir(identity).resolve():
-                raise BankError(f"{e}; it records what the banks in {path} were built from, so they cannot be "
-                                "reused: remove the directory, or use another `banks`") from None
-            # the automatic directory is named by its identity's hash: the sidecar can only say that
-            print(f"trawmem: note: {e}; rewritten from the directory's name (the automatic bank directory)",
-                  file=sys.stderr)
-            sc.unlink()
-            old, repaired = json.loads(json.dumps(identity)), 1
-        if old != json.loads(json.dumps(identity)):
-            diff = sorted(k for k in identity if old.get(k) != identity[k])
-            raise BankError(f"{path} holds banks built from other data or another config (differs in "
-                            f"{', '.join(diff)}); use another `banks` directory")
+    repaired = _check_sidecar(path, sc, identity)
     coll = Collection(path, create=True)
-    from ..store.verify import verify_banks
-
     try:
         lacking = set(verify_banks(coll, convs, data_path or "the data", cfg.to_dict(), exact=False))
     except BankError as e:
         raise BankError(f"{e}; remove {path} or use another `banks` directory to build the banks afresh") from None
     if not sc.exists():
-        path.mkdir(parents=True, exist_ok=True)
-        tmp = sc.with_name("score-build.tmp.json")
-        tmp.write_text(json.dumps(identity, indent=1, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, sc)
+        _write_sidecar(path, sc, identity)
     missing = [c for c in convs if c.bank_id in lacking]
     stats: dict = {"banks_total": len(convs), "banks_reused": len(convs) - len(missing), "banks_built": 0,
                    "units_built": 0, "wall_s": 0.0}
@@ -120,14 +100,60 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
         stats["sidecars_repaired"] = repaired
     if progress:
         units = f" ({plural(sum(len(c.turns) for c in missing), 'unit')})" if missing else ""
-        print(f"banks in {path}: {reuse_message(len(convs) - len(missing), len(missing))}{units}",
-              file=sys.stderr, flush=True)
+        note(log, f"banks in {path}: {reuse_message(len(convs) - len(missing), len(missing))}{units}")
     if not missing:
         return stats
     if encoder is None and build_chunks is None:
         from ..encode import get_encoder
 
         encoder = get_encoder(cfg.encoder)
+    _build_missing(coll, missing, cfg, stats, encoder, progress, chunk_units, build_chunks)
+    # keep every build session's figures with the collection (a reused collection still knows its cost)
+    tmp = path / "score-build-log.tmp.json"
+    tmp.write_text(json.dumps(build_log(path) + [stats], indent=1), encoding="utf-8")
+    os.replace(tmp, path / BUILD_LOG)
+    return stats
+
+
+def _check_sidecar(path: Path, sc: Path, identity: dict) -> int:
+    """Refuse the collection at ``path`` when its sidecar ``sc`` records other data or another
+    config; returns 1 when a damaged sidecar of the automatic directory was removed (it is written
+    again from ``identity``), else 0."""
+    if not sc.exists():
+        return 0
+    repaired = 0
+    try:
+        old = read_json_object(sc, str(sc), "damaged sidecar", BankError)
+    except BankError as e:
+        if path.resolve() != default_bank_dir(identity).resolve():
+            raise BankError(f"{e}; it records what the banks in {path} were built from, so they cannot be "
+                            "reused: remove the directory, or use another `banks`") from None
+        # the automatic directory is named by its identity's hash: the sidecar can only say that
+        note(log, f"trawmem: note: {e}; rewritten from the directory's name (the automatic bank directory)")
+        sc.unlink()
+        old, repaired = json.loads(json.dumps(identity)), 1
+    if old != json.loads(json.dumps(identity)):
+        diff = sorted(k for k in identity if old.get(k) != identity[k])
+        raise BankError(f"{path} holds banks built from other data or another config (differs in "
+                        f"{', '.join(diff)}); use another `banks` directory")
+    return repaired
+
+
+def _write_sidecar(path: Path, sc: Path, identity: dict) -> None:
+    """The sidecar ``sc`` of ``path``: what its banks are built from (written atomically)."""
+    path.mkdir(parents=True, exist_ok=True)
+    tmp = sc.with_name("score-build.tmp.json")
+    tmp.write_text(json.dumps(identity, indent=1, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, sc)
+
+
+def _build_missing(coll, missing: list[Conversation], cfg: BuildConfig, stats: dict, encoder, progress: bool,
+                   chunk_units: int, build_chunks) -> None:
+    """Build the banks of ``missing`` into ``coll``, a chunk at a time, adding their figures to ``stats``."""
+    from tqdm.auto import tqdm
+
+    from .builder import build_banks
+
     hits0, miss0 = getattr(encoder, "hits", 0), getattr(encoder, "misses", 0)
     t_start = time.perf_counter()
     # the bar moves per encoder batch (a chunk takes minutes on a CPU), with tqdm's rate and ETA
@@ -157,11 +183,6 @@ def ensure_collection(convs: list[Conversation], path: str | Path, identity: dic
         stats["embedding_cache_hits"] = getattr(encoder, "hits", 0) - hits0
         stats["embedding_cache_misses"] = getattr(encoder, "misses", 0) - miss0
     stats["runner"] = getattr(build_chunks, "runner", "other") if build_chunks is not None else "local"
-    # keep every build session's figures with the collection (a reused collection still knows its cost)
-    tmp = path / "score-build-log.tmp.json"
-    tmp.write_text(json.dumps(build_log(path) + [stats], indent=1), encoding="utf-8")
-    os.replace(tmp, path / BUILD_LOG)
-    return stats
 
 
 def reuse_message(reused: int, to_build: int) -> str:

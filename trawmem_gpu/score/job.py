@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
+import logging
 import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
@@ -38,6 +38,7 @@ import numpy as np
 from .. import __version__
 from ..errors import InputError, plural
 from ..eval.longmemeval import DEFAULT_KS, question_record, unit_sessions
+from ..notes import note
 from ..select.config import SelectConfig
 from ..select.params import QueryParams, merge_params, split_fields
 from ..store.bank import Bank
@@ -46,6 +47,8 @@ from ..tokens import TOKENIZER_NAME, count_tokens
 from ..select.workspace import assemble, headings_for
 from .items import ScoreItem
 from .writer import ResumableJsonl, read_records
+
+log = logging.getLogger(__name__)
 
 METHODS = ("trawmem", "cosine", "bm25", "hybrid", "full", "trimem")
 
@@ -320,11 +323,10 @@ def check_banks(items: list[ScoreItem], known) -> None:
 
 
 def say_resume(out: str | Path, n_items: int, n_todo: int) -> None:
-    """On stderr, what a rerun found in ``out``: ``lme.jsonl: 17 answers already in, 133 to score``
+    """A note (on stderr, from a command), what a rerun found in ``out``: ``lme.jsonl: 17 answers already in, 133 to score``
     (said only when something was there: a first run needs no such line)."""
     if n_items > n_todo:
-        print(f"{out}: {plural(n_items - n_todo, 'answer')} already in, {n_todo or 'none'} to score",
-              file=sys.stderr, flush=True)
+        note(log, f"{out}: {plural(n_items - n_todo, 'answer')} already in, {n_todo or 'none'} to score")
 
 
 RESUME_FIELDS = ("bank_id", "question", "date", "bank_digest", "config", "answer_error")
