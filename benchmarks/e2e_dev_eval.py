@@ -35,6 +35,7 @@ def _one_run(args, server, llm_cache: Path) -> tuple[dict, dict]:
     from trawmem_gpu.eval.retrieval import run_eval
     from trawmem_gpu.llm.cache import CachedBackend
     from trawmem_gpu.llm.spec import backend_from_spec
+    from trawmem_gpu.notes import said_by
     from trawmem_gpu.select.config import SelectConfig
 
     ns = SimpleNamespace(data=str(args.data), banks=args.banks, answer_llm=server.base_url,
@@ -43,15 +44,16 @@ def _one_run(args, server, llm_cache: Path) -> tuple[dict, dict]:
     judge = CachedBackend(backend_from_spec(ns.judge_llm, concurrency=args.concurrency), llm_cache)
     server.reset_counts()
     t0 = time.perf_counter()
-    res = run_eval(args.data, args.method, SelectConfig(), categories=(1, 2, 3, 4), bank_cache=args.banks,
-                   keep_records=True)
-    t_retr = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    try:
-        add_answer_metrics(res, ns, answer_backend=answer, judge_backend=judge)
-    finally:
-        answer.close()
-        judge.close()
+    with said_by(lambda line: print(line, file=sys.stderr, flush=True), lambda line: print(line, flush=True)):
+        res = run_eval(args.data, args.method, SelectConfig(), categories=(1, 2, 3, 4), bank_cache=args.banks,
+                       keep_records=True)  # the library's notes and summary shown as the command shows them
+        t_retr = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        try:
+            add_answer_metrics(res, ns, answer_backend=answer, judge_backend=judge)
+        finally:
+            answer.close()
+            judge.close()
     t_ans = time.perf_counter() - t1
     bench = {"retrieval_run_s": round(t_retr, 3), "answer_metrics_s": round(t_ans, 3),
              "total_s": round(t_retr + t_ans, 3),
