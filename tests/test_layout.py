@@ -293,8 +293,6 @@ LIMIT_PENDING: set[tuple[str, str, str]] = {
     ("trawmem_gpu/ingest/cache.py", "", "print"),
     ("trawmem_gpu/score/job.py", "", "print"),
     ("trawmem_gpu/ingest/cache.py", "ensure_collection", "function"),
-    ("trawmem_gpu/serve/app.py", "create_app", "function"),
-    ("trawmem_gpu/store/view.py", "unit_view", "function"),
 }
 
 
