@@ -98,16 +98,78 @@ def unit_view(bank: Bank, units=DEFAULT_UNITS) -> Bank:
     for layer in units[1:]:
         if not getattr(bank, layer):
             raise ConfigError(f"`units`: bank {bank.bank_id!r} has no {layer} (build it with its `{layer}` layer)")
-    turn_by_id = {t.turn_id: t for t in bank.turns}
-    tindex = bank.index_of()
-    N, J = bank.n_units, bank.n_threads
+    lay = _layout(bank, units)
+    new_turns, vecs, offsets, heads, kinds, hvecs = [], [], [0], [], [], []
+    edges: list[tuple[int, int]] = []
+    links: list[tuple[int, int]] = []
     off = bank.thread_offsets
+    for j, (kind, key) in enumerate(lay.order):
+        if kind == "t":
+            lo, hi = int(off[key]), int(off[key + 1])
+            new_turns += bank.turns[lo:hi]
+            vecs.append(bank.unit_vecs[lo:hi])
+            heads.append(bank.heads[key])
+            kinds.append(bank.head_kind[key])
+            hvecs.append(bank.head_vecs[key:key + 1])
+            offsets.append(offsets[-1] + hi - lo)
+            continue
+        members, head, cites, targets = (_fact_thread(lay, key) if kind == "f"
+                                         else _profile_thread(lay, key, offsets[-1]))
+        links += cites
+        block = np.stack([v for _, v in members])
+        new_turns += [u for u, _ in members]
+        vecs.append(block)
+        offsets.append(offsets[-1] + len(members))
+        heads.append(head)
+        kinds.append("extractive")
+        hvecs.append(_normalize(block.mean(axis=0))[None, :])
+        edges += [(j, t) for t in sorted(targets) if t != j]
+    src, dst, w, kind = _with_layer_edges(lay.tmap[bank.edge_src], lay.tmap[bank.edge_dst], bank, edges)
+    view = replace(bank, turns=new_turns, thread_offsets=np.array(offsets, dtype=np.int64), heads=heads,
+                   head_kind=kinds, unit_vecs=np.concatenate(vecs).astype(np.float32),
+                   head_vecs=np.concatenate(hvecs).astype(np.float32), edge_src=src, edge_dst=dst, edge_w=w,
+                   edge_kind=kind, facts=(), fact_vecs=None, profiles=(), profile_vecs=None, units=units,
+                   support_src=np.array([a for a, _ in links], dtype=np.int64),
+                   support_dst=np.array([b for _, b in links], dtype=np.int64))
+    view.validate()
+    return view
+
+
+@dataclass
+class _Layout:
+    """Where everything of ``bank`` stands in its view (see :func:`_layout`)."""
+
+    bank: Bank
+    units: tuple[str, ...]
+    order: list[tuple[str, object]]
+    """("t", bank thread) | ("f", session) | ("p", person), in view order."""
+    by_session: dict[int, list[int]]
+    """session -> its facts' indices in ``bank.facts``."""
+    by_person: dict[str, list[int]]
+    """person -> their profile sections' indices in ``bank.profiles``, in ``SECTIONS`` order."""
+    umap: np.ndarray
+    """bank turn -> view unit."""
+    tmap: np.ndarray
+    """bank thread -> view thread."""
+    fact_unit: dict[str, int]
+    """fact id -> view unit."""
+    voff: np.ndarray
+    """the view's thread offsets."""
+    turn_by_id: dict[str, Turn]
+    tindex: dict[str, int]
+    fact_by_id: dict[str, Fact]
+
+
+def _view_order(bank: Bank, units: tuple[str, ...], turn_by_id: dict[str, Turn]):
+    """``(order, by_session, by_person)`` of :class:`_Layout`: each session's threads followed by
+    its fact thread, then one profile thread per person."""
+    J, off = bank.n_threads, bank.thread_offsets
     sess = [bank.turns[int(off[j])].session for j in range(J)]
     by_session: dict[int, list[int]] = {}
     if "facts" in units:
         for i, f in enumerate(bank.facts):
             by_session.setdefault(fact_session(f, turn_by_id), []).append(i)
-    order: list[tuple[str, object]] = []  # ("t", bank thread) | ("f", session) | ("p", person), in view order
+    order: list[tuple[str, object]] = []
     for j in range(J):
         order.append(("t", j))
         if (j == J - 1 or sess[j + 1] != sess[j]) and sess[j] in by_session:
@@ -118,9 +180,16 @@ def unit_view(bank: Bank, units=DEFAULT_UNITS) -> Bank:
                                                                   SECTIONS.index(bank.profiles[i].section))):
             by_person.setdefault(bank.profiles[i].person, []).append(i)
         order += [("p", person) for person in by_person]
-    # place every unit: old turn -> view unit, bank thread -> view thread, fact id -> view unit
-    umap = np.empty(N, dtype=np.int64)
-    tmap = np.empty(J, dtype=np.int64)
+    return order, by_session, by_person
+
+
+def _layout(bank: Bank, units: tuple[str, ...]) -> _Layout:
+    """Place every unit: bank turn -> view unit, bank thread -> view thread, fact id -> view unit."""
+    turn_by_id = {t.turn_id: t for t in bank.turns}
+    order, by_session, by_person = _view_order(bank, units, turn_by_id)
+    off = bank.thread_offsets
+    umap = np.empty(bank.n_units, dtype=np.int64)
+    tmap = np.empty(bank.n_threads, dtype=np.int64)
     fact_unit: dict[str, int] = {}
     n = 0
     for j, (kind, key) in enumerate(order):
@@ -134,63 +203,45 @@ def unit_view(bank: Bank, units=DEFAULT_UNITS) -> Bank:
                 n += 1
         else:
             n += len(by_person[key])
-    fact_by_id = {f.fact_id: f for f in bank.facts}
-    voff = _view_offsets(order, off, by_session, by_person)
-    new_turns, vecs, offsets, heads, kinds, hvecs = [], [], [0], [], [], []
-    edges: list[tuple[int, int]] = []
-    links: list[tuple[int, int]] = []
-    for j, (kind, key) in enumerate(order):
-        if kind == "t":
-            lo, hi = int(off[key]), int(off[key + 1])
-            new_turns += bank.turns[lo:hi]
-            vecs.append(bank.unit_vecs[lo:hi])
-            heads.append(bank.heads[key])
-            kinds.append(bank.head_kind[key])
-            hvecs.append(bank.head_vecs[key:key + 1])
-            offsets.append(offsets[-1] + hi - lo)
-            continue
-        members, targets = [], set()
-        if kind == "f":
-            for i in by_session[key]:
-                f = bank.facts[i]
-                src = turn_by_id[f.source_turns[0]]
-                members.append((LayerUnit(f.fact_id, f.persons[0] if f.persons else FACT_SPEAKER, f.text, key,
-                                          src.timestamp, src.time, None,
-                                          "facts", f.source_turns, f.source_turns), bank.fact_vecs[i]))
-                for t in f.source_turns:
-                    links.append((fact_unit[f.fact_id], int(umap[tindex[t]])))
-                    targets.add(int(tmap[bank.unit_thread[tindex[t]]]))
-            head = f"[{members[0][0].timestamp}] facts of session {key}"
-        else:
-            me = offsets[-1]
-            for i in by_person[key]:
-                p = bank.profiles[i]
-                turns = tuple(dict.fromkeys(t for fid in p.fact_ids for t in fact_by_id[fid].source_turns))
-                members.append((LayerUnit(p.unit_id, PROFILE_SPEAKER, profile_embed_text(p), -1, "profile", None,
-                                          None, "profiles", p.fact_ids, turns), bank.profile_vecs[i]))
-                cited = [fact_unit[fid] for fid in p.fact_ids] if "facts" in units \
-                    else [int(umap[tindex[t]]) for t in turns]
-                links += [(me, c) for c in cited]
-                targets |= {int(np.searchsorted(voff, c, side="right") - 1) for c in cited}
-                me += 1
-            head = f"profile of {key}"
-        block = np.stack([v for _, v in members])
-        new_turns += [u for u, _ in members]
-        vecs.append(block)
-        offsets.append(offsets[-1] + len(members))
-        heads.append(head)
-        kinds.append("extractive")
-        hvecs.append(_normalize(block.mean(axis=0))[None, :])
-        edges += [(j, t) for t in sorted(targets) if t != j]
-    src, dst, w, kind = _with_layer_edges(tmap[bank.edge_src], tmap[bank.edge_dst], bank, edges)
-    view = replace(bank, turns=new_turns, thread_offsets=np.array(offsets, dtype=np.int64), heads=heads,
-                   head_kind=kinds, unit_vecs=np.concatenate(vecs).astype(np.float32),
-                   head_vecs=np.concatenate(hvecs).astype(np.float32), edge_src=src, edge_dst=dst, edge_w=w,
-                   edge_kind=kind, facts=(), fact_vecs=None, profiles=(), profile_vecs=None, units=units,
-                   support_src=np.array([a for a, _ in links], dtype=np.int64),
-                   support_dst=np.array([b for _, b in links], dtype=np.int64))
-    view.validate()
-    return view
+    return _Layout(bank, units, order, by_session, by_person, umap, tmap, fact_unit,
+                   _view_offsets(order, off, by_session, by_person), turn_by_id, bank.index_of(),
+                   {f.fact_id: f for f in bank.facts})
+
+
+def _fact_thread(lay: _Layout, session: int):
+    """``(members, head, links, targets)`` of a session's fact thread: its ``(unit, vector)`` pairs,
+    its head line, its support links (fact unit, source turn unit) and the view threads of its
+    facts' source turns."""
+    bank, members, links, targets = lay.bank, [], [], set()
+    for i in lay.by_session[session]:
+        f = bank.facts[i]
+        src = lay.turn_by_id[f.source_turns[0]]
+        members.append((LayerUnit(f.fact_id, f.persons[0] if f.persons else FACT_SPEAKER, f.text, session,
+                                  src.timestamp, src.time, None,
+                                  "facts", f.source_turns, f.source_turns), bank.fact_vecs[i]))
+        for t in f.source_turns:
+            links.append((lay.fact_unit[f.fact_id], int(lay.umap[lay.tindex[t]])))
+            targets.add(int(lay.tmap[bank.unit_thread[lay.tindex[t]]]))
+    return members, f"[{members[0][0].timestamp}] facts of session {session}", links, targets
+
+
+def _profile_thread(lay: _Layout, person: str, first: int):
+    """``(members, head, links, targets)`` of ``person``'s profile thread, whose first unit is view
+    unit ``first``: its sections cite their facts' units (without the facts layer, their source
+    turns' units)."""
+    bank, members, links, targets = lay.bank, [], [], set()
+    me = first
+    for i in lay.by_person[person]:
+        p = bank.profiles[i]
+        turns = tuple(dict.fromkeys(t for fid in p.fact_ids for t in lay.fact_by_id[fid].source_turns))
+        members.append((LayerUnit(p.unit_id, PROFILE_SPEAKER, profile_embed_text(p), -1, "profile", None,
+                                  None, "profiles", p.fact_ids, turns), bank.profile_vecs[i]))
+        cited = [lay.fact_unit[fid] for fid in p.fact_ids] if "facts" in lay.units \
+            else [int(lay.umap[lay.tindex[t]]) for t in turns]
+        links += [(me, c) for c in cited]
+        targets |= {int(np.searchsorted(lay.voff, c, side="right") - 1) for c in cited}
+        me += 1
+    return members, f"profile of {person}", links, targets
 
 
 def _view_offsets(order, off, by_session, by_person) -> np.ndarray:

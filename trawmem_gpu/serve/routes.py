@@ -1,0 +1,272 @@
+"""The v1 routes, registered on the app in groups (``add_*_routes(app, ctx)``) over one shared
+:class:`RouteContext`: the backend, the server's config, the keys and the security objects.
+
+The two query routes take the raw request: the key through the same security objects, the body
+validated by pydantic straight from its JSON bytes (``replies.body_of``), skipping FastAPI's
+dependency solving and the stdlib JSON parse, a large share of the event loop's work per query
+(docs/design-notes.md); the OpenAPI document still shows both bodies and the security
+(``openapi.documented_body``). The app's edge calls them directly (``app._Edge``).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import Response
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+
+from ..data.dates import parse_date
+from ..errors import ConfigError, InputError
+from ..memory.banks import check_bank_id
+from ..select.params import LimitError, merge_params
+from .config import ServeConfig
+from .keys import LOCAL_TENANT, KeyStore, Tenant
+from .metrics import Metrics
+from .models import (AppendRequest, AppendResponse, BankInfo, BankList, BatchRequest, BatchResponse, Error,
+                     ForgetRequest, ForgetResponse, SelectRequest, SelectResponse)
+from .openapi import documented_body
+from .replies import HTTPError, body_of, json_response, maybe_await, unknown_bank
+from .service import SelectItem
+
+QUERY_FIELDS = ("budget", "hops", "token_budget")
+"""The ``QueryParams`` fields a ``SelectRequest`` may name (null or absent: the server's)."""
+
+ERRORS = {s: {"model": Error} for s in (401, 404, 413, 422, 429, 503, 504)}
+"""The error responses every v1 route documents."""
+
+
+def request_params(r: SelectRequest, defaults, cfg: ServeConfig, where: str = ""):
+    """The ``QueryParams`` of request ``r``: its fields (null: left out) over the server's
+    ``defaults`` by the one rule (``select.params.merge_params``), held to ``cfg.limits``; a value
+    out of range is a 422 naming the body field and the server's option."""
+    given = {k: v for k in QUERY_FIELDS if (v := getattr(r, k)) is not None}
+    try:
+        return merge_params(given, defaults, cfg.limits)
+    except LimitError as e:
+        raise HTTPError(422, f"{where}{e.field} must lie in {e.low}..{e.high} (the server's `{e.limit}`), "
+                             f"got {e.got}") from None
+    except ConfigError as e:
+        raise HTTPError(422, f"{where}{str(e).replace('`', '')}") from None
+
+
+def question_vector(values: list[float], backend, where: str = "") -> np.ndarray:
+    """A request's ``question_vector`` as a unit float32 vector of the collection's dimension (422
+    for a wrong length, NaN / infinite numbers, or all zeros)."""
+    dim = backend.dim
+    if len(values) != dim:
+        raise HTTPError(422, f"{where}question_vector has {len(values)} numbers; the collection's "
+                             f"encoder ({backend.encoder_id}) gives {dim}")
+    vec = np.asarray(values, dtype=np.float64)
+    sq = float(vec @ vec)  # NaN / inf anywhere make it NaN / inf; its root is np.linalg.norm's
+    if sq == 0.0 or not math.isfinite(sq):
+        if not np.all(np.isfinite(vec)):
+            raise HTTPError(422, f"{where}question_vector holds NaN or infinite numbers")
+        raise HTTPError(422, f"{where}question_vector is all zeros (or overflows)")
+    return (vec / math.sqrt(sq)).astype(np.float32)
+
+
+def finish(res: dict, t0: float) -> dict:
+    """``res`` with its ``timings.total_ms``: the time since the request arrived (``t0``)."""
+    res["timings"]["total_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
+    return res
+
+
+def _t0(request: Request) -> float:
+    return request.scope.get("trawmem_t0", time.perf_counter())
+
+
+@dataclass
+class RouteContext:
+    """What every route group shares: the backend, the config, the keys (None: no keys file, every
+    request is the local tenant) and the security objects the OpenAPI document names."""
+
+    backend: object
+    cfg: ServeConfig
+    keys: KeyStore | None
+    metrics: Metrics
+    bearer: HTTPBearer = field(default_factory=lambda: HTTPBearer(
+        auto_error=False, description="API key as a bearer token"))
+    api_key: APIKeyHeader = field(default_factory=lambda: APIKeyHeader(
+        name="X-API-Key", auto_error=False, description="API key"))
+
+    def __post_init__(self):
+        ctx = self
+
+        # A plain function (not a bound method) with the security objects as its dependencies.
+        async def tenant_of(cred: HTTPAuthorizationCredentials | None = Depends(self.bearer),
+                            key: str | None = Depends(self.api_key)) -> Tenant:
+            if ctx.keys is None:
+                return LOCAL_TENANT
+            t = ctx.keys.authenticate(cred.credentials if cred is not None else key)
+            if t is None:
+                raise HTTPError(401, "missing or invalid API key", {"WWW-Authenticate": "Bearer"})
+            return t
+
+        self.tenant_of = tenant_of
+
+    async def tenant_of_request(self, request: Request) -> Tenant:
+        return await self.tenant_of(await self.bearer(request), await self.api_key(request))
+
+    def documented_body(self, model) -> dict:
+        return documented_body(model, self.bearer, self.api_key)
+
+    @staticmethod
+    def owned(tenant: Tenant, bank_id: str, where: str = "") -> None:
+        # A bank the key does not own gets the answer the backend gives for a missing bank
+        # (UnknownBank, raised before any work is queued).
+        if not tenant.owns(bank_id):
+            raise unknown_bank(bank_id, where)
+
+    @staticmethod
+    def writer(tenant: Tenant, bank_id: str) -> None:
+        """404 for a bank the key does not own, 403 for a read-only key."""
+        if not tenant.owns(bank_id):
+            raise unknown_bank(bank_id)
+        if not tenant.writable:
+            raise HTTPError(403, "this API key is read-only")
+
+    def item_of(self, r: SelectRequest, t0: float, where: str = "") -> SelectItem:
+        q = r.question.strip()
+        if not q:
+            raise HTTPError(422, f"{where}question is empty")
+        limit = self.cfg.limits.max_question_chars
+        if len(r.question) > limit:
+            raise HTTPError(422, f"{where}question is {len(r.question)} characters; the limit is {limit}")
+        params = request_params(r, self.backend.defaults, self.cfg, where)
+        date = None
+        if r.date is not None:
+            try:
+                date = parse_date(r.date)
+            except ValueError as e:
+                raise HTTPError(422, f"{where}date: {e}") from None
+        vec = None if r.question_vector is None else question_vector(r.question_vector, self.backend, where)
+        return SelectItem(r.bank_id, q, vec, params, date, t0)
+
+
+def add_select_routes(app: FastAPI, ctx: RouteContext) -> tuple:
+    """``POST /v1/select`` and ``/v1/select/batch``; returns their endpoints (the edge's ``direct``)."""
+    backend, cfg = ctx.backend, ctx.cfg
+
+    @app.post("/v1/select", response_model=SelectResponse, responses=ERRORS, tags=["select"],
+              summary="The workspace for one question", openapi_extra=ctx.documented_body(SelectRequest))
+    async def select(request: Request):
+        t0 = _t0(request)
+        tenant = await ctx.tenant_of_request(request)
+        item = ctx.item_of(await body_of(request, SelectRequest), t0)
+        ctx.owned(tenant, item.bank_id)
+        (res,) = await backend.select([item], quota=tenant.quota(cfg))
+        return json_response(finish(res, t0))
+
+    @app.post("/v1/select/batch", response_model=BatchResponse, responses=ERRORS, tags=["select"],
+              summary="Workspaces for a list of questions (answered together)",
+              openapi_extra=ctx.documented_body(BatchRequest))
+    async def select_batch(request: Request):
+        t0 = _t0(request)
+        tenant = await ctx.tenant_of_request(request)
+        req = await body_of(request, BatchRequest)
+        if len(req.requests) > cfg.max_batch_request:
+            raise HTTPError(422, f"requests holds {len(req.requests)} requests; the limit is {cfg.max_batch_request}")
+        items = [ctx.item_of(r, t0, f"requests[{i}].") for i, r in enumerate(req.requests)]
+        for i, it in enumerate(items):
+            ctx.owned(tenant, it.bank_id, f"requests[{i}]: ")
+        res = await backend.select(items, batch=True, quota=tenant.quota(cfg))
+        return json_response({"results": [finish(r, t0) for r in res]})
+
+    return select, select_batch
+
+
+def add_turn_routes(app: FastAPI, ctx: RouteContext) -> None:
+    """``POST /v1/banks/{bank_id}/turns``: append turns (the first append creates the bank)."""
+    backend, cfg = ctx.backend, ctx.cfg
+
+    @app.post("/v1/banks/{bank_id}/turns", response_model=AppendResponse,
+              responses={**ERRORS, 403: {"model": Error}, 409: {"model": Error}}, tags=["banks"],
+              summary="Append turns to a bank (the first append creates it; resending turns it holds is safe)",
+              openapi_extra=ctx.documented_body(AppendRequest))
+    async def append(bank_id: str, request: Request):
+        tenant = await ctx.tenant_of_request(request)
+        req = await body_of(request, AppendRequest)
+        ctx.writer(tenant, bank_id)
+        try:
+            check_bank_id(bank_id)
+        except InputError as e:
+            raise HTTPError(422, str(e)) from None
+        if len(req.turns) > cfg.max_turns_per_append:
+            raise HTTPError(422, f"turns holds {len(req.turns)} turns; the limit is {cfg.max_turns_per_append}")
+        records = [t.model_dump(exclude_none=True) for t in req.turns]
+        return json_response(await backend.append(bank_id, records, quota=tenant.quota(cfg)))
+
+
+def add_forget_routes(app: FastAPI, ctx: RouteContext) -> None:
+    """Forgetting a whole bank, one turn, or a list of turns."""
+    backend, tenant_of = ctx.backend, ctx.tenant_of
+
+    async def forget(bank_id: str, turn_ids: list[str] | None, tenant: Tenant) -> dict:
+        ctx.writer(tenant, bank_id)
+        return await backend.forget(bank_id, turn_ids)
+
+    forget_doc = {"response_model": ForgetResponse, "responses": {**ERRORS, 403: {"model": Error}},
+                  "tags": ["banks"]}
+
+    @app.delete("/v1/banks/{bank_id}", summary="Forget a whole bank (files, engine, caches)", **forget_doc)
+    async def forget_bank(bank_id: str, tenant: Tenant = Depends(tenant_of)):
+        return json_response(await forget(bank_id, None, tenant))
+
+    # {turn_id:path}: a turn id may hold "/" (sent percent-encoded as %2F, which the path arrives decoded from)
+    @app.delete("/v1/banks/{bank_id}/turns/{turn_id:path}", summary="Forget one turn of a bank", **forget_doc)
+    async def forget_turn(bank_id: str, turn_id: str, tenant: Tenant = Depends(tenant_of)):
+        res = await forget(bank_id, [turn_id], tenant)
+        if res["missing"]:
+            raise HTTPError(404, f"bank {bank_id!r} holds no turn {turn_id!r}")
+        return json_response(res)
+
+    @app.post("/v1/banks/{bank_id}/forget", summary="Forget turns of a bank", **forget_doc)
+    async def forget_turns(bank_id: str, req: ForgetRequest, tenant: Tenant = Depends(tenant_of)):
+        return json_response(await forget(bank_id, list(dict.fromkeys(req.turn_ids)), tenant))
+
+
+def add_bank_routes(app: FastAPI, ctx: RouteContext) -> None:
+    """``GET /v1/banks`` and ``GET /v1/banks/{bank_id}``: the banks the key can see, with counts."""
+    backend, tenant_of = ctx.backend, ctx.tenant_of
+
+    @app.get("/v1/banks", response_model=BankList, responses=ERRORS, tags=["banks"],
+             summary="The banks this key can see, with counts")
+    async def banks(tenant: Tenant = Depends(tenant_of)):
+        rows = [b for b in await maybe_await(backend.bank_list()) if tenant.owns(b["bank_id"])]
+        return json_response({"banks": sorted(rows, key=lambda b: b["bank_id"]), "encoder": backend.encoder_id,
+                              "dim": backend.dim})
+
+    @app.get("/v1/banks/{bank_id}", response_model=BankInfo, responses=ERRORS, tags=["banks"],
+             summary="One bank's counts")
+    async def bank(bank_id: str, tenant: Tenant = Depends(tenant_of)):
+        info = await maybe_await(backend.bank_info(bank_id)) if tenant.owns(bank_id) else None
+        if info is None:
+            raise unknown_bank(bank_id)
+        return json_response(info)
+
+
+def add_ops_routes(app: FastAPI, ctx: RouteContext) -> None:
+    """``/healthz``, ``/readyz`` and ``/metrics`` (no key needed)."""
+    backend, metrics = ctx.backend, ctx.metrics
+
+    @app.get("/healthz", tags=["ops"], summary="The process is up")
+    async def healthz():
+        return json_response({"status": "ok"})
+
+    @app.get("/readyz", tags=["ops"], summary="Ready to answer (warmed up, not draining)",
+             responses={503: {"model": Error}})
+    async def readyz():
+        if not backend.ready:
+            return json_response({"detail": "not ready (warming up or draining)"}, 503)
+        return json_response({"status": "ready"})
+
+    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics")
+    async def prom():
+        body = metrics.render()
+        engine_text = getattr(backend, "metrics_text", None)  # the engine process's families (--http-workers)
+        if engine_text is not None:
+            body += await engine_text()
+        return Response(body, media_type=metrics.content_type)
