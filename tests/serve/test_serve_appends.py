@@ -3,6 +3,7 @@ appends, and concurrent appends beside queries (no lost turns, readers see one b
 
 The real server in-process on 127.0.0.1 and a free port, driven with httpx.
 """
+from __future__ import annotations
 
 import hashlib
 import json

@@ -2,6 +2,7 @@
 
 The real server in-process on 127.0.0.1 and a free port, driven with httpx.
 """
+from __future__ import annotations
 
 import json
 import logging

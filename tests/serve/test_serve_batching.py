@@ -3,6 +3,7 @@
 
 The real server in-process on 127.0.0.1 and a free port, driven with httpx.
 """
+from __future__ import annotations
 
 import threading
 import time
