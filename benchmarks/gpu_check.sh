@@ -10,7 +10,7 @@
 #   1. environment: GPU, versions, which optional modules import (faiss, faiss GPUs, bm25s, ...)
 #   2. makes `trawmem_gpu` and `trawmem_gpu.kernels` importable without installing anything
 #      (a temporary overlay of symlinks on PYTHONPATH when the package is not installed)
-#   3. the CUDA tests: pytest -k "cuda or triton" over tests/select/agreement/test_kernels.py, test_engine.py,
+#   3. the CUDA tests: pytest -k "cuda or triton" over tests/select/agreement/test_kernels_*.py, test_engine.py,
 #      test_engine_scale.py, test_objective.py (the Triton greedy against J term by term)
 #      (skipped with a note when pytest is missing)
 #   4. the GPU benchmark: bench_select.py --gpu-target (U = 145, B = 16, d = 384, large Q):
@@ -69,7 +69,7 @@ echo "== 3. CUDA tests"
 TESTS_RC=-1
 if "$PY" -c "import pytest" >/dev/null 2>&1; then
   timeout 170 "$PY" -m pytest -q -p no:cacheprovider -k "cuda or triton" -rs \
-    tests/select/agreement/test_kernels.py tests/select/agreement/test_engine.py tests/select/agreement/test_engine_scale.py tests/select/agreement/test_objective.py 2>&1 | tail -25
+    tests/select/agreement/test_kernels_priority.py tests/select/agreement/test_kernels_greedy.py tests/select/agreement/test_engine.py tests/select/agreement/test_engine_scale.py tests/select/agreement/test_objective.py 2>&1 | tail -25
   TESTS_RC=${PIPESTATUS[0]}
   echo "pytest exit code: $TESTS_RC (124 = timed out)"
 else

@@ -352,3 +352,12 @@ def test_the_limit_check_sees_each_breach(tmp_path):
     finally:
         bad.unlink()
     assert got == {"function", "params", "print", "getLogger"}
+
+
+def test_every_test_file_keeps_the_size_limit():
+    """The suite keeps the library's file limit too: no file under tests/ over MAX_FILE_LINES lines."""
+    tests = ROOT / "tests"
+    files = [p for p in tests.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    over = sorted(f"{p.relative_to(ROOT).as_posix()} ({n} lines)" for p in files
+                  if (n := p.read_text(errors="replace").count("\n")) > MAX_FILE_LINES)
+    assert not over, over
