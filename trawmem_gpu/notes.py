@@ -5,7 +5,7 @@ Library code never prints (tests/test_layout.py): it hands each line to :func:`n
 module's logger. A command (``trawmem_gpu/cli``) shows the notes of its run by entering
 :func:`said_by` with the functions that print them, on the stream each line always went to; code
 that enters nothing gets each note as an INFO record of the calling module's logger. As the
-server's status lines do (``serve.config.Say``), a :data:`Say` is a plain ``line -> None``.
+server's status lines do (``serve.config.log_line`` by default), a :data:`Say` is a plain ``line -> None``.
 """
 from __future__ import annotations
 

@@ -40,10 +40,8 @@ from .keys import KeyStore
 from .metrics import Metrics
 from .models import AppendRequest, BatchRequest, SelectRequest
 from .openapi import offline_docs, with_models
-# HTTPError, body_of, QUERY_FIELDS, request_params: imported from here before the split
-from .replies import HTTPError, add_exception_handlers, body_of, json_response as _json  # noqa: F401
-from .routes import (QUERY_FIELDS, RouteContext, add_bank_routes, add_forget_routes,  # noqa: F401
-                     add_ops_routes, add_select_routes, add_turn_routes, request_params)
+from .replies import add_exception_handlers, json_response as _json
+from .routes import RouteContext, add_bank_routes, add_forget_routes, add_ops_routes, add_select_routes, add_turn_routes
 
 
 class _Edge:

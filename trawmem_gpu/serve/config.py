@@ -3,18 +3,14 @@ from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Callable
 
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from ..select.params import SERVED_LIMITS, QueryLimits
+from ..notes import Say  # where a server's status lines go (start, drain, stop): `trawmem serve`
+from ..select.params import SERVED_LIMITS, QueryLimits  # prints them; code that starts one logs them
 
 log = logging.getLogger(__name__)
-
-Say = Callable[[str], None]
-"""Where a server's status lines go (start, drain, stop): ``trawmem serve`` prints them; a
-server started from code logs them (:func:`log_line`)."""
 
 
 def log_line(line: str) -> None:

@@ -32,7 +32,8 @@ from ray import serve
 
 from ..select.params import QueryParams
 from .batcher import DeadlineExceeded, Later, QueueFull
-from .config import Say, ServeConfig, log_line
+from ..notes import Say
+from .config import ServeConfig, log_line
 from .remote import error_fields, error_from
 
 log = logging.getLogger(__name__)

@@ -48,7 +48,8 @@ from ..errors import InputError, QuarantinedBank, UnknownBank
 from ..select.params import QueryParams
 from .batcher import DeadlineExceeded, OutcomeUnknown, QueueFull, ShuttingDown
 from .config import ServeConfig, bound_socket, uvicorn_config
-from .config import Say, log_line, say_draining
+from ..notes import Say
+from .config import log_line, say_draining
 
 log = logging.getLogger(__name__)
 

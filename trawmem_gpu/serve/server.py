@@ -9,7 +9,8 @@ import socket
 import threading
 
 from ..errors import plural
-from .config import Say, ServeConfig, bound_socket, log_line, say_draining, uvicorn_config
+from ..notes import Say
+from .config import ServeConfig, bound_socket, log_line, say_draining, uvicorn_config
 
 log = logging.getLogger(__name__)
 
