@@ -91,10 +91,12 @@ def versus(args) -> dict:
     trees = {"this": str(harness.ROOT), "other": str(Path(args.versus).resolve())}
     procs = {}
     for k, tree in trees.items():
-        # this tree's script as a file (benchmarks/_boot.py loads this benchmarks/ by its location),
-        # so the trawmem_gpu imported is the one PYTHONPATH names: each tree's own
+        # each tree's own worker script, with the trawmem_gpu that PYTHONPATH names (each tree's
+        # own): a worker's imports follow its tree's layout, so trees across a move still pair;
+        # the digest of the picks (checked below) says whether both select the same
         env = dict(os.environ, PYTHONPATH=tree)
-        procs[k] = subprocess.Popen([sys.executable, str(harness.HERE / "bench_select.py"), "--versus-worker", "--data", args.data,
+        script = Path(tree) / "benchmarks" / "bench_select.py"
+        procs[k] = subprocess.Popen([sys.executable, str(script), "--versus-worker", "--data", args.data,
                                      "--threads", str(args.threads)], env=env, stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, text=True, bufsize=1)
     digests = {}
