@@ -162,7 +162,7 @@ def check_order(turn: Turn, prev: Turn | None, where: str, name: str = "timestam
     turns share a date); a turn without a time is not compared."""
     if prev is None or prev.time is None or turn.time is None:
         return
-    a, b = naive_utc(turn.time), naive_utc(prev.time)  # a bank stored before times were normalized may hold aware ones
+    a, b = turn.time, prev.time  # both naive UTC: the doors and the bank files' reader normalize
     if a >= b:
         return
     raise InputError(f"{where}: field {name!r}: turn {turn.turn_id!r} is dated {a.isoformat()}, before "

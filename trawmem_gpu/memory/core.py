@@ -216,9 +216,7 @@ def pick(engines: ServedEngine, bank_ids: list[str], questions: list[str], Z, da
 
 def bank_summary(bank) -> dict:
     """A bank's counts and date range (``Memory.banks``, ``GET /v1/banks/{id}``)."""
-    from ..data.dates import naive_utc
-
-    times = [naive_utc(t.time) for t in bank.turns if t.time is not None]  # naive UTC, as every door reads dates
+    times = [t.time for t in bank.turns if t.time is not None]  # naive UTC (store.files reads them so)
     return {"bank_id": bank.bank_id, "n_units": bank.n_units, "n_threads": bank.n_threads,
             "n_sessions": len({t.session for t in bank.turns}),
             "first_date": min(times).isoformat() if times else None,

@@ -34,11 +34,12 @@ import shutil
 import tempfile
 import uuid
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
+from ..data.dates import naive_utc
 from ..data.types import Turn, turns_digest
 from ..errors import BankError
 from ..paths import file_sha256
@@ -63,15 +64,14 @@ def turn_record(t: Turn) -> dict:
             "timestamp": t.timestamp, "time": t.time.isoformat() if t.time else None, "caption": t.caption}
 
 
-def naive_utc(turns: list[Turn]) -> list[Turn]:
+def naive_utc_turns(turns: list[Turn]) -> list[Turn]:
     """``turns`` with every timezone-aware ``time`` as the naive UTC time the turn schema stores
-    (``data.dates.parse_date``). Banks written before that rule read a ``Z`` or offset timestamp as
-    an aware time; they are read as their UTC times (checked against the stored digest first), so
-    they keep serving beside banks of naive times, and the next write stores them naive."""
+    (``data.dates.naive_utc``, the one rule). Banks written before that rule read a ``Z`` or offset
+    timestamp as an aware time; they are read as their UTC times (checked against the stored digest
+    first), so every bank in memory holds naive times, and the next write stores them naive."""
     if all(t.time is None or t.time.utcoffset() is None for t in turns):
         return turns
-    return [t if t.time is None or t.time.utcoffset() is None
-            else replace(t, time=t.time.astimezone(timezone.utc).replace(tzinfo=None)) for t in turns]
+    return [t if t.time is None else replace(t, time=naive_utc(t.time)) for t in turns]
 
 
 def turn_from(r: dict) -> Turn:
@@ -265,7 +265,7 @@ def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = No
             layer_sources=sources)
         if turns_digest(bank.turns) != meta["turns_sha256"]:
             raise BankError(f"{path / UNITS}: the turns do not match the digest in {META}; {REBUILD_HINT}")
-        bank.turns = naive_utc(bank.turns)
+        bank.turns = naive_utc_turns(bank.turns)
     except BankError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, json.JSONDecodeError) as e:
