@@ -25,6 +25,7 @@ from ..ingest import build_banks, update_bank
 from ..ingest.forget import without_turns
 from ..ingest.config import BuildConfig
 from ..data.fields import check_order, id_field
+from ..data.metadata import same_metadata
 from ..data.types import MAX_ID_CHARS, Conversation
 from ..encode.base import Encoder
 from ..errors import DuplicateTurns, InputError, QuarantinedBank, UnknownBank
@@ -60,8 +61,9 @@ class AppendResult:
 
 def _same_turn(a, b) -> bool:
     """Whether two turns of one id carry the same content (what a client sent: the session is
-    derived, so it is not compared)."""
-    return (a.speaker, a.text, a.timestamp, a.caption) == (b.speaker, b.text, b.timestamp, b.caption)
+    derived, so it is not compared), metadata included."""
+    return (a.speaker, a.text, a.timestamp, a.caption) == (b.speaker, b.text, b.timestamp, b.caption) \
+        and same_metadata(a.metadata, b.metadata)
 
 
 @dataclass

@@ -207,10 +207,11 @@ def served_engine(banks: dict, select_cfg: SelectConfig | None = None, threads: 
     return ServedEngine(banks, cfg, make, units)
 
 
-def pick(engines: ServedEngine, bank_ids: list[str], questions: list[str], Z, dates, params):
+def pick(engines: ServedEngine, bank_ids: list[str], questions: list[str], Z, dates, params, masks=None):
     """One batched engine call: ``(picks, the banks they index, per query whether its date was used)``
-    (engine-owner thread; assemble with ``SelectedWorkspace.of``)."""
-    picks, used = select_units(engines.engine, bank_ids, questions, Z, dates, params)
+    (engine-owner thread; assemble with ``SelectedWorkspace.of``); ``masks``: each query's unit mask
+    (``engine.masks_of`` of its filter) or None."""
+    picks, used = select_units(engines.engine, bank_ids, questions, Z, dates, params, masks)
     return picks, [engines.bank(b) for b in bank_ids], used
 
 

@@ -71,6 +71,8 @@ class SelectItem:
     key: object = None
     """Whose query this is (the tenant; set by :meth:`SelectionService.select`): assembly is fair
     across keys."""
+    where: object = None
+    """The filter the query selects under (``data.filters.Filter``: the request's AND its key's), or None."""
 
 
 def _brings_vector(it: SelectItem) -> bool:
@@ -269,12 +271,16 @@ class SelectionService:
                 "timings": {"build_and_write_ms": round((t1 - t0) * 1e3, 3),
                             "engine_refresh_ms": round((t2 - t1) * 1e3, 3)}}
 
-    async def forget(self, bank_id: str, turn_ids: list[str] | None) -> dict:
+    async def forget(self, bank_id: str, turn_ids: list[str] | None, where=None) -> dict:
         """Forget turns of a bank (None: the whole bank) in the files, the engine and the caches
         (``MemoryCore``): the rewrite and the cache scrub on an append thread, the engine's
-        refresh and purge on the batch worker (between batches); answers after all three."""
+        refresh and purge on the batch worker (between batches); answers after all three.
+        ``where``: the filter of the key asking (``keys.Tenant.where``): only turns that pass it are
+        forgotten, the others answer as missing (and a whole bank is refused)."""
         if self.batcher.closing:
             raise ShuttingDown("the server is shutting down")
+        if where is not None:
+            return await self._forget_within(bank_id, turn_ids, where)
         loop = asyncio.get_running_loop()
         res = await loop.run_in_executor(self.appender, lambda: self.core.forget_stored(
             bank_id, turn_ids, encoder=self.append_encoder()))
@@ -283,6 +289,23 @@ class SelectionService:
         await self._assembly_drained()  # workspaces of the old bank are rendered before the caches go
         counts = await loop.run_in_executor(self.appender, self.core.erase_copies, res)
         return self.core.forget_summary(res, counts)
+
+    async def _forget_within(self, bank_id: str, turn_ids: list[str] | None, where) -> dict:
+        """:meth:`forget` for a key bound to ``where``: the ids whose turns fail it are left alone
+        and reported missing, as ids the bank does not hold (which they are, for this key)."""
+        from ..errors import InputError
+
+        if turn_ids is None:
+            raise InputError("an API key bound to a filter forgets turns by id only, not a whole bank")
+        bank = self.registry.get(bank_id)
+        if bank is None:
+            raise self.registry.absent(bank_id)
+        mine = {t.turn_id for t in bank.turns if where.matches(getattr(t, "metadata", None))}
+        res = await self.forget(bank_id, [t for t in turn_ids if t in mine]) if mine & set(turn_ids) else \
+            {"bank_id": bank_id, "forgotten": [], "missing": [], "deleted": False, "n_units": bank.n_units,
+             "cache_rows": 0, "output_records": 0}
+        res["missing"] = list(dict.fromkeys([*res["missing"], *(t for t in turn_ids if t not in mine)]))
+        return res
 
     async def _assembly_drained(self) -> None:
         """Return once every assembly job submitted so far has finished (queued or running)."""
@@ -342,19 +365,23 @@ class SelectionService:
             except ConfigError as e:  # out of range: fails only this query
                 out[i] = e
         t_sel = 0.0
+        masks = None
         if idx:
             ts = time.perf_counter()
             try:
-                picks, used_dates = select_units(self.engines.engine, [items[i].bank_id for i in idx],
+                eng = self.engines.engine
+                wheres = [items[i].where for i in idx]
+                masks = eng.masks_of([items[i].bank_id for i in idx], wheres) if any(wheres) else None
+                picks, used_dates = select_units(eng, [items[i].bank_id for i in idx],
                                                  [items[i].question for i in idx], Z[idx],
-                                                 [items[i].date for i in idx], params)
+                                                 [items[i].date for i in idx], params, masks)
             except Exception as e:  # noqa: BLE001 - fail this batch only, keep serving
                 log.exception("engine call failed for a batch of %d", len(idx))
                 for i in idx:
                     out[i] = e
             else:
                 t_sel = time.perf_counter() - ts
-                self._answer(items, idx, picks, used_dates, out, t_start, t_enc, t_sel, n)
+                self._answer(items, idx, picks, used_dates, out, t_start, t_enc, t_sel, n, masks)
         if self.metrics is not None:
             m = self.metrics.batch_seconds
             m.labels("encode").observe(t_enc)
@@ -362,16 +389,17 @@ class SelectionService:
             m.labels("total").observe(time.perf_counter() - t_start)
         return out
 
-    def _answer(self, items, idx, picks, used_dates, out, t_start, t_enc, t_sel, n) -> None:
-        """Hand the picks of queries ``idx`` to the assembly pool: ``out[i]`` becomes a ``Later``."""
+    def _answer(self, items, idx, picks, used_dates, out, t_start, t_enc, t_sel, n, masks=None) -> None:
+        """Hand the picks of queries ``idx`` to the assembly pool: ``out[i]`` becomes a ``Later``
+        (``masks``: each query's unit mask, for the heads a workspace hides)."""
         jobs = []
-        for i, units, used in zip(idx, picks, used_dates):
+        for i, units, used, keep in zip(idx, picks, used_dates, masks or [None] * len(idx)):
             it = items[i]
             timings = {"queue_ms": round((t_start - it.arrived) * 1e3, 3) if it.arrived else None,
                        "encode_ms": round(t_enc * 1e3, 3) if it.vector is None else 0.0,
                        "select_ms": round(t_sel * 1e3, 3), "batch_size": n}
             # the bank the engine just selected from, taken here: a refresh may follow before assembly
-            jobs.append((it, self.engines.bank(it.bank_id), units, used, timings))
+            jobs.append((it, self.engines.bank(it.bank_id), units, used, timings, keep))
         # a few chunks per key, one pool job and one event-loop wake-up each; the pool takes
         # them round robin across keys
         size = -(-len(jobs) // self.ASSEMBLY_CHUNKS)
@@ -396,12 +424,14 @@ class SelectionService:
                 out.append(e)
         return out
 
-    def _workspace(self, it: SelectItem, bank, units: list[int], used_dates: bool, timings: dict) -> dict:
+    def _workspace(self, it: SelectItem, bank, units: list[int], used_dates: bool, timings: dict,
+                   keep=None) -> dict:
         """The response body for one query: grouping, rendering and the token count."""
         t0 = time.perf_counter()
-        ws = SelectedWorkspace.of(bank, it.question, units, self.engines.cfg.headings, used_dates)
+        ws = SelectedWorkspace.of(bank, it.question, units, self.engines.cfg.headings, used_dates, keep=keep)
         out = {**ws.to_dict(), "bank_n_units": bank.n_units, "budget": it.params.budget, "hops": it.params.hops,
-               "token_budget": it.params.token_budget, "date": it.date.isoformat() if it.date else None}
+               "token_budget": it.params.token_budget, "date": it.date.isoformat() if it.date else None,
+               "where": None if it.where is None else it.where.json}
         dt = time.perf_counter() - t0
         out["timings"] = {**timings, "assemble_ms": round(dt * 1e3, 3)}
         if self.metrics is not None:
