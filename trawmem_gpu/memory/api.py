@@ -332,7 +332,7 @@ class Memory:
                         raise self._core.registry.absent(b, f"queries[{i}]: " if n > 1 else "")
             masks = None if flts is None else eng.engine.masks_of(bids, flts)
             if plans is None:
-                picks, banks, used = pick(eng, bids, qs, Z, ds, qps, masks)
+                picks, banks, used = pick(eng, bids, qs, Z, ds, qps, **({} if masks is None else {"masks": masks}))
             else:
                 from ..eval.planned import planned_select
 

@@ -182,28 +182,56 @@ def restrict(ctx: BankContext, keep: np.ndarray) -> RestrictedContext:
                              threads=threads)
 
 
+MASKS_PER_BANK = 64
+"""Masks a :func:`filter_masks` cache keeps per bank (the most recently used filters: a key's
+bound filter, a user's scope), each ``[N]`` bool."""
+
+
 def filter_masks(banks: list[Bank], where, cache: dict | None = None) -> list[np.ndarray | None]:
     """Each query's unit mask (:func:`as_mask`: None for no filter or one every unit passes) for
-    ``banks[i]`` and ``where`` (None, one filter for all, or one per query). ``cache``: a dict the
-    caller keeps, holding each bank's metadata columns across calls (keyed by bank object)."""
+    ``banks[i]`` and ``where`` (None, one filter for all, or one per query). Each distinct filter
+    object is parsed once and each (bank, filter) evaluated once per call; ``cache``: a dict the
+    caller keeps (per bank object: its metadata columns and its last :data:`MASKS_PER_BANK` masks),
+    so a filter that comes back costs a lookup. The masks are read-only (shared between queries)."""
     n = len(banks)
-    flts = where if isinstance(where, (list, tuple)) else [where] * n
+    per_query = isinstance(where, (list, tuple))
+    flts = where if per_query else [where] * n
     if len(flts) != n:
         raise ValueError(f"{n} queries but {len(flts)} filters")
+    parsed: dict = {}
+    memo: dict = {}
     out = []
     for i, (b, f) in enumerate(zip(banks, flts)):
-        f = parse_filter(f, f"where[{i}]" if isinstance(where, (list, tuple)) else "where")
+        if id(f) not in parsed:
+            parsed[id(f)] = (f, parse_filter(f, f"where[{i}]" if per_query else "where"))
+        f = parsed[id(f)][1]
         if f is None:
             out.append(None)
             continue
-        cols = None
-        if cache is not None:
-            hit = cache.get(b.bank_id)
-            if hit is None or hit[0] is not b:
-                hit = cache[b.bank_id] = (b, meta_columns(b))
-            cols = hit[1]
-        out.append(as_mask(unit_mask(b, f, cols), b.n_units))
+        key = (id(b), f.key)
+        if key not in memo:
+            memo[key] = _cached_mask(b, f, cache)
+        out.append(memo[key])
     return out
+
+
+def _cached_mask(b: Bank, f: Filter, cache: dict | None) -> np.ndarray | None:
+    if cache is None:
+        return as_mask(unit_mask(b, f), b.n_units)
+    hit = cache.get(b.bank_id)
+    if hit is None or hit[0] is not b:  # a new or replaced bank: new columns, no masks
+        hit = cache[b.bank_id] = (b, meta_columns(b), {})
+    masks = hit[2]
+    if f.key in masks:
+        masks[f.key] = m = masks.pop(f.key)  # most recently used last
+        return m
+    m = as_mask(unit_mask(b, f, hit[1]), b.n_units)
+    if m is not None:
+        m.setflags(write=False)
+    masks[f.key] = m
+    while len(masks) > MASKS_PER_BANK:
+        masks.pop(next(iter(masks)))
+    return m
 
 
 __all__ = ["Filter", "RestrictedContext", "as_mask", "filter_masks", "meta_columns", "partial_threads", "restrict",

@@ -39,7 +39,7 @@ from ..params import QueryParams
 from ..steps import roles as step4
 from . import compiled, tensor
 from .batch import Timer, make_batch
-from .masks import stage_bridge
+from .masks import roles_count, stage_bridge
 from .plan import Plan, resolve
 from .tables import Snapshot, TableStore
 
@@ -242,7 +242,7 @@ class SelectionEngine:
                 cols = {k: getattr(c, k).cpu().numpy() for k in ("bidx", "cand", "n_cand", "lt", "alpha", "hthread",
                                                                  "rvec", "n_h", "tpos")}
                 if c.masked is not None:  # a thread a mask cut: those queries' bridge from their candidates
-                    cols.update(stage_bridge(snap, cols, c.masked.cpu().numpy()))
+                    cols.update(stage_bridge(snap, cols, c.masked.cpu().numpy() & roles_count(dem.W[r])))
                 timer.lap("roles")
                 sel, n_sel = compiled.run_stage(snap, cfg, compiled.stage_batch(
                     snap, cfg, cols, dem.Mq[r], dem.delta[r], dem.W[r], batch.now[r], unit_cap[r], pool[r],

@@ -36,7 +36,7 @@ from ..steps.priority import effective_budget, gravity_one, unit_cost_compiled
 from ..steps.propagation import PropagationParams, ThreadGraph, ThreadScratch, propagate_one, propagation_params, \
     query_sizes
 from .batch import QueryBatch, Timer
-from .masks import front_masks, stage_bridge
+from .masks import front_masks, roles_count, stage_bridge
 from .tables import Snapshot
 
 FRONT_ROWS = 1 << 20
@@ -488,7 +488,7 @@ def _chunk(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: n
     delta, Mq, W = demand
     cc = dict(c._asdict(), bidx=bidx)
     if x.masked.any():  # a mask may cut a thread: those queries' bridge from their candidates
-        cc.update(stage_bridge(snap, cc, x.masked))
+        cc.update(stage_bridge(snap, cc, x.masked & roles_count(W)))
     sb = stage_batch(snap, cfg, cc, Mq, delta, W, batch.now[rows], sz["unit_cap"], sz["pool"], sz["capacity"])
     sel, n_sel = run_stage(snap, cfg, sb)
     lap("select")

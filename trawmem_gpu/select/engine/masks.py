@@ -75,9 +75,21 @@ def _own_bridge(vecs: np.ndarray, gid: np.ndarray, lt: np.ndarray) -> np.ndarray
     return np.clip(np.where(np.isfinite(b), b, 0.0), 0.0, 1.0)
 
 
+def roles_count(W: np.ndarray) -> np.ndarray:
+    """``[Q]`` bool: the queries whose picks the role features can change (``W``: their weight
+    matrix, ``objective.weight_matrix``): a nonzero ``lambda_r`` (phi in the costs) or a nonzero
+    weight of a term that reads rho. Elsewhere the bridge feature changes nothing (0 times a finite
+    value adds exactly 0), so a cut thread's bridge need not be computed."""
+    from ..objective import COL, COVERAGE_TERMS, LAMBDA_R
+
+    cols = [LAMBDA_R] + [COL[t.weight] for t in COVERAGE_TERMS if getattr(t, "x", None) == "rho"]
+    return (np.asarray(W)[:, cols] != 0).any(axis=1)
+
+
 def stage_bridge(snap, cols: dict, masked: np.ndarray) -> dict:
     """``{"bridge": [Qc, U], "own": [Qc]}`` for the compiled stage (``cols``: the chunk's
-    candidates, steps 1-3's output): for each query :func:`partial_rows` marks, the bridge from its
+    candidates, steps 1-3's output; ``masked``: the queries with a mask whose roles count,
+    :func:`roles_count`): for each query :func:`partial_rows` marks, the bridge from its
     candidates' cosines (:func:`_own_bridge`); the other rows read the per-bank table (``own``
     False)."""
     cand, n_cand, lt, bidx = cols["cand"], cols["n_cand"], cols["lt"], cols["bidx"]

@@ -32,7 +32,7 @@ from ..steps.priority import PriorityInputs, PriorityWeights, edge_costs_torch, 
     role_priority
 from ..tensor_ops import NEG_INF, POS_INF
 from .batch import QueryBatch, Timer, own_rows, similarity
-from .masks import chunk_bridge
+from .masks import chunk_bridge, roles_count
 from .tables import Snapshot
 
 
@@ -246,7 +246,8 @@ def select_chunk(snap: Snapshot, plan, cfg, c: Chunk, W: Tensor, demand, now: Te
         brow = snap.off_t.boff[c.bidx][:, None] + c.cand * snap.off_t.nt[c.bidx][:, None]
         bridge = step4.bridge_from_table(snap.t["btab"], brow, c.hthread, c.lt, c.cvalid)
         if c.masked is not None:  # a thread a mask cut: the table's maximum is over units that are no candidates
-            bridge = chunk_bridge(snap, c, bridge, c.masked)
+            bridge = chunk_bridge(snap, c, bridge, c.masked & torch.as_tensor(roles_count(W.cpu().numpy()),
+                                                                              device=c.masked.device))
     else:
         E = snap.t["unit_vecs"][c.gid]
         S = torch.bmm(E, E.transpose(1, 2))
