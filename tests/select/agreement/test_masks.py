@@ -183,3 +183,15 @@ def test_a_cut_threads_head_is_hidden(banks):  # noqa: F811
     assert b.heads[2] not in ws.render()
     sub, _, _ = restrict_bank(b, keep)
     assert sub.heads[2] == "" and sub.heads[0] == b.heads[0]
+
+
+def test_the_triton_kernels_under_a_mask(banks, queries):  # noqa: F811
+    """The tensor backend with the Triton priority and greedy kernels (interpreted on a CPU: a few
+    queries) picks what the reference picks under a mask."""
+    pytest.importorskip("triton")
+    ids, qs, Z = queries
+    rows = [i for i, b in enumerate(ids) if b in ("odd", "chain")][:6]
+    sub = ([ids[i] for i in rows], [qs[i] for i in rows], Z[rows])
+    masks = [m for i, m in enumerate(_masks(banks, ids, seed=12)) if i in rows]
+    _agree(banks, SelectConfig(), *sub, QueryParams(hops=2), masks,
+           [dict(backend="tensor", kernels="triton", optimizer="plain")])
