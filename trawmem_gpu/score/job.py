@@ -339,7 +339,7 @@ def say_resume(out: str | Path, n_items: int, n_todo: int) -> None:
         note(log, f"{out}: {plural(n_items - n_todo, 'answer')} already in, {n_todo or 'none'} to score")
 
 
-RESUME_FIELDS = ("bank_id", "question", "date", "bank_digest", "config", "answer_error")
+RESUME_FIELDS = ("bank_id", "question", "date", "where", "bank_digest", "config", "answer_error")
 """Fields of each written record the resume check reads (``ResumableJsonl(keep=...)``)."""
 
 
@@ -357,6 +357,8 @@ def record_change(old: dict, it: ScoreItem, digest: str, tag: dict) -> str | Non
         return f"question {_short(old.get('question'))} -> {_short(it.question)}"
     if old.get("date") != it.date:
         return f"date {_short(old.get('date'))} -> {_short(it.date)}"
+    if old.get("where") != it.where:
+        return f"where {_short(old.get('where'))} -> {_short(it.where)}"
     if old.get("bank_digest") != digest:
         return (f"bank {it.bank_id!r} changed since (digest {old.get('bank_digest') or 'not recorded'} -> "
                 f"{digest})")
