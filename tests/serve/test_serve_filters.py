@@ -90,3 +90,12 @@ def test_filters_and_key_bound_filters_over_http(tmp_path):
         held = {t.turn_id for t in service.registry.get("shared").turns}
         assert "u2-0" in held and "u2-1" in held and "u1-0" not in held
         c.close()
+        from trawmem_gpu.client import Client  # the Python client sends where and reads metadata back
+        from trawmem_gpu.data.filters import parse_filter
+
+        with Client(url, api_key=admin) as cl:
+            res = cl.select("shared", "pottery?", budget=12, where=parse_filter({"user_id": "u2"}))
+            assert res.units and all(u.metadata["user_id"] == "u2" for u in res.units)
+            assert res.where == {"user_id": {"eq": "u2"}}
+            many = cl.select_many([("shared", "pottery?")] * 2, where={"importance": 2})
+            assert all(u.metadata["importance"] == 2 for r in many for u in r.units)

@@ -100,13 +100,16 @@ def _http_error(call: _Call, url: str, e: httpx.HTTPError, end: float) -> Server
     return Unreachable(None, f"{call.method} {url}{call.path}: {type(e).__name__}: {e}")
 
 
-def _select_body(bank_id: str, question: str, budget, hops, token_budget, date, question_vector) -> dict:
+def _select_body(bank_id: str, question: str, budget, hops, token_budget, date, question_vector,
+                 where=None) -> dict:
     body = {"bank_id": bank_id, "question": question}
     for k, v in (("budget", budget), ("hops", hops), ("token_budget", token_budget), ("date", date)):
         if v is not None:
             body[k] = v
     if question_vector is not None:
         body["question_vector"] = [float(x) for x in question_vector]
+    if where is not None:  # a filter's JSON (a data.filters.Filter sends its canonical form)
+        body["where"] = getattr(where, "json", where)
     return body
 
 
@@ -132,9 +135,9 @@ class _Base:
 
     @staticmethod
     def _select_call(bank_id, question, budget=None, hops=None, token_budget=None, date=None,
-                     question_vector=None) -> _Call:
+                     question_vector=None, where=None) -> _Call:
         return _Call("POST", "/v1/select", _select_body(bank_id, question, budget, hops, token_budget, date,
-                                                        question_vector), bank_id)
+                                                        question_vector, where), bank_id)
 
     def _batch_calls(self, pairs: Iterable, params: dict) -> list[_Call]:
         reqs = []
@@ -142,7 +145,7 @@ class _Base:
             if not (isinstance(p, (tuple, list)) and len(p) == 2):
                 raise InputError(f"select_many: item {i} must be a (bank_id, question) pair, got {p!r}")
             reqs.append(_select_body(p[0], p[1], params.get("budget"), params.get("hops"),
-                                     params.get("token_budget"), params.get("date"), None))
+                                     params.get("token_budget"), params.get("date"), None, params.get("where")))
         if not reqs:
             raise InputError("select_many: no (bank_id, question) pairs")
         return [_Call("POST", "/v1/select/batch", {"requests": reqs[i:i + self.batch_size]})
@@ -271,17 +274,18 @@ class Client(_Base):
 
     def select(self, bank_id: str, question: str, *, budget: int | None = None, hops: int | None = None,
                token_budget: int | None = None, date: str | None = None,
-               question_vector: Sequence[float] | None = None) -> SelectResult:
-        """The workspace for ``question`` from bank ``bank_id`` (unset parameters: the server's)."""
+               question_vector: Sequence[float] | None = None, where=None) -> SelectResult:
+        """The workspace for ``question`` from bank ``bank_id`` (unset parameters: the server's;
+        ``where``: a filter over the turns' metadata, docs/python-api.md)."""
         return self._get(SelectResult, self._select_call(bank_id, question, budget, hops, token_budget, date,
-                                                         question_vector))
+                                                         question_vector, where))
 
     def select_many(self, pairs: Iterable[tuple[str, str]], *, budget: int | None = None, hops: int | None = None,
-                    token_budget: int | None = None, date: str | None = None) -> list[SelectResult]:
+                    token_budget: int | None = None, date: str | None = None, where=None) -> list[SelectResult]:
         """Workspaces for ``(bank_id, question)`` pairs, in order, over ``/v1/select/batch``
         (``batch_size`` questions per request, all within one ``deadline``); the parameters apply
         to every question."""
-        params = {"budget": budget, "hops": hops, "token_budget": token_budget, "date": date}
+        params = {"budget": budget, "hops": hops, "token_budget": token_budget, "date": date, "where": where}
         calls, end, out = self._batch_calls(pairs, params), self._end(), []
         for call in calls:
             status, doc = self._send(call, end)
@@ -377,14 +381,14 @@ class AsyncClient(_Base):
 
     async def select(self, bank_id: str, question: str, *, budget: int | None = None, hops: int | None = None,
                      token_budget: int | None = None, date: str | None = None,
-                     question_vector: Sequence[float] | None = None) -> SelectResult:
+                     question_vector: Sequence[float] | None = None, where=None) -> SelectResult:
         return await self._get(SelectResult, self._select_call(bank_id, question, budget, hops, token_budget, date,
-                                                               question_vector))
+                                                               question_vector, where))
 
     async def select_many(self, pairs: Iterable[tuple[str, str]], *, budget: int | None = None,
                           hops: int | None = None, token_budget: int | None = None,
-                          date: str | None = None) -> list[SelectResult]:
-        params = {"budget": budget, "hops": hops, "token_budget": token_budget, "date": date}
+                          date: str | None = None, where=None) -> list[SelectResult]:
+        params = {"budget": budget, "hops": hops, "token_budget": token_budget, "date": date, "where": where}
         calls, end, out = self._batch_calls(pairs, params), self._end(), []
         for call in calls:
             status, doc = await self._send(call, end)

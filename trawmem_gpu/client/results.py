@@ -34,6 +34,8 @@ def _has_default(f) -> bool:
 
 def _value(tp, v, where: str):
     """``v`` as type ``tp`` (the field types the results use), or :class:`Malformed`."""
+    if tp is typing.Any:  # a JSON value as the server sent it (a turn's metadata, a filter)
+        return v
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
         if v is None and type(None) in args:
@@ -92,6 +94,8 @@ class Unit:
     caption: str | None
     thread: int
     session: int
+    metadata: dict[str, typing.Any] | None = None
+    """The turn's metadata (None: none, or a server before metadata)."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,8 @@ class SelectResult:
     n_tokens: int
     tokenizer: str
     timings: Timings | None = None
+    where: dict[str, typing.Any] | None = None
+    """The filter the server applied (the request's and the key's, and-ed); None: none."""
 
     @property
     def tokens(self) -> int:
