@@ -144,3 +144,18 @@ def test_memory_add_keeps_metadata_through_appends_retries_and_forgets(tmp_path)
     assert {t.turn_id: t.metadata for t in reopened.turns("b")} == {"t2": {"user_id": "u2", "n": 1}, "t3": None}
     ws = reopened.select("b", "pottery")
     assert {u.id: u.metadata for u in ws.units} == {"t2": {"user_id": "u2", "n": 1}, "t3": None}
+
+
+def test_metadata_is_read_only_and_plain_json():
+    import copy
+    import pickle
+
+    from trawmem_gpu.data.jsonl import turn_from_record
+
+    _, t = turn_from_record({**BASE, "metadata": {"user_id": "u1"}})
+    for change in (lambda m: m.__setitem__("user_id", "u2"), lambda m: m.update(x=1), lambda m: m.pop("user_id"),
+                   lambda m: m.clear(), lambda m: m.setdefault("x", 1)):
+        with pytest.raises(TypeError, match="read-only"):
+            change(t.metadata)
+    assert t.metadata == {"user_id": "u1"} and json.dumps(t.metadata) == '{"user_id": "u1"}'
+    assert pickle.loads(pickle.dumps(t)) == t and copy.deepcopy(t.metadata) == {"user_id": "u1"}

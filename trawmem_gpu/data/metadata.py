@@ -148,9 +148,23 @@ def check_value(v, name: str | None, where: str):
                      "(metadata is a flat map)")
 
 
+class Metadata(dict):
+    """A turn's metadata: a ``dict`` that refuses changes (a ``Turn`` is frozen, and a bank's
+    filters read its metadata by key: a change in place would bypass the rules and the bank's
+    digest). JSON, ``==`` and pickling treat it as the dict it is."""
+
+    def _frozen(self, *a, **k):
+        raise TypeError("turn metadata is read-only; build the turn again with new metadata")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _frozen
+
+    def __reduce__(self):
+        return Metadata, (dict(self),)
+
+
 def metadata_field(v, where: str, name: str = "metadata") -> dict | None:
-    """A turn's metadata, checked (see the module docstring): a new ``dict`` (keys in the order
-    given), or None for null or an empty map."""
+    """A turn's metadata, checked (see the module docstring): a new read-only :class:`Metadata`
+    (keys in the order given), or None for null or an empty map."""
     if v is None:
         return None
     if not isinstance(v, dict):
@@ -161,7 +175,7 @@ def metadata_field(v, where: str, name: str = "metadata") -> dict | None:
     for k, x in v.items():
         check_key(k, name, where)
         out[k] = check_value(x, f"{name}.{k}", where)
-    return out or None
+    return Metadata(out) if out else None
 
 
 def same_metadata(a: dict | None, b: dict | None) -> bool:

@@ -30,7 +30,8 @@ class Turn:
     metadata: dict | None = field(default=None, hash=False)
     """A flat map of keys to strings, numbers, booleans or ISO dates (``user_id``, ``agent_id``,
     ``run_id``, ...; checked by ``data.metadata.metadata_field``), or None. Selection filters read it
-    (``where=``); the encoder, BM25 and workspaces never see it. Never mutate it: turns are frozen."""
+    (``where=``); the encoder, BM25 and workspaces never see it. Read-only (``data.metadata.Metadata``)
+    as the turn is frozen."""
 
     def lexical_text(self) -> str:
         """Speaker, words and the image caption (what BM25 indexes)."""

@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data.dates import naive_utc
+from ..data.metadata import Metadata
 from ..data.types import Turn, turns_digest
 from ..errors import BankError
 from ..paths import file_sha256
@@ -86,7 +87,8 @@ def turn_from(r: dict) -> Turn:
     if meta is not None and not isinstance(meta, dict):
         raise ValueError(f"turn {r['id']!r}: metadata is not a map")
     return Turn(r["id"], r["speaker"], r["text"], int(r["session"]), r["timestamp"],
-                datetime.fromisoformat(r["time"]) if r.get("time") else None, r.get("caption"), meta or None)
+                datetime.fromisoformat(r["time"]) if r.get("time") else None, r.get("caption"),
+                Metadata(meta) if meta else None)
 
 
 def fsync_dir(path: Path) -> None:
