@@ -274,13 +274,11 @@ class SelectionService:
     async def forget(self, bank_id: str, turn_ids: list[str] | None, where=None) -> dict:
         """Forget turns of a bank (None: the whole bank) in the files, the engine and the caches
         (``MemoryCore``): the rewrite and the cache scrub on an append thread, the engine's
-        refresh and purge on the batch worker (between batches); answers after all three.
-        ``where``: the filter of the key asking (``keys.Tenant.where``): only turns that pass it are
-        forgotten, the others answer as missing (and a whole bank is refused)."""
+        refresh and purge on the batch worker (between batches); answers after all three."""
         if self.batcher.closing:
             raise ShuttingDown("the server is shutting down")
         if where is not None:
-            return await self._forget_within(bank_id, turn_ids, where)
+            return await forget_within(self, bank_id, turn_ids, where)
         loop = asyncio.get_running_loop()
         res = await loop.run_in_executor(self.appender, lambda: self.core.forget_stored(
             bank_id, turn_ids, encoder=self.append_encoder()))
@@ -289,23 +287,6 @@ class SelectionService:
         await self._assembly_drained()  # workspaces of the old bank are rendered before the caches go
         counts = await loop.run_in_executor(self.appender, self.core.erase_copies, res)
         return self.core.forget_summary(res, counts)
-
-    async def _forget_within(self, bank_id: str, turn_ids: list[str] | None, where) -> dict:
-        """:meth:`forget` for a key bound to ``where``: the ids whose turns fail it are left alone
-        and reported missing, as ids the bank does not hold (which they are, for this key)."""
-        from ..errors import InputError
-
-        if turn_ids is None:
-            raise InputError("an API key bound to a filter forgets turns by id only, not a whole bank")
-        bank = self.registry.get(bank_id)
-        if bank is None:
-            raise self.registry.absent(bank_id)
-        mine = {t.turn_id for t in bank.turns if where.matches(getattr(t, "metadata", None))}
-        res = await self.forget(bank_id, [t for t in turn_ids if t in mine]) if mine & set(turn_ids) else \
-            {"bank_id": bank_id, "forgotten": [], "missing": [], "deleted": False, "n_units": bank.n_units,
-             "cache_rows": 0, "output_records": 0}
-        res["missing"] = list(dict.fromkeys([*res["missing"], *(t for t in turn_ids if t not in mine)]))
-        return res
 
     async def _assembly_drained(self) -> None:
         """Return once every assembly job submitted so far has finished (queued or running)."""
@@ -365,14 +346,11 @@ class SelectionService:
             except ConfigError as e:  # out of range: fails only this query
                 out[i] = e
         t_sel = 0.0
-        masks = None
         if idx:
             ts = time.perf_counter()
-            try:
-                eng = self.engines.engine
-                wheres = [items[i].where for i in idx]
-                masks = eng.masks_of([items[i].bank_id for i in idx], wheres) if any(wheres) else None
-                picks, used_dates = select_units(eng, [items[i].bank_id for i in idx],
+            try:  # each query's filter (None: none) as its unit mask
+                masks = self.engines.engine.masks_of([items[i].bank_id for i in idx], [items[i].where for i in idx])
+                picks, used_dates = select_units(self.engines.engine, [items[i].bank_id for i in idx],
                                                  [items[i].question for i in idx], Z[idx],
                                                  [items[i].date for i in idx], params, masks)
             except Exception as e:  # noqa: BLE001 - fail this batch only, keep serving
@@ -390,8 +368,7 @@ class SelectionService:
         return out
 
     def _answer(self, items, idx, picks, used_dates, out, t_start, t_enc, t_sel, n, masks=None) -> None:
-        """Hand the picks of queries ``idx`` to the assembly pool: ``out[i]`` becomes a ``Later``
-        (``masks``: each query's unit mask, for the heads a workspace hides)."""
+        """Hand the picks of queries ``idx`` to the assembly pool: ``out[i]`` becomes a ``Later``."""
         jobs = []
         for i, units, used, keep in zip(idx, picks, used_dates, masks or [None] * len(idx)):
             it = items[i]
@@ -424,11 +401,10 @@ class SelectionService:
                 out.append(e)
         return out
 
-    def _workspace(self, it: SelectItem, bank, units: list[int], used_dates: bool, timings: dict,
-                   keep=None) -> dict:
+    def _workspace(self, it: SelectItem, bank, units: list[int], used: bool, timings: dict, keep=None) -> dict:
         """The response body for one query: grouping, rendering and the token count."""
         t0 = time.perf_counter()
-        ws = SelectedWorkspace.of(bank, it.question, units, self.engines.cfg.headings, used_dates, keep=keep)
+        ws = SelectedWorkspace.of(bank, it.question, units, self.engines.cfg.headings, used, keep=keep)
         out = {**ws.to_dict(), "bank_n_units": bank.n_units, "budget": it.params.budget, "hops": it.params.hops,
                "token_budget": it.params.token_budget, "date": it.date.isoformat() if it.date else None,
                "where": None if it.where is None else it.where.json}
@@ -442,3 +418,22 @@ class SelectionService:
         if self.metrics is not None:
             self.metrics.batch_size.observe(size)
             self.metrics.engine_builds.set(self.engines.builds)
+
+
+async def forget_within(service: SelectionService, bank_id: str, turn_ids: list[str] | None, where) -> dict:
+    """``SelectionService.forget`` for a key bound to the filter ``where`` (``keys.Tenant.where``): only the
+    turns that pass it are forgotten; the ids whose turns fail it are left alone and reported
+    missing, as ids the bank does not hold (which they are, for this key); a whole bank is refused."""
+    from ..errors import InputError
+
+    if turn_ids is None:
+        raise InputError("an API key bound to a filter forgets turns by id only, not a whole bank")
+    bank = service.registry.get(bank_id)
+    if bank is None:
+        raise service.registry.absent(bank_id)
+    mine = {t.turn_id for t in bank.turns if where.matches(getattr(t, "metadata", None))}
+    res = await service.forget(bank_id, [t for t in turn_ids if t in mine]) if mine & set(turn_ids) else \
+        {"bank_id": bank_id, "forgotten": [], "missing": [], "deleted": False, "n_units": bank.n_units,
+         "cache_rows": 0, "output_records": 0}
+    res["missing"] = list(dict.fromkeys([*res["missing"], *(t for t in turn_ids if t not in mine)]))
+    return res
