@@ -28,7 +28,9 @@ over rounds reported with the range. Per scenario also: median seconds per call 
 the mask's own cost per call (``masks_of``: parsing, the bank's columns kept across calls, the
 vectorized evaluation), the stage split of the engine call (``last_timings``), the share of units
 that pass, picks per query, and agreement with the reference (``select_reference(..., keep=)``)
-on ``--check`` queries. Writes ``filter.json`` and ``filter.png`` under ``benchmarks/results/``.
+on ``--check`` queries; and, beside the picks per query, how many of the unfiltered selection's
+picks pass (what filtering after retrieval would leave). Writes ``filter.json`` and ``filter.png``
+under ``benchmarks/results/``.
 
     python -m benchmarks run filter [--rounds 15] [--threads 1] [--backend compiled|tensor] [--check 48]
 """
@@ -105,11 +107,13 @@ def run(args) -> dict:
     wheres = scenario_wheres(banks, ids)
     eng = SelectionEngine(banks, cfg, device="cpu", threads=args.threads, **({} if args.backend == "auto" else
                                                                             {"backend": args.backend}))
-    picks, share = {}, {}
+    picks, share, after = {}, {}, {}
     for s in SCENARIOS:  # warm (numba, columns) and the picks
         picks[s] = eng.select_units(ids, qs, Z, params=qp, where=wheres[s])
-        m = eng.masks_of(ids, wheres[s])
-        share[s] = 1.0 if m is None else float(np.mean([1.0 if x is None else x.mean() for x in m]))
+        m = eng.masks_of(ids, wheres[s]) or [None] * len(ids)
+        share[s] = float(np.mean([1.0 if x is None else x.mean() for x in m]))
+        # what a filter after retrieval keeps: the unfiltered picks that pass
+        after[s] = float(np.mean([len(p) if x is None else int(x[p].sum()) for p, x in zip(picks["none"], m)]))
     times = {s: [] for s in SCENARIOS}
     mask_s = {s: [] for s in SCENARIOS}
     stages = {s: {} for s in SCENARIOS}
@@ -138,6 +142,7 @@ def run(args) -> dict:
                 "ratio_to_none_median": med(ratio[s]), "ratio_min_max": [min(ratio[s]), max(ratio[s])],
                 "mask_s_median": med(mask_s[s]), "stages_median_s": {k: med(v) for k, v in stages[s].items()},
                 "units_passing": share[s], "picks_per_query": float(np.mean([len(p) for p in picks[s]])),
+                "post_filter_picks_per_query": after[s],
                 "agreement_with_reference": agree[s], "where": FILTERS[s]}
             for s in SCENARIOS}
     return {"Q": len(ids), "B": qp.budget, "H": qp.hops, "neighborhood_cap": qp.neighborhood_cap,
@@ -194,7 +199,8 @@ def main() -> int:
     for n, r in rec["scenarios"].items():
         print(f"{n:<11} {r['median_s']:.3f} s/call  x{r['ratio_to_none_median']:.3f} "
               f"({r['ratio_min_max'][0]:.3f}-{r['ratio_min_max'][1]:.3f})  mask {r['mask_s_median'] * 1e3:.1f} ms  "
-              f"pass {r['units_passing']:.2f}  agree {r['agreement_with_reference']:.3f}")
+              f"pass {r['units_passing']:.2f}  picks {r['picks_per_query']:.1f} (after: "
+              f"{r['post_filter_picks_per_query']:.1f})  agree {r['agreement_with_reference']:.3f}")
     print(path)
     return 0
 
