@@ -27,5 +27,5 @@ def configure(k) -> None:
     k.add_argument("--read-only", action="store_true", help="may select but not append")
     add_where(k, "bind the key to a filter over turn metadata, e.g. '{\"user_id\": \"u1\"}': every selection is "
                  "AND-ed with it (a request's where narrows it, never widens it), appends must pass it, forgets "
-                 "reach only turns that pass it (default: none)")
+                 "reach only turns that pass it (default: no filter, the key sees every turn of its banks)")
     k.set_defaults(fn=cmd_serve_key)
