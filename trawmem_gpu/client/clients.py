@@ -149,8 +149,18 @@ class _Base:
                 for i in range(0, len(reqs), self.batch_size)]
 
     @staticmethod
-    def _append_call(bank_id, turns) -> _Call:
-        return _Call("POST", f"/v1/banks/{_path_id(bank_id)}/turns", {"turns": [record_of(t, f"turns[{i}]", bank_id) for i, t in enumerate(turns)]}, bank_id)
+    def _append_call(bank_id, turns=None, messages=None, speakers=None, roles=None, atomic=False) -> _Call:
+        if (turns is None) == (messages is None):
+            raise InputError("give either `turns` or `messages` (chat messages), not " +
+                             ("both" if turns is not None else "neither"))
+        if turns is not None:
+            body: dict = {"turns": [record_of(t, f"turns[{i}]", bank_id) for i, t in enumerate(turns)]}
+        else:
+            body = {"messages": [dict(m) if isinstance(m, dict) else m for m in messages]}
+            body.update({k: v for k, v in (("speakers", speakers), ("roles", roles)) if v is not None})
+        if atomic:
+            body["atomic"] = True
+        return _Call("POST", f"/v1/banks/{_path_id(bank_id)}/turns", body, bank_id)
 
     @staticmethod
     def _forget_call(bank_id, turn_ids) -> _Call:
@@ -288,10 +298,14 @@ class Client(_Base):
             out += self._results(call, doc, status)
         return out
 
-    def append(self, bank_id: str, turns: Iterable) -> AppendResult:
+    def append(self, bank_id: str, turns: Iterable | None = None, *, messages: Iterable | None = None,
+               speakers: dict | None = None, roles: Sequence[str] | None = None, atomic: bool = False) -> AppendResult:
         """Append ``turns`` (dicts or objects with ``turn_id, speaker, text, timestamp[, caption,
-        session]``) to ``bank_id``; the first append creates the bank."""
-        return self._get(AppendResult, self._append_call(bank_id, turns))
+        session]``), or chat ``messages`` (``{role, content, name}``, with ``speakers`` and
+        ``roles`` as ``Memory.add`` takes them), to ``bank_id``; the first append creates the bank.
+        Every item is answered (``items``, ``refused``); ``atomic=True`` refuses the whole request
+        when one item is refused (an error, nothing stored)."""
+        return self._get(AppendResult, self._append_call(bank_id, turns, messages, speakers, roles, atomic))
 
     def banks(self) -> BankList:
         """The banks this key can see."""
@@ -391,8 +405,10 @@ class AsyncClient(_Base):
             out += self._results(call, doc, status)
         return out
 
-    async def append(self, bank_id: str, turns: Iterable) -> AppendResult:
-        return await self._get(AppendResult, self._append_call(bank_id, turns))
+    async def append(self, bank_id: str, turns: Iterable | None = None, *, messages: Iterable | None = None,
+                     speakers: dict | None = None, roles: Sequence[str] | None = None,
+                     atomic: bool = False) -> AppendResult:
+        return await self._get(AppendResult, self._append_call(bank_id, turns, messages, speakers, roles, atomic))
 
     async def banks(self) -> BankList:
         return await self._get(BankList, _Call("GET", "/v1/banks"))

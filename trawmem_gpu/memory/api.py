@@ -22,7 +22,6 @@ from datetime import date as _date, datetime
 from pathlib import Path
 from typing import Sequence
 
-from ..data.jsonl import record_of
 from ..data.types import Turn
 from ..errors import ConfigError, InputError
 from .options import OPTION_FIELDS, MemoryOptions
@@ -37,15 +36,6 @@ def _query(fn: str, query: dict) -> dict:
     if bad is not None:
         raise TypeError(f"{fn}() got an unexpected keyword argument {bad!r}")
     return {k: v for k, v in query.items() if not (k == "hops" and v is None)}
-
-
-def _records(turns, bank_id: str) -> list[dict]:
-    """Turn records (:func:`~trawmem_gpu.data.jsonl.record_of`) of one turn or a list of them."""
-    if isinstance(turns, (dict, Turn)):
-        turns = [turns]
-    if turns is None or isinstance(turns, (str, bytes)) or not isinstance(turns, Iterable):
-        raise InputError(f"turns: expected a turn (a dict or a Turn) or a list of them, got {type(turns).__name__}")
-    return [record_of(t, f"turns[{i}]", bank_id) for i, t in enumerate(turns)]
 
 
 def _bank_arg(bank_id, name: str = "bank_id") -> str:
@@ -175,29 +165,52 @@ class Memory:
         return list(bank.turns)
 
     # -- writing ---------------------------------------------------------------------------------
-    def add(self, bank_id: str, turns) -> dict:
+    def add(self, bank_id: str, turns=None, *, messages=None, speakers=None, roles=None,
+            atomic: bool = False, now=None) -> dict:
         """Append ``turns`` (dicts with ``turn_id``, ``speaker``, ``text``, ``timestamp``, optional
-        ``caption`` and ``session``; or :class:`Turn` objects) to bank ``bank_id``, creating it on
+        ``caption`` and ``session``; or :class:`Turn` objects), or chat ``messages`` (OpenAI-style
+        ``{"role", "content", "name"}``: ``memory.messages``), to bank ``bank_id``, creating it on
         the first add. The bank is rebuilt as ``trawmem build --update`` rebuilds it and written
         atomically; selections see it once ``add`` returns.
 
-        A turn whose id the bank holds already with the same speaker, text, timestamp and caption
-        is not added again (a retry is safe): it is listed in ``already_stored``.
+        Every item is answered (``items``, in request order): ``stored``; ``already_stored`` (the
+        bank holds its id with the same speaker, text, timestamp and caption: a retry is safe);
+        ``refused``, with the ``field`` and the ``reason`` (malformed, out of time order, an id the
+        bank holds with other content); or, for messages, ``skipped`` (a role not in ``roles``).
+        The valid items are stored whatever the others are, unless ``atomic=True``.
 
+        :param messages: chat messages instead of ``turns``; missing ids become ``msg-<n>`` and
+            missing timestamps ``now`` (give ids for safe retries)
+        :param speakers: role -> speaker name for messages without ``name`` (default: the role)
+        :param roles: the message roles stored (None: user and assistant; add ``"system"`` or
+            ``"tool"`` to keep those)
+        :param atomic: refuse the whole add when any item is refused (nothing stored)
+        :param now: the time given to messages without a timestamp (default: the current UTC time)
         :returns: the bank's counts (as :meth:`banks`) plus ``created``, ``appended``, ``stored``
-            and ``already_stored`` (turn ids)
-        :raises InputError: a malformed turn (nothing added; the message names ``turns[i]``)
-        :raises DuplicateTurns: a turn id the bank already holds with other content (nothing added)
+            and ``already_stored`` (turn ids), ``items`` (one dict per item: ``index``,
+            ``status``, ``turn_id``, and ``field`` / ``reason`` when refused or skipped) and
+            ``refused`` (the refused items)
+        :raises InputError: a request of the wrong shape (no items, both ``turns`` and
+            ``messages``); with ``atomic=True``, the first refused item (its message names
+            ``turns[i]`` and the field)
+        :raises DuplicateTurns: with ``atomic=True``, turn ids the bank already holds with other content
         """
-        from .core import bank_summary
+        from .messages import request_batch
 
         _bank_arg(bank_id)
-        res = self._core.append(bank_id, _records(turns, bank_id), llm=self.llm)
-        prepared = self._core.engines.prepare(res.bank)  # the slow part, outside the engine lock
-        with self._lock:
-            self._core.sync_engine(bank_id, prepared)
-        return {**bank_summary(res.bank), "created": res.created, "appended": res.appended, "stored": res.stored,
-                "already_stored": res.already_stored}
+        return self._append_batch(bank_id, request_batch(bank_id, turns, messages, speakers=speakers, roles=roles,
+                                                         atomic=atomic, now=now))
+
+    def _append_batch(self, bank_id: str, batch) -> dict:
+        """:meth:`add` of a ``memory.turns.AppendBatch`` (``memory.messages.request_batch``)."""
+        from .core import append_answer
+
+        res = self._core.append(bank_id, batch, llm=self.llm)
+        if res.bank is not None:
+            prepared = self._core.engines.prepare(res.bank)  # the slow part, outside the engine lock
+            with self._lock:
+                self._core.sync_engine(bank_id, prepared)
+        return append_answer(bank_id, res)
 
     def forget(self, bank_id: str, turn_ids: Sequence[str] | None = None, *, outputs: Iterable[str | Path] = (),
                llm=None) -> dict:

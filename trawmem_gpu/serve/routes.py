@@ -27,6 +27,7 @@ from .keys import LOCAL_TENANT, KeyStore, Tenant
 from .metrics import Metrics
 from .models import (AppendRequest, AppendResponse, BankInfo, BankList, BatchRequest, BatchResponse, Error,
                      ForgetRequest, ForgetResponse, SelectRequest, SelectResponse)
+from .appends import append_batch
 from .openapi import documented_body
 from .replies import HTTPError, body_of, json_response, maybe_await, unknown_bank
 from .service import SelectItem
@@ -184,7 +185,7 @@ def add_turn_routes(app: FastAPI, ctx: RouteContext) -> None:
 
     @app.post("/v1/banks/{bank_id}/turns", response_model=AppendResponse,
               responses={**ERRORS, 403: {"model": Error}, 409: {"model": Error}}, tags=["banks"],
-              summary="Append turns to a bank (the first append creates it; resending turns it holds is safe)",
+              summary="Append turns or chat messages to a bank, answered per item (the first append creates it; resending turns it holds is safe)",
               openapi_extra=ctx.documented_body(AppendRequest))
     async def append(bank_id: str, request: Request):
         tenant = await ctx.tenant_of_request(request)
@@ -194,10 +195,15 @@ def add_turn_routes(app: FastAPI, ctx: RouteContext) -> None:
             check_bank_id(bank_id)
         except InputError as e:
             raise HTTPError(422, str(e)) from None
-        if len(req.turns) > cfg.max_turns_per_append:
-            raise HTTPError(422, f"turns holds {len(req.turns)} turns; the limit is {cfg.max_turns_per_append}")
-        records = [t.model_dump(exclude_none=True) for t in req.turns]
-        return json_response(await backend.append(bank_id, records, quota=tenant.quota(cfg)))
+        items = req.turns if req.turns is not None else req.messages
+        if items is not None and len(items) > cfg.max_turns_per_append:
+            what = "turns" if req.turns is not None else "messages"
+            raise HTTPError(422, f"{what} holds {len(items)} {what}; the limit is {cfg.max_turns_per_append}")
+        try:
+            batch = append_batch(req.turns, req.messages, speakers=req.speakers, roles=req.roles, atomic=req.atomic)
+        except InputError as e:
+            raise HTTPError(422, str(e)) from None
+        return json_response(await backend.append(bank_id, batch, quota=tenant.quota(cfg)))
 
 
 def add_forget_routes(app: FastAPI, ctx: RouteContext) -> None:

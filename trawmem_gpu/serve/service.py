@@ -40,7 +40,7 @@ import numpy as np
 
 from ..encode.base import Encoder
 from ..errors import ConfigError, UnknownBank  # noqa: F401 - the one UnknownBank, for the serve modules
-from ..memory.core import EngineSpec, MemoryCore, bank_summary
+from ..memory.core import EngineSpec, MemoryCore, append_answer, bank_summary
 from ..memory.engines import select_units
 from ..memory.result import SelectedWorkspace
 from ..select.config import SelectConfig
@@ -241,9 +241,11 @@ class SelectionService:
                 self._append_encoder = AppendEncoder(inner, self.cfg.append_chunk, self.query_first.wait_idle)
             return self._append_encoder
 
-    async def append(self, bank_id: str, records: list[dict], quota: Quota | None = None) -> dict:
-        """Append turns (creating the bank on first append); returns the bank's new counts, the
-        turn ids stored and those it held already (a retry). QueueFull past ``quota.max_appends``."""
+    async def append(self, bank_id: str, records, quota: Quota | None = None) -> dict:
+        """Append turns (creating the bank on first append): a list of records (all or nothing) or
+        a ``memory.turns.AppendBatch`` (answered per item); returns the bank's new counts, the turn
+        ids stored, those it held already (a retry) and every item's outcome. QueueFull past
+        ``quota.max_appends``."""
         if self.batcher.closing:
             raise ShuttingDown("the server is shutting down")
         with self.appends_in_flight.hold(None if quota is None else quota.key,
@@ -255,17 +257,18 @@ class SelectionService:
         t0 = time.perf_counter()
         res = await loop.run_in_executor(self.appender, lambda: self.core.append(bank_id, records,
                                                                                  self.append_encoder()))
-        # the new bank's engine tables are built here, on the append thread; the batch worker only
-        # publishes them, so queries do not wait behind the build
-        prepared = await loop.run_in_executor(self.appender, self.engines.prepare, res.bank)
-        t1 = time.perf_counter()
-        await loop.run_in_executor(self.worker, self._sync_bank, bank_id, prepared)
-        t2 = time.perf_counter()
+        t1 = t2 = time.perf_counter()
+        if res.bank is not None:
+            # the new bank's engine tables are built here, on the append thread; the batch worker only
+            # publishes them, so queries do not wait behind the build
+            prepared = await loop.run_in_executor(self.appender, self.engines.prepare, res.bank)
+            t1 = time.perf_counter()
+            await loop.run_in_executor(self.worker, self._sync_bank, bank_id, prepared)
+            t2 = time.perf_counter()
         if self.metrics is not None:
             self.metrics.appended.inc(res.appended)
             self.metrics.engine_builds.set(self.engines.builds)
-        return {**self.bank_summary(res.bank), "created": res.created, "appended": res.appended,
-                "stored": res.stored, "already_stored": res.already_stored,
+        return {**append_answer(bank_id, res),
                 "timings": {"build_and_write_ms": round((t1 - t0) * 1e3, 3),
                             "engine_refresh_ms": round((t2 - t1) * 1e3, 3)}}
 
