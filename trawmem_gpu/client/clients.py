@@ -33,7 +33,7 @@ import httpx
 from ..data.jsonl import record_of
 from ..errors import InputError
 from .errors import DeadlineExceeded, ServerError, Unreachable, _error_of, retry_after_s
-from .results import AppendResult, BankInfo, BankList, ForgetResult, Malformed, SelectResult, parse
+from .results import AppendResult, BankInfo, BankList, ForgetResult, History, Malformed, SelectResult, parse
 from .transport import deadline_at, deadline_transport
 
 URL_ENV, KEY_ENV = "TRAWMEM_SERVE_URL", "TRAWMEM_SERVE_KEY"
@@ -161,6 +161,10 @@ class _Base:
         if atomic:
             body["atomic"] = True
         return _Call("POST", f"/v1/banks/{_path_id(bank_id)}/turns", body, bank_id)
+
+    @staticmethod
+    def _history_call(bank_id, unit_id) -> _Call:
+        return _Call("GET", f"/v1/banks/{_path_id(bank_id)}/units/{_path_id(unit_id)}/history", None, bank_id)
 
     @staticmethod
     def _forget_call(bank_id, turn_ids) -> _Call:
@@ -314,6 +318,10 @@ class Client(_Base):
     def bank(self, bank_id: str) -> BankInfo:
         return self._get(BankInfo, _Call("GET", f"/v1/banks/{_path_id(bank_id)}", None, bank_id))
 
+    def history(self, bank_id: str, unit_id: str) -> History:
+        """What happened to unit ``unit_id`` of ``bank_id`` (``Memory.history``), oldest first."""
+        return self._get(History, self._history_call(bank_id, unit_id))
+
     def forget(self, bank_id: str, turn_ids: Sequence[str] | None = None) -> ForgetResult:
         """Forget turns ``turn_ids`` of ``bank_id`` (``POST /v1/banks/{bank_id}/forget``; ids the bank
         does not hold come back in ``missing``), or (``None``) the whole bank (``DELETE``)."""
@@ -415,6 +423,9 @@ class AsyncClient(_Base):
 
     async def bank(self, bank_id: str) -> BankInfo:
         return await self._get(BankInfo, _Call("GET", f"/v1/banks/{_path_id(bank_id)}", None, bank_id))
+
+    async def history(self, bank_id: str, unit_id: str) -> History:
+        return await self._get(History, self._history_call(bank_id, unit_id))
 
     async def forget(self, bank_id: str, turn_ids: Sequence[str] | None = None) -> ForgetResult:
         return await self._get(ForgetResult, self._forget_call(bank_id, turn_ids))

@@ -205,6 +205,27 @@ class AppendResult(BankInfo):
 
 
 @dataclass(frozen=True)
+class HistoryEvent:
+    """One event of a unit's history (``GET /v1/banks/{bank_id}/units/{unit_id}/history``)."""
+
+    event: str
+    """added, superseded, re-embedded or forgotten."""
+    time: str | None
+    cause: str
+    by: str | None = None
+    supersedes: str | None = None
+
+
+@dataclass(frozen=True)
+class History:
+    """A unit's events, oldest first (no content: ``Memory.history``)."""
+
+    bank_id: str
+    unit_id: str
+    events: tuple[HistoryEvent, ...]
+
+
+@dataclass(frozen=True)
 class ForgetResult:
     """A forget's answer (``DELETE /v1/banks/{bank_id}`` or ``POST /v1/banks/{bank_id}/forget``,
     as ``Memory.forget`` returns it): the turn ids ``forgotten``, those the bank did not hold

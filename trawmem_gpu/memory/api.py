@@ -164,6 +164,30 @@ class Memory:
             raise self._core.registry.absent(bank_id)
         return list(bank.turns)
 
+    def history(self, bank_id: str, unit_id: str) -> list[dict]:
+        """What happened to unit ``unit_id`` (a turn, fact or profile section id) of bank
+        ``bank_id``, oldest first: one dict per event, ``event`` (``added``, ``superseded``,
+        ``re-embedded``, ``forgotten``), ``time`` (ISO UTC; null for a unit stored before history
+        was kept, such as by ``trawmem build``), ``cause``, and ``by`` (the fact that superseded
+        it) / ``supersedes``. Events hold no content: a forgotten unit's history says only that
+        it was forgotten (``memory.history``).
+
+        :raises UnknownBank: no such bank, and no history of it
+        :raises UnknownUnit: the bank neither holds the unit nor has a history of it
+        """
+        from ..errors import UnknownUnit
+
+        _bank_arg(bank_id)
+        if not isinstance(unit_id, str):
+            raise InputError(f"unit_id: expected a unit id string, got {type(unit_id).__name__}")
+        reg = self._core.registry
+        evs = reg.history.read(bank_id, unit_id, reg.get(bank_id))
+        if evs is None:
+            if reg.get(bank_id) is None and not reg.history.events(bank_id):
+                raise reg.absent(bank_id)
+            raise UnknownUnit(bank_id, unit_id)
+        return evs
+
     # -- writing ---------------------------------------------------------------------------------
     def add(self, bank_id: str, turns=None, *, messages=None, speakers=None, roles=None,
             atomic: bool = False, now=None) -> dict:

@@ -30,6 +30,7 @@ from ..encode.base import Encoder
 from ..errors import InputError, QuarantinedBank, UnknownBank
 from ..store import Bank, Collection
 from .erase import Erasure, pause_point, read_journal, write_journal
+from .history import HistoryStore, append_events, forget_events
 from .quarantine import cause_of, stored_erasure
 from .turns import AppendBatch, screen
 
@@ -99,6 +100,8 @@ class BankRegistry:
         """Bank id -> a killed forget that opening the collection finished (``finish_pending``):
         the next forget of that bank answers as the rerun that finished it."""
         self.version = 0
+        self.history = HistoryStore(self.coll.path)
+        """Each unit's events (``memory.history``), appended after every write."""
 
     def __contains__(self, bank_id: str) -> bool:
         return bank_id in self._banks
@@ -181,6 +184,8 @@ class BankRegistry:
             bank = self.coll.update(bank_id, extend)
             if bank is None and done["old"] is None:  # every item refused: no bank is made
                 return AppendResult(None, False, 0, {}, [], [], done["items"])
+            if bank is not None:  # written: its events, appended to the bank's history under its lock
+                self._record(bank_id, append_events(done["old"], bank, done["stored"]))
             if bank is None:  # nothing new: keep the bank published, unless the stored one differs
                 cur = self._banks.get(bank_id)
                 bank = cur if cur is not None and cur.n_units == done["old"].n_units else done["old"]
@@ -230,8 +235,16 @@ class BankRegistry:
                 elif self.owns(bank_id):
                     self._banks[bank_id] = new
                 self.version += 1
+            if e.turn_ids:
+                self._record(bank_id, forget_events(seen, new, e.turn_ids))
             gone = set(e.turn_ids)
             return ForgetResult(new, e, list(e.turn_ids), [t for t in turn_ids or () if t not in gone])
+
+    def _record(self, bank_id: str, events: list[dict]) -> None:
+        """Append ``events`` to the bank's history (``memory.history``) under its file lock."""
+        if events:
+            with self.coll.bank_lock(bank_id):
+                self.history.append(bank_id, events)
 
     def _whole(self, bank_id: str, seen: Bank | None, outputs: list[str]) -> Erasure:
         """The journaled erasure of the whole stored bank (read leniently: a quarantined bank's

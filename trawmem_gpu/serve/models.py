@@ -214,6 +214,20 @@ class AppendResponse(BankInfo):
     timings: dict[str, float]
 
 
+class HistoryEvent(BaseModel):
+    event: str = Field(description="added, superseded, re-embedded or forgotten")
+    time: str | None = Field(description="ISO 8601 UTC (null: stored before history was kept, e.g. by a build)")
+    cause: str = Field(description="add, forget, rule, llm, build, ...")
+    by: str | None = Field(None, description="superseded: the id of the fact that replaced it")
+    supersedes: str | None = Field(None, description="added: the id of the fact this one replaced")
+
+
+class History(BaseModel):
+    bank_id: str
+    unit_id: str
+    events: list[HistoryEvent] = Field(description="oldest first; events hold no content")
+
+
 class ForgetRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -25,7 +25,7 @@ from ..select.params import LimitError, merge_params
 from .config import ServeConfig
 from .keys import LOCAL_TENANT, KeyStore, Tenant
 from .metrics import Metrics
-from .models import (AppendRequest, AppendResponse, BankInfo, BankList, BatchRequest, BatchResponse, Error,
+from .models import (AppendRequest, AppendResponse, BankInfo, BankList, BatchRequest, BatchResponse, Error, History,
                      ForgetRequest, ForgetResponse, SelectRequest, SelectResponse)
 from .appends import append_batch
 from .openapi import documented_body
@@ -235,7 +235,8 @@ def add_forget_routes(app: FastAPI, ctx: RouteContext) -> None:
 
 
 def add_bank_routes(app: FastAPI, ctx: RouteContext) -> None:
-    """``GET /v1/banks`` and ``GET /v1/banks/{bank_id}``: the banks the key can see, with counts."""
+    """``GET /v1/banks``, ``GET /v1/banks/{bank_id}`` (the banks the key can see, with counts) and
+    ``GET /v1/banks/{bank_id}/units/{unit_id}/history``."""
     backend, tenant_of = ctx.backend, ctx.tenant_of
 
     @app.get("/v1/banks", response_model=BankList, responses=ERRORS, tags=["banks"],
@@ -244,6 +245,17 @@ def add_bank_routes(app: FastAPI, ctx: RouteContext) -> None:
         rows = [b for b in await maybe_await(backend.bank_list()) if tenant.owns(b["bank_id"])]
         return json_response({"banks": sorted(rows, key=lambda b: b["bank_id"]), "encoder": backend.encoder_id,
                               "dim": backend.dim})
+
+    # {unit_id:path}: a unit id may hold "/" (sent percent-encoded as %2F)
+    @app.get("/v1/banks/{bank_id}/units/{unit_id:path}/history", response_model=History, responses=ERRORS,
+             tags=["banks"], summary="What happened to one unit (turn, fact, profile section), oldest first")
+    async def history(bank_id: str, unit_id: str, tenant: Tenant = Depends(tenant_of)):
+        evs = await maybe_await(backend.history(bank_id, unit_id)) if tenant.owns(bank_id) else None
+        if evs is None:
+            if not tenant.owns(bank_id):
+                raise unknown_bank(bank_id)
+            raise HTTPError(404, f"bank {bank_id!r} holds no unit {unit_id!r} and has no history of one")
+        return json_response({"bank_id": bank_id, "unit_id": unit_id, "events": evs})
 
     @app.get("/v1/banks/{bank_id}", response_model=BankInfo, responses=ERRORS, tags=["banks"],
              summary="One bank's counts")

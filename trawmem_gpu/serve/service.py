@@ -214,6 +214,16 @@ class SelectionService:
             raise self.registry.absent(bank_id)
         return None if bank is None else self.bank_summary(bank)
 
+    def history(self, bank_id: str, unit_id: str) -> list[dict] | None:
+        """A unit's events (``memory.history``); None when the bank neither holds it nor has a
+        history of it (``UnknownBank`` when there is no such bank and no history of one)."""
+        reg = self.registry
+        bank = reg.get(bank_id)
+        evs = reg.history.read(bank_id, unit_id, bank)
+        if evs is None and bank is None and not reg.history.events(bank_id):
+            raise reg.absent(bank_id)
+        return evs
+
     async def select(self, items: list[SelectItem], batch: bool = False, quota: Quota | None = None) -> list[dict]:
         """Workspaces for ``items`` through the batcher; raises UnknownBank (before queueing; naming
         ``requests[i]`` when ``batch``), QueueFull (also past ``quota.max_queued``),
