@@ -100,9 +100,11 @@ def _http_error(call: _Call, url: str, e: httpx.HTTPError, end: float) -> Server
     return Unreachable(None, f"{call.method} {url}{call.path}: {type(e).__name__}: {e}")
 
 
-def _select_body(bank_id: str, question: str, budget, hops, token_budget, date, question_vector) -> dict:
+def _select_body(bank_id: str, question: str, budget, hops, token_budget, date, question_vector,
+                 as_of=None) -> dict:
     body = {"bank_id": bank_id, "question": question}
-    for k, v in (("budget", budget), ("hops", hops), ("token_budget", token_budget), ("date", date)):
+    for k, v in (("budget", budget), ("hops", hops), ("token_budget", token_budget), ("date", date),
+                 ("as_of", as_of)):
         if v is not None:
             body[k] = v
     if question_vector is not None:
@@ -132,9 +134,9 @@ class _Base:
 
     @staticmethod
     def _select_call(bank_id, question, budget=None, hops=None, token_budget=None, date=None,
-                     question_vector=None) -> _Call:
+                     question_vector=None, as_of=None) -> _Call:
         return _Call("POST", "/v1/select", _select_body(bank_id, question, budget, hops, token_budget, date,
-                                                        question_vector), bank_id)
+                                                        question_vector, as_of), bank_id)
 
     def _batch_calls(self, pairs: Iterable, params: dict) -> list[_Call]:
         reqs = []
@@ -285,10 +287,11 @@ class Client(_Base):
 
     def select(self, bank_id: str, question: str, *, budget: int | None = None, hops: int | None = None,
                token_budget: int | None = None, date: str | None = None,
-               question_vector: Sequence[float] | None = None) -> SelectResult:
-        """The workspace for ``question`` from bank ``bank_id`` (unset parameters: the server's)."""
+               question_vector: Sequence[float] | None = None, as_of: str | None = None) -> SelectResult:
+        """The workspace for ``question`` from bank ``bank_id`` (unset parameters: the server's;
+        ``as_of``: show the facts valid on that date)."""
         return self._get(SelectResult, self._select_call(bank_id, question, budget, hops, token_budget, date,
-                                                         question_vector))
+                                                         question_vector, as_of))
 
     def select_many(self, pairs: Iterable[tuple[str, str]], *, budget: int | None = None, hops: int | None = None,
                     token_budget: int | None = None, date: str | None = None) -> list[SelectResult]:
@@ -399,9 +402,9 @@ class AsyncClient(_Base):
 
     async def select(self, bank_id: str, question: str, *, budget: int | None = None, hops: int | None = None,
                      token_budget: int | None = None, date: str | None = None,
-                     question_vector: Sequence[float] | None = None) -> SelectResult:
+                     question_vector: Sequence[float] | None = None, as_of: str | None = None) -> SelectResult:
         return await self._get(SelectResult, self._select_call(bank_id, question, budget, hops, token_budget, date,
-                                                               question_vector))
+                                                               question_vector, as_of))
 
     async def select_many(self, pairs: Iterable[tuple[str, str]], *, budget: int | None = None,
                           hops: int | None = None, token_budget: int | None = None,

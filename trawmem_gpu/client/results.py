@@ -130,6 +130,8 @@ class SelectResult:
     n_tokens: int
     tokenizer: str
     timings: Timings | None = None
+    as_of: str | None = None
+    """The date whose facts it shows (None: the current ones)."""
 
     @property
     def tokens(self) -> int:

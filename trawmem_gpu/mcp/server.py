@@ -304,11 +304,12 @@ def _read_tools(g: _Guard, A, default_token_budget: int) -> list:
     Date = Annotated[str, Field(max_length=MAX_DATE_CHARS)] | None
 
     async def recall(bank_id: BankId, question: Question, ctx: Context, token_budget: TokenBudget = None,
-                     date: Date = None) -> A.Workspace:
+                     date: Date = None, as_of: Date = None) -> A.Workspace:
         g.tenant(ctx, bank_id)
         tb = default_token_budget if token_budget is None else token_budget
         # the request's T over the tool's default T; the Memory merges it over its own defaults
-        ws = await g.run("select", bank_id, question, token_budget=tb, date=date)
+        ws = await g.run("select", bank_id, question, token_budget=tb, date=date,
+                         **({"as_of": as_of} if as_of is not None else {}))
         return A.Workspace(bank_id=bank_id, text=ws.text, unit_ids=list(ws.unit_ids), tokens=ws.tokens)
 
     async def list_banks(ctx: Context) -> list[A.BankRow]:
@@ -319,7 +320,8 @@ def _read_tools(g: _Guard, A, default_token_budget: int) -> list:
     return [
         strict_tool(recall, description=(
             "Recall what is relevant to a question from a memory bank: a workspace of past turns that fits in "
-            "token_budget tokens, to read before answering."), read_only_hint=True),
+            "token_budget tokens, to read before answering; as_of (a date) shows the facts that held then "
+            "instead of the current ones."), read_only_hint=True),
         strict_tool(list_banks, description="List the memory banks this caller can see, with their sizes.",
                     read_only_hint=True),
     ]

@@ -165,26 +165,22 @@ class Memory:
         return list(bank.turns)
 
     def history(self, bank_id: str, unit_id: str) -> list[dict]:
-        """What happened to unit ``unit_id`` (a turn, fact or profile section id) of bank
-        ``bank_id``, oldest first: one dict per event, ``event`` (``added``, ``superseded``,
-        ``re-embedded``, ``forgotten``), ``time`` (ISO UTC; null for a unit stored before history
-        was kept, such as by ``trawmem build``), ``cause``, and ``by`` (the fact that superseded
-        it) / ``supersedes``. Events hold no content: a forgotten unit's history says only that
-        it was forgotten (``memory.history``).
+        """What happened to unit ``unit_id`` (turn, fact or profile section) of bank ``bank_id``,
+        oldest first (``memory.history``): dicts of ``event`` (``added``, ``superseded``,
+        ``re-embedded``, ``forgotten``), ``time`` (ISO UTC; null: stored before history was kept),
+        ``cause``, and ``by`` / ``supersedes``. Events hold no content.
 
         :raises UnknownBank: no such bank, and no history of it
         :raises UnknownUnit: the bank neither holds the unit nor has a history of it
         """
         from ..errors import UnknownUnit
+        from .history import unit_history
 
         _bank_arg(bank_id)
         if not isinstance(unit_id, str):
             raise InputError(f"unit_id: expected a unit id string, got {type(unit_id).__name__}")
-        reg = self._core.registry
-        evs = reg.history.read(bank_id, unit_id, reg.get(bank_id))
+        evs = unit_history(self._core.registry, bank_id, unit_id)
         if evs is None:
-            if reg.get(bank_id) is None and not reg.history.events(bank_id):
-                raise reg.absent(bank_id)
             raise UnknownUnit(bank_id, unit_id)
         return evs
 
@@ -192,49 +188,44 @@ class Memory:
     def add(self, bank_id: str, turns=None, *, messages=None, speakers=None, roles=None,
             atomic: bool = False, now=None) -> dict:
         """Append ``turns`` (dicts with ``turn_id``, ``speaker``, ``text``, ``timestamp``, optional
-        ``caption`` and ``session``; or :class:`Turn` objects), or chat ``messages`` (OpenAI-style
-        ``{"role", "content", "name"}``: ``memory.messages``), to bank ``bank_id``, creating it on
-        the first add. The bank is rebuilt as ``trawmem build --update`` rebuilds it and written
-        atomically; selections see it once ``add`` returns.
-
-        Every item is answered (``items``, in request order): ``stored``; ``already_stored`` (the
-        bank holds its id with the same speaker, text, timestamp and caption: a retry is safe);
-        ``refused``, with the ``field`` and the ``reason`` (malformed, out of time order, an id the
-        bank holds with other content); or, for messages, ``skipped`` (a role not in ``roles``).
-        The valid items are stored whatever the others are, unless ``atomic=True``.
-
-        :param messages: chat messages instead of ``turns``; missing ids become ``msg-<n>`` and
-            missing timestamps ``now`` (give ids for safe retries)
-        :param speakers: role -> speaker name for messages without ``name`` (default: the role)
-        :param roles: the message roles stored (None: user and assistant; add ``"system"`` or
-            ``"tool"`` to keep those)
-        :param atomic: refuse the whole add when any item is refused (nothing stored)
-        :param now: the time given to messages without a timestamp (default: the current UTC time)
-        :returns: the bank's counts (as :meth:`banks`) plus ``created``, ``appended``, ``stored``
-            and ``already_stored`` (turn ids), ``items`` (one dict per item: ``index``,
-            ``status``, ``turn_id``, and ``field`` / ``reason`` when refused or skipped) and
-            ``refused`` (the refused items)
-        :raises InputError: a request of the wrong shape (no items, both ``turns`` and
-            ``messages``); with ``atomic=True``, the first refused item (its message names
-            ``turns[i]`` and the field)
-        :raises DuplicateTurns: with ``atomic=True``, turn ids the bank already holds with other content
+        ``caption`` and ``session``, or :class:`Turn` objects), or chat ``messages`` (``{"role",
+        "content", "name"}``: ``memory.messages``, with ``speakers``, ``roles`` and ``now``), to
+        bank ``bank_id`` (created on the first add), as ``build --update`` would; each item is
+        answered in ``items``: ``stored``, ``already_stored`` (a retry), ``refused`` (``field``,
+        ``reason``) or ``skipped``, and the valid ones are stored unless ``atomic=True`` (any
+        refusal raises ``InputError`` / ``DuplicateTurns``, nothing stored). Returns the bank's
+        counts plus ``created``, ``appended``, ``stored``, ``already_stored``, ``items``, ``refused``.
         """
+        from .core import append_answer
         from .messages import request_batch
 
         _bank_arg(bank_id)
-        return self._append_batch(bank_id, request_batch(bank_id, turns, messages, speakers=speakers, roles=roles,
-                                                         atomic=atomic, now=now))
-
-    def _append_batch(self, bank_id: str, batch) -> dict:
-        """:meth:`add` of a ``memory.turns.AppendBatch`` (``memory.messages.request_batch``)."""
-        from .core import append_answer
-
+        batch = request_batch(bank_id, turns, messages, speakers=speakers, roles=roles, atomic=atomic, now=now)
         res = self._core.append(bank_id, batch, llm=self.llm)
         if res.bank is not None:
-            prepared = self._core.engines.prepare(res.bank)  # the slow part, outside the engine lock
-            with self._lock:
-                self._core.sync_engine(bank_id, prepared)
+            self._publish(bank_id, res.bank)
         return append_answer(bank_id, res)
+
+    def _publish(self, bank_id: str, bank) -> None:
+        prepared = self._core.engines.prepare(bank)  # the slow part, outside the engine lock
+        with self._lock:
+            self._core.sync_engine(bank_id, prepared)
+
+    def add_facts(self, bank_id: str, facts) -> dict:
+        """Add facts (``{"text", "source_turns"}``, optional ``subject`` and ``attribute``, ``valid_from``,
+        ``id``, ...: ``memory.facts``) to bank ``bank_id``; a keyed fact supersedes, by rule, the
+        current fact of its subject and attribute, which stays with ``valid_to`` and ``superseded_by``.
+
+        :returns: ``{"bank_id", "added": [ids], "superseded": [{"old", "new", "cause"}], "n_facts"}``
+        :raises UnknownBank: no such bank; :raises InputError: a malformed fact (nothing added)
+        """
+        from .facts import add_facts
+
+        _bank_arg(bank_id)
+        res = add_facts(self._core.registry, bank_id, facts, self._core.encoder)
+        self._publish(bank_id, res["bank"])
+        return {"bank_id": bank_id, "added": res["added"], "superseded": res["superseded"],
+                "n_facts": len(res["bank"].facts)}
 
     def forget(self, bank_id: str, turn_ids: Sequence[str] | None = None, *, outputs: Iterable[str | Path] = (),
                llm=None) -> dict:
@@ -275,7 +266,7 @@ class Memory:
         return self._core.forget_summary(res, self._core.erase_copies(res))
 
     # -- selection -------------------------------------------------------------------------------
-    def select(self, bank_id: str, question: str, *, params=None, date=None, vector=None,
+    def select(self, bank_id: str, question: str, *, params=None, date=None, vector=None, as_of=None,
                **query) -> SelectedWorkspace:
         """The workspace for ``question`` from bank ``bank_id``: ``.text`` (what an answer model
         reads), ``.units`` (the selected turns), ``.tokens``.
@@ -287,18 +278,22 @@ class Memory:
             hops over the thread graph (None: the default); or any other ``QueryParams`` field
         :param date: the question's "now" (datetime, date or date string) for the date-dependent terms
         :param vector: the question's unit-norm vector (skips encoding)
+        :param as_of: a date: the facts shown are those valid on it (``Fact.valid_at``; default:
+            the current ones); it applies to the facts layer (``units`` with facts), not to turns
         :raises UnknownBank: no such bank
         :raises ConfigError: a budget, token budget or hops out of range (the message names the field)
         """
         return self.select_many([(bank_id, question)], params=params, dates=None if date is None else [date],
-                                vectors=None if vector is None else [vector], **_query("select", query))[0]
+                                vectors=None if vector is None else [vector], as_of=as_of,
+                                **_query("select", query))[0]
 
-    def select_many(self, queries: Sequence[tuple[str, str]], *, params=None, dates=None, vectors=None,
+    def select_many(self, queries: Sequence[tuple[str, str]], *, params=None, dates=None, vectors=None, as_of=None,
                     **query) -> list[SelectedWorkspace]:
         """Workspaces for many ``(bank_id, question)`` pairs: one encoder call and one batched
         engine call for all of them (what the server does for a batch). Parameters as
         :meth:`select`, for every query; ``params``: one ``QueryParams`` for all or one per query;
-        ``dates`` / ``vectors``: one per query (or None)."""
+        ``dates`` / ``vectors``: one per query (or None); ``as_of``: one date for all (the asked
+        banks are selected from by a throwaway engine over their facts of that day)."""
         from ..data.types import MAX_QUESTION_CHARS
         from .core import pick
 
@@ -327,6 +322,7 @@ class Memory:
         ds = [None] * n if dates is None else [_date_of(d, f"dates[{i}]") for i, d in enumerate(dates)]
         if len(ds) != n:
             raise InputError(f"dates: {len(ds)} dates for {n} queries")
+        day = None if as_of is None else _date_of(as_of, "as_of").date().isoformat()
         Z = self._core.encoder.encode(qs, is_query=True) if vectors is None else _vectors(vectors, n, self._core.dim)
         plans = None
         if self.plan_llm is not None:  # the planner's LLM calls, before the engine is held
@@ -343,6 +339,8 @@ class Memory:
                     self._core.sync_engine(b)
                     if b not in eng.banks:
                         raise self._core.registry.absent(b, f"queries[{i}]: " if n > 1 else "")
+            if day is not None:
+                eng = eng.dated({b: eng.banks[b] for b in dict.fromkeys(bids)}, day)
             if plans is None:
                 picks, banks, used = pick(eng, bids, qs, Z, ds, qps)
             else:

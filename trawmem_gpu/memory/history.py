@@ -167,3 +167,14 @@ def _last_byte(p: Path, size: int) -> bytes:
     with open(p, "rb") as f:
         f.seek(size - 1)
         return f.read(1)
+
+
+def unit_history(registry, bank_id: str, unit_id: str) -> list[dict] | None:
+    """``unit_id``'s events in bank ``bank_id`` of ``registry`` (``memory.banks.BankRegistry``);
+    None when the bank neither holds the unit nor has a history of it; ``UnknownBank`` (or
+    ``QuarantinedBank``) when there is no such bank and no history of one."""
+    bank = registry.get(bank_id)
+    evs = registry.history.read(bank_id, unit_id, bank)
+    if evs is None and bank is None and not registry.history.events(bank_id):
+        raise registry.absent(bank_id)
+    return evs

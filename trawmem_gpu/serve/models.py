@@ -58,6 +58,9 @@ class SelectRequest(BaseModel):
     question_vector: list[Annotated[float, Strict()]] | None = Field(
         None, max_length=MAX_VECTOR_DIMS, description="the question's embedding from the collection's encoder (skips the encoder); "
                           "normalized by the server; JSON numbers only (no strings, no booleans)")
+    as_of: str | None = Field(None, max_length=MAX_DATE_CHARS,
+                              description="show the facts valid on this date (superseded since, not before); "
+                                          "default: the current facts (with the facts layer as units)")
 
 
 class BatchRequest(BaseModel):
@@ -100,6 +103,7 @@ class SelectResponse(BaseModel):
     hops: int
     token_budget: int | None = Field(description="T applied (None: no token budget)")
     date: str | None
+    as_of: str | None = Field(None, description="the date whose facts the workspace shows (null: the current ones)")
     date_used: bool = Field(description="whether the engine took the per-query date")
     units: list[Unit] = Field(description="selected turns in source order")
     threads: list[ThreadHead] = Field(description="threads of the selected turns with their heads, in source order")

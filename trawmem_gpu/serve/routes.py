@@ -144,7 +144,13 @@ class RouteContext:
             except ValueError as e:
                 raise HTTPError(422, f"{where}date: {e}") from None
         vec = None if r.question_vector is None else question_vector(r.question_vector, self.backend, where)
-        return SelectItem(r.bank_id, q, vec, params, date, t0)
+        as_of = None
+        if r.as_of is not None:
+            try:
+                as_of = parse_date(r.as_of).date().isoformat()
+            except ValueError as e:
+                raise HTTPError(422, f"{where}as_of: {e}") from None
+        return SelectItem(r.bank_id, q, vec, params, date, t0, as_of=as_of)
 
 
 def add_select_routes(app: FastAPI, ctx: RouteContext) -> tuple:
