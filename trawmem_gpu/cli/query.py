@@ -218,8 +218,8 @@ def configure(q) -> None:
     add_affinity_weights(q)
     add_units(q)
     q.add_argument("--as-of", type=_as_of, metavar="DATE",
-                   help="show the facts valid on DATE (superseded since, not before); default: the current facts "
-                        "(with --units ...,facts)")
+                   help="show the facts valid on DATE, superseded since or not, with --units ...,facts "
+                        "(default: the current facts)")
     q.add_argument("--json", action="store_true", help="print the workspace and its ids as JSON")
     q.set_defaults(fn=cmd_query)
 
