@@ -169,3 +169,28 @@ def test_as_of_over_http_the_client_and_the_cli(coll, capsys):
 
     got = json.loads(capsys.readouterr().out)
     assert old in got["units"] and "F:rotterdam" not in got["units"]
+
+
+def test_an_llm_update_supersedes_in_the_facts_layer_it_writes():
+    """The hook of ``build --update --facts llm`` (``ingest.layers.facts.superseded``): the new facts
+    of an update are shown with the stored ones, and the grounded proposal marks the stored fact."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from trawmem_gpu.data import load_conversations
+    from trawmem_gpu.ingest import build_banks
+    from trawmem_gpu.ingest.layers.facts import superseded
+
+    (b,), _ = build_banks(load_conversations(sample_path())[:1], progress=False)
+    d = b.unit_vecs.shape[1]
+    lyon = Fact("F:1:1", "Clara lives in Lyon.", ("S1:7",), persons=("Clara",), date="2024-03-02")
+    moved = Fact("F:1:2", "Clara moved to Rotterdam.", ("S1:8",), persons=("Clara",), date="2024-03-02")
+    old = replace(b, facts=(lyon,), fact_vecs=np.eye(1, d, dtype=np.float32), layer_sources={"facts": "llm"})
+    new = replace(old, facts=(lyon, moved), fact_vecs=np.eye(2, d, dtype=np.float32))
+    stats: dict = {}
+    got = superseded(old, new, _Replies('{"supersessions": [{"new": "F:1:2", "old": "F:1:1"}]}'), stats)
+    got.validate()
+    assert (got.facts[0].superseded_by, got.facts[0].valid_to) == ("F:1:2", "2024-03-02") and got.facts[1].current
+    assert stats["superseded"] == 1 and stats["supersede_llm"]["requests"] == 1
+    assert superseded(old, old, _Replies(), {}) is old  # nothing new: no call

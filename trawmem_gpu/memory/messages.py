@@ -13,8 +13,8 @@ MCP ``add_turns``): OpenAI-style ``{"role", "content", "name"}`` messages become
   image enters as its ``caption`` (a message may carry one).
 * **Ids and times.** A message may carry ``id`` (or ``turn_id``), ``timestamp``, ``caption`` and
   ``session``; an id or timestamp it lacks is assigned under the bank's lock
-  (``memory.turns.Assign``): ``msg-<n>`` numbered on from the bank's turn count, never an id the
-  bank or the request holds, and the time of the add. To make a retry safe (``already_stored``),
+  (``memory.turns.Assign``): ``msg-<n>`` numbered on past the bank's turn count and its highest
+  ``msg-<n>``, never an id the bank or the request holds, and the time of the add. To make a retry safe (``already_stored``),
   give each message an ``id``.
 * OpenAI's other message fields (``tool_calls``, ``tool_call_id``, ``function_call``,
   ``audio``, ``refusal``, ``annotations``) are read for nothing else and not stored; an unknown

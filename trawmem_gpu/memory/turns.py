@@ -38,7 +38,7 @@ from ..errors import DuplicateTurns, InputError
 STATUSES = ("stored", "already_stored", "refused", "skipped")
 """What an append did with each item of a request."""
 MSG_ID_PREFIX = "msg-"
-"""Ids given to chat messages that carry none: ``msg-<n>``, numbered on from the bank's turn count."""
+"""Ids given to chat messages that carry none: ``msg-<n>`` (:class:`Assign`)."""
 
 
 @dataclass
@@ -70,7 +70,8 @@ class AppendItem:
 @dataclass(frozen=True)
 class Assign:
     """How a request of chat messages fills what a message lacks: its id (``msg-<n>``, the first
-    ``n`` past the bank's turn count that neither the bank nor the request holds: deterministic
+    ``n`` past the bank's turn count and its highest ``msg-<n>`` that neither the bank nor the
+    request holds: deterministic
     for a given bank, never a stored id) and its timestamp (``now``, or the time of the turn it
     follows when that is later, so an append never goes back in time)."""
 
@@ -160,7 +161,9 @@ def screen(bank_id: str, batch: AppendBatch, old) -> Screened:
     turns: list[Turn] = []
     seen: set[str] = set()
     with_session: bool | None = None
-    counter = [len(known)]
+    numbered = [int(t[len(MSG_ID_PREFIX):]) for t in known if t.startswith(MSG_ID_PREFIX)
+                 and t[len(MSG_ID_PREFIX):].isdigit() and len(t) < 24]
+    counter = [max([len(known), *numbered])]  # past the turn count and every msg-<n> the bank holds
 
     def n_next() -> str:
         while True:
