@@ -94,7 +94,7 @@ def _text_of(content, where: str) -> str:
 
 def message_record(m, i: int, roles: tuple[str, ...], speakers: dict[str, str]):
     """Message ``i`` as a turn record (dict), or the :class:`AppendItem` that skips or refuses it."""
-    from .turns import refused
+    from .turns import refused, shown_id
 
     where = f"messages[{i}]"
     try:
@@ -107,14 +107,14 @@ def message_record(m, i: int, roles: tuple[str, ...], speakers: dict[str, str]):
                              f"name, id, timestamp, caption, session)")
         role = m.get("role")
         if role not in ROLES:
-            raise InputError(f"{where}: field 'role' must be one of {', '.join(ROLES)}, got {str(role)[:40]!r}")
+            raise InputError(f"{where}: field 'role' must be one of {', '.join(ROLES)}, got "
+                             f"{str(role)[:40] if isinstance(role, str) else type(role).__name__!r}")
         tid = m.get("id", m.get("turn_id"))
         if role not in roles:
-            return AppendItem(i, "skipped", None if tid is None else str(tid), f"{where}.role",
+            return AppendItem(i, "skipped", shown_id(tid), f"{where}.role",
                               f"{role} messages are not stored (roles={list(roles)})")
         if m.get("content") is None and m.get("tool_calls") and not m.get("caption"):
-            return AppendItem(i, "skipped", None if tid is None else str(tid), f"{where}.content",
-                              "a tool call without text is not stored")
+            return AppendItem(i, "skipped", shown_id(tid), f"{where}.content", "a tool call without text is not stored")
         rec = {CARRIED[k]: v for k, v in m.items() if k in CARRIED and v is not None}
         rec["text"] = "" if m.get("content") is None else _text_of(m["content"], where)
         name = m.get("name")

@@ -127,8 +127,21 @@ def refused(index: int, where: str, e: Exception, turn_id=None, conflict: bool =
         m = _FIELD.search(msg)
         name = m.group(1) if m else ("text" if "empty 'text'" in msg else None)
     reason = reason.replace(" (nothing was stored)", "")  # the request's other items may be
-    return AppendItem(index, "refused", None if turn_id is None else str(turn_id),
-                      f"{prefix}.{name}" if name else prefix, reason, conflict, msg)
+    return AppendItem(index, "refused", shown_id(turn_id), f"{prefix}.{name}" if name else prefix, reason,
+                      conflict, msg)
+
+
+def shown_id(tid) -> str | None:
+    """``tid`` as an answer may show it: a string id within ``MAX_ID_CHARS`` (or an integer of
+    at most as many digits); None for anything else, so a refusal never echoes an oversized or
+    malformed value."""
+    from ..data.types import MAX_ID_CHARS
+
+    if isinstance(tid, bool) or not isinstance(tid, (str, int)):
+        return None
+    if isinstance(tid, int):
+        return str(tid) if tid.bit_length() <= 800 and len(str(tid)) <= MAX_ID_CHARS else None
+    return tid if len(tid) <= MAX_ID_CHARS else None
 
 
 def same_turn(a: Turn, b: Turn) -> bool:

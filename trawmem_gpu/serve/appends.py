@@ -17,9 +17,12 @@ from .models import MessageIn, TurnIn
 
 
 def _first_error(e: ValidationError, where: str) -> str:
+    """``where.field[i]: reason`` of the first error (the field, then list indices only: pydantic's
+    union member tags such as ``constrained-str`` are left out); never the value."""
     err = e.errors(include_url=False, include_input=False)[0]
-    loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
-    return f"{where}{loc}: {err['msg']}"
+    loc = err["loc"]
+    path = "".join([f".{loc[0]}" if loc else "", *(f"[{p}]" for p in loc[1:] if isinstance(p, int))])
+    return f"{where}{path}: {err['msg']}"
 
 
 def append_batch(turns, messages, *, speakers=None, roles=None, atomic: bool = False) -> AppendBatch:
@@ -41,8 +44,7 @@ def append_batch(turns, messages, *, speakers=None, roles=None, atomic: bool = F
             rec = model.model_validate(raw).model_dump(exclude_none=True)
         except ValidationError as e:
             tid = raw.get("turn_id", raw.get("id")) if isinstance(raw, dict) else None
-            entries.append(refused(i, where, InputError(_first_error(e, f"{where}[{i}]")),
-                                   tid if isinstance(tid, (str, int)) and not isinstance(tid, bool) else None))
+            entries.append(refused(i, where, InputError(_first_error(e, f"{where}[{i}]")), tid))
             continue
         entries.append(rec if turns is not None else message_record(rec, i, roles, speakers))
     assign = None
