@@ -56,6 +56,8 @@ def _check_plan_flags(a) -> None:
         raise InputError(f"--plan-llm applies to --method trimem or trawmem, not {a.method}")
     if spec and a.method == "trawmem" and getattr(a, "engine", "batched") != "batched":
         raise InputError("--plan-llm with --method trawmem runs the batched engine; drop --engine reference")
+    if getattr(a, "as_of", None) and (spec or a.method != "trawmem"):
+        raise InputError("--as-of applies to --method trawmem without --plan-llm")
 
 
 def _plan_llm(a):
