@@ -126,8 +126,10 @@ def test_appends_through_any_front_are_read_back_and_none_is_lost(fronts):
     assert r.status_code == 200, r.text
     r = httpx.post(url + f"/v1/banks/{SAMPLE_BANK}/turns", json={"turns": [_turn("x1")]}, headers=h)
     assert r.status_code == 200 and r.json()["already_stored"] == ["x1"] and r.json()["appended"] == 0, r.text
-    assert httpx.post(url + f"/v1/banks/{SAMPLE_BANK}/turns", json={"turns": [_turn("x1", "Other words.")]},
-                      headers=h).status_code == 409  # DuplicateTurns crossed the socket as itself
+    assert httpx.post(url + f"/v1/banks/{SAMPLE_BANK}/turns", json={"turns": [_turn("x1", "Other words.")],
+                      "atomic": True}, headers=h).status_code == 409  # DuplicateTurns crossed the socket as itself
+    r = httpx.post(url + f"/v1/banks/{SAMPLE_BANK}/turns", json={"turns": [_turn("x1", "Other words.")]}, headers=h)
+    assert r.status_code == 200 and r.json()["refused"][0]["field"] == "turns[0].turn_id", r.text  # per item
 
     def append(i):  # each on its own connection: spread over both fronts
         with httpx.Client() as c:

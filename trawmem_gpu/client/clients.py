@@ -33,7 +33,7 @@ import httpx
 from ..data.jsonl import record_of
 from ..errors import InputError
 from .errors import DeadlineExceeded, ServerError, Unreachable, _error_of, retry_after_s
-from .results import AppendResult, BankInfo, BankList, ForgetResult, Malformed, SelectResult, parse
+from .results import AppendResult, BankInfo, BankList, ForgetResult, History, Malformed, SelectResult, parse
 from .transport import deadline_at, deadline_transport
 
 URL_ENV, KEY_ENV = "TRAWMEM_SERVE_URL", "TRAWMEM_SERVE_KEY"
@@ -100,9 +100,11 @@ def _http_error(call: _Call, url: str, e: httpx.HTTPError, end: float) -> Server
     return Unreachable(None, f"{call.method} {url}{call.path}: {type(e).__name__}: {e}")
 
 
-def _select_body(bank_id: str, question: str, budget, hops, token_budget, date, question_vector) -> dict:
+def _select_body(bank_id: str, question: str, budget, hops, token_budget, date, question_vector,
+                 as_of=None) -> dict:
     body = {"bank_id": bank_id, "question": question}
-    for k, v in (("budget", budget), ("hops", hops), ("token_budget", token_budget), ("date", date)):
+    for k, v in (("budget", budget), ("hops", hops), ("token_budget", token_budget), ("date", date),
+                 ("as_of", as_of)):
         if v is not None:
             body[k] = v
     if question_vector is not None:
@@ -132,9 +134,9 @@ class _Base:
 
     @staticmethod
     def _select_call(bank_id, question, budget=None, hops=None, token_budget=None, date=None,
-                     question_vector=None) -> _Call:
+                     question_vector=None, as_of=None) -> _Call:
         return _Call("POST", "/v1/select", _select_body(bank_id, question, budget, hops, token_budget, date,
-                                                        question_vector), bank_id)
+                                                        question_vector, as_of), bank_id)
 
     def _batch_calls(self, pairs: Iterable, params: dict) -> list[_Call]:
         reqs = []
@@ -149,8 +151,22 @@ class _Base:
                 for i in range(0, len(reqs), self.batch_size)]
 
     @staticmethod
-    def _append_call(bank_id, turns) -> _Call:
-        return _Call("POST", f"/v1/banks/{_path_id(bank_id)}/turns", {"turns": [record_of(t, f"turns[{i}]", bank_id) for i, t in enumerate(turns)]}, bank_id)
+    def _append_call(bank_id, turns=None, messages=None, speakers=None, roles=None, atomic=False) -> _Call:
+        if (turns is None) == (messages is None):
+            raise InputError("give either `turns` or `messages` (chat messages), not " +
+                             ("both" if turns is not None else "neither"))
+        if turns is not None:
+            body: dict = {"turns": [record_of(t, f"turns[{i}]", bank_id) for i, t in enumerate(turns)]}
+        else:
+            body = {"messages": [dict(m) if isinstance(m, dict) else m for m in messages]}
+            body.update({k: v for k, v in (("speakers", speakers), ("roles", roles)) if v is not None})
+        if atomic:
+            body["atomic"] = True
+        return _Call("POST", f"/v1/banks/{_path_id(bank_id)}/turns", body, bank_id)
+
+    @staticmethod
+    def _history_call(bank_id, unit_id) -> _Call:
+        return _Call("GET", f"/v1/banks/{_path_id(bank_id)}/units/{_path_id(unit_id)}/history", None, bank_id)
 
     @staticmethod
     def _forget_call(bank_id, turn_ids) -> _Call:
@@ -271,10 +287,11 @@ class Client(_Base):
 
     def select(self, bank_id: str, question: str, *, budget: int | None = None, hops: int | None = None,
                token_budget: int | None = None, date: str | None = None,
-               question_vector: Sequence[float] | None = None) -> SelectResult:
-        """The workspace for ``question`` from bank ``bank_id`` (unset parameters: the server's)."""
+               question_vector: Sequence[float] | None = None, as_of: str | None = None) -> SelectResult:
+        """The workspace for ``question`` from bank ``bank_id`` (unset parameters: the server's;
+        ``as_of``: show the facts valid on that date)."""
         return self._get(SelectResult, self._select_call(bank_id, question, budget, hops, token_budget, date,
-                                                         question_vector))
+                                                         question_vector, as_of))
 
     def select_many(self, pairs: Iterable[tuple[str, str]], *, budget: int | None = None, hops: int | None = None,
                     token_budget: int | None = None, date: str | None = None) -> list[SelectResult]:
@@ -288,10 +305,14 @@ class Client(_Base):
             out += self._results(call, doc, status)
         return out
 
-    def append(self, bank_id: str, turns: Iterable) -> AppendResult:
+    def append(self, bank_id: str, turns: Iterable | None = None, *, messages: Iterable | None = None,
+               speakers: dict | None = None, roles: Sequence[str] | None = None, atomic: bool = False) -> AppendResult:
         """Append ``turns`` (dicts or objects with ``turn_id, speaker, text, timestamp[, caption,
-        session]``) to ``bank_id``; the first append creates the bank."""
-        return self._get(AppendResult, self._append_call(bank_id, turns))
+        session]``), or chat ``messages`` (``{role, content, name}``, with ``speakers`` and
+        ``roles`` as ``Memory.add`` takes them), to ``bank_id``; the first append creates the bank.
+        Every item is answered (``items``, ``refused``); ``atomic=True`` refuses the whole request
+        when one item is refused (an error, nothing stored)."""
+        return self._get(AppendResult, self._append_call(bank_id, turns, messages, speakers, roles, atomic))
 
     def banks(self) -> BankList:
         """The banks this key can see."""
@@ -299,6 +320,10 @@ class Client(_Base):
 
     def bank(self, bank_id: str) -> BankInfo:
         return self._get(BankInfo, _Call("GET", f"/v1/banks/{_path_id(bank_id)}", None, bank_id))
+
+    def history(self, bank_id: str, unit_id: str) -> History:
+        """What happened to unit ``unit_id`` of ``bank_id`` (``Memory.history``), oldest first."""
+        return self._get(History, self._history_call(bank_id, unit_id))
 
     def forget(self, bank_id: str, turn_ids: Sequence[str] | None = None) -> ForgetResult:
         """Forget turns ``turn_ids`` of ``bank_id`` (``POST /v1/banks/{bank_id}/forget``; ids the bank
@@ -377,9 +402,9 @@ class AsyncClient(_Base):
 
     async def select(self, bank_id: str, question: str, *, budget: int | None = None, hops: int | None = None,
                      token_budget: int | None = None, date: str | None = None,
-                     question_vector: Sequence[float] | None = None) -> SelectResult:
+                     question_vector: Sequence[float] | None = None, as_of: str | None = None) -> SelectResult:
         return await self._get(SelectResult, self._select_call(bank_id, question, budget, hops, token_budget, date,
-                                                               question_vector))
+                                                               question_vector, as_of))
 
     async def select_many(self, pairs: Iterable[tuple[str, str]], *, budget: int | None = None,
                           hops: int | None = None, token_budget: int | None = None,
@@ -391,14 +416,19 @@ class AsyncClient(_Base):
             out += self._results(call, doc, status)
         return out
 
-    async def append(self, bank_id: str, turns: Iterable) -> AppendResult:
-        return await self._get(AppendResult, self._append_call(bank_id, turns))
+    async def append(self, bank_id: str, turns: Iterable | None = None, *, messages: Iterable | None = None,
+                     speakers: dict | None = None, roles: Sequence[str] | None = None,
+                     atomic: bool = False) -> AppendResult:
+        return await self._get(AppendResult, self._append_call(bank_id, turns, messages, speakers, roles, atomic))
 
     async def banks(self) -> BankList:
         return await self._get(BankList, _Call("GET", "/v1/banks"))
 
     async def bank(self, bank_id: str) -> BankInfo:
         return await self._get(BankInfo, _Call("GET", f"/v1/banks/{_path_id(bank_id)}", None, bank_id))
+
+    async def history(self, bank_id: str, unit_id: str) -> History:
+        return await self._get(History, self._history_call(bank_id, unit_id))
 
     async def forget(self, bank_id: str, turn_ids: Sequence[str] | None = None) -> ForgetResult:
         return await self._get(ForgetResult, self._forget_call(bank_id, turn_ids))
