@@ -64,6 +64,11 @@ SUITE: tuple[Entry, ...] = (
           "TrawMem over turns and facts beside them (three granularities) on LoCoMo dev",
           ("granularity.json", "granularity.md", "granularity.png"),
           "140 s for `--T 400,800` and two methods (granularity.json)"),
+    Entry("supersession", "bench_supersession.py",
+          "facts that change over time: the current answer's evidence at equal tokens, today's turns against facts "
+          "with and without supersession, on LongMemEval knowledge-update and LoCoMo changed answers",
+          ("supersession.json", "supersession.md", "supersession.png"),
+          "21 min beside the test suite on the shared machine (supersession.json wall_s)"),
     Entry("head", "bench_head.py",
           "the learned role head on LoCoMo dev: leave-one-conversation-out, then the B table",
           ("head_loco.json", "head_loco.png", "head_table.json"), "15 min (head_table.json: 883 s)"),

@@ -12,8 +12,8 @@ retrieval, the baselines, the workspace) -> the fronts: ``eval``, ``head``, ``sc
 
 __version__ = "0.1.0"
 
-_LAZY = {"Memory": "trawmem_gpu.memory", "SelectedWorkspace": "trawmem_gpu.memory", "Turn": "trawmem_gpu.data.types"}
-__all__ = ["Memory", "SelectedWorkspace", "Turn", "__version__"]
+_LAZY = {"AsyncMemory": "trawmem_gpu.memory", "Memory": "trawmem_gpu.memory", "SelectedWorkspace": "trawmem_gpu.memory", "Turn": "trawmem_gpu.data.types"}
+__all__ = ["AsyncMemory", "Memory", "SelectedWorkspace", "Turn", "__version__"]
 
 
 def __getattr__(name: str):

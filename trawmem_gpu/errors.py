@@ -56,6 +56,20 @@ class UnknownBank(TrawmemError, KeyError):
         return type(self), (self.bank_id, self.where, self.detail)
 
 
+class UnknownUnit(TrawmemError, KeyError):
+    """A unit id (turn, fact, profile section) that a bank neither holds nor has a history of."""
+
+    def __init__(self, bank_id: str, unit_id: str):
+        super().__init__(f"bank {bank_id!r} holds no unit {unit_id!r} and has no history of one")
+        self.bank_id, self.unit_id = bank_id, unit_id
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __reduce__(self):
+        return type(self), (self.bank_id, self.unit_id)
+
+
 class DuplicateTurns(InputError):
     """Turn ids that the bank already holds (nothing appended; HTTP 409)."""
 

@@ -97,9 +97,15 @@ def test_append_banks_and_the_errors_are_the_packages(server):
         listing = c.banks()
         assert {b.bank_id for b in listing.banks} == {SAMPLE_BANK, "ana-new"} and listing.dim > 0
         assert c.bank("ana-new").n_units == 2
-        with pytest.raises(tc.Conflict) as e:  # the same turn ids again: nothing appended
-            c.append("ana-new", [_turn("n2")])
+        with pytest.raises(tc.Conflict) as e:  # the same turn ids again, atomic: nothing appended
+            c.append("ana-new", [_turn("n2")], atomic=True)
         assert isinstance(e.value, InputError) and e.value.status == 409 and c.bank("ana-new").n_units == 2
+        r = c.append("ana-new", [_turn("n2"), _turn("n3", "Bring the map")])  # per item: n2 refused, n3 stored
+        assert r.stored == ("n3",) and [(x.index, x.status, x.field) for x in r.refused] == [(0, "refused",
+                                                                                              "turns[0].turn_id")]
+        assert [x.status for x in r.items] == ["refused", "stored"] and c.bank("ana-new").n_units == 3
+        r = c.append("ana-new", messages=[{"role": "user", "content": "Hi there", "id": "m1"}], speakers={"user": "Ana"})
+        assert r.stored == ("m1",)
         with pytest.raises(tc.InvalidRequest) as e:
             c.select(SAMPLE_BANK, QUESTIONS[0], budget=0)
         assert "budget" in e.value.detail and isinstance(e.value, InputError)

@@ -216,14 +216,14 @@ def _still_whole(m, n_units: int = 1) -> None:
 @pytest.mark.parametrize("session", BIG_SESSIONS)
 def test_memory_add_refuses_a_bad_session_and_stores_nothing(mem, session):
     with pytest.raises(InputError, match=r"turns\[1\]: field 'session'"):
-        mem.add("b", [_turn("t2", session=5), _turn("t3", session=session)])
+        mem.add("b", [_turn("t2", session=5), _turn("t3", session=session)], atomic=True)
     _still_whole(mem)
 
 
 def test_memory_add_refuses_a_counted_session_past_the_bound(mem):
     mem.add("b", [_turn("t2", "2024-03-03", session=MAX_SESSION)])
     with pytest.raises(InputError, match=r"turns\[0\]: field 'session'.*MAX_SESSION"):
-        mem.add("b", [_turn("t3", "2024-03-04")])  # no session, the next day: MAX_SESSION + 1
+        mem.add("b", [_turn("t3", "2024-03-04")], atomic=True)  # no session, the next day: MAX_SESSION + 1
     _still_whole(mem, 2)
     mem.add("b", [_turn("t3", "2024-03-03T12:00")])  # the same day stays in MAX_SESSION
     assert mem.turns("b")[-1].session == MAX_SESSION
@@ -241,9 +241,9 @@ def test_memory_add_of_an_aware_timestamp_keeps_the_bank_usable(mem):
 def test_memory_add_refuses_turns_dated_before_the_bank(mem):
     mem.add("b", [_turn("t2", "2024-03-05")])
     with pytest.raises(InputError, match=r"turns\[0\]: field 'timestamp'.*'t3'.*time order"):
-        mem.add("b", [_turn("t3", "2024-03-04")])
+        mem.add("b", [_turn("t3", "2024-03-04")], atomic=True)
     with pytest.raises(InputError, match=r"turns\[1\]: field 'timestamp'"):  # within one add too
-        mem.add("b", [_turn("t4", "2024-03-07"), _turn("t5", "2024-03-06")])
+        mem.add("b", [_turn("t4", "2024-03-07"), _turn("t5", "2024-03-06")], atomic=True)
     _still_whole(mem, 2)
     # a retry of stored turns (dated before the last) with new ones after them is not refused
     got = mem.add("b", [_turn("t1"), _turn("t2", "2024-03-05"), _turn("t6", "2024-03-05")])
@@ -252,9 +252,9 @@ def test_memory_add_refuses_turns_dated_before_the_bank(mem):
 
 def test_memory_add_refuses_unknown_fields_and_oversized_ones(mem):
     with pytest.raises(InputError, match=r"turns\[0\]: unknown field 'sesion'"):
-        mem.add("b", [_turn("t2", sesion=2)])
+        mem.add("b", [_turn("t2", sesion=2)], atomic=True)
     with pytest.raises(InputError, match=r"turns\[0\]: field 'caption' is \d+ characters"):
-        mem.add("b", [_turn("t2", caption="x" * (MAX_CAPTION_CHARS + 1))])
+        mem.add("b", [_turn("t2", caption="x" * (MAX_CAPTION_CHARS + 1))], atomic=True)
     _still_whole(mem)
 
 
@@ -298,7 +298,7 @@ def test_http_append_checks_the_schema_before_it_stores(tmp_path):
 
     with running(ServeConfig(collection=str(tmp_path / "c"), max_wait_ms=1)) as (url, service, _):
         c = httpx.Client(base_url=url, timeout=120)
-        post = lambda turns: c.post("/v1/banks/b/turns", json={"turns": turns})  # noqa: E731
+        post = lambda turns: c.post("/v1/banks/b/turns", json={"turns": turns, "atomic": True})  # noqa: E731
         assert post([_turn("t1")]).status_code == 200
         for bad, field in [({"session": 2**63}, "turns[1].session"), ({"session": -1}, "turns[1].session"),
                            ({"session": 10**30}, "turns[1].session"), ({"session": True}, "turns[1].session"),

@@ -52,6 +52,11 @@ async def _exercise(client, bank: str, others_bank: str | None):
                                                  "token_budget": 200}))
     assert MARK in ws["text"] and "S1:2" in ws["unit_ids"] and 0 < ws["tokens"] <= 200
     assert bank in {b["bank_id"] for b in _data(await client.call_tool("list_banks", {}))}
+    chat = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "Pack the red tent.", "id": "m1",
+             "timestamp": "2031-06-02T10:00:00"}, {"role": "user", "content": [{"type": "image_url"}], "id": "m2"}]
+    got = _data(await client.call_tool("add_turns", {"bank_id": bank, "messages": chat, "speakers": {"user": "Ana"}}))
+    assert got["stored"] == ["m1"] and [x["status"] for x in got["items"]] == ["skipped", "stored", "refused"]
+    assert got["refused"][0]["field"] == "messages[2].content[0].type"
 
     f = _data(await client.call_tool("forget", {"bank_id": bank, "turn_ids": ["S1:2"]}))
     assert f["forgotten"] == ["S1:2"] and not f["deleted"]
@@ -69,7 +74,7 @@ async def _exercise(client, bank: str, others_bank: str | None):
     assert "token_budget" in _error(await client.call_tool("recall", {"bank_id": bank, "question": "q",
                                                                         "token_budget": 0}))
     gone = _data(await client.call_tool("forget_bank", {"bank_id": bank}))
-    assert gone["deleted"] and gone["forgotten"] == ["S1:1", "S1:3", "S1:4"]
+    assert gone["deleted"] and gone["forgotten"] == ["S1:1", "S1:3", "S1:4", "m1"]
     assert bank not in {b["bank_id"] for b in _data(await client.call_tool("list_banks", {}))}
     assert _error(await client.call_tool("recall", {"bank_id": bank, "question": "hike?"})) == \
         f"unknown bank id {bank!r}"

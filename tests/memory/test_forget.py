@@ -247,6 +247,9 @@ def test_forget_leaves_no_trace(built, server, tmp_path, capsys):
     print("forget test search, before:", *before, "after:", *(after or ["nothing found"]), sep="\n  ",
           file=sys.__stdout__)
     assert after == []
+    # the unit's history keeps one event, with no content, and the search above read its file too
+    assert [(e["event"], e["cause"]) for e in mem.history("ana-ben", MARKER_ID)] == [("forgotten", "forget")]
+    assert list((coll / ".history").glob("*.jsonl"))
     hits = unit_line.cache_info().hits
     unit_line(marker_turn, True)
     assert unit_line.cache_info().hits == hits  # the rendered line was not cached any more

@@ -82,15 +82,21 @@ def test_add_creates_then_appends_and_equals_a_build(tmp_path, sample):
                             "first_date": "2024-03-02T10:15:00", "last_date": "2024-04-22T09:05:00"}]
     again = mem.add("ana-ben", [{k: v for k, v in r.items() if k != "session"} for r in _records(sample.turns[:1], "ana-ben")])
     assert again["appended"] == 0 and again["already_stored"] == [sample.turns[0].turn_id]  # a retry is safe
+    other = [{**{k: v for k, v in r.items() if k != "session"}, "text": "Other words."}
+             for r in _records(sample.turns[:1], "ana-ben")]
     with pytest.raises(DuplicateTurns, match="already holds turn ids .* with other content"):
-        mem.add("ana-ben", [{**{k: v for k, v in r.items() if k != "session"}, "text": "Other words."}
-                            for r in _records(sample.turns[:1], "ana-ben")])
-    with pytest.raises(InputError, match=r"turns\[0\]: missing field 'speaker'"):
-        mem.add("ana-ben", [{"turn_id": "n1", "text": "x", "timestamp": "2031-01-01"}])
-    with pytest.raises(InputError, match=r"turns\[0\]: expected a dict or an object with turn_id"):
-        mem.add("ana-ben", [3])
-    with pytest.raises(InputError, match=r"turns\[0\]\.bank_id: 'other' is not the bank"):  # a record for another bank
-        mem.add("ana-ben", [{**_records(sample.turns[:1], "ana-ben")[0], "bank_id": "other", "turn_id": "n9"}])
+        mem.add("ana-ben", other, atomic=True)
+    res = mem.add("ana-ben", other)  # per item: refused, naming the field
+    assert res["appended"] == 0 and [(x["field"], x["status"]) for x in res["items"]] == [("turns[0].turn_id", "refused")]
+    assert "with other content" in res["refused"][0]["reason"]
+    bad = [([{"turn_id": "n1", "text": "x", "timestamp": "2031-01-01"}], r"turns\[0\]: missing field 'speaker'"),
+           ([3], r"turns\[0\]: expected a dict or an object with turn_id"),
+           ([{**_records(sample.turns[:1], "ana-ben")[0], "bank_id": "other", "turn_id": "n9"}],
+            r"turns\[0\]\.bank_id: 'other' is not the bank")]  # a record for another bank
+    for turns, msg in bad:
+        with pytest.raises(InputError, match=msg):
+            mem.add("ana-ben", turns, atomic=True)
+        assert mem.add("ana-ben", turns)["refused"][0]["field"].startswith("turns[0]")
     assert mem._core.registry.get("ana-ben").n_units == 33  # nothing added by the refused calls
     # a second Memory over the same directory sees what the first wrote
     assert Memory(tmp_path / "m").banks() == mem.banks()

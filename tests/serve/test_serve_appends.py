@@ -90,7 +90,7 @@ def test_bad_inputs_get_4xx_and_leave_banks_unchanged(coll):
         small = json.dumps(ok).encode()
         r = c.post("/v1/select", content=iter([small[:10], small[10:]]), headers={"content-type": "application/json"})
         assert r.status_code == 200, r.text
-        # malformed turns: nothing appended, the bank's files untouched
+        # malformed turns in an atomic request: nothing appended, the bank's files untouched
         T = "/v1/banks/ana-ben/turns"
         turn_cases = [
             ({"turns": []}, 422, "turns"),
@@ -104,7 +104,7 @@ def test_bad_inputs_get_4xx_and_leave_banks_unchanged(coll):
             ({"turns": [_turn("S1:1")]}, 409, "already holds turn ids ['S1:1']"),
         ]
         for body, status, msg in turn_cases:
-            r = _post(c, T, body)
+            r = _post(c, T, {**body, "atomic": True})  # one refused turn refuses the request
             assert r.status_code == status and msg in r.json()["detail"], (body, r.status_code, r.text)
         r = _post(c, "/v1/banks/bad%01id/turns", {"turns": [_turn("n1")]})
         assert r.status_code == 422 and "bank id" in r.json()["detail"], r.text

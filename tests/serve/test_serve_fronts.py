@@ -28,6 +28,24 @@ import httpx  # noqa: E402
 
 from serve_util import SAMPLE_BANK, build_sample_collection  # noqa: E402
 
+
+class http:  # noqa: N801 - httpx's one-shot functions (a new connection per request), with a longer timeout
+    """Every one-shot request of this file: a first append builds a bank, which on a loaded machine
+    can take longer than httpx's 5 s default (a bound on a hang, not a timing assertion)."""
+
+    @staticmethod
+    def post(*a, **k):
+        return httpx.post(*a, **{"timeout": 120, **k})
+
+    @staticmethod
+    def get(*a, **k):
+        return httpx.get(*a, **{"timeout": 120, **k})
+
+    @staticmethod
+    def delete(*a, **k):
+        return httpx.delete(*a, **{"timeout": 120, **k})
+
+
 KEYS = {"rw": "key-fronts-rw-0123456789", "ro": "key-fronts-ro-0123456789"}
 
 
@@ -89,60 +107,62 @@ def _turn(tid, text="We adopted a puppy called Biscuit today.", ts="2024-06-01T1
 def test_same_api_and_statuses_as_one_process(fronts):
     url, _, _ = fronts
     q = {"bank_id": SAMPLE_BANK, "question": "Where does Clara live now?"}
-    assert httpx.post(url + "/v1/select", json=q).status_code == 401
-    r = httpx.post(url + "/v1/select", json=q, headers=_auth("ro"))
+    assert http.post(url + "/v1/select", json=q).status_code == 401
+    r = http.post(url + "/v1/select", json=q, headers=_auth("ro"))
     assert r.status_code == 200, r.text
     ws = r.json()
     assert ws["bank_id"] == SAMPLE_BANK and ws["units"] and ws["n_tokens"] > 0 and ws["timings"]["batch_size"] >= 1
     # a foreign bank and a missing one: the same 404
     for bank in ("acme-nothing", "someone-else"):
-        r = httpx.post(url + "/v1/select", json={**q, "bank_id": bank}, headers=_auth("ro"))
+        r = http.post(url + "/v1/select", json={**q, "bank_id": bank}, headers=_auth("ro"))
         assert r.status_code == 404 and "unknown bank id" in r.json()["detail"]
     # validation runs in the front; bad vectors are 422
-    r = httpx.post(url + "/v1/select", json={**q, "question_vector": [0.5] * 3}, headers=_auth("ro"))
+    r = http.post(url + "/v1/select", json={**q, "question_vector": [0.5] * 3}, headers=_auth("ro"))
     assert r.status_code == 422 and "question_vector has 3 numbers" in r.json()["detail"]
     # client-supplied vector: the same workspace as the encoder's own vector for that question
-    banks = httpx.get(url + "/v1/banks", headers=_auth("ro")).json()
+    banks = http.get(url + "/v1/banks", headers=_auth("ro")).json()
     assert banks["banks"] == [{"bank_id": SAMPLE_BANK, "n_units": banks["banks"][0]["n_units"],
                                "n_threads": banks["banks"][0]["n_threads"]}]
     from trawmem_gpu.encode import get_encoder
 
     z = get_encoder("minilm").encode([q["question"]], is_query=True)[0]
-    r2 = httpx.post(url + "/v1/select", json={**q, "question_vector": [float(x) for x in z]}, headers=_auth("ro"))
+    r2 = http.post(url + "/v1/select", json={**q, "question_vector": [float(x) for x in z]}, headers=_auth("ro"))
     assert r2.status_code == 200 and [u["id"] for u in r2.json()["units"]] == [u["id"] for u in ws["units"]]
     # batch route, with the index of a bad request in the message
-    r = httpx.post(url + "/v1/select/batch", json={"requests": [q, {**q, "bank_id": "acme-x"}]}, headers=_auth("rw"))
+    r = http.post(url + "/v1/select/batch", json={"requests": [q, {**q, "bank_id": "acme-x"}]}, headers=_auth("rw"))
     assert r.status_code == 404 and r.json()["detail"].startswith("requests[1]")
-    r = httpx.post(url + "/v1/select/batch", json={"requests": [q, q]}, headers=_auth("rw"))
+    r = http.post(url + "/v1/select/batch", json={"requests": [q, q]}, headers=_auth("rw"))
     assert r.status_code == 200 and len(r.json()["results"]) == 2
 
 
 def test_appends_through_any_front_are_read_back_and_none_is_lost(fronts):
     url, _, coll = fronts
     h = _auth("rw")
-    assert httpx.post(url + f"/v1/banks/{SAMPLE_BANK}/turns", json={"turns": [_turn("x1")]},
+    assert http.post(url + f"/v1/banks/{SAMPLE_BANK}/turns", json={"turns": [_turn("x1")]},
                       headers=_auth("ro")).status_code == 403
-    r = httpx.post(url + f"/v1/banks/{SAMPLE_BANK}/turns", json={"turns": [_turn("x1")]}, headers=h)
+    r = http.post(url + f"/v1/banks/{SAMPLE_BANK}/turns", json={"turns": [_turn("x1")]}, headers=h)
     assert r.status_code == 200, r.text
-    r = httpx.post(url + f"/v1/banks/{SAMPLE_BANK}/turns", json={"turns": [_turn("x1")]}, headers=h)
+    r = http.post(url + f"/v1/banks/{SAMPLE_BANK}/turns", json={"turns": [_turn("x1")]}, headers=h)
     assert r.status_code == 200 and r.json()["already_stored"] == ["x1"] and r.json()["appended"] == 0, r.text
-    assert httpx.post(url + f"/v1/banks/{SAMPLE_BANK}/turns", json={"turns": [_turn("x1", "Other words.")]},
-                      headers=h).status_code == 409  # DuplicateTurns crossed the socket as itself
+    assert http.post(url + f"/v1/banks/{SAMPLE_BANK}/turns", json={"turns": [_turn("x1", "Other words.")],
+                      "atomic": True}, headers=h).status_code == 409  # DuplicateTurns crossed the socket as itself
+    r = http.post(url + f"/v1/banks/{SAMPLE_BANK}/turns", json={"turns": [_turn("x1", "Other words.")]}, headers=h)
+    assert r.status_code == 200 and r.json()["refused"][0]["field"] == "turns[0].turn_id", r.text  # per item
 
     def append(i):  # each on its own connection: spread over both fronts
-        with httpx.Client() as c:
+        with httpx.Client(timeout=120) as c:
             return c.post(url + f"/v1/banks/acme-{i % 3}/turns",
                           json={"turns": [_turn(f"t{i}", f"Note number {i} about the garden.")]}, headers=h).status_code
 
     with ThreadPoolExecutor(8) as ex:
         codes = list(ex.map(append, range(24)))
     assert codes == [200] * 24
-    counts = {b["bank_id"]: b["n_units"] for b in httpx.get(url + "/v1/banks", headers=h).json()["banks"]}
+    counts = {b["bank_id"]: b["n_units"] for b in http.get(url + "/v1/banks", headers=h).json()["banks"]}
     assert [counts[f"acme-{j}"] for j in range(3)] == [8, 8, 8]
     from trawmem_gpu.store import Collection
 
     assert [Collection(coll).load(f"acme-{j}").n_units for j in range(3)] == [8, 8, 8]
-    r = httpx.post(url + "/v1/select", json={"bank_id": "acme-1", "question": "What about the garden?"}, headers=h)
+    r = http.post(url + "/v1/select", json={"bank_id": "acme-1", "question": "What about the garden?"}, headers=h)
     assert r.status_code == 200 and r.json()["bank_n_units"] == 8
 
 
@@ -150,19 +170,19 @@ def test_a_forget_through_one_front_is_seen_by_every_front(fronts):
     url, _, coll = fronts
     h = _auth("rw")
     turns = [_turn("f1", "My locker code is 4417."), _turn("f2", "Lunch was soup.")]
-    assert httpx.post(url + "/v1/banks/acme-fg/turns", json={"turns": turns}, headers=h).status_code == 200
-    assert httpx.delete(url + "/v1/banks/acme-fg/turns/f1", headers=_auth("ro")).status_code == 404  # not its bank
-    r = httpx.delete(url + "/v1/banks/acme-fg/turns/f1", headers=h)
+    assert http.post(url + "/v1/banks/acme-fg/turns", json={"turns": turns}, headers=h).status_code == 200
+    assert http.delete(url + "/v1/banks/acme-fg/turns/f1", headers=_auth("ro")).status_code == 404  # not its bank
+    r = http.delete(url + "/v1/banks/acme-fg/turns/f1", headers=h)
     assert r.status_code == 200 and r.json()["forgotten"] == ["f1"] and r.json()["n_units"] == 1
     q = {"bank_id": "acme-fg", "question": "What is the locker code?"}
     for _ in range(6):  # each on its own connection: both fronts answer from the engine process
-        with httpx.Client() as c:
+        with httpx.Client(timeout=120) as c:
             assert [u["id"] for u in c.post(url + "/v1/select", json=q, headers=h).json()["units"]] == ["f2"]
-    r = httpx.delete(url + "/v1/banks/acme-fg", headers=h)
+    r = http.delete(url + "/v1/banks/acme-fg", headers=h)
     assert r.status_code == 200 and r.json()["deleted"] is True
-    assert httpx.delete(url + "/v1/banks/acme-fg", headers=h).status_code == 404  # UnknownBank crossed the socket
+    assert http.delete(url + "/v1/banks/acme-fg", headers=h).status_code == 404  # UnknownBank crossed the socket
     for _ in range(4):
-        with httpx.Client() as c:
+        with httpx.Client(timeout=120) as c:
             assert c.get(url + "/v1/banks/acme-fg", headers=h).status_code == 404
     from trawmem_gpu.store import Collection
 
@@ -176,11 +196,11 @@ def test_metrics_are_summed_over_fronts_and_include_the_engine(fronts):
         m = re.search(r'trawmem_http_requests_total\{method="GET",route="/healthz",status="200"\} ([0-9.]+)', text)
         return float(m.group(1)) if m else 0.0
 
-    before = count(httpx.get(url + "/metrics").text)
+    before = count(http.get(url + "/metrics").text)
     for _ in range(12):
-        with httpx.Client() as c:  # new connections: both fronts answer some
+        with httpx.Client(timeout=120) as c:  # new connections: both fronts answer some
             assert c.get(url + "/healthz").status_code == 200
-    text = httpx.get(url + "/metrics").text
+    text = http.get(url + "/metrics").text
     assert count(text) == before + 12
     assert "trawmem_batch_size_count" in text and "trawmem_queue_depth" in text
     families = [ln.split()[2] for ln in text.splitlines() if ln.startswith("# TYPE")]
@@ -312,7 +332,7 @@ def test_kill_9_mid_append_answers_outcome_unknown_and_a_resend_is_safe(tmp_path
     bodies = [{"turns": [_turn(f"k{r}-{i}", f"Note {i} of batch {r} about the garden.") for i in range(40)]}
               for r in range(6)]
     proc, url = _start(coll, "--http-workers", "2")
-    n0 = httpx.get(url + f"/v1/banks/{SAMPLE_BANK}", timeout=30).json()["n_units"]
+    n0 = http.get(url + f"/v1/banks/{SAMPLE_BANK}", timeout=30).json()["n_units"]
     try:
         def append(body):
             try:
@@ -323,7 +343,7 @@ def test_kill_9_mid_append_answers_outcome_unknown_and_a_resend_is_safe(tmp_path
 
         def stored() -> int:
             try:
-                return httpx.get(url + f"/v1/banks/{SAMPLE_BANK}", timeout=10).json()["n_units"] - n0
+                return http.get(url + f"/v1/banks/{SAMPLE_BANK}", timeout=10).json()["n_units"] - n0
             except (httpx.HTTPError, KeyError, ValueError):
                 return 0
 

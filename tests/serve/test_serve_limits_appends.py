@@ -101,8 +101,10 @@ def test_resent_turns_are_reported_not_duplicated(coll):
         assert r.status_code == 200 and r.json()["appended"] == 0 and r.json()["already_stored"] == ["r1", "r2"]
         r = c.post(T, json={"turns": [_turn("r2", "A second note."), _turn("r3", "A third note.")]})
         assert r.status_code == 200 and r.json()["stored"] == ["r3"] and r.json()["already_stored"] == ["r2"]
-        r = c.post(T, json={"turns": [_turn("r3", "Different words.")]})
+        r = c.post(T, json={"turns": [_turn("r3", "Different words.")], "atomic": True})
         assert r.status_code == 409 and "with other content" in r.json()["detail"]
+        r = c.post(T, json={"turns": [_turn("r3", "Different words.")]})  # per item: refused, naming the field
+        assert r.status_code == 200 and r.json()["refused"][0]["field"] == "turns[0].turn_id", r.text
         assert service.registry.get(SAMPLE_BANK).n_units == n0 + 3
         from trawmem_gpu.store import Collection
 

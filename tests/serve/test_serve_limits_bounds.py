@@ -48,10 +48,14 @@ def test_every_field_is_bounded_and_never_echoed(coll):
     with running(cfg) as (url, service, _), httpx.Client(base_url=url, timeout=60) as c:
         n0 = service.registry.get(SAMPLE_BANK).n_units
         for path, body, msg in cases:
-            r = c.post(path, json=body)
+            r = c.post(path, json={**body, "atomic": True} if path.endswith("/turns") else body)
             assert r.status_code == 422 and msg in r.json()["detail"], (path, r.status_code, r.text[:300])
             assert len(r.content) < 2000  # the value is never echoed back
             assert c.get("/healthz").status_code == 200
+            if path.endswith("/turns"):  # answered per item: refused, naming the field, never echoing it
+                r = c.post(path, json=body)
+                (item,) = r.json()["refused"]
+                assert r.status_code == 200 and msg.startswith(item["field"]) and len(r.content) < 2000, r.text[:300]
         r = c.post("/v1/select", content=b'{"bank_id": "ana-ben", "question": "q", "date": "' + b"1" * (9 << 20) + b'"}',
                    headers={"content-type": "application/json"})
         assert r.status_code == 413 and "max_body_bytes" in r.json()["detail"]

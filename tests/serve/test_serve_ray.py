@@ -96,7 +96,8 @@ def test_ray_shards_route_by_bank_id(ray_server):
             assert f"{b}-new" in [u["id"] for u in r.json()["units"]]
             again = c.post(f"/v1/banks/{b}/turns", json={"turns": [turn]})  # a retry: stored once
             assert again.status_code == 200 and again.json()["already_stored"] == [f"{b}-new"], again.text
-            assert c.post(f"/v1/banks/{b}/turns", json={"turns": [{**turn, "text": "Other words."}]}).status_code == 409
+            assert c.post(f"/v1/banks/{b}/turns", json={"turns": [{**turn, "text": "Other words."}],
+                                                         "atomic": True}).status_code == 409
             # a forget goes to the owning shard too, and its engine forgets
             r = c.delete(f"/v1/banks/{b}/turns/{b}-new")
             assert r.status_code == 200 and r.json()["n_units"] == n0, r.text

@@ -56,6 +56,8 @@ def _check_plan_flags(a) -> None:
         raise InputError(f"--plan-llm applies to --method trimem or trawmem, not {a.method}")
     if spec and a.method == "trawmem" and getattr(a, "engine", "batched") != "batched":
         raise InputError("--plan-llm with --method trawmem runs the batched engine; drop --engine reference")
+    if getattr(a, "as_of", None) and (spec or a.method != "trawmem"):
+        raise InputError("--as-of applies to --method trawmem without --plan-llm")
 
 
 def _plan_llm(a):
@@ -192,16 +194,17 @@ def cmd_query(a) -> int:
         bank = load_bank(p)
         enc = _bank_encoder(bank)
         z = enc.encode([q], is_query=True)
-        served = served_engine({bank.bank_id: bank}, cfg, head=head, units=a.units)
-        masks = served.engine.masks_of([bank.bank_id], a.where)
-        picks, banks, used = pick(served, [bank.bank_id], [q], z, [None], [qp], masks)
+        eng = served_engine({bank.bank_id: bank}, cfg, head=head, units=a.units)
+        eng = eng if a.as_of is None else eng.dated(dict(eng.banks), a.as_of)
+        masks = eng.engine.masks_of([bank.bank_id], a.where)
+        picks, banks, used = pick(eng, [bank.bank_id], [q], z, [None], [qp], masks)
         ws = SelectedWorkspace.of(banks[0], q, picks[0], cfg.headings, used, keep=None if masks is None else masks[0])
     else:
         head = _load_head(a.head)
         coll = Collection(p)
         coll.bank_path(_bank_id(a, coll))  # UnknownBank naming what the collection holds
         mem = Memory(p, method=cfg, head=head, only=[a.bank_id], create=False, embedding_cache=True, units=a.units)
-        ws = mem.select(a.bank_id, q, params=qp, where=a.where)
+        ws = mem.select(a.bank_id, q, params=qp, where=a.where, as_of=a.as_of)
     if a.json:
         print(json.dumps({"bank_id": ws.bank_id, "question": q, "units": ws.unit_ids, "tokens": ws.tokens,
                           "tokenizer": ws.tokenizer, "workspace": ws.text, **extra}, indent=1))
@@ -224,7 +227,22 @@ def configure(q) -> None:
     add_head(q)
     add_affinity_weights(q)
     add_units(q)
-    add_where(q, "select only among turns whose metadata passes this filter (docs/python-api.md, 'Filters'), e.g. "
-                 "'{\"user_id\": \"u1\", \"importance\": {\"gte\": 3}}' (default: every turn)")
+    q.add_argument("--as-of", type=_as_of, metavar="DATE",
+                   help="show the facts valid on DATE, superseded since or not, with --units ...,facts "
+                        "(default: the current facts)")
+    add_where(q, "select only among turns whose metadata passes this filter (docs/python-api.md, 'Metadata and "
+                 "filters'), e.g. '{\"user_id\": \"u1\", \"importance\": {\"gte\": 3}}' (default: every turn)")
     q.add_argument("--json", action="store_true", help="print the workspace and its ids as JSON")
     q.set_defaults(fn=cmd_query)
+
+
+def _as_of(text: str) -> str:
+    """``--as-of``: a date the loaders read, as ISO ``YYYY-MM-DD``."""
+    import argparse
+
+    from ..data.dates import parse_date
+
+    try:
+        return parse_date(text).date().isoformat()
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None

@@ -47,11 +47,12 @@ what a server sent.
 from .clients import DEFAULT_URL, KEY_ENV, RETRY_STATUSES, URL_ENV, AsyncClient, Client
 from .errors import (STATUS_ERRORS, BankNotFound, Conflict, DeadlineExceeded, Forbidden, InvalidRequest, Overloaded,
                      ServerError, ServerTimeout, Unauthorized, Unreachable, retry_after_s)
-from .results import (AppendResult, BankInfo, BankList, BankSummary, ForgetResult, SelectResult, ThreadHead, Timings,
-                      Unit)
+from .results import (AppendItem, AppendResult, BankInfo, BankList, BankSummary, ForgetResult, History, HistoryEvent,
+                      SelectResult, ThreadHead, Timings, Unit)
 from .transport import deadline_transport
 
-__all__ = ["AppendResult", "AsyncClient", "BankInfo", "BankList", "BankNotFound", "BankSummary", "Client", "Conflict",
-           "DEFAULT_URL", "DeadlineExceeded", "ForgetResult", "Forbidden", "InvalidRequest", "KEY_ENV", "Overloaded",
-           "RETRY_STATUSES", "STATUS_ERRORS", "SelectResult", "ServerError", "ServerTimeout", "ThreadHead", "Timings",
-           "URL_ENV", "Unauthorized", "Unit", "Unreachable", "deadline_transport", "retry_after_s"]
+__all__ = ["AppendItem", "AppendResult", "AsyncClient", "BankInfo", "BankList", "BankNotFound", "BankSummary",
+           "Client", "Conflict", "DEFAULT_URL", "DeadlineExceeded", "ForgetResult", "Forbidden", "History",
+           "HistoryEvent", "InvalidRequest", "KEY_ENV", "Overloaded", "RETRY_STATUSES", "STATUS_ERRORS",
+           "SelectResult", "ServerError", "ServerTimeout", "ThreadHead", "Timings", "URL_ENV", "Unauthorized", "Unit",
+           "Unreachable", "deadline_transport", "retry_after_s"]

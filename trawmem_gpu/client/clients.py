@@ -33,7 +33,7 @@ import httpx
 from ..data.jsonl import record_of
 from ..errors import InputError
 from .errors import DeadlineExceeded, ServerError, Unreachable, _error_of, retry_after_s
-from .results import AppendResult, BankInfo, BankList, ForgetResult, Malformed, SelectResult, parse
+from .results import AppendResult, BankInfo, BankList, ForgetResult, History, Malformed, SelectResult, parse
 from .transport import deadline_at, deadline_transport
 
 URL_ENV, KEY_ENV = "TRAWMEM_SERVE_URL", "TRAWMEM_SERVE_KEY"
@@ -101,9 +101,10 @@ def _http_error(call: _Call, url: str, e: httpx.HTTPError, end: float) -> Server
 
 
 def _select_body(bank_id: str, question: str, budget, hops, token_budget, date, question_vector,
-                 where=None) -> dict:
+                 as_of=None, where=None) -> dict:
     body = {"bank_id": bank_id, "question": question}
-    for k, v in (("budget", budget), ("hops", hops), ("token_budget", token_budget), ("date", date)):
+    for k, v in (("budget", budget), ("hops", hops), ("token_budget", token_budget), ("date", date),
+                 ("as_of", as_of)):
         if v is not None:
             body[k] = v
     if question_vector is not None:
@@ -135,9 +136,9 @@ class _Base:
 
     @staticmethod
     def _select_call(bank_id, question, budget=None, hops=None, token_budget=None, date=None,
-                     question_vector=None, where=None) -> _Call:
+                     question_vector=None, as_of=None, where=None) -> _Call:
         return _Call("POST", "/v1/select", _select_body(bank_id, question, budget, hops, token_budget, date,
-                                                        question_vector, where), bank_id)
+                                                        question_vector, as_of, where), bank_id)
 
     def _batch_calls(self, pairs: Iterable, params: dict) -> list[_Call]:
         reqs = []
@@ -145,15 +146,30 @@ class _Base:
             if not (isinstance(p, (tuple, list)) and len(p) == 2):
                 raise InputError(f"select_many: item {i} must be a (bank_id, question) pair, got {p!r}")
             reqs.append(_select_body(p[0], p[1], params.get("budget"), params.get("hops"),
-                                     params.get("token_budget"), params.get("date"), None, params.get("where")))
+                                     params.get("token_budget"), params.get("date"), None, params.get("as_of"),
+                                     params.get("where")))
         if not reqs:
             raise InputError("select_many: no (bank_id, question) pairs")
         return [_Call("POST", "/v1/select/batch", {"requests": reqs[i:i + self.batch_size]})
                 for i in range(0, len(reqs), self.batch_size)]
 
     @staticmethod
-    def _append_call(bank_id, turns) -> _Call:
-        return _Call("POST", f"/v1/banks/{_path_id(bank_id)}/turns", {"turns": [record_of(t, f"turns[{i}]", bank_id) for i, t in enumerate(turns)]}, bank_id)
+    def _append_call(bank_id, turns=None, messages=None, speakers=None, roles=None, atomic=False) -> _Call:
+        if (turns is None) == (messages is None):
+            raise InputError("give either `turns` or `messages` (chat messages), not " +
+                             ("both" if turns is not None else "neither"))
+        if turns is not None:
+            body: dict = {"turns": [record_of(t, f"turns[{i}]", bank_id) for i, t in enumerate(turns)]}
+        else:
+            body = {"messages": [dict(m) if isinstance(m, dict) else m for m in messages]}
+            body.update({k: v for k, v in (("speakers", speakers), ("roles", roles)) if v is not None})
+        if atomic:
+            body["atomic"] = True
+        return _Call("POST", f"/v1/banks/{_path_id(bank_id)}/turns", body, bank_id)
+
+    @staticmethod
+    def _history_call(bank_id, unit_id) -> _Call:
+        return _Call("GET", f"/v1/banks/{_path_id(bank_id)}/units/{_path_id(unit_id)}/history", None, bank_id)
 
     @staticmethod
     def _forget_call(bank_id, turn_ids) -> _Call:
@@ -274,11 +290,13 @@ class Client(_Base):
 
     def select(self, bank_id: str, question: str, *, budget: int | None = None, hops: int | None = None,
                token_budget: int | None = None, date: str | None = None,
-               question_vector: Sequence[float] | None = None, where=None) -> SelectResult:
+               question_vector: Sequence[float] | None = None, as_of: str | None = None,
+               where=None) -> SelectResult:
         """The workspace for ``question`` from bank ``bank_id`` (unset parameters: the server's;
-        ``where``: a filter over the turns' metadata, docs/python-api.md)."""
+        ``as_of``: show the facts valid on that date; ``where``: a filter over the turns'
+        metadata, docs/python-api.md)."""
         return self._get(SelectResult, self._select_call(bank_id, question, budget, hops, token_budget, date,
-                                                         question_vector, where))
+                                                         question_vector, as_of, where))
 
     def select_many(self, pairs: Iterable[tuple[str, str]], *, budget: int | None = None, hops: int | None = None,
                     token_budget: int | None = None, date: str | None = None, where=None) -> list[SelectResult]:
@@ -292,10 +310,14 @@ class Client(_Base):
             out += self._results(call, doc, status)
         return out
 
-    def append(self, bank_id: str, turns: Iterable) -> AppendResult:
+    def append(self, bank_id: str, turns: Iterable | None = None, *, messages: Iterable | None = None,
+               speakers: dict | None = None, roles: Sequence[str] | None = None, atomic: bool = False) -> AppendResult:
         """Append ``turns`` (dicts or objects with ``turn_id, speaker, text, timestamp[, caption,
-        session]``) to ``bank_id``; the first append creates the bank."""
-        return self._get(AppendResult, self._append_call(bank_id, turns))
+        session]``), or chat ``messages`` (``{role, content, name}``, with ``speakers`` and
+        ``roles`` as ``Memory.add`` takes them), to ``bank_id``; the first append creates the bank.
+        Every item is answered (``items``, ``refused``); ``atomic=True`` refuses the whole request
+        when one item is refused (an error, nothing stored)."""
+        return self._get(AppendResult, self._append_call(bank_id, turns, messages, speakers, roles, atomic))
 
     def banks(self) -> BankList:
         """The banks this key can see."""
@@ -303,6 +325,10 @@ class Client(_Base):
 
     def bank(self, bank_id: str) -> BankInfo:
         return self._get(BankInfo, _Call("GET", f"/v1/banks/{_path_id(bank_id)}", None, bank_id))
+
+    def history(self, bank_id: str, unit_id: str) -> History:
+        """What happened to unit ``unit_id`` of ``bank_id`` (``Memory.history``), oldest first."""
+        return self._get(History, self._history_call(bank_id, unit_id))
 
     def forget(self, bank_id: str, turn_ids: Sequence[str] | None = None) -> ForgetResult:
         """Forget turns ``turn_ids`` of ``bank_id`` (``POST /v1/banks/{bank_id}/forget``; ids the bank
@@ -381,9 +407,10 @@ class AsyncClient(_Base):
 
     async def select(self, bank_id: str, question: str, *, budget: int | None = None, hops: int | None = None,
                      token_budget: int | None = None, date: str | None = None,
-                     question_vector: Sequence[float] | None = None, where=None) -> SelectResult:
+                     question_vector: Sequence[float] | None = None, as_of: str | None = None,
+                     where=None) -> SelectResult:
         return await self._get(SelectResult, self._select_call(bank_id, question, budget, hops, token_budget, date,
-                                                               question_vector, where))
+                                                               question_vector, as_of, where))
 
     async def select_many(self, pairs: Iterable[tuple[str, str]], *, budget: int | None = None,
                           hops: int | None = None, token_budget: int | None = None,
@@ -395,14 +422,19 @@ class AsyncClient(_Base):
             out += self._results(call, doc, status)
         return out
 
-    async def append(self, bank_id: str, turns: Iterable) -> AppendResult:
-        return await self._get(AppendResult, self._append_call(bank_id, turns))
+    async def append(self, bank_id: str, turns: Iterable | None = None, *, messages: Iterable | None = None,
+                     speakers: dict | None = None, roles: Sequence[str] | None = None,
+                     atomic: bool = False) -> AppendResult:
+        return await self._get(AppendResult, self._append_call(bank_id, turns, messages, speakers, roles, atomic))
 
     async def banks(self) -> BankList:
         return await self._get(BankList, _Call("GET", "/v1/banks"))
 
     async def bank(self, bank_id: str) -> BankInfo:
         return await self._get(BankInfo, _Call("GET", f"/v1/banks/{_path_id(bank_id)}", None, bank_id))
+
+    async def history(self, bank_id: str, unit_id: str) -> History:
+        return await self._get(History, self._history_call(bank_id, unit_id))
 
     async def forget(self, bank_id: str, turn_ids: Sequence[str] | None = None) -> ForgetResult:
         return await self._get(ForgetResult, self._forget_call(bank_id, turn_ids))

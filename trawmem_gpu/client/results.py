@@ -134,6 +134,8 @@ class SelectResult:
     n_tokens: int
     tokenizer: str
     timings: Timings | None = None
+    as_of: str | None = None
+    """The date whose facts it shows (None: the current ones)."""
     where: dict[str, typing.Any] | None = None
     """The filter the server applied (the request's and the key's, and-ed); None: none."""
 
@@ -184,13 +186,51 @@ class BankInfo:
 
 
 @dataclass(frozen=True)
+class AppendItem:
+    """What an append did with one item of its request."""
+
+    index: int
+    status: str
+    """stored, already_stored, refused or skipped."""
+    turn_id: str | None = None
+    field: str | None = None
+    """Refused or skipped: the field at fault (``turns[3].timestamp``)."""
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
 class AppendResult(BankInfo):
     """``POST /v1/banks/{bank_id}/turns``: the bank after the append (its :class:`BankInfo`), and
-    what the append did."""
+    what the append did, per item (``items``; ``refused``: those refused, with field and reason)."""
 
     created: bool
     appended: int
     timings: dict[str, float] = field(default_factory=dict)
+    stored: tuple[str, ...] = ()
+    already_stored: tuple[str, ...] = ()
+    items: tuple[AppendItem, ...] = ()
+    refused: tuple[AppendItem, ...] = ()
+
+
+@dataclass(frozen=True)
+class HistoryEvent:
+    """One event of a unit's history (``GET /v1/banks/{bank_id}/units/{unit_id}/history``)."""
+
+    event: str
+    """added, superseded, re-embedded or forgotten."""
+    time: str | None
+    cause: str
+    by: str | None = None
+    supersedes: str | None = None
+
+
+@dataclass(frozen=True)
+class History:
+    """A unit's events, oldest first (no content: ``Memory.history``)."""
+
+    bank_id: str
+    unit_id: str
+    events: tuple[HistoryEvent, ...]
 
 
 @dataclass(frozen=True)

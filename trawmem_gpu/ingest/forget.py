@@ -109,7 +109,10 @@ def layers_without(old: Bank, new: Bank, drop: set) -> Bank:
     keep_f = [k for k, f in enumerate(facts) if not set(f.source_turns) & drop]
     kept = {facts[k].fact_id for k in keep_f}
     keep_p = [k for k, p in enumerate(profiles) if set(p.fact_ids) <= kept]
-    return replace(new, facts=tuple(facts[k] for k in keep_f),
+    # a fact whose successor went holds again, as if the successor had never been told
+    unsuper = {"valid_to": None, "superseded_by": None}
+    return replace(new, facts=tuple(facts[k] if getattr(facts[k], "superseded_by", None) in (None, *kept)
+                                    else replace(facts[k], **unsuper) for k in keep_f),
                    fact_vecs=old.fact_vecs[keep_f] if keep_f else None,
                    profiles=tuple(profiles[k] for k in keep_p),
                    profile_vecs=old.profile_vecs[keep_p] if keep_p else None,

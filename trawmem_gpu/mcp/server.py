@@ -195,9 +195,21 @@ def _answers():
         n_units: int
         n_threads: int
 
+    class Item(BaseModel):
+        index: int
+        status: str = Field(description="stored, already_stored, refused or skipped")
+        turn_id: str | None
+        field: str | None = Field(None, description="refused or skipped: the field at fault")
+        reason: str | None = Field(None, description="refused or skipped: why")
+
     class Added(BankRow):
         created: bool
         appended: int
+        stored: list[str] = Field(description="turn ids stored by this call")
+        already_stored: list[str] = Field(description="turn ids the bank held already with the same content")
+        refused: list[Item] = Field(description="items refused, each with its field and reason (the others are "
+                                                "stored unless atomic)")
+        items: list[Item] = Field(description="every item of the call, in order, with what was done with it")
 
     class Forgotten(BaseModel):
         bank_id: str
@@ -223,28 +235,37 @@ def _write_tools(g: _Guard, A) -> list:
     from typing import Annotated
 
     from mcp.server.mcpserver import Context
-    from pydantic import Field
+    from pydantic import Field, WithJsonSchema
 
     from ..data.types import MAX_ID_CHARS
     from ..serve.config import ServeConfig
-    from ..serve.models import MAX_FORGET_IDS, TurnIn
+    from ..serve.models import MAX_FORGET_IDS, MessageIn, TurnIn
 
     BankId = _bank_id_type()
-    Turns = Annotated[list[TurnIn], Field(min_length=1, max_length=ServeConfig.max_turns_per_append,
-                                          description="turns in source order, after the bank's last turn")]
+    Turns = Annotated[list[Annotated[dict, WithJsonSchema(TurnIn.model_json_schema())]] | None, Field(
+        min_length=1, max_length=ServeConfig.max_turns_per_append,
+        description="turns in source order, after the bank's last turn (or give messages)")]
+    Messages = Annotated[list[Annotated[dict, WithJsonSchema(MessageIn.model_json_schema())]] | None, Field(
+        min_length=1, max_length=ServeConfig.max_turns_per_append,
+        description="chat messages ({role, content, name}) instead of turns")]
+    Speakers = Annotated[dict[str, Annotated[str, Field(max_length=256)]] | None, Field(
+        max_length=8, description="messages: role -> speaker name for messages without a name")]
+    Roles = Annotated[list[Annotated[str, Field(max_length=32)]] | None, Field(
+        max_length=8, description="messages: the roles stored (default user and assistant)")]
     TurnIds = Annotated[list[Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]],
                         Field(min_length=1, max_length=MAX_FORGET_IDS, description="ids of the turns to forget")]
 
-    async def add_turns(bank_id: BankId, turns: Turns, ctx: Context) -> A.Added:
+    async def add_turns(bank_id: BankId, ctx: Context, turns: Turns = None, messages: Messages = None,
+                        speakers: Speakers = None, roles: Roles = None, atomic: bool = False) -> A.Added:
         from mcp.server.mcpserver.exceptions import ToolError
 
         t = g.tenant(ctx, bank_id, write=True)
-        records = [x.model_dump(exclude_none=True) for x in turns]
-        bad = next((i for i, r in enumerate(records) if not t.may_store(r.get("metadata"))), None)
-        if bad is not None:
-            raise ToolError(f"turns[{bad}].metadata: does not pass this API key's filter {t.where.key}; "
+        field, items = ("turns", turns) if turns is not None else ("messages", messages or [])
+        bad = next((i for i, r in enumerate(items) if isinstance(r, dict) and not t.may_store(r.get("metadata"))), None)
+        if bad is not None:  # a key bound to a filter stores only what it could recall
+            raise ToolError(f"{field}[{bad}].metadata: does not pass this API key's filter {t.where.key}; "
                             "nothing was stored")
-        res = await g.run("add", bank_id, records)
+        res = await g.run("add", bank_id, turns, messages=messages, speakers=speakers, roles=roles, atomic=atomic)
         return A.Added(**{k: res[k] for k in A.Added.model_fields})
 
     def forgotten(bank_id: str, res: dict):
@@ -271,8 +292,11 @@ def _write_tools(g: _Guard, A) -> list:
         strict_tool(add_turns, description=(
             "Store new conversation turns in a memory bank (the first add creates the bank). Each turn: turn_id, "
             f"speaker, text, timestamp (ISO 8601), optional caption, session and metadata (a flat map such as "
-            f"{{\"user_id\": \"u1\"}} that recall's where filters on); at most "
-            f"{ServeConfig.max_turns_per_append} turns a call."), destructive_hint=False),
+            f"{{\"user_id\": \"u1\"}} that recall's where filters on); or give chat messages "
+            f"({{role, content, name}}) instead; at most {ServeConfig.max_turns_per_append} a call. Each item is "
+            "answered: stored, already_stored, refused (with its field and reason) or skipped; atomic=true refuses "
+            "the whole call when one item is refused."), hints={"turns": "give turns or messages"},
+            destructive_hint=False),
         strict_tool(forget, description=(
             "Forget the turns turn_ids of a memory bank everywhere: the bank, the caches and the engine. "
             "(forget_bank forgets a whole bank.)"), hints={"turn_ids": "forget_bank forgets a whole bank"},
@@ -300,7 +324,7 @@ def _read_tools(g: _Guard, A, default_token_budget: int) -> list:
     Where = Annotated[dict[str, Any], Field(description=WHERE_DOC)] | None
 
     async def recall(bank_id: BankId, question: Question, ctx: Context, token_budget: TokenBudget = None,
-                     date: Date = None, where: Where = None) -> A.Workspace:
+                     date: Date = None, as_of: Date = None, where: Where = None) -> A.Workspace:
         from mcp.server.mcpserver.exceptions import ToolError
 
         from ..errors import InputError
@@ -312,7 +336,8 @@ def _read_tools(g: _Guard, A, default_token_budget: int) -> list:
         except InputError as e:
             raise ToolError(str(e)) from None
         # the request's T over the tool's default T; the Memory merges it over its own defaults
-        ws = await g.run("select", bank_id, question, token_budget=tb, date=date, where=flt)
+        ws = await g.run("select", bank_id, question, token_budget=tb, date=date, where=flt,
+                         **({"as_of": as_of} if as_of is not None else {}))
         return A.Workspace(bank_id=bank_id, text=ws.text, unit_ids=list(ws.unit_ids), tokens=ws.tokens)
 
     async def list_banks(ctx: Context) -> list[A.BankRow]:
@@ -323,8 +348,9 @@ def _read_tools(g: _Guard, A, default_token_budget: int) -> list:
     return [
         strict_tool(recall, description=(
             "Recall what is relevant to a question from a memory bank: a workspace of past turns that fits in "
-            "token_budget tokens, to read before answering. where (optional) filters the turns by their metadata, "
-            "e.g. {\"user_id\": \"u1\"}: only turns that pass are considered."), read_only_hint=True),
+            "token_budget tokens, to read before answering; as_of (a date) shows the facts that held then "
+            "instead of the current ones; where (optional) filters the turns by their metadata, e.g. "
+            "{\"user_id\": \"u1\"}: only turns that pass are considered."), read_only_hint=True),
         strict_tool(list_banks, description="List the memory banks this caller can see, with their sizes.",
                     read_only_hint=True),
     ]

@@ -22,7 +22,6 @@ from datetime import date as _date, datetime
 from pathlib import Path
 from typing import Sequence
 
-from ..data.jsonl import record_of
 from ..data.types import Turn
 from ..errors import ConfigError, InputError
 from .options import OPTION_FIELDS, MemoryOptions
@@ -37,15 +36,6 @@ def _query(fn: str, query: dict) -> dict:
     if bad is not None:
         raise TypeError(f"{fn}() got an unexpected keyword argument {bad!r}")
     return {k: v for k, v in query.items() if not (k == "hops" and v is None)}
-
-
-def _records(turns, bank_id: str) -> list[dict]:
-    """Turn records (:func:`~trawmem_gpu.data.jsonl.record_of`) of one turn or a list of them."""
-    if isinstance(turns, (dict, Turn)):
-        turns = [turns]
-    if turns is None or isinstance(turns, (str, bytes)) or not isinstance(turns, Iterable):
-        raise InputError(f"turns: expected a turn (a dict or a Turn) or a list of them, got {type(turns).__name__}")
-    return [record_of(t, f"turns[{i}]", bank_id) for i, t in enumerate(turns)]
 
 
 def _bank_arg(bank_id, name: str = "bank_id") -> str:
@@ -191,30 +181,68 @@ class Memory:
             raise self._core.registry.absent(bank_id)
         return list(bank.turns)
 
-    # -- writing ---------------------------------------------------------------------------------
-    def add(self, bank_id: str, turns) -> dict:
-        """Append ``turns`` (dicts with ``turn_id``, ``speaker``, ``text``, ``timestamp``, optional
-        ``caption`` and ``session``; or :class:`Turn` objects) to bank ``bank_id``, creating it on
-        the first add. The bank is rebuilt as ``trawmem build --update`` rebuilds it and written
-        atomically; selections see it once ``add`` returns.
+    def history(self, bank_id: str, unit_id: str) -> list[dict]:
+        """What happened to unit ``unit_id`` (turn, fact or profile section) of bank ``bank_id``,
+        oldest first (``memory.history``): dicts of ``event`` (``added``, ``superseded``,
+        ``re-embedded``, ``forgotten``), ``time`` (ISO UTC; null: stored before history was kept),
+        ``cause``, and ``by`` / ``supersedes``. Events hold no content.
 
-        A turn whose id the bank holds already with the same speaker, text, timestamp and caption
-        is not added again (a retry is safe): it is listed in ``already_stored``.
-
-        :returns: the bank's counts (as :meth:`banks`) plus ``created``, ``appended``, ``stored``
-            and ``already_stored`` (turn ids)
-        :raises InputError: a malformed turn (nothing added; the message names ``turns[i]``)
-        :raises DuplicateTurns: a turn id the bank already holds with other content (nothing added)
+        :raises UnknownBank: no such bank, and no history of it
+        :raises UnknownUnit: the bank neither holds the unit nor has a history of it
         """
-        from .core import bank_summary
+        from ..errors import UnknownUnit
+        from .history import unit_history
 
         _bank_arg(bank_id)
-        res = self._core.append(bank_id, _records(turns, bank_id), llm=self.llm)
-        prepared = self._core.engines.prepare(res.bank)  # the slow part, outside the engine lock
+        if not isinstance(unit_id, str):
+            raise InputError(f"unit_id: expected a unit id string, got {type(unit_id).__name__}")
+        evs = unit_history(self._core.registry, bank_id, unit_id)
+        if evs is None:
+            raise UnknownUnit(bank_id, unit_id)
+        return evs
+
+    # -- writing ---------------------------------------------------------------------------------
+    def add(self, bank_id: str, turns=None, *, messages=None, speakers=None, roles=None,
+            atomic: bool = False, now=None) -> dict:
+        """Append ``turns`` (dicts with ``turn_id``, ``speaker``, ``text``, ``timestamp``, optional
+        ``caption`` and ``session``, or :class:`Turn` objects), or chat ``messages`` (``{"role",
+        "content", "name"}``: ``memory.messages``, with ``speakers``, ``roles`` and ``now``), to
+        bank ``bank_id`` (created on the first add), as ``build --update`` would; each item is
+        answered in ``items``: ``stored``, ``already_stored`` (a retry), ``refused`` (``field``,
+        ``reason``) or ``skipped``, and the valid ones are stored unless ``atomic=True`` (any
+        refusal raises ``InputError`` / ``DuplicateTurns``, nothing stored). Returns the bank's
+        counts plus ``created``, ``appended``, ``stored``, ``already_stored``, ``items``, ``refused``.
+        """
+        from .core import append_answer
+        from .messages import request_batch
+
+        _bank_arg(bank_id)
+        batch = request_batch(bank_id, turns, messages, speakers=speakers, roles=roles, atomic=atomic, now=now)
+        res = self._core.append(bank_id, batch, llm=self.llm)
+        if res.bank is not None:
+            self._publish(bank_id, res.bank)
+        return append_answer(bank_id, res)
+
+    def _publish(self, bank_id: str, bank) -> None:
+        prepared = self._core.engines.prepare(bank)  # the slow part, outside the engine lock
         with self._lock:
             self._core.sync_engine(bank_id, prepared)
-        return {**bank_summary(res.bank), "created": res.created, "appended": res.appended, "stored": res.stored,
-                "already_stored": res.already_stored}
+
+    def add_facts(self, bank_id: str, facts) -> dict:
+        """Add facts (``{"text", "source_turns"}``, optional ``subject`` and ``attribute``, ``valid_from``,
+        ``id``, ...: ``memory.facts``) to bank ``bank_id``; a keyed fact supersedes, by rule, the
+        current fact of its subject and attribute, which stays with ``valid_to`` and ``superseded_by``.
+
+        :returns: ``{"bank_id", "added": [ids], "superseded": [{"old", "new", "cause"}], "n_facts"}``
+        :raises UnknownBank: no such bank; :raises InputError: a malformed fact (nothing added)
+        """
+        from .facts import add_facts
+
+        _bank_arg(bank_id)
+        res = add_facts(self._core.registry, bank_id, facts, self._core.encoder)
+        self._publish(bank_id, res["bank"])
+        return {"bank_id": bank_id, "added": res["added"], "superseded": res["superseded"],
+                "n_facts": len(res["bank"].facts)}
 
     def forget(self, bank_id: str, turn_ids: Sequence[str] | None = None, *, outputs: Iterable[str | Path] = (),
                llm=None) -> dict:
@@ -255,7 +283,7 @@ class Memory:
         return self._core.forget_summary(res, self._core.erase_copies(res))
 
     # -- selection -------------------------------------------------------------------------------
-    def select(self, bank_id: str, question: str, *, params=None, date=None, vector=None, where=None,
+    def select(self, bank_id: str, question: str, *, params=None, date=None, vector=None, where=None, as_of=None,
                **query) -> SelectedWorkspace:
         """The workspace for ``question`` from bank ``bank_id``: ``.text`` (what an answer model
         reads), ``.units`` (the selected turns), ``.tokens``.
@@ -267,24 +295,27 @@ class Memory:
             hops over the thread graph (None: the default); or any other ``QueryParams`` field
         :param date: the question's "now" (datetime, date or date string) for the date-dependent terms
         :param vector: the question's unit-norm vector (skips encoding)
-        :param where: a filter over the turns' metadata (docs/python-api.md, "Filters"): only turns
-            that pass are candidates, so the budget is spent on them (``{"user_id": "u1"}``,
+        :param where: a filter over the turns' metadata (docs/python-api.md, "Metadata and filters"):
+            only turns that pass are candidates, so the budget is spent on them (``{"user_id": "u1"}``,
             ``{"importance": {"gte": 3}}``, ``{"or": [...]}``; a ``data.filters.Filter`` too)
+        :param as_of: a date: the facts shown are those valid on it (``Fact.valid_at``; default:
+            the current ones); it applies to the facts layer (``units`` with facts), not to turns
         :raises UnknownBank: no such bank
         :raises ConfigError: a budget, token budget or hops out of range (the message names the field)
         :raises InputError: a malformed filter (the message names the path inside it)
         """
         return self.select_many([(bank_id, question)], params=params, dates=None if date is None else [date],
-                                vectors=None if vector is None else [vector], where=where,
+                                vectors=None if vector is None else [vector], where=where, as_of=as_of,
                                 **_query("select", query))[0]
 
     def select_many(self, queries: Sequence[tuple[str, str]], *, params=None, dates=None, vectors=None, where=None,
-                    **query) -> list[SelectedWorkspace]:
+                    as_of=None, **query) -> list[SelectedWorkspace]:
         """Workspaces for many ``(bank_id, question)`` pairs: one encoder call and one batched
         engine call for all of them (what the server does for a batch). Parameters as
         :meth:`select`, for every query; ``params``: one ``QueryParams`` for all or one per query;
         ``dates`` / ``vectors``: one per query (or None); ``where``: one filter for all, or a list
-        of one per query (None entries: no filter)."""
+        of one per query (None entries: no filter); ``as_of``: one date for all (the asked banks are
+        selected from by a throwaway engine over their facts of that day)."""
         from ..data.types import MAX_QUESTION_CHARS
         from .core import pick
 
@@ -314,6 +345,7 @@ class Memory:
         ds = [None] * n if dates is None else [_date_of(d, f"dates[{i}]") for i, d in enumerate(dates)]
         if len(ds) != n:
             raise InputError(f"dates: {len(ds)} dates for {n} queries")
+        day = None if as_of is None else _date_of(as_of, "as_of").date().isoformat()
         Z = self._core.encoder.encode(qs, is_query=True) if vectors is None else _vectors(vectors, n, self._core.dim)
         plans = None
         if self.plan_llm is not None:  # the planner's LLM calls, before the engine is held
@@ -330,6 +362,8 @@ class Memory:
                     self._core.sync_engine(b)
                     if b not in eng.banks:
                         raise self._core.registry.absent(b, f"queries[{i}]: " if n > 1 else "")
+            if day is not None:
+                eng = eng.dated({b: eng.banks[b] for b in dict.fromkeys(bids)}, day)
             masks = None if flts is None else eng.engine.masks_of(bids, flts)
             if plans is None:
                 picks, banks, used = pick(eng, bids, qs, Z, ds, qps, **({} if masks is None else {"masks": masks}))

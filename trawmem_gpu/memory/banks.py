@@ -24,15 +24,15 @@ from pathlib import Path
 from ..ingest import build_banks, update_bank
 from ..ingest.forget import without_turns
 from ..ingest.config import BuildConfig
-from ..data.fields import check_order, id_field
-from ..data.metadata import same_metadata
+from ..data.fields import id_field
 from ..data.types import MAX_ID_CHARS, Conversation
 from ..encode.base import Encoder
-from ..errors import DuplicateTurns, InputError, QuarantinedBank, UnknownBank
+from ..errors import InputError, QuarantinedBank, UnknownBank
 from ..store import Bank, Collection
 from .erase import Erasure, pause_point, read_journal, write_journal
+from .history import HistoryStore, append_events, forget_events
 from .quarantine import cause_of, stored_erasure
-from .turns import parse_turns
+from .turns import AppendBatch, screen
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +57,8 @@ class AppendResult:
     """Turn ids this append stored."""
     already_stored: list = field(default_factory=list)
     """Turn ids the bank held already with the same content (a retried append): not stored again."""
-
-
-def _same_turn(a, b) -> bool:
-    """Whether two turns of one id carry the same content (what a client sent: the session is
-    derived, so it is not compared), metadata included."""
-    return (a.speaker, a.text, a.timestamp, a.caption) == (b.speaker, b.text, b.timestamp, b.caption) \
-        and same_metadata(a.metadata, b.metadata)
+    items: list = field(default_factory=list)
+    """Per item of the request, what was done with it (``memory.turns.AppendItem``)."""
 
 
 @dataclass
@@ -105,6 +100,8 @@ class BankRegistry:
         """Bank id -> a killed forget that opening the collection finished (``finish_pending``):
         the next forget of that bank answers as the rerun that finished it."""
         self.version = 0
+        self.history = HistoryStore(self.coll.path)
+        """Each unit's events (``memory.history``), appended after every write."""
 
     def __contains__(self, bank_id: str) -> bool:
         return bank_id in self._banks
@@ -145,45 +142,33 @@ class BankRegistry:
         with self._lock:
             return self._bank_locks.setdefault(bank_id, threading.Lock())
 
-    def append(self, bank_id: str, records: list[dict], encoder: Encoder, encoder_spec: str,
+    def append(self, bank_id: str, records: "list[dict] | AppendBatch", encoder: Encoder, encoder_spec: str,
                llm=None) -> AppendResult:
-        """Validate, build, persist and publish; raises ``InputError`` (nothing changed) on bad turns.
+        """Validate, build, persist and publish the valid items of ``records`` (a list of turn
+        records, all or nothing as before; or an :class:`~.turns.AppendBatch`, answered per item:
+        ``memory.turns.screen``). The result's ``bank`` is None when every item of a request for a
+        new bank was refused (no bank is made).
 
         The read-modify-write goes through ``Collection.update``, under the bank's lock, from the
-        bank as stored (another process may have appended since this one loaded it).
+        bank as stored (another process may have appended since this one loaded it); the items are
+        checked against that bank.
 
         Idempotent: turns whose ids the bank holds already *with the same content* are a retry of
         an append whose answer was lost; they are reported in ``already_stored`` and not stored
-        again, and the rest are appended. An id the bank holds with other content raises
-        ``DuplicateTurns`` (409), with nothing appended.
+        again, and the rest are appended. An id the bank holds with other content is refused
+        (``DuplicateTurns``, 409, with nothing appended, when the request is atomic).
         """
         check_bank_id(bank_id)
         if bank_id in self.quarantined:
             raise self.absent(bank_id)
+        batch = records if isinstance(records, AppendBatch) else AppendBatch(list(records), atomic=True)
         done: dict = {}
 
         def extend(old: Bank | None) -> Bank | None:
-            last = old.turns[-1] if old is not None else None
-            turns = parse_turns(bank_id, records, last)
-            again: list = []
-            if old is not None:
-                known = {t.turn_id: t for t in old.turns}
-                dup = [t.turn_id for t in turns if t.turn_id in known and not _same_turn(t, known[t.turn_id])]
-                if dup:
-                    raise DuplicateTurns(f"bank {bank_id!r} already holds turn ids {dup[:10]}"
-                                         f"{' ...' if len(dup) > 10 else ''} with other content; nothing was appended")
-                again = [t.turn_id for t in turns if t.turn_id in known]
-            pos = list(range(len(records)))
-            if again:  # parse the new ones again, continuing from the bank's last turn
-                held = set(again)
-                pos = [i for i, t in enumerate(turns) if t.turn_id not in held]
-                turns = parse_turns(bank_id, [records[i] for i in pos], last) if pos else []
-            prev = last  # the new ones in time order (a retried turn, dated before the bank's last, is left out above)
-            for i, t in zip(pos, turns):
-                check_order(t, prev, f"turns[{i}]")
-                prev = t
-            done.update(created=old is None, appended=len(turns), stats={}, old=old,
-                        stored=[t.turn_id for t in turns], already_stored=again)
+            sc = screen(bank_id, batch, old)  # every item checked against the bank as stored
+            turns = sc.turns
+            done.update(created=old is None, appended=len(turns), stats={}, old=old, stored=sc.stored,
+                        already_stored=sc.already_stored, items=sc.items)
             if not turns:
                 return None  # all stored already: nothing to write
             if old is not None:
@@ -197,6 +182,10 @@ class BankRegistry:
 
         with self._bank_lock(bank_id):
             bank = self.coll.update(bank_id, extend)
+            if bank is None and done["old"] is None:  # every item refused: no bank is made
+                return AppendResult(None, False, 0, {}, [], [], done["items"])
+            if bank is not None:  # written: its events, appended to the bank's history under its lock
+                self._record(bank_id, append_events(done["old"], bank, done["stored"]))
             if bank is None:  # nothing new: keep the bank published, unless the stored one differs
                 cur = self._banks.get(bank_id)
                 bank = cur if cur is not None and cur.n_units == done["old"].n_units else done["old"]
@@ -204,7 +193,7 @@ class BankRegistry:
                 self._banks[bank_id] = bank
                 self.version += 1
             return AppendResult(bank, done["created"], done["appended"], done["stats"], done["stored"],
-                                done["already_stored"])
+                                done["already_stored"], done["items"])
 
     def forget(self, bank_id: str, turn_ids: list[str] | None, encoder: Encoder, llm=None,
                outputs=()) -> ForgetResult:
@@ -246,8 +235,16 @@ class BankRegistry:
                 elif self.owns(bank_id):
                     self._banks[bank_id] = new
                 self.version += 1
+            if e.turn_ids:
+                self._record(bank_id, forget_events(seen, new, e.turn_ids))
             gone = set(e.turn_ids)
             return ForgetResult(new, e, list(e.turn_ids), [t for t in turn_ids or () if t not in gone])
+
+    def _record(self, bank_id: str, events: list[dict]) -> None:
+        """Append ``events`` to the bank's history (``memory.history``) under its file lock."""
+        if events:
+            with self.coll.bank_lock(bank_id):
+                self.history.append(bank_id, events)
 
     def _whole(self, bank_id: str, seen: Bank | None, outputs: list[str]) -> Erasure:
         """The journaled erasure of the whole stored bank (read leniently: a quarantined bank's

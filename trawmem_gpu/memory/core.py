@@ -112,8 +112,9 @@ class MemoryCore:
     def headings(self):
         return self.engines.cfg.headings
 
-    def append(self, bank_id: str, records: list[dict], encoder: Encoder | None = None, llm=None) -> AppendResult:
-        """Validate, build and persist turns (``BankRegistry.append``) with ``encoder`` (default:
+    def append(self, bank_id: str, records, encoder: Encoder | None = None, llm=None) -> AppendResult:
+        """Validate, build and persist turns (``BankRegistry.append``: a list of records, all or
+        nothing, or a ``memory.turns.AppendBatch``, answered per item) with ``encoder`` (default:
         the query encoder; a server may give appends an instance of their own); the engine is not
         touched. ``llm``: for a bank built with LLM segmentation or heads."""
         return self.registry.append(bank_id, records, encoder or self.encoder, self.encoder_spec, llm)
@@ -222,6 +223,19 @@ def bank_summary(bank) -> dict:
             "n_sessions": len({t.session for t in bank.turns}),
             "first_date": min(times).isoformat() if times else None,
             "last_date": max(times).isoformat() if times else None}
+
+
+def append_answer(bank_id: str, res: AppendResult) -> dict:
+    """The answer of an append (``Memory.add``, ``POST /v1/banks/{id}/turns``, MCP ``add_turns``):
+    the bank's counts (zeros when every item of a first append was refused and no bank was made),
+    ``created``, ``appended``, the ``stored`` and ``already_stored`` ids, every item's outcome
+    (``items``) and the ``refused`` ones."""
+    summary = bank_summary(res.bank) if res.bank is not None else {
+        "bank_id": bank_id, "n_units": 0, "n_threads": 0, "n_sessions": 0, "first_date": None, "last_date": None}
+    items = [x.to_dict() for x in res.items]
+    return {**summary, "created": res.created, "appended": res.appended, "stored": res.stored,
+            "already_stored": res.already_stored, "items": items,
+            "refused": [x for x in items if x["status"] == "refused"]}
 
 
 def quarantined_summary(bank_id: str, cause: str) -> dict:

@@ -36,10 +36,13 @@ class ServedEngine:
     """
 
     def __init__(self, banks: dict[str, Bank], cfg: SelectConfig,
-                 make: Callable[[list[Bank], SelectConfig], SelectionEngine] | None = None, units=("turns",)):
+                 make: Callable[[list[Bank], SelectConfig], SelectionEngine] | None = None, units=("turns",),
+                 as_of: str | None = None):
         from ..store.view import unit_view
 
-        self.view = lambda bank: unit_view(bank, units)
+        self.units, self.as_of = units, as_of
+        """The layers it selects from, and the date whose facts it shows (None: the current ones)."""
+        self.view = lambda bank: unit_view(bank, units, as_of)
         """A stored bank as the engine selects from it (``--units``; the bank itself for ``turns``)."""
         self.banks: dict[str, Bank] = {}
         """bank id -> the stored bank the engine serves."""
@@ -133,6 +136,10 @@ class ServedEngine:
                 self._engine.remove_bank(bank_id)
         if self._engine is not None:
             self._engine.purge()
+
+    def dated(self, banks: dict[str, Bank], day: str) -> "ServedEngine":
+        """A throwaway engine like this one over ``banks``, showing the facts valid on ``day``."""
+        return ServedEngine(banks, self.cfg, self.make, self.units, day)
 
     def bank(self, bank_id: str) -> Bank:
         """The bank the engine selects from for ``bank_id`` (its unit view; for TriMem's engine,

@@ -137,10 +137,13 @@ class _Kept:
             self.values = set(items)
         except TypeError:  # unhashable records: identity only
             self.values = set()
+        self.facts = {(x.fact_id, x.text) for x in items if hasattr(x, "fact_id")}
+        """A fact kept with another validity (its successor forgotten) is kept: same id, same text."""
 
     def __contains__(self, x) -> bool:
         try:
-            return id(x) in self.ids or x in self.values
+            return id(x) in self.ids or x in self.values or (getattr(x, "fact_id", None), getattr(x, "text", None)) \
+                in self.facts
         except TypeError:
             return False
 

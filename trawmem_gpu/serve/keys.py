@@ -90,8 +90,17 @@ class Tenant:
         return both(self.where, parse_filter(where, name))
 
     def may_store(self, metadata) -> bool:
-        """Whether this key may append a turn with ``metadata`` (it passes the key's filter)."""
-        return self.where is None or self.where.matches(metadata)
+        """Whether this key may append a turn with ``metadata`` (it passes the key's filter).
+        Metadata the turn rules refuse is let through here: the append refuses it, naming why."""
+        from ..data.metadata import metadata_field
+        from ..errors import InputError
+
+        if self.where is None:
+            return True
+        try:
+            return self.where.matches(metadata_field(metadata, "turn"))
+        except InputError:
+            return True
 
     def quota(self, cfg) -> Quota:
         """This tenant's limits under ``cfg`` (a ``ServeConfig``)."""

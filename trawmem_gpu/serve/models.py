@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import BaseModel, ConfigDict, Field, Strict, WithJsonSchema
 
 from ..data.metadata import MAX_KEY_CHARS, MAX_METADATA_KEYS, MAX_VALUE_CHARS
 from ..data.types import (MAX_CAPTION_CHARS, MAX_DATE_CHARS, MAX_ID_CHARS, MAX_SESSION, MAX_SPEAKER_CHARS,
@@ -41,7 +41,7 @@ MetaValue = (Annotated[str, Strict(), Field(max_length=MAX_VALUE_CHARS)] | Annot
              | Annotated[int, Strict()] | Annotated[float, Strict()])
 """A metadata value (``data.metadata``: the key and value rules are checked there, for every door)."""
 Metadata = dict[Annotated[str, Field(min_length=1, max_length=MAX_KEY_CHARS)], MetaValue]
-WHERE_DOC = ("a filter over turn metadata (docs/python-api.md, 'Filters'): {\"user_id\": \"u1\"}, "
+WHERE_DOC = ("a filter over turn metadata (docs/python-api.md, 'Metadata and filters'): {\"user_id\": \"u1\"}, "
              "{\"importance\": {\"gte\": 3}}, {\"or\": [...]}; operators eq, ne, in, nin, gt, gte, lt, lte, exists "
              "and and / or / not. Only turns that pass are candidates: the budget is spent on them. A key bound to a "
              "filter narrows it further, never widens it")
@@ -69,6 +69,9 @@ class SelectRequest(BaseModel):
         None, max_length=MAX_VECTOR_DIMS, description="the question's embedding from the collection's encoder (skips the encoder); "
                           "normalized by the server; JSON numbers only (no strings, no booleans)")
     where: dict[str, Any] | None = Field(None, description=WHERE_DOC)
+    as_of: str | None = Field(None, max_length=MAX_DATE_CHARS,
+                              description="show the facts valid on this date (superseded since, not before); "
+                                          "default: the current facts (with the facts layer as units)")
 
 
 class BatchRequest(BaseModel):
@@ -112,6 +115,7 @@ class SelectResponse(BaseModel):
     hops: int
     token_budget: int | None = Field(description="T applied (None: no token budget)")
     date: str | None
+    as_of: str | None = Field(None, description="the date whose facts the workspace shows (null: the current ones)")
     date_used: bool = Field(description="whether the engine took the per-query date")
     where: dict[str, Any] | None = Field(None, description="the filter applied: the request's where and the key's, "
                                                          "in canonical form (null: none)")
@@ -147,12 +151,57 @@ class TurnIn(BaseModel):
                     "...); selection filters (where) read it")
 
 
+MAX_CONTENT_PARTS = 256
+"""Content parts in one chat message (OpenAI's multi-part content)."""
+MAX_ROLES = 8
+"""Entries of an append's ``roles`` and ``speakers``."""
+
+
+class MessageIn(BaseModel):
+    """One OpenAI-style chat message (``memory.messages`` reads it: roles, speakers, content parts);
+    OpenAI's other message fields (``tool_calls``, ``tool_call_id``, ...) are accepted and not stored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: str = Field(max_length=32, description="user, assistant (stored by default), system, developer, tool, function")
+    content: Annotated[str, Field(max_length=MAX_TEXT_CHARS)] | Annotated[
+        list[dict], Field(max_length=MAX_CONTENT_PARTS)] | None = Field(
+        None, description="the text, or a list of content parts (text parts are stored; others are refused)")
+    name: str | None = Field(None, max_length=MAX_SPEAKER_CHARS, description="the speaker (else `speakers[role]`, "
+                                                                              "else the role)")
+    id: Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)] | Annotated[int, Strict()] | None = Field(
+        None, description="the turn id (assigned when absent: msg-<n>; give it for safe retries)")
+    timestamp: str | None = Field(None, max_length=MAX_DATE_CHARS, description="when it was said (default: now)")
+    caption: str | None = Field(None, max_length=MAX_CAPTION_CHARS)
+    session: int | None = Field(None, strict=True, ge=0, le=MAX_SESSION)
+
+
 class AppendRequest(BaseModel):
+    """Turns, or chat messages, to append; each item is checked on its own and answered per item."""
+
     model_config = ConfigDict(extra="forbid")
 
-    turns: list[TurnIn] = Field(min_length=1, max_length=MAX_TURNS_FIELD,
-                                description="turns in source order, after the bank's last turn and in time order "
-                                            "(a turn dated before the turn it follows is refused)")
+    turns: list[Annotated[dict, WithJsonSchema(TurnIn.model_json_schema())]] | None = Field(
+        None, min_length=1, max_length=MAX_TURNS_FIELD,
+        description="turns (TurnIn) in source order, after the bank's last turn and in time order (a turn dated "
+                    "before the turn it follows is refused)")
+    messages: list[Annotated[dict, WithJsonSchema(MessageIn.model_json_schema())]] | None = Field(
+        None, min_length=1, max_length=MAX_TURNS_FIELD,
+        description="chat messages (MessageIn) instead of turns: OpenAI's {role, content, name}")
+    speakers: dict[Annotated[str, Field(max_length=32)], Annotated[str, Field(max_length=MAX_SPEAKER_CHARS)]] | None = \
+        Field(None, max_length=MAX_ROLES, description="messages: role -> speaker name for messages without a name")
+    roles: list[Annotated[str, Field(max_length=32)]] | None = Field(
+        None, max_length=MAX_ROLES, description="messages: the roles stored (default user and assistant)")
+    atomic: bool = Field(False, strict=True, description="refuse the whole request (422 / 409, nothing stored) when "
+                                                         "any item is refused; default: store the valid items")
+
+
+class AppendItemOut(BaseModel):
+    index: int = Field(description="the item's position in turns / messages")
+    status: str = Field(description="stored, already_stored, refused or skipped")
+    turn_id: str | None = Field(description="the id it is stored under (assigned for a message without one)")
+    field: str | None = Field(None, description="refused or skipped: the field at fault (turns[3].timestamp)")
+    reason: str | None = Field(None, description="refused or skipped: why")
 
 
 class BankSummary(BaseModel):
@@ -182,7 +231,23 @@ class AppendResponse(BankInfo):
     already_stored: list[str | int] = Field(
         description="turn ids the bank held already, with the same speaker, text, timestamp and caption (a "
                     "retry of an append whose answer was lost); they are not stored twice")
+    items: list[AppendItemOut] = Field(description="every item of the request, in order, with what was done with it")
+    refused: list[AppendItemOut] = Field(description="the refused items (their field and reason)")
     timings: dict[str, float]
+
+
+class HistoryEvent(BaseModel):
+    event: str = Field(description="added, superseded, re-embedded or forgotten")
+    time: str | None = Field(description="ISO 8601 UTC (null: stored before history was kept, e.g. by a build)")
+    cause: str = Field(description="add, forget, rule, llm, build, ...")
+    by: str | None = Field(None, description="superseded: the id of the fact that replaced it")
+    supersedes: str | None = Field(None, description="added: the id of the fact this one replaced")
+
+
+class History(BaseModel):
+    bank_id: str
+    unit_id: str
+    events: list[HistoryEvent] = Field(description="oldest first; events hold no content")
 
 
 class ForgetRequest(BaseModel):

@@ -146,6 +146,12 @@ class BankShard:
         except Exception as e:  # noqa: BLE001 - package errors go back as data, others are raised
             return _refused(e)
 
+    def history(self, bank_id: str, unit_id: str):
+        try:
+            return self.service.history(bank_id, unit_id)
+        except Exception as e:  # noqa: BLE001 - package errors go back as data, others are raised
+            return _refused(e)
+
 
 class RayBackend:
     """The app's backend in the Ray router: each call goes to the shard of its bank."""
@@ -213,6 +219,12 @@ class RayBackend:
     async def bank_info(self, bank_id: str) -> dict | None:
         r = await self._h(bank_id).bank_info.remote(bank_id)
         if r is not None:
+            _raise_refused(r)
+        return r
+
+    async def history(self, bank_id: str, unit_id: str) -> list[dict] | None:
+        r = await self._h(bank_id).history.remote(bank_id, unit_id)
+        if isinstance(r, dict):
             _raise_refused(r)
         return r
 

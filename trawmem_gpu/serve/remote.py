@@ -189,6 +189,8 @@ class EngineEndpoint:
             return s.bank_info(*args)
         if op == "has_bank":
             return s.has_bank(*args)
+        if op == "history":
+            return s.history(*args)
         if op == "state":
             return {"ready": s.ready, "queue_depth": s.queue_depth(), "dim": s.dim, "encoder_id": s.encoder_id,
                     "defaults": s.defaults}
@@ -328,6 +330,9 @@ class RemoteBackend:
 
     async def bank_info(self, bank_id: str) -> dict | None:
         return await self._call("bank_info", bank_id)
+
+    async def history(self, bank_id: str, unit_id: str) -> list[dict] | None:
+        return await self._call("history", bank_id, unit_id)
 
     async def metrics_text(self) -> bytes:
         return await self._call("metrics")

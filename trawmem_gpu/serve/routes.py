@@ -25,8 +25,9 @@ from ..select.params import LimitError, merge_params
 from .config import ServeConfig
 from .keys import LOCAL_TENANT, KeyStore, Tenant
 from .metrics import Metrics
-from .models import (AppendRequest, AppendResponse, BankInfo, BankList, BatchRequest, BatchResponse, Error,
+from .models import (AppendRequest, AppendResponse, BankInfo, BankList, BatchRequest, BatchResponse, Error, History,
                      ForgetRequest, ForgetResponse, SelectRequest, SelectResponse)
+from .appends import append_batch
 from .openapi import documented_body
 from .replies import HTTPError, body_of, json_response, maybe_await, unknown_bank
 from .service import SelectItem
@@ -143,11 +144,17 @@ class RouteContext:
             except ValueError as e:
                 raise HTTPError(422, f"{where}date: {e}") from None
         vec = None if r.question_vector is None else question_vector(r.question_vector, self.backend, where)
+        as_of = None
+        if r.as_of is not None:
+            try:
+                as_of = parse_date(r.as_of).date().isoformat()
+            except ValueError as e:
+                raise HTTPError(422, f"{where}as_of: {e}") from None
         try:  # the request's filter, narrowed by the key's: a request cannot widen what its key sees
             flt = tenant.narrowed(r.where, f"{where}where")
         except InputError as e:
             raise HTTPError(422, str(e)) from None
-        return SelectItem(r.bank_id, q, vec, params, date, t0, where=flt)
+        return SelectItem(r.bank_id, q, vec, params, date, t0, where=flt, as_of=as_of)
 
 
 def add_select_routes(app: FastAPI, ctx: RouteContext) -> tuple:
@@ -188,7 +195,7 @@ def add_turn_routes(app: FastAPI, ctx: RouteContext) -> None:
 
     @app.post("/v1/banks/{bank_id}/turns", response_model=AppendResponse,
               responses={**ERRORS, 403: {"model": Error}, 409: {"model": Error}}, tags=["banks"],
-              summary="Append turns to a bank (the first append creates it; resending turns it holds is safe)",
+              summary="Append turns or chat messages to a bank, answered per item (the first append creates it; resending turns it holds is safe)",
               openapi_extra=ctx.documented_body(AppendRequest))
     async def append(bank_id: str, request: Request):
         tenant = await ctx.tenant_of_request(request)
@@ -198,14 +205,20 @@ def add_turn_routes(app: FastAPI, ctx: RouteContext) -> None:
             check_bank_id(bank_id)
         except InputError as e:
             raise HTTPError(422, str(e)) from None
-        if len(req.turns) > cfg.max_turns_per_append:
-            raise HTTPError(422, f"turns holds {len(req.turns)} turns; the limit is {cfg.max_turns_per_append}")
-        records = [t.model_dump(exclude_none=True) for t in req.turns]
-        bad = next((i for i, r in enumerate(records) if not tenant.may_store(r.get("metadata"))), None)
+        items = req.turns if req.turns is not None else req.messages
+        if items is not None and len(items) > cfg.max_turns_per_append:
+            what = "turns" if req.turns is not None else "messages"
+            raise HTTPError(422, f"{what} holds {len(items)} {what}; the limit is {cfg.max_turns_per_append}")
+        try:
+            batch = append_batch(req.turns, req.messages, speakers=req.speakers, roles=req.roles, atomic=req.atomic)
+        except InputError as e:
+            raise HTTPError(422, str(e)) from None
+        bad = next((i for i, r in enumerate(batch.entries) if isinstance(r, dict)
+                    and not tenant.may_store(r.get("metadata"))), None)
         if bad is not None:  # a key bound to a filter stores only what it could select
-            raise HTTPError(403, f"turns[{bad}].metadata: does not pass this API key's filter {tenant.where.key}; "
-                                 "nothing was stored")
-        return json_response(await backend.append(bank_id, records, quota=tenant.quota(cfg)))
+            raise HTTPError(403, f"{batch.where}[{bad}].metadata: does not pass this API key's filter "
+                                 f"{tenant.where.key}; nothing was stored")
+        return json_response(await backend.append(bank_id, batch, quota=tenant.quota(cfg)))
 
 
 def add_forget_routes(app: FastAPI, ctx: RouteContext) -> None:
@@ -241,7 +254,8 @@ def add_forget_routes(app: FastAPI, ctx: RouteContext) -> None:
 
 
 def add_bank_routes(app: FastAPI, ctx: RouteContext) -> None:
-    """``GET /v1/banks`` and ``GET /v1/banks/{bank_id}``: the banks the key can see, with counts."""
+    """``GET /v1/banks``, ``GET /v1/banks/{bank_id}`` (the banks the key can see, with counts) and
+    ``GET /v1/banks/{bank_id}/units/{unit_id}/history``."""
     backend, tenant_of = ctx.backend, ctx.tenant_of
 
     @app.get("/v1/banks", response_model=BankList, responses=ERRORS, tags=["banks"],
@@ -250,6 +264,17 @@ def add_bank_routes(app: FastAPI, ctx: RouteContext) -> None:
         rows = [b for b in await maybe_await(backend.bank_list()) if tenant.owns(b["bank_id"])]
         return json_response({"banks": sorted(rows, key=lambda b: b["bank_id"]), "encoder": backend.encoder_id,
                               "dim": backend.dim})
+
+    # {unit_id:path}: a unit id may hold "/" (sent percent-encoded as %2F)
+    @app.get("/v1/banks/{bank_id}/units/{unit_id:path}/history", response_model=History, responses=ERRORS,
+             tags=["banks"], summary="What happened to one unit (turn, fact, profile section), oldest first")
+    async def history(bank_id: str, unit_id: str, tenant: Tenant = Depends(tenant_of)):
+        evs = await maybe_await(backend.history(bank_id, unit_id)) if tenant.owns(bank_id) else None
+        if evs is None:
+            if not tenant.owns(bank_id):
+                raise unknown_bank(bank_id)
+            raise HTTPError(404, f"bank {bank_id!r} holds no unit {unit_id!r} and has no history of one")
+        return json_response({"bank_id": bank_id, "unit_id": unit_id, "events": evs})
 
     @app.get("/v1/banks/{bank_id}", response_model=BankInfo, responses=ERRORS, tags=["banks"],
              summary="One bank's counts")

@@ -40,8 +40,9 @@ import numpy as np
 
 from ..encode.base import Encoder
 from ..errors import ConfigError, UnknownBank  # noqa: F401 - the one UnknownBank, for the serve modules
-from ..memory.core import EngineSpec, MemoryCore, bank_summary
+from ..memory.core import EngineSpec, MemoryCore, append_answer, bank_summary
 from ..memory.engines import select_units
+from ..memory.history import unit_history
 from ..memory.result import SelectedWorkspace
 from ..select.config import SelectConfig
 from ..select.params import QueryParams
@@ -73,6 +74,8 @@ class SelectItem:
     across keys."""
     where: object = None
     """The filter the query selects under (``data.filters.Filter``: the request's AND its key's), or None."""
+    as_of: str | None = None
+    """ISO date whose facts the workspace shows (None: the current ones): :func:`dated_batch`."""
 
 
 def _brings_vector(it: SelectItem) -> bool:
@@ -216,6 +219,10 @@ class SelectionService:
             raise self.registry.absent(bank_id)
         return None if bank is None else self.bank_summary(bank)
 
+    def history(self, bank_id: str, unit_id: str) -> list[dict] | None:
+        """A unit's events (``memory.history.unit_history``; None: no such unit)."""
+        return unit_history(self.registry, bank_id, unit_id)
+
     async def select(self, items: list[SelectItem], batch: bool = False, quota: Quota | None = None) -> list[dict]:
         """Workspaces for ``items`` through the batcher; raises UnknownBank (before queueing; naming
         ``requests[i]`` when ``batch``), QueueFull (also past ``quota.max_queued``),
@@ -243,9 +250,9 @@ class SelectionService:
                 self._append_encoder = AppendEncoder(inner, self.cfg.append_chunk, self.query_first.wait_idle)
             return self._append_encoder
 
-    async def append(self, bank_id: str, records: list[dict], quota: Quota | None = None) -> dict:
-        """Append turns (creating the bank on first append); returns the bank's new counts, the
-        turn ids stored and those it held already (a retry). QueueFull past ``quota.max_appends``."""
+    async def append(self, bank_id: str, records, quota: Quota | None = None) -> dict:
+        """Append turns (records, all or nothing; a ``memory.turns.AppendBatch``, per item): the bank's
+        counts and each item's outcome (``memory.core.append_answer``). QueueFull past ``quota.max_appends``."""
         if self.batcher.closing:
             raise ShuttingDown("the server is shutting down")
         with self.appends_in_flight.hold(None if quota is None else quota.key,
@@ -257,17 +264,17 @@ class SelectionService:
         t0 = time.perf_counter()
         res = await loop.run_in_executor(self.appender, lambda: self.core.append(bank_id, records,
                                                                                  self.append_encoder()))
-        # the new bank's engine tables are built here, on the append thread; the batch worker only
-        # publishes them, so queries do not wait behind the build
-        prepared = await loop.run_in_executor(self.appender, self.engines.prepare, res.bank)
-        t1 = time.perf_counter()
-        await loop.run_in_executor(self.worker, self._sync_bank, bank_id, prepared)
-        t2 = time.perf_counter()
+        t1 = t2 = time.perf_counter()
+        if res.bank is not None:
+            # the new bank's tables: built on the append thread, only published by the batch worker
+            prepared = await loop.run_in_executor(self.appender, self.engines.prepare, res.bank)
+            t1 = time.perf_counter()
+            await loop.run_in_executor(self.worker, self._sync_bank, bank_id, prepared)
+            t2 = time.perf_counter()
         if self.metrics is not None:
             self.metrics.appended.inc(res.appended)
             self.metrics.engine_builds.set(self.engines.builds)
-        return {**self.bank_summary(res.bank), "created": res.created, "appended": res.appended,
-                "stored": res.stored, "already_stored": res.already_stored,
+        return {**append_answer(bank_id, res),
                 "timings": {"build_and_write_ms": round((t1 - t0) * 1e3, 3),
                             "engine_refresh_ms": round((t2 - t1) * 1e3, 3)}}
 
@@ -320,7 +327,7 @@ class SelectionService:
         (budget, hops, token_budget) they ask for; per item a :class:`~.batcher.Later` of its response body
         (assembled on the pool, in a few chunks) or the exception. Append chunks wait meanwhile."""
         with self.query_first.running():
-            return self._process_batch(items)
+            return dated_batch(self, items) if any(it.as_of for it in items) else self._process_batch(items)
 
     def _process_batch(self, items: list[SelectItem]) -> list:
         t_start = time.perf_counter()
@@ -407,7 +414,7 @@ class SelectionService:
         ws = SelectedWorkspace.of(bank, it.question, units, self.engines.cfg.headings, used, keep=keep)
         out = {**ws.to_dict(), "bank_n_units": bank.n_units, "budget": it.params.budget, "hops": it.params.hops,
                "token_budget": it.params.token_budget, "date": it.date.isoformat() if it.date else None,
-               "where": None if it.where is None else it.where.json}
+               "where": None if it.where is None else it.where.json, **({"as_of": it.as_of} if it.as_of else {})}
         dt = time.perf_counter() - t0
         out["timings"] = {**timings, "assemble_ms": round(dt * 1e3, 3)}
         if self.metrics is not None:
@@ -437,3 +444,41 @@ async def forget_within(service: SelectionService, bank_id: str, turn_ids: list[
          "cache_rows": 0, "output_records": 0}
     res["missing"] = list(dict.fromkeys([*res["missing"], *(t for t in turn_ids if t not in mine)]))
     return res
+
+
+def dated_batch(s: SelectionService, items: list[SelectItem]) -> list:
+    """A batch some of whose queries ask for ``as_of``: each date's queries by a throwaway engine
+    over their banks showing the facts of that day (``ServedEngine.dated``), the others by the
+    served engine; answered here, on the batch worker (a rare path: no assembly pool)."""
+    t0 = time.perf_counter()
+    for bid in dict.fromkeys(it.bank_id for it in items):
+        if bid not in s.engines.banks:
+            s._sync_bank(bid)
+    todo = [i for i, it in enumerate(items) if it.vector is None]
+    Z = np.empty((len(items), s.dim), dtype=np.float32)
+    if todo:
+        Z[todo] = s.encoder.encode([items[i].question for i in todo], is_query=True, batch_size=s.cfg.encode_chunk)
+    for i, it in enumerate(items):
+        if it.vector is not None:
+            Z[i] = it.vector
+    out: list = [None] * len(items)
+    groups: dict = {}
+    for i, it in enumerate(items):
+        groups.setdefault(it.as_of, []).append(i)
+    for day, idx in groups.items():
+        try:
+            banks = {items[i].bank_id: s.engines.banks[items[i].bank_id] for i in idx}
+            eng = s.engines if day is None else s.engines.dated(banks, day)
+            ts = time.perf_counter()
+            masks = eng.engine.masks_of([items[i].bank_id for i in idx], [items[i].where for i in idx])
+            picks, used = select_units(eng.engine, [items[i].bank_id for i in idx], [items[i].question for i in idx],
+                                       Z[idx], [items[i].date for i in idx], [items[i].params for i in idx], masks)
+            t = {"queue_ms": None, "encode_ms": round((ts - t0) * 1e3, 3),
+                 "select_ms": round((time.perf_counter() - ts) * 1e3, 3), "batch_size": len(items)}
+            for i, u, us, keep in zip(idx, picks, used, masks or [None] * len(idx)):
+                out[i] = s._workspace(items[i], eng.bank(items[i].bank_id), u, us, dict(t), keep)
+        except Exception as e:  # noqa: BLE001 - fails this date's queries only
+            log.exception("selection as of %s failed", day)
+            for i in idx:
+                out[i] = e
+    return out

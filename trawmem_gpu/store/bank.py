@@ -161,6 +161,10 @@ class Bank:
                 raise ValueError(f"bank {self.bank_id!r}: fact {f.fact_id!r} cites turn {bad[0]!r}, which the bank "
                                  f"does not hold")
         fset = set(fids)
+        bad = next((f for f in self.facts if f.superseded_by is not None and f.superseded_by not in fset), None)
+        if bad is not None:
+            raise ValueError(f"bank {self.bank_id!r}: fact {bad.fact_id!r} is superseded by {bad.superseded_by!r}, "
+                             f"which the bank does not hold")
         keys = [(p.person, p.section) for p in self.profiles]
         if len(set(keys)) != len(keys):
             dup = next(k for k, c in Counter(keys).items() if c > 1)

@@ -2,7 +2,10 @@
 
 A :class:`Fact` is one lossless restatement in one sentence (pronouns replaced by names, relative
 dates resolved), with its persons, locations, keywords and entities, and the ids of the turns it
-came from (``source_turns``, turn ids of the bank). Fact ids are bank-unique strings
+came from (``source_turns``, turn ids of the bank). A fact may carry a key (``subject``,
+``attribute``) and a validity (``valid_from``, ``valid_to``, ``superseded_by``): a newer fact about
+the same subject and attribute supersedes it, and it stays, no longer current
+(``ingest.layers.supersede``; selection shows current facts, or those valid ``as_of`` a date). Fact ids are bank-unique strings
 (``F:<session>:<n>`` by :func:`fact_id`). A :class:`ProfileSection` is one section of one
 person's profile (:data:`SECTIONS`); each of its lines keeps the ids of the facts behind it.
 
@@ -62,6 +65,17 @@ class Fact:
     """When it happened or was said, ISO (``2031-05-07``), resolved against the session date; None: unknown."""
     session: str | None = None
     """The session of its source turns (the bank's session number as a string); None: several or unknown."""
+    subject: str | None = None
+    """What the fact is about (``Ana``), with ``attribute`` its key: a newer fact of the same key
+    supersedes it (``ingest.layers.supersede``); None: no key."""
+    attribute: str | None = None
+    """Which property of the subject it states (``lives in``); None: no key."""
+    valid_from: str | None = None
+    """ISO date from which it holds (None: its ``date``)."""
+    valid_to: str | None = None
+    """ISO date until which it held (set when superseded; None: still holds)."""
+    superseded_by: str | None = None
+    """The id of the fact that replaced it (None: current)."""
 
     def __post_init__(self):
         _text(self.fact_id, "fact_id")
@@ -70,13 +84,63 @@ class Fact:
             object.__setattr__(self, name, _strs(getattr(self, name), name))
         if not self.source_turns:
             raise ValueError(f"fact {self.fact_id!r}: field 'source_turns' is empty (a fact cites at least one turn)")
-        _opt_str(self.date, "date")
-        _opt_str(self.session, "session")
+        for name in ("date", "session", "subject", "attribute", "valid_from", "valid_to", "superseded_by"):
+            _opt_str(getattr(self, name), name)
+        if (self.subject is None) != (self.attribute is None):
+            raise ValueError(f"fact {self.fact_id!r}: give 'subject' and 'attribute' together (the fact's key) or "
+                             f"neither")
+        for name in ("valid_from", "valid_to"):
+            if getattr(self, name) is not None:
+                _iso_date(getattr(self, name), name)
+
+    @property
+    def key(self) -> tuple[str, str] | None:
+        """``(subject, attribute)``, case and spacing aside; None without a key."""
+        if self.subject is None:
+            return None
+        return (" ".join(self.subject.casefold().split()), " ".join(self.attribute.casefold().split()))
+
+    @property
+    def start(self) -> str | None:
+        """When it holds from: ``valid_from``, else ``date``."""
+        return self.valid_from or self.date
+
+    @property
+    def current(self) -> bool:
+        return self.superseded_by is None
+
+    def valid_at(self, day: str) -> bool:
+        """Whether it held on ``day`` (ISO): started by then (a fact with no start always has) and
+        not superseded before it (``valid_to`` is the first day it no longer holds)."""
+        d = day[:10]
+        return (self.start is None or self.start[:10] <= d) and (self.valid_to is None or d < self.valid_to[:10])
 
     def to_record(self) -> dict:
-        return {"id": self.fact_id, "text": self.text, "source_turns": list(self.source_turns),
-                "persons": list(self.persons), "locations": list(self.locations), "keywords": list(self.keywords),
-                "entities": list(self.entities), "date": self.date, "session": self.session}
+        rec = {"id": self.fact_id, "text": self.text, "source_turns": list(self.source_turns),
+               "persons": list(self.persons), "locations": list(self.locations), "keywords": list(self.keywords),
+               "entities": list(self.entities), "date": self.date, "session": self.session}
+        for name in TIME_FIELDS:  # only when set: a bank without them writes the records it always wrote
+            if getattr(self, name) is not None:
+                rec[name] = getattr(self, name)
+        return rec
+
+
+TIME_FIELDS = ("subject", "attribute", "valid_from", "valid_to", "superseded_by")
+"""A fact's key and validity fields (stored only when set)."""
+
+
+def _iso_date(v: str, name: str) -> str:
+    """``v`` when it is an ISO date (``YYYY``, ``YYYY-MM``, ``YYYY-MM-DD``, or a date-time)."""
+    from datetime import date
+
+    try:
+        y, m, d = (v[:10].split("-") + ["01", "01"])[:3]
+        date(int(y), int(m), int(d))
+        if len(y) != 4 or (len(v) > 10 and v[10] not in "T "):
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"field {name!r} must be an ISO date (YYYY-MM-DD), got {v[:40]!r}") from None
+    return v
 
 
 def fact_from_record(r) -> Fact:
@@ -87,7 +151,8 @@ def fact_from_record(r) -> Fact:
     if missing:
         raise ValueError(f"fact record misses field {missing[0]!r}")
     return Fact(r["id"], r["text"], r["source_turns"], r.get("persons", ()), r.get("locations", ()),
-                r.get("keywords", ()), r.get("entities", ()), r.get("date"), r.get("session"))
+                r.get("keywords", ()), r.get("entities", ()), r.get("date"), r.get("session"),
+                **{k: r.get(k) for k in TIME_FIELDS})
 
 
 @dataclass(frozen=True)

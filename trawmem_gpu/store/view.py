@@ -91,15 +91,34 @@ def fact_session(fact: Fact, turn_by_id: dict[str, Turn]) -> int:
     return turn_by_id[fact.source_turns[0]].session
 
 
-def unit_view(bank: Bank, units=DEFAULT_UNITS) -> Bank:
+def facts_at(bank: Bank, as_of: str | None = None) -> Bank:
+    """``bank`` with the facts that hold: the current ones (``as_of`` None: none superseded), or
+    those valid on the ISO date ``as_of`` (``Fact.valid_at``); profile lines keep the ids of the
+    facts kept. The bank itself when every fact holds."""
+    if not bank.facts:
+        return bank
+    keep = [i for i, f in enumerate(bank.facts) if (f.current if as_of is None else f.valid_at(as_of))]
+    if len(keep) == len(bank.facts):
+        return bank
+    ids = {bank.facts[i].fact_id for i in keep}
+    profiles = tuple(replace(p, lines=tuple(replace(ln, fact_ids=tuple(x for x in ln.fact_ids if x in ids))
+                                            for ln in p.lines)) for p in bank.profiles)
+    return replace(bank, facts=tuple(bank.facts[i] for i in keep),
+                   fact_vecs=bank.fact_vecs[keep] if keep else None, profiles=profiles)
+
+
+def unit_view(bank: Bank, units=DEFAULT_UNITS, as_of: str | None = None) -> Bank:
     """The bank as selection sees it with ``units`` (see the module docstring); ``ConfigError``
-    when a layer asked for is empty in the bank (build it with ``--facts`` / ``--profiles``)."""
+    when a layer asked for is empty in the bank (build it with ``--facts`` / ``--profiles``).
+    Facts that no longer hold are not units: only the current ones, or with ``as_of`` (an ISO
+    date) those valid on that day (:func:`facts_at`)."""
     units = parse_units(units)
     if units == DEFAULT_UNITS:
         return bank
     for layer in units[1:]:
         if not getattr(bank, layer):
             raise ConfigError(f"`units`: bank {bank.bank_id!r} has no {layer} (build it with its `{layer}` layer)")
+    bank = facts_at(bank, as_of)
     lay = _layout(bank, units)
     new_turns, vecs, offsets, heads, kinds, hvecs = [], [], [0], [], [], []
     edges: list[tuple[int, int]] = []

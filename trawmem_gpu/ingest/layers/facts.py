@@ -14,7 +14,8 @@ numbered on), after :func:`check_locomo_update` found the observations of the st
 unchanged (else the update is refused as a conflict, new turns or not);
 ``llm`` extracts over the new turns, with up to ``overlap`` turns before them as context, and keeps
 the facts that cite a new turn. New ``llm`` facts are numbered on from the bank's own
-(``F:<session>:<n>``), so ids stay bank-unique.
+(``F:<session>:<n>``), so ids stay bank-unique. New facts supersede stored ones
+(``ingest.layers.supersede``): keyed facts by rule, and on an ``llm`` update as the LLM proposes.
 """
 from __future__ import annotations
 
@@ -156,5 +157,22 @@ def attach_facts(banks: list[Bank], source: str, encoder, *, input_path=None, ll
     for b in banks:
         nb = with_facts(b, fresh.get(b.bank_id, []), encoder, source)
         stats["facts_added"] += len(nb.facts) - len(b.facts)
-        out.append(nb)
+        out.append(superseded(b, nb, llm if source == "llm" and new_turns is not None else None, stats))
     return out, stats
+
+
+def superseded(old: Bank, new: Bank, llm, stats: dict) -> Bank:
+    """``new`` (``old`` with facts appended) with the supersessions of its new facts applied
+    (``ingest.layers.supersede``: by rule for keyed facts; with ``llm``, as it proposes against the
+    stored facts); ``stats["superseded"]`` counts them."""
+    from .supersede import SupersedeStats, supersede
+
+    added = new.facts[len(old.facts):]
+    if not added:
+        return new
+    st = SupersedeStats()
+    res = supersede(old.facts, added, llm, st)
+    stats["superseded"] = stats.get("superseded", 0) + st.superseded
+    if llm is not None:
+        stats["supersede_llm"] = {k: stats.get("supersede_llm", {}).get(k, 0) + v for k, v in st.to_dict().items()}
+    return replace(new, facts=res.facts) if res.pairs else new
