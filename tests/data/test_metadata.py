@@ -132,13 +132,15 @@ def test_memory_add_keeps_metadata_through_appends_retries_and_forgets(tmp_path)
     m = Memory(tmp_path / "c")
     m.add("b", [_turn("t1", metadata={"user_id": "u1"}), _turn("t2", metadata={"user_id": "u2", "n": 1})])
     with pytest.raises(InputError, match=r"^turns\[0\]: field 'metadata.n'"):
-        m.add("b", [_turn("t3", metadata={"n": [1]})])
+        m.add("b", [_turn("t3", metadata={"n": [1]})], atomic=True)
+    (item,) = m.add("b", [_turn("t3", metadata={"n": [1]})])["refused"]  # per item, the field named
+    assert item["field"] == "turns[0].metadata.n" and "flat map" in item["reason"]
     again = m.add("b", [_turn("t2", metadata={"n": 1, "user_id": "u2"}), _turn("t3")])  # a retry, keys reordered
     assert again["already_stored"] == ["t2"] and again["stored"] == ["t3"]
     with pytest.raises(DuplicateTurns):  # the same id with other metadata is other content
-        m.add("b", [_turn("t2", metadata={"user_id": "u1", "n": 1})])
+        m.add("b", [_turn("t2", metadata={"user_id": "u1", "n": 1})], atomic=True)
     with pytest.raises(DuplicateTurns):
-        m.add("b", [_turn("t2", metadata={"user_id": "u2", "n": True})])  # true is not 1
+        m.add("b", [_turn("t2", metadata={"user_id": "u2", "n": True})], atomic=True)  # true is not 1
     m.forget("b", ["t1"])
     reopened = Memory(tmp_path / "c")
     assert {t.turn_id: t.metadata for t in reopened.turns("b")} == {"t2": {"user_id": "u2", "n": 1}, "t3": None}

@@ -52,7 +52,7 @@ def test_recall_where_and_a_key_bound_to_a_filter(tmp_path, monkeypatch):
     assert not out[1][0] and out[1][1]["unit_ids"] and set(out[1][1]["unit_ids"]) <= {"u2:2", "u2:3"}
     assert out[2] == (True, "where.n.gt: expected a number or an ISO 8601 date, got 'two' (gt compares numbers "
                             "and dates only)")
-    assert out[3][0] and "user_id" in out[3][1]
+    assert not out[3][0] and out[3][1]["refused"][0]["field"] == "turns[0].metadata.user_id"
 
     u1 = Tenant("u1", ("*",), True, None, parse_filter({"user_id": "u1"}))
     out = _calls(mem, u1, ("recall", q), ("recall", {**q, "where": {"or": [{"user_id": "u2"}, {"n": {"gte": 0}}]}}),

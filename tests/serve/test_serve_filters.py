@@ -40,12 +40,17 @@ def test_filters_and_key_bound_filters_over_http(tmp_path):
             method, path, json=body, headers={"Authorization": f"Bearer {key}"})
         r = call(admin, "POST", "/v1/banks/shared/turns", {"turns": _turns("u1", 1) + _turns("u2", 10)})
         assert r.status_code == 200, r.text
-        # bad metadata is refused at the door, naming the field
-        for bad, where in (({"user_id": ["u1"]}, "turns[0].metadata.user_id"), ({"n": None}, "turns[0].metadata.n"),
-                           ({"user id": "u1"}, "'user id'")):
+        # bad metadata is refused at the door, naming the field (per item; atomic: the request)
+        for bad, field, why in (({"user_id": ["u1"]}, "turns[0].metadata.user_id", "flat map"),
+                                ({"n": None}, "turns[0].metadata.n", "null"), ({"user id": "u1"}, "turns[0]",
+                                                                                "'user id'")):
             t = dict(_turns("u3", 20, 1)[0], metadata=bad)
             r = call(admin, "POST", "/v1/banks/shared/turns", {"turns": [t]})
-            assert r.status_code == 422 and where in r.json()["detail"], r.text
+            assert r.status_code == 200 and r.json()["stored"] == [], r.text
+            (item,) = r.json()["refused"]
+            assert item["field"].startswith(field) and why in item["reason"], r.text
+            r = call(admin, "POST", "/v1/banks/shared/turns", {"turns": [t], "atomic": True})
+            assert r.status_code == 422 and r.json()["detail"].startswith("turns[0]") and why in r.json()["detail"]
         sel = lambda key, **kw: call(key, "POST", "/v1/select",  # noqa: E731
                                      {"bank_id": "shared", "question": "What about the pottery class?", "budget": 12,
                                       **kw})

@@ -295,14 +295,11 @@ class Memory:
             hops over the thread graph (None: the default); or any other ``QueryParams`` field
         :param date: the question's "now" (datetime, date or date string) for the date-dependent terms
         :param vector: the question's unit-norm vector (skips encoding)
-        :param where: a filter over the turns' metadata (docs/python-api.md, "Metadata and filters"):
-            only turns that pass are candidates, so the budget is spent on them (``{"user_id": "u1"}``,
-            ``{"importance": {"gte": 3}}``, ``{"or": [...]}``; a ``data.filters.Filter`` too)
+        :param where: a filter over the turns' metadata, ``{"user_id": "u1"}`` (docs/python-api.md)
         :param as_of: a date: the facts shown are those valid on it (``Fact.valid_at``; default:
             the current ones); it applies to the facts layer (``units`` with facts), not to turns
         :raises UnknownBank: no such bank
         :raises ConfigError: a budget, token budget or hops out of range (the message names the field)
-        :raises InputError: a malformed filter (the message names the path inside it)
         """
         return self.select_many([(bank_id, question)], params=params, dates=None if date is None else [date],
                                 vectors=None if vector is None else [vector], where=where, as_of=as_of,
@@ -313,9 +310,8 @@ class Memory:
         """Workspaces for many ``(bank_id, question)`` pairs: one encoder call and one batched
         engine call for all of them (what the server does for a batch). Parameters as
         :meth:`select`, for every query; ``params``: one ``QueryParams`` for all or one per query;
-        ``dates`` / ``vectors``: one per query (or None); ``where``: one filter for all, or a list
-        of one per query (None entries: no filter); ``as_of``: one date for all (the asked banks are
-        selected from by a throwaway engine over their facts of that day)."""
+        ``dates`` / ``vectors``: one per query (or None); ``where``: one filter for all or one per query;
+        ``as_of``: one date for all (a throwaway engine over the asked banks' facts of that day)."""
         from ..data.types import MAX_QUESTION_CHARS
         from .core import pick
 
@@ -371,9 +367,8 @@ class Memory:
                 from ..eval.planned import planned_select
 
                 got = planned_select(eng.engine, list(zip(bids, qs)), Z, qps[0], llm=self.plan_llm, plans=plans,
-                                     encode=lambda t: self._core.encoder.encode(t, is_query=True),
-                                     follow_up=self.follow_up, dates=ds if any(d is not None for d in ds) else None,
-                                     masks=masks)
+                                     encode=lambda t: self._core.encoder.encode(t, is_query=True), masks=masks,
+                                     follow_up=self.follow_up, dates=ds if any(d is not None for d in ds) else None)
                 picks, banks, used = [g.units for g in got], [eng.bank(b) for b in bids], [d is not None for d in ds]
                 searches = [g.searches for g in got]
             epoch = self._epoch

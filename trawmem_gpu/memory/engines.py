@@ -165,3 +165,12 @@ def select_units(engine: SelectionEngine, bank_ids: list[str], questions: list[s
     used = [d is not None for d in dates]
     kw = {} if masks is None else {"masks": masks}
     return engine.select_units(bank_ids, questions, Z, dates=dates if any(used) else None, params=params, **kw), used
+
+
+def select_filtered(engine: SelectionEngine, bank_ids: list[str], questions: list[str], Z,
+                    dates: list[datetime | None], params: list[QueryParams], wheres: list):
+    """:func:`select_units` with each query's filter (``wheres``: a ``data.filters.Filter`` or None
+    each) as its unit mask: ``(picks, dates used, masks)``, the masks (``engine.masks_of``, None when
+    no query has one) for the workspaces, which hide the heads of threads a filter cut."""
+    masks = engine.masks_of(bank_ids, wheres) if any(w is not None for w in wheres) else None
+    return (*select_units(engine, bank_ids, questions, Z, dates, params, masks), masks)

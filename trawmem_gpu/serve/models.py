@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, WithJsonSchema
 
-from ..data.metadata import MAX_KEY_CHARS, MAX_METADATA_KEYS, MAX_VALUE_CHARS
+from ..data.metadata import MAX_KEY_CHARS, MAX_METADATA_KEYS
 from ..data.types import (MAX_CAPTION_CHARS, MAX_DATE_CHARS, MAX_ID_CHARS, MAX_SESSION, MAX_SPEAKER_CHARS,
                           MAX_TEXT_CHARS)
 
@@ -37,10 +37,10 @@ MAX_TURNS_FIELD = 10000
 MAX_FORGET_IDS = 10_000
 """Turn ids in one forget (``POST /v1/banks/{bank_id}/forget``, MCP ``forget``)."""
 
-MetaValue = (Annotated[str, Strict(), Field(max_length=MAX_VALUE_CHARS)] | Annotated[bool, Strict()]
-             | Annotated[int, Strict()] | Annotated[float, Strict()])
-"""A metadata value (``data.metadata``: the key and value rules are checked there, for every door)."""
-Metadata = dict[Annotated[str, Field(min_length=1, max_length=MAX_KEY_CHARS)], MetaValue]
+Metadata = dict[Annotated[str, Field(min_length=1, max_length=MAX_KEY_CHARS)], Any]
+"""A turn's metadata: at most ``MAX_METADATA_KEYS`` keys of bounded length here; every key and value
+rule (a value is a string of at most ``MAX_VALUE_CHARS``, a number, a boolean or an ISO date) is
+``data.metadata``'s, for every door, with messages naming ``metadata.KEY``."""
 WHERE_DOC = ("a filter over turn metadata (docs/python-api.md, 'Metadata and filters'): {\"user_id\": \"u1\"}, "
              "{\"importance\": {\"gte\": 3}}, {\"or\": [...]}; operators eq, ne, in, nin, gt, gte, lt, lte, exists "
              "and and / or / not. Only turns that pass are candidates: the budget is spent on them. A key bound to a "

@@ -41,7 +41,7 @@ import numpy as np
 from ..encode.base import Encoder
 from ..errors import ConfigError, UnknownBank  # noqa: F401 - the one UnknownBank, for the serve modules
 from ..memory.core import EngineSpec, MemoryCore, append_answer, bank_summary
-from ..memory.engines import select_units
+from ..memory.engines import select_filtered
 from ..memory.history import unit_history
 from ..memory.result import SelectedWorkspace
 from ..select.config import SelectConfig
@@ -284,11 +284,9 @@ class SelectionService:
         refresh and purge on the batch worker (between batches); answers after all three."""
         if self.batcher.closing:
             raise ShuttingDown("the server is shutting down")
-        if where is not None:
-            return await forget_within(self, bank_id, turn_ids, where)
-        loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()  # where: a key's filter (memory.core.forget_within)
         res = await loop.run_in_executor(self.appender, lambda: self.core.forget_stored(
-            bank_id, turn_ids, encoder=self.append_encoder()))
+            bank_id, turn_ids, encoder=self.append_encoder(), where=where))
         prepared = await loop.run_in_executor(self.appender, self.core.prepare_forget, res)
         await loop.run_in_executor(self.worker, self.core.sync_forget, res, prepared)
         await self._assembly_drained()  # workspaces of the old bank are rendered before the caches go
@@ -356,10 +354,9 @@ class SelectionService:
         if idx:
             ts = time.perf_counter()
             try:  # each query's filter (None: none) as its unit mask
-                masks = self.engines.engine.masks_of([items[i].bank_id for i in idx], [items[i].where for i in idx])
-                picks, used_dates = select_units(self.engines.engine, [items[i].bank_id for i in idx],
-                                                 [items[i].question for i in idx], Z[idx],
-                                                 [items[i].date for i in idx], params, masks)
+                picks, used_dates, masks = select_filtered(
+                    self.engines.engine, [items[i].bank_id for i in idx], [items[i].question for i in idx], Z[idx],
+                    [items[i].date for i in idx], params, [items[i].where for i in idx])
             except Exception as e:  # noqa: BLE001 - fail this batch only, keep serving
                 log.exception("engine call failed for a batch of %d", len(idx))
                 for i in idx:
@@ -427,25 +424,6 @@ class SelectionService:
             self.metrics.engine_builds.set(self.engines.builds)
 
 
-async def forget_within(service: SelectionService, bank_id: str, turn_ids: list[str] | None, where) -> dict:
-    """``SelectionService.forget`` for a key bound to the filter ``where`` (``keys.Tenant.where``): only the
-    turns that pass it are forgotten; the ids whose turns fail it are left alone and reported
-    missing, as ids the bank does not hold (which they are, for this key); a whole bank is refused."""
-    from ..errors import InputError
-
-    if turn_ids is None:
-        raise InputError("an API key bound to a filter forgets turns by id only, not a whole bank")
-    bank = service.registry.get(bank_id)
-    if bank is None:
-        raise service.registry.absent(bank_id)
-    mine = {t.turn_id for t in bank.turns if where.matches(getattr(t, "metadata", None))}
-    res = await service.forget(bank_id, [t for t in turn_ids if t in mine]) if mine & set(turn_ids) else \
-        {"bank_id": bank_id, "forgotten": [], "missing": [], "deleted": False, "n_units": bank.n_units,
-         "cache_rows": 0, "output_records": 0}
-    res["missing"] = list(dict.fromkeys([*res["missing"], *(t for t in turn_ids if t not in mine)]))
-    return res
-
-
 def dated_batch(s: SelectionService, items: list[SelectItem]) -> list:
     """A batch some of whose queries ask for ``as_of``: each date's queries by a throwaway engine
     over their banks showing the facts of that day (``ServedEngine.dated``), the others by the
@@ -470,9 +448,9 @@ def dated_batch(s: SelectionService, items: list[SelectItem]) -> list:
             banks = {items[i].bank_id: s.engines.banks[items[i].bank_id] for i in idx}
             eng = s.engines if day is None else s.engines.dated(banks, day)
             ts = time.perf_counter()
-            masks = eng.engine.masks_of([items[i].bank_id for i in idx], [items[i].where for i in idx])
-            picks, used = select_units(eng.engine, [items[i].bank_id for i in idx], [items[i].question for i in idx],
-                                       Z[idx], [items[i].date for i in idx], [items[i].params for i in idx], masks)
+            picks, used, masks = select_filtered(eng.engine, [items[i].bank_id for i in idx],
+                                                 [items[i].question for i in idx], Z[idx], [items[i].date for i in idx],
+                                                 [items[i].params for i in idx], [items[i].where for i in idx])
             t = {"queue_ms": None, "encode_ms": round((ts - t0) * 1e3, 3),
                  "select_ms": round((time.perf_counter() - ts) * 1e3, 3), "batch_size": len(items)}
             for i, u, us, keep in zip(idx, picks, used, masks or [None] * len(idx)):
