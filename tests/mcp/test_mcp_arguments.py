@@ -79,7 +79,8 @@ def test_every_tool_advertises_and_enforces_no_extra_arguments():
     assert set(tools) == set(TOOLS)
     for name in TOOLS:
         assert tools[name].input_schema["additionalProperties"] is False, name
-    takes = {"add_turns": "bank_id, turns, messages, speakers, roles, atomic", "recall": "bank_id, question, token_budget, date, as_of",
+    takes = {"add_turns": "bank_id, turns, messages, speakers, roles, atomic",
+             "recall": "bank_id, question, token_budget, date, as_of, where",
              "forget": "bank_id, turn_ids", "forget_bank": "bank_id", "list_banks": "none"}
     for (err, text), name in zip(out, valid):
         assert err and text == f"bogus_arg: unknown argument (takes {takes[name]})", (name, text)

@@ -318,3 +318,25 @@ def add_units(p: argparse.ArgumentParser, facts: bool = False) -> None:
         p.add_argument("--facts", choices=["none", "locomo"], default="none",
                        help="give banks without a facts layer LoCoMo's per-session observations of the data file "
                             "(encoded, not stored), as build --facts locomo would")
+
+
+def where_json(text: str):
+    """``--where JSON``: a filter over turn metadata (``data.filters``), parsed at parse time, so a
+    bad one is refused naming the flag and the path inside the filter."""
+    import json
+
+    from ..data.filters import parse_filter
+    from ..errors import InputError
+
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e.msg} at column {e.colno})") from None
+    try:
+        return parse_filter(obj, "where")
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_where(p: argparse.ArgumentParser, help: str) -> None:
+    p.add_argument("--where", type=where_json, metavar="JSON", help=help)

@@ -9,7 +9,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from .args import add_affinity_weights, add_head, add_llm_options, add_method, add_query_params, add_units
+from .args import add_affinity_weights, add_head, add_llm_options, add_method, add_query_params, add_units, add_where
 from ..data.types import MAX_QUESTION_CHARS
 from ..errors import InputError, name_list, plural
 
@@ -123,23 +123,28 @@ def _query_ranked(a, q: str, qp):
         raise InputError("--units does not apply to --method trimem (it shows facts, their turns and profiles)")
     enc = _bank_encoder(bank)
     z = enc.encode([q], is_query=True)
+    from ..select.restrict import unit_mask
+
     if a.method != "trimem":
         from ..select.baselines import baseline_units
         from ..select.context import BankContext
 
         view = unit_view(bank, a.units)
-        units = baseline_units(a.method, BankContext.of(view), q, z[0], None, qp)
-        return SelectedWorkspace.of(view, q, units, "none", False), {}
+        keep = unit_mask(view, a.where)
+        units = baseline_units(a.method, BankContext.of(view), q, z[0], None, qp, keep=keep)
+        return SelectedWorkspace.of(view, q, units, "none", False, keep=keep), {}
     from ..select.trimem.method import TriMemRankers, trimem_select
 
     plan_llm = _plan_llm(a)
+    rankers = TriMemRankers({bank.bank_id: bank})
+    keep = unit_mask(rankers[bank.bank_id].view, a.where)
     try:
-        (got,) = trimem_select(TriMemRankers({bank.bank_id: bank}), [(bank.bank_id, q)], z, qp, llm=plan_llm,
-                               encode=lambda xs: enc.encode(xs, is_query=True))
+        (got,) = trimem_select(rankers, [(bank.bank_id, q)], z, qp, llm=plan_llm,
+                               encode=lambda xs: enc.encode(xs, is_query=True), masks=[keep])
     finally:
         if plan_llm is not None:
             plan_llm.close()
-    return SelectedWorkspace.of(got.view, q, got.units, "none", False), {"plan": got.plan.to_dict()}
+    return SelectedWorkspace.of(got.view, q, got.units, "none", False, keep=keep), {"plan": got.plan.to_dict()}
 
 
 def _query_planned(a, q: str, cfg, qp, plan_llm):
@@ -154,9 +159,11 @@ def _query_planned(a, q: str, cfg, qp, plan_llm):
     enc = _bank_encoder(bank)
     served = served_engine({bank.bank_id: bank}, cfg, head=_load_head(a.head), units=a.units)
     z = enc.encode([q], is_query=True)
+    masks = served.engine.masks_of([bank.bank_id], a.where)
     (got,) = planned_select(served.engine, [(bank.bank_id, q)], z, qp, llm=plan_llm, follow_up=a.follow_up,
-                            encode=lambda xs: enc.encode(xs, is_query=True))
-    ws = SelectedWorkspace.of(served.bank(bank.bank_id), q, got.units, cfg.headings, False)
+                            encode=lambda xs: enc.encode(xs, is_query=True), masks=masks)
+    ws = SelectedWorkspace.of(served.bank(bank.bank_id), q, got.units, cfg.headings, False,
+                              keep=None if masks is None else masks[0])
     return ws, {"plan": got.to_dict()}
 
 
@@ -188,15 +195,16 @@ def cmd_query(a) -> int:
         enc = _bank_encoder(bank)
         z = enc.encode([q], is_query=True)
         eng = served_engine({bank.bank_id: bank}, cfg, head=head, units=a.units)
-        picks, banks, used = pick(eng if a.as_of is None else eng.dated(dict(eng.banks), a.as_of),
-                                  [bank.bank_id], [q], z, [None], [qp])
-        ws = SelectedWorkspace.of(banks[0], q, picks[0], cfg.headings, used)
+        eng = eng if a.as_of is None else eng.dated(dict(eng.banks), a.as_of)
+        masks = eng.engine.masks_of([bank.bank_id], a.where)
+        picks, banks, used = pick(eng, [bank.bank_id], [q], z, [None], [qp], masks)
+        ws = SelectedWorkspace.of(banks[0], q, picks[0], cfg.headings, used, keep=None if masks is None else masks[0])
     else:
         head = _load_head(a.head)
         coll = Collection(p)
         coll.bank_path(_bank_id(a, coll))  # UnknownBank naming what the collection holds
         mem = Memory(p, method=cfg, head=head, only=[a.bank_id], create=False, embedding_cache=True, units=a.units)
-        ws = mem.select(a.bank_id, q, params=qp, as_of=a.as_of)
+        ws = mem.select(a.bank_id, q, params=qp, where=a.where, as_of=a.as_of)
     if a.json:
         print(json.dumps({"bank_id": ws.bank_id, "question": q, "units": ws.unit_ids, "tokens": ws.tokens,
                           "tokenizer": ws.tokenizer, "workspace": ws.text, **extra}, indent=1))
@@ -222,6 +230,8 @@ def configure(q) -> None:
     q.add_argument("--as-of", type=_as_of, metavar="DATE",
                    help="show the facts valid on DATE, superseded since or not, with --units ...,facts "
                         "(default: the current facts)")
+    add_where(q, "select only among turns whose metadata passes this filter (docs/python-api.md, 'Metadata and "
+                 "filters'), e.g. '{\"user_id\": \"u1\", \"importance\": {\"gte\": 3}}' (default: every turn)")
     q.add_argument("--json", action="store_true", help="print the workspace and its ids as JSON")
     q.set_defaults(fn=cmd_query)
 

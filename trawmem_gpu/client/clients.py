@@ -101,7 +101,7 @@ def _http_error(call: _Call, url: str, e: httpx.HTTPError, end: float) -> Server
 
 
 def _select_body(bank_id: str, question: str, budget, hops, token_budget, date, question_vector,
-                 as_of=None) -> dict:
+                 as_of=None, where=None) -> dict:
     body = {"bank_id": bank_id, "question": question}
     for k, v in (("budget", budget), ("hops", hops), ("token_budget", token_budget), ("date", date),
                  ("as_of", as_of)):
@@ -109,6 +109,8 @@ def _select_body(bank_id: str, question: str, budget, hops, token_budget, date, 
             body[k] = v
     if question_vector is not None:
         body["question_vector"] = [float(x) for x in question_vector]
+    if where is not None:  # a filter's JSON (a data.filters.Filter sends its canonical form)
+        body["where"] = getattr(where, "json", where)
     return body
 
 
@@ -134,9 +136,9 @@ class _Base:
 
     @staticmethod
     def _select_call(bank_id, question, budget=None, hops=None, token_budget=None, date=None,
-                     question_vector=None, as_of=None) -> _Call:
+                     question_vector=None, as_of=None, where=None) -> _Call:
         return _Call("POST", "/v1/select", _select_body(bank_id, question, budget, hops, token_budget, date,
-                                                        question_vector, as_of), bank_id)
+                                                        question_vector, as_of, where), bank_id)
 
     def _batch_calls(self, pairs: Iterable, params: dict) -> list[_Call]:
         reqs = []
@@ -144,7 +146,8 @@ class _Base:
             if not (isinstance(p, (tuple, list)) and len(p) == 2):
                 raise InputError(f"select_many: item {i} must be a (bank_id, question) pair, got {p!r}")
             reqs.append(_select_body(p[0], p[1], params.get("budget"), params.get("hops"),
-                                     params.get("token_budget"), params.get("date"), None))
+                                     params.get("token_budget"), params.get("date"), None, params.get("as_of"),
+                                     params.get("where")))
         if not reqs:
             raise InputError("select_many: no (bank_id, question) pairs")
         return [_Call("POST", "/v1/select/batch", {"requests": reqs[i:i + self.batch_size]})
@@ -287,18 +290,20 @@ class Client(_Base):
 
     def select(self, bank_id: str, question: str, *, budget: int | None = None, hops: int | None = None,
                token_budget: int | None = None, date: str | None = None,
-               question_vector: Sequence[float] | None = None, as_of: str | None = None) -> SelectResult:
+               question_vector: Sequence[float] | None = None, as_of: str | None = None,
+               where=None) -> SelectResult:
         """The workspace for ``question`` from bank ``bank_id`` (unset parameters: the server's;
-        ``as_of``: show the facts valid on that date)."""
+        ``as_of``: show the facts valid on that date; ``where``: a filter over the turns'
+        metadata, docs/python-api.md)."""
         return self._get(SelectResult, self._select_call(bank_id, question, budget, hops, token_budget, date,
-                                                         question_vector, as_of))
+                                                         question_vector, as_of, where))
 
     def select_many(self, pairs: Iterable[tuple[str, str]], *, budget: int | None = None, hops: int | None = None,
-                    token_budget: int | None = None, date: str | None = None) -> list[SelectResult]:
+                    token_budget: int | None = None, date: str | None = None, where=None) -> list[SelectResult]:
         """Workspaces for ``(bank_id, question)`` pairs, in order, over ``/v1/select/batch``
         (``batch_size`` questions per request, all within one ``deadline``); the parameters apply
         to every question."""
-        params = {"budget": budget, "hops": hops, "token_budget": token_budget, "date": date}
+        params = {"budget": budget, "hops": hops, "token_budget": token_budget, "date": date, "where": where}
         calls, end, out = self._batch_calls(pairs, params), self._end(), []
         for call in calls:
             status, doc = self._send(call, end)
@@ -402,14 +407,15 @@ class AsyncClient(_Base):
 
     async def select(self, bank_id: str, question: str, *, budget: int | None = None, hops: int | None = None,
                      token_budget: int | None = None, date: str | None = None,
-                     question_vector: Sequence[float] | None = None, as_of: str | None = None) -> SelectResult:
+                     question_vector: Sequence[float] | None = None, as_of: str | None = None,
+                     where=None) -> SelectResult:
         return await self._get(SelectResult, self._select_call(bank_id, question, budget, hops, token_budget, date,
-                                                               question_vector, as_of))
+                                                               question_vector, as_of, where))
 
     async def select_many(self, pairs: Iterable[tuple[str, str]], *, budget: int | None = None,
                           hops: int | None = None, token_budget: int | None = None,
-                          date: str | None = None) -> list[SelectResult]:
-        params = {"budget": budget, "hops": hops, "token_budget": token_budget, "date": date}
+                          date: str | None = None, where=None) -> list[SelectResult]:
+        params = {"budget": budget, "hops": hops, "token_budget": token_budget, "date": date, "where": where}
         calls, end, out = self._batch_calls(pairs, params), self._end(), []
         for call in calls:
             status, doc = await self._send(call, end)

@@ -34,6 +34,8 @@ def _has_default(f) -> bool:
 
 def _value(tp, v, where: str):
     """``v`` as type ``tp`` (the field types the results use), or :class:`Malformed`."""
+    if tp is typing.Any:  # a JSON value as the server sent it (a turn's metadata, a filter)
+        return v
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
         if v is None and type(None) in args:
@@ -92,6 +94,8 @@ class Unit:
     caption: str | None
     thread: int
     session: int
+    metadata: dict[str, typing.Any] | None = None
+    """The turn's metadata (None: none, or a server before metadata)."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,8 @@ class SelectResult:
     timings: Timings | None = None
     as_of: str | None = None
     """The date whose facts it shows (None: the current ones)."""
+    where: dict[str, typing.Any] | None = None
+    """The filter the server applied (the request's and the key's, and-ed); None: none."""
 
     @property
     def tokens(self) -> int:

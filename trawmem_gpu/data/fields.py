@@ -24,6 +24,9 @@ error, whatever the file format:
 * **session**: an integer in ``0..MAX_SESSION`` (2**31 - 1); booleans and numbers with a
   fraction are errors. A session counted by calendar day that would pass ``MAX_SESSION`` is an
   error too (:func:`next_session`);
+* **metadata** (a JSONL record's, so every door's but LoCoMo's, which has none): null or a flat
+  map of keys to strings, numbers, booleans or ISO dates
+  (:func:`~trawmem_gpu.data.metadata.metadata_field`: key and value rules, at most 64 keys);
 * **lengths**: at most ``MAX_ID_CHARS`` (256) characters for an id, ``MAX_SPEAKER_CHARS`` (256)
   for ``speaker``, ``MAX_TEXT_CHARS`` (131,072) for ``text``, ``MAX_CAPTION_CHARS`` (8,192) for
   ``caption`` and ``MAX_DATE_CHARS`` (64) for ``timestamp``: the HTTP API's bounds
@@ -171,7 +174,7 @@ def check_order(turn: Turn, prev: Turn | None, where: str, name: str = "timestam
 
 
 JSONL_NAMES = {"turn_id": "turn_id", "speaker": "speaker", "text": "text", "caption": "caption",
-               "timestamp": "timestamp", "session": "session"}
+               "timestamp": "timestamp", "session": "session", "metadata": "metadata"}
 """Source field names of each Turn field, for error messages (JSONL spelling)."""
 
 

@@ -2,7 +2,8 @@
 
 Fields per line: ``bank_id``, ``turn_id``, ``speaker``, ``text``, ``timestamp`` (any date
 :func:`~trawmem_gpu.data.dates.parse_date` reads; one with an offset is read as its UTC time),
-optional ``caption`` and optional integer ``session`` (0..2**31 - 1). Any other field is an
+optional ``caption``, optional integer ``session`` (0..2**31 - 1) and optional ``metadata`` (a flat
+map of keys to strings, numbers, booleans or ISO dates: :mod:`trawmem_gpu.data.metadata`). Any other field is an
 error naming it (a misspelled ``sesion`` would otherwise be dropped unseen). Within one bank
 either every line carries ``session`` or none does; without it, a new session starts whenever
 the calendar day of ``timestamp`` changes. Lines of a bank keep their file order. Blank lines
@@ -21,14 +22,16 @@ strings. Each line is decoded as UTF-8 on its own, so a bad byte is reported wit
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import InputError
 from .fields import EmptyTurn, id_field, make_turn, next_session, session_field
+from .metadata import metadata_field
 from .types import Conversation, Turn
 
 REQUIRED = ("bank_id", "turn_id", "speaker", "text", "timestamp")
-TURN_FIELDS = ("turn_id", "speaker", "text", "timestamp", "session", "caption")
+TURN_FIELDS = ("turn_id", "speaker", "text", "timestamp", "session", "caption", "metadata")
 """The fields of a record that describe the turn (all but ``bank_id``)."""
 RECORD_FIELDS = ("bank_id", *TURN_FIELDS)
 """Every field a record may carry; any other is refused."""
@@ -85,6 +88,9 @@ def turn_from_record(rec, where: str = "record", *, prev: Turn | None = None,
             raise InputError(f"{where}: field 'session' goes backwards ({sess} after {prev.session})")
     turn = make_turn(where, turn_id=rec["turn_id"], speaker=rec["speaker"], text=rec["text"],
                      timestamp=rec["timestamp"], caption=rec.get("caption"), session=sess or 0, dayfirst=dayfirst)
+    meta = metadata_field(rec.get("metadata"), where)
+    if meta is not None:
+        turn = replace(turn, metadata=meta)
     if sess is None:
         if prev is None:
             sess = 1
@@ -92,7 +98,7 @@ def turn_from_record(rec, where: str = "record", *, prev: Turn | None = None,
             sess = prev.session
         else:
             sess = next_session(prev.session, where)
-        turn = Turn(turn.turn_id, turn.speaker, turn.text, sess, turn.timestamp, turn.time, turn.caption)
+        turn = replace(turn, session=sess)
     return bank, turn
 
 

@@ -27,6 +27,11 @@ class Turn:
     """``timestamp`` parsed; None only when the source gave no date."""
     caption: str | None = None
     """Image caption, for turns that shared an image (images enter as their captions)."""
+    metadata: dict | None = field(default=None, hash=False)
+    """A flat map of keys to strings, numbers, booleans or ISO dates (``user_id``, ``agent_id``,
+    ``run_id``, ...; checked by ``data.metadata.metadata_field``), or None. Selection filters read it
+    (``where=``); the encoder, BM25 and workspaces never see it. Read-only (``data.metadata.Metadata``)
+    as the turn is frozen."""
 
     def lexical_text(self) -> str:
         """Speaker, words and the image caption (what BM25 indexes)."""
@@ -50,12 +55,19 @@ def turns_digest(turns: Iterable[Turn]) -> str:
     A bank records the digest of the turns it was built from; ``trawmem eval --banks`` compares
     it with the digest of the data file's turns and refuses a bank built from other data. The
     parsed ``time`` is included, so reading the same file with another ``--dayfirst`` differs.
+
+    A turn's ``metadata`` is included when it has any (its keys sorted: the same map in another
+    order is the same turn): a filter reads it, so a bank whose data gained or changed metadata is
+    another bank's data. A turn without metadata hashes as it did before metadata existed, so
+    every bank written before keeps its digest (and loads).
     """
     h = hashlib.sha256()
     for t in turns:
-        h.update(json.dumps([t.turn_id, t.speaker, t.text, t.session, t.timestamp,
-                             t.time.isoformat() if t.time else None, t.caption],
-                            ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+        row = [t.turn_id, t.speaker, t.text, t.session, t.timestamp, t.time.isoformat() if t.time else None,
+               t.caption]
+        if t.metadata:
+            row.append(dict(sorted(t.metadata.items())))
+        h.update(json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
         h.update(b"\n")
     return h.hexdigest()
 

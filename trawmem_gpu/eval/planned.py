@@ -96,10 +96,10 @@ def merge_picks(lists: Sequence[Sequence[int]], costs, unit_thread: np.ndarray, 
 
 
 def _engine_picks(engine, bank_ids: Sequence[str], searches: Sequence[Sequence[str]], first_vecs, encode, qp,
-                  dates) -> list[list[list[int]]]:
+                  dates, masks=None) -> list[list[list[int]]]:
     """Per question, the engine's picks of each of its searches: the searches not given a vector
     (``first_vecs[i]`` is search 0's of question ``i`` when given) encoded in one call, then one
-    engine call over them all."""
+    engine call over them all (each search with its question's unit mask, ``masks[i]``)."""
     skip = 0 if first_vecs is None else 1
     extra = list(dict.fromkeys(s for ss in searches for s in ss[skip:]))
     vec = {}
@@ -108,19 +108,21 @@ def _engine_picks(engine, bank_ids: Sequence[str], searches: Sequence[Sequence[s
         if V.shape[0] != len(extra):
             raise ValueError(f"encode gave {V.shape[0]} vectors for {len(extra)} searches")
         vec = {s: V[j] for j, s in enumerate(extra)}
-    ids, texts, rows, ds, owner = [], [], [], [], []
+    ids, texts, rows, ds, owner, ms = [], [], [], [], [], []
     for i, ss in enumerate(searches):
         for k, s in enumerate(ss):
             ids.append(bank_ids[i])
             texts.append(s)
             rows.append(first_vecs[i] if k < skip else vec[s])
             ds.append(None if dates is None else dates[i])
+            ms.append(None if masks is None else masks[i])
             owner.append(i)
     out: list[list[list[int]]] = [[] for _ in searches]
     if not ids:
         return out
     picks = engine.select_units(ids, texts, np.stack(rows).astype(np.float32),
-                                dates=ds if any(d is not None for d in ds) else None, params=qp)
+                                dates=ds if any(d is not None for d in ds) else None, params=qp,
+                                **({} if masks is None else {"masks": ms}))
     for i, p in zip(owner, picks):
         out[i].append(p)
     return out
@@ -149,13 +151,14 @@ class PlanOptions:
 
 def planned_select(engine, items: Sequence[tuple[str, str]], Z, params: Optional[QueryParams] = None,
                    options: Optional[PlanOptions] = None, *, encode: Callable[[list[str]], np.ndarray],
-                   plans: Optional[Sequence[QueryPlan]] = None, dates=None, **kw) -> list[PlannedPick]:
+                   plans: Optional[Sequence[QueryPlan]] = None, dates=None, masks=None, **kw) -> list[PlannedPick]:
     """Planned TrawMem's workspaces (module docstring) for ``items`` (``(bank_id, question)``; ``Z``
     their question vectors, ``[Q, d]``), each with the one ``params`` (None = the defaults), over a
     ``SelectionEngine`` ``engine``. ``encode(texts)`` gives query vectors for the other searches.
     ``plans`` (one per item, the question first) are used as given, else made by ``llm`` (None:
     the question is the only search, and the result is the engine's own). ``follow_up`` runs stage
-    2 (needs ``llm``); ``dates``: each item's "now" (or None), as the engine takes them.
+    2 (needs ``llm``); ``dates``: each item's "now" (or None), as the engine takes them; ``masks``:
+    each item's unit mask (a filter's, ``engine.masks_of``) or None, for every search of it.
     ``options``: :class:`PlanOptions` (``llm``, ``prompts``, ``follow_up``, ``follow_up_share``), or
     its fields as keywords."""
     o = with_keywords("planned_select", PlanOptions, options, kw)
@@ -181,7 +184,8 @@ def planned_select(engine, items: Sequence[tuple[str, str]], Z, params: Optional
     snap = engine.snapshot  # the banks (unit views) and token costs the engine pays T with
     info = [snap.infos[snap.bank_index(b)] for b in bids]
     headings = engine.cfg.headings
-    first = _engine_picks(engine, bids, [p.queries for p in plans], Z, encode, qp, dates)
+    first = _engine_picks(engine, bids, [p.queries for p in plans], Z, encode, qp, dates, masks)
+    keep = masks or [None] * len(items)
 
     def merged(i, lists, budget, token_budget, **kw):
         return merge_picks(lists, info[i].costs, info[i].bank.unit_thread, budget, token_budget, **kw)
@@ -191,9 +195,9 @@ def planned_select(engine, items: Sequence[tuple[str, str]], Z, params: Optional
     if follow_up:
         b1, t1 = _shrunk(qp, float(follow_up_share))
         part = [merged(i, first[i], b1, t1) for i in range(len(items))]
-        texts = [assemble(info[i].bank, qs[i], part[i][0], headings).render() for i in range(len(items))]
+        texts = [assemble(info[i].bank, qs[i], part[i][0], headings, keep[i]).render() for i in range(len(items))]
         fus = follow_up_queries(qs, texts, [p.queries for p in plans], llm, prompts)
-        second = _engine_picks(engine, bids, [f or () for f in fus], None, encode, qp, dates)
+        second = _engine_picks(engine, bids, [f or () for f in fus], None, encode, qp, dates, masks)
         for i, (f, p) in enumerate(zip(fus, plans)):
             if not f:
                 out[i] = PlannedPick(out[i].units, p, follow_up_fallback=f is None, sources=out[i].sources)
@@ -204,7 +208,7 @@ def planned_select(engine, items: Sequence[tuple[str, str]], Z, params: Optional
             out[i] = PlannedPick(u, p, tuple(f), sources=tuple(s))
     if qp.token_budget is not None:  # the check against the rendering, as the engine's own
         for i, pk in enumerate(out):
-            kept = fit_to_tokens(info[i].bank, pk.units, qp.token_budget, headings, costs=info[i].costs)
+            kept = fit_to_tokens(info[i].bank, pk.units, qp.token_budget, headings, costs=info[i].costs, keep=keep[i])
             if len(kept) < len(pk.units):
                 out[i] = PlannedPick(kept, pk.plan, pk.follow_ups, pk.follow_up_fallback, pk.sources[:len(kept)])
     return out

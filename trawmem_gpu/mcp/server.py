@@ -19,7 +19,10 @@ Transports:
   of ``trawmem serve`` (``serve/keys.py``, made by ``trawmem serve-key``): each request sends
   ``Authorization: Bearer KEY`` (or ``X-API-Key``); no key or an unknown one is answered 401 before
   the MCP layer; a tool sees only the banks its key owns, a foreign bank answers exactly like a
-  missing one, and a read-only key may recall and list but not add or forget.
+  missing one, and a read-only key may recall and list but not add or forget. A key bound to a
+  filter (``trawmem serve-key --where``) recalls only turns that pass it (a ``recall``'s own
+  ``where`` is AND-ed with it), adds only such turns, forgets only such turns by id (others are
+  reported missing), and cannot ``forget_bank``.
 
 A tool's failure (an unknown bank, a malformed turn, a budget out of range, an unknown argument)
 is a tool error whose text names the field and the reason (``turns[0].text: String should have at
@@ -254,7 +257,14 @@ def _write_tools(g: _Guard, A) -> list:
 
     async def add_turns(bank_id: BankId, ctx: Context, turns: Turns = None, messages: Messages = None,
                         speakers: Speakers = None, roles: Roles = None, atomic: bool = False) -> A.Added:
-        g.tenant(ctx, bank_id, write=True)
+        from mcp.server.mcpserver.exceptions import ToolError
+
+        t = g.tenant(ctx, bank_id, write=True)
+        field, items = ("turns", turns) if turns is not None else ("messages", messages or [])
+        bad = next((i for i, r in enumerate(items) if isinstance(r, dict) and not t.may_store(r.get("metadata"))), None)
+        if bad is not None:  # a key bound to a filter stores only what it could recall
+            raise ToolError(f"{field}[{bad}].metadata: does not pass this API key's filter {t.where.key}; "
+                            "nothing was stored")
         res = await g.run("add", bank_id, turns, messages=messages, speakers=speakers, roles=roles, atomic=atomic)
         return A.Added(**{k: res[k] for k in A.Added.model_fields})
 
@@ -263,17 +273,26 @@ def _write_tools(g: _Guard, A) -> list:
                            missing=list(res.get("missing") or []), deleted=bool(res.get("deleted")))
 
     async def forget(bank_id: BankId, turn_ids: TurnIds, ctx: Context) -> A.Forgotten:
-        g.tenant(ctx, bank_id, write=True)
-        return forgotten(bank_id, await g.run("forget", bank_id, list(dict.fromkeys(turn_ids))))
+        t = g.tenant(ctx, bank_id, write=True)
+        ids = list(dict.fromkeys(turn_ids))
+        if t.where is None:
+            return forgotten(bank_id, await g.run("forget", bank_id, ids))
+        mine = {x.turn_id for x in await g.run("turns", bank_id) if t.where.matches(x.metadata)}
+        res = await g.run("forget", bank_id, [i for i in ids if i in mine]) if mine & set(ids) else {}
+        return forgotten(bank_id, {**res, "missing": [*res.get("missing", []), *(i for i in ids if i not in mine)]})
 
     async def forget_bank(bank_id: BankId, ctx: Context) -> A.Forgotten:
-        g.tenant(ctx, bank_id, write=True)
+        from mcp.server.mcpserver.exceptions import ToolError
+
+        if g.tenant(ctx, bank_id, write=True).where is not None:
+            raise ToolError("this API key is bound to a filter: it forgets turns by id (forget), not a whole bank")
         return forgotten(bank_id, await g.run("forget", bank_id, None))
 
     return [
         strict_tool(add_turns, description=(
             "Store new conversation turns in a memory bank (the first add creates the bank). Each turn: turn_id, "
-            f"speaker, text, timestamp (ISO 8601), optional caption and session; or give chat messages "
+            f"speaker, text, timestamp (ISO 8601), optional caption, session and metadata (a flat map such as "
+            f"{{\"user_id\": \"u1\"}} that recall's where filters on); or give chat messages "
             f"({{role, content, name}}) instead; at most {ServeConfig.max_turns_per_append} a call. Each item is "
             "answered: stored, already_stored, refused (with its field and reason) or skipped; atomic=true refuses "
             "the whole call when one item is refused."), hints={"turns": "give turns or messages"},
@@ -296,19 +315,28 @@ def _read_tools(g: _Guard, A, default_token_budget: int) -> list:
     from pydantic import Field
 
     from ..select.params import SERVED_LIMITS
-    from ..serve.models import MAX_DATE_CHARS
+    from ..serve.models import MAX_DATE_CHARS, WHERE_DOC
 
     BankId = _bank_id_type()
     Question = Annotated[str, Field(min_length=1, max_length=SERVED_LIMITS.max_question_chars)]
     TokenBudget = Annotated[int, Field(ge=1, le=SERVED_LIMITS.max_token_budget)] | None
     Date = Annotated[str, Field(max_length=MAX_DATE_CHARS)] | None
+    Where = Annotated[dict[str, Any], Field(description=WHERE_DOC)] | None
 
     async def recall(bank_id: BankId, question: Question, ctx: Context, token_budget: TokenBudget = None,
-                     date: Date = None, as_of: Date = None) -> A.Workspace:
-        g.tenant(ctx, bank_id)
+                     date: Date = None, as_of: Date = None, where: Where = None) -> A.Workspace:
+        from mcp.server.mcpserver.exceptions import ToolError
+
+        from ..errors import InputError
+
+        t = g.tenant(ctx, bank_id)
         tb = default_token_budget if token_budget is None else token_budget
+        try:  # the call's filter, narrowed by the key's (never widened)
+            flt = t.narrowed(where)
+        except InputError as e:
+            raise ToolError(str(e)) from None
         # the request's T over the tool's default T; the Memory merges it over its own defaults
-        ws = await g.run("select", bank_id, question, token_budget=tb, date=date,
+        ws = await g.run("select", bank_id, question, token_budget=tb, date=date, where=flt,
                          **({"as_of": as_of} if as_of is not None else {}))
         return A.Workspace(bank_id=bank_id, text=ws.text, unit_ids=list(ws.unit_ids), tokens=ws.tokens)
 
@@ -321,7 +349,8 @@ def _read_tools(g: _Guard, A, default_token_budget: int) -> list:
         strict_tool(recall, description=(
             "Recall what is relevant to a question from a memory bank: a workspace of past turns that fits in "
             "token_budget tokens, to read before answering; as_of (a date) shows the facts that held then "
-            "instead of the current ones."), read_only_hint=True),
+            "instead of the current ones; where (optional) filters the turns by their metadata, e.g. "
+            "{\"user_id\": \"u1\"}: only turns that pass are considered."), read_only_hint=True),
         strict_tool(list_banks, description="List the memory banks this caller can see, with their sizes.",
                     read_only_hint=True),
     ]

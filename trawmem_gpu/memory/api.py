@@ -68,6 +68,23 @@ def _date_of(d, where: str) -> datetime | None:
     raise InputError(f"{where}: expected a date, a datetime or a date string, got {type(d).__name__}")
 
 
+def _filters(where, n: int) -> list | None:
+    """``where`` (one filter for all queries, or a list of one per query) parsed
+    (``data.filters.parse_filter``: an ``InputError`` names ``where`` or ``where[i]`` and the path
+    inside), or None when no query has one."""
+    from ..data.filters import parse_filter
+
+    if where is None:
+        return None
+    if isinstance(where, (list, tuple)):
+        if len(where) != n:
+            raise InputError(f"where: {len(where)} filters for {n} queries (give one for all, or one per query)")
+        flts = [parse_filter(w, f"where[{i}]") for i, w in enumerate(where)]
+    else:
+        flts = [parse_filter(where)] * n
+    return None if all(f is None for f in flts) else flts
+
+
 def _vectors(vectors, n: int, dim: int):
     """``vectors`` as an ``(n, dim)`` float32 array: one finite vector per query, never reshaped."""
     import numpy as np
@@ -266,7 +283,7 @@ class Memory:
         return self._core.forget_summary(res, self._core.erase_copies(res))
 
     # -- selection -------------------------------------------------------------------------------
-    def select(self, bank_id: str, question: str, *, params=None, date=None, vector=None, as_of=None,
+    def select(self, bank_id: str, question: str, *, params=None, date=None, vector=None, where=None, as_of=None,
                **query) -> SelectedWorkspace:
         """The workspace for ``question`` from bank ``bank_id``: ``.text`` (what an answer model
         reads), ``.units`` (the selected turns), ``.tokens``.
@@ -278,22 +295,23 @@ class Memory:
             hops over the thread graph (None: the default); or any other ``QueryParams`` field
         :param date: the question's "now" (datetime, date or date string) for the date-dependent terms
         :param vector: the question's unit-norm vector (skips encoding)
+        :param where: a filter over the turns' metadata, ``{"user_id": "u1"}`` (docs/python-api.md)
         :param as_of: a date: the facts shown are those valid on it (``Fact.valid_at``; default:
             the current ones); it applies to the facts layer (``units`` with facts), not to turns
         :raises UnknownBank: no such bank
         :raises ConfigError: a budget, token budget or hops out of range (the message names the field)
         """
         return self.select_many([(bank_id, question)], params=params, dates=None if date is None else [date],
-                                vectors=None if vector is None else [vector], as_of=as_of,
+                                vectors=None if vector is None else [vector], where=where, as_of=as_of,
                                 **_query("select", query))[0]
 
-    def select_many(self, queries: Sequence[tuple[str, str]], *, params=None, dates=None, vectors=None, as_of=None,
-                    **query) -> list[SelectedWorkspace]:
+    def select_many(self, queries: Sequence[tuple[str, str]], *, params=None, dates=None, vectors=None, where=None,
+                    as_of=None, **query) -> list[SelectedWorkspace]:
         """Workspaces for many ``(bank_id, question)`` pairs: one encoder call and one batched
         engine call for all of them (what the server does for a batch). Parameters as
         :meth:`select`, for every query; ``params``: one ``QueryParams`` for all or one per query;
-        ``dates`` / ``vectors``: one per query (or None); ``as_of``: one date for all (the asked
-        banks are selected from by a throwaway engine over their facts of that day)."""
+        ``dates`` / ``vectors``: one per query (or None); ``where``: one filter for all or one per query;
+        ``as_of``: one date for all (a throwaway engine over the asked banks' facts of that day)."""
         from ..data.types import MAX_QUESTION_CHARS
         from .core import pick
 
@@ -319,6 +337,7 @@ class Memory:
             bids.append(b)
             qs.append(text.strip())
         n = len(queries)
+        flts = _filters(where, n)
         ds = [None] * n if dates is None else [_date_of(d, f"dates[{i}]") for i, d in enumerate(dates)]
         if len(ds) != n:
             raise InputError(f"dates: {len(ds)} dates for {n} queries")
@@ -341,21 +360,22 @@ class Memory:
                         raise self._core.registry.absent(b, f"queries[{i}]: " if n > 1 else "")
             if day is not None:
                 eng = eng.dated({b: eng.banks[b] for b in dict.fromkeys(bids)}, day)
+            masks = None if flts is None else eng.engine.masks_of(bids, flts)
             if plans is None:
-                picks, banks, used = pick(eng, bids, qs, Z, ds, qps)
+                picks, banks, used = pick(eng, bids, qs, Z, ds, qps, **({} if masks is None else {"masks": masks}))
             else:
                 from ..eval.planned import planned_select
 
                 got = planned_select(eng.engine, list(zip(bids, qs)), Z, qps[0], llm=self.plan_llm, plans=plans,
-                                     encode=lambda t: self._core.encoder.encode(t, is_query=True),
+                                     encode=lambda t: self._core.encoder.encode(t, is_query=True), masks=masks,
                                      follow_up=self.follow_up, dates=ds if any(d is not None for d in ds) else None)
                 picks, banks, used = [g.units for g in got], [eng.bank(b) for b in bids], [d is not None for d in ds]
                 searches = [g.searches for g in got]
             epoch = self._epoch
             self._assembling[epoch] = self._assembling.get(epoch, 0) + 1
         try:
-            return [SelectedWorkspace.of(bank, q, p, self._core.headings, u, sr)
-                    for bank, q, p, u, sr in zip(banks, qs, picks, used, searches)]
+            return [SelectedWorkspace.of(bank, q, p, self._core.headings, u, sr, keep)
+                    for bank, q, p, u, sr, keep in zip(banks, qs, picks, used, searches, masks or [None] * n)]
         finally:
             with self._lock:
                 self._assembling[epoch] -= 1

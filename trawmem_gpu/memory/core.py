@@ -120,11 +120,13 @@ class MemoryCore:
         return self.registry.append(bank_id, records, encoder or self.encoder, self.encoder_spec, llm)
 
     def forget_stored(self, bank_id: str, turn_ids: list[str] | None, llm=None,
-                      encoder: Encoder | None = None, outputs=()) -> ForgetResult:
+                      encoder: Encoder | None = None, outputs=(), where=None) -> ForgetResult:
         """Rewrite (or delete) the stored bank without the turns (``encoder`` as for :meth:`append`;
         ``outputs``: the score outputs :meth:`erase_copies` will scrub, journaled first); the
-        engine and caches are not touched."""
-        return self.registry.forget(bank_id, turn_ids, encoder or self.encoder, llm, outputs)
+        engine and caches are not touched. ``where``: the filter of a key bound to one
+        (:func:`forget_within`)."""
+        forget = lambda ids: self.registry.forget(bank_id, ids, encoder or self.encoder, llm, outputs)  # noqa: E731
+        return forget(turn_ids) if where is None else forget_within(self.registry, bank_id, turn_ids, where, forget)
 
     def erase_copies(self, res: ForgetResult, outputs=()) -> dict:
         """Scrub every cache copy of what ``res`` forgot (and the ``outputs``: those given, and
@@ -187,6 +189,23 @@ class MemoryCore:
                 "deleted": res.bank is None, "n_units": 0 if res.bank is None else res.bank.n_units, **counts}
 
 
+def forget_within(registry, bank_id: str, turn_ids: list[str] | None, where, forget) -> ForgetResult:
+    """A forget by a key bound to the filter ``where`` (``serve.keys.Tenant.where``): ``forget`` of
+    the ids whose turns pass it; the others are left alone and reported missing, as ids the bank
+    does not hold (which they are, for this key). A whole bank (``turn_ids`` None) is refused."""
+    from ..errors import InputError
+
+    if turn_ids is None:
+        raise InputError("an API key bound to a filter forgets turns by id only, not a whole bank")
+    bank = registry.get(bank_id)
+    if bank is None:
+        raise registry.absent(bank_id)
+    mine = {t.turn_id for t in bank.turns if where.matches(getattr(t, "metadata", None))}
+    res = forget([t for t in turn_ids if t in mine])
+    res.missing = list(dict.fromkeys([*res.missing, *(t for t in turn_ids if t not in mine)]))
+    return res
+
+
 def served_engine(banks: dict, select_cfg: SelectConfig | None = None, threads: int | None = None,
                   head=None, units=("turns",), method: str = "trawmem") -> ServedEngine:
     """The one engine over ``banks`` (bank id -> bank) with the method ``select_cfg``, selecting
@@ -208,10 +227,11 @@ def served_engine(banks: dict, select_cfg: SelectConfig | None = None, threads: 
     return ServedEngine(banks, cfg, make, units)
 
 
-def pick(engines: ServedEngine, bank_ids: list[str], questions: list[str], Z, dates, params):
+def pick(engines: ServedEngine, bank_ids: list[str], questions: list[str], Z, dates, params, masks=None):
     """One batched engine call: ``(picks, the banks they index, per query whether its date was used)``
-    (engine-owner thread; assemble with ``SelectedWorkspace.of``)."""
-    picks, used = select_units(engines.engine, bank_ids, questions, Z, dates, params)
+    (engine-owner thread; assemble with ``SelectedWorkspace.of``); ``masks``: each query's unit mask
+    (``engine.masks_of`` of its filter) or None."""
+    picks, used = select_units(engines.engine, bank_ids, questions, Z, dates, params, masks)
     return picks, [engines.bank(b) for b in bank_ids], used
 
 

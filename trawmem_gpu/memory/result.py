@@ -27,6 +27,8 @@ class Unit:
     thread: int
     """Bank-local thread index."""
     session: int
+    metadata: dict | None = None
+    """The turn's metadata (``data.metadata``), or None."""
 
 
 @dataclass(frozen=True)
@@ -61,19 +63,24 @@ class SelectedWorkspace:
     def to_dict(self) -> dict:
         """The JSON fields of the server's answer (``units``, ``threads``, ``text``, ``n_tokens``, ...)."""
         return {"bank_id": self.bank_id, "question": self.question, "date_used": self.date_used,
-                "units": [u.__dict__.copy() for u in self.units],
+                "units": [{**u.__dict__, "metadata": None if u.metadata is None else dict(u.metadata)}
+                          for u in self.units],
                 "threads": [t.__dict__.copy() for t in self.threads],
                 "text": self.text, "n_tokens": self.tokens, "tokenizer": self.tokenizer,
                 **({"searches": list(self.searches)} if self.searches else {})}
 
     @classmethod
     def of(cls, bank: Bank, question: str, units: list[int], headings: Headings,
-           date_used: bool = False, searches: tuple[str, ...] = ()) -> "SelectedWorkspace":
-        """Assemble the picks ``units`` (bank-local indices) of ``bank`` into a workspace."""
-        ws = assemble(bank, question, units, headings)
+           date_used: bool = False, searches: tuple[str, ...] = (), keep=None) -> "SelectedWorkspace":
+        """Assemble the picks ``units`` (bank-local indices) of ``bank`` into a workspace (``keep``:
+        the unit mask of the filter they were selected under: a thread with a failing unit shows
+        no head, ``select.workspace.assemble``)."""
+        ws = assemble(bank, question, units, headings, keep)
         text = ws.render()
         return cls(bank.bank_id, question,
                    tuple(Unit(t.turn_id, t.speaker, t.text, t.time.isoformat() if t.time else None, t.timestamp,
-                              t.caption, b.thread, t.session) for b in ws.blocks for t in b.units),
-                   tuple(Thread(b.thread, b.head) for b in ws.blocks), text, count_tokens_cached(text),
+                              t.caption, b.thread, t.session, getattr(t, "metadata", None))
+                         for b in ws.blocks for t in b.units),
+                   tuple(Thread(b.thread, b.head or None) for b in ws.blocks),
+                   text, count_tokens_cached(text),
                    date_used=date_used, searches=tuple(searches) if len(searches) > 1 else ())

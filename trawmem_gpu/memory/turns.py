@@ -146,8 +146,11 @@ def shown_id(tid) -> str | None:
 
 def same_turn(a: Turn, b: Turn) -> bool:
     """Whether two turns of one id carry the same content (what a client sent: the session is
-    derived, so it is not compared)."""
-    return (a.speaker, a.text, a.timestamp, a.caption) == (b.speaker, b.text, b.timestamp, b.caption)
+    derived, so it is not compared), metadata included (``data.metadata.same_metadata``)."""
+    from ..data.metadata import same_metadata
+
+    return (a.speaker, a.text, a.timestamp, a.caption) == (b.speaker, b.text, b.timestamp, b.caption) \
+        and same_metadata(a.metadata, b.metadata)
 
 
 def _filled(rec: dict, assign: Assign, n_next, prev: Turn | None) -> dict:

@@ -1,8 +1,9 @@
 """What ``trawmem score`` scores: one item per question, from a questions JSONL or a benchmark file.
 
-Questions JSONL: one object per line with ``id``, ``bank_id``, ``question`` and an optional
+Questions JSONL: one object per line with ``id``, ``bank_id``, ``question``, an optional
 ``date`` (when the question is asked, in any format ``parse_date`` reads: it is "now" for that
-question). Benchmark files (LongMemEval, LoCoMo) give their questions with gold evidence, so
+question) and an optional ``where`` (a filter over the turns' metadata, ``data.filters``: only turns
+that pass are candidates for that question). Benchmark files (LongMemEval, LoCoMo) give their questions with gold evidence, so
 the job can score them too.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from ..data.dates import parse_date
 from ..data.fields import id_field, valid_unicode
+from ..data.filters import parse_filter
 from ..data.types import MAX_QUESTION_CHARS, Conversation
 from ..errors import InputError
 
@@ -33,6 +35,8 @@ class ScoreItem:
     """Question type or category name, for per-type tables."""
     answer: str | None = None
     """Reference answer, when the source has one."""
+    where: dict | None = None
+    """The question's filter over turn metadata (``data.filters``, canonical JSON), or None."""
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -43,7 +47,7 @@ class ScoreItem:
     def from_dict(cls, d: dict) -> "ScoreItem":
         g = d.get("gold")
         return cls(d["id"], d["bank_id"], d["question"], d.get("date"), tuple(g) if g is not None else None,
-                   d.get("qtype"), d.get("answer"))
+                   d.get("qtype"), d.get("answer"), d.get("where"))
 
 
 def _check_question(q, where: str) -> str:
@@ -96,7 +100,9 @@ def read_questions(path: str | Path, *, dayfirst: bool = False) -> list[ScoreIte
                 date = parse_date(date, dayfirst=dayfirst).isoformat()
             except ValueError as e:
                 raise InputError(f"{where}: field 'date': {e}") from None
-        out.append(ScoreItem(qid, bank_id, _check_question(r["question"], where), date))
+        flt = parse_filter(r.get("where"), f"{where}: where")
+        out.append(ScoreItem(qid, bank_id, _check_question(r["question"], where), date,
+                             where=None if flt is None else flt.json))
     if not out:
         raise InputError(f"{path}: no questions")
     return out

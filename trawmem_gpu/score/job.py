@@ -186,24 +186,31 @@ class Scorer:
         """Selected bank-local unit indices per item, in selection (rank) order."""
         from ..select import baselines
         from ..select.reference import select_reference
+        from ..select.restrict import unit_mask
 
         for it in items:
             if it.bank_id not in self.banks:
                 raise InputError(f"question {it.id!r}: unknown bank id {it.bank_id!r}")
         dates = [datetime.fromisoformat(it.date) if it.date else None for it in items]  # "now" per question
+        wheres = [it.where for it in items] if any(it.where for it in items) else None  # each question's filter
         if self.engine is not None:
             return self.engine.select_units([it.bank_id for it in items], [it.question for it in items], Z,
-                                            dates=dates, params=self.qp)
+                                            dates=dates, params=self.qp, where=wheres)
         if self.trimem is not None:
-            return [self.trimem[it.bank_id].plain_units(it.question, z, self.qp) for it, z in zip(items, Z)]
+            from ..select.trimem.plan import plain_plan
+
+            return [self.trimem[it.bank_id].units(plain_plan(it.question), np.asarray(z)[None, :], self.qp,
+                                                  keep=unit_mask(self.trimem[it.bank_id].view, it.where))
+                    for it, z in zip(items, Z)]
         ctxs = [self.context(it.bank_id) for it in items]  # outside the selection timing, as the engine's setup
         out = []
         for it, ctx, z, now in zip(items, ctxs, Z, dates):
-            m = self.spec.method
+            m, keep = self.spec.method, unit_mask(ctx.bank, it.where)
             if m == "trawmem":
-                out.append(select_reference(ctx, it.question, z, self.cfg, self.qp, head=self.head, now=now).units)
+                out.append(select_reference(ctx, it.question, z, self.cfg, self.qp, head=self.head, now=now,
+                                            keep=keep).units)
             else:
-                out.append(baselines.baseline_units(m, ctx, it.question, z, self.cfg, self.qp))
+                out.append(baselines.baseline_units(m, ctx, it.question, z, self.cfg, self.qp, keep=keep))
         return out
 
     @property
@@ -218,6 +225,8 @@ class Scorer:
 
     def score(self, items: list[ScoreItem], Z: np.ndarray | None = None) -> list[dict]:
         """Output records for ``items`` (all of whose banks this scorer holds)."""
+        from ..select.restrict import unit_mask
+
         if not items:
             return []
         t0 = time.perf_counter()
@@ -233,12 +242,13 @@ class Scorer:
                 self._digest[it.bank_id] = bank_digest(bank)
             if self.trimem is not None:  # the workspace is the unit view's: facts, turns, profiles
                 bank = self.trimem[it.bank_id].view
-            ws = assemble(bank, it.question, p, headings_for(self.spec.method, self.cfg))
+            keep = None if it.where is None else unit_mask(bank, it.where)  # heads a filter hides
+            ws = assemble(bank, it.question, p, headings_for(self.spec.method, self.cfg), keep)
             text = ws.render()
             ranked = [bank.turns[int(u)].turn_id for u in p]
             rec = {"id": it.id, "bank_id": it.bank_id, "question": it.question, "date": it.date, "units": ranked,
                    "workspace": text, "tokens": count_tokens(text), "tokenizer": TOKENIZER_NAME, "config": self.tag,
-                   "bank_digest": self._digest[it.bank_id]}
+                   "bank_digest": self._digest[it.bank_id], **({"where": it.where} if it.where else {})}
             if it.gold is not None:
                 ids = [t.turn_id for t in bank.turns]
                 rec["eval"] = question_record(it.id, it.qtype, ranked, it.gold, ids, rec["tokens"], self.spec.ks,
@@ -329,7 +339,7 @@ def say_resume(out: str | Path, n_items: int, n_todo: int) -> None:
         note(log, f"{out}: {plural(n_items - n_todo, 'answer')} already in, {n_todo or 'none'} to score")
 
 
-RESUME_FIELDS = ("bank_id", "question", "date", "bank_digest", "config", "answer_error")
+RESUME_FIELDS = ("bank_id", "question", "date", "where", "bank_digest", "config", "answer_error")
 """Fields of each written record the resume check reads (``ResumableJsonl(keep=...)``)."""
 
 
@@ -347,6 +357,8 @@ def record_change(old: dict, it: ScoreItem, digest: str, tag: dict) -> str | Non
         return f"question {_short(old.get('question'))} -> {_short(it.question)}"
     if old.get("date") != it.date:
         return f"date {_short(old.get('date'))} -> {_short(it.date)}"
+    if old.get("where") != it.where:
+        return f"where {_short(old.get('where'))} -> {_short(it.where)}"
     if old.get("bank_digest") != digest:
         return (f"bank {it.bank_id!r} changed since (digest {old.get('bank_digest') or 'not recorded'} -> "
                 f"{digest})")

@@ -85,13 +85,27 @@ def take_within_tokens(order, costs, unit_thread: np.ndarray, token_budget: int,
     return out
 
 
-def baseline_units(method: str, ctx: BankContext, question: str, z: np.ndarray, cfg, params=None) -> list[int]:
+def baseline_units(method: str, ctx: BankContext, question: str, z: np.ndarray, cfg, params=None,
+                   keep: np.ndarray | None = None) -> list[int]:
     """The units ``method`` (one of :data:`BASELINES`) gives for a query with ``params`` (a
     ``QueryParams``: its ``budget``, ``token_budget`` and ``fill``; None = the defaults), in rank
     order; see the module docstring. ``cfg`` (the method) is not read: the rankings use their
     standard constants.
-    Full context without a token budget is the whole bank."""
+    Full context without a token budget is the whole bank.
+
+    ``keep``: a ``[N]`` bool unit mask (a filter's): the ranking is over the bank restricted to
+    the units it keeps (``select.restrict``: the hybrid's ranks among them, BM25 with the bank's
+    corpus statistics), so the budget is spent on passing units only; ids are the bank's."""
     from .params import QueryParams
+
+    if keep is not None:
+        from .restrict import restrict
+
+        keep = np.asarray(keep, dtype=bool)
+        if not keep.any():
+            return []
+        r = restrict(ctx, keep)
+        return [int(r.units[u]) for u in baseline_units(method, r, question, z, cfg, params)]
 
     qp = params or QueryParams()
     if qp.token_budget is None:

@@ -102,14 +102,19 @@ def localize(ctx: BankContext, question: str, z: np.ndarray, cfg: SelectConfig, 
 
 def select_reference(ctx: BankContext, question: str, z: np.ndarray, cfg: SelectConfig | None = None,
                      params: QueryParams | None = None, *, keep_internals: bool = False, head=None,
-                     now: datetime | None = None) -> Selection:
+                     now: datetime | None = None, keep: np.ndarray | None = None) -> Selection:
     """Select the workspace units for one query (``z``: its unit-norm vector).
 
     :param cfg: the method (None = ``SelectConfig()``)
     :param params: what the query asks for: B, H, T (None = ``QueryParams()``)
     :param head: optional learned role head (see ``steps.roles.role_params``); None keeps the hand-set A, M
     :param now: the query's date ("now" for it: LongMemEval gives each question one); None = none
+    :param keep: ``[N]`` bool unit mask (a filter's, ``select.restrict``): the selection over the bank
+        restricted to the units it keeps (``restrict.restrict``, which defines what a mask means),
+        its unit and thread ids mapped back to the bank's; None: no mask
     """
+    if keep is not None:
+        return _select_kept(ctx, question, z, cfg, params, keep_internals, head, now, keep)
     cfg = (cfg or SelectConfig()).resolved()
     qp = (params or QueryParams()).resolved(cfg)
     loc = localize(ctx, question, z, cfg, qp, now)
@@ -139,4 +144,23 @@ def select_reference(ctx: BankContext, question: str, z: np.ndarray, cfg: Select
     sel = Selection(ctx.bank.bank_id, units, gains, loc.threads)
     if keep_internals:
         sel.candidates, sel.r_tilde, sel.pi, sel.rho, sel.delta = loc.cand, loc.r_tilde, pi, rho, delta
+    return sel
+
+
+def _select_kept(ctx, question, z, cfg, params, keep_internals, head, now, keep) -> Selection:
+    """:func:`select_reference` with a unit mask: over the restricted bank, ids mapped back."""
+    from .restrict import restrict
+
+    keep = np.asarray(keep, dtype=bool)
+    if keep.shape != (ctx.bank.n_units,):
+        raise ValueError(f"keep: a unit mask of shape {keep.shape} for a bank of {ctx.bank.n_units} units")
+    if not keep.any():
+        return Selection(ctx.bank.bank_id, [], [], [])
+    r = restrict(ctx, keep)
+    sel = select_reference(r, question, z, cfg, params, keep_internals=keep_internals, head=head, now=now)
+    sel.units = [int(r.units[u]) for u in sel.units]
+    sel.threads = [int(r.threads[j]) for j in sel.threads]
+    if sel.candidates is not None:
+        sel.candidates = r.units[sel.candidates]
+        sel.r_tilde = {int(r.threads[j]): v for j, v in sel.r_tilde.items()}
     return sel

@@ -172,17 +172,33 @@ def thread_gist(head: str, thread_turns: list[Turn], shown: list[Turn]) -> str |
     return " | ".join(keep).strip() or None
 
 
-def assemble(bank: Bank, question: str, units: list[int], headings: Headings = DEFAULT_HEADINGS) -> Workspace:
-    """Group ``units`` (bank unit indices, any order) by thread, under ``headings`` (:data:`HEADINGS`)."""
+def partial_threads(bank: Bank, keep: np.ndarray | None) -> np.ndarray | None:
+    """``[J]`` bool: the threads holding a unit that ``keep`` (a filter's unit mask,
+    ``select.restrict``) leaves out, whose head text a workspace hides (it may quote that unit);
+    None without a mask."""
+    if keep is None:
+        return None
+    return np.bincount(bank.unit_thread[~np.asarray(keep, dtype=bool)], minlength=bank.n_threads) > 0
+
+
+def assemble(bank: Bank, question: str, units: list[int], headings: Headings = DEFAULT_HEADINGS,
+             keep: np.ndarray | None = None) -> Workspace:
+    """Group ``units`` (bank unit indices, any order) by thread, under ``headings`` (:data:`HEADINGS`).
+
+    ``keep``: the unit mask of a filter the units were selected under (``select.restrict``): a
+    thread with a failing unit shows its heading without its head (no gist; its ``head`` is
+    ``""``), since the head may quote a failing turn."""
     _check_headings(headings)
     with_heads = headings != "none"
     ut = bank.unit_thread
     chosen = sorted(set(int(u) for u in units))
+    hidden = partial_threads(bank, keep) if with_heads else None
     blocks: list[ThreadBlock] = []
     for u in chosen:
         j = int(ut[u])
         if not blocks or blocks[-1].thread != j:
-            blocks.append(ThreadBlock(j, bank.heads[j] if with_heads else None, []))
+            head = bank.heads[j] if with_heads and (hidden is None or not hidden[j]) else ("" if with_heads else None)
+            blocks.append(ThreadBlock(j, head, []))
         blocks[-1].units.append(bank.turns[u])
     if headings == "gist":
         for b in blocks:
@@ -309,16 +325,17 @@ def token_costs(bank: Bank, headings: Headings = DEFAULT_HEADINGS) -> TokenCosts
 
 
 def fit_to_tokens(bank: Bank, units: list[int], token_budget: int, headings: Headings = DEFAULT_HEADINGS,
-                  costs: TokenCosts | None = None) -> list[int]:
+                  costs: TokenCosts | None = None, keep: np.ndarray | None = None) -> list[int]:
     """``units`` (in pick order) less picks from the end until the rendered workspace holds at
     most ``token_budget`` tokens: the check of every selection under a token budget. With the
     bank's ``costs`` (``bounded``, same ``headings``) whose sum for ``units`` is within the
     budget, the workspace provably fits (:class:`TokenCosts`) and is not rendered; otherwise it is
-    rendered and counted, and cut until it fits."""
+    rendered (as :func:`assemble` renders it with ``keep``, a filter's unit mask) and counted, and
+    cut until it fits."""
     if costs is not None and costs.bounded and costs.headings == headings \
             and costs.cost(units, bank.unit_thread) <= token_budget:
         return list(units)
     k = len(units)
-    while k and assemble(bank, "", units[:k], headings).n_tokens > token_budget:
+    while k and assemble(bank, "", units[:k], headings, keep).n_tokens > token_budget:
         k -= 1
     return list(units[:k])

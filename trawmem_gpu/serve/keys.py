@@ -11,7 +11,11 @@ File layout (``trawmem serve-key`` writes it; only hashes are stored, never a ke
 key: most queries waiting for a batch, most appends in flight (beyond either the key gets 429
 with ``Retry-After``), most of its queries in one engine batch. The
 limits, and the fair share of each batch, are per tenant name: keys of one tenant share them.
-``banks`` are shell-style patterns (``fnmatch``, case-sensitive). A key is compared against
+``where`` (optional) binds the key to a filter over turn metadata (``data.filters``, e.g.
+``{"user_id": "u1"}``; ``trawmem serve-key --where``): every selection the key makes is AND-ed
+with it, so a request's own ``where`` can narrow it but never widen it; the key may append only
+turns whose metadata passes it, forget only such turns by id (others answer as missing), and
+never a whole bank. ``banks`` are shell-style patterns (``fnmatch``, case-sensitive). A key is compared against
 *every* stored hash with ``hmac.compare_digest`` (no early exit), so the time taken does not
 depend on which entry, if any, matches. Keys are never logged, counted in metrics or echoed
 in errors: the service only ever handles the :class:`Tenant` a key resolves to.
@@ -71,9 +75,32 @@ class Tenant:
     """May append turns (and create banks matching ``banks``)."""
     limits: Limits | None = Limits()
     """Per-key limits; None: none (only the server-wide queue bound)."""
+    where: object = None
+    """The filter (``data.filters.Filter``) this key is bound to, AND-ed with every request's;
+    None: none."""
 
     def owns(self, bank_id: str) -> bool:
         return any(fnmatchcase(bank_id, p) for p in self.banks)
+
+    def narrowed(self, where, name: str = "where"):
+        """The filter a request of this key selects with: its ``where`` (JSON or a ``Filter``;
+        ``InputError`` naming ``name`` and the path inside) AND this key's (``data.filters.both``)."""
+        from ..data.filters import both, parse_filter
+
+        return both(self.where, parse_filter(where, name))
+
+    def may_store(self, metadata) -> bool:
+        """Whether this key may append a turn with ``metadata`` (it passes the key's filter).
+        Metadata the turn rules refuse is let through here: the append refuses it, naming why."""
+        from ..data.metadata import metadata_field
+        from ..errors import InputError
+
+        if self.where is None:
+            return True
+        try:
+            return self.where.matches(metadata_field(metadata, "turn"))
+        except InputError:
+            return True
 
     def quota(self, cfg) -> Quota:
         """This tenant's limits under ``cfg`` (a ``ServeConfig``)."""
@@ -98,6 +125,19 @@ def _limits(e: dict, where: str) -> Limits:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"{where}: limits.{k} must be a whole number >= 1, got {v!r}")
     return Limits(**lim)
+
+
+def _where(e: dict, where: str):
+    """A keys-file entry's bound filter (``where``), parsed, or None."""
+    from ..data.filters import parse_filter
+    from ..errors import InputError
+
+    if e.get("where") is None:
+        return None
+    try:
+        return parse_filter(e["where"], "where")
+    except InputError as x:
+        raise ConfigError(f"{where}: field {x}") from None
 
 
 def hash_key(key: str) -> bytes:
@@ -141,7 +181,7 @@ class KeyStore:
             if access not in ACCESS:
                 raise ConfigError(f"{where}: field 'access' must be one of {ACCESS}")
             entries.append((bytes.fromhex(h.lower()),
-                            Tenant(name, tuple(banks), access == "read-write", _limits(e, where))))
+                            Tenant(name, tuple(banks), access == "read-write", _limits(e, where), _where(e, where))))
         return cls(entries)
 
     def authenticate(self, key: str | None) -> Tenant | None:
@@ -156,9 +196,13 @@ class KeyStore:
         return found
 
 
-def add_key(path: str | Path, tenant: str, banks: list[str], writable: bool) -> str:
+def add_key(path: str | Path, tenant: str, banks: list[str], writable: bool, where=None) -> str:
     """Append a fresh random key for ``tenant`` to the keys file (created if missing, written
-    atomically, mode 0600) and return the key; the file keeps only its sha256."""
+    atomically, mode 0600) and return the key; the file keeps only its sha256. ``where``: a filter
+    to bind the key to (JSON; checked here, ``InputError`` naming the path inside it)."""
+    from ..data.filters import parse_filter
+
+    flt = parse_filter(where, "where")
     path = Path(path)
     doc = {"keys": []}
     if path.exists():
@@ -166,7 +210,8 @@ def add_key(path: str | Path, tenant: str, banks: list[str], writable: bool) -> 
         doc = json.loads(path.read_text(encoding="utf-8"))
     key = "tmk_" + secrets.token_urlsafe(32)
     doc["keys"].append({"sha256": hashlib.sha256(key.encode()).hexdigest(), "tenant": tenant,
-                        "banks": list(banks), "access": "read-write" if writable else "read-only"})
+                        "banks": list(banks), "access": "read-write" if writable else "read-only",
+                        **({"where": flt.json} if flt is not None else {})})
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

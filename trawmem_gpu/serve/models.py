@@ -14,10 +14,11 @@ fields. An oversized field answers 422 naming the field and its bound, never ech
 """
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, WithJsonSchema
 
+from ..data.metadata import MAX_KEY_CHARS, MAX_METADATA_KEYS
 from ..data.types import (MAX_CAPTION_CHARS, MAX_DATE_CHARS, MAX_ID_CHARS, MAX_SESSION, MAX_SPEAKER_CHARS,
                           MAX_TEXT_CHARS)
 
@@ -35,6 +36,15 @@ MAX_TURNS_FIELD = 10000
 """Turns in an append body; the server's ``max_turns_per_append`` (default 1000) then applies."""
 MAX_FORGET_IDS = 10_000
 """Turn ids in one forget (``POST /v1/banks/{bank_id}/forget``, MCP ``forget``)."""
+
+Metadata = dict[Annotated[str, Field(min_length=1, max_length=MAX_KEY_CHARS)], Any]
+"""A turn's metadata: at most ``MAX_METADATA_KEYS`` keys of bounded length here; every key and value
+rule (a value is a string of at most ``MAX_VALUE_CHARS``, a number, a boolean or an ISO date) is
+``data.metadata``'s, for every door, with messages naming ``metadata.KEY``."""
+WHERE_DOC = ("a filter over turn metadata (docs/python-api.md, 'Metadata and filters'): {\"user_id\": \"u1\"}, "
+             "{\"importance\": {\"gte\": 3}}, {\"or\": [...]}; operators eq, ne, in, nin, gt, gte, lt, lte, exists "
+             "and and / or / not. Only turns that pass are candidates: the budget is spent on them. A key bound to a "
+             "filter narrows it further, never widens it")
 
 
 class SelectRequest(BaseModel):
@@ -58,6 +68,7 @@ class SelectRequest(BaseModel):
     question_vector: list[Annotated[float, Strict()]] | None = Field(
         None, max_length=MAX_VECTOR_DIMS, description="the question's embedding from the collection's encoder (skips the encoder); "
                           "normalized by the server; JSON numbers only (no strings, no booleans)")
+    where: dict[str, Any] | None = Field(None, description=WHERE_DOC)
     as_of: str | None = Field(None, max_length=MAX_DATE_CHARS,
                               description="show the facts valid on this date (superseded since, not before); "
                                           "default: the current facts (with the facts layer as units)")
@@ -79,6 +90,7 @@ class Unit(BaseModel):
     caption: str | None
     thread: int = Field(description="thread index within the bank")
     session: int
+    metadata: dict[str, Any] | None = Field(None, description="the turn's metadata (null: none)")
 
 
 class ThreadHead(BaseModel):
@@ -105,6 +117,8 @@ class SelectResponse(BaseModel):
     date: str | None
     as_of: str | None = Field(None, description="the date whose facts the workspace shows (null: the current ones)")
     date_used: bool = Field(description="whether the engine took the per-query date")
+    where: dict[str, Any] | None = Field(None, description="the filter applied: the request's where and the key's, "
+                                                         "in canonical form (null: none)")
     units: list[Unit] = Field(description="selected turns in source order")
     threads: list[ThreadHead] = Field(description="threads of the selected turns with their heads, in source order")
     text: str = Field(description="the rendered workspace")
@@ -131,6 +145,10 @@ class TurnIn(BaseModel):
     caption: str | None = Field(None, max_length=MAX_CAPTION_CHARS)
     session: int | None = Field(None, strict=True, ge=0, le=MAX_SESSION,
                                 description=f"session number in 0..{MAX_SESSION}; give it on every turn or on none")
+    metadata: Metadata | None = Field(
+        None, max_length=MAX_METADATA_KEYS,
+        description="a flat map of keys to strings, numbers, booleans or ISO 8601 dates (user_id, agent_id, run_id, "
+                    "...); selection filters (where) read it")
 
 
 MAX_CONTENT_PARTS = 256

@@ -128,9 +128,9 @@ class BankShard:
         except Exception as e:  # noqa: BLE001 - package errors go back as data, others are raised
             return _refused(e)
 
-    async def forget(self, bank_id: str, turn_ids: list[str] | None) -> dict:
+    async def forget(self, bank_id: str, turn_ids: list[str] | None, where=None) -> dict:
         try:
-            return await self.service.forget(bank_id, turn_ids)
+            return await self.service.forget(bank_id, turn_ids, where)
         except Exception as e:  # noqa: BLE001 - package errors go back as data, others are raised
             return _refused(e)
 
@@ -204,8 +204,8 @@ class RayBackend:
         _raise_refused(r)
         return r
 
-    async def forget(self, bank_id: str, turn_ids: list[str] | None) -> dict:
-        r = await self._h(bank_id).forget.remote(bank_id, turn_ids)
+    async def forget(self, bank_id: str, turn_ids: list[str] | None, where=None) -> dict:
+        r = await self._h(bank_id).forget.remote(bank_id, turn_ids, where)
         _raise_refused(r)
         return r
 

@@ -319,8 +319,8 @@ class RemoteBackend:
     async def append(self, bank_id: str, records: list[dict], quota=None) -> dict:
         return await self._call("append", bank_id, records, quota)
 
-    async def forget(self, bank_id: str, turn_ids: list[str] | None) -> dict:
-        return await self._call("forget", bank_id, turn_ids)
+    async def forget(self, bank_id: str, turn_ids: list[str] | None, where=None) -> dict:
+        return await self._call("forget", bank_id, turn_ids, where)
 
     async def has_bank(self, bank_id: str) -> bool:
         return await self._call("has_bank", bank_id)

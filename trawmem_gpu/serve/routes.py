@@ -129,7 +129,7 @@ class RouteContext:
         if not tenant.writable:
             raise HTTPError(403, "this API key is read-only")
 
-    def item_of(self, r: SelectRequest, t0: float, where: str = "") -> SelectItem:
+    def item_of(self, r: SelectRequest, t0: float, where: str = "", tenant: Tenant = LOCAL_TENANT) -> SelectItem:
         q = r.question.strip()
         if not q:
             raise HTTPError(422, f"{where}question is empty")
@@ -150,7 +150,11 @@ class RouteContext:
                 as_of = parse_date(r.as_of).date().isoformat()
             except ValueError as e:
                 raise HTTPError(422, f"{where}as_of: {e}") from None
-        return SelectItem(r.bank_id, q, vec, params, date, t0, as_of=as_of)
+        try:  # the request's filter, narrowed by the key's: a request cannot widen what its key sees
+            flt = tenant.narrowed(r.where, f"{where}where")
+        except InputError as e:
+            raise HTTPError(422, str(e)) from None
+        return SelectItem(r.bank_id, q, vec, params, date, t0, where=flt, as_of=as_of)
 
 
 def add_select_routes(app: FastAPI, ctx: RouteContext) -> tuple:
@@ -162,7 +166,7 @@ def add_select_routes(app: FastAPI, ctx: RouteContext) -> tuple:
     async def select(request: Request):
         t0 = _t0(request)
         tenant = await ctx.tenant_of_request(request)
-        item = ctx.item_of(await body_of(request, SelectRequest), t0)
+        item = ctx.item_of(await body_of(request, SelectRequest), t0, tenant=tenant)
         ctx.owned(tenant, item.bank_id)
         (res,) = await backend.select([item], quota=tenant.quota(cfg))
         return json_response(finish(res, t0))
@@ -176,7 +180,7 @@ def add_select_routes(app: FastAPI, ctx: RouteContext) -> tuple:
         req = await body_of(request, BatchRequest)
         if len(req.requests) > cfg.max_batch_request:
             raise HTTPError(422, f"requests holds {len(req.requests)} requests; the limit is {cfg.max_batch_request}")
-        items = [ctx.item_of(r, t0, f"requests[{i}].") for i, r in enumerate(req.requests)]
+        items = [ctx.item_of(r, t0, f"requests[{i}].", tenant) for i, r in enumerate(req.requests)]
         for i, it in enumerate(items):
             ctx.owned(tenant, it.bank_id, f"requests[{i}]: ")
         res = await backend.select(items, batch=True, quota=tenant.quota(cfg))
@@ -209,6 +213,11 @@ def add_turn_routes(app: FastAPI, ctx: RouteContext) -> None:
             batch = append_batch(req.turns, req.messages, speakers=req.speakers, roles=req.roles, atomic=req.atomic)
         except InputError as e:
             raise HTTPError(422, str(e)) from None
+        bad = next((i for i, r in enumerate(batch.entries) if isinstance(r, dict)
+                    and not tenant.may_store(r.get("metadata"))), None)
+        if bad is not None:  # a key bound to a filter stores only what it could select
+            raise HTTPError(403, f"{batch.where}[{bad}].metadata: does not pass this API key's filter "
+                                 f"{tenant.where.key}; nothing was stored")
         return json_response(await backend.append(bank_id, batch, quota=tenant.quota(cfg)))
 
 
@@ -218,7 +227,11 @@ def add_forget_routes(app: FastAPI, ctx: RouteContext) -> None:
 
     async def forget(bank_id: str, turn_ids: list[str] | None, tenant: Tenant) -> dict:
         ctx.writer(tenant, bank_id)
-        return await backend.forget(bank_id, turn_ids)
+        if tenant.where is None:
+            return await backend.forget(bank_id, turn_ids)
+        if turn_ids is None:
+            raise HTTPError(403, "this API key is bound to a filter: it forgets turns by id, not a whole bank")
+        return await backend.forget(bank_id, turn_ids, tenant.where)  # turns outside its filter: missing
 
     forget_doc = {"response_model": ForgetResponse, "responses": {**ERRORS, 403: {"model": Error}},
                   "tags": ["banks"]}

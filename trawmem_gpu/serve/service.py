@@ -41,7 +41,7 @@ import numpy as np
 from ..encode.base import Encoder
 from ..errors import ConfigError, UnknownBank  # noqa: F401 - the one UnknownBank, for the serve modules
 from ..memory.core import EngineSpec, MemoryCore, append_answer, bank_summary
-from ..memory.engines import select_units
+from ..memory.engines import select_filtered
 from ..memory.history import unit_history
 from ..memory.result import SelectedWorkspace
 from ..select.config import SelectConfig
@@ -72,6 +72,8 @@ class SelectItem:
     key: object = None
     """Whose query this is (the tenant; set by :meth:`SelectionService.select`): assembly is fair
     across keys."""
+    where: object = None
+    """The filter the query selects under (``data.filters.Filter``: the request's AND its key's), or None."""
     as_of: str | None = None
     """ISO date whose facts the workspace shows (None: the current ones): :func:`dated_batch`."""
 
@@ -276,15 +278,15 @@ class SelectionService:
                 "timings": {"build_and_write_ms": round((t1 - t0) * 1e3, 3),
                             "engine_refresh_ms": round((t2 - t1) * 1e3, 3)}}
 
-    async def forget(self, bank_id: str, turn_ids: list[str] | None) -> dict:
+    async def forget(self, bank_id: str, turn_ids: list[str] | None, where=None) -> dict:
         """Forget turns of a bank (None: the whole bank) in the files, the engine and the caches
         (``MemoryCore``): the rewrite and the cache scrub on an append thread, the engine's
         refresh and purge on the batch worker (between batches); answers after all three."""
         if self.batcher.closing:
             raise ShuttingDown("the server is shutting down")
-        loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()  # where: a key's filter (memory.core.forget_within)
         res = await loop.run_in_executor(self.appender, lambda: self.core.forget_stored(
-            bank_id, turn_ids, encoder=self.append_encoder()))
+            bank_id, turn_ids, encoder=self.append_encoder(), where=where))
         prepared = await loop.run_in_executor(self.appender, self.core.prepare_forget, res)
         await loop.run_in_executor(self.worker, self.core.sync_forget, res, prepared)
         await self._assembly_drained()  # workspaces of the old bank are rendered before the caches go
@@ -351,17 +353,17 @@ class SelectionService:
         t_sel = 0.0
         if idx:
             ts = time.perf_counter()
-            try:
-                picks, used_dates = select_units(self.engines.engine, [items[i].bank_id for i in idx],
-                                                 [items[i].question for i in idx], Z[idx],
-                                                 [items[i].date for i in idx], params)
+            try:  # each query's filter (None: none) as its unit mask
+                picks, used_dates, masks = select_filtered(
+                    self.engines.engine, [items[i].bank_id for i in idx], [items[i].question for i in idx], Z[idx],
+                    [items[i].date for i in idx], params, [items[i].where for i in idx])
             except Exception as e:  # noqa: BLE001 - fail this batch only, keep serving
                 log.exception("engine call failed for a batch of %d", len(idx))
                 for i in idx:
                     out[i] = e
             else:
                 t_sel = time.perf_counter() - ts
-                self._answer(items, idx, picks, used_dates, out, t_start, t_enc, t_sel, n)
+                self._answer(items, idx, picks, used_dates, out, t_start, t_enc, t_sel, n, masks)
         if self.metrics is not None:
             m = self.metrics.batch_seconds
             m.labels("encode").observe(t_enc)
@@ -369,16 +371,16 @@ class SelectionService:
             m.labels("total").observe(time.perf_counter() - t_start)
         return out
 
-    def _answer(self, items, idx, picks, used_dates, out, t_start, t_enc, t_sel, n) -> None:
+    def _answer(self, items, idx, picks, used_dates, out, t_start, t_enc, t_sel, n, masks=None) -> None:
         """Hand the picks of queries ``idx`` to the assembly pool: ``out[i]`` becomes a ``Later``."""
         jobs = []
-        for i, units, used in zip(idx, picks, used_dates):
+        for i, units, used, keep in zip(idx, picks, used_dates, masks or [None] * len(idx)):
             it = items[i]
             timings = {"queue_ms": round((t_start - it.arrived) * 1e3, 3) if it.arrived else None,
                        "encode_ms": round(t_enc * 1e3, 3) if it.vector is None else 0.0,
                        "select_ms": round(t_sel * 1e3, 3), "batch_size": n}
             # the bank the engine just selected from, taken here: a refresh may follow before assembly
-            jobs.append((it, self.engines.bank(it.bank_id), units, used, timings))
+            jobs.append((it, self.engines.bank(it.bank_id), units, used, timings, keep))
         # a few chunks per key, one pool job and one event-loop wake-up each; the pool takes
         # them round robin across keys
         size = -(-len(jobs) // self.ASSEMBLY_CHUNKS)
@@ -403,13 +405,13 @@ class SelectionService:
                 out.append(e)
         return out
 
-    def _workspace(self, it: SelectItem, bank, units: list[int], used_dates: bool, timings: dict) -> dict:
+    def _workspace(self, it: SelectItem, bank, units: list[int], used: bool, timings: dict, keep=None) -> dict:
         """The response body for one query: grouping, rendering and the token count."""
         t0 = time.perf_counter()
-        ws = SelectedWorkspace.of(bank, it.question, units, self.engines.cfg.headings, used_dates)
+        ws = SelectedWorkspace.of(bank, it.question, units, self.engines.cfg.headings, used, keep=keep)
         out = {**ws.to_dict(), "bank_n_units": bank.n_units, "budget": it.params.budget, "hops": it.params.hops,
                "token_budget": it.params.token_budget, "date": it.date.isoformat() if it.date else None,
-               **({"as_of": it.as_of} if it.as_of else {})}
+               "where": None if it.where is None else it.where.json, **({"as_of": it.as_of} if it.as_of else {})}
         dt = time.perf_counter() - t0
         out["timings"] = {**timings, "assemble_ms": round(dt * 1e3, 3)}
         if self.metrics is not None:
@@ -446,12 +448,13 @@ def dated_batch(s: SelectionService, items: list[SelectItem]) -> list:
             banks = {items[i].bank_id: s.engines.banks[items[i].bank_id] for i in idx}
             eng = s.engines if day is None else s.engines.dated(banks, day)
             ts = time.perf_counter()
-            picks, used = select_units(eng.engine, [items[i].bank_id for i in idx], [items[i].question for i in idx],
-                                       Z[idx], [items[i].date for i in idx], [items[i].params for i in idx])
+            picks, used, masks = select_filtered(eng.engine, [items[i].bank_id for i in idx],
+                                                 [items[i].question for i in idx], Z[idx], [items[i].date for i in idx],
+                                                 [items[i].params for i in idx], [items[i].where for i in idx])
             t = {"queue_ms": None, "encode_ms": round((ts - t0) * 1e3, 3),
                  "select_ms": round((time.perf_counter() - ts) * 1e3, 3), "batch_size": len(items)}
-            for i, u, us in zip(idx, picks, used):
-                out[i] = s._workspace(items[i], eng.bank(items[i].bank_id), u, us, dict(t))
+            for i, u, us, keep in zip(idx, picks, used, masks or [None] * len(idx)):
+                out[i] = s._workspace(items[i], eng.bank(items[i].bank_id), u, us, dict(t), keep)
         except Exception as e:  # noqa: BLE001 - fails this date's queries only
             log.exception("selection as of %s failed", day)
             for i in idx:

@@ -3,7 +3,8 @@
 Layout of a bank directory (format version 2)::
 
     tensors.safetensors   unit_vecs, head_vecs, thread_offsets, edge_src/dst/w/kind
-    units.json            one record per unit (id, speaker, text, session, date, caption)
+    units.json            one record per unit (id, speaker, text, session, date, caption; metadata
+                          only for a turn that has some: a bank without metadata reads as before)
     layers.json           only in a bank with facts or profiles: ``{"facts": [...], "profiles":
                           [...]}`` (``store.facts`` records); their vectors are the tensors
                           ``fact_vecs`` / ``profile_vecs`` (a bank without layers has neither, so
@@ -40,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data.dates import naive_utc
+from ..data.metadata import Metadata
 from ..data.types import Turn, turns_digest
 from ..errors import BankError
 from ..paths import file_sha256
@@ -59,9 +61,14 @@ def meta_digest(meta: dict) -> str:
 
 
 def turn_record(t: Turn) -> dict:
-    """A turn as the bank files store it (``units.json``; a forget's journal too)."""
-    return {"id": t.turn_id, "speaker": t.speaker, "text": t.text, "session": t.session,
-            "timestamp": t.timestamp, "time": t.time.isoformat() if t.time else None, "caption": t.caption}
+    """A turn as the bank files store it (``units.json``; a forget's journal too). ``metadata`` is
+    written only for a turn that has some, so a bank without metadata writes the files it wrote
+    before metadata existed (and an older reader's banks load unchanged)."""
+    r = {"id": t.turn_id, "speaker": t.speaker, "text": t.text, "session": t.session,
+         "timestamp": t.timestamp, "time": t.time.isoformat() if t.time else None, "caption": t.caption}
+    if t.metadata:
+        r["metadata"] = dict(t.metadata)
+    return r
 
 
 def naive_utc_turns(turns: list[Turn]) -> list[Turn]:
@@ -75,9 +82,13 @@ def naive_utc_turns(turns: list[Turn]) -> list[Turn]:
 
 
 def turn_from(r: dict) -> Turn:
-    """The turn of a :func:`turn_record`."""
+    """The turn of a :func:`turn_record` (``ValueError`` for metadata that is not a map)."""
+    meta = r.get("metadata")
+    if meta is not None and not isinstance(meta, dict):
+        raise ValueError(f"turn {r['id']!r}: metadata is not a map")
     return Turn(r["id"], r["speaker"], r["text"], int(r["session"]), r["timestamp"],
-                datetime.fromisoformat(r["time"]) if r.get("time") else None, r.get("caption"))
+                datetime.fromisoformat(r["time"]) if r.get("time") else None, r.get("caption"),
+                Metadata(meta) if meta else None)
 
 
 def fsync_dir(path: Path) -> None:

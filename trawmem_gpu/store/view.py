@@ -46,7 +46,9 @@ FACT_SPEAKER, PROFILE_SPEAKER = "fact", "profile"
 @dataclass(frozen=True)
 class LayerUnit(Turn):
     """A fact or profile section as a unit of a view: a ``Turn`` (what the engines read) that
-    knows its layer and the ids it cites (a fact: its source turns; a section: its facts)."""
+    knows its layer and the ids it cites (a fact: its source turns; a section: its facts). It has
+    no metadata of its own: a selection filter passes it when every turn behind it
+    (``cited_turns``) passes (``select.restrict.unit_mask``)."""
 
     layer: str = "facts"
     cites: tuple[str, ...] = ()
@@ -236,8 +238,8 @@ def _fact_thread(lay: _Layout, session: int):
         f = bank.facts[i]
         src = lay.turn_by_id[f.source_turns[0]]
         members.append((LayerUnit(f.fact_id, f.persons[0] if f.persons else FACT_SPEAKER, f.text, session,
-                                  src.timestamp, src.time, None,
-                                  "facts", f.source_turns, f.source_turns), bank.fact_vecs[i]))
+                                  src.timestamp, src.time, None, layer="facts", cites=f.source_turns,
+                                  cited_turns=f.source_turns), bank.fact_vecs[i]))
         for t in f.source_turns:
             links.append((lay.fact_unit[f.fact_id], int(lay.umap[lay.tindex[t]])))
             targets.add(int(lay.tmap[bank.unit_thread[lay.tindex[t]]]))
@@ -254,7 +256,7 @@ def _profile_thread(lay: _Layout, person: str, first: int):
         p = bank.profiles[i]
         turns = tuple(dict.fromkeys(t for fid in p.fact_ids for t in lay.fact_by_id[fid].source_turns))
         members.append((LayerUnit(p.unit_id, PROFILE_SPEAKER, profile_embed_text(p), -1, "profile", None,
-                                  None, "profiles", p.fact_ids, turns), bank.profile_vecs[i]))
+                                  None, layer="profiles", cites=p.fact_ids, cited_turns=turns), bank.profile_vecs[i]))
         cited = [lay.fact_unit[fid] for fid in p.fact_ids] if "facts" in lay.units \
             else [int(lay.umap[lay.tindex[t]]) for t in turns]
         links += [(me, c) for c in cited]

@@ -39,6 +39,7 @@ from ..params import QueryParams
 from ..steps import roles as step4
 from . import compiled, tensor
 from .batch import Timer, make_batch
+from .masks import roles_count, stage_bridge
 from .plan import Plan, resolve
 from .tables import Snapshot, TableStore
 
@@ -70,6 +71,8 @@ class SelectionEngine:
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
         self._pool_lock = threading.Lock()
+        self._meta: dict = {}
+        """bank id -> (bank object, its metadata columns): filters' columns, kept across calls."""
         self.last_timings: dict[str, float] = {}
 
     # ------------------------------------------------------------------------------------------
@@ -112,38 +115,45 @@ class SelectionEngine:
         ``select_units`` call running meanwhile (any thread) sees the old bank or the new one,
         never a mix. Safe to call from several threads (writers are serialized)."""
         self._store.put(bank, prepared)
+        self._meta.pop(bank.bank_id, None)
 
     def remove_bank(self, bank_id: str) -> None:
         """Drop the bank ``bank_id`` (``KeyError`` if unknown; the last bank cannot be removed).
         Calls running meanwhile finish on the banks they started with."""
         self._store.remove(bank_id)
+        self._meta.pop(bank_id, None)
 
     def purge(self) -> None:
         """After :meth:`replace_bank` / :meth:`remove_bank` of a forgotten bank: rebuild the
         tables without the dead rows and overwrite the old buffers (no table keeps a row of the
         old bank). Call only while no ``select_units`` runs on this engine."""
         self._store.purge()
+        self._meta.clear()  # no column of a forgotten turn's metadata stays
 
     def wipe(self) -> None:
         """Overwrite every table buffer (the engine's last bank forgotten: the engine is dropped
         after this and must not select again)."""
         self._store.wipe()
+        self._meta.clear()
 
     # ------------------------------------------------------------------------------------------
     # selection
     # ------------------------------------------------------------------------------------------
     def select(self, bank_ids: list[str], questions: list[str], Z, dates: list[datetime | None] | None = None,
-               params: QueryParams | Sequence[QueryParams] | None = None) -> list[Workspace]:
+               params: QueryParams | Sequence[QueryParams] | None = None, where=None,
+               masks=None) -> list[Workspace]:
         """Workspaces (selected units grouped under their heads) for a batch of queries
         (arguments as :meth:`select_units`)."""
         snap = self._store.snapshot
-        picks = self._select(snap, bank_ids, questions, Z, dates, params)
-        return [assemble(snap.infos[snap.index[b]].bank, q, p, self.cfg.headings)
-                for b, q, p in zip(bank_ids, questions, picks)]
+        keep = self.masks_of(bank_ids, where, masks, snap)
+        picks = self._select(snap, bank_ids, questions, Z, dates, params, keep)
+        return [assemble(snap.infos[snap.index[b]].bank, q, p, self.cfg.headings, k)
+                for b, q, p, k in zip(bank_ids, questions, picks, keep or [None] * len(picks))]
 
     def select_units(self, bank_ids: list[str], questions: list[str], Z,
                      dates: list[datetime | None] | None = None,
-                     params: QueryParams | Sequence[QueryParams] | None = None) -> list[list[int]]:
+                     params: QueryParams | Sequence[QueryParams] | None = None, where=None,
+                     masks=None) -> list[list[int]]:
         """Selected bank-local unit indices per query, in pick order.
 
         :param bank_ids: ``Q`` bank ids (unknown ids raise ``KeyError``)
@@ -152,22 +162,58 @@ class SelectionEngine:
         :param dates: optional ``Q`` datetimes (or None): each query's "now", for J's date-dependent terms
         :param params: what the queries ask for (B, H, T): one :class:`QueryParams` for all, one
             per query (any mix runs in this one call, on the same tables), or None = the defaults
+        :param where: a filter over the units' metadata (``data.filters``; a ``Filter`` or its
+            JSON) for every query, one per query (None entries: none), or None
+        :param masks: per query a ``[N_b]`` bool unit mask (or None), the primitive ``where``
+            becomes; with both, a unit must pass both. A masked query selects exactly what it would
+            over its bank restricted to the units that pass (``select.restrict``); a query none of
+            whose units passes selects nothing
         """
-        return self._select(self._store.snapshot, bank_ids, questions, Z, dates, params)
+        snap = self._store.snapshot
+        return self._select(snap, bank_ids, questions, Z, dates, params, self.masks_of(bank_ids, where, masks, snap))
 
-    def _select(self, snap: Snapshot, bank_ids, questions, Z, dates, params) -> list[list[int]]:
+    def masks_of(self, bank_ids: list[str], where=None, masks=None, snap: Snapshot | None = None) -> list | None:
+        """Each query's unit mask from ``where`` and ``masks`` (see :meth:`select_units`), or None
+        when no query has one; a bank's metadata columns are kept across calls (per bank object)."""
+        if where is None and masks is None:
+            return None
+        from ..restrict import as_mask, filter_masks
+
+        snap = snap or self._store.snapshot
+        banks = [snap.infos[snap.bank_index(b)].bank for b in bank_ids]
+        out = filter_masks(banks, where, self._meta) if where is not None else [None] * len(banks)
+        if masks is not None:
+            masks = list(masks)
+            if len(masks) != len(banks):
+                raise ValueError(f"{len(banks)} queries but {len(masks)} unit masks")
+            for i, (b, m) in enumerate(zip(banks, masks)):
+                m = as_mask(m, b.n_units, f"masks[{i}]")
+                if m is not None:
+                    out[i] = m if out[i] is None else (out[i] & m)
+        return None if all(m is None for m in out) else out
+
+    def _select(self, snap: Snapshot, bank_ids, questions, Z, dates, params, masks=None) -> list[list[int]]:
         if len(bank_ids) == 0 and len(questions) == 0:
             return []
-        batch = make_batch(snap, bank_ids, questions, Z, dates, self.plan.device, self.plan.dtype, params, self.cfg)
+        batch = make_batch(snap, bank_ids, questions, Z, dates, self.plan.device, self.plan.dtype, params, self.cfg,
+                           masks)
         self.last_timings = {}
         timer = Timer(self.last_timings, self.plan.device)
-        picks = self._picks(snap, batch, timer)
+        empty = [] if batch.masks is None else [q for q, m in enumerate(batch.masks) if m is not None and not m.any()]
+        if empty:  # no unit passes: nothing to select (the others run as one batch)
+            rest = np.setdiff1d(np.arange(len(batch)), empty)
+            picks: list = [[] for _ in range(len(batch))]
+            for q, p in zip(rest.tolist(), self._picks(snap, batch.take(rest), timer) if len(rest) else []):
+                picks[q] = p
+        else:
+            picks = self._picks(snap, batch, timer)
         if np.isfinite(batch.sizes["capacity"]).any():  # the rendering against T
             t0 = time.perf_counter()
             infos = snap.infos
+            keep = batch.masks or [None] * len(batch)
             picks = [p if qp.token_budget is None else
-                     fit_to_tokens(infos[b].bank, p, qp.token_budget, self.cfg.headings, costs=infos[b].costs)
-                     for b, p, qp in zip(batch.bidx.tolist(), picks, batch.params)]
+                     fit_to_tokens(infos[b].bank, p, qp.token_budget, self.cfg.headings, costs=infos[b].costs, keep=k)
+                     for b, p, qp, k in zip(batch.bidx.tolist(), picks, batch.params, keep)]
             timer.add({"fit_tokens": time.perf_counter() - t0})
         return picks
 
@@ -195,6 +241,8 @@ class SelectionEngine:
             if plan.backend == "compiled":  # the tensor front, then the compiled steps 4-7
                 cols = {k: getattr(c, k).cpu().numpy() for k in ("bidx", "cand", "n_cand", "lt", "alpha", "hthread",
                                                                  "rvec", "n_h", "tpos")}
+                if c.masked is not None:  # a thread a mask cut: those queries' bridge from their candidates
+                    cols.update(stage_bridge(snap, cols, c.masked.cpu().numpy() & roles_count(dem.W[r])))
                 timer.lap("roles")
                 sel, n_sel = compiled.run_stage(snap, cfg, compiled.stage_batch(
                     snap, cfg, cols, dem.Mq[r], dem.delta[r], dem.W[r], batch.now[r], unit_cap[r], pool[r],

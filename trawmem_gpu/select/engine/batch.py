@@ -31,6 +31,9 @@ class QueryBatch:
     """[Q] each query's resolved ``QueryParams``."""
     sizes: dict
     """``{name: [Q] array}`` the params as columns (:data:`SIZE_COLUMNS`), made once per call."""
+    masks: list | None = None
+    """``[Q]`` each query's unit mask (``[N_b]`` bool, a filter's: ``select.restrict``) or None
+    (no mask); None: no query of the batch has one."""
 
     def __len__(self) -> int:
         return len(self.bidx)
@@ -39,7 +42,19 @@ class QueryBatch:
         r = rows.tolist()
         return QueryBatch(self.bidx[rows], [self.questions[i] for i in r],
                           self.Z[torch.as_tensor(rows, device=self.Z.device)], self.now[rows],
-                          [self.params[i] for i in r], {k: v[rows] for k, v in self.sizes.items()})
+                          [self.params[i] for i in r], {k: v[rows] for k, v in self.sizes.items()},
+                          None if self.masks is None else _masks_or_none([self.masks[i] for i in r]))
+
+    def mask_rows(self, width: int, device) -> Tensor | None:
+        """``[Q, width]`` bool: True where a query's unit passes its mask (and on padding), or
+        None when no query has a mask."""
+        if self.masks is None:
+            return None
+        out = np.ones((len(self), width), dtype=bool)
+        for q, m in enumerate(self.masks):
+            if m is not None:
+                out[q, :len(m)] = m
+        return torch.as_tensor(out, device=device)
 
     def per_group(self, run) -> list:
         """``run(sub)`` for each group of queries that share steps 1-3's shapes
@@ -57,11 +72,17 @@ class QueryBatch:
         return out
 
 
-def make_batch(snap: Snapshot, bank_ids, questions, Z, dates, device, dtype, params=None, cfg=None) -> QueryBatch:
+def _masks_or_none(masks: list) -> list | None:
+    return None if all(m is None for m in masks) else masks
+
+
+def make_batch(snap: Snapshot, bank_ids, questions, Z, dates, device, dtype, params=None, cfg=None,
+               masks=None) -> QueryBatch:
     """Check and convert a call's inputs: unknown bank ids raise ``KeyError``; mismatched lengths,
     a wrong vector width, NaN / inf vectors and dates that are not datetimes raise ``ValueError``;
     ``params`` (one ``QueryParams`` for all, one per query, or None = the defaults) are resolved
-    against the method ``cfg`` (bad ones raise ``ConfigError``)."""
+    against the method ``cfg`` (bad ones raise ``ConfigError``); ``masks``: None or one unit mask
+    (or None) per query, of its bank's length (``ValueError`` otherwise)."""
     bank_ids, questions = list(bank_ids), list(questions)
     Q = len(bank_ids)
     if len(questions) != Q:
@@ -86,7 +107,15 @@ def make_batch(snap: Snapshot, bank_ids, questions, Z, dates, device, dtype, par
                 raise ValueError(f"dates[{i}] must be a datetime or None (got {type(d_).__name__})")
         now = np.array([date_seconds(d_) for d_ in dates], dtype=np.float64)
     ps = per_query(params, Q, cfg)
-    return QueryBatch(bidx, questions, Zt, now, ps, size_columns(ps))
+    if masks is not None:
+        from ..restrict import as_mask
+
+        masks = list(masks)
+        if len(masks) != Q:
+            raise ValueError(f"{Q} queries but {len(masks)} unit masks")
+        masks = _masks_or_none([as_mask(m, int(snap.off.nu[b]), f"masks[{i}]") for i, (m, b) in
+                                enumerate(zip(masks, bidx.tolist()))])
+    return QueryBatch(bidx, questions, Zt, now, ps, size_columns(ps), masks)
 
 
 SIZE_COLUMNS = {

@@ -28,7 +28,7 @@ import torch
 from .._jit import njit
 from ..objective import LAMBDA_M, LAMBDA_R, TAU, ModularInputs, modular_gain, support_from_cosine_compiled, \
     weight_columns
-from ..steps import candidates as step3, relevance as step3r, roles as step4
+from ..steps import candidates as step3, mask as step_mask, relevance as step3r, roles as step4
 from ..steps.greedy.compiled import W_COV, W_ROLE, W_THR, FusedWeights
 from ..steps.greedy import CompiledQuery, GreedyScratch, KSource, StopRule, best_of_two_compiled, config_rule, \
     lazy_greedy_one, pick_limit
@@ -36,6 +36,7 @@ from ..steps.priority import effective_budget, gravity_one, unit_cost_compiled
 from ..steps.propagation import PropagationParams, ThreadGraph, ThreadScratch, propagate_one, propagation_params, \
     query_sizes
 from .batch import QueryBatch, Timer
+from .masks import front_masks, roles_count, stage_bridge
 from .tables import Snapshot
 
 FRONT_ROWS = 1 << 20
@@ -63,6 +64,8 @@ class FrontBatch(NamedTuple):
     tok_ptr: np.ndarray
     """CSR over ``tok_ids``: each query's BM25 columns (``col0[b] + term``), in token order."""
     tok_ids: np.ndarray
+    mask: np.ndarray  # flat bool as ``cos``: the units a query's mask keeps (``engine.masks.front_masks``)
+    masked: np.ndarray  # [Q] the query has a mask
 
 
 class Candidates(NamedTuple):
@@ -120,6 +123,8 @@ class StageBatch(NamedTuple):
     limit: np.ndarray
     capacity: np.ndarray
     """[Qc] each query's token budget T (``inf``: none)."""
+    bridge: np.ndarray  # [Qc, U] the bridge of the queries ``own`` marks (``engine.masks.stage_bridge``)
+    own: np.ndarray  # [Qc] bool; the other queries' bridge is read off ``btab``
 
 
 class StageParams(NamedTuple):
@@ -144,13 +149,6 @@ def front_tables(snap: Snapshot) -> FrontTables:
     return FrontTables(n["unit_thread"], n["nbr"], n["nbw"], n["bm_data"], n["bm_idx"], n["bm_ptr"])
 
 
-def _learned_tables(snap: Snapshot):
-    n = snap.np
-    if n["rel_idx"].shape[1] != 3:  # an engine without the learned affinity's tables
-        return step3r.LearnedTables(np.zeros((1, 3), np.int64), n["temporal"], np.zeros(1))
-    return step3r.LearnedTables(n["rel_idx"], n["temporal"], n["rel_words"])
-
-
 def stage_tables(snap: Snapshot) -> StageTables:
     n = snap.np
     return StageTables(n["ktab"], n["btab"], n["head_sim"], n["temporal"], n["position"], n["d_in"], ThreadGraph(
@@ -168,8 +166,7 @@ def front_loop(tab, off, x, rrf_k, p, sizes, learned, ltab, lq, out):  # pragma:
     affinity instead of RRF when ``learned`` (``ltab`` / ``lq``: ``relevance.LearnedTables`` /
     ``LearnedQueries``); writes ``out`` (:class:`Candidates`)."""
     Q = x.bidx.shape[0]
-    N = 1
-    J = 1
+    N = J = 1
     for q in range(Q):
         N = max(N, off.nu[x.bidx[q]])
         J = max(J, off.nt[x.bidx[q]])
@@ -185,6 +182,7 @@ def front_loop(tab, off, x, rrf_k, p, sizes, learned, ltab, lq, out):  # pragma:
     r = np.empty(J)
     in_h = np.empty(J, dtype=np.bool_)
     ts = ThreadScratch(np.empty(J, np.int64), np.empty(J, np.bool_), np.empty(J, np.int64), np.empty(J, np.bool_))
+    ones, tlive = np.ones(N, dtype=np.bool_), np.empty(J, dtype=np.bool_)
     W = out.cand.shape[1]
     for q in range(Q):
         b = x.bidx[q]
@@ -198,24 +196,20 @@ def front_loop(tab, off, x, rrf_k, p, sizes, learned, ltab, lq, out):  # pragma:
             t = x.tok_ids[k]
             for e in range(tab.bm_ptr[t], tab.bm_ptr[t + 1]):
                 bm[tab.bm_idx[nz + e]] += tab.bm_data[nz + e]
-        c0 = x.coff[q]
+        c0, u0 = x.coff[q], off.uo[b]
         for j in range(m):
             vals[j] = x.cos[c0 + j]
+        if x.masked[q]:  # a filter's mask: its failing units out of the affinity's ranks and maxima
+            step_mask.hide_failing(vals, bm, x.mask, c0, m)
+        live = x.mask[c0:c0 + m] if x.masked[q] else ones[:m]
         if learned:
-            step3r.learned_row(vals, m, bm, bmbits, off.uo[b], ltab, lq, q, alpha, rs, rc, rb)
+            step3r.learned_row(vals, m, bm, bmbits, u0, ltab, lq, q, alpha, rs, rc, rb, live)
         else:
             step3.rrf_row(vals, m, bm, bmbits, rrf_k, alpha, rs)
-        # step 1: best-unit seed scores
-        for t in range(n):
-            r0[t] = -np.inf
-        u0 = off.uo[b]
-        for j in range(m):
-            t = tab.ult[u0 + j]
-            if alpha[j] > r0[t]:
-                r0[t] = alpha[j]
+        step_mask.unit_seeds(alpha, m, tab.ult, u0, live, n, r0, tlive)  # step 1: best-unit seed scores (passing units)
         # step 2: propagation and the capped neighbourhood
         pq = PropagationParams(sizes.n_seeds[q], sizes.cap[q], sizes.hops[q], p.gamma, p.paper)
-        propagate_one(r0, n, off.to[b], tab.nbr, tab.nbw, pq, ts, r, in_h)
+        propagate_one(r0, n, off.to[b], tab.nbr, tab.nbw, pq, ts, r, in_h, tlive)
         k = 0
         for t in range(n):
             if in_h[t]:
@@ -232,7 +226,7 @@ def front_loop(tab, off, x, rrf_k, p, sizes, learned, ltab, lq, out):  # pragma:
         k = 0
         for j in range(m):
             t = tab.ult[u0 + j]
-            if in_h[t]:
+            if in_h[t] and live[j]:
                 if k >= W:  # the caller's bound on |U_q| was wrong: never write past the buffer
                     raise IndexError("candidate buffer narrower than a query's candidate set")
                 out.cand[q, k] = j
@@ -312,7 +306,7 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
                     kr[j] = 1.0 if links and tab.linked[gl] > 0 else 0.0 if no_support else support_from_cosine_compiled(c, k_shift)
                 else:
                     kr[j] = 1.0
-            br = 0.0 if br == -np.inf else min(max(br, 0.0), 1.0)
+            br = x.bridge[q, u] if x.own[q] else (0.0 if br == -np.inf else min(max(br, 0.0), 1.0))
             f[0] = 1.0
             f[1] = x.alpha[q, u]
             f[2] = x.rvec[q, t]
@@ -378,7 +372,8 @@ def run_stage(snap: Snapshot, cfg, x: StageBatch) -> tuple[np.ndarray, np.ndarra
 def stage_batch(snap: Snapshot, cfg, cols: dict, Mq, delta, W: np.ndarray, now: np.ndarray, unit_cap: np.ndarray,
                 pool: np.ndarray, capacity: np.ndarray) -> StageBatch:
     """A :class:`StageBatch` from NumPy columns (``cols``: the :class:`Candidates` fields and
-    ``bidx``); J's modular part from ``objective.modular_gain``, B_q and the limit from the rule;
+    ``bidx``, and ``bridge`` / ``own`` of a masked chunk, ``engine.masks.stage_bridge``); J's modular
+    part from ``objective.modular_gain``, B_q and the limit from the rule;
     per query (``[Qc]``): ``unit_cap`` B (0 = no cap), ``pool`` ``QueryParams.pool_budget``,
     ``capacity`` T (``inf`` = none)."""
     c = {k: np.ascontiguousarray(v) for k, v in cols.items()}
@@ -394,7 +389,8 @@ def stage_batch(snap: Snapshot, cfg, cols: dict, Mq, delta, W: np.ndarray, now: 
                       modular=np.ascontiguousarray(modular), hthread=c["hthread"], rvec=c["rvec"], n_h=c["n_h"],
                       tpos=c["tpos"], Mq=np.ascontiguousarray(Mq), delta=np.ascontiguousarray(delta),
                       W=np.ascontiguousarray(W), budget=budget.astype(np.int64), limit=np.asarray(limit, np.int64),
-                      capacity=np.ascontiguousarray(capacity, dtype=np.float64))
+                      capacity=np.ascontiguousarray(capacity, dtype=np.float64),
+                      bridge=c.get("bridge", np.zeros((1, 1))), own=c.get("own", np.zeros(len(n_cand), np.bool_)))
 
 
 def select(snap: Snapshot, plan, cfg, head, batch: QueryBatch, pool, timer: Timer) -> list[list[int]]:
@@ -483,15 +479,17 @@ def _chunk(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: n
     c = Candidates(cand=np.empty((Qc, Ub), np.int64), n_cand=np.empty(Qc, np.int64), lt=np.empty((Qc, Ub), np.int64),
                    alpha=np.zeros((Qc, Ub)), hthread=np.empty((Qc, T), np.int64), rvec=np.empty((Qc, T)),
                    n_h=np.empty(Qc, np.int64), tpos=np.empty((Qc, J), np.int64))
-    x = FrontBatch(bidx, cos, coff, *cols)
+    x = FrontBatch(bidx, cos, coff, *cols, *front_masks(batch.masks, rows, nu, coff))
     front_loop(snap.lazy("front_tables", lambda: front_tables(snap)), off, x, float(cfg.rrf_k),
                propagation_params(cfg, batch.params[int(rows[0])], J),
                query_sizes(sz["n_seeds"], sz["cap"], sz["hops"], J), cfg.affinity == "learned",
-               snap.lazy("learned_tables", lambda: _learned_tables(snap)), lq, c)
+               snap.lazy("learned_tables", lambda: step3r.learned_tables(snap.np)), lq, c)
     lap("localize")
     delta, Mq, W = demand
-    sb = stage_batch(snap, cfg, dict(c._asdict(), bidx=bidx), Mq, delta, W, batch.now[rows], sz["unit_cap"],
-                     sz["pool"], sz["capacity"])
+    cc = dict(c._asdict(), bidx=bidx)
+    if x.masked.any():  # a mask may cut a thread: those queries' bridge from their candidates
+        cc.update(stage_bridge(snap, cc, x.masked & roles_count(W)))
+    sb = stage_batch(snap, cfg, cc, Mq, delta, W, batch.now[rows], sz["unit_cap"], sz["pool"], sz["capacity"])
     sel, n_sel = run_stage(snap, cfg, sb)
     lap("select")
     picks = [c.cand[i, sel[i, :n_sel[i]]].tolist() for i in range(Qc)]

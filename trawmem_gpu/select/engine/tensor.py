@@ -30,8 +30,9 @@ from ..steps import seeds as step1
 from ..steps.greedy import GreedyProblem, TokenBudget, config_rule, greedy_lazy_torch, greedy_select
 from ..steps.priority import PriorityInputs, PriorityWeights, edge_costs_torch, effective_budget, gravity_torch, \
     role_priority
-from ..tensor_ops import POS_INF
+from ..tensor_ops import NEG_INF, POS_INF
 from .batch import QueryBatch, Timer, own_rows, similarity
+from .masks import chunk_bridge, roles_count
 from .tables import Snapshot
 
 
@@ -57,6 +58,8 @@ class Localized:
     """[Q, U] bool."""
     n_cand: Tensor
     """[Q] |U_q|."""
+    masked: Tensor | None = None
+    """[Q] bool: the query has a unit mask (None: no query has one)."""
 
 
 def localize(snap: Snapshot, plan, cfg, batch: QueryBatch, timer: Timer, params) -> Localized:
@@ -76,10 +79,14 @@ def localize(snap: Snapshot, plan, cfg, batch: QueryBatch, timer: Timer, params)
     timer.lap("text")
     # step 3's alpha over each query's whole bank (the seeds read it)
     uid, umask = own_rows(snap.off_t.uo, snap.off_t.nu, bidx)
+    fm = batch.mask_rows(umask.shape[1], dev)
+    if fm is not None:  # a filter's mask (select.restrict): failing units are not live anywhere below
+        umask = umask & fm
+        lex = None if lex is None else np.where(fm.cpu().numpy()[:, :lex.shape[1]], lex, 0.0)
     cos = similarity(snap, plan.sim, batch.Z, bidx, heads=False, chunk_elems=plan.chunk_elems)
     if cfg.affinity == "learned":
         alpha = _learned_affinity(snap, cfg, batch, cos, umask, uid, lex)
-    elif cfg.affinity == "rrf" and plan.rrf_rows == "compiled" and _bm25_is_float32(cos, lex):
+    elif cfg.affinity == "rrf" and plan.rrf_rows == "compiled" and fm is None and _bm25_is_float32(cos, lex):
         alpha = torch.from_numpy(step3.rrf_compiled(cos.numpy(), umask.sum(dim=1).numpy(), lex, float(cfg.rrf_k)))
     else:
         alpha = step3.affinity_torch(cos, umask, None if lex is None else torch.as_tensor(lex, dtype=plan.dtype,
@@ -87,12 +94,19 @@ def localize(snap: Snapshot, plan, cfg, batch: QueryBatch, timer: Timer, params)
     J = int(snap.off_t.nt[bidx].max())
     tvalid = torch.arange(J, device=dev)[None, :] < snap.off_t.nt[bidx][:, None]
     ult = torch.where(umask, snap.t["unit_thread"][uid], J)  # bank-local thread, J on padding
+    live = None
+    if fm is not None:  # the threads that hold a passing unit; the others are out of the graph
+        live = torch.zeros(len(bidx), J + 1, dtype=torch.bool, device=dev).scatter_(1, ult, True)[:, :J]
+        tvalid = tvalid & live
     timer.lap("affinity")
     # step 1
     if cfg.seed_score == "head":
         index = snap.lazy("head_index", lambda: step1.HeadIndex(snap.t["head_vecs"][:snap.rows["head_vecs"]],
                                                                snap.off_t.to, snap.off_t.nt, mode=plan.seed_search))
-        r0 = step1.head_seeds_torch(index, batch.Z, bidx, J, cfg, params.n_seeds)
+        if live is None:
+            r0 = step1.head_seeds_torch(index, batch.Z, bidx, J, cfg, params.n_seeds)
+        else:  # every live head scored (the search's top k may hold dead threads); propagation seeds them
+            r0 = torch.where(tvalid, step1.head_scores_torch(index.own_cos(batch.Z, bidx)[0], cfg.d_idx), NEG_INF)
     else:
         cos_h = similarity(snap, plan.sim, batch.Z, bidx, heads=True, chunk_elems=plan.chunk_elems) \
             if cfg.seed_score == "max" else None
@@ -100,16 +114,17 @@ def localize(snap: Snapshot, plan, cfg, batch: QueryBatch, timer: Timer, params)
     timer.lap("seeds")
     # step 2
     if plan.propagation == "compiled":  # the reference's algorithm, compiled, per query
-        r, in_h, tpos, n_h = _propagate_compiled(snap, cfg, r0, batch)
+        r, in_h, tpos, n_h = _propagate_compiled(snap, cfg, r0, batch, live)
     else:
         graph = step2.ThreadGraph(snap.t["nbr"], snap.t["nbw"], snap.dummy_thread)
-        r, seed_mask = step2.propagate_torch(r0, snap.off_t.nt[bidx], snap.off_t.to[bidx], graph, cfg, params)
+        r, seed_mask = step2.propagate_torch(r0, snap.off_t.nt[bidx], snap.off_t.to[bidx], graph, cfg, params, live)
         in_h, tpos, n_h = step2.neighbourhood_torch(r, seed_mask, params.neighborhood_cap)
     timer.lap("propagation")
     # step 3: the candidates
     cand, cvalid, n_cand = step3.candidates_torch(in_h, umask, ult)
     timer.lap("candidates")
-    return Localized(bidx, alpha, r, in_h, tpos, n_h, cand, cvalid, n_cand)
+    masked = None if fm is None else torch.as_tensor([m is not None for m in batch.masks], device=dev)
+    return Localized(bidx, alpha, r, in_h, tpos, n_h, cand, cvalid, n_cand, masked)
 
 
 def _bm25_is_float32(cos: Tensor, lex) -> bool:
@@ -123,16 +138,17 @@ def _bm25_is_float32(cos: Tensor, lex) -> bool:
     return bool(np.array_equal(lex.astype(np.float32).astype(np.float64), lex))
 
 
-def _propagate_compiled(snap: Snapshot, cfg, r0: Tensor, batch: QueryBatch):
+def _propagate_compiled(snap: Snapshot, cfg, r0: Tensor, batch: QueryBatch, live: Tensor | None = None):
     """Step 2 with :func:`~..steps.propagation.propagate_batch`: ``(r, in_h, tpos, n_h)`` as the
-    torch step gives them."""
+    torch step gives them (``live``: the threads a unit mask leaves, None: all)."""
     Q, J = r0.shape
     r = np.full((Q, J), -np.inf)
     in_h = np.zeros((Q, J), dtype=np.bool_)
     bidx = batch.bidx
+    lv = np.ones((Q, J), dtype=np.bool_) if live is None else np.ascontiguousarray(live.numpy())
     step2.propagate_batch(np.ascontiguousarray(r0.numpy(), dtype=np.float64), snap.off.nt[bidx], snap.off.to[bidx],
                           snap.np["nbr"], snap.np["nbw"], step2.propagation_params(cfg, batch.params[0], J),
-                          step2.query_sizes(*(batch.sizes[k] for k in ("n_seeds", "cap", "hops")), J), r, in_h)
+                          step2.query_sizes(*(batch.sizes[k] for k in ("n_seeds", "cap", "hops")), J), r, in_h, lv)
     in_h_t = torch.from_numpy(in_h)
     return torch.from_numpy(r).to(r0.dtype), in_h_t, step2.positions(in_h_t), in_h_t.sum(dim=1)
 
@@ -182,6 +198,8 @@ class Chunk:
     n_h: Tensor
     budget: Tensor
     """[Qc] B_q of the priority cap kappa = 1 / B_q (from ``QueryParams.pool_budget``)."""
+    masked: Tensor | None = None
+    """[Qc] bool: the query has a unit mask (None: none has)."""
 
 
 def chunk_of(snap: Snapshot, cfg, loc: Localized, rows: Tensor, pool: Tensor) -> Chunk:
@@ -203,7 +221,7 @@ def chunk_of(snap: Snapshot, cfg, loc: Localized, rows: Tensor, pool: Tensor) ->
     rvec.scatter_(1, slot, torch.where(loc.in_h[rows], loc.r[rows], 0.0))
     budget = effective_budget(pool, n_cand)
     return Chunk(rows, bidx, cand, cvalid, n_cand, gid, lt, alpha, hthread[:, :T], rvec[:, :T], tpos,
-                 loc.n_h[rows], budget)
+                 loc.n_h[rows], budget, None if loc.masked is None else loc.masked[rows])
 
 
 def candidate_attrs(attrs: Tensor, gid: Tensor, cvalid: Tensor) -> Tensor:
@@ -227,6 +245,9 @@ def select_chunk(snap: Snapshot, plan, cfg, c: Chunk, W: Tensor, demand, now: Te
     if plan.tables:
         brow = snap.off_t.boff[c.bidx][:, None] + c.cand * snap.off_t.nt[c.bidx][:, None]
         bridge = step4.bridge_from_table(snap.t["btab"], brow, c.hthread, c.lt, c.cvalid)
+        if c.masked is not None:  # a thread a mask cut: the table's maximum is over units that are no candidates
+            bridge = chunk_bridge(snap, c, bridge, c.masked & torch.as_tensor(roles_count(W.cpu().numpy()),
+                                                                              device=c.masked.device))
     else:
         E = snap.t["unit_vecs"][c.gid]
         S = torch.bmm(E, E.transpose(1, 2))
@@ -321,6 +342,10 @@ def _learned_affinity(snap: Snapshot, cfg, batch: QueryBatch, cos: Tensor, umask
     idx = snap.t["rel_idx"][uid]  # [Q, N, 3] speaker, prev, next (bank-local)
     live = umask[:, :, None]
     idx = torch.where(live, idx, torch.tensor([0, -1, -1], device=dev))
+    if batch.masks is not None:  # a session neighbour that a filter's mask leaves out is no context
+        nb = idx[:, :, 1:]
+        ok = (nb >= 0) & torch.gather(umask, 1, nb.clamp(min=0).flatten(1)).view_as(nb)
+        idx = torch.cat([idx[:, :, :1], torch.where(ok, nb, -1)], dim=2)
     time = snap.t["attrs"][uid][:, :, 0]
     words = torch.where(umask, snap.t["rel_words"][uid].to(dt), torch.zeros((), dtype=dt, device=dev))
     rows = step3r.RelevanceRows(idx[:, :, 0], idx[:, :, 1], idx[:, :, 2], snap.t["temporal"][uid].to(dt), time, words)

@@ -68,13 +68,15 @@ class ThreadGraph(NamedTuple):
     dummy: int
 
 
-def propagate_torch(r0: Tensor, n_threads: Tensor, toff: Tensor, graph: ThreadGraph, cfg, params
-                    ) -> tuple[Tensor, Tensor]:
+def propagate_torch(r0: Tensor, n_threads: Tensor, toff: Tensor, graph: ThreadGraph, cfg, params,
+                    live: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Seeds and H hops of max-over-paths relaxation: ``(r [Q, J], seed_mask [Q, J])``, every query
     of the batch with the same resolved ``params`` (n_seeds, hops).
 
     :param r0: ``[Q, J]`` seed scores (-inf on padding); ``n_threads``, ``toff``: ``[Q]`` the
         query's bank's thread count and first stored thread row
+    :param live: ``[Q, J]`` bool, the threads a query's unit mask leaves (``select.restrict``):
+        the others are out of the graph (never a seed, never reached); None: every thread
     One Python iteration per frontier slot, vectorized over queries and over the ``D`` neighbours
     of the slot's thread.
     """
@@ -82,6 +84,9 @@ def propagate_torch(r0: Tensor, n_threads: Tensor, toff: Tensor, graph: ThreadGr
     dev = r0.device
     ns = min(params.n_seeds, J)
     tvalid = torch.arange(J, device=dev)[None, :] < n_threads[:, None]
+    if live is not None:
+        tvalid = tvalid & live
+        live = torch.cat([live, torch.zeros(Q, 1, dtype=torch.bool, device=dev)], dim=1)
     r = torch.full((Q, J + 1), NEG_INF, dtype=r0.dtype, device=dev)
     r0p = torch.cat([r0, r[:, :1]], dim=1)
     # seeds: the ns best valid threads (ties -> lower thread index), in seed-rank order
@@ -105,6 +110,8 @@ def propagate_torch(r0: Tensor, n_threads: Tensor, toff: Tensor, graph: ThreadGr
             val = relax(torch.gather(r, 1, j[:, None]), graph.nbw[gj], cfg.gamma, paper)
             cur = torch.gather(r, 1, nb)
             upd = (val > cur) & (nb < J)
+            if live is not None:
+                upd &= torch.gather(live, 1, nb)
             r.scatter_(1, nb, torch.where(upd, val, cur))
             nxt.scatter_(1, nb, upd | torch.gather(nxt, 1, nb))
             r[:, J] = NEG_INF
@@ -176,22 +183,25 @@ def thread_scratch(J: int, n_seeds: int) -> ThreadScratch:
 
 
 @njit(cache=True)
-def propagate_one(r0, n, g0, nbr, nbw, p, s, r, in_h):  # pragma: no cover - compiled
+def propagate_one(r0, n, g0, nbr, nbw, p, s, r, in_h, live):  # pragma: no cover - compiled
     """One query over its ``n`` threads (``g0``: its bank's first stored thread row), in the
     reference's order: seeds = the ``p.n_seeds`` best by (r0 desc, id asc); relaxations by
     :func:`relax`; then the seeds plus the best other reached threads by (r~ desc, id asc) up to
-    ``p.cap``. Writes ``r[:n]`` (-inf where unreached) and ``in_h[:n]``."""
+    ``p.cap``. Writes ``r[:n]`` (-inf where unreached) and ``in_h[:n]``. Only threads with
+    ``live[j]`` take part (a unit mask's: the others are out of the graph)."""
     D = nbr.shape[1]
     picked, seeds, front, nxt = s.picked, s.seeds, s.front, s.nxt
+    n_live = 0
     for j in range(n):
         picked[j] = False
         r[j] = -np.inf
         in_h[j] = False
-    k_seeds = min(p.n_seeds, n)
+        n_live += live[j]
+    k_seeds = min(p.n_seeds, n_live)
     for i in range(k_seeds):  # selection: best r0, lowest id on ties
         b = -1
         for j in range(n):
-            if not picked[j] and (b < 0 or r0[j] > r0[b]):
+            if live[j] and not picked[j] and (b < 0 or r0[j] > r0[b]):
                 b = j
         picked[b] = True
         seeds[i] = b
@@ -209,7 +219,7 @@ def propagate_one(r0, n, g0, nbr, nbw, p, s, r, in_h):  # pragma: no cover - com
             g = g0 + j
             for e in range(D):
                 k = nbr[g, e]
-                if k < 0:
+                if k < 0 or not live[k]:
                     continue
                 val = relax_compiled(r[j], nbw[g, e], p.gamma, p.paper)
                 if val > r[k]:
@@ -245,8 +255,8 @@ def propagate_one(r0, n, g0, nbr, nbw, p, s, r, in_h):  # pragma: no cover - com
 
 
 @njit(cache=True)
-def propagate_batch(r0, nt, toff, nbr, nbw, p, sizes, r, in_h):  # pragma: no cover - compiled
-    """:func:`propagate_one` for every query of a batch (``r0``, ``r``, ``in_h``: ``[Q, J]``;
+def propagate_batch(r0, nt, toff, nbr, nbw, p, sizes, r, in_h, live):  # pragma: no cover - compiled
+    """:func:`propagate_one` for every query of a batch (``r0``, ``r``, ``in_h``, ``live``: ``[Q, J]``;
     ``nt``, ``toff``: ``[Q]``; ``p``: the method's :class:`PropagationParams`, whose sizes
     ``sizes`` (:class:`QuerySizes`) replaces per query)."""
     Q, J = r0.shape
@@ -254,4 +264,4 @@ def propagate_batch(r0, nt, toff, nbr, nbw, p, sizes, r, in_h):  # pragma: no co
                       np.empty(max(J, 1), np.int64), np.empty(max(J, 1), np.bool_))
     for q in range(Q):
         pq = PropagationParams(sizes.n_seeds[q], sizes.cap[q], sizes.hops[q], p.gamma, p.paper)
-        propagate_one(r0[q], nt[q], toff[q], nbr, nbw, pq, s, r[q], in_h[q])
+        propagate_one(r0[q], nt[q], toff[q], nbr, nbw, pq, s, r[q], in_h[q], live[q])

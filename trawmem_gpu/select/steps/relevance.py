@@ -47,7 +47,7 @@ from torch import Tensor
 from .._jit import njit
 from ..config import RELEVANCE_FEATURES  # noqa: F401 - the one order of the features (re-exported)
 from ..objective import date_seconds
-from ..tensor_ops import ranks, ranks_positive
+from ..tensor_ops import NEG_INF, ranks, ranks_positive
 from ..text_features import demand_features, relative_dates, temporal_flags
 from .candidates import order_desc, order_desc_bits
 
@@ -238,7 +238,9 @@ class RelevanceRows(NamedTuple):
 
 def learned_affinity_torch(cos: Tensor, umask: Tensor, lex: Tensor, rows: RelevanceRows, named: Tensor,
                            z_temp: Tensor, date_cols: dict[int, np.ndarray], cfg) -> Tensor:
-    """``alpha [Q, N]`` of the ``learned`` affinity (0 on padding).
+    """``alpha [Q, N]`` of the ``learned`` affinity (0 off ``umask``: padding, and units a filter's
+    mask leaves out, whose BM25 scores in ``lex`` and whose slots in ``rows.prev`` / ``rows.next``
+    the caller has cleared; the live units need not be a prefix).
 
     :param named: ``[Q, S]`` :func:`speakers_named` of each query against its bank's speakers
         (padded with 0), indexed by ``rows.speaker``
@@ -266,8 +268,8 @@ def learned_affinity_torch(cos: Tensor, umask: Tensor, lex: Tensor, rows: Releva
                      1.0 / (TOP_K + rc), torch.where(pos, 1.0 / (TOP_K + rb), zero), torch.gather(named, 1, rows.speaker),
                      z_temp[:, None] * rows.temporal, context(cos), context(rrf_c + rrf_b), dm, rows.words], dim=-1)
     s = logits(F, torch.as_tensor(cfg.relevance_weights, dtype=cos.dtype, device=cos.device))
-    if s.device.type == "cpu":  # the reference's exponential: same bits
-        alpha = torch.from_numpy(affinity_from_logits(s.numpy(), umask.sum(dim=1).numpy())).to(cos.dtype)
+    if s.device.type == "cpu":  # the reference's exponential: same bits (-inf off the live units: 0, no maximum)
+        alpha = torch.from_numpy(affinity_from_logits(torch.where(umask, s, NEG_INF).numpy())).to(cos.dtype)
     else:
         p = torch.where(umask, torch.sigmoid(s), zero)
         alpha = p / p.amax(dim=1, keepdim=True)
@@ -284,6 +286,14 @@ class LearnedTables(NamedTuple):
     rel_idx: np.ndarray
     temporal: np.ndarray
     words: np.ndarray
+
+
+def learned_tables(n: dict) -> LearnedTables:
+    """The :class:`LearnedTables` of an engine's stored tables ``n`` (name -> NumPy array), or
+    placeholders for an engine without the learned affinity's tables."""
+    if n["rel_idx"].shape[1] != 3:
+        return LearnedTables(np.zeros((1, 3), np.int64), n["temporal"], np.zeros(1))
+    return LearnedTables(n["rel_idx"], n["temporal"], n["rel_words"])
 
 
 class LearnedQueries(NamedTuple):
@@ -328,13 +338,15 @@ def learned_queries(questions: list[str], speakers: list[tuple], times: list[np.
 
 
 @njit(cache=True)
-def learned_row(vals, m, bm, bmbits, u0, tab, lq, q, alpha, s, rc, rb):  # pragma: no cover - compiled
+def learned_row(vals, m, bm, bmbits, u0, tab, lq, q, alpha, s, rc, rb, live):  # pragma: no cover - compiled
     """The ``learned`` affinity of one query's ``m`` units into ``alpha`` (``vals``: cosines, ``bm``:
     float32 BM25 and ``bmbits`` its int32 view, ``u0``: the bank's first stored unit, ``tab``
     :class:`LearnedTables`, ``lq`` :class:`LearnedQueries`, ``q`` the query's row there; scratch:
     ``s`` (``candidates.RankScratch``), ``rc`` and ``rb`` ``[>= m]``). The reference's features,
     ranks, summation order and exponential (:func:`relevance_features`, :func:`logits`,
-    :func:`affinity_from_logits`), one unit at a time."""
+    :func:`affinity_from_logits`), one unit at a time. ``live [>= m]``: the units a filter's mask
+    leaves (``steps.mask.hide_failing`` put the others last in ``vals`` and out of ``bm``): a
+    neighbour that is not live is no context, and the maximum is over the live units."""
     order, pos = s.order, s.pos
     order_desc(vals, m, order, s.bk, s.cnt)
     for i in range(m):
@@ -363,6 +375,8 @@ def learned_row(vals, m, bm, bmbits, u0, tab, lq, q, alpha, s, rc, rb):  # pragm
         g = u0 + j
         pv = tab.rel_idx[g, 1]
         nx = tab.rel_idx[g, 2]
+        pv = pv if pv >= 0 and live[pv] else -1
+        nx = nx if nx >= 0 and live[nx] else -1
         ctx_cos = max(vals[pv] if pv >= 0 else 0.0, vals[nx] if nx >= 0 else 0.0)
         ctx_rrf = max(alpha[pv] if pv >= 0 else 0.0, alpha[nx] if nx >= 0 else 0.0)
         pos_b = bm[j] > 0
@@ -381,7 +395,7 @@ def learned_row(vals, m, bm, bmbits, u0, tab, lq, q, alpha, s, rc, rb):  # pragm
         sc = sc + w[12]
         p = 1.0 / (1.0 + math.exp(-sc))
         rb[j] = p  # rb's rank is not read again after unit j (only earlier units' ranks were)
-        if p > pmax:
+        if p > pmax and live[j]:
             pmax = p
     for j in range(m):
         alpha[j] = rb[j] / pmax

@@ -62,13 +62,18 @@ class TriMemRanker:
         """:meth:`units` without planning: the question (vector ``z``) is the only search."""
         return self.units(plain_plan(question), np.asarray(z)[None, :], params)
 
-    def units(self, plan: QueryPlan, query_vecs: np.ndarray, params=None, k: int = TOP_K) -> list[int]:
-        """View unit indices shown for ``plan`` (its searches' vectors ``query_vecs``), in priority order."""
+    def units(self, plan: QueryPlan, query_vecs: np.ndarray, params=None, k: int = TOP_K,
+              keep: np.ndarray | None = None) -> list[int]:
+        """View unit indices shown for ``plan`` (its searches' vectors ``query_vecs``), in priority
+        order; ``keep``: a filter's unit mask over the view (``select.restrict.unit_mask``): only
+        passing facts are ranked, only passing units shown."""
         from ..params import QueryParams
         from ..workspace import fit_to_tokens
 
         qp = params or QueryParams()
-        order = [self.pos[i] for i in priority_ids(self.index, plan, query_vecs, k=k) if i in self.pos]
+        ids = None if keep is None else {t.turn_id for t, ok in zip(self.view.turns, keep) if ok}
+        order = [self.pos[i] for i in priority_ids(self.index, plan, query_vecs, k=k, keep=ids)
+                 if i in self.pos and (ids is None or i in ids)]
         if qp.token_budget is None:
             return order[:qp.budget]
         costs = self.ctx.token_costs(HEADINGS)
@@ -107,9 +112,10 @@ class TriMemPick:
 
 def trimem_select(rankers: TriMemRankers, items: Sequence[tuple[str, str]], Z: np.ndarray, params=None, *,
                   encode: Callable[[list[str]], np.ndarray], llm=None, prompts: Optional[PromptSet] = None,
-                  plans: Optional[Sequence[QueryPlan]] = None) -> list[TriMemPick]:
+                  plans: Optional[Sequence[QueryPlan]] = None, masks=None) -> list[TriMemPick]:
     """TriMem's workspace units for ``items`` (``(bank_id, question)``; ``Z`` their question
-    vectors); ``encode(texts)`` gives query vectors for the extra searches (module docstring)."""
+    vectors); ``encode(texts)`` gives query vectors for the extra searches (module docstring);
+    ``masks``: each item's unit mask over its bank's view (a filter's) or None."""
     qs = [q for _, q in items]
     if plans is None:
         plans = plan_queries(qs, llm, prompts) if llm is not None else [plain_plan(q) for q in qs]
@@ -119,10 +125,10 @@ def trimem_select(rankers: TriMemRankers, items: Sequence[tuple[str, str]], Z: n
     V = encode(extra) if extra else np.zeros((0, Z.shape[1]), np.float32)
     vec_of = {s: V[i] for i, s in enumerate(extra)}
     out = []
-    for (bid, _), z, p in zip(items, Z, plans):
+    for (bid, _), z, p, keep in zip(items, Z, plans, masks or [None] * len(items)):
         r = rankers[bid]
         qv = np.stack([z] + [vec_of[s] for s in p.queries[1:]])
-        out.append(TriMemPick(r.view, r.units(p, qv, params), p))
+        out.append(TriMemPick(r.view, r.units(p, qv, params, keep=keep), p))
     return out
 
 
@@ -166,7 +172,8 @@ class TriMemEngine:
     def view(self, bank_id: str) -> Bank:
         return self.rankers[bank_id].view
 
-    def select_units(self, bank_ids: list[str], questions: list[str], Z, dates=None, params=None) -> list[list[int]]:
+    def select_units(self, bank_ids: list[str], questions: list[str], Z, dates=None, params=None,
+                     masks=None) -> list[list[int]]:
         from ..params import QueryParams
 
         ps = params if isinstance(params, (list, tuple)) else [params or QueryParams()] * len(bank_ids)
@@ -174,7 +181,20 @@ class TriMemEngine:
             if b not in self.rankers.banks:
                 raise KeyError(b)
         Z = np.asarray(Z, dtype=np.float32)
-        return [self.rankers[b].plain_units(q, z, p) for b, q, z, p in zip(bank_ids, questions, Z, ps)]
+        ks = masks or [None] * len(bank_ids)
+        return [self.rankers[b].units(plain_plan(q), np.asarray(z)[None, :], p, keep=k)
+                for b, q, z, p, k in zip(bank_ids, questions, Z, ps, ks)]
+
+    def masks_of(self, bank_ids: list[str], where=None, masks=None) -> list | None:
+        """Each query's unit mask over its bank's view from ``where`` (``SelectionEngine.masks_of``)."""
+        from ..restrict import filter_masks
+
+        if where is None and masks is None:
+            return None
+        if masks is not None:
+            raise ValueError("masks: give the TriMem engine a filter (where), not unit masks")
+        out = filter_masks([self.view(b) for b in bank_ids], where)
+        return None if all(m is None for m in out) else out
 
     def nbytes(self) -> int:
         return int(sum(r.view.unit_vecs.nbytes + r.index.fact_vecs.nbytes for r in self.rankers.values()))

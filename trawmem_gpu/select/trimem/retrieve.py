@@ -70,6 +70,16 @@ class TriMemIndex:
                    {t.turn_id: i for i, t in enumerate(turns)}, persons)
 
 
+class _SlicedBM25:
+    """An index's BM25 (its corpus statistics) read at some of its facts."""
+
+    def __init__(self, full, rows: np.ndarray):
+        self.full, self.rows = full, rows
+
+    def scores(self, query: str) -> np.ndarray:
+        return self.full.scores(query)[self.rows]
+
+
 def _rank_share(scores: np.ndarray, positive_only: bool) -> np.ndarray:
     """1 / (K_RRF + rank) for every item (rank from 1, ties to the lower index); 0 where the score
     is not positive when ``positive_only`` (BM25: no shared term, no share)."""
@@ -115,8 +125,20 @@ def symbolic_matches(idx: TriMemIndex, plan: QueryPlan) -> tuple[np.ndarray, np.
     return person, time
 
 
-def rank_facts(idx: TriMemIndex, plan: QueryPlan, query_vecs: np.ndarray, k: int = TOP_K) -> list[int]:
-    """Indices of the ``k`` best facts for ``plan`` (its searches' vectors ``query_vecs``, [Q, d])."""
+def rank_facts(idx: TriMemIndex, plan: QueryPlan, query_vecs: np.ndarray, k: int = TOP_K,
+               keep: np.ndarray | None = None) -> list[int]:
+    """Indices of the ``k`` best facts for ``plan`` (its searches' vectors ``query_vecs``, [Q, d]);
+    ``keep``: a filter's mask over the facts (``select.restrict``): only those are ranked (the ranks
+    are among them; BM25 keeps the index's corpus statistics)."""
+    if keep is not None:
+        keep = np.asarray(keep, dtype=bool)
+        sub = np.flatnonzero(keep)
+        if not len(sub):
+            return []
+        part = TriMemIndex([idx.facts[i] for i in sub], idx.fact_vecs[sub], idx.turns, idx.profiles,
+                           _SlicedBM25(idx.bm25, sub), idx.turn_pos,
+                           {p: {int(np.searchsorted(sub, i)) for i in s if keep[i]} for p, s in idx.persons.items()})
+        return [int(sub[i]) for i in rank_facts(part, plan, query_vecs, k)]
     F = len(idx.facts)
     if F == 0:
         return []
@@ -159,10 +181,14 @@ def involved_sections(idx: TriMemIndex, plan: QueryPlan, top: Sequence[int], max
 
 
 def priority_ids(idx: TriMemIndex, plan: QueryPlan, query_vecs: np.ndarray, *, k: int = TOP_K,
-                 max_sections: int = MAX_SECTIONS, profile_after: int = PROFILE_AFTER) -> list[str]:
-    """Fact, turn and profile-section ids to show, in priority order (module docstring)."""
-    top = rank_facts(idx, plan, query_vecs, k)
-    sections = [s.unit_id for s in involved_sections(idx, plan, top, max_sections)]
+                 max_sections: int = MAX_SECTIONS, profile_after: int = PROFILE_AFTER,
+                 keep: Optional[set] = None) -> list[str]:
+    """Fact, turn and profile-section ids to show, in priority order (module docstring); ``keep``:
+    the ids a filter passes (None: all), the only facts ranked and sections shown."""
+    top = rank_facts(idx, plan, query_vecs, k,
+                     None if keep is None else np.array([f.fact_id in keep for f in idx.facts], dtype=bool))
+    sections = [s.unit_id for s in involved_sections(idx, plan, top, max_sections + (
+        len(idx.profiles) if keep is not None else 0)) if keep is None or s.unit_id in keep][:max_sections]
     out: list[str] = []
     seen: set[str] = set()
     for r, i in enumerate(top):

@@ -1,0 +1,199 @@
+"""The filter language of ``where=`` (``data.filters``): the operators, what compares with what,
+errors naming the path inside the filter, and the one evaluator against a plain Python statement
+of the rules on random metadata and random filters."""
+from __future__ import annotations
+
+import pickle
+import random
+from datetime import date, datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+
+from trawmem_gpu.data.filters import MAX_CONDITIONS, MAX_DEPTH, MetaColumns, both, parse_filter
+from trawmem_gpu.errors import InputError
+
+METAS = [
+    {"user_id": "u1", "n": 3, "ok": True, "day": "2024-03-01"},
+    {"user_id": "u1", "n": 3.0, "ok": False, "day": "2024-03-01T00:00:00Z"},
+    {"user_id": "u2", "n": "3", "day": "2024-03-02T09:30:00+02:00"},
+    {"user_id": "U1", "n": 10, "ok": 1},
+    None,
+    {"agent_id": "planner", "day": "not a date"},
+]
+
+
+def _mask(f) -> list[bool]:
+    return parse_filter(f).mask(MetaColumns(METAS)).tolist()
+
+
+@pytest.mark.parametrize("f,want", [
+    ({"user_id": "u1"}, [1, 1, 0, 0, 0, 0]),                        # eq shorthand: exact, case and all
+    ({"user_id": {"ne": "u1"}}, [0, 0, 1, 1, 1, 1]),                # ne = not eq: holds where the key is missing
+    ({"user_id": {"in": ["u1", "u2"]}}, [1, 1, 1, 0, 0, 0]),
+    ({"user_id": {"nin": ["u1", "u2"]}}, [0, 0, 0, 1, 1, 1]),
+    ({"n": 3}, [1, 1, 0, 0, 0, 0]),                                 # 3 == 3.0; "3" is a string, not a number
+    ({"n": {"gt": 2, "lte": 10}}, [1, 1, 0, 1, 0, 0]),              # several operators: all hold
+    ({"n": {"lt": 3}}, [0, 0, 0, 0, 0, 0]),
+    ({"ok": True}, [1, 0, 0, 0, 0, 0]),                             # true is not 1
+    ({"ok": 1}, [0, 0, 0, 1, 0, 0]),
+    ({"day": "2024-03-01"}, [1, 1, 0, 0, 0, 0]),                    # dates compare as times (Z: the same midnight)
+    ({"day": {"gte": "2024-03-02T07:00:00"}}, [0, 0, 1, 0, 0, 0]),  # 09:30+02:00 is 07:30 UTC
+    ({"day": {"gt": "2024-03-02T07:30:00Z"}}, [0, 0, 0, 0, 0, 0]),
+    ({"day": {"lt": datetime(2024, 3, 2, 9, tzinfo=timezone(timedelta(hours=1)))}}, [1, 1, 1, 0, 0, 0]),  # 08:00 UTC
+    ({"day": {"lt": date(2024, 3, 2)}}, [1, 1, 0, 0, 0, 0]),
+    ({"day": "not a date"}, [0, 0, 0, 0, 0, 1]),                    # a string that is no date is a string
+    ({"day": {"exists": True}}, [1, 1, 1, 0, 0, 1]),
+    ({"day": {"exists": False}}, [0, 0, 0, 1, 1, 0]),
+    ({"or": [{"agent_id": "planner"}, {"n": {"gte": 10}}]}, [0, 0, 0, 1, 0, 1]),
+    ({"not": {"user_id": {"exists": True}}}, [0, 0, 0, 0, 1, 1]),
+    ({"AND": [{"user_id": "u1"}, {"NOT": {"ok": True}}]}, [0, 1, 0, 0, 0, 0]),  # mem0's spelling
+    ({"user_id": "u1", "ok": False}, [0, 1, 0, 0, 0, 0]),           # several keys: and
+])
+def test_operators_and_kinds(f, want):
+    assert _mask(f) == [bool(x) for x in want]
+
+
+def test_no_filter_and_the_empty_filter_pass_everything():
+    assert parse_filter(None) is None and parse_filter({}) is None
+    assert both(None, None) is None
+    f = parse_filter({"user_id": "u1"})
+    assert both(f, None) is f and both(None, f) is f and both(f, f) is f
+
+
+def test_both_narrows_and_is_what_the_two_say():
+    key = parse_filter({"user_id": "u1"})
+    wide = parse_filter({"or": [{"user_id": "u2"}, {"n": {"exists": True}}]})
+    got = both(key, wide).mask(MetaColumns(METAS))
+    np.testing.assert_array_equal(got, key.mask(MetaColumns(METAS)) & wide.mask(MetaColumns(METAS)))
+    assert not both(key, parse_filter({"not": {"user_id": "u1"}})).mask(MetaColumns(METAS)).any()
+
+
+def test_canonical_form_pickles_and_compares():
+    f = parse_filter({"day": {"gte": date(2024, 3, 1)}, "user_id": "u1"})
+    assert f.json == {"and": [{"day": {"gte": "2024-03-01"}}, {"user_id": {"eq": "u1"}}]}
+    g = pickle.loads(pickle.dumps(f))
+    assert g == f and hash(g) == hash(f) and g.key == f.key
+    assert parse_filter(f.json) == f
+    assert f.matches({"user_id": "u1", "day": "2024-05-01"}) and not f.matches(None)
+
+
+@pytest.mark.parametrize("f,path,why", [
+    ([{"user_id": "u1"}], "where", "expected a filter object"),
+    ({"user_id": None}, "where.user_id", "null is not a value"),
+    ({"user_id": ["u1"]}, "where.user_id", '{"in": [...]}'),
+    ({"user_id": {}}, "where.user_id", "empty operator object"),
+    ({"user_id": {"equals": "u1"}}, "where.user_id", "unknown operator 'equals'"),
+    ({"n": {"gt": "high"}}, "where.n.gt", "a number or an ISO 8601 date"),
+    ({"n": {"lte": True}}, "where.n.lte", "a number or an ISO 8601 date"),
+    ({"n": {"in": []}}, "where.n.in", "non-empty list"),
+    ({"n": {"in": [1, {"a": 1}]}}, "where.n.in[1]", "expected a string, number, boolean or ISO date"),
+    ({"n": {"exists": "yes"}}, "where.n.exists", "true or false"),
+    ({"n": float("nan")}, "where.n", "finite"),
+    ({"n": 2 ** 60}, "where.n", "2**53"),
+    ({"or": []}, "where.or", "non-empty list"),
+    ({"or": [{"a": 1}, "b"]}, "where.or[1]", "expected a filter object"),
+    ({"not": [{"a": 1}]}, "where.not", "expected a filter object"),
+    ({"and": [{"or": [{"user id": 1}]}]}, "where.and[0].or[0]", "not a metadata key"),
+    ({"user_id": "x" * 2000}, "where.user_id", "the limit is 1024"),
+])
+def test_errors_name_the_path_inside_the_filter(f, path, why):
+    with pytest.raises(InputError) as e:
+        parse_filter(f)
+    msg = str(e.value)
+    assert msg.startswith(path + ":") and why in msg, msg
+    assert "x" * 100 not in msg  # a long value is never echoed
+
+
+def test_bounds():
+    deep = {"user_id": "u1"}
+    for _ in range(MAX_DEPTH):
+        deep = {"not": deep}
+    with pytest.raises(InputError, match="deeper than"):
+        parse_filter(deep)
+    with pytest.raises(InputError, match="more than"):
+        parse_filter({"or": [{"n": i} for i in range(MAX_CONDITIONS + 1)]})
+    with pytest.raises(InputError, match=r"^requests\[2\]\.where\.n:"):
+        parse_filter({"n": None}, "requests[2].where")
+
+
+# ----------------------------------------------------------------------------------------------
+# the evaluator against a plain statement of the rules
+# ----------------------------------------------------------------------------------------------
+def _when(v):
+    """The time a value names when it is an ISO date (the rule, restated), else None."""
+    if not isinstance(v, str) or len(v) < 10 or v[4] != "-" or v[7] != "-":
+        return None
+    try:
+        d = datetime.fromisoformat(v.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return d.astimezone(timezone.utc).replace(tzinfo=None) if d.tzinfo else d
+
+
+def _norm(v):
+    if isinstance(v, bool):
+        return ("b", v)
+    if isinstance(v, (int, float)):
+        return ("n", float(v))
+    d = _when(v)
+    return ("d", d) if d is not None else ("s", v)
+
+
+def _holds(f, m) -> bool:
+    m = m or {}
+    out = True
+    for k, v in f.items():
+        if k in ("and", "or"):
+            r = [_holds(x, m) for x in v]
+            out &= all(r) if k == "and" else any(r)
+        elif k == "not":
+            out &= not _holds(v, m)
+        else:
+            ops = v if isinstance(v, dict) else {"eq": v}
+            for op, x in ops.items():
+                have = k in m
+                a = _norm(m[k]) if have else None
+                if op == "exists":
+                    out &= have == x
+                elif op in ("eq", "ne"):
+                    out &= (have and a == _norm(x)) == (op == "eq")
+                elif op in ("in", "nin"):
+                    out &= (have and a in [_norm(y) for y in x]) == (op == "in")
+                else:
+                    b = _norm(x)
+                    ok = have and a[0] == b[0] and {"gt": a[1] > b[1], "gte": a[1] >= b[1], "lt": a[1] < b[1],
+                                                    "lte": a[1] <= b[1]}[op]
+                    out &= bool(ok)
+    return bool(out)
+
+
+VALUES = ["u1", "u2", "2024-03-01", "2024-03-01T12:00:00Z", 1, 2.5, 3, True, False, "x"]
+
+
+def _rand_filter(rng: random.Random, depth: int = 0) -> dict:
+    if depth < 2 and rng.random() < 0.35:
+        op = rng.choice(["and", "or", "not"])
+        if op == "not":
+            return {"not": _rand_filter(rng, depth + 1)}
+        return {op: [_rand_filter(rng, depth + 1) for _ in range(rng.randint(1, 3))]}
+    key = rng.choice(["a", "b", "c"])
+    op = rng.choice(["eq", "ne", "in", "nin", "gt", "gte", "lt", "lte", "exists"])
+    if op == "exists":
+        return {key: {"exists": rng.random() < 0.5}}
+    if op in ("in", "nin"):
+        return {key: {op: rng.sample(VALUES, rng.randint(1, 4))}}
+    if op in ("gt", "gte", "lt", "lte"):
+        return {key: {op: rng.choice([1, 2.5, 3, "2024-03-01", "2024-03-01T12:00:00Z"])}}
+    return {key: {op: rng.choice(VALUES)}}
+
+
+def test_the_evaluator_states_the_rules():
+    rng = random.Random(5)
+    metas = [None] + [{k: rng.choice(VALUES) for k in "abc" if rng.random() < 0.7} for _ in range(300)]
+    cols = MetaColumns(metas)
+    for _ in range(400):
+        f = _rand_filter(rng)
+        got = parse_filter(f).mask(cols).tolist()
+        want = [_holds(f, m) for m in metas]
+        assert got == want, f
