@@ -273,22 +273,23 @@ def test_llm_segment_retry_and_fallback(server):
         ["D: only one turn"],
         [],
     ]
-    starts, n_fallback = llm_segment(sessions, be, max_retries=1)
+    starts, why = llm_segment(sessions, be, max_retries=1)
     assert starts == [[0, 3, 6], [0, 3], None, [0], []]
-    assert n_fallback == 1
+    assert why == [None, None, "malformed reply", None, None]
     assert server.requests == 3 + 2  # one batched attempt, then the two malformed ones once more
     assert set(be.usage.summary()) == {"segment", "segment-retry"}
 
 
 def test_llm_heads_retry_and_fallback(server):
     be = _http(server)
-    threads = ["[7 May 2023] Mel: I ran a charity race.", f"[8 May] {MALFORMED_ALWAYS}", "", f"x {MALFORMED_ONCE}"]
-    heads, n_fallback = llm_heads(threads, be)
-    assert heads[0] == "Summary: [7 May 2023] Mel: I ran a charity race."
+    threads = ["[7 May 2023] Mel: I ran a charity race.", f"[8 May] {MALFORMED_ALWAYS}", "",
+               f"x {MALFORMED_ONCE} Mel ran a race in May"]
+    heads, why = llm_heads(threads, be)
+    assert heads[0] == "Summary: Mel: I ran a charity race."
     assert heads[1] is None and heads[2] is None and heads[3].startswith("Summary: x")
-    assert n_fallback == 2
-    heads0, nf0 = llm_heads([f"{MALFORMED_ALWAYS}"], be, max_retries=0)
-    assert heads0 == [None] and nf0 == 1
+    assert why == [None, "malformed reply", "failed: empty thread", None]
+    heads0, why0 = llm_heads([f"{MALFORMED_ALWAYS}"], be, max_retries=0)
+    assert heads0 == [None] and why0 == ["malformed reply"]
 
 
 # -- cache -------------------------------------------------------------------------------------
@@ -399,7 +400,8 @@ def test_answer_and_judge_end_to_end(server):
     assert "This question is about time" in by_q["When did Mel run?"]
     assert "This question is about time" not in by_q["Where did Mel go?"]
     judges = [b for b in server.bodies if "response_format" in b]
-    assert len(judges) == 4 and all(b["response_format"] == {"type": "json_object"} for b in judges)
+    assert len(judges) == 4 and all(b["response_format"]["type"] == "json_schema" for b in judges)
+    assert all(b["response_format"]["json_schema"]["schema"] == JUDGE.schema for b in judges)
     assert run.usage["answer"]["requests"] == 4 and run.usage["judge"]["requests"] == 4
     assert run.usage["answer"]["prompt_tokens"] > 0 and run.usage["answer"]["batches"] == 1
     assert recs["q1"]["usage"]["answer"]["prompt_tokens"] > 0 and recs["q1"]["usage"]["judge"] is not None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import date as _date, datetime
 from pathlib import Path
 from typing import Sequence
@@ -185,19 +186,23 @@ class Memory:
         is not added again (a retry is safe): it is listed in ``already_stored``.
 
         :returns: the bank's counts (as :meth:`banks`) plus ``created``, ``appended``, ``stored``
-            and ``already_stored`` (turn ids)
+            and ``already_stored`` (turn ids), and with an ``llm`` its work (``llm``: calls,
+            retries, tokens, seconds, malformed / refused / fallen back; ``llm.base.LLMWork``)
         :raises InputError: a malformed turn (nothing added; the message names ``turns[i]``)
         :raises DuplicateTurns: a turn id the bank already holds with other content (nothing added)
         """
         from .core import bank_summary
 
+        from ..llm.base import LLMWork
+
         _bank_arg(bank_id)
-        res = self._core.append(bank_id, _records(turns, bank_id), llm=self.llm)
+        with LLMWork(self.llm) as work:
+            res = self._core.append(bank_id, _records(turns, bank_id), llm=self.llm)
         prepared = self._core.engines.prepare(res.bank)  # the slow part, outside the engine lock
         with self._lock:
             self._core.sync_engine(bank_id, prepared)
         return {**bank_summary(res.bank), "created": res.created, "appended": res.appended, "stored": res.stored,
-                "already_stored": res.already_stored}
+                "already_stored": res.already_stored, **({"llm": work.report()} if self.llm is not None else {})}
 
     def forget(self, bank_id: str, turn_ids: Sequence[str] | None = None, *, outputs: Iterable[str | Path] = (),
                llm=None) -> dict:
@@ -292,6 +297,9 @@ class Memory:
             raise InputError(f"dates: {len(ds)} dates for {n} queries")
         Z = self._core.encoder.encode(qs, is_query=True) if vectors is None else _vectors(vectors, n, self._core.dim)
         plans = None
+        from ..llm.base import LLMWork
+
+        work = LLMWork(self.plan_llm).__enter__()
         if self.plan_llm is not None:  # the planner's LLM calls, before the engine is held
             if len(set(qps)) > 1:
                 raise InputError("params: planned selection (plan_llm) takes one QueryParams for all queries")
@@ -318,9 +326,12 @@ class Memory:
                 searches = [g.searches for g in got]
             epoch = self._epoch
             self._assembling[epoch] = self._assembling.get(epoch, 0) + 1
+        work.__exit__(None, None, None)
+        llm = work.report()
         try:
-            return [SelectedWorkspace.of(bank, q, p, self._core.headings, u, sr)
-                    for bank, q, p, u, sr in zip(banks, qs, picks, used, searches)]
+            out = [SelectedWorkspace.of(bank, q, p, self._core.headings, u, sr)
+                   for bank, q, p, u, sr in zip(banks, qs, picks, used, searches)]
+            return [replace(w, llm=llm) for w in out] if llm else out
         finally:
             with self._lock:
                 self._assembling[epoch] -= 1

@@ -149,6 +149,13 @@ class SelectionService:
                                engine=EngineSpec(select_cfg, threads, units=cfg.units, method=cfg.method))
         self.registry, self.encoder, self.engines = self.core.registry, self.core.encoder, self.core.engines
         self.encoder_spec, self.dim = self.core.encoder_spec, self.core.dim
+        self.llm = None
+        if cfg.llm:  # appends to banks built with LLM segmentation or heads (checked at the first use)
+            from ..llm.factory import llm_from_args
+
+            self.llm = llm_from_args(cfg.llm)
+            if metrics is not None:
+                metrics.watch_llm(self.llm)
         self.defaults = params or QueryParams()
         """The server's default ``QueryParams`` (the collection default of the merge rule)."""
         self._given_encoder = encoder is not None and not isinstance(encoder, str)
@@ -254,7 +261,7 @@ class SelectionService:
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
         res = await loop.run_in_executor(self.appender, lambda: self.core.append(bank_id, records,
-                                                                                 self.append_encoder()))
+                                                                                 self.append_encoder(), self.llm))
         # the new bank's engine tables are built here, on the append thread; the batch worker only
         # publishes them, so queries do not wait behind the build
         prepared = await loop.run_in_executor(self.appender, self.engines.prepare, res.bank)
@@ -277,7 +284,7 @@ class SelectionService:
             raise ShuttingDown("the server is shutting down")
         loop = asyncio.get_running_loop()
         res = await loop.run_in_executor(self.appender, lambda: self.core.forget_stored(
-            bank_id, turn_ids, encoder=self.append_encoder()))
+            bank_id, turn_ids, self.llm, encoder=self.append_encoder()))
         prepared = await loop.run_in_executor(self.appender, self.core.prepare_forget, res)
         await loop.run_in_executor(self.worker, self.core.sync_forget, res, prepared)
         await self._assembly_drained()  # workspaces of the old bank are rendered before the caches go
