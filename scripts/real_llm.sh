@@ -64,10 +64,10 @@ running_pid() {
   [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && echo "$pid"
 }
 
-cached_wheel() {  # the newest cached portable wheel of llama-cpp-python $LLAMA_VERSION for this Python
+cached_wheel() {  # the newest cached portable wheel of llama-cpp-python $LLAMA_VERSION
   # (a wheel counts as portable when a WHEEL.portable file beside it holds the CMAKE_ARGS it was built with)
-  local tag w; tag=$("${1:-$VENV/bin/python}" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-  for w in $(ls -t "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-"$tag"-*.whl 2>/dev/null); do
+  local w
+  for w in $(ls -t "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl 2>/dev/null); do
     if grep -q -- "-DGGML_NATIVE=OFF" "$w.portable" 2>/dev/null; then echo "$w"; return 0; fi
   done
   return 1
@@ -171,7 +171,7 @@ stop() {
 
 case "${1:-}" in
   start) start ;;
-  cached) mkdir -p "$WHEELS"; cached_wheel "$PY" ;;  # the cached portable wheel for $PYTHON (exit 1: none)
+  cached) cached_wheel ;;
   stop) stop ;;
   status) if running_pid >/dev/null && answers; then echo "$URL"; else say "not running"; exit 1; fi ;;
   *) echo "usage: bash scripts/real_llm.sh start|stop|status|cached" >&2; exit 2 ;;

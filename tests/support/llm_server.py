@@ -13,8 +13,8 @@ OpenAI-compatible server (llama-cpp-python) does: a reply is cut at ``max_tokens
 client that closes its stream stops the reply (``cancelled`` counts them); ``serial`` serves one
 request at a time and, with ``interrupt``, a streaming reply ends early when the next request
 arrives; ``context_words`` refuses longer prompts with llama.cpp's overflow error;
-``schema_forms`` lists the ``response_format`` forms it takes (others get HTTP 422, as
-llama-cpp-python answers OpenAI's ``json_schema``).
+``schema_forms`` lists the ``response_format`` forms it takes (others get llama-cpp-python's answer
+to OpenAI's ``json_schema``: HTTP 500 with a validation error naming ``response_format``).
 """
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ class LLMServer:
         self.context_words = 0
         """When > 0, a prompt of more words gets llama.cpp's context-overflow error (HTTP 400)."""
         self.schema_forms = ("json_schema", "json_object_schema", "json_object")
-        """The ``response_format`` forms taken; another gets HTTP 422 naming ``response_format``."""
+        """The ``response_format`` forms taken; another gets HTTP 500 naming ``response_format``."""
         self.cancelled = 0
         """Streamed replies whose client closed the stream before the end."""
         self.interrupted = 0
@@ -260,7 +260,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             refused = _format_refusal(body, st)
             if refused:
-                self._send(422 if refused.startswith("form") else 400, {"error": {"message": refused}})
+                self._send(500 if refused.startswith("1 validation") else 400, {"error": {"message": refused}})
                 return
             messages = body.get("messages") or []
             words = sum(len(str(m.get("content", "")).split()) for m in messages)
@@ -346,4 +346,5 @@ def _format_refusal(body: dict, st: "LLMServer") -> Optional[str]:
         return None
     if form == "json_object":
         return "bad request: response_format (JSON mode) is not supported by this server"
-    return f"form not taken: body.response_format.type: Input should be 'text' or 'json_object' (got {form})"
+    return ("1 validation error: {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+            f"'msg': \"Input should be 'text' or 'json_object'\", 'input': '{form}'}}")

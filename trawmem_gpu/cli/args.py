@@ -83,7 +83,7 @@ class Parser(argparse.ArgumentParser):
 FIELD_FLAGS: dict[str, tuple[str, ...]] = {
     "timeout_s": ("--timeout", "--llm-timeout"), "deadline_s": ("--llm-deadline",),
     "max_retries": ("--llm-retries",), "concurrency": ("--llm-concurrency",), "context_tokens": ("--llm-context",),
-    "constrain": ("--llm-constrain",), "keys_file": ("--keys",), "bank_cache": ("--banks",),
+    "constrain": ("--llm-constrain",), "strict": ("--strict-llm",), "keys_file": ("--keys",), "bank_cache": ("--banks",),
     "banks_dir": ("--banks",), "ks": ("--k",), "workers": ("--ray-workers",), "methods": ("--method",),
 }
 

@@ -42,6 +42,34 @@ class AnswerJudgeRun:
                 "counts": self.counts, "metrics": self.metrics()}
 
 
+def _refusals(raw: list[str], ans: list, items: list[dict], backend: LLMBackend, meter: UsageMeter) -> list:
+    """Per answer, why it is refused (``llm.grounding.answer_problem``), or None; counted as
+    refused and fallen back on ``meter`` and the backend's meter (an error under ``--strict-llm``)."""
+    refused = [answer_problem(p, it["question"], it["context"]) if r.error is None else None
+               for p, r, it in zip(raw, ans, items)]
+    n = sum(w is not None for w in refused)
+    if n:
+        meter.note("answer", refused=n, fallbacks=n)
+        backend.usage.note("answer", refused=n)
+        fell_back(backend, "answer", [Outcome(status="refused", why=w) for w in refused if w], "answer")
+    return refused
+
+
+def _judge(judge_backend: LLMBackend, items: list[dict], preds: list[str], max_tokens: int,
+           meter: UsageMeter) -> list[Outcome]:
+    """The judge's structured verdict on each answer (its usage recorded on ``meter``)."""
+    if not items:
+        return []
+    jconvs = [JUDGE.messages(question=it["question"], gold=it["gold"], prediction=p or "(empty)")
+              for it, p in zip(items, preds)]
+    t0 = time.perf_counter()
+    before = judge_backend.usage.summary().get("judge", {})
+    out = ask(judge_backend, JUDGE, jconvs, lambda j, t: parse_judge(t), desc="judge", max_tokens=max_tokens,
+              retries=0)
+    meter.stages["judge"] = _delta(before, judge_backend.usage.summary().get("judge", {}), time.perf_counter() - t0)
+    return out
+
+
 def _delta(before: dict, after: dict, wall_s: float):
     """The usage of one stage between two summaries of a backend's meter (a StageUsage)."""
     from trawmem_gpu.llm.base import StageUsage
@@ -88,13 +116,8 @@ def answer_and_judge(items: list[dict], answer_backend: LLMBackend, judge_backen
     meter.record("answer", ans, time.perf_counter() - t0)
 
     raw = [clean_answer(r.text) if r.error is None else "" for r in ans]
-    refused = [answer_problem(p, it["question"], it["context"]) if r.error is None else None
-               for p, r, it in zip(raw, ans, items)]
+    refused = _refusals(raw, ans, items, answer_backend, meter)
     n_ref = sum(w is not None for w in refused)
-    if n_ref:
-        meter.note("answer", refused=n_ref, fallbacks=n_ref)
-        answer_backend.usage.note("answer", refused=n_ref)
-        fell_back(answer_backend, "answer", [Outcome(status="refused", why=w) for w in refused if w], "answer")
     preds = ["" if w else p for p, w in zip(raw, refused)]
     counts = {"answer_errors": sum(r.error is not None for r in ans), "answer_refused": n_ref, "judge_errors": 0,
               "judge_unparsed": 0, "judge_skipped": 0}
@@ -103,16 +126,9 @@ def answer_and_judge(items: list[dict], answer_backend: LLMBackend, judge_backen
     if judge_backend is not None:
         todo = [i for i, r in enumerate(ans) if r.error is None and refused[i] is None]
         counts["judge_skipped"] = len(items) - len(todo)
-        jconvs = [JUDGE.messages(question=items[i]["question"], gold=items[i]["gold"], prediction=preds[i] or "(empty)")
-                  for i in todo]
-        t0 = time.perf_counter()
-        before = judge_backend.usage.summary().get("judge", {})
-        jres = ask(judge_backend, JUDGE, jconvs, lambda j, t: parse_judge(t), desc="judge",
-                   max_tokens=judge_max_tokens, retries=0) if jconvs else []
-        after = judge_backend.usage.summary().get("judge", {})
-        meter.stages["judge"] = _delta(before, after, time.perf_counter() - t0)
-        for i, r in zip(todo, jres):
-            judged[i] = r
+        for i, o in zip(todo, _judge(judge_backend, [items[i] for i in todo], [preds[i] for i in todo],
+                                     judge_max_tokens, meter)):
+            judged[i] = o
 
     records = []
     for i, it in enumerate(items):

@@ -4,7 +4,8 @@ Both are structured calls (``llm.structured.ask``: the reply's schema sent for c
 decoding, a malformed reply re-asked once). What a reply says is used only when it passes the
 checks of ``llm.grounding``:
 
-* **boundaries** that cut every turn of a session into its own thread are degenerate (refused);
+* **boundaries** that cut a session into one-turn threads (every turn, or at least two and half
+  of its threads) are degenerate (refused);
   a session whose prompt overflows the model's context, or whose reply stops at its token limit,
   is halved and each half segmented (down to ``MIN_SPLIT_TURNS``), its halves' starts merged;
 * a **head** must hold no markup or prompt text, keep within ``grounding.HEAD_WORDS``, and be
@@ -63,8 +64,17 @@ def render_turns(turns: Sequence[str], max_chars: int = MAX_TURN_CHARS) -> str:
 
 
 def _degenerate(starts: list[int], n: int) -> Optional[str]:
-    if n >= 3 and len(starts) == n:
+    """Why boundaries are degenerate: they cut a session into one-turn threads (every turn, or
+    at least two and half its threads: the prompt's ``[0, 1, 2, ...]`` copied; the prompt asks
+    to keep short asides in the surrounding thread)."""
+    if n < 2:
+        return None
+    lens = np.diff(list(starts) + [n])
+    ones = int((lens == 1).sum())
+    if len(starts) == n and n >= 3:
         return f"degenerate: cuts every one of its {n} turns into its own thread"
+    if ones >= 2 and 2 * ones >= len(lens):
+        return f"degenerate: {ones} of its {len(lens)} threads are single turns"
     return None
 
 

@@ -210,10 +210,11 @@ class EndpointState:
         with self._lock:
             i = SCHEMA_FORMS.index(form)
             if self.schema_form is not None and SCHEMA_FORMS.index(self.schema_form) > i:
-                return
+                return  # another request learned it already
+            log.info("%s refused the %s form of a JSON schema; trying the next", self.url, form)
             self.schema_form = SCHEMA_FORMS[min(i + 1, len(SCHEMA_FORMS) - 1)]
             if self.schema_form == "json":
-                self.schema_refusal = " ".join(str(why).split())[:300]
+                self.schema_refusal = " ".join(str(why).split("  File ")[0].split())[:240]
                 log.warning("%s does not take JSON schemas (%s); structured calls use plain JSON mode",
                             self.url, self.schema_refusal)
 

@@ -23,7 +23,7 @@ HEAD_WORDS = (5, 60)
 """A head's length in words: fewer is a name or a label, more is not one sentence."""
 HEAD_CONTENT_WORDS = 3
 """Content words (besides numbers) a head needs to state an event (who did what)."""
-HEAD_LEXICAL_FLOOR = 0.5
+HEAD_LEXICAL_FLOOR = 0.6
 """Share of a head's content words its thread's turns must hold."""
 HEAD_EMBEDDING_FLOOR = 0.35
 """Cosine (normalized vectors) a head must reach with at least one turn of its thread."""

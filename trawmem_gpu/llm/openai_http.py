@@ -195,62 +195,9 @@ class OpenAIHTTPBackend(LLMBackend):
         return self.state.context_tokens
 
     def check(self) -> None:
-        """``GET {base_url}/models``: the server answers, accepts the key, and serves the model.
-
-        Sets the model to the first one listed when none was given, and the model's context when
-        the listing gives it (vLLM's ``max_model_len``, llama.cpp's ``n_ctx``). Raises
-        ``ConfigError`` for a refused key (HTTP 401/403) or a model the server does not list,
-        ``LLMRequestError`` when the server cannot be reached after the retries. A server
-        without ``/models`` (404) is accepted when a model was named.
-        """
-        url = f"{self.base_url}/models"
-        last = "no attempt"
-        for attempt in range(self.max_retries + 1):
-            try:
-                with httpx.Client(timeout=self.timeout_s or CHECK_TIMEOUT_S) as client:
-                    r = client.get(url, headers=self._headers())
-                if r.status_code in (401, 403):
-                    how = "the API key from TRAWMEM_API_KEY / OPENAI_API_KEY" if self._key else "no API key"
-                    raise ConfigError(self._scrub(
-                        f"the LLM server at {self.base_url} refused {how} (HTTP {r.status_code} from GET /models); "
-                        f"set TRAWMEM_API_KEY (or OPENAI_API_KEY) to a key it accepts"))
-                if r.status_code == 404 and self._model is not None:
-                    log.warning("%s has no /models endpoint; cannot check the key and model up front", self.base_url)
-                    return
-                if r.status_code == 200:
-                    self._take_models(r.json().get("data") or [], url)
-                    return
-                last = f"HTTP {r.status_code}: {r.text[:200]}"
-                if r.status_code not in _RETRY_STATUS:
-                    break
-            except httpx.TransportError as e:
-                last = f"{type(e).__name__}: {e}"
-            except (ValueError, AttributeError) as e:  # bad JSON
-                if isinstance(e, ConfigError):
-                    raise
-                last = f"bad JSON from /models: {e}"
-                break
-            if attempt < self.max_retries:
-                time.sleep(self._delay(attempt, None))
-        raise LLMRequestError(self._scrub(f"could not reach the LLM server: GET {url} failed ({last})"))
-
-    def _take_models(self, data: list, url: str) -> None:
-        entries = [d for d in data if isinstance(d, dict) and d.get("id")]
-        ids = [str(d["id"]) for d in entries]
-        if self._model is None:
-            if not ids:
-                raise LLMRequestError(f"GET {url} listed no models; pass MODEL as URL@MODEL")
-            self._model = ids[0]
-        elif ids and self._model not in ids:
-            raise ConfigError(f"model {self._model!r} is not served at {self.base_url} (it serves "
-                              f"{name_list(ids)}); fix the @MODEL part of the LLM spec")
-        mine = next((d for d in entries if str(d["id"]) == self._model), None)
-        meta = (mine or {}).get("meta") if isinstance((mine or {}).get("meta"), dict) else {}
-        for v in ((mine or {}).get("max_model_len"), (mine or {}).get("context_length"), meta.get("n_ctx"),
-                  meta.get("n_ctx_train")):
-            if isinstance(v, int) and v > 0 and not self.options.context_tokens:
-                self.state.learn_context(v, "GET /models")
-                break
+        """``GET {base_url}/models``: the server answers, accepts the key, and serves the model
+        (:func:`check_models`: the model set when none was given, its context when listed)."""
+        check_models(self)
 
     def _remaining(self) -> Optional[float]:
         """Seconds left before the deadline (None without one)."""
@@ -302,13 +249,12 @@ class OpenAIHTTPBackend(LLMBackend):
                 bar.close()
         return results  # type: ignore[return-value]
 
-    def _format(self, json_mode: bool, schema, plain: bool) -> Optional[dict]:
-        """The request's ``response_format`` (None: none), in the form the endpoint takes."""
+    def _format(self, json_mode: bool, schema, plain: bool) -> tuple[Optional[dict], str]:
+        """The request's ``response_format`` (None: none) in the form the endpoint takes, and that form."""
         if not json_mode or plain:
-            return None
-        if self.state.schema_form is None and schema is not None:
-            self.state.schema_form = "json_schema"
-        return response_format(self.state.schema_form or "json", schema)
+            return None, "none"
+        form = (self.state.schema_form or "json_schema") if schema is not None else "json"
+        return response_format(form, schema), form
 
     async def _one(self, client, limiter, base: dict, json_mode: bool, schema) -> LLMResult:
         """One request, with its retries (the class docstring)."""
@@ -318,7 +264,7 @@ class OpenAIHTTPBackend(LLMBackend):
         while tries < self.max_retries + 4:  # + the few re-sends that only change the request's form
             tries += 1
             body = dict(base)
-            fmt = self._format(json_mode, schema, plain)
+            fmt, form = self._format(json_mode, schema, plain)
             if fmt is not None:
                 body["response_format"] = fmt
             retry_after, again_now = None, False
@@ -339,13 +285,14 @@ class OpenAIHTTPBackend(LLMBackend):
                         self.state.learn_context(context_from_error(e.text), "an overflow error")
                         last_err = f"{CONTEXT_EXCEEDED} ({self.state.context_tokens or '?'} tokens): {e.text[:200]}"
                         break
-                    if e.status in (400, 422) and fmt is not None and is_constraint_error(e.text):
-                        if fmt.get("type") == "json_object" and "schema" not in fmt:
+                    if e.status in (400, 422, 500) and fmt is not None and is_constraint_error(e.text):
+                        # (llama-cpp-python answers a response_format it does not know with HTTP 500)
+                        if form == "json":
                             plain = True  # JSON mode refused: this request goes without it
                             log.warning("%s refused JSON mode for a request; sending it without",
                                         self.base_url)
                         else:
-                            self.state.refuse_form(self.state.schema_form, e.text)
+                            self.state.refuse_form(form, e.text)
                         continue
                     if e.status not in _RETRY_STATUS:
                         break
@@ -450,3 +397,65 @@ def _json(raw: bytes):
     if not isinstance(data, dict):
         raise BadResponse(f"malformed completion response: {raw[:200]!r}")
     return data
+
+
+def check_models(self: "OpenAIHTTPBackend") -> None:
+    """``GET {base_url}/models``: the server answers, accepts the key, and serves the model.
+
+    Sets the model to the first one listed when none was given, and the model's context when
+    the listing gives it (vLLM's ``max_model_len``, llama.cpp's ``n_ctx``). Raises
+    ``ConfigError`` for a refused key (HTTP 401/403) or a model the server does not list,
+    ``LLMRequestError`` when the server cannot be reached after the retries. A server
+    without ``/models`` (404) is accepted when a model was named.
+    """
+    url = f"{self.base_url}/models"
+    last = "no attempt"
+    for attempt in range(self.max_retries + 1):
+        try:
+            with httpx.Client(timeout=self.timeout_s or CHECK_TIMEOUT_S) as client:
+                r = client.get(url, headers=self._headers())
+            if r.status_code in (401, 403):
+                how = "the API key from TRAWMEM_API_KEY / OPENAI_API_KEY" if self._key else "no API key"
+                raise ConfigError(self._scrub(
+                    f"the LLM server at {self.base_url} refused {how} (HTTP {r.status_code} from GET /models); "
+                    f"set TRAWMEM_API_KEY (or OPENAI_API_KEY) to a key it accepts"))
+            if r.status_code == 404 and self._model is not None:
+                log.warning("%s has no /models endpoint; cannot check the key and model up front", self.base_url)
+                return
+            if r.status_code == 200:
+                _take_models(self, r.json().get("data") or [], url)
+                return
+            last = f"HTTP {r.status_code}: {r.text[:200]}"
+            if r.status_code not in _RETRY_STATUS:
+                break
+        except httpx.TransportError as e:
+            last = f"{type(e).__name__}: {e}"
+        except (ValueError, AttributeError) as e:  # bad JSON
+            if isinstance(e, ConfigError):
+                raise
+            last = f"bad JSON from /models: {e}"
+            break
+        if attempt < self.max_retries:
+            time.sleep(self._delay(attempt, None))
+    raise LLMRequestError(self._scrub(f"could not reach the LLM server: GET {url} failed ({last})"))
+
+
+def _take_models(self: "OpenAIHTTPBackend", data: list, url: str) -> None:
+    """The model (the first listed when none was given; a named one must be listed) and its
+    context, when the listing gives it."""
+    entries = [d for d in data if isinstance(d, dict) and d.get("id")]
+    ids = [str(d["id"]) for d in entries]
+    if self._model is None:
+        if not ids:
+            raise LLMRequestError(f"GET {url} listed no models; pass MODEL as URL@MODEL")
+        self._model = ids[0]
+    elif ids and self._model not in ids:
+        raise ConfigError(f"model {self._model!r} is not served at {self.base_url} (it serves "
+                          f"{name_list(ids)}); fix the @MODEL part of the LLM spec")
+    mine = next((d for d in entries if str(d["id"]) == self._model), None)
+    meta = (mine or {}).get("meta") if isinstance((mine or {}).get("meta"), dict) else {}
+    for v in ((mine or {}).get("max_model_len"), (mine or {}).get("context_length"), meta.get("n_ctx"),
+              meta.get("n_ctx_train")):
+        if isinstance(v, int) and v > 0 and not self.options.context_tokens:
+            self.state.learn_context(v, "GET /models")
+            break

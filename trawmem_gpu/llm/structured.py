@@ -240,7 +240,7 @@ STATUSES = ("ok", "malformed", "refused", "cut", "failed")
 def ask(llm, prompt, convs: list, parse: Callable[[int, str], Any], *, desc: str, max_tokens: int,
         check: Optional[Callable[[int, Any], Optional[str]]] = None,
         again: Optional[Callable[[int, Any], Optional[str]]] = None, retries: int = 1,
-        retry_message: str = None, echo_chars: int = 4000) -> list[Outcome]:
+        echo_chars: int = 4000) -> list[Outcome]:
     """Send structured conversations and read their replies (the one home of every structured call).
 
     ``prompt``: the :class:`~trawmem_gpu.llm.prompts.Prompt` whose reply schema goes with the
@@ -282,7 +282,7 @@ def ask(llm, prompt, convs: list, parse: Callable[[int, str], Any], *, desc: str
             out[i] = got
             msg = None
             if got.status == "malformed":
-                msg = retry_message or RETRY_JSON
+                msg = RETRY_JSON
             elif got.ok and again is not None and prev is None:
                 msg = again(i, got.value)
             if msg and attempt < retries:
@@ -337,5 +337,5 @@ def fell_back(llm, desc: str, outcomes: list, what: str = "output") -> dict:
         llm.usage.note(desc, fallbacks=n)
         if getattr(llm, "strict", False):
             shown = "; ".join(f"{k} ({v})" for k, v in whys.most_common(3))
-            raise LLMFallbackError(f"--strict-llm: {n} of {len(outcomes)} {desc} {what}(s) would fall back: {shown}")
+            raise LLMFallbackError(f"`strict`: {n} of {len(outcomes)} {desc} {what}(s) would fall back: {shown}")
     return dict(whys)

@@ -103,6 +103,19 @@ def freeze_heap() -> None:
     gc.freeze()
 
 
+def _serve_llm(cfg: ServeConfig, metrics):
+    """The backend of ``cfg.llm`` (None without one), its work counted in ``metrics``; the server
+    is asked at the first append that needs it."""
+    if not cfg.llm:
+        return None
+    from ..llm.factory import llm_from_args
+
+    llm = llm_from_args(cfg.llm)
+    if metrics is not None:
+        metrics.watch_llm(llm)
+    return llm
+
+
 def warm_up(service: "SelectionService") -> None:
     """One query encode and, with a bank, one selection and a token count, so the first request
     does not pay for the model's, the engine's and the tokenizer's first call."""
@@ -149,13 +162,8 @@ class SelectionService:
                                engine=EngineSpec(select_cfg, threads, units=cfg.units, method=cfg.method))
         self.registry, self.encoder, self.engines = self.core.registry, self.core.encoder, self.core.engines
         self.encoder_spec, self.dim = self.core.encoder_spec, self.core.dim
-        self.llm = None
-        if cfg.llm:  # appends to banks built with LLM segmentation or heads (checked at the first use)
-            from ..llm.factory import llm_from_args
-
-            self.llm = llm_from_args(cfg.llm)
-            if metrics is not None:
-                metrics.watch_llm(self.llm)
+        self.llm = _serve_llm(cfg, metrics)
+        """The LLM of appends to and forgets from banks built with LLM segmentation or heads (``--llm``)."""
         self.defaults = params or QueryParams()
         """The server's default ``QueryParams`` (the collection default of the merge rule)."""
         self._given_encoder = encoder is not None and not isinstance(encoder, str)
