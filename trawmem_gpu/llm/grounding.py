@@ -4,7 +4,7 @@
   tags (``</one sentence>``), braces, JSON keys, the workspace's turn ids (``[D1:4]``) and
   headings (``## 29 January 2023``), and runs of the prompt's own instruction words.
 * :func:`lexical_support` is the share of an output's content words that its sources hold (a
-  word counts when a source word shares its first :data:`STEM` letters: "hiking" / "hiked");
+  word counts when a source word has its stem: "hiking" / "hiked");
   :func:`embedding_support` the best cosine between the output's vector and its sources'.
 * :func:`echoes` says whether an answer only restates its question.
 
@@ -18,7 +18,7 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 
 STEM = 5
-"""Letters two words must share (or the whole shorter word) to count as the same word."""
+"""Letters two words must share, after one inflection is taken off, to count as the same word."""
 HEAD_WORDS = (5, 60)
 """A head's length in words: fewer is a name or a label, more is not one sentence."""
 HEAD_CONTENT_WORDS = 3
@@ -64,7 +64,14 @@ def content_words(text: str) -> list[str]:
     return [w for w in words(text) if w not in _STOP and len(w) > 1]
 
 
+_SUFFIX = re.compile(r"(?:ing|ed|es|s|e)$")
+
+
 def _key(w: str) -> str:
+    """A word's stem for matching: one inflection off ("hiking", "hiked", "hikes": "hik"), then
+    its first :data:`STEM` letters."""
+    if len(w) > 3:
+        w = _SUFFIX.sub("", w, count=1)
     return w[:STEM]
 
 

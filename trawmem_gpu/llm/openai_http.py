@@ -76,6 +76,10 @@ class HTTPOptions:
     """``schema``: structured calls send their JSON schema (constrained decoding); ``json``: JSON mode only."""
 
 
+class _WaitedOut(asyncio.TimeoutError):
+    """A request waited for ``max_retries + 1`` limits without an answer (never sent again)."""
+
+
 class _Limiter:
     """At most ``limit()`` holders at once; the limit may change while requests wait."""
 
@@ -275,7 +279,6 @@ class OpenAIHTTPBackend(LLMBackend):
                     break
                 limit = self.timeout_s or self.state.time_limit(ptoks, base["max_tokens"])
                 limit = limit if left is None else min(limit, left)
-                streaming = self.options.stream and self.state.streams is not False
                 try:
                     reply, secs = await self._send(client, url, body, limit, others)
                     return self._result(reply, secs, base["messages"], ptoks, attempt)
@@ -300,12 +303,12 @@ class OpenAIHTTPBackend(LLMBackend):
                 except Interrupted as e:
                     self.state.interrupted()
                     last_err, again_now = f"interrupted: {e}", True
+                except _WaitedOut:  # waited for already: never sent twice
+                    last_err = (f"timeout after {limit:g}s, then waited for again up to {self.max_retries} "
+                                f"times (a request is never sent twice while it may still run; `timeout_s`)")
+                    break
                 except (httpx.TimeoutException, asyncio.TimeoutError) as e:
                     last_err = f"timeout after {limit:g}s ({type(e).__name__}; `timeout_s`)"
-                    if not streaming:  # waited for already (``_plain``): never sent twice
-                        last_err = (f"timeout: no reply after {limit * (self.max_retries + 1):.0f}s "
-                                    f"({self.max_retries + 1} waits of {limit:.0f}s; `timeout_s`)")
-                        break
                 except httpx.TransportError as e:
                     last_err = f"{type(e).__name__}: {e}"
                 except BadResponse as e:
@@ -327,49 +330,56 @@ class OpenAIHTTPBackend(LLMBackend):
         return LLMResult(text="", error=err, retries=attempt)
 
     async def _send(self, client, url: str, body: dict, limit: float, others: int) -> tuple[Reply, float]:
-        """Send one attempt: streamed (closed at ``limit``: the server stops it) or plain (waited
-        for; see :meth:`_plain`). Returns the reply and its seconds."""
+        """Send one attempt, streamed where the server streams (closed at ``limit``: the server
+        stops it), else plain; returns the reply and its seconds. Until a reply shows that the
+        server streams, a request without an answer is waited for (:meth:`_wait`), as a plain one."""
         rid = next(_IDS)
         t0 = time.perf_counter()
-        if self.options.stream and self.state.streams is not False:
+        stream = self.options.stream and self.state.streams is not False
+        if stream:
             body = {**body, "stream": True, "stream_options": {"include_usage": True}}
             self.state.started(rid, others)
-            streamed = False
-            try:
-                async def go() -> Reply:
-                    nonlocal streamed
-                    async with client.stream("POST", url, json=body) as resp:
-                        if resp.status_code != 200:
-                            raise HTTPStatusError(resp.status_code, (await resp.aread()).decode("utf-8", "replace"),
-                                                  resp.headers.get("retry-after"))
-                        if "text/event-stream" not in resp.headers.get("content-type", ""):
-                            self.state.streams = False  # a server that ignores `stream`: plain from now on
-                            return parse_completion(_json(await resp.aread()))
-                        streamed = True
-                        self.state.streams = True
-                        return await read_stream(resp, t0, lambda: self.state.first_token(rid))
-                reply = await asyncio.wait_for(go(), limit)
-            finally:
-                self.state.finished(rid, streamed)
-            return reply, time.perf_counter() - t0
-        return await self._plain(client, url, body, limit, t0)
-
-    async def _plain(self, client, url: str, body: dict, limit: float, t0: float) -> tuple[Reply, float]:
-        """A plain (unstreamed) request: a server cannot be told to stop it, so a timeout waits for
-        it again (up to ``max_retries`` times) rather than sending it twice."""
-        task = asyncio.ensure_future(client.post(url, json=body))
+        streamed = False
+        task = asyncio.ensure_future(client.send(client.build_request("POST", url, json=body), stream=True))
         try:
-            for k in range(self.max_retries + 1):
-                done, _ = await asyncio.wait({task}, timeout=limit)
+            resp = await self._wait(task, limit, soft=not (stream and self.state.streams))
+            try:
+                if resp.status_code != 200:
+                    raise HTTPStatusError(resp.status_code, (await resp.aread()).decode("utf-8", "replace"),
+                                          resp.headers.get("retry-after"))
+                left = max(0.05, limit - (time.perf_counter() - t0))
+                if "text/event-stream" not in resp.headers.get("content-type", ""):
+                    if stream:
+                        self.state.streams = False  # a server that ignores `stream`: plain from now on
+                    return parse_completion(_json(await asyncio.wait_for(resp.aread(), left))), \
+                        time.perf_counter() - t0
+                streamed = self.state.streams = True
+                reply = await asyncio.wait_for(read_stream(resp, t0, lambda: self.state.first_token(rid)), left)
+                return reply, time.perf_counter() - t0
+            finally:
+                await resp.aclose()
+        finally:
+            if stream:
+                self.state.finished(rid, streamed)
+
+    async def _wait(self, task, limit: float, soft: bool):
+        """``task``'s response (its headers). ``soft`` (a reply that may not be cancellable: the
+        server does not stream, or has not shown that it does): a timeout waits for it again, up
+        to ``max_retries`` times, rather than sending it twice (:class:`_WaitedOut` after the last)."""
+        t0 = time.perf_counter()
+        try:
+            waits = self.max_retries + 1 if soft else 1
+            for k in range(waits):
+                left = self._remaining()
+                if left is not None and left <= 0:  # the deadline, not the waits, ended it
+                    raise asyncio.TimeoutError()
+                done, _ = await asyncio.wait({task}, timeout=limit if left is None else min(limit, left))
                 if done:
-                    resp = task.result()
-                    if resp.status_code != 200:
-                        raise HTTPStatusError(resp.status_code, resp.text, resp.headers.get("retry-after"))
-                    return parse_completion(_json(resp.content)), time.perf_counter() - t0
-                if k < self.max_retries:
+                    return task.result()
+                if k < waits - 1:
                     log.warning("LLM request still running after %.0fs; waiting for it (not sending it again)",
                                 time.perf_counter() - t0)
-            raise asyncio.TimeoutError()
+            raise _WaitedOut() if soft and waits > 1 else asyncio.TimeoutError()
         finally:
             if not task.done():
                 task.cancel()
