@@ -63,9 +63,11 @@ def test_a_one_at_a_time_server_is_detected_by_its_interruptions(server):
     res = be.chat([_conv(f"prompt {i} " + "x " * 30) for i in range(6)], max_tokens=64)
     assert all(r.ok for r in res) and be.state.serial is True
     assert server.interrupted >= 1 and be.state.in_flight_limit(None) == 1
+    assert be.state.streams is False  # another client's request would cut a stream too: plain from now on
     server.reset_counts()
     be.chat([_conv(f"again {i}") for i in range(4)], max_tokens=8)
     assert server.max_in_flight == 1 and server.interrupted == 0
+    assert not any(b.get("stream") for b in server.bodies)
 
 
 def test_a_serial_server_without_interruptions_is_detected_too(server):

@@ -11,7 +11,9 @@ server's name:
   another is still streaming proves the server works on several at once (up to
   :data:`MAX_AUTO_CONCURRENCY` then go); a stream cut short by the next request (llama.cpp's
   ``interrupt_requests``), or :data:`SERIAL_EVIDENCE` requests that were sent while another was
-  in flight and began only once it had ended, prove it answers one at a time (then 1 goes).
+  in flight and began only once it had ended, prove it answers one at a time (then 1 goes). A
+  server that cuts streams short gets plain requests from then on: another client's request
+  would cut this one's stream as well.
 * **Speed.** Prompt and generation tokens per second, running medians of the last replies
   (:data:`SPEED_WINDOW`); a request's time limit, when none is given, is derived from them, the
   prompt's size and its reply budget (:meth:`EndpointState.time_limit`).
@@ -148,9 +150,16 @@ class EndpointState:
                     self._mark_serial("requests sent together were served one after the other")
 
     def interrupted(self) -> None:
-        """A stream was cut short by another request: the server answers one at a time."""
+        """A stream was cut short by another request: the server answers one at a time, and it
+        stops a streaming request whenever another arrives (llama-cpp-python's
+        ``interrupt_requests``), from this client or any other. Streams would cancel each other
+        without end, so requests go plain from now on (not cancellable: a timed-out one is waited
+        for, never sent twice)."""
         with self._lock:
             self._mark_serial("a new request interrupted a streaming one")
+            if self.streams is not False:
+                self.streams = False
+                log.warning("%s stops a streaming request when another arrives: sending plain requests", self.url)
 
     def _mark_serial(self, why: str) -> None:
         if self.serial is not True:
