@@ -6,8 +6,8 @@ names, and records every chat request its HTTP backend sends and what came back.
 
 Each line of ``RECORD.jsonl``: the stage (``desc``), JSON mode, whether a schema went with it, the
 reply budget, the messages, and the reply (text, error, finish reason, seconds, tokens). It wraps
-``OpenAIHTTPBackend._chat``, which every tree has (an older one without ``schema``), so the same
-record comes out of the code before and after a change. Standard library and the tree only.
+``OpenAIHTTPBackend._chat`` and ``VLLMOfflineBackend._chat``, which every tree has (an older one
+without ``schema``), so the same record comes out of the code before and after a change. Standard library and the tree only.
 """
 from __future__ import annotations
 
@@ -17,11 +17,15 @@ import threading
 
 
 def _install(path: str) -> None:
-    from trawmem_gpu.llm import openai_http
+    from trawmem_gpu.llm import openai_http, vllm_offline
 
-    cls = openai_http.OpenAIHTTPBackend
-    inner = cls._chat
     lock = threading.Lock()
+    for cls in (openai_http.OpenAIHTTPBackend, vllm_offline.VLLMOfflineBackend):
+        _wrap(cls, path, lock)
+
+
+def _wrap(cls, path: str, lock) -> None:
+    inner = cls._chat
 
     def recorded(self, batch, **kw):
         res = inner(self, batch, **kw)

@@ -72,10 +72,17 @@ def test_a_one_at_a_time_server_is_detected_by_its_interruptions(server):
 
 def test_a_serial_server_without_interruptions_is_detected_too(server):
     server.serial = True
-    server.word_delay_s = 0.01
+    server.word_delay_s = 0.02
+    server.responders.append(lambda m: " ".join(["word"] * 30))  # 0.6 s a reply: a wait behind one shows
     be = _http(server, timeout_s=30)
-    be.chat([_conv(f"p{i} " + "y " * 20) for i in range(8)], max_tokens=64)
-    assert be.state.serial is True
+    be.chat([_conv(f"p{i}") for i in range(6)], max_tokens=64)
+    assert be.state.serial is True and be.state.streams is True  # no interruption: it still streams
+
+
+def test_fast_replies_of_a_parallel_server_are_no_evidence_of_a_serial_one(server):
+    be = _http(server, timeout_s=30)
+    be.chat([_conv(f"fast {i}") for i in range(12)], max_tokens=8)
+    assert be.state.serial is not True
 
 
 def test_a_server_that_serves_several_at_once_gets_more_in_flight(server):

@@ -30,6 +30,7 @@ import logging
 import re
 import statistics
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
@@ -42,6 +43,8 @@ MAX_AUTO_CONCURRENCY = 16
 """Requests in flight once the endpoint is seen to serve several at once."""
 SERIAL_EVIDENCE = 2
 """Overlapping requests served strictly one after the other that prove a serial server."""
+SERIAL_WAIT_S = 0.3
+"""A request counts as queued behind others only when it waited this long for them."""
 SPEED_WINDOW = 16
 """Replies whose speeds the running medians keep."""
 DEFAULT_PROMPT_TPS = 20.0
@@ -108,8 +111,9 @@ class EndpointState:
     """Server prompt tokens per :func:`estimate_tokens` token (learned from reported usage)."""
     _prompt_tps: deque = field(default_factory=lambda: deque(maxlen=SPEED_WINDOW))
     _gen_tps: deque = field(default_factory=lambda: deque(maxlen=SPEED_WINDOW))
-    _streaming: dict = field(default_factory=dict)
-    """Request id -> True once its first token came (it is generating), for overlap detection."""
+    _flights: dict = field(default_factory=dict)
+    """Request id -> [sent, first token, ended, the requests open when it was sent] (monotonic
+    seconds; the latest 256), for the concurrency evidence."""
     _serial_seen: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -124,30 +128,46 @@ class EndpointState:
             return MAX_AUTO_CONCURRENCY
         return PROBE_CONCURRENCY
 
-    def started(self, rid: int, others_in_flight: int) -> None:
-        """Request ``rid`` was sent while ``others_in_flight`` other requests were open."""
+    def started(self, rid: int, others_in_flight: int = 0) -> None:
+        """Request ``rid`` was sent (the requests then in flight are noted with it)."""
         with self._lock:
-            self._streaming[rid] = (False, others_in_flight > 0)
+            now = time.monotonic()
+            open_ = {k for k, f in self._flights.items() if f[2] is None}
+            self._flights[rid] = [now, None, None, open_]
+            while len(self._flights) > 256:
+                self._flights.pop(next(iter(self._flights)))
 
     def first_token(self, rid: int) -> None:
-        """Request ``rid``'s first token came: if another request is generating, the server
-        serves several at once."""
+        """Request ``rid``'s first token came: if another request is generating (its first token
+        came, it has not ended), the server serves several at once."""
         with self._lock:
-            if any(gen for k, (gen, _) in self._streaming.items() if k != rid) and self.serial is None:
+            f = self._flights.get(rid)
+            if f is None:
+                return
+            f[1] = time.monotonic()
+            if self.serial is None and any(g[1] is not None and g[2] is None
+                                           for k, g in self._flights.items() if k != rid):
                 self.serial = False
                 log.info("%s serves several requests at once; up to %d in flight", self.url, MAX_AUTO_CONCURRENCY)
-            _, overlapped = self._streaming.get(rid, (False, False))
-            self._streaming[rid] = (True, overlapped)
 
     def finished(self, rid: int, streamed: bool) -> None:
-        """Request ``rid`` ended; a streamed one that overlapped others yet never generated beside
-        one counts as evidence of a serial server."""
+        """Request ``rid`` ended. A streamed one sent while others ran, whose first token came only
+        once they had all ended, and that waited at least :data:`SERIAL_WAIT_S` for them, counts
+        as evidence of a server that answers one at a time (a fast reply proves nothing)."""
         with self._lock:
-            gen, overlapped = self._streaming.pop(rid, (False, False))
-            if streamed and gen and overlapped and self.serial is None:
-                self._serial_seen += 1
-                if self._serial_seen >= SERIAL_EVIDENCE:
-                    self._mark_serial("requests sent together were served one after the other")
+            f = self._flights.get(rid)
+            if f is None:
+                return
+            f[2] = time.monotonic()
+            if not streamed or f[1] is None or self.serial is not None:
+                return
+            ends = [self._flights[k][2] for k in f[3] if k in self._flights]
+            if ends and all(e is not None for e in ends):
+                last = max(ends)
+                if f[1] >= last and last - f[0] >= SERIAL_WAIT_S:
+                    self._serial_seen += 1
+                    if self._serial_seen >= SERIAL_EVIDENCE:
+                        self._mark_serial("requests sent together were served one after the other")
 
     def interrupted(self) -> None:
         """A stream was cut short by another request: the server answers one at a time, and it
