@@ -62,7 +62,9 @@ def main(argv=None) -> int:
     p.add_argument("--label", required=True, help="name of this run in real_llm_paths.json (before, after-schema...)")
     p.add_argument("--constrain", choices=["schema", "json"], default="schema",
                    help="--llm-constrain of the runs (a tree without the flag ignores it)")
-    p.add_argument("--only", default=None, help="comma-separated paths to run (default: all)")
+    p.add_argument("--only", default=None, help="comma-separated path ids to run: segment, facts, update (after "
+                                                 "facts), plan-trawmem, plan-trimem (after facts), memory, eval, evolve "
+                                                 "(default: all)")
     for x in (a, p):
         x.add_argument("--url", required=True, help="the model server's base URL (scripts/real_llm.sh start)")
         x.add_argument("--model", default="SmolLM2-135M-Instruct Q4_1 (llama.cpp, 1 thread)", help="for the record")
@@ -84,9 +86,10 @@ def main(argv=None) -> int:
     from .real_llm_bench.paths import main_paths
 
     rec = main_paths(args)
-    with harness.locked("real_llm_paths") as old:
+    with harness.locked("real_llm_paths") as old:  # paths run one at a time (--only) merge into their label
         runs = dict(old.get("runs") or {})
-        runs[args.label] = rec
+        prev = runs.get(args.label) or {}
+        runs[args.label] = {**prev, **rec, "paths": {**(prev.get("paths") or {}), **rec["paths"]}}
         path = harness.save("real_llm_paths", {"runs": runs})
     print(f"-> {path}")
     return 0

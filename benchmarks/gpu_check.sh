@@ -89,7 +89,7 @@ echo "benchmark exit code: $BENCH_RC (124 = timed out)"
 echo "== 4b. a real LLM on the GPU (only with TRAWMEM_GPU_LLM=/path/to/a/local/model and vllm installed)"
 if [ -n "${TRAWMEM_GPU_LLM:-}" ] && "$PY" -c "import vllm" >/dev/null 2>&1; then
   TRAWMEM_BENCH_OUT="$OUTDIR" timeout 900 "$PY" -m benchmarks run real_llm paths --url "vllm:$TRAWMEM_GPU_LLM" \
-    --label gpu-vllm --model "$TRAWMEM_GPU_LLM (vLLM offline)" --only "segment,facts,update,plan,eval" \
+    --label gpu-vllm --model "$TRAWMEM_GPU_LLM (vLLM offline)" --only "segment,facts,update,plan-trawmem,plan-trimem,eval" \
     || echo "real-LLM paths: exit $? (see $OUTDIR/real_llm_paths.json)"
 else
   echo "skipped: set TRAWMEM_GPU_LLM to a local model directory (vllm offline) to run every LLM path on it"

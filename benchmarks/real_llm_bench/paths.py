@@ -57,33 +57,53 @@ def _month(iso: str) -> str:
     return calendar.month_name[int(iso[5:7])]
 
 
-def _commands(files: dict, w: Path, url: str, llm_flags: list[str]) -> list[tuple[str, list]]:
-    """(path name, [(how, args), ...]) of every path, in order (later ones read earlier banks)."""
+def _commands(files: dict, w: Path, url: str, llm_flags: list[str]) -> list[tuple[str, str, list]]:
+    """(path id, path name, [(how, args), ...]) of every path, in order (``update`` and
+    ``plan-trimem`` read the bank of ``facts``)."""
     q1, q2 = files["questions"]
     qry = lambda bank, q, *more: ("cli", ["query", "--bank", str(bank), "--question", q, "--json", *more])  # noqa
     mem = ("from trawmem_gpu import Memory\nfrom trawmem_gpu.llm.factory import llm_from_args\n"
            f"llm = llm_from_args({url!r}, check=True)\nmem = Memory({str(w / 'plain')!r}, plan_llm=llm)\n"
            f"for q in {[q1, q2]!r}:\n    ws = mem.select('ana-ben', q)\n    print(q, '->', ws.searches)\n")
     return [
-        ("segment + heads", [("cli", ["build", "--input", str(files["jsonl"]), "--out", str(w / "segheads"),
+        ("segment", "segment + heads", [("cli", ["build", "--input", str(files["jsonl"]), "--out", str(w / "segheads"),
                                       "--segmentation", "llm", "--heads", "llm", "--llm", url, "--quiet", *llm_flags])]),
-        ("facts + profiles", [("cli", ["build", "--input", str(files["jsonl"]), "--out", str(w / "facts"), "--facts",
+        ("facts", "facts + profiles", [("cli", ["build", "--input", str(files["jsonl"]), "--out", str(w / "facts"), "--facts",
                                        "llm", "--profiles", "llm", "--llm", url, "--quiet", *llm_flags])]),
-        ("update (facts + profiles)", [("cli", ["build", "--input", str(files["new"]), "--out", str(w / "facts"),
+        ("update", "update (facts + profiles)", [("cli", ["build", "--input", str(files["new"]), "--out", str(w / "facts"),
                                                 "--update", "--llm", url, "--quiet", *llm_flags])]),
-        ("plan: trawmem --plan-llm --follow-up", [qry(w / "plain", q, "--method", "trawmem", "--plan-llm", url,
+        ("plan-trawmem", "plan: trawmem --plan-llm --follow-up", [qry(w / "plain", q, "--method", "trawmem", "--plan-llm", url,
                                                      "--follow-up", *llm_flags) for q in (q1, q2)]),
-        ("plan: trimem --plan-llm", [qry(w / "facts", q, "--method", "trimem", "--plan-llm", url, *llm_flags)
+        ("plan-trimem", "plan: trimem --plan-llm", [qry(w / "facts", q, "--method", "trimem", "--plan-llm", url, *llm_flags)
                                      for q in (q1, q2)]),
-        ("Memory(plan_llm=...)", [("python", [mem])]),
-        ("eval: answers + judge (T=800)", [("cli", ["eval", "--data", str(files["locomo"]), "--method", "trawmem",
+        ("memory", "Memory(plan_llm=...)", [("python", [mem])]),
+        ("eval", "eval: answers + judge (T=800)", [("cli", ["eval", "--data", str(files["locomo"]), "--method", "trawmem",
                                                     "--token-budget", "800", "--answer-llm", url, "--judge-llm", url,
                                                     "--output", str(w / "eval.json"), "--allow-failures", "100",
                                                     *llm_flags])]),
-        ("evolve-prompts (1 step)", [("cli", ["evolve-prompts", "--data", str(files["locomo"]), "--llm", url,
+        ("evolve", "evolve-prompts (1 step)", [("cli", ["evolve-prompts", "--data", str(files["locomo"]), "--llm", url,
                                               "--steps", "1", "--max-failures", "2", "--out", str(w / "evolve"),
                                               *llm_flags])]),
     ]
+
+
+def _outputs(name: str, w: Path) -> list[Path]:
+    """What path ``name`` writes (removed before it runs; the update appends to the facts path's bank)."""
+    return {"segment + heads": [w / "segheads"], "facts + profiles": [w / "facts"],
+            "eval: answers + judge (T=800)": [w / "eval.json"], "evolve-prompts (1 step)": [w / "evolve"]}.get(name, [])
+
+
+def _idle(url: str, limit_s: float = 3600.0) -> None:
+    """Wait until the server is idle: an earlier run's abandoned requests may still be running
+    there (llama.cpp's server answers ``GET /models`` only between completions)."""
+    if not url.startswith("http"):
+        return
+    import httpx
+
+    try:
+        httpx.get(url.rstrip("/") + "/models", timeout=limit_s)
+    except httpx.HTTPError:
+        pass
 
 
 def _run(tree: Path, record: Path, how: str, args: list, cache: Path) -> dict:
@@ -129,26 +149,29 @@ def main_paths(args) -> dict:
     """Run every path (or ``--only``) for ``args.label``; the record to merge into the results."""
     from .analyze import summarize
 
+    import shutil
+
     tree = Path(args.tree)
     w = Path(args.work) / "paths" / args.label
-    if w.exists():
-        import shutil
-
-        shutil.rmtree(w)
-    w.mkdir(parents=True)
+    w.mkdir(parents=True, exist_ok=True)
     files = _sample_files(w)
     supports = "--llm-constrain" in (tree / "trawmem_gpu" / "cli" / "args.py").read_text(encoding="utf-8")
     flags = ["--llm-constrain", args.constrain] if supports else []
-    subprocess.run([sys.executable, "-m", "trawmem_gpu.cli", "build", "--input", str(files["jsonl"]), "--out",
-                    str(w / "plain"), "--quiet"], env={**os.environ, "PYTHONPATH": str(tree)}, check=True,
-                   capture_output=True)
+    if not (w / "plain").exists():
+        subprocess.run([sys.executable, "-m", "trawmem_gpu.cli", "build", "--input", str(files["jsonl"]), "--out",
+                        str(w / "plain"), "--quiet"], env={**os.environ, "PYTHONPATH": str(tree)}, check=True,
+                       capture_output=True)
     only = set(args.only.split(",")) if args.only else None
     paths = {}
-    for name, steps in _commands(files, w, args.url, flags):
-        if only and not any(o in name for o in only):
+    for k, (pid, name, steps) in enumerate(_commands(files, w, args.url, flags)):
+        if only and pid not in only:
             continue
-        record = w / f"{len(paths):02d}.jsonl"
-        cache = w / f"cache{len(paths):02d}"
+        record, cache = w / f"{k:02d}.jsonl", w / f"cache{k:02d}"  # fresh: the model answers every request
+        record.unlink(missing_ok=True)
+        shutil.rmtree(cache, ignore_errors=True)
+        for made in _outputs(name, w):
+            shutil.rmtree(made, ignore_errors=True) if made.is_dir() else made.unlink(missing_ok=True)
+        _idle(args.url)
         runs = [_run(tree, record, how, a, cache) for how, a in steps]
         paths[name] = {"rc": max(r["rc"] for r in runs), "seconds": round(sum(r["seconds"] for r in runs), 1),
                        "runs": len(runs), "output": [ln for r in runs for ln in r["tail"]], **summarize(record)}
