@@ -8,7 +8,7 @@ server's name:
 
 * **Concurrency.** With ``concurrency=None`` (``--llm-concurrency auto``) a batch starts with
   :data:`PROBE_CONCURRENCY` requests in flight. A streamed request whose first token arrives while
-  another is still streaming proves the server works on several at once (up to
+  another still has a while to stream proves the server works on several at once (up to
   :data:`MAX_AUTO_CONCURRENCY` then go); a stream cut short by the next request (llama.cpp's
   ``interrupt_requests``), or :data:`SERIAL_EVIDENCE` requests that were sent while another was
   in flight and began only once it had ended, prove it answers one at a time (then 1 goes). A
@@ -45,6 +45,9 @@ SERIAL_EVIDENCE = 2
 """Overlapping requests served strictly one after the other that prove a serial server."""
 SERIAL_WAIT_S = 0.3
 """A request counts as queued behind others only when it waited this long for them."""
+SERIAL_SLACK_S = 0.1
+"""How much earlier than the others' end (as this client saw it) a queued request's first token
+may be seen: the last chunk of one reply and the first of the next cross in the client's loop."""
 SPEED_WINDOW = 16
 """Replies whose speeds the running medians keep."""
 DEFAULT_PROMPT_TPS = 20.0
@@ -138,22 +141,18 @@ class EndpointState:
                 self._flights.pop(next(iter(self._flights)))
 
     def first_token(self, rid: int) -> None:
-        """Request ``rid``'s first token came: if another request is generating (its first token
-        came, it has not ended), the server serves several at once."""
+        """Request ``rid``'s first token came."""
         with self._lock:
             f = self._flights.get(rid)
-            if f is None:
-                return
-            f[1] = time.monotonic()
-            if self.serial is None and any(g[1] is not None and g[2] is None
-                                           for k, g in self._flights.items() if k != rid):
-                self.serial = False
-                log.info("%s serves several requests at once; up to %d in flight", self.url, MAX_AUTO_CONCURRENCY)
+            if f is not None:
+                f[1] = time.monotonic()
 
     def finished(self, rid: int, streamed: bool) -> None:
-        """Request ``rid`` ended. A streamed one sent while others ran, whose first token came only
-        once they had all ended, and that waited at least :data:`SERIAL_WAIT_S` for them, counts
-        as evidence of a server that answers one at a time (a fast reply proves nothing)."""
+        """Request ``rid`` ended. Another request that began generating while this one still had
+        :data:`SERIAL_WAIT_S` to go proves that the server serves several at once. A streamed one
+        sent while others ran, whose first token came only once they had all ended, and that
+        waited at least :data:`SERIAL_WAIT_S` for them, counts as evidence of a server that
+        answers one at a time (a fast reply proves neither)."""
         with self._lock:
             f = self._flights.get(rid)
             if f is None:
@@ -161,10 +160,16 @@ class EndpointState:
             f[2] = time.monotonic()
             if not streamed or f[1] is None or self.serial is not None:
                 return
+            if any(k != rid and g[1] is not None and f[1] < g[1] < f[2] - SERIAL_WAIT_S
+                   for k, g in self._flights.items()):
+                # another request started generating while this one still had a while to go
+                self.serial = False
+                log.info("%s serves several requests at once; up to %d in flight", self.url, MAX_AUTO_CONCURRENCY)
+                return
             ends = [self._flights[k][2] for k in f[3] if k in self._flights]
             if ends and all(e is not None for e in ends):
                 last = max(ends)
-                if f[1] >= last and last - f[0] >= SERIAL_WAIT_S:
+                if f[1] >= last - SERIAL_SLACK_S and last - f[0] >= SERIAL_WAIT_S:
                     self._serial_seen += 1
                     if self._serial_seen >= SERIAL_EVIDENCE:
                         self._mark_serial("requests sent together were served one after the other")
