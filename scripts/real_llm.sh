@@ -148,7 +148,7 @@ start() {
     sleep 1
     t=$((t + 1))
   done
-  say "ready after ${t}s"
+  say "ready after ${t}s; the model's context is $N_CTX tokens (--llm-context $N_CTX sizes windows from the start)"
   echo "$URL"
 }
 
