@@ -85,8 +85,9 @@ def read_reply(kind: str, prompt: str, text: str):
 
 
 def summarize(record: Path) -> dict:
-    """Per kind of request: requests, re-asks, failed, replies read, malformed, refused (would be,
-    for code without checks), cut, seconds and tokens; and examples of what was refused."""
+    """Per kind of request: requests, re-asks, failed, replies read, malformed (complete but not
+    readable), cut (stopped at the token limit: incomplete), refused (would be, for code without
+    checks), seconds and tokens; and examples of what was malformed, cut and refused."""
     rows = [json.loads(x) for x in Path(record).read_text(encoding="utf-8").splitlines() if x.strip()] \
         if Path(record).exists() else []
     out: dict[str, Counter] = {}
@@ -107,7 +108,9 @@ def summarize(record: Path) -> dict:
         c["cut"] += r.get("finish") == "length"
         prompt = next(m["content"] for m in r["messages"] if m["role"] == "user")
         v, why = read_reply(k, prompt, r["text"])
-        if v is None:
+        if v is None and r.get("finish") == "length":
+            examples.setdefault(f"{k} cut", []).append(r["text"][-160:])
+        elif v is None:
             c["malformed"] += 1
             examples.setdefault(f"{k} malformed", []).append(r["text"][:160])
         elif why:

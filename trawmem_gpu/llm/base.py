@@ -89,7 +89,8 @@ class StageUsage:
     replies: int = 0
     """Structured replies read (``llm.structured.ask``): the denominator of the three below."""
     malformed: int = 0
-    """Structured replies that could not be read as the JSON asked for (each reply counted)."""
+    """Structured replies that could not be read as the JSON asked for (each reply counted; a
+    reply cut at its token limit counts as ``cut`` instead)."""
     refused: int = 0
     """Structured replies read but refused by their checks (ungrounded, degenerate, markup)."""
     fallbacks: int = 0

@@ -300,9 +300,9 @@ def _read(i: int, r, parse, check, counts: dict) -> Outcome:
     counts["replies"] += 1
     val = parse(i, r.text)
     if val is None:
-        counts["malformed"] += 1
-        if getattr(r, "cut", False):
+        if getattr(r, "cut", False):  # incomplete, not malformed (the result counts it as cut)
             return Outcome(status="cut", why="the reply stopped at its token limit", text=r.text)
+        counts["malformed"] += 1
         return Outcome(status="malformed", why="malformed reply", text=r.text)
     why = check(i, val) if check is not None else None
     if why:
