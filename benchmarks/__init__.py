@@ -106,6 +106,11 @@ SUITE: tuple[Entry, ...] = (
     Entry("token_costs", "token_costs.py",
           "how close the additive token costs come to the real rendering, and how long counting takes",
           ("token_costs.json",), "not timed"),
+    Entry("real_llm", "bench_real_llm.py",
+          "every LLM path on a real small model (outcome, calls, malformed / refused / fallback shares, before and "
+          "after; constrained or not), and answer F1 and judge with it as reader, TrawMem against the hybrid at T=800",
+          ("real_llm_paths.json", "real_llm_answers.json", "real_llm_answers.png"),
+          "paths: 30-60 min per run; answers: 1-3 h (the model answers one request at a time)"),
     Entry("gpu_check", "gpu_check.sh",
           "a bare CUDA host: the CUDA tests and `select --gpu-target`",
           ("gpu_check.json", "gpu_check_env.json", "select_gpu.json"), "under 5 min (its own timeouts)"),

@@ -16,6 +16,9 @@
 #   4. the GPU benchmark: bench_select.py --gpu-target (U = 145, B = 16, d = 384, large Q):
 #      selections/s of the device stages, end-to-end queries/s, bytes moved / time vs 4.3 TB/s;
 #      without bm25s it runs the dense-affinity config and says so
+#   4b. optional, with TRAWMEM_GPU_LLM=/local/model/dir and vllm installed: every LLM path on that model
+#      through the offline vLLM engine (structured outputs), `real_llm paths --label gpu-vllm` (15 min cap;
+#      benchmarks/results/real_llm.md says what it should show)
 #   5. a short summary, and gpu_check.json (environment, test outcome, benchmark file)
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -82,6 +85,15 @@ echo "== 4. GPU benchmark"
 timeout 200 "$PY" benchmarks/bench_select.py --gpu-target --out-dir "$OUTDIR" 2>&1 | grep -v -i warn | tail -20
 BENCH_RC=${PIPESTATUS[0]}
 echo "benchmark exit code: $BENCH_RC (124 = timed out)"
+
+echo "== 4b. a real LLM on the GPU (only with TRAWMEM_GPU_LLM=/path/to/a/local/model and vllm installed)"
+if [ -n "${TRAWMEM_GPU_LLM:-}" ] && "$PY" -c "import vllm" >/dev/null 2>&1; then
+  TRAWMEM_BENCH_OUT="$OUTDIR" timeout 900 "$PY" -m benchmarks run real_llm paths --url "vllm:$TRAWMEM_GPU_LLM" \
+    --label gpu-vllm --model "$TRAWMEM_GPU_LLM (vLLM offline)" --only "segment,facts,update,plan-trawmem,plan-trimem,eval" \
+    || echo "real-LLM paths: exit $? (see $OUTDIR/real_llm_paths.json)"
+else
+  echo "skipped: set TRAWMEM_GPU_LLM to a local model directory (vllm offline) to run every LLM path on it"
+fi
 
 echo "== 5. summary ($(( $(date +%s) - T0 ))s)"
 "$PY" - "$OUTDIR" "$TESTS_RC" "$BENCH_RC" "$(( $(date +%s) - T0 ))" <<'EOF'

@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:  # the tests import ``benchmarks.*`` (appended: th
 # by their plain names from every stage folder (pytest's "prepend" mode adds only each test file's own folder).
 sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 # Session fixtures shared by several test files (a plugin, so each is built once per session).
-pytest_plugins = ["build_store_fixtures"]
+pytest_plugins = ["build_store_fixtures", "real_llm_fixture"]
 
 
 def _dev_file(name: str) -> Path:

@@ -82,6 +82,11 @@ class NoLLMConfigured(TrawmemError, RuntimeError):
     """An LLM-backed path was asked for but no LLM backend is configured."""
 
 
+class LLMFallbackError(TrawmemError, RuntimeError):
+    """``--strict-llm``: an LLM output was malformed, refused or failed, and the run would have
+    fallen back (extractive head, embedding segmentation, no fact, the question alone)."""
+
+
 def name_list(names: Iterable[str], limit: int = 5) -> str:
     """``'a', 'b', 'c', ... (7 more)``: the first ``limit`` names (repr), and how many were left out."""
     names = list(names)

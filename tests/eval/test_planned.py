@@ -271,11 +271,15 @@ def test_malformed_replies_fall_back_and_are_counted(server, sample):
     llm = _backend(server, model)
     c = Counted(eng, lambda xs: enc.encode(xs, is_query=True))
     got = planned_select(eng, [(bank.bank_id, q) for q in qs], Z, qp, encode=c.encode, llm=llm, follow_up=True)
-    assert [g.plan.fallback for g in got] == [("target_query",), (), ()]
+    # a plan that is the question alone searches nothing more: refused (degenerate), like a malformed one
+    assert [g.plan.fallback for g in got] == [("target_query",)] * 3
+    assert [g.plan.fallback_why for g in got] == [("malformed reply",)] + [
+        ("refused: degenerate: no search beyond the question",)] * 2
     assert [g.follow_up_fallback for g in got] == [True, False, False]  # Ben's empty list: nothing missing
     assert [g.units for g in got] == want  # no search beyond the question: the engine's own workspace
     s = plan_summary(got, llm)
-    assert (s["planned"], s["plan_fallbacks"], s["follow_ups"], s["follow_up_fallbacks"]) == (2, 1, 0, 1)
+    assert (s["planned"], s["plan_fallbacks"], s["follow_ups"], s["follow_up_fallbacks"]) == (0, 3, 0, 1)
+    assert llm.usage.stages["trimem-target-query"].fallbacks == 3
     assert c.encodes == 0 and c.selects == 1  # nothing to encode or select in stage 2
     assert llm.usage.stages["trimem-target-query-retry"].calls == 2  # BROKEN and ONCE retried once each
     assert llm.usage.stages["trawmem-follow-up-retry"].calls == 2

@@ -41,10 +41,10 @@ def _hostile_extraction(messages):
     if not first.startswith("You are a memory extraction agent"):
         return None
     block = first.split("Turns:\n", 1)[1].split("\n\nReply", 1)[0]
-    ids = [ln[1:ln.index("]")] for ln in block.splitlines() if ln.startswith("[")]
-    return json.dumps({"facts": [{"text": f"Fact about {i}.", "source_turns": [i], "date": "1000000 days ago",
+    lines = [(ln[1:ln.index("]")], ln.split(": ", 1)[1]) for ln in block.splitlines() if ln.startswith("[")]
+    return json.dumps({"facts": [{"text": text, "source_turns": [i], "date": "1000000 days ago",
                                   "persons": [5, 1e308], "locations": [{"x": 1}, "Lisbon"],
-                                  "keywords": ["k" * 5000, "pottery"]} for i in ids]})
+                                  "keywords": ["k" * 5000, "pottery"]} for i, text in lines]})
 
 
 def test_build_facts_llm_survives_absurd_values_and_a_rerun_too(tmp_path, monkeypatch, server, capsys):

@@ -191,7 +191,8 @@ def _llm_keys(coll_dir, endpoint) -> list[str]:
     j = int(bank.unit_thread[i])
     session = [t for t in bank.turns if t.session == bank.turns[i].session]
     thread = [bank.turns[k] for k in bank.thread_units(j)]
-    return [cache_key("test-model-a", m, mt, 0.0, True, endpoint) for m, mt in build_requests([session], [thread])]
+    return [cache_key("test-model-a", m, mt, 0.0, True, endpoint, schema)
+            for m, mt, schema in build_requests([session], [thread])]
 
 
 @pytest.fixture

@@ -84,13 +84,13 @@ def test_timeout_records_error_then_raises_when_all_fail(server):
     be = _http(server, timeout_s=0.5, max_retries=1, raise_if_all_failed=False)
     res = be.chat([_conv("a")], max_tokens=8)
     assert res[0].error and "timeout after 0.5s" in res[0].error and res[0].text == ""
-    assert "(after 2 attempt(s))" in res[0].error  # first try + one retry
+    assert "(after 1 attempt(s))" in res[0].error  # one request, waited for a second time, not sent twice
     # the server may read a request after its client gave up: count what it saw, not when
-    assert server.wait_requests(2) == 2
+    assert server.wait_requests(1) == 1
     be2 = _http(server, timeout_s=0.5, max_retries=0)
     with pytest.raises(LLMRequestError, match="timeout"):
         be2.chat([_conv("b")], max_tokens=8)
-    assert server.wait_requests(3) == 3
+    assert server.wait_requests(2) == 2
 
 
 def test_connection_refused_raises_after_retries():
@@ -130,12 +130,15 @@ def test_check_on_a_server_that_is_down():
 
 
 def test_timeout_bounds_a_hung_request(server):
-    """A server that never answers costs --llm-timeout per attempt: without the bound, chat()
-    would wait until the server stops (after the test), so returning at all is the check."""
+    """A server that never answers costs --llm-timeout per wait: without the bound, chat()
+    would wait until the server stops (after the test), so returning at all is the check. It has
+    not shown that it streams (a request it could stop), so the request is waited for once more,
+    never sent twice."""
     server.hang = True
     be = _http(server, timeout_s=0.3, max_retries=1, raise_if_all_failed=False)
     (r,) = be.chat([_conv("a")], max_tokens=8)
-    assert "timeout after 0.3s" in r.error and "`timeout_s`" in r.error and "2 attempt" in r.error
+    assert "timeout after 0.3s" in r.error and "`timeout_s`" in r.error and "never sent twice" in r.error
+    assert server.wait_requests(1) == 1
 
 
 def test_deadline_bounds_all_requests_together(server):
@@ -146,7 +149,7 @@ def test_deadline_bounds_all_requests_together(server):
     be = _http(server, concurrency=1, timeout_s=30, max_retries=3, deadline_s=1.5, raise_if_all_failed=False)
     res = be.chat([_conv(f"p{i}") for i in range(6)], max_tokens=8)
     assert not any(r.ok for r in res)
-    assert re.search(r"timeout after 1\.[0-9]*s", res[0].error)  # cut at the deadline (what was left of it)
+    assert re.search(r"timeout after [0-9.]+s", res[0].error)  # cut at the deadline (what was left of it)
     assert "deadline of 1.5s reached before the next retry" in res[0].error
     assert sum("deadline of 1.5s passed" in r.error for r in res[1:]) >= 4
     assert all("deadline" in r.error for r in res)
@@ -273,22 +276,23 @@ def test_llm_segment_retry_and_fallback(server):
         ["D: only one turn"],
         [],
     ]
-    starts, n_fallback = llm_segment(sessions, be, max_retries=1)
+    starts, why = llm_segment(sessions, be, max_retries=1)
     assert starts == [[0, 3, 6], [0, 3], None, [0], []]
-    assert n_fallback == 1
+    assert why == [None, None, "malformed reply", None, None]
     assert server.requests == 3 + 2  # one batched attempt, then the two malformed ones once more
     assert set(be.usage.summary()) == {"segment", "segment-retry"}
 
 
 def test_llm_heads_retry_and_fallback(server):
     be = _http(server)
-    threads = ["[7 May 2023] Mel: I ran a charity race.", f"[8 May] {MALFORMED_ALWAYS}", "", f"x {MALFORMED_ONCE}"]
-    heads, n_fallback = llm_heads(threads, be)
-    assert heads[0] == "Summary: [7 May 2023] Mel: I ran a charity race."
+    threads = ["[7 May 2023] Mel: I ran a charity race.", f"[8 May] {MALFORMED_ALWAYS}", "",
+               f"x {MALFORMED_ONCE} Mel ran a race in May"]
+    heads, why = llm_heads(threads, be)
+    assert heads[0] == "Summary: Mel: I ran a charity race."
     assert heads[1] is None and heads[2] is None and heads[3].startswith("Summary: x")
-    assert n_fallback == 2
-    heads0, nf0 = llm_heads([f"{MALFORMED_ALWAYS}"], be, max_retries=0)
-    assert heads0 == [None] and nf0 == 1
+    assert why == [None, "malformed reply", "failed: empty thread", None]
+    heads0, why0 = llm_heads([f"{MALFORMED_ALWAYS}"], be, max_retries=0)
+    assert heads0 == [None] and why0 == ["malformed reply"]
 
 
 # -- cache -------------------------------------------------------------------------------------
@@ -399,7 +403,8 @@ def test_answer_and_judge_end_to_end(server):
     assert "This question is about time" in by_q["When did Mel run?"]
     assert "This question is about time" not in by_q["Where did Mel go?"]
     judges = [b for b in server.bodies if "response_format" in b]
-    assert len(judges) == 4 and all(b["response_format"] == {"type": "json_object"} for b in judges)
+    assert len(judges) == 4 and all(b["response_format"]["type"] == "json_schema" for b in judges)
+    assert all(b["response_format"]["json_schema"]["schema"] == JUDGE.schema for b in judges)
     assert run.usage["answer"]["requests"] == 4 and run.usage["judge"]["requests"] == 4
     assert run.usage["answer"]["prompt_tokens"] > 0 and run.usage["answer"]["batches"] == 1
     assert recs["q1"]["usage"]["answer"]["prompt_tokens"] > 0 and recs["q1"]["usage"]["judge"] is not None

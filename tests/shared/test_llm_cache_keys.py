@@ -67,6 +67,9 @@ def test_the_key_names_the_endpoint():
     assert FakeBackend(lambda c: "x").endpoint == "fake"
 
 
+THREAD = "[2031-05-02] Ana: a kayak trip down the river"
+
+
 def _head_conv(thread: str) -> list[dict]:
     return HEAD.messages(thread=thread)
 
@@ -78,13 +81,13 @@ def test_a_reply_the_parser_rejects_is_not_kept_and_a_fixed_server_answers_afres
     server.responders.append(lambda messages: "garbage, not JSON" if broken[0] else None)
     db = tmp_path / "llm.sqlite"
     be = CachedBackend(_http(server), db)
-    heads, fallbacks = llm_heads(["[2031-05-02] Ana: a kayak trip"], be, max_retries=1)
-    assert heads == [None] and fallbacks == 1 and len(be.cache) == 0 and server.requests == 2
+    heads, why = llm_heads([THREAD], be, max_retries=1)
+    assert heads == [None] and why == ["malformed reply"] and len(be.cache) == 0 and server.requests == 2
     be.close()
     broken[0] = False
     be = CachedBackend(_http(server), db)
-    heads, fallbacks = llm_heads(["[2031-05-02] Ana: a kayak trip"], be, max_retries=1)
-    assert fallbacks == 0 and heads[0].startswith("Summary:") and server.requests == 3
+    heads, why = llm_heads([THREAD], be, max_retries=1)
+    assert why == [None] and heads[0].startswith("Summary:") and server.requests == 3
     assert len(be.cache) == 1
 
 
@@ -93,28 +96,34 @@ def test_a_malformed_reply_stored_before_is_dropped_and_sent_again(server, tmp_p
     structured call does not take it, it asks the server again and stores the good reply."""
     db = tmp_path / "llm.sqlite"
     be = CachedBackend(_http(server), db)
-    conv = _head_conv("[2031-05-02] Ana: a kayak trip")
-    key = cache_key("same-name", conv, 128, 0.0, True, be.endpoint)
+    conv = _head_conv(THREAD)
+    key = cache_key("same-name", conv, 128, 0.0, True, be.endpoint, HEAD.schema)
     from trawmem_gpu.llm.base import LLMResult
 
     be.cache.put(key, "same-name", LLMResult("garbage"), be.endpoint)
-    heads, fallbacks = llm_heads(["[2031-05-02] Ana: a kayak trip"], be, max_retries=0)
-    assert fallbacks == 0 and heads[0].startswith("Summary:") and server.requests == 1
+    heads, why = llm_heads([THREAD], be, max_retries=0)
+    assert why == [None] and heads[0].startswith("Summary:") and server.requests == 1
     assert parse_head(be.cache.get(key).text).startswith("Summary:")
     # a plain call (no parser) still takes whatever is stored
     assert be.chat([_conv("q")], max_tokens=8)[0].text == be.chat([_conv("q")], max_tokens=8)[0].text
     be.close()
 
 
+def _refused(be, body: dict):
+    from trawmem_gpu.llm.openai_wire import parse_completion
+
+    return be._result(parse_completion(body), 0.1, [_conv("q")[0]], 1, 0)
+
+
 def test_a_refused_request_is_a_failure_and_never_cached(tmp_path):
     be = OpenAIHTTPBackend("http://127.0.0.1:9/v1", model="m")
     for choice in ({"message": {"content": None, "refusal": "I can't help with that."}, "finish_reason": "stop"},
                    {"message": {"content": ""}, "finish_reason": "content_filter"}):
-        r = be._parse_ok(httpx.Response(200, json={"choices": [choice]}), 0.1)
+        r = _refused(be, {"choices": [choice]})
         assert r.error is not None and r.error.startswith("the model refused the request") and r.text == ""
     inner = FakeBackend(lambda c: "x")
-    inner._chat = lambda batch, **kw: [be._parse_ok(httpx.Response(200, json={"choices": [
-        {"message": {"content": None, "refusal": "no"}}]}), 0.0) for _ in batch]
+    inner._chat = lambda batch, **kw: [_refused(be, {"choices": [{"message": {"content": None, "refusal": "no"}}]})
+                                       for _ in batch]
     cached = CachedBackend(inner, tmp_path / "llm.sqlite")
     assert cached.chat([_conv("q")], max_tokens=8)[0].error and len(cached.cache) == 0
 

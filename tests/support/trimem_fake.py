@@ -10,7 +10,7 @@ Replies follow the prompts of ``trawmem_gpu.ingest.layers.prompts``:
   "likes", a career line citing those that say "works";
 * profile update: only the section the new facts touch (career for "works", else interests);
 * key information: the capitalized words of the question as persons; target queries: the
-  question and its last three words; ``PLAN_FAIL`` in a question makes both replies malformed;
+  question and its last four words; ``PLAN_FAIL`` in a question makes both replies malformed;
 * critique / apply: a fixed critique, and the prompt with one rule appended (``EVOLVE_LINE``);
 * anything else (answers, judgements) passes to the server's built-in replies.
 """
@@ -89,7 +89,7 @@ def respond(messages):
         q = first.split("Question: ", 1)[1].split("\n", 1)[0]
         if "PLAN_FAIL" in q:
             return "no"
-        return json.dumps({"queries": [q, " ".join(q.rstrip("?").split()[-3:])]})
+        return json.dumps({"queries": [q, " ".join(q.rstrip("?").split()[-4:])]})
     return None
 
 

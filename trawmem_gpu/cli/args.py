@@ -82,7 +82,8 @@ class Parser(argparse.ArgumentParser):
 #: flags that the running command has is used. One table: only the CLI speaks of flags.
 FIELD_FLAGS: dict[str, tuple[str, ...]] = {
     "timeout_s": ("--timeout", "--llm-timeout"), "deadline_s": ("--llm-deadline",),
-    "max_retries": ("--llm-retries",), "keys_file": ("--keys",), "bank_cache": ("--banks",),
+    "max_retries": ("--llm-retries",), "concurrency": ("--llm-concurrency",), "context_tokens": ("--llm-context",),
+    "constrain": ("--llm-constrain",), "strict": ("--strict-llm",), "keys_file": ("--keys",), "bank_cache": ("--banks",),
     "banks_dir": ("--banks",), "ks": ("--k",), "workers": ("--ray-workers",), "methods": ("--method",),
 }
 
@@ -206,15 +207,42 @@ def add_affinity_weights(p: argparse.ArgumentParser) -> None:
                    help="learned-affinity weights from `trawmem train-affinity` (default: the shipped ones)")
 
 
+def llm_concurrency(text: str):
+    """``--llm-concurrency``: ``auto`` (None: fitted to the endpoint) or 1 .. 256."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    return int_range(1, 256)(text)
+
+
+llm_concurrency.__name__ = "integer or auto"
+
+
 def add_llm_options(p: argparse.ArgumentParser) -> None:
     """The request options every LLM-using command takes (``llm.factory.llm_options`` reads them)."""
     p.add_argument("--llm-timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-                   help="limit on each LLM request attempt (HTTP backends)")
+                   help="seconds the server may spend on one LLM request (its wait in this client's queue not "
+                        "counted) before it is abandoned; a streamed one is cancelled on the server, a plain one "
+                        "is waited for again, never sent twice (default: derived per request from its prompt, "
+                        "its reply budget and the server's measured speed, so a slow local model has time)")
     p.add_argument("--llm-retries", type=int_range(0, 100), default=DEFAULT_RETRIES, metavar="N",
                    help="retries of a failed LLM request (timeouts, 429, 5xx), with exponential backoff (0..100)")
     p.add_argument("--llm-deadline", type=positive_float, default=None, metavar="SECONDS",
                    help="limit on all LLM requests of the run together, counted from the first one; requests "
                         "still open when it passes fail, and a rerun retries them (default: no limit)")
+    p.add_argument("--llm-concurrency", type=llm_concurrency, default="auto", metavar="N",
+                   help="LLM requests in flight at once; auto: one at a time for a server seen to answer one at a "
+                        "time (llama.cpp's default), up to 16 for one that serves several at once")
+    p.add_argument("--llm-context", type=int_range(256, 10_000_000), default=None, metavar="TOKENS",
+                   help="the model's context length, which sizes extraction windows (default: as the server lists "
+                        "it, or learned from the first prompt it finds too long)")
+    p.add_argument("--llm-constrain", choices=["schema", "json"], default="schema",
+                   help="structured LLM calls send their reply's JSON schema so the server constrains decoding to "
+                        "it (schema; a server that refuses schemas gets JSON mode, reported once), or ask for JSON "
+                        "mode alone (json)")
+    p.add_argument("--strict-llm", action="store_true",
+                   help="make any LLM fallback an error: a malformed, refused (ungrounded, degenerate) or failed "
+                        "LLM output stops the run instead of falling back (extractive head, embedding "
+                        "segmentation, no fact, the question alone) and being counted")
 
 
 def add_token_budget(p: argparse.ArgumentParser, fill: bool = False) -> None:

@@ -22,7 +22,8 @@ def _llm_summary(stats: dict, n_sessions: int, n_threads: int) -> str | None:
     seg, head = int(stats.get("llm_segment_fallbacks", 0)), int(stats.get("llm_head_fallbacks", 0))
     parts = ([f"{seg} of {n_sessions} sessions fell back to embedding segmentation"] if seg else []) + \
             ([f"{head} of {n_threads} heads fell back to extractive"] if head else [])
-    return "LLM: " + ", ".join(parts) + " (malformed or failed replies)" if parts else None
+    return "LLM: " + ", ".join(parts) + " (malformed, refused or failed replies; `trawmem info` lists why)" \
+        if parts else None
 
 
 def _facts_summary(st: dict) -> str:
@@ -82,10 +83,13 @@ def cmd_build(a) -> int:
         prompts = load_prompt_set(a.prompts)
     from ..ingest.layers.profiles import attach_profiles, profiles_summary
 
+    from ..llm.base import LLMWork, work_line
+
     pstats = []
     llm = llm_from_args(a.llm, check=True, **llm_options(a)) \
         if (cfg.segmentation == "llm" or cfg.heads == "llm" or "llm" in (a.facts, a.profiles)
             or (a.update and a.llm)) else None
+    work = LLMWork(llm).__enter__()
     try:
         enc = get_encoder(cfg.encoder, cache=not a.no_cache)
         fresh, updated, replaced = [], 0, 0
@@ -124,6 +128,9 @@ def cmd_build(a) -> int:
             print(f"updated {plural(updated, 'bank')}")
         if pstats:
             print(profiles_summary(pstats))
+        work.__exit__(None, None, None)
+        if llm is not None:
+            print(work_line(work.report()["totals"]))
     finally:
         if llm is not None:
             llm.close()

@@ -20,14 +20,18 @@ def cmd_eval(a) -> int:
     answer = judge = None
     if a.answer_llm or a.judge_llm:  # checked first: a wrong URL, key or model stops here, before retrieval
         answer, judge = open_backends(a)
+    from ..llm.base import LLMWork, work_line
+
     plan = None
     try:
         plan = _plan_llm(a)
-        res = run_eval(a.data, a.method, cfg, categories=a.categories, engine=a.engine, head=head,
-                       bank_cache=a.banks, keep_records=True, dayfirst=a.dayfirst, params=qp, units=a.units,
-                       facts=a.facts, plan_llm=plan, follow_up=a.follow_up)
-        if answer is not None:
-            add_answer_metrics(res, a, answer_backend=answer, judge_backend=judge)
+        with LLMWork(plan, answer, judge) as work:
+            res = run_eval(a.data, a.method, cfg, categories=a.categories, engine=a.engine, head=head,
+                           bank_cache=a.banks, keep_records=True, dayfirst=a.dayfirst, params=qp, units=a.units,
+                           facts=a.facts, plan_llm=plan, follow_up=a.follow_up)
+            if answer is not None:
+                add_answer_metrics(res, a, answer_backend=answer, judge_backend=judge)
+        res["llm_work"] = work.report()
     finally:
         close_backends(answer, judge, plan)
     out = Path(a.output)
@@ -48,6 +52,8 @@ def cmd_eval(a) -> int:
         print(f"{what}: macro evidence recall with citations {m['evidence_recall_cited']:.3f}, "
               f"per workspace {m['n_turns']:.1f} turns, {m['n_facts']:.1f} facts, {m['n_profiles']:.1f} profile "
               f"sections")
+    if res.get("llm_work"):
+        print(work_line(res["llm_work"]["totals"]))
     failed = failed_requests(res)
     if failed > a.allow_failures:
         print(f"trawmem eval: error: {plural(failed, 'LLM request')} failed (more than --allow-failures "

@@ -28,6 +28,7 @@ def cmd_info(a) -> int:
                   "semantic": int(sum((b.edge_kind == 1).sum() for b in banks) // 2)},
         "per_bank": [{"bank_id": b.bank_id, "units": b.n_units, "threads": b.n_threads} for b in banks],
         "layers": {"facts": sum(len(b.facts) for b in banks), "profile_sections": sum(len(b.profiles) for b in banks)},
+        "llm_fallbacks": _fallbacks(banks),
     }
     if a.json:
         print(json.dumps(info, indent=1))
@@ -43,12 +44,32 @@ def cmd_info(a) -> int:
               f"{plural(info['layers']['profile_sections'], 'profile section')}")
     for r in info["per_bank"]:
         print(f"  {r['bank_id']}: {plural(r['units'], 'unit')}, {plural(r['threads'], 'thread')}")
+    fb = info["llm_fallbacks"]
+    if fb["total"]:
+        print(f"LLM fallbacks: {fb['total']} (" + ", ".join(f"{step} {n}" for step, n in fb["by_step"].items())
+              + "): outputs that were malformed, refused or failed, replaced by the LLM-free path")
+        for bank_id, steps in fb["per_bank"].items():
+            for step, whys in steps.items():
+                for why, n in sorted(whys.items(), key=lambda kv: -kv[1]):
+                    print(f"  {bank_id}: {step}: {n} x {why}")
     if quarantined:
         print(f"quarantined: {plural(len(quarantined), 'bank')} not served (remove one with `trawmem forget "
               f"--collection {p} --bank ID`, then rebuild it):")
         for b, c in quarantined.items():
             print(f"  {b}: {c}")
     return 0
+
+
+def _fallbacks(banks) -> dict:
+    """What fell back from LLM output to the LLM-free path, as the banks recorded it (``stats``
+    ``llm_fallbacks``: step -> reason -> count): the total, per step, and per bank."""
+    per_bank = {b.bank_id: (b.stats or {}).get("llm_fallbacks") for b in banks}
+    per_bank = {k: v for k, v in per_bank.items() if v}
+    by_step: dict[str, int] = {}
+    for steps in per_bank.values():
+        for step, whys in steps.items():
+            by_step[step] = by_step.get(step, 0) + sum(int(n) for n in whys.values())
+    return {"total": sum(by_step.values()), "by_step": by_step, "per_bank": per_bank}
 
 
 def _loaded(coll) -> tuple[list, dict]:
@@ -65,8 +86,8 @@ def _loaded(coll) -> tuple[list, dict]:
 
 
 def configure(i: Parser) -> None:
-    i.describe("Print the bank, thread, unit and edge counts of a collection (or of one bank directory) "
-               "and the thread-length distribution.")
+    i.describe("Print the bank, thread, unit and edge counts of a collection (or of one bank directory), "
+               "the thread-length distribution, and what fell back from LLM output (and why).")
     i.add_argument("dir", help="collection or bank directory")
     i.add_argument("--json", action="store_true", help="print the counts as JSON")
     i.set_defaults(fn=cmd_info)

@@ -135,16 +135,20 @@ def _query_ranked(a, q: str, qp):
         return SelectedWorkspace.of(view, q, units, "none", False, keep=keep), {}
     from ..select.trimem.method import TriMemRankers, trimem_select
 
+    from ..llm.base import LLMWork
+
     plan_llm = _plan_llm(a)
     rankers = TriMemRankers({bank.bank_id: bank})
     keep = unit_mask(rankers[bank.bank_id].view, a.where)
     try:
-        (got,) = trimem_select(rankers, [(bank.bank_id, q)], z, qp, llm=plan_llm,
-                               encode=lambda xs: enc.encode(xs, is_query=True), masks=[keep])
+        with LLMWork(plan_llm) as work:
+            (got,) = trimem_select(rankers, [(bank.bank_id, q)], z, qp, llm=plan_llm,
+                                   encode=lambda xs: enc.encode(xs, is_query=True), masks=[keep])
     finally:
         if plan_llm is not None:
             plan_llm.close()
-    return SelectedWorkspace.of(got.view, q, got.units, "none", False, keep=keep), {"plan": got.plan.to_dict()}
+    return SelectedWorkspace.of(got.view, q, got.units, "none", False, keep=keep), {"plan": got.plan.to_dict(),
+                                                                                     "llm": work.report()}
 
 
 def _query_planned(a, q: str, cfg, qp, plan_llm):
@@ -158,13 +162,16 @@ def _query_planned(a, q: str, cfg, qp, plan_llm):
     bank = _query_bank(a)
     enc = _bank_encoder(bank)
     served = served_engine({bank.bank_id: bank}, cfg, head=_load_head(a.head), units=a.units)
+    from ..llm.base import LLMWork
+
     z = enc.encode([q], is_query=True)
     masks = served.engine.masks_of([bank.bank_id], a.where)
-    (got,) = planned_select(served.engine, [(bank.bank_id, q)], z, qp, llm=plan_llm, follow_up=a.follow_up,
-                            encode=lambda xs: enc.encode(xs, is_query=True), masks=masks)
+    with LLMWork(plan_llm) as work:
+        (got,) = planned_select(served.engine, [(bank.bank_id, q)], z, qp, llm=plan_llm, follow_up=a.follow_up,
+                                encode=lambda xs: enc.encode(xs, is_query=True), masks=masks)
     ws = SelectedWorkspace.of(served.bank(bank.bank_id), q, got.units, cfg.headings, False,
                               keep=None if masks is None else masks[0])
-    return ws, {"plan": got.to_dict()}
+    return ws, {"plan": got.to_dict(), "llm": work.report()}
 
 
 def cmd_query(a) -> int:
@@ -212,6 +219,10 @@ def cmd_query(a) -> int:
         print(ws.text)
         print(f"-- {plural(len(ws.units), 'unit')} in {plural(len(ws.threads), 'thread')}, {ws.tokens} tokens "
               f"({ws.tokenizer})")
+        if extra.get("llm"):
+            from ..llm.base import work_line
+
+            print(f"-- {work_line(extra['llm']['totals'])}")
     return 0
 
 

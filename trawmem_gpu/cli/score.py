@@ -152,6 +152,10 @@ def cmd_score(a) -> int:
                     ("retried_answers", "whose answer had failed, answered again")):
         if summary.get(k):
             print(f"{plural(summary[k], 'record')} {what}")
+    if summary.get("llm"):
+        from ..llm.base import work_line
+
+        print(work_line(summary["llm"]["totals"]))
     print(f"summary -> {sp}")
     failed = summary["answer_errors"]
     if failed:

@@ -82,6 +82,9 @@ def _config_flags() -> list[tuple]:
         ("--max-hops", "limits.max_hops", hops_int, "largest per-request hops"),
         ("--max-token-budget", "limits.max_token_budget", token_budget_int, "largest per-request token_budget"),
         ("--encoder", "encoder", str, "query encoder (default: the collection's)"),
+        ("--llm", "llm", str, "LLM for appends to banks built with LLM segmentation or heads: "
+                              "http(s)://HOST:PORT/v1[@MODEL] | vllm:MODEL_PATH (its work is counted in /metrics) "
+                              "(default: none: an append to such a bank is refused, naming the missing LLM)"),
         ("--threads", "threads", positive_int,
          "torch and engine threads (default: half the usable cores less one per HTTP front, at least 1)"),
         ("--tenant-max-queued", "tenant_max_queued", positive_int,

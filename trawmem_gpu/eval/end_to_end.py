@@ -442,9 +442,11 @@ def add_answer_metrics(res: dict, a, *, answer_backend=None, judge_backend=None,
         r.update({
             "question": it["question"], "gold_answer": it["gold"], "prediction": o["prediction"],
             "f1_locomo": o["f1_locomo"], "f1_set": o["f1_set"], "bleu1": o["bleu1"],
-            "answer_error": o["answer_error"], "llm_usage": o["usage"],
+            "answer_error": o["answer_error"], "answer_refused": o["answer_refused"], "llm_usage": o["usage"],
             "context_sha256": hashlib.sha256(it["context"].encode("utf-8")).hexdigest()[:16],
         })
+        if o.get("refused_answer"):
+            r["refused_answer"] = o["refused_answer"]
         if judge_backend is not None:
             r.update({"judge": o["judge"], "judge_label": o["judge_label"], "judge_error": o["judge_error"]})
     _merge_metrics(res, run.metrics(), keys)
@@ -467,6 +469,9 @@ def _failure_line(res: dict) -> str | None:
     parts = []
     if c.get("answer_errors"):
         parts.append(f"{c['answer_errors']} of {n} answer requests failed (scored wrong, not judged)")
+    if c.get("answer_refused"):
+        parts.append(f"{c['answer_refused']} of {n} answers refused (an echo of the question or a copy of the "
+                     f"workspace's format: scored wrong, not judged)")
     if c.get("judge_errors"):
         parts.append(f"{c['judge_errors']} of {n - c.get('judge_skipped', 0)} judge requests failed (scored wrong)")
     if c.get("judge_unparsed"):

@@ -183,25 +183,27 @@ class Evolution:
             for f in fails:
                 convs.append(CRITIQUE.messages(prompt_name=p.name, prompt=p.template, failures=f))
                 keys.append(name)
-        res = self.llm.chat(convs, max_tokens=512, temperature=0.0, json_mode=True, desc="trimem-critique",
-                            accept=lambda i, t: _critique_of(t) is not None)
+        from ..llm.structured import ask, fell_back
+
+        # a critique may quote the prompt and its JSON (no markup check); a word or two says nothing
+        res = ask(self.llm, CRITIQUE, convs, lambda i, t: _critique_of(t), desc="trimem-critique", max_tokens=512,
+                  check=lambda i, c: None if len(c.split()) >= 3 else "degenerate: no critique")
+        fell_back(self.llm, "trimem-critique", res, "critique")
         crit: dict[str, list[str]] = {n: [] for n in EVOLVED}
-        for k, r in zip(keys, res):
-            c = _critique_of(r.text) if r.error is None else None
-            if c is not None:
-                crit[k].append(c)
+        for k, o in zip(keys, res):
+            if o.ok:
+                crit[k].append(o.value)
         todo = [n for n in EVOLVED if crit[n]]
         convs = [APPLY_CRITIQUE.messages(prompt_name=getattr(ps, n).name, prompt=getattr(ps, n).template,
                                          critiques="\n".join(f"- {c}" for c in crit[n]),
                                          placeholders=", ".join("$" + f for f in getattr(ps, n).fields))
                  for n in todo]
-        res = self.llm.chat(convs, max_tokens=4096, temperature=0.0, json_mode=True, desc="trimem-apply",
-                            accept=lambda i, t: isinstance(_prompt_of(t), str)) \
-            if convs else []
+        res = ask(self.llm, APPLY_CRITIQUE, convs, lambda i, t: p if isinstance(p := _prompt_of(t), str) else None,
+                  desc="trimem-apply", max_tokens=4096) if convs else []
         nxt, applied, refused = ps, [], []
         version = f"evolved-{self.state['next']['version'] + 1}"
-        for n, r in zip(todo, res):
-            new = _prompt_of(r.text) if r.error is None else None
+        for n, o in zip(todo, res):
+            new = o.value if o.ok else None
             try:
                 if not isinstance(new, str):
                     raise InputError("no prompt in the reply")
@@ -210,7 +212,9 @@ class Evolution:
                 nxt = nxt.with_template(n, new, version)
                 applied.append(n)
             except InputError as e:
-                refused.append({"prompt": n, "why": str(e)})
+                refused.append({"prompt": n, "why": str(e) if o.ok else o.why})
+        if refused:
+            fell_back(self.llm, "trimem-apply", [("refused", r["why"]) for r in refused], "rewrite")
         return nxt, {"critiques": crit, "applied": applied, "refused": refused, "failures_shown": len(shown)}
 
     # -- the loop ---------------------------------------------------------------------------

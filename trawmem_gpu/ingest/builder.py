@@ -10,7 +10,7 @@ full build over the same turns.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -40,6 +40,9 @@ class _Work:
     """Sessions whose LLM segmentation was malformed and fell back to embedding segmentation."""
     head_fallbacks: int = 0
     """Threads whose LLM head was malformed and fell back to the extractive head."""
+    llm_why: dict = field(default_factory=dict)
+    """LLM fallbacks by step and reason (``{"segment": {why: n}, "head": {...}}``): the bank's
+    ``stats["llm_fallbacks"]``, which ``trawmem info`` shows."""
 
 
 def _session_spans(turns: list[Turn], lo: int = 0) -> list[tuple[int, int]]:
@@ -72,8 +75,11 @@ def _segment(works: list[_Work], cfg: BuildConfig, llm, stats: dict, from_unit: 
         from .llm_threads import llm_segment
 
         sessions = [[t.embed_text() for t in works[wi].conv.turns[lo:hi]] for wi, lo, hi in jobs]
-        llm_bounds, n_fb = llm_segment(sessions, llm)
-        stats["llm_segment_fallbacks"] = stats.get("llm_segment_fallbacks", 0) + int(n_fb)
+        llm_bounds, whys = llm_segment(sessions, llm)
+        stats["llm_segment_fallbacks"] = stats.get("llm_segment_fallbacks", 0) + sum(w is not None for w in whys)
+        for (wi, _, _), why in zip(jobs, whys):
+            _add_why(stats.setdefault("llm_fallbacks", {}), "segment", {why: 1} if why else {})
+            _add_why(works[wi].llm_why, "segment", {why: 1} if why else {})
     for (wi, lo, hi), lb in zip(jobs, llm_bounds):
         w = works[wi]
         if cfg.segmentation == "llm" and lb is None:
@@ -86,7 +92,16 @@ def _segment(works: list[_Work], cfg: BuildConfig, llm, stats: dict, from_unit: 
         w.starts.extend(lo + s for s in local)
 
 
-def _heads(works: list[_Work], cfg: BuildConfig, llm, stats: dict) -> None:
+def _add_why(into: dict, step: str, whys: dict) -> None:
+    """Add the fallback counts ``whys`` (reason -> n) of ``step`` to ``into`` (step -> reason -> n)."""
+    if not whys:
+        return
+    d = into.setdefault(step, {})
+    for why, n in whys.items():
+        d[why] = d.get(why, 0) + int(n)
+
+
+def _heads(works: list[_Work], cfg: BuildConfig, llm, stats: dict, encoder: Encoder | None = None) -> None:
     todo = []  # (work index, thread index)
     for wi, w in enumerate(works):
         ends = w.starts[1:] + [len(w.conv.turns)]
@@ -100,8 +115,15 @@ def _heads(works: list[_Work], cfg: BuildConfig, llm, stats: dict) -> None:
         from .llm_threads import llm_heads, thread_text
 
         rendered = [thread_text(works[wi].conv.turns[s:e]) for wi, j, s, e in todo]
-        texts, n_fb = llm_heads(rendered, llm)
-        stats["llm_head_fallbacks"] = stats.get("llm_head_fallbacks", 0) + int(n_fb)
+        texts, whys = llm_heads(rendered, llm, sources=[[t.embed_text() for t in works[wi].conv.turns[s:e]]
+                                                       for wi, j, s, e in todo],
+                                embed=None if encoder is None else
+                                (lambda xs: encoder.encode(xs, batch_size=cfg.encode_batch_size)),
+                                source_vecs=[works[wi].vecs[s:e] for wi, j, s, e in todo])
+        stats["llm_head_fallbacks"] = stats.get("llm_head_fallbacks", 0) + sum(w is not None for w in whys)
+        for (wi, _, _, _), why in zip(todo, whys):
+            _add_why(stats.setdefault("llm_fallbacks", {}), "head", {why: 1} if why else {})
+            _add_why(works[wi].llm_why, "head", {why: 1} if why else {})
     for (wi, j, s, e), txt in zip(todo, texts):
         w = works[wi]
         if txt:
@@ -154,7 +176,8 @@ def _finish(works: list[_Work], encoder: Encoder, cfg: BuildConfig, progress: bo
                     edge_src=src, edge_dst=dst, edge_w=ew, edge_kind=kind, encoder_id=encoder.id,
                     build_config=cfg.to_dict(),
                     stats={"segmentation": cfg.segmentation, "heads": cfg.heads,
-                           "llm_segment_fallbacks": w.seg_fallbacks, "llm_head_fallbacks": w.head_fallbacks})
+                           "llm_segment_fallbacks": w.seg_fallbacks, "llm_head_fallbacks": w.head_fallbacks,
+                           **({"llm_fallbacks": w.llm_why} if w.llm_why else {})})
         bank.validate()
         banks.append(bank)
     return banks
@@ -184,7 +207,7 @@ def build_banks(convs: list[Conversation], cfg: BuildConfig | None = None, encod
     _segment(works, cfg, llm, stats, [0] * len(works))
     stats["segment_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    _heads(works, cfg, llm, stats)
+    _heads(works, cfg, llm, stats, encoder)
     stats["heads_s"] = time.perf_counter() - t0
     banks = _finish(works, encoder, cfg, progress, stats, [None] * len(works))
     return banks, stats
@@ -241,9 +264,11 @@ def update_bank(bank: Bank, new_turns: list[Turn], cfg: BuildConfig | None = Non
     _segment([w], cfg, llm, stats, [first])
     stats["segment_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    _heads([w], cfg, llm, stats)
+    _heads([w], cfg, llm, stats, encoder)
     stats["heads_s"] = time.perf_counter() - t0
     new_bank = _finish([w], encoder, cfg, progress, stats, [bank.head_vecs])[0]
+    for step, whys in (bank.stats or {}).get("llm_fallbacks", {}).items():  # counted over the build and its updates
+        _add_why(new_bank.stats.setdefault("llm_fallbacks", {}), step, whys)
     # the layers cite turn ids, which an append keeps: they carry over (``ingest.layers.facts`` adds new facts)
     new_bank = replace(new_bank, facts=bank.facts, fact_vecs=bank.fact_vecs, profiles=bank.profiles,
                        profile_vecs=bank.profile_vecs, layer_sources=dict(bank.layer_sources))

@@ -76,7 +76,7 @@ def without_turns(bank: Bank, turn_ids, encoder: Encoder, llm=None,
     for lo, hi in redo:
         w = _Work(Conversation(bank.bank_id, turns[lo:hi]), vecs[lo:hi], [], [], [])
         _segment([w], cfg, llm, stats, [0])
-        _heads([w], cfg, llm, stats)
+        _heads([w], cfg, llm, stats, encoder)
         fresh.append((lo, w))
     stats["segment_heads_s"] = time.perf_counter() - t0
     # merge kept and fresh threads in source order

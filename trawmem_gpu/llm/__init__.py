@@ -1,13 +1,17 @@
 """LLM backends (OpenAI-compatible HTTP, offline vLLM, none), response cache, prompts and parsing.
 
 Build a backend from a CLI spec with :func:`backend_from_spec`; wrap it in
-:class:`CachedBackend` to make reruns free.
+:class:`CachedBackend` to make reruns free. What a client learns of its server (concurrency,
+speed, context, schema form) is ``endpoint``; every structured call goes through
+``structured.ask`` with its prompt's JSON schema; what an output must pass to be used is
+``grounding``; :class:`LLMWork` reports what a block of work cost (docs/llm.md).
 """
 from trawmem_gpu.llm.base import (
     FakeBackend,
     LLMBackend,
     LLMRequestError,
     LLMResult,
+    LLMWork,
     NoLLM,
     StageUsage,
     UsageMeter,
@@ -16,7 +20,7 @@ from trawmem_gpu.llm.cache import CachedBackend, ResponseCache, cache_key
 from trawmem_gpu.llm.spec import SPEC_HELP, backend_from_spec
 
 __all__ = [
-    "LLMBackend", "LLMResult", "LLMRequestError", "NoLLM", "FakeBackend", "UsageMeter", "StageUsage",
+    "LLMBackend", "LLMResult", "LLMRequestError", "NoLLM", "FakeBackend", "UsageMeter", "StageUsage", "LLMWork",
     "CachedBackend", "ResponseCache", "cache_key", "backend_from_spec", "SPEC_HELP",
     "OpenAIHTTPBackend", "VLLMOfflineBackend",
 ]

@@ -28,10 +28,19 @@ model's). A format-1 file is upgraded in place: its replies, keyed without the e
 told apart by server and are deleted. A file of any other version is refused."""
 
 
+def schema_digest(schema: Optional[dict]) -> Optional[str]:
+    """sha256 hex of a JSON schema's canonical text (None for none)."""
+    if schema is None:
+        return None
+    raw = json.dumps(schema, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+
 def cache_key(model: Optional[str], messages: list[dict], max_tokens: int, temperature: float, json_mode: bool,
-              endpoint: Optional[str] = None) -> str:
+              endpoint: Optional[str] = None, schema: Optional[dict] = None) -> str:
     """sha256 hex of the request fields that determine the response and of the ``endpoint`` that
-    answers it (None: the format-1 key, without one)."""
+    answers it (None: the format-1 key, without one). A request whose decoding is constrained
+    to a JSON ``schema`` keys on the schema too (a request without one keys as it always did)."""
     payload = {
         "model": model,
         "messages": [{k: m[k] for k in sorted(m)} for m in messages],
@@ -41,6 +50,8 @@ def cache_key(model: Optional[str], messages: list[dict], max_tokens: int, tempe
     }
     if endpoint is not None:
         payload["endpoint"] = str(endpoint)
+    if schema is not None and json_mode:
+        payload["schema"] = schema_digest(schema)
     raw = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
@@ -61,6 +72,9 @@ class ResponseCache:
                 "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, model TEXT, text TEXT,"
                 " prompt_tokens INTEGER, completion_tokens INTEGER, created REAL, endpoint TEXT)"
             )
+            if "finish" not in {r[1] for r in self._db.execute("PRAGMA table_info(responses)")}:
+                # why a reply stopped (``length``: cut at its token limit); NULL for replies stored before
+                self._db.execute("ALTER TABLE responses ADD COLUMN finish TEXT")
             row = self._db.execute("SELECT v FROM meta WHERE k='format'").fetchone()
             if row is None:
                 self._db.execute("INSERT INTO meta VALUES ('format', ?)", (str(CACHE_FORMAT),))
@@ -88,12 +102,12 @@ class ResponseCache:
         """Cached result (cached=True) or None."""
         with self._lock:
             row = self._db.execute(
-                "SELECT text, prompt_tokens, completion_tokens FROM responses WHERE key=?", (key,)
+                "SELECT text, prompt_tokens, completion_tokens, finish FROM responses WHERE key=?", (key,)
             ).fetchone()
         if row is None:
             return None
         return LLMResult(text=row[0], prompt_tokens=row[1] or 0, completion_tokens=row[2] or 0,
-                         latency_s=0.0, cached=True)
+                         latency_s=0.0, cached=True, finish_reason=row[3])
 
     def put(self, key: str, model: Optional[str], result: LLMResult, endpoint: Optional[str] = None) -> None:
         """Store a successful result and commit at once."""
@@ -102,9 +116,9 @@ class ResponseCache:
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO responses (key, model, text, prompt_tokens, completion_tokens, created,"
-                " endpoint) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                " endpoint, finish) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (key, model, result.text, int(result.prompt_tokens), int(result.completion_tokens), time.time(),
-                 endpoint),
+                 endpoint, result.finish_reason),
             )
             self._db.commit()
 
@@ -142,10 +156,24 @@ class CachedBackend(LLMBackend):
         return self.inner.name
 
     filters_replies = True
+    takes_schema = True
 
     @property
     def model(self) -> Optional[str]:
         return self.inner.model
+
+    @property
+    def context_tokens(self) -> Optional[int]:
+        """The inner backend's model context in tokens, when known."""
+        return getattr(self.inner, "context_tokens", None)
+
+    def schema_sent(self, schema: Optional[dict]) -> Optional[dict]:
+        return self.inner.schema_sent(schema)
+
+    @property
+    def state(self):
+        """The inner backend's endpoint state (``llm.endpoint``), when it has one."""
+        return getattr(self.inner, "state", None)
 
     @property
     def endpoint(self) -> Optional[str]:
@@ -162,9 +190,10 @@ class CachedBackend(LLMBackend):
     def __repr__(self) -> str:
         return f"CachedBackend({self.inner!r}, path={str(self.cache.path)!r})"
 
-    def _chat(self, batch, *, max_tokens, temperature, json_mode, desc, on_result, accept=None):
+    def _chat(self, batch, *, max_tokens, temperature, json_mode, desc, on_result, accept=None, schema=None):
         model, endpoint = self.inner.model, self.inner.endpoint
-        keys = [cache_key(model, conv, max_tokens, temperature, json_mode, endpoint) for conv in batch]
+        schema = self.inner.schema_sent(schema) if json_mode else None
+        keys = [cache_key(model, conv, max_tokens, temperature, json_mode, endpoint, schema) for conv in batch]
         ok = (lambda i, r: r.error is None) if accept is None else \
             (lambda i, r: r.error is None and bool(accept(i, r.text)))
         results: list[Optional[LLMResult]] = [None] * len(batch)
@@ -194,7 +223,7 @@ class CachedBackend(LLMBackend):
                     on_result(i, r)
 
             sent = self.inner.chat([batch[i] for i in miss], max_tokens=max_tokens, temperature=temperature,
-                                   json_mode=json_mode, desc=desc, on_result=store)
+                                   json_mode=json_mode, desc=desc, on_result=store, schema=schema)
             for j, r in enumerate(sent):  # in case the inner backend skipped on_result
                 if results[miss[j]] is None:
                     store(j, r)
@@ -202,7 +231,7 @@ class CachedBackend(LLMBackend):
             if results[i] is None:
                 src = results[first_of[k]]
                 dup = LLMResult(src.text, src.prompt_tokens, src.completion_tokens, 0.0,
-                                cached=src.error is None, error=src.error)
+                                cached=src.error is None, error=src.error, finish_reason=src.finish_reason)
                 results[i] = dup
                 if on_result is not None:
                     on_result(i, dup)

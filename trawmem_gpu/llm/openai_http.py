@@ -1,8 +1,15 @@
-"""OpenAI-compatible ``/v1/chat/completions`` backend over httpx (bounded async concurrency)."""
+"""OpenAI-compatible ``/v1/chat/completions`` backend over httpx, fitted to the endpoint it talks to.
+
+Requests stream (``stream: true``) where the server streams, so an abandoned request is
+cancelled by closing its stream; a server that answers with a plain body is read as one and its
+requests are never sent twice while they may still run. How many requests go at once, how long
+one may take and how the reply's JSON schema is sent are learned per endpoint
+(``llm.endpoint``)."""
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import itertools
 import logging
 import os
 import random
@@ -17,28 +24,40 @@ from trawmem_gpu.dictconfig import with_keywords
 from trawmem_gpu.errors import ConfigError, name_list
 from trawmem_gpu.http_headers import retry_after_s
 from trawmem_gpu.llm.base import LLMBackend, LLMRequestError, LLMResult, Secret
+from trawmem_gpu.llm.endpoint import MAX_AUTO_CONCURRENCY, context_from_error, endpoint_state, \
+    estimate_tokens, is_constraint_error, is_context_error
+from trawmem_gpu.llm.openai_wire import CONTEXT_EXCEEDED, REFUSED, BadResponse, HTTPStatusError, Interrupted, \
+    Reply, parse_completion, read_stream, response_format
 
 log = logging.getLogger(__name__)
 
 API_KEY_ENV = ("TRAWMEM_API_KEY", "OPENAI_API_KEY")
 """Environment variables read, in order, when no api_key is passed."""
+CHECK_TIMEOUT_S = 120.0
+"""Bound on ``GET /models`` when no timeout is given (a busy one-at-a-time server answers it only
+after the completion it is running)."""
+CONSTRAINTS = ("schema", "json")
+"""``constrain``: send each structured call's JSON schema, or JSON mode alone."""
 
 _RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 _BEARER_RE = re.compile(r"(?i)(bearer\s+)[^\s'\"]+")
-REFUSED = "the model refused the request"
-"""How a refused request's error begins (a reply with ``refusal`` or a content-filter stop)."""
+_IDS = itertools.count()
+__all__ = ["OpenAIHTTPBackend", "HTTPOptions", "REFUSED", "CONTEXT_EXCEEDED"]
 
 
 @dataclass(frozen=True)
 class HTTPOptions:
     """How an :class:`OpenAIHTTPBackend` sends its requests."""
 
-    concurrency: int = 16
-    """Requests of a batch in flight at once (>= 1)."""
-    timeout_s: float = 60
-    """Bound on each attempt as a whole: connect, send, wait, read (> 0)."""
+    concurrency: Optional[int] = None
+    """Requests of a batch in flight at once (>= 1); None: fitted to the endpoint (one for a
+    server that answers one at a time, up to 16 for one that serves several at once)."""
+    timeout_s: Optional[float] = None
+    """Seconds a request may run on the server (sent to answered, never its wait in this client's
+    queue) before it is abandoned; None: derived per request from its prompt, its reply budget
+    and the endpoint's measured speeds (``llm.endpoint.EndpointState.time_limit``)."""
     max_retries: int = 4
-    """Retries of a transient failure (connect error, timeout, 429, 5xx)."""
+    """Retries of a transient failure (connect error, timeout, 429, 5xx, an interrupted stream)."""
     backoff_s: float = 0.5
     """The first retry's wait, doubled each retry (``Retry-After`` overrides it)."""
     max_backoff_s: float = 60.0
@@ -49,68 +68,92 @@ class HTTPOptions:
     """Raise :class:`LLMRequestError` when every request of a batch fails (server down)."""
     deadline_s: Optional[float] = None
     """Bound on all requests of the backend together, from its first chat request (None: none)."""
+    stream: bool = True
+    """Stream replies (an abandoned request is then cancelled on the server by closing its stream)."""
+    context_tokens: Optional[int] = None
+    """The model's context in tokens (None: as ``GET /models`` lists it, or learned from an overflow)."""
+    constrain: str = "schema"
+    """``schema``: structured calls send their JSON schema (constrained decoding); ``json``: JSON mode only."""
+
+
+class _WaitedOut(asyncio.TimeoutError):
+    """A request waited for ``max_retries + 1`` limits without an answer (never sent again)."""
+
+
+class _Limiter:
+    """At most ``limit()`` holders at once; the limit may change while requests wait."""
+
+    def __init__(self, limit) -> None:
+        self.limit, self.n, self.cond = limit, 0, asyncio.Condition()
+
+    async def __aenter__(self):
+        async with self.cond:
+            await self.cond.wait_for(lambda: self.n < max(1, self.limit()))
+            self.n += 1
+            return self.n - 1
+
+    async def __aexit__(self, *exc):
+        async with self.cond:
+            self.n -= 1
+            self.cond.notify_all()
 
 
 class OpenAIHTTPBackend(LLMBackend):
     """Chat completions against an OpenAI-compatible server (vLLM serve, llama.cpp, OpenAI...).
 
-    Requests in a batch run concurrently (at most ``concurrency`` in flight); transient failures
-    (connect errors, timeouts, 429, 5xx) are retried with exponential backoff, honouring
-    ``Retry-After``. A request that still fails yields an ``LLMResult`` with ``error`` set; if
-    every request of a batch fails, :class:`LLMRequestError` is raised (server down). The API key
-    is masked in every message, log line and repr.
-
-    ``timeout_s`` bounds each attempt as a whole (connect, send, wait, read); ``deadline_s``, when
-    set, bounds all requests of this backend together, counted from its first chat request:
-    attempts and backoff sleeps never run past it, and requests still queued fail at once with
-    a "deadline" error (failed requests are never cached, so a rerun retries them).
-    :meth:`check` asks ``GET /models`` first, so a wrong URL, key or model stops a run before any
-    other work.
+    Transient failures (connect errors, timeouts, 429, 5xx, interrupted streams) are retried with
+    exponential backoff, honouring ``Retry-After``; a timed-out stream is closed (the server stops
+    it) before the retry, and a timed-out plain request is waited for again, never sent twice. A
+    request that still fails yields an ``LLMResult`` with ``error`` set; if every request of a
+    batch fails, :class:`LLMRequestError` is raised (server down). A reply cut at its token
+    limit carries ``finish_reason="length"``; a prompt too long for the model fails at once with
+    :data:`CONTEXT_EXCEEDED` (the model's context is learned from the error). Structured calls
+    send their JSON schema in the form the endpoint takes; a server that refuses schemas gets
+    JSON mode (reported once), and a request refused for JSON mode is sent again without it
+    (that request only). The API key is masked in every message, log line and repr.
     """
 
     name = "openai-http"
+    takes_schema = True
 
     def __init__(self, base_url: str, model: Optional[str] = None, api_key: Optional[str] = None,
                  options: Optional[HTTPOptions] = None, **kw) -> None:
         """``options``: :class:`HTTPOptions`; its fields can be given as keywords too, over it."""
         o = with_keywords("OpenAIHTTPBackend", HTTPOptions, options, kw)
-        concurrency, timeout_s, max_retries, backoff_s = o.concurrency, o.timeout_s, o.max_retries, o.backoff_s
-        max_backoff_s, progress, raise_if_all_failed, deadline_s = o.max_backoff_s, o.progress, \
-            o.raise_if_all_failed, o.deadline_s
         super().__init__()
         if not isinstance(base_url, str) or not re.match(r"^https?://[^/\s]+", base_url):
             raise ConfigError(f"base_url must start with http:// or https://, got {base_url!r}")
-        if int(concurrency) < 1:
-            raise ConfigError(f"concurrency must be >= 1, got {concurrency!r}")
-        if float(timeout_s) <= 0:
-            raise ConfigError(f"timeout_s must be > 0, got {timeout_s!r}")
-        if int(max_retries) < 0 or float(backoff_s) < 0:
-            raise ConfigError("max_retries and backoff_s must be >= 0")
-        if deadline_s is not None and float(deadline_s) <= 0:
-            raise ConfigError(f"deadline_s must be > 0, got {deadline_s!r}")
+        if o.concurrency is not None and int(o.concurrency) < 1:
+            raise ConfigError(f"`concurrency` must be >= 1, got {o.concurrency!r}")
+        for name in ("timeout_s", "deadline_s"):
+            v = getattr(o, name)
+            if v is not None and not float(v) > 0:
+                raise ConfigError(f"`{name}` must be > 0, got {v!r}")
+        if int(o.max_retries) < 0 or float(o.backoff_s) < 0:
+            raise ConfigError("`max_retries` and `backoff_s` must be >= 0")
+        if o.constrain not in CONSTRAINTS:
+            raise ConfigError(f"`constrain` must be one of {', '.join(CONSTRAINTS)}, got {o.constrain!r}")
         self.base_url = base_url.rstrip("/")
         self._model = model or None
         if api_key is None:
             api_key = next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), None)
         self._key = Secret(api_key)
-        self.concurrency = int(concurrency)
-        self.timeout_s = float(timeout_s)
-        self.max_retries = int(max_retries)
-        self.backoff_s = float(backoff_s)
-        self.max_backoff_s = float(max_backoff_s)
-        self.progress = bool(progress)
-        self.raise_if_all_failed = bool(raise_if_all_failed)
-        self.deadline_s = None if deadline_s is None else float(deadline_s)
+        self.options = o
+        self.concurrency = None if o.concurrency is None else int(o.concurrency)
+        self.timeout_s = None if o.timeout_s is None else float(o.timeout_s)
+        self.max_retries = int(o.max_retries)
+        self.deadline_s = None if o.deadline_s is None else float(o.deadline_s)
+        self.progress = bool(o.progress)
+        self.state = endpoint_state(self.endpoint)
+        if o.context_tokens:
+            self.state.learn_context(int(o.context_tokens), "given")
         self._deadline: Optional[float] = None  # time.monotonic() value, set at the first chat request
-        self._json_mode_ok = True
 
     # -- helpers ---------------------------------------------------------------------------
     def __repr__(self) -> str:
-        return (
-            f"OpenAIHTTPBackend(base_url={self.base_url!r}, model={self._model!r}, "
-            f"api_key={'***' if self._key else None}, concurrency={self.concurrency}, "
-            f"timeout_s={self.timeout_s}, max_retries={self.max_retries})"
-        )
+        return (f"OpenAIHTTPBackend(base_url={self.base_url!r}, model={self._model!r}, "
+                f"api_key={'***' if self._key else None}, concurrency={self.concurrency}, "
+                f"timeout_s={self.timeout_s}, max_retries={self.max_retries})")
 
     def _scrub(self, text: object) -> str:
         return _BEARER_RE.sub(r"\1***", self._key.scrub(text))
@@ -124,12 +167,13 @@ class OpenAIHTTPBackend(LLMBackend):
 
     def _delay(self, attempt: int, retry_after: Optional[float]) -> float:
         if retry_after is not None:
-            return min(retry_after, self.max_backoff_s)
-        d = self.backoff_s * (2 ** attempt)
-        return min(d * (1.0 + 0.1 * random.random()), self.max_backoff_s)
+            return min(retry_after, self.options.max_backoff_s)
+        d = self.options.backoff_s * (2 ** attempt)
+        return min(d * (1.0 + 0.1 * random.random()), self.options.max_backoff_s)
 
     def describe(self) -> dict:
-        return {"backend": self.name, "model": self.model, "base_url": self.base_url}
+        return {"backend": self.name, "model": self.model, "base_url": self.base_url,
+                "constrain": self.options.constrain, "endpoint": self.state.describe()}
 
     @property
     def endpoint(self) -> str:
@@ -145,63 +189,33 @@ class OpenAIHTTPBackend(LLMBackend):
             self.check()
         return self._model
 
-    def check(self) -> None:
-        """``GET {base_url}/models``: the server answers, accepts the key, and serves the model.
+    def schema_sent(self, schema: Optional[dict]) -> Optional[dict]:
+        """None with ``constrain="json"`` (JSON mode alone), else ``schema``."""
+        return None if self.options.constrain == "json" else schema
 
-        Sets the model to the first one listed when none was given. Raises ``ConfigError`` for a
-        refused key (HTTP 401/403) or a model the server does not list, ``LLMRequestError`` when
-        the server cannot be reached after the retries. A server without ``/models`` (404) is
-        accepted when a model was named.
-        """
-        url = f"{self.base_url}/models"
-        last = "no attempt"
-        for attempt in range(self.max_retries + 1):
-            try:
-                with httpx.Client(timeout=self.timeout_s) as client:
-                    r = client.get(url, headers=self._headers())
-                if r.status_code in (401, 403):
-                    how = "the API key from TRAWMEM_API_KEY / OPENAI_API_KEY" if self._key else "no API key"
-                    raise ConfigError(self._scrub(
-                        f"the LLM server at {self.base_url} refused {how} (HTTP {r.status_code} from GET /models); "
-                        f"set TRAWMEM_API_KEY (or OPENAI_API_KEY) to a key it accepts"))
-                if r.status_code == 404 and self._model is not None:
-                    log.warning("%s has no /models endpoint; cannot check the key and model up front", self.base_url)
-                    return
-                if r.status_code == 200:
-                    data = r.json().get("data") or []
-                    ids = [str(d["id"]) for d in data if isinstance(d, dict) and d.get("id")]
-                    if self._model is None:
-                        if not ids:
-                            raise LLMRequestError(f"GET {url} listed no models; pass MODEL as URL@MODEL")
-                        self._model = ids[0]
-                    elif ids and self._model not in ids:
-                        raise ConfigError(f"model {self._model!r} is not served at {self.base_url} (it serves "
-                                          f"{name_list(ids)}); fix the @MODEL part of the LLM spec")
-                    return
-                last = f"HTTP {r.status_code}: {r.text[:200]}"
-                if r.status_code not in _RETRY_STATUS:
-                    break
-            except httpx.TransportError as e:
-                last = f"{type(e).__name__}: {e}"
-            except (ValueError, AttributeError) as e:  # bad JSON
-                if isinstance(e, ConfigError):
-                    raise
-                last = f"bad JSON from /models: {e}"
-                break
-            if attempt < self.max_retries:
-                time.sleep(self._delay(attempt, None))
-        raise LLMRequestError(self._scrub(f"could not reach the LLM server: GET {url} failed ({last})"))
+    @property
+    def context_tokens(self) -> Optional[int]:
+        """The model's context in tokens, when known (given, listed, or learned from an overflow)."""
+        return self.state.context_tokens
+
+    def check(self) -> None:
+        """``GET {base_url}/models``: the server answers, accepts the key, and serves the model
+        (:func:`check_models`: the model set when none was given, its context when listed)."""
+        check_models(self)
 
     def _remaining(self) -> Optional[float]:
         """Seconds left before the deadline (None without one)."""
         return None if self._deadline is None else self._deadline - time.monotonic()
 
     # -- chat ------------------------------------------------------------------------------
-    def _chat(self, batch, *, max_tokens, temperature, json_mode, desc, on_result):
+    def _chat(self, batch, *, max_tokens, temperature, json_mode, desc, on_result, schema=None):
         model = self.model  # resolve before going async
         if self.deadline_s is not None and self._deadline is None:
             self._deadline = time.monotonic() + self.deadline_s
-        coro_fn = lambda: self._achat(batch, model, max_tokens, temperature, json_mode, desc, on_result)  # noqa: E731
+        if self.options.constrain == "json":
+            schema = None
+        coro_fn = lambda: self._achat(batch, model, max_tokens, temperature, json_mode, schema, desc,  # noqa: E731
+                                      on_result)
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -209,25 +223,25 @@ class OpenAIHTTPBackend(LLMBackend):
         else:  # called from inside an event loop (e.g. a notebook): run in a worker thread
             with concurrent.futures.ThreadPoolExecutor(1) as ex:
                 results = ex.submit(lambda: asyncio.run(coro_fn())).result()
-        if self.raise_if_all_failed and results and all(r.error is not None and not r.error.startswith(REFUSED)
-                                                        for r in results):  # refusals: the server works
+        if self.options.raise_if_all_failed and results and all(
+                r.error is not None and not r.error.startswith((REFUSED, CONTEXT_EXCEEDED)) for r in results):
             raise LLMRequestError(self._scrub(
-                f"all {len(results)} requests to {self.base_url} failed; first error: {results[0].error}"
-            ))
+                f"all {len(results)} requests to {self.base_url} failed; first error: {results[0].error}"))
         return results
 
-    async def _achat(self, batch, model, max_tokens, temperature, json_mode, desc, on_result):
+    async def _achat(self, batch, model, max_tokens, temperature, json_mode, schema, desc, on_result):
         from tqdm.auto import tqdm
 
-        sem = asyncio.Semaphore(self.concurrency)
-        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+        limiter = _Limiter(lambda: self.state.in_flight_limit(self.concurrency))
+        most = self.concurrency or MAX_AUTO_CONCURRENCY
+        limits = httpx.Limits(max_connections=most, max_keepalive_connections=most)
         results: list[Optional[LLMResult]] = [None] * len(batch)
         bar = tqdm(total=len(batch), desc=desc or "llm", disable=not self.progress or len(batch) < 2, leave=False)
-        async with httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s), limits=limits,
-                                     headers=self._headers()) as client:
+        async with httpx.AsyncClient(timeout=None, limits=limits, headers=self._headers()) as client:
 
             async def one(i: int, conv: list[dict]) -> None:
-                r = await self._one(client, sem, conv, model, max_tokens, temperature, json_mode)
+                body = {"model": model, "messages": conv, "max_tokens": max_tokens, "temperature": temperature}
+                r = await self._one(client, limiter, body, json_mode, schema)
                 results[i] = r
                 bar.update(1)
                 if on_result is not None:
@@ -239,79 +253,219 @@ class OpenAIHTTPBackend(LLMBackend):
                 bar.close()
         return results  # type: ignore[return-value]
 
-    async def _one(self, client, sem, conv, model, max_tokens, temperature, json_mode) -> LLMResult:
+    def _format(self, json_mode: bool, schema, plain: bool) -> tuple[Optional[dict], str]:
+        """The request's ``response_format`` (None: none) in the form the endpoint takes, and that form."""
+        if not json_mode or plain:
+            return None, "none"
+        form = (self.state.schema_form or "json_schema") if schema is not None else "json"
+        return response_format(form, schema), form
+
+    async def _one(self, client, limiter, base: dict, json_mode: bool, schema) -> LLMResult:
+        """One request, with its retries (the class docstring)."""
         url = f"{self.base_url}/chat/completions"
-        last_err = "no attempt"
-        attempt = 0
-        for attempt in range(self.max_retries + 1):
-            body = {"model": model, "messages": conv, "max_tokens": max_tokens, "temperature": temperature}
-            if json_mode and self._json_mode_ok:
-                body["response_format"] = {"type": "json_object"}
-            retry_after = None
-            try:
-                async with sem:
-                    left = self._remaining()
-                    if left is not None and left <= 0:
-                        last_err = f"deadline of {self.deadline_s:g}s passed (`deadline_s`)"
-                        break
-                    limit = self.timeout_s if left is None else min(self.timeout_s, left)
-                    t0 = time.perf_counter()
-                    resp = await asyncio.wait_for(client.post(url, json=body, timeout=limit), limit)
-                latency = time.perf_counter() - t0
-                if resp.status_code == 200:
-                    return self._parse_ok(resp, latency)
-                last_err = f"HTTP {resp.status_code}: {resp.text[:300]}"
-                if resp.status_code == 400 and "response_format" in body:
-                    # server without JSON mode: drop it for this backend and retry at once
-                    self._json_mode_ok = False
-                    log.warning("%s rejected response_format; retrying without JSON mode", self.base_url)
-                    continue
-                if resp.status_code not in _RETRY_STATUS:
-                    break
-                retry_after = retry_after_s(resp.headers.get("retry-after"))
-            except (httpx.TimeoutException, asyncio.TimeoutError) as e:
-                last_err = f"timeout after {limit:g}s ({type(e).__name__}; `timeout_s`)"
-            except httpx.TransportError as e:
-                last_err = f"{type(e).__name__}: {e}"
-            except _BadResponse as e:
-                last_err = str(e)
-                break
-            if attempt < self.max_retries:
-                delay = self._delay(attempt, retry_after)
+        last_err, attempt, tries, plain = "no attempt", 0, 0, False
+        ptoks = self.state.prompt_tokens(base["messages"])
+        while tries < self.max_retries + 4:  # + the few re-sends that only change the request's form
+            tries += 1
+            body = dict(base)
+            fmt, form = self._format(json_mode, schema, plain)
+            if fmt is not None:
+                body["response_format"] = fmt
+            retry_after, again_now = None, False
+            async with limiter as others:
                 left = self._remaining()
-                if left is not None and delay >= left:
-                    last_err += f"; deadline of {self.deadline_s:g}s reached before the next retry"
+                if left is not None and left <= 0:
+                    last_err = f"deadline of {self.deadline_s:g}s passed (`deadline_s`)"
                     break
-                log.warning("LLM request failed (%s); retry %d/%d in %.2fs",
-                            self._scrub(last_err), attempt + 1, self.max_retries, delay)
-                await asyncio.sleep(delay)
+                limit = self.timeout_s or self.state.time_limit(ptoks, base["max_tokens"])
+                limit = limit if left is None else min(limit, left)
+                try:
+                    reply, secs = await self._send(client, url, body, limit, others)
+                    return self._result(reply, secs, base["messages"], ptoks, attempt)
+                except HTTPStatusError as e:
+                    last_err = f"HTTP {e.status}: {e.text[:300]}"
+                    if e.status in (400, 422) and is_context_error(e.text):
+                        self.state.learn_context(context_from_error(e.text), "an overflow error")
+                        last_err = f"{CONTEXT_EXCEEDED} ({self.state.context_tokens or '?'} tokens): {e.text[:200]}"
+                        break
+                    if e.status in (400, 422, 500) and fmt is not None and is_constraint_error(e.text):
+                        # (llama-cpp-python answers a response_format it does not know with HTTP 500)
+                        if form == "json":
+                            plain = True  # JSON mode refused: this request goes without it
+                            log.warning("%s refused JSON mode for a request; sending it without",
+                                        self.base_url)
+                        else:
+                            self.state.refuse_form(form, e.text)
+                        continue
+                    if e.status not in _RETRY_STATUS:
+                        break
+                    retry_after = retry_after_s(e.retry_after)
+                except Interrupted as e:
+                    self.state.interrupted()
+                    last_err, again_now = f"interrupted: {e}", True
+                except _WaitedOut:  # waited for already: never sent twice
+                    last_err = (f"timeout after {limit:g}s, then waited for again up to {self.max_retries} "
+                                f"times (a request is never sent twice while it may still run; `timeout_s`)")
+                    break
+                except (httpx.TimeoutException, asyncio.TimeoutError) as e:
+                    last_err = f"timeout after {limit:g}s ({type(e).__name__}; `timeout_s`)"
+                except httpx.TransportError as e:
+                    last_err = f"{type(e).__name__}: {e}"
+                except BadResponse as e:
+                    last_err = str(e)
+                    break
+            if attempt >= self.max_retries:
+                break
+            delay = 0.0 if again_now else self._delay(attempt, retry_after)
+            attempt += 1
+            left = self._remaining()
+            if left is not None and delay >= left:
+                last_err += f"; deadline of {self.deadline_s:g}s reached before the next retry"
+                break
+            log.warning("LLM request failed (%s); retry %d/%d in %.2fs", self._scrub(last_err), attempt,
+                        self.max_retries, delay)
+            await asyncio.sleep(delay)
         err = self._scrub(f"{last_err} (after {attempt + 1} attempt(s))")
         log.warning("LLM request gave up: %s", err)
-        return LLMResult(text="", error=err)
+        return LLMResult(text="", error=err, retries=attempt)
 
-    def _parse_ok(self, resp: httpx.Response, latency: float) -> LLMResult:
+    async def _send(self, client, url: str, body: dict, limit: float, others: int) -> tuple[Reply, float]:
+        """Send one attempt, streamed where the server streams (closed at ``limit``: the server
+        stops it), else plain; returns the reply and its seconds. Until a reply shows that the
+        server streams, a request without an answer is waited for (:meth:`_wait`), as a plain one."""
+        rid = next(_IDS)
+        t0 = time.perf_counter()
+        stream = self.options.stream and self.state.streams is not False
+        if stream:
+            body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+            self.state.started(rid, others)
+        streamed = False
+        task = asyncio.ensure_future(client.send(client.build_request("POST", url, json=body), stream=True))
         try:
-            data = resp.json()
-            choice = data["choices"][0]
-            msg = choice.get("message") or {}
-            text = msg.get("content")
-            refusal = msg.get("refusal")
-            if refusal or choice.get("finish_reason") == "content_filter":
-                # a refused request is a failed one: never cached, and the caller falls back
-                why = " ".join(str(refusal or "content filter").split())[:200]
-                return LLMResult(text="", latency_s=latency, error=f"{REFUSED} ({why})")
-            if text is None:
-                text = choice.get("text") or ""
-            usage = data.get("usage") or {}
-            return LLMResult(
-                text=str(text),
-                prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                completion_tokens=int(usage.get("completion_tokens") or 0),
-                latency_s=latency,
-            )
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
-            raise _BadResponse(f"malformed completion response ({type(e).__name__}): {resp.text[:200]}") from None
+            resp = await self._wait(task, limit, soft=not (stream and self.state.streams))
+            try:
+                if resp.status_code != 200:
+                    raise HTTPStatusError(resp.status_code, (await resp.aread()).decode("utf-8", "replace"),
+                                          resp.headers.get("retry-after"))
+                left = max(0.05, limit - (time.perf_counter() - t0))
+                if "text/event-stream" not in resp.headers.get("content-type", ""):
+                    if stream:
+                        self.state.streams = False  # a server that ignores `stream`: plain from now on
+                    return parse_completion(_json(await asyncio.wait_for(resp.aread(), left))), \
+                        time.perf_counter() - t0
+                streamed = self.state.streams = True
+                reply = await asyncio.wait_for(read_stream(resp, t0, lambda: self.state.first_token(rid)), left)
+                return reply, time.perf_counter() - t0
+            finally:
+                await resp.aclose()
+        finally:
+            if stream:
+                self.state.finished(rid, streamed)
+
+    async def _wait(self, task, limit: float, soft: bool):
+        """``task``'s response (its headers). ``soft`` (a reply that may not be cancellable: the
+        server does not stream, or has not shown that it does): a timeout waits for it again, up
+        to ``max_retries`` times, rather than sending it twice (:class:`_WaitedOut` after the last)."""
+        t0 = time.perf_counter()
+        try:
+            waits = self.max_retries + 1 if soft else 1
+            for k in range(waits):
+                left = self._remaining()
+                if left is not None and left <= 0:  # the deadline, not the waits, ended it
+                    raise asyncio.TimeoutError()
+                done, _ = await asyncio.wait({task}, timeout=limit if left is None else min(limit, left))
+                if done:
+                    return task.result()
+                if k < waits - 1:
+                    log.warning("LLM request still running after %.0fs; waiting for it (not sending it again)",
+                                time.perf_counter() - t0)
+            raise _WaitedOut() if soft and waits > 1 else asyncio.TimeoutError()
+        finally:
+            if not task.done():
+                task.cancel()
+
+    def _result(self, reply: Reply, secs: float, messages: list, ptoks: int, attempt: int) -> LLMResult:
+        if reply.refusal:  # a refused request is a failed one: never cached, and the caller falls back
+            why = " ".join(str(reply.refusal).split())[:200]
+            return LLMResult(text="", latency_s=secs, error=f"{REFUSED} ({why})", retries=attempt)
+        estimated = reply.prompt_tokens is None or reply.completion_tokens is None
+        p = reply.prompt_tokens if reply.prompt_tokens is not None else ptoks
+        c = reply.completion_tokens if reply.completion_tokens is not None else reply.chunks
+        self.state.observe(int(p or 0), int(c or 0), reply.first_token_s, secs,
+                           estimate_tokens(messages) if reply.prompt_tokens else 0)
+        return LLMResult(text=reply.text, prompt_tokens=int(p or 0), completion_tokens=int(c or 0), latency_s=secs,
+                         finish_reason=reply.finish_reason, retries=attempt, tokens_estimated=estimated)
 
 
-class _BadResponse(Exception):
-    """A 200 response whose body is not a chat completion."""
+def _json(raw: bytes):
+    import json
+
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise BadResponse(f"malformed completion response: {raw[:200]!r}") from None
+    if not isinstance(data, dict):
+        raise BadResponse(f"malformed completion response: {raw[:200]!r}")
+    return data
+
+
+def check_models(self: "OpenAIHTTPBackend") -> None:
+    """``GET {base_url}/models``: the server answers, accepts the key, and serves the model.
+
+    Sets the model to the first one listed when none was given, and the model's context when
+    the listing gives it (vLLM's ``max_model_len``, llama.cpp's ``n_ctx``). Raises
+    ``ConfigError`` for a refused key (HTTP 401/403) or a model the server does not list,
+    ``LLMRequestError`` when the server cannot be reached after the retries. A server
+    without ``/models`` (404) is accepted when a model was named.
+    """
+    url = f"{self.base_url}/models"
+    last = "no attempt"
+    for attempt in range(self.max_retries + 1):
+        try:
+            with httpx.Client(timeout=self.timeout_s or CHECK_TIMEOUT_S) as client:
+                r = client.get(url, headers=self._headers())
+            if r.status_code in (401, 403):
+                how = "the API key from TRAWMEM_API_KEY / OPENAI_API_KEY" if self._key else "no API key"
+                raise ConfigError(self._scrub(
+                    f"the LLM server at {self.base_url} refused {how} (HTTP {r.status_code} from GET /models); "
+                    f"set TRAWMEM_API_KEY (or OPENAI_API_KEY) to a key it accepts"))
+            if r.status_code == 404 and self._model is not None:
+                log.warning("%s has no /models endpoint; cannot check the key and model up front", self.base_url)
+                return
+            if r.status_code == 200:
+                _take_models(self, r.json().get("data") or [], url)
+                return
+            last = f"HTTP {r.status_code}: {r.text[:200]}"
+            if r.status_code not in _RETRY_STATUS:
+                break
+        except httpx.TransportError as e:
+            last = f"{type(e).__name__}: {e}"
+        except (ValueError, AttributeError) as e:  # bad JSON
+            if isinstance(e, ConfigError):
+                raise
+            last = f"bad JSON from /models: {e}"
+            break
+        if attempt < self.max_retries:
+            time.sleep(self._delay(attempt, None))
+    raise LLMRequestError(self._scrub(f"could not reach the LLM server: GET {url} failed ({last})"))
+
+
+def _take_models(self: "OpenAIHTTPBackend", data: list, url: str) -> None:
+    """The model (the first listed when none was given; a named one must be listed) and its
+    context, when the listing gives it."""
+    entries = [d for d in data if isinstance(d, dict) and d.get("id")]
+    ids = [str(d["id"]) for d in entries]
+    if self._model is None:
+        if not ids:
+            raise LLMRequestError(f"GET {url} listed no models; pass MODEL as URL@MODEL")
+        self._model = ids[0]
+    elif ids and self._model not in ids:
+        raise ConfigError(f"model {self._model!r} is not served at {self.base_url} (it serves "
+                          f"{name_list(ids)}); fix the @MODEL part of the LLM spec")
+    mine = next((d for d in entries if str(d["id"]) == self._model), None)
+    meta = (mine or {}).get("meta") if isinstance((mine or {}).get("meta"), dict) else {}
+    for v in ((mine or {}).get("max_model_len"), (mine or {}).get("context_length"), meta.get("n_ctx"),
+              meta.get("n_ctx_train")):
+        if isinstance(v, int) and v > 0 and not self.options.context_tokens:
+            self.state.learn_context(v, "GET /models")
+            break

@@ -1,13 +1,43 @@
 """Every prompt the package sends, each with a name, version and template hash for result files.
 
 Templates use ``string.Template`` placeholders (``$name``); literal dollars are ``$$``. Each
-prompt renders to a single user message.
+prompt renders to a single user message. A prompt whose reply is JSON carries the JSON schema of
+that reply beside its template (``Prompt.schema``): structured calls send it so that the server
+constrains decoding to it (``llm.structured.ask``), and the bounds it sets (items, string
+lengths) keep a small model from writing until its token limit. The schemas are built with
+:func:`obj`, :func:`arr` and :func:`string` (the subset of JSON schema that llama.cpp's grammar
+converter, vLLM's structured outputs and OpenAI's strict mode all take).
 """
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from string import Template
+from typing import Optional
+
+
+def string(max_len: int, min_len: int = 1) -> dict:
+    """A JSON-schema string of ``min_len`` to ``max_len`` characters."""
+    return {"type": "string", "minLength": min_len, "maxLength": max_len}
+
+
+def arr(items: dict, max_items: int, min_items: int = 0) -> dict:
+    """A JSON-schema array of ``min_items`` to ``max_items`` ``items``."""
+    return {"type": "array", "items": items, "minItems": min_items, "maxItems": max_items}
+
+
+def nullable(schema: dict) -> dict:
+    """``schema`` or null."""
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def obj(properties: dict, required: tuple = (), title: Optional[str] = None) -> dict:
+    """A JSON-schema object of exactly ``properties`` (no others), ``required`` among them."""
+    out = {"type": "object", "properties": properties, "required": list(required), "additionalProperties": False}
+    if title:
+        out = {"title": title, **out}
+    return out
 
 
 @dataclass(frozen=True)
@@ -24,11 +54,21 @@ class Prompt:
     """Placeholder names the template needs."""
     json_mode: bool = False
     """Whether the reply is a JSON object (ask the backend for JSON mode)."""
+    schema: Optional[dict] = field(default=None, compare=False)
+    """The JSON schema of the reply (structured calls send it: constrained decoding); None for a
+    plain-text reply."""
 
     @property
     def sha(self) -> str:
         """sha256 hex of the template text."""
         return hashlib.sha256(self.template.encode("utf-8")).hexdigest()
+
+    @property
+    def schema_sha(self) -> Optional[str]:
+        """sha256 hex of the schema's canonical JSON (None without one)."""
+        if self.schema is None:
+            return None
+        return hashlib.sha256(json.dumps(self.schema, sort_keys=True).encode("utf-8")).hexdigest()
 
     def render(self, **values) -> str:
         """Template text with ``values`` substituted (all of ``fields`` required)."""
@@ -42,8 +82,11 @@ class Prompt:
         return [{"role": "user", "content": self.render(**values)}]
 
     def describe(self) -> dict:
-        """name / version / sha for result files."""
-        return {"name": self.name, "version": self.version, "sha": self.sha}
+        """name / version / sha (and the schema's sha) for result files."""
+        d = {"name": self.name, "version": self.version, "sha": self.sha}
+        if self.schema is not None:
+            d["schema_sha"] = self.schema_sha
+        return d
 
 
 SEGMENT = Prompt(
@@ -60,6 +103,7 @@ SEGMENT = Prompt(
         'Reply with JSON only, of the form {"boundaries": [0, i, j, ...]}: the indices of the '
         "turns where a new thread starts, in increasing order, always including 0."
     ),
+    schema=obj({"boundaries": arr({"type": "integer", "minimum": 0}, 64, 1)}, ("boundaries",), "segment"),
 )
 
 HEAD = Prompt(
@@ -73,6 +117,7 @@ HEAD = Prompt(
         "Thread:\n$thread\n\n"
         'Reply with JSON only: {"head": "<one sentence>"}'
     ),
+    schema=obj({"head": string(300)}, ("head",), "head"),
 )
 
 _ANSWER_PREAMBLE = (
@@ -126,6 +171,7 @@ JUDGE = Prompt(
         "while the gold answer gives it.\n\n"
         'Reply with JSON only: {"label": "CORRECT"} or {"label": "WRONG"}'
     ),
+    schema=obj({"label": {"type": "string", "enum": ["CORRECT", "WRONG"]}}, ("label",), "judge"),
 )
 
 ALL_PROMPTS = {p.name: p for p in (SEGMENT, HEAD, ANSWER, ANSWER_TEMPORAL, JUDGE)}

@@ -1,10 +1,12 @@
-"""Tolerant reading of structured (JSON) model output."""
+"""Structured (JSON) model output: tolerant reading, and :func:`ask`, the one way every structured
+call is sent, re-asked, checked and counted (:func:`fell_back` for what the caller falls back for)."""
 from __future__ import annotations
 
 import ast
 import json
 import re
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 MAX_PARSE_CHARS = 100_000
 """Longer outputs are cut before parsing (bounds the cost of hopeless inputs)."""
@@ -191,3 +193,149 @@ def clean_answer(text: Optional[str]) -> str:
     if len(s) >= 2 and s[0] == s[-1] and s[0] in "\"'`":
         s = s[1:-1].strip()
     return s
+
+
+# -- structured calls: one home for sending, re-asking, refusing and counting ------------------------
+@dataclass
+class Outcome:
+    """What one structured call gave for one item."""
+
+    value: Any = None
+    """The parsed reply (None unless ``status`` is ``ok`` or ``refused``)."""
+    status: str = "ok"
+    """``ok``; ``malformed`` (no usable JSON after the re-asks); ``refused`` (read, but its check
+    refused it: ungrounded, degenerate, markup); ``cut`` (stopped at its token limit, incomplete);
+    ``failed`` (the request failed: server error, timeout, context overflow)."""
+    why: str = ""
+    """Why it is not ``ok`` (one line)."""
+    text: str = ""
+    """The last reply's text."""
+    error: Optional[str] = None
+    """The request's error, for ``failed``."""
+    asked: int = 0
+    """Requests sent for this item (1 + its re-asks)."""
+    first: str = ""
+    """The status of the first reply (``malformed`` when a re-ask then mended it)."""
+    result: Any = None
+    """The last :class:`~trawmem_gpu.llm.base.LLMResult` (tokens, latency, cached)."""
+    first_value: Any = None
+    """The first reply's parsed value (None when it was malformed or failed)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def too_long(self) -> bool:
+        """The request was too long for the model, or its reply stopped at its token limit: a
+        shorter request (half the window) may succeed."""
+        from .openai_wire import CONTEXT_EXCEEDED
+
+        return self.status == "cut" or (self.status == "failed" and (self.error or "").startswith(CONTEXT_EXCEEDED))
+
+
+STATUSES = ("ok", "malformed", "refused", "cut", "failed")
+
+
+def ask(llm, prompt, convs: list, parse: Callable[[int, str], Any], *, desc: str, max_tokens: int,
+        check: Optional[Callable[[int, Any], Optional[str]]] = None,
+        again: Optional[Callable[[int, Any], Optional[str]]] = None, retries: int = 1,
+        echo_chars: int = 4000) -> list[Outcome]:
+    """Send structured conversations and read their replies (the one home of every structured call).
+
+    ``prompt``: the :class:`~trawmem_gpu.llm.prompts.Prompt` whose reply schema goes with the
+    requests (constrained decoding); ``parse(i, text)`` reads reply ``i`` (None: malformed);
+    ``check(i, value)`` refuses a read value by returning why (grounding, degenerate output);
+    ``again(i, value)`` may ask for one more try of a read value by returning the follow-up
+    message (e.g. "use only the ids shown"): the new reply replaces it unless malformed.
+
+    A malformed reply is re-asked ``retries`` times (the model is shown its reply and asked for the
+    JSON again); a reply cut at its token limit is not re-asked whole (status ``cut``: the caller
+    may send a shorter request). Every reply read, malformed, refused or cut is counted on
+    ``llm.usage`` under ``desc`` (with the re-asks as retries); the caller reports what it falls
+    back for with :func:`fell_back`.
+    """
+    from .prompts import RETRY_JSON, retry_messages
+
+    if retries < 0:
+        raise ValueError(f"retries must be >= 0, got {retries}")
+    schema = getattr(prompt, "schema", None)
+    out: list[Optional[Outcome]] = [None] * len(convs)
+    current, pending = list(convs), list(range(len(convs)))
+    counts = {"replies": 0, "malformed": 0, "refused": 0, "retries": 0}
+    for attempt in range(retries + 1):
+        if not pending:
+            break
+        res = llm.chat([current[i] for i in pending], max_tokens=max_tokens, temperature=0.0, json_mode=True,
+                       schema=schema, desc=desc if attempt == 0 else f"{desc}-retry",
+                       accept=lambda j, t, p=tuple(pending): parse(p[j], t) is not None)
+        still = []
+        for i, r in zip(pending, res):
+            prev = out[i]
+            got = _read(i, r, parse, check, counts)
+            got.result = r
+            got.asked, got.first = (prev.asked + 1, prev.first) if prev is not None else (1, got.status)
+            got.first_value = prev.first_value if prev is not None else got.value
+            if prev is not None and prev.status == "ok" and not got.ok:
+                prev.asked = got.asked
+                continue  # a follow-up (``again``) that did worse: keep the first reply
+            out[i] = got
+            msg = None
+            if got.status == "malformed":
+                msg = RETRY_JSON
+            elif got.ok and again is not None and prev is None:
+                msg = again(i, got.value)
+            if msg and attempt < retries:
+                current[i] = retry_messages(convs[i], r.text, msg, echo_chars)
+                still.append(i)
+        counts["retries"] += len(still)
+        pending = still
+    llm.usage.note(desc, **counts)
+    return out  # type: ignore[return-value]
+
+
+def _read(i: int, r, parse, check, counts: dict) -> Outcome:
+    if r.error is not None:
+        return Outcome(status="failed", why=f"request failed: {r.error[:200]}", error=r.error)
+    counts["replies"] += 1
+    val = parse(i, r.text)
+    if val is None:
+        if getattr(r, "cut", False):  # incomplete, not malformed (the result counts it as cut)
+            return Outcome(status="cut", why="the reply stopped at its token limit", text=r.text)
+        counts["malformed"] += 1
+        return Outcome(status="malformed", why="malformed reply", text=r.text)
+    why = check(i, val) if check is not None else None
+    if why:
+        counts["refused"] += 1
+        return Outcome(val, "refused", str(why), r.text)
+    return Outcome(val, "ok", "", r.text)
+
+
+def reason(o: "Outcome") -> Optional[str]:
+    """One line on why ``o`` is not used (``"refused: not supported by ..."``), None when it is ok."""
+    if o.ok:
+        return None
+    return o.why if o.why.startswith(o.status) else f"{o.status}: {o.why}" if o.why else o.status
+
+
+def fell_back(llm, desc: str, outcomes: list, what: str = "output") -> dict:
+    """Count the items of ``outcomes`` (:class:`Outcome` or ``(status, why)`` pairs; the ok ones
+    are skipped) that the caller falls back for, on ``llm.usage`` under ``desc``, and return
+    why -> count. With ``llm.strict`` (``--strict-llm``) a fallback raises
+    :class:`~trawmem_gpu.errors.LLMFallbackError` naming the step, how many and why."""
+    from collections import Counter
+
+    from ..errors import LLMFallbackError
+
+    whys: Counter = Counter()
+    for o in outcomes:
+        o = o if isinstance(o, Outcome) else Outcome(status=o[0], why=o[1])
+        if not o.ok:
+            whys[reason(o)] += 1
+    n = sum(whys.values())
+    if n and llm is not None:
+        llm.usage.note(desc, fallbacks=n)
+        if getattr(llm, "strict", False):
+            shown = "; ".join(f"{k} ({v})" for k, v in whys.most_common(3))
+            raise LLMFallbackError(f"`strict`: {n} of {len(outcomes)} {desc} {what}(s) would fall back: {shown}")
+    return dict(whys)

@@ -11,19 +11,22 @@ from trawmem_gpu.llm.base import LLMBackend, LLMResult
 log = logging.getLogger(__name__)
 
 
-def _json_sampling_kwargs() -> dict:
-    """SamplingParams kwargs asking for a JSON object, for whichever vLLM version is installed."""
+def _json_sampling_kwargs(schema: Optional[dict] = None) -> dict:
+    """SamplingParams kwargs constraining decoding to ``schema`` (None: to any JSON object), for
+    whichever vLLM version is installed: structured outputs (newer vLLM), else guided decoding
+    (vLLM 0.6 - 0.10); {} when neither exists."""
+    what = {"json": schema} if schema is not None else {"json_object": True}
     try:
         from vllm.sampling_params import StructuredOutputsParams  # newer vLLM
 
-        return {"structured_outputs": StructuredOutputsParams(json_object=True)}
-    except Exception:  # noqa: BLE001
+        return {"structured_outputs": StructuredOutputsParams(**what)}
+    except ImportError:
         pass
     try:
         from vllm.sampling_params import GuidedDecodingParams  # vLLM 0.6 - 0.10
 
-        return {"guided_decoding": GuidedDecodingParams(json_object=True)}
-    except Exception:  # noqa: BLE001
+        return {"guided_decoding": GuidedDecodingParams(**what)}
+    except ImportError:
         return {}
 
 
@@ -36,6 +39,9 @@ class VLLMOfflineBackend(LLMBackend):
     """
 
     name = "vllm"
+    takes_schema = True
+    constrain = "schema"
+    """``schema``: structured calls are constrained to their JSON schema; ``json``: to a JSON object."""
 
     def __init__(self, model_path: str, *, progress: bool = True, **engine_kwargs) -> None:
         super().__init__()
@@ -55,12 +61,26 @@ class VLLMOfflineBackend(LLMBackend):
         """Keyword arguments passed to ``vllm.LLM``."""
         self._llm = vllm.LLM(model=self._model, **engine_kwargs)
         self._json_kwargs: Optional[dict] = None
+        self.schema_refusal: Optional[str] = None
+        """Why the engine refused JSON schemas (then structured calls use JSON mode), when it did."""
 
     def __repr__(self) -> str:
         return f"VLLMOfflineBackend(model={self._model!r}, engine_kwargs={self.engine_kwargs!r})"
 
-    def _sampling(self, max_tokens: int, temperature: float, json_mode: bool):
+    def describe(self) -> dict:
+        return {"backend": self.name, "model": self.model, "schema_refusal": self.schema_refusal}
+
+    def _sampling(self, max_tokens: int, temperature: float, json_mode: bool, schema: Optional[dict] = None):
+        """SamplingParams for one batch: constrained to ``schema`` (structured outputs), else to a
+        JSON object with ``json_mode``; a version or engine that refuses the schema gets JSON mode
+        from then on (``schema_refusal`` says why), one without JSON mode gets none."""
         kw = {"max_tokens": max_tokens, "temperature": temperature}
+        if json_mode and schema is not None and self.schema_refusal is None:
+            try:
+                return self._vllm.SamplingParams(**kw, **_json_sampling_kwargs(schema))
+            except (TypeError, ValueError) as e:
+                self.schema_refusal = f"{type(e).__name__}: {e}"[:300]
+                log.warning("vLLM refused the JSON schema (%s); structured calls use JSON mode", self.schema_refusal)
         if json_mode:
             if self._json_kwargs is None:
                 self._json_kwargs = _json_sampling_kwargs()
@@ -72,10 +92,22 @@ class VLLMOfflineBackend(LLMBackend):
             self._json_kwargs = {}
             return self._vllm.SamplingParams(**kw)
 
-    def _chat(self, batch, *, max_tokens, temperature, json_mode, desc, on_result):
-        params = self._sampling(max_tokens, temperature, json_mode)
+    def schema_sent(self, schema):
+        return None if self.constrain == "json" else schema
+
+    def _chat(self, batch, *, max_tokens, temperature, json_mode, desc, on_result, schema=None):
+        schema = self.schema_sent(schema)
+        params = self._sampling(max_tokens, temperature, json_mode, schema)
         t0 = time.perf_counter()
-        outputs = self._llm.chat(batch, sampling_params=params, use_tqdm=self.progress)
+        try:
+            outputs = self._llm.chat(batch, sampling_params=params, use_tqdm=self.progress)
+        except ValueError as e:  # the engine refused the schema when it compiled it
+            if schema is None or self.schema_refusal is not None:
+                raise
+            self.schema_refusal = f"{type(e).__name__}: {e}"[:300]
+            log.warning("vLLM refused the JSON schema (%s); structured calls use JSON mode", self.schema_refusal)
+            params = self._sampling(max_tokens, temperature, json_mode, None)
+            outputs = self._llm.chat(batch, sampling_params=params, use_tqdm=self.progress)
         wall = time.perf_counter() - t0
         per = wall / max(1, len(batch))
         results = []
@@ -85,7 +117,8 @@ class VLLMOfflineBackend(LLMBackend):
             ptoks = len(getattr(out, "prompt_token_ids", None) or [])
             ctoks = len(getattr(comp, "token_ids", None) or []) if comp is not None else 0
             err = None if comp is not None else "engine returned no completion"
-            r = LLMResult(text=text, prompt_tokens=ptoks, completion_tokens=ctoks, latency_s=per, error=err)
+            r = LLMResult(text=text, prompt_tokens=ptoks, completion_tokens=ctoks, latency_s=per, error=err,
+                          finish_reason=getattr(comp, "finish_reason", None))
             if on_result is not None:
                 on_result(i, r)
             results.append(r)

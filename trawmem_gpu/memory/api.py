@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import date as _date, datetime
 from pathlib import Path
 from typing import Sequence
@@ -211,17 +212,21 @@ class Memory:
         answered in ``items``: ``stored``, ``already_stored`` (a retry), ``refused`` (``field``,
         ``reason``) or ``skipped``, and the valid ones are stored unless ``atomic=True`` (any
         refusal raises ``InputError`` / ``DuplicateTurns``, nothing stored). Returns the bank's
-        counts plus ``created``, ``appended``, ``stored``, ``already_stored``, ``items``, ``refused``.
+        counts plus ``created``, ``appended``, ``stored``, ``already_stored``, ``items``, ``refused``,
+        and with an ``llm`` its work (``llm``: calls, retries, tokens, seconds, malformed / refused /
+        fallen back; ``llm.base.LLMWork``).
         """
+        from ..llm.base import LLMWork
         from .core import append_answer
         from .messages import request_batch
 
         _bank_arg(bank_id)
         batch = request_batch(bank_id, turns, messages, speakers=speakers, roles=roles, atomic=atomic, now=now)
-        res = self._core.append(bank_id, batch, llm=self.llm)
+        with LLMWork(self.llm) as work:
+            res = self._core.append(bank_id, batch, llm=self.llm)
         if res.bank is not None:
             self._publish(bank_id, res.bank)
-        return append_answer(bank_id, res)
+        return {**append_answer(bank_id, res), **({"llm": work.report()} if self.llm is not None else {})}
 
     def _publish(self, bank_id: str, bank) -> None:
         prepared = self._core.engines.prepare(bank)  # the slow part, outside the engine lock
@@ -344,6 +349,9 @@ class Memory:
         day = None if as_of is None else _date_of(as_of, "as_of").date().isoformat()
         Z = self._core.encoder.encode(qs, is_query=True) if vectors is None else _vectors(vectors, n, self._core.dim)
         plans = None
+        from ..llm.base import LLMWork
+
+        work = LLMWork(self.plan_llm).__enter__()
         if self.plan_llm is not None:  # the planner's LLM calls, before the engine is held
             if len(set(qps)) > 1:
                 raise InputError("params: planned selection (plan_llm) takes one QueryParams for all queries")
@@ -373,9 +381,12 @@ class Memory:
                 searches = [g.searches for g in got]
             epoch = self._epoch
             self._assembling[epoch] = self._assembling.get(epoch, 0) + 1
+        work.__exit__(None, None, None)
+        llm = work.report()
         try:
-            return [SelectedWorkspace.of(bank, q, p, self._core.headings, u, sr, keep)
-                    for bank, q, p, u, sr, keep in zip(banks, qs, picks, used, searches, masks or [None] * n)]
+            out = [SelectedWorkspace.of(bank, q, p, self._core.headings, u, sr, keep)
+                   for bank, q, p, u, sr, keep in zip(banks, qs, picks, used, searches, masks or [None] * n)]
+            return [replace(w, llm=llm) for w in out] if llm else out
         finally:
             with self._lock:
                 self._assembling[epoch] -= 1

@@ -30,6 +30,7 @@ bank, whichever comes first, whether or not the rerun names the outputs again.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import sqlite3
@@ -161,8 +162,8 @@ def _words(t) -> set[str]:
     return words_of(f"{t.text} {t.caption or ''}")
 
 
-def llm_requests(e: Erasure, max_len: int = 64) -> list[tuple[list[dict], int]]:
-    """Every first request (messages, max_tokens) a build of the erasure's sessions may have
+def llm_requests(e: Erasure, max_len: int = 64) -> list[tuple[list[dict], int, dict | None]]:
+    """Every first request (messages, max_tokens, reply schema) a build of the erasure's sessions may have
     sent with a forgotten turn in it: segmentation of each prefix of a session (a session grows
     by appends, each re-segments it whole) and a head of each run of turns (a thread) that holds
     a forgotten turn, up to ``max_len`` turns."""
@@ -310,11 +311,11 @@ def scrub_llm(path: Path, e: Erasure, retries: int = 3) -> int:
         cols = {r[1] for r in db.execute("PRAGMA table_info(responses)")}
         who = "model, endpoint" if "endpoint" in cols else "model, NULL"  # format 1: keys without the endpoint
         servers = list(db.execute(f"SELECT DISTINCT {who} FROM responses"))
-        for messages, max_tokens in llm_requests(e) if servers else ():
-            for model, endpoint in servers:
+        for messages, max_tokens, schema in llm_requests(e) if servers else ():
+            for (model, endpoint), sent in itertools.product(servers, (schema, None)):  # constrained or not
                 conv = messages
                 for _ in range(retries + 1):
-                    k = cache_key(model, conv, max_tokens, 0.0, True, endpoint)
+                    k = cache_key(model, conv, max_tokens, 0.0, True, endpoint, sent)
                     row = db.execute("SELECT text FROM responses WHERE key=?", (k,)).fetchone()
                     if row is None:
                         break

@@ -55,6 +55,10 @@ class SelectedWorkspace:
     searches: tuple[str, ...] = ()
     """Planned TrawMem's searches (``Memory(plan_llm=...)``): the question, then the planner's and
     the follow-ups; empty when the question alone was searched."""
+    llm: dict | None = None
+    """The LLM work of the ``select`` call that made this workspace (``Memory(plan_llm=...)``; the
+    whole batch's: calls, retries, tokens, seconds, malformed / refused / fallen back,
+    ``llm.base.LLMWork``); None without an LLM."""
 
     @property
     def unit_ids(self) -> list[str]:
@@ -67,7 +71,8 @@ class SelectedWorkspace:
                           for u in self.units],
                 "threads": [t.__dict__.copy() for t in self.threads],
                 "text": self.text, "n_tokens": self.tokens, "tokenizer": self.tokenizer,
-                **({"searches": list(self.searches)} if self.searches else {})}
+                **({"searches": list(self.searches)} if self.searches else {}),
+                **({"llm": self.llm} if self.llm else {})}
 
     @classmethod
     def of(cls, bank: Bank, question: str, units: list[int], headings: Headings,

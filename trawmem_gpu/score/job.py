@@ -268,11 +268,22 @@ class Scorer:
         for it, r in zip(items, recs):
             q = it.question if not it.date else f"{it.question}\n(The question is asked on {it.date}.)"
             convs.append(answer_prompt(None).messages(context=r["workspace"], question=q))
+        from ..llm.grounding import answer_problem
+        from ..llm.structured import Outcome, fell_back
+
         res = self.llm.chat(convs, max_tokens=self.spec.answer_max_tokens, temperature=0.0, desc="answer")
-        for r, x in zip(recs, res):
+        refused = []
+        for it, r, x in zip(items, recs, res):
             r["answer"] = clean_answer(x.text) if x.error is None else None
             if x.error is not None:
                 r["answer_error"] = str(x.error)
+            elif (why := answer_problem(r["answer"], it.question, r["workspace"])) is not None:
+                # an echo of the question or a copy of the workspace's format: not an answer
+                r["answer_refused"], r["refused_answer"], r["answer"] = why, r["answer"], None
+                refused.append(Outcome(status="refused", why=why))
+        if refused:
+            self.llm.usage.note("answer", refused=len(refused))
+            fell_back(self.llm, "answer", refused, "answer")
 
 
 def encoder_for(build_config: dict | None, encoder_id: str | None):
@@ -438,6 +449,9 @@ def run_score(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
 
             head = load_head(spec.head)
         llm = llm_from_args(spec.answer_llm) if spec.answer_llm else None
+        from ..llm.base import LLMWork
+
+        work = LLMWork(llm).__enter__()
         t0 = time.perf_counter()
         if todo:
             encoder = encoder or collection_encoder(coll)
@@ -470,6 +484,9 @@ def run_score(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
                "wall_s": wall, "questions_per_s": n_done / wall if wall > 0 else float("nan"),
                "selected_per_s": n_done / timings["select"] if timings.get("select") else None,
                "timings": timings, "runner": "single-process", **redo}
+    if spec.answer_llm:
+        work.__exit__(None, None, None)
+        summary["llm"] = work.report()
     return summary
 
 

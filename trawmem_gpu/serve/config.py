@@ -92,6 +92,11 @@ class ServeConfig:
     """Seconds an idle keep-alive connection stays open between requests (``--keep-alive``)."""
     encoder: str | None = None
     """Query encoder spec; None = the collection's build config encoder (``minilm`` if empty)."""
+    llm: str | None = None
+    """LLM spec (``--llm``: ``http(s)://HOST:PORT/v1[@MODEL]`` or ``vllm:MODEL_PATH``) for appends to
+    and forgets from banks built with LLM segmentation or heads; its work (calls, retries, tokens,
+    seconds, malformed / refused / fallen-back outputs) is counted in ``/metrics``. None: such
+    appends fall back as forgets do (or are refused where the bank needs an LLM)."""
     threads: int | None = None
     """torch / engine worker threads (``--threads``); None: :func:`default_threads` (half the
     host's usable cores, less one per HTTP front process, at least 1)."""

@@ -52,6 +52,15 @@ class Metrics:
         self.engine_builds = Gauge("trawmem_engine_builds", "Selection engines built since start",
                                    registry=r) if engine else None
 
+    def watch_llm(self, backend) -> None:
+        """Expose ``backend``'s LLM work (``llm.base.UsageMeter``) as counters read at each scrape:
+        ``trawmem_llm_<count>_total{stage}`` for calls, requests, cache hits, errors, retries, prompt
+        and completion tokens, replies cut at the token limit, structured replies read, malformed,
+        refused and fallen back, and ``trawmem_llm_seconds_total{stage}``."""
+        if self.queue_depth is None:  # the engine's families live in the engine process
+            return
+        self.registry.register(_LLMCollector(backend))
+
     def render(self) -> bytes:
         if self.multiprocess_dir:
             from prometheus_client import multiprocess
@@ -60,3 +69,29 @@ class Metrics:
             multiprocess.MultiProcessCollector(reg, path=self.multiprocess_dir)
             return generate_latest(reg)
         return generate_latest(self.registry)
+
+
+class _LLMCollector:
+    """The LLM work of one backend as Prometheus counters (:meth:`Metrics.watch_llm`)."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily
+
+        from ..llm.base import USAGE_COUNTS
+
+        stages = self.backend.usage.summary()
+        for k in USAGE_COUNTS:
+            fam = CounterMetricFamily(f"trawmem_llm_{k}", f"LLM {k.replace('_', ' ')} by stage", labels=["stage"])
+            for stage, u in stages.items():
+                fam.add_metric([stage], float(u.get(k, 0)))
+            yield fam
+        fam = CounterMetricFamily("trawmem_llm_seconds", "Wall seconds of LLM calls by stage", labels=["stage"])
+        for stage, u in stages.items():
+            fam.add_metric([stage], float(u.get("wall_s", 0.0)))
+        yield fam

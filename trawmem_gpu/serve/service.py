@@ -108,6 +108,19 @@ def freeze_heap() -> None:
     gc.freeze()
 
 
+def _serve_llm(cfg: ServeConfig, metrics):
+    """The backend of ``cfg.llm`` (None without one), its work counted in ``metrics``; the server
+    is asked at the first append that needs it."""
+    if not cfg.llm:
+        return None
+    from ..llm.factory import llm_from_args
+
+    llm = llm_from_args(cfg.llm)
+    if metrics is not None:
+        metrics.watch_llm(llm)
+    return llm
+
+
 def warm_up(service: "SelectionService") -> None:
     """One query encode and, with a bank, one selection and a token count, so the first request
     does not pay for the model's, the engine's and the tokenizer's first call."""
@@ -154,6 +167,8 @@ class SelectionService:
                                engine=EngineSpec(select_cfg, threads, units=cfg.units, method=cfg.method))
         self.registry, self.encoder, self.engines = self.core.registry, self.core.encoder, self.core.engines
         self.encoder_spec, self.dim = self.core.encoder_spec, self.core.dim
+        self.llm = _serve_llm(cfg, metrics)
+        """The LLM of appends to and forgets from banks built with LLM segmentation or heads (``--llm``)."""
         self.defaults = params or QueryParams()
         """The server's default ``QueryParams`` (the collection default of the merge rule)."""
         self._given_encoder = encoder is not None and not isinstance(encoder, str)
@@ -263,7 +278,7 @@ class SelectionService:
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
         res = await loop.run_in_executor(self.appender, lambda: self.core.append(bank_id, records,
-                                                                                 self.append_encoder()))
+                                                                                 self.append_encoder(), self.llm))
         t1 = t2 = time.perf_counter()
         if res.bank is not None:
             # the new bank's tables: built on the append thread, only published by the batch worker
@@ -286,7 +301,7 @@ class SelectionService:
             raise ShuttingDown("the server is shutting down")
         loop = asyncio.get_running_loop()  # where: a key's filter (memory.core.forget_within)
         res = await loop.run_in_executor(self.appender, lambda: self.core.forget_stored(
-            bank_id, turn_ids, encoder=self.append_encoder(), where=where))
+            bank_id, turn_ids, self.llm, encoder=self.append_encoder(), where=where))
         prepared = await loop.run_in_executor(self.appender, self.core.prepare_forget, res)
         await loop.run_in_executor(self.worker, self.core.sync_forget, res, prepared)
         await self._assembly_drained()  # workspaces of the old bank are rendered before the caches go

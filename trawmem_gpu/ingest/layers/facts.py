@@ -63,19 +63,40 @@ def _encode(facts: list[Fact], bank: Bank, encoder, batch_size: int = 64) -> np.
     return encoder.encode([fact_embed_text(f, tb[f.source_turns[0]].timestamp) for f in facts], batch_size=batch_size)
 
 
-def with_facts(bank: Bank, new: list[Fact], encoder, source: str) -> Bank:
-    """``bank`` with ``new`` facts appended to its layer (encoded here), recorded as from ``source``."""
+def with_facts(bank: Bank, new: list[Fact], encoder, source: str, vecs: np.ndarray | None = None) -> Bank:
+    """``bank`` with ``new`` facts appended to its layer (encoded here, unless their ``vecs`` are
+    given), recorded as from ``source``."""
     if not new:
         return bank if bank.facts or source == "none" else replace(bank, layer_sources={**bank.layer_sources,
                                                                                          "facts": source})
     if encoder.id != bank.encoder_id:
         raise ConfigError(f"`facts`: bank {bank.bank_id!r} was encoded with {bank.encoder_id!r}, not {encoder.id!r}")
-    v = _encode(new, bank, encoder)
+    v = _encode(new, bank, encoder) if vecs is None else vecs
     vecs = v if bank.fact_vecs is None else np.concatenate([bank.fact_vecs, v])
     out = replace(bank, facts=tuple(bank.facts) + tuple(new), fact_vecs=vecs.astype(np.float32),
                   layer_sources={**bank.layer_sources, "facts": source})
     out.validate()
     return out
+
+
+def _fact_whys(st: dict, emb_why: dict) -> dict:
+    """A bank's facts fallbacks by reason: failed windows, refused facts (text and embedding checks)."""
+    out = dict(st.get("refusals") or {})
+    if st.get("failed"):
+        out["window failed (malformed, or the request failed)"] = int(st["failed"])
+    for k, n in emb_why.items():
+        out[k] = out.get(k, 0) + n
+    return out
+
+
+def with_fallbacks(stats: dict, step: str, whys: dict) -> dict:
+    """``stats`` with ``whys`` (reason -> n) added under ``llm_fallbacks[step]`` (the bank's record
+    of what fell back, which ``trawmem info`` shows)."""
+    fb = {k: dict(v) for k, v in (stats or {}).get("llm_fallbacks", {}).items()}
+    d = fb.setdefault(step, {})
+    for k, n in whys.items():
+        d[k] = d.get(k, 0) + int(n)
+    return {**(stats or {}), "llm_fallbacks": fb}
 
 
 def check_locomo_update(bank: Bank, input_path, *, dayfirst: bool = False) -> None:
@@ -96,6 +117,32 @@ def check_locomo_update(bank: Bank, input_path, *, dayfirst: bool = False) -> No
                          f"turns conflict with the bank's facts: rebuild the bank without `update`")
 
 
+def supported_facts(bank: Bank, facts: list[Fact], encoder, llm=None) -> tuple[list[Fact], np.ndarray | None, dict]:
+    """The LLM ``facts`` of ``bank`` whose vector reaches one of their cited turns' vectors
+    (``llm.grounding.FACT_EMBEDDING_FLOOR``), their vectors, and the refused by reason (counted on
+    ``llm.usage``; an error under ``--strict-llm``)."""
+    from ...llm.grounding import FACT_EMBEDDING_FLOOR, embedding_support
+    from ...llm.structured import fell_back
+
+    if not facts:
+        return facts, None, {}
+    if encoder.id != bank.encoder_id:
+        raise ConfigError(f"`facts`: bank {bank.bank_id!r} was encoded with {bank.encoder_id!r}, not {encoder.id!r}")
+    v = _encode(facts, bank, encoder)
+    row = {t.turn_id: i for i, t in enumerate(bank.turns)}
+    keep, why = [], []
+    for k, f in enumerate(facts):
+        s = embedding_support(v[k], bank.unit_vecs[[row[t] for t in f.source_turns if t in row]])
+        if s >= FACT_EMBEDDING_FLOOR:
+            keep.append(k)
+        else:
+            why.append(("refused", f"not supported by its cited turns (embedding support < {FACT_EMBEDDING_FLOOR})"))
+    if why and llm is not None:
+        llm.usage.note("trimem-fact", refused=len(why))
+    whys = fell_back(llm, "trimem-fact", why, "fact") if why else {}
+    return [facts[k] for k in keep], v[keep], whys
+
+
 def attach_facts(banks: list[Bank], source: str, encoder, *, input_path=None, llm=None, dayfirst: bool = False,
                  new_turns: dict[str, list[Turn]] | None = None, window: int | None = None, prompts=None
                  ) -> tuple[list[Bank], dict]:
@@ -106,6 +153,8 @@ def attach_facts(banks: list[Bank], source: str, encoder, *, input_path=None, ll
     if source == "none" or not banks:
         return list(banks), stats
     fresh: dict[str, list[Fact]] = {}
+    vecs: dict[str, np.ndarray | None] = {}
+    why: dict[str, dict] = {}
     if source == "locomo":
         from .locomo import load_locomo_facts
 
@@ -147,15 +196,22 @@ def attach_facts(banks: list[Bank], source: str, encoder, *, input_path=None, ll
             facts, st = extract_facts(turns, llm, window=window or WINDOW, overlap=OVERLAP, prompts=prompts,
                                       existing=b.facts if new_ids is not None else ())
             for k, v in st.items():
-                if isinstance(v, (int, float)):
+                if isinstance(v, (int, float)) and k != "window":
                     stats[k] = stats.get(k, 0) + v
+            stats["window"] = max(stats.get("window", 0), st.get("window", 0))
             known = {t.turn_id for t in turns}
             facts = [f for f in facts if set(f.source_turns) <= known
                      and (new_ids is None or set(f.source_turns) & new_ids)]
-            fresh[b.bank_id] = _renumber(b, facts, {t.turn_id: t for t in b.turns})
+            facts, vecs[b.bank_id], emb_why = supported_facts(b, _renumber(b, facts, {t.turn_id: t for t in b.turns}),
+                                                              encoder, llm)
+            fresh[b.bank_id] = facts
+            why[b.bank_id] = _fact_whys(st, emb_why)
+            stats["refused"] = stats.get("refused", 0) + sum(emb_why.values())
     out = []
     for b in banks:
-        nb = with_facts(b, fresh.get(b.bank_id, []), encoder, source)
+        nb = with_facts(b, fresh.get(b.bank_id, []), encoder, source, vecs.get(b.bank_id))
+        if why.get(b.bank_id):
+            nb = replace(nb, stats=with_fallbacks(nb.stats, "facts", why[b.bank_id]))
         stats["facts_added"] += len(nb.facts) - len(b.facts)
         out.append(superseded(b, nb, llm if source == "llm" and new_turns is not None else None, stats))
     return out, stats

@@ -24,7 +24,8 @@ from .prompts import PromptSet
 def profiles_summary(stats: list[ProfileStats]) -> str:
     """One line on what a build's profile runs did."""
     tot = {k: sum(getattr(s, k) for s in stats) for k in ("persons", "created", "updated", "unchanged",
-                                                           "sections_changed", "retried", "failed")}
+                                                           "sections_changed", "retried", "halved", "failed",
+                                                           "lines_refused")}
     return "profiles: " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in tot.items())
 
 
@@ -47,7 +48,13 @@ def attach_profiles(bank: Bank, llm, encoder, *, prompts: PromptSet | None = Non
     else:
         fresh = {}
     vecs = np.stack([old[id(s)] if id(s) in old else fresh[id(s)] for s in secs]).astype(np.float32) if secs else None
-    out = replace(bank, profiles=tuple(secs), profile_vecs=vecs, stats={**bank.stats, "profiles_llm": st.to_dict()},
+    from .facts import with_fallbacks
+
+    whys = {k: n for k, n in (("profile not made or not updated (malformed, refused or failed)", st.failed),
+                              ("line refused: markup or prompt text", st.lines_refused),
+                              ("line dropped: cites no fact of the person", st.lines_without_facts)) if n}
+    out = replace(bank, profiles=tuple(secs), profile_vecs=vecs,
+                  stats={**with_fallbacks(bank.stats, "profiles", whys), "profiles_llm": st.to_dict()},
                   layer_sources={**bank.layer_sources, "profiles": "llm"})
     out.validate()
     return out, st

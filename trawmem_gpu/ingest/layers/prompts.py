@@ -18,7 +18,15 @@ from string import Template
 
 from ...errors import InputError
 from ...store.facts import SECTIONS
-from ...llm.prompts import Prompt
+from ...llm.prompts import Prompt, arr, nullable, obj, string
+
+_NAMES = arr(string(80), 4)
+"""Persons, locations: a few short names."""
+_FACT = obj({"text": string(300), "source_turns": arr(string(40), 4, 1), "persons": _NAMES, "locations": _NAMES,
+             "keywords": arr(string(60), 6), "entities": arr(string(80), 6), "date": nullable(string(10, 4))},
+            ("text", "source_turns", "persons", "date"))
+_LINE = obj({"text": string(300), "fact_ids": arr(string(40), 6, 1)}, ("text", "fact_ids"))
+_PROFILE_SCHEMA = obj({s: arr(_LINE, 6) for s in SECTIONS}, (), "profile")
 
 EXTRACT = Prompt(
     name="trimem_extract",
@@ -44,6 +52,7 @@ EXTRACT = Prompt(
         'Reply with JSON only: {"facts": [{"text": "<one sentence>", "source_turns": ["<turn id>", ...], '
         '"persons": [...], "locations": [...], "keywords": [...], "entities": [...], "date": "YYYY-MM-DD" or null}]}'
     ),
+    schema=obj({"facts": arr(_FACT, 24)}, ("facts",), "facts"),
 )
 
 _PROFILE_FORMAT = (
@@ -64,6 +73,7 @@ PROFILE = Prompt(
         '"personality": [...], "interests": [...], "career": [...], "relationships": [...], '
         '"life_events": [...], "preferences": [...]} (leave a section out when no fact supports it)'
     ),
+    schema=_PROFILE_SCHEMA,
 )
 
 PROFILE_UPDATE = Prompt(
@@ -79,6 +89,7 @@ PROFILE_UPDATE = Prompt(
         'Reply with JSON only, the changed sections in full: {"<section>": [{"text": "...", '
         '"fact_ids": ["<fact id>", ...]}], ...}'
     ),
+    schema=_PROFILE_SCHEMA,
 )
 
 KEY_INFO = Prompt(
@@ -92,6 +103,9 @@ KEY_INFO = Prompt(
         'Reply with JSON only: {"keywords": [...], "persons": [...], "time_expression": "<text>" or null, '
         '"location": "<text>" or null, "entities": [...]}'
     ),
+    schema=obj({"keywords": arr(string(60), 8), "persons": _NAMES, "time_expression": nullable(string(80)),
+                "location": nullable(string(80)), "entities": arr(string(80), 6)},
+               ("keywords", "persons", "time_expression", "location", "entities"), "key_info"),
 )
 
 TARGET_QUERY = Prompt(
@@ -106,6 +120,7 @@ TARGET_QUERY = Prompt(
         "the original question; prefer fewer, more targeted queries.\n\nQuestion: $question\n\n"
         'Reply with JSON only: {"queries": ["<query>", ...]}'
     ),
+    schema=obj({"queries": arr(string(200, 3), 3, 1)}, ("queries",), "queries"),
 )
 
 FOLLOW_UP = Prompt(
@@ -123,6 +138,7 @@ FOLLOW_UP = Prompt(
         "question; write none when the excerpts already hold everything the question needs.\n\n"
         'Reply with JSON only: {"queries": ["<query>", ...]}'
     ),
+    schema=obj({"queries": arr(string(200, 3), 2)}, ("queries",), "follow_ups"),
 )
 
 CRITIQUE = Prompt(
@@ -138,6 +154,7 @@ CRITIQUE = Prompt(
         "(lost details, merged facts, unresolved dates, missing traits)? Be specific and brief.\n"
         'Reply with JSON only: {"critique": "<text>"}'
     ),
+    schema=obj({"critique": string(1500)}, ("critique",), "critique"),
 )
 
 APPLY_CRITIQUE = Prompt(
@@ -151,6 +168,7 @@ APPLY_CRITIQUE = Prompt(
         "format the prompt asks for.\n\nPrompt:\n<<<\n$prompt\n>>>\n\nCritiques:\n$critiques\n\n"
         'Reply with JSON only: {"prompt": "<the full new prompt>"}'
     ),
+    schema=obj({"prompt": string(6000, 20)}, ("prompt",), "prompt"),
 )
 
 EVOLVABLE = ("extract", "profile", "profile_update")

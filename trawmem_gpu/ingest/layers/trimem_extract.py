@@ -12,7 +12,14 @@ message that shows the model its reply and says what was wrong:
 * ``unknown_ids``: source ids that are not turns of the window (dropped);
 * ``empty``: a window with text that gave no fact.
 
-After the retry the better of the two replies is kept (the retry unless it is malformed).
+After the retry the better of the two replies is kept (the retry unless it is malformed). The
+calls go through ``llm.structured.ask`` (the reply's schema sent: constrained decoding). The
+window is sized from the model's context (:func:`fit_window`); a window too long for the model
+(its prompt overflowed the context, or its reply stopped at its token limit) is halved and each
+half sent, down to ``MIN_WINDOW`` turns (``halved``). A fact is stored only when it cites turns of
+its window and those turns support it (``llm.grounding.fact_problem``: no markup or prompt text,
+lexical support by the cited turns with their speakers and dates); a refused fact is dropped and
+counted (``refused``, ``refusals`` by reason; an error under ``--strict-llm``).
 
 Dates: the model resolves relative dates against the session date (the prompt asks for it) and
 gives ``date``; it is normalized to ``YYYY-MM-DD`` / ``YYYY-MM`` / ``YYYY``: a relative date the
@@ -39,12 +46,19 @@ from ...data.types import Turn
 from ...errors import ConfigError
 from ...store.facts import Fact, fact_id
 from ...llm.base import LLMBackend
-from ...llm.prompts import RETRY_JSON, retry_messages
-from ...llm.structured import extract_json
+from ...llm.grounding import fact_problem
+from ...llm.prompts import RETRY_JSON
+from ...llm.structured import ask, extract_json, fell_back
 from .prompts import PromptSet
 
 WINDOW = 40
-"""Turns per extraction window (the paper's best)."""
+"""Turns per extraction window (the paper's best; fewer when the model's context is short)."""
+MIN_WINDOW = 5
+"""A window too long for the model is halved down to this many turns, no further."""
+MAX_TOKENS = 2048
+"""The extraction reply budget (at most half the model's context)."""
+REPLY_TOKENS_PER_TURN = 40
+"""Reply tokens a window's facts may take per turn (a window is at most the budget's worth)."""
 OVERLAP = 10
 """Turns shared by consecutive windows."""
 MAX_TURN_CHARS = 1200
@@ -74,7 +88,15 @@ class ExtractStats:
     unknown_ids: int = 0
     empty: int = 0
     failed: int = 0
-    """Windows still malformed after the retry (they give no fact)."""
+    """Windows still malformed after the retry, or whose request failed (they give no fact)."""
+    halved: int = 0
+    """Windows too long for the model (the prompt overflowed its context, or the reply stopped at
+    its token limit), sent again as two halves."""
+    refused: int = 0
+    """Facts refused by their checks (``llm.grounding.fact_problem``: markup, or not supported by
+    the turns they cite)."""
+    window: int = 0
+    """The window the run used (turns), sized from the model's context."""
     dropped_no_source: int = 0
     duplicates: int = 0
     bad_dates: int = 0
@@ -82,6 +104,8 @@ class ExtractStats:
     bad_values: int = 0
     """Persons, locations, keywords or entities refused (not strings, or too long)."""
     facts: int = 0
+    refusals: dict = field(default_factory=dict)
+    """Refused facts by reason."""
     prompt: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -295,48 +319,96 @@ def _next_numbers(existing: Iterable[Fact]) -> dict[str, int]:
     return nxt
 
 
+def fit_window(turns: Sequence[Turn], llm, prompt, window: int, max_tokens: int) -> tuple[int, int]:
+    """``(window, max_tokens)`` sized from the model's context (``llm.context_tokens``, when
+    known): the reply budget at most half the context, the window at most what fits beside it
+    (the turns' mean rendered size, on the safe side) and at most ``max_tokens //
+    REPLY_TOKENS_PER_TURN`` turns (the facts of a window must fit in the reply)."""
+    from ...llm.endpoint import estimate_tokens
+
+    ctx = getattr(llm, "context_tokens", None)
+    window = min(window, max(MIN_WINDOW, max_tokens // REPLY_TOKENS_PER_TURN))
+    if not ctx or not turns:
+        return window, max_tokens
+    max_tokens = max(256, min(max_tokens, ctx // 2))
+    sample = list(turns[:200])
+    per_turn = estimate_tokens([{"content": render_window(sample)}]) / len(sample)
+    room = ctx - max_tokens - estimate_tokens([{"content": prompt.template}]) - 64
+    fits = max(MIN_WINDOW, min(int(room // max(per_turn, 1.0)), max_tokens // REPLY_TOKENS_PER_TURN))
+    return min(window, fits), max_tokens
+
+
+def _halves(lo: int, hi: int, overlap: int) -> list[tuple[int, int]]:
+    """A window's two halves, sharing up to a quarter of it (facts across the cut are kept)."""
+    mid = (lo + hi) // 2
+    share = min(overlap, (hi - lo) // 4)
+    return [(lo, min(hi, mid + share)), (mid, hi)]
+
+
 def extract_facts(turns: Sequence[Turn], llm: LLMBackend, prompts: PromptSet | None = None, *,
                   window: int = WINDOW, overlap: int = OVERLAP, new_from: int = 0, existing: Sequence[Fact] = (),
-                  max_tokens: int = 2048) -> tuple[list[Fact], ExtractStats]:
+                  max_tokens: int = MAX_TOKENS) -> tuple[list[Fact], ExtractStats]:
     """Facts of ``turns[new_from:]`` (all turns by default) and the run's counts; see the module
-    docstring. ``existing`` facts (an update's) reserve their ids and sentences."""
+    docstring. ``existing`` facts (an update's) reserve their ids and sentences. The window (and
+    the reply budget) are sized from the model's context (:func:`fit_window`); a window whose
+    prompt overflows the context or whose reply stops at its token limit is halved and each half
+    sent, down to ``MIN_WINDOW`` turns (``halved`` counts them)."""
     ps = prompts or PromptSet()
     st = ExtractStats(prompt=ps.extract.describe())
-    spans = windows(len(turns), window, overlap, new_from)
+    win, max_tokens = fit_window(turns, llm, ps.extract, window, max_tokens)
+    st.window = win
+    spans = windows(len(turns), win, max(0, min(overlap, win - 1)), new_from)
     st.windows = len(spans)
-    if not spans:
-        return [], st
-    convs, ids, has_text = [], [], []
-    for lo, hi in spans:
-        w = turns[lo:hi]
-        convs.append(ps.extract.messages(window=render_window(w)))
-        ids.append({t.turn_id for t in w})
-        has_text.append(any((t.text or t.caption or "").strip() for t in w))
-    res = llm.chat(convs, max_tokens=max_tokens, temperature=0.0, json_mode=True, desc="trimem-extract",
-                   accept=lambda i, t: not parse_reply(t, ids[i]).malformed)
-    st.requests += len(res)
-    parsed = [parse_reply(r.text if r.error is None else None, ids[i]) for i, r in enumerate(res)]
-    for p, h in zip(parsed, has_text):
-        st.malformed += p.malformed
-        st.unknown_ids += p.unknown
-        st.empty += (not p.malformed and h and not any(e["source_turns"] for e in p.entries))
-    again = [i for i, p in enumerate(parsed) if _needs_retry(p, has_text[i])]
-    if again:
-        st.retried = len(again)
-        follow = [retry_messages(convs[i], res[i].text, _retry_message(parsed[i]), ECHO_CHARS) for i in again]
-        res2 = llm.chat(follow, max_tokens=max_tokens, temperature=0.0, json_mode=True, desc="trimem-extract-retry",
-                        accept=lambda j, t: not parse_reply(t, ids[again[j]]).malformed)
-        st.requests += len(res2)
-        for i, r in zip(again, res2):
-            p2 = parse_reply(r.text if r.error is None else None, ids[i])
-            if not p2.malformed:
-                parsed[i] = p2
-        st.failed = sum(parsed[i].malformed for i in again)
-    return _facts_from(turns, parsed, new_from, existing, st), st
+    parsed: list[_Parsed] = []
+    failed = []
+    while spans:
+        convs, ids, has_text = [], [], []
+        for lo, hi in spans:
+            w = turns[lo:hi]
+            convs.append(ps.extract.messages(window=render_window(w)))
+            ids.append({t.turn_id for t in w})
+            has_text.append(any((t.text or t.caption or "").strip() for t in w))
+
+        def read(i, text):
+            p = parse_reply(text, ids[i])
+            return None if p.malformed else p
+
+        outs = ask(llm, ps.extract, convs, read, desc="trimem-extract", max_tokens=max_tokens,
+                   again=lambda i, p: _retry_message(p) if _needs_retry(p, has_text[i]) else None,
+                   echo_chars=ECHO_CHARS)
+        nxt = []
+        for (lo, hi), o, h in zip(spans, outs, has_text):
+            st.requests += o.asked
+            st.retried += o.asked > 1
+            st.malformed += o.first == "malformed"
+            if not o.ok and o.too_long and hi - lo >= 2 * MIN_WINDOW:
+                st.halved += 1
+                nxt += _halves(lo, hi, overlap)
+                continue
+            if o.first_value is not None:  # counted on the first reply, as the retry it earns
+                st.unknown_ids += o.first_value.unknown
+                st.empty += (h and not any(e["source_turns"] for e in o.first_value.entries))
+            if o.status in ("ok", "refused"):
+                parsed.append(o.value)
+            else:
+                failed.append(o)
+        spans = nxt
+    st.failed = len(failed)
+    fell_back(llm, "trimem-extract", failed, "window")
+    facts = _facts_from(turns, parsed, new_from, existing, st, ps.extract.template)
+    if st.refused:
+        llm.usage.note("trimem-fact", refused=st.refused)
+        fell_back(llm, "trimem-fact", [("refused", why) for why, n in st.refusals.items() for _ in range(n)], "fact")
+    return facts, st
+
+
+def cited_texts(turns: Sequence[Turn]) -> list[str]:
+    """What a fact citing ``turns`` may draw on: each turn's speaker, session date and text."""
+    return [f"{t.speaker} {t.timestamp} {t.text} {t.caption or ''}" for t in turns]
 
 
 def _facts_from(turns: Sequence[Turn], parsed: list[_Parsed], new_from: int, existing: Sequence[Fact],
-                st: ExtractStats) -> list[Fact]:
+                st: ExtractStats, prompt_text: str = "") -> list[Fact]:
     pos = {t.turn_id: i for i, t in enumerate(turns)}
     nxt = _next_numbers(existing)
     seen = {_norm_key(f.text) for f in existing}
@@ -351,6 +423,11 @@ def _facts_from(turns: Sequence[Turn], parsed: list[_Parsed], new_from: int, exi
             if new_from and pos[src[-1]] < new_from:
                 continue  # about old turns only: the stored facts have it
             text = " ".join(e["text"].split())[:MAX_FACT_CHARS]
+            why = fact_problem(text, cited_texts([turns[pos[x]] for x in src]), prompt_text)
+            if why:
+                st.refused += 1
+                st.refusals[why.split(" (")[0]] = st.refusals.get(why.split(" (")[0], 0) + 1
+                continue
             key = _norm_key(text)
             if key in seen and key not in merged:
                 st.duplicates += 1

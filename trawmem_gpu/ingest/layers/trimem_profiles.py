@@ -10,7 +10,11 @@ is kept as it was (the same objects). A person without new facts is not asked at
 Every line keeps the ids of the facts behind it: ids that are not facts of the person are
 dropped (``unknown_ids``), and a line left without any is dropped (``lines_without_facts``).
 Malformed replies get one retry (a follow-up asking for the JSON only); still malformed, a new
-profile is skipped and an updated one kept as it was (``failed``).
+profile is skipped and an updated one kept as it was (``failed``). The calls go through
+``llm.structured.ask`` (the reply's schema sent: constrained decoding); a line holding markup or
+prompt text is dropped (``lines_refused``), a new profile without any line is refused, and a
+prompt too long for the model is sent again with half the facts (``halved``). Every fallback is
+counted (an error under ``--strict-llm``).
 """
 from __future__ import annotations
 
@@ -19,8 +23,8 @@ from typing import Iterable, Sequence
 
 from ...store.facts import SECTIONS, Fact, ProfileLine, ProfileSection
 from ...llm.base import LLMBackend
-from ...llm.prompts import retry_messages
-from ...llm.structured import extract_json
+from ...llm.grounding import markup
+from ...llm.structured import ask, extract_json, fell_back
 from .trimem_extract import ECHO_CHARS
 from .prompts import PromptSet
 
@@ -29,6 +33,10 @@ MIN_FACTS = 2
 MAX_FACTS = 400
 """At most this many of a person's facts (the latest) go into one prompt."""
 MAX_LINE_CHARS = 500
+MIN_SHOWN = 4
+"""A prompt too long for the model shows half the facts, down to this many."""
+MAX_TOKENS = 2048
+"""The profile reply budget (at most half the model's context)."""
 
 
 @dataclass
@@ -46,6 +54,11 @@ class ProfileStats:
     unknown_ids: int = 0
     unknown_sections: int = 0
     lines_without_facts: int = 0
+    lines_refused: int = 0
+    """Lines holding markup or prompt text (``llm.grounding.markup``), dropped."""
+    halved: int = 0
+    """Prompts too long for the model (overflow, or a reply cut at its token limit) sent again
+    with half the facts (the latest)."""
     prompts: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -104,35 +117,61 @@ def parse_profile(text: str | None, person: str, known: set[str], st: ProfileSta
             if not good:
                 st.lines_without_facts += 1
                 continue
+            if markup(ln["text"]):
+                st.lines_refused += 1
+                continue
             kept.append(ProfileLine(text=" ".join(ln["text"].split())[:MAX_LINE_CHARS], fact_ids=good))
         out[sec] = ProfileSection(person=person, section=sec, lines=tuple(kept))
     return out
 
 
-def _ask(llm: LLMBackend, convs: list[list[dict]], parse, st: ProfileStats, max_tokens: int, desc: str) -> list:
-    """Send ``convs``; re-ask malformed replies once; parsed values (None: still malformed)."""
-    if not convs:
-        return []
-    res = llm.chat(convs, max_tokens=max_tokens, temperature=0.0, json_mode=True, desc=desc,
-                   accept=lambda i, t: parse(i, t) is not None)
-    st.requests += len(res)
-    vals = [parse(i, r.text) if r.error is None else None for i, r in enumerate(res)]
-    again = [i for i, v in enumerate(vals) if v is None]
-    if again:
-        st.retried += len(again)
-        follow = [retry_messages(convs[i], res[i].text, max_chars=ECHO_CHARS) for i in again]
-        res2 = llm.chat(follow, max_tokens=max_tokens, temperature=0.0, json_mode=True, desc=f"{desc}-retry",
-                        accept=lambda j, t: parse(again[j], t) is not None)
-        st.requests += len(res2)
-        for i, r in zip(again, res2):
-            vals[i] = parse(i, r.text) if r.error is None else None
-    st.failed += sum(v is None for v in vals)
+def _ask(llm: LLMBackend, prompt, conv_of, jobs: list, shown: list[int], parse, st: ProfileStats, max_tokens: int,
+         desc: str, need_lines: bool) -> list:
+    """Send one structured call per job (``conv_of(job, n)``: its conversation showing its latest
+    ``n`` facts); a malformed reply is re-asked once, a prompt too long for the model is sent again
+    with half the facts (down to ``MIN_SHOWN``). Parsed values (None: still malformed, refused,
+    or failed; counted as fallbacks). ``need_lines``: a reply without any line is refused."""
+    vals: list = [None] * len(jobs)
+    todo, failed = list(range(len(jobs))), []
+    while todo:
+        convs = [conv_of(jobs[k], shown[k]) for k in todo]
+        outs = ask(llm, prompt, convs, lambda i, t, ks=tuple(todo): parse(ks[i], t), desc=desc, max_tokens=max_tokens,
+                   check=(lambda i, v: None if any(sec.lines for sec in v.values())
+                          else "degenerate: no line cites a fact of the person") if need_lines else None,
+                   echo_chars=ECHO_CHARS)
+        nxt = []
+        for k, o in zip(todo, outs):
+            st.requests += o.asked
+            st.retried += o.asked > 1
+            if o.ok:
+                vals[k] = o.value
+            elif o.too_long and shown[k] >= 2 * MIN_SHOWN:
+                shown[k] //= 2
+                st.halved += 1
+                nxt.append(k)
+            else:
+                failed.append(o)
+        todo = nxt
+    st.failed += len(failed)
+    fell_back(llm, desc, failed, "profile")
     return vals
+
+
+def _shown(llm, prompt, max_tokens: int) -> tuple[int, int]:
+    """``(facts shown at most, reply budget)`` sized from the model's context (when known)."""
+    from ...llm.endpoint import estimate_tokens
+
+    ctx = getattr(llm, "context_tokens", None)
+    if not ctx:
+        return MAX_FACTS, max_tokens
+    max_tokens = max(256, min(max_tokens, ctx // 2))
+    room = ctx - max_tokens - estimate_tokens([{"content": prompt.template}]) - 64
+    return max(MIN_SHOWN, min(MAX_FACTS, room // 40)), max_tokens  # a fact line: about 40 tokens
 
 
 def build_profiles(facts: Sequence[Fact], llm: LLMBackend, prompts: PromptSet | None = None, *,
                    existing: Sequence[ProfileSection] = (), new_fact_ids: Iterable[str] | None = None,
-                   min_facts: int = MIN_FACTS, max_tokens: int = 2048) -> tuple[list[ProfileSection], ProfileStats]:
+                   min_facts: int = MIN_FACTS, max_tokens: int = MAX_TOKENS) -> tuple[list[ProfileSection], ProfileStats]:
     """Every person's profile sections after this run, and its counts (module docstring).
 
     ``facts``: all facts of the bank (an update's old and new); ``existing``: the stored sections;
@@ -169,16 +208,17 @@ def build_profiles(facts: Sequence[Fact], llm: LLMBackend, prompts: PromptSet | 
             return parse_profile(text, person, known, st)
         return parse
 
-    convs = [ps.profile.messages(person=p, facts=render_facts(fs[-MAX_FACTS:])) for p, fs in create]
-    for (person, _), v in zip(create, _ask(llm, convs, parser(create, lambda j: j[1]), st, max_tokens,
-                                           "trimem-profile")):
+    most, max_tokens = _shown(llm, ps.profile, max_tokens)
+    got = _ask(llm, ps.profile, lambda j, n: ps.profile.messages(person=j[0], facts=render_facts(j[1][-n:])), create,
+               [most] * len(create), parser(create, lambda j: j[1]), st, max_tokens, "trimem-profile", True)
+    for (person, _), v in zip(create, got):
         if v:
             result[person] = v
             st.created += 1
-    convs = [ps.profile_update.messages(person=p, profile=render_profile(prev), facts=render_facts(fresh[-MAX_FACTS:]))
-             for p, _, prev, fresh in update]
-    for (person, _, prev, _), v in zip(update, _ask(llm, convs, parser(update, lambda j: j[1]), st, max_tokens,
-                                                     "trimem-profile-update")):
+    got = _ask(llm, ps.profile_update, lambda j, n: ps.profile_update.messages(
+        person=j[0], profile=render_profile(j[2]), facts=render_facts(j[3][-n:])), update, [most] * len(update),
+        parser(update, lambda j: j[1]), st, max_tokens, "trimem-profile-update", False)
+    for (person, _, prev, _), v in zip(update, got):
         merged = {s.section: s for s in prev}
         if v:
             changed = {k: s for k, s in v.items() if merged.get(k) != s}

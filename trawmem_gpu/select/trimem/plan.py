@@ -24,8 +24,8 @@ from typing import Optional, Sequence
 
 from ...data.types import MAX_QUESTION_CHARS
 from ...llm.base import LLMBackend
-from ...llm.prompts import retry_messages
-from ...llm.structured import extract_json
+from ...llm.grounding import search_problem
+from ...llm.structured import ask, extract_json, fell_back, reason
 from ...ingest.layers.prompts import PromptSet
 
 MAX_QUERIES = 3
@@ -53,11 +53,14 @@ class QueryPlan:
     fallback: tuple[str, ...] = field(default=())
     """The steps that fell back to the plain question ('key_info', 'target_query'); empty when
     planned or when no LLM was given."""
+    fallback_why: tuple[str, ...] = field(default=())
+    """Why each step of ``fallback`` fell back (malformed, refused: no search beyond the
+    question, failed...), in the same order."""
 
     def to_dict(self) -> dict:
         return {"queries": list(self.queries), "keywords": list(self.keywords), "persons": list(self.persons),
                 "time": self.time, "location": self.location, "entities": list(self.entities),
-                "planned": self.planned, "fallback": list(self.fallback)}
+                "planned": self.planned, "fallback": list(self.fallback), "fallback_why": list(self.fallback_why)}
 
 
 def plain_plan(question: str) -> QueryPlan:
@@ -150,46 +153,76 @@ def parse_follow_ups(text: Optional[str], asked: Sequence[str]) -> Optional[tupl
     return tuple(q for q in got if q.casefold() not in seen)[:MAX_FOLLOW_UPS]
 
 
-def _structured(llm: LLMBackend, convs: list, parse, desc: str, max_tokens: int) -> list:
-    res = llm.chat(convs, max_tokens=max_tokens, temperature=0.0, json_mode=True, desc=desc,
-                   accept=lambda i, t: parse(i, t) is not None)
-    vals = [parse(i, r.text) if r.error is None else None for i, r in enumerate(res)]
-    again = [i for i, v in enumerate(vals) if v is None and res[i].error is None]
-    if again:
-        follow = [retry_messages(convs[i], res[i].text) for i in again]
-        for i, r in zip(again, llm.chat(follow, max_tokens=max_tokens, temperature=0.0, json_mode=True,
-                                        desc=f"{desc}-retry", accept=lambda j, t: parse(again[j], t) is not None)):
-            vals[i] = parse(i, r.text) if r.error is None else None
-    return vals
+def good_searches(searches: Sequence[str]) -> tuple[str, ...]:
+    """The searches that are questions for the memory (``llm.grounding.search_problem``)."""
+    return tuple(q for q in searches if search_problem(q) is None)
+
+
+def _plan_problem(searches: tuple[str, ...]) -> Optional[str]:
+    """Why a target-query reply is refused: no search beyond the question (after the checks)."""
+    return None if len(searches) > 1 else "degenerate: no search beyond the question"
+
+
+def _follow_problem(text: str, named: tuple[str, ...], got: tuple[str, ...]) -> Optional[str]:
+    """Why a follow-up reply is refused: the new searches it ``named`` are no questions (``got``:
+    those that are), or it has other fields beside an empty list of searches (a reply that copied
+    the format, not an answer)."""
+    obj = extract_json(text)
+    if named and not got:
+        return "degenerate: its searches are no questions for the memory"
+    if not got and isinstance(obj, dict) and set(obj) - {"queries", "search_queries"}:
+        return f"degenerate: no searches, other fields ({', '.join(sorted(map(str, obj))[:4])})"
+    return None
+
+
+def _structured(llm: LLMBackend, prompt, convs: list, parse, desc: str, max_tokens: int, check=None) -> list:
+    """Values of one structured step (None where it falls back: counted, an error under --strict-llm)."""
+    outs = ask(llm, prompt, convs, parse, desc=desc, max_tokens=max_tokens, check=check)
+    fell_back(llm, desc, outs, "plan")
+    return [(o.value if o.ok else None, reason(o)) for o in outs]
 
 
 def plan_queries(questions: Sequence[str], llm: Optional[LLMBackend], prompts: PromptSet | None = None, *,
                  max_tokens: int = 256, key_info: bool = True) -> list[QueryPlan]:
     """One plan per question (module docstring); ``llm`` None gives the plain plans. A failure of
     the LLM layer itself (an unreachable server after its retries) also falls back, per step.
-    ``key_info=False``: the target-query step only (no keywords, persons, time or location)."""
+    ``key_info=False``: the target-query step only (no keywords, persons, time or location).
+    A step's searches must be questions for the memory (``llm.grounding.search_problem``; the
+    others are left out), and a target-query step left with none beyond the question is refused
+    (degenerate) and falls back like a malformed one."""
     if llm is None or not questions:
         return [plain_plan(q) for q in questions]
-    from ...errors import TrawmemError
+    from ...errors import LLMFallbackError, TrawmemError
 
     ps = prompts or PromptSet()
     qs = list(questions)
-    keys: list = [{}] * len(qs)
+    keys: list = [({}, None)] * len(qs)
     try:
         if key_info:
-            keys = _structured(llm, [ps.key_info.messages(question=q) for q in qs],
-                               lambda i, t: parse_key_info(t), "trimem-key-info", max_tokens)
-    except TrawmemError:
-        keys = [None] * len(qs)
+            keys = _structured(llm, ps.key_info, [ps.key_info.messages(question=q) for q in qs],
+                               lambda i, t: parse_key_info(t), "trimem-key-info", max_tokens,
+                               check=lambda i, v: None if any(v.values()) else "degenerate: no key information")
+    except LLMFallbackError:
+        raise
+    except TrawmemError as e:
+        keys = [(None, f"failed: {e}")] * len(qs)
+
+    def searches_of(i, t):
+        got = parse_queries(t, qs[i])
+        return None if got is None else (qs[i],) + good_searches(got[1:])
+
     try:
-        searches = _structured(llm, [ps.target_query.messages(question=q) for q in qs],
-                               lambda i, t: parse_queries(t, qs[i]), "trimem-target-query", max_tokens)
-    except TrawmemError:
-        searches = [None] * len(qs)
+        searches = _structured(llm, ps.target_query, [ps.target_query.messages(question=q) for q in qs], searches_of,
+                               "trimem-target-query", max_tokens, check=lambda i, v: _plan_problem(v))
+    except LLMFallbackError:
+        raise
+    except TrawmemError as e:
+        searches = [(None, f"failed: {e}")] * len(qs)
     out = []
-    for q, k, s in zip(qs, keys, searches):
-        fb = tuple(n for n, v in (("key_info", k), ("target_query", s)) if v is None)
-        out.append(QueryPlan(question=q, queries=s or (q,), planned=not fb, fallback=fb, **(k or {})))
+    for q, (k, kwhy), (s, swhy) in zip(qs, keys, searches):
+        fb = tuple((n, w) for n, v, w in (("key_info", k, kwhy), ("target_query", s, swhy)) if v is None)
+        out.append(QueryPlan(question=q, queries=s or (q,), planned=not fb, fallback=tuple(n for n, _ in fb),
+                             fallback_why=tuple(w or "" for _, w in fb), **(k or {})))
     return out
 
 
@@ -198,17 +231,31 @@ def follow_up_queries(questions: Sequence[str], workspaces: Sequence[str], asked
                       max_tokens: int = 256) -> list[Optional[tuple[str, ...]]]:
     """The follow-up searches of each question (module docstring): ``workspaces`` the text of each
     question's workspace so far, ``asked`` the searches already made; None where the step fell
-    back (malformed after one retry, or the request failed)."""
+    back (malformed after one retry, refused: searches that are no questions or a reply that
+    copied the format, or the request failed)."""
     if not questions:
         return []
-    from ...errors import TrawmemError
+    from ...errors import LLMFallbackError, TrawmemError
 
     ps = prompts or PromptSet()
     cut = "\n[... the rest of the workspace is left out]"
     texts = [w if len(w) <= MAX_WORKSPACE_CHARS else w[:MAX_WORKSPACE_CHARS] + cut for w in workspaces]
     convs = [ps.follow_up.messages(question=q, workspace=w.strip() or "(nothing found)")
              for q, w in zip(questions, texts)]
+    raw: dict[int, tuple] = {}
+
+    def read(i, t):
+        named = parse_follow_ups(t, asked[i])
+        if named is None:
+            return None
+        raw[i] = (t, named)
+        return good_searches(named)
+
     try:
-        return _structured(llm, convs, lambda i, t: parse_follow_ups(t, asked[i]), "trawmem-follow-up", max_tokens)
+        vals = _structured(llm, ps.follow_up, convs, read, "trawmem-follow-up", max_tokens,
+                           check=lambda i, v: _follow_problem(*raw.get(i, ("", ())), v))
+    except LLMFallbackError:
+        raise
     except TrawmemError:
         return [None] * len(questions)
+    return [v for v, _ in vals]
