@@ -50,7 +50,11 @@ def _reference(banks, cfg, ids, qs, Z, params):
     return [select_reference(ctx[b], q, z, cfg, p).units for b, q, z, p in zip(ids, qs, Z, params)]
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(map(str, v.values())))
+NO_TABLES = ({"backend": "compiled", "table_max_units": 0}, {"backend": "tensor", "table_max_units": 0})
+"""Banks without per-bank tables: K and the support links' floor formed per query (``engine/pool.py``)."""
+
+
+@pytest.mark.parametrize("variant", VARIANTS + NO_TABLES, ids=lambda v: "-".join(map(str, v.values())))
 def test_engines_pick_what_the_reference_picks_with_facts(views, vqueries, variant):
     ids, qs, Z = vqueries
     params = [MIX[i % len(MIX)] for i in range(len(ids))]

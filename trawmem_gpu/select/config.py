@@ -303,7 +303,13 @@ class EngineConfig:
     (cache-sized), 2^24 on CUDA. The compiled backend cuts chunks at ``Qc * U * max(T, 8) <= 2^22``."""
     table_bytes: int = 1 << 31
     """Build the per-bank support-kernel and bridge tables while the banks given at construction
-    need at most this many bytes for them (0: never; the greedy step then forms E E^T per chunk)."""
+    (those of at most ``table_max_units`` units) need at most this many bytes for them (0: never;
+    the greedy step then forms K and the bridge from the candidates' vectors per query)."""
+    table_max_units: int = 2048
+    """Largest bank (in units) that gets the per-bank support-kernel and bridge tables. They hold
+    ``N^2 + N J`` floats, so a bank past this size forms K and the bridge from its candidates'
+    vectors per query instead (``[U, U]`` per query, the same values): the engine's memory stays
+    linear in the bank (``docs/configuration.md``, bank size)."""
     seed_search: Literal["auto", "torch", "faiss"] = "auto"
     """Head-seed search (``seed_score="head"``): faiss or batched per-bank similarity, both
     exact; ``auto`` picks by the thresholds in ``steps/seeds.py``."""
@@ -315,6 +321,7 @@ class EngineConfig:
         if self.chunk_elems is not None:
             _at_least("chunk_elems", self.chunk_elems, 1)
         _at_least("table_bytes", self.table_bytes, 0)
+        _at_least("table_max_units", self.table_max_units, 0)
 
     def with_overrides(self, **kw) -> "EngineConfig":
         """A copy with ``kw`` applied; unknown names raise a ConfigError listing the fields."""

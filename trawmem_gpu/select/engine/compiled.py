@@ -20,141 +20,25 @@ steps are the specification these loops are tested against.
 from __future__ import annotations
 
 import time
-from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from .._jit import njit
-from ..objective import LAMBDA_M, LAMBDA_R, TAU, ModularInputs, modular_gain, support_from_cosine_compiled, \
-    weight_columns
+from ..objective import LAMBDA_M, LAMBDA_R, TAU, support_from_cosine_compiled
 from ..steps import candidates as step3, relevance as step3r, roles as step4
 from ..steps.greedy.compiled import W_COV, W_ROLE, W_THR, FusedWeights
-from ..steps.greedy import CompiledQuery, GreedyScratch, KSource, StopRule, best_of_two_compiled, config_rule, \
-    lazy_greedy_one, pick_limit
-from ..steps.priority import effective_budget, gravity_one, unit_cost_compiled
-from ..steps.propagation import PropagationParams, ThreadGraph, ThreadScratch, propagate_one, propagation_params, \
-    query_sizes
+from ..steps.greedy import CompiledQuery, GreedyScratch, KSource, StopRule, best_of_two_compiled, lazy_greedy_one
+from ..steps.priority import gravity_one, unit_cost_compiled
+from ..steps.propagation import PropagationParams, ThreadScratch, propagate_one, propagation_params, query_sizes
 from .batch import QueryBatch, Timer
+from .compiled_args import (Candidates, FrontBatch, StageBatch, _learned_tables, front_tables,  # noqa: F401
+                            stage_batch, stage_params, stage_tables)
+from .pool import POOL_ELEMS, query_tables, stage_parts
 from .tables import Snapshot
 
 FRONT_ROWS = 1 << 20
 """Compiled front: queries per chunk x largest bank (bounds the ``[Qc, N]`` cosine buffer)."""
-
-
-# ----------------------------------------------------------------------------------------------
-# the loops' arguments
-# ----------------------------------------------------------------------------------------------
-class FrontTables(NamedTuple):
-    ult: np.ndarray
-    """[units] bank-local thread of every stored unit."""
-    nbr: np.ndarray
-    nbw: np.ndarray
-    bm_data: np.ndarray
-    bm_idx: np.ndarray
-    bm_ptr: np.ndarray
-
-
-class FrontBatch(NamedTuple):
-    bidx: np.ndarray
-    cos: np.ndarray
-    """Flat cosines: query q's units at ``coff[q] : coff[q] + nu[bidx[q]]``."""
-    coff: np.ndarray
-    tok_ptr: np.ndarray
-    """CSR over ``tok_ids``: each query's BM25 columns (``col0[b] + term``), in token order."""
-    tok_ids: np.ndarray
-
-
-class Candidates(NamedTuple):
-    """Steps 1-3 output per query row (written by :func:`front_loop`)."""
-
-    cand: np.ndarray
-    """[Qc, U] bank-local candidate units, ascending."""
-    n_cand: np.ndarray
-    lt: np.ndarray
-    """[Qc, U] neighbourhood position of each candidate's thread."""
-    alpha: np.ndarray
-    hthread: np.ndarray
-    """[Qc, T] the neighbourhood's bank-local threads, ascending (-1 pad)."""
-    rvec: np.ndarray
-    """[Qc, T] their r~ (0 pad)."""
-    n_h: np.ndarray
-    tpos: np.ndarray
-    """[Qc, J] a bank thread's neighbourhood position, -1 outside."""
-
-
-class StageTables(NamedTuple):
-    ktab: np.ndarray
-    btab: np.ndarray
-    head_sim: np.ndarray
-    temporal: np.ndarray
-    position: np.ndarray
-    d_in: np.ndarray
-    graph: ThreadGraph
-    tok_unit: np.ndarray
-    """[units] token cost of every stored unit (``workspace.TokenCosts``; 0 without a token budget)."""
-    tok_head: np.ndarray  # [threads] heading token cost of every stored thread
-    tok_hrun: np.ndarray  # [threads] the bank-local first thread of every stored thread's heading run
-    linked: np.ndarray  # [units] 1 where a unit has a support link
-
-
-class StageBatch(NamedTuple):
-    """Steps 4-7 input per query row: its bank, the candidates (see :class:`Candidates`), J's
-    modular part, the demand (``Mq``, ``delta``), the weights ``W [Qc, len(QUERY_WEIGHTS)]``, B_q
-    of the priority cap, the pick limit and the token budget."""
-
-    bidx: np.ndarray
-    cand: np.ndarray
-    n_cand: np.ndarray
-    lt: np.ndarray
-    alpha: np.ndarray
-    modular: np.ndarray
-    hthread: np.ndarray
-    rvec: np.ndarray
-    n_h: np.ndarray
-    tpos: np.ndarray
-    Mq: np.ndarray
-    delta: np.ndarray
-    W: np.ndarray
-    budget: np.ndarray
-    limit: np.ndarray
-    capacity: np.ndarray
-    """[Qc] each query's token budget T (``inf``: none)."""
-
-
-class StageParams(NamedTuple):
-    T_R: float
-    c_hop: float
-    cross_thread: bool
-    identity: bool
-    k_shift: float
-    stop_coverage: float
-    keys: int
-    """Knapsack greedy keys (``SelectConfig.knapsack``): -1 both (the better kept), 0 gain, 1 gain per token."""
-
-
-def stage_params(cfg) -> StageParams:
-    keys = {None: -1, False: 0, True: 1}[cfg.knapsack_ratio]
-    return StageParams(float(cfg.T_R), float(cfg.c_hop), bool(cfg.cross_thread), cfg.kernel == "identity",
-                       float(cfg.k_shift), float(cfg.stop_coverage), keys)
-
-
-def front_tables(snap: Snapshot) -> FrontTables:
-    n = snap.np
-    return FrontTables(n["unit_thread"], n["nbr"], n["nbw"], n["bm_data"], n["bm_idx"], n["bm_ptr"])
-
-
-def _learned_tables(snap: Snapshot):
-    n = snap.np
-    if n["rel_idx"].shape[1] != 3:  # an engine without the learned affinity's tables
-        return step3r.LearnedTables(np.zeros((1, 3), np.int64), n["temporal"], np.zeros(1))
-    return step3r.LearnedTables(n["rel_idx"], n["temporal"], n["rel_words"])
-
-
-def stage_tables(snap: Snapshot) -> StageTables:
-    n = snap.np
-    return StageTables(n["ktab"], n["btab"], n["head_sim"], n["temporal"], n["position"], n["d_in"], ThreadGraph(
-        n["nbr"], n["nbw"], snap.dummy_thread), n["tok_unit"], n["tok_head"], n["tok_hrun"], n["linked"])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -243,10 +127,11 @@ def front_loop(tab, off, x, rrf_k, p, sizes, learned, ltab, lq, out):  # pragma:
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
+def stage_loop(tab, off, x, p, qt, sel, n_sel):  # pragma: no cover - compiled
     """Steps 4-7 per query (see the module docstring): ``tab`` :class:`StageTables`, ``off``
-    ``tables.Offsets``, ``x`` :class:`StageBatch`, ``p`` :class:`StageParams`; writes the picks
-    (candidate slots) to ``sel [Qc, B]`` and their number to ``n_sel``."""
+    ``tables.Offsets``, ``x`` :class:`StageBatch`, ``p`` :class:`StageParams`, ``qt``
+    ``pool.QueryTables`` (K and the bridge of the queries whose bank has no tables); writes the
+    picks (candidate slots) to ``sel [Qc, B]`` and their number to ``n_sel``."""
     Q, U = x.cand.shape
     T = x.hthread.shape[1]
     R = x.Mq.shape[1]
@@ -273,6 +158,7 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
     prev_run = -1
     other = np.empty(sel.shape[1], np.int64)
     mark = np.zeros(U1, np.bool_)
+    iota = np.arange(U1)
     no_support = p.identity or not p.cross_thread  # K is 0 across threads: no bound from the other threads
     links = not p.identity  # a unit with a support link (a fact, its source) may have K = 1 in any thread
     k_shift = p.k_shift
@@ -289,6 +175,7 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
         lam_m, lam_r, tau = w[LAMBDA_M], w[LAMBDA_R], w[TAU]
         uo, boff, jb = off.uo[b], off.boff[b], off.nt[b]  # the bank's rows (locals: loaded once per query)
         cq = x.cand[q, :n]
+        own = qt.bq_off[q] >= 0  # K and the bridge formed from the candidates (pool.py), not read off tables
         # steps 5-6: gravity of each neighbourhood thread
         for i in range(nt):
             hrows[i] = off.to[b] + x.hthread[q, i]
@@ -306,7 +193,7 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
             kr = kub[u * T:(u + 1) * T]  # K(u, v) <= kr[j] for every unit v of neighbourhood thread j
             for j in range(nt):
                 if j != t:
-                    c = tab.btab[brow + x.hthread[q, j]]
+                    c = qt.bq[qt.bq_off[q] + u * nt + j] if own else tab.btab[brow + x.hthread[q, j]]
                     if c > br:
                         br = c
                     kr[j] = 1.0 if links and tab.linked[gl] > 0 else 0.0 if no_support else support_from_cosine_compiled(c, k_shift)
@@ -348,7 +235,10 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
                 prev_run = run
             for u in range(n):
                 hkey[u] = kpos[x.lt[q, u]]
-        ks = KSource(tab.ktab, off.koff[b], off.nu[b], cq, p.identity)
+        if own:
+            ks = KSource(qt.kq, qt.kq_off[q], n, iota, p.identity)
+        else:
+            ks = KSource(tab.ktab, off.koff[b], off.nu[b], cq, p.identity)
         cw = FusedWeights(w[W_COV], w[W_ROLE], w[W_THR])
         rule = StopRule(lim, p.stop_coverage, lim, None)
         g = CompiledQuery(pq[:n], rho[:n], x.delta[q], x.modular[q, :n], x.lt[q, :n], um[:n], bound[:n], ks, cw,
@@ -371,30 +261,10 @@ def run_stage(snap: Snapshot, cfg, x: StageBatch) -> tuple[np.ndarray, np.ndarra
     sel = np.full((Q, width), -1, dtype=np.int64)
     n_sel = np.zeros(Q, dtype=np.int64)
     tab = snap.lazy("stage_tables", lambda: stage_tables(snap))
-    stage_loop(tab, snap.off, x, stage_params(cfg), sel, n_sel)
+    for a, b in stage_parts(snap, x.bidx, x.n_cand, POOL_ELEMS):  # K formed per query: bounded parts
+        part = x if (a, b) == (0, Q) else StageBatch(*(f[a:b] for f in x))
+        stage_loop(tab, snap.off, part, stage_params(cfg), query_tables(snap, cfg, x, a, b), sel[a:b], n_sel[a:b])
     return sel, n_sel
-
-
-def stage_batch(snap: Snapshot, cfg, cols: dict, Mq, delta, W: np.ndarray, now: np.ndarray, unit_cap: np.ndarray,
-                pool: np.ndarray, capacity: np.ndarray) -> StageBatch:
-    """A :class:`StageBatch` from NumPy columns (``cols``: the :class:`Candidates` fields and
-    ``bidx``); J's modular part from ``objective.modular_gain``, B_q and the limit from the rule;
-    per query (``[Qc]``): ``unit_cap`` B (0 = no cap), ``pool`` ``QueryParams.pool_budget``,
-    ``capacity`` T (``inf`` = none)."""
-    c = {k: np.ascontiguousarray(v) for k, v in cols.items()}
-    n_cand, cand = c["n_cand"], c["cand"]
-    def attrs():  # the candidates' unit attributes, gathered only if a term with a weight reads them
-        valid = np.arange(cand.shape[1])[None, :] < n_cand[:, None]
-        return snap.np["attrs"][snap.off.uo[c["bidx"]][:, None] + np.where(valid, cand, 0)]
-
-    modular = modular_gain(ModularInputs(c["alpha"], attrs, now[:, None]), weight_columns(W), cfg)
-    budget = effective_budget(np.asarray(pool, dtype=np.int64), n_cand)
-    limit = pick_limit(config_rule(cfg, np.asarray(unit_cap, dtype=np.int64), n_cand), n_cand)
-    return StageBatch(bidx=c["bidx"], cand=cand, n_cand=n_cand, lt=c["lt"], alpha=c["alpha"],
-                      modular=np.ascontiguousarray(modular), hthread=c["hthread"], rvec=c["rvec"], n_h=c["n_h"],
-                      tpos=c["tpos"], Mq=np.ascontiguousarray(Mq), delta=np.ascontiguousarray(delta),
-                      W=np.ascontiguousarray(W), budget=budget.astype(np.int64), limit=np.asarray(limit, np.int64),
-                      capacity=np.ascontiguousarray(capacity, dtype=np.float64))
 
 
 def select(snap: Snapshot, plan, cfg, head, batch: QueryBatch, pool, timer: Timer) -> list[list[int]]:
@@ -402,7 +272,7 @@ def select(snap: Snapshot, plan, cfg, head, batch: QueryBatch, pool, timer: Time
     input order. ``pool``: a thread pool for ``plan.threads > 1`` workers, or None."""
     Q = len(batch)
     order = np.argsort(batch.bidx, kind="stable")
-    chunk = max(1, FRONT_ROWS // max(1, snap.max_units))
+    chunk = max(1, FRONT_ROWS // max(1, int(snap.off.nu[batch.bidx].max())))  # the batch's banks, not the largest stored
     workers = max(1, min(plan.threads, Q))
     if workers > 1:
         chunk = min(chunk, max(16, -(-Q // (4 * workers))))

@@ -31,6 +31,7 @@ from ..steps.greedy import GreedyProblem, TokenBudget, config_rule, greedy_lazy_
 from ..steps.priority import PriorityInputs, PriorityWeights, edge_costs_torch, effective_budget, gravity_torch, \
     role_priority
 from ..tensor_ops import POS_INF
+from . import pool
 from .batch import QueryBatch, Timer, own_rows, similarity
 from .tables import Snapshot
 
@@ -222,15 +223,20 @@ def select_chunk(snap: Snapshot, plan, cfg, c: Chunk, W: Tensor, demand, now: Te
     dt, dev = plan.dtype, plan.device
     w = weight_columns(W)
     T = c.hthread.shape[1]
-    # step 4: unit features
-    S = None
-    if plan.tables:
+    # step 4: unit features (the bridge off the bank's table, or from the candidates' cosines S)
+    own = (snap.off_t.tab[c.bidx] == 0).nonzero().flatten()  # rows whose bank has no tables
+    tab = (snap.off_t.tab[c.bidx] != 0).nonzero().flatten()
+    S = pool.pool_similarity(snap, c.gid if len(own) == len(c.bidx) else c.gid[own]) if len(own) else None
+    if not len(own):
         brow = snap.off_t.boff[c.bidx][:, None] + c.cand * snap.off_t.nt[c.bidx][:, None]
         bridge = step4.bridge_from_table(snap.t["btab"], brow, c.hthread, c.lt, c.cvalid)
-    else:
-        E = snap.t["unit_vecs"][c.gid]
-        S = torch.bmm(E, E.transpose(1, 2))
+    elif not len(tab):
         bridge = step4.bridge_from_similarity(S, c.lt, c.cvalid)
+    else:
+        bridge = torch.zeros(c.cand.shape, dtype=dt, device=dev)
+        brow = snap.off_t.boff[c.bidx[tab]][:, None] + c.cand[tab] * snap.off_t.nt[c.bidx[tab]][:, None]
+        bridge[tab] = step4.bridge_from_table(snap.t["btab"], brow, c.hthread[tab], c.lt[tab], c.cvalid[tab])
+        bridge[own] = step4.bridge_from_similarity(S, c.lt[own], c.cvalid[own])
     unit_cols = tuple(snap.t[k][c.gid] for k in ("head_sim", "temporal", "position"))
     feats = step4.features_torch(c.alpha, torch.gather(c.rvec, 1, c.lt.clamp(min=0)), bridge, unit_cols, c.cvalid)
     timer.lap("roles")
@@ -251,7 +257,7 @@ def select_chunk(snap: Snapshot, plan, cfg, c: Chunk, W: Tensor, demand, now: Te
     mass.scatter_add_(1, torch.where(c.lt >= 0, c.lt, T), torch.where(c.cvalid, pi, 0.0))
     timer.lap("priority")
     # step 7: J and its greedy maximization
-    K = support_matrix(snap, cfg, c, S)
+    K = support_matrix(snap, cfg, c, S, own, tab)
     attrs = (lambda: candidate_attrs(snap.t["attrs"], c.gid, c.cvalid))
     x = ModularInputs(c.alpha, attrs, now[:, None])  # gathers the attributes once, if a term reads them
     modular = modular_gain(x, w, cfg)
@@ -294,21 +300,30 @@ def heading_keys(run: Tensor, valid: Tensor, lt: Tensor) -> Tensor:
     return torch.gather(key, 1, lt.clamp(min=0))
 
 
-def support_matrix(snap: Snapshot, cfg, c: Chunk, S: Tensor | None) -> Tensor | None:
+def support_matrix(snap: Snapshot, cfg, c: Chunk, S: Tensor | None, own: Tensor, tab: Tensor) -> Tensor | None:
     """``K [Qc, U, U]`` of the chunk's candidates (0 on padding pairs): a gather from the per-bank
-    table, or ``objective.support_kernel`` of their cosines; None for the identity kernel."""
+    table for the rows ``tab``, ``objective.support_kernel`` of their cosines ``S`` (and the
+    support links' floor, ``pool.pool_floors``) for the rows ``own`` of banks without tables; None
+    for the identity kernel."""
     if cfg.kernel == "identity":
         return None
     pair = c.cvalid[:, :, None] & c.cvalid[:, None, :]
-    if "ktab" in snap.t and snap.rows["ktab"]:
-        n = snap.off_t.nu[c.bidx][:, None, None]
-        K = torch.take(snap.t["ktab"], snap.off_t.koff[c.bidx][:, None, None] + c.cand[:, :, None] * n
-                       + c.cand[:, None, :])
+    every = lambda rows, t: t if len(rows) == len(c.bidx) else t[rows]  # noqa: E731 - no copy for a whole chunk
+    parts = []
+    if len(tab):
+        cand, bidx = every(tab, c.cand), every(tab, c.bidx)
+        n = snap.off_t.nu[bidx][:, None, None]
+        parts.append(torch.take(snap.t["ktab"], snap.off_t.koff[bidx][:, None, None] + cand[:, :, None] * n
+                                + cand[:, None, :]))
+    if len(own):
+        lt = every(own, c.lt)
+        floor = pool.pool_floors(snap, every(own, c.bidx), every(own, c.cand), every(own, c.n_cand))
+        parts.append(support_kernel(S, lt[:, :, None] == lt[:, None, :], cfg, floor))
+    if len(parts) == 1:
+        K = parts[0]
     else:
-        if S is None:
-            E = snap.t["unit_vecs"][c.gid]
-            S = torch.bmm(E, E.transpose(1, 2))
-        K = support_kernel(S, c.lt[:, :, None] == c.lt[:, None, :], cfg)
+        K = torch.empty(pair.shape, dtype=parts[0].dtype, device=pair.device)
+        K[tab], K[own] = parts
     return torch.where(pair, K, torch.zeros((), dtype=K.dtype, device=K.device))
 
 

@@ -1,0 +1,189 @@
+"""One long bank, profiled: build, open and select of a bank made of the LoCoMo dev conversations
+repeated (``--copies 3``: the 12,009-turn bank of issue 33), each step in its own process, with its
+wall time and peak resident memory (``VmHWM``).
+
+The bank: every dev conversation's turns, copy after copy, under new turn ids
+(``c{copy}-{conversation}-{turn}``), one session per (copy, conversation, session), dates shifted
+by two years per (copy, conversation) block so the file never goes back in time. It is written as
+JSONL into a temporary folder outside the repository (``--work``, default a fresh temp dir) and
+removed afterwards unless ``--keep``: the data is never committed.
+
+Steps (each a child process of this script, ``--worker STEP``):
+
+* ``build``: ``trawmem build --input long.jsonl --out COLL --quiet``;
+* ``open``: ``Memory(COLL)`` (the engine is built at open), then ``--queries`` selects at
+  ``T = 800`` (questions of the dev set, asked of the long bank), the median per query and the
+  engine's per-step timings (``SelectionEngine.last_timings``) of the last one; memory is read
+  from ``/proc/self/status`` after open and after the selects, with the engine's own bytes.
+
+    python -m benchmarks run scale-profile --copies 3            # the 12k bank: JSON in results/
+    python -m benchmarks run scale-profile --copies 1 --tag 4k   # one copy (4,003 turns)
+
+Results: ``scale_profile[_TAG].json`` (``--tag``), each step's seconds and peak RSS in MiB.
+Keep a run's peak under the machine's share (``--limit-gib``: every child runs under
+``prlimit --as``; default 6 GiB of address space).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __name__ == "__main__" and not __package__:  # `python benchmarks/bench_scale_profile.py`
+    import importlib.util as _u
+    _s = _u.spec_from_file_location("benchmarks._boot", Path(__file__).resolve().parent / "_boot.py")
+    _b = _u.module_from_spec(_s)
+    _s.loader.exec_module(_b)
+    _b.run_file(__file__)
+    raise SystemExit(0)
+
+from . import harness  # noqa: E402
+
+STEPS = ("build", "open")
+
+
+def write_long_bank(src: Path, out: Path, copies: int, bank_id: str = "long") -> dict:
+    """Write the long bank's JSONL (see the module docstring); its turn and question counts."""
+    from datetime import timedelta
+
+    from trawmem_gpu.data.locomo import load_locomo
+
+    convs = load_locomo(src)
+    n, session, block = 0, 0, 0
+    with open(out, "w", encoding="utf-8") as f:
+        for c in range(copies):
+            for conv in convs:
+                shift = timedelta(days=730 * block)
+                block += 1
+                last = None
+                for t in conv.turns:
+                    if t.session != last:
+                        session, last = session + 1, t.session
+                    rec = {"bank_id": bank_id, "turn_id": f"c{c}-{conv.bank_id}-{t.turn_id}", "speaker": t.speaker,
+                           "text": t.text, "timestamp": (t.time + shift).isoformat(), "session": session}
+                    if t.caption:
+                        rec["caption"] = t.caption
+                    f.write(json.dumps(rec) + "\n")
+                    n += 1
+    return {"turns": n, "conversations": len(convs) * copies,
+            "questions": [q.question for conv in convs for q in conv.questions if q.category in (1, 2, 3, 4)]}
+
+
+def _status() -> dict:
+    """VmRSS and VmHWM of this process, MiB."""
+    out = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        k, _, v = line.partition(":")
+        if k in ("VmRSS", "VmHWM"):
+            out[k] = int(v.split()[0]) / 1024.0
+    return out
+
+
+def worker_open(coll: str, questions: list[str], n_queries: int) -> dict:
+    """Open ``coll`` as a Memory (the engine is built at open), then select."""
+    import numpy as np
+
+    rec = {"before": _status()}
+    t0 = time.perf_counter()
+    from trawmem_gpu import Memory
+
+    t_imp = time.perf_counter()
+    mem = Memory(coll, create=False)
+    t1 = time.perf_counter()
+    eng = mem._core.engines.engine if hasattr(mem, "_core") else None
+    rec.update(import_s=t_imp - t0, open_s=t1 - t_imp, after_open=_status())
+    if eng is not None:
+        rec["engine_bytes_mib"] = eng.nbytes() / 2 ** 20
+        rec["table_bytes_mib"] = eng.table_nbytes() / 2 ** 20
+        rec["plan"] = {"backend": eng.plan.backend, "front": eng.plan.front, "tables": bool(eng.plan.tables)}
+    bank = "long"
+    times, timings = [], {}
+    for i, q in enumerate(questions[:n_queries]):
+        t = time.perf_counter()
+        mem.select(bank, q, token_budget=800)
+        times.append(time.perf_counter() - t)
+        if eng is not None:
+            timings = dict(eng.last_timings)
+    rec.update(select_first_s=times[0] if times else None,
+               select_median_ms=1000 * float(np.median(times[1:] or times)) if times else None,
+               select_queries=len(times), last_timings_ms={k: 1000 * v for k, v in timings.items()},
+               after_select=_status())
+    return rec
+
+
+def _child(args: list[str], limit_gib: float) -> tuple[dict, float, float]:
+    """Run ``args`` under ``/usr/bin/time -v`` and ``prlimit``: ``(json on its last stdout line or
+    {}, wall seconds, peak RSS MiB)``."""
+    cmd = ["/usr/bin/time", "-v"]
+    if limit_gib and shutil.which("prlimit"):
+        cmd += ["prlimit", f"--as={int(limit_gib * 2 ** 30)}"]
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd + args, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    peak = next((int(l.split(":")[1]) / 1024.0 for l in r.stderr.splitlines()
+                 if "Maximum resident set size" in l), float("nan"))
+    if r.returncode != 0:
+        tail = "\n".join(r.stderr.splitlines()[-25:])
+        raise SystemExit(f"{' '.join(args[:4])} ... failed ({r.returncode}):\n{tail}")
+    lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
+    return (json.loads(lines[-1]) if lines else {}), wall, peak
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--copies", type=int, default=3, help="times the dev conversations are repeated (3: 12,009 turns)")
+    ap.add_argument("--data", default=None, help="LoCoMo dev file (default: the shared dev data)")
+    ap.add_argument("--work", default=None, help="folder for the JSONL and the collection (default: a temp dir)")
+    ap.add_argument("--keep", action="store_true", help="keep --work afterwards")
+    ap.add_argument("--reuse", action="store_true", help="reuse a collection already built in --work (skip build)")
+    ap.add_argument("--queries", type=int, default=21, help="selects after open (T = 800)")
+    ap.add_argument("--limit-gib", type=float, default=6.0, help="address-space limit of every child (0: none)")
+    ap.add_argument("--tag", default="", help="results file suffix: scale_profile_TAG.json")
+    ap.add_argument("--label", default="", help="a label stored in the record (e.g. before / after)")
+    ap.add_argument("--out-dir", default=None)
+    ap.add_argument("--worker", choices=STEPS, help=argparse.SUPPRESS)
+    ap.add_argument("--coll", help=argparse.SUPPRESS)
+    ap.add_argument("--qfile", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker == "open":
+        qs = json.loads(Path(args.qfile).read_text())
+        print(json.dumps(worker_open(args.coll, qs, args.queries)))
+        return 0
+    src = harness.require_data(args.data or harness.dev_data("locomo"))
+    work = Path(args.work or tempfile.mkdtemp(prefix="trawmem-scale-profile-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        jsonl, coll, qfile = work / "long.jsonl", work / "coll", work / "questions.json"
+        made = write_long_bank(src, jsonl, args.copies)
+        qfile.write_text(json.dumps(made["questions"]))
+        rec = {"copies": args.copies, "turns": made["turns"], "label": args.label, "steps": {}}
+        exe = [sys.executable]
+        if not (args.reuse and coll.exists()):
+            if coll.exists():
+                shutil.rmtree(coll)
+            trawmem = [exe[0], "-m", "trawmem_gpu.cli", "build", "--input", str(jsonl), "--out", str(coll), "--quiet"]
+            _, wall, peak = _child(trawmem, args.limit_gib)
+            rec["steps"]["build"] = {"wall_s": wall, "peak_rss_mib": peak}
+            print(f"build: {wall:.1f} s, peak {peak:.0f} MiB", file=sys.stderr)
+        out, wall, peak = _child(exe + ["-m", "benchmarks.bench_scale_profile", "--worker", "open", "--coll", str(coll),
+                                        "--qfile", str(qfile), "--queries", str(args.queries)], args.limit_gib)
+        rec["steps"]["open_select"] = dict(out, wall_s=wall, peak_rss_mib=peak)
+        print(f"open: {out.get('open_s', float('nan')):.1f} s, select median {out.get('select_median_ms')} ms, "
+              f"peak {peak:.0f} MiB", file=sys.stderr)
+        rec["machine"] = harness.machine()
+        name = "scale_profile" + (f"_{args.tag}" if args.tag else "")
+        print(harness.save(name, rec, out_dir=args.out_dir))
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
