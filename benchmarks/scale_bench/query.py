@@ -40,8 +40,10 @@ SIZES_WIDE = (1_000, 3_000, 10_000, 30_000, 100_000)
 """Bank sizes of the ``d = 64`` series and of the ``d = 384`` one."""
 BANKS = (10, 100, 1_000, 10_000, 100_000)
 BATCHES = (1, 4, 16, 64, 256, 1_024)
+ANN_SIZES = ((100_000, 64), (300_000, 64), (1_000_000, 64), (100_000, 384))
+"""``(units, d)`` of the banks searched both exactly and approximately (``ann.py``)."""
 QUICK = dict(sizes=(300, 1_000), sizes_wide=(300,), banks=(10, 30), batches=(1, 8), rounds=5, batch=16,
-             units=20, batch_banks=20)
+             units=20, batch_banks=20, ann_sizes=((1_500, 32),))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -85,8 +87,13 @@ def _throughput(eng, ids, qs, Z, batch: int, repeat: int = 3) -> float:
 
 
 def point(spec: dict) -> dict:
-    """Measure one point (``spec``: ``kind`` ``size`` / ``banks`` / ``batch`` and its sizes)."""
+    """Measure one point (``spec``: ``kind`` ``size`` / ``banks`` / ``batch`` / ``ann`` and its sizes)."""
     from benchmarks.synthetic_banks import make_banks, make_queries
+
+    if spec["kind"] == "ann":
+        from .ann import recall_point
+
+        return dict(recall_point(spec), **_rss())
     from trawmem_gpu.select.config import SelectConfig
     from trawmem_gpu.select.engine import SelectionEngine
 
@@ -154,8 +161,9 @@ def step_model(points: list[dict]) -> dict:
 
 
 def run_query_curves(out_dir=None, sizes=SIZES, sizes_wide=SIZES_WIDE, banks=BANKS, batches=BATCHES,
-                     quick: bool = False, **kw) -> dict:
-    """The three curves (see the module docstring) as one record; ``quick`` runs the smallest sizes
+                     quick: bool = False, ann_sizes=ANN_SIZES, **kw) -> dict:
+    """The three curves (see the module docstring) and the exact-against-approximate points
+    (``ann_sizes``, ``ann.recall_point``) as one record; ``quick`` runs the smallest sizes
     (``QUICK``) for tests. ``kw``: ``rounds`` (20), ``batch`` (64), ``units`` per bank of the
     banks curve (20), ``batch_banks`` (1,000), ``threads`` (1), ``timeout`` per point (1,800 s),
     ``engine`` (EngineConfig options for every point), ``progress`` (print a line per point),
@@ -165,13 +173,18 @@ def run_query_curves(out_dir=None, sizes=SIZES, sizes_wide=SIZES_WIDE, banks=BAN
              inline=False)
     if quick:
         o.update(QUICK)
-        sizes, sizes_wide, banks, batches = (QUICK[k] for k in ("sizes", "sizes_wide", "banks", "batches"))
+        sizes, sizes_wide, banks, batches, ann_sizes = (QUICK[k] for k in ("sizes", "sizes_wide", "banks", "batches",
+                                                                          "ann_sizes"))
     o.update(kw)
     base = dict(rounds=o["rounds"], batch=o["batch"], threads=o["threads"], seed=7, engine=o["engine"])
 
     def run(spec):
         rec = point(dict(base, **spec)) if o["inline"] else _child(dict(base, **spec), o["timeout"])
-        if o["progress"]:
+        if o["progress"] and spec["kind"] == "ann":
+            print(f"  {spec}: exact {rec.get('exact_ms', float('nan')):.1f} ms, approximate "
+                  f"{rec.get('approx_ms', float('nan')):.1f} ms, candidate recall {rec.get('candidate_recall')}"
+                  + (f" ERROR {rec['error']}" if "error" in rec else ""), file=sys.stderr, flush=True)
+        elif o["progress"]:
             lat = rec.get("latency_ms", {}).get("p50", float("nan"))
             print(f"  {spec}: p50 {lat:.2f} ms, {rec.get('qps', {})} q/s, peak {rec.get('vmhwm_mib', 0):.0f} MiB"
                   + (f" ERROR {rec['error']}" if "error" in rec else ""), file=sys.stderr, flush=True)
@@ -184,7 +197,8 @@ def run_query_curves(out_dir=None, sizes=SIZES, sizes_wide=SIZES_WIDE, banks=BAN
         rec["size"][f"d{dim}"] = {"points": pts, "model": step_model(pts)}
     rec["banks"] = [run(dict(kind="banks", n_banks=b, units=o["units"], dim=64)) for b in banks]
     rec["batch_size"] = run(dict(kind="batch", n_banks=o["batch_banks"], units=o["units"], dim=64,
-                                 batches=list(batches), batch=max(batches)))
+                                 batches=list(batches), batch=max(batches))) if batches else {}
+    rec["ann"] = [run(dict(kind="ann", n_banks=1, units=n, dim=d, ann=o.get("ann", {}))) for n, d in ann_sizes]
     return rec
 
 
@@ -201,6 +215,10 @@ def figure(rec: dict):
         if name == "d64":
             for s in sorted({k for p in pts for k in p["steps_ms"]}):
                 ax[0].plot(N, [max(p["steps_ms"].get(s, 0.0), 1e-4) for p in pts], "--", lw=1, label=f"  {s}")
+    ann = [p for p in rec.get("ann", []) if "error" not in p and p["spec"]["dim"] == 64]
+    if ann:
+        ax[0].plot([p["units"] for p in ann], [p["approx_ms"] for p in ann], "D-", color="k", lw=2,
+                   label="approximate search (ann), d64")
     ax[0].set(xscale="log", yscale="log", xlabel="units in the bank", ylabel="ms per query (batch of 1)",
               title="one bank's size")
     ax[0].legend(fontsize=7)

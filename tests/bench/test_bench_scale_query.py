@@ -16,6 +16,9 @@ def test_quick_curves_measure_every_point_and_model_the_steps():
         assert p["vmhwm_mib"] > 0 and p["engine_mib"] > 0
     assert [p["spec"]["n_banks"] for p in rec["banks"]] == list(query.QUICK["banks"])
     assert sorted(map(int, rec["batch_size"]["qps"])) == sorted(query.QUICK["batches"])
+    ann = rec["ann"][0]
+    assert "error" not in ann and ann["units"] == query.QUICK["ann_sizes"][0][0]
+    assert 0.0 < ann["candidate_recall"]["mean"] <= 1.0 and ann["approx_ms"] > 0 and ann["exact_ms"] > 0
     model = rec["size"]["d64"]["model"]
     assert set(model["fit"]) == set().union(*(p["steps_ms"] for p in pts))
     assert math.isfinite(model["loglog_slope_last"]) and model["dominant_at_largest"] in model["fit"]

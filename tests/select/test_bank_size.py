@@ -93,3 +93,51 @@ def test_unit_cap_reads_each_banks_own_threads():
         lens = np.sort(np.diff(bank.thread_offsets))[::-1]
         for h in (0, 1, 3, bank.n_threads, bank.n_threads + 5):
             assert snap.unit_cap(np.array([b]), np.array([h]))[0] == lens[:h].sum()
+
+
+# ----------------------------------------------------------------------------------------------
+# large banks: the approximate search (EngineConfig.ann_min_units, engine/shortlist.py)
+# ----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def clustered():
+    bank = make_banks(1, units=3000, thread_len=6.0, d=32, seed=11, prefix="big")[0]
+    return [bank], make_queries([bank], 30, seed=12)
+
+
+@pytest.mark.parametrize("affinity", ["learned", "rrf"])
+def test_a_shortlist_holding_the_whole_bank_picks_what_exact_search_picks(clustered, affinity):
+    """With every unit proposed, the working set is the bank and the ranks are the bank's: the
+    shortlist's front (compaction, given ranks, growth) computes what the exact front computes."""
+    banks, (ids, qs, Z) = clustered
+    cfg = SelectConfig(affinity=affinity)
+    exact = SelectionEngine(banks, cfg, device="cpu", sim="dots", ann_min_units=None)
+    whole = SelectionEngine(banks, cfg, device="cpu", ann_min_units=1, ann_shortlist=banks[0].n_units)
+    for a, b in zip(whole.candidate_sets(ids, qs, Z), exact.candidate_sets(ids, qs, Z)):
+        np.testing.assert_array_equal(a, b)
+    assert whole.select_units(ids, qs, Z) == exact.select_units(ids, qs, Z)
+
+
+def test_approximate_search_keeps_the_candidate_pool(clustered):
+    """A shortlist of 1/12 of the bank still finds nearly every exact candidate (the recall the
+    default settings are held to on large banks is measured in benchmarks/results/scale_query.json)."""
+    banks, (ids, qs, Z) = clustered
+    exact = SelectionEngine(banks, SelectConfig(), device="cpu", ann_min_units=None)
+    approx = SelectionEngine(banks, SelectConfig(), device="cpu", ann_min_units=1000, ann_shortlist=256)
+    assert approx.plan.ann_min_units == 1000 and exact.plan.ann_min_units is None
+    got, want = approx.candidate_sets(ids, qs, Z), exact.candidate_sets(ids, qs, Z)
+    recall = np.mean([len(np.intersect1d(a, b)) / len(b) for a, b in zip(got, want)])
+    assert recall >= 0.95, recall
+    picks = approx.select_units(ids, qs, Z)
+    assert all(set(p) <= set(c.tolist()) for p, c in zip(picks, got))  # picks come from the pool found
+    small = SelectionEngine(banks, SelectConfig(), device="cpu", ann_min_units=10 ** 6)  # below the threshold
+    assert small.select_units(ids, qs, Z) == exact.select_units(ids, qs, Z)
+
+
+def test_head_seeds_of_a_large_bank_come_from_its_approximate_index(clustered):
+    banks, (ids, qs, Z) = clustered
+    cfg = SelectConfig.paper()
+    exact = SelectionEngine(banks, cfg, device="cpu", ann_min_units=None).select_units(ids, qs, Z)
+    eng = SelectionEngine(banks, cfg, device="cpu", ann_min_units=1000)
+    got = eng.select_units(ids, qs, Z)
+    assert ("head_index", "auto") in eng.snapshot.infos[0].cache  # the approximate index was used
+    assert np.mean([a == b for a, b in zip(got, exact)]) >= 0.9

@@ -231,11 +231,14 @@ class SelectionEngine:
     # ------------------------------------------------------------------------------------------
     def candidate_sets(self, bank_ids: list[str], questions: list[str], Z,
                        params: QueryParams | Sequence[QueryParams] | None = None) -> list[np.ndarray]:
-        """The candidate units U_q (bank-local ids, ascending) of each query: steps 1-3 only."""
+        """The candidate units U_q (bank-local ids, ascending) of each query: steps 1-3 only, by the
+        front :meth:`select_units` runs (the compiled front's shortlist for large banks included)."""
         if not len(bank_ids):
             return []
         snap = self._store.snapshot
         batch = make_batch(snap, bank_ids, questions, Z, None, self.plan.device, self.plan.dtype, params, self.cfg)
+        if self.plan.front == "compiled" and all(snap.infos[b].plain for b in set(batch.bidx.tolist())):
+            return compiled.candidates(snap, self.plan, self.cfg, self.head, batch)  # as select runs them
 
         def steps_1_3(sub):
             loc = tensor.localize(snap, self.plan, self.cfg, sub, Timer({}, self.plan.device), sub.params[0])

@@ -32,8 +32,9 @@ from ..steps.greedy import CompiledQuery, GreedyScratch, KSource, StopRule, best
 from ..steps.priority import gravity_one, unit_cost_compiled
 from ..steps.propagation import PropagationParams, ThreadScratch, propagate_one, propagation_params, query_sizes
 from .batch import QueryBatch, Timer
-from .compiled_args import (Candidates, FrontBatch, StageBatch, _learned_tables, front_tables,  # noqa: F401
-                            stage_batch, stage_params, stage_tables)
+from . import shortlist
+from .compiled_args import (Candidates, FrontBatch, FrontTables, StageBatch, _learned_tables,  # noqa: F401
+                            front_tables, stage_batch, stage_params, stage_tables)
 from .pool import POOL_ELEMS, query_tables, stage_parts
 from .tables import Snapshot
 
@@ -85,10 +86,11 @@ def front_loop(tab, off, x, rrf_k, p, sizes, learned, ltab, lq, out):  # pragma:
         c0 = x.coff[q]
         for j in range(m):
             vals[j] = x.cos[c0 + j]
+        given = step3.given_slice(x.ranks, c0, m)
         if learned:
-            step3r.learned_row(vals, m, bm, bmbits, off.uo[b], ltab, lq, q, alpha, rs, rc, rb)
+            step3r.learned_row(vals, m, bm, bmbits, off.uo[b], ltab, lq, q, alpha, rs, rc, rb, given)
         else:
-            step3.rrf_row(vals, m, bm, bmbits, rrf_k, alpha, rs)
+            step3.rrf_row(vals, m, bm, bmbits, rrf_k, alpha, rs, rc, rb, given)
         # step 1: best-unit seed scores
         for t in range(n):
             r0[t] = -np.inf
@@ -271,21 +273,10 @@ def select(snap: Snapshot, plan, cfg, head, batch: QueryBatch, pool, timer: Time
     """All steps with the compiled front and stage (see the module docstring); picks per query in
     input order. ``pool``: a thread pool for ``plan.threads > 1`` workers, or None."""
     Q = len(batch)
-    order = np.argsort(batch.bidx, kind="stable")
-    chunk = max(1, FRONT_ROWS // max(1, int(snap.off.nu[batch.bidx].max())))  # the batch's banks, not the largest stored
-    workers = max(1, min(plan.threads, Q))
-    if workers > 1:
-        chunk = min(chunk, max(16, -(-Q // (4 * workers))))
     out: list[list[int] | None] = [None] * Q
     timer.lap("text")  # (input checks)
     t0 = time.perf_counter()
-    bm = snap.bm25
-    texts = []
-    for s in range(0, Q, chunk):
-        rows = order[s:s + chunk]
-        qtext = [batch.questions[i] for i in rows.tolist()]
-        ptr, ids, _slow = step3.bm25_columns(batch.bidx[rows].tolist(), qtext, bm.vocabs, bm.plain, bm.store.col0)
-        texts.append((rows, (ptr, ids), step4.demand(qtext, cfg, head), _learned_queries(snap, cfg, batch, rows, qtext)))
+    texts = _texts(snap, plan, cfg, head, batch)
     timer.out["text"] = timer.out.get("text", 0.0) + time.perf_counter() - t0
     Zn = batch.Z.numpy()
     pending = [_chunk(snap, plan, cfg, batch, Zn, *t) if pool is None else pool.submit(_chunk, snap, plan, cfg, batch,
@@ -301,6 +292,46 @@ def select(snap: Snapshot, plan, cfg, head, batch: QueryBatch, pool, timer: Time
     return out  # type: ignore[return-value]
 
 
+def candidates(snap: Snapshot, plan, cfg, head, batch: QueryBatch) -> list[np.ndarray]:
+    """Steps 1-3 only, as :func:`select` runs them: each query's candidates (bank-local, ascending)."""
+    out: list = [None] * len(batch)
+    Zn = batch.Z.numpy()
+    for rows, cols, _demand, lq in _texts(snap, plan, cfg, head, batch):
+        c, _ = _front(snap, plan, cfg, batch, Zn, rows, cols, lq, lambda name: None)
+        for i, q in enumerate(rows.tolist()):
+            out[q] = np.sort(c.cand[i, :c.n_cand[i]])
+    return out
+
+
+def _texts(snap: Snapshot, plan, cfg, head, batch: QueryBatch) -> list[tuple]:
+    """The batch in chunks (bank-sorted; the banks searched over a shortlist in chunks of their
+    own) with each chunk's text work: ``(rows, BM25 columns, demand, learned cues)``."""
+    Q = len(batch)
+    approx = _approximate(snap, plan, batch.bidx)  # banks searched over a shortlist (shortlist.py) run apart
+    order = np.lexsort((batch.bidx, approx))
+    chunk = max(1, FRONT_ROWS // max(1, int(snap.off.nu[batch.bidx].max())))  # the batch's banks, not the largest stored
+    workers = max(1, min(plan.threads, Q))
+    if workers > 1:
+        chunk = min(chunk, max(16, -(-Q // (4 * workers))))
+    n_exact = int((~approx).sum())
+    cuts = sorted(set(range(0, n_exact, chunk)) | set(range(n_exact, Q, max(chunk, 64))))
+    bm = snap.bm25
+    texts = []
+    for s, e in zip(cuts, cuts[1:] + [Q]):
+        rows = order[s:e]
+        qtext = [batch.questions[i] for i in rows.tolist()]
+        ptr, ids, _slow = step3.bm25_columns(batch.bidx[rows].tolist(), qtext, bm.vocabs, bm.plain, bm.store.col0)
+        texts.append((rows, (ptr, ids), step4.demand(qtext, cfg, head), _learned_queries(snap, cfg, batch, rows, qtext)))
+    return texts
+
+
+def _approximate(snap: Snapshot, plan, bidx: np.ndarray) -> np.ndarray:
+    """``[Q]`` bool: the query's bank is searched over a shortlist (``EngineConfig.ann_min_units``)."""
+    if plan.ann_min_units is None:
+        return np.zeros(len(bidx), dtype=bool)
+    return snap.off.nu[bidx] >= plan.ann_min_units
+
+
 def _learned_queries(snap: Snapshot, cfg, batch: QueryBatch, rows: np.ndarray, qtext: list[str]):
     """The ``learned`` affinity's question cues of a chunk (text work, on the calling thread), or
     an empty one for the ``rrf`` affinity."""
@@ -314,8 +345,7 @@ def _learned_queries(snap: Snapshot, cfg, batch: QueryBatch, rows: np.ndarray, q
 
 
 def _chunk(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: np.ndarray, cols, demand, lq):
-    """One chunk of :func:`select` (``rows``: query indices, bank-sorted): the cosines (one GEMM
-    per bank, or per-query dots when banks average fewer than 8 queries), :func:`front_loop` and
+    """One chunk of :func:`select` (``rows``: query indices, bank-sorted): :func:`_front`, then
     :func:`stage_loop`. Returns ``(rows, picks, stage seconds)``."""
     times: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -326,24 +356,28 @@ def _chunk(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: n
         times[name] = times.get(name, 0.0) + now - t0
         t0 = now
 
+    c, sz = _front(snap, plan, cfg, batch, Zn, rows, cols, lq, lap)
+    delta, Mq, W = demand
+    sb = stage_batch(snap, cfg, dict(c._asdict(), bidx=batch.bidx[rows]), Mq, delta, W, batch.now[rows],
+                     sz["unit_cap"], sz["pool"], sz["capacity"])
+    sel, n_sel = run_stage(snap, cfg, sb)
+    lap("select")
+    picks = [c.cand[i, sel[i, :n_sel[i]]].tolist() for i in range(len(rows))]
+    lap("output")
+    return rows, picks, times
+
+
+def _front(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: np.ndarray, cols, lq, lap):
+    """Steps 1-3 of a chunk: the cosines (one GEMM per bank, or per-query dots when banks average
+    fewer than 8 queries) and :func:`front_loop`, or for large banks the shortlist's front
+    (:func:`_front_shortlist`). Returns ``(Candidates with bank-local units, the chunk's sizes)``."""
     off = snap.off
     bidx = batch.bidx[rows]
     Qc = len(rows)
-    nu = off.nu[bidx]
-    coff = np.zeros(Qc, dtype=np.int64)
-    np.cumsum(nu[:-1], out=coff[1:])
-    cos = np.empty(int(nu.sum()))
-    Zc = np.ascontiguousarray(Zn[rows])
-    cut = np.flatnonzero(np.diff(bidx)) + 1
-    starts, ends = np.concatenate([[0], cut]), np.concatenate([cut, [Qc]])
-    if plan.sim == "dots" or (plan.sim == "auto" and len(starts) * 8 > Qc):
-        step3.own_dots(Zc, snap.np["unit_vecs"], off.uo, off.nu, bidx, coff, cos)
-    else:
-        Zc_t, vecs = torch.from_numpy(Zc), snap.t["unit_vecs"]
-        for a, e in zip(starts.tolist(), ends.tolist()):
-            n, uo, o = int(nu[a]), int(off.uo[bidx[a]]), int(coff[a])
-            torch.mm(Zc_t[a:e], vecs[uo:uo + n].T, out=torch.from_numpy(cos[o:o + (e - a) * n]).view(e - a, n))
-    lap("similarity")
+    approx = bool(_approximate(snap, plan, bidx[:1])[0])  # a chunk is all exact or all approximate
+    if not approx:
+        cos, coff = _similarity(snap, plan, bidx, np.ascontiguousarray(Zn[rows]))
+        lap("similarity")
     J = int(off.nt[bidx].max())
     sz = {k: v[rows] for k, v in batch.sizes.items()}  # the chunk's per-query sizes
     threads = sz["threads"]  # most neighbourhood threads of each query
@@ -353,17 +387,58 @@ def _chunk(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: n
     c = Candidates(cand=np.empty((Qc, Ub), np.int64), n_cand=np.empty(Qc, np.int64), lt=np.empty((Qc, Ub), np.int64),
                    alpha=np.zeros((Qc, Ub)), hthread=np.empty((Qc, T), np.int64), rvec=np.empty((Qc, T)),
                    n_h=np.empty(Qc, np.int64), tpos=np.empty((Qc, J), np.int64))
-    x = FrontBatch(bidx, cos, coff, *cols)
-    front_loop(snap.lazy("front_tables", lambda: front_tables(snap)), off, x, float(cfg.rrf_k),
-               propagation_params(cfg, batch.params[int(rows[0])], J),
-               query_sizes(sz["n_seeds"], sz["cap"], sz["hops"], J), cfg.affinity == "learned",
-               snap.lazy("learned_tables", lambda: _learned_tables(snap)), lq, c)
+    pp, qs = propagation_params(cfg, batch.params[int(rows[0])], J), query_sizes(sz["n_seeds"], sz["cap"], sz["hops"], J)
+    if approx:
+        _front_shortlist(snap, plan, cfg, np.ascontiguousarray(Zn[rows]), bidx, cols, lq, (pp, qs), c, lap)
+    else:
+        front_loop(snap.lazy("front_tables", lambda: front_tables(snap)), off, FrontBatch(bidx, cos, coff, *cols),
+                   float(cfg.rrf_k), pp, qs, cfg.affinity == "learned",
+                   snap.lazy("learned_tables", lambda: _learned_tables(snap)), lq, c)
     lap("localize")
-    delta, Mq, W = demand
-    sb = stage_batch(snap, cfg, dict(c._asdict(), bidx=bidx), Mq, delta, W, batch.now[rows], sz["unit_cap"],
-                     sz["pool"], sz["capacity"])
-    sel, n_sel = run_stage(snap, cfg, sb)
-    lap("select")
-    picks = [c.cand[i, sel[i, :n_sel[i]]].tolist() for i in range(Qc)]
-    lap("output")
-    return rows, picks, times
+    return c, sz
+
+
+def _similarity(snap: Snapshot, plan, bidx: np.ndarray, Zc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The chunk's query-unit cosines over each query's whole bank, flat (``FrontBatch.cos``), and
+    each query's offset: one GEMM per bank, or per-query dots when banks average fewer than 8 queries."""
+    off = snap.off
+    Qc = len(bidx)
+    nu = off.nu[bidx]
+    coff = np.zeros(Qc, dtype=np.int64)
+    np.cumsum(nu[:-1], out=coff[1:])
+    cos = np.empty(int(nu.sum()))
+    cut = np.flatnonzero(np.diff(bidx)) + 1
+    starts, ends = np.concatenate([[0], cut]), np.concatenate([cut, [Qc]])
+    if plan.sim == "dots" or (plan.sim == "auto" and len(starts) * 8 > Qc):
+        step3.own_dots(Zc, snap.np["unit_vecs"], off.uo, off.nu, bidx, coff, cos)
+    else:
+        Zc_t, vecs = torch.from_numpy(Zc), snap.t["unit_vecs"]
+        for a, e in zip(starts.tolist(), ends.tolist()):
+            n, uo, o = int(nu[a]), int(off.uo[bidx[a]]), int(coff[a])
+            torch.mm(Zc_t[a:e], vecs[uo:uo + n].T, out=torch.from_numpy(cos[o:o + (e - a) * n]).view(e - a, n))
+    return cos, coff
+
+
+def _front_shortlist(snap: Snapshot, plan, cfg, Zc: np.ndarray, bidx: np.ndarray, cols, lq, sizes, c: Candidates,
+                     lap) -> None:
+    """Steps 1-3 of a chunk of queries on large banks over their working sets (``shortlist.py``):
+    :func:`front_loop` with each query's working set as its bank, grown by the neighbourhood
+    threads it lacks, then the candidates mapped back to bank-local units (written to ``c``)."""
+    learned = cfg.affinity == "learned"
+    W = shortlist.working_sets(snap, plan, Zc, bidx, cols, learned)
+    lap("similarity")
+    for _ in range(shortlist.ROUNDS):
+        tables, off, cos, coff, tptr, tids, ranks, ltab, lqc = shortlist.compact(snap, Zc, bidx, W, cols, lq, learned)
+        front_loop(FrontTables(*tables), off, FrontBatch(np.arange(len(bidx)), cos, coff, tptr, tids, ranks),
+                   float(cfg.rrf_k), *sizes, learned, ltab, lqc, c)
+        grew = False
+        for q, b in enumerate(bidx.tolist()):
+            offs = snap.infos[b].bank.thread_offsets
+            miss = shortlist.missing_threads(offs, W[q].units, c.hthread[q, :c.n_h[q]])
+            if len(miss):
+                W[q], grew = W[q]._replace(units=np.union1d(W[q].units, shortlist.threads_units(offs, miss))), True
+        if not grew:
+            break
+    for q in range(len(bidx)):
+        n = int(c.n_cand[q])
+        c.cand[q, :n] = W[q].units[c.cand[q, :n]]

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..objective import ModularInputs, modular_gain, weight_columns
 from ..steps import relevance as step3r
+from ..steps.candidates import NO_RANKS, GivenRanks
 from ..steps.greedy import config_rule, pick_limit
 from ..steps.priority import effective_budget
 from ..steps.propagation import ThreadGraph
@@ -34,6 +35,9 @@ class FrontBatch(NamedTuple):
     tok_ptr: np.ndarray
     """CSR over ``tok_ids``: each query's BM25 columns (``col0[b] + term``), in token order."""
     tok_ids: np.ndarray
+    ranks: GivenRanks = NO_RANKS
+    """Flat like ``cos``: each unit's ranks in its whole bank when the query's units are a
+    shortlist of it (``engine/shortlist.py``); empty: ranked among themselves."""
 
 
 class Candidates(NamedTuple):

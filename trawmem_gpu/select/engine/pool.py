@@ -28,7 +28,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..objective import support_kernel
+from .._jit import njit
+from ..objective import support_from_cosine_compiled, support_kernel
 from .tables import Snapshot
 
 POOL_ELEMS = 1 << 22
@@ -55,20 +56,21 @@ def no_query_tables(Q: int) -> QueryTables:
 
 
 def stage_parts(snap: Snapshot, bidx: np.ndarray, n_cand: np.ndarray, limit: int = POOL_ELEMS) -> list[tuple[int, int]]:
-    """Row ranges ``[a, b)`` of a chunk, cut so the queries of banks without tables in one range form
-    at most ``limit`` K entries (one range when every bank has its tables; a range holds at least
-    one query)."""
+    """Row ranges ``[a, b)`` of a chunk, cut so the queries of banks without tables in one range,
+    padded to the range's largest, form at most ``limit`` K entries (one range when every bank has
+    its tables; a range holds at least one query)."""
     Q = len(bidx)
     own = snap.off.tab[bidx] == 0
     if not own.any():
         return [(0, Q)]
-    size = np.where(own, n_cand.astype(np.int64) ** 2, 0)
-    out, a, acc = [], 0, 0
+    out, a, k, top = [], 0, 0, 0
     for i in range(Q):
-        if acc and acc + size[i] > limit:
+        n = int(n_cand[i]) if own[i] else 0
+        if k and (k + 1) * max(top, n) ** 2 > limit:
             out.append((a, i))
-            a, acc = i, 0
-        acc += size[i]
+            a, k, top = i, 0, 0
+        if own[i]:
+            k, top = k + 1, max(top, n)
     out.append((a, Q))
     return out
 
@@ -88,33 +90,67 @@ def query_kernel(snap: Snapshot, cfg, bank: int, cand: np.ndarray, S: Tensor, lt
     return support_kernel(S, lt[:, None] == lt[None, :], cfg, fl)
 
 
+@njit(cache=True, nogil=True)
+def _fill(G, n, nt, lt, kernel, kq, kq_off, bq, bq_off):  # pragma: no cover - compiled
+    """Per query ``i`` of a part: its bridge cosines (the largest ``G[i, u, v]`` over the candidates
+    ``v`` of each neighbourhood thread) at ``bq[bq_off[i]:]`` and, unless the kernel is the
+    identity, its K at ``kq[kq_off[i]:]``: ``objective.support_kernel``'s steps in its order (the
+    clip formula, zero across threads without cross-thread support, unit diagonal; a floor is
+    raised after). ``kernel``: ``(k_shift, cross_thread, identity)``."""
+    k_shift, cross, identity = kernel
+    for i in range(G.shape[0]):
+        m, t = n[i], max(nt[i], 1)
+        b0 = bq_off[i]
+        for j in range(m * t):
+            bq[b0 + j] = -np.inf
+        for u in range(m):
+            for v in range(m):
+                c = G[i, u, v]
+                j = b0 + u * t + lt[i, v]
+                if c > bq[j]:
+                    bq[j] = c
+        if identity:
+            continue
+        k0 = kq_off[i]
+        for u in range(m):
+            for v in range(m):
+                k = support_from_cosine_compiled(G[i, u, v], k_shift)
+                if not cross and lt[i, u] != lt[i, v]:
+                    k = 0.0
+                kq[k0 + u * m + v] = 1.0 if u == v else k
+
+
 def query_tables(snap: Snapshot, cfg, x, a: int, b: int) -> QueryTables:
     """:class:`QueryTables` of rows ``[a, b)`` of the compiled stage's batch ``x``
-    (``compiled_args.StageBatch``)."""
+    (``compiled_args.StageBatch``): one batched product ``E_c E_c^T`` for the part's queries of
+    banks without tables, then their K and bridge (:func:`_fill`) and the support links' floors."""
     Q = b - a
-    if (snap.off.tab[x.bidx[a:b]] != 0).all():
+    own = np.flatnonzero((snap.off.tab[x.bidx[a:b]] == 0) & (x.n_cand[a:b] > 0))
+    if not len(own):
         return no_query_tables(Q)
+    n, nt = x.n_cand[a:b][own].astype(np.int64), x.n_h[a:b][own].astype(np.int64)
+    U = int(n.max())
+    uo = snap.off.uo[x.bidx[a:b][own]]
+    live = np.arange(U)[None, :] < n[:, None]
+    gid = torch.as_tensor(uo[:, None] + np.where(live, x.cand[a:b][own, :U], 0))
+    E = snap.t["unit_vecs"][gid].to(torch.float64)
+    G = torch.bmm(E, E.transpose(1, 2)).numpy()
     kq_off, bq_off = np.full(Q, -1, np.int64), np.full(Q, -1, np.int64)
-    ks, bs, nk, nb = [], [], 0, 0
     identity = cfg.kernel == "identity"
-    for i in range(Q):
-        q = a + i
-        bank, n, nt = int(x.bidx[q]), int(x.n_cand[q]), int(x.n_h[q])
-        if snap.off.tab[bank] or n <= 0:
-            continue
-        cand = x.cand[q, :n]
-        lt = torch.as_tensor(x.lt[q, :n])
-        S = candidate_gram(snap, bank, cand).to(torch.float64)
-        bt = torch.full((n, max(nt, 1)), float("-inf"), dtype=torch.float64)
-        bt.scatter_reduce_(1, lt[None, :].expand(n, n), S, reduce="amax", include_self=True)
-        bq_off[i], nb = nb, nb + bt.numel()
-        bs.append(bt.flatten().numpy())
-        if not identity:
-            K = query_kernel(snap, cfg, bank, cand, S, lt)
-            kq_off[i], nk = nk, nk + K.numel()
-            ks.append(K.flatten().numpy())
-    cat = lambda parts: np.ascontiguousarray(np.concatenate(parts)) if parts else np.zeros(1)  # noqa: E731
-    return QueryTables(cat(ks), kq_off, cat(bs), bq_off)
+    bsz, ksz = n * np.maximum(nt, 1), (0 if identity else 1) * n * n
+    bq_off[own] = np.concatenate([[0], np.cumsum(bsz)[:-1]])
+    kq_off[own] = np.concatenate([[0], np.cumsum(ksz)[:-1]])
+    bq, kq = np.empty(max(1, int(bsz.sum()))), np.empty(max(1, int(ksz.sum())))
+    lt = np.ascontiguousarray(x.lt[a:b][own, :U])
+    _fill(G, n, nt, lt, (float(cfg.k_shift), bool(cfg.cross_thread), identity), kq, kq_off[own], bq, bq_off[own])
+    if not identity:
+        for i, r in enumerate(own.tolist()):
+            links = snap.infos[int(x.bidx[a + r])].links
+            F = None if links is None else links.between(x.cand[a + r, :n[i]])
+            if F is not None:
+                K = kq[kq_off[r]:kq_off[r] + n[i] * n[i]]
+                np.maximum(K, F.reshape(-1), out=K)
+    return QueryTables(kq, kq_off, bq, bq_off)
 
 
 def pool_similarity(snap: Snapshot, gid: Tensor) -> Tensor:

@@ -30,7 +30,7 @@ replaced or removed banks are reclaimed by a compaction once they outweigh the l
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -92,6 +92,9 @@ class BankInfo:
     """The bank's ``ktab`` / ``btab`` are stored (else its queries form K and the bridge per query)."""
     links: SupportLinks | None = None
     """The bank's support links (``objective.support_links``), None without any."""
+    cache: dict = field(default_factory=dict, repr=False)
+    """What is built for this bank on first use and kept while the bank is (its approximate
+    indexes, ``engine/shortlist.py``, ``steps/seeds.py``): later snapshots share it."""
 
 
 # (table, group, dtype kind, fill) -- the rows of one group are appended together, per bank

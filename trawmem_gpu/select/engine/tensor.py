@@ -27,6 +27,7 @@ from ..steps import propagation as step2
 from ..steps import relevance as step3r
 from ..steps import roles as step4
 from ..steps import seeds as step1
+from ..steps.ann import AnnParams
 from ..steps.greedy import GreedyProblem, TokenBudget, config_rule, greedy_lazy_torch, greedy_select
 from ..steps.priority import PriorityInputs, PriorityWeights, edge_costs_torch, effective_budget, gravity_torch, \
     role_priority
@@ -91,8 +92,7 @@ def localize(snap: Snapshot, plan, cfg, batch: QueryBatch, timer: Timer, params)
     timer.lap("affinity")
     # step 1
     if cfg.seed_score == "head":
-        index = snap.lazy("head_index", lambda: step1.HeadIndex(snap.t["head_vecs"][:snap.rows["head_vecs"]],
-                                                               snap.off_t.to, snap.off_t.nt, mode=plan.seed_search))
+        index = snap.lazy("head_index", lambda: head_index(snap, plan))
         r0 = step1.head_seeds_torch(index, batch.Z, bidx, J, cfg, params.n_seeds)
     else:
         cos_h = similarity(snap, plan.sim, batch.Z, bidx, heads=True, chunk_elems=plan.chunk_elems) \
@@ -111,6 +111,16 @@ def localize(snap: Snapshot, plan, cfg, batch: QueryBatch, timer: Timer, params)
     cand, cvalid, n_cand = step3.candidates_torch(in_h, umask, ult)
     timer.lap("candidates")
     return Localized(bidx, alpha, r, in_h, tpos, n_h, cand, cvalid, n_cand)
+
+
+def head_index(snap: Snapshot, plan) -> step1.HeadIndex:
+    """The snapshot's head index: exact per bank, approximate for banks of at least
+    ``plan.ann_min_units`` units (their indexes kept with the banks' ``BankInfo.cache``)."""
+    approx = None if plan.ann_min_units is None else snap.off.nu >= plan.ann_min_units
+    return step1.HeadIndex(snap.t["head_vecs"][:snap.rows["head_vecs"]], snap.off_t.to, snap.off_t.nt,
+                           mode=plan.seed_search, approx=approx,
+                           ann=(plan.ann_kind, AnnParams(plan.ann_nprobe, plan.ann_ef_search)),
+                           caches=[i.cache for i in snap.infos])
 
 
 def _bm25_is_float32(cos: Tensor, lex) -> bool:
