@@ -18,6 +18,12 @@ Steps (each a child process of this script, ``--worker STEP``):
 
     python -m benchmarks run scale-profile --copies 3            # the 12k bank: JSON in results/
     python -m benchmarks run scale-profile --copies 1 --tag 4k   # one copy (4,003 turns)
+    python -m benchmarks run scale-profile --synthetic 100000 --tag 100k   # a synthetic bank of 10^5 turns
+
+``--synthetic N``: a bank of ``N`` synthetic turns (``benchmarks/synthetic_banks.py``, d = 384)
+written straight into a collection (``Collection.put``: its vectors are synthetic, so there is no
+``trawmem build`` step), then opened as a ``Memory`` with a stand-in query encoder of the same id
+(vectors from a hash of the text) and selected from like the long bank.
 
 Results: ``scale_profile[_TAG].json`` (``--tag``), each step's seconds and peak RSS in MiB.
 Keep a run's peak under the machine's share (``--limit-gib``: every child runs under
@@ -85,7 +91,36 @@ def _status() -> dict:
     return out
 
 
-def worker_open(coll: str, questions: list[str], n_queries: int) -> dict:
+def synthetic_encoder(dim: int = 384, name: str = "synthetic-384"):
+    """A stand-in query encoder for a synthetic collection: a unit vector seeded by a hash of the text."""
+    import hashlib
+
+    import numpy as np
+
+    from trawmem_gpu.encode.base import Encoder
+
+    class HashEncoder(Encoder):
+        id, dim = name, 384
+
+        def _encode_batch(self, texts, is_query):
+            seeds = [int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little") for t in texts]
+            return np.stack([np.random.default_rng(s).standard_normal(dim) for s in seeds]).astype(np.float32)
+
+    return HashEncoder()
+
+
+def worker_write_synthetic(coll: str, units: int, qfile: str) -> dict:
+    """Write one synthetic bank of ``units`` turns into ``coll`` and its questions into ``qfile``."""
+    from benchmarks.synthetic_banks import make_banks, make_queries
+    from trawmem_gpu.store.collection import Collection
+
+    bank = make_banks(1, units=units, d=384, seed=5, prefix="long")[0]
+    Path(qfile).write_text(json.dumps(make_queries([bank], 64, seed=6)[1]))
+    Collection(coll, create=True).put(bank)
+    return {"units": bank.n_units, "threads": bank.n_threads, "bank_id": bank.bank_id}
+
+
+def worker_open(coll: str, questions: list[str], n_queries: int, bank: str = "long", synthetic: bool = False) -> dict:
     """Open ``coll`` as a Memory (the engine is built at open), then select."""
     import numpy as np
 
@@ -94,7 +129,7 @@ def worker_open(coll: str, questions: list[str], n_queries: int) -> dict:
     from trawmem_gpu import Memory
 
     t_imp = time.perf_counter()
-    mem = Memory(coll, create=False)
+    mem = Memory(coll, create=False, **({"encoder": synthetic_encoder()} if synthetic else {}))
     t1 = time.perf_counter()
     eng = mem._core.engines.engine if hasattr(mem, "_core") else None
     rec.update(import_s=t_imp - t0, open_s=t1 - t_imp, after_open=_status())
@@ -102,7 +137,6 @@ def worker_open(coll: str, questions: list[str], n_queries: int) -> dict:
         rec["engine_bytes_mib"] = eng.nbytes() / 2 ** 20
         rec["table_bytes_mib"] = eng.table_nbytes() / 2 ** 20
         rec["plan"] = {"backend": eng.plan.backend, "front": eng.plan.front, "tables": bool(eng.plan.tables)}
-    bank = "long"
     times, timings = [], {}
     for i, q in enumerate(questions[:n_queries]):
         t = time.perf_counter()
@@ -147,24 +181,37 @@ def main(argv=None) -> int:
     ap.add_argument("--tag", default="", help="results file suffix: scale_profile_TAG.json")
     ap.add_argument("--label", default="", help="a label stored in the record (e.g. before / after)")
     ap.add_argument("--out-dir", default=None)
-    ap.add_argument("--worker", choices=STEPS, help=argparse.SUPPRESS)
+    ap.add_argument("--synthetic", type=int, default=0, help="a synthetic bank of this many turns instead")
+    ap.add_argument("--worker", choices=STEPS + ("write",), help=argparse.SUPPRESS)
     ap.add_argument("--coll", help=argparse.SUPPRESS)
     ap.add_argument("--qfile", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker == "open":
         qs = json.loads(Path(args.qfile).read_text())
-        print(json.dumps(worker_open(args.coll, qs, args.queries)))
+        bank = "long00000" if args.synthetic else "long"
+        print(json.dumps(worker_open(args.coll, qs, args.queries, bank, bool(args.synthetic))))
         return 0
-    src = harness.require_data(args.data or harness.dev_data("locomo"))
+    if args.worker == "write":
+        print(json.dumps(worker_write_synthetic(args.coll, args.synthetic, args.qfile)))
+        return 0
+    src = None if args.synthetic else harness.require_data(args.data or harness.dev_data("locomo"))
     work = Path(args.work or tempfile.mkdtemp(prefix="trawmem-scale-profile-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
         jsonl, coll, qfile = work / "long.jsonl", work / "coll", work / "questions.json"
-        made = write_long_bank(src, jsonl, args.copies)
-        qfile.write_text(json.dumps(made["questions"]))
-        rec = {"copies": args.copies, "turns": made["turns"], "label": args.label, "steps": {}}
         exe = [sys.executable]
-        if not (args.reuse and coll.exists()):
+        if args.synthetic:
+            rec = {"synthetic": args.synthetic, "turns": args.synthetic, "label": args.label, "steps": {}}
+            if not (args.reuse and coll.exists()):
+                out, wall, peak = _child(exe + ["-m", "benchmarks.bench_scale_profile", "--worker", "write",
+                                                "--synthetic", str(args.synthetic), "--coll", str(coll),
+                                                "--qfile", str(qfile)], args.limit_gib)
+                rec["steps"]["write_synthetic"] = dict(out, wall_s=wall, peak_rss_mib=peak)
+        else:
+            made = write_long_bank(src, jsonl, args.copies)
+            qfile.write_text(json.dumps(made["questions"]))
+            rec = {"copies": args.copies, "turns": made["turns"], "label": args.label, "steps": {}}
+        if not args.synthetic and not (args.reuse and coll.exists()):
             if coll.exists():
                 shutil.rmtree(coll)
             trawmem = [exe[0], "-m", "trawmem_gpu.cli", "build", "--input", str(jsonl), "--out", str(coll), "--quiet"]
@@ -172,7 +219,8 @@ def main(argv=None) -> int:
             rec["steps"]["build"] = {"wall_s": wall, "peak_rss_mib": peak}
             print(f"build: {wall:.1f} s, peak {peak:.0f} MiB", file=sys.stderr)
         out, wall, peak = _child(exe + ["-m", "benchmarks.bench_scale_profile", "--worker", "open", "--coll", str(coll),
-                                        "--qfile", str(qfile), "--queries", str(args.queries)], args.limit_gib)
+                                        "--qfile", str(qfile), "--queries", str(args.queries),
+                                        "--synthetic", str(args.synthetic)], args.limit_gib)
         rec["steps"]["open_select"] = dict(out, wall_s=wall, peak_rss_mib=peak)
         print(f"open: {out.get('open_s', float('nan')):.1f} s, select median {out.get('select_median_ms')} ms, "
               f"peak {peak:.0f} MiB", file=sys.stderr)

@@ -19,7 +19,7 @@ over ``N``). Here, per query:
 
 What is approximate: a unit outside ``W`` cannot seed, and the affinity's ranks and maximum are
 taken over ``W`` (for the shortlisted units the cosine ranks are the bank's when the index finds
-the true top ones; BM25's maximum is the bank's). ``benchmarks/bench_scale_query.py --recall``
+the true top ones; BM25's maximum is the bank's). ``python -m benchmarks run scale-query --only ann``
 measures the candidate pool against the exact front's. Everything after step 3 is unchanged.
 """
 from __future__ import annotations

@@ -6,7 +6,7 @@ at or above it, an index over the bank's vectors answers instead, and every vect
 re-scored exactly (float64 dot products) by the caller. The index is chosen and trained by size:
 
 ``hnsw``
-    ``IndexHNSWFlat`` (32 links per node, ``efConstruction`` 64) for fewer than
+    ``IndexHNSWFlat`` (32 links per node, ``efConstruction`` 80) for fewer than
     :data:`IVF_MIN_VECTORS` vectors: no training, and ``efSearch`` per call (``SearchParametersHNSW``,
     at least ``k``).
 ``ivf``
@@ -27,12 +27,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-IVF_MIN_VECTORS = 1 << 16
+IVF_MIN_VECTORS = 1 << 21
 """Indexes over at least this many vectors are IVF (trained k-means lists), smaller ones HNSW."""
 TRAIN_PER_LIST = 64
 """Training vectors per IVF list (faiss warns below 39)."""
 HNSW_LINKS = 32
-HNSW_EF_CONSTRUCTION = 64
+HNSW_EF_CONSTRUCTION = 80
 
 
 @dataclass(frozen=True)
