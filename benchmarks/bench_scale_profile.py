@@ -120,7 +120,8 @@ def worker_write_synthetic(coll: str, units: int, qfile: str) -> dict:
     return {"units": bank.n_units, "threads": bank.n_threads, "bank_id": bank.bank_id}
 
 
-def worker_open(coll: str, questions: list[str], n_queries: int, bank: str = "long", synthetic: bool = False) -> dict:
+def worker_open(coll: str, questions: list[str], n_queries: int, bank: str = "long", synthetic: bool = False,
+                compare_tables: bool = False) -> dict:
     """Open ``coll`` as a Memory (the engine is built at open), then select."""
     import numpy as np
 
@@ -137,18 +138,46 @@ def worker_open(coll: str, questions: list[str], n_queries: int, bank: str = "lo
         rec["engine_bytes_mib"] = eng.nbytes() / 2 ** 20
         rec["table_bytes_mib"] = eng.table_nbytes() / 2 ** 20
         rec["plan"] = {"backend": eng.plan.backend, "front": eng.plan.front, "tables": bool(eng.plan.tables)}
-    times, timings = [], {}
+    times, cpu, timings = [], [], {}
     for i, q in enumerate(questions[:n_queries]):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         mem.select(bank, q, token_budget=800)
+        cpu.append(time.thread_time() - c)
         times.append(time.perf_counter() - t)
         if eng is not None:
             timings = dict(eng.last_timings)
     rec.update(select_first_s=times[0] if times else None,
                select_median_ms=1000 * float(np.median(times[1:] or times)) if times else None,
+               select_cpu_median_ms=1000 * float(np.median(cpu[1:] or cpu)) if cpu else None,
                select_queries=len(times), last_timings_ms={k: 1000 * v for k, v in timings.items()},
                after_select=_status())
+    if eng is not None and questions:  # the engine alone, CPU per query (the query vectors encoded first)
+        from trawmem_gpu.select.params import QueryParams
+
+        qs = questions[:n_queries]
+        Z = mem._core.encoder.encode(qs, is_query=True)
+        rec["engine_select_cpu_ms"] = _engine_cpu(eng, bank, qs, Z, QueryParams(token_budget=800, budget=None))
+        if compare_tables:  # the same banks with every per-bank table built (the code before issue 33)
+            t0 = time.perf_counter()
+            full = type(eng)(eng.banks, eng.cfg, device="cpu", table_max_units=10 ** 9)
+            rec["with_tables"] = {"build_s": time.perf_counter() - t0, "table_bytes_mib": full.table_nbytes() / 2 ** 20,
+                                  "engine_select_cpu_ms": _engine_cpu(full, bank, qs, Z,
+                                                                      QueryParams(token_budget=800, budget=None)),
+                                  "after": _status()}
     return rec
+
+
+def _engine_cpu(eng, bank: str, qs: list[str], Z, params) -> float:
+    """Median thread-CPU milliseconds of ``eng.select_units`` per query (after one warm-up)."""
+    import numpy as np
+
+    eng.select_units([bank], qs[:1], Z[:1], params=params)
+    cpu = []
+    for i in range(len(qs)):
+        c = time.thread_time()
+        eng.select_units([bank], qs[i:i + 1], Z[i:i + 1], params=params)
+        cpu.append(time.thread_time() - c)
+    return 1000 * float(np.median(cpu))
 
 
 def _child(args: list[str], limit_gib: float) -> tuple[dict, float, float]:
@@ -182,6 +211,9 @@ def main(argv=None) -> int:
     ap.add_argument("--label", default="", help="a label stored in the record (e.g. before / after)")
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--synthetic", type=int, default=0, help="a synthetic bank of this many turns instead")
+    ap.add_argument("--compare-tables", action="store_true",
+                    help="also time the engine with every per-bank table built (table_max_units unbounded: the "
+                         "engine before issue 33), in the same process; only for banks whose tables fit")
     ap.add_argument("--worker", choices=STEPS + ("write",), help=argparse.SUPPRESS)
     ap.add_argument("--coll", help=argparse.SUPPRESS)
     ap.add_argument("--qfile", help=argparse.SUPPRESS)
@@ -189,7 +221,7 @@ def main(argv=None) -> int:
     if args.worker == "open":
         qs = json.loads(Path(args.qfile).read_text())
         bank = "long00000" if args.synthetic else "long"
-        print(json.dumps(worker_open(args.coll, qs, args.queries, bank, bool(args.synthetic))))
+        print(json.dumps(worker_open(args.coll, qs, args.queries, bank, bool(args.synthetic), args.compare_tables)))
         return 0
     if args.worker == "write":
         print(json.dumps(worker_write_synthetic(args.coll, args.synthetic, args.qfile)))
@@ -220,7 +252,8 @@ def main(argv=None) -> int:
             print(f"build: {wall:.1f} s, peak {peak:.0f} MiB", file=sys.stderr)
         out, wall, peak = _child(exe + ["-m", "benchmarks.bench_scale_profile", "--worker", "open", "--coll", str(coll),
                                         "--qfile", str(qfile), "--queries", str(args.queries),
-                                        "--synthetic", str(args.synthetic)], args.limit_gib)
+                                        "--synthetic", str(args.synthetic)]
+                                 + (["--compare-tables"] if args.compare_tables else []), args.limit_gib)
         rec["steps"]["open_select"] = dict(out, wall_s=wall, peak_rss_mib=peak)
         print(f"open: {out.get('open_s', float('nan')):.1f} s, select median {out.get('select_median_ms')} ms, "
               f"peak {peak:.0f} MiB", file=sys.stderr)

@@ -168,7 +168,7 @@ def test_engines_agree_on_dev_banks_with_locomo_facts(dev_path):
     ids, qs = [b for b, _ in items], [q for _, q in items]
     for qp in (QueryParams(token_budget=400, budget=None), QueryParams(budget=16)):
         ref = _reference(views, SelectConfig(), ids, qs, Z, [qp] * len(ids))
-        for variant in VARIANTS[:3]:
+        for variant in VARIANTS[:3] + NO_TABLES[:1]:  # the last: no per-bank tables, K per query
             got = SelectionEngine(views, SelectConfig(), device="cpu", **variant).select_units(ids, qs, Z, params=qp)
             assert got == ref, variant
         bank = {b.bank_id: b for b in views}
