@@ -98,6 +98,10 @@ SUITE: tuple[Entry, ...] = (
     Entry("token_costs", "token_costs.py",
           "how close the additive token costs come to the real rendering, and how long counting takes",
           ("token_costs.json",), "not timed"),
+    Entry("transfer", "bench_transfer.py",
+          "defaults chosen by transfer: fit on one dev source, score the other and the real-chat views "
+          "(split, informal, chat; bursts as units) at equal tokens against the RRF hybrid",
+          ("transfer.json", "transfer.md", "transfer.png"), "not timed"),
     Entry("gpu_check", "gpu_check.sh",
           "a bare CUDA host: the CUDA tests and `select --gpu-target`",
           ("gpu_check.json", "gpu_check_env.json", "select_gpu.json"), "under 5 min (its own timeouts)"),

@@ -59,6 +59,8 @@ def main() -> int:
     ap.add_argument("--T", default="400,800")
     ap.add_argument("--parts", default="views,table")
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--lme-view-banks", type=int, default=50,
+                    help="LongMemEval's views on a seeded sample of this many banks (0: all; default %(default)s)")
     ap.add_argument("--cache", help="keep fits and picks in the bench cache under this tag")
     ap.add_argument("--out-dir", type=Path, help="results folder (default: benchmarks/results or TRAWMEM_BENCH_OUT)")
     a = ap.parse_args()
@@ -79,7 +81,7 @@ def run(a, parts: set) -> int:
 
     t0 = time.perf_counter()
     r = Run({"locomo": a.locomo, "longmemeval": a.lme}, a.views.split(","), [int(x) for x in a.T.split(",")],
-            a.cache)
+            a.cache, a.lme_view_banks)
     res: dict = {"protocol": __doc__, "machine": harness.machine(), "command": harness.command(),
                  "sets": r.set_stats(), "T": r.Ts}
     res["hybrid"] = r.hybrid_table()

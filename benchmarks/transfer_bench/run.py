@@ -7,21 +7,29 @@ import time
 import numpy as np
 
 from .score import PickCache, paired, scored
-from .sets import SOURCES, load_set
+from .sets import SOURCES, load_set, sample_banks
 from .variants import VARIANTS, fit_both, fit_weights, select_hybrid, select_variant
 
 
 class Run:
     """The sets of ``paths`` (source -> dev file) under ``views``, scored at ``Ts``."""
 
-    def __init__(self, paths: dict, views: list[str], Ts: list[int], cache_tag: str | None):
+    def __init__(self, paths: dict, views: list[str], Ts: list[int], cache_tag: str | None,
+                 lme_view_banks: int | None = None):
         from trawmem_gpu.data.chat_views import view_spec
 
         if "plain" not in views:
             views = ["plain"] + views  # the fits read the plain sets
         self.views, self.Ts = views, Ts
-        self.sets = {(s, v): load_set(s, paths[s], v) for s in SOURCES for v in views}
+        only = {s: None for s in SOURCES}
+        if lme_view_banks:
+            only["longmemeval"] = sample_banks(paths["longmemeval"], lme_view_banks)
+        self.sets = {(s, v): load_set(s, paths[s], v, None if v == "plain" else only[s]) for s in SOURCES for v in views}
         self.spec = {k: view_spec(k[1]).to_dict() for k in self.sets}
+        if only["longmemeval"] is not None and len(views) > 1:  # the views' sample, plain: their reference
+            key = ("longmemeval", "plain-sample")
+            self.sets[key] = self.sets[("longmemeval", "plain")].subset(only["longmemeval"], "plain-sample")
+            self.spec[key] = view_spec("plain").to_dict() | {"sample": sorted(only["longmemeval"])}
         self.cache = PickCache(cache_tag)
         self._W: dict = {}
         self._scores: dict = {}
@@ -56,28 +64,29 @@ class Run:
         return self.hybrid(key, self.base_units[key], T)
 
     # -- fits and candidates ------------------------------------------------------------------
-    def weights(self, form: str, regime: str) -> dict:
-        """The weights of ``form`` under ``regime`` (a source's fits, or ``both``: today's folds)."""
-        if (form, regime) not in self._W:
+    def weights(self, features: tuple, regime: str) -> dict:
+        """The weights for ``features`` (``Variant.features``) under ``regime`` (the sources' fits, or
+        ``both``: today's folds)."""
+        key = (features, "both" if regime == "both" else "sources")
+        if key not in self._W:
             t0 = time.perf_counter()
-            make = (lambda: fit_both(self.sets, form)) if regime == "both" else \
-                (lambda: fit_weights(self.sets, form))
-            raw = self.cache.get(PickCache.key("fit", form, regime),
+            make = (lambda: fit_both(self.sets, features)) if regime == "both" else \
+                (lambda: fit_weights(self.sets, features))
+            raw = self.cache.get(PickCache.key("fit", features, key[1]),
                                  lambda: [[list(k), list(map(float, w))] for k, w in make().items()])
-            W = {tuple(k): np.asarray(w) for k, w in raw}
-            for reg in (("both",) if regime == "both" else SOURCES):
-                self._W[(form, reg)] = W
-            print(f"fits {form} {regime}: {len(W)} ({time.perf_counter() - t0:.0f}s)", flush=True)
-        return self._W[(form, regime)]
+            self._W[key] = {tuple(k): np.asarray(w) for k, w in raw}
+            print(f"fits {features} {key[1]}: {len(raw)} ({time.perf_counter() - t0:.0f}s)", flush=True)
+        return self._W[key]
 
     def trawmem(self, key, vname: str, fit: str, T: int) -> dict:
         k = (vname, key, fit, T)
         if k not in self._scores:
             v, ds = VARIANTS[vname], self.sets[key]
-            W = self.weights(v.words, fit)
+            W = self.weights(v.features, fit)
             ws = sorted((str(g), w.tobytes().hex()) for g, w in W.items())
             t0 = time.perf_counter()
-            picks = self.cache.get(PickCache.key("trawmem", v.words, v.config, v.bursts, ws, fit, self.spec[key], key, T),
+            picks = self.cache.get(PickCache.key("trawmem", v.features, v.config, v.bursts, ws, fit, self.spec[key], key,
+                                                 T),
                                    lambda: select_variant(ds, v, W, fit, T))
             self._scores[k] = scored(ds.units("bursts" if v.bursts else "messages"), picks, "date")
             m = self._scores[k]["summary"]["macro"]

@@ -44,6 +44,13 @@ class ViewSet:
         return ViewSet(self.name, self.view, self.path, self.questions, self.raw_ctxs, self.raw_ctxs, self.groups,
                        self.category_names)
 
+    def subset(self, bank_ids: set, view: str) -> "ViewSet":
+        """This set restricted to the questions of ``bank_ids`` (named ``view``)."""
+        qs = [q for q in self.questions if q.bank_id in bank_ids]
+        keep = {b: c for b, c in self.ctxs.items() if b in bank_ids}
+        return ViewSet(self.name, view, self.path, qs, keep, {b: self.raw_ctxs[b] for b in keep},
+                       sorted({q.group for q in qs}), self.category_names)
+
     @property
     def has_bursts(self) -> bool:
         return any(c.bank is not self.raw_ctxs[b].bank for b, c in self.ctxs.items())
@@ -65,14 +72,29 @@ class ViewSet:
                 "gold_messages_per_question": float(np.mean([len(q.extra["evidence"]) for q in self.questions]))}
 
 
-def load_set(name: str, path: Path, view: str) -> ViewSet:
+def sample_banks(path: Path, n: int, seed: int = 36) -> set[str]:
+    """A seeded sample of ``n`` bank ids of ``path`` among those with a scored question (the views
+    of LongMemEval are scored on such a sample: encoding its whole slice again per view takes hours
+    on the 2-core machine)."""
+    import random
+
+    from trawmem_gpu.data import load_conversations
+
+    from trawmem_gpu.data.longmemeval import is_abstention
+
+    ids = sorted(c.bank_id for c in load_conversations(path)
+                 if any(q.evidence and not is_abstention(q.qid) for q in c.questions))
+    return set(random.Random(seed).sample(ids, min(n, len(ids))))
+
+
+def load_set(name: str, path: Path, view: str, only: set | None = None) -> ViewSet:
     """``name``'s dev file under ``view``: banks built once into the bank cache (encoded through the
-    embedding cache), questions labelled over the burst view."""
+    embedding cache), questions labelled over the burst view; ``only``: these banks alone."""
     from trawmem_gpu.head.relevance import labelled_banks, load_labelled
     from trawmem_gpu.select.context import BankContext
 
     t0 = time.perf_counter()
-    loaded = labelled_banks(path, view=view, progress=True)
+    loaded = labelled_banks(path, view=view, progress=True, only=only)
     questions, ctxs = load_labelled(path, dataset=name, view=view, loaded=loaded)
     stored = loaded[1]
     raw = {b: (c if c.bank.n_units == stored[b].n_units else BankContext.of(stored[b])) for b, c in ctxs.items()}

@@ -3,13 +3,15 @@
 A :class:`Variant` is the shipped method with one choice changed: the form of the ``words``
 relevance feature (``WORDS``), a few ``SelectConfig`` fields, or the units (messages instead of
 bursts). Its affinity weights are fitted by :func:`fit_weights` on one source's plain dev set
-(every question weighs the same, ``head.relevance.fit_relevance``), and it selects with the NumPy
-reference (``select_reference``, which the engines match pick for pick), its ``words`` column
-swapped in the contexts' ``RelevanceStatic`` (nothing else changes).
+(every question weighs the same, ``head.relevance.fit_relevance``), and it selects with the
+batched engine (which the agreement tests hold to the reference's picks), its tables built with
+its ``words`` column (:func:`words_as`; nothing else changes).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -53,79 +55,123 @@ WORDS = ("cap20", "none", "rank", "z")
 
 @dataclass(frozen=True)
 class Variant:
-    """One candidate: the shipped method with ``words`` in another form, ``config`` fields set, or
-    messages as units (``bursts=False``)."""
+    """One candidate: the shipped method with ``words`` in another form, features dropped
+    (``drop``: their weights 0, fitted without them), ``config`` fields set, or messages as units
+    (``bursts=False``)."""
 
     name: str
     words: str = "cap20"
+    drop: tuple[str, ...] = ()
     config: dict = field(default_factory=dict)
     bursts: bool = True
 
-    def key(self) -> tuple:
-        return (self.words,)
+    @property
+    def features(self) -> tuple:
+        """What its fit depends on: the ``words`` form and the dropped features."""
+        return (self.words, self.drop)
 
 
-def _with_words(q, form: str, col_of: dict):
-    """Labelled question ``q`` with its ``words`` column in ``form`` (0 for ``none``)."""
-    col = col_of[q.bank_id]
-    F = q.F.copy()
-    F[:, WORDS_COL] = 0.0 if col is None else col
-    return replace(q, F=F)
+def _cols(drop: tuple[str, ...]) -> list[int]:
+    from trawmem_gpu.select.config import RELEVANCE_FEATURES
+
+    return [RELEVANCE_FEATURES.index(d) for d in drop]
 
 
-def fit_weights(sets: dict, form: str, groups_out=None) -> dict:
-    """``{(source, held-out group or None): weights}``: per source, fitted on its plain set's
-    questions with ``words`` in ``form``, all of them (``None``) and without each of its groups
-    (``groups_out``: the groups to hold out; default every group)."""
+def _rows(ds: ViewSet, features: tuple) -> list:
+    """``ds``'s labelled questions with ``words`` in the form and the dropped columns 0."""
+    form, drop = features
+    cols = {b: words_form(form, c.bank) for b, c in ds.ctxs.items()}
+    out = []
+    for q in ds.questions:
+        F = q.F.copy()
+        col = cols[q.bank_id]
+        F[:, WORDS_COL] = 0.0 if col is None else col
+        F[:, _cols(drop)] = 0.0
+        out.append(replace(q, F=F))
+    return out
+
+
+def _fit(qs: list, features: tuple) -> np.ndarray:
     from trawmem_gpu.head.relevance import fit_relevance
 
+    w = np.asarray(fit_relevance(qs))
+    w[_cols(features[1]) + ([WORDS_COL] if features[0] == "none" else [])] = 0.0  # a constant column: no weight
+    return w
+
+
+def fit_weights(sets: dict, features: tuple) -> dict:
+    """``{(source, held-out group or None): weights}``: per source, fitted on its plain set's
+    questions with ``features`` (:attr:`Variant.features`), all of them (``None``) and without each
+    of its groups (the within-source folds)."""
     out = {}
     for src in SOURCES:
         ds = sets[(src, "plain")]
-        cols = {b: words_form(form, c.bank) for b, c in ds.ctxs.items()}
-        qs = [_with_words(q, form, cols) for q in ds.questions]
-        for g in [None] + list(ds.groups if groups_out is None else groups_out):
-            w = np.asarray(fit_relevance([q for q in qs if q.group != g]))
-            if form == "none":
-                w[WORDS_COL] = 0.0
-            out[(src, g)] = w
+        qs = _rows(ds, features)
+        for g in [None] + list(ds.groups):
+            out[(src, g)] = _fit([q for q in qs if q.group != g], features)
     return out
+
+
+def fit_both(sets: dict, features: tuple) -> dict:
+    """``{("both", group): weights}``: today's protocol, the fit on both sources' plain sets without
+    ``group`` (the fold the question is in)."""
+    qs = [q for src in SOURCES for q in _rows(sets[(src, "plain")], features)]
+    return {("both", g): _fit([q for q in qs if q.group != g], features) for g in sorted({q.group for q in qs})}
 
 
 def weights_for(W: dict, fit_src: str, target: ViewSet, group: str) -> np.ndarray:
     """The weights that score ``target``'s question of ``group`` under the fit on ``fit_src``: the
-    fit without that group when the target is the fit's own source (within-source folds), else the
-    fit on all of ``fit_src`` (transfer)."""
+    fit without that group when the target is the fit's own source (within-source folds; ``both``:
+    today's folds), else the fit on all of ``fit_src`` (transfer)."""
+    if fit_src == "both":
+        return W[("both", group)]
     return W[(fit_src, group if target.name == fit_src else None)]
 
 
-def variant_contexts(ds: ViewSet, v: Variant) -> dict:
-    """``{bank_id: BankContext}`` of ``ds`` as ``v`` selects from it (its units, its ``words``)."""
-    base = ds.ctxs if v.bursts else ds.raw_ctxs
-    out = {}
-    for b, c in base.items():
-        col = words_form(v.words, c.bank)
-        out[b] = replace(c, relevance=c.relevance._replace(words=np.zeros(c.bank.n_units) if col is None else col))
-    return out
+@contextmanager
+def words_as(form: str):
+    """The ``words`` feature in ``form`` wherever it is computed inside the block (the engines'
+    tables read ``relevance_static``, which calls ``words_feature``)."""
+    from trawmem_gpu.select.steps import relevance as R
+
+    orig = R.words_feature
+
+    def feature(turns):
+        col = words_form(form, SimpleNamespace(turns=turns))
+        return np.zeros(len(turns)) if col is None else col
+
+    R.words_feature = feature
+    try:
+        yield
+    finally:
+        R.words_feature = orig
 
 
 def select_variant(ds: ViewSet, v: Variant, W: dict, fit_src: str, T: int) -> list[list[int]]:
-    """``v``'s picks for every question of ``ds`` at ``T``, weights from the fit on ``fit_src``."""
+    """``v``'s picks for every question of ``ds`` at ``T``, weights from the fit on ``fit_src``: the
+    batched engine (which picks what the reference picks), one per weights, its tables built with
+    ``v``'s units and ``words``."""
     from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.engine import SelectionEngine
     from trawmem_gpu.select.params import QueryParams
-    from trawmem_gpu.select.reference import select_reference
 
-    ctxs = variant_contexts(ds, v)
+    src = ds.units("bursts" if v.bursts else "messages")
+    banks = [c.bank for c in src.ctxs.values()]
     qp = QueryParams(token_budget=T)
-    cfgs: dict = {}
-    picks = []
-    for q in ds.questions:
-        w = weights_for(W, fit_src, ds, q.group)
-        key = w.tobytes()
-        if key not in cfgs:
-            cfgs[key] = SelectConfig(affinity="learned", relevance_weights=tuple(float(x) for x in w), **v.config)
-        picks.append(select_reference(ctxs[q.bank_id], q.extra["question"], np.asarray(q.extra["z"], np.float64),
-                                      cfgs[key], qp, now=q.extra["date"]).units)
+    by_w: dict = {}
+    for i, q in enumerate(ds.questions):
+        by_w.setdefault(weights_for(W, fit_src, ds, q.group).tobytes(), []).append(i)
+    picks: list = [None] * len(ds.questions)
+    for key, rows in by_w.items():
+        w = np.frombuffer(key, dtype=np.float64)
+        cfg = SelectConfig(affinity="learned", relevance_weights=tuple(float(x) for x in w), **v.config)
+        with words_as(v.words):
+            eng = SelectionEngine(banks, cfg)
+        qs = [ds.questions[i] for i in rows]
+        got = eng.select_units([q.bank_id for q in qs], [q.extra["question"] for q in qs],
+                               np.stack([q.extra["z"] for q in qs]), dates=[q.extra["date"] for q in qs], params=qp)
+        for i, p in zip(rows, got):
+            picks[i] = [int(u) for u in p]
     return picks
 
 
@@ -142,25 +188,6 @@ def select_hybrid(ds: ViewSet, units: str, T: int) -> list[list[int]]:
             for q in ds.questions]
 
 
-def fit_both(sets: dict, form: str) -> dict:
-    """``{("both", group): weights}``: today's protocol, the fit on both sources' plain sets without
-    ``group`` (the fold the question is in), ``words`` in ``form``."""
-    from trawmem_gpu.head.relevance import fit_relevance
-
-    qs = []
-    for src in SOURCES:
-        ds = sets[(src, "plain")]
-        cols = {b: words_form(form, c.bank) for b, c in ds.ctxs.items()}
-        qs += [_with_words(q, form, cols) for q in ds.questions]
-    out = {}
-    for g in sorted({q.group for q in qs}):
-        w = np.asarray(fit_relevance([q for q in qs if q.group != g]))
-        if form == "none":
-            w[WORDS_COL] = 0.0
-        out[("both", g)] = w
-    return out
-
-
 VARIANTS = {v.name: v for v in (
     Variant("defaults"),
     Variant("words-none", words="none"),
@@ -169,5 +196,8 @@ VARIANTS = {v.name: v for v in (
     Variant("roles-on", config={"lambda_r": 0.5, "w_role": 1.0, "cross_thread": True, "w_thr": 1.0}),
     Variant("knapsack-best", config={"knapsack": "best"}),
     Variant("messages", bursts=False),
+    Variant("context-none", drop=("context_cos", "context_rrf")),
+    Variant("speaker-none", drop=("speaker_named",)),
+    Variant("temporal-none", drop=("temporal_match",)),
 )}
 """The candidates, by name (``--variants``)."""

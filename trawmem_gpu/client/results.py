@@ -92,6 +92,8 @@ class Unit:
     caption: str | None
     thread: int
     session: int
+    members: tuple[str, ...] = ()
+    """The ids of the messages the unit shows (a burst: all of them; empty from an older server)."""
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,8 @@ class SelectResult:
 
     @property
     def unit_ids(self) -> list[str]:
-        return [u.id for u in self.units]
+        """The ids of the messages shown (a burst: all its members), in order."""
+        return [m for u in self.units for m in (u.members or (u.id,))]
 
     @classmethod
     def from_json(cls, d) -> "SelectResult":

@@ -136,10 +136,11 @@ def cross_validate(questions: list[LabelledQuestion], C: float = L2) -> dict[str
 
 
 def labelled_banks(path: str | Path, *, view: str = "plain", progress: bool = False, dayfirst: bool = False,
-                   encoder=None) -> tuple[list, dict]:
+                   encoder=None, only: set | None = None) -> tuple[list, dict]:
     """``(conversations, {bank_id: stored bank})`` of a benchmark file under ``view``
     (``data.chat_views``), built once into the bank cache (a view's banks apart, keyed by the view
-    too): the banks :func:`load_labelled` selects from, as stored (one unit per message)."""
+    too): the banks :func:`load_labelled` selects from, as stored (one unit per message).
+    ``only``: the bank ids to build and load (every conversation is still returned)."""
     from ..ingest.config import BuildConfig
     from ..data import detect_format, load_conversations
     from ..data.chat_views import apply_view, view_spec
@@ -162,9 +163,10 @@ def labelled_banks(path: str | Path, *, view: str = "plain", progress: bool = Fa
     if view != "plain":
         ident["view"] = spec.to_dict()
     bdir = default_bank_dir(ident)
-    ensure_collection(convs, bdir, ident, BuildConfig(), encoder=encoder, progress=progress)
+    chosen = [c for c in convs if only is None or c.bank_id in only]
+    ensure_collection(chosen, bdir, ident, BuildConfig(), encoder=encoder, progress=progress)
     coll = Collection(bdir)
-    return convs, {c.bank_id: coll.load(c.bank_id) for c in convs}
+    return convs, {c.bank_id: coll.load(c.bank_id) for c in chosen}
 
 
 def load_labelled(path: str | Path, cfg: SelectConfig | None = None, *, dataset: str | None = None,
@@ -199,6 +201,7 @@ def load_labelled(path: str | Path, cfg: SelectConfig | None = None, *, dataset:
     else:
         items = [(c.bank_id, q) for c in convs for q in c.questions if q.category in (1, 2, 3, 4) and q.evidence]
         group = {q.qid: bid for bid, q in items}
+    items = [(b, q) for b, q in items if b in banks]  # the folds are the whole file's
     dataset = dataset or path.name.split(".")[0]
     ctxs = {b: BankContext.of(unit_view(bank)) for b, bank in banks.items()}
     Z = enc.encode([q.question for _, q in items], is_query=True, progress=progress, desc="encode questions")

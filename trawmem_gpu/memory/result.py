@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..store.bank import Bank
+from ..store.bursts import unit_members
 from ..tokens import TOKENIZER_NAME, count_tokens_cached
 from ..select.workspace import Headings, assemble
 
@@ -27,6 +28,9 @@ class Unit:
     thread: int
     """Bank-local thread index."""
     session: int
+    members: tuple[str, ...] = ()
+    """The ids of the messages the unit shows: a burst's (``store.bursts``: short messages of one
+    speaker shown as one unit, ``id`` the first), the unit's own id otherwise."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,8 @@ class SelectedWorkspace:
 
     @property
     def unit_ids(self) -> list[str]:
-        return [u.id for u in self.units]
+        """The ids of the messages shown (a burst: all its members), in order."""
+        return [m for u in self.units for m in (u.members or (u.id,))]
 
     def to_dict(self) -> dict:
         """The JSON fields of the server's answer (``units``, ``threads``, ``text``, ``n_tokens``, ...)."""
@@ -74,6 +79,6 @@ class SelectedWorkspace:
         text = ws.render()
         return cls(bank.bank_id, question,
                    tuple(Unit(t.turn_id, t.speaker, t.text, t.time.isoformat() if t.time else None, t.timestamp,
-                              t.caption, b.thread, t.session) for b in ws.blocks for t in b.units),
+                              t.caption, b.thread, t.session, unit_members(t)) for b in ws.blocks for t in b.units),
                    tuple(Thread(b.thread, b.head) for b in ws.blocks), text, count_tokens_cached(text),
                    date_used=date_used, searches=tuple(searches) if len(searches) > 1 else ())

@@ -76,6 +76,8 @@ class Unit(BaseModel):
     caption: str | None
     thread: int = Field(description="thread index within the bank")
     session: int
+    members: list[str] = Field(default_factory=list, description="the ids of the messages the unit shows (a "
+                               "burst of short messages: all of them, the first is `id`; else `id` alone)")
 
 
 class ThreadHead(BaseModel):
