@@ -56,6 +56,8 @@ def main() -> int:
     ap.add_argument("--locomo", type=Path, default=harness.dev_data("locomo"))
     ap.add_argument("--lme", type=Path, default=harness.dev_data("longmemeval"))
     ap.add_argument("--views", default="plain,split,informal,chat")
+    ap.add_argument("--sources", default="locomo,longmemeval", help="the dev sources (both for the transfer columns)")
+    ap.add_argument("--lme-views", help="LongMemEval's views, when not --views (its views are costly to build)")
     ap.add_argument("--T", default="400,800")
     ap.add_argument("--parts", default="views,table")
     ap.add_argument("--variants", default=",".join(VARIANTS))
@@ -81,7 +83,7 @@ def run(a, parts: set) -> int:
 
     t0 = time.perf_counter()
     r = Run({"locomo": a.locomo, "longmemeval": a.lme}, a.views.split(","), [int(x) for x in a.T.split(",")],
-            a.cache, a.lme_view_banks)
+            a.cache, a.lme_view_banks, tuple(a.sources.split(",")), a.lme_views.split(",") if a.lme_views else None)
     res: dict = {"protocol": __doc__, "machine": harness.machine(), "command": harness.command(),
                  "sets": r.set_stats(), "T": r.Ts}
     res["hybrid"] = r.hybrid_table()

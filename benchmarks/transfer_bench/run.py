@@ -15,18 +15,22 @@ class Run:
     """The sets of ``paths`` (source -> dev file) under ``views``, scored at ``Ts``."""
 
     def __init__(self, paths: dict, views: list[str], Ts: list[int], cache_tag: str | None,
-                 lme_view_banks: int | None = None):
+                 lme_view_banks: int | None = None, sources: tuple = SOURCES, lme_views: list[str] | None = None):
         from trawmem_gpu.data.chat_views import view_spec
 
         if "plain" not in views:
             views = ["plain"] + views  # the fits read the plain sets
-        self.views, self.Ts = views, Ts
+        self.views, self.Ts, self.sources = views, Ts, tuple(sources)
         only = {s: None for s in SOURCES}
         if lme_view_banks:
             only["longmemeval"] = sample_banks(paths["longmemeval"], lme_view_banks)
-        self.sets = {(s, v): load_set(s, paths[s], v, None if v == "plain" else only[s]) for s in SOURCES for v in views}
+        per = {s: views for s in self.sources}
+        if lme_views is not None and "longmemeval" in per:
+            per["longmemeval"] = ["plain"] + [v for v in lme_views if v != "plain"]
+        self.sets = {(s, v): load_set(s, paths[s], v, None if v == "plain" else only[s])
+                     for s in self.sources for v in per[s]}
         self.spec = {k: view_spec(k[1]).to_dict() for k in self.sets}
-        if only["longmemeval"] is not None and len(views) > 1:  # the views' sample, plain: their reference
+        if "longmemeval" in self.sources and only["longmemeval"] is not None and len(per["longmemeval"]) > 1:
             key = ("longmemeval", "plain-sample")
             self.sets[key] = self.sets[("longmemeval", "plain")].subset(only["longmemeval"], "plain-sample")
             self.spec[key] = view_spec("plain").to_dict() | {"sample": sorted(only["longmemeval"])}
@@ -67,16 +71,18 @@ class Run:
     def weights(self, features: tuple, regime: str) -> dict:
         """The weights for ``features`` (``Variant.features``) under ``regime`` (the sources' fits, or
         ``both``: today's folds)."""
-        key = (features, "both" if regime == "both" else "sources")
-        if key not in self._W:
+        regs = ("both",) if regime == "both" else self.sources
+        for reg in regs:
+            if (features, reg) in self._W:
+                continue
             t0 = time.perf_counter()
-            make = (lambda: fit_both(self.sets, features)) if regime == "both" else \
-                (lambda: fit_weights(self.sets, features))
-            raw = self.cache.get(PickCache.key("fit", features, key[1]),
+            make = (lambda: fit_both(self.sets, features)) if reg == "both" else \
+                (lambda: fit_weights(self.sets, features, reg))
+            raw = self.cache.get(PickCache.key("fit", features, reg),
                                  lambda: [[list(k), list(map(float, w))] for k, w in make().items()])
-            self._W[key] = {tuple(k): np.asarray(w) for k, w in raw}
-            print(f"fits {features} {key[1]}: {len(raw)} ({time.perf_counter() - t0:.0f}s)", flush=True)
-        return self._W[key]
+            self._W[(features, reg)] = {tuple(k): np.asarray(w) for k, w in raw}
+            print(f"fits {features} {reg}: {len(raw)} ({time.perf_counter() - t0:.0f}s)", flush=True)
+        return {k: w for reg in regs for k, w in self._W[(features, reg)].items()}
 
     def trawmem(self, key, vname: str, fit: str, T: int) -> dict:
         k = (vname, key, fit, T)
@@ -114,8 +120,8 @@ class Run:
         """Every candidate in every column (fit source x set x T), with its paired difference from
         the defaults in the same column."""
         rows = []
-        for vname in ["defaults"] + [n for n in names if n != "defaults"]:
-            for fit in SOURCES:
+        for vname in names:  # the defaults' picks are made when a column first needs them
+            for fit in self.sources:
                 for key in self.sets:
                     for T in self.Ts:
                         row = self.column(key, vname, fit, T)

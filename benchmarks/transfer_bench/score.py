@@ -57,18 +57,26 @@ class PickCache:
     def get(self, key: str, make):
         """The value kept under ``key``, else ``make()``'s (JSON: picks as lists of ints, weights as
         lists of floats), kept."""
+        if key not in self.data and self.path is not None and self.path.exists():
+            self.data = {**json.loads(self.path.read_text()), **self.data}  # another run may have made it
         if key not in self.data:
             self.data[key] = json.loads(json.dumps(make(), default=lambda o: o.tolist()))
             self.save()
         return self.data[key]
 
     def save(self) -> None:
+        """Merge into the file under its lock (runs of other variants may share the tag)."""
         if self.path is None:
             return
+        from filelock import FileLock
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data))
-        os.replace(tmp, self.path)
+        with FileLock(str(self.path) + ".lock"):
+            if self.path.exists():
+                self.data = {**json.loads(self.path.read_text()), **self.data}
+            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(self.data))
+            os.replace(tmp, self.path)
 
 
 def pct(x: float) -> str:

@@ -64,11 +64,14 @@ class Variant:
     drop: tuple[str, ...] = ()
     config: dict = field(default_factory=dict)
     bursts: bool = True
+    fit_views: tuple[str, ...] = ()
+    """Views of the fit's source whose questions the fit reads beside its plain set's (the same
+    groups held out in each)."""
 
     @property
     def features(self) -> tuple:
-        """What its fit depends on: the ``words`` form and the dropped features."""
-        return (self.words, self.drop)
+        """What its fit depends on: the ``words`` form, the dropped features (and the fit's views)."""
+        return (self.words, self.drop) + ((self.fit_views,) if self.fit_views else ())
 
 
 def _cols(drop: tuple[str, ...]) -> list[int]:
@@ -79,7 +82,7 @@ def _cols(drop: tuple[str, ...]) -> list[int]:
 
 def _rows(ds: ViewSet, features: tuple) -> list:
     """``ds``'s labelled questions with ``words`` in the form and the dropped columns 0."""
-    form, drop = features
+    form, drop = features[:2]
     cols = {b: words_form(form, c.bank) for b, c in ds.ctxs.items()}
     out = []
     for q in ds.questions:
@@ -99,17 +102,14 @@ def _fit(qs: list, features: tuple) -> np.ndarray:
     return w
 
 
-def fit_weights(sets: dict, features: tuple) -> dict:
-    """``{(source, held-out group or None): weights}``: per source, fitted on its plain set's
-    questions with ``features`` (:attr:`Variant.features`), all of them (``None``) and without each
-    of its groups (the within-source folds)."""
-    out = {}
-    for src in SOURCES:
-        ds = sets[(src, "plain")]
-        qs = _rows(ds, features)
-        for g in [None] + list(ds.groups):
-            out[(src, g)] = _fit([q for q in qs if q.group != g], features)
-    return out
+def fit_weights(sets: dict, features: tuple, src: str) -> dict:
+    """``{(src, held-out group or None): weights}``: fitted on ``src``'s plain set's questions with
+    ``features`` (:attr:`Variant.features`), all of them (``None``) and without each of its groups
+    (the within-source folds)."""
+    ds = sets[(src, "plain")]
+    views = features[2] if len(features) > 2 else ()
+    qs = [q for v in ("plain",) + tuple(views) for q in _rows(sets[(src, v)], features)]
+    return {(src, g): _fit([q for q in qs if q.group != g], features) for g in [None] + list(ds.groups)}
 
 
 def fit_both(sets: dict, features: tuple) -> dict:
@@ -156,8 +156,7 @@ def select_variant(ds: ViewSet, v: Variant, W: dict, fit_src: str, T: int) -> li
     from trawmem_gpu.select.params import QueryParams
 
     src = ds.units("bursts" if v.bursts else "messages")
-    banks = [c.bank for c in src.ctxs.values()]
-    qp = QueryParams(token_budget=T)
+    qp = QueryParams(token_budget=T, budget=None)
     by_w: dict = {}
     for i, q in enumerate(ds.questions):
         by_w.setdefault(weights_for(W, fit_src, ds, q.group).tobytes(), []).append(i)
@@ -165,9 +164,9 @@ def select_variant(ds: ViewSet, v: Variant, W: dict, fit_src: str, T: int) -> li
     for key, rows in by_w.items():
         w = np.frombuffer(key, dtype=np.float64)
         cfg = SelectConfig(affinity="learned", relevance_weights=tuple(float(x) for x in w), **v.config)
-        with words_as(v.words):
-            eng = SelectionEngine(banks, cfg)
         qs = [ds.questions[i] for i in rows]
+        with words_as(v.words):  # an engine over the banks these questions ask
+            eng = SelectionEngine([src.ctxs[b].bank for b in dict.fromkeys(q.bank_id for q in qs)], cfg)
         got = eng.select_units([q.bank_id for q in qs], [q.extra["question"] for q in qs],
                                np.stack([q.extra["z"] for q in qs]), dates=[q.extra["date"] for q in qs], params=qp)
         for i, p in zip(rows, got):
@@ -183,7 +182,7 @@ def select_hybrid(ds: ViewSet, units: str, T: int) -> list[list[int]]:
     from trawmem_gpu.select.params import QueryParams
 
     ctxs = ds.units(units).ctxs
-    cfg, qp = SelectConfig(), QueryParams(token_budget=T)
+    cfg, qp = SelectConfig(), QueryParams(token_budget=T, budget=None)
     return [baseline_units("hybrid", ctxs[q.bank_id], q.extra["question"], q.extra["z"], cfg, qp)
             for q in ds.questions]
 
@@ -199,5 +198,7 @@ VARIANTS = {v.name: v for v in (
     Variant("context-none", drop=("context_cos", "context_rrf")),
     Variant("speaker-none", drop=("speaker_named",)),
     Variant("temporal-none", drop=("temporal_match",)),
+    Variant("fit-views", fit_views=("split", "chat")),
+    Variant("multi-thread-on", config={"cross_thread": True, "w_thr": 1.0}),
 )}
 """The candidates, by name (``--variants``)."""
