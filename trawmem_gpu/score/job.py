@@ -47,7 +47,7 @@ from ..store.verify import bank_digest
 from ..tokens import TOKENIZER_NAME, count_tokens
 from ..select.workspace import assemble, headings_for
 from .items import ScoreItem
-from .writer import ResumableJsonl, read_records
+from .writer import ResumableJsonl
 
 log = logging.getLogger(__name__)
 
@@ -491,15 +491,3 @@ def run_score(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
         summary["llm"] = work.report()
     return summary
 
-
-def answer_failures(out: str | Path) -> int:
-    """Records of ``out`` whose answer request failed (``answer_error``): a rerun retries them."""
-    return sum(1 for r in read_records(out) if r.get("answer_error"))
-
-
-def summarize_output(out: str | Path) -> dict | None:
-    """Aggregate the ``eval`` of every record in ``out`` (official and evidence metrics)."""
-    from ..eval.longmemeval import aggregate_lme
-
-    evals = [r["eval"] for r in read_records(out) if "eval" in r]
-    return aggregate_lme(evals) if evals else None
