@@ -117,6 +117,10 @@ SUITE: tuple[Entry, ...] = (
           "after; constrained or not), and answer F1 and judge with it as reader, TrawMem against the hybrid at T=800",
           ("real_llm_paths.json", "real_llm_answers.json", "real_llm_answers.png"),
           "paths: 30-60 min per run; answers: 1-3 h (the model answers one request at a time)"),
+    Entry("transfer", "bench_transfer.py",
+          "defaults chosen by transfer: fit on one dev source, score the other and the real-chat views "
+          "(split, informal, chat; bursts as units) at equal tokens against the RRF hybrid",
+          ("transfer.json", "transfer.md", "transfer.png"), "not timed"),
     Entry("gpu_check", "gpu_check.sh",
           "a bare CUDA host: the CUDA tests and `select --gpu-target`",
           ("gpu_check.json", "gpu_check_env.json", "select_gpu.json"), "under 5 min (its own timeouts)"),

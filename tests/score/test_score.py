@@ -17,7 +17,8 @@ from lme_synthetic import instances, write
 from trawmem_gpu.cli import main
 from trawmem_gpu.errors import InputError
 from trawmem_gpu.score import ResumableJsonl, ScoreItem, ScoreSpec, read_questions, read_records, run_score
-from trawmem_gpu.score.job import plan_batches, summarize_output
+from trawmem_gpu.score.job import plan_batches
+from trawmem_gpu.score.writer import summarize_output
 
 ROOT = Path(__file__).resolve().parents[2]
 N_Q = 8

@@ -97,7 +97,8 @@ def cmd_score(a) -> int:
     if a.encoder_runtime:
         os.environ["TRAWMEM_ENCODER_RUNTIME"] = a.encoder_runtime
     from ..score.items import read_questions
-    from ..score.job import answer_failures, run_score, summarize_output
+    from ..score.job import run_score
+    from ..score.writer import answer_failures, summarize_output
 
     spec = _spec(a)
     if a.data and a.questions:

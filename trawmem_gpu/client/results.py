@@ -96,6 +96,8 @@ class Unit:
     session: int
     metadata: dict[str, typing.Any] | None = None
     """The turn's metadata (None: none, or a server before metadata)."""
+    members: tuple[str, ...] = ()
+    """The ids of the messages the unit shows (a burst: all of them; empty from an older server)."""
 
 
 @dataclass(frozen=True)
@@ -146,7 +148,8 @@ class SelectResult:
 
     @property
     def unit_ids(self) -> list[str]:
-        return [u.id for u in self.units]
+        """The ids of the messages shown (a burst: all its members), in order."""
+        return [m for u in self.units for m in (u.members or (u.id,))]
 
     @classmethod
     def from_json(cls, d) -> "SelectResult":

@@ -132,10 +132,11 @@ def layer_scores(units: list, gold: tuple[str, ...]) -> dict:
     """With facts or profiles as units: the evidence recall with citations (gold turns shown, or
     cited by a shown fact or profile section: ``store.view.LayerUnit.cited_turns``), its
     all-evidence hit, and the mix (turns, facts, profile sections shown)."""
+    from ..store.bursts import unit_members
     from ..store.view import layer_counts
 
     g = set(gold)
-    reached = {u.turn_id for u in units if getattr(u, "layer", "turns") == "turns"}
+    reached = {m for u in units if getattr(u, "layer", "turns") == "turns" for m in unit_members(u)}
     reached |= {t for u in units for t in getattr(u, "cited_turns", ())}
     mix = layer_counts(units)
     return {"evidence_recall_cited": len(g & reached) / len(g), "all_evidence_hit_cited": float(g <= reached),
@@ -151,7 +152,7 @@ def layered_banks(banks, data_path, units, facts: str | None, encoder, *, dayfir
     (``locomo``): banks without a facts layer get LoCoMo's observations of ``data_path`` first
     (encoded, not stored); ``None``: the layers must be in the banks already (``build --facts``)."""
     from ..ingest.layers.facts import attach_facts
-    from ..store.view import DEFAULT_UNITS, parse_units, unit_view
+    from ..store.view import parse_units, unit_view
 
     units = parse_units(units)
     if facts not in (None, "none"):
@@ -159,7 +160,7 @@ def layered_banks(banks, data_path, units, facts: str | None, encoder, *, dayfir
         got, _ = attach_facts(bare, facts, encoder, input_path=data_path, dayfirst=dayfirst)
         by_id = {b.bank_id: b for b in got}
         banks = [by_id.get(b.bank_id, b) for b in banks]
-    return list(banks) if units == DEFAULT_UNITS else [unit_view(b, units) for b in banks]
+    return [unit_view(b, units) for b in banks]  # with the turns alone: the burst view (the bank itself without bursts)
 
 
 def aggregate(records: list[dict], keys=("evidence_recall", "all_evidence_hit", "context_tokens"),
@@ -332,8 +333,7 @@ def _eval_banks(data_path, method: str, cfg: SelectConfig, build_cfg: BuildConfi
         raise ConfigError("`units`: method trimem shows its own units (facts, their source turns, profiles); "
                           "leave `units` at turns")
     layered = units != DEFAULT_UNITS or method == "trimem"
-    if units != DEFAULT_UNITS or o.facts not in (None, "none"):
-        banks = layered_banks(banks, data_path, units, o.facts, encoder, dayfirst=dayfirst)
+    banks = layered_banks(banks, data_path, units, o.facts, encoder, dayfirst=dayfirst)  # bursts too
     return convs, banks, build_cfg, encoder, units, layered
 
 

@@ -349,10 +349,10 @@ def run_sweep(spec: SweepSpec | str | Path, *args, **fields) -> dict:
         banks_list, build_rows, build_source = load_or_build_banks(convs, s.banks_dir, build_cfg, s.progress,
                                                                    time_builds=s.time_builds, data_path=s.data,
                                                                    dayfirst=s.dayfirst)
-    if s.units != ("turns",) or s.facts not in (None, "none"):  # the layers (eval's rule)
-        from .retrieval import layered_banks
-        banks_list = layered_banks(banks_list, s.data, s.units, s.facts, get_encoder(build_cfg.encoder),
-                                   dayfirst=s.dayfirst)
+    from .retrieval import layered_banks  # the layers and the bursts (eval's rule)
+
+    banks_list = layered_banks(banks_list, s.data, s.units, s.facts, get_encoder(build_cfg.encoder),
+                               dayfirst=s.dayfirst)
     banks = {b.bank_id: b for b in banks_list}
     encoder = get_encoder(build_cfg.encoder, cache=False)
     if banks_list[0].encoder_id != encoder.id:

@@ -25,6 +25,7 @@ from ..select.config import RELEVANCE_FEATURES, SelectConfig
 from ..select.context import BankContext
 from ..select.objective import date_seconds
 from ..select.steps.relevance import relevance_features
+from ..store.bursts import unit_members
 
 L2 = 1.0
 """Inverse regularization strength C of the fit (the loss is 0.5 |w|^2 + C * mean weighted log-loss
@@ -49,13 +50,14 @@ class LabelledQuestion:
 
 
 def labelled_rows(ctx: BankContext, question: str, z: np.ndarray, gold_ids, now, cfg: SelectConfig) -> tuple:
-    """``(F [N, F], y [N])`` for one question over its bank (the selection's own features)."""
+    """``(F [N, F], y [N])`` for one question over its bank (the selection's own features); a unit
+    is gold when it shows a gold message (a burst: any of its members)."""
     bank = ctx.bank
     cos = bank.unit_vecs.astype(np.float64) @ np.asarray(z, dtype=np.float64)
     F = relevance_features(ctx.relevance, cos, ctx.bm25.scores(question), question, date_seconds(now),
                            float(cfg.rrf_k))
     gold = set(gold_ids)
-    return F, np.array([1.0 if t.turn_id in gold else 0.0 for t in bank.turns])
+    return F, np.array([1.0 if gold.intersection(unit_members(t)) else 0.0 for t in bank.turns])
 
 
 NEEDS_LABELS = ("the fit needs questions with gold evidence: LoCoMo categories 1-4 with evidence, LongMemEval "
@@ -133,46 +135,75 @@ def cross_validate(questions: list[LabelledQuestion], C: float = L2) -> dict[str
     return {g: fit_relevance([q for q in questions if q.group != g], C) for g in groups}
 
 
+def labelled_banks(path: str | Path, *, view: str = "plain", progress: bool = False, dayfirst: bool = False,
+                   encoder=None, only: set | None = None) -> tuple[list, dict]:
+    """``(conversations, {bank_id: stored bank})`` of a benchmark file under ``view``
+    (``data.chat_views``), built once into the bank cache (a view's banks apart, keyed by the view
+    too): the banks :func:`load_labelled` selects from, as stored (one unit per message).
+    ``only``: the bank ids to build and load (every conversation is still returned)."""
+    from ..ingest.config import BuildConfig
+    from ..data import detect_format, load_conversations
+    from ..data.chat_views import apply_view, view_spec
+
+    path = Path(path)
+    fmt = detect_format(path)
+    spec = view_spec(view)
+    if fmt != "longmemeval" and view == "plain":
+        from ..eval.retrieval import banks_for
+
+        convs, blist, _ = banks_for(path, BuildConfig(), None, progress, encoder, dayfirst=dayfirst)
+        return convs, {b.bank_id: b for b in blist}
+    from ..ingest.cache import build_identity, default_bank_dir, ensure_collection
+    from ..paths import file_sha256
+    from ..store import Collection
+
+    convs = apply_view(load_conversations(path, dayfirst=dayfirst), view)
+    ident = build_identity(file_sha256(path), BuildConfig(), "user" if fmt == "longmemeval" else "all",
+                           dayfirst=dayfirst)
+    if view != "plain":
+        ident["view"] = spec.to_dict()
+    bdir = default_bank_dir(ident)
+    chosen = [c for c in convs if only is None or c.bank_id in only]
+    ensure_collection(chosen, bdir, ident, BuildConfig(), encoder=encoder, progress=progress)
+    coll = Collection(bdir)
+    return convs, {c.bank_id: coll.load(c.bank_id) for c in chosen}
+
+
 def load_labelled(path: str | Path, cfg: SelectConfig | None = None, *, dataset: str | None = None,
-                  folds: int = 5, seed: int = 0, progress: bool = False, dayfirst: bool = False):
+                  folds: int = 5, seed: int = 0, progress: bool = False, dayfirst: bool = False,
+                  view: str = "plain", loaded: tuple | None = None):
     """The labelled questions of a benchmark file, with their banks and question vectors.
 
     LoCoMo-layout files: categories 1-4 with gold evidence, grouped by conversation. LongMemEval:
     every question with a gold user turn except abstention ones, grouped into ``folds`` folds
-    (a seeded shuffle). Returns ``(questions, contexts {bank_id: BankContext}, Z {qid: vector})``.
+    (a seeded shuffle). ``view``: the file's conversations under a real-chat view
+    (``data.chat_views``, :func:`labelled_banks`); the questions, groups and folds are the plain
+    file's. Each bank is selected from as its unit view (``store.view.unit_view``: bursts of
+    messages as units). ``loaded``: :func:`labelled_banks`'s answer for these arguments, when the
+    caller has it. Returns ``(questions, contexts {bank_id: BankContext})``.
     """
     from ..ingest.config import BuildConfig
-    from ..data import detect_format, load_conversations
+    from ..data import detect_format
     from ..encode import get_encoder
+    from ..store.view import unit_view
 
     cfg = cfg or SelectConfig()
     path = Path(path)
     fmt = detect_format(path)
     enc = get_encoder(BuildConfig().encoder)
+    convs, banks = loaded or labelled_banks(path, view=view, progress=progress, dayfirst=dayfirst, encoder=enc)
     if fmt == "longmemeval":
         from ..data.longmemeval import is_abstention
-        from ..ingest.cache import build_identity, default_bank_dir, ensure_collection
-        from ..paths import file_sha256
-        from ..store import Collection
 
-        convs = load_conversations(path, dayfirst=dayfirst)
-        ident = build_identity(file_sha256(path), BuildConfig(), "user")
-        bdir = default_bank_dir(ident)
-        ensure_collection(convs, bdir, ident, BuildConfig(), encoder=enc, progress=progress)
-        coll = Collection(bdir)
-        banks = {c.bank_id: coll.load(c.bank_id) for c in convs}
         items = [(c.bank_id, q) for c in convs for q in c.questions if q.evidence and not is_abstention(q.qid)]
         order = np.random.RandomState(seed).permutation(len(items))
         group = {items[i][1].qid: f"fold{j % folds}" for j, i in enumerate(order)}
     else:
-        from ..eval.retrieval import banks_for
-
-        convs, blist, _ = banks_for(path, BuildConfig(), None, progress, enc, dayfirst=dayfirst)
-        banks = {b.bank_id: b for b in blist}
         items = [(c.bank_id, q) for c in convs for q in c.questions if q.category in (1, 2, 3, 4) and q.evidence]
         group = {q.qid: bid for bid, q in items}
+    items = [(b, q) for b, q in items if b in banks]  # the folds are the whole file's
     dataset = dataset or path.name.split(".")[0]
-    ctxs = {b: BankContext.of(bank) for b, bank in banks.items()}
+    ctxs = {b: BankContext.of(unit_view(bank)) for b, bank in banks.items()}
     Z = enc.encode([q.question for _, q in items], is_query=True, progress=progress, desc="encode questions")
     out = []
     for (bid, q), z in zip(items, Z):

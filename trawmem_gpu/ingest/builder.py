@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .config import BuildConfig
+from ..data.bursts import burst_starts, burst_vectors
 from ..data.fields import session_field
 from ..data.types import Conversation, Turn
 from ..encode.base import Encoder
@@ -54,7 +55,12 @@ def _session_spans(turns: list[Turn], lo: int = 0) -> list[tuple[int, int]]:
     return spans
 
 
-def _segment_session(vecs: np.ndarray, cfg: BuildConfig, mode: str) -> list[int]:
+def _segment_session(vecs: np.ndarray, cfg: BuildConfig, mode: str, bursts: list[int] | None = None) -> list[int]:
+    """Thread starts of one session (``vecs``: its unit vectors). With ``bursts`` (the session's
+    burst starts, ``data.bursts``), the session is segmented as its bursts (each one vector,
+    ``burst_vectors``), so a thread never starts inside a burst."""
+    if bursts is not None and len(bursts) < len(vecs):
+        return [bursts[s] for s in _segment_session(burst_vectors(vecs, bursts + [len(vecs)]), cfg, mode)]
     if mode == "fixed":
         return fixed_segments(len(vecs), cfg.fixed_size)
     return embedding_segments(vecs, window=cfg.window, depth_std=cfg.depth_std, min_depth=cfg.min_depth,
@@ -88,7 +94,7 @@ def _segment(works: list[_Work], cfg: BuildConfig, llm, stats: dict, from_unit: 
             local = sorted({0, *[int(b) for b in lb if 0 < int(b) < hi - lo]})
         else:
             mode = "embedding" if cfg.segmentation == "llm" else cfg.segmentation
-            local = _segment_session(w.vecs[lo:hi], cfg, mode)
+            local = _segment_session(w.vecs[lo:hi], cfg, mode, [b - lo for b in burst_starts(w.conv.turns, lo, hi)])
         w.starts.extend(lo + s for s in local)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..store.bank import Bank
+from ..store.bursts import unit_members
 from ..tokens import TOKENIZER_NAME, count_tokens_cached
 from ..select.workspace import Headings, assemble
 
@@ -29,6 +30,9 @@ class Unit:
     session: int
     metadata: dict | None = None
     """The turn's metadata (``data.metadata``), or None."""
+    members: tuple[str, ...] = ()
+    """The ids of the messages the unit shows: a burst's (``store.bursts``: short messages of one
+    speaker shown as one unit, ``id`` the first), the unit's own id otherwise."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,8 @@ class SelectedWorkspace:
 
     @property
     def unit_ids(self) -> list[str]:
-        return [u.id for u in self.units]
+        """The ids of the messages shown (a burst: all its members), in order."""
+        return [m for u in self.units for m in (u.members or (u.id,))]
 
     def to_dict(self) -> dict:
         """The JSON fields of the server's answer (``units``, ``threads``, ``text``, ``n_tokens``, ...)."""
@@ -84,7 +89,7 @@ class SelectedWorkspace:
         text = ws.render()
         return cls(bank.bank_id, question,
                    tuple(Unit(t.turn_id, t.speaker, t.text, t.time.isoformat() if t.time else None, t.timestamp,
-                              t.caption, b.thread, t.session, getattr(t, "metadata", None))
+                              t.caption, b.thread, t.session, getattr(t, "metadata", None), unit_members(t))
                          for b in ws.blocks for t in b.units),
                    tuple(Thread(b.thread, b.head or None) for b in ws.blocks),
                    text, count_tokens_cached(text),

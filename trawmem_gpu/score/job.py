@@ -42,11 +42,12 @@ from ..notes import note
 from ..select.config import SelectConfig
 from ..select.params import QueryParams, merge_params, split_fields
 from ..store.bank import Bank
+from ..store.bursts import unit_members
 from ..store.verify import bank_digest
 from ..tokens import TOKENIZER_NAME, count_tokens
 from ..select.workspace import assemble, headings_for
 from .items import ScoreItem
-from .writer import ResumableJsonl, read_records
+from .writer import ResumableJsonl
 
 log = logging.getLogger(__name__)
 
@@ -245,14 +246,15 @@ class Scorer:
             keep = None if it.where is None else unit_mask(bank, it.where)  # heads a filter hides
             ws = assemble(bank, it.question, p, headings_for(self.spec.method, self.cfg), keep)
             text = ws.render()
-            ranked = [bank.turns[int(u)].turn_id for u in p]
+            ranked = [m for u in p for m in unit_members(bank.turns[int(u)])]  # a burst: its messages
             rec = {"id": it.id, "bank_id": it.bank_id, "question": it.question, "date": it.date, "units": ranked,
                    "workspace": text, "tokens": count_tokens(text), "tokenizer": TOKENIZER_NAME, "config": self.tag,
                    "bank_digest": self._digest[it.bank_id], **({"where": it.where} if it.where else {})}
             if it.gold is not None:
-                ids = [t.turn_id for t in bank.turns]
+                ids = [m for t in bank.turns for m in unit_members(t)]
                 rec["eval"] = question_record(it.id, it.qtype, ranked, it.gold, ids, rec["tokens"], self.spec.ks,
-                                              unit_sessions(ids, [t.session for t in bank.turns]))
+                                              unit_sessions(ids, [t.session for t in bank.turns
+                                                                  for _ in unit_members(t)]))
             recs.append(rec)
         t0 = self._lap("render", t0)
         if self.llm is not None:
@@ -489,15 +491,3 @@ def run_score(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
         summary["llm"] = work.report()
     return summary
 
-
-def answer_failures(out: str | Path) -> int:
-    """Records of ``out`` whose answer request failed (``answer_error``): a rerun retries them."""
-    return sum(1 for r in read_records(out) if r.get("answer_error"))
-
-
-def summarize_output(out: str | Path) -> dict | None:
-    """Aggregate the ``eval`` of every record in ``out`` (official and evidence metrics)."""
-    from ..eval.longmemeval import aggregate_lme
-
-    evals = [r["eval"] for r in read_records(out) if "eval" in r]
-    return aggregate_lme(evals) if evals else None

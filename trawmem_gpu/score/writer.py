@@ -17,6 +17,9 @@
   ``written`` (id -> fields), so the job can compare each record with its input (the question,
   the bank digest, the config: see ``score.job.resume_todo``), not only its id. ``drop(ids)``
   takes records out again (to score them anew), by an atomic rewrite of the file under the lock.
+
+What an output holds, once written: :func:`summarize_output` (its metrics) and
+:func:`answer_failures` (answers a rerun will retry).
 """
 from __future__ import annotations
 
@@ -179,3 +182,16 @@ def read_records(path: str | Path) -> list[dict]:
     data = Path(path).read_bytes()
     data = data[: data.rfind(b"\n") + 1]
     return [json.loads(x) for x in data.split(b"\n") if x.strip()]
+
+
+def answer_failures(out: str | Path) -> int:
+    """Records of ``out`` whose answer request failed (``answer_error``): a rerun retries them."""
+    return sum(1 for r in read_records(out) if r.get("answer_error"))
+
+
+def summarize_output(out: str | Path) -> dict | None:
+    """Aggregate the ``eval`` of every record in ``out`` (official and evidence metrics)."""
+    from ..eval.longmemeval import aggregate_lme
+
+    evals = [r["eval"] for r in read_records(out) if "eval" in r]
+    return aggregate_lme(evals) if evals else None

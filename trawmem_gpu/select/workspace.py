@@ -53,6 +53,7 @@ import numpy as np
 
 from ..data.types import Turn
 from ..store.bank import Bank
+from ..store.bursts import unit_members
 from ..tokens import TOKENIZER_NAME, count_tokens_cached, count_tokens_many, lines_count_apart
 
 Headings = Literal["date", "gist", "none"]
@@ -136,7 +137,8 @@ class Workspace:
     question: str
     blocks: list[ThreadBlock]
     unit_ids: list[str] = field(default_factory=list)
-    """Selected turn ids in source order."""
+    """The ids of the messages shown, in source order: each selected unit's own id, or every
+    member of a burst (``store.bursts.unit_members``: evidence on any member is shown)."""
 
     def render(self) -> str:
         """Text for the answer model, in the format of the module docstring (:func:`heading_line`
@@ -203,7 +205,7 @@ def assemble(bank: Bank, question: str, units: list[int], headings: Headings = D
     if headings == "gist":
         for b in blocks:
             b.gist = thread_gist(b.head, [bank.turns[i] for i in bank.thread_units(b.thread)], b.units)
-    return Workspace(bank.bank_id, question, blocks, [bank.turns[u].turn_id for u in chosen])
+    return Workspace(bank.bank_id, question, blocks, [m for u in chosen for m in unit_members(bank.turns[u])])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -91,6 +91,8 @@ class Unit(BaseModel):
     thread: int = Field(description="thread index within the bank")
     session: int
     metadata: dict[str, Any] | None = Field(None, description="the turn's metadata (null: none)")
+    members: list[str] = Field(default_factory=list, description="the ids of the messages the unit shows (a "
+                               "burst of short messages: all of them, the first is `id`; else `id` alone)")
 
 
 class ThreadHead(BaseModel):

@@ -148,7 +148,7 @@ class Bank:
                 raise ValueError(f"bank {self.bank_id!r}: {name[:-1]}_vecs holds NaN or inf")
         if not self.facts and not self.profiles:
             return
-        turn_ids = {t.turn_id for t in self.turns}
+        turn_ids = {m for t in self.turns for m in (getattr(t, "members", None) or (t.turn_id,))}  # bursts: members
         fids = [f.fact_id for f in self.facts]
         if len(set(fids)) != len(fids):
             dup = next(i for i, c in Counter(fids).items() if c > 1)

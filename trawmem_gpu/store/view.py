@@ -1,6 +1,9 @@
 """A bank's unit view for a ``units`` tuple: the layers that selection takes as units.
 
-``unit_view(bank, ("turns",))`` is the bank itself (the engines' tables and picks are today's).
+``unit_view(bank, ("turns",))`` is the bank's burst view (``store.bursts``: each burst of short
+messages one unit), which is the bank itself where no burst holds two messages (the engines'
+tables and picks are today's); the layers below are laid over the burst view, a fact citing a
+burst's message pointing at the burst's unit.
 With more layers, the view is a :class:`~trawmem_gpu.store.bank.Bank` whose ``turns`` hold the
 bank's turns and one :class:`LayerUnit` per fact and per profile section, so every engine, the
 reference and the workspace take it unchanged:
@@ -35,6 +38,7 @@ from .graph import LAYER
 from ..data.types import Turn
 from ..errors import ConfigError
 from .bank import Bank
+from .bursts import burst_view, unit_members
 from .facts import SECTIONS, Fact, ProfileSection
 
 UNIT_KINDS: tuple[str, ...] = ("turns", "facts", "profiles")
@@ -113,6 +117,7 @@ def unit_view(bank: Bank, units=DEFAULT_UNITS, as_of: str | None = None) -> Bank
     Facts that no longer hold are not units: only the current ones, or with ``as_of`` (an ISO
     date) those valid on that day (:func:`facts_at`)."""
     units = parse_units(units)
+    bank = burst_view(bank)
     if units == DEFAULT_UNITS:
         return bank
     for layer in units[1:]:
@@ -206,7 +211,7 @@ def _view_order(bank: Bank, units: tuple[str, ...], turn_by_id: dict[str, Turn])
 
 def _layout(bank: Bank, units: tuple[str, ...]) -> _Layout:
     """Place every unit: bank turn -> view unit, bank thread -> view thread, fact id -> view unit."""
-    turn_by_id = {t.turn_id: t for t in bank.turns}
+    turn_by_id = {m: t for t in bank.turns for m in unit_members(t)}  # a burst's members: its unit
     order, by_session, by_person = _view_order(bank, units, turn_by_id)
     off = bank.thread_offsets
     umap = np.empty(bank.n_units, dtype=np.int64)
@@ -225,7 +230,8 @@ def _layout(bank: Bank, units: tuple[str, ...]) -> _Layout:
         else:
             n += len(by_person[key])
     return _Layout(bank, units, order, by_session, by_person, umap, tmap, fact_unit,
-                   _view_offsets(order, off, by_session, by_person), turn_by_id, bank.index_of(),
+                   _view_offsets(order, off, by_session, by_person), turn_by_id,
+                   {m: i for i, t in enumerate(bank.turns) for m in unit_members(t)},
                    {f.fact_id: f for f in bank.facts})
 
 

@@ -49,6 +49,7 @@ from ..config import RELEVANCE_FEATURES  # noqa: F401 - the one order of the fea
 from ..objective import date_seconds
 from ..tensor_ops import NEG_INF, ranks, ranks_positive
 from ..text_features import demand_features, relative_dates, temporal_flags
+from ...store.bursts import unit_members
 from .candidates import ranks_of
 
 TOP_K = 5.0
@@ -115,7 +116,7 @@ def _layered_context(turns, ses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     for a, b in zip(ti, ti[1:]):
         if ses[a] == ses[b]:
             nxt[a], prev[b] = b, a
-    where = {turns[i].turn_id: i for i in ti}
+    where = {m: i for i in ti for m in unit_members(turns[i])}  # a burst: each member names it
     for i, t in enumerate(turns):
         if getattr(t, "layer", "turns") == "facts" and t.cited_turns and t.cited_turns[0] in where:
             src = where[t.cited_turns[0]]

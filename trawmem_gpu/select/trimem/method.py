@@ -20,6 +20,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from ...errors import ConfigError
+from ...store.bursts import unit_members
 from ...store.view import unit_view
 from ..baselines import take_within_tokens
 from ..context import BankContext
@@ -56,7 +57,8 @@ class TriMemRanker:
     def of(cls, bank: Bank) -> "TriMemRanker":
         view = unit_view(bank, trimem_units_of(bank))
         idx = TriMemIndex.of(bank.facts, bank.fact_vecs, bank.turns, bank.profiles)
-        return cls(bank, view, BankContext.of(view), idx, view.index_of())
+        pos = {m: i for i, t in enumerate(view.turns) for m in unit_members(t)}  # a burst: each member names it
+        return cls(bank, view, BankContext.of(view), idx, pos)
 
     def plain_units(self, question: str, z: np.ndarray, params=None) -> list[int]:
         """:meth:`units` without planning: the question (vector ``z``) is the only search."""
@@ -71,9 +73,9 @@ class TriMemRanker:
         from ..workspace import fit_to_tokens
 
         qp = params or QueryParams()
-        ids = None if keep is None else {t.turn_id for t, ok in zip(self.view.turns, keep) if ok}
-        order = [self.pos[i] for i in priority_ids(self.index, plan, query_vecs, k=k, keep=ids)
-                 if i in self.pos and (ids is None or i in ids)]
+        ids = None if keep is None else {m for t, ok in zip(self.view.turns, keep) if ok for m in unit_members(t)}
+        order = list(dict.fromkeys(self.pos[i] for i in priority_ids(self.index, plan, query_vecs, k=k, keep=ids)
+                                   if i in self.pos and (ids is None or i in ids)))
         if qp.token_budget is None:
             return order[:qp.budget]
         costs = self.ctx.token_costs(HEADINGS)

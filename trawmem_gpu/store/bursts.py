@@ -1,0 +1,79 @@
+"""A bank's burst view: each burst of messages (``data.bursts``) as one unit (issue 36).
+
+The bank stores messages, one unit each (forgets and appends work on messages); selection takes
+the burst view, where the messages of one burst are one :class:`BurstUnit`:
+
+* its text: the messages' texts joined by a space (a workspace shows them on one line under one
+  ``[id] speaker:`` label, ``select.workspace.unit_line``: a line per message would cost about 10
+  tokens more each, its own id, date and speaker; a line break between them 2); its image captions
+  joined with `` | ``; its id, speaker, session, timestamp and time: its first message's;
+* its vector: the normalized mean of its messages' vectors (the encoder is not called: a view is
+  computed from the stored bank alone);
+* its **members**: its messages' ids. A workspace that shows the unit shows them all, so its
+  ``unit_ids`` list them all, and evidence on any member is evidence the unit holds (evidence
+  recall counts each gold message the workspace shows: ``select.workspace.Workspace.unit_ids``);
+* a burst never crosses a thread: where a thread starts inside one (a bank segmented before the
+  rule, or by an LLM) the burst is cut there; nor a change of turn metadata (``data.metadata``): a
+  burst's messages share one metadata map, which is the unit's, so a ``where=`` filter keeps or
+  drops a burst exactly as it keeps or drops each of its messages. Threads, heads, head vectors
+  and the thread graph are the bank's.
+
+A bank without a burst of two or more messages is its own view (the same object), so sets of
+long messages (LoCoMo, LongMemEval) select exactly as before. A view is never stored.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..data.bursts import burst_starts, burst_vectors
+from ..data.types import Turn
+from .bank import Bank
+
+
+@dataclass(frozen=True)
+class BurstUnit(Turn):
+    """A burst of messages as one unit of a view (a ``Turn``: what the engines read)."""
+
+    members: tuple[str, ...] = ()
+    """The ids of its messages, in order (the first is the unit's ``turn_id``)."""
+
+
+def unit_members(t: Turn) -> tuple[str, ...]:
+    """The message ids a unit shows: a burst's members, else the unit's own id."""
+    return getattr(t, "members", None) or (t.turn_id,)
+
+
+def bank_bursts(bank: Bank) -> np.ndarray:
+    """``[B + 1]`` offsets of the bank's bursts over its units (``data.bursts.burst_starts``, cut at
+    every thread start and every change of metadata)."""
+    starts = set(burst_starts(bank.turns)) | {int(s) for s in bank.thread_offsets[:-1]}
+    meta = [t.metadata or None for t in bank.turns]
+    starts |= {i for i in range(1, bank.n_units) if meta[i] != meta[i - 1]}
+    return np.array(sorted(starts) + [bank.n_units], dtype=np.int64)
+
+
+def _burst(turns: list[Turn]) -> BurstUnit:
+    first = turns[0]
+    caps = [t.caption for t in turns if t.caption]
+    return BurstUnit(first.turn_id, first.speaker, " ".join(t.text for t in turns if t.text), first.session,
+                     first.timestamp, first.time, " | ".join(caps) if caps else None, metadata=first.metadata,
+                     members=tuple(t.turn_id for t in turns))
+
+
+def burst_view(bank: Bank) -> Bank:
+    """``bank`` with each burst as one unit (see the module docstring); ``bank`` itself when no burst
+    holds two or more messages."""
+    off = bank_bursts(bank)
+    if len(off) - 1 == bank.n_units:
+        return bank
+    turns = [bank.turns[int(lo)] if hi - lo == 1 else _burst(bank.turns[int(lo):int(hi)])
+             for lo, hi in zip(off[:-1], off[1:])]
+    vecs = burst_vectors(bank.unit_vecs, off)
+    single = np.diff(off) == 1  # a message alone keeps its stored vector, bit for bit
+    vecs[single] = bank.unit_vecs[off[:-1][single]]
+    thread_offsets = np.searchsorted(off, bank.thread_offsets).astype(np.int64)
+    view = replace(bank, turns=turns, unit_vecs=vecs, thread_offsets=thread_offsets)
+    view.validate()
+    return view
