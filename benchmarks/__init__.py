@@ -85,6 +85,12 @@ SUITE: tuple[Entry, ...] = (
           "selection quality on LoCoMo: the H x B grid, the ablations, the headline table, token budgets",
           ("quality_grid.json", "quality_ablations.json", "quality_headline.json", "quality_tokens.json"),
           "144 s all parts (quality_grid.json)"),
+    Entry("scale-profile", "bench_scale_profile.py",
+          "one long bank (the LoCoMo dev conversations repeated): build, open and select, each process's time and peak RSS",
+          ("scale_profile.json",), "not timed"),
+    Entry("scale-query", "bench_scale_query.py",
+          "per-query latency and throughput against one bank's size (10^3 to 10^6 units), the number of banks and "
+          "the batch size, with a per-step model of the time", ("scale_query.json", "scale_query.png"), "not timed"),
     Entry("select", "bench_select.py",
           "selection throughput of every implementation side by side; sweeps, scaling, seed search "
           "(`--versus TREE`, `--tokens`, `--gpu-target`)",

@@ -100,6 +100,43 @@ def knn_edges_batched(H: np.ndarray, knn: int, threshold: float):
     return out
 
 
+def knn_edges_blocked(H: np.ndarray, knn: int, threshold: float, block: int = 1024):
+    """:func:`knn_edges_batched` of one bank with many threads (``H [J, d]``), row block by row block
+    (``[block, J]`` similarities at a time instead of ``[J, J]``: a bank of 10^6 units has ~10^5
+    threads). Ties to the lower id among the ``k + 8`` best by ``torch.topk``."""
+    import torch
+
+    J = len(H)
+    k_eff = min(knn, max(J - 1, 0))
+    Ht = torch.from_numpy(np.ascontiguousarray(H, dtype=np.float32))
+    src_all, dst_all, w_all = [], [], []
+    for s in range(0, J if k_eff else 0, block):
+        S = Ht[s:s + block] @ Ht.T
+        rows = torch.arange(s, min(s + block, J))
+        S[rows - s, rows] = float("-inf")
+        val, idx = torch.topk(S, min(J, k_eff + 8), dim=1)
+        order = np.lexsort((idx.numpy(), -val.numpy()), axis=1)[:, :k_eff]  # by value, then the lower id
+        v, i = np.take_along_axis(val.numpy(), order, 1), np.take_along_axis(idx.numpy(), order, 1)
+        keep = v >= threshold
+        src_all.append(np.repeat(rows.numpy(), k_eff)[keep.ravel()])
+        dst_all.append(i.ravel()[keep.ravel()])
+        w_all.append(v.ravel()[keep.ravel()])
+    pairs: dict[tuple[int, int], tuple[float, int]] = {(j, j + 1): (1.0, ADJACENT) for j in range(J - 1)}
+    if src_all:
+        for a0, c0, w in zip(np.concatenate(src_all).tolist(), np.concatenate(dst_all).tolist(),
+                             np.concatenate(w_all).tolist()):
+            a, c = (a0, c0) if a0 < c0 else (c0, a0)
+            if (a, c) not in pairs:
+                pairs[(a, c)] = (float(min(max(w, 0.0), 1.0)), SEMANTIC)
+    items = sorted([(p, v) for p, v in pairs.items()] + [((p[1], p[0]), v) for p, v in pairs.items()])
+    return (np.array([p[0][0] for p in items], dtype=np.int64), np.array([p[0][1] for p in items], dtype=np.int64),
+            np.array([p[1][0] for p in items], dtype=np.float32), np.array([p[1][1] for p in items], dtype=np.int8))
+
+
+BLOCKED_THREADS = 4096
+"""Banks with more threads get their kNN edges from :func:`knn_edges_blocked` (``edges="torch"``)."""
+
+
 def make_banks(n_banks: int, units: int = 100, thread_len: float = 8.0, d: int = 384, topics: int = 6,
                noise: float = 0.8, knn: int = 5, threshold: float = 0.5, seed: int = 0, edges: str = "torch",
                prefix: str = "syn", progress: bool = False) -> list[Bank]:
@@ -136,6 +173,10 @@ def make_banks(n_banks: int, units: int = 100, thread_len: float = 8.0, d: int =
         for i, lens in enumerate(lens_all):
             by_J.setdefault(len(lens), []).append(i)
         for J, idx in by_J.items():
+            if J > BLOCKED_THREADS:  # one [J, J] product per bank would not fit
+                for i in idx:
+                    edge_by_bank[i] = knn_edges_blocked(heads_by_bank[i], knn, threshold)
+                continue
             for s in range(0, len(idx), 4096):
                 part = idx[s:s + 4096]
                 res = knn_edges_batched(np.stack([heads_by_bank[i] for i in part]), knn, threshold)

@@ -50,7 +50,14 @@ def count_tokens_many(texts: list[str]) -> list[int]:
     enc = get_tokenizer()
     if len(texts) < 256:  # below this a thread pool costs more than it saves
         return [len(enc.encode_ordinary(t)) for t in texts]
-    return [len(x) for x in enc.encode_ordinary_batch(list(texts))]
+    texts, out = list(texts), []
+    for i in range(0, len(texts), COUNT_BATCH):  # the token lists of one batch at a time: memory bounded
+        out += [len(x) for x in enc.encode_ordinary_batch(texts[i:i + COUNT_BATCH])]
+    return out
+
+
+COUNT_BATCH = 4096
+"""Texts :func:`count_tokens_many` encodes at once (their token lists are held until counted)."""
 
 
 CL100K_PATTERNS = frozenset({

@@ -50,7 +50,11 @@ def _reference(banks, cfg, ids, qs, Z, params):
     return [select_reference(ctx[b], q, z, cfg, p).units for b, q, z, p in zip(ids, qs, Z, params)]
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(map(str, v.values())))
+NO_TABLES = ({"backend": "compiled", "table_max_units": 0}, {"backend": "tensor", "table_max_units": 0})
+"""Banks without per-bank tables: K and the support links' floor formed per query (``engine/pool.py``)."""
+
+
+@pytest.mark.parametrize("variant", VARIANTS + NO_TABLES, ids=lambda v: "-".join(map(str, v.values())))
 def test_engines_pick_what_the_reference_picks_with_facts(views, vqueries, variant):
     ids, qs, Z = vqueries
     params = [MIX[i % len(MIX)] for i in range(len(ids))]
@@ -164,7 +168,7 @@ def test_engines_agree_on_dev_banks_with_locomo_facts(dev_path):
     ids, qs = [b for b, _ in items], [q for _, q in items]
     for qp in (QueryParams(token_budget=400, budget=None), QueryParams(budget=16)):
         ref = _reference(views, SelectConfig(), ids, qs, Z, [qp] * len(ids))
-        for variant in VARIANTS[:3]:
+        for variant in VARIANTS[:3] + NO_TABLES[:1]:  # the last: no per-bank tables, K per query
             got = SelectionEngine(views, SelectConfig(), device="cpu", **variant).select_units(ids, qs, Z, params=qp)
             assert got == ref, variant
         bank = {b.bank_id: b for b in views}

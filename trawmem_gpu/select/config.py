@@ -269,7 +269,8 @@ def _objective_weights() -> tuple[str, ...]:
 @dataclass(frozen=True)
 class EngineConfig:
     """How :class:`~trawmem_gpu.select.engine.SelectionEngine` runs the method. No field changes
-    which units are selected (every backend is tested to pick what ``select_reference`` picks)."""
+    which units are selected (every backend is tested to pick what ``select_reference`` picks),
+    except ``ann_min_units`` for the banks at or above it (approximate search of large banks)."""
 
     device: str | None = None
     """torch device; None = CUDA when present, else CPU."""
@@ -303,10 +304,32 @@ class EngineConfig:
     (cache-sized), 2^24 on CUDA. The compiled backend cuts chunks at ``Qc * U * max(T, 8) <= 2^22``."""
     table_bytes: int = 1 << 31
     """Build the per-bank support-kernel and bridge tables while the banks given at construction
-    need at most this many bytes for them (0: never; the greedy step then forms E E^T per chunk)."""
+    (those of at most ``table_max_units`` units) need at most this many bytes for them (0: never;
+    the greedy step then forms K and the bridge from the candidates' vectors per query)."""
+    table_max_units: int = 2048
+    """Largest bank (in units) that gets the per-bank support-kernel and bridge tables. They hold
+    ``N^2 + N J`` floats, so a bank past this size forms K and the bridge from its candidates'
+    vectors per query instead (``[U, U]`` per query, the same values): the engine's memory stays
+    linear in the bank (``docs/configuration.md``, bank size)."""
     seed_search: Literal["auto", "torch", "faiss"] = "auto"
     """Head-seed search (``seed_score="head"``): faiss or batched per-bank similarity, both
     exact; ``auto`` picks by the thresholds in ``steps/seeds.py``."""
+    ann_min_units: int | None = 200_000
+    """Smallest bank (in units) whose searches are approximate: the compiled front scores a
+    working set of the bank around an approximate faiss index's shortlist instead of every unit
+    (``engine/shortlist.py``), and head seeds come from an approximate index over its heads
+    (``steps/seeds.py``). Smaller banks, the tensor front (CUDA: one exact GEMM) and None: exact.
+    This is the one field of ``EngineConfig`` that may change picks (``docs/configuration.md``,
+    large banks: the candidate pool's recall against exact search and the quality at equal tokens)."""
+    ann_shortlist: int = 512
+    """Units the approximate search proposes per query by cosine (and as many again by BM25)."""
+    ann_nprobe: int = 128
+    """IVF lists probed per query (passed with each search; the lists are chosen by size, ``steps/ann.py``)."""
+    ann_ef_search: int = 64
+    """HNSW search breadth per query (passed with each search; at least the number of results asked for)."""
+    ann_index: Literal["auto", "hnsw", "ivf"] = "auto"
+    """The approximate index: ``hnsw`` (graph, no training), ``ivf`` (k-means lists; on a GPU when
+    faiss has one) or ``auto`` (by size: ``steps.ann.IVF_MIN_VECTORS``)."""
 
     def __post_init__(self):
         _check_choices(self)
@@ -315,6 +338,11 @@ class EngineConfig:
         if self.chunk_elems is not None:
             _at_least("chunk_elems", self.chunk_elems, 1)
         _at_least("table_bytes", self.table_bytes, 0)
+        _at_least("table_max_units", self.table_max_units, 0)
+        if self.ann_min_units is not None:
+            _at_least("ann_min_units", self.ann_min_units, 1)
+        for name in ("ann_shortlist", "ann_nprobe", "ann_ef_search"):
+            _at_least(name, getattr(self, name), 1)
 
     def with_overrides(self, **kw) -> "EngineConfig":
         """A copy with ``kw`` applied; unknown names raise a ConfigError listing the fields."""

@@ -44,7 +44,7 @@ from typing import Callable, Mapping, NamedTuple
 import numpy as np
 
 from ._jit import salt_cache
-from .support import (_is_torch, clip01, restatement_groups, support_floor, support_from_cosine,  # noqa: F401
+from .support import (_is_torch, clip01, restatement_groups, support_floor, support_from_cosine, support_links,  # noqa: F401
                       support_from_cosine_compiled, support_kernel)
 from .unit_inputs import GROUP, UNIT_ATTRIBUTES, ModularInputs, date_seconds, unit_attributes  # noqa: F401
 

@@ -4,6 +4,8 @@ a unit view's support links as a floor of K (:func:`support_floor`), and the res
 links make (:func:`restatement_groups`, read by the group affinity of J)."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ._jit import njit, numba
@@ -72,6 +74,60 @@ def support_floor(bank, cfg) -> np.ndarray | None:
     F[src, dst] = cfg.fact_support
     F[dst, src] = 1.0
     return F
+
+
+class SupportLinks(NamedTuple):
+    """:func:`support_floor` held sparse, by row (CSR over the bank's units): row ``u``'s entries
+    ``col[ptr[u]:ptr[u + 1]]`` with their floors ``val``; memory linear in the links, so a bank of
+    any size keeps its links (a query's ``[U, U]`` floor is :meth:`between` its candidates)."""
+
+    ptr: np.ndarray
+    col: np.ndarray
+    val: np.ndarray
+
+    def between(self, cand: np.ndarray) -> np.ndarray | None:
+        """``[U, U]`` the floor between the ascending units ``cand``: ``support_floor(bank)[ix_(cand,
+        cand)]`` (a pair linked both ways takes the larger floor, 1, as the dense form's order of
+        writes gives it, since ``fact_support <= 1``); None when no link joins two of them."""
+        cand = np.asarray(cand, dtype=np.int64)
+        U = len(cand)
+        start, end = self.ptr[cand], self.ptr[cand + 1]
+        lens = end - start
+        tot = int(lens.sum())
+        if tot == 0:
+            return None
+        row = np.repeat(np.arange(U), lens)
+        idx = np.arange(tot) - np.repeat(np.cumsum(lens) - lens, lens) + np.repeat(start, lens)
+        v = self.col[idx]
+        pos = np.minimum(np.searchsorted(cand, v), U - 1)
+        ok = cand[pos] == v
+        if not ok.any():
+            return None
+        F = np.zeros((U, U))
+        np.maximum.at(F, (row[ok], pos[ok]), self.val[idx[ok]])
+        return F
+
+    def linked(self) -> np.ndarray:
+        """``[N]`` float64 1 where a unit's floor row has an entry above 0 (``support_floor(bank).max(axis=1) > 0``)."""
+        n = len(self.ptr) - 1
+        rows = np.repeat(np.arange(n), np.diff(self.ptr))
+        out = np.zeros(n)
+        out[rows[self.val > 0]] = 1.0
+        return out
+
+
+def support_links(bank, cfg) -> SupportLinks | None:
+    """The :class:`SupportLinks` of ``bank`` (:func:`support_floor`'s entries), None without links."""
+    src, dst = getattr(bank, "support_src", None), getattr(bank, "support_dst", None)
+    if src is None or not len(src):
+        return None
+    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    rows, cols = np.concatenate([src, dst]), np.concatenate([dst, src])
+    vals = np.concatenate([np.full(len(src), float(cfg.fact_support)), np.ones(len(dst))])
+    order = np.lexsort((cols, rows))
+    ptr = np.zeros(bank.n_units + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=bank.n_units), out=ptr[1:])
+    return SupportLinks(ptr, cols[order], vals[order])
 
 
 def _is_torch(x) -> bool:

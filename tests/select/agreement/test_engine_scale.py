@@ -69,10 +69,11 @@ def test_fast_paths_agree_with_reference(syn, kw):
         cfg, qp = SelectConfig(**method), QueryParams(**query)
     ref = _ref(ctx, cfg, ids, qs, Z, qp)
     variants = [dict(backend="tensor"), dict(table_bytes=0), dict(backend="tensor", chunk_elems=5000),
-                dict(backend="tensor", optimizer="plain")]
-    if HAS_NUMBA:
+                dict(backend="tensor", optimizer="plain"), dict(backend="tensor", table_max_units=50)]
+    if HAS_NUMBA:  # table_max_units=50: the 90-unit banks without tables beside the 23-unit ones with
         variants[:0] = [dict(backend="compiled"), dict(backend="compiled", sim="dots"),
-                        dict(backend="compiled", front="tensor")]
+                        dict(backend="compiled", front="tensor"), dict(backend="compiled", table_max_units=50),
+                        dict(backend="compiled", front="tensor", table_bytes=0)]
     for ekw in variants:
         got = SelectionEngine(banks, cfg, device="cpu", **ekw).select_units(ids, qs, Z, params=qp)
         bad = [(i, g, r) for i, (g, r) in enumerate(zip(got, ref)) if g != r]

@@ -16,9 +16,11 @@ Bank isolation is structural: a query's units and threads are addressed by its b
 into the store, never by ids another bank could share.
 
 Memory (dominant terms): the unit vectors (``d`` floats per unit), per-unit scalars, the K and
-bridge tables (``sum_b N_b^2 + N_b J_b`` floats), neighbour lists ``threads * D`` pairs; per batch
-``Q * N`` (affinity) and ``Q * J`` (thread scores) floats; per chunk ``Qc * U * T`` (compiled) or
-``Qc * U * U`` (tensor) floats. :meth:`SelectionEngine.nbytes` counts what the engine holds.
+bridge tables of the banks of at most ``EngineConfig.table_max_units`` units (``N_b^2 + N_b J_b``
+floats each; a larger bank has none and forms its queries' K per query, ``pool.py``), neighbour
+lists ``threads * D`` pairs; per batch ``Q * N`` (affinity) and ``Q * J`` (thread scores) floats; per
+chunk ``Qc * U * T`` (compiled) or ``Qc * U * U`` (tensor) floats. Nothing grows faster than linearly
+in one bank's size. :meth:`SelectionEngine.nbytes` counts what the engine holds.
 """
 from __future__ import annotations
 
@@ -34,13 +36,13 @@ import torch
 from ...store.bank import Bank
 from ..workspace import Workspace, assemble, fit_to_tokens
 from ..config import EngineConfig, SelectConfig
-from ..objective import support_kernel
 from ..params import QueryParams
 from ..steps import roles as step4
 from . import compiled, tensor
 from .batch import Timer, make_batch
 from .masks import roles_count, stage_bridge
 from .plan import Plan, resolve
+from .pool import candidate_gram, query_kernel
 from .tables import Snapshot, TableStore
 
 __all__ = ["SelectionEngine", "EngineConfig"]
@@ -277,11 +279,14 @@ class SelectionEngine:
     # ------------------------------------------------------------------------------------------
     def candidate_sets(self, bank_ids: list[str], questions: list[str], Z,
                        params: QueryParams | Sequence[QueryParams] | None = None) -> list[np.ndarray]:
-        """The candidate units U_q (bank-local ids, ascending) of each query: steps 1-3 only."""
+        """The candidate units U_q (bank-local ids, ascending) of each query: steps 1-3 only, by the
+        front :meth:`select_units` runs (the compiled front's shortlist for large banks included)."""
         if not len(bank_ids):
             return []
         snap = self._store.snapshot
         batch = make_batch(snap, bank_ids, questions, Z, None, self.plan.device, self.plan.dtype, params, self.cfg)
+        if self.plan.front == "compiled" and all(snap.infos[b].plain for b in set(batch.bidx.tolist())):
+            return compiled.candidates(snap, self.plan, self.cfg, self.head, batch)  # as select runs them
 
         def steps_1_3(sub):
             loc = tensor.localize(snap, self.plan, self.cfg, sub, Timer({}, self.plan.device), sub.params[0])
@@ -298,13 +303,12 @@ class SelectionEngine:
         c = torch.as_tensor(np.asarray(cand, dtype=np.int64), device=self.device)
         if self.cfg.kernel == "identity":
             return np.eye(len(c))
-        if self.plan.tables:
+        if snap.off.tab[i]:
             n = int(snap.off.nu[i])
             return torch.take(snap.t["ktab"], int(snap.off.koff[i]) + c[:, None] * n + c[None, :]).double().cpu().numpy()
-        gid = int(snap.off.uo[i]) + c
-        E = snap.t["unit_vecs"][gid]
-        lt = snap.t["unit_thread"][gid]
-        return support_kernel(E @ E.T, lt[:, None] == lt[None, :], self.cfg).double().cpu().numpy()
+        lt = snap.t["unit_thread"][int(snap.off.uo[i]) + c]
+        cand = np.asarray(cand, dtype=np.int64)
+        return query_kernel(snap, self.cfg, i, cand, candidate_gram(snap, i, cand), lt).double().cpu().numpy()
 
     def table_nbytes(self) -> int:
         """Bytes held by the per-bank K and bridge tables (0 when they are not built)."""

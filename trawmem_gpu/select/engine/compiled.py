@@ -20,23 +20,23 @@ steps are the specification these loops are tested against.
 from __future__ import annotations
 
 import time
-from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from .._jit import njit
-from ..objective import LAMBDA_M, LAMBDA_R, TAU, ModularInputs, modular_gain, support_from_cosine_compiled, \
-    weight_columns
+from ..objective import LAMBDA_M, LAMBDA_R, TAU, support_from_cosine_compiled
 from ..steps import candidates as step3, mask as step_mask, relevance as step3r, roles as step4
 from ..steps.greedy.compiled import W_COV, W_ROLE, W_THR, FusedWeights
-from ..steps.greedy import CompiledQuery, GreedyScratch, KSource, StopRule, best_of_two_compiled, config_rule, \
-    lazy_greedy_one, pick_limit
-from ..steps.priority import effective_budget, gravity_one, unit_cost_compiled
-from ..steps.propagation import PropagationParams, ThreadGraph, ThreadScratch, propagate_one, propagation_params, \
-    query_sizes
+from ..steps.greedy import CompiledQuery, GreedyScratch, KSource, StopRule, best_of_two_compiled, lazy_greedy_one
+from ..steps.priority import gravity_one, unit_cost_compiled
+from ..steps.propagation import PropagationParams, ThreadScratch, propagate_one, propagation_params, query_sizes
 from .batch import QueryBatch, Timer
+from . import shortlist
+from .compiled_args import (Candidates, FrontBatch, FrontTables, StageBatch, front_tables,  # noqa: F401
+                            stage_batch, stage_params, stage_tables)
 from .masks import front_masks, roles_count, stage_bridge
+from .pool import POOL_ELEMS, query_tables, stage_parts
 from .tables import Snapshot
 
 FRONT_ROWS = 1 << 20
@@ -44,120 +44,32 @@ FRONT_ROWS = 1 << 20
 
 
 # ----------------------------------------------------------------------------------------------
-# the loops' arguments
-# ----------------------------------------------------------------------------------------------
-class FrontTables(NamedTuple):
-    ult: np.ndarray
-    """[units] bank-local thread of every stored unit."""
-    nbr: np.ndarray
-    nbw: np.ndarray
-    bm_data: np.ndarray
-    bm_idx: np.ndarray
-    bm_ptr: np.ndarray
-
-
-class FrontBatch(NamedTuple):
-    bidx: np.ndarray
-    cos: np.ndarray
-    """Flat cosines: query q's units at ``coff[q] : coff[q] + nu[bidx[q]]``."""
-    coff: np.ndarray
-    tok_ptr: np.ndarray
-    """CSR over ``tok_ids``: each query's BM25 columns (``col0[b] + term``), in token order."""
-    tok_ids: np.ndarray
-    mask: np.ndarray  # flat bool as ``cos``: the units a query's mask keeps (``engine.masks.front_masks``)
-    masked: np.ndarray  # [Q] the query has a mask
-
-
-class Candidates(NamedTuple):
-    """Steps 1-3 output per query row (written by :func:`front_loop`)."""
-
-    cand: np.ndarray
-    """[Qc, U] bank-local candidate units, ascending."""
-    n_cand: np.ndarray
-    lt: np.ndarray
-    """[Qc, U] neighbourhood position of each candidate's thread."""
-    alpha: np.ndarray
-    hthread: np.ndarray
-    """[Qc, T] the neighbourhood's bank-local threads, ascending (-1 pad)."""
-    rvec: np.ndarray
-    """[Qc, T] their r~ (0 pad)."""
-    n_h: np.ndarray
-    tpos: np.ndarray
-    """[Qc, J] a bank thread's neighbourhood position, -1 outside."""
-
-
-class StageTables(NamedTuple):
-    ktab: np.ndarray
-    btab: np.ndarray
-    head_sim: np.ndarray
-    temporal: np.ndarray
-    position: np.ndarray
-    d_in: np.ndarray
-    graph: ThreadGraph
-    tok_unit: np.ndarray
-    """[units] token cost of every stored unit (``workspace.TokenCosts``; 0 without a token budget)."""
-    tok_head: np.ndarray  # [threads] heading token cost of every stored thread
-    tok_hrun: np.ndarray  # [threads] the bank-local first thread of every stored thread's heading run
-    linked: np.ndarray  # [units] 1 where a unit has a support link
-
-
-class StageBatch(NamedTuple):
-    """Steps 4-7 input per query row: its bank, the candidates (see :class:`Candidates`), J's
-    modular part, the demand (``Mq``, ``delta``), the weights ``W [Qc, len(QUERY_WEIGHTS)]``, B_q
-    of the priority cap, the pick limit and the token budget."""
-
-    bidx: np.ndarray
-    cand: np.ndarray
-    n_cand: np.ndarray
-    lt: np.ndarray
-    alpha: np.ndarray
-    modular: np.ndarray
-    hthread: np.ndarray
-    rvec: np.ndarray
-    n_h: np.ndarray
-    tpos: np.ndarray
-    Mq: np.ndarray
-    delta: np.ndarray
-    W: np.ndarray
-    budget: np.ndarray
-    limit: np.ndarray
-    capacity: np.ndarray
-    """[Qc] each query's token budget T (``inf``: none)."""
-    bridge: np.ndarray  # [Qc, U] the bridge of the queries ``own`` marks (``engine.masks.stage_bridge``)
-    own: np.ndarray  # [Qc] bool; the other queries' bridge is read off ``btab``
-
-
-class StageParams(NamedTuple):
-    T_R: float
-    c_hop: float
-    cross_thread: bool
-    identity: bool
-    k_shift: float
-    stop_coverage: float
-    keys: int
-    """Knapsack greedy keys (``SelectConfig.knapsack``): -1 both (the better kept), 0 gain, 1 gain per token."""
-
-
-def stage_params(cfg) -> StageParams:
-    keys = {None: -1, False: 0, True: 1}[cfg.knapsack_ratio]
-    return StageParams(float(cfg.T_R), float(cfg.c_hop), bool(cfg.cross_thread), cfg.kernel == "identity",
-                       float(cfg.k_shift), float(cfg.stop_coverage), keys)
-
-
-def front_tables(snap: Snapshot) -> FrontTables:
-    n = snap.np
-    return FrontTables(n["unit_thread"], n["nbr"], n["nbw"], n["bm_data"], n["bm_idx"], n["bm_ptr"])
-
-
-def stage_tables(snap: Snapshot) -> StageTables:
-    n = snap.np
-    return StageTables(n["ktab"], n["btab"], n["head_sim"], n["temporal"], n["position"], n["d_in"], ThreadGraph(
-        n["nbr"], n["nbw"], snap.dummy_thread), n["tok_unit"], n["tok_head"], n["tok_hrun"], n["linked"])
-
-
-# ----------------------------------------------------------------------------------------------
 # the loops
 # ----------------------------------------------------------------------------------------------
+@njit(cache=True, nogil=True, inline="always")
+def _query_mask(x, q, c0, m, vals, bm, ones):  # pragma: no cover - compiled
+    """``(live, given)`` of query ``q`` of :func:`front_loop`: with a mask, its failing units hidden
+    from the affinity's ranks and maxima (``steps.mask.hide_failing``), ``live`` its entries and no
+    given ranks (ranked among the passing units of its units); without, every unit live and the
+    ranks ``x.ranks`` gives (a shortlist's, or none)."""
+    if x.masked[q]:
+        step_mask.hide_failing(vals, bm, x.mask, c0, m)
+        return x.mask[c0:c0 + m], step3.given_slice(x.ranks, c0, 0)
+    return ones[:m], step3.given_slice(x.ranks, c0, m)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _graph_threads(x, q, n, tlive):  # pragma: no cover - compiled
+    """Query ``q``'s thread graph in ``tlive[:n]`` after ``steps.mask.unit_seeds``: every thread
+    without a mask (over a shortlist too: a thread outside it may be reached, then joins it); a
+    masked query over a shortlist: ``x.tlive[q]``, the bank's threads with a passing unit (the
+    restricted bank's threads); a masked query over its whole bank: those ``unit_seeds`` found."""
+    if not x.masked[q]:
+        tlive[:n] = True
+    elif x.tlive.shape[0] > 0:
+        tlive[:n] = x.tlive[q, :n]
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def front_loop(tab, off, x, rrf_k, p, sizes, learned, ltab, lq, out):  # pragma: no cover - compiled
     """Steps 1-3 per query (see the module docstring): ``tab`` :class:`FrontTables`, ``off``
@@ -199,14 +111,13 @@ def front_loop(tab, off, x, rrf_k, p, sizes, learned, ltab, lq, out):  # pragma:
         c0, u0 = x.coff[q], off.uo[b]
         for j in range(m):
             vals[j] = x.cos[c0 + j]
-        if x.masked[q]:  # a filter's mask: its failing units out of the affinity's ranks and maxima
-            step_mask.hide_failing(vals, bm, x.mask, c0, m)
-        live = x.mask[c0:c0 + m] if x.masked[q] else ones[:m]
+        live, given = _query_mask(x, q, c0, m, vals, bm, ones)  # a filter's mask: failing units hidden
         if learned:
-            step3r.learned_row(vals, m, bm, bmbits, u0, ltab, lq, q, alpha, rs, rc, rb, live)
+            step3r.learned_row(vals, m, bm, bmbits, u0, ltab, lq, q, alpha, rs, rc, rb, given, live)
         else:
-            step3.rrf_row(vals, m, bm, bmbits, rrf_k, alpha, rs)
+            step3.rrf_row(vals, m, bm, bmbits, rrf_k, alpha, rs, rc, rb, given)
         step_mask.unit_seeds(alpha, m, tab.ult, u0, live, n, r0, tlive)  # step 1: best-unit seed scores (passing units)
+        _graph_threads(x, q, n, tlive)
         # step 2: propagation and the capped neighbourhood
         pq = PropagationParams(sizes.n_seeds[q], sizes.cap[q], sizes.hops[q], p.gamma, p.paper)
         propagate_one(r0, n, off.to[b], tab.nbr, tab.nbw, pq, ts, r, in_h, tlive)
@@ -237,10 +148,13 @@ def front_loop(tab, off, x, rrf_k, p, sizes, learned, ltab, lq, out):  # pragma:
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
+def stage_loop(tab, off, x, p, qt, sel, n_sel):  # pragma: no cover - compiled
     """Steps 4-7 per query (see the module docstring): ``tab`` :class:`StageTables`, ``off``
-    ``tables.Offsets``, ``x`` :class:`StageBatch`, ``p`` :class:`StageParams`; writes the picks
-    (candidate slots) to ``sel [Qc, B]`` and their number to ``n_sel``."""
+    ``tables.Offsets``, ``x`` :class:`StageBatch`, ``p`` :class:`StageParams`, ``qt``
+    ``pool.QueryTables`` (K and the bridge of the queries whose bank has no tables); a masked query
+    of a bank with tables whose mask cut a thread reads its bridge from ``x.bridge`` (``x.own``,
+    ``engine.masks.stage_bridge``); writes the picks (candidate slots) to ``sel [Qc, B]`` and their
+    number to ``n_sel``."""
     Q, U = x.cand.shape
     T = x.hthread.shape[1]
     R = x.Mq.shape[1]
@@ -267,6 +181,7 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
     prev_run = -1
     other = np.empty(sel.shape[1], np.int64)
     mark = np.zeros(U1, np.bool_)
+    iota = np.arange(U1)
     no_support = p.identity or not p.cross_thread  # K is 0 across threads: no bound from the other threads
     links = not p.identity  # a unit with a support link (a fact, its source) may have K = 1 in any thread
     k_shift = p.k_shift
@@ -283,6 +198,7 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
         lam_m, lam_r, tau = w[LAMBDA_M], w[LAMBDA_R], w[TAU]
         uo, boff, jb = off.uo[b], off.boff[b], off.nt[b]  # the bank's rows (locals: loaded once per query)
         cq = x.cand[q, :n]
+        pooled = qt.bq_off[q] >= 0  # K and the bridge formed from the candidates (pool.py), not read off tables
         # steps 5-6: gravity of each neighbourhood thread
         for i in range(nt):
             hrows[i] = off.to[b] + x.hthread[q, i]
@@ -300,7 +216,7 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
             kr = kub[u * T:(u + 1) * T]  # K(u, v) <= kr[j] for every unit v of neighbourhood thread j
             for j in range(nt):
                 if j != t:
-                    c = tab.btab[brow + x.hthread[q, j]]
+                    c = qt.bq[qt.bq_off[q] + u * nt + j] if pooled else tab.btab[brow + x.hthread[q, j]]
                     if c > br:
                         br = c
                     kr[j] = 1.0 if links and tab.linked[gl] > 0 else 0.0 if no_support else support_from_cosine_compiled(c, k_shift)
@@ -342,7 +258,10 @@ def stage_loop(tab, off, x, p, sel, n_sel):  # pragma: no cover - compiled
                 prev_run = run
             for u in range(n):
                 hkey[u] = kpos[x.lt[q, u]]
-        ks = KSource(tab.ktab, off.koff[b], off.nu[b], cq, p.identity)
+        if pooled:
+            ks = KSource(qt.kq, qt.kq_off[q], n, iota, p.identity)
+        else:
+            ks = KSource(tab.ktab, off.koff[b], off.nu[b], cq, p.identity)
         cw = FusedWeights(w[W_COV], w[W_ROLE], w[W_THR])
         rule = StopRule(lim, p.stop_coverage, lim, None)
         g = CompiledQuery(pq[:n], rho[:n], x.delta[q], x.modular[q, :n], x.lt[q, :n], um[:n], bound[:n], ks, cw,
@@ -365,53 +284,20 @@ def run_stage(snap: Snapshot, cfg, x: StageBatch) -> tuple[np.ndarray, np.ndarra
     sel = np.full((Q, width), -1, dtype=np.int64)
     n_sel = np.zeros(Q, dtype=np.int64)
     tab = snap.lazy("stage_tables", lambda: stage_tables(snap))
-    stage_loop(tab, snap.off, x, stage_params(cfg), sel, n_sel)
+    for a, b in stage_parts(snap, x.bidx, x.n_cand, POOL_ELEMS):  # K formed per query: bounded parts
+        part = x if (a, b) == (0, Q) else StageBatch(*(f[a:b] for f in x))
+        stage_loop(tab, snap.off, part, stage_params(cfg), query_tables(snap, cfg, x, a, b), sel[a:b], n_sel[a:b])
     return sel, n_sel
-
-
-def stage_batch(snap: Snapshot, cfg, cols: dict, Mq, delta, W: np.ndarray, now: np.ndarray, unit_cap: np.ndarray,
-                pool: np.ndarray, capacity: np.ndarray) -> StageBatch:
-    """A :class:`StageBatch` from NumPy columns (``cols``: the :class:`Candidates` fields and
-    ``bidx``, and ``bridge`` / ``own`` of a masked chunk, ``engine.masks.stage_bridge``); J's modular
-    part from ``objective.modular_gain``, B_q and the limit from the rule;
-    per query (``[Qc]``): ``unit_cap`` B (0 = no cap), ``pool`` ``QueryParams.pool_budget``,
-    ``capacity`` T (``inf`` = none)."""
-    c = {k: np.ascontiguousarray(v) for k, v in cols.items()}
-    n_cand, cand = c["n_cand"], c["cand"]
-    def attrs():  # the candidates' unit attributes, gathered only if a term with a weight reads them
-        valid = np.arange(cand.shape[1])[None, :] < n_cand[:, None]
-        return snap.np["attrs"][snap.off.uo[c["bidx"]][:, None] + np.where(valid, cand, 0)]
-
-    modular = modular_gain(ModularInputs(c["alpha"], attrs, now[:, None]), weight_columns(W), cfg)
-    budget = effective_budget(np.asarray(pool, dtype=np.int64), n_cand)
-    limit = pick_limit(config_rule(cfg, np.asarray(unit_cap, dtype=np.int64), n_cand), n_cand)
-    return StageBatch(bidx=c["bidx"], cand=cand, n_cand=n_cand, lt=c["lt"], alpha=c["alpha"],
-                      modular=np.ascontiguousarray(modular), hthread=c["hthread"], rvec=c["rvec"], n_h=c["n_h"],
-                      tpos=c["tpos"], Mq=np.ascontiguousarray(Mq), delta=np.ascontiguousarray(delta),
-                      W=np.ascontiguousarray(W), budget=budget.astype(np.int64), limit=np.asarray(limit, np.int64),
-                      capacity=np.ascontiguousarray(capacity, dtype=np.float64),
-                      bridge=c.get("bridge", np.zeros((1, 1))), own=c.get("own", np.zeros(len(n_cand), np.bool_)))
 
 
 def select(snap: Snapshot, plan, cfg, head, batch: QueryBatch, pool, timer: Timer) -> list[list[int]]:
     """All steps with the compiled front and stage (see the module docstring); picks per query in
     input order. ``pool``: a thread pool for ``plan.threads > 1`` workers, or None."""
     Q = len(batch)
-    order = np.argsort(batch.bidx, kind="stable")
-    chunk = max(1, FRONT_ROWS // max(1, snap.max_units))
-    workers = max(1, min(plan.threads, Q))
-    if workers > 1:
-        chunk = min(chunk, max(16, -(-Q // (4 * workers))))
     out: list[list[int] | None] = [None] * Q
     timer.lap("text")  # (input checks)
     t0 = time.perf_counter()
-    bm = snap.bm25
-    texts = []
-    for s in range(0, Q, chunk):
-        rows = order[s:s + chunk]
-        qtext = [batch.questions[i] for i in rows.tolist()]
-        ptr, ids, _slow = step3.bm25_columns(batch.bidx[rows].tolist(), qtext, bm.vocabs, bm.plain, bm.store.col0)
-        texts.append((rows, (ptr, ids), step4.demand(qtext, cfg, head), _learned_queries(snap, cfg, batch, rows, qtext)))
+    texts = _texts(snap, plan, cfg, head, batch)
     timer.out["text"] = timer.out.get("text", 0.0) + time.perf_counter() - t0
     Zn = batch.Z.numpy()
     pending = [_chunk(snap, plan, cfg, batch, Zn, *t) if pool is None else pool.submit(_chunk, snap, plan, cfg, batch,
@@ -427,6 +313,46 @@ def select(snap: Snapshot, plan, cfg, head, batch: QueryBatch, pool, timer: Time
     return out  # type: ignore[return-value]
 
 
+def candidates(snap: Snapshot, plan, cfg, head, batch: QueryBatch) -> list[np.ndarray]:
+    """Steps 1-3 only, as :func:`select` runs them: each query's candidates (bank-local, ascending)."""
+    out: list = [None] * len(batch)
+    Zn = batch.Z.numpy()
+    for rows, cols, _demand, lq in _texts(snap, plan, cfg, head, batch):
+        c, _ = _front(snap, plan, cfg, batch, Zn, rows, cols, lq, lambda name: None)
+        for i, q in enumerate(rows.tolist()):
+            out[q] = np.sort(c.cand[i, :c.n_cand[i]])
+    return out
+
+
+def _texts(snap: Snapshot, plan, cfg, head, batch: QueryBatch) -> list[tuple]:
+    """The batch in chunks (bank-sorted; the banks searched over a shortlist in chunks of their
+    own) with each chunk's text work: ``(rows, BM25 columns, demand, learned cues)``."""
+    Q = len(batch)
+    approx = _approximate(snap, plan, batch.bidx)  # banks searched over a shortlist (shortlist.py) run apart
+    order = np.lexsort((batch.bidx, approx))
+    chunk = max(1, FRONT_ROWS // max(1, int(snap.off.nu[batch.bidx].max())))  # the batch's banks, not the largest stored
+    workers = max(1, min(plan.threads, Q))
+    if workers > 1:
+        chunk = min(chunk, max(16, -(-Q // (4 * workers))))
+    n_exact = int((~approx).sum())
+    cuts = sorted(set(range(0, n_exact, chunk)) | set(range(n_exact, Q, max(chunk, 64))))
+    bm = snap.bm25
+    texts = []
+    for s, e in zip(cuts, cuts[1:] + [Q]):
+        rows = order[s:e]
+        qtext = [batch.questions[i] for i in rows.tolist()]
+        ptr, ids, _slow = step3.bm25_columns(batch.bidx[rows].tolist(), qtext, bm.vocabs, bm.plain, bm.store.col0)
+        texts.append((rows, (ptr, ids), step4.demand(qtext, cfg, head), _learned_queries(snap, cfg, batch, rows, qtext)))
+    return texts
+
+
+def _approximate(snap: Snapshot, plan, bidx: np.ndarray) -> np.ndarray:
+    """``[Q]`` bool: the query's bank is searched over a shortlist (``EngineConfig.ann_min_units``)."""
+    if plan.ann_min_units is None:
+        return np.zeros(len(bidx), dtype=bool)
+    return snap.off.nu[bidx] >= plan.ann_min_units
+
+
 def _learned_queries(snap: Snapshot, cfg, batch: QueryBatch, rows: np.ndarray, qtext: list[str]):
     """The ``learned`` affinity's question cues of a chunk (text work, on the calling thread), or
     an empty one for the ``rrf`` affinity."""
@@ -440,8 +366,7 @@ def _learned_queries(snap: Snapshot, cfg, batch: QueryBatch, rows: np.ndarray, q
 
 
 def _chunk(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: np.ndarray, cols, demand, lq):
-    """One chunk of :func:`select` (``rows``: query indices, bank-sorted): the cosines (one GEMM
-    per bank, or per-query dots when banks average fewer than 8 queries), :func:`front_loop` and
+    """One chunk of :func:`select` (``rows``: query indices, bank-sorted): :func:`_front`, then
     :func:`stage_loop`. Returns ``(rows, picks, stage seconds)``."""
     times: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -452,24 +377,32 @@ def _chunk(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: n
         times[name] = times.get(name, 0.0) + now - t0
         t0 = now
 
+    c, sz = _front(snap, plan, cfg, batch, Zn, rows, cols, lq, lap)
+    delta, Mq, W = demand
+    bidx = batch.bidx[rows]
+    cc = dict(c._asdict(), bidx=bidx)
+    masked = np.array([batch.masks is not None and batch.masks[q] is not None for q in rows.tolist()], dtype=bool)
+    if masked.any():  # a mask may cut a thread of a bank with tables: those queries' bridge from their candidates
+        cc.update(stage_bridge(snap, cc, masked & roles_count(W)))
+    sb = stage_batch(snap, cfg, cc, Mq, delta, W, batch.now[rows], sz["unit_cap"], sz["pool"], sz["capacity"])
+    sel, n_sel = run_stage(snap, cfg, sb)
+    lap("select")
+    picks = [c.cand[i, sel[i, :n_sel[i]]].tolist() for i in range(len(rows))]
+    lap("output")
+    return rows, picks, times
+
+
+def _front(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: np.ndarray, cols, lq, lap):
+    """Steps 1-3 of a chunk: the cosines (one GEMM per bank, or per-query dots when banks average
+    fewer than 8 queries) and :func:`front_loop`, or for large banks the shortlist's front
+    (:func:`_front_shortlist`). Returns ``(Candidates with bank-local units, the chunk's sizes)``."""
     off = snap.off
     bidx = batch.bidx[rows]
     Qc = len(rows)
-    nu = off.nu[bidx]
-    coff = np.zeros(Qc, dtype=np.int64)
-    np.cumsum(nu[:-1], out=coff[1:])
-    cos = np.empty(int(nu.sum()))
-    Zc = np.ascontiguousarray(Zn[rows])
-    cut = np.flatnonzero(np.diff(bidx)) + 1
-    starts, ends = np.concatenate([[0], cut]), np.concatenate([cut, [Qc]])
-    if plan.sim == "dots" or (plan.sim == "auto" and len(starts) * 8 > Qc):
-        step3.own_dots(Zc, snap.np["unit_vecs"], off.uo, off.nu, bidx, coff, cos)
-    else:
-        Zc_t, vecs = torch.from_numpy(Zc), snap.t["unit_vecs"]
-        for a, e in zip(starts.tolist(), ends.tolist()):
-            n, uo, o = int(nu[a]), int(off.uo[bidx[a]]), int(coff[a])
-            torch.mm(Zc_t[a:e], vecs[uo:uo + n].T, out=torch.from_numpy(cos[o:o + (e - a) * n]).view(e - a, n))
-    lap("similarity")
+    approx = bool(_approximate(snap, plan, bidx[:1])[0])  # a chunk is all exact or all approximate
+    if not approx:
+        cos, coff = _similarity(snap, plan, bidx, np.ascontiguousarray(Zn[rows]))
+        lap("similarity")
     J = int(off.nt[bidx].max())
     sz = {k: v[rows] for k, v in batch.sizes.items()}  # the chunk's per-query sizes
     threads = sz["threads"]  # most neighbourhood threads of each query
@@ -479,19 +412,67 @@ def _chunk(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: n
     c = Candidates(cand=np.empty((Qc, Ub), np.int64), n_cand=np.empty(Qc, np.int64), lt=np.empty((Qc, Ub), np.int64),
                    alpha=np.zeros((Qc, Ub)), hthread=np.empty((Qc, T), np.int64), rvec=np.empty((Qc, T)),
                    n_h=np.empty(Qc, np.int64), tpos=np.empty((Qc, J), np.int64))
-    x = FrontBatch(bidx, cos, coff, *cols, *front_masks(batch.masks, rows, nu, coff))
-    front_loop(snap.lazy("front_tables", lambda: front_tables(snap)), off, x, float(cfg.rrf_k),
-               propagation_params(cfg, batch.params[int(rows[0])], J),
-               query_sizes(sz["n_seeds"], sz["cap"], sz["hops"], J), cfg.affinity == "learned",
-               snap.lazy("learned_tables", lambda: step3r.learned_tables(snap.np)), lq, c)
+    pp, qs = propagation_params(cfg, batch.params[int(rows[0])], J), query_sizes(sz["n_seeds"], sz["cap"], sz["hops"], J)
+    masks = None if batch.masks is None else [batch.masks[q] for q in rows.tolist()]
+    if approx:
+        _front_shortlist(snap, plan, cfg, np.ascontiguousarray(Zn[rows]), bidx, (cols, lq), (pp, qs), c, lap, masks)
+    else:
+        x = FrontBatch(bidx, cos, coff, *cols, *front_masks(masks, np.arange(Qc), off.nu[bidx], coff))
+        front_loop(snap.lazy("front_tables", lambda: front_tables(snap)), off, x, float(cfg.rrf_k), pp, qs,
+                   cfg.affinity == "learned", snap.lazy("learned_tables", lambda: step3r.learned_tables(snap.np)),
+                   lq, c)
     lap("localize")
-    delta, Mq, W = demand
-    cc = dict(c._asdict(), bidx=bidx)
-    if x.masked.any():  # a mask may cut a thread: those queries' bridge from their candidates
-        cc.update(stage_bridge(snap, cc, x.masked & roles_count(W)))
-    sb = stage_batch(snap, cfg, cc, Mq, delta, W, batch.now[rows], sz["unit_cap"], sz["pool"], sz["capacity"])
-    sel, n_sel = run_stage(snap, cfg, sb)
-    lap("select")
-    picks = [c.cand[i, sel[i, :n_sel[i]]].tolist() for i in range(Qc)]
-    lap("output")
-    return rows, picks, times
+    return c, sz
+
+
+def _similarity(snap: Snapshot, plan, bidx: np.ndarray, Zc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The chunk's query-unit cosines over each query's whole bank, flat (``FrontBatch.cos``), and
+    each query's offset: one GEMM per bank, or per-query dots when banks average fewer than 8 queries."""
+    off = snap.off
+    Qc = len(bidx)
+    nu = off.nu[bidx]
+    coff = np.zeros(Qc, dtype=np.int64)
+    np.cumsum(nu[:-1], out=coff[1:])
+    cos = np.empty(int(nu.sum()))
+    cut = np.flatnonzero(np.diff(bidx)) + 1
+    starts, ends = np.concatenate([[0], cut]), np.concatenate([cut, [Qc]])
+    if plan.sim == "dots" or (plan.sim == "auto" and len(starts) * 8 > Qc):
+        step3.own_dots(Zc, snap.np["unit_vecs"], off.uo, off.nu, bidx, coff, cos)
+    else:
+        Zc_t, vecs = torch.from_numpy(Zc), snap.t["unit_vecs"]
+        for a, e in zip(starts.tolist(), ends.tolist()):
+            n, uo, o = int(nu[a]), int(off.uo[bidx[a]]), int(coff[a])
+            torch.mm(Zc_t[a:e], vecs[uo:uo + n].T, out=torch.from_numpy(cos[o:o + (e - a) * n]).view(e - a, n))
+    return cos, coff
+
+
+def _front_shortlist(snap: Snapshot, plan, cfg, Zc: np.ndarray, bidx: np.ndarray, text: tuple, sizes, c: Candidates,
+                     lap, masks: list | None = None) -> None:
+    """Steps 1-3 of a chunk of queries on large banks over their working sets (``shortlist.py``):
+    :func:`front_loop` with each query's working set as its bank, grown by the neighbourhood
+    threads it lacks, then the candidates mapped back to bank-local units (written to ``c``).
+    ``text``: the chunk's ``(BM25 columns, learned cues)``; ``masks``: per query its bank's unit mask or None (``shortlist.py``, masked queries: the
+    working set is proposed among the passing units, the mask is read at its units, the ranks are
+    among its passing units and the thread graph is the bank's threads with a passing unit)."""
+    learned = cfg.affinity == "learned"
+    cols, lq = text
+    W = shortlist.working_sets(snap, plan, Zc, bidx, cols, learned, masks)
+    tlive = shortlist.live_threads(snap, bidx, masks)
+    lap("similarity")
+    for _ in range(shortlist.ROUNDS):
+        tables, off, cos, coff, tptr, tids, ranks, ltab, lqc = shortlist.compact(snap, Zc, bidx, W, cols, lq, learned)
+        wmasks = None if masks is None else [None if m is None else m[w.units] for m, w in zip(masks, W)]
+        x = FrontBatch(np.arange(len(bidx)), cos, coff, tptr, tids,
+                       *front_masks(wmasks, np.arange(len(bidx)), off.nu, coff), ranks, tlive)
+        front_loop(FrontTables(*tables), off, x, float(cfg.rrf_k), *sizes, learned, ltab, lqc, c)
+        grew = False
+        for q, b in enumerate(bidx.tolist()):
+            offs = snap.infos[b].bank.thread_offsets
+            miss = shortlist.missing_threads(offs, W[q].units, c.hthread[q, :c.n_h[q]])
+            if len(miss):
+                W[q], grew = W[q]._replace(units=np.union1d(W[q].units, shortlist.threads_units(offs, miss))), True
+        if not grew:
+            break
+    for q in range(len(bidx)):
+        n = int(c.n_cand[q])
+        c.cand[q, :n] = W[q].units[c.cand[q, :n]]

@@ -3,7 +3,8 @@ the backends read, kept apart from the loops so the unmasked path is the one it 
 
 * :func:`front_masks`: a chunk's masks laid out like its flat cosines (the compiled front loop);
 * :func:`partial_rows`: which queries hold, in their neighbourhood, a thread with a failing unit;
-* :func:`stage_bridge`: for those queries the bridge feature from their candidates' cosines. The
+* :func:`stage_bridge`: for those queries the bridge feature from their candidates' cosines (banks
+  with tables only: a bank without forms it from the candidates anyway, ``pool.py``). The
   per-bank bridge table holds each unit's best cosine to *every* unit of a thread, the reference's
   bridge is the best cosine to a *candidate* of another thread; the two agree while a thread's
   units are all candidates, which a mask breaks. The table still bounds K from above (a maximum
@@ -51,10 +52,11 @@ def thread_lengths(snap) -> np.ndarray:
 
 def partial_rows(snap, bidx: np.ndarray, lt: np.ndarray, n_cand: np.ndarray, hthread: np.ndarray, n_h: np.ndarray,
                  masked: np.ndarray) -> np.ndarray:
-    """``[Qc]`` bool: the masked queries whose neighbourhood holds a thread with fewer candidates
-    than units (a thread a mask cut)."""
+    """``[Qc]`` bool: the masked queries of banks with tables whose neighbourhood holds a thread
+    with fewer candidates than units (a thread a mask cut). A bank without tables (``pool.py``)
+    forms every query's bridge from its candidates, the passing units, already."""
     out = np.zeros(len(bidx), dtype=bool)
-    rows = np.flatnonzero(masked)
+    rows = np.flatnonzero(np.asarray(masked, dtype=bool) & (snap.off.tab[bidx] != 0))
     if not len(rows):
         return out
     tl = thread_lengths(snap)

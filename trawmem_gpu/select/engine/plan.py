@@ -18,6 +18,7 @@ from ..config import EngineConfig, SelectConfig
 from ..objective import COVERAGE_TERMS, fused_terms
 from ..steps.candidates import uses_bm25
 from ..steps.priority import HAS_TRITON
+from ..steps.seeds import faiss_available
 from .tables import Layout, table_bytes_needed
 
 
@@ -38,7 +39,7 @@ class Plan:
     threads: int
     chunk_elems: int
     tables: bool
-    """The per-bank K and bridge tables are built."""
+    """The per-bank K and bridge tables are built (for banks of at most ``table_units`` units)."""
     seed_search: str
     lexical: bool
     """The affinity reads BM25."""
@@ -57,9 +58,19 @@ class Plan:
     greedy_tokens: str = "torch"
     """The greedy op of queries with a token budget: always the torch ops (``torch``) on the tensor
     backend: the Triton kernel has no knapsack; the compiled greedy has it (``compiled``)."""
+    table_units: int | None = None
+    """``EngineConfig.table_max_units``: a larger bank gets no K and bridge tables."""
+    ann_min_units: int | None = None
+    """Banks of at least this many units are searched approximately (``EngineConfig.ann_min_units``;
+    None: never). The fields below are ``EngineConfig``'s ``ann_*`` (``resolve`` copies them)."""
+    ann_shortlist: int = 0
+    ann_nprobe: int = 0
+    ann_ef_search: int = 0
+    ann_kind: str = "auto"
 
     def layout(self, dim: int) -> Layout:
-        return Layout(self.device, self.dtype, dim, self.tables, self.lexical, self.heads, self.relevance)
+        return Layout(self.device, self.dtype, dim, self.tables, self.lexical, self.heads, self.relevance,
+                      table_units=self.table_units)
 
 
 def _kernels_importable() -> bool:
@@ -103,13 +114,13 @@ def resolve(ec: EngineConfig, cfg: SelectConfig, banks) -> Plan:
         kernels = "triton" if (not cpu and HAS_TRITON and _kernels_importable() and not triton_terms) else "torch"
     elif kernels == "triton" and triton_terms:
         raise ConfigError(f"kernels='triton' does not apply: {triton_terms}")
-    tables = table_bytes_needed(banks, cfg, dtype.itemsize) <= ec.table_bytes
+    tables = ec.table_bytes > 0 and (table_bytes_needed(banks, cfg, dtype.itemsize, ec.table_max_units)
+                                     <= ec.table_bytes)
     compiled_terms = fused_terms_apply(fused_terms("numba"), cfg)
-    compiled_ok = cpu and kernels != "triton" and tables and HAS_NUMBA and not compiled_terms
+    compiled_ok = cpu and kernels != "triton" and HAS_NUMBA and not compiled_terms
     backend = ec.backend if ec.backend != "auto" else ("compiled" if compiled_ok else "tensor")
     if backend == "compiled" and not compiled_ok:
-        why = compiled_terms or ("it needs a CPU device, numba, kernels other than 'triton', and the per-bank "
-                                 "tables (banks too large for table_bytes)")
+        why = compiled_terms or "it needs a CPU device, numba and kernels other than 'triton'"
         raise ConfigError(f"backend='compiled' does not apply: {why}")
     why = compiled_front_applies(cfg, dtype, ec.sim) if backend == "compiled" else "the backend is 'tensor'"
     if ec.front == "compiled" and why:
@@ -123,4 +134,6 @@ def resolve(ec: EngineConfig, cfg: SelectConfig, banks) -> Plan:
     return Plan(device, dtype, backend, front, kernels, optimizer, ec.sim, int(threads), int(chunk), tables,
                 ec.seed_search, uses_bm25(cfg), cfg.seed_score != "best_unit", cfg.affinity == "learned",
                 propagation="compiled" if compiled else "torch", rrf_rows=rrf_rows,
-                greedy_tokens="compiled" if compiled else "torch")
+                greedy_tokens="compiled" if compiled else "torch", table_units=ec.table_max_units,
+                ann_min_units=ec.ann_min_units if faiss_available() else None, ann_shortlist=ec.ann_shortlist,
+                ann_nprobe=ec.ann_nprobe, ann_ef_search=ec.ann_ef_search, ann_kind=ec.ann_index)

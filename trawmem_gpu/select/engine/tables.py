@@ -5,11 +5,14 @@ features that do not depend on the query (cosine to its head, temporal flag, pos
 the unit has a support link (``linked``: a unit view's fact or its source, ``facts.view``), the
 in-thread distance ``d_in`` (step 5), the modular terms' unit attributes, the token costs of the
 units and thread headings (``workspace.token_costs``; a token budget reads them), the thread graph as
-padded neighbour lists, its BM25 score matrix (CSC), and, while they fit in
-``EngineConfig.table_bytes``: the support kernel ``K_b [N, N]`` (a candidate set's K is then a
+padded neighbour lists, its BM25 score matrix (CSC), its support links by row (linear in the
+links), and, for a bank of at most ``EngineConfig.table_max_units`` units while the banks' tables fit
+in ``EngineConfig.table_bytes``: the support kernel ``K_b [N, N]`` (a candidate set's K is then a
 gather, never an ``E E^T`` product) and ``btab [N, J]`` = each unit's best cosine per thread (the
 bridge feature is a max over T entries instead of U, and the compiled greedy's step-0 bounds
-read it).
+read it). A larger bank has neither (``BankInfo.tables`` False): they grow as ``N^2``, so its
+queries form K and the bridge from their candidates' vectors (``[U, U]`` per query, the same
+values). Everything else stored per bank is linear in its units, threads, edges and postings.
 
 The store (:class:`TableStore`) keeps every bank's arrays side by side in growable buffers, one
 per table, so the batched steps address any query's bank by offsets: unit ``i`` of bank ``b`` is
@@ -27,7 +30,7 @@ replaced or removed banks are reclaimed by a compaction once they outweigh the l
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -39,7 +42,8 @@ from ...store.bank import Bank
 from ..workspace import token_costs
 from ..context import unit_features
 from ..lexical import BM25Index
-from ..objective import UNIT_ATTRIBUTES, support_floor, support_kernel, unit_attributes
+from ..objective import UNIT_ATTRIBUTES, support_floor, support_kernel, support_links, unit_attributes
+from ..support import SupportLinks
 from ..steps.candidates import BM25Store
 from ..steps.priority import in_thread_distances
 from ..steps.relevance import relevance_static
@@ -61,6 +65,8 @@ class Layout(NamedTuple):
     """Store the ``learned`` affinity's per-unit indices (speaker, session neighbours)."""
     tokens: bool = True
     """Count the units' and headings' token costs (any query's token budget reads them; else zeros)."""
+    table_units: int | None = None
+    """With ``with_tables``: build them only for banks of at most this many units (None: any)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,6 +88,13 @@ class BankInfo:
     """The bank's speakers (the ``learned`` affinity's ``speaker_named`` feature indexes them)."""
     costs: object = None
     """The bank's ``workspace.TokenCosts`` (with heads), read under a token budget."""
+    tables: bool = False
+    """The bank's ``ktab`` / ``btab`` are stored (else its queries form K and the bridge per query)."""
+    links: SupportLinks | None = None
+    """The bank's support links (``objective.support_links``), None without any."""
+    cache: dict = field(default_factory=dict, repr=False)
+    """What is built for this bank on first use and kept while the bank is (its approximate
+    indexes, ``engine/shortlist.py``, ``steps/seeds.py``): later snapshots share it."""
 
 
 # (table, group, dtype kind, fill) -- the rows of one group are appended together, per bank
@@ -125,13 +138,11 @@ def build_bank(bank: Bank, cfg, layout: Layout) -> tuple[BankInfo, dict[str, np.
         a["tok_hrun"] = costs.runs(np.arange(J))  # the first thread of each thread's heading run
     else:
         a["tok_unit"], a["tok_head"], a["tok_hrun"] = np.zeros(N), np.zeros(J), np.arange(J)
-    floor = support_floor(bank, cfg)
-    a["linked"] = np.zeros(N) if floor is None else (floor.max(axis=1) > 0).astype(np.float64)
-    if floor is not None and not layout.with_tables and cfg.kernel != "identity":
-        raise ValueError(f"bank {bank.bank_id!r} has support links (facts or profiles as units): the engine needs "
-                         f"its per-bank tables (raise EngineConfig.table_bytes)")
-    if layout.with_tables:
-        a["ktab"], a["btab"] = _kernel_tables(bank, cfg, layout, floor)
+    links = support_links(bank, cfg)
+    a["linked"] = np.zeros(N) if links is None else links.linked()
+    tables = has_tables(N, layout)
+    if tables:
+        a["ktab"], a["btab"] = _kernel_tables(bank, cfg, layout, support_floor(bank, cfg))
     bm25 = vocab = None
     plain = False
     if layout.lexical:
@@ -143,7 +154,12 @@ def build_bank(bank: Bank, cfg, layout: Layout) -> tuple[BankInfo, dict[str, np.
             a["bm_data"], a["bm_idx"] = m.scores["data"], m.scores["indices"]
             a["bm_ptr"] = m.scores["indptr"]
     long_threads = np.concatenate([[0], np.cumsum(np.sort(np.diff(bank.thread_offsets))[::-1])]).astype(np.int64)
-    return BankInfo(bank, N, J, long_threads, bm25, vocab, plain, speakers, costs), a
+    return BankInfo(bank, N, J, long_threads, bm25, vocab, plain, speakers, costs, tables, links), a
+
+
+def has_tables(n_units: int, layout: Layout) -> bool:
+    """Whether a bank of ``n_units`` units gets its ``ktab`` / ``btab`` under ``layout``."""
+    return layout.with_tables and (layout.table_units is None or n_units <= layout.table_units)
 
 
 def _neighbours(bank: Bank, semantic: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -185,8 +201,9 @@ def _kernel_tables(bank: Bank, cfg, layout: Layout, floor=None) -> tuple[Tensor 
     return support_kernel(G, lt[:, None] == lt[None, :], cfg, fl).flatten(), bt.flatten()
 
 
-def table_bytes_needed(banks: list[Bank], cfg, element_size: int) -> int:
-    """Bytes ``ktab`` and ``btab`` need for ``banks``."""
+def table_bytes_needed(banks: list[Bank], cfg, element_size: int, max_units: int | None = None) -> int:
+    """Bytes ``ktab`` and ``btab`` need for those of ``banks`` with at most ``max_units`` units (None: all)."""
+    banks = [b for b in banks if max_units is None or b.n_units <= max_units]
     k = 0 if cfg.kernel == "identity" else sum(b.n_units ** 2 for b in banks)
     return (k + sum(b.n_units * b.n_threads for b in banks)) * element_size
 
@@ -197,7 +214,7 @@ def table_bytes_needed(banks: list[Bank], cfg, element_size: int) -> int:
 class Offsets(NamedTuple):
     """Per stored bank (NumPy int64 ``[B]``, or torch on the device): first unit row ``uo``, first
     thread row ``to``, ``ktab`` / ``btab`` entry offsets, BM25 entry and column offsets, units and
-    threads."""
+    threads, and ``tab`` 1 where the bank's ``ktab`` / ``btab`` are stored (0: formed per query)."""
 
     uo: object
     to: object
@@ -207,6 +224,7 @@ class Offsets(NamedTuple):
     col0: object
     nu: object
     nt: object
+    tab: object
 
 
 class _Segment:
@@ -267,7 +285,8 @@ class Snapshot:
         col = {g: np.array([e.start[g] for e in entries], dtype=np.int64) for g in groups}
         self.off = Offsets(col["unit"], col["thread"], col["k"], col["b"], col["nz"], col["col"],
                            np.array([i.n_units for i in self.infos], dtype=np.int64),
-                           np.array([i.n_threads for i in self.infos], dtype=np.int64))
+                           np.array([i.n_threads for i in self.infos], dtype=np.int64),
+                           np.array([i.tables for i in self.infos], dtype=np.int64))
         self.off_t = Offsets(*(torch.as_tensor(a, device=device) for a in self.off))
         self.rows = {name: s.end for name, s in segments.items()}
         self.t: dict[str, Tensor] = {name: s.buf for name, s in segments.items()}
@@ -291,15 +310,14 @@ class Snapshot:
     def unit_cap(self, bidx: np.ndarray, threads: np.ndarray) -> np.ndarray:
         """``[Q]`` most candidates each query can have: the units of its bank's ``threads[q]``
         longest threads (``threads``: the most threads its neighbourhood may hold)."""
-        table = self.lazy("long_threads", self._long_threads)  # [banks, max threads + 1], rows padded
+        flat, start = self.lazy("long_threads", self._long_threads)  # every bank's J + 1 entries, side by side
         bidx = np.asarray(bidx, dtype=np.int64)
-        return table[bidx, np.minimum(np.asarray(threads, dtype=np.int64), self.off.nt[bidx])]
+        return flat[start[bidx] + np.minimum(np.asarray(threads, dtype=np.int64), self.off.nt[bidx])]
 
-    def _long_threads(self) -> np.ndarray:
-        t = np.zeros((len(self.infos), self.max_threads + 1), dtype=np.int64)
-        for i, info in enumerate(self.infos):
-            t[i, :len(info.long_threads)] = info.long_threads
-        return t
+    def _long_threads(self) -> tuple[np.ndarray, np.ndarray]:
+        flat = np.concatenate([i.long_threads for i in self.infos]).astype(np.int64)
+        start = np.concatenate([[0], np.cumsum([len(i.long_threads) for i in self.infos])[:-1]]).astype(np.int64)
+        return flat, start
 
     def lazy(self, key: str, build):
         """``build()`` once per snapshot (thread-safe), e.g. the head index."""

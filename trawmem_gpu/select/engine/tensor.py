@@ -27,10 +27,12 @@ from ..steps import propagation as step2
 from ..steps import relevance as step3r
 from ..steps import roles as step4
 from ..steps import seeds as step1
+from ..steps.ann import AnnParams
 from ..steps.greedy import GreedyProblem, TokenBudget, config_rule, greedy_lazy_torch, greedy_select
 from ..steps.priority import PriorityInputs, PriorityWeights, edge_costs_torch, effective_budget, gravity_torch, \
     role_priority
 from ..tensor_ops import NEG_INF, POS_INF
+from . import pool
 from .batch import QueryBatch, Timer, own_rows, similarity
 from .masks import chunk_bridge, roles_count
 from .tables import Snapshot
@@ -101,8 +103,7 @@ def localize(snap: Snapshot, plan, cfg, batch: QueryBatch, timer: Timer, params)
     timer.lap("affinity")
     # step 1
     if cfg.seed_score == "head":
-        index = snap.lazy("head_index", lambda: step1.HeadIndex(snap.t["head_vecs"][:snap.rows["head_vecs"]],
-                                                               snap.off_t.to, snap.off_t.nt, mode=plan.seed_search))
+        index = snap.lazy("head_index", lambda: head_index(snap, plan))
         if live is None:
             r0 = step1.head_seeds_torch(index, batch.Z, bidx, J, cfg, params.n_seeds)
         else:  # every live head scored (the search's top k may hold dead threads); propagation seeds them
@@ -125,6 +126,16 @@ def localize(snap: Snapshot, plan, cfg, batch: QueryBatch, timer: Timer, params)
     timer.lap("candidates")
     masked = None if fm is None else torch.as_tensor([m is not None for m in batch.masks], device=dev)
     return Localized(bidx, alpha, r, in_h, tpos, n_h, cand, cvalid, n_cand, masked)
+
+
+def head_index(snap: Snapshot, plan) -> step1.HeadIndex:
+    """The snapshot's head index: exact per bank, approximate for banks of at least
+    ``plan.ann_min_units`` units (their indexes kept with the banks' ``BankInfo.cache``)."""
+    approx = None if plan.ann_min_units is None else snap.off.nu >= plan.ann_min_units
+    return step1.HeadIndex(snap.t["head_vecs"][:snap.rows["head_vecs"]], snap.off_t.to, snap.off_t.nt,
+                           mode=plan.seed_search, approx=approx,
+                           ann=(plan.ann_kind, AnnParams(plan.ann_nprobe, plan.ann_ef_search)),
+                           caches=[i.cache for i in snap.infos])
 
 
 def _bm25_is_float32(cos: Tensor, lex) -> bool:
@@ -240,18 +251,24 @@ def select_chunk(snap: Snapshot, plan, cfg, c: Chunk, W: Tensor, demand, now: Te
     dt, dev = plan.dtype, plan.device
     w = weight_columns(W)
     T = c.hthread.shape[1]
-    # step 4: unit features
-    S = None
-    if plan.tables:
+    # step 4: unit features (the bridge off the bank's table, or from the candidates' cosines S)
+    own = (snap.off_t.tab[c.bidx] == 0).nonzero().flatten()  # rows whose bank has no tables
+    tab = (snap.off_t.tab[c.bidx] != 0).nonzero().flatten()
+    S = pool.pool_similarity(snap, c.gid if len(own) == len(c.bidx) else c.gid[own]) if len(own) else None
+    if not len(own):
         brow = snap.off_t.boff[c.bidx][:, None] + c.cand * snap.off_t.nt[c.bidx][:, None]
         bridge = step4.bridge_from_table(snap.t["btab"], brow, c.hthread, c.lt, c.cvalid)
-        if c.masked is not None:  # a thread a mask cut: the table's maximum is over units that are no candidates
-            bridge = chunk_bridge(snap, c, bridge, c.masked & torch.as_tensor(roles_count(W.cpu().numpy()),
-                                                                              device=c.masked.device))
-    else:
-        E = snap.t["unit_vecs"][c.gid]
-        S = torch.bmm(E, E.transpose(1, 2))
+    elif not len(tab):
         bridge = step4.bridge_from_similarity(S, c.lt, c.cvalid)
+    else:
+        bridge = torch.zeros(c.cand.shape, dtype=dt, device=dev)
+        brow = snap.off_t.boff[c.bidx[tab]][:, None] + c.cand[tab] * snap.off_t.nt[c.bidx[tab]][:, None]
+        bridge[tab] = step4.bridge_from_table(snap.t["btab"], brow, c.hthread[tab], c.lt[tab], c.cvalid[tab])
+        bridge[own] = step4.bridge_from_similarity(S, c.lt[own], c.cvalid[own])
+    if c.masked is not None and len(tab):  # a thread a mask cut: the table's maximum is over units that are no
+        # candidates (rows ``own`` formed theirs from their candidates, the passing units: masks.partial_rows)
+        bridge = chunk_bridge(snap, c, bridge, c.masked & torch.as_tensor(roles_count(W.cpu().numpy()),
+                                                                          device=c.masked.device))
     unit_cols = tuple(snap.t[k][c.gid] for k in ("head_sim", "temporal", "position"))
     feats = step4.features_torch(c.alpha, torch.gather(c.rvec, 1, c.lt.clamp(min=0)), bridge, unit_cols, c.cvalid)
     timer.lap("roles")
@@ -272,7 +289,7 @@ def select_chunk(snap: Snapshot, plan, cfg, c: Chunk, W: Tensor, demand, now: Te
     mass.scatter_add_(1, torch.where(c.lt >= 0, c.lt, T), torch.where(c.cvalid, pi, 0.0))
     timer.lap("priority")
     # step 7: J and its greedy maximization
-    K = support_matrix(snap, cfg, c, S)
+    K = support_matrix(snap, cfg, c, S, own, tab)
     attrs = (lambda: candidate_attrs(snap.t["attrs"], c.gid, c.cvalid))
     x = ModularInputs(c.alpha, attrs, now[:, None])  # gathers the attributes once, if a term reads them
     modular = modular_gain(x, w, cfg)
@@ -315,21 +332,30 @@ def heading_keys(run: Tensor, valid: Tensor, lt: Tensor) -> Tensor:
     return torch.gather(key, 1, lt.clamp(min=0))
 
 
-def support_matrix(snap: Snapshot, cfg, c: Chunk, S: Tensor | None) -> Tensor | None:
+def support_matrix(snap: Snapshot, cfg, c: Chunk, S: Tensor | None, own: Tensor, tab: Tensor) -> Tensor | None:
     """``K [Qc, U, U]`` of the chunk's candidates (0 on padding pairs): a gather from the per-bank
-    table, or ``objective.support_kernel`` of their cosines; None for the identity kernel."""
+    table for the rows ``tab``, ``objective.support_kernel`` of their cosines ``S`` (and the
+    support links' floor, ``pool.pool_floors``) for the rows ``own`` of banks without tables; None
+    for the identity kernel."""
     if cfg.kernel == "identity":
         return None
     pair = c.cvalid[:, :, None] & c.cvalid[:, None, :]
-    if "ktab" in snap.t and snap.rows["ktab"]:
-        n = snap.off_t.nu[c.bidx][:, None, None]
-        K = torch.take(snap.t["ktab"], snap.off_t.koff[c.bidx][:, None, None] + c.cand[:, :, None] * n
-                       + c.cand[:, None, :])
+    every = lambda rows, t: t if len(rows) == len(c.bidx) else t[rows]  # noqa: E731 - no copy for a whole chunk
+    parts = []
+    if len(tab):
+        cand, bidx = every(tab, c.cand), every(tab, c.bidx)
+        n = snap.off_t.nu[bidx][:, None, None]
+        parts.append(torch.take(snap.t["ktab"], snap.off_t.koff[bidx][:, None, None] + cand[:, :, None] * n
+                                + cand[:, None, :]))
+    if len(own):
+        lt = every(own, c.lt)
+        floor = pool.pool_floors(snap, every(own, c.bidx), every(own, c.cand), every(own, c.n_cand))
+        parts.append(support_kernel(S, lt[:, :, None] == lt[:, None, :], cfg, floor))
+    if len(parts) == 1:
+        K = parts[0]
     else:
-        if S is None:
-            E = snap.t["unit_vecs"][c.gid]
-            S = torch.bmm(E, E.transpose(1, 2))
-        K = support_kernel(S, c.lt[:, :, None] == c.lt[:, None, :], cfg)
+        K = torch.empty(pair.shape, dtype=parts[0].dtype, device=pair.device)
+        K[tab], K[own] = parts
     return torch.where(pair, K, torch.zeros((), dtype=K.dtype, device=K.device))
 
 

@@ -278,30 +278,68 @@ def rank_scratch(N: int) -> RankScratch:
 
 
 @njit(cache=True)
-def rrf_row(vals, m, bm, bmbits, rrf_k, alpha, s):  # pragma: no cover - compiled
+def rrf_row(vals, m, bm, bmbits, rrf_k, alpha, s, rc, rb, given):  # pragma: no cover - compiled
     """RRF affinity of one query's ``m`` units: ``alpha[j] = 1 / (rank_cos(j) + k) + [bm_j > 0] /
     (rank_bm(j) + k)``, divided by its max (ranks from 1, descending, ties to the lower unit;
-    ``vals``: cosines, ``bm``: float32 BM25 scores, ``bmbits``: their int32 view). The float64
-    operations of :func:`affinity_torch`."""
-    order, pos = s.order, s.pos
-    order_desc(vals, m, order, s.bk, s.cnt)
-    for i in range(m):
-        alpha[order[i]] = 1.0 / (np.float64(i + 1) + rrf_k)
-    npos = 0
+    ``vals``: cosines, ``bm``: float32 BM25 scores, ``bmbits``: their int32 view; ``rc``, ``rb``:
+    scratch; ``given``: :class:`GivenRanks`, see :func:`ranks_of`). The float64 operations of
+    :func:`affinity_torch`."""
+    ranks_of(vals, m, bmbits, bm, s, rc, rb, given)
+    for j in range(m):
+        alpha[j] = 1.0 / (rc[j] + rrf_k)
     for j in range(m):
         if bm[j] > 0:
-            pos[npos] = j
-            npos += 1
-    order_desc_bits(bmbits, pos, npos, order, s.bk, s.cnt)
-    for i in range(npos):
-        j = pos[order[i]]
-        alpha[j] = alpha[j] + 1.0 / (np.float64(i + 1) + rrf_k)
+            alpha[j] = alpha[j] + 1.0 / (rb[j] + rrf_k)
     mx = 0.0
     for j in range(m):
         if alpha[j] > mx:
             mx = alpha[j]
     for j in range(m):
         alpha[j] = alpha[j] / mx
+
+
+class GivenRanks(NamedTuple):
+    """Ranks handed to :func:`ranks_of` (float64, one per unit; both empty: none given)."""
+
+    cos: np.ndarray
+    bm25: np.ndarray
+    """The rank among the units of positive BM25 (read only where BM25 > 0)."""
+
+
+NO_RANKS = GivenRanks(np.zeros(0), np.zeros(0))
+
+
+@njit(cache=True, inline="always")
+def given_slice(given, a, m):  # pragma: no cover - compiled
+    """The :class:`GivenRanks` of units ``a .. a + m`` of a flat ``given`` (itself when empty)."""
+    if given.cos.shape[0] == 0:
+        return given
+    return GivenRanks(given.cos[a:a + m], given.bm25[a:a + m])
+
+
+@njit(cache=True, inline="always")
+def ranks_of(vals, m, bmbits, bm, s, rc, rb, given):  # pragma: no cover - compiled
+    """``rc[j]``: rank of unit ``j`` by cosine, ``rb[j]``: by BM25 among the units of positive BM25
+    (0 elsewhere), from 1, descending, ties to the lower unit; or the ranks ``given`` (a
+    :class:`GivenRanks` of ``m`` entries each: a shortlist's units ranked in their whole bank)."""
+    if given.cos.shape[0] > 0:
+        for j in range(m):
+            rc[j] = given.cos[j]
+            rb[j] = given.bm25[j] if bm[j] > 0 else 0.0
+        return
+    order, pos = s.order, s.pos
+    order_desc(vals, m, order, s.bk, s.cnt)
+    for i in range(m):
+        rc[order[i]] = np.float64(i + 1)
+    npos = 0
+    for j in range(m):
+        rb[j] = 0.0
+        if bm[j] > 0:
+            pos[npos] = j
+            npos += 1
+    order_desc_bits(bmbits, pos, npos, order, s.bk, s.cnt)
+    for i in range(npos):
+        rb[pos[order[i]]] = np.float64(i + 1)
 
 
 @njit(cache=True)
@@ -312,8 +350,9 @@ def rrf_rows(cos, n, lex, lexbits, rrf_k, out):  # pragma: no cover - compiled
     N1 = max(N, 1)
     s = RankScratch(np.empty(N1, np.int64), np.empty(N1, np.int64), np.empty(N1, np.int64),
                     np.empty(max(N + 1, 4 * 257), np.int64))
+    rc, rb = np.empty(N1), np.empty(N1)
     for q in range(Q):
-        rrf_row(cos[q], n[q], lex[q], lexbits[q], rrf_k, out[q], s)
+        rrf_row(cos[q], n[q], lex[q], lexbits[q], rrf_k, out[q], s, rc, rb, NO_RANKS)
 
 
 def rrf_compiled(cos: np.ndarray, n: np.ndarray, lex: np.ndarray, k: float) -> np.ndarray:

@@ -50,7 +50,7 @@ from ..objective import date_seconds
 from ..tensor_ops import NEG_INF, ranks, ranks_positive
 from ..text_features import demand_features, relative_dates, temporal_flags
 from ...store.bursts import unit_members
-from .candidates import order_desc, order_desc_bits
+from .candidates import ranks_of
 
 TOP_K = 5.0
 """The k of the ``top_*`` rank features."""
@@ -339,31 +339,23 @@ def learned_queries(questions: list[str], speakers: list[tuple], times: list[np.
 
 
 @njit(cache=True)
-def learned_row(vals, m, bm, bmbits, u0, tab, lq, q, alpha, s, rc, rb, live):  # pragma: no cover - compiled
+def learned_row(vals, m, bm, bmbits, u0, tab, lq, q, alpha, s, rc, rb, given, live):  # pragma: no cover - compiled
     """The ``learned`` affinity of one query's ``m`` units into ``alpha`` (``vals``: cosines, ``bm``:
     float32 BM25 and ``bmbits`` its int32 view, ``u0``: the bank's first stored unit, ``tab``
     :class:`LearnedTables`, ``lq`` :class:`LearnedQueries`, ``q`` the query's row there; scratch:
     ``s`` (``candidates.RankScratch``), ``rc`` and ``rb`` ``[>= m]``). The reference's features,
     ranks, summation order and exponential (:func:`relevance_features`, :func:`logits`,
-    :func:`affinity_from_logits`), one unit at a time. ``live [>= m]``: the units a filter's mask
-    leaves (``steps.mask.hide_failing`` put the others last in ``vals`` and out of ``bm``): a
-    neighbour that is not live is no context, and the maximum is over the live units."""
-    order, pos = s.order, s.pos
-    order_desc(vals, m, order, s.bk, s.cnt)
-    for i in range(m):
-        rc[order[i]] = np.float64(i + 1)
-    npos = 0
+    :func:`affinity_from_logits`), one unit at a time. ``given``: ``candidates.GivenRanks`` of the
+    ``m`` units (their ranks in a bank they are a shortlist of, ``engine/shortlist.py``), or empty:
+    the ranks among the ``m`` units. ``live [>= m]``: the units a filter's mask leaves
+    (``steps.mask.hide_failing`` put the others last in ``vals`` and out of ``bm``; a masked query
+    is given no ranks): a neighbour that is not live is no context, and the maximum is over the
+    live units."""
     mx = 0.0
     for j in range(m):
-        rb[j] = 0.0
-        if bm[j] > 0:
-            pos[npos] = j
-            npos += 1
-            if np.float64(bm[j]) > mx:
-                mx = np.float64(bm[j])
-    order_desc_bits(bmbits, pos, npos, order, s.bk, s.cnt)
-    for i in range(npos):
-        rb[pos[order[i]]] = np.float64(i + 1)
+        if bm[j] > 0 and np.float64(bm[j]) > mx:
+            mx = np.float64(bm[j])
+    ranks_of(vals, m, bmbits, bm, s, rc, rb, given)
     k = lq.rrf_k
     w = lq.w
     no = lq.named_off[q]

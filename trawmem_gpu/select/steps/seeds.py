@@ -40,7 +40,6 @@ imported lazily and is optional: without it every mode runs the torch path.
 """
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,6 +47,7 @@ import torch
 from torch import Tensor
 
 from ..tensor_ops import NEG_INF, bank_groups, topk_ties_low
+from .ann import _faiss, faiss_available, faiss_gpus  # noqa: F401 - the faiss probes live with the indexes
 
 # ----------------------------------------------------------------------------------------------
 # reference (NumPy, one query)
@@ -130,30 +130,6 @@ AUTO_MAX_BANKS = 64
 """...and the batch touches at most this many distinct banks (one faiss call per bank on CPU)."""
 
 
-def faiss_available() -> bool:
-    """Whether ``import faiss`` can work (without importing it)."""
-    try:
-        return importlib.util.find_spec("faiss") is not None
-    except (ImportError, ValueError):  # pragma: no cover - broken installs
-        return False
-
-
-def _faiss():
-    import faiss  # noqa: PLC0415 - optional dependency, imported on first use
-
-    return faiss
-
-
-def faiss_gpus() -> int:
-    """GPUs faiss can use (0 without faiss, with faiss-cpu, or without CUDA in torch)."""
-    if not faiss_available() or not torch.cuda.is_available():
-        return 0
-    try:
-        return int(_faiss().get_num_gpus())
-    except Exception:  # noqa: BLE001 - a faiss without GPU support
-        return 0
-
-
 def float32_ip_error(d: int) -> float:
     """A bound on |float32 inner product - exact| for unit vectors of dimension ``d`` (sum of
     ``d`` products rounded in float32, plus the rounding of a float64 query to float32)."""
@@ -179,10 +155,15 @@ class HeadIndex:
     :param mode: ``auto``, ``torch`` or ``faiss`` (``faiss`` without faiss installed runs torch)
     :param use_gpu: put the faiss index on a GPU when faiss has GPUs and torch has CUDA
         (default: when ``head_vecs`` is on CUDA)
+    :param approx: ``[B]`` bool, the banks searched approximately (``EngineConfig.ann_min_units``):
+        an approximate index over each such bank's heads (``steps.ann.VectorIndex``, kept in
+        ``caches[b]`` when given, so later snapshots of the bank reuse it) proposes ``k + slack``
+        heads, re-scored exactly; no exactness test (the one approximate path of the head seeds)
+    :param ann: ``(kind, AnnParams)`` of those indexes
     """
 
     def __init__(self, head_vecs: Tensor, starts: Tensor, counts: Tensor, mode: str = "auto",
-                 use_gpu: bool | None = None):
+                 use_gpu: bool | None = None, approx=None, ann=None, caches=None):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.vecs = head_vecs
@@ -198,6 +179,9 @@ class HeadIndex:
         self._faiss_gpu = False
         self._gpu_res = None
         self.stats = SearchStats()
+        self.approx = np.zeros(len(self.off_cpu), dtype=bool) if approx is None else np.asarray(approx, dtype=bool)
+        self.ann = ann
+        self.caches = caches if caches is not None else [{} for _ in range(len(self.off_cpu))]
 
     # ------------------------------------------------------------------------------------------
     # faiss index (built on first use)
@@ -254,6 +238,15 @@ class HeadIndex:
         if Q == 0 or k <= 0:
             return (torch.zeros(Q, max(k, 0), dtype=self.vecs.dtype, device=self.device),
                     torch.zeros(Q, max(k, 0), dtype=torch.int64, device=self.device))
+        far = torch.as_tensor(self.approx, device=bidx.device)[bidx]
+        if bool(far.any()):  # large banks: their approximate indexes; the others as below
+            cos = torch.full((Q, k), float("-inf"), dtype=self.vecs.dtype, device=self.device)
+            ids = torch.full((Q, k), -1, dtype=torch.int64, device=self.device)
+            a, e = far.nonzero().flatten(), (~far).nonzero().flatten()
+            cos[a], ids[a] = self._search_approx(Z[a], bidx[a], k)
+            if len(e):
+                cos[e], ids[e] = self.search(Z[e], bidx[e], k, mode)
+            return cos, ids
         if mode == "torch":
             self.stats.per_mode_queries = {"torch": Q}
             return self._search_torch(Z, bidx, k)
@@ -282,6 +275,35 @@ class HeadIndex:
     def _search_torch(self, Z: Tensor, bidx: Tensor, k: int) -> tuple[Tensor, Tensor]:
         cos, mask = self.own_cos(Z, bidx)
         return topk_ties_low(cos, mask, k)
+
+    def _search_approx(self, Z: Tensor, bidx: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        """The ``k`` best heads of each query's own (large) bank among its approximate index's
+        ``k + max(8, k)`` proposals, re-scored exactly, ties to the lower id."""
+        from .ann import VectorIndex
+
+        kind, params = self.ann
+        kk = k + max(8, k)
+        Q = Z.shape[0]
+        prop = np.full((Q, kk), -1, dtype=np.int64)
+        z32 = np.ascontiguousarray(Z.detach().float().cpu().numpy())
+        bcpu = bidx.cpu().numpy()
+        for bank in np.unique(bcpu).tolist():
+            rows = np.flatnonzero(bcpu == bank)
+            lo, hi = int(self.off_cpu[bank]), int(self.end_cpu[bank])
+            cache = self.caches[bank]
+            index = cache.get(("head_index", kind))
+            if index is None:
+                index = cache[("head_index", kind)] = VectorIndex(self.vecs[lo:hi].detach().float().cpu().numpy(),
+                                                                  kind, self.use_gpu)
+            _, I = index.search(z32[rows], kk, params)
+            prop[rows, :I.shape[1]] = np.where(I >= 0, I + lo, -1)
+        P = torch.as_tensor(prop, device=self.device)
+        lo_t = self.off[bidx][:, None]
+        inside = P >= 0
+        exact = torch.bmm(self.vecs[torch.where(inside, P, lo_t)], Z[:, :, None]).squeeze(2)
+        exact = torch.where(inside, exact, float("-inf"))
+        local = torch.where(inside, P - lo_t, torch.iinfo(torch.int64).max)
+        return topk_ties_low(exact, inside, k, ids=local)
 
     def _search_faiss(self, Z: Tensor, bidx: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
         """Candidates from faiss, re-scored exactly; ``ok [Q]`` marks queries proven exact."""

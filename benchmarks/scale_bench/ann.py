@@ -1,0 +1,128 @@
+"""What the approximate search of large banks costs (``EngineConfig.ann_min_units``,
+``trawmem_gpu/select/engine/shortlist.py``), measured two ways:
+
+* :func:`recall_point`: one synthetic bank of ``N`` units searched exactly and approximately (the
+  threshold forced to 1, the other ``ann_*`` settings as given, default otherwise), the same
+  queries: the candidate pool's recall against the exact one (``|U_approx & U_exact| / |U_exact|``
+  per query: mean, 5th percentile, min), the share of queries whose picks are identical, the
+  per-query CPU time of both (a batch of one, median; ``query.py`` says why CPU time) and the
+  first approximate query's wall seconds (the index is built then);
+* :func:`dev_quality`: the dev sets (LoCoMo, LongMemEval-S) at equal tokens, TrawMem with the
+  shipped method exact and with the threshold forced low (every dev bank is below the default
+  threshold, so at the defaults nothing changes), at the default shortlist and at smaller ones
+  (a dev bank of ~600 units is mostly inside a 512-unit shortlist's threads: the smaller ones make
+  the approximation bite), each against exact: macro evidence recall, the paired difference with
+  its bootstrap interval (``equal_tokens_bench.stats.margin_bootstrap``), the candidate recall.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import replace
+
+from .. import harness
+
+
+def _lat(eng, ids, qs, Z, dates=None) -> tuple[list, float]:
+    """Picks of a batch of one per query, and the median seconds per query."""
+    import numpy as np
+
+    out, ts = [], []
+    for i in range(len(ids)):
+        t = time.thread_time()  # CPU time: the shared machine's load leaves it alone (query.py)
+        out.append(eng.select_units(ids[i:i + 1], qs[i:i + 1], Z[i:i + 1],
+                                    None if dates is None else dates[i:i + 1])[0])
+        ts.append(time.thread_time() - t)
+    return out, float(np.median(ts))
+
+
+def candidate_recall(approx: list, exact: list) -> dict:
+    """Recall of the approximate candidate pools against the exact ones, per query, summarized."""
+    import numpy as np
+
+    r = np.array([len(np.intersect1d(a, e)) / max(1, len(e)) for a, e in zip(approx, exact)])
+    return {"mean": float(r.mean()), "p5": float(np.percentile(r, 5)), "min": float(r.min()),
+            "all_equal": float((r == 1.0).mean())} if len(r) else {}
+
+
+def recall_point(spec: dict) -> dict:
+    """One bank of ``spec["units"]`` units (``dim``, ``seed``, ``rounds`` queries, ``ann``: the
+    ``ann_*`` overrides), exact against approximate (see the module docstring)."""
+    from benchmarks.synthetic_banks import make_banks, make_queries
+    from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.engine import SelectionEngine
+
+    with harness.pin_threads(int(spec.get("threads", 1))):
+        banks = make_banks(1, units=int(spec["units"]), d=int(spec["dim"]), seed=int(spec["seed"]))
+        ids, qs, Z = make_queries(banks, int(spec["rounds"]) + 2, seed=int(spec["seed"]) + 1)
+        ap = SelectionEngine(banks, SelectConfig(), device="cpu", threads=1, **dict(spec.get("ann", {}),
+                                                                                     ann_min_units=1))
+        ex = copy.copy(ap)  # the same tables (one copy of a large bank in memory), searched exactly
+        ex.plan = replace(ap.plan, ann_min_units=None)
+        ex.select_units(ids[:2], qs[:2], Z[:2])
+        t = time.perf_counter()
+        ap.select_units(ids[:1], qs[:1], Z[:1])
+        first = time.perf_counter() - t
+        ids, qs, Z = ids[2:], qs[2:], Z[2:]
+        pe, te = _lat(ex, ids, qs, Z)
+        pa, ta = _lat(ap, ids, qs, Z)
+        rec = candidate_recall(ap.candidate_sets(ids, qs, Z), ex.candidate_sets(ids, qs, Z))
+        plan = ap.plan
+    return {"spec": spec, "units": int(spec["units"]), "exact_ms": 1e3 * te, "approx_ms": 1e3 * ta,
+            "first_approx_query_s": first, "candidate_recall": rec,
+            "same_picks": sum(a == b for a, b in zip(pa, pe)) / max(1, len(pe)),
+            "settings": {"shortlist": plan.ann_shortlist, "nprobe": plan.ann_nprobe, "ef_search": plan.ann_ef_search,
+                         "index": plan.ann_kind}}
+
+
+def dev_quality(Ts=(400, 800), shortlists=(512, 128, 32), locomo=None, lme=None) -> dict:
+    """The dev sets at equal tokens, exact against approximate search (see the module docstring)."""
+    import numpy as np
+
+    from benchmarks.equal_tokens_bench.data import Dataset, trawmem_setting
+    from benchmarks.equal_tokens_bench.stats import margin_bootstrap, records, summary
+    from trawmem_gpu.head.relevance import cross_validate
+    from trawmem_gpu.select import SelectionEngine
+    from trawmem_gpu.select.workspace import headings_for
+
+    data = {"locomo": Dataset("locomo", locomo or harness.dev_data("locomo")),
+            "longmemeval": Dataset("longmemeval", lme or harness.dev_data("longmemeval"))}
+    W = cross_validate([q for d in data.values() for q in d.questions])
+    chosen = dict(headings="date", knapsack="gain", w_aff=16.0)  # bench_equal_tokens' defaults
+    out: dict = {"T": list(Ts), "shortlists": list(shortlists), "rows": []}
+    for name, ds in data.items():
+        for T in Ts:
+            setting = trawmem_setting(W, T=T, **chosen)
+            runs = {"exact": dict(ann_min_units=None)}
+            runs.update({f"approx-{m}": dict(ann_min_units=1, ann_shortlist=m) for m in shortlists})
+            picks, cands = {}, {}
+            for label, ekw in runs.items():
+                sel, cand = [None] * len(ds.questions), [None] * len(ds.questions)
+                by_group: dict = {}
+                for i, q in enumerate(ds.questions):
+                    by_group.setdefault(q.group, []).append(i)
+                for g, rows in by_group.items():
+                    cfg, params = setting(g)
+                    eng = SelectionEngine(ds.banks, cfg, **ekw)
+                    qs = [ds.questions[i] for i in rows]
+                    args = ([q.bank_id for q in qs], [q.extra["question"] for q in qs],
+                            np.stack([q.extra["z"] for q in qs]))
+                    for i, p, c in zip(rows, eng.select_units(*args, dates=[q.extra["date"] for q in qs],
+                                                              params=params),
+                                       eng.candidate_sets(*args, params=params)):
+                        sel[i], cand[i] = p, c
+                picks[label], cands[label] = (sel, headings_for("trawmem", setting(ds.groups[0])[0])), cand
+            base = records(ds, picks["exact"])
+            for label in runs:
+                recs = records(ds, picks[label])
+                row = {"data": name, "T": T, "run": label, "macro": summary(ds, recs)["macro"],
+                       "same_picks": float(np.mean([a == b for a, b in zip(picks[label][0], picks["exact"][0])]))}
+                if label != "exact":
+                    m = margin_bootstrap(ds, recs, base)
+                    row.update(diff_points=100 * m["margin"], ci95_points=[100 * x for x in m["ci95"]],
+                               candidate_recall=candidate_recall(cands[label], cands["exact"]))
+                out["rows"].append(row)
+                print(f"{name} T={T} {label}: macro recall {row['macro']['recall']:.4f}"
+                      + (f", {row['diff_points']:+.2f} points vs exact, candidate recall "
+                         f"{row['candidate_recall']['mean']:.4f}" if label != "exact" else ""), flush=True)
+    return out

@@ -1,0 +1,266 @@
+"""Query-side scaling curves of the selection engine, with a model of where the time goes.
+
+Three curves, each point measured in a fresh child process (its own peak RSS, no allocator
+history from the point before) on synthetic banks (``benchmarks/synthetic_banks.py``: threads of
+about 8 units, topic structure, BM25 overlap, kNN head edges), the default method
+(``SelectConfig()``) and the default query (``QueryParams()``: B = 16, H = 1), the engine pinned
+to ``threads`` CPU threads:
+
+* **bank size**: one bank of ``N`` units, ``N`` from 10^3 to 10^6; per-query latency (a batch of
+  one, median and p90 over ``rounds`` queries), the engine's per-step seconds of those queries
+  (``SelectionEngine.last_timings``), throughput (a batch of ``batch`` queries), build seconds and
+  the engine's bytes.
+
+Time is the engine thread's CPU time (``time.thread_time``; the engine is pinned to one thread):
+on the shared 2-core machine wall time holds however long the process waited for a core (a load
+of 10-18 while these ran), which no code change moves. ``latency_ms`` and ``qps`` are CPU figures;
+``wall_ms`` keeps the wall time beside them; a step's time is its share of the query's wall time
+(``last_timings``) times the query's CPU time. Two series: ``d = 384`` (MiniLM's width) up to 10^5 units, and ``d = 64`` up
+  to 10^6 (at ``d = 384`` a million float64 unit vectors alone take 2.9 GiB, past what this shared
+  24 GiB machine lends one process; the step model below says what ``d`` changes);
+* **number of banks**: ``B`` banks of ``units`` units (``d = 64``), B from 10 to 10^5, queries
+  spread over the banks at random;
+* **batch size**: one collection (``batch_banks`` banks), batches of 1 to 1,024 queries.
+
+The model: per step, a least-squares fit ``t(N) = a + b N`` (milliseconds) over the bank-size
+points of a series, so ``b`` is the step's cost per unit of the bank and ``a`` its fixed cost per
+query; the record keeps each step's share of the latency at each size, and the log-log slope of
+the total between the last two sizes (1 = linear).
+
+Entry points: :func:`run_query_curves` (the scale runner calls it; returns the record and writes
+nothing), :func:`figure` (the PNG), and ``python -m benchmarks run scale-query`` (saves both).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .. import harness
+
+SIZES = (1_000, 3_000, 10_000, 30_000, 100_000, 300_000, 1_000_000)
+SIZES_WIDE = (1_000, 3_000, 10_000, 30_000, 100_000)
+"""Bank sizes of the ``d = 64`` series and of the ``d = 384`` one."""
+BANKS = (10, 100, 1_000, 10_000, 100_000)
+BATCHES = (1, 4, 16, 64, 256, 1_024)
+ANN_SIZES = ((100_000, 64), (300_000, 64), (1_000_000, 64), (100_000, 384))
+"""``(units, d)`` of the banks searched both exactly and approximately (``ann.py``)."""
+QUICK = dict(sizes=(300, 1_000), sizes_wide=(300,), banks=(10, 30), batches=(1, 8), rounds=5, batch=16,
+             units=20, batch_banks=20, ann_sizes=((1_500, 32),))
+
+
+# ----------------------------------------------------------------------------------------------
+# one point, in a child process
+# ----------------------------------------------------------------------------------------------
+def _rss() -> dict:
+    out = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        k, _, v = line.partition(":")
+        if k in ("VmRSS", "VmHWM"):
+            out[k.lower() + "_mib"] = int(v.split()[0]) / 1024.0
+    return out
+
+
+def _latency(eng, ids, qs, Z, rounds: int) -> tuple[list, list, dict]:
+    """Wall and thread-CPU seconds of ``rounds`` single-query selects (after 2 warm-up ones), and
+    per step the median of its share of the wall time times the query's CPU time (ms)."""
+    import numpy as np
+
+    for i in range(min(2, len(ids))):
+        eng.select_units(ids[i:i + 1], qs[i:i + 1], Z[i:i + 1])
+    ts, cpu, steps = [], [], {}
+    for i in range(rounds):
+        j = i % len(ids)
+        t, c = time.perf_counter(), time.thread_time()
+        eng.select_units(ids[j:j + 1], qs[j:j + 1], Z[j:j + 1])
+        c, t = time.thread_time() - c, time.perf_counter() - t
+        ts.append(t)
+        cpu.append(c)
+        tot = max(sum(eng.last_timings.values()), 1e-12)
+        for k, v in eng.last_timings.items():
+            steps.setdefault(k, []).append(v / tot * c)
+    return ts, cpu, {k: 1e3 * float(np.median(v)) for k, v in steps.items()}
+
+
+def _throughput(eng, ids, qs, Z, batch: int, repeat: int = 3) -> float:
+    """Queries per CPU second (the thread's; the engine runs on one) of batches of ``batch``
+    queries (best of ``repeat``)."""
+    best = float("inf")
+    for r in range(repeat):
+        s = (r * batch) % max(1, len(ids) - batch + 1)
+        t = time.thread_time()
+        eng.select_units(ids[s:s + batch], qs[s:s + batch], Z[s:s + batch])
+        best = min(best, time.thread_time() - t)
+    return batch / max(best, 1e-9)
+
+
+def point(spec: dict) -> dict:
+    """Measure one point (``spec``: ``kind`` ``size`` / ``banks`` / ``batch`` / ``ann`` and its sizes)."""
+    from benchmarks.synthetic_banks import make_banks, make_queries
+
+    if spec["kind"] == "ann":
+        from .ann import recall_point
+
+        return dict(recall_point(spec), **_rss())
+    from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.engine import SelectionEngine
+
+    threads = int(spec.get("threads", 1))
+    with harness.pin_threads(threads):
+        t0 = time.perf_counter()
+        banks = make_banks(int(spec["n_banks"]), units=int(spec["units"]), d=int(spec["dim"]), seed=int(spec["seed"]))
+        t_banks = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        eng = SelectionEngine(banks, SelectConfig(), device="cpu", threads=threads, **spec.get("engine", {}))
+        t_engine = time.perf_counter() - t0
+        n_q = max(int(spec["rounds"]), max(spec.get("batches", [spec["batch"]])) * 3)
+        ids, qs, Z = make_queries(banks, n_q, seed=int(spec["seed"]) + 1)
+        out = {"spec": spec, "banks_s": t_banks, "engine_s": t_engine, "engine_mib": eng.nbytes() / 2 ** 20,
+               "table_mib": eng.table_nbytes() / 2 ** 20, "units": sum(b.n_units for b in banks),
+               "threads_mean": sum(b.n_threads for b in banks) / len(banks),
+               "plan": {"backend": eng.plan.backend, "front": eng.plan.front, "tables": bool(eng.plan.tables)}}
+        ts, cpu, steps = _latency(eng, ids, qs, Z, int(spec["rounds"]))
+        out.update(latency_ms={"p50": 1e3 * harness.pct(cpu, 50), "p90": 1e3 * harness.pct(cpu, 90)},
+                   wall_ms={"p50": 1e3 * harness.pct(ts, 50), "p90": 1e3 * harness.pct(ts, 90)}, steps_ms=steps)
+        out["qps"] = {str(b): _throughput(eng, ids, qs, Z, int(b)) for b in spec.get("batches", [spec["batch"]])}
+        out.update(_rss())
+    return out
+
+
+def _child(spec: dict, timeout: float) -> dict:
+    """:func:`point` in a child process (``python -m benchmarks.scale_bench.query --point JSON``)."""
+    env = dict(os.environ, **{k: str(spec.get("threads", 1)) for k in harness.THREAD_VARS})
+    t = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "benchmarks.scale_bench.query", "--point", json.dumps(spec)],
+                       capture_output=True, text=True, timeout=timeout, env=env, cwd=harness.ROOT)
+    if r.returncode != 0:
+        return {"spec": spec, "error": "\n".join(r.stderr.strip().splitlines()[-6:])}
+    rec = json.loads(r.stdout.strip().splitlines()[-1])
+    rec["wall_s"] = time.perf_counter() - t
+    return rec
+
+
+# ----------------------------------------------------------------------------------------------
+# the curves and the model
+# ----------------------------------------------------------------------------------------------
+def step_model(points: list[dict]) -> dict:
+    """Per step, ``t(N) = a + b N`` (ms) fitted over ``points`` (one bank of ``units`` units each),
+    each step's share of the latency per size, and the log-log slope of the latency over the last
+    two sizes."""
+    import numpy as np
+
+    pts = [p for p in points if "error" not in p]
+    if len(pts) < 2:
+        return {}
+    N = np.array([p["units"] for p in pts], dtype=float)
+    steps = sorted({k for p in pts for k in p["steps_ms"]})
+    A = np.stack([np.ones_like(N), N], axis=1) / N[:, None]  # relative errors: every size counts alike
+    fit = {}
+    for s in steps:
+        t = np.array([p["steps_ms"].get(s, 0.0) for p in pts])
+        (a, b), *_ = np.linalg.lstsq(A, t / N, rcond=None)
+        fit[s] = {"fixed_ms": float(a), "per_unit_us": float(b) * 1e3}
+    total = np.array([sum(p["steps_ms"].values()) for p in pts])
+    share = {str(int(n)): {s: p["steps_ms"].get(s, 0.0) / max(tt, 1e-12) for s in steps}
+             for n, p, tt in zip(N, pts, total)}
+    lat = np.array([p["latency_ms"]["p50"] for p in pts])
+    slope = float(np.log(lat[-1] / lat[-2]) / np.log(N[-1] / N[-2])) if lat[-2] > 0 else float("nan")
+    return {"fit": fit, "share": share, "loglog_slope_last": slope,
+            "dominant_at_largest": max(steps, key=lambda s: pts[-1]["steps_ms"].get(s, 0.0))}
+
+
+def run_query_curves(out_dir=None, sizes=SIZES, sizes_wide=SIZES_WIDE, banks=BANKS, batches=BATCHES,
+                     quick: bool = False, ann_sizes=ANN_SIZES, **kw) -> dict:
+    """The three curves (see the module docstring) and the exact-against-approximate points
+    (``ann_sizes``, ``ann.recall_point``) as one record; ``quick`` runs the smallest sizes
+    (``QUICK``) for tests. ``kw``: ``rounds`` (20), ``batch`` (64), ``units`` per bank of the
+    banks curve (20), ``batch_banks`` (1,000), ``threads`` (1), ``timeout`` per point (1,800 s),
+    ``engine`` (EngineConfig options for every point), ``progress`` (print a line per point),
+    ``inline`` (measure every point in this process instead of a child: the tests' cheap run).
+    ``out_dir`` is accepted for the scale runner's call and unused: the caller saves."""
+    o = dict(rounds=20, batch=64, units=20, batch_banks=1_000, threads=1, timeout=1_800.0, engine={}, progress=True,
+             inline=False)
+    if quick:
+        o.update(QUICK)
+        sizes, sizes_wide, banks, batches, ann_sizes = (QUICK[k] for k in ("sizes", "sizes_wide", "banks", "batches",
+                                                                          "ann_sizes"))
+    o.update(kw)
+    base = dict(rounds=o["rounds"], batch=o["batch"], threads=o["threads"], seed=7, engine=o["engine"])
+
+    def run(spec):
+        rec = point(dict(base, **spec)) if o["inline"] else _child(dict(base, **spec), o["timeout"])
+        if o["progress"] and spec["kind"] == "ann":
+            print(f"  {spec}: exact {rec.get('exact_ms', float('nan')):.1f} ms, approximate "
+                  f"{rec.get('approx_ms', float('nan')):.1f} ms, candidate recall {rec.get('candidate_recall')}"
+                  + (f" ERROR {rec['error']}" if "error" in rec else ""), file=sys.stderr, flush=True)
+        elif o["progress"]:
+            lat = rec.get("latency_ms", {}).get("p50", float("nan"))
+            print(f"  {spec}: p50 {lat:.2f} ms, {rec.get('qps', {})} q/s, peak {rec.get('vmhwm_mib', 0):.0f} MiB"
+                  + (f" ERROR {rec['error']}" if "error" in rec else ""), file=sys.stderr, flush=True)
+        return rec
+
+    rec = {"threads": o["threads"], "rounds": o["rounds"], "batch": o["batch"], "quick": quick, "engine": o["engine"],
+           "size": {}, "banks": [], "batch_size": {}}
+    for dim, ns in ((384, sizes_wide), (64, sizes)):
+        pts = [run(dict(kind="size", n_banks=1, units=n, dim=dim)) for n in ns]
+        rec["size"][f"d{dim}"] = {"points": pts, "model": step_model(pts)}
+    rec["banks"] = [run(dict(kind="banks", n_banks=b, units=o["units"], dim=64)) for b in banks]
+    rec["batch_size"] = run(dict(kind="batch", n_banks=o["batch_banks"], units=o["units"], dim=64,
+                                 batches=list(batches), batch=max(batches))) if batches else {}
+    rec["ann"] = [run(dict(kind="ann", n_banks=1, units=n, dim=d, ann=o.get("ann", {}))) for n, d in ann_sizes]
+    return rec
+
+
+def figure(rec: dict):
+    """Three panels: latency against one bank's size (total and per step), throughput against the
+    number of banks, throughput and latency against the batch size."""
+    fig, ax = harness.figure(1, 3, figsize=(16, 4.6))
+    for name, series in rec["size"].items():
+        pts = [p for p in series["points"] if "error" not in p]
+        if not pts:
+            continue
+        N = [p["units"] for p in pts]
+        ax[0].plot(N, [p["latency_ms"]["p50"] for p in pts], "o-", lw=2, label=f"p50 latency, {name}")
+        if name == "d64":
+            for s in sorted({k for p in pts for k in p["steps_ms"]}):
+                ax[0].plot(N, [max(p["steps_ms"].get(s, 0.0), 1e-4) for p in pts], "--", lw=1, label=f"  {s}")
+    ann = [p for p in rec.get("ann", []) if "error" not in p and p["spec"]["dim"] == 64]
+    if ann:
+        ax[0].plot([p["units"] for p in ann], [p["approx_ms"] for p in ann], "D-", color="k", lw=2,
+                   label="approximate search (ann), d64")
+    ax[0].set(xscale="log", yscale="log", xlabel="units in the bank", ylabel="ms per query (batch of 1)",
+              title="one bank's size")
+    ax[0].legend(fontsize=7)
+    pts = [p for p in rec["banks"] if "error" not in p]
+    if pts:
+        B = [p["spec"]["n_banks"] for p in pts]
+        ax[1].plot(B, [p["qps"][str(p["spec"]["batch"])] for p in pts], "o-", label=f"q/s, batches of {rec['batch']}")
+        ax1b = ax[1].twinx()
+        ax1b.plot(B, [p["latency_ms"]["p50"] for p in pts], "s--", color="C3", label="p50 ms, batch of 1")
+        ax1b.set_ylabel("ms per query (batch of 1)")
+        ax[1].set(xscale="log", xlabel="banks (20 units each)", ylabel="queries / s", title="number of banks")
+        ax[1].legend(loc="lower left", fontsize=8)
+        ax1b.legend(loc="upper right", fontsize=8)
+    p = rec["batch_size"]
+    if "qps" in p:
+        bs = sorted(int(b) for b in p["qps"])
+        ax[2].plot(bs, [p["qps"][str(b)] for b in bs], "o-", label="queries / s")
+        ax2b = ax[2].twinx()
+        ax2b.plot(bs, [1e3 * b / p["qps"][str(b)] for b in bs], "s--", color="C3", label="ms per batch")
+        ax2b.set(yscale="log", ylabel="ms per batch")
+        ax[2].set(xscale="log", xlabel="queries per batch", ylabel="queries / s",
+                  title=f"batch size ({p['spec']['n_banks']} banks)")
+        ax[2].legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+if __name__ == "__main__":  # a child process: one point
+    if len(sys.argv) == 3 and sys.argv[1] == "--point":
+        print(json.dumps(point(json.loads(sys.argv[2])), default=float))
+        sys.exit(0)
+    sys.exit("usage: python -m benchmarks.scale_bench.query --point JSON (the curves: python -m benchmarks run "
+             "scale-query)")

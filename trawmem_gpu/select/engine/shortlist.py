@@ -1,0 +1,302 @@
+"""Steps 1-3 of a query on a large bank (at least ``EngineConfig.ann_min_units`` units) over a
+shortlist of the bank instead of all of it: the compiled front (``compiled.front_loop``) run on a
+per-query working set of units.
+
+The exact front scores every unit of the bank (a ``[N, d]`` product, BM25 over the bank, ranks
+over ``N``). Here, per query:
+
+1. the bank's approximate index (``steps.ann.VectorIndex``) proposes the ``ann_shortlist`` units of
+   largest cosine, and the query's BM25 postings (sparse, exact, float32 in token order as bm25s
+   adds them) give the ``ann_shortlist`` units of largest BM25;
+2. the working set ``W`` is every unit of the threads holding one of them (whole threads, so a
+   thread's best-unit seed score and its candidates are complete);
+3. the front loop runs with ``W`` as the query's bank: exact cosines (re-scored, float64), BM25,
+   the ``learned`` (or ``rrf``) affinity with its ranks and its normalization over ``W``, best-unit
+   seeds among ``W``'s threads, propagation over the bank's whole thread graph, the capped
+   neighbourhood and its candidates;
+4. a neighbourhood thread outside ``W`` (reached by propagation) joins ``W`` with its units, and
+   step 3 runs again (at most :data:`ROUNDS` times), so every candidate's affinity is computed.
+
+**A masked query** (a filter's unit mask, ``select.restrict``: the bank restricted to its
+passing units is what it selects over) runs the same steps over the passing units: the index is
+searched among them only (``VectorIndex.search(keep=)``; a mask passing at most ``ann_shortlist``
+units proposes all of them, exactly) and the BM25 top is taken among them; ``W`` holds whole
+threads, so the front loop reads the mask at ``W``'s units (``steps.mask``: a failing unit of
+``W`` is no seed, candidate, rank or context); its ranks are those among ``W``'s passing units
+(no ranks estimated for the restricted bank: the shortlist's rank sample is of the whole bank);
+its thread graph is the bank's threads that hold a passing unit (:func:`live_threads`, as the
+restricted bank's), so propagation may reach a thread outside ``W``, which then joins it.
+
+What is approximate: a unit outside ``W`` cannot seed, and the affinity's ranks and maximum are
+taken over ``W`` (for the shortlisted units the cosine ranks are the bank's when the index finds
+the true top ones; BM25's maximum is the bank's). ``python -m benchmarks run scale-query --only ann``
+measures the candidate pool against the exact front's. Everything after step 3 is unchanged.
+"""
+from __future__ import annotations
+
+import threading
+from typing import NamedTuple
+
+import numpy as np
+
+from .._jit import njit
+from ..steps.ann import AnnParams, VectorIndex
+from ..steps.candidates import GivenRanks
+from ..steps.relevance import LearnedQueries, LearnedTables
+from .compiled_args import NO_THREADS
+from .tables import Offsets, Snapshot
+
+ROUNDS = 3
+"""Most front runs per query (the first, then one per growth of its working set)."""
+_LOCK = threading.Lock()
+
+
+RANK_SAMPLE = 4096
+"""Units of a bank, drawn once with a fixed seed, whose cosines estimate the rank of a unit past the
+shortlist (:func:`given_ranks`)."""
+
+
+class Shortlist(NamedTuple):
+    """One query's working set and what ranks its units in the whole bank."""
+
+    units: np.ndarray
+    """``W``: bank-local units, ascending."""
+    edge: float
+    """The smallest exact cosine among the index's proposals (above it, ranks are taken in ``W``)."""
+    sample: np.ndarray
+    """Cosines of the bank's rank sample, ascending."""
+    bm_units: np.ndarray
+    """Every unit of the bank with positive BM25 (ascending) ..."""
+    bm_rank: np.ndarray
+    """... and its rank among them (score descending, ties to the lower unit)."""
+
+
+def unit_index(snap: Snapshot, bank: int, kind: str, use_gpu: bool) -> tuple[VectorIndex, np.ndarray]:
+    """The bank's approximate index over its unit vectors and its rank sample (stored rows), built
+    on first use and kept with the bank's ``BankInfo`` (a later snapshot of the same bank object
+    reuses them)."""
+    info = snap.infos[bank]
+    key = ("unit_index", kind)
+    with _LOCK:
+        got = info.cache.get(key)
+        if got is None:
+            a, n = int(snap.off.uo[bank]), int(snap.off.nu[bank])
+            rng = np.random.default_rng(0)
+            sample = a + (np.arange(n) if n <= RANK_SAMPLE else np.sort(rng.choice(n, RANK_SAMPLE, replace=False)))
+            got = info.cache[key] = (VectorIndex(snap.np["unit_vecs"][a:a + n], kind, use_gpu), sample)
+        return got
+
+
+def bm25_sparse(snap: Snapshot, bank: int, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(units ascending, float32 BM25)`` of the units a query's BM25 columns ``cols`` (store
+    columns, token order) touch: each unit's postings added in token order, as bm25s does."""
+    st = snap.bm25.store
+    nz = int(st.nz0[bank])
+    us, vs = [], []
+    for t in cols.tolist():
+        s, e = nz + int(st.ptr[t]), nz + int(st.ptr[t + 1])
+        us.append(st.idx[s:e])
+        vs.append(st.data[s:e])
+    if not us or not sum(len(u) for u in us):
+        return np.zeros(0, np.int64), np.zeros(0, np.float32)
+    u, v = np.concatenate(us).astype(np.int64), np.concatenate(vs).astype(np.float32)
+    uniq, inv = np.unique(u, return_inverse=True)
+    acc = np.zeros(len(uniq), dtype=np.float32)
+    np.add.at(acc, inv, v)
+    return uniq, acc
+
+
+def threads_units(offsets: np.ndarray, threads: np.ndarray) -> np.ndarray:
+    """Every unit of ``threads`` (bank-local, ascending unique), ascending."""
+    threads = np.unique(threads)
+    return _ranges(offsets[threads], offsets[threads + 1])
+
+
+def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tuple, context: bool,
+                 masks: list | None = None) -> list[Shortlist]:
+    """Steps 1-2 of the module docstring: each query's :class:`Shortlist` (``context``: the units
+    before and after each unit of ``W`` in its session join it, for the context features;
+    ``masks``: per query its unit mask or None, a masked query's proposals are passing units)."""
+    M = int(plan.ann_shortlist)
+    params = AnnParams(plan.ann_nprobe, plan.ann_ef_search)
+    near: list = [None] * len(bidx)
+    sample: list = [None] * len(bidx)
+    vecs = snap.np["unit_vecs"]
+    masks = masks if masks is not None else [None] * len(bidx)
+    for bank in np.unique(bidx).tolist():
+        rows = np.flatnonzero(bidx == bank)
+        index, rank_rows = unit_index(snap, bank, plan.ann_kind, plan.device.type == "cuda")
+        plain = [r for r in rows.tolist() if masks[r] is None]
+        if plain:
+            _, ids = index.search(Z[plain], M, params)
+            for r, i in zip(plain, ids):
+                near[r] = i[i >= 0]
+        for r in rows.tolist():
+            if masks[r] is not None:
+                near[r] = _near_passing(index, Z[r], masks[r], M, params)
+        for r in rows.tolist():
+            sample[r] = np.empty(len(rank_rows))
+            _gather_dots(vecs, rank_rows, np.full(len(rank_rows), r), Z, sample[r])
+            sample[r].sort()
+    ptr, ids = tok
+    out = []
+    for q, bank in enumerate(bidx.tolist()):
+        uo = int(snap.off.uo[bank])
+        u, s = bm25_sparse(snap, bank, ids[ptr[q]:ptr[q + 1]])
+        if masks[q] is not None:  # the BM25 top among the passing units
+            ok = masks[q][u]
+            u, s = u[ok], s[ok]
+        order = np.lexsort((u, -s))
+        rank = np.empty(len(u))
+        rank[order] = np.arange(1, len(u) + 1)
+        top = u[order[:M]]
+        ult = snap.np["unit_thread"][uo + np.concatenate([near[q], top]).astype(np.int64)]
+        W = threads_units(snap.infos[bank].bank.thread_offsets, ult)
+        if context:
+            nb = snap.np["rel_idx"][uo + W][:, 1:3].ravel()
+            W = np.union1d(W, nb[nb >= 0])
+        edge = np.empty(len(near[q]))
+        _gather_dots(vecs, uo + near[q], np.full(len(near[q]), q), Z, edge)
+        out.append(Shortlist(W, float(edge.min()) if len(edge) else np.inf, sample[q], u, rank))
+    return out
+
+
+def _near_passing(index: VectorIndex, z: np.ndarray, keep: np.ndarray, M: int, params: AnnParams) -> np.ndarray:
+    """A masked query's cosine proposals: every passing unit when at most ``M`` pass, else the
+    index's ``M`` best among the passing units."""
+    passing = np.flatnonzero(keep)
+    if len(passing) <= M:
+        return passing
+    _, ids = index.search(z[None, :], M, params, keep=keep)
+    i = ids[0]
+    return i[i >= 0]
+
+
+def live_threads(snap: Snapshot, bidx: np.ndarray, masks: list | None) -> np.ndarray:
+    """``[Q, J]`` bool (``compiled_args.FrontBatch.tlive``): for each masked query the threads of its
+    bank that hold a passing unit (its thread graph, as the restricted bank's: ``select.restrict``);
+    the rows of unmasked queries are unread; ``NO_THREADS`` when no query has a mask."""
+    if masks is None or all(m is None for m in masks):
+        return NO_THREADS
+    J = max(1, int(snap.off.nt[bidx].max()))
+    out = np.ones((len(bidx), J), dtype=np.bool_)
+    for q, (m, b) in enumerate(zip(masks, bidx.tolist())):
+        if m is not None:
+            uo, nu = int(snap.off.uo[b]), int(snap.off.nu[b])
+            out[q] = False
+            out[q, snap.np["unit_thread"][uo:uo + nu][m]] = True
+    return out
+
+
+def given_ranks(short: Shortlist, cos: np.ndarray, n_bank: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ranks of the working set's units in the whole bank, by cosine and by BM25 (float64).
+
+    By cosine: the rank in ``W`` (cosine descending, ties to the lower unit) for a unit at or above
+    the index's last proposal (every unit above it is in ``W`` when the index found the true top
+    ones), else the larger of that and ``1 + N * (the share of the bank's rank sample above its
+    cosine)``. By BM25: exact (every unit of positive BM25 was scored, :func:`bm25_sparse`)."""
+    W = short.units
+    m = len(W)
+    rc = np.empty(m)
+    rc[np.lexsort((np.arange(m), -cos))] = np.arange(1, m + 1)
+    past = cos < short.edge
+    if past.any() and len(short.sample):
+        above = len(short.sample) - np.searchsorted(short.sample, cos[past], side="right")
+        rc[past] = np.maximum(rc[past], 1.0 + n_bank * above / len(short.sample))
+    rb = np.zeros(m)
+    if len(short.bm_units):
+        p = np.minimum(np.searchsorted(short.bm_units, W), len(short.bm_units) - 1)
+        hit = short.bm_units[p] == W
+        rb[hit] = short.bm_rank[p[hit]]
+    return rc, rb
+
+
+def compact(snap: Snapshot, Z: np.ndarray, bidx: np.ndarray, shorts: list[Shortlist], tok: tuple, lq,
+            learned: bool):
+    """The front loop's arguments with query ``q``'s working set as its bank ``q``: ``(FrontTables
+    fields, Offsets, cos, coff, tok_ptr, tok_ids, GivenRanks, LearnedTables, LearnedQueries)``."""
+    n = snap.np
+    W = [sh.units for sh in shorts]
+    Q = len(W)
+    nu = np.array([len(w) for w in W], dtype=np.int64)
+    uo = np.concatenate([[0], np.cumsum(nu)[:-1]]).astype(np.int64)
+    glob = [int(snap.off.uo[b]) + w for b, w in zip(bidx.tolist(), W)]
+    g = np.concatenate(glob) if Q else np.zeros(0, np.int64)
+    cos = np.empty(len(g))
+    _gather_dots(n["unit_vecs"], g, np.repeat(np.arange(Q), nu), np.ascontiguousarray(Z, dtype=np.float64), cos)
+    rk = [given_ranks(sh, cos[a:a + len(sh.units)], int(snap.off.nu[b])) for sh, a, b in zip(shorts, uo, bidx.tolist())]
+    ranks = GivenRanks(np.concatenate([r[0] for r in rk]), np.concatenate([r[1] for r in rk]))
+    st, ptr, ids = snap.bm25.store, tok[0], tok[1]
+    counts, bidx_c, bdat = [], [], []
+    for q, (b, w) in enumerate(zip(bidx.tolist(), W)):  # each query token's postings, restricted to W[q]
+        t = ids[ptr[q]:ptr[q + 1]]
+        nz = int(st.nz0[b])
+        lo, hi = nz + st.ptr[t], nz + st.ptr[t + 1]
+        flat = _ranges(lo, hi)
+        u = st.idx[flat].astype(np.int64)
+        p = np.minimum(np.searchsorted(w, u), max(len(w) - 1, 0))
+        keep = w[p] == u
+        seg = np.repeat(np.arange(len(t)), hi - lo)
+        counts.append(np.bincount(seg[keep], minlength=len(t)))
+        bidx_c.append(p[keep])
+        bdat.append(st.data[flat][keep])
+    cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)  # noqa: E731
+    per_col = cat(counts, np.int64)
+    bptr = np.concatenate([[0], np.cumsum(per_col)]).astype(np.int64)
+    tptr = np.concatenate([[0], np.cumsum([len(c) for c in counts])]).astype(np.int64)
+    tids = np.arange(len(per_col), dtype=np.int64)
+    tables = (n["unit_thread"][g], n["nbr"], n["nbw"], cat(bdat, np.float32), cat(bidx_c, np.int64), bptr)
+    zeros = np.zeros(Q, np.int64)
+    off = Offsets(uo, snap.off.to[bidx], zeros, zeros, zeros, zeros, nu, snap.off.nt[bidx], zeros)
+    ltab, lqc = _learned(snap, bidx, W, glob, lq, learned)
+    return tables, off, cos, uo, tptr, tids, ranks, ltab, lqc
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The integers of ``[lo[i], hi[i])``, range after range."""
+    lens = (hi - lo).astype(np.int64)
+    return np.repeat(lo - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(int(lens.sum()))
+
+
+@njit(cache=True, nogil=True, fastmath={"reassoc", "nsz", "contract"})
+def _gather_dots(vecs, rows, qrow, Z, out):  # pragma: no cover - compiled
+    """``out[i] = vecs[rows[i]] . Z[qrow[i]]`` (one thread, no BLAS pool: small per-query products;
+    summed in any order, as ``candidates.own_dots``)."""
+    for i in range(rows.shape[0]):
+        v, z = vecs[rows[i]], Z[qrow[i]]
+        acc = 0.0
+        for k in range(v.shape[0]):
+            acc += v[k] * z[k]
+        out[i] = acc
+
+
+def _learned(snap: Snapshot, bidx, W, glob, lq, learned: bool):
+    """The learned affinity's tables and question cues over the working sets (prev / next as
+    positions in ``W[q]``, -1 outside it; the date match of ``W[q]``'s units)."""
+    if not learned:
+        e = np.zeros(1)
+        return LearnedTables(np.zeros((1, 3), np.int64), e, e), lq
+    n = snap.np
+    rel, dm, dm_off, k = [], [], [], 0
+    for q, (w, gq) in enumerate(zip(W, glob)):
+        r = n["rel_idx"][gq].copy()
+        for c in (1, 2):
+            p = np.minimum(np.searchsorted(w, r[:, c]), len(w) - 1)
+            r[:, c] = np.where((r[:, c] >= 0) & (w[p] == r[:, c]), p, -1)
+        rel.append(r)
+        if lq.dm_off[q] >= 0:
+            dm_off.append(k)
+            dm.append(lq.dm[lq.dm_off[q] + w])
+            k += len(w)
+        else:
+            dm_off.append(-1)
+    g = np.concatenate(glob)
+    ltab = LearnedTables(np.ascontiguousarray(np.concatenate(rel)), n["temporal"][g], n["rel_words"][g])
+    return ltab, LearnedQueries(lq.named, lq.named_off, lq.z_temp, np.concatenate(dm) if dm else np.zeros(0),
+                                np.asarray(dm_off, np.int64), lq.w, lq.rrf_k)
+
+
+def missing_threads(offsets: np.ndarray, w: np.ndarray, hthread: np.ndarray) -> np.ndarray:
+    """The neighbourhood threads ``hthread`` (bank-local) of which ``w`` lacks a unit."""
+    have = np.searchsorted(w, offsets[hthread + 1]) - np.searchsorted(w, offsets[hthread])
+    return hthread[have < offsets[hthread + 1] - offsets[hthread]]
