@@ -23,8 +23,8 @@ Protocol (nothing is tuned on what it is scored on):
   messages (the one with the higher mean macro recall over the T's, per set; both are reported).
 * **Candidates** (``--variants``, ``transfer_bench.variants``): the shipped defaults, and one
   choice changed each: the ``words`` feature's form (none, rank or z-score within the bank, the
-  capped log of issue 25), roles and the multi-thread term on, ``knapsack="best"``, messages
-  instead of bursts. A candidate **survives** when no column loses to the defaults: the paired
+  capped log of issue 25), roles and the multi-thread term on, ``knapsack="best"`` or
+  ``"ratio"``, messages instead of bursts. A candidate **survives** when no column loses to the defaults: the paired
   interval of its macro recall minus the defaults' (and of LoCoMo's multi-hop hit) is not wholly
   below 0.
 
