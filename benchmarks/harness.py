@@ -84,9 +84,10 @@ def machine(**extra) -> dict:
 def pin_threads(n: int):
     """Hold every thread pool of this process at ``n`` threads inside the block, and restore them
     after: torch's intra-op pool (``torch.set_num_threads``), the BLAS / OpenMP pools of the
-    loaded libraries (``threadpoolctl``), numba's pool when numba is loaded, and the
-    ``OMP/MKL/OPENBLAS/NUMBA_NUM_THREADS`` variables, which libraries loaded later and child
-    processes (servers, ``--versus`` workers) read at start-up.
+    loaded libraries (``threadpoolctl``), numba's pool (``numba.set_num_threads``), and the
+    ``OMP/MKL/OPENBLAS_NUM_THREADS`` variables, which libraries loaded later and child processes
+    (servers, ``--versus`` workers) read at start-up (a child that needs ``NUMBA_NUM_THREADS`` is
+    given it in its own environment, as ``THREAD_VARS`` lists).
 
     Benchmarks pin to get per-core figures that hold still on a shared machine: one query's
     matrices are small, so spare pool threads add hand-offs and spin-waits rather than speed.
@@ -96,24 +97,25 @@ def pin_threads(n: int):
     """
     if n < 1:
         raise ValueError(f"threads must be at least 1, got {n}")
-    old_env = {k: os.environ.get(k) for k in THREAD_VARS}
-    os.environ.update({k: str(n) for k in THREAD_VARS})
+    import numba  # loaded first: its pool is sized by set_num_threads, never by its variable (below)
     import torch
     from threadpoolctl import threadpool_limits
 
+    # NUMBA_NUM_THREADS stays as it is in this process: numba reads it again at every compile and
+    # refuses a value other than the pool it launched; child processes get it from their own env
+    env_vars = tuple(k for k in THREAD_VARS if k != "NUMBA_NUM_THREADS")
+    old_env = {k: os.environ.get(k) for k in env_vars}
+    os.environ.update({k: str(n) for k in env_vars})
     prev_torch = torch.get_num_threads()
-    numba = sys.modules.get("numba")
-    prev_numba = numba.get_num_threads() if numba is not None else None
+    prev_numba = numba.get_num_threads()
     torch.set_num_threads(n)
-    if numba is not None:
-        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
     try:
         with threadpool_limits(limits=n):
             yield
     finally:
         torch.set_num_threads(prev_torch)
-        if prev_numba is not None:
-            numba.set_num_threads(prev_numba)
+        numba.set_num_threads(prev_numba)
         for k, v in old_env.items():
             if v is None:
                 os.environ.pop(k, None)

@@ -105,14 +105,28 @@ def test_pin_threads_holds_and_restores_torch_and_the_environment(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv("MKL_NUM_THREADS", "7")
     before = torch.get_num_threads()
+    numba_env = os.environ.get("NUMBA_NUM_THREADS")
     with harness.pin_threads(1):
-        assert torch.get_num_threads() == 1
-        assert all(os.environ[k] == "1" for k in harness.THREAD_VARS)
+        import numba
+
+        assert torch.get_num_threads() == 1 and numba.get_num_threads() == 1
+        assert all(os.environ[k] == "1" for k in harness.THREAD_VARS if k != "NUMBA_NUM_THREADS")
+        assert os.environ.get("NUMBA_NUM_THREADS") == numba_env  # numba re-reads it at every compile
     assert torch.get_num_threads() == before
     assert "OMP_NUM_THREADS" not in os.environ and os.environ["MKL_NUM_THREADS"] == "7"
     with pytest.raises(ValueError, match="threads"):
         with harness.pin_threads(0):
             pass
+
+
+def test_numba_compiles_inside_pin_threads_after_its_pool_started():
+    """numba re-reads NUMBA_NUM_THREADS at each compile and refuses a value other than the pool it
+    launched: a block that pins threads must leave the variable alone (a suite-order failure once)."""
+    numba = pytest.importorskip("numba")
+    numba.get_num_threads()  # the pool starts at its default size
+    with harness.pin_threads(1):
+        f = numba.njit(lambda x: x + 1)
+        assert f(1) == 2
 
 
 def test_command_is_relative_to_the_repository(monkeypatch):

@@ -234,7 +234,7 @@ def test_forget_leaves_no_trace(built, server, tmp_path, capsys):
     # the search finds every kind of copy before the forget, so it could fail after it
     for what in ("text in coll/banks/.ana-ben.tmp-", "vector in coll/banks/.ana-ben.old-", "text in coll",
                  "embedding key in cache", "vector in cache", "vector in coll", "text in scores", "text in cache", "llm key 0 in cache", "llm key 1 in cache", "vector in the engine's arrays",
-                 "vector64 in the engine's arrays",
+                 "unit64 in the engine's arrays",  # the marker's unit: a burst with the turn after it
                  "text in the engine's Python objects"):
         assert any(x.startswith(what) for x in before), (what, before)
     n_before = len(mem.turns("ana-ben"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 
 pytest.importorskip("fastapi", reason="the serve extra (fastapi, uvicorn, prometheus_client) is not installed")
@@ -20,6 +21,11 @@ import httpx  # noqa: E402
 # the served engine and its refresh
 # ----------------------------------------------------------------------------------------------
 class _FakeBank:
+    """Just what the served engine reads of a bank: its id, and no messages (``unit_view`` looks for
+    bursts: a bank without any is its own view, this very object)."""
+
+    turns, n_units, thread_offsets = (), 0, np.zeros(1, dtype=np.int64)
+
     def __init__(self, bank_id, v=0):
         self.bank_id, self.v = bank_id, v
 
