@@ -122,7 +122,8 @@ class Memory:
         """The ``QueryParams`` a selection gets for the fields it leaves out (the collection default)."""
         owns = (lambda b, keep=frozenset(o.only): b in keep) if o.only is not None else (lambda b: True)
         self._core = MemoryCore(path, encoder=o.encoder, engine=EngineSpec(o.method, o.threads, o.head, o.units),
-                                caches=o.caches, owns=owns, create=o.create, embedding_cache=o.embedding_cache)
+                                caches=o.caches, owns=owns, create=o.create, embedding_cache=o.embedding_cache,
+                                max_resident_bytes=o.max_resident_bytes)
         self.llm = o.llm
         self.plan_llm, self.follow_up = o.plan_llm, bool(o.follow_up)
         self._lock = threading.Lock()
@@ -146,7 +147,7 @@ class Memory:
         return bank_id in self._core.registry
 
     def __repr__(self) -> str:
-        return f"Memory({str(self.path)!r}, banks={len(self._core.registry.banks())})"
+        return f"Memory({str(self.path)!r}, banks={len(self._core.registry.ids())})"
 
     # -- banks -----------------------------------------------------------------------------------
     def banks(self) -> list[dict]:
@@ -154,12 +155,9 @@ class Memory:
         ``n_threads``, ``n_sessions``, ``first_date``, ``last_date``. A quarantined bank (its
         files could not be served; ``QuarantinedBank``) is listed with ``"quarantined"``: the
         cause, and None for the counts and dates."""
-        from .core import bank_summary, quarantined_summary
+        from .core import summaries
 
-        reg = self._core.registry
-        rows = [bank_summary(b) for b in reg.banks().values()]
-        rows += [quarantined_summary(b, cause) for b, cause in dict(reg.quarantined).items()]
-        return sorted(rows, key=lambda r: r["bank_id"])
+        return summaries(self._core.registry)
 
     @property
     def quarantined(self) -> dict[str, str]:
@@ -172,6 +170,7 @@ class Memory:
         bank = self._core.registry.get(bank_id)
         if bank is None:
             raise self._core.registry.absent(bank_id)
+        self._core.touch(bank_id)
         return list(bank.turns)
 
     # -- writing ---------------------------------------------------------------------------------
@@ -196,6 +195,7 @@ class Memory:
         prepared = self._core.engines.prepare(res.bank)  # the slow part, outside the engine lock
         with self._lock:
             self._core.sync_engine(bank_id, prepared)
+            self._core.evict(keep={bank_id})
         return {**bank_summary(res.bank), "created": res.created, "appended": res.appended, "stored": res.stored,
                 "already_stored": res.already_stored}
 
@@ -299,13 +299,13 @@ class Memory:
 
             plans = plan_queries(qs, self.plan_llm, key_info=False)
         searches = [()] * n if plans is None else [p.queries for p in plans]
+        warm = {b: self._core.warm(b) for b in dict.fromkeys(bids)}  # cold banks opened outside the engine lock
         with self._lock:
             eng = self._core.engines
+            self._core.ensure(bids, warm)  # banks added since, opened now; the least used let go
             for i, b in enumerate(bids):
-                if b not in eng.banks:  # added by an add whose engine refresh has not run yet, or forgotten
-                    self._core.sync_engine(b)
-                    if b not in eng.banks:
-                        raise self._core.registry.absent(b, f"queries[{i}]: " if n > 1 else "")
+                if b not in eng.banks:  # forgotten meanwhile, or its files no longer load
+                    raise self._core.registry.absent(b, f"queries[{i}]: " if n > 1 else "")
             if plans is None:
                 picks, banks, used = pick(eng, bids, qs, Z, ds, qps)
             else:

@@ -40,7 +40,7 @@ import numpy as np
 
 from ..encode.base import Encoder
 from ..errors import ConfigError, UnknownBank  # noqa: F401 - the one UnknownBank, for the serve modules
-from ..memory.core import EngineSpec, MemoryCore, bank_summary
+from ..memory.core import EngineSpec, MemoryCore, bank_rows, bank_summary
 from ..memory.engines import select_units
 from ..memory.result import SelectedWorkspace
 from ..select.config import SelectConfig
@@ -117,6 +117,16 @@ def warm_up(service: "SelectionService") -> None:
     log.info("warm-up took %.1f s", time.perf_counter() - t0)
 
 
+async def open_cold(service: "SelectionService", items) -> None:
+    """Open the cold banks of ``items`` and prepare their tables on the loader thread (a lazy
+    registry), so no batch waits for a bank to load; the batch worker publishes them."""
+    if service.registry.lazy:
+        loop = asyncio.get_running_loop()
+        for bid in dict.fromkeys(it.bank_id for it in items):
+            if bid not in service.engines.banks:
+                service._warm[bid] = await loop.run_in_executor(service.loader, service.core.warm, bid)
+
+
 class SelectionService:
     """One process's banks and engines behind a dynamic batcher.
 
@@ -146,7 +156,8 @@ class SelectionService:
         self.metrics = metrics
         # the Memory core: banks (registry), query encoder and engine, the append and forget paths
         self.core = MemoryCore(cfg.collection, encoder=encoder or cfg.encoder, owns=owns,
-                               engine=EngineSpec(select_cfg, threads, units=cfg.units, method=cfg.method))
+                               engine=EngineSpec(select_cfg, threads, units=cfg.units, method=cfg.method),
+                               max_resident_bytes=cfg.max_resident_bytes)
         self.registry, self.encoder, self.engines = self.core.registry, self.core.encoder, self.core.engines
         self.encoder_spec, self.dim = self.core.encoder_spec, self.core.dim
         self.defaults = params or QueryParams()
@@ -159,6 +170,8 @@ class SelectionService:
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="trawmem-batch", initializer=_os_thread_name("tm-batch"))
         self.appender = ThreadPoolExecutor(2, thread_name_prefix="trawmem-append",
                                            initializer=_os_thread_name("tm-append"))
+        # cold banks are opened and their tables prepared here (--max-resident-bytes), off the batch worker
+        self.loader, self._warm = ThreadPoolExecutor(1, initializer=_os_thread_name("tm-load")), {}
         # Workspaces are assembled (rendered, token-counted) here, beside the next batch's encoder
         # and engine calls; the batch worker only encodes and selects.
         self.assembler = FairPool(self.ASSEMBLY_THREADS, initializer=_os_thread_name("tm-assemble"))
@@ -188,6 +201,7 @@ class SelectionService:
         await self.batcher.close()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.appender.shutdown, True)
+        await loop.run_in_executor(None, self.loader.shutdown, True)
         await loop.run_in_executor(None, self.worker.shutdown, True)
         await loop.run_in_executor(None, self.assembler.shutdown, True)
         import gc
@@ -221,6 +235,7 @@ class SelectionService:
         for i, it in enumerate(items):
             if it.bank_id not in self.registry:
                 raise self.registry.absent(it.bank_id, f"requests[{i}]: " if batch else "")
+        await open_cold(self, items)
         if quota is None:
             return await self.batcher.submit(items, self.cfg.timeout_s)
         for it in items:
@@ -302,10 +317,7 @@ class SelectionService:
 
     def bank_list(self) -> list[dict]:
         """Every bank's counts; a quarantined bank with 0 and ``quarantined``: the cause."""
-        return [{"bank_id": b.bank_id, "n_units": b.n_units, "n_threads": b.n_threads}
-                for b in self.registry.banks().values()] + \
-            [{"bank_id": b, "n_units": 0, "n_threads": 0, "quarantined": cause}
-             for b, cause in dict(self.registry.quarantined).items()]
+        return bank_rows(self.registry)
 
     # ------------------------------------------------------------------------------------------
     # the batch function (batch worker thread)
@@ -321,7 +333,10 @@ class SelectionService:
     def _process_batch(self, items: list[SelectItem]) -> list:
         t_start = time.perf_counter()
         n = len(items)
-        for bid in dict.fromkeys(it.bank_id for it in items):
+        bids = list(dict.fromkeys(it.bank_id for it in items))
+        if self.registry.lazy:  # publish what the loader prepared; let the least recently used banks go
+            self.core.ensure(bids, {b: self._warm.pop(b) for b in bids if b in self._warm})
+        for bid in bids:
             if bid not in self.engines.banks:  # created by an append whose refresh has not run yet
                 self._sync_bank(bid)
         Z = np.empty((n, self.dim), dtype=np.float32)

@@ -51,7 +51,7 @@ _DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.in
 
 def read_tensors(path, mmap: bool = False) -> dict[str, np.ndarray]:
     """The tensors of a safetensors file: read (``safetensors.numpy.load_file``), or, with
-    ``mmap``, read-only ``numpy.memmap`` views of the file itself (its documented layout: an
+    ``mmap``, copy-on-write ``numpy.memmap`` views of the file itself (its documented layout: an
     8-byte little-endian header length, a JSON header of dtype, shape and byte offsets, then the
     data), so the pages are the file's page cache, shared and dropped with the mapping.
 
@@ -83,6 +83,6 @@ def read_tensors(path, mmap: bool = False) -> dict[str, np.ndarray]:
         count = int(np.prod(shape, dtype=np.int64))
         if b - a != count * dt.itemsize or 8 + n + b > size:
             raise ValueError(f"tensor {name!r}: {b - a} bytes for shape {shape} of {dt}")
-        out[name] = np.memmap(path, dtype=dt, mode="r", offset=8 + n + a, shape=shape) if count \
+        out[name] = np.memmap(path, dtype=dt, mode="c", offset=8 + n + a, shape=shape) if count \
             else np.zeros(shape, dtype=dt)
     return out

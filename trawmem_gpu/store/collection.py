@@ -63,8 +63,8 @@ from ..errors import BankError, UnknownBank, name_list
 from .bank import Bank
 from .packed import PackedCollection, pack_banks  # noqa: F401 - their old home
 from .files import FORMAT_VERSION, READ_VERSIONS, load_bank, read_meta, save_bank, write_json_atomic
-from .segments import extends
-from .writes import COMPACT, append_segment, compact, remove_compactions
+from .segments import CompactionPolicy
+from .writes import Compactor, compact, remove_compactions, restore, sweep, update
 
 INDEX = "collection.json"
 LOCK = ".trawmem.lock"
@@ -113,6 +113,10 @@ class Collection:
         """(inode, mtime, size) of the index as last read: ``refresh`` skips an unchanged one."""
         self._cache: dict[str, tuple[str, weakref.ref]] = {}
         """bank id -> (revision, the bank this object last loaded or wrote at it), for ``update``."""
+        self.compaction: CompactionPolicy | None = None
+        """When an append through this object compacts the bank (None: never by itself; a
+        ``Memory`` and a server set ``CompactionPolicy()``: in the background)."""
+        self._compactor: Compactor | None = None
         if self.path.exists() and not self.path.is_dir():
             raise BankError(f"{self.path}: is a file, not a collection directory")
         if (self.path / INDEX).exists():
@@ -267,12 +271,7 @@ class Collection:
 
     def _restore(self, live: Path) -> None:
         """Put back the bank a write killed between its two renames left aside (call under the lock)."""
-        olds = sorted(live.parent.glob(f".{live.name}.old-*"), key=lambda p: p.stat().st_mtime)
-        if olds:
-            try:
-                os.replace(olds[-1], live)
-            except OSError:  # a read-only collection: the load says what is missing
-                pass
+        restore(live)
 
     def _cached(self, bank_id: str, revision: str | None) -> Bank | None:
         """The bank this object last loaded or wrote for ``bank_id`` if it is still the stored revision."""
@@ -286,31 +285,8 @@ class Collection:
         return [self.load(b) for b in list(self.banks)]
 
     # -- writing ----------------------------------------------------------------------------
-    def _sweep(self) -> None:
-        """Clean up after killed writers (call with the collection lock held)."""
-        for tmp in self.path.glob(f".{INDEX}.tmp-*"):
-            tmp.unlink(missing_ok=True)
-        bdir = self.path / BANKS
-        if not bdir.is_dir():
-            return
-        for p in bdir.iterdir():
-            if not p.name.startswith("."):
-                continue
-            if ".tmp-" in p.name:
-                shutil.rmtree(p, ignore_errors=True)
-            elif COMPACT in p.name:
-                name = p.name[1:p.name.index(COMPACT)]
-                bid = next((b for b, n in self.banks.items() if n == name), None)
-                if bid is None:
-                    shutil.rmtree(p, ignore_errors=True)
-                else:
-                    remove_compactions(bdir, name, False, self, bid)
-            elif ".old-" in p.name:
-                live = bdir / p.name[1:p.name.rindex(".old-")]
-                if not live.exists() and live.name in self.banks.values():
-                    os.replace(p, live)  # killed between the two renames: the previous bank comes back
-                else:
-                    shutil.rmtree(p, ignore_errors=True)
+    def _sweep(self) -> None:  # after killed writers, with the collection lock held
+        sweep(self)
 
     def _dirname_for(self, bank_id: str) -> str:
         if bank_id in self.banks:
@@ -370,42 +346,17 @@ class Collection:
         Returns what ``fn`` returned. Concurrent updates of one bank run one after another; if a
         ``put`` of the bank lands while ``fn`` runs, ``fn`` runs again on the new bank. A result
         that extends the stored bank (``store.segments.extends``) is written as a segment."""
-        with self.bank_lock(bank_id):
-            for _ in range(tries):
-                with self.lock(reading=True):
-                    self.refresh()
-                    meta = self._meta(bank_id)
-                    rev = None if meta is None else meta.get("meta_sha256", "unreadable")
-                    old = None
-                    if rev is not None:
-                        old = self._cached(bank_id, rev)
-                        if old is None:
-                            path = self.bank_path(bank_id)
-                            old = load_bank(path, bank_id=bank_id)
-                            self._remember(bank_id, rev, old)
-                new = fn(old)
-                if new is not None and new.bank_id != bank_id:
-                    raise BankError(f"update of bank {bank_id!r} returned bank {new.bank_id!r}")
-                if new is not None and old is not None and meta.get("format_version") == FORMAT_VERSION \
-                        and extends(new, old):
-                    if append_segment(self, bank_id, meta, new):
-                        return new
-                    continue  # another writer's put landed meanwhile: apply fn to its bank
-                with self.lock():
-                    self._refuse_lost_index()
-                    self.refresh()
-                    if self._revision(bank_id) != rev:
-                        continue  # another writer's put landed meanwhile: apply fn to its bank
-                    if new is not None:
-                        self._sweep()
-                        self._write([new])
-                    return new
-        raise BankError(f"{self.path}: bank {bank_id!r} kept changing under {tries} attempts to update it")
+        return update(self, bank_id, fn, tries)
 
     def compact(self, bank_id: str) -> bool:
-        """Merge the segments of ``bank_id`` into a new base (``store.writes.compact``): True when it
-        did; appends and reads of the bank go on meanwhile."""
+        """Merge the segments of ``bank_id`` into a new base (``store.writes.compact``; True: done)."""
         return compact(self, bank_id)
+
+    def compactor(self) -> Compactor:
+        """The background compactor of this object (started on first use)."""
+        if self._compactor is None:
+            self._compactor = Compactor(self)
+        return self._compactor
 
     def segments(self, bank_id: str) -> list[dict]:
         """The segments the stored bank ``bank_id`` has on top of its base (``meta.json`` entries)."""
@@ -440,67 +391,10 @@ class Collection:
             orphan = dirname if dirname not in (None, name, *self.banks.values()) and _valid_dirname(dirname) else None
             for n in (x for x in (name, orphan) if x):
                 live = self.path / BANKS / n
+                remove_compactions(self.path / BANKS, n, True)  # no compaction's copy outlives the bank
                 if live.exists():
                     gone = live.with_name(f".{n}.tmp-deleted")
                     os.replace(live, gone)
                     shutil.rmtree(gone)
             return name is not None
 
-
-def repair_index(path: str | Path, *, timeout: float = LOCK_TIMEOUT_S) -> dict:
-    """Rebuild ``path/collection.json`` from the banks' own metadata (``trawmem repair-index``).
-
-    Under the collection lock: a bank left aside as ``banks/.<name>.old-*`` by a write killed
-    between its two renames is first put back; then every bank directory's checked
-    ``meta.json`` gives its bank id and encoder, and the index is written atomically. Refused,
-    with nothing written, when a directory holds no readable bank, two directories hold one bank
-    id, or the banks disagree on the encoder.
-
-    :returns: ``{"banks": n, "added": [ids not in the old index], "dropped": [ids of the old
-        index with no directory], "encoder_id": ...}``
-    """
-    path = Path(path)
-    if not (path / BANKS).is_dir():
-        raise BankError(f"{path}: no {BANKS}/ directory, so no banks to index")
-    coll = Collection.__new__(Collection)
-    coll.path, coll.timeout, coll.banks, coll.encoder_id = path, float(timeout), {}, None
-    with coll.lock():
-        old: dict = {}
-        if (path / INDEX).exists():
-            try:
-                coll.refresh()
-                old = dict(coll.banks)
-            except BankError:
-                old = {}  # a corrupt index is what is being repaired
-        bdir = path / BANKS
-        for p in sorted(bdir.glob(".*.old-*")):
-            live = bdir / p.name[1:p.name.rindex(".old-")]
-            if p.is_dir() and not live.exists():
-                os.replace(p, live)
-        banks: dict[str, str] = {}
-        encoders: dict[str, str] = {}
-        for name in _bank_dirs(path):
-            if not _valid_dirname(name):
-                raise BankError(f"{bdir / name}: not a bank directory name this store writes; move it out of "
-                                f"{bdir} and run `trawmem repair-index {path}` again")
-            try:
-                meta = read_meta(bdir / name)
-            except BankError as e:
-                raise BankError(f"cannot repair the index of {path}: {e}; remove or move {bdir / name} and run "
-                                f"`trawmem repair-index {path}` again") from None
-            bid = meta.get("bank_id")
-            if not isinstance(bid, str):
-                raise BankError(f"{bdir / name / 'meta.json'}: no bank id in the metadata")
-            if bid in banks:
-                raise BankError(f"cannot repair the index of {path}: {bdir / banks[bid]} and {bdir / name} both "
-                                f"hold bank {bid!r}; remove one")
-            banks[bid] = name
-            encoders[bid] = meta.get("encoder_id")
-        if len(set(encoders.values())) > 1:
-            raise BankError(f"cannot repair the index of {path}: its banks were encoded with "
-                            f"{sorted(map(str, set(encoders.values())))}; one collection holds one embedding space")
-        coll.banks = banks
-        coll.encoder_id = next(iter(encoders.values()), None)
-        coll._write_index()
-    return {"banks": len(banks), "added": [b for b in banks if b not in old],
-            "dropped": [b for b in old if b not in banks], "encoder_id": coll.encoder_id}

@@ -37,106 +37,23 @@ lock: for concurrent writers use ``trawmem_gpu.store.Collection``.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import tempfile
 import uuid
-from dataclasses import replace
-from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
-from ..data.dates import naive_utc
-from ..data.types import Turn, turns_digest
+from ..data.types import turns_digest
 from ..errors import BankError
 from ..paths import file_sha256
 from .bank import Bank
 
-FORMAT_VERSION = 3
-"""Layout version of the bank directories and collection indexes this release writes."""
-READ_VERSIONS = (2, 3)
-"""Versions this release reads (format 2: no segments, heads in ``meta.json``); others are refused."""
-TENSORS, UNITS, META, LAYERS, THREADS = "tensors.safetensors", "units.json", "meta.json", "layers.json", "threads.json"
-REBUILD_HINT = "rebuild it from its history (`trawmem build`, not an `update`)"
-
-
-def meta_digest(meta: dict) -> str:
-    """sha256 of the canonical JSON of ``meta`` without ``meta_sha256`` and ``stats``."""
-    body = {k: v for k, v in meta.items() if k not in ("meta_sha256", "stats")}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False,
-                                     separators=(",", ":")).encode("utf-8")).hexdigest()
-
-
-def turn_record(t: Turn) -> dict:
-    """A turn as the bank files store it (``units.json``; a forget's journal too)."""
-    return {"id": t.turn_id, "speaker": t.speaker, "text": t.text, "session": t.session,
-            "timestamp": t.timestamp, "time": t.time.isoformat() if t.time else None, "caption": t.caption}
-
-
-def naive_utc_turns(turns: list[Turn]) -> list[Turn]:
-    """``turns`` with every timezone-aware ``time`` as the naive UTC time the turn schema stores
-    (``data.dates.naive_utc``, the one rule). Banks written before that rule read a ``Z`` or offset
-    timestamp as an aware time; they are read as their UTC times (checked against the stored digest
-    first), so every bank in memory holds naive times, and the next write stores them naive."""
-    if all(t.time is None or t.time.utcoffset() is None for t in turns):
-        return turns
-    return [t if t.time is None else replace(t, time=naive_utc(t.time)) for t in turns]
-
-
-def turn_from(r: dict) -> Turn:
-    """The turn of a :func:`turn_record`."""
-    return Turn(r["id"], r["speaker"], r["text"], int(r["session"]), r["timestamp"],
-                datetime.fromisoformat(r["time"]) if r.get("time") else None, r.get("caption"))
-
-
-def fsync_dir(path: Path) -> None:
-    """fsync a directory (its entries: renames and new files), where the filesystem allows it."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:  # pragma: no cover - not every filesystem allows it
-        pass
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_json_atomic(obj, path: Path, **dump_kw) -> None:
-    """Write ``obj`` as JSON to a unique temporary sibling, fsync it, rename it over ``path``."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, ensure_ascii=False, **dump_kw)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    fsync_dir(path.parent)
-
-
-def _fsync_write(path: Path, write) -> None:
-    """Create ``path`` with ``write(f)`` (text), flushed and fsynced."""
-    with open(path, "w", encoding="utf-8") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-
+from .records import (FORMAT_VERSION, LAYERS, META, READ_VERSIONS, REBUILD_HINT, TENSORS, THREADS, UNITS,  # noqa: F401
+                      _fsync_file, _fsync_write, fsync_dir, meta_digest, naive_utc_turns, stored_files, summary,
+                      turn_from, turn_record, write_json_atomic)
 
 def base_names(gen: int = 0) -> dict:
     """The base's file names in generation ``gen`` (0: a bank as written whole; a compaction's
@@ -207,6 +124,7 @@ def bank_meta(bank: Bank, base: dict, segments: list | None = None, checksums: d
         "n_edges": int(len(bank.edge_src)),
         "build_config": bank.build_config,
         "turns_sha256": base["turns_sha256"],
+        "summary": summary(bank.turns),
         "stats": bank.stats,
         "base": {k: v for k, v in base.items() if k not in ("checksums", "turns_sha256", "layers")},
         "segments": segments,
@@ -277,21 +195,12 @@ def read_meta(path: str | Path) -> dict:
     return meta
 
 
-def stored_files(meta: dict) -> list[str]:
-    """Every file ``meta`` names (the base's, then each segment's), in the order they are read."""
-    if meta["format_version"] == 2:
-        return [TENSORS, UNITS] + ([LAYERS] if "layers" in meta else [])
-    from .segments import segment_names
-
-    return list(meta["base"]["files"].values()) + [n for s in meta["segments"] for n in segment_names(s["name"])]
-
-
 def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = None, mmap: bool = False) -> Bank:
     """Load and check a bank directory; any corruption raises ``BankError`` naming the file.
 
     :param verify: check the sha256 of the tensor and unit files (the metadata is always checked)
     :param bank_id: the id the caller expects (a collection's index entry); another id is an error
-    :param mmap: the base's vectors as read-only memory maps of its tensors file
+    :param mmap: the base's arrays as copy-on-write memory maps of its tensors file (a write to one stays private)
         (``store.arrays.read_tensors``) instead of copies in memory
     """
     from safetensors import SafetensorError

@@ -39,8 +39,28 @@ from ..data.types import turns_digest
 from ..errors import BankError
 from ..paths import file_sha256
 from .bank import Bank
+from .records import segment_names
 
 SEGMENT = re.compile(r"seg-\d{6}")
+
+
+@dataclass(frozen=True)
+class CompactionPolicy:
+    """When a bank's segments are merged into a new base (``Collection.compact``)."""
+
+    max_segments: int = 16
+    """Compact once a bank has this many segments (each costs a file pair to open and apply on load)."""
+    max_fraction: float = 0.25
+    """...or once its segments hold this fraction of the base's units (or more)."""
+    background: bool = True
+    """Compact on a background thread of the process that appended (else in the append's call)."""
+
+    def due(self, meta: dict) -> bool:
+        """Whether the bank stored as ``meta`` should be compacted now."""
+        segs = meta.get("segments") or ()
+        units = sum(int(s["n_units"]) for s in segs)
+        base = int(meta.get("base", {}).get("n_units", 0))
+        return bool(segs) and (len(segs) >= self.max_segments or units >= self.max_fraction * max(base, 1))
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,11 +72,6 @@ class Extension:
     """Threads of ``base`` the new bank keeps as they are; its threads from here on are new."""
     knn_rows: np.ndarray
     """Kept threads (ids below ``keep_threads``) whose nearest-head rows changed."""
-
-
-def segment_names(name: str) -> tuple[str, str]:
-    """The two files of segment ``name``."""
-    return f"{name}.safetensors", f"{name}.json"
 
 
 def extends(new: Bank, old: Bank) -> bool:
@@ -75,7 +90,7 @@ def write_segment(d: Path, new: Bank, name: str) -> tuple[dict, dict]:
     Not committed: the caller replaces ``meta.json``."""
     from safetensors.numpy import save_file
 
-    from .files import _fsync_file, _fsync_write, fsync_dir, turn_record
+    from .records import _fsync_file, _fsync_write, fsync_dir, turn_record
 
     ext: Extension = new.extends
     n0, k0, J = ext.base.n_units, ext.keep_threads, new.n_threads
@@ -99,10 +114,10 @@ def write_segment(d: Path, new: Bank, name: str) -> tuple[dict, dict]:
 
 def appended_meta(meta: dict, new: Bank, entry: dict, sums: dict) -> dict:
     """``meta`` (the stored bank's, format 3) with the segment ``entry`` appended: the metadata of ``new``."""
-    from .files import meta_digest
+    from .records import meta_digest, summary
 
     m = {k: v for k, v in meta.items() if k != "meta_sha256"}
-    m.update(n_units=new.n_units, n_threads=new.n_threads, n_edges=int(len(new.edge_src)),
+    m.update(summary=summary(new.turns[new.extends.base.n_units:], meta.get("summary")), n_units=new.n_units, n_threads=new.n_threads, n_edges=int(len(new.edge_src)),
              segments=[*meta["segments"], entry], segment_counter=int(meta.get("segment_counter", 0)) + 1,
              checksums={**meta["checksums"], **sums}, stats=new.stats)
     m["meta_sha256"] = meta_digest(m)
@@ -113,7 +128,7 @@ def apply_segments(bank: Bank, d: Path, segments: list[dict]) -> Bank:
     """The bank of the base ``bank`` (as loaded) and the ``segments`` of ``meta.json`` in order
     (their files' checksums checked by the caller); raises ``BankError`` naming a bad segment file."""
     from .arrays import read_tensors
-    from .files import turn_from
+    from .records import turn_from
     from .graph import edges_from_knn, knn_table
 
     k = int((bank.build_config or {}).get("knn", 5))
@@ -158,7 +173,7 @@ def compact_meta(current: dict, merged: int, base: dict) -> dict:
     """``current`` (the stored meta.json) with its first ``merged`` segments replaced by the new
     base ``base`` (:func:`~trawmem_gpu.store.files.write_base`'s part, of the bank those
     segments make); the segments after them stay, in order."""
-    from .files import meta_digest
+    from .records import meta_digest
 
     m = {k: v for k, v in current.items() if k != "meta_sha256"}
     keep = current["segments"][merged:]
@@ -174,7 +189,7 @@ def compact_meta(current: dict, merged: int, base: dict) -> dict:
 def orphans(d: Path, meta: dict) -> list[Path]:
     """Files in the bank directory ``d`` that ``meta`` does not name (a killed append's segment,
     a killed compaction's base, a replaced base): safe to remove under the bank's lock."""
-    from .files import META, stored_files
+    from .records import META, stored_files
 
     named = set(stored_files(meta)) | {META}
     return [p for p in d.iterdir() if p.is_file() and p.name not in named and not p.name.startswith(f".{META}")]
