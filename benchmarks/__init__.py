@@ -77,6 +77,11 @@ SUITE: tuple[Entry, ...] = (
           "selection quality on LoCoMo: the H x B grid, the ablations, the headline table, token budgets",
           ("quality_grid.json", "quality_ablations.json", "quality_headline.json", "quality_tokens.json"),
           "144 s all parts (quality_grid.json)"),
+    Entry("scale", "bench_scale.py",
+          "how writes, opening and many banks scale: append / forget / compact against one real-text bank's "
+          "size, open time and memory against the collection's, a resident budget's hot and cold latency "
+          "(and the engine's query curves, scale_bench.query, when present)",
+          ("scale.json", "scale.png"), "not timed"),
     Entry("select", "bench_select.py",
           "selection throughput of every implementation side by side; sweeps, scaling, seed search "
           "(`--versus TREE`, `--tokens`, `--gpu-target`)",
