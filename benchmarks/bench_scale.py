@@ -15,6 +15,9 @@ Parts (``--parts``, default all):
   against the number of 100-unit synthetic banks, eager (every bank loaded) and lazy (a budget).
 * ``many`` (``scale_bench.many``): ``--many-banks`` banks from one process under a budget: the hot
   banks' p99 beside an all-resident process (target <= 1.5x), the cold-open latency, the memory.
+* ``ray`` (``scale_bench.ray_scaling``): ``trawmem score`` on Ray Data with 1 to ``--ray-workers``
+  workers on one local Ray instance, beside the single-process job (LongMemEval-S dev questions);
+  needs the ray extra (recorded as unavailable without it).
 * ``query``: per-query latency against one bank's size, the number of banks and the batch size:
   the module ``scale_bench.query`` (``scale_bench.QUERY_MODULE``), when the tree has it.
 
@@ -37,11 +40,11 @@ from pathlib import Path
 
 from . import harness
 
-PARTS = ("writes", "opening", "many", "query")
+PARTS = ("writes", "opening", "many", "ray", "query")
 FULL = {"write_sizes": "1000,3000,6000,12009", "repeats": 3, "engine_max_units": 3000, "open_banks": "10,100,1000,10000",
-        "many_banks": 10000, "hot": 50, "rounds": 2000, "cold_every": 20}
+        "many_banks": 10000, "hot": 50, "rounds": 2000, "cold_every": 20, "ray_workers": 4, "ray_rounds": 2}
 QUICK = {"write_sizes": "300,1200", "repeats": 1, "engine_max_units": 300, "open_banks": "10,100", "many_banks": 200,
-         "hot": 10, "rounds": 60, "cold_every": 6}
+         "hot": 10, "rounds": 60, "cold_every": 6, "ray_workers": 2, "ray_rounds": 1}
 """Defaults of the sized flags, full and ``--quick`` (a flag given on the command line wins)."""
 WRITE_PARTS = ["encode_units_s", "segment_s", "heads_s", "encode_heads_s", "graph_s", "write_and_checks_s"]
 
@@ -66,6 +69,9 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--hot", type=int, default=None, help="hot banks of the many-banks run")
     ap.add_argument("--rounds", type=int, default=None, help="hot queries of the many-banks run")
     ap.add_argument("--cold-every", type=int, default=None, help="one cold query per this many hot ones")
+    ap.add_argument("--ray-workers", type=int, default=None, help="most Ray workers of the ray part (from 1)")
+    ap.add_argument("--ray-rounds", type=int, default=None, help="rounds of the ray part (medians)")
+    ap.add_argument("--lme", default=None, help="LongMemEval-S dev file of the ray part (default: the dev data)")
     ap.add_argument("--threads", type=int, default=1, help="torch / BLAS threads of every child process")
     ap.add_argument("--timeout", type=float, default=7200.0, help="seconds per child process")
     ap.add_argument("--work", default=None, help="where the temporary banks go (default: the system temp dir)")
@@ -118,6 +124,16 @@ def run(a) -> dict:
             rec.setdefault("collections", {})["many"] = make_collection(path, a.many_banks, log=log)
             rec["many"] = many.run(path, a.hot, int(a.budget_mb * 2 ** 20), a.rounds, a.cold_every, a.timeout, log)
             shutil.rmtree(path, ignore_errors=True)
+        if "ray" in a.parts:
+            import importlib.util
+
+            if importlib.util.find_spec("ray") is None:
+                rec["ray"] = {"available": False, "why": "the ray extra is not installed"}
+            else:
+                from .scale_bench import ray_scaling
+
+                lme = harness.require_data(a.lme or harness.dev_data("longmemeval"), "longmemeval", "--lme")
+                rec["ray"] = ray_scaling.run(lme, list(range(1, a.ray_workers + 1)), a.ray_rounds, log)
         if "query" in a.parts:
             try:
                 mod = importlib.import_module(QUERY_MODULE)

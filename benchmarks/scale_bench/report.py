@@ -37,6 +37,12 @@ def summary(rec: dict) -> str:
                      f"{m['cold_ms']['p50']} ms p99 {m['cold_ms']['p99']} ms; RSS {m['rss_mb'].get('VmRSS')} MB")
     elif m:
         lines.append(f"  many: {m['error']}")
+    r = rec.get("ray")
+    if r and "settings" in r:
+        lines.append(f"  ray ({r['cpu_count']} cores, {r['questions']} LongMemEval-S questions): " + ", ".join(
+            f"{k} {v['median_qps']} q/s" for k, v in r["settings"].items()))
+    elif r:
+        lines.append(f"  ray: {r.get('why')}")
     q = rec.get("query")
     if q is not None and not q.get("available"):
         lines.append(f"  query curves: {q['why']}")
@@ -49,7 +55,8 @@ def figure(rec: dict):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(2, 2, figsize=(12, 8.5))
+    fig, axs = plt.subplots(2, 3, figsize=(17, 8.5))
+    ax = [axs[0][:2], axs[1][:2]]
     w = rec.get("writes")
     a = ax[0][0]
     if w:
@@ -104,5 +111,26 @@ def figure(rec: dict):
         d.set_ylabel("ms per query")
         d.set_title(f"{m['banks']} banks, {m['hot']} hot, budget {m['budget_bytes'] / 2 ** 20:.0f} MB")
         d.legend(fontsize=7)
+    e = axs[0][2]
+    r = rec.get("ray")
+    if r and "settings" in r:
+        names = list(r["settings"])
+        e.bar(names, [r["settings"][k]["median_qps"] for k in names])
+        e.set_ylabel("questions / s (median, whole job)")
+        e.set_title(f"score on Ray Data, {r['cpu_count']} cores")
+    f = axs[1][2]
+    q = rec.get("query")
+    if q and q.get("available"):
+        try:
+            import importlib
+
+            from . import QUERY_MODULE
+
+            importlib.import_module(QUERY_MODULE).plot([f], q)
+        except Exception as ex:  # noqa: BLE001 - the figure keeps the other panels
+            f.set_title(f"query curves: {type(ex).__name__}")
+    else:
+        f.text(0.5, 0.5, "query-side curves: scale_bench.query\n(not in this tree)", ha="center", va="center")
+        f.set_axis_off()
     fig.tight_layout()
     return fig

@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_a_small_scale_run_writes_every_part(tmp_path, dev_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))))
-    r = subprocess.run([sys.executable, "-m", "benchmarks", "run", "scale", "--quick", "--data", str(dev_path),
+    r = subprocess.run([sys.executable, "-m", "benchmarks", "run", "scale", "--quick", "--parts", "writes,opening,many,query",
+                        "--data", str(dev_path),
                         "--write-sizes", "90,160", "--repeats", "1", "--engine-max-units", "90", "--open-banks", "6",
                         "--many-banks", "14", "--hot", "3", "--rounds", "12", "--cold-every", "3", "--budget-mb", "0.3",
                         "--work", str(tmp_path), "--out-dir", str(tmp_path / "out")],

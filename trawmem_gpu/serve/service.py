@@ -39,7 +39,7 @@ from datetime import datetime
 import numpy as np
 
 from ..encode.base import Encoder
-from ..errors import ConfigError, UnknownBank  # noqa: F401 - the one UnknownBank, for the serve modules
+from ..errors import BankError, ConfigError, UnknownBank  # noqa: F401 - the one UnknownBank, for the serve modules
 from ..memory.core import EngineSpec, MemoryCore, bank_rows, bank_summary
 from ..memory.engines import select_units
 from ..memory.result import SelectedWorkspace
@@ -306,8 +306,7 @@ class SelectionService:
             await asyncio.wait([asyncio.wrap_future(f) for f in futs])
 
     def _sync_bank(self, bank_id: str, prepared: dict | None = None) -> None:
-        """On the batch worker: make the engine use the registry's current bank ``bank_id``
-        (``prepared``: :meth:`ServedEngine.prepare` of a bank; ``refresh`` uses only tables of this one)."""
+        """On the batch worker: the engine uses the registry's bank ``bank_id`` (``prepared``: its tables)."""
         before = self.engines.banks.get(bank_id)
         self.core.sync_engine(bank_id, prepared)
         if self.engines.banks.get(bank_id) is not before:
@@ -334,11 +333,10 @@ class SelectionService:
         t_start = time.perf_counter()
         n = len(items)
         bids = list(dict.fromkeys(it.bank_id for it in items))
-        if self.registry.lazy:  # publish what the loader prepared; let the least recently used banks go
-            self.core.ensure(bids, {b: self._warm.pop(b) for b in bids if b in self._warm})
-        for bid in bids:
-            if bid not in self.engines.banks:  # created by an append whose refresh has not run yet
-                self._sync_bank(bid)
+        seen = {b: self.engines.banks.get(b) for b in bids}  # a bank an append created: its refresh runs here
+        self.core.ensure(bids, {b: self._warm.pop(b) for b in bids if b in self._warm})  # opens, publishes, evicts
+        if any(self.engines.banks.get(b) is not seen[b] for b in bids):
+            freeze_heap()
         Z = np.empty((n, self.dim), dtype=np.float32)
         todo = [i for i, it in enumerate(items) if it.vector is None]
         if todo:
@@ -352,9 +350,11 @@ class SelectionService:
         idx, params = [], []
         for i, it in enumerate(items):
             try:
+                if it.bank_id not in self.engines.banks:  # its files would not open (quarantined), or it went
+                    raise self.registry.absent(it.bank_id)
                 params.append(it.params)
                 idx.append(i)
-            except ConfigError as e:  # out of range: fails only this query
+            except (ConfigError, BankError, UnknownBank) as e:  # fails only this query
                 out[i] = e
         t_sel = 0.0
         if idx:
