@@ -225,7 +225,7 @@ def main(argv=None) -> int:
         if not mpath.exists():
             with gzip.open(mpath, "wt", encoding="utf-8") as f:
                 json.dump(m, f)
-        spath = mdir / f"lme_s_{len(raw)}.json.gz"
+        spath = Path(data) if not a.questions else mdir / f"lme_s_{len(raw)}.json.gz"  # all: the file itself
         if not spath.exists():
             with gzip.open(spath, "wt", encoding="utf-8") as f:
                 json.dump(raw, f)
