@@ -279,7 +279,7 @@ def update_bank(bank: Bank, new_turns: list[Turn], cfg: BuildConfig | None = Non
                        profile_vecs=bank.profile_vecs, layer_sources=dict(bank.layer_sources))
     new_bank.validate(since=(n_old, keep_threads))
     if same_graph and new_bank.build_config == bank.build_config:
-        new_bank.extends = Extension(bank, keep_threads, changed[changed < keep_threads])
+        new_bank.extends = Extension.of(bank, keep_threads, changed[changed < keep_threads])
     return new_bank, stats
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,20 +66,33 @@ class CompactionPolicy:
 
 @dataclass(frozen=True, eq=False)
 class Extension:
-    """What an appended bank adds to ``base`` (the bank it was computed from)."""
+    """What an appended bank adds to the bank it was computed from (held weakly: a bank never
+    keeps the versions before it alive)."""
 
-    base: Bank
+    base_ref: "weakref.ref"
+    base_units: int
+    """Units of the bank it extends: the new bank's turns from here on are new."""
     keep_threads: int
-    """Threads of ``base`` the new bank keeps as they are; its threads from here on are new."""
+    """Threads of the base the new bank keeps as they are; its threads from here on are new."""
     knn_rows: np.ndarray
     """Kept threads (ids below ``keep_threads``) whose nearest-head rows changed."""
+
+    @classmethod
+    def of(cls, base: Bank, keep_threads: int, knn_rows) -> "Extension":
+        return cls(weakref.ref(base), base.n_units, int(keep_threads), np.asarray(knn_rows, dtype=np.int64))
+
+    @property
+    def base(self) -> Bank | None:
+        """The bank it extends (None once nothing else holds it)."""
+        return self.base_ref()
 
 
 def extends(new: Bank, old: Bank) -> bool:
     """Whether ``new`` can be stored as a segment over ``old``: it extends that very bank, with
     the same config, encoder and layers (a change of those is a rewrite)."""
     ext = new.extends
-    return (isinstance(ext, Extension) and ext.base is old and new.build_config == old.build_config
+    return (isinstance(ext, Extension) and old is not None and ext.base is old
+            and new.build_config == old.build_config
             and new.encoder_id == old.encoder_id and new.knn_ids is not None
             and new.facts is old.facts and new.profiles is old.profiles
             and new.layer_sources == old.layer_sources)
@@ -93,7 +107,7 @@ def write_segment(d: Path, new: Bank, name: str) -> tuple[dict, dict]:
     from .records import _fsync_file, _fsync_write, fsync_dir, turn_record
 
     ext: Extension = new.extends
-    n0, k0, J = ext.base.n_units, ext.keep_threads, new.n_threads
+    n0, k0, J = ext.base_units, ext.keep_threads, new.n_threads
     new.validate_stored(since=(n0, k0))
     rows = np.union1d(np.asarray(ext.knn_rows, dtype=np.int64), np.arange(k0, J, dtype=np.int64))
     c = np.ascontiguousarray
@@ -117,7 +131,8 @@ def appended_meta(meta: dict, new: Bank, entry: dict, sums: dict) -> dict:
     from .records import meta_digest, summary
 
     m = {k: v for k, v in meta.items() if k != "meta_sha256"}
-    m.update(summary=summary(new.turns[new.extends.base.n_units:], meta.get("summary")), n_units=new.n_units, n_threads=new.n_threads, n_edges=int(len(new.edge_src)),
+    m.update(summary=summary(new.turns[new.extends.base_units:], meta.get("summary")), n_units=new.n_units,
+             n_threads=new.n_threads, n_edges=int(len(new.edge_src)),
              segments=[*meta["segments"], entry], segment_counter=int(meta.get("segment_counter", 0)) + 1,
              checksums={**meta["checksums"], **sums}, stats=new.stats)
     m["meta_sha256"] = meta_digest(m)
