@@ -125,9 +125,9 @@ def run(a) -> dict:
             rec["many"] = many.run(path, a.hot, int(a.budget_mb * 2 ** 20), a.rounds, a.cold_every, a.timeout, log)
             shutil.rmtree(path, ignore_errors=True)
         if "ray" in a.parts:
-            import importlib.util
+            from importlib.util import find_spec
 
-            if importlib.util.find_spec("ray") is None:
+            if find_spec("ray") is None:
                 rec["ray"] = {"available": False, "why": "the ray extra is not installed"}
             else:
                 from .scale_bench import ray_scaling
