@@ -113,6 +113,7 @@ class Collection:
         """(inode, mtime, size) of the index as last read: ``refresh`` skips an unchanged one."""
         self._cache: dict[str, tuple[str, weakref.ref]] = {}
         """bank id -> (revision, the bank this object last loaded or wrote at it), for ``update``."""
+        self._prune_at = 4096
         self.compaction: CompactionPolicy | None = None
         """When an append through this object compacts the bank (None: never by itself; a
         ``Memory`` and a server set ``CompactionPolicy()``: in the background)."""
@@ -264,14 +265,10 @@ class Collection:
         path = self.bank_path(bank_id)
         with self.lock(reading=True):
             if not path.exists():
-                self._restore(path)
+                restore(path)  # a bank a write killed between its two renames left aside
             bank = load_bank(path, bank_id=bank_id, mmap=mmap)
             self._remember(bank_id, read_meta(path)["meta_sha256"], bank)
             return bank
-
-    def _restore(self, live: Path) -> None:
-        """Put back the bank a write killed between its two renames left aside (call under the lock)."""
-        restore(live)
 
     def _cached(self, bank_id: str, revision: str | None) -> Bank | None:
         """The bank this object last loaded or wrote for ``bank_id`` if it is still the stored revision."""
@@ -279,6 +276,9 @@ class Collection:
         return ref() if ref is not None and rev == revision and revision is not None else None
 
     def _remember(self, bank_id: str, revision: str, bank: Bank) -> None:
+        if len(self._cache) > self._prune_at:  # banks let go since (many banks, few in memory) go too
+            self._cache = {k: v for k, v in self._cache.items() if v[1]() is not None}
+            self._prune_at = max(4096, 2 * len(self._cache))
         self._cache[bank_id] = (revision, weakref.ref(bank))
 
     def load_all(self) -> list[Bank]:
@@ -369,7 +369,7 @@ class Collection:
             return None
         path = self.path / BANKS / self.banks[bank_id]
         if not path.exists():
-            self._restore(path)
+            restore(path)  # a bank a write killed between its two renames left aside
         try:
             return read_meta(path)
         except BankError:
