@@ -22,7 +22,8 @@ Parts (``--parts``, default all):
   the module ``scale_bench.query`` (``scale_bench.QUERY_MODULE``), when the tree has it.
 
 Banks and collections are made in a temporary directory (``--work``) and removed after; nothing
-of the dev data is written under the repository. Writes ``scale.json`` and ``scale.png``.
+of the dev data is written under the repository. Writes ``scale.json`` and ``scale.png``; a run of
+some parts keeps the other parts of the file it replaces (``kept_from_earlier_run`` names them).
 """
 from __future__ import annotations
 
@@ -161,8 +162,13 @@ def main(argv=None) -> int:
         rec = run(a)
     from .scale_bench.report import summary
 
-    print(summary(rec))
-    out = harness.save(a.name, rec, figure(rec), out_dir=a.out_dir)
+    with harness.locked(a.name, a.out_dir) as old:  # a run of some parts keeps the other parts' results
+        kept = [p for p in PARTS if p not in a.parts and p in old]
+        rec = {**{p: old[p] for p in kept}, **rec}
+        if kept:
+            rec["kept_from_earlier_run"] = {p: old.get("command") for p in kept}
+        print(summary(rec))
+        out = harness.save(a.name, rec, figure(rec), out_dir=a.out_dir)
     print(f"-> {out}")
     return 0
 
