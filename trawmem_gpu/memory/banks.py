@@ -288,7 +288,7 @@ class BankRegistry:
             pending = read_journal(self.coll.path, bank_id)
             pending = finished if pending is None else pending.merged(finished)
             self.coll.refresh()
-            seen = self._banks.get(bank_id)
+            seen = before = self._banks.get(bank_id)  # before: the bank the events compare (cold: as stored)
             if bank_id not in self.coll:
                 if pending is None and seen is None and bank_id not in self.quarantined:
                     raise UnknownBank(bank_id)
@@ -298,7 +298,8 @@ class BankRegistry:
             elif bank_id in self.quarantined:
                 raise self.absent(bank_id)
             else:
-                new, e = self._shrink(bank_id, turn_ids, pending, seen, encoder, llm, outputs)
+                new, e, stored = self._shrink(bank_id, turn_ids, pending, seen, encoder, llm, outputs)
+                before = seen if seen is not None else stored
             e = e.merged(pending)
             if new is None:
                 self.coll.delete(bank_id, e.dirname)
@@ -310,7 +311,7 @@ class BankRegistry:
                     self._banks[bank_id] = new
                 self.version += 1
             if e.turn_ids:
-                self._record(bank_id, forget_events(seen, new, e.turn_ids))
+                self._record(bank_id, forget_events(before, new, e.turn_ids))
             gone = set(e.turn_ids)
             return ForgetResult(new, e, list(e.turn_ids), [t for t in turn_ids or () if t not in gone])
 
@@ -334,10 +335,10 @@ class BankRegistry:
         return e
 
     def _shrink(self, bank_id: str, turn_ids: list[str], pending: Erasure | None, seen: Bank | None,
-                encoder: Encoder, llm, outputs: list[str]) -> tuple[Bank | None, Erasure]:
+                encoder: Encoder, llm, outputs: list[str]) -> tuple[Bank | None, Erasure, Bank]:
         """The stored bank less ``turn_ids`` and the pending forget's turns, written through
         ``Collection.update``; returns (the bank as it now is, or None when no turn is left, the
-        erasure)."""
+        erasure, the bank as stored before)."""
         done: dict = {}
 
         def shrink(old: Bank | None) -> Bank | None:
@@ -355,11 +356,11 @@ class BankRegistry:
             if e.turn_ids:
                 write_journal(self.coll.path, e)  # before the bank changes: a killed forget is finished later
                 pause_point("journaled")
-            done.update(new=new, erasure=e)
+            done.update(new=new, erasure=e, old=old)
             return new if new is not None and new is not old else None
 
         self.coll.update(bank_id, shrink)
-        return done["new"], done["erasure"]
+        return done["new"], done["erasure"], done["old"]
 
     def finished(self, e: Erasure) -> None:
         """Record that opening the collection finished the killed forget ``e`` (see ``_finished``):
