@@ -160,14 +160,19 @@ def test_background_compaction_under_a_policy(tmp_path):
 
 def test_a_format_2_bank_opens_and_takes_appends(tmp_path):
     """A collection written by the previous release (format 2: heads in meta.json, no nearest-head
-    table) opens; its first append rewrites it in format 3, and the result is a full build's."""
+    table; turn metadata in units.json) opens; its first append rewrites it in format 3, and the
+    result is a full build's, metadata and all."""
+    from dataclasses import replace
+
     from safetensors.numpy import save_file
 
+    from trawmem_gpu.data.metadata import Metadata
     from trawmem_gpu.data.types import turns_digest
     from trawmem_gpu.paths import file_sha256
     from trawmem_gpu.store.files import meta_digest, turn_record
 
-    turns = _turns()
+    turns = [t if i % 3 else replace(t, metadata=Metadata({"user_id": f"u{i % 2}", "n": i}))
+             for i, t in enumerate(_turns())]
     b = _full(turns[:20])
     d = tmp_path / "c" / "banks" / "b"
     d.mkdir(parents=True)
@@ -185,7 +190,8 @@ def test_a_format_2_bank_opens_and_takes_appends(tmp_path):
     coll = Collection(tmp_path / "c")
     old = coll.load("b")
     assert old.knn_ids is None and old.heads == b.heads
-    assert_banks_equal(old, b, exact=True)
+    assert_banks_equal(old, b, exact=True)  # the turns' metadata too
+    assert sum(t.metadata is not None for t in old.turns) == 7
     coll.update("b", lambda x: update_bank(x, turns[20:23], encoder=ENC)[0])
     assert json.loads((d / "meta.json").read_text())["format_version"] == 3
     _same(Collection(tmp_path / "c").load("b"), _full(turns[:23]))
