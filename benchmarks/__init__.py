@@ -77,6 +77,10 @@ SUITE: tuple[Entry, ...] = (
           ("longmemeval.json", "longmemeval.md", "longmemeval.png", "longmemeval-current-defaults.json",
            "longmemeval-current-defaults.png"),
           "54 min with a cold build (longmemeval.md: 3,236 s); warm not timed"),
+    Entry("longmemeval_m", "bench_longmemeval_m.py",
+          "LongMemEval-M-style haystacks (~500 sessions, united from the dev slice's): quality at equal tokens "
+          "against the RRF hybrid and per-query latency, beside the S haystacks",
+          ("longmemeval_m.json", "longmemeval_m.md", "longmemeval_m.png"), "not timed"),
     Entry("paper_analyses", "paper_analyses.py",
           "the paper's retrieval-side analyses (Figs. 7-10, 12, Table 3's efficiency), its numbers beside ours",
           ("paper_vs_ours.json", "paper_vs_ours.md", "paper_fig7.json", "paper_fig8.json", "paper_fig9.json",
@@ -85,6 +89,11 @@ SUITE: tuple[Entry, ...] = (
           "selection quality on LoCoMo: the H x B grid, the ablations, the headline table, token budgets",
           ("quality_grid.json", "quality_ablations.json", "quality_headline.json", "quality_tokens.json"),
           "144 s all parts (quality_grid.json)"),
+    Entry("scale", "bench_scale.py",
+          "how writes, opening and many banks scale: append / forget / compact against one real-text bank's "
+          "size, open time and memory against the collection's, a resident budget's hot and cold latency "
+          "(and the engine's query curves, scale_bench.query, when present)",
+          ("scale.json", "scale.png"), "not timed"),
     Entry("scale-profile", "bench_scale_profile.py",
           "one long bank (the LoCoMo dev conversations repeated): build, open and select, each process's time and peak RSS",
           ("scale_profile.json",), "not timed"),

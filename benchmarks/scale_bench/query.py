@@ -214,26 +214,42 @@ def run_query_curves(out_dir=None, sizes=SIZES, sizes_wide=SIZES_WIDE, banks=BAN
     return rec
 
 
-def figure(rec: dict):
-    """Three panels: latency against one bank's size (total and per step), throughput against the
-    number of banks, throughput and latency against the batch size."""
-    fig, ax = harness.figure(1, 3, figsize=(16, 4.6))
+def run(args) -> dict:
+    """The scale runner's entry (``bench_scale.py --parts query``): :func:`run_query_curves` with
+    its ``--quick``, ``--threads`` and ``--timeout``."""
+    return run_query_curves(quick=bool(args.quick), threads=int(args.threads), timeout=float(args.timeout))
+
+
+def plot(axes, rec: dict) -> None:
+    """The scale runner's panel: latency against one bank's size on ``axes[0]``."""
+    _plot_size(axes[0], rec)
+
+
+def _plot_size(ax, rec: dict) -> None:
+    """p50 latency against one bank's size (total and, for d64, per step; approximate search beside)."""
     for name, series in rec["size"].items():
         pts = [p for p in series["points"] if "error" not in p]
         if not pts:
             continue
         N = [p["units"] for p in pts]
-        ax[0].plot(N, [p["latency_ms"]["p50"] for p in pts], "o-", lw=2, label=f"p50 latency, {name}")
+        ax.plot(N, [p["latency_ms"]["p50"] for p in pts], "o-", lw=2, label=f"p50 latency, {name}")
         if name == "d64":
             for s in sorted({k for p in pts for k in p["steps_ms"]}):
-                ax[0].plot(N, [max(p["steps_ms"].get(s, 0.0), 1e-4) for p in pts], "--", lw=1, label=f"  {s}")
+                ax.plot(N, [max(p["steps_ms"].get(s, 0.0), 1e-4) for p in pts], "--", lw=1, label=f"  {s}")
     ann = [p for p in rec.get("ann", []) if "error" not in p and p["spec"]["dim"] == 64]
     if ann:
-        ax[0].plot([p["units"] for p in ann], [p["approx_ms"] for p in ann], "D-", color="k", lw=2,
-                   label="approximate search (ann), d64")
-    ax[0].set(xscale="log", yscale="log", xlabel="units in the bank", ylabel="ms per query (batch of 1)",
-              title="one bank's size")
-    ax[0].legend(fontsize=7)
+        ax.plot([p["units"] for p in ann], [p["approx_ms"] for p in ann], "D-", color="k", lw=2,
+                label="approximate search (ann), d64")
+    ax.set(xscale="log", yscale="log", xlabel="units in the bank", ylabel="ms per query (batch of 1)",
+           title="one bank's size")
+    ax.legend(fontsize=7)
+
+
+def figure(rec: dict):
+    """Three panels: latency against one bank's size (total and per step), throughput against the
+    number of banks, throughput and latency against the batch size."""
+    fig, ax = harness.figure(1, 3, figsize=(16, 4.6))
+    _plot_size(ax[0], rec)
     pts = [p for p in rec["banks"] if "error" not in p]
     if pts:
         B = [p["spec"]["n_banks"] for p in pts]

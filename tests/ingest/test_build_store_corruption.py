@@ -100,16 +100,21 @@ def test_meta_missing_keys(saved):
 
 
 def test_meta_inconsistent_with_tensors(saved):
-    _rewrite_meta(saved, lambda m: m.update(heads=m["heads"][:-1]))  # validate() catches the count
+    from trawmem_gpu.paths import file_sha256
+    from trawmem_gpu.store.files import THREADS
+
+    th = json.loads((saved / THREADS).read_text())
+    (saved / THREADS).write_text(json.dumps({k: v[:-1] for k, v in th.items()}))  # validate() catches the count
+    _rewrite_meta(saved, lambda m: m["checksums"].update({THREADS: file_sha256(saved / THREADS)}))
     _bank_error(saved, str(saved), "do not match")
 
 
-@pytest.mark.parametrize("field,value", [("heads", None), ("bank_id", "other"), ("build_config", {}),
-                                         ("encoder_id", "x"), ("turns_sha256", "0" * 64)])
+@pytest.mark.parametrize("field,value", [("segments", [{"name": "seg-000009"}]), ("bank_id", "other"),
+                                         ("build_config", {}), ("encoder_id", "x"), ("turns_sha256", "0" * 64)])
 def test_meta_edit_without_rehash_is_caught(saved, field, value):
-    """Heads, bank id, build config, encoder: everything that affects selection is checksummed."""
+    """Segments, bank id, build config, encoder: everything that affects selection is checksummed."""
     def edit(m):
-        m[field] = value if value is not None else [h + " tampered" for h in m["heads"]]
+        m[field] = value
     _rewrite_meta(saved, edit, rehash=False)
     _bank_error(saved, META, "checksum mismatch", "rebuild")
 

@@ -15,7 +15,7 @@ from trawmem_gpu.ingest.config import BuildConfig
 from trawmem_gpu.encode.base import Encoder
 from trawmem_gpu.errors import BankError
 from trawmem_gpu.store import FORMAT_VERSION, Collection, load_bank, pack_banks, save_bank
-from trawmem_gpu.store.files import META, TENSORS, UNITS
+from trawmem_gpu.store.files import META, TENSORS, THREADS, UNITS
 from bank_compare import assert_banks_equal
 
 
@@ -27,14 +27,14 @@ def test_save_load_round_trip_exact_dev(dev_banks, tmp_path):
     _, banks, _ = dev_banks
     for b in banks:
         d = save_bank(b, tmp_path / b.bank_id)
-        assert sorted(p.name for p in d.iterdir()) == sorted([TENSORS, UNITS, META])
+        assert sorted(p.name for p in d.iterdir()) == sorted([TENSORS, UNITS, THREADS, META])
         back = load_bank(d)
         assert_banks_equal(b, back, exact=True)
         meta = json.loads((d / META).read_text())
         assert meta["format_version"] == FORMAT_VERSION
         assert meta["encoder_id"] == b.encoder_id == "all-MiniLM-L6-v2:mean:256"
         assert meta["build_config"] == BuildConfig().to_dict()
-        assert set(meta["checksums"]) == {TENSORS, UNITS}
+        assert set(meta["checksums"]) == {TENSORS, UNITS, THREADS} and meta["segments"] == []
     # no temp or old directories left behind
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 

@@ -68,3 +68,39 @@ def test_an_llm_response_quoting_a_forgotten_text_inside_json_goes(tmp_path):
     db = sqlite3.connect(tmp_path / "llm.sqlite")
     assert [r[0] for r in db.execute("SELECT key FROM responses")] == ["b"]
     db.close()
+
+
+def test_a_turn_forgotten_from_a_segment_leaves_no_trace(tmp_path, monkeypatch):
+    """Appends are segments beside the bank's files (``store.segments``) and a compaction may be
+    copying the bank when a forget comes: the forget rewrites the bank whole, so neither a segment
+    nor a compaction's copy keeps the forgotten turn's text or vector."""
+    import shutil
+
+    import numpy as np
+    from forget_traces import _traces
+    from word_encoder import WordEncoder
+
+    from trawmem_gpu import Memory
+
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+    marker = "zqxv-segment-marker-51d0"
+    turns = [{"turn_id": t.turn_id, "speaker": t.speaker, "text": t.text, "timestamp": t.timestamp}
+             for t in load_conversations(sample_path())[0].turns]
+    mem = Memory(tmp_path / "c", encoder=WordEncoder())
+    mem._core.registry.coll.compaction = None  # keep the segments: this test forgets from one
+    mem.add("b", turns[:20])
+    mem.add("b", [{**turns[20], "turn_id": "M", "text": f"the code is {marker}"}])
+    for i in range(21, 26):
+        mem.add("b", turns[i:i + 1])
+    coll = mem._core.registry.coll
+    live = coll.bank_path("b")
+    assert len(coll.segments("b")) == 6
+    shutil.copytree(live, live.with_name(".b.compact-underway"))  # a compaction's copy, mid-way
+    vec = next(v for t, v in zip(mem._core.registry.get("b").turns, mem._core.registry.get("b").unit_vecs)
+               if t.turn_id == "M")
+    needles = {"text": marker.encode(), "vector": np.asarray(vec, np.float32).tobytes()}
+    before = _traces([tmp_path / "c"], needles)
+    assert any("seg-" in x for x in before) and any(".compact-" in x for x in before), before
+    assert mem.forget("b", ["M"])["forgotten"] == ["M"]
+    assert _traces([tmp_path / "c"], needles, mem) == []
+    assert coll.segments("b") == [] and not list(live.parent.glob(".b.*"))

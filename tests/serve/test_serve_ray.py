@@ -1,7 +1,9 @@
 """`trawmem serve --ray`: the app as a Ray Serve application on a local Ray instance, 2 shards.
 
 Each shard (one replica) owns the banks whose id hashes to it; the router sends each request
-to its bank's shard. Bounded: one local Ray instance with 4 logical CPUs, torn down at the end.
+to its bank's shard. The shards run with a resident budget of about two banks (``--max-resident-bytes``):
+they open banks lazily and let them go, so every request below also goes through a shard's
+eviction. Bounded: one local Ray instance with 4 logical CPUs, torn down at the end.
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ import httpx  # noqa: E402
 from serve_util import build_sample_collection  # noqa: E402
 
 QUESTION = "Why did Ana walk home during her long run?"
+RESIDENT_BYTES = 300_000
+"""Each shard's budget: about two of these banks (one is ~150 KB with its tables), fewer than it owns."""
 BAD = "bad-0"
 """A bank whose tensors file is truncated on disk: quarantined by the shard that owns it."""
 
@@ -44,7 +48,8 @@ def ray_server(tmp_path_factory):
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
     try:
-        cfg = ServeConfig(collection=str(path), port=port, max_batch=16, max_wait_ms=20, threads=1)
+        cfg = ServeConfig(collection=str(path), port=port, max_batch=16, max_wait_ms=20, threads=1,
+                          max_resident_bytes=RESIDENT_BYTES)
         start_app(cfg, shards=2, shard_cpus=1)  # waits for the proxy as long as a loaded machine needs
         yield f"http://127.0.0.1:{port}", ids
     finally:
@@ -61,7 +66,10 @@ def test_ray_shards_route_by_bank_id(ray_server):
     url, ids = ray_server
     with httpx.Client(base_url=url, timeout=120) as c:
         listed = {b["bank_id"]: b for b in c.get("/v1/banks").json()["banks"]}
-        assert set(listed) == {SAMPLE_BANK, *ids, BAD} and listed[BAD]["quarantined"]  # fanned out to both shards
+        assert set(listed) == {SAMPLE_BANK, *ids, BAD}  # fanned out to both shards, read from each bank's metadata
+        assert c.post("/v1/select", json={"bank_id": BAD, "question": QUESTION}).status_code == 409  # opened: bad
+        listed = {b["bank_id"]: b for b in c.get("/v1/banks").json()["banks"]}
+        assert listed[BAD]["quarantined"] and listed[SAMPLE_BANK]["n_units"] > 0
         # the same bank content on every shard gives the same workspace wherever it lives
         base = c.post("/v1/select", json={"bank_id": SAMPLE_BANK, "question": QUESTION, "budget": 6}).json()
         with ThreadPoolExecutor(8) as ex:
@@ -107,6 +115,11 @@ def test_ray_shards_route_by_bank_id(ray_server):
         assert c.delete(f"/v1/banks/{b}").json()["deleted"] is True
         assert c.get(f"/v1/banks/{b}").status_code == 404 and c.delete(f"/v1/banks/{b}").status_code == 404
         assert c.get("/readyz").status_code == 200
+        # each shard held what its budget holds, opening and letting go as requests came
+        held = [serve.get_deployment_handle(f"trawmem-shard-{i}", app_name="trawmem").resident.remote().result()
+                for i in range(2)]
+        assert all(h["lazy"] and (h["bytes"] <= RESIDENT_BYTES or h["banks"] == 1) for h in held), held
+        assert sum(h["evicted"] for h in held) >= 2 and sum(h["opened"] for h in held) >= 6, held
 
 
 def test_a_quarantined_bank_answers_409_through_its_shard_and_can_be_deleted(ray_server):

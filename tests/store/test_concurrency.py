@@ -104,7 +104,9 @@ def test_stale_temp_dirs_are_cleaned_and_aside_bank_restored(tmp_path):
     (banks / "b").rename(banks / ".b.old-dead2")
     (d / ".collection.json.tmp-dead3").write_text("{")
     with pytest.raises(BankError, match="rename it back"):
-        Collection(d).load("b")
+        load_bank(banks / "b")  # the bank directory alone says where its bank went
+    assert Collection(d).load("b").turns[0].turn_id == "b1"  # a read through the collection puts it back
+    (banks / "b").rename(banks / ".b.old-dead2")
     coll.put(tiny_bank("c", [turn("c1", 1)]))  # the next write cleans up
     assert sorted(p.name for p in banks.iterdir()) == ["a", "b", "c"]
     assert not list(d.glob(".collection.json.tmp-*"))

@@ -67,10 +67,12 @@ def cmd_build(a) -> int:
     from ..encode import get_encoder
     from ..llm.factory import llm_from_args, llm_options
     from ..store import Collection
+    from ..store.segments import CompactionPolicy
 
     cfg = _build_config(a)
     convs = load_conversations(a.input, a.format, dayfirst=a.dayfirst)
     coll = Collection(a.out, create=True)
+    coll.compaction = CompactionPolicy(background=False)  # an --update's segments are merged when due, before exit
     skipped = sum(c.skipped_empty for c in convs)
     if skipped:
         print(f"skipped {plural(skipped, 'turn')} with empty text and no caption")

@@ -105,6 +105,9 @@ def _config_flags() -> list[tuple]:
         ("--http-workers", "http_workers", nonneg_int,
          "HTTP front processes in front of this engine process (0: HTTP in this process); "
          "each takes HTTP, keys and JSON off the engine's GIL"),
+        ("--max-resident-bytes", "max_resident_bytes", nonneg_int,
+         "open banks on first use and let the least recently used go past this many bytes of banks and "
+         "their tables (default: none, every bank loaded at start; with --ray: per shard)"),
     ]
 
 

@@ -20,8 +20,10 @@ from ..data.fields import session_field
 from ..data.types import Conversation, Turn
 from ..encode.base import Encoder
 from ..errors import InputError, NoLLMConfigured
+from ..store.arrays import extend_rows
 from ..store.bank import Bank
-from ..store.graph import build_edges
+from ..store.graph import edges_from_knn, knn_table, update_knn
+from ..store.segments import Extension
 from .heads import extractive_head
 from .segment import embedding_segments, fixed_segments
 
@@ -154,39 +156,67 @@ def _encode_units(convs: list[Conversation], encoder: Encoder, cfg: BuildConfig,
     for i, (c, k) in enumerate(zip(convs, skip)):
         n = len(c.turns) - k
         new = v[p:p + n]
-        out.append(np.concatenate([old[i][:k], new]) if k else new)
+        out.append(extend_rows(old[i][:k], new) if k else new)
         p += n
     return out
 
 
+def _graph(head_vecs: np.ndarray, cfg: BuildConfig, old: tuple | None = None):
+    """``(knn sims, knn ids, rows that changed, edges)`` of ``head_vecs``: the nearest-head table in
+    full, or with ``old`` = ``(old bank, keep, fresh)`` updated from the old bank's table
+    (``store.graph.update_knn``; its table is computed first when it has none or another ``k``)."""
+    if old is not None:
+        bank, keep, fresh = old
+        sims, ids = bank.knn_sims, bank.knn_ids
+        if ids is None or ids.shape[1] != cfg.knn:
+            sims, ids = knn_table(bank.head_vecs, cfg.knn)
+        sims, ids, changed = update_knn(sims, ids, keep, head_vecs, fresh)
+    else:
+        sims, ids = knn_table(head_vecs, cfg.knn)
+        changed = np.arange(len(head_vecs))
+    return sims, ids, changed, edges_from_knn(sims, ids, cfg.knn_threshold)
+
+
 def _finish(works: list[_Work], encoder: Encoder, cfg: BuildConfig, progress: bool, stats: dict,
-            old_head_vecs: list[np.ndarray | None]) -> list[Bank]:
+            old_head_vecs: list[np.ndarray | None], graphs: list | None = None,
+            reuse: list[dict] | None = None) -> tuple[list[Bank], list[np.ndarray]]:
+    """The banks of ``works`` and, per bank, the nearest-head rows that changed: new heads encoded
+    (``old_head_vecs[i][:keep_threads]`` kept; a head whose text is a key of ``reuse[i]`` takes that
+    vector), the graph computed (``graphs[i]``: ``_graph``'s ``old``, or None for the full table)."""
     t0 = time.perf_counter()
-    texts = [h for w in works for h in w.heads[w.keep_threads:]]
-    hv = encoder.encode(texts, batch_size=cfg.encode_batch_size, progress=progress, desc="encode heads")
+    reuse = reuse or [{}] * len(works)
+    todo = [w.heads[j] for w, r in zip(works, reuse) for j in range(w.keep_threads, len(w.heads)) if w.heads[j] not in r]
+    hv = encoder.encode(todo, batch_size=cfg.encode_batch_size, progress=progress, desc="encode heads") \
+        if todo else np.zeros((0, encoder.dim), dtype=np.float32)
     stats["encode_heads_s"] = stats.get("encode_heads_s", 0.0) + time.perf_counter() - t0
-    banks, p = [], 0
-    semantic = True
-    for w, ohv in zip(works, old_head_vecs):
-        n_new = len(w.heads) - w.keep_threads
-        head_vecs = hv[p:p + n_new]
+    stats["encoded_heads"] = stats.get("encoded_heads", 0) + len(todo)
+    banks, changes, p = [], [], 0
+    for i, (w, ohv, r) in enumerate(zip(works, old_head_vecs, reuse)):
+        new = []
+        for j in range(w.keep_threads, len(w.heads)):
+            if w.heads[j] in r:
+                new.append(r[w.heads[j]])
+            else:
+                new.append(hv[p])
+                p += 1
+        head_vecs = np.stack(new).astype(np.float32) if new else np.zeros((0, encoder.dim), dtype=np.float32)
         if w.keep_threads:
             head_vecs = np.concatenate([ohv[:w.keep_threads], head_vecs])
-        p += n_new
         t1 = time.perf_counter()
-        src, dst, ew, kind = build_edges(head_vecs, knn=cfg.knn, threshold=cfg.knn_threshold, semantic=semantic)
+        sims, ids, changed, (src, dst, ew, kind) = _graph(head_vecs, cfg, graphs[i] if graphs else None)
         stats["graph_s"] = stats.get("graph_s", 0.0) + time.perf_counter() - t1
-        bank = Bank(bank_id=w.conv.bank_id, turns=list(w.conv.turns),
-                    thread_offsets=np.array(w.starts + [len(w.conv.turns)], dtype=np.int64),
-                    heads=w.heads, head_kind=w.head_kind, unit_vecs=w.vecs, head_vecs=head_vecs,
-                    edge_src=src, edge_dst=dst, edge_w=ew, edge_kind=kind, encoder_id=encoder.id,
-                    build_config=cfg.to_dict(),
-                    stats={"segmentation": cfg.segmentation, "heads": cfg.heads,
-                           "llm_segment_fallbacks": w.seg_fallbacks, "llm_head_fallbacks": w.head_fallbacks,
-                           **({"llm_fallbacks": w.llm_why} if w.llm_why else {})})
-        bank.validate()
-        banks.append(bank)
-    return banks
+        stats["knn_rows"] = stats.get("knn_rows", 0) + len(changed)
+        banks.append(Bank(bank_id=w.conv.bank_id, turns=list(w.conv.turns),
+                          thread_offsets=np.array(w.starts + [len(w.conv.turns)], dtype=np.int64),
+                          heads=w.heads, head_kind=w.head_kind, unit_vecs=w.vecs, head_vecs=head_vecs,
+                          edge_src=src, edge_dst=dst, edge_w=ew, edge_kind=kind, encoder_id=encoder.id,
+                          build_config=cfg.to_dict(),
+                          stats={"segmentation": cfg.segmentation, "heads": cfg.heads,
+                                 "llm_segment_fallbacks": w.seg_fallbacks, "llm_head_fallbacks": w.head_fallbacks,
+                                 **({"llm_fallbacks": w.llm_why} if w.llm_why else {})},
+                          knn_sims=sims, knn_ids=ids))
+        changes.append(changed)
+    return banks, changes
 
 
 def build_banks(convs: list[Conversation], cfg: BuildConfig | None = None, encoder: Encoder | None = None,
@@ -215,7 +245,9 @@ def build_banks(convs: list[Conversation], cfg: BuildConfig | None = None, encod
     t0 = time.perf_counter()
     _heads(works, cfg, llm, stats, encoder)
     stats["heads_s"] = time.perf_counter() - t0
-    banks = _finish(works, encoder, cfg, progress, stats, [None] * len(works))
+    banks, _ = _finish(works, encoder, cfg, progress, stats, [None] * len(works))
+    for b in banks:
+        b.validate()
     return banks, stats
 
 
@@ -227,6 +259,10 @@ def update_bank(bank: Bank, new_turns: list[Turn], cfg: BuildConfig | None = Non
     heads and vectors; that session is re-segmented whole (segmentation is a function of the
     session alone) and new sessions are segmented fresh. Raises ``InputError`` on a duplicate
     turn id or on turns that go back to an earlier session.
+
+    The result's ``extends`` says what it adds to ``bank`` (``store.segments.Extension``): the
+    store writes that as a segment. It is None when the append changes more than a tail (another
+    build config than the bank's, or a bank whose nearest-head table had to be computed).
     """
     cfg = cfg or BuildConfig.from_dict(bank.build_config) if bank.build_config else (cfg or BuildConfig())
     if encoder is None:
@@ -237,28 +273,17 @@ def update_bank(bank: Bank, new_turns: list[Turn], cfg: BuildConfig | None = Non
         raise InputError(f"bank {bank.bank_id!r} was built with encoder {bank.encoder_id!r}, not {encoder.id!r}")
     if not new_turns:
         return bank, {"n_new_units": 0}
-    known = {t.turn_id for t in bank.turns}
-    last_session = bank.turns[-1].session
-    prev = last_session
-    for t in new_turns:
-        if t.turn_id in known:
-            raise InputError(f"bank {bank.bank_id!r}: duplicate turn id {t.turn_id!r}")
-        session_field(t.session, "session", f"bank {bank.bank_id!r}: turn {t.turn_id!r}")
-        if t.session < prev:
-            raise InputError(f"bank {bank.bank_id!r}: turn {t.turn_id!r} goes back to session {t.session} "
-                             f"after session {prev}")
-        known.add(t.turn_id)
-        prev = t.session
+    _check_new(bank, new_turns)
     turns = list(bank.turns) + list(new_turns)
     conv = Conversation(bank.bank_id, turns)
     # First unit of the session the new turns open or extend.
-    n_old = bank.n_units
+    n_old, last_session = bank.n_units, bank.turns[-1].session
     first = n_old
     if new_turns[0].session == last_session:
         while first > 0 and turns[first - 1].session == last_session:
             first -= 1
-    ut = bank.unit_thread
-    keep_threads = int(ut[first]) if first < n_old else bank.n_threads
+    keep_threads = int(np.searchsorted(bank.thread_offsets, first, side="right")) - 1 if first < n_old \
+        else bank.n_threads
     stats: dict = {"n_new_units": len(new_turns), "resegmented_units": len(turns) - first,
                    "kept_threads": keep_threads}
     t0 = time.perf_counter()
@@ -272,11 +297,33 @@ def update_bank(bank: Bank, new_turns: list[Turn], cfg: BuildConfig | None = Non
     t0 = time.perf_counter()
     _heads([w], cfg, llm, stats, encoder)
     stats["heads_s"] = time.perf_counter() - t0
-    new_bank = _finish([w], encoder, cfg, progress, stats, [bank.head_vecs])[0]
+    same_graph = bank.knn_ids is not None and bank.knn_ids.shape[1] == cfg.knn
+    keep = np.where(np.arange(bank.n_threads) < keep_threads, np.arange(bank.n_threads), -1)
+    fresh = np.arange(keep_threads, len(w.heads), dtype=np.int64)
+    replaced = {bank.heads[j]: bank.head_vecs[j] for j in range(keep_threads, bank.n_threads)}
+    (new_bank,), (changed,) = _finish([w], encoder, cfg, progress, stats, [bank.head_vecs], [(bank, keep, fresh)],
+                                      [replaced])
     for step, whys in (bank.stats or {}).get("llm_fallbacks", {}).items():  # counted over the build and its updates
         _add_why(new_bank.stats.setdefault("llm_fallbacks", {}), step, whys)
     # the layers cite turn ids, which an append keeps: they carry over (``ingest.layers.facts`` adds new facts)
     new_bank = replace(new_bank, facts=bank.facts, fact_vecs=bank.fact_vecs, profiles=bank.profiles,
                        profile_vecs=bank.profile_vecs, layer_sources=dict(bank.layer_sources))
-    new_bank.validate()
+    new_bank.validate(since=(n_old, keep_threads))
+    if same_graph and new_bank.build_config == bank.build_config:
+        new_bank.extends = Extension.of(bank, keep_threads, changed[changed < keep_threads])
     return new_bank, stats
+
+
+def _check_new(bank: Bank, new_turns: list[Turn]) -> None:
+    """``InputError`` for a new turn whose id the bank holds, or one that goes back a session."""
+    known = {t.turn_id for t in bank.turns}
+    prev = bank.turns[-1].session
+    for t in new_turns:
+        if t.turn_id in known:
+            raise InputError(f"bank {bank.bank_id!r}: duplicate turn id {t.turn_id!r}")
+        session_field(t.session, "session", f"bank {bank.bank_id!r}: turn {t.turn_id!r}")
+        if t.session < prev:
+            raise InputError(f"bank {bank.bank_id!r}: turn {t.turn_id!r} goes back to session {t.session} "
+                             f"after session {prev}")
+        known.add(t.turn_id)
+        prev = t.session

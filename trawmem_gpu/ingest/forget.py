@@ -2,9 +2,10 @@
 
 Segmentation is a function of a session alone and a head of its thread alone, so only the
 sessions that lose turns are re-segmented (whole) and get new heads; every other session keeps
-its threads, heads and head vectors; the thread graph is recomputed from the head vectors. The
-result equals a full build over the remaining turns (``build_banks``), as ``update_bank``'s does
-over the extended ones.
+its threads, heads and head vectors; the nearest-head table is updated where the removed and
+new heads change it (``store.graph.update_knn``). The result equals a full build over the
+remaining turns (``build_banks``), as ``update_bank``'s does over the extended ones. It is a bank
+of its own (no ``extends``): the store rewrites it whole, so no file keeps a forgotten turn.
 
 A bank built with LLM segmentation or heads is rebuilt with the LLM when one is given; without
 one the touched sessions fall back to embedding segmentation and extractive heads (counted in
@@ -80,18 +81,23 @@ def without_turns(bank: Bank, turn_ids, encoder: Encoder, llm=None,
         fresh.append((lo, w))
     stats["segment_heads_s"] = time.perf_counter() - t0
     # merge kept and fresh threads in source order
-    rows = [(s, h, k, bank.head_vecs[j], False) for s, h, k, j in zip(starts, heads, kinds, hvecs)]
+    rows = [(s, h, k, bank.head_vecs[j], False, j) for s, h, k, j in zip(starts, heads, kinds, hvecs)]
     for lo, w in fresh:
-        rows += [(lo + s, h, k, None, True) for s, h, k in zip(w.starts, w.heads, w.head_kind)]
+        rows += [(lo + s, h, k, None, True, -1) for s, h, k in zip(w.starts, w.heads, w.head_kind)]
     rows.sort(key=lambda r: r[0])
     new_heads = [r[1] for r in rows if r[4]]
     hv_new = encoder.encode(new_heads, batch_size=cfg.encode_batch_size) if new_heads else None
     it = iter(range(len(new_heads)))
     head_vecs = np.stack([r[3] if not r[4] else hv_new[next(it)] for r in rows]).astype(np.float32)
-    # the graph and the bank as _finish writes them, over all threads as "kept" (vectors given)
+    # the graph and the bank as _finish writes them, over all threads as "kept" (vectors given);
+    # the old table's rows follow their threads (``keep``), the fresh threads' rows are new
+    keep = np.full(bank.n_threads, -1, dtype=np.int64)
+    keep[[r[5] for r in rows if not r[4]]] = [n for n, r in enumerate(rows) if not r[4]]
+    fresh = np.array([n for n, r in enumerate(rows) if r[4]], dtype=np.int64)
     w = _Work(Conversation(bank.bank_id, turns), vecs, [r[0] for r in rows], [r[1] for r in rows],
               [r[2] for r in rows], keep_threads=len(rows))
-    out = _finish([w], encoder, cfg, False, stats, [head_vecs])[0]
+    (out,), _ = _finish([w], encoder, cfg, False, stats, [head_vecs], [(bank, keep, fresh)])
+    out.validate()
     out.build_config = stored
     out = layers_without(bank, out, drop)
     out.stats.update({"llm_segment_fallbacks": int(stats.get("llm_segment_fallbacks", 0)),

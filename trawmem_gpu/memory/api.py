@@ -39,6 +39,30 @@ def _query(fn: str, query: dict) -> dict:
     return {k: v for k, v in query.items() if not (k == "hops" and v is None)}
 
 
+def _pairs(queries: list, registry) -> tuple[list[str], list[str]]:
+    """The bank ids and the stripped questions of ``(bank_id, question)`` pairs, each checked (an
+    ``InputError`` naming ``queries[i]``; ``UnknownBank`` / ``QuarantinedBank`` for a bank
+    ``registry`` does not serve)."""
+    from ..data.types import MAX_QUESTION_CHARS
+
+    bids, qs = [], []
+    for i, q in enumerate(queries):
+        if isinstance(q, (str, bytes, dict)) or not isinstance(q, Iterable) or len(q := tuple(q)) != 2:
+            raise InputError(f"queries[{i}]: expected a (bank_id, question) pair")
+        b, text = q
+        _bank_arg(b, f"queries[{i}]")
+        if not isinstance(text, str) or not text.strip():
+            raise InputError(f"queries[{i}]: the question is empty")
+        if len(text) > MAX_QUESTION_CHARS:
+            raise InputError(f"queries[{i}]: the question is {len(text)} characters; the limit is "
+                             f"{MAX_QUESTION_CHARS}")
+        if b not in registry:
+            raise registry.absent(b, f"queries[{i}]: " if len(queries) > 1 else "")
+        bids.append(b)
+        qs.append(text.strip())
+    return bids, qs
+
+
 def _bank_arg(bank_id, name: str = "bank_id") -> str:
     """``bank_id`` when it is a string; else an ``InputError`` naming the argument (the id rules
     themselves are the store's, checked where the bank is made or looked up)."""
@@ -130,7 +154,8 @@ class Memory:
         """The ``QueryParams`` a selection gets for the fields it leaves out (the collection default)."""
         owns = (lambda b, keep=frozenset(o.only): b in keep) if o.only is not None else (lambda b: True)
         self._core = MemoryCore(path, encoder=o.encoder, engine=EngineSpec(o.method, o.threads, o.head, o.units),
-                                caches=o.caches, owns=owns, create=o.create, embedding_cache=o.embedding_cache)
+                                caches=o.caches, owns=owns, create=o.create, embedding_cache=o.embedding_cache,
+                                max_resident_bytes=o.max_resident_bytes)
         self.llm = o.llm
         self.plan_llm, self.follow_up = o.plan_llm, bool(o.follow_up)
         self._lock = threading.Lock()
@@ -154,7 +179,7 @@ class Memory:
         return bank_id in self._core.registry
 
     def __repr__(self) -> str:
-        return f"Memory({str(self.path)!r}, banks={len(self._core.registry.banks())})"
+        return f"Memory({str(self.path)!r}, banks={len(self._core.registry.ids())})"
 
     # -- banks -----------------------------------------------------------------------------------
     def banks(self) -> list[dict]:
@@ -162,12 +187,9 @@ class Memory:
         ``n_threads``, ``n_sessions``, ``first_date``, ``last_date``. A quarantined bank (its
         files could not be served; ``QuarantinedBank``) is listed with ``"quarantined"``: the
         cause, and None for the counts and dates."""
-        from .core import bank_summary, quarantined_summary
+        from .core import summaries
 
-        reg = self._core.registry
-        rows = [bank_summary(b) for b in reg.banks().values()]
-        rows += [quarantined_summary(b, cause) for b, cause in dict(reg.quarantined).items()]
-        return sorted(rows, key=lambda r: r["bank_id"])
+        return summaries(self._core.registry)
 
     @property
     def quarantined(self) -> dict[str, str]:
@@ -180,6 +202,7 @@ class Memory:
         bank = self._core.registry.get(bank_id)
         if bank is None:
             raise self._core.registry.absent(bank_id)
+        self._core.touch(bank_id)
         return list(bank.turns)
 
     def history(self, bank_id: str, unit_id: str) -> list[dict]:
@@ -198,6 +221,7 @@ class Memory:
         if not isinstance(unit_id, str):
             raise InputError(f"unit_id: expected a unit id string, got {type(unit_id).__name__}")
         evs = unit_history(self._core.registry, bank_id, unit_id)
+        self._core.touch(bank_id)  # a lazy bank the history read opened is counted (and let go) as used
         if evs is None:
             raise UnknownUnit(bank_id, unit_id)
         return evs
@@ -232,6 +256,7 @@ class Memory:
         prepared = self._core.engines.prepare(bank)  # the slow part, outside the engine lock
         with self._lock:
             self._core.sync_engine(bank_id, prepared)
+            self._core.evict(keep={bank_id})
 
     def add_facts(self, bank_id: str, facts) -> dict:
         """Add facts (``{"text", "source_turns"}``, optional ``subject`` and ``attribute``, ``valid_from``,
@@ -317,7 +342,6 @@ class Memory:
         :meth:`select`, for every query; ``params``: one ``QueryParams`` for all or one per query;
         ``dates`` / ``vectors``: one per query (or None); ``where``: one filter for all or one per query;
         ``as_of``: one date for all (a throwaway engine over the asked banks' facts of that day)."""
-        from ..data.types import MAX_QUESTION_CHARS
         from .core import pick
 
         if queries is None or isinstance(queries, (str, bytes, dict)) or not isinstance(queries, Iterable):
@@ -326,21 +350,7 @@ class Memory:
         if not queries:
             return []
         qps = self._params(params, _query("select_many", query), len(queries))
-        bids, qs = [], []
-        for i, q in enumerate(queries):
-            if isinstance(q, (str, bytes, dict)) or not isinstance(q, Iterable) or len(q := tuple(q)) != 2:
-                raise InputError(f"queries[{i}]: expected a (bank_id, question) pair")
-            b, text = q
-            _bank_arg(b, f"queries[{i}]")
-            if not isinstance(text, str) or not text.strip():
-                raise InputError(f"queries[{i}]: the question is empty")
-            if len(text) > MAX_QUESTION_CHARS:
-                raise InputError(f"queries[{i}]: the question is {len(text)} characters; the limit is "
-                                 f"{MAX_QUESTION_CHARS}")
-            if b not in self._core.registry:
-                raise self._core.registry.absent(b, f"queries[{i}]: " if len(queries) > 1 else "")
-            bids.append(b)
-            qs.append(text.strip())
+        bids, qs = _pairs(queries, self._core.registry)
         n = len(queries)
         flts = _filters(where, n)
         ds = [None] * n if dates is None else [_date_of(d, f"dates[{i}]") for i, d in enumerate(dates)]
@@ -359,13 +369,13 @@ class Memory:
 
             plans = plan_queries(qs, self.plan_llm, key_info=False)
         searches = [()] * n if plans is None else [p.queries for p in plans]
+        warm = {b: self._core.warm(b) for b in dict.fromkeys(bids)}  # cold banks opened outside the engine lock
         with self._lock:
             eng = self._core.engines
+            self._core.ensure(bids, warm)  # banks added since, opened now; the least used let go
             for i, b in enumerate(bids):
-                if b not in eng.banks:  # added by an add whose engine refresh has not run yet, or forgotten
-                    self._core.sync_engine(b)
-                    if b not in eng.banks:
-                        raise self._core.registry.absent(b, f"queries[{i}]: " if n > 1 else "")
+                if b not in eng.banks:  # forgotten meanwhile, or its files no longer load
+                    raise self._core.registry.absent(b, f"queries[{i}]: " if n > 1 else "")
             if day is not None:
                 eng = eng.dated({b: eng.banks[b] for b in dict.fromkeys(bids)}, day)
             masks = None if flts is None else eng.engine.masks_of(bids, flts)

@@ -9,10 +9,22 @@ collection's own bank lock, against the bank as stored, atomic and durable: a ne
 directory renamed into place, then the index), and only then published here. Anything rejected
 before the write leaves the bank as it was.
 
+The append path is four steps, each its own: **validate** the request (``parse_turns``, the
+duplicate and time-order checks), **compute** the new bank (``ingest.update_bank``: only the
+session the turns join is re-segmented, only new text is encoded, the graph is updated where the
+new heads change it), **write** it (``Collection.update``: as a segment beside the stored bank's
+files, ``store.segments``; merged into a new base by a background compaction, ``store.writes``),
+**publish** it (here, then the engine). The write costs what the append adds, not the bank's size.
+
 A forget runs the same way (serialized with the bank's appends): the bank less the turns
-(``ingest.forget.without_turns``) is written through ``Collection.update``, or the bank is
-deleted (``Collection.delete``) when no turn is left; before the write, what is to be erased
-from the caches is journaled (``memory.erase``), and the caller erases it (``MemoryCore``).
+(``ingest.forget.without_turns``) is written through ``Collection.update``, whole (no segment,
+no compaction's copy outlives it), or the bank is deleted (``Collection.delete``) when no turn
+is left; before the write, what is to be erased from the caches is journaled (``memory.erase``),
+and the caller erases it (``MemoryCore``).
+
+Opening: all the banks this process serves are loaded at start, or, ``lazy``, none: each is
+loaded on first use (:meth:`BankRegistry.get`) and may be let go (:meth:`BankRegistry.evict`,
+``memory.resident``); a bank that fails to load is quarantined when that happens.
 """
 from __future__ import annotations
 
@@ -29,6 +41,7 @@ from ..data.types import MAX_ID_CHARS, Conversation
 from ..encode.base import Encoder
 from ..errors import InputError, QuarantinedBank, UnknownBank
 from ..store import Bank, Collection
+from ..store.segments import CompactionPolicy
 from .erase import Erasure, pause_point, read_journal, write_journal
 from .history import HistoryStore, append_events, forget_events
 from .quarantine import cause_of, stored_erasure
@@ -75,19 +88,24 @@ class ForgetResult:
 class BankRegistry:
     """Bank id -> current bank, plus the append and forget paths (thread-safe)."""
 
-    def __init__(self, path: str | Path, owns=lambda bank_id: True, create: bool = True):
+    def __init__(self, path: str | Path, owns=lambda bank_id: True, create: bool = True, lazy: bool = False,
+                 compaction: CompactionPolicy | None = CompactionPolicy()):
         """:param owns: which bank ids this process serves (a Ray shard serves a slice).
+        :param lazy: load no bank at start; each on first use (see the module docstring)
+        :param compaction: when appends compact a bank (``store.segments.CompactionPolicy``; None: never)
 
         A missing collection is created empty (``created`` says so; banks come with appends),
         unless ``create=False`` (a ``BankError`` then)."""
         self.coll = Collection(path, create=create)
+        self.coll.compaction = compaction
         self.created = self.coll.create_empty() if create else False
         self.owns = owns
+        self.lazy = lazy
         self._banks: dict[str, Bank] = {}
         self.quarantined: dict[str, str] = {}
         """Bank id -> why the bank is not served (its files did not load, or not for the engine):
         the collection's other banks are (``memory.quarantine``)."""
-        for b in self.coll.bank_ids:
+        for b in () if lazy else self.coll.bank_ids:
             if owns(b):
                 try:
                     self._banks[b] = self.coll.load(b)
@@ -104,10 +122,56 @@ class BankRegistry:
         """Each unit's events (``memory.history``), appended after every write."""
 
     def __contains__(self, bank_id: str) -> bool:
-        return bank_id in self._banks
+        """Whether this process serves ``bank_id`` (loaded, or, ``lazy``, in the collection)."""
+        if bank_id in self._banks:
+            return True
+        if not self.lazy or not isinstance(bank_id, str) or bank_id in self.quarantined or not self.owns(bank_id):
+            return False
+        if bank_id not in self.coll.banks:
+            self.coll.refresh()  # a stat when nothing changed: banks other processes added are seen
+        return bank_id in self.coll.banks
 
     def get(self, bank_id: str) -> Bank | None:
-        return self._banks.get(bank_id)
+        """The bank ``bank_id`` (None: not served); ``lazy``: loaded now if it is not in memory (a bank
+        that fails to load is quarantined, and None returned)."""
+        bank = self._banks.get(bank_id)
+        if bank is not None or not self.lazy or bank_id not in self:
+            return bank
+        with self._bank_lock(bank_id):
+            bank = self._banks.get(bank_id)
+            if bank is None:
+                try:
+                    bank = self.coll.load(bank_id, mmap=True)
+                except UnknownBank:
+                    return None
+                except Exception as e:  # noqa: BLE001 - one bad bank fails alone
+                    self.quarantine(bank_id, cause_of(e, self.coll.path))
+                    return None
+                with self._lock:
+                    self._banks.setdefault(bank_id, bank)
+                    self.version += 1
+            return bank
+
+    def evict(self, bank_id: str) -> bool:
+        """Let go of a loaded bank (``lazy`` only; its files stay): False while an append or forget
+        of it runs (it is kept)."""
+        lk = self._bank_lock(bank_id)
+        if not self.lazy or not lk.acquire(blocking=False):
+            return False
+        try:
+            with self._lock:
+                gone = self._banks.pop(bank_id, None) is not None
+                self.version += gone
+            return gone
+        finally:
+            lk.release()
+
+    def ids(self) -> list[str]:
+        """Every bank id this process serves (loaded or not), quarantined ones left out."""
+        if not self.lazy:
+            return list(self.banks())
+        self.coll.refresh()
+        return [b for b in self.coll.bank_ids if self.owns(b) and b not in self.quarantined]
 
     def quarantine(self, bank_id: str, cause: str) -> None:
         """Stop serving ``bank_id`` (its files cannot be served: ``cause``); the files are kept."""
@@ -136,6 +200,16 @@ class BankRegistry:
         for b in self.banks().values():  # a copy: appends of other banks publish meanwhile
             if b.build_config:
                 return BuildConfig.from_dict(b.build_config)
+        if self.lazy:  # none loaded: one bank's metadata says
+            from ..store.files import read_meta
+
+            for b in self.coll.bank_ids[:1]:
+                try:
+                    cfg = read_meta(self.coll.bank_path(b)).get("build_config")
+                except Exception:  # noqa: BLE001 - a bad bank says nothing; the default applies
+                    cfg = None
+                if cfg:
+                    return BuildConfig.from_dict(cfg)
         return BuildConfig(encoder=encoder_spec)
 
     def _bank_lock(self, bank_id: str) -> threading.Lock:
@@ -214,7 +288,7 @@ class BankRegistry:
             pending = read_journal(self.coll.path, bank_id)
             pending = finished if pending is None else pending.merged(finished)
             self.coll.refresh()
-            seen = self._banks.get(bank_id)
+            seen = before = self._banks.get(bank_id)  # before: the bank the events compare (cold: as stored)
             if bank_id not in self.coll:
                 if pending is None and seen is None and bank_id not in self.quarantined:
                     raise UnknownBank(bank_id)
@@ -224,7 +298,8 @@ class BankRegistry:
             elif bank_id in self.quarantined:
                 raise self.absent(bank_id)
             else:
-                new, e = self._shrink(bank_id, turn_ids, pending, seen, encoder, llm, outputs)
+                new, e, stored = self._shrink(bank_id, turn_ids, pending, seen, encoder, llm, outputs)
+                before = seen if seen is not None else stored
             e = e.merged(pending)
             if new is None:
                 self.coll.delete(bank_id, e.dirname)
@@ -236,7 +311,7 @@ class BankRegistry:
                     self._banks[bank_id] = new
                 self.version += 1
             if e.turn_ids:
-                self._record(bank_id, forget_events(seen, new, e.turn_ids))
+                self._record(bank_id, forget_events(before, new, e.turn_ids))
             gone = set(e.turn_ids)
             return ForgetResult(new, e, list(e.turn_ids), [t for t in turn_ids or () if t not in gone])
 
@@ -260,10 +335,10 @@ class BankRegistry:
         return e
 
     def _shrink(self, bank_id: str, turn_ids: list[str], pending: Erasure | None, seen: Bank | None,
-                encoder: Encoder, llm, outputs: list[str]) -> tuple[Bank | None, Erasure]:
+                encoder: Encoder, llm, outputs: list[str]) -> tuple[Bank | None, Erasure, Bank]:
         """The stored bank less ``turn_ids`` and the pending forget's turns, written through
         ``Collection.update``; returns (the bank as it now is, or None when no turn is left, the
-        erasure)."""
+        erasure, the bank as stored before)."""
         done: dict = {}
 
         def shrink(old: Bank | None) -> Bank | None:
@@ -281,11 +356,11 @@ class BankRegistry:
             if e.turn_ids:
                 write_journal(self.coll.path, e)  # before the bank changes: a killed forget is finished later
                 pause_point("journaled")
-            done.update(new=new, erasure=e)
+            done.update(new=new, erasure=e, old=old)
             return new if new is not None and new is not old else None
 
         self.coll.update(bank_id, shrink)
-        return done["new"], done["erasure"]
+        return done["new"], done["erasure"], done["old"]
 
     def finished(self, e: Erasure) -> None:
         """Record that opening the collection finished the killed forget ``e`` (see ``_finished``):

@@ -17,6 +17,7 @@ from ..encode.base import Encoder
 from ..errors import ConfigError
 from ..select.config import SelectConfig
 from .banks import AppendResult, BankRegistry, ForgetResult
+from .resident import Resident, bank_nbytes
 from .engines import ServedEngine, select_units
 from .erase import clear_journal, erase_copies, pause_point, pending_journals
 from .quarantine import cause_of
@@ -80,14 +81,21 @@ class MemoryCore:
     :param create: create a missing collection (else a ``BankError``)
     :param embedding_cache: keep query vectors in the on-disk embedding cache (True: the default
         one, or a file path); off by default
+    :param max_resident_bytes: open banks lazily and let the least recently used go past this many
+        bytes (``memory.resident``); None: every bank is loaded at start and stays
     """
 
     def __init__(self, path, *, encoder: str | Encoder | None = None, engine: EngineSpec = EngineSpec(),
                  owns: Callable[[str], bool] = lambda bank_id: True, caches=(), create: bool = True,
-                 embedding_cache: bool | str = False):
+                 embedding_cache: bool | str = False, max_resident_bytes: int | None = None):
         from ..encode import get_encoder
 
-        self.registry = BankRegistry(path, owns, create)
+        if max_resident_bytes is not None and (isinstance(max_resident_bytes, bool) or
+                                               not isinstance(max_resident_bytes, int) or max_resident_bytes < 0):
+            raise ConfigError(f"`max_resident_bytes` must be a number of bytes >= 0 or None, got {max_resident_bytes!r}")
+        self.registry = BankRegistry(path, owns, create, lazy=max_resident_bytes is not None)
+        self.resident = Resident(max_resident_bytes)
+        """The banks held in memory and their bytes (``memory.resident``)."""
         self.encoder_spec = encoder if isinstance(encoder, str) else self.registry.build_config("minilm").encoder
         enc = encoder if isinstance(encoder, Encoder) else get_encoder(self.encoder_spec, cache=embedding_cache)
         coll_enc = self.registry.encoder_id
@@ -103,6 +111,8 @@ class MemoryCore:
                                      engine.units, engine.method)
         for bank_id, cause in self.engines.rejected.items():  # banks that load but do not prepare
             self.registry.quarantine(bank_id, cause)
+        for bank_id, bank in self.registry.banks().items():
+            self.resident.touch(bank_id, bank_nbytes(bank, None) + self.engines.table_bytes.get(bank_id, 0))
 
     @property
     def path(self):
@@ -170,6 +180,46 @@ class MemoryCore:
         bank = self.registry.get(bank_id)
         if bank is not None and self.engines.banks.get(bank_id) is not bank:
             self.engines.refresh(bank, prepared)
+            self.resident.touch(bank_id, bank_nbytes(bank) + self.engines.table_bytes.get(bank_id, 0))
+
+    def warm(self, bank_id: str):
+        """Open ``bank_id`` if it is not in memory (a lazy registry) and prepare its engine tables:
+        the slow part of a cold bank's first query, for any thread but the engine owner's, which
+        then only publishes them (:meth:`ensure`). Returns the prepared tables (None: nothing to do)."""
+        if bank_id in self.engines.banks:
+            return None
+        bank = self.registry.get(bank_id)
+        return None if bank is None else self.engines.prepare(bank)
+
+    def ensure(self, bank_ids, prepared: dict | None = None) -> None:
+        """Make the engine select from the current banks ``bank_ids`` (opening the ones not in memory;
+        ``prepared``: bank id -> :meth:`warm`'s tables), mark them used, and let the least recently
+        used banks go past the resident budget (never these). Engine-owner thread."""
+        prepared = prepared or {}
+        for b in dict.fromkeys(bank_ids):
+            self.sync_engine(b, prepared.get(b))
+            if b in self.engines.banks:
+                self.resident.touch(b)
+        self.evict(keep=set(bank_ids))
+
+    def touch(self, bank_id: str) -> None:
+        """Count a bank read outside the engine (its turns, an append) as used, with its bytes."""
+        bank = self.registry.get(bank_id)
+        if bank is not None:
+            self.resident.touch(bank_id, bank_nbytes(bank) + self.engines.table_bytes.get(bank_id, 0))
+
+    def evict(self, keep=()) -> list[str]:
+        """Let the least recently used banks go until the resident banks fit the budget (none of
+        ``keep``; the engine keeps at least one bank). Engine-owner thread. Returns their ids."""
+        gone = []
+        for b in self.resident.over(keep):
+            in_engine = b in self.engines.banks
+            if in_engine and not self.engines.evict(b):
+                continue  # the engine's last bank
+            if self.registry.evict(b) or in_engine:
+                self.resident.drop(b)
+                gone.append(b)
+        return gone
 
     def prepare_forget(self, res: ForgetResult):
         """The tables of the bank a forget left (any thread; None when the bank is gone)."""
@@ -255,6 +305,42 @@ def append_answer(bank_id: str, res: AppendResult) -> dict:
     return {**summary, "created": res.created, "appended": res.appended, "stored": res.stored,
             "already_stored": res.already_stored, "items": items,
             "refused": [x for x in items if x["status"] == "refused"]}
+
+
+def stored_summary(registry: BankRegistry, bank_id: str) -> dict:
+    """:func:`bank_summary` of a bank that is not in memory, from its ``meta.json`` (its ``summary``;
+    a bank written before it has none: its dates and sessions are then None)."""
+    from ..store.files import read_meta
+
+    m = read_meta(registry.coll.bank_path(bank_id))
+    s = m.get("summary") or {}
+    return {"bank_id": bank_id, "n_units": m.get("n_units"), "n_threads": m.get("n_threads"),
+            "n_sessions": s.get("n_sessions"), "first_date": s.get("first_date"), "last_date": s.get("last_date")}
+
+
+def summaries(registry: BankRegistry) -> list[dict]:
+    """Every served bank's summary (loaded: :func:`bank_summary`; else :func:`stored_summary`) and
+    every quarantined bank's row, by bank id."""
+    loaded = registry.banks()
+    rows = []
+    for b in registry.ids():
+        try:
+            rows.append(bank_summary(loaded[b]) if b in loaded else stored_summary(registry, b))
+        except Exception as e:  # noqa: BLE001 - a bank whose metadata no longer reads: quarantined
+            registry.quarantine(b, cause_of(e, registry.coll.path))
+    rows += [quarantined_summary(b, cause) for b, cause in dict(registry.quarantined).items()]
+    return sorted(rows, key=lambda r: r["bank_id"])
+
+
+def bank_rows(registry: BankRegistry) -> list[dict]:
+    """``GET /v1/banks``: every served bank's counts (from its metadata when it is not in memory)
+    and every quarantined bank's, with 0 and ``quarantined``: the cause."""
+    rows = []
+    for r in summaries(registry):
+        q = r.get("quarantined")
+        rows.append({"bank_id": r["bank_id"], "n_units": r["n_units"] or 0, "n_threads": r["n_threads"] or 0,
+                     **({"quarantined": q} if q else {})})
+    return rows
 
 
 def quarantined_summary(bank_id: str, cause: str) -> dict:

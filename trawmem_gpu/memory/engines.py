@@ -60,6 +60,9 @@ class ServedEngine:
         self.make = make or (lambda banks, cfg: SelectionEngine(banks, cfg))
         self.builds = 0
         """Whole-engine builds since start: 1 (0 while the collection is empty), whatever the requests ask."""
+        self.table_bytes: dict[str, int] = {}
+        """bank id -> bytes of that bank's tables, as prepared (``memory.resident``; 0 when built
+        inside the engine without a separate prepare)."""
         self._engine: SelectionEngine | None = None
         if self.banks:
             self._build_isolating()
@@ -112,13 +115,26 @@ class ServedEngine:
         """Make the engine select from ``bank`` (new, or replacing the bank of that id), with
         :meth:`prepare`'s tables when they were built for this bank by this engine."""
         ok = prepared is not None and prepared[0] is self._engine and prepared[2] is bank
+        if not ok and self._engine is not None:
+            prepared, ok = self.prepare(bank), True  # built here, so that its bytes are known
         view = prepared[3] if ok else self.view(bank)
         self.banks[bank.bank_id], self.views[bank.bank_id] = bank, view
+        self.table_bytes[bank.bank_id] = _tables_nbytes(prepared[1]) if ok else 0
         eng = self._engine
         if eng is None:
             self._build()
             return
         eng.replace_bank(view, prepared[1] if ok else None)  # that bank's tables only
+
+    def evict(self, bank_id: str) -> bool:
+        """Stop selecting from ``bank_id`` to free its memory (a bank let go under the resident budget,
+        ``memory.resident``; not a forget: no purge). The engine keeps at least one bank: False then."""
+        if bank_id not in self.banks or self._engine is None or len(self.banks) == 1:
+            return False
+        del self.banks[bank_id], self.views[bank_id]
+        self.table_bytes.pop(bank_id, None)
+        self._engine.remove_bank(bank_id)
+        return True
 
     def forget(self, bank_id: str, bank: Bank | None, prepared=None) -> None:
         """After a forget: select from ``bank`` (the bank less the forgotten turns), or drop
@@ -128,6 +144,7 @@ class ServedEngine:
             self.refresh(bank, prepared)
         elif bank_id in self.banks:
             del self.banks[bank_id], self.views[bank_id]
+            self.table_bytes.pop(bank_id, None)
             if not self.banks:  # an engine holds at least one bank: none is left
                 if self._engine is not None:
                     self._engine.wipe()  # its buffers would otherwise be freed with the rows in them
@@ -150,6 +167,13 @@ class ServedEngine:
     def nbytes(self) -> int:
         """Bytes of the engine's tables (0 before it exists)."""
         return 0 if self._engine is None else self._engine.nbytes()
+
+
+def _tables_nbytes(prepared) -> int:
+    """Bytes of ``SelectionEngine.prepare_bank``'s result (its arrays and tensors, however nested)."""
+    from .resident import _nbytes
+
+    return _nbytes(prepared)
 
 
 def _cause(e: BaseException) -> str:

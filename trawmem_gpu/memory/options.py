@@ -43,6 +43,10 @@ class MemoryOptions:
     follow_up: bool = False
     """With ``plan_llm``, one more LLM call per question asks for the evidence its first
     workspace still lacks."""
+    max_resident_bytes: int | None = None
+    """Open banks lazily, on first use, and let the least recently used go once the banks held
+    pass this many bytes (their arrays, turns and engine tables: ``memory.resident``); None: every
+    bank is loaded when the Memory opens and stays."""
 
 
 OPTION_FIELDS = frozenset(f.name for f in fields(MemoryOptions))

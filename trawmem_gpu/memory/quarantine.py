@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..encode.cache import EmbeddingCache
 from ..errors import BankError
-from ..store.files import META, TENSORS, UNITS, load_bank, turn_from, turn_record
+from ..store.files import META, load_bank, turn_from, turn_record
 from .erase import Erasure, vector_digest, words_of
 
 
@@ -29,8 +29,9 @@ def cause_of(e: BaseException, root: Path) -> str:
 
 def stored_erasure(bank_dir: Path, bank_id: str, dirname: str | None, encoder_id: str | None = None) -> Erasure:
     """The erasure of the whole stored bank at ``bank_dir``: from the bank when it loads, else
-    from whatever of its files still reads (texts and turns of ``units.json``, vectors of the
-    tensors, heads of ``meta.json``), so a quarantined bank's forget erases all it can.
+    from whatever of its files still reads (texts and turns of the units and segment files, vectors
+    of the tensor files, heads of the threads and segment files), so a quarantined bank's forget
+    erases all it can.
     ``encoder_id``: the collection's, for the cache keys when ``meta.json`` does not read."""
     try:
         return Erasure.of(load_bank(bank_dir, bank_id=bank_id), None, (), dirname)
@@ -38,9 +39,9 @@ def stored_erasure(bank_dir: Path, bank_id: str, dirname: str | None, encoder_id
         pass
     meta = _read_json(bank_dir / META)
     meta = meta if isinstance(meta, dict) else {}
-    units = _read_json(bank_dir / UNITS)
+    records, heads = _records(bank_dir, meta)
     turns, texts, ids = [], [], []
-    for r in units if isinstance(units, list) else ():
+    for r in records:
         if not isinstance(r, dict):
             continue
         ids += [r["id"]] if isinstance(r.get("id"), str) else []
@@ -51,7 +52,6 @@ def stored_erasure(bank_dir: Path, bank_id: str, dirname: str | None, encoder_id
             continue
         turns.append(t)
         texts += [t.embed_text(), t.lexical_text()]
-    heads = [h for h in meta.get("heads") or () if isinstance(h, str)]
     texts = [x for x in dict.fromkeys(texts + heads) if x]
     enc = meta.get("encoder_id") if isinstance(meta.get("encoder_id"), str) else encoder_id
     keys = [EmbeddingCache.key(enc, q, x) for x in texts for q in (False, True)] if enc else []
@@ -63,6 +63,21 @@ def stored_erasure(bank_dir: Path, bank_id: str, dirname: str | None, encoder_id
                    list(sessions.values()))
 
 
+def _records(bank_dir: Path, meta: dict) -> tuple[list, list[str]]:
+    """The turn records and heads every JSON file of the bank directory still holds (the base's
+    units and threads of any generation, every segment's, a format-2 bank's heads in ``meta.json``),
+    listed or not: whatever a write left there is erased too."""
+    records, heads = [], list(meta.get("heads") or ())
+    for p in sorted(bank_dir.glob("*.json")) if bank_dir.is_dir() else ():
+        rec = _read_json(p)
+        if p.name.startswith("units") and isinstance(rec, list):
+            records += rec
+        elif isinstance(rec, dict) and p.name != META:
+            records += rec.get("turns") if isinstance(rec.get("turns"), list) else []
+            heads += rec.get("heads") if isinstance(rec.get("heads"), list) else []
+    return [r for r in records if isinstance(r, dict)], [h for h in heads if isinstance(h, str)]
+
+
 def _read_json(p: Path):
     try:
         return json.loads(p.read_text(encoding="utf-8"))
@@ -71,16 +86,18 @@ def _read_json(p: Path):
 
 
 def _vectors(bank_dir: Path) -> list[str]:
-    """Digests of the unit and head vectors in the bank's tensors file (none when it does not read)."""
-    try:
-        from safetensors.numpy import load_file
+    """Digests of the unit and head vectors in the bank's tensor files (the base's and every
+    segment's; none from a file that does not read)."""
+    from safetensors.numpy import load_file
 
-        t = load_file(str(bank_dir / TENSORS))
-    except Exception:  # noqa: BLE001 - a truncated or corrupt file: nothing to read from it
-        return []
     rows = []
-    for name in ("unit_vecs", "head_vecs", "fact_vecs", "profile_vecs"):
-        a = t.get(name)
-        if a is not None and a.ndim == 2:
-            rows += [vector_digest(v) for v in a]
+    for p in sorted(bank_dir.glob("*.safetensors")) if bank_dir.is_dir() else ():
+        try:
+            t = load_file(str(p))
+        except Exception:  # noqa: BLE001 - a truncated or corrupt file: nothing to read from it
+            continue
+        for name in ("unit_vecs", "head_vecs", "fact_vecs", "profile_vecs"):
+            a = t.get(name)
+            if a is not None and a.ndim == 2:
+                rows += [vector_digest(v) for v in a]
     return rows

@@ -43,7 +43,7 @@ from ..select.config import SelectConfig
 from ..select.params import QueryParams, merge_params, split_fields
 from ..store.bank import Bank
 from ..store.bursts import unit_members
-from ..store.verify import bank_digest
+from ..store.verify import bank_digest, stored_digest
 from ..tokens import TOKENIZER_NAME, count_tokens
 from ..select.workspace import assemble, headings_for
 from .items import ScoreItem
@@ -393,18 +393,14 @@ def resume_todo(writer: ResumableJsonl, items: list[ScoreItem], coll, spec: Scor
 
     :returns: ``(todo, {"rescored_changed": n, "retried_answers": n})``
     """
-    from ..store.files import read_meta
-
     tag = spec.tag(coll.encoder_id)
-    digests: dict[str, str] = {}
-    changed: dict[str, str] = {}
-    failed: list[str] = []
+    digests, changed, failed = {}, {}, []  # bank id -> digest, item id -> why it changed, item ids to answer again
     for it in items:
         old = writer.written.get(it.id)
         if old is None:
             continue
         if it.bank_id not in digests:
-            digests[it.bank_id] = bank_digest(read_meta(coll.bank_path(it.bank_id)))
+            digests[it.bank_id] = stored_digest(coll.bank_path(it.bank_id))
         why = record_change(old, it, digests[it.bank_id], tag)
         if why:
             changed[it.id] = why

@@ -112,6 +112,12 @@ class ServeConfig:
     validation, routes, JSON) in N front processes that forward to one engine process over a
     private Unix socket (:mod:`.remote`), so HTTP does not share the engine's GIL."""
 
+    max_resident_bytes: int | None = None
+    """``--max-resident-bytes``: open banks lazily (on their first request) and let the least
+    recently used go once the banks held, with their engine tables, pass this many bytes
+    (``memory.resident``); a cold bank's first query opens it on a loader thread, off the batch
+    worker. None: every bank is loaded at start and stays. With ``--ray``, per shard."""
+
     units: tuple = ("turns",)
     """The layers the engine selects from (``--units``: ``facts.view.unit_view`` of every bank)."""
     method: str = "trawmem"
@@ -147,6 +153,8 @@ class ServeConfig:
             raise ConfigError(f"`port` must lie in 0..65535, got {self.port!r}")
         if self.http_workers < 0:
             raise ConfigError(f"`http_workers` must be >= 0, got {self.http_workers!r}")
+        if self.max_resident_bytes is not None and self.max_resident_bytes < 0:
+            raise ConfigError(f"`max_resident_bytes` must be >= 0, got {self.max_resident_bytes!r}")
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"`threads` must be >= 1, got {self.threads!r}")
         if self.keys_file is None and self.host not in LOCAL_HOSTS:

@@ -5,7 +5,9 @@ Layout (one Ray Serve application named ``trawmem``):
 * ``trawmem-shard-<i>`` for ``i < shards``: one deployment (one replica) per shard. Shard ``i``
   serves the banks whose id hashes to ``i`` (:func:`shard_of`: sha1 of the id, modulo the
   shard count, stable across processes and machines), loading only those from the collection,
-  so a cluster holds more banks than one machine. Its selection method is a ``@serve.batch``
+  so a cluster holds more banks than one machine. With ``--max-resident-bytes`` each shard opens
+  its banks lazily and lets its least recently used go past that budget (per shard,
+  ``memory.resident``), as the single-process server does. Its selection method is a ``@serve.batch``
   method (max batch and wait from ``--max-batch`` / ``--max-wait-ms``) that runs the service's
   batch function (one encoder call, one engine call per (budget, hops)) on the shard's batch
   worker thread; appends run on its append threads as in the single-process server.
@@ -113,7 +115,10 @@ class BankShard:
         """One query (batched with concurrent ones); ``{"error": ...}`` instead of raising."""
         if not self.service.has_bank(item.bank_id):
             return _refused(self.service.registry.absent(item.bank_id))  # unknown, or quarantined
+        from .service import open_cold
+
         item.arrived = time.perf_counter()  # this process's clock
+        await open_cold(self.service, [item])  # a cold bank opens on the loader thread, not in a batch
         res = await self._select_batch(item)
         if isinstance(res, BaseException):
             if error_fields(res)[0] != "internal":  # a quarantined bank, bad input: the app's answer
@@ -136,6 +141,12 @@ class BankShard:
 
     def has_bank(self, bank_id: str) -> bool:
         return self.service.has_bank(bank_id)
+
+    def resident(self) -> dict:
+        """This shard's banks in memory: how many, their bytes, opens and evictions since start."""
+        r = self.service.core.resident
+        return {"banks": len(r), "bytes": r.total, "opened": r.opened, "evicted": r.evicted,
+                "budget": r.max_bytes, "lazy": self.service.registry.lazy}
 
     def bank_list(self) -> list[dict]:
         return self.service.bank_list()

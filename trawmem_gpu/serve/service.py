@@ -39,8 +39,8 @@ from datetime import datetime
 import numpy as np
 
 from ..encode.base import Encoder
-from ..errors import ConfigError, UnknownBank  # noqa: F401 - the one UnknownBank, for the serve modules
-from ..memory.core import EngineSpec, MemoryCore, append_answer, bank_summary
+from ..errors import BankError, ConfigError, UnknownBank  # noqa: F401 - the one UnknownBank, for the serve modules
+from ..memory.core import EngineSpec, MemoryCore, append_answer, bank_rows, bank_summary
 from ..memory.engines import select_filtered
 from ..memory.history import unit_history
 from ..memory.result import SelectedWorkspace
@@ -135,6 +135,16 @@ def warm_up(service: "SelectionService") -> None:
     log.info("warm-up took %.1f s", time.perf_counter() - t0)
 
 
+async def open_cold(service: "SelectionService", items) -> None:
+    """Open the cold banks of ``items`` and prepare their tables on the loader thread (a lazy
+    registry), so no batch waits for a bank to load; the batch worker publishes them."""
+    if service.registry.lazy:
+        loop = asyncio.get_running_loop()
+        for bid in dict.fromkeys(it.bank_id for it in items):
+            if bid not in service.engines.banks:
+                service._warm[bid] = await loop.run_in_executor(service.loader, service.core.warm, bid)
+
+
 class SelectionService:
     """One process's banks and engines behind a dynamic batcher.
 
@@ -164,7 +174,8 @@ class SelectionService:
         self.metrics = metrics
         # the Memory core: banks (registry), query encoder and engine, the append and forget paths
         self.core = MemoryCore(cfg.collection, encoder=encoder or cfg.encoder, owns=owns,
-                               engine=EngineSpec(select_cfg, threads, units=cfg.units, method=cfg.method))
+                               engine=EngineSpec(select_cfg, threads, units=cfg.units, method=cfg.method),
+                               max_resident_bytes=cfg.max_resident_bytes)
         self.registry, self.encoder, self.engines = self.core.registry, self.core.encoder, self.core.engines
         self.encoder_spec, self.dim = self.core.encoder_spec, self.core.dim
         self.llm = _serve_llm(cfg, metrics)
@@ -179,6 +190,8 @@ class SelectionService:
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="trawmem-batch", initializer=_os_thread_name("tm-batch"))
         self.appender = ThreadPoolExecutor(2, thread_name_prefix="trawmem-append",
                                            initializer=_os_thread_name("tm-append"))
+        # cold banks are opened and their tables prepared here (--max-resident-bytes), off the batch worker
+        self.loader, self._warm = ThreadPoolExecutor(1, initializer=_os_thread_name("tm-load")), {}
         # Workspaces are assembled (rendered, token-counted) here, beside the next batch's encoder
         # and engine calls; the batch worker only encodes and selects.
         self.assembler = FairPool(self.ASSEMBLY_THREADS, initializer=_os_thread_name("tm-assemble"))
@@ -208,6 +221,7 @@ class SelectionService:
         await self.batcher.close()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.appender.shutdown, True)
+        await loop.run_in_executor(None, self.loader.shutdown, True)
         await loop.run_in_executor(None, self.worker.shutdown, True)
         await loop.run_in_executor(None, self.assembler.shutdown, True)
         import gc
@@ -232,11 +246,14 @@ class SelectionService:
         bank = self.registry.get(bank_id)
         if bank is None and bank_id in self.registry.quarantined:
             raise self.registry.absent(bank_id)
+        self.core.touch(bank_id)  # a lazy bank opened here counts as used (the next batch lets it go)
         return None if bank is None else self.bank_summary(bank)
 
     def history(self, bank_id: str, unit_id: str) -> list[dict] | None:
         """A unit's events (``memory.history.unit_history``; None: no such unit)."""
-        return unit_history(self.registry, bank_id, unit_id)
+        evs = unit_history(self.registry, bank_id, unit_id)
+        self.core.touch(bank_id)
+        return evs
 
     async def select(self, items: list[SelectItem], batch: bool = False, quota: Quota | None = None) -> list[dict]:
         """Workspaces for ``items`` through the batcher; raises UnknownBank (before queueing; naming
@@ -245,6 +262,7 @@ class SelectionService:
         for i, it in enumerate(items):
             if it.bank_id not in self.registry:
                 raise self.registry.absent(it.bank_id, f"requests[{i}]: " if batch else "")
+        await open_cold(self, items)
         if quota is None:
             return await self.batcher.submit(items, self.cfg.timeout_s)
         for it in items:
@@ -315,8 +333,7 @@ class SelectionService:
             await asyncio.wait([asyncio.wrap_future(f) for f in futs])
 
     def _sync_bank(self, bank_id: str, prepared: dict | None = None) -> None:
-        """On the batch worker: make the engine use the registry's current bank ``bank_id``
-        (``prepared``: :meth:`ServedEngine.prepare` of a bank; ``refresh`` uses only tables of this one)."""
+        """On the batch worker: the engine uses the registry's bank ``bank_id`` (``prepared``: its tables)."""
         before = self.engines.banks.get(bank_id)
         self.core.sync_engine(bank_id, prepared)
         if self.engines.banks.get(bank_id) is not before:
@@ -326,10 +343,7 @@ class SelectionService:
 
     def bank_list(self) -> list[dict]:
         """Every bank's counts; a quarantined bank with 0 and ``quarantined``: the cause."""
-        return [{"bank_id": b.bank_id, "n_units": b.n_units, "n_threads": b.n_threads}
-                for b in self.registry.banks().values()] + \
-            [{"bank_id": b, "n_units": 0, "n_threads": 0, "quarantined": cause}
-             for b, cause in dict(self.registry.quarantined).items()]
+        return bank_rows(self.registry)
 
     # ------------------------------------------------------------------------------------------
     # the batch function (batch worker thread)
@@ -345,9 +359,11 @@ class SelectionService:
     def _process_batch(self, items: list[SelectItem]) -> list:
         t_start = time.perf_counter()
         n = len(items)
-        for bid in dict.fromkeys(it.bank_id for it in items):
-            if bid not in self.engines.banks:  # created by an append whose refresh has not run yet
-                self._sync_bank(bid)
+        bids = list(dict.fromkeys(it.bank_id for it in items))
+        seen = {b: self.engines.banks.get(b) for b in bids}  # a bank an append created: its refresh runs here
+        self.core.ensure(bids, {b: self._warm.pop(b) for b in bids if b in self._warm})  # opens, publishes, evicts
+        if any(self.engines.banks.get(b) is not seen[b] for b in bids):
+            freeze_heap()
         Z = np.empty((n, self.dim), dtype=np.float32)
         todo = [i for i, it in enumerate(items) if it.vector is None]
         if todo:
@@ -361,9 +377,11 @@ class SelectionService:
         idx, params = [], []
         for i, it in enumerate(items):
             try:
+                if it.bank_id not in self.engines.banks:  # its files would not open (quarantined), or it went
+                    raise self.registry.absent(it.bank_id)
                 params.append(it.params)
                 idx.append(i)
-            except ConfigError as e:  # out of range: fails only this query
+            except (ConfigError, BankError, UnknownBank) as e:  # fails only this query
                 out[i] = e
         t_sel = 0.0
         if idx:
@@ -414,23 +432,10 @@ class SelectionService:
         out = []
         for job in jobs:
             try:
-                out.append(self._workspace(*job))
+                out.append(workspace_body(self, *job))
             except Exception as e:  # noqa: BLE001 - fails only this query
                 log.exception("assembling a workspace failed")
                 out.append(e)
-        return out
-
-    def _workspace(self, it: SelectItem, bank, units: list[int], used: bool, timings: dict, keep=None) -> dict:
-        """The response body for one query: grouping, rendering and the token count."""
-        t0 = time.perf_counter()
-        ws = SelectedWorkspace.of(bank, it.question, units, self.engines.cfg.headings, used, keep=keep)
-        out = {**ws.to_dict(), "bank_n_units": bank.n_units, "budget": it.params.budget, "hops": it.params.hops,
-               "token_budget": it.params.token_budget, "date": it.date.isoformat() if it.date else None,
-               "where": None if it.where is None else it.where.json, **({"as_of": it.as_of} if it.as_of else {})}
-        dt = time.perf_counter() - t0
-        out["timings"] = {**timings, "assemble_ms": round(dt * 1e3, 3)}
-        if self.metrics is not None:
-            self.metrics.assemble_seconds.observe(dt)
         return out
 
     def _on_batch(self, size: int, seconds: float) -> None:
@@ -439,14 +444,28 @@ class SelectionService:
             self.metrics.engine_builds.set(self.engines.builds)
 
 
+def workspace_body(s: SelectionService, it: SelectItem, bank, units: list[int], used: bool, timings: dict,
+                   keep=None) -> dict:
+    """The response body for one query of ``s``: grouping, rendering and the token count."""
+    t0 = time.perf_counter()
+    ws = SelectedWorkspace.of(bank, it.question, units, s.engines.cfg.headings, used, keep=keep)
+    out = {**ws.to_dict(), "bank_n_units": bank.n_units, "budget": it.params.budget, "hops": it.params.hops,
+           "token_budget": it.params.token_budget, "date": it.date.isoformat() if it.date else None,
+           "where": None if it.where is None else it.where.json, **({"as_of": it.as_of} if it.as_of else {})}
+    dt = time.perf_counter() - t0
+    out["timings"] = {**timings, "assemble_ms": round(dt * 1e3, 3)}
+    if s.metrics is not None:
+        s.metrics.assemble_seconds.observe(dt)
+    return out
+
+
 def dated_batch(s: SelectionService, items: list[SelectItem]) -> list:
     """A batch some of whose queries ask for ``as_of``: each date's queries by a throwaway engine
     over their banks showing the facts of that day (``ServedEngine.dated``), the others by the
     served engine; answered here, on the batch worker (a rare path: no assembly pool)."""
     t0 = time.perf_counter()
-    for bid in dict.fromkeys(it.bank_id for it in items):
-        if bid not in s.engines.banks:
-            s._sync_bank(bid)
+    bids = list(dict.fromkeys(it.bank_id for it in items))
+    s.core.ensure(bids, {b: s._warm.pop(b) for b in bids if b in s._warm})  # opens, publishes, evicts
     todo = [i for i, it in enumerate(items) if it.vector is None]
     Z = np.empty((len(items), s.dim), dtype=np.float32)
     if todo:
@@ -460,6 +479,9 @@ def dated_batch(s: SelectionService, items: list[SelectItem]) -> list:
         groups.setdefault(it.as_of, []).append(i)
     for day, idx in groups.items():
         try:
+            gone = next((items[i].bank_id for i in idx if items[i].bank_id not in s.engines.banks), None)
+            if gone is not None:  # its files would not open (quarantined), or it went
+                raise s.registry.absent(gone)
             banks = {items[i].bank_id: s.engines.banks[items[i].bank_id] for i in idx}
             eng = s.engines if day is None else s.engines.dated(banks, day)
             ts = time.perf_counter()
@@ -469,7 +491,7 @@ def dated_batch(s: SelectionService, items: list[SelectItem]) -> list:
             t = {"queue_ms": None, "encode_ms": round((ts - t0) * 1e3, 3),
                  "select_ms": round((time.perf_counter() - ts) * 1e3, 3), "batch_size": len(items)}
             for i, u, us, keep in zip(idx, picks, used, masks or [None] * len(idx)):
-                out[i] = s._workspace(items[i], eng.bank(items[i].bank_id), u, us, dict(t), keep)
+                out[i] = workspace_body(s, items[i], eng.bank(items[i].bank_id), u, us, dict(t), keep)
         except Exception as e:  # noqa: BLE001 - fails this date's queries only
             log.exception("selection as of %s failed", day)
             for i in idx:

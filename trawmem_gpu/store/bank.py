@@ -61,6 +61,15 @@ class Bank:
     support_dst: np.ndarray | None = None
     """A unit view's support links (unit ``support_src[k]`` restates unit ``support_dst[k]``: a fact
     and a source turn, a profile section and a fact), read by the support kernel K; None: none."""
+    knn_sims: np.ndarray | None = None
+    knn_ids: np.ndarray | None = None
+    """[J, k] each thread's k nearest other heads (``store.graph.knn_table``: similarity float32,
+    thread id int64, -1 = none), which the semantic edges derive from and an append updates
+    (``store.graph.update_knn``); None where not known (a bank of format 2, a synthetic bank):
+    the next write computes it."""
+    extends: object = field(default=None, compare=False, repr=False)
+    """How this bank extends the bank it was computed from (``store.segments.Extension``, set by
+    an append): the store writes it as a segment beside that bank's files; None: a bank of its own."""
 
     @property
     def n_units(self) -> int:
@@ -87,9 +96,15 @@ class Bank:
         """turn id -> unit index."""
         return {t.turn_id: i for i, t in enumerate(self.turns)}
 
-    def validate(self) -> None:
-        """Structural invariants; raises ``ValueError`` naming the first broken one."""
+    def validate(self, since: tuple[int, int] = (0, 0)) -> None:
+        """Structural invariants; raises ``ValueError`` naming the first broken one.
+
+        :param since: ``(units, threads)``: the bank extends a validated bank of that many units
+            and threads (an append), so the per-unit and per-thread checks of values (sessions,
+            finite vectors, head kinds) run over the new ones only; the checks of the whole
+            (ids, tiling, counts, edges) always run."""
         N, J = self.n_units, self.n_threads
+        u0, j0 = since
         off = self.thread_offsets
         if N == 0 or J == 0:
             raise ValueError(f"bank {self.bank_id!r} is empty")
@@ -97,41 +112,50 @@ class Bank:
         if len(set(ids)) != N:
             dup = next(i for i, c in Counter(ids).items() if c > 1)
             raise ValueError(f"bank {self.bank_id!r}: duplicate turn id {dup!r}")
-        self._validate_values()
+        self._validate_values(u0)
         if off[0] != 0 or off[-1] != N or np.any(np.diff(off) <= 0):
             raise ValueError(f"bank {self.bank_id!r}: thread offsets do not tile the units (empty thread?)")
-        for j in range(J):
-            if len({self.turns[i].session for i in self.thread_units(j)}) != 1:
-                raise ValueError(f"bank {self.bank_id!r}: thread {j} crosses a session")
+        lo = int(off[j0]) if j0 < J else N
+        sess = np.fromiter((t.session for t in self.turns[lo:]), dtype=np.int64, count=N - lo)
+        start = np.zeros(N - lo, dtype=bool)
+        start[off[j0:-1] - lo] = True
+        cross = np.nonzero((sess[1:] != sess[:-1]) & ~start[1:])[0]
+        if len(cross):
+            j = int(np.searchsorted(off, lo + int(cross[0]) + 1, side="right")) - 1
+            raise ValueError(f"bank {self.bank_id!r}: thread {j} crosses a session")
         if self.unit_vecs.shape[0] != N or self.head_vecs.shape[0] != J or len(self.heads) != J \
                 or len(self.head_kind) != J:
             raise ValueError(f"bank {self.bank_id!r}: vector/head counts do not match units/threads")
-        if not all(isinstance(h, str) for h in self.heads) or not set(self.head_kind) <= {"extractive", "llm"}:
+        if not all(isinstance(h, str) for h in self.heads[j0:]) or not set(self.head_kind[j0:]) <= {"extractive", "llm"}:
             raise ValueError(f"bank {self.bank_id!r}: heads must be strings of kind 'extractive' or 'llm'")
         if not (len(self.edge_src) == len(self.edge_dst) == len(self.edge_w) == len(self.edge_kind)):
             raise ValueError(f"bank {self.bank_id!r}: edge arrays differ in length")
-        for name in ("unit_vecs", "head_vecs"):
+        for name, first in (("unit_vecs", u0), ("head_vecs", j0)):
             a = getattr(self, name)
-            if not np.all(np.isfinite(a)):
+            if not np.all(np.isfinite(a[first:])):
                 raise ValueError(f"bank {self.bank_id!r}: {name} holds NaN or inf")
         self._validate_layers()
         if len(self.edge_src) and (min(self.edge_src.min(), self.edge_dst.min()) < 0
                                    or self.edge_src.max() >= J or self.edge_dst.max() >= J):
             raise ValueError(f"bank {self.bank_id!r}: an edge names an unknown thread")
+        if self.knn_ids is not None and (self.knn_ids.shape[0] != J or self.knn_sims is None
+                                         or self.knn_sims.shape != self.knn_ids.shape
+                                         or (self.knn_ids.size and (self.knn_ids.min() < -1 or self.knn_ids.max() >= J))):
+            raise ValueError(f"bank {self.bank_id!r}: the nearest-head table does not match the threads")
 
-    def _validate_values(self) -> None:
-        """Every turn's session is an integer the engine's int64 tables hold."""
-        for t in self.turns:
+    def _validate_values(self, since: int = 0) -> None:
+        """Every turn's session (from unit ``since`` on) is an integer the engine's int64 tables hold."""
+        for t in self.turns[since:]:
             s = t.session
             if not isinstance(s, Integral) or isinstance(s, bool) or not SESSION_MIN <= s <= SESSION_MAX:
                 raise ValueError(f"bank {self.bank_id!r}: turn {t.turn_id!r} has session {s!r}, outside the "
                                  f"64-bit integers [{SESSION_MIN}, {SESSION_MAX}] the engine's tables hold")
 
-    def validate_stored(self) -> None:
+    def validate_stored(self, since: tuple[int, int] = (0, 0)) -> None:
         """:meth:`validate`, and what a stored bank holds besides: naive times (UTC), so the times
         of all the banks of a collection compare (``store.files`` checks it on write and load)."""
-        self.validate()
-        for t in self.turns:
+        self.validate(since)
+        for t in self.turns[since[0]:]:
             if t.time is not None and t.time.utcoffset() is not None:
                 raise ValueError(f"bank {self.bank_id!r}: turn {t.turn_id!r} has the timezone-aware time "
                                  f"{t.time.isoformat()}; a stored bank holds naive times (UTC)")

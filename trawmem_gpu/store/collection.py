@@ -1,4 +1,4 @@
-"""Many banks in one directory, and their packing into flat tensors for batched engines.
+"""Many banks in one directory (their packing into flat tensors for batched engines: ``store.packed``).
 
 Layout: ``DIR/collection.json`` (format version, encoder id, bank id -> directory name), one
 bank directory per bank under ``DIR/banks/`` (see ``store/files.py``), and lock files
@@ -27,7 +27,12 @@ ids differing only in letter case get different names on case-insensitive file s
   updates of one bank apply one after another and none is lost, while other banks stay
   readable and writable. The result is stored only if the bank on disk is still the one ``fn``
   saw (a plain ``put`` of that bank may have landed meanwhile); otherwise ``fn`` runs again on
-  the new bank, so ``fn`` must be a pure function of its argument.
+  the new bank, so ``fn`` must be a pure function of its argument. ``fn`` gets the bank this
+  object last loaded or wrote when the stored one is still that revision (no reload), and a
+  result that extends it (an append: ``store.segments``) is written as a segment, in place, with
+  the collection lock held only to commit it; anything else is written whole.
+* ``compact(bank_id)`` merges a bank's segments into a new base without holding the bank's lock
+  while it writes (``store.segments``); it gives way to any write of the bank that lands meanwhile.
 * ``load(bank_id)`` / ``load_all()`` read each bank under the collection lock (briefly), so a
   reader never sees a bank between its two renames. On a read-only collection (no lock file
   can be created) reads go ahead without the lock.
@@ -50,15 +55,16 @@ import json
 import os
 import re
 import shutil
-from dataclasses import dataclass
+import weakref
 from pathlib import Path
 from typing import Callable, Iterator
 
-import numpy as np
-
 from ..errors import BankError, UnknownBank, name_list
 from .bank import Bank
-from .files import FORMAT_VERSION, load_bank, read_meta, save_bank, write_json_atomic
+from .packed import PackedCollection, pack_banks  # noqa: F401 - their old home
+from .files import FORMAT_VERSION, READ_VERSIONS, load_bank, read_meta, save_bank, write_json_atomic
+from .segments import CompactionPolicy
+from .writes import Compactor, compact, remove_compactions, restore, sweep, update
 
 INDEX = "collection.json"
 LOCK = ".trawmem.lock"
@@ -103,6 +109,15 @@ class Collection:
         self.banks: dict[str, str] = {}
         """bank id -> directory name under ``banks/``, as of the last read of the index."""
         self.encoder_id: str | None = None
+        self._index_stat: tuple | None = None
+        """(inode, mtime, size) of the index as last read: ``refresh`` skips an unchanged one."""
+        self._cache: dict[str, tuple[str, weakref.ref]] = {}
+        """bank id -> (revision, the bank this object last loaded or wrote at it), for ``update``."""
+        self._prune_at = 4096
+        self.compaction: CompactionPolicy | None = None
+        """When an append through this object compacts the bank (None: never by itself; a
+        ``Memory`` and a server set ``CompactionPolicy()``: in the background)."""
+        self._compactor: Compactor | None = None
         if self.path.exists() and not self.path.is_dir():
             raise BankError(f"{self.path}: is a file, not a collection directory")
         if (self.path / INDEX).exists():
@@ -139,10 +154,16 @@ class Collection:
                             f"`trawmem repair-index {self.path}`")
 
     def refresh(self) -> None:
-        """Re-read the index from disk (banks other writers added since)."""
+        """Re-read the index from disk (banks other writers added since); nothing to read when the
+        file is the one read last (same inode, time and size: every write renames a new file in)."""
         ip = self.path / INDEX
-        if not ip.exists():
-            self.banks, self.encoder_id = {}, None
+        try:
+            st = os.stat(ip)
+        except FileNotFoundError:
+            self.banks, self.encoder_id, self._index_stat = {}, None, None
+            return
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if stamp == self._index_stat:
             return
         try:
             idx = json.loads(ip.read_text(encoding="utf-8"))
@@ -154,9 +175,9 @@ class Collection:
         if not isinstance(v, int) or isinstance(v, bool):
             raise BankError(f"{ip}: corrupt collection index (format_version must be an integer, "
                             f"got {type(v).__name__} {v!r})")
-        if v != FORMAT_VERSION:
-            raise BankError(f"{ip}: collection format version {v}, this trawmem_gpu reads version "
-                            f"{FORMAT_VERSION}; rebuild the banks into a new directory (`trawmem build`)")
+        if v not in READ_VERSIONS:
+            raise BankError(f"{ip}: collection format version {v}, this trawmem_gpu reads versions "
+                            f"{' and '.join(map(str, READ_VERSIONS))}; rebuild the banks into a new directory (`trawmem build`)")
         banks, enc = idx.get("banks"), idx.get("encoder_id")
         if not isinstance(banks, dict):
             raise BankError(f"{ip}: corrupt collection index (field 'banks' must be an object mapping bank id "
@@ -169,11 +190,12 @@ class Collection:
             raise BankError(f"{ip}: corrupt collection index (two banks share one directory)")
         if enc is not None and not isinstance(enc, str):
             raise BankError(f"{ip}: corrupt collection index (field 'encoder_id' must be a string)")
-        self.banks, self.encoder_id = dict(banks), enc
+        self.banks, self.encoder_id, self._index_stat = dict(banks), enc, stamp
 
     def _write_index(self) -> None:
         write_json_atomic({"format_version": FORMAT_VERSION, "encoder_id": self.encoder_id, "banks": self.banks},
                           self.path / INDEX, indent=1)
+        self._index_stat = None
 
     def create_empty(self) -> bool:
         """Write the index of a new, empty collection (opened with ``create=True``), so the
@@ -236,34 +258,35 @@ class Collection:
         return self._locked(self.path / LOCK_DIR / f"{name}.lock", f"bank {bank_id!r}")
 
     # -- reading ----------------------------------------------------------------------------
-    def load(self, bank_id: str) -> Bank:
-        """The bank ``bank_id``, checked (checksums, turns digest, identity against the index)."""
+    def load(self, bank_id: str, *, mmap: bool = False) -> Bank:
+        """The bank ``bank_id``, checked (checksums, turns digest, identity against the index);
+        ``mmap``: its base vectors memory-mapped (``store.files.load_bank``). A bank left aside by
+        a write killed between its two renames is put back first."""
         path = self.bank_path(bank_id)
         with self.lock(reading=True):
-            return load_bank(path, bank_id=bank_id)
+            if not path.exists():
+                restore(path)  # a bank a write killed between its two renames left aside
+            bank = load_bank(path, bank_id=bank_id, mmap=mmap)
+            self._remember(bank_id, read_meta(path)["meta_sha256"], bank)
+            return bank
+
+    def _cached(self, bank_id: str, revision: str | None) -> Bank | None:
+        """The bank this object last loaded or wrote for ``bank_id`` if it is still the stored revision."""
+        rev, ref = self._cache.get(bank_id, (None, None))
+        return ref() if ref is not None and rev == revision and revision is not None else None
+
+    def _remember(self, bank_id: str, revision: str, bank: Bank) -> None:
+        if len(self._cache) > self._prune_at:  # banks let go since (many banks, few in memory) go too
+            self._cache = {k: v for k, v in self._cache.items() if v[1]() is not None}
+            self._prune_at = max(4096, 2 * len(self._cache))
+        self._cache[bank_id] = (revision, weakref.ref(bank))
 
     def load_all(self) -> list[Bank]:
         return [self.load(b) for b in list(self.banks)]
 
     # -- writing ----------------------------------------------------------------------------
-    def _sweep(self) -> None:
-        """Clean up after killed writers (call with the collection lock held)."""
-        for tmp in self.path.glob(f".{INDEX}.tmp-*"):
-            tmp.unlink(missing_ok=True)
-        bdir = self.path / BANKS
-        if not bdir.is_dir():
-            return
-        for p in bdir.iterdir():
-            if not p.name.startswith("."):
-                continue
-            if ".tmp-" in p.name:
-                shutil.rmtree(p, ignore_errors=True)
-            elif ".old-" in p.name:
-                live = bdir / p.name[1:p.name.rindex(".old-")]
-                if not live.exists() and live.name in self.banks.values():
-                    os.replace(p, live)  # killed between the two renames: the previous bank comes back
-                else:
-                    shutil.rmtree(p, ignore_errors=True)
+    def _sweep(self) -> None:  # after killed writers, with the collection lock held
+        sweep(self)
 
     def _dirname_for(self, bank_id: str) -> str:
         if bank_id in self.banks:
@@ -285,16 +308,22 @@ class Collection:
             return "unreadable"
 
     def _write(self, banks: list[Bank]) -> None:
-        """Save ``banks`` and the index (call with the collection lock held, after ``refresh``)."""
+        """Save ``banks`` and, when it changes, the index (call with the collection lock held, after
+        ``refresh``)."""
+        changed = False
         for bank in banks:
             if self.encoder_id is not None and bank.encoder_id != self.encoder_id:
                 raise BankError(f"bank {bank.bank_id!r} was encoded with {bank.encoder_id!r}, the collection "
                                 f"{self.path} with {self.encoder_id!r}; one collection holds one embedding space")
             name = self._dirname_for(bank.bank_id)
+            remove_compactions(self.path / BANKS, name, True)  # a compaction's copy goes with the old bank
             save_bank(bank, self.path / BANKS / name)
+            self._remember(bank.bank_id, read_meta(self.path / BANKS / name)["meta_sha256"], bank)
+            changed |= self.banks.get(bank.bank_id) != name or self.encoder_id != bank.encoder_id
             self.banks[bank.bank_id] = name
             self.encoder_id = bank.encoder_id
-        self._write_index()
+        if changed or not (self.path / INDEX).exists():
+            self._write_index()
 
     def put(self, bank: Bank) -> None:
         """Write (or replace) one bank, then the index, each atomically, under the collection lock
@@ -315,26 +344,36 @@ class Collection:
         """Read-modify-write of one bank under its lock: ``fn(stored bank, or None when there is
         none)`` returns the bank to store (its id must be ``bank_id``), or None to store nothing.
         Returns what ``fn`` returned. Concurrent updates of one bank run one after another; if a
-        ``put`` of the bank lands while ``fn`` runs, ``fn`` runs again on the new bank."""
-        with self.bank_lock(bank_id):
-            for _ in range(tries):
-                with self.lock(reading=True):
-                    self.refresh()
-                    rev = self._revision(bank_id)
-                    old = load_bank(self.bank_path(bank_id), bank_id=bank_id) if rev is not None else None
-                new = fn(old)
-                if new is not None and new.bank_id != bank_id:
-                    raise BankError(f"update of bank {bank_id!r} returned bank {new.bank_id!r}")
-                with self.lock():
-                    self._refuse_lost_index()
-                    self.refresh()
-                    if self._revision(bank_id) != rev:
-                        continue  # another writer's put landed meanwhile: apply fn to its bank
-                    if new is not None:
-                        self._sweep()
-                        self._write([new])
-                    return new
-        raise BankError(f"{self.path}: bank {bank_id!r} kept changing under {tries} attempts to update it")
+        ``put`` of the bank lands while ``fn`` runs, ``fn`` runs again on the new bank. A result
+        that extends the stored bank (``store.segments.extends``) is written as a segment."""
+        return update(self, bank_id, fn, tries)
+
+    def compact(self, bank_id: str) -> bool:
+        """Merge the segments of ``bank_id`` into a new base (``store.writes.compact``; True: done)."""
+        return compact(self, bank_id)
+
+    def compactor(self) -> Compactor:
+        """The background compactor of this object (started on first use)."""
+        if self._compactor is None:
+            self._compactor = Compactor(self)
+        return self._compactor
+
+    def segments(self, bank_id: str) -> list[dict]:
+        """The segments the stored bank ``bank_id`` has on top of its base (``meta.json`` entries)."""
+        meta = self._meta(bank_id)
+        return [] if meta is None else list(meta.get("segments", ()))
+
+    def _meta(self, bank_id: str) -> dict | None:
+        """The stored bank's checked metadata (None: the index names no such bank; ``{}``: unreadable)."""
+        if bank_id not in self.banks:
+            return None
+        path = self.path / BANKS / self.banks[bank_id]
+        if not path.exists():
+            restore(path)  # a bank a write killed between its two renames left aside
+        try:
+            return read_meta(path)
+        except BankError:
+            return {}
 
     def delete(self, bank_id: str, dirname: str | None = None) -> bool:
         """Remove one bank (False when the index does not name it): the index without it is
@@ -352,144 +391,10 @@ class Collection:
             orphan = dirname if dirname not in (None, name, *self.banks.values()) and _valid_dirname(dirname) else None
             for n in (x for x in (name, orphan) if x):
                 live = self.path / BANKS / n
+                remove_compactions(self.path / BANKS, n, True)  # no compaction's copy outlives the bank
                 if live.exists():
                     gone = live.with_name(f".{n}.tmp-deleted")
                     os.replace(live, gone)
                     shutil.rmtree(gone)
             return name is not None
 
-
-def repair_index(path: str | Path, *, timeout: float = LOCK_TIMEOUT_S) -> dict:
-    """Rebuild ``path/collection.json`` from the banks' own metadata (``trawmem repair-index``).
-
-    Under the collection lock: a bank left aside as ``banks/.<name>.old-*`` by a write killed
-    between its two renames is first put back; then every bank directory's checked
-    ``meta.json`` gives its bank id and encoder, and the index is written atomically. Refused,
-    with nothing written, when a directory holds no readable bank, two directories hold one bank
-    id, or the banks disagree on the encoder.
-
-    :returns: ``{"banks": n, "added": [ids not in the old index], "dropped": [ids of the old
-        index with no directory], "encoder_id": ...}``
-    """
-    path = Path(path)
-    if not (path / BANKS).is_dir():
-        raise BankError(f"{path}: no {BANKS}/ directory, so no banks to index")
-    coll = Collection.__new__(Collection)
-    coll.path, coll.timeout, coll.banks, coll.encoder_id = path, float(timeout), {}, None
-    with coll.lock():
-        old: dict = {}
-        if (path / INDEX).exists():
-            try:
-                coll.refresh()
-                old = dict(coll.banks)
-            except BankError:
-                old = {}  # a corrupt index is what is being repaired
-        bdir = path / BANKS
-        for p in sorted(bdir.glob(".*.old-*")):
-            live = bdir / p.name[1:p.name.rindex(".old-")]
-            if p.is_dir() and not live.exists():
-                os.replace(p, live)
-        banks: dict[str, str] = {}
-        encoders: dict[str, str] = {}
-        for name in _bank_dirs(path):
-            if not _valid_dirname(name):
-                raise BankError(f"{bdir / name}: not a bank directory name this store writes; move it out of "
-                                f"{bdir} and run `trawmem repair-index {path}` again")
-            try:
-                meta = read_meta(bdir / name)
-            except BankError as e:
-                raise BankError(f"cannot repair the index of {path}: {e}; remove or move {bdir / name} and run "
-                                f"`trawmem repair-index {path}` again") from None
-            bid = meta.get("bank_id")
-            if not isinstance(bid, str):
-                raise BankError(f"{bdir / name / 'meta.json'}: no bank id in the metadata")
-            if bid in banks:
-                raise BankError(f"cannot repair the index of {path}: {bdir / banks[bid]} and {bdir / name} both "
-                                f"hold bank {bid!r}; remove one")
-            banks[bid] = name
-            encoders[bid] = meta.get("encoder_id")
-        if len(set(encoders.values())) > 1:
-            raise BankError(f"cannot repair the index of {path}: its banks were encoded with "
-                            f"{sorted(map(str, set(encoders.values())))}; one collection holds one embedding space")
-        coll.banks = banks
-        coll.encoder_id = next(iter(encoders.values()), None)
-        coll._write_index()
-    return {"banks": len(banks), "added": [b for b in banks if b not in old],
-            "dropped": [b for b in old if b not in banks], "encoder_id": coll.encoder_id}
-
-
-@dataclass
-class PackedCollection:
-    """Banks concatenated into flat tensors (torch, on one device), with CSR offsets.
-
-    Global unit ``i`` belongs to bank ``unit_bank[i]`` and global thread ``unit_thread[i]``;
-    bank ``b`` owns units ``bank_unit_offsets[b]:bank_unit_offsets[b+1]`` and threads
-    ``bank_thread_offsets[b]:...``; thread ``t`` owns units ``thread_offsets[t]:...``; the
-    thread graph is CSR over global thread ids (``edge_offsets``, ``edge_dst``, ``edge_w``).
-    """
-
-    bank_ids: list[str]
-    unit_vecs: "object"
-    head_vecs: "object"
-    bank_unit_offsets: "object"
-    bank_thread_offsets: "object"
-    thread_offsets: "object"
-    unit_thread: "object"
-    unit_bank: "object"
-    thread_bank: "object"
-    edge_offsets: "object"
-    edge_dst: "object"
-    edge_w: "object"
-    banks: list[Bank]
-
-    @property
-    def device(self):
-        return self.unit_vecs.device
-
-    def bank_index(self, bank_id: str) -> int:
-        try:
-            return self._index[bank_id]
-        except AttributeError:
-            self._index = {b: i for i, b in enumerate(self.bank_ids)}
-            return self.bank_index(bank_id)
-        except KeyError:
-            raise UnknownBank(bank_id, detail=f" (packed: {name_list(self.bank_ids)})") from None
-
-    def nbytes(self) -> int:
-        return sum(getattr(self, f).element_size() * getattr(self, f).nelement() for f in
-                   ("unit_vecs", "head_vecs", "bank_unit_offsets", "bank_thread_offsets", "thread_offsets",
-                    "unit_thread", "unit_bank", "thread_bank", "edge_offsets", "edge_dst", "edge_w"))
-
-
-def pack_banks(banks: list[Bank], device: str | None = None, dtype=None) -> PackedCollection:
-    """Concatenate banks into device tensors (CUDA when present unless ``device`` says otherwise)."""
-    import torch
-
-    if not banks:
-        raise BankError("cannot pack an empty list of banks")
-    dims = {b.unit_vecs.shape[1] for b in banks}
-    if len(dims) != 1:
-        raise BankError(f"banks have different vector sizes {sorted(dims)}")
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = dtype or torch.float32
-    nu = np.array([b.n_units for b in banks])
-    nt = np.array([b.n_threads for b in banks])
-    buo = np.concatenate([[0], np.cumsum(nu)])
-    bto = np.concatenate([[0], np.cumsum(nt)])
-    toff = np.concatenate([[0]] + [b.thread_offsets[1:] + buo[i] for i, b in enumerate(banks)])
-    src = np.concatenate([b.edge_src + bto[i] for i, b in enumerate(banks)])
-    dst = np.concatenate([b.edge_dst + bto[i] for i, b in enumerate(banks)])
-    w = np.concatenate([b.edge_w for b in banks])
-    order = np.lexsort((dst, src))
-    src, dst, w = src[order], dst[order], w[order]
-    eoff = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=int(bto[-1])))])
-    unit_thread = np.repeat(np.arange(int(bto[-1])), np.diff(toff))
-    T = lambda a, dt=torch.int64: torch.as_tensor(np.ascontiguousarray(a), dtype=dt, device=device)
-    return PackedCollection(
-        bank_ids=[b.bank_id for b in banks],
-        unit_vecs=T(np.concatenate([b.unit_vecs for b in banks]), dtype),
-        head_vecs=T(np.concatenate([b.head_vecs for b in banks]), dtype),
-        bank_unit_offsets=T(buo), bank_thread_offsets=T(bto), thread_offsets=T(toff),
-        unit_thread=T(unit_thread), unit_bank=T(np.repeat(np.arange(len(banks)), nu)),
-        thread_bank=T(np.repeat(np.arange(len(banks)), nt)),
-        edge_offsets=T(eoff), edge_dst=T(dst), edge_w=T(w, torch.float32), banks=banks)

@@ -1,167 +1,120 @@
 """Banks on disk: a directory of safetensors tensors plus JSON metadata, written atomically.
 
-Layout of a bank directory (format version 2)::
+Layout of a bank directory (format version 3)::
 
-    tensors.safetensors   unit_vecs, head_vecs, thread_offsets, edge_src/dst/w/kind
+    tensors.safetensors   the base: unit_vecs, head_vecs, thread_offsets, edge_src/dst/w/kind,
+                          knn_sims / knn_ids (each thread's nearest heads, ``store.graph``)
     units.json            one record per unit (id, speaker, text, session, date, caption; metadata
                           only for a turn that has some: a bank without metadata reads as before)
+    threads.json          the threads' heads and head kinds
     layers.json           only in a bank with facts or profiles: ``{"facts": [...], "profiles":
                           [...]}`` (``store.facts`` records); their vectors are the tensors
-                          ``fact_vecs`` / ``profile_vecs`` (a bank without layers has neither, so
-                          its files are what they were before layers existed)
-    meta.json             format version, bank id, encoder id, build config, heads, counts,
-                          turns_sha256 (the digest of the turns the bank holds, see
-                          ``trawmem_gpu.data.turns_digest``), the sha256 of the two files above,
-                          and meta_sha256 over all of meta.json except ``stats`` (written last)
+                          ``fact_vecs`` / ``profile_vecs`` (a bank without layers has neither)
+    seg-NNNNNN.safetensors / seg-NNNNNN.json
+                          appended segments (``store.segments``): the turns, vectors, threads and
+                          nearest-head rows one append added on top of the base and the earlier
+                          segments; merged into a new base by a compaction (whose base files carry
+                          its generation: ``tensors-G.safetensors``, ...)
+    meta.json             format version, bank id, encoder id, build config, counts, the base's
+                          file names, its turns_sha256 (the digest of the turns it holds, see
+                          ``trawmem_gpu.data.turns_digest``), the segments in order (each with the
+                          digest of its turns), the sha256 of every file above, and meta_sha256
+                          over all of meta.json except ``stats`` (written last: the commit point)
 
 Everything that affects selection (tensors, turns, heads, build config, bank id, encoder) is
 under a checksum; only ``stats`` (build timings, bookkeeping) is not. Loading checks the format
-version, all three checksums, the turns digest and the structure (``Bank.validate``: duplicate
-turn ids, thread tiling, finite vectors, edges); any failure is a ``BankError`` naming the file.
+version, every checksum, the turns digests and the structure (``Bank.validate``: duplicate turn
+ids, thread tiling, finite vectors, edges); any failure is a ``BankError`` naming the file.
+Format 2 (heads in ``meta.json``, no nearest-head table, no segments) is read as well; the next
+write of such a bank writes format 3.
 
-A bank is written into a uniquely named temporary sibling directory (``.<name>.tmp-*``),
+A whole bank is written into a uniquely named temporary sibling directory (``.<name>.tmp-*``),
 every file fsynced, then renamed into place (the old directory is first renamed aside to
 ``.<name>.old-*`` and removed after). A killed write leaves either the old bank or the new one,
 or, killed between the two renames, the old one aside, which ``Collection`` restores on its
-next write; it never leaves a half-written bank that loads. ``save_bank`` alone takes no lock:
-for concurrent writers use ``trawmem_gpu.store.Collection``.
+next write or read; it never leaves a half-written bank that loads. An append adds a segment in
+place instead (``store.segments``: its files, then ``meta.json``). ``save_bank`` alone takes no
+lock: for concurrent writers use ``trawmem_gpu.store.Collection``.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import tempfile
 import uuid
-from dataclasses import replace
-from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
-from ..data.dates import naive_utc
-from ..data.metadata import Metadata
-from ..data.types import Turn, turns_digest
+from ..data.types import turns_digest
 from ..errors import BankError
 from ..paths import file_sha256
 from .bank import Bank
 
-FORMAT_VERSION = 2
-"""Layout version of bank directories and collection indexes; other versions are refused."""
-TENSORS, UNITS, META, LAYERS = "tensors.safetensors", "units.json", "meta.json", "layers.json"
-REBUILD_HINT = "rebuild it from its history (`trawmem build`, not an `update`)"
+from .records import (FORMAT_VERSION, LAYERS, META, READ_VERSIONS, REBUILD_HINT, TENSORS, THREADS, UNITS,  # noqa: F401
+                      _fsync_file, _fsync_write, fsync_dir, meta_digest, naive_utc_turns, stored_files, summary,
+                      turn_from, turn_record, write_json_atomic)
+
+def base_names(gen: int = 0) -> dict:
+    """The base's file names in generation ``gen`` (0: a bank as written whole; a compaction's
+    base is the next generation, beside the one it replaces until it commits)."""
+    names = {"tensors": TENSORS, "units": UNITS, "threads": THREADS, "layers": LAYERS}
+    if gen:
+        names = {k: f"{n.split('.')[0]}-{gen}.{n.split('.', 1)[1]}" for k, n in names.items()}
+    return names
 
 
-def meta_digest(meta: dict) -> str:
-    """sha256 of the canonical JSON of ``meta`` without ``meta_sha256`` and ``stats``."""
-    body = {k: v for k, v in meta.items() if k not in ("meta_sha256", "stats")}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False,
-                                     separators=(",", ":")).encode("utf-8")).hexdigest()
-
-
-def turn_record(t: Turn) -> dict:
-    """A turn as the bank files store it (``units.json``; a forget's journal too). ``metadata`` is
-    written only for a turn that has some, so a bank without metadata writes the files it wrote
-    before metadata existed (and an older reader's banks load unchanged)."""
-    r = {"id": t.turn_id, "speaker": t.speaker, "text": t.text, "session": t.session,
-         "timestamp": t.timestamp, "time": t.time.isoformat() if t.time else None, "caption": t.caption}
-    if t.metadata:
-        r["metadata"] = dict(t.metadata)
-    return r
-
-
-def naive_utc_turns(turns: list[Turn]) -> list[Turn]:
-    """``turns`` with every timezone-aware ``time`` as the naive UTC time the turn schema stores
-    (``data.dates.naive_utc``, the one rule). Banks written before that rule read a ``Z`` or offset
-    timestamp as an aware time; they are read as their UTC times (checked against the stored digest
-    first), so every bank in memory holds naive times, and the next write stores them naive."""
-    if all(t.time is None or t.time.utcoffset() is None for t in turns):
-        return turns
-    return [t if t.time is None else replace(t, time=naive_utc(t.time)) for t in turns]
-
-
-def turn_from(r: dict) -> Turn:
-    """The turn of a :func:`turn_record` (``ValueError`` for metadata that is not a map)."""
-    meta = r.get("metadata")
-    if meta is not None and not isinstance(meta, dict):
-        raise ValueError(f"turn {r['id']!r}: metadata is not a map")
-    return Turn(r["id"], r["speaker"], r["text"], int(r["session"]), r["timestamp"],
-                datetime.fromisoformat(r["time"]) if r.get("time") else None, r.get("caption"),
-                Metadata(meta) if meta else None)
-
-
-def fsync_dir(path: Path) -> None:
-    """fsync a directory (its entries: renames and new files), where the filesystem allows it."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:  # pragma: no cover - not every filesystem allows it
-        pass
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_json_atomic(obj, path: Path, **dump_kw) -> None:
-    """Write ``obj`` as JSON to a unique temporary sibling, fsync it, rename it over ``path``."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, ensure_ascii=False, **dump_kw)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    fsync_dir(path.parent)
-
-
-def write_bank_files(bank: Bank, d: Path) -> None:
-    """Write the three files of ``bank`` into the existing directory ``d`` (not atomic by itself)."""
+def write_base(bank: Bank, d: Path, gen: int = 0) -> dict:
+    """Write ``bank`` as the base files of generation ``gen`` into the existing directory ``d``
+    (each fsynced; not atomic by itself) and return the base's part of ``meta.json``."""
     from safetensors.numpy import save_file
+
+    from .graph import knn_table
 
     bank.validate_stored()
     if bank.is_view:
         raise BankError(f"bank {bank.bank_id!r} is a unit view over {'+'.join(bank.units)}, not a bank; "
                         f"store the bank it was made from")
+    k = int((bank.build_config or {}).get("knn", 5))
+    sims, ids = (bank.knn_sims, bank.knn_ids) if bank.knn_ids is not None else knn_table(bank.head_vecs, k)
+    c = np.ascontiguousarray
     tensors = {
-        "unit_vecs": np.ascontiguousarray(bank.unit_vecs, dtype=np.float32),
-        "head_vecs": np.ascontiguousarray(bank.head_vecs, dtype=np.float32),
-        "thread_offsets": np.ascontiguousarray(bank.thread_offsets, dtype=np.int64),
-        "edge_src": np.ascontiguousarray(bank.edge_src, dtype=np.int64),
-        "edge_dst": np.ascontiguousarray(bank.edge_dst, dtype=np.int64),
-        "edge_w": np.ascontiguousarray(bank.edge_w, dtype=np.float32),
-        "edge_kind": np.ascontiguousarray(bank.edge_kind, dtype=np.int8),
+        "unit_vecs": c(bank.unit_vecs, dtype=np.float32), "head_vecs": c(bank.head_vecs, dtype=np.float32),
+        "thread_offsets": c(bank.thread_offsets, dtype=np.int64), "edge_src": c(bank.edge_src, dtype=np.int64),
+        "edge_dst": c(bank.edge_dst, dtype=np.int64), "edge_w": c(bank.edge_w, dtype=np.float32),
+        "edge_kind": c(bank.edge_kind, dtype=np.int8), "knn_sims": c(sims, dtype=np.float32),
+        "knn_ids": c(ids, dtype=np.int64),
     }
+    names = base_names(gen)
     layered = bool(bank.facts or bank.profiles)
     for name in ("fact_vecs", "profile_vecs"):
         if getattr(bank, name) is not None:
-            tensors[name] = np.ascontiguousarray(getattr(bank, name), dtype=np.float32)
-    save_file(tensors, str(d / TENSORS))
-    _fsync_file(d / TENSORS)
-    with open(d / UNITS, "w", encoding="utf-8") as f:
-        json.dump([turn_record(t) for t in bank.turns], f, ensure_ascii=False)
-        f.flush()
-        os.fsync(f.fileno())
+            tensors[name] = c(getattr(bank, name), dtype=np.float32)
+    save_file(tensors, str(d / names["tensors"]))
+    _fsync_file(d / names["tensors"])
+    _fsync_write(d / names["units"], lambda f: json.dump([turn_record(t) for t in bank.turns], f, ensure_ascii=False))
+    _fsync_write(d / names["threads"], lambda f: json.dump({"heads": list(bank.heads), "head_kind": list(bank.head_kind)},
+                                                           f, ensure_ascii=False))
     if layered:
-        with open(d / LAYERS, "w", encoding="utf-8") as f:
-            json.dump({"facts": [x.to_record() for x in bank.facts], "profiles": [x.to_record() for x in bank.profiles],
-                       "sources": dict(bank.layer_sources)}, f, ensure_ascii=False)
-            f.flush()
-            os.fsync(f.fileno())
+        _fsync_write(d / names["layers"], lambda f: json.dump(
+            {"facts": [x.to_record() for x in bank.facts], "profiles": [x.to_record() for x in bank.profiles],
+             "sources": dict(bank.layer_sources)}, f, ensure_ascii=False))
+    else:
+        del names["layers"]
+    base = {"generation": gen, "files": names, "n_units": bank.n_units, "n_threads": bank.n_threads,
+            "turns_sha256": turns_digest(bank.turns),
+            "checksums": {n: file_sha256(d / n) for n in names.values()}}
+    if layered:
+        base["layers"] = {"facts": len(bank.facts), "profiles": len(bank.profiles)}
+    return base
+
+
+def bank_meta(bank: Bank, base: dict, segments: list | None = None, checksums: dict | None = None,
+              counter: int = 0) -> dict:
+    """``meta.json`` of ``bank`` stored as the base ``base`` (:func:`write_base`) plus ``segments``
+    (their entries, ``store.segments``; ``checksums``: their files'), with its own checksum."""
+    segments = list(segments or ())
     meta = {
         "format_version": FORMAT_VERSION,
         "bank_id": bank.bank_id,
@@ -170,18 +123,25 @@ def write_bank_files(bank: Bank, d: Path) -> None:
         "n_units": bank.n_units,
         "n_threads": bank.n_threads,
         "n_edges": int(len(bank.edge_src)),
-        "heads": bank.heads,
-        "head_kind": bank.head_kind,
         "build_config": bank.build_config,
-        "turns_sha256": turns_digest(bank.turns),
+        "turns_sha256": base["turns_sha256"],
+        "summary": summary(bank.turns),
         "stats": bank.stats,
-        "checksums": {TENSORS: file_sha256(d / TENSORS), UNITS: file_sha256(d / UNITS)},
+        "base": {k: v for k, v in base.items() if k not in ("checksums", "turns_sha256", "layers")},
+        "segments": segments,
+        "segment_counter": int(counter),
+        "checksums": {**base["checksums"], **(checksums or {})},
     }
-    if layered:
-        meta["layers"] = {"facts": len(bank.facts), "profiles": len(bank.profiles)}
-        meta["checksums"][LAYERS] = file_sha256(d / LAYERS)
+    if "layers" in base:
+        meta["layers"] = base["layers"]
     meta["meta_sha256"] = meta_digest(meta)
-    write_json_atomic(meta, d / META, indent=1)
+    return meta
+
+
+def write_bank_files(bank: Bank, d: Path) -> None:
+    """Write ``bank`` whole (its base files and ``meta.json``) into the existing directory ``d``
+    (not atomic by itself)."""
+    write_json_atomic(bank_meta(bank, write_base(bank, d)), d / META, indent=1)
 
 
 def save_bank(bank: Bank, path: str | Path) -> Path:
@@ -228,22 +188,25 @@ def read_meta(path: str | Path) -> dict:
     v = meta["format_version"]
     if not isinstance(v, int) or isinstance(v, bool):
         raise BankError(f"{mp}: corrupt metadata (format_version must be an integer, got {type(v).__name__} {v!r})")
-    if v != FORMAT_VERSION:
-        raise BankError(f"{path}: bank format version {v}, this trawmem_gpu reads version {FORMAT_VERSION}; "
-                        f"{REBUILD_HINT}")
+    if v not in READ_VERSIONS:
+        raise BankError(f"{path}: bank format version {v}, this trawmem_gpu reads versions "
+                        f"{' and '.join(map(str, READ_VERSIONS))}; {REBUILD_HINT}")
     if meta.get("meta_sha256") != meta_digest(meta):
         raise BankError(f"{mp}: checksum mismatch (metadata edited or corrupt); {REBUILD_HINT}")
     return meta
 
 
-def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = None) -> Bank:
+def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = None, mmap: bool = False) -> Bank:
     """Load and check a bank directory; any corruption raises ``BankError`` naming the file.
 
     :param verify: check the sha256 of the tensor and unit files (the metadata is always checked)
     :param bank_id: the id the caller expects (a collection's index entry); another id is an error
+    :param mmap: the base's arrays as copy-on-write memory maps of its tensors file (a write to one stays private)
+        (``store.arrays.read_tensors``) instead of copies in memory
     """
     from safetensors import SafetensorError
-    from safetensors.numpy import load_file
+
+    from .arrays import read_tensors
 
     path = Path(path)
     meta = read_meta(path)
@@ -252,34 +215,41 @@ def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = No
             raise BankError(f"{path}: holds bank {meta['bank_id']!r} where the collection index expects "
                             f"{bank_id!r} (a copied or moved bank directory?); {REBUILD_HINT}")
         sums = meta["checksums"]
-        layered = "layers" in meta
-        for name in (TENSORS, UNITS) + ((LAYERS,) if layered else ()):
+        for name in stored_files(meta):
             fp = path / name
             if not fp.exists():
                 raise BankError(f"{fp}: missing")
             if verify and file_sha256(fp) != sums[name]:
                 raise BankError(f"{fp}: checksum mismatch (corrupt or truncated file)")
+        v2 = meta["format_version"] == 2
+        names = {"tensors": TENSORS, "units": UNITS, "layers": LAYERS} if v2 else meta["base"]["files"]
         try:
-            t = load_file(str(path / TENSORS))
-        except (SafetensorError, OSError, ValueError) as e:
-            raise BankError(f"{path / TENSORS}: unreadable tensors ({e})") from None
-        units = json.loads((path / UNITS).read_text(encoding="utf-8"))
+            t = read_tensors(path / names["tensors"], mmap)
+        except (SafetensorError, OSError, ValueError, KeyError, UnicodeDecodeError) as e:
+            raise BankError(f"{path / names['tensors']}: unreadable tensors ({e})") from None
+        units = json.loads((path / names["units"]).read_text(encoding="utf-8"))
+        threads = meta if v2 else json.loads((path / names["threads"]).read_text(encoding="utf-8"))
         stats = meta.get("stats", {})
-        facts, profiles, sources = _read_layers(path / LAYERS, meta["layers"]) if layered else ((), (), {})
+        facts, profiles, sources = _read_layers(path / names["layers"], meta["layers"]) if "layers" in meta \
+            else ((), (), {})
         bank = Bank(
             bank_id=meta["bank_id"], turns=[turn_from(r) for r in units],
-            thread_offsets=t["thread_offsets"], heads=list(meta["heads"]), head_kind=list(meta["head_kind"]),
+            thread_offsets=t["thread_offsets"], heads=list(threads["heads"]), head_kind=list(threads["head_kind"]),
             unit_vecs=t["unit_vecs"], head_vecs=t["head_vecs"], edge_src=t["edge_src"], edge_dst=t["edge_dst"],
             edge_w=t["edge_w"], edge_kind=t["edge_kind"], encoder_id=meta["encoder_id"],
             build_config=meta.get("build_config") or {}, stats=stats if isinstance(stats, dict) else {},
             facts=facts, fact_vecs=t.get("fact_vecs"), profiles=profiles, profile_vecs=t.get("profile_vecs"),
-            layer_sources=sources)
+            layer_sources=sources, knn_sims=t.get("knn_sims"), knn_ids=t.get("knn_ids"))
         if turns_digest(bank.turns) != meta["turns_sha256"]:
-            raise BankError(f"{path / UNITS}: the turns do not match the digest in {META}; {REBUILD_HINT}")
+            raise BankError(f"{path / names['units']}: the turns do not match the digest in {META}; {REBUILD_HINT}")
+        if not v2 and meta["segments"]:
+            from .segments import apply_segments
+
+            bank = apply_segments(bank, path, meta["segments"])
         bank.turns = naive_utc_turns(bank.turns)
     except BankError:
         raise
-    except (KeyError, TypeError, ValueError, AttributeError, json.JSONDecodeError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, json.JSONDecodeError) as e:
         raise BankError(f"{path}: corrupt bank ({type(e).__name__}: {e})") from None
     try:
         bank.validate_stored()

@@ -27,15 +27,32 @@ from ..errors import BankError, name_list
 
 def bank_digest(bank_or_meta) -> str:
     """What a workspace depends on in a bank: its turns digest, build config and encoder, from a
-    loaded ``Bank`` or its checked ``meta.json`` (``read_meta``, no tensors read), which give the
-    same digest. 16 hex digits; equal for a rebuild of the same turns with the same config."""
+    loaded ``Bank`` or its checked ``meta.json`` (``read_meta``, no tensors read) of a bank without
+    segments, which give the same digest (:func:`stored_digest` takes either). 16 hex digits;
+    equal for a rebuild of the same turns with the same config."""
     if isinstance(bank_or_meta, dict):
         m = bank_or_meta
+        if m.get("segments"):
+            raise ValueError("bank_digest of a meta.json with segments: its turns_sha256 is the base's (use stored_digest)")
         body = [m.get("turns_sha256"), m.get("build_config") or {}, m.get("encoder_id")]
     else:
         b = bank_or_meta
         body = [turns_digest(b.turns), b.build_config or {}, b.encoder_id]
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+
+
+def stored_digest(path) -> str:
+    """:func:`bank_digest` of the bank stored at ``path``: from its ``meta.json`` alone when it has
+    no segments (its turns digest is then the whole bank's), else from its turns."""
+    from .files import load_bank, read_meta
+
+    meta = read_meta(path)
+    return bank_digest(load_bank(path) if meta.get("segments") else meta)
+
+
+def stored_turns_digest(coll, bank_id: str, meta: dict) -> str:
+    """The digest of all the turns the stored bank holds (its base's and its segments')."""
+    return turns_digest(coll.load(bank_id).turns) if meta.get("segments") else meta.get("turns_sha256")
 
 
 def verify_banks(coll, convs, data_path: str | Path, build_config: dict | None = None, *,
@@ -67,7 +84,7 @@ def verify_banks(coll, convs, data_path: str | Path, build_config: dict | None =
         if c.bank_id not in coll:
             continue
         meta = read_meta(coll.bank_path(c.bank_id))
-        if meta.get("turns_sha256") != turns_digest(c.turns):
+        if stored_turns_digest(coll, c.bank_id, meta) != turns_digest(c.turns):
             ours = {t.turn_id: t for t in coll.load(c.bank_id).turns}
             first = next((t.turn_id for t in c.turns if ours.get(t.turn_id) != t), None)
             detail = f"first differing turn {first!r}" if first else "same turns in another order"

@@ -156,7 +156,8 @@ def unit_view(bank: Bank, units=DEFAULT_UNITS, as_of: str | None = None) -> Bank
                    head_vecs=np.concatenate(hvecs).astype(np.float32), edge_src=src, edge_dst=dst, edge_w=w,
                    edge_kind=kind, facts=(), fact_vecs=None, profiles=(), profile_vecs=None, units=units,
                    support_src=np.array([a for a, _ in links], dtype=np.int64),
-                   support_dst=np.array([b for _, b in links], dtype=np.int64))
+                   support_dst=np.array([b for _, b in links], dtype=np.int64),
+                   knn_sims=None, knn_ids=None, extends=None)  # the stored bank's graph table is not the view's
     view.validate()
     return view
 

@@ -1,0 +1,101 @@
+"""Which banks are held in memory, under a byte budget: least recently used first out.
+
+With ``max_resident_bytes`` set (``MemoryOptions.max_resident_bytes``, ``trawmem serve
+--max-resident-bytes``), a collection's banks are opened lazily, on their first query, append or
+read (``BankRegistry.get``: their base vectors memory-mapped from their files), and when the
+banks held pass the budget, the least recently used ones are let go: dropped from the engine's
+tables and from the registry (their files stay; the next query opens them again). A bank's bytes
+are :func:`bank_nbytes`: its arrays, its turns' text and objects, and the engine's tables of it.
+The banks of the call that asks are never let go by it, and the engine keeps at least one bank,
+so a budget smaller than one bank still serves (one bank at a time).
+
+:class:`Resident` is the bookkeeping only; ``MemoryCore.ensure`` does the letting go, on the
+thread that owns the engine.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+TURN_OVERHEAD = 360
+"""Bytes a turn holds in memory besides its text (the ``Turn`` object, its id, speaker, date and
+their string headers), measured with ``sys.getsizeof`` on LoCoMo turns."""
+
+
+def _nbytes(x) -> int:
+    if x is None:
+        return 0
+    if hasattr(x, "nbytes"):
+        return int(x.nbytes)
+    if hasattr(x, "element_size") and hasattr(x, "nelement"):
+        return int(x.element_size() * x.nelement())
+    if isinstance(x, dict):
+        return sum(_nbytes(v) for v in x.values())
+    if isinstance(x, (list, tuple)):
+        return sum(_nbytes(v) for v in x)
+    return 0
+
+
+def bank_nbytes(bank, tables=None) -> int:
+    """What ``bank`` holds in memory: its arrays (memory-mapped ones too, as their pages are read),
+    its turns (text and :data:`TURN_OVERHEAD`), its heads, and ``tables``: the engine's prepared
+    tables of it (any nesting of arrays and tensors; None when not known)."""
+    arrays = sum(_nbytes(getattr(bank, f, None)) for f in ("unit_vecs", "head_vecs", "edge_src", "edge_dst",
+                                                            "edge_w", "edge_kind", "knn_sims", "knn_ids",
+                                                            "fact_vecs", "profile_vecs", "thread_offsets"))
+    text = sum(len(t.text) + len(t.turn_id) + TURN_OVERHEAD for t in bank.turns) + sum(len(h) + 50 for h in bank.heads)
+    return arrays + text + _nbytes(tables)
+
+
+class Resident:
+    """Bank id -> bytes, in least-recently-used order, against a budget (thread-safe)."""
+
+    def __init__(self, max_bytes: int | None):
+        self.max_bytes = max_bytes
+        self._sizes: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+        self.opened = 0
+        """Banks opened since start (cold opens)."""
+        self.evicted = 0
+        """Banks let go since start."""
+
+    @property
+    def total(self) -> int:
+        with self._lock:
+            return sum(self._sizes.values())
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    def __contains__(self, bank_id: str) -> bool:
+        return bank_id in self._sizes
+
+    def touch(self, bank_id: str, nbytes: int | None = None) -> None:
+        """``bank_id`` was just used (its bytes, when given, replace what was recorded)."""
+        with self._lock:
+            if bank_id not in self._sizes:
+                self.opened += 1
+            if nbytes is not None or bank_id not in self._sizes:
+                self._sizes[bank_id] = int(nbytes or 0)
+            self._sizes.move_to_end(bank_id)
+
+    def drop(self, bank_id: str) -> None:
+        with self._lock:
+            if self._sizes.pop(bank_id, None) is not None:
+                self.evicted += 1
+
+    def over(self, keep=()) -> list[str]:
+        """The least recently used banks (oldest first, none of ``keep``) whose going brings the
+        total within the budget (empty without a budget)."""
+        if self.max_bytes is None:
+            return []
+        with self._lock:
+            total, out = sum(self._sizes.values()), []
+            for b, n in self._sizes.items():
+                if total <= self.max_bytes:
+                    break
+                if b in keep:
+                    continue
+                out.append(b)
+                total -= n
+            return out
