@@ -4,10 +4,12 @@
   for the lifetime of the writer; a second writer fails at once with a clear error. The lock
   (and the sidecar) belong to the real file, the path with every symlink resolved, so two
   paths that reach one file through a link take the same lock.
-* **No half lines.** Each batch of records goes to the file in one ``os.write`` of complete
-  lines followed by ``fsync``: a killed process leaves whole lines (a kernel write to a regular
-  file is not split by the process dying). A power cut can still tear the last line: on open,
-  an unterminated last line is detected, reported and cut off before anything is appended.
+* **No half lines read.** Each batch of records goes to the file in one ``os.write`` of complete
+  lines followed by ``fsync``, and is acknowledged only after it. A batch can still be torn: a
+  power cut, or a SIGKILL during a write of more than a page (Linux stops a write between pages
+  for a fatal signal). On open, an unterminated last line is detected, reported
+  (``torn_bytes``) and cut off before anything is appended; readers skip it; a rerun writes the
+  torn batch's records again.
 * **Resumable.** On open, every complete line is parsed and its id remembered; the job skips
   those ids, so a rerun writes only what is missing. A corrupt complete line or a duplicate id
   is an error naming the line, never silently dropped.
