@@ -107,7 +107,7 @@ def test_unknown_fields_are_refused_naming_the_field(tmp_path):
 
 def test_locomo_session_numbers_are_bounded(tmp_path):
     sample = {"sample_id": "s", "conversation": {"speaker_a": "A", "speaker_b": "B",
-                                                 f"session_{2**63}": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"}],
+                                                 f"session_{2**63}": [{"speaker": "A", "dia_id": "X1:1", "text": "hi"}],
                                                  f"session_{2**63}_date_time": "9:15 am on 3 March, 2031"}}  # made up
     p = tmp_path / "l.json"
     p.write_text(json.dumps([sample]))
