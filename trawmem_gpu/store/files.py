@@ -5,7 +5,7 @@ Layout of a bank directory (format version 2)::
     tensors.safetensors   unit_vecs, head_vecs, thread_offsets, edge_src/dst/w/kind
     units.json            one record per unit (id, speaker, text, session, date, caption; metadata
                           only for a turn that has some: a bank without metadata reads as before)
-    layers.json           only in a bank with facts or profiles: ``{"facts": [...], "profiles":
+    layers.json           only in a bank with facts, profiles or a layer built: ``{"facts": [...], "profiles":
                           [...]}`` (``store.facts`` records); their vectors are the tensors
                           ``fact_vecs`` / ``profile_vecs`` (a bank without layers has neither, so
                           its files are what they were before layers existed)
@@ -146,7 +146,9 @@ def write_bank_files(bank: Bank, d: Path) -> None:
         "edge_w": np.ascontiguousarray(bank.edge_w, dtype=np.float32),
         "edge_kind": np.ascontiguousarray(bank.edge_kind, dtype=np.int8),
     }
-    layered = bool(bank.facts or bank.profiles)
+    # a layer built with nothing kept (every LLM fact refused) still records its source: an
+    # --update goes on with it
+    layered = bool(bank.facts or bank.profiles or bank.layer_sources)
     for name in ("fact_vecs", "profile_vecs"):
         if getattr(bank, name) is not None:
             tensors[name] = np.ascontiguousarray(getattr(bank, name), dtype=np.float32)
