@@ -221,3 +221,25 @@ def test_constraining_keys_the_cache_apart(server, tmp_path):
     ep = with_schema.endpoint
     keys = {cache_key("m", m, 64, 0.0, True, ep, HEAD.schema), cache_key("m", m, 64, 0.0, True, ep)}
     assert len(keys) == 2 and all(with_schema.cache.get(k) is not None for k in keys)
+
+
+def test_no_schema_sends_a_string_bound_llama_cpp_cannot_compile():
+    # llama-cpp-python's server dies (segmentation fault) on a grammar past its repetition limit:
+    # on the real model a maxLength of 1,200 killed it (the critique's was 1,500, apply's 6,000)
+    from trawmem_gpu.ingest.layers import prompts as layer_prompts
+    from trawmem_gpu.llm import prompts as llm_prompts
+    from trawmem_gpu.llm.prompts import GRAMMAR_MAX_LENGTH, Prompt
+
+    def bounds(node):
+        if isinstance(node, dict):
+            yield from ([node["maxLength"]] if "maxLength" in node else [])
+            for v in node.values():
+                yield from bounds(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from bounds(v)
+
+    found = [p for mod in (llm_prompts, layer_prompts) for p in vars(mod).values()
+             if isinstance(p, Prompt) and p.schema]
+    assert len(found) >= 8
+    assert all(b <= GRAMMAR_MAX_LENGTH for p in found for b in bounds(p.schema))
