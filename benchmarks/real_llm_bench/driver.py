@@ -28,17 +28,26 @@ def _wrap(cls, path: str, lock) -> None:
     inner = cls._chat
 
     def recorded(self, batch, **kw):
-        res = inner(self, batch, **kw)
-        with lock, open(path, "a", encoding="utf-8") as f:
-            for conv, r in zip(batch, res):
-                f.write(json.dumps({
-                    "desc": kw.get("desc"), "json_mode": kw.get("json_mode"), "schema": kw.get("schema") is not None,
-                    "max_tokens": kw.get("max_tokens"), "messages": conv, "text": r.text, "error": r.error,
-                    "finish": getattr(r, "finish_reason", None), "latency_s": r.latency_s,
-                    "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens}) + "\n")
+        try:
+            res = inner(self, batch, **kw)
+        except Exception as e:  # every request failed (the backend raises): record them as failed
+            _write(path, lock, kw, batch, [None] * len(batch), f"{type(e).__name__}: {e}")
+            raise
+        _write(path, lock, kw, batch, res, None)
         return res
 
     cls._chat = recorded
+
+
+def _write(path: str, lock, kw: dict, batch, res, raised) -> None:
+    with lock, open(path, "a", encoding="utf-8") as f:
+        for conv, r in zip(batch, res):
+            f.write(json.dumps({
+                "desc": kw.get("desc"), "json_mode": kw.get("json_mode"), "schema": kw.get("schema") is not None,
+                "max_tokens": kw.get("max_tokens"), "messages": conv, "text": r.text if r else "",
+                "error": r.error if r else raised, "finish": getattr(r, "finish_reason", None),
+                "latency_s": r.latency_s if r else None, "prompt_tokens": r.prompt_tokens if r else 0,
+                "completion_tokens": r.completion_tokens if r else 0}) + "\n")
 
 
 def main(argv: list[str]) -> int:

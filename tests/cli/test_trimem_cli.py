@@ -191,3 +191,23 @@ def test_update_does_not_extract_again_a_fact_the_bank_already_states(env, serve
     texts = [f.text for f in facts]
     assert len(texts) == len(set(texts))  # without the stored facts, Ben's sentence came twice
     assert [f.source_turns for f in facts if f.session == "2"] == [("D2:2",)]
+
+
+def test_evolve_prompts_whose_facts_are_all_refused_score_zero_and_go_on(env, server, capsys):
+    # SmolLM2-135M copies the extraction template: every fact cites "<turn id>" and is refused, so
+    # no bank has facts; the version scores 0 and its critique is told that nothing was kept
+    from trawmem_gpu.eval.evolve import NO_FACTS
+
+    def template_copy(messages):
+        if messages[0]["content"].startswith("You are a memory extraction agent"):
+            return json.dumps({"facts": [{"text": "<one sentence>", "source_turns": ["<turn id>"], "persons": [],
+                                          "date": None}]})
+        return None
+
+    server.responders.insert(0, template_copy)
+    data = write_locomo(env / "dev.json", [S1, S2], QA)
+    assert main(["evolve-prompts", "--data", str(data), "--llm", server.base_url, "--steps", "1", "--out",
+                 str(env / "ev")]) == 0
+    v0 = json.loads((env / "ev" / "v0.json").read_text())
+    assert v0["score"] == 0.0 and len(v0["wrong"]) == len(QA)
+    assert any(NO_FACTS in b["messages"][0]["content"] for b in server.bodies)  # the critic saw why

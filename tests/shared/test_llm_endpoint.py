@@ -70,6 +70,48 @@ def test_a_one_at_a_time_server_is_detected_by_its_interruptions(server):
     assert not any(b.get("stream") for b in server.bodies)
 
 
+def test_after_an_interruption_the_retry_goes_plain_whatever_replies_come_late(server):
+    # llama-cpp-python: the stream in flight is cut when the next request arrives; the request
+    # that cut it streams its own reply afterwards. Its late stream must not turn streaming back
+    # on: the retry of the cut request goes plain (another client's request would cut it again).
+    server.serial = server.interrupt = True
+    server.gate_at = 2  # the first request starts only once the second waits behind it: it is cut
+    server.delay_s = 0.3  # the second's stream begins after the client has seen the cut
+    be = _http(server, timeout_s=30)
+    res = be.chat([_conv(f"prompt {i} " + "x " * 20) for i in range(2)], max_tokens=64)
+    assert all(r.ok for r in res) and server.interrupted == 1
+    assert [bool(b.get("stream")) for b in server.bodies] == [True, True, False]
+    assert be.state.streams is False and be.state.serial is True
+
+
+def test_a_serial_server_gets_one_request_at_a_time_from_the_whole_process(server):
+    # two batches at once (two threads: AsyncMemory's workers, an answer and a judge backend)
+    # share what was learned of the endpoint, and its one slot
+    import threading
+
+    server.serial = server.interrupt = True
+    server.word_delay_s = 0.01
+    server.responders.append(lambda m: " ".join(["word"] * 20))
+    first = _http(server, timeout_s=30)
+    assert all(r.ok for r in first.chat([_conv(f"probe {i}") for i in range(3)], max_tokens=64))
+    assert first.state.serial is True
+    server.reset_counts()
+    server.delay_s = 0.2  # plain replies take a while: the two batches overlap
+    out = {}
+
+    def run(k: int) -> None:
+        be = _http(server, timeout_s=30)  # another backend on the same server
+        out[k] = be.chat([_conv(f"thread {k} prompt {i}") for i in range(3)], max_tokens=64)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert all(r.ok for k in out for r in out[k]) and len(out) == 2
+    assert server.max_in_flight == 1 and server.interrupted == 0 and server.requests == 6
+
+
 def test_a_serial_server_without_interruptions_is_detected_too(server):
     server.serial = True
     server.word_delay_s = 0.02
@@ -179,3 +221,25 @@ def test_constraining_keys_the_cache_apart(server, tmp_path):
     ep = with_schema.endpoint
     keys = {cache_key("m", m, 64, 0.0, True, ep, HEAD.schema), cache_key("m", m, 64, 0.0, True, ep)}
     assert len(keys) == 2 and all(with_schema.cache.get(k) is not None for k in keys)
+
+
+def test_no_schema_sends_a_string_bound_llama_cpp_cannot_compile():
+    # llama-cpp-python's server dies (segmentation fault) on a grammar past its repetition limit:
+    # on the real model a maxLength of 1,200 killed it (the critique's was 1,500, apply's 6,000)
+    from trawmem_gpu.ingest.layers import prompts as layer_prompts
+    from trawmem_gpu.llm import prompts as llm_prompts
+    from trawmem_gpu.llm.prompts import GRAMMAR_MAX_LENGTH, Prompt
+
+    def bounds(node):
+        if isinstance(node, dict):
+            yield from ([node["maxLength"]] if "maxLength" in node else [])
+            for v in node.values():
+                yield from bounds(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from bounds(v)
+
+    found = [p for mod in (llm_prompts, layer_prompts) for p in vars(mod).values()
+             if isinstance(p, Prompt) and p.schema]
+    assert len(found) >= 8
+    assert all(b <= GRAMMAR_MAX_LENGTH for p in found for b in bounds(p.schema))

@@ -27,6 +27,7 @@ THREAD = ["Ben: I won the 10k race yesterday in Porto!", "Ana: Congrats Ben, I r
      "not supported"),
     ("Summarize the following conversation thread in one sentence: Ben won", "prompt"),
     ("Summary: [2024-03-02T10:15:00] [2024-03-02T10:15:", "states nothing"),
+    ("Ben Ben Ben Ben Ben", "states nothing"),  # SmolLM2-135M on the sample: one name, five times
 ])
 def test_heads_a_small_model_wrote_are_refused(head, why):
     got = head_problem(head, THREAD, HEAD.template)

@@ -35,6 +35,8 @@ STATE_FORMAT = 1
 EVOLVED = ("extract", "profile")
 """The prompts evolution edits (the paper: extraction and profile construction)."""
 MAX_FAILURES = 8
+NO_FACTS = "(nothing: the extraction prompt kept no fact from this conversation)"
+"""The memory shown for a question whose bank kept no fact under the prompts being scored."""
 MAX_CONTEXT_CHARS = 1500
 """Characters of a wrong answer's workspace shown to the critic."""
 
@@ -146,25 +148,35 @@ class Evolution:
     def answer(self, banks: list) -> tuple[dict, list[dict], dict]:
         """``(metrics, per-question records with their workspace, usage)`` of TriMem over ``banks``."""
         from .answer import answer_and_judge
+        from .answer_metrics import aggregate
         from ..select.params import QueryParams
         from ..select.workspace import assemble
         from ..select.trimem.method import TriMemRankers, trimem_select
 
         convs, _ = self._banks()
         by_id = {b.bank_id: b for b in banks if b.facts}
-        items = [(c.bank_id, q) for c in convs for q in c.questions
-                 if q.category in (1, 2, 3, 4) and q.answer and c.bank_id in by_id]
-        if not items:
-            raise InputError(f"{self.cfg.data}: no question with a gold answer in a bank with facts")
-        qp = QueryParams(budget=self.cfg.budget, token_budget=self.cfg.token_budget)
-        Z = self.encoder.encode([q.question for _, q in items], is_query=True)
-        picks = trimem_select(TriMemRankers(by_id), [(b, q.question) for b, q in items], Z, qp,
-                              encode=lambda xs: self.encoder.encode(xs, is_query=True))
-        ctx = [assemble(p.view, q.question, p.units, "none").render() for p, (_, q) in zip(picks, items)]
-        run = answer_and_judge([{"qid": q.qid, "question": q.question, "category": q.category, "gold": str(q.answer),
-                                 "context": c} for (_, q), c in zip(items, ctx)], self.llm, self.judge)
-        recs = [{**r, "context": c} for r, c in zip(run.records, ctx)]
-        return run.metrics(), recs, run.usage
+        asked = [(c.bank_id, q) for c in convs for q in c.questions if q.category in (1, 2, 3, 4) and q.answer]
+        if not asked:
+            raise InputError(f"{self.cfg.data}: no question with a gold answer")
+        items = [(b, q) for b, q in asked if b in by_id]
+        # a bank where these prompts kept no fact (a small model's are all refused) has nothing to
+        # show: its questions score 0 and reach the critique with that said, not an error
+        empty = [{"qid": q.qid, "question": q.question, "category": q.category, "gold": str(q.answer),
+                  "prediction": "", "f1_locomo": 0.0, "judge": 0.0 if self.judge is not None else None,
+                  "context": NO_FACTS} for b, q in asked if b not in by_id]
+        recs, usage = [], {}
+        if items:
+            qp = QueryParams(budget=self.cfg.budget, token_budget=self.cfg.token_budget)
+            Z = self.encoder.encode([q.question for _, q in items], is_query=True)
+            picks = trimem_select(TriMemRankers(by_id), [(b, q.question) for b, q in items], Z, qp,
+                                  encode=lambda xs: self.encoder.encode(xs, is_query=True))
+            ctx = [assemble(p.view, q.question, p.units, "none").render() for p, (_, q) in zip(picks, items)]
+            run = answer_and_judge([{"qid": q.qid, "question": q.question, "category": q.category,
+                                     "gold": str(q.answer), "context": c} for (_, q), c in zip(items, ctx)],
+                                   self.llm, self.judge)
+            recs, usage = [{**r, "context": c} for r, c in zip(run.records, ctx)], run.usage
+        recs += empty
+        return aggregate(recs), recs, usage
 
     def _wrong(self, recs: list[dict]) -> list[dict]:
         if self.judge is not None:

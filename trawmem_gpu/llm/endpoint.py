@@ -13,7 +13,10 @@ server's name:
   ``interrupt_requests``), or :data:`SERIAL_EVIDENCE` requests that were sent while another was
   in flight and began only once it had ended, prove it answers one at a time (then 1 goes). A
   server that cuts streams short gets plain requests from then on: another client's request
-  would cut this one's stream as well.
+  would cut this one's stream as well (a stream that began before, and ends later, does not turn
+  streaming back on). The limit holds for the whole process: every batch and backend that sends
+  to the endpoint takes one of its places (:meth:`EndpointState.try_enter`), so two batches at
+  once (threads, an answer and a judge backend) send one request at a time to a serial server.
 * **Speed.** Prompt and generation tokens per second, running medians of the last replies
   (:data:`SPEED_WINDOW`); a request's time limit, when none is given, is derived from them, the
   prompt's size and its reply budget (:meth:`EndpointState.time_limit`).
@@ -118,6 +121,8 @@ class EndpointState:
     """Request id -> [sent, first token, ended, the requests open when it was sent] (monotonic
     seconds; the latest 256), for the concurrency evidence."""
     _serial_seen: int = 0
+    _busy: int = 0
+    """Requests of this process in flight to the endpoint (every batch and backend together)."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- concurrency ----------------------------------------------------------------------------
@@ -130,6 +135,29 @@ class EndpointState:
         if self.serial is False:
             return MAX_AUTO_CONCURRENCY
         return PROBE_CONCURRENCY
+
+    def try_enter(self, configured: Optional[int]) -> Optional[int]:
+        """Take one of the endpoint's places in flight when fewer than :meth:`in_flight_limit` of
+        this process's requests are (whichever batch or backend sent them); returns how many others
+        are in flight, or None (full: try again later). Every place taken is given back by
+        :meth:`leave`."""
+        with self._lock:
+            if self._busy >= self.in_flight_limit(configured):
+                return None
+            self._busy += 1
+            return self._busy - 1
+
+    def leave(self) -> None:
+        """A request that :meth:`try_enter` let in ended (answered, failed or abandoned)."""
+        with self._lock:
+            self._busy = max(0, self._busy - 1)
+
+    def saw_stream(self) -> None:
+        """A reply came as a stream: the endpoint streams, unless it was seen to cut streams short
+        (:meth:`interrupted`): a stream sent before that, answered after, changes nothing."""
+        with self._lock:
+            if self.streams is None:
+                self.streams = True
 
     def started(self, rid: int, others_in_flight: int = 0) -> None:
         """Request ``rid`` was sent (the requests then in flight are noted with it)."""

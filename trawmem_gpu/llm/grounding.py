@@ -22,7 +22,7 @@ STEM = 5
 HEAD_WORDS = (5, 60)
 """A head's length in words: fewer is a name or a label, more is not one sentence."""
 HEAD_CONTENT_WORDS = 3
-"""Content words (besides numbers) a head needs to state an event (who did what)."""
+"""Distinct content words (besides numbers) a head needs to state an event (who did what)."""
 HEAD_LEXICAL_FLOOR = 0.6
 """Share of a head's content words its thread's turns must hold."""
 HEAD_EMBEDDING_FLOOR = 0.35
@@ -127,8 +127,8 @@ def head_problem(head: str, turn_texts: Sequence[str], prompt_text: str = "") ->
     n = len(words(head))
     if not HEAD_WORDS[0] <= n <= HEAD_WORDS[1]:
         return f"{n} words (a head has {HEAD_WORDS[0]} to {HEAD_WORDS[1]})"
-    if sum(w.isalpha() for w in content_words(head)) < HEAD_CONTENT_WORDS:
-        return f"states nothing (fewer than {HEAD_CONTENT_WORDS} content words besides numbers)"
+    if len({w for w in content_words(head) if w.isalpha()}) < HEAD_CONTENT_WORDS:  # "Ben Ben Ben Ben Ben"
+        return f"states nothing (fewer than {HEAD_CONTENT_WORDS} distinct content words besides numbers)"
     s = lexical_support(head, turn_texts)
     if s < HEAD_LEXICAL_FLOOR:
         return f"not supported by its thread (lexical support {s:.2f} < {HEAD_LEXICAL_FLOOR})"

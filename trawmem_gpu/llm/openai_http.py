@@ -50,8 +50,9 @@ class HTTPOptions:
     """How an :class:`OpenAIHTTPBackend` sends its requests."""
 
     concurrency: Optional[int] = None
-    """Requests of a batch in flight at once (>= 1); None: fitted to the endpoint (one for a
-    server that answers one at a time, up to 16 for one that serves several at once)."""
+    """Requests in flight at once to the endpoint (>= 1), from every batch and backend of the
+    process together; None: fitted to the endpoint (one for a server that answers one at a time,
+    up to 16 for one that serves several at once)."""
     timeout_s: Optional[float] = None
     """Seconds a request may run on the server (sent to answered, never its wait in this client's
     queue) before it is abandoned; None: derived per request from its prompt, its reply budget
@@ -80,22 +81,24 @@ class _WaitedOut(asyncio.TimeoutError):
     """A request waited for ``max_retries + 1`` limits without an answer (never sent again)."""
 
 
-class _Limiter:
-    """At most ``limit()`` holders at once; the limit may change while requests wait."""
+class _Slot:
+    """One of the endpoint's places in flight (``EndpointState.try_enter``), shared by every batch
+    and backend of the process that sends to it; waited for by polling (another thread's batch
+    may give it back), given back on leaving, whatever ended the request."""
 
-    def __init__(self, limit) -> None:
-        self.limit, self.n, self.cond = limit, 0, asyncio.Condition()
+    POLL_S = 0.02
+    """Seconds between two looks for a free place."""
 
-    async def __aenter__(self):
-        async with self.cond:
-            await self.cond.wait_for(lambda: self.n < max(1, self.limit()))
-            self.n += 1
-            return self.n - 1
+    def __init__(self, state, configured: Optional[int]) -> None:
+        self.state, self.configured = state, configured
 
-    async def __aexit__(self, *exc):
-        async with self.cond:
-            self.n -= 1
-            self.cond.notify_all()
+    async def __aenter__(self) -> int:
+        while (others := self.state.try_enter(self.configured)) is None:
+            await asyncio.sleep(self.POLL_S)
+        return others
+
+    async def __aexit__(self, *exc) -> None:
+        self.state.leave()
 
 
 class OpenAIHTTPBackend(LLMBackend):
@@ -232,7 +235,7 @@ class OpenAIHTTPBackend(LLMBackend):
     async def _achat(self, batch, model, max_tokens, temperature, json_mode, schema, desc, on_result):
         from tqdm.auto import tqdm
 
-        limiter = _Limiter(lambda: self.state.in_flight_limit(self.concurrency))
+        limiter = _Slot(self.state, self.concurrency)
         most = self.concurrency or MAX_AUTO_CONCURRENCY
         limits = httpx.Limits(max_connections=most, max_keepalive_connections=most)
         results: list[Optional[LLMResult]] = [None] * len(batch)
@@ -353,7 +356,8 @@ class OpenAIHTTPBackend(LLMBackend):
                         self.state.streams = False  # a server that ignores `stream`: plain from now on
                     return parse_completion(_json(await asyncio.wait_for(resp.aread(), left))), \
                         time.perf_counter() - t0
-                streamed = self.state.streams = True
+                streamed = True
+                self.state.saw_stream()
                 reply = await asyncio.wait_for(read_stream(resp, t0, lambda: self.state.first_token(rid)), left)
                 return reply, time.perf_counter() - t0
             finally:

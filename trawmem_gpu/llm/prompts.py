@@ -17,8 +17,18 @@ from string import Template
 from typing import Optional
 
 
+GRAMMAR_MAX_LENGTH = 1000
+"""The longest ``maxLength`` a schema sends. llama.cpp turns a bounded string into one nested rule
+per character; past its repetition limit the grammar does not parse, and llama-cpp-python's
+server (0.3.36) then dies with a segmentation fault (seen on the real model: 1,000 parses, 1,200
+kills the server). A longer bound is left to the reply's token budget."""
+
+
 def string(max_len: int, min_len: int = 1) -> dict:
-    """A JSON-schema string of ``min_len`` to ``max_len`` characters."""
+    """A JSON-schema string of ``min_len`` to ``max_len`` characters (``maxLength`` only up to
+    :data:`GRAMMAR_MAX_LENGTH`)."""
+    if max_len > GRAMMAR_MAX_LENGTH:
+        return {"type": "string", "minLength": min_len}
     return {"type": "string", "minLength": min_len, "maxLength": max_len}
 
 

@@ -7,7 +7,7 @@ Layout of a bank directory (format version 3)::
     units.json            one record per unit (id, speaker, text, session, date, caption; metadata
                           only for a turn that has some: a bank without metadata reads as before)
     threads.json          the threads' heads and head kinds
-    layers.json           only in a bank with facts or profiles: ``{"facts": [...], "profiles":
+    layers.json           only in a bank with facts, profiles or a layer built: ``{"facts": [...], "profiles":
                           [...]}`` (``store.facts`` records); their vectors are the tensors
                           ``fact_vecs`` / ``profile_vecs`` (a bank without layers has neither)
     seg-NNNNNN.safetensors / seg-NNNNNN.json
@@ -87,7 +87,9 @@ def write_base(bank: Bank, d: Path, gen: int = 0) -> dict:
         "knn_ids": c(ids, dtype=np.int64),
     }
     names = base_names(gen)
-    layered = bool(bank.facts or bank.profiles)
+    # a layer built with nothing kept (every LLM fact refused) still records its source: an
+    # --update goes on with it
+    layered = bool(bank.facts or bank.profiles or bank.layer_sources)
     for name in ("fact_vecs", "profile_vecs"):
         if getattr(bank, name) is not None:
             tensors[name] = c(getattr(bank, name), dtype=np.float32)

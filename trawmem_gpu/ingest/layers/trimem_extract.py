@@ -77,6 +77,10 @@ MAX_NAMES = 32
 _ISO = re.compile(r"^\d{4}(?:-\d{2}(?:-\d{2})?)?$")
 
 
+NO_SOURCE = "cites no turn of its window"
+"""Why a fact whose ``source_turns`` name no turn shown is refused."""
+
+
 @dataclass
 class ExtractStats:
     """Counts of one extraction run (written into the bank's stats as ``facts_llm``)."""
@@ -417,8 +421,10 @@ def _facts_from(turns: Sequence[Turn], parsed: list[_Parsed], new_from: int, exi
     for p in parsed:
         for e in p.entries:
             src = sorted(set(e["source_turns"]), key=pos.__getitem__)
-            if not src:
+            if not src:  # refused like any ungrounded fact (a small model cites the template's "<turn id>")
                 st.dropped_no_source += 1
+                st.refused += 1
+                st.refusals[NO_SOURCE] = st.refusals.get(NO_SOURCE, 0) + 1
                 continue
             if new_from and pos[src[-1]] < new_from:
                 continue  # about old turns only: the stored facts have it

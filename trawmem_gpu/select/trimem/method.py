@@ -38,8 +38,15 @@ def trimem_units_of(bank: Bank) -> tuple[str, ...]:
     if bank.is_view:
         raise ConfigError(f"method trimem: bank {bank.bank_id!r} is already a unit view; give the stored bank")
     if not bank.facts:
-        raise ConfigError(f"method trimem: bank {bank.bank_id!r} has no facts (build the bank with `facts` locomo "
-                          f"or llm)")
+        source = bank.layer_sources.get("facts")
+        if source is None:
+            raise ConfigError(f"method trimem: bank {bank.bank_id!r} has no facts (build the bank with `facts` "
+                              f"locomo or llm)")
+        whys = ((bank.stats or {}).get("llm_fallbacks") or {}).get("facts") or {}
+        why = "; ".join(f"{n} x {w}" for w, n in sorted(whys.items(), key=lambda x: -x[1])[:3])
+        raise ConfigError(f"method trimem: bank {bank.bank_id!r} has no facts: its `facts` {source} layer kept none"
+                          + (f" (refused or failed: {why}; `trawmem info` lists them)" if why else "")
+                          + "; use another method, or rebuild the facts with a stronger model")
     return ("turns", "facts", "profiles") if bank.profiles else ("turns", "facts")
 
 
