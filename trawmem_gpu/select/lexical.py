@@ -45,6 +45,14 @@ def tokenize(text: str) -> list[str]:
     return [_stem(w) for w in _TOKEN.findall(text.lower()) if w not in sw]
 
 
+@lru_cache(maxsize=1 << 18)
+def _unit_tokens(text: str) -> tuple[str, ...]:
+    """:func:`tokenize` of one unit's text, kept across calls: a bank's index is rebuilt on every
+    append (BM25's weights depend on every text), but only the new texts are tokenized.
+    ``memory.core.forget_in_process_texts`` clears it."""
+    return tuple(tokenize(text))
+
+
 class BM25Index:
     """BM25 (Lucene variant, k1 = 1.5, b = 0.75) over a fixed list of texts."""
 
@@ -52,7 +60,7 @@ class BM25Index:
         import bm25s
 
         self.n = len(texts)
-        toks = [tokenize(t) for t in texts]
+        toks = [_unit_tokens(t) for t in texts]
         vocab: dict[str, int] = {}
         ids = [[vocab.setdefault(w, len(vocab)) for w in ts] for ts in toks]
         self.vocab = vocab
