@@ -100,3 +100,40 @@ def test_the_text_caches_count_and_tokenize_exactly():
     assert warm.vocab == cold.vocab
     for q in ("hello", "met yesterday", "spaced unicode"):
         assert np.array_equal(warm.scores(q), cold.scores(q))
+
+
+def test_the_bm25_index_is_bm25s_own():
+    """``lexical._index`` (the array form of bm25s' index build) gives bm25s' own arrays, dtypes
+    and vocabulary, on real turns and on odd texts: empty, repeated, one word, words repeated."""
+    import bm25s
+
+    from trawmem_gpu.select.lexical import BM25Index, _index, _unit_tokens
+
+    turns = load_conversations(sample_path())[0].turns
+    odd = ["", "word", "word word word", "the and of", "Hello there!", "Hello there!", "x", "Über café café 2024"]
+    for texts in ([t.embed_text() for t in turns], odd, odd[1:2], [t.text for t in turns] + odd):
+        got = BM25Index(texts)
+        vocab: dict = {}
+        ids = [[vocab.setdefault(w, len(vocab)) for w in _unit_tokens(t)] for t in texts]
+        ref = bm25s.BM25(k1=1.5, b=0.75)
+        ref.index((ids, vocab), show_progress=False)
+        assert got.vocab == ref.vocab_dict == got.model.vocab_dict
+        assert got.model.nonoccurrence_array is None and got.model.scores["num_docs"] == ref.scores["num_docs"]
+        for k in ("data", "indices", "indptr"):
+            a, b = got.model.scores[k], ref.scores[k]
+            assert a.dtype == b.dtype and np.array_equal(a, b), k
+        for q in ("word", "hello café", "sister", "the"):
+            assert np.array_equal(got.scores(q), np.asarray(ref.get_scores([vocab[w] for w in _unit_tokens(q) if w in vocab]),
+                                                             dtype=np.float64) if any(w in vocab for w in _unit_tokens(q))
+                                  else np.zeros(len(texts)))
+    for backend in ("scipy", "numpy"):  # whichever way this bm25s lays its matrices out
+        texts = [t.text for t in turns] + odd
+        vocab = {}
+        ids = [[vocab.setdefault(w, len(vocab)) for w in _unit_tokens(t)] for t in texts]
+        got, ref = bm25s.BM25(k1=1.5, b=0.75, csc_backend=backend), bm25s.BM25(k1=1.5, b=0.75, csc_backend=backend)
+        mine = dict(vocab)
+        _index(got, ids, mine)
+        ref.index((ids, vocab), show_progress=False)
+        assert mine == ref.vocab_dict
+        for k in ("data", "indices", "indptr"):
+            assert got.scores[k].dtype == ref.scores[k].dtype and np.array_equal(got.scores[k], ref.scores[k]), (backend, k)
