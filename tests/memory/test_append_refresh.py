@@ -132,7 +132,7 @@ def test_the_bm25_index_is_bm25s_own():
         ids = [[vocab.setdefault(w, len(vocab)) for w in _unit_tokens(t)] for t in texts]
         got, ref = bm25s.BM25(k1=1.5, b=0.75, csc_backend=backend), bm25s.BM25(k1=1.5, b=0.75, csc_backend=backend)
         mine = dict(vocab)
-        _index(got, ids, mine)
+        _index(got, np.array([t for d in ids for t in d], dtype=np.int64), np.array([len(d) for d in ids]), mine)
         ref.index((ids, vocab), show_progress=False)
         assert mine == ref.vocab_dict
         for k in ("data", "indices", "indptr"):

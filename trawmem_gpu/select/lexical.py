@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 from functools import lru_cache
+from itertools import chain
 
 import numpy as np
 
@@ -62,14 +63,15 @@ class BM25Index:
 
         self.n = len(texts)
         toks = [_unit_tokens(t) for t in texts]
-        vocab: dict[str, int] = {}
-        ids = [[vocab.setdefault(w, len(vocab)) for w in ts] for ts in toks]
+        # term ids in order of first occurrence (what bm25s' own vocabulary building gives)
+        vocab: dict[str, int] = {w: i for i, w in enumerate(dict.fromkeys(chain.from_iterable(toks)))}
         self.vocab = vocab
         self.model = bm25s.BM25(k1=1.5, b=0.75)
         if vocab:
-            _index(self.model, ids, vocab)
+            flat = np.fromiter(map(vocab.__getitem__, chain.from_iterable(toks)), dtype=np.int64)
+            _index(self.model, flat, np.fromiter(map(len, toks), dtype=np.int64, count=len(toks)), vocab)
         else:  # nothing to score: bm25s says what it says of that
-            self.model.index((ids, vocab), show_progress=False)
+            self.model.index(([[] for _ in toks], vocab), show_progress=False)
 
     def scores(self, query: str) -> np.ndarray:
         """[n] float64 BM25 scores of every text for ``query`` (0 where no term matches)."""
@@ -79,18 +81,17 @@ class BM25Index:
         return np.asarray(self.model.get_scores(q), dtype=np.float64)
 
 
-def _index(model, ids: list[list[int]], vocab: dict[str, int]) -> None:
-    """``model.index((ids, vocab))`` for bm25s' Lucene BM25, with its per-document loops as array
+def _index(model, flat: np.ndarray, lens: np.ndarray, vocab: dict[str, int]) -> None:
+    """``model.index((ids, vocab))`` for bm25s' Lucene BM25 (``ids``: the texts' term ids, here
+    ``flat``, all of them text after text, and ``lens``, how many each text has), with its per-document loops as array
     operations: a bank's index is rebuilt on every append (every score depends on the number of
     units and their mean length), so its cost is the write's. The same values, operation by
     operation, as bm25s' ``build_index_from_ids`` (which the tests compare it with): the Lucene IDF
     ``log(1 + (N - df + 0.5) / (df + 0.5))`` per term in float32, the term-frequency part
     ``tf / (k1 * ((1 - b) + b * |d| / avgdl) + tf)`` in float64, their product rounded to float32,
     laid out as bm25s lays it out; then the empty token bm25s adds to ``vocab``."""
-    n_docs, n_vocab, k1, b = len(ids), len(vocab), model.k1, model.b
-    lens = np.array([len(d) for d in ids], dtype=np.int64)
+    n_docs, n_vocab, k1, b = len(lens), len(vocab), model.k1, model.b
     avg = lens.mean()
-    flat = np.fromiter((t for d in ids for t in d), dtype=np.int64, count=int(lens.sum()))
     key, tf = np.unique(np.repeat(np.arange(n_docs, dtype=np.int64), lens) * n_vocab + flat, return_counts=True)
     doc, term = key // n_vocab, key % n_vocab
     df = np.bincount(term, minlength=n_vocab)
