@@ -93,13 +93,33 @@ def _line_starts():
 
 
 _piece_counts: dict[str, int] = {}
-MAX_CACHED_PIECES = 1 << 18
-"""Most text pieces whose counts :func:`count_tokens_cached` keeps (the cache is dropped beyond)."""
+MAX_CACHED_PIECES = 1 << 20
+"""Most texts whose counts :func:`count_tokens_cached` and :func:`count_tokens_many_cached` keep
+(the cache is dropped beyond): a bank's lines and heading variants, about three per unit, so a
+bank of 10^5 units fits."""
 
 
 def clear_counts() -> None:
     """Drop the pieces :func:`count_tokens_cached` keeps (a forget: they hold workspace lines)."""
     _piece_counts.clear()
+
+
+def count_tokens_many_cached(texts: list[str]) -> list[int]:
+    """``count_tokens_many(texts)``, exactly, with each whole text's count kept across calls (in
+    the cache :func:`count_tokens_cached` keeps, which maps any text to its exact count): only the
+    texts not seen before are counted, batched. A bank's token costs (``workspace.token_costs``)
+    are recounted on every append, and all but the new lines are the same: an append then counts
+    what it adds. Thread-safe (a race only counts a text twice)."""
+    cache = _piece_counts
+    todo = list(dict.fromkeys(t for t in texts if t not in cache))
+    if todo:
+        got = dict(zip(todo, count_tokens_many(todo)))
+        if len(cache) + len(todo) > MAX_CACHED_PIECES:
+            cache.clear()
+        if len(todo) <= MAX_CACHED_PIECES:
+            cache.update(got)
+        return [got[t] if t in got else cache[t] for t in texts]
+    return [cache[t] for t in texts]
 
 
 def count_tokens_cached(text: str) -> int:

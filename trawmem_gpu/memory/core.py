@@ -44,11 +44,12 @@ class LockedEncoder(Encoder):
 def forget_in_process_texts() -> None:
     """Drop the process's text-keyed caches (rendered lines, token counts of lines, word stems):
     after a forget none of them may keep a forgotten text."""
-    from ..select.lexical import _stem
+    from ..select.lexical import _stem, _unit_tokens
+    from ..select.text_features import _temporal
     from ..tokens import clear_counts
     from ..select.workspace import date_label, unit_line
 
-    for f in (unit_line, date_label, _stem):
+    for f in (unit_line, date_label, _stem, _unit_tokens, _temporal):
         f.cache_clear()
     clear_counts()
 

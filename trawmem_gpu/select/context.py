@@ -23,8 +23,16 @@ def unit_features(bank: Bank) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     idx = np.arange(bank.n_units)
     lens = np.diff(off)[ut]
     pos = np.where(lens > 1, (idx - off[ut]) / np.maximum(lens - 1, 1), 0.0)
-    head_sim = np.einsum("nd,nd->n", bank.unit_vecs.astype(np.float64), bank.head_vecs[ut].astype(np.float64))
+    head_sim = np.empty(bank.n_units)
+    for s in range(0, bank.n_units, _ROWS):  # in blocks: the float64 copies stay small (each row's sum is the same)
+        b = slice(s, s + _ROWS)
+        head_sim[b] = np.einsum("nd,nd->n", bank.unit_vecs[b].astype(np.float64), bank.head_vecs[ut[b]].astype(np.float64))
     return head_sim, temporal_flags([t.text for t in bank.turns]), pos
+
+
+_ROWS = 1024
+"""Units per block of :func:`unit_features`' cosines (whole, a large bank's two ``[N, d]`` float64
+copies cost more to allocate than the products)."""
 
 
 @dataclass

@@ -5,6 +5,7 @@ set's names or topics, so they transfer to users' own histories.
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -39,7 +40,14 @@ def demand_features(question: str) -> np.ndarray:
 
 def temporal_flags(texts: list[str]) -> np.ndarray:
     """[n] float: 1 where a unit's text holds a temporal expression."""
-    return np.array([1.0 if TEMPORAL_UNIT.search(t) else 0.0 for t in texts])
+    return np.array([_temporal(t) for t in texts], dtype=np.float64)
+
+
+@functools.lru_cache(maxsize=1 << 18)
+def _temporal(text: str) -> float:
+    """One text's flag, kept across calls (a bank's features are recomputed on every append; only
+    the new texts are searched). ``memory.core.forget_in_process_texts`` clears it."""
+    return 1.0 if TEMPORAL_UNIT.search(text) else 0.0
 
 
 _COUNT = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,

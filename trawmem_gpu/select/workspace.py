@@ -54,7 +54,7 @@ import numpy as np
 from ..data.types import Turn
 from ..store.bank import Bank
 from ..store.bursts import unit_members
-from ..tokens import TOKENIZER_NAME, count_tokens_cached, count_tokens_many, lines_count_apart
+from ..tokens import TOKENIZER_NAME, count_tokens_cached, count_tokens_many_cached, lines_count_apart
 
 Headings = Literal["date", "gist", "none"]
 """What a workspace shows per thread: a ``## date`` heading (``date``), the heading with the
@@ -279,7 +279,7 @@ def token_costs(bank: Bank, headings: Headings = DEFAULT_HEADINGS) -> TokenCosts
     _check_headings(headings)
     with_heads = headings != "none"
     lines = [unit_line(t, with_heads) + "\n" for t in bank.turns]
-    n = count_tokens_many(lines + [x + "\n" for x in lines])
+    n = count_tokens_many_cached(lines + [x + "\n" for x in lines])
     N = bank.n_units
     unit = np.array(n[:N], dtype=np.int64) + (np.array(n[N:], dtype=np.int64) > np.array(n[:N]))
     heading = np.zeros(bank.n_threads, dtype=np.int64)
@@ -290,7 +290,7 @@ def token_costs(bank: Bank, headings: Headings = DEFAULT_HEADINGS) -> TokenCosts
         labels = {j: list(dict.fromkeys(date_label(bank.turns[int(i)]) for i in bank.thread_units(j)))
                   for j in range(bank.n_threads)}
         flat = list(dict.fromkeys(lbl for v in labels.values() for lbl in v))
-        cnt = dict(zip(flat, count_tokens_many([heading_line(lbl, None) + "\n" for lbl in flat])))
+        cnt = dict(zip(flat, count_tokens_many_cached([heading_line(lbl, None) + "\n" for lbl in flat])))
         run = np.arange(bank.n_threads, dtype=np.int64)
         for j, v in labels.items():
             heading[j] = max((cnt[lbl] for lbl in v), default=0)
@@ -312,7 +312,7 @@ def token_costs(bank: Bank, headings: Headings = DEFAULT_HEADINGS) -> TokenCosts
                 gist = full if not c else thread_gist(bank.heads[j], tu, [tu[k] for k in c])
                 head_lines[(j, lbl, c)] = heading_line(lbl, gist) + "\n"
         threads.append((idx, labels, quoted, variants))
-    cnt = dict(zip(head_lines, count_tokens_many(list(head_lines.values()))))
+    cnt = dict(zip(head_lines, count_tokens_many_cached(list(head_lines.values()))))
     for j, (idx, labels, quoted, variants) in enumerate(threads):
         heading[j] = max(cnt[(j, lbl, ())] for lbl in labels)
         if len(quoted) > MAX_QUOTED:
