@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from llm_server import MALFORMED_ALWAYS, MALFORMED_ONCE, LLMServer
+from llm_server import MALFORMED_ALWAYS, MALFORMED_ONCE, LLMServer, http_backend, user_turn
 from trawmem_gpu.ingest.llm_threads import llm_heads, llm_segment
 from trawmem_gpu.errors import ConfigError, InputError, NoLLMConfigured
 from trawmem_gpu.eval.answer import answer_and_judge
@@ -21,22 +21,12 @@ from trawmem_gpu.llm.structured import clean_answer, extract_json, parse_boundar
 SECRET = "sk-test-SuperSecret-0123456789"
 
 
-@pytest.fixture(autouse=True)
-def _no_env_key(monkeypatch):
-    monkeypatch.delenv("TRAWMEM_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-
-
 def _http(server, **kw) -> OpenAIHTTPBackend:
-    kw.setdefault("model", "m")
-    kw.setdefault("backoff_s", 0.01)
     kw.setdefault("timeout_s", 5)
-    kw.setdefault("progress", False)
-    return OpenAIHTTPBackend(server.base_url, **kw)
+    return http_backend(server, **kw)
 
 
-def _conv(text: str) -> list[dict]:
-    return [{"role": "user", "content": text}]
+_conv = user_turn
 
 
 # -- transport ---------------------------------------------------------------------------------

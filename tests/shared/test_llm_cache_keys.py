@@ -14,12 +14,6 @@ from trawmem_gpu.llm.prompts import HEAD
 from trawmem_gpu.llm.structured import parse_head
 
 
-@pytest.fixture(autouse=True)
-def _no_env_key(monkeypatch):
-    monkeypatch.delenv("TRAWMEM_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-
-
 def _http(server) -> OpenAIHTTPBackend:
     return OpenAIHTTPBackend(server.base_url, model="same-name", max_retries=0, timeout_s=10, progress=False)
 

@@ -9,27 +9,14 @@ import time
 
 import pytest
 
+from llm_server import http_backend, user_turn
 from trawmem_gpu.llm import CachedBackend, cache_key
 from trawmem_gpu.llm.endpoint import DEFAULT_GEN_TPS, EndpointState, endpoint_state
-from trawmem_gpu.llm.openai_http import CONTEXT_EXCEEDED, OpenAIHTTPBackend
+from trawmem_gpu.llm.openai_http import CONTEXT_EXCEEDED
 from trawmem_gpu.llm.prompts import HEAD, JUDGE
 
 
-@pytest.fixture(autouse=True)
-def _no_env_key(monkeypatch):
-    monkeypatch.delenv("TRAWMEM_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-
-
-def _http(server, **kw) -> OpenAIHTTPBackend:
-    kw.setdefault("model", "m")
-    kw.setdefault("backoff_s", 0.01)
-    kw.setdefault("progress", False)
-    return OpenAIHTTPBackend(server.base_url, **kw)
-
-
-def _conv(text: str) -> list[dict]:
-    return [{"role": "user", "content": text}]
+_http, _conv = http_backend, user_turn
 
 
 def test_replies_stream_and_a_timed_out_stream_is_cancelled_on_the_server(server):

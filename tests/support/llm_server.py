@@ -348,3 +348,19 @@ def _format_refusal(body: dict, st: "LLMServer") -> Optional[str]:
         return "bad request: response_format (JSON mode) is not supported by this server"
     return ("1 validation error: {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
             f"'msg': \"Input should be 'text' or 'json_object'\", 'input': '{form}'}}")
+
+
+def http_backend(server: "LLMServer", **kw):
+    """An ``OpenAIHTTPBackend`` on ``server`` as the tests use it: model ``m``, short backoff, no
+    progress bar (``kw`` overrides any of them, and adds the rest)."""
+    from trawmem_gpu.llm.openai_http import OpenAIHTTPBackend
+
+    kw.setdefault("model", "m")
+    kw.setdefault("backoff_s", 0.01)
+    kw.setdefault("progress", False)
+    return OpenAIHTTPBackend(server.base_url, **kw)
+
+
+def user_turn(text: str) -> list[dict]:
+    """A conversation of one user message."""
+    return [{"role": "user", "content": text}]
