@@ -11,6 +11,7 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 
 import pytest
+from cli_inputs import _jsonl as write_jsonl, cache  # noqa: F401 - cache: the fixture
 
 from trawmem_gpu.data import load_conversations
 from trawmem_gpu.data.metadata import MAX_METADATA_KEYS, SCOPE_KEYS
@@ -22,14 +23,11 @@ META = {"user_id": "u1", "agent_id": "planner", "run_id": 7, "importance": 2.5, 
         "due": "2024-04-01T09:00:00Z"}
 
 
-@pytest.fixture(autouse=True)
-def _own_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("cache")  # each test's own embedding cache
 
 
 def _jsonl(path: Path, *records) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    return path
+    return write_jsonl(path, records)
 
 
 def test_scope_keys_are_ordinary_keys_and_values_keep_their_kind(tmp_path):

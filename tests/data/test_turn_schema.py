@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from cli_inputs import _jsonl as write_jsonl, cache  # noqa: F401 - cache: the fixture
 
 from trawmem_gpu.data import load_conversations
 from trawmem_gpu.data.jsonl import turn_from_record
@@ -24,14 +25,11 @@ BASE = {"bank_id": "b", "turn_id": "t1", "speaker": "Ana", "text": "I love potte
 BIG_SESSIONS = [10**30, 2**63, 2**63 - 1, -1, MAX_SESSION + 1]
 
 
-@pytest.fixture(autouse=True)
-def _own_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("cache")  # each test's own embedding cache
 
 
 def _jsonl(path: Path, *records) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    return path
+    return write_jsonl(path, records)
 
 
 def _refused(path: Path, *needles: str) -> str:
