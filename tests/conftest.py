@@ -30,27 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 pytest_plugins = ["build_store_fixtures", "real_llm_fixture"]
 
 
-def _dev_file(name: str) -> Path:
-    """Where the ``name`` dev file lies: the benchmarks' one rule (``benchmarks.harness.dev_data``:
-    ``TRAWMEM_DEV_DATA`` names the LoCoMo file or a folder laid out like ``../shared/data``)."""
-    from benchmarks.harness import dev_data
-
-    return dev_data(name)
-
-
-def need_dev_data(name: str = "locomo") -> Path:
-    """The dev file, or this test skipped with a one-line reason naming ``TRAWMEM_DEV_DATA``.
-
-    Under CI (``CI=true``), which always has the data beside the clone, a missing file fails the
-    test instead: a lost data path must not turn quality floors into silent skips."""
-    p = _dev_file(name)
-    if not p.exists():
-        msg = (f"{name} dev data not found at {p}; set TRAWMEM_DEV_DATA to the LoCoMo file or to a "
-               f"folder with locomo/ and longmemeval/")
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(msg + " (CI=true: the data must be there)")
-        pytest.skip(msg)
-    return p
+from dev_data_files import need_dev_data  # noqa: E402  (tests/support: the one rule for a missing dev file)
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """The dev-data fixtures: a missing file skips a test with a one-line reason naming
 ``TRAWMEM_DEV_DATA`` on a newcomer's clone, and fails it under CI, which always has the data."""
 import pytest
-from conftest import need_dev_data
+from dev_data_files import need_dev_data
 
 
 @pytest.mark.parametrize("name", ["locomo", "longmemeval"])
