@@ -44,6 +44,10 @@ def test_echoed_and_copied_answers_are_refused_and_never_judged(server):
     assert run.counts["answer_refused"] == 2 and run.counts["judge_skipped"] == 2
     assert run.usage["answer"]["refused"] == 2 and run.usage["answer"]["fallbacks"] == 2
     assert be.usage.summary()["answer"]["fallbacks"] == 2
+    # refusals are a share of the outputs checked (3 answers and the 1 judge reply), never above 1:
+    # counted against the structured replies alone, two refused answers read 2.0
+    t = be.usage.totals()
+    assert (t["checked"], t["refused"], t["refused_share"]) == (4, 2, 0.5)
 
 
 def test_plans_without_searches_or_with_dates_for_searches_fall_back_and_are_counted(server):

@@ -90,7 +90,10 @@ def test_facts_their_turns_do_not_support_are_refused(llm, server):
     facts, st = extract_facts(_turns(["I like green tea a lot", "Me too"]), llm)
     assert [f.text for f in facts] == ["Ana likes green tea very much."]
     assert st.refused == 1 and "not supported by its cited turns" in next(iter(st.refusals))
-    assert llm.usage.summary()["trimem-fact"]["fallbacks"] == 1
+    u = llm.usage.summary()["trimem-fact"]
+    assert u["fallbacks"] == 1 and (u["checked"], u["refused"]) == (2, 1)  # facts, not replies: one reply held both
+    t = llm.usage.totals()  # the extraction reply (1) and its facts (2) checked, one fact refused
+    assert (t["checked"], t["refused_share"]) == (3, 0.3333)
 
 
 def test_a_window_too_long_for_the_model_is_halved(llm, server):

@@ -108,6 +108,7 @@ def test_ask_sends_the_schema_re_asks_malformed_and_counts_what_it_refuses():
     t = work.report()["totals"]
     assert (t["replies"], t["malformed"], t["refused"], t["retries"], t["fallbacks"]) == (6, 3, 1, 2, 2)
     assert t["malformed_share"] == 0.5 and "2 fell back" in work_line(t)
+    assert t["checked"] == 3 and t["refused_share"] == 0.3333  # of the replies that could be read
     assert whys == {"malformed reply": 1, "refused: 1 words (a head has 5 to 60)": 1}
     fb.strict = True
     with pytest.raises(LLMFallbackError, match=r"`strict`: 1 of 1 head head\(s\) would fall back: malformed"):

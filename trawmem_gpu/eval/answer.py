@@ -48,6 +48,10 @@ def _refusals(raw: list[str], ans: list, items: list[dict], backend: LLMBackend,
     refused = [answer_problem(p, it["question"], it["context"]) if r.error is None else None
                for p, r, it in zip(raw, ans, items)]
     n = sum(w is not None for w in refused)
+    checked = sum(r.error is None for r in ans)
+    if checked:
+        meter.note("answer", checked=checked)
+        backend.usage.note("answer", checked=checked)
     if n:
         meter.note("answer", refused=n, fallbacks=n)
         backend.usage.note("answer", refused=n)

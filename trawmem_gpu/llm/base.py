@@ -87,12 +87,17 @@ class StageUsage:
     cut: int = 0
     """Replies that stopped at their token limit (``finish_reason == "length"``)."""
     replies: int = 0
-    """Structured replies read (``llm.structured.ask``): the denominator of the three below."""
+    """Structured replies read (``llm.structured.ask``): the denominator of ``malformed``."""
     malformed: int = 0
     """Structured replies that could not be read as the JSON asked for (each reply counted; a
     reply cut at its token limit counts as ``cut`` instead)."""
+    checked: int = 0
+    """Outputs put to their checks (``llm.grounding``), each once: a structured reply that could be
+    read, each fact read out of one, each free-text answer. The denominator of ``refused``: a
+    reply holding ten facts counts one reply and ten facts checked."""
     refused: int = 0
-    """Structured replies read but refused by their checks (ungrounded, degenerate, markup)."""
+    """Checked outputs refused by their checks (ungrounded, degenerate, markup, an answer that
+    echoes the question or copies the workspace)."""
     fallbacks: int = 0
     """Items whose LLM output was not used: the caller fell back (extractive head, embedding
     segmentation, no fact, the question alone, an empty answer)."""
@@ -151,19 +156,21 @@ class UsageMeter:
 
 
 USAGE_COUNTS = ("calls", "requests", "cached", "errors", "retries", "prompt_tokens", "completion_tokens", "cut",
-                "replies", "malformed", "refused", "fallbacks")
+                "replies", "malformed", "checked", "refused", "fallbacks")
 """The counts of :class:`StageUsage` that add up across stages (and across runs)."""
 
 
 def usage_totals(stages: dict) -> dict:
     """The counts of a :meth:`UsageMeter.summary` (stage -> counts) added up over its stages, with
     the seconds (``seconds``: wall seconds of the calls) and the shares a user reads first:
-    ``malformed_share`` / ``refused_share`` of the structured replies read (None without one)."""
+    ``malformed_share`` of the structured replies read, ``refused_share`` of the outputs checked
+    (None without one)."""
     out = {k: sum(int(s.get(k, 0)) for s in stages.values()) for k in USAGE_COUNTS}
     out["seconds"] = round(sum(float(s.get("wall_s", 0.0)) for s in stages.values()), 3)
     n = out["replies"]
     out["malformed_share"] = round(out["malformed"] / n, 4) if n else None
-    out["refused_share"] = round(out["refused"] / n, 4) if n else None
+    c = out["checked"]
+    out["refused_share"] = round(out["refused"] / c, 4) if c else None
     return out
 
 
@@ -434,7 +441,9 @@ def work_line(totals: dict) -> str:
             f"retries, {t['prompt_tokens']:,} prompt + {t['completion_tokens']:,} completion tokens, "
             f"{t['seconds']:.1f}s")
     if t["replies"]:
-        line += f"; structured replies: {t['replies']} read, {t['malformed']} malformed, {t['refused']} refused"
+        line += f"; structured replies: {t['replies']} read, {t['malformed']} malformed"
+    if t.get("checked"):
+        line += f"; outputs checked: {t['checked']}, {t['refused']} refused"
     if t["cut"]:
         line += f", {t['cut']} cut at the token limit"
     if t["errors"]:

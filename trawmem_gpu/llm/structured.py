@@ -262,7 +262,7 @@ def ask(llm, prompt, convs: list, parse: Callable[[int, str], Any], *, desc: str
     schema = getattr(prompt, "schema", None)
     out: list[Optional[Outcome]] = [None] * len(convs)
     current, pending = list(convs), list(range(len(convs)))
-    counts = {"replies": 0, "malformed": 0, "refused": 0, "retries": 0}
+    counts = {"replies": 0, "malformed": 0, "checked": 0, "refused": 0, "retries": 0}
     for attempt in range(retries + 1):
         if not pending:
             break
@@ -304,6 +304,7 @@ def _read(i: int, r, parse, check, counts: dict) -> Outcome:
             return Outcome(status="cut", why="the reply stopped at its token limit", text=r.text)
         counts["malformed"] += 1
         return Outcome(status="malformed", why="malformed reply", text=r.text)
+    counts["checked"] += 1
     why = check(i, val) if check is not None else None
     if why:
         counts["refused"] += 1

@@ -283,8 +283,8 @@ class Scorer:
                 # an echo of the question or a copy of the workspace's format: not an answer
                 r["answer_refused"], r["refused_answer"], r["answer"] = why, r["answer"], None
                 refused.append(Outcome(status="refused", why=why))
+        self.llm.usage.note("answer", checked=sum(x.error is None for x in res), refused=len(refused))
         if refused:
-            self.llm.usage.note("answer", refused=len(refused))
             fell_back(self.llm, "answer", refused, "answer")
 
 

@@ -96,6 +96,8 @@ class ExtractStats:
     halved: int = 0
     """Windows too long for the model (the prompt overflowed its context, or the reply stopped at
     its token limit), sent again as two halves."""
+    checked: int = 0
+    """Facts put to their checks (the denominator of ``refused``)."""
     refused: int = 0
     """Facts refused by their checks (``llm.grounding.fact_problem``: markup, or not supported by
     the turns they cite)."""
@@ -400,8 +402,9 @@ def extract_facts(turns: Sequence[Turn], llm: LLMBackend, prompts: PromptSet | N
     st.failed = len(failed)
     fell_back(llm, "trimem-extract", failed, "window")
     facts = _facts_from(turns, parsed, new_from, existing, st, ps.extract.template)
+    if st.checked:
+        llm.usage.note("trimem-fact", checked=st.checked, refused=st.refused)
     if st.refused:
-        llm.usage.note("trimem-fact", refused=st.refused)
         fell_back(llm, "trimem-fact", [("refused", why) for why, n in st.refusals.items() for _ in range(n)], "fact")
     return facts, st
 
@@ -422,6 +425,7 @@ def _facts_from(turns: Sequence[Turn], parsed: list[_Parsed], new_from: int, exi
         for e in p.entries:
             src = sorted(set(e["source_turns"]), key=pos.__getitem__)
             if not src:  # refused like any ungrounded fact (a small model cites the template's "<turn id>")
+                st.checked += 1
                 st.dropped_no_source += 1
                 st.refused += 1
                 st.refusals[NO_SOURCE] = st.refusals.get(NO_SOURCE, 0) + 1
@@ -429,6 +433,7 @@ def _facts_from(turns: Sequence[Turn], parsed: list[_Parsed], new_from: int, exi
             if new_from and pos[src[-1]] < new_from:
                 continue  # about old turns only: the stored facts have it
             text = " ".join(e["text"].split())[:MAX_FACT_CHARS]
+            st.checked += 1
             why = fact_problem(text, cited_texts([turns[pos[x]] for x in src]), prompt_text)
             if why:
                 st.refused += 1
