@@ -132,8 +132,11 @@ def _heads(works: list[_Work], cfg: BuildConfig, llm, stats: dict, encoder: Enco
         for (wi, _, _, _), why in zip(todo, whys):
             _add_why(stats.setdefault("llm_fallbacks", {}), "head", {why: 1} if why else {})
             _add_why(works[wi].llm_why, "head", {why: 1} if why else {})
+    bursts: dict[int, list[int]] = {}  # work index -> its conversation's burst starts
     for (wi, j, s, e), txt in zip(todo, texts):
         w = works[wi]
+        if not txt and wi not in bursts:
+            bursts[wi] = burst_starts(w.conv.turns)
         if txt:
             w.heads.append(txt)
             w.head_kind.append("llm")
@@ -141,7 +144,7 @@ def _heads(works: list[_Work], cfg: BuildConfig, llm, stats: dict, encoder: Enco
             if cfg.heads == "llm":
                 w.head_fallbacks += 1
             w.heads.append(extractive_head(w.conv.turns[s:e], w.vecs[s:e], sentences=cfg.head_sentences,
-                                           words=cfg.head_words))
+                                           words=cfg.head_words, bursts=[b - s for b in bursts[wi] if s <= b < e]))
             w.head_kind.append("extractive")
 
 

@@ -38,12 +38,13 @@ BUILD_LOG = "score-build-log.json"
 
 def build_identity(data_sha: str, cfg: BuildConfig, units: str, *, dayfirst: bool = False) -> dict:
     """What the banks of a data file depend on (the bank cache's key and sidecar): the file's
-    sha256, the build config, the units (LongMemEval's ``user`` / ``all``), the unit-text and
-    bank format versions, and ``dayfirst`` (it changes the turns' dates, hence the banks)."""
+    sha256, the build config, the units (LongMemEval's ``user`` / ``all``), the unit-text, head-text
+    and bank format versions, and ``dayfirst`` (it changes the turns' dates, hence the banks)."""
     from ..store import FORMAT_VERSION
+    from .heads import HEAD_TEXT_VERSION
 
     return {"data_sha256": data_sha, "build": cfg.to_dict(), "units": units, "unit_text_version": UNIT_TEXT_VERSION,
-            "format_version": FORMAT_VERSION, "dayfirst": bool(dayfirst)}
+            "head_text_version": HEAD_TEXT_VERSION, "format_version": FORMAT_VERSION, "dayfirst": bool(dayfirst)}
 
 
 def default_bank_dir(identity: dict) -> Path:
