@@ -30,6 +30,7 @@ replaced or removed banks are reclaimed by a compaction once they outweigh the l
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -47,6 +48,7 @@ from ..support import SupportLinks
 from ..steps.candidates import BM25Store
 from ..steps.priority import in_thread_distances
 from ..steps.relevance import relevance_static
+from .publish import kept_rows, write_in_place
 
 
 class Layout(NamedTuple):
@@ -365,7 +367,7 @@ class TableStore:
         self._segments = self._new_segments(size, width)
         self._segments_append_dummy()
         self._entries: dict[str, _Entry] = {}
-        self._dead = 0
+        self._dead = self._readers = 0
         for info, arrays in built:
             self._entries[info.bank.bank_id] = self._append(info, arrays)
         self.snapshot = Snapshot(list(self._entries.values()), self._segments, layout.device)
@@ -410,12 +412,27 @@ class TableStore:
         info, arrays = prepared or build_bank(bank, self.cfg, self.layout)  # outside the lock: the slow part
         with self._lock:
             old = self._entries.get(bank.bank_id)
-            entry = self._append(info, arrays)
+            counts = None if old is None or self._readers else \
+                write_in_place(self._segments, TABLES, old.start, old.count, arrays, kept_rows(old.info.bank, bank))
+            entry = self._append(info, arrays) if counts is None else _Entry(info, old.start, counts)
             entries = dict(self._entries)
             entries[bank.bank_id] = entry  # a replaced bank keeps its position (index)
-            if old is not None:
+            if old is not None and counts is None:
                 self._dead += _rows(old)
             self._publish(entries)
+
+    @contextmanager
+    def reading(self):
+        """The current snapshot, counted as read until the block ends: :meth:`put` writes a bank's
+        rows in place only while nothing reads (``engine/publish.py``). Every select reads through it."""
+        with self._lock:
+            snap = self.snapshot
+            self._readers += 1
+        try:
+            yield snap
+        finally:
+            with self._lock:
+                self._readers -= 1
 
     def remove(self, bank_id: str) -> None:
         """Drop the bank ``bank_id`` (KeyError if unknown); the last bank cannot be removed."""
