@@ -15,6 +15,7 @@ import math
 import re
 from functools import lru_cache
 from itertools import chain
+from typing import NamedTuple
 
 import numpy as np
 
@@ -67,11 +68,55 @@ class BM25Index:
         vocab: dict[str, int] = {w: i for i, w in enumerate(dict.fromkeys(chain.from_iterable(toks)))}
         self.vocab = vocab
         self.model = bm25s.BM25(k1=1.5, b=0.75)
+        self._post: _Postings | None = None
         if vocab:
             flat = np.fromiter(map(vocab.__getitem__, chain.from_iterable(toks)), dtype=np.int64)
-            _index(self.model, flat, np.fromiter(map(len, toks), dtype=np.int64, count=len(toks)), vocab)
+            self._post = _index(self.model, flat, np.fromiter(map(len, toks), dtype=np.int64, count=len(toks)), vocab)
         else:  # nothing to score: bm25s says what it says of that
             self.model.index(([[] for _ in toks], vocab), show_progress=False)
+
+    def appended(self, texts: list[str]) -> "BM25Index":
+        """The index of this index's texts followed by ``texts``, equal value for value to
+        ``BM25Index(all the texts)`` (the same vocabulary, layout and scores; tested), from this
+        index's postings: only ``texts`` are tokenized and counted, the old postings are moved
+        into place (each term's new units come after its old ones) and every score is computed
+        again (each depends on the number of units and their mean length). This index is left as
+        it was (a snapshot may still read it). None where the postings are not kept (no term yet,
+        or bm25s' scipy layout): build the index whole."""
+        import bm25s
+
+        old = self._post
+        if old is None:
+            return None
+        vocab = dict(self.vocab)
+        vocab.pop("", None)
+        toks = [_unit_tokens(t) for t in texts]
+        for w in chain.from_iterable(toks):
+            if w not in vocab:
+                vocab[w] = len(vocab)
+        V, n0, k = len(vocab), self.n, len(texts)
+        lens_new = np.fromiter(map(len, toks), dtype=np.int64, count=k)
+        flat = np.fromiter(map(vocab.__getitem__, chain.from_iterable(toks)), dtype=np.int64)
+        key, tf = np.unique(np.repeat(np.arange(k, dtype=np.int64), lens_new) * V + flat, return_counts=True)
+        order = np.argsort(key % V, kind="stable")
+        doc_n, term_n, tf_n = (key // V + n0)[order], (key % V)[order], tf[order]
+        c_old = np.bincount(old.term, minlength=V)
+        c_new = np.bincount(term_n, minlength=V)
+        ptr_old, ptr = _indptr(c_old), _indptr(c_old + c_new)
+        nnz = int(ptr[-1])
+        pos_old = np.arange(len(old.term)) + (ptr - ptr_old)[old.term]
+        pos_new = ptr[term_n] + c_old[term_n] + (np.arange(len(term_n)) - _indptr(c_new)[term_n])
+        post = _Postings(*(np.empty(nnz, dtype=a.dtype) for a in (old.doc, old.term, old.tf)),
+                         np.concatenate([old.lens, lens_new]))
+        for a, o, n in ((post.doc, old.doc, doc_n), (post.term, old.term, term_n), (post.tf, old.tf, tf_n)):
+            a[pos_old], a[pos_new] = o, n
+        out = BM25Index.__new__(BM25Index)
+        out.n, out.vocab, out._post = n0 + k, vocab, post
+        out.model = bm25s.BM25(k1=self.model.k1, b=self.model.b)
+        counts = c_old + c_new
+        _set_model(out.model, _scores(out.model, post.tf, post.doc, post.term, post.lens, counts),
+                   post.doc.astype(out.model.int_dtype), ptr, n0 + k, vocab)
+        return out
 
     def scores(self, query: str) -> np.ndarray:
         """[n] float64 BM25 scores of every text for ``query`` (0 where no term matches)."""
@@ -81,7 +126,7 @@ class BM25Index:
         return np.asarray(self.model.get_scores(q), dtype=np.float64)
 
 
-def _index(model, flat: np.ndarray, lens: np.ndarray, vocab: dict[str, int]) -> None:
+def _index(model, flat: np.ndarray, lens: np.ndarray, vocab: dict[str, int]):
     """``model.index((ids, vocab))`` for bm25s' Lucene BM25 (``ids``: the texts' term ids, here
     ``flat``, all of them text after text, and ``lens``, how many each text has), with its per-document loops as array
     operations: a bank's index is rebuilt on every append (every score depends on the number of
@@ -89,28 +134,58 @@ def _index(model, flat: np.ndarray, lens: np.ndarray, vocab: dict[str, int]) -> 
     operation, as bm25s' ``build_index_from_ids`` (which the tests compare it with): the Lucene IDF
     ``log(1 + (N - df + 0.5) / (df + 0.5))`` per term in float32, the term-frequency part
     ``tf / (k1 * ((1 - b) + b * |d| / avgdl) + tf)`` in float64, their product rounded to float32,
-    laid out as bm25s lays it out; then the empty token bm25s adds to ``vocab``."""
-    n_docs, n_vocab, k1, b = len(lens), len(vocab), model.k1, model.b
-    avg = lens.mean()
+    laid out as bm25s lays it out (by term, then unit: one stable sort by term of the postings in
+    unit order); then the empty token bm25s adds to ``vocab``. Returns the postings in that layout
+    (:class:`_Postings`, what :meth:`BM25Index.appended` extends; None for scipy's layout)."""
+    n_docs, n_vocab = len(lens), len(vocab)
     key, tf = np.unique(np.repeat(np.arange(n_docs, dtype=np.int64), lens) * n_vocab + flat, return_counts=True)
     doc, term = key // n_vocab, key % n_vocab
-    df = np.bincount(term, minlength=n_vocab)
-    idf = np.zeros(n_vocab, dtype=model.dtype)
+    if model.csc_backend == "scipy":  # bm25s' other layout of the matrix (also by term, then unit)
+        import scipy.sparse as sp
+
+        scores = _scores(model, tf, doc, term, lens, np.bincount(term, minlength=n_vocab))
+        m = sp.csc_matrix((scores, (doc.astype(model.int_dtype), term.astype(model.int_dtype))),
+                          shape=(n_docs, n_vocab), dtype=model.dtype)
+        _set_model(model, m.data, m.indices, m.indptr, n_docs, vocab)
+        return None
+    order = np.argsort(term, kind="stable")
+    post = _Postings(doc[order], term[order], tf[order], lens)
+    counts = np.bincount(post.term, minlength=n_vocab)
+    _set_model(model, _scores(model, post.tf, post.doc, post.term, lens, counts), post.doc.astype(model.int_dtype),
+               _indptr(counts), n_docs, vocab)
+    return post
+
+
+class _Postings(NamedTuple):
+    """A numpy-laid index's postings in its layout (by term, then unit): unit, term, term frequency;
+    and each unit's length."""
+
+    doc: np.ndarray
+    term: np.ndarray
+    tf: np.ndarray
+    lens: np.ndarray
+
+
+def _indptr(counts: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def _scores(model, tf, doc, term, lens, df) -> np.ndarray:
+    """The postings' Lucene BM25 scores (float32; see :func:`_index`), ``df`` per term."""
+    n_docs, k1, b = len(lens), model.k1, model.b
+    avg = lens.mean()
+    idf = np.zeros(len(df), dtype=model.dtype)
     for t in np.flatnonzero(df).tolist():
         f = int(df[t])
         idf[t] = math.log(1 + (n_docs - f + 0.5) / (f + 0.5))
     tf = tf.astype(model.dtype).astype(np.float64)
     tfc = tf / (k1 * ((1 - b) + b * lens / avg)[doc] + tf)
-    scores = np.asarray(idf[term], dtype=np.float64) * tfc
-    flat_scores, rows, cols = scores.astype(model.dtype), doc.astype(model.int_dtype), term.astype(model.int_dtype)
-    if model.csc_backend == "scipy":  # bm25s' two ways to lay the matrix out (both sort by term, then unit)
-        import scipy.sparse as sp
+    return (np.asarray(idf[term], dtype=np.float64) * tfc).astype(model.dtype)
 
-        m = sp.csc_matrix((flat_scores, (rows, cols)), shape=(n_docs, n_vocab), dtype=model.dtype)
-        data, indices, indptr = m.data, m.indices, m.indptr
-    else:
-        data, indices, indptr = model._np_csc(data=flat_scores, rows=rows, cols=cols, shape=(n_docs, n_vocab))
-        data = data.astype(model.dtype)
+
+def _set_model(model, data, indices, indptr, n_docs: int, vocab: dict) -> None:
     model.nonoccurrence_array = None
     model.scores = {"data": data, "indices": indices, "indptr": indptr, "num_docs": n_docs}
     if "" not in vocab:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..data.bursts import burst_starts, burst_vectors
+from ..data.bursts import burst_gap, burst_starts, burst_vectors, session_gaps
 from ..data.types import Turn
 from .bank import Bank
 
@@ -47,11 +47,53 @@ def unit_members(t: Turn) -> tuple[str, ...]:
 
 def bank_bursts(bank: Bank) -> np.ndarray:
     """``[B + 1]`` offsets of the bank's bursts over its units (``data.bursts.burst_starts``, cut at
-    every thread start and every change of metadata)."""
-    starts = set(burst_starts(bank.turns)) | {int(s) for s in bank.thread_offsets[:-1]}
-    meta = [t.metadata or None for t in bank.turns]
-    starts |= {i for i in range(1, bank.n_units) if meta[i] != meta[i - 1]}
-    return np.array(sorted(starts) + [bank.n_units], dtype=np.int64)
+    every thread start and every change of metadata). Kept on the bank object with the gaps they
+    come from, so that a bank appended to it (``extends``) recomputes only the sessions the
+    append touches while the burst gap stays what it was (:func:`_appended_bursts`)."""
+    got = _appended_bursts(bank)
+    if got is None:
+        gaps = session_gaps(bank.turns)
+        tau = burst_gap(gaps)
+        off = _bursts_from(bank, 0, tau, [])
+    else:
+        gaps, tau, off = got
+    bank.__dict__["_bursts"] = (gaps, tau, off)  # a bank's turns never change: neither do its bursts
+    return off
+
+
+def _bursts_from(bank: Bank, lo: int, tau: float, before: list) -> np.ndarray:
+    """The burst offsets: ``before`` (the starts below ``lo``), then the starts from ``lo`` on."""
+    turns, th = bank.turns, bank.thread_offsets[:-1]
+    starts = set(burst_starts(turns, lo, None, tau)) | set(th[th >= lo].tolist())
+    base = max(lo - 1, 0)
+    meta = [t.metadata or None for t in turns[base:]]
+    starts |= {i for i in range(max(lo, 1), bank.n_units) if meta[i - base] != meta[i - 1 - base]}
+    return np.array(list(before) + sorted(starts) + [bank.n_units], dtype=np.int64)
+
+
+def _appended_bursts(bank: Bank):
+    """``(gaps, tau, offsets)`` of ``bank`` from those kept on the bank it extends (an append,
+    ``store.segments.Extension``: that bank's turns, then new ones), or None (compute them whole).
+    The new gaps are those the new turns open; where the burst gap ``tau`` they give is the old
+    one, no earlier session's bursts change: only the sessions from the last old one on are
+    recomputed. Where it moves, every burst may: None."""
+    ext = getattr(bank, "extends", None)
+    base = getattr(ext, "base", None)
+    got = None if base is None else base.__dict__.get("_bursts")
+    n0, turns = getattr(ext, "base_units", 0), bank.turns
+    if got is None or not 0 < n0 <= len(turns) or base.n_units != n0:
+        return None
+    gaps0, tau0, off0 = got
+    gaps = np.concatenate([gaps0, [(turns[i].time - turns[i - 1].time).total_seconds()
+                                   if turns[i].time is not None and turns[i - 1].time is not None else np.nan
+                                   for i in range(n0, len(turns)) if turns[i].session == turns[i - 1].session]])
+    tau = burst_gap(gaps)
+    if tau != tau0:
+        return None
+    lo = n0
+    while lo > 0 and n0 < len(turns) and turns[lo - 1].session == turns[n0].session:
+        lo -= 1  # the last old session, which the new turns continue: recomputed
+    return gaps, tau, _bursts_from(bank, lo, tau, off0[off0 < lo].tolist())
 
 
 def _burst(turns: list[Turn]) -> BurstUnit:

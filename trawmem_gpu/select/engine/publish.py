@@ -43,16 +43,16 @@ LOCAL_THREAD = ("head_vecs",)
 
 def kept_rows(old, new) -> dict[str, int]:
     """Table name -> leading rows of ``new``'s tables known equal to ``old``'s without comparing
-    them: where ``new`` is an append to the very bank ``old`` (``ingest.update_bank``'s
-    ``extends``: it keeps the old bank's first ``keep_threads`` threads, their units, heads and
-    vectors as they are), the rows of those threads' units in :data:`LOCAL_UNIT` and of those
-    threads in :data:`LOCAL_THREAD`. Empty otherwise (a unit view computed anew, another bank):
-    every row is compared."""
-    ext = getattr(new, "extends", None)
-    if getattr(ext, "base", None) is not old or old is None or getattr(new, "is_view", True):
+    them: where ``new`` is an append to the very bank ``old`` (``engine.extend.kept_prefix``: it
+    keeps the old bank's first threads, their units, heads and vectors as they are), the rows of
+    those threads' units in :data:`LOCAL_UNIT` and of those threads in :data:`LOCAL_THREAD`.
+    Empty otherwise (a unit view computed anew, another bank): every row is compared."""
+    from .extend import kept_prefix
+
+    kept = kept_prefix(old, new)
+    if kept is None:
         return {}
-    k = min(int(ext.keep_threads), old.n_threads)
-    u = int(old.thread_offsets[k])
+    u, k = kept
     return {**{n: u for n in LOCAL_UNIT}, **{n: k for n in LOCAL_THREAD}}
 
 

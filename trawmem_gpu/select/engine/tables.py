@@ -40,14 +40,11 @@ from torch import Tensor
 
 from ...store.graph import SEMANTIC
 from ...store.bank import Bank
-from ..workspace import token_costs
-from ..context import unit_features
 from ..lexical import BM25Index
-from ..objective import UNIT_ATTRIBUTES, support_floor, support_kernel, support_links, unit_attributes
+from ..objective import UNIT_ATTRIBUTES, support_floor, support_kernel, support_links
 from ..support import SupportLinks
 from ..steps.candidates import BM25Store
-from ..steps.priority import in_thread_distances
-from ..steps.relevance import relevance_static
+from .extend import extend_arrays, kept_prefix, whole_arrays
 from .publish import kept_rows, write_in_place
 
 
@@ -94,6 +91,8 @@ class BankInfo:
     """The bank's ``ktab`` / ``btab`` are stored (else its queries form K and the bridge per query)."""
     links: SupportLinks | None = None
     """The bank's support links (``objective.support_links``), None without any."""
+    arrays: dict = field(default_factory=dict, repr=False)
+    """The bank's per-unit and per-thread arrays (``build_bank``'s, without K, bridge and BM25)."""
     cache: dict = field(default_factory=dict, repr=False)
     """What is built for this bank on first use and kept while the bank is (its approximate
     indexes, ``engine/shortlist.py``, ``steps/seeds.py``): later snapshots share it."""
@@ -115,40 +114,28 @@ HOST_GROUPS = ("nz", "col")
 """BM25 stays on the CPU (the text stage is CPU work)."""
 
 
-def build_bank(bank: Bank, cfg, layout: Layout) -> tuple[BankInfo, dict[str, np.ndarray]]:
-    """One bank's info and arrays (NumPy, or tensors on the device; the store copies them)."""
-    bank.validate()
+def build_bank(bank: Bank, cfg, layout: Layout, prev: BankInfo | None = None) -> tuple[BankInfo, dict[str, np.ndarray]]:
+    """One bank's info and arrays (NumPy, or tensors on the device; the store copies them). ``prev``:
+    the info of the bank the engine holds under that id; where ``bank`` is an append to it, only
+    the new threads' rows are computed (``engine/extend.py``)."""
+    kept = kept_prefix(prev.bank, bank) if prev is not None and prev.arrays else None
+    bank.validate(kept or (0, 0))
     if bank.unit_vecs.shape[1] != layout.dim:
         raise ValueError(f"bank {bank.bank_id!r} has {bank.unit_vecs.shape[1]}-dimensional vectors, the engine "
                          f"{layout.dim}")
     N, J = bank.n_units, bank.n_threads
-    head_sim, temporal, position = unit_features(bank)
-    ult = bank.unit_thread
-    a = dict(unit_vecs=bank.unit_vecs, unit_thread=ult, head_sim=head_sim, temporal=temporal, position=position,
-             d_in=in_thread_distances(head_sim, bank.thread_offsets, cfg.c_head, cfg.c_step),
-             attrs=unit_attributes(bank), head_vecs=bank.head_vecs if layout.heads else np.zeros((J, 0)))
-    speakers = ()
-    if layout.relevance:  # speaker, previous and next unit of the session (steps/relevance.py)
-        st = relevance_static(bank, temporal)
-        speakers = st.speakers
-        a["rel_idx"] = np.stack([st.speaker, st.prev, st.next], axis=1)
-        a["rel_words"] = st.words
+    part = None if kept is None else extend_arrays(bank, cfg, layout, prev, prev.arrays, *kept)
+    a, costs, speakers, bm25 = part or whole_arrays(bank, cfg, layout)
     a["nbr"], a["nbw"] = _neighbours(bank, cfg.semantic_edges)
-    costs = token_costs(bank, cfg.headings) if layout.tokens else None
-    if costs is not None:
-        a["tok_unit"], a["tok_head"] = costs.unit.astype(np.float64), costs.heading.astype(np.float64)
-        a["tok_hrun"] = costs.runs(np.arange(J))  # the first thread of each thread's heading run
-    else:
-        a["tok_unit"], a["tok_head"], a["tok_hrun"] = np.zeros(N), np.zeros(J), np.arange(J)
     links = support_links(bank, cfg)
     a["linked"] = np.zeros(N) if links is None else links.linked()
+    own = dict(a)  # what a later append's tables start from (engine/extend.py)
     tables = has_tables(N, layout)
     if tables:
         a["ktab"], a["btab"] = _kernel_tables(bank, cfg, layout, support_floor(bank, cfg))
-    bm25 = vocab = None
-    plain = False
+    vocab, plain = None, False
     if layout.lexical:
-        bm25 = BM25Index([t.embed_text() for t in bank.turns])
+        bm25 = bm25 or BM25Index([t.embed_text() for t in bank.turns])
         vocab = bm25.vocab
         m = bm25.model
         plain = getattr(m, "nonoccurrence_array", None) is None and isinstance(m.scores, dict)
@@ -156,7 +143,7 @@ def build_bank(bank: Bank, cfg, layout: Layout) -> tuple[BankInfo, dict[str, np.
             a["bm_data"], a["bm_idx"] = m.scores["data"], m.scores["indices"]
             a["bm_ptr"] = m.scores["indptr"]
     long_threads = np.concatenate([[0], np.cumsum(np.sort(np.diff(bank.thread_offsets))[::-1])]).astype(np.int64)
-    return BankInfo(bank, N, J, long_threads, bm25, vocab, plain, speakers, costs, tables, links), a
+    return BankInfo(bank, N, J, long_threads, bm25, vocab, plain, speakers, costs, tables, links, arrays=own), a
 
 
 def has_tables(n_units: int, layout: Layout) -> bool:
@@ -401,15 +388,18 @@ class TableStore:
         return _Entry(info, start, count)
 
     def prepare(self, bank: Bank) -> tuple[BankInfo, dict]:
-        """The slow half of :meth:`put`, ``bank``'s own tables, from any thread (nothing is published)."""
-        return build_bank(bank, self.cfg, self.layout)
+        """The slow half of :meth:`put`, ``bank``'s own tables, from any thread (nothing is published);
+        from the tables of the bank it grew from where it is an append to it (``engine/extend.py``)."""
+        snap = self.snapshot
+        i = snap.index.get(bank.bank_id)
+        return build_bank(bank, self.cfg, self.layout, None if i is None else snap.infos[i])
 
     def put(self, bank: Bank, prepared: tuple[BankInfo, dict] | None = None) -> None:
         """Add ``bank``, or replace the stored bank of the same id; publishes a new snapshot.
         ``prepared``: :meth:`prepare`'s result for this very bank, so only the publish runs here."""
         if prepared is not None and prepared[0].bank is not bank:
             raise ValueError(f"the prepared tables are for another bank object than {bank.bank_id!r}")
-        info, arrays = prepared or build_bank(bank, self.cfg, self.layout)  # outside the lock: the slow part
+        info, arrays = prepared or self.prepare(bank)  # outside the lock: the slow part
         with self._lock:
             old = self._entries.get(bank.bank_id)
             counts = None if old is None or self._readers else \
