@@ -75,26 +75,35 @@ class BM25Index:
         else:  # nothing to score: bm25s says what it says of that
             self.model.index(([[] for _ in toks], vocab), show_progress=False)
 
-    def appended(self, texts: list[str]) -> "BM25Index":
-        """The index of this index's texts followed by ``texts``, equal value for value to
-        ``BM25Index(all the texts)`` (the same vocabulary, layout and scores; tested), from this
-        index's postings: only ``texts`` are tokenized and counted, the old postings are moved
-        into place (each term's new units come after its old ones) and every score is computed
-        again (each depends on the number of units and their mean length). This index is left as
-        it was (a snapshot may still read it). None where the postings are not kept (no term yet,
-        or bm25s' scipy layout): build the index whole."""
+    def appended(self, texts: list[str], keep: int | None = None) -> "BM25Index | None":
+        """The index of this index's first ``keep`` texts (None: all) followed by ``texts``, equal
+        value for value to ``BM25Index(those texts)`` (the same vocabulary, layout and scores;
+        tested), from this index's postings: only ``texts`` are tokenized and counted, the old
+        postings are moved into place (each term's new units come after its old ones) and every
+        score is computed again (each depends on the number of units and their mean length). This
+        index is left as it was (a snapshot may still read it). None where it cannot: the postings
+        are not kept (no term yet, or bm25s' scipy layout), or a term first occurs in a text not
+        kept (the vocabulary's order would change): build the index whole."""
         import bm25s
 
         old = self._post
-        if old is None:
+        m = self.n if keep is None else int(keep)
+        if old is None or not 0 < m <= self.n:
             return None
+        if m < self.n:
+            counts = np.bincount(old.term, minlength=len(self.vocab))
+            first = old.doc[_indptr(counts)[:-1][counts > 0]]  # each term's first unit
+            if (first >= m).any():
+                return None
+            sel = old.doc < m
+            old = _Postings(old.doc[sel], old.term[sel], old.tf[sel], old.lens[:m])
         vocab = dict(self.vocab)
         vocab.pop("", None)
         toks = [_unit_tokens(t) for t in texts]
         for w in chain.from_iterable(toks):
             if w not in vocab:
                 vocab[w] = len(vocab)
-        V, n0, k = len(vocab), self.n, len(texts)
+        V, n0, k = len(vocab), m, len(texts)
         lens_new = np.fromiter(map(len, toks), dtype=np.int64, count=k)
         flat = np.fromiter(map(vocab.__getitem__, chain.from_iterable(toks)), dtype=np.int64)
         key, tf = np.unique(np.repeat(np.arange(k, dtype=np.int64), lens_new) * V + flat, return_counts=True)

@@ -159,5 +159,8 @@ def extend_arrays(bank: Bank, cfg, layout, prev_info, prev: dict, u0: int, k0: i
             np.arange(bank.n_threads)
     bm25 = None  # None: built whole
     if layout.lexical and prev_info.bm25 is not None:
-        bm25 = prev_info.bm25.appended([t.embed_text() for t in bank.turns[prev_info.n_units:]])
+        m, old = u0, prev_info.bank.turns  # the units whose texts are the old ones: the kept, and
+        while m < min(len(old), bank.n_units) and bank.turns[m] is old[m]:  # the same turns after them
+            m += 1
+        bm25 = prev_info.bm25.appended([t.embed_text() for t in bank.turns[m:]], m)
     return a, costs, speakers, bm25
