@@ -19,13 +19,16 @@ per table, so the batched steps address any query's bank by offsets: unit ``i`` 
 row ``uo[b] + i``, thread ``j`` row ``to[b] + j`` (row 0 is a dummy thread without neighbours),
 ``K_b[i, j]`` entry ``koff[b] + i * N_b + j``. No step can reach another bank's rows.
 
-Per-bank refresh: :meth:`TableStore.put` builds the new bank's arrays, appends them past the end
-of every buffer (growing a buffer into a new, larger one when full) and publishes a new
-:class:`Snapshot`; :meth:`TableStore.remove` publishes one without the bank. A snapshot is
-immutable and a query batch reads one snapshot from start to end, so concurrent readers see the
-old bank or the new one, never a mix: appends only write rows no published snapshot reads, and a
-buffer that grows or is compacted is a new buffer (old snapshots keep the old one alive). Rows of
-replaced or removed banks are reclaimed by a compaction once they outweigh the live rows.
+Per-bank refresh: :meth:`TableStore.put` builds the new bank's arrays (an append's from the held
+bank's, ``engine/extend.py``), appends them past the end of every buffer (growing a buffer into a
+new, larger one when full) and publishes a new :class:`Snapshot`; :meth:`TableStore.remove`
+publishes one without the bank. A query batch reads one snapshot from start to end, counted
+(:meth:`TableStore.reading`), so concurrent readers see the old bank or the new one, never a mix:
+appends only write rows no published snapshot reads, and a buffer that grows or is compacted is a
+new buffer (old snapshots keep the old one alive). While no batch reads, a bank that grows is
+written over its own rows instead, only those that changed (``engine/publish.py``): a snapshot
+is immutable while it is read. Rows of replaced or removed banks are reclaimed by a compaction
+once they outweigh the live rows.
 """
 from __future__ import annotations
 
