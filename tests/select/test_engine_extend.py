@@ -129,14 +129,23 @@ def test_bm25_appended_is_an_index_built_whole():
     texts = [" ".join(rng.choice(WORDS, size=int(rng.integers(1, 9)))) for _ in range(120)]
     texts[5], texts[40] = "", "a I"  # no terms at all
     texts[70] = "zebra quokka " * 3  # new terms, repeated
-    idx, n = BM25Index(texts[:10]), 10
+    texts = [t + f" rare{i}" if i % 3 == 0 else t for i, t in enumerate(texts)]  # terms of one text only
+    idx, n, kept, refused = BM25Index(texts[:10]), 10, 0, 0
+    cur = texts[:10]
     while n < len(texts):
-        k = int(rng.integers(1, 12))
-        idx, n = idx.appended(texts[n:n + k]), n + k
-        whole = BM25Index(texts[:n])
+        k, drop = int(rng.integers(1, 12)), int(rng.integers(0, 3))  # drop: the last texts change (a burst grows)
+        new = idx.appended(texts[n:n + k], len(cur) - drop)
+        if new is None:  # a term first occurs in a dropped text: the index is built whole
+            refused += 1
+            assert drop and any(w not in BM25Index(cur[:-drop]).vocab for w in BM25Index(cur[-drop:]).vocab if w)
+            continue
+        kept += drop > 0
+        idx, cur, n = new, cur[:len(cur) - drop] + texts[n:n + k], n + k
+        whole = BM25Index(cur)
         assert list(idx.vocab.items()) == list(whole.vocab.items())
         for key in ("data", "indices", "indptr", "num_docs"):
             a, b = idx.model.scores[key], whole.model.scores[key]
             assert np.asarray(a).dtype == np.asarray(b).dtype and np.array_equal(a, b), key
         for q in QUESTIONS + ["zebra"]:
             assert np.array_equal(idx.scores(q), whole.scores(q))
+    assert kept and refused

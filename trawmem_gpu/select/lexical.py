@@ -90,13 +90,14 @@ class BM25Index:
         m = self.n if keep is None else int(keep)
         if old is None or not 0 < m <= self.n:
             return None
+        doc0, ptr0 = self.model.scores["indices"], self.model.scores["indptr"]
+        c0 = np.diff(ptr0)
+        term0, tf0, lens0 = np.repeat(np.arange(len(c0), dtype=np.int64), c0), old.tf, old.lens
         if m < self.n:
-            counts = np.bincount(old.term, minlength=len(self.vocab))
-            first = old.doc[_indptr(counts)[:-1][counts > 0]]  # each term's first unit
-            if (first >= m).any():
+            if (doc0[ptr0[:-1][c0 > 0]] >= m).any():  # a term first occurs in a text not kept
                 return None
-            sel = old.doc < m
-            old = _Postings(old.doc[sel], old.term[sel], old.tf[sel], old.lens[:m])
+            sel = doc0 < m
+            doc0, term0, tf0, lens0 = doc0[sel], term0[sel], tf0[sel], lens0[:m]
         vocab = dict(self.vocab)
         vocab.pop("", None)
         toks = [_unit_tokens(t) for t in texts]
@@ -109,22 +110,22 @@ class BM25Index:
         key, tf = np.unique(np.repeat(np.arange(k, dtype=np.int64), lens_new) * V + flat, return_counts=True)
         order = np.argsort(key % V, kind="stable")
         doc_n, term_n, tf_n = (key // V + n0)[order], (key % V)[order], tf[order]
-        c_old = np.bincount(old.term, minlength=V)
+        c_old = np.bincount(term0, minlength=V)
         c_new = np.bincount(term_n, minlength=V)
         ptr_old, ptr = _indptr(c_old), _indptr(c_old + c_new)
         nnz = int(ptr[-1])
-        pos_old = np.arange(len(old.term)) + (ptr - ptr_old)[old.term]
+        pos_old = np.arange(len(term0)) + (ptr - ptr_old)[term0]
         pos_new = ptr[term_n] + c_old[term_n] + (np.arange(len(term_n)) - _indptr(c_new)[term_n])
-        post = _Postings(*(np.empty(nnz, dtype=a.dtype) for a in (old.doc, old.term, old.tf)),
-                         np.concatenate([old.lens, lens_new]))
-        for a, o, n in ((post.doc, old.doc, doc_n), (post.term, old.term, term_n), (post.tf, old.tf, tf_n)):
-            a[pos_old], a[pos_new] = o, n
+        doc, tf_all = np.empty(nnz, dtype=doc0.dtype), np.empty(nnz, dtype=np.int64)
+        doc[pos_old], doc[pos_new] = doc0, doc_n
+        tf_all[pos_old], tf_all[pos_new] = tf0, tf_n
+        lens = np.concatenate([lens0, lens_new])
         out = BM25Index.__new__(BM25Index)
-        out.n, out.vocab, out._post = n0 + k, vocab, post
+        out.n, out.vocab, out._post = n0 + k, vocab, _Postings(_compact(tf_all), lens)
         out.model = bm25s.BM25(k1=self.model.k1, b=self.model.b)
         counts = c_old + c_new
-        _set_model(out.model, _scores(out.model, post.tf, post.doc, post.term, post.lens, counts),
-                   post.doc.astype(out.model.int_dtype), ptr, n0 + k, vocab)
+        term = np.repeat(np.arange(V, dtype=np.int64), counts)
+        _set_model(out.model, _scores(out.model, tf_all, doc, term, lens, counts), doc, ptr, n0 + k, vocab)
         return out
 
     def scores(self, query: str) -> np.ndarray:
@@ -158,21 +159,25 @@ def _index(model, flat: np.ndarray, lens: np.ndarray, vocab: dict[str, int]):
         _set_model(model, m.data, m.indices, m.indptr, n_docs, vocab)
         return None
     order = np.argsort(term, kind="stable")
-    post = _Postings(doc[order], term[order], tf[order], lens)
-    counts = np.bincount(post.term, minlength=n_vocab)
-    _set_model(model, _scores(model, post.tf, post.doc, post.term, lens, counts), post.doc.astype(model.int_dtype),
-               _indptr(counts), n_docs, vocab)
-    return post
+    doc, term, tf = doc[order], term[order], tf[order]
+    counts = np.bincount(term, minlength=n_vocab)
+    _set_model(model, _scores(model, tf, doc, term, lens, counts), doc.astype(model.int_dtype), _indptr(counts),
+               n_docs, vocab)
+    return _Postings(_compact(tf), lens)
 
 
 class _Postings(NamedTuple):
-    """A numpy-laid index's postings in its layout (by term, then unit): unit, term, term frequency;
-    and each unit's length."""
+    """What a numpy-laid index keeps besides its matrix (whose ``indices`` are the postings' units
+    and ``indptr`` their terms) so that :meth:`BM25Index.appended` can extend it: each posting's
+    term frequency in the matrix's layout (by term, then unit; one byte each where they fit), and
+    each unit's length."""
 
-    doc: np.ndarray
-    term: np.ndarray
     tf: np.ndarray
     lens: np.ndarray
+
+
+def _compact(tf: np.ndarray) -> np.ndarray:
+    return tf.astype(np.uint8 if not len(tf) or tf.max() < 256 else np.int32)
 
 
 def _indptr(counts: np.ndarray) -> np.ndarray:

@@ -31,6 +31,10 @@ import numpy as np
 from ...store.bank import Bank
 
 
+EXTENDED = ("head_sim", "temporal", "position", "d_in", "attrs", "rel_idx", "rel_words")
+"""The per-unit arrays :func:`extend_arrays` takes the kept units' rows of (kept on ``BankInfo.arrays``)."""
+
+
 def kept_prefix(old: Bank | None, new: Bank) -> tuple[int, int] | None:
     """``(units, threads)`` of ``old`` that ``new`` keeps as they are, where ``new`` is an append
     (``update_bank``'s ``extends``) to the very bank ``old`` and neither is a unit view over more

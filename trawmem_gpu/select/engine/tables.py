@@ -47,7 +47,7 @@ from ..lexical import BM25Index
 from ..objective import UNIT_ATTRIBUTES, support_floor, support_kernel, support_links
 from ..support import SupportLinks
 from ..steps.candidates import BM25Store
-from .extend import extend_arrays, kept_prefix, whole_arrays
+from .extend import EXTENDED, extend_arrays, kept_prefix, whole_arrays
 from .publish import kept_rows, write_in_place
 
 
@@ -95,7 +95,7 @@ class BankInfo:
     links: SupportLinks | None = None
     """The bank's support links (``objective.support_links``), None without any."""
     arrays: dict = field(default_factory=dict, repr=False)
-    """The bank's per-unit and per-thread arrays (``build_bank``'s, without K, bridge and BM25)."""
+    """The bank's per-unit arrays an append's tables extend (``engine/extend.py``: ``EXTENDED``)."""
     cache: dict = field(default_factory=dict, repr=False)
     """What is built for this bank on first use and kept while the bank is (its approximate
     indexes, ``engine/shortlist.py``, ``steps/seeds.py``): later snapshots share it."""
@@ -132,7 +132,7 @@ def build_bank(bank: Bank, cfg, layout: Layout, prev: BankInfo | None = None) ->
     a["nbr"], a["nbw"] = _neighbours(bank, cfg.semantic_edges)
     links = support_links(bank, cfg)
     a["linked"] = np.zeros(N) if links is None else links.linked()
-    own = dict(a)  # what a later append's tables start from (engine/extend.py)
+    own = {k: a[k] for k in EXTENDED if k in a}  # what a later append's tables start from (engine/extend.py)
     tables = has_tables(N, layout)
     if tables:
         a["ktab"], a["btab"] = _kernel_tables(bank, cfg, layout, support_floor(bank, cfg))
