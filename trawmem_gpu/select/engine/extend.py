@@ -29,6 +29,11 @@ from dataclasses import replace
 import numpy as np
 
 from ...store.bank import Bank
+from ..context import unit_features
+from ..objective import unit_attributes
+from ..steps.priority import in_thread_distances
+from ..steps.relevance import relevance_static
+from ..workspace import TokenCosts, date_label, token_costs
 
 
 EXTENDED = ("head_sim", "temporal", "position", "d_in", "attrs", "rel_idx", "rel_words")
@@ -64,8 +69,6 @@ def tail_costs(bank: Bank, tail: Bank, prev, k0: int, headings: str):
     """The whole bank's ``TokenCosts`` from ``prev`` (the old bank's, whose first ``k0`` threads
     ``bank`` keeps) and the ``tail``'s own; None where they cannot be joined (``gist`` headings
     whose old costs were not bounded: which thread made them so is not known)."""
-    from ..workspace import TokenCosts, date_label, token_costs
-
     if prev is None or prev.headings != headings or (headings != "date" and not prev.bounded):
         return None
     t = token_costs(tail, headings)
@@ -89,8 +92,6 @@ def tail_costs(bank: Bank, tail: Bank, prev, k0: int, headings: str):
 def tail_relevance(tail: Bank, temporal: np.ndarray, speakers: tuple, u0: int):
     """``(rel_idx [n, 3], rel_words [n], the whole bank's speakers)`` of the tail's units, indexed in
     the whole bank (``speakers``: the kept units' speakers, in first-occurrence order)."""
-    from ..steps.relevance import relevance_static
-
     st = relevance_static(tail, temporal)
     allsp = tuple(dict.fromkeys((*speakers, *st.speakers)))
     pos = {s: i for i, s in enumerate(allsp)}
@@ -102,12 +103,6 @@ def tail_relevance(tail: Bank, temporal: np.ndarray, speakers: tuple, u0: int):
 def whole_arrays(bank: Bank, cfg, layout):
     """The per-unit and per-thread arrays of a bank built whole (those :func:`extend_arrays` builds
     from an old bank's): ``(arrays, costs, speakers, None)``."""
-    from ..context import unit_features
-    from ..objective import unit_attributes
-    from ..steps.priority import in_thread_distances
-    from ..steps.relevance import relevance_static
-    from ..workspace import token_costs
-
     N, J = bank.n_units, bank.n_threads
     head_sim, temporal, position = unit_features(bank)
     a = dict(unit_vecs=bank.unit_vecs, unit_thread=bank.unit_thread, head_sim=head_sim, temporal=temporal,
@@ -133,10 +128,6 @@ def extend_arrays(bank: Bank, cfg, layout, prev_info, prev: dict, u0: int, k0: i
     for ``bank``, from the old bank's (``prev_info``, ``prev``: its arrays) and its tail's; returns
     ``(arrays, costs, speakers, bm25)`` (``bm25`` None: build it whole), or None when the token
     costs cannot be joined."""
-    from ..context import unit_features
-    from ..objective import unit_attributes
-    from ..steps.priority import in_thread_distances
-
     tail = tail_bank(bank, u0, k0)
     costs = None
     if layout.tokens:
