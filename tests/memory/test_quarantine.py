@@ -62,17 +62,17 @@ def test_a_bank_that_loads_but_does_not_prepare_for_the_engine_fails_alone(base,
     """Whatever makes one bank's engine tables fail (here: a stand-in for a value no check knows
     of), the engine is built over the others and that bank is quarantined with the cause."""
     from trawmem_gpu import Memory
-    from trawmem_gpu.select.engine import tables
+    from trawmem_gpu.select.engine import extend
 
     monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
-    real = tables.relevance_static
+    real = extend.relevance_static
 
     def static(bank, *a, **k):
         if bank.bank_id == BAD:
             raise OverflowError("Python int too large to convert to C long")
         return real(bank, *a, **k)
 
-    monkeypatch.setattr(tables, "relevance_static", static)
+    monkeypatch.setattr(extend, "relevance_static", static)
     mem = Memory(base)
     assert list(mem.quarantined) == [BAD]
     assert "could not be prepared for the engine (OverflowError: Python int too large" in mem.quarantined[BAD]

@@ -94,14 +94,20 @@ def _sessions(turns: list, lo: int, hi: int):
             s = i
 
 
-def burst_starts(turns: list, lo: int = 0, hi: int | None = None) -> list[int]:
+def session_gaps(turns: list) -> np.ndarray:
+    """Every gap (seconds, NaN where a time is missing) between consecutive messages of one session
+    of ``turns``, session after session: what :func:`burst_gap` reads."""
+    spans = list(_sessions(turns, 0, len(turns)))
+    return np.concatenate([_gaps(turns[a:b]) for a, b in spans]) if spans else np.zeros(0)
+
+
+def burst_starts(turns: list, lo: int = 0, hi: int | None = None, tau: float | None = None) -> list[int]:
     """Where each burst of ``turns[lo:hi]`` starts (indices into ``turns``, a conversation's messages
     in order), session by session (a burst never crosses a session); ``[lo]`` and up, ascending.
-    The gap is :func:`burst_gap` of every gap inside a session of ``turns`` (all of them, also
-    outside ``lo:hi``: the conversation's own statistic)."""
+    The gap ``tau`` is :func:`burst_gap` of every gap inside a session of ``turns`` (all of them, also
+    outside ``lo:hi``: the conversation's own statistic; given: computed so by the caller)."""
     hi = len(turns) if hi is None else hi
-    spans = list(_sessions(turns, 0, len(turns)))
-    tau = burst_gap(np.concatenate([_gaps(turns[a:b]) for a, b in spans])) if spans else np.inf
+    tau = burst_gap(session_gaps(turns)) if tau is None else tau
     out: list[int] = []
     for a, b in _sessions(turns, lo, hi):
         out += [a + k for k in _session_bursts(turns[a:b], tau)]

@@ -9,7 +9,9 @@ After a forget, :meth:`ServedEngine.forget` publishes the bank without the forgo
 drops it) and purges the old rows from every table.
 
 After an append, :meth:`ServedEngine.prepare` builds the new bank's tables on the append's own
-thread, and :meth:`ServedEngine.refresh` publishes them through the engine's ``replace_bank``.
+thread (from the held bank's: only what the new turns change is computed, ``select/engine/extend.py``),
+and :meth:`ServedEngine.refresh` publishes them through the engine's ``replace_bank`` (over the
+bank's own rows, only those that changed: ``select/engine/publish.py``).
 :class:`ServedEngine` is touched only from the service's single batch worker thread (``prepare``
 excepted, which publishes nothing), so a refresh and a selection never interleave: every query of
 a batch sees one consistent set of banks (the old bank or the new one, never a mix), and

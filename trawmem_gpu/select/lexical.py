@@ -15,6 +15,7 @@ import math
 import re
 from functools import lru_cache
 from itertools import chain
+from typing import NamedTuple
 
 import numpy as np
 
@@ -67,11 +68,65 @@ class BM25Index:
         vocab: dict[str, int] = {w: i for i, w in enumerate(dict.fromkeys(chain.from_iterable(toks)))}
         self.vocab = vocab
         self.model = bm25s.BM25(k1=1.5, b=0.75)
+        self._post: _Postings | None = None
         if vocab:
             flat = np.fromiter(map(vocab.__getitem__, chain.from_iterable(toks)), dtype=np.int64)
-            _index(self.model, flat, np.fromiter(map(len, toks), dtype=np.int64, count=len(toks)), vocab)
+            self._post = _index(self.model, flat, np.fromiter(map(len, toks), dtype=np.int64, count=len(toks)), vocab)
         else:  # nothing to score: bm25s says what it says of that
             self.model.index(([[] for _ in toks], vocab), show_progress=False)
+
+    def appended(self, texts: list[str], keep: int | None = None) -> "BM25Index | None":
+        """The index of this index's first ``keep`` texts (None: all) followed by ``texts``, equal
+        value for value to ``BM25Index(those texts)`` (the same vocabulary, layout and scores;
+        tested), from this index's postings: only ``texts`` are tokenized and counted, the old
+        postings are moved into place (each term's new units come after its old ones) and every
+        score is computed again (each depends on the number of units and their mean length). This
+        index is left as it was (a snapshot may still read it). None where it cannot: the postings
+        are not kept (no term yet, or bm25s' scipy layout), or a term first occurs in a text not
+        kept (the vocabulary's order would change): build the index whole."""
+        import bm25s
+
+        old = self._post
+        m = self.n if keep is None else int(keep)
+        if old is None or not 0 < m <= self.n:
+            return None
+        doc0, ptr0 = self.model.scores["indices"], self.model.scores["indptr"]
+        c0 = np.diff(ptr0)
+        term0, tf0, lens0 = np.repeat(np.arange(len(c0), dtype=np.int64), c0), old.tf, old.lens
+        if m < self.n:
+            if (doc0[ptr0[:-1][c0 > 0]] >= m).any():  # a term first occurs in a text not kept
+                return None
+            sel = doc0 < m
+            doc0, term0, tf0, lens0 = doc0[sel], term0[sel], tf0[sel], lens0[:m]
+        vocab = dict(self.vocab)
+        vocab.pop("", None)
+        toks = [_unit_tokens(t) for t in texts]
+        for w in chain.from_iterable(toks):
+            if w not in vocab:
+                vocab[w] = len(vocab)
+        V, n0, k = len(vocab), m, len(texts)
+        lens_new = np.fromiter(map(len, toks), dtype=np.int64, count=k)
+        flat = np.fromiter(map(vocab.__getitem__, chain.from_iterable(toks)), dtype=np.int64)
+        key, tf = np.unique(np.repeat(np.arange(k, dtype=np.int64), lens_new) * V + flat, return_counts=True)
+        order = np.argsort(key % V, kind="stable")
+        doc_n, term_n, tf_n = (key // V + n0)[order], (key % V)[order], tf[order]
+        c_old = np.bincount(term0, minlength=V)
+        c_new = np.bincount(term_n, minlength=V)
+        ptr_old, ptr = _indptr(c_old), _indptr(c_old + c_new)
+        nnz = int(ptr[-1])
+        pos_old = np.arange(len(term0)) + (ptr - ptr_old)[term0]
+        pos_new = ptr[term_n] + c_old[term_n] + (np.arange(len(term_n)) - _indptr(c_new)[term_n])
+        doc, tf_all = np.empty(nnz, dtype=doc0.dtype), np.empty(nnz, dtype=np.int64)
+        doc[pos_old], doc[pos_new] = doc0, doc_n
+        tf_all[pos_old], tf_all[pos_new] = tf0, tf_n
+        lens = np.concatenate([lens0, lens_new])
+        out = BM25Index.__new__(BM25Index)
+        out.n, out.vocab, out._post = n0 + k, vocab, _Postings(_compact(tf_all), lens)
+        out.model = bm25s.BM25(k1=self.model.k1, b=self.model.b)
+        counts = c_old + c_new
+        term = np.repeat(np.arange(V, dtype=np.int64), counts)
+        _set_model(out.model, _scores(out.model, tf_all, doc, term, lens, counts), doc, ptr, n0 + k, vocab)
+        return out
 
     def scores(self, query: str) -> np.ndarray:
         """[n] float64 BM25 scores of every text for ``query`` (0 where no term matches)."""
@@ -81,7 +136,7 @@ class BM25Index:
         return np.asarray(self.model.get_scores(q), dtype=np.float64)
 
 
-def _index(model, flat: np.ndarray, lens: np.ndarray, vocab: dict[str, int]) -> None:
+def _index(model, flat: np.ndarray, lens: np.ndarray, vocab: dict[str, int]):
     """``model.index((ids, vocab))`` for bm25s' Lucene BM25 (``ids``: the texts' term ids, here
     ``flat``, all of them text after text, and ``lens``, how many each text has), with its per-document loops as array
     operations: a bank's index is rebuilt on every append (every score depends on the number of
@@ -89,28 +144,62 @@ def _index(model, flat: np.ndarray, lens: np.ndarray, vocab: dict[str, int]) -> 
     operation, as bm25s' ``build_index_from_ids`` (which the tests compare it with): the Lucene IDF
     ``log(1 + (N - df + 0.5) / (df + 0.5))`` per term in float32, the term-frequency part
     ``tf / (k1 * ((1 - b) + b * |d| / avgdl) + tf)`` in float64, their product rounded to float32,
-    laid out as bm25s lays it out; then the empty token bm25s adds to ``vocab``."""
-    n_docs, n_vocab, k1, b = len(lens), len(vocab), model.k1, model.b
-    avg = lens.mean()
+    laid out as bm25s lays it out (by term, then unit: one stable sort by term of the postings in
+    unit order); then the empty token bm25s adds to ``vocab``. Returns the postings in that layout
+    (:class:`_Postings`, what :meth:`BM25Index.appended` extends; None for scipy's layout)."""
+    n_docs, n_vocab = len(lens), len(vocab)
     key, tf = np.unique(np.repeat(np.arange(n_docs, dtype=np.int64), lens) * n_vocab + flat, return_counts=True)
     doc, term = key // n_vocab, key % n_vocab
-    df = np.bincount(term, minlength=n_vocab)
-    idf = np.zeros(n_vocab, dtype=model.dtype)
+    if model.csc_backend == "scipy":  # bm25s' other layout of the matrix (also by term, then unit)
+        import scipy.sparse as sp
+
+        scores = _scores(model, tf, doc, term, lens, np.bincount(term, minlength=n_vocab))
+        m = sp.csc_matrix((scores, (doc.astype(model.int_dtype), term.astype(model.int_dtype))),
+                          shape=(n_docs, n_vocab), dtype=model.dtype)
+        _set_model(model, m.data, m.indices, m.indptr, n_docs, vocab)
+        return None
+    order = np.argsort(term, kind="stable")
+    doc, term, tf = doc[order], term[order], tf[order]
+    counts = np.bincount(term, minlength=n_vocab)
+    _set_model(model, _scores(model, tf, doc, term, lens, counts), doc.astype(model.int_dtype), _indptr(counts),
+               n_docs, vocab)
+    return _Postings(_compact(tf), lens)
+
+
+class _Postings(NamedTuple):
+    """What a numpy-laid index keeps besides its matrix (whose ``indices`` are the postings' units
+    and ``indptr`` their terms) so that :meth:`BM25Index.appended` can extend it: each posting's
+    term frequency in the matrix's layout (by term, then unit; one byte each where they fit), and
+    each unit's length."""
+
+    tf: np.ndarray
+    lens: np.ndarray
+
+
+def _compact(tf: np.ndarray) -> np.ndarray:
+    return tf.astype(np.uint8 if not len(tf) or tf.max() < 256 else np.int32)
+
+
+def _indptr(counts: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def _scores(model, tf, doc, term, lens, df) -> np.ndarray:
+    """The postings' Lucene BM25 scores (float32; see :func:`_index`), ``df`` per term."""
+    n_docs, k1, b = len(lens), model.k1, model.b
+    avg = lens.mean()
+    idf = np.zeros(len(df), dtype=model.dtype)
     for t in np.flatnonzero(df).tolist():
         f = int(df[t])
         idf[t] = math.log(1 + (n_docs - f + 0.5) / (f + 0.5))
     tf = tf.astype(model.dtype).astype(np.float64)
     tfc = tf / (k1 * ((1 - b) + b * lens / avg)[doc] + tf)
-    scores = np.asarray(idf[term], dtype=np.float64) * tfc
-    flat_scores, rows, cols = scores.astype(model.dtype), doc.astype(model.int_dtype), term.astype(model.int_dtype)
-    if model.csc_backend == "scipy":  # bm25s' two ways to lay the matrix out (both sort by term, then unit)
-        import scipy.sparse as sp
+    return (np.asarray(idf[term], dtype=np.float64) * tfc).astype(model.dtype)
 
-        m = sp.csc_matrix((flat_scores, (rows, cols)), shape=(n_docs, n_vocab), dtype=model.dtype)
-        data, indices, indptr = m.data, m.indices, m.indptr
-    else:
-        data, indices, indptr = model._np_csc(data=flat_scores, rows=rows, cols=cols, shape=(n_docs, n_vocab))
-        data = data.astype(model.dtype)
+
+def _set_model(model, data, indices, indptr, n_docs: int, vocab: dict) -> None:
     model.nonoccurrence_array = None
     model.scores = {"data": data, "indices": indices, "indptr": indptr, "num_docs": n_docs}
     if "" not in vocab:

@@ -6,7 +6,8 @@ the whole batch. Its parts:
 
 * ``tables.py``: per-bank, query-independent tables in one store, with per-bank refresh
   (:meth:`SelectionEngine.replace_bank`, :meth:`SelectionEngine.remove_bank`) that concurrent
-  readers see atomically (a query batch reads one immutable snapshot);
+  readers see atomically (a query batch reads one snapshot, counted while it runs: a grown bank
+  is written over its own rows, only those that changed, while none runs; ``publish.py``);
 * ``plan.py``: how it runs (:class:`~trawmem_gpu.select.config.EngineConfig`), resolved once;
 * ``batch.py``: a call's queries as one checked, typed batch; the query-bank similarities;
 * ``tensor.py``: the steps' torch variants over padded batches (Triton kernels on CUDA);
@@ -146,9 +147,9 @@ class SelectionEngine:
                masks=None) -> list[Workspace]:
         """Workspaces (selected units grouped under their heads) for a batch of queries
         (arguments as :meth:`select_units`)."""
-        snap = self._store.snapshot
-        keep = self.masks_of(bank_ids, where, masks, snap)
-        picks = self._select(snap, bank_ids, questions, Z, dates, params, keep)
+        with self._store.reading() as snap:  # counted: a refresh does not write in place meanwhile
+            keep = self.masks_of(bank_ids, where, masks, snap)
+            picks = self._select(snap, bank_ids, questions, Z, dates, params, keep)
         return [assemble(snap.infos[snap.index[b]].bank, q, p, self.cfg.headings, k)
                 for b, q, p, k in zip(bank_ids, questions, picks, keep or [None] * len(picks))]
 
@@ -171,8 +172,8 @@ class SelectionEngine:
             over its bank restricted to the units that pass (``select.restrict``); a query none of
             whose units passes selects nothing
         """
-        snap = self._store.snapshot
-        return self._select(snap, bank_ids, questions, Z, dates, params, self.masks_of(bank_ids, where, masks, snap))
+        with self._store.reading() as snap:  # counted: a refresh does not write in place meanwhile
+            return self._select(snap, bank_ids, questions, Z, dates, params, self.masks_of(bank_ids, where, masks, snap))
 
     def masks_of(self, bank_ids: list[str], where=None, masks=None, snap: Snapshot | None = None) -> list | None:
         """Each query's unit mask from ``where`` and ``masks`` (see :meth:`select_units`), or None
@@ -283,7 +284,10 @@ class SelectionEngine:
         front :meth:`select_units` runs (the compiled front's shortlist for large banks included)."""
         if not len(bank_ids):
             return []
-        snap = self._store.snapshot
+        with self._store.reading() as snap:
+            return self._candidate_sets(snap, bank_ids, questions, Z, params)
+
+    def _candidate_sets(self, snap, bank_ids, questions, Z, params) -> list[np.ndarray]:
         batch = make_batch(snap, bank_ids, questions, Z, None, self.plan.device, self.plan.dtype, params, self.cfg)
         if self.plan.front == "compiled" and all(snap.infos[b].plain for b in set(batch.bidx.tolist())):
             return compiled.candidates(snap, self.plan, self.cfg, self.head, batch)  # as select runs them
@@ -298,7 +302,10 @@ class SelectionEngine:
     def candidate_kernel(self, bank_id: str, cand: np.ndarray) -> np.ndarray:
         """``K [U, U]`` (float64 NumPy) of candidate units ``cand`` of bank ``bank_id``: the support
         kernel the greedy maximizes coverage of."""
-        snap = self._store.snapshot
+        with self._store.reading() as snap:
+            return self._candidate_kernel(snap, bank_id, cand)
+
+    def _candidate_kernel(self, snap, bank_id: str, cand) -> np.ndarray:
         i = snap.bank_index(bank_id)
         c = torch.as_tensor(np.asarray(cand, dtype=np.int64), device=self.device)
         if self.cfg.kernel == "identity":

@@ -19,17 +19,21 @@ per table, so the batched steps address any query's bank by offsets: unit ``i`` 
 row ``uo[b] + i``, thread ``j`` row ``to[b] + j`` (row 0 is a dummy thread without neighbours),
 ``K_b[i, j]`` entry ``koff[b] + i * N_b + j``. No step can reach another bank's rows.
 
-Per-bank refresh: :meth:`TableStore.put` builds the new bank's arrays, appends them past the end
-of every buffer (growing a buffer into a new, larger one when full) and publishes a new
-:class:`Snapshot`; :meth:`TableStore.remove` publishes one without the bank. A snapshot is
-immutable and a query batch reads one snapshot from start to end, so concurrent readers see the
-old bank or the new one, never a mix: appends only write rows no published snapshot reads, and a
-buffer that grows or is compacted is a new buffer (old snapshots keep the old one alive). Rows of
-replaced or removed banks are reclaimed by a compaction once they outweigh the live rows.
+Per-bank refresh: :meth:`TableStore.put` builds the new bank's arrays (an append's from the held
+bank's, ``engine/extend.py``), appends them past the end of every buffer (growing a buffer into a
+new, larger one when full) and publishes a new :class:`Snapshot`; :meth:`TableStore.remove`
+publishes one without the bank. A query batch reads one snapshot from start to end, counted
+(:meth:`TableStore.reading`), so concurrent readers see the old bank or the new one, never a mix:
+appends only write rows no published snapshot reads, and a buffer that grows or is compacted is a
+new buffer (old snapshots keep the old one alive). While no batch reads, a bank that grows is
+written over its own rows instead, only those that changed (``engine/publish.py``): a snapshot
+is immutable while it is read. Rows of replaced or removed banks are reclaimed by a compaction
+once they outweigh the live rows.
 """
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -39,14 +43,12 @@ from torch import Tensor
 
 from ...store.graph import SEMANTIC
 from ...store.bank import Bank
-from ..workspace import token_costs
-from ..context import unit_features
 from ..lexical import BM25Index
-from ..objective import UNIT_ATTRIBUTES, support_floor, support_kernel, support_links, unit_attributes
+from ..objective import UNIT_ATTRIBUTES, support_floor, support_kernel, support_links
 from ..support import SupportLinks
 from ..steps.candidates import BM25Store
-from ..steps.priority import in_thread_distances
-from ..steps.relevance import relevance_static
+from .extend import EXTENDED, extend_arrays, kept_prefix, whole_arrays
+from .publish import kept_rows, write_in_place
 
 
 class Layout(NamedTuple):
@@ -92,6 +94,8 @@ class BankInfo:
     """The bank's ``ktab`` / ``btab`` are stored (else its queries form K and the bridge per query)."""
     links: SupportLinks | None = None
     """The bank's support links (``objective.support_links``), None without any."""
+    arrays: dict = field(default_factory=dict, repr=False)
+    """The bank's per-unit arrays an append's tables extend (``engine/extend.py``: ``EXTENDED``)."""
     cache: dict = field(default_factory=dict, repr=False)
     """What is built for this bank on first use and kept while the bank is (its approximate
     indexes, ``engine/shortlist.py``, ``steps/seeds.py``): later snapshots share it."""
@@ -113,40 +117,28 @@ HOST_GROUPS = ("nz", "col")
 """BM25 stays on the CPU (the text stage is CPU work)."""
 
 
-def build_bank(bank: Bank, cfg, layout: Layout) -> tuple[BankInfo, dict[str, np.ndarray]]:
-    """One bank's info and arrays (NumPy, or tensors on the device; the store copies them)."""
-    bank.validate()
+def build_bank(bank: Bank, cfg, layout: Layout, prev: BankInfo | None = None) -> tuple[BankInfo, dict[str, np.ndarray]]:
+    """One bank's info and arrays (NumPy, or tensors on the device; the store copies them). ``prev``:
+    the info of the bank the engine holds under that id; where ``bank`` is an append to it, only
+    the new threads' rows are computed (``engine/extend.py``)."""
+    kept = kept_prefix(prev.bank, bank) if prev is not None and prev.arrays else None
+    bank.validate(kept or (0, 0))
     if bank.unit_vecs.shape[1] != layout.dim:
         raise ValueError(f"bank {bank.bank_id!r} has {bank.unit_vecs.shape[1]}-dimensional vectors, the engine "
                          f"{layout.dim}")
     N, J = bank.n_units, bank.n_threads
-    head_sim, temporal, position = unit_features(bank)
-    ult = bank.unit_thread
-    a = dict(unit_vecs=bank.unit_vecs, unit_thread=ult, head_sim=head_sim, temporal=temporal, position=position,
-             d_in=in_thread_distances(head_sim, bank.thread_offsets, cfg.c_head, cfg.c_step),
-             attrs=unit_attributes(bank), head_vecs=bank.head_vecs if layout.heads else np.zeros((J, 0)))
-    speakers = ()
-    if layout.relevance:  # speaker, previous and next unit of the session (steps/relevance.py)
-        st = relevance_static(bank, temporal)
-        speakers = st.speakers
-        a["rel_idx"] = np.stack([st.speaker, st.prev, st.next], axis=1)
-        a["rel_words"] = st.words
+    part = None if kept is None else extend_arrays(bank, cfg, layout, prev, prev.arrays, *kept)
+    a, costs, speakers, bm25 = part or whole_arrays(bank, cfg, layout)
     a["nbr"], a["nbw"] = _neighbours(bank, cfg.semantic_edges)
-    costs = token_costs(bank, cfg.headings) if layout.tokens else None
-    if costs is not None:
-        a["tok_unit"], a["tok_head"] = costs.unit.astype(np.float64), costs.heading.astype(np.float64)
-        a["tok_hrun"] = costs.runs(np.arange(J))  # the first thread of each thread's heading run
-    else:
-        a["tok_unit"], a["tok_head"], a["tok_hrun"] = np.zeros(N), np.zeros(J), np.arange(J)
     links = support_links(bank, cfg)
     a["linked"] = np.zeros(N) if links is None else links.linked()
+    own = {k: a[k] for k in EXTENDED if k in a}  # what a later append's tables start from (engine/extend.py)
     tables = has_tables(N, layout)
     if tables:
         a["ktab"], a["btab"] = _kernel_tables(bank, cfg, layout, support_floor(bank, cfg))
-    bm25 = vocab = None
-    plain = False
+    vocab, plain = None, False
     if layout.lexical:
-        bm25 = BM25Index([t.embed_text() for t in bank.turns])
+        bm25 = bm25 or BM25Index([t.embed_text() for t in bank.turns])
         vocab = bm25.vocab
         m = bm25.model
         plain = getattr(m, "nonoccurrence_array", None) is None and isinstance(m.scores, dict)
@@ -154,7 +146,7 @@ def build_bank(bank: Bank, cfg, layout: Layout) -> tuple[BankInfo, dict[str, np.
             a["bm_data"], a["bm_idx"] = m.scores["data"], m.scores["indices"]
             a["bm_ptr"] = m.scores["indptr"]
     long_threads = np.concatenate([[0], np.cumsum(np.sort(np.diff(bank.thread_offsets))[::-1])]).astype(np.int64)
-    return BankInfo(bank, N, J, long_threads, bm25, vocab, plain, speakers, costs, tables, links), a
+    return BankInfo(bank, N, J, long_threads, bm25, vocab, plain, speakers, costs, tables, links, arrays=own), a
 
 
 def has_tables(n_units: int, layout: Layout) -> bool:
@@ -365,7 +357,7 @@ class TableStore:
         self._segments = self._new_segments(size, width)
         self._segments_append_dummy()
         self._entries: dict[str, _Entry] = {}
-        self._dead = 0
+        self._dead = self._readers = 0
         for info, arrays in built:
             self._entries[info.bank.bank_id] = self._append(info, arrays)
         self.snapshot = Snapshot(list(self._entries.values()), self._segments, layout.device)
@@ -399,23 +391,41 @@ class TableStore:
         return _Entry(info, start, count)
 
     def prepare(self, bank: Bank) -> tuple[BankInfo, dict]:
-        """The slow half of :meth:`put`, ``bank``'s own tables, from any thread (nothing is published)."""
-        return build_bank(bank, self.cfg, self.layout)
+        """The slow half of :meth:`put`, ``bank``'s own tables, from any thread (nothing is published);
+        from the tables of the bank it grew from where it is an append to it (``engine/extend.py``)."""
+        snap = self.snapshot
+        i = snap.index.get(bank.bank_id)
+        return build_bank(bank, self.cfg, self.layout, None if i is None else snap.infos[i])
 
     def put(self, bank: Bank, prepared: tuple[BankInfo, dict] | None = None) -> None:
         """Add ``bank``, or replace the stored bank of the same id; publishes a new snapshot.
         ``prepared``: :meth:`prepare`'s result for this very bank, so only the publish runs here."""
         if prepared is not None and prepared[0].bank is not bank:
             raise ValueError(f"the prepared tables are for another bank object than {bank.bank_id!r}")
-        info, arrays = prepared or build_bank(bank, self.cfg, self.layout)  # outside the lock: the slow part
+        info, arrays = prepared or self.prepare(bank)  # outside the lock: the slow part
         with self._lock:
             old = self._entries.get(bank.bank_id)
-            entry = self._append(info, arrays)
+            counts = None if old is None or self._readers else \
+                write_in_place(self._segments, TABLES, old.start, old.count, arrays, kept_rows(old.info.bank, bank))
+            entry = self._append(info, arrays) if counts is None else _Entry(info, old.start, counts)
             entries = dict(self._entries)
             entries[bank.bank_id] = entry  # a replaced bank keeps its position (index)
-            if old is not None:
+            if old is not None and counts is None:
                 self._dead += _rows(old)
             self._publish(entries)
+
+    @contextmanager
+    def reading(self):
+        """The current snapshot, counted as read until the block ends: :meth:`put` writes a bank's
+        rows in place only while nothing reads (``engine/publish.py``). Every select reads through it."""
+        with self._lock:
+            snap = self.snapshot
+            self._readers += 1
+        try:
+            yield snap
+        finally:
+            with self._lock:
+                self._readers -= 1
 
     def remove(self, bank_id: str) -> None:
         """Drop the bank ``bank_id`` (KeyError if unknown); the last bank cannot be removed."""
