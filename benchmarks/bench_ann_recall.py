@@ -9,6 +9,9 @@ figure means: ``benchmarks/scale_bench/ann_recall.py`` (the recalls, the synthet
     python -m benchmarks run ann-recall --quick               # a 3,000-unit bank, no dev sets (a smoke run)
     python -m benchmarks run ann-recall --sizes 200000x64 --queries 100 --parts synthetic
     python -m benchmarks run ann-recall --parts dev --dev-shortlists 512,128,32
+
+A run of some ``--parts`` keeps the other parts' figures of the existing results file (and says so,
+``kept_from_before``).
 """
 from __future__ import annotations
 
@@ -117,7 +120,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     rec = run(args)
     rec["machine"] = harness.machine(threads=1)
-    print(harness.save(args.name, rec, figure(rec), out_dir=args.out_dir))
+    with harness.locked(args.name, args.out_dir) as old:  # a part not run keeps its last figures
+        for part in ("synthetic", "dev"):
+            if part not in args.parts and old.get(part):
+                rec[part] = old[part]
+                rec.setdefault("kept_from_before", []).append({"part": part, "command": old.get("command")})
+        print(harness.save(args.name, rec, figure(rec), out_dir=args.out_dir))
     return 0
 
 

@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -189,16 +187,10 @@ def point(spec: dict) -> dict:
 
 def child(spec: dict, timeout: float = 3_600.0) -> dict:
     """:func:`point` in a child process (``python -m benchmarks.scale_bench.ann_recall --point JSON``),
-    its BLAS and torch pools at one thread."""
-    env = dict(os.environ, **{k: "1" for k in harness.THREAD_VARS})
-    t = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "benchmarks.scale_bench.ann_recall", "--point", json.dumps(spec)],
-                       capture_output=True, text=True, timeout=timeout, env=env, cwd=harness.ROOT)
-    if r.returncode != 0:
-        return {"spec": spec, "error": "\n".join(r.stderr.strip().splitlines()[-6:])}
-    rec = json.loads(r.stdout.strip().splitlines()[-1])
-    rec["wall_s"] = time.perf_counter() - t
-    return rec
+    its BLAS and torch pools at one thread (``query._child``)."""
+    from .query import _child
+
+    return _child(dict(spec, threads=1), timeout, module=__name__)
 
 
 if __name__ == "__main__":  # a child process: one point
