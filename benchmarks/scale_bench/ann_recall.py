@@ -41,8 +41,9 @@ from .. import harness
 
 TARGET = 0.99
 """The mean candidate-unit recall (``units``) the default settings must reach on a large bank."""
-SETTINGS = ({}, {"ann_ef_search": 1024}, {"ann_shortlist": 1024}, {"ann_shortlist": 256})
-"""The settings measured on each synthetic bank: the defaults first, then one knob moved each."""
+SETTINGS = ({}, {"ann_ef_search": 64}, {"ann_shortlist": 1024}, {"ann_shortlist": 256})
+"""The settings measured on each synthetic bank: the defaults first, then one knob moved each
+(``ann_ef_search`` 64 was the default before these measurements)."""
 
 
 def recall(approx: Sequence, exact: Sequence):

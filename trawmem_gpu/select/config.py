@@ -325,8 +325,11 @@ class EngineConfig:
     """Units the approximate search proposes per query by cosine (and as many again by BM25)."""
     ann_nprobe: int = 128
     """IVF lists probed per query (passed with each search; the lists are chosen by size, ``steps/ann.py``)."""
-    ann_ef_search: int = 64
-    """HNSW search breadth per query (passed with each search; at least the number of results asked for)."""
+    ann_ef_search: int = 1024
+    """HNSW search breadth per query (passed with each search; raised to ``ann_shortlist`` when
+    smaller). 1024 holds the mean candidate-unit recall above 0.99 on synthetic banks of 200,000
+    and 500,000 units; 64 (the breadth of the shortlist, 512, in effect) fell to 0.988 at 500,000
+    (``benchmarks/results/ann_recall.json``, ``docs/scaling.md``, large banks)."""
     ann_index: Literal["auto", "hnsw", "ivf"] = "auto"
     """The approximate index: ``hnsw`` (graph, no training), ``ivf`` (k-means lists; on a GPU when
     faiss has one) or ``auto`` (by size: ``steps.ann.IVF_MIN_VECTORS``)."""
