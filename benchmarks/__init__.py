@@ -42,6 +42,12 @@ SUITE: tuple[Entry, ...] = (
     Entry("agreement", "agreement.py",
           "batched engine against the reference selection on LoCoMo dev: identical sets (`--sweep`: H, ablations, T)",
           ("agreement.json",), "not timed"),
+    Entry("ann-recall", "bench_ann_recall.py",
+          "approximate search of large banks against exact: the candidate pool's and the picks' recall at the "
+          "default settings and beside them (synthetic banks of 2e5-5e5 units, latency side by side), quality at "
+          "equal tokens on the dev sets with the approximate path forced on",
+          ("ann_recall.json", "ann_recall.png", "ann_recall_defaults.json", "ann_recall_defaults.png"),
+          "35 min for the three synthetic banks on the loaded 2-core machine, 8 min the dev sets"),
     Entry("assembly", "bench_assembly.py",
           "workspace assembly per query (group, render, token count) with and without the per-turn line cache",
           ("assembly.json",), "not timed"),

@@ -9,10 +9,11 @@
   first approximate query's wall seconds (the index is built then);
 * :func:`dev_quality`: the dev sets (LoCoMo, LongMemEval-S) at equal tokens, TrawMem with the
   shipped method exact and with the threshold forced low (every dev bank is below the default
-  threshold, so at the defaults nothing changes), at the default shortlist and at smaller ones
-  (a dev bank of ~600 units is mostly inside a 512-unit shortlist's threads: the smaller ones make
-  the approximation bite), each against exact: macro evidence recall, the paired difference with
-  its bootstrap interval (``equal_tokens_bench.stats.margin_bootstrap``), the candidate recall.
+  threshold, so at the defaults nothing changes), at the default shortlist and, when asked, at
+  smaller ones (a dev bank of ~600 units is mostly inside a 512-unit shortlist's threads: the
+  smaller ones make the approximation bite), each against exact: macro evidence recall, the paired
+  difference with its bootstrap intervals, the recalls of ``ann_recall`` (candidate units, threads,
+  picks). ``python -m benchmarks run ann-recall`` runs it with the synthetic banks (``ann_recall.py``).
 """
 from __future__ import annotations
 
@@ -37,12 +38,11 @@ def _lat(eng, ids, qs, Z, dates=None) -> tuple[list, float]:
 
 
 def candidate_recall(approx: list, exact: list) -> dict:
-    """Recall of the approximate candidate pools against the exact ones, per query, summarized."""
-    import numpy as np
+    """Recall of the approximate candidate pools against the exact ones, per query, summarized
+    (``ann_recall.recall``, ``ann_recall.summary``)."""
+    from .ann_recall import recall, summary
 
-    r = np.array([len(np.intersect1d(a, e)) / max(1, len(e)) for a, e in zip(approx, exact)])
-    return {"mean": float(r.mean()), "p5": float(np.percentile(r, 5)), "min": float(r.min()),
-            "all_equal": float((r == 1.0).mean())} if len(r) else {}
+    return summary(recall(approx, exact))
 
 
 def recall_point(spec: dict) -> dict:
@@ -75,32 +75,45 @@ def recall_point(spec: dict) -> dict:
                          "index": plan.ann_kind}}
 
 
-def dev_quality(Ts=(400, 800), shortlists=(512, 128, 32), locomo=None, lme=None) -> dict:
-    """The dev sets at equal tokens, exact against approximate search (see the module docstring)."""
+def dev_quality(Ts=(400, 800), shortlists=None, locomo=None, lme=None, progress: bool = True) -> dict:
+    """The dev sets at equal tokens, exact against approximate search (see the module docstring):
+    per data set, ``T`` and shortlist (None: the default ``EngineConfig.ann_shortlist`` alone), the
+    macro evidence recall, its paired difference from exact with two bootstrap intervals (by
+    category, as the macro weighs them: ``margin_bootstrap``; by conversation, the questions of
+    one bank resampled together: ``trawmem_gpu.eval.analyses.cluster_bootstrap``), and the recalls
+    of ``ann_recall.recalls`` (candidate units, threads, picks)."""
     import numpy as np
+    from tqdm import tqdm
 
     from benchmarks.equal_tokens_bench.data import Dataset, trawmem_setting
     from benchmarks.equal_tokens_bench.stats import margin_bootstrap, records, summary
+    from trawmem_gpu.eval.analyses import cluster_bootstrap
     from trawmem_gpu.head.relevance import cross_validate
     from trawmem_gpu.select import SelectionEngine
+    from trawmem_gpu.select.config import EngineConfig
     from trawmem_gpu.select.workspace import headings_for
 
+    from .ann_recall import recalls
+
+    shortlists = tuple(shortlists or (EngineConfig().ann_shortlist,))
     data = {"locomo": Dataset("locomo", locomo or harness.dev_data("locomo")),
             "longmemeval": Dataset("longmemeval", lme or harness.dev_data("longmemeval"))}
     W = cross_validate([q for d in data.values() for q in d.questions])
     chosen = dict(headings="date", knapsack="gain", w_aff=16.0)  # bench_equal_tokens' defaults
-    out: dict = {"T": list(Ts), "shortlists": list(shortlists), "rows": []}
+    out: dict = {"T": list(Ts), "shortlists": list(shortlists), "forced": {"ann_min_units": 1}, "rows": []}
+    runs = {"exact": dict(ann_min_units=None)}
+    runs.update({f"approx-{m}": dict(ann_min_units=1, ann_shortlist=m) for m in shortlists})
+    bar = tqdm(total=len(data) * len(Ts) * len(runs), desc="dev sets (data, T, run)", disable=not progress)
     for name, ds in data.items():
+        by_group: dict = {}
+        for i, q in enumerate(ds.questions):
+            by_group.setdefault(q.group, []).append(i)
+        offs = [ds.ctxs[q.bank_id].bank.thread_offsets for q in ds.questions]
         for T in Ts:
             setting = trawmem_setting(W, T=T, **chosen)
-            runs = {"exact": dict(ann_min_units=None)}
-            runs.update({f"approx-{m}": dict(ann_min_units=1, ann_shortlist=m) for m in shortlists})
             picks, cands = {}, {}
             for label, ekw in runs.items():
                 sel, cand = [None] * len(ds.questions), [None] * len(ds.questions)
-                by_group: dict = {}
-                for i, q in enumerate(ds.questions):
-                    by_group.setdefault(q.group, []).append(i)
                 for g, rows in by_group.items():
                     cfg, params = setting(g)
                     eng = SelectionEngine(ds.banks, cfg, **ekw)
@@ -112,17 +125,23 @@ def dev_quality(Ts=(400, 800), shortlists=(512, 128, 32), locomo=None, lme=None)
                                        eng.candidate_sets(*args, params=params)):
                         sel[i], cand[i] = p, c
                 picks[label], cands[label] = (sel, headings_for("trawmem", setting(ds.groups[0])[0])), cand
+                bar.update(1)
             base = records(ds, picks["exact"])
             for label in runs:
                 recs = records(ds, picks[label])
-                row = {"data": name, "T": T, "run": label, "macro": summary(ds, recs)["macro"],
-                       "same_picks": float(np.mean([a == b for a, b in zip(picks[label][0], picks["exact"][0])]))}
+                row = {"data": name, "T": T, "run": label, "macro": summary(ds, recs)["macro"]}
                 if label != "exact":
                     m = margin_bootstrap(ds, recs, base)
+                    diffs = [a["recall"] - b["recall"] for a, b in zip(recs, base)]
+                    est, lo, hi = cluster_bootstrap(diffs, [q.bank_id for q in ds.questions])
                     row.update(diff_points=100 * m["margin"], ci95_points=[100 * x for x in m["ci95"]],
-                               candidate_recall=candidate_recall(cands[label], cands["exact"]))
+                               questions_better_worse_equal=m["questions_better_worse_equal"],
+                               micro_diff_points=100 * est, micro_ci95_points_by_conversation=[100 * lo, 100 * hi],
+                               recall=recalls(cands[label], cands["exact"], picks[label][0], picks["exact"][0], offs))
                 out["rows"].append(row)
-                print(f"{name} T={T} {label}: macro recall {row['macro']['recall']:.4f}"
-                      + (f", {row['diff_points']:+.2f} points vs exact, candidate recall "
-                         f"{row['candidate_recall']['mean']:.4f}" if label != "exact" else ""), flush=True)
+                bar.write(f"{name} T={T} {label}: macro recall {row['macro']['recall']:.4f}"
+                          + (f", {row['diff_points']:+.2f} points vs exact [{row['ci95_points'][0]:+.2f}, "
+                             f"{row['ci95_points'][1]:+.2f}], candidate recall {row['recall']['units']['mean']:.4f}, "
+                             f"picks {row['recall']['picks']['mean']:.4f}" if label != "exact" else ""))
+    bar.close()
     return out

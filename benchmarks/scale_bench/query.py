@@ -130,11 +130,12 @@ def point(spec: dict) -> dict:
     return out
 
 
-def _child(spec: dict, timeout: float) -> dict:
-    """:func:`point` in a child process (``python -m benchmarks.scale_bench.query --point JSON``)."""
+def _child(spec: dict, timeout: float, module: str = __name__) -> dict:
+    """:func:`point` in a child process (``python -m benchmarks.scale_bench.query --point JSON``;
+    ``module``: another module's ``--point``, which prints its point's JSON last)."""
     env = dict(os.environ, **{k: str(spec.get("threads", 1)) for k in harness.THREAD_VARS})
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "benchmarks.scale_bench.query", "--point", json.dumps(spec)],
+    r = subprocess.run([sys.executable, "-m", module, "--point", json.dumps(spec)],
                        capture_output=True, text=True, timeout=timeout, env=env, cwd=harness.ROOT)
     if r.returncode != 0:
         return {"spec": spec, "error": "\n".join(r.stderr.strip().splitlines()[-6:])}

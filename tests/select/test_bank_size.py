@@ -119,7 +119,7 @@ def test_a_shortlist_holding_the_whole_bank_picks_what_exact_search_picks(cluste
 
 def test_approximate_search_keeps_the_candidate_pool(clustered):
     """A shortlist of 1/12 of the bank still finds nearly every exact candidate (the recall the
-    default settings are held to on large banks is measured in benchmarks/results/scale_query.json)."""
+    default settings are held to on large banks is measured in benchmarks/results/ann_recall.json)."""
     banks, (ids, qs, Z) = clustered
     exact = SelectionEngine(banks, SelectConfig(), device="cpu", ann_min_units=None)
     approx = SelectionEngine(banks, SelectConfig(), device="cpu", ann_min_units=1000, ann_shortlist=256)

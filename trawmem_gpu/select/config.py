@@ -321,12 +321,17 @@ class EngineConfig:
     (``steps/seeds.py``). Smaller banks, the tensor front (CUDA: one exact GEMM) and None: exact.
     This is the one field of ``EngineConfig`` that may change picks (``docs/configuration.md``,
     large banks: the candidate pool's recall against exact search and the quality at equal tokens)."""
-    ann_shortlist: int = 512
-    """Units the approximate search proposes per query by cosine (and as many again by BM25)."""
+    ann_shortlist: int = 1024
+    """Units the approximate search proposes per query by cosine (and as many again by BM25).
+    1024 (with ``ann_ef_search`` 1024) holds the mean candidate-unit recall at 0.99 or more on
+    synthetic banks of 200,000 units (d = 64 and 384) and 500,000 (d = 64); 512 fell to 0.987 at
+    d = 384 (``benchmarks/results/ann_recall.json``, ``docs/scaling.md``, large banks)."""
     ann_nprobe: int = 128
     """IVF lists probed per query (passed with each search; the lists are chosen by size, ``steps/ann.py``)."""
-    ann_ef_search: int = 64
-    """HNSW search breadth per query (passed with each search; at least the number of results asked for)."""
+    ann_ef_search: int = 1024
+    """HNSW search breadth per query (passed with each search; raised to ``ann_shortlist`` when
+    smaller). With a 512-unit shortlist, 64 (512 in effect) kept 0.988 of the candidate pool at
+    500,000 units and 1024 kept 0.995 (``benchmarks/results/ann_recall.json``)."""
     ann_index: Literal["auto", "hnsw", "ivf"] = "auto"
     """The approximate index: ``hnsw`` (graph, no training), ``ivf`` (k-means lists; on a GPU when
     faiss has one) or ``auto`` (by size: ``steps.ann.IVF_MIN_VECTORS``)."""
