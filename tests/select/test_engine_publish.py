@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine_banks import D, VOCAB, _unit, make_bank
+from engine_banks import VOCAB, _unit, make_bank, queries_of
 from trawmem_gpu.select.config import SelectConfig
 from trawmem_gpu.select.engine import SelectionEngine
 from trawmem_gpu.select.engine.tables import TABLES
@@ -18,18 +18,6 @@ from trawmem_gpu.store.graph import ADJACENT, SEMANTIC
 BACKENDS = [pytest.param({}, id="default"), pytest.param(dict(backend="tensor"), id="tensor"),
             pytest.param(dict(table_max_units=0), id="no-tables")]
 MAX_N = 56
-
-
-def queries_of(banks, seed: int, per_bank: int = 3):
-    rng = np.random.default_rng(seed)
-    ids, qs, zs = [], [], []
-    for b in banks:
-        for i in range(per_bank):
-            z = b.unit_vecs[int(rng.integers(b.n_units))] + 0.3 * rng.normal(size=D)
-            ids.append(b.bank_id)
-            qs.append(f"When did dog {'cat' if i % 2 else 'lake'} happen?")
-            zs.append(z / np.linalg.norm(z))
-    return ids, qs, np.array(zs, dtype=np.float32)
 
 
 def _pool(seed: int):
@@ -98,7 +86,7 @@ def test_random_appends_publish_the_tables_of_a_fresh_engine(kw):
         fresh = SelectionEngine([a, b], cfg, device="cpu", **kw)
         _same(_rows(eng, "b"), _rows(fresh, "b"))
         _same(_rows(eng, "a"), _rows(fresh, "a"))
-        ids, qs, Z = queries_of([a, b], seed=int(rng.integers(100)))
+        ids, qs, Z = queries_of([a, b], seed=int(rng.integers(100)), per_bank=3)
         for p in qp:
             assert eng.select_units(ids, qs, Z, params=p) == fresh.select_units(ids, qs, Z, params=p)
     assert in_place >= 4
@@ -159,5 +147,5 @@ def test_a_shrunk_bank_and_a_bank_followed_by_another_are_appended_whole():
     fresh = SelectionEngine([a4, b], cfg, device="cpu")
     for bid in ("a", "b"):
         _same(_rows(eng, bid), _rows(fresh, bid))
-    ids, qs, Z = queries_of([a4, b], seed=4)
+    ids, qs, Z = queries_of([a4, b], seed=4, per_bank=3)
     assert eng.select_units(ids, qs, Z, params=qp) == fresh.select_units(ids, qs, Z, params=qp)

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
-from engine_banks import D, make_bank, reference
+from engine_banks import make_bank, queries_of, reference
 from trawmem_gpu.select.config import SelectConfig
 from trawmem_gpu.select.context import BankContext
 from trawmem_gpu.select.engine import SelectionEngine
@@ -32,31 +32,19 @@ def _banks(seed=0):
             make_bank("c", [4, 4, 4, 4], seed=seed + 3, n_semantic=2)]
 
 
-def _queries(banks, per_bank=4, seed=3):
-    rng = np.random.default_rng(seed)
-    ids, qs, zs = [], [], []
-    for b in banks:
-        for i in range(per_bank):
-            z = b.unit_vecs[int(rng.integers(b.n_units))] + 0.3 * rng.normal(size=D)
-            ids.append(b.bank_id)
-            qs.append(f"When did dog {'cat' if i % 2 else 'lake'} happen?")
-            zs.append(z / np.linalg.norm(z))
-    return ids, qs, np.array(zs, dtype=np.float32)
-
-
 @pytest.mark.parametrize("kw", BACKENDS)
 def test_replace_add_and_remove_banks(kw):
     cfg, qp = SelectConfig(), QueryParams(budget=5)
     a, b, c = _banks()
     eng = SelectionEngine([a, b, c], cfg, device="cpu", **kw)
-    ids, qs, Z = _queries([a, b, c])
+    ids, qs, Z = queries_of([a, b, c])
     before = eng.select_units(ids, qs, Z, params=qp)
     b2 = make_bank("b", [3, 3, 3, 3, 1], seed=40, n_semantic=4)  # same id, other content and size
     d = make_bank("d", [5, 2, 2], seed=41)
     eng.replace_bank(b2)
     eng.replace_bank(d)  # a new id: added
     assert eng.bank_ids == ["a", "b", "c", "d"]
-    ids2, qs2, Z2 = _queries([a, b2, c, d], seed=5)
+    ids2, qs2, Z2 = queries_of([a, b2, c, d], seed=5)
     fresh = SelectionEngine([a, b2, c, d], cfg, device="cpu", **kw).select_units(ids2, qs2, Z2, params=qp)
     assert eng.select_units(ids2, qs2, Z2, params=qp) == fresh == reference([a, b2, c, d], cfg, ids2, qs2, Z2, qp)
     keep = [i for i, x in enumerate(ids) if x != "b"]  # the untouched banks select as before
@@ -92,11 +80,11 @@ def test_prepared_tables_publish_the_same_bank(kw):
     t = threading.Thread(target=lambda: out.setdefault("p", eng.prepare_bank(b2)))
     t.start()
     t.join()
-    ids, qs, Z = _queries([a, b, c])
+    ids, qs, Z = queries_of([a, b, c])
     assert eng.select_units(ids, qs, Z, params=qp) == plain.select_units(ids, qs, Z, params=qp)  # nothing published yet
     eng.replace_bank(b2, out["p"])
     plain.replace_bank(b2)
-    ids2, qs2, Z2 = _queries([a, b2, c], seed=5)
+    ids2, qs2, Z2 = queries_of([a, b2, c], seed=5)
     assert eng.select_units(ids2, qs2, Z2, params=qp) == plain.select_units(ids2, qs2, Z2, params=qp)
     b3 = make_bank("b", [3, 3, 3, 3, 1], seed=40, n_semantic=4)  # equal content, another object
     with pytest.raises(ValueError, match="another bank object"):
@@ -119,7 +107,7 @@ def test_refresh_reclaims_rows_and_widens_neighbour_lists():
     hub = make_bank("hub", [1] * 12, seed=60, pairs=pairs)
     eng.replace_bank(hub)
     assert eng.snapshot.t["nbr"].shape[1] >= 11 > D0
-    ids, qs, Z = _queries([a, hub])
+    ids, qs, Z = queries_of([a, hub])
     assert eng.select_units(ids, qs, Z, params=qp) == reference([a, hub], cfg, ids, qs, Z, qp)
 
 
@@ -130,7 +118,7 @@ def test_concurrent_readers_see_one_bank_version(kw):
     cfg, qp = SelectConfig(), QueryParams(budget=4)
     a, b1, c = _banks(seed=20)
     b2 = make_bank("b", [4, 1, 4, 2], seed=70)
-    ids, qs, Z = _queries([a, b1, c], per_bank=5, seed=8)
+    ids, qs, Z = queries_of([a, b1, c], per_bank=5, seed=8)
     want = {v: SelectionEngine([a, bv, c], cfg, device="cpu", **kw).select_units(ids, qs, Z, params=qp)
             for v, bv in (("1", b1), ("2", b2))}
     on_b = [i for i, x in enumerate(ids) if x == "b"]
@@ -181,7 +169,7 @@ def test_concurrent_readers_see_one_bank_version(kw):
 def test_dates_are_checked_and_reach_the_objective_alike():
     cfg, qp = SelectConfig(), QueryParams(budget=5)
     banks = _banks(seed=30)
-    ids, qs, Z = _queries(banks)
+    ids, qs, Z = queries_of(banks)
     eng = SelectionEngine(banks, cfg, device="cpu")
     dates = [datetime(2023, 5, 1 + i % 20, tzinfo=timezone.utc) if i % 3 else None for i in range(len(ids))]
     got = eng.select_units(ids, qs, Z, dates=dates, params=qp)
@@ -215,7 +203,7 @@ def test_recency_bonus_with_query_dates(kw):
 
     t0 = datetime(2023, 1, 1, tzinfo=timezone.utc)
     banks = [_dated(b, t0, 20.0) for b in _banks(seed=40)]
-    ids, qs, Z = _queries(banks, per_bank=6, seed=11)
+    ids, qs, Z = queries_of(banks, per_bank=6, seed=11)
     now = [datetime(2023, 4, 11) if i % 4 else None for i in range(len(ids))]  # naive = UTC
     qp = QueryParams(budget=5)
     base = SelectionEngine(banks, SelectConfig(), device="cpu", **kw).select_units(ids, qs, Z, params=qp)

@@ -90,3 +90,17 @@ def queries(banks):
 def reference(banks, cfg, ids, qs, Z, params=None):
     ctx = {b.bank_id: BankContext.of(b) for b in banks}
     return [select_reference(ctx[b], q, z, cfg, params).units for b, q, z in zip(ids, qs, Z)]
+
+
+def queries_of(banks, seed: int = 3, per_bank: int = 4):
+    """``per_bank`` questions per bank: (bank ids, texts, ``[Q, D]`` vectors), each vector a random
+    unit's of its bank plus noise, normalized (the engine tests' query mix)."""
+    rng = np.random.default_rng(seed)
+    ids, qs, zs = [], [], []
+    for b in banks:
+        for i in range(per_bank):
+            z = b.unit_vecs[int(rng.integers(b.n_units))] + 0.3 * rng.normal(size=D)
+            ids.append(b.bank_id)
+            qs.append(f"When did dog {'cat' if i % 2 else 'lake'} happen?")
+            zs.append(z / np.linalg.norm(z))
+    return ids, qs, np.array(zs, dtype=np.float32)
