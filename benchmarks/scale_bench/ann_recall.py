@@ -31,8 +31,6 @@ synthetic bank (``benchmarks/synthetic_banks.py``) in a child process (its own p
 from __future__ import annotations
 
 import copy
-import json
-import sys
 import time
 from dataclasses import replace
 from typing import Sequence
@@ -195,8 +193,6 @@ def child(spec: dict, timeout: float = 3_600.0) -> dict:
 
 
 if __name__ == "__main__":  # a child process: one point
-    if len(sys.argv) == 3 and sys.argv[1] == "--point":
-        print(json.dumps(point(json.loads(sys.argv[2])), default=float))
-        sys.exit(0)
-    sys.exit("usage: python -m benchmarks.scale_bench.ann_recall --point JSON (the whole run: python -m "
-             "benchmarks run ann-recall)")
+    from .query import child_main
+
+    child_main(point, "benchmarks.scale_bench.ann_recall", "ann-recall")

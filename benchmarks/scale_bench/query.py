@@ -275,9 +275,15 @@ def figure(rec: dict):
     return fig
 
 
-if __name__ == "__main__":  # a child process: one point
+def child_main(point_of, module: str, run: str) -> None:
+    """The ``__main__`` of a module whose points run in a child process (:func:`_child`): ``--point
+    JSON`` prints ``point_of(spec)`` as JSON and exits 0; anything else exits with the usage
+    (``run``: the benchmark that runs the whole thing)."""
     if len(sys.argv) == 3 and sys.argv[1] == "--point":
-        print(json.dumps(point(json.loads(sys.argv[2])), default=float))
+        print(json.dumps(point_of(json.loads(sys.argv[2])), default=float))
         sys.exit(0)
-    sys.exit("usage: python -m benchmarks.scale_bench.query --point JSON (the curves: python -m benchmarks run "
-             "scale-query)")
+    sys.exit(f"usage: python -m {module} --point JSON (the whole run: python -m benchmarks run {run})")
+
+
+if __name__ == "__main__":  # a child process: one point
+    child_main(point, "benchmarks.scale_bench.query", "scale-query")
