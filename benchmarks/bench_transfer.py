@@ -32,6 +32,11 @@ Writes ``transfer.json`` (every table and the per-set statistics), ``transfer.md
 ``transfer.png`` under ``--out-dir`` (or ``TRAWMEM_BENCH_OUT``). The parts live in
 ``benchmarks/transfer_bench/``. ``--cache TAG`` keeps fits and picks under the bench cache (a
 rerun with more variants selects only the new ones; a new source tree needs a new tag).
+
+Experiment switch (off by default): ``TRAWMEM_BENCH_UNIT_VECS="split=encoded"`` (or
+``plain=sentence-mean``, ...) forms the named views' unit vectors another way
+(``transfer_bench.unit_vecs``: a burst's joined text encoded, or a unit's sentences' mean); the
+form enters the view spec and the cache keys. Its results: ``results/transfer_burst_vectors.json``.
 """
 from __future__ import annotations
 

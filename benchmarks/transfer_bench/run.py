@@ -18,6 +18,8 @@ class Run:
                  lme_view_banks: int | None = None, sources: tuple = SOURCES, lme_views: list[str] | None = None):
         from trawmem_gpu.data.chat_views import view_spec
 
+        from .unit_vecs import forms
+
         if "plain" not in views:
             views = ["plain"] + views  # the fits read the plain sets
         self.views, self.Ts, self.sources = views, Ts, tuple(sources)
@@ -29,7 +31,9 @@ class Run:
             per["longmemeval"] = ["plain"] + [v for v in lme_views if v != "plain"]
         self.sets = {(s, v): load_set(s, paths[s], v, None if v == "plain" else only[s])
                      for s in self.sources for v in per[s]}
-        self.spec = {k: view_spec(k[1]).to_dict() for k in self.sets}
+        self.vecs = forms()  # the experiment switch (``unit_vecs``): {} as shipped
+        self.spec = {k: view_spec(k[1]).to_dict() | ({"unit_vecs": self.vecs[k[1]]} if k[1] in self.vecs else {})
+                     for k in self.sets}
         if "longmemeval" in self.sources and only["longmemeval"] is not None and len(per["longmemeval"]) > 1:
             key = ("longmemeval", "plain-sample")
             self.sets[key] = self.sets[("longmemeval", "plain")].subset(only["longmemeval"], "plain-sample")
@@ -78,7 +82,7 @@ class Run:
             t0 = time.perf_counter()
             make = (lambda: fit_both(self.sets, features)) if reg == "both" else \
                 (lambda: fit_weights(self.sets, features, reg))
-            raw = self.cache.get(PickCache.key("fit", features, reg),
+            raw = self.cache.get(PickCache.key("fit", features, reg, *([self.vecs] if self.vecs else [])),
                                  lambda: [[list(k), list(map(float, w))] for k, w in make().items()])
             self._W[(features, reg)] = {tuple(k): np.asarray(w) for k, w in raw}
             print(f"fits {features} {reg}: {len(raw)} ({time.perf_counter() - t0:.0f}s)", flush=True)

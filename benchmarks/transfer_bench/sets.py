@@ -89,13 +89,18 @@ def sample_banks(path: Path, n: int, seed: int = 36) -> set[str]:
 
 def load_set(name: str, path: Path, view: str, only: set | None = None) -> ViewSet:
     """``name``'s dev file under ``view``: banks built once into the bank cache (encoded through the
-    embedding cache), questions labelled over the burst view; ``only``: these banks alone."""
+    embedding cache), questions labelled over the burst view (its unit vectors in the form
+    ``unit_vecs`` names for ``view``: shipped unless ``TRAWMEM_BENCH_UNIT_VECS`` is set);
+    ``only``: these banks alone."""
     from trawmem_gpu.head.relevance import labelled_banks, load_labelled
     from trawmem_gpu.select.context import BankContext
 
+    from .unit_vecs import unit_vectors
+
     t0 = time.perf_counter()
     loaded = labelled_banks(path, view=view, progress=True, only=only)
-    questions, ctxs = load_labelled(path, dataset=name, view=view, loaded=loaded)
+    with unit_vectors(view):  # the experiment switch (off: the shipped burst vectors)
+        questions, ctxs = load_labelled(path, dataset=name, view=view, loaded=loaded)
     stored = loaded[1]
     raw = {b: (c if c.bank.n_units == stored[b].n_units else BankContext.of(stored[b])) for b, c in ctxs.items()}
     names = None
