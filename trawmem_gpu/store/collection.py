@@ -288,10 +288,11 @@ class Collection:
     def _sweep(self) -> None:  # after killed writers, with the collection lock held
         sweep(self)
 
-    def _dirname_for(self, bank_id: str) -> str:
+    def _dirname_for(self, bank_id: str, taken: set | None = None) -> str:
+        """The bank's directory name: the index's, else a free one (``taken``: the names in use)."""
         if bank_id in self.banks:
             return self.banks[bank_id]
-        taken = set(self.banks.values())
+        taken = set(self.banks.values()) if taken is None else taken
         for digits in (10, 40):
             name = bank_dirname(bank_id, digits)
             if name not in taken:
@@ -310,12 +311,16 @@ class Collection:
     def _write(self, banks: list[Bank]) -> None:
         """Save ``banks`` and, when it changes, the index (call with the collection lock held, after
         ``refresh``)."""
-        changed = False
+        changed, taken = False, None
         for bank in banks:
             if self.encoder_id is not None and bank.encoder_id != self.encoder_id:
                 raise BankError(f"bank {bank.bank_id!r} was encoded with {bank.encoder_id!r}, the collection "
                                 f"{self.path} with {self.encoder_id!r}; one collection holds one embedding space")
-            name = self._dirname_for(bank.bank_id)
+            if bank.bank_id not in self.banks and taken is None:
+                taken = set(self.banks.values())  # once per write, not per new bank
+            name = self._dirname_for(bank.bank_id, taken)
+            if taken is not None:
+                taken.add(name)
             remove_compactions(self.path / BANKS, name, True)  # a compaction's copy goes with the old bank
             save_bank(bank, self.path / BANKS / name)
             self._remember(bank.bank_id, read_meta(self.path / BANKS / name)["meta_sha256"], bank)

@@ -16,7 +16,6 @@ import queue
 import shutil
 import threading
 import time
-import uuid
 from pathlib import Path
 
 from .bank import Bank
@@ -149,7 +148,7 @@ def sweep(coll) -> None:
             if bid is None:
                 shutil.rmtree(p, ignore_errors=True)
             else:
-                remove_compactions(bdir, name, False, coll, bid)
+                remove_compactions(bdir, name, False, coll, bid, found=[p])
         elif ".old-" in p.name:
             live = bdir / p.name[1:p.name.rindex(".old-")]
             if not live.exists() and live.name in coll.banks.values():
@@ -168,11 +167,23 @@ def restore(live: Path) -> None:
             pass
 
 
-def remove_compactions(bdir: Path, dirname: str, force: bool, coll=None, bank_id: str | None = None) -> None:
-    """Remove the private directories of compactions of the bank in ``bdir / dirname``: all of them
-    with ``force`` (a rewrite of the bank: a copy of what it drops must not outlive it; a live
-    compactor then fails), else only when no compaction of ``bank_id`` runs (a killed one's)."""
-    for p in list(bdir.glob(f".{dirname}{COMPACT}*")):
+def compaction_dir(bdir: Path, dirname: str) -> Path:
+    """The private directory of a compaction of the bank in ``bdir / dirname``: one name per bank
+    (compactions of a bank take its compaction lock, one at a time), so finding it is one ``stat``,
+    not a listing of a directory that holds every bank of the collection. Earlier releases named it
+    with a random suffix; ``sweep`` still finds those (any name holding ``COMPACT``)."""
+    return bdir / f".{dirname}{COMPACT}w"
+
+
+def remove_compactions(bdir: Path, dirname: str, force: bool, coll=None, bank_id: str | None = None,
+                       found: list[Path] | None = None) -> None:
+    """Remove the private directories of compactions of the bank in ``bdir / dirname``
+    (``found``, a listing's, else :func:`compaction_dir`): all of them with ``force`` (a rewrite of
+    the bank: a copy of what it drops must not outlive it; a live compactor then fails), else only
+    when no compaction of ``bank_id`` runs (a killed one's)."""
+    for p in (found if found is not None else [compaction_dir(bdir, dirname)]):
+        if not p.exists():
+            continue
         if not force:
             with compaction_lock(coll, bank_id) as free:
                 if not free:
@@ -203,7 +214,8 @@ def compact(coll, bank_id: str) -> bool:
                 meta = read_meta(d)
                 if meta["format_version"] < 3 or not meta["segments"]:
                     return False
-                tmp = d.parent / f".{d.name}{COMPACT}{uuid.uuid4().hex[:12]}"
+                tmp = compaction_dir(d.parent, d.name)
+                shutil.rmtree(tmp, ignore_errors=True)  # a killed compaction's (this lock is ours)
                 tmp.mkdir()
                 bank = coll._cached(bank_id, meta["meta_sha256"]) or load_bank(d, bank_id=bank_id)
             base = write_base(bank, tmp, int(meta["base"].get("generation", 0)) + 1)
