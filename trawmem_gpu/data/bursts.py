@@ -101,6 +101,16 @@ def session_gaps(turns: list) -> np.ndarray:
     return np.concatenate([_gaps(turns[a:b]) for a, b in spans]) if spans else np.zeros(0)
 
 
+def appended_session_gaps(gaps0: np.ndarray, n0: int, turns: list) -> np.ndarray:
+    """:func:`session_gaps` of ``turns`` from ``gaps0``, those of its first ``n0`` turns (an append:
+    the old turns, then new ones): the old gaps, then the gaps the new turns open inside a session
+    (the new turns continue the last old session or open new ones, so their gaps come last)."""
+    new = [(turns[i].time - turns[i - 1].time).total_seconds()
+           if turns[i].time is not None and turns[i - 1].time is not None else np.nan
+           for i in range(max(n0, 1), len(turns)) if turns[i].session == turns[i - 1].session]
+    return np.concatenate([np.asarray(gaps0, dtype=np.float64), np.asarray(new, dtype=np.float64)])
+
+
 def burst_starts(turns: list, lo: int = 0, hi: int | None = None, tau: float | None = None) -> list[int]:
     """Where each burst of ``turns[lo:hi]`` starts (indices into ``turns``, a conversation's messages
     in order), session by session (a burst never crosses a session); ``[lo]`` and up, ascending.

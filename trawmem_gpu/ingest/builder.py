@@ -10,12 +10,13 @@ full build over the same turns.
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .config import BuildConfig
-from ..data.bursts import burst_starts, burst_vectors
+from ..data.bursts import appended_session_gaps, burst_gap, burst_starts, burst_vectors, session_gaps
 from ..data.fields import session_field
 from ..data.types import Conversation, Turn
 from ..encode.base import Encoder
@@ -46,6 +47,27 @@ class _Work:
     llm_why: dict = field(default_factory=dict)
     """LLM fallbacks by step and reason (``{"segment": {why: n}, "head": {...}}``): the bank's
     ``stats["llm_fallbacks"]``, which ``trawmem info`` shows."""
+    gaps: np.ndarray | None = None
+    """Every gap inside a session of ``conv.turns`` (``data.bursts.session_gaps``), where the burst
+    gap comes from: an update passes the old bank's, extended by the new turns'; else computed on
+    first use. Once per bank, never per session or thread: that made a build quadratic."""
+    tau: float | None = None
+    """The conversation's burst gap (:meth:`burst_gap`), computed once."""
+
+    def burst_gap(self) -> float:
+        """``data.bursts.burst_gap`` of :attr:`gaps` (the whole conversation's statistic)."""
+        if self.tau is None:
+            if self.gaps is None:
+                self.gaps = session_gaps(self.conv.turns)
+            self.tau = burst_gap(self.gaps)
+        return self.tau
+
+    def bursts_from(self, lo: int) -> list[int]:
+        """Burst starts of the turns from the session holding unit ``lo`` on (ascending)."""
+        turns = self.conv.turns
+        while lo > 0 and turns[lo - 1].session == turns[lo].session:
+            lo -= 1
+        return burst_starts(turns, lo, None, self.burst_gap())
 
 
 def _session_spans(turns: list[Turn], lo: int = 0) -> list[tuple[int, int]]:
@@ -96,7 +118,7 @@ def _segment(works: list[_Work], cfg: BuildConfig, llm, stats: dict, from_unit: 
             local = sorted({0, *[int(b) for b in lb if 0 < int(b) < hi - lo]})
         else:
             mode = "embedding" if cfg.segmentation == "llm" else cfg.segmentation
-            local = _segment_session(w.vecs[lo:hi], cfg, mode, [b - lo for b in burst_starts(w.conv.turns, lo, hi)])
+            local = _segment_session(w.vecs[lo:hi], cfg, mode, [b - lo for b in burst_starts(w.conv.turns, lo, hi, w.burst_gap())])
         w.starts.extend(lo + s for s in local)
 
 
@@ -132,11 +154,11 @@ def _heads(works: list[_Work], cfg: BuildConfig, llm, stats: dict, encoder: Enco
         for (wi, _, _, _), why in zip(todo, whys):
             _add_why(stats.setdefault("llm_fallbacks", {}), "head", {why: 1} if why else {})
             _add_why(works[wi].llm_why, "head", {why: 1} if why else {})
-    bursts: dict[int, list[int]] = {}  # work index -> its conversation's burst starts
+    bursts: dict[int, list[int]] = {}  # work index -> its burst starts from its first new thread on
     for (wi, j, s, e), txt in zip(todo, texts):
         w = works[wi]
         if not txt and wi not in bursts:
-            bursts[wi] = burst_starts(w.conv.turns)
+            bursts[wi] = w.bursts_from(s)  # a work's threads come in order: s is its first new one
         if txt:
             w.heads.append(txt)
             w.head_kind.append("llm")
@@ -144,8 +166,13 @@ def _heads(works: list[_Work], cfg: BuildConfig, llm, stats: dict, encoder: Enco
             if cfg.heads == "llm":
                 w.head_fallbacks += 1
             w.heads.append(extractive_head(w.conv.turns[s:e], w.vecs[s:e], sentences=cfg.head_sentences,
-                                           words=cfg.head_words, bursts=[b - s for b in bursts[wi] if s <= b < e]))
+                                           words=cfg.head_words, bursts=_within(bursts[wi], s, e)))
             w.head_kind.append("extractive")
+
+
+def _within(starts: list[int], s: int, e: int) -> list[int]:
+    """The burst starts of ``starts`` (ascending) in ``[s, e)``, as offsets from ``s``."""
+    return [b - s for b in starts[bisect_left(starts, s):bisect_left(starts, e)]]
 
 
 def _encode_units(convs: list[Conversation], encoder: Encoder, cfg: BuildConfig, progress: bool,
@@ -249,8 +276,10 @@ def build_banks(convs: list[Conversation], cfg: BuildConfig | None = None, encod
     _heads(works, cfg, llm, stats, encoder)
     stats["heads_s"] = time.perf_counter() - t0
     banks, _ = _finish(works, encoder, cfg, progress, stats, [None] * len(works))
-    for b in banks:
+    for b, w in zip(banks, works):
         b.validate()
+        if w.gaps is not None:
+            b.__dict__[SESSION_GAPS] = w.gaps
     return banks, stats
 
 
@@ -293,7 +322,7 @@ def update_bank(bank: Bank, new_turns: list[Turn], cfg: BuildConfig | None = Non
     vecs = _encode_units([conv], encoder, cfg, progress, skip=[n_old], old=[bank.unit_vecs])[0]
     stats["encode_units_s"] = time.perf_counter() - t0
     w = _Work(conv, vecs, [int(s) for s in bank.thread_offsets[:keep_threads]], list(bank.heads[:keep_threads]),
-              list(bank.head_kind[:keep_threads]), keep_threads)
+              list(bank.head_kind[:keep_threads]), keep_threads, gaps=_appended_gaps(bank, turns))
     t0 = time.perf_counter()
     _segment([w], cfg, llm, stats, [first])
     stats["segment_s"] = time.perf_counter() - t0
@@ -312,9 +341,24 @@ def update_bank(bank: Bank, new_turns: list[Turn], cfg: BuildConfig | None = Non
     new_bank = replace(new_bank, facts=bank.facts, fact_vecs=bank.fact_vecs, profiles=bank.profiles,
                        profile_vecs=bank.profile_vecs, layer_sources=dict(bank.layer_sources))
     new_bank.validate(since=(n_old, keep_threads))
+    if w.gaps is not None:
+        new_bank.__dict__[SESSION_GAPS] = w.gaps  # the next append extends them (a bank's turns never change)
     if same_graph and new_bank.build_config == bank.build_config:
         new_bank.extends = Extension.of(bank, keep_threads, changed[changed < keep_threads])
     return new_bank, stats
+
+
+SESSION_GAPS = "_session_gaps"
+"""Where a bank object keeps its turns' session gaps (``data.bursts.session_gaps``) once computed."""
+
+
+def _appended_gaps(bank: Bank, turns: list[Turn]) -> np.ndarray | None:
+    """The session gaps of ``turns`` (``bank``'s turns, then new ones) from those ``bank`` keeps
+    (its build's or its burst view's, ``store.bursts``), or None (computed whole when needed)."""
+    got = bank.__dict__.get(SESSION_GAPS)
+    if got is None and bank.__dict__.get("_bursts") is not None:
+        got = bank.__dict__["_bursts"][0]
+    return None if got is None else appended_session_gaps(got, bank.n_units, turns)
 
 
 def _check_new(bank: Bank, new_turns: list[Turn]) -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..data.bursts import burst_gap, burst_starts, burst_vectors, session_gaps
+from ..data.bursts import appended_session_gaps, burst_gap, burst_starts, burst_vectors, session_gaps
 from ..data.types import Turn
 from .bank import Bank
 from .segments import Extension
@@ -84,9 +84,7 @@ def _appended_bursts(bank: Bank):
     if got is None or not 0 < n0 <= len(turns) or base.n_units != n0:
         return None
     gaps0, tau0, off0, _ = got
-    gaps = np.concatenate([gaps0, [(turns[i].time - turns[i - 1].time).total_seconds()
-                                   if turns[i].time is not None and turns[i - 1].time is not None else np.nan
-                                   for i in range(n0, len(turns)) if turns[i].session == turns[i - 1].session]])
+    gaps = appended_session_gaps(gaps0, n0, turns)
     tau = burst_gap(gaps)
     if tau != tau0:
         return None

@@ -1,0 +1,56 @@
+"""A build and an append cost linear in the bank's size (issue 33): the conversation's burst gap
+comes from its session gaps computed once per build (not once per session, and not once per
+thread), and an append extends the gaps the bank it appends to keeps instead of reading every
+turn again. Picks and banks are unchanged (``test_build_bursts``); these tests count the work."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trawmem_gpu.data import bursts as data_bursts
+from trawmem_gpu.data.bursts import session_gaps
+from trawmem_gpu.data.chat_views import view_conversation, view_spec
+from trawmem_gpu.ingest import build_banks, builder, update_bank
+from build_store_cases import synthetic_conversation
+
+
+@pytest.fixture(scope="module")
+def chat_conv():
+    return view_conversation(synthetic_conversation(), view_spec("chat"))[0]
+
+
+def _count_gap_reads(monkeypatch) -> list[int]:
+    """Count the whole-conversation gap computations (``session_gaps``) and the turns they read."""
+    calls = []
+    real = data_bursts.session_gaps
+
+    def counted(turns):
+        calls.append(len(turns))
+        return real(turns)
+
+    monkeypatch.setattr(builder, "session_gaps", counted)
+    monkeypatch.setattr(data_bursts, "session_gaps", counted)
+    return calls
+
+
+def test_a_build_reads_the_session_gaps_once(chat_conv, encoder, monkeypatch):
+    sessions = len({t.session for t in chat_conv.turns})
+    assert sessions >= 3
+    calls = _count_gap_reads(monkeypatch)
+    (bank,), _ = build_banks([chat_conv], encoder=encoder, progress=False)
+    assert calls == [len(chat_conv.turns)]  # before: once per session and once more for the heads
+    np.testing.assert_array_equal(bank.__dict__[builder.SESSION_GAPS], session_gaps(chat_conv.turns))
+
+
+def test_an_append_extends_the_gaps_it_holds(chat_conv, encoder, monkeypatch):
+    turns = chat_conv.turns
+    n = len(turns) - 5
+    (bank,), _ = build_banks([type(chat_conv)(chat_conv.bank_id, turns[:n])], encoder=encoder, progress=False)
+    calls = _count_gap_reads(monkeypatch)
+    for i in range(n, len(turns)):  # one message at a time, each append on the bank the last returned
+        bank, _ = update_bank(bank, [turns[i]], encoder=encoder)
+        np.testing.assert_array_equal(bank.__dict__[builder.SESSION_GAPS], session_gaps(turns[:i + 1]))
+    assert calls == []  # no append read every turn's time again
+    (full,), _ = build_banks([chat_conv], encoder=encoder, progress=False)
+    assert [int(x) for x in bank.thread_offsets] == [int(x) for x in full.thread_offsets]
+    assert list(bank.heads) == list(full.heads)
