@@ -54,3 +54,20 @@ def test_an_append_extends_the_gaps_it_holds(chat_conv, encoder, monkeypatch):
     (full,), _ = build_banks([chat_conv], encoder=encoder, progress=False)
     assert [int(x) for x in bank.thread_offsets] == [int(x) for x in full.thread_offsets]
     assert list(bank.heads) == list(full.heads)
+
+
+def test_an_appended_banks_resident_size_adds_its_new_turns(chat_conv, encoder):
+    """``memory.resident.bank_nbytes`` of a bank an append returned: its base's turn bytes plus the
+    new turns' (kept on the bank object), equal to walking every turn."""
+    from trawmem_gpu.memory.resident import TURN_OVERHEAD, bank_nbytes
+
+    turns = chat_conv.turns
+    n = len(turns) - 3
+    (bank,), _ = build_banks([type(chat_conv)(chat_conv.bank_id, turns[:n])], encoder=encoder, progress=False)
+    bank_nbytes(bank)
+    for i in range(n, len(turns)):
+        new, _ = update_bank(bank, [turns[i]], encoder=encoder)
+        assert new.extends is not None and new.extends.base is bank
+        bank_nbytes(new)
+        assert new.__dict__["_turns_nbytes"] == sum(len(t.text) + len(t.turn_id) + TURN_OVERHEAD for t in new.turns)
+        bank = new

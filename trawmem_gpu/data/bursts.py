@@ -47,7 +47,8 @@ def burst_gap(gaps: np.ndarray) -> float:
     messages (NaN where a time is missing, left out): Otsu's two-group split of ``log(1 + gap)``,
     midway (on that scale) between the largest short gap and the smallest long one; ``inf``
     (every gap inside) when the gaps do not fall into two groups (see the module docstring)."""
-    g = np.sort(np.log1p(np.asarray([x for x in gaps if x == x], dtype=np.float64).clip(min=0.0)))
+    g = np.asarray(gaps, dtype=np.float64).reshape(-1)
+    g = np.sort(np.log1p(g[~np.isnan(g)].clip(min=0.0)))
     n = len(g)
     k = np.flatnonzero(g[1:] > g[:-1]) + 1  # splits between distinct values: g[:k] short, g[k:] long
     if not len(k):

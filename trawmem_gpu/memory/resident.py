@@ -43,8 +43,22 @@ def bank_nbytes(bank, tables=None) -> int:
     arrays = sum(_nbytes(getattr(bank, f, None)) for f in ("unit_vecs", "head_vecs", "edge_src", "edge_dst",
                                                             "edge_w", "edge_kind", "knn_sims", "knn_ids",
                                                             "fact_vecs", "profile_vecs", "thread_offsets"))
-    text = sum(len(t.text) + len(t.turn_id) + TURN_OVERHEAD for t in bank.turns) + sum(len(h) + 50 for h in bank.heads)
+    text = _turns_nbytes(bank) + sum(len(h) + 50 for h in bank.heads)
     return arrays + text + _nbytes(tables)
+
+
+def _turns_nbytes(bank) -> int:
+    """The turns' part of :func:`bank_nbytes`, kept on the bank object (its turns never change); a
+    bank appended to another (``extends``) adds its new turns' to that bank's: a write to a large
+    bank does not walk every turn to count them."""
+    got = bank.__dict__.get("_turns_nbytes")
+    if got is None:
+        base = getattr(getattr(bank, "extends", None), "base", None)
+        n0 = base.n_units if base is not None and "_turns_nbytes" in base.__dict__ else 0
+        got = (base.__dict__["_turns_nbytes"] if n0 else 0) + sum(
+            len(t.text) + len(t.turn_id) + TURN_OVERHEAD for t in bank.turns[n0:])
+        bank.__dict__["_turns_nbytes"] = got
+    return got
 
 
 class Resident:
