@@ -4,6 +4,8 @@ thread), and an append extends the gaps the bank it appends to keeps instead of 
 turn again. Picks and banks are unchanged (``test_build_bursts``); these tests count the work."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -71,3 +73,26 @@ def test_an_appended_banks_resident_size_adds_its_new_turns(chat_conv, encoder):
         bank_nbytes(new)
         assert new.__dict__["_turns_nbytes"] == sum(len(t.text) + len(t.turn_id) + TURN_OVERHEAD for t in new.turns)
         bank = new
+
+
+def test_an_appends_history_events_equal_the_whole_comparison(chat_conv, encoder):
+    """``memory.history.append_events`` of an append (the new bank keeps the old one's turns):
+    what comparing every turn id of both banks gives, without building those maps."""
+    from trawmem_gpu.memory import history
+
+    turns = chat_conv.turns
+    n = len(turns) - 4
+    (old,), _ = build_banks([type(chat_conv)(chat_conv.bank_id, turns[:n])], encoder=encoder, progress=False)
+    new, _ = update_bank(old, turns[n:], encoder=encoder)
+    fast = history.append_events(old, new, [t.turn_id for t in turns[n:]])
+    assert history._appended(old, new) == n
+    sessions = {t.session for t in turns[n:]} | {old.turns[-1].session}
+    whole = history._turn_events(old, new, "add", "T", sessions, None)
+    key = lambda evs: [(e["unit"], e["event"]) for e in evs]  # noqa: E731
+    assert key(fast) == key(whole) and [e["unit"] for e in fast] == [t.turn_id for t in turns[n:]]
+    vecs = new.unit_vecs.copy()
+    vecs[n - 1] = -vecs[n - 1]  # a kept turn of the last old session re-embedded: both report it
+    changed = dataclasses.replace(new, unit_vecs=vecs)
+    assert ("re-embedded" in [e["event"] for e in history.append_events(old, changed, [t.turn_id for t in turns[n:]])])
+    assert key(history.append_events(old, changed, [t.turn_id for t in turns[n:]])) == \
+        key(history._turn_events(old, changed, "add", "T", sessions, None))

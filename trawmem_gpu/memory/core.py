@@ -180,8 +180,9 @@ class MemoryCore:
         """Make the engine select from the registry's current bank ``bank_id`` (engine-owner thread)."""
         bank = self.registry.get(bank_id)
         if bank is not None and self.engines.banks.get(bank_id) is not bank:
+            nbytes = bank_nbytes(bank)  # while the engine holds the bank it replaces: an append's counts from it
             self.engines.refresh(bank, prepared)
-            self.resident.touch(bank_id, bank_nbytes(bank) + self.engines.table_bytes.get(bank_id, 0))
+            self.resident.touch(bank_id, nbytes + self.engines.table_bytes.get(bank_id, 0))
 
     def warm(self, bank_id: str):
         """Open ``bank_id`` if it is not in memory (a lazy registry) and prepare its engine tables:

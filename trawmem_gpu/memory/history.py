@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import os
 from datetime import datetime, timezone
 from pathlib import Path
@@ -69,6 +70,44 @@ def write_events(old, new, cause: str, *, sessions=None, gone_cause: str | None 
     (``re-embedded``). Turn vectors are compared only in ``sessions`` (the sessions the write
     rebuilt; None: every session), so an append to a large bank compares what it touched."""
     t = now_iso()
+    n = _appended(old, new) if sessions is not None else None
+    if n is not None:
+        out = _append_turn_events(old, new, n, sessions, cause, t)
+    else:
+        out = _turn_events(old, new, cause, t, sessions, gone_cause)
+    lo, ln = _units(old), _units(new)
+    out += [event(u, "added", cause, t) for u in ln if u not in lo]
+    out += [event(u, "forgotten", gone_cause or cause, t) for u in lo if u not in ln]
+    out += [event(u, "re-embedded", cause, t) for u in ln if u in lo and not np.array_equal(ln[u], lo[u])]
+    return out
+
+
+def _appended(old, new) -> int | None:
+    """``len(old.turns)`` when ``new``'s turns begin with ``old``'s very objects (an append, which
+    keeps them), else None."""
+    if old is None or new is None or len(new.turns) < len(old.turns):
+        return None
+    n = len(old.turns)
+    return n if all(map(operator.is_, old.turns, new.turns[:n])) else None
+
+
+def _append_turn_events(old, new, n: int, sessions, cause: str, t: str) -> list[dict]:
+    """:func:`_turn_events` of an append (``new`` keeps ``old``'s ``n`` turns and adds after them):
+    its new turns are added, none is forgotten, and the kept turns it compares are the run of
+    ``sessions`` that ends ``old`` (an append rebuilds the sessions from the last old one on), so
+    the work is the append's, not the bank's."""
+    out = [event(x.turn_id, "added", cause, t) for x in new.turns[n:]]
+    lo = n
+    while lo > 0 and old.turns[lo - 1].session in sessions:
+        lo -= 1
+    if lo < n:
+        d = np.any(old.unit_vecs[lo:n] != new.unit_vecs[lo:n], axis=1)
+        out += [event(old.turns[lo + int(i)].turn_id, "re-embedded", cause, t) for i in np.flatnonzero(d)]
+    return out
+
+
+def _turn_events(old, new, cause: str, t: str, sessions, gone_cause) -> list[dict]:
+    """The turns' events of :func:`write_events`, from every turn id of both banks."""
     old_turns = {x.turn_id: i for i, x in enumerate(old.turns)} if old is not None else {}
     new_turns = {x.turn_id: i for i, x in enumerate(new.turns)} if new is not None else {}
     out = [event(u, "added", cause, t) for u in new_turns if u not in old_turns]
@@ -80,10 +119,6 @@ def write_events(old, new, cause: str, *, sessions=None, gone_cause: str | None 
             a = old.unit_vecs[[old_turns[u] for u in common]]
             b = new.unit_vecs[[new_turns[u] for u in common]]
             out += [event(u, "re-embedded", cause, t) for u, d in zip(common, np.any(a != b, axis=1)) if d]
-    lo, ln = _units(old), _units(new)
-    out += [event(u, "added", cause, t) for u in ln if u not in lo]
-    out += [event(u, "forgotten", gone_cause or cause, t) for u in lo if u not in ln]
-    out += [event(u, "re-embedded", cause, t) for u in ln if u in lo and not np.array_equal(ln[u], lo[u])]
     return out
 
 
