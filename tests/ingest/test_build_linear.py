@@ -96,3 +96,22 @@ def test_an_appends_history_events_equal_the_whole_comparison(chat_conv, encoder
     assert ("re-embedded" in [e["event"] for e in history.append_events(old, changed, [t.turn_id for t in turns[n:]])])
     assert key(history.append_events(old, changed, [t.turn_id for t in turns[n:]])) == \
         key(history._turn_events(old, changed, "add", "T", sessions, None))
+
+
+def test_an_appended_bank_extends_the_turn_map_it_holds(chat_conv, encoder):
+    """``Bank.turn_map`` of an appended bank: the old bank's map plus the new turns, its own dict
+    (the old bank's is left as it was), and a duplicate id is still refused."""
+    from trawmem_gpu.errors import InputError
+
+    turns = chat_conv.turns
+    n = len(turns) - 2
+    (old,), _ = build_banks([type(chat_conv)(chat_conv.bank_id, turns[:n])], encoder=encoder, progress=False)
+    before = dict(old.turn_map())
+    new, _ = update_bank(old, turns[n:], encoder=encoder)
+    assert "_turn_map" in new.__dict__ and new.turn_map() is not old.turn_map()
+    assert new.turn_map() == {t.turn_id: t for t in turns} and old.turn_map() == before
+    with pytest.raises(InputError, match="duplicate turn id"):
+        update_bank(new, [dataclasses.replace(turns[-1], session=turns[-1].session)], encoder=encoder)
+    with pytest.raises(InputError, match="duplicate turn id"):  # twice in one request
+        extra = dataclasses.replace(turns[-1], turn_id="fresh-1")
+        update_bank(new, [extra, extra], encoder=encoder)

@@ -340,6 +340,9 @@ def update_bank(bank: Bank, new_turns: list[Turn], cfg: BuildConfig | None = Non
     # the layers cite turn ids, which an append keeps: they carry over (``ingest.layers.facts`` adds new facts)
     new_bank = replace(new_bank, facts=bank.facts, fact_vecs=bank.fact_vecs, profiles=bank.profiles,
                        profile_vecs=bank.profile_vecs, layer_sources=dict(bank.layer_sources))
+    held = bank.__dict__.get("_turn_map")
+    if held is not None:  # the ids map of the bank appended to, with the new turns (``Bank.turn_map``)
+        new_bank.__dict__["_turn_map"] = {**held, **{t.turn_id: t for t in new_bank.turns[n_old:]}}
     new_bank.validate(since=(n_old, keep_threads))
     if w.gaps is not None:
         new_bank.__dict__[SESSION_GAPS] = w.gaps  # the next append extends them (a bank's turns never change)
@@ -363,14 +366,14 @@ def _appended_gaps(bank: Bank, turns: list[Turn]) -> np.ndarray | None:
 
 def _check_new(bank: Bank, new_turns: list[Turn]) -> None:
     """``InputError`` for a new turn whose id the bank holds, or one that goes back a session."""
-    known = {t.turn_id for t in bank.turns}
+    known, seen = bank.turn_map(), set()  # the bank's map is shared: never written here
     prev = bank.turns[-1].session
     for t in new_turns:
-        if t.turn_id in known:
+        if t.turn_id in known or t.turn_id in seen:
             raise InputError(f"bank {bank.bank_id!r}: duplicate turn id {t.turn_id!r}")
         session_field(t.session, "session", f"bank {bank.bank_id!r}: turn {t.turn_id!r}")
         if t.session < prev:
             raise InputError(f"bank {bank.bank_id!r}: turn {t.turn_id!r} goes back to session {t.session} "
                              f"after session {prev}")
-        known.add(t.turn_id)
+        seen.add(t.turn_id)
         prev = t.session

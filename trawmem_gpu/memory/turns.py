@@ -171,7 +171,7 @@ def screen(bank_id: str, batch: AppendBatch, old) -> Screened:
     where = batch.where
     if not batch.entries:
         raise InputError(f"{where}: give at least one {'turn' if where == 'turns' else 'message'}")
-    known = {t.turn_id: t for t in old.turns} if old is not None else {}
+    known = old.turn_map() if old is not None else {}
     prev: Turn | None = old.turns[-1] if old is not None else None
     items: list[AppendItem] = []
     turns: list[Turn] = []

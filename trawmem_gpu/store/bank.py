@@ -92,6 +92,16 @@ class Bank:
         """A unit view over more layers than the turns (never stored: ``store.files`` refuses it)."""
         return tuple(self.units) != ("turns",)
 
+    def turn_map(self) -> dict:
+        """Turn id -> turn (of a repeated id, the last), made once per bank object: its turns never
+        change. An append hands the bank it returns the map of the bank it appended to with the
+        new turns added (``ingest.builder.update_bank``), so a write to a large bank does not walk
+        every turn to find its ids."""
+        got = self.__dict__.get("_turn_map")
+        if got is None:
+            got = self.__dict__["_turn_map"] = {t.turn_id: t for t in self.turns}
+        return got
+
     def index_of(self) -> dict[str, int]:
         """turn id -> unit index."""
         return {t.turn_id: i for i, t in enumerate(self.turns)}
@@ -108,9 +118,8 @@ class Bank:
         off = self.thread_offsets
         if N == 0 or J == 0:
             raise ValueError(f"bank {self.bank_id!r} is empty")
-        ids = [t.turn_id for t in self.turns]
-        if len(set(ids)) != N:
-            dup = next(i for i, c in Counter(ids).items() if c > 1)
+        if len(self.turn_map()) != N:
+            dup = next(i for i, c in Counter(t.turn_id for t in self.turns).items() if c > 1)
             raise ValueError(f"bank {self.bank_id!r}: duplicate turn id {dup!r}")
         self._validate_values(u0)
         if off[0] != 0 or off[-1] != N or np.any(np.diff(off) <= 0):
