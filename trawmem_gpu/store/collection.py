@@ -85,6 +85,15 @@ def bank_dirname(bank_id: str, digits: int = 10) -> str:
     return f"{base}-{hashlib.sha1(bank_id.encode('utf-8', 'surrogatepass')).hexdigest()[:digits]}"
 
 
+def _free_dirname(path: Path, bank_id: str, taken: set) -> str:
+    """A directory name for the new bank ``bank_id`` that ``taken`` (the names in use) lacks."""
+    for digits in (10, 40):
+        name = bank_dirname(bank_id, digits)
+        if name not in taken:
+            return name
+    raise BankError(f"{path}: no free directory name for bank {bank_id!r}")  # pragma: no cover
+
+
 def _valid_dirname(name) -> bool:
     return isinstance(name, str) and bool(re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name)) and len(name) <= 120
 
@@ -288,17 +297,6 @@ class Collection:
     def _sweep(self) -> None:  # after killed writers, with the collection lock held
         sweep(self)
 
-    def _dirname_for(self, bank_id: str, taken: set | None = None) -> str:
-        """The bank's directory name: the index's, else a free one (``taken``: the names in use)."""
-        if bank_id in self.banks:
-            return self.banks[bank_id]
-        taken = set(self.banks.values()) if taken is None else taken
-        for digits in (10, 40):
-            name = bank_dirname(bank_id, digits)
-            if name not in taken:
-                return name
-        raise BankError(f"{self.path}: no free directory name for bank {bank_id!r}")  # pragma: no cover
-
     def _revision(self, bank_id: str) -> str | None:
         """The stored bank's metadata checksum (None when it has none): changes with every write."""
         if bank_id not in self.banks:
@@ -316,10 +314,10 @@ class Collection:
             if self.encoder_id is not None and bank.encoder_id != self.encoder_id:
                 raise BankError(f"bank {bank.bank_id!r} was encoded with {bank.encoder_id!r}, the collection "
                                 f"{self.path} with {self.encoder_id!r}; one collection holds one embedding space")
-            if bank.bank_id not in self.banks and taken is None:
-                taken = set(self.banks.values())  # once per write, not per new bank
-            name = self._dirname_for(bank.bank_id, taken)
-            if taken is not None:
+            name = self.banks.get(bank.bank_id)
+            if name is None:  # a new bank: a free name (the names in use gathered once per write)
+                taken = set(self.banks.values()) if taken is None else taken
+                name = _free_dirname(self.path, bank.bank_id, taken)
                 taken.add(name)
             remove_compactions(self.path / BANKS, name, True)  # a compaction's copy goes with the old bank
             save_bank(bank, self.path / BANKS / name)
