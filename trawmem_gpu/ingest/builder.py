@@ -24,6 +24,7 @@ from ..errors import InputError, NoLLMConfigured
 from ..store.arrays import extend_rows
 from ..store.bank import Bank
 from ..store.graph import edges_from_knn, knn_table, update_knn
+from ..store.bursts import SESSION_GAPS, held_session_gaps
 from ..store.segments import Extension
 from .heads import extractive_head
 from .segment import embedding_segments, fixed_segments
@@ -351,16 +352,10 @@ def update_bank(bank: Bank, new_turns: list[Turn], cfg: BuildConfig | None = Non
     return new_bank, stats
 
 
-SESSION_GAPS = "_session_gaps"
-"""Where a bank object keeps its turns' session gaps (``data.bursts.session_gaps``) once computed."""
-
-
 def _appended_gaps(bank: Bank, turns: list[Turn]) -> np.ndarray | None:
     """The session gaps of ``turns`` (``bank``'s turns, then new ones) from those ``bank`` keeps
-    (its build's or its burst view's, ``store.bursts``), or None (computed whole when needed)."""
-    got = bank.__dict__.get(SESSION_GAPS)
-    if got is None and bank.__dict__.get("_bursts") is not None:
-        got = bank.__dict__["_bursts"][0]
+    (``store.bursts.held_session_gaps``), or None (computed whole when needed)."""
+    got = held_session_gaps(bank)
     return None if got is None else appended_session_gaps(got, bank.n_units, turns)
 
 

@@ -54,11 +54,25 @@ def bank_bursts(bank: Bank) -> np.ndarray:
     append touches while the burst gap stays what it was (:func:`_appended_bursts`)."""
     got = bank.__dict__.get("_bursts") or _appended_bursts(bank)
     if got is None:
-        gaps = session_gaps(bank.turns)
+        gaps = held_session_gaps(bank)
+        gaps = session_gaps(bank.turns) if gaps is None else gaps
         tau = burst_gap(gaps)
         got = (gaps, tau, _bursts_from(bank, 0, tau, []), None)
     bank.__dict__["_bursts"] = got  # a bank's turns never change: neither do its bursts
     return got[2]
+
+
+SESSION_GAPS = "_session_gaps"
+"""Where a bank object keeps its turns' session gaps (``data.bursts.session_gaps``) once its build
+or append computed them (``ingest.builder``): a bank's turns never change."""
+
+
+def held_session_gaps(bank: Bank) -> np.ndarray | None:
+    """The session gaps a bank object keeps (its build's or append's, or its burst view's), or None."""
+    got = bank.__dict__.get(SESSION_GAPS)
+    if got is None and bank.__dict__.get("_bursts") is not None:
+        got = bank.__dict__["_bursts"][0]
+    return got
 
 
 def _bursts_from(bank: Bank, lo: int, tau: float, before: list) -> np.ndarray:
