@@ -320,9 +320,17 @@ def test_size_bounds_count_every_node_and_every_byte():
     assert parse_filter({"and": [{}] * (MAX_NODES - 1)}).mask(MetaColumns([None])).tolist() == [True]
     with pytest.raises(InputError, match="over 65536 bytes"):  # a long in-list of long strings
         parse_filter({"or": [{"u": {"in": ["x" * 1000] * 70}}]})
-    near = {"u": {"in": [f"{i:0990d}" for i in range(64)]}}  # about 63 KB: under the bound
-    assert len(json.dumps(near, separators=(",", ":"))) < MAX_FILTER_BYTES
-    assert parse_filter(near).matches({"u": f"{3:0990d}"})
+    vals = [f"{i:01000d}" for i in range(66)]  # a filter of exactly MAX_FILTER_BYTES as compact JSON
+    vals[-1] = vals[-1][:1000 - (len(json.dumps({"u": {"in": vals}}, separators=(",", ":"))) - MAX_FILTER_BYTES)]
+    at = {"u": {"in": vals}}
+    assert len(json.dumps(at, separators=(",", ":"))) == MAX_FILTER_BYTES
+    assert parse_filter(at).matches({"u": vals[3]})
+    with pytest.raises(InputError, match="over 65536 bytes"):
+        parse_filter({"u": {"in": vals[:-1] + [vals[-1] + "1"]}})
+    for f in ({"and": [{}] * 21845}, {"and": [{}] * 21846}):  # 3 bytes an item: about the bound, by nodes
+        n = len(json.dumps(f, separators=(",", ":")))
+        with pytest.raises(InputError, match="over 65536 bytes" if n > MAX_FILTER_BYTES else "nodes"):
+            parse_filter(f)
     with pytest.raises(InputError, match="over 65536 bytes"):
         parse_filter({"u": "x" * 10_000_000})
     deep = {}

@@ -204,7 +204,7 @@ def _size_over(f, limit: int) -> bool:
         if isinstance(x, (dict, list, tuple)) and len(x) > limit:
             return True
         if isinstance(x, dict):
-            total += 1 + 2 * len(x)  # braces, a colon and a comma (or the closing brace) per key
+            total += 1 + max(1, 2 * len(x))  # braces, a colon and a comma (or the closing brace) per key
             stack.extend(x.keys())
             stack.extend(x.values())
         elif isinstance(x, (list, tuple)):
