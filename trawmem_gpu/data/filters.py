@@ -61,7 +61,8 @@ OPS = ("eq", "ne", "in", "nin", "gt", "gte", "lt", "lte", "exists")
 """The operators of a condition."""
 LOGIC = ("and", "or", "not")
 MAX_DEPTH = 16
-"""Most nested levels (objects inside ``and`` / ``or`` / ``not``)."""
+"""Most nested levels (objects inside ``and`` / ``or`` / ``not``, counted on the canonical form:
+an object of several conditions is one level more)."""
 MAX_CONDITIONS = 256
 """Most conditions (key-operator pairs) in one filter."""
 MAX_NODES = 1024
@@ -213,11 +214,11 @@ def _size_over(f, limit: int) -> bool:
         elif isinstance(x, str):
             total += 2 + (len(x) if len(x) > limit else len(x.encode("utf-8", "surrogatepass")))
         elif isinstance(x, bool) or x is None:
-            total += 5
+            total += 5 if x is False else 4
         elif isinstance(x, int):
             total += len(repr(x)) if x.bit_length() < 64 else x.bit_length() * 3 // 10
         elif isinstance(x, (datetime, _date)):
-            total += 27
+            total += 2 + len(x.isoformat())
         else:
             total += len(repr(x)) if isinstance(x, float) else 1
         if total > limit or len(stack) > limit:
