@@ -12,7 +12,7 @@ per query as the engine (``benchmarks/bench_serve.py``; docs/design-notes.md). W
   unchanged: keys, validation, routes, errors) over a :class:`RemoteBackend` that forwards each
   backend call as one frame, and all accept on the one listening socket the engine process bound.
 
-The engine's batcher coalesces the queries of all fronts. Frames are a 4-byte length and a
+The engine's batcher coalesces the queries of all fronts. Frames (:mod:`.wire`) are a 4-byte length and a
 pickle (both ends are this package's processes, on a socket only this user can reach) of a
 list: the calls (or answers) one side made in one event-loop iteration, so a batch's answers
 cross in one write. Each call carries an id, so answers come back in any order on one
@@ -274,8 +274,8 @@ class RemoteBackend:
 
     async def _call(self, op: str, *args):
         if self._connected is not None and not self._connected.is_set() and not self._stopping:
-            try:  # connecting again (RECONNECTS attempts 0.2 s apart): wait for it, bounded
-                await asyncio.wait_for(self._connected.wait(), RECONNECTS * 0.2 + 5.0)
+            try:  # connecting again (RECONNECTS attempts 0.2 s apart): wait for it, as long as for an answer
+                await asyncio.wait_for(self._connected.wait(), self.cfg.timeout_s + 5.0)
             except asyncio.TimeoutError:
                 pass
         w = self._writer
