@@ -12,8 +12,8 @@ per query as the engine (``benchmarks/bench_serve.py``; docs/design-notes.md). W
   unchanged: keys, validation, routes, errors) over a :class:`RemoteBackend` that forwards each
   backend call as one frame, and all accept on the one listening socket the engine process bound.
 
-The engine's batcher coalesces the queries of all fronts. Frames (:mod:`.wire`) are a 4-byte length and a
-pickle (both ends are this package's processes, on a socket only this user can reach) of a
+The engine's batcher coalesces the queries of all fronts. Frames (:mod:`.wire`) are a 4-byte
+length and a pickle (both ends are this package's processes, on a socket only this user can reach) of a
 list: the calls (or answers) one side made in one event-loop iteration, so a batch's answers
 cross in one write. Each call carries an id, so answers come back in any order on one
 connection per front. Each call's arguments (and each answer) are pickled on their own inside
@@ -286,7 +286,8 @@ class RemoteBackend:
         try:
             blob = _blob(args)
         except Exception as e:  # noqa: BLE001 - a call that cannot cross fails alone
-            raise EngineCallFailed(f"the {op} call could not be sent to the engine process ({type(e).__name__})") from None
+            raise EngineCallFailed(f"the {op} call could not be sent to the engine process "
+                                   f"({type(e).__name__})") from None
         fut = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
         self._out.put((rid, op, blob))
