@@ -40,7 +40,9 @@ def test_query_where_selects_among_the_passing_turns(coll, capsys):
 
 @pytest.mark.parametrize("where,why", [("{user_id: u1}", "argument --where: not JSON"),
                                        ('{"n": {"gt": "six"}}', "argument --where: where.n.gt: expected a number"),
-                                       ('["u1"]', "argument --where: where: expected a filter object")])
+                                       ('["u1"]', "argument --where: where: expected a filter object"),
+                                       ('{"and": [' + "{}, " * 1_000_000 + "{}]}",
+                                        "argument --where: where: the filter is over 65536 bytes")])
 def test_a_bad_where_is_refused_at_parse_time(tmp_path, capsys, where, why):
     with pytest.raises(SystemExit) as e:
         main(["query", "--bank", str(tmp_path), "--question", "q", "--where", where])
@@ -66,3 +68,13 @@ def test_serve_key_binds_a_filter(tmp_path, capsys):
 
     with pytest.raises(ConfigError, match=r"keys\[0\]: field where\.user_id: null is not a value"):
         KeyStore.load(keys)
+    doc["keys"][0]["where"] = {"and": [{}] * 1_000_000}  # the size bound, in a keys file and at serve-key
+    keys.write_text(json.dumps(doc))
+    with pytest.raises(ConfigError, match=r"keys\[0\]: field where: the filter is over 65536 bytes"):
+        KeyStore.load(keys)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main(["serve-key", "--keys", str(tmp_path / "k2.json"), "--tenant", "t", "--banks", "*", "--where",
+              json.dumps({"and": [{}] * 1_000_000})])
+    assert e.value.code == 2
+    assert "where: the filter is over 65536 bytes" in capsys.readouterr().err

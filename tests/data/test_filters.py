@@ -3,6 +3,7 @@ errors naming the path inside the filter, and the one evaluator against a plain 
 of the rules on random metadata and random filters."""
 from __future__ import annotations
 
+import json
 import pickle
 import random
 from datetime import date, datetime, timedelta, timezone
@@ -10,7 +11,8 @@ from datetime import date, datetime, timedelta, timezone
 import numpy as np
 import pytest
 
-from trawmem_gpu.data.filters import MAX_CONDITIONS, MAX_DEPTH, MetaColumns, both, parse_filter
+from trawmem_gpu.data.filters import (MAX_CONDITIONS, MAX_DEPTH, MAX_FILTER_BYTES, MAX_NODES, MetaColumns, both,
+                                      parse_filter)
 from trawmem_gpu.errors import InputError
 
 METAS = [
@@ -144,10 +146,10 @@ def _holds(f, m) -> bool:
     m = m or {}
     out = True
     for k, v in f.items():
-        if k in ("and", "or"):
+        if k in ("and", "or", "AND", "OR"):
             r = [_holds(x, m) for x in v]
-            out &= all(r) if k == "and" else any(r)
-        elif k == "not":
+            out &= all(r) if k.lower() == "and" else any(r)
+        elif k in ("not", "NOT"):
             out &= not _holds(v, m)
         else:
             ops = v if isinstance(v, dict) else {"eq": v}
@@ -197,3 +199,142 @@ def test_the_evaluator_states_the_rules():
         got = parse_filter(f).mask(cols).tolist()
         want = [_holds(f, m) for m in metas]
         assert got == want, f
+
+
+# ----------------------------------------------------------------------------------------------
+# every filter that parses survives the trip to an engine process (issue 42 item 1)
+# ----------------------------------------------------------------------------------------------
+def _wild_filter(rng: random.Random, depth: int = 1) -> dict:
+    """A random filter object of any shape the language has: ``{}``, several keys side by side,
+    logic beside conditions, capitals, several operators on one key, date objects, nesting up to
+    (and past) the bound."""
+    f = {}
+    for _ in range(rng.choice([0, 1, 1, 1, 2, 3])):
+        r = rng.random()
+        if r < 0.4 and depth < MAX_DEPTH + 1:
+            op = rng.choice(["and", "or", "not", "AND", "OR", "NOT"])
+            sub = [_wild_filter(rng, depth + 1) for _ in range(rng.randint(1, 3 if depth < 4 else 1))]
+            f[op] = sub[0] if op.lower() == "not" else sub
+        else:
+            key = rng.choice(["a", "b", "c", "d"])
+            ops = rng.sample(["eq", "ne", "in", "nin", "gt", "lte", "exists"], rng.randint(1, 2))
+            val = {}
+            for op in ops:
+                if op == "exists":
+                    val[op] = rng.random() < 0.5
+                elif op in ("in", "nin"):
+                    val[op] = rng.sample(VALUES, rng.randint(1, 3))
+                elif op in ("gt", "lte"):
+                    val[op] = rng.choice([1, 2.5, "2024-03-01", date(2024, 3, 1), datetime(2024, 3, 1, 12)])
+                else:
+                    val[op] = rng.choice(VALUES)
+            f[key] = val if len(val) > 1 or rng.random() < 0.5 or "eq" not in val else val["eq"]
+    return f
+
+
+def _plain(f):
+    """``f`` with date objects as the ISO text they stand for (the reference reads text)."""
+    if isinstance(f, dict):
+        return {k: _plain(v) for k, v in f.items()}
+    if isinstance(f, list):
+        return [_plain(x) for x in f]
+    if isinstance(f, datetime):
+        return f.isoformat()
+    return f.isoformat() if isinstance(f, date) else f
+
+
+def test_every_filter_that_parses_round_trips_through_json_and_pickle():
+    """The canonical JSON of every parsed filter parses back to it (``{"not": {}}`` once wrote
+    ``{"not": {"and": []}}``, which did not parse: unpickling in the engine process raised and
+    the ``--http-workers`` server stopped), pickles to it, and the mask stays the rule's."""
+    rng = random.Random(42)
+    metas = [None] + [{k: rng.choice(VALUES) for k in ("a", "b", "c", "d") if rng.random() < 0.7}
+                      for _ in range(60)]
+    cols, parsed, refused = MetaColumns(metas), 0, 0
+    for _ in range(2000):
+        f = _wild_filter(rng)
+        try:
+            g = parse_filter(f)
+        except InputError as e:
+            assert "deeper than" in str(e), (f, e)  # the generator nests past the bound on purpose
+            refused += 1
+            continue
+        if g is None:
+            assert f == {}
+            continue
+        parsed += 1
+        plain = _plain(f)
+        want = [_holds(plain, m) for m in metas]
+        for back in (parse_filter(g.json), pickle.loads(pickle.dumps(g)), parse_filter(json.loads(json.dumps(g.json)))):
+            assert back == g and back.key == g.key, (f, g)
+            assert back.mask(cols).tolist() == want, f
+    assert parsed > 1200 and refused > 0
+    for f, want in (({"not": {}}, [False] * 2), ({"and": [{}]}, [True] * 2), ({"or": [{"not": {}}, {}]}, [True] * 2),
+                    ({"NOT": {"and": [{}, {"not": {}}]}}, [True] * 2)):
+        g = pickle.loads(pickle.dumps(parse_filter(f)))
+        assert g.json == f if "NOT" not in f else g.json == {"not": f["NOT"]}
+        assert g.mask(MetaColumns([{"a": 1}, None])).tolist() == want, f
+
+
+def test_a_combined_filter_past_the_bounds_still_pickles():
+    """A key's filter and the request's, each within the bounds, together past them (depth and
+    conditions): the combination crosses a pickle whole."""
+    deep = {"a": 1}
+    for _ in range(MAX_DEPTH - 1):
+        deep = {"not": deep}
+    many = {"or": [{"n": i} for i in range(MAX_CONDITIONS)]}
+    for a, b in ((deep, {"not": {"not": {"a": {"exists": False}}}}), (many, {"not": many}), (deep, many)):
+        assert parse_filter(a).json != parse_filter(b).json
+        both_ = both(parse_filter(a), parse_filter(b))
+        back = pickle.loads(pickle.dumps(both_))
+        assert back == both_
+        metas = [{"a": 1, "n": 3}, {"n": 300}, None]
+        assert back.mask(MetaColumns(metas)).tolist() == both_.mask(MetaColumns(metas)).tolist()
+
+
+def test_levels_are_the_canonical_forms():
+    """An object of several conditions is an and, one level more: at the last level it is refused
+    (its canonical form would be past the bound), one level up it parses and round-trips."""
+    def nest(f, n):
+        for _ in range(n):
+            f = {"not": f}
+        return f
+
+    with pytest.raises(InputError, match="deeper than"):
+        parse_filter(nest({"a": 1, "b": 2}, MAX_DEPTH - 1))
+    with pytest.raises(InputError, match="deeper than"):
+        parse_filter(nest({"a": {"gt": 1, "lt": 5}}, MAX_DEPTH - 1))
+    for f in (nest({"a": 1, "b": 2}, MAX_DEPTH - 2), nest({"a": 1}, MAX_DEPTH - 1)):
+        g = parse_filter(f)
+        assert parse_filter(g.json) == g == pickle.loads(pickle.dumps(g))
+
+
+def test_size_bounds_count_every_node_and_every_byte():
+    """``{"and": [{}, {}, ...]}`` of 4 MB once parsed for 21 s (empty objects were not counted):
+    refused by its size before the walk, and by its node count at a smaller size; filters at the
+    bounds parse."""
+    with pytest.raises(InputError, match=rf"^where: the filter is over {MAX_FILTER_BYTES} bytes"):
+        parse_filter({"and": [{}] * 1_000_000})
+    with pytest.raises(InputError, match=rf"more than {MAX_NODES} nodes"):
+        parse_filter({"and": [{}] * MAX_NODES})
+    assert parse_filter({"and": [{}] * (MAX_NODES - 1)}).mask(MetaColumns([None])).tolist() == [True]
+    with pytest.raises(InputError, match="over 65536 bytes"):  # a long in-list of long strings
+        parse_filter({"or": [{"u": {"in": ["x" * 1000] * 70}}]})
+    vals = [f"{i:01000d}" for i in range(66)]  # a filter of exactly MAX_FILTER_BYTES as compact JSON
+    vals[-1] = vals[-1][:1000 - (len(json.dumps({"u": {"in": vals}}, separators=(",", ":"))) - MAX_FILTER_BYTES)]
+    at = {"u": {"in": vals}}
+    assert len(json.dumps(at, separators=(",", ":"))) == MAX_FILTER_BYTES
+    assert parse_filter(at).matches({"u": vals[3]})
+    with pytest.raises(InputError, match="over 65536 bytes"):
+        parse_filter({"u": {"in": vals[:-1] + [vals[-1] + "1"]}})
+    for f in ({"and": [{}] * 21845}, {"and": [{}] * 21846}):  # 3 bytes an item: about the bound, by nodes
+        n = len(json.dumps(f, separators=(",", ":")))
+        with pytest.raises(InputError, match="over 65536 bytes" if n > MAX_FILTER_BYTES else "nodes"):
+            parse_filter(f)
+    with pytest.raises(InputError, match="over 65536 bytes"):
+        parse_filter({"u": "x" * 10_000_000})
+    deep = {}
+    for _ in range(5000):  # any nesting: the size walk does not recurse
+        deep = {"not": deep}
+    with pytest.raises(InputError, match="deeper than"):
+        parse_filter(deep)

@@ -47,12 +47,14 @@ def test_recall_where_and_a_key_bound_to_a_filter(tmp_path, monkeypatch):
     out = _calls(mem, LOCAL_TENANT, ("add_turns", {"bank_id": "b", "turns": _turns("u1") + _turns("u2")}),
                  ("recall", {**q, "where": {"user_id": "u2", "n": {"gte": 2}}}),
                  ("recall", {**q, "where": {"n": {"gt": "two"}}}),
+                 ("recall", {**q, "where": {"and": [{}] * 30_000}}),  # 90 KB: over the size bound
                  ("add_turns", {"bank_id": "b", "turns": [dict(_turns("u3", 1)[0], metadata={"user_id": None})]}))
     assert not out[0][0] and out[0][1]["appended"] == 8
     assert not out[1][0] and out[1][1]["unit_ids"] and set(out[1][1]["unit_ids"]) <= {"u2:2", "u2:3"}
     assert out[2] == (True, "where.n.gt: expected a number or an ISO 8601 date, got 'two' (gt compares numbers "
                             "and dates only)")
-    assert not out[3][0] and out[3][1]["refused"][0]["field"] == "turns[0].metadata.user_id"
+    assert out[3] == (True, "where: the filter is over 65536 bytes as JSON (the limit)")
+    assert not out[4][0] and out[4][1]["refused"][0]["field"] == "turns[0].metadata.user_id"
 
     u1 = Tenant("u1", ("*",), True, None, parse_filter({"user_id": "u1"}))
     out = _calls(mem, u1, ("recall", q), ("recall", {**q, "where": {"or": [{"user_id": "u2"}, {"n": {"gte": 0}}]}}),

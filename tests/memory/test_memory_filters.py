@@ -57,3 +57,8 @@ def test_one_filter_per_query_and_errors(mem):
         mem.select_many([("b", q)] * 2, where=[None, {"day": {"gte": "three"}}])
     with pytest.raises(InputError, match=r"^where\.user_id\.in: expected a non-empty list"):
         mem.select("b", q, where={"user_id": {"in": "u1"}})
+    # the size bound: a 4 MB filter of empty objects is refused by its size (it once parsed for 21 s)
+    with pytest.raises(InputError, match=r"^where: the filter is over 65536 bytes as JSON \(the limit\)"):
+        mem.select("b", q, where={"and": [{}] * 1_000_000})
+    with pytest.raises(InputError, match=r"^where\[1\]: the filter is over 65536 bytes"):
+        mem.select_many([("b", q)] * 2, where=[None, {"and": [{}] * 1_000_000}])

@@ -30,7 +30,11 @@ def test_questions_with_a_filter(tmp_path, monkeypatch, capsys, method):
     assert recs["q1"]["units"] and set(recs["q1"]["units"]) <= {"t1", "t3", "t5", "t7"}
     assert recs["q1"]["where"] == {"user_id": {"eq": "u1"}} and "where" not in recs["q2"]
     bad = _jsonl(tmp_path / "bad.jsonl", [{"id": "q1", "bank_id": "b", "question": "q", "where": {"x": {"gt": "a"}}}])
-    capsys.readouterr()
-    assert main(["score", "--questions", str(bad), "--banks", str(tmp_path / "c"), "--out", str(tmp_path / "o.jsonl"),
-                 "--quiet"]) == 2
-    assert f"{bad}:1: where.x.gt: expected a number or an ISO 8601 date" in capsys.readouterr().err
+    big = _jsonl(tmp_path / "big.jsonl", [{"id": "q1", "bank_id": "b", "question": "q", "where": {"x": 1}},
+                                          {"id": "q2", "bank_id": "b", "question": "q", "where": {"and": [{}] * 10**6}}])
+    for path, why in ((bad, ":1: where.x.gt: expected a number or an ISO 8601 date"),
+                      (big, ":2: where: the filter is over 65536 bytes")):  # the size bound (issue 42)
+        capsys.readouterr()
+        assert main(["score", "--questions", str(path), "--banks", str(tmp_path / "c"), "--out",
+                     str(tmp_path / "o.jsonl"), "--quiet"]) == 2
+        assert f"{path}{why}" in capsys.readouterr().err

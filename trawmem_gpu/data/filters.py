@@ -28,7 +28,17 @@ eq`` and ``nin`` exactly ``not in``: they hold for a turn that lacks the key (to
 ``{"exists": true}``). ``gt`` over strings is an error, not a lexicographic order.
 
 Errors name the path inside the filter (``where.or[1].importance.gte: expected a number or an ISO
-8601 date, got 'high'``). Bounds: :data:`MAX_DEPTH` levels, :data:`MAX_CONDITIONS` conditions.
+8601 date, got 'high'``). Bounds, each refused with an ``InputError`` naming it: at most
+:data:`MAX_FILTER_BYTES` bytes as compact JSON (measured first, by a walk that stops at the bound,
+so a huge filter costs no more than one at the bound), :data:`MAX_NODES` nodes (every filter
+object, ``{}`` and the items of ``and`` / ``or`` included, and every condition),
+:data:`MAX_CONDITIONS` conditions and :data:`MAX_DEPTH` levels. Levels are those of the canonical
+form (:attr:`Filter.json`): an object of several conditions is the ``and`` of them, one level more.
+
+**Canonical form.** :attr:`Filter.json` writes every node as one single-key object (``{KEY:
+{OP: OPERAND}}``, ``{"and": [...]}``, ``{"or": [...]}``, ``{"not": F}``) and an empty filter as
+``{}``; it parses back to the same filter (``parse_filter(f.json) == f``), which is how a filter
+crosses a pickle (an engine process, a cache key).
 
 :class:`MetaColumns` holds a bank's metadata as columns (per key: kind, number, date, string
 code), built once per key on first use; :meth:`Filter.mask` is vectorized over them, so a filter
@@ -51,9 +61,15 @@ OPS = ("eq", "ne", "in", "nin", "gt", "gte", "lt", "lte", "exists")
 """The operators of a condition."""
 LOGIC = ("and", "or", "not")
 MAX_DEPTH = 16
-"""Most nested levels (objects inside ``and`` / ``or`` / ``not``)."""
+"""Most nested levels (objects inside ``and`` / ``or`` / ``not``, counted on the canonical form:
+an object of several conditions is one level more)."""
 MAX_CONDITIONS = 256
 """Most conditions (key-operator pairs) in one filter."""
+MAX_NODES = 1024
+"""Most nodes in one filter: every filter object (``{}`` and each item of ``and`` / ``or``
+included) and every condition counts one."""
+MAX_FILTER_BYTES = 65536
+"""Largest filter, in bytes of its compact JSON (UTF-8; a date operand counts as its ISO text)."""
 MAX_IN_VALUES = 1024
 """Most values in one ``in`` / ``nin`` list."""
 
@@ -92,19 +108,29 @@ class Logic:
 
 
 class _Parser:
-    def __init__(self):
-        self.conditions = 0
+    """One parse, counting nodes and conditions; ``bounded=False`` (a filter this package made
+    itself, e.g. :func:`both` of two parsed filters, crossing a pickle) skips the size bounds."""
+
+    def __init__(self, bounded: bool = True):
+        self.conditions = self.nodes = 0
+        self.bounded = bounded
 
     def node(self, f, path: str, depth: int):
-        if depth > MAX_DEPTH:
+        self.nodes += 1
+        if self.bounded and self.nodes > MAX_NODES:
+            raise InputError(f"{path}: the filter holds more than {MAX_NODES} nodes (filter objects and conditions)")
+        if self.bounded and depth > MAX_DEPTH:
             raise InputError(f"{path}: the filter nests deeper than {MAX_DEPTH} levels")
         if not isinstance(f, dict):
             raise InputError(f"{path}: expected a filter object, got {_what(f)}")
+        inner = depth + 1 if _n_items(f) > 1 else depth  # several items: an and, they one level below
+        if self.bounded and inner > MAX_DEPTH:
+            raise InputError(f"{path}: the filter nests deeper than {MAX_DEPTH} levels (an object of several "
+                             "conditions is the and of them, one level more)")
         items = []
         for k, v in f.items():
-            low = k.lower() if isinstance(k, str) else k
-            if low in LOGIC and k in (low, low.upper()):
-                items.append(self.logic(low, v, f"{path}.{k}", depth))
+            if _is_logic(k):
+                items.append(self.logic(k.lower(), v, f"{path}.{k}", inner))
             else:
                 check_key(k, None, path)
                 items += self.conditions_of(k, v, f"{path}.{k}")
@@ -133,7 +159,7 @@ class _Parser:
 
     def cond(self, key: str, op: str, x, path: str) -> Cond:
         self.conditions += 1
-        if self.conditions > MAX_CONDITIONS:
+        if self.bounded and self.conditions > MAX_CONDITIONS:
             raise InputError(f"{path}: the filter holds more than {MAX_CONDITIONS} conditions")
         if op == "exists":
             if not isinstance(x, bool):
@@ -152,6 +178,52 @@ class _Parser:
             raise InputError(f"{path}: expected a number or an ISO 8601 date, got {_what(x)} ({op} compares "
                              "numbers and dates only)")
         return Cond(key, op, val, (kind, cmp))
+
+
+def _is_logic(k) -> bool:
+    """Whether key ``k`` is a logic operator (``and``, ``or``, ``not``, or the same in capitals)."""
+    return isinstance(k, str) and k.lower() in LOGIC and k in (k.lower(), k.upper())
+
+
+def _n_items(f: dict) -> int:
+    """How many nodes object ``f`` holds side by side: one per logic key, one per operator of a
+    condition key (one for an ``eq`` shorthand)."""
+    n = 0
+    for k, v in f.items():
+        n += len(v) if isinstance(v, dict) and not _is_logic(k) else 1
+        if n > 1:
+            return n
+    return n
+
+
+def _size_over(f, limit: int) -> bool:
+    """Whether ``f`` as compact JSON is over ``limit`` bytes: an iterative walk (no recursion,
+    whatever the nesting) that stops as soon as it has counted past ``limit``."""
+    total, stack = 0, [f]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (dict, list, tuple)) and len(x) > limit:
+            return True
+        if isinstance(x, dict):
+            total += 1 + max(1, 2 * len(x))  # braces, a colon and a comma (or the closing brace) per key
+            stack.extend(x.keys())
+            stack.extend(x.values())
+        elif isinstance(x, (list, tuple)):
+            total += 1 + max(1, len(x))
+            stack.extend(x)
+        elif isinstance(x, str):
+            total += 2 + (len(x) if len(x) > limit else len(x.encode("utf-8", "surrogatepass")))
+        elif isinstance(x, bool) or x is None:
+            total += 5 if x is False else 4
+        elif isinstance(x, int):
+            total += len(repr(x)) if x.bit_length() < 64 else x.bit_length() * 3 // 10
+        elif isinstance(x, (datetime, _date)):
+            total += 2 + len(x.isoformat())
+        else:
+            total += len(repr(x)) if isinstance(x, float) else 1
+        if total > limit or len(stack) > limit:
+            return True
+    return False
 
 
 def _operand(x, path: str):
@@ -181,6 +253,8 @@ def _what(x) -> str:
 def _to_json(n):
     if isinstance(n, Cond):
         return {n.key: {n.op: list(n.operand) if isinstance(n.operand, (list, tuple)) else n.operand}}
+    if not n.items:  # the empty and: {} (holds for every turn), which parses back to it
+        return {}
     if n.op == "not":
         return {"not": _to_json(n.items[0])}
     return {n.op: [_to_json(x) for x in n.items]}
@@ -211,7 +285,8 @@ class Filter:
         return self.json
 
     def __setstate__(self, state):
-        f = parse_filter(state)
+        # the state is a filter this package parsed (or combined with both(): past the bounds)
+        f = Filter(_Parser(bounded=False).node(state, "where", 1))
         self.root, self.json, self.key = f.root, f.json, f.key
 
     def mask(self, cols: "MetaColumns") -> np.ndarray:
@@ -226,11 +301,14 @@ class Filter:
 def parse_filter(f, name: str = "where") -> Filter | None:
     """``f`` (a JSON-able object, see the module docstring) as a :class:`Filter`; None for None or
     ``{}`` (every turn passes). A :class:`Filter` is returned as is. An ``InputError`` names the
-    path inside the filter (``name`` first)."""
+    path inside the filter (``name`` first); a filter over :data:`MAX_FILTER_BYTES` is refused
+    before it is walked."""
     if f is None or isinstance(f, Filter):
         return f
     if isinstance(f, dict) and not f:
         return None
+    if _size_over(f, MAX_FILTER_BYTES):
+        raise InputError(f"{name}: the filter is over {MAX_FILTER_BYTES} bytes as JSON (the limit)")
     return Filter(_Parser().node(f, name, 1))
 
 

@@ -12,11 +12,14 @@ per query as the engine (``benchmarks/bench_serve.py``; docs/design-notes.md). W
   unchanged: keys, validation, routes, errors) over a :class:`RemoteBackend` that forwards each
   backend call as one frame, and all accept on the one listening socket the engine process bound.
 
-The engine's batcher coalesces the queries of all fronts. Frames are a 4-byte length and a
-pickle (both ends are this package's processes, on a socket only this user can reach) of a
+The engine's batcher coalesces the queries of all fronts. Frames (:mod:`.wire`) are a 4-byte
+length and a pickle (both ends are this package's processes, on a socket only this user can reach) of a
 list: the calls (or answers) one side made in one event-loop iteration, so a batch's answers
 cross in one write. Each call carries an id, so answers come back in any order on one
-connection per front. Errors
+connection per front. Each call's arguments (and each answer) are pickled on their own inside
+the frame: one that fails to pickle or unpickle fails that call only (:class:`EngineCallFailed`,
+500 naming the failure, or the error it raised, e.g. an ``InputError``'s 422), never the
+connection or the server. Errors
 cross as (kind, fields) and are raised again in the front as the same exception classes, so a
 client sees the same statuses (404, 409, 422, 429, 503, 504) as from one process. An append
 or a forget whose answer does not come back (the engine process died, or did not answer in time)
@@ -27,6 +30,11 @@ turns it no longer holds).
 Metrics: each front counts its HTTP requests in ``prometheus_client``'s multiprocess mode
 (``PROMETHEUS_MULTIPROC_DIR`` in the same private directory), summed at each scrape; the engine
 process's families (batches, assembly, queue depth, appends) come over the socket.
+
+A front whose connection to the engine closes fails the calls it had in flight there (503) and
+connects again; only when the engine process does not answer (it died) does the front exit. A
+front process that dies is started again by the engine process (at most :data:`FRONT_RESTARTS`
+times in :data:`FRONT_RESTART_WINDOW_S`: a front that cannot start at all stops the server).
 
 Shutdown (SIGINT / SIGTERM to the engine process, or Ctrl-C to the group): the fronts stop
 accepting and answer what they hold, the engine keeps serving them until they have exited,
@@ -41,19 +49,18 @@ import pickle
 import shutil
 import signal
 import socket
-import struct
 import tempfile
 
-from ..errors import InputError, QuarantinedBank, UnknownBank
 from ..select.params import QueryParams
-from .batcher import DeadlineExceeded, OutcomeUnknown, QueueFull, ShuttingDown
+from .batcher import DeadlineExceeded, OutcomeUnknown, ShuttingDown
 from .config import ServeConfig, bound_socket, uvicorn_config
 from ..notes import Say
 from .config import log_line, say_draining
+from .wire import _LEN, MAX_FRAME, EngineCallFailed, Outbox as _Outbox, blob as _blob, error_fields, error_from, \
+    frame, read_frame  # noqa: F401 - the wire's names, read from here too
 
 log = logging.getLogger(__name__)
 
-_LEN = struct.Struct("!I")
 WRITE_WAIT_S = 600.0
 """Longest a front waits for the engine's answer to a write (an append or a forget: a large one on
 a busy host takes minutes, and the engine bounds neither by ``timeout_s``; a dead engine is
@@ -62,72 +69,10 @@ WRITES = {"append": "stored; resend the same turns (turns already stored are rep
                     "not stored twice)",
           "forget": "done; resend it (turns already forgotten are reported in missing)"}
 """The calls whose lost answer is OutcomeUnknown, with what the client is told of it."""
-MAX_FRAME = 1 << 30
-"""Largest frame either side accepts (a corrupt length fails the connection, not the process)."""
-
-
-def frame(obj) -> bytes:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    if len(data) > MAX_FRAME:
-        raise ValueError(f"frame of {len(data)} bytes is over the {MAX_FRAME} limit")
-    return _LEN.pack(len(data)) + data
-
-
-async def read_frame(reader: asyncio.StreamReader):
-    (n,) = _LEN.unpack(await reader.readexactly(_LEN.size))
-    if n > MAX_FRAME:
-        raise ConnectionError(f"frame of {n} bytes announced; the limit is {MAX_FRAME}")
-    return pickle.loads(await reader.readexactly(n))
-
-
-def _error_kinds() -> tuple:
-    """(kind, class, fields of an instance) for each exception that crosses the socket as itself;
-    a subclass before its base. The class called with the fields makes the same exception."""
-    from ..errors import DuplicateTurns
-
-    def msg(e):
-        return (str(e),)
-
-    return (("queue_full", QueueFull, lambda e: (e.retry_after, str(e))), ("deadline", DeadlineExceeded, msg),
-            ("outcome_unknown", OutcomeUnknown, msg),
-            ("shutting_down", ShuttingDown, msg), ("unknown_bank", UnknownBank, lambda e: (e.bank_id, e.where, e.detail)),
-            ("quarantined", QuarantinedBank, lambda e: (e.bank_id, e.cause, e.where)),
-            ("duplicate", DuplicateTurns, msg), ("input", InputError, msg))
-
-
-def error_fields(e: BaseException) -> tuple:
-    """An exception as plain data (kind, fields) for the other process."""
-    for kind, cls, fields in _error_kinds():
-        if isinstance(e, cls):
-            return (kind, *fields(e))
-    return ("internal", type(e).__name__)
-
-
-def error_from(fields: tuple) -> Exception:
-    """The exception :func:`error_fields` described, of the same class."""
-    kind, *rest = fields
-    for k, cls, _ in _error_kinds():
-        if k == kind:
-            return cls(*rest)
-    return RuntimeError(f"the engine process failed ({rest[0] if rest else 'unknown error'})")
-
-
-class _Outbox:
-    """Messages for one connection, sent as one frame (a list) per event-loop iteration: the
-    answers of one engine batch complete together and cross in one write."""
-
-    def __init__(self, writer: asyncio.StreamWriter):
-        self.writer, self.msgs = writer, []
-
-    def put(self, msg) -> None:
-        if not self.msgs:
-            asyncio.get_running_loop().call_soon(self.flush)
-        self.msgs.append(msg)
-
-    def flush(self) -> None:
-        msgs, self.msgs = self.msgs, []
-        if msgs and not self.writer.is_closing():
-            self.writer.write(frame(msgs))
+FRONT_RESTARTS, FRONT_RESTART_WINDOW_S = 5, 60.0
+"""A dead front process is started again, unless this many died within this many seconds."""
+RECONNECTS = 5
+"""Attempts (0.2 s apart) a front makes to connect again to the engine when its connection closed."""
 
 
 class EngineEndpoint:
@@ -155,8 +100,8 @@ class EngineEndpoint:
         out = _Outbox(writer)
         try:
             while True:
-                for rid, op, args in await read_frame(reader):
-                    t = asyncio.ensure_future(self._answer(out, rid, op, args))
+                for rid, op, blob in await read_frame(reader):
+                    t = asyncio.ensure_future(self._answer(out, rid, op, blob))
                     self._tasks.add(t)
                     t.add_done_callback(self._tasks.discard)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
@@ -166,14 +111,16 @@ class EngineEndpoint:
         finally:
             writer.close()
 
-    async def _answer(self, out: "_Outbox", rid: int, op: str, args: tuple) -> None:
+    async def _answer(self, out: "_Outbox", rid: int, op: str, blob: bytes) -> None:
+        """One call: its arguments unpickled here, so one that fails (a value that does not
+        unpickle) is that call's error, answered like any other."""
         try:
-            msg = (rid, True, await self._call(op, args))
+            ok, payload = True, await self._call(op, pickle.loads(blob))
         except Exception as e:  # noqa: BLE001 - answered to the front, which raises it again
             if error_fields(e)[0] == "internal":
                 log.exception("engine call %s failed", op)
-            msg = (rid, False, error_fields(e))
-        out.put(msg)
+            ok, payload = False, error_fields(e)
+        out.answer(rid, ok, payload)
 
     async def _call(self, op: str, args: tuple):
         s = self.service
@@ -219,6 +166,7 @@ class RemoteBackend:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, asyncio.Future] = {}
+        self._connected: asyncio.Event | None = None  # set while connected to the engine
         self._out: _Outbox | None = None
         self._next = 0
         self._tasks: list[asyncio.Task] = []
@@ -232,8 +180,7 @@ class RemoteBackend:
         return self._depth
 
     async def start(self) -> None:
-        self._reader, self._writer = await asyncio.open_unix_connection(self.path)
-        self._out = _Outbox(self._writer)
+        await self._connect()
         self._tasks.append(asyncio.ensure_future(self._read_answers()))
         self._apply(await self._call("state"))
         self._tasks.append(asyncio.ensure_future(self._poll()))
@@ -272,37 +219,78 @@ class RemoteBackend:
             return e
         return OutcomeUnknown(f"the {op}'s outcome is unknown ({e}): it may or may not have been {WRITES[op]}")
 
+    async def _connect(self) -> None:
+        self._reader, self._writer = await asyncio.open_unix_connection(self.path)
+        self._out = _Outbox(self._writer)
+        if self._connected is None:
+            self._connected = asyncio.Event()
+        self._connected.set()
+
     async def _read_answers(self) -> None:
-        try:
-            while True:
-                for rid, ok, payload in await read_frame(self._reader):
-                    fut = self._pending.pop(rid, None)
-                    if fut is None or fut.done():
-                        continue
-                    if ok:
-                        fut.set_result(payload)
-                    else:
-                        fut.set_exception(error_from(payload))
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            if not self._stopping:
-                log.error("the engine process closed its socket")
-        finally:
-            self._engine_ready = False
+        """Answers from the engine, for as long as it lives: when the connection closes, the
+        calls in flight on it fail (503) and the front connects again; when the engine does not
+        accept (it is gone), this front shuts down too (no orphans)."""
+        while True:
+            try:
+                await self._read_connection()
+            except Exception as e:  # noqa: BLE001 - the connection is lost, whatever broke it
+                if not self._stopping:
+                    log.error("the connection to the engine process closed (%s)", type(e).__name__)
+            ready, self._engine_ready = self._engine_ready, False
+            self._connected.clear()
             if self._writer is not None:
                 self._writer.close()  # later calls fail at once (503), not at the deadline
             self._fail_pending("the engine process is not answering")
-            if not self._stopping:  # the engine is gone: this front shuts down too (no orphans)
+            if self._stopping:
+                return
+            for _ in range(RECONNECTS):
+                try:
+                    await self._connect()
+                    break
+                except OSError:
+                    await asyncio.sleep(0.2)
+            else:
+                self._connected.set()  # waiting calls see the closed connection: 503 at once
                 self.on_engine_lost()
+                return
+            log.warning("connected again to the engine process")
+            self._engine_ready = ready
+
+    async def _read_connection(self) -> None:
+        while True:
+            for rid, ok, blob in await read_frame(self._reader):
+                fut = self._pending.pop(rid, None)
+                if fut is None or fut.done():
+                    continue
+                try:
+                    payload = pickle.loads(blob)
+                except Exception as e:  # noqa: BLE001 - this call fails, not the connection
+                    fut.set_exception(EngineCallFailed(f"the engine's answer did not unpickle ({type(e).__name__})"))
+                    continue
+                if ok:
+                    fut.set_result(payload)
+                else:
+                    fut.set_exception(error_from(payload))
 
     async def _call(self, op: str, *args):
+        if self._connected is not None and not self._connected.is_set() and not self._stopping:
+            try:  # connecting again (RECONNECTS attempts 0.2 s apart): wait for it, as long as for an answer
+                await asyncio.wait_for(self._connected.wait(), self.cfg.timeout_s + 5.0)
+            except asyncio.TimeoutError:
+                pass
         w = self._writer
         if w is None or w.is_closing():
             raise ShuttingDown("the engine process is not answering")
         rid = self._next
         self._next += 1
+        try:
+            blob = _blob(args)
+        except Exception as e:  # noqa: BLE001 - a call that cannot cross fails alone
+            raise EngineCallFailed(f"the {op} call could not be sent to the engine process "
+                                   f"({type(e).__name__})") from None
         fut = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
-        self._out.put((rid, op, args))
+        self._out.put((rid, op, blob))
         wait_s = WRITE_WAIT_S if op in WRITES else self.cfg.timeout_s + 5.0
         try:  # the engine enforces --timeout itself; this bounds a stuck engine process
             return await asyncio.wait_for(fut, wait_s)
@@ -368,10 +356,31 @@ def listening_socket(sock: socket.socket) -> socket.socket:
     return sock
 
 
+def _restart_dead(fronts: list, deaths: list[float], now: float, spawn, prom_dir: str, say: Say) -> bool:
+    """Start again (in place in ``fronts``) each front process that died, noting when in
+    ``deaths``; False (stop the server) once more than :data:`FRONT_RESTARTS` died within
+    :data:`FRONT_RESTART_WINDOW_S` (a front that cannot start at all)."""
+    from prometheus_client import multiprocess
+
+    for i, p in enumerate(fronts):
+        if p.is_alive():
+            continue
+        deaths[:] = [t for t in deaths if now - t < FRONT_RESTART_WINDOW_S] + [now]
+        if len(deaths) > FRONT_RESTARTS:
+            log.error("front process %s exited (code %s), %d in %g s; shutting down", p.name, p.exitcode,
+                      len(deaths), FRONT_RESTART_WINDOW_S)
+            return False
+        multiprocess.mark_process_dead(p.pid, prom_dir)  # its live gauges go; its counts stay summed
+        fronts[i] = spawn(p.name)
+        say(f"trawmem serve: front process {p.name} (pid {p.pid}) exited (code {p.exitcode}); started again "
+            f"(pid {fronts[i].pid})")
+    return True
+
+
 def serve_with_fronts(cfg: ServeConfig, service, metrics, announce, access_log: bool = False,
                       sock: socket.socket | None = None, say: Say = log_line) -> None:
-    """Run the engine endpoint here and ``cfg.http_workers`` front processes until SIGINT /
-    SIGTERM (or a front dies), then shut down in order: fronts first (they answer what they
+    """Run the engine endpoint here and ``cfg.http_workers`` front processes (a dead one started
+    again: :func:`_restart_dead`) until SIGINT / SIGTERM, then shut down in order: fronts first (they answer what they
     hold, the engine still serving them), then the engine's batcher drains."""
     import multiprocessing as mp
 
@@ -396,24 +405,28 @@ def serve_with_fronts(cfg: ServeConfig, service, metrics, announce, access_log: 
         endpoint = EngineEndpoint(service, path, metrics)
         await endpoint.start()
         ctx = mp.get_context("spawn")
-        fronts = [ctx.Process(target=run_front, args=(cfg, path, sock, access_log), name=f"trawmem-http-{i}")
-                  for i in range(cfg.http_workers)]
-        try:
+        fronts: list = []
+
+        def spawn(name: str):
+            p = ctx.Process(target=run_front, args=(cfg, path, sock, access_log), name=name)
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = prom_dir  # inherited by the fronts only
             try:
-                for p in fronts:
-                    p.start()
+                p.start()
             finally:
                 os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+            return p
+
+        try:
+            for i in range(cfg.http_workers):
+                fronts.append(spawn(f"trawmem-http-{i}"))
             say(f"trawmem serve: {cfg.http_workers} HTTP front processes "
                 f"(pids {', '.join(str(p.pid) for p in fronts)}) over this engine process ({os.getpid()})")
+            deaths: list[float] = []
             while not stop.is_set():
                 try:
                     await asyncio.wait_for(stop.wait(), 0.5)
                 except asyncio.TimeoutError:
-                    dead = [p for p in fronts if not p.is_alive()]
-                    if dead:
-                        log.error("front process %s exited (code %s); shutting down", dead[0].name, dead[0].exitcode)
+                    if not _restart_dead(fronts, deaths, loop.time(), spawn, prom_dir, say):
                         stop.set()
         finally:
             started = [p for p in fronts if p.pid is not None]

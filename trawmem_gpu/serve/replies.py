@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import DuplicateTurns, InputError, QuarantinedBank, UnknownBank
 from .batcher import DeadlineExceeded, OutcomeUnknown, QueueFull, ShuttingDown
+from .wire import EngineCallFailed
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,10 @@ def add_exception_handlers(app: FastAPI) -> None:
     @app.exception_handler(InputError)
     async def _bad(request, e: InputError):
         return json_response({"detail": str(e)}, 422)
+
+    @app.exception_handler(EngineCallFailed)
+    async def _engine_call(request, e: EngineCallFailed):  # names the failure's class, never its text
+        return json_response({"detail": str(e)}, 500)
 
     @app.exception_handler(Exception)
     async def _internal(request, e: Exception):
