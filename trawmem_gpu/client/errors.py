@@ -15,7 +15,9 @@ class ServerError(TrawmemError):
     """The server answered with an error status: ``status`` and its ``detail`` (the JSON body)."""
 
     def __init__(self, status: int | None, detail: str, retry_after: float | None = None):
-        super().__init__(f"HTTP {status}: {detail}" if status is not None else detail)
+        # TrawmemError's, not the next class's in a subclass's MRO: UnknownBank's would wrap the
+        # message as a bank id (BankNotFound: "unknown bank id 'HTTP 404: ...'")
+        TrawmemError.__init__(self, f"HTTP {status}: {detail}" if status is not None else detail)
         self.status, self.detail, self.retry_after = status, detail, retry_after
 
 
