@@ -7,7 +7,7 @@ import json
 
 import httpx
 
-from ..errors import InputError, TrawmemError, UnknownBank
+from ..errors import InputError, TrawmemError, UnknownBank, loads_json
 from ..http_headers import retry_after_s  # noqa: F401 - re-exported by the client package
 
 
@@ -86,8 +86,8 @@ def detail_of(body: bytes, status: int) -> str:
     else the status's reason phrase; whatever the body is (null, a list, not JSON, not UTF-8)."""
     text = body.decode("utf-8", "replace")
     try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError):
+        doc = loads_json(text)
+    except ValueError:  # malformed or nested too deeply
         doc = None
     if isinstance(doc, dict) and doc.get("detail") is not None:
         d = doc["detail"]
