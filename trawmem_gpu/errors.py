@@ -78,6 +78,10 @@ class ConfigError(TrawmemError, ValueError):
     """An invalid configuration value."""
 
 
+class Closed(TrawmemError, RuntimeError):
+    """A call on a handle that was closed (an ``AsyncMemory`` after ``aclose()``)."""
+
+
 class NoLLMConfigured(TrawmemError, RuntimeError):
     """An LLM-backed path was asked for but no LLM backend is configured."""
 
