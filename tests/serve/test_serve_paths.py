@@ -75,3 +75,21 @@ def test_a_bank_id_with_a_slash_is_reached_and_removed_by_every_path_route(tmp_p
         with pytest.raises(BankNotFound, match=r"^HTTP 404: unknown bank id 'user-42/run-7'$"):
             c.bank(BANK)
         assert c.banks().banks == ()
+
+
+def test_the_route_path_keeps_the_bank_segment_encoded_once():
+    """``bank_paths.route_path``: from the raw path (a ``%2F`` stays inside the bank's segment, a
+    ``%25`` is decoded once), from the decoded path when a server gives no ``raw_path``, nothing
+    for other paths, ``BadPath`` for bytes that are not UTF-8."""
+    from trawmem_gpu.serve.bank_paths import BadPath, BankIdConvertor, route_path
+
+    conv = BankIdConvertor()
+    got = route_path({"raw_path": b"/v1/banks/u%2Fr%2541/units/a%2Fb/history", "path": "ignored"})
+    assert got == "/v1/banks/u%2Fr%2541/units/a/b/history" and conv.convert(got.split("/")[3]) == "u/r%41"
+    got = route_path({"path": "/v1/banks/p%41/turns"})  # decoded already: encoded once, decoded once
+    assert got == "/v1/banks/p%2541/turns" and conv.convert(got.split("/")[3]) == "p%41"
+    assert route_path({"raw_path": b"/v1/select", "path": "/v1/select"}) is None
+    assert route_path({"path": "/healthz"}) is None
+    for raw in (b"/v1/banks/%ff/turns", b"/v1/banks/ok/turns/%c3%28"):
+        with pytest.raises(BadPath, match="not UTF-8"):
+            route_path({"raw_path": raw, "path": "x"})

@@ -48,10 +48,18 @@ def _decoded(raw: bytes) -> str:
 
 def route_path(scope) -> str | None:
     """The path to route ``scope`` by: under :data:`PREFIX`, the bank's segment kept encoded and the
-    rest decoded; None where the scope's own path serves (another path, no ``raw_path``). Raises
-    :class:`BadPath` for a path that is not UTF-8."""
+    rest decoded; None for another path. Raises :class:`BadPath` for a path that is not UTF-8. A
+    server that gives no ``raw_path`` (the ASGI spec makes it optional) has its decoded path's first
+    segment taken as the bank id: ids without ``/`` route as before, never decoded twice."""
     raw = scope.get("raw_path")
-    if not raw or not raw.startswith(PREFIX.encode()):
-        return None
-    seg, sep, rest = raw[len(PREFIX):].split(b"?", 1)[0].partition(b"/")
-    return PREFIX + quote(_decoded(seg), safe="") + sep.decode() + _decoded(rest)
+    if raw:
+        if not raw.startswith(PREFIX.encode()):
+            return None
+        seg, sep, rest = raw[len(PREFIX):].split(b"?", 1)[0].partition(b"/")
+        bank, sep, rest = _decoded(seg), sep.decode(), _decoded(rest)
+    else:
+        path = scope.get("path", "")
+        if not path.startswith(PREFIX):
+            return None
+        bank, sep, rest = path[len(PREFIX):].partition("/")
+    return PREFIX + quote(bank, safe="") + sep + rest
