@@ -213,6 +213,17 @@ def test_one_unknown_bank_exception():
     assert isinstance(e, KeyError)
 
 
+def test_json_is_parsed_by_one_helper():
+    """Every JSON the package parses goes through ``errors.loads_json``, so a document nested past
+    the parser is a ``ValueError`` its reader refuses, never a ``RecursionError`` (issue 42);
+    ``llm.structured`` tries several parsers over a model's reply and catches it itself."""
+    allowed = {PKG / "errors.py", PKG / "llm" / "structured.py"}
+    found = [f"{p.relative_to(ROOT)}:{i}" for p in sorted(PKG.rglob("*.py")) if p not in allowed
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(r"\b(json|orjson)\.loads?\(", line) and "json.loads(json.dumps(" not in line]
+    assert not found, found
+
+
 def test_one_file_digest_and_one_cache_root(tmp_path, monkeypatch):
     import hashlib
 

@@ -78,6 +78,10 @@ class ConfigError(TrawmemError, ValueError):
     """An invalid configuration value."""
 
 
+class Closed(TrawmemError, RuntimeError):
+    """A call on a handle that was closed (an ``AsyncMemory`` after ``aclose()``)."""
+
+
 class NoLLMConfigured(TrawmemError, RuntimeError):
     """An LLM-backed path was asked for but no LLM backend is configured."""
 
@@ -110,15 +114,33 @@ def read_json_object(path, label: str, malformed: str, error: type[Exception] = 
     return doc
 
 
+class JSONTooDeep(ValueError):
+    """JSON nested past the interpreter's recursion limit (:func:`loads_json`); a ``ValueError``,
+    as ``json.JSONDecodeError`` is, so every reader that refuses malformed JSON refuses it too."""
+
+
+def loads_json(text: str | bytes):
+    """``json.loads(text)``, the one JSON parse of the files and arguments the package reads: a
+    document nested too deeply for the parser (``[[[[...``, where ``json`` raises
+    ``RecursionError``) raises :class:`JSONTooDeep`, a ``ValueError`` as malformed JSON's
+    ``json.JSONDecodeError`` is; a reader catches ``ValueError`` for both."""
+    import json
+
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise JSONTooDeep("JSON nested too deeply (past the interpreter's recursion limit)") from None
+
+
 def read_json(path, label: str, malformed: str, error: type[Exception] = InputError):
     """The JSON document in the file ``path``. A missing file raises ``error("{label}: file not
-    found")``; an unreadable, non-UTF-8 or malformed one ``error("{label}: {malformed} (why)")``."""
-    import json
+    found")``; an unreadable, non-UTF-8, malformed or too deeply nested one
+    ``error("{label}: {malformed} (why)")``."""
     from pathlib import Path
 
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        return loads_json(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise error(f"{label}: file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # UnicodeDecodeError, JSONDecodeError, JSONTooDeep
         raise error(f"{label}: {malformed} ({e})") from None

@@ -42,7 +42,9 @@ def test_query_where_selects_among_the_passing_turns(coll, capsys):
                                        ('{"n": {"gt": "six"}}', "argument --where: where.n.gt: expected a number"),
                                        ('["u1"]', "argument --where: where: expected a filter object"),
                                        ('{"and": [' + "{}, " * 1_000_000 + "{}]}",
-                                        "argument --where: where: the filter is over 65536 bytes")])
+                                        "argument --where: where: the filter is over 65536 bytes"),
+                                       ('{"not":' * 10_000 + "{}" + "}" * 10_000,  # not RecursionError (issue 42)
+                                        "argument --where: not JSON (JSON nested too deeply")])
 def test_a_bad_where_is_refused_at_parse_time(tmp_path, capsys, where, why):
     with pytest.raises(SystemExit) as e:
         main(["query", "--bank", str(tmp_path), "--question", "q", "--where", where])
@@ -78,3 +80,21 @@ def test_serve_key_binds_a_filter(tmp_path, capsys):
               json.dumps({"and": [{}] * 1_000_000})])
     assert e.value.code == 2
     assert "where: the filter is over 65536 bytes" in capsys.readouterr().err
+
+
+def test_serve_key_and_the_keys_file_refuse_a_where_nested_past_the_parser(tmp_path, capsys):
+    """A 10,000-deep ``where`` is a clear refusal, not a ``RecursionError`` (issue 42): from
+    ``serve-key --where`` (usage error) and from a keys file (``ConfigError`` naming the file)."""
+    from trawmem_gpu.errors import ConfigError
+    from trawmem_gpu.serve.keys import KeyStore
+
+    deep = '{"not":' * 10_000 + '{"user_id": "u1"}' + "}" * 10_000
+    keys = tmp_path / "keys.json"
+    with pytest.raises(SystemExit) as e:
+        main(["serve-key", "--keys", str(keys), "--tenant", "t", "--banks", "*", "--where", deep])
+    assert e.value.code == 2 and "argument --where: not JSON (JSON nested too deeply" in capsys.readouterr().err
+    assert not keys.exists()
+    keys.write_text('{"keys": [{"sha256": "%s", "tenant": "t", "banks": ["*"], "access": "read-only", "where": %s}]}'
+                    % ("0" * 64, deep))
+    with pytest.raises(ConfigError, match=r"`keys_file` .*keys.json: not valid JSON \(JSON nested too deeply"):
+        KeyStore.load(keys)

@@ -150,3 +150,14 @@ def test_an_error_detail_is_kept():
     with stub_http([Answer(404, b"no such bank")]) as s, tc.Client(s.url) as c:
         with pytest.raises(tc.BankNotFound, match="no such bank"):
             c.bank("b")
+
+
+def test_a_404_says_the_servers_words_once():
+    """A ``BankNotFound`` reads ``HTTP 404: <detail>``, not the detail wrapped as a bank id
+    (``unknown bank id 'HTTP 404: Not Found'``, issue 42)."""
+    answers = [Answer(404, {"detail": "unknown bank id 'b'"}), Answer(404, {"detail": "Not Found"})]
+    with stub_http(answers) as s, tc.Client(s.url) as c:
+        for want in ("HTTP 404: unknown bank id 'b'", "HTTP 404: Not Found"):
+            with pytest.raises(tc.BankNotFound) as e:
+                c.bank("b")
+            assert str(e.value) == want and e.value.bank_id == "b" and e.value.detail == want.split(": ", 1)[1]

@@ -113,3 +113,16 @@ def test_build_and_update_with_dayfirst(tmp_path, monkeypatch, capsys):
     assert main(["build", "--input", str(more), "--out", str(tmp_path / "o1"), "--update", "--quiet",
                  "--dayfirst"]) == 0
     assert [t.session for t in Collection(tmp_path / "o1").load("b").turns] == [1, 1, 2, 2, 3]
+
+
+def test_a_date_over_the_cap_is_refused_before_it_is_parsed():
+    """Every door reads dates through ``parse_date``, which refuses a text over ``MAX_DATE_CHARS``
+    before dateutil sees it (quadratic: a 10 MB ``as_of`` ran for minutes), naming its length, not
+    echoing it (issue 42)."""
+    from trawmem_gpu.data.types import MAX_DATE_CHARS
+
+    for text in ("1" * 5000, "9 May, 2031" + " " * 100, "x" * (MAX_DATE_CHARS + 1)):
+        with pytest.raises(ValueError, match=rf"date is {len(text)} characters; the limit is {MAX_DATE_CHARS}") as e:
+            parse_date(text)
+        assert len(str(e.value)) < 120
+    assert parse_date(("9 May, 2031 ").ljust(MAX_DATE_CHARS)) == datetime(2031, 5, 9)  # at the cap: read

@@ -179,3 +179,47 @@ def test_a_kill_mid_batch_loses_no_acknowledged_item(tmp_path):
         again.append(mem.add("k", turns))
     assert all(set(r["already_stored"]) >= set(acked[4 * b:4 * b + 4]) for b, r in enumerate(again[:3]))
     assert sorted(t.turn_id for t in mem.turns("k")) == sorted(f"b{b}-{i}" for b in range(4) for i in range(4))
+
+
+def test_dates_ids_and_now_out_of_range_are_clear_errors(mem):
+    """Issue 42 item 7: an ``as_of`` or date over 64 characters is refused before it is parsed; an
+    aware ``now`` whose UTC leaves datetime's years, and an integer id of 5,000 digits, are
+    ``InputError`` (the id refused per item), not a builtin ``ValueError``; nothing is stored."""
+    from datetime import timedelta, timezone
+
+    for call in (lambda: mem.select("b", "garden", as_of="1" * 5000),
+                 lambda: mem.select_many([("b", "garden")], dates=["2" * 5000])):
+        with pytest.raises(InputError, match=r"date is 5000 characters; the limit is 64"):
+            call()
+    msgs = [{"role": "user", "content": "Hi there"}]
+    for now in (datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-5))),
+                datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5)))):
+        with pytest.raises(InputError, match=r"^now: date .* is out of range once converted to UTC"):
+            mem.add("b", messages=msgs, now=now)
+    res = mem.add("b", [_t(10 ** 5000, text="Note big."), _t("t2")])
+    assert [(x["status"], x.get("field")) for x in res["items"]] == [("refused", "turns[0].turn_id"), ("stored", None)]
+    assert "integer of 16610 bits" in res["items"][0]["reason"] and res["items"][0]["turn_id"] is None
+    res = mem.add("b", messages=[{"role": "user", "content": "Hi", "id": 10 ** 5000}])
+    assert [(x["status"], x.get("field")) for x in res["items"]] == [("refused", "messages[0].turn_id")]
+    with pytest.raises(InputError, match=r"turns\[0\]: field 'turn_id' is an integer of 16610 bits"):
+        mem.add("b", [_t(10 ** 5000, text="Note big.")], atomic=True)
+    assert [t.turn_id for t in mem.turns("b")] == ["t1", "t2"]
+
+
+def test_a_closed_async_memory_says_so(mem):
+    import asyncio
+
+    from trawmem_gpu import AsyncMemory
+    from trawmem_gpu.errors import Closed
+
+    async def go():
+        am = AsyncMemory.of(mem)
+        assert (await am.select("b", "garden", budget=8)).unit_ids
+        await am.aclose()
+        with pytest.raises(Closed, match=r"this AsyncMemory is closed \(aclose\(\) was called\).*select was not run"):
+            await am.select("b", "garden")
+        with pytest.raises(RuntimeError):  # a Closed is a RuntimeError, as the pool's was
+            await am.add("b", [_t("t9")])
+
+    asyncio.run(go())
+    assert [t.turn_id for t in mem.turns("b")] == ["t1"] and mem.select("b", "garden", budget=8).unit_ids

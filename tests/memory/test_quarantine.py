@@ -82,6 +82,19 @@ def test_a_bank_that_loads_but_does_not_prepare_for_the_engine_fails_alone(base,
         mem.select(BAD, QUESTION)
 
 
+def test_the_cli_forgets_a_quarantined_bank_whatever_its_json_holds(base, tmp_path, monkeypatch, capsys):
+    """``trawmem forget --bank`` of a bank whose ``units.json`` and ``meta.json`` nest past the
+    parser removes it (it exited 1 on a ``RecursionError``, issue 42)."""
+    from trawmem_gpu.cli import main
+
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+    coll = _poisoned(base, tmp_path, "nested units")
+    POISONS["nested meta"][0](coll / "banks" / BAD)
+    assert main(["forget", "--collection", str(coll), "--bank", BAD]) == 0
+    assert f"forgot the whole bank of {BAD!r} (the bank is gone)" in capsys.readouterr().out
+    assert not (coll / "banks" / BAD).exists()
+
+
 def test_info_lists_a_quarantined_bank_and_forget_removes_it(base, tmp_path, monkeypatch, capsys):
     from trawmem_gpu.cli import main
 

@@ -204,3 +204,22 @@ def test_concurrent_appends_and_queries_lose_nothing(coll):
     disk = Collection(coll)
     for b in banks:
         assert [t.turn_id for t in disk.load(b).turns] == [t.turn_id for t in final[b].turns]
+
+
+def test_an_item_that_is_not_an_object_is_refused_alone(tmp_path, monkeypatch):
+    """A batch with a non-object item stores its valid items and refuses that one, per item, as
+    documented (it refused the whole request, issue 42); with ``atomic`` the request is refused."""
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+    cfg = ServeConfig(collection=str(tmp_path / "c"), max_wait_ms=1, warmup=False)
+    with running(cfg) as (url, service, _), httpx.Client(base_url=url, timeout=120) as c:
+        r = _post(c, "/v1/banks/b/turns", {"turns": [_turn("n1"), 7, "text", None, [_turn("x")], _turn("n2")]})
+        assert r.status_code == 200, r.text
+        got = [(x["status"], x.get("field")) for x in r.json()["items"]]
+        assert got == [("stored", None), *[("refused", f"turns[{i}]") for i in range(1, 5)], ("stored", None)]
+        assert r.json()["stored"] == ["n1", "n2"]
+        r = _post(c, "/v1/banks/b/turns", {"messages": [{"role": "user", "content": "Hello"}, 5]})
+        assert r.status_code == 200 and [x["status"] for x in r.json()["items"]] == ["stored", "refused"], r.text
+        assert "expected a message" in r.json()["items"][1]["reason"]
+        r = _post(c, "/v1/banks/b/turns", {"turns": [_turn("n3", ts="2099-01-01T00:00:00"), 7], "atomic": True})
+        assert r.status_code == 422 and r.json()["detail"].startswith("turns[1]"), r.text
+        assert service.registry.get("b").n_units == 3

@@ -13,7 +13,7 @@ from poisoned_banks import BAD, POISONS, QUESTION, _poisoned, base  # noqa: E402
 from trawmem_gpu.serve.config import ServeConfig  # noqa: E402
 
 
-@pytest.mark.parametrize("kind", ["session 2**63", "session 10**30", "truncated tensors"])
+@pytest.mark.parametrize("kind", ["session 2**63", "session 10**30", "truncated tensors", "nested units"])
 def test_the_server_serves_every_other_tenant_and_deletes_the_quarantined_bank(base, tmp_path, monkeypatch, kind):
     monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
     coll = _poisoned(base, tmp_path, kind)

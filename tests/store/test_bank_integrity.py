@@ -136,6 +136,14 @@ def test_corrupt_collection_index(tmp_path, capsys, index, msg):
     _err(capsys, "collection.json", msg)
 
 
+def test_a_collection_index_nested_past_the_parser_is_corrupt_not_a_recursion_error(tmp_path, capsys):
+    (tmp_path / "collection.json").write_text('{"banks":' * 100_000 + "{}" + "}" * 100_000)
+    with pytest.raises(BankError, match=r"collection.json: corrupt collection index \(JSON nested too deeply"):
+        Collection(tmp_path)
+    assert main(["info", str(tmp_path)]) == 2
+    _err(capsys, "collection.json", "JSON nested too deeply")
+
+
 def test_repair_index_rebuilds_from_the_banks_and_refuses_what_it_cannot_read(tmp_path):
     """Issue 26: a lost collection.json made the next build start a fresh index over the banks."""
     from trawmem_gpu.store import repair_index

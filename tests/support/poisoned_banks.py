@@ -55,6 +55,10 @@ POISONS = {
     "truncated tensors": (lambda d: _truncate(d / "tensors.safetensors"), "tensors.safetensors: checksum mismatch"),
     "corrupt units": (lambda d: (d / "units.json").write_bytes(b"\x00garbage{"), "units.json: checksum mismatch"),
     "corrupt meta": (lambda d: (d / "meta.json").write_text("{"), "meta.json: corrupt metadata"),
+    # JSON nested past the interpreter's recursion limit (issue 42): a clear cause, and still removable
+    "nested units": (lambda d: (d / "units.json").write_text("[" * 100_000 + "]" * 100_000), "units.json: checksum mismatch"),
+    "nested meta": (lambda d: (d / "meta.json").write_text('{"a":' * 100_000 + "1" + "}" * 100_000),
+                    "meta.json: corrupt metadata"),
     "missing directory": (lambda d: shutil.rmtree(d), "no bank directory here"),
 }
 

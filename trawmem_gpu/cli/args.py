@@ -354,12 +354,14 @@ def where_json(text: str):
     import json
 
     from ..data.filters import parse_filter
-    from ..errors import InputError
+    from ..errors import InputError, loads_json
 
     try:
-        obj = json.loads(text)
+        obj = loads_json(text)
     except json.JSONDecodeError as e:
         raise argparse.ArgumentTypeError(f"not JSON ({e.msg} at column {e.colno})") from None
+    except ValueError as e:  # nested too deeply
+        raise argparse.ArgumentTypeError(f"not JSON ({e})") from None
     try:
         return parse_filter(obj, "where")
     except InputError as e:

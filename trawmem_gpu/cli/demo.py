@@ -1,11 +1,10 @@
 """``trawmem demo``: the bundled sample conversation built, and a workspace for each of its questions."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .args import positive_int
-from ..errors import plural
+from ..errors import loads_json, plural
 
 
 def cmd_demo(a) -> int:
@@ -28,7 +27,7 @@ def cmd_demo(a) -> int:
     bank = coll.load(banks[0].bank_id)
     print(f"built {out}: {plural(bank.n_units, 'unit')} in {plural(bank.n_threads, 'thread')} "
           f"(encode {st['encode_units_s'] + st['encode_heads_s']:.2f}s)\n")
-    qs = json.loads((sample_path().parent / "sample_questions.json").read_text())
+    qs = loads_json((sample_path().parent / "sample_questions.json").read_text())
     enc = get_encoder()
     Z = enc.encode([q["question"] for q in qs], is_query=True)
     ctx = BankContext.of(bank)

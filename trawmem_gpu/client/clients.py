@@ -20,7 +20,6 @@ transport failure :class:`~.errors.Unreachable`.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import time
@@ -31,7 +30,7 @@ from urllib.parse import quote
 import httpx
 
 from ..data.jsonl import record_of
-from ..errors import InputError
+from ..errors import InputError, loads_json
 from .errors import DeadlineExceeded, ServerError, Unreachable, _error_of, retry_after_s
 from .results import AppendResult, BankInfo, BankList, ForgetResult, History, Malformed, SelectResult, parse
 from .transport import deadline_at, deadline_transport
@@ -194,8 +193,8 @@ class _Base:
         if a.status >= 400:
             raise _error_of(a.response, call.bank_id, a.body)
         try:
-            return json.loads(a.body)
-        except (ValueError, RecursionError):
+            return loads_json(a.body)
+        except ValueError:  # malformed or nested too deeply
             raise ServerError(a.status, f"the answer to {call.method} {call.path} is not JSON") from None
 
     @staticmethod

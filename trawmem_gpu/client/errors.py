@@ -7,7 +7,7 @@ import json
 
 import httpx
 
-from ..errors import InputError, TrawmemError, UnknownBank
+from ..errors import InputError, TrawmemError, UnknownBank, loads_json
 from ..http_headers import retry_after_s  # noqa: F401 - re-exported by the client package
 
 
@@ -15,7 +15,9 @@ class ServerError(TrawmemError):
     """The server answered with an error status: ``status`` and its ``detail`` (the JSON body)."""
 
     def __init__(self, status: int | None, detail: str, retry_after: float | None = None):
-        super().__init__(f"HTTP {status}: {detail}" if status is not None else detail)
+        # TrawmemError's, not the next class's in a subclass's MRO: UnknownBank's would wrap the
+        # message as a bank id (BankNotFound: "unknown bank id 'HTTP 404: ...'")
+        TrawmemError.__init__(self, f"HTTP {status}: {detail}" if status is not None else detail)
         self.status, self.detail, self.retry_after = status, detail, retry_after
 
 
@@ -84,8 +86,8 @@ def detail_of(body: bytes, status: int) -> str:
     else the status's reason phrase; whatever the body is (null, a list, not JSON, not UTF-8)."""
     text = body.decode("utf-8", "replace")
     try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError):
+        doc = loads_json(text)
+    except ValueError:  # malformed or nested too deeply
         doc = None
     if isinstance(doc, dict) and doc.get("detail") is not None:
         d = doc["detail"]

@@ -32,6 +32,8 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
+from .types import MAX_DATE_CHARS
+
 _WEEKDAY = re.compile(r"\(\s*(mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun)[a-z]*\.?\s*\)", re.I)
 _WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _YEAR_FIRST = re.compile(r"^(?:\d{4}|\d{8})(?!\d)")
@@ -58,9 +60,16 @@ def parse_date(text: str, dayfirst: bool = False) -> datetime:
     :param dayfirst: read an ambiguous ``01.02.2031`` as day first (the ``--dayfirst`` flag); never
         applied to a date that starts with its year (see the module docstring)
     :returns: a naive datetime; one written with an offset or zone, converted to UTC
+
+    A text over ``MAX_DATE_CHARS`` (64) characters is refused before it is parsed, at every door
+    (dateutil's time is quadratic in the text: a 10 MB ``as_of`` ran for minutes); the message
+    gives its length, not the text.
     """
     if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"empty or non-string date {text!r}")
+        raise ValueError(f"empty or non-string date {text[:MAX_DATE_CHARS] if isinstance(text, str) else text!r}")
+    if len(text) > MAX_DATE_CHARS:
+        raise ValueError(f"date is {len(text)} characters; the limit is {MAX_DATE_CHARS} "
+                         f"(it begins {text[:20]!r})")
     s = " ".join(text.strip().split())
     try:
         iso = datetime.fromisoformat(s.replace("Z", "+00:00"))

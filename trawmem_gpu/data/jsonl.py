@@ -25,7 +25,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, loads_json
 from .fields import EmptyTurn, id_field, make_turn, next_session, session_field
 from .metadata import metadata_field
 from .types import Conversation, Turn
@@ -129,11 +129,11 @@ def load_jsonl(path: str | Path, *, dayfirst: bool = False) -> list[Conversation
     for ln, line in _lines(path):
         where = f"{path}:{ln}"
         try:
-            rec = json.loads(line)
+            rec = loads_json(line)
         except json.JSONDecodeError as e:
             hint = f" ({JSONL_HINT})" if line.lstrip().startswith("[") else ""
             raise InputError(f"{where}: bad JSON at column {e.colno}: {e.msg}{hint}") from None
-        except ValueError as e:  # an integer of more digits than Python converts
+        except ValueError as e:  # an integer of more digits than Python converts; nested too deeply
             raise InputError(f"{where}: bad JSON: {e}") from None
         if not isinstance(rec, dict):
             hint = f" ({JSONL_HINT})" if isinstance(rec, list) else ""

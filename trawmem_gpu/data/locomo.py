@@ -13,7 +13,7 @@ import json
 import re
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, loads_json
 from .dates import parse_date
 from .evidence import parse_evidence
 from .fields import EmptyTurn, id_field, make_turn, str_field, valid_unicode
@@ -38,9 +38,11 @@ def _load_json(path: Path):
         line = raw.count(b"\n", 0, e.start) + 1
         raise InputError(f"{path}: not UTF-8 (byte 0x{raw[e.start]:02x} on line {line})") from None
     try:
-        return json.loads(text)
+        return loads_json(text)
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: bad JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    except ValueError as e:  # nested too deeply
+        raise InputError(f"{path}: bad JSON: {e}") from None
 
 
 def _req(obj: dict, key: str, where: str, kind=str):

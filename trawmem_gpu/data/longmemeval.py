@@ -33,7 +33,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from ..errors import InputError
+from ..errors import InputError, loads_json
 from .dates import parse_date
 from .fields import check_len, id_field, valid_unicode
 from .types import MAX_ID_CHARS, MAX_TEXT_CHARS, Conversation, EvidenceRepairs, Question, Turn
@@ -69,11 +69,13 @@ def _read(path: Path):
         except (OSError, EOFError) as e:
             raise InputError(f"{path}: corrupt gzip data ({e})") from None
     try:
-        return json.loads(raw.decode("utf-8"))
+        return loads_json(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: not UTF-8 text ({e})") from None
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: bad JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    except ValueError as e:  # nested too deeply
+        raise InputError(f"{path}: bad JSON: {e}") from None
 
 
 _LME_KEY = re.compile(rb'(?:^|[{,])\s*"(?:haystack_session_ids|haystack_dates|haystack_sessions)"\s*:')

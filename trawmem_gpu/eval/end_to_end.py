@@ -28,7 +28,7 @@ import os
 import time
 from typing import Optional
 
-from ..errors import ConfigError, InputError
+from ..errors import ConfigError, InputError, loads_json
 from ..notes import note
 
 log = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ def _measured_build_stats(banks: dict, build_cfg, progress: bool) -> dict:
 
     path = default_cache_dir() / _MEASURED_FILE
     try:
-        known = json.loads(path.read_text())
+        known = loads_json(path.read_text())
     except (OSError, ValueError):
         known = {}
     fp = {bid: _bank_fingerprint(b, build_cfg) for bid, b in banks.items()}

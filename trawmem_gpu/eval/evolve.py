@@ -21,12 +21,11 @@ what was already asked). A state written for another configuration is refused.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..errors import ConfigError, InputError
+from ..errors import ConfigError, InputError, read_json_object
 from ..paths import file_sha256
 from ..store.files import write_json_atomic
 from ..ingest.layers.prompts import APPLY_CRITIQUE, CRITIQUE, PromptSet, prompt_set_from_dict, prompt_set_to_dict, save_prompt_set
@@ -100,7 +99,7 @@ class Evolution:
     # -- state ------------------------------------------------------------------------------
     def _load_state(self, init: PromptSet) -> dict:
         if self.state_path.exists():
-            st = json.loads(self.state_path.read_text(encoding="utf-8"))
+            st = read_json_object(self.state_path, str(self.state_path), "not an evolve-prompts state")
             if st.get("format") != STATE_FORMAT:
                 raise InputError(f"{self.state_path}: not an evolve-prompts state (format {STATE_FORMAT})")
             if st.get("identity") != self.ident:

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import TrawmemError
+from ..errors import TrawmemError, loads_json
 from ..select.config import DEMAND_FEATURES, UNIT_FEATURES, SelectConfig
 from ..select.objective import LEARNED_WEIGHTS
 from ..select.steps.roles import demand_mix
@@ -217,8 +217,8 @@ def load_head(path: str | Path) -> RoleHead:
     for key, want in (("unit_features", UNIT_FEATURES), ("demand_features", DEMAND_FEATURES),
                       ("learned_weights", LEARNED_WEIGHTS)):
         try:
-            got = tuple(json.loads(meta.get(key, "null")) or ())
-        except json.JSONDecodeError as e:
+            got = tuple(loads_json(meta.get(key, "null")) or ())
+        except ValueError as e:  # malformed or nested too deeply
             raise HeadError(f"role head {path}: metadata field {key!r} is corrupt") from e
         if got != tuple(want):
             raise HeadError(f"role head {path}: {key} {list(got)} do not match this package's {list(want)}; "
@@ -232,10 +232,10 @@ def load_head(path: str | Path) -> RoleHead:
         raise HeadError(f"role head {path}: content hash mismatch (stored {stored}, computed {digest}); "
                         f"the file is corrupt or was edited")
     try:
-        cfg = SelectConfig.from_dict(_tuples(json.loads(meta["config"])))
-        conditional = bool(json.loads(meta["conditional_weights"]))
-        training = json.loads(meta["training"])
-    except (KeyError, json.JSONDecodeError, TypeError, ValueError) as e:
+        cfg = SelectConfig.from_dict(_tuples(loads_json(meta["config"])))
+        conditional = bool(loads_json(meta["conditional_weights"]))
+        training = loads_json(meta["training"])
+    except (KeyError, TypeError, ValueError) as e:
         raise HeadError(f"role head {path}: metadata is corrupt ({e})") from e
     head = RoleHead(cfg, conditional_weights=conditional)
     with torch.no_grad():

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .config import BuildConfig
 from ..data.types import UNIT_TEXT_VERSION, Conversation
-from ..errors import BankError, plural, read_json_object
+from ..errors import BankError, loads_json, plural, read_json_object
 from ..notes import note
 from ..paths import default_cache_dir, file_sha256  # noqa: F401 (file_sha256 names the data file)
 
@@ -197,7 +197,7 @@ def build_log(path: str | Path) -> list[dict]:
     if not p.exists():
         return []
     try:
-        log = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        log = loads_json(p.read_text(encoding="utf-8"))
+    except ValueError:  # malformed, not UTF-8, or nested too deeply
         return []  # bookkeeping only: a damaged log never blocks a job
     return log if isinstance(log, list) else []

@@ -21,7 +21,7 @@ from typing import Optional
 import httpx
 
 from trawmem_gpu.dictconfig import with_keywords
-from trawmem_gpu.errors import ConfigError, name_list
+from trawmem_gpu.errors import ConfigError, loads_json, name_list
 from trawmem_gpu.http_headers import retry_after_s
 from trawmem_gpu.llm.base import LLMBackend, LLMRequestError, LLMResult, Secret
 from trawmem_gpu.llm.endpoint import MAX_AUTO_CONCURRENCY, context_from_error, endpoint_state, \
@@ -402,10 +402,8 @@ class OpenAIHTTPBackend(LLMBackend):
 
 
 def _json(raw: bytes):
-    import json
-
     try:
-        data = json.loads(raw)
+        data = loads_json(raw)
     except ValueError:
         raise BadResponse(f"malformed completion response: {raw[:200]!r}") from None
     if not isinstance(data, dict):

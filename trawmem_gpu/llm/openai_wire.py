@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from trawmem_gpu.errors import loads_json
+
 REFUSED = "the model refused the request"
 """How a refused request's error begins (a reply with ``refusal`` or a content-filter stop)."""
 CONTEXT_EXCEEDED = "the prompt and its reply budget exceed the model's context"
@@ -103,7 +105,7 @@ async def read_stream(resp, t0: float, on_first: Callable[[], None]) -> Reply:
         if payload == "[DONE]":
             break
         try:
-            data = json.loads(payload)
+            data = loads_json(payload)
         except ValueError:
             raise BadResponse(f"malformed stream event: {payload[:200]}") from None
         if not isinstance(data, dict):

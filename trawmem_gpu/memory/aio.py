@@ -25,6 +25,7 @@ import functools
 import inspect
 from concurrent.futures import ThreadPoolExecutor
 
+from ..errors import Closed
 from .api import Memory
 
 DEFAULT_WORKERS = 4
@@ -65,6 +66,7 @@ class AsyncMemory:
             raise TypeError(f"AsyncMemory() workers: expected a positive integer, got {workers!r}")
         self._memory = memory
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="trawmem-async")
+        self._closed = False
 
     @classmethod
     def of(cls, memory: Memory, *, workers: int = DEFAULT_WORKERS) -> "AsyncMemory":
@@ -79,8 +81,18 @@ class AsyncMemory:
         return self._memory
 
     async def _run(self, fn, *args, **kw):
+        closed = Closed(f"this AsyncMemory is closed (aclose() was called): open another, or call its "
+                        f"Memory (.memory) from a thread ({fn.__name__} was not run)")
+        if self._closed:
+            raise closed
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kw))
+        try:
+            fut = loop.run_in_executor(self._pool, functools.partial(fn, *args, **kw))
+        except RuntimeError:  # the pool's "cannot schedule new futures after shutdown": closed meanwhile
+            if not self._closed:
+                raise
+            raise closed from None
+        return await fut
 
     # the properties and plain lookups of Memory (no I/O: answered at once)
     path = property(lambda self: self._memory.path)
@@ -95,7 +107,9 @@ class AsyncMemory:
         return f"Async{self._memory!r}"
 
     async def aclose(self) -> None:
-        """Wait for the calls under way, then stop the pool (the ``Memory`` stays usable)."""
+        """Wait for the calls under way, then stop the pool (the ``Memory`` stays usable); a later
+        call raises :class:`~trawmem_gpu.errors.Closed`."""
+        self._closed = True
         await asyncio.get_running_loop().run_in_executor(None, functools.partial(self._pool.shutdown, wait=True))
 
     async def __aenter__(self) -> "AsyncMemory":

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ..encode.cache import EmbeddingCache
+from ..errors import loads_json
 from ..paths import default_cache_dir
 from ..store.bank import Bank
 from ..store.files import fsync_dir, turn_from, turn_record, write_json_atomic
@@ -203,7 +204,7 @@ def journal_path(collection: str | Path, bank_id: str) -> Path:
 def read_journal(collection, bank_id: str) -> Erasure | None:
     p = journal_path(collection, bank_id)
     try:
-        return Erasure(**json.loads(p.read_text(encoding="utf-8")))
+        return Erasure(**loads_json(p.read_text(encoding="utf-8")))
     except FileNotFoundError:
         return None
     except (OSError, ValueError, TypeError):  # a torn journal: written atomically, so never; be safe
@@ -218,7 +219,7 @@ def pending_journals(collection) -> list[Erasure]:
     out = []
     for p in sorted(d.glob("*.json")):
         try:
-            e = Erasure(**json.loads(p.read_text(encoding="utf-8")))
+            e = Erasure(**loads_json(p.read_text(encoding="utf-8")))
         except (OSError, ValueError, TypeError):
             continue
         if journal_path(collection, e.bank_id).name == p.name:
@@ -373,7 +374,7 @@ def scrub_outputs(paths, e: Erasure) -> int:
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                rec = loads_json(line)
             except ValueError:
                 continue
             if not isinstance(rec, dict) or "id" not in rec:

@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import loads_json
+
 EVENTS = ("added", "superseded", "re-embedded", "forgotten")
 HISTORY_DIR = ".history"
 
@@ -180,7 +182,7 @@ class HistoryStore:
         out = []
         for line in raw.split(b"\n"):
             try:
-                e = json.loads(line)
+                e = loads_json(line)
             except ValueError:
                 continue
             if isinstance(e, dict) and e.get("bank_id") == bank_id and (unit_id is None or e.get("unit") == unit_id):

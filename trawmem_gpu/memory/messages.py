@@ -157,8 +157,12 @@ def request_batch(bank_id: str, turns=None, messages=None, *, speakers=None, rol
 
         if not isinstance(now, datetime):
             raise InputError(f"now: expected a datetime, got {type(now).__name__}")
+        try:  # an aware time whose UTC falls past year 9999 or before year 1
+            now = naive_utc(now, now.isoformat())
+        except ValueError as e:
+            raise InputError(f"now: {e}") from None
         return AppendBatch(message_entries(messages, roles=DEFAULT_ROLES if roles is None else roles,
-                                           speakers=speakers), atomic, Assign(naive_utc(now)), "messages")
+                                           speakers=speakers), atomic, Assign(now), "messages")
     if speakers is not None or roles is not None:
         raise InputError("`speakers` and `roles` apply to chat messages (`messages`), not to `turns`")
     if isinstance(turns, (dict, Turn)):

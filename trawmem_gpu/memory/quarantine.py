@@ -9,11 +9,10 @@ removes it, erasing from the caches whatever of it can still be read (:func:`sto
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..encode.cache import EmbeddingCache
-from ..errors import BankError
+from ..errors import BankError, loads_json
 from ..store.files import META, load_bank, turn_from, turn_record
 from .erase import Erasure, vector_digest, words_of
 
@@ -80,7 +79,7 @@ def _records(bank_dir: Path, meta: dict) -> tuple[list, list[str]]:
 
 def _read_json(p: Path):
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
+        return loads_json(p.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
 

@@ -164,6 +164,12 @@ def _filled(rec: dict, assign: Assign, n_next, prev: Turn | None) -> dict:
     return out
 
 
+def _given_ids(entries: list) -> set[str]:
+    """The ids a request's records give, as strings; an oversized or malformed one (refused by the
+    screen) as none: ``str()`` of an integer of 5,000 digits raises ``ValueError``."""
+    return {x for r in entries if isinstance(r, dict) and (x := shown_id(r.get("turn_id"))) is not None}
+
+
 def screen(bank_id: str, batch: AppendBatch, old) -> Screened:
     """Every item of ``batch`` against ``old`` (the bank as stored, or None for a new bank): see
     the module docstring. Raises ``InputError`` for an empty request, and, with ``batch.atomic``,
@@ -188,7 +194,7 @@ def screen(bank_id: str, batch: AppendBatch, old) -> Screened:
             if tid not in known and tid not in seen and tid not in given:
                 return tid
 
-    given = {str(r["turn_id"]) for r in batch.entries if isinstance(r, dict) and r.get("turn_id") is not None}
+    given = _given_ids(batch.entries)
     for i, r in enumerate(batch.entries):
         if isinstance(r, AppendItem):
             items.append(r)

@@ -17,7 +17,7 @@ from ..data.dates import parse_date
 from ..data.fields import id_field, valid_unicode
 from ..data.filters import parse_filter
 from ..data.types import MAX_QUESTION_CHARS, Conversation
-from ..errors import InputError
+from ..errors import InputError, loads_json
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,11 @@ def read_questions(path: str | Path, *, dayfirst: bool = False) -> list[ScoreIte
             continue
         where = f"{path}:{ln}"
         try:
-            r = json.loads(line)
+            r = loads_json(line)
         except json.JSONDecodeError as e:
             raise InputError(f"{where}: bad JSON at column {e.colno}: {e.msg}") from None
+        except ValueError as e:  # nested too deeply
+            raise InputError(f"{where}: bad JSON: {e}") from None
         if not isinstance(r, dict):
             raise InputError(f"{where}: expected a JSON object per line")
         for f in ("id", "bank_id", "question"):

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from ..dictconfig import with_keywords
-from ..errors import ConfigError
+from ..errors import ConfigError, loads_json
 from .items import ScoreItem
 from .job import (RESUME_FIELDS, ScoreSpec, Scorer, check_banks, collection_encoder, encode_questions, job_meta,
                   plan_batches, resume_todo, say_resume)
@@ -108,7 +108,7 @@ class GroupScorer:
     def __call__(self, batch: dict) -> dict:
         out, timings = [], []
         for payload, zb in zip(batch["items"], batch["z"]):
-            items = [ScoreItem.from_dict(d) for d in json.loads(payload)]
+            items = [ScoreItem.from_dict(d) for d in loads_json(payload)]
             Z = np.frombuffer(base64.b64decode(zb), dtype=np.float32).reshape(len(items), -1)
             t0 = time.perf_counter()
             banks = [self._bank(b) for b in dict.fromkeys(it.bank_id for it in items)]
@@ -185,11 +185,11 @@ def score_ray(items: list[ScoreItem], collection: str | Path, spec: ScoreSpec, o
                 bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=f"score ({spec.method}, ray)",
                            unit="q", disable=not progress)
                 for b in ds.iter_batches(batch_size=None, batch_format="numpy"):
-                    recs = [json.loads(s) for s in b["record"]]
+                    recs = [loads_json(s) for s in b["record"]]
                     recs = [r for r in recs if r["id"] not in writer]  # a retried group may repeat an id
                     for tm in b["timings"]:
                         if tm:
-                            d = json.loads(tm)
+                            d = loads_json(tm)
                             pids.add(d.pop("pid"))
                             for k, v in d.items():
                                 timings[k] = timings.get(k, 0.0) + v

@@ -29,7 +29,7 @@ import json
 import os
 from pathlib import Path
 
-from ..errors import InputError, read_json_object
+from ..errors import InputError, loads_json, read_json_object
 
 
 class ResumableJsonl:
@@ -85,9 +85,9 @@ class ResumableJsonl:
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                rec = loads_json(line)
                 rid = rec[self.key]
-            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+            except (ValueError, KeyError, TypeError) as e:  # ValueError: malformed, not UTF-8, too deep
                 raise InputError(f"{self.path}:{ln}: corrupt record ({type(e).__name__}); the file was not written "
                                  "by `trawmem score` alone: repair it or use `overwrite`") from None
             if str(rid) in self.ids:
@@ -144,7 +144,7 @@ class ResumableJsonl:
         data = self.path.read_bytes()
         keep = []
         for line in data[: data.rfind(b"\n") + 1].split(b"\n"):
-            if line.strip() and str(json.loads(line)[self.key]) not in ids:
+            if line.strip() and str(loads_json(line)[self.key]) not in ids:
                 keep.append(line + b"\n")
         tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         with open(tmp, "wb") as f:
@@ -183,7 +183,7 @@ def read_records(path: str | Path) -> list[dict]:
     """All complete records of a JSONL output (an unterminated last line is ignored)."""
     data = Path(path).read_bytes()
     data = data[: data.rfind(b"\n") + 1]
-    return [json.loads(x) for x in data.split(b"\n") if x.strip()]
+    return [loads_json(x) for x in data.split(b"\n") if x.strip()]
 
 
 def answer_failures(out: str | Path) -> int:

@@ -15,7 +15,7 @@ Every error is a JSON ``{"detail": "..."}`` with a 4xx/5xx status; the server ke
        takes it, and removes it
 413    a body over ``--max-body-bytes``
 422    malformed or out-of-range input (empty / oversized question or field, budget or hops out of
-       range, NaN or wrong-length vector, unparseable date, malformed turn, ...)
+       range, NaN or wrong-length vector, unparseable date, malformed turn, a path not UTF-8, ...)
 429    the queue is full, or this key has its limit of queued queries or appends in flight
        (``Retry-After`` says when to come back)
 503    draining for shutdown, or not yet ready; for an append whose answer was lost (the engine
@@ -35,6 +35,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 
+from .bank_paths import BadPath, route_path
 from .config import ServeConfig
 from .keys import KeyStore
 from .metrics import Metrics
@@ -45,8 +46,8 @@ from .routes import RouteContext, add_bank_routes, add_forget_routes, add_ops_ro
 
 
 class _Edge:
-    """Pure ASGI middleware: body-size limit (413), body deadline (408), per-route metrics, and
-    the query routes.
+    """Pure ASGI middleware: bank ids in paths (``bank_paths.route_path``; a path that is not
+    UTF-8: 422), body-size limit (413), body deadline (408), per-route metrics, and the query routes.
 
     Bodies with a Content-Length over the limit are refused before they are read; every other
     body is read here, up to the limit and within ``body_timeout_s`` of its headers (a client
@@ -105,6 +106,13 @@ class _Edge:
 
         m.in_flight.inc()
         try:
+            try:
+                path = route_path(scope)
+            except BadPath as e:
+                await _json({"detail": str(e)}, 422)(scope, receive, send_)
+                return
+            if path is not None:
+                scope["path"] = path
             if scope["method"] in ("POST", "PUT", "PATCH"):
                 cl = dict(scope["headers"]).get(b"content-length")
                 refusal = None
@@ -144,7 +152,8 @@ class _Edge:
         finally:
             m.in_flight.dec()
             route = scope.get("route")
-            path = getattr(route, "path", None) or "unmatched"
+            # the template without its convertors (``{bank_id}``, not ``{bank_id:bank}``)
+            path = getattr(route, "path_format", None) or getattr(route, "path", None) or "unmatched"
             m.requests.labels(path, scope["method"], str(status[0])).inc()
             m.latency.labels(path, scope["method"]).observe(time.perf_counter() - t0)
 

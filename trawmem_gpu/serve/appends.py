@@ -2,7 +2,8 @@
 (``MessageIn``) of ``POST /v1/banks/{bank_id}/turns`` and of MCP ``add_turns``.
 
 Each item is validated against its model on its own, with the fixed bounds of ``serve.models``:
-an item that fails is refused alone, naming its field (``turns[3].timestamp: Field required``),
+an item that fails (or is not an object) is refused alone, naming its field
+(``turns[3].timestamp: Field required``),
 and the others go on to the Memory core (``memory.turns.screen``), which answers every item; with
 ``atomic`` the first refusal refuses the request (422), as before per-item answers existed.
 """
@@ -40,6 +41,9 @@ def append_batch(turns, messages, *, speakers=None, roles=None, atomic: bool = F
     speakers = check_speakers(speakers)
     entries: list = []
     for i, raw in enumerate(items):
+        if not isinstance(raw, dict):  # refused alone by the Memory core, in the Python door's words
+            entries.append(raw if turns is not None else message_record(raw, i, roles, speakers))
+            continue
         try:
             rec = model.model_validate(raw).model_dump(exclude_none=True)
         except ValidationError as e:

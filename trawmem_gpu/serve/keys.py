@@ -207,7 +207,7 @@ def add_key(path: str | Path, tenant: str, banks: list[str], writable: bool, whe
     doc = {"keys": []}
     if path.exists():
         KeyStore.load(path)  # refuse to extend a broken file
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = read_json(path, f"`keys_file` {path}", "not valid JSON", ConfigError)
     key = "tmk_" + secrets.token_urlsafe(32)
     doc["keys"].append({"sha256": hashlib.sha256(key.encode()).hexdigest(), "tenant": tenant,
                         "banks": list(banks), "access": "read-write" if writable else "read-only",

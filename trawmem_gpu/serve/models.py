@@ -183,11 +183,13 @@ class AppendRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    turns: list[Annotated[dict, WithJsonSchema(TurnIn.model_json_schema())]] | None = Field(
+    # Any item (not dict): an item that is not an object is refused alone (serve.appends), as every
+    # malformed item is, not the whole request
+    turns: list[Annotated[Any, WithJsonSchema(TurnIn.model_json_schema())]] | None = Field(
         None, min_length=1, max_length=MAX_TURNS_FIELD,
         description="turns (TurnIn) in source order, after the bank's last turn and in time order (a turn dated "
                     "before the turn it follows is refused)")
-    messages: list[Annotated[dict, WithJsonSchema(MessageIn.model_json_schema())]] | None = Field(
+    messages: list[Annotated[Any, WithJsonSchema(MessageIn.model_json_schema())]] | None = Field(
         None, min_length=1, max_length=MAX_TURNS_FIELD,
         description="chat messages (MessageIn) instead of turns: OpenAI's {role, content, name}")
     speakers: dict[Annotated[str, Field(max_length=32)], Annotated[str, Field(max_length=MAX_SPEAKER_CHARS)]] | None = \

@@ -193,7 +193,7 @@ def add_turn_routes(app: FastAPI, ctx: RouteContext) -> None:
     """``POST /v1/banks/{bank_id}/turns``: append turns (the first append creates the bank)."""
     backend, cfg = ctx.backend, ctx.cfg
 
-    @app.post("/v1/banks/{bank_id}/turns", response_model=AppendResponse,
+    @app.post("/v1/banks/{bank_id:bank}/turns", response_model=AppendResponse,
               responses={**ERRORS, 403: {"model": Error}, 409: {"model": Error}}, tags=["banks"],
               summary="Append turns or chat messages to a bank, answered per item (the first append creates it; resending turns it holds is safe)",
               openapi_extra=ctx.documented_body(AppendRequest))
@@ -236,19 +236,19 @@ def add_forget_routes(app: FastAPI, ctx: RouteContext) -> None:
     forget_doc = {"response_model": ForgetResponse, "responses": {**ERRORS, 403: {"model": Error}},
                   "tags": ["banks"]}
 
-    @app.delete("/v1/banks/{bank_id}", summary="Forget a whole bank (files, engine, caches)", **forget_doc)
+    @app.delete("/v1/banks/{bank_id:bank}", summary="Forget a whole bank (files, engine, caches)", **forget_doc)
     async def forget_bank(bank_id: str, tenant: Tenant = Depends(tenant_of)):
         return json_response(await forget(bank_id, None, tenant))
 
     # {turn_id:path}: a turn id may hold "/" (sent percent-encoded as %2F, which the path arrives decoded from)
-    @app.delete("/v1/banks/{bank_id}/turns/{turn_id:path}", summary="Forget one turn of a bank", **forget_doc)
+    @app.delete("/v1/banks/{bank_id:bank}/turns/{turn_id:path}", summary="Forget one turn of a bank", **forget_doc)
     async def forget_turn(bank_id: str, turn_id: str, tenant: Tenant = Depends(tenant_of)):
         res = await forget(bank_id, [turn_id], tenant)
         if res["missing"]:
             raise HTTPError(404, f"bank {bank_id!r} holds no turn {turn_id!r}")
         return json_response(res)
 
-    @app.post("/v1/banks/{bank_id}/forget", summary="Forget turns of a bank", **forget_doc)
+    @app.post("/v1/banks/{bank_id:bank}/forget", summary="Forget turns of a bank", **forget_doc)
     async def forget_turns(bank_id: str, req: ForgetRequest, tenant: Tenant = Depends(tenant_of)):
         return json_response(await forget(bank_id, list(dict.fromkeys(req.turn_ids)), tenant))
 
@@ -266,7 +266,7 @@ def add_bank_routes(app: FastAPI, ctx: RouteContext) -> None:
                               "dim": backend.dim})
 
     # {unit_id:path}: a unit id may hold "/" (sent percent-encoded as %2F)
-    @app.get("/v1/banks/{bank_id}/units/{unit_id:path}/history", response_model=History, responses=ERRORS,
+    @app.get("/v1/banks/{bank_id:bank}/units/{unit_id:path}/history", response_model=History, responses=ERRORS,
              tags=["banks"], summary="What happened to one unit (turn, fact, profile section), oldest first")
     async def history(bank_id: str, unit_id: str, tenant: Tenant = Depends(tenant_of)):
         evs = await maybe_await(backend.history(bank_id, unit_id)) if tenant.owns(bank_id) else None
@@ -276,7 +276,7 @@ def add_bank_routes(app: FastAPI, ctx: RouteContext) -> None:
             raise HTTPError(404, f"bank {bank_id!r} holds no unit {unit_id!r} and has no history of one")
         return json_response({"bank_id": bank_id, "unit_id": unit_id, "events": evs})
 
-    @app.get("/v1/banks/{bank_id}", response_model=BankInfo, responses=ERRORS, tags=["banks"],
+    @app.get("/v1/banks/{bank_id:bank}", response_model=BankInfo, responses=ERRORS, tags=["banks"],
              summary="One bank's counts")
     async def bank(bank_id: str, tenant: Tenant = Depends(tenant_of)):
         info = await maybe_await(backend.bank_info(bank_id)) if tenant.owns(bank_id) else None

@@ -57,8 +57,9 @@ def read_tensors(path, mmap: bool = False) -> dict[str, np.ndarray]:
 
     :raises ValueError: a header that is not a safetensors header (the caller names the file)
     """
-    import json
     import os
+
+    from ..errors import loads_json
 
     if not mmap:
         from safetensors.numpy import load_file
@@ -72,7 +73,7 @@ def read_tensors(path, mmap: bool = False) -> dict[str, np.ndarray]:
         n = int.from_bytes(head, "little")
         if n <= 0 or 8 + n > size:
             raise ValueError(f"header length {n} does not fit a file of {size} bytes")
-        header = json.loads(f.read(n).decode("utf-8"))
+        header = loads_json(f.read(n).decode("utf-8"))
     out = {}
     for name, spec in header.items():
         if name == "__metadata__":

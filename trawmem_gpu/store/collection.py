@@ -51,7 +51,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -59,7 +58,7 @@ import weakref
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ..errors import BankError, UnknownBank, name_list
+from ..errors import BankError, UnknownBank, loads_json, name_list
 from .bank import Bank
 from .packed import PackedCollection, pack_banks  # noqa: F401 - their old home
 from .files import FORMAT_VERSION, READ_VERSIONS, load_bank, read_meta, save_bank, write_json_atomic
@@ -175,8 +174,8 @@ class Collection:
         if stamp == self._index_stat:
             return
         try:
-            idx = json.loads(ip.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            idx = loads_json(ip.read_text(encoding="utf-8"))
+        except ValueError as e:  # malformed, not UTF-8, or nested too deeply
             raise BankError(f"{ip}: corrupt collection index ({e})") from None
         if not isinstance(idx, dict):
             raise BankError(f"{ip}: corrupt collection index (expected a JSON object, got {type(idx).__name__})")

@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data.types import turns_digest
-from ..errors import BankError
+from ..errors import BankError, loads_json
 from ..paths import file_sha256
 from .bank import Bank
 
@@ -182,8 +182,8 @@ def read_meta(path: str | Path) -> dict:
     if not mp.exists():
         raise BankError(f"{path}: not a bank (missing {META}; an interrupted write leaves no valid bank)")
     try:
-        meta = json.loads(mp.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        meta = loads_json(mp.read_text(encoding="utf-8"))
+    except ValueError as e:  # malformed, not UTF-8, or nested too deeply
         raise BankError(f"{mp}: corrupt metadata ({e})") from None
     if not isinstance(meta, dict) or "format_version" not in meta:
         raise BankError(f"{mp}: corrupt metadata (no format_version)")
@@ -229,8 +229,8 @@ def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = No
             t = read_tensors(path / names["tensors"], mmap)
         except (SafetensorError, OSError, ValueError, KeyError, UnicodeDecodeError) as e:
             raise BankError(f"{path / names['tensors']}: unreadable tensors ({e})") from None
-        units = json.loads((path / names["units"]).read_text(encoding="utf-8"))
-        threads = meta if v2 else json.loads((path / names["threads"]).read_text(encoding="utf-8"))
+        units = loads_json((path / names["units"]).read_text(encoding="utf-8"))
+        threads = meta if v2 else loads_json((path / names["threads"]).read_text(encoding="utf-8"))
         stats = meta.get("stats", {})
         facts, profiles, sources = _read_layers(path / names["layers"], meta["layers"]) if "layers" in meta \
             else ((), (), {})
@@ -251,7 +251,7 @@ def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = No
         bank.turns = naive_utc_turns(bank.turns)
     except BankError:
         raise
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError, json.JSONDecodeError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
         raise BankError(f"{path}: corrupt bank ({type(e).__name__}: {e})") from None
     try:
         bank.validate_stored()
@@ -264,7 +264,7 @@ def _read_layers(fp: Path, counts: dict) -> tuple[tuple, tuple, dict]:
     """The facts, profiles and sources of ``layers.json`` (checked records, counts as ``meta.json`` says)."""
     from .facts import fact_from_record, profile_from_record
 
-    rec = json.loads(fp.read_text(encoding="utf-8"))
+    rec = loads_json(fp.read_text(encoding="utf-8"))
     if not isinstance(rec, dict) or not isinstance(rec.get("facts"), list) or not isinstance(rec.get("profiles"), list):
         raise BankError(f"{fp}: corrupt layers (expected an object with lists 'facts' and 'profiles')")
     try:

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data.types import turns_digest
-from ..errors import BankError
+from ..errors import BankError, loads_json
 from ..paths import file_sha256
 from .bank import Bank
 from .records import segment_names
@@ -157,7 +157,7 @@ def apply_segments(bank: Bank, d: Path, segments: list[dict]) -> Bank:
             t = read_tensors(d / tf)
         except Exception as e:  # noqa: BLE001 - safetensors raises its own error type
             raise BankError(f"{d / tf}: unreadable tensors ({e})") from None
-        rec = json.loads((d / jf).read_text(encoding="utf-8"))
+        rec = loads_json((d / jf).read_text(encoding="utf-8"))
         new_turns = [turn_from(r) for r in rec["turns"]]
         if turns_digest(new_turns) != s["turns_sha256"] or len(new_turns) != s["n_units"]:
             raise BankError(f"{d / jf}: the turns do not match the digest in meta.json")

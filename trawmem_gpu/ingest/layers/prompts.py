@@ -11,12 +11,11 @@ prompts do not touch.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from string import Template
 
-from ...errors import InputError
+from ...errors import InputError, loads_json
 from ...store.facts import SECTIONS
 from ...llm.prompts import Prompt, arr, nullable, obj, string
 
@@ -259,7 +258,7 @@ def load_prompt_set(path: str | Path | None) -> PromptSet:
         return PromptSet()
     p = Path(path)
     try:
-        d = json.loads(p.read_text(encoding="utf-8"))
+        d = loads_json(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"prompts file {p} does not exist") from None
     except ValueError as e:
