@@ -25,6 +25,7 @@ from typing import Sequence
 
 from ..data.types import Turn
 from ..errors import ConfigError, InputError
+from ..store.facts import utc_text
 from .options import OPTION_FIELDS, MemoryOptions
 from .result import SelectedWorkspace
 
@@ -356,7 +357,7 @@ class Memory:
         ds = [None] * n if dates is None else [_date_of(d, f"dates[{i}]") for i, d in enumerate(dates)]
         if len(ds) != n:
             raise InputError(f"dates: {len(ds)} dates for {n} queries")
-        day = None if as_of is None else _date_of(as_of, "as_of").date().isoformat()
+        day = None if as_of is None else utc_text(_date_of(as_of, "as_of"))  # a day, or an instant (UTC)
         Z = self._core.encoder.encode(qs, is_query=True) if vectors is None else _vectors(vectors, n, self._core.dim)
         plans = None
         from ..llm.base import LLMWork
