@@ -149,3 +149,22 @@ def test_a_memory_that_selects_facts_writes_no_bank_it_cannot_serve(tmp_path):
     with pytest.raises(ConfigError, match="nothing was stored"):
         mem.add("new", [_t("t1")])
     assert _files(tmp_path / "c") == before and "new" not in {b["bank_id"] for b in Memory(tmp_path / "c").banks()}
+
+
+def test_a_server_that_selects_facts_refuses_to_create_a_bank_with_409(tmp_path):
+    from serve_util import running
+
+    from trawmem_gpu import Memory
+    from trawmem_gpu.serve.config import ServeConfig
+
+    Memory(tmp_path / "c").add("b", [_t("t1")])
+    Memory(tmp_path / "c").add_facts("b", [OK])
+    before = _files(tmp_path / "c")
+    with running(ServeConfig(collection=str(tmp_path / "c"), max_wait_ms=1, units=("turns", "facts"))) as (url, _, _):
+        import httpx
+
+        r = httpx.post(url + "/v1/banks/new/turns", json={"turns": [_t("n1")]}, timeout=60)
+        assert r.status_code == 409 and "nothing was stored" in r.json()["detail"]
+        assert httpx.post(url + "/v1/banks/b/turns", json={"turns": [_t("t2", day=2)]}, timeout=60).status_code == 200
+    assert "new" not in {b["bank_id"] for b in Memory(tmp_path / "c").banks()}
+    assert _files(tmp_path / "c") != before  # the bank with facts took its turn

@@ -198,7 +198,12 @@ class HistoryStore:
                 return None
         self.dir.mkdir(parents=True, exist_ok=True)
         tmp = self.dir / f".key.tmp-{secrets.token_hex(8)}"
-        tmp.write_text(secrets.token_hex(32))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # the owner's alone
+        try:
+            os.write(fd, secrets.token_hex(32).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         try:
             os.link(tmp, p)  # atomic, and never over another process's key
         except FileExistsError:
