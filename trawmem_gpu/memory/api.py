@@ -209,8 +209,9 @@ class Memory:
     def history(self, bank_id: str, unit_id: str) -> list[dict]:
         """What happened to unit ``unit_id`` (turn, fact or profile section) of bank ``bank_id``,
         oldest first (``memory.history``): dicts of ``event`` (``added``, ``superseded``,
-        ``re-embedded``, ``forgotten``), ``time`` (ISO UTC; null: stored before history was kept),
-        ``cause``, and ``by`` / ``supersedes``. Events hold no content.
+        ``re-embedded``, ``forgotten``, ``reinstated``), ``time`` (ISO UTC; null: stored before
+        history was kept), ``cause``, and ``by`` / ``supersedes``. Events hold no content, and no
+        id of a forgotten unit (``"(forgotten)"`` stands for it).
 
         :raises UnknownBank: no such bank, and no history of it
         :raises UnknownUnit: the bank neither holds the unit nor has a history of it
