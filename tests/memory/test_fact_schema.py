@@ -88,6 +88,8 @@ def test_validity_is_compared_in_utc_and_a_future_fact_is_not_current():
     late = Fact("F:1", "x", ("t",), valid_from="2024-06-01T04:30Z")
     assert not late.valid_at("2024-05-31") and late.valid_at("2024-06-01")
     assert not late.valid_at("2024-06-01T04:00:00") and late.valid_at("2024-06-01T04:30:00")
+    local = Fact("F:0", "x", ("t",), valid_from="2024-05-31T23:30-05:00")  # the issue's: 2024-06-01T04:30 in UTC
+    assert not local.valid_at("2024-05-31") and local.valid_at("2024-06-01")
     early = Fact("F:2", "x", ("t",), valid_from="2024-06-01T04:30+05:00")  # 2024-05-31T23:30 in UTC
     assert early.valid_at("2024-05-31") and not early.valid_at("2024-05-30")
     ended = Fact("F:3", "x", ("t",), valid_from="2024-01-01", valid_to="2024-06-01T01:00+02:00", superseded_by="F:4")
