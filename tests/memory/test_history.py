@@ -3,6 +3,7 @@ list each event with its time and cause (added, superseded, re-embedded, forgott
 bank and appended under its lock; a forget leaves an event with no content."""
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -44,8 +45,65 @@ def test_add_and_forget_leave_events_without_content(tmp_path):
         mem.history("never", "t1")
     again = Memory(tmp_path / "c")  # durable: another Memory reads the same events
     assert [e["event"] for e in again.history("b", "t2")] == ["added", "forgotten"]
-    mem.forget("b")  # a whole bank: every unit's history ends forgotten, and it outlives the bank
-    assert [e["event"] for e in Memory(tmp_path / "c").history("b", "t1")] == ["added", "forgotten"]
+    mem.forget("b")  # a whole bank: its history goes with it (issue 42.4)
+    with pytest.raises(UnknownBank):
+        Memory(tmp_path / "c").history("b", "t1")
+    assert not list((tmp_path / "c" / ".history").glob("*.jsonl"))
+
+
+MAIL, PHONE, BANK = "ana.secret-7f3a@example.org", "+41 79 555 01 23", "carol.bank-9d2e@example.org"
+
+
+def test_a_forgotten_ids_history_keeps_no_id_in_clear(tmp_path):
+    """Issue 42.4: an id can be the secret. After a forget no history file names a forgotten
+    turn, nor the facts that went with it (as ``unit`` or as ``by``); the caller who knows the
+    id still reads its events."""
+    from trawmem_gpu import Memory
+    from trawmem_gpu.memory.history import FORGOTTEN
+
+    mem = Memory(tmp_path / "c")
+    mem.add(BANK, [_t("t1"), _t(MAIL), _t(PHONE, day=2), _t("t4", day=3)])
+    mem.add_facts(BANK, [{"text": "Ana lives in Lyon.", "source_turns": ["t1"], "id": "F:lyon",
+                          "subject": "Ana", "attribute": "lives in", "valid_from": "2031-05-01"},
+                         {"text": "Ana moved to Porto.", "source_turns": [MAIL], "id": f"F:{PHONE}",
+                          "subject": "Ana", "attribute": "lives in", "valid_from": "2031-05-02"}])
+    hist = tmp_path / "c" / ".history"
+    assert PHONE.encode() in b"".join(f.read_bytes() for f in hist.glob("*.jsonl"))  # the search can fail
+    mem.forget(BANK, [MAIL, PHONE])
+    data = b"".join(f.read_bytes() for f in hist.rglob("*") if f.is_file())
+    for secret in (MAIL, PHONE, f"F:{PHONE}"):
+        assert secret.encode() not in data and json.dumps(secret).encode() not in data
+    again = Memory(tmp_path / "c")
+    assert [(e["event"], e["cause"]) for e in again.history(BANK, MAIL)] == [("added", "add"), ("forgotten", "forget")]
+    assert [e["event"] for e in again.history(BANK, f"F:{PHONE}")] == ["added", "forgotten"]
+    assert again.history(BANK, f"F:{PHONE}")[0]["supersedes"] == "F:lyon"
+    # the fact it superseded holds again, and its history says so (issue 42.6), naming no forgotten id
+    assert [(e["event"], e.get("by")) for e in again.history(BANK, "F:lyon")] == \
+        [("added", None), ("superseded", FORGOTTEN), ("reinstated", None)]
+    assert again._core.registry.get(BANK).facts[0].current
+    assert [e["event"] for e in again.history(BANK, "t1")] == ["added"]
+    with pytest.raises(UnknownUnit):
+        again.history(BANK, "never-there")
+
+
+def test_a_bank_made_under_a_forgotten_id_starts_with_no_history(tmp_path):
+    """Issue 42.4: a bank forgotten whole (or down to its last turn) takes its history along."""
+    from trawmem_gpu import Memory
+
+    mem = Memory(tmp_path / "c")
+    mem.add(BANK, [_t("t1"), _t("t2")])
+    mem.add("keep", [_t("k1")])
+    mem.forget(BANK)
+    mem.add("last", [_t("l1")])
+    mem.forget("last", ["l1"])  # its last turn: the bank is gone
+    data = b"".join(f.read_bytes() for f in (tmp_path / "c" / ".history").rglob("*") if f.is_file())
+    assert BANK.encode() not in data and b'"last"' not in data and b'"keep"' in data
+    mem.add(BANK, [_t("t3", day=4)])
+    assert mem.history(BANK, "t3")[0]["event"] == "added"
+    with pytest.raises(UnknownUnit):
+        mem.history(BANK, "t1")  # the old bank's turn: nothing of it
+    mem.add("last", [_t("l1", day=5)])
+    assert [e["event"] for e in mem.history("last", "l1")] == ["added"]
 
 
 def test_a_torn_write_is_skipped_and_fenced_off(tmp_path):

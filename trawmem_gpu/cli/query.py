@@ -248,12 +248,13 @@ def configure(q) -> None:
 
 
 def _as_of(text: str) -> str:
-    """``--as-of``: a date the loaders read, as ISO ``YYYY-MM-DD``."""
+    """``--as-of``: a date the loaders read, as ISO ``YYYY-MM-DD`` (a date-time: its UTC instant)."""
     import argparse
 
     from ..data.dates import parse_date
+    from ..store.facts import utc_text
 
     try:
-        return parse_date(text).date().isoformat()
+        return utc_text(parse_date(text))
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None

@@ -220,7 +220,7 @@ class HistoryEvent:
     """One event of a unit's history (``GET /v1/banks/{bank_id}/units/{unit_id}/history``)."""
 
     event: str
-    """added, superseded, re-embedded or forgotten."""
+    """added, superseded, re-embedded, forgotten or reinstated."""
     time: str | None
     cause: str
     by: str | None = None

@@ -25,6 +25,7 @@ from typing import Sequence
 
 from ..data.types import Turn
 from ..errors import ConfigError, InputError
+from ..store.facts import utc_text
 from .options import OPTION_FIELDS, MemoryOptions
 from .result import SelectedWorkspace
 
@@ -208,8 +209,9 @@ class Memory:
     def history(self, bank_id: str, unit_id: str) -> list[dict]:
         """What happened to unit ``unit_id`` (turn, fact or profile section) of bank ``bank_id``,
         oldest first (``memory.history``): dicts of ``event`` (``added``, ``superseded``,
-        ``re-embedded``, ``forgotten``), ``time`` (ISO UTC; null: stored before history was kept),
-        ``cause``, and ``by`` / ``supersedes``. Events hold no content.
+        ``re-embedded``, ``forgotten``, ``reinstated``), ``time`` (ISO UTC; null: stored before
+        history was kept), ``cause``, and ``by`` / ``supersedes``. Events hold no content, and no
+        id of a forgotten unit (``"(forgotten)"`` stands for it).
 
         :raises UnknownBank: no such bank, and no history of it
         :raises UnknownUnit: the bank neither holds the unit nor has a history of it
@@ -356,7 +358,7 @@ class Memory:
         ds = [None] * n if dates is None else [_date_of(d, f"dates[{i}]") for i, d in enumerate(dates)]
         if len(ds) != n:
             raise InputError(f"dates: {len(ds)} dates for {n} queries")
-        day = None if as_of is None else _date_of(as_of, "as_of").date().isoformat()
+        day = None if as_of is None else utc_text(_date_of(as_of, "as_of"))  # a day, or an instant (UTC)
         Z = self._core.encoder.encode(qs, is_query=True) if vectors is None else _vectors(vectors, n, self._core.dim)
         plans = None
         from ..llm.base import LLMWork

@@ -43,7 +43,7 @@ from ..errors import InputError, QuarantinedBank, UnknownBank
 from ..store import Bank, Collection
 from ..store.segments import CompactionPolicy
 from .erase import Erasure, pause_point, read_journal, write_journal
-from .history import HistoryStore, append_events, forget_events
+from .history import HistoryStore, append_events, forget_events, held_units
 from .quarantine import cause_of, stored_erasure
 from .turns import AppendBatch, screen
 
@@ -310,8 +310,10 @@ class BankRegistry:
                 elif self.owns(bank_id):
                     self._banks[bank_id] = new
                 self.version += 1
-            if e.turn_ids:
-                self._record(bank_id, forget_events(before, new, e.turn_ids))
+            if new is None or e.turn_ids:  # no forgotten id left in clear (``memory.history``)
+                with self.coll.bank_lock(bank_id):
+                    self.history.forget(bank_id, None if new is None else held_units(new),
+                                        forget_events(before, new, e.turn_ids))
             gone = set(e.turn_ids)
             return ForgetResult(new, e, list(e.turn_ids), [t for t in turn_ids or () if t not in gone])
 

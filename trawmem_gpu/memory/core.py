@@ -16,7 +16,8 @@ from typing import Callable
 from ..encode.base import Encoder
 from ..errors import ConfigError
 from ..select.config import SelectConfig
-from .banks import AppendResult, BankRegistry, ForgetResult
+from ..store.view import check_layers, parse_units
+from .banks import AppendResult, BankRegistry, ForgetResult, check_bank_id
 from .resident import Resident, bank_nbytes
 from .engines import ServedEngine, select_units
 from .erase import clear_journal, erase_copies, pause_point, pending_journals
@@ -127,7 +128,12 @@ class MemoryCore:
         """Validate, build and persist turns (``BankRegistry.append``: a list of records, all or
         nothing, or a ``memory.turns.AppendBatch``, answered per item) with ``encoder`` (default:
         the query encoder; a server may give appends an instance of their own); the engine is not
-        touched. ``llm``: for a bank built with LLM segmentation or heads."""
+        touched. ``llm``: for a bank built with LLM segmentation or heads. A bank the engine could
+        not select from afterwards (``units`` with a layer it lacks) is refused before anything is
+        written (``store.view.check_layers``)."""
+        if len(parse_units(self.engines.units)) > 1 and bank_id not in self.registry.quarantined:
+            check_bank_id(bank_id)
+            check_layers(self.registry.get(bank_id), self.engines.units, bank_id)
         return self.registry.append(bank_id, records, encoder or self.encoder, self.encoder_spec, llm)
 
     def forget_stored(self, bank_id: str, turn_ids: list[str] | None, llm=None,

@@ -4,19 +4,26 @@ subject and attribute; no LLM is called.
 
 A fact record: ``text`` and ``source_turns`` (ids of turns the bank holds), optional ``id``
 (kept when free; else ``F:<session>:<n>``), ``subject`` and ``attribute`` (the key, together or
-not at all), ``valid_from`` / ``date`` (ISO; default: the first source turn's date), ``persons``
+not at all), ``valid_from`` / ``date`` (default: the first source turn's date), ``persons``
 (default: the source turns' speakers), ``locations``, ``keywords``, ``entities``. The records are
-checked whole (an ``InputError`` naming ``facts[i]`` and the field; nothing is added), encoded
-with the bank's encoder and written with the bank, under its lock, as an add writes turns; the
-history gets ``added`` for each new fact and ``superseded`` (with ``by``) for each fact it replaced.
+checked whole, before anything is written (an ``InputError`` naming ``facts[i]`` and the field;
+nothing is added), by the turns' rules and the one fact schema (``store.facts``): ids as turn ids,
+texts and names length-capped, and ``date`` / ``valid_from`` read as a turn's timestamp is (at
+most ``MAX_DATE_CHARS``, through ``data.dates.parse_date``: an offset or zone converted to UTC)
+and kept as their UTC ISO text (``store.facts.utc_text``). Then they are encoded with the bank's
+encoder and written with the bank, under its lock, as an add writes turns; the history gets
+``added`` for each new fact and ``superseded`` (with ``by``) for each fact it replaced.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
+from ..data.dates import parse_date
+from ..data.fields import id_field, str_field
+from ..data.types import MAX_DATE_CHARS
 from ..errors import InputError, UnknownBank
-from ..store.facts import TIME_FIELDS, Fact
+from ..store.facts import MAX_FACT_SOURCES, TIME_FIELDS, Fact, fact_time, utc_text
 
 FACT_FIELDS = ("id", "text", "source_turns", "persons", "locations", "keywords", "entities", "date", *TIME_FIELDS)
 GIVEN = ("id", "text", "source_turns", "persons", "locations", "keywords", "entities", "date", "subject",
@@ -39,19 +46,38 @@ def fact_of(rec, i: int, turns: dict) -> Fact:
     src = [src] if isinstance(src, str) else src
     if not isinstance(src, (list, tuple)) or not src:
         raise InputError(f"{where}: field 'source_turns' must be a non-empty list of turn ids")
+    if len(src) > MAX_FACT_SOURCES:
+        raise InputError(f"{where}: field 'source_turns' holds {len(src)} ids; the limit is {MAX_FACT_SOURCES}")
+    src = tuple(dict.fromkeys(id_field(s, "source_turns", where) for s in src))
     bad = next((s for s in src if s not in turns), None)
     if bad is not None:
         raise InputError(f"{where}: field 'source_turns': the bank holds no turn {str(bad)[:64]!r}")
+    fid = f"F:new:{i}" if rec.get("id") is None else id_field(rec["id"], "id", where)
     first = turns[src[0]]
     day = first.time.date().isoformat() if first.time else None
+    dates = {k: fact_date(rec[k], k, where) for k in ("date", "valid_from") if rec.get(k) is not None}
     try:
-        return Fact(str(rec.get("id") or f"F:new:{i}"), rec["text"], tuple(src),
+        return Fact(fid, rec["text"], src,
                     rec.get("persons") or tuple(dict.fromkeys(turns[s].speaker for s in src)),
                     rec.get("locations", ()), rec.get("keywords", ()), rec.get("entities", ()),
-                    rec.get("date") or day, str(first.session), rec.get("subject"), rec.get("attribute"),
-                    rec.get("valid_from"))
+                    dates.get("date") or day, str(first.session), rec.get("subject"), rec.get("attribute"),
+                    dates.get("valid_from"))
     except ValueError as e:
         raise InputError(f"{where}: {e}") from None
+
+
+def fact_date(v, name: str, where: str) -> str:
+    """A caller's ``date`` / ``valid_from`` as the fact keeps it (module docstring)."""
+    str_field(v, name, where, empty_ok=False, limit=MAX_DATE_CHARS)
+    try:
+        t = fact_time(v, name)  # ISO 8601, YYYY and YYYY-MM included
+        return v if len(v) in (4, 7) else utc_text(t)  # a year or a month stays one
+    except ValueError:
+        pass
+    try:
+        return utc_text(parse_date(v))
+    except ValueError as e:
+        raise InputError(f"{where}: field {name!r}: {e}") from None
 
 
 def add_facts(registry, bank_id: str, records, encoder) -> dict:
@@ -74,7 +100,7 @@ def add_facts(registry, bank_id: str, records, encoder) -> dict:
         turns = {t.turn_id: t for t in old.turns}
         given = [fact_of(r, i, turns) for i, r in enumerate(records)]
         taken = {f.fact_id for f in old.facts} | set(turns)
-        named = [i for i, r in enumerate(records) if r.get("id")]
+        named = [i for i, r in enumerate(records) if r.get("id") is not None]
         for i in named:
             if given[i].fact_id in taken:
                 raise InputError(f"facts[{i}]: field 'id': the bank holds a fact or turn {given[i].fact_id!r} already")

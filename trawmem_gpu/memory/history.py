@@ -12,9 +12,20 @@ the ``added`` event of a fact that replaced another:
   vector a rebuild changed);
 * ``forgotten``: erased by a forget (``cause: "forget"``), or dropped with the turn it cites.
 
-**No content.** An event holds ids, times and causes, never a unit's text or vector: after a
-forget the history keeps only that the unit was forgotten, and erasure leaves no trace of the
-text (the no-trace tests search the history files too).
+* ``reinstated``: a fact that holds again because the fact that superseded it was forgotten
+  (``cause``: ``successor forgotten``); a fact whose successor was forgotten but which a later
+  fact of the chain still supersedes gets ``superseded`` with that fact as ``by`` instead.
+
+**No content, and no forgotten id.** An event holds ids, times and causes, never a unit's text or
+vector. An id can itself be the secret (an email, a phone number), so a forget rewrites the
+bank's history file: every id the bank no longer holds (a forgotten turn, a fact or profile
+section that went with it; as ``unit``, ``by`` or ``supersedes``) is replaced by its keyed digest
+(HMAC-SHA256 under the collection's random key ``.history/key``, with the bank id). The forgotten
+unit's history is still found by its id (the caller who knows it), and a ``by`` or
+``supersedes`` naming a forgotten fact reads :data:`FORGOTTEN`; nothing in the files names it.
+A bank forgotten whole (or whose last turn is forgotten) has its history file removed: a bank
+created later under the same id starts with no history. The no-trace tests search the history
+files too, for the texts and the ids.
 
 **Storage.** One file per bank, ``DIR/.history/<sha1 of the bank id>.jsonl``, beside the banks (a
 bank directory is replaced whole on every write; its history is appended to, never rewritten):
@@ -28,9 +39,11 @@ an operation are written just after its bank; a crash between the two leaves uni
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import operator
 import os
+import secrets
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -38,8 +51,12 @@ import numpy as np
 
 from ..errors import loads_json
 
-EVENTS = ("added", "superseded", "re-embedded", "forgotten")
+EVENTS = ("added", "superseded", "re-embedded", "forgotten", "reinstated")
 HISTORY_DIR = ".history"
+FORGOTTEN = "(forgotten)"
+"""What ``by`` / ``supersedes`` read when they name a forgotten unit."""
+ID_FIELDS = ("unit", "by", "supersedes")
+"""The fields of a stored event that hold a unit id (``<field>_digest`` once it is forgotten)."""
 
 
 def now_iso() -> str:
@@ -82,6 +99,11 @@ def write_events(old, new, cause: str, *, sessions=None, gone_cause: str | None 
     out += [event(u, "forgotten", gone_cause or cause, t) for u in lo if u not in ln]
     out += [event(u, "re-embedded", cause, t) for u in ln if u in lo and not np.array_equal(ln[u], lo[u])]
     return out
+
+
+def held_units(bank) -> set[str]:
+    """Every unit id ``bank`` holds: its turns', facts' and profile sections'."""
+    return {t.turn_id for t in bank.turns} | set(_units(bank))
 
 
 def _appended(old, new) -> int | None:
@@ -141,7 +163,22 @@ def forget_events(old, new, turn_ids) -> list[dict]:
     t = now_iso()
     out = [event(u, "forgotten", "forget", t) for u in dict.fromkeys(turn_ids)]
     lo, ln = _units(old), _units(new)
-    return out + [event(u, "forgotten", "cites a forgotten turn", t) for u in lo if u not in ln]
+    out += [event(u, "forgotten", "cites a forgotten turn", t) for u in lo if u not in ln]
+    return out + _successor_events(old, new, t)
+
+
+def _successor_events(old, new, t: str) -> list[dict]:
+    """The facts kept by a forget whose successor went with it (``ingest.forget.layers_without``):
+    ``reinstated`` when the fact holds again, ``superseded`` by the next fact of its chain else."""
+    if old is None or new is None:
+        return []
+    was = {f.fact_id: f.superseded_by for f in old.facts}
+    out = []
+    for f in new.facts:
+        if f.fact_id in was and was[f.fact_id] is not None and f.superseded_by != was[f.fact_id]:
+            out.append(event(f.fact_id, "reinstated", "successor forgotten", t) if f.superseded_by is None
+                       else event(f.fact_id, "superseded", "successor forgotten", t, by=f.superseded_by))
+    return out
 
 
 class HistoryStore:
@@ -153,14 +190,46 @@ class HistoryStore:
     def path(self, bank_id: str) -> Path:
         return self.dir / f"{hashlib.sha1(bank_id.encode('utf-8', 'surrogatepass')).hexdigest()}.jsonl"
 
+    def _key(self, create: bool = False) -> bytes | None:
+        """The collection's history key (module docstring): made once, at the first forget."""
+        p = self.dir / "key"
+        try:
+            return bytes.fromhex(p.read_text())
+        except (FileNotFoundError, ValueError):
+            if not create:
+                return None
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.dir / f".key.tmp-{secrets.token_hex(8)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # the owner's alone
+        try:
+            os.write(fd, secrets.token_hex(32).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, p)  # atomic, and never over another process's key
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+        return bytes.fromhex(p.read_text())
+
+    @staticmethod
+    def digest(key: bytes, bank_id: str, unit_id: str) -> str:
+        """The keyed digest that stands for forgotten unit ``unit_id`` of bank ``bank_id``."""
+        return hmac.new(key, f"{bank_id}\0{unit_id}".encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+
+    @staticmethod
+    def _line(bank_id: str, e: dict) -> str:
+        return json.dumps({"bank_id": bank_id, **e}, ensure_ascii=False, separators=(",", ":")) + "\n"
+
     def append(self, bank_id: str, events: list[dict]) -> None:
         """Append ``events`` to the bank's file in one write, fsynced (call under the bank's lock)."""
         if not events:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         p = self.path(bank_id)
-        data = "".join(json.dumps({"bank_id": bank_id, **e}, ensure_ascii=False, separators=(",", ":")) + "\n"
-                       for e in events).encode("utf-8")
+        data = "".join(self._line(bank_id, e) for e in events).encode("utf-8")
         fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             size = os.fstat(fd).st_size
@@ -171,12 +240,32 @@ class HistoryStore:
         finally:
             os.close(fd)
 
-    def events(self, bank_id: str, unit_id: str | None = None) -> list[dict]:
-        """The bank's events (of ``unit_id`` only, when given), in the order they were written;
-        torn or foreign lines are skipped."""
+    def forget(self, bank_id: str, held: set[str] | None, events: list[dict]) -> None:
+        """After a forget (call under the bank's lock): the bank's file rewritten whole, atomically,
+        with ``events`` after its own and every id not in ``held`` (the unit ids the bank still
+        holds) replaced by its keyed digest; with ``held`` None (the bank is gone) the file is
+        removed. Leftovers of a rewrite a kill cut short go too."""
+        from ..store.records import write_atomic
+
         p = self.path(bank_id)
+        for tmp in self.dir.glob(f".{p.name}.tmp-*"):
+            tmp.unlink(missing_ok=True)
+        if held is None:
+            p.unlink(missing_ok=True)
+            return
+        key = self._key(create=True)
+        lines = []
+        for e in [*self._stored(bank_id), *events]:
+            for k in ID_FIELDS:
+                if k in e and e[k] not in held:
+                    e[f"{k}_digest"] = self.digest(key, bank_id, e.pop(k))
+            lines.append(self._line(bank_id, e))
+        write_atomic(p, lambda f: f.writelines(lines))
+
+    def _stored(self, bank_id: str) -> list[dict]:
+        """The bank's stored events as written (``bank_id`` aside); torn or foreign lines skipped."""
         try:
-            raw = p.read_bytes()
+            raw = self.path(bank_id).read_bytes()
         except FileNotFoundError:
             return []
         out = []
@@ -185,8 +274,20 @@ class HistoryStore:
                 e = loads_json(line)
             except ValueError:
                 continue
-            if isinstance(e, dict) and e.get("bank_id") == bank_id and (unit_id is None or e.get("unit") == unit_id):
-                out.append({k: v for k, v in e.items() if k not in ("bank_id", "unit")})
+            if isinstance(e, dict) and e.pop("bank_id", None) == bank_id:
+                out.append(e)
+        return out
+
+    def events(self, bank_id: str, unit_id: str | None = None) -> list[dict]:
+        """The bank's events (of ``unit_id`` only, when given: by its id, or by its digest once it
+        is forgotten), in the order they were written; torn or foreign lines are skipped."""
+        key = self._key() if unit_id is not None else None
+        d = self.digest(key, bank_id, unit_id) if key is not None else None
+        out = []
+        for e in self._stored(bank_id):
+            if unit_id is None or e.get("unit") == unit_id or (d is not None and e.get("unit_digest") == d):
+                out.append({k.removesuffix("_digest"): (FORGOTTEN if k.endswith("_digest") else v)
+                            for k, v in e.items() if k not in ("unit", "unit_digest")})
         return out
 
     def read(self, bank_id: str, unit_id: str, bank=None) -> list[dict] | None:
@@ -194,7 +295,7 @@ class HistoryStore:
         with ``time`` null (``cause: "build"``); None when the unit has neither events nor a place
         in ``bank``."""
         evs = self.events(bank_id, unit_id)
-        held = bank is not None and (any(t.turn_id == unit_id for t in bank.turns) or unit_id in _units(bank))
+        held = bank is not None and unit_id in held_units(bank)
         if held and not any(e["event"] == "added" for e in evs):
             evs.insert(0, {"event": "added", "time": None, "cause": "build"})
         return evs if evs else None

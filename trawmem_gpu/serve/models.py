@@ -241,10 +241,10 @@ class AppendResponse(BankInfo):
 
 
 class HistoryEvent(BaseModel):
-    event: str = Field(description="added, superseded, re-embedded or forgotten")
+    event: str = Field(description="added, superseded, re-embedded, forgotten or reinstated")
     time: str | None = Field(description="ISO 8601 UTC (null: stored before history was kept, e.g. by a build)")
     cause: str = Field(description="add, forget, rule, llm, build, ...")
-    by: str | None = Field(None, description="superseded: the id of the fact that replaced it")
+    by: str | None = Field(None, description="superseded: the id of the fact that replaced it ((forgotten) once it is)")
     supersedes: str | None = Field(None, description="added: the id of the fact this one replaced")
 
 

@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
-from ..errors import DuplicateTurns, InputError, QuarantinedBank, UnknownBank
+from ..errors import ConfigError, DuplicateTurns, InputError, QuarantinedBank, UnknownBank
 from .batcher import DeadlineExceeded, OutcomeUnknown, QueueFull, ShuttingDown
 from .wire import EngineCallFailed
 
@@ -116,6 +116,10 @@ def add_exception_handlers(app: FastAPI) -> None:
     @app.exception_handler(EngineCallFailed)
     async def _engine_call(request, e: EngineCallFailed):  # names the failure's class, never its text
         return json_response({"detail": str(e)}, 500)
+
+    @app.exception_handler(ConfigError)
+    async def _conflict(request, e: ConfigError):  # the request conflicts with how the server runs (its units)
+        return json_response({"detail": str(e).replace("`", "")}, 409)
 
     @app.exception_handler(Exception)
     async def _internal(request, e: Exception):

@@ -22,6 +22,7 @@ from ..data.dates import parse_date
 from ..errors import ConfigError, InputError
 from ..memory.banks import check_bank_id
 from ..select.params import LimitError, merge_params
+from ..store.facts import utc_text
 from .config import ServeConfig
 from .keys import LOCAL_TENANT, KeyStore, Tenant
 from .metrics import Metrics
@@ -147,7 +148,7 @@ class RouteContext:
         as_of = None
         if r.as_of is not None:
             try:
-                as_of = parse_date(r.as_of).date().isoformat()
+                as_of = utc_text(parse_date(r.as_of))  # a day, or an instant (UTC)
             except ValueError as e:
                 raise HTTPError(422, f"{where}as_of: {e}") from None
         try:  # the request's filter, narrowed by the key's: a request cannot widen what its key sees

@@ -11,10 +11,34 @@ person's profile (:data:`SECTIONS`); each of its lines keeps the ids of the fact
 
 ``to_record`` / ``*_from_record`` are the JSON forms the bank files hold (``store/files.py``);
 reading checks every field and raises ``ValueError`` naming it.
+
+**One schema** (issue 42.6): every :class:`Fact`, whatever made it (``Memory.add_facts``, the LLM
+extraction, LoCoMo observations, a bank file read back), is checked by its constructor with the
+turns' rules (``data.fields``): the id as a turn id (a string of at most ``MAX_ID_CHARS``, no
+control or invisible characters, NFC), ``text`` non-empty and at most ``MAX_TEXT_CHARS``,
+``subject``, ``attribute`` and each person, location, keyword and entity at most
+``MAX_SPEAKER_CHARS``, at most :data:`MAX_FACT_NAMES` of each and :data:`MAX_FACT_SOURCES` source
+turns, and ``date``, ``valid_from``, ``valid_to`` ISO dates (``YYYY``, ``YYYY-MM``,
+``YYYY-MM-DD`` or an ISO date-time, at most ``MAX_DATE_CHARS``: :func:`fact_time`).
+
+**Validity in UTC.** A fact's start (``valid_from``, else ``date``) and ``valid_to`` are instants:
+a date-time with an offset is read as its UTC time, a bare date as its UTC midnight
+(:func:`fact_time`); ``as_of`` is one too (a date alone: the end of that UTC day). A fact holds at
+``t`` when it started by then and ``valid_to`` is after it (:meth:`Fact.valid_at`); shown as
+current (no ``as_of``) are the facts not superseded whose ``valid_from`` is not after now (a fact
+valid only from 2999 is not current; a ``date`` ahead, a coming event's, hides nothing): the
+later of the clock's now and the bank's newest turn
+(``store.view.facts_at``; a conversation dated ahead of the clock, as the sample's 2031, has its
+own now).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, time, timedelta, timezone
+
+from ..data.dates import naive_utc
+from ..data.fields import id_field, str_field
+from ..data.types import MAX_DATE_CHARS, MAX_SPEAKER_CHARS, MAX_TEXT_CHARS
 
 SECTIONS: tuple[str, ...] = ("identity", "personality", "interests", "career", "relationships", "life_events",
                              "preferences")
@@ -31,10 +55,58 @@ def profile_id(person: str, section: str) -> str:
     return f"P:{person}:{section}"
 
 
-def _strs(v, name: str) -> tuple[str, ...]:
+MAX_FACT_NAMES = 64
+"""Most persons (locations, keywords, entities) of one fact."""
+MAX_FACT_SOURCES = 4096
+"""Most source turns of one fact."""
+
+
+def _strs(v, name: str, where: str = "fact", limit: int = MAX_FACT_NAMES) -> tuple[str, ...]:
     if isinstance(v, str) or not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
         raise ValueError(f"field {name!r} must be a list of strings")
+    if len(v) > limit:
+        raise ValueError(f"field {name!r} holds {len(v)} items; the limit is {limit}")
+    for x in v:
+        (id_field if name == "source_turns" else str_field)(x, name, where, **(
+            {} if name == "source_turns" else {"empty_ok": False, "limit": MAX_SPEAKER_CHARS}))
     return tuple(v)
+
+
+def fact_time(v: str, name: str = "date") -> datetime:
+    """The naive UTC instant an ISO date of a fact names (module docstring): ``YYYY``,
+    ``YYYY-MM`` and ``YYYY-MM-DD`` at their first UTC midnight, a date-time (``T`` or a space,
+    ``Z`` or an offset) as its UTC time; ``ValueError`` naming ``name`` for anything else or a
+    text over ``MAX_DATE_CHARS`` (nothing is parsed then)."""
+    if not isinstance(v, str):
+        raise ValueError(f"field {name!r} must be an ISO date string, got {type(v).__name__}")
+    if len(v) > MAX_DATE_CHARS:
+        raise ValueError(f"field {name!r} is {len(v)} characters; the limit is {MAX_DATE_CHARS}")
+    try:
+        if len(v) == 4 and v.isdigit():  # YYYY, YYYY-MM: the start of the year or month
+            return datetime(int(v), 1, 1)
+        if len(v) == 7 and v[:4].isdigit() and v[4] == "-" and v[5:].isdigit():
+            return datetime(int(v[:4]), int(v[5:]), 1)
+        if len(v) < 10 or not (v[:4].isdigit() and v[4] == "-"):
+            raise ValueError
+        return naive_utc(datetime.fromisoformat(v.replace("Z", "+00:00")), v)
+    except (ValueError, OverflowError):
+        raise ValueError(f"field {name!r} must be an ISO date (YYYY-MM-DD, or an ISO date-time), "
+                         f"got {v[:40]!r}") from None
+
+
+def utc_text(d: datetime) -> str:
+    """The ISO text a fact's date or an ``as_of`` is kept as, for the naive UTC time ``d`` a door
+    parsed: the day (``YYYY-MM-DD``; as an ``as_of``, the end of that day) when ``d`` is a
+    midnight, else the date-time."""
+    return d.date().isoformat() if d.time() == time() else d.isoformat()
+
+
+def _at(as_of: str | None, now: datetime | None = None) -> datetime:
+    """The instant ``as_of`` names (a day alone: its end; None: ``now``, else the clock's now, UTC)."""
+    if as_of is None:
+        return now or datetime.now(timezone.utc).replace(tzinfo=None)
+    t = fact_time(as_of, "as_of")
+    return t + timedelta(days=1) - timedelta.resolution if len(as_of) == 10 else t
 
 
 def _text(v, name: str, *, empty_ok: bool = False) -> str:
@@ -78,20 +150,28 @@ class Fact:
     """The id of the fact that replaced it (None: current)."""
 
     def __post_init__(self):
-        _text(self.fact_id, "fact_id")
+        """The fact schema (module docstring); ``ValueError`` (an ``InputError`` for the id and
+        string rules of ``data.fields``) naming the field."""
+        id_field(self.fact_id, "id", "fact")
+        where = f"fact {self.fact_id!r}"
         _text(self.text, "text")
+        str_field(self.text, "text", where, limit=MAX_TEXT_CHARS)
         for name in ("source_turns", "persons", "locations", "keywords", "entities"):
-            object.__setattr__(self, name, _strs(getattr(self, name), name))
+            object.__setattr__(self, name, _strs(getattr(self, name), name, where,
+                                                 MAX_FACT_SOURCES if name == "source_turns" else MAX_FACT_NAMES))
         if not self.source_turns:
             raise ValueError(f"fact {self.fact_id!r}: field 'source_turns' is empty (a fact cites at least one turn)")
         for name in ("date", "session", "subject", "attribute", "valid_from", "valid_to", "superseded_by"):
             _opt_str(getattr(self, name), name)
+        for name in ("subject", "attribute"):
+            if getattr(self, name) is not None:
+                str_field(getattr(self, name), name, where, empty_ok=False, limit=MAX_SPEAKER_CHARS)
         if (self.subject is None) != (self.attribute is None):
             raise ValueError(f"fact {self.fact_id!r}: give 'subject' and 'attribute' together (the fact's key) or "
                              f"neither")
-        for name in ("valid_from", "valid_to"):
+        for name in ("date", "valid_from", "valid_to"):
             if getattr(self, name) is not None:
-                _iso_date(getattr(self, name), name)
+                fact_time(getattr(self, name), name)
 
     @property
     def key(self) -> tuple[str, str] | None:
@@ -109,11 +189,25 @@ class Fact:
     def current(self) -> bool:
         return self.superseded_by is None
 
-    def valid_at(self, day: str) -> bool:
-        """Whether it held on ``day`` (ISO): started by then (a fact with no start always has) and
-        not superseded before it (``valid_to`` is the first day it no longer holds)."""
-        d = day[:10]
-        return (self.start is None or self.start[:10] <= d) and (self.valid_to is None or d < self.valid_to[:10])
+    @property
+    def start_time(self) -> datetime | None:
+        """:attr:`start` as a naive UTC instant (:func:`fact_time`)."""
+        return None if self.start is None else fact_time(self.start)
+
+    def valid_at(self, as_of: str | None = None, now: datetime | None = None) -> bool:
+        """Whether it holds at ``as_of`` (an ISO date: the end of that UTC day; an ISO date-time:
+        that instant; None: ``now``, a naive UTC time, by default the clock's, and then only a
+        fact not superseded): started by then (a fact with no start always has; for now, its
+        ``valid_from`` only: a ``date`` ahead, a coming event's, does not hide a current fact) and
+        not superseded before it (``valid_to``, the instant it no longer holds, is after it).
+        Compared in UTC (module docstring)."""
+        t = _at(as_of, now)
+        start = self.start if as_of is not None else self.valid_from  # now: a fact about a coming event holds
+        if start is not None and fact_time(start) > t:
+            return False
+        if self.valid_to is not None:
+            return t < fact_time(self.valid_to)
+        return as_of is not None or self.current
 
     def to_record(self) -> dict:
         rec = {"id": self.fact_id, "text": self.text, "source_turns": list(self.source_turns),
@@ -127,20 +221,6 @@ class Fact:
 
 TIME_FIELDS = ("subject", "attribute", "valid_from", "valid_to", "superseded_by")
 """A fact's key and validity fields (stored only when set)."""
-
-
-def _iso_date(v: str, name: str) -> str:
-    """``v`` when it is an ISO date (``YYYY``, ``YYYY-MM``, ``YYYY-MM-DD``, or a date-time)."""
-    from datetime import date
-
-    try:
-        y, m, d = (v[:10].split("-") + ["01", "01"])[:3]
-        date(int(y), int(m), int(d))
-        if len(y) != 4 or (len(v) > 10 and v[10] not in "T "):
-            raise ValueError
-    except ValueError:
-        raise ValueError(f"field {name!r} must be an ISO date (YYYY-MM-DD), got {v[:40]!r}") from None
-    return v
 
 
 def fact_from_record(r) -> Fact:

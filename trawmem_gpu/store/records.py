@@ -83,10 +83,16 @@ def _fsync_file(path: Path) -> None:
 
 def write_json_atomic(obj, path: Path, **dump_kw) -> None:
     """Write ``obj`` as JSON to a unique temporary sibling, fsync it, rename it over ``path``."""
+    write_atomic(path, lambda f: json.dump(obj, f, ensure_ascii=False, **dump_kw))
+
+
+def write_atomic(path: Path, write) -> None:
+    """Write ``path`` whole with ``write(f)`` (a text file) through a unique temporary sibling
+    (``.<name>.tmp-*``), fsynced, renamed over it; the directory is fsynced after."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, ensure_ascii=False, **dump_kw)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -31,6 +31,7 @@ A view is never stored (``store.files`` refuses it) and holds no layers of its o
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 
 import numpy as np
 
@@ -96,12 +97,17 @@ def fact_session(fact: Fact, turn_by_id: dict[str, Turn]) -> int:
 
 
 def facts_at(bank: Bank, as_of: str | None = None) -> Bank:
-    """``bank`` with the facts that hold: the current ones (``as_of`` None: none superseded), or
-    those valid on the ISO date ``as_of`` (``Fact.valid_at``); profile lines keep the ids of the
-    facts kept. The bank itself when every fact holds."""
+    """``bank`` with the facts that hold (``Fact.valid_at``, in UTC): the current ones (``as_of``
+    None: not superseded and started by now, the later of the clock's and the newest turn's
+    time), or those valid at ``as_of`` (an ISO date: the end
+    of that day; a date-time: that instant); profile lines keep the ids of the facts kept. The
+    bank itself when every fact holds."""
     if not bank.facts:
         return bank
-    keep = [i for i, f in enumerate(bank.facts) if (f.current if as_of is None else f.valid_at(as_of))]
+    now = None
+    if as_of is None:  # the later of the clock's now and the bank's newest turn (``store.facts``)
+        now = max([datetime.now(timezone.utc).replace(tzinfo=None), *(t.time for t in bank.turns if t.time)])
+    keep = [i for i, f in enumerate(bank.facts) if f.valid_at(as_of, now)]
     if len(keep) == len(bank.facts):
         return bank
     ids = {bank.facts[i].fact_id for i in keep}
@@ -109,6 +115,20 @@ def facts_at(bank: Bank, as_of: str | None = None) -> Bank:
                                             for ln in p.lines)) for p in bank.profiles)
     return replace(bank, facts=tuple(bank.facts[i] for i in keep),
                    fact_vecs=bank.fact_vecs[keep] if keep else None, profiles=profiles)
+
+
+def check_layers(bank: Bank | None, units, bank_id: str | None = None) -> None:
+    """``ConfigError`` when a layer of ``units`` is empty in ``bank`` (None: a bank an add would
+    create, which has only turns): an engine could not select from it. A write checks this
+    before anything is written (``memory.core.MemoryCore.append``)."""
+    bank_id = bank.bank_id if bank is not None else bank_id
+    for layer in parse_units(units)[1:]:
+        if bank is None:
+            raise ConfigError(f"`units`: bank {bank_id!r} does not exist, and a bank an add creates has no {layer}: "
+                              f"this Memory selects from {layer} too (`units`); create the bank through one "
+                              f"with units ('turns',), or build it with its `{layer}` layer (nothing was stored)")
+        if not getattr(bank, layer):
+            raise ConfigError(f"`units`: bank {bank_id!r} has no {layer} (build it with its `{layer}` layer)")
 
 
 def unit_view(bank: Bank, units=DEFAULT_UNITS, as_of: str | None = None) -> Bank:
@@ -120,9 +140,7 @@ def unit_view(bank: Bank, units=DEFAULT_UNITS, as_of: str | None = None) -> Bank
     bank = burst_view(bank)
     if units == DEFAULT_UNITS:
         return bank
-    for layer in units[1:]:
-        if not getattr(bank, layer):
-            raise ConfigError(f"`units`: bank {bank.bank_id!r} has no {layer} (build it with its `{layer}` layer)")
+    check_layers(bank, units)
     bank = facts_at(bank, as_of)
     lay = _layout(bank, units)
     new_turns, vecs, offsets, heads, kinds, hvecs = [], [], [0], [], [], []

@@ -82,7 +82,10 @@ def facts_from_sample(sample: dict, known_ids: set[str], where: str = "", *, day
                     stats["dropped_facts"] += 1
                     continue
                 k += 1
-                facts.append(Fact(fact_id(n, k), text, src, persons=(person,), date=iso, session=str(n)))
+                try:  # the fact schema (``store.facts``): a 10 MB observation is refused, naming it
+                    facts.append(Fact(fact_id(n, k), text, src, persons=(person,), date=iso, session=str(n)))
+                except ValueError as e:
+                    raise InputError(f"{where}: field 'observation.{key}.{str(person)[:64]}[{i}]': {e}") from None
     stats["facts"] = len(facts)
     return facts, {**stats, **repairs.as_dict()}
 

@@ -21,6 +21,7 @@ Two ways to find what a new fact supersedes:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Sequence
 
 from ...llm.prompts import Prompt, RETRY_JSON, retry_messages
@@ -91,7 +92,7 @@ def by_rule(stored: Sequence[Fact], new: Sequence[Fact]) -> list[Supersession]:
     for items in groups.values():
         if not any(f.fact_id in new_ids for _, f in items):
             continue  # nothing new about this key
-        items.sort(key=lambda x: (x[1].start or "", x[0]))
+        items.sort(key=lambda x: (x[1].start_time or datetime.min, x[0]))  # instants, in UTC
         for (_, a), (_, b) in zip(items, items[1:]):
             if a.superseded_by != b.fact_id:
                 out.append(Supersession(a.fact_id, b.fact_id, "rule"))

@@ -79,6 +79,8 @@ _ISO = re.compile(r"^\d{4}(?:-\d{2}(?:-\d{2})?)?$")
 
 NO_SOURCE = "cites no turn of its window"
 """Why a fact whose ``source_turns`` name no turn shown is refused."""
+MALFORMED = "breaks the fact schema (store.facts)"
+"""Why a fact the fact schema refuses (a lone surrogate in its text, say) is refused."""
 
 
 @dataclass
@@ -462,10 +464,14 @@ def _facts_from(turns: Sequence[Turn], parsed: list[_Parsed], new_from: int, exi
             tuple(dict.fromkeys(turns[pos[s]].speaker for s in e["source_turns"]))
         session = str(first.session)
         n = nxt.get(session, 0)
-        nxt[session] = n + 1
-        out.append(Fact(fact_id=fact_id(session, n), text=e["text"], source_turns=tuple(e["source_turns"]),
-                        persons=persons, locations=_strings(e.get("locations"), st),
-                        keywords=_strings(e.get("keywords"), st), entities=_strings(e.get("entities"), st),
-                        date=date, session=session))
+        try:  # the fact schema (``store.facts``): a reply's fact that breaks it is refused, counted
+            out.append(Fact(fact_id=fact_id(session, n), text=e["text"], source_turns=tuple(e["source_turns"]),
+                            persons=persons, locations=_strings(e.get("locations"), st),
+                            keywords=_strings(e.get("keywords"), st), entities=_strings(e.get("entities"), st),
+                            date=date, session=session))
+            nxt[session] = n + 1
+        except ValueError:
+            st.refused += 1
+            st.refusals[MALFORMED] = st.refusals.get(MALFORMED, 0) + 1
     st.facts = len(out)
     return out
