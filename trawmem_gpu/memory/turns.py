@@ -30,10 +30,10 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ..data.fields import check_order
 from ..data.jsonl import turn_from_record
 from ..data.types import Turn
 from ..errors import DuplicateTurns, InputError
+from .scope import order_refusal, passes
 
 STATUSES = ("stored", "already_stored", "refused", "skipped")
 """What an append did with each item of a request."""
@@ -92,6 +92,9 @@ class AppendBatch:
     """Chat messages: fill missing ids and timestamps (None: turns, a missing field is refused)."""
     where: str = "turns"
     """The request's field, for messages (``turns`` or ``messages``)."""
+    scope: object = None
+    """The filter (``data.filters.Filter``) of a caller bound to one (a key of ``serve-key
+    --where``): refusals name no turn outside it (``memory.scope``); None: a caller who sees all."""
 
 
 @dataclass
@@ -206,8 +209,8 @@ def screen(bank_id: str, batch: AppendBatch, old) -> Screened:
             items.append(refused(i, where, InputError(f"{w}: field 'turn_id': duplicate turn id {t.turn_id!r} in "
                                                       f"this request"), t.turn_id))
             continue
-        if t.turn_id in known:
-            if same_turn(t, known[t.turn_id]):
+        if t.turn_id in known:  # held outside a bound caller's filter: "other content", never whose
+            if same_turn(t, known[t.turn_id]) and passes(batch.scope, known[t.turn_id]):
                 seen.add(t.turn_id)
                 items.append(AppendItem(i, "already_stored", t.turn_id))
             else:
@@ -224,7 +227,9 @@ def screen(bank_id: str, batch: AppendBatch, old) -> Screened:
             continue
         try:
             _, t = turn_from_record({**r, "bank_id": bank_id}, w, prev=prev)  # the session, counted on
-            check_order(t, prev, w)
+            bad = order_refusal(t, prev, w, batch.scope)
+            if bad is not None:
+                raise bad
         except InputError as e:
             items.append(refused(i, where, e, t.turn_id))
             continue

@@ -43,6 +43,7 @@ from ..errors import BankError, ConfigError, UnknownBank  # noqa: F401 - the one
 from ..memory.core import EngineSpec, MemoryCore, append_answer, bank_rows, bank_summary
 from ..memory.engines import select_filtered
 from ..memory.history import unit_history
+from ..memory.scope import scoped_history
 from ..memory.result import SelectedWorkspace
 from ..select.config import SelectConfig
 from ..select.params import QueryParams
@@ -76,6 +77,8 @@ class SelectItem:
     """The filter the query selects under (``data.filters.Filter``: the request's AND its key's), or None."""
     as_of: str | None = None
     """ISO date whose facts the workspace shows (None: the current ones): :func:`dated_batch`."""
+    bound: bool = False
+    """Asked by a key bound to a filter: ``bank_n_units`` counts the units passing ``where`` (``memory.scope``)."""
 
 
 def _brings_vector(it: SelectItem) -> bool:
@@ -241,19 +244,21 @@ class SelectionService:
     def queue_depth(self) -> int:
         return self.batcher.depth
 
-    def bank_info(self, bank_id: str) -> dict | None:
-        """A bank's counts (None: no such bank; ``QuarantinedBank`` for a quarantined one)."""
+    def bank_info(self, bank_id: str, where=None) -> dict | None:
+        """A bank's counts (None: no such bank; ``QuarantinedBank`` for a quarantined one); ``where``:
+        a key's filter, whose turns alone are counted (``memory.scope``)."""
         bank = self.registry.get(bank_id)
         if bank is None and bank_id in self.registry.quarantined:
             raise self.registry.absent(bank_id)
         self.core.touch(bank_id)  # a lazy bank opened here counts as used (the next batch lets it go)
-        return None if bank is None else self.bank_summary(bank)
+        return None if bank is None else self.bank_summary(bank, where)
 
-    def history(self, bank_id: str, unit_id: str) -> list[dict] | None:
-        """A unit's events (``memory.history.unit_history``; None: no such unit)."""
+    def history(self, bank_id: str, unit_id: str, where=None) -> list[dict] | None:
+        """A unit's events (``memory.history.unit_history``; None: no such unit); ``where``: a key's
+        filter, which sees only its own turns' (``memory.scope.scoped_history``)."""
         evs = unit_history(self.registry, bank_id, unit_id)
         self.core.touch(bank_id)
-        return evs
+        return evs if where is None else scoped_history(self.registry.get(bank_id), evs, unit_id, where)
 
     async def select(self, items: list[SelectItem], batch: bool = False, quota: Quota | None = None) -> list[dict]:
         """Workspaces for ``items`` through the batcher; raises UnknownBank (before queueing; naming
@@ -307,7 +312,7 @@ class SelectionService:
         if self.metrics is not None:
             self.metrics.appended.inc(res.appended)
             self.metrics.engine_builds.set(self.engines.builds)
-        return {**append_answer(bank_id, res),
+        return {**append_answer(bank_id, res, getattr(records, "scope", None)),
                 "timings": {"build_and_write_ms": round((t1 - t0) * 1e3, 3),
                             "engine_refresh_ms": round((t2 - t1) * 1e3, 3)}}
 
@@ -324,7 +329,7 @@ class SelectionService:
         await loop.run_in_executor(self.worker, self.core.sync_forget, res, prepared)
         await self._assembly_drained()  # workspaces of the old bank are rendered before the caches go
         counts = await loop.run_in_executor(self.appender, self.core.erase_copies, res)
-        return self.core.forget_summary(res, counts)
+        return self.core.forget_summary(res, counts, where)
 
     async def _assembly_drained(self) -> None:
         """Return once every assembly job submitted so far has finished (queued or running)."""
@@ -449,7 +454,8 @@ def workspace_body(s: SelectionService, it: SelectItem, bank, units: list[int], 
     """The response body for one query of ``s``: grouping, rendering and the token count."""
     t0 = time.perf_counter()
     ws = SelectedWorkspace.of(bank, it.question, units, s.engines.cfg.headings, used, keep=keep)
-    out = {**ws.to_dict(), "bank_n_units": bank.n_units, "budget": it.params.budget, "hops": it.params.hops,
+    seen = int(np.count_nonzero(np.asarray(keep))) if it.bound and keep is not None else bank.n_units
+    out = {**ws.to_dict(), "bank_n_units": seen, "budget": it.params.budget, "hops": it.params.hops,
            "token_budget": it.params.token_budget, "date": it.date.isoformat() if it.date else None,
            "where": None if it.where is None else it.where.json, **({"as_of": it.as_of} if it.as_of else {})}
     dt = time.perf_counter() - t0
