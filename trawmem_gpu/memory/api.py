@@ -186,9 +186,8 @@ class Memory:
         """Every bank's counts and date range, by bank id: ``bank_id``, ``n_units``,
         ``n_threads``, ``n_sessions``, ``first_date``, ``last_date``. A quarantined bank (its
         files could not be served; ``QuarantinedBank``) is listed with ``"quarantined"``: the
-        cause, and None for the counts and dates. ``within``: a filter (``data.filters.Filter``) of
-        a caller bound to one (MCP's filter-bound keys): the counts and dates of the turns passing
-        it (``memory.scope``; every bank is opened to count them)."""
+        cause, and None for the counts and dates. ``within``: a caller's filter (MCP's filter-bound
+        keys): the counts and dates of the turns passing it (``memory.scope``; each bank opened)."""
         from .core import summaries
 
         return summaries(self._core.registry, within)
@@ -240,8 +239,7 @@ class Memory:
         refusal raises ``InputError`` / ``DuplicateTurns``, nothing stored). Returns the bank's
         counts plus ``created``, ``appended``, ``stored``, ``already_stored``, ``items``, ``refused``,
         and with an ``llm`` its work (``llm``: calls, retries, tokens, seconds, malformed / refused /
-        fallen back; ``llm.base.LLMWork``). ``within``: the filter of a caller bound to one (as for
-        :meth:`banks`): the counts are of the turns passing it, and no refusal names a turn outside it.
+        fallen back; ``llm.base.LLMWork``). ``within``: as for :meth:`banks`; no refusal names another turn.
         """
         from ..llm.base import LLMWork
         from .core import append_answer
@@ -292,9 +290,8 @@ class Memory:
         :param llm: an LLM backend for a bank built with LLM segmentation or heads (default: the
             Memory's; without one the re-segmented sessions fall back to embedding segmentation and
             extractive heads)
-        :param within: the filter of a caller bound to one (as for :meth:`banks`): only turns passing
-            it are forgotten (the others are ``missing``), ``forgotten`` lists only those, never the
-            turns another process forgot beside, and a whole bank is refused (``memory.core.forget_within``)
+        :param within: as for :meth:`banks`: only turns passing it are forgotten and listed (the others
+            are ``missing``; a whole bank is refused: ``memory.core.forget_within``)
         :returns: ``{"bank_id", "forgotten": [ids], "missing": [ids], "deleted": bool,
             "n_units": int, "cache_rows": int, "output_records": int}``
         :raises UnknownBank: no such bank (and no unfinished forget of it)

@@ -16,7 +16,7 @@ home of what that view is, for every door that answers such a key (the server's 
 * **refusals of an append** (``memory.turns.screen`` with ``AppendBatch.scope``): an id the bank
   holds outside the filter is refused as an id held "with other content", the same words as
   for the key's own turn with other content, never whose, what or when; a turn dated before a
-  turn outside the filter is refused without naming that turn or its date (:func:`order_refusal`);
+  turn outside the filter is refused without naming that turn or its date (:func:`check_order_within`);
 * **a forget's answer** (``memory.core.forget_within``): ``forgotten`` lists only ids it asked for
   that pass the filter; ``n_units`` counts the passing turns.
 
@@ -58,16 +58,16 @@ def scoped_history(bank, evs: list[dict] | None, unit_id: str, where) -> list[di
     return [e for e in evs if e.get("event") in HISTORY_EVENTS]
 
 
-def order_refusal(turn, prev, where: str, scope) -> InputError | None:
-    """``data.fields.check_order`` of ``turn`` after ``prev`` for a caller bound to ``scope``:
-    a ``prev`` outside the filter is not named, nor its date."""
+def check_order_within(turn, prev, where: str, scope) -> None:
+    """``data.fields.check_order`` of ``turn`` after ``prev`` for a caller bound to ``scope``: the
+    ``InputError`` of a ``prev`` outside the filter names neither it nor its date."""
     from ..data.fields import check_order
 
     try:
         check_order(turn, prev, where)
-    except InputError as e:
+    except InputError:
         if passes(scope, prev):
-            return e
-        return InputError(f"{where}: field 'timestamp': turn {turn.turn_id!r} is dated {turn.time.isoformat()}, "
-                          "before the bank's last turn; appended turns must come in time order (nothing was stored)")
-    return None
+            raise
+        raise InputError(f"{where}: field 'timestamp': turn {turn.turn_id!r} is dated {turn.time.isoformat()}, "
+                         "before the bank's last turn; appended turns must come in time order (nothing was stored)"
+                         ) from None

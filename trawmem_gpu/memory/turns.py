@@ -33,7 +33,7 @@ from datetime import datetime
 from ..data.jsonl import turn_from_record
 from ..data.types import Turn
 from ..errors import DuplicateTurns, InputError
-from .scope import order_refusal, passes
+from .scope import check_order_within, passes
 
 STATUSES = ("stored", "already_stored", "refused", "skipped")
 """What an append did with each item of a request."""
@@ -227,9 +227,7 @@ def screen(bank_id: str, batch: AppendBatch, old) -> Screened:
             continue
         try:
             _, t = turn_from_record({**r, "bank_id": bank_id}, w, prev=prev)  # the session, counted on
-            bad = order_refusal(t, prev, w, batch.scope)
-            if bad is not None:
-                raise bad
+            check_order_within(t, prev, w, batch.scope)
         except InputError as e:
             items.append(refused(i, where, e, t.turn_id))
             continue

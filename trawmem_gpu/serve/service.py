@@ -43,8 +43,7 @@ from ..errors import BankError, ConfigError, UnknownBank  # noqa: F401 - the one
 from ..memory.core import EngineSpec, MemoryCore, append_answer, bank_rows, bank_summary
 from ..memory.engines import select_filtered
 from ..memory.history import unit_history
-from ..memory.scope import scoped_history
-from ..memory.result import SelectedWorkspace
+from ..memory.result import SelectedWorkspace, units_seen
 from ..select.config import SelectConfig
 from ..select.params import QueryParams
 from ..tokens import count_tokens_cached
@@ -77,8 +76,7 @@ class SelectItem:
     """The filter the query selects under (``data.filters.Filter``: the request's AND its key's), or None."""
     as_of: str | None = None
     """ISO date whose facts the workspace shows (None: the current ones): :func:`dated_batch`."""
-    bound: bool = False
-    """Asked by a key bound to a filter: ``bank_n_units`` counts the units passing ``where`` (``memory.scope``)."""
+    bound: bool = False  # asked by a key bound to a filter: ``bank_n_units`` counts the units passing ``where``
 
 
 def _brings_vector(it: SelectItem) -> bool:
@@ -245,8 +243,7 @@ class SelectionService:
         return self.batcher.depth
 
     def bank_info(self, bank_id: str, where=None) -> dict | None:
-        """A bank's counts (None: no such bank; ``QuarantinedBank`` for a quarantined one); ``where``:
-        a key's filter, whose turns alone are counted (``memory.scope``)."""
+        """A bank's counts (None: no such bank; ``QuarantinedBank`` for a quarantined one) as ``where`` sees it."""
         bank = self.registry.get(bank_id)
         if bank is None and bank_id in self.registry.quarantined:
             raise self.registry.absent(bank_id)
@@ -254,11 +251,10 @@ class SelectionService:
         return None if bank is None else self.bank_summary(bank, where)
 
     def history(self, bank_id: str, unit_id: str, where=None) -> list[dict] | None:
-        """A unit's events (``memory.history.unit_history``; None: no such unit); ``where``: a key's
-        filter, which sees only its own turns' (``memory.scope.scoped_history``)."""
-        evs = unit_history(self.registry, bank_id, unit_id)
+        """A unit's events as ``where`` sees them (``memory.history.unit_history``; None: no such unit)."""
+        evs = unit_history(self.registry, bank_id, unit_id, where)
         self.core.touch(bank_id)
-        return evs if where is None else scoped_history(self.registry.get(bank_id), evs, unit_id, where)
+        return evs
 
     async def select(self, items: list[SelectItem], batch: bool = False, quota: Quota | None = None) -> list[dict]:
         """Workspaces for ``items`` through the batcher; raises UnknownBank (before queueing; naming
@@ -454,10 +450,9 @@ def workspace_body(s: SelectionService, it: SelectItem, bank, units: list[int], 
     """The response body for one query of ``s``: grouping, rendering and the token count."""
     t0 = time.perf_counter()
     ws = SelectedWorkspace.of(bank, it.question, units, s.engines.cfg.headings, used, keep=keep)
-    seen = int(np.count_nonzero(np.asarray(keep))) if it.bound and keep is not None else bank.n_units
-    out = {**ws.to_dict(), "bank_n_units": seen, "budget": it.params.budget, "hops": it.params.hops,
-           "token_budget": it.params.token_budget, "date": it.date.isoformat() if it.date else None,
-           "where": None if it.where is None else it.where.json, **({"as_of": it.as_of} if it.as_of else {})}
+    out = {**ws.to_dict(), "bank_n_units": units_seen(bank, keep if it.bound else None), "budget": it.params.budget,
+           "hops": it.params.hops, "token_budget": it.params.token_budget, "where": None if it.where is None else
+           it.where.json, "date": it.date.isoformat() if it.date else None, **({"as_of": it.as_of} if it.as_of else {})}
     dt = time.perf_counter() - t0
     out["timings"] = {**timings, "assemble_ms": round(dt * 1e3, 3)}
     if s.metrics is not None:
