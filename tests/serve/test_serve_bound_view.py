@@ -110,6 +110,9 @@ def test_a_bound_key_sees_only_its_own_turns_through_every_route(tmp_path, monke
             ("POST", "/v1/banks/shared/turns", {"turns": [turn("u1-old", "2024-05-13T09:05:30")], "atomic": True},
              (), 422),
             ("POST", "/v1/banks/shared/turns", {"turns": [turn("u1-new", "2024-05-13T09:07:00")]}, (), 200),
+            # a chat message's assigned id (msg-<n>) counts the key's own turns, not the bank's
+            ("POST", "/v1/banks/shared/turns", {"messages": [{"role": "user", "content": "u1 asks about a grey cat.",
+                                                              "metadata": {"user_id": "u1"}}]}, (), 200),
             ("POST", "/v1/banks/shared/turns", {"turns": [dict(turn("S2:3", "2024-05-13T09:09:00"),
                                                                metadata={"user_id": "u3"})]}, ("S2:3",), 403)],
         ("GET", "/v1/banks"): [("GET", "/v1/banks", None, (), 200)],
@@ -152,6 +155,9 @@ def test_a_bound_key_sees_only_its_own_turns_through_every_route(tmp_path, monke
         # the forget answers only its own id (not S1:3 and S1:6, gone beside; not u2's S1:5)
         assert got("POST", "/v1/banks/shared/forget", {"turn_ids": ["S1:4", "S1:5"]})["forgotten"] == ["S1:4"]
         assert got("POST", "/v1/banks/shared/forget", {"turn_ids": ["S1:4", "S1:5"]})["missing"] == ["S1:5"]
+        msg = got("POST", "/v1/banks/shared/turns", {"messages": [{
+            "role": "user", "content": "u1 asks about a grey cat.", "metadata": {"user_id": "u1"}}]})
+        assert msg["stored"] == [f"msg-{msg['n_units']}"], msg  # its own turns' count, this one included
         # a held id is refused alike whoever holds it: another user's, or its own with other content
         other = got("POST", "/v1/banks/shared/turns", {"turns": [turn("S1:2", "2024-05-13T09:08:00")]})
         own = call(u1, "POST", "/v1/banks/shared/turns", {"turns": [turn("S1:1", "2024-05-13T09:08:00")]}).json()

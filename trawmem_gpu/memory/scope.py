@@ -17,6 +17,8 @@ home of what that view is, for every door that answers such a key (the server's 
   holds outside the filter is refused as an id held "with other content", the same words as
   for the key's own turn with other content, never whose, what or when; a turn dated before a
   turn outside the filter is refused without naming that turn or its date (:func:`check_order_within`);
+* **a chat message's assigned id** (``memory.turns.Assign``): ``msg-<n>`` numbers past the
+  caller's own turns, not the bank's;
 * **a forget's answer** (``memory.core.forget_within``): ``forgotten`` lists only ids it asked for
   that pass the filter; ``n_units`` counts the passing turns.
 

@@ -70,8 +70,8 @@ class AppendItem:
 @dataclass(frozen=True)
 class Assign:
     """How a request of chat messages fills what a message lacks: its id (``msg-<n>``, the first
-    ``n`` past the bank's turn count and its highest ``msg-<n>`` that neither the bank nor the
-    request holds: deterministic
+    ``n`` past the bank's turn count and its highest ``msg-<n>`` (a bound caller's: its own turns',
+    ``memory.scope``) that neither the bank nor the request holds: deterministic
     for a given bank, never a stored id) and its timestamp (``now``, or the time of the turn it
     follows when that is later, so an append never goes back in time)."""
 
@@ -167,6 +167,16 @@ def _filled(rec: dict, assign: Assign, n_next, prev: Turn | None) -> dict:
     return out
 
 
+def _numbered_past(known: dict, scope) -> int:
+    """Where :class:`Assign`'s ``msg-<n>`` ids start: past the turn count and every ``msg-<n>`` of
+    ``known`` (turn id -> turn), of a caller bound to ``scope`` its own turns only (``memory.scope``:
+    an id never tells it how many turns others hold; one they hold is skipped all the same)."""
+    mine = [t for t, turn in known.items() if passes(scope, turn)] if scope is not None else known
+    numbered = [int(t[len(MSG_ID_PREFIX):]) for t in mine if t.startswith(MSG_ID_PREFIX)
+                and t[len(MSG_ID_PREFIX):].isdigit() and len(t) < 24]
+    return max([len(mine), *numbered])
+
+
 def screen(bank_id: str, batch: AppendBatch, old) -> Screened:
     """Every item of ``batch`` against ``old`` (the bank as stored, or None for a new bank): see
     the module docstring. Raises ``InputError`` for an empty request, and, with ``batch.atomic``,
@@ -180,9 +190,7 @@ def screen(bank_id: str, batch: AppendBatch, old) -> Screened:
     turns: list[Turn] = []
     seen: set[str] = set()
     with_session: bool | None = None
-    numbered = [int(t[len(MSG_ID_PREFIX):]) for t in known if t.startswith(MSG_ID_PREFIX)
-                 and t[len(MSG_ID_PREFIX):].isdigit() and len(t) < 24]
-    counter = [max([len(known), *numbered])]  # past the turn count and every msg-<n> the bank holds
+    counter = [_numbered_past(known, batch.scope)]
 
     def n_next() -> str:
         while True:
