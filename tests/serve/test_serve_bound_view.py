@@ -236,3 +236,62 @@ def test_a_bound_key_sees_only_its_own_turns_through_every_mcp_tool(tmp_path, mo
     assert out["forget_bank"][0][0]  # refused
     (row,) = out["list_banks"][0][1]["result"]
     assert row["n_units"] == _mine(mem._core.registry.get("shared"))["n_units"]
+
+
+def test_the_bound_view_crosses_to_the_engine_process(tmp_path):
+    """``--http-workers``: the key's filter travels with bank reads, history, appends and forgets to
+    the engine process, which answers the bound view (the same answers as in one process)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from trawmem_gpu.serve.keys import add_key
+
+    keys = tmp_path / "keys.json"
+    admin = add_key(keys, "admin", ["*"], writable=True)
+    u1 = add_key(keys, "u1", ["*"], writable=True, where={"user_id": "u1"})
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "TRAWMEM_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.Popen([sys.executable, "-m", "trawmem_gpu.cli", "serve", "--collection", str(tmp_path / "c"),
+                             "--port", "0", "--http-workers", "2", "--threads", "1", "--keys", str(keys)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        url, lines = None, []
+        while url is None and proc.poll() is None:  # the URL line (bounded by the test run's timeout)
+            lines.append(proc.stdout.readline())
+            m = re.search(r"(http://127\.0\.0\.1:\d+)", lines[-1])
+            url = m.group(1) if m else None
+        assert url, "".join(lines)
+        c = httpx.Client(base_url=url, timeout=300)
+        for _ in range(3000):  # ready within 300 s
+            try:
+                if c.get("/readyz").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        call = lambda key, m, p, body=None: c.request(  # noqa: E731
+            m, p, json=body, headers={"Authorization": f"Bearer {key}"})
+        assert call(admin, "POST", "/v1/banks/shared/turns", {"turns": _shared_turns()}).status_code == 200
+        t = {"speaker": "Speaker-u1", "text": "u1 line.", "session": 3, "metadata": {"user_id": "u1"}}
+        info = call(u1, "GET", "/v1/banks/shared").json()
+        assert (info["n_units"], info["last_date"]) == (6, "2024-05-13T09:04:00"), info
+        assert call(u1, "GET", "/v1/banks").json()["banks"][0]["n_units"] == 6
+        assert call(u1, "GET", "/v1/banks/shared/units/S3:6/history").status_code == 404
+        old = call(u1, "POST", "/v1/banks/shared/turns", {"turns": [
+            dict(t, turn_id="u1-old", timestamp="2024-05-13T09:05:30")]}).json()
+        assert "S3:6" not in old["refused"][0]["reason"] and "09:06" not in old["refused"][0]["reason"], old
+        new = call(u1, "POST", "/v1/banks/shared/turns", {"turns": [
+            dict(t, turn_id="u1-new", timestamp="2024-05-13T09:07:00")]}).json()
+        assert (new["stored"], new["n_units"]) == (["u1-new"], 7), new
+        gone = call(u1, "POST", "/v1/banks/shared/forget", {"turn_ids": ["S1:1", "S1:2"]}).json()
+        assert (gone["forgotten"], gone["missing"], gone["n_units"]) == (["S1:1"], ["S1:2"], 6), gone
+        c.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
