@@ -178,6 +178,12 @@ class _Guard:
             raise ToolError(field_errors(e)) from None
 
 
+def _within(tenant) -> dict:
+    """The ``within=`` of a ``Memory`` call for ``tenant``: its bound filter (``memory.scope``), or
+    nothing for a key bound to none (the call is then exactly the unbound one)."""
+    return {} if tenant.where is None else {"within": tenant.where}
+
+
 def _answers():
     """The tools' answer models (structured output)."""
     from types import SimpleNamespace
@@ -266,7 +272,7 @@ def _write_tools(g: _Guard, A) -> list:
             raise ToolError(f"{field}[{bad}].metadata: does not pass this API key's filter {t.where.key}; "
                             "nothing was stored")
         res = await g.run("add", bank_id, turns, messages=messages, speakers=speakers, roles=roles, atomic=atomic,
-                          within=t.where)  # a bound key: its own turns' counts, refusals naming none else
+                          **_within(t))  # a bound key: its own turns' counts, refusals naming none else
         return A.Added(**{k: res[k] for k in A.Added.model_fields})
 
     def forgotten(bank_id: str, res: dict):
@@ -275,7 +281,7 @@ def _write_tools(g: _Guard, A) -> list:
 
     async def forget(bank_id: BankId, turn_ids: TurnIds, ctx: Context) -> A.Forgotten:
         t = g.tenant(ctx, bank_id, write=True)  # a bound key: only its own turns (memory.core.forget_within)
-        return forgotten(bank_id, await g.run("forget", bank_id, list(dict.fromkeys(turn_ids)), within=t.where))
+        return forgotten(bank_id, await g.run("forget", bank_id, list(dict.fromkeys(turn_ids)), **_within(t)))
 
     async def forget_bank(bank_id: BankId, ctx: Context) -> A.Forgotten:
         from mcp.server.mcpserver.exceptions import ToolError
@@ -338,7 +344,7 @@ def _read_tools(g: _Guard, A, default_token_budget: int) -> list:
 
     async def list_banks(ctx: Context) -> list[A.BankRow]:
         t = g.tenant(ctx)
-        rows = await g.run("banks", within=t.where)  # a bound key: its own turns' counts (memory.scope)
+        rows = await g.run("banks", **_within(t))  # a bound key: its own turns' counts (memory.scope)
         return [A.BankRow(**{k: r[k] for k in A.BankRow.model_fields}) for r in rows if t.owns(r["bank_id"])]
 
     return [
