@@ -258,9 +258,10 @@ def forget_within(registry, bank_id: str, turn_ids: list[str] | None, where, for
     mine = {t.turn_id for t in bank.turns if where.matches(getattr(t, "metadata", None))}
     asked = [t for t in turn_ids if t in mine]
     res = forget(asked)
-    # only the ids it asked for: the turns another process forgot beside this one (read from disk
-    # by the rewrite, and dropped from the engine all the same) are not this key's to learn of
-    res.forgotten = [t for t in res.forgotten if t in set(asked)]
+    # only its own ids it asked for (the forget answers no others): the turns another process forgot
+    # beside this one, read from disk by the rewrite and dropped from the engine all the same, are
+    # not this key's to learn of
+    res.forgotten = [t for t in res.forgotten if t in mine]
     res.missing = list(dict.fromkeys([*res.missing, *(t for t in turn_ids if t not in mine)]))
     return res
 

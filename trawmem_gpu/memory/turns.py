@@ -13,7 +13,8 @@ same against the turn before it.
 
 Time order: an append never goes back in time. A turn dated before the turn it would follow (the
 bank's last turn, or the turn accepted before it in the request) is refused, naming its
-``timestamp`` (:func:`~trawmem_gpu.data.fields.check_order`).
+``timestamp`` (:func:`~trawmem_gpu.data.fields.check_order`). For a caller bound to a filter
+(``AppendBatch.scope``) no refusal names a turn outside it, nor its content or date (``memory.scope``).
 
 **Per item** (:func:`screen`, run under the bank's lock against the bank as stored): every item
 of a request gets an :class:`AppendItem`: ``stored``, ``already_stored`` (the bank holds its id
