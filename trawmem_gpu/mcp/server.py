@@ -178,6 +178,12 @@ class _Guard:
             raise ToolError(field_errors(e)) from None
 
 
+def _within(tenant) -> dict:
+    """The ``within=`` of a ``Memory`` call for ``tenant``: its bound filter (``memory.scope``), or
+    nothing for a key bound to none (the call is then exactly the unbound one)."""
+    return {} if tenant.where is None else {"within": tenant.where}
+
+
 def _answers():
     """The tools' answer models (structured output)."""
     from types import SimpleNamespace
@@ -265,7 +271,8 @@ def _write_tools(g: _Guard, A) -> list:
         if bad is not None:  # a key bound to a filter stores only what it could recall
             raise ToolError(f"{field}[{bad}].metadata: does not pass this API key's filter {t.where.key}; "
                             "nothing was stored")
-        res = await g.run("add", bank_id, turns, messages=messages, speakers=speakers, roles=roles, atomic=atomic)
+        res = await g.run("add", bank_id, turns, messages=messages, speakers=speakers, roles=roles, atomic=atomic,
+                          **_within(t))  # a bound key: its own turns' counts, refusals naming none else
         return A.Added(**{k: res[k] for k in A.Added.model_fields})
 
     def forgotten(bank_id: str, res: dict):
@@ -273,13 +280,8 @@ def _write_tools(g: _Guard, A) -> list:
                            missing=list(res.get("missing") or []), deleted=bool(res.get("deleted")))
 
     async def forget(bank_id: BankId, turn_ids: TurnIds, ctx: Context) -> A.Forgotten:
-        t = g.tenant(ctx, bank_id, write=True)
-        ids = list(dict.fromkeys(turn_ids))
-        if t.where is None:
-            return forgotten(bank_id, await g.run("forget", bank_id, ids))
-        mine = {x.turn_id for x in await g.run("turns", bank_id) if t.where.matches(x.metadata)}
-        res = await g.run("forget", bank_id, [i for i in ids if i in mine]) if mine & set(ids) else {}
-        return forgotten(bank_id, {**res, "missing": [*res.get("missing", []), *(i for i in ids if i not in mine)]})
+        t = g.tenant(ctx, bank_id, write=True)  # a bound key: only its own turns (memory.core.forget_within)
+        return forgotten(bank_id, await g.run("forget", bank_id, list(dict.fromkeys(turn_ids)), **_within(t)))
 
     async def forget_bank(bank_id: BankId, ctx: Context) -> A.Forgotten:
         from mcp.server.mcpserver.exceptions import ToolError
@@ -342,7 +344,7 @@ def _read_tools(g: _Guard, A, default_token_budget: int) -> list:
 
     async def list_banks(ctx: Context) -> list[A.BankRow]:
         t = g.tenant(ctx)
-        rows = await g.run("banks")
+        rows = await g.run("banks", **_within(t))  # a bound key: its own turns' counts (memory.scope)
         return [A.BankRow(**{k: r[k] for k in A.BankRow.model_fields}) for r in rows if t.owns(r["bank_id"])]
 
     return [

@@ -183,14 +183,15 @@ class Memory:
         return f"Memory({str(self.path)!r}, banks={len(self._core.registry.ids())})"
 
     # -- banks -----------------------------------------------------------------------------------
-    def banks(self) -> list[dict]:
+    def banks(self, *, within=None) -> list[dict]:
         """Every bank's counts and date range, by bank id: ``bank_id``, ``n_units``,
         ``n_threads``, ``n_sessions``, ``first_date``, ``last_date``. A quarantined bank (its
         files could not be served; ``QuarantinedBank``) is listed with ``"quarantined"``: the
-        cause, and None for the counts and dates."""
+        cause, and None for the counts and dates. ``within``: a caller's filter (MCP's filter-bound
+        keys): the counts and dates of the turns passing it (``memory.scope``; each bank opened)."""
         from .core import summaries
 
-        return summaries(self._core.registry)
+        return summaries(self._core.registry, within)
 
     @property
     def quarantined(self) -> dict[str, str]:
@@ -230,7 +231,7 @@ class Memory:
 
     # -- writing ---------------------------------------------------------------------------------
     def add(self, bank_id: str, turns=None, *, messages=None, speakers=None, roles=None,
-            atomic: bool = False, now=None) -> dict:
+            atomic: bool = False, now=None, within=None) -> dict:
         """Append ``turns`` (dicts with ``turn_id``, ``speaker``, ``text``, ``timestamp``, optional
         ``caption`` and ``session``, or :class:`Turn` objects), or chat ``messages`` (``{"role",
         "content", "name"}``: ``memory.messages``, with ``speakers``, ``roles`` and ``now``), to
@@ -240,7 +241,7 @@ class Memory:
         refusal raises ``InputError`` / ``DuplicateTurns``, nothing stored). Returns the bank's
         counts plus ``created``, ``appended``, ``stored``, ``already_stored``, ``items``, ``refused``,
         and with an ``llm`` its work (``llm``: calls, retries, tokens, seconds, malformed / refused /
-        fallen back; ``llm.base.LLMWork``).
+        fallen back; ``llm.base.LLMWork``). ``within``: as for :meth:`banks`; no refusal names another turn.
         """
         from ..llm.base import LLMWork
         from .core import append_answer
@@ -248,11 +249,12 @@ class Memory:
 
         _bank_arg(bank_id)
         batch = request_batch(bank_id, turns, messages, speakers=speakers, roles=roles, atomic=atomic, now=now)
+        batch.scope = within
         with LLMWork(self.llm) as work:
             res = self._core.append(bank_id, batch, llm=self.llm)
         if res.bank is not None:
             self._publish(bank_id, res.bank)
-        return {**append_answer(bank_id, res), **({"llm": work.report()} if self.llm is not None else {})}
+        return {**append_answer(bank_id, res, within), **({"llm": work.report()} if self.llm is not None else {})}
 
     def _publish(self, bank_id: str, bank) -> None:
         prepared = self._core.engines.prepare(bank)  # the slow part, outside the engine lock
@@ -277,7 +279,7 @@ class Memory:
                 "n_facts": len(res["bank"].facts)}
 
     def forget(self, bank_id: str, turn_ids: Sequence[str] | None = None, *, outputs: Iterable[str | Path] = (),
-               llm=None) -> dict:
+               llm=None, within=None) -> dict:
         """Forget turns of a bank (``turn_ids``), or the whole bank (None), everywhere: the bank is
         rebuilt without them (as an append rebuilds it) and written atomically, then the engine's
         tables, the embedding and LLM caches and the ``score`` outputs named in ``outputs`` are
@@ -290,6 +292,8 @@ class Memory:
         :param llm: an LLM backend for a bank built with LLM segmentation or heads (default: the
             Memory's; without one the re-segmented sessions fall back to embedding segmentation and
             extractive heads)
+        :param within: as for :meth:`banks`: only turns passing it are forgotten and listed (the others
+            are ``missing``; a whole bank is refused: ``memory.core.forget_within``)
         :returns: ``{"bank_id", "forgotten": [ids], "missing": [ids], "deleted": bool,
             "n_units": int, "cache_rows": int, "output_records": int}``
         :raises UnknownBank: no such bank (and no unfinished forget of it)
@@ -305,14 +309,14 @@ class Memory:
             bad = [t for t in turn_ids if not isinstance(t, str)]
             if bad:
                 raise InputError(f"turn_ids: expected turn id strings, got {type(bad[0]).__name__}")
-        res = self._core.forget_stored(bank_id, turn_ids, llm or self.llm, outputs=outputs)
+        res = self._core.forget_stored(bank_id, turn_ids, llm or self.llm, outputs=outputs, where=within)
         prepared = self._core.prepare_forget(res)
         with self._lock:
             self._core.sync_forget(res, prepared)
             self._epoch += 1
             now = self._epoch
             self._assembled.wait_for(lambda: all(e >= now for e in self._assembling))
-        return self._core.forget_summary(res, self._core.erase_copies(res))
+        return self._core.forget_summary(res, self._core.erase_copies(res), within)
 
     # -- selection -------------------------------------------------------------------------------
     def select(self, bank_id: str, question: str, *, params=None, date=None, vector=None, where=None, as_of=None,

@@ -242,9 +242,12 @@ class MemoryCore:
         else:  # nothing was forgotten; the bank as stored may still be newer (an append beside)
             self.sync_engine(bank_id, prepared)
 
-    def forget_summary(self, res: ForgetResult, counts: dict) -> dict:
+    def forget_summary(self, res: ForgetResult, counts: dict, where=None) -> dict:
+        """The answer of a forget; ``where``: a bound caller's filter, whose ``n_units`` counts only
+        the turns passing it (its ``forgotten`` is already its own: :func:`forget_within`)."""
+        n = 0 if res.bank is None else bank_summary(res.bank, where)["n_units"]
         return {"bank_id": res.erasure.bank_id, "forgotten": res.forgotten, "missing": res.missing,
-                "deleted": res.bank is None, "n_units": 0 if res.bank is None else res.bank.n_units, **counts}
+                "deleted": res.bank is None, "n_units": n, **counts}
 
 
 def forget_within(registry, bank_id: str, turn_ids: list[str] | None, where, forget) -> ForgetResult:
@@ -259,7 +262,12 @@ def forget_within(registry, bank_id: str, turn_ids: list[str] | None, where, for
     if bank is None:
         raise registry.absent(bank_id)
     mine = {t.turn_id for t in bank.turns if where.matches(getattr(t, "metadata", None))}
-    res = forget([t for t in turn_ids if t in mine])
+    asked = [t for t in turn_ids if t in mine]
+    res = forget(asked)
+    # only its own ids it asked for (the forget answers no others): the turns another process forgot
+    # beside this one, read from disk by the rewrite and dropped from the engine all the same, are
+    # not this key's to learn of
+    res.forgotten = [t for t in res.forgotten if t in mine]
     res.missing = list(dict.fromkeys([*res.missing, *(t for t in turn_ids if t not in mine)]))
     return res
 
@@ -293,8 +301,13 @@ def pick(engines: ServedEngine, bank_ids: list[str], questions: list[str], Z, da
     return picks, [engines.bank(b) for b in bank_ids], used
 
 
-def bank_summary(bank) -> dict:
-    """A bank's counts and date range (``Memory.banks``, ``GET /v1/banks/{id}``)."""
+def bank_summary(bank, where=None) -> dict:
+    """A bank's counts and date range (``Memory.banks``, ``GET /v1/banks/{id}``); ``where``: a
+    caller bound to that filter (``memory.scope``) gets those of the turns that pass it."""
+    if where is not None:
+        from .scope import scoped_summary
+
+        return scoped_summary(bank, where)
     times = [t.time for t in bank.turns if t.time is not None]  # naive UTC (store.files reads them so)
     return {"bank_id": bank.bank_id, "n_units": bank.n_units, "n_threads": bank.n_threads,
             "n_sessions": len({t.session for t in bank.turns}),
@@ -302,12 +315,12 @@ def bank_summary(bank) -> dict:
             "last_date": max(times).isoformat() if times else None}
 
 
-def append_answer(bank_id: str, res: AppendResult) -> dict:
+def append_answer(bank_id: str, res: AppendResult, where=None) -> dict:
     """The answer of an append (``Memory.add``, ``POST /v1/banks/{id}/turns``, MCP ``add_turns``):
-    the bank's counts (zeros when every item of a first append was refused and no bank was made),
-    ``created``, ``appended``, the ``stored`` and ``already_stored`` ids, every item's outcome
-    (``items``) and the ``refused`` ones."""
-    summary = bank_summary(res.bank) if res.bank is not None else {
+    the bank's counts (zeros when every item of a first append was refused and no bank was made;
+    ``where``: those of the turns passing a bound caller's filter), ``created``, ``appended``, the
+    ``stored`` and ``already_stored`` ids, every item's outcome (``items``) and the ``refused`` ones."""
+    summary = bank_summary(res.bank, where) if res.bank is not None else {
         "bank_id": bank_id, "n_units": 0, "n_threads": 0, "n_sessions": 0, "first_date": None, "last_date": None}
     items = [x.to_dict() for x in res.items]
     return {**summary, "created": res.created, "appended": res.appended, "stored": res.stored,
@@ -326,13 +339,19 @@ def stored_summary(registry: BankRegistry, bank_id: str) -> dict:
             "n_sessions": s.get("n_sessions"), "first_date": s.get("first_date"), "last_date": s.get("last_date")}
 
 
-def summaries(registry: BankRegistry) -> list[dict]:
-    """Every served bank's summary (loaded: :func:`bank_summary`; else :func:`stored_summary`) and
-    every quarantined bank's row, by bank id."""
+def summaries(registry: BankRegistry, where=None) -> list[dict]:
+    """Every served bank's summary (loaded: :func:`bank_summary`; else :func:`stored_summary`;
+    ``where``: a bound caller's, of the turns passing it, each bank opened) and every quarantined
+    bank's row, by bank id."""
     loaded = registry.banks()
     rows = []
     for b in registry.ids():
         try:
+            if where is not None:
+                bank = registry.get(b)
+                if bank is not None:
+                    rows.append(bank_summary(bank, where))
+                continue
             rows.append(bank_summary(loaded[b]) if b in loaded else stored_summary(registry, b))
         except Exception as e:  # noqa: BLE001 - a bank whose metadata no longer reads: quarantined
             registry.quarantine(b, cause_of(e, registry.coll.path))

@@ -307,12 +307,17 @@ def _last_byte(p: Path, size: int) -> bytes:
         return f.read(1)
 
 
-def unit_history(registry, bank_id: str, unit_id: str) -> list[dict] | None:
+def unit_history(registry, bank_id: str, unit_id: str, where=None) -> list[dict] | None:
     """``unit_id``'s events in bank ``bank_id`` of ``registry`` (``memory.banks.BankRegistry``);
     None when the bank neither holds the unit nor has a history of it; ``UnknownBank`` (or
-    ``QuarantinedBank``) when there is no such bank and no history of one."""
+    ``QuarantinedBank``) when there is no such bank and no history of one. ``where``: the filter
+    of a caller bound to one, which sees only its own turns' (``memory.scope.scoped_history``)."""
     bank = registry.get(bank_id)
     evs = registry.history.read(bank_id, unit_id, bank)
     if evs is None and bank is None and not registry.history.events(bank_id):
         raise registry.absent(bank_id)
+    if where is not None:
+        from .scope import scoped_history
+
+        return scoped_history(bank, evs, unit_id, where)
     return evs

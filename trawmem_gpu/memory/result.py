@@ -94,3 +94,11 @@ class SelectedWorkspace:
                    tuple(Thread(b.thread, b.head or None) for b in ws.blocks),
                    text, count_tokens_cached(text),
                    date_used=date_used, searches=tuple(searches) if len(searches) > 1 else ())
+
+
+def units_seen(bank: Bank, keep=None) -> int:
+    """The units of ``bank`` a query saw: all of them, or those of ``keep`` (the unit mask of the
+    filter of a caller bound to one, ``memory.scope``): a workspace's ``bank_n_units``."""
+    import numpy as np
+
+    return bank.n_units if keep is None else int(np.count_nonzero(np.asarray(keep)))

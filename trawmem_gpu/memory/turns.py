@@ -13,7 +13,8 @@ same against the turn before it.
 
 Time order: an append never goes back in time. A turn dated before the turn it would follow (the
 bank's last turn, or the turn accepted before it in the request) is refused, naming its
-``timestamp`` (:func:`~trawmem_gpu.data.fields.check_order`).
+``timestamp`` (:func:`~trawmem_gpu.data.fields.check_order`). For a caller bound to a filter
+(``AppendBatch.scope``) no refusal names a turn outside it, nor its content or date (``memory.scope``).
 
 **Per item** (:func:`screen`, run under the bank's lock against the bank as stored): every item
 of a request gets an :class:`AppendItem`: ``stored``, ``already_stored`` (the bank holds its id
@@ -30,10 +31,10 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ..data.fields import check_order
 from ..data.jsonl import turn_from_record
 from ..data.types import Turn
 from ..errors import DuplicateTurns, InputError
+from .scope import check_order_within, passes
 
 STATUSES = ("stored", "already_stored", "refused", "skipped")
 """What an append did with each item of a request."""
@@ -70,8 +71,8 @@ class AppendItem:
 @dataclass(frozen=True)
 class Assign:
     """How a request of chat messages fills what a message lacks: its id (``msg-<n>``, the first
-    ``n`` past the bank's turn count and its highest ``msg-<n>`` that neither the bank nor the
-    request holds: deterministic
+    ``n`` past the bank's turn count and its highest ``msg-<n>`` (a bound caller's: its own turns',
+    ``memory.scope``) that neither the bank nor the request holds: deterministic
     for a given bank, never a stored id) and its timestamp (``now``, or the time of the turn it
     follows when that is later, so an append never goes back in time)."""
 
@@ -92,6 +93,9 @@ class AppendBatch:
     """Chat messages: fill missing ids and timestamps (None: turns, a missing field is refused)."""
     where: str = "turns"
     """The request's field, for messages (``turns`` or ``messages``)."""
+    scope: object = None
+    """The filter (``data.filters.Filter``) of a caller bound to one (a key of ``serve-key
+    --where``): refusals name no turn outside it (``memory.scope``); None: a caller who sees all."""
 
 
 @dataclass
@@ -170,6 +174,16 @@ def _given_ids(entries: list) -> set[str]:
     return {x for r in entries if isinstance(r, dict) and (x := shown_id(r.get("turn_id"))) is not None}
 
 
+def _numbered_past(known: dict, scope) -> int:
+    """Where :class:`Assign`'s ``msg-<n>`` ids start: past the turn count and every ``msg-<n>`` of
+    ``known`` (turn id -> turn), of a caller bound to ``scope`` its own turns only (``memory.scope``:
+    an id never tells it how many turns others hold; one they hold is skipped all the same)."""
+    mine = [t for t, turn in known.items() if passes(scope, turn)] if scope is not None else known
+    numbered = [int(t[len(MSG_ID_PREFIX):]) for t in mine if t.startswith(MSG_ID_PREFIX)
+                and t[len(MSG_ID_PREFIX):].isdigit() and len(t) < 24]
+    return max([len(mine), *numbered])
+
+
 def screen(bank_id: str, batch: AppendBatch, old) -> Screened:
     """Every item of ``batch`` against ``old`` (the bank as stored, or None for a new bank): see
     the module docstring. Raises ``InputError`` for an empty request, and, with ``batch.atomic``,
@@ -183,9 +197,7 @@ def screen(bank_id: str, batch: AppendBatch, old) -> Screened:
     turns: list[Turn] = []
     seen: set[str] = set()
     with_session: bool | None = None
-    numbered = [int(t[len(MSG_ID_PREFIX):]) for t in known if t.startswith(MSG_ID_PREFIX)
-                 and t[len(MSG_ID_PREFIX):].isdigit() and len(t) < 24]
-    counter = [max([len(known), *numbered])]  # past the turn count and every msg-<n> the bank holds
+    counter = [_numbered_past(known, batch.scope)]
 
     def n_next() -> str:
         while True:
@@ -212,8 +224,8 @@ def screen(bank_id: str, batch: AppendBatch, old) -> Screened:
             items.append(refused(i, where, InputError(f"{w}: field 'turn_id': duplicate turn id {t.turn_id!r} in "
                                                       f"this request"), t.turn_id))
             continue
-        if t.turn_id in known:
-            if same_turn(t, known[t.turn_id]):
+        if t.turn_id in known:  # held outside a bound caller's filter: "other content", never whose
+            if same_turn(t, known[t.turn_id]) and passes(batch.scope, known[t.turn_id]):
                 seen.add(t.turn_id)
                 items.append(AppendItem(i, "already_stored", t.turn_id))
             else:
@@ -230,7 +242,7 @@ def screen(bank_id: str, batch: AppendBatch, old) -> Screened:
             continue
         try:
             _, t = turn_from_record({**r, "bank_id": bank_id}, w, prev=prev)  # the session, counted on
-            check_order(t, prev, w)
+            check_order_within(t, prev, w, batch.scope)
         except InputError as e:
             items.append(refused(i, where, e, t.turn_id))
             continue

@@ -151,15 +151,15 @@ class BankShard:
     def bank_list(self) -> list[dict]:
         return self.service.bank_list()
 
-    def bank_info(self, bank_id: str) -> dict | None:
+    def bank_info(self, bank_id: str, where=None) -> dict | None:
         try:
-            return self.service.bank_info(bank_id)
+            return self.service.bank_info(bank_id, where)
         except Exception as e:  # noqa: BLE001 - package errors go back as data, others are raised
             return _refused(e)
 
-    def history(self, bank_id: str, unit_id: str):
+    def history(self, bank_id: str, unit_id: str, where=None):
         try:
-            return self.service.history(bank_id, unit_id)
+            return self.service.history(bank_id, unit_id, where)
         except Exception as e:  # noqa: BLE001 - package errors go back as data, others are raised
             return _refused(e)
 
@@ -227,14 +227,14 @@ class RayBackend:
         parts = await asyncio.gather(*(h.bank_list.remote() for h in self.handles))
         return [b for p in parts for b in p]
 
-    async def bank_info(self, bank_id: str) -> dict | None:
-        r = await self._h(bank_id).bank_info.remote(bank_id)
+    async def bank_info(self, bank_id: str, where=None) -> dict | None:
+        r = await self._h(bank_id).bank_info.remote(bank_id, where)
         if r is not None:
             _raise_refused(r)
         return r
 
-    async def history(self, bank_id: str, unit_id: str) -> list[dict] | None:
-        r = await self._h(bank_id).history.remote(bank_id, unit_id)
+    async def history(self, bank_id: str, unit_id: str, where=None) -> list[dict] | None:
+        r = await self._h(bank_id).history.remote(bank_id, unit_id, where)
         if isinstance(r, dict):
             _raise_refused(r)
         return r

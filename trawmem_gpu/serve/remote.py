@@ -316,11 +316,11 @@ class RemoteBackend:
     async def bank_list(self) -> list[dict]:
         return await self._call("bank_list")
 
-    async def bank_info(self, bank_id: str) -> dict | None:
-        return await self._call("bank_info", bank_id)
+    async def bank_info(self, bank_id: str, where=None) -> dict | None:
+        return await self._call("bank_info", bank_id, where)
 
-    async def history(self, bank_id: str, unit_id: str) -> list[dict] | None:
-        return await self._call("history", bank_id, unit_id)
+    async def history(self, bank_id: str, unit_id: str, where=None) -> list[dict] | None:
+        return await self._call("history", bank_id, unit_id, where)
 
     async def metrics_text(self) -> bytes:
         return await self._call("metrics")

@@ -19,7 +19,7 @@ from fastapi.responses import Response
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from ..data.dates import parse_date
-from ..errors import ConfigError, InputError
+from ..errors import ConfigError, InputError, TrawmemError
 from ..memory.banks import check_bank_id
 from ..select.params import LimitError, merge_params
 from ..store.facts import utc_text
@@ -155,7 +155,7 @@ class RouteContext:
             flt = tenant.narrowed(r.where, f"{where}where")
         except InputError as e:
             raise HTTPError(422, str(e)) from None
-        return SelectItem(r.bank_id, q, vec, params, date, t0, where=flt, as_of=as_of)
+        return SelectItem(r.bank_id, q, vec, params, date, t0, where=flt, as_of=as_of, bound=tenant.where is not None)
 
 
 def add_select_routes(app: FastAPI, ctx: RouteContext) -> tuple:
@@ -219,6 +219,7 @@ def add_turn_routes(app: FastAPI, ctx: RouteContext) -> None:
         if bad is not None:  # a key bound to a filter stores only what it could select
             raise HTTPError(403, f"{batch.where}[{bad}].metadata: does not pass this API key's filter "
                                  f"{tenant.where.key}; nothing was stored")
+        batch.scope = tenant.where  # its refusals and counts: of its own turns (memory.scope)
         return json_response(await backend.append(bank_id, batch, quota=tenant.quota(cfg)))
 
 
@@ -259,10 +260,23 @@ def add_bank_routes(app: FastAPI, ctx: RouteContext) -> None:
     ``GET /v1/banks/{bank_id}/units/{unit_id}/history``."""
     backend, tenant_of = ctx.backend, ctx.tenant_of
 
+    async def scoped_row(row: dict, where) -> dict | None:
+        """A row of ``GET /v1/banks`` for a key bound to ``where``: a served bank's counts of the
+        turns passing it (``bank_info``; None: gone since), a quarantined bank's row as it is."""
+        if row.get("quarantined"):
+            return row
+        try:
+            info = await maybe_await(backend.bank_info(row["bank_id"], where))
+        except TrawmemError:  # gone or quarantined since the listing
+            return None
+        return None if info is None else {k: info[k] for k in ("bank_id", "n_units", "n_threads")}
+
     @app.get("/v1/banks", response_model=BankList, responses=ERRORS, tags=["banks"],
              summary="The banks this key can see, with counts")
     async def banks(tenant: Tenant = Depends(tenant_of)):
         rows = [b for b in await maybe_await(backend.bank_list()) if tenant.owns(b["bank_id"])]
+        if tenant.where is not None:  # a bound key: the counts of its own turns (memory.scope)
+            rows = [r for r in [await scoped_row(b, tenant.where) for b in rows] if r is not None]
         return json_response({"banks": sorted(rows, key=lambda b: b["bank_id"]), "encoder": backend.encoder_id,
                               "dim": backend.dim})
 
@@ -270,7 +284,7 @@ def add_bank_routes(app: FastAPI, ctx: RouteContext) -> None:
     @app.get("/v1/banks/{bank_id:bank}/units/{unit_id:path}/history", response_model=History, responses=ERRORS,
              tags=["banks"], summary="What happened to one unit (turn, fact, profile section), oldest first")
     async def history(bank_id: str, unit_id: str, tenant: Tenant = Depends(tenant_of)):
-        evs = await maybe_await(backend.history(bank_id, unit_id)) if tenant.owns(bank_id) else None
+        evs = await maybe_await(backend.history(bank_id, unit_id, tenant.where)) if tenant.owns(bank_id) else None
         if evs is None:
             if not tenant.owns(bank_id):
                 raise unknown_bank(bank_id)
@@ -280,7 +294,7 @@ def add_bank_routes(app: FastAPI, ctx: RouteContext) -> None:
     @app.get("/v1/banks/{bank_id:bank}", response_model=BankInfo, responses=ERRORS, tags=["banks"],
              summary="One bank's counts")
     async def bank(bank_id: str, tenant: Tenant = Depends(tenant_of)):
-        info = await maybe_await(backend.bank_info(bank_id)) if tenant.owns(bank_id) else None
+        info = await maybe_await(backend.bank_info(bank_id, tenant.where)) if tenant.owns(bank_id) else None
         if info is None:
             raise unknown_bank(bank_id)
         return json_response(info)

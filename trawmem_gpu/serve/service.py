@@ -43,7 +43,7 @@ from ..errors import BankError, ConfigError, UnknownBank  # noqa: F401 - the one
 from ..memory.core import EngineSpec, MemoryCore, append_answer, bank_rows, bank_summary
 from ..memory.engines import select_filtered
 from ..memory.history import unit_history
-from ..memory.result import SelectedWorkspace
+from ..memory.result import SelectedWorkspace, units_seen
 from ..select.config import SelectConfig
 from ..select.params import QueryParams
 from ..tokens import count_tokens_cached
@@ -76,6 +76,7 @@ class SelectItem:
     """The filter the query selects under (``data.filters.Filter``: the request's AND its key's), or None."""
     as_of: str | None = None
     """ISO date whose facts the workspace shows (None: the current ones): :func:`dated_batch`."""
+    bound: bool = False  # asked by a key bound to a filter: ``bank_n_units`` counts the units passing ``where``
 
 
 def _brings_vector(it: SelectItem) -> bool:
@@ -241,17 +242,17 @@ class SelectionService:
     def queue_depth(self) -> int:
         return self.batcher.depth
 
-    def bank_info(self, bank_id: str) -> dict | None:
-        """A bank's counts (None: no such bank; ``QuarantinedBank`` for a quarantined one)."""
+    def bank_info(self, bank_id: str, where=None) -> dict | None:
+        """A bank's counts (None: no such bank; ``QuarantinedBank`` for a quarantined one) as ``where`` sees it."""
         bank = self.registry.get(bank_id)
         if bank is None and bank_id in self.registry.quarantined:
             raise self.registry.absent(bank_id)
         self.core.touch(bank_id)  # a lazy bank opened here counts as used (the next batch lets it go)
-        return None if bank is None else self.bank_summary(bank)
+        return None if bank is None else self.bank_summary(bank, where)
 
-    def history(self, bank_id: str, unit_id: str) -> list[dict] | None:
-        """A unit's events (``memory.history.unit_history``; None: no such unit)."""
-        evs = unit_history(self.registry, bank_id, unit_id)
+    def history(self, bank_id: str, unit_id: str, where=None) -> list[dict] | None:
+        """A unit's events as ``where`` sees them (``memory.history.unit_history``; None: no such unit)."""
+        evs = unit_history(self.registry, bank_id, unit_id, where)
         self.core.touch(bank_id)
         return evs
 
@@ -307,7 +308,7 @@ class SelectionService:
         if self.metrics is not None:
             self.metrics.appended.inc(res.appended)
             self.metrics.engine_builds.set(self.engines.builds)
-        return {**append_answer(bank_id, res),
+        return {**append_answer(bank_id, res, getattr(records, "scope", None)),
                 "timings": {"build_and_write_ms": round((t1 - t0) * 1e3, 3),
                             "engine_refresh_ms": round((t2 - t1) * 1e3, 3)}}
 
@@ -324,7 +325,7 @@ class SelectionService:
         await loop.run_in_executor(self.worker, self.core.sync_forget, res, prepared)
         await self._assembly_drained()  # workspaces of the old bank are rendered before the caches go
         counts = await loop.run_in_executor(self.appender, self.core.erase_copies, res)
-        return self.core.forget_summary(res, counts)
+        return self.core.forget_summary(res, counts, where)
 
     async def _assembly_drained(self) -> None:
         """Return once every assembly job submitted so far has finished (queued or running)."""
@@ -449,9 +450,9 @@ def workspace_body(s: SelectionService, it: SelectItem, bank, units: list[int], 
     """The response body for one query of ``s``: grouping, rendering and the token count."""
     t0 = time.perf_counter()
     ws = SelectedWorkspace.of(bank, it.question, units, s.engines.cfg.headings, used, keep=keep)
-    out = {**ws.to_dict(), "bank_n_units": bank.n_units, "budget": it.params.budget, "hops": it.params.hops,
-           "token_budget": it.params.token_budget, "date": it.date.isoformat() if it.date else None,
-           "where": None if it.where is None else it.where.json, **({"as_of": it.as_of} if it.as_of else {})}
+    out = {**ws.to_dict(), "bank_n_units": units_seen(bank, keep if it.bound else None), "budget": it.params.budget,
+           "hops": it.params.hops, "token_budget": it.params.token_budget, "where": None if it.where is None else
+           it.where.json, "date": it.date.isoformat() if it.date else None, **({"as_of": it.as_of} if it.as_of else {})}
     dt = time.perf_counter() - t0
     out["timings"] = {**timings, "assemble_ms": round(dt * 1e3, 3)}
     if s.metrics is not None:
