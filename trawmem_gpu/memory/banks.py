@@ -24,7 +24,8 @@ and the caller erases it (``MemoryCore``).
 
 Opening: all the banks this process serves are loaded at start, or, ``lazy``, none: each is
 loaded on first use (:meth:`BankRegistry.get`) and may be let go (:meth:`BankRegistry.evict`,
-``memory.resident``); a bank that fails to load is quarantined when that happens.
+``memory.resident``); a bank that fails to load is quarantined when that happens. A lazy open and
+an append's publish go through :attr:`BankRegistry.admit` (the resident budget's room is made first).
 """
 from __future__ import annotations
 
