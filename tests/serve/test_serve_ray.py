@@ -16,7 +16,7 @@ pytest.importorskip("ray.serve", reason="the ray extra (ray[data,serve]) is not 
 pytest.importorskip("fastapi", reason="the serve extra is not installed")
 import httpx  # noqa: E402
 
-from serve_util import build_sample_collection  # noqa: E402
+from serve_util import NO_DEADLINE_S, build_sample_collection  # noqa: E402
 
 QUESTION = "Why did Ana walk home during her long run?"
 RESIDENT_BYTES = 300_000
@@ -48,8 +48,9 @@ def ray_server(tmp_path_factory):
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
     try:
+        # no per-query deadline that a busy machine could reach (the default 10 s failed with both cores busy)
         cfg = ServeConfig(collection=str(path), port=port, max_batch=16, max_wait_ms=20, threads=1,
-                          max_resident_bytes=RESIDENT_BYTES)
+                          max_resident_bytes=RESIDENT_BYTES, timeout_s=NO_DEADLINE_S)
         start_app(cfg, shards=2, shard_cpus=1)  # waits for the proxy as long as a loaded machine needs
         yield f"http://127.0.0.1:{port}", ids
     finally:

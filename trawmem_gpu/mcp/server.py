@@ -26,7 +26,7 @@ Transports:
 
 A tool's failure (an unknown bank, a malformed turn, a budget out of range, an unknown argument)
 is a tool error whose text names the field and the reason (``turns[0].text: String should have at
-most 65536 characters``), for the model to read; the server keeps serving.
+most 131072 characters``: ``data.types.MAX_TEXT_CHARS``), for the model to read; the server keeps serving.
 
 (No ``from __future__ import annotations`` here: the SDK reads the tools' parameter and result
 types from their annotations, which name classes local to :func:`build_server`.)

@@ -159,8 +159,8 @@ class Memory:
                                 max_resident_bytes=o.max_resident_bytes)
         self.llm = o.llm
         self.plan_llm, self.follow_up = o.plan_llm, bool(o.follow_up)
-        self._lock = threading.Lock()
-        """Held for every engine call and engine refresh."""
+        self._lock = self._core.lock
+        """Held for every engine call and engine refresh (the core's engine lock)."""
         self._assembled = threading.Condition(self._lock)
         self._epoch = 0
         self._assembling: dict[int, int] = {}

@@ -24,7 +24,8 @@ and the caller erases it (``MemoryCore``).
 
 Opening: all the banks this process serves are loaded at start, or, ``lazy``, none: each is
 loaded on first use (:meth:`BankRegistry.get`) and may be let go (:meth:`BankRegistry.evict`,
-``memory.resident``); a bank that fails to load is quarantined when that happens.
+``memory.resident``); a bank that fails to load is quarantined when that happens. A lazy open and
+an append's publish go through :attr:`BankRegistry.admit` (the resident budget's room is made first).
 """
 from __future__ import annotations
 
@@ -105,6 +106,10 @@ class BankRegistry:
         self.quarantined: dict[str, str] = {}
         """Bank id -> why the bank is not served (its files did not load, or not for the engine):
         the collection's other banks are (``memory.quarantine``)."""
+        self.admit = _admit_now
+        """How a bank enters memory: ``admit(bank_id, make, replacing=False)`` calls ``make()`` (a
+        lazy open, an append's publish) and returns its bank; a lazy ``MemoryCore`` sets its own
+        (``MemoryCore.admit``: room under the resident budget first)."""
         for b in () if lazy else self.coll.bank_ids:
             if owns(b):
                 try:
@@ -139,18 +144,21 @@ class BankRegistry:
             return bank
         with self._bank_lock(bank_id):
             bank = self._banks.get(bank_id)
-            if bank is None:
-                try:
-                    bank = self.coll.load(bank_id, mmap=True)
-                except UnknownBank:
-                    return None
-                except Exception as e:  # noqa: BLE001 - one bad bank fails alone
-                    self.quarantine(bank_id, cause_of(e, self.coll.path))
-                    return None
-                with self._lock:
-                    self._banks.setdefault(bank_id, bank)
-                    self.version += 1
-            return bank
+            return bank if bank is not None else self.admit(bank_id, lambda: self._open(bank_id))
+
+    def _open(self, bank_id: str) -> Bank | None:
+        """Load ``bank_id`` (memory-mapped) and hold it (None: gone, or quarantined now); under its lock."""
+        try:
+            bank = self.coll.load(bank_id, mmap=True)
+        except UnknownBank:
+            return None
+        except Exception as e:  # noqa: BLE001 - one bad bank fails alone
+            self.quarantine(bank_id, cause_of(e, self.coll.path))
+            return None
+        with self._lock:
+            self._banks[bank_id] = bank
+            self.version += 1
+        return bank
 
     def evict(self, bank_id: str) -> bool:
         """Let go of a loaded bank (``lazy`` only; its files stay): False while an append or forget
@@ -263,11 +271,15 @@ class BankRegistry:
             if bank is None:  # nothing new: keep the bank published, unless the stored one differs
                 cur = self._banks.get(bank_id)
                 bank = cur if cur is not None and cur.n_units == done["old"].n_units else done["old"]
-            with self._lock:
-                self._banks[bank_id] = bank
-                self.version += 1
+            self.admit(bank_id, lambda: self._publish(bank_id, bank), replacing=True)
             return AppendResult(bank, done["created"], done["appended"], done["stats"], done["stored"],
                                 done["already_stored"], done["items"])
+
+    def _publish(self, bank_id: str, bank: Bank) -> Bank:
+        with self._lock:
+            self._banks[bank_id] = bank
+            self.version += 1
+        return bank
 
     def forget(self, bank_id: str, turn_ids: list[str] | None, encoder: Encoder, llm=None,
                outputs=()) -> ForgetResult:
@@ -370,3 +382,8 @@ class BankRegistry:
         with self._lock:
             self._finished[e.bank_id] = Erasure(e.bank_id, list(e.turn_ids), e.whole, dirname=e.dirname,
                                                 outputs=list(e.outputs))
+
+
+def _admit_now(bank_id: str, make, replacing: bool = False):
+    """:attr:`BankRegistry.admit` without a budget: ``make()`` at once."""
+    return make()

@@ -98,6 +98,16 @@ class MemoryCore:
         self.registry = BankRegistry(path, owns, create, lazy=max_resident_bytes is not None)
         self.resident = Resident(max_resident_bytes)
         """The banks held in memory and their bytes (``memory.resident``)."""
+        self.lock = threading.RLock()
+        """The engine's lock: held for every engine call and engine refresh (``Memory``'s calls, the
+        server's batches), and for letting a bank in the engine go."""
+        self._in_use: set[str] = set()
+        """The banks of the engine call running (:meth:`ensure`): never let go by an admission."""
+        self._opening = 0
+        """Set while the engine's owner opens a bank (it may wait for that bank's lock): an
+        admission then waits no longer for the engine (:meth:`admit`)."""
+        if self.registry.lazy:
+            self.registry.admit = self.admit
         self.encoder_spec = encoder if isinstance(encoder, str) else self.registry.build_config("minilm").encoder
         enc = encoder if isinstance(encoder, Encoder) else get_encoder(self.encoder_spec, cache=embedding_cache)
         coll_enc = self.registry.encoder_id
@@ -182,13 +192,59 @@ class MemoryCore:
             done.append(summary)
         return done
 
-    def sync_engine(self, bank_id: str, prepared=None) -> None:
-        """Make the engine select from the registry's current bank ``bank_id`` (engine-owner thread)."""
-        bank = self.registry.get(bank_id)
-        if bank is not None and self.engines.banks.get(bank_id) is not bank:
-            nbytes = bank_nbytes(bank)  # while the engine holds the bank it replaces: an append's counts from it
-            self.engines.refresh(bank, prepared)
-            self.resident.touch(bank_id, nbytes + self.engines.table_bytes.get(bank_id, 0))
+    def sync_engine(self, bank_id: str, prepared=None, keep=()) -> None:
+        """Make the engine select from the registry's current bank ``bank_id`` (engine-owner thread;
+        its tables are admitted as the bank is: :meth:`admit`; ``keep``: the call's other banks)."""
+        with self.lock:
+            while True:
+                bank = self._open(bank_id)  # opened here, if it is not in memory (admitted)
+                if bank is None or self.engines.banks.get(bank_id) is bank:
+                    return
+                with self.resident.room:
+                    if self.registry.lazy and self.registry.banks().get(bank_id) is not bank:
+                        continue  # let go by an admission meanwhile: opened again
+                    self.evict(keep={bank_id, *keep}, but=bank_id)
+                    nbytes = bank_nbytes(bank)  # while the engine holds the bank it replaces: an append's counts from it
+                    self.engines.refresh(bank, prepared)
+                    self.resident.touch(bank_id, nbytes + self.engines.table_bytes.get(bank_id, 0))
+                    return
+
+    def _open(self, bank_id: str):
+        """``registry.get`` on the engine's owner thread (it may wait for the bank's lock, held by
+        an admission of that bank: :meth:`admit` does not wait for the engine meanwhile)."""
+        self._opening += 1
+        try:
+            return self.registry.get(bank_id)
+        finally:
+            self._opening -= 1
+
+    def admit(self, bank_id: str, make, replacing: bool = False):
+        """Bring bank ``bank_id`` into memory (a lazy registry's open, or the bank an append
+        publishes): let the least recently used banks go until those held, in-use ones counted,
+        fit the budget (``replacing``: the copy ``bank_id`` replaces counted too, as the engine
+        still holds it), then ``make()`` (returns the bank, or None) and count its bytes. One bank
+        at a time (``Resident.room``): the banks held stay within the budget plus one bank's size.
+
+        Any thread. Banks in the engine go only between engine calls: while another thread's
+        engine call holds what must go, this waits for it to end (``Resident.room`` released
+        meanwhile), unless that thread opens a bank (it may wait for this one's lock). What is in
+        use (an append's bank, the engine's last bank) is counted and kept: no wait for it."""
+        but = None if replacing else bank_id
+        with self.resident.room:
+            while True:
+                self.evict(keep={bank_id}, but=but)
+                if not self.resident.over({bank_id}, but) or self._opening:
+                    break
+                if self.lock.acquire(blocking=False):  # no engine call runs: what is left is in use
+                    self.lock.release()
+                    break
+                self.resident.room.wait(0.01)  # an engine call runs: room when it ends (polled)
+            bank = make()
+            if bank is not None:
+                old = self.engines.banks.get(bank_id)  # the copy the engine selects from until it refreshes
+                stale = bank_nbytes(old) if old is not None and old is not bank else 0
+                self.resident.touch(bank_id, bank_nbytes(bank) + stale + self.engines.table_bytes.get(bank_id, 0))
+            return bank
 
     def warm(self, bank_id: str):
         """Open ``bank_id`` if it is not in memory (a lazy registry) and prepare its engine tables:
@@ -201,14 +257,19 @@ class MemoryCore:
 
     def ensure(self, bank_ids, prepared: dict | None = None) -> None:
         """Make the engine select from the current banks ``bank_ids`` (opening the ones not in memory;
-        ``prepared``: bank id -> :meth:`warm`'s tables), mark them used, and let the least recently
-        used banks go past the resident budget (never these). Engine-owner thread."""
+        ``prepared``: bank id -> :meth:`warm`'s tables), mark them used, and let the least recently used banks go past the resident budget (never these).
+        Engine-owner thread."""
         prepared = prepared or {}
-        for b in dict.fromkeys(bank_ids):
-            self.sync_engine(b, prepared.get(b))
-            if b in self.engines.banks:
-                self.resident.touch(b)
-        self.evict(keep=set(bank_ids))
+        with self.lock:
+            self._in_use = set(bank_ids)
+            try:
+                for b in dict.fromkeys(bank_ids):
+                    self.sync_engine(b, prepared.get(b), keep=self._in_use)
+                    if b in self.engines.banks:
+                        self.resident.touch(b)
+                self.evict(keep=self._in_use)
+            finally:  # in the engine now: no admission lets them go while the caller holds the lock
+                self._in_use = set()
 
     def touch(self, bank_id: str) -> None:
         """Count a bank read outside the engine (its turns, an append) as used, with its bytes."""
@@ -216,18 +277,51 @@ class MemoryCore:
         if bank is not None:
             self.resident.touch(bank_id, bank_nbytes(bank) + self.engines.table_bytes.get(bank_id, 0))
 
-    def evict(self, keep=()) -> list[str]:
+    def evict(self, keep=(), but: str | None = None) -> list[str]:
         """Let the least recently used banks go until the resident banks fit the budget (none of
-        ``keep``; the engine keeps at least one bank). Engine-owner thread. Returns their ids."""
+        ``keep`` nor of the engine call running; ``but``: not counted, ``Resident.over``; the engine
+        keeps at least one bank; a bank whose append or forget runs is kept, counted). A bank in
+        the engine goes only when this thread holds the engine's lock or gets it at once (an
+        admission on another thread waits for no engine call here). Returns their ids."""
         gone = []
-        for b in self.resident.over(keep):
-            in_engine = b in self.engines.banks
-            if in_engine and not self.engines.evict(b):
-                continue  # the engine's last bank
-            if self.registry.evict(b) or in_engine:
-                self.resident.drop(b)
-                gone.append(b)
-        return gone
+        if self.resident.max_bytes is None:
+            return gone
+        owner = self.lock.acquire(blocking=False)
+        try:
+            with self.resident.room:  # no bank enters the engine meanwhile (sync_engine)
+                # another thread's engine call runs, or the engine's last bank: only banks outside it go
+                fixed = not owner or len(self.engines.banks) <= 1 or self.engines._engine is None
+                held = {*keep, *self._in_use, *(self.engines.banks if fixed else ())}
+                while True:
+                    over = self.resident.over(held, but)
+                    for b in over:
+                        if self._let_go(b):
+                            gone.append(b)
+                        else:
+                            held.add(b)  # in use: the next banks in line go instead
+                    if all(b in gone for b in over):
+                        return gone
+        finally:
+            if owner:
+                self.lock.release()
+
+    def _let_go(self, b: str) -> bool:
+        """Drop bank ``b`` from the engine and the registry (:meth:`evict`, under its locks): False
+        when it stays in memory (the engine's last bank, or an append or forget of it runs: then its
+        engine tables go, if it has some, and it is counted without them)."""
+        in_engine = b in self.engines.banks
+        if in_engine and not self.engines.evict(b):
+            return False
+        if self.registry.evict(b):
+            self.resident.drop(b)
+            return True
+        kept = self.registry.banks().get(b)
+        if kept is None:
+            self.resident.drop(b)
+            return True
+        if in_engine:
+            self.resident.touch(b, bank_nbytes(kept))
+        return False
 
     def prepare_forget(self, res: ForgetResult):
         """The tables of the bank a forget left (any thread; None when the bank is gone)."""
@@ -238,7 +332,10 @@ class MemoryCore:
         dropped when gone) and purge its tables of the old bank's rows (engine-owner thread)."""
         bank_id = res.erasure.bank_id
         if res.erasure.turn_ids or res.erasure.whole:
-            self.engines.forget(bank_id, self.registry.get(bank_id), prepared)
+            with self.lock:
+                bank = self._open(bank_id)
+                with self.resident.room:
+                    self.engines.forget(bank_id, bank, prepared)
         else:  # nothing was forgotten; the bank as stored may still be newer (an append beside)
             self.sync_engine(bank_id, prepared)
 

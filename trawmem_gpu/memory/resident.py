@@ -9,8 +9,16 @@ are :func:`bank_nbytes`: its arrays, its turns' text and objects, and the engine
 The banks of the call that asks are never let go by it, and the engine keeps at least one bank,
 so a budget smaller than one bank still serves (one bank at a time).
 
-:class:`Resident` is the bookkeeping only; ``MemoryCore.ensure`` does the letting go, on the
-thread that owns the engine.
+The budget holds while calls are in flight, within one bank's size: a bank enters memory (a lazy
+open, the bank an append publishes, a bank's engine tables) only through ``MemoryCore.admit``,
+one at a time (:attr:`Resident.room`), once the banks held, in-use ones counted, fit the budget
+without it (the least recently used let go first). In-use banks are never let go (an append's or
+a load's bank, the banks of the engine call running), so they can keep the total above the budget
+until they are released; nothing waits for them, so nothing deadlocks, and a bank larger than the
+budget still loads (it is then the only one held).
+
+:class:`Resident` is the bookkeeping only; ``MemoryCore`` does the letting go (``evict``), of
+banks in the engine only while it holds the engine's lock.
 """
 from __future__ import annotations
 
@@ -72,6 +80,8 @@ class Resident:
         """Banks opened since start (cold opens)."""
         self.evicted = 0
         """Banks let go since start."""
+        self.room = threading.Condition(threading.RLock())
+        """Held while a bank is admitted (``MemoryCore.admit``): banks enter memory one at a time."""
 
     @property
     def total(self) -> int:
@@ -98,17 +108,18 @@ class Resident:
             if self._sizes.pop(bank_id, None) is not None:
                 self.evicted += 1
 
-    def over(self, keep=()) -> list[str]:
+    def over(self, keep=(), but: str | None = None) -> list[str]:
         """The least recently used banks (oldest first, none of ``keep``) whose going brings the
-        total within the budget (empty without a budget)."""
+        total within the budget (empty without a budget); ``but``: a bank not counted in the total
+        (the one being admitted, whose bytes are about to change)."""
         if self.max_bytes is None:
             return []
         with self._lock:
-            total, out = sum(self._sizes.values()), []
+            total, out = sum(n for b, n in self._sizes.items() if b != but), []
             for b, n in self._sizes.items():
                 if total <= self.max_bytes:
                     break
-                if b in keep:
+                if b in keep or b == but:
                     continue
                 out.append(b)
                 total -= n

@@ -94,15 +94,25 @@ def serve_forever(cfg: ServeConfig, access_log: bool = False, say: Say = log_lin
 def _serve_on(sock: socket.socket, cfg: ServeConfig, access_log: bool, say: Say, **service_kw) -> None:
     import uvicorn
 
-    if cfg.http_workers:
-        from .metrics import Metrics
-        from .remote import serve_with_fronts
-        from .service import SelectionService
+    if not cfg.http_workers:
+        _serve_loading(sock, cfg, access_log, say, **service_kw)
+        return
+    from .metrics import Metrics
+    from .remote import serve_with_fronts
+    from .service import SelectionService
 
-        metrics = Metrics("engine")
-        service = SelectionService(cfg, metrics=metrics, **service_kw)
-    else:
-        app, service = build_app(cfg, **service_kw)
+    metrics = Metrics("engine")
+    service = SelectionService(cfg, metrics=metrics, **service_kw)
+    _say_loaded(service, cfg, say)
+    serve_with_fronts(cfg, service, metrics, lambda port: _announce(cfg, port, say), access_log, sock=sock, say=say)
+
+
+def _announce(cfg: ServeConfig, port: int, say: Say) -> None:
+    say(f"trawmem serve: batching up to {cfg.max_batch} queries, waiting at most {cfg.max_wait_ms:g} ms; "
+        f"queue {cfg.max_queue}; deadline {cfg.timeout_s:g} s; http://{cfg.host}:{port} (OpenAPI at /docs)")
+
+
+def _say_loaded(service, cfg: ServeConfig, say: Say) -> None:
     banks = service.bank_list()
     auth = (f"API keys from {cfg.keys_file}" if cfg.keys_file else
             "no keys file: serving WITHOUT authentication, bound to 127.0.0.1 only")
@@ -115,14 +125,48 @@ def _serve_on(sock: socket.socket, cfg: ServeConfig, access_log: bool, say: Say,
         say(f"trawmem serve: {cfg.collection} did not exist: created an empty collection there "
             "(banks come with POST /v1/banks/{bank_id}/turns)")
 
-    def announce(port: int) -> None:
-        say(f"trawmem serve: batching up to {cfg.max_batch} queries, waiting at most {cfg.max_wait_ms:g} ms; "
-            f"queue {cfg.max_queue}; deadline {cfg.timeout_s:g} s; http://{cfg.host}:{port} (OpenAPI at /docs)")
 
-    if cfg.http_workers:
-        serve_with_fronts(cfg, service, metrics, announce, access_log, sock=sock, say=say)
-        return
-    announce(sock.getsockname()[1])
+class Loading:
+    """The ASGI app of a server that listens while it loads (:func:`_serve_loading`): ``/healthz``
+    answers 200, ``/readyz`` 503 with what is loading, every other route 503 with ``Retry-After``,
+    until :attr:`app` is set (the real app, started); then every request goes to it. Its lifespan
+    stops the real app's at shutdown (``backend.stop``: the drain)."""
+
+    def __init__(self):
+        self.app = None
+        self.lifespan = None
+        self.reason = "loading the collection and the query encoder"
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "lifespan":
+            while True:
+                msg = await receive()
+                if msg["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif msg["type"] == "lifespan.shutdown":
+                    if self.lifespan is not None:
+                        await self.lifespan.__aexit__(None, None, None)
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if self.app is not None:
+            return await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            return
+        import json
+
+        ok = scope.get("path") == "/healthz"
+        body = json.dumps({"status": "ok"} if ok else {"detail": f"not ready: {self.reason}"}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        if not ok and scope.get("path") != "/readyz":
+            headers.append((b"retry-after", b"1"))
+        await send({"type": "http.response.start", "status": 200 if ok else 503, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _serve_loading(sock: socket.socket, cfg: ServeConfig, access_log: bool, say: Say, **service_kw) -> None:
+    """One process: listen at once (:class:`Loading` answers), say the URL once it listens, then
+    load the collection and the encoder and start the app (its warm-up), and serve it."""
+    import uvicorn
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame):
@@ -130,10 +174,31 @@ def _serve_on(sock: socket.socket, cfg: ServeConfig, access_log: bool, say: Say,
                 say_draining(sig, cfg, say)
             super().handle_exit(sig, frame)
 
+    front = Loading()
+    server = Server(uvicorn_config(front, cfg, access_log))
+
+    async def main():
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started and not task.done():
+            await asyncio.sleep(0.01)
+        if task.done():
+            return await task
+        _announce(cfg, sock.getsockname()[1], say)
+        try:
+            app, service = await asyncio.get_running_loop().run_in_executor(None, lambda: build_app(cfg, **service_kw))
+            _say_loaded(service, cfg, say)
+            front.reason = "warming up"
+            lifespan = app.router.lifespan_context(app)
+            await lifespan.__aenter__()  # backend.start: the batcher, the warm-up
+            front.lifespan, front.app = lifespan, app
+        except BaseException:
+            server.should_exit = True
+            await task
+            raise
+        await task
+
     # uvicorn re-raises the signal it caught once its graceful shutdown is done; for SIGTERM
     # that is a finished drain, so the handler it finds does nothing and the process exits 0
     signal.signal(signal.SIGTERM, lambda *_: None)
-    Server(uvicorn_config(app, cfg, access_log)).run(sockets=[sock])
+    asyncio.run(main())
     say("trawmem serve: stopped")
-
-

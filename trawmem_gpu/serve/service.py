@@ -354,7 +354,7 @@ class SelectionService:
         queries over in a call of their own, first) and one engine call for ``items``, whatever
         (budget, hops, token_budget) they ask for; per item a :class:`~.batcher.Later` of its response body
         (assembled on the pool, in a few chunks) or the exception. Append chunks wait meanwhile."""
-        with self.query_first.running():
+        with self.query_first.running(), self.core.lock:  # the engine's lock (memory.core: admissions)
             return dated_batch(self, items) if any(it.as_of for it in items) else self._process_batch(items)
 
     def _process_batch(self, items: list[SelectItem]) -> list:
