@@ -42,9 +42,9 @@ alternating with it in each round: this version over that one, per round, in one
 
 ``--hostile`` runs the adversarial test instead (``serve_bench/hostile.py``): a victim tenant's
 single selects at a steady rate, alone and then beside a hostile tenant sending oversized fields,
-a 64-distinct-parameter batch, a large append, 256-query batches and hundreds of slow and idle
-connections, on the default server and on ``--http-workers 2`` (results ``serve_hostile.json`` /
-``.png``; ``--data sample`` by default there). tests/serve/test_serve_hostile.py runs a short form.
+a 4 MB ``where`` filter, a 64-distinct-parameter batch, a large append, 256-query batches and
+hundreds of slow and idle connections, on the default server and on ``--http-workers 2``
+(results ``serve_hostile.json`` / ``.png``; ``--data sample`` by default there). tests/serve/test_serve_hostile.py runs a short form.
 
 Results: ``benchmarks/results/serve.json`` and ``serve.png`` (or ``--out-dir`` / ``TRAWMEM_BENCH_OUT``,
 ``--name``). Dev data is read in place (``../shared/data/locomo/locomo_dev.json``, or

@@ -11,6 +11,9 @@ each request leaves on schedule whether or not the previous one was answered), f
   pair different (expects 200: one engine call, no engine builds);
 * **a large append**: ``append_turns`` turns in one request to the hostile tenant's bank (expects
   200; its duration gives the append rate the server sustains under load);
+* **a 4 MB filter**: ``/v1/select`` with ``where`` ``{"and": [{}, {}, ...]}`` of ``where_bytes``
+  (under the 4 MiB body cap), sent ``oversized_rounds`` times (expects 422: the filter's bounds;
+  its parse must not hold up other tenants' requests);
 * **256-query batches**: ``big_batches`` clients sending 256-request batches back to back
   (each answered 200, or 429 once the tenant's queue share is used up);
 * **slow connections**: ``slow`` connections trickling one header byte a second, and ``idle``
@@ -60,6 +63,8 @@ class Spec:
     """Times the list of oversized requests is sent."""
     over_cap_bytes: int = 5 << 20
     """Size of the body sent over the size cap (the server's default cap is 4 MiB)."""
+    where_bytes: int = 4_000_000
+    """Size of the ``where`` of the big-filter attack (0: none)."""
 
 
 def _head(path: str, port: int, key: str, n: int) -> bytes:
@@ -146,6 +151,13 @@ def oversized_bodies(bank: str, spec: Spec) -> list[tuple[str, str, bytes]]:
     ]
 
 
+def where_body(bank: str, nbytes: int) -> bytes:
+    """A ``/v1/select`` body whose ``where`` is ``{"and": [{}, {}, ...]}`` of about ``nbytes``."""
+    n = max(1, (nbytes - 10) // 3)
+    return (json.dumps({"bank_id": bank, "question": "What did they talk about?"})[:-1]
+            + ', "where": {"and": [' + ",".join(["{}"] * n) + "]}}").encode()
+
+
 def param_batch(bank: str) -> bytes:
     """64 requests, every (budget, hops) pair distinct."""
     reqs = [{"bank_id": bank, "question": f"What happened on day {b}?", "budget": b, "hops": h}
@@ -196,7 +208,8 @@ async def _slow_conn(port: int, stop: asyncio.Event, idle: bool, out: dict) -> N
 
 async def hostile(port: int, key: str, bank: str, spec: Spec, stop: asyncio.Event, tag: str) -> dict:
     """Every attack at once until ``stop`` is set (the append runs to its end)."""
-    res = {"oversized": {}, "param_batch": None, "append": None, "big_batches": {}, "slow": None, "idle": None}
+    res = {"oversized": {}, "big_where": [], "param_batch": None, "append": None, "big_batches": {}, "slow": None,
+           "idle": None}
 
     async def oversized():
         conn = Conn("127.0.0.1", port)
@@ -209,6 +222,19 @@ async def hostile(port: int, key: str, bank: str, spec: Spec, stop: asyncio.Even
                 if status == 413:
                     await conn.close()  # the server does not read a refused body: a fresh connection
             await asyncio.sleep(0.2)
+        await conn.close()
+
+    async def big_where():
+        if not spec.where_bytes:
+            return
+        conn, body = Conn("127.0.0.1", port), where_body(bank, spec.where_bytes)
+        for _ in range(spec.oversized_rounds):
+            if stop.is_set():
+                break
+            t0 = time.perf_counter()
+            status, _ = await _post(conn, "/v1/select", port, key, body, timeout=300)
+            res["big_where"].append({"status": status, "seconds": round(time.perf_counter() - t0, 3)})
+            await asyncio.sleep(0.5)
         await conn.close()
 
     async def params():
@@ -239,7 +265,8 @@ async def hostile(port: int, key: str, bank: str, spec: Spec, stop: asyncio.Even
     res["slow"], res["idle"] = slow_out, idle_out
     conns = [asyncio.ensure_future(_slow_conn(port, stop, False, slow_out)) for _ in range(spec.slow)]
     conns += [asyncio.ensure_future(_slow_conn(port, stop, True, idle_out)) for _ in range(spec.idle)]
-    loops = [asyncio.ensure_future(f) for f in (oversized(), params(), *(batches(j) for j in range(spec.big_batches)))]
+    loops = [asyncio.ensure_future(f)
+             for f in (oversized(), big_where(), params(), *(batches(j) for j in range(spec.big_batches)))]
     app = asyncio.ensure_future(append())
     await stop.wait()
     await asyncio.gather(*loops, *conns)

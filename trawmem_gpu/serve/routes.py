@@ -30,7 +30,7 @@ from .models import (AppendRequest, AppendResponse, BankInfo, BankList, BatchReq
                      ForgetRequest, ForgetResponse, SelectRequest, SelectResponse)
 from .appends import append_batch
 from .openapi import documented_body
-from .replies import HTTPError, body_of, json_response, maybe_await, unknown_bank
+from .replies import OFF_LOOP_ITEMS, HTTPError, batch_reply, body_of, json_response, maybe_await, off_loop, unknown_bank
 from .service import SelectItem
 
 QUERY_FIELDS = ("budget", "hops", "token_budget")
@@ -167,7 +167,7 @@ def add_select_routes(app: FastAPI, ctx: RouteContext) -> tuple:
     async def select(request: Request):
         t0 = _t0(request)
         tenant = await ctx.tenant_of_request(request)
-        item = ctx.item_of(await body_of(request, SelectRequest), t0, tenant=tenant)
+        item = await body_of(request, SelectRequest, lambda r: ctx.item_of(r, t0, tenant=tenant))
         ctx.owned(tenant, item.bank_id)
         (res,) = await backend.select([item], quota=tenant.quota(cfg))
         return json_response(finish(res, t0))
@@ -178,14 +178,18 @@ def add_select_routes(app: FastAPI, ctx: RouteContext) -> tuple:
     async def select_batch(request: Request):
         t0 = _t0(request)
         tenant = await ctx.tenant_of_request(request)
-        req = await body_of(request, BatchRequest)
-        if len(req.requests) > cfg.max_batch_request:
-            raise HTTPError(422, f"requests holds {len(req.requests)} requests; the limit is {cfg.max_batch_request}")
-        items = [ctx.item_of(r, t0, f"requests[{i}].", tenant) for i, r in enumerate(req.requests)]
+
+        def build(req: BatchRequest) -> list[SelectItem]:
+            if len(req.requests) > cfg.max_batch_request:
+                raise HTTPError(422, f"requests holds {len(req.requests)} requests; the limit is "
+                                     f"{cfg.max_batch_request}")
+            return [ctx.item_of(r, t0, f"requests[{i}].", tenant) for i, r in enumerate(req.requests)]
+
+        items = await body_of(request, BatchRequest, build, heavy=True)  # on a thread: up to 256 items
         for i, it in enumerate(items):
             ctx.owned(tenant, it.bank_id, f"requests[{i}]: ")
         res = await backend.select(items, batch=True, quota=tenant.quota(cfg))
-        return json_response({"results": [finish(r, t0) for r in res]})
+        return await off_loop(len(res) > OFF_LOOP_ITEMS, batch_reply, [finish(r, t0) for r in res])
 
     return select, select_batch
 
