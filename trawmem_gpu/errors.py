@@ -119,15 +119,15 @@ class JSONTooDeep(ValueError):
     as ``json.JSONDecodeError`` is, so every reader that refuses malformed JSON refuses it too."""
 
 
-def loads_json(text: str | bytes):
-    """``json.loads(text)``, the one JSON parse of the files and arguments the package reads: a
+def loads_json(text: str | bytes, **kw):
+    """``json.loads(text, **kw)``, the one JSON parse of the files and arguments the package reads: a
     document nested too deeply for the parser (``[[[[...``, where ``json`` raises
     ``RecursionError``) raises :class:`JSONTooDeep`, a ``ValueError`` as malformed JSON's
     ``json.JSONDecodeError`` is; a reader catches ``ValueError`` for both."""
     import json
 
     try:
-        return json.loads(text)
+        return json.loads(text, **kw)
     except RecursionError:
         raise JSONTooDeep("JSON nested too deeply (past the interpreter's recursion limit)") from None
 

@@ -72,6 +72,22 @@ def _bank_arg(bank_id, name: str = "bank_id") -> str:
     return bank_id
 
 
+def _turn_ids_arg(turn_ids) -> list[str] | None:
+    """``turn_ids`` of :meth:`Memory.forget` as a list of strings (one string: a list of it;
+    None: the whole bank); else an ``InputError`` naming the argument."""
+    if turn_ids is None:
+        return None
+    if isinstance(turn_ids, str):
+        return [turn_ids]
+    if not isinstance(turn_ids, Iterable):
+        raise InputError(f"turn_ids: expected a list of turn id strings, got {type(turn_ids).__name__}")
+    turn_ids = list(turn_ids)
+    bad = [t for t in turn_ids if not isinstance(t, str)]
+    if bad:
+        raise InputError(f"turn_ids: expected turn id strings, got {type(bad[0]).__name__}")
+    return turn_ids
+
+
 def _date_of(d, where: str) -> datetime | None:
     if d is None:
         return d
@@ -300,15 +316,7 @@ class Memory:
         :raises QuarantinedBank: ``turn_ids`` of a quarantined bank (forget it whole)
         """
         _bank_arg(bank_id)
-        if turn_ids is not None:
-            if isinstance(turn_ids, str):
-                turn_ids = [turn_ids]
-            if not isinstance(turn_ids, Iterable):
-                raise InputError(f"turn_ids: expected a list of turn id strings, got {type(turn_ids).__name__}")
-            turn_ids = list(turn_ids)
-            bad = [t for t in turn_ids if not isinstance(t, str)]
-            if bad:
-                raise InputError(f"turn_ids: expected turn id strings, got {type(bad[0]).__name__}")
+        turn_ids = _turn_ids_arg(turn_ids)
         res = self._core.forget_stored(bank_id, turn_ids, llm or self.llm, outputs=outputs, where=within)
         prepared = self._core.prepare_forget(res)
         with self._lock:

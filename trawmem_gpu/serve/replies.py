@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
-from ..errors import ConfigError, DuplicateTurns, InputError, QuarantinedBank, UnknownBank
+from ..errors import ConfigError, DuplicateTurns, InputError, QuarantinedBank, UnknownBank, loads_json
 from .batcher import DeadlineExceeded, OutcomeUnknown, QueueFull, ShuttingDown
 from .wire import EngineCallFailed
 
@@ -86,8 +86,8 @@ def _validated(model: type[BaseModel], raw: bytes) -> BaseModel:
         if len(raw) <= OFF_LOOP_BYTES:
             return model.model_validate_json(raw)
         try:
-            obj = json.loads(raw, object_hook=_keep)
-        except (ValueError, RecursionError) as e:  # JSONDecodeError, bad UTF-8, nesting past the stack
+            obj = loads_json(raw, object_hook=_keep)
+        except ValueError as e:  # JSONDecodeError, bad UTF-8, nesting past the stack (JSONTooDeep)
             raise RequestValidationError([{"type": "json_invalid", "loc": ("body",),
                                            "msg": f"Invalid JSON: {type(e).__name__}"}]) from None
         return model.model_validate(obj)
