@@ -100,7 +100,7 @@ def test_a_bound_key_sees_only_its_own_turns_through_every_route(tmp_path, monke
         ("POST", "/v1/select/batch"): [("POST", "/v1/select/batch", {"requests": [
             {"bank_id": "shared", "question": "the marathon?"}, {"bank_id": "shared", "question": "a grey cat?",
                                                                   "where": {"user_id": "u3"}}]}, (), 200)],
-        ("POST", "/v1/banks/{bank_id}/turns"): [
+        ("POST", "/v1/banks/{bank_id:bank}/turns"): [
             # another user's id: refused as an id held "with other content", never whose, what or when
             ("POST", "/v1/banks/shared/turns", {"turns": [turn("S1:2", "2024-05-13T09:08:00")]}, ("S1:2",), 200),
             ("POST", "/v1/banks/shared/turns", {"turns": [turn("S1:2", "2024-05-13T09:08:00")], "atomic": True},
@@ -116,16 +116,16 @@ def test_a_bound_key_sees_only_its_own_turns_through_every_route(tmp_path, monke
             ("POST", "/v1/banks/shared/turns", {"turns": [dict(turn("S2:3", "2024-05-13T09:09:00"),
                                                                metadata={"user_id": "u3"})]}, ("S2:3",), 403)],
         ("GET", "/v1/banks"): [("GET", "/v1/banks", None, (), 200)],
-        ("GET", "/v1/banks/{bank_id}"): [("GET", "/v1/banks/shared", None, (), 200)],
-        ("GET", "/v1/banks/{bank_id}/units/{unit_id:path}/history"): [
+        ("GET", "/v1/banks/{bank_id:bank}"): [("GET", "/v1/banks/shared", None, (), 200)],
+        ("GET", "/v1/banks/{bank_id:bank}/units/{unit_id:path}/history"): [
             ("GET", "/v1/banks/shared/units/S1:1/history", None, (), 200),
             ("GET", "/v1/banks/shared/units/S3:6/history", None, ("S3:6",), 404),
             ("GET", "/v1/banks/shared/units/S3:5/history", None, ("S3:5",), 404)],
-        ("DELETE", "/v1/banks/{bank_id}"): [("DELETE", "/v1/banks/shared", None, (), 403)],
-        ("DELETE", "/v1/banks/{bank_id}/turns/{turn_id:path}"): [
+        ("DELETE", "/v1/banks/{bank_id:bank}"): [("DELETE", "/v1/banks/shared", None, (), 403)],
+        ("DELETE", "/v1/banks/{bank_id:bank}/turns/{turn_id:path}"): [
             ("DELETE", "/v1/banks/shared/turns/S2:2", None, ("S2:2",), 404),
             ("DELETE", "/v1/banks/shared/turns/S2:1", None, (), 200)],
-        ("POST", "/v1/banks/{bank_id}/forget"): [
+        ("POST", "/v1/banks/{bank_id:bank}/forget"): [
             ("POST", "/v1/banks/shared/forget", {"turn_ids": ["S1:4", "S1:5"]}, ("S1:5",), 200)],
         ("GET", "/healthz"): [("GET", "/healthz", None, (), 200)],
         ("GET", "/readyz"): [("GET", "/readyz", None, (), 200)],
