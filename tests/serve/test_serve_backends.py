@@ -296,3 +296,65 @@ def test_openapi_document_unchanged_without_a_server():
 
     spec = create_app(LocalBackend(None), ServeConfig()).openapi()
     assert json.dumps(spec, indent=1) == PINNED.read_text()
+
+
+def _required(op: str) -> int:
+    """How many arguments the Protocol's ``op`` requires (after self)."""
+    params = inspect.signature(getattr(Backend, op)).parameters.values()
+    return sum(p.default is inspect.Parameter.empty for p in params) - 1
+
+
+def test_a_front_forwards_each_call_by_name_with_its_arguments_in_order():
+    """``RemoteBackend``'s methods (made from ``CALLS``) send each call's arguments in the Protocol's
+    order, defaults filled in; the engine's ``EngineEndpoint`` answers every name of the table, by the
+    service's own method, and refuses a name outside it."""
+    import asyncio
+
+    from trawmem_gpu.serve.remote import EngineEndpoint, RemoteBackend
+
+    sent = []
+
+    async def call(op, *args):
+        sent.append((op, args))
+        return args
+
+    be = RemoteBackend("/nonexistent.sock", ServeConfig())
+    be._call = call  # noqa: SLF001 - the socket, answering at once
+
+    class Service:  # the engine's service: records which of its methods answered, with what
+        ready, dim, encoder_id, defaults = True, 4, "f", None
+
+        def queue_depth(self):
+            return 0
+
+        def __getattr__(self, name):
+            async def coro(*args):
+                return (name, args)
+
+            def plain(*args):
+                return (name, args)
+
+            return coro if name in ("select", "append", "forget") else plain
+
+    async def main():
+        items, q, where = ["it"], object(), object()
+        await be.select(items)
+        await be.select(items, batch=True, quota=q)
+        await be.append("b", "batch")
+        await be.forget("b", None, where=where)
+        await be.history("b", "u")
+        for bad in (lambda: be.select(), lambda: be.select(items, bogus=1), lambda: be.has_bank("a", "b")):
+            with pytest.raises(TypeError):
+                await bad()
+        ep = EngineEndpoint(Service(), "/nonexistent.sock")
+        answered = {op: await ep._call(op, ("x",) * _required(op)) for op in CALLS if op != "metrics_text"}
+        with pytest.raises(ValueError, match="unknown engine call 'drop_everything'"):
+            await ep._call("drop_everything", ())
+        return items, q, where, answered, await ep._call("state", ())
+
+    items, q, where, answered, state = asyncio.run(main())
+    assert sent == [("select", (items, False, None)), ("select", (items, True, q)), ("append", ("b", "batch", None)),
+                    ("forget", ("b", None, where)), ("history", ("b", "u", None))]
+    assert {op: a[0] for op, a in answered.items()} == {op: op for op in answered}  # the service's own method
+    assert all(a[1][:_required(op)] == ("x",) * _required(op) for op, a in answered.items())
+    assert state == {"ready": True, "queue_depth": 0, "dim": 4, "encoder_id": "f", "defaults": None}
