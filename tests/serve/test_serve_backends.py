@@ -258,7 +258,7 @@ def _backend_classes() -> list:
 
 
 def _shape(fn) -> list:
-    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+    return [(p.name, p.kind, p.default) for p in inspect.signature(fn, follow_wrapped=False).parameters.values()]
 
 
 @pytest.mark.parametrize("cls", _backend_classes(), ids=lambda c: c.__name__)
