@@ -238,9 +238,21 @@ def test_ops_routes(be):
         assert "trawmem_http_requests" in text and "trawmem_batch_size" in text  # the engine's, over the socket too
 
 
+def _is_pinned(spec: dict) -> None:
+    """``spec`` is byte for byte the pinned document (one line of JSON; a difference is shown as a
+    diff of the indented forms)."""
+    import difflib
+
+    want = PINNED.read_text().rstrip("\n")
+    if json.dumps(spec) != want:
+        diff = difflib.unified_diff(json.dumps(json.loads(want), indent=1).splitlines(),
+                                    json.dumps(spec, indent=1).splitlines(), "pinned", "now", lineterm="", n=2)
+        pytest.fail("the OpenAPI document changed:\n" + "\n".join(list(diff)[:80]))
+
+
 def test_openapi_document_is_the_pinned_one(be):
     _, c = be
-    assert json.dumps(c.get("/openapi.json").json()) == json.dumps(json.loads(PINNED.read_text()))
+    _is_pinned(c.get("/openapi.json").json())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -294,8 +306,7 @@ def test_openapi_document_unchanged_without_a_server():
     route, a model or a description shows here, to be made on purpose and listed)."""
     from trawmem_gpu.serve.app import create_app
 
-    spec = create_app(LocalBackend(None), ServeConfig()).openapi()
-    assert json.dumps(spec, indent=1) == PINNED.read_text()
+    _is_pinned(create_app(LocalBackend(None), ServeConfig()).openapi())
 
 
 def _required(op: str) -> int:
