@@ -1,5 +1,8 @@
 """The client's results: dataclasses, field for field the server's response models
-(``serve/models.py``); keys a newer server adds are ignored.
+(``serve/models.py``, the wire models; a test holds the two together:
+tests/client/test_client_wire_models.py); keys a newer server adds are ignored. They are
+dataclasses, not those pydantic models, because the client installs without the serve extra
+(httpx only), which is where pydantic comes from.
 
 Every answer is checked against its dataclass's field types before it is built (:func:`parse`):
 an answer of the wrong shape (not an object, a required field missing, a field of another type)
@@ -161,6 +164,8 @@ class BankSummary:
     bank_id: str
     n_units: int
     n_threads: int
+    quarantined: str | None = None
+    """Why the bank is not served (its files could not be loaded); None: it is served."""
 
 
 @dataclass(frozen=True)

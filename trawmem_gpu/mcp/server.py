@@ -185,10 +185,13 @@ def _within(tenant) -> dict:
 
 
 def _answers():
-    """The tools' answer models (structured output)."""
+    """The tools' answer models (structured output): the workspace (the tool's own shape), and the
+    parts of the server's wire models (``serve.models``) that the other tools answer with."""
     from types import SimpleNamespace
 
     from pydantic import BaseModel, Field
+
+    from ..serve.models import AppendResponse, BankSummary, ForgetResponse, part_of
 
     class Workspace(BaseModel):
         bank_id: str
@@ -196,34 +199,12 @@ def _answers():
         unit_ids: list[str] = Field(description="the selected turns' ids, in the order the text shows them")
         tokens: int = Field(description="tokens of text (cl100k_base)")
 
-    class BankRow(BaseModel):
-        bank_id: str
-        n_units: int
-        n_threads: int
-
-    class Item(BaseModel):
-        index: int
-        status: str = Field(description="stored, already_stored, refused or skipped")
-        turn_id: str | None
-        field: str | None = Field(None, description="refused or skipped: the field at fault")
-        reason: str | None = Field(None, description="refused or skipped: why")
-
-    class Added(BankRow):
-        created: bool
-        appended: int
-        stored: list[str] = Field(description="turn ids stored by this call")
-        already_stored: list[str] = Field(description="turn ids the bank held already with the same content")
-        refused: list[Item] = Field(description="items refused, each with its field and reason (the others are "
-                                                "stored unless atomic)")
-        items: list[Item] = Field(description="every item of the call, in order, with what was done with it")
-
-    class Forgotten(BaseModel):
-        bank_id: str
-        forgotten: list[str] = Field(description="turn ids removed (every turn of the bank when the whole bank went)")
-        missing: list[str] = Field(description="turn ids the bank did not hold")
-        deleted: bool = Field(description="whether the whole bank is gone")
-
-    return SimpleNamespace(Workspace=Workspace, BankRow=BankRow, Added=Added, Forgotten=Forgotten)
+    row = ("bank_id", "n_units", "n_threads")
+    return SimpleNamespace(
+        Workspace=Workspace, BankRow=part_of(BankSummary, row, "BankRow"),
+        Added=part_of(AppendResponse, (*row, "created", "appended", "stored", "already_stored", "refused", "items"),
+                      "Added"),
+        Forgotten=part_of(ForgetResponse, ("bank_id", "forgotten", "missing", "deleted"), "Forgotten"))
 
 
 def _bank_id_type():

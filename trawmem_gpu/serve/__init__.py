@@ -20,7 +20,8 @@ Why this stack (extra ``serve``):
 * **prometheus_client**: the reference client for the Prometheus text format; counters,
   histograms and gauges on a per-app registry.
 
-Modules: ``config`` (options), ``models`` (API bodies), ``keys`` (tenants), ``batcher``
+Modules: ``config`` (options), ``models`` (API bodies: the wire models), ``backend`` (the one
+interface the routes are written against, and its in-process implementation), ``keys`` (tenants), ``batcher``
 (dynamic batching), ``service`` (one process's service over the Memory core's engine and
 banks, :mod:`trawmem_gpu.memory.engines` and :mod:`trawmem_gpu.memory.banks`),
 ``metrics``, ``app`` (routes), ``server`` (uvicorn), ``remote`` (HTTP in front processes,

@@ -1,7 +1,8 @@
 """The HTTP API (v1): FastAPI routes over a selection backend.
 
-The backend is a :class:`~trawmem_gpu.serve.service.SelectionService` (one process) or the
-Ray Serve router of ``ray_app.py`` (shards on many machines): the app is the same either way.
+The backend is any :class:`~trawmem_gpu.serve.backend.Backend`: the selection service of one
+process (``LocalBackend``), the engine process behind ``--http-workers`` fronts (``RemoteBackend``)
+or the Ray Serve router of ``ray_app.py`` (shards on many machines): the app is the same either way.
 Every error is a JSON ``{"detail": "..."}`` with a 4xx/5xx status; the server keeps serving.
 
 =====  ==========================================================================================
@@ -35,6 +36,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 
+from .backend import Backend
 from .bank_paths import BadPath, route_path
 from .config import ServeConfig
 from .keys import KeyStore
@@ -158,9 +160,11 @@ class _Edge:
             m.latency.labels(path, scope["method"]).observe(time.perf_counter() - t0)
 
 
-def create_app(backend, cfg: ServeConfig, keys: KeyStore | None = None, metrics: Metrics | None = None) -> FastAPI:
-    """The FastAPI app over ``backend`` (see the module docstring for the error statuses); its
-    routes are ``routes.py``'s groups, its error answers ``replies.add_exception_handlers``."""
+def create_app(backend: Backend, cfg: ServeConfig, keys: KeyStore | None = None,
+               metrics: Metrics | None = None) -> FastAPI:
+    """The FastAPI app over ``backend`` (any :class:`~.backend.Backend`: see the module docstring
+    for the error statuses); its routes are ``routes.py``'s groups, its error answers
+    ``replies.add_exception_handlers``."""
     metrics = metrics or Metrics()
     if metrics.queue_depth is not None:  # else the engine process reports it (``--http-workers``)
         metrics.queue_depth.set_function(lambda: float(backend.queue_depth()))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, Strict, WithJsonSchema, create_model
 
 from ..data.metadata import MAX_KEY_CHARS, MAX_METADATA_KEYS
 from ..data.types import (MAX_CAPTION_CHARS, MAX_DATE_CHARS, MAX_ID_CHARS, MAX_SESSION, MAX_SPEAKER_CHARS,
@@ -274,3 +274,9 @@ class Error(BaseModel):
     detail: str
     outcome: str | None = Field(None, description="on a 503/504 of an append: 'unknown' when the append may "
                                                   "or may not have been stored (resend it: a retry is safe)")
+
+
+def part_of(model: type[BaseModel], names: tuple[str, ...], name: str) -> type[BaseModel]:
+    """The model of ``model``'s fields ``names``, each as declared there (type, default, description):
+    a front that answers with part of a wire model (MCP's tools) names the part, never restates it."""
+    return create_model(name, **{n: (model.model_fields[n].annotation, model.model_fields[n]) for n in names})

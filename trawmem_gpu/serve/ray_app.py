@@ -165,7 +165,7 @@ class BankShard:
 
 
 class RayBackend:
-    """The app's backend in the Ray router: each call goes to the shard of its bank."""
+    """The app's :class:`~.backend.Backend` in the Ray router: each call goes to the shard of its bank."""
 
     def __init__(self, cfg: ServeConfig, shards: int, app_name: str = APP_NAME):
         self.cfg, self.n, self.app_name = cfg, shards, app_name
@@ -210,8 +210,8 @@ class RayBackend:
                 raise RuntimeError(f"shard {shard_of(it.bank_id, self.n)} failed")
         return res
 
-    async def append(self, bank_id: str, records: list[dict], quota=None) -> dict:
-        r = await self._h(bank_id).append.remote(bank_id, records)
+    async def append(self, bank_id: str, batch, quota=None) -> dict:
+        r = await self._h(bank_id).append.remote(bank_id, batch)
         _raise_refused(r)
         return r
 
@@ -238,6 +238,9 @@ class RayBackend:
         if isinstance(r, dict):
             _raise_refused(r)
         return r
+
+    async def metrics_text(self) -> bytes:
+        return b""  # each replica's families are Ray Serve's own metrics
 
 
 def _router_builder(cfg: dict, shards: int, app_name: str):

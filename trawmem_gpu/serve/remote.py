@@ -43,6 +43,8 @@ then drains its own batcher.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
 import os
 import pickle
@@ -52,6 +54,7 @@ import socket
 import tempfile
 
 from ..select.params import QueryParams
+from .backend import CALLS, Backend, LocalBackend
 from .batcher import DeadlineExceeded, OutcomeUnknown, ShuttingDown
 from .config import ServeConfig, bound_socket, uvicorn_config
 from ..notes import Say
@@ -65,6 +68,8 @@ WRITE_WAIT_S = 600.0
 """Longest a front waits for the engine's answer to a write (an append or a forget: a large one on
 a busy host takes minutes, and the engine bounds neither by ``timeout_s``; a dead engine is
 noticed at once, by its socket closing); then OutcomeUnknown."""
+STATE = "state"
+"""The one engine call besides :data:`~.backend.CALLS`: the backend's state attributes (polled)."""
 WRITES = {"append": "stored; resend the same turns (turns already stored are reported in already_stored, "
                     "not stored twice)",
           "forget": "done; resend it (turns already forgotten are reported in missing)"}
@@ -76,10 +81,12 @@ RECONNECTS = 5
 
 
 class EngineEndpoint:
-    """The engine process's side: a :class:`~.service.SelectionService` on a Unix socket."""
+    """The engine process's side: a :class:`~.service.SelectionService` on a Unix socket, each
+    call answered by the :class:`~.backend.LocalBackend` over it (the table :data:`~.backend.CALLS`)."""
 
     def __init__(self, service, path: str, metrics=None):
         self.service, self.path, self.metrics = service, path, metrics
+        self.backend = LocalBackend(service, metrics)  # its metrics_text: the engine's families, for the fronts
         self.server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task] = set()
         if metrics is not None and metrics.queue_depth is not None:
@@ -123,27 +130,15 @@ class EngineEndpoint:
         out.answer(rid, ok, payload)
 
     async def _call(self, op: str, args: tuple):
-        s = self.service
-        if op == "select":
-            return await s.select(*args)
-        if op == "append":
-            return await s.append(*args)
-        if op == "forget":
-            return await s.forget(*args)
-        if op == "bank_list":
-            return s.bank_list()
-        if op == "bank_info":
-            return s.bank_info(*args)
-        if op == "has_bank":
-            return s.has_bank(*args)
-        if op == "history":
-            return s.history(*args)
-        if op == "state":
-            return {"ready": s.ready, "queue_depth": s.queue_depth(), "dim": s.dim, "encoder_id": s.encoder_id,
-                    "defaults": s.defaults}
-        if op == "metrics":
-            return self.metrics.render() if self.metrics is not None else b""
-        raise ValueError(f"unknown engine call {op!r}")
+        """``op`` of :data:`~.backend.CALLS` on the service's :class:`~.backend.LocalBackend`, or
+        ``"state"``: the backend's state attributes, which a front polls."""
+        b = self.backend
+        if op == STATE:
+            return {"ready": b.ready, "queue_depth": b.queue_depth(), "dim": b.dim, "encoder_id": b.encoder_id,
+                    "defaults": b.defaults}
+        if op not in CALLS:
+            raise ValueError(f"unknown engine call {op!r}")
+        return await getattr(b, op)(*args)
 
 
 class _EngineLost(ShuttingDown):
@@ -151,7 +146,8 @@ class _EngineLost(ShuttingDown):
 
 
 class RemoteBackend:
-    """The app's backend in a front process: every call goes to the engine process."""
+    """The app's :class:`~.backend.Backend` in a front process: every call goes to the engine
+    process (its methods are made from the table :data:`~.backend.CALLS`, below the class)."""
 
     POLL_S = 0.5
     """How often readiness and queue depth are refreshed (``/readyz``, ``Retry-After``)."""
@@ -182,7 +178,7 @@ class RemoteBackend:
     async def start(self) -> None:
         await self._connect()
         self._tasks.append(asyncio.ensure_future(self._read_answers()))
-        self._apply(await self._call("state"))
+        self._apply(await self._call(STATE))
         self._tasks.append(asyncio.ensure_future(self._poll()))
 
     async def stop(self) -> None:
@@ -202,7 +198,7 @@ class RemoteBackend:
         while True:
             await asyncio.sleep(self.POLL_S)
             try:
-                self._apply(await self._call("state"))
+                self._apply(await self._call(STATE))
             except Exception:  # noqa: BLE001 - not ready until the engine answers again
                 self._engine_ready = False
 
@@ -301,29 +297,29 @@ class RemoteBackend:
         finally:
             self._pending.pop(rid, None)
 
-    async def select(self, items: list, batch: bool = False, quota=None) -> list[dict]:
-        return await self._call("select", items, batch, quota)
 
-    async def append(self, bank_id: str, records: list[dict], quota=None) -> dict:
-        return await self._call("append", bank_id, records, quota)
 
-    async def forget(self, bank_id: str, turn_ids: list[str] | None, where=None) -> dict:
-        return await self._call("forget", bank_id, turn_ids, where)
+def _forward(name: str):
+    """The :class:`RemoteBackend` method of the backend call ``name``: the :class:`~.backend.Backend`
+    method's parameters and defaults, its arguments sent in that order to the engine process.
 
-    async def has_bank(self, bank_id: str) -> bool:
-        return await self._call("has_bank", bank_id)
+    Written as source from the Protocol's signature and compiled once (as ``dataclasses`` makes
+    ``__init__``), so a call costs what a method written out costs, and Python itself refuses a
+    wrong argument; ``Signature.bind`` on each call cost several µs a request."""
+    proto = getattr(Backend, name)
+    params = list(inspect.signature(proto).parameters.values())[1:]  # after self
+    head = ", ".join(["self", *(p.name if p.default is p.empty else f"{p.name}=_default_{p.name}" for p in params)])
+    ns = {f"_default_{p.name}": p.default for p in params if p.default is not p.empty}
+    exec(f"async def {name}({head}):\n    return await self._call({name!r}{''.join(', ' + p.name for p in params)})",
+         ns)  # noqa: S102 - source made here from the Protocol's parameter names, nothing else
+    call = functools.wraps(proto)(ns[name])
+    call.__qualname__ = f"RemoteBackend.{name}"
+    return call
 
-    async def bank_list(self) -> list[dict]:
-        return await self._call("bank_list")
 
-    async def bank_info(self, bank_id: str, where=None) -> dict | None:
-        return await self._call("bank_info", bank_id, where)
-
-    async def history(self, bank_id: str, unit_id: str, where=None) -> list[dict] | None:
-        return await self._call("history", bank_id, unit_id, where)
-
-    async def metrics_text(self) -> bytes:
-        return await self._call("metrics")
+for _name in CALLS:  # one table: every backend call, forwarded by name (the engine answers it: EngineEndpoint._call)
+    setattr(RemoteBackend, _name, _forward(_name))
+del _name
 
 
 def run_front(cfg: ServeConfig, path: str, sock: socket.socket, access_log: bool) -> None:

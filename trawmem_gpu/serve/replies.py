@@ -4,7 +4,6 @@ with its status (the table in ``serve/app.py``'s docstring)."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
 
@@ -66,10 +65,6 @@ def batch_reply(results: list) -> Response:
 def unknown_bank(bank_id: str, where: str = "") -> HTTPError:
     # The same answer for a bank that does not exist and a bank the key does not own.
     return HTTPError(404, f"{where}unknown bank id {bank_id!r}")
-
-
-async def maybe_await(x):
-    return await x if inspect.isawaitable(x) else x
 
 
 def _keep(obj: dict) -> dict:

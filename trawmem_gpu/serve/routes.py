@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 from fastapi import Depends, FastAPI, Request
@@ -21,8 +21,9 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from ..data.dates import parse_date
 from ..errors import ConfigError, InputError, TrawmemError
 from ..memory.banks import check_bank_id
-from ..select.params import LimitError, merge_params
+from ..select.params import LimitError, QueryParams, merge_params
 from ..store.facts import utc_text
+from .backend import Backend
 from .config import ServeConfig
 from .keys import LOCAL_TENANT, KeyStore, Tenant
 from .metrics import Metrics
@@ -30,11 +31,12 @@ from .models import (AppendRequest, AppendResponse, BankInfo, BankList, BatchReq
                      ForgetRequest, ForgetResponse, SelectRequest, SelectResponse)
 from .appends import append_batch
 from .openapi import documented_body
-from .replies import OFF_LOOP_ITEMS, HTTPError, batch_reply, body_of, json_response, maybe_await, off_loop, unknown_bank
+from .replies import OFF_LOOP_ITEMS, HTTPError, batch_reply, body_of, json_response, off_loop, unknown_bank
 from .service import SelectItem
 
-QUERY_FIELDS = ("budget", "hops", "token_budget")
-"""The ``QueryParams`` fields a ``SelectRequest`` may name (null or absent: the server's)."""
+QUERY_FIELDS = tuple(f for f in SelectRequest.model_fields if f in {p.name for p in fields(QueryParams)})
+"""The ``QueryParams`` fields a ``SelectRequest`` may name (null or absent: the server's): those
+the request model declares (budget, hops, token_budget)."""
 
 ERRORS = {s: {"model": Error} for s in (401, 404, 413, 422, 429, 503, 504)}
 """The error responses every v1 route documents."""
@@ -54,7 +56,7 @@ def request_params(r: SelectRequest, defaults, cfg: ServeConfig, where: str = ""
         raise HTTPError(422, f"{where}{str(e).replace('`', '')}") from None
 
 
-def question_vector(values: list[float], backend, where: str = "") -> np.ndarray:
+def question_vector(values: list[float], backend: Backend, where: str = "") -> np.ndarray:
     """A request's ``question_vector`` as a unit float32 vector of the collection's dimension (422
     for a wrong length, NaN / infinite numbers, or all zeros)."""
     dim = backend.dim
@@ -85,7 +87,7 @@ class RouteContext:
     """What every route group shares: the backend, the config, the keys (None: no keys file, every
     request is the local tenant) and the security objects the OpenAPI document names."""
 
-    backend: object
+    backend: Backend
     cfg: ServeConfig
     keys: KeyStore | None
     metrics: Metrics
@@ -270,7 +272,7 @@ def add_bank_routes(app: FastAPI, ctx: RouteContext) -> None:
         if row.get("quarantined"):
             return row
         try:
-            info = await maybe_await(backend.bank_info(row["bank_id"], where))
+            info = await backend.bank_info(row["bank_id"], where)
         except TrawmemError:  # gone or quarantined since the listing
             return None
         return None if info is None else {k: info[k] for k in ("bank_id", "n_units", "n_threads")}
@@ -278,7 +280,7 @@ def add_bank_routes(app: FastAPI, ctx: RouteContext) -> None:
     @app.get("/v1/banks", response_model=BankList, responses=ERRORS, tags=["banks"],
              summary="The banks this key can see, with counts")
     async def banks(tenant: Tenant = Depends(tenant_of)):
-        rows = [b for b in await maybe_await(backend.bank_list()) if tenant.owns(b["bank_id"])]
+        rows = [b for b in await backend.bank_list() if tenant.owns(b["bank_id"])]
         if tenant.where is not None:  # a bound key: the counts of its own turns (memory.scope)
             rows = [r for r in [await scoped_row(b, tenant.where) for b in rows] if r is not None]
         return json_response({"banks": sorted(rows, key=lambda b: b["bank_id"]), "encoder": backend.encoder_id,
@@ -288,7 +290,7 @@ def add_bank_routes(app: FastAPI, ctx: RouteContext) -> None:
     @app.get("/v1/banks/{bank_id:bank}/units/{unit_id:path}/history", response_model=History, responses=ERRORS,
              tags=["banks"], summary="What happened to one unit (turn, fact, profile section), oldest first")
     async def history(bank_id: str, unit_id: str, tenant: Tenant = Depends(tenant_of)):
-        evs = await maybe_await(backend.history(bank_id, unit_id, tenant.where)) if tenant.owns(bank_id) else None
+        evs = await backend.history(bank_id, unit_id, tenant.where) if tenant.owns(bank_id) else None
         if evs is None:
             if not tenant.owns(bank_id):
                 raise unknown_bank(bank_id)
@@ -298,7 +300,7 @@ def add_bank_routes(app: FastAPI, ctx: RouteContext) -> None:
     @app.get("/v1/banks/{bank_id:bank}", response_model=BankInfo, responses=ERRORS, tags=["banks"],
              summary="One bank's counts")
     async def bank(bank_id: str, tenant: Tenant = Depends(tenant_of)):
-        info = await maybe_await(backend.bank_info(bank_id, tenant.where)) if tenant.owns(bank_id) else None
+        info = await backend.bank_info(bank_id, tenant.where) if tenant.owns(bank_id) else None
         if info is None:
             raise unknown_bank(bank_id)
         return json_response(info)
@@ -321,8 +323,5 @@ def add_ops_routes(app: FastAPI, ctx: RouteContext) -> None:
 
     @app.get("/metrics", tags=["ops"], summary="Prometheus metrics")
     async def prom():
-        body = metrics.render()
-        engine_text = getattr(backend, "metrics_text", None)  # the engine process's families (--http-workers)
-        if engine_text is not None:
-            body += await engine_text()
+        body = metrics.render() + await backend.metrics_text()  # the engine process's families (--http-workers)
         return Response(body, media_type=metrics.content_type)

@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 def build_app(cfg: ServeConfig, **service_kw):
     """(app, service) for ``cfg``: keys loaded, banks loaded, nothing started yet."""
     from .app import create_app
+    from .backend import LocalBackend
     from .keys import KeyStore
     from .metrics import Metrics
     from .service import SelectionService
@@ -25,7 +26,7 @@ def build_app(cfg: ServeConfig, **service_kw):
     keys = KeyStore.load(cfg.keys_file) if cfg.keys_file else None
     metrics = Metrics()
     service = SelectionService(cfg, metrics=metrics, **service_kw)
-    return create_app(service, cfg, keys, metrics), service
+    return create_app(LocalBackend(service), cfg, keys, metrics), service
 
 
 class BackgroundServer:
