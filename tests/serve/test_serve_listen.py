@@ -1,7 +1,8 @@
 """`trawmem serve` listens before it says its URL (issue 42.10): while the collection and the
 encoder load, `/healthz` answers 200, `/readyz` 503 with what is loading, other routes 503 with
 `Retry-After`; a client that connects as soon as the URL line appears gets an answer, never a
-refused connection."""
+refused connection. In one process, and with `--http-workers` (fronts up first, the engine
+process loading behind them: its load held by the test until it has seen the loading answers)."""
 from __future__ import annotations
 
 import os
@@ -12,6 +13,8 @@ import sys
 import time
 
 import httpx
+
+from serve_util import SAMPLE_BANK, build_sample_collection
 
 
 def test_serve_answers_as_soon_as_it_says_its_url(tmp_path):
@@ -51,3 +54,87 @@ def test_serve_answers_as_soon_as_it_says_its_url(tmp_path):
     out = "".join(lines) + out
     assert proc.returncode == 0, out
     assert "0 banks, 0 units" in out and out.rstrip().endswith("trawmem serve: stopped"), out
+
+
+GATED_SERVE = """
+import os, sys, time
+
+
+def main():
+    from trawmem_gpu.serve import service
+
+    gate, argv = sys.argv[1], sys.argv[2:]
+    init = service.SelectionService.__init__
+
+    def gated(self, *a, **kw):  # the engine's load waits until the test creates the gate file (bounded)
+        for _ in range(6000):
+            if os.path.exists(gate):
+                break
+            time.sleep(0.1)
+        init(self, *a, **kw)
+
+    service.SelectionService.__init__ = gated
+    from trawmem_gpu.cli import main as trawmem
+
+    return trawmem(argv)
+
+
+if __name__ == "__main__":  # not in the spawned fronts, which import this file as __mp_main__
+    sys.exit(main())
+"""
+
+
+def test_http_workers_listen_and_answer_503_while_the_engine_loads(tmp_path):
+    """`--http-workers 2` once loaded the collection before it started its fronts and said its URL
+    (connections refused meanwhile). Now the URL comes once the fronts answer, before the load:
+    with the engine's load held, `/healthz` is 200 and `/readyz`, selects and bank reads are 503
+    "not ready: loading ..." with `Retry-After`, on every front and at once (none hangs); once the
+    load is let go, the same connection gets 200s, and the server stops cleanly."""
+    coll = build_sample_collection(tmp_path / "coll")
+    script, gate = tmp_path / "gated_serve.py", tmp_path / "gate"
+    script.write_text(GATED_SERVE)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen([sys.executable, str(script), str(gate), "serve", "--collection", str(coll),
+                             "--port", str(port), "--http-workers", "2", "--threads", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    question = {"bank_id": SAMPLE_BANK, "question": "Where does Clara live now?"}
+    try:
+        lines = []
+        while proc.poll() is None:
+            lines.append(proc.stdout.readline())
+            if url in lines[-1]:
+                break
+        assert url in lines[-1], lines
+        assert not any(" bank" in line and " unit" in line for line in lines), lines  # not loaded yet
+        with httpx.Client(base_url=url, timeout=120) as c:
+            assert c.get("/healthz").status_code == 200
+            answers = [c.get("/readyz"), c.post("/v1/select", json=question), c.get("/v1/banks"),
+                       c.get(f"/v1/banks/{SAMPLE_BANK}")]
+            for r in answers:
+                assert r.status_code == 503, r.text
+                assert r.json()["detail"] == "not ready: loading the collection and the query encoder", r.text
+            assert [r.headers.get("retry-after") for r in answers] == [None, "1", "1", "1"]
+            for _ in range(8):  # new connections, spread over both fronts: each answers 503 at once
+                with httpx.Client(base_url=url, timeout=120) as fresh:
+                    assert fresh.post("/v1/select", json=question).status_code == 503
+            gate.touch()  # let the engine load
+            for _ in range(3000):  # bounded: until loaded and warm
+                if c.get("/readyz").status_code == 200:
+                    break
+                time.sleep(0.1)
+            r = c.post("/v1/select", json=question)  # the same keep-alive connection
+            assert r.status_code == 200 and r.json()["units"], r.text
+            assert c.get(f"/v1/banks/{SAMPLE_BANK}").json()["bank_id"] == SAMPLE_BANK
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = "".join(lines) + out
+    assert proc.returncode == 0, out
+    assert out.index("HTTP front processes") < out.index(url) < out.index("1 bank, "), out
+    assert out.rstrip().endswith("trawmem serve: stopped"), out
