@@ -6,7 +6,7 @@ The server listens before it loads: the engine process binds the socket, starts 
 the fronts, and says its URL once a front is up; then it loads the collection and the encoder
 on a thread and warms up. Meanwhile its endpoint answers the fronts' ``state`` "not ready" (with
 what is loading) and every front answers ``/healthz`` 200, ``/readyz`` 503 and every other route
-503 ``not ready: loading ...`` with ``Retry-After`` (``server.loading_front``), until the engine
+503 ``not ready: loading ...`` with ``Retry-After`` (``loading.loading_front``), until the engine
 is ready; from then on a front serves the app. A load that fails stops the fronts and the
 command with its error.
 
@@ -47,7 +47,7 @@ def run_front(cfg: ServeConfig, path: str, sock: socket.socket, access_log: bool
     from .app import create_app
     from .keys import KeyStore
     from .metrics import Metrics
-    from .server import loading_front
+    from .loading import loading_front
 
     prom_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"]
     keys = KeyStore.load(cfg.keys_file) if cfg.keys_file else None
@@ -90,10 +90,13 @@ def _restart_dead(fronts: list, deaths: list[float], now: float, spawn, prom_dir
     return True
 
 
-async def _bring_up(load, endpoint: EngineEndpoint):
+async def _bring_up(load, endpoint: EngineEndpoint, stop: asyncio.Event):
     """The service ``load()`` builds (on a thread: meanwhile the endpoint answers its fronts'
-    state, not ready, and they answer 503), attached to ``endpoint`` and started (its warm-up)."""
+    state, not ready, and they answer 503), attached to ``endpoint`` and started (its warm-up);
+    None when ``stop`` was set during the load (no warm-up for a server that is stopping)."""
     service = await asyncio.get_running_loop().run_in_executor(None, load)
+    if stop.is_set():
+        return None
     endpoint.attach(service)
     await service.start()
     return service
@@ -137,7 +140,7 @@ async def _engine_main(cfg: ServeConfig, load, metrics, announce, access_log: bo
         loop.add_signal_handler(sig, on_signal, sig)
     endpoint = EngineEndpoint(None, path, metrics)
     await endpoint.start()
-    bring_up = loop.create_task(_bring_up(load, endpoint))
+    bring_up = loop.create_task(_bring_up(load, endpoint, stop))
     ctx = mp.get_context("spawn")
     fronts: list = []
 
@@ -169,11 +172,12 @@ async def _engine_main(cfg: ServeConfig, load, metrics, announce, access_log: bo
         for p in started:
             if p.is_alive():
                 p.kill()
-        try:  # a load still running is waited for (a thread cannot be stopped), then stopped
+        try:  # a load still running is waited for (a thread cannot be stopped); a failed one raises
             service = await bring_up
         finally:
             await endpoint.close()
-    await service.stop()
+    if service is not None:
+        await service.stop()
     say("trawmem serve: stopped")
 
 
