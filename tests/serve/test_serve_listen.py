@@ -138,3 +138,32 @@ def test_http_workers_listen_and_answer_503_while_the_engine_loads(tmp_path):
     assert proc.returncode == 0, out
     assert out.index("HTTP front processes") < out.index(url) < out.index("1 bank, "), out
     assert out.rstrip().endswith("trawmem serve: stopped"), out
+
+
+def test_http_workers_a_load_that_fails_stops_the_fronts_with_its_error(tmp_path):
+    """The fronts now start before the engine loads: a load that fails (an unknown encoder) still
+    ends the command with its error (exit 2, the ConfigError's message) and leaves no front behind."""
+    import re
+    from pathlib import Path
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run([sys.executable, "-m", "trawmem_gpu.cli", "serve", "--collection", str(tmp_path / "c"),
+                           "--port", "0", "--http-workers", "1", "--threads", "1", "--encoder", "no-such/encoder"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "error: unknown encoder 'no-such/encoder'" in out, out
+    assert "Traceback" not in out, out
+    fronts = [int(p) for p in re.search(r"pids ([0-9, ]+)\)", out).group(1).split(", ")]
+
+    def alive(pid: int) -> bool:
+        try:
+            return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+        except OSError:
+            return False
+
+    for _ in range(600):  # bounded: the fronts were stopped before the command returned
+        if not any(alive(p) for p in fronts):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"front processes {fronts} outlived the command")
