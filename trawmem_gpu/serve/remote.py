@@ -47,6 +47,7 @@ import signal
 from ..select.params import QueryParams
 from .batcher import DeadlineExceeded, OutcomeUnknown, ShuttingDown
 from .config import ServeConfig
+from .loading import LOADING
 from .wire import _LEN, MAX_FRAME, EngineCallFailed, Outbox as _Outbox, blob as _blob, error_fields, error_from, \
     frame, read_frame  # noqa: F401 - the wire's names, read from here too
 
@@ -73,7 +74,7 @@ class EngineEndpoint:
 
     def __init__(self, service, path: str, metrics=None):
         self.service, self.path, self.metrics = None, path, metrics
-        self.loading = "loading the collection and the query encoder"
+        self.loading = LOADING
         self.server: asyncio.AbstractServer | None = None
         self.connected = asyncio.Event()
         """Set once a front has connected (it is then about to accept: the URL can be said)."""
