@@ -143,6 +143,44 @@ def test_forget_turns_and_banks_on_the_real_server(server):
             c.select("ana-forget", "What is the safe word?")
 
 
+def test_a_missing_unit_or_turn_is_not_a_missing_bank(server):
+    """Every 404 was a ``BankNotFound`` (``unknown bank id``), a missing unit's history and a missing
+    turn's DELETE included: the server's body now names what is missing (``"error"``) and the client
+    raises by it: ``UnitNotFound`` (an ``UnknownUnit``, as ``Memory.history`` raises) with the
+    server's message for a unit or turn, ``BankNotFound`` for a bank (missing or another key's)."""
+    from trawmem_gpu.client.errors import _error_of
+    from trawmem_gpu.errors import UnknownUnit
+
+    url, keys, _ = server
+    with tc.Client(url, keys["rw"]) as c:
+        assert c.history(SAMPLE_BANK, "S1:1").events  # a unit it holds
+        with pytest.raises(tc.UnitNotFound) as e:
+            c.history(SAMPLE_BANK, "no/such unit")
+        assert isinstance(e.value, UnknownUnit) and isinstance(e.value, KeyError)
+        assert not isinstance(e.value, UnknownBank) and e.value.status == 404
+        assert (e.value.bank_id, e.value.unit_id) == (SAMPLE_BANK, "no/such unit")
+        assert e.value.detail == f"bank {SAMPLE_BANK!r} holds no unit 'no/such unit' and has no history of one"
+        for bank_id in ("ana-missing", "zed-1"):  # missing, and another key's: the bank is what is missing
+            with pytest.raises(tc.BankNotFound) as e:
+                c.history(bank_id, "S1:1")
+            assert not isinstance(e.value, UnknownUnit) and e.value.bank_id == bank_id
+    headers = {"Authorization": f"Bearer {keys['rw']}"}
+    r = httpx.delete(f"{url}/v1/banks/{SAMPLE_BANK}/turns/no-such-turn", headers=headers, timeout=60)
+    assert r.status_code == 404 and r.json() == {"detail": f"bank {SAMPLE_BANK!r} holds no turn 'no-such-turn'",
+                                                 "error": "unknown_turn"}
+    err = _error_of(r, SAMPLE_BANK)
+    assert type(err) is tc.UnitNotFound and err.detail == r.json()["detail"]
+    r = httpx.delete(f"{url}/v1/banks/ana-missing/turns/S1:1", headers=headers, timeout=60)
+    assert r.json()["error"] == "unknown_bank" and type(_error_of(r, "ana-missing")) is tc.BankNotFound
+
+    async def go():
+        async with tc.AsyncClient(url, keys["rw"]) as ac:
+            with pytest.raises(tc.UnitNotFound):
+                await ac.history(SAMPLE_BANK, "no-such-unit")
+
+    asyncio.run(go())
+
+
 def test_async_client_answers_as_the_sync_one(server):
     url, keys, _ = server
 

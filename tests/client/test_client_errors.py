@@ -161,3 +161,18 @@ def test_a_404_says_the_servers_words_once():
             with pytest.raises(tc.BankNotFound) as e:
                 c.bank("b")
             assert str(e.value) == want and e.value.bank_id == "b" and e.value.detail == want.split(": ", 1)[1]
+
+
+def test_a_404_is_classed_by_the_error_its_body_names():
+    """``"error": "unknown_unit"`` / ``"unknown_turn"``: ``UnitNotFound``; ``"unknown_bank"``, a kind
+    this client does not know, or none (an older server, a path that is no route): ``BankNotFound``."""
+    kinds = ["unknown_unit", "unknown_turn", "unknown_bank", "unknown_galaxy", None, ["unknown_unit"]]
+    answers = [Answer(404, {"detail": "gone", "error": k}) for k in kinds]
+    with stub_http(answers) as s, tc.Client(s.url) as c:
+        got = []
+        for _ in kinds:
+            with pytest.raises(tc.ServerError) as e:
+                c.history("b", "u")
+            got.append(type(e.value))
+            assert e.value.status == 404 and e.value.detail == "gone"
+    assert got == [tc.UnitNotFound, tc.UnitNotFound] + [tc.BankNotFound] * 4

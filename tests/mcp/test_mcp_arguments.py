@@ -186,3 +186,30 @@ def test_the_attack_on_a_real_memory_keeps_the_bank(tmp_path, monkeypatch):
     assert gone == (False, {"bank_id": "acme-2", "forgotten": ["S1:0", "S1:1", "S1:2"], "missing": [],
                             "deleted": True})
     assert "acme-2" not in mem
+
+
+def test_add_turns_refuses_an_item_that_is_not_an_object_alone(tmp_path, monkeypatch):
+    """``"turns": [1, "x", null, turn]`` refused the whole call ("Input should be a valid
+    dictionary" three times, the valid turn not stored); now, as over HTTP, each non-object item is
+    refused alone, naming its place and what it is, and the valid one is stored; with atomic the
+    call is refused and nothing stored (issue 42 item 7)."""
+    from trawmem_gpu.memory import Memory
+
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+    mem = Memory(tmp_path / "coll")
+    msg = {"role": "user", "content": "hello"}
+    out, tools = _calls(mem, ("add_turns", {"bank_id": "b1", "turns": [1, "x", None, *_turns(1)]}),
+                        ("add_turns", {"bank_id": "b1", "messages": [[msg], msg]}),
+                        ("add_turns", {"bank_id": "b2", "turns": [7, *_turns(1)], "atomic": True}))
+    (err1, turns), (err2, messages), (err3, atomic) = out
+    assert not err1 and turns["stored"] == ["S1:0"]
+    assert [(r["index"], r["field"]) for r in turns["refused"]] == [(0, "turns[0]"), (1, "turns[1]"), (2, "turns[2]")]
+    assert [r["reason"].rsplit(" ", 1)[-1] for r in turns["refused"]] == ["int", "str", "NoneType"]
+    assert all(r["reason"].startswith("expected a dict") for r in turns["refused"])
+    assert [i["status"] for i in turns["items"]] == ["refused", "refused", "refused", "stored"]
+    assert not err2 and messages["appended"] == 1 and messages["refused"][0]["field"] == "messages[0]"
+    assert "expected a message" in messages["refused"][0]["reason"]
+    assert err3 and "turns[0]" in atomic and "b2" not in mem
+    # the tool still advertises objects: the schema of a turn, not "any value"
+    assert tools["add_turns"].input_schema["properties"]["turns"]["anyOf"][0]["items"]["type"] == "object"
+    assert mem.history("b1", "S1:0")

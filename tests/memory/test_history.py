@@ -146,7 +146,8 @@ def test_layer_events_added_re_embedded_and_dropped():
 def test_history_over_http_and_the_client(tmp_path):
     from serve_util import running
 
-    from trawmem_gpu.client import BankNotFound, Client
+    from trawmem_gpu.client import BankNotFound, Client, UnitNotFound
+    from trawmem_gpu.errors import UnknownUnit
     from trawmem_gpu.serve.config import ServeConfig
 
     with running(ServeConfig(collection=str(tmp_path / "c"), max_wait_ms=1)) as (url, service, _):
@@ -157,7 +158,8 @@ def test_history_over_http_and_the_client(tmp_path):
             c.forget("b", ["t1"])
             assert [(e.event, e.cause) for e in c.history("b", "t1").events] == [("added", "add"),
                                                                                 ("forgotten", "forget")]
-            with pytest.raises(BankNotFound):
+            with pytest.raises(UnitNotFound) as e:  # a unit, not the bank, is missing: as Memory.history says
                 c.history("b", "nope")
+            assert isinstance(e.value, UnknownUnit) and not isinstance(e.value, BankNotFound)
             with pytest.raises(BankNotFound):
                 c.history("zzz", "t1")

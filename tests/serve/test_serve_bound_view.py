@@ -172,7 +172,7 @@ def test_a_bound_key_sees_only_its_own_turns_through_every_route(tmp_path, monke
         # the admin key still sees the whole bank
         assert call(admin, "GET", "/v1/banks/shared").json()["n_units"] == bank().n_units > _mine(bank())["n_units"]
         c.close()
-        from trawmem_gpu.client import BankNotFound, Client  # the Python client reads the bound view as is
+        from trawmem_gpu.client import Client, UnitNotFound  # the Python client reads the bound view as is
 
         with Client(srv.url, api_key=u1) as cl:
             info, (row,) = cl.bank("shared"), cl.banks().banks
@@ -180,10 +180,10 @@ def test_a_bound_key_sees_only_its_own_turns_through_every_route(tmp_path, monke
                                                                   _mine(bank())["first_date"], info.n_units)
             assert [e.event for e in cl.history("shared", "S1:1").events] == ["added"]
             said = []
-            for u in ("S3:6", "nope"):  # another user's turn: as a unit that is not there
-                with pytest.raises(BankNotFound) as e:
+            for u in ("S3:6", "nope"):  # another user's turn: as a unit that is not there (the same class too)
+                with pytest.raises(UnitNotFound) as e:
                     cl.history("shared", u)
-                said.append(str(e.value).replace(u, "X"))
+                said.append(f"{type(e.value).__name__}: {e.value}".replace(u, "X"))
             assert said[0] == said[1], said
 
 

@@ -142,3 +142,47 @@ def test_a_quarantined_bank_answers_409_through_its_shard_and_can_be_deleted(ray
         r = c.delete(f"/v1/banks/{BAD}")
         assert r.status_code == 200 and r.json()["deleted"] is True, r.text
         assert c.get(f"/v1/banks/{BAD}").status_code == 404
+
+
+def test_a_bank_id_with_a_slash_routes_like_the_fastapi_server(ray_server):
+    """A bank id holding ``/`` (the docs' ``user-42/run-7``), percent-encoded as one path segment,
+    goes through the Ray proxy to the router's app and to the shard of the whole id: append, read,
+    history, select by body, forget a turn and the bank (issue 42 item 5); ``/v1/banks/a/b`` is no
+    bank, and no shard holds a bank named after a piece of the id."""
+    from urllib.parse import quote
+
+    from ray import serve
+
+    from trawmem_gpu.serve.ray_app import shard_of
+
+    def held() -> list[set]:
+        return [{x["bank_id"] for x in serve.get_deployment_handle(f"trawmem-shard-{i}", app_name="trawmem")
+                 .bank_list.remote().result()} for i in range(2)]
+
+    url, _ = ray_server
+    bank = "user-42/run-7"
+    seg = quote(bank, safe="")
+    turns = [{"turn_id": f"t{i}", "speaker": "Ana", "text": text, "timestamp": f"2031-06-0{i + 1}T10:00:00"}
+             for i, text in enumerate(["We adopted a puppy called Biscuit.", "Biscuit chewed my running shoes."])]
+    # a generous bound, not a speed check: a shard's first query on a machine with busy cores is slow
+    with httpx.Client(base_url=url, timeout=NO_DEADLINE_S) as c:
+        r = c.post(f"/v1/banks/{seg}/turns", json={"turns": turns})
+        assert r.status_code == 200 and r.json()["bank_id"] == bank and r.json()["stored"] == ["t0", "t1"], r.text
+        owner = shard_of(bank, 2)
+        shards = held()
+        assert bank in shards[owner] and bank not in shards[1 - owner]
+        assert not any(b.startswith("user-42") and b != bank for b in shards[0] | shards[1]), shards
+        info = c.get(f"/v1/banks/{seg}")
+        assert info.status_code == 200 and info.json()["bank_id"] == bank and info.json()["n_units"] == 2, info.text
+        assert bank in {b["bank_id"] for b in c.get("/v1/banks").json()["banks"]}
+        hist = c.get(f"/v1/banks/{seg}/units/t0/history")
+        assert hist.status_code == 200 and hist.json()["events"], hist.text
+        r = c.post("/v1/select", json={"bank_id": bank, "question": "What is the puppy called?", "budget": 4})
+        assert r.status_code == 200 and "t0" in [u["id"] for u in r.json()["units"]], r.text
+        assert c.get("/v1/banks/user-42/run-7").status_code == 404  # two segments: no route, whatever exists
+        r = c.delete(f"/v1/banks/{seg}/turns/t1")
+        assert r.status_code == 200 and r.json()["forgotten"] == ["t1"], r.text
+        r = c.delete(f"/v1/banks/{seg}")
+        assert r.status_code == 200 and r.json()["deleted"] is True, r.text
+        assert c.get(f"/v1/banks/{seg}").status_code == 404
+    assert bank not in held()[owner]

@@ -35,8 +35,10 @@ each other's server. The key is sent as ``Authorization: Bearer KEY`` and never 
 message or ``repr``.
 
 **Errors** are this package's (:class:`~trawmem_gpu.errors.TrawmemError`): each HTTP status has
-its class (:data:`STATUS_ERRORS`), carrying ``status`` and the server's ``detail``; a 404 is also
-an :class:`~trawmem_gpu.errors.UnknownBank` and a 409 or 422 an
+its class (:data:`STATUS_ERRORS`), carrying ``status`` and the server's ``detail``; a 404 is a
+:class:`BankNotFound` (an :class:`~trawmem_gpu.errors.UnknownBank`), or, when the server's body
+names a unit or a turn (``"error": "unknown_unit"``), a :class:`UnitNotFound` (an
+:class:`~trawmem_gpu.errors.UnknownUnit`, as ``Memory.history`` raises); a 409 or 422 an
 :class:`~trawmem_gpu.errors.InputError`, as the local API raises them. A server that cannot be
 reached raises :class:`Unreachable`. A 200 whose body is not JSON, or not of the result's shape
 (not an object, a field missing or of another type), raises :class:`ServerError` with that
@@ -45,14 +47,15 @@ class, its ``detail`` clipped to 4,000 characters. No builtin exception escapes 
 what a server sent.
 """
 from .clients import DEFAULT_URL, KEY_ENV, RETRY_STATUSES, URL_ENV, AsyncClient, Client
-from .errors import (STATUS_ERRORS, BankNotFound, Conflict, DeadlineExceeded, Forbidden, InvalidRequest, Overloaded,
-                     ServerError, ServerTimeout, Unauthorized, Unreachable, retry_after_s)
+from .errors import (NOT_FOUND_ERRORS, STATUS_ERRORS, BankNotFound, Conflict, DeadlineExceeded, Forbidden,
+                     InvalidRequest, Overloaded, ServerError, ServerTimeout, Unauthorized, UnitNotFound, Unreachable,
+                     retry_after_s)
 from .results import (AppendItem, AppendResult, BankInfo, BankList, BankSummary, ForgetResult, History, HistoryEvent,
                       SelectResult, ThreadHead, Timings, Unit)
 from .transport import deadline_transport
 
-__all__ = ["AppendItem", "AppendResult", "AsyncClient", "BankInfo", "BankList", "BankNotFound", "BankSummary",
-           "Client", "Conflict", "DEFAULT_URL", "DeadlineExceeded", "ForgetResult", "Forbidden", "History",
-           "HistoryEvent", "InvalidRequest", "KEY_ENV", "Overloaded", "RETRY_STATUSES", "STATUS_ERRORS",
+__all__ = ["AppendItem", "AppendResult", "AsyncClient", "BankInfo", "BankList", "BankNotFound", "BankSummary", "Client",
+           "Conflict", "DEFAULT_URL", "DeadlineExceeded", "ForgetResult", "Forbidden", "History", "HistoryEvent",
+           "InvalidRequest", "KEY_ENV", "NOT_FOUND_ERRORS", "Overloaded", "RETRY_STATUSES", "STATUS_ERRORS",
            "SelectResult", "ServerError", "ServerTimeout", "ThreadHead", "Timings", "URL_ENV", "Unauthorized", "Unit",
-           "Unreachable", "deadline_transport", "retry_after_s"]
+           "UnitNotFound", "Unreachable", "deadline_transport", "retry_after_s"]

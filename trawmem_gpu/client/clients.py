@@ -47,6 +47,7 @@ class _Call:
     path: str
     body: Any = None
     bank_id: str = ""
+    unit_id: str = ""  # a history's unit (named by its UnitNotFound)
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,8 @@ class _Base:
 
     @staticmethod
     def _history_call(bank_id, unit_id) -> _Call:
-        return _Call("GET", f"/v1/banks/{_path_id(bank_id)}/units/{_path_id(unit_id)}/history", None, bank_id)
+        return _Call("GET", f"/v1/banks/{_path_id(bank_id)}/units/{_path_id(unit_id)}/history", None, bank_id,
+                     str(unit_id))
 
     @staticmethod
     def _forget_call(bank_id, turn_ids) -> _Call:
@@ -191,7 +193,7 @@ class _Base:
     def _result(call: _Call, a: _Answer):
         """The JSON of answer ``a``, or its error (an error status; a body that is not JSON)."""
         if a.status >= 400:
-            raise _error_of(a.response, call.bank_id, a.body)
+            raise _error_of(a.response, call.bank_id, a.body, call.unit_id)
         try:
             return loads_json(a.body)
         except ValueError:  # malformed or nested too deeply

@@ -7,7 +7,7 @@ import json
 
 import httpx
 
-from ..errors import InputError, TrawmemError, UnknownBank, loads_json
+from ..errors import InputError, TrawmemError, UnknownBank, UnknownUnit, loads_json
 from ..http_headers import retry_after_s  # noqa: F401 - re-exported by the client package
 
 
@@ -41,6 +41,22 @@ class BankNotFound(ServerError, UnknownBank):
 
     def __reduce__(self):
         return type(self), (self.status, self.detail, self.retry_after, self.bank_id)
+
+
+class UnitNotFound(ServerError, UnknownUnit):
+    """404 naming a unit, not the bank: a unit id the bank neither holds nor has a history of
+    (``history``), or a turn it does not hold (``DELETE /v1/banks/{bank_id}/turns/{turn_id}``):
+    an :class:`~trawmem_gpu.errors.UnknownUnit` (a ``KeyError``), as ``Memory.history`` raises."""
+
+    def __init__(self, status, detail, retry_after=None, bank_id: str = "", unit_id: str = ""):
+        ServerError.__init__(self, status, detail, retry_after)
+        self.bank_id, self.unit_id = bank_id, unit_id
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __reduce__(self):
+        return type(self), (self.status, self.detail, self.retry_after, self.bank_id, self.unit_id)
 
 
 class Conflict(ServerError, InputError):
@@ -81,15 +97,27 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_DETAIL else text[:MAX_DETAIL - 15] + "... (clipped)"
 
 
+NOT_FOUND_ERRORS: dict[str, type[ServerError]] = {"unknown_bank": BankNotFound, "unknown_unit": UnitNotFound,
+                                                  "unknown_turn": UnitNotFound}
+"""A 404's class by the ``error`` its body names (``serve.replies.NOT_FOUND``); a 404 naming none
+(an older server, a path that is no route) is a :class:`BankNotFound`, as before kinds were sent."""
+
+
+def _doc(text: str) -> dict | None:
+    """The error body as a JSON object, or None (malformed, nested too deeply, not an object)."""
+    try:
+        doc = loads_json(text)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def detail_of(body: bytes, status: int) -> str:
     """The server's ``detail``: the ``detail`` key of a JSON object body, else the body's text,
     else the status's reason phrase; whatever the body is (null, a list, not JSON, not UTF-8)."""
     text = body.decode("utf-8", "replace")
-    try:
-        doc = loads_json(text)
-    except ValueError:  # malformed or nested too deeply
-        doc = None
-    if isinstance(doc, dict) and doc.get("detail") is not None:
+    doc = _doc(text)
+    if doc is not None and doc.get("detail") is not None:
         d = doc["detail"]
         return _clip(d if isinstance(d, str) else json.dumps(d))
     if text.strip():
@@ -100,12 +128,16 @@ def detail_of(body: bytes, status: int) -> str:
         return "no detail"
 
 
-def _error_of(r: httpx.Response, bank_id: str = "", body: bytes | None = None) -> ServerError:
-    """The error of answer ``r`` (an error status), its class by status; ``body``: ``r``'s body
-    when it was read as a stream."""
-    detail = detail_of(r.content if body is None else body, r.status_code)
+def _error_of(r: httpx.Response, bank_id: str = "", body: bytes | None = None, unit_id: str = "") -> ServerError:
+    """The error of answer ``r`` (an error status), its class by status, a 404's by the ``error``
+    its body names (:data:`NOT_FOUND_ERRORS`); ``body``: ``r``'s body when it was read as a stream."""
+    raw = r.content if body is None else body
+    detail = detail_of(raw, r.status_code)
     cls = STATUS_ERRORS.get(r.status_code, ServerError)
     ra = retry_after_s(r.headers.get("retry-after"))
     if cls is BankNotFound:
+        kind = (_doc(raw.decode("utf-8", "replace")) or {}).get("error")
+        if isinstance(kind, str) and NOT_FOUND_ERRORS.get(kind) is UnitNotFound:
+            return UnitNotFound(r.status_code, detail, ra, bank_id, unit_id)
         return BankNotFound(r.status_code, detail, ra, bank_id)
     return cls(r.status_code, detail, ra)

@@ -229,10 +229,12 @@ def _write_tools(g: _Guard, A) -> list:
     from ..serve.models import MAX_FORGET_IDS, MessageIn, TurnIn
 
     BankId = _bank_id_type()
-    Turns = Annotated[list[Annotated[dict, WithJsonSchema(TurnIn.model_json_schema())]] | None, Field(
+    # Any item (not dict), as the HTTP route's AppendRequest: an item that is not an object is
+    # refused alone by the Memory core, answered in `items`, not the whole call (issue 42 item 7)
+    Turns = Annotated[list[Annotated[Any, WithJsonSchema(TurnIn.model_json_schema())]] | None, Field(
         min_length=1, max_length=ServeConfig.max_turns_per_append,
         description="turns in source order, after the bank's last turn (or give messages)")]
-    Messages = Annotated[list[Annotated[dict, WithJsonSchema(MessageIn.model_json_schema())]] | None, Field(
+    Messages = Annotated[list[Annotated[Any, WithJsonSchema(MessageIn.model_json_schema())]] | None, Field(
         min_length=1, max_length=ServeConfig.max_turns_per_append,
         description="chat messages ({role, content, name}) instead of turns")]
     Speakers = Annotated[dict[str, Annotated[str, Field(max_length=256)]] | None, Field(

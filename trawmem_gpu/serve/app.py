@@ -8,7 +8,9 @@ Every error is a JSON ``{"detail": "..."}`` with a 4xx/5xx status; the server ke
 =====  ==========================================================================================
 401    no API key, or a key that is not in the keys file
 403    a read-only key appending to (or forgetting from) a bank it owns
-404    a bank that does not exist *or* that the key does not own (same body either way)
+404    a bank that does not exist *or* that the key does not own (same body either way,
+       ``"error": "unknown_bank"``); a unit's history or a turn the bank does not hold
+       (``"error": "unknown_unit"`` / ``"unknown_turn"``: ``replies.NOT_FOUND``)
 408    request headers or body not delivered within ``--header-timeout`` / ``--body-timeout``
 409    an append with a turn id the bank already holds *with other content* (nothing appended; the
        same content again is a retry: 200, listed in ``already_stored``); or a quarantined bank

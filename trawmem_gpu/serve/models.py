@@ -272,6 +272,8 @@ class ForgetResponse(BaseModel):
 
 class Error(BaseModel):
     detail: str
+    error: str | None = Field(None, description="on a 404: what is missing, 'unknown_bank' (or not this key's), "
+                                                "'unknown_unit' or 'unknown_turn'")
     outcome: str | None = Field(None, description="on a 503/504 of an append: 'unknown' when the append may "
                                                   "or may not have been stored (resend it: a retry is safe)")
 

@@ -32,13 +32,9 @@ Metrics: each front counts its HTTP requests in ``prometheus_client``'s multipro
 process's families (batches, assembly, queue depth, appends) come over the socket.
 
 A front whose connection to the engine closes fails the calls it had in flight there (503) and
-connects again; only when the engine process does not answer (it died) does the front exit. A
-front process that dies is started again by the engine process (at most :data:`FRONT_RESTARTS`
-times in :data:`FRONT_RESTART_WINDOW_S`: a front that cannot start at all stops the server).
-
-Shutdown (SIGINT / SIGTERM to the engine process, or Ctrl-C to the group): the fronts stop
-accepting and answer what they hold, the engine keeps serving them until they have exited,
-then drains its own batcher.
+connects again; only when the engine process does not answer (it died) does the front exit.
+The processes themselves (the fronts started, restarted and stopped, the engine's load while
+its fronts already answer) are :mod:`.fronts`'.
 """
 from __future__ import annotations
 
@@ -48,17 +44,13 @@ import inspect
 import logging
 import os
 import pickle
-import shutil
 import signal
-import socket
-import tempfile
 
 from ..select.params import QueryParams
 from .backend import CALLS, Backend, LocalBackend
 from .batcher import DeadlineExceeded, OutcomeUnknown, ShuttingDown
-from .config import ServeConfig, bound_socket, uvicorn_config
-from ..notes import Say
-from .config import log_line, say_draining
+from .config import ServeConfig
+from .loading import LOADING
 from .wire import _LEN, MAX_FRAME, EngineCallFailed, Outbox as _Outbox, blob as _blob, error_fields, error_from, \
     frame, read_frame  # noqa: F401 - the wire's names, read from here too
 
@@ -74,23 +66,35 @@ WRITES = {"append": "stored; resend the same turns (turns already stored are rep
                     "not stored twice)",
           "forget": "done; resend it (turns already forgotten are reported in missing)"}
 """The calls whose lost answer is OutcomeUnknown, with what the client is told of it."""
-FRONT_RESTARTS, FRONT_RESTART_WINDOW_S = 5, 60.0
-"""A dead front process is started again, unless this many died within this many seconds."""
 RECONNECTS = 5
 """Attempts (0.2 s apart) a front makes to connect again to the engine when its connection closed."""
 
 
 class EngineEndpoint:
     """The engine process's side: a :class:`~.service.SelectionService` on a Unix socket, each
-    call answered by the :class:`~.backend.LocalBackend` over it (the table :data:`~.backend.CALLS`)."""
+    call answered by the :class:`~.backend.LocalBackend` over it (the table :data:`~.backend.CALLS`).
+
+    It may start before the service exists (``service`` None: the engine process listens while
+    it loads): its ``state`` then answers not ready with :attr:`loading` (what is loading), every
+    other call :class:`~.batcher.ShuttingDown` (503 ``not ready: ...``), until :meth:`attach`."""
 
     def __init__(self, service, path: str, metrics=None):
-        self.service, self.path, self.metrics = service, path, metrics
-        self.backend = LocalBackend(service, metrics)  # its metrics_text: the engine's families, for the fronts
+        self.service, self.path, self.metrics = None, path, metrics
+        self.backend: LocalBackend | None = None
+        self.loading = LOADING
         self.server: asyncio.AbstractServer | None = None
+        self.connected = asyncio.Event()
+        """Set once a front has connected (it is then about to accept: the URL can be said)."""
         self._tasks: set[asyncio.Task] = set()
-        if metrics is not None and metrics.queue_depth is not None:
-            metrics.queue_depth.set_function(lambda: float(service.queue_depth()))
+        if service is not None:
+            self.attach(service)
+
+    def attach(self, service) -> None:
+        """Serve ``service`` (loaded; ready once its warm-up is done: ``service.ready``)."""
+        self.service, self.loading = service, "warming up"
+        self.backend = LocalBackend(service, self.metrics)  # its metrics_text: the engine's families, for the fronts
+        if self.metrics is not None and self.metrics.queue_depth is not None:
+            self.metrics.queue_depth.set_function(lambda: float(service.queue_depth()))
 
     async def start(self) -> None:
         self.server = await asyncio.start_unix_server(self._connection, path=self.path)
@@ -105,6 +109,7 @@ class EngineEndpoint:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         out = _Outbox(writer)
+        self.connected.set()
         try:
             while True:
                 for rid, op, blob in await read_frame(reader):
@@ -131,13 +136,21 @@ class EngineEndpoint:
 
     async def _call(self, op: str, args: tuple):
         """``op`` of :data:`~.backend.CALLS` on the service's :class:`~.backend.LocalBackend`, or
-        ``"state"``: the backend's state attributes, which a front polls."""
+        ``"state"``: the backend's state attributes, which a front polls (not ready, with what is
+        loading, until :meth:`attach`)."""
         b = self.backend
+        if op not in CALLS and op != STATE:
+            raise ValueError(f"unknown engine call {op!r}")
+        if b is None:  # still loading: only the state and the metrics are answered
+            if op == STATE:
+                return {"ready": False, "queue_depth": 0, "dim": 0, "encoder_id": None, "defaults": QueryParams(),
+                        "loading": self.loading}
+            if op == "metrics_text":
+                return self.metrics.render() if self.metrics is not None else b""
+            raise ShuttingDown(f"not ready: {self.loading}")
         if op == STATE:
             return {"ready": b.ready, "queue_depth": b.queue_depth(), "dim": b.dim, "encoder_id": b.encoder_id,
-                    "defaults": b.defaults}
-        if op not in CALLS:
-            raise ValueError(f"unknown engine call {op!r}")
+                    "defaults": b.defaults, "loading": None if b.ready else self.loading}
         return await getattr(b, op)(*args)
 
 
@@ -159,6 +172,8 @@ class RemoteBackend:
         self.on_engine_lost = on_engine_lost or (lambda: os.kill(os.getpid(), signal.SIGTERM))
         self.dim, self.encoder_id, self.defaults = 0, None, QueryParams()
         self._engine_ready, self._depth = False, 0
+        self.loading: str | None = None
+        """What the engine process is loading, while it says it is not ready (its ``state``)."""
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, asyncio.Future] = {}
@@ -193,6 +208,7 @@ class RemoteBackend:
     def _apply(self, st: dict) -> None:
         self._engine_ready, self._depth = bool(st["ready"]), int(st["queue_depth"])
         self.dim, self.encoder_id, self.defaults = int(st["dim"]), st["encoder_id"], st["defaults"]
+        self.loading = st.get("loading")
 
     async def _poll(self) -> None:
         while True:
@@ -320,133 +336,3 @@ def _forward(name: str):
 for _name in CALLS:  # one table: every backend call, forwarded by name (the engine answers it: EngineEndpoint._call)
     setattr(RemoteBackend, _name, _forward(_name))
 del _name
-
-
-def run_front(cfg: ServeConfig, path: str, sock: socket.socket, access_log: bool) -> None:
-    """A front process: the app over :class:`RemoteBackend`, on the shared listening socket.
-    ``PROMETHEUS_MULTIPROC_DIR`` is in its environment from the start (set by the engine process
-    before spawning), so its HTTP metrics go to the shared files."""
-    os.setpgrp()  # out of the terminal's group: Ctrl-C reaches the engine process, which stops the fronts in order
-    import uvicorn
-
-    from .app import create_app
-    from .keys import KeyStore
-    from .metrics import Metrics
-
-    prom_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"]
-    keys = KeyStore.load(cfg.keys_file) if cfg.keys_file else None
-    app = create_app(RemoteBackend(path, cfg), cfg, keys, Metrics("http", multiprocess_dir=prom_dir))
-    try:
-        uvicorn.Server(uvicorn_config(app, cfg, access_log)).run(sockets=[sock])
-    finally:
-        from prometheus_client import multiprocess
-
-        multiprocess.mark_process_dead(os.getpid(), prom_dir)
-
-
-def listening_socket(sock: socket.socket) -> socket.socket:
-    """The one socket every front accepts on (``config.bound_socket``, bound once, so ``--port 0``
-    gets a port once), listening and inheritable."""
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
-
-
-def _restart_dead(fronts: list, deaths: list[float], now: float, spawn, prom_dir: str, say: Say) -> bool:
-    """Start again (in place in ``fronts``) each front process that died, noting when in
-    ``deaths``; False (stop the server) once more than :data:`FRONT_RESTARTS` died within
-    :data:`FRONT_RESTART_WINDOW_S` (a front that cannot start at all)."""
-    from prometheus_client import multiprocess
-
-    for i, p in enumerate(fronts):
-        if p.is_alive():
-            continue
-        deaths[:] = [t for t in deaths if now - t < FRONT_RESTART_WINDOW_S] + [now]
-        if len(deaths) > FRONT_RESTARTS:
-            log.error("front process %s exited (code %s), %d in %g s; shutting down", p.name, p.exitcode,
-                      len(deaths), FRONT_RESTART_WINDOW_S)
-            return False
-        multiprocess.mark_process_dead(p.pid, prom_dir)  # its live gauges go; its counts stay summed
-        fronts[i] = spawn(p.name)
-        say(f"trawmem serve: front process {p.name} (pid {p.pid}) exited (code {p.exitcode}); started again "
-            f"(pid {fronts[i].pid})")
-    return True
-
-
-def serve_with_fronts(cfg: ServeConfig, service, metrics, announce, access_log: bool = False,
-                      sock: socket.socket | None = None, say: Say = log_line) -> None:
-    """Run the engine endpoint here and ``cfg.http_workers`` front processes (a dead one started
-    again: :func:`_restart_dead`) until SIGINT / SIGTERM, then shut down in order: fronts first (they answer what they
-    hold, the engine still serving them), then the engine's batcher drains."""
-    import multiprocessing as mp
-
-    workdir = tempfile.mkdtemp(prefix="trawmem-serve-")  # mode 0700
-    path = os.path.join(workdir, "engine.sock")
-    prom_dir = os.path.join(workdir, "metrics")
-    os.mkdir(prom_dir)
-    sock = listening_socket(sock or bound_socket(cfg.host, cfg.port))
-    announce(sock.getsockname()[1])
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        def on_signal(sig: int) -> None:
-            if not stop.is_set():
-                say_draining(sig, cfg, say)
-            stop.set()
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, on_signal, sig)
-        await service.start()
-        endpoint = EngineEndpoint(service, path, metrics)
-        await endpoint.start()
-        ctx = mp.get_context("spawn")
-        fronts: list = []
-
-        def spawn(name: str):
-            p = ctx.Process(target=run_front, args=(cfg, path, sock, access_log), name=name)
-            os.environ["PROMETHEUS_MULTIPROC_DIR"] = prom_dir  # inherited by the fronts only
-            try:
-                p.start()
-            finally:
-                os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
-            return p
-
-        try:
-            for i in range(cfg.http_workers):
-                fronts.append(spawn(f"trawmem-http-{i}"))
-            say(f"trawmem serve: {cfg.http_workers} HTTP front processes "
-                f"(pids {', '.join(str(p.pid) for p in fronts)}) over this engine process ({os.getpid()})")
-            deaths: list[float] = []
-            while not stop.is_set():
-                try:
-                    await asyncio.wait_for(stop.wait(), 0.5)
-                except asyncio.TimeoutError:
-                    if not _restart_dead(fronts, deaths, loop.time(), spawn, prom_dir, say):
-                        stop.set()
-        finally:
-            started = [p for p in fronts if p.pid is not None]
-            for p in started:
-                if p.is_alive():
-                    p.terminate()  # SIGTERM: uvicorn's graceful shutdown
-            grace = cfg.timeout_s + 10.0
-            await loop.run_in_executor(None, lambda: [p.join(grace) for p in started])
-            for p in started:
-                if p.is_alive():
-                    p.kill()
-            await endpoint.close()
-            await service.stop()
-            say("trawmem serve: stopped")
-
-    try:
-        try:
-            import uvloop
-
-            runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
-        except ImportError:  # pragma: no cover
-            runner = asyncio.Runner()
-        with runner:
-            runner.run(main())
-    finally:
-        sock.close()
-        shutil.rmtree(workdir, ignore_errors=True)

@@ -29,9 +29,18 @@ except ImportError:  # pragma: no cover
 
 
 class HTTPError(Exception):
-    def __init__(self, status: int, detail: str, headers: dict | None = None):
+    """A route's error answer: ``{"detail": detail}`` with ``status``; ``kind`` (a 404's
+    :data:`NOT_FOUND` kind) goes in the body's ``error`` so a client can tell what is missing."""
+
+    def __init__(self, status: int, detail: str, headers: dict | None = None, kind: str | None = None):
         super().__init__(detail)
-        self.status, self.detail, self.headers = status, detail, headers or {}
+        self.status, self.detail, self.headers, self.kind = status, detail, headers or {}, kind
+
+
+NOT_FOUND = ("unknown_bank", "unknown_unit", "unknown_turn")
+"""What a 404's body names in ``error``: a bank (missing, or not the key's), a unit of a bank that
+has no history of it (``GET .../units/{unit_id}/history``), a turn a bank does not hold
+(``DELETE .../turns/{turn_id}``). The client maps each to its error class."""
 
 
 def json_response(obj, status: int = 200, headers: dict | None = None) -> Response:
@@ -64,7 +73,7 @@ def batch_reply(results: list) -> Response:
 
 def unknown_bank(bank_id: str, where: str = "") -> HTTPError:
     # The same answer for a bank that does not exist and a bank the key does not own.
-    return HTTPError(404, f"{where}unknown bank id {bank_id!r}")
+    return HTTPError(404, f"{where}unknown bank id {bank_id!r}", kind="unknown_bank")
 
 
 def _keep(obj: dict) -> dict:
@@ -128,7 +137,8 @@ def add_exception_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPError)
     async def _http_error(request, e: HTTPError):
-        return json_response({"detail": e.detail}, e.status, e.headers)
+        body = {"detail": e.detail} if e.kind is None else {"detail": e.detail, "error": e.kind}
+        return json_response(body, e.status, e.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request, e: RequestValidationError):
@@ -136,7 +146,7 @@ def add_exception_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(UnknownBank)
     async def _unknown(request, e: UnknownBank):  # never e.detail: what else is held is not the client's
-        return json_response({"detail": f"{e.where}unknown bank id {e.bank_id!r}"}, 404)
+        return json_response({"detail": f"{e.where}unknown bank id {e.bank_id!r}", "error": "unknown_bank"}, 404)
 
     @app.exception_handler(QuarantinedBank)
     async def _quarantined(request, e: QuarantinedBank):

@@ -253,7 +253,7 @@ def add_forget_routes(app: FastAPI, ctx: RouteContext) -> None:
     async def forget_turn(bank_id: str, turn_id: str, tenant: Tenant = Depends(tenant_of)):
         res = await forget(bank_id, [turn_id], tenant)
         if res["missing"]:
-            raise HTTPError(404, f"bank {bank_id!r} holds no turn {turn_id!r}")
+            raise HTTPError(404, f"bank {bank_id!r} holds no turn {turn_id!r}", kind="unknown_turn")
         return json_response(res)
 
     @app.post("/v1/banks/{bank_id:bank}/forget", summary="Forget turns of a bank", **forget_doc)
@@ -294,7 +294,8 @@ def add_bank_routes(app: FastAPI, ctx: RouteContext) -> None:
         if evs is None:
             if not tenant.owns(bank_id):
                 raise unknown_bank(bank_id)
-            raise HTTPError(404, f"bank {bank_id!r} holds no unit {unit_id!r} and has no history of one")
+            raise HTTPError(404, f"bank {bank_id!r} holds no unit {unit_id!r} and has no history of one",
+                            kind="unknown_unit")
         return json_response({"bank_id": bank_id, "unit_id": unit_id, "events": evs})
 
     @app.get("/v1/banks/{bank_id:bank}", response_model=BankInfo, responses=ERRORS, tags=["banks"],

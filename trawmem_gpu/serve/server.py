@@ -11,6 +11,7 @@ import threading
 from ..errors import plural
 from ..notes import Say
 from .config import ServeConfig, bound_socket, log_line, say_draining, uvicorn_config
+from .loading import Loading
 
 log = logging.getLogger(__name__)
 
@@ -99,13 +100,17 @@ def _serve_on(sock: socket.socket, cfg: ServeConfig, access_log: bool, say: Say,
         _serve_loading(sock, cfg, access_log, say, **service_kw)
         return
     from .metrics import Metrics
-    from .remote import serve_with_fronts
+    from .fronts import serve_with_fronts
     from .service import SelectionService
 
     metrics = Metrics("engine")
-    service = SelectionService(cfg, metrics=metrics, **service_kw)
-    _say_loaded(service, cfg, say)
-    serve_with_fronts(cfg, service, metrics, lambda port: _announce(cfg, port, say), access_log, sock=sock, say=say)
+
+    def load():  # on a thread of the engine process, its fronts already answering (503 until ready)
+        service = SelectionService(cfg, metrics=metrics, **service_kw)
+        _say_loaded(service, cfg, say)
+        return service
+
+    serve_with_fronts(cfg, load, metrics, lambda port: _announce(cfg, port, say), access_log, sock=sock, say=say)
 
 
 def _announce(cfg: ServeConfig, port: int, say: Say) -> None:
@@ -125,43 +130,6 @@ def _say_loaded(service, cfg: ServeConfig, say: Say) -> None:
     if service.registry.created:
         say(f"trawmem serve: {cfg.collection} did not exist: created an empty collection there "
             "(banks come with POST /v1/banks/{bank_id}/turns)")
-
-
-class Loading:
-    """The ASGI app of a server that listens while it loads (:func:`_serve_loading`): ``/healthz``
-    answers 200, ``/readyz`` 503 with what is loading, every other route 503 with ``Retry-After``,
-    until :attr:`app` is set (the real app, started); then every request goes to it. Its lifespan
-    stops the real app's at shutdown (``backend.stop``: the drain)."""
-
-    def __init__(self):
-        self.app = None
-        self.lifespan = None
-        self.reason = "loading the collection and the query encoder"
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "lifespan":
-            while True:
-                msg = await receive()
-                if msg["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif msg["type"] == "lifespan.shutdown":
-                    if self.lifespan is not None:
-                        await self.lifespan.__aexit__(None, None, None)
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        if self.app is not None:
-            return await self.app(scope, receive, send)
-        if scope["type"] != "http":
-            return
-        import json
-
-        ok = scope.get("path") == "/healthz"
-        body = json.dumps({"status": "ok"} if ok else {"detail": f"not ready: {self.reason}"}).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        if not ok and scope.get("path") != "/readyz":
-            headers.append((b"retry-after", b"1"))
-        await send({"type": "http.response.start", "status": 200 if ok else 503, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
 
 
 def _serve_loading(sock: socket.socket, cfg: ServeConfig, access_log: bool, say: Say, **service_kw) -> None:
