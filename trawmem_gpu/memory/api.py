@@ -345,9 +345,8 @@ class Memory:
         :raises UnknownBank: no such bank
         :raises ConfigError: a budget, token budget or hops out of range (the message names the field)
         """
-        return self.select_many([(bank_id, question)], params=params, dates=None if date is None else [date],
-                                vectors=None if vector is None else [vector], where=where, as_of=as_of,
-                                **_query("select", query))[0]
+        return self._select("select", [(bank_id, question)], params, None if date is None else [date],
+                            None if vector is None else [vector], where, as_of, query)[0]
 
     def select_many(self, queries: Sequence[tuple[str, str]], *, params=None, dates=None, vectors=None, where=None,
                     as_of=None, **query) -> list[SelectedWorkspace]:
@@ -356,6 +355,11 @@ class Memory:
         :meth:`select`, for every query; ``params``: one ``QueryParams`` for all or one per query;
         ``dates`` / ``vectors``: one per query (or None); ``where``: one filter for all or one per query;
         ``as_of``: one date for all (a throwaway engine over the asked banks' facts of that day)."""
+        return self._select("select_many", queries, params, dates, vectors, where, as_of, query)
+
+    def _select(self, fn: str, queries, params, dates, vectors, where, as_of, query: dict) -> list[SelectedWorkspace]:
+        """:meth:`select_many` (``fn``: the method called, which its errors name): the arguments
+        checked once, then one selection through the engine client (``select.client.select``)."""
         from ..select import client
 
         if queries is None or isinstance(queries, (str, bytes, dict)) or not isinstance(queries, Iterable):
@@ -363,7 +367,7 @@ class Memory:
         queries = list(queries)
         if not queries:
             return []
-        qps = self._params(params, _query("select_many", query), len(queries))
+        qps = self._params(params, _query(fn, query), len(queries))
         bids, qs = _pairs(queries, self._core.registry)
         n = len(queries)
         flts = _filters(where, n) or [None] * n
