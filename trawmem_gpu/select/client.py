@@ -42,7 +42,8 @@ from .params import QueryParams
 @dataclass(eq=False)
 class Request:
     """One query: a bank, a question (or its vector), one ``QueryParams``, and optionally a parsed
-    filter, a "now" and a day whose facts to show."""
+    filter, a "now" and a day whose facts to show. The client reads these fields only: an object
+    that has them (the server's ``serve.service.SelectItem``) is a request as it is."""
 
     bank_id: str
     question: str
@@ -155,7 +156,9 @@ def select(engines, requests: Sequence[Request], *, encode: Callable[[list[str]]
         days.setdefault(r.as_of, []).append(i)
     for day, idx in days.items():
         try:
-            _select_day(engines, day, [requests[i] for i in idx], Z[idx], planner, out, idx)
+            one = len(days) == 1  # the usual batch: no copy of the requests and their vectors
+            _select_day(engines, day, requests if one else [requests[i] for i in idx], Z if one else Z[idx],
+                        planner, out, idx)
         except Exception as e:  # noqa: BLE001 - isolate: fails this day's requests only
             if not isolate:
                 raise

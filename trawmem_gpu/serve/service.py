@@ -383,7 +383,9 @@ class SelectionService:
         if idx:
             ts = time.perf_counter()
             # a SelectItem is a select.client.Request (its fields); a day's failure fails its queries only
-            got = client.select(self.engines, [items[i] for i in idx], Z=Z[idx], isolate=True)
+            every = len(idx) == n
+            got = client.select(self.engines, items if every else [items[i] for i in idx], Z=Z if every else Z[idx],
+                                isolate=True)
             t_sel = time.perf_counter() - ts
             failed = [g for g in got if isinstance(g, Exception)]
             for e in dict.fromkeys(failed):
