@@ -3,8 +3,9 @@ the query encoder, one selection engine, and the append and forget paths.
 
 :class:`MemoryCore` holds the parts; who calls them on which thread is the caller's: ``Memory``
 serializes engine calls behind one lock, the server runs them on its single batch worker (see
-``serve/service.py``). Every step is the same, so the library, the CLI and the server pick the
-same units for the same question.
+``serve/service.py``). Both select through the one engine client (``select.client.select``,
+handed ``engines``), as the CLI does, so the library, the CLI and the server pick the same units
+for the same question.
 """
 from __future__ import annotations
 
