@@ -149,7 +149,7 @@ def _arm_bank(bank, facts, arm, enc, cache):
 def run_set(cases, Ts, enc) -> dict:
     """Every arm at every T over ``cases``: per-question scores (for the intervals) and means."""
     from trawmem_gpu.memory.core import served_engine
-    from trawmem_gpu.memory.engines import select_units
+    from trawmem_gpu.select import client
     from trawmem_gpu.memory.result import SelectedWorkspace
     from trawmem_gpu.select.params import QueryParams
 
@@ -162,11 +162,11 @@ def run_set(cases, Ts, enc) -> dict:
         eng = served_engine(banks, units=units)
         for T in Ts:
             qp = QueryParams(budget=None, token_budget=T)
-            picks, used = select_units(eng.engine, [b.bank_id for b, *_ in cases], [q.question for _, q, *_ in cases],
-                                       Z, [q.date for _, q, *_ in cases], [qp] * len(cases))
+            got = client.select(eng, [client.Request(b.bank_id, q.question, qp, date=q.date) for b, q, *_ in cases], Z=Z)
             rows = []
-            for (b, q, latest, stale, _), p, u in zip(cases, picks, used):
-                ws = SelectedWorkspace.of(eng.bank(b.bank_id), q.question, p, eng.cfg.headings, u)
+            for (b, q, latest, stale, _), g in zip(cases, got):
+                p = g.units
+                ws = SelectedWorkspace.of(g.bank, q.question, p, eng.cfg.headings, g.dated)
                 view = eng.bank(b.bank_id)
                 shown = set()
                 for i in p:

@@ -60,16 +60,16 @@ def collection(tmp_path_factory):
 
 @pytest.fixture
 def reached(monkeypatch):
-    """The ``QueryParams`` lists that reached the engine through ``memory.core.pick``."""
-    import trawmem_gpu.memory.core as core
+    """The ``QueryParams`` lists that reached the engine through the engine client (``select.client.run``)."""
+    import trawmem_gpu.select.client as client
 
     seen = []
 
-    def pick(eng, bids, qs, Z, ds, params):
+    def run(engine, bids, qs, Z, params, dates=None, masks=None):
         seen.append(list(params))
         raise _Reached
 
-    monkeypatch.setattr(core, "pick", pick)
+    monkeypatch.setattr(client, "run", run)
     return seen
 
 

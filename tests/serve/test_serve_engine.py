@@ -75,19 +75,31 @@ def test_served_engine_refresh():
 
 
 def test_dates_reach_the_engine():
+    """The engine client hands each request's date to the engine (none at all: None), and says
+    per request whether its date was used."""
     from datetime import datetime
 
-    from trawmem_gpu.memory.engines import select_units
+    import numpy as np
+
+    from trawmem_gpu.select import client
 
     class Eng:
+        bank_ids = ["a", "b"]
+
         def select_units(self, bank_ids, questions, Z, dates=None, params=None):
             self.dates, self.params = dates, params
             return [[1]] * len(bank_ids)
 
+        def view(self, bank_id):
+            return bank_id
+
     d = [datetime(2031, 1, 2), None]
     eng = Eng()
-    assert select_units(eng, ["a", "b"], ["q", "q"], None, d, ["p", "p"]) == ([[1], [1]], [True, False]) and eng.dates == d
-    assert select_units(eng, ["a"], ["q"], None, [None], ["p"]) == ([[1]], [False]) and eng.dates is None
+    z = np.zeros(2, dtype=np.float32)
+    got = client.select(client.Bare(eng), [client.Request(b, "q", "p", z, date=x) for b, x in zip("ab", d)])
+    assert [(g.units, g.dated, g.bank) for g in got] == [([1], True, "a"), ([1], False, "b")] and eng.dates == d
+    got = client.select(client.Bare(eng), [client.Request("a", "q", "p", z)])
+    assert [(g.units, g.dated) for g in got] == [([1], False)] and eng.dates is None
     assert eng.params == ["p"]
 
 

@@ -154,24 +154,28 @@ def _query_ranked(a, q: str, qp):
 def _query_planned(a, q: str, cfg, qp, plan_llm):
     """``(workspace, extra JSON fields)`` of ``query --method trawmem --plan-llm``: planned TrawMem
     (``eval.planned``) over the one bank's unit view for ``--units``, on the engine ``query``
-    uses without a plan."""
-    from ..memory import SelectedWorkspace
+    uses without a plan, through the engine client."""
     from ..memory.core import served_engine
-    from ..eval.planned import planned_select
+    from ..eval.planned import planner
+    from ..llm.base import LLMWork
 
     bank = _query_bank(a)
     enc = _bank_encoder(bank)
     served = served_engine({bank.bank_id: bank}, cfg, head=_load_head(a.head), units=a.units)
-    from ..llm.base import LLMWork
-
-    z = enc.encode([q], is_query=True)
-    masks = served.engine.masks_of([bank.bank_id], a.where)
     with LLMWork(plan_llm) as work:
-        (got,) = planned_select(served.engine, [(bank.bank_id, q)], z, qp, llm=plan_llm, follow_up=a.follow_up,
-                                encode=lambda xs: enc.encode(xs, is_query=True), masks=masks)
-    ws = SelectedWorkspace.of(served.bank(bank.bank_id), q, got.units, cfg.headings, False,
-                              keep=None if masks is None else masks[0])
-    return ws, {"plan": got.to_dict(), "llm": work.report()}
+        ws, sel = _select_one(served, bank, q, qp, enc, a.where, cfg, planner(
+            llm=plan_llm, follow_up=a.follow_up, encode=lambda xs: enc.encode(xs, is_query=True)))
+    return ws, {"plan": sel.planned.to_dict(), "llm": work.report()}
+
+
+def _select_one(served, bank, q: str, qp, enc, where, cfg, planner=None, as_of=None):
+    """``(workspace, selection)`` of ``q`` over a lone bank's served engine (``select.client``)."""
+    from ..memory import SelectedWorkspace
+    from ..select import client
+
+    (sel,) = client.select(served, [client.Request(bank.bank_id, q, qp, where=where, as_of=as_of)],
+                           encode=lambda xs: enc.encode(xs, is_query=True), planner=planner)
+    return SelectedWorkspace.of(sel.bank, q, sel.units, cfg.headings, sel.dated, keep=sel.keep), sel
 
 
 def cmd_query(a) -> int:
@@ -179,8 +183,8 @@ def cmd_query(a) -> int:
     and of the server (a lone bank directory gets the same engine over that one bank); ``--method``
     trimem or a baseline through :func:`_query_ranked`, planned TrawMem (``--plan-llm``) through
     :func:`_query_planned`."""
-    from ..memory import Memory, SelectedWorkspace
-    from ..memory.core import pick, served_engine
+    from ..memory import Memory
+    from ..memory.core import served_engine
     from ..store import Collection, load_bank
 
     q = _check_question(a.question)
@@ -197,15 +201,9 @@ def cmd_query(a) -> int:
         finally:
             plan_llm.close()
     elif (p / "meta.json").exists():
-        head = _load_head(a.head)
         bank = load_bank(p)
-        enc = _bank_encoder(bank)
-        z = enc.encode([q], is_query=True)
-        eng = served_engine({bank.bank_id: bank}, cfg, head=head, units=a.units)
-        eng = eng if a.as_of is None else eng.dated(dict(eng.banks), a.as_of)
-        masks = eng.engine.masks_of([bank.bank_id], a.where)
-        picks, banks, used = pick(eng, [bank.bank_id], [q], z, [None], [qp], masks)
-        ws = SelectedWorkspace.of(banks[0], q, picks[0], cfg.headings, used, keep=None if masks is None else masks[0])
+        eng = served_engine({bank.bank_id: bank}, cfg, head=_load_head(a.head), units=a.units)
+        ws, _ = _select_one(eng, bank, q, qp, _bank_encoder(bank), a.where, cfg, as_of=a.as_of)
     else:
         head = _load_head(a.head)
         coll = Collection(p)

@@ -36,6 +36,7 @@ import numpy as np
 
 from ..dictconfig import with_keywords
 from ..errors import ConfigError
+from ..select.client import run
 from ..select.trimem.plan import QueryPlan, check_plans, follow_up_queries, plain_plan, plan_queries
 from ..select.workspace import assemble, fit_to_tokens
 from ..select.params import QueryParams
@@ -120,9 +121,7 @@ def _engine_picks(engine, bank_ids: Sequence[str], searches: Sequence[Sequence[s
     out: list[list[list[int]]] = [[] for _ in searches]
     if not ids:
         return out
-    picks = engine.select_units(ids, texts, np.stack(rows).astype(np.float32),
-                                dates=ds if any(d is not None for d in ds) else None, params=qp,
-                                **({} if masks is None else {"masks": ms}))
+    picks = run(engine, ids, texts, np.stack(rows).astype(np.float32), qp, ds, None if masks is None else ms)
     for i, p in zip(owner, picks):
         out[i].append(p)
     return out
@@ -212,6 +211,16 @@ def planned_select(engine, items: Sequence[tuple[str, str]], Z, params: Optional
             if len(kept) < len(pk.units):
                 out[i] = PlannedPick(kept, pk.plan, pk.follow_ups, pk.follow_up_fallback, pk.sources[:len(kept)])
     return out
+
+
+def planner(**kw) -> Callable:
+    """:func:`planned_select` with ``kw`` (``llm``, ``plans``, ``encode``, ``follow_up``, ...) as the
+    engine client's ``planner`` (``select.client.select``), which hands it the engine, the
+    requests, their vectors, params, dates and masks."""
+    def plan(engine, bank_ids, questions, Z, params, dates, masks):
+        return planned_select(engine, list(zip(bank_ids, questions)), Z, params, dates=dates, masks=masks, **kw)
+
+    return plan
 
 
 def plan_summary(picks: Sequence[PlannedPick], llm=None, prompts=None) -> dict:

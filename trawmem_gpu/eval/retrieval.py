@@ -377,7 +377,9 @@ def _select_all(method: str, o: EvalOptions, cfg: SelectConfig, qp: QueryParams,
                                  follow_up=o.follow_up, encode=lambda xs: encoder.encode(xs, is_query=True))
             picks, plan_picks = [p.units for p in got], got
         else:
-            picks = eng.select_units([b for b, _ in items], [q.question for _, q in items], Z, params=qp)
+            from ..select.client import run
+
+            picks = run(eng, [b for b, _ in items], [q.question for _, q in items], Z, qp)
         t_sel = time.perf_counter() - t0
         t_each = [t_sel / max(1, len(items))] * len(items)
     else:

@@ -24,6 +24,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..errors import InputError, plural
+from ..select.client import run
 from .analyses import describe, pareto_mask
 from .sweep_spec import SweepSpec, sweep_result
 from .timing import build_timed, clear_query_caches, encode_timed, machine_info, query_threads
@@ -150,7 +151,7 @@ class CellRunner:
         m, ctx = self.cell.method, self.ctxs.get(bid)
         if m == TRAWMEM:
             if self.batched:
-                return self.engine().select_units([bid], [question], Z[i:i + 1], params=self.params)[0], None
+                return run(self.engine(), [bid], [question], Z[i:i + 1], self.params)[0], None
             s = select_reference(ctx, question, Z[i], self.cfg, self.params, keep_internals=True)
             return s.units, s
         if m == "trimem":
@@ -214,7 +215,7 @@ def interleave(runners: list[CellRunner], items: list, Z: np.ndarray, *, warmup:
 
 def batched_throughput(engine, params: list, items: list, Z: np.ndarray, batch_size: int, rounds: int = 3,
                        seed: int = 0) -> list[dict]:
-    """Queries per second of ``engine.select_units`` over all ``items`` in batches of
+    """Queries per second of ``engine.select_units`` (through ``select.client.run``) over all ``items`` in batches of
     ``batch_size`` (a fixed shuffle, so batches mix banks as a server's would), once per entry of
     ``params`` (``QueryParams``); the entries interleaved round by round, median over rounds."""
     if batch_size < 1:
@@ -225,7 +226,7 @@ def batched_throughput(engine, params: list, items: list, Z: np.ndarray, batch_s
     qs = [items[i][1].question for i in order]
     Zo = Z[order]
     for p in params:  # untimed warm-up batch
-        engine.select_units(bids[:batch_size], qs[:batch_size], Zo[:batch_size], params=p)
+        run(engine, bids[:batch_size], qs[:batch_size], Zo[:batch_size], p)
     per_round: list[list[float]] = [[] for _ in params]
     for r in range(max(1, rounds)):
         k = r % max(1, len(params))
@@ -233,8 +234,7 @@ def batched_throughput(engine, params: list, items: list, Z: np.ndarray, batch_s
             clear_query_caches()
             t0 = time.perf_counter()
             for s in range(0, Q, batch_size):
-                engine.select_units(bids[s:s + batch_size], qs[s:s + batch_size], Zo[s:s + batch_size],
-                                    params=params[e])
+                run(engine, bids[s:s + batch_size], qs[s:s + batch_size], Zo[s:s + batch_size], params[e])
             per_round[e].append(Q / (time.perf_counter() - t0))
     return [{"batch_size": int(batch_size), "rounds": len(pr), "queries": Q, "threads": int(engine.threads),
              "device": str(engine.device), "qps": float(np.median(pr)), "qps_rounds": [float(x) for x in pr]}

@@ -345,9 +345,8 @@ class Memory:
         :raises UnknownBank: no such bank
         :raises ConfigError: a budget, token budget or hops out of range (the message names the field)
         """
-        return self.select_many([(bank_id, question)], params=params, dates=None if date is None else [date],
-                                vectors=None if vector is None else [vector], where=where, as_of=as_of,
-                                **_query("select", query))[0]
+        return self._select("select", [(bank_id, question)], params, None if date is None else [date],
+                            None if vector is None else [vector], where, as_of, query)[0]
 
     def select_many(self, queries: Sequence[tuple[str, str]], *, params=None, dates=None, vectors=None, where=None,
                     as_of=None, **query) -> list[SelectedWorkspace]:
@@ -356,60 +355,55 @@ class Memory:
         :meth:`select`, for every query; ``params``: one ``QueryParams`` for all or one per query;
         ``dates`` / ``vectors``: one per query (or None); ``where``: one filter for all or one per query;
         ``as_of``: one date for all (a throwaway engine over the asked banks' facts of that day)."""
-        from .core import pick
+        return self._select("select_many", queries, params, dates, vectors, where, as_of, query)
+
+    def _select(self, fn: str, queries, params, dates, vectors, where, as_of, query: dict) -> list[SelectedWorkspace]:
+        """:meth:`select_many` (``fn``: the method called, which its errors name): the arguments
+        checked once, then one selection through the engine client (``select.client.select``)."""
+        from ..select import client
 
         if queries is None or isinstance(queries, (str, bytes, dict)) or not isinstance(queries, Iterable):
             raise InputError(f"queries: expected a list of (bank_id, question) pairs, got {type(queries).__name__}")
         queries = list(queries)
         if not queries:
             return []
-        qps = self._params(params, _query("select_many", query), len(queries))
+        qps = self._params(params, _query(fn, query), len(queries))
         bids, qs = _pairs(queries, self._core.registry)
         n = len(queries)
-        flts = _filters(where, n)
+        flts = _filters(where, n) or [None] * n
         ds = [None] * n if dates is None else [_date_of(d, f"dates[{i}]") for i, d in enumerate(dates)]
         if len(ds) != n:
             raise InputError(f"dates: {len(ds)} dates for {n} queries")
         day = None if as_of is None else utc_text(_date_of(as_of, "as_of"))  # a day, or an instant (UTC)
         Z = self._core.encoder.encode(qs, is_query=True) if vectors is None else _vectors(vectors, n, self._core.dim)
-        plans = None
+        reqs = [client.Request(b, q, p, where=f, date=d, as_of=day) for b, q, p, f, d in zip(bids, qs, qps, flts, ds)]
         from ..llm.base import LLMWork
 
         work = LLMWork(self.plan_llm).__enter__()
+        planner = None
         if self.plan_llm is not None:  # the planner's LLM calls, before the engine is held
             if len(set(qps)) > 1:
                 raise InputError("params: planned selection (plan_llm) takes one QueryParams for all queries")
+            from ..eval.planned import planner as planned
             from ..select.trimem.plan import plan_queries
 
-            plans = plan_queries(qs, self.plan_llm, key_info=False)
-        searches = [()] * n if plans is None else [p.queries for p in plans]
+            planner = planned(llm=self.plan_llm, plans=plan_queries(qs, self.plan_llm, key_info=False),
+                              encode=lambda t: self._core.encoder.encode(t, is_query=True), follow_up=self.follow_up)
         warm = {b: self._core.warm(b) for b in dict.fromkeys(bids)}  # cold banks opened outside the engine lock
         with self._lock:
-            eng = self._core.engines
             self._core.ensure(bids, warm)  # banks added since, opened now; the least used let go
             for i, b in enumerate(bids):
-                if b not in eng.banks:  # forgotten meanwhile, or its files no longer load
+                if b not in self._core.engines.banks:  # forgotten meanwhile, or its files no longer load
                     raise self._core.registry.absent(b, f"queries[{i}]: " if n > 1 else "")
-            if day is not None:
-                eng = eng.dated({b: eng.banks[b] for b in dict.fromkeys(bids)}, day)
-            masks = None if flts is None else eng.engine.masks_of(bids, flts)
-            if plans is None:
-                picks, banks, used = pick(eng, bids, qs, Z, ds, qps, **({} if masks is None else {"masks": masks}))
-            else:
-                from ..eval.planned import planned_select
-
-                got = planned_select(eng.engine, list(zip(bids, qs)), Z, qps[0], llm=self.plan_llm, plans=plans,
-                                     encode=lambda t: self._core.encoder.encode(t, is_query=True), masks=masks,
-                                     follow_up=self.follow_up, dates=ds if any(d is not None for d in ds) else None)
-                picks, banks, used = [g.units for g in got], [eng.bank(b) for b in bids], [d is not None for d in ds]
-                searches = [g.searches for g in got]
+            got = client.select(self._core.engines, reqs, Z=Z, planner=planner)  # the engine client
             epoch = self._epoch
             self._assembling[epoch] = self._assembling.get(epoch, 0) + 1
         work.__exit__(None, None, None)
         llm = work.report()
         try:
-            out = [SelectedWorkspace.of(bank, q, p, self._core.headings, u, sr, keep)
-                   for bank, q, p, u, sr, keep in zip(banks, qs, picks, used, searches, masks or [None] * n)]
+            out = [SelectedWorkspace.of(s.bank, q, s.units, self._core.headings, s.dated,
+                                        s.planned.searches if s.planned is not None else (), s.keep)
+                   for s, q in zip(got, qs)]
             return [replace(w, llm=llm) for w in out] if llm else out
         finally:
             with self._lock:

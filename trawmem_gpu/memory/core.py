@@ -3,8 +3,9 @@ the query encoder, one selection engine, and the append and forget paths.
 
 :class:`MemoryCore` holds the parts; who calls them on which thread is the caller's: ``Memory``
 serializes engine calls behind one lock, the server runs them on its single batch worker (see
-``serve/service.py``). Every step is the same, so the library, the CLI and the server pick the
-same units for the same question.
+``serve/service.py``). Both select through the one engine client (``select.client.select``,
+handed ``engines``), as the CLI does, so the library, the CLI and the server pick the same units
+for the same question.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from ..select.config import SelectConfig
 from ..store.view import check_layers, parse_units
 from .banks import AppendResult, BankRegistry, ForgetResult, check_bank_id
 from .resident import Resident, bank_nbytes
-from .engines import ServedEngine, select_units
+from .engines import ServedEngine
 from .erase import clear_journal, erase_copies, pause_point, pending_journals
 from .quarantine import cause_of
 
@@ -388,14 +389,6 @@ def served_engine(banks: dict, select_cfg: SelectConfig | None = None, threads: 
         return SelectionEngine(banks, scfg, head=head, **({"threads": threads} if threads else {}))
 
     return ServedEngine(banks, cfg, make, units)
-
-
-def pick(engines: ServedEngine, bank_ids: list[str], questions: list[str], Z, dates, params, masks=None):
-    """One batched engine call: ``(picks, the banks they index, per query whether its date was used)``
-    (engine-owner thread; assemble with ``SelectedWorkspace.of``); ``masks``: each query's unit mask
-    (``engine.masks_of`` of its filter) or None."""
-    picks, used = select_units(engines.engine, bank_ids, questions, Z, dates, params, masks)
-    return picks, [engines.bank(b) for b in bank_ids], used
 
 
 def bank_summary(bank, where=None) -> dict:

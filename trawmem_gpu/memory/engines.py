@@ -20,12 +20,10 @@ workspaces are assembled from the very bank object the engine selected from
 """
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Callable
 
 from ..select.config import SelectConfig
 from ..select.engine import SelectionEngine
-from ..select.params import QueryParams
 from ..store.bank import Bank
 
 
@@ -181,22 +179,3 @@ def _tables_nbytes(prepared) -> int:
 def _cause(e: BaseException) -> str:
     return f"its tables could not be prepared for the engine ({type(e).__name__}: {e})"
 
-
-def select_units(engine: SelectionEngine, bank_ids: list[str], questions: list[str], Z,
-                 dates: list[datetime | None], params: list[QueryParams],
-                 masks: list | None = None) -> tuple[list[list[int]], list[bool]]:
-    """``engine.select_units`` with each query's date (its "now"), params and unit mask (a
-    filter's, ``engine.masks_of``; None: none); returns (picks, per query whether it carried a
-    date: a query's answer never depends on what it was batched with)."""
-    used = [d is not None for d in dates]
-    kw = {} if masks is None else {"masks": masks}
-    return engine.select_units(bank_ids, questions, Z, dates=dates if any(used) else None, params=params, **kw), used
-
-
-def select_filtered(engine: SelectionEngine, bank_ids: list[str], questions: list[str], Z,
-                    dates: list[datetime | None], params: list[QueryParams], wheres: list):
-    """:func:`select_units` with each query's filter (``wheres``: a ``data.filters.Filter`` or None
-    each) as its unit mask: ``(picks, dates used, masks)``, the masks (``engine.masks_of``, None when
-    no query has one) for the workspaces, which hide the heads of threads a filter cut."""
-    masks = engine.masks_of(bank_ids, wheres) if any(w is not None for w in wheres) else None
-    return (*select_units(engine, bank_ids, questions, Z, dates, params, masks), masks)

@@ -183,9 +183,12 @@ class Scorer:
             self._lap("setup", t0)
         return self._ctx[bank_id]
 
-    def select(self, items: list[ScoreItem], Z: np.ndarray) -> list[list[int]]:
-        """Selected bank-local unit indices per item, in selection (rank) order."""
-        from ..select import baselines
+    def select(self, items: list[ScoreItem], Z: np.ndarray) -> tuple[list[list[int]], list]:
+        """``(picks, masks)``: selected bank-local unit indices per item, in selection (rank)
+        order, and each item's unit mask (its filter's, made once; None: none), which its
+        workspace is assembled with. The batched engine selects through the engine client."""
+        from ..data.filters import parse_filter
+        from ..select import baselines, client
         from ..select.reference import select_reference
         from ..select.restrict import unit_mask
 
@@ -193,26 +196,29 @@ class Scorer:
             if it.bank_id not in self.banks:
                 raise InputError(f"question {it.id!r}: unknown bank id {it.bank_id!r}")
         dates = [datetime.fromisoformat(it.date) if it.date else None for it in items]  # "now" per question
-        wheres = [it.where for it in items] if any(it.where for it in items) else None  # each question's filter
+        wheres = [parse_filter(it.where) for it in items]  # the records' JSON, parsed once here
         if self.engine is not None:
-            return self.engine.select_units([it.bank_id for it in items], [it.question for it in items], Z,
-                                            dates=dates, params=self.qp, where=wheres)
+            got = client.select(client.Bare(self.engine), [
+                client.Request(it.bank_id, it.question, self.qp, where=w, date=d)
+                for it, w, d in zip(items, wheres, dates)], Z=Z)
+            return [g.units for g in got], [g.keep for g in got]
         if self.trimem is not None:
             from ..select.trimem.plan import plain_plan
 
-            return [self.trimem[it.bank_id].units(plain_plan(it.question), np.asarray(z)[None, :], self.qp,
-                                                  keep=unit_mask(self.trimem[it.bank_id].view, it.where))
-                    for it, z in zip(items, Z)]
+            keeps = [unit_mask(self.trimem[it.bank_id].view, w) for it, w in zip(items, wheres)]
+            return [self.trimem[it.bank_id].units(plain_plan(it.question), np.asarray(z)[None, :], self.qp, keep=k)
+                    for it, z, k in zip(items, Z, keeps)], keeps
         ctxs = [self.context(it.bank_id) for it in items]  # outside the selection timing, as the engine's setup
-        out = []
-        for it, ctx, z, now in zip(items, ctxs, Z, dates):
-            m, keep = self.spec.method, unit_mask(ctx.bank, it.where)
+        out, keeps = [], []
+        for it, ctx, z, now, w in zip(items, ctxs, Z, dates, wheres):
+            m, keep = self.spec.method, unit_mask(ctx.bank, w)
             if m == "trawmem":
                 out.append(select_reference(ctx, it.question, z, self.cfg, self.qp, head=self.head, now=now,
                                             keep=keep).units)
             else:
                 out.append(baselines.baseline_units(m, ctx, it.question, z, self.cfg, self.qp, keep=keep))
-        return out
+            keeps.append(keep)
+        return out, keeps
 
     @property
     def encoder(self):
@@ -226,24 +232,21 @@ class Scorer:
 
     def score(self, items: list[ScoreItem], Z: np.ndarray | None = None) -> list[dict]:
         """Output records for ``items`` (all of whose banks this scorer holds)."""
-        from ..select.restrict import unit_mask
-
         if not items:
             return []
         t0 = time.perf_counter()
         if Z is None:
             Z = self.encode(items)
         t0 = self._lap("encode", t0)
-        picks = self.select(items, Z)
+        picks, keeps = self.select(items, Z)
         t0 = self._lap("select", t0)
         recs = []
-        for it, p in zip(items, picks):
+        for it, p, keep in zip(items, picks, keeps):
             bank = self.banks[it.bank_id]
             if it.bank_id not in self._digest:
                 self._digest[it.bank_id] = bank_digest(bank)
             if self.trimem is not None:  # the workspace is the unit view's: facts, turns, profiles
                 bank = self.trimem[it.bank_id].view
-            keep = None if it.where is None else unit_mask(bank, it.where)  # heads a filter hides
             ws = assemble(bank, it.question, p, headings_for(self.spec.method, self.cfg), keep)
             text = ws.render()
             ranked = [m for u in p for m in unit_members(bank.turns[int(u)])]  # a burst: its messages

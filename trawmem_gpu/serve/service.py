@@ -39,11 +39,11 @@ from datetime import datetime
 import numpy as np
 
 from ..encode.base import Encoder
-from ..errors import BankError, ConfigError, UnknownBank  # noqa: F401 - the one UnknownBank, for the serve modules
+from ..errors import UnknownBank  # noqa: F401 - the one UnknownBank, for the serve modules
 from ..memory.core import EngineSpec, MemoryCore, append_answer, bank_rows, bank_summary
-from ..memory.engines import select_filtered
 from ..memory.history import unit_history
 from ..memory.result import SelectedWorkspace, units_seen
+from ..select import client
 from ..select.config import SelectConfig
 from ..select.params import QueryParams
 from ..tokens import count_tokens_cached
@@ -57,7 +57,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(eq=False)
 class SelectItem:
-    """One query of a batch (already validated)."""
+    """One query of a batch (already validated): a ``select.client.Request`` (its fields, read by
+    the engine client as they are) plus what the server keeps beside it."""
 
     bank_id: str
     question: str
@@ -75,7 +76,8 @@ class SelectItem:
     where: object = None
     """The filter the query selects under (``data.filters.Filter``: the request's AND its key's), or None."""
     as_of: str | None = None
-    """ISO date whose facts the workspace shows (None: the current ones): :func:`dated_batch`."""
+    """ISO date whose facts the workspace shows (None: the current ones): a dated engine over its
+    banks (``ServedEngine.dated``, by the engine client)."""
     bound: bool = False  # asked by a key bound to a filter: ``bank_n_units`` counts the units passing ``where``
 
 
@@ -131,7 +133,7 @@ def warm_up(service: "SelectionService") -> None:
     if banks:
         bid = next(iter(banks))
         z = service.encoder.encode(["What happened first?"], is_query=True)
-        service.engines.engine.select_units([bid], ["What happened first?"], z, params=service.defaults)
+        client.select(service.engines, [client.Request(bid, "What happened first?", service.defaults, z[0])])
         count_tokens_cached("warm-up")
     log.info("warm-up took %.1f s", time.perf_counter() - t0)
 
@@ -351,11 +353,13 @@ class SelectionService:
     # ------------------------------------------------------------------------------------------
     def process_batch(self, items: list[SelectItem]) -> list:
         """One encoder call (for the items without a vector; the batcher hands a batch's vector
-        queries over in a call of their own, first) and one engine call for ``items``, whatever
-        (budget, hops, token_budget) they ask for; per item a :class:`~.batcher.Later` of its response body
-        (assembled on the pool, in a few chunks) or the exception. Append chunks wait meanwhile."""
+        queries over in a call of their own, first) and one engine call per ``as_of`` day (one for
+        a batch without, the usual case) for ``items``, whatever (budget, hops, token_budget) they
+        ask for, through the engine client (``select.client.select``); per item a
+        :class:`~.batcher.Later` of its response body (assembled on the pool, in a few chunks) or
+        the exception. Append chunks wait meanwhile."""
         with self.query_first.running(), self.core.lock:  # the engine's lock (memory.core: admissions)
-            return dated_batch(self, items) if any(it.as_of for it in items) else self._process_batch(items)
+            return self._process_batch(items)
 
     def _process_batch(self, items: list[SelectItem]) -> list:
         t_start = time.perf_counter()
@@ -365,39 +369,28 @@ class SelectionService:
         self.core.ensure(bids, {b: self._warm.pop(b) for b in bids if b in self._warm})  # opens, publishes, evicts
         if any(self.engines.banks.get(b) is not seen[b] for b in bids):
             freeze_heap()
-        Z = np.empty((n, self.dim), dtype=np.float32)
-        todo = [i for i, it in enumerate(items) if it.vector is None]
-        if todo:
-            Z[todo] = self.encoder.encode([items[i].question for i in todo], is_query=True,
-                                          batch_size=self.cfg.encode_chunk)
-        for i, it in enumerate(items):
-            if it.vector is not None:
-                Z[i] = it.vector
+        Z = client.vectors(items, lambda qs: self.encoder.encode(qs, is_query=True, batch_size=self.cfg.encode_chunk),
+                           self.dim)
         t_enc = time.perf_counter() - t_start
         out: list = [None] * n
-        idx, params = [], []
+        idx = []
         for i, it in enumerate(items):
-            try:
-                if it.bank_id not in self.engines.banks:  # its files would not open (quarantined), or it went
-                    raise self.registry.absent(it.bank_id)
-                params.append(it.params)
+            if it.bank_id in self.engines.banks:
                 idx.append(i)
-            except (ConfigError, BankError, UnknownBank) as e:  # fails only this query
-                out[i] = e
+            else:  # its files would not open (quarantined), or it went: fails only this query
+                out[i] = self.registry.absent(it.bank_id)
         t_sel = 0.0
         if idx:
             ts = time.perf_counter()
-            try:  # each query's filter (None: none) as its unit mask
-                picks, used_dates, masks = select_filtered(
-                    self.engines.engine, [items[i].bank_id for i in idx], [items[i].question for i in idx], Z[idx],
-                    [items[i].date for i in idx], params, [items[i].where for i in idx])
-            except Exception as e:  # noqa: BLE001 - fail this batch only, keep serving
-                log.exception("engine call failed for a batch of %d", len(idx))
-                for i in idx:
-                    out[i] = e
-            else:
-                t_sel = time.perf_counter() - ts
-                self._answer(items, idx, picks, used_dates, out, t_start, t_enc, t_sel, n, masks)
+            # a SelectItem is a select.client.Request (its fields); a day's failure fails its queries only
+            every = len(idx) == n
+            got = client.select(self.engines, items if every else [items[i] for i in idx], Z=Z if every else Z[idx],
+                                isolate=True)
+            t_sel = time.perf_counter() - ts
+            failed = [g for g in got if isinstance(g, Exception)]
+            for e in dict.fromkeys(failed):
+                log.error("engine call failed for %d of a batch of %d", failed.count(e), len(idx), exc_info=e)
+            self._answer(items, idx, got, out, t_start, t_enc, t_sel, n)
         if self.metrics is not None:
             m = self.metrics.batch_seconds
             m.labels("encode").observe(t_enc)
@@ -405,28 +398,35 @@ class SelectionService:
             m.labels("total").observe(time.perf_counter() - t_start)
         return out
 
-    def _answer(self, items, idx, picks, used_dates, out, t_start, t_enc, t_sel, n, masks=None) -> None:
-        """Hand the picks of queries ``idx`` to the assembly pool: ``out[i]`` becomes a ``Later``."""
-        jobs = []
-        for i, units, used, keep in zip(idx, picks, used_dates, masks or [None] * len(idx)):
+    def _answer(self, items, idx, got, out, t_start, t_enc, t_sel, n) -> None:
+        """Hand the selections ``got`` of queries ``idx`` to the assembly pool: ``out[i]`` becomes a
+        ``Later`` (or the exception of a query whose engine call failed)."""
+        jobs, done = [], []
+        for i, sel in zip(idx, got):
+            if isinstance(sel, Exception):
+                out[i] = sel
+                continue
             it = items[i]
             timings = {"queue_ms": round((t_start - it.arrived) * 1e3, 3) if it.arrived else None,
                        "encode_ms": round(t_enc * 1e3, 3) if it.vector is None else 0.0,
                        "select_ms": round(t_sel * 1e3, 3), "batch_size": n}
-            # the bank the engine just selected from, taken here: a refresh may follow before assembly
-            jobs.append((it, self.engines.bank(it.bank_id), units, used, timings, keep))
+            # sel.bank: the bank the engine just selected from, taken there: a refresh may follow before assembly
+            jobs.append((it, sel.bank, sel.units, sel.dated, timings, sel.keep))
+            done.append(i)
+        if not jobs:
+            return
         # a few chunks per key, one pool job and one event-loop wake-up each; the pool takes
         # them round robin across keys
         size = -(-len(jobs) // self.ASSEMBLY_CHUNKS)
         by_key: dict = {}
-        for k, i in enumerate(idx):
+        for k, i in enumerate(done):
             by_key.setdefault(items[i].key, []).append(k)
         for key, ks in by_key.items():
             for c in range(0, len(ks), size):
                 part = ks[c:c + size]
                 fut = self.assembler.submit(key, self._workspaces, [jobs[k] for k in part])
                 for j, k in enumerate(part):
-                    out[idx[k]] = Later(fut, j)
+                    out[done[k]] = Later(fut, j)
 
     def _workspaces(self, jobs: list[tuple]) -> list:
         """Response bodies for a chunk of queries; a query whose assembly fails gets its exception."""
@@ -457,44 +457,4 @@ def workspace_body(s: SelectionService, it: SelectItem, bank, units: list[int], 
     out["timings"] = {**timings, "assemble_ms": round(dt * 1e3, 3)}
     if s.metrics is not None:
         s.metrics.assemble_seconds.observe(dt)
-    return out
-
-
-def dated_batch(s: SelectionService, items: list[SelectItem]) -> list:
-    """A batch some of whose queries ask for ``as_of``: each date's queries by a throwaway engine
-    over their banks showing the facts of that day (``ServedEngine.dated``), the others by the
-    served engine; answered here, on the batch worker (a rare path: no assembly pool)."""
-    t0 = time.perf_counter()
-    bids = list(dict.fromkeys(it.bank_id for it in items))
-    s.core.ensure(bids, {b: s._warm.pop(b) for b in bids if b in s._warm})  # opens, publishes, evicts
-    todo = [i for i, it in enumerate(items) if it.vector is None]
-    Z = np.empty((len(items), s.dim), dtype=np.float32)
-    if todo:
-        Z[todo] = s.encoder.encode([items[i].question for i in todo], is_query=True, batch_size=s.cfg.encode_chunk)
-    for i, it in enumerate(items):
-        if it.vector is not None:
-            Z[i] = it.vector
-    out: list = [None] * len(items)
-    groups: dict = {}
-    for i, it in enumerate(items):
-        groups.setdefault(it.as_of, []).append(i)
-    for day, idx in groups.items():
-        try:
-            gone = next((items[i].bank_id for i in idx if items[i].bank_id not in s.engines.banks), None)
-            if gone is not None:  # its files would not open (quarantined), or it went
-                raise s.registry.absent(gone)
-            banks = {items[i].bank_id: s.engines.banks[items[i].bank_id] for i in idx}
-            eng = s.engines if day is None else s.engines.dated(banks, day)
-            ts = time.perf_counter()
-            picks, used, masks = select_filtered(eng.engine, [items[i].bank_id for i in idx],
-                                                 [items[i].question for i in idx], Z[idx], [items[i].date for i in idx],
-                                                 [items[i].params for i in idx], [items[i].where for i in idx])
-            t = {"queue_ms": None, "encode_ms": round((ts - t0) * 1e3, 3),
-                 "select_ms": round((time.perf_counter() - ts) * 1e3, 3), "batch_size": len(items)}
-            for i, u, us, keep in zip(idx, picks, used, masks or [None] * len(idx)):
-                out[i] = workspace_body(s, items[i], eng.bank(items[i].bank_id), u, us, dict(t), keep)
-        except Exception as e:  # noqa: BLE001 - fails this date's queries only
-            log.exception("selection as of %s failed", day)
-            for i in idx:
-                out[i] = e
     return out

@@ -173,7 +173,9 @@ class SelectionEngine:
             whose units passes selects nothing
         """
         with self._store.reading() as snap:  # counted: a refresh does not write in place meanwhile
-            return self._select(snap, bank_ids, questions, Z, dates, params, self.masks_of(bank_ids, where, masks, snap))
+            # unit masks alone (the engine client's: a filter made into masks once) are checked by make_batch
+            keep = masks if where is None else self.masks_of(bank_ids, where, masks, snap)
+            return self._select(snap, bank_ids, questions, Z, dates, params, keep)
 
     def masks_of(self, bank_ids: list[str], where=None, masks=None, snap: Snapshot | None = None) -> list | None:
         """Each query's unit mask from ``where`` and ``masks`` (see :meth:`select_units`), or None
