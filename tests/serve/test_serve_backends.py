@@ -368,4 +368,4 @@ def test_a_front_forwards_each_call_by_name_with_its_arguments_in_order():
                     ("forget", ("b", None, where)), ("history", ("b", "u", None))]
     assert {op: a[0] for op, a in answered.items()} == {op: op for op in answered}  # the service's own method
     assert all(a[1][:_required(op)] == ("x",) * _required(op) for op, a in answered.items())
-    assert state == {"ready": True, "queue_depth": 0, "dim": 4, "encoder_id": "f", "defaults": None}
+    assert state == {"ready": True, "queue_depth": 0, "dim": 4, "encoder_id": "f", "defaults": None, "loading": None}
