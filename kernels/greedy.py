@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..select.objective import COVERAGE_TERMS
+from ..select.terms import COVERAGE_TERMS
 from ..select.steps.greedy.batched import TRITON_FUSED_TERMS as FUSED_TERMS  # noqa: F401 - the terms held here
 
 INTERPRETED = bool(triton.knobs.runtime.interpret)

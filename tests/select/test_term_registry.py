@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from trawmem_gpu.select import objective as J
+from trawmem_gpu.select import objective as J, terms
 
 ROOT = Path(__file__).resolve().parents[2]
 FUSED = {  # backend -> (its source file, the greedy that calls the pieces)
@@ -45,7 +45,7 @@ def test_each_fused_greedy_holds_exactly_the_declared_pieces(backend):
     path, kernel = FUSED[backend]
     tree = ast.parse(path.read_text(encoding="utf-8"))
     pieces = _pieces(tree)
-    declared = J.fused_terms(backend)
+    declared = terms.fused_terms(backend)
     want = {f"{n}_{k}" for n in declared for k in ("gain", "add")}
     assert set(pieces) == want, (f"{path.name}: pieces {sorted(pieces)}, the terms declaring {backend!r} "
                                  f"({list(declared)}) need {sorted(want)}")
@@ -57,30 +57,30 @@ def test_each_fused_greedy_holds_exactly_the_declared_pieces(backend):
 def test_the_fused_greedies_read_the_declared_weights():
     from trawmem_gpu.select.steps.greedy import batched, compiled
 
-    assert compiled.FUSED_TERMS == J.fused_terms("numba")
-    assert batched.TRITON_FUSED_TERMS == J.fused_terms("triton")
-    assert compiled.FusedWeights._fields == tuple(J.TERM_BY_NAME[n].weight for n in compiled.FUSED_TERMS)
+    assert compiled.FUSED_TERMS == terms.fused_terms("numba")
+    assert batched.TRITON_FUSED_TERMS == terms.fused_terms("triton")
+    assert compiled.FusedWeights._fields == tuple(terms.TERM_BY_NAME[n].weight for n in compiled.FUSED_TERMS)
     # the Triton launcher reads each fused term's weight column by the term's name
     src = FUSED["triton"][0].read_text(encoding="utf-8")
     cols = [n.slice.value for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Subscript)
             and isinstance(n.value, ast.Name) and n.value.id == "_COLS" and isinstance(n.slice, ast.Constant)]
-    assert tuple(cols) == J.fused_terms("triton")
+    assert tuple(cols) == terms.fused_terms("triton")
 
 
 def test_the_head_learns_the_declared_weights():
     from trawmem_gpu.head.model import LEARNED_WEIGHTS
 
-    assert LEARNED_WEIGHTS == tuple(t.weight for t in J.TERMS if t.learned) + J.PRIORITY_WEIGHTS
-    assert [k for k in J.QUERY_WEIGHTS if k in LEARNED_WEIGHTS] == list(LEARNED_WEIGHTS)
+    assert LEARNED_WEIGHTS == tuple(t.weight for t in terms.TERMS if t.learned) + terms.PRIORITY_WEIGHTS
+    assert [k for k in terms.QUERY_WEIGHTS if k in LEARNED_WEIGHTS] == list(LEARNED_WEIGHTS)
 
 
 def test_the_registry_checks_its_declarations():
     with pytest.raises(ValueError, match="no fused greedy"):
-        J.fused_terms("cuda")
+        terms.fused_terms("cuda")
     with pytest.raises(RuntimeError, match="before importing"):  # this process holds the views already
         from trawmem_gpu.select.steps.greedy import compiled  # noqa: F401
         J.register_term(J.ThreadCoverage("late", "w_late", "coverage", "-", "-", optional=True))
-    assert "late" not in J.TERM_BY_NAME
+    assert "late" not in terms.TERM_BY_NAME
 
 
 TOY = textwrap.dedent('''
@@ -176,6 +176,6 @@ def test_a_new_term_compiles_into_its_own_cache(toy):
 
 def test_the_head_learns_a_new_weight_iff_the_term_declares_it(toy):
     assert "w_toy_roles" in toy["learned"] and "w_toy_threads" not in toy["learned"]
-    assert toy["learned"] == [k for k in J.LEARNED_WEIGHTS if k not in J.PRIORITY_WEIGHTS] + ["w_toy_roles"] + \
-        list(J.PRIORITY_WEIGHTS)
+    assert toy["learned"] == [k for k in terms.LEARNED_WEIGHTS if k not in terms.PRIORITY_WEIGHTS] + ["w_toy_roles"] + \
+        list(terms.PRIORITY_WEIGHTS)
     assert toy["head"] == sorted(toy["learned"])

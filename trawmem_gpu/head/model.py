@@ -37,7 +37,7 @@ from torch import nn
 
 from ..errors import TrawmemError, loads_json
 from ..select.config import DEMAND_FEATURES, UNIT_FEATURES, SelectConfig
-from ..select.objective import LEARNED_WEIGHTS
+from ..select.terms import LEARNED_WEIGHTS
 from ..select.steps.roles import demand_mix
 
 FORMAT = "trawmem-role-head"

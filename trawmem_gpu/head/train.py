@@ -36,10 +36,9 @@ from tqdm.auto import tqdm
 from ..select.config import SelectConfig
 from ..select.context import BankContext
 from ..select.params import QueryParams
-from ..select.objective import COVERAGE_TERMS, QUERY_WEIGHTS, CoverageData, ModularInputs, Pick, combine_gain, \
-    date_seconds, \
-    modular_gain, support_kernel
+from ..select.objective import ModularInputs, combine_gain, date_seconds, modular_gain, support_kernel
 from ..select.reference import localize
+from ..select.terms import COVERAGE_TERMS, QUERY_WEIGHTS, CoverageData, Pick
 from ..select.steps.priority import effective_budget
 from ..dictconfig import with_keywords
 from .defaults import FitOptions

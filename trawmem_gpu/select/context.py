@@ -10,7 +10,8 @@ from ..store.graph import SEMANTIC
 from ..store.bank import Bank
 from .workspace import DEFAULT_HEADINGS, token_costs
 from .lexical import BM25Index
-from .objective import support_floor, unit_attributes
+from .objective import support_floor
+from .terms import unit_attributes
 from .steps.relevance import RelevanceStatic, relevance_static
 from .text_features import temporal_flags
 

@@ -15,7 +15,7 @@ import torch
 from ...errors import ConfigError
 from .._jit import HAS_NUMBA
 from ..config import EngineConfig, SelectConfig
-from ..objective import COVERAGE_TERMS, fused_terms
+from ..terms import COVERAGE_TERMS, fused_terms
 from ..steps.candidates import uses_bm25
 from ..steps.priority import HAS_TRITON
 from ..steps.seeds import faiss_available

@@ -8,7 +8,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ...objective import COVERAGE_TERMS, INFORMATION, CoverageData, CoverageWeights, Pick, combine_gain, fused_terms
+from ...objective import CoverageWeights, combine_gain
+from ...terms import COVERAGE_TERMS, INFORMATION, CoverageData, Pick, fused_terms
 from ..priority import kernels, per_query, use_triton
 from .reference import GreedyProblem
 from .rule import StopRule, coverage_reached, greedy_key, marginal_cost, pick_limit

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..._jit import njit
-from ...objective import COL, TERM_BY_NAME, fused_terms
+from ...terms import COL, TERM_BY_NAME, fused_terms
 from .rule import StopRule, coverage_reached_compiled, greedy_key_compiled, marginal_cost_compiled
 
 FUSED_TERMS = fused_terms("numba")
