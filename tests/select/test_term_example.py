@@ -24,9 +24,9 @@ from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.head.model import LEARNED_WEIGHTS
 from trawmem_gpu.select import objective as J, terms
 from trawmem_gpu.select._jit import HAS_NUMBA
-from trawmem_gpu.select.config import SelectConfig
+from trawmem_gpu.select.config import EngineConfig, SelectConfig
 from trawmem_gpu.select.context import BankContext
-from trawmem_gpu.select.engine import SelectionEngine
+from trawmem_gpu.select.engine import SelectionEngine, plan as P
 from trawmem_gpu.select.reference import select_reference
 from trawmem_gpu.select.terms.entity_coverage import unit_entities
 from engine_banks import make_bank
@@ -51,15 +51,16 @@ out = {"module": type(term).__module__, "coverage": [t.name for t in terms.COVER
        "entities": [len(set(e for e in ents if e == e)), ents.count(ents[0])], "numba": HAS_NUMBA}
 for w in (0.0, 4.0):
     cfg = SelectConfig(w_ent=w)
-    eng = SelectionEngine(banks, cfg, device="cpu")
+    plan = P.resolve(EngineConfig(device="cpu"), cfg, banks)  # what auto picks (without compiling it)
+    eng = SelectionEngine(banks, cfg, device="cpu", backend="tensor")  # the backend that composes the terms
     ref = [list(map(int, select_reference(ctx[b], q, z, cfg).units)) for b, q, z in zip(ids, qs, Z)]
     got = [list(map(int, g)) for g in eng.select_units(ids, qs, Z)]
     try:
-        SelectionEngine(banks, cfg, device="cpu", backend="compiled")
+        P.resolve(EngineConfig(device="cpu", backend="compiled"), cfg, banks)
         refused = None
     except ConfigError as e:
         refused = str(e)
-    out[str(w)] = {"backend": eng.plan.backend, "same": got == ref, "ref": ref, "refused": refused}
+    out[str(w)] = {"backend": plan.backend, "same": got == ref, "ref": ref, "refused": refused}
 print("RESULT " + json.dumps(out))
 '''
 

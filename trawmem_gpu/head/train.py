@@ -167,7 +167,7 @@ def surrogate(head: RoleHead, b: dict, cfg: SelectConfig) -> dict[str, torch.Ten
 
 
 def _coverage_data(s: dict, b: dict) -> CoverageData:
-    """The coverage terms' batch data (``objective.CoverageData``: threads as columns + 1, a
+    """The coverage terms' batch data (``terms.CoverageData``: threads as columns + 1, a
     leading zero mass column) of a surrogate ``s`` over batch ``b``."""
     Q = s["pi"].shape[0]
     tcol = torch.where(b["umask"], b["lt"] + 1, torch.zeros_like(b["lt"]))

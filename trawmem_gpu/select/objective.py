@@ -56,8 +56,10 @@ class CoverageWeights(tuple):
             raise ValueError(f"{len(names)} coverage weights expected, got {len(weights)}")
         given = dict(zip(names, weights))
         for k, v in by_name.items():
-            if k not in names or k in given:
-                raise ValueError(f"coverage weight {k!r} {'given twice' if k in given else f'unknown (one of {names})'}")
+            if k in given:
+                raise ValueError(f"coverage weight {k!r} given twice")
+            if k not in names:
+                raise ValueError(f"coverage weight {k!r} unknown (one of {names})")
             given[k] = v
         missing = [t.weight for t in COVERAGE_TERMS if t.weight not in given and not t.optional]
         if missing:

@@ -1,7 +1,7 @@
 """J is defined once (``select/objective.py``): every optimizer, and the head's training surrogate,
 against it term by term.
 
-Each backend runs the greedy on the same random problems with one term of ``objective.TERMS``
+Each backend runs the greedy on the same random problems with one term of ``terms.TERMS``
 switched on at a time (its weight 1, every other 0; a modular term enters as the modular vector),
 then with all of them. The picks and gains must equal those of the NumPy reference
 (``objective.Objective`` + ``steps.greedy.plain_greedy``); a failure names the backend and the

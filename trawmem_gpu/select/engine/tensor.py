@@ -236,7 +236,7 @@ def chunk_of(snap: Snapshot, cfg, loc: Localized, rows: Tensor, pool: Tensor) ->
 
 
 def candidate_attrs(attrs: Tensor, gid: Tensor, cvalid: Tensor) -> Tensor:
-    """``[Qc, U, A]`` float64 the candidates' unit attributes (objective.unit_attributes)."""
+    """``[Qc, U, A]`` float64 the candidates' unit attributes (terms.unit_attributes)."""
     return attrs[torch.where(cvalid, gid, 0)].to(torch.float64)
 
 

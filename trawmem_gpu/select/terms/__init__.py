@@ -58,9 +58,10 @@ def _check() -> None:
     for what in ("position", "weight"):
         seen: dict = {}
         for t in TERMS:
-            if getattr(t, what) in seen:
-                raise ValueError(f"terms {seen[getattr(t, what)]!r} and {t.name!r} share the {what} {getattr(t, what)!r}")
-            seen[getattr(t, what)] = t.name
+            v = getattr(t, what)
+            if v in seen:
+                raise ValueError(f"terms {seen[v]!r} and {t.name!r} share the {what} {v!r}")
+            seen[v] = t.name
     first_optional = next((k for k, t in enumerate(COVERAGE_TERMS) if t.optional), len(COVERAGE_TERMS))
     late = [t.name for t in COVERAGE_TERMS[first_optional:] if not t.optional]
     if late:

@@ -24,10 +24,12 @@ def register(name: str, weight: str, *, position: int, formula: str, bound: str,
     """
     def deco(cls: type[Term]) -> type[Term]:
         if name in REGISTRY:
-            raise ValueError(f"term {name!r} registered twice ({type(REGISTRY[name]).__qualname__}, {cls.__qualname__})")
+            raise ValueError(f"term {name!r} registered twice "
+                             f"({type(REGISTRY[name]).__qualname__}, {cls.__qualname__})")
         bad = set(fused) - set(FUSED_BACKENDS if cls.kind == "coverage" else ())
         if bad:
-            raise ValueError(f"term {name!r}: only coverage terms have fused pieces, in {FUSED_BACKENDS} (not {sorted(bad)})")
+            raise ValueError(f"term {name!r}: only coverage terms have fused pieces, "
+                             f"in {FUSED_BACKENDS} (not {sorted(bad)})")
         REGISTRY[name] = cls(name, weight, formula, bound, learned, tuple(fused), optional, position)
         return cls
     return deco

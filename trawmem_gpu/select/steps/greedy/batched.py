@@ -1,6 +1,6 @@
 """The batched optimizers of J (torch, a padded batch of queries): plain greedy (one full gain
 sweep per step; the Triton kernel's specification) and lazy greedy, composed from the coverage
-terms' torch methods (``objective.CoverageTerm``): they never name a term."""
+terms' torch methods (``terms.CoverageTerm``): they never name a term."""
 from __future__ import annotations
 
 from typing import Literal
@@ -21,7 +21,7 @@ TRITON_FUSED_TERMS = fused_terms("triton")
 
 class _TorchState:
     """Shared set-up of the torch greedies: padding zeroed, the coverage terms' data
-    (``objective.CoverageData``, threads as columns with a dummy column 0 for units without one)
+    (``terms.CoverageData``, threads as columns with a dummy column 0 for units without one)
     and states, per-query weights as ``[Q, len(COVERAGE_TERMS)]``."""
 
     def __init__(self, p: GreedyProblem, w: CoverageWeights, rule: StopRule):
