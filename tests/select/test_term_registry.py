@@ -209,3 +209,24 @@ def test_the_head_learns_a_new_weight_iff_the_term_declares_it(toy):
     assert toy["learned"] == [k for k in terms.LEARNED_WEIGHTS if k not in terms.PRIORITY_WEIGHTS] + ["w_toy_roles"] + \
         list(terms.PRIORITY_WEIGHTS)
     assert toy["head"] == sorted(toy["learned"])
+
+
+def test_coverage_weights_is_one_plain_class_over_the_registry():
+    from trawmem_gpu.select.objective import CoverageWeights
+
+    names = tuple(t.weight for t in terms.COVERAGE_TERMS)
+    required = sum(not t.optional for t in terms.COVERAGE_TERMS)
+    w = CoverageWeights(*range(1, required + 1))
+    assert isinstance(w, tuple) and len(w) == len(names) and w[required:] == (0.0,) * (len(names) - required)
+    assert tuple(getattr(w, n) for n in names) == tuple(w)
+    assert CoverageWeights(**dict(zip(names, w))) == w
+    with pytest.raises(ValueError, match="missing"):
+        CoverageWeights(1.0)
+    with pytest.raises(ValueError, match="expected"):
+        CoverageWeights(*([1.0] * (len(names) + 1)))
+    with pytest.raises(ValueError, match="unknown"):
+        CoverageWeights(*w, w_nope=1.0)
+    with pytest.raises(ValueError, match="given twice"):
+        CoverageWeights(*w, **{names[0]: 1.0})
+    with pytest.raises(AttributeError):
+        w.w_nope  # noqa: B018
