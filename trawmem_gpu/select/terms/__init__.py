@@ -27,11 +27,8 @@ from ..unit_inputs import BASE_ATTRIBUTES, base_attributes
 from .base import CoverageData, CoverageTerm, ModularTerm, Pick, Term
 from .registry import FUSED_BACKENDS, REGISTRY, register
 
-_FRAMEWORK = {"base", "registry", "max_coverage"}
-"""This package's modules that hold no term: what the term modules build on."""
-for _m in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    if _m not in _FRAMEWORK:
-        importlib.import_module(f"{__name__}.{_m}")
+for _m in sorted(m.name for m in pkgutil.iter_modules(__path__)):  # each term module registers its term
+    importlib.import_module(f"{__name__}.{_m}")
 
 TERMS: tuple[Term, ...] = tuple(sorted(REGISTRY.values(), key=lambda t: t.position))
 """J's terms, in the one order of every weight vector (their ``position``)."""
