@@ -12,9 +12,9 @@ needs a ``[BLOCK_U, BLOCK_N]`` tile of ``K``, loaded from a ``[Q, U, U]`` tensor
 the engine gathers it from the per-bank support tables, or forms it with
 ``objective.support_kernel``), or the identity (``KMODE=2``). A unit's gain is J's (``objective``):
 ``w_cov * cov + w_role * role + m(u) + w_thr * thr`` with the modular part ``m`` precomputed and the
-coverage weights per query, read by their columns in ``objective.COVERAGE_TERMS`` order. The kernel
+coverage weights per query, read by their columns in ``terms.COVERAGE_TERMS`` order. The kernel
 holds the pieces (``<term>_gain``, ``<term>_add``) of the coverage terms that declare ``triton`` in
-``objective.TERMS`` (:data:`FUSED_TERMS`); the dispatcher uses it only while every coverage term
+``terms.TERMS`` (:data:`FUSED_TERMS`); the dispatcher uses it only while every coverage term
 with a weight is one of them, ``tests/select/agreement/test_objective.py`` checks it term by term and
 ``tests/select/test_term_registry.py`` that its pieces are those the terms declare. The running
 best (value, index) keeps the earlier block on ties and each block takes its smallest index among
@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..select.objective import COVERAGE_TERMS
+from ..select.terms import COVERAGE_TERMS
 from ..select.steps.greedy.batched import TRITON_FUSED_TERMS as FUSED_TERMS  # noqa: F401 - the terms held here
 
 INTERPRETED = bool(triton.knobs.runtime.interpret)

@@ -199,7 +199,8 @@ def _dated(bank, start: datetime, days_per_thread: float):
 def test_recency_bonus_with_query_dates(kw):
     """w_rec > 0 and a query date favour recent units, alike in the engine and the reference; no
     date (or w_rec = 0, the default) changes nothing."""
-    from trawmem_gpu.select.objective import ModularInputs, date_seconds, recency
+    from trawmem_gpu.select.objective import ModularInputs, date_seconds
+    from trawmem_gpu.select.terms.recency import recency
 
     t0 = datetime(2023, 1, 1, tzinfo=timezone.utc)
     banks = [_dated(b, t0, 20.0) for b in _banks(seed=40)]

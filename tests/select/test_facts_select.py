@@ -182,7 +182,8 @@ TENSOR_VARIANTS = [v for v in VARIANTS if v["backend"] == "tensor"]  # the fused
 
 
 def test_restatement_groups_join_a_fact_and_its_source_turns(views):
-    from trawmem_gpu.select.objective import GROUP, restatement_groups, unit_attributes
+    from trawmem_gpu.select.objective import GROUP, restatement_groups
+    from trawmem_gpu.select.terms import unit_attributes
 
     v = views[0]
     g, idx = restatement_groups(v), v.index_of()

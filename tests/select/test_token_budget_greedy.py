@@ -151,6 +151,9 @@ def _batch_problem(seed, Q, U, T):
 
 def _numba_batch(p, w, rule):
     """The compiled greedy of the CPU engine, one query at a time (as ``engine/compiled.py``)."""
+    from trawmem_gpu.select.steps.greedy.compiled import FusedWeights
+
+    fused = FusedWeights(*(getattr(w, name) for name in FusedWeights._fields))  # the fused terms' weights
     Q, U = p.pi.shape
     T = p.thread_mass.shape[1]
     s = G.greedy_scratch(U, 3, T + 1)
@@ -163,7 +166,7 @@ def _numba_batch(p, w, rule):
         lt = np.ascontiguousarray(p.thread[q][live])
         args = (np.ascontiguousarray(p.pi[q][live]), np.ascontiguousarray(p.rho[q][live]), p.delta[q],
                 np.ascontiguousarray(p.modular[q][live]), lt, p.thread_mass[q][lt], K @ p.pi[q][live],
-                G.KSource(K.reshape(-1), 0, len(live), np.arange(len(live)), False), w,
+                G.KSource(K.reshape(-1), 0, len(live), np.arange(len(live)), False), fused,
                 G.StopRule(min(int(rule.budget[q]), len(live)), 2.0, len(live), None),
                 np.ascontiguousarray(tb.unit_cost[q][live]), np.ascontiguousarray(tb.head_cost[q]),
                 float(tb.capacity[q]))

@@ -5,6 +5,7 @@ import numpy as np
 import torch
 
 from trawmem_gpu.select import objective as J
+from trawmem_gpu.select.terms import UNIT_ATTRIBUTES
 from trawmem_gpu.select.config import SelectConfig
 from trawmem_gpu.select.steps import greedy as G
 
@@ -23,7 +24,7 @@ def _problem(seed: int, Q: int, U: int, T: int) -> dict:
     rho = rng.dirichlet(np.ones(3), size=(Q, U))
     # unit attributes: dates up to 90 days before NOW in column 0 (``time``), small ids or NaN in
     # any other column (what a term that reads attributes sees: shared values across units)
-    A = len(J.UNIT_ATTRIBUTES)
+    A = len(UNIT_ATTRIBUTES)
     attrs = np.where(rng.random((Q, U, A)) < 0.3, np.nan, rng.integers(1, 6, (Q, U, A)).astype(float))
     attrs[..., 0] = NOW - rng.random((Q, U)) * 90 * 86400
     attrs[..., J.GROUP] = rng.integers(-1, 4, (Q, U))  # restatement groups, shared by several units; -1 = none

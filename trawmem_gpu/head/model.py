@@ -37,13 +37,13 @@ from torch import nn
 
 from ..errors import TrawmemError, loads_json
 from ..select.config import DEMAND_FEATURES, UNIT_FEATURES, SelectConfig
-from ..select.objective import LEARNED_WEIGHTS
+from ..select.terms import LEARNED_WEIGHTS
 from ..select.steps.roles import demand_mix
 
 FORMAT = "trawmem-role-head"
 FORMAT_VERSION = 1
 # LEARNED_WEIGHTS (``objective``: the terms declared ``learned``, then the priority weights) are the
-# SelectConfig fields the head sets per query, in ``objective.QUERY_WEIGHTS`` order, and part of the
+# SelectConfig fields the head sets per query, in ``terms.QUERY_WEIGHTS`` order, and part of the
 # file format. The other weights (``w_rec``, ``w_grp``) keep the config's value. Fields that shape
 # the candidate set (seeds, hops, affinity, ...) are never overridden: the training surrogate
 # precomputes U_q under them.

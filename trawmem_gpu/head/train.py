@@ -36,10 +36,9 @@ from tqdm.auto import tqdm
 from ..select.config import SelectConfig
 from ..select.context import BankContext
 from ..select.params import QueryParams
-from ..select.objective import COVERAGE_TERMS, QUERY_WEIGHTS, CoverageData, ModularInputs, Pick, combine_gain, \
-    date_seconds, \
-    modular_gain, support_kernel
+from ..select.objective import ModularInputs, combine_gain, date_seconds, modular_gain, support_kernel
 from ..select.reference import localize
+from ..select.terms import COVERAGE_TERMS, QUERY_WEIGHTS, CoverageData, Pick
 from ..select.steps.priority import effective_budget
 from ..dictconfig import with_keywords
 from .defaults import FitOptions
@@ -168,7 +167,7 @@ def surrogate(head: RoleHead, b: dict, cfg: SelectConfig) -> dict[str, torch.Ten
 
 
 def _coverage_data(s: dict, b: dict) -> CoverageData:
-    """The coverage terms' batch data (``objective.CoverageData``: threads as columns + 1, a
+    """The coverage terms' batch data (``terms.CoverageData``: threads as columns + 1, a
     leading zero mass column) of a surrogate ``s`` over batch ``b``."""
     Q = s["pi"].shape[0]
     tcol = torch.where(b["umask"], b["lt"] + 1, torch.zeros_like(b["lt"]))

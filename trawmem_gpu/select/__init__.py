@@ -3,7 +3,10 @@
 Layout (the method reads top-down; every fast path sits beside its reference):
 
 * ``config.py``: ``SelectConfig`` (the method) and ``EngineConfig`` (how the engine runs it);
-* ``objective.py``: J, defined once (its terms, weights, gains, bounds and the K formula);
+* ``terms/``: J's terms, one module each (its gain and state update, NumPy and torch, its weight
+  and bound), registered by a decorator; the views every backend reads (``terms.TERMS``, ...);
+* ``objective.py``: J composed from the terms (weights, the modular part, the gains' one sum order,
+  the NumPy ``Objective``) and the K formula;
 * ``steps/``: one module per design step, each with its NumPy reference, torch and numba variants;
 * ``reference.py``: ``select_reference``, the steps' references composed, one query;
 * ``engine/``: ``SelectionEngine``, the batched variants composed, many queries over many banks;

@@ -10,8 +10,8 @@ Cached machine code goes to one directory per version of this package's selectio
 (``~/.cache/trawmem_gpu/numba/<hash>``): numba keys a cache entry on the file of the function
 it compiles, not on the files of the functions it calls, so an edit of a callee in another
 module would otherwise leave a stale caller in ``__pycache__``. Compiled code also freezes the
-globals it reads (the term lists' weight columns, for one), so a process that registers a term
-(``objective.register_term``) keys its directory on the terms too (:func:`salt_cache`).
+globals it reads (the term lists' weight columns, for one): a term is a module of ``terms/``, one
+of these sources, so a tree with other terms caches apart.
 """
 from __future__ import annotations
 
@@ -30,13 +30,6 @@ except Exception:  # noqa: BLE001
     HAS_NUMBA = False
 
 _SELECT = Path(__file__).resolve().parent
-_SALT: list[str] = []
-
-
-def salt_cache(text: str) -> None:
-    """Key the cache directory of functions compiled from now on on ``text`` too."""
-    _SALT.append(text)
-    cache_dir.cache_clear()
 
 
 @lru_cache(maxsize=1)
@@ -45,8 +38,6 @@ def cache_dir() -> str:
     h = hashlib.sha256()
     for p in sorted(_SELECT.rglob("*.py")):
         h.update(p.relative_to(_SELECT).as_posix().encode() + b"\0" + p.read_bytes())
-    for text in _SALT:
-        h.update(b"\0salt\0" + text.encode())
     root = os.environ.get("TRAWMEM_NUMBA_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "trawmem_gpu", "numba")
     return os.path.join(root, h.hexdigest()[:16])

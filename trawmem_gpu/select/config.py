@@ -159,7 +159,7 @@ class SelectConfig(DictFields):
     w_thr: float = 0.0
     """Weight of the thread-coverage term of J (0 by default, like ``cross_thread``; the paper: 1)."""
     w_grp: float = 0.0
-    """Weight of the group affinity of J (``objective.GroupAffinity``): with support links (facts as
+    """Weight of the group affinity of J (``terms/group_affinity.py``): with support links (facts as
     units), the affinity of a restatement group (a fact and its source turns) counts once, as the max
     over its picked units, and the grouped units leave the affinity sum. ``w_grp = w_aff`` counts
     every unit's affinity at the same weight, once per group; 0 = off (a fact and its turn both count)."""
@@ -261,7 +261,7 @@ MULTI_THREAD = dict(cross_thread=True, w_thr=1.0)
 
 
 def _objective_weights() -> tuple[str, ...]:
-    from .objective import WEIGHTS  # the objective owns its weights' names and order
+    from .terms import WEIGHTS  # the terms' registry owns its weights' names and order
 
     return WEIGHTS
 

@@ -10,7 +10,8 @@ from ..store.graph import SEMANTIC
 from ..store.bank import Bank
 from .workspace import DEFAULT_HEADINGS, token_costs
 from .lexical import BM25Index
-from .objective import support_floor, unit_attributes
+from .objective import support_floor
+from .terms import unit_attributes
 from .steps.relevance import RelevanceStatic, relevance_static
 from .text_features import temporal_flags
 
@@ -50,7 +51,7 @@ class BankContext:
     adj: list[list[tuple[int, float, int]]]
     """Per thread: (neighbour, weight, kind) over G_H."""
     attrs: np.ndarray
-    """[N, A] the per-unit inputs of J's modular terms (``objective.unit_attributes``)."""
+    """[N, A] the per-unit inputs of J's modular terms (``terms.unit_attributes``)."""
     relevance: RelevanceStatic
     """The query-independent inputs of the ``learned`` affinity's features."""
     _token_costs: dict = field(default_factory=dict, repr=False, compare=False)

@@ -71,7 +71,7 @@ class Localized:
     graph_cost: np.ndarray
     """[T, U] d_q(T_j, v): head-graph distance plus in-thread distance."""
     attrs: np.ndarray
-    """[U, A] the candidates' rows of ``objective.unit_attributes``."""
+    """[U, A] the candidates' rows of ``terms.unit_attributes``."""
 
 
 def localize(ctx: BankContext, question: str, z: np.ndarray, cfg: SelectConfig, params: QueryParams,

@@ -139,7 +139,7 @@ def _is_torch(x) -> bool:
 def restatement_groups(bank) -> np.ndarray:
     """``[N]`` int64: each unit's restatement group, the smallest unit index of its component in the
     graph of the support links (a fact and the turns it restates, joined through shared turns); -1
-    for a unit without links. J's group affinity (``objective.GroupAffinity``) counts the affinity
+    for a unit without links. J's group affinity (``terms/group_affinity.py``) counts the affinity
     of a group's picked units once, as their max."""
     n = bank.n_units
     src, dst = getattr(bank, "support_src", None), getattr(bank, "support_dst", None)

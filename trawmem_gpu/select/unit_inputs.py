@@ -1,6 +1,7 @@
 """The per-unit inputs of J's terms (``objective`` re-exports these): what the modular terms read
-(:class:`ModularInputs`), the query-independent columns of :func:`unit_attributes` (stored per
-bank) and dates as POSIX seconds (:func:`date_seconds`, a unit's and a query's)."""
+(:class:`ModularInputs`), the base query-independent columns of ``terms.unit_attributes``
+(:func:`base_attributes`; a term may add its own) and dates as POSIX seconds (:func:`date_seconds`,
+a unit's and a query's)."""
 from __future__ import annotations
 
 import math
@@ -15,7 +16,7 @@ class ModularInputs:
     """What the modular terms read, per candidate (NumPy arrays or torch tensors).
 
     :param alpha: ``[..., U]`` affinity (step 3)
-    :param attrs: ``[..., U, len(UNIT_ATTRIBUTES)]`` the candidates' rows of :func:`unit_attributes`,
+    :param attrs: ``[..., U, len(terms.UNIT_ATTRIBUTES)]`` the candidates' rows of ``terms.unit_attributes``,
         or a function that gathers them (called once, only if a term with a non-zero weight reads them)
     :param now: ``[..., 1]`` (or a scalar) the query's date in POSIX seconds (:func:`date_seconds`), NaN if none
     """
@@ -30,15 +31,15 @@ class ModularInputs:
         return self._attrs
 
 
-UNIT_ATTRIBUTES: tuple[str, ...] = ("time", "group")
-"""Query-independent per-unit inputs of the terms (columns of :func:`unit_attributes`): ``time``, the
-unit's date (POSIX seconds, NaN when the source gave none); ``group``, its restatement group
-(:func:`restatement_groups`, -1 = none)."""
-GROUP = UNIT_ATTRIBUTES.index("group")
+BASE_ATTRIBUTES: tuple[str, ...] = ("time", "group")
+"""The first query-independent per-unit inputs of the terms (the first columns of
+``terms.unit_attributes``, before those the terms add): ``time``, the unit's date (POSIX seconds,
+NaN when the source gave none); ``group``, its restatement group (:func:`restatement_groups`, -1 = none)."""
+GROUP = BASE_ATTRIBUTES.index("group")
 
 
-def unit_attributes(bank) -> np.ndarray:
-    """``[N, len(UNIT_ATTRIBUTES)]`` float64: the per-unit columns the terms read."""
+def base_attributes(bank) -> np.ndarray:
+    """``[N, len(BASE_ATTRIBUTES)]`` float64: the per-unit columns of :data:`BASE_ATTRIBUTES`."""
     time = np.array([date_seconds(t.time) for t in bank.turns], dtype=np.float64).reshape(bank.n_units)
     return np.stack([time, restatement_groups(bank).astype(np.float64)], axis=1)
 

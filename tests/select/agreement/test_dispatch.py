@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from trawmem_gpu.errors import ConfigError
-from trawmem_gpu.select import objective as J
+from trawmem_gpu.select import objective as J, terms
 from trawmem_gpu.select.config import EngineConfig, SelectConfig
 from trawmem_gpu.select.engine import SelectionEngine, plan as P
 from trawmem_gpu.select.steps import greedy as G
@@ -22,8 +22,8 @@ from engine_banks import banks, queries  # noqa: F401 - fixtures
 from objective_problems import _problem as random_problem, _problem_of as problem_of
 
 
-class PairCoverage(J.CoverageTerm):
-    """A made-up coverage term: pairs of adjacent local threads, each paid once (its mass: the
+class PairCoverage(terms.CoverageTerm):
+    """A made-up coverage term (not registered: the fixture patches it into the term lists): pairs of adjacent local threads, each paid once (its mass: the
     pair's priority mass). Only here, to show that composing optimizers need nothing else."""
 
     def _p(self, d, u):
@@ -72,19 +72,19 @@ class PairCoverage(J.CoverageTerm):
         return new
 
 
-PAIR = PairCoverage("pair_coverage", "w_pair", "coverage", "sum_pairs [S hits pair] mass_pair", "<= mass_pair")
+PAIR = PairCoverage("pair_coverage", "w_pair", "sum_pairs [S hits pair] mass_pair", "<= mass_pair", position=70)
 
 
 @pytest.fixture
 def four_terms(monkeypatch):
     """J's fused coverage terms, its modular terms and the made-up term, patched where the term
     lists are read (so the test does not depend on which other terms J has)."""
-    base = tuple(J.TERM_BY_NAME[n] for n in GB.TRITON_FUSED_TERMS)
-    terms = tuple(t for t in J.TERMS if t.kind == "modular" or t in base) + (PAIR,)
+    base = tuple(terms.TERM_BY_NAME[n] for n in GB.TRITON_FUSED_TERMS)
+    all_terms = tuple(t for t in terms.TERMS if t.kind == "modular" or t in base) + (PAIR,)
     cov = base + (PAIR,)
     for mod in (J, GB, P):
         monkeypatch.setattr(mod, "COVERAGE_TERMS", cov, raising=False)
-    monkeypatch.setattr(J, "TERMS", terms)
+    monkeypatch.setattr(J, "TERMS", all_terms)
     monkeypatch.setattr(SelectConfig, "w_pair", 1.5, raising=False)  # its weight (a class default)
     return cov
 
@@ -146,7 +146,7 @@ def test_plan_is_explicit(banks):  # noqa: F811
 
 def test_triton_greedy_refuses_a_token_budget():
     p = _problem(4)
-    W1 = tuple(1.0 if t.name in GB.TRITON_FUSED_TERMS else 0.0 for t in J.COVERAGE_TERMS)
+    W1 = tuple(1.0 if t.name in GB.TRITON_FUSED_TERMS else 0.0 for t in terms.COVERAGE_TERMS)
     rule = G.StopRule(torch.full((3,), 4), 2.0, 4, G.TokenBudget(torch.full((3,), 50.0), torch.ones(3, 15) * 5,
                                                                 torch.ones(3, 5), False))
     with pytest.raises(ValueError, match="no token knapsack"):
@@ -157,7 +157,7 @@ def test_triton_greedy_refuses_a_token_budget():
 def test_fused_term_lists_match_the_kernels():
     from trawmem_gpu.select.steps.greedy.compiled import FUSED_TERMS
 
-    assert FUSED_TERMS == GB.TRITON_FUSED_TERMS and set(FUSED_TERMS) <= {t.name for t in J.COVERAGE_TERMS}
+    assert FUSED_TERMS == GB.TRITON_FUSED_TERMS and set(FUSED_TERMS) <= {t.name for t in terms.COVERAGE_TERMS}
 
 
 def test_engine_with_a_new_term_matches_the_reference(four_terms, banks, queries, monkeypatch):  # noqa: F811
@@ -167,11 +167,11 @@ def test_engine_with_a_new_term_matches_the_reference(four_terms, banks, queries
     from trawmem_gpu.select.reference import select_reference
 
     monkeypatch.setattr(SelectConfig, "w_pair", 1.5, raising=False)
-    monkeypatch.setattr(J, "WEIGHTS", J.WEIGHTS + ("w_pair",))
+    monkeypatch.setattr(terms, "WEIGHTS", terms.WEIGHTS + ("w_pair",))  # SelectConfig checks these
     from trawmem_gpu.select.steps import roles
 
     for mod in (J, roles):
-        monkeypatch.setattr(mod, "QUERY_WEIGHTS", J.QUERY_WEIGHTS + ("w_pair",))
+        monkeypatch.setattr(mod, "QUERY_WEIGHTS", terms.QUERY_WEIGHTS + ("w_pair",))
     ids, qs, Z = queries
     cfg = SelectConfig()
     got = SelectionEngine(banks, cfg, device="cpu").select_units(ids, qs, Z)

@@ -1,7 +1,7 @@
 """J is defined once (``select/objective.py``): every optimizer, and the head's training surrogate,
 against it term by term.
 
-Each backend runs the greedy on the same random problems with one term of ``objective.TERMS``
+Each backend runs the greedy on the same random problems with one term of ``terms.TERMS``
 switched on at a time (its weight 1, every other 0; a modular term enters as the modular vector),
 then with all of them. The picks and gains must equal those of the NumPy reference
 (``objective.Objective`` + ``steps.greedy.plain_greedy``); a failure names the backend and the
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from trawmem_gpu.select import objective as J
+from trawmem_gpu.select import objective as J, terms
 from trawmem_gpu.select._jit import HAS_NUMBA
 from trawmem_gpu.select.config import SelectConfig
 from trawmem_gpu.select.steps import greedy as G
@@ -34,11 +34,11 @@ SIZES = [(3, 13, 4), (2, 29, 6)]  # (queries, candidates, threads)
 def _cases():
     """(label, coverage weights in ``COVERAGE_TERMS`` order, modular weights): each term alone,
     then all of them."""
-    for t in J.TERMS:
-        w = {k: 1.0 if k == t.weight else 0.0 for k in J.WEIGHTS}
-        yield t.name, J.coverage_weights(w), {m.weight: w[m.weight] for m in J.MODULAR_TERMS}
-    yield "all terms", tuple(0.7 + 0.3 * k for k in range(len(J.COVERAGE_TERMS))), \
-        {m.weight: 0.5 for m in J.MODULAR_TERMS}
+    for t in terms.TERMS:
+        w = {k: 1.0 if k == t.weight else 0.0 for k in terms.WEIGHTS}
+        yield t.name, J.coverage_weights(w), {m.weight: w[m.weight] for m in terms.MODULAR_TERMS}
+    yield "all terms", tuple(0.7 + 0.3 * k for k in range(len(terms.COVERAGE_TERMS))), \
+        {m.weight: 0.5 for m in terms.MODULAR_TERMS}
 
 
 def _modular(x: dict, w: dict) -> np.ndarray:
@@ -49,11 +49,11 @@ def _modular(x: dict, w: dict) -> np.ndarray:
 
 def _fused_covers(w, fused) -> bool:
     """Whether a fused backend (restating ``fused``) computes every term that ``w`` weighs."""
-    return all(t.name in fused for t, v in zip(J.COVERAGE_TERMS, w) if float(v) != 0.0)
+    return all(t.name in fused for t, v in zip(terms.COVERAGE_TERMS, w) if float(v) != 0.0)
 
 
 def _fused_weights(w, fused) -> tuple:
-    by = {t.name: float(v) for t, v in zip(J.COVERAGE_TERMS, w)}
+    by = {t.name: float(v) for t, v in zip(terms.COVERAGE_TERMS, w)}
     return tuple(by[n] for n in fused)
 
 
@@ -108,10 +108,10 @@ def _surrogate(x, w, modular):
     t = {k: torch.as_tensor(v) for k, v in x.items()}
     Q, U = t["pi"].shape
     s = {"pi": t["pi"], "rho": t["rho"], "delta": t["delta"], "mass": t["thread_mass"],
-         "modular": torch.as_tensor(modular), "weights": {term.weight: v for term, v in zip(J.COVERAGE_TERMS, w)}}
+         "modular": torch.as_tensor(modular), "weights": {term.weight: v for term, v in zip(terms.COVERAGE_TERMS, w)}}
     d = _coverage_data(s, {"K": t["K"], "lt": t["thread"], "umask": t["valid"], "attrs": t["attrs"],
                               "alpha": t["alpha"]})
-    state = [term.init_t(d) for term in J.COVERAGE_TERMS]
+    state = [term.init_t(d) for term in terms.COVERAGE_TERMS]
     free = torch.ones(Q, U, dtype=torch.bool)
     out = [([], []) for _ in range(Q)]
     qi, every = torch.arange(Q), torch.ones(Q, dtype=torch.bool)
@@ -122,7 +122,7 @@ def _surrogate(x, w, modular):
             if len(out[q][0]) < int(x["budget"][q]):
                 out[q][0].append(int(u[q]))
                 out[q][1].append(float(g[q, u[q]]))
-        state = [term.add_t(d, st, lambda a: a[qi, u], every) for term, st in zip(J.COVERAGE_TERMS, state)]
+        state = [term.add_t(d, st, lambda a: a[qi, u], every) for term, st in zip(terms.COVERAGE_TERMS, state)]
         free[qi, u] = False
     return out
 
@@ -170,15 +170,15 @@ def test_terms_registry_is_the_one_order():
     """The weight order, the config's fields and the learned head's weights all come from TERMS."""
     from trawmem_gpu.head.model import LEARNED_WEIGHTS
 
-    assert J.WEIGHTS == tuple(t.weight for t in J.TERMS)
-    assert J.QUERY_WEIGHTS[:len(J.WEIGHTS)] == J.WEIGHTS
-    assert all(hasattr(SelectConfig(), k) for k in J.QUERY_WEIGHTS)
-    assert [k for k in J.QUERY_WEIGHTS if k in LEARNED_WEIGHTS] == list(LEARNED_WEIGHTS)
-    assert {t.kind for t in J.TERMS} == {"modular", "coverage"}
-    assert all((t.value is not None) == (t.kind == "modular") for t in J.TERMS)
+    assert terms.WEIGHTS == tuple(t.weight for t in terms.TERMS)
+    assert terms.QUERY_WEIGHTS[:len(terms.WEIGHTS)] == terms.WEIGHTS
+    assert all(hasattr(SelectConfig(), k) for k in terms.QUERY_WEIGHTS)
+    assert [k for k in terms.QUERY_WEIGHTS if k in LEARNED_WEIGHTS] == list(LEARNED_WEIGHTS)
+    assert {t.kind for t in terms.TERMS} == {"modular", "coverage"}
+    assert all((t.value is not None) == (t.kind == "modular") for t in terms.TERMS)
     W = J.weight_matrix(SelectConfig(w_role=0.25), 3, {"tau": np.array([1.0, 2.0, 3.0])})
-    assert W.shape == (3, len(J.QUERY_WEIGHTS)) and (W[:, J.COL["w_role"]] == 0.25).all()
-    assert W[:, J.TAU].tolist() == [1.0, 2.0, 3.0]
+    assert W.shape == (3, len(terms.QUERY_WEIGHTS)) and (W[:, terms.COL["w_role"]] == 0.25).all()
+    assert W[:, terms.TAU].tolist() == [1.0, 2.0, 3.0]
 
 
 def test_support_formula_once():
@@ -208,23 +208,23 @@ def test_modular_gain_skips_zero_weights_exactly_and_gathers_lazily():
 
     def attrs():
         calls.append(1)
-        return NOW - rng.random((3, 5, len(J.UNIT_ATTRIBUTES))) * 86400 * 30
+        return NOW - rng.random((3, 5, len(terms.UNIT_ATTRIBUTES))) * 86400 * 30
 
-    only_aff = {t.weight: (0.7 if t.name == "affinity" else 0.0) for t in J.MODULAR_TERMS}
+    only_aff = {t.weight: (0.7 if t.name == "affinity" else 0.0) for t in terms.MODULAR_TERMS}
     m = J.modular_gain(J.ModularInputs(alpha, attrs, np.full((3, 1), NOW)), only_aff, SelectConfig())
     assert np.array_equal(m, 0.7 * alpha) and not calls
-    zero = {t.weight: 0.0 for t in J.MODULAR_TERMS}
+    zero = {t.weight: 0.0 for t in terms.MODULAR_TERMS}
     assert np.array_equal(J.modular_gain(J.ModularInputs(alpha, attrs, NOW), zero, SelectConfig()), 0 * alpha)
-    if len(J.MODULAR_TERMS) > 1:
+    if len(terms.MODULAR_TERMS) > 1:
         J.modular_gain(J.ModularInputs(alpha, attrs, NOW), {k: 1.0 for k in zero}, SelectConfig())
         assert calls == [1]
 
 
 def test_modular_gain_is_the_weighted_sum_of_the_terms():
     rng = np.random.default_rng(0)
-    x = J.ModularInputs(rng.random((2, 7)), np.zeros((2, 7, len(J.UNIT_ATTRIBUTES))), np.full((2, 1), np.nan))
-    w = {t.weight: float(rng.random()) for t in J.MODULAR_TERMS}
-    want = sum(w[t.weight] * t.value(x, SelectConfig()) for t in J.MODULAR_TERMS)
+    x = J.ModularInputs(rng.random((2, 7)), np.zeros((2, 7, len(terms.UNIT_ATTRIBUTES))), np.full((2, 1), np.nan))
+    w = {t.weight: float(rng.random()) for t in terms.MODULAR_TERMS}
+    want = sum(w[t.weight] * t.value(x, SelectConfig()) for t in terms.MODULAR_TERMS)
     np.testing.assert_allclose(J.modular_gain(x, w, SelectConfig()), want, rtol=1e-15)
     tw = {k: torch.tensor(v, dtype=torch.float64) for k, v in w.items()}
     xt = J.ModularInputs(torch.as_tensor(x.alpha), torch.as_tensor(x.attrs), torch.as_tensor(x.now))

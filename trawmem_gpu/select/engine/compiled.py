@@ -25,7 +25,8 @@ import numpy as np
 import torch
 
 from .._jit import njit
-from ..objective import LAMBDA_M, LAMBDA_R, TAU, support_from_cosine_compiled
+from ..objective import support_from_cosine_compiled
+from ..terms import LAMBDA_M, LAMBDA_R, TAU
 from ..steps import candidates as step3, mask as step_mask, relevance as step3r, roles as step4
 from ..steps.greedy.compiled import W_COV, W_ROLE, W_THR, FusedWeights
 from ..steps.greedy import CompiledQuery, GreedyScratch, KSource, StopRule, best_of_two_compiled, lazy_greedy_one

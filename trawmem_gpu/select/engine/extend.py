@@ -30,7 +30,7 @@ import numpy as np
 
 from ...store.bank import Bank
 from ..context import unit_features
-from ..objective import unit_attributes
+from ..terms import unit_attributes
 from ..steps.priority import in_thread_distances
 from ..steps.relevance import relevance_static
 from ..workspace import TokenCosts, date_label, token_costs

@@ -82,7 +82,7 @@ def roles_count(W: np.ndarray) -> np.ndarray:
     matrix, ``objective.weight_matrix``): a nonzero ``lambda_r`` (phi in the costs) or a nonzero
     weight of a term that reads rho. Elsewhere the bridge feature changes nothing (0 times a finite
     value adds exactly 0), so a cut thread's bridge need not be computed."""
-    from ..objective import COL, COVERAGE_TERMS, LAMBDA_R
+    from ..terms import COL, COVERAGE_TERMS, LAMBDA_R
 
     cols = [LAMBDA_R] + [COL[t.weight] for t in COVERAGE_TERMS if getattr(t, "x", None) == "rho"]
     return (np.asarray(W)[:, cols] != 0).any(axis=1)

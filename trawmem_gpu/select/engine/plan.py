@@ -15,7 +15,7 @@ import torch
 from ...errors import ConfigError
 from .._jit import HAS_NUMBA
 from ..config import EngineConfig, SelectConfig
-from ..objective import COVERAGE_TERMS, fused_terms
+from ..terms import COVERAGE_TERMS, fused_terms
 from ..steps.candidates import uses_bm25
 from ..steps.priority import HAS_TRITON
 from ..steps.seeds import faiss_available
@@ -93,7 +93,7 @@ def compiled_front_applies(cfg: SelectConfig, dtype: torch.dtype, sim: str) -> s
 
 def fused_terms_apply(fused: tuple[str, ...], cfg: SelectConfig) -> str | None:
     """None when every coverage term of J that counts for ``cfg`` is among the ``fused`` ones whose
-    pieces a fast path holds (``objective.fused_terms``), else why not. A term whose weight is 0
+    pieces a fast path holds (``terms.fused_terms``), else why not. A term whose weight is 0
     counts for nothing (0 * gain adds exactly +0.0, and a learned head scales the config's weights,
     so it stays 0)."""
     live = tuple(t.name for t in COVERAGE_TERMS if float(getattr(cfg, t.weight, 0.0)) != 0.0)

@@ -44,9 +44,10 @@ from torch import Tensor
 from ...store.graph import SEMANTIC
 from ...store.bank import Bank
 from ..lexical import BM25Index
-from ..objective import UNIT_ATTRIBUTES, support_floor, support_kernel, support_links
+from ..objective import support_floor, support_kernel, support_links
 from ..support import SupportLinks
 from ..steps.candidates import BM25Store
+from ..terms import UNIT_ATTRIBUTES
 from .extend import EXTENDED, extend_arrays, kept_prefix, whole_arrays
 from .publish import kept_rows, write_in_place
 

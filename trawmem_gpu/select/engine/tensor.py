@@ -20,8 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..objective import COVERAGE_TERMS, ModularInputs, coverage_weights, modular_gain, support_kernel, \
-    weight_columns
+from ..objective import ModularInputs, coverage_weights, modular_gain, support_kernel, weight_columns
 from ..steps import candidates as step3
 from ..steps import propagation as step2
 from ..steps import relevance as step3r
@@ -32,6 +31,7 @@ from ..steps.greedy import GreedyProblem, TokenBudget, config_rule, greedy_lazy_
 from ..steps.priority import PriorityInputs, PriorityWeights, edge_costs_torch, effective_budget, gravity_torch, \
     role_priority
 from ..tensor_ops import NEG_INF, POS_INF
+from ..terms import COVERAGE_TERMS
 from . import pool
 from .batch import QueryBatch, Timer, own_rows, similarity
 from .masks import chunk_bridge, roles_count
@@ -236,7 +236,7 @@ def chunk_of(snap: Snapshot, cfg, loc: Localized, rows: Tensor, pool: Tensor) ->
 
 
 def candidate_attrs(attrs: Tensor, gid: Tensor, cvalid: Tensor) -> Tensor:
-    """``[Qc, U, A]`` float64 the candidates' unit attributes (objective.unit_attributes)."""
+    """``[Qc, U, A]`` float64 the candidates' unit attributes (terms.unit_attributes)."""
     return attrs[torch.where(cvalid, gid, 0)].to(torch.float64)
 
 

@@ -10,7 +10,7 @@ step  what                                                   module
 3     candidates U_q and their affinity alpha                ``candidates.py``
 4     demand delta, unit features, rho, phi                  ``roles.py``
 5-6   costs C, B_q, priorities w and pi                      ``priority.py``
-7     the objective J                                        ``../objective.py``
+7     the objective J, its terms                             ``../objective.py``, ``../terms/``
 7     greedy maximization of J, the budget / stop rule       ``greedy.py``
 8     workspace assembly                                     ``trawmem_gpu/select/workspace.py``
 ====  =====================================================  ================================

@@ -20,7 +20,8 @@ import torch
 from torch import Tensor
 
 from .._jit import njit
-from ..objective import QUERY_WEIGHTS, weight_matrix
+from ..objective import weight_matrix
+from ..terms import QUERY_WEIGHTS
 from ..tensor_ops import NEG_INF
 from ..text_features import demand_features
 

@@ -9,7 +9,7 @@ weights, call the terms and own only the order of evaluation.
   step; :func:`greedy_lazy_torch`, lazy), composed from the terms' torch methods, and the Triton
   plain kernel (``kernels/greedy.py``) behind :func:`greedy_select`;
 * ``compiled.py``: the per-query lazy greedy in numba (:func:`lazy_greedy_one`), with the pieces of
-  the coverage terms that declare ``numba`` in ``objective.TERMS`` fused inline (``FUSED_TERMS``).
+  the coverage terms that declare ``numba`` in ``terms.TERMS`` fused inline (``FUSED_TERMS``).
 
 All pick exactly what plain greedy picks, ties to the lowest candidate index; the float32 paths
 (torch float32, Triton) may break a near-tie (gains within float32 rounding) differently.

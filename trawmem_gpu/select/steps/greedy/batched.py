@@ -1,6 +1,6 @@
 """The batched optimizers of J (torch, a padded batch of queries): plain greedy (one full gain
 sweep per step; the Triton kernel's specification) and lazy greedy, composed from the coverage
-terms' torch methods (``objective.CoverageTerm``): they never name a term."""
+terms' torch methods (``terms.CoverageTerm``): they never name a term."""
 from __future__ import annotations
 
 from typing import Literal
@@ -8,7 +8,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ...objective import COVERAGE_TERMS, INFORMATION, CoverageData, CoverageWeights, Pick, combine_gain, fused_terms
+from ...objective import CoverageWeights, combine_gain
+from ...terms import COVERAGE_TERMS, INFORMATION, CoverageData, Pick, fused_terms
 from ..priority import kernels, per_query, use_triton
 from .reference import GreedyProblem
 from .rule import StopRule, coverage_reached, greedy_key, marginal_cost, pick_limit
@@ -20,7 +21,7 @@ TRITON_FUSED_TERMS = fused_terms("triton")
 
 class _TorchState:
     """Shared set-up of the torch greedies: padding zeroed, the coverage terms' data
-    (``objective.CoverageData``, threads as columns with a dummy column 0 for units without one)
+    (``terms.CoverageData``, threads as columns with a dummy column 0 for units without one)
     and states, per-query weights as ``[Q, len(COVERAGE_TERMS)]``."""
 
     def __init__(self, p: GreedyProblem, w: CoverageWeights, rule: StopRule):

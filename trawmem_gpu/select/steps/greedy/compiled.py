@@ -1,5 +1,5 @@
 """The compiled optimizer of J (numba, one query at a time): lazy greedy with the coverage terms
-whose ``numba`` pieces are here fused inline (:data:`FUSED_TERMS`, from ``objective.TERMS``), K rows
+whose ``numba`` pieces are here fused inline (:data:`FUSED_TERMS`, from ``terms.TERMS``), K rows
 gathered from the bank's support table on first use. Each such term's pieces, ``<term>_gain`` and
 ``<term>_add``, restate its gain and update; the dispatcher (``engine/plan.py``) uses this greedy
 only while every coverage term with a weight is one of them, ``tests/select/agreement/test_objective.py`` checks it
@@ -12,13 +12,13 @@ from typing import NamedTuple
 import numpy as np
 
 from ..._jit import njit
-from ...objective import COL, TERM_BY_NAME, fused_terms
+from ...terms import COL, TERM_BY_NAME, fused_terms
 from .rule import StopRule, coverage_reached_compiled, greedy_key_compiled, marginal_cost_compiled
 
 FUSED_TERMS = fused_terms("numba")
 """The coverage terms :func:`lazy_greedy_one` computes inline, in ``COVERAGE_TERMS`` order."""
 W_COV, W_ROLE, W_THR = (COL[TERM_BY_NAME[n].weight] for n in FUSED_TERMS)
-"""Their weights' columns of a per-query weight matrix (``objective.QUERY_WEIGHTS``)."""
+"""Their weights' columns of a per-query weight matrix (``terms.QUERY_WEIGHTS``)."""
 FusedWeights = NamedTuple("FusedWeights", [(TERM_BY_NAME[n].weight, float) for n in FUSED_TERMS])
 """The weights of :data:`FUSED_TERMS` (``w_cov``, ``w_role``, ``w_thr``), as the compiled loops read them."""
 
@@ -102,7 +102,7 @@ class CompiledQuery(NamedTuple):
     um: np.ndarray
     """[n] mass of each unit's thread."""
     bound: np.ndarray
-    """[n] upper bounds of the step-0 information-coverage gains (``objective.TERMS``)."""
+    """[n] upper bounds of the step-0 information-coverage gains (``terms.TERMS``)."""
     K: KSource
     w: FusedWeights
     rule: StopRule

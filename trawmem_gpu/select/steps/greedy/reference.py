@@ -161,10 +161,10 @@ class GreedyProblem(NamedTuple):
     valid: object
     """[Q, U] bool."""
     attrs: object = None
-    """[Q, U, A] the candidates' unit attributes (``objective.unit_attributes``), for coverage
+    """[Q, U, A] the candidates' unit attributes (``terms.unit_attributes``), for coverage
     terms that read them (``CoverageTerm.reads_attrs``); None when none does."""
     alpha: object = None
-    """[Q, U] the candidates' affinity, for terms that read it (``objective.GroupAffinity``)."""
+    """[Q, U] the candidates' affinity, for terms that read it (``terms/group_affinity.py``)."""
 
 
 def greedy_reference_np(p: GreedyProblem, w: CoverageWeights, rule: StopRule, lazy: bool = False):
