@@ -81,7 +81,7 @@ fi
 
 echo "== 4. GPU benchmark"
 # the script's file, not `python -m benchmarks run select`: -m would put the repository root first on
-# sys.path, ahead of the overlay, and its trawmem_gpu has no kernels/ (benchmarks/_boot.py)
+# sys.path, ahead of the overlay (benchmarks/_boot.py)
 timeout 200 "$PY" benchmarks/bench_select.py --gpu-target --out-dir "$OUTDIR" 2>&1 | grep -v -i warn | tail -20
 BENCH_RC=${PIPESTATUS[0]}
 echo "benchmark exit code: $BENCH_RC (124 = timed out)"

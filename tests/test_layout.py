@@ -44,7 +44,7 @@ LAYERS = (
 
 def _modules() -> dict[str, Path]:
     out = {}
-    for base, prefix in ((PKG, "trawmem_gpu"), (ROOT / "kernels", "trawmem_gpu.kernels")):
+    for base, prefix in ((PKG, "trawmem_gpu"),):
         for p in base.rglob("*.py"):
             parts = [prefix, *p.relative_to(base).with_suffix("").parts]
             if parts[-1] == "__init__":
@@ -184,7 +184,7 @@ def test_every_stage_is_a_package_and_loose_modules_are_shared_utilities():
     loose = {p.stem for p in PKG.glob("*.py")} - {"__init__"}
     assert loose == SHARED_MODULES, loose ^ SHARED_MODULES
     assert set(LAYERS[0][1]) - {"trawmem_gpu", "trawmem_gpu.llm"} == {f"trawmem_gpu.{m}" for m in SHARED_MODULES}
-    packages = {p.parent.name for p in PKG.glob("*/__init__.py")} | {"kernels"}
+    packages = {p.parent.name for p in PKG.glob("*/__init__.py")}
     assert packages == {pre.split(".")[1] for _, pres in LAYERS for pre in pres if "." in pre} - SHARED_MODULES
     assert "build" not in {p.name for p in PKG.rglob("*") if p.is_dir()}  # linters and ignore files skip it
 
@@ -282,15 +282,15 @@ def test_runs_on_the_python_floor_the_package_declares():
 
 
 # ------------------------------------------------------------------------------------ limits
-#: Size limits of the library (``trawmem_gpu/`` and ``kernels/``).
+#: Size limits of the library (``trawmem_gpu/``).
 MAX_FILE_LINES, MAX_CLASS_LINES, MAX_FUNC_LINES, MAX_PARAMS = 500, 300, 80, 10
 
 #: Compiled loops and kernels whose shape the compiler fixes: ``(path, function) -> reason``. A
 #: Triton kernel's arguments are its launch ABI (one pointer or scalar each, no struct), and a
 #: numba loop stays one function so it compiles to one loop nest (a split changes its speed).
 LIMIT_EXEMPT = {
-    ("kernels/greedy.py", "_greedy_kernel"): "@triton.jit kernel: one argument per pointer / scalar / constexpr of its launch",
-    ("kernels/priority.py", "_role_weight_kernel"): "@triton.jit kernel: one argument per pointer / scalar / constexpr of its launch",
+    ("trawmem_gpu/kernels/greedy.py", "_greedy_kernel"): "@triton.jit kernel: one argument per pointer / scalar / constexpr of its launch",
+    ("trawmem_gpu/kernels/priority.py", "_role_weight_kernel"): "@triton.jit kernel: one argument per pointer / scalar / constexpr of its launch",
     ("trawmem_gpu/select/steps/relevance.py", "learned_row"): "@njit row kernel: its arrays are passed one by one into the compiled loop",
     ("trawmem_gpu/select/engine/compiled.py", "stage_loop"): "@njit stage loop: one loop nest, split only at a cost in speed",
     ("trawmem_gpu/select/steps/greedy/compiled.py", "lazy_greedy_one"): "@njit lazy greedy: one loop nest, split only at a cost in speed",
@@ -302,7 +302,7 @@ LIMIT_PENDING: set[tuple[str, str, str]] = set()
 
 
 def _library_files() -> list[Path]:
-    return sorted(p for base in (PKG, ROOT / "kernels") for p in base.rglob("*.py"))
+    return sorted(p for p in PKG.rglob("*.py"))
 
 
 def _n_params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
@@ -372,3 +372,16 @@ def test_every_test_file_keeps_the_size_limit():
     over = sorted(f"{p.relative_to(ROOT).as_posix()} ({n} lines)" for p in files
                   if (n := p.read_text(errors="replace").count("\n")) > MAX_FILE_LINES)
     assert not over, over
+
+
+def test_no_folder_at_the_repository_root_shadows_an_installed_package():
+    """``python -m pytest`` (and any shell opened at the root) puts the repository root first on
+    ``sys.path``: a root folder named like an installed distribution's module is imported in its place.
+    A root ``kernels/`` did exactly that to transformers, which imports the PyPI ``kernels`` package."""
+    from importlib.metadata import packages_distributions
+
+    installed = set(packages_distributions()) - {"trawmem_gpu"}
+    root_modules = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")
+                    and ((p / "__init__.py").exists() or any(p.glob("*.py")))}
+    root_modules |= {p.stem for p in ROOT.glob("*.py")} - {"setup"}
+    assert not root_modules & installed, sorted(root_modules & installed)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-COPIED = ("trawmem_gpu", "kernels", "tests/test_layout.py", "docs/architecture.md", "README.md", "pyproject.toml")
+COPIED = ("trawmem_gpu", "tests/test_layout.py", "docs/architecture.md", "README.md", "pyproject.toml")
 """What the copy holds: the library, and what ``tests/test_layout.py`` reads besides it."""
 LAYOUT_CHECKS = "cycle or stage or limit or architecture or json"
 """``pytest -k`` for the layout test's static checks (the import graph, the layers, the size limits)."""
