@@ -38,6 +38,7 @@ LAYERS = (
     ("serve", ("trawmem_gpu.serve",)),
     ("client", ("trawmem_gpu.client",)),  # the HTTP client of `serve`
     ("mcp", ("trawmem_gpu.mcp",)),  # `trawmem mcp`: a front over the memory, as the command line is
+    ("integrations", ("trawmem_gpu.integrations",)),  # agent frameworks' fronts over the memory (extras)
     ("cli", ("trawmem_gpu.cli",)),  # one module per command (trawmem_gpu/cli/__init__.py: the table)
 )
 
