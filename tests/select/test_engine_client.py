@@ -34,7 +34,7 @@ def selection_calls(files) -> list[str]:
 
 
 def test_only_the_engine_client_calls_the_engines_selection():
-    files = [p for base in (PKG, ROOT / "kernels") for p in sorted(base.rglob("*.py"))
+    files = [p for p in sorted(PKG.rglob("*.py"))
              if p.relative_to(ROOT).as_posix() not in EXCEPTIONS]
     found = selection_calls(files)
     assert not found, "call select.client (select / run) instead:\n" + "\n".join(found)

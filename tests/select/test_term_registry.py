@@ -26,7 +26,7 @@ from tree_copy import copy_tree, run_python
 ROOT = Path(__file__).resolve().parents[2]
 FUSED = {  # backend -> (its source file, the greedy that calls the pieces)
     "numba": (ROOT / "trawmem_gpu" / "select" / "steps" / "greedy" / "compiled.py", "lazy_greedy_one"),
-    "triton": (ROOT / "kernels" / "greedy.py", "_greedy_kernel"),
+    "triton": (ROOT / "trawmem_gpu" / "kernels" / "greedy.py", "_greedy_kernel"),
 }
 
 
