@@ -247,7 +247,7 @@ class Memory:
 
     # -- writing ---------------------------------------------------------------------------------
     def add(self, bank_id: str, turns=None, *, messages=None, speakers=None, roles=None,
-            atomic: bool = False, now=None, within=None) -> dict:
+            atomic: bool = False, now=None, within=None, layers: bool | None = None) -> dict:
         """Append ``turns`` (dicts with ``turn_id``, ``speaker``, ``text``, ``timestamp``, optional
         ``caption`` and ``session``, or :class:`Turn` objects), or chat ``messages`` (``{"role",
         "content", "name"}``: ``memory.messages``, with ``speakers``, ``roles`` and ``now``), to
@@ -258,19 +258,33 @@ class Memory:
         counts plus ``created``, ``appended``, ``stored``, ``already_stored``, ``items``, ``refused``,
         and with an ``llm`` its work (``llm``: calls, retries, tokens, seconds, malformed / refused /
         fallen back; ``llm.base.LLMWork``). ``within``: as for :meth:`banks`; no refusal names another turn.
+
+        ``layers``: whether the bank's ingest layers (facts, profiles: those it was built with,
+        ``build --facts`` / ``--profiles``) are extended over the new turns, as ``build --update``
+        extends them (``ingest.layers.steps``), with the Memory's ``llm``. None (the default): the
+        layers that can run do, and a layer that cannot (an LLM layer without an ``llm``, LoCoMo
+        observations, which come from an input file) is left as it is; True: all of them, or a
+        ``ConfigError`` naming ``layers`` (nothing stored); False: none. The answer's ``layers``
+        (only for a bank with layers) says, per layer, its ``source`` and whether it ``ran`` (else
+        ``why``), with the step's counts.
         """
+        from ..ingest.layers.steps import AddLayers, StepRun
         from ..llm.base import LLMWork
         from .core import append_answer
         from .messages import request_batch
 
         _bank_arg(bank_id)
+        if layers is not None and not isinstance(layers, bool):
+            raise InputError(f"layers: expected True, False or None, got {type(layers).__name__}")
         batch = request_batch(bank_id, turns, messages, speakers=speakers, roles=roles, atomic=atomic, now=now)
         batch.scope = within
+        steps = AddLayers(StepRun(self._core.encoder, self.llm), layers) if layers is not False else None
         with LLMWork(self.llm) as work:
-            res = self._core.append(bank_id, batch, llm=self.llm)
+            res = self._core.append(bank_id, batch, llm=self.llm, layers=steps)
         if res.bank is not None:
             self._publish(bank_id, res.bank)
-        return {**append_answer(bank_id, res, within), **({"llm": work.report()} if self.llm is not None else {})}
+        return {**append_answer(bank_id, res, within), **({"layers": steps.report} if steps and steps.report else {}),
+                **({"llm": work.report()} if self.llm is not None else {})}
 
     def _publish(self, bank_id: str, bank) -> None:
         prepared = self._core.engines.prepare(bank)  # the slow part, outside the engine lock
