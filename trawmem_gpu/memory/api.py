@@ -259,26 +259,20 @@ class Memory:
         and with an ``llm`` its work (``llm``: calls, retries, tokens, seconds, malformed / refused /
         fallen back; ``llm.base.LLMWork``). ``within``: as for :meth:`banks`; no refusal names another turn.
 
-        ``layers``: whether the bank's ingest layers (facts, profiles: those it was built with,
-        ``build --facts`` / ``--profiles``) are extended over the new turns, as ``build --update``
-        extends them (``ingest.layers.steps``), with the Memory's ``llm``. None (the default): the
-        layers that can run do, and a layer that cannot (an LLM layer without an ``llm``, LoCoMo
-        observations, which come from an input file) is left as it is; True: all of them, or a
-        ``ConfigError`` naming ``layers`` (nothing stored); False: none. The answer's ``layers``
-        (only for a bank with layers) says, per layer, its ``source`` and whether it ``ran`` (else
-        ``why``), with the step's counts.
+        ``layers``: extend the bank's ingest layers (those it was built with: facts, profiles) over
+        the new turns as ``build --update`` does, with the Memory's ``llm`` (``ingest.layers.steps.
+        AddLayers``): None, those that can run (the others are left, said in the answer's ``layers``);
+        True, all or a ``ConfigError`` (nothing stored); False, none (docs/python-api.md).
         """
-        from ..ingest.layers.steps import AddLayers, StepRun
+        from ..ingest.layers.steps import add_layers
         from ..llm.base import LLMWork
         from .core import append_answer
         from .messages import request_batch
 
         _bank_arg(bank_id)
-        if layers is not None and not isinstance(layers, bool):
-            raise InputError(f"layers: expected True, False or None, got {type(layers).__name__}")
+        steps = add_layers(layers, self._core.encoder, self.llm)
         batch = request_batch(bank_id, turns, messages, speakers=speakers, roles=roles, atomic=atomic, now=now)
         batch.scope = within
-        steps = AddLayers(StepRun(self._core.encoder, self.llm), layers) if layers is not False else None
         with LLMWork(self.llm) as work:
             res = self._core.append(bank_id, batch, llm=self.llm, layers=steps)
         if res.bank is not None:

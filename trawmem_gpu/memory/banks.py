@@ -238,11 +238,8 @@ class BankRegistry:
         Idempotent: turns whose ids the bank holds already *with the same content* are a retry of
         an append whose answer was lost; they are reported in ``already_stored`` and not stored
         again, and the rest are appended. An id the bank holds with other content is refused
-        (``DuplicateTurns``, 409, with nothing appended, when the request is atomic).
-
-        ``layers``: None, or a function ``(old, bank, turns) -> bank`` that extends the layers of
-        an existing bank over its new turns (``ingest.layers.steps.AddLayers``), run before the
-        write (an error it raises stores nothing).
+        (``DuplicateTurns``, 409, with nothing appended, when the request is atomic). ``layers``: None, or
+        ``(old, bank, turns) -> bank`` extending the layers before the write (``ingest.layers.steps.AddLayers``).
         """
         check_bank_id(bank_id)
         if bank_id in self.quarantined:
@@ -260,8 +257,7 @@ class BankRegistry:
             if old is not None:
                 cfg = BuildConfig.from_dict(old.build_config) if old.build_config else self.build_config(encoder_spec)
                 bank, stats = update_bank(old, turns, cfg, encoder, llm)
-                if layers is not None:
-                    bank = layers(old, bank, turns)
+                bank = layers(old, bank, turns) if layers is not None else bank
             else:
                 conv = Conversation(bank_id, turns, tuple(dict.fromkeys(t.speaker for t in turns)))
                 (bank,), stats = build_banks([conv], self.build_config(encoder_spec), encoder, llm, progress=False)

@@ -213,6 +213,16 @@ class AddLayers:
         return bank
 
 
+def add_layers(mode, encoder, llm=None) -> AddLayers | None:
+    """``Memory.add``'s layer steps for its ``layers`` argument (None for False); an
+    ``InputError`` naming ``layers`` for anything but True, False or None."""
+    from ...errors import InputError
+
+    if mode is not None and not isinstance(mode, bool):
+        raise InputError(f"layers: expected True, False or None, got {type(mode).__name__}")
+    return AddLayers(StepRun(encoder, llm), mode) if mode is not False else None
+
+
 def _counts(st) -> dict:
     """A step's stats as plain numbers (a dict's, or a stats object's ``to_dict``)."""
     d = st.to_dict() if hasattr(st, "to_dict") else dict(st)
