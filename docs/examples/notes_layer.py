@@ -42,4 +42,5 @@ def _view(notes, ctx) -> list[ViewThread]:
 
 NOTES = register(Layer(
     name="notes", record=Note, position=30, noun="note", unit_id=lambda n: n.note_id, cites=lambda n: (n.turn_id,),
-    to_record=Note.to_record, from_record=note_from_record, view=_view, tensor="note_vecs"))
+    to_record=Note.to_record, from_record=note_from_record, view=_view, tensor="note_vecs",
+    text=lambda n: n.text))

@@ -88,6 +88,8 @@ class Layer:
     """``(items, ctx: ViewContext) -> [ViewThread]``: its threads in a unit view."""
     tensor: str
     """The name of its vectors in the tensors file (``fact_vecs``)."""
+    text: Callable | None = None
+    """item -> its text, which a forget erases from the caches with the item (``memory.erase``)."""
     requires: tuple[str, ...] = ()
     """The layers its items cite (profiles: facts); built after them."""
     field: str | None = None

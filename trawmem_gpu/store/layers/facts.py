@@ -122,5 +122,5 @@ def _changes(old, new) -> list[tuple]:
 FACTS = register(Layer(
     name="facts", record=Fact, position=10, noun="fact", unit_id=lambda f: f.fact_id,
     cites=lambda f: f.source_turns, to_record=Fact.to_record, from_record=fact_from_record, view=_view,
-    tensor="fact_vecs", field="facts", vecs_field="fact_vecs", always=True, forget=_forget, dated=facts_at,
+    tensor="fact_vecs", text=lambda f: f.text, field="facts", vecs_field="fact_vecs", always=True, forget=_forget, dated=facts_at,
     check=_check, changes=_changes))

@@ -46,5 +46,5 @@ def _check(bank, profiles, ids) -> None:
 PROFILES = register(Layer(
     name="profiles", record=ProfileSection, position=20, noun="profile", unit_id=lambda p: p.unit_id,
     cites=lambda p: p.fact_ids, to_record=ProfileSection.to_record, from_record=profile_from_record, view=_view,
-    tensor="profile_vecs", requires=("facts",), field="profiles", vecs_field="profile_vecs", always=True,
+    tensor="profile_vecs", text=ProfileSection.text, requires=("facts",), field="profiles", vecs_field="profile_vecs", always=True,
     check=_check))
