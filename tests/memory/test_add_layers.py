@@ -73,3 +73,45 @@ def test_add_without_an_llm_leaves_the_layers_or_refuses(built):
     assert "layers" not in res and res["stored"] == [new[1].turn_id]
     after = Collection(tmp / "b").load("conv-x")
     assert _layers(after) == _layers(before) and after.n_units == before.n_units + 2
+
+
+def test_locomo_facts_are_left_and_so_are_the_profiles_made_from_them(tmp_path, monkeypatch, server):
+    """LoCoMo observations come from an input file, which an add has not: the facts are left, and
+    the profiles, which would be made from the new facts, with them (an LLM or not)."""
+    import json
+
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+    server.responders.append(respond)
+    data = write_locomo(tmp_path / "d.json", [S1], [])
+    raw = json.loads(data.read_text())
+    raw[0]["observation"] = {"session_1_observation": {"Ana": [["Ana has a beagle called Rex.", "D1:1"]],
+                                                        "Ben": [["Ben likes pottery.", "D1:2"]]}}
+    data.write_text(json.dumps(raw))
+    assert main(["build", "--input", str(data), "--out", str(tmp_path / "c"), "--facts", "locomo", "--profiles", "llm",
+                 "--llm", server.base_url, "--quiet"]) == 0
+    before = Collection(tmp_path / "c").load("conv-x")
+    assert before.layer_sources == {"facts": "locomo", "profiles": "llm"} and len(before.facts) == 2
+    mem = Memory(tmp_path / "c", llm=llm_from_args(server.base_url))
+    turn = {"turn_id": "D2:1", "speaker": "Ben", "text": S2[0][1], "timestamp": "2031-05-03T14:14:00"}
+    with pytest.raises(ConfigError, match="reads 'locomo' from an input file"):
+        mem.add("conv-x", [turn], layers=True)
+    res = mem.add("conv-x", [turn])
+    assert res["stored"] == ["D2:1"]
+    assert res["layers"] == {"facts": {"source": "locomo", "ran": False,
+                                       "why": "reads 'locomo' from an input file, which an add has not"},
+                             "profiles": {"source": "llm", "ran": False, "why": "its facts were not run"}}
+    assert _layers(Collection(tmp_path / "c").load("conv-x")) == _layers(before)
+
+
+def test_facts_of_add_facts_are_left_by_any_add(tmp_path, monkeypatch):
+    """Facts a caller added (``Memory.add_facts``, source ``api``) are made by no build step: an add
+    leaves them, even with ``layers=True``, and says so."""
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+    mem = Memory(tmp_path / "c")
+    mem.add("b", [{"turn_id": "t1", "speaker": "Ana", "text": "I moved to Lyon.", "timestamp": "2031-05-01T10:00:00"}])
+    mem.add_facts("b", [{"text": "Ana lives in Lyon.", "source_turns": ["t1"]}])
+    res = mem.add("b", [{"turn_id": "t2", "speaker": "Ana", "text": "I like it here.",
+                         "timestamp": "2031-05-02T10:00:00"}], layers=True)
+    assert res["stored"] == ["t2"]
+    assert res["layers"] == {"facts": {"source": "api", "ran": False, "why": "made by 'api', not by a build step"}}
+    assert [f.text for f in Collection(tmp_path / "c").load("b").facts] == ["Ana lives in Lyon."]

@@ -180,7 +180,8 @@ class AddLayers:
     ``mode`` True: every one of them runs, or the add is refused (``ConfigError`` naming
     ``layers``; nothing stored) when one cannot: an LLM layer without an LLM, a layer read from an
     input file. ``mode`` None: those that can run do, and the others (and the layers requiring
-    them) are left as they are, said in :attr:`report`. A bank an add creates has no layers.
+    them) are left as they are, said in :attr:`report`. A layer made otherwise than by a step
+    (facts of ``Memory.add_facts``, source ``api``) is always left. A bank an add creates has no layers.
     :attr:`report`: per layer, its source and whether it ran (``ran``; ``why`` not; the stats of
     the step: ``facts_added``, profile counts)."""
 
@@ -196,11 +197,12 @@ class AddLayers:
             src = sources[s.layer]
             if src == "none":
                 continue
-            why = s.needs(src, self.run)
+            built = src in s.sources  # else made otherwise (``Memory.add_facts``: "api"): no step to run
+            why = s.needs(src, self.run) if built else f"made by {src!r}, not by a build step"
             if why is None and left & set(LAYER_BY_NAME[s.layer].requires):
                 why = f"its {sorted(left & set(LAYER_BY_NAME[s.layer].requires))[0]} were not run"
             if why is not None:
-                if self.mode:
+                if self.mode and built:
                     raise ConfigError(f"`layers`: bank {old.bank_id!r} was built with {s.layer} from {src!r}, which "
                                       f"{why}; add with `layers` False to leave them as they are (nothing was stored)")
                 left.add(s.layer)
