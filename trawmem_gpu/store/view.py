@@ -37,7 +37,7 @@ from .graph import LAYER
 from ..errors import ConfigError
 from .bank import Bank
 from .bursts import burst_view, unit_members
-from .layers import LAYER_BY_NAME, UNIT_KINDS, LayerUnit, ViewContext, empty_fields  # noqa: F401
+from .layers import LAYER_BY_NAME, LAYERS, UNIT_KINDS, LayerUnit, ViewContext, empty_fields  # noqa: F401
 from .layers.facts import FACT_SPEAKER, fact_embed_text, fact_session, facts_at  # noqa: F401
 from .layers.profiles import PROFILE_SPEAKER, profile_embed_text  # noqa: F401
 
@@ -88,7 +88,7 @@ def unit_view(bank: Bank, units=DEFAULT_UNITS, as_of: str | None = None) -> Bank
     if units == DEFAULT_UNITS:
         return bank
     check_layers(bank, units)
-    for x in LAYER_BY_NAME.values():
+    for x in LAYERS:
         if x.dated is not None:
             bank = x.dated(bank, as_of)
     order, ctx = _view_order(bank, units)
@@ -154,8 +154,6 @@ def _in_view(cites, unit_of: dict, ctx: ViewContext) -> tuple[str, ...]:
 def _view_order(bank: Bank, units: tuple[str, ...]):
     """``(order, ctx)``: ``("t", bank thread)`` or ``("l", (layer, ViewThread))`` in view order,
     each layer thread after the turn threads of its session (or after all of them)."""
-    from .layers import LAYERS
-
     turn_by_id = {m: t for t in bank.turns for m in unit_members(t)}  # a burst's members: its unit
     cites_of = {x.unit_id(it): tuple(x.cites(it)) for x in LAYERS for it in x.items(bank)}
     ctx = ViewContext(bank, turn_by_id, cites_of)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from dataclasses import replace
 
 from .base import REGISTRY, Layer, LayerUnit, ViewContext, ViewThread, register  # noqa: F401
 
@@ -59,8 +60,7 @@ def layer_fields(values: dict) -> dict:
     out: dict = {"more_layers": {}}
     for x in LAYERS:
         items, vecs = values.get(x.name, ((), None))
-        got = x.fields(items, vecs, out["more_layers"])
-        out.update(got)
+        out.update(x.fields(items, vecs, out["more_layers"]))
     return out
 
 
@@ -91,6 +91,4 @@ def without_units(old, new, drop: set):
         keep, kept = x.forget_items(items, gone)
         gone |= {x.unit_id(items[k]) for k in set(range(len(items))) - set(keep)}
         values[x.name] = (kept, vecs[keep] if keep else None)
-    from dataclasses import replace
-
     return replace(new, **layer_fields(values), layer_sources=dict(old.layer_sources))
