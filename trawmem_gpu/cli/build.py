@@ -1,9 +1,10 @@
 """``trawmem build``: one memory bank per conversation of a history file, or ``--update`` of stored banks
-(Stage 1, :mod:`trawmem_gpu.ingest`, with the facts and profile layers of ``--facts`` / ``--profiles``)."""
+(Stage 1, :mod:`trawmem_gpu.ingest`, with the facts and profile layers of ``--facts`` / ``--profiles``:
+their steps, in their order, are ``ingest.layers.steps``)."""
 from __future__ import annotations
 
 from .args import Parser, add_dayfirst, add_llm_options, positive_int
-from ..errors import InputError, plural
+from ..errors import plural
 
 
 def _overrides(a) -> dict:
@@ -32,38 +33,41 @@ def _facts_summary(st: dict) -> str:
     return f"facts: {plural(st.get('facts_added', 0), 'fact')} added" + (f" ({', '.join(extra)})" if extra else "")
 
 
-def _appender(a, c, out: dict, enc, llm, prompts, pstats: list):
+def _appender(a, c, out: dict, run, pstats: list):
     """``Collection.update``'s function for an ``--update`` of ``c``'s bank: the bank with the new
-    turns of ``c`` appended (and their facts and profile sections), None when nothing is new; the
-    run's counts go into ``out``."""
+    turns of ``c`` appended (and its layers extended over them: ``ingest.layers.steps``), None when
+    nothing is new; the run's counts go into ``out``."""
     from ..ingest import update_bank
     from ..ingest.history import new_turns
-    from ..ingest.layers.facts import attach_facts, check_locomo_update
-    from ..ingest.layers.profiles import attach_profiles
+    from ..ingest.layers.steps import check_update, sources_of, update_layers
 
     def append(old):
         turns = new_turns(old, c, dayfirst=a.dayfirst)
-        source = a.facts or old.layer_sources.get("facts", "none")  # the bank's own, unless given
-        if source == "locomo":  # the old observations must be the bank's facts, new turns or not
-            check_locomo_update(old, a.input, dayfirst=a.dayfirst)
+        sources = sources_of(_given(a), old)  # the bank's own, unless given
+        check_update(old, sources, run)
         if not turns:
             return None
         # An update continues with the bank's own build config unless flags override it.
-        bank, out["stats"] = update_bank(old, turns, _build_config(a, old.build_config), enc, llm)
-        (bank,), out["facts"] = attach_facts([bank], source, enc, input_path=a.input, llm=llm, dayfirst=a.dayfirst,
-                                             new_turns={c.bank_id: turns}, prompts=prompts)
-        if (a.profiles or old.layer_sources.get("profiles", "none")) == "llm":  # new facts' sections
-            bank, pst = attach_profiles(bank, llm, enc, prompts=prompts,
-                                        new_fact_ids=[f.fact_id for f in bank.facts[len(old.facts):]])
-            pstats.append(pst)
+        bank, out["stats"] = update_bank(old, turns, _build_config(a, old.build_config), run.encoder, run.llm)
+        bank, st = update_layers(old, bank, turns, sources, run)
+        out["facts"] = st.get("facts", {"facts_added": 0})
+        if "profiles" in st:
+            pstats.append(st["profiles"])
         return bank
     return append
+
+
+def _given(a) -> dict:
+    """The layers' sources the flags give (None: not given)."""
+    from ..ingest.layers.steps import STEPS
+
+    return {s.layer: getattr(a, s.layer, None) for s in STEPS}
 
 
 def cmd_build(a) -> int:
     from ..ingest import build_banks
     from ..data import load_conversations
-    from ..ingest.layers.facts import attach_facts
+    from ..ingest.layers.steps import StepRun, build_layers, needs_llm, sources_of
     from ..encode import get_encoder
     from ..llm.factory import llm_from_args, llm_options
     from ..store import Collection
@@ -76,29 +80,29 @@ def cmd_build(a) -> int:
     skipped = sum(c.skipped_empty for c in convs)
     if skipped:
         print(f"skipped {plural(skipped, 'turn')} with empty text and no caption")
-    if a.profiles == "llm" and a.facts in (None, "none") and not a.update:
-        raise InputError("--profiles llm builds profiles from facts: give --facts locomo or --facts llm")
+    fresh_sources = sources_of(_given(a), requires=not a.update)
     prompts = None
     if a.prompts:
         from ..ingest.layers.prompts import load_prompt_set
 
         prompts = load_prompt_set(a.prompts)
-    from ..ingest.layers.profiles import attach_profiles, profiles_summary
+    from ..ingest.layers.profiles import profiles_summary
 
     from ..llm.base import LLMWork, work_line
 
     pstats = []
     llm = llm_from_args(a.llm, check=True, **llm_options(a)) \
-        if (cfg.segmentation == "llm" or cfg.heads == "llm" or "llm" in (a.facts, a.profiles)
+        if (cfg.segmentation == "llm" or cfg.heads == "llm" or needs_llm(_given(a))
             or (a.update and a.llm)) else None
     work = LLMWork(llm).__enter__()
     try:
         enc = get_encoder(cfg.encoder, cache=not a.no_cache)
+        run = StepRun(enc, llm, prompts, a.input, a.dayfirst)
         fresh, updated, replaced = [], 0, 0
         for c in convs:
             if a.update and c.bank_id in coll:
                 out = {}
-                bank = coll.update(c.bank_id, _appender(a, c, out, enc, llm, prompts, pstats))
+                bank = coll.update(c.bank_id, _appender(a, c, out, run, pstats))
                 if bank is None:
                     print(f"{c.bank_id}: nothing new (all {plural(len(c.turns), 'turn')} of the input are stored)")
                     continue
@@ -111,11 +115,8 @@ def cmd_build(a) -> int:
                 fresh.append(c)
         if fresh:
             banks, st = build_banks(fresh, cfg, enc, llm, progress=not a.quiet)
-            banks, fst = attach_facts(banks, a.facts or "none", enc, input_path=a.input, llm=llm, dayfirst=a.dayfirst,
-                                      prompts=prompts)
-            if a.profiles == "llm":
-                made = [attach_profiles(b, llm, enc, prompts=prompts) for b in banks]
-                banks, pstats = [b for b, _ in made], pstats + [s for _, s in made]
+            banks, lst = build_layers(banks, fresh_sources, run)
+            pstats += lst.get("profiles", [])
             coll.put_many(banks)
             note = f" ({replaced} replaced)" if replaced else ""
             print(f"built {plural(len(banks), 'bank')}{note}, {plural(st['n_units'], 'unit')} in {a.out} "
@@ -124,8 +125,8 @@ def cmd_build(a) -> int:
             line = _llm_summary(st, sum(len(c.sessions) for c in fresh), sum(b.n_threads for b in banks))
             if line:
                 print(line)
-            if a.facts not in (None, "none"):
-                print(_facts_summary(fst))
+            if "facts" in lst:
+                print(_facts_summary(lst["facts"]))
         if updated:
             print(f"updated {plural(updated, 'bank')}")
         if pstats:

@@ -3,7 +3,7 @@
 One step, for the current prompt set (version ``v``):
 
 1. **memory**: the dev split's banks (turn layer built once) get facts by the extraction prompt
-   and profiles by the profile prompt (``ingest.layers.facts.attach_facts``, ``ingest.layers.profiles``);
+   and profiles by the profile prompt (their build steps, ``ingest.layers.steps.build_layers``);
 2. **answers**: every question with a gold answer (categories 1-4) gets TriMem's workspace
    (``select.trimem.method``; the question is the only search) and an answer (``eval.answer``), judged
    when a judge is given; the **score** is the macro LLM-judge accuracy, else the macro F1;
@@ -135,13 +135,11 @@ class Evolution:
 
     def memory(self, ps: PromptSet) -> list:
         """The dev banks with facts (and profiles) by ``ps``."""
-        from ..ingest.layers.facts import attach_facts
-        from ..ingest.layers.profiles import attach_profiles
+        from ..ingest.layers.steps import StepRun, build_layers
 
         convs, banks = self._banks()
-        banks, _ = attach_facts(banks, "llm", self.encoder, llm=self.llm, prompts=ps)
-        if self.cfg.profiles:
-            banks = [attach_profiles(b, self.llm, self.encoder, prompts=ps)[0] if b.facts else b for b in banks]
+        sources = {"facts": "llm", "profiles": "llm" if self.cfg.profiles else "none"}
+        banks, _ = build_layers(banks, sources, StepRun(self.encoder, self.llm, ps))
         return banks
 
     def answer(self, banks: list) -> tuple[dict, list[dict], dict]:

@@ -23,6 +23,7 @@ from ..data.types import Conversation, Turn
 from ..encode.base import Encoder
 from ..errors import InputError
 from ..store.bank import Bank
+from ..store.layers import without_units
 from .builder import _Work, _finish, _heads, _segment, _session_spans
 
 
@@ -106,33 +107,7 @@ def without_turns(bank: Bank, turn_ids, encoder: Encoder, llm=None,
 
 
 def layers_without(old: Bank, new: Bank, drop: set) -> Bank:
-    """``new`` with ``old``'s other layers less what cites a forgotten turn: facts citing one of
-    ``drop`` go, and so do profile sections citing a fact that went (they are re-derived by the
-    next profile build); everything kept keeps its vector."""
-    facts, profiles = getattr(old, "facts", ()), getattr(old, "profiles", ())
-    if not facts and not profiles:
-        return new
-    keep_f = [k for k, f in enumerate(facts) if not set(f.source_turns) & drop]
-    kept = {facts[k].fact_id for k in keep_f}
-    keep_p = [k for k, p in enumerate(profiles) if set(p.fact_ids) <= kept]
-    by_id = {f.fact_id: f for f in facts}
-    return replace(new, facts=tuple(_successor_kept(facts[k], by_id, kept) for k in keep_f),
-                   fact_vecs=old.fact_vecs[keep_f] if keep_f else None,
-                   profiles=tuple(profiles[k] for k in keep_p),
-                   profile_vecs=old.profile_vecs[keep_p] if keep_p else None,
-                   layer_sources=dict(getattr(old, "layer_sources", {})))
-
-
-def _successor_kept(f, by_id: dict, kept: set):
-    """Fact ``f`` once the facts not in ``kept`` went: superseded by the first kept fact down its
-    chain of successors (``valid_to`` that fact's start), or holding again when none is left, as
-    if the forgotten successors had never been told (``memory.history`` records either)."""
-    nxt, seen = getattr(f, "superseded_by", None), set()
-    while nxt is not None and nxt not in kept and nxt in by_id and nxt not in seen:
-        seen.add(nxt)
-        nxt = by_id[nxt].superseded_by
-    if nxt == getattr(f, "superseded_by", None) and (nxt is None or nxt in kept):
-        return f
-    if nxt is None or nxt not in kept:
-        return replace(f, valid_to=None, superseded_by=None)
-    return replace(f, valid_to=by_id[nxt].start or f.valid_to, superseded_by=nxt)
+    """``new`` with ``old``'s other layers less what cites a forgotten turn (``store.layers``: each
+    layer's ``forget``, in their order: facts citing one of ``drop`` go, and so do profile sections
+    citing a fact that went, re-derived by the next profile build); everything kept keeps its vector."""
+    return without_units(old, new, set(drop))

@@ -247,7 +247,7 @@ class Memory:
 
     # -- writing ---------------------------------------------------------------------------------
     def add(self, bank_id: str, turns=None, *, messages=None, speakers=None, roles=None,
-            atomic: bool = False, now=None, within=None) -> dict:
+            atomic: bool = False, now=None, within=None, layers: bool | None = None) -> dict:
         """Append ``turns`` (dicts with ``turn_id``, ``speaker``, ``text``, ``timestamp``, optional
         ``caption`` and ``session``, or :class:`Turn` objects), or chat ``messages`` (``{"role",
         "content", "name"}``: ``memory.messages``, with ``speakers``, ``roles`` and ``now``), to
@@ -258,19 +258,27 @@ class Memory:
         counts plus ``created``, ``appended``, ``stored``, ``already_stored``, ``items``, ``refused``,
         and with an ``llm`` its work (``llm``: calls, retries, tokens, seconds, malformed / refused /
         fallen back; ``llm.base.LLMWork``). ``within``: as for :meth:`banks`; no refusal names another turn.
+
+        ``layers``: extend the bank's ingest layers (those it was built with: facts, profiles) over
+        the new turns as ``build --update`` does, with the Memory's ``llm`` (``ingest.layers.steps.
+        AddLayers``): None, those that can run (the others are left, said in the answer's ``layers``);
+        True, all or a ``ConfigError`` (nothing stored); False, none (docs/python-api.md).
         """
+        from ..ingest.layers.steps import add_layers
         from ..llm.base import LLMWork
         from .core import append_answer
         from .messages import request_batch
 
         _bank_arg(bank_id)
+        steps = add_layers(layers, self._core.encoder, self.llm)
         batch = request_batch(bank_id, turns, messages, speakers=speakers, roles=roles, atomic=atomic, now=now)
         batch.scope = within
         with LLMWork(self.llm) as work:
-            res = self._core.append(bank_id, batch, llm=self.llm)
+            res = self._core.append(bank_id, batch, llm=self.llm, layers=steps)
         if res.bank is not None:
             self._publish(bank_id, res.bank)
-        return {**append_answer(bank_id, res, within), **({"llm": work.report()} if self.llm is not None else {})}
+        return {**append_answer(bank_id, res, within), **({"layers": steps.report} if steps and steps.report else {}),
+                **({"llm": work.report()} if self.llm is not None else {})}
 
     def _publish(self, bank_id: str, bank) -> None:
         prepared = self._core.engines.prepare(bank)  # the slow part, outside the engine lock

@@ -225,7 +225,7 @@ class BankRegistry:
             return self._bank_locks.setdefault(bank_id, threading.Lock())
 
     def append(self, bank_id: str, records: "list[dict] | AppendBatch", encoder: Encoder, encoder_spec: str,
-               llm=None) -> AppendResult:
+               llm=None, layers=None) -> AppendResult:
         """Validate, build, persist and publish the valid items of ``records`` (a list of turn
         records, all or nothing as before; or an :class:`~.turns.AppendBatch`, answered per item:
         ``memory.turns.screen``). The result's ``bank`` is None when every item of a request for a
@@ -238,7 +238,8 @@ class BankRegistry:
         Idempotent: turns whose ids the bank holds already *with the same content* are a retry of
         an append whose answer was lost; they are reported in ``already_stored`` and not stored
         again, and the rest are appended. An id the bank holds with other content is refused
-        (``DuplicateTurns``, 409, with nothing appended, when the request is atomic).
+        (``DuplicateTurns``, 409, with nothing appended, when the request is atomic). ``layers``: None, or
+        ``(old, bank, turns) -> bank`` extending the layers before the write (``ingest.layers.steps.AddLayers``).
         """
         check_bank_id(bank_id)
         if bank_id in self.quarantined:
@@ -256,6 +257,7 @@ class BankRegistry:
             if old is not None:
                 cfg = BuildConfig.from_dict(old.build_config) if old.build_config else self.build_config(encoder_spec)
                 bank, stats = update_bank(old, turns, cfg, encoder, llm)
+                bank = layers(old, bank, turns) if layers is not None else bank
             else:
                 conv = Conversation(bank_id, turns, tuple(dict.fromkeys(t.speaker for t in turns)))
                 (bank,), stats = build_banks([conv], self.build_config(encoder_spec), encoder, llm, progress=False)

@@ -135,17 +135,18 @@ class MemoryCore:
     def headings(self):
         return self.engines.cfg.headings
 
-    def append(self, bank_id: str, records, encoder: Encoder | None = None, llm=None) -> AppendResult:
+    def append(self, bank_id: str, records, encoder: Encoder | None = None, llm=None, layers=None) -> AppendResult:
         """Validate, build and persist turns (``BankRegistry.append``: a list of records, all or
         nothing, or a ``memory.turns.AppendBatch``, answered per item) with ``encoder`` (default:
         the query encoder; a server may give appends an instance of their own); the engine is not
         touched. ``llm``: for a bank built with LLM segmentation or heads. A bank the engine could
         not select from afterwards (``units`` with a layer it lacks) is refused before anything is
-        written (``store.view.check_layers``)."""
+        written (``store.view.check_layers``). ``layers``: the layer steps of an add
+        (``BankRegistry.append``)."""
         if len(parse_units(self.engines.units)) > 1 and bank_id not in self.registry.quarantined:
             check_bank_id(bank_id)
             check_layers(self.registry.get(bank_id), self.engines.units, bank_id)
-        return self.registry.append(bank_id, records, encoder or self.encoder, self.encoder_spec, llm)
+        return self.registry.append(bank_id, records, encoder or self.encoder, self.encoder_spec, llm, layers)
 
     def forget_stored(self, bank_id: str, turn_ids: list[str] | None, llm=None,
                       encoder: Encoder | None = None, outputs=(), where=None) -> ForgetResult:

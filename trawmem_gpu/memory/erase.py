@@ -43,6 +43,7 @@ from ..encode.cache import EmbeddingCache
 from ..errors import loads_json
 from ..paths import default_cache_dir
 from ..store.bank import Bank
+from ..store.layers import LAYERS
 from ..store.files import fsync_dir, turn_from, turn_record, write_json_atomic
 
 JOURNAL_DIR = ".forget"
@@ -101,11 +102,11 @@ class Erasure:
             texts += [t.text, t.embed_text(), t.lexical_text()] + ([t.caption] if t.caption else [])
         texts += [old.heads[j] for j in gone]
         vecs = [old.unit_vecs[i] for i in idx] + [old.head_vecs[j] for j in gone]
-        for layer, text in (("fact", lambda f: f.text), ("profile", lambda p: p.text())):  # layers beside the turns
-            items, left = getattr(old, f"{layer}s", ()), _Kept(getattr(new, f"{layer}s", ()))
-            gone_items = [k for k, x in enumerate(items) if x not in left]
-            texts += [text(items[k]) for k in gone_items]
-            vecs += [getattr(old, f"{layer}_vecs")[k] for k in gone_items]
+        for x in LAYERS:  # the layers beside the turns (``store.layers``)
+            items, left = x.items(old), _Kept(x.items(new) if new is not None else (), x)
+            gone_items = [k for k, it in enumerate(items) if it not in left]
+            texts += [x.text(items[k]) for k in gone_items] if x.text is not None else []
+            vecs += [x.vecs(old)[k] for k in gone_items]
         texts = [x for x in dict.fromkeys(texts) if x]
         keys = [EmbeddingCache.key(old.encoder_id, q, x) for x in texts for q in (False, True)]
         kept = set() if new is None else {w for t in new.turns for w in _words(t)}
@@ -133,19 +134,22 @@ class _Kept:
     """The items a new bank kept: the very objects (a rebuild keeps them), or equal ones (the
     same bank loaded again)."""
 
-    def __init__(self, items):
+    def __init__(self, items, layer):
         self.ids = {id(x) for x in items}
         try:
             self.values = set(items)
         except TypeError:  # unhashable records: identity only
             self.values = set()
-        self.facts = {(x.fact_id, x.text) for x in items if hasattr(x, "fact_id")}
-        """A fact kept with another validity (its successor forgotten) is kept: same id, same text."""
+        self.layer = layer
+        self.same = {self._key(x) for x in items}
+        """An item kept with other fields (a fact's validity, its successor forgotten) is kept: same id, same text."""
+
+    def _key(self, x):
+        return self.layer.unit_id(x), self.layer.text(x) if self.layer.text is not None else None
 
     def __contains__(self, x) -> bool:
         try:
-            return id(x) in self.ids or x in self.values or (getattr(x, "fact_id", None), getattr(x, "text", None)) \
-                in self.facts
+            return id(x) in self.ids or x in self.values or self._key(x) in self.same
         except TypeError:
             return False
 

@@ -72,15 +72,10 @@ def event(unit: str, kind: str, cause: str, time: str | None = None, **extra) ->
 
 
 def _units(bank) -> dict[str, np.ndarray]:
-    """Unit id -> its vector, for the bank's facts and profile sections."""
-    out: dict[str, np.ndarray] = {}
-    if bank is None:
-        return out
-    for items, vecs, key in ((bank.facts, bank.fact_vecs, lambda f: f.fact_id),
-                             (bank.profiles, bank.profile_vecs, lambda p: p.unit_id)):
-        if items and vecs is not None:
-            out.update({key(x): v for x, v in zip(items, vecs)})
-    return out
+    """Unit id -> its vector, for the items of the bank's layers (``store.layers``)."""
+    from ..store.layers import unit_vectors
+
+    return {} if bank is None else unit_vectors(bank)
 
 
 def write_events(old, new, cause: str, *, sessions=None, gone_cause: str | None = None) -> list[dict]:
@@ -102,7 +97,7 @@ def write_events(old, new, cause: str, *, sessions=None, gone_cause: str | None 
 
 
 def held_units(bank) -> set[str]:
-    """Every unit id ``bank`` holds: its turns', facts' and profile sections'."""
+    """Every unit id ``bank`` holds: its turns' and its layers' items' (facts, profile sections)."""
     return {t.turn_id for t in bank.turns} | set(_units(bank))
 
 
@@ -168,17 +163,14 @@ def forget_events(old, new, turn_ids) -> list[dict]:
 
 
 def _successor_events(old, new, t: str) -> list[dict]:
-    """The facts kept by a forget whose successor went with it (``ingest.forget.layers_without``):
-    ``reinstated`` when the fact holds again, ``superseded`` by the next fact of its chain else."""
+    """What a forget did to the items it kept besides dropping others (each layer's ``changes``:
+    a fact whose successor went is ``reinstated``, or ``superseded`` by the next fact of its chain)."""
+    from ..store.layers import LAYERS
+
     if old is None or new is None:
         return []
-    was = {f.fact_id: f.superseded_by for f in old.facts}
-    out = []
-    for f in new.facts:
-        if f.fact_id in was and was[f.fact_id] is not None and f.superseded_by != was[f.fact_id]:
-            out.append(event(f.fact_id, "reinstated", "successor forgotten", t) if f.superseded_by is None
-                       else event(f.fact_id, "superseded", "successor forgotten", t, by=f.superseded_by))
-    return out
+    return [event(u, kind, "successor forgotten", t, by=by) for x in LAYERS if x.changes is not None
+            for u, kind, by in x.changes(x.items(old), x.items(new))]
 
 
 class HistoryStore:

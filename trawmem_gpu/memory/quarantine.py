@@ -14,6 +14,7 @@ from pathlib import Path
 from ..encode.cache import EmbeddingCache
 from ..errors import BankError, loads_json
 from ..store.files import META, load_bank, turn_from, turn_record
+from ..store.layers import LAYERS
 from .erase import Erasure, vector_digest, words_of
 
 
@@ -95,7 +96,7 @@ def _vectors(bank_dir: Path) -> list[str]:
             t = load_file(str(p))
         except Exception:  # noqa: BLE001 - a truncated or corrupt file: nothing to read from it
             continue
-        for name in ("unit_vecs", "head_vecs", "fact_vecs", "profile_vecs"):
+        for name in ("unit_vecs", "head_vecs", *(x.tensor for x in LAYERS)):
             a = t.get(name)
             if a is not None and a.ndim == 2:
                 rows += [vector_digest(v) for v in a]

@@ -25,6 +25,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
+from ..store.layers import LAYERS
+
 TURN_OVERHEAD = 360
 """Bytes a turn holds in memory besides its text (the ``Turn`` object, its id, speaker, date and
 their string headers), measured with ``sys.getsizeof`` on LoCoMo turns."""
@@ -50,7 +52,9 @@ def bank_nbytes(bank, tables=None) -> int:
     tables of it (any nesting of arrays and tensors; None when not known)."""
     arrays = sum(_nbytes(getattr(bank, f, None)) for f in ("unit_vecs", "head_vecs", "edge_src", "edge_dst",
                                                             "edge_w", "edge_kind", "knn_sims", "knn_ids",
-                                                            "fact_vecs", "profile_vecs", "thread_offsets"))
+                                                            "thread_offsets",
+                                                            *(x.vecs_field for x in LAYERS if x.vecs_field)))
+    arrays += _nbytes(getattr(bank, "more_layers", None))  # the other layers' items and vectors (store.layers)
     text = _turns_nbytes(bank) + sum(len(h) + 50 for h in bank.heads)
     return arrays + text + _nbytes(tables)
 

@@ -70,6 +70,9 @@ class Bank:
     extends: object = field(default=None, compare=False, repr=False)
     """How this bank extends the bank it was computed from (``store.segments.Extension``, set by
     an append): the store writes it as a segment beside that bank's files; None: a bank of its own."""
+    more_layers: dict = field(default_factory=dict)
+    """The items and vectors (``{name: (items, vecs)}``) of the layers without fields of their own
+    here (``store.layers``: a new layer needs no field; facts and profiles have theirs)."""
 
     @property
     def n_units(self) -> int:
@@ -170,40 +173,41 @@ class Bank:
                                  f"{t.time.isoformat()}; a stored bank holds naive times (UTC)")
 
     def _validate_layers(self) -> None:
-        """The facts and profiles layers: unique ids, links to turns / facts that exist, vectors."""
+        """Every layer (``store.layers``): vectors that match its items, unique ids that are no turn
+        ids, links to turns / units of the layers it requires that exist, and its own checks."""
+        from .layers import LAYER_BY_NAME, LAYERS
+
         d = self.unit_vecs.shape[1]
-        for name, items, vecs in (("facts", self.facts, self.fact_vecs), ("profiles", self.profiles, self.profile_vecs)):
+        have = []
+        for x in LAYERS:
+            items, vecs = x.items(self), x.vecs(self)
             n = len(items)
             if (vecs is None) != (n == 0) or (vecs is not None and vecs.shape != (n, d)):
-                raise ValueError(f"bank {self.bank_id!r}: {name} and {name[:-1]}_vecs do not match "
-                                 f"({n} {name}, vectors {None if vecs is None else vecs.shape})")
+                raise ValueError(f"bank {self.bank_id!r}: {x.name} and {x.tensor} do not match "
+                                 f"({n} {x.name}, vectors {None if vecs is None else vecs.shape})")
             if vecs is not None and not np.all(np.isfinite(vecs)):
-                raise ValueError(f"bank {self.bank_id!r}: {name[:-1]}_vecs holds NaN or inf")
-        if not self.facts and not self.profiles:
+                raise ValueError(f"bank {self.bank_id!r}: {x.tensor} holds NaN or inf")
+            if n:
+                have.append((x, items))
+        if not have:
             return
         turn_ids = {m for t in self.turns for m in (getattr(t, "members", None) or (t.turn_id,))}  # bursts: members
-        fids = [f.fact_id for f in self.facts]
-        if len(set(fids)) != len(fids):
-            dup = next(i for i, c in Counter(fids).items() if c > 1)
-            raise ValueError(f"bank {self.bank_id!r}: duplicate fact id {dup!r}")
-        if turn_ids & set(fids):
-            raise ValueError(f"bank {self.bank_id!r}: fact id {sorted(turn_ids & set(fids))[0]!r} is also a turn id")
-        for f in self.facts:
-            bad = [t for t in f.source_turns if t not in turn_ids]
-            if bad:
-                raise ValueError(f"bank {self.bank_id!r}: fact {f.fact_id!r} cites turn {bad[0]!r}, which the bank "
-                                 f"does not hold")
-        fset = set(fids)
-        bad = next((f for f in self.facts if f.superseded_by is not None and f.superseded_by not in fset), None)
-        if bad is not None:
-            raise ValueError(f"bank {self.bank_id!r}: fact {bad.fact_id!r} is superseded by {bad.superseded_by!r}, "
-                             f"which the bank does not hold")
-        keys = [(p.person, p.section) for p in self.profiles]
-        if len(set(keys)) != len(keys):
-            dup = next(k for k, c in Counter(keys).items() if c > 1)
-            raise ValueError(f"bank {self.bank_id!r}: two profile sections {dup[1]!r} for {dup[0]!r}")
-        for p in self.profiles:
-            bad = [f for f in p.fact_ids if f not in fset]
-            if bad:
-                raise ValueError(f"bank {self.bank_id!r}: profile {p.unit_id!r} cites fact {bad[0]!r}, which the "
-                                 f"bank does not hold")
+        ids_of = {}
+        for x, items in have:
+            ids = [x.unit_id(it) for it in items]
+            ids_of[x.name] = set(ids)
+            if x.check is not None:
+                x.check(self, items, ids)
+            if len(set(ids)) != len(ids):
+                dup = next(i for i, c in Counter(ids).items() if c > 1)
+                raise ValueError(f"bank {self.bank_id!r}: duplicate {x.noun} id {dup!r}")
+            if turn_ids & set(ids):
+                raise ValueError(f"bank {self.bank_id!r}: {x.noun} id {sorted(turn_ids & set(ids))[0]!r} is also a "
+                                 f"turn id")
+            known = set().union(*(ids_of.get(r, ()) for r in x.requires)) if x.requires else turn_ids
+            noun = LAYER_BY_NAME[x.requires[0]].noun if x.requires else "turn"
+            for it in items:
+                bad = [c for c in x.cites(it) if c not in known]
+                if bad:
+                    raise ValueError(f"bank {self.bank_id!r}: {x.noun} {x.unit_id(it)!r} cites {noun} {bad[0]!r}, "
+                                     f"which the bank does not hold")

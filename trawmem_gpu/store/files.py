@@ -7,9 +7,11 @@ Layout of a bank directory (format version 3)::
     units.json            one record per unit (id, speaker, text, session, date, caption; metadata
                           only for a turn that has some: a bank without metadata reads as before)
     threads.json          the threads' heads and head kinds
-    layers.json           only in a bank with facts, profiles or a layer built: ``{"facts": [...], "profiles":
-                          [...]}`` (``store.facts`` records); their vectors are the tensors
-                          ``fact_vecs`` / ``profile_vecs`` (a bank without layers has neither)
+    layers.json           only in a bank with a layer's items or a layer built: ``{"facts": [...], "profiles":
+                          [...], "sources": {...}}``, one list of records per layer (``store.layers``:
+                          facts and profiles always, another layer when it has items); their vectors
+                          are the tensors each layer names (``fact_vecs``, ``profile_vecs``; a bank
+                          without layers has none)
     seg-NNNNNN.safetensors / seg-NNNNNN.json
                           appended segments (``store.segments``): the turns, vectors, threads and
                           nearest-head rows one append added on top of the base and the earlier
@@ -51,6 +53,7 @@ from ..data.types import turns_digest
 from ..errors import BankError, loads_json
 from ..paths import file_sha256
 from .bank import Bank
+from .layers import LAYERS as LAYER_SPECS, has_layers, layer_fields
 
 from .records import (FORMAT_VERSION, LAYERS, META, READ_VERSIONS, REBUILD_HINT, TENSORS, THREADS, UNITS,  # noqa: F401
                       _fsync_file, _fsync_write, fsync_dir, meta_digest, naive_utc_turns, stored_files, summary,
@@ -89,10 +92,11 @@ def write_base(bank: Bank, d: Path, gen: int = 0) -> dict:
     names = base_names(gen)
     # a layer built with nothing kept (every LLM fact refused) still records its source: an
     # --update goes on with it
-    layered = bool(bank.facts or bank.profiles or bank.layer_sources)
-    for name in ("fact_vecs", "profile_vecs"):
-        if getattr(bank, name) is not None:
-            tensors[name] = c(getattr(bank, name), dtype=np.float32)
+    layered = bool(has_layers(bank) or bank.layer_sources)
+    written = [x for x in LAYER_SPECS if x.always or len(x.items(bank))] if layered else []
+    for x in LAYER_SPECS:
+        if x.vecs(bank) is not None:
+            tensors[x.tensor] = c(x.vecs(bank), dtype=np.float32)
     save_file(tensors, str(d / names["tensors"]))
     _fsync_file(d / names["tensors"])
     _fsync_write(d / names["units"], lambda f: json.dump([turn_record(t) for t in bank.turns], f, ensure_ascii=False))
@@ -100,7 +104,7 @@ def write_base(bank: Bank, d: Path, gen: int = 0) -> dict:
                                                            f, ensure_ascii=False))
     if layered:
         _fsync_write(d / names["layers"], lambda f: json.dump(
-            {"facts": [x.to_record() for x in bank.facts], "profiles": [x.to_record() for x in bank.profiles],
+            {**{x.name: [x.to_record(it) for it in x.items(bank)] for x in written},
              "sources": dict(bank.layer_sources)}, f, ensure_ascii=False))
     else:
         del names["layers"]
@@ -108,7 +112,7 @@ def write_base(bank: Bank, d: Path, gen: int = 0) -> dict:
             "turns_sha256": turns_digest(bank.turns),
             "checksums": {n: file_sha256(d / n) for n in names.values()}}
     if layered:
-        base["layers"] = {"facts": len(bank.facts), "profiles": len(bank.profiles)}
+        base["layers"] = {x.name: len(x.items(bank)) for x in written}
     return base
 
 
@@ -232,16 +236,15 @@ def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = No
         units = loads_json((path / names["units"]).read_text(encoding="utf-8"))
         threads = meta if v2 else loads_json((path / names["threads"]).read_text(encoding="utf-8"))
         stats = meta.get("stats", {})
-        facts, profiles, sources = _read_layers(path / names["layers"], meta["layers"]) if "layers" in meta \
-            else ((), (), {})
+        values, sources = _read_layers(path / names["layers"], meta["layers"], t) if "layers" in meta \
+            else ({}, {})
         bank = Bank(
             bank_id=meta["bank_id"], turns=[turn_from(r) for r in units],
             thread_offsets=t["thread_offsets"], heads=list(threads["heads"]), head_kind=list(threads["head_kind"]),
             unit_vecs=t["unit_vecs"], head_vecs=t["head_vecs"], edge_src=t["edge_src"], edge_dst=t["edge_dst"],
             edge_w=t["edge_w"], edge_kind=t["edge_kind"], encoder_id=meta["encoder_id"],
             build_config=meta.get("build_config") or {}, stats=stats if isinstance(stats, dict) else {},
-            facts=facts, fact_vecs=t.get("fact_vecs"), profiles=profiles, profile_vecs=t.get("profile_vecs"),
-            layer_sources=sources, knn_sims=t.get("knn_sims"), knn_ids=t.get("knn_ids"))
+            **layer_fields(values), layer_sources=sources, knn_sims=t.get("knn_sims"), knn_ids=t.get("knn_ids"))
         if turns_digest(bank.turns) != meta["turns_sha256"]:
             raise BankError(f"{path / names['units']}: the turns do not match the digest in {META}; {REBUILD_HINT}")
         if not v2 and meta["segments"]:
@@ -260,22 +263,32 @@ def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = No
     return bank
 
 
-def _read_layers(fp: Path, counts: dict) -> tuple[tuple, tuple, dict]:
-    """The facts, profiles and sources of ``layers.json`` (checked records, counts as ``meta.json`` says)."""
-    from .facts import fact_from_record, profile_from_record
-
+def _read_layers(fp: Path, counts: dict, tensors: dict) -> tuple[dict, dict]:
+    """Each layer's items and vectors (``{name: (items, vecs)}``) and the sources of ``layers.json``
+    (checked records, counts as ``meta.json`` says; a layer not written ``always`` may be absent)."""
     rec = loads_json(fp.read_text(encoding="utf-8"))
-    if not isinstance(rec, dict) or not isinstance(rec.get("facts"), list) or not isinstance(rec.get("profiles"), list):
-        raise BankError(f"{fp}: corrupt layers (expected an object with lists 'facts' and 'profiles')")
-    try:
-        facts = tuple(fact_from_record(r) for r in rec["facts"])
-        profiles = tuple(profile_from_record(r) for r in rec["profiles"])
-    except ValueError as e:
-        raise BankError(f"{fp}: corrupt layers ({e})") from None
-    if len(facts) != counts.get("facts") or len(profiles) != counts.get("profiles"):
-        raise BankError(f"{fp}: {len(facts)} facts and {len(profiles)} profile sections where {META} says "
-                        f"{counts.get('facts')} and {counts.get('profiles')}")
+    required = [x.name for x in LAYER_SPECS if x.always]
+    if not isinstance(rec, dict) or not all(isinstance(rec.get(n), list) for n in required):
+        raise BankError(f"{fp}: corrupt layers (expected an object with lists "
+                        f"{' and '.join(repr(n) for n in required)})")
+    unknown = sorted(set(rec) - {x.name for x in LAYER_SPECS} - {"sources"})
+    if unknown or not isinstance(counts, dict) or set(counts) - {x.name for x in LAYER_SPECS}:
+        raise BankError(f"{fp}: holds layer {(unknown or sorted(counts))[0]!r}, which this trawmem_gpu does not "
+                        f"know; {REBUILD_HINT}")
+    values = {}
+    for x in LAYER_SPECS:
+        if x.name not in rec and x.name not in counts:
+            continue
+        if not isinstance(rec.get(x.name), list):
+            raise BankError(f"{fp}: corrupt layers (field {x.name!r} must be a list)")
+        try:
+            items = tuple(x.from_record(r) for r in rec[x.name])
+        except ValueError as e:
+            raise BankError(f"{fp}: corrupt layers ({e})") from None
+        if len(items) != counts.get(x.name):
+            raise BankError(f"{fp}: {len(items)} {x.name} where {META} says {counts.get(x.name)}")
+        values[x.name] = (items, tensors.get(x.tensor))
     sources = rec.get("sources", {})
     if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
         raise BankError(f"{fp}: corrupt layers (field 'sources' must map layer names to strings)")
-    return facts, profiles, sources
+    return values, sources

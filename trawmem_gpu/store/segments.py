@@ -40,6 +40,7 @@ from ..data.types import turns_digest
 from ..errors import BankError, loads_json
 from ..paths import file_sha256
 from .bank import Bank
+from .layers import LAYERS, layer_fields
 from .records import segment_names
 
 SEGMENT = re.compile(r"seg-\d{6}")
@@ -94,7 +95,7 @@ def extends(new: Bank, old: Bank) -> bool:
     return (isinstance(ext, Extension) and old is not None and ext.base is old
             and new.build_config == old.build_config
             and new.encoder_id == old.encoder_id and new.knn_ids is not None
-            and new.facts is old.facts and new.profiles is old.profiles
+            and all(x.items(new) is x.items(old) for x in LAYERS)
             and new.layer_sources == old.layer_sources)
 
 
@@ -180,8 +181,8 @@ def apply_segments(bank: Bank, d: Path, segments: list[dict]) -> Bank:
     src, dst, w, kind = edges_from_knn(sims, ids, thr)
     return Bank(bank.bank_id, turns, np.concatenate([starts, [len(turns)]]).astype(np.int64), heads, kinds,
                 np.concatenate(vec_parts), hv, src, dst, w, kind, bank.encoder_id, bank.build_config, bank.stats,
-                bank.facts, bank.fact_vecs, bank.profiles, bank.profile_vecs, bank.layer_sources,
-                knn_sims=sims, knn_ids=ids)
+                layer_sources=bank.layer_sources, knn_sims=sims, knn_ids=ids,
+                **layer_fields({x.name: (x.items(bank), x.vecs(bank)) for x in LAYERS}))
 
 
 def compact_meta(current: dict, merged: int, base: dict) -> dict:

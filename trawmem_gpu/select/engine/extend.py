@@ -29,6 +29,7 @@ from dataclasses import replace
 import numpy as np
 
 from ...store.bank import Bank
+from ...store.layers import empty_fields
 from ..context import unit_features
 from ..terms import unit_attributes
 from ..steps.priority import in_thread_distances
@@ -61,8 +62,8 @@ def tail_bank(bank: Bank, u0: int, k0: int) -> Bank:
     return replace(bank, turns=bank.turns[u0:], thread_offsets=bank.thread_offsets[k0:] - u0,
                    heads=bank.heads[k0:], head_kind=bank.head_kind[k0:], unit_vecs=bank.unit_vecs[u0:],
                    head_vecs=bank.head_vecs[k0:], edge_src=e, edge_dst=e, edge_w=e.astype(np.float32),
-                   edge_kind=e.astype(np.int8), knn_sims=None, knn_ids=None, extends=None, facts=(),
-                   fact_vecs=None, profiles=(), profile_vecs=None, support_src=None, support_dst=None)
+                   edge_kind=e.astype(np.int8), knn_sims=None, knn_ids=None, extends=None, support_src=None,
+                   support_dst=None, **empty_fields())
 
 
 def tail_costs(bank: Bank, tail: Bank, prev, k0: int, headings: str):
