@@ -108,7 +108,15 @@ class ItemLog:
     def read(self) -> dict:
         if not self.path.exists():
             return {"session_id": self.session_id, "next_seq": 0, "entries": []}
-        return json.loads(self.path.read_text(encoding="utf-8"))
+        from ..errors import BankError, loads_json
+
+        try:
+            log = loads_json(self.path.read_text(encoding="utf-8"))
+            if not isinstance(log, dict) or not isinstance(log.get("entries"), list):
+                raise ValueError("not an item log")
+        except (ValueError, UnicodeDecodeError) as e:
+            raise BankError(f"{self.path}: the item log of session {self.session_id!r} is damaged ({e})") from None
+        return log
 
     def write(self, log: dict) -> None:
         from ..store.records import write_json_atomic
