@@ -178,3 +178,35 @@ def test_recall_and_remember_tools_with_a_fake_model(mem):
     assert outputs[2]["output"].startswith("error: text:")
     assert outputs[3]["output"].startswith("error: query:")
     assert len(mem.turns("oa-tools")) == 1
+
+
+def test_an_add_whose_log_write_was_lost_is_repaired(mem, sample):
+    from agents.memory.session import Session
+
+    session = TrawMemSession("oa-lost", mem)
+    assert isinstance(session, Session)
+    run(session.add_items([{"role": "user", "content": "first message"}]))
+    before = session._log.read()
+    run(session.add_items([{"role": "user", "content": "a WOMBAT-LOST message"}]))
+    session._log.write(before)  # the second call's turns are stored, its log write lost
+    assert "oa-1" in {t.turn_id for t in mem.turns("oa-lost")}
+    run(session.add_items([{"role": "user", "content": "another message"}]))  # oa-1 again, other content
+    assert [(t.turn_id, t.text) for t in mem.turns("oa-lost")] == [("oa-0", "first message"),
+                                                                   ("oa-1", "another message")]
+    assert files_holding(sample, "WOMBAT-LOST") == []
+    run(session.add_items([{"role": "user", "content": "another message"}]))  # a plain repeat: a new item
+    assert [t.turn_id for t in mem.turns("oa-lost")][-1] == "oa-2"
+
+
+def test_over_an_async_memory_and_a_damaged_log(mem):
+    from trawmem_gpu.errors import BankError
+    from trawmem_gpu.memory.aio import AsyncMemory
+
+    session = TrawMemSession("oa-async", AsyncMemory.of(mem), role="developer")
+    run(session.add_items([{"role": "user", "content": "Clara moved to Rotterdam."},
+                           {"role": "user", "content": "Where is Clara?"}]))
+    items = run(session.get_items(limit=1))
+    assert items[0]["role"] == "developer" and "[oa-0]" in items[0]["content"]
+    session._log.path.write_text("{not json", encoding="utf-8")
+    with pytest.raises(BankError, match="item log"):
+        run(session.get_items())
