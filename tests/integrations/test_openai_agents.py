@@ -168,8 +168,12 @@ def test_recall_and_remember_tools_with_a_fake_model(mem):
                        [call("recall", {"query": ""}, "q2")],
                        [say("Done.")]])
     agent = Agent(name="assistant", model=model, tools=tools)
-    out = run(Runner.run(agent, "Remember my bike, then recall it."))
+    session = TrawMemSession("oa-tools-chat", mem)
+    out = run(Runner.run(agent, "Remember my bike, then recall it.", session=session))
     assert out.final_output == "Done."
+    kinds = [i.get("type", "message") for i in run(session.get_items())]  # the tool calls are kept in order
+    assert kinds == ["message"] + ["function_call", "function_call_output"] * 4 + ["message"]
+    assert [t.text for t in mem.turns("oa-tools-chat")] == ["Remember my bike, then recall it.", "Done."]
     assert [t.turn_id for t in mem.turns("oa-tools")] == ["remember-r1"]
     assert mem.turns("oa-tools")[0].speaker == "memory"
     outputs = [i for i in model.inputs[-1] if i.get("type") == "function_call_output"]
