@@ -25,6 +25,12 @@ PASSED_HEADERS = ("content-type", "cache-control", "retry-after", "x-request-id"
 """The upstream's response headers the proxy passes back (the others are hop-by-hop or its own)."""
 
 
+TOKENIZE = {"/tokenize": lambda text: {"content": text, "prompt": text},
+            "/extras/tokenize": lambda text: {"input": text}}
+"""The upstream's tokenize endpoints tried, in order, and each one's body (llama.cpp's and vLLM's
+servers, then llama-cpp-python's)."""
+
+
 def openai_error(status: int, message: str, param: str | None = None, kind: str = "invalid_request_error",
                  code: str | None = None, headers: dict | None = None) -> Response:
     """An error answer in OpenAI's shape, naming the field at fault in ``param``."""
@@ -85,7 +91,7 @@ class Upstream:
         self.root = self.base[:-3] if self.base.endswith("/v1") else self.base
         self.key_env, self.timeout_s, self.metrics = key_env, timeout_s, metrics
         self._client: httpx.AsyncClient | None = None
-        self._tokenize: bool | None = None  # None: not probed yet
+        self._tokenize: str | bool | None = None  # the endpoint's path; None: not probed yet, False: none
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -107,25 +113,37 @@ class Upstream:
             out["authorization"] = f"Bearer {key}"
         return out
 
-    async def count_tokens(self, text: str) -> int | None:
-        """``text``'s length in the model's own tokens from the upstream's ``POST /tokenize``
-        (llama.cpp's and vLLM's servers have it); None where the upstream has none (probed once:
-        a server without it is not asked again) or the call fails."""
-        if self._tokenize is False or not text:
-            return None if self._tokenize is False else 0
+    async def _count(self, path: str, text: str) -> int | None:
+        """``text``'s token count from the upstream's tokenize endpoint ``path`` (None: none there)."""
         try:
-            r = await self.client.post(self.root + "/tokenize", json={"content": text, "prompt": text},
-                                       headers=self.headers())
+            r = await self.client.post(self.root + path, json=TOKENIZE[path](text), headers=self.headers())
             data = loads_json(r.content) if r.status_code == 200 else None
-            n = data.get("count") if isinstance(data, dict) else None
-            if n is None and isinstance(data, dict) and isinstance(data.get("tokens"), list):
-                n = len(data["tokens"])
         except (httpx.HTTPError, ValueError):
-            n = None
+            return None
+        n = data.get("count") if isinstance(data, dict) else None
+        if n is None and isinstance(data, dict) and isinstance(data.get("tokens"), list):
+            n = len(data["tokens"])
+        return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+    async def count_tokens(self, text: str) -> int | None:
+        """``text``'s length in the model's own tokens from the upstream's tokenize endpoint
+        (:data:`TOKENIZE`: llama.cpp's and vLLM's ``POST /tokenize``, llama-cpp-python's
+        ``POST /extras/tokenize``); None where the upstream has none (probed once: the first
+        endpoint that answers is the one asked from then on, and an upstream without one is not
+        asked again) or the call fails."""
+        if self._tokenize is False:
+            return None
         if self._tokenize is None:
-            self._tokenize = isinstance(n, int)
-            log.info("upstream %s: /tokenize %s", self.root, "counts the workspace" if self._tokenize else "absent")
-        return n if isinstance(n, int) else None
+            for path in TOKENIZE:
+                n = await self._count(path, text)
+                if n is not None:
+                    self._tokenize = path
+                    break
+            else:
+                self._tokenize = False
+            log.info("upstream %s: tokenize endpoint %s", self.root, self._tokenize or "absent")
+            return n if self._tokenize else None
+        return await self._count(self._tokenize, text)
 
     def _observe(self, t0: float, outcome: str) -> None:
         if self.metrics is not None and self.metrics.proxy_requests is not None:
