@@ -285,6 +285,11 @@ def test_config_and_keys(tmp_path):
     add_key(tmp_path / "k.json", "t", ["t-*"], True, token_budget=300)
     add_key(tmp_path / "k.json", "u", ["u-*"], True)
     assert [t.token_budget for t in KeyStore.load(tmp_path / "k.json").tenants] == [300, None]
+    from trawmem_gpu.cli import main
+
+    assert main(["serve-key", "--keys", str(tmp_path / "cli.json"), "--tenant", "c", "--banks", "c-*",
+                 "--token-budget", "77"]) == 0
+    assert [t.token_budget for t in KeyStore.load(tmp_path / "cli.json").tenants] == [77]
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"keys": [{"sha256": "0" * 64, "tenant": "t", "banks": ["*"], "access": "read-only",
                                          "token_budget": "lots"}]}))
