@@ -21,7 +21,7 @@ For a request (docs/serving.md, "Chat-completions proxy"):
 5. forwarded (``trawmem`` removed from the body), the answer passed back as it came;
 6. after a complete 200 answer, the user message and the answer are appended as two turns on a
    background task, with ids from a hash of the bank, the messages and the answer (a retried
-   identical request finds them held and appends nothing) and the body's ``trawmem.metadata``
+   identical request finds them held, or is refused as holding them, and appends nothing) and the body's ``trawmem.metadata``
    (a key bound to a filter must name metadata that passes it: else 403 before forwarding).
    A read-only key gets its workspace and nothing is stored.
 """
@@ -35,7 +35,7 @@ import math
 
 from fastapi import FastAPI, Request
 
-from ..errors import InputError, TrawmemError, loads_json
+from ..errors import DuplicateTurns, InputError, TrawmemError, loads_json
 from ..memory.banks import check_bank_id
 from .appends import append_batch
 from .models import SelectRequest
@@ -246,6 +246,8 @@ class Proxy:
             batch.scope = tenant.where
             await backend.append(req.bank, batch, quota=tenant.quota(self.ctx.cfg))
             m.proxy_appends.labels("stored").inc()
+        except DuplicateTurns:  # the ids hash the exchange: held already, stored by a request just before
+            m.proxy_appends.labels("retry").inc()
         except (TrawmemError, HTTPError, OSError, RuntimeError, ValueError) as e:
             m.proxy_appends.labels("failed").inc()
             log.warning("proxy: appending the exchange to bank %r failed: %s", req.bank, e)
