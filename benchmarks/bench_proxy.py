@@ -5,7 +5,8 @@ side by side in one run.
 Upstreams: the fake OpenAI-compatible server of the test suite (``tests/support/fake_upstream.py``,
 a real HTTP server on 127.0.0.1 answering at once, so the difference is the proxy's own cost:
 the key, the workspace selection through the batcher, placing it, ``/tokenize``, the forward and
-the background append) at ``--conc`` concurrent clients; and, with ``--real URL`` (the llama.cpp
+the background append) at ``--conc`` concurrent clients, and the same fake without ``/tokenize``
+at ``--bare-conc`` clients (the cost less the count's call); and, with ``--real URL`` (the llama.cpp
 server of ``scripts/real_llm.sh``), the real model at one client (``--real-conc``), where the
 placed workspace also lengthens the prompt the model reads. The server holds the bundled sample
 (bank ``ana-ben``); every request asks the same question, so after the first exchange each
@@ -19,7 +20,7 @@ two sides' p50 (and p99) within the round, its median over rounds reported with 
 Writes ``proxy.json`` and ``proxy.png`` under ``benchmarks/results/`` (or ``--out-dir`` /
 ``TRAWMEM_BENCH_OUT``).
 
-    python -m benchmarks run proxy [--conc 1,16,64] [--requests 128] [--rounds 5] [--real URL]
+    python -m benchmarks run proxy [--conc 1,16,64] [--bare-conc 1] [--requests 128] [--rounds 5] [--real URL]
 """
 from __future__ import annotations
 
@@ -144,6 +145,17 @@ def run(args) -> dict:
                     print(f"fake conc {conc}: added p50 {cell['added_p50_ms']['median']:.1f} ms, "
                           f"p99 {cell['added_p99_ms']['median']:.1f} ms", flush=True)
                 rec["fake_metrics"] = _metric_lines(srv.url)
+        if args.bare_conc:  # the fake without /tokenize: the proxy's cost less the count's call
+            with FakeUpstream(record=False, tokenize=False) as up:
+                coll = harness.tests_module("serve_util").copy_collection(src, Path(tmp) / "bare")
+                with _server(coll, up.url, args.threads) as srv:
+                    for conc in args.bare_conc:
+                        cell = measure(up.url + "/chat/completions", srv.url + "/v1/chat/completions",
+                                       _body("fake", None), conc, args.requests, args.rounds, args.timeout)
+                        cell["upstream"] = "fake, no /tokenize"
+                        rec["cells"].append(cell)
+                        print(f"fake without /tokenize conc {conc}: added p50 {cell['added_p50_ms']['median']:.1f} ms, "
+                              f"p99 {cell['added_p99_ms']['median']:.1f} ms", flush=True)
         if args.real:
             coll = harness.tests_module("serve_util").copy_collection(src, Path(tmp) / "real")
             with _server(coll, args.real, args.threads) as srv:
@@ -189,6 +201,8 @@ def main() -> int:
     p.add_argument("--conc", type=_ints, default=[1, 16, 64], help="fake upstream: concurrent clients (1,16,64)")
     p.add_argument("--requests", type=int, default=128, help="fake upstream: requests per side, cell and round")
     p.add_argument("--rounds", type=int, default=5, help="rounds per cell (default: 5)")
+    p.add_argument("--bare-conc", type=_ints, default=[1],
+                   help="the fake without /tokenize (the workspace counted by the selection): clients (default: 1)")
     p.add_argument("--real", help="the real upstream's OpenAI base URL (scripts/real_llm.sh status prints it)")
     p.add_argument("--real-conc", type=_ints, default=[1], help="real upstream: concurrent clients (default: 1)")
     p.add_argument("--real-requests", type=int, default=12, help="real upstream: requests per side, cell and round")

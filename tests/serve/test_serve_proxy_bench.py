@@ -14,10 +14,11 @@ from benchmarks import bench_proxy, harness  # noqa: E402
 
 
 def test_bench_proxy_small(tmp_path):
-    args = argparse.Namespace(conc=[2], requests=4, rounds=2, real=None, real_conc=[1], real_requests=2,
+    args = argparse.Namespace(conc=[2], bare_conc=[1], requests=4, rounds=2, real=None, real_conc=[1], real_requests=2,
                               max_tokens=8, threads=1, timeout=600.0, out_dir=str(tmp_path))
     rec = bench_proxy.run(args)
-    (cell,) = rec["cells"]
+    cell, bare = rec["cells"]
+    assert (cell["upstream"], bare["upstream"], bare["conc"], bare["failed"]) == ("fake", "fake, no /tokenize", 1, 0)
     assert cell["failed"] == 0 and cell["conc"] == 2 and len(cell["rounds"]) == 2
     for r in cell["rounds"]:
         assert r["direct"]["n"] == r["proxy"]["n"] == 4
