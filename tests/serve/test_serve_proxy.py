@@ -295,3 +295,19 @@ def test_config_and_keys(tmp_path):
                                          "token_budget": "lots"}]}))
     with pytest.raises(ConfigError, match="token_budget"):
         KeyStore.load(bad)
+
+
+def test_exchange_ids_held_unseen_are_not_stored_again(proxied):
+    # the exchange's ids held already where the key's history cannot see them (another user's
+    # metadata): the append is refused as holding them, counted as a retry, nothing stored twice
+    c, up = proxied
+    rw, bound = {"Authorization": f"Bearer {KEYS['rw']}"}, {"Authorization": "Bearer key-bound-0123456789"}
+    body = _chat(user="acme-1", trawmem={"metadata": {"user_id": "u1"}})
+    uid, aid = ChatRequest(json.dumps(body).encode(), {}, 1).turn_ids(ANSWER)
+    held = [{"turn_id": t, "speaker": "x", "text": "held", "timestamp": "2030-01-01", "metadata": {"user_id": "u2"}}
+            for t in (uid, aid)]
+    assert c.post("/v1/banks/acme-1/turns", json={"turns": held}, headers=rw).status_code == 200
+    before = _n_units(c)
+    assert c.post("/v1/chat/completions", json=body, headers=bound).status_code == 200
+    _wait_appends(c, "retry", 1)
+    assert _n_units(c) == before and _metric(c, "trawmem_proxy_appends_total", "failed") == 0
