@@ -91,6 +91,10 @@ SUITE: tuple[Entry, ...] = (
           "the paper's retrieval-side analyses (Figs. 7-10, 12, Table 3's efficiency), its numbers beside ours",
           ("paper_vs_ours.json", "paper_vs_ours.md", "paper_fig7.json", "paper_fig8.json", "paper_fig9.json",
            "paper_fig10.json", "paper_fig12.json", "paper_table3.json"), "2 min (paper_vs_ours.json: 119 s)"),
+    Entry("proxy", "bench_proxy.py",
+          "the chat-completions proxy's added latency p50 / p99 over calling the upstream directly, side by side "
+          "(a fake upstream at 1, 16, 64 clients; `--real URL`: the llama.cpp server)",
+          ("proxy.json", "proxy.png"), "not timed"),
     Entry("quality", "bench_quality.py",
           "selection quality on LoCoMo: the H x B grid, the ablations, the headline table, token budgets",
           ("quality_grid.json", "quality_ablations.json", "quality_headline.json", "quality_tokens.json"),

@@ -105,6 +105,14 @@ def _config_flags() -> list[tuple]:
         ("--http-workers", "http_workers", nonneg_int,
          "HTTP front processes in front of this engine process (0: HTTP in this process); "
          "each takes HTTP, keys and JSON off the engine's GIL"),
+        ("--upstream", "upstream", str, "OpenAI-compatible base URL of an inference server (http://HOST:PORT/v1): "
+                                        "POST /v1/chat/completions then forwards to it with a workspace placed in the "
+                                        "messages (default: none, no such route)"),
+        ("--upstream-key-env", "upstream_key_env", str, "environment variable holding the upstream's API key"),
+        ("--upstream-timeout", "upstream_timeout_s", positive_float,
+         "seconds to connect to the upstream and between its bytes (then 504)"),
+        ("--proxy-token-budget", "proxy_token_budget", token_budget_int,
+         "the proxy's workspace token budget when neither the key nor the request names one"),
         ("--max-resident-bytes", "max_resident_bytes", nonneg_int,
          "open banks on first use and let the least recently used go past this many bytes of banks and "
          "their tables (default: none, every bank loaded at start; with --ray: per shard)"),

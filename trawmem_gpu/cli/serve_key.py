@@ -9,7 +9,8 @@ from .args import add_where
 def cmd_serve_key(a) -> int:
     from ..serve.keys import add_key
 
-    key = add_key(a.keys, a.tenant, a.banks, writable=not a.read_only, where=a.where)
+    key = add_key(a.keys, a.tenant, a.banks, writable=not a.read_only, where=a.where,
+                  token_budget=a.token_budget)
     bound = f", bound to the filter {a.where.key}" if a.where is not None else ""
     print(f"added a {'read-only' if a.read_only else 'read-write'} key for tenant {a.tenant!r} "
           f"(banks {', '.join(a.banks)}{bound}) to {a.keys}; it is shown once, only its sha256 is stored:",
@@ -28,4 +29,9 @@ def configure(k) -> None:
     add_where(k, "bind the key to a filter over turn metadata, e.g. '{\"user_id\": \"u1\"}': every selection is "
                  "AND-ed with it (a request's where narrows it, never widens it), appends must pass it, forgets "
                  "reach only turns that pass it (default: no filter, the key sees every turn of its banks)")
+    from .args import positive_int
+
+    k.add_argument("--token-budget", type=positive_int, default=None,
+                   help="the key's default workspace token budget on the chat-completions proxy "
+                        "(default: the server's --proxy-token-budget)")
     k.set_defaults(fn=cmd_serve_key)

@@ -24,9 +24,10 @@ Modules: ``config`` (options), ``models`` (API bodies: the wire models), ``backe
 interface the routes are written against, and its in-process implementation), ``keys`` (tenants), ``batcher``
 (dynamic batching), ``service`` (one process's service over the Memory core's engine and
 banks, :mod:`trawmem_gpu.memory.engines` and :mod:`trawmem_gpu.memory.banks`),
-``metrics``, ``app`` (routes), ``server`` (uvicorn), ``remote`` (HTTP in front processes,
+``metrics``, ``app`` (routes), ``proxy`` and ``proxy_stream`` (the chat-completions proxy, ``--upstream``),
+``server`` (uvicorn), ``remote`` (HTTP in front processes,
 ``--http-workers``), ``ray_app`` (Ray Serve); the commands are ``trawmem_gpu.cli.serve``.
-Only ``app``, ``metrics``, ``server``, ``remote`` (its fronts) and ``ray_app`` import the extras.
+Only ``app``, ``proxy*``, ``metrics``, ``server``, ``remote`` (its fronts) and ``ray_app`` import the extras.
 """
 from .config import ServeConfig
 

@@ -45,6 +45,7 @@ from .keys import KeyStore
 from .metrics import Metrics
 from .models import AppendRequest, BatchRequest, SelectRequest
 from .openapi import offline_docs, with_models
+from .proxy import add_proxy_routes
 from .replies import add_exception_handlers, json_response as _json
 from .routes import RouteContext, add_bank_routes, add_forget_routes, add_ops_routes, add_select_routes, add_turn_routes
 
@@ -131,11 +132,11 @@ class _Edge:
                         if body is None:
                             refusal = 413
                         else:
-                            sent = [False]
+                            sent, wire = [False], receive
 
                             async def receive():  # noqa: F811 - replay the buffered body
-                                if sent[0]:
-                                    return {"type": "http.disconnect"}
+                                if sent[0]:  # then the connection's own events (a streamed answer
+                                    return await wire()  # waits on them for the client's disconnect)
                                 sent[0] = True
                                 return {"type": "http.request", "body": body, "more_body": False}
                 if refusal == 413:
@@ -177,6 +178,8 @@ def create_app(backend: Backend, cfg: ServeConfig, keys: KeyStore | None = None,
         try:
             yield
         finally:
+            if proxy is not None:  # the proxied exchanges' appends in flight, before the backend drains
+                await proxy.drain()
             await backend.stop()
 
     app = FastAPI(title="trawmem serve", version="1",
@@ -192,6 +195,7 @@ def create_app(backend: Backend, cfg: ServeConfig, keys: KeyStore | None = None,
     add_forget_routes(app, ctx)
     add_bank_routes(app, ctx)
     add_ops_routes(app, ctx)
+    proxy = add_proxy_routes(app, ctx)  # POST /v1/chat/completions with --upstream
     add_exception_handlers(app)
 
     app.openapi = with_models(app, [SelectRequest, BatchRequest, AppendRequest])

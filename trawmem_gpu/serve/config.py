@@ -118,6 +118,19 @@ class ServeConfig:
     (``memory.resident``); a cold bank's first query opens it on a loader thread, off the batch
     worker. None: every bank is loaded at start and stays. With ``--ray``, per shard."""
 
+    upstream: str | None = None
+    """``--upstream``: the OpenAI-compatible base URL (``http://HOST:PORT/v1``) of an inference
+    server (vLLM, llama.cpp, ...) that ``POST /v1/chat/completions`` forwards to with a workspace
+    placed in its messages (:mod:`.proxy`); None: no such route."""
+    upstream_key_env: str = "TRAWMEM_UPSTREAM_API_KEY"
+    """``--upstream-key-env``: the environment variable holding the upstream's own API key (sent
+    as its bearer token; unset or empty: none). The caller's key is this server's, never forwarded."""
+    upstream_timeout_s: float = 120.0
+    """``--upstream-timeout``: seconds to connect to the upstream and between its bytes (then 504)."""
+    proxy_token_budget: int = 1024
+    """``--proxy-token-budget``: the workspace's token budget of a proxied request whose key and
+    request name none (a keys-file entry's ``token_budget`` overrides it for that key)."""
+
     units: tuple = ("turns",)
     """The layers the engine selects from (``--units``: ``facts.view.unit_view`` of every bank)."""
     method: str = "trawmem"
@@ -144,13 +157,19 @@ class ServeConfig:
             raise ConfigError(f"`max_wait_ms` must be >= 0, got {self.max_wait_ms!r}")
         if self.switch_interval_ms <= 0:
             raise ConfigError(f"`switch_interval_ms` must be > 0, got {self.switch_interval_ms!r}")
-        for name in ("header_timeout_s", "body_timeout_s", "keep_alive_s"):
+        for name in ("header_timeout_s", "body_timeout_s", "keep_alive_s", "upstream_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"`{name}` must be > 0 seconds, got {getattr(self, name)!r}")
         if self.timeout_s <= 0:
             raise ConfigError(f"`timeout_s` must be > 0 seconds, got {self.timeout_s!r}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"`port` must lie in 0..65535, got {self.port!r}")
+        if self.upstream is not None and not self.upstream.startswith(("http://", "https://")):
+            raise ConfigError(f"`upstream` must be an http(s):// base URL (e.g. http://127.0.0.1:8080/v1), "
+                              f"got {self.upstream!r}")
+        if not 1 <= self.proxy_token_budget <= self.limits.max_token_budget:
+            raise ConfigError(f"`proxy_token_budget` must lie in 1..{self.limits.max_token_budget} (the "
+                              f"`max_token_budget`), got {self.proxy_token_budget!r}")
         if self.http_workers < 0:
             raise ConfigError(f"`http_workers` must be >= 0, got {self.http_workers!r}")
         if self.max_resident_bytes is not None and self.max_resident_bytes < 0:

@@ -15,7 +15,9 @@ limits, and the fair share of each batch, are per tenant name: keys of one tenan
 ``{"user_id": "u1"}``; ``trawmem serve-key --where``): every selection the key makes is AND-ed
 with it, so a request's own ``where`` can narrow it but never widen it; the key may append only
 turns whose metadata passes it, forget only such turns by id (others answer as missing), and
-never a whole bank. ``banks`` are shell-style patterns (``fnmatch``, case-sensitive). A key is compared against
+never a whole bank. ``token_budget`` (optional, ``trawmem serve-key --token-budget``) is the key's
+default workspace budget on the chat-completions proxy (:mod:`.proxy`; else the server's
+``proxy_token_budget``). ``banks`` are shell-style patterns (``fnmatch``, case-sensitive). A key is compared against
 *every* stored hash with ``hmac.compare_digest`` (no early exit), so the time taken does not
 depend on which entry, if any, matches. Keys are never logged, counted in metrics or echoed
 in errors: the service only ever handles the :class:`Tenant` a key resolves to.
@@ -78,6 +80,8 @@ class Tenant:
     where: object = None
     """The filter (``data.filters.Filter``) this key is bound to, AND-ed with every request's;
     None: none."""
+    token_budget: int | None = None
+    """The key's default workspace token budget on the chat-completions proxy (None: the server's)."""
 
     def owns(self, bank_id: str) -> bool:
         return any(fnmatchcase(bank_id, p) for p in self.banks)
@@ -140,6 +144,14 @@ def _where(e: dict, where: str):
         raise ConfigError(f"{where}: field {x}") from None
 
 
+def _token_budget(e: dict, where: str) -> int | None:
+    """A keys-file entry's ``token_budget`` (a whole number >= 1), or None."""
+    v = e.get("token_budget")
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+        raise ConfigError(f"{where}: field 'token_budget' must be a whole number >= 1, got {v!r}")
+    return v
+
+
 def hash_key(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8")).digest()
 
@@ -181,7 +193,8 @@ class KeyStore:
             if access not in ACCESS:
                 raise ConfigError(f"{where}: field 'access' must be one of {ACCESS}")
             entries.append((bytes.fromhex(h.lower()),
-                            Tenant(name, tuple(banks), access == "read-write", _limits(e, where), _where(e, where))))
+                            Tenant(name, tuple(banks), access == "read-write", _limits(e, where), _where(e, where),
+                                   _token_budget(e, where))))
         return cls(entries)
 
     def authenticate(self, key: str | None) -> Tenant | None:
@@ -196,13 +209,16 @@ class KeyStore:
         return found
 
 
-def add_key(path: str | Path, tenant: str, banks: list[str], writable: bool, where=None) -> str:
+def add_key(path: str | Path, tenant: str, banks: list[str], writable: bool, where=None,
+            token_budget: int | None = None) -> str:
     """Append a fresh random key for ``tenant`` to the keys file (created if missing, written
     atomically, mode 0600) and return the key; the file keeps only its sha256. ``where``: a filter
-    to bind the key to (JSON; checked here, ``InputError`` naming the path inside it)."""
+    to bind the key to (JSON; checked here, ``InputError`` naming the path inside it); ``token_budget``:
+    its default workspace budget on the chat-completions proxy."""
     from ..data.filters import parse_filter
 
     flt = parse_filter(where, "where")
+    _token_budget({"token_budget": token_budget}, "token_budget")
     path = Path(path)
     doc = {"keys": []}
     if path.exists():
@@ -211,7 +227,8 @@ def add_key(path: str | Path, tenant: str, banks: list[str], writable: bool, whe
     key = "tmk_" + secrets.token_urlsafe(32)
     doc["keys"].append({"sha256": hashlib.sha256(key.encode()).hexdigest(), "tenant": tenant,
                         "banks": list(banks), "access": "read-write" if writable else "read-only",
-                        **({"where": flt.json} if flt is not None else {})})
+                        **({"where": flt.json} if flt is not None else {}),
+                        **({"token_budget": token_budget} if token_budget is not None else {})})
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

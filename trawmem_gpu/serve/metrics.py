@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+TOKEN_BUCKETS = (0, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
@@ -41,6 +42,16 @@ class Metrics:
                                  ["route", "method"], buckets=LATENCY_BUCKETS, registry=r) if http else None
         self.in_flight = Gauge("trawmem_http_in_flight", "HTTP requests being handled", registry=r,
                                multiprocess_mode="livesum") if http else None
+        self.proxy_requests = Counter("trawmem_proxy_requests", "Chat completions proxied, by outcome (ok, "
+                                      "upstream_error, timeout, unreachable, refused)", ["outcome"],
+                                      registry=r) if http else None
+        self.proxy_workspace_tokens = Histogram("trawmem_proxy_workspace_tokens", "Tokens of the workspace placed "
+                                                "in a proxied request (the model's own where the upstream counts them)",
+                                                buckets=TOKEN_BUCKETS, registry=r) if http else None
+        self.proxy_upstream_seconds = Histogram("trawmem_proxy_upstream_seconds", "Seconds from forwarding to the "
+                                                "upstream's last byte", buckets=LATENCY_BUCKETS, registry=r) if http else None
+        self.proxy_appends = Counter("trawmem_proxy_appends", "Proxied exchanges appended after the answer, by "
+                                     "outcome (stored, retry, skipped, failed)", ["outcome"], registry=r) if http else None
         self.batch_size = Histogram("trawmem_batch_size", "Queries per engine batch", buckets=BATCH_BUCKETS,
                                     registry=r) if engine else None
         self.batch_seconds = Histogram("trawmem_batch_seconds", "Batch worker seconds per batch and stage (encode, "
