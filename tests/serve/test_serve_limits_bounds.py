@@ -111,6 +111,20 @@ def test_connection_cap_and_header_timeout(coll):
         extra.close()
 
 
+def test_accepted_connections_send_without_delay(coll):
+    """Every accepted connection has Nagle's algorithm off: uvicorn writes a response's head and body
+    apart, and with Nagle on the body waited for the client's delayed acknowledgement (40 ms or more
+    per kept-alive request, ``/healthz`` included)."""
+    cfg = ServeConfig(collection=coll, warmup=False)
+    with running(cfg) as (url, service, srv), httpx.Client(base_url=url, timeout=30) as c:
+        assert c.get("/healthz").status_code == 200
+        raw = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+        _wait_for(lambda: len(srv.server.server_state.connections) == 2)
+        socks = [p.transport.get_extra_info("socket") for p in list(srv.server.server_state.connections)]
+        assert [s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0 for s in socks] == [True, True]
+        raw.close()
+
+
 def test_default_threads_suit_the_host_and_workers():
     assert default_threads(0, cores=2) == 1
     assert default_threads(2, cores=2) == 1

@@ -19,6 +19,7 @@ reads every body before the route sees it.
 from __future__ import annotations
 
 import asyncio
+import socket
 
 _408_BODY = b'{"detail": "request headers not complete within the header timeout"}'
 _408 = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: "
@@ -36,6 +37,21 @@ def _base_protocol() -> type:
         return H11Protocol
 
 
+def _no_delay(transport) -> None:
+    """Turn Nagle's algorithm off on an accepted TCP connection (``TCP_NODELAY``).
+
+    uvicorn writes a response's head and its body in separate writes; with Nagle on, the body waits
+    for the client's acknowledgement of the head, which a client delays by up to 40 ms (delayed ACK):
+    every request after the first on a kept-alive connection then took 40-48 ms, even ``/healthz``.
+    The event loop (uvloop here) leaves the option as the listening socket had it."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:  # pragma: no cover - a socket closed under us: nothing to tune
+            pass
+
+
 def bounded_protocol(cfg) -> type:
     """uvicorn's HTTP protocol class with ``cfg.max_connections`` and ``cfg.header_timeout_s``."""
     base = _base_protocol()
@@ -48,6 +64,7 @@ def bounded_protocol(cfg) -> type:
 
         def connection_made(self, transport) -> None:
             full = len(self.connections) >= self.max_connections
+            _no_delay(transport)
             super().connection_made(transport)
             if full:  # over the cap: this new one goes, the open ones stay
                 transport.close()
