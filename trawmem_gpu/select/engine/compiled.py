@@ -382,13 +382,16 @@ def _chunk(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: n
     delta, Mq, W = demand
     bidx = batch.bidx[rows]
     cc = dict(c._asdict(), bidx=bidx)
-    masked = np.array([batch.masks is not None and batch.masks[q] is not None for q in rows.tolist()], dtype=bool)
+    masked = (np.zeros(len(rows), dtype=bool) if batch.masks is None
+              else np.array([batch.masks[q] is not None for q in rows.tolist()], dtype=bool))
     if masked.any():  # a mask may cut a thread of a bank with tables: those queries' bridge from their candidates
         cc.update(stage_bridge(snap, cc, masked & roles_count(W)))
     sb = stage_batch(snap, cfg, cc, Mq, delta, W, batch.now[rows], sz["unit_cap"], sz["pool"], sz["capacity"])
     sel, n_sel = run_stage(snap, cfg, sb)
     lap("select")
-    picks = [c.cand[i, sel[i, :n_sel[i]]].tolist() for i in range(len(rows))]
+    # sel's -1 padding reads slot 0 here and is cut off below: one gather, one conversion
+    got = np.take_along_axis(c.cand, np.maximum(sel, 0), axis=1).tolist()
+    picks = [g[:k] for g, k in zip(got, n_sel.tolist())]
     lap("output")
     return rows, picks, times
 

@@ -36,6 +36,7 @@ same cosines; CUDA computes the same formulas in torch.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import NamedTuple
@@ -126,8 +127,20 @@ def _layered_context(turns, ses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def speakers_named(question: str, speakers: tuple[str, ...]) -> np.ndarray:
     """``[S]`` float64: 1 for each speaker whose name appears in ``question`` as a whole word."""
-    return np.array([1.0 if s.strip() and re.search(r"(?<!\w)" + re.escape(s.strip()) + r"(?!\w)", question, re.I)
-                     else 0.0 for s in speakers])
+    return np.array(_named(question, speakers), dtype=np.float64)
+
+
+def _named(question: str, speakers) -> list[float]:
+    """:func:`speakers_named` as a list (a batch concatenates them once)."""
+    return [1.0 if f is not None and f(question) else 0.0 for f in _speaker_searches(tuple(speakers))]
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _speaker_searches(speakers: tuple[str, ...]) -> tuple:
+    """Each speaker's whole-word, case-blind ``search`` (None for a blank name), compiled once per
+    bank's speakers rather than escaped and looked up per question."""
+    return tuple(re.compile(r"(?<!\w)" + re.escape(s.strip()) + r"(?!\w)", re.I).search if s.strip() else None
+                 for s in speakers)
 
 
 def date_match(time: np.ndarray, question: str, now: float) -> np.ndarray | None:
@@ -322,7 +335,7 @@ def learned_queries(questions: list[str], speakers: list[tuple], times: list[np.
     n = k = 0
     for text, sp, tm, t_now in zip(questions, speakers, times, now):
         named_off.append(n)
-        named.append(speakers_named(text, sp))
+        named += _named(text, sp)
         n += len(sp)
         col = date_match(tm, text, float(t_now))
         if col is None:
@@ -332,7 +345,7 @@ def learned_queries(questions: list[str], speakers: list[tuple], times: list[np.
             dm.append(col)
             k += len(col)
     cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0)
-    return LearnedQueries(cat(named), np.asarray(named_off, np.int64),
+    return LearnedQueries(np.array(named, dtype=np.float64), np.asarray(named_off, np.int64),
                           np.array([demand_features_cached(t)[1] for t in questions], dtype=np.float64), cat(dm),
                           np.asarray(dm_off, np.int64), np.asarray(cfg.relevance_weights, dtype=np.float64),
                           float(cfg.rrf_k))
