@@ -14,7 +14,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, loads_json
 
 FORMAT = "trawmem-export"
 VERSION = 1
@@ -102,7 +102,7 @@ class _Reader:
             if not raw.endswith("\n"):
                 raise InputError(f"line {self.n}: truncated (no end of line): the file was cut short")
             try:
-                rec = json.loads(raw)
+                rec = loads_json(raw)
             except ValueError as e:
                 raise InputError(f"line {self.n}: not JSON ({e.msg})") from None
             if not isinstance(rec, dict):
@@ -212,3 +212,17 @@ def _write(mem, cur: dict) -> dict:
     if facts:
         res["facts"] = len(mem.add_facts(bid, facts)["added"])
     return res
+
+
+class Portable:
+    """``Memory.export`` and ``Memory.import_`` (mixed into ``memory.api.Memory``)."""
+
+    def export(self, out, banks=None, *, where=None, progress: bool = False) -> dict:
+        """Write banks (all, or the ids in ``banks``) to ``out`` (a path or text stream) as JSON Lines
+        (:func:`export`, ``docs/export.md``); ``where``: only turns passing the filter."""
+        return export(self, out, banks, where, progress)
+
+    def import_(self, source, *, progress: bool = False) -> dict:
+        """Import an export (a path or lines) bank by bank (:func:`import_`); turns this collection
+        forgot are refused per item. :raises InputError: naming the bad line and field"""
+        return import_(self, source, progress)
