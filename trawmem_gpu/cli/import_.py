@@ -9,7 +9,7 @@ def cmd_import(a) -> int:
     from ..memory import Memory
 
     mem = Memory(a.collection)
-    res = mem.import_(a.input, progress=sys.stderr.isatty())
+    res = mem.import_(a.input, progress=sys.stderr.isatty(), format=a.format)
     print(json.dumps(res))
     return 0
 
@@ -20,6 +20,8 @@ def configure(f) -> None:
                "field; the bank it was in is not written (docs/export.md).")
     f.add_argument("--collection", required=True, help="collection directory (created if missing)")
     f.add_argument("--input", required=True, help="the JSON Lines file to read")
-    f.add_argument("--format", default="trawmem", choices=["trawmem"],
-                   help="the input's format (default: a trawmem export)")
+    from ..data.importers import IMPORTERS
+
+    f.add_argument("--format", default="trawmem", choices=["trawmem", *IMPORTERS],
+                   help="the input's format (default: a trawmem export; the others' mappings: docs/export.md)")
     f.set_defaults(fn=cmd_import)

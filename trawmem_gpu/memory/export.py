@@ -142,11 +142,26 @@ def forgotten_ids(collection, bank_id: str, ids) -> set[str]:
     return {i for i in ids if h.digest(key, bank_id, i) in gone}
 
 
-def import_(mem, source, progress: bool = False) -> dict:
+def foreign_lines(fmt: str, path, encoder: str):
+    """An export's lines made from file ``path`` in another format (``data.importers``)."""
+    from ..data.importers import read_turns
+
+    yield _line({"format": FORMAT, "version": VERSION, "encoder": encoder, "created": None})
+    bank = None
+    for bank_id, t in read_turns(fmt, path):
+        if bank_id != bank:
+            bank = bank_id
+            yield _line({"type": "bank", "bank_id": bank_id})
+        yield _line({"type": "turn", "bank_id": bank_id, **t})
+
+
+def import_(mem, source, progress: bool = False, fmt: str = "trawmem") -> dict:
     """Import an export (a path or an iterable of lines) into Memory ``mem``, bank by bank; returns
     ``{"banks": [{"bank_id", "stored", "already_stored", "refused": [{"id", "reason"}], "facts"}]}``.
     Raises ``InputError`` naming the line and field of the first bad line; the bank being read is
     then not written (banks before it are complete)."""
+    if fmt != "trawmem":
+        return import_(mem, foreign_lines(fmt, source, mem.encoder_id), progress)
     if isinstance(source, (str, Path)):
         with open(source, encoding="utf-8") as f:
             return import_(mem, f, progress)
@@ -222,7 +237,7 @@ class Portable:
         (:func:`export`, ``docs/export.md``); ``where``: only turns passing the filter."""
         return export(self, out, banks, where, progress)
 
-    def import_(self, source, *, progress: bool = False) -> dict:
+    def import_(self, source, *, progress: bool = False, format: str = "trawmem") -> dict:
         """Import an export (a path or lines) bank by bank (:func:`import_`); turns this collection
         forgot are refused per item. :raises InputError: naming the bad line and field"""
-        return import_(self, source, progress)
+        return import_(self, source, progress, format)
