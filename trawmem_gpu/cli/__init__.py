@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "repair-index": ("trawmem_gpu.cli.repair_index",
                      "rebuild a collection's index (collection.json) from its banks' metadata"),
     "query": ("trawmem_gpu.cli.query", "print the workspace for one question"),
+    "export": ("trawmem_gpu.cli.export", "write banks of a collection as JSON Lines (docs/export.md)"),
+    "import": ("trawmem_gpu.cli.import_", "import a JSON Lines export into a collection"),
     "forget": ("trawmem_gpu.cli.forget",
                "forget turns of a bank, or a whole bank, in its files and every cache"),
     "eval": ("trawmem_gpu.cli.eval",

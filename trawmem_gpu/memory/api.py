@@ -26,6 +26,7 @@ from typing import Sequence
 from ..data.types import Turn
 from ..errors import ConfigError, InputError
 from ..store.facts import utc_text
+from .export import Portable
 from .options import OPTION_FIELDS, MemoryOptions
 from .result import SelectedWorkspace
 
@@ -141,7 +142,7 @@ def _vectors(vectors, n: int, dim: int):
     return Z
 
 
-class Memory:
+class Memory(Portable):
     """Agent memory over the collection directory ``path`` (created empty when missing).
 
     :param path: the collection directory
