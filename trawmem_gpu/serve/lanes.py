@@ -4,7 +4,7 @@ A query batch never waits behind an append's encode (a 300-turn append encodes f
 
 * the batch worker encodes queries with the service's query encoder, which nothing else calls;
 * appends encode with an :class:`AppendEncoder` over a second instance of the same model (loaded
-  on the first append), so an append never holds a lock a query needs;
+  in the background once the server has started, so no append pays the load), so an append never holds a lock a query needs;
 * an append encodes ``chunk`` turns per call and, before each chunk, waits while a query batch
   is running on the batch worker (:class:`QueryFirst`; at most ``max_wait_s`` per chunk, so an
   append under steady query load still progresses): on a host with few cores the append takes
