@@ -24,6 +24,11 @@ A third phase measures the victim while only a large append (``big_append_turns`
 full form) runs on the hostile tenant's bank: the append rate the server sustains beside
 queries, and what the append costs them.
 
+The victim's load generator runs in a process of its own (:class:`VictimProcess`): in the
+attacker's event loop, the attack's client work (building 256-query bodies, reading their
+answers, reconnecting 500 slow connections) delayed the victim's sends and receives and was
+measured as server latency.
+
 Errors of the victim are any answer but 200 (or no answer within 60 s). The parts are plain
 coroutines over a URL and two API keys, so the CI test (tests/serve/test_serve_hostile.py) runs the
 same code in a short form against an in-process server.
@@ -32,6 +37,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
+import os
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
@@ -274,6 +281,36 @@ async def hostile(port: int, key: str, bank: str, spec: Spec, stop: asyncio.Even
     return res
 
 
+def _victim_sync(port: int, key: str, bodies: list[bytes], rate_hz: float, duration_s: float) -> dict:
+    return {**asyncio.run(victim(port, key, bodies, rate_hz, duration_s)), "pid": os.getpid()}
+
+
+def loadavg() -> list[float] | None:
+    """The host's 1/5/15-minute load averages (None where ``os.getloadavg`` is missing)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):  # pragma: no cover - not Unix
+        return None
+
+
+class VictimProcess:
+    """The victim's load generator in a process of its own (spawned, so nothing of the parent's
+    event loop or threads comes along): ``await vp.run(...)`` measures one window, as
+    :func:`victim` does, without sharing a CPU thread or event loop with the attacker."""
+
+    def __init__(self):
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+
+    async def run(self, port: int, key: str, bodies: list[bytes], rate_hz: float, duration_s: float) -> dict:
+        return await asyncio.get_running_loop().run_in_executor(self.pool, _victim_sync, port, key, bodies,
+                                                                rate_hz, duration_s)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
 async def _append(port: int, key: str, bank: str, n: int, tag: str, day: int = 1) -> dict:
     conn = Conn("127.0.0.1", port)
     t0 = time.perf_counter()
@@ -285,32 +322,39 @@ async def _append(port: int, key: str, bank: str, n: int, tag: str, day: int = 1
 
 
 async def append_phase(port: int, victim_key: str, victim_bodies: list[bytes], hostile_key: str, bank: str,
-                       spec: Spec, tag: str) -> dict:
+                       spec: Spec, tag: str, vp: VictimProcess) -> dict:
     """The victim while one large append runs (the victim is measured until the append is done)."""
     app = asyncio.ensure_future(_append(port, hostile_key, bank, spec.big_append_turns, f"{tag}-big", day=2))
     lat_parts = []
     while not app.done():
-        lat_parts.append(await victim(port, victim_key, victim_bodies, spec.victim_rate_hz,
+        lat_parts.append(await vp.run(port, victim_key, victim_bodies, spec.victim_rate_hz,
                                       min(spec.phase_s, 5.0)))
     return {"append": await app, "victim_windows": lat_parts}
 
 
 async def run_phases(port: int, victim_key: str, victim_bodies: list[bytes], hostile_key: str, hostile_bank: str,
                      spec: Spec, tag: str = "h") -> dict:
-    """The victim alone, then the victim beside the hostile tenant (same server, one run)."""
+    """The victim alone, then the victim beside the hostile tenant (same server, one run); the
+    victim measured from its own process (:class:`VictimProcess`), the host's load averages
+    recorded at the start and the end."""
     RETRIES["stale_keepalive"] = 0
-    unloaded = await victim(port, victim_key, victim_bodies, spec.victim_rate_hz, spec.phase_s)
-    stop = asyncio.Event()
-    h = asyncio.ensure_future(hostile(port, hostile_key, hostile_bank, spec, stop, tag))
-    await asyncio.sleep(spec.settle_s)
-    loaded = await victim(port, victim_key, victim_bodies, spec.victim_rate_hz, spec.phase_s)
-    stop.set()
-    attacks = await h
-    big = None
-    if spec.big_append_turns:
-        big = await append_phase(port, victim_key, victim_bodies, hostile_key, hostile_bank, spec, tag)
-        big["victim"] = _merge(big.pop("victim_windows"))
-    return {"spec": asdict(spec), "unloaded": unloaded, "loaded": loaded, "hostile": attacks, "append_phase": big,
+    load_start = loadavg()
+    vp = VictimProcess()
+    try:
+        unloaded = await vp.run(port, victim_key, victim_bodies, spec.victim_rate_hz, spec.phase_s)
+        stop = asyncio.Event()
+        h = asyncio.ensure_future(hostile(port, hostile_key, hostile_bank, spec, stop, tag))
+        await asyncio.sleep(spec.settle_s)
+        loaded = await vp.run(port, victim_key, victim_bodies, spec.victim_rate_hz, spec.phase_s)
+        stop.set()
+        attacks = await h
+        big = None
+        if spec.big_append_turns:
+            big = await append_phase(port, victim_key, victim_bodies, hostile_key, hostile_bank, spec, tag, vp)
+            big["victim"] = _merge(big.pop("victim_windows"))
+    finally:
+        vp.close()
+    return {"spec": asdict(spec), "loadavg_start": load_start, "loadavg_end": loadavg(), "unloaded": unloaded, "loaded": loaded, "hostile": attacks, "append_phase": big,
             "client_stale_keepalive_retries": RETRIES["stale_keepalive"],
             "p99_loaded_over_unloaded": (loaded["p99_ms"] / unloaded["p99_ms"]
                                          if loaded["p99_ms"] and unloaded["p99_ms"] else None)}

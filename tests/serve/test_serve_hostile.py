@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import threading
 
 import pytest
@@ -53,8 +54,11 @@ def test_victim_is_served_beside_every_attack(tmp_path):
             run_phases(srv.port, VICTIM_KEY, bodies, HOSTILE_KEY, HOSTILE_BANK, spec, tag="ci"), 300))
         n_after = service.registry.get(HOSTILE_BANK).n_units
     h = res["hostile"]
-    for field in ("spec", "unloaded", "loaded", "hostile", "append_phase", "p99_loaded_over_unloaded"):
+    for field in ("spec", "unloaded", "loaded", "hostile", "append_phase", "p99_loaded_over_unloaded",
+                  "loadavg_start", "loadavg_end"):
         assert field in res, field
+    # the victim's load generator ran in its own process, not in the attacker's event loop
+    assert res["unloaded"]["pid"] == res["loaded"]["pid"] != os.getpid()
     for phase in ("unloaded", "loaded"):
         assert {"n", "errors", "p50_ms", "p99_ms", "max_ms", "lat_ms"} <= set(res[phase]), res[phase].keys()
     assert res["p99_loaded_over_unloaded"] > 0

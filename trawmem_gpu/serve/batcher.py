@@ -11,6 +11,12 @@ at a time, so the batch grows with the load. With ``ahead``, the requests of a b
 (queries that bring their own vector) run in their own call first and are answered before the
 rest of the batch (those that need an encoder call) starts: the batch is formed the same way.
 
+Light first: a request submitted alone (one query, :attr:`_Pending.light`) never shares an engine
+call with another request's many queries. The calls of a batch run in this order: the ``ahead``
+items, then the light ones (single selects, whatever their key), then the rest (multi-query
+submissions such as a tenant's 256-query batch), so a single select waits behind at most the call
+already running, never behind the encode and select of a batch formed with it.
+
 * A full queue, or a key over its own limit of queued requests, raises :class:`QueueFull`
   (HTTP 429) with a Retry-After estimate from the measured service rate; a multi-request
   submission is admitted whole or not at all (one larger than either limit, which no wait would
@@ -178,10 +184,12 @@ class OutcomeUnknown(Exception):
 
 
 class _Pending:
-    __slots__ = ("item", "arrived", "future")
+    __slots__ = ("item", "arrived", "future", "light")
 
-    def __init__(self, item, arrived, future):
+    def __init__(self, item, arrived, future, light: bool = False):
         self.item, self.arrived, self.future = item, arrived, future
+        self.light = light
+        """Submitted alone (one query): runs before the batch's multi-query submissions."""
 
 
 class Later(NamedTuple):
@@ -296,7 +304,8 @@ class DynamicBatcher:
                                     f"{key_limit} (`tenant_max_queued` or the keys file's limits); retry in {ra} s")
         loop = asyncio.get_running_loop()
         now = time.perf_counter()
-        pend = [_Pending(it, now, loop.create_future()) for it in items]
+        light = len(items) == 1
+        pend = [_Pending(it, now, loop.create_future(), light) for it in items]
         self._queue.push(key, pend, key_share)
         self._wake.set()
         try:
@@ -347,13 +356,13 @@ class DynamicBatcher:
                 self.on_batch(len(batch), dt)
 
     def _parts(self, batch: list) -> list[list]:
-        """The calls of one batch: the ``ahead`` items first (in batch order), then the others."""
-        if self.ahead is None:
-            return [batch]
-        first = [p for p in batch if self.ahead(p.item)]
-        if not first or len(first) == len(batch):
-            return [batch]
-        return [first, [p for p in batch if not self.ahead(p.item)]]
+        """The calls of one batch, each in batch order: the ``ahead`` items, then the light ones
+        (submitted alone), then the rest; empty groups are left out."""
+        ahead = self.ahead or (lambda _item: False)
+        groups: tuple[list, list, list] = ([], [], [])
+        for p in batch:
+            groups[0 if ahead(p.item) else 1 if p.light else 2].append(p)
+        return [g for g in groups if g]
 
     async def _run_part(self, loop: asyncio.AbstractEventLoop, part: list) -> None:
         """One call of ``process`` for ``part``; settles its requests (or hooks their ``Later``).

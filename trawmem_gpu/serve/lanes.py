@@ -4,11 +4,13 @@ A query batch never waits behind an append's encode (a 300-turn append encodes f
 
 * the batch worker encodes queries with the service's query encoder, which nothing else calls;
 * appends encode with an :class:`AppendEncoder` over a second instance of the same model (loaded
-  on the first append), so an append never holds a lock a query needs;
+  in the background once the server has started, so no append pays the load), so an append never holds a lock a query needs;
 * an append encodes ``chunk`` turns per call and, before each chunk, waits while a query batch
   is running on the batch worker (:class:`QueryFirst`; at most ``max_wait_s`` per chunk, so an
   append under steady query load still progresses): on a host with few cores the append takes
-  the CPU between query batches instead of competing with them for their whole duration.
+  the CPU between query batches instead of competing with them for their whole duration;
+* the append threads run at a lower CPU priority (:func:`lower_priority`, niceness +10 on
+  Linux), so the OS scheduler gives the cores to query threads first whenever both are runnable.
 """
 from __future__ import annotations
 
@@ -20,6 +22,36 @@ import numpy as np
 
 from ..encode.base import Encoder
 from .batcher import FairQueue, _Pending
+
+
+APPEND_NICENESS = 10
+"""How much the append threads lower their own CPU priority (added to the process's niceness)."""
+
+
+def lower_priority(inc: int = APPEND_NICENESS) -> bool:
+    """Raise the calling thread's niceness by ``inc`` (Linux: ``setpriority`` on the thread's own
+    id, which sets that thread alone). True when done; False where threads have no priority of
+    their own (not Linux) or the OS refuses."""
+    import os
+    import sys
+
+    if not sys.platform.startswith("linux") or not hasattr(os, "setpriority"):
+        return False
+    tid = threading.get_native_id()
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + int(inc))
+    except OSError:  # pragma: no cover - refused (a sandbox)
+        return False
+    return True
+
+
+def chain(*inits):
+    """One thread initializer that runs ``inits`` in order."""
+    def init():
+        for f in inits:
+            f()
+
+    return init
 
 
 class QueryFirst:

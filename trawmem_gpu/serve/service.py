@@ -50,7 +50,7 @@ from ..tokens import count_tokens_cached
 from .batcher import DynamicBatcher, InFlight, Later, ShuttingDown
 from .config import ServeConfig, default_threads
 from .keys import Quota
-from .lanes import AppendEncoder, FairPool, QueryFirst
+from .lanes import AppendEncoder, FairPool, QueryFirst, chain, lower_priority
 
 log = logging.getLogger(__name__)
 
@@ -188,11 +188,13 @@ class SelectionService:
         self._given_encoder = encoder is not None and not isinstance(encoder, str)
         self._append_encoder: AppendEncoder | None = None
         self._append_encoder_lock = threading.Lock()
+        self.append_encoder_loaded: asyncio.Future | None = None
+        """The background load of the append encoder that :meth:`start` begins (None before)."""
         self.query_first = QueryFirst()
         self.appends_in_flight = InFlight()
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="trawmem-batch", initializer=_os_thread_name("tm-batch"))
         self.appender = ThreadPoolExecutor(2, thread_name_prefix="trawmem-append",
-                                           initializer=_os_thread_name("tm-append"))
+                                           initializer=chain(_os_thread_name("tm-append"), lower_priority))
         # cold banks are opened and their tables prepared here (--max-resident-bytes), off the batch worker
         self.loader, self._warm = ThreadPoolExecutor(1, initializer=_os_thread_name("tm-load")), {}
         # Workspaces are assembled (rendered, token-counted) here, beside the next batch's encoder
@@ -217,6 +219,8 @@ class SelectionService:
             await loop.run_in_executor(self.worker, warm_up, self)
         freeze_heap()
         self.ready = True
+        # the append encoder (a second model instance) loads now, off the loop, so no append pays it
+        self.append_encoder_loaded = loop.run_in_executor(self.appender, self.append_encoder)
 
     async def stop(self) -> None:
         """Drain: refuse new queries, answer everything queued or running, finish appends."""
