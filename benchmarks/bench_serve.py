@@ -33,7 +33,7 @@ time). The batch-size-1 server takes the same ``/v1/select`` vector cells beside
 dynamic batching over batch-size-1 serving without the encoder. So does a server configured as
 the reference one with each ``--http-workers N`` (HTTP in N front processes, one engine process;
 its CPU per query adds a ``fronts`` role). With ``--baseline-src DIR`` (a source tree of an earlier version, e.g. ``git archive COMMIT |
-tar -x -C DIR`` and ``ln -s ../kernels DIR/trawmem_gpu/kernels``) a server of that tree, configured as the reference one, runs the same cells,
+tar -x -C DIR`` and, for a tree from before the kernels moved into ``trawmem_gpu/``, ``ln -s ../kernels DIR/trawmem_gpu/kernels``) a server of that tree, configured as the reference one, runs the same cells,
 alternating with it in each round: this version over that one, per round, in one run.
 
     python -m benchmarks run serve [--quick] [--duration 4] [--rounds 4] [--waits 0,5,20]
