@@ -107,7 +107,8 @@ def test_every_option_shows_its_default():
     p = build_parser()
     top = p.format_help()
     assert set(p.commands) == {"build", "info", "query", "eval", "demo", "train-head", "train-affinity", "sweep",
-                               "score", "serve", "serve-key", "repair-index", "forget", "evolve-prompts", "mcp"}
+                               "score", "serve", "serve-key", "repair-index", "forget", "evolve-prompts", "mcp",
+                               "export", "import"}
     for name, sp in p.commands.items():
         assert name in top
         flags = {s for a in sp._actions if a.nargs == 0 for s in a.option_strings}

@@ -129,7 +129,8 @@ class ServeConfig:
     """``--upstream-timeout``: seconds to connect to the upstream and between its bytes (then 504)."""
     proxy_token_budget: int = 1024
     """``--proxy-token-budget``: the workspace's token budget of a proxied request whose key and
-    request name none (a keys-file entry's ``token_budget`` overrides it for that key)."""
+    request name none (a keys-file entry's ``token_budget`` overrides it for that key); checked
+    against ``max_token_budget`` only with an ``upstream`` (without one it is never read)."""
 
     units: tuple = ("turns",)
     """The layers the engine selects from (``--units``: ``facts.view.unit_view`` of every bank)."""
@@ -167,7 +168,7 @@ class ServeConfig:
         if self.upstream is not None and not self.upstream.startswith(("http://", "https://")):
             raise ConfigError(f"`upstream` must be an http(s):// base URL (e.g. http://127.0.0.1:8080/v1), "
                               f"got {self.upstream!r}")
-        if not 1 <= self.proxy_token_budget <= self.limits.max_token_budget:
+        if self.upstream is not None and not 1 <= self.proxy_token_budget <= self.limits.max_token_budget:
             raise ConfigError(f"`proxy_token_budget` must lie in 1..{self.limits.max_token_budget} (the "
                               f"`max_token_budget`), got {self.proxy_token_budget!r}")
         if self.http_workers < 0:

@@ -187,4 +187,6 @@ def add_exception_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _internal(request, e: Exception):
         log.error("internal error on %s %s: %s: %s", request.method, request.url.path, type(e).__name__, e)
-        return json_response({"detail": "internal server error"}, 500)
+        # the error goes on up (Starlette re-raises it for the server's log) and uvicorn then closes
+        # the connection: say so, or a client that reuses it for its next request is reset
+        return json_response({"detail": "internal server error"}, 500, {"Connection": "close"})

@@ -20,7 +20,7 @@ IMPORTERS: dict[str, str] = {
 def read_turns(fmt: str, path) -> Iterator[tuple[str, dict]]:
     """The ``(bank_id, turn record)`` pairs of file ``path`` in format ``fmt``, banks contiguous."""
     if fmt not in IMPORTERS:
-        raise InputError(f"--format: unknown format {fmt!r} (known: trawmem, {', '.join(IMPORTERS)})")
+        raise InputError(f"format: unknown format {fmt!r} (known: trawmem, {', '.join(IMPORTERS)})")
     return importlib.import_module(IMPORTERS[fmt]).read(path, fmt)
 
 
