@@ -168,7 +168,7 @@ class ServeConfig:
         if self.upstream is not None and not self.upstream.startswith(("http://", "https://")):
             raise ConfigError(f"`upstream` must be an http(s):// base URL (e.g. http://127.0.0.1:8080/v1), "
                               f"got {self.upstream!r}")
-        if self.upstream is not None and not 1 <= self.proxy_token_budget <= self.limits.max_token_budget:
+        if not 1 <= self.proxy_token_budget <= (self.limits.max_token_budget if self.upstream else 10 ** 9):
             raise ConfigError(f"`proxy_token_budget` must lie in 1..{self.limits.max_token_budget} (the "
                               f"`max_token_budget`), got {self.proxy_token_budget!r}")
         if self.http_workers < 0:
