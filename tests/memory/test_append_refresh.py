@@ -137,3 +137,37 @@ def test_the_bm25_index_is_bm25s_own():
         assert mine == ref.vocab_dict
         for k in ("data", "indices", "indptr"):
             assert got.scores[k].dtype == ref.scores[k].dtype and np.array_equal(got.scores[k], ref.scores[k]), (backend, k)
+
+
+def test_a_select_during_an_append_keeps_the_engines_copy_and_builds_no_tables(tmp_path, monkeypatch):
+    """Issue 42 item 2: while an append runs to its publish (``MemoryCore.publishing``), a select's
+    ``ensure`` keeps the bank the engine holds instead of building the registry's new bank's tables
+    on the engine's thread (a server's batch worker: every tenant's queries waited behind that
+    build); the append's own tables are then published, and one build per append is all there is."""
+    from trawmem_gpu import Memory
+
+    turns = list(load_conversations(sample_path())[0].turns)
+    mem = Memory(tmp_path / "m")
+    mem.add("ab", [record_of(t) for t in turns[:18]])
+    mem.select("ab", QUESTIONS[0])
+    core = mem._core
+    builds = []
+    real_prepare = core.engines.prepare
+    monkeypatch.setattr(core.engines, "prepare", lambda bank: builds.append(bank) or real_prepare(bank))
+    before = core.engines.banks["ab"]
+    with core.publishing("ab"):
+        res = core.append("ab", [record_of(t) for t in turns[18:22]])
+        assert core.registry.get("ab") is res.bank and res.bank is not before
+        core.ensure(["ab"])  # what a select does meanwhile
+        assert core.engines.banks["ab"] is before and builds == []
+        prepared = core.engines.prepare(res.bank)  # the append's own thread
+        core.sync_engine("ab", prepared)
+    assert core.engines.banks["ab"] is res.bank and builds == [res.bank]
+    # outside an append, a select sees a bank the registry holds at once (built on its own thread)
+    res2 = core.append("ab", [record_of(t) for t in turns[22:24]])
+    core.ensure(["ab"])
+    assert core.engines.banks["ab"] is res2.bank and builds[-1] is res2.bank
+    # Memory.add: one build per append, done by the add itself
+    builds.clear()
+    mem.add("ab", [record_of(t) for t in turns[24:26]])
+    assert len(builds) == 1 and core.engines.banks["ab"] is core.registry.get("ab")

@@ -30,7 +30,8 @@ def test_every_field_is_bounded_and_never_echoed(coll):
     big = "7" * 3_500_000
     ok = {"bank_id": SAMPLE_BANK, "question": QUESTION}
     cases = [
-        ("/v1/select", {**ok, "date": big}, "date: String should have at most 64 characters"),
+        ("/v1/select", {**ok, "date": big[:500_000]}, "date: String should have at most 64 characters"),
+        ("/v1/select/batch", {"requests": [{**ok, "date": big}]}, "date: String should have at most 64 characters"),
         ("/v1/select", {**ok, "question": "why " * 20000}, "question: String should have at most 65536"),
         ("/v1/select", {**ok, "question": "why " * 2000}, "question is 8000 characters; the limit is 4000"),
         ("/v1/select", {**ok, "bank_id": "b" * 300}, "bank_id: String should have at most 256"),
@@ -58,6 +59,9 @@ def test_every_field_is_bounded_and_never_echoed(coll):
                 assert r.status_code == 200 and msg.startswith(item["field"]) and len(r.content) < 2000, r.text[:300]
         r = c.post("/v1/select", content=b'{"bank_id": "ana-ben", "question": "q", "date": "' + b"1" * (9 << 20) + b'"}',
                    headers={"content-type": "application/json"})
+        assert r.status_code == 413 and "single select" in r.json()["detail"]
+        r = c.post("/v1/select/batch", content=b'{"requests": [{"bank_id": "ana-ben", "question": "q", "date": "'
+                   + b"1" * (9 << 20) + b'"}]}', headers={"content-type": "application/json"})
         assert r.status_code == 413 and "max_body_bytes" in r.json()["detail"]
         assert c.post("/v1/select", json={**ok, "date": "2031-05-09"}).status_code == 200
         assert service.registry.get(SAMPLE_BANK).n_units == n0
@@ -109,6 +113,57 @@ def test_connection_cap_and_header_timeout(coll):
             assert _read_until_closed(s).startswith(b"HTTP/1.1 408")
             s.close()
         extra.close()
+
+
+def test_a_single_select_body_is_bounded_below_the_body_limit(coll):
+    """Issue 42 item 2: ``POST /v1/select`` takes at most ``SELECT_BODY_BYTES`` (413 before any
+    parse), which a body with every field at its bound fits in; a batch keeps ``max_body_bytes``."""
+    from trawmem_gpu.data.filters import MAX_FILTER_BYTES
+    from trawmem_gpu.serve.models import MAX_QUESTION_FIELD_CHARS, MAX_VECTOR_DIMS, SELECT_BODY_BYTES
+
+    # every field at its bound, written as wastefully as JSON allows: the question's characters
+    # escaped, the vector's numbers at 17 digits, the filter at its byte bound plus 3x white space
+    where_at_bound = b'{"and": [' + b", ".join([b'{"k": {"eq": "' + b"v" * 990 + b'"}}'] * 64) + b"]}"
+    assert len(where_at_bound) <= MAX_FILTER_BYTES
+    widest = (b'{"bank_id": "' + b"b" * 256 + b'", "question": "' + b"\\u00e9" * MAX_QUESTION_FIELD_CHARS
+              + b'", "question_vector": [' + b", ".join([b"-0.12345678901234567"] * MAX_VECTOR_DIMS)
+              + b'], "where": ' + where_at_bound + b" " * (3 * MAX_FILTER_BYTES)
+              + b', "date": "2031-05-09", "as_of": "2031-05-09", "budget": 8, "hops": 2, "token_budget": 500}')
+    assert len(widest) < SELECT_BODY_BYTES
+    cfg = ServeConfig(collection=coll, warmup=False)
+    with running(cfg) as (url, service, srv), httpx.Client(base_url=url, timeout=60) as c:
+        h = {"content-type": "application/json"}
+        r = c.post("/v1/select", content=widest, headers=h)
+        assert r.status_code == 422, r.text[:300]  # read and parsed: refused by a field's own bound
+        over = b'{"bank_id": "ana-ben", "question": "q", "date": "' + b"7" * SELECT_BODY_BYTES + b'"}'
+        r = c.post("/v1/select", content=over, headers=h)
+        assert r.status_code == 413 and f"{SELECT_BODY_BYTES}-byte limit of a single select" in r.json()["detail"]
+        r = c.post("/v1/select/batch", content=b'{"requests": [' + over + b"]}", headers=h)
+        assert r.status_code == 422, r.text[:300]  # a batch's body may be as large: parsed, then refused
+        assert c.get("/healthz").status_code == 200
+
+
+def test_header_timers_are_spread_below_the_timeout(coll, monkeypatch):
+    """Issue 42 item 2: slow connections opened together are not all closed at once at the header
+    timeout (one pause of the event loop for every tenant, and a reconnect storm after it): each
+    connection's timer is the timeout shortened by a random share of at most ``HEADER_SPREAD``."""
+    from trawmem_gpu.serve import conn
+
+    assert conn.header_delay(10.0, lambda: 0.0) == 10.0
+    assert conn.header_delay(10.0, lambda: 1.0) == pytest.approx(10.0 * (1 - conn.HEADER_SPREAD))
+    draws = [conn.header_delay(10.0) for _ in range(2000)]
+    assert 10.0 * (1 - conn.HEADER_SPREAD) <= min(draws) and max(draws) <= 10.0
+    assert max(draws) - min(draws) > 10.0 * conn.HEADER_SPREAD * 0.9  # spread, not one value
+    armed = []
+    real = conn.header_delay
+    monkeypatch.setattr(conn, "header_delay", lambda t, *a: armed.append(t) or real(t, *a))
+    cfg = ServeConfig(collection=coll, header_timeout_s=0.5, warmup=False)
+    with running(cfg) as (url, service, srv):
+        idle = [socket.create_connection(("127.0.0.1", srv.port), timeout=30) for _ in range(3)]
+        for s in idle:  # every idle connection's timer was drawn, and it still ends in a 408
+            assert _read_until_closed(s).startswith(b"HTTP/1.1 408")
+            s.close()
+    assert armed.count(0.5) >= 3
 
 
 def test_accepted_connections_send_without_delay(coll):

@@ -274,10 +274,10 @@ class Memory(Portable):
         steps = add_layers(layers, self._core.encoder, self.llm)
         batch = request_batch(bank_id, turns, messages, speakers=speakers, roles=roles, atomic=atomic, now=now)
         batch.scope = within
-        with LLMWork(self.llm) as work:
+        with LLMWork(self.llm) as work, self._core.publishing(bank_id):
             res = self._core.append(bank_id, batch, llm=self.llm, layers=steps)
-        if res.bank is not None:
-            self._publish(bank_id, res.bank)
+            if res.bank is not None:
+                self._publish(bank_id, res.bank)
         return {**append_answer(bank_id, res, within), **({"layers": steps.report} if steps and steps.report else {}),
                 **({"llm": work.report()} if self.llm is not None else {})}
 

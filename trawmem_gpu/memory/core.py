@@ -9,6 +9,7 @@ for the same question.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from dataclasses import dataclass
@@ -107,6 +108,9 @@ class MemoryCore:
         self._opening = 0
         """Set while the engine's owner opens a bank (it may wait for that bank's lock): an
         admission then waits no longer for the engine (:meth:`admit`)."""
+        self._publishing: dict[str, int] = {}
+        """Appends in flight per bank until their tables are published (:meth:`publishing`)."""
+        self._publishing_lock = threading.Lock()
         if self.registry.lazy:
             self.registry.admit = self.admit
         self.encoder_spec = encoder if isinstance(encoder, str) else self.registry.build_config("minilm").encoder
@@ -257,6 +261,23 @@ class MemoryCore:
         bank = self.registry.get(bank_id)
         return None if bank is None else self.engines.prepare(bank)
 
+    @contextlib.contextmanager
+    def publishing(self, bank_id: str):
+        """Hold while an append of ``bank_id`` runs to its publish (:meth:`sync_engine` with the
+        tables it prepared on its own thread). Meanwhile :meth:`ensure` keeps the copy of that bank
+        the engine holds (the append is not answered yet, so no caller expects its turns): the
+        engine's thread would otherwise see the registry's new bank first and build its tables
+        itself, every other bank's queries waiting behind that build."""
+        with self._publishing_lock:
+            self._publishing[bank_id] = self._publishing.get(bank_id, 0) + 1
+        try:
+            yield
+        finally:
+            with self._publishing_lock:
+                n = self._publishing.pop(bank_id) - 1
+                if n:
+                    self._publishing[bank_id] = n
+
     def ensure(self, bank_ids, prepared: dict | None = None) -> None:
         """Make the engine select from the current banks ``bank_ids`` (opening the ones not in memory;
         ``prepared``: bank id -> :meth:`warm`'s tables), mark them used, and let the least recently used banks go past the resident budget (never these).
@@ -266,7 +287,8 @@ class MemoryCore:
             self._in_use = set(bank_ids)
             try:
                 for b in dict.fromkeys(bank_ids):
-                    self.sync_engine(b, prepared.get(b), keep=self._in_use)
+                    if b not in self._publishing or b not in self.engines.banks or b in prepared:
+                        self.sync_engine(b, prepared.get(b), keep=self._in_use)
                     if b in self.engines.banks:
                         self.resident.touch(b)
                 self.evict(keep=self._in_use)

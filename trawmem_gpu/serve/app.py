@@ -43,7 +43,7 @@ from .bank_paths import BadPath, route_path
 from .config import ServeConfig
 from .keys import KeyStore
 from .metrics import Metrics
-from .models import AppendRequest, BatchRequest, SelectRequest
+from .models import SELECT_BODY_BYTES, AppendRequest, BatchRequest, SelectRequest
 from .openapi import offline_docs, with_models
 from .proxy import add_proxy_routes
 from .replies import add_exception_handlers, json_response as _json
@@ -66,8 +66,10 @@ class _Edge:
     """
 
     def __init__(self, app, limit: int, metrics: Metrics, direct: dict | None = None, handlers: dict | None = None,
-                 body_timeout_s: float = 10.0):
+                 body_timeout_s: float = 10.0, path_limits: dict | None = None):
         self.app, self.limit, self.metrics, self.body_timeout_s = app, limit, metrics, body_timeout_s
+        self.path_limits = {p: min(n, limit) for p, n in (path_limits or {}).items()}
+        """Smaller limits of some paths (``POST /v1/select``: ``models.SELECT_BODY_BYTES``)."""
         self.direct, self.handlers = direct or {}, handlers or {}
 
     async def _direct(self, route, scope, receive, send) -> None:
@@ -82,8 +84,8 @@ class _Edge:
             response = await handler(request, e)
         await response(scope, receive, send)
 
-    async def _read_body(self, receive) -> bytes | None:
-        """The whole body (None: over the limit)."""
+    async def _read_body(self, receive, limit: int) -> bytes | None:
+        """The whole body (None: over ``limit``)."""
         chunks, size, more = [], 0, True
         while more:
             msg = await receive()
@@ -92,7 +94,7 @@ class _Edge:
             chunks.append(msg.get("body", b""))
             size += len(chunks[-1])
             more = msg.get("more_body", False)
-            if size > self.limit:
+            if size > limit:
                 return None
         return b"".join(chunks)
 
@@ -120,12 +122,12 @@ class _Edge:
                 scope["path"] = path
             if scope["method"] in ("POST", "PUT", "PATCH"):
                 cl = dict(scope["headers"]).get(b"content-length")
-                refusal = None
-                if cl is not None and (not cl.isdigit() or int(cl) > self.limit):
+                refusal, limit = None, self.path_limits.get(scope["path"], self.limit)
+                if cl is not None and (not cl.isdigit() or int(cl) > limit):
                     refusal = 413
                 else:
                     try:
-                        body = await asyncio.wait_for(self._read_body(receive), self.body_timeout_s)
+                        body = await asyncio.wait_for(self._read_body(receive, limit), self.body_timeout_s)
                     except asyncio.TimeoutError:
                         refusal = 408
                     else:
@@ -140,8 +142,9 @@ class _Edge:
                                 sent[0] = True
                                 return {"type": "http.request", "body": body, "more_body": False}
                 if refusal == 413:
-                    await _json({"detail": f"request body over the {self.limit}-byte limit "
-                                          "(the server's `max_body_bytes`)"},
+                    why = ("(the server's `max_body_bytes`)" if limit == self.limit else
+                           "of a single select (every field at its bound fits; many queries go to /v1/select/batch)")
+                    await _json({"detail": f"request body over the {limit}-byte limit {why}"},
                                 413)(scope, receive, send_)
                     return
                 if refusal == 408:
@@ -201,5 +204,6 @@ def create_app(backend: Backend, cfg: ServeConfig, keys: KeyStore | None = None,
     app.openapi = with_models(app, [SelectRequest, BatchRequest, AppendRequest])
     direct = {r.path: r for r in app.routes if getattr(r, "endpoint", None) in query_endpoints}
     app.add_middleware(_Edge, limit=cfg.max_body_bytes, metrics=metrics, direct=direct,
-                       handlers=app.exception_handlers, body_timeout_s=cfg.body_timeout_s)
+                       handlers=app.exception_handlers, body_timeout_s=cfg.body_timeout_s,
+                       path_limits={"/v1/select": SELECT_BODY_BYTES})
     return app

@@ -11,7 +11,11 @@ server's default, else h11) two bounds instead:
   closed at once; the open ones keep being served;
 * **header timeout** (``header_timeout_s``): from the moment a connection opens, and from the
   first byte of each later request on it, its headers must be complete within the timeout, or it
-  gets ``408`` and is closed.
+  gets ``408`` and is closed. Each connection's timer runs for a share of the timeout drawn at
+  random between ``1 - HEADER_SPREAD`` and 1 (:func:`header_delay`): hundreds of slow connections
+  opened together would otherwise all be closed in one pass of the event loop, and reopened
+  together by their client, at every timeout, a pause for every other tenant's requests; spread
+  over a quarter of the timeout, they cost as much, a few at a time.
 
 The body's own deadline (``body_timeout_s``) is the ASGI edge's (:class:`.app._Edge`), which
 reads every body before the route sees it.
@@ -19,11 +23,23 @@ reads every body before the route sees it.
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 
 _408_BODY = b'{"detail": "request headers not complete within the header timeout"}'
 _408 = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: "
         + str(len(_408_BODY)).encode() + b"\r\nconnection: close\r\n\r\n" + _408_BODY)
+
+
+HEADER_SPREAD = 0.25
+"""Largest share of the header timeout a connection's timer may be shortened by (:func:`header_delay`)."""
+
+
+def header_delay(timeout_s: float, draw=random.random) -> float:
+    """Seconds a connection's header timer runs: ``timeout_s`` shortened by a random share of at
+    most :data:`HEADER_SPREAD` (never longer than the timeout). Legitimate clients send their
+    headers in milliseconds, so the shorter timers cost them nothing."""
+    return timeout_s * (1.0 - HEADER_SPREAD * draw())
 
 
 def _base_protocol() -> type:
@@ -86,7 +102,7 @@ def bounded_protocol(cfg) -> type:
 
         def _arm_header_timer(self) -> None:
             self._cancel_header_timer()
-            self._header_timer = self.loop.call_later(self.header_timeout_s, self._header_late)
+            self._header_timer = self.loop.call_later(header_delay(self.header_timeout_s), self._header_late)
 
         def _cancel_header_timer(self) -> None:
             if self._header_timer is not None:

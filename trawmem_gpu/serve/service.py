@@ -302,15 +302,16 @@ class SelectionService:
     async def _append(self, bank_id: str, records: list[dict]) -> dict:
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
-        res = await loop.run_in_executor(self.appender, lambda: self.core.append(bank_id, records,
-                                                                                 self.append_encoder(), self.llm))
-        t1 = t2 = time.perf_counter()
-        if res.bank is not None:
-            # the new bank's tables: built on the append thread, only published by the batch worker
-            prepared = await loop.run_in_executor(self.appender, self.engines.prepare, res.bank)
-            t1 = time.perf_counter()
-            await loop.run_in_executor(self.worker, self._sync_bank, bank_id, prepared)
-            t2 = time.perf_counter()
+        with self.core.publishing(bank_id):  # batches select from the bank before it meanwhile
+            res = await loop.run_in_executor(self.appender, lambda: self.core.append(
+                bank_id, records, self.append_encoder(), self.llm))
+            t1 = t2 = time.perf_counter()
+            if res.bank is not None:
+                # the new bank's tables: built on the append thread, only published by the batch worker
+                prepared = await loop.run_in_executor(self.appender, self.engines.prepare, res.bank)
+                t1 = time.perf_counter()
+                await loop.run_in_executor(self.worker, self._sync_bank, bank_id, prepared)
+                t2 = time.perf_counter()
         if self.metrics is not None:
             self.metrics.appended.inc(res.appended)
             self.metrics.engine_builds.set(self.engines.builds)
