@@ -30,6 +30,7 @@ from benchmarks.serve_bench import hostile as H
 from benchmarks.serve_bench.load import Conn
 from benchmarks.serve_bench.servers import Server, load_data
 
+t_wall = [0.0]
 ABLATIONS = {"full": {}, "noslow": dict(slow=0, idle=0), "noappend": dict(append_turns=0),
              "nowhere": dict(where_bytes=0, oversized_rounds=0), "nobatch": dict(big_batches=0),
              "onlybatch": dict(slow=0, idle=0, append_turns=0, where_bytes=0, oversized_rounds=0)}
@@ -70,6 +71,7 @@ async def _phases(port, kv, bodies, kh, bank, spec):
         stop = asyncio.Event()
         h = asyncio.ensure_future(H.hostile(port, kh, bank, spec, stop, "abl"))
         await asyncio.sleep(spec.settle_s)
+        t_wall[0] = time.time()
         loaded = await loop.run_in_executor(pool, _victim_sync, port, kv, bodies, spec.victim_rate_hz, spec.phase_s)
         stop.set()
         attacks = await h
@@ -81,6 +83,7 @@ def main() -> None:
     ap.add_argument("--abl", default="full", help=f"comma-separated, of {', '.join(ABLATIONS)}")
     ap.add_argument("--phase", type=float, default=15.0, help="seconds per phase")
     ap.add_argument("--flags", default="", help="extra server options")
+    ap.add_argument("--server-log", action="store_true", help="print each server's log after its run")
     ap.add_argument("--out", default=str(harness.ARCHIVE / "hostile_ablation.json"))
     a = ap.parse_args()
 
@@ -104,6 +107,9 @@ def main() -> None:
             unloaded, loaded, attacks = asyncio.run(_phases(srv.port, kv, bodies, kh, bank, spec))
         finally:
             srv.stop()
+        if a.server_log:  # the server's own log lines (instrumented builds), with the loaded phase's start
+            print(f"loaded phase from {t_wall[0]:.2f} (time.time())")
+            print(Path(srv.log.name).read_text()[-20000:])
         p99 = [float(np.percentile([r["ms"] for r in ph], 99)) for ph in (unloaded, loaded)]
         slow = [r for r in loaded if r["ms"] > 2 * p99[0]]
         print(f"{abl}: victim p99 unloaded {p99[0]:.1f} loaded {p99[1]:.1f} ms, ratio {p99[1] / p99[0]:.2f}; "
