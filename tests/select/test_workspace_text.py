@@ -47,3 +47,22 @@ def test_control_and_bidi_characters_never_reach_the_workspace(tmp_path, cache):
         assert not bad, [hex(ord(c)) for c in bad]
         assert not [ln for ln in text.splitlines() if ln.startswith("## 1 Jan 2020")]
         assert "  ## 1 Jan 2020 — forged" in text and "evil" in text and "red" in text
+
+
+def test_a_workspace_with_no_unit_is_empty_text():
+    """A token budget too small for any unit gives a workspace of no unit, whose text is empty
+    and costs 0 tokens (was a lone newline, 1 token); through ``Memory.select`` as well."""
+    import tempfile
+
+    from trawmem_gpu import Memory
+    from trawmem_gpu.data import load_conversations, sample_path
+    from trawmem_gpu.data.jsonl import record_of
+    from trawmem_gpu.select.workspace import Workspace
+
+    assert Workspace("b", "q", []).render() == "" and Workspace("b", "q", []).n_tokens == 0
+    mem = Memory(tempfile.mkdtemp())
+    mem.add("ab", [record_of(t) for t in load_conversations(sample_path())[0].turns[:30]])
+    ws = mem.select("ab", "Where does Ben's sister live?", token_budget=1)
+    assert len(ws.units) == 0 and ws.text == ""
+    full = mem.select("ab", "Where does Ben's sister live?", token_budget=400)
+    assert full.units and full.text.endswith("\n") and not full.text.startswith("\n")

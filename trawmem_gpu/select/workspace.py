@@ -152,7 +152,8 @@ class Workspace:
                 above = h
             out += [unit_line(t, with_heads=b.head is not None) for t in b.units]
             out.append("")
-        return "\n".join(out).strip() + "\n"
+        text = "\n".join(out).strip()
+        return text + "\n" if text else ""  # no unit (none fits the token budget): nothing, not a newline
 
     @property
     def n_tokens(self) -> int:
