@@ -263,7 +263,7 @@ def _write_tools(g: _Guard, A) -> list:
                            missing=list(res.get("missing") or []), deleted=bool(res.get("deleted")))
 
     async def forget(bank_id: BankId, turn_ids: TurnIds, ctx: Context) -> A.Forgotten:
-        t = g.tenant(ctx, bank_id, write=True)  # a bound key: only its own turns (memory.core.forget_within)
+        t = g.tenant(ctx, bank_id, write=True)  # a bound key: only its own turns (memory.scope.forget_within)
         return forgotten(bank_id, await g.run("forget", bank_id, list(dict.fromkeys(turn_ids)), **_within(t)))
 
     async def forget_bank(bank_id: BankId, ctx: Context) -> A.Forgotten:

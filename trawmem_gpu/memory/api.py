@@ -206,7 +206,7 @@ class Memory(Portable):
         files could not be served; ``QuarantinedBank``) is listed with ``"quarantined"``: the
         cause, and None for the counts and dates. ``within``: a caller's filter (MCP's filter-bound
         keys): the counts and dates of the turns passing it (``memory.scope``; each bank opened)."""
-        from .core import summaries
+        from .answers import summaries
 
         return summaries(self._core.registry, within)
 
@@ -267,7 +267,7 @@ class Memory(Portable):
         """
         from ..ingest.layers.steps import add_layers
         from ..llm.base import LLMWork
-        from .core import append_answer
+        from .answers import append_answer
         from .messages import request_batch
 
         _bank_arg(bank_id)
@@ -318,7 +318,7 @@ class Memory(Portable):
             Memory's; without one the re-segmented sessions fall back to embedding segmentation and
             extractive heads)
         :param within: as for :meth:`banks`: only turns passing it are forgotten and listed (the others
-            are ``missing``; a whole bank is refused: ``memory.core.forget_within``)
+            are ``missing``; a whole bank is refused: ``memory.scope.forget_within``)
         :returns: ``{"bank_id", "forgotten": [ids], "missing": [ids], "deleted": bool,
             "n_units": int, "cache_rows": int, "output_records": int}``
         :raises UnknownBank: no such bank (and no unfinished forget of it)

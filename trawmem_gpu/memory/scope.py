@@ -19,7 +19,7 @@ home of what that view is, for every door that answers such a key (the server's 
   turn outside the filter is refused without naming that turn or its date (:func:`check_order_within`);
 * **a chat message's assigned id** (``memory.turns.Assign``): ``msg-<n>`` numbers past the
   caller's own turns, not the bank's;
-* **a forget's answer** (``memory.core.forget_within``): ``forgotten`` lists only ids it asked for
+* **a forget's answer** (:func:`forget_within`): ``forgotten`` lists only ids it asked for
   that pass the filter; ``n_units`` counts the passing turns.
 
 What stays visible by necessity: that a turn id is taken (a collision is refused, so nothing is
@@ -40,7 +40,7 @@ def passes(where, turn) -> bool:
 
 
 def scoped_summary(bank, where) -> dict:
-    """``memory.core.bank_summary``'s fields over the turns of ``bank`` that pass ``where``."""
+    """``memory.answers.bank_summary``'s fields over the turns of ``bank`` that pass ``where``."""
     thread = bank.unit_thread
     idx = [i for i, t in enumerate(bank.turns) if passes(where, t)]
     turns = [bank.turns[i] for i in idx]
@@ -73,3 +73,23 @@ def check_order_within(turn, prev, where: str, scope) -> None:
         raise InputError(f"{where}: field 'timestamp': turn {turn.turn_id!r} is dated {turn.time.isoformat()}, "
                          "before the bank's last turn; appended turns must come in time order (nothing was stored)"
                          ) from None
+
+
+def forget_within(registry, bank_id: str, turn_ids: list[str] | None, where, forget):
+    """A forget (``memory.banks.ForgetResult``) by a key bound to the filter ``where`` (``serve.keys.Tenant.where``): ``forget`` of
+    the ids whose turns pass it; the others are left alone and reported missing, as ids the bank
+    does not hold (which they are, for this key). A whole bank (``turn_ids`` None) is refused."""
+    if turn_ids is None:
+        raise InputError("an API key bound to a filter forgets turns by id only, not a whole bank")
+    bank = registry.get(bank_id)
+    if bank is None:
+        raise registry.absent(bank_id)
+    mine = {t.turn_id for t in bank.turns if where.matches(getattr(t, "metadata", None))}
+    asked = [t for t in turn_ids if t in mine]
+    res = forget(asked)
+    # only its own ids it asked for (the forget answers no others): the turns another process forgot
+    # beside this one, read from disk by the rewrite and dropped from the engine all the same, are
+    # not this key's to learn of
+    res.forgotten = [t for t in res.forgotten if t in mine]
+    res.missing = list(dict.fromkeys([*res.missing, *(t for t in turn_ids if t not in mine)]))
+    return res

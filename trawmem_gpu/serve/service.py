@@ -40,7 +40,8 @@ import numpy as np
 
 from ..encode.base import Encoder
 from ..errors import UnknownBank  # noqa: F401 - the one UnknownBank, for the serve modules
-from ..memory.core import EngineSpec, MemoryCore, append_answer, bank_rows, bank_summary
+from ..memory.answers import append_answer, bank_rows, bank_summary
+from ..memory.core import EngineSpec, MemoryCore
 from ..memory.history import unit_history
 from ..memory.result import SelectedWorkspace, units_seen
 from ..select import client
@@ -292,7 +293,7 @@ class SelectionService:
 
     async def append(self, bank_id: str, records, quota: Quota | None = None) -> dict:
         """Append turns (records, all or nothing; a ``memory.turns.AppendBatch``, per item): the bank's
-        counts and each item's outcome (``memory.core.append_answer``). QueueFull past ``quota.max_appends``."""
+        counts and each item's outcome (``memory.answers.append_answer``). QueueFull past ``quota.max_appends``."""
         if self.batcher.closing:
             raise ShuttingDown("the server is shutting down")
         with self.appends_in_flight.hold(None if quota is None else quota.key,
@@ -325,7 +326,7 @@ class SelectionService:
         refresh and purge on the batch worker (between batches); answers after all three."""
         if self.batcher.closing:
             raise ShuttingDown("the server is shutting down")
-        loop = asyncio.get_running_loop()  # where: a key's filter (memory.core.forget_within)
+        loop = asyncio.get_running_loop()  # where: a key's filter (memory.scope.forget_within)
         res = await loop.run_in_executor(self.appender, lambda: self.core.forget_stored(
             bank_id, turn_ids, self.llm, encoder=self.append_encoder(), where=where))
         prepared = await loop.run_in_executor(self.appender, self.core.prepare_forget, res)
