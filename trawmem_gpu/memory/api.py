@@ -19,128 +19,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from dataclasses import replace
-from datetime import date as _date, datetime
 from pathlib import Path
 from typing import Sequence
 
 from ..data.types import Turn
 from ..errors import ConfigError, InputError
 from ..store.facts import utc_text
+from .args import bank_arg, date_of, filters, pairs, query_fields, turn_ids_arg, vectors_arg
 from .export import Portable
 from .options import OPTION_FIELDS, MemoryOptions
 from .result import SelectedWorkspace
-
-def _query(fn: str, query: dict) -> dict:
-    """The query fields a call names (``hops=None``: left out, the default), or the ``TypeError``
-    Python gives an unknown keyword argument."""
-    from ..select.params import FIELDS
-
-    bad = next((k for k in query if k not in FIELDS), None)
-    if bad is not None:
-        raise TypeError(f"{fn}() got an unexpected keyword argument {bad!r}")
-    return {k: v for k, v in query.items() if not (k == "hops" and v is None)}
-
-
-def _pairs(queries: list, registry) -> tuple[list[str], list[str]]:
-    """The bank ids and the stripped questions of ``(bank_id, question)`` pairs, each checked (an
-    ``InputError`` naming ``queries[i]``; ``UnknownBank`` / ``QuarantinedBank`` for a bank
-    ``registry`` does not serve)."""
-    from ..data.types import MAX_QUESTION_CHARS
-
-    bids, qs = [], []
-    for i, q in enumerate(queries):
-        if isinstance(q, (str, bytes, dict)) or not isinstance(q, Iterable) or len(q := tuple(q)) != 2:
-            raise InputError(f"queries[{i}]: expected a (bank_id, question) pair")
-        b, text = q
-        _bank_arg(b, f"queries[{i}]")
-        if not isinstance(text, str) or not text.strip():
-            raise InputError(f"queries[{i}]: the question is empty")
-        if len(text) > MAX_QUESTION_CHARS:
-            raise InputError(f"queries[{i}]: the question is {len(text)} characters; the limit is "
-                             f"{MAX_QUESTION_CHARS}")
-        if b not in registry:
-            raise registry.absent(b, f"queries[{i}]: " if len(queries) > 1 else "")
-        bids.append(b)
-        qs.append(text.strip())
-    return bids, qs
-
-
-def _bank_arg(bank_id, name: str = "bank_id") -> str:
-    """``bank_id`` when it is a string; else an ``InputError`` naming the argument (the id rules
-    themselves are the store's, checked where the bank is made or looked up)."""
-    if not isinstance(bank_id, str):
-        raise InputError(f"{name}: expected a bank id string, got {type(bank_id).__name__}")
-    return bank_id
-
-
-def _turn_ids_arg(turn_ids) -> list[str] | None:
-    """``turn_ids`` of :meth:`Memory.forget` as a list of strings (one string: a list of it;
-    None: the whole bank); else an ``InputError`` naming the argument."""
-    if turn_ids is None:
-        return None
-    if isinstance(turn_ids, str):
-        return [turn_ids]
-    if not isinstance(turn_ids, Iterable):
-        raise InputError(f"turn_ids: expected a list of turn id strings, got {type(turn_ids).__name__}")
-    turn_ids = list(turn_ids)
-    bad = [t for t in turn_ids if not isinstance(t, str)]
-    if bad:
-        raise InputError(f"turn_ids: expected turn id strings, got {type(bad[0]).__name__}")
-    return turn_ids
-
-
-def _date_of(d, where: str) -> datetime | None:
-    if d is None:
-        return d
-    if isinstance(d, datetime):
-        from ..data.dates import naive_utc
-
-        try:
-            return naive_utc(d)  # as every door reads dates: an aware one in UTC
-        except ValueError as e:
-            raise InputError(f"{where}: {e}") from None
-    if isinstance(d, _date):
-        return datetime(d.year, d.month, d.day)
-    if isinstance(d, str):
-        from ..data.dates import parse_date
-
-        try:
-            return parse_date(d)
-        except ValueError as e:
-            raise InputError(f"{where}: {e}") from None
-    raise InputError(f"{where}: expected a date, a datetime or a date string, got {type(d).__name__}")
-
-
-def _filters(where, n: int) -> list | None:
-    """``where`` (one filter for all queries, or a list of one per query) parsed
-    (``data.filters.parse_filter``: an ``InputError`` names ``where`` or ``where[i]`` and the path
-    inside), or None when no query has one."""
-    from ..data.filters import parse_filter
-
-    if where is None:
-        return None
-    if isinstance(where, (list, tuple)):
-        if len(where) != n:
-            raise InputError(f"where: {len(where)} filters for {n} queries (give one for all, or one per query)")
-        flts = [parse_filter(w, f"where[{i}]") for i, w in enumerate(where)]
-    else:
-        flts = [parse_filter(where)] * n
-    return None if all(f is None for f in flts) else flts
-
-
-def _vectors(vectors, n: int, dim: int):
-    """``vectors`` as an ``(n, dim)`` float32 array: one finite vector per query, never reshaped."""
-    import numpy as np
-
-    try:
-        Z = np.asarray(vectors, dtype=np.float32)
-    except (TypeError, ValueError):  # not numbers, or vectors of different lengths
-        Z = None
-    if Z is None or Z.shape != (n, dim) or not np.isfinite(Z).all():
-        got = "" if Z is None or Z.ndim != 2 else f", got {Z.shape[0]} of {Z.shape[1]}"
-        raise InputError(f"vectors: expected {n} finite vectors of {dim} numbers (one per query){got}")
-    return Z
-
 
 class Memory(Portable):
     """Agent memory over the collection directory ``path`` (created empty when missing).
@@ -168,7 +56,7 @@ class Memory(Portable):
         query = {k: v for k, v in kw.items() if k not in OPTION_FIELDS}
         if o.follow_up and o.plan_llm is None:
             raise ConfigError("`follow_up` needs a `plan_llm`")
-        self.defaults = merge_params(_query("Memory", query), o.params)
+        self.defaults = merge_params(query_fields("Memory", query), o.params)
         """The ``QueryParams`` a selection gets for the fields it leaves out (the collection default)."""
         owns = (lambda b, keep=frozenset(o.only): b in keep) if o.only is not None else (lambda b: True)
         self._core = MemoryCore(path, encoder=o.encoder, engine=EngineSpec(o.method, o.threads, o.head, o.units),
@@ -237,7 +125,7 @@ class Memory(Portable):
         from ..errors import UnknownUnit
         from .history import unit_history
 
-        _bank_arg(bank_id)
+        bank_arg(bank_id)
         if not isinstance(unit_id, str):
             raise InputError(f"unit_id: expected a unit id string, got {type(unit_id).__name__}")
         evs = unit_history(self._core.registry, bank_id, unit_id)
@@ -270,7 +158,7 @@ class Memory(Portable):
         from .answers import append_answer
         from .messages import request_batch
 
-        _bank_arg(bank_id)
+        bank_arg(bank_id)
         steps = add_layers(layers, self._core.encoder, self.llm)
         batch = request_batch(bank_id, turns, messages, speakers=speakers, roles=roles, atomic=atomic, now=now)
         batch.scope = within
@@ -297,7 +185,7 @@ class Memory(Portable):
         """
         from .facts import add_facts
 
-        _bank_arg(bank_id)
+        bank_arg(bank_id)
         res = add_facts(self._core.registry, bank_id, facts, self._core.encoder)
         self._publish(bank_id, res["bank"])
         return {"bank_id": bank_id, "added": res["added"], "superseded": res["superseded"],
@@ -324,8 +212,8 @@ class Memory(Portable):
         :raises UnknownBank: no such bank (and no unfinished forget of it)
         :raises QuarantinedBank: ``turn_ids`` of a quarantined bank (forget it whole)
         """
-        _bank_arg(bank_id)
-        turn_ids = _turn_ids_arg(turn_ids)
+        bank_arg(bank_id)
+        turn_ids = turn_ids_arg(turn_ids)
         res = self._core.forget_stored(bank_id, turn_ids, llm or self.llm, outputs=outputs, where=within)
         prepared = self._core.prepare_forget(res)
         with self._lock:
@@ -376,15 +264,15 @@ class Memory(Portable):
         queries = list(queries)
         if not queries:
             return []
-        qps = self._params(params, _query(fn, query), len(queries))
-        bids, qs = _pairs(queries, self._core.registry)
+        qps = self._params(params, query_fields(fn, query), len(queries))
+        bids, qs = pairs(queries, self._core.registry)
         n = len(queries)
-        flts = _filters(where, n) or [None] * n
-        ds = [None] * n if dates is None else [_date_of(d, f"dates[{i}]") for i, d in enumerate(dates)]
+        flts = filters(where, n) or [None] * n
+        ds = [None] * n if dates is None else [date_of(d, f"dates[{i}]") for i, d in enumerate(dates)]
         if len(ds) != n:
             raise InputError(f"dates: {len(ds)} dates for {n} queries")
-        day = None if as_of is None else utc_text(_date_of(as_of, "as_of"))  # a day, or an instant (UTC)
-        Z = self._core.encoder.encode(qs, is_query=True) if vectors is None else _vectors(vectors, n, self._core.dim)
+        day = None if as_of is None else utc_text(date_of(as_of, "as_of"))  # a day, or an instant (UTC)
+        Z = self._core.encoder.encode(qs, is_query=True) if vectors is None else vectors_arg(vectors, n, self._core.dim)
         reqs = [client.Request(b, q, p, where=f, date=d, as_of=day) for b, q, p, f, d in zip(bids, qs, qps, flts, ds)]
         from ..llm.base import LLMWork
 
