@@ -11,7 +11,7 @@ from trawmem_gpu.errors import ConfigError, name_list
 from trawmem_gpu.llm.base import LLMRequestError
 from trawmem_gpu.llm.openai_transport import RETRY_STATUS
 
-log = logging.getLogger("trawmem_gpu.llm.openai_http")  # the backend's log, as before the split
+log = logging.getLogger(__name__)
 
 CHECK_TIMEOUT_S = 120.0
 """Bound on ``GET /models`` when no timeout is given (a busy one-at-a-time server answers it only

@@ -15,7 +15,7 @@ from typing import Optional
 from trawmem_gpu.errors import loads_json
 from trawmem_gpu.llm.openai_wire import BadResponse, HTTPStatusError, Reply, parse_completion, read_stream
 
-log = logging.getLogger("trawmem_gpu.llm.openai_http")  # the backend's log, as before the split
+log = logging.getLogger(__name__)
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 """HTTP statuses of a transient failure: the request (or ``GET /models``) is tried again."""
