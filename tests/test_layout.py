@@ -293,7 +293,7 @@ LIMIT_EXEMPT = {
     ("trawmem_gpu/kernels/greedy.py", "_greedy_kernel"): "@triton.jit kernel: one argument per pointer / scalar / constexpr of its launch",
     ("trawmem_gpu/kernels/priority.py", "_role_weight_kernel"): "@triton.jit kernel: one argument per pointer / scalar / constexpr of its launch",
     ("trawmem_gpu/select/steps/relevance.py", "learned_row"): "@njit row kernel: its arrays are passed one by one into the compiled loop",
-    ("trawmem_gpu/select/engine/compiled.py", "stage_loop"): "@njit stage loop: one loop nest, split only at a cost in speed",
+    ("trawmem_gpu/select/engine/compiled_loops.py", "stage_loop"): "@njit stage loop: one loop nest, split only at a cost in speed",
     ("trawmem_gpu/select/steps/greedy/compiled.py", "lazy_greedy_one"): "@njit lazy greedy: one loop nest, split only at a cost in speed",
 }
 

@@ -12,7 +12,8 @@ from locomo_files import write_tiny_locomo
 from trawmem_gpu.cli import main
 from trawmem_gpu.errors import InputError
 from trawmem_gpu.eval.analyses import pareto_mask
-from trawmem_gpu.eval.sweep import Cell, grid, mark_pareto, parse_int_list
+from trawmem_gpu.eval.sweep import Cell, grid, parse_int_list
+from trawmem_gpu.eval.sweep_report import mark_pareto
 
 
 def test_grid_cells():

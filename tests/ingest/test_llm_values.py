@@ -14,7 +14,8 @@ from trawmem_gpu.data.types import MAX_QUESTION_CHARS
 from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.llm import FakeBackend
 from trawmem_gpu.store import Collection
-from trawmem_gpu.ingest.layers.trimem_extract import DATE_YEARS, extract_facts, normalize_date
+from trawmem_gpu.ingest.layers.trimem_extract import extract_facts
+from trawmem_gpu.ingest.layers.trimem_values import DATE_YEARS, normalize_date
 from trawmem_gpu.select.trimem.plan import QueryPlan, check_plans, parse_key_info, parse_queries, plan_queries
 from trimem_fake import respond, write_locomo
 

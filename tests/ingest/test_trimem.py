@@ -8,7 +8,8 @@ import pytest
 
 from trawmem_gpu.data.types import Turn
 from trawmem_gpu.llm.openai_http import OpenAIHTTPBackend
-from trawmem_gpu.ingest.layers.trimem_extract import extract_facts, normalize_date, windows
+from trawmem_gpu.ingest.layers.trimem_extract import extract_facts, windows
+from trawmem_gpu.ingest.layers.trimem_values import normalize_date
 from trawmem_gpu.select.trimem.plan import plain_plan, plan_queries
 from trawmem_gpu.ingest.layers.trimem_profiles import build_profiles
 from trawmem_gpu.ingest.layers.prompts import EXTRACT, PromptSet, check_template, load_prompt_set, save_prompt_set

@@ -19,7 +19,7 @@ from trawmem_gpu.ingest.forget import without_turns
 from trawmem_gpu.memory.engines import ServedEngine
 from trawmem_gpu.select.config import SelectConfig
 from trawmem_gpu.select.engine import SelectionEngine
-from trawmem_gpu.select.engine import tables as tables_mod
+from trawmem_gpu.select.engine import bank_tables as tables_mod
 from trawmem_gpu.select.engine.tables import TABLES
 from trawmem_gpu.select.lexical import BM25Index
 from trawmem_gpu.select.params import QueryParams

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import itertools
 import logging
 import os
 import random
@@ -21,27 +20,24 @@ from typing import Optional
 import httpx
 
 from trawmem_gpu.dictconfig import with_keywords
-from trawmem_gpu.errors import ConfigError, loads_json, name_list
+from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.http_headers import retry_after_s
 from trawmem_gpu.llm.base import LLMBackend, LLMRequestError, LLMResult, Secret
 from trawmem_gpu.llm.endpoint import MAX_AUTO_CONCURRENCY, context_from_error, endpoint_state, \
     estimate_tokens, is_constraint_error, is_context_error
+from trawmem_gpu.llm.openai_models import check_models
+from trawmem_gpu.llm.openai_transport import RETRY_STATUS, Slot, WaitedOut, send_attempt
 from trawmem_gpu.llm.openai_wire import CONTEXT_EXCEEDED, REFUSED, BadResponse, HTTPStatusError, Interrupted, \
-    Reply, parse_completion, read_stream, response_format
+    Reply, response_format
 
 log = logging.getLogger(__name__)
 
 API_KEY_ENV = ("TRAWMEM_API_KEY", "OPENAI_API_KEY")
 """Environment variables read, in order, when no api_key is passed."""
-CHECK_TIMEOUT_S = 120.0
-"""Bound on ``GET /models`` when no timeout is given (a busy one-at-a-time server answers it only
-after the completion it is running)."""
 CONSTRAINTS = ("schema", "json")
 """``constrain``: send each structured call's JSON schema, or JSON mode alone."""
 
-_RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 _BEARER_RE = re.compile(r"(?i)(bearer\s+)[^\s'\"]+")
-_IDS = itertools.count()
 __all__ = ["OpenAIHTTPBackend", "HTTPOptions", "REFUSED", "CONTEXT_EXCEEDED"]
 
 
@@ -75,30 +71,6 @@ class HTTPOptions:
     """The model's context in tokens (None: as ``GET /models`` lists it, or learned from an overflow)."""
     constrain: str = "schema"
     """``schema``: structured calls send their JSON schema (constrained decoding); ``json``: JSON mode only."""
-
-
-class _WaitedOut(asyncio.TimeoutError):
-    """A request waited for ``max_retries + 1`` limits without an answer (never sent again)."""
-
-
-class _Slot:
-    """One of the endpoint's places in flight (``EndpointState.try_enter``), shared by every batch
-    and backend of the process that sends to it; waited for by polling (another thread's batch
-    may give it back), given back on leaving, whatever ended the request."""
-
-    POLL_S = 0.02
-    """Seconds between two looks for a free place."""
-
-    def __init__(self, state, configured: Optional[int]) -> None:
-        self.state, self.configured = state, configured
-
-    async def __aenter__(self) -> int:
-        while (others := self.state.try_enter(self.configured)) is None:
-            await asyncio.sleep(self.POLL_S)
-        return others
-
-    async def __aexit__(self, *exc) -> None:
-        self.state.leave()
 
 
 class OpenAIHTTPBackend(LLMBackend):
@@ -235,7 +207,7 @@ class OpenAIHTTPBackend(LLMBackend):
     async def _achat(self, batch, model, max_tokens, temperature, json_mode, schema, desc, on_result):
         from tqdm.auto import tqdm
 
-        limiter = _Slot(self.state, self.concurrency)
+        limiter = Slot(self.state, self.concurrency)
         most = self.concurrency or MAX_AUTO_CONCURRENCY
         limits = httpx.Limits(max_connections=most, max_keepalive_connections=most)
         results: list[Optional[LLMResult]] = [None] * len(batch)
@@ -283,7 +255,7 @@ class OpenAIHTTPBackend(LLMBackend):
                 limit = self.timeout_s or self.state.time_limit(ptoks, base["max_tokens"])
                 limit = limit if left is None else min(limit, left)
                 try:
-                    reply, secs = await self._send(client, url, body, limit, others)
+                    reply, secs = await send_attempt(self, client, url, body, limit, others)
                     return self._result(reply, secs, base["messages"], ptoks, attempt)
                 except HTTPStatusError as e:
                     last_err = f"HTTP {e.status}: {e.text[:300]}"
@@ -300,13 +272,13 @@ class OpenAIHTTPBackend(LLMBackend):
                         else:
                             self.state.refuse_form(form, e.text)
                         continue
-                    if e.status not in _RETRY_STATUS:
+                    if e.status not in RETRY_STATUS:
                         break
                     retry_after = retry_after_s(e.retry_after)
                 except Interrupted as e:
                     self.state.interrupted()
                     last_err, again_now = f"interrupted: {e}", True
-                except _WaitedOut:  # waited for already: never sent twice
+                except WaitedOut:  # waited for already: never sent twice
                     last_err = (f"timeout after {limit:g}s, then waited for again up to {self.max_retries} "
                                 f"times (a request is never sent twice while it may still run; `timeout_s`)")
                     break
@@ -332,62 +304,6 @@ class OpenAIHTTPBackend(LLMBackend):
         log.warning("LLM request gave up: %s", err)
         return LLMResult(text="", error=err, retries=attempt)
 
-    async def _send(self, client, url: str, body: dict, limit: float, others: int) -> tuple[Reply, float]:
-        """Send one attempt, streamed where the server streams (closed at ``limit``: the server
-        stops it), else plain; returns the reply and its seconds. Until a reply shows that the
-        server streams, a request without an answer is waited for (:meth:`_wait`), as a plain one."""
-        rid = next(_IDS)
-        t0 = time.perf_counter()
-        stream = self.options.stream and self.state.streams is not False
-        if stream:
-            body = {**body, "stream": True, "stream_options": {"include_usage": True}}
-            self.state.started(rid, others)
-        streamed = False
-        task = asyncio.ensure_future(client.send(client.build_request("POST", url, json=body), stream=True))
-        try:
-            resp = await self._wait(task, limit, soft=not (stream and self.state.streams))
-            try:
-                if resp.status_code != 200:
-                    raise HTTPStatusError(resp.status_code, (await resp.aread()).decode("utf-8", "replace"),
-                                          resp.headers.get("retry-after"))
-                left = max(0.05, limit - (time.perf_counter() - t0))
-                if "text/event-stream" not in resp.headers.get("content-type", ""):
-                    if stream:
-                        self.state.streams = False  # a server that ignores `stream`: plain from now on
-                    return parse_completion(_json(await asyncio.wait_for(resp.aread(), left))), \
-                        time.perf_counter() - t0
-                streamed = True
-                self.state.saw_stream()
-                reply = await asyncio.wait_for(read_stream(resp, t0, lambda: self.state.first_token(rid)), left)
-                return reply, time.perf_counter() - t0
-            finally:
-                await resp.aclose()
-        finally:
-            if stream:
-                self.state.finished(rid, streamed)
-
-    async def _wait(self, task, limit: float, soft: bool):
-        """``task``'s response (its headers). ``soft`` (a reply that may not be cancellable: the
-        server does not stream, or has not shown that it does): a timeout waits for it again, up
-        to ``max_retries`` times, rather than sending it twice (:class:`_WaitedOut` after the last)."""
-        t0 = time.perf_counter()
-        try:
-            waits = self.max_retries + 1 if soft else 1
-            for k in range(waits):
-                left = self._remaining()
-                if left is not None and left <= 0:  # the deadline, not the waits, ended it
-                    raise asyncio.TimeoutError()
-                done, _ = await asyncio.wait({task}, timeout=limit if left is None else min(limit, left))
-                if done:
-                    return task.result()
-                if k < waits - 1:
-                    log.warning("LLM request still running after %.0fs; waiting for it (not sending it again)",
-                                time.perf_counter() - t0)
-            raise _WaitedOut() if soft and waits > 1 else asyncio.TimeoutError()
-        finally:
-            if not task.done():
-                task.cancel()
-
     def _result(self, reply: Reply, secs: float, messages: list, ptoks: int, attempt: int) -> LLMResult:
         if reply.refusal:  # a refused request is a failed one: never cached, and the caller falls back
             why = " ".join(str(reply.refusal).split())[:200]
@@ -399,75 +315,3 @@ class OpenAIHTTPBackend(LLMBackend):
                            estimate_tokens(messages) if reply.prompt_tokens else 0)
         return LLMResult(text=reply.text, prompt_tokens=int(p or 0), completion_tokens=int(c or 0), latency_s=secs,
                          finish_reason=reply.finish_reason, retries=attempt, tokens_estimated=estimated)
-
-
-def _json(raw: bytes):
-    try:
-        data = loads_json(raw)
-    except ValueError:
-        raise BadResponse(f"malformed completion response: {raw[:200]!r}") from None
-    if not isinstance(data, dict):
-        raise BadResponse(f"malformed completion response: {raw[:200]!r}")
-    return data
-
-
-def check_models(self: "OpenAIHTTPBackend") -> None:
-    """``GET {base_url}/models``: the server answers, accepts the key, and serves the model.
-
-    Sets the model to the first one listed when none was given, and the model's context when
-    the listing gives it (vLLM's ``max_model_len``, llama.cpp's ``n_ctx``). Raises
-    ``ConfigError`` for a refused key (HTTP 401/403) or a model the server does not list,
-    ``LLMRequestError`` when the server cannot be reached after the retries. A server
-    without ``/models`` (404) is accepted when a model was named.
-    """
-    url = f"{self.base_url}/models"
-    last = "no attempt"
-    for attempt in range(self.max_retries + 1):
-        try:
-            with httpx.Client(timeout=self.timeout_s or CHECK_TIMEOUT_S) as client:
-                r = client.get(url, headers=self._headers())
-            if r.status_code in (401, 403):
-                how = "the API key from TRAWMEM_API_KEY / OPENAI_API_KEY" if self._key else "no API key"
-                raise ConfigError(self._scrub(
-                    f"the LLM server at {self.base_url} refused {how} (HTTP {r.status_code} from GET /models); "
-                    f"set TRAWMEM_API_KEY (or OPENAI_API_KEY) to a key it accepts"))
-            if r.status_code == 404 and self._model is not None:
-                log.warning("%s has no /models endpoint; cannot check the key and model up front", self.base_url)
-                return
-            if r.status_code == 200:
-                _take_models(self, r.json().get("data") or [], url)
-                return
-            last = f"HTTP {r.status_code}: {r.text[:200]}"
-            if r.status_code not in _RETRY_STATUS:
-                break
-        except httpx.TransportError as e:
-            last = f"{type(e).__name__}: {e}"
-        except (ValueError, AttributeError) as e:  # bad JSON
-            if isinstance(e, ConfigError):
-                raise
-            last = f"bad JSON from /models: {e}"
-            break
-        if attempt < self.max_retries:
-            time.sleep(self._delay(attempt, None))
-    raise LLMRequestError(self._scrub(f"could not reach the LLM server: GET {url} failed ({last})"))
-
-
-def _take_models(self: "OpenAIHTTPBackend", data: list, url: str) -> None:
-    """The model (the first listed when none was given; a named one must be listed) and its
-    context, when the listing gives it."""
-    entries = [d for d in data if isinstance(d, dict) and d.get("id")]
-    ids = [str(d["id"]) for d in entries]
-    if self._model is None:
-        if not ids:
-            raise LLMRequestError(f"GET {url} listed no models; pass MODEL as URL@MODEL")
-        self._model = ids[0]
-    elif ids and self._model not in ids:
-        raise ConfigError(f"model {self._model!r} is not served at {self.base_url} (it serves "
-                          f"{name_list(ids)}); fix the @MODEL part of the LLM spec")
-    mine = next((d for d in entries if str(d["id"]) == self._model), None)
-    meta = (mine or {}).get("meta") if isinstance((mine or {}).get("meta"), dict) else {}
-    for v in ((mine or {}).get("max_model_len"), (mine or {}).get("context_length"), meta.get("n_ctx"),
-              meta.get("n_ctx_train")):
-        if isinstance(v, int) and v > 0 and not self.options.context_tokens:
-            self.state.learn_context(v, "GET /models")
-            break

@@ -36,8 +36,8 @@ import numpy as np
 from ..dictconfig import with_keywords
 from ..errors import ConfigError, loads_json
 from .items import ScoreItem
-from .job import (RESUME_FIELDS, ScoreSpec, Scorer, check_banks, collection_encoder, encode_questions, job_meta,
-                  plan_batches, resume_todo, say_resume)
+from .job import ScoreSpec, Scorer, check_banks, collection_encoder, encode_questions, job_meta, plan_batches
+from .resume import RESUME_FIELDS, resume_todo, say_resume
 from .writer import ResumableJsonl
 
 

@@ -17,7 +17,7 @@
   different configuration is refused unless ``overwrite`` (which starts the file afresh).
 * **Same content.** The fields named by ``keep`` of every written record are kept in
   ``written`` (id -> fields), so the job can compare each record with its input (the question,
-  the bank digest, the config: see ``score.job.resume_todo``), not only its id. ``drop(ids)``
+  the bank digest, the config: see ``score.resume.resume_todo``), not only its id. ``drop(ids)``
   takes records out again (to score them anew), by an atomic rewrite of the file under the lock.
 
 What an output holds, once written: :func:`summarize_output` (its metrics) and

@@ -3,7 +3,7 @@
 An append (``ingest.update_bank``) keeps the old bank's first ``keep_threads`` threads as they are
 (their units, heads and vectors; ``store.segments.Extension``) and re-segments the rest, which
 starts at a session start. Every per-unit and per-thread table of
-:func:`~trawmem_gpu.select.engine.tables.build_bank` but the thread graph's is a function of the
+:func:`~trawmem_gpu.select.engine.bank_tables.build_bank` but the thread graph's is a function of the
 unit's own thread (its units, head, texts and dates) or, for the few that look across threads
 (a date heading merged with the thread before it, a unit's speaker index, the session neighbours),
 of what came before; so the kept threads' rows are the old bank's, and only the new threads' rows
@@ -125,7 +125,7 @@ def whole_arrays(bank: Bank, cfg, layout):
 
 
 def extend_arrays(bank: Bank, cfg, layout, prev_info, prev: dict, u0: int, k0: int):
-    """The per-unit and per-thread arrays of :func:`~trawmem_gpu.select.engine.tables.build_bank`
+    """The per-unit and per-thread arrays of :func:`~trawmem_gpu.select.engine.bank_tables.build_bank`
     for ``bank``, from the old bank's (``prev_info``, ``prev``: its arrays) and its tail's; returns
     ``(arrays, costs, speakers, bm25)`` (``bm25`` None: build it whole), or None when the token
     costs cannot be joined."""

@@ -19,7 +19,7 @@ from ..terms import COVERAGE_TERMS, fused_terms
 from ..steps.candidates import uses_bm25
 from ..steps.priority import HAS_TRITON
 from ..steps.seeds import faiss_available
-from .tables import Layout, table_bytes_needed
+from .bank_tables import Layout, table_bytes_needed
 
 
 @dataclass(frozen=True)

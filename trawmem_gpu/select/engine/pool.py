@@ -15,7 +15,7 @@ entry (the same formula on the same vectors; a dot product's last bit may follow
 blocking, as the reference's own ``E_c E_c^T`` does). Memory per query: ``U^2`` floats, in
 chunks of at most :data:`POOL_ELEMS`.
 
-* the compiled stage (``compiled.stage_loop``) reads :class:`QueryTables` (flat, per chunk part:
+* the compiled stage (``compiled_loops.stage_loop``) reads :class:`QueryTables` (flat, per chunk part:
   :func:`stage_parts`, :func:`query_tables`);
 * the tensor backend (``tensor.select_chunk``) reads :func:`pool_similarity` and
   :func:`pool_floors` over the chunk's rows without tables.

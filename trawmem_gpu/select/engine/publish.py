@@ -6,7 +6,7 @@ append, almost all of its rows are the old bank's: the unchanged prefix of its u
 it keeps, their neighbour lists. :func:`write_in_place` publishes such a bank over its own rows
 instead: a row equal to the one stored is left alone, a changed row is written, rows past the old
 end are appended (a buffer that fills grows to twice its size, a new buffer: amortized O(1) per
-row). The published tables are the very values :func:`~trawmem_gpu.select.engine.tables.build_bank`
+row). The published tables are the very values :func:`~trawmem_gpu.select.engine.bank_tables.build_bank`
 gave, row for row: only fewer bytes are written.
 
 Isolation: it runs only while no select reads the store (``TableStore.reading`` counts them, under

@@ -1,5 +1,5 @@
 """Steps 1-3 of a query on a large bank (at least ``EngineConfig.ann_min_units`` units) over a
-shortlist of the bank instead of all of it: the compiled front (``compiled.front_loop``) run on a
+shortlist of the bank instead of all of it: the compiled front (``compiled_loops.front_loop``) run on a
 per-query working set of units.
 
 The exact front scores every unit of the bank (a ``[N, d]`` product, BM25 over the bank, ranks

@@ -1,18 +1,4 @@
-"""The engine's per-bank, query-independent tables, and the store that holds them for many banks.
-
-Per bank (:func:`build_bank`): unit and head vectors, each unit's bank-local thread, the unit
-features that do not depend on the query (cosine to its head, temporal flag, position), whether
-the unit has a support link (``linked``: a unit view's fact or its source, ``facts.view``), the
-in-thread distance ``d_in`` (step 5), the modular terms' unit attributes, the token costs of the
-units and thread headings (``workspace.token_costs``; a token budget reads them), the thread graph as
-padded neighbour lists, its BM25 score matrix (CSC), its support links by row (linear in the
-links), and, for a bank of at most ``EngineConfig.table_max_units`` units while the banks' tables fit
-in ``EngineConfig.table_bytes``: the support kernel ``K_b [N, N]`` (a candidate set's K is then a
-gather, never an ``E E^T`` product) and ``btab [N, J]`` = each unit's best cosine per thread (the
-bridge feature is a max over T entries instead of U, and the compiled greedy's step-0 bounds
-read it). A larger bank has neither (``BankInfo.tables`` False): they grow as ``N^2``, so its
-queries form K and the bridge from their candidates' vectors (``[U, U]`` per query, the same
-values). Everything else stored per bank is linear in its units, threads, edges and postings.
+"""The store of the engine's per-bank tables (built by ``engine.bank_tables``) for many banks.
 
 The store (:class:`TableStore`) keeps every bank's arrays side by side in growable buffers, one
 per table, so the batched steps address any query's bank by offsets: unit ``i`` of bank ``b`` is
@@ -34,176 +20,20 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from ...store.graph import SEMANTIC
 from ...store.bank import Bank
-from ..lexical import BM25Index
-from ..objective import support_floor, support_kernel, support_links
-from ..support import SupportLinks
 from ..steps.candidates import BM25Store
 from ..terms import UNIT_ATTRIBUTES
-from .extend import EXTENDED, extend_arrays, kept_prefix, whole_arrays
+from .bank_tables import HOST_GROUPS, TABLES, BankInfo, Layout, build_bank
 from .publish import kept_rows, write_in_place
 
 
-class Layout(NamedTuple):
-    """How tables are built: device and dtype of the device tables, and which optional ones."""
-
-    device: torch.device
-    dtype: torch.dtype
-    dim: int
-    with_tables: bool
-    """Build ``ktab`` / ``btab``."""
-    lexical: bool
-    """Build BM25 (the affinity reads it)."""
-    heads: bool
-    """Store the head vectors (head or max seeds read them; best-unit seeds do not)."""
-    relevance: bool = False
-    """Store the ``learned`` affinity's per-unit indices (speaker, session neighbours)."""
-    tokens: bool = True
-    """Count the units' and headings' token costs (any query's token budget reads them; else zeros)."""
-    table_units: int | None = None
-    """With ``with_tables``: build them only for banks of at most this many units (None: any)."""
-
-
-@dataclass(frozen=True, eq=False)
-class BankInfo:
-    """The Python side of one stored bank."""
-
-    bank: Bank
-    n_units: int
-    n_threads: int
-    long_threads: np.ndarray
-    """``[J + 1]`` units in the bank's ``h`` longest threads, for every ``h`` (a cumulative sum):
-    a query whose neighbourhood holds at most ``h`` threads has at most ``long_threads[h]``
-    candidates (:meth:`Snapshot.unit_cap`)."""
-    bm25: BM25Index | None
-    vocab: dict | None
-    plain: bool
-    """bm25s keeps a plain float32 score matrix (no non-occurrence term): the batched BM25 applies."""
-    speakers: tuple = ()
-    """The bank's speakers (the ``learned`` affinity's ``speaker_named`` feature indexes them)."""
-    costs: object = None
-    """The bank's ``workspace.TokenCosts`` (with heads), read under a token budget."""
-    tables: bool = False
-    """The bank's ``ktab`` / ``btab`` are stored (else its queries form K and the bridge per query)."""
-    links: SupportLinks | None = None
-    """The bank's support links (``objective.support_links``), None without any."""
-    arrays: dict = field(default_factory=dict, repr=False)
-    """The bank's per-unit arrays an append's tables extend (``engine/extend.py``: ``EXTENDED``)."""
-    cache: dict = field(default_factory=dict, repr=False)
-    """What is built for this bank on first use and kept while the bank is (its approximate
-    indexes, ``engine/shortlist.py``, ``steps/seeds.py``): later snapshots share it."""
-
-
-# (table, group, dtype kind, fill) -- the rows of one group are appended together, per bank
-TABLES = (
-    ("unit_vecs", "unit", "float", 0), ("unit_thread", "unit", "int", 0), ("head_sim", "unit", "float", 0),
-    ("temporal", "unit", "float", 0), ("position", "unit", "float", 0), ("d_in", "unit", "float", 0),
-    ("attrs", "unit", "float64", 0), ("rel_idx", "unit", "int", -1), ("rel_words", "unit", "float64", 0),
-    ("tok_unit", "unit", "float", 0),
-    ("linked", "unit", "float", 0),
-    ("head_vecs", "thread", "float", 0), ("nbr", "thread", "int", -1), ("nbw", "thread", "float", 0),
-    ("tok_head", "thread", "float", 0), ("tok_hrun", "thread", "int", 0),
-    ("ktab", "k", "float", 0), ("btab", "b", "float", 0),
-    ("bm_data", "nz", "float32", 0), ("bm_idx", "nz", "int", 0), ("bm_ptr", "col", "int", 0),
-)
-HOST_GROUPS = ("nz", "col")
-"""BM25 stays on the CPU (the text stage is CPU work)."""
-
-
-def build_bank(bank: Bank, cfg, layout: Layout, prev: BankInfo | None = None) -> tuple[BankInfo, dict[str, np.ndarray]]:
-    """One bank's info and arrays (NumPy, or tensors on the device; the store copies them). ``prev``:
-    the info of the bank the engine holds under that id; where ``bank`` is an append to it, only
-    the new threads' rows are computed (``engine/extend.py``)."""
-    kept = kept_prefix(prev.bank, bank) if prev is not None and prev.arrays else None
-    bank.validate(kept or (0, 0))
-    if bank.unit_vecs.shape[1] != layout.dim:
-        raise ValueError(f"bank {bank.bank_id!r} has {bank.unit_vecs.shape[1]}-dimensional vectors, the engine "
-                         f"{layout.dim}")
-    N, J = bank.n_units, bank.n_threads
-    part = None if kept is None else extend_arrays(bank, cfg, layout, prev, prev.arrays, *kept)
-    a, costs, speakers, bm25 = part or whole_arrays(bank, cfg, layout)
-    a["nbr"], a["nbw"] = _neighbours(bank, cfg.semantic_edges)
-    links = support_links(bank, cfg)
-    a["linked"] = np.zeros(N) if links is None else links.linked()
-    own = {k: a[k] for k in EXTENDED if k in a}  # what a later append's tables start from (engine/extend.py)
-    tables = has_tables(N, layout)
-    if tables:
-        a["ktab"], a["btab"] = _kernel_tables(bank, cfg, layout, support_floor(bank, cfg))
-    vocab, plain = None, False
-    if layout.lexical:
-        bm25 = bm25 or BM25Index([t.embed_text() for t in bank.turns])
-        vocab = bm25.vocab
-        m = bm25.model
-        plain = getattr(m, "nonoccurrence_array", None) is None and isinstance(m.scores, dict)
-        if plain:
-            a["bm_data"], a["bm_idx"] = m.scores["data"], m.scores["indices"]
-            a["bm_ptr"] = m.scores["indptr"]
-    long_threads = np.concatenate([[0], np.cumsum(np.sort(np.diff(bank.thread_offsets))[::-1])]).astype(np.int64)
-    return BankInfo(bank, N, J, long_threads, bm25, vocab, plain, speakers, costs, tables, links, arrays=own), a
-
-
-def has_tables(n_units: int, layout: Layout) -> bool:
-    """Whether a bank of ``n_units`` units gets its ``ktab`` / ``btab`` under ``layout``."""
-    return layout.with_tables and (layout.table_units is None or n_units <= layout.table_units)
-
-
-def _neighbours(bank: Bank, semantic: bool) -> tuple[np.ndarray, np.ndarray]:
-    """G_H as padded neighbour lists ``[J, D_b]`` (bank-local ids, -1 = none) and weights; semantic
-    edges dropped when the config says so; a repeated (src, dst) keeps its largest weight (what a
-    max-over-paths relaxation sees)."""
-    keep = np.ones(len(bank.edge_src), dtype=bool) if semantic else (bank.edge_kind != SEMANTIC)
-    src, dst = bank.edge_src[keep].astype(np.int64), bank.edge_dst[keep].astype(np.int64)
-    w = bank.edge_w[keep].astype(np.float64)
-    order = np.lexsort((-w, dst, src))
-    src, dst, w = src[order], dst[order], w[order]
-    first = np.ones(len(src), dtype=bool)
-    first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
-    src, dst, w = src[first], dst[first], w[first]
-    J = bank.n_threads
-    deg = np.bincount(src, minlength=J)
-    D = max(1, int(deg.max()) if len(deg) else 1)
-    slot = np.arange(len(src)) - np.concatenate([[0], np.cumsum(deg)])[src]
-    nbr = np.full((J, D), -1, dtype=np.int64)
-    nbw = np.zeros((J, D))
-    nbr[src, slot] = dst
-    nbw[src, slot] = w
-    return nbr, nbw
-
-
-def _kernel_tables(bank: Bank, cfg, layout: Layout, floor=None) -> tuple[Tensor | None, Tensor]:
-    """``(ktab [N * N], btab [N * J])``: the bank's support kernel (the objective's
-    ``support_kernel`` of its Gram matrix and support ``floor``, so a gather gives exactly a
-    candidate set's K) and each unit's best cosine per thread."""
-    E = torch.as_tensor(np.ascontiguousarray(bank.unit_vecs), dtype=layout.dtype, device=layout.device)
-    G = E @ E.T
-    lt = torch.as_tensor(bank.unit_thread, device=layout.device)
-    N, J = bank.n_units, bank.n_threads
-    bt = torch.full((N, J), float("-inf"), dtype=layout.dtype, device=layout.device)
-    bt.scatter_reduce_(1, lt[None, :].expand(N, N), G, reduce="amax", include_self=True)
-    if cfg.kernel == "identity":
-        return None, bt.flatten()
-    fl = None if floor is None else torch.as_tensor(floor, dtype=layout.dtype, device=layout.device)
-    return support_kernel(G, lt[:, None] == lt[None, :], cfg, fl).flatten(), bt.flatten()
-
-
-def table_bytes_needed(banks: list[Bank], cfg, element_size: int, max_units: int | None = None) -> int:
-    """Bytes ``ktab`` and ``btab`` need for those of ``banks`` with at most ``max_units`` units (None: all)."""
-    banks = [b for b in banks if max_units is None or b.n_units <= max_units]
-    k = 0 if cfg.kernel == "identity" else sum(b.n_units ** 2 for b in banks)
-    return (k + sum(b.n_units * b.n_threads for b in banks)) * element_size
-
-
-# ----------------------------------------------------------------------------------------------
-# the store
-# ----------------------------------------------------------------------------------------------
 class Offsets(NamedTuple):
     """Per stored bank (NumPy int64 ``[B]``, or torch on the device): first unit row ``uo``, first
     thread row ``to``, ``ktab`` / ``btab`` entry offsets, BM25 entry and column offsets, units and

@@ -1,0 +1,255 @@
+"""The compiled backend's two loops (CPU, numba; ``engine.compiled`` runs them over chunks of
+queries), one query at a time in cache, composed from the steps' compiled variants.
+
+* :func:`front_loop`, steps 1-3 (after one GEMM per bank for the query-unit cosines): BM25 of the
+  bank's units (the query tokens' CSC columns added in token order in float32: bm25s' bits),
+  the RRF affinity (``steps.candidates.rrf_row``), best-unit seeds, propagation and the capped
+  neighbourhood (``steps.propagation.propagate_one``), the candidates.
+* :func:`stage_loop`, steps 4-7: gravity (``steps.priority.gravity_one``), the unit features with
+  the bridge read off the per-bank table, rho and phi (``steps.roles.unit_roles``), costs and
+  priorities, and the lazy greedy (``steps.greedy.lazy_greedy_one``) over J's terms
+  (``objective``), with K rows gathered from the per-bank table on first use.
+
+Arguments travel as NamedTuples of arrays (numba passes them as structs:
+``engine.compiled_args``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._jit import njit
+from ..objective import support_from_cosine_compiled
+from ..terms import LAMBDA_M, LAMBDA_R, TAU
+from ..steps import candidates as step3, mask as step_mask, relevance as step3r, roles as step4
+from ..steps.greedy.compiled import W_COV, W_ROLE, W_THR, FusedWeights
+from ..steps.greedy import CompiledQuery, GreedyScratch, KSource, StopRule, best_of_two_compiled, lazy_greedy_one
+from ..steps.priority import gravity_one, unit_cost_compiled
+from ..steps.propagation import PropagationParams, ThreadScratch, propagate_one
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _query_mask(x, q, c0, m, vals, bm, ones):  # pragma: no cover - compiled
+    """``(live, given)`` of query ``q`` of :func:`front_loop`: with a mask, its failing units hidden
+    from the affinity's ranks and maxima (``steps.mask.hide_failing``), ``live`` its entries and no
+    given ranks (ranked among the passing units of its units); without, every unit live and the
+    ranks ``x.ranks`` gives (a shortlist's, or none)."""
+    if x.masked[q]:
+        step_mask.hide_failing(vals, bm, x.mask, c0, m)
+        return x.mask[c0:c0 + m], step3.given_slice(x.ranks, c0, 0)
+    return ones[:m], step3.given_slice(x.ranks, c0, m)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _graph_threads(x, q, n, tlive):  # pragma: no cover - compiled
+    """Query ``q``'s thread graph in ``tlive[:n]`` after ``steps.mask.unit_seeds``: every thread
+    without a mask (over a shortlist too: a thread outside it may be reached, then joins it); a
+    masked query over a shortlist: ``x.tlive[q]``, the bank's threads with a passing unit (the
+    restricted bank's threads); a masked query over its whole bank: those ``unit_seeds`` found."""
+    if not x.masked[q]:
+        tlive[:n] = True
+    elif x.tlive.shape[0] > 0:
+        tlive[:n] = x.tlive[q, :n]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def front_loop(tab, off, x, rrf_k, p, sizes, learned, ltab, lq, out):  # pragma: no cover - compiled
+    """Steps 1-3 per query (see the module docstring): ``tab`` :class:`FrontTables`, ``off``
+    ``tables.Offsets``, ``x`` :class:`FrontBatch`, ``p`` ``PropagationParams`` of the method with
+    each query's sizes from ``sizes`` (``propagation.QuerySizes``); the ``learned``
+    affinity instead of RRF when ``learned`` (``ltab`` / ``lq``: ``relevance.LearnedTables`` /
+    ``LearnedQueries``); writes ``out`` (:class:`Candidates`)."""
+    Q = x.bidx.shape[0]
+    N = J = 1
+    for q in range(Q):
+        N = max(N, off.nu[x.bidx[q]])
+        J = max(J, off.nt[x.bidx[q]])
+    bm = np.empty(N, dtype=np.float32)
+    bmbits = bm.view(np.int32)  # positive float32 scores order like their bits
+    vals = np.empty(N)
+    alpha = np.empty(N)
+    rc = np.empty(N)
+    rb = np.empty(N)
+    rs = step3.RankScratch(np.empty(N, np.int64), np.empty(N, np.int64), np.empty(N, np.int64),
+                           np.empty(max(N + 1, 4 * 257), np.int64))
+    r0 = np.empty(J)
+    r = np.empty(J)
+    in_h = np.empty(J, dtype=np.bool_)
+    ts = ThreadScratch(np.empty(J, np.int64), np.empty(J, np.bool_), np.empty(J, np.int64), np.empty(J, np.bool_))
+    ones, tlive = np.ones(N, dtype=np.bool_), np.empty(J, dtype=np.bool_)
+    W = out.cand.shape[1]
+    for q in range(Q):
+        b = x.bidx[q]
+        m = off.nu[b]
+        n = off.nt[b]
+        nz = off.nz0[b]
+        # step 3, affinity: BM25 (float32, query-token order), then RRF with the cosine ranks
+        for j in range(m):
+            bm[j] = np.float32(0.0)
+        for k in range(x.tok_ptr[q], x.tok_ptr[q + 1]):
+            t = x.tok_ids[k]
+            for e in range(tab.bm_ptr[t], tab.bm_ptr[t + 1]):
+                bm[tab.bm_idx[nz + e]] += tab.bm_data[nz + e]
+        c0, u0 = x.coff[q], off.uo[b]
+        for j in range(m):
+            vals[j] = x.cos[c0 + j]
+        live, given = _query_mask(x, q, c0, m, vals, bm, ones)  # a filter's mask: failing units hidden
+        if learned:
+            step3r.learned_row(vals, m, bm, bmbits, u0, ltab, lq, q, alpha, rs, rc, rb, given, live)
+        else:
+            step3.rrf_row(vals, m, bm, bmbits, rrf_k, alpha, rs, rc, rb, given)
+        step_mask.unit_seeds(alpha, m, tab.ult, u0, live, n, r0, tlive)  # step 1: best-unit seed scores (passing units)
+        _graph_threads(x, q, n, tlive)
+        # step 2: propagation and the capped neighbourhood
+        pq = PropagationParams(sizes.n_seeds[q], sizes.cap[q], sizes.hops[q], p.gamma, p.paper)
+        propagate_one(r0, n, off.to[b], tab.nbr, tab.nbw, pq, ts, r, in_h, tlive)
+        k = 0
+        for t in range(n):
+            if in_h[t]:
+                if k >= out.hthread.shape[1]:
+                    raise IndexError("neighbourhood buffer narrower than a query's neighbourhood")
+                out.tpos[q, t] = k
+                out.hthread[q, k] = t
+                out.rvec[q, k] = r[t]
+                k += 1
+            else:
+                out.tpos[q, t] = -1
+        out.n_h[q] = k
+        # step 3: the candidates, ascending
+        k = 0
+        for j in range(m):
+            t = tab.ult[u0 + j]
+            if in_h[t] and live[j]:
+                if k >= W:  # the caller's bound on |U_q| was wrong: never write past the buffer
+                    raise IndexError("candidate buffer narrower than a query's candidate set")
+                out.cand[q, k] = j
+                out.lt[q, k] = out.tpos[q, t]
+                out.alpha[q, k] = alpha[j]
+                k += 1
+        out.n_cand[q] = k
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def stage_loop(tab, off, x, p, qt, sel, n_sel):  # pragma: no cover - compiled
+    """Steps 4-7 per query (see the module docstring): ``tab`` :class:`StageTables`, ``off``
+    ``tables.Offsets``, ``x`` :class:`StageBatch`, ``p`` :class:`StageParams`, ``qt``
+    ``pool.QueryTables`` (K and the bridge of the queries whose bank has no tables); a masked query
+    of a bank with tables whose mask cut a thread reads its bridge from ``x.bridge`` (``x.own``,
+    ``engine.masks.stage_bridge``); writes the picks (candidate slots) to ``sel [Qc, B]`` and their
+    number to ``n_sel``."""
+    Q, U = x.cand.shape
+    T = x.hthread.shape[1]
+    R = x.Mq.shape[1]
+    F = x.Mq.shape[2]
+    U1, T1 = max(U, 1), max(T, 1)
+    rho = np.empty((U1, R))
+    pq = np.empty(U1)
+    um = np.empty(U1)
+    bound = np.empty(U1)
+    kub = np.empty(max(U * T, 1))
+    Dh = np.empty((T1, T1))
+    grav = np.empty(T1)
+    mass = np.empty(T1)
+    hrows = np.empty(T1, np.int64)
+    f = np.empty(F)
+    lg = np.empty(R)
+    gs = GreedyScratch(np.empty(U1 * U1), np.empty(U1), np.empty(max(R, 1)), np.empty(U1), np.empty(U1, np.int64),
+                       np.empty(U1, np.int64), np.zeros(U1, np.bool_), np.zeros(T1, np.bool_), np.empty(U1),
+                       np.zeros(T1, np.bool_))
+    uc = np.ones(U1)
+    hc = np.zeros(T1)
+    kpos = np.zeros(T1, np.int64)
+    hkey = np.zeros(U1, np.int64)
+    prev_run = -1
+    other = np.empty(sel.shape[1], np.int64)
+    mark = np.zeros(U1, np.bool_)
+    iota = np.arange(U1)
+    no_support = p.identity or not p.cross_thread  # K is 0 across threads: no bound from the other threads
+    links = not p.identity  # a unit with a support link (a fact, its source) may have K = 1 in any thread
+    k_shift = p.k_shift
+    for q in range(Q):
+        n = x.n_cand[q]
+        lim = x.limit[q]
+        if n <= 0 or lim <= 0:
+            continue
+        b = x.bidx[q]
+        nt = x.n_h[q]
+        w = x.W[q]
+        capacity = x.capacity[q]
+        tokens = capacity < np.inf
+        lam_m, lam_r, tau = w[LAMBDA_M], w[LAMBDA_R], w[TAU]
+        uo, boff, jb = off.uo[b], off.boff[b], off.nt[b]  # the bank's rows (locals: loaded once per query)
+        cq = x.cand[q, :n]
+        pooled = qt.bq_off[q] >= 0  # K and the bridge formed from the candidates (pool.py), not read off tables
+        # steps 5-6: gravity of each neighbourhood thread
+        for i in range(nt):
+            hrows[i] = off.to[b] + x.hthread[q, i]
+        gravity_one(nt, hrows, x.tpos[q], tab.graph, x.rvec[q], tau, p.c_hop, p.cross_thread, Dh, grav)
+        for k in range(nt):
+            mass[k] = 0.0
+        # step 4: features (bridge from the table), rho, phi; steps 5-6: cost and capped weight
+        kappa = 1.0 / max(1, x.budget[q])
+        wsum = 0.0
+        for u in range(n):
+            gl = uo + cq[u]
+            t = x.lt[q, u]
+            brow = boff + cq[u] * jb
+            br = -np.inf
+            kr = kub[u * T:(u + 1) * T]  # K(u, v) <= kr[j] for every unit v of neighbourhood thread j
+            for j in range(nt):
+                if j != t:
+                    c = qt.bq[qt.bq_off[q] + u * nt + j] if pooled else tab.btab[brow + x.hthread[q, j]]
+                    if c > br:
+                        br = c
+                    kr[j] = 1.0 if links and tab.linked[gl] > 0 else 0.0 if no_support else support_from_cosine_compiled(c, k_shift)
+                else:
+                    kr[j] = 1.0
+            br = x.bridge[q, u] if x.own[q] else (0.0 if br == -np.inf else min(max(br, 0.0), 1.0))
+            f[0] = 1.0
+            f[1] = x.alpha[q, u]
+            f[2] = x.rvec[q, t]
+            f[3] = br
+            f[4] = tab.head_sim[gl]
+            f[5] = tab.temporal[gl]
+            f[6] = tab.position[gl]
+            phi = step4.unit_roles(f, x.Mq, x.delta, q, p.T_R, lg, rho, u)
+            cost = unit_cost_compiled(tab.d_in[gl], x.alpha[q, u], phi, lam_m, lam_r)
+            wu = min(kappa, grav[t] * np.exp(-cost / tau))
+            pq[u] = wu
+            wsum += wu
+        for u in range(n):
+            pq[u] = pq[u] / wsum if wsum > 0 else 0.0
+            mass[x.lt[q, u]] += pq[u]
+        for u in range(n):
+            um[u] = mass[x.lt[q, u]]
+            if p.identity:
+                bound[u] = pq[u]
+            else:
+                ub = 0.0
+                for j in range(nt):
+                    ub += mass[j] * kub[u * T + j]
+                bound[u] = ub
+        # step 7: the lazy greedy over J (under a token budget: the cost-aware greedy)
+        if tokens:
+            for u in range(n):
+                uc[u] = tab.tok_unit[uo + cq[u]]
+            for j in range(nt):  # heading keys: the first neighbourhood thread of each heading run
+                hc[j] = tab.tok_head[off.to[b] + x.hthread[q, j]]
+                run = tab.tok_hrun[off.to[b] + x.hthread[q, j]]
+                kpos[j] = j if (j == 0 or run != prev_run) else kpos[j - 1]
+                prev_run = run
+            for u in range(n):
+                hkey[u] = kpos[x.lt[q, u]]
+        if pooled:
+            ks = KSource(qt.kq, qt.kq_off[q], n, iota, p.identity)
+        else:
+            ks = KSource(tab.ktab, off.koff[b], off.nu[b], cq, p.identity)
+        cw = FusedWeights(w[W_COV], w[W_ROLE], w[W_THR])
+        rule = StopRule(lim, p.stop_coverage, lim, None)
+        g = CompiledQuery(pq[:n], rho[:n], x.delta[q], x.modular[q, :n], x.lt[q, :n], um[:n], bound[:n], ks, cw,
+                          rule, uc[:n], hc[:nt], capacity, tokens and p.keys != 0, hkey[:n])
+        if tokens and p.keys < 0:
+            g0 = CompiledQuery(pq[:n], rho[:n], x.delta[q], x.modular[q, :n], x.lt[q, :n], um[:n], bound[:n], ks,
+                               cw, rule, uc[:n], hc[:nt], capacity, False, hkey[:n])
+            n_sel[q] = best_of_two_compiled(g0, g, gs, sel[q], other, mark)
+        else:
+            n_sel[q] = lazy_greedy_one(g, gs, sel[q])
