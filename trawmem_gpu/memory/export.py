@@ -155,16 +155,19 @@ def foreign_lines(fmt: str, path, encoder: str):
         yield _line({"type": "turn", "bank_id": bank_id, **t})
 
 
-def import_(mem, source, progress: bool = False, fmt: str = "trawmem") -> dict:
+def import_(mem, source, progress: bool = False, fmt: str = "trawmem", bank: str | None = None,
+            where=None) -> dict:
     """Import an export (a path or an iterable of lines) into Memory ``mem``, bank by bank; returns
     ``{"banks": [{"bank_id", "stored", "already_stored", "refused": [{"id", "reason"}], "facts"}]}``.
     Raises ``InputError`` naming the line and field of the first bad line; the bank being read is
-    then not written (banks before it are complete)."""
+    then not written (banks before it are complete). ``bank``: the one bank id the file may hold
+    (the server's import into one bank); ``where``: a filter (``data.filters``) each turn must pass,
+    the others refused per item (a key bound to a filter), with the facts citing them."""
     if fmt != "trawmem":
-        return import_(mem, foreign_lines(fmt, source, mem.encoder_id), progress)
+        return import_(mem, foreign_lines(fmt, source, mem.encoder_id), progress, bank=bank, where=where)
     if isinstance(source, (str, Path)):
         with open(source, encoding="utf-8") as f:
-            return import_(mem, f, progress)
+            return import_(mem, f, progress, bank=bank, where=where)
     rd = _Reader(source)
     it = iter(rd)
     first = next(it, None)
@@ -178,10 +181,13 @@ def import_(mem, source, progress: bool = False, fmt: str = "trawmem") -> dict:
         kind = rec.get("type")
         if kind == "bank":
             if cur is not None:
-                done.append(_write(mem, cur))
+                done.append(_write(mem, cur, where))
             bid = rec.get("bank_id")
             if not isinstance(bid, str) or not bid:
                 raise InputError(f"line {n}: field 'bank_id': expected a bank id string")
+            if bank is not None and bid != bank:
+                raise InputError(f"line {n}: field 'bank_id': {bid[:64]!r} is not the bank imported into "
+                                 f"({bank[:64]!r})")
             if bid in seen_banks:
                 raise InputError(f"line {n}: field 'bank_id': bank {bid[:64]!r} appears twice")
             seen_banks.add(bid)
@@ -206,16 +212,37 @@ def import_(mem, source, progress: bool = False, fmt: str = "trawmem") -> dict:
         if isinstance(cur["n"], int) and cur["n"] != len(cur["turns"]):
             raise InputError(f"line {rd.n}: field 'n_turns': bank {cur['bank_id'][:64]!r} announced {cur['n']} "
                              f"turns, the file holds {len(cur['turns'])}: the file was cut short")
-        done.append(_write(mem, cur))
+        done.append(_write(mem, cur, where))
     return {"banks": done}
 
 
-def _write(mem, cur: dict) -> dict:
+def _outside(where, turns: list[dict]) -> set[str]:
+    """The ids of ``turns`` whose metadata does not pass ``where`` (metadata the turn rules refuse
+    is let through: the add refuses it, naming why)."""
+    if where is None:
+        return set()
+    from ..data.filters import Filter, parse_filter
+    from ..data.metadata import metadata_field
+
+    f = where if isinstance(where, Filter) else parse_filter(where)
+    out = set()
+    for t in turns:
+        try:
+            if not f.matches(metadata_field(t.get("metadata"), "turn")):
+                out.add(t["turn_id"])
+        except InputError:
+            pass
+    return out
+
+
+def _write(mem, cur: dict, where=None) -> dict:
     bid = cur["bank_id"]
-    gone = forgotten_ids(mem.path, bid, cur["ids"])
+    forgot = forgotten_ids(mem.path, bid, cur["ids"])
+    outside = _outside(where, cur["turns"]) - forgot
+    gone = forgot | outside
     turns = [t for t in cur["turns"] if t["turn_id"] not in gone]
-    refused = [{"id": t["turn_id"], "reason": "forgotten by this collection"} for t in cur["turns"]
-               if t["turn_id"] in gone]
+    refused = [{"id": t["turn_id"], "reason": "forgotten by this collection" if t["turn_id"] in forgot else
+                "does not pass this key's filter"} for t in cur["turns"] if t["turn_id"] in gone]
     res = {"bank_id": bid, "stored": 0, "already_stored": 0, "refused": refused, "facts": 0}
     if turns:
         got = mem.add(bid, turns, atomic=True)

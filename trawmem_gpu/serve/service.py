@@ -335,6 +335,24 @@ class SelectionService:
         counts = await loop.run_in_executor(self.appender, self.core.erase_copies, res)
         return self.core.forget_summary(res, counts, where)
 
+    async def export_bank(self, bank_id: str, where=None) -> bytes:
+        """Bank ``bank_id`` as an export (``serve.portable.export_bank``), written on an append thread."""
+        from .portable import export_bank
+
+        return await asyncio.get_running_loop().run_in_executor(self.appender, export_bank, self, bank_id, where)
+
+    async def import_bank(self, bank_id: str, body: bytes, where=None, quota: Quota | None = None) -> dict:
+        """Import an export of bank ``bank_id`` (``serve.portable.import_bank``) on an append thread,
+        the engine refreshed between batches; QueueFull past ``quota.max_appends`` as an append."""
+        from .portable import import_bank
+
+        if self.batcher.closing:
+            raise ShuttingDown("the server is shutting down")
+        with self.appends_in_flight.hold(None if quota is None else quota.key,
+                                         None if quota is None else quota.max_appends):
+            return await asyncio.get_running_loop().run_in_executor(self.appender, import_bank, self, bank_id,
+                                                                    body, where)
+
     async def _assembly_drained(self) -> None:
         """Return once every assembly job submitted so far has finished (queued or running)."""
         futs = self.assembler.outstanding()
