@@ -61,6 +61,11 @@ def _body(lines: bytes) -> list[dict]:
     return [json.loads(x) for x in lines.decode().splitlines()[1:]]
 
 
+def _content(lines: bytes) -> list[dict]:
+    """The bank, turn and fact lines (the history is the importing collection's own: its adds)."""
+    return [x for x in _body(lines) if x["type"] != "event"]
+
+
 def _as(lines: bytes, src: str, dst: str) -> bytes:
     """An export of bank ``src`` made an export of bank ``dst``."""
     return lines.replace(f'"bank_id":"{src}"'.encode(), f'"bank_id":"{dst}"'.encode())
@@ -82,7 +87,7 @@ def test_round_trip_into_another_bank_is_equal(server, tmp_path):
         assert (got.bank_id, got.stored, got.already_stored, got.refused) == ("other-copy", 33, 0, ())
         buf = io.BytesIO()
         cl.export("other-copy", buf)
-        assert _body(buf.getvalue()) == _body(_as(data, SAMPLE_BANK, "other-copy"))
+        assert _content(buf.getvalue()) == _content(_as(data, SAMPLE_BANK, "other-copy"))
         again = cl.import_("other-copy", _as(data, SAMPLE_BANK, "other-copy"))  # a retry stores nothing twice
         assert (again.stored, again.already_stored) == (0, 33)
         a = cl.select(SAMPLE_BANK, "Why did Ana walk home during her long run?")
@@ -102,8 +107,7 @@ def test_round_trip_into_another_bank_is_equal(server, tmp_path):
     assert (got.stored, got.facts) == (4, 2)
     facts = [x for x in _body(mix) if x["type"] == "fact"]
     assert [f["id"] for f in facts] == ["F1", "F2"]
-    assert [x for x in _body(back) if x["type"] != "event"] == [
-        x for x in _body(_as(mix, MIX, "acme-copy")) if x["type"] != "event"]
+    assert _content(back) == _content(_as(mix, MIX, "acme-copy"))
 
 
 def test_a_bound_key_exports_only_its_own_turns(server):
