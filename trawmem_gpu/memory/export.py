@@ -130,6 +130,53 @@ def _turn_dict(n: int, rec: dict) -> dict:
     return d
 
 
+EVENT_FIELDS = ("unit", "event", "time", "cause", "by", "supersedes", "by_digest", "supersedes_digest")
+"""The fields of an ``event`` line kept on import (``memory.history``'s stored event)."""
+
+
+def _event(n: int, rec: dict) -> dict:
+    from .history import EVENTS
+
+    if rec.get("event") not in EVENTS:
+        raise InputError(f"line {n}: field 'event': expected one of {', '.join(EVENTS)}, "
+                         f"got {str(rec.get('event'))[:32]!r}")
+    for k in EVENT_FIELDS:
+        v = rec.get(k)
+        if (k in ("unit", "cause") and not isinstance(v, str)) or (v is not None and not isinstance(v, str)):
+            raise InputError(f"line {n}: field {k!r}: expected a string" + ("" if k in ("unit", "cause") else
+                                                                             " or null"))
+    return {k: rec[k] for k in EVENT_FIELDS if rec.get(k) is not None or k == "time"}
+
+
+def import_history(mem, bank_id: str, new_units: set[str], events: list[dict]) -> int:
+    """The exported ``events`` of the units this import stored (``new_units``) become their history:
+    the bank's history file is rewritten atomically, under the bank's lock, with this import's own
+    events of those units replaced by the exported ones, and every ``by`` / ``supersedes`` naming a
+    unit the bank does not hold keyed as ``memory.history`` keys a forgotten id. Returns the events
+    written. (A kill before the rewrite leaves the import's own ``added`` events.)"""
+    from ..store.records import write_atomic
+    from .history import HistoryStore, held_units
+
+    evs = [dict(e) for e in events if e["unit"] in new_units]
+    if not evs:
+        return 0
+    keep = {e["unit"] for e in evs}
+    h = HistoryStore(mem.path)
+    with mem._core.registry.coll.bank_lock(bank_id):
+        bank = mem._core.registry.get(bank_id)
+        held = held_units(bank) if bank is not None else set()
+        key = h._key(create=True)
+        for e in evs:
+            for k in ("by", "supersedes"):
+                if k in e and e[k] not in held:
+                    e[f"{k}_digest"] = h.digest(key, bank_id, e.pop(k))
+        lines = [h._line(bank_id, e) for e in h._stored(bank_id) if e.get("unit") not in keep]
+        lines += [h._line(bank_id, e) for e in evs]
+        h.dir.mkdir(parents=True, exist_ok=True)
+        write_atomic(h.path(bank_id), lambda f: f.writelines(lines))
+    return len(evs)
+
+
 def forgotten_ids(collection, bank_id: str, ids) -> set[str]:
     """Those of ``ids`` the collection forgot from bank ``bank_id`` (their keyed digests are in its history)."""
     from .history import HistoryStore
@@ -191,7 +238,7 @@ def import_(mem, source, progress: bool = False, fmt: str = "trawmem", bank: str
             if bid in seen_banks:
                 raise InputError(f"line {n}: field 'bank_id': bank {bid[:64]!r} appears twice")
             seen_banks.add(bid)
-            cur = {"bank_id": bid, "turns": [], "ids": set(), "facts": [], "n": rec.get("n_turns")}
+            cur = {"bank_id": bid, "turns": [], "ids": set(), "facts": [], "events": [], "n": rec.get("n_turns")}
             continue
         if kind not in ("turn", "fact", "event"):
             raise InputError(f"line {n}: field 'type': expected bank, turn, fact or event, got {str(kind)[:32]!r}")
@@ -208,6 +255,8 @@ def import_(mem, source, progress: bool = False, fmt: str = "trawmem", bank: str
             cur["turns"].append(t)
         elif kind == "fact":
             cur["facts"].append({k: v for k, v in rec.items() if k in FACT_KEEP[:11] and v is not None})
+        else:
+            cur["events"].append(_event(n, rec))
     if cur is not None:
         if isinstance(cur["n"], int) and cur["n"] != len(cur["turns"]):
             raise InputError(f"line {rd.n}: field 'n_turns': bank {cur['bank_id'][:64]!r} announced {cur['n']} "
@@ -244,15 +293,21 @@ def _write(mem, cur: dict, where=None) -> dict:
     refused = [{"id": t["turn_id"], "reason": "forgotten by this collection" if t["turn_id"] in forgot else
                 "does not pass this key's filter"} for t in cur["turns"] if t["turn_id"] in gone]
     res = {"bank_id": bid, "stored": 0, "already_stored": 0, "refused": refused, "facts": 0}
+    new_units: set[str] = set()
     if turns:
         got = mem.add(bid, turns, atomic=True)
+        new_units |= {str(i) for i in got.get("stored", [])}
         res["stored"] = len(got.get("stored", []))
         res["already_stored"] = len(got.get("already_stored", []))
     facts = [f for f in cur["facts"] if not set(f.get("source_turns", ())) & gone]
     have = {f.fact_id for f in (getattr(mem._core.registry.get(bid), "facts", None) or ())} if turns else set()
     facts = [f for f in facts if f.get("id") not in have]
     if facts:
-        res["facts"] = len(mem.add_facts(bid, facts)["added"])
+        added = mem.add_facts(bid, facts)["added"]
+        new_units |= set(added)
+        res["facts"] = len(added)
+    if where is None:  # a bound key's import keeps its own events (the history names every user's units)
+        import_history(mem, bid, new_units, cur["events"])
     return res
 
 
