@@ -9,9 +9,11 @@ facts added by ``memory.facts``.
 """
 from __future__ import annotations
 
+import asyncio
 import io
 
 from ..errors import InputError
+from .batcher import ShuttingDown
 
 
 class ServedMemory:
@@ -60,7 +62,7 @@ class ServedMemory:
         return {"bank_id": bank_id, "added": res["added"]}
 
 
-def export_bank(service, bank_id: str, where=None) -> bytes:
+def export_lines(service, bank_id: str, where=None) -> bytes:
     """Bank ``bank_id`` as an export (header and the bank), only the turns passing ``where`` (and the
     facts whose sources all do); ``UnknownBank`` when there is no such bank."""
     from ..memory.export import export
@@ -72,7 +74,7 @@ def export_bank(service, bank_id: str, where=None) -> bytes:
     return out.getvalue().encode("utf-8")
 
 
-def import_bank(service, bank_id: str, body: bytes, where=None) -> dict:
+def import_lines(service, bank_id: str, body: bytes, where=None) -> dict:
     """Import ``body`` (an export of bank ``bank_id`` alone) into the bank: the import's result for
     it (``memory.export.import_``: stored, already_stored, refused per item, facts). ``InputError``
     naming the line and field of bad input (nothing of the bank written)."""
@@ -86,3 +88,21 @@ def import_bank(service, bank_id: str, body: bytes, where=None) -> dict:
     if not res["banks"]:
         return {"bank_id": bank_id, "stored": 0, "already_stored": 0, "refused": [], "facts": 0}
     return res["banks"][0]
+
+
+class ServedPortable:
+    """``export_bank`` and ``import_bank`` of ``serve.service.SelectionService`` (mixed into it):
+    :func:`export_lines` and :func:`import_lines` on one of its append threads."""
+
+    async def export_bank(self, bank_id: str, where=None) -> bytes:
+        return await asyncio.get_running_loop().run_in_executor(self.appender, export_lines, self, bank_id, where)
+
+    async def import_bank(self, bank_id: str, body: bytes, where=None, quota=None) -> dict:
+        """The import, the engine refreshed between batches, counted as an append in flight
+        (QueueFull past ``quota.max_appends``)."""
+        if self.batcher.closing:
+            raise ShuttingDown("the server is shutting down")
+        with self.appends_in_flight.hold(None if quota is None else quota.key,
+                                         None if quota is None else quota.max_appends):
+            return await asyncio.get_running_loop().run_in_executor(self.appender, import_lines, self, bank_id,
+                                                                    body, where)

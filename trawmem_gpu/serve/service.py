@@ -13,7 +13,8 @@ runs on three thread pools, never on the event loop:
 * *append threads* validate, build and persist appended turns (serialized per bank by the
   registry); the engine refresh that follows is handed to the batch worker, and the append
   answers only after it, so a client reads its own writes. A forget runs the same way, then
-  scrubs the caches on the append thread (``memory.core.MemoryCore``).
+  scrubs the caches on the append thread (``memory.core.MemoryCore``). An export or import of
+  one bank (``serve.portable.ServedPortable``, mixed in) runs there too.
 
 The banks, the encoder, the engine and the append / forget paths are the Memory core's
 (``trawmem_gpu.memory``), the same as ``Memory`` and ``trawmem query`` use.
@@ -52,6 +53,7 @@ from .batcher import DynamicBatcher, InFlight, Later, ShuttingDown
 from .config import ServeConfig, default_threads
 from .keys import Quota
 from .lanes import AppendEncoder, FairPool, QueryFirst, chain, lower_priority
+from .portable import ServedPortable
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +151,7 @@ async def open_cold(service: "SelectionService", items) -> None:
                 service._warm[bid] = await loop.run_in_executor(service.loader, service.core.warm, bid)
 
 
-class SelectionService:
+class SelectionService(ServedPortable):
     """One process's banks and engines behind a dynamic batcher.
 
     :param cfg: serving options
@@ -334,24 +336,6 @@ class SelectionService:
         await self._assembly_drained()  # workspaces of the old bank are rendered before the caches go
         counts = await loop.run_in_executor(self.appender, self.core.erase_copies, res)
         return self.core.forget_summary(res, counts, where)
-
-    async def export_bank(self, bank_id: str, where=None) -> bytes:
-        """Bank ``bank_id`` as an export (``serve.portable.export_bank``), written on an append thread."""
-        from .portable import export_bank
-
-        return await asyncio.get_running_loop().run_in_executor(self.appender, export_bank, self, bank_id, where)
-
-    async def import_bank(self, bank_id: str, body: bytes, where=None, quota: Quota | None = None) -> dict:
-        """Import an export of bank ``bank_id`` (``serve.portable.import_bank``) on an append thread,
-        the engine refreshed between batches; QueueFull past ``quota.max_appends`` as an append."""
-        from .portable import import_bank
-
-        if self.batcher.closing:
-            raise ShuttingDown("the server is shutting down")
-        with self.appends_in_flight.hold(None if quota is None else quota.key,
-                                         None if quota is None else quota.max_appends):
-            return await asyncio.get_running_loop().run_in_executor(self.appender, import_bank, self, bank_id,
-                                                                    body, where)
 
     async def _assembly_drained(self) -> None:
         """Return once every assembly job submitted so far has finished (queued or running)."""
