@@ -42,6 +42,11 @@ SUITE: tuple[Entry, ...] = (
     Entry("agreement", "agreement.py",
           "batched engine against the reference selection on LoCoMo dev: identical sets (`--sweep`: H, ablations, T)",
           ("agreement.json",), "not timed"),
+    Entry("agent-loop", "bench_agent_loop.py",
+          "a LangChain v1 agent loop (create_agent, fake chat model) over the bundled sample: TrawMemMiddleware "
+          "against no memory and the hybrid's top turns at the same token budget; workspace tokens, evidence "
+          "recall and added latency per model call (`--real URL`: an OpenAI-compatible server)",
+          ("agent_loop.json", "agent_loop.png"), "65 s on the loaded 2-core machine (agent_loop.json `wall_s`)"),
     Entry("ann-recall", "bench_ann_recall.py",
           "approximate search of large banks against exact: the candidate pool's and the picks' recall at the "
           "default settings and beside them (synthetic banks of 2e5-5e5 units, latency side by side), quality at "

@@ -13,8 +13,9 @@ runs on three thread pools, never on the event loop:
 * *append threads* validate, build and persist appended turns (serialized per bank by the
   registry); the engine refresh that follows is handed to the batch worker, and the append
   answers only after it, so a client reads its own writes. A forget runs the same way, then
-  scrubs the caches on the append thread (``memory.core.MemoryCore``). An export or import of
-  one bank (``serve.portable.ServedPortable``, mixed in) runs there too.
+  scrubs the caches on the append thread (``memory.core.MemoryCore``). The write path is
+  :class:`.writes.WritePath`. An export or import of one bank (``serve.portable.ServedPortable``,
+  mixed in) runs there too.
 
 The banks, the encoder, the engine and the append / forget paths are the Memory core's
 (``trawmem_gpu.memory``), the same as ``Memory`` and ``trawmem query`` use.
@@ -41,7 +42,7 @@ import numpy as np
 
 from ..encode.base import Encoder
 from ..errors import UnknownBank  # noqa: F401 - the one UnknownBank, for the serve modules
-from ..memory.answers import append_answer, bank_rows, bank_summary
+from ..memory.answers import bank_rows, bank_summary
 from ..memory.core import EngineSpec, MemoryCore
 from ..memory.history import unit_history
 from ..memory.result import SelectedWorkspace, units_seen
@@ -54,6 +55,7 @@ from .config import ServeConfig, default_threads
 from .keys import Quota
 from .lanes import AppendEncoder, FairPool, QueryFirst, chain, lower_priority
 from .portable import ServedPortable
+from .writes import WritePath, freeze_heap
 
 log = logging.getLogger(__name__)
 
@@ -103,17 +105,6 @@ def _os_thread_name(name: str):
     return init
 
 
-def freeze_heap() -> None:
-    """Move every object alive now (banks, engines, models) out of the cyclic garbage collector's
-    reach (``gc.freeze``). Without it each full collection walks millions of long-lived objects:
-    under load that was over a third of the event loop's time. Acyclic garbage is still freed by
-    reference counting; a replaced bank is acyclic."""
-    import gc
-
-    gc.collect()
-    gc.freeze()
-
-
 def _serve_llm(cfg: ServeConfig, metrics):
     """The backend of ``cfg.llm`` (None without one), its work counted in ``metrics``; the server
     is asked at the first append that needs it."""
@@ -151,7 +142,7 @@ async def open_cold(service: "SelectionService", items) -> None:
                 service._warm[bid] = await loop.run_in_executor(service.loader, service.core.warm, bid)
 
 
-class SelectionService(ServedPortable):
+class SelectionService(WritePath, ServedPortable):
     """One process's banks and engines behind a dynamic batcher.
 
     :param cfg: serving options
@@ -279,76 +270,6 @@ class SelectionService(ServedPortable):
             it.key = quota.key
         return await self.batcher.submit(items, self.cfg.timeout_s, key=quota.key, key_limit=quota.max_queued,
                                          key_share=quota.batch_share)
-
-    def append_encoder(self) -> AppendEncoder:
-        """The encoder of appends and forgets: a second instance of the query encoder's model,
-        loaded on first use (on its thread), in chunks that give way to query batches."""
-        with self._append_encoder_lock:
-            if self._append_encoder is None:
-                from ..encode import get_encoder
-                from ..memory.core import LockedEncoder
-
-                inner = self.encoder if self._given_encoder else LockedEncoder(
-                    get_encoder(self.encoder_spec, cache=False, fresh=True))
-                self._append_encoder = AppendEncoder(inner, self.cfg.append_chunk, self.query_first.wait_idle)
-            return self._append_encoder
-
-    async def append(self, bank_id: str, records, quota: Quota | None = None) -> dict:
-        """Append turns (records, all or nothing; a ``memory.turns.AppendBatch``, per item): the bank's
-        counts and each item's outcome (``memory.answers.append_answer``). QueueFull past ``quota.max_appends``."""
-        if self.batcher.closing:
-            raise ShuttingDown("the server is shutting down")
-        with self.appends_in_flight.hold(None if quota is None else quota.key,
-                                         None if quota is None else quota.max_appends):
-            return await self._append(bank_id, records)
-
-    async def _append(self, bank_id: str, records: list[dict]) -> dict:
-        loop = asyncio.get_running_loop()
-        t0 = time.perf_counter()
-        with self.core.publishing(bank_id):  # batches select from the bank before it meanwhile
-            res = await loop.run_in_executor(self.appender, lambda: self.core.append(
-                bank_id, records, self.append_encoder(), self.llm))
-            t1 = t2 = time.perf_counter()
-            if res.bank is not None:
-                # the new bank's tables: built on the append thread, only published by the batch worker
-                prepared = await loop.run_in_executor(self.appender, self.engines.prepare, res.bank)
-                t1 = time.perf_counter()
-                await loop.run_in_executor(self.worker, self._sync_bank, bank_id, prepared)
-                t2 = time.perf_counter()
-        if self.metrics is not None:
-            self.metrics.appended.inc(res.appended)
-            self.metrics.engine_builds.set(self.engines.builds)
-        return {**append_answer(bank_id, res, getattr(records, "scope", None)),
-                "timings": {"build_and_write_ms": round((t1 - t0) * 1e3, 3),
-                            "engine_refresh_ms": round((t2 - t1) * 1e3, 3)}}
-
-    async def forget(self, bank_id: str, turn_ids: list[str] | None, where=None) -> dict:
-        """Forget turns of a bank (None: the whole bank) in the files, the engine and the caches
-        (``MemoryCore``): the rewrite and the cache scrub on an append thread, the engine's
-        refresh and purge on the batch worker (between batches); answers after all three."""
-        if self.batcher.closing:
-            raise ShuttingDown("the server is shutting down")
-        loop = asyncio.get_running_loop()  # where: a key's filter (memory.scope.forget_within)
-        res = await loop.run_in_executor(self.appender, lambda: self.core.forget_stored(
-            bank_id, turn_ids, self.llm, encoder=self.append_encoder(), where=where))
-        prepared = await loop.run_in_executor(self.appender, self.core.prepare_forget, res)
-        await loop.run_in_executor(self.worker, self.core.sync_forget, res, prepared)
-        await self._assembly_drained()  # workspaces of the old bank are rendered before the caches go
-        counts = await loop.run_in_executor(self.appender, self.core.erase_copies, res)
-        return self.core.forget_summary(res, counts, where)
-
-    async def _assembly_drained(self) -> None:
-        """Return once every assembly job submitted so far has finished (queued or running)."""
-        futs = self.assembler.outstanding()
-        if futs:
-            await asyncio.wait([asyncio.wrap_future(f) for f in futs])
-
-    def _sync_bank(self, bank_id: str, prepared: dict | None = None) -> None:
-        """On the batch worker: the engine uses the registry's bank ``bank_id`` (``prepared``: its tables)."""
-        before = self.engines.banks.get(bank_id)
-        self.core.sync_engine(bank_id, prepared)
-        if self.engines.banks.get(bank_id) is not before:
-            freeze_heap()
 
     bank_summary = staticmethod(bank_summary)
 
