@@ -33,6 +33,8 @@ METHODS = {
     "forget_turns": ("forget", ("b", ["t1"]), {"bank_id": "b", "forgotten": ["t1"], "missing": [], "deleted": False,
                                               "n_units": 2, "cache_rows": 1, "output_records": 0}, tc.ForgetResult),
     "forget_bank": ("forget", ("b",), {"bank_id": "b", "forgotten": ["t1"], "deleted": True}, tc.ForgetResult),
+    "import": ("import_", ("b", b'{"format":"trawmem-export","version":1}\n'),
+               {"bank_id": "b", "stored": 1, "already_stored": 0, "refused": [], "facts": 0}, tc.ImportResult),
 }
 WRONG = {"wrong": [1]}  # of no field's type
 NOT_JSON = [b"<html>busy</html>", b"", b"\xff\xfe\x00", b"{\"banks\": [", b"[" * 100_000]
@@ -63,6 +65,8 @@ def _nested(method: str) -> list:
                 {**good, "banks": "b"}]
     if method == "append":
         return [{**good, "timings": {"encode_ms": "slow"}}, {**good, "timings": [1]}, {**good, "n_units": "3"}]
+    if method == "import":
+        return [{**good, "refused": [{"id": 1, "reason": "r"}]}, {**good, "refused": [{}]}, {**good, "stored": "1"}]
     if method.startswith("forget"):
         return [{**good, "forgotten": [1, 2]}, {**good, "missing": "t1"}, {**good, "deleted": "yes"}]
     return [{**good, "n_units": None}, {**good, "first_date": 5}]

@@ -23,7 +23,7 @@ from trawmem_gpu.serve import models as M  # noqa: E402
 PAIRS = {R.Unit: M.Unit, R.ThreadHead: M.ThreadHead, R.Timings: M.Timings, R.SelectResult: M.SelectResponse,
          R.BankSummary: M.BankSummary, R.BankList: M.BankList, R.BankInfo: M.BankInfo, R.AppendItem: M.AppendItemOut,
          R.AppendResult: M.AppendResponse, R.HistoryEvent: M.HistoryEvent, R.History: M.History,
-         R.ForgetResult: M.ForgetResponse}
+         R.ForgetResult: M.ForgetResponse, R.ImportRefused: M.ImportRefused, R.ImportResult: M.ImportResponse}
 """Each client result and the wire model it reads."""
 LEFT_OUT = {(R.BankInfo, "quarantined"): "a bank's own route answers 409 for a quarantined bank, never a row with it",
             (R.AppendResult, "quarantined"): "an append to a quarantined bank is refused (409)"}

@@ -98,3 +98,36 @@ def test_bad_input_names_line_and_field(mem, tmp_path, edit, message):
     with pytest.raises(InputError, match=message.replace("(", r"\(")):
         import_(dst, io.StringIO(text))
     assert "ana-ben" not in dst
+
+
+def test_history_is_imported_with_the_units(mem, tmp_path):
+    """The importing collection's history of every imported unit is the exported one (times, causes,
+    supersession), not the import's own adds; a ``by`` naming a unit the bank does not hold is keyed."""
+    from trawmem_gpu import Memory
+
+    text = _dump(mem)
+    dst = Memory(tmp_path / "dst")
+    import_(dst, io.StringIO(text))
+    units = ["S1:1", "S1:2", "S2:1", "S2:2", "F:lyon", "F:rdam"]
+    want = {u: mem.history("ana-ben", u) for u in units}
+    assert want["F:lyon"][-1]["event"] == "superseded" and want["F:lyon"][-1]["by"] == "F:rdam"
+    assert {u: dst.history("ana-ben", u) for u in units} == want
+    # an export whose event names a fact this bank never gets: stored keyed, read as "(forgotten)"
+    lines = text.splitlines()
+    ev = next(i for i, x in enumerate(lines) if '"unit":"F:lyon"' in x and '"superseded"' in x)
+    lines[ev] = lines[ev].replace('"by":"F:rdam"', '"by":"F:gone"')
+    other = Memory(tmp_path / "other")
+    import_(other, io.StringIO("\n".join(lines) + "\n"))
+    assert other.history("ana-ben", "F:lyon")[-1]["by"] == "(forgotten)"
+    raw = b"".join(p.read_bytes() for p in (tmp_path / "other" / ".history").glob("*.jsonl"))
+    assert b"F:gone" not in raw
+
+
+def test_a_bad_event_line_names_its_field(mem, tmp_path):
+    from trawmem_gpu import Memory
+
+    lines = _dump(mem).splitlines()
+    ev = next(i for i, x in enumerate(lines) if '"type":"event"' in x)
+    lines[ev] = lines[ev].replace('"event":"added"', '"event":"exploded"')
+    with pytest.raises(InputError, match=f"line {ev + 1}: field 'event'"):
+        import_(Memory(tmp_path / "bad"), io.StringIO("\n".join(lines) + "\n"))

@@ -230,6 +230,27 @@ def test_append_history_forget(be):
     _refused(c.get(f"/v1/banks/{NEW}"), 404, "unknown bank id")
 
 
+def test_export_import(be):
+    """A bank exported and imported into another bank through each backend: its turns again; a file
+    of another bank refused naming the line and field (nothing stored)."""
+    name, c = be
+    r = c.get(f"/v1/banks/{SAMPLE_BANK}/export")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson"), r.text
+    lines = r.content.decode().splitlines()
+    assert json.loads(lines[0])["version"] == 1 and json.loads(lines[1])["bank_id"] == SAMPLE_BANK
+    copy = "suite-copy"
+    body = r.content.replace(f'"bank_id":"{SAMPLE_BANK}"'.encode(), f'"bank_id":"{copy}"'.encode())
+    _refused(c.post("/v1/banks/suite-other/import", content=body), 422, "line 2: field 'bank_id'")
+    _refused(c.get("/v1/banks/suite-other"), 404, "unknown bank id")
+    _refused(c.get("/v1/banks/suite-other/export"), 404, "unknown bank id")
+    got = _ok(c.post(f"/v1/banks/{copy}/import", content=body), M.ImportResponse)
+    assert (got.bank_id, got.stored, got.refused) == (copy, len(lines) - 2, []), name
+    back = c.get(f"/v1/banks/{copy}/export").content.decode().splitlines()
+    turns = lambda ls: [json.loads(x) for x in ls if '"type":"turn"' in x]  # noqa: E731
+    assert turns(back) == turns(body.decode().splitlines()) and turns(back)
+    assert _ok(c.delete(f"/v1/banks/{copy}"), M.ForgetResponse).deleted
+
+
 def test_ops_routes(be):
     name, c = be
     assert c.get("/healthz").json() == {"status": "ok"} and c.get("/readyz").json() == {"status": "ready"}
@@ -345,7 +366,7 @@ def test_a_front_forwards_each_call_by_name_with_its_arguments_in_order():
             def plain(*args):
                 return (name, args)
 
-            return coro if name in ("select", "append", "forget") else plain
+            return coro if name in ("select", "append", "forget", "export_bank", "import_bank") else plain
 
     async def main():
         items, q, where = ["it"], object(), object()

@@ -34,6 +34,15 @@ def _shared_turns() -> list[dict]:
     return out
 
 
+def _import_body() -> str:
+    """An export of bank ``shared`` holding a u1 turn and a u3 turn (after the bank's last turn)."""
+    lines = [{"format": "trawmem-export", "version": 1}, {"type": "bank", "bank_id": "shared", "n_turns": 2}]
+    lines += [{"type": "turn", "bank_id": "shared", "id": f"{u}-imp", "speaker": f"Speaker-{u}", "session": 3,
+               "text": f"{u} imports PRIVATE-{u} about the harbour job.", "date": "2024-05-13T09:06:30",
+               "metadata": {"user_id": u}} for u in ("u1", "u3")]
+    return "".join(json.dumps(x) + "\n" for x in lines)
+
+
 def _others(bank, sent=()) -> list[str]:
     """What must never reach the u1 key: other users' ids (but those it sent), texts and times."""
     out = []
@@ -116,6 +125,10 @@ def test_a_bound_key_sees_only_its_own_turns_through_every_route(tmp_path, monke
             ("POST", "/v1/banks/shared/turns", {"turns": [dict(turn("S2:3", "2024-05-13T09:09:00"),
                                                                metadata={"user_id": "u3"})]}, ("S2:3",), 403)],
         ("GET", "/v1/banks"): [("GET", "/v1/banks", None, (), 200)],
+        ("GET", "/v1/banks/{bank_id:bank}/export"): [("GET", "/v1/banks/shared/export", None, (), 200)],
+        # an export of one u1 turn and one u3 turn: the u3 turn is refused, by its id alone
+        ("POST", "/v1/banks/{bank_id:bank}/import"): [("POST", "/v1/banks/shared/import", _import_body(), ("u3-imp",),
+                                                       200)],
         ("GET", "/v1/banks/{bank_id:bank}"): [("GET", "/v1/banks/shared", None, (), 200)],
         ("GET", "/v1/banks/{bank_id:bank}/units/{unit_id:path}/history"): [
             ("GET", "/v1/banks/shared/units/S1:1/history", None, (), 200),
@@ -136,7 +149,8 @@ def test_a_bound_key_sees_only_its_own_turns_through_every_route(tmp_path, monke
     with BackgroundServer(app, cfg) as srv:
         c = httpx.Client(base_url=srv.url, timeout=120)
         call = lambda key, m, p, body=None: c.request(  # noqa: E731
-            m, p, json=body, headers={"Authorization": f"Bearer {key}"})
+            m, p, json=None if isinstance(body, str) else body, content=body if isinstance(body, str) else None,
+            headers={"Authorization": f"Bearer {key}"})
         r = call(admin, "POST", "/v1/banks/shared/turns", {"turns": _shared_turns()})
         assert r.status_code == 200 and r.json()["appended"] == 18, r.text
         bank = lambda: service.registry.get("shared")  # noqa: E731
@@ -164,6 +178,9 @@ def test_a_bound_key_sees_only_its_own_turns_through_every_route(tmp_path, monke
         assert other["refused"][0]["reason"].replace("S1:2", "X") == own["refused"][0]["reason"].replace("S1:1", "X")
         old = got("POST", "/v1/banks/shared/turns", {"turns": [turn("u1-old", "2024-05-13T09:05:30")]})
         assert "time order" in old["refused"][0]["reason"] and "S3:6" not in old["refused"][0]["reason"]
+        imp = got("POST", "/v1/banks/shared/import", _import_body())
+        assert (imp["stored"], imp["refused"]) == (1, [{"id": "u3-imp", "reason": "does not pass this key's filter"}])
+        assert "u1-imp" in {t.turn_id for t in bank().turns} and "u3-imp" not in {t.turn_id for t in bank().turns}
         # another user's turn answers as a unit that is not there at all
         h = [got("GET", f"/v1/banks/shared/units/{u}/history")["detail"].replace(u, "X") for u in ("S3:6", "S3:5")]
         assert h[0] == h[1] == call(u1, "GET", "/v1/banks/shared/units/nope/history").json()["detail"].replace(
@@ -272,7 +289,8 @@ def test_the_bound_view_crosses_to_the_engine_process(tmp_path):
                 pass
             time.sleep(0.1)
         call = lambda key, m, p, body=None: c.request(  # noqa: E731
-            m, p, json=body, headers={"Authorization": f"Bearer {key}"})
+            m, p, json=None if isinstance(body, str) else body, content=body if isinstance(body, str) else None,
+            headers={"Authorization": f"Bearer {key}"})
         assert call(admin, "POST", "/v1/banks/shared/turns", {"turns": _shared_turns()}).status_code == 200
         t = {"speaker": "Speaker-u1", "text": "u1 line.", "session": 3, "metadata": {"user_id": "u1"}}
         info = call(u1, "GET", "/v1/banks/shared").json()

@@ -51,11 +51,12 @@ from .errors import (NOT_FOUND_ERRORS, STATUS_ERRORS, BankNotFound, Conflict, De
                      InvalidRequest, Overloaded, ServerError, ServerTimeout, Unauthorized, UnitNotFound, Unreachable,
                      retry_after_s)
 from .results import (AppendItem, AppendResult, BankInfo, BankList, BankSummary, ForgetResult, History, HistoryEvent,
-                      SelectResult, ThreadHead, Timings, Unit)
+                      ImportRefused, ImportResult, SelectResult, ThreadHead, Timings, Unit)
 from .transport import deadline_transport
 
 __all__ = ["AppendItem", "AppendResult", "AsyncClient", "BankInfo", "BankList", "BankNotFound", "BankSummary", "Client",
            "Conflict", "DEFAULT_URL", "DeadlineExceeded", "ForgetResult", "Forbidden", "History", "HistoryEvent",
-           "InvalidRequest", "KEY_ENV", "NOT_FOUND_ERRORS", "Overloaded", "RETRY_STATUSES", "STATUS_ERRORS",
+           "ImportRefused", "ImportResult", "InvalidRequest", "KEY_ENV",
+           "NOT_FOUND_ERRORS", "Overloaded", "RETRY_STATUSES", "STATUS_ERRORS",
            "SelectResult", "ServerError", "ServerTimeout", "ThreadHead", "Timings", "URL_ENV", "Unauthorized", "Unit",
            "UnitNotFound", "Unreachable", "deadline_transport", "retry_after_s"]

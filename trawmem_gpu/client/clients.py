@@ -32,7 +32,9 @@ import httpx
 from ..data.jsonl import record_of
 from ..errors import InputError, loads_json
 from .errors import DeadlineExceeded, ServerError, Unreachable, _error_of, retry_after_s
-from .results import AppendResult, BankInfo, BankList, ForgetResult, History, Malformed, SelectResult, parse
+from .exports import read_export, write_export
+from .results import (AppendResult, BankInfo, BankList, ForgetResult, History, ImportResult, Malformed, SelectResult,
+                      parse)
 from .transport import deadline_at, deadline_transport
 
 URL_ENV, KEY_ENV = "TRAWMEM_SERVE_URL", "TRAWMEM_SERVE_KEY"
@@ -48,6 +50,8 @@ class _Call:
     body: Any = None
     bank_id: str = ""
     unit_id: str = ""  # a history's unit (named by its UnitNotFound)
+    raw: bytes | None = None  # a JSON Lines body (an import), sent as it is
+    as_bytes: bool = False  # the answer's bytes (an export), not JSON
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,14 @@ def _path_id(x) -> str:
     return quote(str(x), safe="")
 
 
+def _export_call(bank_id) -> _Call:
+    return _Call("GET", f"/v1/banks/{_path_id(bank_id)}/export", None, bank_id, as_bytes=True)
+
+
+def _import_call(bank_id, source) -> _Call:
+    return _Call("POST", f"/v1/banks/{_path_id(bank_id)}/import", None, bank_id, raw=read_export(source))
+
+
 class _Base:
     def __init__(self, url: str | None, api_key: str | None, timeout: float, deadline: float, max_retries: int,
                  batch_size: int):
@@ -185,6 +197,8 @@ class _Base:
 
     def _request_kw(self, call: _Call, timeout: float) -> dict:
         kw = {"headers": self._headers, "timeout": timeout}
+        if call.raw is not None:
+            kw.update(content=call.raw, headers={**self._headers, "Content-Type": "application/x-ndjson"})
         if call.body is not None:
             kw["json"] = call.body
         return kw
@@ -194,6 +208,8 @@ class _Base:
         """The JSON of answer ``a``, or its error (an error status; a body that is not JSON)."""
         if a.status >= 400:
             raise _error_of(a.response, call.bank_id, a.body, call.unit_id)
+        if call.as_bytes:
+            return a.body
         try:
             return loads_json(a.body)
         except ValueError:  # malformed or nested too deeply
@@ -336,6 +352,16 @@ class Client(_Base):
         does not hold come back in ``missing``), or (``None``) the whole bank (``DELETE``)."""
         return self._get(ForgetResult, self._forget_call(bank_id, turn_ids))
 
+    def export(self, bank_id: str, out) -> int:
+        """Bank ``bank_id`` as an export (``docs/export.md``; only the turns this key may read)
+        written to ``out`` (a path, or a binary or text stream); returns its size in bytes."""
+        return write_export(out, self._send(_export_call(bank_id))[1])
+
+    def import_(self, bank_id: str, source) -> ImportResult:
+        """Import an export of bank ``bank_id`` alone (``source``: a path, bytes, or a stream) into
+        it; answered per item (resending it is safe: turns held are ``already_stored``)."""
+        return self._get(ImportResult, _import_call(bank_id, source))
+
     def ready(self) -> bool:
         """Whether ``/readyz`` answers 200 (no retries; within ``timeout`` and ``deadline``)."""
         end = time.monotonic() + min(self.timeout, self._retry.deadline)
@@ -439,6 +465,12 @@ class AsyncClient(_Base):
 
     async def forget(self, bank_id: str, turn_ids: Sequence[str] | None = None) -> ForgetResult:
         return await self._get(ForgetResult, self._forget_call(bank_id, turn_ids))
+
+    async def export(self, bank_id: str, out) -> int:
+        return write_export(out, (await self._send(_export_call(bank_id)))[1])
+
+    async def import_(self, bank_id: str, source) -> ImportResult:
+        return await self._get(ImportResult, _import_call(bank_id, source))
 
     async def ready(self) -> bool:
         try:

@@ -259,3 +259,23 @@ class ForgetResult:
     @classmethod
     def from_json(cls, d) -> "ForgetResult":
         return parse(cls, d)
+
+
+@dataclass(frozen=True)
+class ImportRefused:
+    """A turn an import did not bring in, and why (forgotten by the collection, or outside the key's filter)."""
+
+    id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """An import's answer (``POST /v1/banks/{bank_id}/import``, as ``Memory.import_`` answers per
+    bank): turns ``stored`` and ``already_stored`` (counts), those ``refused``, facts added."""
+
+    bank_id: str
+    stored: int
+    already_stored: int
+    refused: tuple[ImportRefused, ...]
+    facts: int

@@ -130,6 +130,53 @@ def _turn_dict(n: int, rec: dict) -> dict:
     return d
 
 
+EVENT_FIELDS = ("unit", "event", "time", "cause", "by", "supersedes", "by_digest", "supersedes_digest")
+"""The fields of an ``event`` line kept on import (``memory.history``'s stored event)."""
+
+
+def _event(n: int, rec: dict) -> dict:
+    from .history import EVENTS
+
+    if rec.get("event") not in EVENTS:
+        raise InputError(f"line {n}: field 'event': expected one of {', '.join(EVENTS)}, "
+                         f"got {str(rec.get('event'))[:32]!r}")
+    for k in EVENT_FIELDS:
+        v = rec.get(k)
+        if (k in ("unit", "cause") and not isinstance(v, str)) or (v is not None and not isinstance(v, str)):
+            raise InputError(f"line {n}: field {k!r}: expected a string" + ("" if k in ("unit", "cause") else
+                                                                             " or null"))
+    return {k: rec[k] for k in EVENT_FIELDS if rec.get(k) is not None or k == "time"}
+
+
+def import_history(mem, bank_id: str, new_units: set[str], events: list[dict]) -> int:
+    """The exported ``events`` of the units this import stored (``new_units``) become their history:
+    the bank's history file is rewritten atomically, under the bank's lock, with this import's own
+    events of those units replaced by the exported ones, and every ``by`` / ``supersedes`` naming a
+    unit the bank does not hold keyed as ``memory.history`` keys a forgotten id. Returns the events
+    written. (A kill before the rewrite leaves the import's own ``added`` events.)"""
+    from ..store.records import write_atomic
+    from .history import HistoryStore, held_units
+
+    evs = [dict(e) for e in events if e["unit"] in new_units]
+    if not evs:
+        return 0
+    keep = {e["unit"] for e in evs}
+    h = HistoryStore(mem.path)
+    with mem._core.registry.coll.bank_lock(bank_id):
+        bank = mem._core.registry.get(bank_id)
+        held = held_units(bank) if bank is not None else set()
+        key = h._key(create=True)
+        for e in evs:
+            for k in ("by", "supersedes"):
+                if k in e and e[k] not in held:
+                    e[f"{k}_digest"] = h.digest(key, bank_id, e.pop(k))
+        lines = [h._line(bank_id, e) for e in h._stored(bank_id) if e.get("unit") not in keep]
+        lines += [h._line(bank_id, e) for e in evs]
+        h.dir.mkdir(parents=True, exist_ok=True)
+        write_atomic(h.path(bank_id), lambda f: f.writelines(lines))
+    return len(evs)
+
+
 def forgotten_ids(collection, bank_id: str, ids) -> set[str]:
     """Those of ``ids`` the collection forgot from bank ``bank_id`` (their keyed digests are in its history)."""
     from .history import HistoryStore
@@ -155,16 +202,19 @@ def foreign_lines(fmt: str, path, encoder: str):
         yield _line({"type": "turn", "bank_id": bank_id, **t})
 
 
-def import_(mem, source, progress: bool = False, fmt: str = "trawmem") -> dict:
+def import_(mem, source, progress: bool = False, fmt: str = "trawmem", bank: str | None = None,
+            where=None) -> dict:
     """Import an export (a path or an iterable of lines) into Memory ``mem``, bank by bank; returns
     ``{"banks": [{"bank_id", "stored", "already_stored", "refused": [{"id", "reason"}], "facts"}]}``.
     Raises ``InputError`` naming the line and field of the first bad line; the bank being read is
-    then not written (banks before it are complete)."""
+    then not written (banks before it are complete). ``bank``: the one bank id the file may hold
+    (the server's import into one bank); ``where``: a filter (``data.filters``) each turn must pass,
+    the others refused per item (a key bound to a filter), with the facts citing them."""
     if fmt != "trawmem":
-        return import_(mem, foreign_lines(fmt, source, mem.encoder_id), progress)
+        return import_(mem, foreign_lines(fmt, source, mem.encoder_id), progress, bank=bank, where=where)
     if isinstance(source, (str, Path)):
         with open(source, encoding="utf-8") as f:
-            return import_(mem, f, progress)
+            return import_(mem, f, progress, bank=bank, where=where)
     rd = _Reader(source)
     it = iter(rd)
     first = next(it, None)
@@ -178,14 +228,17 @@ def import_(mem, source, progress: bool = False, fmt: str = "trawmem") -> dict:
         kind = rec.get("type")
         if kind == "bank":
             if cur is not None:
-                done.append(_write(mem, cur))
+                done.append(_write(mem, cur, where))
             bid = rec.get("bank_id")
             if not isinstance(bid, str) or not bid:
                 raise InputError(f"line {n}: field 'bank_id': expected a bank id string")
+            if bank is not None and bid != bank:
+                raise InputError(f"line {n}: field 'bank_id': {bid[:64]!r} is not the bank imported into "
+                                 f"({bank[:64]!r})")
             if bid in seen_banks:
                 raise InputError(f"line {n}: field 'bank_id': bank {bid[:64]!r} appears twice")
             seen_banks.add(bid)
-            cur = {"bank_id": bid, "turns": [], "ids": set(), "facts": [], "n": rec.get("n_turns")}
+            cur = {"bank_id": bid, "turns": [], "ids": set(), "facts": [], "events": [], "n": rec.get("n_turns")}
             continue
         if kind not in ("turn", "fact", "event"):
             raise InputError(f"line {n}: field 'type': expected bank, turn, fact or event, got {str(kind)[:32]!r}")
@@ -202,30 +255,59 @@ def import_(mem, source, progress: bool = False, fmt: str = "trawmem") -> dict:
             cur["turns"].append(t)
         elif kind == "fact":
             cur["facts"].append({k: v for k, v in rec.items() if k in FACT_KEEP[:11] and v is not None})
+        else:
+            cur["events"].append(_event(n, rec))
     if cur is not None:
         if isinstance(cur["n"], int) and cur["n"] != len(cur["turns"]):
             raise InputError(f"line {rd.n}: field 'n_turns': bank {cur['bank_id'][:64]!r} announced {cur['n']} "
                              f"turns, the file holds {len(cur['turns'])}: the file was cut short")
-        done.append(_write(mem, cur))
+        done.append(_write(mem, cur, where))
     return {"banks": done}
 
 
-def _write(mem, cur: dict) -> dict:
+def _outside(where, turns: list[dict]) -> set[str]:
+    """The ids of ``turns`` whose metadata does not pass ``where`` (metadata the turn rules refuse
+    is let through: the add refuses it, naming why)."""
+    if where is None:
+        return set()
+    from ..data.filters import Filter, parse_filter
+    from ..data.metadata import metadata_field
+
+    f = where if isinstance(where, Filter) else parse_filter(where)
+    out = set()
+    for t in turns:
+        try:
+            if not f.matches(metadata_field(t.get("metadata"), "turn")):
+                out.add(t["turn_id"])
+        except InputError:
+            pass
+    return out
+
+
+def _write(mem, cur: dict, where=None) -> dict:
     bid = cur["bank_id"]
-    gone = forgotten_ids(mem.path, bid, cur["ids"])
+    forgot = forgotten_ids(mem.path, bid, cur["ids"])
+    outside = _outside(where, cur["turns"]) - forgot
+    gone = forgot | outside
     turns = [t for t in cur["turns"] if t["turn_id"] not in gone]
-    refused = [{"id": t["turn_id"], "reason": "forgotten by this collection"} for t in cur["turns"]
-               if t["turn_id"] in gone]
+    refused = [{"id": t["turn_id"], "reason": "forgotten by this collection" if t["turn_id"] in forgot else
+                "does not pass this key's filter"} for t in cur["turns"] if t["turn_id"] in gone]
     res = {"bank_id": bid, "stored": 0, "already_stored": 0, "refused": refused, "facts": 0}
+    new_units: set[str] = set()
     if turns:
         got = mem.add(bid, turns, atomic=True)
+        new_units |= {str(i) for i in got.get("stored", [])}
         res["stored"] = len(got.get("stored", []))
         res["already_stored"] = len(got.get("already_stored", []))
     facts = [f for f in cur["facts"] if not set(f.get("source_turns", ())) & gone]
     have = {f.fact_id for f in (getattr(mem._core.registry.get(bid), "facts", None) or ())} if turns else set()
     facts = [f for f in facts if f.get("id") not in have]
     if facts:
-        res["facts"] = len(mem.add_facts(bid, facts)["added"])
+        added = mem.add_facts(bid, facts)["added"]
+        new_units |= set(added)
+        res["facts"] = len(added)
+    if where is None:  # a bound key's import keeps its own events (the history names every user's units)
+        import_history(mem, bid, new_units, cur["events"])
     return res
 
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Annotated, Protocol
 
-from .models import AppendResponse, BankInfo, BankSummary, ForgetResponse, HistoryEvent, SelectResponse
+from .models import (AppendResponse, BankInfo, BankSummary, ForgetResponse, HistoryEvent, ImportResponse,
+                     SelectResponse)
 
 if TYPE_CHECKING:
     from ..data.filters import Filter
@@ -36,6 +37,7 @@ Forgotten = Annotated[dict, ForgetResponse]
 BankRow = Annotated[dict, BankSummary]
 BankCounts = Annotated[dict, BankInfo]
 Event = Annotated[dict, HistoryEvent]
+Imported = Annotated[dict, ImportResponse]
 
 
 class Backend(Protocol):
@@ -83,6 +85,15 @@ class Backend(Protocol):
 
     async def history(self, bank_id: str, unit_id: str, where: Filter | None = None) -> list[Event] | None:
         """A unit's events, oldest first (None: no such unit and no history of one)."""
+
+    async def export_bank(self, bank_id: str, where: Filter | None = None) -> bytes:
+        """The bank as an export (JSON Lines, ``docs/export.md``: header and the bank); ``where``: a
+        bound key's filter (only turns passing it, facts whose sources all pass, no history)."""
+
+    async def import_bank(self, bank_id: str, body: bytes, where: Filter | None = None,
+                          quota: Quota | None = None) -> Imported:
+        """Import ``body`` (an export of bank ``bank_id`` alone) into it, answered per item; ``where``:
+        a bound key's filter (turns outside it refused); ``InputError`` naming the line and field."""
 
     async def metrics_text(self) -> bytes:
         """Prometheus text of families the app's own registry does not hold (the engine
@@ -150,6 +161,13 @@ class LocalBackend:
 
     async def history(self, bank_id: str, unit_id: str, where: Filter | None = None) -> list[Event] | None:
         return self.service.history(bank_id, unit_id, where)
+
+    async def export_bank(self, bank_id: str, where: Filter | None = None) -> bytes:
+        return await self.service.export_bank(bank_id, where)
+
+    async def import_bank(self, bank_id: str, body: bytes, where: Filter | None = None,
+                          quota: Quota | None = None) -> Imported:
+        return await self.service.import_bank(bank_id, body, where, quota)
 
     async def metrics_text(self) -> bytes:
         return self.metrics.render() if self.metrics is not None else b""

@@ -278,6 +278,20 @@ class ForgetResponse(BaseModel):
     output_records: int
 
 
+class ImportRefused(BaseModel):
+    id: str = Field(description="the turn id")
+    reason: str = Field(description="why it was not imported: 'forgotten by this collection' or "
+                                    "'does not pass this key's filter'")
+
+
+class ImportResponse(BaseModel):
+    bank_id: str
+    stored: int = Field(description="turns stored by this import")
+    already_stored: int = Field(description="turns the bank held already (an import can be retried)")
+    refused: list[ImportRefused] = Field(description="turns not imported, each with why")
+    facts: int = Field(description="facts added")
+
+
 class Error(BaseModel):
     detail: str
     error: str | None = Field(None, description="on a 404: what is missing, 'unknown_bank' (or not this key's), "

@@ -163,6 +163,18 @@ class BankShard:
         except Exception as e:  # noqa: BLE001 - package errors go back as data, others are raised
             return _refused(e)
 
+    async def export_bank(self, bank_id: str, where=None):
+        try:
+            return await self.service.export_bank(bank_id, where)
+        except Exception as e:  # noqa: BLE001 - package errors go back as data, others are raised
+            return _refused(e)
+
+    async def import_bank(self, bank_id: str, body: bytes, where=None) -> dict:
+        try:
+            return await self.service.import_bank(bank_id, body, where)
+        except Exception as e:  # noqa: BLE001 - package errors go back as data, others are raised
+            return _refused(e)
+
 
 class RayBackend:
     """The app's :class:`~.backend.Backend` in the Ray router: each call goes to the shard of its bank."""
@@ -237,6 +249,17 @@ class RayBackend:
         r = await self._h(bank_id).history.remote(bank_id, unit_id, where)
         if isinstance(r, dict):
             _raise_refused(r)
+        return r
+
+    async def export_bank(self, bank_id: str, where=None) -> bytes:
+        r = await self._h(bank_id).export_bank.remote(bank_id, where)
+        if isinstance(r, dict):
+            _raise_refused(r)
+        return r
+
+    async def import_bank(self, bank_id: str, body: bytes, where=None, quota=None) -> dict:
+        r = await self._h(bank_id).import_bank.remote(bank_id, body, where)
+        _raise_refused(r)
         return r
 
     async def metrics_text(self) -> bytes:

@@ -64,7 +64,8 @@ STATE = "state"
 """The one engine call besides :data:`~.backend.CALLS`: the backend's state attributes (polled)."""
 WRITES = {"append": "stored; resend the same turns (turns already stored are reported in already_stored, "
                     "not stored twice)",
-          "forget": "done; resend it (turns already forgotten are reported in missing)"}
+          "forget": "done; resend it (turns already forgotten are reported in missing)",
+          "import_bank": "stored; resend it (turns already stored are reported in already_stored)"}
 """The calls whose lost answer is OutcomeUnknown, with what the client is told of it."""
 RECONNECTS = 5
 """Attempts (0.2 s apart) a front makes to connect again to the engine when its connection closed."""

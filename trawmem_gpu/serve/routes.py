@@ -28,7 +28,7 @@ from .config import ServeConfig
 from .keys import LOCAL_TENANT, KeyStore, Tenant
 from .metrics import Metrics
 from .models import (AppendRequest, AppendResponse, BankInfo, BankList, BatchRequest, BatchResponse, Error, History,
-                     ForgetRequest, ForgetResponse, SelectRequest, SelectResponse)
+                     ForgetRequest, ForgetResponse, ImportResponse, SelectRequest, SelectResponse)
 from .appends import append_batch
 from .openapi import documented_body
 from .replies import OFF_LOOP_ITEMS, HTTPError, batch_reply, body_of, json_response, off_loop, unknown_bank
@@ -261,10 +261,45 @@ def add_forget_routes(app: FastAPI, ctx: RouteContext) -> None:
         return json_response(await forget(bank_id, list(dict.fromkeys(req.turn_ids)), tenant))
 
 
+NDJSON = "application/x-ndjson"
+"""The media type of an export (JSON Lines, ``docs/export.md``)."""
+
+
+def add_portable_routes(app: FastAPI, ctx: RouteContext) -> None:
+    """``GET /v1/banks/{bank_id}/export`` and ``POST /v1/banks/{bank_id}/import``: one bank as an
+    export (``memory.export``'s format), only what the key may read; and an export of that bank
+    imported into it, turns outside a bound key's filter refused per item."""
+    backend, cfg, tenant_of = ctx.backend, ctx.cfg, ctx.tenant_of
+
+    @app.get("/v1/banks/{bank_id:bank}/export", response_class=Response, tags=["banks"],
+             responses={**ERRORS, 200: {"content": {NDJSON: {"schema": {"type": "string"}}},
+                                        "description": "the export (JSON Lines: header, bank, turns, facts, events)"}},
+             summary="One bank as an export (JSON Lines; only the turns this key may read)")
+    async def export_bank(bank_id: str, tenant: Tenant = Depends(tenant_of)):
+        ctx.owned(tenant, bank_id)
+        body = await backend.export_bank(bank_id, tenant.where)
+        return Response(body, media_type=NDJSON)
+
+    @app.post("/v1/banks/{bank_id:bank}/import", response_model=ImportResponse,
+              responses={**ERRORS, 403: {"model": Error}, 409: {"model": Error}}, tags=["banks"],
+              summary="Import an export of this one bank into it, answered per item (resending it is safe)",
+              openapi_extra={"requestBody": {"required": True, "content": {NDJSON: {"schema": {"type": "string"}}},
+                                             "description": "an export (docs/export.md) holding this bank alone"}})
+    async def import_bank(bank_id: str, request: Request, tenant: Tenant = Depends(tenant_of)):
+        ctx.writer(tenant, bank_id)
+        try:
+            check_bank_id(bank_id)
+        except InputError as e:
+            raise HTTPError(422, str(e)) from None
+        body = await request.body()  # at most max_body_bytes (the app's edge)
+        return json_response(await backend.import_bank(bank_id, body, tenant.where, quota=tenant.quota(cfg)))
+
+
 def add_bank_routes(app: FastAPI, ctx: RouteContext) -> None:
     """``GET /v1/banks``, ``GET /v1/banks/{bank_id}`` (the banks the key can see, with counts) and
-    ``GET /v1/banks/{bank_id}/units/{unit_id}/history``."""
+    ``GET /v1/banks/{bank_id}/units/{unit_id}/history``; the export and import routes first."""
     backend, tenant_of = ctx.backend, ctx.tenant_of
+    add_portable_routes(app, ctx)
 
     async def scoped_row(row: dict, where) -> dict | None:
         """A row of ``GET /v1/banks`` for a key bound to ``where``: a served bank's counts of the

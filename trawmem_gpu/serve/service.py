@@ -14,7 +14,8 @@ runs on three thread pools, never on the event loop:
   registry); the engine refresh that follows is handed to the batch worker, and the append
   answers only after it, so a client reads its own writes. A forget runs the same way, then
   scrubs the caches on the append thread (``memory.core.MemoryCore``). The write path is
-  :class:`.writes.WritePath`.
+  :class:`.writes.WritePath`. An export or import of one bank (``serve.portable.ServedPortable``,
+  mixed in) runs there too.
 
 The banks, the encoder, the engine and the append / forget paths are the Memory core's
 (``trawmem_gpu.memory``), the same as ``Memory`` and ``trawmem query`` use.
@@ -53,6 +54,7 @@ from .batcher import DynamicBatcher, InFlight, Later, ShuttingDown
 from .config import ServeConfig, default_threads
 from .keys import Quota
 from .lanes import AppendEncoder, FairPool, QueryFirst, chain, lower_priority
+from .portable import ServedPortable
 from .writes import WritePath, freeze_heap
 
 log = logging.getLogger(__name__)
@@ -140,7 +142,7 @@ async def open_cold(service: "SelectionService", items) -> None:
                 service._warm[bid] = await loop.run_in_executor(service.loader, service.core.warm, bid)
 
 
-class SelectionService(WritePath):
+class SelectionService(WritePath, ServedPortable):
     """One process's banks and engines behind a dynamic batcher.
 
     :param cfg: serving options
