@@ -182,8 +182,11 @@ def test_no_request_stops_the_server(tmp_path):
         every = httpx.post(url + "/v1/select", json={**q, "where": {"and": [{}]}}, headers=acme, timeout=120)
         assert every.status_code == 200 and every.json()["units"], every.text
         other_select()
-        # a 3 MB filter of empty objects (it once parsed for 21 s): refused by its size, naming the bound
+        # a 3 MB filter of empty objects (it once parsed for 21 s): refused unread, over a single
+        # select's byte bound; a 400 kB one is parsed and refused by the filter's size, naming the bound
         big = httpx.post(url + "/v1/select", json={**q, "where": {"and": [{}] * 1_000_000}}, headers=acme, timeout=120)
+        assert big.status_code == 413 and "limit of a single select" in big.json()["detail"], big.text
+        big = httpx.post(url + "/v1/select", json={**q, "where": {"and": [{}] * 100_000}}, headers=acme, timeout=120)
         assert big.status_code == 422 and big.json()["detail"] == "where: the filter is over 65536 bytes as JSON " \
                                                                   "(the limit)", big.text
         # a call that fails inside the engine, on the engine's own socket: answered alone
