@@ -62,7 +62,6 @@ def test_get_returns_the_value_put_with_its_key_namespace_and_times(seeded):
         assert isinstance(item.created_at, datetime) and item.created_at.tzinfo is not None
         assert item.created_at <= item.updated_at
     assert seeded.get(("ana", "prefs"), "nothing") is None
-    assert seeded.get(("ana", "nowhere"), "food") is None
 
 
 def test_search_without_a_query_lists_by_prefix(seeded):
@@ -158,7 +157,7 @@ def test_a_query_returns_the_engines_picks_best_first_within_the_budget(trawmem)
 
 
 def test_the_budget_bounds_what_a_query_returns(trawmem):
-    store = TrawMemStore(trawmem.memory, token_budget=25)
+    store = TrawMemStore(trawmem.memory, token_budget=60)
     few = store.search((), query="Tell me everything about Ana", limit=10)
     many = trawmem.search((), query="Tell me everything about Ana", limit=10)
     assert 0 < len(few) < len(many)

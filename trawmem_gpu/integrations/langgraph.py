@@ -57,7 +57,7 @@ from typing import Any, Iterable
 from langgraph.store.base import (BaseStore, GetOp, InvalidNamespaceError, Item, ListNamespacesOp, PutOp,
                                   SearchItem, SearchOp)
 
-from ..errors import InputError, UnknownBank
+from ..errors import InputError, UnknownBank, loads_json
 from .langchain import DEFAULT_TOKEN_BUDGET, _memory, _run_config
 
 MAX_DEPTH = 12
@@ -247,7 +247,7 @@ class TrawMemStore(BaseStore):
         value = {k[2:]: v for k, v in meta.items() if k.startswith("v:")}
         n = sum(k.startswith("lg_val.") for k in meta)
         if n:
-            value.update(json.loads("".join(meta[f"lg_val.{j}"] for j in range(n))))
+            value.update(loads_json("".join(meta[f"lg_val.{j}"] for j in range(n))))
         if "lg_text" in meta:
             value[meta["lg_text"]] = text
         ns = tuple(meta["lg_ns"].split("."))
