@@ -224,4 +224,7 @@ def test_a_compiled_graph_reads_and_writes_through_the_runtime_store(tmp_path):
     store = TrawMemStore(tmp_path / "coll", token_budget=200)
     out = graph.compile(store=store).invoke({"question": "Where does Ana's sister live?", "recalled": []})
     assert out["recalled"] == ["Ana's sister Maya lives in Lisbon."]
+    tight = graph.compile(store=store).invoke({"question": "Where does Ana's sister live?", "recalled": []},
+                                              {"configurable": {"trawmem_token_budget": 20}})
+    assert tight["recalled"] == []  # the run's budget, not the constructor's: too small for any item
     assert {t.metadata["lg_key"] for t in store.memory.turns("ana")} == {"sister", "cat"}
