@@ -18,7 +18,8 @@ def example(section: str) -> str:
     return re.search(r"```python\n(.*?)```", text, re.S).group(1)
 
 
-@pytest.mark.parametrize("section, package", [("LangChain", "langchain"), ("OpenAI Agents SDK", "agents")])
+@pytest.mark.parametrize("section, package", [("LangChain", "langchain"), ("LangGraph", "langgraph"),
+                                                    ("OpenAI Agents SDK", "agents")])
 def test_the_documented_example_runs_and_prints_its_comments(section, package):
     if importlib.util.find_spec(package) is None:
         pytest.skip(f"{package} is not installed (the integrations' extras)")

@@ -63,6 +63,9 @@ class SelectedWorkspace:
     """The LLM work of the ``select`` call that made this workspace (``Memory(plan_llm=...)``; the
     whole batch's: calls, retries, tokens, seconds, malformed / refused / fallen back,
     ``llm.base.LLMWork``); None without an LLM."""
+    picks: tuple[str, ...] = ()
+    """The ids of the selected units in the order the engine picked them (best first; ``units``
+    and ``text`` show them by thread and time): what a front that ranks results reads."""
 
     @property
     def unit_ids(self) -> list[str]:
@@ -93,7 +96,8 @@ class SelectedWorkspace:
                          for b in ws.blocks for t in b.units),
                    tuple(Thread(b.thread, b.head or None) for b in ws.blocks),
                    text, count_tokens_cached(text),
-                   date_used=date_used, searches=tuple(searches) if len(searches) > 1 else ())
+                   date_used=date_used, searches=tuple(searches) if len(searches) > 1 else (),
+                   picks=tuple(bank.turns[int(u)].turn_id for u in units))
 
 
 def units_seen(bank: Bank, keep=None) -> int:
