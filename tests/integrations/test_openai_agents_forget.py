@@ -64,3 +64,14 @@ def test_memory_forget_of_the_bank_reaches_the_session(session_with_secret):
     mem.forget("chat-1")
     assert files_holding(root, SECRET) == []
     assert all(it.get("type", "message") != "message" for it in items_of(s))
+
+
+def test_cli_forget_reaches_the_session(session_with_secret):
+    from trawmem_gpu.cli import main
+
+    root, mem, s = session_with_secret
+    assert main(["forget", "--collection", str(root), "--bank", "chat-1", "--turns", "oa-2"]) in (0, None)
+    assert files_holding(root, SECRET) == []
+    s2 = TrawMemSession("chat-1", Memory(root))
+    assert all(SECRET not in str(it) for it in items_of(s2))
+    assert len([it for it in items_of(s2) if it.get("type", "message") == "message"]) == 1
