@@ -130,3 +130,46 @@ class ItemLog:
         if self.path.exists():
             self.path.unlink()
             fsync_dir(self.path.parent)
+
+
+TEXT_MARK = "_oa_text"
+"""The key that marks a logged message item whose text lives in its turn (string content)."""
+LEN_KEY = "_oa_len"
+"""The key of a logged text part holding its text's length (its text lives in the turn)."""
+
+
+def skeleton(item: dict) -> dict:
+    """``item`` (a message stored as a turn) without its text: the log keeps only this shape; the
+    text lives in the bank once (``Memory.add`` joins text parts with a new line)."""
+    out = dict(item)
+    if isinstance(item.get("content"), str):
+        out["content"], out[TEXT_MARK] = None, True
+    else:
+        out["content"] = [({k: v for k, v in p.items() if k != "text"} | {LEN_KEY: len(p["text"])})
+                          if isinstance(p, Mapping) and p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str)
+                          else p for p in item["content"]]
+    return out
+
+
+def rebuilt(shape: dict, text: str) -> dict:
+    """The message item ``shape`` (a ``skeleton``) with its text ``text`` (its turn's) put back."""
+    item = {k: v for k, v in shape.items() if k != TEXT_MARK}
+    if shape.get(TEXT_MARK) or not isinstance(shape.get("content"), list):
+        item["content"] = text
+        return item
+    parts = shape["content"]
+    lens = [p[LEN_KEY] for p in parts if isinstance(p, Mapping) and LEN_KEY in p]
+    exact = sum(lens) + max(len(lens) - 1, 0) == len(text)
+    content, pos, first = [], 0, True
+    for p in parts:
+        if not (isinstance(p, Mapping) and LEN_KEY in p):
+            content.append(p)
+            continue
+        q = {k: v for k, v in p.items() if k != LEN_KEY}
+        if exact:
+            q["text"], pos = text[pos:pos + p[LEN_KEY]], pos + p[LEN_KEY] + 1
+        else:  # the turn's text is not the parts joined: all of it in the first text part
+            q["text"], first = (text if first else ""), False
+        content.append(q)
+    item["content"] = content
+    return item

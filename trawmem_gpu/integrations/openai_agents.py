@@ -14,8 +14,10 @@ tool pair, over a ``Memory``, an ``AsyncMemory`` or a collection path.
 whose id is ``session_id`` (the store's id rules; created on the first add). ``add_items`` stores
 the user and assistant messages as turns ``oa-<n>`` (chat messages to ``Memory.add``, atomic:
 an item refused refuses the call, nothing stored), time-ordered as ``Memory`` orders appends;
-every item, tool calls and outputs included, is kept as given in the session's item log
-(``_oa_items``), so ``get_items`` returns the conversation faithfully.
+every item is kept in order in the session's item log (``_oa_items``): tool calls and outputs as
+given, a message as its turn id and shape only, its text rebuilt from the bank's turn, so a turn
+forgotten through any door (``Memory.forget``, the server, the CLI) leaves no text in the log and
+its item is no longer returned.
 
 **The workspace.** ``get_items(limit)`` returns the most recent ``limit`` items (all for None),
 preceded by one input item ``{"role": "system", "content": "[trawmem workspace] ...\\n<text>"}``
@@ -166,7 +168,7 @@ class TrawMemSession(SessionABC):
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
             raise InputError(f"limit: expected an integer or None, got {type(limit).__name__}")
         async with self._lock:
-            entries = self._log.read()["entries"]
+            entries = await self._entries(self._log.read()["entries"])
         tail = entries if limit is None or limit < 0 else entries[len(entries) - limit:] if limit else []
         shown = [e["seq"] for e in tail if e["turn"] is not None]
         self._first_shown = min(shown) if shown else None
@@ -191,10 +193,23 @@ class TrawMemSession(SessionABC):
                     where.append((i, m[1]))
             if msgs:
                 await self._store(msgs, where, seq0)
-            log["entries"] += [{"seq": seq0 + i, "turn": oa.turn_id(seq0 + i) if any(w[0] == i for w in where) else None,
-                                "item": it} for i, it in enumerate(items)]
+            turned = {w[0] for w in where}
+            log["entries"] += [{"seq": seq0 + i, "turn": oa.turn_id(seq0 + i) if i in turned else None,
+                                "item": oa.skeleton(it) if i in turned else it} for i, it in enumerate(items)]
             log["next_seq"] = seq0 + len(items)
             self._log.write(log)
+
+    async def _entries(self, entries: list) -> list:
+        """``entries`` with each message item rebuilt from its turn's text (the log keeps no text);
+        an entry whose turn is gone (forgotten through any door) is left out."""
+        if not any(e["turn"] is not None for e in entries):
+            return entries
+        try:
+            texts = {t.turn_id: t.text for t in await self.memory.turns(self.session_id)}
+        except UnknownBank:
+            texts = {}
+        return [e if e["turn"] is None else {**e, "item": oa.rebuilt(e["item"], texts[e["turn"]])}
+                for e in entries if e["turn"] is None or e["turn"] in texts]
 
     async def _store(self, msgs: list, where: list, seq0: int) -> None:
         """``Memory.add`` of the messages, atomic; turns numbered past the log (an add whose log write
@@ -213,17 +228,18 @@ class TrawMemSession(SessionABC):
                 raise oa.renamed(e, where) from None
 
     async def pop_item(self):
-        """Remove and return the most recent item (None when there is none); its turn is forgotten."""
+        """Remove and return the most recent item (None when there is none); its turn is forgotten.
+        Items whose turns were forgotten elsewhere are dropped on the way."""
         async with self._lock:
             log = self._log.read()
-            if not log["entries"]:
-                return None
-            last = log["entries"][-1]
-            if last["turn"] is not None and self.session_id in self.memory:
+            last = None
+            while log["entries"] and last is None:
+                entry = log["entries"].pop()
+                last = (await self._entries([entry]) or [None])[0]
+            if last is not None and last["turn"] is not None and self.session_id in self.memory:
                 await self.memory.forget(self.session_id, [last["turn"]])
-            log["entries"].pop()
             self._log.write(log) if log["entries"] else self._log.delete()
-            return last["item"]
+            return None if last is None else last["item"]
 
     async def clear_session(self) -> None:
         """Forget every turn of this session and delete its item log."""
