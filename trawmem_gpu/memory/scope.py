@@ -23,7 +23,7 @@ home of what that view is, for every door that answers such a key (the server's 
   that pass the filter; ``n_units`` counts the passing turns.
 
 What stays visible by necessity: that a turn id is taken (a collision is refused, so nothing is
-overwritten) and that an append is older than the bank's last turn (appends keep time order).
+overwritten).
 Give bound keys' turns ids that cannot collide (a user prefix, a UUID).
 """
 from __future__ import annotations
