@@ -188,6 +188,14 @@ def _numbered_past(known: dict, scope) -> int:
     return max([len(mine), *numbered])
 
 
+def _mixed_sessions(i: int, where: str, w: str, has: bool, with_session: bool, tid) -> AppendItem:
+    """The refusal of a turn that gives ``session`` when the turns before did not, or the reverse."""
+    return refused(i, where, InputError(
+        f"{w}: field 'session' is {'given' if has else 'missing'} here but "
+        f"{'given' if with_session else 'missing'} on the turns before; give 'session' on every turn of a "
+        f"request or on none"), tid)
+
+
 def screen(bank_id: str, batch: AppendBatch, old) -> Screened:
     """Every item of ``batch`` against ``old`` (the bank as stored, or None for a new bank): see
     the module docstring. Raises ``InputError`` for an empty request, and, with ``batch.atomic``,
@@ -241,10 +249,7 @@ def screen(bank_id: str, batch: AppendBatch, old) -> Screened:
             continue
         has = r.get("session") is not None
         if with_session is not None and has != with_session:
-            items.append(refused(i, where, InputError(
-                f"{w}: field 'session' is {'given' if has else 'missing'} here but "
-                f"{'given' if with_session else 'missing'} on the turns before; give 'session' on every turn of a "
-                f"request or on none"), t.turn_id))
+            items.append(_mixed_sessions(i, where, w, has, with_session, t.turn_id))
             continue
         is_late = t.time is not None and latest is not None and t.time < latest
         try:  # the session, counted on (a late turn's is placed by ``ingest.late.place``)
