@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..ingest import build_banks, update_bank
+from ..ingest.late import insert_bank, place
 from ..ingest.config import BuildConfig
 from ..data.fields import id_field
 from ..data.types import MAX_ID_CHARS, Conversation
@@ -241,10 +242,15 @@ class BankRegistry(ForgetPath):
                         already_stored=sc.already_stored, items=sc.items)
             if not turns:
                 return None  # all stored already: nothing to write
+            if sc.late:  # stored at their place in time (``ingest.late``)
+                turns = place(old.turns if old is not None else [], turns, sc.late, sc.derived)
             if old is not None:
                 cfg = BuildConfig.from_dict(old.build_config) if old.build_config else self.build_config(encoder_spec)
-                bank, stats = update_bank(old, turns, cfg, encoder, llm)
-                bank = layers(old, bank, turns) if layers is not None else bank
+                if sc.late:
+                    bank, stats = insert_bank(old, turns, cfg, encoder, llm)
+                else:
+                    bank, stats = update_bank(old, turns, cfg, encoder, llm)
+                bank = layers(old, bank, sc.turns) if layers is not None else bank
             else:
                 conv = Conversation(bank_id, turns, tuple(dict.fromkeys(t.speaker for t in turns)))
                 (bank,), stats = build_banks([conv], self.build_config(encoder_spec), encoder, llm, progress=False)

@@ -15,15 +15,15 @@ home of what that view is, for every door that answers such a key (the server's 
   turn) answers as a unit the bank does not hold;
 * **refusals of an append** (``memory.turns.screen`` with ``AppendBatch.scope``): an id the bank
   holds outside the filter is refused as an id held "with other content", the same words as
-  for the key's own turn with other content, never whose, what or when; a turn dated before a
-  turn outside the filter is refused without naming that turn or its date (:func:`check_order_within`);
+  for the key's own turn with other content, never whose, what or when (a turn dated before the bank's last
+  turn is stored at its place in time, ``ingest.late``, never refused);
 * **a chat message's assigned id** (``memory.turns.Assign``): ``msg-<n>`` numbers past the
   caller's own turns, not the bank's;
 * **a forget's answer** (:func:`forget_within`): ``forgotten`` lists only ids it asked for
   that pass the filter; ``n_units`` counts the passing turns.
 
 What stays visible by necessity: that a turn id is taken (a collision is refused, so nothing is
-overwritten) and that an append is older than the bank's last turn (appends keep time order).
+overwritten).
 Give bound keys' turns ids that cannot collide (a user prefix, a UUID).
 """
 from __future__ import annotations
@@ -58,21 +58,6 @@ def scoped_history(bank, evs: list[dict] | None, unit_id: str, where) -> list[di
     if turn is None or not passes(where, turn):
         return None
     return [e for e in evs if e.get("event") in HISTORY_EVENTS]
-
-
-def check_order_within(turn, prev, where: str, scope) -> None:
-    """``data.fields.check_order`` of ``turn`` after ``prev`` for a caller bound to ``scope``: the
-    ``InputError`` of a ``prev`` outside the filter names neither it nor its date."""
-    from ..data.fields import check_order
-
-    try:
-        check_order(turn, prev, where)
-    except InputError:
-        if passes(scope, prev):
-            raise
-        raise InputError(f"{where}: field 'timestamp': turn {turn.turn_id!r} is dated {turn.time.isoformat()}, "
-                         "before the bank's last turn; appended turns must come in time order (nothing was stored)"
-                         ) from None
 
 
 def forget_within(registry, bank_id: str, turn_ids: list[str] | None, where, forget):

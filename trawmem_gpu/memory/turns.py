@@ -11,9 +11,9 @@ breaks the rule is refused); without them the first turn continues the bank's la
 it falls on the same calendar day and opens the next one otherwise, and each later turn does the
 same against the turn before it.
 
-Time order: an append never goes back in time. A turn dated before the turn it would follow (the
-bank's last turn, or the turn accepted before it in the request) is refused, naming its
-``timestamp`` (:func:`~trawmem_gpu.data.fields.check_order`). For a caller bound to a filter
+Time order: a turn dated before a turn the bank (or the request) holds is *late*; it is stored at
+its place in time, not refused (``ingest.late``: order by event time, then arrival; its session,
+when the request gives none, counted by day among its neighbours). For a caller bound to a filter
 (``AppendBatch.scope``) no refusal names a turn outside it, nor its content or date (``memory.scope``).
 
 **Per item** (:func:`screen`, run under the bank's lock against the bank as stored): every item
@@ -34,7 +34,7 @@ from datetime import datetime
 from ..data.jsonl import turn_from_record
 from ..data.types import Turn
 from ..errors import DuplicateTurns, InputError
-from .scope import check_order_within, passes
+from .scope import passes
 
 STATUSES = ("stored", "already_stored", "refused", "skipped")
 """What an append did with each item of a request."""
@@ -104,6 +104,10 @@ class Screened:
 
     turns: list[Turn]
     items: list[AppendItem]
+    late: set = field(default_factory=set)
+    """Ids of stored turns dated before a turn the bank or the request held (``ingest.late``)."""
+    derived: bool = True
+    """The request gave no ``session``: late turns' sessions are counted by day (``ingest.late.place``)."""
 
     @property
     def stored(self) -> list[str]:
@@ -184,6 +188,14 @@ def _numbered_past(known: dict, scope) -> int:
     return max([len(mine), *numbered])
 
 
+def _mixed_sessions(i: int, where: str, w: str, has: bool, with_session: bool, tid) -> AppendItem:
+    """The refusal of a turn that gives ``session`` when the turns before did not, or the reverse."""
+    return refused(i, where, InputError(
+        f"{w}: field 'session' is {'given' if has else 'missing'} here but "
+        f"{'given' if with_session else 'missing'} on the turns before; give 'session' on every turn of a "
+        f"request or on none"), tid)
+
+
 def screen(bank_id: str, batch: AppendBatch, old) -> Screened:
     """Every item of ``batch`` against ``old`` (the bank as stored, or None for a new bank): see
     the module docstring. Raises ``InputError`` for an empty request, and, with ``batch.atomic``,
@@ -197,6 +209,8 @@ def screen(bank_id: str, batch: AppendBatch, old) -> Screened:
     turns: list[Turn] = []
     seen: set[str] = set()
     with_session: bool | None = None
+    late: set[str] = set()
+    latest = next((x.time for x in reversed(old.turns) if x.time is not None), None) if old is not None else None
     counter = [_numbered_past(known, batch.scope)]
 
     def n_next() -> str:
@@ -235,14 +249,11 @@ def screen(bank_id: str, batch: AppendBatch, old) -> Screened:
             continue
         has = r.get("session") is not None
         if with_session is not None and has != with_session:
-            items.append(refused(i, where, InputError(
-                f"{w}: field 'session' is {'given' if has else 'missing'} here but "
-                f"{'given' if with_session else 'missing'} on the turns before; give 'session' on every turn of a "
-                f"request or on none"), t.turn_id))
+            items.append(_mixed_sessions(i, where, w, has, with_session, t.turn_id))
             continue
-        try:
-            _, t = turn_from_record({**r, "bank_id": bank_id}, w, prev=prev)  # the session, counted on
-            check_order_within(t, prev, w, batch.scope)
+        is_late = t.time is not None and latest is not None and t.time < latest
+        try:  # the session, counted on (a late turn's is placed by ``ingest.late.place``)
+            _, t = turn_from_record({**r, "bank_id": bank_id}, w, prev=None if is_late else prev)
         except InputError as e:
             items.append(refused(i, where, e, t.turn_id))
             continue
@@ -250,7 +261,11 @@ def screen(bank_id: str, batch: AppendBatch, old) -> Screened:
         seen.add(t.turn_id)
         turns.append(t)
         items.append(AppendItem(i, "stored", t.turn_id))
-        prev = t
+        if is_late:
+            late.add(t.turn_id)
+        else:
+            prev = t
+            latest = t.time if t.time is not None else latest
     if batch.atomic:
         bad = [x for x in items if x.status == "refused"]
         other = [x for x in bad if not x.conflict]
@@ -260,4 +275,4 @@ def screen(bank_id: str, batch: AppendBatch, old) -> Screened:
             dup = [x.turn_id for x in bad]
             raise DuplicateTurns(f"bank {bank_id!r} already holds turn ids {dup[:10]}{' ...' if len(dup) > 10 else ''}"
                                  f" with other content; nothing was appended")
-    return Screened(turns, items)
+    return Screened(turns, items, late, not with_session)

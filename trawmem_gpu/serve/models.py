@@ -195,8 +195,8 @@ class AppendRequest(BaseModel):
     # malformed item is, not the whole request
     turns: list[Annotated[Any, WithJsonSchema(TurnIn.model_json_schema())]] | None = Field(
         None, min_length=1, max_length=MAX_TURNS_FIELD,
-        description="turns (TurnIn) in source order, after the bank's last turn and in time order (a turn dated "
-                    "before the turn it follows is refused)")
+        description="turns (TurnIn) in source order; one dated before the bank's last turn is stored at its "
+                    "place in time (by event time, then arrival)")
     messages: list[Annotated[Any, WithJsonSchema(MessageIn.model_json_schema())]] | None = Field(
         None, min_length=1, max_length=MAX_TURNS_FIELD,
         description="chat messages (MessageIn) instead of turns: OpenAI's {role, content, name}")

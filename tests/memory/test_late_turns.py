@@ -1,0 +1,132 @@
+"""Late turns (issue 45 item 1): a turn dated before a bank's last turn is stored at its place in
+time, so a bank built from turns added in any interleaving equals one built from them in time
+order (threads, heads, graph, facts carried, picks); skewed writers lose nothing; a retry of a
+late batch stores nothing new."""
+from __future__ import annotations
+
+import random
+import threading
+from datetime import datetime, timedelta
+
+import numpy as np
+import pytest
+
+TOPICS = ["the garden and tomatoes", "a trip to Lisbon by train", "the new job at the bakery",
+          "learning the violin", "a broken bicycle wheel", "the dog's vet visit"]
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAWMEM_CACHE", str(tmp_path / "cache"))
+
+
+def _turns(seed: int, n: int = 30) -> list[dict]:
+    """``n`` turns over a few days (some sharing a time), in time order."""
+    rng = random.Random(seed)
+    t0, out = datetime(2031, 3, 1, 9), []
+    t = t0
+    for i in range(n):
+        t = t + timedelta(minutes=rng.choice([0, 1, 5, 30, 60 * 20]))
+        topic = TOPICS[(i // 6 + seed) % len(TOPICS)]
+        out.append({"turn_id": f"t{i}", "speaker": "Ana" if i % 2 else "Ben",
+                    "text": f"Turn {i}: about {topic}, detail {rng.randint(0, 99)}.", "timestamp": t.isoformat()})
+    return out
+
+
+def _bank(path):
+    from trawmem_gpu.store import Collection
+
+    return Collection(path).load("b")
+
+
+def _same(got, want):
+    assert [t.turn_id for t in got.turns] == [t.turn_id for t in want.turns]
+    assert [t.session for t in got.turns] == [t.session for t in want.turns]
+    assert np.array_equal(got.thread_offsets, want.thread_offsets) and got.heads == want.heads
+    assert np.allclose(got.unit_vecs, want.unit_vecs, atol=1e-5)
+    assert np.allclose(got.head_vecs, want.head_vecs, atol=1e-5)
+    assert np.array_equal(got.edge_src, want.edge_src) and np.array_equal(got.edge_dst, want.edge_dst)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_any_interleaving_equals_the_in_order_build(tmp_path, seed):
+    from trawmem_gpu import Memory
+
+    turns = _turns(seed)
+    rng = random.Random(100 + seed)
+    shuffled = turns[:]
+    rng.shuffle(shuffled)
+    m = Memory(tmp_path / "shuffled")
+    i, late = 0, 0
+    while i < len(shuffled):
+        k = rng.randint(1, 7)
+        res = m.add("b", shuffled[i:i + k])
+        assert not res["refused"], res["refused"]
+        i += k
+    ref = Memory(tmp_path / "ordered")  # time order, equal times in order of arrival (a stable sort)
+    ref.add("b", sorted(shuffled, key=lambda t: t["timestamp"]))
+    got, want = _bank(tmp_path / "shuffled"), _bank(tmp_path / "ordered")
+    _same(got, want)
+    for q in ["what about the violin?", "when did the bicycle break?", "the trip by train"]:
+        a = m.select("b", q, budget=6).unit_ids
+        b = ref.select("b", q, budget=6).unit_ids
+        assert a == b
+
+
+def test_a_late_turn_is_selected_at_once_and_a_retry_stores_nothing(tmp_path):
+    from trawmem_gpu import Memory
+
+    turns = _turns(7)
+    m = Memory(tmp_path / "c")
+    m.add("b", turns[20:])
+    before = m.select("b", "Turn 3 about", budget=40).unit_ids
+    assert "t3" not in before
+    res = m.add("b", turns[:20])
+    assert res["stored"] == [t["turn_id"] for t in turns[:20]] and not res["refused"]
+    assert "t3" in m.select("b", "Turn 3 about", budget=40).unit_ids
+    n = _bank(tmp_path / "c").n_units
+    again = m.add("b", turns[:20])
+    assert again["already_stored"] == [t["turn_id"] for t in turns[:20]] and again["stored"] == []
+    assert _bank(tmp_path / "c").n_units == n == len(turns)
+
+
+def test_a_late_turn_on_a_new_day_opens_its_session_and_renumbers_the_later_ones(tmp_path):
+    from trawmem_gpu import Memory
+
+    m = Memory(tmp_path / "c")
+    m.add("b", [{"turn_id": "a", "speaker": "Ana", "text": "Day one.", "timestamp": "2031-03-01T10:00:00"},
+                {"turn_id": "c", "speaker": "Ana", "text": "Day three.", "timestamp": "2031-03-03T10:00:00"}])
+    m.add("b", [{"turn_id": "b", "speaker": "Ana", "text": "Day two.", "timestamp": "2031-03-02T10:00:00"},
+                {"turn_id": "a2", "speaker": "Ana", "text": "Day one, later.", "timestamp": "2031-03-01T11:00:00"}])
+    bank = _bank(tmp_path / "c")
+    assert [(t.turn_id, t.session) for t in bank.turns] == [("a", 1), ("a2", 1), ("b", 2), ("c", 3)]
+
+
+def test_two_writers_with_skewed_clocks_lose_nothing(tmp_path):
+    from trawmem_gpu import Memory
+
+    m = Memory(tmp_path / "c")
+    base = datetime(2031, 3, 1, 9)
+    errors: list = []
+
+    def writer(name: str, skew: timedelta):
+        try:
+            for i in range(6):
+                ts = (base + timedelta(minutes=10 * i) + skew).isoformat()
+                res = m.add("b", [{"turn_id": f"{name}{i}", "speaker": name, "text": f"{name} says {i}.",
+                                   "timestamp": ts}])
+                assert not res["refused"], res["refused"]
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    ths = [threading.Thread(target=writer, args=("x", timedelta(0))),
+           threading.Thread(target=writer, args=("y", timedelta(minutes=-45)))]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join(timeout=600)
+    assert not errors
+    bank = _bank(tmp_path / "c")
+    assert sorted(t.turn_id for t in bank.turns) == sorted([f"x{i}" for i in range(6)] + [f"y{i}" for i in range(6)])
+    times = [t.time for t in bank.turns]
+    assert times == sorted(times)

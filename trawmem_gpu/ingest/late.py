@@ -1,0 +1,120 @@
+"""Late turns: turns dated before a bank's last turn, stored at their place in time (issue 45 item 1).
+
+**Order.** A bank's turns are kept in time order: by event time, then by arrival (a stable sort,
+so turns of equal time keep the order they arrived in). An undated turn takes the time of the
+turn it arrived after, so it stays behind that turn. A turn is *late* when it is dated before
+a turn the bank (or its request) already holds; every other turn is an append at the end.
+
+**Sessions.** A late turn that names its ``session`` keeps it. One that does not (sessions
+counted by calendar day, ``data.jsonl.turn_from_record``) joins the session it falls inside
+(between two turns of one session), else the session of the turn before it on the same calendar
+day, else that of the turn after it on the same day, else it opens a session of its own and the
+sessions after it are renumbered one up, as an in-order append of the same turns would number them.
+
+**Cost.** The bank is rebuilt over the merged turns as ``build_banks`` would build them in time
+order, from the stored unit vectors (only the late turns' text is encoded) and the stored head
+vectors (a head whose text is unchanged keeps its vector): every session is re-segmented, every
+head re-extracted and the nearest-head table recomputed, so a late insert costs O(bank) where an
+append at the end costs O(last session); ``benchmarks/bench_late_insert.py`` measures it.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from .config import BuildConfig
+from ..data.fields import next_session
+from ..data.types import Conversation, Turn
+from ..encode.base import Encoder
+from ..errors import InputError
+from ..store.bank import Bank
+from .builder import _Work, _encode_units, _finish, _heads, _segment
+
+
+def time_order(turns: list[Turn]) -> list[Turn]:
+    """``turns`` (in arrival order) stably sorted by event time; an undated one keeps the time
+    of the turn it arrived after (see the module docstring)."""
+    keys, last = [], None
+    for t in turns:
+        last = t.time if t.time is not None else last
+        keys.append(last)
+    floor = min((k for k in keys if k is not None), default=None)
+    order = sorted(range(len(turns)), key=lambda i: keys[i] if keys[i] is not None else floor)
+    return [turns[i] for i in order]
+
+
+def _day(t: Turn):
+    return None if t.time is None else t.time.date()
+
+
+def place(old: list[Turn], new: list[Turn], late: set[str], derived: bool, where: str = "turns") -> list[Turn]:
+    """The turns of a bank holding ``old`` (in time order) and ``new`` (a request's, in arrival
+    order; ``late`` the ids of those dated before a held turn), in time order, with the sessions
+    of late turns counted by day when ``derived`` (the request gave none): see the module docstring."""
+    merged = time_order(list(old) + list(new))
+    if not derived:
+        return merged
+    nxt: list[Turn | None] = [None] * len(merged)
+    after = None
+    for i in range(len(merged) - 1, -1, -1):
+        nxt[i] = after
+        if merged[i].turn_id not in late:
+            after = merged[i]
+    out: list[Turn] = []
+    shift = 0
+    for i, t in enumerate(merged):
+        if t.turn_id not in late:
+            out.append(replace(t, session=t.session + shift) if shift else t)
+            continue
+        prev, n = (out[-1] if out else None), nxt[i]
+        ns = None if n is None else n.session + shift
+        if prev is not None and ns is not None and prev.session == ns:
+            s = ns
+        elif prev is not None and _day(prev) == _day(t):
+            s = prev.session
+        elif n is not None and _day(n) == _day(t):
+            s = ns
+        else:
+            s = next_session(prev.session, f"{where}: turn {t.turn_id!r}") if prev is not None else ns
+            if ns is not None and ns <= s:
+                shift += s - ns + 1
+        out.append(replace(t, session=s))
+    top = max(out, key=lambda t: t.session)
+    next_session(top.session - 1, f"{where}: turn {top.turn_id!r}")  # past MAX_SESSION: refused
+    return out
+
+
+def insert_bank(bank: Bank, turns: list[Turn], cfg: BuildConfig, encoder: Encoder, llm=None) -> tuple[Bank, dict]:
+    """``bank`` rebuilt over ``turns`` (its own turns and new ones, in time order: :func:`place`),
+    equal to ``build_banks`` over them; stored unit and head vectors are reused, only new text is
+    encoded. Layers (facts, profiles) carry over as an append's do: they cite turn ids."""
+    if encoder.id != bank.encoder_id:
+        raise InputError(f"bank {bank.bank_id!r} was built with encoder {bank.encoder_id!r}, not {encoder.id!r}")
+    row = {t.turn_id: i for i, t in enumerate(bank.turns)}
+    fresh = [t for t in turns if t.turn_id not in row]
+    stats: dict = {"n_new_units": len(fresh), "resegmented_units": len(turns), "kept_threads": 0, "late": True}
+    t0 = time.perf_counter()
+    nv = _encode_units([Conversation(bank.bank_id, fresh)], encoder, cfg, False)[0] if fresh else None
+    vecs = np.empty((len(turns), bank.unit_vecs.shape[1]), dtype=bank.unit_vecs.dtype)
+    k = 0
+    for i, t in enumerate(turns):
+        j = row.get(t.turn_id)
+        if j is None:
+            vecs[i] = nv[k]
+            k += 1
+        else:
+            vecs[i] = bank.unit_vecs[j]
+    stats["encode_units_s"] = time.perf_counter() - t0
+    w = _Work(Conversation(bank.bank_id, turns), vecs, [], [], [])
+    t0 = time.perf_counter()
+    _segment([w], cfg, llm, stats, [0])
+    _heads([w], cfg, llm, stats, encoder)
+    stats["segment_heads_s"] = time.perf_counter() - t0
+    reuse = {h: bank.head_vecs[j] for j, h in enumerate(bank.heads)}
+    (out,), _ = _finish([w], encoder, cfg, False, stats, [None], None, [reuse])
+    out = replace(out, facts=bank.facts, fact_vecs=bank.fact_vecs, profiles=bank.profiles,
+                  profile_vecs=bank.profile_vecs, layer_sources=dict(bank.layer_sources))
+    out.validate()
+    return out, stats
