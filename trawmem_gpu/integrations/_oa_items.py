@@ -5,8 +5,10 @@
   ``output_text`` / ``text``) becomes one chat message for ``Memory.add(messages=...)``, with the
   turn id ``oa-<seq>`` (``seq``: the item's number in its session, never reused) and the
   metadata ``{"oa_seq": seq}``. Its other parts (an image, a file) are not stored as text.
-* **The item log.** Every item (tool calls, tool outputs, reasoning, system messages and the
-  messages above) is kept as given, in order, in one JSON file per session:
+* **The item log.** Every item is kept, in order, in one JSON file per session: tool calls, tool
+  outputs, reasoning and system messages as given; a message that became a turn as its turn id
+  and its shape only (:func:`skeleton`: no text; :func:`rebuilt` puts the bank's text back, and
+  an item whose turn was forgotten, through any door, is gone with it):
   ``<collection>/.sessions/openai-agents/<sha256 of the session id>.json`` (``{"session_id",
   "next_seq", "entries": [{"seq", "turn", "item"}]}``), written whole and atomically
   (``store.records.write_json_atomic``). ``pop_item`` rewrites it without the item, and
