@@ -223,3 +223,23 @@ def test_a_closed_async_memory_says_so(mem):
 
     asyncio.run(go())
     assert [t.turn_id for t in mem.turns("b")] == ["t1"] and mem.select("b", "garden", budget=8).unit_ids
+
+
+def test_a_message_sent_again_without_a_timestamp_is_a_retry_whenever_it_comes(tmp_path):
+    """A chat message with an id and no timestamp gets the time of its add; sent again later (a
+    framework retrying a run: the LangChain middleware's ``lc-<id>`` turns), it is already stored,
+    not "held with other content" for the new time it would have got. One sent with its own,
+    different timestamp still conflicts."""
+    from trawmem_gpu import Memory
+
+    mem = Memory(tmp_path / "m")
+    msgs = [{"role": "user", "content": "Is Pixel grey?", "id": "r1"}, {"role": "assistant", "content": "Yes.", "id": "r2"}]
+    first = mem.add("b", messages=msgs, speakers={"user": "Ana", "assistant": "Bot"}, now=datetime(2031, 1, 2, 9, 0, 0),
+                    atomic=True)
+    assert first["stored"] == ["r1", "r2"]
+    again = mem.add("b", messages=msgs, speakers={"user": "Ana", "assistant": "Bot"}, now=datetime(2031, 1, 2, 9, 0, 7),
+                    atomic=True)
+    assert again["already_stored"] == ["r1", "r2"] and again["stored"] == [] and not again["refused"]
+    assert [t.timestamp for t in mem.turns("b")] == ["2031-01-02T09:00:00"] * 2
+    with pytest.raises(DuplicateTurns, match="r1"):
+        mem.add("b", messages=[{**msgs[0], "timestamp": "2031-01-02T09:30:00"}], speakers={"user": "Ana"}, atomic=True)

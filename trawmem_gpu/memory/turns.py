@@ -152,24 +152,28 @@ def shown_id(tid) -> str | None:
     return tid if len(tid) <= MAX_ID_CHARS else None
 
 
-def same_turn(a: Turn, b: Turn) -> bool:
+def same_turn(a: Turn, b: Turn, timestamp: bool = True) -> bool:
     """Whether two turns of one id carry the same content (what a client sent: the session is
-    derived, so it is not compared), metadata included (``data.metadata.same_metadata``)."""
+    derived, so it is not compared), metadata included (``data.metadata.same_metadata``);
+    ``timestamp=False``: ``a``'s timestamp was assigned here, not sent, so it is not compared
+    (a chat message sent again without one is a retry, whenever it comes)."""
     from ..data.metadata import same_metadata
 
-    return (a.speaker, a.text, a.timestamp, a.caption) == (b.speaker, b.text, b.timestamp, b.caption) \
-        and same_metadata(a.metadata, b.metadata)
+    return (a.speaker, a.text, a.caption) == (b.speaker, b.text, b.caption) \
+        and (not timestamp or a.timestamp == b.timestamp) and same_metadata(a.metadata, b.metadata)
 
 
-def _filled(rec: dict, assign: Assign, n_next, prev: Turn | None) -> dict:
-    """A message record with its id and timestamp filled (see :class:`Assign`)."""
+def _filled(rec: dict, assign: Assign, n_next, prev: Turn | None) -> tuple[dict, bool]:
+    """A message record with its id and timestamp filled (see :class:`Assign`), and whether it
+    came with its own timestamp (else a retry of it is known by its content alone: :func:`same_turn`)."""
     out = dict(rec)
     if out.get("turn_id") is None:
         out["turn_id"] = n_next()
-    if out.get("timestamp") is None:
+    stamped = out.get("timestamp") is not None
+    if not stamped:
         t = assign.now if prev is None or prev.time is None or prev.time <= assign.now else prev.time
         out["timestamp"] = t.isoformat()
-    return out
+    return out, stamped
 
 
 def _given_ids(entries: list) -> set[str]:
@@ -226,8 +230,8 @@ def screen(bank_id: str, batch: AppendBatch, old) -> Screened:
             items.append(r)
             continue
         w = f"{where}[{i}]"
-        if batch.assign is not None and isinstance(r, dict):
-            r = _filled(r, batch.assign, n_next, prev)
+        r, stamped = (_filled(r, batch.assign, n_next, prev) if batch.assign is not None and isinstance(r, dict)
+                      else (r, True))
         tid = r.get("turn_id") if isinstance(r, dict) else None
         try:
             _, t = turn_from_record({**r, "bank_id": bank_id} if isinstance(r, dict) else r, w)  # its fields alone
@@ -239,7 +243,7 @@ def screen(bank_id: str, batch: AppendBatch, old) -> Screened:
                                                       f"this request"), t.turn_id))
             continue
         if t.turn_id in known:  # held outside a bound caller's filter: "other content", never whose
-            if same_turn(t, known[t.turn_id]) and passes(batch.scope, known[t.turn_id]):
+            if same_turn(t, known[t.turn_id], timestamp=stamped) and passes(batch.scope, known[t.turn_id]):
                 seen.add(t.turn_id)
                 items.append(AppendItem(i, "already_stored", t.turn_id))
             else:
