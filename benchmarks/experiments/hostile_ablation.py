@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import multiprocessing
-import secrets
-import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
@@ -28,7 +25,8 @@ import numpy as np
 from benchmarks import harness
 from benchmarks.serve_bench import hostile as H
 from benchmarks.serve_bench.load import Conn
-from benchmarks.serve_bench.servers import Server, load_data
+from benchmarks.serve_bench.hostile_run import tenants
+from benchmarks.serve_bench.servers import Server
 
 t_wall = [0.0]
 ABLATIONS = {"full": {}, "noslow": dict(slow=0, idle=0), "noappend": dict(append_turns=0),
@@ -90,14 +88,7 @@ def main() -> None:
     class Args:
         encoder_runtime, threads = "torch", 1
 
-    src, banks, items = load_data("sample")
-    ids = sorted({b.bank_id for b in banks})
-    bank, victim_banks = ids[-1], ids[:-1]
-    bodies = [json.dumps({"bank_id": b, "question": q}).encode() for b, q in items if b in victim_banks]
-    work = Path(tempfile.mkdtemp(prefix="trawmem-hostile-abl-"))
-    kv, kh = "tmk_victim_" + secrets.token_hex(8), "tmk_hostile_" + secrets.token_hex(8)
-    sha = lambda k: hashlib.sha256(k.encode()).hexdigest()  # noqa: E731
-    (work / "keys.json").write_text(json.dumps(H.keys_doc(sha(kv), sha(kh), victim_banks, [bank])))
+    src, bank, _victim_banks, bodies, work, kv, kh, _keys = tenants("sample", "trawmem-hostile-abl-")
     out = []
     for k, abl in enumerate(a.abl.split(",")):
         spec = replace(H.Spec(phase_s=a.phase, big_append_turns=0), **ABLATIONS[abl])

@@ -35,18 +35,26 @@ def _plot(results: dict):
     return fig
 
 
-def bench(a) -> int:
-    spec = Spec(victim_rate_hz=a.hostile_rate, phase_s=a.hostile_phase, append_turns=a.hostile_append,
-                slow=a.hostile_slow, idle=a.hostile_idle, big_append_turns=a.hostile_big_append)
-    src, banks, items = load_data(a.data)
+def tenants(data: str, prefix: str):
+    """The two tenants of a hostile run over ``data``: (collection to copy, the hostile bank, the
+    victim's banks, the victim's request bodies, a fresh work folder, the victim's and the hostile
+    key, the keys file binding them)."""
+    src, banks, items = load_data(data)
     ids = sorted({b.bank_id for b in banks})
     hostile_bank, victim_banks = ids[-1], ids[:-1]
     bodies = [json.dumps({"bank_id": b, "question": q}).encode() for b, q in items if b in victim_banks]
-    work = Path(tempfile.mkdtemp(prefix="trawmem-bench-hostile-"))
+    work = Path(tempfile.mkdtemp(prefix=prefix))
     kv, kh = "tmk_victim_" + secrets.token_hex(8), "tmk_hostile_" + secrets.token_hex(8)
     sha = lambda k: hashlib.sha256(k.encode()).hexdigest()  # noqa: E731
     keys = work / "keys.json"
     keys.write_text(json.dumps(keys_doc(sha(kv), sha(kh), victim_banks, [hostile_bank])))
+    return src, hostile_bank, victim_banks, bodies, work, kv, kh, keys
+
+
+def bench(a) -> int:
+    spec = Spec(victim_rate_hz=a.hostile_rate, phase_s=a.hostile_phase, append_turns=a.hostile_append,
+                slow=a.hostile_slow, idle=a.hostile_idle, big_append_turns=a.hostile_big_append)
+    src, hostile_bank, victim_banks, bodies, work, kv, kh, keys = tenants(a.data, "trawmem-bench-hostile-")
     results = {}
     try:
         for name, extra in (("default", []), ("http-workers-2", ["--http-workers", "2"])):
