@@ -141,3 +141,35 @@ def test_head_seeds_of_a_large_bank_come_from_its_approximate_index(clustered):
     got = eng.select_units(ids, qs, Z)
     assert ("head_index", "auto") in eng.snapshot.infos[0].cache  # the approximate index was used
     assert np.mean([a == b for a, b in zip(got, exact)]) >= 0.9
+
+
+def _every_thread(snap, bank, units, hops, n_seeds):
+    """shortlist.thread_space over the bank's every thread (the front loop as it ran before)."""
+    from trawmem_gpu.select.engine import shortlist
+    J = int(snap.off.nt[bank])
+    g0 = int(snap.off.to[bank])
+    return shortlist.ThreadSpace(np.arange(J), snap.np["nbr"][g0:g0 + J].copy(), snap.np["nbw"][g0:g0 + J])
+
+
+@pytest.mark.parametrize("affinity", ["learned", "rrf"])
+@pytest.mark.parametrize("hops", [0, 1, 2, 3])
+def test_a_shortlists_thread_space_propagates_as_the_whole_thread_graph(clustered, monkeypatch, affinity, hops):
+    """The front loop over a working set reads only the threads within ``hops`` of it (its
+    ``ThreadSpace``): the neighbourhood, the candidates and the picks equal those of the same loop
+    over every thread of the bank, with a shortlist small enough that the space is a sliver of it."""
+    from trawmem_gpu.select.engine import shortlist
+    from trawmem_gpu.select.params import QueryParams
+    banks, (ids, qs, Z) = clustered
+    cfg, params = SelectConfig(affinity=affinity), QueryParams(hops=hops)
+    eng = SelectionEngine(banks, cfg, device="cpu", ann_min_units=1, ann_shortlist=16)
+    sizes = [len(shortlist.thread_space(eng.snapshot, 0, w.units, hops, 8).ids) for w in shortlist.working_sets(
+        eng.snapshot, eng.plan, np.asarray(Z, dtype=np.float64), np.zeros(len(ids), np.int64),
+        (np.zeros(len(ids) + 1, np.int64), np.zeros(0, np.int64)), False)]
+    if hops <= 2:  # at 3 hops the space of this 500-thread bank is all of it
+        assert max(sizes) < int(eng.snapshot.off.nt[0])  # the space is not the whole graph
+    got = (eng.candidate_sets(ids, qs, Z, params=params), eng.select_units(ids, qs, Z, params=params))
+    monkeypatch.setattr(shortlist, "thread_space", _every_thread)
+    want = (eng.candidate_sets(ids, qs, Z, params=params), eng.select_units(ids, qs, Z, params=params))
+    for a, b in zip(got[0], want[0]):
+        np.testing.assert_array_equal(a, b)
+    assert got[1] == want[1]

@@ -225,20 +225,29 @@ def _front_shortlist(snap: Snapshot, plan, cfg, Zc: np.ndarray, bidx: np.ndarray
     W = shortlist.working_sets(snap, plan, Zc, bidx, cols, learned, masks)
     tlive = shortlist.live_threads(snap, bidx, masks)
     lap("similarity")
+    qs = sizes[1]
     for _ in range(shortlist.ROUNDS):
-        tables, off, cos, coff, tptr, tids, ranks, ltab, lqc = shortlist.compact(snap, Zc, bidx, W, cols, lq, learned)
+        spaces = [shortlist.thread_space(snap, b, w.units, int(qs.hops[q]), int(qs.n_seeds[q]))
+                  for q, (b, w) in enumerate(zip(bidx.tolist(), W))]
+        tables, off, cos, coff, tptr, tids, ranks, ltab, lqc = shortlist.compact(snap, Zc, bidx, W, cols, lq, learned,
+                                                                                 spaces)
         wmasks = None if masks is None else [None if m is None else m[w.units] for m, w in zip(masks, W)]
         x = FrontBatch(np.arange(len(bidx)), cos, coff, tptr, tids,
-                       *front_masks(wmasks, np.arange(len(bidx)), off.nu, coff), ranks, tlive)
-        front_loop(FrontTables(*tables), off, x, float(cfg.rrf_k), *sizes, learned, ltab, lqc, c)
+                       *front_masks(wmasks, np.arange(len(bidx)), off.nu, coff), ranks,
+                       tlive if not len(tlive) else shortlist.local_rows(tlive, spaces))
+        local = c._replace(tpos=np.empty((len(bidx), max(1, int(off.nt.max()))), np.int64))
+        front_loop(FrontTables(*tables), off, x, float(cfg.rrf_k), *sizes, learned, ltab, lqc, local)
         grew = False
-        for q, b in enumerate(bidx.tolist()):
+        for q, b in enumerate(bidx.tolist()):  # the neighbourhood's threads as bank-local ids
+            c.hthread[q, :c.n_h[q]] = spaces[q].ids[c.hthread[q, :c.n_h[q]]]
             offs = snap.infos[b].bank.thread_offsets
             miss = shortlist.missing_threads(offs, W[q].units, c.hthread[q, :c.n_h[q]])
             if len(miss):
                 W[q], grew = W[q]._replace(units=np.union1d(W[q].units, shortlist.threads_units(offs, miss))), True
         if not grew:
             break
+    c.tpos.fill(-1)
     for q in range(len(bidx)):
         n = int(c.n_cand[q])
         c.cand[q, :n] = W[q].units[c.cand[q, :n]]
+        c.tpos[q, c.hthread[q, :c.n_h[q]]] = np.arange(c.n_h[q])

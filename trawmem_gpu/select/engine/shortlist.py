@@ -212,9 +212,10 @@ def given_ranks(short: Shortlist, cos: np.ndarray, n_bank: int) -> tuple[np.ndar
 
 
 def compact(snap: Snapshot, Z: np.ndarray, bidx: np.ndarray, shorts: list[Shortlist], tok: tuple, lq,
-            learned: bool):
-    """The front loop's arguments with query ``q``'s working set as its bank ``q``: ``(FrontTables
-    fields, Offsets, cos, coff, tok_ptr, tok_ids, GivenRanks, LearnedTables, LearnedQueries)``."""
+            learned: bool, spaces: list[ThreadSpace]):
+    """The front loop's arguments with query ``q``'s working set as its bank ``q`` and its
+    :class:`ThreadSpace` ``spaces[q]`` as the bank's threads: ``(FrontTables fields, Offsets, cos,
+    coff, tok_ptr, tok_ids, GivenRanks, LearnedTables, LearnedQueries)``."""
     n = snap.np
     W = [sh.units for sh in shorts]
     Q = len(W)
@@ -245,9 +246,16 @@ def compact(snap: Snapshot, Z: np.ndarray, bidx: np.ndarray, shorts: list[Shortl
     bptr = np.concatenate([[0], np.cumsum(per_col)]).astype(np.int64)
     tptr = np.concatenate([[0], np.cumsum([len(c) for c in counts])]).astype(np.int64)
     tids = np.arange(len(per_col), dtype=np.int64)
-    tables = (n["unit_thread"][g], n["nbr"], n["nbw"], cat(bdat, np.float32), cat(bidx_c, np.int64), bptr)
+    nt = np.array([len(sp.ids) for sp in spaces], dtype=np.int64)
+    to = np.concatenate([[0], np.cumsum(nt)[:-1]]).astype(np.int64)
+    ult = np.concatenate([np.searchsorted(sp.ids, n["unit_thread"][gq]) for sp, gq in zip(spaces, glob)]) if Q \
+        else np.zeros(0, np.int64)
+    width = n["nbr"].shape[1]
+    nbr = np.concatenate([sp.nbr for sp in spaces]) if Q else np.zeros((0, width), n["nbr"].dtype)
+    nbw = np.concatenate([sp.nbw for sp in spaces]) if Q else np.zeros((0, width))
+    tables = (ult, nbr, nbw, cat(bdat, np.float32), cat(bidx_c, np.int64), bptr)
     zeros = np.zeros(Q, np.int64)
-    off = Offsets(uo, snap.off.to[bidx], zeros, zeros, zeros, zeros, nu, snap.off.nt[bidx], zeros)
+    off = Offsets(uo, to, zeros, zeros, zeros, zeros, nu, nt, zeros)
     ltab, lqc = _learned(snap, bidx, W, glob, lq, learned)
     return tables, off, cos, uo, tptr, tids, ranks, ltab, lqc
 
@@ -296,7 +304,54 @@ def _learned(snap: Snapshot, bidx, W, glob, lq, learned: bool):
                                 np.asarray(dm_off, np.int64), lq.w, lq.rrf_k)
 
 
+class ThreadSpace(NamedTuple):
+    """One query's threads of the front loop (a working set's own thread ids, ``0 .. len(ids)``)."""
+
+    ids: np.ndarray
+    """Bank-local threads, ascending: the working set's threads, every thread within the query's
+    ``hops`` of them, and (when the working set has fewer threads than seeds) the bank's lowest."""
+    nbr: np.ndarray
+    """``[len(ids), D]`` neighbours as positions in ``ids`` (-1: none, or a thread past ``hops``)."""
+    nbw: np.ndarray
+    """``[len(ids), D]`` their edge weights."""
+
+
+def thread_space(snap: Snapshot, bank: int, units: np.ndarray, hops: int, n_seeds: int) -> ThreadSpace:
+    """The threads query's front loop reads, for a working set ``units`` of ``bank``.
+
+    Seeds are threads of the working set (the others have no unit, so no seed score) and
+    propagation follows at most ``hops`` edges from them, so every thread it reaches is within
+    ``hops`` edges of a working-set thread, and the edges it follows leave threads fewer than
+    ``hops`` edges away: the edges kept. Thread ids keep their order, so the loop's ties (lowest
+    id) fall as over the whole bank; a working set of fewer threads than seeds takes the bank's
+    lowest threads too (seeds without a score, as over the whole bank)."""
+    g0 = int(snap.off.to[bank])
+    nbr = snap.np["nbr"]
+    own = np.unique(snap.np["unit_thread"][int(snap.off.uo[bank]) + units])
+    ids, front = own, own
+    for _ in range(int(hops)):
+        nb = nbr[g0 + front].ravel()
+        front = np.setdiff1d(nb[nb >= 0], ids)
+        if not len(front):
+            break
+        ids = np.union1d(ids, front)
+    if len(own) < n_seeds:
+        ids = np.union1d(ids, np.arange(min(int(snap.off.nt[bank]), n_seeds + len(own))))
+    rows = nbr[g0 + ids]
+    pos = np.minimum(np.searchsorted(ids, rows), len(ids) - 1)
+    local = np.where((rows >= 0) & (ids[pos] == rows), pos, -1)
+    return ThreadSpace(ids, np.ascontiguousarray(local, dtype=nbr.dtype), snap.np["nbw"][g0 + ids])
+
+
 def missing_threads(offsets: np.ndarray, w: np.ndarray, hthread: np.ndarray) -> np.ndarray:
     """The neighbourhood threads ``hthread`` (bank-local) of which ``w`` lacks a unit."""
     have = np.searchsorted(w, offsets[hthread + 1]) - np.searchsorted(w, offsets[hthread])
     return hthread[have < offsets[hthread + 1] - offsets[hthread]]
+
+
+def local_rows(tlive: np.ndarray, spaces: list[ThreadSpace]) -> np.ndarray:
+    """``tlive`` (``[Q, J]``, :func:`live_threads`) read at each query's :class:`ThreadSpace`."""
+    out = np.zeros((len(spaces), max(1, max(len(sp.ids) for sp in spaces))), dtype=np.bool_)
+    for q, sp in enumerate(spaces):
+        out[q, :len(sp.ids)] = tlive[q, sp.ids]
+    return out
