@@ -243,7 +243,7 @@ def _front_shortlist(snap: Snapshot, plan, cfg, Zc: np.ndarray, bidx: np.ndarray
             offs = snap.infos[b].bank.thread_offsets
             miss = shortlist.missing_threads(offs, W[q].units, c.hthread[q, :c.n_h[q]])
             if len(miss):
-                W[q], grew = W[q]._replace(units=np.union1d(W[q].units, shortlist.threads_units(offs, miss))), True
+                W[q], grew = shortlist.grown(snap, W[q], b, shortlist.threads_units(offs, miss), Zc[q]), True
         if not grew:
             break
     c.tpos.fill(-1)

@@ -69,12 +69,14 @@ class Shortlist(NamedTuple):
     """Every unit of the bank with positive BM25 (ascending) ..."""
     bm_rank: np.ndarray
     """... and its rank among them (score descending, ties to the lower unit)."""
+    cos: np.ndarray
+    """Exact cosines of ``units`` (float64, as :func:`_gather_dots` sums them)."""
 
 
 def unit_index(snap: Snapshot, bank: int, kind: str, use_gpu: bool) -> tuple[VectorIndex, np.ndarray]:
-    """The bank's approximate index over its unit vectors and its rank sample (stored rows), built
-    on first use and kept with the bank's ``BankInfo`` (a later snapshot of the same bank object
-    reuses them)."""
+    """The bank's approximate index over its unit vectors and its rank sample's vectors (``[<=
+    RANK_SAMPLE, d]``, contiguous), built on first use and kept with the bank's ``BankInfo`` (a
+    later snapshot of the same bank object reuses them)."""
     info = snap.infos[bank]
     key = ("unit_index", kind)
     with _LOCK:
@@ -83,7 +85,8 @@ def unit_index(snap: Snapshot, bank: int, kind: str, use_gpu: bool) -> tuple[Vec
             a, n = int(snap.off.uo[bank]), int(snap.off.nu[bank])
             rng = np.random.default_rng(0)
             sample = a + (np.arange(n) if n <= RANK_SAMPLE else np.sort(rng.choice(n, RANK_SAMPLE, replace=False)))
-            got = info.cache[key] = (VectorIndex(snap.np["unit_vecs"][a:a + n], kind, use_gpu), sample)
+            vecs = snap.np["unit_vecs"]
+            got = info.cache[key] = (VectorIndex(vecs[a:a + n], kind, use_gpu), np.ascontiguousarray(vecs[sample]))
         return got
 
 
@@ -125,7 +128,7 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
     masks = masks if masks is not None else [None] * len(bidx)
     for bank in np.unique(bidx).tolist():
         rows = np.flatnonzero(bidx == bank)
-        index, rank_rows = unit_index(snap, bank, plan.ann_kind, plan.device.type == "cuda")
+        index, sample_vecs = unit_index(snap, bank, plan.ann_kind, plan.device.type == "cuda")
         plain = [r for r in rows.tolist() if masks[r] is None]
         if plain:
             _, ids = index.search(Z[plain], M, params)
@@ -134,10 +137,9 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
         for r in rows.tolist():
             if masks[r] is not None:
                 near[r] = _near_passing(index, Z[r], masks[r], M, params)
-        for r in rows.tolist():
-            sample[r] = np.empty(len(rank_rows))
-            _gather_dots(vecs, rank_rows, np.full(len(rank_rows), r), Z, sample[r])
-            sample[r].sort()
+        dots = np.sort(Z[rows] @ sample_vecs.T, axis=1)  # an estimate of ranks: any summation order
+        for r, row in zip(rows.tolist(), dots):
+            sample[r] = row
     ptr, ids = tok
     out = []
     for q, bank in enumerate(bidx.tolist()):
@@ -155,10 +157,22 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
         if context:
             nb = snap.np["rel_idx"][uo + W][:, 1:3].ravel()
             W = np.union1d(W, nb[nb >= 0])
-        edge = np.empty(len(near[q]))
-        _gather_dots(vecs, uo + near[q], np.full(len(near[q]), q), Z, edge)
-        out.append(Shortlist(W, float(edge.min()) if len(edge) else np.inf, sample[q], u, rank))
+        cos = np.empty(len(W))
+        _gather_dots(vecs, uo + W, np.full(len(W), q), Z, cos)
+        edge = cos[np.searchsorted(W, near[q])]
+        out.append(Shortlist(W, float(edge.min()) if len(edge) else np.inf, sample[q], u, rank, cos))
     return out
+
+
+def grown(snap: Snapshot, short: Shortlist, bank: int, more: np.ndarray, z: np.ndarray) -> Shortlist:
+    """``short`` with the units ``more`` (bank-local) in its working set too, their cosines with
+    ``z`` computed (the others' kept)."""
+    new = np.setdiff1d(more, short.units)
+    cos = np.empty(len(new))
+    _gather_dots(snap.np["unit_vecs"], int(snap.off.uo[bank]) + new, np.zeros(len(new), np.int64), z[None, :], cos)
+    units = np.concatenate([short.units, new])
+    order = np.argsort(units, kind="stable")
+    return short._replace(units=units[order], cos=np.concatenate([short.cos, cos])[order])
 
 
 def _near_passing(index: VectorIndex, z: np.ndarray, keep: np.ndarray, M: int, params: AnnParams) -> np.ndarray:
@@ -223,8 +237,7 @@ def compact(snap: Snapshot, Z: np.ndarray, bidx: np.ndarray, shorts: list[Shortl
     uo = np.concatenate([[0], np.cumsum(nu)[:-1]]).astype(np.int64)
     glob = [int(snap.off.uo[b]) + w for b, w in zip(bidx.tolist(), W)]
     g = np.concatenate(glob) if Q else np.zeros(0, np.int64)
-    cos = np.empty(len(g))
-    _gather_dots(n["unit_vecs"], g, np.repeat(np.arange(Q), nu), np.ascontiguousarray(Z, dtype=np.float64), cos)
+    cos = np.concatenate([sh.cos for sh in shorts]) if Q else np.zeros(0)
     rk = [given_ranks(sh, cos[a:a + len(sh.units)], int(snap.off.nu[b])) for sh, a, b in zip(shorts, uo, bidx.tolist())]
     ranks = GivenRanks(np.concatenate([r[0] for r in rk]), np.concatenate([r[1] for r in rk]))
     st, ptr, ids = snap.bm25.store, tok[0], tok[1]
@@ -321,26 +334,66 @@ def thread_space(snap: Snapshot, bank: int, units: np.ndarray, hops: int, n_seed
 
     Seeds are threads of the working set (the others have no unit, so no seed score) and
     propagation follows at most ``hops`` edges from them, so every thread it reaches is within
-    ``hops`` edges of a working-set thread, and the edges it follows leave threads fewer than
-    ``hops`` edges away: the edges kept. Thread ids keep their order, so the loop's ties (lowest
-    id) fall as over the whole bank; a working set of fewer threads than seeds takes the bank's
-    lowest threads too (seeds without a score, as over the whole bank)."""
-    g0 = int(snap.off.to[bank])
+    ``hops`` edges of a working-set thread: those threads and the edges among them are the space
+    (an edge out of it leaves a thread ``hops`` edges away, which propagation never relaxes).
+    Thread ids keep their order, so the loop's ties (lowest id) fall as over the whole bank; a
+    working set of fewer threads than seeds takes the bank's lowest threads too (seeds without a
+    score, as over the whole bank)."""
+    g0, J = int(snap.off.to[bank]), int(snap.off.nt[bank])
     nbr = snap.np["nbr"]
     own = np.unique(snap.np["unit_thread"][int(snap.off.uo[bank]) + units])
-    ids, front = own, own
-    for _ in range(int(hops)):
-        nb = nbr[g0 + front].ravel()
-        front = np.setdiff1d(nb[nb >= 0], ids)
-        if not len(front):
+    pad = min(J, n_seeds + len(own)) if len(own) < n_seeds else 0
+    ids, local = _space(nbr, g0, J, own, int(hops), pad)
+    return ThreadSpace(ids, local, snap.np["nbw"][g0 + ids])
+
+
+@njit(cache=True, nogil=True)
+def _space(nbr, g0, J, own, hops, pad):  # pragma: no cover - compiled
+    """``(ids, local nbr)`` of :func:`thread_space`: a breadth-first walk of ``hops`` levels from
+    ``own`` with a mark per thread of the bank, then the kept threads' rows renumbered."""
+    D = nbr.shape[1]
+    pos = np.full(J, -1, np.int64)
+    got = np.empty(max(len(own) * (1 + D), 16), np.int64)
+    n = 0
+    for t in own:
+        pos[t] = 0
+        got[n] = t
+        n += 1
+    lo = 0
+    for _h in range(hops):
+        hi = n
+        for i in range(lo, hi):
+            for e in range(D):
+                k = nbr[g0 + got[i], e]
+                if k >= 0 and pos[k] < 0:
+                    if n == len(got):
+                        bigger = np.empty(2 * n, np.int64)
+                        bigger[:n] = got[:n]
+                        got = bigger
+                    pos[k] = 0
+                    got[n] = k
+                    n += 1
+        if n == hi:
             break
-        ids = np.union1d(ids, front)
-    if len(own) < n_seeds:
-        ids = np.union1d(ids, np.arange(min(int(snap.off.nt[bank]), n_seeds + len(own))))
-    rows = nbr[g0 + ids]
-    pos = np.minimum(np.searchsorted(ids, rows), len(ids) - 1)
-    local = np.where((rows >= 0) & (ids[pos] == rows), pos, -1)
-    return ThreadSpace(ids, np.ascontiguousarray(local, dtype=nbr.dtype), snap.np["nbw"][g0 + ids])
+        lo = hi
+    for t in range(pad):
+        if pos[t] < 0:
+            if n == len(got):
+                bigger = np.empty(2 * n, np.int64)
+                bigger[:n] = got[:n]
+                got = bigger
+            pos[t] = 0
+            got[n] = t
+            n += 1
+    ids = np.sort(got[:n])
+    for i in range(n):
+        pos[ids[i]] = i
+    local = np.empty((n, D), nbr.dtype)
+    for i in range(n):
+        for e in range(D):
+            k = nbr[g0 + ids[i], e]
+            local[i, e] = pos[k] if k >= 0 else -1
+    return ids, local
 
 
 def missing_threads(offsets: np.ndarray, w: np.ndarray, hthread: np.ndarray) -> np.ndarray:
