@@ -86,7 +86,8 @@ def unit_index(snap: Snapshot, bank: int, kind: str, use_gpu: bool) -> tuple[Vec
             rng = np.random.default_rng(0)
             sample = a + (np.arange(n) if n <= RANK_SAMPLE else np.sort(rng.choice(n, RANK_SAMPLE, replace=False)))
             vecs = snap.np["unit_vecs"]
-            got = info.cache[key] = (VectorIndex(vecs[a:a + n], kind, use_gpu), np.ascontiguousarray(vecs[sample]))
+            got = info.cache[key] = (VectorIndex(vecs[a:a + n], kind, use_gpu),
+                                     np.ascontiguousarray(vecs[sample], dtype=np.float32))
         return got
 
 
@@ -137,7 +138,7 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
         for r in rows.tolist():
             if masks[r] is not None:
                 near[r] = _near_passing(index, Z[r], masks[r], M, params)
-        dots = np.sort(Z[rows] @ sample_vecs.T, axis=1)  # an estimate of ranks: any summation order
+        dots = np.sort(Z[rows].astype(np.float32) @ sample_vecs.T, axis=1)  # an estimate of ranks: float32 is enough
         for r, row in zip(rows.tolist(), dots):
             sample[r] = row
     ptr, ids = tok
@@ -340,60 +341,65 @@ def thread_space(snap: Snapshot, bank: int, units: np.ndarray, hops: int, n_seed
     working set of fewer threads than seeds takes the bank's lowest threads too (seeds without a
     score, as over the whole bank)."""
     g0, J = int(snap.off.to[bank]), int(snap.off.nt[bank])
-    nbr = snap.np["nbr"]
     own = np.unique(snap.np["unit_thread"][int(snap.off.uo[bank]) + units])
     pad = min(J, n_seeds + len(own)) if len(own) < n_seeds else 0
-    ids, local = _space(nbr, g0, J, own, int(hops), pad)
-    return ThreadSpace(ids, local, snap.np["nbw"][g0 + ids])
+    return ThreadSpace(*_space(snap.np["nbr"], snap.np["nbw"], g0, J, own, int(hops), pad))
 
 
 @njit(cache=True, nogil=True)
-def _space(nbr, g0, J, own, hops, pad):  # pragma: no cover - compiled
-    """``(ids, local nbr)`` of :func:`thread_space`: a breadth-first walk of ``hops`` levels from
-    ``own`` with a mark per thread of the bank, then the kept threads' rows renumbered."""
+def _space(nbr, nbw, g0, J, own, hops, pad):  # pragma: no cover - compiled
+    """``(ids, local nbr, local nbw)`` of :func:`thread_space`: a breadth-first walk of ``hops``
+    levels from ``own`` with a level per thread of the bank, then the rows of the threads fewer
+    than ``hops`` edges away renumbered (the others' are never read: -1 and 0)."""
     D = nbr.shape[1]
-    pos = np.full(J, -1, np.int64)
+    level = np.full(J, -1, np.int64)
     got = np.empty(max(len(own) * (1 + D), 16), np.int64)
     n = 0
     for t in own:
-        pos[t] = 0
+        level[t] = 0
         got[n] = t
         n += 1
     lo = 0
-    for _h in range(hops):
+    for h in range(hops):
         hi = n
         for i in range(lo, hi):
             for e in range(D):
                 k = nbr[g0 + got[i], e]
-                if k >= 0 and pos[k] < 0:
+                if k >= 0 and level[k] < 0:
                     if n == len(got):
                         bigger = np.empty(2 * n, np.int64)
                         bigger[:n] = got[:n]
                         got = bigger
-                    pos[k] = 0
+                    level[k] = h + 1
                     got[n] = k
                     n += 1
         if n == hi:
             break
         lo = hi
     for t in range(pad):
-        if pos[t] < 0:
+        if level[t] < 0:
             if n == len(got):
                 bigger = np.empty(2 * n, np.int64)
                 bigger[:n] = got[:n]
                 got = bigger
-            pos[t] = 0
+            level[t] = hops
             got[n] = t
             n += 1
     ids = np.sort(got[:n])
+    pos = np.empty(J, np.int64)  # read only where level >= 0
     for i in range(n):
         pos[ids[i]] = i
-    local = np.empty((n, D), nbr.dtype)
+    local = np.full((n, D), -1, nbr.dtype)
+    w = np.zeros((n, D), nbw.dtype)
     for i in range(n):
-        for e in range(D):
-            k = nbr[g0 + ids[i], e]
-            local[i, e] = pos[k] if k >= 0 else -1
-    return ids, local
+        t = ids[i]
+        if level[t] < hops:
+            for e in range(D):
+                k = nbr[g0 + t, e]
+                if k >= 0 and level[k] >= 0:
+                    local[i, e] = pos[k]
+                    w[i, e] = nbw[g0 + t, e]
+    return ids, local, w
 
 
 def missing_threads(offsets: np.ndarray, w: np.ndarray, hthread: np.ndarray) -> np.ndarray:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-IVF_MIN_VECTORS = 1 << 21
+IVF_MIN_VECTORS = 1 << 16
 """Indexes over at least this many vectors are IVF (trained k-means lists), smaller ones HNSW."""
 TRAIN_PER_LIST = 64
 """Training vectors per IVF list (faiss warns below 39)."""
