@@ -104,10 +104,16 @@ def clustered():
     return [bank], make_queries([bank], 30, seed=12)
 
 
+@pytest.mark.parametrize("impact", [False, True])
 @pytest.mark.parametrize("affinity", ["learned", "rrf"])
-def test_a_shortlist_holding_the_whole_bank_picks_what_exact_search_picks(clustered, affinity):
+def test_a_shortlist_holding_the_whole_bank_picks_what_exact_search_picks(clustered, affinity, impact, monkeypatch):
     """With every unit proposed, the working set is the bank and the ranks are the bank's: the
-    shortlist's front (compaction, given ranks, growth) computes what the exact front computes."""
+    shortlist's front (compaction, given ranks, growth) computes what the exact front computes;
+    with ``impact`` the BM25 side reads impact-ordered postings (``lexical_shortlist``), each
+    column whole at this shortlist, so its scores and ranks are exact too."""
+    from trawmem_gpu.select.engine import lexical_shortlist
+    if impact:
+        monkeypatch.setattr(lexical_shortlist, "EXACT_POSTINGS", 0)
     banks, (ids, qs, Z) = clustered
     cfg = SelectConfig(affinity=affinity)
     exact = SelectionEngine(banks, cfg, device="cpu", sim="dots", ann_min_units=None)
@@ -117,9 +123,14 @@ def test_a_shortlist_holding_the_whole_bank_picks_what_exact_search_picks(cluste
     assert whole.select_units(ids, qs, Z) == exact.select_units(ids, qs, Z)
 
 
-def test_approximate_search_keeps_the_candidate_pool(clustered):
+@pytest.mark.parametrize("impact", [False, True])
+def test_approximate_search_keeps_the_candidate_pool(clustered, impact, monkeypatch):
     """A shortlist of 1/12 of the bank still finds nearly every exact candidate (the recall the
-    default settings are held to on large banks is measured in benchmarks/results/ann_recall.json)."""
+    default settings are held to on large banks is measured in benchmarks/results/ann_recall.json),
+    with BM25 read exactly or from impact-ordered postings (``impact``)."""
+    from trawmem_gpu.select.engine import lexical_shortlist
+    if impact:
+        monkeypatch.setattr(lexical_shortlist, "EXACT_POSTINGS", 0)
     banks, (ids, qs, Z) = clustered
     exact = SelectionEngine(banks, SelectConfig(), device="cpu", ann_min_units=None)
     approx = SelectionEngine(banks, SelectConfig(), device="cpu", ann_min_units=1000, ann_shortlist=256)
