@@ -184,3 +184,20 @@ def test_a_shortlists_thread_space_propagates_as_the_whole_thread_graph(clustere
     for a, b in zip(got[0], want[0]):
         np.testing.assert_array_equal(a, b)
     assert got[1] == want[1]
+
+
+def test_the_approximate_threshold_follows_the_vectors_width(clustered):
+    """``ann_min_units="auto"`` (the default) resolves by the banks' width from the measured cost
+    fits: a wider vector makes exact search dearer, so approximate search starts at fewer units."""
+    from trawmem_gpu.errors import ConfigError
+    from trawmem_gpu.select.config import EngineConfig
+    from trawmem_gpu.select.engine.plan import ann_threshold
+    banks, _q = clustered
+    assert EngineConfig().ann_min_units == "auto"
+    assert ann_threshold(384) < ann_threshold(64) < ann_threshold(8)
+    eng = SelectionEngine(banks, SelectConfig(), device="cpu")
+    assert eng.plan.ann_min_units == ann_threshold(banks[0].unit_vecs.shape[1]) > banks[0].n_units
+    assert SelectionEngine(banks, SelectConfig(), device="cpu", ann_min_units=5).plan.ann_min_units == 5
+    for bad in ("many", 0, -3):
+        with pytest.raises(ConfigError, match="ann_min_units"):
+            EngineConfig(ann_min_units=bad)
