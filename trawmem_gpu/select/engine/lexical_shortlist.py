@@ -30,7 +30,7 @@ import numpy as np
 from .._jit import njit
 from .tables import Snapshot
 
-EXACT_POSTINGS = 1 << 12
+EXACT_POSTINGS = 1 << 15
 """A query whose columns hold at most this many postings is scored over all of them (exactly)."""
 MAX_DEPTH = 1 << 13
 """Most postings read from the top of each column (the depth doubles from ``M`` until the ``M``
