@@ -4,7 +4,8 @@ an append at the end (``ingest.update_bank``), on one bank of N synthetic turns,
     python -m benchmarks.bench_late_insert [--sizes 1000 10000 100000] [--rounds 3]
 
 Writes ``benchmarks/results/late_insert.json`` and ``late_insert.png``: per N, the median seconds
-of each over ``--rounds`` (one new turn each time) and their ratio.
+of each over ``--rounds`` (one new turn each time) and their ratio, saved after each N (a run
+stopped at a large N keeps the sizes before it).
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def _turns(n: int):
     return out
 
 
-def run(sizes, rounds: int) -> dict:
+def run(sizes, rounds: int, save=None) -> dict:
     from dataclasses import replace
 
     from trawmem_gpu.data.types import Conversation
@@ -63,15 +64,13 @@ def run(sizes, rounds: int) -> dict:
         a, b = statistics.median(app), statistics.median(late)
         rows.append({"n_turns": n, "rounds": rounds, "append_s": a, "late_insert_s": b, "ratio": b / a})
         print(rows[-1], flush=True)
+        if save is not None:
+            save({"encoder": enc.id, "rows": rows})
     return {"encoder": enc.id, "rows": rows}
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
-    ap.add_argument("--rounds", type=int, default=3)
-    a = ap.parse_args(argv)
-    out = run(a.sizes, a.rounds)
+def save(out: dict) -> None:
+    """``late_insert.json`` and ``late_insert.png`` of ``out`` (the sizes measured so far)."""
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "late_insert.json").write_text(json.dumps(out, indent=1))
     import matplotlib
@@ -80,12 +79,22 @@ def main(argv=None) -> None:
     import matplotlib.pyplot as plt
 
     ns = [r["n_turns"] for r in out["rows"]]
+    plt.figure()
     plt.loglog(ns, [r["append_s"] for r in out["rows"]], "o-", label="append at the end")
     plt.loglog(ns, [r["late_insert_s"] for r in out["rows"]], "o-", label="late insert")
     plt.xlabel("turns in the bank")
     plt.ylabel("seconds (median)")
     plt.legend()
     plt.savefig(RESULTS / "late_insert.png", dpi=100)
+    plt.close()
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args(argv)
+    run(a.sizes, a.rounds, save)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,10 @@ order, from the stored unit vectors (only the late turns' text is encoded) and t
 vectors (a head whose text is unchanged keeps its vector): every session is re-segmented, every
 head re-extracted and the nearest-head table recomputed, so a late insert costs O(bank) where an
 append at the end costs O(last session); ``benchmarks/bench_late_insert.py`` measures it.
+
+**One path.** :func:`add_turns` is what ``Memory.add`` (``memory.banks``) and ``trawmem build
+--update`` (``cli.build``) call with a bank's new turns and the ids of the late ones
+(:func:`late_ids`, or ``memory.turns.screen`` per item): an append at the end, or a late insert.
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from ..data.types import Conversation, Turn
 from ..encode.base import Encoder
 from ..errors import InputError
 from ..store.bank import Bank
-from .builder import _Work, _encode_units, _finish, _heads, _segment
+from .builder import _Work, _encode_units, _finish, _heads, _segment, update_bank
 
 
 def time_order(turns: list[Turn]) -> list[Turn]:
@@ -43,6 +47,31 @@ def time_order(turns: list[Turn]) -> list[Turn]:
     floor = min((k for k in keys if k is not None), default=None)
     order = sorted(range(len(turns)), key=lambda i: keys[i] if keys[i] is not None else floor)
     return [turns[i] for i in order]
+
+
+def late_ids(old: list[Turn], new: list[Turn]) -> set[str]:
+    """The ids of ``new`` (a bank's new turns, in arrival order) that are late: dated before the
+    latest time of ``old`` (the bank's turns) or of a turn of ``new`` before it that is not late
+    (the rule ``memory.turns.screen`` applies per item)."""
+    latest = next((t.time for t in reversed(old) if t.time is not None), None)
+    out: set[str] = set()
+    for t in new:
+        if t.time is not None and latest is not None and t.time < latest:
+            out.add(t.turn_id)
+        elif t.time is not None:
+            latest = t.time
+    return out
+
+
+def add_turns(bank: Bank, new: list[Turn], late: set[str], derived: bool, cfg: BuildConfig, encoder: Encoder,
+              llm=None) -> tuple[Bank, dict]:
+    """``bank`` with ``new`` (arrival order; ``late``: the ids of those dated before a held turn,
+    ``derived``: their sessions are counted by day) stored: appended at the end
+    (``ingest.update_bank``) when none is late, else every turn at its place in time
+    (:func:`place`, :func:`insert_bank`)."""
+    if not late:
+        return update_bank(bank, new, cfg, encoder, llm)
+    return insert_bank(bank, place(bank.turns, new, late, derived, f"bank {bank.bank_id!r}"), cfg, encoder, llm)
 
 
 def _day(t: Turn):

@@ -153,15 +153,22 @@ class Memory(Portable):
         AddLayers``): None, those that can run (the others are left, said in the answer's ``layers``);
         True, all or a ``ConfigError`` (nothing stored); False, none (docs/python-api.md).
         """
-        from ..ingest.layers.steps import add_layers
-        from ..llm.base import LLMWork
-        from .answers import append_answer
         from .messages import request_batch
 
         bank_arg(bank_id)
-        steps = add_layers(layers, self._core.encoder, self.llm)
         batch = request_batch(bank_id, turns, messages, speakers=speakers, roles=roles, atomic=atomic, now=now)
         batch.scope = within
+        return self._add(bank_id, batch, layers)
+
+    def _add(self, bank_id: str, batch, layers: bool | None = None) -> dict:
+        """:meth:`add` of a ``memory.turns.AppendBatch`` (an import's carries the ``stored_at`` of
+        its turns, ``memory.export``)."""
+        from ..ingest.layers.steps import add_layers
+        from ..llm.base import LLMWork
+        from .answers import append_answer
+
+        within = batch.scope
+        steps = add_layers(layers, self._core.encoder, self.llm)
         with LLMWork(self.llm) as work, self._core.publishing(bank_id):
             res = self._core.append(bank_id, batch, llm=self.llm, layers=steps)
             if res.bank is not None:
