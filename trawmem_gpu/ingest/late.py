@@ -115,10 +115,29 @@ def place(old: list[Turn], new: list[Turn], late: set[str], derived: bool, where
     return out
 
 
+def _resessioned(facts: tuple, bank: Bank, turns: list[Turn]) -> tuple:
+    """``facts`` with the session of each that names its first source turn's (``Fact.session``, as
+    ``memory.facts`` and the extraction set it) following that turn where a late turn renumbered
+    the sessions after it (``turns``: ``bank``'s turns and the new ones, placed), as a build of the
+    turns in time order would number it. The facts themselves when no session moved."""
+    if not facts:
+        return facts
+    was = {t.turn_id: t.session for t in bank.turns}
+    now = {t.turn_id: t.session for t in turns}
+    out = []
+    for f in facts:
+        src = f.source_turns[0]
+        if f.session is not None and src in was and now.get(src, was[src]) != was[src] and f.session == str(was[src]):
+            f = replace(f, session=str(now[src]))
+        out.append(f)
+    return facts if all(map(lambda a, b: a is b, out, facts)) else tuple(out)
+
+
 def insert_bank(bank: Bank, turns: list[Turn], cfg: BuildConfig, encoder: Encoder, llm=None) -> tuple[Bank, dict]:
     """``bank`` rebuilt over ``turns`` (its own turns and new ones, in time order: :func:`place`),
     equal to ``build_banks`` over them; stored unit and head vectors are reused, only new text is
-    encoded. Layers (facts, profiles) carry over as an append's do: they cite turn ids."""
+    encoded. Layers (facts, profiles) carry over as an append's do: they cite turn ids (a fact's
+    session follows its source turn's: :func:`_resessioned`)."""
     if encoder.id != bank.encoder_id:
         raise InputError(f"bank {bank.bank_id!r} was built with encoder {bank.encoder_id!r}, not {encoder.id!r}")
     row = {t.turn_id: i for i, t in enumerate(bank.turns)}
@@ -143,7 +162,7 @@ def insert_bank(bank: Bank, turns: list[Turn], cfg: BuildConfig, encoder: Encode
     stats["segment_heads_s"] = time.perf_counter() - t0
     reuse = {h: bank.head_vecs[j] for j, h in enumerate(bank.heads)}
     (out,), _ = _finish([w], encoder, cfg, False, stats, [None], None, [reuse])
-    out = replace(out, facts=bank.facts, fact_vecs=bank.fact_vecs, profiles=bank.profiles,
+    out = replace(out, facts=_resessioned(bank.facts, bank, turns), fact_vecs=bank.fact_vecs, profiles=bank.profiles,
                   profile_vecs=bank.profile_vecs, layer_sources=dict(bank.layer_sources))
     out.validate()
     return out, stats
