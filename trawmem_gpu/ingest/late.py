@@ -13,9 +13,14 @@ sessions after it are renumbered one up, as an in-order append of the same turns
 
 **Cost.** The bank is rebuilt over the merged turns as ``build_banks`` would build them in time
 order, from the stored unit vectors (only the late turns' text is encoded) and the stored head
-vectors (a head whose text is unchanged keeps its vector): every session is re-segmented, every
-head re-extracted and the nearest-head table recomputed, so a late insert costs O(bank) where an
-append at the end costs O(last session); ``benchmarks/bench_late_insert.py`` measures it.
+vectors (a head whose text is unchanged keeps its vector). The sessions before the first one the
+late turns change keep their threads and heads, as an append keeps those before its session,
+unless the late turns move the bank's burst gap (a statistic of every session: then every
+session is segmented again); every session from there on is re-segmented, its heads
+re-extracted, and the nearest-head table updated for the new threads. The bank is written whole,
+not as a segment. So a late insert costs O(bank after the late turn) to compute and O(bank) to
+write, where an append at the end costs O(last session); ``benchmarks/bench_late_insert.py``
+measures it.
 
 **One path.** :func:`add_turns` is what ``Memory.add`` (``memory.banks``) and ``trawmem build
 --update`` (``cli.build``) call with a bank's new turns and the ids of the late ones
@@ -29,11 +34,13 @@ from dataclasses import replace
 import numpy as np
 
 from .config import BuildConfig
+from ..data.bursts import burst_gap, session_gaps
 from ..data.fields import next_session
 from ..data.types import Conversation, Turn
 from ..encode.base import Encoder
 from ..errors import InputError
 from ..store.bank import Bank
+from ..store.bursts import held_session_gaps
 from .builder import _Work, _encode_units, _finish, _heads, _segment, update_bank
 
 
@@ -133,6 +140,28 @@ def _resessioned(facts: tuple, bank: Bank, turns: list[Turn]) -> tuple:
     return facts if all(map(lambda a, b: a is b, out, facts)) else tuple(out)
 
 
+def _kept_prefix(bank: Bank, turns: list[Turn], gaps: np.ndarray) -> tuple[int, int]:
+    """``(first unit, threads kept)``: the sessions before the first one the late turns change
+    (the bank's turns up to there are ``turns``' own, with the same sessions) keep their threads
+    and heads, as an append keeps those before its session, when the burst gap of ``turns``
+    (``data.bursts.burst_gap``, a statistic of the whole bank) is the bank's, so a build of
+    ``turns`` would segment them alike; else ``(0, 0)``: everything is segmented again."""
+    old = bank.turns
+    n = min(len(old), len(turns))
+    i = 0
+    while i < n and old[i].turn_id == turns[i].turn_id and old[i].session == turns[i].session:
+        i += 1
+    while 0 < i < len(old) and old[i - 1].session == old[i].session:  # back to a session start of both
+        i -= 1
+    while 0 < i and turns[i - 1].session == turns[i].session:
+        i -= 1
+    held = held_session_gaps(bank)
+    if i == 0 or burst_gap(session_gaps(old) if held is None else held) != burst_gap(gaps):
+        return 0, 0
+    keep = int(np.searchsorted(bank.thread_offsets, i))
+    return (i, keep) if keep < bank.n_threads and int(bank.thread_offsets[keep]) == i else (0, 0)
+
+
 def insert_bank(bank: Bank, turns: list[Turn], cfg: BuildConfig, encoder: Encoder, llm=None) -> tuple[Bank, dict]:
     """``bank`` rebuilt over ``turns`` (its own turns and new ones, in time order: :func:`place`),
     equal to ``build_banks`` over them; stored unit and head vectors are reused, only new text is
@@ -155,13 +184,21 @@ def insert_bank(bank: Bank, turns: list[Turn], cfg: BuildConfig, encoder: Encode
         else:
             vecs[i] = bank.unit_vecs[j]
     stats["encode_units_s"] = time.perf_counter() - t0
-    w = _Work(Conversation(bank.bank_id, turns), vecs, [], [], [])
+    gaps = session_gaps(turns)
+    first, keep = _kept_prefix(bank, turns, gaps)
+    stats.update(resegmented_units=len(turns) - first, kept_threads=keep)
+    w = _Work(Conversation(bank.bank_id, turns), vecs, [int(s) for s in bank.thread_offsets[:keep]],
+              list(bank.heads[:keep]), list(bank.head_kind[:keep]), keep, gaps=gaps)
     t0 = time.perf_counter()
-    _segment([w], cfg, llm, stats, [0])
+    _segment([w], cfg, llm, stats, [first])
     _heads([w], cfg, llm, stats, encoder)
     stats["segment_heads_s"] = time.perf_counter() - t0
     reuse = {h: bank.head_vecs[j] for j, h in enumerate(bank.heads)}
-    (out,), _ = _finish([w], encoder, cfg, False, stats, [None], None, [reuse])
+    graph = None
+    if keep and bank.knn_ids is not None and bank.knn_ids.shape[1] == cfg.knn:  # the kept rows updated
+        J = bank.n_threads
+        graph = (bank, np.where(np.arange(J) < keep, np.arange(J), -1), np.arange(keep, len(w.heads), dtype=np.int64))
+    (out,), _ = _finish([w], encoder, cfg, False, stats, [bank.head_vecs], [graph], [reuse])
     out = replace(out, facts=_resessioned(bank.facts, bank, turns), fact_vecs=bank.fact_vecs, profiles=bank.profiles,
                   profile_vecs=bank.profile_vecs, layer_sources=dict(bank.layer_sources))
     out.validate()

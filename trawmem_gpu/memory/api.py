@@ -153,28 +153,13 @@ class Memory(Portable):
         AddLayers``): None, those that can run (the others are left, said in the answer's ``layers``);
         True, all or a ``ConfigError`` (nothing stored); False, none (docs/python-api.md).
         """
+        from .answers import add_batch
         from .messages import request_batch
 
         bank_arg(bank_id)
         batch = request_batch(bank_id, turns, messages, speakers=speakers, roles=roles, atomic=atomic, now=now)
         batch.scope = within
-        return self._add(bank_id, batch, layers)
-
-    def _add(self, bank_id: str, batch, layers: bool | None = None) -> dict:
-        """:meth:`add` of a ``memory.turns.AppendBatch`` (an import's carries the ``stored_at`` of
-        its turns, ``memory.export``)."""
-        from ..ingest.layers.steps import add_layers
-        from ..llm.base import LLMWork
-        from .answers import append_answer
-
-        within = batch.scope
-        steps = add_layers(layers, self._core.encoder, self.llm)
-        with LLMWork(self.llm) as work, self._core.publishing(bank_id):
-            res = self._core.append(bank_id, batch, llm=self.llm, layers=steps)
-            if res.bank is not None:
-                self._publish(bank_id, res.bank)
-        return {**append_answer(bank_id, res, within), **({"layers": steps.report} if steps and steps.report else {}),
-                **({"llm": work.report()} if self.llm is not None else {})}
+        return add_batch(self, bank_id, batch, layers)
 
     def _publish(self, bank_id: str, bank) -> None:
         prepared = self._core.engines.prepare(bank)  # the slow part, outside the engine lock

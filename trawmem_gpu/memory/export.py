@@ -303,12 +303,13 @@ def _write(mem, cur: dict, where=None) -> dict:
     res = {"bank_id": bid, "stored": 0, "already_stored": 0, "refused": refused, "facts": 0}
     new_units: set[str] = set()
     if turns:
+        from .answers import add_batch
         from .messages import request_batch
 
         kept = {t["turn_id"]: t.pop("stored_at") for t in turns if "stored_at" in t}
         batch = request_batch(bid, turns, atomic=True)
         batch.stored_at = kept  # the export's stored_at; a turn without one (an older export) is stamped now
-        got = mem._add(bid, batch)
+        got = add_batch(mem, bid, batch)
         new_units |= {str(i) for i in got.get("stored", [])}
         res["stored"] = len(got.get("stored", []))
         res["already_stored"] = len(got.get("already_stored", []))
