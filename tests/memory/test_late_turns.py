@@ -177,3 +177,44 @@ def test_two_writers_with_skewed_clocks_lose_nothing(tmp_path):
     assert sorted(t.turn_id for t in bank.turns) == sorted([f"x{i}" for i in range(6)] + [f"y{i}" for i in range(6)])
     times = [t.time for t in bank.turns]
     assert times == sorted(times)
+
+
+def test_a_late_turn_in_the_last_session_keeps_the_threads_before_it_and_equals_the_build():
+    """``ingest.late.insert_bank`` keeps the threads of the sessions before the first one a late
+    turn changes (the burst gap unchanged) and re-segments from there: the bank equals the build of
+    the turns in time order; with the kept prefix refused (every session re-segmented) the same."""
+    from dataclasses import replace
+
+    from word_encoder import WordEncoder
+
+    from trawmem_gpu.data.types import Conversation, Turn
+    from trawmem_gpu.ingest import build_banks
+    from trawmem_gpu.ingest import late
+    from trawmem_gpu.ingest.config import BuildConfig
+
+    enc, cfg = WordEncoder(), BuildConfig()
+    turns = []
+    for d in range(5):  # five days, one session each, a message every 7 minutes
+        for i in range(8):
+            t = datetime(2031, 3, 1 + d, 9) + timedelta(minutes=7 * i)
+            turns.append(Turn(f"d{d}:{i}", "Ana" if i % 2 else "Ben", f"Day {d} on {TOPICS[(d + i // 4) % 6]}, {i}.",
+                              d + 1, t.isoformat(), t))
+    (bank,), _ = build_banks([Conversation("b", turns)], cfg, enc, progress=False)
+    said = turns[-1].time - timedelta(minutes=3)  # a clock three minutes behind
+    new = Turn("late", "Ben", "A late word on the violin.", 5, said.isoformat(), said)
+    placed = late.place(bank.turns, [new], {"late"}, False)
+    got, stats = late.insert_bank(bank, placed, cfg, enc)
+    (want,), _ = build_banks([Conversation("b", placed)], cfg, enc, progress=False)
+    assert stats["kept_threads"] > 0 and stats["resegmented_units"] == 9  # the last session only
+    assert [t.turn_id for t in got.turns] == [t.turn_id for t in want.turns]
+    assert got.turns.index(next(t for t in got.turns if t.turn_id == "late")) == len(turns) - 1
+    _same(got, want)
+    keep = late._kept_prefix
+    try:
+        late._kept_prefix = lambda *a: (0, 0)
+        full, stats = late.insert_bank(bank, placed, cfg, enc)
+    finally:
+        late._kept_prefix = keep
+    assert stats["kept_threads"] == 0 and stats["resegmented_units"] == len(placed)
+    _same(full, want)
+    assert late._kept_prefix(bank, [replace(t, session=t.session + 1) for t in placed], np.zeros(0)) == (0, 0)
