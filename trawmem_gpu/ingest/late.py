@@ -40,7 +40,7 @@ from ..data.types import Conversation, Turn
 from ..encode.base import Encoder
 from ..errors import InputError
 from ..store.bank import Bank
-from ..store.bursts import held_session_gaps
+from ..store.bursts import SESSION_GAPS, held_session_gaps
 from .builder import _Work, _encode_units, _finish, _heads, _segment, update_bank
 
 
@@ -202,4 +202,5 @@ def insert_bank(bank: Bank, turns: list[Turn], cfg: BuildConfig, encoder: Encode
     out = replace(out, facts=_resessioned(bank.facts, bank, turns), fact_vecs=bank.fact_vecs, profiles=bank.profiles,
                   profile_vecs=bank.profile_vecs, layer_sources=dict(bank.layer_sources))
     out.validate()
+    out.__dict__[SESSION_GAPS] = gaps  # the next append extends them, as a build's (``ingest.builder``)
     return out, stats

@@ -81,18 +81,3 @@ def quarantined_summary(bank_id: str, cause: str) -> dict:
     """A quarantined bank's row beside :func:`bank_summary`'s (``Memory.banks``)."""
     return {"bank_id": bank_id, "n_units": None, "n_threads": None, "n_sessions": None, "first_date": None,
             "last_date": None, "quarantined": cause}
-
-
-def add_batch(mem, bank_id: str, batch, layers: bool | None = None) -> dict:
-    """``Memory.add`` of a ``memory.turns.AppendBatch`` on Memory ``mem`` and its answer (an
-    import's batch carries the ``stored_at`` of its turns: ``memory.export``)."""
-    from ..ingest.layers.steps import add_layers
-    from ..llm.base import LLMWork
-
-    steps = add_layers(layers, mem._core.encoder, mem.llm)
-    with LLMWork(mem.llm) as work, mem._core.publishing(bank_id):
-        res = mem._core.append(bank_id, batch, llm=mem.llm, layers=steps)
-        if res.bank is not None:
-            mem._publish(bank_id, res.bank)
-    return {**append_answer(bank_id, res, batch.scope), **({"layers": steps.report} if steps and steps.report else {}),
-            **({"llm": work.report()} if mem.llm is not None else {})}

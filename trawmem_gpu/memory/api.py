@@ -153,13 +153,21 @@ class Memory(Portable):
         AddLayers``): None, those that can run (the others are left, said in the answer's ``layers``);
         True, all or a ``ConfigError`` (nothing stored); False, none (docs/python-api.md).
         """
-        from .answers import add_batch
+        from ..ingest.layers.steps import add_layers
+        from ..llm.base import LLMWork
+        from .answers import append_answer
         from .messages import request_batch
 
         bank_arg(bank_id)
+        steps = add_layers(layers, self._core.encoder, self.llm)
         batch = request_batch(bank_id, turns, messages, speakers=speakers, roles=roles, atomic=atomic, now=now)
         batch.scope = within
-        return add_batch(self, bank_id, batch, layers)
+        with LLMWork(self.llm) as work, self._core.publishing(bank_id):
+            res = self._core.append(bank_id, batch, llm=self.llm, layers=steps)
+            if res.bank is not None:
+                self._publish(bank_id, res.bank)
+        return {**append_answer(bank_id, res, within), **({"layers": steps.report} if steps and steps.report else {}),
+                **({"llm": work.report()} if self.llm is not None else {})}
 
     def _publish(self, bank_id: str, bank) -> None:
         prepared = self._core.engines.prepare(bank)  # the slow part, outside the engine lock

@@ -133,8 +133,8 @@ def _turn_dict(n: int, rec: dict) -> dict:
             when = datetime.fromisoformat(at)
         except (TypeError, ValueError):
             raise InputError(f"line {n}: field 'stored_at': expected an ISO 8601 time or null") from None
-        when = when.astimezone(timezone.utc).replace(tzinfo=None) if when.tzinfo is not None else when
-        d["stored_at"] = when.isoformat()
+        at = (when.astimezone(timezone.utc).replace(tzinfo=None) if when.tzinfo is not None else when).isoformat()
+    d["stored_at"] = at  # null or absent: unknown, kept so (an older export round-trips as it was)
     return d
 
 
@@ -303,13 +303,12 @@ def _write(mem, cur: dict, where=None) -> dict:
     res = {"bank_id": bid, "stored": 0, "already_stored": 0, "refused": refused, "facts": 0}
     new_units: set[str] = set()
     if turns:
-        from .answers import add_batch
         from .messages import request_batch
 
-        kept = {t["turn_id"]: t.pop("stored_at") for t in turns if "stored_at" in t}
+        kept = {t["turn_id"]: t.pop("stored_at", None) for t in turns}
         batch = request_batch(bid, turns, atomic=True)
-        batch.stored_at = kept  # the export's stored_at; a turn without one (an older export) is stamped now
-        got = add_batch(mem, bid, batch)
+        batch.stored_at = kept  # the export's stored_at of each turn, null (unknown) included
+        got = mem.add(bid, batch, atomic=True)
         new_units |= {str(i) for i in got.get("stored", [])}
         res["stored"] = len(got.get("stored", []))
         res["already_stored"] = len(got.get("already_stored", []))

@@ -50,14 +50,15 @@ def utc_now() -> str:
 
 
 def stamped(turns: list[Turn], at: str | None = None, kept: dict | None = None) -> list[Turn]:
-    """``turns`` (new to their bank) with ``stored_at`` set: ``kept[turn_id]`` where given (an
-    import restoring an export's), else ``at`` (default: now, once for the whole write). The one
-    place a turn's ``stored_at`` is set, called by the doors that store new turns (``Memory.add``
-    through ``memory.banks``, ``trawmem build`` and ``--update``) just before the bank is
-    computed; a turn's ``stored_at`` given by a caller is never read (the record fields refuse it)."""
+    """``turns`` (new to their bank) with ``stored_at`` set: ``kept[turn_id]`` for a turn ``kept``
+    names (an import restoring an export's, None where the export had none), else ``at``
+    (default: now, once for the whole write). The one place a turn's ``stored_at`` is set, called
+    by the doors that store new turns (``Memory.add`` through ``memory.banks``, ``trawmem build``
+    and ``--update``) just before the bank is computed; a turn's ``stored_at`` given by a caller
+    is never read (the record fields refuse it)."""
     at = at or utc_now()
     kept = kept or {}
-    return [replace(t, stored_at=kept.get(t.turn_id) or at) for t in turns]
+    return [replace(t, stored_at=kept[t.turn_id] if t.turn_id in kept else at) for t in turns]
 
 
 def naive_utc_turns(turns: list[Turn]) -> list[Turn]:
