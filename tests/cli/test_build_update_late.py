@@ -68,3 +68,23 @@ def test_update_with_late_turns_equals_the_in_order_build(tmp_path, capsys):
     assert all(t.stored_at for t in got.turns)
     assert {t.turn_id: t.stored_at for t in got.turns if t.turn_id in stamps} == stamps  # kept by the updates
     assert len({t.stored_at for t in got.turns}) == 1 + len(range(0, len(rest), 5))  # one per build / update
+
+
+def test_the_history_command_shows_when_a_turn_was_said_and_stored(tmp_path, capsys):
+    from trawmem_gpu.cli import main
+    from trawmem_gpu.store import Collection
+
+    turns = _turns(5, 4)
+    out = tmp_path / "c"
+    assert _build("--input", _write(tmp_path / "a.jsonl", turns), "--out", out) == 0
+    stored = {t.turn_id: t.stored_at for t in Collection(out).load("b").turns}
+    capsys.readouterr()
+    assert main(["history", "--collection", str(out), "--bank", "b", "--unit", "t1", "--json"]) == 0
+    (added,) = json.loads(capsys.readouterr().out)
+    assert added == {"event": "added", "time": None, "cause": "build", "event_time": turns[1]["timestamp"],
+                     "stored_at": stored["t1"]}
+    assert main(["history", "--collection", str(out), "--bank", "b", "--unit", "t1"]) == 0
+    assert capsys.readouterr().out == f"-  added (build): said {turns[1]['timestamp']}, stored {stored['t1']}\n"
+    assert main(["history", "--collection", str(out), "--bank", "b", "--unit", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("trawmem history: error:") and "nope" in err and "Traceback" not in err
