@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import json
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -29,6 +29,10 @@ def _turn(i: int, day: int, minute: int = 0) -> dict:
             "timestamp": f"2031-03-{day:02d}T10:{minute:02d}:00"}
 
 
+def _now() -> str:
+    return datetime.now(timezone.utc).replace(tzinfo=None).isoformat()
+
+
 def _stored(coll_path, bank="b") -> dict:
     return {t.turn_id: t.stored_at for t in Collection(coll_path).load(bank).turns}
 
@@ -40,10 +44,10 @@ def _all_bytes(root: Path) -> bytes:
 def test_stored_at_is_set_per_add_and_kept_by_late_inserts_segments_compaction_and_forgets(tmp_path):
     d = tmp_path / "c"
     m = Memory(d, encoder=WordEncoder())
-    before = datetime.utcnow().isoformat()
+    before = _now()
     m.add("b", [_turn(i, 1 + i // 4, i) for i in range(0, 12)])  # the base
     first = _stored(d)
-    assert len(set(first.values())) == 1 and before <= next(iter(first.values())) <= datetime.utcnow().isoformat()
+    assert len(set(first.values())) == 1 and before <= next(iter(first.values())) <= _now()
     m.add("b", [_turn(12, 4), _turn(13, 4, 1)])  # an append at the end: a segment
     assert Collection(d).segments("b")
     m.add("b", [_turn(14, 2, 30)])  # a late turn: the bank rebuilt in time order
