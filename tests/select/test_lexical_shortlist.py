@@ -1,5 +1,5 @@
 """BM25 of a large bank's shortlist (``select/engine/lexical_shortlist.py``) against the exact
-scores of every posting (``shortlist.bm25_sparse``): the working set's scores are the same
+scores of every posting (``lexical_shortlist.bm25_sparse``): the working set's scores are the same
 float32 values, every unit above the threshold bound is found with its exact rank, and the
 ranks below it are never better than a found unit's."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from trawmem_gpu.select.config import SelectConfig
-from trawmem_gpu.select.engine import SelectionEngine, lexical_shortlist as lx, shortlist as sl
+from trawmem_gpu.select.engine import SelectionEngine, lexical_shortlist as lx
 
 from benchmarks.synthetic_banks import make_banks, make_queries
 
@@ -29,7 +29,7 @@ def _cols(snap, bank: int, question: str) -> np.ndarray:
 
 
 def _exact(snap, bank, cols):
-    u, s = sl.bm25_sparse(snap, bank, cols)
+    u, s = lx.bm25_sparse(snap, bank, cols)
     order = np.lexsort((u, -s))
     rank = np.empty(len(u))
     rank[order] = np.arange(1, len(u) + 1)

@@ -1,7 +1,7 @@
 """BM25 of a large bank's shortlist without adding every posting of the query's terms
 (``shortlist.py``, steps 1 and 3).
 
-Exact BM25 (``shortlist.bm25_sparse``) adds every posting of the query's columns: at 10^6 units a
+Exact BM25 (:func:`bm25_sparse`) adds every posting of the query's columns: at 10^6 units a
 common term holds tens of thousands of them. A query whose columns hold more than
 :data:`EXACT_POSTINGS` postings is served from two orders of the same postings instead:
 
@@ -58,6 +58,25 @@ class Lexical(NamedTuple):
     """Units of the bank."""
 
 
+def bm25_sparse(snap: Snapshot, bank: int, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(units ascending, float32 BM25)`` of the units a query's BM25 columns ``cols`` (store
+    columns, token order) touch: each unit's postings added in token order, as bm25s does."""
+    st = snap.bm25.store
+    nz = int(st.nz0[bank])
+    us, vs = [], []
+    for t in cols.tolist():
+        s, e = nz + int(st.ptr[t]), nz + int(st.ptr[t + 1])
+        us.append(st.idx[s:e])
+        vs.append(st.data[s:e])
+    if not us or not sum(len(u) for u in us):
+        return np.zeros(0, np.int64), np.zeros(0, np.float32)
+    u, v = np.concatenate(us).astype(np.int64), np.concatenate(vs).astype(np.float32)
+    uniq, inv = np.unique(u, return_inverse=True)
+    acc = np.zeros(len(uniq), dtype=np.float32)
+    np.add.at(acc, inv, v)
+    return uniq, acc
+
+
 def columns(snap: Snapshot, bank: int, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(lo, hi)``: the store positions of each query column's postings (``cols``: store columns)."""
     st = snap.bm25.store
@@ -105,8 +124,6 @@ def lexical(snap: Snapshot, bank: int, cols: np.ndarray, M: int, sample_rows: np
     """The query's :class:`Lexical` over ``bank`` (``cols``: its store columns in token order;
     ``sample_rows``: the bank's rank sample, bank-local; ``keep``: a filter's unit mask, whose
     failing units are neither proposed nor ranked: read exactly)."""
-    from .shortlist import bm25_sparse
-
     lo, hi = columns(snap, bank, cols)
     n = int(snap.off.nu[bank])
     if int((hi - lo).sum()) <= EXACT_POSTINGS or keep is not None:

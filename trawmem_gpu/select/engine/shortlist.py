@@ -101,25 +101,6 @@ def unit_index(snap: Snapshot, bank: int, kind: str, use_gpu: bool) -> tuple[Vec
         return got
 
 
-def bm25_sparse(snap: Snapshot, bank: int, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(units ascending, float32 BM25)`` of the units a query's BM25 columns ``cols`` (store
-    columns, token order) touch: each unit's postings added in token order, as bm25s does."""
-    st = snap.bm25.store
-    nz = int(st.nz0[bank])
-    us, vs = [], []
-    for t in cols.tolist():
-        s, e = nz + int(st.ptr[t]), nz + int(st.ptr[t + 1])
-        us.append(st.idx[s:e])
-        vs.append(st.data[s:e])
-    if not us or not sum(len(u) for u in us):
-        return np.zeros(0, np.int64), np.zeros(0, np.float32)
-    u, v = np.concatenate(us).astype(np.int64), np.concatenate(vs).astype(np.float32)
-    uniq, inv = np.unique(u, return_inverse=True)
-    acc = np.zeros(len(uniq), dtype=np.float32)
-    np.add.at(acc, inv, v)
-    return uniq, acc
-
-
 def threads_units(offsets: np.ndarray, threads: np.ndarray) -> np.ndarray:
     """Every unit of ``threads`` (bank-local, ascending unique), ascending."""
     threads = np.unique(threads)
