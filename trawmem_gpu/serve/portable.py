@@ -42,17 +42,12 @@ class ServedMemory:
         prepared = self.s.engines.prepare(bank)  # here, on the append thread
         self.s.worker.submit(self.s._sync_bank, bank_id, prepared).result()  # published between batches
 
-    def add(self, bank_id: str, turns, *, atomic: bool = False) -> dict:
-        from ..memory.answers import append_answer
-        from ..memory.messages import request_batch
+    @property
+    def llm(self):
+        return self.s.llm
 
-        batch = request_batch(bank_id, turns, None, atomic=atomic)
-        batch.scope = self.where
-        with self._core.publishing(bank_id):
-            res = self._core.append(bank_id, batch, self.s.append_encoder(), self.s.llm)
-            if res.bank is not None:
-                self._publish(bank_id, res.bank)
-        return append_answer(bank_id, res, self.where)
+    def _import_encoder(self):
+        return self.s.append_encoder()
 
     def add_facts(self, bank_id: str, facts) -> dict:
         from ..memory.facts import add_facts
