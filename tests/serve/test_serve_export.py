@@ -138,7 +138,7 @@ def test_refusals_store_nothing(server):
             "line 2: field 'bank_id': 'acme-mix' is not the bank imported into ('acme-new')": mix,
             "line 1: field 'version'": mix.replace(b'"version":1', b'"version":2', 1),
             "truncated": _as(mix, MIX, "acme-new")[:-5],
-            "body: not UTF-8": b"\xff\xfe" + mix,
+            "line 1: not UTF-8": b"\xff\xfe" + mix,
             "line 1: empty file": b"",
         }
         for says, body in bad.items():

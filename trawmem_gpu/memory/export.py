@@ -391,6 +391,7 @@ def _outside(where, turns: list[dict]) -> set[str]:
 
 
 def _write(mem, cur: dict, where=None) -> dict:
+    from ..store.writes import pause_point
     from .export_commit import add_imported
     from .export_vectors import GivenVectors
     from .messages import request_batch
@@ -415,6 +416,7 @@ def _write(mem, cur: dict, where=None) -> dict:
         res["stored"] = len(got.get("stored", []))
         res["already_stored"] = len(got.get("already_stored", []))
         res["facts"] = len(added)
+    pause_point("import-committed")
     if where is None:  # a bound key's import keeps its own events (the history names every user's units)
         import_history(mem, bid, new_units, cur["events"])
     return res

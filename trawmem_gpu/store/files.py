@@ -159,6 +159,9 @@ def save_bank(bank: Bank, path: str | Path) -> Path:
     try:
         write_bank_files(bank, tmp)
         fsync_dir(tmp)
+        from .writes import pause_point  # a test's kill point (``writes.PAUSE_ENV``)
+
+        pause_point("bank-files-written")
         if path.exists():
             old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:12]}"
             os.replace(path, old)

@@ -31,7 +31,10 @@ PAUSE_ENV = "TRAWMEM_STORE_PAUSE"
 so a test can kill it at that point. Stages: ``segment-written`` (an append's segment files are
 written, ``meta.json`` not yet), ``compact-written`` (a compaction's new base is written in its
 private directory), ``compact-moved`` (moved into the bank's directory, ``meta.json`` not yet
-replaced), ``compact-committed`` (replaced; the old files not yet removed)."""
+replaced), ``compact-committed`` (replaced; the old files not yet removed), ``bank-files-written`` (a whole bank's files are written
+in a temporary directory, not renamed into place), ``bank-saved`` (renamed into place, the index
+not yet written: a new bank is not in the collection), ``import-committed`` (an import's bank is
+written, its history not yet rewritten: ``memory.export``)."""
 
 
 def pause_point(stage: str) -> None:
