@@ -286,7 +286,8 @@ def add_portable_routes(app: FastAPI, ctx: RouteContext) -> None:
                                         "description": "the export (JSON Lines: header, bank, turns, facts, events)"}},
              summary="One bank as an export (JSON Lines; only the turns this key may read)")
     async def export_bank(bank_id: str, vectors: bool = False, tenant: Tenant = Depends(tenant_of)):
-        """``vectors=true``: each unit's vector, with the encoder named in the header (docs/export.md)."""
+        """Sent as it is made (chunked), from one revision of the bank. vectors=true: each unit's vector
+        (base64 of float32), with the encoder named in the header (docs/export.md)."""
         ctx.owned(tenant, bank_id)
         pieces = await backend.export_bank(bank_id, tenant.where, vectors)
         return StreamingResponse(pieces if not isinstance(pieces, bytes) else _slices(pieces), media_type=NDJSON)
