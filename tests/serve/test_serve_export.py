@@ -181,6 +181,20 @@ def test_the_export_is_streamed_in_pieces_equal_to_the_whole_export(server):
             assert _no_created(b"".join(pieces)) == _no_created(whole.getvalue().encode())
             head = json.loads(pieces[0].split(b"\n", 1)[0])
             assert ("vectors" in head) == bool(q)
+    from trawmem_gpu.client import Client
+
+    class Recording(io.BytesIO):
+        writes = 0
+
+        def write(self, b):
+            self.writes += 1
+            return super().write(b)
+
+    url, keys = server
+    with Client(url, api_key=keys["rw"]) as cl:  # the client writes the pieces as they come
+        out = Recording()
+        n = cl.export(BIG, out, vectors=True)
+    assert out.writes > 1 and n == len(out.getvalue()) and b'"vector_of"' in out.getvalue()
 
 
 def test_an_import_body_is_read_line_by_line_and_bounded(server):
