@@ -3,9 +3,11 @@
 
 The format and both directions are ``memory.export``'s (``export`` / ``import_``, the same code as
 ``Memory.export`` and ``trawmem import``); :class:`ServedMemory` gives them the part of ``Memory``
-they call, over the service's own core: turns appended as an append request's are (the append
-encoder, the bank's write lock, the engine refreshed on the batch worker before the answer) and
-facts added by ``memory.facts``.
+they call, over the service's own core: a bank's turns and facts appended in one commit as an
+append request's turns are (``memory.export_commit``: the append encoder, the bank's write lock,
+the engine refreshed on the batch worker before the answer). The export is streamed in pieces
+made on an append thread from one revision of the bank; the import reads the request body's
+lines as it takes them (:func:`body_lines`, a byte bound per line).
 """
 from __future__ import annotations
 
