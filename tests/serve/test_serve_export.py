@@ -195,6 +195,11 @@ def test_the_export_is_streamed_in_pieces_equal_to_the_whole_export(server):
         out = Recording()
         n = cl.export(BIG, out, vectors=True)
     assert out.writes > 1 and n == len(out.getvalue()) and b'"vector_of"' in out.getvalue()
+    with Client(url, api_key=keys["rw"]) as cl:  # the vectors are taken by the server's import
+        got = cl.import_("acme-big-copy", _as(out.getvalue(), BIG, "acme-big-copy"))
+        back = io.BytesIO()
+        cl.export("acme-big-copy", back, vectors=True)
+    assert got.stored == 300 and _content(back.getvalue()) == _content(_as(out.getvalue(), BIG, "acme-big-copy"))
 
 
 def test_an_import_body_is_read_line_by_line_and_bounded(server):
