@@ -83,6 +83,10 @@ SUITE: tuple[Entry, ...] = (
     Entry("head", "bench_head.py",
           "the learned role head on LoCoMo dev: leave-one-conversation-out, then the B table",
           ("head_loco.json", "head_loco.png", "head_table.json"), "15 min (head_table.json: 883 s)"),
+    Entry("import-vectors", "bench_import_vectors.py",
+          "an import carrying vectors (`trawmem export --vectors`) against one encoding the texts again, side by "
+          "side, on one bank of N synthetic turns (`--sizes`, default 500 / 2,000), and the two files' sizes",
+          ("import_vectors.json", "import_vectors.png"), "12 min on the loaded 2-core machine (load 11; 736 s for `--sizes 500 2000 --rounds 3`, from the run's log)"),
     Entry("late-insert", "bench_late_insert.py",
           "a late insert (a turn dated before the bank's last turn, stored at its place in time) against an "
           "append at the end, side by side, on one bank of 10^3 / 10^4 / 10^5 synthetic turns (`--sizes`): dated "

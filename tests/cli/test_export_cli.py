@@ -33,3 +33,26 @@ def test_import_bad_version_is_one_line(tmp_path, capsys):
     assert main(["import", "--collection", str(tmp_path / "c"), "--input", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "line 1: field 'version'" in err and "Traceback" not in err
+
+
+def test_export_vectors_and_an_encoder_mismatch_is_one_line(tmp_path, capsys):
+    """``--vectors`` names the encoder in the header and writes each turn's vector; importing it into
+    a collection of another encoder is one line naming the header's field, nothing stored."""
+    from trawmem_gpu import Memory
+
+    src = Memory(tmp_path / "a")
+    src.add("b1", [{"turn_id": "S1:1", "speaker": "Ana", "text": "I keep bees on the roof.", "timestamp": "2024-05-01"}])
+    out = tmp_path / "x.jsonl"
+    assert main(["export", "--collection", str(tmp_path / "a"), "--out", str(out), "--vectors"]) == 0
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert lines[0]["vectors"] == {"model": src.encoder_id, "dim": 384, "dtype": "float32"}
+    assert len(lines[2]["vector"]) == 4 * ((384 * 4 + 2) // 3) and len(lines[2]["vector_of"]) == 64
+    other = tmp_path / "other.jsonl"  # as written by a collection of another encoder
+    other.write_text(out.read_text().replace(f'"model":"{src.encoder_id}"', '"model":"another-model:mean:256"', 1))
+    capsys.readouterr()
+    assert main(["import", "--collection", str(tmp_path / "c"), "--input", str(other)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "line 1: field 'vectors.model'" in err and "Traceback" not in err
+    assert Memory(tmp_path / "c").banks() == []
+    assert main(["import", "--collection", str(tmp_path / "c"), "--input", str(out)]) == 0  # the same encoder
+    assert Memory(tmp_path / "c").turns("b1") == src.turns("b1")

@@ -95,9 +95,10 @@ def test_bad_input_names_line_and_field(mem, tmp_path, edit, message):
     text = "\n".join(edit(ls))
     text = text if message.endswith("truncated") else text + "\n"
     dst = Memory(tmp_path / "bad")
-    with pytest.raises(InputError, match=message.replace("(", r"\(")):
+    with pytest.raises(InputError, match=message.replace("(", r"\(")) as e:
         import_(dst, io.StringIO(text))
-    assert "ana-ben" not in dst
+    assert "ana-ben" not in dst and dst.banks() == []
+    assert "\n" not in str(e.value) and str(e.value).startswith("line ")  # one line, naming the line
 
 
 def test_history_is_imported_with_the_units(mem, tmp_path):

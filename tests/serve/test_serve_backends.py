@@ -248,6 +248,9 @@ def test_export_import(be):
     back = c.get(f"/v1/banks/{copy}/export").content.decode().splitlines()
     turns = lambda ls: [json.loads(x) for x in ls if '"type":"turn"' in x]  # noqa: E731
     assert turns(back) == turns(body.decode().splitlines()) and turns(back)
+    with_v = c.get(f"/v1/banks/{copy}/export?vectors=true").content.decode().splitlines()  # streamed or sent whole
+    assert json.loads(with_v[0])["vectors"]["dim"] > 0 and turns(with_v)[0]["vector_of"], name
+    assert [{k: v for k, v in x.items() if "vector" not in k} for x in turns(with_v)] == turns(back)
     assert _ok(c.delete(f"/v1/banks/{copy}"), M.ForgetResponse).deleted
 
 

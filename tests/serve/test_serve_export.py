@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import json
 
 import pytest
@@ -21,6 +22,10 @@ import httpx  # noqa: E402
 
 from serve_util import KEYS, SAMPLE_BANK, build_sample_collection, keys_file, running  # noqa: E402
 
+BIG = "acme-big"
+"""A bank of 300 turns: its export is several pieces."""
+COLL: list = []
+"""The served collection's path (set by the fixture)."""
 MIX = "acme-mix"
 """A bank of users u1 and u2 (turn metadata ``user_id``), with a fact citing each user's turn."""
 
@@ -44,7 +49,10 @@ def server(tmp_path_factory):
     mem.add(MIX, _mix_turns())
     mem.add_facts(MIX, [{"id": "F1", "text": "u1 keeps a PRIVATE-u1 fact.", "source_turns": ["T1"]},
                         {"id": "F2", "text": "u2 keeps a PRIVATE-u2 fact.", "source_turns": ["T2"]}])
+    mem.add(BIG, [{"turn_id": f"B{i}", "speaker": ("Ana", "Ben")[i % 2], "text": f"Turn {i} of a long chat.",
+                   "timestamp": f"2024-04-{1 + i // 30:02d}T10:{i % 30:02d}:00"} for i in range(300)])
     del mem
+    COLL.append(coll)
     path = keys_file(tmp / "keys.json")
     keys = {**KEYS, "u1": add_key(path, "acme-u1", ["acme-*"], writable=True, where={"user_id": "u1"})}
     with running(ServeConfig(collection=coll, keys_file=path, max_wait_ms=2)) as (url, _, _srv):
@@ -138,7 +146,7 @@ def test_refusals_store_nothing(server):
             "line 2: field 'bank_id': 'acme-mix' is not the bank imported into ('acme-new')": mix,
             "line 1: field 'version'": mix.replace(b'"version":1', b'"version":2', 1),
             "truncated": _as(mix, MIX, "acme-new")[:-5],
-            "body: not UTF-8": b"\xff\xfe" + mix,
+            "line 1: not UTF-8": b"\xff\xfe" + mix,
             "line 1: empty file": b"",
         }
         for says, body in bad.items():
@@ -147,3 +155,77 @@ def test_refusals_store_nothing(server):
         r = rw.post("/v1/banks/acme-new/import", content=b"x" * ((4 << 20) + 1))  # over max_body_bytes
         assert r.status_code == 413, r.text
         assert rw.get("/v1/banks/acme-new").status_code == 404  # nothing of any of them stored
+
+
+def _no_created(data: bytes) -> bytes:
+    head, rest = data.split(b"\n", 1)
+    h = json.loads(head)
+    h.pop("created")
+    return json.dumps(h).encode() + b"\n" + rest
+
+
+def test_the_export_is_streamed_in_pieces_equal_to_the_whole_export(server):
+    """The answer is chunked (no Content-Length), in more than one piece for a bank of 300 turns,
+    and its bytes are those of ``Memory.export`` of the same bank (the whole export, made at once)."""
+    from trawmem_gpu import Memory
+
+    with _c(server, "rw") as rw:
+        for q in ("", "?vectors=true"):
+            with rw.stream("GET", f"/v1/banks/{BIG}/export{q}") as r:
+                assert r.status_code == 200 and r.headers.get("transfer-encoding") == "chunked", r.headers
+                assert "content-length" not in r.headers
+                pieces = list(r.iter_raw())
+            assert len(pieces) > 1
+            whole = io.StringIO()
+            Memory(COLL[0], create=False).export(whole, [BIG], vectors=bool(q))
+            assert _no_created(b"".join(pieces)) == _no_created(whole.getvalue().encode())
+            head = json.loads(pieces[0].split(b"\n", 1)[0])
+            assert ("vectors" in head) == bool(q)
+    from trawmem_gpu.client import Client
+
+    class Recording(io.BytesIO):
+        writes = 0
+
+        def write(self, b):
+            self.writes += 1
+            return super().write(b)
+
+    url, keys = server
+    with Client(url, api_key=keys["rw"]) as cl:  # the client writes the pieces as they come
+        out = Recording()
+        n = cl.export(BIG, out, vectors=True)
+    assert out.writes > 1 and n == len(out.getvalue()) and b'"vector_of"' in out.getvalue()
+    with Client(url, api_key=keys["rw"]) as cl:  # the vectors are taken by the server's import
+        got = cl.import_("acme-big-copy", _as(out.getvalue(), BIG, "acme-big-copy"))
+        back = io.BytesIO()
+        cl.export("acme-big-copy", back, vectors=True)
+    assert got.stored == 300 and _content(back.getvalue()) == _content(_as(out.getvalue(), BIG, "acme-big-copy"))
+
+
+def test_an_import_body_is_read_line_by_line_and_bounded(server):
+    """A line over the import's line bound is a 413 naming it, a streamed (chunked) body past
+    ``max_body_bytes`` a 413 too, each before the rest is read; nothing stored."""
+    from trawmem_gpu.memory.export import MAX_LINE_BYTES
+
+    head = json.dumps({"format": "trawmem-export", "version": 1, "encoder": "x", "created": None}).encode() + b"\n"
+    bank = json.dumps({"type": "bank", "bank_id": "acme-stream"}).encode() + b"\n"
+
+    def turn(i: int, text: str = "hello") -> bytes:
+        return json.dumps({"type": "turn", "bank_id": "acme-stream", "id": f"T{i}", "speaker": "Ana", "text": text,
+                           "date": "2024-05-01T10:00:00"}).encode() + b"\n"
+
+    def chunked(*parts):
+        yield from parts
+
+    with _c(server, "rw") as rw:
+        long_line = turn(1, "w" * (MAX_LINE_BYTES + 10))
+        for body in (head + bank + long_line, chunked(head, bank, long_line)):  # Content-Length, then chunked
+            r = rw.post("/v1/banks/acme-stream/import", content=body)
+            assert r.status_code == 413 and r.json()["detail"].startswith(
+                f"line 3: longer than {MAX_LINE_BYTES} bytes"), r.text
+        many = (turn(i) for i in range(3, 10 ** 6))  # past 4 MiB long before the million
+        r = rw.post("/v1/banks/acme-stream/import", content=itertools.chain((head, bank), many))
+        assert r.status_code == 413 and "max_body_bytes" in r.json()["detail"], r.text
+        assert rw.get("/v1/banks/acme-stream").status_code == 404
+        ok = rw.post("/v1/banks/acme-stream/import", content=chunked(head, bank, turn(1), turn(2)))
+        assert ok.status_code == 200 and ok.json()["stored"] == 2, ok.text

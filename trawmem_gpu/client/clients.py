@@ -32,7 +32,7 @@ import httpx
 from ..data.jsonl import record_of
 from ..errors import InputError, loads_json
 from .errors import DeadlineExceeded, ServerError, Unreachable, _error_of, retry_after_s
-from .exports import read_export, write_export
+from .exports import ExportSink, content, read_export, sunk
 from .results import (AppendResult, BankInfo, BankList, ForgetResult, History, ImportResult, Malformed, SelectResult,
                       parse)
 from .transport import deadline_at, deadline_transport
@@ -50,8 +50,9 @@ class _Call:
     body: Any = None
     bank_id: str = ""
     unit_id: str = ""  # a history's unit (named by its UnitNotFound)
-    raw: bytes | None = None  # a JSON Lines body (an import), sent as it is
+    raw: Any = None  # a JSON Lines body (an import), sent as it is (``exports.read_export``)
     as_bytes: bool = False  # the answer's bytes (an export), not JSON
+    sink: Any = None  # where a 2xx answer's body goes as it arrives (``exports.ExportSink``), not kept
 
 
 @dataclass(frozen=True)
@@ -122,8 +123,10 @@ def _path_id(x) -> str:
     return quote(str(x), safe="")
 
 
-def _export_call(bank_id) -> _Call:
-    return _Call("GET", f"/v1/banks/{_path_id(bank_id)}/export", None, bank_id, as_bytes=True)
+def _export_call(bank_id, out, vectors: bool) -> _Call:
+    q = "?vectors=true" if vectors else ""
+    return _Call("GET", f"/v1/banks/{_path_id(bank_id)}/export{q}", None, bank_id, as_bytes=True,
+                 sink=ExportSink(out))
 
 
 def _import_call(bank_id, source) -> _Call:
@@ -195,10 +198,10 @@ class _Base:
             raise InputError("`turn_ids` is empty (pass None to forget the whole bank)")
         return _Call("POST", f"/v1/banks/{_path_id(bank_id)}/forget", {"turn_ids": turn_ids}, bank_id)
 
-    def _request_kw(self, call: _Call, timeout: float) -> dict:
+    def _request_kw(self, call: _Call, timeout: float, aio: bool = False) -> dict:
         kw = {"headers": self._headers, "timeout": timeout}
         if call.raw is not None:
-            kw.update(content=call.raw, headers={**self._headers, "Content-Type": "application/x-ndjson"})
+            kw.update(content=content(call.raw, aio), headers={**self._headers, "Content-Type": "application/x-ndjson"})
         if call.body is not None:
             kw["json"] = call.body
         return kw
@@ -279,11 +282,11 @@ class Client(_Base):
         kw = self._request_kw(call, self._retry.timeout(self.timeout, end, now))
         try:
             with deadline_at(end), self._http.stream(call.method, self.url + call.path, **kw) as r:
-                chunks = []
+                chunks, sink = [], call.sink if r.status_code < 300 else None
                 for chunk in r.iter_bytes():
                     if time.monotonic() >= end:
                         raise _late(call)
-                    chunks.append(chunk)
+                    sink.write(chunk) if sink is not None else chunks.append(chunk)
                 return _Answer(r, b"".join(chunks))
         except httpx.HTTPError as e:
             raise _http_error(call, self.url, e, end) from None
@@ -352,10 +355,14 @@ class Client(_Base):
         does not hold come back in ``missing``), or (``None``) the whole bank (``DELETE``)."""
         return self._get(ForgetResult, self._forget_call(bank_id, turn_ids))
 
-    def export(self, bank_id: str, out) -> int:
+    def export(self, bank_id: str, out, *, vectors: bool = False) -> int:
         """Bank ``bank_id`` as an export (``docs/export.md``; only the turns this key may read)
-        written to ``out`` (a path, or a binary or text stream); returns its size in bytes."""
-        return write_export(out, self._send(_export_call(bank_id))[1])
+        written to ``out`` as it arrives (a path: renamed into place at the end; or a binary or
+        text stream); ``vectors``: with each unit's vector. Returns its size in bytes."""
+        call = _export_call(bank_id, out, vectors)
+        with sunk(call.sink):
+            self._send(call)
+        return call.sink.size
 
     def import_(self, bank_id: str, source) -> ImportResult:
         """Import an export of bank ``bank_id`` alone (``source``: a path, bytes, or a stream) into
@@ -399,10 +406,14 @@ class AsyncClient(_Base):
         now = time.monotonic()
         if now >= end:
             raise _late(call)
-        kw = self._request_kw(call, self._retry.timeout(self.timeout, end, now))
+        kw = self._request_kw(call, self._retry.timeout(self.timeout, end, now), aio=True)
         try:
             async with self._http.stream(call.method, self.url + call.path, **kw) as r:
-                return _Answer(r, await r.aread())
+                if call.sink is None or r.status_code >= 300:
+                    return _Answer(r, await r.aread())
+                async for chunk in r.aiter_bytes():
+                    call.sink.write(chunk)
+                return _Answer(r, b"")
         except httpx.HTTPError as e:
             raise _http_error(call, self.url, e, end) from None
 
@@ -466,8 +477,11 @@ class AsyncClient(_Base):
     async def forget(self, bank_id: str, turn_ids: Sequence[str] | None = None) -> ForgetResult:
         return await self._get(ForgetResult, self._forget_call(bank_id, turn_ids))
 
-    async def export(self, bank_id: str, out) -> int:
-        return write_export(out, (await self._send(_export_call(bank_id)))[1])
+    async def export(self, bank_id: str, out, *, vectors: bool = False) -> int:
+        call = _export_call(bank_id, out, vectors)
+        with sunk(call.sink):
+            await self._send(call)
+        return call.sink.size
 
     async def import_(self, bank_id: str, source) -> ImportResult:
         return await self._get(ImportResult, _import_call(bank_id, source))

@@ -228,7 +228,8 @@ class BankRegistry(ForgetPath):
         an append whose answer was lost; they are reported in ``already_stored`` and not stored
         again, and the rest are appended. An id the bank holds with other content is refused
         (``DuplicateTurns``, 409, with nothing appended, when the request is atomic). ``layers``: None, or
-        ``(old, bank, turns) -> bank`` extending the layers before the write (``ingest.layers.steps.AddLayers``).
+        ``(old, bank, turns) -> bank`` extending the layers before the write (``ingest.layers.steps.AddLayers``;
+        on a bank this append creates only when it has ``on_create = True``: an import's facts).
         """
         check_bank_id(bank_id)
         if bank_id in self.quarantined:
@@ -252,6 +253,8 @@ class BankRegistry(ForgetPath):
                 turns = place([], turns, sc.late, sc.derived) if sc.late else turns
                 conv = Conversation(bank_id, turns, tuple(dict.fromkeys(t.speaker for t in turns)))
                 (bank,), stats = build_banks([conv], self.build_config(encoder_spec), encoder, llm, progress=False)
+                if getattr(layers, "on_create", False):  # an import's facts: written with the new bank
+                    bank = layers(None, bank, sc.turns)
             done["stats"] = stats
             return bank
 

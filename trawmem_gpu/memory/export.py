@@ -40,40 +40,97 @@ def _fact_rec(bank_id: str, f) -> dict:
                                                     for k, v in d.items() if k in FACT_KEEP}}
 
 
-def export(mem, out, banks=None, where=None, progress: bool = False) -> dict:
-    """Write the banks of Memory ``mem`` (all, or the ids in ``banks``) to ``out`` (a path or a text
-    stream) as JSON Lines; ``where``: a filter (``data.filters``) the exported turns must pass (facts
-    whose source turns are all left out are left out too). Returns ``{"banks", "turns", "facts", "events"}``."""
-    from tqdm import tqdm
-
+def _snapshot(mem, bank_id: str):
+    """Bank ``bank_id`` and its history events, read together under the bank's lock (an append or
+    forget publishes a new bank object and writes its events under it): one revision, which the
+    export's lines are made from however long they take to send."""
     from .history import HistoryStore
 
-    if isinstance(out, (str, Path)):
-        with open(out, "w", encoding="utf-8") as f:
-            return export(mem, f, banks, where, progress)
-    ids = [b["bank_id"] for b in mem.banks()] if banks is None else list(banks)
+    reg = mem._core.registry
+    for _ in range(8):  # a lazy bank let go between the load and the lock is loaded again
+        if reg.get(bank_id) is None:
+            raise reg.absent(bank_id)
+        with reg._bank_lock(bank_id):
+            bank = reg._banks.get(bank_id)
+            if bank is not None:
+                return bank, [e for e in HistoryStore(mem.path)._stored(bank_id) if "unit" in e]
+    raise reg.absent(bank_id)
+
+
+def _bank_lines(mem, bank_id: str, snap, where, vectors: bool, counts: dict):
+    """The lines of one bank's revision ``snap`` (:func:`_snapshot`)."""
+    from .export_vectors import text_key, vec_text
+
+    bank, events = snap
     keep = _where(where)
-    counts = {"banks": 0, "turns": 0, "facts": 0, "events": 0}
-    out.write(_line({"format": FORMAT, "version": VERSION, "encoder": mem.encoder_id,
-                     "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}))
-    hist = HistoryStore(mem.path)
+    idx = [i for i, t in enumerate(bank.turns) if keep(t)]
+    held = {bank.turns[i].turn_id for i in idx}
+    facts = [(k, f) for k, f in enumerate(bank.facts or ()) if set(f.source_turns) <= held]
+    events = events if where is None else []
+    yield _line({"type": "bank", "bank_id": bank_id, "n_turns": len(idx), "n_facts": len(facts)})
+    heads = {int(o): j for j, o in enumerate(bank.thread_offsets[:-1])} if vectors else {}
+    for i in idx:
+        t, rec = bank.turns[i], _turn_rec(bank_id, bank.turns[i])
+        if vectors:
+            rec.update(vector=vec_text(bank.unit_vecs[i]), vector_of=text_key(t.embed_text()))
+            j = heads.get(i)
+            if j is not None:
+                rec.update(head_vector=vec_text(bank.head_vecs[j]), head_vector_of=text_key(bank.heads[j]))
+        yield _line(rec)
+    if facts and vectors:
+        from ..store.view import fact_embed_text
+
+        stamp = {t.turn_id: t.timestamp for t in bank.turns}
+    for k, f in facts:
+        rec = _fact_rec(bank_id, f)
+        if vectors and bank.fact_vecs is not None:
+            rec.update(vector=vec_text(bank.fact_vecs[k]),
+                       vector_of=text_key(fact_embed_text(f, stamp[f.source_turns[0]])))
+        yield _line(rec)
+    for e in events:
+        yield _line({"type": "event", "bank_id": bank_id, **e})
+    counts["banks"] += 1
+    counts["turns"] += len(idx)
+    counts["facts"] += len(facts)
+    counts["events"] += len(events)
+
+
+def export_lines(mem, banks=None, where=None, vectors: bool = False, progress: bool = False,
+                 counts: dict | None = None, snaps: dict | None = None):
+    """The export of Memory ``mem``'s banks (all, or the ids in ``banks``) as an iterator of lines
+    (``docs/export.md``), made one at a time: each bank from one revision (:func:`_snapshot`, taken
+    when the bank is reached, or given in ``snaps``: bank id -> revision). ``where``: a filter
+    (``data.filters``) the exported turns must pass (facts whose source turns are all left out are
+    left out too, and the history); ``vectors``: each turn's, fact's and head's vector with the
+    encoder named in the header (``memory.export_vectors``); ``counts``: filled as lines are made."""
+    from tqdm import tqdm
+
+    from .export_vectors import header
+
+    counts = {"banks": 0, "turns": 0, "facts": 0, "events": 0} if counts is None else counts
+    ids = [b["bank_id"] for b in mem.banks()] if banks is None else list(banks)
+    head = {"format": FORMAT, "version": VERSION, "encoder": mem.encoder_id,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    if vectors:
+        head["vectors"] = header(mem._core.encoder)
+    yield _line(head)
     for bank_id in tqdm(ids, desc="export", unit="bank", disable=not progress):
-        turns = [t for t in mem.turns(bank_id) if keep(t)]
-        bank = mem._core.registry.get(bank_id)
-        held = {t.turn_id for t in turns}
-        facts = [f for f in (getattr(bank, "facts", None) or ()) if set(f.source_turns) <= held]
-        out.write(_line({"type": "bank", "bank_id": bank_id, "n_turns": len(turns), "n_facts": len(facts)}))
-        for t in turns:
-            out.write(_line(_turn_rec(bank_id, t)))
-        for f in facts:
-            out.write(_line(_fact_rec(bank_id, f)))
-        events = [e for e in hist._stored(bank_id) if "unit" in e] if where is None else []
-        for e in events:
-            out.write(_line({"type": "event", "bank_id": bank_id, **e}))
-        counts["banks"] += 1
-        counts["turns"] += len(turns)
-        counts["facts"] += len(facts)
-        counts["events"] += len(events)
+        snap = (snaps or {}).get(bank_id) or _snapshot(mem, bank_id)
+        yield from _bank_lines(mem, bank_id, snap, where, vectors, counts)
+
+
+def export(mem, out, banks=None, where=None, progress: bool = False, vectors: bool = False) -> dict:
+    """Write :func:`export_lines` to ``out``: a path (written line by line to a temporary sibling,
+    fsynced and renamed over it: a kill leaves no half file) or a text stream. Returns
+    ``{"banks", "turns", "facts", "events"}``."""
+    from ..store.records import write_atomic
+
+    counts = {"banks": 0, "turns": 0, "facts": 0, "events": 0}
+    lines = export_lines(mem, banks, where, vectors, progress, counts)
+    if isinstance(out, (str, Path)):
+        write_atomic(Path(out), lambda f: f.writelines(lines))
+    else:
+        out.writelines(lines)
     return counts
 
 
@@ -87,16 +144,44 @@ def _where(where):
     return lambda t: passes(f, t)
 
 
-class _Reader:
-    """The lines of an export, parsed one at a time, with their numbers."""
+MAX_LINE_BYTES = 2 << 20
+"""The longest line an import reads (a turn with every field at its bound fits): a longer one is
+refused naming its number, before it is parsed."""
+MAX_BANK_LINES = 200_000
+"""The most turn and fact lines one bank of an import may hold (its lines are held until the
+bank's end, then written in one commit): more is refused naming the line."""
 
-    def __init__(self, lines):
-        self.lines = lines
+
+class LineTooLong(InputError):
+    """A line over the import's byte bound (the server answers 413)."""
+
+
+def _lines_of(f, cap: int):
+    """The lines of binary file ``f``, each read with at most ``cap + 1`` bytes (a longer line is
+    not read whole)."""
+    return iter(lambda: f.readline(cap + 1), b"")
+
+
+class _Reader:
+    """The lines of an export (``str`` or UTF-8 ``bytes``), parsed one at a time, with their
+    numbers; a line over ``cap`` bytes is a :class:`LineTooLong`."""
+
+    def __init__(self, lines, cap: int = MAX_LINE_BYTES):
+        self.lines, self.cap = lines, cap
         self.n = 0
 
     def __iter__(self):
         for raw in self.lines:
             self.n += 1
+            if isinstance(raw, (bytes, bytearray)):
+                if len(raw) > self.cap:
+                    raise LineTooLong(f"line {self.n}: longer than {self.cap} bytes (the limit of a line)")
+                try:
+                    raw = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise InputError(f"line {self.n}: not UTF-8 (byte {e.start})") from None
+            elif len(raw) > self.cap // 4 and len(raw.encode("utf-8")) > self.cap:
+                raise LineTooLong(f"line {self.n}: longer than {self.cap} bytes (the limit of a line)")
             if not raw.strip():
                 continue
             if not raw.endswith("\n"):
@@ -110,12 +195,18 @@ class _Reader:
             yield self.n, rec
 
 
-def _header(n: int, rec: dict, encoder: str) -> None:
+def _header(n: int, rec: dict, encoder) -> None:
+    """The header (line ``n``) checked: format, version, and the ``vectors`` field (when the file
+    carries vectors) against the importing collection's ``encoder``."""
     if rec.get("format") != FORMAT:
         raise InputError(f"line {n}: field 'format': expected {FORMAT!r}, got {str(rec.get('format'))[:64]!r}")
     if rec.get("version") != VERSION:
         raise InputError(f"line {n}: field 'version': this trawmem reads version {VERSION}, "
                          f"got {str(rec.get('version'))[:32]!r}")
+    if rec.get("vectors") is not None:
+        from .export_vectors import check_header
+
+        check_header(n, rec["vectors"], encoder)
 
 
 def _turn_dict(n: int, rec: dict) -> dict:
@@ -211,24 +302,32 @@ def foreign_lines(fmt: str, path, encoder: str):
 
 
 def import_(mem, source, progress: bool = False, fmt: str = "trawmem", bank: str | None = None,
-            where=None) -> dict:
-    """Import an export (a path or an iterable of lines) into Memory ``mem``, bank by bank; returns
-    ``{"banks": [{"bank_id", "stored", "already_stored", "refused": [{"id", "reason"}], "facts"}]}``.
-    Raises ``InputError`` naming the line and field of the first bad line; the bank being read is
-    then not written (banks before it are complete). ``bank``: the one bank id the file may hold
-    (the server's import into one bank); ``where``: a filter (``data.filters``) each turn must pass,
-    the others refused per item (a key bound to a filter), with the facts citing them."""
+            where=None, max_line_bytes: int = MAX_LINE_BYTES, max_bank_lines: int = MAX_BANK_LINES) -> dict:
+    """Import an export (a path or an iterable of lines, ``str`` or ``bytes``) into Memory ``mem``,
+    bank by bank; returns ``{"banks": [{"bank_id", "stored", "already_stored", "refused": [{"id",
+    "reason"}], "facts"}]}``. The lines are read one at a time (a path: at most ``max_line_bytes``
+    + 1 bytes a read); one bank's are held until its end (at most ``max_bank_lines`` turns and
+    facts), then its turns and facts are written in one commit. Raises ``InputError`` naming the
+    line and field of the first bad line; the bank being read is then not written (banks before it
+    are complete). ``bank``: the one bank id the file may hold (the server's import into one bank);
+    ``where``: a filter (``data.filters``) each turn must pass, the others refused per item (a key
+    bound to a filter), with the facts citing them. Vectors in the file (``--vectors``) are used
+    instead of encoding the texts they encode (``memory.export_vectors``)."""
+    kw = {"bank": bank, "where": where, "max_line_bytes": max_line_bytes, "max_bank_lines": max_bank_lines}
     if fmt != "trawmem":
-        return import_(mem, foreign_lines(fmt, source, mem.encoder_id), progress, bank=bank, where=where)
+        return import_(mem, foreign_lines(fmt, source, mem.encoder_id), progress, **kw)
     if isinstance(source, (str, Path)):
-        with open(source, encoding="utf-8") as f:
-            return import_(mem, f, progress, bank=bank, where=where)
-    rd = _Reader(source)
+        with open(source, "rb") as f:
+            return import_(mem, _lines_of(f, max_line_bytes), progress, **kw)
+    from .export_vectors import read_vec
+
+    rd = _Reader(source, max_line_bytes)
     it = iter(rd)
     first = next(it, None)
     if first is None:
         raise InputError("line 1: empty file: expected the export header")
-    _header(*first, mem.encoder_id)
+    _header(*first, mem._core.encoder)
+    dim = mem._core.encoder.dim if first[1].get("vectors") is not None else None
     done: list[dict] = []
     seen_banks: set[str] = set()
     cur = None
@@ -246,7 +345,8 @@ def import_(mem, source, progress: bool = False, fmt: str = "trawmem", bank: str
             if bid in seen_banks:
                 raise InputError(f"line {n}: field 'bank_id': bank {bid[:64]!r} appears twice")
             seen_banks.add(bid)
-            cur = {"bank_id": bid, "turns": [], "ids": set(), "facts": [], "events": [], "n": rec.get("n_turns")}
+            cur = {"bank_id": bid, "turns": [], "ids": set(), "facts": [], "events": [], "n": rec.get("n_turns"),
+                   "vectors": {}}
             continue
         if kind not in ("turn", "fact", "event"):
             raise InputError(f"line {n}: field 'type': expected bank, turn, fact or event, got {str(kind)[:32]!r}")
@@ -255,6 +355,9 @@ def import_(mem, source, progress: bool = False, fmt: str = "trawmem", bank: str
         if rec.get("bank_id") != cur["bank_id"]:
             raise InputError(f"line {n}: field 'bank_id': {str(rec.get('bank_id'))[:64]!r} is not the bank being "
                              f"read ({cur['bank_id'][:64]!r})")
+        if kind != "event" and len(cur["turns"]) + len(cur["facts"]) >= max_bank_lines:
+            raise InputError(f"line {n}: field 'type': bank {cur['bank_id'][:64]!r} holds more than "
+                             f"{max_bank_lines} turns and facts (the limit of one bank in one import)")
         if kind == "turn":
             t = _turn_dict(n, rec)
             if t["turn_id"] in cur["ids"]:
@@ -265,6 +368,9 @@ def import_(mem, source, progress: bool = False, fmt: str = "trawmem", bank: str
             cur["facts"].append({k: v for k, v in rec.items() if k in FACT_KEEP[:11] and v is not None})
         else:
             cur["events"].append(_event(n, rec))
+        if dim is not None and kind != "event":
+            read_vec(n, rec, "vector", dim, cur["vectors"])
+            read_vec(n, rec, "head_vector", dim, cur["vectors"])
     if cur is not None:
         if isinstance(cur["n"], int) and cur["n"] != len(cur["turns"]):
             raise InputError(f"line {rd.n}: field 'n_turns': bank {cur['bank_id'][:64]!r} announced {cur['n']} "
@@ -293,6 +399,11 @@ def _outside(where, turns: list[dict]) -> set[str]:
 
 
 def _write(mem, cur: dict, where=None) -> dict:
+    from ..store.writes import pause_point
+    from .export_commit import add_imported
+    from .export_vectors import GivenVectors
+    from .messages import request_batch
+
     bid = cur["bank_id"]
     forgot = forgotten_ids(mem.path, bid, cur["ids"])
     outside = _outside(where, cur["turns"]) - forgot
@@ -302,37 +413,45 @@ def _write(mem, cur: dict, where=None) -> dict:
                 "does not pass this key's filter"} for t in cur["turns"] if t["turn_id"] in gone]
     res = {"bank_id": bid, "stored": 0, "already_stored": 0, "refused": refused, "facts": 0}
     new_units: set[str] = set()
+    facts = [f for f in cur["facts"] if not set(f.get("source_turns", ())) & gone]
+    encoder = mem._import_encoder()
+    encoder = GivenVectors(encoder, cur["vectors"]) if cur["vectors"] else encoder
     if turns:
-        from .messages import request_batch
-
         kept = {t["turn_id"]: t.pop("stored_at", None) for t in turns}
-        batch = request_batch(bid, turns, atomic=True)
+        batch = request_batch(bid, turns, None, atomic=True)
+        batch.scope = where
         batch.stored_at = kept  # the export's stored_at of each turn, null (unknown) included
-        got = mem.add(bid, batch, atomic=True)
-        new_units |= {str(i) for i in got.get("stored", [])}
+        got, added = add_imported(mem, bid, batch, facts, encoder, getattr(mem, "llm", None))
+        new_units |= {str(i) for i in got.get("stored", [])} | set(added)
         res["stored"] = len(got.get("stored", []))
         res["already_stored"] = len(got.get("already_stored", []))
-    facts = [f for f in cur["facts"] if not set(f.get("source_turns", ())) & gone]
-    have = {f.fact_id for f in (getattr(mem._core.registry.get(bid), "facts", None) or ())} if turns else set()
-    facts = [f for f in facts if f.get("id") not in have]
-    if facts:
-        added = mem.add_facts(bid, facts)["added"]
-        new_units |= set(added)
         res["facts"] = len(added)
+    pause_point("import-committed")
     if where is None:  # a bound key's import keeps its own events (the history names every user's units)
         import_history(mem, bid, new_units, cur["events"])
     return res
 
 
 class Portable:
-    """``Memory.export`` and ``Memory.import_`` (mixed into ``memory.api.Memory``)."""
+    """``Memory.export``, ``Memory.export_lines`` and ``Memory.import_`` (mixed into ``memory.api.Memory``)."""
 
-    def export(self, out, banks=None, *, where=None, progress: bool = False) -> dict:
-        """Write banks (all, or the ids in ``banks``) to ``out`` (a path or text stream) as JSON Lines
-        (:func:`export`, ``docs/export.md``); ``where``: only turns passing the filter."""
-        return export(self, out, banks, where, progress)
+    def export(self, out, banks=None, *, where=None, progress: bool = False, vectors: bool = False) -> dict:
+        """Write banks (all, or the ids in ``banks``) to ``out`` (a path, written to a temporary
+        sibling then renamed over it, or a text stream) as JSON Lines (:func:`export`,
+        ``docs/export.md``); ``where``: only turns passing the filter; ``vectors``: with each
+        unit's vector and the encoder named in the header."""
+        return export(self, out, banks, where, progress, vectors)
+
+    def export_lines(self, banks=None, *, where=None, vectors: bool = False):
+        """The same export as an iterator of lines, made as they are read (:func:`export_lines`:
+        each bank from one revision, however long the reader takes)."""
+        return export_lines(self, banks, where, vectors)
 
     def import_(self, source, *, progress: bool = False, format: str = "trawmem") -> dict:
-        """Import an export (a path or lines) bank by bank (:func:`import_`); turns this collection
+        """Import an export (a path or lines) bank by bank (:func:`import_`: each bank's turns and
+        facts in one commit; the file's vectors used when it carries them); turns this collection
         forgot are refused per item. :raises InputError: naming the bad line and field"""
         return import_(self, source, progress, format)
+
+    def _import_encoder(self):
+        return self._core.encoder

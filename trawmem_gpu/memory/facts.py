@@ -80,12 +80,50 @@ def fact_date(v, name: str, where: str) -> str:
         raise InputError(f"{where}: field {name!r}: {e}") from None
 
 
+def extend_facts(old, records: list, encoder, done: dict):
+    """``old`` (a bank) with fact ``records`` added (module docstring), superseding by rule; ``done``
+    gets ``old``, ``new``, ``added`` (ids) and ``pairs`` (the supersessions). The step of
+    :func:`add_facts`, and of an import that writes a bank's turns and facts in one commit."""
+    from ..ingest.layers.facts import _renumber, with_facts
+    from ..ingest.layers.supersede import supersede
+
+    turns = {t.turn_id: t for t in old.turns}
+    given = [fact_of(r, i, turns) for i, r in enumerate(records)]
+    taken = {f.fact_id for f in old.facts} | set(turns)
+    named = [i for i, r in enumerate(records) if r.get("id") is not None]
+    for i in named:
+        if given[i].fact_id in taken:
+            raise InputError(f"facts[{i}]: field 'id': the bank holds a fact or turn {given[i].fact_id!r} already")
+        taken.add(given[i].fact_id)
+    unnamed = [i for i in range(len(given)) if i not in set(named)]
+    probe = replace(old, facts=tuple(old.facts) + tuple(given[i] for i in named))
+    for i, f in zip(unnamed, _renumber(probe, [given[i] for i in unnamed], turns)):
+        given[i] = f
+    source = old.layer_sources.get("facts", "api")
+    nb = with_facts(old, given, encoder, source)
+    res = supersede(old.facts, nb.facts[len(old.facts):])
+    nb = replace(nb, facts=res.facts)
+    nb.validate()
+    done.update(old=old, new=nb, added=[f.fact_id for f in given], pairs=res.pairs)
+    return nb
+
+
+def fact_events(events: list[dict], pairs) -> list[dict]:
+    """``events`` (a write's) with each added fact's ``supersedes`` set, and a ``superseded`` event
+    (with ``by``) per pair of ``pairs`` (``ingest.layers.supersede``)."""
+    from .history import event
+
+    by_new = {p.new: p.old for p in pairs}
+    for e in events:
+        if e["event"] == "added" and e["unit"] in by_new:
+            e["supersedes"] = by_new[e["unit"]]
+    return events + [event(p.old, "superseded", p.cause, by=p.new) for p in pairs]
+
+
 def add_facts(registry, bank_id: str, records, encoder) -> dict:
     """Add ``records`` to bank ``bank_id`` (module docstring); returns ``{"bank", "added": [ids],
     "superseded": [{"old", "new", "cause"}]}``."""
-    from ..ingest.layers.facts import _renumber, with_facts
-    from ..ingest.layers.supersede import supersede
-    from .history import event, write_events
+    from .history import write_events
 
     if isinstance(records, Mapping) or isinstance(records, (str, bytes)) or not isinstance(records, Iterable):
         raise InputError(f"facts: expected a list of fact records, got {type(records).__name__}")
@@ -97,26 +135,7 @@ def add_facts(registry, bank_id: str, records, encoder) -> dict:
     def add(old):
         if old is None:
             raise UnknownBank(bank_id)
-        turns = {t.turn_id: t for t in old.turns}
-        given = [fact_of(r, i, turns) for i, r in enumerate(records)]
-        taken = {f.fact_id for f in old.facts} | set(turns)
-        named = [i for i, r in enumerate(records) if r.get("id") is not None]
-        for i in named:
-            if given[i].fact_id in taken:
-                raise InputError(f"facts[{i}]: field 'id': the bank holds a fact or turn {given[i].fact_id!r} already")
-            taken.add(given[i].fact_id)
-        unnamed = [i for i in range(len(given)) if i not in set(named)]
-        probe = replace(old, facts=tuple(old.facts) + tuple(given[i] for i in named))
-        for i, f in zip(unnamed, _renumber(probe, [given[i] for i in unnamed], turns)):
-            given[i] = f
-        fresh = given
-        source = old.layer_sources.get("facts", "api")
-        nb = with_facts(old, fresh, encoder, source)
-        res = supersede(old.facts, nb.facts[len(old.facts):])
-        nb = replace(nb, facts=res.facts)
-        nb.validate()
-        done.update(old=old, new=nb, added=[f.fact_id for f in fresh], pairs=res.pairs)
-        return nb
+        return extend_facts(old, records, encoder, done)
 
     if bank_id in registry.quarantined or registry.get(bank_id) is None:
         raise registry.absent(bank_id)
@@ -125,12 +144,7 @@ def add_facts(registry, bank_id: str, records, encoder) -> dict:
         with registry._lock:
             registry._banks[bank_id] = bank
             registry.version += 1
-        events = write_events(done["old"], bank, "add_facts", sessions=set())
-        by_new = {p.new: p.old for p in done["pairs"]}
-        for e in events:
-            if e["event"] == "added" and e["unit"] in by_new:
-                e["supersedes"] = by_new[e["unit"]]
-        events += [event(p.old, "superseded", p.cause, by=p.new) for p in done["pairs"]]
+        events = fact_events(write_events(done["old"], bank, "add_facts", sessions=set()), done["pairs"])
         registry._record(bank_id, events)
     return {"bank": bank, "added": done["added"],
             "superseded": [{"old": p.old, "new": p.new, "cause": p.cause} for p in done["pairs"]]}

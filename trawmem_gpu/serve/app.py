@@ -45,6 +45,7 @@ from .keys import KeyStore
 from .metrics import Metrics
 from .models import SELECT_BODY_BYTES, AppendRequest, BatchRequest, SelectRequest
 from .openapi import offline_docs, with_models
+from .portable import BodyTimeout, BodyTooLarge
 from .proxy import add_proxy_routes
 from .replies import add_exception_handlers, json_response as _json
 from .routes import RouteContext, add_bank_routes, add_forget_routes, add_ops_routes, add_select_routes, add_turn_routes
@@ -125,6 +126,8 @@ class _Edge:
                 refusal, limit = None, self.path_limits.get(scope["path"], self.limit)
                 if cl is not None and (not cl.isdigit() or int(cl) > limit):
                     refusal = 413
+                elif streamed(scope["path"]):
+                    receive = _metered(receive, limit, self.body_timeout_s)
                 else:
                     try:
                         body = await asyncio.wait_for(self._read_body(receive, limit), self.body_timeout_s)
@@ -164,6 +167,40 @@ class _Edge:
             path = getattr(route, "path_format", None) or getattr(route, "path", None) or "unmatched"
             m.requests.labels(path, scope["method"], str(status[0])).inc()
             m.latency.labels(path, scope["method"]).observe(time.perf_counter() - t0)
+
+
+def streamed(path: str) -> bool:
+    """Whether a POST to ``path`` reaches its route unread (its body bounded as it is read,
+    :func:`_metered`): an import (``POST /v1/banks/{bank_id}/import``), read line by line."""
+    return path.startswith("/v1/banks/") and path.endswith("/import")
+
+
+def _metered(wire, limit: int, timeout_s: float):
+    """``wire`` (an ASGI receive) whose body may be at most ``limit`` bytes, all of it received
+    within ``timeout_s`` of waiting (``BodyTooLarge`` 413, ``BodyTimeout`` 408, raised to the route
+    reading it); after the body, the connection's own events as they come."""
+    state = {"size": 0, "left": timeout_s, "done": False}
+
+    async def receive():
+        if state["done"]:
+            return await wire()
+        t = time.perf_counter()
+        try:
+            msg = await asyncio.wait_for(wire(), max(state["left"], 0.001))
+        except asyncio.TimeoutError:
+            raise BodyTimeout(f"request body not received within {timeout_s:g} s (the server's `body_timeout_s`)") \
+                from None
+        state["left"] -= time.perf_counter() - t
+        if msg["type"] == "http.request":
+            state["size"] += len(msg.get("body", b""))
+            state["done"] = not msg.get("more_body", False)
+            if state["size"] > limit:
+                raise BodyTooLarge(f"request body over the {limit}-byte limit (the server's `max_body_bytes`)")
+        else:
+            state["done"] = True
+        return msg
+
+    return receive
 
 
 def create_app(backend: Backend, cfg: ServeConfig, keys: KeyStore | None = None,

@@ -38,6 +38,10 @@ BankRow = Annotated[dict, BankSummary]
 BankCounts = Annotated[dict, BankInfo]
 Event = Annotated[dict, HistoryEvent]
 Imported = Annotated[dict, ImportResponse]
+Pieces = "AsyncIterator[bytes] | bytes"
+"""An export: its pieces as they are made (in the process holding the bank), or its bytes."""
+Lines = "AsyncIterator[bytes] | bytes"
+"""An import's body: its lines as they arrive (``serve.portable.body_lines``), or its bytes."""
 
 
 class Backend(Protocol):
@@ -86,14 +90,18 @@ class Backend(Protocol):
     async def history(self, bank_id: str, unit_id: str, where: Filter | None = None) -> list[Event] | None:
         """A unit's events, oldest first (None: no such unit and no history of one)."""
 
-    async def export_bank(self, bank_id: str, where: Filter | None = None) -> bytes:
-        """The bank as an export (JSON Lines, ``docs/export.md``: header and the bank); ``where``: a
-        bound key's filter (only turns passing it, facts whose sources all pass, no history)."""
+    async def export_bank(self, bank_id: str, where: Filter | None = None, vectors: bool = False) -> Pieces:
+        """The bank as an export (JSON Lines, ``docs/export.md``: header and the bank): an async
+        iterator of its pieces, made from one revision of the bank as they are sent, or (from across
+        a process) its bytes; ``where``: a bound key's filter (only turns passing it, facts whose
+        sources all pass, no history); ``vectors``: with each unit's vector. ``UnknownBank`` before
+        any piece."""
 
-    async def import_bank(self, bank_id: str, body: bytes, where: Filter | None = None,
+    async def import_bank(self, bank_id: str, body: Lines, where: Filter | None = None,
                           quota: Quota | None = None) -> Imported:
-        """Import ``body`` (an export of bank ``bank_id`` alone) into it, answered per item; ``where``:
-        a bound key's filter (turns outside it refused); ``InputError`` naming the line and field."""
+        """Import ``body`` (an export of bank ``bank_id`` alone: an async iterator of its byte lines,
+        read as the import takes them, or its bytes) into it, answered per item; ``where``: a bound
+        key's filter (turns outside it refused); ``InputError`` naming the line and field."""
 
     async def metrics_text(self) -> bytes:
         """Prometheus text of families the app's own registry does not hold (the engine
@@ -162,10 +170,10 @@ class LocalBackend:
     async def history(self, bank_id: str, unit_id: str, where: Filter | None = None) -> list[Event] | None:
         return self.service.history(bank_id, unit_id, where)
 
-    async def export_bank(self, bank_id: str, where: Filter | None = None) -> bytes:
-        return await self.service.export_bank(bank_id, where)
+    async def export_bank(self, bank_id: str, where: Filter | None = None, vectors: bool = False) -> Pieces:
+        return await self.service.export_bank(bank_id, where, vectors)
 
-    async def import_bank(self, bank_id: str, body: bytes, where: Filter | None = None,
+    async def import_bank(self, bank_id: str, body: Lines, where: Filter | None = None,
                           quota: Quota | None = None) -> Imported:
         return await self.service.import_bank(bank_id, body, where, quota)
 

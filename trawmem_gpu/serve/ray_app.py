@@ -36,6 +36,7 @@ from ..select.params import QueryParams
 from .batcher import DeadlineExceeded, Later, QueueFull
 from ..notes import Say
 from .config import ServeConfig, log_line
+from .portable import joined
 from .remote import error_fields, error_from
 
 log = logging.getLogger(__name__)
@@ -163,9 +164,9 @@ class BankShard:
         except Exception as e:  # noqa: BLE001 - package errors go back as data, others are raised
             return _refused(e)
 
-    async def export_bank(self, bank_id: str, where=None):
+    async def export_bank(self, bank_id: str, where=None, vectors: bool = False):
         try:
-            return await self.service.export_bank(bank_id, where)
+            return await joined(await self.service.export_bank(bank_id, where, vectors))  # crosses whole
         except Exception as e:  # noqa: BLE001 - package errors go back as data, others are raised
             return _refused(e)
 
@@ -251,14 +252,14 @@ class RayBackend:
             _raise_refused(r)
         return r
 
-    async def export_bank(self, bank_id: str, where=None) -> bytes:
-        r = await self._h(bank_id).export_bank.remote(bank_id, where)
+    async def export_bank(self, bank_id: str, where=None, vectors: bool = False) -> bytes:
+        r = await self._h(bank_id).export_bank.remote(bank_id, where, vectors)
         if isinstance(r, dict):
             _raise_refused(r)
         return r
 
     async def import_bank(self, bank_id: str, body: bytes, where=None, quota=None) -> dict:
-        r = await self._h(bank_id).import_bank.remote(bank_id, body, where)
+        r = await self._h(bank_id).import_bank.remote(bank_id, await joined(body), where)
         _raise_refused(r)
         return r
 

@@ -48,6 +48,7 @@ import signal
 
 from ..select.params import QueryParams
 from .backend import CALLS, Backend, LocalBackend
+from .portable import joined
 from .batcher import DeadlineExceeded, OutcomeUnknown, ShuttingDown
 from .config import ServeConfig
 from .loading import LOADING
@@ -152,7 +153,8 @@ class EngineEndpoint:
         if op == STATE:
             return {"ready": b.ready, "queue_depth": b.queue_depth(), "dim": b.dim, "encoder_id": b.encoder_id,
                     "defaults": b.defaults, "loading": None if b.ready else self.loading}
-        return await getattr(b, op)(*args)
+        res = await getattr(b, op)(*args)
+        return await joined(res) if hasattr(res, "__aiter__") else res  # an export's pieces cross whole
 
 
 class _EngineLost(ShuttingDown):
@@ -337,3 +339,11 @@ def _forward(name: str):
 for _name in CALLS:  # one table: every backend call, forwarded by name (the engine answers it: EngineEndpoint._call)
     setattr(RemoteBackend, _name, _forward(_name))
 del _name
+
+
+async def _import_bank(self, bank_id: str, body, where=None, quota=None) -> dict:
+    """The forwarded ``import_bank``, its body's lines gathered first (they cross whole)."""
+    return await self._call("import_bank", bank_id, await joined(body), where, quota)
+
+
+RemoteBackend.import_bank = functools.wraps(Backend.import_bank)(_import_bank)

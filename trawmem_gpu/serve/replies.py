@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import ConfigError, DuplicateTurns, InputError, QuarantinedBank, UnknownBank, loads_json
 from .batcher import DeadlineExceeded, OutcomeUnknown, QueueFull, ShuttingDown
+from .portable import BodyTimeout, LineTooLong
 from .wire import EngineCallFailed
 
 log = logging.getLogger(__name__)
@@ -175,6 +176,14 @@ def add_exception_handlers(app: FastAPI) -> None:
     @app.exception_handler(InputError)
     async def _bad(request, e: InputError):
         return json_response({"detail": str(e)}, 422)
+
+    @app.exception_handler(LineTooLong)
+    async def _too_long(request, e: LineTooLong):  # an import's line or streamed body over its bound
+        return json_response({"detail": str(e)}, 413, {"Connection": "close"})
+
+    @app.exception_handler(BodyTimeout)
+    async def _body_late(request, e: BodyTimeout):
+        return json_response({"detail": str(e)}, 408, {"Connection": "close"})
 
     @app.exception_handler(EngineCallFailed)
     async def _engine_call(request, e: EngineCallFailed):  # names the failure's class, never its text

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from ..data.dates import parse_date
 from ..errors import ConfigError, InputError, TrawmemError
 from ..memory.banks import check_bank_id
+from ..memory.export import MAX_LINE_BYTES
 from ..select.params import LimitError, QueryParams, merge_params
 from ..store.facts import utc_text
 from .backend import Backend
@@ -31,6 +32,7 @@ from .models import (AppendRequest, AppendResponse, BankInfo, BankList, BatchReq
                      ForgetRequest, ForgetResponse, ImportResponse, SelectRequest, SelectResponse)
 from .appends import append_batch
 from .openapi import documented_body
+from .portable import body_lines
 from .replies import OFF_LOOP_ITEMS, HTTPError, batch_reply, body_of, json_response, off_loop, unknown_bank
 from .service import SelectItem
 
@@ -265,6 +267,14 @@ NDJSON = "application/x-ndjson"
 """The media type of an export (JSON Lines, ``docs/export.md``)."""
 
 
+def _slices(body: bytes):
+    """An export a backend sent whole (across a process), in the pieces a local one streams."""
+    from .portable import CHUNK_BYTES
+
+    for i in range(0, len(body), CHUNK_BYTES):
+        yield body[i:i + CHUNK_BYTES]
+
+
 def add_portable_routes(app: FastAPI, ctx: RouteContext) -> None:
     """``GET /v1/banks/{bank_id}/export`` and ``POST /v1/banks/{bank_id}/import``: one bank as an
     export (``memory.export``'s format), only what the key may read; and an export of that bank
@@ -275,10 +285,12 @@ def add_portable_routes(app: FastAPI, ctx: RouteContext) -> None:
              responses={**ERRORS, 200: {"content": {NDJSON: {"schema": {"type": "string"}}},
                                         "description": "the export (JSON Lines: header, bank, turns, facts, events)"}},
              summary="One bank as an export (JSON Lines; only the turns this key may read)")
-    async def export_bank(bank_id: str, tenant: Tenant = Depends(tenant_of)):
+    async def export_bank(bank_id: str, vectors: bool = False, tenant: Tenant = Depends(tenant_of)):
+        """Sent as it is made (chunked), from one revision of the bank. vectors=true: each unit's vector
+        (base64 of float32), with the encoder named in the header (docs/export.md)."""
         ctx.owned(tenant, bank_id)
-        body = await backend.export_bank(bank_id, tenant.where)
-        return Response(body, media_type=NDJSON)
+        pieces = await backend.export_bank(bank_id, tenant.where, vectors)
+        return StreamingResponse(pieces if not isinstance(pieces, bytes) else _slices(pieces), media_type=NDJSON)
 
     @app.post("/v1/banks/{bank_id:bank}/import", response_model=ImportResponse,
               responses={**ERRORS, 403: {"model": Error}, 409: {"model": Error}}, tags=["banks"],
@@ -291,8 +303,9 @@ def add_portable_routes(app: FastAPI, ctx: RouteContext) -> None:
             check_bank_id(bank_id)
         except InputError as e:
             raise HTTPError(422, str(e)) from None
-        body = await request.body()  # at most max_body_bytes (the app's edge)
-        return json_response(await backend.import_bank(bank_id, body, tenant.where, quota=tenant.quota(cfg)))
+        lines = body_lines(request.stream(), MAX_LINE_BYTES)  # read as the import takes them (the edge: at most
+        # max_body_bytes in all, within body_timeout_s)
+        return json_response(await backend.import_bank(bank_id, lines, tenant.where, quota=tenant.quota(cfg)))
 
 
 def add_bank_routes(app: FastAPI, ctx: RouteContext) -> None:

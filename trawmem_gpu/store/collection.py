@@ -63,7 +63,7 @@ from .bank import Bank
 from .packed import PackedCollection, pack_banks  # noqa: F401 - their old home
 from .files import FORMAT_VERSION, READ_VERSIONS, load_bank, read_meta, save_bank, write_json_atomic
 from .segments import CompactionPolicy
-from .writes import Compactor, compact, remove_compactions, restore, sweep, update
+from .writes import Compactor, compact, pause_point, remove_compactions, restore, sweep, update
 
 INDEX = "collection.json"
 LOCK = ".trawmem.lock"
@@ -324,6 +324,7 @@ class Collection:
             changed |= self.banks.get(bank.bank_id) != name or self.encoder_id != bank.encoder_id
             self.banks[bank.bank_id] = name
             self.encoder_id = bank.encoder_id
+        pause_point("bank-saved")
         if changed or not (self.path / INDEX).exists():
             self._write_index()
 

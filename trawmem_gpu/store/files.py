@@ -57,7 +57,7 @@ from .layers import LAYERS as LAYER_SPECS, has_layers, layer_fields
 
 from .records import (FORMAT_VERSION, LAYERS, META, READ_VERSIONS, REBUILD_HINT, TENSORS, THREADS, UNITS,  # noqa: F401
                       _fsync_file, _fsync_write, fsync_dir, meta_digest, naive_utc_turns, stored_files, summary,
-                      turn_from, turn_record, write_json_atomic)
+                      pause_point, turn_from, turn_record, write_json_atomic)
 
 def base_names(gen: int = 0) -> dict:
     """The base's file names in generation ``gen`` (0: a bank as written whole; a compaction's
@@ -159,6 +159,7 @@ def save_bank(bank: Bank, path: str | Path) -> Path:
     try:
         write_bank_files(bank, tmp)
         fsync_dir(tmp)
+        pause_point("bank-files-written")  # a test's kill point (``records.PAUSE_ENV``)
         if path.exists():
             old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:12]}"
             os.replace(path, old)

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -165,3 +166,21 @@ def stored_files(meta: dict) -> list[str]:
     if meta["format_version"] == 2:
         return [TENSORS, UNITS] + ([LAYERS] if "layers" in meta else [])
     return list(meta["base"]["files"].values()) + [n for s in meta["segments"] for n in segment_names(s["name"])]
+
+
+PAUSE_ENV = "TRAWMEM_STORE_PAUSE"
+"""Test hook: ``STAGE:FILE`` makes a write that reaches ``STAGE`` create ``FILE`` and wait there,
+so a test can kill it at that point. Stages: ``segment-written`` (an append's segment files are
+written, ``meta.json`` not yet), ``compact-written`` (a compaction's new base is written in its
+private directory), ``compact-moved`` (moved into the bank's directory, ``meta.json`` not yet
+replaced), ``compact-committed`` (replaced; the old files not yet removed), ``bank-files-written``
+(a whole bank's files are written in a temporary directory, not renamed into place), ``bank-saved``
+(renamed into place, the index not yet written: a new bank is not in the collection),
+``import-committed`` (an import's bank is written, its history not yet rewritten: ``memory.export``)."""
+
+
+def pause_point(stage: str) -> None:
+    spec = os.environ.get(PAUSE_ENV, "")
+    if spec.partition(":")[0] == stage:
+        Path(spec.partition(":")[2]).write_text(stage)
+        time.sleep(600)

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from .bank import Bank
+from .records import PAUSE_ENV, pause_point  # noqa: F401 - PAUSE_ENV: imported from here too
 from .files import FORMAT_VERSION, META, fsync_dir, load_bank, read_meta, stored_files, write_base, write_json_atomic
 from .segments import appended_meta, compact_meta, orphans, remove_files, segment_names, write_segment
 
@@ -26,21 +27,6 @@ log = logging.getLogger(__name__)
 
 COMPACT = ".compact-"
 """Infix of a compaction's private directory beside the bank's (``banks/.<name>.compact-<id>``)."""
-PAUSE_ENV = "TRAWMEM_STORE_PAUSE"
-"""Test hook: ``STAGE:FILE`` makes a write that reaches ``STAGE`` create ``FILE`` and wait there,
-so a test can kill it at that point. Stages: ``segment-written`` (an append's segment files are
-written, ``meta.json`` not yet), ``compact-written`` (a compaction's new base is written in its
-private directory), ``compact-moved`` (moved into the bank's directory, ``meta.json`` not yet
-replaced), ``compact-committed`` (replaced; the old files not yet removed)."""
-
-
-def pause_point(stage: str) -> None:
-    spec = os.environ.get(PAUSE_ENV, "")
-    if spec.partition(":")[0] == stage:
-        Path(spec.partition(":")[2]).write_text(stage)
-        time.sleep(600)
-
-
 @contextlib.contextmanager
 def compaction_lock(coll, bank_id: str, wait: float = 0.0):
     """The bank's compaction lock (yields False, holding nothing, when another process or thread
