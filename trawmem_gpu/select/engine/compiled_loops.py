@@ -150,7 +150,7 @@ def stage_loop(tab, off, x, p, qt, sel, n_sel):  # pragma: no cover - compiled
     grav = np.empty(T1)
     mass = np.empty(T1)
     hrows = np.empty(T1, np.int64)
-    f = np.empty(F)
+    f = np.empty((U1, F))  # each candidate's features (one row per unit)
     lg = np.empty(R)
     gs = GreedyScratch(np.empty(U1 * U1), np.empty(U1), np.empty(max(R, 1)), np.empty(U1), np.empty(U1, np.int64),
                        np.empty(U1, np.int64), np.zeros(U1, np.bool_), np.zeros(T1, np.bool_), np.empty(U1),
@@ -204,14 +204,20 @@ def stage_loop(tab, off, x, p, qt, sel, n_sel):  # pragma: no cover - compiled
                 else:
                     kr[j] = 1.0
             br = x.bridge[q, u] if x.own[q] else (0.0 if br == -np.inf else min(max(br, 0.0), 1.0))
-            f[0] = 1.0
-            f[1] = x.alpha[q, u]
-            f[2] = x.rvec[q, t]
-            f[3] = br
-            f[4] = tab.head_sim[gl]
-            f[5] = tab.temporal[gl]
-            f[6] = tab.position[gl]
-            phi = step4.unit_roles(f, x.Mq, x.delta, q, p.T_R, lg, rho, u)
+            fu = f[u]
+            fu[0] = 1.0
+            fu[1] = x.alpha[q, u]
+            fu[2] = x.rvec[q, t]
+            fu[3] = br
+            fu[4] = tab.head_sim[gl]
+            fu[5] = tab.temporal[gl]
+            fu[6] = tab.position[gl]
+        # rho, phi, cost and capped weight in a pass of their own: fused with the loop above, the
+        # compiled loop ran markedly slower (benchmarks/results/select_profile_cpu50.md)
+        for u in range(n):
+            gl = uo + cq[u]
+            t = x.lt[q, u]
+            phi = step4.unit_roles(f[u], x.Mq, x.delta, q, p.T_R, lg, rho, u)
             cost = unit_cost_compiled(tab.d_in[gl], x.alpha[q, u], phi, lam_m, lam_r)
             wu = min(kappa, grav[t] * np.exp(-cost / tau))
             pq[u] = wu
