@@ -67,7 +67,7 @@ def test_the_float32_default_is_unchanged(clustered, float32_run):
     for a, b in zip(pool, float32_run[0]):
         np.testing.assert_array_equal(a, b)
     assert eng.select_units(ids, qs, Z) == float32_run[1]
-    index, _ = eng.snapshot.infos[0].cache[("unit_index", "auto", "float32")]
+    index, _ = eng.snapshot.infos[0].cache[("unit_index", "auto")]
     assert type(index.index).__name__ == "IndexHNSWFlat" and index.labels is None
 
 

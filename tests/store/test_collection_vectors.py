@@ -71,3 +71,12 @@ def test_a_memory_over_a_compact_collection_selects_with_its_choice(tmp_path, mo
     assert mem.select("b", "where did we hike?", budget=2)
     assert mem._core.engines.engine.engine_config.vectors == "int8"
     assert Collection(tmp_path / "m").vectors == "int8"
+
+
+def test_a_repaired_index_keeps_the_choice_it_could_read(tmp_path):
+    from trawmem_gpu.store.repair import repair_index
+
+    c = Collection(tmp_path / "c", create=True, vectors="float16")
+    c.put(make_banks(1, units=20, d=8)[0])
+    repair_index(tmp_path / "c")
+    assert _index(tmp_path / "c")["vectors"] == "float16"

@@ -80,7 +80,7 @@ def unit_index(snap: Snapshot, bank: int, kind: str, use_gpu: bool, vectors: str
     later snapshot of the same bank object reuses them); an appended bank's index is the old one
     grown (``bank_tables.grown_indexes``), not rebuilt."""
     info = snap.infos[bank]
-    key = ("unit_index", kind, vectors)
+    key = ("unit_index", kind) + (() if vectors == "float32" else (vectors,))
     with _LOCK:
         got = info.cache.get(key)
         if got is None:
