@@ -170,13 +170,16 @@ def plot(rec: dict):
         line, = ax[0].plot(xs, ys, "o-", label=v)
         if e:
             ax[0].plot([xs[-1], TARGET_UNITS], [ys[-1], e["index_resident_mib_at_1e6"]], "--", color=line.get_color())
-        ag = [p["agreement_with_float32"] for p in sorted(rec["points"], key=lambda p: p["units"]) if p["vectors"] == v]
-        ax[1].plot(xs, ag, "o-", label=v)
+        mine = sorted((p for p in rec["points"] if p["vectors"] == v), key=lambda p: p["units"])
+        ax[1].plot(xs, [p["recall"] for p in mine], "o-", color=line.get_color(), label=f"{v}: recall vs exact")
+        if v != "float32":
+            ax[1].plot(xs, [p["agreement_with_float32"] for p in mine], "s:", color=line.get_color(),
+                       label=f"{v}: agreement with float32")
     ax[0].axhline(1024, color="grey", lw=0.8)
     ax[0].set(xscale="log", xlabel="units (d = 384)", ylabel="index resident MiB (dashed: extrapolated)",
               title="approximate index, resident memory")
-    ax[1].set(xscale="log", xlabel="units", ylabel="|A & F| / |F| (mean per query)",
-              title=f"proposals agreeing with float32 (M = {rec['shortlist']})")
+    ax[1].set(xscale="log", xlabel="units", ylabel="mean per query",
+              title=f"the index's {rec['shortlist']} proposals")
     for a in ax:
         a.legend()
     fig.tight_layout()
@@ -191,13 +194,14 @@ def main(argv=None) -> int:
     ap.add_argument("--shortlist", type=int, default=1024)
     ap.add_argument("--name", default="compact_memory")
     ap.add_argument("--out-dir", default=None)
+    ap.add_argument("--replot", action="store_true", help="redraw NAME.png from NAME.json (nothing measured)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--vectors", default="float32", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return _child(args)
-    rec = run(args)
+    rec = harness.load(args.name, args.out_dir) if args.replot else run(args)
     print(harness.save(args.name, rec, plot(rec), args.out_dir))
     return 0
 
