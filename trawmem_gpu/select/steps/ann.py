@@ -92,6 +92,7 @@ class VectorIndex:
         self.vectors = check_vectors(vectors)
         self.rerank = None if self.vectors == "float32" else (vecs if rerank is None else rerank)
         """The float vectors a compact index re-ranks its proposals with (None: float32 codes)."""
+        self._live: tuple | None = None  # (live mask, its packed bits) of the labels, made on first search
         self.labels: np.ndarray | None = None
         """``[m]`` int64: the id (a bank-local unit) of each of the first ``m`` vectors of the faiss
         index this object reads, ``-1`` for one removed or not its own (None: vector ``i`` is id
@@ -155,7 +156,7 @@ class VectorIndex:
             labels[before:] = np.arange(start, start + len(x))
             self.index.add(x)
         out = copy.copy(self)
-        out.labels, out.n = labels, start + len(x)
+        out.labels, out.n, out._live = labels, start + len(x), None
         if self.rerank is not None:
             if rerank is None or len(rerank) != out.n:
                 raise ValueError(f"a compact index grows with the new bank's {out.n} float vectors (rerank=)")
@@ -171,7 +172,7 @@ class VectorIndex:
         with self.lock:
             labels = np.arange(self.n) if self.labels is None else self.labels.copy()
             labels[np.isin(labels, ids)] = -1
-            self.labels = labels
+            self.labels, self._live = labels, None
 
     def search(self, Z: np.ndarray, k: int, params: AnnParams, keep: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
@@ -209,13 +210,19 @@ class VectorIndex:
         if keep is not None:
             keep = np.asarray(keep, dtype=bool)
         with self.lock:  # labels and the faiss index's size as of this search (grown / remove take the lock)
+            if self.labels is None and self.index.ntotal > self.n:  # grown since: only its own n vectors
+                self.labels = np.arange(self.n)
             labels = self.labels
-            if labels is None and self.index.ntotal > self.n:  # grown since: only its own n vectors
-                labels = np.arange(self.n)
-            if labels is not None:  # the vectors this object may propose: its live ids, kept
-                keep = (labels >= 0) & (True if keep is None else keep[np.maximum(labels, 0)])
+            bits = None
+            if labels is not None and keep is None:  # its live vectors, packed once per object
+                if self._live is None:
+                    live = labels >= 0
+                    self._live = (live, np.packbits(live, bitorder="little"))
+                keep, bits = self._live
+            elif labels is not None:  # the vectors this object may propose: its live ids, kept
+                keep = (labels >= 0) & keep[np.maximum(labels, 0)]
             if keep is not None:
-                bits = np.packbits(keep, bitorder="little")  # alive through the search below
+                bits = np.packbits(keep, bitorder="little") if bits is None else bits  # alive through the search
                 if not self.gpu:  # the bitmap's size in bytes: vectors past it are never members
                     sp.sel = faiss.IDSelectorBitmap(len(bits), faiss.swig_ptr(bits))
             if self.gpu:  # a GPU IVF index takes its nprobe as a setting (set and searched under the lock)
