@@ -99,7 +99,7 @@ def search_recall(eng, Z, M: int):
     from trawmem_gpu.select.steps.ann import AnnParams
 
     snap, plan = eng.snapshot, eng.plan
-    index, _ = unit_index(snap, 0, plan.ann_kind, plan.device.type == "cuda")
+    index = unit_index(snap, 0, plan.ann_kind, plan.device.type == "cuda")[0]
     a, n = int(snap.off.uo[0]), int(snap.off.nu[0])
     V = snap.np["unit_vecs"][a:a + n]
     M = min(int(M), n)

@@ -211,7 +211,8 @@ def run_query_curves(out_dir=None, sizes=SIZES, sizes_wide=SIZES_WIDE, banks=BAN
     rec["banks"] = [run(dict(kind="banks", n_banks=b, units=o["units"], dim=64)) for b in banks]
     rec["batch_size"] = run(dict(kind="batch", n_banks=o["batch_banks"], units=o["units"], dim=64,
                                  batches=list(batches), batch=max(batches))) if batches else {}
-    rec["ann"] = [run(dict(kind="ann", n_banks=1, units=n, dim=d, ann=o.get("ann", {}))) for n, d in ann_sizes]
+    rec["ann"] = [run(dict(kind="ann", n_banks=1, units=p[0], dim=p[1], ann=o.get("ann", {}),
+                           **({"topics": p[2]} if len(p) > 2 else {}))) for p in ann_sizes]
     return rec
 
 

@@ -104,10 +104,16 @@ def clustered():
     return [bank], make_queries([bank], 30, seed=12)
 
 
+@pytest.mark.parametrize("impact", [False, True])
 @pytest.mark.parametrize("affinity", ["learned", "rrf"])
-def test_a_shortlist_holding_the_whole_bank_picks_what_exact_search_picks(clustered, affinity):
+def test_a_shortlist_holding_the_whole_bank_picks_what_exact_search_picks(clustered, affinity, impact, monkeypatch):
     """With every unit proposed, the working set is the bank and the ranks are the bank's: the
-    shortlist's front (compaction, given ranks, growth) computes what the exact front computes."""
+    shortlist's front (compaction, given ranks, growth) computes what the exact front computes;
+    with ``impact`` the BM25 side reads impact-ordered postings (``lexical_shortlist``), each
+    column whole at this shortlist, so its scores and ranks are exact too."""
+    from trawmem_gpu.select.engine import lexical_shortlist
+    if impact:
+        monkeypatch.setattr(lexical_shortlist, "EXACT_POSTINGS", 0)
     banks, (ids, qs, Z) = clustered
     cfg = SelectConfig(affinity=affinity)
     exact = SelectionEngine(banks, cfg, device="cpu", sim="dots", ann_min_units=None)
@@ -117,9 +123,14 @@ def test_a_shortlist_holding_the_whole_bank_picks_what_exact_search_picks(cluste
     assert whole.select_units(ids, qs, Z) == exact.select_units(ids, qs, Z)
 
 
-def test_approximate_search_keeps_the_candidate_pool(clustered):
+@pytest.mark.parametrize("impact", [False, True])
+def test_approximate_search_keeps_the_candidate_pool(clustered, impact, monkeypatch):
     """A shortlist of 1/12 of the bank still finds nearly every exact candidate (the recall the
-    default settings are held to on large banks is measured in benchmarks/results/ann_recall.json)."""
+    default settings are held to on large banks is measured in benchmarks/results/ann_recall.json),
+    with BM25 read exactly or from impact-ordered postings (``impact``)."""
+    from trawmem_gpu.select.engine import lexical_shortlist
+    if impact:
+        monkeypatch.setattr(lexical_shortlist, "EXACT_POSTINGS", 0)
     banks, (ids, qs, Z) = clustered
     exact = SelectionEngine(banks, SelectConfig(), device="cpu", ann_min_units=None)
     approx = SelectionEngine(banks, SelectConfig(), device="cpu", ann_min_units=1000, ann_shortlist=256)
@@ -173,3 +184,20 @@ def test_a_shortlists_thread_space_propagates_as_the_whole_thread_graph(clustere
     for a, b in zip(got[0], want[0]):
         np.testing.assert_array_equal(a, b)
     assert got[1] == want[1]
+
+
+def test_the_approximate_threshold_follows_the_vectors_width(clustered):
+    """``ann_min_units="auto"`` (the default) resolves by the banks' width from the measured cost
+    fits: a wider vector makes exact search dearer, so approximate search starts at fewer units."""
+    from trawmem_gpu.errors import ConfigError
+    from trawmem_gpu.select.config import EngineConfig
+    from trawmem_gpu.select.engine.plan import ann_threshold
+    banks, _q = clustered
+    assert EngineConfig().ann_min_units == "auto"
+    assert ann_threshold(384) < ann_threshold(64) < ann_threshold(8)
+    eng = SelectionEngine(banks, SelectConfig(), device="cpu")
+    assert eng.plan.ann_min_units == ann_threshold(banks[0].unit_vecs.shape[1]) > banks[0].n_units
+    assert SelectionEngine(banks, SelectConfig(), device="cpu", ann_min_units=5).plan.ann_min_units == 5
+    for bad in ("many", 0, -3):
+        with pytest.raises(ConfigError, match="ann_min_units"):
+            EngineConfig(ann_min_units=bad)

@@ -52,7 +52,7 @@ def test_a_compact_collection_picks_what_the_float32_one_picks(clustered, float3
     banks, (ids, qs, Z) = clustered
     eng = SelectionEngine(banks, SelectConfig(), device="cpu", ann_min_units=1000, ann_shortlist=16, vectors=vectors)
     pool, picks = eng.candidate_sets(ids, qs, Z), eng.select_units(ids, qs, Z)
-    index, _ = eng.snapshot.infos[0].cache[("unit_index", "auto", vectors)]
+    index = eng.snapshot.infos[0].cache[("unit_index", "auto", vectors)][0]
     assert type(index.index).__name__ == "IndexHNSWSQ" and index.vectors == vectors
     assert np.mean(_agreement(pool, float32_run[0])) >= AGREEMENT
     assert np.mean(_agreement(picks, float32_run[1])) >= AGREEMENT
@@ -67,7 +67,7 @@ def test_the_float32_default_is_unchanged(clustered, float32_run):
     for a, b in zip(pool, float32_run[0]):
         np.testing.assert_array_equal(a, b)
     assert eng.select_units(ids, qs, Z) == float32_run[1]
-    index, _ = eng.snapshot.infos[0].cache[("unit_index", "auto")]
+    index = eng.snapshot.infos[0].cache[("unit_index", "auto")][0]
     assert type(index.index).__name__ == "IndexHNSWFlat" and index.labels is None
 
 
@@ -139,12 +139,12 @@ def test_an_append_grows_the_index_instead_of_rebuilding_it():
     eng = SelectionEngine([bank], SelectConfig(), device="cpu", ann_min_units=1, ann_shortlist=1000, vectors="int8")
     eng.select_units(["c"] * 2, qs, Z)
     key = ("unit_index", "auto", "int8")
-    first, _ = eng.snapshot.infos[0].cache[key]
+    first = eng.snapshot.infos[0].cache[key][0]
     bigger, _ = update_bank(bank, list(turns[120:]), encoder=enc)
     eng.replace_bank(bigger)
     assert ("grown", *key) in eng.snapshot.infos[0].cache
     got = eng.select_units(["c"] * 2, qs, Z)
-    index, _ = eng.snapshot.infos[0].cache[key]
+    index = eng.snapshot.infos[0].cache[key][0]
     assert index.index is first.index and index.labels is not None and index.n == bigger.n_units  # not rebuilt
     exact = SelectionEngine([bigger], SelectConfig(), device="cpu", ann_min_units=None)
     assert got == exact.select_units(["c"] * 2, qs, Z)  # a shortlist of the whole bank: the exact picks

@@ -315,8 +315,10 @@ class EngineConfig:
     seed_search: Literal["auto", "torch", "faiss"] = "auto"
     """Head-seed search (``seed_score="head"``): faiss or batched per-bank similarity, both
     exact; ``auto`` picks by the thresholds in ``steps/seeds.py``."""
-    ann_min_units: int | None = 200_000
-    """Smallest bank (in units) whose searches are approximate: the compiled front scores a
+    ann_min_units: int | Literal["auto"] | None = "auto"
+    """Smallest bank (in units) whose searches are approximate (``auto``: by the vectors' width,
+    where the measured exact search costs twice the approximate one: ``engine.plan.ann_threshold``;
+    None: never): the compiled front scores a
     working set of the bank around an approximate faiss index's shortlist instead of every unit
     (``engine/shortlist.py``), and head seeds come from an approximate index over its heads
     (``steps/seeds.py``). Smaller banks, the tensor front (CUDA: one exact GEMM) and None: exact.
@@ -349,7 +351,9 @@ class EngineConfig:
             _at_least("chunk_elems", self.chunk_elems, 1)
         _at_least("table_bytes", self.table_bytes, 0)
         _at_least("table_max_units", self.table_max_units, 0)
-        if self.ann_min_units is not None:
+        if self.ann_min_units is not None and self.ann_min_units != "auto":
+            if isinstance(self.ann_min_units, str):
+                raise ConfigError(f"ann_min_units must be a whole number, 'auto' or None, got {self.ann_min_units!r}")
             _at_least("ann_min_units", self.ann_min_units, 1)
         for name in ("ann_shortlist", "ann_nprobe", "ann_ef_search"):
             _at_least(name, getattr(self, name), 1)

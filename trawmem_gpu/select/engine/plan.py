@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ...errors import ConfigError
@@ -105,6 +106,32 @@ def fused_terms_apply(fused: tuple[str, ...], cfg: SelectConfig) -> str | None:
     return None
 
 
+EXACT_MS = (2.0, 6.6e-5, 1.0e-6)
+"""One query's exact CPU milliseconds on one thread as ``a + N (b + c d)`` for a bank of ``N``
+units of width ``d``: least squares over ``benchmarks/results/scale_query_full.json``'s exact
+points (the similarity GEMM costs ``c`` per unit and dimension, the rest of steps 1-3 ``b`` per unit)."""
+APPROX_MS = 10.0
+"""One query's approximate CPU milliseconds (flat in ``N``: ``benchmarks/results/scale_query_ann*.json``)."""
+ANN_SPEEDUP = 2.0
+"""``auto`` searches approximately where exact search costs at least this many times as much."""
+
+
+def ann_threshold(d: int) -> int:
+    """``EngineConfig.ann_min_units="auto"`` for vectors of width ``d``: the smallest bank whose
+    exact search costs ``ANN_SPEEDUP`` times the approximate one, by the fits above."""
+    a, b, c = EXACT_MS
+    return int(np.ceil(max(ANN_SPEEDUP * APPROX_MS - a, 0.0) / (b + c * max(int(d), 1))))
+
+
+def _ann_min_units(ec: EngineConfig, banks) -> int | None:
+    if ec.ann_min_units is None or not faiss_available():
+        return None
+    if ec.ann_min_units != "auto":
+        return int(ec.ann_min_units)
+    dims = [int(b.unit_vecs.shape[1]) for b in (banks or []) if getattr(b, "unit_vecs", None) is not None]
+    return ann_threshold(max(dims) if dims else 384)
+
+
 def resolve(ec: EngineConfig, cfg: SelectConfig, banks) -> Plan:
     device = torch.device(ec.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     cpu = device.type == "cpu"
@@ -137,6 +164,6 @@ def resolve(ec: EngineConfig, cfg: SelectConfig, banks) -> Plan:
                 ec.seed_search, uses_bm25(cfg), cfg.seed_score != "best_unit", cfg.affinity == "learned",
                 propagation="compiled" if compiled else "torch", rrf_rows=rrf_rows,
                 greedy_tokens="compiled" if compiled else "torch", table_units=ec.table_max_units,
-                ann_min_units=ec.ann_min_units if faiss_available() else None, ann_shortlist=ec.ann_shortlist,
+                ann_min_units=_ann_min_units(ec, banks), ann_shortlist=ec.ann_shortlist,
                 ann_nprobe=ec.ann_nprobe, ann_ef_search=ec.ann_ef_search, ann_kind=ec.ann_index,
                 ann_vectors=ec.vectors)

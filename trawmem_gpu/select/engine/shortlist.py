@@ -44,6 +44,7 @@ from ..steps.ann import AnnParams, VectorIndex
 from ..steps.candidates import GivenRanks
 from ..steps.relevance import LearnedQueries, LearnedTables
 from .compiled_args import NO_THREADS
+from .lexical_shortlist import Lexical, lexical, ranks_of, scores_at
 from .tables import Offsets, Snapshot
 
 ROUNDS = 3
@@ -65,16 +66,18 @@ class Shortlist(NamedTuple):
     """The smallest exact cosine among the index's proposals (above it, ranks are taken in ``W``)."""
     sample: np.ndarray
     """Cosines of the bank's rank sample, ascending."""
-    bm_units: np.ndarray
-    """Every unit of the bank with positive BM25 (ascending) ..."""
-    bm_rank: np.ndarray
-    """... and its rank among them (score descending, ties to the lower unit)."""
+    lex: Lexical
+    """The query's BM25 over the bank (``lexical_shortlist``: what ranks a unit's score)."""
     cos: np.ndarray
-    """Exact cosines of ``units`` (float64, as :func:`_gather_dots` sums them)."""
+    """Exact cosines of ``units`` (float64, as :func:`_gather_dots` sums them) ..."""
+    bm: np.ndarray
+    """... and their exact float32 BM25 (``lexical_shortlist.scores_at``)."""
+    cols: np.ndarray
+    """The query's BM25 columns (store columns, token order)."""
 
 
 def unit_index(snap: Snapshot, bank: int, kind: str, use_gpu: bool, vectors: str = "float32"
-               ) -> tuple[VectorIndex, np.ndarray]:
+               ) -> tuple[VectorIndex, np.ndarray, np.ndarray]:
     """The bank's approximate index over its unit vectors and its rank sample's vectors (``[<=
     RANK_SAMPLE, d]``, contiguous), built on first use and kept with the bank's ``BankInfo`` (a
     later snapshot of the same bank object reuses them); an appended bank's index is the old one
@@ -90,7 +93,7 @@ def unit_index(snap: Snapshot, bank: int, kind: str, use_gpu: bool, vectors: str
             vecs = snap.np["unit_vecs"]
             index = info.cache.pop(("grown", *key), None) or VectorIndex(
                 vecs[a:a + n], kind, use_gpu, vectors=vectors, rerank=info.bank.unit_vecs)  # compact: re-ranked in float32
-            got = info.cache[key] = (index, np.ascontiguousarray(vecs[sample]))
+            got = info.cache[key] = (index, sample - a, np.ascontiguousarray(vecs[sample], dtype=np.float32))
         return got
 
 
@@ -132,7 +135,7 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
     masks = masks if masks is not None else [None] * len(bidx)
     for bank in np.unique(bidx).tolist():
         rows = np.flatnonzero(bidx == bank)
-        index, sample_vecs = unit_index(snap, bank, plan.ann_kind, plan.device.type == "cuda", plan.ann_vectors)
+        index, rows_b, sample_vecs = unit_index(snap, bank, plan.ann_kind, plan.device.type == "cuda", plan.ann_vectors)
         plain = [r for r in rows.tolist() if masks[r] is None]
         if plain:
             _, ids = index.search(Z[plain], M, params)
@@ -141,21 +144,18 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
         for r in rows.tolist():
             if masks[r] is not None:
                 near[r] = _near_passing(index, Z[r], masks[r], M, params)
-        dots = np.sort(Z[rows] @ sample_vecs.T, axis=1)  # an estimate of ranks: any summation order
-        for r, row in zip(rows.tolist(), dots):
-            sample[r] = row
+        for r in rows.tolist():  # an estimate of ranks: float32 is enough (one order of sums: no BLAS threads)
+            dots = np.empty(len(sample_vecs), np.float32)
+            _sample_dots(sample_vecs, np.ascontiguousarray(Z[r], dtype=np.float32), dots)
+            dots.sort()
+            sample[r] = (dots, rows_b)
     ptr, ids = tok
     out = []
     for q, bank in enumerate(bidx.tolist()):
         uo = int(snap.off.uo[bank])
-        u, s = bm25_sparse(snap, bank, ids[ptr[q]:ptr[q + 1]])
-        if masks[q] is not None:  # the BM25 top among the passing units
-            ok = masks[q][u]
-            u, s = u[ok], s[ok]
-        order = np.lexsort((u, -s))
-        rank = np.empty(len(u))
-        rank[order] = np.arange(1, len(u) + 1)
-        top = u[order[:M]]
+        cols = np.asarray(ids[ptr[q]:ptr[q + 1]], dtype=np.int64)
+        lex = lexical(snap, bank, cols, M, sample[q][1], masks[q])  # a mask: the top among the passing units
+        top = lex.top
         ult = snap.np["unit_thread"][uo + np.concatenate([near[q], top]).astype(np.int64)]
         W = threads_units(snap.infos[bank].bank.thread_offsets, ult)
         if context:
@@ -164,7 +164,8 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
         cos = np.empty(len(W))
         _gather_dots(vecs, uo + W, np.full(len(W), q), Z, cos)
         edge = cos[np.searchsorted(W, near[q])]
-        out.append(Shortlist(W, float(edge.min()) if len(edge) else np.inf, sample[q], u, rank, cos))
+        out.append(Shortlist(W, float(edge.min()) if len(edge) else np.inf, sample[q][0], lex, cos,
+                             scores_at(snap, bank, cols, W), cols))
     return out
 
 
@@ -176,7 +177,8 @@ def grown(snap: Snapshot, short: Shortlist, bank: int, more: np.ndarray, z: np.n
     _gather_dots(snap.np["unit_vecs"], int(snap.off.uo[bank]) + new, np.zeros(len(new), np.int64), z[None, :], cos)
     units = np.concatenate([short.units, new])
     order = np.argsort(units, kind="stable")
-    return short._replace(units=units[order], cos=np.concatenate([short.cos, cos])[order])
+    bm = np.concatenate([short.bm, scores_at(snap, bank, short.cols, new)])
+    return short._replace(units=units[order], cos=np.concatenate([short.cos, cos])[order], bm=bm[order])
 
 
 def _near_passing(index: VectorIndex, z: np.ndarray, keep: np.ndarray, M: int, params: AnnParams) -> np.ndarray:
@@ -212,7 +214,8 @@ def given_ranks(short: Shortlist, cos: np.ndarray, n_bank: int) -> tuple[np.ndar
     By cosine: the rank in ``W`` (cosine descending, ties to the lower unit) for a unit at or above
     the index's last proposal (every unit above it is in ``W`` when the index found the true top
     ones), else the larger of that and ``1 + N * (the share of the bank's rank sample above its
-    cosine)``. By BM25: exact (every unit of positive BM25 was scored, :func:`bm25_sparse`)."""
+    cosine)``. By BM25: ``lexical_shortlist.ranks_of`` (exact when the query's terms hold few
+    postings, else exact above the threshold bound and estimated below it)."""
     W = short.units
     m = len(W)
     rc = np.empty(m)
@@ -221,12 +224,7 @@ def given_ranks(short: Shortlist, cos: np.ndarray, n_bank: int) -> tuple[np.ndar
     if past.any() and len(short.sample):
         above = len(short.sample) - np.searchsorted(short.sample, cos[past], side="right")
         rc[past] = np.maximum(rc[past], 1.0 + n_bank * above / len(short.sample))
-    rb = np.zeros(m)
-    if len(short.bm_units):
-        p = np.minimum(np.searchsorted(short.bm_units, W), len(short.bm_units) - 1)
-        hit = short.bm_units[p] == W
-        rb[hit] = short.bm_rank[p[hit]]
-    return rc, rb
+    return rc, ranks_of(short.lex, W, short.bm)
 
 
 def compact(snap: Snapshot, Z: np.ndarray, bidx: np.ndarray, shorts: list[Shortlist], tok: tuple, lq,
@@ -244,25 +242,13 @@ def compact(snap: Snapshot, Z: np.ndarray, bidx: np.ndarray, shorts: list[Shortl
     cos = np.concatenate([sh.cos for sh in shorts]) if Q else np.zeros(0)
     rk = [given_ranks(sh, cos[a:a + len(sh.units)], int(snap.off.nu[b])) for sh, a, b in zip(shorts, uo, bidx.tolist())]
     ranks = GivenRanks(np.concatenate([r[0] for r in rk]), np.concatenate([r[1] for r in rk]))
-    st, ptr, ids = snap.bm25.store, tok[0], tok[1]
-    counts, bidx_c, bdat = [], [], []
-    for q, (b, w) in enumerate(zip(bidx.tolist(), W)):  # each query token's postings, restricted to W[q]
-        t = ids[ptr[q]:ptr[q + 1]]
-        nz = int(st.nz0[b])
-        lo, hi = nz + st.ptr[t], nz + st.ptr[t + 1]
-        flat = _ranges(lo, hi)
-        u = st.idx[flat].astype(np.int64)
-        p = np.minimum(np.searchsorted(w, u), max(len(w) - 1, 0))
-        keep = w[p] == u
-        seg = np.repeat(np.arange(len(t)), hi - lo)
-        counts.append(np.bincount(seg[keep], minlength=len(t)))
-        bidx_c.append(p[keep])
-        bdat.append(st.data[flat][keep])
+    # one column per query: its working set's BM25 (summed in token order already: the loop adds it to 0)
+    bidx_c = [np.flatnonzero(sh.bm != 0) for sh in shorts]
+    bdat = [sh.bm[p] for sh, p in zip(shorts, bidx_c)]
     cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)  # noqa: E731
-    per_col = cat(counts, np.int64)
-    bptr = np.concatenate([[0], np.cumsum(per_col)]).astype(np.int64)
-    tptr = np.concatenate([[0], np.cumsum([len(c) for c in counts])]).astype(np.int64)
-    tids = np.arange(len(per_col), dtype=np.int64)
+    bptr = np.concatenate([[0], np.cumsum([len(p) for p in bidx_c])]).astype(np.int64)
+    tptr = np.arange(Q + 1, dtype=np.int64)
+    tids = np.arange(Q, dtype=np.int64)
     nt = np.array([len(sp.ids) for sp in spaces], dtype=np.int64)
     to = np.concatenate([[0], np.cumsum(nt)[:-1]]).astype(np.int64)
     ult = np.concatenate([np.searchsorted(sp.ids, n["unit_thread"][gq]) for sp, gq in zip(spaces, glob)]) if Q \
@@ -292,6 +278,16 @@ def _gather_dots(vecs, rows, qrow, Z, out):  # pragma: no cover - compiled
         acc = 0.0
         for k in range(v.shape[0]):
             acc += v[k] * z[k]
+        out[i] = acc
+
+
+@njit(cache=True, nogil=True, fastmath={"reassoc", "nsz", "contract"})
+def _sample_dots(S, z, out):  # pragma: no cover - compiled
+    """``out[i] = S[i] . z`` in float32, one thread."""
+    for i in range(S.shape[0]):
+        acc = np.float32(0.0)
+        for k in range(S.shape[1]):
+            acc += S[i, k] * z[k]
         out[i] = acc
 
 
@@ -344,60 +340,65 @@ def thread_space(snap: Snapshot, bank: int, units: np.ndarray, hops: int, n_seed
     working set of fewer threads than seeds takes the bank's lowest threads too (seeds without a
     score, as over the whole bank)."""
     g0, J = int(snap.off.to[bank]), int(snap.off.nt[bank])
-    nbr = snap.np["nbr"]
     own = np.unique(snap.np["unit_thread"][int(snap.off.uo[bank]) + units])
     pad = min(J, n_seeds + len(own)) if len(own) < n_seeds else 0
-    ids, local = _space(nbr, g0, J, own, int(hops), pad)
-    return ThreadSpace(ids, local, snap.np["nbw"][g0 + ids])
+    return ThreadSpace(*_space(snap.np["nbr"], snap.np["nbw"], g0, J, own, int(hops), pad))
 
 
 @njit(cache=True, nogil=True)
-def _space(nbr, g0, J, own, hops, pad):  # pragma: no cover - compiled
-    """``(ids, local nbr)`` of :func:`thread_space`: a breadth-first walk of ``hops`` levels from
-    ``own`` with a mark per thread of the bank, then the kept threads' rows renumbered."""
+def _space(nbr, nbw, g0, J, own, hops, pad):  # pragma: no cover - compiled
+    """``(ids, local nbr, local nbw)`` of :func:`thread_space`: a breadth-first walk of ``hops``
+    levels from ``own`` with a level per thread of the bank, then the rows of the threads fewer
+    than ``hops`` edges away renumbered (the others' are never read: -1 and 0)."""
     D = nbr.shape[1]
-    pos = np.full(J, -1, np.int64)
+    level = np.full(J, -1, np.int64)
     got = np.empty(max(len(own) * (1 + D), 16), np.int64)
     n = 0
     for t in own:
-        pos[t] = 0
+        level[t] = 0
         got[n] = t
         n += 1
     lo = 0
-    for _h in range(hops):
+    for h in range(hops):
         hi = n
         for i in range(lo, hi):
             for e in range(D):
                 k = nbr[g0 + got[i], e]
-                if k >= 0 and pos[k] < 0:
+                if k >= 0 and level[k] < 0:
                     if n == len(got):
                         bigger = np.empty(2 * n, np.int64)
                         bigger[:n] = got[:n]
                         got = bigger
-                    pos[k] = 0
+                    level[k] = h + 1
                     got[n] = k
                     n += 1
         if n == hi:
             break
         lo = hi
     for t in range(pad):
-        if pos[t] < 0:
+        if level[t] < 0:
             if n == len(got):
                 bigger = np.empty(2 * n, np.int64)
                 bigger[:n] = got[:n]
                 got = bigger
-            pos[t] = 0
+            level[t] = hops
             got[n] = t
             n += 1
     ids = np.sort(got[:n])
+    pos = np.empty(J, np.int64)  # read only where level >= 0
     for i in range(n):
         pos[ids[i]] = i
-    local = np.empty((n, D), nbr.dtype)
+    local = np.full((n, D), -1, nbr.dtype)
+    w = np.zeros((n, D), nbw.dtype)
     for i in range(n):
-        for e in range(D):
-            k = nbr[g0 + ids[i], e]
-            local[i, e] = pos[k] if k >= 0 else -1
-    return ids, local
+        t = ids[i]
+        if level[t] < hops:
+            for e in range(D):
+                k = nbr[g0 + t, e]
+                if k >= 0 and level[k] >= 0:
+                    local[i, e] = pos[k]
+                    w[i, e] = nbw[g0 + t, e]
+    return ids, local, w
 
 
 def missing_threads(offsets: np.ndarray, w: np.ndarray, hthread: np.ndarray) -> np.ndarray:

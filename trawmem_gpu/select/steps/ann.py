@@ -42,7 +42,7 @@ import numpy as np
 
 from ...store.vectors import BYTES_PER_DIM, check_vectors, sq_type
 
-IVF_MIN_VECTORS = 1 << 21
+IVF_MIN_VECTORS = 1 << 16
 """Indexes over at least this many vectors are IVF (trained k-means lists), smaller ones HNSW."""
 TRAIN_PER_LIST = 64
 """Training vectors per IVF list (faiss warns below 39)."""

@@ -1,0 +1,106 @@
+"""BM25 of a large bank's shortlist (``select/engine/lexical_shortlist.py``) against the exact
+scores of every posting (``shortlist.bm25_sparse``): the working set's scores are the same
+float32 values, every unit above the threshold bound is found with its exact rank, and the
+ranks below it are never better than a found unit's."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trawmem_gpu.select.config import SelectConfig
+from trawmem_gpu.select.engine import SelectionEngine, lexical_shortlist as lx, shortlist as sl
+
+from benchmarks.synthetic_banks import make_banks, make_queries
+
+
+@pytest.fixture(scope="module")
+def bank():
+    banks = make_banks(2, units=1500, thread_len=6.0, d=16, seed=21, prefix="lx")
+    eng = SelectionEngine(banks, SelectConfig(), device="cpu", ann_min_units=None)
+    _ids, qs, _ = make_queries(banks, 24, seed=22)
+    return eng.snapshot, qs
+
+
+def _cols(snap, bank: int, question: str) -> np.ndarray:
+    from trawmem_gpu.select.steps import candidates as step3
+    bm = snap.bm25
+    ptr, ids, _slow = step3.bm25_columns([bank], [question], bm.vocabs, bm.plain, bm.store.col0)
+    return np.asarray(ids[ptr[0]:ptr[1]], dtype=np.int64)
+
+
+def _exact(snap, bank, cols):
+    u, s = sl.bm25_sparse(snap, bank, cols)
+    order = np.lexsort((u, -s))
+    rank = np.empty(len(u))
+    rank[order] = np.arange(1, len(u) + 1)
+    return u, s, rank
+
+
+def _queries(snap, qs):
+    out = []
+    for i, q in enumerate(qs):
+        bank = i % 2
+        common = [w for w in list(snap.bm25.vocabs[bank])[:40] if isinstance(w, str)][i % 7::7][:2]
+        cols = _cols(snap, bank, " ".join([q, *common]))
+        if len(cols):
+            out.append((bank, cols))
+    return out
+
+
+def test_scores_at_are_the_exact_float32_sums(bank):
+    snap, qs = bank
+    for b, cols in _queries(snap, qs):
+        u, s, _ = _exact(snap, b, cols)
+        everyone = np.arange(int(snap.off.nu[b]))
+        got = lx.scores_at(snap, b, cols, everyone)
+        want = np.zeros(len(everyone), np.float32)
+        want[u] = s
+        np.testing.assert_array_equal(got, want)  # bit for bit: token order, float32
+
+
+def test_impact_order_sorts_each_column_by_score_then_unit(bank):
+    snap, _qs = bank
+    st = snap.bm25.store
+    for b in range(2):
+        order, start = lx.impact_order(snap, b)
+        c0, V = int(st.col0[b]), len(snap.bm25.vocabs[b])
+        lo, hi = lx.columns(snap, b, np.arange(c0, c0 + V - 1))
+        for a, e in zip(lo.tolist(), hi.tolist()):
+            pos = order[a - start:e - start]
+            assert sorted(pos.tolist()) == list(range(a, e))  # a column's own postings
+            key = list(zip((-st.data[pos]).tolist(), st.idx[pos].tolist()))
+            assert key == sorted(key)
+
+
+@pytest.mark.parametrize("M", [1, 16, 48])
+def test_units_above_the_bound_are_found_with_their_exact_ranks(bank, monkeypatch, M):
+    snap, qs = bank
+    monkeypatch.setattr(lx, "EXACT_POSTINGS", 0)  # always the impact-ordered path
+    sample = np.arange(0, 1500, 7)
+    bounded = 0
+    for b, cols in _queries(snap, qs):
+        u, s, rank = _exact(snap, b, cols)
+        lex = lx.lexical(snap, b, cols, M, sample)
+        assert lex.bound >= 0
+        above = s > lex.bound
+        bounded += int(above.sum())
+        assert set(u[above].tolist()) <= set(lex.units.tolist())  # the threshold algorithm's guarantee
+        got = lx.ranks_of(lex, u, s)
+        np.testing.assert_array_equal(got[above], rank[above])
+        # a unit at or below the bound ranks after every found unit scoring more than it
+        for j in np.flatnonzero(~above):
+            assert got[j] >= 1 + np.sum(lex.scores > s[j])
+        # the proposals: the best found, best first by the exact order among the found
+        assert len(lex.top) == min(M, len(lex.units))
+        assert np.all(lx.scores_at(snap, b, cols, lex.top) >= np.sort(lex.scores)[::-1][len(lex.top) - 1])
+    assert bounded > 0 or M == 1  # one posting per column: the bound is every column's best, rarely passed
+
+
+def test_few_postings_are_read_exactly(bank):
+    snap, qs = bank
+    for b, cols in _queries(snap, qs)[:5]:
+        u, s, rank = _exact(snap, b, cols)
+        lex = lx.lexical(snap, b, cols, 8, np.arange(10))
+        assert lex.bound == -1.0
+        np.testing.assert_array_equal(lex.units, u)
+        np.testing.assert_array_equal(lx.ranks_of(lex, u, s), rank)

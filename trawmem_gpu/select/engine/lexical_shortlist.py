@@ -1,0 +1,188 @@
+"""BM25 of a large bank's shortlist without adding every posting of the query's terms
+(``shortlist.py``, steps 1 and 3).
+
+Exact BM25 (``shortlist.bm25_sparse``) adds every posting of the query's columns: at 10^6 units a
+common term holds tens of thousands of them. A query whose columns hold more than
+:data:`EXACT_POSTINGS` postings is served from two orders of the same postings instead:
+
+* **impact order** (:func:`impact_order`, built once per bank and kept with it): each column's
+  postings by score descending, unit ascending. The union of every column's ``M`` best postings
+  are the candidates, and the ``M`` best of them by their whole score are the proposals;
+* **unit order** (the store's own): any unit's score is the sum over the query's columns of its
+  posting in each (a binary search per column, float32 in the query's token order, as bm25s adds
+  them: :func:`scores_at`), so the working set's scores are exact.
+
+A unit that is not a candidate scores at most ``bound``, the sum over the columns of each one's
+``M``-th best posting (0 for a column whose every posting is a candidate): the threshold
+algorithm's stopping bound. So every unit scoring more than ``bound`` is a candidate, and its
+rank (1 + the units scoring more, ties to the lower unit) is counted exactly among them; the
+rank of a unit scoring ``bound`` or less is estimated from the bank's rank sample scored the
+same way (as the cosine ranks past the index's proposals are), and is at least its rank among
+the candidates. The bank's largest score is a candidate's.
+"""
+from __future__ import annotations
+
+import threading
+from typing import NamedTuple
+
+import numpy as np
+
+from .._jit import njit
+from .tables import Snapshot
+
+EXACT_POSTINGS = 1 << 15
+"""A query whose columns hold at most this many postings is scored over all of them (exactly)."""
+_LOCK = threading.Lock()
+
+
+class Lexical(NamedTuple):
+    """One query's BM25 over a bank, as the shortlist reads it."""
+
+    top: np.ndarray
+    """The proposals: the ``M`` best units by score (ties to the lower unit)."""
+    units: np.ndarray
+    """Units whose score and rank are known (ascending): every unit of positive score (exact), or
+    the candidates."""
+    scores: np.ndarray
+    """Their float32 scores ..."""
+    rank: np.ndarray
+    """... and their ranks among the bank's units of positive score (among themselves)."""
+    bound: float
+    """A unit outside ``units`` scores at most this (-1: ``units`` holds every unit of positive score)."""
+    sample: np.ndarray
+    """Scores of the bank's rank sample, ascending (empty when exact)."""
+    n_bank: int
+    """Units of the bank."""
+
+
+def columns(snap: Snapshot, bank: int, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(lo, hi)``: the store positions of each query column's postings (``cols``: store columns)."""
+    st = snap.bm25.store
+    nz = int(st.nz0[bank])
+    c = np.asarray(cols, dtype=np.int64)
+    return nz + st.ptr[c].astype(np.int64), nz + st.ptr[c + 1].astype(np.int64)
+
+
+def impact_order(snap: Snapshot, bank: int) -> tuple[np.ndarray, int]:
+    """``(order, start)``: store positions of the bank's postings, each column's by score
+    descending then unit ascending, laid out as the columns are (the posting at store position
+    ``p`` of a column is replaced by ``order[p - start]``); built on first use and kept with the
+    bank's ``BankInfo``."""
+    info = snap.infos[bank]
+    with _LOCK:
+        got = info.cache.get("bm25_impact")
+        if got is None:
+            st = snap.bm25.store
+            nz, c0, V = int(st.nz0[bank]), int(st.col0[bank]), len(snap.bm25.vocabs[bank])
+            starts = st.ptr[c0:c0 + V].astype(np.int64)
+            ends = np.concatenate([starts[1:], [_bank_nnz(snap, bank)]]).astype(np.int64)
+            a = nz + (int(starts[0]) if V else 0)
+            b = nz + (int(ends[-1]) if V else 0)
+            col = np.repeat(np.arange(V), ends - starts)
+            order = np.lexsort((st.idx[a:b], -st.data[a:b].astype(np.float64), col))
+            got = info.cache["bm25_impact"] = ((a + order).astype(np.int64), a)
+        return got
+
+
+def _bank_nnz(snap: Snapshot, bank: int) -> int:
+    st = snap.bm25.store
+    nxt = [int(x) for x in st.nz0 if int(x) > int(st.nz0[bank])]
+    return (min(nxt) if nxt else len(st.data)) - int(st.nz0[bank])
+
+
+def _ranked(u: np.ndarray, s: np.ndarray) -> np.ndarray:
+    order = np.lexsort((u, -s))
+    rank = np.empty(len(u))
+    rank[order] = np.arange(1, len(u) + 1)
+    return rank
+
+
+def lexical(snap: Snapshot, bank: int, cols: np.ndarray, M: int, sample_rows: np.ndarray,
+            keep: np.ndarray | None = None) -> Lexical:
+    """The query's :class:`Lexical` over ``bank`` (``cols``: its store columns in token order;
+    ``sample_rows``: the bank's rank sample, bank-local; ``keep``: a filter's unit mask, whose
+    failing units are neither proposed nor ranked: read exactly)."""
+    from .shortlist import bm25_sparse
+
+    lo, hi = columns(snap, bank, cols)
+    n = int(snap.off.nu[bank])
+    if int((hi - lo).sum()) <= EXACT_POSTINGS or keep is not None:
+        u, s = bm25_sparse(snap, bank, cols)
+        if keep is not None:
+            ok = keep[u]
+            u, s = u[ok], s[ok]
+        rank = _ranked(u, s)
+        return Lexical(u[np.argsort(rank)[:M]], u, s, rank, -1.0, np.zeros(0, np.float32), n)
+    st = snap.bm25.store
+    imp, start = impact_order(snap, bank)
+    cand, bound = _candidates(imp, st.idx, st.data, lo, hi, lo - start, M)
+    s = scores_at(snap, bank, cols, cand)
+    rank = _ranked(cand, s)
+    return Lexical(cand[np.argsort(rank)[:M]], cand, s, rank, float(bound),
+                   np.sort(scores_at(snap, bank, cols, sample_rows)), n)
+
+
+@njit(cache=True, nogil=True)
+def _candidates(imp, idx, data, lo, hi, ilo, M):  # pragma: no cover - compiled
+    """``(candidates ascending, bound)``: every column's ``M`` best postings (``imp[ilo[c]:]``) and
+    the sum of each column's ``M``-th best score (0 for a column read whole)."""
+    total = 0
+    for c in range(len(lo)):
+        total += min(M, hi[c] - lo[c])
+    out = np.empty(total, np.int64)
+    k = 0
+    bound = 0.0
+    for c in range(len(lo)):
+        m = min(M, hi[c] - lo[c])
+        for i in range(m):
+            out[k] = idx[imp[ilo[c] + i]]
+            k += 1
+        if m < hi[c] - lo[c]:
+            bound += data[imp[ilo[c] + m - 1]]
+    return np.unique(out), bound
+
+
+def scores_at(snap: Snapshot, bank: int, cols: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """``[len(units)]`` float32 BM25 of bank-local ``units`` for the query columns ``cols``, summed
+    in token order as bm25s adds them (0 for a unit no column holds)."""
+    lo, hi = columns(snap, bank, cols)
+    st = snap.bm25.store
+    return _scores_at(st.idx, st.data, lo, hi, np.ascontiguousarray(units, dtype=np.int64))
+
+
+@njit(cache=True, nogil=True)
+def _scores_at(idx, data, lo, hi, units):  # pragma: no cover - compiled
+    out = np.zeros(len(units), np.float32)
+    for c in range(len(lo)):
+        a, b = lo[c], hi[c]
+        if a == b:
+            continue
+        col = idx[a:b]
+        for j in range(len(units)):
+            p = np.searchsorted(col, units[j])
+            if p < b - a and col[p] == units[j]:
+                out[j] += data[a + p]
+    return out
+
+
+def ranks_of(lex: Lexical, units: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """``[len(units)]`` float64 BM25 ranks of ``units`` scoring ``scores`` (0 where the score is 0:
+    the affinity reads no rank there). Exact for a unit of ``lex.units`` when they hold every unit
+    of positive score, or when it scores more than ``lex.bound``; otherwise the larger of its rank
+    among ``lex.units`` and ``1 + N * (the share of the rank sample scoring more)``."""
+    out = np.zeros(len(units))
+    if not len(lex.units):
+        return out
+    p = np.minimum(np.searchsorted(lex.units, units), len(lex.units) - 1)
+    hit = lex.units[p] == units
+    out[hit] = lex.rank[p[hit]]
+    if lex.bound < 0:
+        return out
+    past = (scores > 0) & ~(hit & (scores > lex.bound))
+    if past.any():
+        desc = np.sort(-lex.scores.astype(np.float64))
+        among = 1.0 + np.searchsorted(desc, -scores[past].astype(np.float64), side="left")
+        above = len(lex.sample) - np.searchsorted(lex.sample, scores[past], side="right")
+        est = 1.0 + lex.n_bank * above / max(1, len(lex.sample))
+        out[past] = np.maximum(np.where(hit[past], out[past], among), est)
+    return out
