@@ -15,6 +15,7 @@ choice and are not part of these figures (``docs/scaling.md``, compact vectors).
 
     python -m benchmarks run compact-memory                           # 3e4 and 1e5 units, d = 384
     python -m benchmarks run compact-memory --sizes 100000,300000     # larger, slower
+    python -m benchmarks run compact-memory --kind ivf --name compact_memory_ivf   # IVF (SQ) lists
 """
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def _anon_mib() -> float:
     return float("nan")
 
 
-def point(path: str, vectors: str, queries: int, shortlist: int) -> dict:
+def point(path: str, vectors: str, queries: int, shortlist: int, kind: str = "hnsw") -> dict:
     """One child's figures (see the module docstring); ``path``: the bank's ``.npy`` vectors."""
     from trawmem_gpu.select.config import EngineConfig
     from trawmem_gpu.select.steps.ann import AnnParams, VectorIndex
@@ -76,7 +77,7 @@ def point(path: str, vectors: str, queries: int, shortlist: int) -> dict:
     extra = np.load(path.replace(".npy", "-append.npy"))
     before = _anon_mib()
     t = time.perf_counter()
-    index = VectorIndex(x, "hnsw", vectors=vectors, rerank=x)
+    index = VectorIndex(x, kind, vectors=vectors, rerank=x)
     build_s = time.perf_counter() - t
     resident = _anon_mib() - before
     ec = EngineConfig()
@@ -90,13 +91,14 @@ def point(path: str, vectors: str, queries: int, shortlist: int) -> dict:
     t = time.perf_counter()
     index.grown(extra, n, np.concatenate([x, extra]) if vectors != "float32" else None)
     append_s = time.perf_counter() - t
-    return dict(units=n, dim=d, vectors=vectors, index_resident_mib=resident, index_nbytes=index.nbytes(),
+    return dict(units=n, dim=d, vectors=vectors, kind=index.kind, index_resident_mib=resident,
+                index_nbytes=index.nbytes(),
                 build_s=build_s, append_1000_s=append_s, search_p50_ms=1e3 * float(np.median(lat)),
                 proposals=[a.tolist() for a in ids])
 
 
 def _child(args) -> int:
-    rec = point(args.child, args.vectors, args.queries, args.shortlist)
+    rec = point(args.child, args.vectors, args.queries, args.shortlist, args.kind)
     Path(args.child_out).write_text(json.dumps(rec))
     return 0
 
@@ -110,8 +112,8 @@ def _exact_top(x: np.ndarray, Z: np.ndarray, k: int) -> list[np.ndarray]:
 
 
 def run(args) -> dict:
-    rec: dict = {"queries": args.queries, "shortlist": args.shortlist, "points": [], "target_units": TARGET_UNITS,
-                 "goal_gib": 1.0}
+    rec: dict = {"queries": args.queries, "shortlist": args.shortlist, "kind": args.kind, "points": [],
+                 "target_units": TARGET_UNITS, "goal_gib": 1.0}
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.sizes:
             path = str(Path(tmp) / f"v{n}.npy")
@@ -123,7 +125,8 @@ def run(args) -> dict:
             for v in CHOICES:
                 out = Path(tmp) / f"p{n}{v}.json"
                 cmd = [sys.executable, "-m", "benchmarks.bench_compact_memory", "--child", path, "--vectors", v,
-                       "--queries", str(args.queries), "--shortlist", str(args.shortlist), "--child-out", str(out)]
+                       "--queries", str(args.queries), "--shortlist", str(args.shortlist), "--child-out", str(out),
+                       "--kind", args.kind]
                 subprocess.run(cmd, check=True)
                 got[v] = json.loads(out.read_text())
                 print(f"{n} {v}: {got[v]['index_resident_mib']:.0f} MiB, build {got[v]['build_s']:.1f} s", flush=True)
@@ -192,6 +195,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--queries", type=int, default=30)
     ap.add_argument("--shortlist", type=int, default=1024)
+    ap.add_argument("--kind", default="hnsw", help="the index: hnsw, ivf or auto (steps/ann.py: by size)")
     ap.add_argument("--name", default="compact_memory")
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--replot", action="store_true", help="redraw NAME.png from NAME.json (nothing measured)")

@@ -141,7 +141,8 @@ def grown_indexes(prev: BankInfo, bank: Bank, start: int) -> dict:
     for key, got in list(prev.cache.items()):
         if isinstance(key, tuple) and key and key[0] in ("unit_index", "grown"):
             index = got[0] if key[0] == "unit_index" else got  # "grown": one not yet taken up
-            out[key if key[0] == "grown" else ("grown", *key)] = index.grown(bank.unit_vecs[start:], start, bank.unit_vecs)
+            name = key if key[0] == "grown" else ("grown", *key)
+            out[name] = index.grown(bank.unit_vecs[start:], start, bank.unit_vecs)
     return out
 
 
