@@ -91,8 +91,10 @@ SUITE: tuple[Entry, ...] = (
           ("head_loco.json", "head_loco.png", "head_table.json"), "15 min (head_table.json: 883 s)"),
     Entry("late-insert", "bench_late_insert.py",
           "a late insert (a turn dated before the bank's last turn, stored at its place in time) against an "
-          "append at the end, side by side, on one bank of 10^3 / 10^4 / 10^5 synthetic turns (`--sizes`)",
-          ("late_insert.json", "late_insert.png"), "not timed (10^3 only run: `--sizes 1000 --rounds 2`)"),
+          "append at the end, side by side, on one bank of 10^3 / 10^4 / 10^5 synthetic turns (`--sizes`): dated "
+          "at the middle, a few minutes before the last turn, and at the middle with every session re-segmented",
+          ("late_insert.json", "late_insert.png"),
+          "about 12 min `--sizes 1000 10000 --rounds 1` on the loaded 2-core machine; 10^5 not timed"),
     Entry("longmemeval", "bench_longmemeval.py",
           "LongMemEval-S dev: quality of every method at B = 8/16/32, build cost, scoring throughput (Ray too)",
           ("longmemeval.json", "longmemeval.md", "longmemeval.png", "longmemeval-current-defaults.json",

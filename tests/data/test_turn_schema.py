@@ -165,22 +165,21 @@ def test_build_of_a_json_array_of_turns_says_jsonl(tmp_path, capsys):
     assert "JSON Lines" in err and "sample_id" not in err
 
 
-def test_update_refuses_turns_dated_before_the_bank(tmp_path, capsys):
+def test_update_stores_turns_dated_before_the_bank_at_their_place(tmp_path, capsys):
     from trawmem_gpu.store import Collection
 
     out = tmp_path / "c"
     assert _build("--input", _jsonl(tmp_path / "a.jsonl", BASE), "--out", out) == 0
     late = _jsonl(tmp_path / "b.jsonl", {**BASE, "turn_id": "t2", "timestamp": "2024-01-01T09:00:00"})
-    capsys.readouterr()
-    assert _build("--input", late, "--out", out, "--update") == 2
-    err = capsys.readouterr().err
-    assert "'t2'" in err and "'timestamp'" in err and "time order" in err
-    assert [t.turn_id for t in Collection(out).load("b").turns] == ["t1"]
+    assert _build("--input", late, "--out", out, "--update") == 0  # issue 45: stored at its place, not refused
+    assert [(t.turn_id, t.session) for t in Collection(out).load("b").turns] == [("t2", 1), ("t1", 2)]
     ok = _jsonl(tmp_path / "c.jsonl", {**BASE, "turn_id": "t3", "timestamp": "2024-03-02T10:00:00+01:00"})
-    assert _build("--input", ok, "--out", out, "--update") == 2  # 09:00 UTC: before 10:00 too
+    assert _build("--input", ok, "--out", out, "--update") == 0  # 09:00 UTC: before t1's 10:00, same day
     later = _jsonl(tmp_path / "d.jsonl", {**BASE, "turn_id": "t4", "timestamp": "2024-03-02T10:00:00"})
-    assert _build("--input", later, "--out", out, "--update") == 0  # the same time is fine
-    assert [t.turn_id for t in Collection(out).load("b").turns] == ["t1", "t4"]
+    assert _build("--input", later, "--out", out, "--update") == 0  # the same time is at the end
+    assert [(t.turn_id, t.session) for t in Collection(out).load("b").turns] == [("t2", 1), ("t3", 2), ("t1", 2),
+                                                                                  ("t4", 2)]
+    assert "Traceback" not in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------------------------

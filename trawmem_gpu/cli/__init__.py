@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "query": ("trawmem_gpu.cli.query", "print the workspace for one question"),
     "export": ("trawmem_gpu.cli.export", "write banks of a collection as JSON Lines (docs/export.md)"),
     "import": ("trawmem_gpu.cli.import_", "import a JSON Lines export into a collection"),
+    "history": ("trawmem_gpu.cli.history", "what happened to a unit of a bank, and when a turn was said and stored"),
     "forget": ("trawmem_gpu.cli.forget",
                "forget turns of a bank, or a whole bank, in its files and every cache"),
     "eval": ("trawmem_gpu.cli.eval",

@@ -37,18 +37,22 @@ def _appender(a, c, out: dict, run, pstats: list):
     """``Collection.update``'s function for an ``--update`` of ``c``'s bank: the bank with the new
     turns of ``c`` appended (and its layers extended over them: ``ingest.layers.steps``), None when
     nothing is new; the run's counts go into ``out``."""
-    from ..ingest import update_bank
     from ..ingest.history import new_turns
+    from ..ingest.late import add_turns
     from ..ingest.layers.steps import check_update, sources_of, update_layers
+    from ..store.records import stamped
 
     def append(old):
-        turns = new_turns(old, c, dayfirst=a.dayfirst)
+        turns, late, derived = new_turns(old, c, dayfirst=a.dayfirst)
         sources = sources_of(_given(a), old)  # the bank's own, unless given
         check_update(old, sources, run)
         if not turns:
             return None
-        # An update continues with the bank's own build config unless flags override it.
-        bank, out["stats"] = update_bank(old, turns, _build_config(a, old.build_config), run.encoder, run.llm)
+        turns = stamped(turns)  # when they were stored (``Turn.stored_at``)
+        # An update continues with the bank's own build config unless flags override it; late turns
+        # are stored at their place in time, as ``Memory.add`` stores them (``ingest.late``).
+        bank, out["stats"] = add_turns(old, turns, late, derived, _build_config(a, old.build_config), run.encoder,
+                                       run.llm)
         bank, st = update_layers(old, bank, turns, sources, run)
         out["facts"] = st.get("facts", {"facts_added": 0})
         if "profiles" in st:
@@ -114,6 +118,12 @@ def cmd_build(a) -> int:
                 replaced += c.bank_id in coll
                 fresh.append(c)
         if fresh:
+            from dataclasses import replace
+
+            from ..store.records import stamped, utc_now
+
+            at = utc_now()  # when they were stored (``Turn.stored_at``), one time for the build
+            fresh = [replace(c, turns=stamped(c.turns, at)) for c in fresh]
             banks, st = build_banks(fresh, cfg, enc, llm, progress=not a.quiet)
             banks, lst = build_layers(banks, fresh_sources, run)
             pstats += lst.get("profiles", [])

@@ -230,6 +230,10 @@ class HistoryEvent:
     cause: str
     by: str | None = None
     supersedes: str | None = None
+    event_time: str | None = None
+    """``added`` of a turn the bank holds: when it was said (ISO 8601 UTC; None: undated)."""
+    stored_at: str | None = None
+    """``added`` of a turn the bank holds: when the bank stored it (None: before this was kept)."""
 
 
 @dataclass(frozen=True)

@@ -159,20 +159,6 @@ def next_session(prev: int, where: str, name: str = "session") -> int:
     return prev + 1
 
 
-def check_order(turn: Turn, prev: Turn | None, where: str, name: str = "timestamp") -> None:
-    """An append never goes back in time: ``turn`` must not be dated before ``prev`` (the bank's
-    last turn, or the turn before it in the same append). Equal times are fine (a session's
-    turns share a date); a turn without a time is not compared."""
-    if prev is None or prev.time is None or turn.time is None:
-        return
-    a, b = turn.time, prev.time  # both naive UTC: the doors and the bank files' reader normalize
-    if a >= b:
-        return
-    raise InputError(f"{where}: field {name!r}: turn {turn.turn_id!r} is dated {a.isoformat()}, before "
-                     f"turn {prev.turn_id!r} ({b.isoformat()}) that it would follow; appended turns must "
-                     "come in time order (nothing was stored)")
-
-
 JSONL_NAMES = {"turn_id": "turn_id", "speaker": "speaker", "text": "text", "caption": "caption",
                "timestamp": "timestamp", "session": "session", "metadata": "metadata"}
 """Source field names of each Turn field, for error messages (JSONL spelling)."""

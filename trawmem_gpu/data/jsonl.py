@@ -74,6 +74,9 @@ def turn_from_record(rec, where: str = "record", *, prev: Turn | None = None,
     if not isinstance(rec, dict):
         raise InputError(f"{where}: expected a JSON object, got {type(rec).__name__}")
     extra = [k for k in rec if k not in RECORD_FIELDS]
+    if "stored_at" in extra:
+        raise InputError(f"{where}: field 'stored_at': set by the store when a turn is stored, never given "
+                         f"(a turn's time is its 'timestamp')")
     if extra:
         raise InputError(f"{where}: unknown field {str(extra[0])[:64]!r} (a turn's fields are "
                          f"{', '.join(RECORD_FIELDS)})")

@@ -32,6 +32,13 @@ class Turn:
     ``run_id``, ...; checked by ``data.metadata.metadata_field``), or None. Selection filters read it
     (``where=``); the encoder, BM25 and workspaces never see it. Read-only (``data.metadata.Metadata``)
     as the turn is frozen."""
+    stored_at: str | None = field(default=None, compare=False)
+    """When the turn was stored, ISO 8601 UTC (naive, as ``memory.history``'s times): set by the
+    store's doors when the turn enters a bank (``store.records.stamped``), never by a caller, and
+    kept by every later write (late inserts, segments, compaction, forgets of other turns, an
+    export and its import). None for a turn stored before the field existed. ``time`` is when it
+    was said; this is when the memory learned it. Not part of the turn's identity: equality, the
+    hash and :func:`turns_digest` leave it out (a bank equals the build of the same turns)."""
 
     def lexical_text(self) -> str:
         """Speaker, words and the image caption (what BM25 indexes)."""
@@ -55,6 +62,8 @@ def turns_digest(turns: Iterable[Turn]) -> str:
     A bank records the digest of the turns it was built from; ``trawmem eval --banks`` compares
     it with the digest of the data file's turns and refuses a bank built from other data. The
     parsed ``time`` is included, so reading the same file with another ``--dayfirst`` differs.
+
+    ``stored_at`` is not included: when a turn was stored is no part of the data it came from.
 
     A turn's ``metadata`` is included when it has any (its keys sorted: the same map in another
     order is the same turn): a filter reads it, so a bank whose data gained or changed metadata is

@@ -12,22 +12,27 @@ written and as read, caption); any difference, a stored turn missing from the mi
 repeated run, or a stored id reappearing among the new turns is a conflicting history and an
 ``InputError`` that names the bank, the turn and the field.
 
+**Late turns.** A new turn dated before a turn the bank holds (or before a new turn ahead of it
+in the input) is *late* (``ingest.late.late_ids``, the rule of ``Memory.add``): it is stored at
+its place in time, by the same code as ``Memory.add`` (``ingest.late.add_turns``), not refused.
+
 Sessions counted by calendar day (JSONL without ``session``) are numbered from 1 at the top of
-each file, so they are shifted to continue the bank: a new turn on the day of the bank's last
-turn joins its session, a later day opens the next one. Sessions the input gives explicitly are
-taken as they are (``update_bank`` refuses ones that go back). A shifted session past
-``MAX_SESSION`` is refused, and so is a new turn dated before the turn it would follow (an
-append never goes back in time: ``data.fields.check_order``).
+each file, so they are counted again to continue the bank, as ``Memory.add`` counts them: a new
+turn on the day of the turn before it (the bank's last, or the last new one that is not late)
+joins its session, a later day opens the next one; a late turn's session is counted among its
+neighbours by ``ingest.late.place``. Sessions the input gives explicitly are taken as they are
+(``update_bank`` refuses ones that go back). A counted session past ``MAX_SESSION`` is refused.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
 from ..data.dates import parse_date
-from ..data.fields import check_order, session_field
+from ..data.fields import next_session, session_field
 from ..data.types import Conversation, Turn
 from ..errors import InputError
 from ..store.bank import Bank
+from .late import late_ids
 
 _FIELDS = ("speaker", "text", "session", "timestamp", "time", "caption")
 
@@ -48,8 +53,10 @@ def _check_dayfirst(bank: Bank, dayfirst: bool, sample: int = 200) -> None:
                              f"{t.time:%Y-%m-%d}, now {again:%Y-%m-%d}); run the update {flag} too")
 
 
-def new_turns(bank: Bank, conv: Conversation, *, dayfirst: bool = False) -> list[Turn]:
-    """The turns of ``conv`` to append to ``bank`` (see the module docstring); raises ``InputError``."""
+def new_turns(bank: Bank, conv: Conversation, *, dayfirst: bool = False) -> tuple[list[Turn], set[str], bool]:
+    """The turns of ``conv`` to add to ``bank`` (see the module docstring), in input order, the ids
+    of the late ones among them, and whether their sessions are counted by day (the arguments of
+    ``ingest.late.add_turns``); raises ``InputError``."""
     _check_dayfirst(bank, dayfirst)
     stored = bank.turns
     pos = {t.turn_id: i for i, t in enumerate(stored)}
@@ -70,23 +77,31 @@ def new_turns(bank: Bank, conv: Conversation, *, dayfirst: bool = False) -> list
                 raise InputError(f"{where}: turn {a.turn_id!r} differs between the input and the stored bank "
                                  f"(field {diff[0]!r}: {getattr(b, diff[0])!r} vs {getattr(a, diff[0])!r}); the "
                                  f"histories conflict: rebuild the bank without `update`")
-        fresh = [replace(t, session=t.session + shift) for t in inp[m:]]
+        fresh = list(inp[m:])
     else:
         fresh = list(inp)
-        if conv.session_source == "calendar_day" and fresh:
-            last = stored[-1]
-            same_day = last.time is not None and fresh[0].time is not None and \
-                fresh[0].time.date() == last.time.date()
-            shift = (last.session if same_day else last.session + 1) - fresh[0].session
-            fresh = [replace(t, session=t.session + shift) for t in fresh]
     again = [t.turn_id for t in fresh if t.turn_id in pos]
     if again:
         raise InputError(f"{where}: turn {again[0]!r} is already stored but appears among the new turns "
                          f"(out of order?); the histories conflict: rebuild the bank without `update`")
-    prev = stored[-1]
-    for t in fresh:  # the rules of every append: sessions within bounds, no going back in time
-        w = f"{where}: turn {t.turn_id!r}"
-        session_field(t.session, "session", w)
-        check_order(t, prev, w)
-        prev = t
-    return fresh
+    late = late_ids(stored, fresh)
+    derived = conv.session_source == "calendar_day"
+    if derived:
+        fresh = _counted(stored[-1], fresh, late, where)
+    for t in fresh:  # the rules of every append: sessions within bounds
+        session_field(t.session, "session", f"{where}: turn {t.turn_id!r}")
+    return fresh, late, derived
+
+
+def _counted(prev: Turn, fresh: list[Turn], late: set[str], where: str) -> list[Turn]:
+    """``fresh`` with the sessions of those not ``late`` counted by calendar day from ``prev`` (the
+    bank's last turn), as ``Memory.add`` counts them (``data.jsonl.turn_from_record``); late ones
+    are left for ``ingest.late.place``."""
+    out = []
+    for t in fresh:
+        if t.turn_id not in late:
+            same = prev.time is not None and t.time is not None and t.time.date() == prev.time.date()
+            t = replace(t, session=prev.session if same else next_session(prev.session, f"{where}: turn {t.turn_id!r}"))
+            prev = t
+        out.append(t)
+    return out

@@ -32,14 +32,15 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..ingest import build_banks, update_bank
-from ..ingest.late import insert_bank, place
+from ..ingest import build_banks
+from ..ingest.late import add_turns, place
 from ..ingest.config import BuildConfig
 from ..data.fields import id_field
 from ..data.types import MAX_ID_CHARS, Conversation
 from ..encode.base import Encoder
 from ..errors import InputError, QuarantinedBank, UnknownBank
 from ..store import Bank, Collection
+from ..store.records import stamped
 from ..store.segments import CompactionPolicy
 from .erase import Erasure
 from .forgets import ForgetPath, ForgetResult  # noqa: F401 - ForgetResult: imported from here too
@@ -242,16 +243,13 @@ class BankRegistry(ForgetPath):
                         already_stored=sc.already_stored, items=sc.items)
             if not turns:
                 return None  # all stored already: nothing to write
-            if sc.late:  # stored at their place in time (``ingest.late``)
-                turns = place(old.turns if old is not None else [], turns, sc.late, sc.derived)
-            if old is not None:
+            turns = stamped(turns, kept=batch.stored_at)  # when they were stored (``Turn.stored_at``)
+            if old is not None:  # at the end, or late ones at their place in time (``ingest.late``)
                 cfg = BuildConfig.from_dict(old.build_config) if old.build_config else self.build_config(encoder_spec)
-                if sc.late:
-                    bank, stats = insert_bank(old, turns, cfg, encoder, llm)
-                else:
-                    bank, stats = update_bank(old, turns, cfg, encoder, llm)
-                bank = layers(old, bank, sc.turns) if layers is not None else bank
+                bank, stats = add_turns(old, turns, sc.late, sc.derived, cfg, encoder, llm)
+                bank = layers(old, bank, turns) if layers is not None else bank
             else:
+                turns = place([], turns, sc.late, sc.derived) if sc.late else turns
                 conv = Conversation(bank_id, turns, tuple(dict.fromkeys(t.speaker for t in turns)))
                 (bank,), stats = build_banks([conv], self.build_config(encoder_spec), encoder, llm, progress=False)
             done["stats"] = stats

@@ -18,7 +18,7 @@ from ..errors import InputError, loads_json
 
 FORMAT = "trawmem-export"
 VERSION = 1
-TURN_FIELDS = ("id", "speaker", "text", "date", "session", "caption", "metadata")
+TURN_FIELDS = ("id", "speaker", "text", "date", "session", "caption", "metadata", "stored_at")
 FACT_KEEP = ("id", "text", "source_turns", "persons", "locations", "keywords", "entities", "date", "subject",
              "attribute", "valid_from", "valid_to", "superseded_by")
 
@@ -30,7 +30,7 @@ def _line(rec: dict) -> str:
 def _turn_rec(bank_id: str, t) -> dict:
     return {"type": "turn", "bank_id": bank_id, "id": t.turn_id, "speaker": t.speaker, "text": t.text,
             "date": t.timestamp, "session": t.session, "caption": t.caption,
-            "metadata": dict(t.metadata) if t.metadata else None}
+            "metadata": dict(t.metadata) if t.metadata else None, "stored_at": t.stored_at}
 
 
 def _fact_rec(bank_id: str, f) -> dict:
@@ -127,6 +127,14 @@ def _turn_dict(n: int, rec: dict) -> dict:
     for k in ("session", "caption", "metadata"):
         if rec.get(k) is not None:
             d[k] = rec[k]
+    at = rec.get("stored_at")  # taken off before the add: a caller's record never carries it
+    if at is not None:
+        try:
+            when = datetime.fromisoformat(at)
+        except (TypeError, ValueError):
+            raise InputError(f"line {n}: field 'stored_at': expected an ISO 8601 time or null") from None
+        at = (when.astimezone(timezone.utc).replace(tzinfo=None) if when.tzinfo is not None else when).isoformat()
+    d["stored_at"] = at  # null or absent: unknown, kept so (an older export round-trips as it was)
     return d
 
 
@@ -295,7 +303,12 @@ def _write(mem, cur: dict, where=None) -> dict:
     res = {"bank_id": bid, "stored": 0, "already_stored": 0, "refused": refused, "facts": 0}
     new_units: set[str] = set()
     if turns:
-        got = mem.add(bid, turns, atomic=True)
+        from .messages import request_batch
+
+        kept = {t["turn_id"]: t.pop("stored_at", None) for t in turns}
+        batch = request_batch(bid, turns, atomic=True)
+        batch.stored_at = kept  # the export's stored_at of each turn, null (unknown) included
+        got = mem.add(bid, batch, atomic=True)
         new_units |= {str(i) for i in got.get("stored", [])}
         res["stored"] = len(got.get("stored", []))
         res["already_stored"] = len(got.get("already_stored", []))

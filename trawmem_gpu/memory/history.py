@@ -5,7 +5,10 @@ Events (:data:`EVENTS`), each a JSON object with ``unit`` (its id), ``event``, `
 and ``cause``, plus ``by`` for ``superseded`` (the fact that replaced it) and ``supersedes`` for
 the ``added`` event of a fact that replaced another:
 
-* ``added``: stored by an add (``cause: "add"``), or a fact that ``supersedes`` another;
+* ``added``: stored by an add (``cause: "add"``), or a fact that ``supersedes`` another; for a
+  turn the bank holds, read with its two times: ``event_time`` (when it was said) and
+  ``stored_at`` (when it was stored, ``Turn.stored_at``; null for a turn stored before that was
+  kept), taken from the bank, never written to the history file;
 * ``superseded``: a fact replaced by a newer one about the same subject and attribute (``by``;
   ``cause``: ``rule`` when their keys matched, ``llm`` when the extractor proposed it);
 * ``re-embedded``: its stored vector was recomputed (a profile section rewritten, a unit whose
@@ -44,7 +47,6 @@ import json
 import operator
 import os
 import secrets
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -60,7 +62,10 @@ ID_FIELDS = ("unit", "by", "supersedes")
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).replace(tzinfo=None).isoformat()
+    """Now, naive ISO 8601 UTC (``store.records.utc_now``: the form of ``Turn.stored_at`` too)."""
+    from ..store.records import utc_now
+
+    return utc_now()
 
 
 def event(unit: str, kind: str, cause: str, time: str | None = None, **extra) -> dict:
@@ -290,7 +295,22 @@ class HistoryStore:
         held = bank is not None and unit_id in held_units(bank)
         if held and not any(e["event"] == "added" for e in evs):
             evs.insert(0, {"event": "added", "time": None, "cause": "build"})
+        if held:
+            _turn_times(evs, bank.turn_map().get(unit_id))
         return evs if evs else None
+
+
+def _turn_times(evs: list[dict], turn) -> None:
+    """The last ``added`` event of a turn the bank holds gets the turn's two times: ``event_time``
+    (when it was said: ``Turn.time``, ISO UTC, or null for an undated turn) and ``stored_at`` (when
+    the bank stored it, ``Turn.stored_at``; null for a turn stored before that was kept). They are
+    read from the bank, not the history file, so a forgotten turn's are gone with it."""
+    if turn is None:
+        return
+    added = [e for e in evs if e["event"] == "added"]
+    if added:
+        added[-1]["event_time"] = turn.time.isoformat() if turn.time is not None else None
+        added[-1]["stored_at"] = turn.stored_at
 
 
 def _last_byte(p: Path, size: int) -> bytes:

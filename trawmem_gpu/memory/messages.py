@@ -139,7 +139,8 @@ def request_batch(bank_id: str, turns=None, messages=None, *, speakers=None, rol
     """The :class:`~.turns.AppendBatch` of one add: ``turns`` (dicts or ``Turn`` objects; one alone
     counts as a list) or ``messages`` (chat messages), never both. ``now``: the time given to a
     message without a timestamp (default: the current UTC time, to the second); ``roles`` None:
-    :data:`DEFAULT_ROLES`."""
+    :data:`DEFAULT_ROLES`. An :class:`~.turns.AppendBatch` as ``turns`` is the batch (an import
+    makes its own, with the ``stored_at`` of its turns: ``memory.export``)."""
     from datetime import datetime, timezone
 
     from ..data.jsonl import record_of
@@ -148,6 +149,8 @@ def request_batch(bank_id: str, turns=None, messages=None, *, speakers=None, rol
 
     if not isinstance(atomic, bool):
         raise InputError(f"atomic: expected true or false, got {type(atomic).__name__}")
+    if isinstance(turns, AppendBatch) and messages is None:  # made already: an import's (``memory.export``)
+        return turns
     if turns is not None and messages is not None:
         raise InputError("turns, messages: give one of them (turns, or chat messages), not both")
     if messages is not None:

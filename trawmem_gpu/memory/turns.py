@@ -96,6 +96,10 @@ class AppendBatch:
     scope: object = None
     """The filter (``data.filters.Filter``) of a caller bound to one (a key of ``serve-key
     --where``): refusals name no turn outside it (``memory.scope``); None: a caller who sees all."""
+    stored_at: dict | None = None
+    """Turn id -> the ``stored_at`` an import restores from an export (``memory.export``); every
+    other new turn is stamped with the time of the write (``store.records.stamped``). Never read
+    from a caller's records: their ``stored_at`` field is refused."""
 
 
 @dataclass

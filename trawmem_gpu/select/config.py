@@ -324,13 +324,15 @@ class EngineConfig:
     (``steps/seeds.py``). Smaller banks, the tensor front (CUDA: one exact GEMM) and None: exact.
     This is the one field of ``EngineConfig`` that may change picks (``docs/configuration.md``,
     large banks: the candidate pool's recall against exact search and the quality at equal tokens)."""
-    ann_shortlist: int = 1024
-    """Units the approximate search proposes per query by cosine (and as many again by BM25).
-    1024 (with ``ann_ef_search`` 1024) holds the mean candidate-unit recall at 0.99 or more on
-    synthetic banks of 200,000 units (d = 64 and 384) and 500,000 (d = 64); 512 fell to 0.987 at
-    d = 384 (``benchmarks/results/ann_recall.json``, ``docs/scaling.md``, large banks)."""
-    ann_nprobe: int = 128
-    """IVF lists probed per query (passed with each search; the lists are chosen by size, ``steps/ann.py``)."""
+    ann_shortlist: int = 128
+    """Units the approximate search proposes per query by cosine (and as many again by BM25) to
+    seed the working set; the index's best ``shortlist.RANK_DEPTH`` (1,024) rank it. 128 kept the
+    whole candidate pool and every pick on a 100,000-unit bank (d = 384, 100 topics) and 0.98 of
+    them at 10^6 units (``benchmarks/results/large_bank_sweep.json``, ``docs/scaling.md``, large
+    banks); it was 1,024 when the shortlist also had to hold the ranks."""
+    ann_nprobe: int = 16
+    """IVF lists probed per query (passed with each search; the lists are chosen by size,
+    ``steps/ann.py``): 16 and 64 kept the same pool at 10^6 units (``large_bank_sweep.json``)."""
     ann_ef_search: int = 1024
     """HNSW search breadth per query (passed with each search; raised to ``ann_shortlist`` when
     smaller). With a 512-unit shortlist, 64 (512 in effect) kept 0.988 of the candidate pool at

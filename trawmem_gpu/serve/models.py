@@ -254,6 +254,10 @@ class HistoryEvent(BaseModel):
     cause: str = Field(description="add, forget, rule, llm, build, ...")
     by: str | None = Field(None, description="superseded: the id of the fact that replaced it ((forgotten) once it is)")
     supersedes: str | None = Field(None, description="added: the id of the fact this one replaced")
+    event_time: str | None = Field(None, description="added, of a turn the bank holds: when it was said (its timestamp "
+                                                     "as ISO 8601 UTC; null: undated)")
+    stored_at: str | None = Field(None, description="added, of a turn the bank holds: when the bank stored it, ISO "
+                                                    "8601 UTC (null: stored before this was kept)")
 
 
 class History(BaseModel):

@@ -8,7 +8,7 @@ import json
 import os
 import tempfile
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from ..data.dates import naive_utc
@@ -33,12 +33,32 @@ def meta_digest(meta: dict) -> str:
 def turn_record(t: Turn) -> dict:
     """A turn as the bank files store it (``units.json``, a segment's turns; a forget's journal
     too). ``metadata`` is written only for a turn that has some, so a bank without metadata writes
-    the files it wrote before metadata existed (and an older reader's banks load unchanged)."""
+    the files it wrote before metadata existed (and an older reader's banks load unchanged);
+    ``stored_at`` only for a turn that has it (one stored before the field existed has none)."""
     r = {"id": t.turn_id, "speaker": t.speaker, "text": t.text, "session": t.session,
          "timestamp": t.timestamp, "time": t.time.isoformat() if t.time else None, "caption": t.caption}
     if t.metadata:
         r["metadata"] = dict(t.metadata)
+    if t.stored_at is not None:
+        r["stored_at"] = t.stored_at
     return r
+
+
+def utc_now() -> str:
+    """Now, as the naive ISO 8601 UTC string of ``Turn.stored_at`` and the history's event times."""
+    return datetime.now(timezone.utc).replace(tzinfo=None).isoformat()
+
+
+def stamped(turns: list[Turn], at: str | None = None, kept: dict | None = None) -> list[Turn]:
+    """``turns`` (new to their bank) with ``stored_at`` set: ``kept[turn_id]`` for a turn ``kept``
+    names (an import restoring an export's, None where the export had none), else ``at``
+    (default: now, once for the whole write). The one place a turn's ``stored_at`` is set, called
+    by the doors that store new turns (``Memory.add`` through ``memory.banks``, ``trawmem build``
+    and ``--update``) just before the bank is computed; a turn's ``stored_at`` given by a caller
+    is never read (the record fields refuse it)."""
+    at = at or utc_now()
+    kept = kept or {}
+    return [replace(t, stored_at=kept[t.turn_id] if t.turn_id in kept else at) for t in turns]
 
 
 def naive_utc_turns(turns: list[Turn]) -> list[Turn]:
@@ -52,13 +72,18 @@ def naive_utc_turns(turns: list[Turn]) -> list[Turn]:
 
 
 def turn_from(r: dict) -> Turn:
-    """The turn of a :func:`turn_record` (``ValueError`` for metadata that is not a map)."""
+    """The turn of a :func:`turn_record` (``ValueError`` for metadata that is not a map, or a
+    ``stored_at`` that is not a string); a record without ``stored_at`` (written before it
+    existed) reads as None."""
     meta = r.get("metadata")
     if meta is not None and not isinstance(meta, dict):
         raise ValueError(f"turn {r['id']!r}: metadata is not a map")
+    at = r.get("stored_at")
+    if at is not None and not isinstance(at, str):
+        raise ValueError(f"turn {r['id']!r}: stored_at is not a string")
     return Turn(r["id"], r["speaker"], r["text"], int(r["session"]), r["timestamp"],
                 datetime.fromisoformat(r["time"]) if r.get("time") else None, r.get("caption"),
-                Metadata(meta) if meta else None)
+                Metadata(meta) if meta else None, at)
 
 
 def fsync_dir(path: Path) -> None:

@@ -32,6 +32,9 @@ from .tables import Snapshot
 
 EXACT_POSTINGS = 1 << 15
 """A query whose columns hold at most this many postings is scored over all of them (exactly)."""
+MAX_DEPTH = 1 << 13
+"""Most postings read from the top of each column (the depth doubles from ``M`` until the ``M``
+best candidates are certain: the ``M``-th scores more than the bound)."""
 _LOCK = threading.Lock()
 
 
@@ -115,8 +118,14 @@ def lexical(snap: Snapshot, bank: int, cols: np.ndarray, M: int, sample_rows: np
         return Lexical(u[np.argsort(rank)[:M]], u, s, rank, -1.0, np.zeros(0, np.float32), n)
     st = snap.bm25.store
     imp, start = impact_order(snap, bank)
-    cand, bound = _candidates(imp, st.idx, st.data, lo, hi, lo - start, M)
-    s = scores_at(snap, bank, cols, cand)
+    depth = M
+    while True:  # deeper into every column until the M-th best candidate beats the bound (or MAX_DEPTH)
+        cand, bound = _candidates(imp, st.idx, st.data, lo, hi, lo - start, depth)
+        s = scores_at(snap, bank, cols, cand)
+        kth = np.partition(s, len(s) - M)[len(s) - M] if len(s) >= M else -np.inf
+        if bound == 0.0 or kth > bound or depth >= MAX_DEPTH:
+            break
+        depth *= 2
     rank = _ranked(cand, s)
     return Lexical(cand[np.argsort(rank)[:M]], cand, s, rank, float(bound),
                    np.sort(scores_at(snap, bank, cols, sample_rows)), n)
@@ -169,7 +178,9 @@ def ranks_of(lex: Lexical, units: np.ndarray, scores: np.ndarray) -> np.ndarray:
     """``[len(units)]`` float64 BM25 ranks of ``units`` scoring ``scores`` (0 where the score is 0:
     the affinity reads no rank there). Exact for a unit of ``lex.units`` when they hold every unit
     of positive score, or when it scores more than ``lex.bound``; otherwise the larger of its rank
-    among ``lex.units`` and ``1 + N * (the share of the rank sample scoring more)``."""
+    among ``lex.units`` and ``1 + N * (the share of the rank sample scoring more) + u * (the share
+    scoring the same)`` (BM25 ties often, and ties rank by unit ``u``: about that many of the tied
+    units come before it)."""
     out = np.zeros(len(units))
     if not len(lex.units):
         return out
@@ -182,7 +193,10 @@ def ranks_of(lex: Lexical, units: np.ndarray, scores: np.ndarray) -> np.ndarray:
     if past.any():
         desc = np.sort(-lex.scores.astype(np.float64))
         among = 1.0 + np.searchsorted(desc, -scores[past].astype(np.float64), side="left")
-        above = len(lex.sample) - np.searchsorted(lex.sample, scores[past], side="right")
-        est = 1.0 + lex.n_bank * above / max(1, len(lex.sample))
+        hi = np.searchsorted(lex.sample, scores[past], side="right")
+        above = len(lex.sample) - hi
+        equal = hi - np.searchsorted(lex.sample, scores[past], side="left")
+        # ties rank by unit: of the units scoring the same, about the share below this one come first
+        est = 1.0 + (lex.n_bank * above + equal * units[past]) / max(1, len(lex.sample))
         out[past] = np.maximum(np.where(hit[past], out[past], among), est)
     return out

@@ -110,8 +110,9 @@ EXACT_MS = (2.0, 6.6e-5, 1.0e-6)
 """One query's exact CPU milliseconds on one thread as ``a + N (b + c d)`` for a bank of ``N``
 units of width ``d``: least squares over ``benchmarks/results/scale_query_full.json``'s exact
 points (the similarity GEMM costs ``c`` per unit and dimension, the rest of steps 1-3 ``b`` per unit)."""
-APPROX_MS = 10.0
-"""One query's approximate CPU milliseconds (flat in ``N``: ``benchmarks/results/scale_query_ann*.json``)."""
+APPROX_MS = 12.0
+"""One query's approximate CPU milliseconds (nearly flat in ``N``: 11-12 ms at 10^5 units, d = 384,
+``benchmarks/results/large_bank_sweep.json``)."""
 ANN_SPEEDUP = 2.0
 """``auto`` searches approximately where exact search costs at least this many times as much."""
 

@@ -52,6 +52,10 @@ ROUNDS = 3
 _LOCK = threading.Lock()
 
 
+RANK_DEPTH = 1024
+"""Units the index proposes per query for ranking (their exact cosines rank the working set's
+units above the last of them: :func:`given_ranks`); the first ``ann_shortlist`` of them seed the
+working set."""
 RANK_SAMPLE = 4096
 """Units of a bank, drawn once with a fixed seed, whose cosines estimate the rank of a unit past the
 shortlist (:func:`given_ranks`)."""
@@ -63,7 +67,10 @@ class Shortlist(NamedTuple):
     units: np.ndarray
     """``W``: bank-local units, ascending."""
     edge: float
-    """The smallest exact cosine among the index's proposals (above it, ranks are taken in ``W``)."""
+    """The smallest exact cosine among the index's proposals (above it, ranks are counted among them)."""
+    head: np.ndarray
+    """``(cosine, unit)`` of the index's ``RANK_DEPTH`` proposals in rank order (cosine descending,
+    ties to the lower unit): ``[2, K]`` float64, empty for a masked query (ranked in ``W``)."""
     sample: np.ndarray
     """Cosines of the bank's rank sample, ascending."""
     lex: Lexical
@@ -130,6 +137,7 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
     M = int(plan.ann_shortlist)
     params = AnnParams(plan.ann_nprobe, plan.ann_ef_search)
     near: list = [None] * len(bidx)
+    heads: list = [np.zeros((2, 0))] * len(bidx)
     sample: list = [None] * len(bidx)
     vecs = snap.np["unit_vecs"]
     masks = masks if masks is not None else [None] * len(bidx)
@@ -138,9 +146,14 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
         index, rows_b, sample_vecs = unit_index(snap, bank, plan.ann_kind, plan.device.type == "cuda", plan.ann_vectors)
         plain = [r for r in rows.tolist() if masks[r] is None]
         if plain:
-            _, ids = index.search(Z[plain], M, params)
+            _, ids = index.search(Z[plain], max(M, RANK_DEPTH), params)
             for r, i in zip(plain, ids):
-                near[r] = i[i >= 0]
+                i = i[i >= 0]
+                c = np.empty(len(i))
+                _gather_dots(vecs, int(snap.off.uo[bank]) + i, np.full(len(i), r), Z, c)
+                o = np.lexsort((i, -c))
+                near[r] = i[o[:M]]
+                heads[r] = np.stack([c[o], i[o].astype(np.float64)])
         for r in rows.tolist():
             if masks[r] is not None:
                 near[r] = _near_passing(index, Z[r], masks[r], M, params)
@@ -163,8 +176,8 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
             W = np.union1d(W, nb[nb >= 0])
         cos = np.empty(len(W))
         _gather_dots(vecs, uo + W, np.full(len(W), q), Z, cos)
-        edge = cos[np.searchsorted(W, near[q])]
-        out.append(Shortlist(W, float(edge.min()) if len(edge) else np.inf, sample[q][0], lex, cos,
+        edge = heads[q][0, -1:] if heads[q].shape[1] else cos[np.searchsorted(W, near[q])]
+        out.append(Shortlist(W, float(edge.min()) if len(edge) else np.inf, heads[q], sample[q][0], lex, cos,
                              scores_at(snap, bank, cols, W), cols))
     return out
 
@@ -211,15 +224,25 @@ def live_threads(snap: Snapshot, bidx: np.ndarray, masks: list | None) -> np.nda
 def given_ranks(short: Shortlist, cos: np.ndarray, n_bank: int) -> tuple[np.ndarray, np.ndarray]:
     """The ranks of the working set's units in the whole bank, by cosine and by BM25 (float64).
 
-    By cosine: the rank in ``W`` (cosine descending, ties to the lower unit) for a unit at or above
-    the index's last proposal (every unit above it is in ``W`` when the index found the true top
-    ones), else the larger of that and ``1 + N * (the share of the bank's rank sample above its
+    By cosine: 1 + the index's ``RANK_DEPTH`` proposals scoring more (and tied ones of a lower
+    unit) for a unit at or above the last of them (its rank in the bank when the index found the
+    true top ones; a masked query: its rank in ``W``), else the larger of that and ``1 + N * (the share of the bank's rank sample above its
     cosine)``. By BM25: ``lexical_shortlist.ranks_of`` (exact when the query's terms hold few
     postings, else exact above the threshold bound and estimated below it)."""
     W = short.units
     m = len(W)
     rc = np.empty(m)
-    rc[np.lexsort((np.arange(m), -cos))] = np.arange(1, m + 1)
+    if short.head.shape[1]:  # counted among the index's proposals: those scoring more, then the lower tied ones
+        hc, hu = short.head
+        asc = hc[::-1]
+        hi = np.searchsorted(asc, cos, side="right")
+        rc[:] = 1.0 + (len(hc) - hi)
+        tie = hi - np.searchsorted(asc, cos, side="left")
+        if tie.any():
+            for j in np.flatnonzero(tie):
+                rc[j] += np.count_nonzero((hc == cos[j]) & (hu < W[j]))
+    else:
+        rc[np.lexsort((np.arange(m), -cos))] = np.arange(1, m + 1)
     past = cos < short.edge
     if past.any() and len(short.sample):
         above = len(short.sample) - np.searchsorted(short.sample, cos[past], side="right")
