@@ -53,6 +53,12 @@ SUITE: tuple[Entry, ...] = (
           "equal tokens on the dev sets with the approximate path forced on",
           ("ann_recall.json", "ann_recall.png", "ann_recall_defaults.json", "ann_recall_defaults.png"),
           "35 min for the three synthetic banks on the loaded 2-core machine, 8 min the dev sets"),
+    Entry("compact-memory", "bench_compact_memory.py",
+          "compact vectors (float32 / float16 / int8 codes of a large bank's approximate index): its resident "
+          "memory, build and append time, search p50 and the proposals' agreement with float32, per bank size "
+          "(d = 384), extrapolated to 10^6 units",
+          ("compact_memory.json", "compact_memory.png", "compact_memory_ivf.json", "compact_memory_ivf.png"),
+          "about 6 min for 3e4 and 1e5 units on the loaded 2-core machine (the points' build_s)"),
     Entry("assembly", "bench_assembly.py",
           "workspace assembly per query (group, render, token count) with and without the per-turn line cache",
           ("assembly.json",), "not timed"),

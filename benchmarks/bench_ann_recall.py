@@ -62,7 +62,7 @@ def run(args) -> dict:
     if "dev" in args.parts and not args.quick:
         from .scale_bench.ann import dev_quality
 
-        rec["dev"] = dev_quality(Ts=args.T, shortlists=args.dev_shortlists)
+        rec["dev"] = dev_quality(Ts=args.T, shortlists=args.dev_shortlists, vectors=args.vectors)
     return rec
 
 
@@ -114,6 +114,8 @@ def main(argv=None) -> int:
                     help="token budgets of the dev sets")
     ap.add_argument("--dev-shortlists", type=lambda s: tuple(int(x) for x in s.split(",")), default=None,
                     help="shortlists run on the dev sets (default: EngineConfig.ann_shortlist alone)")
+    ap.add_argument("--vectors", type=lambda s: tuple(s.split(",")), default=("float32",),
+                    help="vector storage choices run on the dev sets (float32,float16,int8; store/vectors.py)")
     ap.add_argument("--timeout", type=float, default=3_600.0, help="seconds per synthetic bank")
     ap.add_argument("--name", default="ann_recall", help="results file name")
     ap.add_argument("--out-dir", default=None)

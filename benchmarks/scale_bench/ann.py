@@ -94,13 +94,16 @@ def recall_point(spec: dict) -> dict:
                          "index": plan.ann_kind}}
 
 
-def dev_quality(Ts=(400, 800), shortlists=None, locomo=None, lme=None, progress: bool = True) -> dict:
+def dev_quality(Ts=(400, 800), shortlists=None, locomo=None, lme=None, progress: bool = True,
+                vectors=("float32",)) -> dict:
     """The dev sets at equal tokens, exact against approximate search (see the module docstring):
     per data set, ``T`` and shortlist (None: the default ``EngineConfig.ann_shortlist`` alone), the
     macro evidence recall, its paired difference from exact with two bootstrap intervals (by
     category, as the macro weighs them: ``margin_bootstrap``; by conversation, the questions of
     one bank resampled together: ``trawmem_gpu.eval.analyses.cluster_bootstrap``), and the recalls
-    of ``ann_recall.recalls`` (candidate units, threads, picks)."""
+    of ``ann_recall.recalls`` (candidate units, threads, picks). ``vectors``: the collections'
+    vector storage choices run per shortlist (``store/vectors.py``; a compact one's run is
+    ``approx-M-CHOICE``, the float32 one's ``approx-M``)."""
     import numpy as np
     from tqdm import tqdm
 
@@ -121,7 +124,8 @@ def dev_quality(Ts=(400, 800), shortlists=None, locomo=None, lme=None, progress:
     chosen = dict(headings="date", knapsack="gain", w_aff=16.0)  # bench_equal_tokens' defaults
     out: dict = {"T": list(Ts), "shortlists": list(shortlists), "forced": {"ann_min_units": 1}, "rows": []}
     runs = {"exact": dict(ann_min_units=None)}
-    runs.update({f"approx-{m}": dict(ann_min_units=1, ann_shortlist=m) for m in shortlists})
+    runs.update({f"approx-{m}" + ("" if v == "float32" else f"-{v}"): dict(ann_min_units=1, ann_shortlist=m, vectors=v)
+                 for m in shortlists for v in vectors})
     bar = tqdm(total=len(data) * len(Ts) * len(runs), desc="dev sets (data, T, run)", disable=not progress)
     for name, ds in data.items():
         by_group: dict = {}

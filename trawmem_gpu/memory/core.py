@@ -127,7 +127,7 @@ class MemoryCore:
         self.finished = self.finish_pending()
         """Summaries of the killed forgets this open finished (before anything was served)."""
         self.engines = served_engine(self.registry.banks(), engine.select_cfg, engine.threads, engine.head,
-                                     engine.units, engine.method)
+                                     engine.units, engine.method, vectors=self.registry.coll.vectors)
         for bank_id, cause in self.engines.rejected.items():  # banks that load but do not prepare
             self.registry.quarantine(bank_id, cause)
         for bank_id, bank in self.registry.banks().items():
@@ -374,10 +374,11 @@ class MemoryCore:
 
 
 def served_engine(banks: dict, select_cfg: SelectConfig | None = None, threads: int | None = None,
-                  head=None, units=("turns",), method: str = "trawmem") -> ServedEngine:
+                  head=None, units=("turns",), method: str = "trawmem", vectors: str = "float32") -> ServedEngine:
     """The one engine over ``banks`` (bank id -> bank) with the method ``select_cfg``, selecting
     from their unit views for ``units``; ``method="trimem"``: TriMem's retrieval over the banks'
-    facts (``select.trimem.method.TriMemEngine``; the stored banks in, workspaces without thread headings)."""
+    facts (``select.trimem.method.TriMemEngine``; the stored banks in, workspaces without thread headings).
+    ``vectors``: the collection's vector storage (``store.vectors``), the engine's ``vectors``."""
     cfg = select_cfg or SelectConfig()
     if method == "trimem":
         from dataclasses import replace
@@ -389,6 +390,7 @@ def served_engine(banks: dict, select_cfg: SelectConfig | None = None, threads: 
     def make(banks, scfg):
         from ..select.engine import SelectionEngine
 
-        return SelectionEngine(banks, scfg, head=head, **({"threads": threads} if threads else {}))
+        return SelectionEngine(banks, scfg, head=head, **({"threads": threads} if threads else {}),
+                               **({"vectors": vectors} if vectors != "float32" else {}))
 
     return ServedEngine(banks, cfg, make, units)

@@ -25,6 +25,7 @@ from typing import Literal
 
 from ..dictconfig import DictFields
 from ..errors import ConfigError
+from ..store.vectors import DEFAULT_VECTORS, check_vectors
 from .weights_file import load_weights
 from .workspace import DEFAULT_HEADINGS, Headings
 
@@ -339,6 +340,10 @@ class EngineConfig:
     ann_index: Literal["auto", "hnsw", "ivf"] = "auto"
     """The approximate index: ``hnsw`` (graph, no training), ``ivf`` (k-means lists; on a GPU when
     faiss has one) or ``auto`` (by size: ``steps.ann.IVF_MIN_VECTORS``)."""
+    vectors: str = DEFAULT_VECTORS
+    """The codes the approximate index of a large bank holds (``store.vectors.VECTOR_KINDS``):
+    ``float32`` (a flat copy), ``float16`` or ``int8`` (faiss scalar-quantizer codes; every proposal
+    is still re-scored exactly). A ``Memory`` sets it from its collection's recorded choice."""
 
     def __post_init__(self):
         _check_choices(self)
@@ -354,6 +359,7 @@ class EngineConfig:
             _at_least("ann_min_units", self.ann_min_units, 1)
         for name in ("ann_shortlist", "ann_nprobe", "ann_ef_search"):
             _at_least(name, getattr(self, name), 1)
+        check_vectors(self.vectors)
 
     def with_overrides(self, **kw) -> "EngineConfig":
         """A copy with ``kw`` applied; unknown names raise a ConfigError listing the fields."""

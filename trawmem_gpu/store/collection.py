@@ -1,6 +1,7 @@
 """Many banks in one directory (their packing into flat tensors for batched engines: ``store.packed``).
 
-Layout: ``DIR/collection.json`` (format version, encoder id, bank id -> directory name), one
+Layout: ``DIR/collection.json`` (format version, encoder id, bank id -> directory name, and the
+vector storage ``vectors`` when not float32: ``store/vectors.py``), one
 bank directory per bank under ``DIR/banks/`` (see ``store/files.py``), and lock files
 (``DIR/.trawmem.lock``, ``DIR/.locks/``).
 
@@ -63,6 +64,7 @@ from .bank import Bank
 from .packed import PackedCollection, pack_banks  # noqa: F401 - their old home
 from .files import FORMAT_VERSION, READ_VERSIONS, load_bank, read_meta, save_bank, write_json_atomic
 from .segments import CompactionPolicy
+from .vectors import DEFAULT_VECTORS, check_vectors, record_vectors, recorded_vectors
 from .writes import Compactor, compact, pause_point, remove_compactions, restore, sweep, update
 
 INDEX = "collection.json"
@@ -111,12 +113,16 @@ class Collection:
     only JSON files (a tool's sidecar); any other content is refused, so a mistyped ``--out`` never
     fills a home directory. Safe for concurrent writers: see the module docstring."""
 
-    def __init__(self, path: str | Path, *, create: bool = False, timeout: float = LOCK_TIMEOUT_S):
+    def __init__(self, path: str | Path, *, create: bool = False, timeout: float = LOCK_TIMEOUT_S,
+                 vectors: str | None = None):
         self.path = Path(path)
         self.timeout = float(timeout)
+        self._asked = None if vectors is None else check_vectors(vectors)  # checked against the index's
         self.banks: dict[str, str] = {}
         """bank id -> directory name under ``banks/``, as of the last read of the index."""
         self.encoder_id: str | None = None
+        self.vectors: str = self._asked or DEFAULT_VECTORS
+        """The collection's vector storage (``store.vectors``): the index's, fixed at creation."""
         self._index_stat: tuple | None = None
         """(inode, mtime, size) of the index as last read: ``refresh`` skips an unchanged one."""
         self._cache: dict[str, tuple[str, weakref.ref]] = {}
@@ -168,7 +174,7 @@ class Collection:
         try:
             st = os.stat(ip)
         except FileNotFoundError:
-            self.banks, self.encoder_id, self._index_stat = {}, None, None
+            self.banks, self.encoder_id, self._index_stat, self.vectors = {}, None, None, self._asked or DEFAULT_VECTORS
             return
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         if stamp == self._index_stat:
@@ -179,6 +185,7 @@ class Collection:
             raise BankError(f"{ip}: corrupt collection index ({e})") from None
         if not isinstance(idx, dict):
             raise BankError(f"{ip}: corrupt collection index (expected a JSON object, got {type(idx).__name__})")
+        vectors = recorded_vectors(idx, ip, self._asked)
         v = idx.get("format_version")
         if not isinstance(v, int) or isinstance(v, bool):
             raise BankError(f"{ip}: corrupt collection index (format_version must be an integer, "
@@ -198,11 +205,11 @@ class Collection:
             raise BankError(f"{ip}: corrupt collection index (two banks share one directory)")
         if enc is not None and not isinstance(enc, str):
             raise BankError(f"{ip}: corrupt collection index (field 'encoder_id' must be a string)")
-        self.banks, self.encoder_id, self._index_stat = dict(banks), enc, stamp
+        self.banks, self.encoder_id, self._index_stat, self.vectors = dict(banks), enc, stamp, vectors
 
     def _write_index(self) -> None:
-        write_json_atomic({"format_version": FORMAT_VERSION, "encoder_id": self.encoder_id, "banks": self.banks},
-                          self.path / INDEX, indent=1)
+        idx = {"format_version": FORMAT_VERSION, "encoder_id": self.encoder_id, "banks": self.banks}
+        write_json_atomic(record_vectors(idx, self.vectors), self.path / INDEX, indent=1)
         self._index_stat = None
 
     def create_empty(self) -> bool:

@@ -7,6 +7,7 @@ from pathlib import Path
 from ..errors import BankError
 from .collection import BANKS, INDEX, LOCK_TIMEOUT_S, Collection, _bank_dirs, _valid_dirname
 from .files import read_meta
+from .vectors import DEFAULT_VECTORS
 
 
 def repair_index(path: str | Path, *, timeout: float = LOCK_TIMEOUT_S) -> dict:
@@ -26,6 +27,7 @@ def repair_index(path: str | Path, *, timeout: float = LOCK_TIMEOUT_S) -> dict:
         raise BankError(f"{path}: no {BANKS}/ directory, so no banks to index")
     coll = Collection.__new__(Collection)
     coll.path, coll.timeout, coll.banks, coll.encoder_id = path, float(timeout), {}, None
+    coll._asked, coll.vectors, coll._index_stat = None, DEFAULT_VECTORS, None  # a readable old index's choice is kept
     with coll.lock():
         old: dict = {}
         if (path / INDEX).exists():

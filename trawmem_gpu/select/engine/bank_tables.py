@@ -126,7 +126,24 @@ def build_bank(bank: Bank, cfg, layout: Layout, prev: BankInfo | None = None) ->
             a["bm_data"], a["bm_idx"] = m.scores["data"], m.scores["indices"]
             a["bm_ptr"] = m.scores["indptr"]
     long_threads = np.concatenate([[0], np.cumsum(np.sort(np.diff(bank.thread_offsets))[::-1])]).astype(np.int64)
-    return BankInfo(bank, N, J, long_threads, bm25, vocab, plain, speakers, costs, tables, links, arrays=own), a
+    info = BankInfo(bank, N, J, long_threads, bm25, vocab, plain, speakers, costs, tables, links, arrays=own)
+    if kept is not None:
+        info.cache.update(grown_indexes(prev, bank, kept[0]))
+    return info, a
+
+
+def grown_indexes(prev: BankInfo, bank: Bank, start: int) -> dict:
+    """The approximate unit indexes ``prev`` built (``engine/shortlist.py``'s ``unit_index``), grown
+    for ``bank``, an append that keeps ``prev``'s units before ``start`` (``VectorIndex.grown``: no
+    rebuild), under ``("grown", *key)`` for ``unit_index`` to take up on its first use (one not
+    taken up yet grows again)."""
+    out = {}
+    for key, got in list(prev.cache.items()):
+        if isinstance(key, tuple) and key and key[0] in ("unit_index", "grown"):
+            index = got[0] if key[0] == "unit_index" else got  # "grown": one not yet taken up
+            name = key if key[0] == "grown" else ("grown", *key)
+            out[name] = index.grown(bank.unit_vecs[start:], start, bank.unit_vecs)
+    return out
 
 
 def has_tables(n_units: int, layout: Layout) -> bool:

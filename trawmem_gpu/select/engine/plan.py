@@ -68,6 +68,8 @@ class Plan:
     ann_nprobe: int = 0
     ann_ef_search: int = 0
     ann_kind: str = "auto"
+    ann_vectors: str = "float32"
+    """``EngineConfig.vectors``: the codes of the approximate unit index."""
 
     def layout(self, dim: int) -> Layout:
         return Layout(self.device, self.dtype, dim, self.tables, self.lexical, self.heads, self.relevance,
@@ -164,4 +166,5 @@ def resolve(ec: EngineConfig, cfg: SelectConfig, banks) -> Plan:
                 propagation="compiled" if compiled else "torch", rrf_rows=rrf_rows,
                 greedy_tokens="compiled" if compiled else "torch", table_units=ec.table_max_units,
                 ann_min_units=_ann_min_units(ec, banks), ann_shortlist=ec.ann_shortlist,
-                ann_nprobe=ec.ann_nprobe, ann_ef_search=ec.ann_ef_search, ann_kind=ec.ann_index)
+                ann_nprobe=ec.ann_nprobe, ann_ef_search=ec.ann_ef_search, ann_kind=ec.ann_index,
+                ann_vectors=ec.vectors)

@@ -83,12 +83,14 @@ class Shortlist(NamedTuple):
     """The query's BM25 columns (store columns, token order)."""
 
 
-def unit_index(snap: Snapshot, bank: int, kind: str, use_gpu: bool) -> tuple[VectorIndex, np.ndarray, np.ndarray]:
+def unit_index(snap: Snapshot, bank: int, kind: str, use_gpu: bool, vectors: str = "float32"
+               ) -> tuple[VectorIndex, np.ndarray, np.ndarray]:
     """The bank's approximate index over its unit vectors and its rank sample's vectors (``[<=
     RANK_SAMPLE, d]``, contiguous), built on first use and kept with the bank's ``BankInfo`` (a
-    later snapshot of the same bank object reuses them)."""
+    later snapshot of the same bank object reuses them); an appended bank's index is the old one
+    grown (``bank_tables.grown_indexes``), not rebuilt."""
     info = snap.infos[bank]
-    key = ("unit_index", kind)
+    key = ("unit_index", kind) + (() if vectors == "float32" else (vectors,))
     with _LOCK:
         got = info.cache.get(key)
         if got is None:
@@ -96,8 +98,9 @@ def unit_index(snap: Snapshot, bank: int, kind: str, use_gpu: bool) -> tuple[Vec
             rng = np.random.default_rng(0)
             sample = a + (np.arange(n) if n <= RANK_SAMPLE else np.sort(rng.choice(n, RANK_SAMPLE, replace=False)))
             vecs = snap.np["unit_vecs"]
-            got = info.cache[key] = (VectorIndex(vecs[a:a + n], kind, use_gpu), sample - a,
-                                     np.ascontiguousarray(vecs[sample], dtype=np.float32))
+            index = info.cache.pop(("grown", *key), None) or VectorIndex(
+                vecs[a:a + n], kind, use_gpu, vectors=vectors, rerank=info.bank.unit_vecs)  # compact: re-ranked in float32
+            got = info.cache[key] = (index, sample - a, np.ascontiguousarray(vecs[sample], dtype=np.float32))
         return got
 
 
@@ -121,7 +124,7 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
     masks = masks if masks is not None else [None] * len(bidx)
     for bank in np.unique(bidx).tolist():
         rows = np.flatnonzero(bidx == bank)
-        index, rows_b, sample_vecs = unit_index(snap, bank, plan.ann_kind, plan.device.type == "cuda")
+        index, rows_b, sample_vecs = unit_index(snap, bank, plan.ann_kind, plan.device.type == "cuda", plan.ann_vectors)
         plain = [r for r in rows.tolist() if masks[r] is None]
         if plain:
             _, ids = index.search(Z[plain], max(M, RANK_DEPTH), params)

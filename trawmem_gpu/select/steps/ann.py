@@ -16,21 +16,39 @@ re-scored exactly (float64 dot products) by the caller. The index is chosen and 
     CUDA host with faiss GPUs the trained index is copied to the GPU (``index_cpu_to_gpu``); the
     CPU index stays the reference twin.
 
+With a compact collection (``vectors``: ``float16`` or ``int8``, ``store/vectors.py``) the index
+holds faiss scalar-quantizer codes instead of a float32 copy: ``IndexHNSWSQ`` /
+``IndexIVFScalarQuantizer``, searched on the codes; the caller re-scores every proposal exactly
+from the engine's table, so the codes only change which units are proposed.
+
+Growth without a rebuild: :meth:`VectorIndex.grown` is the index of an appended bank (the faiss
+index gains the new units' vectors; the ids the append replaced are masked out), and
+:meth:`VectorIndex.remove` masks ids: faiss's HNSW cannot delete a node, so a removed-mask is read
+during every search (an ``IDSelectorBitmap`` of the live vectors in the call's search parameters)
+and a masked vector is never proposed. The index is held in memory only (nothing of it is written
+to disk).
+
 Search parameters travel with each call (faiss style), never set on the shared index, so one
 index serves concurrent queries with any settings. Inner product over unit vectors (cosine).
 """
 from __future__ import annotations
 
+import copy
 import importlib.util
 import threading
 from dataclasses import dataclass
 
 import numpy as np
 
+from ...store.vectors import BYTES_PER_DIM, check_vectors, sq_type
+
 IVF_MIN_VECTORS = 1 << 16
 """Indexes over at least this many vectors are IVF (trained k-means lists), smaller ones HNSW."""
 TRAIN_PER_LIST = 64
 """Training vectors per IVF list (faiss warns below 39)."""
+RERANK_FETCH = 2
+"""A compact index proposes this many times ``k`` vectors by its codes, re-ranked exactly (float32)
+to the ``k`` best: a near-tie the quantized distance moved past ``k`` comes back."""
 HNSW_LINKS = 32
 HNSW_EF_CONSTRUCTION = 80
 
@@ -56,50 +74,131 @@ class VectorIndex:
 
     :param kind: ``auto`` (by size), ``hnsw`` or ``ivf``
     :param use_gpu: copy an IVF index to a GPU when faiss has one (HNSW stays on the CPU)
+    :param vectors: the codes it holds (``store.vectors``): ``float32`` (a flat copy), ``float16``
+        or ``int8`` (scalar-quantizer codes, trained on ``vecs``)
+    :param rerank: compact codes only: the float vectors ``[n, d]`` (not copied: a bank's
+        memory-mapped float32 vectors) that re-rank :data:`RERANK_FETCH` times ``k`` proposals of
+        the codes exactly before the ``k`` best are returned (None: ``vecs`` as given)
     """
 
-    def __init__(self, vecs: np.ndarray, kind: str = "auto", use_gpu: bool = False, seed: int = 0):
+    def __init__(self, vecs: np.ndarray, kind: str = "auto", use_gpu: bool = False, seed: int = 0,
+                 vectors: str = "float32", rerank: np.ndarray | None = None):
         import faiss
 
         x = np.ascontiguousarray(vecs, dtype=np.float32)
         n, d = x.shape
         self.gpu = False
         self.n, self.d = n, d
+        self.vectors = check_vectors(vectors)
+        self.rerank = None if self.vectors == "float32" else (vecs if rerank is None else rerank)
+        """The float vectors a compact index re-ranks its proposals with (None: float32 codes)."""
+        self._live: tuple | None = None  # (live mask, its packed bits) of the labels, made on first search
+        self.labels: np.ndarray | None = None
+        """``[m]`` int64: the id (a bank-local unit) of each of the first ``m`` vectors of the faiss
+        index this object reads, ``-1`` for one removed or not its own (None: vector ``i`` is id
+        ``i``, all ``n`` of them)."""
         self.kind = kind if kind != "auto" else ("ivf" if n >= IVF_MIN_VECTORS else "hnsw")
+        flat = self.vectors == "float32"
         if self.kind == "hnsw":
-            index = faiss.IndexHNSWFlat(d, HNSW_LINKS, faiss.METRIC_INNER_PRODUCT)
+            index = faiss.IndexHNSWFlat(d, HNSW_LINKS, faiss.METRIC_INNER_PRODUCT) if flat else \
+                faiss.IndexHNSWSQ(d, sq_type(faiss, self.vectors), HNSW_LINKS, faiss.METRIC_INNER_PRODUCT)
             index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+            if not flat:
+                index.train(x)  # the scalar quantizer's ranges (int8: each dimension's min / max)
             index.add(x)
             self.nlist = 0
         elif self.kind == "ivf":
             self.nlist = ivf_lists(n)
             quantizer = faiss.IndexFlatIP(d)
-            index = faiss.IndexIVFFlat(quantizer, d, self.nlist, faiss.METRIC_INNER_PRODUCT)
+            index = faiss.IndexIVFFlat(quantizer, d, self.nlist, faiss.METRIC_INNER_PRODUCT) if flat else \
+                faiss.IndexIVFScalarQuantizer(quantizer, d, self.nlist, sq_type(faiss, self.vectors),
+                                              faiss.METRIC_INNER_PRODUCT)
             rng = np.random.default_rng(seed)
             m = min(n, TRAIN_PER_LIST * self.nlist)
             index.train(x if m == n else x[np.sort(rng.choice(n, size=m, replace=False))])
             index.add(x)
             self._quantizer = quantizer  # the IVF index does not own it from Python
             if use_gpu:
+                cpu_type = type(index)
                 index = _to_gpu(faiss, index)
-                self.gpu = not isinstance(index, faiss.IndexIVFFlat)
+                self.gpu = not isinstance(index, cpu_type)
         else:
             raise ValueError(f"kind must be 'auto', 'hnsw' or 'ivf', got {kind!r}")
         self.index = index
         self.lock = threading.Lock()  # GPU indexes are not safe to search from several threads
 
     def nbytes(self) -> int:
-        """Bytes the index holds (its float32 copy of the vectors, the HNSW links)."""
-        links = 2 * HNSW_LINKS * 4 * self.n if self.kind == "hnsw" else 8 * self.n + 4 * self.nlist * self.d
-        return 4 * self.n * self.d + links
+        """Bytes the index holds (its codes of the vectors: a float32 copy or compact codes; the
+        HNSW links, or the IVF ids and centroids; the labels of a grown index)."""
+        m = self.n if self.labels is None else len(self.labels)
+        links = 2 * HNSW_LINKS * 4 * m if self.kind == "hnsw" else 8 * m + 4 * self.nlist * self.d
+        return BYTES_PER_DIM[self.vectors] * m * self.d + links + (0 if self.labels is None else self.labels.nbytes)
+
+    def grown(self, vecs: np.ndarray, start: int, rerank: np.ndarray | None = None) -> "VectorIndex":
+        """This index for a bank that keeps ids ``[0, start)`` as they are and whose ids from
+        ``start`` on are ``vecs [m, d]`` (an append: the bank's units from ``start``), without a
+        rebuild: the faiss index gains ``vecs`` (HNSW links them into its graph, IVF files them in
+        their nearest lists; compact codes with the ranges trained at build time), the vectors of the
+        old ids past ``start`` are masked out. A new object over the same faiss index: this one
+        still answers for the old bank (it never proposes the added vectors), so a query of an
+        older snapshot reads its own ids. Under the index's lock: a concurrent search waits.
+        ``rerank``: a compact index's float vectors of the whole new bank (``[start + m, d]``)."""
+        x = np.ascontiguousarray(vecs, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != self.d:
+            raise ValueError(f"vecs must be [m, {self.d}], got {list(x.shape)}")
+        if not 0 <= start <= self.n:
+            raise ValueError(f"start must lie in [0, {self.n}] (got {start})")
+        with self.lock:
+            before = int(self.index.ntotal)
+            labels = np.full(before + len(x), -1, dtype=np.int64)
+            own = np.arange(self.n) if self.labels is None else self.labels
+            labels[:len(own)] = np.where(own < start, own, -1)  # vectors of other objects stay -1
+            labels[before:] = np.arange(start, start + len(x))
+            self.index.add(x)
+        out = copy.copy(self)
+        out.labels, out.n, out._live = labels, start + len(x), None
+        if self.rerank is not None:
+            if rerank is None or len(rerank) != out.n:
+                raise ValueError(f"a compact index grows with the new bank's {out.n} float vectors (rerank=)")
+            out.rerank = rerank
+        return out
+
+    def remove(self, ids) -> None:
+        """Mark ``ids`` removed from this object: never proposed again (a removed-mask read during
+        every search: faiss's HNSW cannot delete nodes; the same mask serves IVF)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if len(ids) and (ids.min() < 0 or ids.max() >= self.n):
+            raise ValueError(f"ids must lie in [0, {self.n}) (got {int(ids.min())}..{int(ids.max())})")
+        with self.lock:
+            labels = np.arange(self.n) if self.labels is None else self.labels.copy()
+            labels[np.isin(labels, ids)] = -1
+            self.labels, self._live = labels, None
 
     def search(self, Z: np.ndarray, k: int, params: AnnParams, keep: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
+        """See :meth:`_search`; a compact index proposes :data:`RERANK_FETCH` times ``k`` by its
+        codes and returns the ``k`` of largest exact inner product with :attr:`rerank` (float32
+        scores; ties to the lower id)."""
+        if self.rerank is None:
+            return self._search(Z, k, params, keep)
+        k = int(min(k, self.n))
+        D, I = self._search(Z, RERANK_FETCH * k, params, keep)
+        z = np.asarray(Z, dtype=np.float32)
+        ok = I >= 0
+        rows = np.asarray(self.rerank[np.where(ok, I, 0).ravel()], dtype=np.float32).reshape(*I.shape, self.d)
+        exact = np.where(ok, np.einsum("qkd,qd->qk", rows, z), -np.inf).astype(np.float32)
+        order = np.lexsort((np.where(ok, I, np.iinfo(np.int64).max), -exact), axis=1)[:, :k]
+        I, D = np.take_along_axis(I, order, 1), np.take_along_axis(exact, order, 1)
+        return np.where(np.isfinite(D), D, -np.inf).astype(np.float32), np.where(np.isfinite(D), I, -1)
+
+    def _search(self, Z: np.ndarray, k: int, params: AnnParams, keep: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
         """``(scores [Q, k] float32, ids [Q, k] int64)`` of the ``k`` best proposals per query
         (``-1`` ids where fewer were found), with ``params`` for this call only. ``keep``: ``[n]``
         bool, only those vectors may be proposed (a filter's unit mask): faiss's
         ``IDSelectorBitmap`` in the call's search parameters; a GPU index (no selectors) searches
-        unfiltered and drops the others, so it may propose fewer."""
+        unfiltered and drops the others, so it may propose fewer. A grown or removed-from index
+        (:attr:`labels`) passes its own live vectors the same way and maps them to their ids."""
         import faiss
 
         k = int(min(k, self.n))
@@ -110,17 +209,32 @@ class VectorIndex:
             sp = faiss.SearchParametersIVF(nprobe=int(min(params.nprobe, self.nlist)))
         if keep is not None:
             keep = np.asarray(keep, dtype=bool)
-            bits = np.packbits(keep, bitorder="little")  # alive through the search below
-            if not self.gpu:
-                sp.sel = faiss.IDSelectorBitmap(self.n, faiss.swig_ptr(bits))
-        with self.lock:
+        with self.lock:  # labels and the faiss index's size as of this search (grown / remove take the lock)
+            if self.labels is None and self.index.ntotal > self.n:  # grown since: only its own n vectors
+                self.labels = np.arange(self.n)
+            labels = self.labels
+            bits = None
+            if labels is not None and keep is None:  # its live vectors, packed once per object
+                if self._live is None:
+                    live = labels >= 0
+                    self._live = (live, np.packbits(live, bitorder="little"))
+                keep, bits = self._live
+            elif labels is not None:  # the vectors this object may propose: its live ids, kept
+                keep = (labels >= 0) & keep[np.maximum(labels, 0)]
+            if keep is not None:
+                bits = np.packbits(keep, bitorder="little") if bits is None else bits  # alive through the search
+                if not self.gpu:  # the bitmap's size in bytes: vectors past it are never members
+                    sp.sel = faiss.IDSelectorBitmap(len(bits), faiss.swig_ptr(bits))
             if self.gpu:  # a GPU IVF index takes its nprobe as a setting (set and searched under the lock)
                 self.index.nprobe = sp.nprobe
                 D, I = self.index.search(z, k)
             else:
                 D, I = self.index.search(z, k, params=sp)
         if keep is not None and self.gpu:
-            I = np.where((I >= 0) & keep[np.maximum(I, 0)], I, -1)
+            inside = (I >= 0) & (I < len(keep))
+            I = np.where(inside & keep[np.clip(I, 0, len(keep) - 1)], I, -1)
+        if labels is not None:
+            I = np.where(I >= 0, labels[np.clip(I, 0, len(labels) - 1)], -1)
         return D, I
 
 

@@ -1,0 +1,65 @@
+"""A collection's vector storage choice, ``vectors``: ``float32`` | ``float16`` | ``int8``, defined here once.
+
+The choice is made when a collection is created (``Collection(dir, create=True, vectors=...)``),
+recorded in its index (``collection.json``'s ``"vectors"``) and fixed for the collection's life: a
+later open that asks for another is a ``ConfigError`` naming the field; an index without the field
+(every collection written before it existed) is ``float32``.
+
+What each choice changes: the banks' files keep their float32 vectors either way
+(``tensors.safetensors``, memory-mapped, read for the exact re-rank of a shortlist); the choice
+sets the codes the engine's approximate index over a large bank holds resident
+(``select/steps/ann.py``: faiss ``IndexHNSWSQ`` / ``IndexIVFScalarQuantizer``):
+
+``float32``
+    ``IndexHNSWFlat`` / ``IndexIVFFlat`` (a float32 copy of every vector), as before the choice.
+``float16``
+    faiss ``ScalarQuantizer.QT_fp16``: 2 bytes a dimension.
+``int8``
+    faiss ``ScalarQuantizer.QT_8bit``: 1 byte a dimension, each dimension's min/max trained on the
+    vectors the index is built from (faiss's ``RS_minmax``); appended vectors outside that range are
+    clipped to it. faiss rather than a hand-written per-dimension quantizer: its SIMD distance
+    computers search the codes without dequantizing them, and HNSW / IVF take the codes as they are.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import BankError, ConfigError
+
+VECTOR_KINDS = ("float32", "float16", "int8")
+"""The storage choices, the default first."""
+DEFAULT_VECTORS = VECTOR_KINDS[0]
+BYTES_PER_DIM = {"float32": 4, "float16": 2, "int8": 1}
+"""Bytes per dimension of one vector's code."""
+
+
+def check_vectors(value, field: str = "vectors") -> str:
+    """``value`` when it is one of :data:`VECTOR_KINDS`, else a ``ConfigError`` naming ``field``."""
+    if not isinstance(value, str) or value not in VECTOR_KINDS:
+        raise ConfigError(f"{field} must be one of {', '.join(VECTOR_KINDS)} (got {value!r})")
+    return value
+
+
+def sq_type(faiss, kind: str):
+    """The faiss ``ScalarQuantizer`` type of the compact ``kind`` (``float16`` / ``int8``)."""
+    return {"float16": faiss.ScalarQuantizer.QT_fp16, "int8": faiss.ScalarQuantizer.QT_8bit}[check_vectors(kind)]
+
+
+def recorded_vectors(idx: dict, where, asked: str | None = None) -> str:
+    """The choice a collection index ``idx`` (read from ``where``) records, ``float32`` without the
+    field; a ``BankError`` for a value that is no choice, a ``ConfigError`` naming ``vectors`` when
+    the open ``asked`` for another."""
+    vectors = idx.get("vectors", DEFAULT_VECTORS)  # no field: written before the choice existed
+    if vectors not in VECTOR_KINDS:
+        raise BankError(f"{where}: corrupt collection index (field 'vectors' must be one of "
+                        f"{', '.join(VECTOR_KINDS)}, got {vectors!r})")
+    if asked is not None and vectors != asked:
+        raise ConfigError(f"vectors: the collection {Path(where).parent} stores {vectors} vectors (fixed when it "
+                          f"was created), not {asked}; open it without vectors= or with vectors={vectors!r}")
+    return vectors
+
+
+def record_vectors(idx: dict, vectors: str) -> dict:
+    """``idx`` with the choice ``vectors`` recorded: a float32 index has no field (byte for byte the
+    index written before the choice existed)."""
+    return idx if vectors == DEFAULT_VECTORS else {**idx, "vectors": check_vectors(vectors)}
