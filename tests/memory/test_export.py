@@ -53,7 +53,7 @@ def test_round_trip_is_exact(mem, tmp_path):
     text = _dump(mem)
     lines = [json.loads(x) for x in text.splitlines()]
     assert lines[0]["format"] == "trawmem-export" and lines[0]["version"] == 1
-    assert [x["type"] for x in lines[1:3]] == ["bank", "turn"]
+    assert [x.get("type") for x in lines[1:3]] == ["bank", "turn"]
     dst = Memory(tmp_path / "dst")
     res = import_(dst, io.StringIO(text))
     assert res["banks"][0]["stored"] == 4 and res["banks"][0]["refused"] == []
@@ -132,3 +132,84 @@ def test_a_bad_event_line_names_its_field(mem, tmp_path):
     lines[ev] = lines[ev].replace('"event":"added"', '"event":"exploded"')
     with pytest.raises(InputError, match=f"line {ev + 1}: field 'event'"):
         import_(Memory(tmp_path / "bad"), io.StringIO("\n".join(lines) + "\n"))
+
+
+def _with_profiles(mem, path):
+    """``mem``'s bank with two profile sections citing its facts, written to its collection; the
+    collection reopened."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from trawmem_gpu import Memory
+    from trawmem_gpu.store.collection import Collection
+    from trawmem_gpu.store.facts import ProfileLine, ProfileSection
+    from trawmem_gpu.store.layers.profiles import profile_embed_text
+
+    secs = (ProfileSection("Ana", "identity", (ProfileLine("lives in Rotterdam", ("F:rdam",)),)),
+            ProfileSection("Ana", "interests", (ProfileLine("lived in Lyon", ("F:lyon",)), ProfileLine("walks", ()))))
+    vecs = np.asarray(mem._core.encoder.encode([profile_embed_text(s) for s in secs]), dtype=np.float32)
+    Collection(path).update("ana-ben", lambda b: replace(b, profiles=secs, profile_vecs=vecs,
+                                                           layer_sources={**b.layer_sources, "profiles": "api"}))
+    return Memory(path), secs
+
+
+def test_profiles_round_trip(mem, tmp_path):
+    """Profile sections are exported after the facts (``profile`` lines, counted by the bank
+    line's ``n_profiles``) and imported in the bank's one commit, encoded as the layer encodes them."""
+    from trawmem_gpu import Memory
+
+    src, secs = _with_profiles(mem, tmp_path / "src")
+    text = _dump(src)
+    lines = [json.loads(x) for x in text.splitlines()]
+    assert [x for x in lines if x.get("type") == "bank"][0]["n_profiles"] == 2
+    assert [x.get("type") for x in lines if x.get("type") in ("fact", "profile")] == ["fact", "fact", "profile", "profile"]
+    dst = Memory(tmp_path / "dst")
+    res = import_(dst, io.StringIO(text))
+    assert res["banks"][0]["profiles"] == 2 and res["banks"][0]["facts"] == 2
+    got = dst._core.registry.get("ana-ben")
+    assert got.profiles == secs
+    np = pytest.importorskip("numpy")
+    np.testing.assert_allclose(got.profile_vecs, src._core.registry.get("ana-ben").profile_vecs, atol=1e-6)
+    assert [x for x in _dump(dst).splitlines() if '"profile"' in x] == [x for x in text.splitlines() if '"profile"' in x]
+    again = import_(dst, io.StringIO(text))  # a retried import adds nothing
+    assert again["banks"][0]["profiles"] == 0 and dst._core.registry.get("ana-ben").profiles == secs
+
+
+def test_a_profile_citing_a_forgotten_fact_is_not_imported(mem, tmp_path):
+    from trawmem_gpu import Memory
+
+    src, secs = _with_profiles(mem, tmp_path / "src")
+    text = _dump(src)
+    dst = Memory(tmp_path / "dst")
+    dst.add("ana-ben", TURNS)
+    dst.forget("ana-ben", ["S1:1"])  # the source of F:lyon, which the interests section cites
+    res = import_(dst, io.StringIO(text))
+    assert {r["id"] for r in res["banks"][0]["refused"]} == {"S1:1"}
+    assert [p.section for p in dst._core.registry.get("ana-ben").profiles] == ["identity"]
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"section": "hobbies"}, "profile: field 'section' must be one of"),
+    ({"lines": "walks"}, "profile: field 'lines' must be a list"),
+])
+def test_a_bad_profile_line_names_its_line_and_field(mem, tmp_path, bad, message):
+    from trawmem_gpu import Memory
+
+    src, _secs = _with_profiles(mem, tmp_path / "src")
+    lines = _dump(src).splitlines()
+    k = next(i for i, x in enumerate(lines) if json.loads(x).get("type") == "profile")
+    lines[k] = json.dumps({**json.loads(lines[k]), **bad})
+    dst = Memory(tmp_path / "dst")
+    with pytest.raises(InputError, match=f"^line {k + 1}: {message}"):
+        import_(dst, io.StringIO("\n".join(lines) + "\n"))
+    assert dst._core.registry.get("ana-ben") is None  # nothing of the bank stored
+
+
+def test_a_file_cut_in_its_profiles_is_refused(mem, tmp_path):
+    from trawmem_gpu import Memory
+
+    src, _secs = _with_profiles(mem, tmp_path / "src")
+    lines = [x for x in _dump(src).splitlines() if json.loads(x).get("type") != "event"][:-1]  # the last section cut
+    with pytest.raises(InputError, match="n_profiles"):
+        import_(Memory(tmp_path / "dst"), io.StringIO("\n".join(lines) + "\n"))

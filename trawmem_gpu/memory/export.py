@@ -66,8 +66,11 @@ def _bank_lines(mem, bank_id: str, snap, where, vectors: bool, counts: dict):
     idx = [i for i, t in enumerate(bank.turns) if keep(t)]
     held = {bank.turns[i].turn_id for i in idx}
     facts = [(k, f) for k, f in enumerate(bank.facts or ()) if set(f.source_turns) <= held]
+    kept = {f.fact_id for _, f in facts}
+    profiles = [p for p in (bank.profiles or ()) if set(p.fact_ids) <= kept]
     events = events if where is None else []
-    yield _line({"type": "bank", "bank_id": bank_id, "n_turns": len(idx), "n_facts": len(facts)})
+    counts_line = {"n_turns": len(idx), "n_facts": len(facts), **({"n_profiles": len(profiles)} if profiles else {})}
+    yield _line({"type": "bank", "bank_id": bank_id, **counts_line})
     heads = {int(o): j for j, o in enumerate(bank.thread_offsets[:-1])} if vectors else {}
     for i in idx:
         t, rec = bank.turns[i], _turn_rec(bank_id, bank.turns[i])
@@ -87,8 +90,11 @@ def _bank_lines(mem, bank_id: str, snap, where, vectors: bool, counts: dict):
             rec.update(vector=vec_text(bank.fact_vecs[k]),
                        vector_of=text_key(fact_embed_text(f, stamp[f.source_turns[0]])))
         yield _line(rec)
+    for p in profiles:
+        yield _line({"type": "profile", "bank_id": bank_id, **p.to_record()})
     for e in events:
         yield _line({"type": "event", "bank_id": bank_id, **e})
+    counts["profiles"] = counts.get("profiles", 0) + len(profiles)
     counts["banks"] += 1
     counts["turns"] += len(idx)
     counts["facts"] += len(facts)
@@ -346,10 +352,10 @@ def import_(mem, source, progress: bool = False, fmt: str = "trawmem", bank: str
                 raise InputError(f"line {n}: field 'bank_id': bank {bid[:64]!r} appears twice")
             seen_banks.add(bid)
             cur = {"bank_id": bid, "turns": [], "ids": set(), "facts": [], "events": [], "n": rec.get("n_turns"),
-                   "vectors": {}}
+                   "vectors": {}, "profiles": [], "n_profiles": rec.get("n_profiles")}
             continue
-        if kind not in ("turn", "fact", "event"):
-            raise InputError(f"line {n}: field 'type': expected bank, turn, fact or event, got {str(kind)[:32]!r}")
+        if kind not in ("turn", "fact", "profile", "event"):
+            raise InputError(f"line {n}: field 'type': expected bank, turn, fact, profile or event, got {str(kind)[:32]!r}")
         if cur is None:
             raise InputError(f"line {n}: a {kind} line before any bank line")
         if rec.get("bank_id") != cur["bank_id"]:
@@ -366,17 +372,34 @@ def import_(mem, source, progress: bool = False, fmt: str = "trawmem", bank: str
             cur["turns"].append(t)
         elif kind == "fact":
             cur["facts"].append({k: v for k, v in rec.items() if k in FACT_KEEP[:11] and v is not None})
+        elif kind == "profile":
+            cur["profiles"].append(_profile(n, rec))
         else:
             cur["events"].append(_event(n, rec))
-        if dim is not None and kind != "event":
+        if dim is not None and kind not in ("event", "profile"):
             read_vec(n, rec, "vector", dim, cur["vectors"])
             read_vec(n, rec, "head_vector", dim, cur["vectors"])
     if cur is not None:
         if isinstance(cur["n"], int) and cur["n"] != len(cur["turns"]):
             raise InputError(f"line {rd.n}: field 'n_turns': bank {cur['bank_id'][:64]!r} announced {cur['n']} "
                              f"turns, the file holds {len(cur['turns'])}: the file was cut short")
+        if isinstance(cur["n_profiles"], int) and cur["n_profiles"] != len(cur["profiles"]):
+            raise InputError(f"line {rd.n}: field 'n_profiles': bank {cur['bank_id'][:64]!r} announced "
+                             f"{cur['n_profiles']} profile sections, the file holds {len(cur['profiles'])}: the file was "
+                             f"cut short")
         done.append(_write(mem, cur, where))
     return {"banks": done}
+
+
+def _profile(n: int, rec: dict):
+    """A profile line's ``ProfileSection`` (``store.facts.profile_from_record``), or ``InputError``
+    naming the line and field."""
+    from ..store.facts import profile_from_record
+
+    try:
+        return profile_from_record({k: v for k, v in rec.items() if k not in ("type", "bank_id")})
+    except (ValueError, TypeError) as e:
+        raise InputError(f"line {n}: profile: {e}") from None
 
 
 def _outside(where, turns: list[dict]) -> set[str]:
@@ -411,9 +434,11 @@ def _write(mem, cur: dict, where=None) -> dict:
     turns = [t for t in cur["turns"] if t["turn_id"] not in gone]
     refused = [{"id": t["turn_id"], "reason": "forgotten by this collection" if t["turn_id"] in forgot else
                 "does not pass this key's filter"} for t in cur["turns"] if t["turn_id"] in gone]
-    res = {"bank_id": bid, "stored": 0, "already_stored": 0, "refused": refused, "facts": 0}
+    res = {"bank_id": bid, "stored": 0, "already_stored": 0, "refused": refused, "facts": 0, "profiles": 0}
     new_units: set[str] = set()
     facts = [f for f in cur["facts"] if not set(f.get("source_turns", ())) & gone]
+    dropped = {f.get("id") for f in cur["facts"]} - {f.get("id") for f in facts}
+    profiles = [p for p in cur.get("profiles", ()) if not set(p.fact_ids) & dropped]
     encoder = mem._import_encoder()
     encoder = GivenVectors(encoder, cur["vectors"]) if cur["vectors"] else encoder
     if turns:
@@ -421,11 +446,11 @@ def _write(mem, cur: dict, where=None) -> dict:
         batch = request_batch(bid, turns, None, atomic=True)
         batch.scope = where
         batch.stored_at = kept  # the export's stored_at of each turn, null (unknown) included
-        got, added = add_imported(mem, bid, batch, facts, encoder, getattr(mem, "llm", None))
-        new_units |= {str(i) for i in got.get("stored", [])} | set(added)
+        got, added, sections = add_imported(mem, bid, batch, facts, encoder, getattr(mem, "llm", None), profiles)
+        new_units |= {str(i) for i in got.get("stored", [])} | set(added) | set(sections)
         res["stored"] = len(got.get("stored", []))
         res["already_stored"] = len(got.get("already_stored", []))
-        res["facts"] = len(added)
+        res["facts"], res["profiles"] = len(added), len(sections)
     pause_point("import-committed")
     if where is None:  # a bound key's import keeps its own events (the history names every user's units)
         import_history(mem, bid, new_units, cur["events"])

@@ -46,7 +46,7 @@ def check_header(n: int, spec, encoder) -> None:
         raise InputError(f"line {n}: field 'vectors.dtype': expected {DTYPE!r}, got {str(spec.get('dtype'))[:32]!r}")
     if spec.get("model") != encoder.id:
         raise InputError(f"line {n}: field 'vectors.model': the file's vectors are of {str(spec.get('model'))[:96]!r}, "
-                         f"this collection encodes with {encoder.id!r} (export again without --vectors)")
+                         f"this collection encodes with {encoder.id!r} (export it again without its vectors)")
     if spec.get("dim") != encoder.dim:
         raise InputError(f"line {n}: field 'vectors.dim': the file's vectors have {str(spec.get('dim'))[:16]} "
                          f"dimensions, this collection's encoder {encoder.dim}")
