@@ -16,14 +16,15 @@ identical picks; exact search's figures first.
 import sys, time, pickle, os, copy, json
 from dataclasses import replace
 import numpy as np
-from benchmarks import harness
-from benchmarks.synthetic_banks import make_banks, make_queries
-from trawmem_gpu.select.config import SelectConfig
-from trawmem_gpu.select.engine import SelectionEngine
+sys.path.insert(0, os.environ.get("TREE", os.getcwd()))  # run as a script from the repository root
+
+from benchmarks import harness  # noqa: E402
+from benchmarks.synthetic_banks import make_banks, make_queries  # noqa: E402
+from trawmem_gpu.select.config import SelectConfig  # noqa: E402
+from trawmem_gpu.select.engine import SelectionEngine  # noqa: E402
 
 
 def main() -> None:
-    sys.path.insert(0, os.environ.get("TREE", os.getcwd()))
     N, d = int(sys.argv[1]), int(sys.argv[2])
     combos = [tuple(int(x) for x in a.split(":")) for a in sys.argv[3:]]  # M:ef or M:ef:nprobe
     nq = int(os.environ.get("NQ", 30))
