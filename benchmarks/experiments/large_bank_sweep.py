@@ -60,6 +60,7 @@ def main() -> None:
         if os.path.exists(ipath):
             vi = object.__new__(VectorIndex); vi.index = faiss.read_index(ipath); vi.kind = KIND; vi.gpu = False
             vi.n, vi.d, vi.lock = N, d, threading.Lock(); vi.nlist = getattr(vi.index, "nlist", 0)
+            vi.vectors, vi.rerank, vi.labels, vi._live = "float32", None, None, None  # as VectorIndex.__init__ sets them
             rng = np.random.default_rng(0)
             RS = int(os.environ.get("RS", _sl.RANK_SAMPLE))
             sample = np.sort(rng.choice(N, RS, replace=False)) if RS < N else np.arange(N)
