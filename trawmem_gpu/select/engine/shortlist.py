@@ -215,13 +215,17 @@ def given_ranks(short: Shortlist, cos: np.ndarray, n_bank: int) -> tuple[np.ndar
     rc = np.empty(m)
     if short.head.shape[1]:  # counted among the index's proposals: those scoring more, then the lower tied ones
         hc, hu = short.head
+        hu = hu.astype(np.int64)
         asc = hc[::-1]
         hi = np.searchsorted(asc, cos, side="right")
         rc[:] = 1.0 + (len(hc) - hi)
-        tie = hi - np.searchsorted(asc, cos, side="left")
-        if tie.any():
-            for j in np.flatnonzero(tie):
-                rc[j] += np.count_nonzero((hc == cos[j]) & (hu < W[j]))
+        by_unit = np.argsort(hu)
+        p = np.minimum(np.searchsorted(hu[by_unit], W), len(hu) - 1)
+        found = hu[by_unit[p]] == W
+        rc[found] = 1.0 + by_unit[p[found]]  # a proposal: its place in the proposals' order
+        tie = (hi - np.searchsorted(asc, cos, side="left") > 0) & ~found
+        for j in np.flatnonzero(tie):  # a unit the index missed, tied with a proposal (rare)
+            rc[j] += np.count_nonzero((hc == cos[j]) & (hu < W[j]))
     else:
         rc[np.lexsort((np.arange(m), -cos))] = np.arange(1, m + 1)
     past = cos < short.edge
