@@ -108,7 +108,7 @@ def test_every_option_shows_its_default():
     top = p.format_help()
     assert set(p.commands) == {"build", "info", "query", "eval", "demo", "train-head", "train-affinity", "sweep",
                                "score", "serve", "serve-key", "repair-index", "forget", "evolve-prompts", "mcp",
-                               "export", "import"}
+                               "export", "import", "history"}
     for name, sp in p.commands.items():
         assert name in top
         flags = {s for a in sp._actions if a.nargs == 0 for s in a.option_strings}

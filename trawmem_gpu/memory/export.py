@@ -341,18 +341,9 @@ def import_(mem, source, progress: bool = False, fmt: str = "trawmem", bank: str
         kind = rec.get("type")
         if kind == "bank":
             if cur is not None:
+                _ended(rd.n, cur)
                 done.append(_write(mem, cur, where))
-            bid = rec.get("bank_id")
-            if not isinstance(bid, str) or not bid:
-                raise InputError(f"line {n}: field 'bank_id': expected a bank id string")
-            if bank is not None and bid != bank:
-                raise InputError(f"line {n}: field 'bank_id': {bid[:64]!r} is not the bank imported into "
-                                 f"({bank[:64]!r})")
-            if bid in seen_banks:
-                raise InputError(f"line {n}: field 'bank_id': bank {bid[:64]!r} appears twice")
-            seen_banks.add(bid)
-            cur = {"bank_id": bid, "turns": [], "ids": set(), "facts": [], "events": [], "n": rec.get("n_turns"),
-                   "vectors": {}, "profiles": [], "n_profiles": rec.get("n_profiles")}
+            cur = _bank_start(n, rec, bank, seen_banks)
             continue
         if kind not in ("turn", "fact", "profile", "event"):
             raise InputError(f"line {n}: field 'type': expected bank, turn, fact, profile or event, got {str(kind)[:32]!r}")
@@ -380,15 +371,34 @@ def import_(mem, source, progress: bool = False, fmt: str = "trawmem", bank: str
             read_vec(n, rec, "vector", dim, cur["vectors"])
             read_vec(n, rec, "head_vector", dim, cur["vectors"])
     if cur is not None:
-        if isinstance(cur["n"], int) and cur["n"] != len(cur["turns"]):
-            raise InputError(f"line {rd.n}: field 'n_turns': bank {cur['bank_id'][:64]!r} announced {cur['n']} "
-                             f"turns, the file holds {len(cur['turns'])}: the file was cut short")
-        if isinstance(cur["n_profiles"], int) and cur["n_profiles"] != len(cur["profiles"]):
-            raise InputError(f"line {rd.n}: field 'n_profiles': bank {cur['bank_id'][:64]!r} announced "
-                             f"{cur['n_profiles']} profile sections, the file holds {len(cur['profiles'])}: the file was "
-                             f"cut short")
+        _ended(rd.n, cur)
         done.append(_write(mem, cur, where))
     return {"banks": done}
+
+
+def _bank_start(n: int, rec: dict, bank: str | None, seen: set) -> dict:
+    """The import's record of the bank a ``bank`` line (line ``n``) starts, or ``InputError``."""
+    bid = rec.get("bank_id")
+    if not isinstance(bid, str) or not bid:
+        raise InputError(f"line {n}: field 'bank_id': expected a bank id string")
+    if bank is not None and bid != bank:
+        raise InputError(f"line {n}: field 'bank_id': {bid[:64]!r} is not the bank imported into ({bank[:64]!r})")
+    if bid in seen:
+        raise InputError(f"line {n}: field 'bank_id': bank {bid[:64]!r} appears twice")
+    seen.add(bid)
+    return {"bank_id": bid, "turns": [], "ids": set(), "facts": [], "events": [], "n": rec.get("n_turns"),
+            "vectors": {}, "profiles": [], "n_profiles": rec.get("n_profiles")}
+
+
+def _ended(n: int, cur: dict) -> None:
+    """A bank's lines ended at line ``n``: as many turns and profile sections as its bank line announced."""
+    if isinstance(cur["n"], int) and cur["n"] != len(cur["turns"]):
+        raise InputError(f"line {n}: field 'n_turns': bank {cur['bank_id'][:64]!r} announced {cur['n']} "
+                         f"turns, the file holds {len(cur['turns'])}: the file was cut short")
+    if isinstance(cur["n_profiles"], int) and cur["n_profiles"] != len(cur["profiles"]):
+        raise InputError(f"line {n}: field 'n_profiles': bank {cur['bank_id'][:64]!r} announced "
+                         f"{cur['n_profiles']} profile sections, the file holds {len(cur['profiles'])}: the file was "
+                         f"cut short")
 
 
 def _profile(n: int, rec: dict):

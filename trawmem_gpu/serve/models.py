@@ -294,6 +294,7 @@ class ImportResponse(BaseModel):
     already_stored: int = Field(description="turns the bank held already (an import can be retried)")
     refused: list[ImportRefused] = Field(description="turns not imported, each with why")
     facts: int = Field(description="facts added")
+    profiles: int = Field(description="profile sections added")
 
 
 class Error(BaseModel):
