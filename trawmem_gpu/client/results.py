@@ -276,10 +276,13 @@ class ImportRefused:
 @dataclass(frozen=True)
 class ImportResult:
     """An import's answer (``POST /v1/banks/{bank_id}/import``, as ``Memory.import_`` answers per
-    bank): turns ``stored`` and ``already_stored`` (counts), those ``refused``, facts added."""
+    bank): turns ``stored`` and ``already_stored`` (counts), those ``refused``, facts and profile
+    sections added."""
 
     bank_id: str
     stored: int
     already_stored: int
     refused: tuple[ImportRefused, ...]
     facts: int
+    profiles: int = 0
+    """Profile sections added (0 from a server that exports none)."""
