@@ -63,10 +63,10 @@ def test_openai_import_into_memory(tmp_path, monkeypatch):
 
 
 def test_locomo_sample(tmp_path):
-    p = _write(tmp_path, "lo.json", [{"sample_id": "talk-x", "qa": [], "conversation": {
-        "speaker_a": "Ana", "speaker_b": "Ben", "session_1_date_time": "3:10 pm on 2 March, 2031",
-        "session_1": [{"dia_id": "D1:1", "speaker": "Ana", "text": "I adopted a dog."},
-                      {"dia_id": "D1:2", "speaker": "Ben", "text": "What is its name?"}]}}])
+    from locomo_files import layout_sample
+
+    p = _write(tmp_path, "lo.json", [layout_sample("talk-x", ("Ana", "Ben"), [
+        ("3:10 pm on 2 March, 2031", [("Ana", "I adopted a dog."), ("Ben", "What is its name?")])])])
     got = list(read_turns("locomo", p))
     assert [(b, t["id"], t["speaker"], t["session"]) for b, t in got] == [("talk-x", "D1:1", "Ana", 1),
                                                                           ("talk-x", "D1:2", "Ben", 1)]

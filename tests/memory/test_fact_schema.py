@@ -70,8 +70,10 @@ def test_the_schema_holds_at_the_store_the_locomo_and_the_extraction_doors():
                          ("text", "x" * 200_000), ("valid_to", "9" * 10_000)):
         with pytest.raises(ValueError, match=repr(field) if field != "id" else "control character"):
             fact_from_record({**rec, field: value})  # a bank file read back
-    sample = {"conversation": {"session_1": [], "session_1_date_time": "1:56 pm on 8 May, 2023"},
-              "observation": {"session_1_observation": {"Ana": [["x" * 200_000, "D1:1"]]}}}
+    from locomo_files import layout_sample
+
+    sample = dict(layout_sample("made-up", ("Ana", "Ben"), [("9:40 am on 14 July, 2031", [])]),
+                  observation={"session_1_observation": {"Ana": [["x" * 200_000, "D1:1"]]}})
     with pytest.raises(InputError, match=r"observation.session_1_observation.Ana\[0\]'.*'text' is 200000"):
         facts_from_sample(sample, {"D1:1"}, "f.json: sample 0")
     turn = Turn("t1", "Ana", "Ana runs every morning in the park near her home.", 1, "2024-05-01",

@@ -67,6 +67,17 @@ QA = {
 }
 
 
+def layout_sample(sample_id: str, speakers: tuple, sessions: list) -> dict:
+    """A made-up sample in the LoCoMo layout: ``sessions`` is ``[(date text, [(speaker, text), ...])]``
+    (turn ids ``D<session>:<n>``, as the layout numbers them)."""
+    conv = {"speaker_a": speakers[0], "speaker_b": speakers[1]}
+    for n, (date, turns) in enumerate(sessions, start=1):
+        conv[f"session_{n}_date_time"] = date
+        conv[f"session_{n}"] = [{"dia_id": f"D{n}:{i}", "speaker": who, "text": text}
+                                for i, (who, text) in enumerate(turns, start=1)]
+    return {"sample_id": sample_id, "qa": [], "conversation": conv}
+
+
 def write_data(path):
     samples = []
     for sid, (a, b, sessions) in SESSIONS.items():
