@@ -135,10 +135,11 @@ def lexical(snap: Snapshot, bank: int, cols: np.ndarray, M: int, sample_rows: np
         return Lexical(u[np.argsort(rank)[:M]], u, s, rank, -1.0, np.zeros(0, np.float32), n)
     st = snap.bm25.store
     imp, start = impact_order(snap, bank)
-    depth = M
+    depth, cand, s = M, np.zeros(0, np.int64), np.zeros(0, np.float32)
     while True:  # deeper into every column until the M-th best candidate beats the bound (or MAX_DEPTH)
-        cand, bound = _candidates(imp, st.idx, st.data, lo, hi, lo - start, depth)
-        s = scores_at(snap, bank, cols, cand)
+        more, bound = _candidates(imp, st.idx, st.data, lo, hi, lo - start, depth)
+        s = _rescored(more, cand, s, lambda units: scores_at(snap, bank, cols, units))
+        cand = more
         kth = np.partition(s, len(s) - M)[len(s) - M] if len(s) >= M else -np.inf
         if bound == 0.0 or kth > bound or depth >= MAX_DEPTH:
             break
@@ -146,6 +147,17 @@ def lexical(snap: Snapshot, bank: int, cols: np.ndarray, M: int, sample_rows: np
     rank = _ranked(cand, s)
     return Lexical(cand[np.argsort(rank)[:M]], cand, s, rank, float(bound),
                    np.sort(scores_at(snap, bank, cols, sample_rows)), n)
+
+
+def _rescored(units: np.ndarray, had: np.ndarray, scores: np.ndarray, score) -> np.ndarray:
+    """Scores of ``units`` (ascending): those of ``had`` (ascending, scored ``scores``) kept, the
+    others' from ``score`` (a deeper read re-scores only the candidates it adds)."""
+    p = np.minimum(np.searchsorted(had, units), max(len(had) - 1, 0))
+    old = (had[p] == units) if len(had) else np.zeros(len(units), bool)
+    out = np.empty(len(units), np.float32)
+    out[old] = scores[p[old]]
+    out[~old] = score(units[~old])
+    return out
 
 
 @njit(cache=True, nogil=True)
