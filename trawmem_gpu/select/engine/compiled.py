@@ -1,15 +1,6 @@
-"""The compiled backend (CPU, numba): two loops (``engine.compiled_loops``) over a chunk of
-queries, one query at a time in cache, composed from the steps' compiled variants; this module
-runs them.
-
-* :func:`front_loop`, steps 1-3 (after one GEMM per bank for the query-unit cosines): BM25 of the
-  bank's units (the query tokens' CSC columns added in token order in float32: bm25s' bits),
-  the RRF affinity (``steps.candidates.rrf_row``), best-unit seeds, propagation and the capped
-  neighbourhood (``steps.propagation.propagate_one``), the candidates.
-* :func:`stage_loop`, steps 4-7: gravity (``steps.priority.gravity_one``), the unit features with
-  the bridge read off the per-bank table, rho and phi (``steps.roles.unit_roles``), costs and
-  priorities, and the lazy greedy (``steps.greedy.lazy_greedy_one``) over J's terms
-  (``objective``), with K rows gathered from the per-bank table on first use.
+"""The compiled backend (CPU, numba): two loops over a chunk of queries, one query at a time in
+cache, composed from the steps' compiled variants (``engine.compiled_loops`` says what each loop
+computes: ``front_loop`` steps 1-3, ``stage_loop`` steps 4-7); this module runs them.
 
 Arguments travel as NamedTuples of arrays (numba passes them as structs). Queries run grouped by
 bank (a stable sort: one GEMM per bank over a contiguous block of rows, the bank's tables stay in
