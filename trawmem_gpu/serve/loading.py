@@ -18,10 +18,13 @@ class Loading:
     when set, runs at the lifespan's startup, before the server accepts. Its lifespan stops the
     real app's at shutdown (``backend.stop``: the drain)."""
 
-    def __init__(self, startup=None):
+    def __init__(self, startup=None, refresh=None):
         self.app = None
         self.lifespan = None
         self.startup = startup
+        self.refresh = refresh
+        """When set, a coroutine function run before a request would be answered 503: it may set
+        :attr:`app` (a front asks the engine's state afresh: :func:`loading_front`)."""
         self.reason = LOADING
 
     async def _lifespan(self, receive, send) -> None:
@@ -49,6 +52,10 @@ class Loading:
         if scope["type"] != "http":
             return
         ok = scope.get("path") == "/healthz"
+        if not ok and self.refresh is not None:
+            await self.refresh()
+            if self.app is not None:
+                return await self.app(scope, receive, send)
         body = json.dumps({"status": "ok"} if ok else {"detail": f"not ready: {self.reason}"}).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         if not ok and scope.get("path") != "/readyz":
@@ -63,8 +70,18 @@ def loading_front(app, backend) -> Loading:
     the front accepts) ``app``'s lifespan connects ``backend`` (a ``RemoteBackend``) to the engine
     and asks its state: a front started beside a ready engine serves ``app`` from its first request;
     one started while the engine loads answers 503 with the engine's own reason (``/healthz``
-    200) and switches once ``backend.ready`` (the engine's state, polled)."""
+    200) and switches once ``backend.ready`` (the engine's state, polled, and asked afresh before
+    each 503: fronts poll apart, and a request after another front's ``/readyz`` 200 must not
+    meet this one's stale state)."""
     front, waiting = Loading(), []
+
+    async def refresh():
+        if front.lifespan is not None and await backend.refresh():
+            front.app = app
+        else:
+            front.reason = getattr(backend, "loading", None) or LOADING
+
+    front.refresh = refresh
 
     async def until_ready():
         while not backend.ready:

@@ -213,13 +213,20 @@ class RemoteBackend:
         self.dim, self.encoder_id, self.defaults = int(st["dim"]), st["encoder_id"], st["defaults"]
         self.loading = st.get("loading")
 
+    async def refresh(self) -> bool:
+        """Read the engine's state now (not at the next poll); whether it is ready. A front that
+        has not switched to the app yet asks this before it answers 503 "not ready", so a request
+        that follows another front's ``/readyz`` 200 is served, not refused for a stale state."""
+        try:
+            self._apply(await self._call(STATE))
+        except Exception:  # noqa: BLE001 - not ready until the engine answers again
+            self._engine_ready = False
+        return self.ready
+
     async def _poll(self) -> None:
         while True:
             await asyncio.sleep(self.POLL_S)
-            try:
-                self._apply(await self._call(STATE))
-            except Exception:  # noqa: BLE001 - not ready until the engine answers again
-                self._engine_ready = False
+            await self.refresh()
 
     def _fail_pending(self, why: str) -> None:
         for fut in self._pending.values():
