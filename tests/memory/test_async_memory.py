@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import threading
 
 import pytest
@@ -23,11 +24,14 @@ def _t(tid, day=1, text=None):
 
 def test_every_memory_method_is_a_coroutine_with_the_same_signature():
     from trawmem_gpu import AsyncMemory, Memory
-    from trawmem_gpu.memory.aio import MIRRORED
+    from trawmem_gpu.memory.aio import MIRRORED, STREAMED
 
-    public = {n for n, v in vars(Memory).items() if not n.startswith("_") and inspect.isfunction(v)}
-    assert public == set(MIRRORED) and {"add", "select", "select_many", "forget", "banks", "turns"} <= public
-    for name in public:
+    public = {n for c in Memory.__mro__ if c is not object for n, v in vars(c).items()
+              if not n.startswith("_") and inspect.isfunction(v)}
+    assert public == set(MIRRORED) | set(STREAMED)
+    assert {"add", "select", "select_many", "forget", "banks", "turns", "export", "import_", "history"} <= set(MIRRORED)
+    assert inspect.isasyncgenfunction(AsyncMemory.export_lines)
+    for name in MIRRORED:
         mine = getattr(AsyncMemory, name)
         assert inspect.iscoroutinefunction(mine), name
         assert inspect.signature(mine) == inspect.signature(getattr(Memory, name)), name
@@ -97,3 +101,32 @@ def test_an_async_memory_opens_its_own_collection(tmp_path):
         from trawmem_gpu import AsyncMemory as A
 
         A.of("not a memory")
+
+
+def test_export_and_import_from_asyncio(tmp_path):
+    """``AsyncMemory`` exports (a file, and lines as an async iterator, made on its pool) and
+    imports like ``Memory``: the lines equal ``Memory.export_lines``' (but the header's time), and
+    an import into an empty collection holds the same turns."""
+    from trawmem_gpu import AsyncMemory, Memory
+
+    mem = Memory(tmp_path / "a")
+    mem.add("b1", [_t(f"t{k}", day=1 + k) for k in range(5)])
+    mem.add("b2", [_t("u0", text="Ben likes chess.")])
+    want = list(mem.export_lines())
+
+    async def main():
+        amem = AsyncMemory.of(mem)
+        got = [line async for line in amem.export_lines(chunk=2)]
+        summary = await amem.export(tmp_path / "out.jsonl")
+        with pytest.raises(TypeError, match="chunk"):
+            [x async for x in amem.export_lines(chunk=0)]
+        async with AsyncMemory(tmp_path / "b") as other:
+            res = await other.import_(tmp_path / "out.jsonl")
+            turns = {b: [t.turn_id for t in await other.turns(b)] for b in ("b1", "b2")}
+        await amem.aclose()
+        return got, summary, res, turns
+
+    got, summary, res, turns = asyncio.run(main())
+    assert got[1:] == want[1:] and json.loads(got[0])["format"] == json.loads(want[0])["format"]
+    assert summary["turns"] == 6 and sum(b["stored"] for b in res["banks"]) == 6
+    assert turns == {"b1": [f"t{k}" for k in range(5)], "b2": ["u0"]}

@@ -34,7 +34,11 @@ writes of different banks run side by side)."""
 
 
 def _public_methods(cls) -> list[str]:
-    return sorted(n for n, v in vars(cls).items() if not n.startswith("_") and inspect.isfunction(v))
+    """The public methods of ``cls`` and of the classes it mixes in (``Memory``'s export and import
+    come from ``memory.export.Portable``)."""
+    names = {n for c in cls.__mro__ if c is not object for n, v in vars(c).items()
+             if not n.startswith("_") and inspect.isfunction(v)}
+    return sorted(names)
 
 
 def _coroutine(name: str):
@@ -106,6 +110,23 @@ class AsyncMemory:
     def __repr__(self) -> str:
         return f"Async{self._memory!r}"
 
+    async def export_lines(self, banks=None, *, where=None, vectors: bool = False, chunk: int = 256):
+        """:meth:`Memory.export_lines` as an async iterator (``async for line in
+        mem.export_lines()``): the export is made on the pool, ``chunk`` lines at a time, so a
+        long export never blocks the event loop; each bank is read from one revision as in
+        ``Memory.export_lines``."""
+        if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+            raise TypeError(f"AsyncMemory.export_lines() chunk: expected a positive integer, got {chunk!r}")
+        it = await self._run(self._memory.export_lines, banks, where=where, vectors=vectors)
+        try:
+            while lines := await self._run(_next_lines, it, chunk):
+                for line in lines:
+                    yield line
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+
     async def aclose(self) -> None:
         """Wait for the calls under way, then stop the pool (the ``Memory`` stays usable); a later
         call raises :class:`~trawmem_gpu.errors.Closed`."""
@@ -119,8 +140,20 @@ class AsyncMemory:
         await self.aclose()
 
 
-MIRRORED = tuple(_public_methods(Memory))
-"""Memory's public methods, each an ``AsyncMemory`` coroutine (tests hold the two in step)."""
+def _next_lines(it, n: int) -> list[str]:
+    """Up to ``n`` more lines of the iterator ``it`` (fewer at its end, none after it)."""
+    out = []
+    for line in it:
+        out.append(line)
+        if len(out) == n:
+            break
+    return out
+
+
+STREAMED = ("export_lines",)
+"""Memory's methods that return an iterator: ``AsyncMemory``'s are async iterators, written above."""
+MIRRORED = tuple(n for n in _public_methods(Memory) if n not in STREAMED)
+"""Memory's other public methods, each an ``AsyncMemory`` coroutine (tests hold the two in step)."""
 for _name in MIRRORED:
     setattr(AsyncMemory, _name, _coroutine(_name))
 del _name
