@@ -70,6 +70,19 @@ WRITES = {"append": "stored; resend the same turns (turns already stored are rep
 """The calls whose lost answer is OutcomeUnknown, with what the client is told of it."""
 RECONNECTS = 5
 """Attempts (0.2 s apart) a front makes to connect again to the engine when its connection closed."""
+NEXT, CLOSE = "stream_next", "stream_close"
+"""The engine calls that read a streamed answer (an export's pieces) and end it early."""
+STREAM_BYTES = 1 << 18
+"""About how many bytes of a streamed answer cross per :data:`NEXT` call (pieces are not split)."""
+
+
+class Streamed:
+    """The engine's answer to a call whose result is an async iterator (an export): its pieces stay
+    in the engine process and cross :data:`STREAM_BYTES` at a time as the front asks for them
+    (:meth:`RemoteBackend._stream`), so neither process holds the whole export."""
+
+    def __init__(self, sid: int):
+        self.sid = sid
 
 
 class EngineEndpoint:
@@ -110,12 +123,12 @@ class EngineEndpoint:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        out = _Outbox(writer)
+        out, streams = _Outbox(writer), {}
         self.connected.set()
         try:
             while True:
                 for rid, op, blob in await read_frame(reader):
-                    t = asyncio.ensure_future(self._answer(out, rid, op, blob))
+                    t = asyncio.ensure_future(self._answer(out, rid, op, blob, streams))
                     self._tasks.add(t)
                     t.add_done_callback(self._tasks.discard)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
@@ -124,12 +137,23 @@ class EngineEndpoint:
             log.exception("bad frame from a front process; closing its connection")
         finally:
             writer.close()
+            for it in list(streams.values()):  # the front's streams end with its connection
+                await _aclose(it)
+            streams.clear()
 
-    async def _answer(self, out: "_Outbox", rid: int, op: str, blob: bytes) -> None:
+    async def _answer(self, out: "_Outbox", rid: int, op: str, blob: bytes, streams: dict | None = None) -> None:
         """One call: its arguments unpickled here, so one that fails (a value that does not
-        unpickle) is that call's error, answered like any other."""
+        unpickle) is that call's error, answered like any other. ``streams``: this connection's
+        streamed answers (:class:`Streamed`), read by :data:`NEXT` and ended by :data:`CLOSE`."""
+        streams = {} if streams is None else streams
         try:
-            ok, payload = True, await self._call(op, pickle.loads(blob))
+            if op in (NEXT, CLOSE):
+                ok, payload = True, await _stream_call(streams, op, *pickle.loads(blob))
+            else:
+                ok, payload = True, await self._call(op, pickle.loads(blob))
+                if hasattr(payload, "__aiter__"):  # an export: its pieces cross as the front asks
+                    sid = max(streams, default=-1) + 1
+                    streams[sid], payload = payload, Streamed(sid)
         except Exception as e:  # noqa: BLE001 - answered to the front, which raises it again
             if error_fields(e)[0] == "internal":
                 log.exception("engine call %s failed", op)
@@ -153,8 +177,46 @@ class EngineEndpoint:
         if op == STATE:
             return {"ready": b.ready, "queue_depth": b.queue_depth(), "dim": b.dim, "encoder_id": b.encoder_id,
                     "defaults": b.defaults, "loading": None if b.ready else self.loading}
-        res = await getattr(b, op)(*args)
-        return await joined(res) if hasattr(res, "__aiter__") else res  # an export's pieces cross whole
+        return await getattr(b, op)(*args)
+
+
+async def _stream_call(streams: dict, op: str, sid: int, max_bytes: int = STREAM_BYTES) -> bytes | None:
+    """:data:`NEXT`: the next pieces of stream ``sid`` joined, up to about ``max_bytes`` (``b""``
+    at its end, when it is dropped); :data:`CLOSE`: end it now (a front whose reader went away)."""
+    if sid not in streams:
+        if op == CLOSE:
+            return None
+        raise ValueError(f"no stream {sid} on this connection (it ended, or the engine restarted)")
+    it = streams[sid]
+    if op == CLOSE or it is None:  # None: its last pieces were sent, this call answers its end
+        del streams[sid]
+        await _aclose(it)
+        return None if op == CLOSE else b""
+    out, n = [], 0
+    try:
+        while n < max_bytes:
+            piece = await it.__anext__()
+            out.append(piece)
+            n += len(piece)
+    except StopAsyncIteration:
+        if out:
+            streams[sid] = None
+        else:
+            del streams[sid]
+    except BaseException:
+        streams.pop(sid, None)
+        await _aclose(it)
+        raise
+    return b"".join(out)
+
+
+async def _aclose(it) -> None:
+    close = getattr(it, "aclose", None)
+    if close is not None:
+        try:
+            await close()
+        except Exception:  # noqa: BLE001 - a stream that fails to close is dropped all the same
+            log.exception("closing a streamed answer failed")
 
 
 class _EngineLost(ShuttingDown):
@@ -315,7 +377,8 @@ class RemoteBackend:
         self._out.put((rid, op, blob))
         wait_s = WRITE_WAIT_S if op in WRITES else self.cfg.timeout_s + 5.0
         try:  # the engine enforces --timeout itself; this bounds a stuck engine process
-            return await asyncio.wait_for(fut, wait_s)
+            res = await asyncio.wait_for(fut, wait_s)
+            return self._stream(res.sid) if isinstance(res, Streamed) else res
         except asyncio.TimeoutError:
             raise self._lost(op, DeadlineExceeded(f"no answer from the engine process within {wait_s:g} s")) from None
         except _EngineLost as e:  # sent, then the engine went away: an append may have been stored
@@ -323,6 +386,25 @@ class RemoteBackend:
         finally:
             self._pending.pop(rid, None)
 
+
+
+async def _stream(self, sid: int):
+    """The pieces of the engine's streamed answer ``sid``, asked for as they are read; the engine's
+    side is ended (:data:`CLOSE`) when the reader stops early."""
+    done = False
+    try:
+        while data := await self._call(NEXT, sid, STREAM_BYTES):
+            yield data
+        done = True
+    finally:
+        if not done and self._writer is not None and not self._writer.is_closing():
+            try:
+                await self._call(CLOSE, sid)
+            except Exception:  # noqa: BLE001 - the connection's end drops it as well
+                pass
+
+
+RemoteBackend._stream = _stream
 
 
 def _forward(name: str):
