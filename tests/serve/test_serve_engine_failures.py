@@ -221,7 +221,7 @@ def test_no_request_stops_the_server(tmp_path):
 def test_a_front_asks_the_engine_afresh_before_answering_not_ready():
     """Fronts poll the engine's state apart (``RemoteBackend.POLL_S``): once the engine is ready, a
     front that has not polled since must still serve, not answer 503 "not ready" for a stale state
-    (CI: a GET after another front's ``/readyz`` 200 met a front still loading). Here the poll
+    (CI: a GET after another front's ``/readyz`` 200 met a front still warming up). Here the poll
     never comes (an hour): the request after the engine turns ready is served by the app."""
     import contextlib
 
@@ -230,21 +230,12 @@ def test_a_front_asks_the_engine_afresh_before_answering_not_ready():
     from trawmem_gpu.serve.loading import loading_front
 
     path = os.path.join(tempfile.mkdtemp(prefix="tm-ready-"), "e.sock")
-    ready = []
-
-    async def engine(reader, writer):
-        while True:
-            try:
-                msgs = await read_frame(reader)
-            except Exception:  # noqa: BLE001
-                return
-            for rid, op, args in msgs:
-                state = {"ready": bool(ready), "queue_depth": 0, "dim": 4, "encoder_id": "f",
-                         "defaults": _Service().defaults, "loading": None if ready else "loading a test"}
-                writer.write(frame([(rid, True, blob(state)) if op == "state" else (rid, True, blob(None))]))
+    service = _Service()
+    service.ready = False  # warming up
 
     async def main():
-        srv = await asyncio.start_unix_server(engine, path=path)
+        endpoint = EngineEndpoint(service, path)
+        await endpoint.start()
         be = RemoteBackend(path, ServeConfig(), on_engine_lost=lambda: None)
         be.POLL_S = 3600.0
 
@@ -260,13 +251,12 @@ def test_a_front_asks_the_engine_afresh_before_answering_not_ready():
         await front.startup()
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=front), base_url="http://t") as c:
             before = await c.get("/v1/x")
-            ready.append(1)
+            service.ready = True
             after = await c.get("/v1/x")
         await front.lifespan.__aexit__(None, None, None)
-        srv.close()
-        await srv.wait_closed()
+        await endpoint.close()
         return before, after
 
     before, after = asyncio.run(main())
-    assert before.status_code == 503 and "loading a test" in before.json()["detail"]
+    assert before.status_code == 503 and "warming up" in before.json()["detail"]
     assert after.status_code == 200 and after.json() == {"served": True}
