@@ -19,13 +19,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
-import os
-import re
-import signal
 import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -35,7 +29,8 @@ pytest.importorskip("uvicorn", reason="the serve extra is not installed")
 pytest.importorskip("prometheus_client", reason="the serve extra is not installed")
 import httpx  # noqa: E402
 
-from serve_util import NO_DEADLINE_S, SAMPLE_BANK, build_sample_collection, copy_collection, running  # noqa: E402
+from serve_util import NO_DEADLINE_S, SAMPLE_BANK, build_sample_collection, copy_collection, running, serve_command, \
+    stop_serve  # noqa: E402
 from trawmem_gpu.serve import models as M  # noqa: E402
 from trawmem_gpu.serve.backend import CALLS, LIFECYCLE, Backend, LocalBackend  # noqa: E402
 from trawmem_gpu.serve.config import ServeConfig  # noqa: E402
@@ -69,40 +64,11 @@ def local(sample, tmp_path_factory):
 def _remote(sample, tmp):
     """``trawmem serve --http-workers 1`` in a subprocess (its URL), stopped by SIGTERM at the end."""
     path = copy_collection(sample, tmp / "coll")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.Popen([sys.executable, "-m", "trawmem_gpu.cli", "serve", "--collection", path, "--port", "0",
-                             "--http-workers", "1", "--max-wait-ms", "2", "--threads", "1",
-                             "--timeout", str(NO_DEADLINE_S)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc, url, _ = serve_command(path, "--http-workers", "1", "--max-wait-ms", "2", "--timeout", str(NO_DEADLINE_S))
     try:
-        url, lines, t0 = None, [], time.monotonic()
-        while url is None and time.monotonic() - t0 < 300:  # bounds on a hang, not timing assertions
-            line = proc.stdout.readline()
-            if not line and proc.poll() is not None:
-                break
-            lines.append(line)
-            m = re.search(r"(http://127\.0\.0\.1:\d+)", line)
-            url = m.group(1) if m else None
-        assert url, "server did not start:\n" + "".join(lines)
-        while time.monotonic() - t0 < 300:
-            try:
-                if httpx.get(url + "/readyz", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        else:
-            pytest.fail("the fronts never became ready")
         yield url
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        proc.stdout.close()
+        stop_serve(proc)
 
 
 def _ray(sample, tmp):

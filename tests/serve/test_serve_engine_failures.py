@@ -14,11 +14,7 @@ import os
 import pickle
 import re
 import signal
-import subprocess
-import sys
 import tempfile
-import threading
-import time
 
 import pytest
 
@@ -26,7 +22,7 @@ pytest.importorskip("fastapi", reason="the serve extra (fastapi, uvicorn, promet
 pytest.importorskip("uvicorn", reason="the serve extra is not installed")
 import httpx  # noqa: E402
 
-from serve_util import KEYS, SAMPLE_BANK, build_sample_collection, keys_file  # noqa: E402
+from serve_util import KEYS, SAMPLE_BANK, build_sample_collection, keys_file, serve_command  # noqa: E402
 from trawmem_gpu.data.filters import parse_filter  # noqa: E402
 from trawmem_gpu.errors import InputError  # noqa: E402
 from trawmem_gpu.serve.batcher import ShuttingDown  # noqa: E402
@@ -141,26 +137,10 @@ def test_a_front_whose_connection_closes_connects_again():
 def _start(tmp, coll):
     """`trawmem serve --http-workers 1` with the tenant keys, its temporary files under ``tmp``
     (to find the engine's socket): (process, url, output lines, the front's pid)."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "TMPDIR": str(tmp)}
-    proc = subprocess.Popen([sys.executable, "-m", "trawmem_gpu.cli", "serve", "--collection", str(coll),
-                             "--port", "0", "--http-workers", "1", "--threads", "1", "--keys",
-                             keys_file(tmp / "keys.json")],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
-    t0 = time.monotonic()  # bounds on a hang, not timing assertions
-    while time.monotonic() - t0 < 180 and proc.poll() is None:
-        urls = [m.group(1) for ln in list(lines) for m in [re.search(r"(http://127\.0\.0\.1:\d+)", ln)] if m]
-        pids = [m.group(1) for ln in list(lines) for m in [re.search(r"pids (\d+)\)", ln)] if m]
-        if urls and pids:
-            try:
-                if httpx.get(urls[0] + "/readyz", timeout=2).status_code == 200:
-                    return proc, urls[0], lines, int(pids[0])
-            except httpx.HTTPError:
-                pass
-        time.sleep(0.2)
-    proc.kill()
-    pytest.fail("server did not start:\n" + "".join(lines))
+    proc, url, lines = serve_command(coll, "--http-workers", "1", "--keys", keys_file(tmp / "keys.json"),
+                                     env={"TMPDIR": str(tmp)}, bound_s=180)
+    pids = [m.group(1) for ln in list(lines) for m in [re.search(r"pids (\d+)\)", ln)] if m]
+    return proc, url, lines, int(pids[0])
 
 
 def test_no_request_stops_the_server(tmp_path):

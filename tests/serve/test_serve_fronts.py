@@ -26,7 +26,7 @@ pytest.importorskip("uvicorn", reason="the serve extra is not installed")
 pytest.importorskip("prometheus_client", reason="the serve extra is not installed")
 import httpx  # noqa: E402
 
-from serve_util import SAMPLE_BANK, build_sample_collection  # noqa: E402
+from serve_util import SAMPLE_BANK, build_sample_collection, serve_command  # noqa: E402
 
 
 class http:  # noqa: N801 - httpx's one-shot functions (a new connection per request), with a longer timeout
@@ -65,31 +65,10 @@ def fronts(tmp_path_factory):
     """(url, process) of `trawmem serve --http-workers 2` over a copy of the sample collection."""
     tmp = tmp_path_factory.mktemp("fronts")
     coll = build_sample_collection(tmp / "coll")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.Popen([sys.executable, "-m", "trawmem_gpu.cli", "serve", "--collection", str(coll),
-                             "--port", "0", "--http-workers", "2", "--keys", _keys_file(tmp / "keys.json"),
-                             "--max-wait-ms", "2", "--threads", "1",
-                             "--tenant-max-appends", "8"],  # 8 appends of one key at once, below
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    url, lines, t0 = None, [], time.monotonic()
-    while url is None and time.monotonic() - t0 < 180:
-        line = proc.stdout.readline()
-        if not line and proc.poll() is not None:
-            break
-        lines.append(line)
-        m = re.search(r"(http://127\.0\.0\.1:\d+)", line)
-        url = m.group(1) if m else None
-    assert url, "server did not start:\n" + "".join(lines)
-    while time.monotonic() - t0 < 180:
-        try:
-            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail("fronts never became ready")
+    proc, url, lines = serve_command(coll, "--http-workers", "2", "--keys", _keys_file(tmp / "keys.json"),
+                                     "--max-wait-ms", "2",
+                                     "--tenant-max-appends", "8")  # 8 appends of one key at once, below
+    proc.lines = lines
     yield url, proc, coll
     if proc.poll() is None:
         proc.kill()
@@ -258,7 +237,8 @@ def test_shutdown_ends_every_process(fronts):
     assert len(children) >= 2  # the two fronts (and multiprocessing's resource tracker)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(600) == 0
-    rest = proc.stdout.read()
+    proc.reader.join(60)  # the output's end (bounded)
+    rest = "".join(proc.lines)
     assert "SIGTERM: draining" in rest and rest.rstrip().endswith("trawmem serve: stopped"), rest[-2000:]
     t0 = time.monotonic()  # the children may take a moment longer on a loaded machine: bounded wait
     while time.monotonic() - t0 < 120 and any(_alive(c) for c in children):
@@ -302,25 +282,9 @@ def _alive(pid: int) -> bool:
 
 
 def _start(coll: Path, *args: str) -> tuple[subprocess.Popen, str]:
-    """`trawmem serve --http-workers N` over ``coll`` on a free port: (process, url) once ready
-    (the URL line names the bound port with front processes)."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.Popen([sys.executable, "-m", "trawmem_gpu.cli", "serve", "--collection", str(coll),
-                             "--port", "0", "--threads", "1", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    url, t0 = None, time.monotonic()
-    while url is None and time.monotonic() - t0 < 180 and proc.poll() is None:
-        m = re.search(r"(http://127\.0\.0\.1:\d+)", proc.stdout.readline())
-        url = m.group(1) if m else None
-    while url and time.monotonic() - t0 < 180:
-        try:
-            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    pytest.fail("server did not start")
+    """`trawmem serve --http-workers N` over ``coll`` on a free port: (process, url) once ready."""
+    proc, url, _ = serve_command(coll, *args, bound_s=180)
+    return proc, url
 
 
 def test_kill_9_mid_append_answers_outcome_unknown_and_a_resend_is_safe(tmp_path):

@@ -66,3 +66,56 @@ def running(cfg, **service_kw):
     app, service = build_app(cfg, **service_kw)
     with BackgroundServer(app, cfg) as srv:
         yield srv.url, service, srv
+
+
+def serve_command(coll, *args: str, env: dict | None = None, bound_s: float = 300.0):
+    """``trawmem serve --collection coll --port 0 --threads 1 *args`` in a subprocess, once its
+    ``/readyz`` answers 200: ``(process, url, output lines)``. The output is read on a thread for the
+    process's life (``lines`` grows; ``process.reader``, the thread, ends with the output), so a
+    chatty server never blocks on a full pipe. ``bound_s``
+    bounds a hang (the test fails with the output), it is not a timing assertion."""
+    import os
+    import re
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    import httpx
+    import pytest
+
+    proc = subprocess.Popen([sys.executable, "-m", "trawmem_gpu.cli", "serve", "--collection", str(coll),
+                             "--port", "0", "--threads", "1", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})})
+    lines: list[str] = []
+    proc.reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    proc.reader.start()
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < bound_s and proc.poll() is None:
+        urls = [m.group(1) for ln in list(lines) for m in [re.search(r"(http://127\.0\.0\.1:\d+)", ln)] if m]
+        if urls:
+            try:
+                if httpx.get(urls[0] + "/readyz", timeout=2).status_code == 200:
+                    return proc, urls[0], lines
+            except httpx.HTTPError:
+                pass
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    pytest.fail("server did not start:\n" + "".join(lines))
+
+
+def stop_serve(proc, wait_s: float = 120.0) -> None:
+    """SIGTERM to a :func:`serve_command` process (its drain), SIGKILL if it has not exited within
+    ``wait_s`` (a bound on a hang)."""
+    import signal
+    import subprocess
+
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
