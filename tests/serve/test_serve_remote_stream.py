@@ -121,3 +121,48 @@ def test_an_unknown_bank_fails_before_any_piece(monkeypatch):
         return True
 
     assert _run(_Service(3), body, monkeypatch)
+
+
+def test_a_ray_shard_streams_its_export_in_joined_pieces(monkeypatch):
+    """The Ray shard's side (``BankShard.export_bank``, a generator read through
+    ``handle.options(stream=True)``): None, then the pieces joined to about ``STREAM_BYTES``; an
+    unknown bank: its refusal alone. The ingress's reader (``ray_app._streamed``) cancels the
+    shard's stream when it stops early, and not after reading it to the end."""
+    pytest.importorskip("ray", reason="the ray extra is not installed")
+    from trawmem_gpu.serve import ray_app
+
+    monkeypatch.setattr(remote, "STREAM_BYTES", 400)
+    shard = ray_app.BankShard.func_or_class.__new__(ray_app.BankShard.func_or_class)
+    shard.service = _Service(25)
+
+    class Gen:  # a Ray Serve response generator: async iterable, cancel()
+        def __init__(self, items):
+            self.items, self.cancelled = list(items), False
+
+        def __aiter__(self):
+            return self
+
+        async def __anext__(self):
+            if not self.items:
+                raise StopAsyncIteration
+            return self.items.pop(0)
+
+        def cancel(self):
+            self.cancelled = True
+
+    async def main():
+        got = [p async for p in shard.export_bank("b")]
+        refused = [p async for p in shard.export_bank("x")]
+        whole, early = Gen([b"a", b"b"]), Gen([b"a", b"b", b"c"])
+        read = [p async for p in ray_app._streamed(whole)]
+        it = ray_app._streamed(early)
+        first = await it.__anext__()
+        await it.aclose()
+        return got, refused, whole, read, early, first
+
+    got, refused, whole, read, early, first = asyncio.run(main())
+    assert got[0] is None and [len(p) for p in got[1:]] == [400, 400, 200]
+    assert b"".join(got[1:]) == b"".join(shard.service.piece(i) for i in range(25))
+    assert len(refused) == 1 and refused[0]["error"] == "refused"
+    assert read == [b"a", b"b"] and not whole.cancelled
+    assert first == b"a" and early.cancelled

@@ -165,10 +165,26 @@ class BankShard:
             return _refused(e)
 
     async def export_bank(self, bank_id: str, where=None, vectors: bool = False):
+        """The export as a stream (called through ``handle.options(stream=True)``): first None, or
+        the refusal (``_refused``: an unknown bank) and nothing else; then the pieces, joined to
+        about ``remote.STREAM_BYTES`` each, made as the ingress reads them."""
+        from .remote import STREAM_BYTES
+
         try:
-            return await joined(await self.service.export_bank(bank_id, where, vectors))  # crosses whole
+            pieces = await self.service.export_bank(bank_id, where, vectors)
         except Exception as e:  # noqa: BLE001 - package errors go back as data, others are raised
-            return _refused(e)
+            yield _refused(e)
+            return
+        yield None
+        buf, n = [], 0
+        async for p in pieces:
+            buf.append(p)
+            n += len(p)
+            if n >= STREAM_BYTES:
+                yield b"".join(buf)
+                buf, n = [], 0
+        if buf:
+            yield b"".join(buf)
 
     async def import_bank(self, bank_id: str, body: bytes, where=None) -> dict:
         try:
@@ -252,11 +268,14 @@ class RayBackend:
             _raise_refused(r)
         return r
 
-    async def export_bank(self, bank_id: str, where=None, vectors: bool = False) -> bytes:
-        r = await self._h(bank_id).export_bank.remote(bank_id, where, vectors)
-        if isinstance(r, dict):
-            _raise_refused(r)
-        return r
+    async def export_bank(self, bank_id: str, where=None, vectors: bool = False):
+        """The shard's export streamed (a refusal raised before the first piece); the shard's side
+        is cancelled when the reader stops early."""
+        gen = self._h(bank_id).options(stream=True).export_bank.remote(bank_id, where, vectors)
+        first = await gen.__anext__()
+        if first is not None:
+            _raise_refused(first)
+        return _streamed(gen)
 
     async def import_bank(self, bank_id: str, body: bytes, where=None, quota=None) -> dict:
         r = await self._h(bank_id).import_bank.remote(bank_id, await joined(body), where)
@@ -265,6 +284,19 @@ class RayBackend:
 
     async def metrics_text(self) -> bytes:
         return b""  # each replica's families are Ray Serve's own metrics
+
+
+async def _streamed(gen):
+    """The pieces of a shard's streamed answer (a Ray Serve response generator); cancelled when
+    the reader stops before its end."""
+    done = False
+    try:
+        async for piece in gen:
+            yield piece
+        done = True
+    finally:
+        if not done:
+            gen.cancel()
 
 
 def _router_builder(cfg: dict, shards: int, app_name: str):
