@@ -200,7 +200,8 @@ def stage_loop(tab, off, x, p, qt, sel, n_sel):  # pragma: no cover - compiled
                     c = qt.bq[qt.bq_off[q] + u * nt + j] if pooled else tab.btab[brow + x.hthread[q, j]]
                     if c > br:
                         br = c
-                    kr[j] = 1.0 if links and tab.linked[gl] > 0 else 0.0 if no_support else support_from_cosine_compiled(c, k_shift)
+                    if not no_support:
+                        kr[j] = 1.0 if links and tab.linked[gl] > 0 else support_from_cosine_compiled(c, k_shift)
                 else:
                     kr[j] = 1.0
             br = x.bridge[q, u] if x.own[q] else (0.0 if br == -np.inf else min(max(br, 0.0), 1.0))
@@ -225,10 +226,16 @@ def stage_loop(tab, off, x, p, qt, sel, n_sel):  # pragma: no cover - compiled
         for u in range(n):
             pq[u] = pq[u] / wsum if wsum > 0 else 0.0
             mass[x.lt[q, u]] += pq[u]
+        all_mass = 0.0  # sum_j mass[j] * 1.0 in j's order: the bound of a unit with K = 1 in every thread
+        for j in range(nt):
+            all_mass += mass[j] * 1.0
         for u in range(n):
             um[u] = mass[x.lt[q, u]]
             if p.identity:
                 bound[u] = pq[u]
+            elif no_support:  # K's row bound is 1 in its own thread, else 1 (a link) or 0: the sum
+                # below, term by term, adds mass[j] (or 0.0) in j's order, so it equals these bits
+                bound[u] = all_mass if links and tab.linked[uo + cq[u]] > 0 else um[u]
             else:
                 ub = 0.0
                 for j in range(nt):
