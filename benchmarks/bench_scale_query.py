@@ -8,6 +8,7 @@ of where the time goes (``benchmarks/scale_bench/query.py`` says how each point 
     python -m benchmarks run scale-query --only ann              # exact against approximate search only
     python -m benchmarks run scale-query --dev-quality           # the dev sets, threshold forced low
     python -m benchmarks run scale-query --realtext 100000       # LoCoMo dev turns repeated, exact vs approximate
+    python -m benchmarks run scale-query --merge A.json,B.json --name scale_query_full   # pieces into one
 """
 from __future__ import annotations
 
@@ -69,6 +70,8 @@ def main(argv=None) -> int:
                          "approximate (scale_bench/realtext_ann.py; NAME_realtext.json)")
     ap.add_argument("--data", default=None, help="the LoCoMo dev file of --realtext (default: the dev data's)")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per child process of --realtext")
+    ap.add_argument("--merge", default=None, metavar="A.json,B.json",
+                    help="only merge these results files (a curve run in pieces: scale_bench.query.merge) into NAME")
     ap.add_argument("--name", default="scale_query", help="results file name")
     ap.add_argument("--out-dir", default=None)
     args = ap.parse_args(argv)
@@ -80,6 +83,12 @@ def main(argv=None) -> int:
         return 0
     if args.realtext is not None:
         return _realtext(args)
+    if args.merge:
+        import json
+
+        rec = query.merge([json.loads(Path(p).read_text(encoding="utf-8")) for p in args.merge.split(",") if p.strip()])
+        print(harness.save(args.name, rec, query.figure(rec), out_dir=args.out_dir))
+        return 0
     kw = {} if args.quick else dict(units=args.units, batch_banks=args.batch_banks, rounds=args.rounds)
     if args.only == "ann":
         kw.update(sizes=(), sizes_wide=(), banks=(), batches=())

@@ -137,7 +137,8 @@ def point(spec: dict) -> dict:
                "plan": _plan(eng, banks)}
         ts, cpu, steps, out["first_query_s"] = _latency(eng, ids, qs, Z, int(spec["rounds"]))
         out.update(latency_ms={f"p{q}": 1e3 * harness.pct(cpu, q) for q in (50, 90, 99)},
-                   wall_ms={f"p{q}": 1e3 * harness.pct(ts, q) for q in (50, 90, 99)}, steps_ms=steps)
+                   wall_ms={f"p{q}": 1e3 * harness.pct(ts, q) for q in (50, 90, 99)}, steps_ms=steps,
+                   cpu_ms=[round(1e3 * c, 3) for c in cpu])
         out["qps"] = {str(b): _throughput(eng, ids, qs, Z, int(b)) for b in spec.get("batches", [spec["batch"]])}
         out.update(_rss())
     return out
@@ -265,9 +266,38 @@ def _plot_size(ax, rec: dict) -> None:
     ax.legend(fontsize=7)
 
 
+def merge(parts: list[dict]) -> dict:
+    """One record of several runs' records (a curve run in pieces): the first part's settings, the
+    size series' points of every part by width (sorted by size, the step model refitted), the
+    approximate points of every part (sorted by width and size), the banks and batch curves of the
+    first part that has them, and each part's command and machine under ``parts``."""
+    if not parts:
+        raise ValueError("merge needs at least one record")
+    out = {k: v for k, v in parts[0].items() if k not in ("size", "ann", "banks", "batch_size", "machine", "command")}
+    series: dict = {}
+    for r in parts:
+        for name, s in r.get("size", {}).items():
+            series.setdefault(name, []).extend(s["points"])
+    out["size"] = {}
+    for name, pts in series.items():
+        pts = sorted(pts, key=lambda p: p.get("units", p["spec"]["units"]))
+        out["size"][name] = {"points": pts, "model": step_model(pts)}
+    out["ann"] = sorted((p for r in parts for p in r.get("ann", [])), key=lambda p: (p["spec"]["dim"], p["spec"]["units"]))
+    out["banks"] = next((r["banks"] for r in parts if r.get("banks")), [])
+    out["batch_size"] = next((r["batch_size"] for r in parts if r.get("batch_size")), {})
+    out["parts"] = [{"command": r.get("command"), "machine": r.get("machine")} for r in parts]
+    return out
+
+
 def figure(rec: dict):
     """Three panels: latency against one bank's size (total and per step), throughput against the
-    number of banks, throughput and latency against the batch size."""
+    number of banks, throughput and latency against the batch size; the first alone when the
+    record has neither of the other two curves (``--banks '' --batches ''``)."""
+    if not rec.get("banks") and not rec.get("batch_size"):
+        fig, ax = harness.figure(1, 1, figsize=(8, 5))
+        _plot_size(ax, rec)
+        fig.tight_layout()
+        return fig
     fig, ax = harness.figure(1, 3, figsize=(16, 4.6))
     _plot_size(ax[0], rec)
     pts = [p for p in rec["banks"] if "error" not in p]

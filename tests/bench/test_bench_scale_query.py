@@ -54,3 +54,27 @@ def test_append_update_grows_the_index_by_the_appended_units_and_keeps_the_engin
     assert set(got) == {"1", "3"} and all(v > 0 for v in got.values())
     assert int(index.index.ntotal) == n0 + 2 * (1 + 3)  # the faiss index gained every appended vector
     assert eng.select_units(ids, qs, Z) == before
+
+
+def test_merge_joins_pieces_by_width_and_size_and_refits_the_model():
+    """``query.merge``: the size points of every part, sorted per width, the model refitted over
+    them, the approximate points of all parts, each part's command kept; no part is refused."""
+    import pytest
+
+    def pt(n, ms):
+        return {"spec": {"units": n}, "units": n, "latency_ms": {"p50": ms}, "steps_ms": {"similarity": ms}}
+
+    a = {"threads": 1, "command": "a", "size": {"d64": {"points": [pt(1000, 1.0), pt(100000, 10.0)]}},
+         "ann": [{"spec": {"dim": 64, "units": 10}, "units": 10, "approx_ms": 2.0, "exact_ms": 1.0}],
+         "banks": [], "batch_size": {}}
+    b = {"threads": 1, "command": "b", "size": {"d64": {"points": [pt(10000, 3.0)]}, "d384": {"points": [pt(10, 1.0)]}},
+         "ann": [{"spec": {"dim": 64, "units": 5}, "units": 5, "approx_ms": 2.0, "exact_ms": 1.0}]}
+    m = query.merge([a, b])
+    assert [p["units"] for p in m["size"]["d64"]["points"]] == [1000, 10000, 100000]
+    assert m["size"]["d64"]["model"]["fit"]["similarity"]["per_unit_us"] > 0
+    assert m["size"]["d384"]["model"] == {}  # one point: nothing to fit
+    assert [p["spec"]["units"] for p in m["ann"]] == [5, 10]
+    assert [p["command"] for p in m["parts"]] == ["a", "b"] and m["threads"] == 1
+    assert len(query.figure(m).axes) == 1
+    with pytest.raises(ValueError, match="at least one"):
+        query.merge([])
