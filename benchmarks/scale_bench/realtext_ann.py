@@ -7,7 +7,8 @@ written), searched exactly and approximately at equal settings (the shipped meth
 
 It reports what ``ann.recall_point`` reports for a synthetic bank: per-query CPU p50 / p99 of both
 (a batch of one, one thread), throughput of a batch, the candidate pool's and the picks' agreement
-(per query ``|A & E| / |E|``: mean, 5th percentile, min), the share of identical picks, the build's
+(per query ``|A & E| / |E|``: mean, 5th percentile, min; and by original turn, :func:`text_agreement`:
+a repeated turn's copies tie), the share of identical picks, the build's
 and the index's seconds, the index's time per append and the peak resident memory.
 The encoder reads each distinct text once through the on-disk embedding cache (``get_encoder(cache=True)``).
 
@@ -34,6 +35,23 @@ def _questions(path: Path, rounds: int, seed: int) -> list[str]:
         raise ValueError(f"{path} holds no questions")
     pick = np.random.default_rng(seed).permutation(len(texts))[:rounds]
     return [texts[i] for i in sorted(pick)]
+
+
+def text_agreement(approx: list, exact: list, keys: list[str]) -> dict:
+    """Per query ``|K(A) & K(E)| / |K(E)|`` with ``K`` the units' original turn ids (``keys``: the
+    repeated bank's ids without the pass prefix ``r{p}:``): agreement up to which copy of a repeated
+    turn was taken (the passes' copies have the same text and vector, so their cosines tie and
+    either search may take any of them); mean, 5th percentile, min."""
+    import numpy as np
+
+    r = []
+    for a, e in zip(approx, exact):
+        ke = {keys[int(u)] for u in e}
+        if ke:
+            r.append(len({keys[int(u)] for u in a} & ke) / len(ke))
+    if not r:
+        return {"mean": 1.0, "p5": 1.0, "min": 1.0}
+    return {"mean": float(np.mean(r)), "p5": float(np.percentile(r, 5)), "min": float(np.min(r))}
 
 
 def _bank(n: int, path: Path):
@@ -80,7 +98,10 @@ def point(spec: dict) -> dict:
         ids, qs, Z = ids[2:], qs[2:], Z[2:]
         pe, te, te99 = _lat(ex, ids, qs, Z)
         pa, ta, ta99 = _lat(ap, ids, qs, Z)
-        cand = candidate_recall(ap.candidate_sets(ids, qs, Z), ex.candidate_sets(ids, qs, Z))
+        ca, ce = ap.candidate_sets(ids, qs, Z), ex.candidate_sets(ids, qs, Z)
+        cand = candidate_recall(ca, ce)
+        keys = [t.turn_id.split(":", 1)[1] for t in bank.turns]
+        by_text = {"candidates": text_agreement(ca, ce, keys), "picks": text_agreement(pa, pe, keys)}
         batch = int(spec.get("batch", 64))
         qps = {"exact": _qps(ex, ids, qs, Z, batch), "approx": _qps(ap, ids, qs, Z, batch)}
         grow, plan = append_update_ms(ap), ap.plan
@@ -91,7 +112,7 @@ def point(spec: dict) -> dict:
             "pick_recall": {"mean": float(np.mean(picks)) if picks else 1.0,
                             "p5": float(np.percentile(picks, 5)) if picks else 1.0,
                             "min": float(np.min(picks)) if picks else 1.0},
-            "same_picks": sum(a == b for a, b in zip(pa, pe)) / max(1, len(pe)),
+            "same_picks": sum(a == b for a, b in zip(pa, pe)) / max(1, len(pe)), "agreement_by_text": by_text,
             "qps": qps, "qps_batch": min(batch, len(ids)), "index_append_ms": grow,
             "settings": {"shortlist": plan.ann_shortlist, "nprobe": plan.ann_nprobe, "index": plan.ann_kind,
                          "encoder": enc.id, "dim": int(Z.shape[1])}, **_rss()}

@@ -18,6 +18,15 @@ def test_realtext_check_measures_exact_against_approximate_on_the_repeated_bank(
     assert 0.0 <= rec["same_picks"] <= 1.0 and rec["qps"]["exact"] > 0 and rec["qps"]["approx"] > 0
     assert set(rec["index_append_ms"]) == {"1", "8"}
     assert rec["settings"]["dim"] > 0 and rec["vmhwm_mib"] > 0
+    for k in ("candidates", "picks"):  # by original turn (a copy of the same turn counts)
+        assert 0.0 <= rec["agreement_by_text"][k]["min"] <= rec["agreement_by_text"][k]["mean"] <= 1.0
+
+
+def test_text_agreement_counts_any_copy_of_a_repeated_turn():
+    keys = ["c:D1:1", "c:D1:2", "c:D1:1", "c:D1:2", "c:D1:3"]  # units 0/2 and 1/3: copies of one turn each
+    got = realtext_ann.text_agreement([[2, 3], [4], []], [[0, 1], [0], []], keys)
+    assert got["mean"] == 0.5 and got["min"] == 0.0 and abs(got["p5"] - 0.05) < 1e-12  # 1.0 and 0.0; the empty one skipped
+    assert realtext_ann.text_agreement([], [], keys) == {"mean": 1.0, "p5": 1.0, "min": 1.0}
 
 
 def test_realtext_check_refuses_an_empty_bank_and_a_file_without_questions(tmp_path):
