@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-banks", type=int, default=1000, help="banks of the batch-size curve")
     ap.add_argument("--rounds", type=int, default=20, help="single-query selects per point")
     ap.add_argument("--threads", type=int, default=1, help="engine threads (pinned)")
-    ap.add_argument("--ann-sizes", type=lambda s: tuple(tuple(int(float(y)) for y in x.split("x")) for x in s.split(",")),
+    ap.add_argument("--ann-sizes", type=lambda s: tuple(tuple(int(float(y)) for y in x.split("x")) for x in s.split(",") if x.strip()),
                     default=query.ANN_SIZES, help="UNITSxDIM[xTOPICS] of the exact-against-approximate banks (100000x64,1000000x384x6,...; "
                          "topics default: one per 1,000 units, at least 6: scale_bench.ann.topics_for)")
     ap.add_argument("--only", choices=("ann",), help="only the exact-against-approximate points")
