@@ -37,6 +37,42 @@ def _lat(eng, ids, qs, Z, dates=None) -> tuple[list, float, float]:
     return out, float(np.median(ts)), float(np.percentile(ts, 99))
 
 
+def _qps(eng, ids, qs, Z, batch: int) -> float:
+    """Queries per CPU second of one batch of the first ``batch`` queries (CPU time: ``_lat``)."""
+    b = max(1, min(int(batch), len(ids)))
+    t = time.thread_time()
+    eng.select_units(ids[:b], qs[:b], Z[:b])
+    return b / max(time.thread_time() - t, 1e-9)
+
+
+def append_update_ms(eng, sizes=(1, 8), repeats: int = 5, seed: int = 0) -> dict:
+    """Milliseconds to keep ``eng``'s approximate unit index current through an append of ``m``
+    units, per ``m`` in ``sizes`` (one turn; one thread of ~8): the median of ``repeats``
+    ``VectorIndex.grown`` calls (what ``bank_tables.grown_indexes`` runs on every append: faiss
+    adds the vectors, no rebuild), each on the index the one before grew, with random unit
+    vectors. Run after the measurements: the faiss index gains the vectors (the engine's own
+    index object still answers for its bank). Empty when no index was built yet."""
+    import numpy as np
+
+    info = eng.snapshot.infos[0]
+    got = [v for k, v in info.cache.items() if isinstance(k, tuple) and k and k[0] == "unit_index"]
+    if not got:
+        return {}
+    index, rng, bank_vecs = got[0][0], np.random.default_rng(seed), info.bank.unit_vecs
+    out = {}
+    for m in sizes:
+        ts = []
+        for _ in range(repeats):
+            x = rng.standard_normal((m, index.d)).astype(np.float32)
+            x /= np.linalg.norm(x, axis=1, keepdims=True)
+            rerank = None if index.rerank is None else np.concatenate([bank_vecs[:index.n], x]).astype(bank_vecs.dtype)
+            t = time.perf_counter()
+            index = index.grown(x, index.n, rerank)
+            ts.append(time.perf_counter() - t)
+        out[str(m)] = 1e3 * float(np.median(ts))
+    return out
+
+
 def topics_for(spec: dict) -> int:
     """Topic centres of a point's synthetic bank: ``spec["topics"]``, or ``"scaled"`` (the
     default): one per 1,000 units and at least 6, as a long-lived bank gathers subjects while it
@@ -82,6 +118,9 @@ def recall_point(spec: dict) -> dict:
         pe, te, te99 = _lat(ex, ids, qs, Z)
         pa, ta, ta99 = _lat(ap, ids, qs, Z)
         rec = candidate_recall(ap.candidate_sets(ids, qs, Z), ex.candidate_sets(ids, qs, Z))
+        batch = int(spec.get("batch", 64))
+        qps = {"exact": _qps(ex, ids, qs, Z, batch), "approx": _qps(ap, ids, qs, Z, batch)}
+        grow = append_update_ms(ap)
         plan = ap.plan
     picks = [len(set(a) & set(e)) / len(e) for a, e in zip(pa, pe) if e]
     return {"spec": spec, "units": int(spec["units"]), "topics": topics_for(spec),
@@ -90,6 +129,7 @@ def recall_point(spec: dict) -> dict:
             "pick_recall": {"mean": float(np.mean(picks)) if picks else 1.0,
                             "p5": float(np.percentile(picks, 5)) if picks else 1.0},
             "same_picks": sum(a == b for a, b in zip(pa, pe)) / max(1, len(pe)),
+            "qps": qps, "qps_batch": min(batch, len(ids)), "index_append_ms": grow,
             "settings": {"shortlist": plan.ann_shortlist, "nprobe": plan.ann_nprobe, "ef_search": plan.ann_ef_search,
                          "index": plan.ann_kind}}
 

@@ -7,7 +7,8 @@ about 8 units, topic structure, BM25 overlap, kNN head edges), the default metho
 to ``threads`` CPU threads:
 
 * **bank size**: one bank of ``N`` units, ``N`` from 10^3 to 10^6; per-query latency (a batch of
-  one, median and p90 over ``rounds`` queries), the engine's per-step seconds of those queries
+  one, median, p90 and p99 over ``rounds`` queries; the first query's wall seconds apart, as an
+  approximate bank builds its index then), the engine's per-step seconds of those queries
   (``SelectionEngine.last_timings``), throughput (a batch of ``batch`` queries), build seconds and
   the engine's bytes.
 
@@ -64,13 +65,17 @@ def _rss() -> dict:
     return out
 
 
-def _latency(eng, ids, qs, Z, rounds: int) -> tuple[list, list, dict]:
-    """Wall and thread-CPU seconds of ``rounds`` single-query selects (after 2 warm-up ones), and
-    per step the median of its share of the wall time times the query's CPU time (ms)."""
+def _latency(eng, ids, qs, Z, rounds: int) -> tuple[list, list, dict, float]:
+    """Wall and thread-CPU seconds of ``rounds`` single-query selects (after 2 warm-up ones), per
+    step the median of its share of the wall time times the query's CPU time (ms), and the first
+    warm-up's wall seconds (an approximate bank's index is built then)."""
     import numpy as np
 
+    first = time.perf_counter()
     for i in range(min(2, len(ids))):
         eng.select_units(ids[i:i + 1], qs[i:i + 1], Z[i:i + 1])
+        if i == 0:
+            first = time.perf_counter() - first
     ts, cpu, steps = [], [], {}
     for i in range(rounds):
         j = i % len(ids)
@@ -82,7 +87,7 @@ def _latency(eng, ids, qs, Z, rounds: int) -> tuple[list, list, dict]:
         tot = max(sum(eng.last_timings.values()), 1e-12)
         for k, v in eng.last_timings.items():
             steps.setdefault(k, []).append(v / tot * c)
-    return ts, cpu, {k: 1e3 * float(np.median(v)) for k, v in steps.items()}
+    return ts, cpu, {k: 1e3 * float(np.median(v)) for k, v in steps.items()}, float(first)
 
 
 def _throughput(eng, ids, qs, Z, batch: int, repeat: int = 3) -> float:
@@ -95,6 +100,14 @@ def _throughput(eng, ids, qs, Z, batch: int, repeat: int = 3) -> float:
         eng.select_units(ids[s:s + batch], qs[s:s + batch], Z[s:s + batch])
         best = min(best, time.thread_time() - t)
     return batch / max(best, 1e-9)
+
+
+def _plan(eng, banks) -> dict:
+    """The engine's plan for the point: backend, front, tables, its ``ann_min_units`` threshold and
+    whether the largest bank is searched approximately (at or past it)."""
+    thr = eng.plan.ann_min_units
+    return {"backend": eng.plan.backend, "front": eng.plan.front, "tables": bool(eng.plan.tables),
+            "ann_min_units": thr, "approximate": thr is not None and max(b.n_units for b in banks) >= thr}
 
 
 def point(spec: dict) -> dict:
@@ -121,10 +134,11 @@ def point(spec: dict) -> dict:
         out = {"spec": spec, "banks_s": t_banks, "engine_s": t_engine, "engine_mib": eng.nbytes() / 2 ** 20,
                "table_mib": eng.table_nbytes() / 2 ** 20, "units": sum(b.n_units for b in banks),
                "threads_mean": sum(b.n_threads for b in banks) / len(banks),
-               "plan": {"backend": eng.plan.backend, "front": eng.plan.front, "tables": bool(eng.plan.tables)}}
-        ts, cpu, steps = _latency(eng, ids, qs, Z, int(spec["rounds"]))
-        out.update(latency_ms={"p50": 1e3 * harness.pct(cpu, 50), "p90": 1e3 * harness.pct(cpu, 90)},
-                   wall_ms={"p50": 1e3 * harness.pct(ts, 50), "p90": 1e3 * harness.pct(ts, 90)}, steps_ms=steps)
+               "plan": _plan(eng, banks)}
+        ts, cpu, steps, out["first_query_s"] = _latency(eng, ids, qs, Z, int(spec["rounds"]))
+        out.update(latency_ms={f"p{q}": 1e3 * harness.pct(cpu, q) for q in (50, 90, 99)},
+                   wall_ms={f"p{q}": 1e3 * harness.pct(ts, q) for q in (50, 90, 99)}, steps_ms=steps,
+                   cpu_ms=[round(1e3 * c, 3) for c in cpu])
         out["qps"] = {str(b): _throughput(eng, ids, qs, Z, int(b)) for b in spec.get("batches", [spec["batch"]])}
         out.update(_rss())
     return out
@@ -194,8 +208,10 @@ def run_query_curves(out_dir=None, sizes=SIZES, sizes_wide=SIZES_WIDE, banks=BAN
     def run(spec):
         rec = point(dict(base, **spec)) if o["inline"] else _child(dict(base, **spec), o["timeout"])
         if o["progress"] and spec["kind"] == "ann":
-            print(f"  {spec}: exact {rec.get('exact_ms', float('nan')):.1f} ms, approximate "
-                  f"{rec.get('approx_ms', float('nan')):.1f} ms, candidate recall {rec.get('candidate_recall')}"
+            print(f"  {spec}: exact {rec.get('exact_ms', float('nan')):.1f} / {rec.get('exact_p99_ms', float('nan')):.1f} ms,"
+                  f" approximate {rec.get('approx_ms', float('nan')):.1f} / {rec.get('approx_p99_ms', float('nan')):.1f} ms"
+                  f" (p50 / p99), candidate recall {rec.get('candidate_recall')}, picks {rec.get('pick_recall')},"
+                  f" q/s {rec.get('qps')}, index append {rec.get('index_append_ms')} ms, peak {rec.get('vmhwm_mib', 0):.0f} MiB"
                   + (f" ERROR {rec['error']}" if "error" in rec else ""), file=sys.stderr, flush=True)
         elif o["progress"]:
             lat = rec.get("latency_ms", {}).get("p50", float("nan"))
@@ -238,18 +254,50 @@ def _plot_size(ax, rec: dict) -> None:
         if name == "d64":
             for s in sorted({k for p in pts for k in p["steps_ms"]}):
                 ax.plot(N, [max(p["steps_ms"].get(s, 0.0), 1e-4) for p in pts], "--", lw=1, label=f"  {s}")
-    ann = [p for p in rec.get("ann", []) if "error" not in p and p["spec"]["dim"] == 64]
-    if ann:
-        ax.plot([p["units"] for p in ann], [p["approx_ms"] for p in ann], "D-", color="k", lw=2,
-                label="approximate search (ann), d64")
+    for dim, color in ((64, "k"), (384, "C7")):
+        ann = sorted((p for p in rec.get("ann", []) if "error" not in p and p["spec"]["dim"] == dim),
+                     key=lambda p: p["units"])
+        if ann:
+            N = [p["units"] for p in ann]
+            ax.plot(N, [p["approx_ms"] for p in ann], "D-", color=color, lw=2, label=f"approximate p50, d{dim}")
+            ax.plot(N, [p["exact_ms"] for p in ann], "x:", color=color, lw=1, label=f"exact p50 (same banks), d{dim}")
     ax.set(xscale="log", yscale="log", xlabel="units in the bank", ylabel="ms per query (batch of 1)",
            title="one bank's size")
     ax.legend(fontsize=7)
 
 
+def merge(parts: list[dict]) -> dict:
+    """One record of several runs' records (a curve run in pieces): the first part's settings, the
+    size series' points of every part by width (sorted by size, the step model refitted), the
+    approximate points of every part (sorted by width and size), the banks and batch curves of the
+    first part that has them, and each part's command and machine under ``parts``."""
+    if not parts:
+        raise ValueError("merge needs at least one record")
+    out = {k: v for k, v in parts[0].items() if k not in ("size", "ann", "banks", "batch_size", "machine", "command")}
+    series: dict = {}
+    for r in parts:
+        for name, s in r.get("size", {}).items():
+            series.setdefault(name, []).extend(s["points"])
+    out["size"] = {}
+    for name, pts in series.items():
+        pts = sorted(pts, key=lambda p: p.get("units", p["spec"]["units"]))
+        out["size"][name] = {"points": pts, "model": step_model(pts)}
+    out["ann"] = sorted((p for r in parts for p in r.get("ann", [])), key=lambda p: (p["spec"]["dim"], p["spec"]["units"]))
+    out["banks"] = next((r["banks"] for r in parts if r.get("banks")), [])
+    out["batch_size"] = next((r["batch_size"] for r in parts if r.get("batch_size")), {})
+    out["parts"] = [{"command": r.get("command"), "machine": r.get("machine")} for r in parts]
+    return out
+
+
 def figure(rec: dict):
     """Three panels: latency against one bank's size (total and per step), throughput against the
-    number of banks, throughput and latency against the batch size."""
+    number of banks, throughput and latency against the batch size; the first alone when the
+    record has neither of the other two curves (``--banks '' --batches ''``)."""
+    if not rec.get("banks") and not rec.get("batch_size"):
+        fig, ax = harness.figure(1, 1, figsize=(8, 5))
+        _plot_size(ax, rec)
+        fig.tight_layout()
+        return fig
     fig, ax = harness.figure(1, 3, figsize=(16, 4.6))
     _plot_size(ax[0], rec)
     pts = [p for p in rec["banks"] if "error" not in p]

@@ -1,5 +1,6 @@
 """The query-side scaling curves (``benchmarks/scale_bench/query.py``): the smallest sizes run,
-every curve has its points, the step model reads the engine's step timings, and the figure draws."""
+every curve has its points (with p99, the first query apart, the plan's threshold; the
+approximate points with both searches' throughput and the index's time per append), the step model reads the engine's step timings, and the figure draws."""
 import math
 
 from benchmarks.scale_bench import query
@@ -14,13 +15,66 @@ def test_quick_curves_measure_every_point_and_model_the_steps():
         assert p["latency_ms"]["p50"] > 0 and all(v > 0 for v in p["qps"].values())
         assert {"similarity", "localize", "select"} <= set(p["steps_ms"]), p["steps_ms"]
         assert p["vmhwm_mib"] > 0 and p["engine_mib"] > 0
+        assert p["latency_ms"]["p50"] <= p["latency_ms"]["p99"] and p["first_query_s"] > 0
+        assert p["plan"]["approximate"] == (p["plan"]["ann_min_units"] is not None
+                                            and p["units"] / p["spec"]["n_banks"] >= p["plan"]["ann_min_units"])
     assert [p["spec"]["n_banks"] for p in rec["banks"]] == list(query.QUICK["banks"])
     assert sorted(map(int, rec["batch_size"]["qps"])) == sorted(query.QUICK["batches"])
     ann = rec["ann"][0]
     assert "error" not in ann and ann["units"] == query.QUICK["ann_sizes"][0][0]
     assert 0.0 < ann["candidate_recall"]["mean"] <= 1.0 and ann["approx_ms"] > 0 and ann["exact_ms"] > 0
+    assert ann["approx_ms"] <= ann["approx_p99_ms"] and ann["exact_ms"] <= ann["exact_p99_ms"]
+    assert ann["qps"]["exact"] > 0 and ann["qps"]["approx"] > 0 and ann["qps_batch"] >= 1
+    assert set(ann["index_append_ms"]) == {"1", "8"} and all(v > 0 for v in ann["index_append_ms"].values())
     model = rec["size"]["d64"]["model"]
     assert set(model["fit"]) == set().union(*(p["steps_ms"] for p in pts))
     assert math.isfinite(model["loglog_slope_last"]) and model["dominant_at_largest"] in model["fit"]
     fig = query.figure(rec)
     assert len(fig.axes) >= 3
+
+
+def test_append_update_grows_the_index_by_the_appended_units_and_keeps_the_engines_answers():
+    """``ann.append_update_ms`` times ``VectorIndex.grown`` on the engine's own index: nothing
+    before the first approximate query (no index yet), then one time per append size, and the
+    engine still picks as before (the grown index is a new object; the old one masks the added ids)."""
+    from benchmarks.scale_bench.ann import append_update_ms
+    from benchmarks.synthetic_banks import make_banks, make_queries
+    from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.engine import SelectionEngine
+
+    banks = make_banks(1, units=900, d=32, seed=3)
+    ids, qs, Z = make_queries(banks, 4, seed=4)
+    eng = SelectionEngine(banks, SelectConfig(), device="cpu", threads=1, ann_min_units=1)
+    assert append_update_ms(eng) == {}
+    before = eng.select_units(ids, qs, Z)
+    info = eng.snapshot.infos[0]
+    index = next(v[0] for k, v in info.cache.items() if isinstance(k, tuple) and k[0] == "unit_index")
+    n0 = int(index.index.ntotal)
+    got = append_update_ms(eng, sizes=(1, 3), repeats=2)
+    assert set(got) == {"1", "3"} and all(v > 0 for v in got.values())
+    assert int(index.index.ntotal) == n0 + 2 * (1 + 3)  # the faiss index gained every appended vector
+    assert eng.select_units(ids, qs, Z) == before
+
+
+def test_merge_joins_pieces_by_width_and_size_and_refits_the_model():
+    """``query.merge``: the size points of every part, sorted per width, the model refitted over
+    them, the approximate points of all parts, each part's command kept; no part is refused."""
+    import pytest
+
+    def pt(n, ms):
+        return {"spec": {"units": n}, "units": n, "latency_ms": {"p50": ms}, "steps_ms": {"similarity": ms}}
+
+    a = {"threads": 1, "command": "a", "size": {"d64": {"points": [pt(1000, 1.0), pt(100000, 10.0)]}},
+         "ann": [{"spec": {"dim": 64, "units": 10}, "units": 10, "approx_ms": 2.0, "exact_ms": 1.0}],
+         "banks": [], "batch_size": {}}
+    b = {"threads": 1, "command": "b", "size": {"d64": {"points": [pt(10000, 3.0)]}, "d384": {"points": [pt(10, 1.0)]}},
+         "ann": [{"spec": {"dim": 64, "units": 5}, "units": 5, "approx_ms": 2.0, "exact_ms": 1.0}]}
+    m = query.merge([a, b])
+    assert [p["units"] for p in m["size"]["d64"]["points"]] == [1000, 10000, 100000]
+    assert m["size"]["d64"]["model"]["fit"]["similarity"]["per_unit_us"] > 0
+    assert m["size"]["d384"]["model"] == {}  # one point: nothing to fit
+    assert [p["spec"]["units"] for p in m["ann"]] == [5, 10]
+    assert [p["command"] for p in m["parts"]] == ["a", "b"] and m["threads"] == 1
+    assert len(query.figure(m).axes) == 1
+    with pytest.raises(ValueError, match="at least one"):
+        query.merge([])
