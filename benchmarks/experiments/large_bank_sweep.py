@@ -5,7 +5,8 @@ shared 2-core machine), for issue 46 item 1.
     python benchmarks/experiments/large_bank_sweep.py N D M:EF:NPROBE [...]
 
 Environment: ``TOPICS`` (topic centres of ``synthetic_banks.make_banks``, default 6), ``KIND``
-(``hnsw`` / ``ivf``), ``NQ`` (queries, default 30), ``CACHE`` (a folder for the pickled bank and
+(``hnsw`` / ``ivf``), ``NQ`` (queries, default 30), ``RELOAD`` (comma-separated modules reloaded
+before the engine's own on each ``CMDS`` batch), ``CACHE`` (a folder for the pickled bank and
 the faiss index, reused by later runs), ``CMDS`` (a file of ``M:EF:NPROBE`` lines read as they are
 appended, the engine modules reloaded before each: settings and code tried on the built bank; a
 line ``quit`` ends it), ``OUT`` (JSON lines appended per setting), ``PROF`` (cProfile of 10
@@ -96,6 +97,11 @@ def main() -> None:
                     return None
                 if len(lines) > done:
                     new = lines[done:]; done = len(lines)
+                    for name in filter(None, os.environ.get("RELOAD", "").split(",")):  # modules added since
+                        try:
+                            importlib.reload(importlib.import_module(name))
+                        except ImportError:
+                            pass
                     for m in (_lx, _sl, _cp):
                         importlib.reload(m)
                     snap.infos[0].cache[("unit_index", ap.plan.ann_kind)] = ent if os.path.exists(ipath) else snap.infos[0].cache[("unit_index", ap.plan.ann_kind)]

@@ -28,6 +28,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._jit import njit
+from . import lexical_dense
 from .tables import Snapshot
 
 EXACT_POSTINGS = 1 << 15
@@ -35,6 +36,9 @@ EXACT_POSTINGS = 1 << 15
 MAX_DEPTH = 1 << 13
 """Most postings read from the top of each column (the depth doubles from ``M`` until the ``M``
 best candidates are certain: the ``M``-th scores more than the bound)."""
+DENSE = True
+"""Past ``EXACT_POSTINGS``, every posting is added in one compiled pass (``lexical_dense``: exact
+scores and ranks) instead of the impact-ordered reading below."""
 _LOCK = threading.Lock()
 
 
@@ -56,6 +60,9 @@ class Lexical(NamedTuple):
     """Scores of the bank's rank sample, ascending (empty when exact)."""
     n_bank: int
     """Units of the bank."""
+    counted: bool = False
+    """``units`` / ``scores`` hold every unit of positive score in no order (``rank`` empty): ranks
+    are counted over them (``lexical_dense``), exactly."""
 
 
 def bm25_sparse(snap: Snapshot, bank: int, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -134,6 +141,9 @@ def lexical(snap: Snapshot, bank: int, cols: np.ndarray, M: int, sample_rows: np
         rank = _ranked(u, s)
         return Lexical(u[np.argsort(rank)[:M]], u, s, rank, -1.0, np.zeros(0, np.float32), n)
     st = snap.bm25.store
+    if DENSE:  # every posting added in one compiled pass: exact scores and ranks
+        u, s = lexical_dense.dense_scores(st.idx, st.data, lo, hi, n)
+        return Lexical(lexical_dense.top_units(u, s, M), u, s, np.zeros(0), -1.0, np.zeros(0, np.float32), n, True)
     imp, start = impact_order(snap, bank)
     depth, cand, s = M, np.zeros(0, np.int64), np.zeros(0, np.float32)
     while True:  # deeper into every column until the M-th best candidate beats the bound (or MAX_DEPTH)
@@ -212,6 +222,11 @@ def ranks_of(lex: Lexical, units: np.ndarray, scores: np.ndarray) -> np.ndarray:
     units come before it)."""
     out = np.zeros(len(units))
     if not len(lex.units):
+        return out
+    if lex.counted:
+        pos = np.flatnonzero(scores > 0)
+        out[pos] = lexical_dense.counted_ranks(lex.units, lex.scores, np.ascontiguousarray(units[pos], dtype=np.int64),
+                                               np.ascontiguousarray(scores[pos], dtype=np.float32))
         return out
     p = np.minimum(np.searchsorted(lex.units, units), len(lex.units) - 1)
     hit = lex.units[p] == units
