@@ -70,6 +70,7 @@ def main() -> None:
         else:
             t = time.time(); ap.select_units(ids[:1], qs[:1], Z[:1]); print("index build", round(time.time() - t, 1), flush=True)
             faiss.write_index(snap.infos[0].cache[("unit_index", ap.plan.ann_kind)][0].index, ipath)
+            ent = snap.infos[0].cache[("unit_index", ap.plan.ann_kind)]
         ex = copy.copy(ap); ex.plan = replace(ap.plan, ann_min_units=None)
         pe, le = lat(ex)
         ce = ex.candidate_sets(ids[2:], qs[2:], Z[2:])
@@ -104,7 +105,7 @@ def main() -> None:
                             pass
                     for m in (_lx, _sl, _cp):
                         importlib.reload(m)
-                    snap.infos[0].cache[("unit_index", ap.plan.ann_kind)] = ent if os.path.exists(ipath) else snap.infos[0].cache[("unit_index", ap.plan.ann_kind)]
+                    snap.infos[0].cache[("unit_index", ap.plan.ann_kind)] = ent
                     return [tuple(int(x) for x in a.split(":")) for a in new]
                 time.sleep(5)
         while (todo := next_combos()) is not None:

@@ -135,9 +135,10 @@ def test_dense_reading_is_the_exact_top_scores_and_ranks(bank, monkeypatch):
 def test_counted_ranks_break_ties_by_unit_and_take_empty_input():
     from trawmem_gpu.select.engine import lexical_dense as ld
     rng = np.random.default_rng(3)
-    for n in (0, 1, 2, 5, 33, 400):
+    wide = np.float32(10.0) ** rng.uniform(-3, 3, 50).astype(np.float32)  # buckets of many bit widths
+    for n, spread in [(k, w) for k in (0, 1, 2, 5, 33, 400) for w in (False, True)]:
         units = rng.permutation(1000)[:n].astype(np.int64)
-        scores = rng.integers(1, 6, n).astype(np.float32)  # many ties
+        scores = (rng.choice(wide, n) if spread else rng.integers(1, 6, n)).astype(np.float32)  # many ties
         order = np.lexsort((units, -scores))
         rank = np.empty(n)
         rank[order] = np.arange(1, n + 1)

@@ -129,33 +129,67 @@ def top_units(units, scores, M):  # pragma: no cover - compiled
 @njit(cache=True, nogil=True)
 def counted_ranks(units, scores, wu, ws):  # pragma: no cover - compiled
     """``[len(wu)]`` float64 ranks of the units ``wu`` scoring ``ws`` (each of positive score and
-    among ``units``) among ``(units, scores)``: ``1 +`` the units ordering before each."""
+    among ``units``, whose scores are positive) among ``(units, scores)``: ``1 +`` the units
+    ordering before each.
+
+    Positive float32 scores order as their bit patterns, so a bucket is a bit pattern's top bits
+    (at most 2^16 buckets between the smallest and largest key): one pass counts every touched
+    unit into its bucket and keeps those falling into a bucket that holds a key; only they are
+    compared with the keys of their bucket (a binary search in its run of keys)."""
     m = len(wu)
     out = np.ones(m)
     if m == 0:
         return out
     order = _best_first(ws, wu)
     ks, ku = ws[order], wu[order]  # the keys, best first
-    smax, smin = ks[0], ks[m - 1]
-    diff = np.zeros(m + 1, np.int64)  # diff[j]: units beating keys j.. (prefix sums)
+    kb = ks.view(np.int32)
+    shift = 0
+    while (kb[0] >> shift) - (kb[m - 1] >> shift) >= 1 << 16:
+        shift += 1
+    b0 = kb[m - 1] >> shift
+    nb = (kb[0] >> shift) - b0 + 1
+    first = np.full(nb, -1, np.int64)  # each bucket's run of keys [first, last)
+    last = np.zeros(nb, np.int64)
+    for j in range(m):
+        b = (kb[j] >> shift) - b0
+        if first[b] < 0:
+            first[b] = j
+        last[b] = j + 1
+    count = np.zeros(nb + 1, np.int64)  # touched units per bucket; count[nb]: above every key
+    diff = np.zeros(m + 1, np.int64)  # diff[j]: units of key j's bucket ordering before keys j..
+    sb = scores.view(np.int32)
     for i in range(len(units)):
-        s = scores[i]
-        if s < smin:
+        b = (sb[i] >> shift) - b0
+        if b < 0:
             continue
-        if s > smax:
-            diff[0] += 1
+        if b >= nb:
+            count[nb] += 1
             continue
-        u = units[i]
-        lo, hi = 0, m  # the first key this unit beats: keys ordering after (s, u)
+        count[b] += 1
+        if first[b] < 0:
+            continue
+        s, u = scores[i], units[i]
+        lo, hi = first[b], last[b]  # the first key of the bucket this unit orders before
         while lo < hi:
             mid = (lo + hi) // 2
             if _worse(ks[mid], ku[mid], s, u):
                 hi = mid
             else:
                 lo = mid + 1
-        diff[lo] += 1
-    run = 0
-    for j in range(m):
-        run += diff[j]
-        out[order[j]] = 1.0 + run
+        if lo < last[b]:
+            diff[lo] += 1
+    above = count[nb]
+    b = nb - 1
+    j = 0
+    while j < m:  # keys best first, bucket by bucket downwards
+        bj = (kb[j] >> shift) - b0
+        while b > bj:
+            above += count[b]
+            b -= 1
+        run = 0
+        e = last[bj]
+        for t in range(j, e):
+            run += diff[t]
+            out[order[t]] = 1.0 + above + run
+        j = e
     return out

@@ -240,8 +240,7 @@ def given_ranks(short: Shortlist, cos: np.ndarray, n_bank: int) -> tuple[np.ndar
         rc[np.lexsort((np.arange(m), -cos))] = np.arange(1, m + 1)
     past = cos < short.edge
     if past.any() and len(short.deep):  # counted among the index's deeper proposals too
-        rc[past] += len(short.deep) - np.searchsorted(short.deep, cos[past], side="right")
-        past &= cos < short.deep[0]
+        rc[past] += len(short.deep) - np.searchsorted(short.deep, cos[past], side="right")  # a lower bound
     if past.any() and len(short.sample):
         above = len(short.sample) - np.searchsorted(short.sample, cos[past], side="right")
         rc[past] = np.maximum(rc[past], 1.0 + n_bank * above / len(short.sample))
