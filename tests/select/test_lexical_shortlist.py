@@ -149,3 +149,20 @@ def test_counted_ranks_break_ties_by_unit_and_take_empty_input():
     acc = ld.scratch(10)
     u, s = ld.accumulate(np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.int64), np.zeros(0, np.int64), acc)
     assert len(u) == 0 and len(s) == 0 and not acc.any()
+
+
+def test_counted_ranks_read_again_from_the_memo_are_the_same(bank, monkeypatch):
+    """A working set grown between fronts: the units ranked before are read from the query's memo,
+    the others counted; both as the exact ranks."""
+    snap, qs = bank
+    monkeypatch.setattr(lx, "EXACT_POSTINGS", 0)
+    for b, cols in _queries(snap, qs)[:6]:
+        u, s, rank = _exact(snap, b, cols)
+        lex = lx.lexical(snap, b, cols, 8, np.arange(10))
+        n = int(snap.off.nu[b])
+        scores = lx.scores_at(snap, b, cols, np.arange(n))
+        want = np.zeros(n)
+        want[u] = np.where(s > 0, rank, 0)
+        for part in (np.arange(0, n, 3), np.arange(0, n, 2), np.arange(n)):  # growing, overlapping
+            np.testing.assert_array_equal(lx.ranks_of(lex, part, scores[part]), want[part])
+        assert len(lex.memo[0][0]) == int((scores > 0).sum())

@@ -63,6 +63,9 @@ class Lexical(NamedTuple):
     counted: bool = False
     """``units`` / ``scores`` hold every unit of positive score in no order (``rank`` empty): ranks
     are counted over them (``lexical_dense``), exactly."""
+    memo: list | None = None
+    """Counted ranks: ``[(units ascending, their ranks)]`` counted so far for this query (a grown
+    working set counts only the units it adds)."""
 
 
 def bm25_sparse(snap: Snapshot, bank: int, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -143,7 +146,7 @@ def lexical(snap: Snapshot, bank: int, cols: np.ndarray, M: int, sample_rows: np
     st = snap.bm25.store
     if DENSE:  # every posting added in one compiled pass: exact scores and ranks
         u, s = lexical_dense.dense_scores(st.idx, st.data, lo, hi, n)
-        return Lexical(lexical_dense.top_units(u, s, M), u, s, np.zeros(0), -1.0, np.zeros(0, np.float32), n, True)
+        return Lexical(lexical_dense.top_units(u, s, M), u, s, np.zeros(0), -1.0, np.zeros(0, np.float32), n, True, [])
     imp, start = impact_order(snap, bank)
     depth, cand, s = M, np.zeros(0, np.int64), np.zeros(0, np.float32)
     while True:  # deeper into every column until the M-th best candidate beats the bound (or MAX_DEPTH)
@@ -224,10 +227,7 @@ def ranks_of(lex: Lexical, units: np.ndarray, scores: np.ndarray) -> np.ndarray:
     if not len(lex.units):
         return out
     if lex.counted:
-        pos = np.flatnonzero(scores > 0)
-        out[pos] = lexical_dense.counted_ranks(lex.units, lex.scores, np.ascontiguousarray(units[pos], dtype=np.int64),
-                                               np.ascontiguousarray(scores[pos], dtype=np.float32))
-        return out
+        return _counted(lex, units, scores, out)
     p = np.minimum(np.searchsorted(lex.units, units), len(lex.units) - 1)
     hit = lex.units[p] == units
     out[hit] = lex.rank[p[hit]]
@@ -243,4 +243,22 @@ def ranks_of(lex: Lexical, units: np.ndarray, scores: np.ndarray) -> np.ndarray:
         # ties rank by unit: of the units scoring the same, about the share below this one come first
         est = 1.0 + (lex.n_bank * above + equal * units[past]) / max(1, len(lex.sample))
         out[past] = np.maximum(np.where(hit[past], out[past], among), est)
+    return out
+
+
+def _counted(lex: Lexical, units: np.ndarray, scores: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """:func:`ranks_of` of a counted :class:`Lexical`: the units of positive score not counted
+    before for this query counted now (``lexical_dense.counted_ranks``), the others read from its memo."""
+    pos = np.flatnonzero(scores > 0)
+    had_u, had_r = lex.memo[0] if lex.memo else (np.zeros(0, np.int64), np.zeros(0))
+    p = np.minimum(np.searchsorted(had_u, units[pos]), max(len(had_u) - 1, 0))
+    old = had_u[p] == units[pos] if len(had_u) else np.zeros(len(pos), bool)
+    out[pos[old]] = had_r[p[old]]
+    new = pos[~old]
+    if len(new):
+        out[new] = lexical_dense.counted_ranks(lex.units, lex.scores, np.ascontiguousarray(units[new], dtype=np.int64),
+                                               np.ascontiguousarray(scores[new], dtype=np.float32))
+        u = np.concatenate([had_u, units[new].astype(np.int64)])
+        o = np.argsort(u, kind="stable")
+        lex.memo[:] = [(u[o], np.concatenate([had_r, out[new]])[o])]
     return out

@@ -56,7 +56,7 @@ RANK_DEPTH = 1024
 """Units the index proposes per query for ranking (their exact cosines rank the working set's
 units above the last of them: :func:`given_ranks`); the first ``ann_shortlist`` of them seed the
 working set."""
-RANK_DEEP = 4096
+RANK_DEEP = 0
 """Units the index returns per query in all: those past its ``RANK_DEPTH`` best rank the working set
 by the index's own (float32) scores down to the last of them (:func:`given_ranks`), before the
 sample's estimate takes over."""
