@@ -56,10 +56,6 @@ RANK_DEPTH = 1024
 """Units the index proposes per query for ranking (their exact cosines rank the working set's
 units above the last of them: :func:`given_ranks`); the first ``ann_shortlist`` of them seed the
 working set."""
-RANK_DEEP = 0
-"""Units the index returns per query in all: those past its ``RANK_DEPTH`` best rank the working set
-by the index's own (float32) scores down to the last of them (:func:`given_ranks`), before the
-sample's estimate takes over."""
 RANK_SAMPLE = 4096
 """Units of a bank, drawn once with a fixed seed, whose cosines estimate the rank of a unit past the
 shortlist (:func:`given_ranks`)."""
@@ -85,8 +81,6 @@ class Shortlist(NamedTuple):
     """... and their exact float32 BM25 (``lexical_shortlist.scores_at``)."""
     cols: np.ndarray
     """The query's BM25 columns (store columns, token order)."""
-    deep: np.ndarray = np.zeros(0)
-    """The index's scores of its proposals past ``head`` (``RANK_DEEP``), ascending float64."""
 
 
 def unit_index(snap: Snapshot, bank: int, kind: str, use_gpu: bool, vectors: str = "float32"
@@ -125,7 +119,6 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
     params = AnnParams(plan.ann_nprobe, plan.ann_ef_search)
     near: list = [None] * len(bidx)
     heads: list = [np.zeros((2, 0))] * len(bidx)
-    deeps: list = [np.zeros(0)] * len(bidx)
     sample: list = [None] * len(bidx)
     vecs = snap.np["unit_vecs"]
     masks = masks if masks is not None else [None] * len(bidx)
@@ -134,11 +127,9 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
         index, rows_b, sample_vecs = unit_index(snap, bank, plan.ann_kind, plan.device.type == "cuda", plan.ann_vectors)
         plain = [r for r in rows.tolist() if masks[r] is None]
         if plain:
-            K = max(M, RANK_DEPTH)
-            dist, ids = index.search(Z[plain], max(K, RANK_DEEP), params)
-            for r, i, dd in zip(plain, ids, dist):
-                deeps[r] = np.sort(dd[K:][i[K:] >= 0].astype(np.float64))
-                i = i[:K][i[:K] >= 0]
+            _, ids = index.search(Z[plain], max(M, RANK_DEPTH), params)
+            for r, i in zip(plain, ids):
+                i = i[i >= 0]
                 c = np.empty(len(i))
                 _gather_dots(vecs, int(snap.off.uo[bank]) + i, np.full(len(i), r), Z, c)
                 o = np.lexsort((i, -c))
@@ -168,7 +159,7 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
         _gather_dots(vecs, uo + W, np.full(len(W), q), Z, cos)
         edge = heads[q][0, -1:] if heads[q].shape[1] else cos[np.searchsorted(W, near[q])]
         out.append(Shortlist(W, float(edge.min()) if len(edge) else np.inf, heads[q], sample[q][0], lex, cos,
-                             scores_at(snap, bank, cols, W), cols, deeps[q]))
+                             scores_at(snap, bank, cols, W), cols))
     return out
 
 
@@ -216,10 +207,10 @@ def given_ranks(short: Shortlist, cos: np.ndarray, n_bank: int) -> tuple[np.ndar
 
     By cosine: 1 + the index's ``RANK_DEPTH`` proposals scoring more (and tied ones of a lower
     unit) for a unit at or above the last of them (its rank in the bank when the index found the
-    true top ones; a masked query: its rank in ``W``), else that plus the index's deeper proposals
-    (``RANK_DEEP``) scoring more by the index's float32 scores, and below the last of them the
-    larger of that and ``1 + N * (the share of the bank's rank sample above its cosine)``. By BM25: ``lexical_shortlist.ranks_of`` (exact when the query's terms hold few
-    postings, else exact above the threshold bound and estimated below it)."""
+    true top ones; a masked query: its rank in ``W``), else the larger of that and ``1 + N * (the share of the bank's rank sample above its
+    cosine)``. By BM25: ``lexical_shortlist.ranks_of`` (exact when the query's terms hold few
+    postings or when read in one compiled pass, ``lexical_dense``; with the impact-ordered reading,
+    exact above the threshold bound and estimated below it)."""
     W = short.units
     m = len(W)
     rc = np.empty(m)
@@ -239,8 +230,6 @@ def given_ranks(short: Shortlist, cos: np.ndarray, n_bank: int) -> tuple[np.ndar
     else:
         rc[np.lexsort((np.arange(m), -cos))] = np.arange(1, m + 1)
     past = cos < short.edge
-    if past.any() and len(short.deep):  # counted among the index's deeper proposals too
-        rc[past] += len(short.deep) - np.searchsorted(short.deep, cos[past], side="right")  # a lower bound
     if past.any() and len(short.sample):
         above = len(short.sample) - np.searchsorted(short.sample, cos[past], side="right")
         rc[past] = np.maximum(rc[past], 1.0 + n_bank * above / len(short.sample))
