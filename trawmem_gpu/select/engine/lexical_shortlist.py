@@ -2,8 +2,11 @@
 (``shortlist.py``, steps 1 and 3).
 
 Exact BM25 (:func:`bm25_sparse`) adds every posting of the query's columns: at 10^6 units a
-common term holds tens of thousands of them. A query whose columns hold more than
-:data:`EXACT_POSTINGS` postings is served from two orders of the same postings instead:
+common term holds tens of thousands of them, and ranking them all by ``np.lexsort`` took more than
+the rest of the query. A query whose columns hold more than :data:`EXACT_POSTINGS` postings is
+read in one compiled pass by default (:data:`DENSE`, ``lexical_dense``: the same float32 scores,
+the exact top and exact ranks counted for the units asked, with no sort of every posting), or,
+with ``DENSE`` off, from two orders of the same postings (approximate ranks below a bound):
 
 * **impact order** (:func:`impact_order`, built once per bank and kept with it): each column's
   postings by score descending, unit ascending. The union of every column's ``M`` best postings
