@@ -170,6 +170,21 @@ def counted_ranks(units, scores, wu, ws):  # pragma: no cover - compiled
             continue
         s, u = scores[i], units[i]
         lo, hi = first[b], last[b]  # the first key of the bucket this unit orders before
+        if s > ks[lo]:  # before every key of the bucket
+            diff[lo] += 1
+            continue
+        if s < ks[hi - 1]:  # after every one
+            continue
+        if ks[lo] == ks[hi - 1]:  # the bucket's keys tie with it: by unit
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if ku[mid] > u:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            if lo < last[b]:
+                diff[lo] += 1
+            continue
         while lo < hi:
             mid = (lo + hi) // 2
             if _worse(ks[mid], ku[mid], s, u):
