@@ -14,8 +14,9 @@ over the units of positive score (descending, ties to the lower unit). Here:
 * :func:`top_units`: the ``M`` best of them by ``(score descending, unit ascending)``, one pass
   with a bounded heap;
 * :func:`counted_ranks`: the ranks of a few units (the working set's) by one pass over the
-  touched units: each one beats the requested keys that order after its own (a binary search
-  among them, skipped when it beats all or none).
+  touched units: each one is counted into a bucket of its float32 bits, and one falling into a
+  bucket that holds requested keys is compared with them (a binary search in the bucket's run of
+  keys, by unit when they tie).
 
 Cost: ``O(P)`` for ``P`` postings of the query's columns (plus ``O(T log m)`` for ``T`` touched
 units and ``m`` ranked ones), with no sort of the touched units. At 10^6 units of the synthetic
@@ -155,6 +156,30 @@ def counted_ranks(units, scores, wu, ws):  # pragma: no cover - compiled
         if first[b] < 0:
             first[b] = j
         last[b] = j + 1
+    count, diff = _bucket_counts(units, scores, ks, ku, shift, b0, first, last)
+    above = count[nb]
+    b = nb - 1
+    j = 0
+    while j < m:  # keys best first, bucket by bucket downwards
+        bj = (kb[j] >> shift) - b0
+        while b > bj:
+            above += count[b]
+            b -= 1
+        run = 0
+        e = last[bj]
+        for t in range(j, e):
+            run += diff[t]
+            out[order[t]] = 1.0 + above + run
+        j = e
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _bucket_counts(units, scores, ks, ku, shift, b0, first, last):  # pragma: no cover - compiled
+    """``(count, diff)`` of :func:`counted_ranks`: touched units per bucket (``count[nb]``: above
+    every key) and, per key ``j``, the units of its bucket ordering before keys ``j..`` of it."""
+    nb = len(first)
+    m = len(ks)
     count = np.zeros(nb + 1, np.int64)  # touched units per bucket; count[nb]: above every key
     diff = np.zeros(m + 1, np.int64)  # diff[j]: units of key j's bucket ordering before keys j..
     sb = scores.view(np.int32)
@@ -193,18 +218,4 @@ def counted_ranks(units, scores, wu, ws):  # pragma: no cover - compiled
                 lo = mid + 1
         if lo < last[b]:
             diff[lo] += 1
-    above = count[nb]
-    b = nb - 1
-    j = 0
-    while j < m:  # keys best first, bucket by bucket downwards
-        bj = (kb[j] >> shift) - b0
-        while b > bj:
-            above += count[b]
-            b -= 1
-        run = 0
-        e = last[bj]
-        for t in range(j, e):
-            run += diff[t]
-            out[order[t]] = 1.0 + above + run
-        j = e
-    return out
+    return count, diff
