@@ -5,7 +5,8 @@ shared 2-core machine), for issue 46 item 1.
     python benchmarks/experiments/large_bank_sweep.py N D M:EF:NPROBE [...]
 
 Environment: ``TOPICS`` (topic centres of ``synthetic_banks.make_banks``, default 6), ``KIND``
-(``hnsw`` / ``ivf``), ``NQ`` (queries, default 30), ``CACHE`` (a folder for the pickled bank and
+(``hnsw`` / ``ivf``), ``NQ`` (queries, default 30), ``RELOAD`` (comma-separated modules reloaded
+before the engine's own on each ``CMDS`` batch), ``CACHE`` (a folder for the pickled bank and
 the faiss index, reused by later runs), ``CMDS`` (a file of ``M:EF:NPROBE`` lines read as they are
 appended, the engine modules reloaded before each: settings and code tried on the built bank; a
 line ``quit`` ends it), ``OUT`` (JSON lines appended per setting), ``PROF`` (cProfile of 10
@@ -69,6 +70,7 @@ def main() -> None:
         else:
             t = time.time(); ap.select_units(ids[:1], qs[:1], Z[:1]); print("index build", round(time.time() - t, 1), flush=True)
             faiss.write_index(snap.infos[0].cache[("unit_index", ap.plan.ann_kind)][0].index, ipath)
+            ent = snap.infos[0].cache[("unit_index", ap.plan.ann_kind)]
         ex = copy.copy(ap); ex.plan = replace(ap.plan, ann_min_units=None)
         pe, le = lat(ex)
         ce = ex.candidate_sets(ids[2:], qs[2:], Z[2:])
@@ -96,9 +98,14 @@ def main() -> None:
                     return None
                 if len(lines) > done:
                     new = lines[done:]; done = len(lines)
+                    for name in filter(None, os.environ.get("RELOAD", "").split(",")):  # modules added since
+                        try:
+                            importlib.reload(importlib.import_module(name))
+                        except ImportError:
+                            pass
                     for m in (_lx, _sl, _cp):
                         importlib.reload(m)
-                    snap.infos[0].cache[("unit_index", ap.plan.ann_kind)] = ent if os.path.exists(ipath) else snap.infos[0].cache[("unit_index", ap.plan.ann_kind)]
+                    snap.infos[0].cache[("unit_index", ap.plan.ann_kind)] = ent
                     return [tuple(int(x) for x in a.split(":")) for a in new]
                 time.sleep(5)
         while (todo := next_combos()) is not None:

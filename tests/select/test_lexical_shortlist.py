@@ -76,6 +76,7 @@ def test_impact_order_sorts_each_column_by_score_then_unit(bank):
 def test_units_above_the_bound_are_found_with_their_exact_ranks(bank, monkeypatch, M):
     snap, qs = bank
     monkeypatch.setattr(lx, "EXACT_POSTINGS", 0)  # always the impact-ordered path
+    monkeypatch.setattr(lx, "DENSE", False)
     sample = np.arange(0, 1500, 7)
     bounded = 0
     for b, cols in _queries(snap, qs):
@@ -104,3 +105,64 @@ def test_few_postings_are_read_exactly(bank):
         assert lex.bound == -1.0
         np.testing.assert_array_equal(lex.units, u)
         np.testing.assert_array_equal(lx.ranks_of(lex, u, s), rank)
+
+
+def test_dense_reading_is_the_exact_top_scores_and_ranks(bank, monkeypatch):
+    """The compiled pass over every posting (``lexical_dense``) against the plain reference: the
+    same float32 scores, the exact ``M`` best in order and every unit's exact rank (ties included)."""
+    snap, qs = bank
+    monkeypatch.setattr(lx, "EXACT_POSTINGS", 0)
+    monkeypatch.setattr(lx, "DENSE", True)
+    checked = 0
+    for b, cols in _queries(snap, qs):
+        u, s, rank = _exact(snap, b, cols)
+        for M in (1, 7, 64, len(u) + 3):
+            lex = lx.lexical(snap, b, cols, M, np.arange(10))
+            assert lex.counted and lex.bound == -1.0
+            by_unit = np.argsort(lex.units)
+            np.testing.assert_array_equal(lex.units[by_unit], u)
+            np.testing.assert_array_equal(lex.scores[by_unit], s)
+            np.testing.assert_array_equal(lex.top, u[np.argsort(rank)][:M])
+        everyone = np.arange(int(snap.off.nu[b]))
+        scores = lx.scores_at(snap, b, cols, everyone)
+        want = np.zeros(len(everyone))
+        want[u] = np.where(s > 0, rank, 0)
+        np.testing.assert_array_equal(lx.ranks_of(lex, everyone[::-1], scores[::-1]), want[::-1])
+        checked += int((s[:, None] == s[None, :]).sum() > len(s))  # ties among them
+    assert checked > 0
+
+
+def test_counted_ranks_break_ties_by_unit_and_take_empty_input():
+    from trawmem_gpu.select.engine import lexical_dense as ld
+    rng = np.random.default_rng(3)
+    wide = np.float32(10.0) ** rng.uniform(-3, 3, 50).astype(np.float32)  # buckets of many bit widths
+    for n, spread in [(k, w) for k in (0, 1, 2, 5, 33, 400) for w in (False, True)]:
+        units = rng.permutation(1000)[:n].astype(np.int64)
+        scores = (rng.choice(wide, n) if spread else rng.integers(1, 6, n)).astype(np.float32)  # many ties
+        order = np.lexsort((units, -scores))
+        rank = np.empty(n)
+        rank[order] = np.arange(1, n + 1)
+        pick = rng.permutation(n)[: max(0, n // 2)]
+        np.testing.assert_array_equal(ld.counted_ranks(units, scores, units[pick], scores[pick]), rank[pick])
+        for M in (0, 1, 3, n + 1):
+            np.testing.assert_array_equal(ld.top_units(units, scores, M), units[order][:M])
+    acc = ld.scratch(10)
+    u, s = ld.accumulate(np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.int64), np.zeros(0, np.int64), acc)
+    assert len(u) == 0 and len(s) == 0 and not acc.any()
+
+
+def test_counted_ranks_read_again_from_the_memo_are_the_same(bank, monkeypatch):
+    """A working set grown between fronts: the units ranked before are read from the query's memo,
+    the others counted; both as the exact ranks."""
+    snap, qs = bank
+    monkeypatch.setattr(lx, "EXACT_POSTINGS", 0)
+    for b, cols in _queries(snap, qs)[:6]:
+        u, s, rank = _exact(snap, b, cols)
+        lex = lx.lexical(snap, b, cols, 8, np.arange(10))
+        n = int(snap.off.nu[b])
+        scores = lx.scores_at(snap, b, cols, np.arange(n))
+        want = np.zeros(n)
+        want[u] = np.where(s > 0, rank, 0)
+        for part in (np.arange(0, n, 3), np.arange(0, n, 2), np.arange(n)):  # growing, overlapping
+            np.testing.assert_array_equal(lx.ranks_of(lex, part, scores[part]), want[part])
+        assert len(lex.memo[0][0]) == int((scores > 0).sum())

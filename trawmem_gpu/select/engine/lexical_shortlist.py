@@ -2,8 +2,11 @@
 (``shortlist.py``, steps 1 and 3).
 
 Exact BM25 (:func:`bm25_sparse`) adds every posting of the query's columns: at 10^6 units a
-common term holds tens of thousands of them. A query whose columns hold more than
-:data:`EXACT_POSTINGS` postings is served from two orders of the same postings instead:
+common term holds tens of thousands of them, and ranking them all by ``np.lexsort`` took more than
+the rest of the query. A query whose columns hold more than :data:`EXACT_POSTINGS` postings is
+read in one compiled pass by default (:data:`DENSE`, ``lexical_dense``: the same float32 scores,
+the exact top and exact ranks counted for the units asked, with no sort of every posting), or,
+with ``DENSE`` off, from two orders of the same postings (approximate ranks below a bound):
 
 * **impact order** (:func:`impact_order`, built once per bank and kept with it): each column's
   postings by score descending, unit ascending. The union of every column's ``M`` best postings
@@ -28,6 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._jit import njit
+from . import lexical_dense
 from .tables import Snapshot
 
 EXACT_POSTINGS = 1 << 15
@@ -35,6 +39,9 @@ EXACT_POSTINGS = 1 << 15
 MAX_DEPTH = 1 << 13
 """Most postings read from the top of each column (the depth doubles from ``M`` until the ``M``
 best candidates are certain: the ``M``-th scores more than the bound)."""
+DENSE = True
+"""Past ``EXACT_POSTINGS``, every posting is added in one compiled pass (``lexical_dense``: exact
+scores and ranks) instead of the impact-ordered reading below."""
 _LOCK = threading.Lock()
 
 
@@ -56,6 +63,12 @@ class Lexical(NamedTuple):
     """Scores of the bank's rank sample, ascending (empty when exact)."""
     n_bank: int
     """Units of the bank."""
+    counted: bool = False
+    """``units`` / ``scores`` hold every unit of positive score in no order (``rank`` empty): ranks
+    are counted over them (``lexical_dense``), exactly."""
+    memo: list | None = None
+    """Counted ranks: ``[(units ascending, their ranks)]`` counted so far for this query (a grown
+    working set counts only the units it adds)."""
 
 
 def bm25_sparse(snap: Snapshot, bank: int, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -134,6 +147,9 @@ def lexical(snap: Snapshot, bank: int, cols: np.ndarray, M: int, sample_rows: np
         rank = _ranked(u, s)
         return Lexical(u[np.argsort(rank)[:M]], u, s, rank, -1.0, np.zeros(0, np.float32), n)
     st = snap.bm25.store
+    if DENSE:  # every posting added in one compiled pass: exact scores and ranks
+        u, s = lexical_dense.dense_scores(st.idx, st.data, lo, hi, n)
+        return Lexical(lexical_dense.top_units(u, s, M), u, s, np.zeros(0), -1.0, np.zeros(0, np.float32), n, True, [])
     imp, start = impact_order(snap, bank)
     depth, cand, s = M, np.zeros(0, np.int64), np.zeros(0, np.float32)
     while True:  # deeper into every column until the M-th best candidate beats the bound (or MAX_DEPTH)
@@ -213,6 +229,8 @@ def ranks_of(lex: Lexical, units: np.ndarray, scores: np.ndarray) -> np.ndarray:
     out = np.zeros(len(units))
     if not len(lex.units):
         return out
+    if lex.counted:
+        return _counted(lex, units, scores, out)
     p = np.minimum(np.searchsorted(lex.units, units), len(lex.units) - 1)
     hit = lex.units[p] == units
     out[hit] = lex.rank[p[hit]]
@@ -228,4 +246,22 @@ def ranks_of(lex: Lexical, units: np.ndarray, scores: np.ndarray) -> np.ndarray:
         # ties rank by unit: of the units scoring the same, about the share below this one come first
         est = 1.0 + (lex.n_bank * above + equal * units[past]) / max(1, len(lex.sample))
         out[past] = np.maximum(np.where(hit[past], out[past], among), est)
+    return out
+
+
+def _counted(lex: Lexical, units: np.ndarray, scores: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """:func:`ranks_of` of a counted :class:`Lexical`: the units of positive score not counted
+    before for this query counted now (``lexical_dense.counted_ranks``), the others read from its memo."""
+    pos = np.flatnonzero(scores > 0)
+    had_u, had_r = lex.memo[0] if lex.memo else (np.zeros(0, np.int64), np.zeros(0))
+    p = np.minimum(np.searchsorted(had_u, units[pos]), max(len(had_u) - 1, 0))
+    old = had_u[p] == units[pos] if len(had_u) else np.zeros(len(pos), bool)
+    out[pos[old]] = had_r[p[old]]
+    new = pos[~old]
+    if len(new):
+        out[new] = lexical_dense.counted_ranks(lex.units, lex.scores, np.ascontiguousarray(units[new], dtype=np.int64),
+                                               np.ascontiguousarray(scores[new], dtype=np.float32))
+        u = np.concatenate([had_u, units[new].astype(np.int64)])
+        o = np.argsort(u, kind="stable")
+        lex.memo[:] = [(u[o], np.concatenate([had_r, out[new]])[o])]
     return out

@@ -209,7 +209,8 @@ def given_ranks(short: Shortlist, cos: np.ndarray, n_bank: int) -> tuple[np.ndar
     unit) for a unit at or above the last of them (its rank in the bank when the index found the
     true top ones; a masked query: its rank in ``W``), else the larger of that and ``1 + N * (the share of the bank's rank sample above its
     cosine)``. By BM25: ``lexical_shortlist.ranks_of`` (exact when the query's terms hold few
-    postings, else exact above the threshold bound and estimated below it)."""
+    postings or when read in one compiled pass, ``lexical_dense``; with the impact-ordered reading,
+    exact above the threshold bound and estimated below it)."""
     W = short.units
     m = len(W)
     rc = np.empty(m)
