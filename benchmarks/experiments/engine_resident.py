@@ -126,9 +126,8 @@ def main(argv=None) -> int:
         line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
         rec["points"][v] = json.loads(line[-1][7:]) if line else {"error": p.stderr[-2000:]}
         print(v, json.dumps(rec["points"][v]), flush=True)
-    name = a.name or f"engine_resident_{a.units}"
-    out = Path(a.out_dir) if a.out_dir else Path(__file__).resolve().parents[1] / "results"
-    (out / f"{name}.json").write_text(json.dumps(rec, indent=1))
+    harness.save(a.name or f"engine_resident_{a.units}", rec,
+                 out_dir=a.out_dir or harness.results_dir(default=harness.ARCHIVE))
     return 0
 
 

@@ -12,7 +12,6 @@ import argparse
 import json
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 
@@ -20,11 +19,6 @@ from .. import harness
 
 
 def main(argv=None) -> int:
-    from trawmem_gpu.select.config import SelectConfig
-    from trawmem_gpu.select.engine import SelectionEngine
-
-    from ..synthetic_banks import make_banks, make_queries
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--units", type=int, default=20_000)
     ap.add_argument("--rounds", type=int, default=5)
@@ -32,6 +26,11 @@ def main(argv=None) -> int:
     ap.add_argument("--name", default="unit_table_speed")
     ap.add_argument("--out-dir", default=None)
     a = ap.parse_args(argv)
+    from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.engine import SelectionEngine
+
+    from ..synthetic_banks import make_banks, make_queries
+
     bank = make_banks(1, units=a.units, d=384, seed=7, topics=20)[0]
     b64 = replace(bank, unit_vecs=bank.unit_vecs.astype(np.float64))
     ids, qs, Z = make_queries([bank], a.queries, seed=8)
@@ -54,8 +53,7 @@ def main(argv=None) -> int:
                 "identical_picks": [list(p) for p in picks["float32"]] == [list(p) for p in picks["float64"]],
                 "unit_table_mib": {k: round(e.snapshot.nbytes(["unit_vecs"]) / 2 ** 20, 1) for k, e in engines.items()}}
             print(path, json.dumps(rec["paths"][path]), flush=True)
-    out = Path(a.out_dir) if a.out_dir else Path(__file__).resolve().parents[1] / "results"
-    (out / f"{a.name}.json").write_text(json.dumps(rec, indent=1))
+    harness.save(a.name, rec, out_dir=a.out_dir or harness.results_dir(default=harness.ARCHIVE))
     return 0
 
 
