@@ -70,7 +70,7 @@ class SelectionEngine:
         self.head = head if (head is not None and hasattr(head, "role_matrices")) else None
         self.engine_config = ec
         self.plan: Plan = resolve(ec, self.cfg, banks)
-        self._store = TableStore(list(banks), self.cfg, self.plan.layout(banks[0].unit_vecs.shape[1]))
+        self._store = TableStore(list(banks), self.cfg, self.plan.layout(banks[0].unit_vecs.shape[1], banks))
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
         self._pool_lock = threading.Lock()

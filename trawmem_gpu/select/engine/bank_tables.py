@@ -49,6 +49,11 @@ class Layout(NamedTuple):
     """Count the units' and headings' token costs (any query's token budget reads them; else zeros)."""
     table_units: int | None = None
     """With ``with_tables``: build them only for banks of at most this many units (None: any)."""
+    vec_dtype: torch.dtype | None = None
+    """dtype of the ``unit_vecs`` table (None: ``dtype``). float32 on a float64 CPU engine over
+    float32 vectors (``Plan.layout``): the bank's own values, half the bytes of a float64 copy; a
+    reader casts the rows it gathers (:func:`engine.tables.unit_rows`), float32 -> float64 exact,
+    so every product is the float64 table's."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,7 +88,7 @@ class BankInfo:
 
 # (table, group, dtype kind, fill) -- the rows of one group are appended together, per bank
 TABLES = (
-    ("unit_vecs", "unit", "float", 0), ("unit_thread", "unit", "int", 0), ("head_sim", "unit", "float", 0),
+    ("unit_vecs", "unit", "vec", 0), ("unit_thread", "unit", "int", 0), ("head_sim", "unit", "float", 0),
     ("temporal", "unit", "float", 0), ("position", "unit", "float", 0), ("d_in", "unit", "float", 0),
     ("attrs", "unit", "float64", 0), ("rel_idx", "unit", "int", -1), ("rel_words", "unit", "float64", 0),
     ("tok_unit", "unit", "float", 0),

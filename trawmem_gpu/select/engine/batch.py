@@ -206,18 +206,18 @@ def similarity(snap: Snapshot, sim: str, Z: Tensor, bidx: Tensor, heads: bool, c
         return torch.from_numpy(out).to(Z.dtype)
     if mode == "global":
         rows = snap.rows["head_vecs" if heads else "unit_vecs"]
-        return torch.gather(Z @ vecs[:rows].T, 1, ids)
+        return torch.gather(Z @ vecs[:rows].T.to(Z.dtype), 1, ids)  # .to: a float32 unit table, exact
     if mode == "grouped":
         out = torch.zeros(ids.shape, dtype=Z.dtype, device=Z.device)
         off, cnt = starts.tolist(), counts.tolist()
         for bank, rows in bank_groups(bidx):
             a, n = off[bank], cnt[bank]
-            out[rows, :n] = Z[rows] @ vecs[a:a + n].T
+            out[rows, :n] = Z[rows] @ vecs[a:a + n].T.to(Z.dtype)
         return out
     if mode != "gather":
         raise ValueError(f"sim must be 'auto', 'grouped', 'global', 'gather' or 'dots' (got {mode!r})")
     out = torch.empty(ids.shape, dtype=Z.dtype, device=Z.device)
     step = max(1, max(chunk_elems, 1 << 24) // max(1, ids.shape[1] * vecs.shape[1]))
     for s in range(0, ids.shape[0], step):
-        out[s:s + step] = torch.bmm(vecs[ids[s:s + step]], Z[s:s + step, :, None]).squeeze(2)
+        out[s:s + step] = torch.bmm(vecs[ids[s:s + step]].to(Z.dtype), Z[s:s + step, :, None]).squeeze(2)
     return torch.where(own_rows(starts, counts, bidx)[1], out, 0.0)

@@ -199,7 +199,7 @@ def _similarity(snap: Snapshot, plan, bidx: np.ndarray, Zc: np.ndarray) -> tuple
         Zc_t, vecs = torch.from_numpy(Zc), snap.t["unit_vecs"]
         for a, e in zip(starts.tolist(), ends.tolist()):
             n, uo, o = int(nu[a]), int(off.uo[bidx[a]]), int(coff[a])
-            torch.mm(Zc_t[a:e], vecs[uo:uo + n].T, out=torch.from_numpy(cos[o:o + (e - a) * n]).view(e - a, n))
+            torch.mm(Zc_t[a:e], vecs[uo:uo + n].T.to(Zc_t.dtype), out=torch.from_numpy(cos[o:o + (e - a) * n]).view(e - a, n))
     return cos, coff
 
 

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ..steps.roles import bridge_from_similarity
+from .tables import unit_rows
 
 
 def front_masks(masks: list | None, rows: np.ndarray, nu: np.ndarray, coff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -122,6 +123,6 @@ def chunk_bridge(snap, c, bridge: Tensor, masked: Tensor) -> Tensor:
             out[q, :k] = torch.from_numpy(_own_bridge(snap.np["unit_vecs"], n(c.gid[q, :k]), n(c.lt[q, :k])))
         return out
     r = torch.as_tensor(rows, device=out.device)
-    E = snap.t["unit_vecs"][c.gid[r]]
+    E = unit_rows(snap, c.gid[r])
     out[r] = bridge_from_similarity(torch.bmm(E, E.transpose(1, 2)), c.lt[r], c.cvalid[r]).to(out.dtype)
     return out

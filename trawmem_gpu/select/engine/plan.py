@@ -71,9 +71,13 @@ class Plan:
     ann_vectors: str = "float32"
     """``EngineConfig.vectors``: the codes of the approximate unit index."""
 
-    def layout(self, dim: int) -> Layout:
+    def layout(self, dim: int, banks=()) -> Layout:
+        """The tables' layout for vectors of width ``dim``; ``banks``: the engine's first banks, whose
+        unit vectors all float32 on a float64 CPU engine store ``unit_vecs`` as float32 (exact)."""
+        f32 = self.device.type == "cpu" and self.dtype == torch.float64 and bool(banks) and all(
+            b.unit_vecs.dtype == np.float32 for b in banks)
         return Layout(self.device, self.dtype, dim, self.tables, self.lexical, self.heads, self.relevance,
-                      table_units=self.table_units)
+                      table_units=self.table_units, vec_dtype=torch.float32 if f32 else None)
 
 
 def _kernels_importable() -> bool:

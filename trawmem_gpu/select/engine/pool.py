@@ -30,7 +30,7 @@ from torch import Tensor
 
 from .._jit import njit
 from ..objective import support_from_cosine_compiled, support_kernel
-from .tables import Snapshot
+from .tables import Snapshot, unit_rows
 
 POOL_ELEMS = 1 << 22
 """Most ``sum_q U_q^2`` the compiled stage forms at once for the queries of banks without tables
@@ -77,7 +77,7 @@ def stage_parts(snap: Snapshot, bidx: np.ndarray, n_cand: np.ndarray, limit: int
 
 def candidate_gram(snap: Snapshot, bank: int, cand: np.ndarray) -> Tensor:
     """``S [U, U]`` cosines between the candidates ``cand`` (bank-local) of bank ``bank`` (engine dtype)."""
-    E = snap.t["unit_vecs"][torch.as_tensor(int(snap.off.uo[bank]) + np.asarray(cand, dtype=np.int64))]
+    E = unit_rows(snap, torch.as_tensor(int(snap.off.uo[bank]) + np.asarray(cand, dtype=np.int64)))
     return E @ E.T
 
 
@@ -155,7 +155,7 @@ def query_tables(snap: Snapshot, cfg, x, a: int, b: int) -> QueryTables:
 
 def pool_similarity(snap: Snapshot, gid: Tensor) -> Tensor:
     """``S [Qs, U, U]`` the candidates' cosines for the tensor backend's rows ``gid [Qs, U]`` (stored rows)."""
-    E = snap.t["unit_vecs"][gid]
+    E = unit_rows(snap, gid)
     return torch.bmm(E, E.transpose(1, 2))
 
 

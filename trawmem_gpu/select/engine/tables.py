@@ -195,7 +195,7 @@ class TableStore:
 
     def _new_segments(self, size: dict, width: int) -> dict[str, _Segment]:
         lay = self.layout
-        dt = {"float": lay.dtype, "int": torch.int64, "float64": torch.float64, "float32": torch.float32}
+        dt = {"float": lay.dtype, "vec": lay.vec_dtype or lay.dtype, "int": torch.int64, "float64": torch.float64, "float32": torch.float32}
         shapes = {"unit_vecs": (lay.dim,), "head_vecs": (lay.dim if lay.heads else 0,), "attrs": (len(UNIT_ATTRIBUTES),),
                   "rel_idx": (3 if lay.relevance else 0,),
                   "nbr": (width,),
@@ -318,3 +318,12 @@ class TableStore:
 
 def _rows(e: _Entry) -> int:
     return sum(e.count.values())
+
+
+def unit_rows(snap: Snapshot, idx) -> Tensor:
+    """Rows ``idx`` (an index tensor or a slice) of the ``unit_vecs`` table in the engine's dtype (its
+    ``head_sim`` table's): the one way a torch reader reaches unit vectors. The table may hold them
+    as float32 on a float64 engine (``Layout.vec_dtype``); the cast of the gathered rows is exact,
+    so a product of them is the float64 table's product."""
+    rows = snap.t["unit_vecs"][idx]
+    return rows.to(snap.t["head_sim"].dtype)

@@ -1,0 +1,135 @@
+"""Resident memory of the whole process that answers one large bank (issue 46 item 2), per
+``vectors`` choice: the engine's own tables, the approximate index and the bank, as a user opens
+them (a collection written with the choice, loaded memory-mapped in a fresh child process, a
+``SelectionEngine`` over it with the collection's choice, queries on the approximate path).
+
+The synthetic bank (``synthetic_banks.make_banks``, one bank of ``N`` units at d = 384, seed 7)
+is built once and pickled under ``--cache`` (a scratch folder, never committed); each choice's
+collection is written once under it too. Per choice, a child records ``RssAnon``, ``RssFile``,
+``VmHWM`` after loading the bank, after building the engine and after the queries, the engine's
+tables' bytes by name (``Snapshot.t``) and the bank's arrays' bytes by name, and the p50 of a
+batch of one.
+
+    python -m benchmarks.experiments.engine_resident --units 100000 [--vectors int8,float16,float32]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .. import harness
+
+MIB = float(1 << 20)
+
+
+def _status() -> dict:
+    out = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(("VmRSS:", "VmHWM:", "RssAnon:", "RssFile:")):
+            k, v = line.split(":")
+            out[k] = round(int(v.split()[0]) / 1024, 1)
+    return out
+
+
+def _bank(units: int, topics: int, cache: Path):
+    from ..synthetic_banks import make_banks
+
+    path = cache / f"bank_{units}_384_t{topics}.pkl"
+    if path.exists():
+        with open(path, "rb") as f:
+            return pickle.load(f)[0]
+    banks = make_banks(1, units=units, d=384, seed=7, topics=topics)
+    with open(path, "wb") as f:
+        pickle.dump(banks, f, protocol=5)
+    return banks[0]
+
+
+def _collection(units: int, topics: int, vectors: str, cache: Path) -> Path:
+    from trawmem_gpu.store import Collection
+
+    path = cache / f"coll_{units}_t{topics}_{vectors}"
+    if not (path / "collection.json").exists():
+        Collection(path, create=True, vectors=vectors).put(_bank(units, topics, cache))
+    return path
+
+
+def child(path: str, queries: int, ann_min_units) -> dict:
+    """One choice's figures, in this (fresh) process."""
+    import numpy as np
+
+    from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.engine import SelectionEngine
+    from trawmem_gpu.store import Collection
+
+    from ..synthetic_banks import make_queries
+
+    out = {"start": _status()}
+    coll = Collection(path)
+    bank = coll.load(coll.bank_ids[0], mmap=True)
+    out["bank_arrays_mib"] = {k: round(v.nbytes / MIB, 1) for k, v in vars(bank).items()
+                              if isinstance(v, np.ndarray) and v.nbytes > (1 << 20)}
+    out["loaded"] = _status()
+    t = time.perf_counter()
+    opts = {} if ann_min_units is None else {"ann_min_units": ann_min_units}
+    with harness.pin_threads(1):
+        eng = SelectionEngine([bank], SelectConfig(), device="cpu", threads=1, vectors=coll.vectors, **opts)
+        out["engine_s"] = round(time.perf_counter() - t, 1)
+        out["engine"] = _status()
+        snap = eng.snapshot
+        out["tables_mib"] = {k: round(b.element_size() * b.nelement() / MIB, 1) for k, b in snap.t.items()
+                             if b.element_size() * b.nelement() > (1 << 20)}
+        out["tables_total_mib"] = round(snap.nbytes() / MIB, 1)
+        ids, qs, Z = make_queries([bank], queries + 1, seed=8)
+        t = time.perf_counter()
+        eng.select_units(ids[:1], qs[:1], Z[:1])
+        out["first_query_s"] = round(time.perf_counter() - t, 1)
+        ts = []
+        for i in range(1, queries + 1):
+            c = time.thread_time()
+            eng.select_units(ids[i:i + 1], qs[i:i + 1], Z[i:i + 1])
+            ts.append(1e3 * (time.thread_time() - c))
+        out["p50_ms"] = round(float(np.median(ts)), 2)
+        out["approximate"] = any(k[0] == "unit_index" for k in snap.infos[0].cache if isinstance(k, tuple))
+    out["queried"] = _status()
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--units", type=int, default=100_000)
+    ap.add_argument("--topics", type=int, default=100)
+    ap.add_argument("--vectors", default="int8,float16,float32")
+    ap.add_argument("--queries", type=int, default=20)
+    ap.add_argument("--ann-min-units", type=int, default=None)
+    ap.add_argument("--cache", default="/work/scratch/resident")
+    ap.add_argument("--name", default=None)
+    ap.add_argument("--out-dir", default=None)
+    ap.add_argument("--child", default=None)
+    a = ap.parse_args(argv)
+    if a.child:
+        print("RESULT " + json.dumps(child(a.child, a.queries, a.ann_min_units)), flush=True)
+        return 0
+    cache = Path(a.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    rec = {"units": a.units, "d": 384, "topics": a.topics, "queries": a.queries, "points": {}}
+    for v in a.vectors.split(","):
+        path = _collection(a.units, a.topics, v, cache)
+        cmd = [sys.executable, "-m", "benchmarks.experiments.engine_resident", "--child", str(path),
+               "--queries", str(a.queries)] + ([] if a.ann_min_units is None else ["--ann-min-units", str(a.ann_min_units)])
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
+        rec["points"][v] = json.loads(line[-1][7:]) if line else {"error": p.stderr[-2000:]}
+        print(v, json.dumps(rec["points"][v]), flush=True)
+    harness.save(a.name or f"engine_resident_{a.units}", rec,
+                 out_dir=a.out_dir or harness.results_dir(default=harness.ARCHIVE))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
