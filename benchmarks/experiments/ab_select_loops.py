@@ -32,7 +32,7 @@ import types
 from pathlib import Path
 
 from .. import harness
-from ..select_bench.paired import select_units, target_setup
+from .profile_select_loops import record_loop_calls
 
 LOOPS = "trawmem_gpu/select/engine/compiled_loops.py"
 RELEVANCE = "trawmem_gpu/select/steps/relevance.py"
@@ -80,29 +80,10 @@ def main(argv=None) -> int:
 
     base = Path(args.base).resolve()
     with harness.pin_threads(1):
-        from trawmem_gpu.select.engine import SelectionEngine, compiled, compiled_loops
+        from trawmem_gpu.select.engine import compiled_loops
         from trawmem_gpu.select.steps import relevance
 
-        args.threads = 1
-        d, cfg, params, (ids, qs, Z) = target_setup(args)
-        eng = SelectionEngine(d.banks, cfg, device="cpu", threads=1)
-        select_units(eng, ids, qs, Z, params)  # warm
-        loops = {"front_loop": compiled.front_loop, "stage_loop": compiled.stage_loop}
-        calls = {k: [] for k in loops}
-
-        def recorder(k):
-            def rec(*a):
-                calls[k].append(a)
-                return loops[k](*a)
-            return rec
-
-        for k in loops:
-            setattr(compiled, k, recorder(k))
-        try:
-            select_units(eng, ids, qs, Z, params)
-        finally:
-            for k, fn in loops.items():
-                setattr(compiled, k, fn)
+        loops, calls, _ = record_loop_calls(args)
         rel = types.ModuleType("relevance_of_other")
         rel.__dict__.update(vars(relevance))
         rel.learned_row = other_fn(base, RELEVANCE, "learned_row", relevance)

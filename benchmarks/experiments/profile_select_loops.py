@@ -77,6 +77,35 @@ def _cpu_ms(fn, calls, reps):
     return 1e3 * float(np.median(ts))
 
 
+
+def record_loop_calls(args) -> tuple[dict, dict, list]:
+    """The compiled loops at the target point (``target_setup(args)``, one thread: call it under
+    ``harness.pin_threads(1)``) and the arguments of each call they got in one batch, after a
+    warm-up batch: ``(loops {name: fn}, calls {name: [args]}, the batch's bank ids)``."""
+    from trawmem_gpu.select.engine import SelectionEngine, compiled
+
+    args.threads = 1
+    d, cfg, params, (ids, qs, Z) = target_setup(args)
+    eng = SelectionEngine(d.banks, cfg, device="cpu", threads=1)
+    select_units(eng, ids, qs, Z, params)  # warm
+    loops = {"front_loop": compiled.front_loop, "stage_loop": compiled.stage_loop}
+    calls = {k: [] for k in loops}
+
+    def recorder(k):
+        def rec(*a):
+            calls[k].append(a)
+            return loops[k](*a)
+        return rec
+
+    for k in loops:
+        setattr(compiled, k, recorder(k))
+    try:
+        select_units(eng, ids, qs, Z, params)
+    finally:
+        for k, fn in loops.items():
+            setattr(compiled, k, fn)
+    return loops, calls, ids
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=str(harness.dev_data("locomo")))
@@ -86,28 +115,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     harness.require_data(args.data)
     with harness.pin_threads(1):
-        from trawmem_gpu.select.engine import SelectionEngine, compiled
-
-        args.threads = 1
-        d, cfg, params, (ids, qs, Z) = target_setup(args)
-        eng = SelectionEngine(d.banks, cfg, device="cpu", threads=1)
-        select_units(eng, ids, qs, Z, params)  # warm
-        loops = {"front_loop": compiled.front_loop, "stage_loop": compiled.stage_loop}
-        calls = {k: [] for k in loops}
-
-        def recorder(k):
-            def rec(*a):
-                calls[k].append(a)
-                return loops[k](*a)
-            return rec
-
-        for k in loops:
-            setattr(compiled, k, recorder(k))
-        try:
-            select_units(eng, ids, qs, Z, params)
-        finally:
-            for k, fn in loops.items():
-                setattr(compiled, k, fn)
+        loops, calls, ids = record_loop_calls(args)
         x = calls["stage_loop"][0][2]
         sizes = {"Q": len(ids), "units_per_bank_mean": float(calls["front_loop"][0][1].nu[x.bidx].mean()),
                  "candidates_mean": float(x.n_cand.mean()), "neighbourhood_threads_mean": float(x.n_h.mean()),

@@ -108,30 +108,43 @@ def recall_point(spec: dict) -> dict:
         ap = SelectionEngine(banks, SelectConfig(), device="cpu", threads=1, **dict(spec.get("ann", {}),
                                                                                      ann_min_units=1))
         t_engine = time.perf_counter() - t
-        ex = copy.copy(ap)  # the same tables (one copy of a large bank in memory), searched exactly
-        ex.plan = replace(ap.plan, ann_min_units=None)
-        ex.select_units(ids[:2], qs[:2], Z[:2])
-        t = time.perf_counter()
-        ap.select_units(ids[:1], qs[:1], Z[:1])
-        first = time.perf_counter() - t
-        ids, qs, Z = ids[2:], qs[2:], Z[2:]
-        pe, te, te99 = _lat(ex, ids, qs, Z)
-        pa, ta, ta99 = _lat(ap, ids, qs, Z)
-        rec = candidate_recall(ap.candidate_sets(ids, qs, Z), ex.candidate_sets(ids, qs, Z))
-        batch = int(spec.get("batch", 64))
-        qps = {"exact": _qps(ex, ids, qs, Z, batch), "approx": _qps(ap, ids, qs, Z, batch)}
-        grow = append_update_ms(ap)
-        plan = ap.plan
-    picks = [len(set(a) & set(e)) / len(e) for a, e in zip(pa, pe) if e]
+        rec, _ = exact_beside(ap, ids, qs, Z, int(spec.get("batch", 64)))
     return {"spec": spec, "units": int(spec["units"]), "topics": topics_for(spec),
-            "exact_ms": 1e3 * te, "approx_ms": 1e3 * ta, "exact_p99_ms": 1e3 * te99, "approx_p99_ms": 1e3 * ta99,
-            "banks_s": t_banks, "engine_s": t_engine, "first_approx_query_s": first, "candidate_recall": rec,
-            "pick_recall": {"mean": float(np.mean(picks)) if picks else 1.0,
-                            "p5": float(np.percentile(picks, 5)) if picks else 1.0},
-            "same_picks": sum(a == b for a, b in zip(pa, pe)) / max(1, len(pe)),
-            "qps": qps, "qps_batch": min(batch, len(ids)), "index_append_ms": grow,
-            "settings": {"shortlist": plan.ann_shortlist, "nprobe": plan.ann_nprobe, "ef_search": plan.ann_ef_search,
-                         "index": plan.ann_kind}}
+            "banks_s": t_banks, "engine_s": t_engine, **rec}
+
+
+def exact_beside(ap, ids, qs, Z, batch: int) -> tuple[dict, tuple]:
+    """The approximate engine ``ap`` against its own tables searched exactly (a shallow copy
+    whose plan has no threshold: one copy of a large bank in memory), on the queries ``ids / qs /
+    Z`` (the first two warm both up; the first approximate query's time, the index's build, is
+    ``first_approx_query_s``): latencies, throughput in batches of ``batch``, the candidate pool's
+    and the picks' agreement ``|A & E| / |E|``, the index's time per append, the settings; and
+    ``(approx picks, exact picks, approx candidates, exact candidates)``."""
+    import numpy as np
+
+    ex = copy.copy(ap)
+    ex.plan = replace(ap.plan, ann_min_units=None)
+    ex.select_units(ids[:2], qs[:2], Z[:2])
+    t = time.perf_counter()
+    ap.select_units(ids[:1], qs[:1], Z[:1])
+    first = time.perf_counter() - t
+    ids, qs, Z = ids[2:], qs[2:], Z[2:]
+    pe, te, te99 = _lat(ex, ids, qs, Z)
+    pa, ta, ta99 = _lat(ap, ids, qs, Z)
+    ca, ce = ap.candidate_sets(ids, qs, Z), ex.candidate_sets(ids, qs, Z)
+    qps = {"exact": _qps(ex, ids, qs, Z, batch), "approx": _qps(ap, ids, qs, Z, batch)}
+    picks = [len(set(a) & set(e)) / len(e) for a, e in zip(pa, pe) if e]
+    plan = ap.plan
+    rec = {"exact_ms": 1e3 * te, "approx_ms": 1e3 * ta, "exact_p99_ms": 1e3 * te99, "approx_p99_ms": 1e3 * ta99,
+           "first_approx_query_s": first, "candidate_recall": candidate_recall(ca, ce),
+           "pick_recall": {"mean": float(np.mean(picks)) if picks else 1.0,
+                           "p5": float(np.percentile(picks, 5)) if picks else 1.0,
+                           "min": float(np.min(picks)) if picks else 1.0},
+           "same_picks": sum(a == b for a, b in zip(pa, pe)) / max(1, len(pe)),
+           "qps": qps, "qps_batch": min(batch, len(ids)), "index_append_ms": append_update_ms(ap),
+           "settings": {"shortlist": plan.ann_shortlist, "nprobe": plan.ann_nprobe, "ef_search": plan.ann_ef_search,
+                        "index": plan.ann_kind}}
+    return rec, (pa, pe, ca, ce)
 
 
 def dev_quality(Ts=(400, 800), shortlists=None, locomo=None, lme=None, progress: bool = True,

@@ -16,9 +16,7 @@ The encoder reads each distinct text once through the on-disk embedding cache (`
 """
 from __future__ import annotations
 
-import copy
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from .. import harness
@@ -75,7 +73,7 @@ def point(spec: dict) -> dict:
     from trawmem_gpu.select.config import SelectConfig
     from trawmem_gpu.select.engine import SelectionEngine
 
-    from .ann import _lat, _qps, append_update_ms, candidate_recall
+    from .ann import exact_beside
     from .query import _rss
 
     path, n = Path(spec["data"]), int(spec["units"])
@@ -89,33 +87,12 @@ def point(spec: dict) -> dict:
         t = time.perf_counter()
         ap = SelectionEngine([bank], SelectConfig(), device="cpu", threads=1, ann_min_units=1)
         engine_s = time.perf_counter() - t
-        ex = copy.copy(ap)  # the same tables, searched exactly (ann.recall_point)
-        ex.plan = replace(ap.plan, ann_min_units=None)
-        ex.select_units(ids[:2], qs[:2], Z[:2])
-        t = time.perf_counter()
-        ap.select_units(ids[:1], qs[:1], Z[:1])
-        first = time.perf_counter() - t
-        ids, qs, Z = ids[2:], qs[2:], Z[2:]
-        pe, te, te99 = _lat(ex, ids, qs, Z)
-        pa, ta, ta99 = _lat(ap, ids, qs, Z)
-        ca, ce = ap.candidate_sets(ids, qs, Z), ex.candidate_sets(ids, qs, Z)
-        cand = candidate_recall(ca, ce)
+        rec, (pa, pe, ca, ce) = exact_beside(ap, ids, qs, Z, int(spec.get("batch", 64)))
         keys = [t.turn_id.split(":", 1)[1] for t in bank.turns]
         by_text = {"candidates": text_agreement(ca, ce, keys), "picks": text_agreement(pa, pe, keys)}
-        batch = int(spec.get("batch", 64))
-        qps = {"exact": _qps(ex, ids, qs, Z, batch), "approx": _qps(ap, ids, qs, Z, batch)}
-        grow, plan = append_update_ms(ap), ap.plan
-    picks = [len(set(a) & set(e)) / len(e) for a, e in zip(pa, pe) if e]
-    return {"spec": spec, "units": bank.n_units, "threads": bank.n_threads, "questions": len(qs),
-            "exact_ms": 1e3 * te, "approx_ms": 1e3 * ta, "exact_p99_ms": 1e3 * te99, "approx_p99_ms": 1e3 * ta99,
-            "build_s": build_s, "engine_s": engine_s, "first_approx_query_s": first, "candidate_recall": cand,
-            "pick_recall": {"mean": float(np.mean(picks)) if picks else 1.0,
-                            "p5": float(np.percentile(picks, 5)) if picks else 1.0,
-                            "min": float(np.min(picks)) if picks else 1.0},
-            "same_picks": sum(a == b for a, b in zip(pa, pe)) / max(1, len(pe)), "agreement_by_text": by_text,
-            "qps": qps, "qps_batch": min(batch, len(ids)), "index_append_ms": grow,
-            "settings": {"shortlist": plan.ann_shortlist, "nprobe": plan.ann_nprobe, "index": plan.ann_kind,
-                         "encoder": enc.id, "dim": int(Z.shape[1])}, **_rss()}
+    rec["settings"].update(encoder=enc.id, dim=int(Z.shape[1]))
+    return {"spec": spec, "units": bank.n_units, "threads": bank.n_threads, "questions": len(qs) - 2,
+            "build_s": build_s, "engine_s": engine_s, **rec, "agreement_by_text": by_text, **_rss()}
 
 
 if __name__ == "__main__":  # a child process: the check
