@@ -140,7 +140,7 @@ def test_engine_purge_drops_the_dead_rows_and_picks_as_a_fresh_engine():
     (a,), _ = build_banks([conv], encoder=enc, progress=False)
     b = replace(a, bank_id="b")
     eng = SelectionEngine([a, b], device="cpu")
-    gone = a.unit_vecs[a.index_of()["S1:8"]].astype(np.float64).tobytes()  # the CPU engine's dtype
+    gone = a.unit_vecs[a.index_of()["S1:8"]].astype(np.float32).tobytes()  # the unit table's dtype over float32 banks
     small, _ = without_turns(a, ["S1:8"], enc)
     eng.replace_bank(small)
     blob = lambda: b"".join(s.buf.contiguous().view(-1).view(torch.uint8).numpy().tobytes()  # noqa: E731
@@ -234,7 +234,7 @@ def test_forget_leaves_no_trace(built, server, tmp_path, capsys):
     # the search finds every kind of copy before the forget, so it could fail after it
     for what in ("text in coll/banks/.ana-ben.tmp-", "vector in coll/banks/.ana-ben.old-", "text in coll", "id in coll",
                  "embedding key in cache", "vector in cache", "vector in coll", "text in scores", "text in cache", "llm key 0 in cache", "llm key 1 in cache", "vector in the engine's arrays",
-                 "unit64 in the engine's arrays",  # the marker's unit: a burst with the turn after it
+                 "unit32 in the engine's arrays",  # the marker's unit: a burst with the turn after it
                  "text in the engine's Python objects"):
         assert any(x.startswith(what) for x in before), (what, before)
     n_before = len(mem.turns("ana-ben"))

@@ -36,7 +36,7 @@ def test_forget_routes(tmp_path, monkeypatch):
         v = bank.unit_vecs[bank.index_of()["m1"]]
         needles = {"text": MARKER.encode(), "vector": v.tobytes(), "vector64": v.astype("float64").tobytes()}
         before = _traces([coll], needles, service.core)
-        assert "vector64 in the engine's arrays" in before and len(before) >= 4, before
+        assert "vector in the engine's arrays" in before and len(before) >= 3, before  # float32 over float32 banks
         # no key: 401; a read-only key: 403 on its own bank; a foreign bank answers as a missing one
         for path in ("/v1/banks/acme-1", "/v1/banks/acme-1/turns/m1"):
             assert call("DELETE", path).status_code == 401

@@ -105,8 +105,9 @@ def _needles(coll_dir, extra_keys=()) -> dict[str, bytes]:
     u = next(k for k, t in enumerate(view.turns) if MARKER_ID in unit_members(t))
     out = {"text": MARKER.encode(), "id": MARKER_ID.encode(),  # an id can be the secret too (issue 42.4)
            "embedding key": key.encode(), "vector": v.tobytes(),
-           "vector64": v.astype(np.float64).tobytes(),  # as a CPU engine's tables hold it
-           "unit64": view.unit_vecs[u].astype(np.float64).tobytes()}  # the engine's vector of its unit
+           "vector64": v.astype(np.float64).tobytes(),  # as a float64 engine's tables hold it
+           "unit32": view.unit_vecs[u].astype(np.float32).tobytes(),  # the engine's vector of its unit
+           "unit64": view.unit_vecs[u].astype(np.float64).tobytes()}  # (float32 over float32 banks: Layout.vec_dtype)
     out.update({f"llm key {n}": k.encode() for n, k in enumerate(extra_keys)})
     return out
 
