@@ -97,6 +97,21 @@ def _pieces(lines):
         yield b"".join(buf)
 
 
+async def regrouped(pieces, size: int):
+    """The byte pieces of the async iterator ``pieces`` joined into pieces of about ``size`` bytes
+    (never split): what crosses a process boundary per call (an export under ``--http-workers``,
+    ``remote.Streamed``; from a Ray shard, ``ray_app.BankShard.export_bank``)."""
+    buf, n = [], 0
+    async for p in pieces:
+        buf.append(p)
+        n += len(p)
+        if n >= size:
+            yield b"".join(buf)
+            buf, n = [], 0
+    if buf:
+        yield b"".join(buf)
+
+
 def import_lines(service, bank_id: str, lines, where=None, max_bank_lines: int | None = None) -> dict:
     """Import ``lines`` (an export of bank ``bank_id`` alone: an iterable of byte lines, or the
     body's bytes) into the bank: the import's result for it (``memory.export.import_``: stored,

@@ -36,7 +36,7 @@ from ..select.params import QueryParams
 from .batcher import DeadlineExceeded, Later, QueueFull
 from ..notes import Say
 from .config import ServeConfig, log_line
-from .portable import joined
+from .portable import joined, regrouped
 from .remote import error_fields, error_from
 
 log = logging.getLogger(__name__)
@@ -176,15 +176,8 @@ class BankShard:
             yield _refused(e)
             return
         yield None
-        buf, n = [], 0
-        async for p in pieces:
-            buf.append(p)
-            n += len(p)
-            if n >= STREAM_BYTES:
-                yield b"".join(buf)
-                buf, n = [], 0
-        if buf:
-            yield b"".join(buf)
+        async for p in regrouped(pieces, STREAM_BYTES):
+            yield p
 
     async def import_bank(self, bank_id: str, body: bytes, where=None) -> dict:
         try:

@@ -48,7 +48,7 @@ import signal
 
 from ..select.params import QueryParams
 from .backend import CALLS, Backend, LocalBackend
-from .portable import joined
+from .portable import joined, regrouped
 from .batcher import DeadlineExceeded, OutcomeUnknown, ShuttingDown
 from .config import ServeConfig
 from .loading import LOADING
@@ -73,7 +73,7 @@ RECONNECTS = 5
 NEXT, CLOSE = "stream_next", "stream_close"
 """The engine calls that read a streamed answer (an export's pieces) and end it early."""
 STREAM_BYTES = 1 << 18
-"""About how many bytes of a streamed answer cross per :data:`NEXT` call (pieces are not split)."""
+"""About how many bytes of a streamed answer cross per :data:`NEXT` call (``portable.regrouped``)."""
 
 
 class Streamed:
@@ -141,11 +141,10 @@ class EngineEndpoint:
                 await _aclose(it)
             streams.clear()
 
-    async def _answer(self, out: "_Outbox", rid: int, op: str, blob: bytes, streams: dict | None = None) -> None:
+    async def _answer(self, out: "_Outbox", rid: int, op: str, blob: bytes, streams: dict) -> None:
         """One call: its arguments unpickled here, so one that fails (a value that does not
         unpickle) is that call's error, answered like any other. ``streams``: this connection's
         streamed answers (:class:`Streamed`), read by :data:`NEXT` and ended by :data:`CLOSE`."""
-        streams = {} if streams is None else streams
         try:
             if op in (NEXT, CLOSE):
                 ok, payload = True, await _stream_call(streams, op, *pickle.loads(blob))
@@ -153,7 +152,7 @@ class EngineEndpoint:
                 ok, payload = True, await self._call(op, pickle.loads(blob))
                 if hasattr(payload, "__aiter__"):  # an export: its pieces cross as the front asks
                     sid = max(streams, default=-1) + 1
-                    streams[sid], payload = payload, Streamed(sid)
+                    streams[sid], payload = regrouped(payload, STREAM_BYTES), Streamed(sid)
         except Exception as e:  # noqa: BLE001 - answered to the front, which raises it again
             if error_fields(e)[0] == "internal":
                 log.exception("engine call %s failed", op)
@@ -180,34 +179,26 @@ class EngineEndpoint:
         return await getattr(b, op)(*args)
 
 
-async def _stream_call(streams: dict, op: str, sid: int, max_bytes: int = STREAM_BYTES) -> bytes | None:
-    """:data:`NEXT`: the next pieces of stream ``sid`` joined, up to about ``max_bytes`` (``b""``
-    at its end, when it is dropped); :data:`CLOSE`: end it now (a front whose reader went away)."""
-    if sid not in streams:
-        if op == CLOSE:
-            return None
-        raise ValueError(f"no stream {sid} on this connection (it ended, or the engine restarted)")
-    it = streams[sid]
-    if op == CLOSE or it is None:  # None: its last pieces were sent, this call answers its end
-        del streams[sid]
-        await _aclose(it)
-        return None if op == CLOSE else b""
-    out, n = [], 0
-    try:
-        while n < max_bytes:
-            piece = await it.__anext__()
-            out.append(piece)
-            n += len(piece)
-    except StopAsyncIteration:
-        if out:
-            streams[sid] = None
-        else:
+async def _stream_call(streams: dict, op: str, sid: int) -> bytes | None:
+    """:data:`NEXT`: the next piece of stream ``sid`` (``b""`` at its end, when it is dropped);
+    :data:`CLOSE`: end it now (a front whose reader went away)."""
+    it = streams.get(sid)
+    if op == CLOSE:
+        if it is not None:
             del streams[sid]
+            await _aclose(it)
+        return None
+    if it is None:
+        raise ValueError(f"no stream {sid} on this connection (it ended, or the engine restarted)")
+    try:
+        return await it.__anext__()
+    except StopAsyncIteration:
+        del streams[sid]
+        return b""
     except BaseException:
         streams.pop(sid, None)
         await _aclose(it)
         raise
-    return b"".join(out)
 
 
 async def _aclose(it) -> None:
@@ -289,6 +280,21 @@ class RemoteBackend:
         while True:
             await asyncio.sleep(self.POLL_S)
             await self.refresh()
+
+    async def _stream(self, sid: int):
+        """The pieces of the engine's streamed answer ``sid``, asked for as they are read; the
+        engine's side is ended (:data:`CLOSE`) when the reader stops early."""
+        done = False
+        try:
+            while data := await self._call(NEXT, sid):
+                yield data
+            done = True
+        finally:
+            if not done and self._writer is not None and not self._writer.is_closing():
+                try:
+                    await self._call(CLOSE, sid)
+                except Exception:  # noqa: BLE001 - the connection's end drops it as well
+                    pass
 
     def _fail_pending(self, why: str) -> None:
         for fut in self._pending.values():
@@ -385,26 +391,6 @@ class RemoteBackend:
             raise self._lost(op, e) from None
         finally:
             self._pending.pop(rid, None)
-
-
-
-async def _stream(self, sid: int):
-    """The pieces of the engine's streamed answer ``sid``, asked for as they are read; the engine's
-    side is ended (:data:`CLOSE`) when the reader stops early."""
-    done = False
-    try:
-        while data := await self._call(NEXT, sid, STREAM_BYTES):
-            yield data
-        done = True
-    finally:
-        if not done and self._writer is not None and not self._writer.is_closing():
-            try:
-                await self._call(CLOSE, sid)
-            except Exception:  # noqa: BLE001 - the connection's end drops it as well
-                pass
-
-
-RemoteBackend._stream = _stream
 
 
 def _forward(name: str):
