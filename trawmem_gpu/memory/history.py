@@ -52,6 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import loads_json
+from ..store.records import utc_now
 
 EVENTS = ("added", "superseded", "re-embedded", "forgotten", "reinstated")
 HISTORY_DIR = ".history"
@@ -61,18 +62,11 @@ ID_FIELDS = ("unit", "by", "supersedes")
 """The fields of a stored event that hold a unit id (``<field>_digest`` once it is forgotten)."""
 
 
-def now_iso() -> str:
-    """Now, naive ISO 8601 UTC (``store.records.utc_now``: the form of ``Turn.stored_at`` too)."""
-    from ..store.records import utc_now
-
-    return utc_now()
-
-
 def event(unit: str, kind: str, cause: str, time: str | None = None, **extra) -> dict:
     """One event (see the module docstring); ``extra``: ``by`` / ``supersedes``."""
     if kind not in EVENTS:
         raise ValueError(f"unknown history event {kind!r}")
-    return {"unit": unit, "event": kind, "time": time or now_iso(), "cause": cause,
+    return {"unit": unit, "event": kind, "time": time or utc_now(), "cause": cause,
             **{k: v for k, v in extra.items() if v is not None}}
 
 
@@ -88,7 +82,7 @@ def write_events(old, new, cause: str, *, sessions=None, gone_cause: str | None 
     units gone (``forgotten``, with ``gone_cause``), units kept whose vector changed
     (``re-embedded``). Turn vectors are compared only in ``sessions`` (the sessions the write
     rebuilt; None: every session), so an append to a large bank compares what it touched."""
-    t = now_iso()
+    t = utc_now()
     n = _appended(old, new) if sessions is not None else None
     if n is not None:
         out = _append_turn_events(old, new, n, sessions, cause, t)
@@ -160,7 +154,7 @@ def forget_events(old, new, turn_ids) -> list[dict]:
     """The events of a forget of ``turn_ids`` (``old``: the bank as this process held it, or None;
     ``new``: the bank left, or None): each turn ``forgotten``, and the facts and profile sections
     that went with them."""
-    t = now_iso()
+    t = utc_now()
     out = [event(u, "forgotten", "forget", t) for u in dict.fromkeys(turn_ids)]
     lo, ln = _units(old), _units(new)
     out += [event(u, "forgotten", "cites a forgotten turn", t) for u in lo if u not in ln]
