@@ -277,6 +277,21 @@ class BankRegistry(ForgetPath):
             self.version += 1
         return bank
 
+    def rewrite(self, bank_id: str, change, events) -> Bank:
+        """Bank ``bank_id`` rewritten by ``change(old) -> Bank`` in one ``Collection.update`` under
+        its write lock, held as the current bank, and ``events(old, new)`` appended to its history
+        (a layer write of its own: ``Memory.add_facts``, an import's facts with nothing to append)."""
+        seen: dict = {}
+
+        def run(old):
+            seen["old"] = old
+            return change(old)
+
+        with self._bank_lock(bank_id):
+            bank = self._publish(bank_id, self.coll.update(bank_id, run))
+            self._record(bank_id, events(seen["old"], bank))
+        return bank
+
     def _record(self, bank_id: str, events: list[dict]) -> None:
         """Append ``events`` to the bank's history (``memory.history``) under its file lock."""
         if events:

@@ -76,24 +76,12 @@ def add_imported(mem, bank_id: str, batch, facts: list[dict], encoder, llm=None,
 
 def _own_write(mem, bank_id: str, step: ImportFacts) -> list:
     """The facts and sections of ``step`` added in a write of their own (the append had nothing to
-    store, so its layer step did not run): one ``Collection.update``, published, its events kept;
-    the ids of the facts added."""
+    store, so its layer step did not run): one ``BankRegistry.rewrite``, published, its events
+    kept; the ids of the facts added."""
     from .facts import fact_events
     from .history import write_events
 
-    reg = mem._core.registry
-    seen: dict = {}
-
-    def add(old):
-        seen["old"] = old
-        return step(old, old, ())
-
-    with reg._bank_lock(bank_id):
-        bank = reg.coll.update(bank_id, add)
-        with reg._lock:
-            reg._banks[bank_id] = bank
-            reg.version += 1
-        reg._record(bank_id, fact_events(write_events(seen["old"], bank, "import", sessions=set()),
-                                         step.done.get("pairs", ())))
+    bank = mem._core.registry.rewrite(bank_id, lambda old: step(old, old, ()), lambda old, new: fact_events(
+        write_events(old, new, "import", sessions=set()), step.done.get("pairs", ())))
     mem._publish(bank_id, bank)
     return list(step.done.get("added", ()))

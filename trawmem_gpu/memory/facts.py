@@ -139,12 +139,7 @@ def add_facts(registry, bank_id: str, records, encoder) -> dict:
 
     if bank_id in registry.quarantined or registry.get(bank_id) is None:
         raise registry.absent(bank_id)
-    with registry._bank_lock(bank_id):
-        bank = registry.coll.update(bank_id, add)
-        with registry._lock:
-            registry._banks[bank_id] = bank
-            registry.version += 1
-        events = fact_events(write_events(done["old"], bank, "add_facts", sessions=set()), done["pairs"])
-        registry._record(bank_id, events)
+    bank = registry.rewrite(bank_id, add, lambda old, new: fact_events(
+        write_events(old, new, "add_facts", sessions=set()), done["pairs"]))
     return {"bank": bank, "added": done["added"],
             "superseded": [{"old": p.old, "new": p.new, "cause": p.cause} for p in done["pairs"]]}
