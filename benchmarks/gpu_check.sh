@@ -8,8 +8,8 @@
 #
 # Steps (each under its own timeout; the whole script stays under ~5 minutes):
 #   1. environment: GPU, versions, which optional modules import (faiss, faiss GPUs, bm25s, ...)
-#   2. makes `trawmem_gpu` and `trawmem_gpu.kernels` importable without installing anything
-#      (a temporary overlay of symlinks on PYTHONPATH when the package is not installed)
+#   2. makes `trawmem_gpu` importable without installing anything (the repository root on PYTHONPATH
+#      when the package is not installed)
 #   3. the CUDA tests: pytest -k "cuda or triton" over tests/select/agreement/test_kernels_*.py, test_engine.py,
 #      test_engine_scale.py, test_objective.py (the Triton greedy against J term by term)
 #      (skipped with a note when pytest is missing)
@@ -20,6 +20,11 @@
 #      through the offline vLLM engine (structured outputs), `real_llm paths --label gpu-vllm` (15 min cap;
 #      benchmarks/results/real_llm.md says what it should show)
 #   5. a short summary, and gpu_check.json (environment, test outcome, benchmark file)
+#
+# A bare host lacks three small packages the default selection needs; carry them as wheels (see
+# benchmarks/results/gpu/README.md): bm25s and PyStemmer (BM25, the default affinity) and bpe-openai
+# (the token counter: tiktoken cannot download cl100k_base offline). Without them the benchmark runs
+# the dense affinity and says so; without bpe-openai the engine cannot count tokens.
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -57,13 +62,13 @@ json.dump(env, open(sys.argv[1], "w"), indent=1)
 EOF
 
 echo "== 2. package import"
-if ! "$PY" -c "import trawmem_gpu.kernels.greedy" >/dev/null 2>&1 || [ -n "${GPU_CHECK_OVERLAY:-}" ]; then
-  OVL="$(mktemp -d)"
-  mkdir -p "$OVL/trawmem_gpu"
-  for f in "$ROOT"/trawmem_gpu/*; do ln -s "$f" "$OVL/trawmem_gpu/$(basename "$f")"; done
-  ln -s "$ROOT/kernels" "$OVL/trawmem_gpu/kernels"
-  export PYTHONPATH="$OVL${PYTHONPATH:+:$PYTHONPATH}"
-  echo "trawmem_gpu not installed: using a symlink overlay at $OVL (kernels/ as trawmem_gpu.kernels)"
+# asked from / (from the root, `python -c` would find the checkout by the current directory alone,
+# and a script run as a file would not)
+if ! (cd / && "$PY" -c "import trawmem_gpu.kernels.greedy") >/dev/null 2>&1 || [ -n "${GPU_CHECK_OVERLAY:-}" ]; then
+  # the package sits at the repository root (its kernels inside it, trawmem_gpu/kernels/): the root
+  # first on PYTHONPATH is all an uninstalled checkout needs; nothing is written into the tree
+  export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+  echo "trawmem_gpu not installed: importing it from $ROOT"
 fi
 "$PY" -c "import trawmem_gpu.select.engine, trawmem_gpu.kernels.greedy, trawmem_gpu.kernels.priority; print('imports ok')" \
   || echo "WARNING: engine or kernel import failed (see above)"
@@ -80,8 +85,8 @@ else
 fi
 
 echo "== 4. GPU benchmark"
-# the script's file, not `python -m benchmarks run select`: -m would put the repository root first on
-# sys.path, ahead of the overlay (benchmarks/_boot.py)
+# the script's file (benchmarks/_boot.py runs it as benchmarks.bench_select): whichever trawmem_gpu comes
+# first on the path is the one measured
 timeout 200 "$PY" benchmarks/bench_select.py --gpu-target --out-dir "$OUTDIR" 2>&1 | grep -v -i warn | tail -20
 BENCH_RC=${PIPESTATUS[0]}
 echo "benchmark exit code: $BENCH_RC (124 = timed out)"

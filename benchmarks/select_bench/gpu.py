@@ -29,11 +29,11 @@ def gpu_target(args) -> dict:
     out["device"] = torch.cuda.get_device_name(0) if dev == "cuda" else "cpu (smoke run of the GPU benchmark code)"
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     banks = synthetic_banks.make_banks(256, units=290, thread_len=145 / 12, seed=11)
-    lexical_ok = all(importlib.util.find_spec(m) is not None for m in ("bm25s", "nltk"))
+    lexical_ok = all(importlib.util.find_spec(m) is not None for m in ("bm25s", "Stemmer"))  # BM25: select/lexical.py
     cfg = SelectConfig() if lexical_ok else SelectConfig(affinity="dense")
     params = QueryParams(budget=16)
     out["config"] = {"affinity": cfg.affinity, "budget": params.budget, "hops": params.hops,
-                     "note": None if lexical_ok else "bm25s/nltk missing: dense affinity (no BM25) instead of rrf"}
+                     "note": None if lexical_ok else "bm25s/PyStemmer missing: dense affinity (no BM25) instead of rrf"}
     # chunks as large as memory allows: [Qc, U, U] float32 temporaries of ~2 GB
     chunk = int(os.environ.get("GPU_CHUNK_ELEMS", 1 << 29))
     out["chunk_elems"] = chunk

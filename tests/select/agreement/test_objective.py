@@ -127,10 +127,18 @@ def _surrogate(x, w, modular):
     return out
 
 
+# compiled on a GPU; on the CPU only under TRITON_INTERPRET=1 (the kernels refuse CPU tensors otherwise)
+TRITON_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def _triton(x, w, modular):
+    def on(v):
+        return v.to(TRITON_DEVICE) if isinstance(v, torch.Tensor) else v
+
     def fn(p, w_, rule):
-        p32 = G.GreedyProblem(*(v.float() if v is not None and v.is_floating_point() else v for v in p))
-        return G.greedy_select(p32, w_, rule, impl="triton")
+        p32 = G.GreedyProblem(*(on(v.float() if v.is_floating_point() else v) if v is not None else None for v in p))
+        w_ = J.CoverageWeights(*(on(v) for v in w_))
+        return G.greedy_select(p32, w_, rule._replace(budget=on(rule.budget)), impl="triton")
     return _batched(fn)(x, w, modular)
 
 
