@@ -18,6 +18,7 @@ import torch
 
 from ..steps import candidates as step3, relevance as step3r, roles as step4
 from ..steps.propagation import propagation_params, query_sizes
+from ..text_features import demand_matrix
 from .batch import QueryBatch, Timer
 from . import shortlist
 from .compiled_args import (Candidates, FrontBatch, FrontTables, StageBatch, front_tables,  # noqa: F401
@@ -96,7 +97,9 @@ def _texts(snap: Snapshot, plan, cfg, head, batch: QueryBatch) -> list[tuple]:
         rows = order[s:e]
         qtext = [batch.questions[i] for i in rows.tolist()]
         ptr, ids, _slow = step3.bm25_columns(batch.bidx[rows].tolist(), qtext, bm.vocabs, bm.plain, bm.store.col0)
-        texts.append((rows, (ptr, ids), step4.demand(qtext, cfg, head), _learned_queries(snap, cfg, batch, rows, qtext)))
+        X = demand_matrix(qtext)  # once per question, for both step 4's demand and the learned cues
+        texts.append((rows, (ptr, ids), step4.demand(qtext, cfg, head, X),
+                      _learned_queries(snap, cfg, batch, rows, qtext, X[:, 1])))
     return texts
 
 
@@ -107,16 +110,19 @@ def _approximate(snap: Snapshot, plan, bidx: np.ndarray) -> np.ndarray:
     return snap.off.nu[bidx] >= plan.ann_min_units
 
 
-def _learned_queries(snap: Snapshot, cfg, batch: QueryBatch, rows: np.ndarray, qtext: list[str]):
+def _learned_queries(snap: Snapshot, cfg, batch: QueryBatch, rows: np.ndarray, qtext: list[str], z_temp=None):
     """The ``learned`` affinity's question cues of a chunk (text work, on the calling thread), or
-    an empty one for the ``rrf`` affinity."""
+    an empty one for the ``rrf`` affinity. ``z_temp``: the chunk's temporal cues, if known; a
+    query's unit times are sliced only when it has a date (``date_match`` reads them then only)."""
     if cfg.affinity != "learned":
         e = np.zeros(0)
         return step3r.LearnedQueries(e, np.zeros(0, np.int64), e, e, np.zeros(0, np.int64), e, 0.0)
     off, attrs = snap.off, snap.np["attrs"]
-    b = batch.bidx[rows]
-    return step3r.learned_queries(qtext, [snap.infos[int(x)].speakers for x in b],
-                                  [attrs[off.uo[x]:off.uo[x] + off.nu[x], 0] for x in b], batch.now[rows], cfg)
+    b, now = batch.bidx[rows].tolist(), batch.now[rows]
+    uo, nu = off.uo.tolist(), off.nu.tolist()
+    return step3r.learned_queries(qtext, [snap.infos[x].speakers for x in b],
+                                  [attrs[uo[x]:uo[x] + nu[x], 0] if t == t else None for x, t in zip(b, now.tolist())],
+                                  now, cfg, z_temp)
 
 
 def _chunk(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: np.ndarray, cols, demand, lq):

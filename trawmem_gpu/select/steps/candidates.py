@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from .._jit import njit
-from ..lexical import tokenize
+from ..lexical import _TOKEN as TOKEN, _stem as stem, _stopwords as lexical_stopwords, tokenize
 from ..tensor_ops import compact, ranks, ranks_positive
 
 
@@ -76,9 +76,39 @@ class BM25Store(NamedTuple):
 def bm25_columns(bidx: list[int], questions: list[str], vocabs: list[dict], plain: list[bool],
                  col0: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """Each query's BM25 term columns (``col0[b] + term``), in query-token order, as CSR ``(ptr
-    [Q + 1], ids)``; questions tokenized once per distinct text. ``slow``: queries whose bank's
-    BM25 variant needs bm25s itself (no columns listed)."""
-    tokens: dict[str, list[str]] = {}
+    [Q + 1], ids)``: :func:`bm25_columns_reference`'s value. Each bank's raw words (lower-cased
+    word runs before the stop-word filter and the stemmer) are mapped to a column, or to -1 for a
+    stop word or a word out of the bank's vocabulary, once per call, so a word that recurs across
+    the batch's questions costs one dictionary look-up. ``slow``: queries whose bank's BM25
+    variant needs bm25s itself (no columns listed)."""
+    sw = lexical_stopwords()
+    maps: dict[int, dict[str, int]] = {}
+    ids: list[int] = []
+    ptr = [0]
+    slow: list[int] = []
+    for q, (b, text) in enumerate(zip(bidx, questions)):
+        if not plain[b]:
+            slow.append(q)
+            ptr.append(len(ids))
+            continue
+        m = maps.get(b)
+        if m is None:
+            m = maps[b] = {}
+        for w in TOKEN.findall(text.lower()):
+            c = m.get(w)
+            if c is None:
+                t = -1 if w in sw else vocabs[b].get(stem(w), -1)
+                c = m[w] = -1 if t < 0 else int(col0[b]) + t
+            if c >= 0:
+                ids.append(c)
+        ptr.append(len(ids))
+    return np.asarray(ptr, dtype=np.int64), np.asarray(ids, dtype=np.int64), slow
+
+
+def bm25_columns_reference(bidx: list[int], questions: list[str], vocabs: list[dict], plain: list[bool],
+                           col0: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The plain statement of :func:`bm25_columns`: ``lexical.tokenize`` each question, keep its
+    tokens in the bank's vocabulary, in order, as ``col0[b] + vocab[token]``."""
     ids: list[int] = []
     ptr = [0]
     slow: list[int] = []
@@ -86,11 +116,8 @@ def bm25_columns(bidx: list[int], questions: list[str], vocabs: list[dict], plai
         if not plain[b]:
             slow.append(q)
         else:
-            toks = tokens.get(text)
-            if toks is None:
-                toks = tokens[text] = tokenize(text)
             vocab, o = vocabs[b], int(col0[b])
-            ids += [o + vocab[w] for w in toks if w in vocab]
+            ids += [o + vocab[w] for w in tokenize(text) if w in vocab]
         ptr.append(len(ids))
     return np.asarray(ptr, dtype=np.int64), np.asarray(ids, dtype=np.int64), slow
 

@@ -131,16 +131,28 @@ def speakers_named(question: str, speakers: tuple[str, ...]) -> np.ndarray:
 
 
 def _named(question: str, speakers) -> list[float]:
-    """:func:`speakers_named` as a list (a batch concatenates them once)."""
-    return [1.0 if f is not None and f(question) else 0.0 for f in _speaker_searches(tuple(speakers))]
+    """:func:`speakers_named` as a list (a batch concatenates them once). An ASCII question that
+    does not hold an ASCII name's lower case as a substring cannot match it (on ASCII text the
+    case-blind search folds case as ``str.lower`` does), so the search runs only where it can."""
+    low = question.lower() if question.isascii() else None
+    return [0.0 if f is None or (low is not None and key is not None and key not in low)
+            else (1.0 if f(question) else 0.0) for f, key in _speaker_searches(tuple(speakers))]
 
 
 @functools.lru_cache(maxsize=1 << 12)
 def _speaker_searches(speakers: tuple[str, ...]) -> tuple:
-    """Each speaker's whole-word, case-blind ``search`` (None for a blank name), compiled once per
-    bank's speakers rather than escaped and looked up per question."""
-    return tuple(re.compile(r"(?<!\w)" + re.escape(s.strip()) + r"(?!\w)", re.I).search if s.strip() else None
-                 for s in speakers)
+    """Each speaker's ``(whole-word, case-blind search, lower-case name if ASCII else None)``
+    (``(None, None)`` for a blank name), compiled once per bank's speakers rather than escaped and
+    looked up per question."""
+    out = []
+    for s in speakers:
+        name = s.strip()
+        if not name:
+            out.append((None, None))
+        else:
+            out.append((re.compile(r"(?<!\w)" + re.escape(name) + r"(?!\w)", re.I).search,
+                        name.lower() if name.isascii() else None))
+    return tuple(out)
 
 
 def date_match(time: np.ndarray, question: str, now: float) -> np.ndarray | None:
@@ -327,10 +339,16 @@ class LearnedQueries(NamedTuple):
 
 
 def learned_queries(questions: list[str], speakers: list[tuple], times: list[np.ndarray], now: np.ndarray,
-                    cfg) -> LearnedQueries:
-    """The :class:`LearnedQueries` of a chunk: ``speakers[q]`` / ``times[q]`` of each query's bank."""
+                    cfg, z_temp: np.ndarray | None = None) -> LearnedQueries:
+    """The :class:`LearnedQueries` of a chunk: ``speakers[q]`` / ``times[q]`` of each query's bank
+    (``times[q]`` is read only where ``now[q]`` is a date). ``z_temp``: the questions' temporal
+    cue (column 1 of ``text_features.demand_matrix``) when the caller has it (None: from the cache)."""
     from .roles import demand_features_cached
 
+    if z_temp is None:
+        z_temp = np.array([demand_features_cached(t)[1] for t in questions], dtype=np.float64)
+    elif len(z_temp) != len(questions):
+        raise ValueError(f"learned_queries: {len(z_temp)} z_temp values for {len(questions)} questions")
     named, named_off, dm, dm_off = [], [], [], []
     n = k = 0
     for text, sp, tm, t_now in zip(questions, speakers, times, now):
@@ -346,7 +364,7 @@ def learned_queries(questions: list[str], speakers: list[tuple], times: list[np.
             k += len(col)
     cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0)
     return LearnedQueries(np.array(named, dtype=np.float64), np.asarray(named_off, np.int64),
-                          np.array([demand_features_cached(t)[1] for t in questions], dtype=np.float64), cat(dm),
+                          np.ascontiguousarray(z_temp, dtype=np.float64), cat(dm),
                           np.asarray(dm_off, np.int64), np.asarray(cfg.relevance_weights, dtype=np.float64),
                           float(cfg.rrf_k))
 

@@ -111,12 +111,16 @@ class Demand(NamedTuple):
     W: np.ndarray
 
 
-def demand(questions: list[str], cfg, head=None) -> Demand:
+def demand(questions: list[str], cfg, head=None, X: np.ndarray | None = None) -> Demand:
     """:class:`Demand` of a batch. Hand-set: as :func:`role_params`. A learned head replaces delta
     and M(delta): ``head.role_matrices(X)`` (X: ``[Q, 4]`` float64 tensor) returns ``(delta [Q, R],
     Mq [Q, R, F])``; ``head.weights_batch(X)``, if present, returns ``{name: [Q]}`` for names of
-    ``QUERY_WEIGHTS``."""
-    X = np.stack([demand_features_cached(q) for q in questions])
+    ``QUERY_WEIGHTS``. ``X``: the questions' ``text_features.demand_matrix`` when the caller has
+    it already (None: from the per-question cache)."""
+    if X is None:
+        X = np.stack([demand_features_cached(q) for q in questions])
+    elif X.shape != (len(questions), 4):
+        raise ValueError(f"demand: X has shape {X.shape}, expected ({len(questions)}, 4)")
     if head is None:
         delta = demand_mix(np.array(cfg.A), X)  # the reference's own function: same bits
         delta = delta / delta.sum(axis=1, keepdims=True)
