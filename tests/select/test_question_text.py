@@ -15,6 +15,8 @@ from trawmem_gpu.select.steps import relevance, roles
 from trawmem_gpu.select.steps.candidates import bm25_columns, bm25_columns_reference
 from trawmem_gpu.select.text_features import demand_features, demand_matrix
 
+from engine_banks import banks, queries  # noqa: F401 - fixtures
+
 WORDS = ("when", "what", "year", "how", "many", "days", "long", "and", "both", "which", "each", "other",
          "Ana", "Ben", "Clara", "Lyon", "the", "a", "cat", "moved", "running", "ran", "ago", "last",
          "shared", "share", "might", "Rotterdam", "why", "kinds", "kind", "ſtraße", "Kelvin", "\u212aate",
@@ -116,3 +118,21 @@ def test_learned_queries_take_z_temp():
     assert all(np.asarray(x).tobytes() == np.asarray(y).tobytes() for x, y in zip(a, b))
     with pytest.raises(ValueError, match="z_temp"):
         relevance.learned_queries(qs, sp, tm, now, cfg, np.zeros(3))
+
+
+def test_query_vectors_are_checked_for_nan_and_inf(banks, queries):
+    """The input check's finite-sum shortcut: a NaN or inf row is named, a batch of finite rows
+    whose sum overflows is not refused."""
+    from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.engine import SelectionEngine
+
+    ids, qs, Z = queries
+    eng = SelectionEngine(banks, SelectConfig(), device="cpu")
+    for bad in (np.nan, np.inf, -np.inf):
+        Zb = np.array(Z, dtype=np.float64)
+        Zb[3, 1] = bad
+        with pytest.raises(ValueError, match=r"NaN or inf \(rows \[3\]\)"):
+            eng.select_units(ids, qs, Zb)
+    Zb = np.array(Z, dtype=np.float64)
+    Zb[:, 0] = 1e308  # every entry finite, the sum is not
+    assert len(eng.select_units(ids, qs, Zb)) == len(ids)

@@ -93,7 +93,9 @@ def make_batch(snap: Snapshot, bank_ids, questions, Z, dates, device, dtype, par
     d = snap.t["unit_vecs"].shape[1]
     if Zt.ndim != 2 or Zt.shape[0] != Q or Zt.shape[1] != d:
         raise ValueError(f"Z must have shape [{Q}, {d}], got {tuple(Zt.shape)}")
-    bad = ~torch.isfinite(Zt).all(dim=1)
+    # a NaN or inf anywhere makes the sum NaN or inf; a finite sum clears every row at once (an
+    # overflowing sum of finite rows falls through to the row check, which passes them)
+    bad = torch.zeros(0, dtype=torch.bool) if bool(torch.isfinite(Zt.sum())) else ~torch.isfinite(Zt).all(dim=1)
     if bool(bad.any()):
         raise ValueError(f"query vectors hold NaN or inf (rows {bad.nonzero().flatten()[:10].tolist()})")
     if dates is None:
