@@ -42,6 +42,20 @@ def test_demand_matrix_is_demand_features(n):
     assert demand_matrix([]).shape == (0, 4)
 
 
+def test_lower_case_patterns_match_as_the_case_blind_ones():
+    from trawmem_gpu.select import text_features as tf
+
+    for low, blind in ((tf._TEMPORAL_LOW, tf.TEMPORAL_Q), (tf._RELATIONAL_LOW, tf.RELATIONAL_Q)):
+        assert low.pattern == low.pattern.lower() and not low.flags & re.I  # no upper-case letter to miss
+        rng = random.Random(1)
+        for q in _questions(rng, 400):
+            q = "".join(c.upper() if rng.random() < 0.3 else c for c in q)
+            if q.isascii():
+                assert low.findall(q.lower()) == [m.lower() for m in blind.findall(q)], q
+    X = demand_matrix(["WHEN did BOTH Ana and Ben go?", "what KINDS of Cats"])
+    assert X[:, 1].tolist() == [1.0, 0.0] and X[:, 2].tolist() == [1.0, 0.5]
+
+
 def test_demand_takes_the_matrix_and_checks_it():
     from trawmem_gpu.select.config import SelectConfig
 

@@ -26,6 +26,11 @@ TEMPORAL_UNIT = re.compile(
     rf"next (?:week|month|year)|(?:19|20)\d\d|\d+ (?:days?|weeks?|months?|years?) ago|ago|weekend|"
     rf"morning|evening|since|recently)\b", re.I)
 _NAME = re.compile(r"\b[A-Z][a-z]+\b")
+# The two question patterns without re.I, for an ASCII question's lower case: their text has no
+# upper-case letter, and on ASCII text lowering changes no word boundary, so they match there
+# exactly where the case-blind ones match the question (and Python's re runs them ~1.7x faster).
+_TEMPORAL_LOW = re.compile(TEMPORAL_Q.pattern)
+_RELATIONAL_LOW = re.compile(RELATIONAL_Q.pattern)
 
 
 def demand_features(question: str) -> np.ndarray:
@@ -41,12 +46,18 @@ def demand_features(question: str) -> np.ndarray:
 def demand_matrix(questions: list[str]) -> np.ndarray:
     """``[Q, 4]`` float64: row q is ``demand_features(questions[q])``, bit for bit, with less work:
     z_temp only asks whether the temporal pattern occurs (``min(1, count)`` is 1 from the first
-    match on), the names are not scanned when two relational matches already put z_rel at 1, and
-    one array is built for the batch instead of one per question."""
+    match on), the names are not scanned when two relational matches already put z_rel at 1, an
+    ASCII question is scanned in lower case by the patterns without re.I, and one array is built
+    for the batch instead of one per question."""
     rows = []
     for question in questions:
-        z_temp = 1.0 if TEMPORAL_Q.search(question) else 0.0
-        n_rel = len(RELATIONAL_Q.findall(question))
+        if question.isascii():
+            low = question.lower()
+            z_temp = 1.0 if _TEMPORAL_LOW.search(low) else 0.0
+            n_rel = len(_RELATIONAL_LOW.findall(low))
+        else:
+            z_temp = 1.0 if TEMPORAL_Q.search(question) else 0.0
+            n_rel = len(RELATIONAL_Q.findall(question))
         if n_rel >= 2:  # 0.5 * n_rel >= 1 and the names' part is >= 0
             z_rel = 1.0
         else:
