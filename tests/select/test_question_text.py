@@ -96,6 +96,17 @@ def test_bm25_columns_are_the_reference(seed):
         assert len(got[0]) == len(qs) + 1
 
 
+def test_ascii_token_pattern_is_the_token_pattern():
+    from trawmem_gpu.select.lexical import _TOKEN
+    from trawmem_gpu.select.steps.candidates import _TOKEN_ASCII
+
+    rng = random.Random(2)
+    texts = [q for q in _questions(rng, 600) if q.isascii()] + ["a_b 12 x9 __ I'm", "tab\there"]
+    assert len(texts) > 100
+    for t in texts:
+        assert _TOKEN_ASCII.findall(t.lower()) == _TOKEN.findall(t.lower())
+
+
 def test_bm25_columns_know_the_words():
     vocabs = [BM25Index(["the cat moved", "Clara ran"]).vocab, BM25Index(["cats running"]).vocab]
     o = len(vocabs[0])

@@ -14,6 +14,7 @@ bits, the same float64 operations as the torch path).
 """
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 import numpy as np
@@ -73,13 +74,19 @@ class BM25Store(NamedTuple):
     nz0: np.ndarray
 
 
+_TOKEN_ASCII = re.compile(TOKEN.pattern.replace("(?u)", ""), re.A)
+"""``lexical``'s token pattern with ASCII classes: on ASCII text ``\w`` is the same class, so the
+same tokens (~1.5x faster)."""
+
+
 def bm25_columns(bidx: list[int], questions: list[str], vocabs: list[dict], plain: list[bool],
                  col0: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """Each query's BM25 term columns (``col0[b] + term``), in query-token order, as CSR ``(ptr
     [Q + 1], ids)``: :func:`bm25_columns_reference`'s value. Each bank's raw words (lower-cased
     word runs before the stop-word filter and the stemmer) are mapped to a column, or to -1 for a
     stop word or a word out of the bank's vocabulary, once per call, so a word that recurs across
-    the batch's questions costs one dictionary look-up. ``slow``: queries whose bank's BM25
+    the batch's questions costs one dictionary look-up; an ASCII question is split by
+    :data:`_TOKEN_ASCII`. ``slow``: queries whose bank's BM25
     variant needs bm25s itself (no columns listed)."""
     sw = lexical_stopwords()
     maps: dict[int, dict[str, int]] = {}
@@ -94,7 +101,7 @@ def bm25_columns(bidx: list[int], questions: list[str], vocabs: list[dict], plai
         m = maps.get(b)
         if m is None:
             m = maps[b] = {}
-        for w in TOKEN.findall(text.lower()):
+        for w in (_TOKEN_ASCII if text.isascii() else TOKEN).findall(text.lower()):
             c = m.get(w)
             if c is None:
                 t = -1 if w in sw else vocabs[b].get(stem(w), -1)
