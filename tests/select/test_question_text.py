@@ -52,6 +52,9 @@ def test_lower_case_patterns_match_as_the_case_blind_ones():
             q = "".join(c.upper() if rng.random() < 0.3 else c for c in q)
             if q.isascii():
                 assert low.findall(q.lower()) == [m.lower() for m in blind.findall(q)], q
+    rng = random.Random(4)
+    for q in _questions(rng, 400) + ["Ana", "xAna Ben", "_Ana", "9Ben", "AnaBen", "Ana_ Ben's", "éAna Ben", "Ärger Ana Ben"]:
+        assert tf._NAME_FIRST.findall(q) == tf._NAME.findall(q), q
     X = demand_matrix(["WHEN did BOTH Ana and Ben go?", "what KINDS of Cats"])
     assert X[:, 1].tolist() == [1.0, 0.0] and X[:, 2].tolist() == [1.0, 0.5]
 

@@ -31,6 +31,9 @@ _NAME = re.compile(r"\b[A-Z][a-z]+\b")
 # exactly where the case-blind ones match the question (and Python's re runs them ~1.7x faster).
 _TEMPORAL_LOW = re.compile(TEMPORAL_Q.pattern)
 _RELATIONAL_LOW = re.compile(RELATIONAL_Q.pattern)
+# _NAME's matches with the letter class first (an upper-case letter with no word character before
+# it is where ``\b[A-Z]`` starts), so Python's re looks for that class before trying a match (~2x)
+_NAME_FIRST = re.compile(r"[A-Z](?<!\w[A-Z])[a-z]+\b")
 
 
 def demand_features(question: str) -> np.ndarray:
@@ -61,7 +64,7 @@ def demand_matrix(questions: list[str]) -> np.ndarray:
         if n_rel >= 2:  # 0.5 * n_rel >= 1 and the names' part is >= 0
             z_rel = 1.0
         else:
-            names = set(_NAME.findall(question)[1:])
+            names = set(_NAME_FIRST.findall(question)[1:])
             z_rel = min(1.0, 0.5 * n_rel + 0.5 * max(0, len(names) - 1))
         rows.append((1.0, z_temp, z_rel, min(1.0, len(question.split()) / 25.0)))
     return np.array(rows, dtype=np.float64).reshape(len(rows), 4)
