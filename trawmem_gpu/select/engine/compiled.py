@@ -119,10 +119,9 @@ def _learned_queries(snap: Snapshot, cfg, batch: QueryBatch, rows: np.ndarray, q
         return step3r.LearnedQueries(e, np.zeros(0, np.int64), e, e, np.zeros(0, np.int64), e, 0.0)
     off, attrs = snap.off, snap.np["attrs"]
     b, now = batch.bidx[rows].tolist(), batch.now[rows]
-    uo, nu = off.uo.tolist(), off.nu.tolist()
     return step3r.learned_queries(qtext, [snap.infos[x].speakers for x in b],
-                                  [attrs[uo[x]:uo[x] + nu[x], 0] if t == t else None for x, t in zip(b, now.tolist())],
-                                  now, cfg, z_temp)
+                                  [attrs[off.uo[x]:off.uo[x] + off.nu[x], 0] if t == t else None
+                                   for x, t in zip(b, now.tolist())], now, cfg, z_temp)
 
 
 def _chunk(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: np.ndarray, cols, demand, lq):
