@@ -13,13 +13,19 @@ over the units of positive score (descending, ties to the lower unit). Here:
   touched, reads their scores and clears what it touched (the array stays zero between queries);
 * :func:`top_units`: the ``M`` best of them by ``(score descending, unit ascending)``, one pass
   with a bounded heap;
-* :func:`counted_ranks`: the ranks of a few units (the working set's) by one pass over the
-  touched units: each one is counted into a bucket of its float32 bits, and one falling into a
-  bucket that holds requested keys is compared with them (a binary search in the bucket's run of
-  keys, by unit when they tie).
+* :func:`rank_table` (once per query) and :func:`table_ranks` (per front round): the touched
+  units laid out by buckets of their float32 bits (a counting sort: one pass counts, one places),
+  so any unit's rank is the units of higher buckets plus its place in its own bucket (a binary
+  search in the bucket, sorted by ``(score descending, unit ascending)`` when first read). The
+  rounds of a query read the same table: each working-set unit costs ``O(log b)`` for a bucket
+  of ``b`` units, never another pass over the touched units;
+* :func:`counted_ranks`: the ranks of a few units by one pass over the touched units (each one
+  counted into a bucket of its float32 bits, and one falling into a bucket that holds requested
+  keys compared with them), the reading before the table (``lexical_shortlist.RANK_TABLE`` off).
 
-Cost: ``O(P)`` for ``P`` postings of the query's columns (plus ``O(T log m)`` for ``T`` touched
-units and ``m`` ranked ones), with no sort of the touched units. At 10^6 units of the synthetic
+Cost: ``O(P)`` for ``P`` postings of the query's columns, plus ``O(T)`` once per query for the
+rank table of its ``T`` touched units and ``O(m log b)`` per ``m`` ranked ones, with no sort of
+every touched unit (a bucket is sorted only when a ranked unit falls into it). At 10^6 units of the synthetic
 banks a query's columns hold ~10^5 postings.
 """
 from __future__ import annotations
@@ -219,3 +225,114 @@ def _bucket_counts(units, scores, ks, ku, shift, b0, first, last):  # pragma: no
         if lo < last[b]:
             diff[lo] += 1
     return count, diff
+
+
+KEY_UNITS = 1 << 31
+"""Units below this fit a rank key's low 32 bits: a key ``(0x7F800000 - bits) << 32 | unit``
+orders as ``(score descending, unit ascending)`` for positive float32 scores, whose bit patterns
+order as they do."""
+
+
+@njit(cache=True, nogil=True)
+def _by_unit(units, bits):  # pragma: no cover - compiled
+    """``(units, bits)`` reordered by unit ascending: a least-significant-digit radix sort, 11
+    bits a pass (two passes below 2^22 units)."""
+    T = len(units)
+    top = 0
+    for i in range(T):
+        top = max(top, units[i])
+    passes = 1
+    while top >> (11 * passes) > 0:
+        passes += 1
+    count = np.zeros((passes, 2049), np.int64)
+    for i in range(T):  # every pass's digit counts in one read
+        for k in range(passes):
+            count[k, ((units[i] >> (11 * k)) & 2047) + 1] += 1
+    ua, ba = np.empty(T, np.int64), np.empty(T, np.int32)  # the first pass reads the input, then
+    ub, bb = np.empty(T if passes > 1 else 0, np.int64), np.empty(T if passes > 1 else 0, np.int32)
+    for k in range(passes):  # ... each pass one buffer pair into the other
+        c = count[k]
+        for d in range(2048):
+            c[d + 1] += c[d]
+        shift = 11 * k
+        su, sb, du, db = units, bits, ua, ba
+        if k % 2 == 1:
+            su, sb, du, db = ua, ba, ub, bb
+        elif k > 0:
+            su, sb = ub, bb
+        for i in range(T):
+            d = (su[i] >> shift) & 2047
+            du[c[d]], db[c[d]] = su[i], sb[i]
+            c[d] += 1
+    if passes % 2 == 0:
+        return ub, bb
+    return ua, ba
+
+
+@njit(cache=True, nogil=True)
+def rank_table(units, scores):  # pragma: no cover - compiled
+    """``(keys, start, sorted, shift, b0)``: the touched units' rank keys (:data:`KEY_UNITS`) laid
+    out by bucket, a bucket being a score's bit pattern ``>> shift`` (about one unit per bucket, at
+    most 2^16 buckets), bucket ``b`` (``b0`` subtracted: higher buckets score more) holding
+    ``keys[start[b]:start[b + 1]]``. The units are placed in unit order (:func:`_by_unit`, then a
+    stable counting sort by bucket), so a bucket of one score (BM25's ties) is sorted by key as
+    placed; ``sorted[b]`` marks a bucket checked (and sorted if it held several scores) by a
+    :func:`table_ranks` call. Scores must be positive."""
+    T = len(units)
+    if T == 0:
+        return np.zeros(0, np.int64), np.zeros(2, np.int64), np.zeros(1, np.bool_), 0, 0
+    u, sb = _by_unit(units, scores.view(np.int32))
+    lo, hi = sb[0], sb[0]
+    for i in range(T):
+        lo = min(lo, sb[i])
+        hi = max(hi, sb[i])
+    want = 16
+    while want < T and want < (1 << 16):
+        want *= 2
+    shift = 0
+    while (hi >> shift) - (lo >> shift) >= want:
+        shift += 1
+    b0 = lo >> shift
+    nb = (hi >> shift) - b0 + 1
+    start = np.zeros(nb + 1, np.int64)
+    for i in range(T):  # counts, then each bucket's first slot
+        start[(sb[i] >> shift) - b0 + 1] += 1
+    for b in range(nb):
+        start[b + 1] += start[b]
+    fill = start[:nb].copy()
+    keys = np.empty(T, np.int64)
+    for i in range(T):
+        b = (sb[i] >> shift) - b0
+        keys[fill[b]] = ((np.int64(0x7F800000) - sb[i]) << 32) | u[i]
+        fill[b] += 1
+    return keys, start, np.zeros(nb, np.bool_), shift, b0
+
+
+@njit(cache=True, nogil=True)
+def table_ranks(keys, start, done, shift, b0, wu, ws):  # pragma: no cover - compiled
+    """``[len(wu)]`` float64 ranks of units ``wu`` scoring ``ws`` (positive) among the units of a
+    :func:`rank_table` (a unit need not be one of them): ``1 +`` the table's units of higher
+    buckets ``+`` those of its own bucket ordering before it (a binary search in the bucket, which
+    is checked on its first read and sorted by key if it is not: ``done`` marks it)."""
+    nb = len(start) - 1
+    total = start[nb]
+    out = np.empty(len(wu))
+    wb = ws.view(np.int32)
+    for j in range(len(wu)):
+        b = (wb[j] >> shift) - b0
+        if b >= nb:  # above every bucket: only the units scoring more come first
+            out[j] = 1.0
+            continue
+        if b < 0:
+            out[j] = 1.0 + total
+            continue
+        a, e = start[b], start[b + 1]
+        if not done[b]:
+            for i in range(a + 1, e):
+                if keys[i] < keys[i - 1]:
+                    keys[a:e] = np.sort(keys[a:e])
+                    break
+            done[b] = True
+        key = ((np.int64(0x7F800000) - wb[j]) << 32) | wu[j]
+        out[j] = 1.0 + (total - e) + np.searchsorted(keys[a:e], key)
+    return out
