@@ -14,18 +14,16 @@ over the units of positive score (descending, ties to the lower unit). Here:
 * :func:`top_units`: the ``M`` best of them by ``(score descending, unit ascending)``, one pass
   with a bounded heap;
 * :func:`rank_table` (once per query) and :func:`table_ranks` (per front round): the touched
-  units laid out by buckets of their float32 bits (a counting sort: one pass counts, one places),
-  so any unit's rank is the units of higher buckets plus its place in its own bucket (a binary
-  search in the bucket, sorted by ``(score descending, unit ascending)`` when first read). The
-  rounds of a query read the same table: each working-set unit costs ``O(log b)`` for a bucket
-  of ``b`` units, never another pass over the touched units;
+  units' keys ``(score descending, unit ascending)`` sorted by a radix sort (four or five
+  cache-friendly passes), so any unit's rank is ``1 +`` the keys before its own (a binary search).
+  The rounds of a query read the same table: each working-set unit costs ``O(log T)``, never
+  another pass over the touched units;
 * :func:`counted_ranks`: the ranks of a few units by one pass over the touched units (each one
   counted into a bucket of its float32 bits, and one falling into a bucket that holds requested
   keys compared with them), the reading before the table (``lexical_shortlist.RANK_TABLE`` off).
 
 Cost: ``O(P)`` for ``P`` postings of the query's columns, plus ``O(T)`` once per query for the
-rank table of its ``T`` touched units and ``O(m log b)`` per ``m`` ranked ones, with no sort of
-every touched unit (a bucket is sorted only when a ranked unit falls into it). At 10^6 units of the synthetic
+rank table of its ``T`` touched units (a radix sort) and ``O(m log T)`` per ``m`` ranked ones. At 10^6 units of the synthetic
 banks a query's columns hold ~10^5 postings.
 """
 from __future__ import annotations
@@ -46,6 +44,14 @@ def scratch(n: int) -> np.ndarray:
     if acc is None or len(acc) < n:
         acc = _SCRATCH.acc = np.zeros(n, np.float32)
     return acc
+
+
+def radix_scratch(n: int) -> np.ndarray:
+    """This thread's int64 scratch of at least ``n`` entries (:func:`rank_table`)."""
+    got = getattr(_SCRATCH, "radix", None)
+    if got is None or len(got) < n:
+        got = _SCRATCH.radix = np.empty(n, np.int64)
+    return got
 
 
 def dense_scores(idx: np.ndarray, data: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int
@@ -234,105 +240,78 @@ order as they do."""
 
 
 @njit(cache=True, nogil=True)
-def _by_unit(units, bits):  # pragma: no cover - compiled
-    """``(units, bits)`` reordered by unit ascending: a least-significant-digit radix sort, 11
-    bits a pass (two passes below 2^22 units)."""
+def rank_table(units, scores, scratch):  # pragma: no cover - compiled
+    """The touched units' rank keys ``(0x7F800000 - bits) << 32 | unit`` (:data:`KEY_UNITS`),
+    ascending: their order ``(score descending, unit ascending)``. A least-significant-digit
+    radix sort, 11 bits a pass: the unit's digits (two passes below 2^22 units), then those of the
+    score's bit pattern above the smallest (two or three for BM25's range), each pass a stable
+    placement of every key into 2,048 runs; ``scratch``: int64, at least as long (:func:`radix_scratch`).
+    Scores must be positive."""
     T = len(units)
-    top = 0
-    for i in range(T):
-        top = max(top, units[i])
-    passes = 1
-    while top >> (11 * passes) > 0:
-        passes += 1
-    count = np.zeros((passes, 2049), np.int64)
-    for i in range(T):  # every pass's digit counts in one read
-        for k in range(passes):
-            count[k, ((units[i] >> (11 * k)) & 2047) + 1] += 1
-    ua, ba = np.empty(T, np.int64), np.empty(T, np.int32)  # the first pass reads the input, then
-    ub, bb = np.empty(T if passes > 1 else 0, np.int64), np.empty(T if passes > 1 else 0, np.int32)
-    for k in range(passes):  # ... each pass one buffer pair into the other
-        c = count[k]
-        for d in range(2048):
-            c[d + 1] += c[d]
-        shift = 11 * k
-        su, sb, du, db = units, bits, ua, ba
-        if k % 2 == 1:
-            su, sb, du, db = ua, ba, ub, bb
-        elif k > 0:
-            su, sb = ub, bb
-        for i in range(T):
-            d = (su[i] >> shift) & 2047
-            du[c[d]], db[c[d]] = su[i], sb[i]
-            c[d] += 1
-    if passes % 2 == 0:
-        return ub, bb
-    return ua, ba
-
-
-@njit(cache=True, nogil=True)
-def rank_table(units, scores):  # pragma: no cover - compiled
-    """``(keys, start, sorted, shift, b0)``: the touched units' rank keys (:data:`KEY_UNITS`) laid
-    out by bucket, a bucket being a score's bit pattern ``>> shift`` (about one unit per bucket, at
-    most 2^16 buckets), bucket ``b`` (``b0`` subtracted: higher buckets score more) holding
-    ``keys[start[b]:start[b + 1]]``. The units are placed in unit order (:func:`_by_unit`, then a
-    stable counting sort by bucket), so a bucket of one score (BM25's ties) is sorted by key as
-    placed; ``sorted[b]`` marks a bucket checked (and sorted if it held several scores) by a
-    :func:`table_ranks` call. Scores must be positive."""
-    T = len(units)
+    keys = np.empty(T, np.int64)
     if T == 0:
-        return np.zeros(0, np.int64), np.zeros(2, np.int64), np.zeros(1, np.bool_), 0, 0
-    u, sb = _by_unit(units, scores.view(np.int32))
-    lo, hi = sb[0], sb[0]
+        return keys
+    sb = scores.view(np.int32)
+    top, lo, hi = 0, sb[0], sb[0]
     for i in range(T):
+        keys[i] = ((np.int64(0x7F800000) - sb[i]) << 32) | units[i]
+        top = max(top, units[i])
         lo = min(lo, sb[i])
         hi = max(hi, sb[i])
-    want = 16
-    while want < T and want < (1 << 16):
-        want *= 2
-    shift = 0
-    while (hi >> shift) - (lo >> shift) >= want:
-        shift += 1
-    b0 = lo >> shift
-    nb = (hi >> shift) - b0 + 1
-    start = np.zeros(nb + 1, np.int64)
-    for i in range(T):  # counts, then each bucket's first slot
-        start[(sb[i] >> shift) - b0 + 1] += 1
-    for b in range(nb):
-        start[b + 1] += start[b]
-    fill = start[:nb].copy()
-    keys = np.empty(T, np.int64)
-    for i in range(T):
-        b = (sb[i] >> shift) - b0
-        keys[fill[b]] = ((np.int64(0x7F800000) - sb[i]) << 32) | u[i]
-        fill[b] += 1
-    return keys, start, np.zeros(nb, np.bool_), shift, b0
+    kmin = np.int64(0x7F800000) - hi  # the score part of the best key
+    nu = 1  # digits of the unit (part 0), then of the score part (part 1), lowest first
+    while top >> (11 * nu) > 0:
+        nu += 1
+    ns = 1
+    while (hi - lo) >> (11 * ns) > 0:
+        ns += 1
+    count = np.zeros((nu + ns, 2049), np.int64)
+    for i in range(T):  # every pass's digit counts in one read
+        k = keys[i]
+        for p in range(nu):
+            count[p, (((k & 0xFFFFFFFF) >> (11 * p)) & 2047) + 1] += 1
+        for p in range(ns):
+            count[nu + p, ((((k >> 32) - kmin) >> (11 * p)) & 2047) + 1] += 1
+    src, dst = keys, scratch[:T]
+    for p in range(nu + ns):
+        c = count[p]
+        for d in range(2048):
+            c[d + 1] += c[d]
+        if p < nu:
+            _unit_pass(src, dst, c, 11 * p)
+        else:
+            _score_pass(src, dst, c, 11 * (p - nu), kmin)
+        src, dst = dst, src
+    if (nu + ns) % 2 == 1:  # the last pass wrote the scratch
+        keys[:] = src
+    return keys
 
 
 @njit(cache=True, nogil=True)
-def table_ranks(keys, start, done, shift, b0, wu, ws):  # pragma: no cover - compiled
+def _unit_pass(src, dst, c, shift):  # pragma: no cover - compiled
+    """A stable pass of :func:`rank_table` by the unit's digit at ``shift``."""
+    for i in range(len(src)):
+        d = ((src[i] & 0xFFFFFFFF) >> shift) & 2047
+        dst[c[d]] = src[i]
+        c[d] += 1
+
+
+@njit(cache=True, nogil=True)
+def _score_pass(src, dst, c, shift, kmin):  # pragma: no cover - compiled
+    """A stable pass of :func:`rank_table` by the digit at ``shift`` of the score part above ``kmin``."""
+    for i in range(len(src)):
+        d = (((src[i] >> 32) - kmin) >> shift) & 2047
+        dst[c[d]] = src[i]
+        c[d] += 1
+
+
+@njit(cache=True, nogil=True)
+def table_ranks(keys, wu, ws):  # pragma: no cover - compiled
     """``[len(wu)]`` float64 ranks of units ``wu`` scoring ``ws`` (positive) among the units of a
-    :func:`rank_table` (a unit need not be one of them): ``1 +`` the table's units of higher
-    buckets ``+`` those of its own bucket ordering before it (a binary search in the bucket, which
-    is checked on its first read and sorted by key if it is not: ``done`` marks it)."""
-    nb = len(start) - 1
-    total = start[nb]
+    :func:`rank_table` (a unit need not be one of them): ``1 +`` the keys before its own (a binary
+    search)."""
     out = np.empty(len(wu))
     wb = ws.view(np.int32)
     for j in range(len(wu)):
-        b = (wb[j] >> shift) - b0
-        if b >= nb:  # above every bucket: only the units scoring more come first
-            out[j] = 1.0
-            continue
-        if b < 0:
-            out[j] = 1.0 + total
-            continue
-        a, e = start[b], start[b + 1]
-        if not done[b]:
-            for i in range(a + 1, e):
-                if keys[i] < keys[i - 1]:
-                    keys[a:e] = np.sort(keys[a:e])
-                    break
-            done[b] = True
-        key = ((np.int64(0x7F800000) - wb[j]) << 32) | wu[j]
-        out[j] = 1.0 + (total - e) + np.searchsorted(keys[a:e], key)
+        out[j] = 1.0 + np.searchsorted(keys, ((np.int64(0x7F800000) - wb[j]) << 32) | wu[j])
     return out
