@@ -239,61 +239,61 @@ orders as ``(score descending, unit ascending)`` for positive float32 scores, wh
 order as they do."""
 
 
+MAX_RUNS = 64
+"""Ascending runs of units :func:`rank_table` keeps as they come (the touched units of
+:func:`accumulate` are one run per query column); past this many the units are sorted first."""
+
+
 @njit(cache=True, nogil=True)
 def rank_table(units, scores, scratch):  # pragma: no cover - compiled
-    """The touched units' rank keys ``(0x7F800000 - bits) << 32 | unit`` (:data:`KEY_UNITS`),
-    ascending: their order ``(score descending, unit ascending)``. A least-significant-digit
-    radix sort, 11 bits a pass: the unit's digits (two passes below 2^22 units), then those of the
-    score's bit pattern above the smallest (two or three for BM25's range), each pass a stable
-    placement of every key into 2,048 runs; ``scratch``: int64, at least as long (:func:`radix_scratch`).
-    Scores must be positive."""
+    """``(keys, units, runs)``: the touched units ordered by ``(score descending, position in
+    units)``, as keys ``(0x7F800000 - bits) << 32 | position`` sorted by a least-significant-digit
+    radix sort of the score part (11 bits a pass, stable, so the units of one score keep their
+    order), with the units (sorted by unit first when they fall into more than :data:`MAX_RUNS`
+    ascending runs) and ``runs``, the positions where each ascending run starts (and the end):
+    within one score a run's units are ascending (:func:`table_ranks`). ``scratch``: int64, at
+    least as long (:func:`radix_scratch`). Scores must be positive; positions below 2^31."""
     T = len(units)
+    R = 1
+    for i in range(1, T):
+        R += units[i] < units[i - 1]
+    if R > MAX_RUNS:
+        order = np.argsort(units, kind="mergesort")
+        units, scores, R = units[order], scores[order], 1
+    runs = np.empty(R + 1, np.int64)
+    runs[0], runs[R], r = 0, T, 1
+    for i in range(1, T):
+        if units[i] < units[i - 1]:
+            runs[r] = i
+            r += 1
     keys = np.empty(T, np.int64)
     if T == 0:
-        return keys
+        return keys, units, runs
     sb = scores.view(np.int32)
-    top, lo, hi = 0, sb[0], sb[0]
+    lo, hi = sb[0], sb[0]
     for i in range(T):
-        keys[i] = ((np.int64(0x7F800000) - sb[i]) << 32) | units[i]
-        top = max(top, units[i])
+        keys[i] = ((np.int64(0x7F800000) - sb[i]) << 32) | i
         lo = min(lo, sb[i])
         hi = max(hi, sb[i])
     kmin = np.int64(0x7F800000) - hi  # the score part of the best key
-    nu = 1  # digits of the unit (part 0), then of the score part (part 1), lowest first
-    while top >> (11 * nu) > 0:
-        nu += 1
     ns = 1
     while (hi - lo) >> (11 * ns) > 0:
         ns += 1
-    count = np.zeros((nu + ns, 2049), np.int64)
+    count = np.zeros((ns, 2049), np.int64)
     for i in range(T):  # every pass's digit counts in one read
-        k = keys[i]
-        for p in range(nu):
-            count[p, (((k & 0xFFFFFFFF) >> (11 * p)) & 2047) + 1] += 1
+        v = (keys[i] >> 32) - kmin
         for p in range(ns):
-            count[nu + p, ((((k >> 32) - kmin) >> (11 * p)) & 2047) + 1] += 1
+            count[p, ((v >> (11 * p)) & 2047) + 1] += 1
     src, dst = keys, scratch[:T]
-    for p in range(nu + ns):
+    for p in range(ns):
         c = count[p]
         for d in range(2048):
             c[d + 1] += c[d]
-        if p < nu:
-            _unit_pass(src, dst, c, 11 * p)
-        else:
-            _score_pass(src, dst, c, 11 * (p - nu), kmin)
+        _score_pass(src, dst, c, 11 * p, kmin)
         src, dst = dst, src
-    if (nu + ns) % 2 == 1:  # the last pass wrote the scratch
+    if ns % 2 == 1:  # the last pass wrote the scratch
         keys[:] = src
-    return keys
-
-
-@njit(cache=True, nogil=True)
-def _unit_pass(src, dst, c, shift):  # pragma: no cover - compiled
-    """A stable pass of :func:`rank_table` by the unit's digit at ``shift``."""
-    for i in range(len(src)):
-        d = ((src[i] & 0xFFFFFFFF) >> shift) & 2047
-        dst[c[d]] = src[i]
-        c[d] += 1
+    return keys, units, runs
 
 
 @njit(cache=True, nogil=True)
@@ -306,12 +306,30 @@ def _score_pass(src, dst, c, shift, kmin):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def table_ranks(keys, wu, ws):  # pragma: no cover - compiled
+def table_ranks(keys, units, runs, wu, ws):  # pragma: no cover - compiled
     """``[len(wu)]`` float64 ranks of units ``wu`` scoring ``ws`` (positive) among the units of a
-    :func:`rank_table` (a unit need not be one of them): ``1 +`` the keys before its own (a binary
-    search)."""
+    :func:`rank_table` (a unit need not be one of them): ``1 +`` the units scoring more (the keys
+    before its score's) ``+`` those of its score of a lower unit, counted run by run (each run's
+    share of the score's keys is a range of positions, ascending by unit: two binary searches)."""
     out = np.empty(len(wu))
     wb = ws.view(np.int32)
+    low = np.int64(0xFFFFFFFF)
     for j in range(len(wu)):
-        out[j] = 1.0 + np.searchsorted(keys, ((np.int64(0x7F800000) - wb[j]) << 32) | wu[j])
+        sp = np.int64(0x7F800000) - wb[j]
+        a = np.searchsorted(keys, sp << 32)
+        e = np.searchsorted(keys, (sp + 1) << 32)
+        n = a
+        for r in range(len(runs) - 1):
+            if a == e:
+                break
+            start = a + np.searchsorted(keys[a:e], (sp << 32) | runs[r])
+            lo, hi = start, a + np.searchsorted(keys[a:e], (sp << 32) | runs[r + 1])
+            while lo < hi:  # the run's first unit at or past wu[j]
+                mid = (lo + hi) // 2
+                if units[keys[mid] & low] < wu[j]:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            n += lo - start
+        out[j] = 1.0 + n
     return out

@@ -263,7 +263,7 @@ def _counted(lex: Lexical, units: np.ndarray, scores: np.ndarray, out: np.ndarra
             if lex.n_bank > lexical_dense.KEY_UNITS:
                 raise ValueError(f"a bank of {lex.n_bank} units: BM25 rank keys hold at most 2^31")
             lex.memo[:] = [lexical_dense.rank_table(lex.units, lex.scores, lexical_dense.radix_scratch(len(lex.units)))]
-        out[pos] = lexical_dense.table_ranks(lex.memo[0], np.ascontiguousarray(units[pos], dtype=np.int64),
+        out[pos] = lexical_dense.table_ranks(*lex.memo[0], np.ascontiguousarray(units[pos], dtype=np.int64),
                                              np.ascontiguousarray(scores[pos], dtype=np.float32))
         return out
     had_u, had_r = lex.memo[0] if lex.memo else (np.zeros(0, np.int64), np.zeros(0))
