@@ -186,28 +186,6 @@ def test_a_shortlists_thread_space_propagates_as_the_whole_thread_graph(clustere
     assert got[1] == want[1]
 
 
-def test_thread_spaces_walked_with_the_scratch_are_those_walked_with_fresh_arrays(clustered, monkeypatch):
-    """``shortlist.thread_space`` reuses a bank-long scratch across calls (``SPACE_SCRATCH``): the
-    spaces of working sets one after another (odd sizes, one thread, none) equal those walked with
-    fresh arrays, and the scratch's levels are left all -1."""
-    from trawmem_gpu.select.engine import shortlist
-    banks, _ = clustered
-    eng = SelectionEngine(banks, SelectConfig(), device="cpu", ann_min_units=1, ann_shortlist=16)
-    snap, n = eng.snapshot, banks[0].n_units
-    rng = np.random.default_rng(4)
-    sets = [np.sort(rng.choice(n, k, replace=False)) for k in (1, 7, 40, 333, 3)] + [np.zeros(0, np.int64)]
-    for units in sets:
-        for hops, seeds in ((0, 8), (1, 3), (2, 8), (3, 600)):
-            monkeypatch.setattr(shortlist, "SPACE_SCRATCH", True)
-            got = shortlist.thread_space(snap, 0, units, hops, seeds)
-            assert (shortlist._SCRATCH.space[0] == -1).all()
-            monkeypatch.setattr(shortlist, "SPACE_SCRATCH", False)
-            want = shortlist.thread_space(snap, 0, units, hops, seeds)
-            for a, b in zip(got, want):
-                np.testing.assert_array_equal(a, b)
-            assert len(got.ids) >= len(np.unique(snap.np["unit_thread"][units]))
-
-
 def test_the_approximate_threshold_follows_the_vectors_width(clustered):
     """``ann_min_units="auto"`` (the default) resolves by the banks' width from the measured cost
     fits: a wider vector makes exact search dearer, so approximate search starts at fewer units."""

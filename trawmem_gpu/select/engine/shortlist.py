@@ -50,10 +50,6 @@ from .tables import Offsets, Snapshot
 ROUNDS = 3
 """Most front runs per query (the first, then one per growth of its working set)."""
 _LOCK = threading.Lock()
-_SCRATCH = threading.local()
-SPACE_SCRATCH = True
-""":func:`thread_space` walks with this thread's bank-long scratch (left as found) instead of
-allocating and filling two ``J``-long arrays per call."""
 
 
 RANK_DEPTH = 1024
@@ -355,26 +351,16 @@ def thread_space(snap: Snapshot, bank: int, units: np.ndarray, hops: int, n_seed
     g0, J = int(snap.off.to[bank]), int(snap.off.nt[bank])
     own = np.unique(snap.np["unit_thread"][int(snap.off.uo[bank]) + units])
     pad = min(J, n_seeds + len(own)) if len(own) < n_seeds else 0
-    level, pos = _space_scratch(J) if SPACE_SCRATCH else (np.full(J, -1, np.int64), np.empty(J, np.int64))
-    return ThreadSpace(*_space(snap.np["nbr"], snap.np["nbw"], g0, own, int(hops), pad, level, pos))
-
-
-def _space_scratch(J: int) -> tuple[np.ndarray, np.ndarray]:
-    """This thread's ``(level, pos)`` of at least ``J`` entries, ``level`` all -1 (:func:`_space`
-    leaves it so)."""
-    got = getattr(_SCRATCH, "space", None)
-    if got is None or len(got[0]) < J:
-        got = _SCRATCH.space = (np.full(J, -1, np.int64), np.empty(J, np.int64))
-    return got
+    return ThreadSpace(*_space(snap.np["nbr"], snap.np["nbw"], g0, J, own, int(hops), pad))
 
 
 @njit(cache=True, nogil=True)
-def _space(nbr, nbw, g0, own, hops, pad, level, pos):  # pragma: no cover - compiled
+def _space(nbr, nbw, g0, J, own, hops, pad):  # pragma: no cover - compiled
     """``(ids, local nbr, local nbw)`` of :func:`thread_space`: a breadth-first walk of ``hops``
-    levels from ``own`` with a level per thread of the bank (``level``: at least the bank's
-    threads, all -1, and left so; ``pos``: as long, any content), then the rows of the threads
-    fewer than ``hops`` edges away renumbered (the others' are never read: -1 and 0)."""
+    levels from ``own`` with a level per thread of the bank, then the rows of the threads fewer
+    than ``hops`` edges away renumbered (the others' are never read: -1 and 0)."""
     D = nbr.shape[1]
+    level = np.full(J, -1, np.int64)
     got = np.empty(max(len(own) * (1 + D), 16), np.int64)
     n = 0
     for t in own:
@@ -408,7 +394,8 @@ def _space(nbr, nbw, g0, own, hops, pad, level, pos):  # pragma: no cover - comp
             got[n] = t
             n += 1
     ids = np.sort(got[:n])
-    for i in range(n):  # pos is read only where level >= 0
+    pos = np.empty(J, np.int64)  # read only where level >= 0
+    for i in range(n):
         pos[ids[i]] = i
     local = np.full((n, D), -1, nbr.dtype)
     w = np.zeros((n, D), nbw.dtype)
@@ -420,8 +407,6 @@ def _space(nbr, nbw, g0, own, hops, pad, level, pos):  # pragma: no cover - comp
                 if k >= 0 and level[k] >= 0:
                     local[i, e] = pos[k]
                     w[i, e] = nbw[g0 + t, e]
-    for i in range(n):
-        level[ids[i]] = -1
     return ids, local, w
 
 
