@@ -234,9 +234,9 @@ def _bucket_counts(units, scores, ks, ku, shift, b0, first, last):  # pragma: no
 
 
 KEY_UNITS = 1 << 31
-"""Units below this fit a rank key's low 32 bits: a key ``(0x7F800000 - bits) << 32 | unit``
-orders as ``(score descending, unit ascending)`` for positive float32 scores, whose bit patterns
-order as they do."""
+"""Most touched units of a rank table (a bank of at most this many units): a key ``(0x7F800000 -
+bits) << 32 | position`` holds the position in its low 32 bits, and orders as ``(score
+descending, position ascending)`` for positive float32 scores, whose bit patterns order as they do."""
 
 
 MAX_RUNS = 64
