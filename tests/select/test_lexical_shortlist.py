@@ -151,11 +151,13 @@ def test_counted_ranks_break_ties_by_unit_and_take_empty_input():
     assert len(u) == 0 and len(s) == 0 and not acc.any()
 
 
-def test_counted_ranks_read_again_from_the_memo_are_the_same(bank, monkeypatch):
-    """A working set grown between fronts: the units ranked before are read from the query's memo,
-    the others counted; both as the exact ranks."""
+@pytest.mark.parametrize("table", [True, False])
+def test_counted_ranks_read_again_from_the_memo_are_the_same(bank, monkeypatch, table):
+    """A working set grown between fronts: the units ranked before are read from the query's memo
+    (or its rank table), the others counted; both as the exact ranks."""
     snap, qs = bank
     monkeypatch.setattr(lx, "EXACT_POSTINGS", 0)
+    monkeypatch.setattr(lx, "RANK_TABLE", table)
     for b, cols in _queries(snap, qs)[:6]:
         u, s, rank = _exact(snap, b, cols)
         lex = lx.lexical(snap, b, cols, 8, np.arange(10))
@@ -165,4 +167,52 @@ def test_counted_ranks_read_again_from_the_memo_are_the_same(bank, monkeypatch):
         want[u] = np.where(s > 0, rank, 0)
         for part in (np.arange(0, n, 3), np.arange(0, n, 2), np.arange(n)):  # growing, overlapping
             np.testing.assert_array_equal(lx.ranks_of(lex, part, scores[part]), want[part])
-        assert len(lex.memo[0][0]) == int((scores > 0).sum())
+        if table:  # one table, built on the first call: every unit of positive score in it
+            assert len(lex.memo) == 1 and len(lex.memo[0][0]) == int((scores > 0).sum())
+        else:
+            assert len(lex.memo[0][0]) == int((scores > 0).sum())
+
+
+def _ranks_by_lexsort(units, scores, wu, ws):
+    """The plain reference: ``1 +`` the units of ``(units, scores)`` ordering before ``(wu, ws)``
+    (score descending, then unit ascending)."""
+    return np.array([1.0 + np.sum((scores > s) | ((scores == s) & (units < u))) for u, s in zip(wu, ws)])
+
+
+def test_rank_table_ranks_as_lexsort_with_ties_wide_scores_and_empty_input():
+    """``lexical_dense.rank_table`` + ``table_ranks`` against the plain count: random, odd sizes,
+    many ties, scores spread over many float32 exponents, units of one to three radix digits,
+    units outside the table (above, below and between its scores), the table read twice, and an
+    empty table."""
+    from trawmem_gpu.select.engine import lexical_dense as ld
+    rng = np.random.default_rng(5)
+    wide = np.float32(10.0) ** rng.uniform(-3, 3, 50).astype(np.float32)
+    for n, kind in [(k, w) for k in (0, 1, 2, 7, 33, 401, 5000) for w in ("ties", "wide", "fine")]:
+        spread = 997 if kind == "fine" else 1  # units past 2^22: three radix passes, not two
+        units = (rng.permutation(20000)[:n] * spread).astype(np.int64)
+        scores = {"ties": lambda: rng.integers(1, 6, n), "wide": lambda: rng.choice(wide, n),
+                  "fine": lambda: rng.uniform(0.5, 40.0, n)}[kind]().astype(np.float32)
+        table = ld.rank_table(units, scores, ld.radix_scratch(len(units)))
+        assert len(table[0]) == n and np.all(np.diff(table[0]) > 0) and table[2][-1] == n
+        order = np.lexsort((units, -scores))
+        rank = np.empty(n)
+        rank[order] = np.arange(1, n + 1)
+        for _round in range(2):  # a later front round reads the same table
+            pick = rng.permutation(n)[: n // 2]
+            got = ld.table_ranks(*table, units[pick], scores[pick])
+            np.testing.assert_array_equal(got, rank[pick])
+        others = rng.integers(20000, 30000, 40).astype(np.int64) * spread
+        pool = np.concatenate([scores, wide, np.float32([1e-6, 1e6, 3.0])]).astype(np.float32)
+        os_ = rng.choice(pool, 40).astype(np.float32)
+        np.testing.assert_array_equal(ld.table_ranks(*table, others, os_), _ranks_by_lexsort(units, scores, others, os_))
+    empty = ld.rank_table(np.zeros(0, np.int64), np.zeros(0, np.float32), ld.radix_scratch(0))
+    assert len(ld.table_ranks(*empty, np.zeros(0, np.int64), np.zeros(0, np.float32))) == 0
+    np.testing.assert_array_equal(ld.table_ranks(*empty, np.int64([3]), np.float32([2.0])), [1.0])
+
+
+def test_a_bank_past_the_rank_keys_width_is_refused(monkeypatch):
+    from trawmem_gpu.select.engine import lexical_dense as ld
+    lex = lx.Lexical(np.zeros(0, np.int64), np.int64([1]), np.float32([1.0]), np.zeros(0), -1.0,
+                     np.zeros(0, np.float32), ld.KEY_UNITS + 1, True, [])
+    with pytest.raises(ValueError, match="rank keys"):
+        lx.ranks_of(lex, np.int64([1]), np.float32([1.0]))

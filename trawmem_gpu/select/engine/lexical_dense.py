@@ -13,13 +13,17 @@ over the units of positive score (descending, ties to the lower unit). Here:
   touched, reads their scores and clears what it touched (the array stays zero between queries);
 * :func:`top_units`: the ``M`` best of them by ``(score descending, unit ascending)``, one pass
   with a bounded heap;
-* :func:`counted_ranks`: the ranks of a few units (the working set's) by one pass over the
-  touched units: each one is counted into a bucket of its float32 bits, and one falling into a
-  bucket that holds requested keys is compared with them (a binary search in the bucket's run of
-  keys, by unit when they tie).
+* :func:`rank_table` (once per query) and :func:`table_ranks` (per front round): the touched
+  units' keys ``(score descending, unit ascending)`` sorted by a radix sort (four or five
+  cache-friendly passes), so any unit's rank is ``1 +`` the keys before its own (a binary search).
+  The rounds of a query read the same table: each working-set unit costs ``O(log T)``, never
+  another pass over the touched units;
+* :func:`counted_ranks`: the ranks of a few units by one pass over the touched units (each one
+  counted into a bucket of its float32 bits, and one falling into a bucket that holds requested
+  keys compared with them), the reading before the table (``lexical_shortlist.RANK_TABLE`` off).
 
-Cost: ``O(P)`` for ``P`` postings of the query's columns (plus ``O(T log m)`` for ``T`` touched
-units and ``m`` ranked ones), with no sort of the touched units. At 10^6 units of the synthetic
+Cost: ``O(P)`` for ``P`` postings of the query's columns, plus ``O(T)`` once per query for the
+rank table of its ``T`` touched units (a radix sort) and ``O(m log T)`` per ``m`` ranked ones. At 10^6 units of the synthetic
 banks a query's columns hold ~10^5 postings.
 """
 from __future__ import annotations
@@ -40,6 +44,14 @@ def scratch(n: int) -> np.ndarray:
     if acc is None or len(acc) < n:
         acc = _SCRATCH.acc = np.zeros(n, np.float32)
     return acc
+
+
+def radix_scratch(n: int) -> np.ndarray:
+    """This thread's int64 scratch of at least ``n`` entries (:func:`rank_table`)."""
+    got = getattr(_SCRATCH, "radix", None)
+    if got is None or len(got) < n:
+        got = _SCRATCH.radix = np.empty(n, np.int64)
+    return got
 
 
 def dense_scores(idx: np.ndarray, data: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int
@@ -219,3 +231,105 @@ def _bucket_counts(units, scores, ks, ku, shift, b0, first, last):  # pragma: no
         if lo < last[b]:
             diff[lo] += 1
     return count, diff
+
+
+KEY_UNITS = 1 << 31
+"""Most touched units of a rank table (a bank of at most this many units): a key ``(0x7F800000 -
+bits) << 32 | position`` holds the position in its low 32 bits, and orders as ``(score
+descending, position ascending)`` for positive float32 scores, whose bit patterns order as they do."""
+
+
+MAX_RUNS = 64
+"""Ascending runs of units :func:`rank_table` keeps as they come (the touched units of
+:func:`accumulate` are one run per query column); past this many the units are sorted first."""
+
+
+@njit(cache=True, nogil=True)
+def rank_table(units, scores, scratch):  # pragma: no cover - compiled
+    """``(keys, units, runs)``: the touched units ordered by ``(score descending, position in
+    units)``, as keys ``(0x7F800000 - bits) << 32 | position`` sorted by a least-significant-digit
+    radix sort of the score part (11 bits a pass, stable, so the units of one score keep their
+    order), with the units (sorted by unit first when they fall into more than :data:`MAX_RUNS`
+    ascending runs) and ``runs``, the positions where each ascending run starts (and the end):
+    within one score a run's units are ascending (:func:`table_ranks`). ``scratch``: int64, at
+    least as long (:func:`radix_scratch`). Scores must be positive; positions below 2^31."""
+    T = len(units)
+    R = 1
+    for i in range(1, T):
+        R += units[i] < units[i - 1]
+    if R > MAX_RUNS:
+        order = np.argsort(units, kind="mergesort")
+        units, scores, R = units[order], scores[order], 1
+    runs = np.empty(R + 1, np.int64)
+    runs[0], runs[R], r = 0, T, 1
+    for i in range(1, T):
+        if units[i] < units[i - 1]:
+            runs[r] = i
+            r += 1
+    keys = np.empty(T, np.int64)
+    if T == 0:
+        return keys, units, runs
+    sb = scores.view(np.int32)
+    lo, hi = sb[0], sb[0]
+    for i in range(T):
+        keys[i] = ((np.int64(0x7F800000) - sb[i]) << 32) | i
+        lo = min(lo, sb[i])
+        hi = max(hi, sb[i])
+    kmin = np.int64(0x7F800000) - hi  # the score part of the best key
+    ns = 1
+    while (hi - lo) >> (11 * ns) > 0:
+        ns += 1
+    count = np.zeros((ns, 2049), np.int64)
+    for i in range(T):  # every pass's digit counts in one read
+        v = (keys[i] >> 32) - kmin
+        for p in range(ns):
+            count[p, ((v >> (11 * p)) & 2047) + 1] += 1
+    src, dst = keys, scratch[:T]
+    for p in range(ns):
+        c = count[p]
+        for d in range(2048):
+            c[d + 1] += c[d]
+        _score_pass(src, dst, c, 11 * p, kmin)
+        src, dst = dst, src
+    if ns % 2 == 1:  # the last pass wrote the scratch
+        keys[:] = src
+    return keys, units, runs
+
+
+@njit(cache=True, nogil=True)
+def _score_pass(src, dst, c, shift, kmin):  # pragma: no cover - compiled
+    """A stable pass of :func:`rank_table` by the digit at ``shift`` of the score part above ``kmin``."""
+    for i in range(len(src)):
+        d = (((src[i] >> 32) - kmin) >> shift) & 2047
+        dst[c[d]] = src[i]
+        c[d] += 1
+
+
+@njit(cache=True, nogil=True)
+def table_ranks(keys, units, runs, wu, ws):  # pragma: no cover - compiled
+    """``[len(wu)]`` float64 ranks of units ``wu`` scoring ``ws`` (positive) among the units of a
+    :func:`rank_table` (a unit need not be one of them): ``1 +`` the units scoring more (the keys
+    before its score's) ``+`` those of its score of a lower unit, counted run by run (each run's
+    share of the score's keys is a range of positions, ascending by unit: two binary searches)."""
+    out = np.empty(len(wu))
+    wb = ws.view(np.int32)
+    low = np.int64(0xFFFFFFFF)
+    for j in range(len(wu)):
+        sp = np.int64(0x7F800000) - wb[j]
+        a = np.searchsorted(keys, sp << 32)
+        e = np.searchsorted(keys, (sp + 1) << 32)
+        n = a
+        for r in range(len(runs) - 1):
+            if a == e:
+                break
+            start = a + np.searchsorted(keys[a:e], (sp << 32) | runs[r])
+            lo, hi = start, a + np.searchsorted(keys[a:e], (sp << 32) | runs[r + 1])
+            while lo < hi:  # the run's first unit at or past wu[j]
+                mid = (lo + hi) // 2
+                if units[keys[mid] & low] < wu[j]:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            n += lo - start
+        out[j] = 1.0 + n
+    return out

@@ -42,6 +42,9 @@ best candidates are certain: the ``M``-th scores more than the bound)."""
 DENSE = True
 """Past ``EXACT_POSTINGS``, every posting is added in one compiled pass (``lexical_dense``: exact
 scores and ranks) instead of the impact-ordered reading below."""
+RANK_TABLE = True
+"""Counted ranks are read from a table built once per query (``lexical_dense.rank_table``)
+instead of a pass over every touched unit per front round (``lexical_dense.counted_ranks``)."""
 _LOCK = threading.Lock()
 
 
@@ -67,8 +70,9 @@ class Lexical(NamedTuple):
     """``units`` / ``scores`` hold every unit of positive score in no order (``rank`` empty): ranks
     are counted over them (``lexical_dense``), exactly."""
     memo: list | None = None
-    """Counted ranks: ``[(units ascending, their ranks)]`` counted so far for this query (a grown
-    working set counts only the units it adds)."""
+    """Counted ranks: ``[lexical_dense.rank_table]`` once the query's first ranks are read
+    (:data:`RANK_TABLE`), else ``[(units ascending, their ranks)]`` counted so far for this query
+    (a grown working set counts only the units it adds)."""
 
 
 def bm25_sparse(snap: Snapshot, bank: int, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -250,9 +254,18 @@ def ranks_of(lex: Lexical, units: np.ndarray, scores: np.ndarray) -> np.ndarray:
 
 
 def _counted(lex: Lexical, units: np.ndarray, scores: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """:func:`ranks_of` of a counted :class:`Lexical`: the units of positive score not counted
-    before for this query counted now (``lexical_dense.counted_ranks``), the others read from its memo."""
+    """:func:`ranks_of` of a counted :class:`Lexical`: read from the query's rank table (built on
+    its first call, :data:`RANK_TABLE`), or the units of positive score not counted before for
+    this query counted now (``lexical_dense.counted_ranks``), the others read from its memo."""
     pos = np.flatnonzero(scores > 0)
+    if RANK_TABLE:
+        if not lex.memo:
+            if lex.n_bank > lexical_dense.KEY_UNITS:
+                raise ValueError(f"a bank of {lex.n_bank} units: BM25 rank keys hold at most 2^31")
+            lex.memo[:] = [lexical_dense.rank_table(lex.units, lex.scores, lexical_dense.radix_scratch(len(lex.units)))]
+        out[pos] = lexical_dense.table_ranks(*lex.memo[0], np.ascontiguousarray(units[pos], dtype=np.int64),
+                                             np.ascontiguousarray(scores[pos], dtype=np.float32))
+        return out
     had_u, had_r = lex.memo[0] if lex.memo else (np.zeros(0, np.int64), np.zeros(0))
     p = np.minimum(np.searchsorted(had_u, units[pos]), max(len(had_u) - 1, 0))
     old = had_u[p] == units[pos] if len(had_u) else np.zeros(len(pos), bool)
