@@ -85,6 +85,10 @@ def child(path: str, queries: int, ann_min_units) -> dict:
         out["tables_mib"] = {k: round(b.element_size() * b.nelement() / MIB, 1) for k, b in snap.t.items()
                              if b.element_size() * b.nelement() > (1 << 20)}
         out["tables_total_mib"] = round(snap.nbytes() / MIB, 1)
+        held = eng._store.held_nbytes()  # a mapped bank's unit_vecs rows are a hole: not held
+        out["tables_held_mib"] = {k: round(v / MIB, 1) for k, v in held.items() if v > (1 << 20)}
+        out["tables_held_total_mib"] = round(sum(held.values()) / MIB, 1)
+        out["mapped"] = snap.mapped.tolist() if hasattr(snap, "mapped") else None
         ids, qs, Z = make_queries([bank], queries + 1, seed=8)
         t = time.perf_counter()
         eng.select_units(ids[:1], qs[:1], Z[:1])

@@ -362,6 +362,16 @@ class TableStore:
     def nbytes(self) -> int:
         return self.snapshot.nbytes()
 
+    def held_nbytes(self) -> dict[str, int]:
+        """Per table, the bytes its buffer holds less its holes' rows (``bank_tables.Hole``: reserved
+        address space, never written, so never resident)."""
+        out = {}
+        for name, seg in self._segments.items():
+            b = seg.buf
+            row = b.element_size() * (b.nelement() // max(b.shape[0], 1))
+            out[name] = b.element_size() * b.nelement() - row * sum(h1 - h0 for h0, h1 in seg.holes)
+        return out
+
 
 def _rows(e: _Entry) -> int:
     return sum(e.count.values())
