@@ -81,6 +81,7 @@ def child(path: str, queries: int, ann_min_units) -> dict:
         eng = SelectionEngine([bank], SelectConfig(), device="cpu", threads=1, vectors=coll.vectors, **opts)
         out["engine_s"] = round(time.perf_counter() - t, 1)
         out["engine"] = _status()
+        out["engine_trimmed"] = _trimmed()
         snap = eng.snapshot
         out["tables_mib"] = {k: round(b.element_size() * b.nelement() / MIB, 1) for k, b in snap.t.items()
                              if b.element_size() * b.nelement() > (1 << 20)}
@@ -101,7 +102,22 @@ def child(path: str, queries: int, ann_min_units) -> dict:
         out["p50_ms"] = round(float(np.median(ts)), 2)
         out["approximate"] = any(k[0] == "unit_index" for k in snap.infos[0].cache if isinstance(k, tuple))
     out["queried"] = _status()
+    out["queried_trimmed"] = _trimmed()
     return out
+
+
+def _trimmed() -> dict:
+    """``_status()`` after glibc's ``malloc_trim(0)`` hands the heap's free pages back (what the
+    allocator keeps of freed build-time temporaries is the difference); {} off glibc."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        return {}
+    return _status()
 
 
 def main(argv=None) -> int:
