@@ -59,8 +59,30 @@ def _collection(units: int, topics: int, vectors: str, cache: Path) -> Path:
     return path
 
 
-def child(path: str, queries: int, ann_min_units) -> dict:
-    """One choice's figures, in this (fresh) process."""
+def _sites(snap, before=None, top: int = 15) -> list:
+    """The ``top`` allocation sites (file:line) by traced MiB (``tracemalloc``), or by growth since
+    ``before``."""
+    stats = snap.compare_to(before, "lineno") if before is not None else snap.statistics("lineno")
+    key = (lambda s: s.size_diff) if before is not None else (lambda s: s.size)
+    return [[round(key(s) / MIB, 1), str(s.traceback)] for s in sorted(stats, key=key, reverse=True)[:top]]
+
+
+def _caches() -> dict:
+    """Entries of the process-wide text caches an engine build fills (bounded lru caches)."""
+    from trawmem_gpu import tokens
+    from trawmem_gpu.select import lexical, text_features, workspace
+
+    return {"lexical._unit_tokens": lexical._unit_tokens.cache_info().currsize,
+            "text_features._temporal": text_features._temporal.cache_info().currsize,
+            "workspace.unit_line": workspace.unit_line.cache_info().currsize,
+            "tokens._piece_counts": len(tokens._piece_counts)}
+
+
+def child(path: str, queries: int, ann_min_units, trace: bool = False) -> dict:
+    """One choice's figures, in this (fresh) process (``trace``: Python allocations by site per
+    phase, ``tracemalloc``, which costs memory itself: its RSS figures are not the plain run's)."""
+    import tracemalloc
+
     import numpy as np
 
     from trawmem_gpu.select.config import SelectConfig
@@ -70,8 +92,14 @@ def child(path: str, queries: int, ann_min_units) -> dict:
     from ..synthetic_banks import make_queries
 
     out = {"start": _status()}
+    if trace:
+        tracemalloc.start()
     coll = Collection(path)
     bank = coll.load(coll.bank_ids[0], mmap=True)
+    if trace:
+        s_loaded = tracemalloc.take_snapshot()
+        out["traced_loaded_mib"] = round(tracemalloc.get_traced_memory()[0] / MIB, 1)
+        out["sites_loaded"] = _sites(s_loaded)
     out["bank_arrays_mib"] = {k: round(v.nbytes / MIB, 1) for k, v in vars(bank).items()
                               if isinstance(v, np.ndarray) and v.nbytes > (1 << 20)}
     out["loaded"] = _status()
@@ -82,6 +110,11 @@ def child(path: str, queries: int, ann_min_units) -> dict:
         out["engine_s"] = round(time.perf_counter() - t, 1)
         out["engine"] = _status()
         out["engine_trimmed"] = _trimmed()
+        out["caches"] = _caches()
+        if trace:
+            out["traced_engine_mib"] = round(tracemalloc.get_traced_memory()[0] / MIB, 1)
+            out["sites_engine"] = _sites(tracemalloc.take_snapshot(), s_loaded)
+            tracemalloc.stop()
         snap = eng.snapshot
         out["tables_mib"] = {k: round(b.element_size() * b.nelement() / MIB, 1) for k, b in snap.t.items()
                              if b.element_size() * b.nelement() > (1 << 20)}
@@ -131,17 +164,20 @@ def main(argv=None) -> int:
     ap.add_argument("--name", default=None)
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--child", default=None)
+    ap.add_argument("--trace", action="store_true", help="tracemalloc: Python allocations by site per phase")
     a = ap.parse_args(argv)
     if a.child:
-        print("RESULT " + json.dumps(child(a.child, a.queries, a.ann_min_units)), flush=True)
+        print("RESULT " + json.dumps(child(a.child, a.queries, a.ann_min_units, a.trace)), flush=True)
         return 0
     cache = Path(a.cache)
     cache.mkdir(parents=True, exist_ok=True)
-    rec = {"units": a.units, "d": 384, "topics": a.topics, "queries": a.queries, "points": {}}
+    rec = {"units": a.units, "d": 384, "topics": a.topics, "queries": a.queries, "trace": a.trace,
+           "ann_min_units": a.ann_min_units, "points": {}}
     for v in a.vectors.split(","):
         path = _collection(a.units, a.topics, v, cache)
         cmd = [sys.executable, "-m", "benchmarks.experiments.engine_resident", "--child", str(path),
-               "--queries", str(a.queries)] + ([] if a.ann_min_units is None else ["--ann-min-units", str(a.ann_min_units)])
+               "--queries", str(a.queries)] + ([] if a.ann_min_units is None else ["--ann-min-units", str(a.ann_min_units)]) \
+            + (["--trace"] if a.trace else [])
         p = subprocess.run(cmd, capture_output=True, text=True)
         line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
         rec["points"][v] = json.loads(line[-1][7:]) if line else {"error": p.stderr[-2000:]}
