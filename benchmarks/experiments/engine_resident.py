@@ -78,9 +78,30 @@ def _caches() -> dict:
             "tokens._piece_counts": len(tokens._piece_counts)}
 
 
-def child(path: str, queries: int, ann_min_units, trace: bool = False) -> dict:
+def _same_picks(eng, bank, coll, opts: dict, ids, qs, Z) -> dict:
+    """After the figures: the picks and candidate pools of ``eng`` against an engine over the same
+    vectors held as float64 (whose table holds them: no bank mapped, ``BankInfo.mapped``), same
+    settings; float32 -> float64 is exact, so they must be identical."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.engine import SelectionEngine
+
+    b64 = replace(bank, unit_vecs=np.asarray(bank.unit_vecs, dtype=np.float64))
+    ref = SelectionEngine([b64], SelectConfig(), device="cpu", threads=1, vectors=coll.vectors, **opts)
+    got, want = eng.select_units(ids, qs, Z), ref.select_units(ids, qs, Z)
+    cg, cw = eng.candidate_sets(ids, qs, Z), ref.candidate_sets(ids, qs, Z)
+    return {"queries": len(ids), "mapped": bool(eng.snapshot.mapped[0]), "reference_mapped": bool(ref.snapshot.mapped[0]),
+            "identical_picks": sum(list(a) == list(b) for a, b in zip(got, want)),
+            "identical_pools": sum(bool(np.array_equal(a, b)) for a, b in zip(cg, cw))}
+
+
+def child(path: str, queries: int, ann_min_units, trace: bool = False, compare: bool = False) -> dict:
     """One choice's figures, in this (fresh) process (``trace``: Python allocations by site per
-    phase, ``tracemalloc``, which costs memory itself: its RSS figures are not the plain run's)."""
+    phase, ``tracemalloc``, which costs memory itself: its RSS figures are not the plain run's;
+    ``compare``: then :func:`_same_picks` over the queries)."""
     import tracemalloc
 
     import numpy as np
@@ -136,6 +157,9 @@ def child(path: str, queries: int, ann_min_units, trace: bool = False) -> dict:
         out["approximate"] = any(k[0] == "unit_index" for k in snap.infos[0].cache if isinstance(k, tuple))
     out["queried"] = _status()
     out["queried_trimmed"] = _trimmed()
+    if compare:
+        with harness.pin_threads(1):
+            out["compare"] = _same_picks(eng, bank, coll, opts, ids, qs, Z)
     return out
 
 
@@ -165,19 +189,21 @@ def main(argv=None) -> int:
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--child", default=None)
     ap.add_argument("--trace", action="store_true", help="tracemalloc: Python allocations by site per phase")
+    ap.add_argument("--compare", action="store_true",
+                    help="after the figures, the picks against an engine over float64 vectors (none mapped)")
     a = ap.parse_args(argv)
     if a.child:
-        print("RESULT " + json.dumps(child(a.child, a.queries, a.ann_min_units, a.trace)), flush=True)
+        print("RESULT " + json.dumps(child(a.child, a.queries, a.ann_min_units, a.trace, a.compare)), flush=True)
         return 0
     cache = Path(a.cache)
     cache.mkdir(parents=True, exist_ok=True)
     rec = {"units": a.units, "d": 384, "topics": a.topics, "queries": a.queries, "trace": a.trace,
-           "ann_min_units": a.ann_min_units, "points": {}}
+           "ann_min_units": a.ann_min_units, "compare": a.compare, "points": {}}
     for v in a.vectors.split(","):
         path = _collection(a.units, a.topics, v, cache)
         cmd = [sys.executable, "-m", "benchmarks.experiments.engine_resident", "--child", str(path),
                "--queries", str(a.queries)] + ([] if a.ann_min_units is None else ["--ann-min-units", str(a.ann_min_units)]) \
-            + (["--trace"] if a.trace else [])
+            + (["--trace"] if a.trace else []) + (["--compare"] if a.compare else [])
         p = subprocess.run(cmd, capture_output=True, text=True)
         line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
         rec["points"][v] = json.loads(line[-1][7:]) if line else {"error": p.stderr[-2000:]}
