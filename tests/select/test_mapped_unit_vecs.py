@@ -63,6 +63,7 @@ def test_a_large_bank_holds_no_copy_and_picks_what_the_float64_table_picks(banks
     _same(_picks(mapped, banks), _picks(table, banks))
     assert any(isinstance(k, tuple) and k[0] == "unit_index" for k in snap.infos[1].cache)
     assert mapped.select_units([], [], np.zeros((0, 24))) == []
+    assert snap.nbytes(["unit_vecs"]) == 4 * snap.t["unit_vecs"].nelement() - 4 * 24 * n  # the hole is not held
 
 
 def test_masked_queries_read_the_mapped_rows(banks):

@@ -156,6 +156,7 @@ class Snapshot:
                            np.array([i.tables for i in self.infos], dtype=np.int64))
         self.off_t = Offsets(*(torch.as_tensor(a, device=device) for a in self.off))
         self.rows = {name: s.end for name, s in segments.items()}
+        self._holes = {name: sum(h1 - h0 for h0, h1 in s.holes) for name, s in segments.items()}
         self.t: dict[str, Tensor] = {name: s.buf for name, s in segments.items()}
         self.np: dict[str, np.ndarray] = {name: b.numpy() for name, b in self.t.items() if b.device.type == "cpu"}
         self.dummy_thread = 0
@@ -196,7 +197,9 @@ class Snapshot:
             return self._lazy[key]
 
     def nbytes(self, names=None) -> int:
-        return sum(b.element_size() * b.nelement() for n, b in self.t.items() if names is None or n in names)
+        """Bytes the tables ``names`` (None: all) hold: their buffers less the rows of their holes
+        (``bank_tables.Hole``: address space never written, so never resident)."""
+        return sum(held_bytes(b, self._holes.get(n, 0)) for n, b in self.t.items() if names is None or n in names)
 
     @property
     def bm25(self) -> "BM25View":
@@ -365,12 +368,13 @@ class TableStore:
     def held_nbytes(self) -> dict[str, int]:
         """Per table, the bytes its buffer holds less its holes' rows (``bank_tables.Hole``: reserved
         address space, never written, so never resident)."""
-        out = {}
-        for name, seg in self._segments.items():
-            b = seg.buf
-            row = b.element_size() * (b.nelement() // max(b.shape[0], 1))
-            out[name] = b.element_size() * b.nelement() - row * sum(h1 - h0 for h0, h1 in seg.holes)
-        return out
+        return {name: held_bytes(seg.buf, sum(h1 - h0 for h0, h1 in seg.holes)) for name, seg in self._segments.items()}
+
+
+def held_bytes(buf: Tensor, hole_rows: int) -> int:
+    """Bytes of ``buf`` less ``hole_rows`` of its rows."""
+    n = buf.element_size() * buf.nelement()
+    return n - (n // max(buf.shape[0], 1)) * hole_rows
 
 
 def _rows(e: _Entry) -> int:
