@@ -59,8 +59,51 @@ def _collection(units: int, topics: int, vectors: str, cache: Path) -> Path:
     return path
 
 
-def child(path: str, queries: int, ann_min_units) -> dict:
-    """One choice's figures, in this (fresh) process."""
+def _sites(snap, before=None, top: int = 15) -> list:
+    """The ``top`` allocation sites (file:line) by traced MiB (``tracemalloc``), or by growth since
+    ``before``."""
+    stats = snap.compare_to(before, "lineno") if before is not None else snap.statistics("lineno")
+    key = (lambda s: s.size_diff) if before is not None else (lambda s: s.size)
+    return [[round(key(s) / MIB, 1), str(s.traceback)] for s in sorted(stats, key=key, reverse=True)[:top]]
+
+
+def _caches() -> dict:
+    """Entries of the process-wide text caches an engine build fills (bounded lru caches)."""
+    from trawmem_gpu import tokens
+    from trawmem_gpu.select import lexical, text_features, workspace
+
+    return {"lexical._unit_tokens": lexical._unit_tokens.cache_info().currsize,
+            "text_features._temporal": text_features._temporal.cache_info().currsize,
+            "workspace.unit_line": workspace.unit_line.cache_info().currsize,
+            "tokens._piece_counts": len(tokens._piece_counts)}
+
+
+def _same_picks(eng, bank, coll, opts: dict, ids, qs, Z) -> dict:
+    """After the figures: the picks and candidate pools of ``eng`` against an engine over the same
+    vectors held as float64 (whose table holds them: no bank mapped, ``BankInfo.mapped``), same
+    settings; float32 -> float64 is exact, so they must be identical."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.engine import SelectionEngine
+
+    b64 = replace(bank, unit_vecs=np.asarray(bank.unit_vecs, dtype=np.float64))
+    ref = SelectionEngine([b64], SelectConfig(), device="cpu", threads=1, vectors=coll.vectors, **opts)
+    got, want = eng.select_units(ids, qs, Z), ref.select_units(ids, qs, Z)
+    cg, cw = eng.candidate_sets(ids, qs, Z), ref.candidate_sets(ids, qs, Z)
+    return {"queries": len(ids), "mapped": bool(eng.snapshot.mapped[0]), "reference_mapped": bool(ref.snapshot.mapped[0]),
+            "identical_picks": sum(list(a) == list(b) for a, b in zip(got, want)),
+            "identical_pools": sum(bool(np.array_equal(a, b)) for a, b in zip(cg, cw))}
+
+
+def child(path: str, queries: int, ann_min_units, trace: bool = False, compare: bool = False) -> dict:
+    """One choice's figures, in this (fresh) process (``trace``: Python allocations by site per
+    phase, ``tracemalloc``, which costs memory itself: its RSS figures are not the plain run's;
+    ``compare``: then :func:`_same_picks` over the queries)."""
+    import tracemalloc
+
     import numpy as np
 
     from trawmem_gpu.select.config import SelectConfig
@@ -70,8 +113,14 @@ def child(path: str, queries: int, ann_min_units) -> dict:
     from ..synthetic_banks import make_queries
 
     out = {"start": _status()}
+    if trace:
+        tracemalloc.start()
     coll = Collection(path)
     bank = coll.load(coll.bank_ids[0], mmap=True)
+    if trace:
+        s_loaded = tracemalloc.take_snapshot()
+        out["traced_loaded_mib"] = round(tracemalloc.get_traced_memory()[0] / MIB, 1)
+        out["sites_loaded"] = _sites(s_loaded)
     out["bank_arrays_mib"] = {k: round(v.nbytes / MIB, 1) for k, v in vars(bank).items()
                               if isinstance(v, np.ndarray) and v.nbytes > (1 << 20)}
     out["loaded"] = _status()
@@ -81,10 +130,20 @@ def child(path: str, queries: int, ann_min_units) -> dict:
         eng = SelectionEngine([bank], SelectConfig(), device="cpu", threads=1, vectors=coll.vectors, **opts)
         out["engine_s"] = round(time.perf_counter() - t, 1)
         out["engine"] = _status()
+        out["engine_trimmed"] = _trimmed()
+        out["caches"] = _caches()
+        if trace:
+            out["traced_engine_mib"] = round(tracemalloc.get_traced_memory()[0] / MIB, 1)
+            out["sites_engine"] = _sites(tracemalloc.take_snapshot(), s_loaded)
+            tracemalloc.stop()
         snap = eng.snapshot
         out["tables_mib"] = {k: round(b.element_size() * b.nelement() / MIB, 1) for k, b in snap.t.items()
                              if b.element_size() * b.nelement() > (1 << 20)}
         out["tables_total_mib"] = round(snap.nbytes() / MIB, 1)
+        held = eng._store.held_nbytes()  # a mapped bank's unit_vecs rows are a hole: not held
+        out["tables_held_mib"] = {k: round(v / MIB, 1) for k, v in held.items() if v > (1 << 20)}
+        out["tables_held_total_mib"] = round(sum(held.values()) / MIB, 1)
+        out["mapped"] = snap.mapped.tolist() if hasattr(snap, "mapped") else None
         ids, qs, Z = make_queries([bank], queries + 1, seed=8)
         t = time.perf_counter()
         eng.select_units(ids[:1], qs[:1], Z[:1])
@@ -97,7 +156,25 @@ def child(path: str, queries: int, ann_min_units) -> dict:
         out["p50_ms"] = round(float(np.median(ts)), 2)
         out["approximate"] = any(k[0] == "unit_index" for k in snap.infos[0].cache if isinstance(k, tuple))
     out["queried"] = _status()
+    out["queried_trimmed"] = _trimmed()
+    if compare:
+        with harness.pin_threads(1):
+            out["compare"] = _same_picks(eng, bank, coll, opts, ids, qs, Z)
     return out
+
+
+def _trimmed() -> dict:
+    """``_status()`` after glibc's ``malloc_trim(0)`` hands the heap's free pages back (what the
+    allocator keeps of freed build-time temporaries is the difference); {} off glibc."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        return {}
+    return _status()
 
 
 def main(argv=None) -> int:
@@ -111,17 +188,22 @@ def main(argv=None) -> int:
     ap.add_argument("--name", default=None)
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--child", default=None)
+    ap.add_argument("--trace", action="store_true", help="tracemalloc: Python allocations by site per phase")
+    ap.add_argument("--compare", action="store_true",
+                    help="after the figures, the picks against an engine over float64 vectors (none mapped)")
     a = ap.parse_args(argv)
     if a.child:
-        print("RESULT " + json.dumps(child(a.child, a.queries, a.ann_min_units)), flush=True)
+        print("RESULT " + json.dumps(child(a.child, a.queries, a.ann_min_units, a.trace, a.compare)), flush=True)
         return 0
     cache = Path(a.cache)
     cache.mkdir(parents=True, exist_ok=True)
-    rec = {"units": a.units, "d": 384, "topics": a.topics, "queries": a.queries, "points": {}}
+    rec = {"units": a.units, "d": 384, "topics": a.topics, "queries": a.queries, "trace": a.trace,
+           "ann_min_units": a.ann_min_units, "compare": a.compare, "points": {}}
     for v in a.vectors.split(","):
         path = _collection(a.units, a.topics, v, cache)
         cmd = [sys.executable, "-m", "benchmarks.experiments.engine_resident", "--child", str(path),
-               "--queries", str(a.queries)] + ([] if a.ann_min_units is None else ["--ann-min-units", str(a.ann_min_units)])
+               "--queries", str(a.queries)] + ([] if a.ann_min_units is None else ["--ann-min-units", str(a.ann_min_units)]) \
+            + (["--trace"] if a.trace else []) + (["--compare"] if a.compare else [])
         p = subprocess.run(cmd, capture_output=True, text=True)
         line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
         rec["points"][v] = json.loads(line[-1][7:]) if line else {"error": p.stderr[-2000:]}

@@ -54,6 +54,25 @@ class Layout(NamedTuple):
     float32 vectors (``Plan.layout``): the bank's own values, half the bytes of a float64 copy; a
     reader casts the rows it gathers (:func:`engine.tables.unit_rows`), float32 -> float64 exact,
     so every product is the float64 table's."""
+    mapped_units: int | None = None
+    """Banks of at least this many units whose vectors are float32 keep no ``unit_vecs`` rows
+    (:attr:`BankInfo.mapped`; None: every bank has them). ``Plan.layout`` sets it to the
+    approximate path's threshold on a float64 CPU engine with the compiled front, the one path
+    whose readers gather such a bank's rows from ``Bank.unit_vecs`` (:func:`engine.tables.unit_block`)."""
+
+
+class Hole:
+    """``n`` rows of a table that a bank keeps out of its buffer (:attr:`BankInfo.mapped`: its
+    ``unit_vecs`` are read from the bank's own, memory-mapped vectors): reserved, never written,
+    read or copied (``tables._Segment.holes``)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int):
+        self.n = int(n)
+
+    def __len__(self) -> int:
+        return self.n
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,6 +100,10 @@ class BankInfo:
     """The bank's support links (``objective.support_links``), None without any."""
     arrays: dict = field(default_factory=dict, repr=False)
     """The bank's per-unit arrays an append's tables extend (``engine/extend.py``: ``EXTENDED``)."""
+    mapped: bool = False
+    """The bank's unit vectors are read from ``bank.unit_vecs`` (a loaded bank's memory-mapped
+    float32 file), not from the ``unit_vecs`` table, which reserves its rows as a hole
+    (``tables.Hole``: no resident copy; ``Layout.mapped_units``)."""
     cache: dict = field(default_factory=dict, repr=False)
     """What is built for this bank on first use and kept while the bank is (its approximate
     indexes, ``engine/shortlist.py``, ``steps/seeds.py``): later snapshots share it."""
@@ -131,7 +154,11 @@ def build_bank(bank: Bank, cfg, layout: Layout, prev: BankInfo | None = None) ->
             a["bm_data"], a["bm_idx"] = m.scores["data"], m.scores["indices"]
             a["bm_ptr"] = m.scores["indptr"]
     long_threads = np.concatenate([[0], np.cumsum(np.sort(np.diff(bank.thread_offsets))[::-1])]).astype(np.int64)
-    info = BankInfo(bank, N, J, long_threads, bm25, vocab, plain, speakers, costs, tables, links, arrays=own)
+    mapped = plain and is_mapped(bank, layout)  # the compiled front reads it (a plain BM25: engine._picks)
+    if mapped:
+        a["unit_vecs"] = Hole(N)
+    info = BankInfo(bank, N, J, long_threads, bm25, vocab, plain, speakers, costs, tables, links, arrays=own,
+                    mapped=mapped)
     if kept is not None:
         info.cache.update(grown_indexes(prev, bank, kept[0]))
     return info, a
@@ -149,6 +176,13 @@ def grown_indexes(prev: BankInfo, bank: Bank, start: int) -> dict:
             name = key if key[0] == "grown" else ("grown", *key)
             out[name] = index.grown(bank.unit_vecs[start:], start, bank.unit_vecs)
     return out
+
+
+def is_mapped(bank: Bank, layout: Layout) -> bool:
+    """Whether ``bank``'s unit vectors stay in the bank (``Layout.mapped_units``): a bank that
+    large, with float32 vectors (read and cast to float64 exactly, as the float32 table's rows)."""
+    return (layout.mapped_units is not None and bank.n_units >= layout.mapped_units
+            and np.asarray(bank.unit_vecs).dtype == np.float32)
 
 
 def has_tables(n_units: int, layout: Layout) -> bool:

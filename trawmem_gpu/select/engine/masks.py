@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from ..steps.roles import bridge_from_similarity
-from .tables import unit_rows
+from .tables import unit_block, unit_rows
 
 
 def front_masks(masks: list | None, rows: np.ndarray, nu: np.ndarray, coff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -100,7 +100,8 @@ def stage_bridge(snap, cols: dict, masked: np.ndarray) -> dict:
     bridge = np.zeros((cand.shape[0], max(cand.shape[1], 1)))
     for q in np.flatnonzero(own).tolist():
         n = int(n_cand[q])
-        bridge[q, :n] = _own_bridge(snap.np["unit_vecs"], snap.off.uo[bidx[q]] + cand[q, :n], lt[q, :n])
+        vecs, base = unit_block(snap, int(bidx[q]))  # the table, or a mapped bank's own vectors
+        bridge[q, :n] = _own_bridge(vecs, base + cand[q, :n], lt[q, :n])
     return {"bridge": bridge, "own": own}
 
 

@@ -73,11 +73,14 @@ class Plan:
 
     def layout(self, dim: int, banks=()) -> Layout:
         """The tables' layout for vectors of width ``dim``; ``banks``: the engine's first banks, whose
-        unit vectors all float32 on a float64 CPU engine store ``unit_vecs`` as float32 (exact)."""
-        f32 = self.device.type == "cpu" and self.dtype == torch.float64 and bool(banks) and all(
-            b.unit_vecs.dtype == np.float32 for b in banks)
+        unit vectors all float32 on a float64 CPU engine store ``unit_vecs`` as float32 (exact). On
+        a float64 CPU engine with the compiled front, a bank on the approximate path
+        (``ann_min_units``) with float32 vectors keeps them in the bank (``Layout.mapped_units``)."""
+        cpu64 = self.device.type == "cpu" and self.dtype == torch.float64
+        f32 = cpu64 and bool(banks) and all(b.unit_vecs.dtype == np.float32 for b in banks)
+        mapped = self.ann_min_units if cpu64 and self.front == "compiled" else None
         return Layout(self.device, self.dtype, dim, self.tables, self.lexical, self.heads, self.relevance,
-                      table_units=self.table_units, vec_dtype=torch.float32 if f32 else None)
+                      table_units=self.table_units, vec_dtype=torch.float32 if f32 else None, mapped_units=mapped)
 
 
 def _kernels_importable() -> bool:

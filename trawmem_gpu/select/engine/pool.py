@@ -133,7 +133,7 @@ def query_tables(snap: Snapshot, cfg, x, a: int, b: int) -> QueryTables:
     uo = snap.off.uo[x.bidx[a:b][own]]
     live = np.arange(U)[None, :] < n[:, None]
     gid = torch.as_tensor(uo[:, None] + np.where(live, x.cand[a:b][own, :U], 0))
-    E = snap.t["unit_vecs"][gid].to(torch.float64)
+    E = unit_rows(snap, gid).to(torch.float64)  # a mapped bank's rows from its own vectors
     G = torch.bmm(E, E.transpose(1, 2)).numpy()
     kq_off, bq_off = np.full(Q, -1, np.int64), np.full(Q, -1, np.int64)
     identity = cfg.kernel == "identity"

@@ -41,6 +41,12 @@ LOCAL_THREAD = ("head_vecs",)
 """Thread tables whose row is a function of the thread alone."""
 
 
+def _is_hole(a) -> bool:
+    from .bank_tables import Hole
+
+    return isinstance(a, Hole)
+
+
 def kept_rows(old, new) -> dict[str, int]:
     """Table name -> leading rows of ``new``'s tables known equal to ``old``'s without comparing
     them: where ``new`` is an append to the very bank ``old`` (``engine.extend.kept_prefix``: it
@@ -79,7 +85,9 @@ def write_in_place(segments: dict, tables: tuple, start: dict, count: dict, arra
         lo, old, n = start[group], count[group], new[group]
         if n < old or (n > old and lo + old != s.end):
             return None
-        if len(s.shape) and a.ndim > 1 and a.shape[1] > s.shape[0]:
+        if _is_hole(a) != s.in_hole(lo, lo + old) and old:
+            return None  # a bank's vectors move between the table and its own file: appended whole
+        if not _is_hole(a) and len(s.shape) and a.ndim > 1 and a.shape[1] > s.shape[0]:
             return None
     if any(new.get(g, 0) != c and not any(arrays.get(nm) is not None for nm, gg, _, _ in tables if gg == g)
            for g, c in count.items()):
@@ -89,6 +97,12 @@ def write_in_place(segments: dict, tables: tuple, start: dict, count: dict, arra
         if a is None:
             continue
         lo, old, n = start[group], count[group], new[group]
+        if _is_hole(a):  # rows the table reserves, never written (``bank_tables.Hole``)
+            if lo + n > s.buf.shape[0]:
+                s._regrow(max(2 * s.buf.shape[0], lo + n), s.shape)
+            s.add_hole(lo + old, lo + n)
+            s.end = max(s.end, lo + n)
+            continue
         k = min(same.get(name, 0), old)
         t = _rows(a[k:], s)  # rows k.. of the bank
         if old > k:

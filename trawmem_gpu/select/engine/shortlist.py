@@ -45,7 +45,7 @@ from ..steps.candidates import GivenRanks
 from ..steps.relevance import LearnedQueries, LearnedTables
 from .compiled_args import NO_THREADS
 from .lexical_shortlist import Lexical, lexical, ranks_of, scores_at
-from .tables import Offsets, Snapshot
+from .tables import Offsets, Snapshot, unit_block
 
 ROUNDS = 3
 """Most front runs per query (the first, then one per growth of its working set)."""
@@ -94,10 +94,10 @@ def unit_index(snap: Snapshot, bank: int, kind: str, use_gpu: bool, vectors: str
     with _LOCK:
         got = info.cache.get(key)
         if got is None:
-            a, n = int(snap.off.uo[bank]), int(snap.off.nu[bank])
+            vecs, a = unit_block(snap, bank)  # the table's rows, or a mapped bank's own vectors
+            n = int(snap.off.nu[bank])
             rng = np.random.default_rng(0)
             sample = a + (np.arange(n) if n <= RANK_SAMPLE else np.sort(rng.choice(n, RANK_SAMPLE, replace=False)))
-            vecs = snap.np["unit_vecs"]
             index = info.cache.pop(("grown", *key), None) or VectorIndex(
                 vecs[a:a + n], kind, use_gpu, vectors=vectors, rerank=info.bank.unit_vecs)  # compact: re-ranked in float32
             got = info.cache[key] = (index, sample - a, np.ascontiguousarray(vecs[sample], dtype=np.float32))
@@ -120,18 +120,18 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
     near: list = [None] * len(bidx)
     heads: list = [np.zeros((2, 0))] * len(bidx)
     sample: list = [None] * len(bidx)
-    vecs = snap.np["unit_vecs"]
     masks = masks if masks is not None else [None] * len(bidx)
     for bank in np.unique(bidx).tolist():
         rows = np.flatnonzero(bidx == bank)
         index, rows_b, sample_vecs = unit_index(snap, bank, plan.ann_kind, plan.device.type == "cuda", plan.ann_vectors)
+        vecs, base = unit_block(snap, bank)
         plain = [r for r in rows.tolist() if masks[r] is None]
         if plain:
             _, ids = index.search(Z[plain], max(M, RANK_DEPTH), params)
             for r, i in zip(plain, ids):
                 i = i[i >= 0]
                 c = np.empty(len(i))
-                _gather_dots(vecs, int(snap.off.uo[bank]) + i, np.full(len(i), r), Z, c)
+                _gather_dots(vecs, base + i, np.full(len(i), r), Z, c)
                 o = np.lexsort((i, -c))
                 near[r] = i[o[:M]]
                 heads[r] = np.stack([c[o], i[o].astype(np.float64)])
@@ -156,7 +156,8 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
             nb = snap.np["rel_idx"][uo + W][:, 1:3].ravel()
             W = np.union1d(W, nb[nb >= 0])
         cos = np.empty(len(W))
-        _gather_dots(vecs, uo + W, np.full(len(W), q), Z, cos)
+        vecs, base = unit_block(snap, bank)
+        _gather_dots(vecs, base + W, np.full(len(W), q), Z, cos)
         edge = heads[q][0, -1:] if heads[q].shape[1] else cos[np.searchsorted(W, near[q])]
         out.append(Shortlist(W, float(edge.min()) if len(edge) else np.inf, heads[q], sample[q][0], lex, cos,
                              scores_at(snap, bank, cols, W), cols))
@@ -168,7 +169,8 @@ def grown(snap: Snapshot, short: Shortlist, bank: int, more: np.ndarray, z: np.n
     ``z`` computed (the others' kept)."""
     new = np.setdiff1d(more, short.units)
     cos = np.empty(len(new))
-    _gather_dots(snap.np["unit_vecs"], int(snap.off.uo[bank]) + new, np.zeros(len(new), np.int64), z[None, :], cos)
+    vecs, base = unit_block(snap, bank)
+    _gather_dots(vecs, base + new, np.zeros(len(new), np.int64), z[None, :], cos)
     units = np.concatenate([short.units, new])
     order = np.argsort(units, kind="stable")
     bm = np.concatenate([short.bm, scores_at(snap, bank, short.cols, new)])

@@ -30,7 +30,7 @@ from torch import Tensor
 from ...store.bank import Bank
 from ..steps.candidates import BM25Store
 from ..terms import UNIT_ATTRIBUTES
-from .bank_tables import HOST_GROUPS, TABLES, BankInfo, Layout, build_bank
+from .bank_tables import HOST_GROUPS, TABLES, BankInfo, Hole, Layout, build_bank
 from .publish import kept_rows, write_in_place
 
 
@@ -50,23 +50,36 @@ class Offsets(NamedTuple):
     tab: object
 
 
+def _zeros(shape: tuple, dtype: torch.dtype, device, fill) -> Tensor:
+    """A buffer of ``fill``; on the CPU a fill of 0 is NumPy's ``calloc``-backed zeros, whose pages
+    stay unallocated until written (the rows of a :class:`Hole` cost no resident memory)."""
+    if fill == 0 and torch.device(device).type == "cpu":
+        return torch.from_numpy(np.zeros(shape, dtype=torch.empty(0, dtype=dtype).numpy().dtype))
+    return torch.full(shape, fill, dtype=dtype, device=device)
+
+
 class _Segment:
-    """One growable table: a buffer of ``cap`` rows, ``end`` of them written."""
+    """One growable table: a buffer of ``cap`` rows, ``end`` of them written, but for the row
+    ranges ``holes`` (``[a, b)``, ascending: :class:`Hole` rows, never written or copied)."""
 
     def __init__(self, shape: tuple, dtype: torch.dtype, device, fill, cap: int):
         self.shape, self.dtype, self.device, self.fill = shape, dtype, device, fill
-        self.buf = torch.full((max(cap, 1), *shape), fill, dtype=dtype, device=device)
+        self.buf = _zeros((max(cap, 1), *shape), dtype, device, fill)
         self.end = 0
+        self.holes: list[tuple[int, int]] = []
 
     def append(self, rows) -> int:
-        """Write ``rows`` (NumPy or torch) past the end, into a new, larger (or, for neighbour
-        lists, wider) buffer when they do not fit; returns their first row."""
+        """Write ``rows`` (NumPy, torch or a :class:`Hole`) past the end, into a new, larger (or,
+        for neighbour lists, wider) buffer when they do not fit; returns their first row."""
         n = len(rows)
-        wide = len(self.shape) and rows.ndim > 1 and rows.shape[1] > self.shape[0]
+        hole = isinstance(rows, Hole)
+        wide = not hole and len(self.shape) and rows.ndim > 1 and rows.shape[1] > self.shape[0]
         if wide or self.end + n > self.buf.shape[0]:
             cap = max(2 * self.buf.shape[0], self.end + n) if self.end + n > self.buf.shape[0] else self.buf.shape[0]
             self._regrow(cap, (rows.shape[1],) if wide else self.shape)
-        if n:
+        if hole:
+            self.add_hole(self.end, self.end + n)
+        elif n:
             t = rows if isinstance(rows, Tensor) else torch.as_tensor(np.ascontiguousarray(rows))
             t = t.to(device=self.device, dtype=self.dtype)
             if len(self.shape):
@@ -77,12 +90,43 @@ class _Segment:
         self.end += n
         return start
 
-    def _regrow(self, cap: int, shape: tuple) -> None:
-        new = torch.full((cap, *shape), self.fill, dtype=self.dtype, device=self.device)
-        if len(shape):
-            new[:self.end, :self.shape[0]] = self.buf[:self.end]
+    def add_hole(self, a: int, b: int) -> None:
+        """Mark rows ``[a, b)`` a hole (merged with one ending at ``a``)."""
+        if b <= a:
+            return
+        if self.holes and self.holes[-1][1] == a:
+            self.holes[-1] = (self.holes[-1][0], b)
         else:
-            new[:self.end] = self.buf[:self.end]
+            self.holes.append((a, b))
+            self.holes.sort()
+
+    def written(self) -> list[tuple[int, int]]:
+        """The row ranges ``[a, b)`` below ``end`` that are not holes."""
+        out, a = [], 0
+        for h0, h1 in self.holes:
+            if h0 > a:
+                out.append((a, min(h0, self.end)))
+            a = max(a, h1)
+        if self.end > a:
+            out.append((a, self.end))
+        return [(x, y) for x, y in out if y > x]
+
+    def in_hole(self, a: int, b: int) -> bool:
+        """Whether rows ``[a, b)`` lie in one hole (an empty range does)."""
+        return b <= a or any(h0 <= a and b <= h1 for h0, h1 in self.holes)
+
+    def clear(self) -> None:
+        """Overwrite every written row with the fill value (holes hold nothing)."""
+        for a, b in self.written():
+            self.buf[a:b] = self.fill
+
+    def _regrow(self, cap: int, shape: tuple) -> None:
+        new = _zeros((cap, *shape), self.dtype, self.device, self.fill)
+        for a, b in self.written():
+            if len(shape):
+                new[a:b, :self.shape[0]] = self.buf[a:b]
+            else:
+                new[a:b] = self.buf[a:b]
         self.buf, self.shape = new, shape
 
 
@@ -112,9 +156,12 @@ class Snapshot:
                            np.array([i.tables for i in self.infos], dtype=np.int64))
         self.off_t = Offsets(*(torch.as_tensor(a, device=device) for a in self.off))
         self.rows = {name: s.end for name, s in segments.items()}
+        self._holes = {name: sum(h1 - h0 for h0, h1 in s.holes) for name, s in segments.items()}
         self.t: dict[str, Tensor] = {name: s.buf for name, s in segments.items()}
         self.np: dict[str, np.ndarray] = {name: b.numpy() for name, b in self.t.items() if b.device.type == "cpu"}
         self.dummy_thread = 0
+        self.mapped = np.array([i.mapped for i in self.infos], dtype=bool)
+        """Per bank: its unit vectors are its own (``BankInfo.mapped``), not ``unit_vecs`` rows."""
         self.max_units = int(self.off.nu.max())
         self.max_threads = int(self.off.nt.max())
         self._lock = threading.Lock()
@@ -150,7 +197,9 @@ class Snapshot:
             return self._lazy[key]
 
     def nbytes(self, names=None) -> int:
-        return sum(b.element_size() * b.nelement() for n, b in self.t.items() if names is None or n in names)
+        """Bytes the tables ``names`` (None: all) hold: their buffers less the rows of their holes
+        (``bank_tables.Hole``: address space never written, so never resident)."""
+        return sum(held_bytes(b, self._holes.get(n, 0)) for n, b in self.t.items() if names is None or n in names)
 
     @property
     def bm25(self) -> "BM25View":
@@ -288,7 +337,8 @@ class TableStore:
             start = {}
             for name, group, _, _ in TABLES:
                 a, n = e.start[group], e.count[group]
-                s = self._segments[name].append(old[name].buf[a:a + n])
+                rows = Hole(n) if name == "unit_vecs" and e.info.mapped else old[name].buf[a:a + n]
+                s = self._segments[name].append(rows)
                 start.setdefault(group, s)
             out[bid] = _Entry(e.info, start, e.count)
         self._dead = 0
@@ -299,21 +349,32 @@ class TableStore:
         value, so no table holds a row of a removed or replaced bank (forgetting). Only while no
         query reads an older snapshot (they read the old buffers)."""
         with self._lock:
-            old = [s.buf for s in self._segments.values()]
+            old = list(self._segments.values())
             self._entries = self._compact(dict(self._entries))
             self.snapshot = Snapshot(list(self._entries.values()), self._segments, self.layout.device)
-            for name, buf in zip(self._segments, old):
-                buf.fill_(self._segments[name].fill)
+            for seg in old:
+                seg.clear()
 
     def wipe(self) -> None:
         """Overwrite every buffer with its fill value: the store is done with (its last bank
         forgotten); nothing may select from it afterwards."""
         with self._lock:
             for seg in self._segments.values():
-                seg.buf.fill_(seg.fill)
+                seg.clear()
 
     def nbytes(self) -> int:
         return self.snapshot.nbytes()
+
+    def held_nbytes(self) -> dict[str, int]:
+        """Per table, the bytes its buffer holds less its holes' rows (``bank_tables.Hole``: reserved
+        address space, never written, so never resident)."""
+        return {name: held_bytes(seg.buf, sum(h1 - h0 for h0, h1 in seg.holes)) for name, seg in self._segments.items()}
+
+
+def held_bytes(buf: Tensor, hole_rows: int) -> int:
+    """Bytes of ``buf`` less ``hole_rows`` of its rows."""
+    n = buf.element_size() * buf.nelement()
+    return n - (n // max(buf.shape[0], 1)) * hole_rows
 
 
 def _rows(e: _Entry) -> int:
@@ -324,6 +385,39 @@ def unit_rows(snap: Snapshot, idx) -> Tensor:
     """Rows ``idx`` (an index tensor or a slice) of the ``unit_vecs`` table in the engine's dtype (its
     ``head_sim`` table's): the one way a torch reader reaches unit vectors. The table may hold them
     as float32 on a float64 engine (``Layout.vec_dtype``); the cast of the gathered rows is exact,
-    so a product of them is the float64 table's product."""
+    so a product of them is the float64 table's product. Rows of a bank whose vectors are its own
+    (``Snapshot.mapped``) are read from them (:func:`mapped_rows`)."""
+    if snap.mapped.any() and isinstance(idx, slice):
+        idx = torch.arange(snap.t["unit_vecs"].shape[0])[idx]
     rows = snap.t["unit_vecs"][idx]
+    if snap.mapped.any():
+        rows = mapped_rows(snap, idx, rows)
     return rows.to(snap.t["head_sim"].dtype)
+
+
+def mapped_rows(snap: Snapshot, idx: Tensor, rows: Tensor) -> Tensor:
+    """``rows`` (the ``unit_vecs`` table at the global unit rows ``idx``, any shape) with the rows of
+    mapped banks' units replaced by their bank's own vectors (float32, as the table's rows)."""
+    flat = np.asarray(torch.as_tensor(idx).cpu().numpy(), dtype=np.int64).reshape(-1)
+    order = np.argsort(snap.off.uo, kind="stable")
+    b = order[np.searchsorted(snap.off.uo[order], flat, side="right") - 1]
+    hit = snap.mapped[b] & (flat - snap.off.uo[b] < snap.off.nu[b])
+    if not hit.any():
+        return rows
+    out = rows.reshape(-1, rows.shape[-1]).clone()
+    for bank in np.unique(b[hit]).tolist():
+        sel = np.flatnonzero(hit & (b == bank))
+        vecs, base = unit_block(snap, bank)
+        got = np.asarray(vecs[base + flat[sel]])
+        out[torch.as_tensor(sel, device=out.device)] = torch.as_tensor(got).to(device=out.device, dtype=out.dtype)
+    return out.reshape(rows.shape)
+
+
+def unit_block(snap: Snapshot, bank: int) -> tuple[np.ndarray, int]:
+    """``(vecs, base)``: bank ``bank``'s unit ``i`` is row ``base + i`` of ``vecs`` -- the
+    ``unit_vecs`` table (NumPy) at the bank's offset, or for a mapped bank (``Snapshot.mapped``)
+    its own ``[N, d]`` float32 vectors at 0 (a loaded bank's memory-mapped file: the rows a query
+    gathers are read from it; a numba reader sums them in float64 as it does the table's)."""
+    if snap.mapped[bank]:
+        return np.asarray(snap.infos[bank].bank.unit_vecs), 0
+    return snap.np["unit_vecs"], int(snap.off.uo[bank])

@@ -1,0 +1,137 @@
+"""A bank on the approximate path keeps its unit vectors in the bank (issue 46 item 2): on a
+float64 CPU engine with the compiled front, a bank of at least ``ann_min_units`` units with float32
+vectors has no ``unit_vecs`` rows (``BankInfo.mapped``: its rows are a hole of the table,
+``tables.Hole``), and every reader gathers its rows from ``Bank.unit_vecs`` (a loaded bank's
+memory-mapped file; ``tables.unit_block`` / ``unit_rows``). float32 -> float64 is exact, so the
+picks must be those of an engine whose table holds the same vectors as float64 (no bank mapped):
+with the mapped bank between table banks (their rows after its hole), masked queries, an append
+(written in place, and appended whole) and a forget's purge."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from trawmem_gpu.select.config import SelectConfig
+from trawmem_gpu.select.engine import SelectionEngine
+from trawmem_gpu.select.engine.bank_tables import Hole
+from trawmem_gpu.select.engine.tables import _Segment
+
+from benchmarks.synthetic_banks import make_banks, make_queries
+
+OPTS = {"ann_min_units": 1000, "ann_shortlist": 32}
+
+
+def _as64(bank):
+    return replace(bank, unit_vecs=bank.unit_vecs.astype(np.float64), head_vecs=bank.head_vecs.astype(np.float64))
+
+
+@pytest.fixture(scope="module")
+def banks():
+    small = make_banks(3, units=257, thread_len=5.0, d=24, seed=31, prefix="odd")
+    big = make_banks(1, units=1203, thread_len=7.0, d=24, seed=32, prefix="big")[0]
+    v = big.unit_vecs.copy()
+    v[1:40:2] = v[0:39:2]  # exact ties in every cosine
+    return [small[0], replace(big, unit_vecs=v), small[1], small[2]]
+
+
+def _picks(eng, banks, seed=33, masks=None):
+    ids, qs, Z = make_queries(banks, 40, seed=seed)
+    return eng.select_units(ids, qs, Z, masks=masks), eng.candidate_sets(ids, qs, Z)
+
+
+def _same(a, b):
+    (pa, ca), (pb, cb) = a, b
+    assert sum(len(p) for p in pb) > 0
+    assert [list(p) for p in pa] == [list(p) for p in pb]
+    assert all(np.array_equal(x, y) for x, y in zip(ca, cb))
+
+
+def test_a_large_bank_holds_no_copy_and_picks_what_the_float64_table_picks(banks):
+    mapped = SelectionEngine(banks, SelectConfig(), device="cpu", **OPTS)
+    table = SelectionEngine([_as64(b) for b in banks], SelectConfig(), device="cpu", **OPTS)
+    snap = mapped.snapshot
+    assert snap.mapped.tolist() == [False, True, False, False] and not table.snapshot.mapped.any()
+    a, n = int(snap.off.uo[1]), banks[1].n_units
+    seg = mapped._store._segments["unit_vecs"]
+    assert seg.in_hole(a, a + n) and not seg.in_hole(a - 1, a)
+    assert not snap.np["unit_vecs"][a:a + n].any()  # never written: no copy of the vectors
+    after = int(snap.off.uo[2])  # a table bank after the hole keeps its own rows
+    assert np.array_equal(snap.np["unit_vecs"][after:after + banks[2].n_units], banks[2].unit_vecs)
+    _same(_picks(mapped, banks), _picks(table, banks))
+    assert any(isinstance(k, tuple) and k[0] == "unit_index" for k in snap.infos[1].cache)
+    assert mapped.select_units([], [], np.zeros((0, 24))) == []
+    assert snap.nbytes(["unit_vecs"]) == 4 * snap.t["unit_vecs"].nelement() - 4 * 24 * n  # the hole is not held
+
+
+def test_masked_queries_read_the_mapped_rows(banks):
+    ids, _, _ = make_queries(banks, 40, seed=34)
+    rng = np.random.default_rng(35)
+    n = {b.bank_id: b.n_units for b in banks}
+    masks = [rng.random(n[i]) < 0.5 if k % 2 else None for k, i in enumerate(ids)]
+    mapped = SelectionEngine(banks, SelectConfig(), device="cpu", **OPTS)
+    table = SelectionEngine([_as64(b) for b in banks], SelectConfig(), device="cpu", **OPTS)
+    got, want = _picks(mapped, banks, 34, masks)[0], _picks(table, banks, 34, masks)[0]
+    assert sum(len(p) for p in want) > 0 and [list(p) for p in got] == [list(p) for p in want]
+
+
+def _conversation(cid: str, n: int, seed: int):
+    from datetime import datetime, timedelta
+
+    from trawmem_gpu.data.types import Conversation, Turn
+
+    rng = np.random.default_rng(seed)
+    words = "dog cat hike lake paris school paint music trip sister book garden piano beach yoga race".split()
+    t, out = datetime(2024, 1, 1, 9), []
+    for i in range(n):
+        t += timedelta(minutes=15) if i % 9 else timedelta(days=1)
+        out.append(Turn(f"m{i}", "Ann" if i % 2 else "Bob", " ".join(rng.choice(words, 6)), 1 + i // 9,
+                        t.strftime("%d %B %Y"), t))
+    return Conversation(cid, out)
+
+
+@pytest.mark.parametrize("last", [False, True], ids=["appended-whole", "in-place"])
+def test_an_append_and_a_forget_keep_the_mapped_bank_exact(last):
+    from word_encoder import WordEncoder
+
+    from trawmem_gpu.ingest import build_banks, update_bank
+
+    enc = WordEncoder()
+    big = _conversation("c", 170, 5)
+    convs = [_conversation("a", 40, 6), type(big)("c", big.turns[:120]), _conversation("b", 50, 7)]
+    if last:
+        convs = [convs[0], convs[2], convs[1]]
+    start, _ = build_banks(convs, encoder=enc, progress=False)
+    at = [b.bank_id for b in start].index("c")
+    grown, _ = update_bank(start[at], list(big.turns[120:]), encoder=enc)
+    opts = {"ann_min_units": 100, "ann_shortlist": 16}
+    eng = SelectionEngine(start, SelectConfig(), device="cpu", **opts)
+    assert eng.snapshot.mapped.tolist() == [b.bank_id == "c" for b in start]
+    _picks(eng, start)  # builds the index, which the append grows
+    eng.replace_bank(grown)
+    now = [grown if b.bank_id == "c" else b for b in start]
+    table = SelectionEngine([_as64(b) for b in now], SelectConfig(), device="cpu", **opts)
+    _same(_picks(eng, now), _picks(table, now))
+    eng.remove_bank(now[0].bank_id)  # a forget of a whole bank, then the purge's compaction
+    eng.purge()
+    rest = now[1:]
+    table = SelectionEngine([_as64(b) for b in rest], SelectConfig(), device="cpu", **opts)
+    _same(_picks(eng, rest), _picks(table, rest))
+    assert eng._store._segments["unit_vecs"].holes  # the compacted table still holds no copy
+
+
+def test_a_segment_never_writes_copies_or_clears_a_hole():
+    seg = _Segment((3,), torch.float32, "cpu", 0, 2)
+    seg.append(np.ones((2, 3)))
+    seg.append(Hole(5))  # past the capacity: a regrow
+    seg.append(np.full((1, 3), 2.0))
+    assert seg.holes == [(2, 7)] and seg.end == 8 and seg.written() == [(0, 2), (7, 8)]
+    assert seg.buf[:2].eq(1).all() and seg.buf[7].eq(2).all() and not seg.buf[2:7].any()
+    seg._regrow(32, (3,))
+    assert seg.buf[:2].eq(1).all() and seg.buf[7].eq(2).all() and not seg.buf[2:7].any()
+    seg.append(Hole(0))
+    assert seg.holes == [(2, 7)] and seg.in_hole(3, 6) and not seg.in_hole(1, 3) and seg.in_hole(4, 4)
+    seg.clear()
+    assert not seg.buf.any()
