@@ -105,6 +105,8 @@ def test_few_postings_are_read_exactly(bank):
         assert lex.bound == -1.0
         np.testing.assert_array_equal(lex.units, u)
         np.testing.assert_array_equal(lx.ranks_of(lex, u, s), rank)
+        for M in (0, 1, 7, len(u) + 3):  # the top: the M best by (score descending, unit ascending)
+            np.testing.assert_array_equal(lx.lexical(snap, b, cols, M, np.arange(10)).top, u[np.argsort(rank)][:M])
 
 
 def test_dense_reading_is_the_exact_top_scores_and_ranks(bank, monkeypatch):

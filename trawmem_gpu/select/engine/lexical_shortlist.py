@@ -129,11 +129,13 @@ def _bank_nnz(snap: Snapshot, bank: int) -> int:
     return (min(nxt) if nxt else len(st.data)) - int(st.nz0[bank])
 
 
-def _ranked(u: np.ndarray, s: np.ndarray) -> np.ndarray:
+def _ranked(u: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(rank, order)``: ``order`` sorts ``(s, u)`` by score descending, unit ascending, and
+    ``rank[order] = 1 .. len(u)`` (so ``order`` is ``np.argsort(rank)``: its first ``M`` are the top)."""
     order = np.lexsort((u, -s))
     rank = np.empty(len(u))
     rank[order] = np.arange(1, len(u) + 1)
-    return rank
+    return rank, order
 
 
 def lexical(snap: Snapshot, bank: int, cols: np.ndarray, M: int, sample_rows: np.ndarray,
@@ -148,8 +150,8 @@ def lexical(snap: Snapshot, bank: int, cols: np.ndarray, M: int, sample_rows: np
         if keep is not None:
             ok = keep[u]
             u, s = u[ok], s[ok]
-        rank = _ranked(u, s)
-        return Lexical(u[np.argsort(rank)[:M]], u, s, rank, -1.0, np.zeros(0, np.float32), n)
+        rank, order = _ranked(u, s)
+        return Lexical(u[order[:M]], u, s, rank, -1.0, np.zeros(0, np.float32), n)
     st = snap.bm25.store
     if DENSE:  # every posting added in one compiled pass: exact scores and ranks
         u, s = lexical_dense.dense_scores(st.idx, st.data, lo, hi, n)
@@ -164,8 +166,8 @@ def lexical(snap: Snapshot, bank: int, cols: np.ndarray, M: int, sample_rows: np
         if bound == 0.0 or kth > bound or depth >= MAX_DEPTH:
             break
         depth *= 2
-    rank = _ranked(cand, s)
-    return Lexical(cand[np.argsort(rank)[:M]], cand, s, rank, float(bound),
+    rank, order = _ranked(cand, s)
+    return Lexical(cand[order[:M]], cand, s, rank, float(bound),
                    np.sort(scores_at(snap, bank, cols, sample_rows)), n)
 
 

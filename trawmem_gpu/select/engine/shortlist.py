@@ -52,6 +52,9 @@ ROUNDS = 3
 _LOCK = threading.Lock()
 
 
+REUSE = True
+"""A grown working set keeps the ranks of the units it held (:func:`grown`); False: every front
+round ranks its whole working set again (the plain form, for comparison: the same ranks)."""
 RANK_DEPTH = 1024
 """Units the index proposes per query for ranking (their exact cosines rank the working set's
 units above the last of them: :func:`given_ranks`); the first ``ann_shortlist`` of them seed the
@@ -81,6 +84,10 @@ class Shortlist(NamedTuple):
     """... and their exact float32 BM25 (``lexical_shortlist.scores_at``)."""
     cols: np.ndarray
     """The query's BM25 columns (store columns, token order)."""
+    ranks: tuple | None = None
+    """``units``' ranks in the bank, ``(by cosine, by BM25)`` as :func:`given_ranks` returns them,
+    once a front round has computed them (:func:`ranked`); :func:`grown` keeps them for the units
+    a grown working set keeps and computes only those of the units it adds. None: not computed."""
 
 
 def unit_index(snap: Snapshot, bank: int, kind: str, use_gpu: bool, vectors: str = "float32"
@@ -166,15 +173,28 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
 
 def grown(snap: Snapshot, short: Shortlist, bank: int, more: np.ndarray, z: np.ndarray) -> Shortlist:
     """``short`` with the units ``more`` (bank-local) in its working set too, their cosines with
-    ``z`` computed (the others' kept)."""
+    ``z`` and BM25 computed (the others' kept), and, when ``short`` holds its ranks and they are
+    the bank's (an unmasked query: :func:`given_ranks` ranks each unit on its own, by the index's
+    proposals, the rank sample and the query's BM25 table), the added units' ranks (the others'
+    kept). A masked query's cosine ranks are among ``W``, so they are ranked again."""
     new = np.setdiff1d(more, short.units)
     cos = np.empty(len(new))
     vecs, base = unit_block(snap, bank)
     _gather_dots(vecs, base + new, np.zeros(len(new), np.int64), z[None, :], cos)
     units = np.concatenate([short.units, new])
     order = np.argsort(units, kind="stable")
-    bm = np.concatenate([short.bm, scores_at(snap, bank, short.cols, new)])
-    return short._replace(units=units[order], cos=np.concatenate([short.cos, cos])[order], bm=bm[order])
+    bm_new = scores_at(snap, bank, short.cols, new)
+    ranks = None
+    if REUSE and short.ranks is not None and short.head.shape[1]:
+        add = given_ranks(short._replace(units=new, cos=cos, bm=bm_new), cos, int(snap.off.nu[bank]))
+        ranks = tuple(np.concatenate([old, a])[order] for old, a in zip(short.ranks, add))
+    bm = np.concatenate([short.bm, bm_new])
+    return short._replace(units=units[order], cos=np.concatenate([short.cos, cos])[order], bm=bm[order], ranks=ranks)
+
+
+def ranked(short: Shortlist, n_bank: int) -> Shortlist:
+    """``short`` with its :attr:`Shortlist.ranks` (computed by :func:`given_ranks` unless held)."""
+    return short if short.ranks is not None else short._replace(ranks=given_ranks(short, short.cos, n_bank))
 
 
 def _near_passing(index: VectorIndex, z: np.ndarray, keep: np.ndarray, M: int, params: AnnParams) -> np.ndarray:
@@ -242,7 +262,8 @@ def compact(snap: Snapshot, Z: np.ndarray, bidx: np.ndarray, shorts: list[Shortl
             learned: bool, spaces: list[ThreadSpace]):
     """The front loop's arguments with query ``q``'s working set as its bank ``q`` and its
     :class:`ThreadSpace` ``spaces[q]`` as the bank's threads: ``(FrontTables fields, Offsets, cos,
-    coff, tok_ptr, tok_ids, GivenRanks, LearnedTables, LearnedQueries)``."""
+    coff, tok_ptr, tok_ids, GivenRanks, LearnedTables, LearnedQueries)``. ``shorts[q]`` is replaced
+    by itself with its ranks (:func:`ranked`), which :func:`grown` keeps for the next round."""
     n = snap.np
     W = [sh.units for sh in shorts]
     Q = len(W)
@@ -251,7 +272,8 @@ def compact(snap: Snapshot, Z: np.ndarray, bidx: np.ndarray, shorts: list[Shortl
     glob = [int(snap.off.uo[b]) + w for b, w in zip(bidx.tolist(), W)]
     g = np.concatenate(glob) if Q else np.zeros(0, np.int64)
     cos = np.concatenate([sh.cos for sh in shorts]) if Q else np.zeros(0)
-    rk = [given_ranks(sh, cos[a:a + len(sh.units)], int(snap.off.nu[b])) for sh, a, b in zip(shorts, uo, bidx.tolist())]
+    shorts[:] = [ranked(sh, int(snap.off.nu[b])) for sh, b in zip(shorts, bidx.tolist())]
+    rk = [sh.ranks for sh in shorts]
     ranks = GivenRanks(np.concatenate([r[0] for r in rk]), np.concatenate([r[1] for r in rk]))
     # one column per query: its working set's BM25 (summed in token order already: the loop adds it to 0)
     bidx_c = [np.flatnonzero(sh.bm != 0) for sh in shorts]
