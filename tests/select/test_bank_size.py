@@ -201,3 +201,24 @@ def test_the_approximate_threshold_follows_the_vectors_width(clustered):
     for bad in ("many", 0, -3):
         with pytest.raises(ConfigError, match="ann_min_units"):
             EngineConfig(ann_min_units=bad)
+
+
+def test_chunks_over_shortlists_are_bounded_like_exact_ones(clustered, monkeypatch):
+    """A chunk over shortlists holds every query's working set and compacted tables at once, so it
+    is bounded by ``FRONT_ROWS`` (queries x bank units) as an exact chunk is, not a fixed 64 rows
+    (a chunk of 64 held 2.4 GiB on a 10^5-unit bank); how a batch is cut never changes a pick."""
+    from trawmem_gpu.select.engine import compiled
+    banks, (ids, qs, Z) = clustered
+    approx = SelectionEngine(banks, SelectConfig(), device="cpu", ann_min_units=1000, ann_shortlist=256, threads=1)
+    want = [approx.select_units(ids[i:i + 1], qs[i:i + 1], Z[i:i + 1])[0] for i in range(len(ids))]
+    seen = []
+    real = compiled._chunk
+    monkeypatch.setattr(compiled, "_chunk", lambda snap, plan, cfg, batch, Zn, rows, *a: (seen.append(len(rows)),
+                        real(snap, plan, cfg, batch, Zn, rows, *a))[1])
+    monkeypatch.setattr(compiled, "FRONT_ROWS", 7 * banks[0].n_units)  # 7 queries of this bank a chunk
+    assert approx.select_units(ids, qs, Z) == want
+    assert seen and max(seen) == 7 and sum(seen) == len(ids), seen
+    seen.clear()
+    monkeypatch.setattr(compiled, "FRONT_ROWS", 1)  # never fewer than one query
+    assert approx.select_units(ids, qs, Z) == want
+    assert seen == [1] * len(ids)

@@ -30,6 +30,11 @@ from .tables import Snapshot
 
 FRONT_ROWS = 1 << 20
 """Compiled front: queries per chunk x largest bank (bounds the ``[Qc, N]`` cosine buffer)."""
+APPROX_ROWS = 64
+"""Most queries in a chunk over shortlists (large banks): a chunk holds every query's working set
+and its compacted tables at once (tens of MiB a query on a bank of 10^5 units whose threads have
+hundreds of neighbours), so it is also bounded by ``FRONT_ROWS`` like an exact chunk: 10 queries
+at 10^5 units, one at 10^6. A chunk of 64 queries there held 2.4 GiB."""
 
 
 def run_stage(snap: Snapshot, cfg, x: StageBatch) -> tuple[np.ndarray, np.ndarray]:
@@ -90,7 +95,7 @@ def _texts(snap: Snapshot, plan, cfg, head, batch: QueryBatch) -> list[tuple]:
     if workers > 1:
         chunk = min(chunk, max(16, -(-Q // (4 * workers))))
     n_exact = int((~approx).sum())
-    cuts = sorted(set(range(0, n_exact, chunk)) | set(range(n_exact, Q, max(chunk, 64))))
+    cuts = sorted(set(range(0, n_exact, chunk)) | set(range(n_exact, Q, min(chunk, APPROX_ROWS))))
     bm = snap.bm25
     texts = []
     for s, e in zip(cuts, cuts[1:] + [Q]):

@@ -75,7 +75,7 @@ class BM25Store(NamedTuple):
 
 
 _TOKEN_ASCII = re.compile(TOKEN.pattern.replace("(?u)", ""), re.A)
-"""``lexical``'s token pattern with ASCII classes: on ASCII text ``\w`` is the same class, so the
+r"""``lexical``'s token pattern with ASCII classes: on ASCII text ``\w`` is the same class, so the
 same tokens (~1.5x faster)."""
 
 
