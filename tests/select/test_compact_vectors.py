@@ -111,6 +111,49 @@ def test_a_grown_index_answers_for_the_appended_bank_and_the_old_one_for_the_old
     assert not np.isin(I, [0, 2, 4]).any()
 
 
+def _labels_plain(n_total: int, owned: list[tuple[int, int]]) -> np.ndarray:
+    """What an object's labels are, stated plainly: ``-1`` everywhere but its own runs of faiss
+    positions ``(position, id)``."""
+    out = np.full(n_total, -1, dtype=np.int64)
+    for pos, uid in owned:
+        out[pos] = uid
+    return out
+
+
+@pytest.mark.parametrize("kind", ["hnsw", "ivf"])
+def test_a_line_of_appends_writes_only_past_its_end_and_a_branch_copies(kind):
+    """Appends at the end share one label buffer (each append writes its own labels; doubling),
+    yet every older object keeps its own labels and answers for its own bank; growing an older
+    object again (a branch), or replacing ids, copies instead of writing over a newer object's."""
+    rng = np.random.default_rng(3)
+    d = 16
+    x = _unit(rng.standard_normal((260, d)))
+    base = VectorIndex(x[:100], kind)
+    line = [base]
+    for a, b in [(100, 103), (103, 150), (150, 151), (151, 200)]:  # odd sizes; one of a single vector
+        line.append(line[-1].grown(x[a:b], a))
+    assert all(o._tail is line[1]._tail for o in line[2:])  # the first append's buffer (room for 200) served the line
+    branch = line[2].grown(x[200:230], 150)  # an older object grown again: positions 200.. of the faiss index
+    again = line[-1].grown(x[230:260], 200)  # the line goes on: positions 230..
+    for obj, n in zip(line, [100, 103, 150, 151, 200]):
+        assert obj.n == n
+        if obj.labels is not None:
+            np.testing.assert_array_equal(obj.labels, np.arange(n))
+        _, I = obj.search(x[:n], 1, PARAMS)
+        assert I.max() < n
+    np.testing.assert_array_equal(branch.labels, _labels_plain(230, [(i, i) for i in range(150)]
+                                                               + [(200 + j, 150 + j) for j in range(30)]))
+    np.testing.assert_array_equal(again.labels, _labels_plain(260, [(i, i) for i in range(200)]
+                                                              + [(230 + j, 200 + j) for j in range(30)]))
+    _, I = branch.search(x[200:230], 1, PARAMS)
+    np.testing.assert_array_equal(I[:, 0], np.arange(150, 180))
+    _, I = again.search(x[230:260], 1, PARAMS)
+    np.testing.assert_array_equal(I[:, 0], np.arange(200, 230))
+    replaced = again.grown(x[:5], 198)  # ids 198.. replaced: a copy with 198 and 199 masked out
+    assert replaced._tail is not again._tail
+    assert (replaced.labels[198:200] == -1).all() and (again.labels[198:200] == [198, 199]).all()
+
+
 def _conversation(n: int, marker: str | None = None):
     from datetime import datetime, timedelta
 

@@ -69,6 +69,17 @@ def ivf_lists(n: int) -> int:
     return int(max(1, min(nl, n // 39)))
 
 
+class _LabelTail:
+    """A growable buffer of labels shared by a line of grown indexes: each object reads a prefix
+    (``labels = buf[:m]``) and only an object whose prefix ends at ``used`` may write past it, so an
+    append costs its own vectors (amortized), and an older object's prefix never changes."""
+
+    __slots__ = ("buf", "used")
+
+    def __init__(self, buf: np.ndarray, used: int):
+        self.buf, self.used = buf, used
+
+
 class VectorIndex:
     """An approximate inner-product index over ``vecs [n, d]`` (see the module docstring).
 
@@ -97,6 +108,7 @@ class VectorIndex:
         """``[m]`` int64: the id (a bank-local unit) of each of the first ``m`` vectors of the faiss
         index this object reads, ``-1`` for one removed or not its own (None: vector ``i`` is id
         ``i``, all ``n`` of them)."""
+        self._tail: _LabelTail | None = None  # the buffer :attr:`labels` is a prefix of, shared by the grown line
         self.kind = kind if kind != "auto" else ("ivf" if n >= IVF_MIN_VECTORS else "hnsw")
         flat = self.vectors == "float32"
         if self.kind == "hnsw":
@@ -150,13 +162,25 @@ class VectorIndex:
             raise ValueError(f"start must lie in [0, {self.n}] (got {start})")
         with self.lock:
             before = int(self.index.ntotal)
-            labels = np.full(before + len(x), -1, dtype=np.int64)
-            own = np.arange(self.n) if self.labels is None else self.labels
-            labels[:len(own)] = np.where(own < start, own, -1)  # vectors of other objects stay -1
-            labels[before:] = np.arange(start, start + len(x))
+            total = before + len(x)
+            tail = self._tail
+            if (start == self.n and tail is not None and self.labels is not None and len(self.labels) == before
+                    and tail.used == before):  # a plain append at the end of the line: write past it
+                if len(tail.buf) < total:  # doubling: each label is copied O(1) times over the appends
+                    buf = np.empty(max(total, 2 * len(tail.buf)), dtype=np.int64)
+                    buf[:before] = tail.buf[:before]
+                    tail = _LabelTail(buf, before)
+            else:  # ids replaced (start < n), another object's vectors in between, or a first append
+                buf = np.empty(max(total, 2 * before), dtype=np.int64)
+                own = np.arange(self.n) if self.labels is None else self.labels
+                buf[:len(own)] = np.where(own < start, own, -1)  # vectors of other objects stay -1
+                buf[len(own):before] = -1
+                tail = _LabelTail(buf, before)
+            tail.buf[before:total] = np.arange(start, start + len(x))
+            tail.used = total  # this object's prefix [:before] is never written again
             self.index.add(x)
         out = copy.copy(self)
-        out.labels, out.n, out._live = labels, start + len(x), None
+        out.labels, out.n, out._live, out._tail = tail.buf[:total], start + len(x), None, tail
         if self.rerank is not None:
             if rerank is None or len(rerank) != out.n:
                 raise ValueError(f"a compact index grows with the new bank's {out.n} float vectors (rerank=)")
@@ -172,7 +196,7 @@ class VectorIndex:
         with self.lock:
             labels = np.arange(self.n) if self.labels is None else self.labels.copy()
             labels[np.isin(labels, ids)] = -1
-            self.labels, self._live = labels, None
+            self.labels, self._live, self._tail = labels, None, None  # its own copy: the next append copies it
 
     def search(self, Z: np.ndarray, k: int, params: AnnParams, keep: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
