@@ -135,3 +135,17 @@ def test_a_segment_never_writes_copies_or_clears_a_hole():
     assert seg.holes == [(2, 7)] and seg.in_hole(3, 6) and not seg.in_hole(1, 3) and seg.in_hole(4, 4)
     seg.clear()
     assert not seg.buf.any()
+
+
+@pytest.mark.parametrize("sim", ["dots", "grouped"])
+def test_a_mapped_bank_searched_exactly_reads_its_own_vectors(banks, sim):
+    """The exact front's cosines read a mapped bank's vectors from the bank (its table rows are a
+    hole of zeros): an engine built with the bank mapped and then searched exactly (its plan's
+    ``ann_min_units`` None, as ``benchmarks/scale_bench/ann_recall.py`` does to compare both over
+    one copy of the tables) picks what an exact engine picks, by per-query dots or one GEMM a bank."""
+    mapped = SelectionEngine(banks, SelectConfig(), device="cpu", sim=sim, **OPTS)
+    assert mapped.snapshot.mapped.any()
+    mapped.plan = replace(mapped.plan, ann_min_units=None)
+    exact = SelectionEngine(banks, SelectConfig(), device="cpu", sim=sim, ann_min_units=None)
+    assert not exact.snapshot.mapped.any()
+    _same(_picks(mapped, banks), _picks(exact, banks))

@@ -26,7 +26,7 @@ from .compiled_args import (Candidates, FrontBatch, FrontTables, StageBatch, fro
 from .compiled_loops import front_loop, stage_loop
 from .masks import front_masks, roles_count, stage_bridge
 from .pool import POOL_ELEMS, query_tables, stage_parts
-from .tables import Snapshot
+from .tables import Snapshot, unit_block
 
 FRONT_ROWS = 1 << 20
 """Compiled front: queries per chunk x largest bank (bounds the ``[Qc, N]`` cosine buffer)."""
@@ -203,7 +203,19 @@ def _similarity(snap: Snapshot, plan, bidx: np.ndarray, Zc: np.ndarray) -> tuple
     cos = np.empty(int(nu.sum()))
     cut = np.flatnonzero(np.diff(bidx)) + 1
     starts, ends = np.concatenate([[0], cut]), np.concatenate([cut, [Qc]])
-    if plan.sim == "dots" or (plan.sim == "auto" and len(starts) * 8 > Qc):
+    dots = plan.sim == "dots" or (plan.sim == "auto" and len(starts) * 8 > Qc)
+    if snap.mapped[bidx].any():  # a bank whose vectors are its own, searched exactly: bank by bank from them
+        for a, e in zip(starts.tolist(), ends.tolist()):
+            vecs, base = unit_block(snap, int(bidx[a]))
+            n, o = int(nu[a]), int(coff[a])
+            rows = np.asarray(vecs)[base:base + n]
+            if dots:
+                step3.own_dots(Zc[a:e], rows, np.zeros(1, np.int64), nu[a:a + 1], np.zeros(e - a, np.int64),
+                               coff[a:e], cos)
+            else:
+                torch.mm(torch.from_numpy(Zc[a:e]), torch.from_numpy(rows.astype(Zc.dtype)).T,  # a read-only map: cast first
+                         out=torch.from_numpy(cos[o:o + (e - a) * n]).view(e - a, n))
+    elif dots:
         step3.own_dots(Zc, snap.np["unit_vecs"], off.uo, off.nu, bidx, coff, cos)
     else:
         Zc_t, vecs = torch.from_numpy(Zc), snap.t["unit_vecs"]
