@@ -62,8 +62,8 @@ def _rows_knn(head_vecs: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarr
     sims = np.full((len(rows), k), -np.inf, dtype=np.float32)
     ids = np.full((len(rows), k), -1, dtype=np.int64)
     step = max(1, _BLOCK // max(J, 1))
-    # cast once: ``similarities`` would cast every head per block (J / step casts of [J, d], most
-    # of a 10^6-unit collection's write); float32 -> float64 is exact, so the sums are the same
+    # cast once: ``similarities`` would cast every head per block (J / step casts of [J, d]);
+    # float32 -> float64 is exact, so the sums are the same
     h64 = np.asarray(head_vecs, dtype=np.float64)
     for a in range(0, len(rows), step):
         r = rows[a:a + step]

@@ -204,24 +204,18 @@ def _similarity(snap: Snapshot, plan, bidx: np.ndarray, Zc: np.ndarray) -> tuple
     cut = np.flatnonzero(np.diff(bidx)) + 1
     starts, ends = np.concatenate([[0], cut]), np.concatenate([cut, [Qc]])
     dots = plan.sim == "dots" or (plan.sim == "auto" and len(starts) * 8 > Qc)
-    if snap.mapped[bidx].any():  # a bank whose vectors are its own, searched exactly: bank by bank from them
-        for a, e in zip(starts.tolist(), ends.tolist()):
-            vecs, base = unit_block(snap, int(bidx[a]))
-            n, o = int(nu[a]), int(coff[a])
-            rows = np.asarray(vecs)[base:base + n]
-            if dots:
-                step3.own_dots(Zc[a:e], rows, np.zeros(1, np.int64), nu[a:a + 1], np.zeros(e - a, np.int64),
-                               coff[a:e], cos)
-            else:
-                torch.mm(torch.from_numpy(Zc[a:e]), torch.from_numpy(rows.astype(Zc.dtype)).T,  # a read-only map: cast first
-                         out=torch.from_numpy(cos[o:o + (e - a) * n]).view(e - a, n))
-    elif dots:
+    if dots and not snap.mapped[bidx].any():  # every bank's rows in the table: one call
         step3.own_dots(Zc, snap.np["unit_vecs"], off.uo, off.nu, bidx, coff, cos)
-    else:
-        Zc_t, vecs = torch.from_numpy(Zc), snap.t["unit_vecs"]
-        for a, e in zip(starts.tolist(), ends.tolist()):
-            n, uo, o = int(nu[a]), int(off.uo[bidx[a]]), int(coff[a])
-            torch.mm(Zc_t[a:e], vecs[uo:uo + n].T.to(Zc_t.dtype), out=torch.from_numpy(cos[o:o + (e - a) * n]).view(e - a, n))
+        return cos, coff
+    for a, e in zip(starts.tolist(), ends.tolist()):  # bank by bank: its table rows, or a mapped bank's own vectors
+        vecs, base = unit_block(snap, int(bidx[a]))
+        n, o = int(nu[a]), int(coff[a])
+        rows = vecs[base:base + n]
+        if dots:
+            step3.own_dots(Zc[a:e], rows, np.zeros(1, np.int64), nu[a:a + 1], np.zeros(e - a, np.int64), coff[a:e], cos)
+        else:  # the rows cast to the queries' dtype (exact; a copy, so a read-only map is never handed to torch)
+            torch.mm(torch.from_numpy(Zc[a:e]), torch.from_numpy(np.asarray(rows, dtype=Zc.dtype)).T,
+                     out=torch.from_numpy(cos[o:o + (e - a) * n]).view(e - a, n))
     return cos, coff
 
 

@@ -227,8 +227,9 @@ def stage_loop(tab, off, x, p, qt, sel, n_sel):  # pragma: no cover - compiled
             pq[u] = pq[u] / wsum if wsum > 0 else 0.0
             mass[x.lt[q, u]] += pq[u]
         all_mass = 0.0  # sum_j mass[j] * 1.0 in j's order: the bound of a unit with K = 1 in every thread
-        for j in range(nt):
-            all_mass += mass[j] * 1.0
+        if no_support and links:  # the one case that reads it (below)
+            for j in range(nt):
+                all_mass += mass[j] * 1.0
         for u in range(n):
             um[u] = mass[x.lt[q, u]]
             if p.identity:

@@ -22,6 +22,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .bank_tables import Hole
+
 
 def _rows(a, seg) -> Tensor:
     """``a`` (NumPy or torch) as rows of ``seg``: its dtype and device, neighbour lists padded
@@ -39,12 +41,6 @@ LOCAL_UNIT = ("unit_vecs", "unit_thread", "head_sim", "temporal", "position", "d
 """Unit tables whose row is a function of the unit's own thread (its units, head vector and text)."""
 LOCAL_THREAD = ("head_vecs",)
 """Thread tables whose row is a function of the thread alone."""
-
-
-def _is_hole(a) -> bool:
-    from .bank_tables import Hole
-
-    return isinstance(a, Hole)
 
 
 def kept_rows(old, new) -> dict[str, int]:
@@ -85,9 +81,9 @@ def write_in_place(segments: dict, tables: tuple, start: dict, count: dict, arra
         lo, old, n = start[group], count[group], new[group]
         if n < old or (n > old and lo + old != s.end):
             return None
-        if _is_hole(a) != s.in_hole(lo, lo + old) and old:
+        if isinstance(a, Hole) != s.in_hole(lo, lo + old) and old:
             return None  # a bank's vectors move between the table and its own file: appended whole
-        if not _is_hole(a) and len(s.shape) and a.ndim > 1 and a.shape[1] > s.shape[0]:
+        if not isinstance(a, Hole) and len(s.shape) and a.ndim > 1 and a.shape[1] > s.shape[0]:
             return None
     if any(new.get(g, 0) != c and not any(arrays.get(nm) is not None for nm, gg, _, _ in tables if gg == g)
            for g, c in count.items()):
@@ -97,7 +93,7 @@ def write_in_place(segments: dict, tables: tuple, start: dict, count: dict, arra
         if a is None:
             continue
         lo, old, n = start[group], count[group], new[group]
-        if _is_hole(a):  # rows the table reserves, never written (``bank_tables.Hole``)
+        if isinstance(a, Hole):  # rows the table reserves, never written (``bank_tables.Hole``)
             if lo + n > s.buf.shape[0]:
                 s._regrow(max(2 * s.buf.shape[0], lo + n), s.shape)
             s.add_hole(lo + old, lo + n)

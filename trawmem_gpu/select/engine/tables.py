@@ -111,6 +111,10 @@ class _Segment:
             out.append((a, self.end))
         return [(x, y) for x, y in out if y > x]
 
+    def hole_rows(self) -> int:
+        """Rows reserved as holes (never written, so never resident)."""
+        return sum(h1 - h0 for h0, h1 in self.holes)
+
     def in_hole(self, a: int, b: int) -> bool:
         """Whether rows ``[a, b)`` lie in one hole (an empty range does)."""
         return b <= a or any(h0 <= a and b <= h1 for h0, h1 in self.holes)
@@ -156,7 +160,7 @@ class Snapshot:
                            np.array([i.tables for i in self.infos], dtype=np.int64))
         self.off_t = Offsets(*(torch.as_tensor(a, device=device) for a in self.off))
         self.rows = {name: s.end for name, s in segments.items()}
-        self._holes = {name: sum(h1 - h0 for h0, h1 in s.holes) for name, s in segments.items()}
+        self._holes = {name: s.hole_rows() for name, s in segments.items()}
         self.t: dict[str, Tensor] = {name: s.buf for name, s in segments.items()}
         self.np: dict[str, np.ndarray] = {name: b.numpy() for name, b in self.t.items() if b.device.type == "cpu"}
         self.dummy_thread = 0
@@ -368,7 +372,7 @@ class TableStore:
     def held_nbytes(self) -> dict[str, int]:
         """Per table, the bytes its buffer holds less its holes' rows (``bank_tables.Hole``: reserved
         address space, never written, so never resident)."""
-        return {name: held_bytes(seg.buf, sum(h1 - h0 for h0, h1 in seg.holes)) for name, seg in self._segments.items()}
+        return {name: held_bytes(seg.buf, seg.hole_rows()) for name, seg in self._segments.items()}
 
 
 def held_bytes(buf: Tensor, hole_rows: int) -> int:
