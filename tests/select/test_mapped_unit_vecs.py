@@ -149,3 +149,23 @@ def test_a_mapped_bank_searched_exactly_reads_its_own_vectors(banks, sim):
     exact = SelectionEngine(banks, SelectConfig(), device="cpu", sim=sim, ann_min_units=None)
     assert not exact.snapshot.mapped.any()
     _same(_picks(mapped, banks), _picks(exact, banks))
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_the_tensor_front_reads_a_mapped_bank_from_its_own_vectors(banks, masked):
+    """Only the compiled front maps a bank, but the tensor front's scan (``batch.similarity``) and
+    masked bridge (``masks.chunk_bridge``) read a mapped bank's rows from the bank too: the same
+    engine routed through the tensor front picks what the float64 table does, never the hole's
+    zeros."""
+    mapped = SelectionEngine(banks, SelectConfig(), device="cpu", **OPTS)
+    table = SelectionEngine([_as64(b) for b in banks], SelectConfig(), device="cpu", **OPTS)
+    assert mapped.snapshot.mapped.any()
+    for eng in (mapped, table):
+        eng.plan = replace(eng.plan, front="tensor")
+    masks = None
+    if masked:
+        ids, _, _ = make_queries(banks, 40, seed=36)
+        rng = np.random.default_rng(37)
+        n = {b.bank_id: b.n_units for b in banks}
+        masks = [rng.random(n[i]) < 0.5 if k % 2 else None for k, i in enumerate(ids)]
+    _same(_picks(mapped, banks, 36, masks), _picks(table, banks, 36, masks))

@@ -13,7 +13,7 @@ from ..objective import date_seconds
 from ..params import per_query
 from ..steps.candidates import own_dots
 from ..tensor_ops import bank_groups
-from .tables import Snapshot
+from .tables import Snapshot, unit_block
 
 
 @dataclass
@@ -193,7 +193,8 @@ def similarity(snap: Snapshot, sim: str, Z: Tensor, bidx: Tensor, heads: bool, c
     vecs = snap.t["head_vecs" if heads else "unit_vecs"]
     starts, counts = (snap.off_t.to, snap.off_t.nt) if heads else (snap.off_t.uo, snap.off_t.nu)
     ids, _ = own_rows(starts, counts, bidx)
-    mode = sim_mode(sim, bidx, snap, Z.device)
+    mapped = not heads and bool(snap.mapped[bidx.cpu().numpy()].any())
+    mode = "grouped" if mapped else sim_mode(sim, bidx, snap, Z.device)  # a mapped bank's rows are its own
     if mode == "dots":
         from .._jit import HAS_NUMBA
 
@@ -214,7 +215,8 @@ def similarity(snap: Snapshot, sim: str, Z: Tensor, bidx: Tensor, heads: bool, c
         off, cnt = starts.tolist(), counts.tolist()
         for bank, rows in bank_groups(bidx):
             a, n = off[bank], cnt[bank]
-            out[rows, :n] = Z[rows] @ vecs[a:a + n].T.to(Z.dtype)
+            own = torch.from_numpy(unit_block(snap, bank)[0][:n]) if mapped and snap.mapped[bank] else vecs[a:a + n]
+            out[rows, :n] = Z[rows] @ own.T.to(Z.dtype)
         return out
     if mode != "gather":
         raise ValueError(f"sim must be 'auto', 'grouped', 'global', 'gather' or 'dots' (got {mode!r})")

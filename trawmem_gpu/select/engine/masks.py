@@ -121,7 +121,8 @@ def chunk_bridge(snap, c, bridge: Tensor, masked: Tensor) -> Tensor:
     if out.device.type == "cpu" and "unit_vecs" in snap.np:
         for q in rows.tolist():
             k = int(c.n_cand[q])
-            out[q, :k] = torch.from_numpy(_own_bridge(snap.np["unit_vecs"], n(c.gid[q, :k]), n(c.lt[q, :k])))
+            vecs, base = unit_block(snap, int(c.bidx[q]))  # the table, or a mapped bank's own vectors
+            out[q, :k] = torch.from_numpy(_own_bridge(vecs, base + n(c.cand[q, :k]), n(c.lt[q, :k])))
         return out
     r = torch.as_tensor(rows, device=out.device)
     E = unit_rows(snap, c.gid[r])
