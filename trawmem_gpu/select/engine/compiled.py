@@ -234,10 +234,8 @@ def _front_shortlist(snap: Snapshot, plan, cfg, Zc: np.ndarray, bidx: np.ndarray
     lap("similarity")
     qs = sizes[1]
     for _ in range(shortlist.ROUNDS):
-        spaces = [shortlist.thread_space(snap, b, w.units, int(qs.hops[q]), int(qs.n_seeds[q]))
-                  for q, (b, w) in enumerate(zip(bidx.tolist(), W))]
-        tables, off, cos, coff, tptr, tids, ranks, ltab, lqc = shortlist.compact(snap, Zc, bidx, W, cols, lq, learned,
-                                                                                 spaces)
+        spaces, (tables, off, cos, coff, tptr, tids, ranks, ltab, lqc) = shortlist.front_args(
+            snap, Zc, bidx, W, cols, lq, learned, qs.hops, qs.n_seeds)
         wmasks = None if masks is None else [None if m is None else m[w.units] for m, w in zip(masks, W)]
         x = FrontBatch(np.arange(len(bidx)), cos, coff, tptr, tids,
                        *front_masks(wmasks, np.arange(len(bidx)), off.nu, coff), ranks,
