@@ -81,20 +81,3 @@ def test_a_working_set_of_fewer_threads_than_seeds_takes_the_lowest_threads(monk
     _spy(monkeypatch, seen)
     eng.select_units(ids, qs, Z, params=QueryParams(hops=0, n_seeds=40))
     assert seen
-
-
-def test_the_walks_scratch_is_left_clean_and_equals_a_fresh_one(monkeypatch):
-    """``assembly.SCRATCH``: the thread-local level row is all -1 after every call (the next query
-    reads it), and the arguments equal those of a freshly allocated one."""
-    from trawmem_gpu.select.engine import assembly
-
-    banks, (ids, qs, Z) = _bank(1001, False, seed=9)
-    eng = SelectionEngine(banks, SelectConfig(), device="cpu", ann_min_units=1, ann_shortlist=8)
-    got = eng.select_units(ids, qs, Z, params=QueryParams(hops=2))
-    work = assembly.scratch(1)
-    assert work.shape[1] >= int(eng.snapshot.off.nt.max()) and (work[0] == -1).all()
-    work[1] = 123456  # positions are rewritten where read: garbage there changes nothing
-    assert eng.select_units(ids, qs, Z, params=QueryParams(hops=2)) == got
-    assert (work[0] == -1).all()
-    monkeypatch.setattr(assembly, "SCRATCH", False)
-    assert eng.select_units(ids, qs, Z, params=QueryParams(hops=2)) == got

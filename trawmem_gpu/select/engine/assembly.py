@@ -19,7 +19,6 @@ picks are the same.
 """
 from __future__ import annotations
 
-import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -28,20 +27,6 @@ from .._jit import njit
 from ..steps.candidates import GivenRanks
 from ..steps.relevance import LearnedQueries, LearnedTables
 from .tables import Offsets, Snapshot
-
-
-SCRATCH = True
-"""The walk's bank-long level and position arrays are this thread's, kept between calls (only the
-entries a call set are reset); False: allocated per call (one ``np.full`` of the bank's threads)."""
-_SCRATCH = threading.local()
-
-
-def scratch(J: int) -> np.ndarray:
-    """This thread's ``[2, >= J]`` int64 scratch of :func:`_assemble` (row 0 all -1)."""
-    got = getattr(_SCRATCH, "work", None)
-    if got is None or got.shape[1] < J:
-        got = _SCRATCH.work = np.full((2, max(J, 1)), -1, np.int64)
-    return got
 
 
 class Rows(NamedTuple):
@@ -82,11 +67,9 @@ def front_args(snap: Snapshot, bidx: np.ndarray, shorts: list, lq, learned: bool
     rel = n["rel_idx"] if learned else np.zeros((1, 3), np.int64)
     rows = Rows(n["unit_thread"], n["nbr"], n["nbw"], rel, n["temporal"], n["rel_words"] if learned else np.zeros(1))
     shorts[:] = [ranked(sh, int(snap.off.nu[b])) for sh, b in zip(shorts, bidx.tolist())]
-    J = int(snap.off.nt[bidx].max()) if Q else 0
-    work = scratch(J) if SCRATCH else np.full((2, J), -1, np.int64)
     parts = [_assemble(rows, np.ascontiguousarray(sh.units, dtype=np.int64), sh.bm,
                        Place(int(snap.off.uo[b]), int(snap.off.to[b]), int(snap.off.nt[b]), int(hops[q]),
-                             int(n_seeds[q]), learned), work)
+                             int(n_seeds[q]), learned))
              for q, (sh, b) in enumerate(zip(shorts, bidx.tolist()))]
     spaces = [ThreadSpace(*p[:3]) for p in parts]
     nu = np.array([len(sh.units) for sh in shorts], dtype=np.int64)
@@ -138,12 +121,12 @@ def _dated(lq, shorts: list) -> LearnedQueries:
 
 
 @njit(cache=True, nogil=True)
-def _assemble(rows, W, bm, at, scratch):  # pragma: no cover - compiled
+def _assemble(rows, W, bm, at):  # pragma: no cover - compiled
     """One query's ``(ids, local nbr, local nbw, ult, BM25 positions, BM25 scores, rel, temporal,
-    words)`` over its working set ``W`` (module docstring; ``at``: a :class:`Place`; ``scratch``:
-    ``[2, >= at.J]`` int64, row 0 all -1, as :func:`scratch` keeps it)."""
+    words)`` over its working set ``W`` (module docstring; ``at``: a :class:`Place`)."""
     m = len(W)
-    level, pos = scratch[0], scratch[1]  # level: -1 on entry and again on return; pos: read where level >= 0
+    J = at.J
+    level = np.full(J, -1, np.int64)
     D = rows.nbr.shape[1]
     got = np.empty(max(16, 2 * m), np.int64)
     n = 0
@@ -154,9 +137,10 @@ def _assemble(rows, W, bm, at, scratch):  # pragma: no cover - compiled
             got[n] = t
             n += 1
     own = n
-    pad = min(at.J, at.n_seeds + own) if own < at.n_seeds else 0
+    pad = min(J, at.n_seeds + own) if own < at.n_seeds else 0
     got, n = _walk(rows.nbr, at.g0, level, got, n, at.hops, pad)
     ids = np.sort(got[:n])
+    pos = np.empty(J, np.int64)  # read only where level >= 0
     for i in range(n):
         pos[ids[i]] = i
     local = np.full((n, D), -1, rows.nbr.dtype)
@@ -183,8 +167,6 @@ def _assemble(rows, W, bm, at, scratch):  # pragma: no cover - compiled
             bpos[k], bval[k] = i, bm[i]
             k += 1
     rel, temp, words = _learned_rows(rows, W, at)
-    for i in range(n):  # the scratch's levels back to -1 (only the space's were set)
-        level[ids[i]] = -1
     return ids, local, w, ult, bpos, bval, rel, temp, words
 
 
