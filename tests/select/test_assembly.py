@@ -81,3 +81,33 @@ def test_a_working_set_of_fewer_threads_than_seeds_takes_the_lowest_threads(monk
     _spy(monkeypatch, seen)
     eng.select_units(ids, qs, Z, params=QueryParams(hops=0, n_seeds=40))
     assert seen
+
+
+def test_the_last_round_does_not_grow_the_set_its_candidates_index(monkeypatch):
+    """``shortlist.ROUNDS``: the candidates of the last front round are positions in the working set
+    it ran on, so that set is not grown after it (with one round: no growth, every candidate a
+    unit of the first working set, in the neighbourhood's threads)."""
+    banks, (ids, qs, Z) = _bank(1999, False, seed=1999)
+    eng = SelectionEngine(banks, SelectConfig(), device="cpu", ann_min_units=1, ann_shortlist=16)
+    first, calls, plain_grown, plain_args = [], [0], shortlist.grown, shortlist.front_args
+
+    def args(snap, Z_, bidx, shorts, *a):
+        first.extend(sh.units.copy() for sh in shorts)  # chunk after chunk: query order
+        return plain_args(snap, Z_, bidx, shorts, *a)
+
+    def grown(*a):
+        calls[0] += 1
+        return plain_grown(*a)
+    monkeypatch.setattr(shortlist, "front_args", args)
+    monkeypatch.setattr(shortlist, "grown", grown)
+    eng.candidate_sets(ids, qs, Z, params=QueryParams(hops=2))
+    assert calls[0] > 0 and len(first) > len(ids)  # three rounds: sets grew, second rounds ran
+    first.clear()
+    calls[0] = 0
+    monkeypatch.setattr(shortlist, "ROUNDS", 1)
+    got = eng.candidate_sets(ids, qs, Z, params=QueryParams(hops=2))
+    assert calls[0] == 0 and len(first) == len(ids)  # one round per query
+    threads = banks[0].unit_thread
+    for q, cand in enumerate(got):
+        assert np.isin(cand, first[q]).all()
+        assert len(np.unique(threads[cand])) <= len(cand)

@@ -57,23 +57,20 @@ class Place(NamedTuple):
 
 def front_args(snap: Snapshot, bidx: np.ndarray, shorts: list, lq, learned: bool, hops, n_seeds):
     """``(spaces, (FrontTables fields, Offsets, cos, coff, tok_ptr, tok_ids, GivenRanks,
-    LearnedTables, LearnedQueries))``: ``shortlist.thread_space`` of each query and
-    ``shortlist.compact``'s tuple, equal to theirs (``shorts[q]`` is replaced by itself with its
-    ranks, ``shortlist.ranked``). ``hops`` / ``n_seeds``: per query."""
-    from .shortlist import ThreadSpace, ranked
-
+    LearnedTables, LearnedQueries))``: ``shortlist.thread_space`` of each query as an ``(ids, nbr,
+    nbw)`` tuple and ``shortlist.compact``'s tuple, equal to theirs. ``shorts``: ranked already
+    (``shortlist.ranked``); ``hops`` / ``n_seeds``: per query."""
     n = snap.np
     Q = len(shorts)
     rel = n["rel_idx"] if learned else np.zeros((1, 3), np.int64)
     rows = Rows(n["unit_thread"], n["nbr"], n["nbw"], rel, n["temporal"], n["rel_words"] if learned else np.zeros(1))
-    shorts[:] = [ranked(sh, int(snap.off.nu[b])) for sh, b in zip(shorts, bidx.tolist())]
     parts = [_assemble(rows, np.ascontiguousarray(sh.units, dtype=np.int64), sh.bm,
                        Place(int(snap.off.uo[b]), int(snap.off.to[b]), int(snap.off.nt[b]), int(hops[q]),
                              int(n_seeds[q]), learned))
              for q, (sh, b) in enumerate(zip(shorts, bidx.tolist()))]
-    spaces = [ThreadSpace(*p[:3]) for p in parts]
+    spaces = [p[:3] for p in parts]
     nu = np.array([len(sh.units) for sh in shorts], dtype=np.int64)
-    nt = np.array([len(sp.ids) for sp in spaces], dtype=np.int64)
+    nt = np.array([len(sp[0]) for sp in spaces], dtype=np.int64)
     uo = np.concatenate([[0], np.cumsum(nu)[:-1]]).astype(np.int64)
     to = np.concatenate([[0], np.cumsum(nt)[:-1]]).astype(np.int64)
     cat = _cat if Q != 1 else _one
@@ -82,8 +79,8 @@ def front_args(snap: Snapshot, bidx: np.ndarray, shorts: list, lq, learned: bool
     bpos = [p[4] for p in parts]
     bptr = np.concatenate([[0], np.cumsum([len(p) for p in bpos])]).astype(np.int64)
     width = n["nbr"].shape[1]
-    nbr = cat([sp.nbr for sp in spaces], n["nbr"].dtype, (0, width))
-    nbw = cat([sp.nbw for sp in spaces], n["nbw"].dtype, (0, width))
+    nbr = cat([sp[1] for sp in spaces], n["nbr"].dtype, (0, width))
+    nbw = cat([sp[2] for sp in spaces], n["nbw"].dtype, (0, width))
     tables = (cat([p[3] for p in parts], np.int64), nbr, nbw, cat([p[5] for p in parts], np.float32),
               cat(bpos, np.int64), bptr)
     zeros = np.zeros(Q, np.int64)

@@ -267,7 +267,9 @@ def front_args(snap: Snapshot, Z: np.ndarray, bidx: np.ndarray, shorts: list[Sho
     """``(spaces, compact's tuple)`` of a front round: each query's :class:`ThreadSpace` (its
     ``hops`` and ``n_seeds``) and :func:`compact` over them, compiled (:data:`ASSEMBLY`) or not."""
     if ASSEMBLY:
-        return assembly.front_args(snap, bidx, shorts, lq, learned, hops, n_seeds)
+        shorts[:] = [ranked(sh, int(snap.off.nu[b])) for sh, b in zip(shorts, bidx.tolist())]
+        spaces, args = assembly.front_args(snap, bidx, shorts, lq, learned, hops, n_seeds)
+        return [ThreadSpace(*sp) for sp in spaces], args
     spaces = [thread_space(snap, b, sh.units, int(hops[q]), int(n_seeds[q])) for q, (b, sh) in
               enumerate(zip(bidx.tolist(), shorts))]
     return spaces, compact(snap, Z, bidx, shorts, tok, lq, learned, spaces)
