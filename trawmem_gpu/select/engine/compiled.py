@@ -233,11 +233,9 @@ def _front_shortlist(snap: Snapshot, plan, cfg, Zc: np.ndarray, bidx: np.ndarray
     tlive = shortlist.live_threads(snap, bidx, masks)
     lap("similarity")
     qs = sizes[1]
-    for _ in range(shortlist.ROUNDS):
-        spaces = [shortlist.thread_space(snap, b, w.units, int(qs.hops[q]), int(qs.n_seeds[q]))
-                  for q, (b, w) in enumerate(zip(bidx.tolist(), W))]
-        tables, off, cos, coff, tptr, tids, ranks, ltab, lqc = shortlist.compact(snap, Zc, bidx, W, cols, lq, learned,
-                                                                                 spaces)
+    for r in range(shortlist.ROUNDS):
+        spaces, (tables, off, cos, coff, tptr, tids, ranks, ltab, lqc) = shortlist.front_args(
+            snap, Zc, bidx, W, cols, lq, learned, qs.hops, qs.n_seeds)
         wmasks = None if masks is None else [None if m is None else m[w.units] for m, w in zip(masks, W)]
         x = FrontBatch(np.arange(len(bidx)), cos, coff, tptr, tids,
                        *front_masks(wmasks, np.arange(len(bidx)), off.nu, coff), ranks,
@@ -249,7 +247,7 @@ def _front_shortlist(snap: Snapshot, plan, cfg, Zc: np.ndarray, bidx: np.ndarray
             c.hthread[q, :c.n_h[q]] = spaces[q].ids[c.hthread[q, :c.n_h[q]]]
             offs = snap.infos[b].bank.thread_offsets
             miss = shortlist.missing_threads(offs, W[q].units, c.hthread[q, :c.n_h[q]])
-            if len(miss):
+            if len(miss) and r + 1 < shortlist.ROUNDS:  # the last round's candidates are positions in this W
                 W[q], grew = shortlist.grown(snap, W[q], b, shortlist.threads_units(offs, miss), Zc[q]), True
         if not grew:
             break

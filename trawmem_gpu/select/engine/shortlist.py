@@ -43,6 +43,7 @@ from .._jit import njit
 from ..steps.ann import AnnParams, VectorIndex
 from ..steps.candidates import GivenRanks
 from ..steps.relevance import LearnedQueries, LearnedTables
+from . import assembly
 from .compiled_args import NO_THREADS
 from .lexical_shortlist import Lexical, lexical, ranks_of, scores_at
 from .tables import Offsets, Snapshot, unit_block
@@ -52,6 +53,9 @@ ROUNDS = 3
 _LOCK = threading.Lock()
 
 
+ASSEMBLY = True
+"""A front round's arguments are built by one compiled call per query (``assembly.front_args``);
+False: by :func:`thread_space` and :func:`compact` in NumPy (the plain form: the same arrays)."""
 REUSE = True
 """A grown working set keeps the ranks of the units it held (:func:`grown`); False: every front
 round ranks its whole working set again (the plain form, for comparison: the same ranks)."""
@@ -256,6 +260,19 @@ def given_ranks(short: Shortlist, cos: np.ndarray, n_bank: int) -> tuple[np.ndar
         above = len(short.sample) - np.searchsorted(short.sample, cos[past], side="right")
         rc[past] = np.maximum(rc[past], 1.0 + n_bank * above / len(short.sample))
     return rc, ranks_of(short.lex, W, short.bm)
+
+
+def front_args(snap: Snapshot, Z: np.ndarray, bidx: np.ndarray, shorts: list[Shortlist], tok: tuple, lq,
+               learned: bool, hops, n_seeds):
+    """``(spaces, compact's tuple)`` of a front round: each query's :class:`ThreadSpace` (its
+    ``hops`` and ``n_seeds``) and :func:`compact` over them, compiled (:data:`ASSEMBLY`) or not."""
+    if ASSEMBLY:
+        shorts[:] = [ranked(sh, int(snap.off.nu[b])) for sh, b in zip(shorts, bidx.tolist())]
+        spaces, args = assembly.front_args(snap, bidx, shorts, lq, learned, hops, n_seeds)
+        return [ThreadSpace(*sp) for sp in spaces], args
+    spaces = [thread_space(snap, b, sh.units, int(hops[q]), int(n_seeds[q])) for q, (b, sh) in
+              enumerate(zip(bidx.tolist(), shorts))]
+    return spaces, compact(snap, Z, bidx, shorts, tok, lq, learned, spaces)
 
 
 def compact(snap: Snapshot, Z: np.ndarray, bidx: np.ndarray, shorts: list[Shortlist], tok: tuple, lq,
