@@ -72,13 +72,20 @@ def turns_digest(turns: Iterable[Turn]) -> str:
     """
     h = hashlib.sha256()
     for t in turns:
-        row = [t.turn_id, t.speaker, t.text, t.session, t.timestamp, t.time.isoformat() if t.time else None,
-               t.caption]
-        if t.metadata:
-            row.append(dict(sorted(t.metadata.items())))
-        h.update(json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
-        h.update(b"\n")
+        digest_turn(h, t)
     return h.hexdigest()
+
+
+def digest_turn(h, t: Turn) -> Turn:
+    """Feed ``t``'s row of :func:`turns_digest` into the sha256 ``h``; returns ``t`` (so a reader
+    can hash turns as it stores them: ``store.files.load_bank``)."""
+    row = [t.turn_id, t.speaker, t.text, t.session, t.timestamp, t.time.isoformat() if t.time else None,
+           t.caption]
+    if t.metadata:
+        row.append(dict(sorted(t.metadata.items())))
+    h.update(json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    h.update(b"\n")
+    return t
 
 
 MAX_QUESTION_CHARS = 4000
