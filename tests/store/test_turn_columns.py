@@ -16,8 +16,8 @@ import pytest
 from trawmem_gpu.data.metadata import Metadata
 from trawmem_gpu.data.types import Turn, turns_digest
 from trawmem_gpu.store.columns import Columns
-from trawmem_gpu.store.turn_columns import (TurnColumns, appended, common_prefix, duplicate_id, held_values,
-                                            taken)
+from trawmem_gpu.store.turn_columns import (FIELDS, TurnColumns, appended, common_prefix, duplicate_id, embed_texts,
+                                            field_of, held_values, taken)
 
 WORDS = ["", "dog", "café", "日本語", "🌍", "a\nb", "\"quoted\"", "x" * 300, "Ⅻ", "naïve"]
 
@@ -69,6 +69,12 @@ def test_the_columns_read_as_the_list(n):
     assert pickle.loads(pickle.dumps(cols)) == ref
     assert cols.texts() == [t.text for t in ref] and cols.ids() == [t.turn_id for t in ref]
     assert cols.sessions().tolist() == [t.session for t in ref]
+    for view, want in ((cols, ref), (appended(cols[1:], ref[:2]), ref[1:] + ref[:2])):
+        for name in FIELDS:  # the engine build's readers: the columns' fields without a Turn per row
+            assert field_of(view, name) == [getattr(t, name) for t in want], name
+        assert embed_texts(view) == [t.embed_text() for t in want] == embed_texts(want)
+    with pytest.raises(ValueError):
+        field_of(cols, "metadata")
     if n:
         assert cols != ref[:-1] and cols != ref[:-1] + [Turn("other", "x", "y", 0, "")]
 

@@ -18,8 +18,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ..data.types import Turn
-from .columns import Columns
+from ..data.types import lexical_line
+from .columns import Columns, time_of
+
+
+BLOCK = 4096
+"""Rows made into ``Turn`` objects at a time while iterating."""
 
 
 class TurnColumns(Sequence):
@@ -73,9 +77,8 @@ class TurnColumns(Sequence):
                            self.tail[max(a - nr, 0):max(b - nr, 0)])
 
     def __iter__(self):
-        turn = self.cols.turn
-        for i in range(self.lo, self.hi):
-            yield turn(i)
+        for s in range(self.lo, self.hi, BLOCK):
+            yield from self.cols.block(s, min(s + BLOCK, self.hi))
         yield from self.tail
 
     def __reversed__(self):
@@ -102,8 +105,7 @@ class TurnColumns(Sequence):
 
     def texts(self) -> list[str]:
         """Every turn's ``text``, read from the columns (no ``Turn`` made for a row)."""
-        t = self.cols.texts
-        return [t[i] for i in range(self.lo, self.hi)] + [x.text for x in self.tail]
+        return self.cols.texts.block(self.lo, self.hi) + [x.text for x in self.tail]
 
     def sessions(self) -> np.ndarray:
         """[len] int64 every turn's ``session``."""
@@ -112,8 +114,7 @@ class TurnColumns(Sequence):
 
     def ids(self) -> list[str]:
         """Every turn's id."""
-        t = self.cols.ids
-        return [t[i] for i in range(self.lo, self.hi)] + [x.turn_id for x in self.tail]
+        return self.cols.ids.block(self.lo, self.hi) + [x.turn_id for x in self.tail]
 
     def id_map(self) -> "TurnIds":
         return TurnIds(self)
@@ -240,3 +241,38 @@ def held_values(turns, since: int = 0) -> Sequence:
     if isinstance(turns, TurnColumns):
         return turns.tail[max(since - turns.n_rows, 0):]
     return turns[since:]
+
+
+FIELDS = ("turn_id", "speaker", "text", "session", "timestamp", "time", "caption")
+
+
+def field_of(turns, name: str) -> list:
+    """Every turn's ``name`` (one of :data:`FIELDS`), in order: of a :class:`TurnColumns` read
+    from its columns without making a ``Turn`` per row (what the engine build reads), else from
+    the turns."""
+    if name not in FIELDS:
+        raise ValueError(f"field_of reads {', '.join(FIELDS)}; not {name!r}")
+    if not isinstance(turns, TurnColumns):
+        return [getattr(t, name) for t in turns]
+    c, lo, hi = turns.cols, turns.lo, turns.hi
+    if name in ("turn_id", "text"):
+        rows = (c.ids if name == "turn_id" else c.texts).block(lo, hi)
+    elif name in ("speaker", "timestamp"):
+        table = c.speakers if name == "speaker" else c.stamps
+        rows = [table[k] for k in (c.speaker if name == "speaker" else c.stamp)[lo:hi].tolist()]
+    elif name == "session":
+        rows = c.session[lo:hi].tolist()
+    elif name == "time":
+        rows = [time_of(x) for x in c.time[lo:hi].tolist()]
+    else:
+        rows = [c.caption.get(r) for r in range(lo, hi)]
+    return rows + [getattr(t, name) for t in turns.tail]
+
+
+def embed_texts(turns) -> list[str]:
+    """Every turn's ``embed_text()`` (from the columns of a :class:`TurnColumns`: ``Turn.embed_text``'s
+    rule, ``data.types.lexical_line``)."""
+    if not isinstance(turns, TurnColumns):
+        return [t.embed_text() for t in turns]
+    return [f"[{st}] {lexical_line(sp, tx, cp)}" for st, sp, tx, cp in
+            zip(*(field_of(turns, n) for n in ("timestamp", "speaker", "text", "caption")))]

@@ -30,7 +30,7 @@ import numpy as np
 
 from ...store.bank import Bank
 from ...store.layers import empty_fields
-from ...store.turn_columns import common_prefix
+from ...store.turn_columns import common_prefix, embed_texts
 from ..context import unit_features
 from ..terms import unit_attributes
 from ..steps.priority import in_thread_distances
@@ -158,5 +158,5 @@ def extend_arrays(bank: Bank, cfg, layout, prev_info, prev: dict, u0: int, k0: i
     if layout.lexical and prev_info.bm25 is not None:
         # the units whose texts are the old ones: the kept, and the same stored turns after them
         m = common_prefix(prev_info.bank.turns, bank.turns, u0)
-        bm25 = prev_info.bm25.appended([t.embed_text() for t in bank.turns[m:]], m)
+        bm25 = prev_info.bm25.appended(embed_texts(bank.turns[m:]), m)
     return a, costs, speakers, bm25
