@@ -35,6 +35,11 @@ def time_of(code: int) -> datetime | None:
     return None if code == NO_TIME else EPOCH + timedelta(microseconds=int(code))
 
 
+class OutsideColumns(ValueError):
+    """A turn holds a value the columns cannot (a session past 64 bits): its reader keeps a list
+    of turns instead, which ``Bank.validate`` then refuses in its own words."""
+
+
 class _Strings:
     """Many strings as one UTF-8 buffer (uint8) and offsets ([n + 1] int64)."""
 
@@ -123,7 +128,9 @@ class Columns:
         try:
             c.session, c.time = np.array(sessions, dtype=np.int64), np.array(times, dtype=np.int64)
         except OverflowError:
-            raise ValueError("a turn's session is outside the 64-bit integers the columns hold") from None
+            i, s = next((i, s) for i, s in enumerate(sessions) if not -(2 ** 63) <= s < 2 ** 63)
+            raise OutsideColumns(f"turn {ids[i].decode('utf-8')!r} has session {s!r}, outside the 64-bit "
+                                 f"integers the columns hold") from None
         for name, attr in (("speaker", "speakers"), ("stamp", "stamps"), ("stored", "stored_ats")):
             table, out = codes[name]
             setattr(c, name, np.array(out, dtype=np.int32))
