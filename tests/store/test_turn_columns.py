@@ -137,6 +137,8 @@ def test_the_id_map_answers_as_the_dict():
     view = both[10:45]  # a view's map holds its own rows only
     assert set(view.id_map()) == {t.turn_id for t in ref[10:45]} and ref[3].turn_id not in view.id_map()
     assert duplicate_id(both) is None and duplicate_id(ref) is None
+    sent = pickle.loads(pickle.dumps(both))  # another process hashes strings otherwise: no index travels
+    assert both.cols._hash is not None and sent.cols._hash is None and sent.id_map()[ref[3].turn_id] == ref[3]
     dup = appended(both, [Turn(ref[7].turn_id, "x", "y", 99, "")])
     assert duplicate_id(dup) == ref[7].turn_id and duplicate_id(list(dup)) == ref[7].turn_id
 

@@ -95,6 +95,15 @@ class Columns:
     def __len__(self) -> int:
         return len(self.session)
 
+    def __getstate__(self) -> dict:
+        """Pickled without the id hash index: ``hash`` of a string differs between processes."""
+        return {k: getattr(self, k) for k in self.__slots__ if k not in ("_hash", "__weakref__")}
+
+    def __setstate__(self, state: dict) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+        self._hash = None
+
     @classmethod
     def of(cls, turns) -> "Columns":
         """The columns of ``turns`` (any iterable of ``Turn``, read once; aware times are stored as
