@@ -75,6 +75,10 @@ def test_the_columns_read_as_the_list(n):
         assert embed_texts(view) == [t.embed_text() for t in want] == embed_texts(want)
     with pytest.raises(ValueError):
         field_of(cols, "metadata")
+    from trawmem_gpu.data.bursts import session_gaps
+
+    for view, want in ((cols, ref), (appended(cols[1:], ref[:2]), ref[1:] + ref[:2])):
+        np.testing.assert_array_equal(session_gaps(view), session_gaps(want))  # NaN where a time is missing
     if n:
         assert cols != ref[:-1] and cols != ref[:-1] + [Turn("other", "x", "y", 0, "")]
 
@@ -139,6 +143,11 @@ def test_the_id_map_answers_as_the_dict():
     assert duplicate_id(both) is None and duplicate_id(ref) is None
     sent = pickle.loads(pickle.dumps(both))  # another process hashes strings otherwise: no index travels
     assert both.cols._hash is not None and sent.cols._hash is None and sent.id_map()[ref[3].turn_id] == ref[3]
+    odd = appended(TurnColumns.of(ref[:3] + [Turn(i, "x", "y", 9, "") for i in ("msg-1", "msg", "msg-x9", "ms", "")]),
+                   [Turn("msg-77", "x", "y", 9, ""), Turn("m", "x", "y", 9, "")])
+    for view in (both, odd, odd[2:7], odd[4:4], TurnColumns.of([])):  # the message ids' prefix, found in the buffer
+        for p in ("msg-", "S", "ü", "", "zz"):
+            assert view.ids_with_prefix(p) == [t.turn_id for t in view if t.turn_id.startswith(p)], (view, p)
     dup = appended(both, [Turn(ref[7].turn_id, "x", "y", 99, "")])
     assert duplicate_id(dup) == ref[7].turn_id and duplicate_id(list(dup)) == ref[7].turn_id
 
