@@ -116,6 +116,10 @@ class TurnColumns(Sequence):
         """Every turn's id."""
         return self.cols.ids.block(self.lo, self.hi) + [x.turn_id for x in self.tail]
 
+    def field(self, name: str) -> list:
+        """Every turn's ``name`` (:func:`field_of`; a reader that may not import the store asks this)."""
+        return field_of(self, name)
+
     def ids_with_prefix(self, prefix: str) -> list[str]:
         """The ids that start with ``prefix``, in order (the rows' found in the ids buffer without
         decoding the others)."""
