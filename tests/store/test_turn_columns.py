@@ -74,7 +74,7 @@ def test_the_columns_read_as_the_list(n):
             assert field_of(view, name) == [getattr(t, name) for t in want], name
         assert embed_texts(view) == [t.embed_text() for t in want] == embed_texts(want)
     with pytest.raises(ValueError):
-        field_of(cols, "metadata")
+        field_of(cols, "stored_at")
     from trawmem_gpu.data.bursts import session_gaps
 
     for view, want in ((cols, ref), (appended(cols[1:], ref[:2]), ref[1:] + ref[:2])):
@@ -162,3 +162,21 @@ def test_a_loaded_bank_holds_columns_and_equals_the_stored_bank(tmp_path):
     got = load_bank(tmp_path / "b")
     assert isinstance(got.turns, TurnColumns) and got.turns == bank.turns
     assert got.turn_map()[bank.turns[3].turn_id] == bank.turns[3]
+
+
+def test_a_filter_reads_the_columns_metadata_as_the_list():
+    from dataclasses import replace
+
+    from engine_banks import make_bank
+
+    from trawmem_gpu.select.restrict import meta_columns, unit_mask
+
+    bank = make_bank("b", [3, 5, 1, 4, 2], seed=0)
+    turns = [replace(t, metadata=Metadata({"user_id": f"u{i % 3}"}) if i % 4 else None) for i, t in enumerate(bank.turns)]
+    want = replace(bank, turns=turns)
+    got = replace(bank, turns=appended(TurnColumns.of(turns[:11]), turns[11:]))
+    assert meta_columns(got).__dict__.keys() == meta_columns(want).__dict__.keys()
+    for where in ({"user_id": "u1"}, {"user_id": {"in": ["u0", "u2"]}}, None):
+        a, b = unit_mask(got, where), unit_mask(want, where)
+        assert (a is None and b is None) or a.tolist() == b.tolist()
+    assert unit_mask(got, {"user_id": "u1"}).sum() == sum(1 for t in turns if t.metadata and t.metadata["user_id"] == "u1")

@@ -262,7 +262,7 @@ def held_values(turns, since: int = 0) -> Sequence:
     return turns[since:]
 
 
-FIELDS = ("turn_id", "speaker", "text", "session", "timestamp", "time", "caption")
+FIELDS = ("turn_id", "speaker", "text", "session", "timestamp", "time", "caption", "metadata")
 
 
 def field_of(turns, name: str) -> list:
@@ -284,7 +284,7 @@ def field_of(turns, name: str) -> list:
     elif name == "time":
         rows = [time_of(x) for x in c.time[lo:hi].tolist()]
     else:
-        rows = [c.caption.get(r) for r in range(lo, hi)]
+        rows = [getattr(c, name).get(r) for r in range(lo, hi)]  # the sparse maps: caption, metadata
     return rows + [getattr(t, name) for t in turns.tail]
 
 
