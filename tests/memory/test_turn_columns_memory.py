@@ -18,6 +18,13 @@ from trawmem_gpu.store.turn_columns import TurnColumns
 from turn_columns_data import QUESTIONS, synthetic_turns  # noqa: E402  (tests/support)
 
 
+def _columns_from(n: int, monkeypatch):
+    """Load banks of at least ``n`` turns as columns (``files.COLUMNS_MIN_TURNS``: these banks are small)."""
+    from trawmem_gpu.store import files
+
+    monkeypatch.setattr(files, "COLUMNS_MIN_TURNS", n)
+
+
 def _as_list(monkeypatch):
     """Make ``load_bank`` give a list of ``Turn`` objects, as it did before the columns."""
     from trawmem_gpu.store import files
@@ -89,6 +96,7 @@ def _compare(tmp_path, monkeypatch, bank_id, turns, questions, n_new, forget):
     from trawmem_gpu.store import records
 
     monkeypatch.setattr(records, "utc_now", lambda: "2030-01-01T00:00:00")  # the same stored_at in both
+    _columns_from(0, monkeypatch)
     base = tmp_path / "base"
     Memory(base, encoder=WordEncoder()).add(bank_id, turns[:-n_new])
     for mode in ("cols", "list"):
@@ -117,11 +125,12 @@ def test_columns_and_lists_give_the_same_memory_on_the_dev_turns(tmp_path, monke
     _compare(tmp_path, monkeypatch, conv.bank_id, turns, qs, 5, [turns[10].turn_id, turns[200].turn_id])
 
 
-def test_a_forget_leaves_no_columns_buffer_with_the_forgotten_text(tmp_path):
+def test_a_forget_leaves_no_columns_buffer_with_the_forgotten_text(tmp_path, monkeypatch):
     from word_encoder import WordEncoder
 
     from trawmem_gpu import Memory
 
+    _columns_from(0, monkeypatch)
     turns = synthetic_turns(30, seed=4)
     secret = "the vault code is zebra-4471"
     turns[7] = Turn(turns[7].turn_id, turns[7].speaker, secret, turns[7].session, turns[7].timestamp, turns[7].time)
@@ -135,3 +144,20 @@ def test_a_forget_leaves_no_columns_buffer_with_the_forgotten_text(tmp_path):
     mem.select("b", "what is the code?", token_budget=200)
     gc.collect()
     assert not [c for c in gc.get_objects() if type(c) is Columns and secret.encode() in c.texts.buf.tobytes()]
+
+
+def test_a_bank_under_the_size_keeps_a_list_and_one_at_it_loads_columns(tmp_path, monkeypatch):
+    """``files.COLUMNS_MIN_TURNS``: a small bank keeps list speed; from the size on, columns."""
+    from word_encoder import WordEncoder
+
+    from trawmem_gpu import Memory
+    from trawmem_gpu.store import Collection
+
+    turns = synthetic_turns(40, seed=6)
+    Memory(tmp_path / "m", encoder=WordEncoder()).add("b", turns)
+    _columns_from(41, monkeypatch)
+    small = Collection(tmp_path / "m").load("b").turns
+    assert type(small) is list and len(small) == 40
+    _columns_from(40, monkeypatch)
+    cols = Collection(tmp_path / "m").load("b").turns
+    assert isinstance(cols, TurnColumns) and list(cols) == small

@@ -152,11 +152,13 @@ def test_the_id_map_answers_as_the_dict():
     assert duplicate_id(dup) == ref[7].turn_id and duplicate_id(list(dup)) == ref[7].turn_id
 
 
-def test_a_loaded_bank_holds_columns_and_equals_the_stored_bank(tmp_path):
+def test_a_loaded_bank_holds_columns_and_equals_the_stored_bank(tmp_path, monkeypatch):
     from engine_banks import make_bank
 
+    from trawmem_gpu.store import files
     from trawmem_gpu.store.files import load_bank, save_bank
 
+    monkeypatch.setattr(files, "COLUMNS_MIN_TURNS", 0)  # this bank is small
     bank = make_bank("b", [3, 5, 1, 4, 2], seed=0)
     save_bank(bank, tmp_path / "b")
     got = load_bank(tmp_path / "b")

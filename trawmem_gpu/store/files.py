@@ -264,10 +264,19 @@ def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = No
     return bank
 
 
+COLUMNS_MIN_TURNS = 32_768
+"""A loaded bank of at least this many turns holds them as compact columns (``store.turn_columns``,
+~160 B a turn against ~410 B as ``Turn`` objects); a smaller one keeps a list, whose reads cost
+~50 ns a turn against the columns' 4-17 us (``benchmarks/results/archive/turn_columns_memory_1e5.json``):
+below it the list's extra memory is under 8 MiB, while a filtered select or a unit view reads
+every turn."""
+
+
 def _read_turns(fp: Path):
-    """The turns of ``units.json`` as compact columns (``store.turn_columns``: no ``Turn`` object
-    kept per turn) and the digest of the turns as stored (``data.types.turns_digest``, each turn
-    hashed as it is read: aware times as written, before the columns store them as naive UTC)."""
+    """The turns of ``units.json`` (as compact columns, ``store.turn_columns``, from
+    :data:`COLUMNS_MIN_TURNS` turns: no ``Turn`` object kept per turn) and the digest of the turns
+    as stored (``data.types.turns_digest``, each turn hashed as it is read: aware times as written,
+    before the columns store them as naive UTC)."""
     import hashlib
 
     from .turn_columns import TurnColumns
@@ -276,6 +285,8 @@ def _read_turns(fp: Path):
 
     h = hashlib.sha256()
     records = loads_json(fp.read_text(encoding="utf-8"))
+    if not isinstance(records, list) or len(records) < COLUMNS_MIN_TURNS:
+        return [digest_turn(h, turn_from(r)) for r in records], h.hexdigest()
     try:
         turns = TurnColumns.of(digest_turn(h, turn_from(r)) for r in records)
     except OutsideColumns:  # a value past the columns (a session past 64 bits): a list, which the
