@@ -98,6 +98,11 @@ def _sessions(turns: list, lo: int, hi: int):
 def session_gaps(turns: list) -> np.ndarray:
     """Every gap (seconds, NaN where a time is missing) between consecutive messages of one session
     of ``turns``, session after session: what :func:`burst_gap` reads."""
+    read = getattr(turns, "field", None)  # a loaded bank's columns (``store.turn_columns``), read whole:
+    if read is not None:  # the same pairs (consecutive turns of one session), no Turn made per row
+        ses, tm = read("session"), read("time")
+        return np.array([(tm[i] - tm[i - 1]).total_seconds() if tm[i] is not None and tm[i - 1] is not None
+                         else np.nan for i in range(1, len(ses)) if ses[i] == ses[i - 1]], dtype=np.float64)
     spans = list(_sessions(turns, 0, len(turns)))
     return np.concatenate([_gaps(turns[a:b]) for a, b in spans]) if spans else np.zeros(0)
 

@@ -26,6 +26,7 @@ from ..store.bank import Bank
 from ..store.graph import edges_from_knn, knn_table, update_knn
 from ..store.bursts import SESSION_GAPS, held_session_gaps
 from ..store.segments import Extension
+from ..store.turn_columns import appended, as_stored
 from .heads import extractive_head
 from .segment import embedding_segments, fixed_segments
 
@@ -237,7 +238,7 @@ def _finish(works: list[_Work], encoder: Encoder, cfg: BuildConfig, progress: bo
         sims, ids, changed, (src, dst, ew, kind) = _graph(head_vecs, cfg, graphs[i] if graphs else None)
         stats["graph_s"] = stats.get("graph_s", 0.0) + time.perf_counter() - t1
         stats["knn_rows"] = stats.get("knn_rows", 0) + len(changed)
-        banks.append(Bank(bank_id=w.conv.bank_id, turns=list(w.conv.turns),
+        banks.append(Bank(bank_id=w.conv.bank_id, turns=as_stored(w.conv.turns),
                           thread_offsets=np.array(w.starts + [len(w.conv.turns)], dtype=np.int64),
                           heads=w.heads, head_kind=w.head_kind, unit_vecs=w.vecs, head_vecs=head_vecs,
                           edge_src=src, edge_dst=dst, edge_w=ew, edge_kind=kind, encoder_id=encoder.id,
@@ -307,7 +308,7 @@ def update_bank(bank: Bank, new_turns: list[Turn], cfg: BuildConfig | None = Non
     if not new_turns:
         return bank, {"n_new_units": 0}
     _check_new(bank, new_turns)
-    turns = list(bank.turns) + list(new_turns)
+    turns = appended(bank.turns, new_turns)  # a loaded bank's columns stay shared: the new turns are a tail
     conv = Conversation(bank.bank_id, turns)
     # First unit of the session the new turns open or extend.
     n_old, last_session = bank.n_units, bank.turns[-1].session
@@ -342,7 +343,8 @@ def update_bank(bank: Bank, new_turns: list[Turn], cfg: BuildConfig | None = Non
     new_bank = replace(new_bank, facts=bank.facts, fact_vecs=bank.fact_vecs, profiles=bank.profiles,
                        profile_vecs=bank.profile_vecs, layer_sources=dict(bank.layer_sources))
     held = bank.__dict__.get("_turn_map")
-    if held is not None:  # the ids map of the bank appended to, with the new turns (``Bank.turn_map``)
+    if isinstance(held, dict):  # the ids map of the bank appended to, with the new turns (``Bank.turn_map``;
+        # a map over columns, ``TurnIds``, is made anew from the shared columns' id index)
         new_bank.__dict__["_turn_map"] = {**held, **{t.turn_id: t for t in new_bank.turns[n_old:]}}
     new_bank.validate(since=(n_old, keep_threads))
     if w.gaps is not None:

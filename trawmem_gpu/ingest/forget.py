@@ -19,11 +19,12 @@ from dataclasses import replace
 import numpy as np
 
 from .config import BuildConfig
-from ..data.types import Conversation, Turn
+from ..data.types import Conversation
 from ..encode.base import Encoder
 from ..errors import InputError
 from ..store.bank import Bank
 from ..store.layers import without_units
+from ..store.turn_columns import taken
 from .builder import _Work, _finish, _heads, _segment, _session_spans
 
 
@@ -54,7 +55,7 @@ def without_turns(bank: Bank, turn_ids, encoder: Encoder, llm=None,
             stats["llm_fallback"] = sorted(fb)
             cfg = replace(cfg, **fb)
     touched = {t.session for t in bank.turns if t.turn_id in drop}
-    turns: list[Turn] = [bank.turns[i] for i in keep]
+    turns = taken(bank.turns, keep)  # columns: new ones without the dropped rows' bytes
     vecs = np.ascontiguousarray(bank.unit_vecs[keep])
     new_index = np.full(bank.n_units, -1, dtype=np.int64)
     new_index[keep] = np.arange(len(keep))

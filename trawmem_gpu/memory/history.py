@@ -44,7 +44,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import operator
 import os
 import secrets
 from pathlib import Path
@@ -53,6 +52,7 @@ import numpy as np
 
 from ..errors import loads_json
 from ..store.records import utc_now
+from ..store.turn_columns import common_prefix
 
 EVENTS = ("added", "superseded", "re-embedded", "forgotten", "reinstated")
 HISTORY_DIR = ".history"
@@ -106,7 +106,7 @@ def _appended(old, new) -> int | None:
     if old is None or new is None or len(new.turns) < len(old.turns):
         return None
     n = len(old.turns)
-    return n if all(map(operator.is_, old.turns, new.turns[:n])) else None
+    return n if common_prefix(old.turns, new.turns) == n else None  # the very turns (or column rows)
 
 
 def _append_turn_events(old, new, n: int, sessions, cause: str, t: str) -> list[dict]:

@@ -191,7 +191,8 @@ def _numbered_past(known: dict, scope) -> int:
     ``known`` (turn id -> turn), of a caller bound to ``scope`` its own turns only (``memory.scope``:
     an id never tells it how many turns others hold; one they hold is skipped all the same)."""
     mine = [t for t, turn in known.items() if passes(scope, turn)] if scope is not None else known
-    numbered = [int(t[len(MSG_ID_PREFIX):]) for t in mine if t.startswith(MSG_ID_PREFIX)
+    ids = known.ids_with_prefix(MSG_ID_PREFIX) if scope is None and hasattr(known, "ids_with_prefix") else mine
+    numbered = [int(t[len(MSG_ID_PREFIX):]) for t in ids if t.startswith(MSG_ID_PREFIX)
                 and t[len(MSG_ID_PREFIX):].isdigit() and len(t) < 24]
     return max([len(mine), *numbered])
 

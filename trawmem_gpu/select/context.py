@@ -8,6 +8,7 @@ import numpy as np
 
 from ..store.graph import SEMANTIC
 from ..store.bank import Bank
+from ..store.turn_columns import embed_texts, field_of
 from .workspace import DEFAULT_HEADINGS, token_costs
 from .lexical import BM25Index
 from .objective import support_floor
@@ -28,7 +29,7 @@ def unit_features(bank: Bank) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     for s in range(0, bank.n_units, _ROWS):  # in blocks: the float64 copies stay small (each row's sum is the same)
         b = slice(s, s + _ROWS)
         head_sim[b] = np.einsum("nd,nd->n", bank.unit_vecs[b].astype(np.float64), bank.head_vecs[ut[b]].astype(np.float64))
-    return head_sim, temporal_flags([t.text for t in bank.turns]), pos
+    return head_sim, temporal_flags(field_of(bank.turns, "text")), pos
 
 
 _ROWS = 1024
@@ -60,7 +61,7 @@ class BankContext:
     @classmethod
     def of(cls, bank: Bank) -> "BankContext":
         head_sim, temporal, pos = unit_features(bank)
-        texts = [t.embed_text() for t in bank.turns]
+        texts = embed_texts(bank.turns)
         adj: list[list] = [[] for _ in range(bank.n_threads)]
         for s, d, w, k in zip(bank.edge_src, bank.edge_dst, bank.edge_w, bank.edge_kind):
             adj[int(s)].append((int(d), float(w), int(k)))

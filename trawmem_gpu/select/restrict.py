@@ -45,6 +45,7 @@ import numpy as np
 
 from ..data.filters import Filter, MetaColumns, parse_filter
 from ..store.bank import Bank
+from ..store.turn_columns import TurnColumns, field_of
 from .context import BankContext
 from .lexical import BM25Index
 from .steps.relevance import RelevanceStatic
@@ -56,6 +57,10 @@ from .workspace import partial_threads
 # ----------------------------------------------------------------------------------------------
 def meta_columns(bank: Bank) -> MetaColumns:
     """The metadata of ``bank``'s turns as filter columns (derived units of a view: none)."""
+    t = bank.turns
+    if isinstance(t, TurnColumns):  # its rows are plain turns: their metadata read from the columns
+        return MetaColumns(field_of(t[:t.n_rows], "metadata") + [
+            getattr(x, "metadata", None) if getattr(x, "layer", "turns") == "turns" else None for x in t.tail])
     return MetaColumns([getattr(t, "metadata", None) if getattr(t, "layer", "turns") == "turns" else None
                         for t in bank.turns])
 
@@ -69,7 +74,9 @@ def unit_mask(bank: Bank, where, cols: MetaColumns | None = None) -> np.ndarray 
     if flt is None:
         return None
     m = flt.mask(cols if cols is not None else meta_columns(bank))
-    layered = [i for i, t in enumerate(bank.turns) if getattr(t, "layer", "turns") != "turns"]
+    t = bank.turns
+    layered = [t.n_rows + i for i, x in enumerate(t.tail) if getattr(x, "layer", "turns") != "turns"] \
+        if isinstance(t, TurnColumns) else [i for i, x in enumerate(t) if getattr(x, "layer", "turns") != "turns"]
     if layered:
         passed = {t.turn_id for t, ok in zip(bank.turns, m) if ok and getattr(t, "layer", "turns") == "turns"}
         empty = flt.matches(None)

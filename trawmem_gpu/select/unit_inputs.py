@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from ..store.turn_columns import field_of
 from .support import restatement_groups
 
 
@@ -40,7 +41,7 @@ GROUP = BASE_ATTRIBUTES.index("group")
 
 def base_attributes(bank) -> np.ndarray:
     """``[N, len(BASE_ATTRIBUTES)]`` float64: the per-unit columns of :data:`BASE_ATTRIBUTES`."""
-    time = np.array([date_seconds(t.time) for t in bank.turns], dtype=np.float64).reshape(bank.n_units)
+    time = np.array([date_seconds(t) for t in field_of(bank.turns, "time")], dtype=np.float64).reshape(bank.n_units)
     return np.stack([time, restatement_groups(bank).astype(np.float64)], axis=1)
 
 

@@ -279,7 +279,11 @@ def token_costs(bank: Bank, headings: Headings = DEFAULT_HEADINGS) -> TokenCosts
     :func:`heading_line` write."""
     _check_headings(headings)
     with_heads = headings != "none"
-    lines = [unit_line(t, with_heads) + "\n" for t in bank.turns]
+    lines, each = [], []  # each unit's line and (date headings) its date label, in one pass over the turns
+    for t in bank.turns:
+        lines.append(unit_line(t, with_heads) + "\n")
+        if headings == "date":
+            each.append(date_label(t))
     n = count_tokens_many_cached(lines + [x + "\n" for x in lines])
     N = bank.n_units
     unit = np.array(n[:N], dtype=np.int64) + (np.array(n[N:], dtype=np.int64) > np.array(n[:N]))
@@ -288,8 +292,8 @@ def token_costs(bank: Bank, headings: Headings = DEFAULT_HEADINGS) -> TokenCosts
     if not with_heads or not N:
         return TokenCosts(unit, heading, headings, bounded)
     if headings == "date":  # a heading is its date line; showing a unit takes nothing off it
-        labels = {j: list(dict.fromkeys(date_label(bank.turns[int(i)]) for i in bank.thread_units(j)))
-                  for j in range(bank.n_threads)}
+        off = bank.thread_offsets.tolist()
+        labels = {j: list(dict.fromkeys(each[off[j]:off[j + 1]])) for j in range(bank.n_threads)}
         flat = list(dict.fromkeys(lbl for v in labels.values() for lbl in v))
         cnt = dict(zip(flat, count_tokens_many_cached([heading_line(lbl, None) + "\n" for lbl in flat])))
         run = np.arange(bank.n_threads, dtype=np.int64)

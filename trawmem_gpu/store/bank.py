@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from numbers import Integral
 
 import numpy as np
 
 from ..data.types import Turn
+from .turn_columns import TurnColumns, duplicate_id, held_values
 
 
 SESSION_MIN, SESSION_MAX = -(2 ** 63), 2 ** 63 - 1
@@ -25,7 +27,8 @@ class Bank:
     """
 
     bank_id: str
-    turns: list[Turn]
+    turns: Sequence[Turn]
+    """A list of turns, or a loaded bank's :class:`~.turn_columns.TurnColumns` (read-only, compact)."""
     thread_offsets: np.ndarray
     """[J+1] int64 CSR offsets of threads over units."""
     heads: list[str]
@@ -102,7 +105,8 @@ class Bank:
         every turn to find its ids."""
         got = self.__dict__.get("_turn_map")
         if got is None:
-            got = self.__dict__["_turn_map"] = {t.turn_id: t for t in self.turns}
+            got = self.__dict__["_turn_map"] = self.turns.id_map() if isinstance(self.turns, TurnColumns) \
+                else {t.turn_id: t for t in self.turns}
         return got
 
     def index_of(self) -> dict[str, int]:
@@ -121,14 +125,19 @@ class Bank:
         off = self.thread_offsets
         if N == 0 or J == 0:
             raise ValueError(f"bank {self.bank_id!r} is empty")
-        if len(self.turn_map()) != N:
-            dup = next(i for i, c in Counter(t.turn_id for t in self.turns).items() if c > 1)
+        if isinstance(self.turns, TurnColumns):  # no dict of every turn: the columns' id hashes
+            dup = duplicate_id(self.turns)
+        else:
+            dup = None if len(self.turn_map()) == N else \
+                next(i for i, c in Counter(t.turn_id for t in self.turns).items() if c > 1)
+        if dup is not None:
             raise ValueError(f"bank {self.bank_id!r}: duplicate turn id {dup!r}")
         self._validate_values(u0)
         if off[0] != 0 or off[-1] != N or np.any(np.diff(off) <= 0):
             raise ValueError(f"bank {self.bank_id!r}: thread offsets do not tile the units (empty thread?)")
         lo = int(off[j0]) if j0 < J else N
-        sess = np.fromiter((t.session for t in self.turns[lo:]), dtype=np.int64, count=N - lo)
+        sess = self.turns[lo:].sessions() if isinstance(self.turns, TurnColumns) \
+            else np.fromiter((t.session for t in self.turns[lo:]), dtype=np.int64, count=N - lo)
         start = np.zeros(N - lo, dtype=bool)
         start[off[j0:-1] - lo] = True
         cross = np.nonzero((sess[1:] != sess[:-1]) & ~start[1:])[0]
@@ -157,7 +166,7 @@ class Bank:
 
     def _validate_values(self, since: int = 0) -> None:
         """Every turn's session (from unit ``since`` on) is an integer the engine's int64 tables hold."""
-        for t in self.turns[since:]:
+        for t in held_values(self.turns, since):
             s = t.session
             if not isinstance(s, Integral) or isinstance(s, bool) or not SESSION_MIN <= s <= SESSION_MAX:
                 raise ValueError(f"bank {self.bank_id!r}: turn {t.turn_id!r} has session {s!r}, outside the "
@@ -167,7 +176,7 @@ class Bank:
         """:meth:`validate`, and what a stored bank holds besides: naive times (UTC), so the times
         of all the banks of a collection compare (``store.files`` checks it on write and load)."""
         self.validate(since)
-        for t in self.turns[since[0]:]:
+        for t in held_values(self.turns, since[0]):
             if t.time is not None and t.time.utcoffset() is not None:
                 raise ValueError(f"bank {self.bank_id!r}: turn {t.turn_id!r} has the timezone-aware time "
                                  f"{t.time.isoformat()}; a stored bank holds naive times (UTC)")

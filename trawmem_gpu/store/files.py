@@ -49,7 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data.types import turns_digest
+from ..data.types import digest_turn, turns_digest
 from ..errors import BankError, loads_json
 from ..paths import file_sha256
 from .bank import Bank
@@ -234,19 +234,19 @@ def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = No
             t = read_tensors(path / names["tensors"], mmap)
         except (SafetensorError, OSError, ValueError, KeyError, UnicodeDecodeError) as e:
             raise BankError(f"{path / names['tensors']}: unreadable tensors ({e})") from None
-        units = loads_json((path / names["units"]).read_text(encoding="utf-8"))
+        turns, digest = _read_turns(path / names["units"])
         threads = meta if v2 else loads_json((path / names["threads"]).read_text(encoding="utf-8"))
         stats = meta.get("stats", {})
         values, sources = _read_layers(path / names["layers"], meta["layers"], t) if "layers" in meta \
             else ({}, {})
         bank = Bank(
-            bank_id=meta["bank_id"], turns=[turn_from(r) for r in units],
+            bank_id=meta["bank_id"], turns=turns,
             thread_offsets=t["thread_offsets"], heads=list(threads["heads"]), head_kind=list(threads["head_kind"]),
             unit_vecs=t["unit_vecs"], head_vecs=t["head_vecs"], edge_src=t["edge_src"], edge_dst=t["edge_dst"],
             edge_w=t["edge_w"], edge_kind=t["edge_kind"], encoder_id=meta["encoder_id"],
             build_config=meta.get("build_config") or {}, stats=stats if isinstance(stats, dict) else {},
             **layer_fields(values), layer_sources=sources, knn_sims=t.get("knn_sims"), knn_ids=t.get("knn_ids"))
-        if turns_digest(bank.turns) != meta["turns_sha256"]:
+        if digest != meta["turns_sha256"]:
             raise BankError(f"{path / names['units']}: the turns do not match the digest in {META}; {REBUILD_HINT}")
         if not v2 and meta["segments"]:
             from .segments import apply_segments
@@ -262,6 +262,38 @@ def load_bank(path: str | Path, *, verify: bool = True, bank_id: str | None = No
     except (ValueError, TypeError) as e:
         raise BankError(f"{path}: {e}") from None
     return bank
+
+
+COLUMNS_MIN_TURNS = 32_768
+"""A loaded bank of at least this many turns holds them as compact columns (``store.turn_columns``,
+~160 B a turn against ~410 B as ``Turn`` objects); a smaller one keeps a list, whose reads cost
+~50 ns a turn against the columns' 4-17 us (``benchmarks/results/archive/turn_columns_memory_1e5.json``):
+below it the list's extra memory is under 8 MiB, while a filtered select or a unit view reads
+every turn."""
+
+
+def _read_turns(fp: Path):
+    """The turns of ``units.json`` (as compact columns, ``store.turn_columns``, from
+    :data:`COLUMNS_MIN_TURNS` turns: no ``Turn`` object kept per turn) and the digest of the turns
+    as stored (``data.types.turns_digest``, each turn hashed as it is read: aware times as written,
+    before the columns store them as naive UTC)."""
+    import hashlib
+
+    from .turn_columns import TurnColumns
+
+    from .columns import OutsideColumns
+
+    h = hashlib.sha256()
+    records = loads_json(fp.read_text(encoding="utf-8"))
+    if not isinstance(records, list) or len(records) < COLUMNS_MIN_TURNS:
+        return [digest_turn(h, turn_from(r)) for r in records], h.hexdigest()
+    try:
+        turns = TurnColumns.of(digest_turn(h, turn_from(r)) for r in records)
+    except OutsideColumns:  # a value past the columns (a session past 64 bits): a list, which the
+        h = hashlib.sha256()  # bank's checks then refuse as they always have
+        turns = [digest_turn(h, turn_from(r)) for r in records]
+    del records
+    return turns, h.hexdigest()
 
 
 def _read_layers(fp: Path, counts: dict, tensors: dict) -> tuple[dict, dict]:

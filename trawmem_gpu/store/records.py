@@ -67,6 +67,14 @@ def naive_utc_turns(turns: list[Turn]) -> list[Turn]:
     (``data.dates.naive_utc``, the one rule). Banks written before that rule read a ``Z`` or offset
     timestamp as an aware time; they are read as their UTC times (checked against the stored digest
     first), so every bank in memory holds naive times, and the next write stores them naive."""
+    from .columns import OutsideColumns
+    from .turn_columns import TurnColumns
+
+    if isinstance(turns, TurnColumns):  # its rows are naive; its tail is made rows too
+        try:
+            return TurnColumns.of(turns)
+        except OutsideColumns:  # a tail's value past the columns: a list (``Bank.validate`` refuses it)
+            turns = list(turns)
     if all(t.time is None or t.time.utcoffset() is None for t in turns):
         return turns
     return [t if t.time is None else replace(t, time=naive_utc(t.time)) for t in turns]

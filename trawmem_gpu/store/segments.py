@@ -146,9 +146,10 @@ def apply_segments(bank: Bank, d: Path, segments: list[dict]) -> Bank:
     from .arrays import read_tensors
     from .records import turn_from
     from .graph import edges_from_knn, knn_table
+    from .turn_columns import appended
 
     k = int((bank.build_config or {}).get("knn", 5))
-    turns, vec_parts = list(bank.turns), [bank.unit_vecs]
+    turns, vec_parts = bank.turns, [bank.unit_vecs]  # columns stay columns: the segments' turns are a tail
     starts = np.asarray(bank.thread_offsets[:-1], dtype=np.int64)
     heads, kinds, hv = list(bank.heads), list(bank.head_kind), np.asarray(bank.head_vecs)
     sims, ids = (bank.knn_sims, bank.knn_ids) if bank.knn_ids is not None else knn_table(hv, k)
@@ -175,7 +176,7 @@ def apply_segments(bank: Bank, d: Path, segments: list[dict]) -> Bank:
         sims = np.concatenate([sims[:k0], np.zeros((J - k0, sims.shape[1]), dtype=np.float32)])
         ids = np.concatenate([ids[:k0], np.full((J - k0, ids.shape[1]), -1, dtype=np.int64)])
         sims[rows], ids[rows] = t["knn_sims"], t["knn_ids"]
-        turns += new_turns
+        turns = appended(turns, new_turns)
         vec_parts.append(t["unit_vecs"])
     thr = float((bank.build_config or {}).get("knn_threshold", 0.5))
     src, dst, w, kind = edges_from_knn(sims, ids, thr)

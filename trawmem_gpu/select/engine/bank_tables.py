@@ -25,6 +25,7 @@ from torch import Tensor
 
 from ...store.graph import SEMANTIC
 from ...store.bank import Bank
+from ...store.turn_columns import embed_texts
 from ..lexical import BM25Index
 from ..objective import support_floor, support_kernel, support_links
 from ..support import SupportLinks
@@ -146,7 +147,7 @@ def build_bank(bank: Bank, cfg, layout: Layout, prev: BankInfo | None = None) ->
         a["ktab"], a["btab"] = _kernel_tables(bank, cfg, layout, support_floor(bank, cfg))
     vocab, plain = None, False
     if layout.lexical:
-        bm25 = bm25 or BM25Index([t.embed_text() for t in bank.turns])
+        bm25 = bm25 or BM25Index(embed_texts(bank.turns))  # a loaded bank's lines from its columns
         vocab = bm25.vocab
         m = bm25.model
         plain = getattr(m, "nonoccurrence_array", None) is None and isinstance(m.scores, dict)

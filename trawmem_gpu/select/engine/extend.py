@@ -30,6 +30,7 @@ import numpy as np
 
 from ...store.bank import Bank
 from ...store.layers import empty_fields
+from ...store.turn_columns import common_prefix, embed_texts
 from ..context import unit_features
 from ..terms import unit_attributes
 from ..steps.priority import in_thread_distances
@@ -155,8 +156,7 @@ def extend_arrays(bank: Bank, cfg, layout, prev_info, prev: dict, u0: int, k0: i
             np.arange(bank.n_threads)
     bm25 = None  # None: built whole
     if layout.lexical and prev_info.bm25 is not None:
-        m, old = u0, prev_info.bank.turns  # the units whose texts are the old ones: the kept, and
-        while m < min(len(old), bank.n_units) and bank.turns[m] is old[m]:  # the same turns after them
-            m += 1
-        bm25 = prev_info.bm25.appended([t.embed_text() for t in bank.turns[m:]], m)
+        # the units whose texts are the old ones: the kept, and the same stored turns after them
+        m = common_prefix(prev_info.bank.turns, bank.turns, u0)
+        bm25 = prev_info.bm25.appended(embed_texts(bank.turns[m:]), m)
     return a, costs, speakers, bm25

@@ -51,6 +51,7 @@ from ..objective import date_seconds
 from ..tensor_ops import NEG_INF, ranks, ranks_positive
 from ..text_features import demand_features, relative_dates, temporal_flags
 from ...store.bursts import unit_members
+from ...store.turn_columns import field_of
 from .candidates import ranks_of
 
 TOP_K = 5.0
@@ -79,7 +80,8 @@ class RelevanceStatic(NamedTuple):
 
 def word_counts(turns) -> np.ndarray:
     """``[N]`` float64 words of each unit's text and caption (split on white space)."""
-    return np.array([len(f"{t.text or ''} {t.caption or ''}".split()) for t in turns], dtype=np.float64)
+    return np.array([len(f"{x or ''} {c or ''}".split()) for x, c in zip(field_of(turns, "text"), field_of(turns, "caption"))],
+                    dtype=np.float64)
 
 
 def words_feature(turns) -> np.ndarray:
@@ -90,10 +92,11 @@ def words_feature(turns) -> np.ndarray:
 def relevance_static(bank, temporal: np.ndarray | None = None) -> RelevanceStatic:
     """The :class:`RelevanceStatic` of ``bank`` (``temporal``: the bank's ``temporal_flags`` when
     the caller has them already, so the regexes run once per bank)."""
-    turns = bank.turns
-    speakers = tuple(dict.fromkeys(t.speaker for t in turns))
+    turns = bank.turns  # its fields read whole (``field_of``: a loaded bank's columns make no Turn per unit)
+    said = field_of(turns, "speaker")
+    speakers = tuple(dict.fromkeys(said))
     pos = {s: i for i, s in enumerate(speakers)}
-    ses = np.array([t.session for t in turns], dtype=np.int64)
+    ses = np.array(field_of(turns, "session"), dtype=np.int64)
     n = len(turns)
     idx = np.arange(n, dtype=np.int64)
     same_prev = np.concatenate([[False], ses[1:] == ses[:-1]])
@@ -101,9 +104,10 @@ def relevance_static(bank, temporal: np.ndarray | None = None) -> RelevanceStati
     prev, nxt = np.where(same_prev, idx - 1, -1), np.where(same_next, idx + 1, -1)
     if getattr(bank, "is_view", False):
         prev, nxt = _layered_context(turns, ses)
-    return RelevanceStatic(np.array([pos[t.speaker] for t in turns], dtype=np.int64), speakers, prev, nxt,
-                           temporal_flags([t.text for t in turns]) if temporal is None else temporal,
-                           np.array([date_seconds(t.time) for t in turns], dtype=np.float64), words_feature(turns))
+    return RelevanceStatic(np.array([pos[s] for s in said], dtype=np.int64), speakers, prev, nxt,
+                           temporal_flags(field_of(turns, "text")) if temporal is None else temporal,
+                           np.array([date_seconds(t) for t in field_of(turns, "time")], dtype=np.float64),
+                           words_feature(turns))
 
 
 def _layered_context(turns, ses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
