@@ -109,18 +109,24 @@ class BankInfo:
     indexes, ``engine/shortlist.py``, ``steps/seeds.py``): later snapshots share it."""
 
 
-# (table, group, dtype kind, fill) -- the rows of one group are appended together, per bank
+# (table, group, dtype kind, fill) -- the rows of one group are appended together, per bank. The
+# bank-local ids of ``nbr`` (threads) and ``bm_idx`` (units) are int32 (a bank holds fewer than
+# 2^31 of each, ``build_bank`` checks): half the bytes of int64, 71.5 MiB less at 10^6 units, the
+# same values (``tests/select/test_table_dtypes.py``); a torch reader that indexes with them casts
+# the rows it gathers to int64.
 TABLES = (
     ("unit_vecs", "unit", "vec", 0), ("unit_thread", "unit", "int", 0), ("head_sim", "unit", "float", 0),
     ("temporal", "unit", "float", 0), ("position", "unit", "float", 0), ("d_in", "unit", "float", 0),
     ("attrs", "unit", "float64", 0), ("rel_idx", "unit", "int", -1), ("rel_words", "unit", "float64", 0),
     ("tok_unit", "unit", "float", 0),
     ("linked", "unit", "float", 0),
-    ("head_vecs", "thread", "float", 0), ("nbr", "thread", "int", -1), ("nbw", "thread", "float", 0),
+    ("head_vecs", "thread", "float", 0), ("nbr", "thread", "int32", -1), ("nbw", "thread", "float", 0),
     ("tok_head", "thread", "float", 0), ("tok_hrun", "thread", "int", 0),
     ("ktab", "k", "float", 0), ("btab", "b", "float", 0),
-    ("bm_data", "nz", "float32", 0), ("bm_idx", "nz", "int", 0), ("bm_ptr", "col", "int", 0),
+    ("bm_data", "nz", "float32", 0), ("bm_idx", "nz", "int32", 0), ("bm_ptr", "col", "int", 0),
 )
+ID_LIMIT = 1 << 31
+"""Units and threads of one bank the int32 tables (``nbr``, ``bm_idx``) can number."""
 HOST_GROUPS = ("nz", "col")
 """BM25 stays on the CPU (the text stage is CPU work)."""
 
@@ -135,6 +141,9 @@ def build_bank(bank: Bank, cfg, layout: Layout, prev: BankInfo | None = None) ->
         raise ValueError(f"bank {bank.bank_id!r} has {bank.unit_vecs.shape[1]}-dimensional vectors, the engine "
                          f"{layout.dim}")
     N, J = bank.n_units, bank.n_threads
+    if max(N, J) >= ID_LIMIT:
+        raise ValueError(f"bank {bank.bank_id!r} has {N} units and {J} threads: the engine's int32 ids hold fewer "
+                         f"than {ID_LIMIT}")
     part = None if kept is None else extend_arrays(bank, cfg, layout, prev, prev.arrays, *kept)
     a, costs, speakers, bm25 = part or whole_arrays(bank, cfg, layout)
     a["nbr"], a["nbw"] = _neighbours(bank, cfg.semantic_edges)
