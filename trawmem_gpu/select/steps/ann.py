@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..heap import trim_heap
 from ...store.vectors import BYTES_PER_DIM, PQ_MIN_VECTORS, check_vectors, pq_subvectors, sq_type
 
 IVF_MIN_VECTORS = 1 << 16
@@ -156,6 +157,7 @@ class VectorIndex:
             raise ValueError(f"kind must be 'auto', 'hnsw' or 'ivf', got {kind!r}")
         self.index = index
         self.lock = threading.Lock()  # GPU indexes are not safe to search from several threads
+        trim_heap(n)  # training's copies and k-means buffers back to the system
 
     def nbytes(self) -> int:
         """Bytes the index holds (its codes of the vectors: a float32 copy or compact codes; the
