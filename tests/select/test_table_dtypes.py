@@ -1,10 +1,12 @@
 """The engine's id tables ``nbr`` (each thread's neighbour threads) and ``bm_idx`` (each BM25
 posting's unit) are int32 (``engine.bank_tables.TABLES``, issue 46 item 2: half the bytes of
-int64). They hold bank-local ids, below 2^31 by ``build_bank``'s check, so every value is the int64
-table's; the torch readers cast the rows they gather to int64. An engine with the int32 tables must
-pick exactly what the same engine with the int64 tables (the wide kinds patched back in) picks: on
-the exact path, the approximate one, the tensor backend and a GPU-shaped masked query, on odd
-sizes, tied vectors, an empty question set and an append."""
+int64), and the edge weights ``nbw`` float32 where the banks' weights are float32
+(``Layout.w_dtype``). The ids are bank-local, below 2^31 by ``build_bank``'s check, and the weights
+the banks' own float32 values (float32 -> float64 exact), so every value is the wide table's; the
+readers compute in float64 and the torch ones cast the rows they gather. An engine with the narrow
+tables must pick exactly what the same engine with int64 / float64 tables (the wide kinds patched
+back in) picks: on the exact path, the approximate one and the tensor backend, on odd sizes, tied
+vectors, an empty question set, an append and a compaction."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -18,12 +20,13 @@ from trawmem_gpu.select.engine import SelectionEngine, bank_tables, tables
 
 from benchmarks.synthetic_banks import make_banks, make_queries
 
-NARROW = {"nbr", "bm_idx"}
+NARROW = {"nbr": torch.int32, "bm_idx": torch.int32, "nbw": torch.float32}
+WIDE = {"nbr": torch.int64, "bm_idx": torch.int64, "nbw": torch.float64}
 
 
 def _wide() -> tuple:
-    """``TABLES`` as they were: the id tables int64."""
-    return tuple((name, group, "int" if name in NARROW else kind, fill)
+    """``TABLES`` as they were: the id tables int64, the weights the engine's float (float64)."""
+    return tuple((name, group, {"nbr": "int", "bm_idx": "int", "nbw": "float"}.get(name, kind), fill)
                  for name, group, kind, fill in bank_tables.TABLES)
 
 
@@ -58,11 +61,12 @@ def test_int32_id_tables_pick_what_the_int64_tables_pick(banks, options, wide_ta
     wide_tables()
     wide = SelectionEngine(banks, SelectConfig(), device="cpu", **options)
     for name in NARROW:
-        assert narrow.snapshot.t[name].dtype == torch.int32 and wide.snapshot.t[name].dtype == torch.int64
+        assert narrow.snapshot.t[name].dtype == NARROW[name] and wide.snapshot.t[name].dtype == WIDE[name]
         a, b = narrow.snapshot.np[name], wide.snapshot.np[name]
-        assert a.shape == b.shape and np.array_equal(a.astype(np.int64), b)
+        assert a.shape == b.shape and np.array_equal(a.astype(b.dtype), b)
     assert (narrow.snapshot.np["nbr"] >= 0).any() and (narrow.snapshot.np["nbr"] == -1).any()
-    assert 2 * narrow.snapshot.nbytes(["nbr", "bm_idx"]) == wide.snapshot.nbytes(["nbr", "bm_idx"])
+    assert len(np.unique(narrow.snapshot.np["nbw"])) > 2  # weights other than 0 and 1
+    assert 2 * narrow.snapshot.nbytes(list(NARROW)) == wide.snapshot.nbytes(list(NARROW))
     got, want = narrow.select_units(ids, qs, Z), wide.select_units(ids, qs, Z)
     assert sum(len(p) for p in want) > 0 and [list(p) for p in got] == [list(p) for p in want]
     cn, cw = narrow.candidate_sets(ids, qs, Z), wide.candidate_sets(ids, qs, Z)
@@ -106,7 +110,8 @@ def test_an_append_keeps_the_int32_tables_equal(wide_tables):
         e.replace_bank(grown)
         engines.append(e)
     for name in NARROW:
-        assert np.array_equal(engines[0].snapshot.np[name].astype(np.int64), engines[1].snapshot.np[name])
+        b = engines[1].snapshot.np[name]
+        assert engines[0].snapshot.t[name].dtype == NARROW[name] and np.array_equal(engines[0].snapshot.np[name].astype(b.dtype), b)
     got = [e.select_units(["c"] * 3, qs, Z) for e in engines]
     assert sum(map(len, got[1])) > 0 and got[0] == got[1]
     for e in engines:
@@ -121,3 +126,15 @@ def test_a_bank_past_the_int32_ids_is_refused(banks, monkeypatch):
         SelectionEngine(banks[:1], SelectConfig(), device="cpu")
     monkeypatch.setattr(bank_tables, "ID_LIMIT", 258)
     SelectionEngine(banks[:1], SelectConfig(), device="cpu")
+
+
+def test_float64_weights_keep_a_float64_table_and_a_later_inexact_bank_is_refused(banks):
+    as64 = [replace(b, edge_w=b.edge_w.astype(np.float64)) for b in banks]
+    assert SelectionEngine(as64, SelectConfig(), device="cpu").snapshot.t["nbw"].dtype == torch.float64
+    eng = SelectionEngine(banks[:2], SelectConfig(), device="cpu")
+    assert eng.snapshot.t["nbw"].dtype == torch.float32
+    eng.replace_bank(as64[2])  # float64, but every weight a float32 value: exact, accepted
+    w = as64[3].edge_w.copy()
+    w[0] = np.nextafter(np.float64(w[0]), 2.0)  # one weight float32 would round
+    with pytest.raises(ValueError, match="edge weights that float32 cannot hold exactly"):
+        eng.replace_bank(replace(as64[3], edge_w=w))
