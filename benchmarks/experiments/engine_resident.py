@@ -90,7 +90,7 @@ def _same_picks(eng, bank, coll, opts: dict, ids, qs, Z) -> dict:
     from trawmem_gpu.select.engine import SelectionEngine
 
     b64 = replace(bank, unit_vecs=np.asarray(bank.unit_vecs, dtype=np.float64))
-    ref = SelectionEngine([b64], SelectConfig(), device="cpu", threads=1, vectors=coll.vectors, **opts)
+    ref = SelectionEngine([b64], SelectConfig(), device="cpu", threads=1, vectors=eng.engine_config.vectors, **opts)
     got, want = eng.select_units(ids, qs, Z), ref.select_units(ids, qs, Z)
     cg, cw = eng.candidate_sets(ids, qs, Z), ref.candidate_sets(ids, qs, Z)
     return {"queries": len(ids), "mapped": bool(eng.snapshot.mapped[0]), "reference_mapped": bool(ref.snapshot.mapped[0]),
@@ -117,10 +117,12 @@ def _versus_exact(eng, bank, coll, ids, qs, Z) -> dict:
 
 
 def child(path: str, queries: int, ann_min_units, trace: bool = False, compare: bool = False,
-          exact: bool = False) -> dict:
+          exact: bool = False, engine_vectors: str | None = None) -> dict:
     """One choice's figures, in this (fresh) process (``trace``: Python allocations by site per
     phase, ``tracemalloc``, which costs memory itself: its RSS figures are not the plain run's;
-    ``compare``: then :func:`_same_picks` over the queries; ``exact``: then :func:`_versus_exact`)."""
+    ``compare``: then :func:`_same_picks` over the queries; ``exact``: then :func:`_versus_exact`;
+    ``engine_vectors``: the engine's index codes instead of the collection's choice, e.g. ``pq`` over
+    an ``int8`` collection: the same files, so no second collection need be written)."""
     import tracemalloc
 
     import numpy as np
@@ -146,7 +148,8 @@ def child(path: str, queries: int, ann_min_units, trace: bool = False, compare: 
     t = time.perf_counter()
     opts = {} if ann_min_units is None else {"ann_min_units": ann_min_units}
     with harness.pin_threads(1):
-        eng = SelectionEngine([bank], SelectConfig(), device="cpu", threads=1, vectors=coll.vectors, **opts)
+        eng = SelectionEngine([bank], SelectConfig(), device="cpu", threads=1, vectors=engine_vectors or coll.vectors,
+                              **opts)
         out["engine_s"] = round(time.perf_counter() - t, 1)
         out["engine"] = _status()
         out["engine_trimmed"] = _trimmed()
@@ -215,6 +218,8 @@ def main(argv=None) -> int:
     ap.add_argument("--trace", action="store_true", help="tracemalloc: Python allocations by site per phase")
     ap.add_argument("--compare", action="store_true",
                     help="after the figures, the picks against an engine over float64 vectors (none mapped)")
+    ap.add_argument("--engine-vectors", default=None,
+                    help="the engine's index codes (EngineConfig.vectors) instead of the collection's choice")
     ap.add_argument("--pq-fetch", type=int, default=None,
                     help="steps.ann.PQ_RERANK_FETCH for this run (the proposals a pq index re-ranks, times k)")
     ap.add_argument("--versus-exact", action="store_true",
@@ -225,21 +230,23 @@ def main(argv=None) -> int:
 
         ann.PQ_RERANK_FETCH = a.pq_fetch
     if a.child:
-        print("RESULT " + json.dumps(child(a.child, a.queries, a.ann_min_units, a.trace, a.compare, a.versus_exact)),
+        print("RESULT " + json.dumps(child(a.child, a.queries, a.ann_min_units, a.trace, a.compare, a.versus_exact,
+                                           a.engine_vectors)),
               flush=True)
         return 0
     cache = Path(a.cache)
     cache.mkdir(parents=True, exist_ok=True)
     rec = {"units": a.units, "d": 384, "topics": a.topics, "queries": a.queries, "trace": a.trace,
            "ann_min_units": a.ann_min_units, "compare": a.compare, "versus_exact": a.versus_exact,
-           "pq_fetch": a.pq_fetch, "points": {}}
+           "pq_fetch": a.pq_fetch, "engine_vectors": a.engine_vectors, "points": {}}
     for v in a.vectors.split(","):
         path = _collection(a.units, a.topics, v, cache)
         cmd = [sys.executable, "-m", "benchmarks.experiments.engine_resident", "--child", str(path),
                "--queries", str(a.queries)] + ([] if a.ann_min_units is None else ["--ann-min-units", str(a.ann_min_units)]) \
             + (["--trace"] if a.trace else []) + (["--compare"] if a.compare else []) \
             + (["--versus-exact"] if a.versus_exact else []) \
-            + ([] if a.pq_fetch is None else ["--pq-fetch", str(a.pq_fetch)])
+            + ([] if a.pq_fetch is None else ["--pq-fetch", str(a.pq_fetch)]) \
+            + ([] if a.engine_vectors is None else ["--engine-vectors", a.engine_vectors])
         p = subprocess.run(cmd, capture_output=True, text=True)
         line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
         rec["points"][v] = json.loads(line[-1][7:]) if line else {"error": p.stderr[-2000:]}

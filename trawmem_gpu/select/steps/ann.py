@@ -55,9 +55,10 @@ RERANK_FETCH = 2
 to the ``k`` best: a near-tie the quantized distance moved past ``k`` comes back."""
 PQ_RERANK_FETCH = 4
 """The same for product-quantizer codes (``pq``), whose distances are coarser: on a 10^5-unit bank
-(d = 384, 100 topics, 40 queries, ``nprobe`` 64) the 1,024 best after the re-rank kept 0.9888 of
-exact search's 1,024 best at 2x and 0.9893 at 4x, as much as ``int8`` codes at 2x (0.9893, the
-lists probed being the limit); ``docs/scaling.md``, compact vectors."""
+(d = 384, 100 topics, 40 queries, ``nprobe`` 64) the 1,024 best after the re-rank kept 0.9886 of
+exact search's 1,024 best at 2x and 0.9891 at 4x and 8x, as much as ``int8`` codes at 2x (0.9891,
+the lists probed being the limit; ``benchmarks/results/pq_recall_1e5.json``); on noisier vectors
+4x is not enough (``tests/select/test_compact_vectors.py``: 0.924 at d = 32)."""
 HNSW_LINKS = 32
 HNSW_EF_CONSTRUCTION = 80
 
