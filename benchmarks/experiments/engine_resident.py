@@ -10,7 +10,7 @@ collection is written once under it too. Per choice, a child records ``RssAnon``
 tables' bytes by name (``Snapshot.t``) and the bank's arrays' bytes by name, and the p50 of a
 batch of one.
 
-    python -m benchmarks.experiments.engine_resident --units 100000 [--vectors int8,float16,float32]
+    python -m benchmarks.experiments.engine_resident --units 100000 [--vectors int8,float16,float32,pq] [--versus-exact]
 """
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def _same_picks(eng, bank, coll, opts: dict, ids, qs, Z) -> dict:
     from trawmem_gpu.select.engine import SelectionEngine
 
     b64 = replace(bank, unit_vecs=np.asarray(bank.unit_vecs, dtype=np.float64))
-    ref = SelectionEngine([b64], SelectConfig(), device="cpu", threads=1, vectors=coll.vectors, **opts)
+    ref = SelectionEngine([b64], SelectConfig(), device="cpu", threads=1, vectors=eng.engine_config.vectors, **opts)
     got, want = eng.select_units(ids, qs, Z), ref.select_units(ids, qs, Z)
     cg, cw = eng.candidate_sets(ids, qs, Z), ref.candidate_sets(ids, qs, Z)
     return {"queries": len(ids), "mapped": bool(eng.snapshot.mapped[0]), "reference_mapped": bool(ref.snapshot.mapped[0]),
@@ -98,10 +98,31 @@ def _same_picks(eng, bank, coll, opts: dict, ids, qs, Z) -> dict:
             "identical_pools": sum(bool(np.array_equal(a, b)) for a, b in zip(cg, cw))}
 
 
-def child(path: str, queries: int, ann_min_units, trace: bool = False, compare: bool = False) -> dict:
+def _versus_exact(eng, bank, coll, ids, qs, Z) -> dict:
+    """After the figures: the candidate pool's and the picks' agreement with exact search's
+    (``|A & E| / |E|`` per query: mean and min), an engine with ``ann_min_units`` None over the
+    same bank answering the same queries."""
+    import numpy as np
+
+    from trawmem_gpu.select.config import SelectConfig
+    from trawmem_gpu.select.engine import SelectionEngine
+
+    ref = SelectionEngine([bank], SelectConfig(), device="cpu", threads=1, vectors=coll.vectors, ann_min_units=None)
+    agree = lambda got, want: [len(np.intersect1d(np.asarray(a), np.asarray(e))) / max(len(e), 1)
+                               for a, e in zip(got, want)]
+    pool = agree(eng.candidate_sets(ids, qs, Z), ref.candidate_sets(ids, qs, Z))
+    picks = agree(eng.select_units(ids, qs, Z), ref.select_units(ids, qs, Z))
+    return {"queries": len(ids), "pool_mean": round(float(np.mean(pool)), 4), "pool_min": round(float(np.min(pool)), 4),
+            "picks_mean": round(float(np.mean(picks)), 4), "picks_min": round(float(np.min(picks)), 4)}
+
+
+def child(path: str, queries: int, ann_min_units, trace: bool = False, compare: bool = False,
+          exact: bool = False, engine_vectors: str | None = None) -> dict:
     """One choice's figures, in this (fresh) process (``trace``: Python allocations by site per
     phase, ``tracemalloc``, which costs memory itself: its RSS figures are not the plain run's;
-    ``compare``: then :func:`_same_picks` over the queries)."""
+    ``compare``: then :func:`_same_picks` over the queries; ``exact``: then :func:`_versus_exact`;
+    ``engine_vectors``: the engine's index codes instead of the collection's choice, e.g. ``pq`` over
+    an ``int8`` collection: the same files, so no second collection need be written)."""
     import tracemalloc
 
     import numpy as np
@@ -127,7 +148,8 @@ def child(path: str, queries: int, ann_min_units, trace: bool = False, compare: 
     t = time.perf_counter()
     opts = {} if ann_min_units is None else {"ann_min_units": ann_min_units}
     with harness.pin_threads(1):
-        eng = SelectionEngine([bank], SelectConfig(), device="cpu", threads=1, vectors=coll.vectors, **opts)
+        eng = SelectionEngine([bank], SelectConfig(), device="cpu", threads=1, vectors=engine_vectors or coll.vectors,
+                              **opts)
         out["engine_s"] = round(time.perf_counter() - t, 1)
         out["engine"] = _status()
         out["engine_trimmed"] = _trimmed()
@@ -148,6 +170,8 @@ def child(path: str, queries: int, ann_min_units, trace: bool = False, compare: 
         t = time.perf_counter()
         eng.select_units(ids[:1], qs[:1], Z[:1])
         out["first_query_s"] = round(time.perf_counter() - t, 1)
+        out["index"] = [{"key": str(k), "codes": getattr(v[0], "codes", None), "mib": round(v[0].nbytes() / MIB, 1)}
+                        for k, v in snap.infos[0].cache.items() if isinstance(k, tuple) and k[0] == "unit_index"]
         ts = []
         for i in range(1, queries + 1):
             c = time.thread_time()
@@ -160,6 +184,9 @@ def child(path: str, queries: int, ann_min_units, trace: bool = False, compare: 
     if compare:
         with harness.pin_threads(1):
             out["compare"] = _same_picks(eng, bank, coll, opts, ids, qs, Z)
+    if exact:
+        with harness.pin_threads(1):
+            out["versus_exact"] = _versus_exact(eng, bank, coll, ids, qs, Z)
     return out
 
 
@@ -191,19 +218,35 @@ def main(argv=None) -> int:
     ap.add_argument("--trace", action="store_true", help="tracemalloc: Python allocations by site per phase")
     ap.add_argument("--compare", action="store_true",
                     help="after the figures, the picks against an engine over float64 vectors (none mapped)")
+    ap.add_argument("--engine-vectors", default=None,
+                    help="the engine's index codes (EngineConfig.vectors) instead of the collection's choice")
+    ap.add_argument("--pq-fetch", type=int, default=None,
+                    help="steps.ann.PQ_RERANK_FETCH for this run (the proposals a pq index re-ranks, times k)")
+    ap.add_argument("--versus-exact", action="store_true",
+                    help="after the figures, the pool's and picks' agreement with exact search's")
     a = ap.parse_args(argv)
+    if a.pq_fetch is not None:
+        from trawmem_gpu.select.steps import ann
+
+        ann.PQ_RERANK_FETCH = a.pq_fetch
     if a.child:
-        print("RESULT " + json.dumps(child(a.child, a.queries, a.ann_min_units, a.trace, a.compare)), flush=True)
+        print("RESULT " + json.dumps(child(a.child, a.queries, a.ann_min_units, a.trace, a.compare, a.versus_exact,
+                                           a.engine_vectors)),
+              flush=True)
         return 0
     cache = Path(a.cache)
     cache.mkdir(parents=True, exist_ok=True)
     rec = {"units": a.units, "d": 384, "topics": a.topics, "queries": a.queries, "trace": a.trace,
-           "ann_min_units": a.ann_min_units, "compare": a.compare, "points": {}}
+           "ann_min_units": a.ann_min_units, "compare": a.compare, "versus_exact": a.versus_exact,
+           "pq_fetch": a.pq_fetch, "engine_vectors": a.engine_vectors, "points": {}}
     for v in a.vectors.split(","):
         path = _collection(a.units, a.topics, v, cache)
         cmd = [sys.executable, "-m", "benchmarks.experiments.engine_resident", "--child", str(path),
                "--queries", str(a.queries)] + ([] if a.ann_min_units is None else ["--ann-min-units", str(a.ann_min_units)]) \
-            + (["--trace"] if a.trace else []) + (["--compare"] if a.compare else [])
+            + (["--trace"] if a.trace else []) + (["--compare"] if a.compare else []) \
+            + (["--versus-exact"] if a.versus_exact else []) \
+            + ([] if a.pq_fetch is None else ["--pq-fetch", str(a.pq_fetch)]) \
+            + ([] if a.engine_vectors is None else ["--engine-vectors", a.engine_vectors])
         p = subprocess.run(cmd, capture_output=True, text=True)
         line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
         rec["points"][v] = json.loads(line[-1][7:]) if line else {"error": p.stderr[-2000:]}

@@ -47,7 +47,7 @@ def test_an_old_collection_without_the_field_opens_as_float32(tmp_path):
 
 
 def test_bad_values_name_the_field(tmp_path):
-    with pytest.raises(ConfigError, match=r"vectors must be one of float32, float16, int8 \(got 'int4'\)"):
+    with pytest.raises(ConfigError, match=r"vectors must be one of float32, float16, int8, pq \(got 'int4'\)"):
         Collection(tmp_path / "c", create=True, vectors="int4")
     c = Collection(tmp_path / "d", create=True)
     c.create_empty()

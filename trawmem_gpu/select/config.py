@@ -346,8 +346,10 @@ class EngineConfig:
     faiss has one) or ``auto`` (by size: ``steps.ann.IVF_MIN_VECTORS``)."""
     vectors: str = DEFAULT_VECTORS
     """The codes the approximate index of a large bank holds (``store.vectors.VECTOR_KINDS``):
-    ``float32`` (a flat copy), ``float16`` or ``int8`` (faiss scalar-quantizer codes; every proposal
-    is still re-scored exactly). A ``Memory`` sets it from its collection's recorded choice."""
+    ``float32`` (a flat copy), ``float16`` or ``int8`` (faiss scalar-quantizer codes), ``pq`` (faiss
+    product-quantizer codes on an IVF index, ``d / 8`` bytes a vector; ``int8`` codes on a smaller
+    index); every proposal is still re-scored exactly. A ``Memory`` sets it from its collection's
+    recorded choice."""
 
     def __post_init__(self):
         _check_choices(self)

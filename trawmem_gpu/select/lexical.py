@@ -48,7 +48,15 @@ def tokenize(text: str) -> list[str]:
     return [_stem(w) for w in _TOKEN.findall(text.lower()) if w not in sw]
 
 
-@lru_cache(maxsize=1 << 18)
+CACHE_TEXTS = 1 << 18
+"""Texts :func:`_unit_tokens` keeps. An index over more texts than this tokenizes them without the
+cache (:class:`BM25Index`): a least-recently-used cache read in order by more keys than it holds
+evicts each before it is read again, so such a pass never hits on its next run, and it would only
+push out every smaller bank's entries; at 10^6 units the full cache held about 80 MiB
+(``docs/scaling.md``, compact vectors)."""
+
+
+@lru_cache(maxsize=CACHE_TEXTS)
 def _unit_tokens(text: str) -> tuple[str, ...]:
     """:func:`tokenize` of one unit's text, kept across calls: a bank's index is rebuilt on every
     append (BM25's weights depend on every text), but only the new texts are tokenized.
@@ -63,7 +71,7 @@ class BM25Index:
         import bm25s
 
         self.n = len(texts)
-        toks = [_unit_tokens(t) for t in texts]
+        toks = [_unit_tokens(t) for t in texts] if len(texts) <= CACHE_TEXTS else [tuple(tokenize(t)) for t in texts]
         # term ids in order of first occurrence (what bm25s' own vocabulary building gives)
         vocab: dict[str, int] = {w: i for i, w in enumerate(dict.fromkeys(chain.from_iterable(toks)))}
         self.vocab = vocab
@@ -100,7 +108,7 @@ class BM25Index:
             doc0, term0, tf0, lens0 = doc0[sel], term0[sel], tf0[sel], lens0[:m]
         vocab = dict(self.vocab)
         vocab.pop("", None)
-        toks = [_unit_tokens(t) for t in texts]
+        toks = [_unit_tokens(t) for t in texts] if len(texts) <= CACHE_TEXTS else [tuple(tokenize(t)) for t in texts]
         for w in chain.from_iterable(toks):
             if w not in vocab:
                 vocab[w] = len(vocab)

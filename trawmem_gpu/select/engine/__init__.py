@@ -37,6 +37,7 @@ import torch
 from ...store.bank import Bank
 from ..workspace import Workspace, assemble, fit_to_tokens
 from ..config import EngineConfig, SelectConfig
+from ..heap import trim_heap
 from ..params import QueryParams
 from ..steps import roles as step4
 from . import compiled, tensor
@@ -71,6 +72,7 @@ class SelectionEngine:
         self.engine_config = ec
         self.plan: Plan = resolve(ec, self.cfg, banks)
         self._store = TableStore(list(banks), self.cfg, self.plan.layout(banks[0].unit_vecs.shape[1], banks))
+        trim_heap(sum(b.n_units for b in banks))  # the build's freed temporaries back to the system
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
         self._pool_lock = threading.Lock()

@@ -55,6 +55,13 @@ class Layout(NamedTuple):
     float32 vectors (``Plan.layout``): the bank's own values, half the bytes of a float64 copy; a
     reader casts the rows it gathers (:func:`engine.tables.unit_rows`), float32 -> float64 exact,
     so every product is the float64 table's."""
+    w_dtype: torch.dtype | None = None
+    """dtype of the ``nbw`` table (the thread graph's edge weights; None: ``dtype``). float32 on a
+    float64 CPU engine whose first banks' weights are float32 (every bank the package builds or
+    loads: ``store/graph.py``, ``store/files.py``), half the bytes; the compiled loops read each
+    weight into float64 arithmetic and the torch readers cast the rows they gather, float32 ->
+    float64 exact, so every cost and relaxation is the float64 table's. A later bank whose weights
+    float32 cannot hold exactly is refused (``build_bank``), never rounded."""
     mapped_units: int | None = None
     """Banks of at least this many units whose vectors are float32 keep no ``unit_vecs`` rows
     (:attr:`BankInfo.mapped`; None: every bank has them). ``Plan.layout`` sets it to the
@@ -110,18 +117,24 @@ class BankInfo:
     indexes, ``engine/shortlist.py``, ``steps/seeds.py``): later snapshots share it."""
 
 
-# (table, group, dtype kind, fill) -- the rows of one group are appended together, per bank
+# (table, group, dtype kind, fill) -- the rows of one group are appended together, per bank. The
+# bank-local ids of ``nbr`` (threads) and ``bm_idx`` (units) are int32 (a bank holds fewer than
+# 2^31 of each, ``build_bank`` checks): half the bytes of int64, 71.5 MiB less at 10^6 units, the
+# same values (``tests/select/test_table_dtypes.py``); a torch reader that indexes with them casts
+# the rows it gathers to int64. ``nbw`` is ``Layout.w_dtype`` ("weight").
 TABLES = (
     ("unit_vecs", "unit", "vec", 0), ("unit_thread", "unit", "int", 0), ("head_sim", "unit", "float", 0),
     ("temporal", "unit", "float", 0), ("position", "unit", "float", 0), ("d_in", "unit", "float", 0),
     ("attrs", "unit", "float64", 0), ("rel_idx", "unit", "int", -1), ("rel_words", "unit", "float64", 0),
     ("tok_unit", "unit", "float", 0),
     ("linked", "unit", "float", 0),
-    ("head_vecs", "thread", "float", 0), ("nbr", "thread", "int", -1), ("nbw", "thread", "float", 0),
+    ("head_vecs", "thread", "float", 0), ("nbr", "thread", "int32", -1), ("nbw", "thread", "weight", 0),
     ("tok_head", "thread", "float", 0), ("tok_hrun", "thread", "int", 0),
     ("ktab", "k", "float", 0), ("btab", "b", "float", 0),
-    ("bm_data", "nz", "float32", 0), ("bm_idx", "nz", "int", 0), ("bm_ptr", "col", "int", 0),
+    ("bm_data", "nz", "float32", 0), ("bm_idx", "nz", "int32", 0), ("bm_ptr", "col", "int", 0),
 )
+ID_LIMIT = 1 << 31
+"""Units and threads of one bank the int32 tables (``nbr``, ``bm_idx``) can number."""
 HOST_GROUPS = ("nz", "col")
 """BM25 stays on the CPU (the text stage is CPU work)."""
 
@@ -136,6 +149,10 @@ def build_bank(bank: Bank, cfg, layout: Layout, prev: BankInfo | None = None) ->
         raise ValueError(f"bank {bank.bank_id!r} has {bank.unit_vecs.shape[1]}-dimensional vectors, the engine "
                          f"{layout.dim}")
     N, J = bank.n_units, bank.n_threads
+    if max(N, J) >= ID_LIMIT:
+        raise ValueError(f"bank {bank.bank_id!r} has {N} units and {J} threads: the engine's int32 ids hold fewer "
+                         f"than {ID_LIMIT}")
+    _check_weights(bank, layout)
     part = None if kept is None else extend_arrays(bank, cfg, layout, prev, prev.arrays, *kept)
     a, costs, speakers, bm25 = part or whole_arrays(bank, cfg, layout)
     a["nbr"], a["nbw"] = _neighbours(bank, cfg.semantic_edges)
@@ -163,6 +180,17 @@ def build_bank(bank: Bank, cfg, layout: Layout, prev: BankInfo | None = None) ->
     if kept is not None:
         info.cache.update(grown_indexes(prev, bank, kept[0]))
     return info, a
+
+
+def _check_weights(bank: Bank, layout: Layout) -> None:
+    """A ``ValueError`` when ``layout`` stores the edge weights as float32 and ``bank``'s are not
+    all exactly float32 values (they would be rounded: other picks than a float64 table's)."""
+    if layout.w_dtype != torch.float32 or bank.edge_w.dtype in (np.float32, np.float16):
+        return
+    w = np.asarray(bank.edge_w, dtype=np.float64)
+    if not np.array_equal(w.astype(np.float32).astype(np.float64), w):
+        raise ValueError(f"bank {bank.bank_id!r}: edge weights that float32 cannot hold exactly, in an engine whose "
+                         f"weight table is float32 (its first banks' weights were float32); build the engine with it")
 
 
 def grown_indexes(prev: BankInfo, bank: Bank, start: int) -> dict:

@@ -78,9 +78,11 @@ class Plan:
         (``ann_min_units``) with float32 vectors keeps them in the bank (``Layout.mapped_units``)."""
         cpu64 = self.device.type == "cpu" and self.dtype == torch.float64
         f32 = cpu64 and bool(banks) and all(b.unit_vecs.dtype == np.float32 for b in banks)
+        w32 = cpu64 and bool(banks) and all(b.edge_w.dtype == np.float32 for b in banks)  # Layout.w_dtype
         mapped = self.ann_min_units if cpu64 and self.front == "compiled" else None
         return Layout(self.device, self.dtype, dim, self.tables, self.lexical, self.heads, self.relevance,
-                      table_units=self.table_units, vec_dtype=torch.float32 if f32 else None, mapped_units=mapped)
+                      table_units=self.table_units, vec_dtype=torch.float32 if f32 else None, mapped_units=mapped,
+                      w_dtype=torch.float32 if w32 else None)
 
 
 def _kernels_importable() -> bool:

@@ -248,7 +248,8 @@ class TableStore:
 
     def _new_segments(self, size: dict, width: int) -> dict[str, _Segment]:
         lay = self.layout
-        dt = {"float": lay.dtype, "vec": lay.vec_dtype or lay.dtype, "int": torch.int64, "float64": torch.float64, "float32": torch.float32}
+        dt = {"float": lay.dtype, "vec": lay.vec_dtype or lay.dtype, "int": torch.int64, "int32": torch.int32, "float64": torch.float64,
+              "float32": torch.float32, "weight": lay.w_dtype or lay.dtype}
         shapes = {"unit_vecs": (lay.dim,), "head_vecs": (lay.dim if lay.heads else 0,), "attrs": (len(UNIT_ATTRIBUTES),),
                   "rel_idx": (3 if lay.relevance else 0,),
                   "nbr": (width,),

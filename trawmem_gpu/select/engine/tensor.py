@@ -276,7 +276,7 @@ def select_chunk(snap: Snapshot, plan, cfg, c: Chunk, W: Tensor, demand, now: Te
     hvalid = c.hthread >= 0
     if cfg.cross_thread:
         gh = torch.where(hvalid, snap.off_t.to[c.bidx][:, None] + c.hthread, snap.dummy_thread)
-        Dh = edge_costs_torch(snap.t["nbr"][gh], snap.t["nbw"][gh], c.tpos, T, cfg.c_hop)
+        Dh = edge_costs_torch(snap.t["nbr"][gh].long(), snap.t["nbw"][gh].to(dt), c.tpos, T, cfg.c_hop)
     else:
         Dh = torch.full((len(c.rows), T, T), POS_INF, dtype=dt, device=dev)
     gravity = gravity_torch(Dh, hvalid, c.rvec, w["tau"], cfg.cross_thread)

@@ -16,9 +16,12 @@ re-scored exactly (float64 dot products) by the caller. The index is chosen and 
     CUDA host with faiss GPUs the trained index is copied to the GPU (``index_cpu_to_gpu``); the
     CPU index stays the reference twin.
 
-With a compact collection (``vectors``: ``float16`` or ``int8``, ``store/vectors.py``) the index
-holds faiss scalar-quantizer codes instead of a float32 copy: ``IndexHNSWSQ`` /
-``IndexIVFScalarQuantizer``, searched on the codes; the caller re-scores every proposal exactly
+With a compact collection (``vectors``: ``float16``, ``int8`` or ``pq``, ``store/vectors.py``) the
+index holds faiss codes instead of a float32 copy: scalar-quantizer codes (``IndexHNSWSQ`` /
+``IndexIVFScalarQuantizer``) or, for ``pq`` on an IVF index of at least
+``store.vectors.PQ_MIN_VECTORS`` vectors, product-quantizer codes (``IndexIVFPQ``, ``d / 8`` bytes
+a vector: :attr:`VectorIndex.codes` says which it holds), searched on the codes; the proposals are
+re-ranked in float32 (:meth:`VectorIndex.search`) and the caller re-scores every proposal exactly
 from the engine's table, so the codes only change which units are proposed.
 
 Growth without a rebuild: :meth:`VectorIndex.grown` is the index of an appended bank (the faiss
@@ -40,7 +43,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...store.vectors import BYTES_PER_DIM, check_vectors, sq_type
+from ..heap import trim_heap
+from ...store.vectors import BYTES_PER_DIM, PQ_MIN_VECTORS, check_vectors, pq_subvectors, sq_type
 
 IVF_MIN_VECTORS = 1 << 16
 """Indexes over at least this many vectors are IVF (trained k-means lists), smaller ones HNSW."""
@@ -49,6 +53,12 @@ TRAIN_PER_LIST = 64
 RERANK_FETCH = 2
 """A compact index proposes this many times ``k`` vectors by its codes, re-ranked exactly (float32)
 to the ``k`` best: a near-tie the quantized distance moved past ``k`` comes back."""
+PQ_RERANK_FETCH = 4
+"""The same for product-quantizer codes (``pq``), whose distances are coarser: on a 10^5-unit bank
+(d = 384, 100 topics, 40 queries, ``nprobe`` 64) the 1,024 best after the re-rank kept 0.9886 of
+exact search's 1,024 best at 2x and 0.9891 at 4x and 8x, as much as ``int8`` codes at 2x (0.9891,
+the lists probed being the limit; ``benchmarks/results/pq_recall_1e5.json``); on noisier vectors
+4x is not enough (``tests/select/test_compact_vectors.py``: 0.924 at d = 32)."""
 HNSW_LINKS = 32
 HNSW_EF_CONSTRUCTION = 80
 
@@ -86,7 +96,8 @@ class VectorIndex:
     :param kind: ``auto`` (by size), ``hnsw`` or ``ivf``
     :param use_gpu: copy an IVF index to a GPU when faiss has one (HNSW stays on the CPU)
     :param vectors: the codes it holds (``store.vectors``): ``float32`` (a flat copy), ``float16``
-        or ``int8`` (scalar-quantizer codes, trained on ``vecs``)
+        or ``int8`` (scalar-quantizer codes, trained on ``vecs``), ``pq`` (product-quantizer codes
+        where the index is IVF over at least ``PQ_MIN_VECTORS`` vectors, else ``int8``: :attr:`codes`)
     :param rerank: compact codes only: the float vectors ``[n, d]`` (not copied: a bank's
         memory-mapped float32 vectors) that re-rank :data:`RERANK_FETCH` times ``k`` proposals of
         the codes exactly before the ``k`` best are returned (None: ``vecs`` as given)
@@ -110,6 +121,11 @@ class VectorIndex:
         ``i``, all ``n`` of them)."""
         self._tail: _LabelTail | None = None  # the buffer :attr:`labels` is a prefix of, shared by the grown line
         self.kind = kind if kind != "auto" else ("ivf" if n >= IVF_MIN_VECTORS else "hnsw")
+        pq = self.vectors == "pq" and self.kind == "ivf" and n >= PQ_MIN_VECTORS
+        self.codes = "pq" if pq else ("int8" if self.vectors == "pq" else self.vectors)
+        """The codes the faiss index holds: ``vectors``, or ``int8`` where ``pq`` falls back to them."""
+        self.code_size = pq_subvectors(d) if pq else BYTES_PER_DIM[self.codes] * d
+        """Bytes of one vector's code."""
         flat = self.vectors == "float32"
         if self.kind == "hnsw":
             index = faiss.IndexHNSWFlat(d, HNSW_LINKS, faiss.METRIC_INNER_PRODUCT) if flat else \
@@ -122,9 +138,13 @@ class VectorIndex:
         elif self.kind == "ivf":
             self.nlist = ivf_lists(n)
             quantizer = faiss.IndexFlatIP(d)
-            index = faiss.IndexIVFFlat(quantizer, d, self.nlist, faiss.METRIC_INNER_PRODUCT) if flat else \
-                faiss.IndexIVFScalarQuantizer(quantizer, d, self.nlist, sq_type(faiss, self.vectors),
-                                              faiss.METRIC_INNER_PRODUCT)
+            if pq:  # 8 bits (256 centroids) per sub-vector, residuals to the list's centroid encoded
+                index = faiss.IndexIVFPQ(quantizer, d, self.nlist, self.code_size, 8, faiss.METRIC_INNER_PRODUCT)
+            elif flat:
+                index = faiss.IndexIVFFlat(quantizer, d, self.nlist, faiss.METRIC_INNER_PRODUCT)
+            else:
+                index = faiss.IndexIVFScalarQuantizer(quantizer, d, self.nlist, sq_type(faiss, self.vectors),
+                                                      faiss.METRIC_INNER_PRODUCT)
             rng = np.random.default_rng(seed)
             m = min(n, TRAIN_PER_LIST * self.nlist)
             index.train(x if m == n else x[np.sort(rng.choice(n, size=m, replace=False))])
@@ -138,13 +158,14 @@ class VectorIndex:
             raise ValueError(f"kind must be 'auto', 'hnsw' or 'ivf', got {kind!r}")
         self.index = index
         self.lock = threading.Lock()  # GPU indexes are not safe to search from several threads
+        trim_heap(n)  # training's copies and k-means buffers back to the system
 
     def nbytes(self) -> int:
         """Bytes the index holds (its codes of the vectors: a float32 copy or compact codes; the
         HNSW links, or the IVF ids and centroids; the labels of a grown index)."""
         m = self.n if self.labels is None else len(self.labels)
         links = 2 * HNSW_LINKS * 4 * m if self.kind == "hnsw" else 8 * m + 4 * self.nlist * self.d
-        return BYTES_PER_DIM[self.vectors] * m * self.d + links + (0 if self.labels is None else self.labels.nbytes)
+        return self.code_size * m + links + (0 if self.labels is None else self.labels.nbytes)
 
     def grown(self, vecs: np.ndarray, start: int, rerank: np.ndarray | None = None) -> "VectorIndex":
         """This index for a bank that keeps ids ``[0, start)`` as they are and whose ids from
@@ -200,13 +221,13 @@ class VectorIndex:
 
     def search(self, Z: np.ndarray, k: int, params: AnnParams, keep: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
-        """See :meth:`_search`; a compact index proposes :data:`RERANK_FETCH` times ``k`` by its
-        codes and returns the ``k`` of largest exact inner product with :attr:`rerank` (float32
-        scores; ties to the lower id)."""
+        """See :meth:`_search`; a compact index proposes :data:`RERANK_FETCH` (product-quantizer
+        codes: :data:`PQ_RERANK_FETCH`) times ``k`` by its codes and returns the ``k`` of largest
+        exact inner product with :attr:`rerank` (float32 scores; ties to the lower id)."""
         if self.rerank is None:
             return self._search(Z, k, params, keep)
         k = int(min(k, self.n))
-        D, I = self._search(Z, RERANK_FETCH * k, params, keep)
+        D, I = self._search(Z, (PQ_RERANK_FETCH if self.codes == "pq" else RERANK_FETCH) * k, params, keep)
         z = np.asarray(Z, dtype=np.float32)
         ok = I >= 0
         rows = np.asarray(self.rerank[np.where(ok, I, 0).ravel()], dtype=np.float32).reshape(*I.shape, self.d)

@@ -105,9 +105,9 @@ def propagate_torch(r0: Tensor, n_threads: Tensor, toff: Tensor, graph: ThreadGr
         for f in range(frontier.shape[1]):
             j = frontier[:, f]
             gj = torch.where(j < J, toff + j, graph.dummy)
-            nb = graph.nbr[gj]  # [Q, D] bank-local ids, -1 = none
+            nb = graph.nbr[gj].long()  # [Q, D] bank-local ids, -1 = none (the table's int32, as int64)
             nb = torch.where(nb >= 0, nb, J)
-            val = relax(torch.gather(r, 1, j[:, None]), graph.nbw[gj], cfg.gamma, paper)
+            val = relax(torch.gather(r, 1, j[:, None]), graph.nbw[gj].to(r.dtype), cfg.gamma, paper)
             cur = torch.gather(r, 1, nb)
             upd = (val > cur) & (nb < J)
             if live is not None:

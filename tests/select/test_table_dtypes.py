@@ -1,0 +1,140 @@
+"""The engine's id tables ``nbr`` (each thread's neighbour threads) and ``bm_idx`` (each BM25
+posting's unit) are int32 (``engine.bank_tables.TABLES``, issue 46 item 2: half the bytes of
+int64), and the edge weights ``nbw`` float32 where the banks' weights are float32
+(``Layout.w_dtype``). The ids are bank-local, below 2^31 by ``build_bank``'s check, and the weights
+the banks' own float32 values (float32 -> float64 exact), so every value is the wide table's; the
+readers compute in float64 and the torch ones cast the rows they gather. An engine with the narrow
+tables must pick exactly what the same engine with int64 / float64 tables (the wide kinds patched
+back in) picks: on the exact path, the approximate one and the tensor backend, on odd sizes, tied
+vectors, an empty question set, an append and a compaction."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from trawmem_gpu.select.config import SelectConfig
+from trawmem_gpu.select.engine import SelectionEngine, bank_tables, tables
+
+from benchmarks.synthetic_banks import make_banks, make_queries
+
+NARROW = {"nbr": torch.int32, "bm_idx": torch.int32, "nbw": torch.float32}
+WIDE = {"nbr": torch.int64, "bm_idx": torch.int64, "nbw": torch.float64}
+
+
+def _wide() -> tuple:
+    """``TABLES`` as they were: the id tables int64, the weights the engine's float (float64)."""
+    return tuple((name, group, {"nbr": "int", "bm_idx": "int", "nbw": "float"}.get(name, kind), fill)
+                 for name, group, kind, fill in bank_tables.TABLES)
+
+
+@pytest.fixture
+def wide_tables(monkeypatch):
+    """Build engines with the int64 id tables while the fixture is active."""
+    def use():
+        monkeypatch.setattr(bank_tables, "TABLES", _wide())
+        monkeypatch.setattr(tables, "TABLES", _wide())
+    return use
+
+
+def _tied(bank):
+    v = bank.unit_vecs.copy()
+    v[1:40:2] = v[0:39:2]
+    return replace(bank, unit_vecs=v)
+
+
+@pytest.fixture(scope="module")
+def banks():
+    out = make_banks(3, units=257, thread_len=5.0, d=24, seed=31, prefix="odd")
+    out += make_banks(1, units=1201, thread_len=7.0, d=24, seed=32, prefix="big")
+    out[1] = _tied(out[1])
+    return out
+
+
+@pytest.mark.parametrize("options", [{}, {"ann_min_units": 1000, "ann_shortlist": 32}, {"backend": "tensor"}],
+                         ids=["exact", "approximate", "tensor"])
+def test_int32_id_tables_pick_what_the_int64_tables_pick(banks, options, wide_tables):
+    ids, qs, Z = make_queries(banks, 40, seed=33)
+    narrow = SelectionEngine(banks, SelectConfig(), device="cpu", **options)
+    wide_tables()
+    wide = SelectionEngine(banks, SelectConfig(), device="cpu", **options)
+    for name in NARROW:
+        assert narrow.snapshot.t[name].dtype == NARROW[name] and wide.snapshot.t[name].dtype == WIDE[name]
+        a, b = narrow.snapshot.np[name], wide.snapshot.np[name]
+        assert a.shape == b.shape and np.array_equal(a.astype(b.dtype), b)
+    assert (narrow.snapshot.np["nbr"] >= 0).any() and (narrow.snapshot.np["nbr"] == -1).any()
+    assert len(np.unique(narrow.snapshot.np["nbw"])) > 2  # weights other than 0 and 1
+    assert 2 * narrow.snapshot.nbytes(list(NARROW)) == wide.snapshot.nbytes(list(NARROW))
+    got, want = narrow.select_units(ids, qs, Z), wide.select_units(ids, qs, Z)
+    assert sum(len(p) for p in want) > 0 and [list(p) for p in got] == [list(p) for p in want]
+    cn, cw = narrow.candidate_sets(ids, qs, Z), wide.candidate_sets(ids, qs, Z)
+    assert all(np.array_equal(a, b) for a, b in zip(cn, cw))
+    assert narrow.select_units([], [], np.zeros((0, 24))) == wide.select_units([], [], np.zeros((0, 24))) == []
+
+
+def _conversation(cid: str, n: int, seed: int):
+    from datetime import datetime, timedelta
+
+    from trawmem_gpu.data.types import Conversation, Turn
+
+    rng = np.random.default_rng(seed)
+    words = "dog cat hike lake paris school paint music trip sister book garden piano beach yoga race".split()
+    t, out = datetime(2024, 1, 1, 9), []
+    for i in range(n):
+        t += timedelta(minutes=15) if i % 9 else timedelta(days=1)
+        out.append(Turn(f"m{i}", "Ann" if i % 2 else "Bob", " ".join(rng.choice(words, 6)), 1 + i // 9,
+                        t.strftime("%d %B %Y"), t))
+    return Conversation(cid, out)
+
+
+def test_an_append_keeps_the_int32_tables_equal(wide_tables):
+    """An append (120 turns, then 50 more: new postings and threads written by ``engine/extend.py``)
+    and the removal of a bank with its compaction, in both engines: same tables, same picks."""
+    from word_encoder import WordEncoder
+
+    from trawmem_gpu.ingest import build_banks, update_bank
+
+    enc = WordEncoder()
+    big = _conversation("c", 170, 5)
+    start, _ = build_banks([_conversation("a", 40, 6), type(big)("c", big.turns[:120])], encoder=enc, progress=False)
+    grown, _ = update_bank(start[1], list(big.turns[120:]), encoder=enc)
+    qs = ["When did they hike to the lake?", "Which book did her sister paint?", "piano"]
+    Z = enc.encode(qs)
+    engines = []
+    for wide in (False, True):
+        if wide:
+            wide_tables()
+        e = SelectionEngine(start, SelectConfig(), device="cpu")
+        e.replace_bank(grown)
+        engines.append(e)
+    for name in NARROW:
+        b = engines[1].snapshot.np[name]
+        assert engines[0].snapshot.t[name].dtype == NARROW[name] and np.array_equal(engines[0].snapshot.np[name].astype(b.dtype), b)
+    got = [e.select_units(["c"] * 3, qs, Z) for e in engines]
+    assert sum(map(len, got[1])) > 0 and got[0] == got[1]
+    for e in engines:
+        e.remove_bank("a")
+        e.purge()
+    assert engines[0].select_units(["c"] * 3, qs, Z) == engines[1].select_units(["c"] * 3, qs, Z) == got[1]
+
+
+def test_a_bank_past_the_int32_ids_is_refused(banks, monkeypatch):
+    monkeypatch.setattr(bank_tables, "ID_LIMIT", 257)
+    with pytest.raises(ValueError, match="int32 ids hold fewer than 257"):
+        SelectionEngine(banks[:1], SelectConfig(), device="cpu")
+    monkeypatch.setattr(bank_tables, "ID_LIMIT", 258)
+    SelectionEngine(banks[:1], SelectConfig(), device="cpu")
+
+
+def test_float64_weights_keep_a_float64_table_and_a_later_inexact_bank_is_refused(banks):
+    as64 = [replace(b, edge_w=b.edge_w.astype(np.float64)) for b in banks]
+    assert SelectionEngine(as64, SelectConfig(), device="cpu").snapshot.t["nbw"].dtype == torch.float64
+    eng = SelectionEngine(banks[:2], SelectConfig(), device="cpu")
+    assert eng.snapshot.t["nbw"].dtype == torch.float32
+    eng.replace_bank(as64[2])  # float64, but every weight a float32 value: exact, accepted
+    w = as64[3].edge_w.copy()
+    w[0] = np.nextafter(np.float64(w[0]), 2.0)  # one weight float32 would round
+    with pytest.raises(ValueError, match="edge weights that float32 cannot hold exactly"):
+        eng.replace_bank(replace(as64[3], edge_w=w))
