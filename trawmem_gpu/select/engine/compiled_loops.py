@@ -166,6 +166,8 @@ def stage_loop(tab, off, x, p, qt, sel, n_sel):  # pragma: no cover - compiled
     other = np.empty(sel.shape[1], np.int64)
     mark = np.zeros(U1, np.bool_)
     iota = np.arange(U1)
+    klocal, no_local = np.zeros(U1, np.bool_), np.zeros(0, np.bool_)
+    t0, t1 = np.zeros(T1, np.int64), np.zeros(T1, np.int64)
     no_support = p.identity or not p.cross_thread  # K is 0 across threads: no bound from the other threads
     links = not p.identity  # a unit with a support link (a fact, its source) may have K = 1 in any thread
     k_shift = p.k_shift
@@ -257,9 +259,19 @@ def stage_loop(tab, off, x, p, qt, sel, n_sel):  # pragma: no cover - compiled
             for u in range(n):
                 hkey[u] = kpos[x.lt[q, u]]
         if pooled:
-            ks = KSource(qt.kq, qt.kq_off[q], n, iota, p.identity)
-        else:
-            ks = KSource(tab.ktab, off.koff[b], off.nu[b], cq, p.identity)
+            ks = KSource(qt.kq, qt.kq_off[q], n, iota, p.identity, no_local, t0, t1)
+        else:  # without cross-thread support an unlinked unit's K row is 0 outside its thread
+            kl = klocal[:n] if no_support and not p.identity else no_local
+            if kl.shape[0] > 0:
+                for j in range(nt):
+                    t0[j] = n
+                    t1[j] = 0
+                for u in range(n):
+                    t = x.lt[q, u]
+                    t0[t] = min(t0[t], u)
+                    t1[t] = u + 1
+                    kl[u] = not (links and tab.linked[uo + cq[u]] > 0)
+            ks = KSource(tab.ktab, off.koff[b], off.nu[b], cq, p.identity, kl, t0, t1)
         cw = FusedWeights(w[W_COV], w[W_ROLE], w[W_THR])
         rule = StopRule(lim, p.stop_coverage, lim, None)
         g = CompiledQuery(pq[:n], rho[:n], x.delta[q], x.modular[q, :n], x.lt[q, :n], um[:n], bound[:n], ks, cw,
