@@ -29,7 +29,7 @@ from ..select_bench.paired import select_units, target_setup
 
 _GREEDY = "            n_sel[q] = lazy_greedy_one(g, gs, sel[q])"
 _ROLES = "            phi = step4.unit_roles(f[u], x.Mq, x.delta, q, p.T_R, lg, rho, u)"
-_LEARNED = "            step3r.learned_row(vals, m, bm, bmbits, u0, ltab, lq, q, alpha, rs, rc, rb, given, live)\n"
+_LEARNED = "            step3l.learned_logits(vals, m, bm, u0, ltab, lq, q, ls, given, live)\n"
 _BM25 = "                bm[tab.bm_idx[nz + e]] += tab.bm_data[nz + e]\n"
 VARIANTS = {
     "stage_loop": {
@@ -38,11 +38,11 @@ VARIANTS = {
         "no roles, no greedy": [(_ROLES, "            phi = 0.1"), (_GREEDY, "            n_sel[q] = 0")],
     },
     "front_loop": {
-        "no learned affinity (alpha = cosine)": [(_LEARNED, "            for j in range(m):\n"
-                                                            "                alpha[j] = vals[j]\n")],
-        "ranks only (no learned features)": [(_LEARNED, "            step3.ranks_of(vals, m, bmbits, bm, rs, rc, rb, "
-                                                        "given)\n            for j in range(m):\n"
-                                                        "                alpha[j] = vals[j]\n")],
+        "no learned affinity (logit = cosine)": [(_LEARNED, "            for j in range(m):\n"
+                                                            "                ls.logit[j] = vals[j]\n")],
+        "ranks only (no learned features)": [(_LEARNED, "            step3l.rank_features(vals, m, bmbits, bm, lq.rrf_k, "
+                                                        "ls, given)\n            for j in range(m):\n"
+                                                        "                ls.logit[j] = vals[j]\n")],
         "no BM25 (scores all 0)": [(_BM25, "                pass\n")],
     },
 }

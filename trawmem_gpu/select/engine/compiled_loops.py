@@ -20,7 +20,7 @@ import numpy as np
 from .._jit import njit
 from ..objective import support_from_cosine_compiled
 from ..terms import LAMBDA_M, LAMBDA_R, TAU
-from ..steps import candidates as step3, mask as step_mask, relevance as step3r, roles as step4
+from ..steps import candidates as step3, learned_front as step3l, mask as step_mask, roles as step4
 from ..steps.greedy.compiled import W_COV, W_ROLE, W_THR, FusedWeights
 from ..steps.greedy import CompiledQuery, GreedyScratch, KSource, StopRule, best_of_two_compiled, lazy_greedy_one
 from ..steps.priority import gravity_one, unit_cost_compiled
@@ -76,6 +76,8 @@ def front_loop(tab, off, x, rrf_k, p, sizes, learned, ltab, lq, out):  # pragma:
     in_h = np.empty(J, dtype=np.bool_)
     ts = ThreadScratch(np.empty(J, np.int64), np.empty(J, np.bool_), np.empty(J, np.int64), np.empty(J, np.bool_))
     ones, tlive = np.ones(N, dtype=np.bool_), np.empty(J, dtype=np.bool_)
+    ls = step3l.learned_scratch(N if learned else 0, J if learned else 0, lq.rrf_k)
+    pmax = 1.0
     W = out.cand.shape[1]
     for q in range(Q):
         b = x.bidx[q]
@@ -93,11 +95,12 @@ def front_loop(tab, off, x, rrf_k, p, sizes, learned, ltab, lq, out):  # pragma:
         for j in range(m):
             vals[j] = x.cos[c0 + j]
         live, given = _query_mask(x, q, c0, m, vals, bm, ones)  # a filter's mask: failing units hidden
-        if learned:
-            step3r.learned_row(vals, m, bm, bmbits, u0, ltab, lq, q, alpha, rs, rc, rb, given, live)
+        if learned:  # the logits; alpha (p / P) only where read: the seeds, the candidates
+            step3l.learned_logits(vals, m, bm, u0, ltab, lq, q, ls, given, live)
+            pmax = step3l.learned_seeds(ls.logit, m, tab.ult, u0, live, n, r0, tlive, ls.smax)  # step 1
         else:
             step3.rrf_row(vals, m, bm, bmbits, rrf_k, alpha, rs, rc, rb, given)
-        step_mask.unit_seeds(alpha, m, tab.ult, u0, live, n, r0, tlive)  # step 1: best-unit seed scores (passing units)
+            step_mask.unit_seeds(alpha, m, tab.ult, u0, live, n, r0, tlive)  # step 1: best-unit seed scores (passing units)
         _graph_threads(x, q, n, tlive)
         # step 2: propagation and the capped neighbourhood
         pq = PropagationParams(sizes.n_seeds[q], sizes.cap[q], sizes.hops[q], p.gamma, p.paper)
@@ -123,7 +126,7 @@ def front_loop(tab, off, x, rrf_k, p, sizes, learned, ltab, lq, out):  # pragma:
                     raise IndexError("candidate buffer narrower than a query's candidate set")
                 out.cand[q, k] = j
                 out.lt[q, k] = out.tpos[q, t]
-                out.alpha[q, k] = alpha[j]
+                out.alpha[q, k] = step3l.learned_alpha(ls.logit[j], pmax) if learned else alpha[j]
                 k += 1
         out.n_cand[q] = k
 
@@ -163,6 +166,8 @@ def stage_loop(tab, off, x, p, qt, sel, n_sel):  # pragma: no cover - compiled
     other = np.empty(sel.shape[1], np.int64)
     mark = np.zeros(U1, np.bool_)
     iota = np.arange(U1)
+    klocal, no_local = np.zeros(U1, np.bool_), np.zeros(0, np.bool_)
+    t0, t1 = np.zeros(T1, np.int64), np.zeros(T1, np.int64)
     no_support = p.identity or not p.cross_thread  # K is 0 across threads: no bound from the other threads
     links = not p.identity  # a unit with a support link (a fact, its source) may have K = 1 in any thread
     k_shift = p.k_shift
@@ -254,9 +259,19 @@ def stage_loop(tab, off, x, p, qt, sel, n_sel):  # pragma: no cover - compiled
             for u in range(n):
                 hkey[u] = kpos[x.lt[q, u]]
         if pooled:
-            ks = KSource(qt.kq, qt.kq_off[q], n, iota, p.identity)
-        else:
-            ks = KSource(tab.ktab, off.koff[b], off.nu[b], cq, p.identity)
+            ks = KSource(qt.kq, qt.kq_off[q], n, iota, p.identity, no_local, t0, t1)
+        else:  # without cross-thread support an unlinked unit's K row is 0 outside its thread
+            kl = klocal[:n] if no_support and not p.identity else no_local
+            if kl.shape[0] > 0:
+                for j in range(nt):
+                    t0[j] = n
+                    t1[j] = 0
+                for u in range(n):
+                    t = x.lt[q, u]
+                    t0[t] = min(t0[t], u)
+                    t1[t] = u + 1
+                    kl[u] = not (links and tab.linked[uo + cq[u]] > 0)
+            ks = KSource(tab.ktab, off.koff[b], off.nu[b], cq, p.identity, kl, t0, t1)
         cw = FusedWeights(w[W_COV], w[W_ROLE], w[W_THR])
         rule = StopRule(lim, p.stop_coverage, lim, None)
         g = CompiledQuery(pq[:n], rho[:n], x.delta[q], x.modular[q, :n], x.lt[q, :n], um[:n], bound[:n], ks, cw,

@@ -185,7 +185,8 @@ def unit_roles(f, Mq, delta, q, T_R, lg, rho, u):  # pragma: no cover - compiled
             mx = lg[r]
     den = 0.0
     for r in range(R):
-        lg[r] = np.exp(lg[r] - mx)
+        d = lg[r] - mx
+        lg[r] = 1.0 if d == 0.0 else np.exp(d)  # the largest: exp(+-0) is 1 exactly (C99 Annex F)
         den += lg[r]
     phi = 0.0
     for r in range(R):

@@ -82,13 +82,19 @@ def thread_coverage_add(hit, lt, u):  # pragma: no cover - compiled
 class KSource(NamedTuple):
     """Where the compiled greedy reads ``K(u, v)``: ``ktab[kbase + cq[u] * kn + cq[v]]`` (the bank's
     support table; for a plain ``[n, n]`` matrix: ``kbase = 0``, ``kn = n``, ``cq = arange(n)``), or
-    the identity."""
+    the identity. ``local[u]`` (when not empty): u's row is 0 outside its thread, whose candidates
+    are the slots ``t0[lt[u]] : t1[lt[u]]``; the row is then those slots' entries and zeros (the
+    same row: the bank's table holds +0.0 there, ``support.support_kernel`` without cross-thread
+    support for a unit without a support link)."""
 
     ktab: np.ndarray
     kbase: int
     kn: int
     cq: np.ndarray
     identity: bool
+    local: np.ndarray = np.zeros(0, np.bool_)
+    t0: np.ndarray = np.zeros(0, np.int64)
+    t1: np.ndarray = np.zeros(0, np.int64)
 
 
 class CompiledQuery(NamedTuple):
@@ -236,6 +242,11 @@ def lazy_greedy_one(g, s, sel):  # pragma: no cover - compiled
                 if k.identity:
                     for v in range(n):
                         dst[v] = 1.0 if u == v else 0.0
+                elif k.local.shape[0] > 0 and k.local[u]:  # zeros but for u's thread
+                    o = k.kbase + k.cq[u] * k.kn
+                    dst[:] = 0.0
+                    for v in range(k.t0[g.lt[u]], k.t1[g.lt[u]]):
+                        dst[v] = k.ktab[o + k.cq[v]]
                 else:
                     o = k.kbase + k.cq[u] * k.kn
                     for v in range(n):
