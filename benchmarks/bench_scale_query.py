@@ -96,6 +96,7 @@ def main(argv=None) -> int:
                                                            batches=args.batches), **kw),
                                  quick=args.quick, threads=args.threads, ann_sizes=args.ann_sizes)
     rec["machine"] = harness.machine(threads=args.threads)
+    rec["commit"] = query.commit()
     print(harness.save(args.name, rec, query.figure(rec), out_dir=args.out_dir))
     return 0
 

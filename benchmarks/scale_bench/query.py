@@ -9,8 +9,9 @@ to ``threads`` CPU threads:
 * **bank size**: one bank of ``N`` units, ``N`` from 10^3 to 10^6; per-query latency (a batch of
   one, median, p90 and p99 over ``rounds`` queries; the first query's wall seconds apart, as an
   approximate bank builds its index then), the engine's per-step seconds of those queries
-  (``SelectionEngine.last_timings``), throughput (a batch of ``batch`` queries), build seconds and
-  the engine's bytes.
+  (``SelectionEngine.last_timings``), throughput (a batch of ``batch`` queries), build seconds, the
+  engine's bytes, the process's resident memory (now, peak, anonymous: ``_rss``) and, past the
+  approximate threshold, the unit index's time per append of 1 and 8 units (``ann.append_update_ms``).
 
 Time is the engine thread's CPU time (``time.thread_time``; the engine is pinned to one thread):
 on the shared 2-core machine wall time holds however long the process waited for a core (a load
@@ -57,10 +58,12 @@ QUICK = dict(sizes=(300, 1_000), sizes_wide=(300,), banks=(10, 30), batches=(1, 
 # one point, in a child process
 # ----------------------------------------------------------------------------------------------
 def _rss() -> dict:
+    """The process's resident memory now (``vmrss_mib``), its peak (``vmhwm_mib``) and the anonymous
+    part of the resident set (``rssanon_mib``: heap and arrays, no mapped files or shared libraries)."""
     out = {}
     for line in Path("/proc/self/status").read_text().splitlines():
         k, _, v = line.partition(":")
-        if k in ("VmRSS", "VmHWM"):
+        if k in ("VmRSS", "VmHWM", "RssAnon"):
             out[k.lower() + "_mib"] = int(v.split()[0]) / 1024.0
     return out
 
@@ -141,6 +144,9 @@ def point(spec: dict) -> dict:
                    cpu_ms=[round(1e3 * c, 3) for c in cpu])
         out["qps"] = {str(b): _throughput(eng, ids, qs, Z, int(b)) for b in spec.get("batches", [spec["batch"]])}
         out.update(_rss())
+        from .ann import append_update_ms
+
+        out["index_append_ms"] = append_update_ms(eng)  # last: it grows the index ({} when none was built)
     return out
 
 
@@ -273,7 +279,7 @@ def merge(parts: list[dict]) -> dict:
     first part that has them, and each part's command and machine under ``parts``."""
     if not parts:
         raise ValueError("merge needs at least one record")
-    out = {k: v for k, v in parts[0].items() if k not in ("size", "ann", "banks", "batch_size", "machine", "command")}
+    out = {k: v for k, v in parts[0].items() if k not in ("size", "ann", "banks", "batch_size", "machine", "command", "commit")}
     series: dict = {}
     for r in parts:
         for name, s in r.get("size", {}).items():
@@ -285,7 +291,7 @@ def merge(parts: list[dict]) -> dict:
     out["ann"] = sorted((p for r in parts for p in r.get("ann", [])), key=lambda p: (p["spec"]["dim"], p["spec"]["units"]))
     out["banks"] = next((r["banks"] for r in parts if r.get("banks")), [])
     out["batch_size"] = next((r["batch_size"] for r in parts if r.get("batch_size")), {})
-    out["parts"] = [{"command": r.get("command"), "machine": r.get("machine")} for r in parts]
+    out["parts"] = [{"command": r.get("command"), "machine": r.get("machine"), "commit": r.get("commit")} for r in parts]
     return out
 
 
@@ -322,6 +328,19 @@ def figure(rec: dict):
         ax[2].legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def commit() -> str | None:
+    """The checkout's ``git rev-parse HEAD`` (with ``+dirty`` when tracked files differ from it),
+    or None outside a git checkout: which code a curve measured."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=harness.ROOT,
+                              timeout=30, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=harness.ROOT, timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
 
 
 def child_main(point_of, module: str, run: str) -> None:
