@@ -92,11 +92,12 @@ def main(argv=None) -> int:
     kw = {} if args.quick else dict(units=args.units, batch_banks=args.batch_banks, rounds=args.rounds)
     if args.only == "ann":
         kw.update(sizes=(), sizes_wide=(), banks=(), batches=())
+    head = query.commit()
     rec = query.run_query_curves(args.out_dir, **dict(dict(sizes=args.sizes, sizes_wide=args.sizes_wide, banks=args.banks,
                                                            batches=args.batches), **kw),
                                  quick=args.quick, threads=args.threads, ann_sizes=args.ann_sizes)
     rec["machine"] = harness.machine(threads=args.threads)
-    rec["commit"] = query.commit()
+    rec["commit"] = head  # the code measured: read before the run (edits while it runs are not its)
     print(harness.save(args.name, rec, query.figure(rec), out_dir=args.out_dir))
     return 0
 
