@@ -200,7 +200,9 @@ def run_query_curves(out_dir=None, sizes=SIZES, sizes_wide=SIZES_WIDE, banks=BAN
     (``QUICK``) for tests. ``kw``: ``rounds`` (20), ``batch`` (64), ``units`` per bank of the
     banks curve (20), ``batch_banks`` (1,000), ``threads`` (1), ``timeout`` per point (1,800 s),
     ``engine`` (EngineConfig options for every point), ``progress`` (print a line per point),
-    ``inline`` (measure every point in this process instead of a child: the tests' cheap run).
+    ``inline`` (measure every point in this process instead of a child: the tests' cheap run),
+    ``bank_cache`` (a folder of pickled banks the approximate points read when theirs is there:
+    ``ann.cached_bank``).
     ``out_dir`` is accepted for the scale runner's call and unused: the caller saves."""
     o = dict(rounds=20, batch=64, units=20, batch_banks=1_000, threads=1, timeout=1_800.0, engine={}, progress=True,
              inline=False)
@@ -234,7 +236,8 @@ def run_query_curves(out_dir=None, sizes=SIZES, sizes_wide=SIZES_WIDE, banks=BAN
     rec["batch_size"] = run(dict(kind="batch", n_banks=o["batch_banks"], units=o["units"], dim=64,
                                  batches=list(batches), batch=max(batches))) if batches else {}
     rec["ann"] = [run(dict(kind="ann", n_banks=1, units=p[0], dim=p[1], ann=o.get("ann", {}),
-                           **({"topics": p[2]} if len(p) > 2 else {}))) for p in ann_sizes]
+                           **({"topics": p[2]} if len(p) > 2 else {}),
+                           **({"bank_cache": str(o["bank_cache"])} if o.get("bank_cache") else {}))) for p in ann_sizes]
     return rec
 
 

@@ -92,3 +92,29 @@ def test_merge_joins_pieces_by_width_and_size_and_refits_the_model():
     assert len(query.figure(m).axes) == 1
     with pytest.raises(ValueError, match="at least one"):
         query.merge([])
+
+
+def test_a_cached_bank_is_read_as_generated_and_a_mismatched_one_refused(tmp_path):
+    """``ann.cached_bank``: no ``bank_cache`` or no file gives None (the point generates its bank);
+    the sweep's pickle is read back as the bank ``make_banks`` makes for the spec (same vectors);
+    a file of another size or another seed is refused."""
+    import pickle
+
+    import numpy as np
+    import pytest
+
+    from benchmarks.scale_bench.ann import cache_path, cached_bank
+    from benchmarks.synthetic_banks import make_banks
+
+    spec = dict(units=400, dim=16, seed=7, topics=9, bank_cache=str(tmp_path))
+    assert cached_bank(dict(spec, bank_cache=None)) is None and cached_bank(spec) is None
+    assert cache_path(spec).name == "bank_400_16_t9.pkl" and cache_path(dict(spec, topics=6)).name == "bank_400_16.pkl"
+    banks = make_banks(1, units=400, d=16, seed=7, topics=9)
+    cache_path(spec).write_bytes(pickle.dumps(banks))
+    got = cached_bank(spec)
+    assert got[0].n_units == 400 and np.array_equal(got[0].unit_vecs, banks[0].unit_vecs)
+    with pytest.raises(ValueError, match="seed 8"):
+        cached_bank(dict(spec, seed=8))
+    cache_path(dict(spec, units=500)).write_bytes(pickle.dumps(banks))
+    with pytest.raises(ValueError, match="500 units"):
+        cached_bank(dict(spec, units=500))
