@@ -62,6 +62,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ann-sizes", type=lambda s: tuple(tuple(int(float(y)) for y in x.split("x")) for x in s.split(",") if x.strip()),
                     default=query.ANN_SIZES, help="UNITSxDIM[xTOPICS] of the exact-against-approximate banks (100000x64,1000000x384x6,...; "
                          "topics default: one per 1,000 units, at least 6: scale_bench.ann.topics_for)")
+    ap.add_argument("--bank-cache", default=None, metavar="DIR",
+                    help="read an approximate point's bank from DIR/bank_UNITS_DIM_tTOPICS.pkl when it is there "
+                         "(large_bank_sweep.py's CACHE; never written)")
     ap.add_argument("--only", choices=("ann",), help="only the exact-against-approximate points")
     ap.add_argument("--dev-quality", action="store_true",
                     help="the dev sets at equal tokens, exact against approximate (scale_query_ann_dev.json)")
@@ -90,12 +93,16 @@ def main(argv=None) -> int:
         print(harness.save(args.name, rec, query.figure(rec), out_dir=args.out_dir))
         return 0
     kw = {} if args.quick else dict(units=args.units, batch_banks=args.batch_banks, rounds=args.rounds)
+    if args.bank_cache:
+        kw["bank_cache"] = args.bank_cache
     if args.only == "ann":
         kw.update(sizes=(), sizes_wide=(), banks=(), batches=())
+    head = query.commit()
     rec = query.run_query_curves(args.out_dir, **dict(dict(sizes=args.sizes, sizes_wide=args.sizes_wide, banks=args.banks,
                                                            batches=args.batches), **kw),
                                  quick=args.quick, threads=args.threads, ann_sizes=args.ann_sizes)
     rec["machine"] = harness.machine(threads=args.threads)
+    rec["commit"] = head  # the code measured: read before the run (edits while it runs are not its)
     print(harness.save(args.name, rec, query.figure(rec), out_dir=args.out_dir))
     return 0
 

@@ -82,6 +82,39 @@ def topics_for(spec: dict) -> int:
     return max(6, int(spec["units"]) // 1000) if t == "scaled" else int(t)
 
 
+def cache_path(spec: dict):
+    """Where ``large_bank_sweep.py`` (``CACHE=DIR``) pickles this point's bank:
+    ``spec["bank_cache"]/bank_UNITS_DIM[_tTOPICS].pkl`` (no ``_t`` part for 6 topics); None without
+    ``bank_cache``."""
+    from pathlib import Path
+
+    if not spec.get("bank_cache"):
+        return None
+    top = topics_for(spec)
+    return Path(spec["bank_cache"]) / (f"bank_{int(spec['units'])}_{int(spec['dim'])}" + ("" if top == 6 else f"_t{top}")
+                                       + ".pkl")
+
+
+def cached_bank(spec: dict):
+    """The point's synthetic bank read from :func:`cache_path` (only read, never written: a 10^6-unit
+    bank takes 7 minutes to generate here and 20 s to load), or None when there is no such file.
+    The file must hold ``make_banks(1, units, d, seed, topics)``'s list, seed 7 (what the sweep
+    writes); anything else (another seed, size or width) is refused with ValueError."""
+    import pickle
+
+    path = cache_path(spec)
+    if path is None or not path.exists():
+        return None
+    if int(spec["seed"]) != 7:
+        raise ValueError(f"{path} holds the seed-7 bank; this point asks for seed {spec['seed']}")
+    with open(path, "rb") as f:
+        banks = pickle.load(f)
+    if (len(banks) != 1 or banks[0].n_units != int(spec["units"])
+            or banks[0].unit_vecs.shape[1] != int(spec["dim"])):
+        raise ValueError(f"{path} does not hold one bank of {spec['units']} units of d = {spec['dim']}")
+    return banks
+
+
 def candidate_recall(approx: list, exact: list) -> dict:
     """Recall of the approximate candidate pools against the exact ones, per query, summarized
     (``ann_recall.recall``, ``ann_recall.summary``)."""
@@ -101,8 +134,10 @@ def recall_point(spec: dict) -> dict:
 
     with harness.pin_threads(int(spec.get("threads", 1))):
         t = time.perf_counter()
-        banks = make_banks(1, units=int(spec["units"]), d=int(spec["dim"]), seed=int(spec["seed"]),
-                           topics=topics_for(spec))
+        banks = cached_bank(spec)
+        if banks is None:
+            banks = make_banks(1, units=int(spec["units"]), d=int(spec["dim"]), seed=int(spec["seed"]),
+                               topics=topics_for(spec))
         t_banks, t = time.perf_counter() - t, time.perf_counter()
         ids, qs, Z = make_queries(banks, int(spec["rounds"]) + 2, seed=int(spec["seed"]) + 1)
         ap = SelectionEngine(banks, SelectConfig(), device="cpu", threads=1, **dict(spec.get("ann", {}),
@@ -110,7 +145,7 @@ def recall_point(spec: dict) -> dict:
         t_engine = time.perf_counter() - t
         rec, _ = exact_beside(ap, ids, qs, Z, int(spec.get("batch", 64)))
     return {"spec": spec, "units": int(spec["units"]), "topics": topics_for(spec),
-            "banks_s": t_banks, "engine_s": t_engine, **rec}
+            "bank_from_cache": cache_path(spec) is not None and cache_path(spec).exists(), "banks_s": t_banks, "engine_s": t_engine, **rec}
 
 
 def exact_beside(ap, ids, qs, Z, batch: int) -> tuple[dict, tuple]:

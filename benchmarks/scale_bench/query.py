@@ -9,8 +9,9 @@ to ``threads`` CPU threads:
 * **bank size**: one bank of ``N`` units, ``N`` from 10^3 to 10^6; per-query latency (a batch of
   one, median, p90 and p99 over ``rounds`` queries; the first query's wall seconds apart, as an
   approximate bank builds its index then), the engine's per-step seconds of those queries
-  (``SelectionEngine.last_timings``), throughput (a batch of ``batch`` queries), build seconds and
-  the engine's bytes.
+  (``SelectionEngine.last_timings``), throughput (a batch of ``batch`` queries), build seconds, the
+  engine's bytes, the process's resident memory (now, peak, anonymous: ``_rss``) and, past the
+  approximate threshold, the unit index's time per append of 1 and 8 units (``ann.append_update_ms``).
 
 Time is the engine thread's CPU time (``time.thread_time``; the engine is pinned to one thread):
 on the shared 2-core machine wall time holds however long the process waited for a core (a load
@@ -57,10 +58,12 @@ QUICK = dict(sizes=(300, 1_000), sizes_wide=(300,), banks=(10, 30), batches=(1, 
 # one point, in a child process
 # ----------------------------------------------------------------------------------------------
 def _rss() -> dict:
+    """The process's resident memory now (``vmrss_mib``), its peak (``vmhwm_mib``) and the anonymous
+    part of the resident set (``rssanon_mib``: heap and arrays, no mapped files or shared libraries)."""
     out = {}
     for line in Path("/proc/self/status").read_text().splitlines():
         k, _, v = line.partition(":")
-        if k in ("VmRSS", "VmHWM"):
+        if k in ("VmRSS", "VmHWM", "RssAnon"):
             out[k.lower() + "_mib"] = int(v.split()[0]) / 1024.0
     return out
 
@@ -141,6 +144,9 @@ def point(spec: dict) -> dict:
                    cpu_ms=[round(1e3 * c, 3) for c in cpu])
         out["qps"] = {str(b): _throughput(eng, ids, qs, Z, int(b)) for b in spec.get("batches", [spec["batch"]])}
         out.update(_rss())
+        from .ann import append_update_ms
+
+        out["index_append_ms"] = append_update_ms(eng)  # last: it grows the index ({} when none was built)
     return out
 
 
@@ -194,7 +200,9 @@ def run_query_curves(out_dir=None, sizes=SIZES, sizes_wide=SIZES_WIDE, banks=BAN
     (``QUICK``) for tests. ``kw``: ``rounds`` (20), ``batch`` (64), ``units`` per bank of the
     banks curve (20), ``batch_banks`` (1,000), ``threads`` (1), ``timeout`` per point (1,800 s),
     ``engine`` (EngineConfig options for every point), ``progress`` (print a line per point),
-    ``inline`` (measure every point in this process instead of a child: the tests' cheap run).
+    ``inline`` (measure every point in this process instead of a child: the tests' cheap run),
+    ``bank_cache`` (a folder of pickled banks the approximate points read when theirs is there:
+    ``ann.cached_bank``).
     ``out_dir`` is accepted for the scale runner's call and unused: the caller saves."""
     o = dict(rounds=20, batch=64, units=20, batch_banks=1_000, threads=1, timeout=1_800.0, engine={}, progress=True,
              inline=False)
@@ -228,7 +236,8 @@ def run_query_curves(out_dir=None, sizes=SIZES, sizes_wide=SIZES_WIDE, banks=BAN
     rec["batch_size"] = run(dict(kind="batch", n_banks=o["batch_banks"], units=o["units"], dim=64,
                                  batches=list(batches), batch=max(batches))) if batches else {}
     rec["ann"] = [run(dict(kind="ann", n_banks=1, units=p[0], dim=p[1], ann=o.get("ann", {}),
-                           **({"topics": p[2]} if len(p) > 2 else {}))) for p in ann_sizes]
+                           **({"topics": p[2]} if len(p) > 2 else {}),
+                           **({"bank_cache": str(o["bank_cache"])} if o.get("bank_cache") else {}))) for p in ann_sizes]
     return rec
 
 
@@ -273,7 +282,7 @@ def merge(parts: list[dict]) -> dict:
     first part that has them, and each part's command and machine under ``parts``."""
     if not parts:
         raise ValueError("merge needs at least one record")
-    out = {k: v for k, v in parts[0].items() if k not in ("size", "ann", "banks", "batch_size", "machine", "command")}
+    out = {k: v for k, v in parts[0].items() if k not in ("size", "ann", "banks", "batch_size", "machine", "command", "commit")}
     series: dict = {}
     for r in parts:
         for name, s in r.get("size", {}).items():
@@ -285,7 +294,7 @@ def merge(parts: list[dict]) -> dict:
     out["ann"] = sorted((p for r in parts for p in r.get("ann", [])), key=lambda p: (p["spec"]["dim"], p["spec"]["units"]))
     out["banks"] = next((r["banks"] for r in parts if r.get("banks")), [])
     out["batch_size"] = next((r["batch_size"] for r in parts if r.get("batch_size")), {})
-    out["parts"] = [{"command": r.get("command"), "machine": r.get("machine")} for r in parts]
+    out["parts"] = [{"command": r.get("command"), "machine": r.get("machine"), "commit": r.get("commit")} for r in parts]
     return out
 
 
@@ -322,6 +331,19 @@ def figure(rec: dict):
         ax[2].legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def commit() -> str | None:
+    """The checkout's ``git rev-parse HEAD`` (with ``+dirty`` when tracked files differ from it),
+    or None outside a git checkout: which code a curve measured."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=harness.ROOT,
+                              timeout=30, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=harness.ROOT, timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
 
 
 def child_main(point_of, module: str, run: str) -> None:

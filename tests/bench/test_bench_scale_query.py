@@ -14,7 +14,8 @@ def test_quick_curves_measure_every_point_and_model_the_steps():
         assert "error" not in p, p
         assert p["latency_ms"]["p50"] > 0 and all(v > 0 for v in p["qps"].values())
         assert {"similarity", "localize", "select"} <= set(p["steps_ms"]), p["steps_ms"]
-        assert p["vmhwm_mib"] > 0 and p["engine_mib"] > 0
+        assert p["vmhwm_mib"] > 0 and p["engine_mib"] > 0 and 0 < p["rssanon_mib"] <= p["vmrss_mib"]
+        assert p["index_append_ms"] == {}  # exact (below the threshold): no index to keep current
         assert p["latency_ms"]["p50"] <= p["latency_ms"]["p99"] and p["first_query_s"] > 0
         assert p["plan"]["approximate"] == (p["plan"]["ann_min_units"] is not None
                                             and p["units"] / p["spec"]["n_banks"] >= p["plan"]["ann_min_units"])
@@ -56,6 +57,18 @@ def test_append_update_grows_the_index_by_the_appended_units_and_keeps_the_engin
     assert eng.select_units(ids, qs, Z) == before
 
 
+def test_an_approximate_size_point_times_its_index_per_append():
+    """A size point past the threshold (forced to 1) reports its index's time per append of 1 and
+    8 units; the checkout's commit is a 40-hex HEAD (``+dirty`` when edited)."""
+    import re
+
+    rec = query.point(dict(kind="size", n_banks=1, units=700, dim=32, seed=5, rounds=3, batch=4, threads=1,
+                           engine={"ann_min_units": 1}))
+    assert rec["plan"]["approximate"] is True
+    assert set(rec["index_append_ms"]) == {"1", "8"} and all(v > 0 for v in rec["index_append_ms"].values())
+    assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", query.commit() or "")
+
+
 def test_merge_joins_pieces_by_width_and_size_and_refits_the_model():
     """``query.merge``: the size points of every part, sorted per width, the model refitted over
     them, the approximate points of all parts, each part's command kept; no part is refused."""
@@ -67,7 +80,7 @@ def test_merge_joins_pieces_by_width_and_size_and_refits_the_model():
     a = {"threads": 1, "command": "a", "size": {"d64": {"points": [pt(1000, 1.0), pt(100000, 10.0)]}},
          "ann": [{"spec": {"dim": 64, "units": 10}, "units": 10, "approx_ms": 2.0, "exact_ms": 1.0}],
          "banks": [], "batch_size": {}}
-    b = {"threads": 1, "command": "b", "size": {"d64": {"points": [pt(10000, 3.0)]}, "d384": {"points": [pt(10, 1.0)]}},
+    b = {"threads": 1, "command": "b", "commit": "c0ffee", "size": {"d64": {"points": [pt(10000, 3.0)]}, "d384": {"points": [pt(10, 1.0)]}},
          "ann": [{"spec": {"dim": 64, "units": 5}, "units": 5, "approx_ms": 2.0, "exact_ms": 1.0}]}
     m = query.merge([a, b])
     assert [p["units"] for p in m["size"]["d64"]["points"]] == [1000, 10000, 100000]
@@ -75,6 +88,33 @@ def test_merge_joins_pieces_by_width_and_size_and_refits_the_model():
     assert m["size"]["d384"]["model"] == {}  # one point: nothing to fit
     assert [p["spec"]["units"] for p in m["ann"]] == [5, 10]
     assert [p["command"] for p in m["parts"]] == ["a", "b"] and m["threads"] == 1
+    assert [p["commit"] for p in m["parts"]] == [None, "c0ffee"] and "commit" not in m
     assert len(query.figure(m).axes) == 1
     with pytest.raises(ValueError, match="at least one"):
         query.merge([])
+
+
+def test_a_cached_bank_is_read_as_generated_and_a_mismatched_one_refused(tmp_path):
+    """``ann.cached_bank``: no ``bank_cache`` or no file gives None (the point generates its bank);
+    the sweep's pickle is read back as the bank ``make_banks`` makes for the spec (same vectors);
+    a file of another size or another seed is refused."""
+    import pickle
+
+    import numpy as np
+    import pytest
+
+    from benchmarks.scale_bench.ann import cache_path, cached_bank
+    from benchmarks.synthetic_banks import make_banks
+
+    spec = dict(units=400, dim=16, seed=7, topics=9, bank_cache=str(tmp_path))
+    assert cached_bank(dict(spec, bank_cache=None)) is None and cached_bank(spec) is None
+    assert cache_path(spec).name == "bank_400_16_t9.pkl" and cache_path(dict(spec, topics=6)).name == "bank_400_16.pkl"
+    banks = make_banks(1, units=400, d=16, seed=7, topics=9)
+    cache_path(spec).write_bytes(pickle.dumps(banks))
+    got = cached_bank(spec)
+    assert got[0].n_units == 400 and np.array_equal(got[0].unit_vecs, banks[0].unit_vecs)
+    with pytest.raises(ValueError, match="seed 8"):
+        cached_bank(dict(spec, seed=8))
+    cache_path(dict(spec, units=500)).write_bytes(pickle.dumps(banks))
+    with pytest.raises(ValueError, match="500 units"):
+        cached_bank(dict(spec, units=500))
