@@ -139,10 +139,17 @@ HOST_GROUPS = ("nz", "col")
 """BM25 stays on the CPU (the text stage is CPU work)."""
 
 
-def build_bank(bank: Bank, cfg, layout: Layout, prev: BankInfo | None = None) -> tuple[BankInfo, dict[str, np.ndarray]]:
+def build_bank(bank: Bank, cfg, layout: Layout, prev: BankInfo | None = None,
+               postings: np.ndarray | None = None) -> tuple[BankInfo, dict[str, np.ndarray]]:
     """One bank's info and arrays (NumPy, or tensors on the device; the store copies them). ``prev``:
     the info of the bank the engine holds under that id; where ``bank`` is an append to it, only
-    the new threads' rows are computed (``engine/extend.py``)."""
+    the new threads' rows are computed (``engine/extend.py``); ``postings``: ``prev``'s ``bm_idx``
+    rows as the store holds them (its lean BM25 index's postings' units, ``BM25Index.appended``).
+
+    A plain BM25 index's score matrix is copied into the ``bm_*`` tables and the info keeps the
+    index :meth:`~trawmem_gpu.select.lexical.BM25Index.lean` (no second copy of ``data`` and
+    ``indices``: about 72 MiB at 10^6 units); nothing scores with it (the batched BM25 reads the
+    tables), and an append reads its units back from the store (``TableStore.prepare``)."""
     kept = kept_prefix(prev.bank, bank) if prev is not None and prev.arrays else None
     bank.validate(kept or (0, 0))
     if bank.unit_vecs.shape[1] != layout.dim:
@@ -153,7 +160,7 @@ def build_bank(bank: Bank, cfg, layout: Layout, prev: BankInfo | None = None) ->
         raise ValueError(f"bank {bank.bank_id!r} has {N} units and {J} threads: the engine's int32 ids hold fewer "
                          f"than {ID_LIMIT}")
     _check_weights(bank, layout)
-    part = None if kept is None else extend_arrays(bank, cfg, layout, prev, prev.arrays, *kept)
+    part = None if kept is None else extend_arrays(bank, cfg, layout, prev, prev.arrays, *kept, postings)
     a, costs, speakers, bm25 = part or whole_arrays(bank, cfg, layout)
     a["nbr"], a["nbw"] = _neighbours(bank, cfg.semantic_edges)
     links = support_links(bank, cfg)
@@ -171,6 +178,7 @@ def build_bank(bank: Bank, cfg, layout: Layout, prev: BankInfo | None = None) ->
         if plain:
             a["bm_data"], a["bm_idx"] = m.scores["data"], m.scores["indices"]
             a["bm_ptr"] = m.scores["indptr"]
+            bm25 = bm25.lean() if bm25._post is not None else bm25
     long_threads = np.concatenate([[0], np.cumsum(np.sort(np.diff(bank.thread_offsets))[::-1])]).astype(np.int64)
     mapped = plain and is_mapped(bank, layout)  # the compiled front reads it (a plain BM25: engine._picks)
     if mapped:

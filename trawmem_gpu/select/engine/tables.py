@@ -205,6 +205,15 @@ class Snapshot:
         (``bank_tables.Hole``: address space never written, so never resident)."""
         return sum(held_bytes(b, self._holes.get(n, 0)) for n, b in self.t.items() if names is None or n in names)
 
+    def postings(self, i: int) -> np.ndarray | None:
+        """Bank ``i``'s ``bm_idx`` rows (its BM25 postings' units, a view), where its info keeps
+        a lean index (``BM25Index.lean``: the table holds its only copy); else None."""
+        bm = self.infos[i].bm25
+        if bm is None or not bm.is_lean:
+            return None
+        nz0 = int(self.off.nz0[i])
+        return self.np["bm_idx"][nz0:nz0 + int(bm.model.scores["indptr"][-1])]
+
     @property
     def bm25(self) -> "BM25View":
         """The banks' BM25 vocabularies and score matrices, for the batched BM25 of step 3."""
@@ -278,9 +287,11 @@ class TableStore:
     def prepare(self, bank: Bank) -> tuple[BankInfo, dict]:
         """The slow half of :meth:`put`, ``bank``'s own tables, from any thread (nothing is published);
         from the tables of the bank it grew from where it is an append to it (``engine/extend.py``)."""
-        snap = self.snapshot
-        i = snap.index.get(bank.bank_id)
-        return build_bank(bank, self.cfg, self.layout, None if i is None else snap.infos[i])
+        with self.reading() as snap:  # no bank's rows are written over in place while its postings are read
+            i = snap.index.get(bank.bank_id)
+            if i is None:
+                return build_bank(bank, self.cfg, self.layout)
+            return build_bank(bank, self.cfg, self.layout, snap.infos[i], snap.postings(i))
 
     def put(self, bank: Bank, prepared: tuple[BankInfo, dict] | None = None) -> None:
         """Add ``bank``, or replace the stored bank of the same id; publishes a new snapshot.
