@@ -186,10 +186,14 @@ def test_the_engine_keeps_one_copy_of_bm25_and_appends_from_the_tables(monkeypat
     grown, _ = update_bank(start[1], list(big.turns[120:]), encoder=enc)
     eng = SelectionEngine(start, SelectConfig(), device="cpu")
     assert all(i.bm25.is_lean for i in eng.snapshot.infos)
+    assert all(not i.arrays for i in eng.snapshot.infos)  # the unit rows an append extends: the store's
     made, real = [], lexical.BM25Index.appended
     monkeypatch.setattr(lexical.BM25Index, "appended", lambda self, *a: made.append(real(self, *a)) or made[-1])
+    ext, real_ext = [], bank_tables.extend_arrays
+    monkeypatch.setattr(bank_tables, "extend_arrays", lambda *a: ext.append(real_ext(*a)) or ext[-1])
     eng.replace_bank(grown)
     assert len(made) == 1 and made[0] is not None and made[0].is_lean is False
+    assert len(ext) == 1 and ext[0] is not None  # extended from the stored rows, not built whole
     fresh = SelectionEngine([start[0], grown], SelectConfig(), device="cpu")
     for e in (eng, fresh):
         e.remove_bank("a")
@@ -200,3 +204,25 @@ def test_the_engine_keeps_one_copy_of_bm25_and_appends_from_the_tables(monkeypat
     Z = enc.encode(qs)
     got = eng.select_units(["c"] * 3, qs, Z)
     assert sum(map(len, got)) > 0 and got == fresh.select_units(["c"] * 3, qs, Z)
+
+
+def test_an_engine_whose_tables_round_keeps_its_own_arrays(banks):
+    """``BankInfo.arrays`` is empty only where the store's rows are the arrays value for value
+    (``bank_tables.store_holds``): a float32 engine's ``head_sim`` table rounds them, so its infos
+    keep their float64 arrays (and its appends extend from them, as before)."""
+    from trawmem_gpu.select.engine.bank_tables import Layout, store_holds
+
+    f32 = SelectionEngine(banks[:2], SelectConfig(), device="cpu", dtype="float32")
+    assert all(i.arrays["head_sim"].dtype == np.float64 for i in f32.snapshot.infos)
+    assert all(f32.snapshot.unit_rows(i) is None for i in range(2))
+    f64 = SelectionEngine(banks[:2], SelectConfig(), device="cpu")
+    rows = f64.snapshot.unit_rows(1)
+    assert not f64.snapshot.infos[1].arrays and np.array_equal(rows["head_sim"], f32.snapshot.infos[1].arrays["head_sim"])
+
+    a = {"head_sim": np.zeros(3), "rel_idx": np.zeros((3, 3), dtype=np.int64)}
+    cpu64 = Layout(torch.device("cpu"), torch.float64, 8, False, True, False)
+    assert store_holds(a, cpu64) and store_holds({}, cpu64)
+    assert not store_holds(a, cpu64._replace(dtype=torch.float32))
+    assert not store_holds({"rel_idx": a["rel_idx"].astype(np.int32)}, cpu64)
+    assert not store_holds({"head_sim": torch.zeros(3, dtype=torch.float64)}, cpu64)
+    assert not store_holds(a, cpu64._replace(device=torch.device("meta")))
