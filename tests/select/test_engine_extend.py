@@ -69,7 +69,11 @@ def _rows(served: ServedEngine, bank_id: str) -> dict:
                         np.array([info.costs.bounded]))
     out["speakers"] = np.array(info.speakers, dtype=object)
     out["vocab"] = np.array(list(info.vocab.items()), dtype=object)
-    out["bm25"] = np.array([info.bm25.scores(q) for q in QUESTIONS])
+    # the BM25 matrix is the bm_* tables' rows (above); the info keeps a lean index (BM25Index.lean)
+    # whose term frequencies and lengths a later append extends
+    assert info.bm25.is_lean and "data" not in info.bm25.model.scores
+    out["bm25_tf"], out["bm25_lens"] = info.bm25._post.tf, info.bm25._post.lens
+    out["bm25_ptr"] = info.bm25.model.scores["indptr"]
     out["units"] = np.array([(t.turn_id, t.text) for t in info.bank.turns], dtype=object)
     return out
 

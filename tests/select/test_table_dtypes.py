@@ -138,3 +138,91 @@ def test_float64_weights_keep_a_float64_table_and_a_later_inexact_bank_is_refuse
     w[0] = np.nextafter(np.float64(w[0]), 2.0)  # one weight float32 would round
     with pytest.raises(ValueError, match="edge weights that float32 cannot hold exactly"):
         eng.replace_bank(replace(as64[3], edge_w=w))
+
+
+def test_a_lean_bm25_index_appends_what_the_whole_one_appends():
+    """``BM25Index.lean`` (the engine's copy: no score matrix of its own) with its postings' units
+    handed back gives the very index the whole one appends; without them it declines (None: build
+    whole); it refuses to score and refuses units of another length."""
+    from trawmem_gpu.select.lexical import BM25Index
+
+    rng = np.random.default_rng(7)
+    words = "dog cat hike lake paris school paint music trip sister book garden piano beach yoga".split()
+    texts = [" ".join(rng.choice(words, int(rng.integers(1, 9)))) for _ in range(301)]
+    whole = BM25Index(texts[:250])
+    lean = whole.lean()
+    assert lean.is_lean and not whole.is_lean and "indices" not in lean.model.scores
+    units = whole.model.scores["indices"].copy()
+    for keep in (250, 249, 1):
+        want, got = whole.appended(texts[250:], keep), lean.appended(texts[250:], keep, units)
+        if want is None:
+            assert got is None
+            continue
+        assert got.vocab == want.vocab and got.n == want.n
+        for k in ("data", "indices", "indptr"):
+            assert got.model.scores[k].dtype == want.model.scores[k].dtype
+            assert np.array_equal(got.model.scores[k], want.model.scores[k])
+        assert np.array_equal(got.scores("cat lake"), want.scores("cat lake"))
+    assert lean.appended(texts[250:]) is None
+    with pytest.raises(ValueError, match="postings' units"):
+        lean.appended(texts[250:], None, units[:-1])
+    with pytest.raises(RuntimeError, match="keeps no score matrix"):
+        lean.scores("cat")
+    assert np.array_equal(BM25Index(texts).model.scores["data"], lean.appended(texts[250:], None, units).model.scores["data"])
+
+
+def test_the_engine_keeps_one_copy_of_bm25_and_appends_from_the_tables(monkeypatch):
+    """The engine's bank infos keep lean BM25 indexes (the ``bm_*`` tables hold the matrix once);
+    an append reads the postings' units back from the store and extends the index (not rebuilt
+    whole): the same BM25 tables and picks as an engine built over the grown bank."""
+    from word_encoder import WordEncoder
+
+    from trawmem_gpu.ingest import build_banks, update_bank
+    from trawmem_gpu.select import lexical
+
+    enc = WordEncoder()
+    big = _conversation("c", 170, 5)
+    start, _ = build_banks([_conversation("a", 40, 6), type(big)("c", big.turns[:120])], encoder=enc, progress=False)
+    grown, _ = update_bank(start[1], list(big.turns[120:]), encoder=enc)
+    eng = SelectionEngine(start, SelectConfig(), device="cpu")
+    assert all(i.bm25.is_lean for i in eng.snapshot.infos)
+    assert all(not i.arrays for i in eng.snapshot.infos)  # the unit rows an append extends: the store's
+    made, real = [], lexical.BM25Index.appended
+    monkeypatch.setattr(lexical.BM25Index, "appended", lambda self, *a: made.append(real(self, *a)) or made[-1])
+    ext, real_ext = [], bank_tables.extend_arrays
+    monkeypatch.setattr(bank_tables, "extend_arrays", lambda *a: ext.append(real_ext(*a)) or ext[-1])
+    eng.replace_bank(grown)
+    assert len(made) == 1 and made[0] is not None and made[0].is_lean is False
+    assert len(ext) == 1 and ext[0] is not None  # extended from the stored rows, not built whole
+    fresh = SelectionEngine([start[0], grown], SelectConfig(), device="cpu")
+    for e in (eng, fresh):
+        e.remove_bank("a")
+        e.purge()
+    for name in ("bm_data", "bm_idx", "bm_ptr"):
+        assert np.array_equal(eng.snapshot.np[name], fresh.snapshot.np[name])
+    qs = ["When did they hike to the lake?", "Which book did her sister paint?", "piano"]
+    Z = enc.encode(qs)
+    got = eng.select_units(["c"] * 3, qs, Z)
+    assert sum(map(len, got)) > 0 and got == fresh.select_units(["c"] * 3, qs, Z)
+
+
+def test_an_engine_whose_tables_round_keeps_its_own_arrays(banks):
+    """``BankInfo.arrays`` is empty only where the store's rows are the arrays value for value
+    (``bank_tables.store_holds``): a float32 engine's ``head_sim`` table rounds them, so its infos
+    keep their float64 arrays (and its appends extend from them, as before)."""
+    from trawmem_gpu.select.engine.bank_tables import Layout, store_holds
+
+    f32 = SelectionEngine(banks[:2], SelectConfig(), device="cpu", dtype="float32")
+    assert all(i.arrays["head_sim"].dtype == np.float64 for i in f32.snapshot.infos)
+    assert all(f32.snapshot.unit_rows(i) is None for i in range(2))
+    f64 = SelectionEngine(banks[:2], SelectConfig(), device="cpu")
+    rows = f64.snapshot.unit_rows(1)
+    assert not f64.snapshot.infos[1].arrays and np.array_equal(rows["head_sim"], f32.snapshot.infos[1].arrays["head_sim"])
+
+    a = {"head_sim": np.zeros(3), "rel_idx": np.zeros((3, 3), dtype=np.int64)}
+    cpu64 = Layout(torch.device("cpu"), torch.float64, 8, False, True, False)
+    assert store_holds(a, cpu64) and store_holds({}, cpu64)
+    assert not store_holds(a, cpu64._replace(dtype=torch.float32))
+    assert not store_holds({"rel_idx": a["rel_idx"].astype(np.int32)}, cpu64)
+    assert not store_holds({"head_sim": torch.zeros(3, dtype=torch.float64)}, cpu64)
+    assert not store_holds(a, cpu64._replace(device=torch.device("meta")))

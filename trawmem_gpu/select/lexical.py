@@ -83,7 +83,33 @@ class BM25Index:
         else:  # nothing to score: bm25s says what it says of that
             self.model.index(([[] for _ in toks], vocab), show_progress=False)
 
-    def appended(self, texts: list[str], keep: int | None = None) -> "BM25Index | None":
+    def lean(self) -> "BM25Index":
+        """This index without its score matrix's ``data`` and ``indices`` (4 + 4 bytes a posting:
+        about 72 MiB at 10^6 units), for an owner that holds them elsewhere (the engine's
+        ``bm_data`` / ``bm_idx`` tables, ``engine.bank_tables.build_bank``): what :meth:`appended`
+        needs besides the postings' units is kept (vocabulary, ``indptr``, term frequencies,
+        lengths), and it takes those units as its ``indices``. :meth:`scores` refuses. This
+        index is left as it was."""
+        if self._post is None:
+            raise ValueError("an index without postings (no term, or bm25s' scipy layout) has no lean form")
+        import bm25s
+
+        out = BM25Index.__new__(BM25Index)
+        out.n, out.vocab, out._post = self.n, self.vocab, self._post
+        out.model = bm25s.BM25(k1=self.model.k1, b=self.model.b)
+        out.model.nonoccurrence_array = None
+        out.model.scores = {"indptr": self.model.scores["indptr"], "num_docs": self.n}
+        out.model.vocab_dict = self.model.vocab_dict
+        out.model.unique_token_ids_set = self.model.unique_token_ids_set
+        return out
+
+    @property
+    def is_lean(self) -> bool:
+        """:meth:`lean`'s index: no score matrix of its own."""
+        return "data" not in self.model.scores
+
+    def appended(self, texts: list[str], keep: int | None = None,
+                 indices: np.ndarray | None = None) -> "BM25Index | None":
         """The index of this index's first ``keep`` texts (None: all) followed by ``texts``, equal
         value for value to ``BM25Index(those texts)`` (the same vocabulary, layout and scores;
         tested), from this index's postings: only ``texts`` are tokenized and counted, the old
@@ -91,14 +117,17 @@ class BM25Index:
         score is computed again (each depends on the number of units and their mean length). This
         index is left as it was (a snapshot may still read it). None where it cannot: the postings
         are not kept (no term yet, or bm25s' scipy layout), or a term first occurs in a text not
-        kept (the vocabulary's order would change): build the index whole."""
+        kept (the vocabulary's order would change), or a :meth:`lean` index is given no
+        ``indices`` (its postings' units, as its matrix held them): build the index whole."""
         import bm25s
 
         old = self._post
         m = self.n if keep is None else int(keep)
-        if old is None or not 0 < m <= self.n:
+        if old is None or not 0 < m <= self.n or (indices is None and self.is_lean):
             return None
-        doc0, ptr0 = self.model.scores["indices"], self.model.scores["indptr"]
+        doc0, ptr0 = self.model.scores["indices"] if indices is None else indices, self.model.scores["indptr"]
+        if len(doc0) != ptr0[-1]:
+            raise ValueError(f"{len(doc0)} postings' units for an index of {int(ptr0[-1])} postings")
         c0 = np.diff(ptr0)
         term0, tf0, lens0 = np.repeat(np.arange(len(c0), dtype=np.int64), c0), old.tf, old.lens
         if m < self.n:
@@ -124,7 +153,7 @@ class BM25Index:
         nnz = int(ptr[-1])
         pos_old = np.arange(len(term0)) + (ptr - ptr_old)[term0]
         pos_new = ptr[term_n] + c_old[term_n] + (np.arange(len(term_n)) - _indptr(c_new)[term_n])
-        doc, tf_all = np.empty(nnz, dtype=doc0.dtype), np.empty(nnz, dtype=np.int64)
+        doc, tf_all = np.empty(nnz, dtype=np.dtype(self.model.int_dtype)), np.empty(nnz, dtype=np.int64)
         doc[pos_old], doc[pos_new] = doc0, doc_n
         tf_all[pos_old], tf_all[pos_new] = tf0, tf_n
         lens = np.concatenate([lens0, lens_new])
@@ -138,6 +167,8 @@ class BM25Index:
 
     def scores(self, query: str) -> np.ndarray:
         """[n] float64 BM25 scores of every text for ``query`` (0 where no term matches)."""
+        if self.is_lean:
+            raise RuntimeError("a lean BM25Index (BM25Index.lean) keeps no score matrix: score with its owner's tables")
         q = [self.vocab[w] for w in tokenize(query) if w in self.vocab]
         if not q:
             return np.zeros(self.n)

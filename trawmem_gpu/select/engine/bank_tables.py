@@ -107,7 +107,9 @@ class BankInfo:
     links: SupportLinks | None = None
     """The bank's support links (``objective.support_links``), None without any."""
     arrays: dict = field(default_factory=dict, repr=False)
-    """The bank's per-unit arrays an append's tables extend (``engine/extend.py``: ``EXTENDED``)."""
+    """The bank's per-unit arrays an append's tables extend (``engine/extend.py``: ``EXTENDED``);
+    empty where the store's rows are those values (:func:`store_holds`: a CPU engine whose tables
+    have the arrays' dtypes), which an append reads instead (``Snapshot.unit_rows``)."""
     mapped: bool = False
     """The bank's unit vectors are read from ``bank.unit_vecs`` (a loaded bank's memory-mapped
     float32 file), not from the ``unit_vecs`` table, which reserves its rows as a hole
@@ -139,11 +141,37 @@ HOST_GROUPS = ("nz", "col")
 """BM25 stays on the CPU (the text stage is CPU work)."""
 
 
-def build_bank(bank: Bank, cfg, layout: Layout, prev: BankInfo | None = None) -> tuple[BankInfo, dict[str, np.ndarray]]:
+def table_dtype(kind: str, layout: Layout) -> torch.dtype:
+    """The dtype of a table of ``TABLES``' ``kind`` under ``layout``."""
+    return {"float": layout.dtype, "vec": layout.vec_dtype or layout.dtype, "int": torch.int64, "int32": torch.int32,
+            "float64": torch.float64, "float32": torch.float32, "weight": layout.w_dtype or layout.dtype}[kind]
+
+
+def store_holds(arrays: dict, layout: Layout) -> bool:
+    """Whether the store's rows of the tables ``arrays`` names are those arrays value for value
+    (host tables of their very dtypes): then ``BankInfo.arrays`` need not keep them
+    (``TableStore.prepare`` reads them back, ``Snapshot.unit_rows``)."""
+    kinds = {name: kind for name, _, kind, _ in TABLES}
+    return layout.device.type == "cpu" and all(
+        isinstance(v, np.ndarray) and v.dtype == torch.empty(0, dtype=table_dtype(kinds[k], layout)).numpy().dtype
+        for k, v in arrays.items())
+
+
+def build_bank(bank: Bank, cfg, layout: Layout, prev: BankInfo | None = None,
+               postings: np.ndarray | None = None, stored: dict | None = None) -> tuple[BankInfo, dict[str, np.ndarray]]:
     """One bank's info and arrays (NumPy, or tensors on the device; the store copies them). ``prev``:
     the info of the bank the engine holds under that id; where ``bank`` is an append to it, only
-    the new threads' rows are computed (``engine/extend.py``)."""
-    kept = kept_prefix(prev.bank, bank) if prev is not None and prev.arrays else None
+    the new threads' rows are computed (``engine/extend.py``); ``postings``: ``prev``'s ``bm_idx``
+    rows as the store holds them (its lean BM25 index's postings' units, ``BM25Index.appended``);
+    ``stored``: ``prev``'s ``EXTENDED`` rows as the store holds them, where ``prev.arrays`` is
+    empty (:func:`store_holds`: the info keeps no second copy of them, about 78 MiB at 10^6 units).
+
+    A plain BM25 index's score matrix is copied into the ``bm_*`` tables and the info keeps the
+    index :meth:`~trawmem_gpu.select.lexical.BM25Index.lean` (no second copy of ``data`` and
+    ``indices``: about 72 MiB at 10^6 units); nothing scores with it (the batched BM25 reads the
+    tables), and an append reads its units back from the store (``TableStore.prepare``)."""
+    prev_arrays = None if prev is None else (prev.arrays or stored)
+    kept = kept_prefix(prev.bank, bank) if prev_arrays else None
     bank.validate(kept or (0, 0))
     if bank.unit_vecs.shape[1] != layout.dim:
         raise ValueError(f"bank {bank.bank_id!r} has {bank.unit_vecs.shape[1]}-dimensional vectors, the engine "
@@ -153,12 +181,13 @@ def build_bank(bank: Bank, cfg, layout: Layout, prev: BankInfo | None = None) ->
         raise ValueError(f"bank {bank.bank_id!r} has {N} units and {J} threads: the engine's int32 ids hold fewer "
                          f"than {ID_LIMIT}")
     _check_weights(bank, layout)
-    part = None if kept is None else extend_arrays(bank, cfg, layout, prev, prev.arrays, *kept)
+    part = None if kept is None else extend_arrays(bank, cfg, layout, prev, prev_arrays, *kept, postings)
     a, costs, speakers, bm25 = part or whole_arrays(bank, cfg, layout)
     a["nbr"], a["nbw"] = _neighbours(bank, cfg.semantic_edges)
     links = support_links(bank, cfg)
     a["linked"] = np.zeros(N) if links is None else links.linked()
     own = {k: a[k] for k in EXTENDED if k in a}  # what a later append's tables start from (engine/extend.py)
+    own = {} if store_holds(own, layout) else own  # ... read back from the store's rows
     tables = has_tables(N, layout)
     if tables:
         a["ktab"], a["btab"] = _kernel_tables(bank, cfg, layout, support_floor(bank, cfg))
@@ -171,6 +200,7 @@ def build_bank(bank: Bank, cfg, layout: Layout, prev: BankInfo | None = None) ->
         if plain:
             a["bm_data"], a["bm_idx"] = m.scores["data"], m.scores["indices"]
             a["bm_ptr"] = m.scores["indptr"]
+            bm25 = bm25.lean() if bm25._post is not None else bm25
     long_threads = np.concatenate([[0], np.cumsum(np.sort(np.diff(bank.thread_offsets))[::-1])]).astype(np.int64)
     mapped = plain and is_mapped(bank, layout)  # the compiled front reads it (a plain BM25: engine._picks)
     if mapped:

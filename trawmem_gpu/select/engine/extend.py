@@ -125,9 +125,10 @@ def whole_arrays(bank: Bank, cfg, layout):
     return a, costs, speakers, None
 
 
-def extend_arrays(bank: Bank, cfg, layout, prev_info, prev: dict, u0: int, k0: int):
+def extend_arrays(bank: Bank, cfg, layout, prev_info, prev: dict, u0: int, k0: int, postings=None):
     """The per-unit and per-thread arrays of :func:`~trawmem_gpu.select.engine.bank_tables.build_bank`
-    for ``bank``, from the old bank's (``prev_info``, ``prev``: its arrays) and its tail's; returns
+    for ``bank``, from the old bank's (``prev_info``, ``prev``: its arrays; ``postings``: its
+    BM25 postings' units where its index is lean) and its tail's; returns
     ``(arrays, costs, speakers, bm25)`` (``bm25`` None: build it whole), or None when the token
     costs cannot be joined."""
     tail = tail_bank(bank, u0, k0)
@@ -158,5 +159,5 @@ def extend_arrays(bank: Bank, cfg, layout, prev_info, prev: dict, u0: int, k0: i
     if layout.lexical and prev_info.bm25 is not None:
         # the units whose texts are the old ones: the kept, and the same stored turns after them
         m = common_prefix(prev_info.bank.turns, bank.turns, u0)
-        bm25 = prev_info.bm25.appended(embed_texts(bank.turns[m:]), m)
+        bm25 = prev_info.bm25.appended(embed_texts(bank.turns[m:]), m, postings)
     return a, costs, speakers, bm25

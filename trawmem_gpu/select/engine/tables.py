@@ -30,7 +30,8 @@ from torch import Tensor
 from ...store.bank import Bank
 from ..steps.candidates import BM25Store
 from ..terms import UNIT_ATTRIBUTES
-from .bank_tables import HOST_GROUPS, TABLES, BankInfo, Hole, Layout, build_bank
+from .bank_tables import HOST_GROUPS, TABLES, BankInfo, Hole, Layout, build_bank, table_dtype
+from .extend import EXTENDED
 from .publish import kept_rows, write_in_place
 
 
@@ -205,6 +206,23 @@ class Snapshot:
         (``bank_tables.Hole``: address space never written, so never resident)."""
         return sum(held_bytes(b, self._holes.get(n, 0)) for n, b in self.t.items() if names is None or n in names)
 
+    def postings(self, i: int) -> np.ndarray | None:
+        """Bank ``i``'s ``bm_idx`` rows (its BM25 postings' units, a view), where its info keeps
+        a lean index (``BM25Index.lean``: the table holds its only copy); else None."""
+        bm = self.infos[i].bm25
+        if bm is None or not bm.is_lean:
+            return None
+        nz0 = int(self.off.nz0[i])
+        return self.np["bm_idx"][nz0:nz0 + int(bm.model.scores["indptr"][-1])]
+
+    def unit_rows(self, i: int) -> dict | None:
+        """Bank ``i``'s rows of the host tables ``extend.EXTENDED`` names (views), where its info
+        keeps no arrays of its own (``bank_tables.store_holds``); else None."""
+        if self.infos[i].arrays or any(name not in self.np for name in EXTENDED):
+            return None
+        uo, n = int(self.off.uo[i]), int(self.off.nu[i])
+        return {name: self.np[name][uo:uo + n] for name in EXTENDED}
+
     @property
     def bm25(self) -> "BM25View":
         """The banks' BM25 vocabularies and score matrices, for the batched BM25 of step 3."""
@@ -248,13 +266,11 @@ class TableStore:
 
     def _new_segments(self, size: dict, width: int) -> dict[str, _Segment]:
         lay = self.layout
-        dt = {"float": lay.dtype, "vec": lay.vec_dtype or lay.dtype, "int": torch.int64, "int32": torch.int32, "float64": torch.float64,
-              "float32": torch.float32, "weight": lay.w_dtype or lay.dtype}
         shapes = {"unit_vecs": (lay.dim,), "head_vecs": (lay.dim if lay.heads else 0,), "attrs": (len(UNIT_ATTRIBUTES),),
                   "rel_idx": (3 if lay.relevance else 0,),
                   "nbr": (width,),
                   "nbw": (width,)}
-        return {name: _Segment(shapes.get(name, ()), dt[kind], "cpu" if group in HOST_GROUPS else lay.device, fill,
+        return {name: _Segment(shapes.get(name, ()), table_dtype(kind, lay), "cpu" if group in HOST_GROUPS else lay.device, fill,
                                size[group] + (1 if group == "thread" else 0))
                 for name, group, kind, fill in TABLES}
 
@@ -278,9 +294,11 @@ class TableStore:
     def prepare(self, bank: Bank) -> tuple[BankInfo, dict]:
         """The slow half of :meth:`put`, ``bank``'s own tables, from any thread (nothing is published);
         from the tables of the bank it grew from where it is an append to it (``engine/extend.py``)."""
-        snap = self.snapshot
-        i = snap.index.get(bank.bank_id)
-        return build_bank(bank, self.cfg, self.layout, None if i is None else snap.infos[i])
+        with self.reading() as snap:  # no bank's rows are written over in place while its postings are read
+            i = snap.index.get(bank.bank_id)
+            if i is None:
+                return build_bank(bank, self.cfg, self.layout)
+            return build_bank(bank, self.cfg, self.layout, snap.infos[i], snap.postings(i), snap.unit_rows(i))
 
     def put(self, bank: Bank, prepared: tuple[BankInfo, dict] | None = None) -> None:
         """Add ``bank``, or replace the stored bank of the same id; publishes a new snapshot.
