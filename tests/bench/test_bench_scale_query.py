@@ -17,6 +17,7 @@ def test_quick_curves_measure_every_point_and_model_the_steps():
         assert p["vmhwm_mib"] > 0 and p["engine_mib"] > 0 and 0 < p["rssanon_mib"] <= p["vmrss_mib"]
         assert p["index_append_ms"] == {}  # exact (below the threshold): no index to keep current
         assert p["latency_ms"]["p50"] <= p["latency_ms"]["p99"] and p["first_query_s"] > 0
+        assert p["warm_up_s"] >= 0 and p["warmed_banks"] == int(p["plan"]["approximate"])  # one bank: its index
         assert p["plan"]["approximate"] == (p["plan"]["ann_min_units"] is not None
                                             and p["units"] / p["spec"]["n_banks"] >= p["plan"]["ann_min_units"])
     assert [p["spec"]["n_banks"] for p in rec["banks"]] == list(query.QUICK["banks"])
@@ -65,6 +66,7 @@ def test_an_approximate_size_point_times_its_index_per_append():
     rec = query.point(dict(kind="size", n_banks=1, units=700, dim=32, seed=5, rounds=3, batch=4, threads=1,
                            engine={"ann_min_units": 1}))
     assert rec["plan"]["approximate"] is True
+    assert rec["warmed_banks"] == 1 and rec["warm_up_s"] > 0  # its index built before the first query
     assert set(rec["index_append_ms"]) == {"1", "8"} and all(v > 0 for v in rec["index_append_ms"].values())
     assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", query.commit() or "")
 

@@ -40,7 +40,7 @@ from ..config import EngineConfig, SelectConfig
 from ..heap import trim_heap
 from ..params import QueryParams
 from ..steps import roles as step4
-from . import compiled, tensor
+from . import compiled, shortlist, tensor
 from .batch import Timer, make_batch
 from .masks import roles_count, stage_bridge
 from .plan import Plan, resolve
@@ -79,6 +79,7 @@ class SelectionEngine:
         self._meta: dict = {}
         """bank id -> (bank object, its metadata columns): filters' columns, kept across calls."""
         self.last_timings: dict[str, float] = {}
+        self.warm_up(indexes=False)  # the compiled pass only some approximate queries reach: not in their latency
 
     # ------------------------------------------------------------------------------------------
     # the banks
@@ -109,6 +110,14 @@ class SelectionEngine:
     def bank_ids(self) -> list[str]:
         return list(self._store.snapshot.index)
 
+    def warm_up(self, indexes: bool = True) -> list[str]:
+        """Pay the first-use costs of the banks searched approximately now instead of in a query's
+        latency (``shortlist.warm_up``): the compiled pass a query with many BM25 postings takes
+        (done at build and after :meth:`replace_bank`) and, with ``indexes``, each such bank's
+        approximate index (otherwise built by its first query). Returns those banks' ids."""
+        snap = self._store.snapshot
+        return [snap.banks[b].bank_id for b in shortlist.warm_up(snap, self.plan, indexes)]
+
     def prepare_bank(self, bank: Bank):
         """Build ``bank``'s tables without publishing them (any thread, any time): hand the result
         to :meth:`replace_bank` to publish it cheaply, e.g. on a thread that must not stall."""
@@ -121,6 +130,7 @@ class SelectionEngine:
         never a mix. Safe to call from several threads (writers are serialized)."""
         self._store.put(bank, prepared)
         self._meta.pop(bank.bank_id, None)
+        self.warm_up(indexes=False)  # a bank grown past ann_min_units
 
     def remove_bank(self, bank_id: str) -> None:
         """Drop the bank ``bank_id`` (``KeyError`` if unknown; the last bank cannot be removed).

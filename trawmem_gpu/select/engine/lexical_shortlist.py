@@ -94,6 +94,24 @@ def bm25_sparse(snap: Snapshot, bank: int, cols: np.ndarray) -> tuple[np.ndarray
     return uniq, acc
 
 
+def warm(snap: Snapshot) -> None:
+    """Compile (or load from numba's cache) the compiled pass :func:`lexical` takes past
+    ``EXACT_POSTINGS`` (:data:`DENSE`, :data:`RANK_TABLE`), by running it over no posting with the
+    store's own arrays, so with the argument types a query passes. Only a query whose columns hold
+    that many postings reaches it: without this, the first such query compiles ``lexical_dense``
+    inside its own latency (5.4-7.9 CPU s with an empty numba cache, ~25 ms to load it from the
+    cache; ``benchmarks/results/scale_outlier_1e5.json``). Cheap once compiled (empty arrays)."""
+    if not DENSE:
+        return
+    st = snap.bm25.store
+    none = np.zeros(1, np.int64)
+    u, s = lexical_dense.dense_scores(st.idx, st.data, none, none, 1)
+    lexical_dense.top_units(u, s, 1)
+    if RANK_TABLE:
+        keys, units, runs = lexical_dense.rank_table(u, s, lexical_dense.radix_scratch(len(u)))
+        lexical_dense.table_ranks(keys, units, runs, np.zeros(0, np.int64), np.zeros(0, np.float32))
+
+
 def columns(snap: Snapshot, bank: int, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(lo, hi)``: the store positions of each query column's postings (``cols``: store columns)."""
     st = snap.bm25.store

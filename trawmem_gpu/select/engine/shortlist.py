@@ -45,7 +45,7 @@ from ..steps.candidates import GivenRanks
 from ..steps.relevance import LearnedQueries, LearnedTables
 from . import assembly
 from .compiled_args import NO_THREADS
-from .lexical_shortlist import Lexical, lexical, ranks_of, scores_at
+from .lexical_shortlist import Lexical, lexical, ranks_of, scores_at, warm
 from .tables import Offsets, Snapshot, unit_block
 
 ROUNDS = 3
@@ -113,6 +113,22 @@ def unit_index(snap: Snapshot, bank: int, kind: str, use_gpu: bool, vectors: str
                 vecs[a:a + n], kind, use_gpu, vectors=vectors, rerank=info.bank.unit_vecs)  # compact: re-ranked in float32
             got = info.cache[key] = (index, sample - a, np.ascontiguousarray(vecs[sample], dtype=np.float32))
         return got
+
+
+def warm_up(snap: Snapshot, plan, indexes: bool = False) -> list[int]:
+    """The banks of ``snap`` searched over a shortlist (at least ``plan.ann_min_units`` units),
+    with the first-use costs of their queries paid now: the compiled pass only some queries take
+    (``lexical_shortlist.warm``) and, with ``indexes``, each bank's approximate index
+    (:func:`unit_index`, otherwise built by its first query). Nothing to do (``[]``) when no bank
+    is that large, or with the tensor front (``tensor.py`` searches its own indexes)."""
+    if plan.ann_min_units is None or plan.front != "compiled":
+        return []
+    big = np.flatnonzero(snap.off.nu >= plan.ann_min_units).tolist()
+    if big:
+        warm(snap)
+    for b in big if indexes else ():
+        unit_index(snap, b, plan.ann_kind, plan.device.type == "cuda", plan.ann_vectors)
+    return big
 
 
 def threads_units(offsets: np.ndarray, threads: np.ndarray) -> np.ndarray:
