@@ -133,6 +133,8 @@ class EngineEndpoint:
                     t.add_done_callback(self._tasks.discard)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass  # the front went away
+        except asyncio.CancelledError:  # the engine shuts down: end quietly, not as a cancelled task
+            pass  # (CPython 3.11's stream callback asks a cancelled handler for its exception and logs it)
         except Exception:  # noqa: BLE001 - a bad frame ends that connection only
             log.exception("bad frame from a front process; closing its connection")
         finally:
