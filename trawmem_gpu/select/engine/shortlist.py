@@ -424,32 +424,7 @@ def _space(nbr, nbw, g0, J, own, hops, pad):  # pragma: no cover - compiled
         level[t] = 0
         got[n] = t
         n += 1
-    lo = 0
-    for h in range(hops):
-        hi = n
-        for i in range(lo, hi):
-            for e in range(D):
-                k = nbr[g0 + got[i], e]
-                if k >= 0 and level[k] < 0:
-                    if n == len(got):
-                        bigger = np.empty(2 * n, np.int64)
-                        bigger[:n] = got[:n]
-                        got = bigger
-                    level[k] = h + 1
-                    got[n] = k
-                    n += 1
-        if n == hi:
-            break
-        lo = hi
-    for t in range(pad):
-        if level[t] < 0:
-            if n == len(got):
-                bigger = np.empty(2 * n, np.int64)
-                bigger[:n] = got[:n]
-                got = bigger
-            level[t] = hops
-            got[n] = t
-            n += 1
+    got, n = assembly._walk(nbr, g0, level, got, n, hops, pad)
     ids = np.sort(got[:n])
     pos = np.empty(J, np.int64)  # read only where level >= 0
     for i in range(n):
