@@ -192,16 +192,13 @@ def child(path: str, queries: int, ann_min_units, trace: bool = False, compare: 
 
 def _trimmed() -> dict:
     """``_status()`` after glibc's ``malloc_trim(0)`` hands the heap's free pages back (what the
-    allocator keeps of freed build-time temporaries is the difference); {} off glibc."""
-    import ctypes
+    allocator keeps of freed build-time temporaries is the difference; ``select.heap``); {} off glibc."""
     import gc
 
+    from trawmem_gpu.select.heap import TRIM_MIN_UNITS, trim_heap
+
     gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        return {}
-    return _status()
+    return _status() if trim_heap(TRIM_MIN_UNITS) else {}
 
 
 def main(argv=None) -> int:
