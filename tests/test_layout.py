@@ -25,7 +25,7 @@ PKG = ROOT / "trawmem_gpu"
 LAYERS = (
     ("shared", ("trawmem_gpu", "trawmem_gpu.errors", "trawmem_gpu.paths", "trawmem_gpu.tokens",
                 "trawmem_gpu.dictconfig", "trawmem_gpu.llm", "trawmem_gpu.http_headers",
-                "trawmem_gpu.notes")),
+                "trawmem_gpu.notes", "trawmem_gpu.aio")),
     ("data", ("trawmem_gpu.data",)),
     ("encode", ("trawmem_gpu.encode",)),
     ("store", ("trawmem_gpu.store",)),
@@ -161,7 +161,7 @@ def test_the_stage_check_catches_a_backward_import():
 
 
 #: The top-level modules that are no stage: shared utilities every stage may import.
-SHARED_MODULES = {"errors", "paths", "tokens", "dictconfig", "http_headers", "notes"}
+SHARED_MODULES = {"errors", "paths", "tokens", "dictconfig", "http_headers", "notes", "aio"}
 
 
 def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:

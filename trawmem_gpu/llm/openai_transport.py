@@ -12,6 +12,7 @@ import logging
 import time
 from typing import Optional
 
+from trawmem_gpu.aio import within
 from trawmem_gpu.errors import loads_json
 from trawmem_gpu.llm.openai_wire import BadResponse, HTTPStatusError, Reply, parse_completion, read_stream
 
@@ -69,11 +70,11 @@ async def send_attempt(backend: "OpenAIHTTPBackend", client, url: str, body: dic
             if "text/event-stream" not in resp.headers.get("content-type", ""):
                 if stream:
                     backend.state.streams = False  # a server that ignores `stream`: plain from now on
-                return parse_completion(completion_json(await asyncio.wait_for(resp.aread(), left))), \
+                return parse_completion(completion_json(await within(resp.aread(), left))), \
                     time.perf_counter() - t0
             streamed = True
             backend.state.saw_stream()
-            reply = await asyncio.wait_for(read_stream(resp, t0, lambda: backend.state.first_token(rid)), left)
+            reply = await within(read_stream(resp, t0, lambda: backend.state.first_token(rid)), left)
             return reply, time.perf_counter() - t0
         finally:
             await resp.aclose()

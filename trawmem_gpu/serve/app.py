@@ -38,6 +38,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 
+from ..aio import within
 from .backend import Backend
 from .bank_paths import BadPath, route_path
 from .config import ServeConfig
@@ -130,7 +131,7 @@ class _Edge:
                     receive = _metered(receive, limit, self.body_timeout_s)
                 else:
                     try:
-                        body = await asyncio.wait_for(self._read_body(receive, limit), self.body_timeout_s)
+                        body = await within(self._read_body(receive, limit), self.body_timeout_s)
                     except asyncio.TimeoutError:
                         refusal = 408
                     else:
@@ -186,7 +187,7 @@ def _metered(wire, limit: int, timeout_s: float):
             return await wire()
         t = time.perf_counter()
         try:
-            msg = await asyncio.wait_for(wire(), max(state["left"], 0.001))
+            msg = await within(wire(), max(state["left"], 0.001))
         except asyncio.TimeoutError:
             raise BodyTimeout(f"request body not received within {timeout_s:g} s (the server's `body_timeout_s`)") \
                 from None

@@ -40,6 +40,7 @@ import time
 from concurrent.futures import Executor
 from typing import Callable, NamedTuple
 
+from ..aio import within
 from ..errors import InputError
 
 log = logging.getLogger(__name__)
@@ -310,8 +311,8 @@ class DynamicBatcher:
         self._wake.set()
         try:
             if len(pend) == 1:  # the common case, without a gathering future
-                return [await asyncio.wait_for(pend[0].future, timeout_s)]
-            return await asyncio.wait_for(asyncio.gather(*(p.future for p in pend)), timeout_s)
+                return [await within(pend[0].future, timeout_s)]
+            return await within(asyncio.gather(*(p.future for p in pend)), timeout_s)
         except asyncio.TimeoutError:
             raise DeadlineExceeded(f"no answer within the {timeout_s:g} s deadline") from None
         finally:
@@ -339,7 +340,7 @@ class DynamicBatcher:
                     break
                 self._wake.clear()
                 try:
-                    await asyncio.wait_for(self._wake.wait(), left)
+                    await within(self._wake.wait(), left)
                 except asyncio.TimeoutError:
                     break
             batch = q.take(self.max_batch)  # round robin across keys; skips requests gone while queued

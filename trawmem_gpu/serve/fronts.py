@@ -27,6 +27,7 @@ import signal
 import socket
 import tempfile
 
+from ..aio import within
 from ..notes import Say
 from .config import ServeConfig, bound_socket, log_line, say_draining, uvicorn_config
 from .remote import EngineEndpoint, RemoteBackend
@@ -114,7 +115,7 @@ async def _supervise(stop: asyncio.Event, endpoint: EngineEndpoint, bring_up: as
         if bring_up.done() and bring_up.exception() is not None:
             return
         try:
-            await asyncio.wait_for(stop.wait(), 0.5 if announced else 0.05)
+            await within(stop.wait(), 0.5 if announced else 0.05)
         except asyncio.TimeoutError:
             if not restart():
                 stop.set()

@@ -32,6 +32,7 @@ from dataclasses import asdict
 
 from ray import serve
 
+from ..aio import within
 from ..select.params import QueryParams
 from .batcher import DeadlineExceeded, Later, QueueFull
 from ..notes import Say
@@ -217,7 +218,7 @@ class RayBackend:
 
         calls = [self._h(it.bank_id).select.remote(it) for it in items]
         try:
-            res = await asyncio.wait_for(asyncio.gather(*calls), self.cfg.timeout_s)
+            res = await within(asyncio.gather(*calls), self.cfg.timeout_s)
         except asyncio.TimeoutError:
             for c in calls:
                 c.cancel()

@@ -46,6 +46,7 @@ import os
 import pickle
 import signal
 
+from ..aio import within
 from ..select.params import QueryParams
 from .backend import CALLS, Backend, LocalBackend
 from .portable import joined, regrouped
@@ -279,7 +280,7 @@ class RemoteBackend:
         return self.ready
 
     async def _poll(self) -> None:
-        while True:
+        while not self._stopping:  # as well as cancelled by stop (a lost cancellation must not keep it)
             await asyncio.sleep(self.POLL_S)
             await self.refresh()
 
@@ -367,7 +368,7 @@ class RemoteBackend:
     async def _call(self, op: str, *args):
         if self._connected is not None and not self._connected.is_set() and not self._stopping:
             try:  # connecting again (RECONNECTS attempts 0.2 s apart): wait for it, as long as for an answer
-                await asyncio.wait_for(self._connected.wait(), self.cfg.timeout_s + 5.0)
+                await within(self._connected.wait(), self.cfg.timeout_s + 5.0)
             except asyncio.TimeoutError:
                 pass
         w = self._writer
@@ -385,7 +386,7 @@ class RemoteBackend:
         self._out.put((rid, op, blob))
         wait_s = WRITE_WAIT_S if op in WRITES else self.cfg.timeout_s + 5.0
         try:  # the engine enforces --timeout itself; this bounds a stuck engine process
-            res = await asyncio.wait_for(fut, wait_s)
+            res = await within(fut, wait_s)
             return self._stream(res.sid) if isinstance(res, Streamed) else res
         except asyncio.TimeoutError:
             raise self._lost(op, DeadlineExceeded(f"no answer from the engine process within {wait_s:g} s")) from None
