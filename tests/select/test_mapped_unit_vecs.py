@@ -169,3 +169,21 @@ def test_the_tensor_front_reads_a_mapped_bank_from_its_own_vectors(banks, masked
         n = {b.bank_id: b.n_units for b in banks}
         masks = [rng.random(n[i]) < 0.5 if k % 2 else None for k, i in enumerate(ids)]
     _same(_picks(mapped, banks, 36, masks), _picks(table, banks, 36, masks))
+
+
+@pytest.mark.parametrize("big_at", [1, 3])
+def test_a_mapped_bank_without_tables_after_other_banks_reads_its_own_rows(banks, big_at):
+    """A bank too large for K and bridge tables (``table_max_units``) has its candidates' products
+    made per query (``pool.query_tables`` over ``unit_rows``): the rows of a mapped bank there are
+    its own vectors at the bank-local ids, not at the global rows (they read other rows, or past
+    the end, for any bank but the first one: a served collection's large bank crashed or picked
+    from wrong vectors)."""
+    order = [b for b in banks if b is not banks[1]]
+    order.insert(big_at, banks[1])
+    opts = {**OPTS, "table_max_units": 1000}
+    mapped = SelectionEngine(order, SelectConfig(), device="cpu", **opts)
+    table = SelectionEngine([_as64(b) for b in order], SelectConfig(), device="cpu", **opts)
+    snap = mapped.snapshot
+    assert snap.mapped.tolist() == [i == big_at for i in range(4)]
+    assert int(snap.off.tab[big_at]) == 0 and int(snap.off.uo[big_at]) > 0  # no tables, not at row 0
+    _same(_picks(mapped, order), _picks(table, order))

@@ -431,7 +431,7 @@ def mapped_rows(snap: Snapshot, idx: Tensor, rows: Tensor) -> Tensor:
     for bank in np.unique(b[hit]).tolist():
         sel = np.flatnonzero(hit & (b == bank))
         vecs, base = unit_block(snap, bank)
-        got = np.asarray(vecs[base + flat[sel]])
+        got = np.asarray(vecs[base + flat[sel] - int(snap.off.uo[bank])])  # global rows -> the bank's own
         out[torch.as_tensor(sel, device=out.device)] = torch.as_tensor(got).to(device=out.device, dtype=out.dtype)
     return out.reshape(rows.shape)
 
