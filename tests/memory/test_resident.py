@@ -206,3 +206,22 @@ def test_the_budget_holds_with_threads_and_a_bank_larger_than_it_loads(coll, tmp
         if budget > 1:  # a budget under one bank: the engine's last bank, in-use banks and the one coming in
             largest = _one_bank(d)  # the banks grew by the appends
             assert max(samples) <= budget + largest, max(samples) / budget
+
+
+def test_turns_held_as_columns_count_their_arrays_not_turn_objects():
+    """A bank whose turns are columns holds their arrays, not a ``Turn`` object per row: its turns
+    count the columns' bytes (and a tail's turns as plain ones), well under the plain turns' count."""
+    from types import SimpleNamespace
+
+    from turn_columns_data import synthetic_turns
+
+    from trawmem_gpu.memory.resident import _turns_nbytes
+    from trawmem_gpu.store.turn_columns import TurnColumns
+
+    plain = synthetic_turns(3000, seed=5)
+    cols = TurnColumns.of(plain[:2990])
+    tailed = TurnColumns(cols.cols, 0, 2990, tail=plain[2990:])
+    as_plain = _turns_nbytes(SimpleNamespace(turns=plain, heads=[]))
+    tail = _turns_nbytes(SimpleNamespace(turns=plain[2990:], heads=[]))
+    assert _turns_nbytes(SimpleNamespace(turns=tailed, heads=[])) == cols.nbytes() + tail
+    assert 0 < cols.nbytes() < as_plain / 3

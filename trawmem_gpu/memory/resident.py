@@ -26,6 +26,7 @@ import threading
 from collections import OrderedDict
 
 from ..store.layers import LAYERS
+from ..store.turn_columns import TurnColumns
 
 TURN_OVERHEAD = 360
 """Bytes a turn holds in memory besides its text (the ``Turn`` object, its id, speaker, date and
@@ -62,7 +63,12 @@ def bank_nbytes(bank, tables=None) -> int:
 def _turns_nbytes(bank) -> int:
     """The turns' part of :func:`bank_nbytes`, kept on the bank object (its turns never change); a
     bank appended to another (``extends``) adds its new turns' to that bank's: a write to a large
-    bank does not walk every turn to count them."""
+    bank does not walk every turn to count them. Turns held as columns
+    (:class:`~..store.turn_columns.TurnColumns`) count their arrays' bytes and their tail's turns
+    as plain ones: a columns row is no ``Turn`` object (:data:`TURN_OVERHEAD` overstated them)."""
+    turns = bank.turns
+    if isinstance(turns, TurnColumns):
+        return turns.nbytes() + sum(len(t.text) + len(t.turn_id) + TURN_OVERHEAD for t in turns.tail)
     got = bank.__dict__.get("_turns_nbytes")
     if got is None:
         base = getattr(getattr(bank, "extends", None), "base", None)
