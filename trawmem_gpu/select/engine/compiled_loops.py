@@ -153,6 +153,7 @@ def stage_loop(tab, off, x, p, qt, sel, n_sel):  # pragma: no cover - compiled
     grav = np.empty(T1)
     mass = np.empty(T1)
     hrows = np.empty(T1, np.int64)
+    hcol = np.empty(T1, np.int64)  # boff + each neighbourhood thread (the bridge table's columns)
     f = np.empty((U1, F))  # each candidate's features (one row per unit)
     lg = np.empty(R)
     gs = GreedyScratch(np.empty(U1 * U1), np.empty(U1), np.empty(max(R, 1)), np.empty(U1), np.empty(U1, np.int64),
@@ -194,21 +195,32 @@ def stage_loop(tab, off, x, p, qt, sel, n_sel):  # pragma: no cover - compiled
         # step 4: features (bridge from the table), rho, phi; steps 5-6: cost and capped weight
         kappa = 1.0 / max(1, x.budget[q])
         wsum = 0.0
+        table_only = no_support and not pooled  # the bridge alone, read off the bank's table
+        if table_only:
+            for j in range(nt):
+                hcol[j] = boff + x.hthread[q, j]
         for u in range(n):
             gl = uo + cq[u]
             t = x.lt[q, u]
             brow = boff + cq[u] * jb
             br = -np.inf
-            kr = kub[u * T:(u + 1) * T]  # K(u, v) <= kr[j] for every unit v of neighbourhood thread j
-            for j in range(nt):
-                if j != t:
-                    c = qt.bq[qt.bq_off[q] + u * nt + j] if pooled else tab.btab[brow + x.hthread[q, j]]
-                    if c > br:
+            if table_only:  # the loop below without its branches: the same maximum (a selection)
+                crow = cq[u] * jb
+                for j in range(nt):
+                    c = tab.btab[crow + hcol[j]]
+                    if j != t and c > br:
                         br = c
-                    if not no_support:
-                        kr[j] = 1.0 if links and tab.linked[gl] > 0 else support_from_cosine_compiled(c, k_shift)
-                else:
-                    kr[j] = 1.0
+            else:
+                kr = kub[u * T:(u + 1) * T]  # K(u, v) <= kr[j] for every unit v of neighbourhood thread j
+                for j in range(nt):
+                    if j != t:
+                        c = qt.bq[qt.bq_off[q] + u * nt + j] if pooled else tab.btab[brow + x.hthread[q, j]]
+                        if c > br:
+                            br = c
+                        if not no_support:
+                            kr[j] = 1.0 if links and tab.linked[gl] > 0 else support_from_cosine_compiled(c, k_shift)
+                    else:
+                        kr[j] = 1.0
             br = x.bridge[q, u] if x.own[q] else (0.0 if br == -np.inf else min(max(br, 0.0), 1.0))
             fu = f[u]
             fu[0] = 1.0
