@@ -86,7 +86,11 @@ def learned_scratch(N, J, k):  # pragma: no cover - compiled
 def rank_features(vals, m, bmbits, bm, k, s, given):  # pragma: no cover - compiled
     """``s.ak / s.a5 / s.bk / s.b5`` of the ``m`` units: ``candidates.ranks_of``'s ranks (by
     cosine; by BM25 among the units of positive BM25, else the feature is 0) turned into the
-    features ``1 / (k + r)`` and ``1 / (TOP_K + r)``; from ``given`` ranks by division."""
+    features ``1 / (k + r)`` and ``1 / (TOP_K + r)``; from ``given`` ranks by division. Also
+    ``s.ctx[j] = ak[j] + bk[j]`` (the context feature's ``rrf_cos + rrf_bm25``; where ``bk`` is
+    0.0 that sum is ``ak[j]``, positive, so it is stored as is) in the passes that write them, and
+    returns the largest positive BM25 as float64 (0.0 for none)."""
+    mx = 0.0
     if given.cos.shape[0] > 0:
         for j in range(m):
             rc = given.cos[j]
@@ -98,7 +102,9 @@ def rank_features(vals, m, bmbits, bm, k, s, given):  # pragma: no cover - compi
                 rb = given.bm25[j]
                 s.bk[j] = 1.0 / (k + rb)
                 s.b5[j] = 1.0 / (TOP_K + rb)
-        return
+                mx = max(mx, np.float64(bm[j]))
+            s.ctx[j] = s.ak[j] + s.bk[j]
+        return mx
     order = s.order
     order_desc_fast(vals, m, order, s.bkt, s.cnt, s.ctx)  # ctx: scratch until the ranks are read
     for i in range(m):
@@ -106,18 +112,23 @@ def rank_features(vals, m, bmbits, bm, k, s, given):  # pragma: no cover - compi
         s.ak[j] = s.tk[i]
         s.a5[j] = s.t5[i]
     npos = 0
-    for j in range(m):
+    for j in range(m):  # ctx is free again (the cosine sort's scratch until here)
         s.bk[j] = 0.0
         s.b5[j] = 0.0
+        s.ctx[j] = s.ak[j]
         if bm[j] > 0:
             s.pos[npos] = j
             s.keys[npos] = bmbits[j]
             npos += 1
     order_desc_keys(s.keys, npos, order, s.bkt, s.cnt, s.sk, bmbits, s.pos)
+    if npos > 0:  # the largest BM25 is the first in the order
+        mx = np.float64(bm[s.pos[order[0]]])
     for i in range(npos):
         j = s.pos[order[i]]
         s.bk[j] = s.tk[i]
         s.b5[j] = s.t5[i]
+        s.ctx[j] = s.ak[j] + s.tk[i]
+    return mx
 
 
 @njit(cache=True, nogil=True)
@@ -127,18 +138,12 @@ def learned_logits(vals, m, bm, u0, tab, lq, q, s, given, live):  # pragma: no c
     contiguous float32): its features, summed in its order with its operations."""
     bmbits = bm.view(np.int32)  # positive float32 scores order like their bits
     sc = s.logit
-    mx = 0.0
-    for j in range(m):
-        if bm[j] > 0 and np.float64(bm[j]) > mx:
-            mx = np.float64(bm[j])
-    rank_features(vals, m, bmbits, bm, lq.rrf_k, s, given)
+    mx = rank_features(vals, m, bmbits, bm, lq.rrf_k, s, given)  # and ctx, the largest BM25
     w = lq.w
     no = lq.named_off[q]
     do = lq.dm_off[q]
     zt = lq.z_temp[q]
     ak, a5, bk, b5, ctx = s.ak, s.a5, s.bk, s.b5, s.ctx
-    for j in range(m):
-        ctx[j] = ak[j] + bk[j]  # bk is 0.0 without BM25: ak + 0.0 is ak, as the reference adds
     for j in range(m):
         g = u0 + j
         pv = tab.rel_idx[g, 1]
