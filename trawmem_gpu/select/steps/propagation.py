@@ -182,6 +182,46 @@ def thread_scratch(J: int, n_seeds: int) -> ThreadScratch:
                          np.empty(J, np.bool_))
 
 
+@njit(cache=True, nogil=True, inline="always")
+def top_seeds(r0, n, live, k, seeds):  # pragma: no cover - compiled
+    """``seeds[:k]``: the ``k`` live threads of ``r0[:n]`` best by (r0 desc, id asc), in that order
+    (``k`` at most the live threads; returns ``k``). One pass, each live thread entering a sorted
+    list of at most ``k`` (it holds the largest id so far, so it goes after every equal ``r0``):
+    the order :func:`top_seeds_reference`'s selection picks (non-NaN ``r0``)."""
+    ns = 0
+    for j in range(n):
+        if not live[j]:
+            continue
+        if ns < k:
+            i = ns
+            ns += 1
+        elif k > 0 and r0[j] > r0[seeds[k - 1]]:
+            i = k - 1
+        else:
+            continue
+        x = r0[j]
+        while i > 0 and r0[seeds[i - 1]] < x:
+            seeds[i] = seeds[i - 1]
+            i -= 1
+        seeds[i] = j
+    return k
+
+
+@njit(cache=True, nogil=True)
+def top_seeds_reference(r0, n, live, k, seeds):  # pragma: no cover - compiled
+    """:func:`top_seeds` as the plain selection: ``k`` times the best live thread not yet picked
+    by r0, the lowest id on ties."""
+    picked = np.zeros(n, np.bool_)
+    for i in range(k):
+        b = -1
+        for j in range(n):
+            if live[j] and not picked[j] and (b < 0 or r0[j] > r0[b]):
+                b = j
+        picked[b] = True
+        seeds[i] = b
+    return k
+
+
 @njit(cache=True)
 def propagate_one(r0, n, g0, nbr, nbw, p, s, r, in_h, live):  # pragma: no cover - compiled
     """One query over its ``n`` threads (``g0``: its bank's first stored thread row), in the
@@ -197,14 +237,10 @@ def propagate_one(r0, n, g0, nbr, nbw, p, s, r, in_h, live):  # pragma: no cover
         r[j] = -np.inf
         in_h[j] = False
         n_live += live[j]
-    k_seeds = min(p.n_seeds, n_live)
-    for i in range(k_seeds):  # selection: best r0, lowest id on ties
-        b = -1
-        for j in range(n):
-            if live[j] and not picked[j] and (b < 0 or r0[j] > r0[b]):
-                b = j
+    k_seeds = top_seeds(r0, n, live, min(p.n_seeds, n_live), seeds)
+    for i in range(k_seeds):
+        b = seeds[i]
         picked[b] = True
-        seeds[i] = b
         r[b] = r0[b]
     nf = k_seeds
     for i in range(nf):
