@@ -7,7 +7,9 @@ which copy of a repeated turn was taken.
 
     python -m benchmarks.experiments.realtext_settings --settings 128:16,128:64,512:16 [--units 100000]
 
-A setting is ``SHORTLIST:NPROBE`` (``EngineConfig.ann_shortlist`` / ``ann_nprobe``).
+A setting is ``SHORTLIST:NPROBE`` (``EngineConfig.ann_shortlist`` / ``ann_nprobe``), or
+``SHORTLIST:NPROBE:VECTORS`` with the index's vector storage (``EngineConfig.vectors``: float32,
+float16, int8, pq; ``store/vectors.py``).
 """
 from __future__ import annotations
 
@@ -18,15 +20,22 @@ from .. import harness
 
 
 def _settings(s: str) -> list[dict]:
+    from trawmem_gpu.store.vectors import VECTOR_KINDS
+
     out = []
     for part in s.split(","):
+        fields = part.split(":")
         try:
-            m, p = (int(x) for x in part.split(":"))
+            m, p = (int(x) for x in fields[:2])
+            if len(fields) not in (2, 3):
+                raise ValueError
         except ValueError:
-            raise argparse.ArgumentTypeError(f"a setting is SHORTLIST:NPROBE (two integers), got {part!r}") from None
+            raise argparse.ArgumentTypeError(f"a setting is SHORTLIST:NPROBE[:VECTORS], got {part!r}") from None
         if m < 1 or p < 1:
             raise argparse.ArgumentTypeError(f"SHORTLIST and NPROBE must be at least 1, got {part!r}")
-        out.append({"ann_shortlist": m, "ann_nprobe": p})
+        if len(fields) == 3 and fields[2] not in VECTOR_KINDS:
+            raise argparse.ArgumentTypeError(f"VECTORS is one of {', '.join(VECTOR_KINDS)}, got {fields[2]!r}")
+        out.append({"ann_shortlist": m, "ann_nprobe": p, **({"vectors": fields[2]} if len(fields) == 3 else {})})
     return out
 
 
