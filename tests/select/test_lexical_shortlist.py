@@ -218,3 +218,47 @@ def test_a_bank_past_the_rank_keys_width_is_refused(monkeypatch):
                      np.zeros(0, np.float32), ld.KEY_UNITS + 1, True, [])
     with pytest.raises(ValueError, match="rank keys"):
         lx.ranks_of(lex, np.int64([1]), np.float32([1.0]))
+
+
+def test_the_exact_readings_radix_order_is_lexsorts_with_ties_wide_scores_and_fallbacks(monkeypatch):
+    """``_ranked``'s radix order (``RADIX_ORDER``) against the plain ``np.lexsort((u, -s))``:
+    random, odd sizes, many ties, scores over six decades, units past 2^22, an empty and a
+    one-unit input; and inputs the radix sort may not take (a zero or negative score, NaN,
+    units not ascending, float64 scores), which fall back to the plain order."""
+    rng = np.random.default_rng(11)
+    wide = np.float32(10.0) ** rng.uniform(-3, 3, 50).astype(np.float32)
+    cases = []
+    for n in (0, 1, 2, 7, 33, 401, 5000):
+        units = np.sort(rng.permutation(20000)[:n]).astype(np.int64) * 997
+        for scores in (rng.integers(1, 6, n), rng.choice(wide, n), rng.uniform(0.5, 40.0, n)):
+            cases.append((units, np.asarray(scores, np.float32)))
+    u = np.arange(9, dtype=np.int64)
+    s = rng.integers(1, 4, 9).astype(np.float32)
+    bad = [(u, np.where(u == 4, 0, s).astype(np.float32)), (u, np.where(u == 4, -1, s).astype(np.float32)),
+           (u, np.where(u == 4, np.nan, s).astype(np.float32)), (u[::-1].copy(), s), (u, s.astype(np.float64))]
+    assert not any(lx._radix_sortable(a, b) for a, b in bad)
+    assert lx._radix_sortable(u, s)
+    for units, scores in cases + bad:
+        monkeypatch.setattr(lx, "RADIX_ORDER", True)
+        rank, order = lx._ranked(units, scores)
+        monkeypatch.setattr(lx, "RADIX_ORDER", False)
+        rank0, order0 = lx._ranked(units, scores)
+        np.testing.assert_array_equal(order, order0)
+        np.testing.assert_array_equal(rank, rank0)
+        if len(units) and not np.isnan(scores).any():
+            assert np.all(np.diff(scores[order]) <= 0)  # best first
+
+
+def test_the_exact_reading_is_the_same_with_the_radix_order(bank, monkeypatch):
+    """Every query of the fixture's banks read exactly (few postings) gives the same proposals,
+    units, scores and ranks with ``RADIX_ORDER`` on and off."""
+    snap, qs = bank
+    for b, cols in _queries(snap, qs):
+        got = []
+        for radix in (True, False):
+            monkeypatch.setattr(lx, "RADIX_ORDER", radix)
+            got.append(lx.lexical(snap, b, cols, 16, np.arange(10), None))
+        a, e = got
+        assert a.bound == e.bound == -1.0
+        for x, y in zip((a.top, a.units, a.scores, a.rank), (e.top, e.units, e.scores, e.rank)):
+            np.testing.assert_array_equal(x, y)

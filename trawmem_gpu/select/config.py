@@ -330,13 +330,16 @@ class EngineConfig:
     whole candidate pool and every pick on a 100,000-unit bank (d = 384, 100 topics) and 0.98 of
     them at 10^6 units (``benchmarks/results/large_bank_sweep.json``, ``docs/scaling.md``, large
     banks); it was 1,024 when the shortlist also had to hold the ranks."""
-    ann_nprobe: int = 64
+    ann_nprobe: int = 32
     """IVF lists probed per query (passed with each search; the lists are chosen by size,
     ``steps/ann.py``). On real text (the LoCoMo dev turns repeated to 10^5 units, MiniLM vectors)
-    16 kept 0.944 of the candidate pool and 0.936 of the picks, 32 kept 0.994 / 0.995 and 64 all of
-    the pool and 0.995 of the picks, at the same time per query
-    (``benchmarks/results/realtext_settings.json``); on the synthetic 10^6-unit bank 16 and 64 keep
-    the same pool, 64 costing about 0.2-1.2 ms more (``large_bank_sweep.json``, ``ab_nprobe``)."""
+    16 kept 0.944 of the candidate pool and 0.936 of the picks, 32 and 48 kept 0.9943 / 0.9953 and
+    64 all of the pool and 0.9953 of the picks; up to which copy of a repeated turn was taken
+    (the copies' vectors tie) 32, 48 and 64 all keep the whole pool
+    (``benchmarks/results/realtext_settings.json``, ``realtext_settings_nprobe.json``). On the
+    synthetic 10^6-unit bank 32, 48 and 64 keep the same pool and picks (0.9903 / 0.9906), 32
+    about 0.45 ms a query faster than 64 (p50 medians 9.29 / 9.74 ms, 3 interleaved rounds;
+    ``large_bank_sweep.json``, ``ab_fast5ms4``). It was 64 until then."""
     ann_ef_search: int = 1024
     """HNSW search breadth per query (passed with each search; raised to ``ann_shortlist`` when
     smaller). With a 512-unit shortlist, 64 (512 in effect) kept 0.988 of the candidate pool at

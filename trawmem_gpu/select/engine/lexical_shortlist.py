@@ -45,6 +45,10 @@ scores and ranks) instead of the impact-ordered reading below."""
 RANK_TABLE = True
 """Counted ranks are read from a table built once per query (``lexical_dense.rank_table``)
 instead of a pass over every touched unit per front round (``lexical_dense.counted_ranks``)."""
+RADIX_ORDER = True
+"""A query read exactly (at most ``EXACT_POSTINGS`` postings) orders its touched units by a
+compiled radix sort of their scores (``lexical_dense.rank_table``) instead of ``np.lexsort``
+(the plain form, False: the same order; :func:`_ranked`)."""
 _LOCK = threading.Lock()
 
 
@@ -101,6 +105,8 @@ def warm(snap: Snapshot) -> None:
     that many postings reaches it: without this, the first such query compiles ``lexical_dense``
     inside its own latency (5.4-7.9 CPU s with an empty numba cache, ~25 ms to load it from the
     cache; ``benchmarks/results/scale_outlier_1e5.json``). Cheap once compiled (empty arrays)."""
+    if RADIX_ORDER:  # the exact reading's order (_ranked), with bm25_sparse's types
+        lexical_dense.rank_table(np.zeros(0, np.int64), np.zeros(0, np.float32), lexical_dense.radix_scratch(0))
     if not DENSE:
         return
     st = snap.bm25.store
@@ -149,11 +155,30 @@ def _bank_nnz(snap: Snapshot, bank: int) -> int:
 
 def _ranked(u: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(rank, order)``: ``order`` sorts ``(s, u)`` by score descending, unit ascending, and
-    ``rank[order] = 1 .. len(u)`` (so ``order`` is ``np.argsort(rank)``: its first ``M`` are the top)."""
-    order = np.lexsort((u, -s))
+    ``rank[order] = 1 .. len(u)`` (so ``order`` is ``np.argsort(rank)``: its first ``M`` are the top).
+
+    The plain order is ``np.lexsort((u, -s))``. With :data:`RADIX_ORDER`, ``u`` strictly ascending
+    (as :func:`bm25_sparse` returns it) and every score a positive float32, it is read from
+    ``lexical_dense.rank_table``'s keys instead: a stable radix sort by score descending of the
+    positions ``0 .. len(u)``, so tied scores keep position order, which is unit order here (the
+    same permutation; ``tests/select/test_lexical_shortlist.py``)."""
+    if RADIX_ORDER and _radix_sortable(u, s):
+        keys, _, _ = lexical_dense.rank_table(u, s, lexical_dense.radix_scratch(len(u)))
+        order = keys & np.int64(0xFFFFFFFF)
+    else:
+        order = np.lexsort((u, -s))
     rank = np.empty(len(u))
     rank[order] = np.arange(1, len(u) + 1)
     return rank, order
+
+
+def _radix_sortable(u: np.ndarray, s: np.ndarray) -> bool:
+    """Whether :func:`_ranked` may read its order from a radix sort: int64 units strictly
+    ascending (fewer than ``lexical_dense.KEY_UNITS``) with float32 scores, all positive and finite."""
+    n = len(u)
+    if n < 2 or n >= lexical_dense.KEY_UNITS or u.dtype != np.int64 or s.dtype != np.float32:
+        return False
+    return bool(s.min() > 0) and bool(np.isfinite(s.max())) and bool((u[1:] > u[:-1]).all())
 
 
 def lexical(snap: Snapshot, bank: int, cols: np.ndarray, M: int, sample_rows: np.ndarray,
