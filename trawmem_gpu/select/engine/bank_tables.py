@@ -120,14 +120,15 @@ class BankInfo:
 
 
 # (table, group, dtype kind, fill) -- the rows of one group are appended together, per bank. The
-# bank-local ids of ``nbr`` (threads) and ``bm_idx`` (units) are int32 (a bank holds fewer than
-# 2^31 of each, ``build_bank`` checks): half the bytes of int64, 71.5 MiB less at 10^6 units, the
-# same values (``tests/select/test_table_dtypes.py``); a torch reader that indexes with them casts
-# the rows it gathers to int64. ``nbw`` is ``Layout.w_dtype`` ("weight").
+# bank-local ids of ``nbr`` (threads), ``bm_idx`` (units) and ``rel_idx`` (speaker, previous and
+# next unit) are int32 (a bank holds fewer than 2^31 of each, ``build_bank`` checks): half the
+# bytes of int64, 83 MiB less at 10^6 units, the same values (``tests/select/test_table_dtypes.py``);
+# a torch reader that indexes with them casts the rows it gathers to int64. ``nbw`` is
+# ``Layout.w_dtype`` ("weight").
 TABLES = (
     ("unit_vecs", "unit", "vec", 0), ("unit_thread", "unit", "int", 0), ("head_sim", "unit", "float", 0),
     ("temporal", "unit", "float", 0), ("position", "unit", "float", 0), ("d_in", "unit", "float", 0),
-    ("attrs", "unit", "float64", 0), ("rel_idx", "unit", "int", -1), ("rel_words", "unit", "float64", 0),
+    ("attrs", "unit", "float64", 0), ("rel_idx", "unit", "int32", -1), ("rel_words", "unit", "float64", 0),
     ("tok_unit", "unit", "float", 0),
     ("linked", "unit", "float", 0),
     ("head_vecs", "thread", "float", 0), ("nbr", "thread", "int32", -1), ("nbw", "thread", "weight", 0),

@@ -114,7 +114,7 @@ def whole_arrays(bank: Bank, cfg, layout):
     if layout.relevance:  # speaker, previous and next unit of the session (steps/relevance.py)
         st = relevance_static(bank, temporal)
         speakers = st.speakers
-        a["rel_idx"] = np.stack([st.speaker, st.prev, st.next], axis=1)
+        a["rel_idx"] = np.stack([st.speaker, st.prev, st.next], axis=1).astype(np.int32)  # bank_tables.TABLES
         a["rel_words"] = st.words
     costs = token_costs(bank, cfg.headings) if layout.tokens else None
     if costs is not None:
@@ -148,7 +148,7 @@ def extend_arrays(bank: Bank, cfg, layout, prev_info, prev: dict, u0: int, k0: i
     if layout.relevance:
         seen = int(prev["rel_idx"][:u0, 0].max()) + 1 if u0 else 0  # speakers are numbered by first occurrence
         idx, words, speakers = tail_relevance(tail, temporal, tuple(prev_info.speakers[:seen]), u0)
-        a["rel_idx"], a["rel_words"] = cat("rel_idx", idx), cat("rel_words", words)
+        a["rel_idx"], a["rel_words"] = cat("rel_idx", idx).astype(np.int32), cat("rel_words", words)
     if costs is not None:
         a["tok_unit"], a["tok_head"] = costs.unit.astype(np.float64), costs.heading.astype(np.float64)
         a["tok_hrun"] = costs.runs(np.arange(bank.n_threads))

@@ -365,7 +365,7 @@ def _learned_affinity(snap: Snapshot, cfg, batch: QueryBatch, cos: Tensor, umask
     question cues per query (speakers named, temporal cue, relative dates), then
     :func:`~trawmem_gpu.select.steps.relevance.learned_affinity_torch`."""
     dev, dt = cos.device, cos.dtype
-    idx = snap.t["rel_idx"][uid]  # [Q, N, 3] speaker, prev, next (bank-local)
+    idx = snap.t["rel_idx"][uid].long()  # [Q, N, 3] speaker, prev, next (bank-local; the table is int32)
     live = umask[:, :, None]
     idx = torch.where(live, idx, torch.tensor([0, -1, -1], device=dev))
     if batch.masks is not None:  # a session neighbour that a filter's mask leaves out is no context
