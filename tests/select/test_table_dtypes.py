@@ -20,13 +20,16 @@ from trawmem_gpu.select.engine import SelectionEngine, bank_tables, tables
 
 from benchmarks.synthetic_banks import make_banks, make_queries
 
-NARROW = {"nbr": torch.int32, "bm_idx": torch.int32, "rel_idx": torch.int32, "nbw": torch.float32}
-WIDE = {"nbr": torch.int64, "bm_idx": torch.int64, "rel_idx": torch.int64, "nbw": torch.float64}
+NARROW = {"nbr": torch.int32, "bm_idx": torch.int32, "rel_idx": torch.int32, "nbw": torch.float32,
+          "temporal": torch.float32, "linked": torch.float32, "tok_unit": torch.float32}
+WIDE = {"nbr": torch.int64, "bm_idx": torch.int64, "rel_idx": torch.int64, "nbw": torch.float64,
+        "temporal": torch.float64, "linked": torch.float64, "tok_unit": torch.float64}
 
 
 def _wide() -> tuple:
     """``TABLES`` as they were: the id tables int64, the weights the engine's float (float64)."""
-    return tuple((name, group, {"nbr": "int", "bm_idx": "int", "rel_idx": "int", "nbw": "float"}.get(name, kind), fill)
+    wide = {"nbr": "int", "bm_idx": "int", "rel_idx": "int", "nbw": "float", "flag": "float"}
+    return tuple((name, group, wide.get(name, wide.get(kind, kind)), fill)
                  for name, group, kind, fill in bank_tables.TABLES)
 
 
@@ -65,6 +68,8 @@ def test_int32_id_tables_pick_what_the_int64_tables_pick(banks, options, wide_ta
         a, b = narrow.snapshot.np[name], wide.snapshot.np[name]
         assert a.shape == b.shape and np.array_equal(a.astype(b.dtype), b)
     assert (narrow.snapshot.np["nbr"] >= 0).any() and (narrow.snapshot.np["nbr"] == -1).any()
+    n = narrow.snapshot.np  # the float32 flags and token costs: more than one value each
+    assert len(np.unique(n["temporal"])) == 2 and len(np.unique(n["tok_unit"])) > 2
     rel = narrow.snapshot.np["rel_idx"]  # the learned affinity's: speaker, previous, next (-1: none)
     assert rel.shape[1] == 3 and (rel[:, 0] > 0).any() and (rel[:, 1:] == -1).any() and (rel[:, 1:] > 0).any()
     assert len(np.unique(narrow.snapshot.np["nbw"])) > 2  # weights other than 0 and 1
@@ -129,6 +134,16 @@ def test_a_bank_past_the_int32_ids_is_refused(banks, monkeypatch):
         SelectionEngine(banks[:1], SelectConfig(), device="cpu")
     monkeypatch.setattr(bank_tables, "ID_LIMIT", 258)
     SelectionEngine(banks[:1], SelectConfig(), device="cpu")
+
+
+def test_token_costs_float32_cannot_hold_are_refused(banks, monkeypatch):
+    """``tok_unit`` is float32: a cost at or past ``FLAG_LIMIT`` (not every whole number there is a
+    float32 value) is refused, never rounded."""
+    monkeypatch.setattr(bank_tables, "FLAG_LIMIT", 3)
+    with pytest.raises(ValueError, match="token cost that the float32 table cannot hold exactly"):
+        SelectionEngine(banks[:1], SelectConfig(), device="cpu")
+    monkeypatch.setattr(bank_tables, "FLAG_LIMIT", 1 << 24)
+    assert SelectionEngine(banks[:1], SelectConfig(), device="cpu").snapshot.t["tok_unit"].dtype == torch.float32
 
 
 def test_float64_weights_keep_a_float64_table_and_a_later_inexact_bank_is_refused(banks):

@@ -107,7 +107,7 @@ def whole_arrays(bank: Bank, cfg, layout):
     from an old bank's): ``(arrays, costs, speakers, None)``."""
     N, J = bank.n_units, bank.n_threads
     head_sim, temporal, position = unit_features(bank)
-    a = dict(unit_vecs=bank.unit_vecs, unit_thread=bank.unit_thread, head_sim=head_sim, temporal=temporal,
+    a = dict(unit_vecs=bank.unit_vecs, unit_thread=bank.unit_thread, head_sim=head_sim, temporal=temporal.astype(np.float32),
              position=position, d_in=in_thread_distances(head_sim, bank.thread_offsets, cfg.c_head, cfg.c_step),
              attrs=unit_attributes(bank), head_vecs=bank.head_vecs if layout.heads else np.zeros((J, 0)))
     speakers = ()
@@ -140,7 +140,7 @@ def extend_arrays(bank: Bank, cfg, layout, prev_info, prev: dict, u0: int, k0: i
     head_sim, temporal, position = unit_features(tail)
     cat = lambda name, rows: np.concatenate([prev[name][:u0], rows])  # noqa: E731
     a = dict(unit_vecs=bank.unit_vecs, unit_thread=bank.unit_thread, head_sim=cat("head_sim", head_sim),
-             temporal=cat("temporal", temporal), position=cat("position", position),
+             temporal=cat("temporal", temporal).astype(np.float32), position=cat("position", position),
              d_in=cat("d_in", in_thread_distances(head_sim, tail.thread_offsets, cfg.c_head, cfg.c_step)),
              attrs=cat("attrs", unit_attributes(tail)),
              head_vecs=bank.head_vecs if layout.heads else np.zeros((bank.n_threads, 0)))
