@@ -141,7 +141,7 @@ TABLES = (
 FLAG_LIMIT = 1 << 24
 """Token costs of one unit the float32 ``tok_unit`` table holds exactly (any whole number below it)."""
 ID_LIMIT = 1 << 31
-"""Units and threads of one bank the int32 tables (``nbr``, ``bm_idx``) can number."""
+"""Units and threads of one bank the int32 tables (``nbr``, ``bm_idx``, ``rel_idx``) can number."""
 HOST_GROUPS = ("nz", "col")
 """BM25 stays on the CPU (the text stage is CPU work)."""
 
