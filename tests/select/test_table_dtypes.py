@@ -1,5 +1,5 @@
-"""The engine's id tables ``nbr`` (each thread's neighbour threads) and ``bm_idx`` (each BM25
-posting's unit) are int32 (``engine.bank_tables.TABLES``, issue 46 item 2: half the bytes of
+"""The engine's id tables ``nbr`` (each thread's neighbour threads), ``bm_idx`` (each BM25
+posting's unit) and ``rel_idx`` (each unit's speaker, previous and next unit) are int32 (``engine.bank_tables.TABLES``, issue 46 item 2: half the bytes of
 int64), and the edge weights ``nbw`` float32 where the banks' weights are float32
 (``Layout.w_dtype``). The ids are bank-local, below 2^31 by ``build_bank``'s check, and the weights
 the banks' own float32 values (float32 -> float64 exact), so every value is the wide table's; the
@@ -20,13 +20,16 @@ from trawmem_gpu.select.engine import SelectionEngine, bank_tables, tables
 
 from benchmarks.synthetic_banks import make_banks, make_queries
 
-NARROW = {"nbr": torch.int32, "bm_idx": torch.int32, "nbw": torch.float32}
-WIDE = {"nbr": torch.int64, "bm_idx": torch.int64, "nbw": torch.float64}
+NARROW = {"nbr": torch.int32, "bm_idx": torch.int32, "rel_idx": torch.int32, "nbw": torch.float32,
+          "temporal": torch.float32, "linked": torch.float32, "tok_unit": torch.float32}
+WIDE = {"nbr": torch.int64, "bm_idx": torch.int64, "rel_idx": torch.int64, "nbw": torch.float64,
+        "temporal": torch.float64, "linked": torch.float64, "tok_unit": torch.float64}
 
 
 def _wide() -> tuple:
     """``TABLES`` as they were: the id tables int64, the weights the engine's float (float64)."""
-    return tuple((name, group, {"nbr": "int", "bm_idx": "int", "nbw": "float"}.get(name, kind), fill)
+    wide = {"nbr": "int", "bm_idx": "int", "rel_idx": "int", "nbw": "float", "flag": "float"}
+    return tuple((name, group, wide.get(name, wide.get(kind, kind)), fill)
                  for name, group, kind, fill in bank_tables.TABLES)
 
 
@@ -65,6 +68,10 @@ def test_int32_id_tables_pick_what_the_int64_tables_pick(banks, options, wide_ta
         a, b = narrow.snapshot.np[name], wide.snapshot.np[name]
         assert a.shape == b.shape and np.array_equal(a.astype(b.dtype), b)
     assert (narrow.snapshot.np["nbr"] >= 0).any() and (narrow.snapshot.np["nbr"] == -1).any()
+    n = narrow.snapshot.np  # the float32 flags and token costs: more than one value each
+    assert len(np.unique(n["temporal"])) == 2 and len(np.unique(n["tok_unit"])) > 2
+    rel = narrow.snapshot.np["rel_idx"]  # the learned affinity's: speaker, previous, next (-1: none)
+    assert rel.shape[1] == 3 and (rel[:, 0] > 0).any() and (rel[:, 1:] == -1).any() and (rel[:, 1:] > 0).any()
     assert len(np.unique(narrow.snapshot.np["nbw"])) > 2  # weights other than 0 and 1
     assert 2 * narrow.snapshot.nbytes(list(NARROW)) == wide.snapshot.nbytes(list(NARROW))
     got, want = narrow.select_units(ids, qs, Z), wide.select_units(ids, qs, Z)
@@ -112,6 +119,7 @@ def test_an_append_keeps_the_int32_tables_equal(wide_tables):
     for name in NARROW:
         b = engines[1].snapshot.np[name]
         assert engines[0].snapshot.t[name].dtype == NARROW[name] and np.array_equal(engines[0].snapshot.np[name].astype(b.dtype), b)
+    assert not any(i.arrays for i in engines[0].snapshot.infos)  # the int32 rows are the store's: no copy kept
     got = [e.select_units(["c"] * 3, qs, Z) for e in engines]
     assert sum(map(len, got[1])) > 0 and got[0] == got[1]
     for e in engines:
@@ -126,6 +134,16 @@ def test_a_bank_past_the_int32_ids_is_refused(banks, monkeypatch):
         SelectionEngine(banks[:1], SelectConfig(), device="cpu")
     monkeypatch.setattr(bank_tables, "ID_LIMIT", 258)
     SelectionEngine(banks[:1], SelectConfig(), device="cpu")
+
+
+def test_token_costs_float32_cannot_hold_are_refused(banks, monkeypatch):
+    """``tok_unit`` is float32: a cost at or past ``FLAG_LIMIT`` (not every whole number there is a
+    float32 value) is refused, never rounded."""
+    monkeypatch.setattr(bank_tables, "FLAG_LIMIT", 3)
+    with pytest.raises(ValueError, match="token cost that the float32 table cannot hold exactly"):
+        SelectionEngine(banks[:1], SelectConfig(), device="cpu")
+    monkeypatch.setattr(bank_tables, "FLAG_LIMIT", 1 << 24)
+    assert SelectionEngine(banks[:1], SelectConfig(), device="cpu").snapshot.t["tok_unit"].dtype == torch.float32
 
 
 def test_float64_weights_keep_a_float64_table_and_a_later_inexact_bank_is_refused(banks):
@@ -219,10 +237,10 @@ def test_an_engine_whose_tables_round_keeps_its_own_arrays(banks):
     rows = f64.snapshot.unit_rows(1)
     assert not f64.snapshot.infos[1].arrays and np.array_equal(rows["head_sim"], f32.snapshot.infos[1].arrays["head_sim"])
 
-    a = {"head_sim": np.zeros(3), "rel_idx": np.zeros((3, 3), dtype=np.int64)}
+    a = {"head_sim": np.zeros(3), "rel_idx": np.zeros((3, 3), dtype=np.int32)}
     cpu64 = Layout(torch.device("cpu"), torch.float64, 8, False, True, False)
     assert store_holds(a, cpu64) and store_holds({}, cpu64)
     assert not store_holds(a, cpu64._replace(dtype=torch.float32))
-    assert not store_holds({"rel_idx": a["rel_idx"].astype(np.int32)}, cpu64)
+    assert not store_holds({"rel_idx": a["rel_idx"].astype(np.int64)}, cpu64)
     assert not store_holds({"head_sim": torch.zeros(3, dtype=torch.float64)}, cpu64)
     assert not store_holds(a, cpu64._replace(device=torch.device("meta")))

@@ -71,14 +71,22 @@ def demand_matrix(questions: list[str]) -> np.ndarray:
 
 
 def temporal_flags(texts: list[str]) -> np.ndarray:
-    """[n] float: 1 where a unit's text holds a temporal expression."""
-    return np.array([_temporal(t) for t in texts], dtype=np.float64)
+    """[n] float: 1 where a unit's text holds a temporal expression. More texts than the cache
+    holds (``TEMPORAL_CACHED``) are searched without it: an LRU cache filled by one in-order pass
+    over more keys than it holds hits nothing on the next such pass, and would only keep the last
+    texts alive (2^18 of them at 10^6 units before this bound, about 148 bytes a text)."""
+    flag = _temporal.__wrapped__ if len(texts) > TEMPORAL_CACHED else _temporal
+    return np.array([flag(t) for t in texts], dtype=np.float64)
 
 
-@functools.lru_cache(maxsize=1 << 18)
+TEMPORAL_CACHED = 1 << 16
+"""Texts :func:`_temporal` keeps (a bank built again, e.g. an engine rebuilt over a small bank,
+searches none of them twice; an append searches only its new units' texts)."""
+
+
+@functools.lru_cache(maxsize=TEMPORAL_CACHED)
 def _temporal(text: str) -> float:
-    """One text's flag, kept across calls (a bank's features are recomputed on every append; only
-    the new texts are searched). ``memory.core.forget_in_process_texts`` clears it."""
+    """One text's flag, kept across calls. ``memory.core.forget_in_process_texts`` clears it."""
     return 1.0 if TEMPORAL_UNIT.search(text) else 0.0
 
 

@@ -273,17 +273,34 @@ the heading (it counts the heading with every subset of them shown; beyond this,
 the costs are not ``bounded``)."""
 
 
+def _scan_of(n_units: int):
+    """``(unit_line, date_label)`` for one pass over ``n_units`` turns: the cached functions, or,
+    past what their caches hold (``TEXT_SCAN_CACHED``), the same functions uncached. An LRU cache
+    scanned in order over more keys than it holds hits nothing on the next such scan (each key is
+    evicted before it comes round again), so it would only keep up to 65,536 turns and their lines
+    alive for no later hit (61.4 MiB of them on the 10^5-unit bank of ``engine_resident``)."""
+    if n_units > TEXT_SCAN_CACHED:
+        return unit_line.__wrapped__, date_label.__wrapped__
+    return unit_line, date_label
+
+
+TEXT_SCAN_CACHED = 1 << 16
+"""The most turns a :func:`token_costs` pass reads through the ``unit_line`` / ``date_label``
+caches (their size)."""
+
+
 def token_costs(bank: Bank, headings: Headings = DEFAULT_HEADINGS) -> TokenCosts:
     """Each unit's and each thread heading's token cost in ``bank``'s workspaces under
     ``headings`` (see :class:`TokenCosts`), counted on the lines :func:`unit_line` and
     :func:`heading_line` write."""
     _check_headings(headings)
     with_heads = headings != "none"
+    line_of, label_of = _scan_of(bank.n_units)
     lines, each = [], []  # each unit's line and (date headings) its date label, in one pass over the turns
     for t in bank.turns:
-        lines.append(unit_line(t, with_heads) + "\n")
+        lines.append(line_of(t, with_heads) + "\n")
         if headings == "date":
-            each.append(date_label(t))
+            each.append(label_of(t))
     n = count_tokens_many_cached(lines + [x + "\n" for x in lines])
     N = bank.n_units
     unit = np.array(n[:N], dtype=np.int64) + (np.array(n[N:], dtype=np.int64) > np.array(n[:N]))
@@ -308,7 +325,7 @@ def token_costs(bank: Bank, headings: Headings = DEFAULT_HEADINGS) -> TokenCosts
         idx = [int(i) for i in bank.thread_units(j)]
         tu = [bank.turns[i] for i in idx]
         full = thread_gist(bank.heads[j], tu, [])
-        labels = list(dict.fromkeys(date_label(t) for t in tu))  # a thread's turns share a date in practice
+        labels = list(dict.fromkeys(label_of(t) for t in tu))  # a thread's turns share a date in practice
         quoted = [k for k, t in enumerate(tu) if thread_gist(bank.heads[j], tu, [t]) != full]
         variants = [()] if len(quoted) > MAX_QUOTED else \
             [c for r in range(len(quoted) + 1) for c in itertools.combinations(quoted, r)]

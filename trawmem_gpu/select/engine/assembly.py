@@ -62,7 +62,7 @@ def front_args(snap: Snapshot, bidx: np.ndarray, shorts: list, lq, learned: bool
     (``shortlist.ranked``); ``hops`` / ``n_seeds``: per query."""
     n = snap.np
     Q = len(shorts)
-    rel = n["rel_idx"] if learned else np.zeros((1, 3), np.int64)
+    rel = n["rel_idx"] if learned else np.zeros((1, 3), np.int32)
     rows = Rows(n["unit_thread"], n["nbr"], n["nbw"], rel, n["temporal"], n["rel_words"] if learned else np.zeros(1))
     parts = [_assemble(rows, np.ascontiguousarray(sh.units, dtype=np.int64), sh.bm,
                        Place(int(snap.off.uo[b]), int(snap.off.to[b]), int(snap.off.nt[b]), int(hops[q]),
@@ -88,7 +88,7 @@ def front_args(snap: Snapshot, bidx: np.ndarray, shorts: list, lq, learned: bool
     tptr, tids = np.arange(Q + 1, dtype=np.int64), np.arange(Q, dtype=np.int64)
     if not learned:
         e = np.zeros(1)
-        return spaces, (tables, off, cos, uo, tptr, tids, ranks, LearnedTables(np.zeros((1, 3), np.int64), e, e), lq)
+        return spaces, (tables, off, cos, uo, tptr, tids, ranks, LearnedTables(np.zeros((1, 3), np.int32), e, e), lq)
     ltab = LearnedTables(cat([p[6] for p in parts], n["rel_idx"].dtype, (0, 3)),
                          cat([p[7] for p in parts], n["temporal"].dtype), cat([p[8] for p in parts], n["rel_words"].dtype))
     return spaces, (tables, off, cos, uo, tptr, tids, ranks, ltab, _dated(lq, shorts))

@@ -120,23 +120,28 @@ class BankInfo:
 
 
 # (table, group, dtype kind, fill) -- the rows of one group are appended together, per bank. The
-# bank-local ids of ``nbr`` (threads) and ``bm_idx`` (units) are int32 (a bank holds fewer than
-# 2^31 of each, ``build_bank`` checks): half the bytes of int64, 71.5 MiB less at 10^6 units, the
-# same values (``tests/select/test_table_dtypes.py``); a torch reader that indexes with them casts
-# the rows it gathers to int64. ``nbw`` is ``Layout.w_dtype`` ("weight").
+# bank-local ids of ``nbr`` (threads), ``bm_idx`` (units) and ``rel_idx`` (speaker, previous and
+# next unit) are int32 (a bank holds fewer than 2^31 of each, ``build_bank`` checks): half the
+# bytes of int64, 83 MiB less at 10^6 units, the same values (``tests/select/test_table_dtypes.py``);
+# a torch reader that indexes with them casts the rows it gathers to int64. ``nbw`` is
+# ``Layout.w_dtype`` ("weight"). ``temporal`` and ``linked`` (0 or 1) and ``tok_unit`` (whole token
+# counts, below 2^24: ``build_bank`` refuses more, never rounds) are float32 ("flag"): every value
+# exact, so the float64 readers read the float64 table's values; 11.4 MiB less at 10^6 units.
 TABLES = (
     ("unit_vecs", "unit", "vec", 0), ("unit_thread", "unit", "int", 0), ("head_sim", "unit", "float", 0),
-    ("temporal", "unit", "float", 0), ("position", "unit", "float", 0), ("d_in", "unit", "float", 0),
-    ("attrs", "unit", "float64", 0), ("rel_idx", "unit", "int", -1), ("rel_words", "unit", "float64", 0),
-    ("tok_unit", "unit", "float", 0),
-    ("linked", "unit", "float", 0),
+    ("temporal", "unit", "flag", 0), ("position", "unit", "float", 0), ("d_in", "unit", "float", 0),
+    ("attrs", "unit", "float64", 0), ("rel_idx", "unit", "int32", -1), ("rel_words", "unit", "float64", 0),
+    ("tok_unit", "unit", "flag", 0),
+    ("linked", "unit", "flag", 0),
     ("head_vecs", "thread", "float", 0), ("nbr", "thread", "int32", -1), ("nbw", "thread", "weight", 0),
     ("tok_head", "thread", "float", 0), ("tok_hrun", "thread", "int", 0),
     ("ktab", "k", "float", 0), ("btab", "b", "float", 0),
     ("bm_data", "nz", "float32", 0), ("bm_idx", "nz", "int32", 0), ("bm_ptr", "col", "int", 0),
 )
+FLAG_LIMIT = 1 << 24
+"""Token costs of one unit the float32 ``tok_unit`` table holds exactly (any whole number below it)."""
 ID_LIMIT = 1 << 31
-"""Units and threads of one bank the int32 tables (``nbr``, ``bm_idx``) can number."""
+"""Units and threads of one bank the int32 tables (``nbr``, ``bm_idx``, ``rel_idx``) can number."""
 HOST_GROUPS = ("nz", "col")
 """BM25 stays on the CPU (the text stage is CPU work)."""
 
@@ -144,7 +149,7 @@ HOST_GROUPS = ("nz", "col")
 def table_dtype(kind: str, layout: Layout) -> torch.dtype:
     """The dtype of a table of ``TABLES``' ``kind`` under ``layout``."""
     return {"float": layout.dtype, "vec": layout.vec_dtype or layout.dtype, "int": torch.int64, "int32": torch.int32,
-            "float64": torch.float64, "float32": torch.float32, "weight": layout.w_dtype or layout.dtype}[kind]
+            "float64": torch.float64, "float32": torch.float32, "flag": torch.float32, "weight": layout.w_dtype or layout.dtype}[kind]
 
 
 def store_holds(arrays: dict, layout: Layout) -> bool:
@@ -185,7 +190,9 @@ def build_bank(bank: Bank, cfg, layout: Layout, prev: BankInfo | None = None,
     a, costs, speakers, bm25 = part or whole_arrays(bank, cfg, layout)
     a["nbr"], a["nbw"] = _neighbours(bank, cfg.semantic_edges)
     links = support_links(bank, cfg)
-    a["linked"] = np.zeros(N) if links is None else links.linked()
+    a["linked"] = np.zeros(N, np.float32) if links is None else links.linked().astype(np.float32)  # 0 / 1
+    _check_flags(bank, a["tok_unit"])
+    a["tok_unit"] = a["tok_unit"].astype(np.float32)
     own = {k: a[k] for k in EXTENDED if k in a}  # what a later append's tables start from (engine/extend.py)
     own = {} if store_holds(own, layout) else own  # ... read back from the store's rows
     tables = has_tables(N, layout)
@@ -221,6 +228,15 @@ def _check_weights(bank: Bank, layout: Layout) -> None:
     if not np.array_equal(w.astype(np.float32).astype(np.float64), w):
         raise ValueError(f"bank {bank.bank_id!r}: edge weights that float32 cannot hold exactly, in an engine whose "
                          f"weight table is float32 (its first banks' weights were float32); build the engine with it")
+
+
+def _check_flags(bank: Bank, tok_unit: np.ndarray) -> None:
+    """A ``ValueError`` where a unit's token cost is not a whole number below ``FLAG_LIMIT`` (the
+    float32 ``tok_unit`` table would round it)."""
+    t = np.asarray(tok_unit, dtype=np.float64)
+    if len(t) and (t.max() >= FLAG_LIMIT or t.min() < 0 or not np.array_equal(t, np.floor(t))):
+        raise ValueError(f"bank {bank.bank_id!r}: a unit's token cost that the float32 table cannot hold exactly "
+                         f"(whole numbers below {FLAG_LIMIT})")
 
 
 def grown_indexes(prev: BankInfo, bank: Bank, start: int) -> dict:

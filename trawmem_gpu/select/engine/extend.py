@@ -107,14 +107,14 @@ def whole_arrays(bank: Bank, cfg, layout):
     from an old bank's): ``(arrays, costs, speakers, None)``."""
     N, J = bank.n_units, bank.n_threads
     head_sim, temporal, position = unit_features(bank)
-    a = dict(unit_vecs=bank.unit_vecs, unit_thread=bank.unit_thread, head_sim=head_sim, temporal=temporal,
+    a = dict(unit_vecs=bank.unit_vecs, unit_thread=bank.unit_thread, head_sim=head_sim, temporal=temporal.astype(np.float32),
              position=position, d_in=in_thread_distances(head_sim, bank.thread_offsets, cfg.c_head, cfg.c_step),
              attrs=unit_attributes(bank), head_vecs=bank.head_vecs if layout.heads else np.zeros((J, 0)))
     speakers = ()
     if layout.relevance:  # speaker, previous and next unit of the session (steps/relevance.py)
         st = relevance_static(bank, temporal)
         speakers = st.speakers
-        a["rel_idx"] = np.stack([st.speaker, st.prev, st.next], axis=1)
+        a["rel_idx"] = np.stack([st.speaker, st.prev, st.next], axis=1).astype(np.int32)  # bank_tables.TABLES
         a["rel_words"] = st.words
     costs = token_costs(bank, cfg.headings) if layout.tokens else None
     if costs is not None:
@@ -140,7 +140,7 @@ def extend_arrays(bank: Bank, cfg, layout, prev_info, prev: dict, u0: int, k0: i
     head_sim, temporal, position = unit_features(tail)
     cat = lambda name, rows: np.concatenate([prev[name][:u0], rows])  # noqa: E731
     a = dict(unit_vecs=bank.unit_vecs, unit_thread=bank.unit_thread, head_sim=cat("head_sim", head_sim),
-             temporal=cat("temporal", temporal), position=cat("position", position),
+             temporal=cat("temporal", temporal).astype(np.float32), position=cat("position", position),
              d_in=cat("d_in", in_thread_distances(head_sim, tail.thread_offsets, cfg.c_head, cfg.c_step)),
              attrs=cat("attrs", unit_attributes(tail)),
              head_vecs=bank.head_vecs if layout.heads else np.zeros((bank.n_threads, 0)))
@@ -148,7 +148,7 @@ def extend_arrays(bank: Bank, cfg, layout, prev_info, prev: dict, u0: int, k0: i
     if layout.relevance:
         seen = int(prev["rel_idx"][:u0, 0].max()) + 1 if u0 else 0  # speakers are numbered by first occurrence
         idx, words, speakers = tail_relevance(tail, temporal, tuple(prev_info.speakers[:seen]), u0)
-        a["rel_idx"], a["rel_words"] = cat("rel_idx", idx), cat("rel_words", words)
+        a["rel_idx"], a["rel_words"] = cat("rel_idx", idx).astype(np.int32), cat("rel_words", words)
     if costs is not None:
         a["tok_unit"], a["tok_head"] = costs.unit.astype(np.float64), costs.heading.astype(np.float64)
         a["tok_hrun"] = costs.runs(np.arange(bank.n_threads))

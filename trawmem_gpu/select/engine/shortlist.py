@@ -362,7 +362,7 @@ def _learned(snap: Snapshot, bidx, W, glob, lq, learned: bool):
     positions in ``W[q]``, -1 outside it; the date match of ``W[q]``'s units)."""
     if not learned:
         e = np.zeros(1)
-        return LearnedTables(np.zeros((1, 3), np.int64), e, e), lq
+        return LearnedTables(np.zeros((1, 3), np.int32), e, e), lq
     n = snap.np
     rel, dm, dm_off, k = [], [], [], 0
     for q, (w, gq) in enumerate(zip(W, glob)):

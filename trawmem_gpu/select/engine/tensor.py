@@ -269,7 +269,7 @@ def select_chunk(snap: Snapshot, plan, cfg, c: Chunk, W: Tensor, demand, now: Te
         # candidates (rows ``own`` formed theirs from their candidates, the passing units: masks.partial_rows)
         bridge = chunk_bridge(snap, c, bridge, c.masked & torch.as_tensor(roles_count(W.cpu().numpy()),
                                                                           device=c.masked.device))
-    unit_cols = tuple(snap.t[k][c.gid] for k in ("head_sim", "temporal", "position"))
+    unit_cols = tuple(snap.t[k][c.gid].to(dt) for k in ("head_sim", "temporal", "position"))  # temporal: float32
     feats = step4.features_torch(c.alpha, torch.gather(c.rvec, 1, c.lt.clamp(min=0)), bridge, unit_cols, c.cvalid)
     timer.lap("roles")
     # steps 5-6: gravity, costs, priorities
@@ -314,7 +314,7 @@ def token_budget(snap: Snapshot, cfg, c: Chunk, capacity: Tensor | None) -> Toke
     per-bank tables."""
     if capacity is None:
         return None
-    uc = torch.where(c.cvalid, snap.t["tok_unit"][c.gid], 1.0)
+    uc = torch.where(c.cvalid, snap.t["tok_unit"][c.gid].to(snap.t["tok_head"].dtype), 1.0)  # float32 table
     rows = torch.where(c.hthread >= 0, snap.off_t.to[c.bidx][:, None] + c.hthread, snap.dummy_thread)
     return TokenBudget(capacity, uc, snap.t["tok_head"][rows], cfg.knapsack_ratio,
                        heading_keys(snap.t["tok_hrun"][rows], c.hthread >= 0, c.lt))
@@ -365,7 +365,7 @@ def _learned_affinity(snap: Snapshot, cfg, batch: QueryBatch, cos: Tensor, umask
     question cues per query (speakers named, temporal cue, relative dates), then
     :func:`~trawmem_gpu.select.steps.relevance.learned_affinity_torch`."""
     dev, dt = cos.device, cos.dtype
-    idx = snap.t["rel_idx"][uid]  # [Q, N, 3] speaker, prev, next (bank-local)
+    idx = snap.t["rel_idx"][uid].long()  # [Q, N, 3] speaker, prev, next (bank-local; the table is int32)
     live = umask[:, :, None]
     idx = torch.where(live, idx, torch.tensor([0, -1, -1], device=dev))
     if batch.masks is not None:  # a session neighbour that a filter's mask leaves out is no context

@@ -328,7 +328,7 @@ def learned_tables(n: dict) -> LearnedTables:
     """The :class:`LearnedTables` of an engine's stored tables ``n`` (name -> NumPy array), or
     placeholders for an engine without the learned affinity's tables."""
     if n["rel_idx"].shape[1] != 3:
-        return LearnedTables(np.zeros((1, 3), np.int64), n["temporal"], np.zeros(1))
+        return LearnedTables(np.zeros((1, 3), np.int32), n["temporal"], np.zeros(1))
     return LearnedTables(n["rel_idx"], n["temporal"], n["rel_words"])
 
 
