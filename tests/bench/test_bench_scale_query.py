@@ -3,6 +3,8 @@ every curve has its points (with p99, the first query apart, the plan's threshol
 approximate points with both searches' throughput and the index's time per append), the step model reads the engine's step timings, and the figure draws."""
 import math
 
+import pytest
+
 from benchmarks.scale_bench import query
 
 
@@ -35,10 +37,13 @@ def test_quick_curves_measure_every_point_and_model_the_steps():
     assert len(fig.axes) >= 3
 
 
-def test_append_update_grows_the_index_by_the_appended_units_and_keeps_the_engines_answers():
+@pytest.mark.parametrize("vectors", ["float32", "int8"])
+def test_append_update_grows_the_index_by_the_appended_units_and_keeps_the_engines_answers(vectors):
     """``ann.append_update_ms`` times ``VectorIndex.grown`` on the engine's own index: nothing
     before the first approximate query (no index yet), then one time per append size, and the
-    engine still picks as before (the grown index is a new object; the old one masks the added ids)."""
+    engine still picks as before (the grown index is a new object; the old one masks the added ids).
+    A compact index grows with the float vectors of every unit it then holds (its re-rank), the
+    ones earlier repeats added included."""
     from benchmarks.scale_bench.ann import append_update_ms
     from benchmarks.synthetic_banks import make_banks, make_queries
     from trawmem_gpu.select.config import SelectConfig
@@ -46,7 +51,7 @@ def test_append_update_grows_the_index_by_the_appended_units_and_keeps_the_engin
 
     banks = make_banks(1, units=900, d=32, seed=3)
     ids, qs, Z = make_queries(banks, 4, seed=4)
-    eng = SelectionEngine(banks, SelectConfig(), device="cpu", threads=1, ann_min_units=1)
+    eng = SelectionEngine(banks, SelectConfig(), device="cpu", threads=1, ann_min_units=1, vectors=vectors)
     assert append_update_ms(eng) == {}
     before = eng.select_units(ids, qs, Z)
     info = eng.snapshot.infos[0]
