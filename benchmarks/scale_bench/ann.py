@@ -67,7 +67,7 @@ def append_update_ms(eng, sizes=(1, 8), repeats: int = 5, seed: int = 0) -> dict
             x /= np.linalg.norm(x, axis=1, keepdims=True)
             # a compact index re-ranks against the float vectors of every unit it holds: the ones the
             # index before this one held (the bank's, then those earlier repeats added) and x
-            rerank = None if index.rerank is None else np.concatenate([index.rerank[:index.n], x]).astype(bank_vecs.dtype)
+            rerank = None if index.rerank is None else np.concatenate([index.rerank[:index.n], x], dtype=bank_vecs.dtype)
             t = time.perf_counter()
             index = index.grown(x, index.n, rerank)
             ts.append(time.perf_counter() - t)

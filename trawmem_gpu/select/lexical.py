@@ -19,6 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .text_features import scan_cached
+
 _TOKEN = re.compile(r"(?u)\b\w\w+\b")  # bm25s' (and scikit-learn's) default token pattern
 
 
@@ -64,6 +66,13 @@ def _unit_tokens(text: str) -> tuple[str, ...]:
     return tuple(tokenize(text))
 
 
+def _texts_tokens(texts: list[str]) -> list[tuple[str, ...]]:
+    """Each text's :func:`_unit_tokens`; past :data:`CACHE_TEXTS` texts without the cache
+    (``text_features.scan_cached``)."""
+    tok = scan_cached(_unit_tokens, len(texts), CACHE_TEXTS)
+    return [tok(t) for t in texts]
+
+
 class BM25Index:
     """BM25 (Lucene variant, k1 = 1.5, b = 0.75) over a fixed list of texts."""
 
@@ -71,7 +80,7 @@ class BM25Index:
         import bm25s
 
         self.n = len(texts)
-        toks = [_unit_tokens(t) for t in texts] if len(texts) <= CACHE_TEXTS else [tuple(tokenize(t)) for t in texts]
+        toks = _texts_tokens(texts)
         # term ids in order of first occurrence (what bm25s' own vocabulary building gives)
         vocab: dict[str, int] = {w: i for i, w in enumerate(dict.fromkeys(chain.from_iterable(toks)))}
         self.vocab = vocab
@@ -137,7 +146,7 @@ class BM25Index:
             doc0, term0, tf0, lens0 = doc0[sel], term0[sel], tf0[sel], lens0[:m]
         vocab = dict(self.vocab)
         vocab.pop("", None)
-        toks = [_unit_tokens(t) for t in texts] if len(texts) <= CACHE_TEXTS else [tuple(tokenize(t)) for t in texts]
+        toks = _texts_tokens(texts)
         for w in chain.from_iterable(toks):
             if w not in vocab:
                 vocab[w] = len(vocab)

@@ -70,12 +70,20 @@ def demand_matrix(questions: list[str]) -> np.ndarray:
     return np.array(rows, dtype=np.float64).reshape(len(rows), 4)
 
 
+def scan_cached(fn, n: int, limit: int):
+    """``fn`` (an ``functools.lru_cache`` function) for one in-order pass over ``n`` keys, or past
+    ``limit`` (its cache's size) the same function uncached (``fn.__wrapped__``): an LRU cache
+    filled by such a pass over more keys than it holds evicts each key before it comes round
+    again, so the next pass hits nothing, and the cache would only keep the last keys alive (at
+    10^6 units: 65,536 turns and their lines in ``workspace.token_costs``, 2^18 texts here, about
+    80 MiB of tokens in ``lexical.BM25Index``)."""
+    return fn if n <= limit else fn.__wrapped__
+
+
 def temporal_flags(texts: list[str]) -> np.ndarray:
-    """[n] float: 1 where a unit's text holds a temporal expression. More texts than the cache
-    holds (``TEMPORAL_CACHED``) are searched without it: an LRU cache filled by one in-order pass
-    over more keys than it holds hits nothing on the next such pass, and would only keep the last
-    texts alive (2^18 of them at 10^6 units before this bound, about 148 bytes a text)."""
-    flag = _temporal.__wrapped__ if len(texts) > TEMPORAL_CACHED else _temporal
+    """[n] float: 1 where a unit's text holds a temporal expression (more texts than
+    ``TEMPORAL_CACHED`` without the cache: :func:`scan_cached`)."""
+    flag = scan_cached(_temporal, len(texts), TEMPORAL_CACHED)
     return np.array([flag(t) for t in texts], dtype=np.float64)
 
 

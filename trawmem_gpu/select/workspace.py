@@ -55,6 +55,7 @@ from ..data.types import Turn
 from ..store.bank import Bank
 from ..store.bursts import unit_members
 from ..tokens import TOKENIZER_NAME, count_tokens_cached, count_tokens_many_cached, lines_count_apart
+from .text_features import scan_cached
 
 Headings = Literal["date", "gist", "none"]
 """What a workspace shows per thread: a ``## date`` heading (``date``), the heading with the
@@ -273,20 +274,10 @@ the heading (it counts the heading with every subset of them shown; beyond this,
 the costs are not ``bounded``)."""
 
 
-def _scan_of(n_units: int):
-    """``(unit_line, date_label)`` for one pass over ``n_units`` turns: the cached functions, or,
-    past what their caches hold (``TEXT_SCAN_CACHED``), the same functions uncached. An LRU cache
-    scanned in order over more keys than it holds hits nothing on the next such scan (each key is
-    evicted before it comes round again), so it would only keep up to 65,536 turns and their lines
-    alive for no later hit (61.4 MiB of them on the 10^5-unit bank of ``engine_resident``)."""
-    if n_units > TEXT_SCAN_CACHED:
-        return unit_line.__wrapped__, date_label.__wrapped__
-    return unit_line, date_label
-
-
 TEXT_SCAN_CACHED = 1 << 16
 """The most turns a :func:`token_costs` pass reads through the ``unit_line`` / ``date_label``
-caches (their size)."""
+caches (their size; past it, without them: ``text_features.scan_cached``; they held 61.4 MiB of
+turns on the 10^5-unit bank of ``engine_resident``)."""
 
 
 def token_costs(bank: Bank, headings: Headings = DEFAULT_HEADINGS) -> TokenCosts:
@@ -295,7 +286,7 @@ def token_costs(bank: Bank, headings: Headings = DEFAULT_HEADINGS) -> TokenCosts
     :func:`heading_line` write."""
     _check_headings(headings)
     with_heads = headings != "none"
-    line_of, label_of = _scan_of(bank.n_units)
+    line_of, label_of = (scan_cached(f, bank.n_units, TEXT_SCAN_CACHED) for f in (unit_line, date_label))
     lines, each = [], []  # each unit's line and (date headings) its date label, in one pass over the turns
     for t in bank.turns:
         lines.append(line_of(t, with_heads) + "\n")

@@ -25,7 +25,7 @@ import numpy as np
 
 from .._jit import njit
 from ..steps.candidates import GivenRanks
-from ..steps.relevance import LearnedQueries, LearnedTables
+from ..steps.relevance import LearnedQueries, LearnedTables, no_learned_tables
 from .tables import Offsets, Snapshot
 
 
@@ -87,8 +87,7 @@ def front_args(snap: Snapshot, bidx: np.ndarray, shorts: list, lq, learned: bool
     off = Offsets(uo, to, zeros, zeros, zeros, zeros, nu, nt, zeros)
     tptr, tids = np.arange(Q + 1, dtype=np.int64), np.arange(Q, dtype=np.int64)
     if not learned:
-        e = np.zeros(1)
-        return spaces, (tables, off, cos, uo, tptr, tids, ranks, LearnedTables(np.zeros((1, 3), np.int32), e, e), lq)
+        return spaces, (tables, off, cos, uo, tptr, tids, ranks, no_learned_tables(), lq)
     ltab = LearnedTables(cat([p[6] for p in parts], n["rel_idx"].dtype, (0, 3)),
                          cat([p[7] for p in parts], n["temporal"].dtype), cat([p[8] for p in parts], n["rel_words"].dtype))
     return spaces, (tables, off, cos, uo, tptr, tids, ranks, ltab, _dated(lq, shorts))

@@ -42,7 +42,7 @@ import numpy as np
 from .._jit import njit
 from ..steps.ann import AnnParams, VectorIndex
 from ..steps.candidates import GivenRanks
-from ..steps.relevance import LearnedQueries, LearnedTables
+from ..steps.relevance import LearnedQueries, LearnedTables, no_learned_tables
 from . import assembly
 from .compiled_args import NO_THREADS
 from .lexical_shortlist import Lexical, lexical, ranks_of, scores_at, warm
@@ -361,8 +361,7 @@ def _learned(snap: Snapshot, bidx, W, glob, lq, learned: bool):
     """The learned affinity's tables and question cues over the working sets (prev / next as
     positions in ``W[q]``, -1 outside it; the date match of ``W[q]``'s units)."""
     if not learned:
-        e = np.zeros(1)
-        return LearnedTables(np.zeros((1, 3), np.int32), e, e), lq
+        return no_learned_tables(), lq
     n = snap.np
     rel, dm, dm_off, k = [], [], [], 0
     for q, (w, gq) in enumerate(zip(W, glob)):

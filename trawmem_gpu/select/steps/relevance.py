@@ -328,8 +328,15 @@ def learned_tables(n: dict) -> LearnedTables:
     """The :class:`LearnedTables` of an engine's stored tables ``n`` (name -> NumPy array), or
     placeholders for an engine without the learned affinity's tables."""
     if n["rel_idx"].shape[1] != 3:
-        return LearnedTables(np.zeros((1, 3), np.int32), n["temporal"], np.zeros(1))
+        return no_learned_tables(n["temporal"])
     return LearnedTables(n["rel_idx"], n["temporal"], n["rel_words"])
+
+
+def no_learned_tables(temporal: np.ndarray | None = None) -> LearnedTables:
+    """Placeholder :class:`LearnedTables` where the learned affinity is off: one row each, in the
+    stored tables' dtypes (``rel_idx`` int32), so compiled readers see one argument type;
+    ``temporal``: the engine's own table where a reader still takes it (default one 0.0)."""
+    return LearnedTables(np.zeros((1, 3), np.int32), np.zeros(1) if temporal is None else temporal, np.zeros(1))
 
 
 class LearnedQueries(NamedTuple):
