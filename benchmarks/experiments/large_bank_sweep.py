@@ -108,10 +108,12 @@ def main() -> None:
                 return None
             while True:
                 lines = [l.strip() for l in open(cmdf) if l.strip()] if os.path.exists(cmdf) else []
-                if "quit" in lines[done:]:
+                if done < 0 or (lines[done:done + 1] == ["quit"]):
                     return None
                 if len(lines) > done:
                     new = lines[done:]; done = len(lines)
+                    if "quit" in new:  # the settings before it run, then the sweep ends
+                        new, done = new[:new.index("quit")], -1
                     for name in filter(None, os.environ.get("RELOAD", "").split(",")):  # modules added since
                         try:
                             importlib.reload(importlib.import_module(name))
