@@ -17,10 +17,13 @@ import numba  # noqa: E402
 
 from benchmarks.synthetic_banks import make_banks, make_queries  # noqa: E402
 from trawmem_gpu.select.config import SelectConfig  # noqa: E402
-from trawmem_gpu.select.engine import SelectionEngine, lexical_dense as ld, lexical_shortlist as lx  # noqa: E402
+from trawmem_gpu.select.engine import SelectionEngine, lexical_dense as ld, lexical_merge as lm, lexical_shortlist as lx  # noqa: E402
 
-COMPILED = ("accumulate", "top_units", "rank_table", "table_ranks")
-"""``lexical_dense``'s entry points a dense query calls (``lexical_shortlist.lexical`` / ``_counted``)."""
+COMPILED = {True: (("lm", "blocked_scores"), ("lm", "score_table"), ("lm", "table_top"), ("lm", "scores_in"),
+                   ("ld", "table_ranks")),
+            False: (("ld", "accumulate"), ("ld", "top_units"), ("ld", "rank_table"), ("ld", "table_ranks"))}
+"""The compiled entry points a dense query calls (``lexical_shortlist.lexical`` / ``_counted``) with
+``lexical_shortlist.MERGED`` on (``lexical_merge``) and off (``lexical_dense`` alone)."""
 
 
 @pytest.fixture(scope="module")
@@ -30,18 +33,22 @@ def banks():
     return big, small, make_queries([big], 12, seed=33)
 
 
-@pytest.fixture
-def calls(monkeypatch):
-    """Per entry point, the numba argument types of each call since the test began."""
-    seen: dict[str, list] = {k: [] for k in COMPILED}
-    for name in COMPILED:
-        f = getattr(ld, name)
+@pytest.fixture(params=[True, False], ids=["merged", "accumulated"])
+def calls(request, monkeypatch):
+    """Per entry point (of ``lexical_shortlist.MERGED`` on or off), the numba argument types of each
+    call since the test began."""
+    monkeypatch.setattr(lx, "MERGED", request.param)
+    seen: dict[str, list] = {}
+    for mod, name in COMPILED[request.param]:
+        m = {"ld": ld, "lm": lm}[mod]
+        f = getattr(m, name)
+        seen[name] = []
 
         def spy(*args, _f=f, _name=name):
             seen[_name].append(tuple(numba.typeof(a) for a in args))
             return _f(*args)
 
-        monkeypatch.setattr(ld, name, spy)
+        monkeypatch.setattr(m, name, spy)
     return seen
 
 
@@ -53,14 +60,14 @@ def test_the_build_compiles_every_type_a_dense_query_passes(banks, calls, monkey
     big, _small, (ids, qs, Z) = banks
     eng = SelectionEngine([big], SelectConfig(), device="cpu", threads=1, ann_min_units=1000)
     built = _types(calls)
-    assert all(built[k] for k in COMPILED), built  # every entry point called at build
+    assert all(built[k] for k in calls), built  # every entry point called at build
     for v in calls.values():
         v.clear()
     monkeypatch.setattr(lx, "EXACT_POSTINGS", 0)  # every query past it: the dense pass
     eng.select_units(ids, qs, Z)
     asked = _types(calls)
-    assert all(asked[k] for k in COMPILED), asked  # the queries did take the dense pass
-    for k in COMPILED:
+    assert all(asked[k] for k in calls), asked  # the queries did take the dense pass
+    for k in calls:
         assert asked[k] <= built[k], (k, asked[k] - built[k])
 
 
@@ -78,7 +85,7 @@ def test_a_bank_grown_past_the_threshold_is_warmed_when_published(banks, calls):
     eng = SelectionEngine([small], SelectConfig(), device="cpu", threads=1, ann_min_units=1000)
     assert not any(calls.values())
     eng.replace_bank(big)
-    assert all(calls[k] for k in COMPILED)
+    assert all(calls[k] for k in calls)
 
 
 def test_warm_up_builds_the_index_and_picks_the_same(banks):
@@ -99,3 +106,4 @@ def test_warm_leaves_the_accumulator_zero(banks):
     eng = SelectionEngine([big], SelectConfig(), device="cpu", threads=1, ann_min_units=1000)
     lx.warm(eng.snapshot)
     assert not np.any(ld.scratch(1))
+    assert not any(np.any(a) for a in lm.scratch())

@@ -31,7 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._jit import njit
-from . import lexical_dense
+from . import lexical_dense, lexical_merge
 from .tables import Snapshot
 
 EXACT_POSTINGS = 1 << 15
@@ -49,6 +49,13 @@ RADIX_ORDER = True
 """A query read exactly (at most ``EXACT_POSTINGS`` postings) orders its touched units by a
 compiled radix sort of their scores (``lexical_dense.rank_table``) instead of ``np.lexsort``
 (the plain form, False: the same order; :func:`_ranked`)."""
+MERGED = True
+"""Past ``EXACT_POSTINGS`` (:data:`DENSE`), the touched units are read ascending, block by block,
+and the query's rank table is built at once (sorted by counting its distinct scores; its first
+``M`` keys are the top) and kept (``lexical_merge``), instead of ``lexical_dense.accumulate``'s
+sweeps of a bank-long accumulator, its top-``M`` heap and the table's radix sort at the first ranks
+(False: that form, the plain reference; the same scores, top and ranks). The ascending units also
+give the working set its scores (:func:`scores_of`)."""
 _LOCK = threading.Lock()
 
 
@@ -74,9 +81,12 @@ class Lexical(NamedTuple):
     """``units`` / ``scores`` hold every unit of positive score in no order (``rank`` empty): ranks
     are counted over them (``lexical_dense``), exactly."""
     memo: list | None = None
-    """Counted ranks: ``[lexical_dense.rank_table]`` once the query's first ranks are read
-    (:data:`RANK_TABLE`), else ``[(units ascending, their ranks)]`` counted so far for this query
-    (a grown working set counts only the units it adds)."""
+    """Counted ranks: ``[lexical_dense.rank_table]`` once the query's first ranks are read (built
+    with the reading itself with :data:`MERGED`) (:data:`RANK_TABLE`), else ``[(units ascending,
+    their ranks)]`` counted so far for this query (a grown working set counts only the units it adds)."""
+    ascending: bool = False
+    """``units`` are ascending and hold every unit of positive score with its exact score (no
+    filter): :func:`scores_of` reads a unit's score there."""
 
 
 def bm25_sparse(snap: Snapshot, bank: int, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -111,6 +121,14 @@ def warm(snap: Snapshot) -> None:
         return
     st = snap.bm25.store
     none = np.zeros(1, np.int64)
+    if MERGED:
+        u, s = lexical_merge.dense_scores(st.idx, st.data, none, none, 1)
+        keys, units, runs = lexical_merge.score_table(u, s, lexical_dense.radix_scratch(len(u)))
+        lexical_merge.table_top(keys, units, 1)
+        lexical_merge.scores_in(u, s, np.zeros(0, np.int64))
+        lexical_dense.top_units(u, s, 1)
+        lexical_dense.table_ranks(keys, units, runs, np.zeros(0, np.int64), np.zeros(0, np.float32))
+        return
     u, s = lexical_dense.dense_scores(st.idx, st.data, none, none, 1)
     lexical_dense.top_units(u, s, 1)
     if RANK_TABLE:
@@ -194,8 +212,10 @@ def lexical(snap: Snapshot, bank: int, cols: np.ndarray, M: int, sample_rows: np
             ok = keep[u]
             u, s = u[ok], s[ok]
         rank, order = _ranked(u, s)
-        return Lexical(u[order[:M]], u, s, rank, -1.0, np.zeros(0, np.float32), n)
+        return Lexical(u[order[:M]], u, s, rank, -1.0, np.zeros(0, np.float32), n, ascending=keep is None)
     st = snap.bm25.store
+    if DENSE and MERGED:
+        return _merged(st, lo, hi, M, n)
     if DENSE:  # every posting added in one compiled pass: exact scores and ranks
         u, s = lexical_dense.dense_scores(st.idx, st.data, lo, hi, n)
         return Lexical(lexical_dense.top_units(u, s, M), u, s, np.zeros(0), -1.0, np.zeros(0, np.float32), n, True, [])
@@ -212,6 +232,30 @@ def lexical(snap: Snapshot, bank: int, cols: np.ndarray, M: int, sample_rows: np
     rank, order = _ranked(cand, s)
     return Lexical(cand[order[:M]], cand, s, rank, float(bound),
                    np.sort(scores_at(snap, bank, cols, sample_rows)), n)
+
+
+def _merged(st, lo: np.ndarray, hi: np.ndarray, M: int, n: int) -> Lexical:
+    """:func:`lexical`'s compiled reading with :data:`MERGED`: the touched units ascending
+    (``lexical_merge.dense_scores``), the rank table built now (:data:`RANK_TABLE`) and the top
+    read from it, else the top by ``lexical_dense.top_units``' heap."""
+    u, s = lexical_merge.dense_scores(st.idx, st.data, lo, hi, n)
+    empty = np.zeros(0, np.float32)
+    if not RANK_TABLE:
+        return Lexical(lexical_dense.top_units(u, s, M), u, s, np.zeros(0), -1.0, empty, n, True, [], True)
+    if n > lexical_dense.KEY_UNITS:
+        raise ValueError(f"a bank of {n} units: BM25 rank keys hold at most 2^31")
+    table = lexical_merge.score_table(u, s, lexical_dense.radix_scratch(len(u)))
+    return Lexical(lexical_merge.table_top(table[0], table[1], M), u, s, np.zeros(0), -1.0, empty, n, True,
+                   [table], True)
+
+
+def scores_of(lex: Lexical | None, snap: Snapshot, bank: int, cols: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """:func:`scores_at` of ``units``, read from ``lex`` when its units are ascending with every unit
+    of positive score (:attr:`Lexical.ascending`: one binary search a unit, not one per column);
+    the same float32 values (both the column-order sums)."""
+    if lex is not None and lex.ascending:
+        return lexical_merge.scores_in(lex.units, lex.scores, np.ascontiguousarray(units, dtype=np.int64))
+    return scores_at(snap, bank, cols, units)
 
 
 def _rescored(units: np.ndarray, had: np.ndarray, scores: np.ndarray, score) -> np.ndarray:

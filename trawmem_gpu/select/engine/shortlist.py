@@ -45,7 +45,7 @@ from ..steps.candidates import GivenRanks
 from ..steps.relevance import LearnedQueries, LearnedTables, no_learned_tables
 from . import assembly
 from .compiled_args import NO_THREADS
-from .lexical_shortlist import Lexical, lexical, ranks_of, scores_at, warm
+from .lexical_shortlist import Lexical, lexical, ranks_of, scores_at, scores_of, warm
 from .tables import Offsets, Snapshot, unit_block
 
 ROUNDS = 3
@@ -187,7 +187,7 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
         _gather_dots(vecs, base + W, np.full(len(W), q), Z, cos)
         edge = heads[q][0, -1:] if heads[q].shape[1] else cos[np.searchsorted(W, near[q])]
         out.append(Shortlist(W, float(edge.min()) if len(edge) else np.inf, heads[q], sample[q][0], lex, cos,
-                             scores_at(snap, bank, cols, W), cols))
+                             scores_of(lex, snap, bank, cols, W), cols))
     return out
 
 
@@ -203,7 +203,7 @@ def grown(snap: Snapshot, short: Shortlist, bank: int, more: np.ndarray, z: np.n
     _gather_dots(vecs, base + new, np.zeros(len(new), np.int64), z[None, :], cos)
     units = np.concatenate([short.units, new])
     order = np.argsort(units, kind="stable")
-    bm_new = scores_at(snap, bank, short.cols, new)
+    bm_new = scores_of(short.lex, snap, bank, short.cols, new)
     ranks = None
     if REUSE and short.ranks is not None and short.head.shape[1]:
         add = given_ranks(short._replace(units=new, cos=cos, bm=bm_new), cos, int(snap.off.nu[bank]))

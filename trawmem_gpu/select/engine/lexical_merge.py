@@ -1,0 +1,192 @@
+"""Exact BM25 of a large bank's query with its touched units ascending (``lexical_shortlist.MERGED``):
+the same float32 scores, top and ranks as ``lexical_dense``'s accumulation, heap and radix-sorted
+rank table, read in fewer passes over memory.
+
+The math is ``lexical_dense``'s (its plain reference: ``lexical_shortlist.bm25_sparse`` then
+``np.lexsort``): a unit's score is the float32 sum of its postings in the query's columns, added
+in column (token) order starting from 0 (a posting of 0 touches nothing); its rank is ``1 +
+#{v : s_v > s_u or (s_v == s_u and v < u)}`` over the units of positive score. Here:
+
+* :func:`blocked_scores`: the bank's units are taken in blocks of :data:`BLOCK` (a float32
+  accumulator of 256 KB, which stays in a core's L2); each column's postings are ascending by unit
+  (the store's order), so each block adds the part of every column that falls in it, column after
+  column (the same float32 sums), marking each touched unit in a bitmap, and reads its touched
+  units out of the bitmap ascending, clearing both. ``lexical_dense.accumulate`` swept an
+  accumulator of the bank's length (4 MB at 10^6) once per column, mostly from L3;
+* :func:`score_table`: ``lexical_dense.rank_table``'s ``(keys, units, runs)``, the keys sorted by
+  one counting pass over the distinct scores when there are at most :data:`FEW_SCORES` of them
+  (BM25 of a few terms ties a lot: the synthetic 10^6 bank's queries hold 24-665 distinct scores
+  over 42,000-221,000 touched units), found by a small open-addressing hash of the score's bits
+  in the pass that counts them; past that many (real text's longer queries), ``rank_table``'s radix
+  sort. Both are stable sorts by score descending of the positions: the same keys;
+* :func:`table_top`: the top ``M`` units are the table's first ``M`` keys (positions ascend with the
+  units here, so the keys order score descending, unit ascending), with no heap;
+* :func:`scores_in`: a unit's score by a binary search in the ascending units (the working set's
+  BM25 without a binary search in each column, ``lexical_shortlist.scores_at``).
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from .._jit import njit
+from . import lexical_dense
+
+FEW_SCORES = 2048
+"""Most distinct scores :func:`score_table` sorts by counting (its hash holds twice as many slots);
+past this many it takes ``lexical_dense.rank_table``'s radix sort."""
+_SLOTS = 4096
+
+
+BLOCK = 1 << 16
+"""Units per block of :func:`dense_scores` (its float32 accumulator: 256 KB, within a core's L2;
+2^15 - 2^18 measured the same within 10%, ``bm25_probe``)."""
+_DEBRUIJN = np.int64(0x03F79D71B4CB0A89)
+_DB_TABLE = np.zeros(64, np.int64)
+"""A power of two times :data:`_DEBRUIJN`'s top 6 bits (mod 2^64) -> its exponent."""
+for _i in range(64):
+    _DB_TABLE[((((1 << _i) * 0x03F79D71B4CB0A89) % (1 << 64)) >> 58) & 63] = _i
+_SCRATCH = threading.local()
+
+
+def dense_scores(idx: np.ndarray, data: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """``(units ascending, float32 scores)`` of every unit the columns ``[lo[c], hi[c])`` of the store
+    touch (bank-local units below ``n``): :func:`blocked_scores` with this thread's scratch."""
+    got = getattr(_SCRATCH, "acc", None)
+    if got is None:
+        got = _SCRATCH.acc = (np.zeros(BLOCK, np.float32), np.zeros(BLOCK // 64, np.int64))
+    return blocked_scores(idx, data, np.asarray(lo, np.int64), np.asarray(hi, np.int64), int(n), BLOCK, *got)
+
+
+def scratch() -> tuple[np.ndarray, np.ndarray]:
+    """This thread's ``(accumulator, bits)`` of :func:`dense_scores` (zero between calls), if any."""
+    return getattr(_SCRATCH, "acc", (np.zeros(0, np.float32), np.zeros(0, np.int64)))
+
+
+@njit(cache=True, nogil=True)
+def blocked_scores(idx, data, lo, hi, n, block, acc, bits):  # pragma: no cover - compiled
+    """:func:`merged_scores` by blocks of ``block`` units: each block's postings of every column
+    (column after column: the same float32 sums) added into ``acc`` (zero, at least ``block``
+    long) with a bit set per touched unit in ``bits`` (zero int64, ``block / 64`` long), then the
+    block's touched units read out ascending from the bits (both left zero). ``block``: a multiple
+    of 64."""
+    C = len(lo)
+    total = 0
+    for c in range(C):
+        total += hi[c] - lo[c]
+    units = np.empty(total, np.int64)
+    scores = np.empty(total, np.float32)
+    cur = lo.copy()
+    k = 0
+    for b0 in range(0, n, block):
+        b1 = min(b0 + block, n)
+        for c in range(C):
+            p, e = cur[c], hi[c]
+            while p < e:
+                u = idx[p] - b0
+                if u >= b1 - b0:
+                    break
+                v = data[p]
+                if v != 0:
+                    acc[u] += v
+                    bits[u >> 6] |= np.int64(1) << (u & 63)
+                p += 1
+            cur[c] = p
+        for w in range((b1 - b0 + 63) >> 6):
+            x = bits[w]
+            if x == 0:
+                continue
+            bits[w] = 0
+            while x != 0:
+                t = x & -x
+                u = (w << 6) + _DB_TABLE[((t * _DEBRUIJN) >> 58) & 63]
+                units[k] = b0 + u
+                scores[k] = acc[u]
+                acc[u] = 0
+                k += 1
+                x ^= t
+    return units[:k], scores[:k]
+
+
+@njit(cache=True, nogil=True)
+def score_table(units, scores, scratch):  # pragma: no cover - compiled
+    """``lexical_dense.rank_table(units, scores, scratch)`` (the same ``keys, units, runs``), sorted
+    by counting the distinct scores when there are at most :data:`FEW_SCORES`. Scores must be
+    positive; positions below 2^31."""
+    T = len(units)
+    R = 1
+    for i in range(1, T):
+        R += units[i] < units[i - 1]
+    if T == 0 or R > 1:
+        return lexical_dense.rank_table(units, scores, scratch)
+    keys = np.empty(T, np.int64)
+    if not _counted_keys(scores, keys):
+        return lexical_dense.rank_table(units, scores, scratch)
+    runs = np.empty(2, np.int64)
+    runs[0], runs[1] = 0, T
+    return keys, units, runs
+
+
+@njit(cache=True, nogil=True)
+def _counted_keys(scores, keys):  # pragma: no cover - compiled
+    """Fill ``keys`` with ``(0x7F800000 - bits) << 32 | position`` sorted (score descending,
+    position ascending) by one counting pass and one placing pass; False (``keys`` unfilled) when
+    the scores hold more than :data:`FEW_SCORES` distinct values."""
+    T = len(scores)
+    sb = scores.view(np.int32)
+    mask = _SLOTS - 1
+    hk = np.full(_SLOTS, -1, np.int32)  # a slot's score bits (positive floats: bits >= 0)
+    hc = np.zeros(_SLOTS, np.int64)
+    slot = np.empty(T, np.int16)
+    D = 0
+    for i in range(T):
+        b = sb[i]
+        h = ((np.int64(b) * np.int64(2654435761)) >> 20) & mask
+        while hk[h] != b:
+            if hk[h] < 0:
+                D += 1
+                if D > FEW_SCORES:
+                    return False
+                hk[h] = b
+                break
+            h = (h + 1) & mask
+        hc[h] += 1
+        slot[i] = h
+    used = np.flatnonzero(hk >= 0)
+    order = used[np.argsort(-hk[used].astype(np.int64))]  # score descending
+    at = 0
+    for h in order:
+        n = hc[h]
+        hc[h] = at
+        at += n
+    for i in range(T):
+        h = slot[i]
+        keys[hc[h]] = ((np.int64(0x7F800000) - sb[i]) << 32) | i
+        hc[h] += 1
+    return True
+
+
+@njit(cache=True, nogil=True)
+def table_top(keys, units, M):  # pragma: no cover - compiled
+    """The ``min(M, len(keys))`` best units of a table over ascending ``units``, best first."""
+    m = min(M, len(keys))
+    out = np.empty(m, np.int64)
+    low = np.int64(0xFFFFFFFF)
+    for j in range(m):
+        out[j] = units[keys[j] & low]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def scores_in(units, scores, wu):  # pragma: no cover - compiled
+    """``[len(wu)]`` float32 scores of units ``wu`` among ``(units ascending, scores)``, 0 for a unit
+    not among them."""
+    out = np.zeros(len(wu), np.float32)
+    n = len(units)
+    for j in range(len(wu)):
+        p = np.searchsorted(units, wu[j])
+        if p < n and units[p] == wu[j]:
+            out[j] = scores[p]
+    return out
