@@ -157,7 +157,8 @@ def _row(line: str):
 
 STAGED = (("shortlist", "working_sets"), ("shortlist", "lexical"), ("shortlist", "ranked"), ("shortlist", "front_args"),
           ("shortlist", "grown"), ("compiled", "front_loop"), ("compiled", "_front_shortlist"),
-          ("lexical_dense", "rank_table"), ("lexical_dense", "dense_scores"))
+          ("lexical_dense", "rank_table"), ("lexical_dense", "dense_scores"),
+          ("lexical_merge", "dense_scores"), ("lexical_merge", "score_table"), ("shortlist", "scores_of"))
 
 
 def stage_timer(into: dict) -> None:

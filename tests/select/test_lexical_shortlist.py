@@ -107,14 +107,25 @@ def test_few_postings_are_read_exactly(bank):
         np.testing.assert_array_equal(lx.ranks_of(lex, u, s), rank)
         for M in (0, 1, 7, len(u) + 3):  # the top: the M best by (score descending, unit ascending)
             np.testing.assert_array_equal(lx.lexical(snap, b, cols, M, np.arange(10)).top, u[np.argsort(rank)][:M])
+        everyone = np.arange(int(snap.off.nu[b]))
+        want = lx.scores_at(snap, b, cols, everyone)
+        keep = everyone % 3 > 0
+        masked = lx.lexical(snap, b, cols, 8, np.arange(10), keep)
+        assert lex.ascending and not masked.ascending  # a filter's units are not every unit of positive score
+        for one in (lex, masked, None):
+            np.testing.assert_array_equal(lx.scores_of(one, snap, b, cols, everyone), want)
 
 
-def test_dense_reading_is_the_exact_top_scores_and_ranks(bank, monkeypatch):
-    """The compiled pass over every posting (``lexical_dense``) against the plain reference: the
-    same float32 scores, the exact ``M`` best in order and every unit's exact rank (ties included)."""
+@pytest.mark.parametrize("merged", [True, False])
+def test_dense_reading_is_the_exact_top_scores_and_ranks(bank, monkeypatch, merged):
+    """The compiled pass over every posting (``lexical_merge`` with ``MERGED``, else
+    ``lexical_dense``) against the plain reference: the same float32 scores, the exact ``M`` best in
+    order, every unit's exact rank (ties included) and, read from the ascending units
+    (``scores_of``), every unit's score as ``scores_at``'s."""
     snap, qs = bank
     monkeypatch.setattr(lx, "EXACT_POSTINGS", 0)
     monkeypatch.setattr(lx, "DENSE", True)
+    monkeypatch.setattr(lx, "MERGED", merged)
     checked = 0
     for b, cols in _queries(snap, qs):
         u, s, rank = _exact(snap, b, cols)
@@ -127,6 +138,8 @@ def test_dense_reading_is_the_exact_top_scores_and_ranks(bank, monkeypatch):
             np.testing.assert_array_equal(lex.top, u[np.argsort(rank)][:M])
         everyone = np.arange(int(snap.off.nu[b]))
         scores = lx.scores_at(snap, b, cols, everyone)
+        assert lex.ascending == merged
+        np.testing.assert_array_equal(lx.scores_of(lex, snap, b, cols, everyone[::-1]), scores[::-1])  # bit for bit
         want = np.zeros(len(everyone))
         want[u] = np.where(s > 0, rank, 0)
         np.testing.assert_array_equal(lx.ranks_of(lex, everyone[::-1], scores[::-1]), want[::-1])
