@@ -113,7 +113,7 @@ def load(path: str) -> list[dict]:
                 break
             calls.append((kind, z[f"q{q}_{kind}{j}_u"], z[f"q{q}_{kind}{j}_s"], z[f"q{q}_{kind}{j}_r"]))
             j += 1
-        out.append(dict(idx=z[f"q{q}_idx"], data=z[f"q{q}_data"], len=z[f"q{q}_len"], n=n, M=M, top=z[f"q{q}_top"], calls=calls))
+        out.append(dict(P=int(z[f"q{q}_len"].sum()), idx=z[f"q{q}_idx"], data=z[f"q{q}_data"], len=z[f"q{q}_len"], n=n, M=M, top=z[f"q{q}_top"], calls=calls))
     return out
 
 

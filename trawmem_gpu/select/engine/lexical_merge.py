@@ -67,34 +67,17 @@ def scratch() -> tuple[np.ndarray, np.ndarray]:
 
 @njit(cache=True, nogil=True)
 def blocked_scores(idx, data, lo, hi, n, block, acc, bits):  # pragma: no cover - compiled
-    """:func:`merged_scores` by blocks of ``block`` units: each block's postings of every column
-    (column after column: the same float32 sums) added into ``acc`` (zero, at least ``block``
-    long) with a bit set per touched unit in ``bits`` (zero int64, ``block / 64`` long), then the
-    block's touched units read out ascending from the bits (both left zero). ``block``: a multiple
-    of 64."""
-    C = len(lo)
-    total = 0
-    for c in range(C):
-        total += hi[c] - lo[c]
-    units = np.empty(total, np.int64)
-    scores = np.empty(total, np.float32)
-    cur = lo.copy()
+    """``(units ascending, float32 scores)`` of every unit the columns ``[lo[c], hi[c])`` touch (each
+    column ascending by unit, bank-local units below ``n``), by blocks of ``block`` units (a
+    multiple of 64): each block's postings of every column added into ``acc`` (zero, at least
+    ``block`` long), column after column (the same float32 sums), with a bit set per touched unit
+    in ``bits`` (zero int64, ``block / 64`` long), then the block's touched units read out ascending
+    from the bits (both left zero)."""
+    units, scores, cur = _outputs(lo, hi)
     k = 0
     for b0 in range(0, n, block):
-        b1 = min(b0 + block, n)
-        for c in range(C):
-            p, e = cur[c], hi[c]
-            while p < e:
-                u = idx[p] - b0
-                if u >= b1 - b0:
-                    break
-                v = data[p]
-                if v != 0:
-                    acc[u] += v
-                    bits[u >> 6] |= np.int64(1) << (u & 63)
-                p += 1
-            cur[c] = p
-        for w in range((b1 - b0 + 63) >> 6):
+        _add_block(idx, data, cur, hi, b0, min(b0 + block, n), acc, bits)
+        for w in range((min(b0 + block, n) - b0 + 63) >> 6):
             x = bits[w]
             if x == 0:
                 continue
@@ -108,6 +91,35 @@ def blocked_scores(idx, data, lo, hi, n, block, acc, bits):  # pragma: no cover 
                 k += 1
                 x ^= t
     return units[:k], scores[:k]
+
+
+@njit(cache=True, nogil=True)
+def _outputs(lo, hi):  # pragma: no cover - compiled
+    """``(units int64, scores float32, cursors)``: room for every posting of the columns, and each
+    column's next posting (its first)."""
+    total = 0
+    for c in range(len(lo)):
+        total += hi[c] - lo[c]
+    return np.empty(total, np.int64), np.empty(total, np.float32), lo.copy()
+
+
+@njit(cache=True, nogil=True)
+def _add_block(idx, data, cur, hi, b0, b1, acc, bits):  # pragma: no cover - compiled
+    """Add every column's postings of units ``[b0, b1)`` (from its cursor ``cur[c]``, moved past
+    them) into ``acc[u - b0]``, column after column, setting bit ``u - b0`` of ``bits`` for each
+    posting that is not 0."""
+    for c in range(len(cur)):
+        p, e = cur[c], hi[c]
+        while p < e:
+            u = idx[p] - b0
+            if u >= b1 - b0:
+                break
+            v = data[p]
+            if v != 0:
+                acc[u] += v
+                bits[u >> 6] |= np.int64(1) << (u & 63)
+            p += 1
+        cur[c] = p
 
 
 @njit(cache=True, nogil=True)
@@ -137,8 +149,7 @@ def _counted_keys(scores, keys):  # pragma: no cover - compiled
     T = len(scores)
     sb = scores.view(np.int32)
     mask = _SLOTS - 1
-    hk = np.full(_SLOTS, -1, np.int32)  # a slot's score bits (positive floats: bits >= 0)
-    hc = np.zeros(_SLOTS, np.int64)
+    hk, hc = _hash()
     slot = np.empty(T, np.int16)
     D = 0
     for i in range(T):
@@ -154,18 +165,32 @@ def _counted_keys(scores, keys):  # pragma: no cover - compiled
             h = (h + 1) & mask
         hc[h] += 1
         slot[i] = h
+    _place(sb, slot, hk, hc, keys)
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _hash():  # pragma: no cover - compiled
+    """An empty open-addressing hash of score bits: ``(bits per slot, -1 empty; count per slot)``
+    (the probe is written out in :func:`_counted_keys`: a compiled call per touched unit cost 4x)."""
+    return np.full(_SLOTS, -1, np.int32), np.zeros(_SLOTS, np.int64)
+
+
+@njit(cache=True, nogil=True)
+def _place(sb, slot, hk, hc, keys):  # pragma: no cover - compiled
+    """The counting sort's placing pass: slots ordered by score descending, their counts ``hc``
+    turned into start offsets, each position's key written at its slot's next offset (stable)."""
     used = np.flatnonzero(hk >= 0)
     order = used[np.argsort(-hk[used].astype(np.int64))]  # score descending
     at = 0
     for h in order:
-        n = hc[h]
+        c = hc[h]
         hc[h] = at
-        at += n
-    for i in range(T):
+        at += c
+    for i in range(len(slot)):
         h = slot[i]
         keys[hc[h]] = ((np.int64(0x7F800000) - sb[i]) << 32) | i
         hc[h] += 1
-    return True
 
 
 @njit(cache=True, nogil=True)
