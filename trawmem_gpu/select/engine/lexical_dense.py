@@ -1,7 +1,10 @@
 """Exact BM25 of a large bank's query, compiled: every posting of the query's columns added into a
 dense per-thread accumulator, the ``M`` best units kept in a heap, and the BM25 rank of any unit
 counted over every unit of positive score (``lexical_shortlist.lexical`` for queries whose columns
-hold more than ``EXACT_POSTINGS`` postings).
+hold more than ``EXACT_POSTINGS`` postings). With ``lexical_shortlist.MERGED`` (the default) the
+scores, top and table come from ``lexical_merge`` (the same arrays, fewer passes), which reads the
+ranks with :func:`table_ranks` and falls back to :func:`rank_table` past its distinct scores; the
+rest here is the plain reference it is tested against.
 
 The math, as the plain reference (``lexical_shortlist.bm25_sparse`` then ranks by ``np.lexsort``)
 states it: a unit's score is the float32 sum of its postings in the query's columns, added in

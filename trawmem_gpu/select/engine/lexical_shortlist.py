@@ -5,7 +5,8 @@ Exact BM25 (:func:`bm25_sparse`) adds every posting of the query's columns: at 1
 common term holds tens of thousands of them, and ranking them all by ``np.lexsort`` took more than
 the rest of the query. A query whose columns hold more than :data:`EXACT_POSTINGS` postings is
 read in one compiled pass by default (:data:`DENSE`, ``lexical_dense``: the same float32 scores,
-the exact top and exact ranks counted for the units asked, with no sort of every posting), or,
+the exact top and exact ranks counted for the units asked, with no sort of every posting;
+``lexical_merge`` by default, :data:`MERGED`), or,
 with ``DENSE`` off, from two orders of the same postings (approximate ranks below a bound):
 
 * **impact order** (:func:`impact_order`, built once per bank and kept with it): each column's
