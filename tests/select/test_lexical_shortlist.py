@@ -97,12 +97,17 @@ def test_units_above_the_bound_are_found_with_their_exact_ranks(bank, monkeypatc
     assert bounded > 0 or M == 1  # one posting per column: the bound is every column's best, rarely passed
 
 
-def test_few_postings_are_read_exactly(bank):
+@pytest.mark.parametrize("merged", [True, False])
+def test_few_postings_are_read_exactly(bank, monkeypatch, merged):
+    """A query of few postings: read by ``bm25_sparse`` (``MERGED`` off, past ``EXACT_POSTINGS``
+    otherwise) or by the compiled reading (``MERGED``, past ``MERGED_POSTINGS`` = 0): the same units,
+    ranks and top either way."""
+    monkeypatch.setattr(lx, "MERGED", merged)
     snap, qs = bank
     for b, cols in _queries(snap, qs)[:5]:
         u, s, rank = _exact(snap, b, cols)
         lex = lx.lexical(snap, b, cols, 8, np.arange(10))
-        assert lex.bound == -1.0
+        assert lex.bound == -1.0 and lex.counted == merged
         np.testing.assert_array_equal(lex.units, u)
         np.testing.assert_array_equal(lx.ranks_of(lex, u, s), rank)
         for M in (0, 1, 7, len(u) + 3):  # the top: the M best by (score descending, unit ascending)
@@ -265,6 +270,7 @@ def test_the_exact_readings_radix_order_is_lexsorts_with_ties_wide_scores_and_fa
 def test_the_exact_reading_is_the_same_with_the_radix_order(bank, monkeypatch):
     """Every query of the fixture's banks read exactly (few postings) gives the same proposals,
     units, scores and ranks with ``RADIX_ORDER`` on and off."""
+    monkeypatch.setattr(lx, "MERGED", False)  # else every query takes the compiled reading
     snap, qs = bank
     for b, cols in _queries(snap, qs):
         got = []

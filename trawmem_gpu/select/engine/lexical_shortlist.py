@@ -57,6 +57,11 @@ and the query's rank table is built at once (sorted by counting its distinct sco
 sweeps of a bank-long accumulator, its top-``M`` heap and the table's radix sort at the first ranks
 (False: that form, the plain reference; the same scores, top and ranks). The ascending units also
 give the working set its scores (:func:`scores_of`)."""
+MERGED_POSTINGS = 0
+"""With :data:`MERGED` (and :data:`DENSE`), a query whose columns hold more than this many postings
+takes the compiled reading in place of ``EXACT_POSTINGS``: it is cheaper than :func:`bm25_sparse`'s
+``np.unique`` and ``np.add.at`` at any size (10^5 units: ``lexical`` 0.88 -> 0.17 ms a query) and
+exact too; a filtered query (``keep``) is read by :func:`bm25_sparse`."""
 _LOCK = threading.Lock()
 
 
@@ -207,7 +212,7 @@ def lexical(snap: Snapshot, bank: int, cols: np.ndarray, M: int, sample_rows: np
     failing units are neither proposed nor ranked: read exactly)."""
     lo, hi = columns(snap, bank, cols)
     n = int(snap.off.nu[bank])
-    if int((hi - lo).sum()) <= EXACT_POSTINGS or keep is not None:
+    if int((hi - lo).sum()) <= (MERGED_POSTINGS if DENSE and MERGED else EXACT_POSTINGS) or keep is not None:
         u, s = bm25_sparse(snap, bank, cols)
         if keep is not None:
             ok = keep[u]
