@@ -7,11 +7,13 @@ cached bank and IVF index (``CACHE``), the engine on one thread.
 ``working_sets`` is replaced by :func:`timed_working_sets`, the same steps with a CPU clock
 (``time.thread_time``) read between them: the IVF search split into its coarse quantizer and its
 lists' scan (``search_preassigned`` with the quantizer's lists: the same proposals as
-``index.search``), the proposals' exact cosines and order, the rank sample's dots and sort, BM25
-(``lexical``), the threads' units, ``W``'s cosines, its BM25 (``scores_at``) and the rest. Each
-query's :class:`Shortlist` is checked equal to the real ``working_sets``' on the first round.
-Output: one JSON object, per piece the median CPU ms per query over the rounds' medians (and the
-rounds), with the load average; ``OUT`` appends it to a JSON-lines file.
+``index.search``), the proposals' exact cosines and order (``working_set.head_order``), the
+rank sample's dots and sort, BM25 (``lexical``), the threads' units with their context
+(``working_set.assemble``), ``W``'s cosines, its BM25 (``scores_at``) and the rest. Each query's
+:class:`Shortlist` is checked equal to the real ``working_sets``' on the first round. ``ARMS``
+(default ``compiled``; ``compiled,plain`` alternates them in each round): ``working_set.COMPILED``
+on or off. Output: one JSON object, per arm and piece the median CPU ms per query over the rounds'
+medians (and the rounds), with the load average; ``OUT`` appends it to a JSON-lines file.
 """
 from __future__ import annotations
 
@@ -25,13 +27,13 @@ import time
 import numpy as np
 
 PIECES = ("unit_index", "quantizer", "lists_scan", "head_dots", "head_order", "sample_dots", "sample_sort",
-          "lexical", "threads_units", "context", "W_dots", "edge", "scores_at")
+          "lexical", "assemble", "W_dots", "edge", "scores_at")
 
 
 def timed_working_sets(snap, plan, Z, bidx, tok, context, masks=None, into=None):
     """``shortlist.working_sets`` for unmasked queries on one bank, its pieces' CPU seconds added to
     ``into`` (the same steps in the same order: see that function)."""
-    from trawmem_gpu.select.engine import shortlist as sl
+    from trawmem_gpu.select.engine import shortlist as sl, working_set
     from trawmem_gpu.select.engine.tables import unit_block
 
     if masks is not None and any(m is not None for m in masks):
@@ -63,9 +65,7 @@ def timed_working_sets(snap, plan, Z, bidx, tok, context, masks=None, into=None)
             c = np.empty(len(i))
             sl._gather_dots(vecs, base + i, np.full(len(i), r), Z, c)
             tick("head_dots")
-            o = np.lexsort((i, -c))
-            near[r] = i[o[:M]]
-            heads[r] = np.stack([c[o], i[o].astype(np.float64)])
+            near[r], heads[r] = working_set.head_order(c, i, M)
             tick("head_order")
         for r in rows.tolist():
             dots = np.empty(len(sample_vecs), np.float32)
@@ -83,12 +83,8 @@ def timed_working_sets(snap, plan, Z, bidx, tok, context, masks=None, into=None)
         lex = sl.lexical(snap, bank, cols, M, sample[q][1], None)
         tick("lexical")
         ult = snap.np["unit_thread"][uo + np.concatenate([near[q], lex.top]).astype(np.int64)]
-        W = sl.threads_units(snap.infos[bank].bank.thread_offsets, ult)
-        tick("threads_units")
-        if context:
-            nb = snap.np["rel_idx"][uo + W][:, 1:3].ravel()
-            W = np.union1d(W, nb[nb >= 0])
-        tick("context")
+        W = working_set.assemble(snap.infos[bank].bank.thread_offsets, ult, snap.np["rel_idx"], uo, context)
+        tick("assemble")
         cos = np.empty(len(W))
         vecs, base = unit_block(snap, bank)
         sl._gather_dots(vecs, base + W, np.full(len(W), q), Z, cos)
@@ -144,46 +140,52 @@ def load(N: int, d: int):
 
 def main() -> None:
     from benchmarks import harness
-    from trawmem_gpu.select.engine import shortlist as sl
+    from trawmem_gpu.select.engine import shortlist as sl, working_set
 
     N, d = int(sys.argv[1]), int(sys.argv[2])
     rounds = int(os.environ.get("ROUNDS", 3))
+    arms = os.environ.get("ARMS", "compiled").split(",")
     orig = sl.working_sets
+    per_round: dict = {a: [] for a in arms}
+    whole: dict = {a: [] for a in arms}
+    checked: list = []
     with harness.pin_threads(1):
         t = time.time()
         _, eng, (ids, qs, Z) = load(N, d)
         print("loaded", round(time.time() - t, 1), flush=True)
         eng.select_units(ids[:2], qs[:2], Z[:2])
-        per_round, whole, checked = [], [], []
-
         for rnd in range(rounds):
-            acc: list[dict] = []
+            for arm in arms:
+                working_set.COMPILED = arm == "compiled"
+                acc: list[dict] = []
 
-            def spy(*a, **k):
-                into: dict = {}
-                got = timed_working_sets(*a, into=into, **k)
-                if rnd == 0:  # the real call, after the timed one: the same shortlists
-                    checked.append(all(_same(x, y) for x, y in zip(got, orig(*a, **k))))
-                acc.append(into)
-                return got
+                def spy(*a, _first=rnd == 0, _acc=acc, **k):
+                    into: dict = {}
+                    got = timed_working_sets(*a, into=into, **k)
+                    if _first:  # the real call, after the timed one: the same shortlists
+                        checked.append(all(_same(x, y) for x, y in zip(got, orig(*a, **k))))
+                    _acc.append(into)
+                    return got
 
-            sl.working_sets = spy
-            t_q = []
-            for i in range(2, len(ids)):
-                c = time.thread_time()
-                eng.select_units(ids[i:i + 1], qs[i:i + 1], Z[i:i + 1])
-                t_q.append(time.thread_time() - c)
-            sl.working_sets = orig
-            per_round.append({k: 1e3 * float(np.median([a.get(k, 0.0) for a in acc])) for k in PIECES}
-                             | {"sum": 1e3 * float(np.median([sum(a.values()) for a in acc]))})
-            whole.append(1e3 * float(np.median(t_q)))
-            print(json.dumps({k: round(v, 3) for k, v in per_round[-1].items()}), flush=True)
+                sl.working_sets = spy
+                t_q = []
+                for i in range(2, len(ids)):
+                    c = time.thread_time()
+                    eng.select_units(ids[i:i + 1], qs[i:i + 1], Z[i:i + 1])
+                    t_q.append(time.thread_time() - c)
+                sl.working_sets = orig
+                per_round[arm].append({k: 1e3 * float(np.median([a.get(k, 0.0) for a in acc])) for k in PIECES}
+                                      | {"sum": 1e3 * float(np.median([sum(a.values()) for a in acc]))})
+                whole[arm].append(1e3 * float(np.median(t_q)))
+                print(arm, json.dumps({k: round(v, 3) for k, v in per_round[arm][-1].items()}), flush=True)
+    working_set.COMPILED = True
     out = dict(units=N, dim=d, nprobe=int(eng.plan.ann_nprobe), queries=len(ids) - 2, rounds=rounds,
                identical_to_working_sets=bool(all(checked)) and len(checked) > 0,
-               note="the select's p50 includes the real working_sets call of round 0 beside the timed one",
-               ms={k: round(float(np.median([r[k] for r in per_round])), 3) for k in per_round[0]},
-               ms_rounds={k: [round(r[k], 3) for r in per_round] for k in per_round[0]},
-               select_p50_rounds=[round(w, 2) for w in whole], load=os.getloadavg()[0])
+               note="the select's p50 of round 0 includes the real working_sets call beside the timed one",
+               arms={a: dict(ms={k: round(float(np.median([r[k] for r in per_round[a]])), 3) for k in per_round[a][0]},
+                             ms_rounds={k: [round(r[k], 3) for r in per_round[a]] for k in per_round[a][0]},
+                             select_p50_rounds=[round(w, 2) for w in whole[a]]) for a in arms},
+               load=os.getloadavg()[0])
     print(json.dumps(out), flush=True)
     if os.environ.get("OUT"):
         with open(os.environ["OUT"], "a") as f:
