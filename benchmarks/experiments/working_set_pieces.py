@@ -12,17 +12,21 @@ rank sample's dots and sort, BM25 (``lexical``), the threads' units with their c
 (``working_set.assemble``), ``W``'s cosines, its BM25 (``scores_at``) and the rest. Each query's
 :class:`Shortlist` is checked equal to the real ``working_sets``' on the first round. ``ARMS``
 (default ``compiled``; ``compiled,plain`` alternates them in each round): ``working_set.COMPILED``
-on or off. Output: one JSON object, per arm and piece the median CPU ms per query over the rounds'
+on or off; ``alt``: compiled, with an IVF index of ``ALT_ROOT`` lists per square root of the
+bank's units (``steps.ann.LISTS_PER_ROOT``, built in the run) probed at ``ALT_NPROBE``. Each arm's
+pool and picks are compared with exact search's (round 0). Output: one JSON object, per arm and piece the median CPU ms per query over the rounds'
 medians (and the rounds), with the load average; ``OUT`` appends it to a JSON-lines file.
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import pickle
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -133,9 +137,22 @@ def load(N: int, d: int):
     rng = np.random.default_rng(0)
     sample = np.sort(rng.choice(N, sl.RANK_SAMPLE, replace=False)) if sl.RANK_SAMPLE < N else np.arange(N)
     vecs, base = unit_block(eng.snapshot, 0)
-    eng.snapshot.infos[0].cache[("unit_index", eng.plan.ann_kind)] = (
-        vi, sample, np.ascontiguousarray(vecs[base + sample], dtype=np.float32))
-    return banks, eng, make_queries(banks, int(os.environ.get("NQ", 40)) + 2, seed=8)
+    ent = (vi, sample, np.ascontiguousarray(vecs[base + sample], dtype=np.float32))
+    eng.snapshot.infos[0].cache[("unit_index", eng.plan.ann_kind)] = ent
+    return banks, eng, make_queries(banks, int(os.environ.get("NQ", 40)) + 2, seed=8), ent
+
+
+def alt_index(eng, ent, root: float):
+    """``ent`` with an IVF index built over the bank with ``steps.ann.LISTS_PER_ROOT = root``."""
+    from trawmem_gpu.select.engine.tables import unit_block
+    from trawmem_gpu.select.steps import ann
+
+    vecs, base = unit_block(eng.snapshot, 0)
+    keep, ann.LISTS_PER_ROOT = ann.LISTS_PER_ROOT, root
+    try:
+        return (ann.VectorIndex(vecs[base:base + int(eng.snapshot.off.nu[0])], "ivf"),) + ent[1:]
+    finally:
+        ann.LISTS_PER_ROOT = keep
 
 
 def main() -> None:
@@ -149,14 +166,27 @@ def main() -> None:
     per_round: dict = {a: [] for a in arms}
     whole: dict = {a: [] for a in arms}
     checked: list = []
+    agree: dict = {}
     with harness.pin_threads(1):
         t = time.time()
-        _, eng, (ids, qs, Z) = load(N, d)
+        _, eng, (ids, qs, Z), ent = load(N, d)
         print("loaded", round(time.time() - t, 1), flush=True)
         eng.select_units(ids[:2], qs[:2], Z[:2])
+        key, plan = ("unit_index", eng.plan.ann_kind), eng.plan
+        ents = {"compiled": (ent, plan.ann_nprobe), "plain": (ent, plan.ann_nprobe)}
+        if "alt" in arms:  # ALT_ROOT lists per sqrt(n), ALT_NPROBE probed
+            t = time.time()
+            ents["alt"] = (alt_index(eng, ent, float(os.environ["ALT_ROOT"])), int(os.environ["ALT_NPROBE"]))
+            print("alt index", ents["alt"][0][0].nlist, "lists", round(time.time() - t, 1), "s", flush=True)
+        ex = copy.copy(eng)
+        ex.plan = replace(plan, ann_min_units=None)
+        pe = [ex.select_units(ids[i:i + 1], qs[i:i + 1], Z[i:i + 1])[0] for i in range(2, len(ids))]
+        ce = ex.candidate_sets(ids[2:], qs[2:], Z[2:])
         for rnd in range(rounds):
             for arm in arms:
-                working_set.COMPILED = arm == "compiled"
+                working_set.COMPILED = arm != "plain"
+                eng.snapshot.infos[0].cache[key] = ents[arm][0]
+                eng.plan = replace(plan, ann_nprobe=ents[arm][1])
                 acc: list[dict] = []
 
                 def spy(*a, _first=rnd == 0, _acc=acc, **k):
@@ -168,23 +198,32 @@ def main() -> None:
                     return got
 
                 sl.working_sets = spy
-                t_q = []
+                t_q, pa = [], []
                 for i in range(2, len(ids)):
                     c = time.thread_time()
-                    eng.select_units(ids[i:i + 1], qs[i:i + 1], Z[i:i + 1])
+                    pa.append(eng.select_units(ids[i:i + 1], qs[i:i + 1], Z[i:i + 1])[0])
                     t_q.append(time.thread_time() - c)
                 sl.working_sets = orig
+                if rnd == 0:  # agreement with exact: |A & E| / |E| per query, mean (pool and picks)
+                    ca = eng.candidate_sets(ids[2:], qs[2:], Z[2:])
+                    agree[arm] = dict(pool=round(float(np.mean([len(np.intersect1d(a, b)) / max(1, len(b))
+                                                                 for a, b in zip(ca, ce)])), 4),
+                                      picks=round(float(np.mean([len(set(a) & set(b)) / max(1, len(b))
+                                                                  for a, b in zip(pa, pe)])), 4),
+                                      same=float(np.mean([a == b for a, b in zip(pa, pe)])))
                 per_round[arm].append({k: 1e3 * float(np.median([a.get(k, 0.0) for a in acc])) for k in PIECES}
                                       | {"sum": 1e3 * float(np.median([sum(a.values()) for a in acc]))})
                 whole[arm].append(1e3 * float(np.median(t_q)))
                 print(arm, json.dumps({k: round(v, 3) for k, v in per_round[arm][-1].items()}), flush=True)
     working_set.COMPILED = True
-    out = dict(units=N, dim=d, nprobe=int(eng.plan.ann_nprobe), queries=len(ids) - 2, rounds=rounds,
+    eng.plan = plan
+    out = dict(units=N, dim=d, queries=len(ids) - 2, rounds=rounds,
                identical_to_working_sets=bool(all(checked)) and len(checked) > 0,
                note="the select's p50 of round 0 includes the real working_sets call beside the timed one",
                arms={a: dict(ms={k: round(float(np.median([r[k] for r in per_round[a]])), 3) for k in per_round[a][0]},
                              ms_rounds={k: [round(r[k], 3) for r in per_round[a]] for k in per_round[a][0]},
-                             select_p50_rounds=[round(w, 2) for w in whole[a]]) for a in arms},
+                             select_p50_rounds=[round(w, 2) for w in whole[a]], nprobe=int(ents[a][1]),
+                             nlist=int(ents[a][0][0].nlist), **agree[a]) for a in arms},
                load=os.getloadavg()[0])
     print(json.dumps(out), flush=True)
     if os.environ.get("OUT"):
