@@ -43,7 +43,7 @@ from .._jit import njit
 from ..steps.ann import AnnParams, VectorIndex
 from ..steps.candidates import GivenRanks
 from ..steps.relevance import LearnedQueries, LearnedTables, no_learned_tables
-from . import assembly
+from . import assembly, working_set
 from .compiled_args import NO_THREADS
 from .lexical_shortlist import Lexical, lexical, ranks_of, scores_at, scores_of, warm
 from .tables import Offsets, Snapshot, unit_block
@@ -126,6 +126,7 @@ def warm_up(snap: Snapshot, plan, indexes: bool = False) -> list[int]:
     big = np.flatnonzero(snap.off.nu >= plan.ann_min_units).tolist()
     if big:
         warm(snap)
+        working_set.warm(snap.np["unit_thread"], snap.np["rel_idx"])
     for b in big if indexes else ():
         unit_index(snap, b, plan.ann_kind, plan.device.type == "cuda", plan.ann_vectors)
     return big
@@ -159,9 +160,7 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
                 i = i[i >= 0]
                 c = np.empty(len(i))
                 _gather_dots(vecs, base + i, np.full(len(i), r), Z, c)
-                o = np.lexsort((i, -c))
-                near[r] = i[o[:M]]
-                heads[r] = np.stack([c[o], i[o].astype(np.float64)])
+                near[r], heads[r] = working_set.head_order(c, i, M)  # by cosine, ties to the lower unit
         for r in rows.tolist():
             if masks[r] is not None:
                 near[r] = _near_passing(index, Z[r], masks[r], M, params)
@@ -178,10 +177,7 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
         lex = lexical(snap, bank, cols, M, sample[q][1], masks[q])  # a mask: the top among the passing units
         top = lex.top
         ult = snap.np["unit_thread"][uo + np.concatenate([near[q], top]).astype(np.int64)]
-        W = threads_units(snap.infos[bank].bank.thread_offsets, ult)
-        if context:
-            nb = snap.np["rel_idx"][uo + W][:, 1:3].ravel()
-            W = np.union1d(W, nb[nb >= 0])
+        W = working_set.assemble(snap.infos[bank].bank.thread_offsets, ult, snap.np["rel_idx"], uo, context)
         cos = np.empty(len(W))
         vecs, base = unit_block(snap, bank)
         _gather_dots(vecs, base + W, np.full(len(W), q), Z, cos)

@@ -73,9 +73,13 @@ class AnnParams:
     """HNSW candidate list (raised to ``k`` when smaller)."""
 
 
+LISTS_PER_ROOT = 4.0
+"""IVF lists per square root of the vectors indexed (:func:`ivf_lists`)."""
+
+
 def ivf_lists(n: int) -> int:
-    """IVF lists for ``n`` vectors: the power of two nearest ``4 sqrt(n)``, at most ``n / 39``."""
-    nl = 1 << max(0, int(round(np.log2(max(4.0 * np.sqrt(max(n, 1)), 1.0)))))
+    """IVF lists for ``n`` vectors: the power of two nearest ``LISTS_PER_ROOT sqrt(n)``, at most ``n / 39``."""
+    nl = 1 << max(0, int(round(np.log2(max(LISTS_PER_ROOT * np.sqrt(max(n, 1)), 1.0)))))
     return int(max(1, min(nl, n // 39)))
 
 

@@ -1,0 +1,175 @@
+"""Two pieces of ``shortlist.working_sets`` compiled (steps 1-2 of ``shortlist.py``), each beside
+its plain NumPy form, which states the math and which :data:`COMPILED` off selects; the outputs
+are equal, dtypes included (``tests/select/test_working_set.py``), so nothing picked changes:
+
+* :func:`head_order`: the index's proposals ordered by exact cosine descending, ties to the lower
+  unit (``np.lexsort((i, -c))``), the first ``M`` of them (the working set's seeds) and the
+  ``[2, K]`` head (cosines, units as float64). The index returns them by its own float32 score,
+  so the float64 order is nearly that one: an insertion sort, with a stable merge sort of the
+  units then the cosines where it would move too much.
+* :func:`assemble`: ``W``, every unit of the threads given (``threads_units``: whole threads,
+  ascending), and with ``context`` the previous / next unit in its session of each of them
+  (``rel_idx`` columns 1-2, -1 for none) too (``np.union1d``), in one pass: the units of the
+  sorted threads, each neighbour looked up in them by a galloping search from its unit, the
+  missing ones sorted and merged in.
+
+Measured at 10^6 units (``benchmarks/experiments/working_set_pieces.py``): the lexsort and stack
+0.12 ms a query, ``threads_units`` 0.08 and ``np.union1d`` 0.28 ms of ``working_sets``' 3.3.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._jit import njit
+
+COMPILED = True
+"""``working_sets`` orders the proposals and assembles ``W`` by the compiled forms; False: the
+plain NumPy forms (the same arrays)."""
+MOVES_PER_UNIT = 8
+"""The insertion sort gives up past this many moves per proposal (the merge sort then orders them)."""
+
+
+def head_order(c: np.ndarray, i: np.ndarray, M: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(near, head)``: the ``M`` first units ``i`` by cosine ``c`` descending, ties to the lower
+    unit, and ``[2, K]`` float64 (``c`` and ``i`` in that order). Non-finite cosines take the plain
+    form (``np.lexsort``'s place for NaN)."""
+    if len(c) != len(i):
+        raise ValueError(f"cosines and units differ in length ({len(c)} vs {len(i)})")
+    if not COMPILED or not np.isfinite(c).all():
+        return head_order_plain(c, i, M)
+    c64, i64 = np.ascontiguousarray(c, dtype=np.float64), np.ascontiguousarray(i, dtype=np.int64)
+    o = _order(c64, i64)
+    return i[o[:M]], _gathered(c64, i64, o)
+
+
+def head_order_plain(c: np.ndarray, i: np.ndarray, M: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`head_order` in NumPy (the reference)."""
+    o = np.lexsort((i, -c))
+    return i[o[:M]], np.stack([c[o], i[o].astype(np.float64)])
+
+
+@njit(cache=True, nogil=True)
+def _before(c, i, a, b):  # pragma: no cover - compiled
+    """Whether proposal ``a`` orders before ``b``: a larger cosine, or the same and a lower unit."""
+    return c[a] > c[b] or (c[a] == c[b] and i[a] < i[b])
+
+
+@njit(cache=True, nogil=True)
+def _order(c, i):  # pragma: no cover - compiled
+    """The permutation of ``np.lexsort((i, -c))`` for finite ``c`` (stable: equal keys keep their
+    order): an insertion sort over the index's nearly sorted order, or past ``MOVES_PER_UNIT``
+    moves a unit, a stable merge sort by unit, then by cosine descending."""
+    n = len(c)
+    o = np.arange(n)
+    moves, limit = 0, MOVES_PER_UNIT * n
+    for k in range(1, n):
+        x = o[k]
+        j = k - 1
+        while j >= 0 and _before(c, i, x, o[j]):
+            o[j + 1] = o[j]
+            j -= 1
+            moves += 1
+        o[j + 1] = x
+        if moves > limit:
+            by_unit = np.argsort(i, kind="mergesort")
+            return by_unit[np.argsort(-c[by_unit], kind="mergesort")]
+    return o
+
+
+@njit(cache=True, nogil=True)
+def _gathered(c, i, o):  # pragma: no cover - compiled
+    """``np.stack([c[o], i[o].astype(np.float64)])``."""
+    out = np.empty((2, len(o)))
+    for k in range(len(o)):
+        out[0, k] = c[o[k]]
+        out[1, k] = i[o[k]]
+    return out
+
+
+def assemble(offsets: np.ndarray, threads: np.ndarray, rel: np.ndarray, uo: int, context: bool) -> np.ndarray:
+    """``W`` (int64, ascending): every unit of ``threads`` (bank-local, any order, repeats allowed;
+    thread ``j`` holds units ``offsets[j]:offsets[j + 1]``) and, with ``context``, the units
+    ``rel[uo + w, 1:3]`` of those (bank-local; -1: none)."""
+    if not COMPILED:
+        return assemble_plain(offsets, threads, rel, uo, context)
+    return _assemble(np.asarray(offsets, dtype=np.int64), np.asarray(threads), rel, int(uo), bool(context))
+
+
+def assemble_plain(offsets: np.ndarray, threads: np.ndarray, rel: np.ndarray, uo: int, context: bool) -> np.ndarray:
+    """:func:`assemble` in NumPy (the reference, as ``shortlist.working_sets`` wrote it)."""
+    t = np.unique(threads)
+    lo, hi = offsets[t], offsets[t + 1]
+    lens = (hi - lo).astype(np.int64)
+    W = np.repeat(lo - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(int(lens.sum()))
+    if context:
+        nb = rel[uo + W][:, 1:3].ravel()
+        W = np.union1d(W, nb[nb >= 0])
+    return W.astype(np.int64, copy=False)
+
+
+@njit(cache=True, nogil=True)
+def _assemble(offsets, threads, rel, uo, context):  # pragma: no cover - compiled
+    """See :func:`assemble`."""
+    t = np.unique(threads)
+    n = 0
+    for j in t:
+        n += offsets[j + 1] - offsets[j]
+    W = np.empty(n, np.int64)
+    k = 0
+    for j in t:
+        for u in range(offsets[j], offsets[j + 1]):
+            W[k] = u
+            k += 1
+    if not context:
+        return W
+    extra = np.empty(2 * n, np.int64)
+    m = 0
+    for a in range(n):
+        for col in range(1, 3):
+            v = np.int64(rel[uo + W[a], col])
+            if v >= 0 and not _holds(W, a, v):
+                extra[m] = v
+                m += 1
+    if m == 0:
+        return W
+    e = np.unique(extra[:m])
+    out = np.empty(n + len(e), np.int64)
+    a = b = 0
+    for k in range(len(out)):  # two ascending runs with nothing in common
+        if b == len(e) or (a < n and W[a] < e[b]):
+            out[k] = W[a]
+            a += 1
+        else:
+            out[k] = e[b]
+            b += 1
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _holds(W, a, v):  # pragma: no cover - compiled
+    """Whether ascending ``W`` holds ``v``, searched outward from ``W[a]`` (a session's neighbour
+    is mostly near its unit): a galloping search, then a binary search in the bracket found."""
+    n = len(W)
+    step = 1
+    if v >= W[a]:  # W[lo] <= v
+        lo = a
+        while lo + step < n and W[lo + step] < v:
+            lo += step
+            step *= 2
+        hi = min(n, lo + step + 1)
+    else:  # W[hi] > v
+        hi = a
+        while hi - step >= 0 and W[hi - step] > v:
+            hi -= step
+            step *= 2
+        lo = max(0, hi - step)
+    p = lo + np.searchsorted(W[lo:hi], v)
+    return p < n and W[p] == v
+
+
+def warm(unit_thread: np.ndarray, rel: np.ndarray) -> None:
+    """Compile (or load from numba's cache) both compiled forms with the argument types a query
+    passes (``unit_thread``'s and ``rel_idx``'s dtypes), on empty input."""
+    head_order(np.zeros(1), np.zeros(1, np.int64), 1)
+    for context in (False, True):
+        assemble(np.zeros(2, np.int64), np.zeros(0, unit_thread.dtype), rel[:0], 0, context)
