@@ -111,3 +111,55 @@ def test_the_last_round_does_not_grow_the_set_its_candidates_index(monkeypatch):
     for q, cand in enumerate(got):
         assert np.isin(cand, first[q]).all()
         assert len(np.unique(threads[cand])) <= len(cand)
+
+
+def test_row_lengths_is_one_past_each_rows_last_neighbour():
+    """``assembly.row_lengths`` against a plain reading: rows with gaps, empty rows, full rows,
+    one column, no rows."""
+    from trawmem_gpu.select.engine import assembly
+
+    rng = np.random.default_rng(3)
+    for rows, width in ((0, 4), (1, 1), (7, 1), (50, 9), (333, 75)):
+        nbr = np.where(rng.random((rows, width)) < 0.4, rng.integers(0, 100, (rows, width)), -1).astype(np.int32)
+        if rows > 2:
+            nbr[0], nbr[1] = -1, 5  # an empty row and a full one
+        want = np.array([1 + np.flatnonzero(r >= 0).max() if (r >= 0).any() else 0 for r in nbr], np.int32)
+        got = assembly.row_lengths(nbr)
+        assert got.dtype == np.int32
+        np.testing.assert_array_equal(got, want)
+
+
+def test_padded_stacks_rows_to_the_widest():
+    from trawmem_gpu.select.engine import assembly
+
+    a, b = np.arange(6, dtype=np.int32).reshape(3, 2), np.arange(4, dtype=np.int32).reshape(1, 4)
+    got = assembly.padded([a, b], -1, np.int32)
+    np.testing.assert_array_equal(got, [[0, 1, -1, -1], [2, 3, -1, -1], [4, 5, -1, -1], [0, 1, 2, 3]])
+    assert assembly.padded([a], -1, np.int32) is a  # one query: its own array
+    assert assembly.padded([a], -1, np.int64).dtype == np.int64
+    empty = assembly.padded([], 0, np.float64)
+    assert empty.shape == (0, 1) and empty.dtype == np.float64
+
+
+def test_a_rounds_thread_rows_are_as_wide_as_the_longest_row_it_reads(monkeypatch):
+    """The space's neighbour rows keep the columns up to the last neighbour of any thread whose edges
+    are read (fewer than ``hops`` from the working set): narrower than the bank's table, which is
+    padded to its widest thread, and no neighbour of a read row is cut."""
+    banks, (ids, qs, Z) = _bank(2501, False, seed=77)
+    eng = SelectionEngine(banks, SelectConfig(), device="cpu", ann_min_units=1, ann_shortlist=16)
+    plain, widths = shortlist.front_args, []
+    table = eng.snapshot.np["nbr"]
+
+    def args(snap, Z_, bidx, shorts, tok, lq, learned, hops, n_seeds):
+        spaces, got = plain(snap, Z_, bidx, shorts, tok, lq, learned, hops, n_seeds)
+        for q, sp in enumerate(spaces):
+            g0 = int(snap.off.to[bidx[q]])
+            rows = table[g0 + sp.ids]
+            read = (sp.nbr >= 0).any(axis=1)  # rows with a neighbour in the space (read by the walk)
+            need = max([1] + [1 + int(np.flatnonzero(r >= 0).max()) for r in rows[read]])
+            assert sp.nbr.shape[1] >= need
+            widths.append(sp.nbr.shape[1])
+        return spaces, got
+    monkeypatch.setattr(shortlist, "front_args", args)
+    eng.select_units(ids, qs, Z, params=QueryParams(hops=1))
+    assert widths and min(widths) < table.shape[1]

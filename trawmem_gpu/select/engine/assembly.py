@@ -5,15 +5,19 @@ Each front round of a query over its working set ``W`` (bank-local units, ascend
 
 * its :class:`shortlist.ThreadSpace`: the threads of ``W``'s units, every thread within the
   query's ``hops`` of them and, when ``W`` has fewer threads than seeds, the bank's lowest
-  (``shortlist._space``), renumbered ``0 ..`` in bank order, with the edges among them;
+  (``shortlist._space``), renumbered ``0 ..`` in bank order, with the edges among them, as many
+  columns as the longest row a walk reads (the thread table is padded to the bank's widest
+  degree, 75 at 10^6 synthetic units where the median is 8: the columns past every read row's
+  last neighbour are -1, so neither the walk nor propagation reads them; a batch's queries are
+  padded to their widest);
 * each unit's thread as a position in that space (``ult``);
 * ``W``'s BM25 as one sparse column (the positions of its nonzero scores and the scores);
 * for the learned affinity, each unit's ``rel_idx`` row with its previous / next unit as a
   position in ``W`` (-1 outside ``W``), and its temporal flag and ``words`` feature.
 
 :func:`front_args` builds them with one compiled call per query (:func:`_assemble`: the walk of
-``_space``, a position table over the space instead of ``np.searchsorted``, binary searches in
-``W`` for the neighbours) and lays the queries out as ``shortlist.compact`` does; the arrays are
+``_space`` over each row's neighbours only (:func:`row_lengths`, once per snapshot), a position
+table over the space instead of ``np.searchsorted``, binary searches in ``W`` for the neighbours) and lays the queries out as ``shortlist.compact`` does; the arrays are
 equal, dtypes included (``tests/select/test_assembly.py``), so the front loop's candidates and
 picks are the same.
 """
@@ -39,6 +43,8 @@ class Rows(NamedTuple):
     """``[units, 3]``, or ``[1, 3]`` when no query of the call reads the learned tables."""
     temporal: np.ndarray
     words: np.ndarray
+    nlen: np.ndarray
+    """``[thread rows]``: each ``nbr`` row's length (:func:`row_lengths`)."""
 
 
 class Place(NamedTuple):
@@ -63,7 +69,8 @@ def front_args(snap: Snapshot, bidx: np.ndarray, shorts: list, lq, learned: bool
     n = snap.np
     Q = len(shorts)
     rel = n["rel_idx"] if learned else np.zeros((1, 3), np.int32)
-    rows = Rows(n["unit_thread"], n["nbr"], n["nbw"], rel, n["temporal"], n["rel_words"] if learned else np.zeros(1))
+    rows = Rows(n["unit_thread"], n["nbr"], n["nbw"], rel, n["temporal"], n["rel_words"] if learned else np.zeros(1),
+                snap.lazy("nbr_lengths", lambda: row_lengths(n["nbr"])))
     parts = [_assemble(rows, np.ascontiguousarray(sh.units, dtype=np.int64), sh.bm,
                        Place(int(snap.off.uo[b]), int(snap.off.to[b]), int(snap.off.nt[b]), int(hops[q]),
                              int(n_seeds[q]), learned))
@@ -78,9 +85,7 @@ def front_args(snap: Snapshot, bidx: np.ndarray, shorts: list, lq, learned: bool
     ranks = GivenRanks(cat([sh.ranks[0] for sh in shorts], np.float64), cat([sh.ranks[1] for sh in shorts], np.float64))
     bpos = [p[4] for p in parts]
     bptr = np.concatenate([[0], np.cumsum([len(p) for p in bpos])]).astype(np.int64)
-    width = n["nbr"].shape[1]
-    nbr = cat([sp[1] for sp in spaces], n["nbr"].dtype, (0, width))
-    nbw = cat([sp[2] for sp in spaces], n["nbw"].dtype, (0, width))
+    nbr, nbw = padded([sp[1] for sp in spaces], -1, n["nbr"].dtype), padded([sp[2] for sp in spaces], 0, n["nbw"].dtype)
     tables = (cat([p[3] for p in parts], np.int64), nbr, nbw, cat([p[5] for p in parts], np.float32),
               cat(bpos, np.int64), bptr)
     zeros = np.zeros(Q, np.int64)
@@ -91,6 +96,33 @@ def front_args(snap: Snapshot, bidx: np.ndarray, shorts: list, lq, learned: bool
     ltab = LearnedTables(cat([p[6] for p in parts], n["rel_idx"].dtype, (0, 3)),
                          cat([p[7] for p in parts], n["temporal"].dtype), cat([p[8] for p in parts], n["rel_words"].dtype))
     return spaces, (tables, off, cos, uo, tptr, tids, ranks, ltab, _dated(lq, shorts))
+
+
+def padded(rows: list, fill, dtype) -> np.ndarray:
+    """The queries' ``[n_q, width_q]`` neighbour rows stacked as ``dtype``, each padded with ``fill``
+    to the widest (the query's own array when there is one; ``[0, 1]`` when there is none)."""
+    if len(rows) == 1 and rows[0].dtype == dtype:
+        return rows[0]
+    width = max([1] + [r.shape[1] for r in rows])
+    out = np.full((sum(len(r) for r in rows), width), fill, dtype=dtype)
+    k = 0
+    for r in rows:
+        out[k:k + len(r), :r.shape[1]] = r
+        k += len(r)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def row_lengths(nbr):  # pragma: no cover - compiled
+    """``[rows]`` int32: 1 + the last column of each ``nbr`` row holding a neighbour (0: none). The
+    columns past it are -1: a walk or a propagation reading a row reads its first ``nlen`` only."""
+    out = np.zeros(nbr.shape[0], np.int32)
+    for t in range(nbr.shape[0]):
+        for e in range(nbr.shape[1] - 1, -1, -1):
+            if nbr[t, e] >= 0:
+                out[t] = e + 1
+                break
+    return out
 
 
 def _cat(xs: list, dtype, empty: tuple = (0,)) -> np.ndarray:
@@ -123,7 +155,6 @@ def _assemble(rows, W, bm, at):  # pragma: no cover - compiled
     m = len(W)
     J = at.J
     level = np.full(J, -1, np.int64)
-    D = rows.nbr.shape[1]
     got = np.empty(max(16, 2 * m), np.int64)
     n = 0
     for i in range(m):  # the working set's own threads, once each
@@ -134,17 +165,20 @@ def _assemble(rows, W, bm, at):  # pragma: no cover - compiled
             n += 1
     own = n
     pad = min(J, at.n_seeds + own) if own < at.n_seeds else 0
-    got, n = _walk(rows.nbr, at.g0, level, got, n, at.hops, pad)
+    got, n = _walk(rows.nbr, rows.nlen, at.g0, level, got, n, at.hops, pad)
     ids = np.sort(got[:n])
     pos = np.empty(J, np.int64)  # read only where level >= 0
+    width = 1
     for i in range(n):
         pos[ids[i]] = i
-    local = np.full((n, D), -1, rows.nbr.dtype)
-    w = np.zeros((n, D), rows.nbw.dtype)
+        if level[ids[i]] < at.hops:
+            width = max(width, rows.nlen[at.g0 + ids[i]])
+    local = np.full((n, width), -1, rows.nbr.dtype)
+    w = np.zeros((n, width), rows.nbw.dtype)
     for i in range(n):
         t = ids[i]
         if level[t] < at.hops:
-            for e in range(D):
+            for e in range(rows.nlen[at.g0 + t]):
                 k = rows.nbr[at.g0 + t, e]
                 if k >= 0 and level[k] >= 0:
                     local[i, e] = pos[k]
@@ -167,15 +201,15 @@ def _assemble(rows, W, bm, at):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _walk(nbr, g0, level, got, n, hops, pad):  # pragma: no cover - compiled
+def _walk(nbr, nlen, g0, level, got, n, hops, pad):  # pragma: no cover - compiled
     """``shortlist._space``'s breadth-first walk: ``hops`` levels from the ``n`` threads in ``got``
-    (level 0), then the bank's lowest ``pad`` threads not reached (level ``hops``); ``(got, n)``."""
-    D = nbr.shape[1]
+    (level 0), then the bank's lowest ``pad`` threads not reached (level ``hops``); ``(got, n)``.
+    ``nlen``: the columns of each row it reads (:func:`row_lengths`, or every column)."""
     lo = 0
     for h in range(hops):
         hi = n
         for i in range(lo, hi):
-            for e in range(D):
+            for e in range(nlen[g0 + got[i]]):
                 k = nbr[g0 + got[i], e]
                 if k >= 0 and level[k] < 0:
                     if n == len(got):

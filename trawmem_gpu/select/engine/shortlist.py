@@ -315,9 +315,8 @@ def compact(snap: Snapshot, Z: np.ndarray, bidx: np.ndarray, shorts: list[Shortl
     to = np.concatenate([[0], np.cumsum(nt)[:-1]]).astype(np.int64)
     ult = np.concatenate([np.searchsorted(sp.ids, n["unit_thread"][gq]) for sp, gq in zip(spaces, glob)]) if Q \
         else np.zeros(0, np.int64)
-    width = n["nbr"].shape[1]
-    nbr = np.concatenate([sp.nbr for sp in spaces]) if Q else np.zeros((0, width), n["nbr"].dtype)
-    nbw = np.concatenate([sp.nbw for sp in spaces]) if Q else np.zeros((0, width))
+    nbr = np.array(assembly.padded([sp.nbr for sp in spaces], -1, n["nbr"].dtype))  # a copy, as concatenate's
+    nbw = np.array(assembly.padded([sp.nbw for sp in spaces], 0, n["nbw"].dtype))
     tables = (ult, nbr, nbw, cat(bdat, np.float32), cat(bidx_c, np.int64), bptr)
     zeros = np.zeros(Q, np.int64)
     off = Offsets(uo, to, zeros, zeros, zeros, zeros, nu, nt, zeros)
@@ -409,8 +408,9 @@ def thread_space(snap: Snapshot, bank: int, units: np.ndarray, hops: int, n_seed
 @njit(cache=True, nogil=True)
 def _space(nbr, nbw, g0, J, own, hops, pad):  # pragma: no cover - compiled
     """``(ids, local nbr, local nbw)`` of :func:`thread_space`: a breadth-first walk of ``hops``
-    levels from ``own`` with a level per thread of the bank, then the rows of the threads fewer
-    than ``hops`` edges away renumbered (the others' are never read: -1 and 0)."""
+    levels from ``own`` with a level per thread of the bank (every column of each row read), then
+    the rows of the threads fewer than ``hops`` edges away renumbered (the others' are never read:
+    -1 and 0), as many columns as the longest of those rows (1 + its last neighbour's column)."""
     D = nbr.shape[1]
     level = np.full(J, -1, np.int64)
     got = np.empty(max(len(own) * (1 + D), 16), np.int64)
@@ -419,17 +419,22 @@ def _space(nbr, nbw, g0, J, own, hops, pad):  # pragma: no cover - compiled
         level[t] = 0
         got[n] = t
         n += 1
-    got, n = assembly._walk(nbr, g0, level, got, n, hops, pad)
+    got, n = assembly._walk(nbr, np.full(nbr.shape[0], D, np.int64), g0, level, got, n, hops, pad)
     ids = np.sort(got[:n])
     pos = np.empty(J, np.int64)  # read only where level >= 0
+    width = 1
     for i in range(n):
         pos[ids[i]] = i
-    local = np.full((n, D), -1, nbr.dtype)
-    w = np.zeros((n, D), nbw.dtype)
+        if level[ids[i]] < hops:
+            for e in range(D):
+                if nbr[g0 + ids[i], e] >= 0:
+                    width = max(width, e + 1)
+    local = np.full((n, width), -1, nbr.dtype)
+    w = np.zeros((n, width), nbw.dtype)
     for i in range(n):
         t = ids[i]
         if level[t] < hops:
-            for e in range(D):
+            for e in range(width):
                 k = nbr[g0 + t, e]
                 if k >= 0 and level[k] >= 0:
                     local[i, e] = pos[k]
