@@ -187,3 +187,25 @@ def test_a_mapped_bank_without_tables_after_other_banks_reads_its_own_rows(banks
     assert snap.mapped.tolist() == [i == big_at for i in range(4)]
     assert int(snap.off.tab[big_at]) == 0 and int(snap.off.uo[big_at]) > 0  # no tables, not at row 0
     _same(_picks(mapped, order), _picks(table, order))
+
+
+def test_unit_rows_read_a_mapped_banks_rows_from_its_vectors_in_any_shape(banks):
+    """``tables.unit_rows`` on the mapped engine against the float64 table's rows: indices of the
+    mapped bank and of table banks mixed, 1-D, 2-D (``[Q, U]`` as the pool gathers), a slice over the
+    hole, table rows only, and none; the table's rows of the hole stay unwritten."""
+    from trawmem_gpu.select.engine.tables import unit_rows
+
+    mapped = SelectionEngine(banks, SelectConfig(), device="cpu", **OPTS)
+    table = SelectionEngine([_as64(b) for b in banks], SelectConfig(), device="cpu", **OPTS)
+    snap, ref = mapped.snapshot, table.snapshot
+    a, n = int(snap.off.uo[1]), banks[1].n_units
+    total = int(snap.off.uo[-1] + snap.off.nu[-1])
+    rng = np.random.default_rng(36)
+    mixed = torch.as_tensor(rng.integers(0, total, 301))
+    for idx in (mixed, mixed[:300].reshape(20, 15), torch.as_tensor(rng.integers(0, a, 17)),
+                torch.as_tensor(np.arange(a, a + n)[::-7].copy()), torch.zeros(0, dtype=torch.int64),
+                slice(a - 5, a + 9), slice(None)):
+        got, want = unit_rows(snap, idx), unit_rows(ref, idx)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert torch.equal(got, want)
+    assert not snap.np["unit_vecs"][a:a + n].any()
