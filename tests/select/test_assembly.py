@@ -113,20 +113,29 @@ def test_the_last_round_does_not_grow_the_set_its_candidates_index(monkeypatch):
         assert len(np.unique(threads[cand])) <= len(cand)
 
 
-def test_row_lengths_is_one_past_each_rows_last_neighbour():
-    """``assembly.row_lengths`` against a plain reading: rows with gaps, empty rows, full rows,
-    one column, no rows."""
+def packed(nbr: np.ndarray) -> bool:
+    """Every row's neighbours come first, then -1 (what ``assembly.packed_length`` reads)."""
+    have = nbr >= 0
+    return bool((have == np.cumprod(have, axis=1).astype(bool)).all())
+
+
+def test_packed_length_counts_a_rows_neighbours():
+    """``assembly.packed_length`` against a plain count on packed rows: empty, full, one column."""
     from trawmem_gpu.select.engine import assembly
 
     rng = np.random.default_rng(3)
-    for rows, width in ((0, 4), (1, 1), (7, 1), (50, 9), (333, 75)):
-        nbr = np.where(rng.random((rows, width)) < 0.4, rng.integers(0, 100, (rows, width)), -1).astype(np.int32)
-        if rows > 2:
-            nbr[0], nbr[1] = -1, 5  # an empty row and a full one
-        want = np.array([1 + np.flatnonzero(r >= 0).max() if (r >= 0).any() else 0 for r in nbr], np.int32)
-        got = assembly.row_lengths(nbr)
-        assert got.dtype == np.int32
-        np.testing.assert_array_equal(got, want)
+    for rows, width in ((1, 1), (7, 1), (50, 9), (333, 75)):
+        deg = rng.integers(0, width + 1, rows)
+        nbr = np.where(np.arange(width)[None, :] < deg[:, None], rng.integers(0, 100, (rows, width)), -1).astype(np.int32)
+        assert packed(nbr)
+        assert [assembly.packed_length(nbr, r) for r in range(rows)] == deg.tolist()
+
+
+def test_a_built_banks_thread_rows_are_packed():
+    banks = make_banks(3, units=401, thread_len=5.0, d=24, seed=4, prefix="pack")
+    eng = SelectionEngine(banks, SelectConfig(), device="cpu")
+    nbr = eng.snapshot.np["nbr"]
+    assert packed(nbr) and (nbr >= 0).any() and (nbr < 0).any()
 
 
 def test_padded_stacks_rows_to_the_widest():

@@ -60,6 +60,8 @@ def _rows(served: ServedEngine, bank_id: str) -> dict:
     e = eng._store._entries[bank_id]
     snap = eng.snapshot
     out = {name: snap.t[name][e.start[g]:e.start[g] + e.count[g]].cpu().numpy().copy() for name, g, _, _ in TABLES}
+    have = out["nbr"] >= 0  # packed rows (assembly.packed_length): a row's neighbours, then -1
+    assert (have == np.cumprod(have, axis=1).astype(bool)).all()
     width = int((out["nbr"] >= 0).sum(1).max())  # the buffers' width is the widest bank's ever held
     assert (out["nbr"][:, width:] == -1).all() and (out["nbw"][:, width:] == 0).all()
     out["nbr"], out["nbw"] = out["nbr"][:, :width], out["nbw"][:, :width]

@@ -120,6 +120,8 @@ def test_an_append_and_a_forget_keep_the_mapped_bank_exact(last):
     table = SelectionEngine([_as64(b) for b in rest], SelectConfig(), device="cpu", **opts)
     _same(_picks(eng, rest), _picks(table, rest))
     assert eng._store._segments["unit_vecs"].holes  # the compacted table still holds no copy
+    have = eng.snapshot.np["nbr"] >= 0  # thread rows packed after the append and the purge (assembly.packed_length)
+    assert (have == np.cumprod(have, axis=1).astype(bool)).all()
 
 
 def test_a_segment_never_writes_copies_or_clears_a_hole():

@@ -8,7 +8,7 @@ Each front round of a query over its working set ``W`` (bank-local units, ascend
   (``shortlist._space``), renumbered ``0 ..`` in bank order, with the edges among them, as many
   columns as the longest row a walk reads (the thread table is padded to the bank's widest
   degree, 75 at 10^6 synthetic units where the median is 8: the columns past every read row's
-  last neighbour are -1, so neither the walk nor propagation reads them; a batch's queries are
+  last neighbour are -1, so neither the walk nor propagation needs them; a batch's queries are
   padded to their widest);
 * each unit's thread as a position in that space (``ult``);
 * ``W``'s BM25 as one sparse column (the positions of its nonzero scores and the scores);
@@ -16,7 +16,7 @@ Each front round of a query over its working set ``W`` (bank-local units, ascend
   position in ``W`` (-1 outside ``W``), and its temporal flag and ``words`` feature.
 
 :func:`front_args` builds them with one compiled call per query (:func:`_assemble`: the walk of
-``_space`` over each row's neighbours only (:func:`row_lengths`, once per snapshot), a position
+``_space`` over each row's neighbours only (a row is packed: :func:`packed_length`), a position
 table over the space instead of ``np.searchsorted``, binary searches in ``W`` for the neighbours) and lays the queries out as ``shortlist.compact`` does; the arrays are
 equal, dtypes included (``tests/select/test_assembly.py``), so the front loop's candidates and
 picks are the same.
@@ -43,8 +43,6 @@ class Rows(NamedTuple):
     """``[units, 3]``, or ``[1, 3]`` when no query of the call reads the learned tables."""
     temporal: np.ndarray
     words: np.ndarray
-    nlen: np.ndarray
-    """``[thread rows]``: each ``nbr`` row's length (:func:`row_lengths`)."""
 
 
 class Place(NamedTuple):
@@ -69,8 +67,7 @@ def front_args(snap: Snapshot, bidx: np.ndarray, shorts: list, lq, learned: bool
     n = snap.np
     Q = len(shorts)
     rel = n["rel_idx"] if learned else np.zeros((1, 3), np.int32)
-    rows = Rows(n["unit_thread"], n["nbr"], n["nbw"], rel, n["temporal"], n["rel_words"] if learned else np.zeros(1),
-                snap.lazy("nbr_lengths", lambda: row_lengths(n["nbr"])))
+    rows = Rows(n["unit_thread"], n["nbr"], n["nbw"], rel, n["temporal"], n["rel_words"] if learned else np.zeros(1))
     parts = [_assemble(rows, np.ascontiguousarray(sh.units, dtype=np.int64), sh.bm,
                        Place(int(snap.off.uo[b]), int(snap.off.to[b]), int(snap.off.nt[b]), int(hops[q]),
                              int(n_seeds[q]), learned))
@@ -113,16 +110,15 @@ def padded(rows: list, fill, dtype) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
-def row_lengths(nbr):  # pragma: no cover - compiled
-    """``[rows]`` int32: 1 + the last column of each ``nbr`` row holding a neighbour (0: none). The
-    columns past it are -1: a walk or a propagation reading a row reads its first ``nlen`` only."""
-    out = np.zeros(nbr.shape[0], np.int32)
-    for t in range(nbr.shape[0]):
-        for e in range(nbr.shape[1] - 1, -1, -1):
-            if nbr[t, e] >= 0:
-                out[t] = e + 1
-                break
-    return out
+def packed_length(nbr, row):  # pragma: no cover - compiled
+    """The neighbours of ``nbr[row]``: its columns before the first -1. The thread table's rows are
+    packed (``bank_tables._neighbours`` writes a thread's neighbours first, then -1 to the table's
+    width, and every write of a row writes it whole; ``tests/select/test_assembly.py`` checks built,
+    appended and purged tables), so no neighbour lies past it."""
+    k = 0
+    while k < nbr.shape[1] and nbr[row, k] >= 0:
+        k += 1
+    return k
 
 
 def _cat(xs: list, dtype, empty: tuple = (0,)) -> np.ndarray:
@@ -165,20 +161,20 @@ def _assemble(rows, W, bm, at):  # pragma: no cover - compiled
             n += 1
     own = n
     pad = min(J, at.n_seeds + own) if own < at.n_seeds else 0
-    got, n = _walk(rows.nbr, rows.nlen, at.g0, level, got, n, at.hops, pad)
+    got, n = _walk(rows.nbr, at.g0, level, got, n, at.hops, pad, True)
     ids = np.sort(got[:n])
     pos = np.empty(J, np.int64)  # read only where level >= 0
     width = 1
     for i in range(n):
         pos[ids[i]] = i
         if level[ids[i]] < at.hops:
-            width = max(width, rows.nlen[at.g0 + ids[i]])
+            width = max(width, packed_length(rows.nbr, at.g0 + ids[i]))
     local = np.full((n, width), -1, rows.nbr.dtype)
     w = np.zeros((n, width), rows.nbw.dtype)
     for i in range(n):
         t = ids[i]
         if level[t] < at.hops:
-            for e in range(rows.nlen[at.g0 + t]):
+            for e in range(packed_length(rows.nbr, at.g0 + t)):
                 k = rows.nbr[at.g0 + t, e]
                 if k >= 0 and level[k] >= 0:
                     local[i, e] = pos[k]
@@ -201,16 +197,18 @@ def _assemble(rows, W, bm, at):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _walk(nbr, nlen, g0, level, got, n, hops, pad):  # pragma: no cover - compiled
+def _walk(nbr, g0, level, got, n, hops, pad, packed):  # pragma: no cover - compiled
     """``shortlist._space``'s breadth-first walk: ``hops`` levels from the ``n`` threads in ``got``
     (level 0), then the bank's lowest ``pad`` threads not reached (level ``hops``); ``(got, n)``.
-    ``nlen``: the columns of each row it reads (:func:`row_lengths`, or every column)."""
+    ``packed``: a row's neighbours end at its first -1 (:func:`packed_length`); else every column is read."""
     lo = 0
     for h in range(hops):
         hi = n
         for i in range(lo, hi):
-            for e in range(nlen[g0 + got[i]]):
+            for e in range(nbr.shape[1]):
                 k = nbr[g0 + got[i], e]
+                if k < 0 and packed:
+                    break
                 if k >= 0 and level[k] < 0:
                     if n == len(got):
                         got = _bigger(got, n)

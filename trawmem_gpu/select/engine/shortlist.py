@@ -419,7 +419,7 @@ def _space(nbr, nbw, g0, J, own, hops, pad):  # pragma: no cover - compiled
         level[t] = 0
         got[n] = t
         n += 1
-    got, n = assembly._walk(nbr, np.full(nbr.shape[0], D, np.int64), g0, level, got, n, hops, pad)
+    got, n = assembly._walk(nbr, g0, level, got, n, hops, pad, False)
     ids = np.sort(got[:n])
     pos = np.empty(J, np.int64)  # read only where level >= 0
     width = 1
