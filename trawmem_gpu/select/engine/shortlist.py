@@ -43,7 +43,7 @@ from .._jit import njit
 from ..steps.ann import AnnParams, VectorIndex
 from ..steps.candidates import GivenRanks
 from ..steps.relevance import LearnedQueries, LearnedTables, no_learned_tables
-from . import assembly, working_set
+from . import assembly, ranks, working_set
 from .compiled_args import NO_THREADS
 from .lexical_shortlist import Lexical, lexical, ranks_of, scores_at, scores_of, warm
 from .tables import Offsets, Snapshot, unit_block
@@ -250,27 +250,7 @@ def given_ranks(short: Shortlist, cos: np.ndarray, n_bank: int) -> tuple[np.ndar
     postings or when read in one compiled pass, ``lexical_dense``; with the impact-ordered reading,
     exact above the threshold bound and estimated below it)."""
     W = short.units
-    m = len(W)
-    rc = np.empty(m)
-    if short.head.shape[1]:  # counted among the index's proposals: those scoring more, then the lower tied ones
-        hc, hu = short.head
-        hu = hu.astype(np.int64)
-        asc = hc[::-1]
-        hi = np.searchsorted(asc, cos, side="right")
-        rc[:] = 1.0 + (len(hc) - hi)
-        by_unit = np.argsort(hu)
-        p = np.minimum(np.searchsorted(hu[by_unit], W), len(hu) - 1)
-        found = hu[by_unit[p]] == W
-        rc[found] = 1.0 + by_unit[p[found]]  # a proposal: its place in the proposals' order
-        tie = (hi - np.searchsorted(asc, cos, side="left") > 0) & ~found
-        for j in np.flatnonzero(tie):  # a unit the index missed, tied with a proposal (rare)
-            rc[j] += np.count_nonzero((hc == cos[j]) & (hu < W[j]))
-    else:
-        rc[np.lexsort((np.arange(m), -cos))] = np.arange(1, m + 1)
-    past = cos < short.edge
-    if past.any() and len(short.sample):
-        above = len(short.sample) - np.searchsorted(short.sample, cos[past], side="right")
-        rc[past] = np.maximum(rc[past], 1.0 + n_bank * above / len(short.sample))
+    rc = ranks.cosine_ranks(short.head, cos, W, short.edge, short.sample, n_bank)  # compiled or plain
     return rc, ranks_of(short.lex, W, short.bm)
 
 

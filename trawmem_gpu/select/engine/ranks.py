@@ -1,0 +1,132 @@
+"""The working set's cosine ranks in the whole bank (``shortlist.given_ranks``), compiled beside
+their plain NumPy form, which states the math and which :data:`COMPILED` off selects; the ranks
+are equal (``tests/select/test_ranks.py``), so nothing picked changes.
+
+A unit ``u`` of ``W`` with cosine ``c`` is ranked (from 1, float64):
+
+* with the index's ``H`` proposals (``head``: their exact cosines, non-increasing, ties to the
+  lower unit, and their units): ``u``'s place among them when it is one of them (the first place
+  when a unit repeats); else 1 + the proposals scoring more than ``c``, plus those tied with it
+  of a lower unit;
+* without proposals (a masked query's): its place in ``W`` by cosine descending, ties to the
+  lower position;
+* and when ``c`` is below the ``edge`` (the last proposal's cosine), at least ``1 + n_bank *``
+  the share of the rank sample (sorted ascending, float32, compared as float64) above ``c``.
+
+The compiled form counts by binary searches in the sorted proposals and one merge of ``W``
+(ascending) with the proposals' units sorted, instead of NumPy's sorts and masks (at 10^6 units,
+~1,600 units and 1,024 proposals a round). Non-finite cosines, or ``W`` not strictly ascending,
+take the plain form.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._jit import njit
+
+COMPILED = True
+"""``shortlist.given_ranks`` ranks by :func:`_cosine_ranks`; False: by :func:`cosine_ranks_plain`."""
+
+
+def cosine_ranks(head: np.ndarray, cos: np.ndarray, W: np.ndarray, edge: float, sample: np.ndarray,
+                 n_bank: int) -> np.ndarray:
+    """``[len(W)]`` float64: each unit's cosine rank in the bank (module docstring). ``head``:
+    ``[2, H]`` (cosines, units as float64); ``cos``: ``W``'s cosines; ``W`` ascending."""
+    if (not COMPILED or not (np.isfinite(cos).all() and np.isfinite(head[0]).all())
+            or (len(W) > 1 and not (W[1:] > W[:-1]).all())):
+        return cosine_ranks_plain(head, cos, W, edge, sample, n_bank)
+    return _cosine_ranks(np.ascontiguousarray(head[0], dtype=np.float64), head[1].astype(np.int64),
+                         np.ascontiguousarray(cos, dtype=np.float64), np.ascontiguousarray(W, dtype=np.int64),
+                         float(edge), np.ascontiguousarray(sample), int(n_bank))
+
+
+def cosine_ranks_plain(head: np.ndarray, cos: np.ndarray, W: np.ndarray, edge: float, sample: np.ndarray,
+                       n_bank: int) -> np.ndarray:
+    """:func:`cosine_ranks` in NumPy (the reference)."""
+    m = len(W)
+    rc = np.empty(m)
+    if head.shape[1]:  # counted among the index's proposals: those scoring more, then the lower tied ones
+        hc, hu = head
+        hu = hu.astype(np.int64)
+        asc = hc[::-1]
+        hi = np.searchsorted(asc, cos, side="right")
+        rc[:] = 1.0 + (len(hc) - hi)
+        by_unit = np.argsort(hu, kind="stable")
+        p = np.minimum(np.searchsorted(hu[by_unit], W), len(hu) - 1)
+        found = hu[by_unit[p]] == W
+        rc[found] = 1.0 + by_unit[p[found]]  # a proposal: its (first) place in the proposals' order
+        tie = (hi - np.searchsorted(asc, cos, side="left") > 0) & ~found
+        for j in np.flatnonzero(tie):  # a unit the index missed, tied with a proposal (rare)
+            rc[j] += np.count_nonzero((hc == cos[j]) & (hu < W[j]))
+    else:
+        rc[np.lexsort((np.arange(m), -cos))] = np.arange(1, m + 1)
+    past = cos < edge
+    if past.any() and len(sample):
+        above = len(sample) - np.searchsorted(sample, cos[past], side="right")
+        rc[past] = np.maximum(rc[past], 1.0 + n_bank * above / len(sample))
+    return rc
+
+
+@njit(cache=True, nogil=True)
+def _above(desc, c):  # pragma: no cover - compiled
+    """How many of the non-increasing ``desc`` are greater than ``c``."""
+    lo, hi = 0, len(desc)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if desc[mid] > c:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, nogil=True)
+def _at_least(desc, c):  # pragma: no cover - compiled
+    """How many of the non-increasing ``desc`` are at least ``c``."""
+    lo, hi = 0, len(desc)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if desc[mid] >= c:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, nogil=True)
+def _cosine_ranks(hc, hu, cos, W, edge, sample, n_bank):  # pragma: no cover - compiled
+    """:func:`cosine_ranks` for finite cosines (``hc`` non-increasing, ``W`` ascending)."""
+    m, H, S = len(W), len(hc), len(sample)
+    rc = np.empty(m)
+    if H:
+        by_unit = np.argsort(hu, kind="mergesort")  # stable: a repeated unit's first place
+        k = 0
+        for i in range(m):
+            gt = _above(hc, cos[i])
+            rc[i] = 1.0 + gt
+            while k < H and hu[by_unit[k]] < W[i]:  # W ascending: one merge with the sorted units
+                k += 1
+            if k < H and hu[by_unit[k]] == W[i]:
+                rc[i] = 1.0 + by_unit[k]
+            else:
+                for j in range(gt, _at_least(hc, cos[i])):  # tied proposals of a lower unit
+                    if hu[j] < W[i]:
+                        rc[i] += 1.0
+    else:
+        order = np.argsort(-cos, kind="mergesort")
+        for r in range(m):
+            rc[order[r]] = r + 1.0
+    if S:
+        for i in range(m):
+            if cos[i] < edge:
+                lo, hi = 0, S  # the sample's values at most cos[i] (float32 read as float64)
+                while lo < hi:
+                    mid = (lo + hi) >> 1
+                    if np.float64(sample[mid]) <= cos[i]:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                est = 1.0 + n_bank * (S - lo) / S
+                if est > rc[i]:
+                    rc[i] = est
+    return rc
