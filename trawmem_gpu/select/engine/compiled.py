@@ -101,7 +101,8 @@ def _texts(snap: Snapshot, plan, cfg, head, batch: QueryBatch) -> list[tuple]:
     for s, e in zip(cuts, cuts[1:] + [Q]):
         rows = order[s:e]
         qtext = [batch.questions[i] for i in rows.tolist()]
-        ptr, ids, _slow = step3.bm25_columns(batch.bidx[rows].tolist(), qtext, bm.vocabs, bm.plain, bm.store.col0)
+        ptr, ids, _slow = step3.bm25_columns(batch.bidx[rows].tolist(), qtext, bm.vocabs, bm.plain, bm.store.col0,
+                                              bm.words)
         X = demand_matrix(qtext)  # once per question, for both step 4's demand and the learned cues
         texts.append((rows, (ptr, ids), step4.demand(qtext, cfg, head, X),
                       _learned_queries(snap, cfg, batch, rows, qtext, X[:, 1])))

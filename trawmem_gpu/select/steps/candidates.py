@@ -80,36 +80,105 @@ same tokens (~1.5x faster)."""
 
 
 def bm25_columns(bidx: list[int], questions: list[str], vocabs: list[dict], plain: list[bool],
-                 col0: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:
+                 col0: np.ndarray, maps: dict | None = None) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """Each query's BM25 term columns (``col0[b] + term``), in query-token order, as CSR ``(ptr
     [Q + 1], ids)``: :func:`bm25_columns_reference`'s value. Each bank's raw words (lower-cased
     word runs before the stop-word filter and the stemmer) are mapped to a column, or to -1 for a
-    stop word or a word out of the bank's vocabulary, once per call, so a word that recurs across
-    the batch's questions costs one dictionary look-up; an ASCII question is split by
-    :data:`_TOKEN_ASCII`. ``slow``: queries whose bank's BM25
-    variant needs bm25s itself (no columns listed)."""
-    sw = lexical_stopwords()
-    maps: dict[int, dict[str, int]] = {}
-    ids: list[int] = []
-    ptr = [0]
+    stop word or a word out of the bank's vocabulary, once (``maps``: ``{bank: {word: column}}``
+    the caller keeps for these vocabularies, or None: once per call). Consecutive queries of one
+    bank whose questions are ASCII and hold no newline are split by one :data:`_TOKEN_SEP` scan of
+    their newline-joined text and their words mapped by one ``map`` (:func:`_run_columns`); the
+    others word by word (:func:`_question_columns`). ``slow``: queries whose bank's BM25 variant
+    needs bm25s itself (no columns listed)."""
+    maps = {} if maps is None else maps
+    Q = len(bidx)
+    counts = np.zeros(Q, dtype=np.int64)
+    parts: list[np.ndarray] = []
     slow: list[int] = []
-    for q, (b, text) in enumerate(zip(bidx, questions)):
+    b_arr = np.asarray(bidx, dtype=np.int64).reshape(Q)
+    cut = (np.flatnonzero(b_arr[1:] != b_arr[:-1]) + 1).tolist()
+    for s, e in zip([0] + cut, cut + [Q]) if Q else ():
+        b = int(b_arr[s])
         if not plain[b]:
-            slow.append(q)
-            ptr.append(len(ids))
+            slow += range(s, e)
             continue
         m = maps.get(b)
-        if m is None:
-            m = maps[b] = {}
-        for w in (_TOKEN_ASCII if text.isascii() else TOKEN).findall(text.lower()):
-            c = m.get(w)
-            if c is None:
-                t = -1 if w in sw else vocabs[b].get(stem(w), -1)
-                c = m[w] = -1 if t < 0 else int(col0[b]) + t
-            if c >= 0:
-                ids.append(c)
-        ptr.append(len(ids))
-    return np.asarray(ptr, dtype=np.int64), np.asarray(ids, dtype=np.int64), slow
+        if m is None or len(m) > MAX_WORDS:  # a new map replaces a full one (a reader keeps its own)
+            m = maps[b] = {SEP_WORD: -2}
+        for a, z, joined in _joined_runs(questions, s, e):
+            if joined is not None:
+                ids, counts[a:z] = _run_columns(joined.lower(), m, vocabs[b], int(col0[b]))
+                parts.append(ids)
+            else:
+                ids = _question_columns(questions[a], m, vocabs[b], int(col0[b]))
+                counts[a] = len(ids)
+                parts.append(np.asarray(ids, dtype=np.int64))
+    ptr = np.zeros(Q + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return ptr, (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)), slow
+
+
+SEP_WORD = "\n"
+MAX_WORDS = 1 << 16
+"""Most words a bank's word map keeps (past it the map starts again: a long-running engine asked
+about ever new words holds at most this many per bank)."""
+_TOKEN_SEP = re.compile(r"\n|" + _TOKEN_ASCII.pattern, re.A)
+"""A run's tokens and the newlines between its questions (a newline is no word character, so the
+tokens of each question are its tokens alone)."""
+
+
+def _joined_runs(questions: list[str], s: int, e: int):
+    """``(a, z, joined)`` over ``questions[s:e]`` in order: runs of ASCII questions without a
+    newline with their newline-joined text, and each other question alone (``joined`` None)."""
+    joined = "\n".join(questions[s:e])
+    if joined.isascii() and joined.count("\n") == e - s - 1:
+        yield s, e, joined
+        return
+    a = s
+    for q in range(s, e):
+        t = questions[q]
+        if not t.isascii() or "\n" in t:
+            if a < q:
+                yield a, q, "\n".join(questions[a:q])
+            yield q, q + 1, None
+            a = q + 1
+    if a < e:
+        yield a, e, "\n".join(questions[a:e])
+
+
+def _word_column(w: str, vocab: dict, o: int, sw) -> int:
+    t = -1 if w in sw else vocab.get(stem(w), -1)
+    return -1 if t < 0 else o + t
+
+
+def _run_columns(low: str, m: dict, vocab: dict, o: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, counts)`` of the lower-cased newline-joined ASCII questions ``low`` of one bank
+    (``m``: its word map, ``SEP_WORD`` -> -2)."""
+    toks = _TOKEN_SEP.findall(low)
+    new = set(toks).difference(m)
+    if new:
+        sw = lexical_stopwords()
+        for w in new:
+            m[w] = _word_column(w, vocab, o, sw)
+    col = np.fromiter(map(m.__getitem__, toks), dtype=np.int64, count=len(toks))
+    sep = np.flatnonzero(col == -2)
+    kept = np.zeros(len(col) + 1, dtype=np.int64)
+    np.cumsum(col >= 0, out=kept[1:])
+    at = kept[np.append(sep, len(col))]
+    return col[col >= 0], np.diff(at, prepend=0)
+
+
+def _question_columns(text: str, m: dict, vocab: dict, o: int) -> list[int]:
+    """One question's columns, word by word (``m``: its bank's word map)."""
+    sw = lexical_stopwords()
+    ids = []
+    for w in (_TOKEN_ASCII if text.isascii() else TOKEN).findall(text.lower()):
+        c = m.get(w)
+        if c is None:
+            c = m[w] = _word_column(w, vocab, o, sw)
+        if c >= 0:
+            ids.append(c)
+    return ids
 
 
 def bm25_columns_reference(bidx: list[int], questions: list[str], vocabs: list[dict], plain: list[bool],
