@@ -143,3 +143,14 @@ def test_joined_runs_split_where_a_question_cannot_join():
     runs = list(candidates._joined_runs(qs, 0, len(qs)))
     assert runs == [(0, 1, "a b"), (1, 2, None), (2, 3, None), (3, 6, "f\ng\n")]
     assert list(candidates._joined_runs(qs, 3, 5)) == [(3, 5, "f\ng")]
+
+
+def test_word_table_splits_as_the_token_pattern():
+    rng = random.Random(7)
+    noise = ["".join(chr(rng.randrange(128)) for _ in range(rng.randint(0, 40))) for _ in range(300)]
+    texts = [t for t in _texts(rng, 300) + noise if t.isascii() and "\n" not in t]
+    texts += ["".join(chr(c) for c in range(128) if c != 10), "a_b 12 x9 __ I'm", "A\x00B\x00cd"]
+    assert len(texts) > 400
+    for t in texts:
+        words = [w for w in t.translate(candidates._WORDS).split() if len(w) > 1]
+        assert words == candidates._TOKEN_ASCII.findall(t.lower()), t

@@ -86,8 +86,8 @@ def bm25_columns(bidx: list[int], questions: list[str], vocabs: list[dict], plai
     word runs before the stop-word filter and the stemmer) are mapped to a column, or to -1 for a
     stop word or a word out of the bank's vocabulary, once (``maps``: ``{bank: {word: column}}``
     the caller keeps for these vocabularies, or None: once per call). Consecutive queries of one
-    bank whose questions are ASCII and hold no newline are split by one :data:`_TOKEN_SEP` scan of
-    their newline-joined text and their words mapped by one ``map`` (:func:`_run_columns`); the
+    bank whose questions are ASCII and hold no newline are split into words by one ``translate``
+    and ``split`` of their newline-joined text and mapped by one ``map`` (:func:`_run_columns`); the
     others word by word (:func:`_question_columns`). ``slow``: queries whose bank's BM25 variant
     needs bm25s itself (no columns listed)."""
     maps = {} if maps is None else maps
@@ -107,7 +107,7 @@ def bm25_columns(bidx: list[int], questions: list[str], vocabs: list[dict], plai
             m = maps[b] = {SEP_WORD: -2}
         for a, z, joined in _joined_runs(questions, s, e):
             if joined is not None:
-                ids, counts[a:z] = _run_columns(joined.lower(), m, vocabs[b], int(col0[b]))
+                ids, counts[a:z] = _run_columns(joined, m, vocabs[b], int(col0[b]))
                 parts.append(ids)
             else:
                 ids = _question_columns(questions[a], m, vocabs[b], int(col0[b]))
@@ -118,13 +118,15 @@ def bm25_columns(bidx: list[int], questions: list[str], vocabs: list[dict], plai
     return ptr, (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)), slow
 
 
-SEP_WORD = "\n"
+SEP_WORD = "\x00"
 MAX_WORDS = 1 << 16
 """Most words a bank's word map keeps (past it the map starts again: a long-running engine asked
 about ever new words holds at most this many per bank)."""
-_TOKEN_SEP = re.compile(r"\n|" + _TOKEN_ASCII.pattern, re.A)
-"""A run's tokens and the newlines between its questions (a newline is no word character, so the
-tokens of each question are its tokens alone)."""
+_WORDS = str.maketrans({c: (chr(c).lower() if chr(c).isalnum() or c == 95 else "\n" if c == 10 else " ")
+                        for c in range(128)})
+"""ASCII text to its words: a word character to its lower case, a newline kept, any other
+character to a space. ``str.split`` of the result gives the maximal runs of word characters,
+``_TOKEN_ASCII``'s tokens where they are 2 or more long (``\b\w\w+\b`` matches a whole run)."""
 
 
 def _joined_runs(questions: list[str], s: int, e: int):
@@ -147,14 +149,15 @@ def _joined_runs(questions: list[str], s: int, e: int):
 
 
 def _word_column(w: str, vocab: dict, o: int, sw) -> int:
-    t = -1 if w in sw else vocab.get(stem(w), -1)
+    t = -1 if len(w) < 2 or w in sw else vocab.get(stem(w), -1)
     return -1 if t < 0 else o + t
 
 
-def _run_columns(low: str, m: dict, vocab: dict, o: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(ids, counts)`` of the lower-cased newline-joined ASCII questions ``low`` of one bank
-    (``m``: its word map, ``SEP_WORD`` -> -2)."""
-    toks = _TOKEN_SEP.findall(low)
+def _run_columns(joined: str, m: dict, vocab: dict, o: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, counts)`` of the newline-joined ASCII questions ``joined`` of one bank (``m``: its
+    word map, ``SEP_WORD`` -> -2): its words by :data:`_WORDS` (a one-letter word maps to -1, as
+    the token pattern never yields it) with ``SEP_WORD`` between questions."""
+    toks = joined.translate(_WORDS).replace("\n", " " + SEP_WORD + " ").split()
     new = set(toks).difference(m)
     if new:
         sw = lexical_stopwords()
