@@ -206,33 +206,36 @@ def named_counts(t, off, names, nptr, qn0, qn1, out_off, out):  # pragma: no cov
 
 def named_flat(questions: list[str], speakers: list[tuple], named_off: np.ndarray, size: int, one) -> np.ndarray:
     """Flat float64 ``[size]``: query ``q``'s ``one(questions[q], speakers[q])`` (``relevance._named``)
-    at ``named_off[q]:``, the ASCII questions against banks whose speakers' names are all ASCII and
-    not blank in one :func:`named_counts` call, the others by ``one``."""
+    at ``named_off[q]:``, the ASCII questions against speakers whose names are all ASCII and not
+    blank in one :func:`named_counts` call, the others by ``one``."""
+    Q = len(questions)
     out = np.empty(size, dtype=np.float64)
-    table: dict = {}  # speakers tuple -> (first name index, end) in the flat name list, or None: by `one`
+    kinds: dict = {}  # each distinct speakers tuple -> its number
+    kind = np.fromiter((kinds.setdefault(sp, len(kinds)) for sp in speakers), dtype=np.int64, count=Q)
     flat: list[bytes] = []
-    fast, qn0, qn1 = [], [], []
-    for q, (text, sp) in enumerate(zip(questions, speakers)):
-        r = table.get(sp, 0)
-        if r == 0:
-            low = [s.strip().lower() for s in sp]
-            r = table[sp] = (None if not all(x and x.isascii() and s.strip().isascii() for x, s in zip(low, sp))
-                             else (len(flat), len(flat) + len(low)))
-            if r is not None:
-                flat += [x.encode("ascii") for x in low]
-        if r is None or not text.isascii():
-            out[named_off[q]:named_off[q] + len(sp)] = one(text, sp)
-        else:
-            fast.append(q)
-            qn0.append(r[0])
-            qn1.append(r[1])
-    if fast:
-        texts = [questions[q] for q in fast]
+    r0 = np.zeros(len(kinds) + 1, dtype=np.int64)
+    r1 = np.zeros(len(kinds) + 1, dtype=np.int64)
+    good = np.zeros(len(kinds), dtype=bool)
+    for sp, k in kinds.items():
+        low = [s.strip().lower() for s in sp]
+        if all(x and x.isascii() and s.strip().isascii() for x, s in zip(low, sp)):
+            good[k] = True
+            r0[k], r1[k] = len(flat), len(flat) + len(low)
+            flat += [x.encode("ascii") for x in low]
+    ascii_all = "".join(questions).isascii()
+    fast = good[kind] if Q else np.zeros(0, dtype=bool)
+    if not ascii_all:
+        fast &= np.fromiter((q.isascii() for q in questions), dtype=bool, count=Q)
+    for q in np.flatnonzero(~fast).tolist():
+        out[named_off[q]:named_off[q] + len(speakers[q])] = one(questions[q], speakers[q])
+    rows = np.flatnonzero(fast)
+    if len(rows):
+        texts = questions if len(rows) == Q else [questions[q] for q in rows.tolist()]
         off = np.zeros(len(texts) + 1, dtype=np.int64)
         np.cumsum([len(x) for x in texts], out=off[1:])
         nptr = np.zeros(len(flat) + 1, dtype=np.int64)
         np.cumsum([len(x) for x in flat], out=nptr[1:])
         named_counts(np.frombuffer("".join(texts).encode("ascii"), dtype=np.uint8), off,
-                     np.frombuffer(b"".join(flat), dtype=np.uint8), nptr, np.asarray(qn0, dtype=np.int64),
-                     np.asarray(qn1, dtype=np.int64), np.asarray(named_off, dtype=np.int64)[fast], out)
+                     np.frombuffer(b"".join(flat), dtype=np.uint8), nptr, r0[kind[rows]], r1[kind[rows]],
+                     np.asarray(named_off, dtype=np.int64)[rows], out)
     return out

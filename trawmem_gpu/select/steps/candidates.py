@@ -124,7 +124,7 @@ MAX_WORDS = 1 << 16
 about ever new words holds at most this many per bank)."""
 _WORDS = str.maketrans({c: (chr(c).lower() if chr(c).isalnum() or c == 95 else "\n" if c == 10 else " ")
                         for c in range(128)})
-"""ASCII text to its words: a word character to its lower case, a newline kept, any other
+r"""ASCII text to its words: a word character to its lower case, a newline kept, any other
 character to a space. ``str.split`` of the result gives the maximal runs of word characters,
 ``_TOKEN_ASCII``'s tokens where they are 2 or more long (``\b\w\w+\b`` matches a whole run)."""
 
