@@ -211,7 +211,7 @@ def named_flat(questions: list[str], speakers: list[tuple], named_off: np.ndarra
     Q = len(questions)
     out = np.empty(size, dtype=np.float64)
     kinds: dict = {}  # each distinct speakers tuple -> its number
-    kind = np.fromiter((kinds.setdefault(sp, len(kinds)) for sp in speakers), dtype=np.int64, count=Q)
+    kind = np.array([kinds.setdefault(sp, len(kinds)) for sp in speakers], dtype=np.int64).reshape(Q)
     flat: list[bytes] = []
     r0 = np.zeros(len(kinds) + 1, dtype=np.int64)
     r1 = np.zeros(len(kinds) + 1, dtype=np.int64)
