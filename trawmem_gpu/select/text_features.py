@@ -58,12 +58,12 @@ def demand_matrix(questions: list[str]) -> np.ndarray:
         return demand_matrix_re(questions)
     if "".join(questions).isascii():
         return demand_rows(questions)
-    fast = [i for i, q in enumerate(questions) if q.isascii()]
-    X = np.empty((Q, 4), dtype=np.float64)
-    slow = np.setdiff1d(np.arange(Q), fast)
-    X[slow] = demand_matrix_re([questions[i] for i in slow.tolist()])
-    if fast:
-        X[fast] = demand_rows([questions[i] for i in fast])
+    slow = [i for i, q in enumerate(questions) if not q.isascii()]
+    qs = list(questions)
+    for i in slow:  # scanned as empty text, then overwritten
+        qs[i] = ""
+    X = demand_rows(qs)
+    X[slow] = demand_matrix_re([questions[i] for i in slow])
     return X
 
 

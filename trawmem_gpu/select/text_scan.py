@@ -69,62 +69,31 @@ def _lower(c):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _count(t, s, e, lit, first_only):  # pragma: no cover - compiled
-    """Non-overlapping matches of the alternatives ``lit`` (:func:`literals`) in ``t[s:e]`` (see
-    the module docstring); with ``first_only``, 1 at the first match."""
+def _match(t, p, e, c, lit):  # pragma: no cover - compiled
+    """Length of the first alternative of ``lit`` (:func:`literals`) that matches at ``t[p]``
+    (lower-cased first byte ``c``) and ends at a word boundary before ``e``, or 0."""
     lb, lptr, by_first, first_ptr = lit
-    n = 0
-    p = s
-    while p < e:
-        if p > s and _is_word(t[p - 1]):
-            p += 1
+    for f in range(first_ptr[c], first_ptr[c + 1]):
+        k = by_first[f]
+        a, b = lptr[k], lptr[k + 1]
+        L = b - a
+        if p + L > e:
             continue
-        hit = -1
-        c = _lower(t[p])
-        for f in range(first_ptr[c], first_ptr[c + 1]):
-            k = by_first[f]
-            a, b = lptr[k], lptr[k + 1]
-            L = b - a
-            if p + L > e:
-                continue
-            ok = True
-            for i in range(L):
-                if _lower(t[p + i]) != lb[a + i]:
-                    ok = False
-                    break
-            if ok and (p + L == e or not _is_word(t[p + L])):
-                hit = L
+        ok = True
+        for i in range(1, L):
+            if _lower(t[p + i]) != lb[a + i]:
+                ok = False
                 break
-        if hit < 0:
-            p += 1
-        else:
-            n += 1
-            if first_only:
-                return n
-            p += hit
-    return n
+        if ok and (p + L == e or not _is_word(t[p + L])):
+            return L
+    return 0
 
 
 @njit(cache=True)
-def _names(t, s, e, ns, nl):  # pragma: no cover - compiled
-    """Distinct capitalized names of ``t[s:e]`` after its first one (``ns`` / ``nl``: scratch)."""
-    m = 0
-    p = s
-    while p < e:
-        c = t[p]
-        if 65 <= c <= 90 and (p == s or not _is_word(t[p - 1])):
-            q = p + 1
-            while q < e and 97 <= t[q] <= 122:
-                q += 1
-            if q > p + 1 and (q == e or not _is_word(t[q])):
-                ns[m] = p
-                nl[m] = q - p
-                m += 1
-                p = q
-                continue
-        p += 1
+def _distinct_after_first(t, ns, nl, m):  # pragma: no cover - compiled
+    """Distinct names among ``(ns[i], nl[i])``, ``1 <= i < m`` (the first, sentence-initial, skipped)."""
     d = 0
-    for i in range(1, m):  # skip the first (sentence-initial) name
+    for i in range(1, m):
         seen = False
         for j in range(1, i):
             if nl[j] == nl[i]:
@@ -144,19 +113,50 @@ def _names(t, s, e, ns, nl):  # pragma: no cover - compiled
 @njit(cache=True)
 def demand_counts(t, off, temporal, relational, out):  # pragma: no cover - compiled
     """For each text ``i`` (``t[off[i]:off[i + 1]]``, ASCII bytes): ``out[i] = (temporal match or
-    not, relational matches, distinct names after the first, words)``."""
+    not, relational matches, distinct names after the first, words)``, in one pass over its bytes:
+    each pattern keeps the place its scan may next match at (past its last match, as ``findall``
+    goes on after one); the temporal one stops at its first match."""
     Q = len(off) - 1
     ns = np.empty(max(1, len(t)), np.int64)
     nl = np.empty(max(1, len(t)), np.int64)
     for i in range(Q):
         s, e = off[i], off[i + 1]
-        out[i, 0] = _count(t, s, e, temporal, True)
-        out[i, 1] = _count(t, s, e, relational, False)
-        out[i, 2] = _names(t, s, e, ns, nl)
+        t_hit = 0
+        n_rel = 0
+        m = 0
         w = 0
+        r_next = s
+        n_next = s
+        prev_word = False
+        prev_space = True
         for p in range(s, e):
-            if not _is_space(t[p]) and (p == s or _is_space(t[p - 1])):
+            c = t[p]
+            space = _is_space(c)
+            if prev_space and not space:
                 w += 1
+            if not prev_word:  # a match of any pattern starts only after no word byte
+                lc = _lower(c)
+                if t_hit == 0 and _match(t, p, e, lc, temporal) > 0:
+                    t_hit = 1
+                if p >= r_next:
+                    L = _match(t, p, e, lc, relational)
+                    if L > 0:
+                        n_rel += 1
+                        r_next = p + L
+                if p >= n_next and 65 <= c <= 90:
+                    q = p + 1
+                    while q < e and 97 <= t[q] <= 122:
+                        q += 1
+                    if q > p + 1 and (q == e or not _is_word(t[q])):
+                        ns[m] = p
+                        nl[m] = q - p
+                        m += 1
+                        n_next = q
+            prev_word = _is_word(c)
+            prev_space = space
+        out[i, 0] = t_hit
+        out[i, 1] = n_rel
+        out[i, 2] = _distinct_after_first(t, ns, nl, m)
         out[i, 3] = w
 
 
