@@ -154,3 +154,34 @@ def test_word_table_splits_as_the_token_pattern():
     for t in texts:
         words = [w for w in t.translate(candidates._WORDS).split() if len(w) > 1]
         assert words == candidates._TOKEN_ASCII.findall(t.lower()), t
+
+
+def _alternatives(pattern: str) -> tuple[str, ...]:
+    """A question pattern's words in its order: inner groups expanded, ``s?`` greedy first."""
+    body = pattern.split(r"\b(", 1)[1].rsplit(r")\b", 1)[0]
+    alts, depth, cur = [], 0, ""
+    for ch in body:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "|" and depth == 0:
+            alts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    out = []
+    for a in alts + [cur]:
+        if "(?:" in a:
+            pre, inner = a.split("(?:")
+            out += [pre + x for x in inner.rstrip(")").split("|")]
+        elif a.endswith("s?"):
+            out += [a[:-1], a[:-2]]
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+def test_word_lists_are_the_patterns_alternatives():
+    from trawmem_gpu.select import text_features as tf
+
+    assert text_scan.TEMPORAL_WORDS == _alternatives(tf.TEMPORAL_Q.pattern)
+    assert text_scan.RELATIONAL_WORDS == _alternatives(tf.RELATIONAL_Q.pattern)
+    assert tf._NAME_FIRST.pattern == r"[A-Z](?<!\w[A-Z])[a-z]+\b"  # what demand_counts' names scan matches

@@ -1,4 +1,5 @@
-"""The demand features' question scans compiled (issue 46 item 3, seventh pass).
+"""The question scans of a batch's text work compiled (issue 46 item 3, seventh pass): the demand
+features (:func:`demand_rows`) and the learned affinity's speaker names (:func:`named_flat`).
 
 ``text_features.demand_matrix`` ran four scans per question in Python's ``re`` (the temporal and
 relational patterns, the capitalized names, ``str.split``); at the target point they were about
@@ -17,8 +18,9 @@ semantics ``re`` gives them:
 
 ``\\w`` on ASCII text is ``[A-Za-z0-9_]``; the patterns are case-blind, so the text is compared in
 lower case (ASCII case folding is ``str.lower``'s there). Questions that are not ASCII keep the
-regular expressions (the caller). ``tests/select/test_question_text.py`` compares the matrix with
-``demand_features`` per question.
+regular expressions (the caller). A speaker's name is searched as ``relevance._named`` does on
+ASCII text: the lower-case name at a place with no word byte just before or after it.
+``tests/select/test_text_scan.py`` compares both with their regular-expression forms.
 """
 from __future__ import annotations
 
