@@ -158,17 +158,19 @@ def _run_columns(joined: str, m: dict, vocab: dict, o: int) -> tuple[np.ndarray,
     word map, ``SEP_WORD`` -> -2): its words by :data:`_WORDS` (a one-letter word maps to -1, as
     the token pattern never yields it) with ``SEP_WORD`` between questions."""
     toks = joined.translate(_WORDS).replace("\n", " " + SEP_WORD + " ").split()
-    new = set(toks).difference(m)
-    if new:
+    try:  # every word known (a warm map): no set of the words
+        col = np.fromiter(map(m.__getitem__, toks), dtype=np.int64, count=len(toks))
+    except KeyError:
         sw = lexical_stopwords()
-        for w in new:
+        for w in set(toks).difference(m):
             m[w] = _word_column(w, vocab, o, sw)
-    col = np.fromiter(map(m.__getitem__, toks), dtype=np.int64, count=len(toks))
+        col = np.fromiter(map(m.__getitem__, toks), dtype=np.int64, count=len(toks))
     sep = np.flatnonzero(col == -2)
+    keep = col >= 0
     kept = np.zeros(len(col) + 1, dtype=np.int64)
-    np.cumsum(col >= 0, out=kept[1:])
+    np.cumsum(keep, out=kept[1:])
     at = kept[np.append(sep, len(col))]
-    return col[col >= 0], np.diff(at, prepend=0)
+    return col[keep], np.diff(at, prepend=0)
 
 
 def _question_columns(text: str, m: dict, vocab: dict, o: int) -> list[int]:
