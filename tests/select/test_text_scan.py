@@ -12,7 +12,7 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from trawmem_gpu.select import text_scan
+from trawmem_gpu.select import text_scan, word_table
 from trawmem_gpu.select.lexical import BM25Index
 from trawmem_gpu.select.steps import candidates, relevance
 from trawmem_gpu.select.text_features import demand_features, demand_matrix, demand_matrix_re
@@ -117,14 +117,17 @@ def _banks(rng: random.Random, n_banks: int):
     return vocabs, np.asarray(col0, dtype=np.int64)
 
 
+@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("seed", range(6))
-def test_bm25_columns_over_runs_and_a_kept_word_map(seed, monkeypatch):
+def test_bm25_columns_over_runs_and_a_kept_word_map(seed, compiled, monkeypatch):
     rng = random.Random(30 + seed)
     n_banks = rng.randint(1, 4)
     vocabs, col0 = _banks(rng, n_banks)
     plain = [rng.random() > 0.2 for _ in range(n_banks)]
     if seed == 5:
-        monkeypatch.setattr(candidates, "MAX_WORDS", 3)  # maps start again within the calls
+        monkeypatch.setattr(word_table, "MAX_WORDS", 3)  # maps start again within the calls
+    if not compiled:
+        monkeypatch.setattr(word_table, "HAS_NUMBA", False)  # translate / split / map
     maps: dict = {}
     for call in range(3):  # the same maps across calls, as an engine keeps them
         qs = _texts(rng, rng.choice([0, 1, 6, 150]))
@@ -135,14 +138,15 @@ def test_bm25_columns_over_runs_and_a_kept_word_map(seed, monkeypatch):
             assert got[2] == ref[2]
             for g, r in zip(got[:2], ref[:2]):
                 assert g.dtype == r.dtype == np.int64 and np.array_equal(g, r)
-    assert all(m.get(candidates.SEP_WORD) == -2 for m in maps.values())
+    assert all(m.get(word_table.SEP_WORD) == -2 for m, _ in maps.values())
+    assert not compiled or any(len(table) for _, table in maps.values())
 
 
 def test_joined_runs_split_where_a_question_cannot_join():
     qs = ["a b", "c\nd", "é e", "f", "g", ""]
-    runs = list(candidates._joined_runs(qs, 0, len(qs)))
+    runs = list(word_table.joined_runs(qs, 0, len(qs)))
     assert runs == [(0, 1, "a b"), (1, 2, None), (2, 3, None), (3, 6, "f\ng\n")]
-    assert list(candidates._joined_runs(qs, 3, 5)) == [(3, 5, "f\ng")]
+    assert list(word_table.joined_runs(qs, 3, 5)) == [(3, 5, "f\ng")]
 
 
 def test_word_table_splits_as_the_token_pattern():
@@ -152,7 +156,7 @@ def test_word_table_splits_as_the_token_pattern():
     texts += ["".join(chr(c) for c in range(128) if c != 10), "a_b 12 x9 __ I'm", "A\x00B\x00cd"]
     assert len(texts) > 400
     for t in texts:
-        words = [w for w in t.translate(candidates._WORDS).split() if len(w) > 1]
+        words = [w for w in t.translate(word_table._WORDS).split() if len(w) > 1]
         assert words == candidates._TOKEN_ASCII.findall(t.lower()), t
 
 
@@ -185,3 +189,29 @@ def test_word_lists_are_the_patterns_alternatives():
     assert text_scan.TEMPORAL_WORDS == _alternatives(tf.TEMPORAL_Q.pattern)
     assert text_scan.RELATIONAL_WORDS == _alternatives(tf.RELATIONAL_Q.pattern)
     assert tf._NAME_FIRST.pattern == r"[A-Z](?<!\w[A-Z])[a-z]+\b"  # what demand_counts' names scan matches
+
+
+def test_word_table_tells_equal_hashes_apart_by_their_bytes():
+    table = word_table.WordTable()
+    table.add({"ab": 3, "cd": -1, "ef": 7})
+    table.h[:] = 5  # as if all three hashes collided (sorted still)
+    t = np.frombuffer(b"xx EF cd AB", dtype=np.uint8)
+    got = [word_table._find(t, p, 2, np.uint64(5), table.h, table.wpos, table.wlen, table.pool) for p in (3, 6, 9, 0)]
+    assert [table.col[k] if k >= 0 else None for k in got] == [7, -1, 3, None]
+
+
+def test_word_table_split_is_the_token_map():
+    rng = random.Random(8)
+    qs = [t for t in _texts(rng, 200) if t.isascii() and "\n" not in t] + ["", "a", "AB ab_c 9x"]
+    table, m = word_table.WordTable(), {}
+    for round_ in range(2):  # cold (every word missed, then added), then warm
+        ids, counts, missed = table.split("\n".join(qs), len(qs))
+        if round_ == 0:
+            assert missed == sorted(set(missed)) and all(w == w.lower() for w in missed)
+            new = {w: len(m) + i if i % 3 else -1 for i, w in enumerate(missed)}
+            m.update(new)
+            table.add(new)
+            ids, counts, missed = table.split("\n".join(qs), len(qs))
+        assert missed == []
+        want = [[m[w] for w in word_table.TOKEN_ASCII.findall(q.lower()) if m[w] >= 0] for q in qs]
+        assert counts.tolist() == [len(w) for w in want] and ids.tolist() == [c for w in want for c in w]

@@ -14,7 +14,6 @@ bits, the same float64 operations as the torch path).
 """
 from __future__ import annotations
 
-import re
 from typing import NamedTuple
 
 import numpy as np
@@ -22,8 +21,9 @@ import torch
 from torch import Tensor
 
 from .._jit import njit
-from ..lexical import _TOKEN as TOKEN, _stem as stem, _stopwords as lexical_stopwords, tokenize
+from ..lexical import tokenize
 from ..tensor_ops import compact, ranks, ranks_positive
+from .. import word_table as words
 
 
 # ----------------------------------------------------------------------------------------------
@@ -74,9 +74,7 @@ class BM25Store(NamedTuple):
     nz0: np.ndarray
 
 
-_TOKEN_ASCII = re.compile(TOKEN.pattern.replace("(?u)", ""), re.A)
-r"""``lexical``'s token pattern with ASCII classes: on ASCII text ``\w`` is the same class, so the
-same tokens (~1.5x faster)."""
+_TOKEN_ASCII = words.TOKEN_ASCII  # (its home: word_table)
 
 
 def bm25_columns(bidx: list[int], questions: list[str], vocabs: list[dict], plain: list[bool],
@@ -84,12 +82,15 @@ def bm25_columns(bidx: list[int], questions: list[str], vocabs: list[dict], plai
     """Each query's BM25 term columns (``col0[b] + term``), in query-token order, as CSR ``(ptr
     [Q + 1], ids)``: :func:`bm25_columns_reference`'s value. Each bank's raw words (lower-cased
     word runs before the stop-word filter and the stemmer) are mapped to a column, or to -1 for a
-    stop word or a word out of the bank's vocabulary, once (``maps``: ``{bank: {word: column}}``
-    the caller keeps for these vocabularies, or None: once per call). Consecutive queries of one
-    bank whose questions are ASCII and hold no newline are split into words by one ``translate``
-    and ``split`` of their newline-joined text and mapped by one ``map`` (:func:`_run_columns`); the
-    others word by word (:func:`_question_columns`). ``slow``: queries whose bank's BM25 variant
-    needs bm25s itself (no columns listed)."""
+    stop word or a word out of the bank's vocabulary, once (``maps``: ``{bank: (word map,
+    word_table.WordTable)}`` the caller keeps for these vocabularies, or None: once per call).
+    Consecutive queries of one bank whose questions are ASCII and hold no newline are split and
+    mapped in one compiled pass over their newline-joined text (``word_table.table_columns``, with
+    kept ``maps``; without them or numba by one ``translate`` / ``split`` / ``map``,
+    ``word_table.run_columns``), the
+    others word by word (``word_table.question_columns``). ``slow``: queries whose bank's BM25
+    variant needs bm25s itself (no columns listed)."""
+    compiled = words.HAS_NUMBA and maps is not None  # the table pays off across calls (a first split costs more)
     maps = {} if maps is None else maps
     Q = len(bidx)
     counts = np.zeros(Q, dtype=np.int64)
@@ -102,88 +103,23 @@ def bm25_columns(bidx: list[int], questions: list[str], vocabs: list[dict], plai
         if not plain[b]:
             slow += range(s, e)
             continue
-        m = maps.get(b)
-        if m is None or len(m) > MAX_WORDS:  # a new map replaces a full one (a reader keeps its own)
-            m = maps[b] = {SEP_WORD: -2}
-        for a, z, joined in _joined_runs(questions, s, e):
+        got = maps.get(b)
+        if got is None or len(got[0]) + len(got[1]) > words.MAX_WORDS:  # new maps replace full ones
+            got = maps[b] = ({words.SEP_WORD: -2}, words.WordTable())
+        m, table = got
+        for a, z, joined in words.joined_runs(questions, s, e):
             if joined is not None:
-                ids, counts[a:z] = _run_columns(joined, m, vocabs[b], int(col0[b]))
+                o = int(col0[b])
+                ids, counts[a:z] = (words.table_columns(joined, z - a, table, vocabs[b], o) if compiled
+                                    else words.run_columns(joined, m, vocabs[b], o))
                 parts.append(ids)
             else:
-                ids = _question_columns(questions[a], m, vocabs[b], int(col0[b]))
+                ids = words.question_columns(questions[a], m, vocabs[b], int(col0[b]))
                 counts[a] = len(ids)
                 parts.append(np.asarray(ids, dtype=np.int64))
     ptr = np.zeros(Q + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
     return ptr, (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)), slow
-
-
-SEP_WORD = "\x00"
-MAX_WORDS = 1 << 16
-"""Most words a bank's word map keeps (past it the map starts again: a long-running engine asked
-about ever new words holds at most this many per bank)."""
-_WORDS = str.maketrans({c: (chr(c).lower() if chr(c).isalnum() or c == 95 else "\n" if c == 10 else " ")
-                        for c in range(128)})
-r"""ASCII text to its words: a word character to its lower case, a newline kept, any other
-character to a space. ``str.split`` of the result gives the maximal runs of word characters,
-``_TOKEN_ASCII``'s tokens where they are 2 or more long (``\b\w\w+\b`` matches a whole run)."""
-
-
-def _joined_runs(questions: list[str], s: int, e: int):
-    """``(a, z, joined)`` over ``questions[s:e]`` in order: runs of ASCII questions without a
-    newline with their newline-joined text, and each other question alone (``joined`` None)."""
-    joined = "\n".join(questions[s:e])
-    if joined.isascii() and joined.count("\n") == e - s - 1:
-        yield s, e, joined
-        return
-    a = s
-    for q in range(s, e):
-        t = questions[q]
-        if not t.isascii() or "\n" in t:
-            if a < q:
-                yield a, q, "\n".join(questions[a:q])
-            yield q, q + 1, None
-            a = q + 1
-    if a < e:
-        yield a, e, "\n".join(questions[a:e])
-
-
-def _word_column(w: str, vocab: dict, o: int, sw) -> int:
-    t = -1 if len(w) < 2 or w in sw else vocab.get(stem(w), -1)
-    return -1 if t < 0 else o + t
-
-
-def _run_columns(joined: str, m: dict, vocab: dict, o: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(ids, counts)`` of the newline-joined ASCII questions ``joined`` of one bank (``m``: its
-    word map, ``SEP_WORD`` -> -2): its words by :data:`_WORDS` (a one-letter word maps to -1, as
-    the token pattern never yields it) with ``SEP_WORD`` between questions."""
-    toks = joined.translate(_WORDS).replace("\n", " " + SEP_WORD + " ").split()
-    try:  # every word known (a warm map): no set of the words
-        col = np.fromiter(map(m.__getitem__, toks), dtype=np.int64, count=len(toks))
-    except KeyError:
-        sw = lexical_stopwords()
-        for w in set(toks).difference(m):
-            m[w] = _word_column(w, vocab, o, sw)
-        col = np.fromiter(map(m.__getitem__, toks), dtype=np.int64, count=len(toks))
-    sep = np.flatnonzero(col == -2)
-    keep = col >= 0
-    kept = np.zeros(len(col) + 1, dtype=np.int64)
-    np.cumsum(keep, out=kept[1:])
-    at = kept[np.append(sep, len(col))]
-    return col[keep], np.diff(at, prepend=0)
-
-
-def _question_columns(text: str, m: dict, vocab: dict, o: int) -> list[int]:
-    """One question's columns, word by word (``m``: its bank's word map)."""
-    sw = lexical_stopwords()
-    ids = []
-    for w in (_TOKEN_ASCII if text.isascii() else TOKEN).findall(text.lower()):
-        c = m.get(w)
-        if c is None:
-            c = m[w] = _word_column(w, vocab, o, sw)
-        if c >= 0:
-            ids.append(c)
-    return ids
 
 
 def bm25_columns_reference(bidx: list[int], questions: list[str], vocabs: list[dict], plain: list[bool],
