@@ -194,10 +194,11 @@ def test_word_lists_are_the_patterns_alternatives():
 def test_word_table_tells_equal_hashes_apart_by_their_bytes():
     table = word_table.WordTable()
     table.add({"ab": 3, "cd": -1, "ef": 7})
-    table.h[:] = 5  # as if all three hashes collided (sorted still)
+    h, col, wpos, wlen, pool = table.arrays
+    h[:] = 5  # as if all three hashes collided (sorted still)
     t = np.frombuffer(b"xx EF cd AB", dtype=np.uint8)
-    got = [word_table._find(t, p, 2, np.uint64(5), table.h, table.wpos, table.wlen, table.pool) for p in (3, 6, 9, 0)]
-    assert [table.col[k] if k >= 0 else None for k in got] == [7, -1, 3, None]
+    got = [word_table._find(t, p, 2, np.uint64(5), h, wpos, wlen, pool) for p in (3, 6, 9, 0)]
+    assert [col[k] if k >= 0 else None for k in got] == [7, -1, 3, None]
 
 
 def test_word_table_split_is_the_token_map():
@@ -215,3 +216,32 @@ def test_word_table_split_is_the_token_map():
         assert missed == []
         want = [[m[w] for w in word_table.TOKEN_ASCII.findall(q.lower()) if m[w] >= 0] for q in qs]
         assert counts.tolist() == [len(w) for w in want] and ids.tolist() == [c for w in want for c in w]
+
+
+def test_word_table_shared_by_threads_loses_no_word():
+    import threading
+
+    rng = random.Random(12)
+    vocab = {w.lower(): i for i, w in enumerate(sorted({w for w in PHRASES if w.isascii()}))}
+    table, errors = word_table.WordTable(), []
+
+    def worker(seed):
+        r = random.Random(seed)
+        for _ in range(30):
+            qs = [t for t in _texts(r, 20) if t.isascii() and "\n" not in t]
+            try:
+                ids, counts = word_table.table_columns("\n".join(qs), len(qs), table, vocab, 0)
+            except RuntimeError as e:
+                errors.append(repr(e))
+                return
+            want = candidates.bm25_columns_reference([0] * len(qs), qs, [vocab], [True], np.zeros(1, np.int64))
+            if ids.tolist() != want[1].tolist() or np.diff(want[0]).tolist() != counts.tolist():
+                errors.append("wrong columns")
+                return
+
+    threads = [threading.Thread(target=worker, args=(rng.random(),)) for _ in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[:3]

@@ -12,6 +12,7 @@ caller maps them (stop words, the stemmer, the vocabulary) and adds them, then s
 from __future__ import annotations
 
 import re
+import threading
 
 import numpy as np
 
@@ -106,36 +107,38 @@ def _hashes(pool, wpos, wlen, out):  # pragma: no cover - compiled
 
 class WordTable:
     """A bank's known words (lower-case ASCII, 2 or more word characters) and their columns, as
-    sorted arrays :func:`split_columns` reads. Not thread-safe on its own: ``bm25_columns`` runs
-    on a caller's thread under the GIL, and a compiled call holds it."""
+    sorted arrays :func:`split_columns` reads. Threads may share one (an engine's callers): the
+    arrays are one tuple, replaced whole, so a split reads one consistent version; :meth:`add`
+    builds the next version under a lock from the latest one, so no thread's words are lost."""
 
     def __init__(self):
-        self.h = np.zeros(0, dtype=np.uint64)
-        self.col = np.zeros(0, dtype=np.int64)
-        self.wpos = np.zeros(0, dtype=np.int64)
-        self.wlen = np.zeros(0, dtype=np.int64)
-        self.pool = np.zeros(0, dtype=np.uint8)
+        self.arrays = (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                       np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint8))
+        """``(h, col, wpos, wlen, pool)``: the words' hashes (sorted), columns, places and lengths in
+        ``pool`` (their bytes)."""
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self.h)
+        return len(self.arrays[0])
 
     def add(self, words: dict[str, int]) -> None:
-        """Add ``{word: column}`` (words the table lacks; lower-case ASCII)."""
+        """Add ``{word: column}`` (lower-case ASCII words; one the table holds already is held twice,
+        with the same column: the first is found)."""
         if not words:
             return
         enc = [w.encode("ascii") for w in words]
-        wlen = np.array([len(b) for b in enc], dtype=np.int64)
-        wpos = len(self.pool) + np.concatenate([[0], np.cumsum(wlen)[:-1]]).astype(np.int64)
-        pool = np.concatenate([self.pool, np.frombuffer(b"".join(enc), dtype=np.uint8)])
-        h = np.empty(len(enc), dtype=np.uint64)
-        _hashes(pool, wpos, wlen, h)
-        h_all = np.concatenate([self.h, h])
-        order = np.argsort(h_all, kind="stable")
-        self.h = h_all[order]
-        self.col = np.concatenate([self.col, np.fromiter(words.values(), dtype=np.int64, count=len(words))])[order]
-        self.wpos = np.concatenate([self.wpos, wpos])[order]
-        self.wlen = np.concatenate([self.wlen, wlen])[order]
-        self.pool = pool
+        cols = np.fromiter(words.values(), dtype=np.int64, count=len(words))
+        new_len = np.array([len(b) for b in enc], dtype=np.int64)
+        with self._lock:
+            h0, col0, wpos0, wlen0, pool0 = self.arrays
+            wpos = len(pool0) + np.concatenate([[0], np.cumsum(new_len)[:-1]]).astype(np.int64)
+            pool = np.concatenate([pool0, np.frombuffer(b"".join(enc), dtype=np.uint8)])
+            h = np.empty(len(enc), dtype=np.uint64)
+            _hashes(pool, wpos, new_len, h)
+            h_all = np.concatenate([h0, h])
+            order = np.argsort(h_all, kind="stable")
+            self.arrays = (h_all[order], np.concatenate([col0, cols])[order], np.concatenate([wpos0, wpos])[order],
+                           np.concatenate([wlen0, new_len])[order], pool)
 
     def split(self, joined: str, n: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
         """``(ids, counts [n], the missed words)`` of ``n`` newline-joined ASCII questions (the
@@ -144,8 +147,8 @@ class WordTable:
         ids = np.empty(len(t) // 2 + 1, dtype=np.int64)
         counts = np.zeros(n, dtype=np.int64)
         miss = np.empty((2, len(t) // 2 + 1), dtype=np.int64)
-        n_ids, n_miss = split_columns(t, self.h, self.col, self.wpos, self.wlen, self.pool, ids, counts, miss)
-        missed = sorted({joined[p:q] for p, q in zip(miss[0, :n_miss].tolist(), miss[1, :n_miss].tolist())})
+        n_ids, n_miss = split_columns(t, *self.arrays, ids, counts, miss)
+        missed = {joined[p:q] for p, q in zip(miss[0, :n_miss].tolist(), miss[1, :n_miss].tolist())}
         return ids[:n_ids], counts, sorted({w.lower() for w in missed})
 
 
