@@ -47,11 +47,32 @@ def demand_features(question: str) -> np.ndarray:
 
 
 def demand_matrix(questions: list[str]) -> np.ndarray:
-    """``[Q, 4]`` float64: row q is ``demand_features(questions[q])``, bit for bit, with less work:
-    z_temp only asks whether the temporal pattern occurs (``min(1, count)`` is 1 from the first
-    match on), the names are not scanned when two relational matches already put z_rel at 1, an
-    ASCII question is scanned in lower case by the patterns without re.I, and one array is built
-    for the batch instead of one per question."""
+    """``[Q, 4]`` float64: row q is ``demand_features(questions[q])``, bit for bit: the ASCII
+    questions in one compiled scan (``text_scan.demand_rows``, when numba imports), the others by
+    :func:`demand_matrix_re`."""
+    from ._jit import HAS_NUMBA
+    from .text_scan import demand_rows
+
+    Q = len(questions)
+    if not HAS_NUMBA or not Q:
+        return demand_matrix_re(questions)
+    if "".join(questions).isascii():
+        return demand_rows(questions)
+    slow = [i for i, q in enumerate(questions) if not q.isascii()]
+    qs = list(questions)
+    for i in slow:  # scanned as empty text, then overwritten
+        qs[i] = ""
+    X = demand_rows(qs)
+    X[slow] = demand_matrix_re([questions[i] for i in slow])
+    return X
+
+
+def demand_matrix_re(questions: list[str]) -> np.ndarray:
+    """:func:`demand_matrix` by the regular expressions (the form before the compiled scan, and its
+    path for text that is not ASCII): z_temp only asks whether the temporal pattern occurs
+    (``min(1, count)`` is 1 from the first match on), the names are not scanned when two
+    relational matches already put z_rel at 1, an ASCII question is scanned in lower case by the
+    patterns without re.I, and one array is built for the batch instead of one per question."""
     rows = []
     for question in questions:
         if question.isascii():

@@ -87,7 +87,10 @@ def make_batch(snap: Snapshot, bank_ids, questions, Z, dates, device, dtype, par
     Q = len(bank_ids)
     if len(questions) != Q:
         raise ValueError(f"{Q} bank ids but {len(questions)} questions")
-    bidx = np.fromiter((snap.bank_index(b) for b in bank_ids), dtype=np.int64, count=Q)
+    try:  # one map over the index (the same as snap.bank_index per id, without a call per id)
+        bidx = np.fromiter(map(snap.index.__getitem__, bank_ids), dtype=np.int64, count=Q)
+    except KeyError:  # again per id, for the message naming the unknown one
+        bidx = np.fromiter((snap.bank_index(b) for b in bank_ids), dtype=np.int64, count=Q)
     Zt = Z.detach() if isinstance(Z, Tensor) else torch.as_tensor(np.asarray(Z, dtype=np.float64))
     Zt = Zt.to(device=device, dtype=dtype)
     d = snap.t["unit_vecs"].shape[1]

@@ -101,7 +101,8 @@ def _texts(snap: Snapshot, plan, cfg, head, batch: QueryBatch) -> list[tuple]:
     for s, e in zip(cuts, cuts[1:] + [Q]):
         rows = order[s:e]
         qtext = [batch.questions[i] for i in rows.tolist()]
-        ptr, ids, _slow = step3.bm25_columns(batch.bidx[rows].tolist(), qtext, bm.vocabs, bm.plain, bm.store.col0)
+        ptr, ids, _slow = step3.bm25_columns(batch.bidx[rows].tolist(), qtext, bm.vocabs, bm.plain, bm.store.col0,
+                                              bm.words)
         X = demand_matrix(qtext)  # once per question, for both step 4's demand and the learned cues
         texts.append((rows, (ptr, ids), step4.demand(qtext, cfg, head, X),
                       _learned_queries(snap, cfg, batch, rows, qtext, X[:, 1])))
@@ -214,9 +215,32 @@ def _similarity(snap: Snapshot, plan, bidx: np.ndarray, Zc: np.ndarray) -> tuple
         if dots:
             step3.own_dots(Zc[a:e], rows, np.zeros(1, np.int64), nu[a:a + 1], np.zeros(e - a, np.int64), coff[a:e], cos)
         else:  # the rows cast to the queries' dtype (exact; a copy, so a read-only map is never handed to torch)
-            torch.mm(torch.from_numpy(Zc[a:e]), torch.from_numpy(np.asarray(rows, dtype=Zc.dtype)).T,
+            own = rows_as(snap, int(bidx[a]), rows, Zc.dtype)
+            torch.mm(torch.from_numpy(Zc[a:e]), torch.from_numpy(own).T,
                      out=torch.from_numpy(cos[o:o + (e - a) * n]).view(e - a, n))
     return cos, coff
+
+
+ROWS_KEPT_BYTES = 64 << 20
+"""Most bytes of banks' unit rows :func:`rows_as` keeps cast per snapshot (past it, cast per call)."""
+
+
+def rows_as(snap: Snapshot, bank: int, rows: np.ndarray, dtype) -> np.ndarray:
+    """``np.asarray(rows, dtype)`` (a copy where the dtypes differ), kept for the snapshot while the
+    kept casts hold at most :data:`ROWS_KEPT_BYTES` (the GEMM reads a float32 table's rows as
+    float64; the same values, cast once per snapshot instead of once per call). A mapped bank's
+    rows are cast per call (they stay on disk)."""
+    if snap.mapped[bank] or rows.dtype == dtype:
+        return np.asarray(rows, dtype=dtype)
+    kept = snap.lazy("rows_as", lambda: {"bytes": 0})
+    key = (bank, np.dtype(dtype).str)
+    got = kept.get(key)
+    if got is None:
+        got = np.asarray(rows, dtype=dtype)
+        if kept["bytes"] + got.nbytes <= ROWS_KEPT_BYTES:  # racing threads may both add one: a bound, loosely
+            kept["bytes"] += got.nbytes
+            kept[key] = got
+    return got
 
 
 def _front_shortlist(snap: Snapshot, plan, cfg, Zc: np.ndarray, bidx: np.ndarray, text: tuple, sizes, c: Candidates,

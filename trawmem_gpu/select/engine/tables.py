@@ -228,13 +228,17 @@ class Snapshot:
         """The banks' BM25 vocabularies and score matrices, for the batched BM25 of step 3."""
         return self.lazy("bm25", lambda: BM25View(
             [i.vocab for i in self.infos], [i.plain for i in self.infos],
-            BM25Store(self.np["bm_data"], self.np["bm_idx"], self.np["bm_ptr"], self.off.col0, self.off.nz0)))
+            BM25Store(self.np["bm_data"], self.np["bm_idx"], self.np["bm_ptr"], self.off.col0, self.off.nz0), {}))
 
 
 class BM25View(NamedTuple):
     vocabs: list
     plain: list
     store: BM25Store
+    words: dict
+    """``{bank: {raw word: column}}``: the questions' words mapped to this snapshot's BM25 columns
+    (``steps.candidates.bm25_columns``' ``maps``), kept across calls like ``lexical._stem``'s
+    cache: a word is stemmed and looked up once per snapshot, not once per call."""
 
 
 class TableStore:

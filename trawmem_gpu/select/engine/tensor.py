@@ -72,7 +72,7 @@ def localize(snap: Snapshot, plan, cfg, batch: QueryBatch, timer: Timer, params)
     lex = None
     if plan.lexical:
         bm = snap.bm25
-        cols = step3.bm25_columns(batch.bidx.tolist(), batch.questions, bm.vocabs, bm.plain, bm.store.col0)
+        cols = step3.bm25_columns(batch.bidx.tolist(), batch.questions, bm.vocabs, bm.plain, bm.store.col0, bm.words)
         lex = step3.bm25_batch(batch.bidx, cols[:2], bm.store, int(snap.off.nu[batch.bidx].max()))
         lex = lex.astype(np.float64)
         for q in cols[2]:  # a BM25 variant with a non-occurrence term: bm25s per query

@@ -14,7 +14,6 @@ bits, the same float64 operations as the torch path).
 """
 from __future__ import annotations
 
-import re
 from typing import NamedTuple
 
 import numpy as np
@@ -22,8 +21,9 @@ import torch
 from torch import Tensor
 
 from .._jit import njit
-from ..lexical import _TOKEN as TOKEN, _stem as stem, _stopwords as lexical_stopwords, tokenize
+from ..lexical import tokenize
 from ..tensor_ops import compact, ranks, ranks_positive
+from .. import word_table as words
 
 
 # ----------------------------------------------------------------------------------------------
@@ -74,42 +74,52 @@ class BM25Store(NamedTuple):
     nz0: np.ndarray
 
 
-_TOKEN_ASCII = re.compile(TOKEN.pattern.replace("(?u)", ""), re.A)
-r"""``lexical``'s token pattern with ASCII classes: on ASCII text ``\w`` is the same class, so the
-same tokens (~1.5x faster)."""
+_TOKEN_ASCII = words.TOKEN_ASCII  # (its home: word_table)
 
 
 def bm25_columns(bidx: list[int], questions: list[str], vocabs: list[dict], plain: list[bool],
-                 col0: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:
+                 col0: np.ndarray, maps: dict | None = None) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """Each query's BM25 term columns (``col0[b] + term``), in query-token order, as CSR ``(ptr
     [Q + 1], ids)``: :func:`bm25_columns_reference`'s value. Each bank's raw words (lower-cased
     word runs before the stop-word filter and the stemmer) are mapped to a column, or to -1 for a
-    stop word or a word out of the bank's vocabulary, once per call, so a word that recurs across
-    the batch's questions costs one dictionary look-up; an ASCII question is split by
-    :data:`_TOKEN_ASCII`. ``slow``: queries whose bank's BM25
+    stop word or a word out of the bank's vocabulary, once (``maps``: ``{bank: (word map,
+    word_table.WordTable)}`` the caller keeps for these vocabularies, or None: once per call).
+    Consecutive queries of one bank whose questions are ASCII and hold no newline are split and
+    mapped in one compiled pass over their newline-joined text (``word_table.table_columns``, with
+    kept ``maps``; without them or numba by one ``translate`` / ``split`` / ``map``,
+    ``word_table.run_columns``), the
+    others word by word (``word_table.question_columns``). ``slow``: queries whose bank's BM25
     variant needs bm25s itself (no columns listed)."""
-    sw = lexical_stopwords()
-    maps: dict[int, dict[str, int]] = {}
-    ids: list[int] = []
-    ptr = [0]
+    compiled = words.HAS_NUMBA and maps is not None  # the table pays off across calls (a first split costs more)
+    maps = {} if maps is None else maps
+    Q = len(bidx)
+    counts = np.zeros(Q, dtype=np.int64)
+    parts: list[np.ndarray] = []
     slow: list[int] = []
-    for q, (b, text) in enumerate(zip(bidx, questions)):
+    b_arr = np.asarray(bidx, dtype=np.int64).reshape(Q)
+    cut = (np.flatnonzero(b_arr[1:] != b_arr[:-1]) + 1).tolist()
+    for s, e in zip([0] + cut, cut + [Q]) if Q else ():
+        b = int(b_arr[s])
         if not plain[b]:
-            slow.append(q)
-            ptr.append(len(ids))
+            slow += range(s, e)
             continue
-        m = maps.get(b)
-        if m is None:
-            m = maps[b] = {}
-        for w in (_TOKEN_ASCII if text.isascii() else TOKEN).findall(text.lower()):
-            c = m.get(w)
-            if c is None:
-                t = -1 if w in sw else vocabs[b].get(stem(w), -1)
-                c = m[w] = -1 if t < 0 else int(col0[b]) + t
-            if c >= 0:
-                ids.append(c)
-        ptr.append(len(ids))
-    return np.asarray(ptr, dtype=np.int64), np.asarray(ids, dtype=np.int64), slow
+        got = maps.get(b)
+        if got is None or len(got[0]) + len(got[1]) > words.MAX_WORDS:  # new maps replace full ones
+            got = maps[b] = ({words.SEP_WORD: -2}, words.WordTable())
+        m, table = got
+        for a, z, joined in words.joined_runs(questions, s, e):
+            if joined is not None:
+                o = int(col0[b])
+                ids, counts[a:z] = (words.table_columns(joined, z - a, table, vocabs[b], o) if compiled
+                                    else words.run_columns(joined, m, vocabs[b], o))
+                parts.append(ids)
+            else:
+                ids = words.question_columns(questions[a], m, vocabs[b], int(col0[b]))
+                counts[a] = len(ids)
+                parts.append(np.asarray(ids, dtype=np.int64))
+    ptr = np.zeros(Q + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return ptr, (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)), slow
 
 
 def bm25_columns_reference(bidx: list[int], questions: list[str], vocabs: list[dict], plain: list[bool],

@@ -366,24 +366,42 @@ def learned_queries(questions: list[str], speakers: list[tuple], times: list[np.
         z_temp = np.array([demand_features_cached(t)[1] for t in questions], dtype=np.float64)
     elif len(z_temp) != len(questions):
         raise ValueError(f"learned_queries: {len(z_temp)} z_temp values for {len(questions)} questions")
-    named, named_off, dm, dm_off = [], [], [], []
-    n = k = 0
-    for text, sp, tm, t_now in zip(questions, speakers, times, np.asarray(now, dtype=np.float64).tolist()):
-        named_off.append(n)
-        named += _named(text, sp)
-        n += len(sp)
-        col = None if t_now != t_now else date_match(tm, text, t_now)  # NaN: no date
-        if col is None:
-            dm_off.append(-1)
-        else:
-            dm_off.append(k)
+    Q = len(questions)
+    named_off = np.zeros(Q + 1, dtype=np.int64)
+    np.cumsum([len(sp) for sp in speakers], out=named_off[1:])
+    named = _named_batch(questions, speakers, named_off)
+    dm, dm_off = [], np.full(Q, -1, dtype=np.int64)
+    k = 0
+    now = np.asarray(now, dtype=np.float64).reshape(Q)
+    for q in np.flatnonzero(now == now).tolist():  # the dated queries (NaN: no date, no date_match)
+        col = date_match(times[q], questions[q], float(now[q]))
+        if col is not None:
+            dm_off[q] = k
             dm.append(col)
             k += len(col)
     cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0)
-    return LearnedQueries(np.array(named, dtype=np.float64), np.asarray(named_off, np.int64),
-                          np.ascontiguousarray(z_temp, dtype=np.float64), cat(dm),
-                          np.asarray(dm_off, np.int64), np.asarray(cfg.relevance_weights, dtype=np.float64),
-                          float(cfg.rrf_k))
+    return LearnedQueries(named, named_off[:Q], np.ascontiguousarray(z_temp, dtype=np.float64), cat(dm), dm_off,
+                          np.asarray(cfg.relevance_weights, dtype=np.float64), float(cfg.rrf_k))
+
+
+def _named_batch(questions: list[str], speakers: list[tuple], named_off: np.ndarray) -> np.ndarray:
+    """Every query's :func:`_named` flat at ``named_off[q]`` (``[Q + 1]``): by the compiled scan
+    (``text_scan.named_flat``) when numba imports, else :func:`_named_plain_batch`."""
+    from .._jit import HAS_NUMBA
+
+    if not HAS_NUMBA:
+        return _named_plain_batch(questions, speakers)
+    from ..text_scan import named_flat
+
+    return named_flat(questions, speakers, named_off[:-1], int(named_off[-1]), _named)
+
+
+def _named_plain_batch(questions: list[str], speakers: list[tuple]) -> np.ndarray:
+    """:func:`_named_batch` question by question (the form before the compiled scan)."""
+    named: list[float] = []
+    for text, sp in zip(questions, speakers):
+        named += _named(text, sp)
+    return np.array(named, dtype=np.float64)
 
 
 @njit(cache=True)
