@@ -104,6 +104,15 @@ def test_learned_queries_of_dated_and_undated_queries():
     assert lq.dm.tobytes() == want.tobytes()
     empty = relevance.learned_queries([], [], [], np.zeros(0), SelectConfig(), np.zeros(0))
     assert len(empty.named) == 0 and len(empty.named_off) == 0 and len(empty.dm_off) == 0
+    k = text_scan.SMALL_BATCH // len(qs) + 1  # a batch past SMALL_BATCH: the batch form, the same arrays
+    big = relevance.learned_queries(qs * k, sp * k, tm * k, np.tile(now, k), SelectConfig(), np.ones(len(qs) * k))
+    few = relevance._few_queries(qs * k, sp * k, tm * k, np.tile(now, k), SelectConfig(), np.ones(len(qs) * k))
+    for a, b in zip(big, few):
+        if isinstance(a, np.ndarray):
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+        else:
+            assert a == b
+    assert big.dm_off.tolist()[:4] == [0, -1, 4, -1] and len(big.dm) == k * len(lq.dm)
 
 
 def _banks(rng: random.Random, n_banks: int):

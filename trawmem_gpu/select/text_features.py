@@ -10,6 +10,9 @@ import re
 
 import numpy as np
 
+from ._jit import HAS_NUMBA
+from .text_scan import SMALL_BATCH
+
 _MONTHS = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*"
 _DAYS = r"(?:mon|tues|wednes|thurs|fri|satur|sun)day"
 # Each question pattern starts with a lookahead on the first letters its alternatives can start
@@ -48,14 +51,13 @@ def demand_features(question: str) -> np.ndarray:
 
 def demand_matrix(questions: list[str]) -> np.ndarray:
     """``[Q, 4]`` float64: row q is ``demand_features(questions[q])``, bit for bit: the ASCII
-    questions in one compiled scan (``text_scan.demand_rows``, when numba imports), the others by
-    :func:`demand_matrix_re`."""
-    from ._jit import HAS_NUMBA
+    questions in one compiled scan (``text_scan.demand_rows``, when numba imports and the call holds
+    at least ``text_scan.SMALL_BATCH`` questions), the others by :func:`demand_matrix_re`."""
+    Q = len(questions)
+    if Q < SMALL_BATCH or not HAS_NUMBA:
+        return demand_matrix_re(questions)
     from .text_scan import demand_rows
 
-    Q = len(questions)
-    if not HAS_NUMBA or not Q:
-        return demand_matrix_re(questions)
     if "".join(questions).isascii():
         return demand_rows(questions)
     slow = [i for i, q in enumerate(questions) if not q.isascii()]

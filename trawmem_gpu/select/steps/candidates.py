@@ -24,6 +24,7 @@ from .._jit import njit
 from ..lexical import tokenize
 from ..tensor_ops import compact, ranks, ranks_positive
 from .. import word_table as words
+from ..text_scan import SMALL_BATCH
 
 
 # ----------------------------------------------------------------------------------------------
@@ -87,9 +88,11 @@ def bm25_columns(bidx: list[int], questions: list[str], vocabs: list[dict], plai
     Consecutive queries of one bank whose questions are ASCII and hold no newline are split and
     mapped in one compiled pass over their newline-joined text (``word_table.table_columns``, with
     kept ``maps``; without them or numba by one ``translate`` / ``split`` / ``map``,
-    ``word_table.run_columns``), the
-    others word by word (``word_table.question_columns``). ``slow``: queries whose bank's BM25
+    ``word_table.run_columns``), the others word by word (``word_table.question_columns``); a call of
+    fewer than ``text_scan.SMALL_BATCH`` questions goes word by word (:func:`_few_columns`). ``slow``: queries whose bank's BM25
     variant needs bm25s itself (no columns listed)."""
+    if len(questions) < SMALL_BATCH:  # a few questions: word by word, without a run's arrays
+        return _few_columns(bidx, questions, vocabs, plain, col0)
     compiled = words.HAS_NUMBA and maps is not None  # the table pays off across calls (a first split costs more)
     maps = {} if maps is None else maps
     Q = len(bidx)
@@ -120,6 +123,23 @@ def bm25_columns(bidx: list[int], questions: list[str], vocabs: list[dict], plai
     ptr = np.zeros(Q + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
     return ptr, (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)), slow
+
+
+def _few_columns(bidx: list[int], questions: list[str], vocabs: list[dict], plain: list[bool],
+                 col0: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """:func:`bm25_columns` question by question (``word_table.question_columns``, one word map per
+    bank for the call): its form for calls of fewer than ``text_scan.SMALL_BATCH`` questions."""
+    maps: dict[int, dict] = {}
+    ids: list[int] = []
+    ptr = [0]
+    slow: list[int] = []
+    for q, (b, text) in enumerate(zip(bidx, questions)):
+        if not plain[b]:
+            slow.append(q)
+        else:
+            ids += words.question_columns(text, maps.setdefault(b, {}), vocabs[b], int(col0[b]))
+        ptr.append(len(ids))
+    return np.asarray(ptr, dtype=np.int64), np.asarray(ids, dtype=np.int64), slow
 
 
 def bm25_columns_reference(bidx: list[int], questions: list[str], vocabs: list[dict], plain: list[bool],

@@ -50,6 +50,7 @@ from ..config import RELEVANCE_FEATURES  # noqa: F401 - the one order of the fea
 from ..objective import date_seconds
 from ..tensor_ops import NEG_INF, ranks, ranks_positive
 from ..text_features import demand_features, relative_dates, temporal_flags
+from ..text_scan import SMALL_BATCH
 from ...store.bursts import unit_members
 from ...store.turn_columns import field_of
 from .candidates import ranks_of
@@ -367,6 +368,8 @@ def learned_queries(questions: list[str], speakers: list[tuple], times: list[np.
     elif len(z_temp) != len(questions):
         raise ValueError(f"learned_queries: {len(z_temp)} z_temp values for {len(questions)} questions")
     Q = len(questions)
+    if Q < SMALL_BATCH:  # a few questions: one by one, without the batch's arrays
+        return _few_queries(questions, speakers, times, now, cfg, z_temp)
     named_off = np.zeros(Q + 1, dtype=np.int64)
     np.cumsum([len(sp) for sp in speakers], out=named_off[1:])
     named = _named_batch(questions, speakers, named_off)
@@ -384,14 +387,39 @@ def learned_queries(questions: list[str], speakers: list[tuple], times: list[np.
                           np.asarray(cfg.relevance_weights, dtype=np.float64), float(cfg.rrf_k))
 
 
+def _few_queries(questions: list[str], speakers: list[tuple], times: list[np.ndarray], now: np.ndarray, cfg,
+                 z_temp: np.ndarray) -> LearnedQueries:
+    """:func:`learned_queries` question by question (its form for calls of fewer than
+    ``text_scan.SMALL_BATCH`` questions: the same arrays)."""
+    named, named_off, dm, dm_off = [], [], [], []
+    n = k = 0
+    for text, sp, tm, t_now in zip(questions, speakers, times, np.asarray(now, dtype=np.float64).tolist()):
+        named_off.append(n)
+        named += _named(text, sp)
+        n += len(sp)
+        col = None if t_now != t_now else date_match(tm, text, t_now)  # NaN: no date
+        if col is None:
+            dm_off.append(-1)
+        else:
+            dm_off.append(k)
+            dm.append(col)
+            k += len(col)
+    return LearnedQueries(np.array(named, dtype=np.float64), np.asarray(named_off, np.int64),
+                          np.ascontiguousarray(z_temp, dtype=np.float64),
+                          np.concatenate(dm) if dm else np.zeros(0), np.asarray(dm_off, np.int64),
+                          np.asarray(cfg.relevance_weights, dtype=np.float64), float(cfg.rrf_k))
+
+
 def _named_batch(questions: list[str], speakers: list[tuple], named_off: np.ndarray) -> np.ndarray:
     """Every query's :func:`_named` flat at ``named_off[q]`` (``[Q + 1]``): by the compiled scan
-    (``text_scan.named_flat``) when numba imports, else :func:`_named_plain_batch`."""
+    (``text_scan.named_flat``) when numba imports and the call holds at least
+    ``text_scan.SMALL_BATCH`` questions, else :func:`_named_plain_batch`."""
     from .._jit import HAS_NUMBA
 
-    if not HAS_NUMBA:
-        return _named_plain_batch(questions, speakers)
     from ..text_scan import named_flat
+
+    if not HAS_NUMBA or len(questions) < SMALL_BATCH:
+        return _named_plain_batch(questions, speakers)
 
     return named_flat(questions, speakers, named_off[:-1], int(named_off[-1]), _named)
 
