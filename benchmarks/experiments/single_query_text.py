@@ -1,7 +1,7 @@
 """The text step of single-query selects (``engine.last_timings["text"]``: the BM25 columns, demand
 and learned cues of a batch of one), the median over 200 queries in each of ``ROUNDS`` rounds, on
 a 20,000-unit synthetic bank (d = 64), the engine on one thread. Run it from each tree's root with
-that tree first on the path to compare trees side by side (``text_scan.SMALL_BATCH``: calls of
+that tree first on the path to compare trees side by side (``text_features.SMALL_BATCH``: calls of
 fewer questions take the plain forms of the text work):
 
     PYTHONPATH=. python -m benchmarks.experiments.single_query_text NAME [OUT.jsonl]

@@ -12,7 +12,7 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from trawmem_gpu.select import text_scan, word_table
+from trawmem_gpu.select import text_features, text_scan, word_table
 from trawmem_gpu.select.lexical import BM25Index
 from trawmem_gpu.select.steps import candidates, relevance
 from trawmem_gpu.select.text_features import demand_features, demand_matrix, demand_matrix_re
@@ -104,7 +104,7 @@ def test_learned_queries_of_dated_and_undated_queries():
     assert lq.dm.tobytes() == want.tobytes()
     empty = relevance.learned_queries([], [], [], np.zeros(0), SelectConfig(), np.zeros(0))
     assert len(empty.named) == 0 and len(empty.named_off) == 0 and len(empty.dm_off) == 0
-    k = text_scan.SMALL_BATCH // len(qs) + 1  # a batch past SMALL_BATCH: the batch form, the same arrays
+    k = text_features.SMALL_BATCH // len(qs) + 1  # a batch past SMALL_BATCH: the batch form, the same arrays
     big = relevance.learned_queries(qs * k, sp * k, tm * k, np.tile(now, k), SelectConfig(), np.ones(len(qs) * k))
     few = relevance._few_queries(qs * k, sp * k, tm * k, np.tile(now, k), SelectConfig(), np.ones(len(qs) * k))
     for a, b in zip(big, few):

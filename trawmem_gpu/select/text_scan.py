@@ -38,14 +38,6 @@ RELATIONAL_WORDS = ("both", "and", "common", "share", "shared", "relationship", 
 """``text_features.RELATIONAL_Q``'s alternatives in its order (``kinds?`` greedy: ``kinds`` first)."""
 
 
-SMALL_BATCH = 16
-"""Calls of fewer questions take the plain forms of the text work (``text_features.demand_matrix_re``,
-``relevance._named_plain_batch``, ``word_table.question_columns``: the same values): the compiled
-scans' fixed costs per call (the joined text, its bytes, the dispatch: ~10-70 us at one question)
-exceed what they save on a few questions (the single-query text step measured 0.11 ms with the
-plain forms and 0.20 ms with the scans on a one-bank engine)."""
-
-
 def literals(words: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(bytes, ptr, by_first, first_ptr)``: the words as one uint8 array and their offsets
     (CSR), and the words' indices grouped by their first byte (``by_first[first_ptr[c]:first_ptr[c

@@ -24,7 +24,7 @@ from .._jit import njit
 from ..lexical import tokenize
 from ..tensor_ops import compact, ranks, ranks_positive
 from .. import word_table as words
-from ..text_scan import SMALL_BATCH
+from ..text_features import SMALL_BATCH
 
 
 # ----------------------------------------------------------------------------------------------
@@ -89,7 +89,7 @@ def bm25_columns(bidx: list[int], questions: list[str], vocabs: list[dict], plai
     mapped in one compiled pass over their newline-joined text (``word_table.table_columns``, with
     kept ``maps``; without them or numba by one ``translate`` / ``split`` / ``map``,
     ``word_table.run_columns``), the others word by word (``word_table.question_columns``); a call of
-    fewer than ``text_scan.SMALL_BATCH`` questions goes word by word (:func:`_few_columns`). ``slow``: queries whose bank's BM25
+    fewer than ``text_features.SMALL_BATCH`` questions goes word by word (:func:`_few_columns`). ``slow``: queries whose bank's BM25
     variant needs bm25s itself (no columns listed)."""
     if len(questions) < SMALL_BATCH:  # a few questions: word by word, without a run's arrays
         return _few_columns(bidx, questions, vocabs, plain, col0)
@@ -128,7 +128,7 @@ def bm25_columns(bidx: list[int], questions: list[str], vocabs: list[dict], plai
 def _few_columns(bidx: list[int], questions: list[str], vocabs: list[dict], plain: list[bool],
                  col0: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """:func:`bm25_columns` question by question (``word_table.question_columns``, one word map per
-    bank for the call): its form for calls of fewer than ``text_scan.SMALL_BATCH`` questions."""
+    bank for the call): its form for calls of fewer than ``text_features.SMALL_BATCH`` questions."""
     maps: dict[int, dict] = {}
     ids: list[int] = []
     ptr = [0]

@@ -50,7 +50,7 @@ from ..config import RELEVANCE_FEATURES  # noqa: F401 - the one order of the fea
 from ..objective import date_seconds
 from ..tensor_ops import NEG_INF, ranks, ranks_positive
 from ..text_features import demand_features, relative_dates, temporal_flags
-from ..text_scan import SMALL_BATCH
+from ..text_features import SMALL_BATCH
 from ...store.bursts import unit_members
 from ...store.turn_columns import field_of
 from .candidates import ranks_of
@@ -390,7 +390,7 @@ def learned_queries(questions: list[str], speakers: list[tuple], times: list[np.
 def _few_queries(questions: list[str], speakers: list[tuple], times: list[np.ndarray], now: np.ndarray, cfg,
                  z_temp: np.ndarray) -> LearnedQueries:
     """:func:`learned_queries` question by question (its form for calls of fewer than
-    ``text_scan.SMALL_BATCH`` questions: the same arrays)."""
+    ``text_features.SMALL_BATCH`` questions: the same arrays)."""
     named, named_off, dm, dm_off = [], [], [], []
     n = k = 0
     for text, sp, tm, t_now in zip(questions, speakers, times, np.asarray(now, dtype=np.float64).tolist()):
@@ -413,7 +413,7 @@ def _few_queries(questions: list[str], speakers: list[tuple], times: list[np.nda
 def _named_batch(questions: list[str], speakers: list[tuple], named_off: np.ndarray) -> np.ndarray:
     """Every query's :func:`_named` flat at ``named_off[q]`` (``[Q + 1]``): by the compiled scan
     (``text_scan.named_flat``) when numba imports and the call holds at least
-    ``text_scan.SMALL_BATCH`` questions, else :func:`_named_plain_batch`."""
+    ``text_features.SMALL_BATCH`` questions, else :func:`_named_plain_batch`."""
     from .._jit import HAS_NUMBA
 
     from ..text_scan import named_flat
