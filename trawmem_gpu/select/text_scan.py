@@ -79,16 +79,19 @@ def _match(t, p, e, c, lit):  # pragma: no cover - compiled
         k = by_first[f]
         a, b = lptr[k], lptr[k + 1]
         L = b - a
-        if p + L > e:
-            continue
-        ok = True
-        for i in range(1, L):
-            if _lower(t[p + i]) != lb[a + i]:
-                ok = False
-                break
-        if ok and (p + L == e or not _is_word(t[p + L])):
+        if p + L <= e and _word_rest(t, p, e, lb, a, L):
             return L
     return 0
+
+
+@njit(cache=True)
+def _word_rest(t, p, e, lb, a, L):  # pragma: no cover - compiled
+    """Whether ``t[p + 1:p + L]`` (lower-cased) is ``lb[a + 1:a + L]`` and a word ends there (its
+    first byte compared by the caller; ``p + L <= e``)."""
+    for i in range(1, L):
+        if _lower(t[p + i]) != lb[a + i]:
+            return False
+    return p + L == e or not _is_word(t[p + L])
 
 
 @njit(cache=True)
@@ -195,12 +198,7 @@ def named_counts(t, off, names, nptr, qn0, qn1, out_off, out):  # pragma: no cov
             for p in range(s, e - L + 1):
                 if _lower(t[p]) != names[a] or (p > s and _is_word(t[p - 1])):
                     continue
-                ok = True
-                for i in range(1, L):
-                    if _lower(t[p + i]) != names[a + i]:
-                        ok = False
-                        break
-                if ok and (p + L == e or not _is_word(t[p + L])):
+                if _word_rest(t, p, e, names, a, L):
                     hit = 1.0
                     break
             out[out_off[q] + k] = hit
