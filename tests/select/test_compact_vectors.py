@@ -16,6 +16,7 @@ import pytest
 from trawmem_gpu.errors import ConfigError
 from trawmem_gpu.select.config import EngineConfig, SelectConfig
 from trawmem_gpu.select.engine import SelectionEngine
+from trawmem_gpu.select.steps import ann
 from trawmem_gpu.select.steps.ann import AnnParams, VectorIndex
 
 from benchmarks.synthetic_banks import make_banks, make_queries
@@ -78,11 +79,13 @@ def test_an_unknown_vectors_choice_is_refused_naming_the_field():
 
 @pytest.mark.parametrize("kind", ["hnsw", "ivf"])
 @pytest.mark.parametrize("vectors", ["float16", "int8"])
-def test_compact_codes_take_less_memory_and_find_the_same_neighbours(kind, vectors):
+def test_compact_codes_take_less_memory_and_find_the_same_neighbours(kind, vectors, monkeypatch):
     rng = np.random.default_rng(0)
     x, q = _unit(rng.standard_normal((4000, 32))), _unit(rng.standard_normal((20, 32)))
     exact = np.argsort(-(q @ x.T), axis=1)[:, :20]
+    monkeypatch.setattr(ann, "IVF_FLOAT32_CODES", "float32")  # the float32 copy they are measured against
     flat, compact = VectorIndex(x, kind), VectorIndex(x, kind, vectors=vectors)
+    assert type(flat.index).__name__ == {"hnsw": "IndexHNSWFlat", "ivf": "IndexIVFFlat"}[kind]
     assert type(compact.index).__name__ == {"hnsw": "IndexHNSWSQ", "ivf": "IndexIVFScalarQuantizer"}[kind]
     assert compact.nbytes() < flat.nbytes()
     recall = [np.mean(_agreement(ix.search(q, 20, PARAMS)[1], exact)) for ix in (flat, compact)]
@@ -304,3 +307,25 @@ def test_a_forgotten_turn_leaves_no_vector_in_any_index_the_engine_holds():
     eng.purge()
     eng.select_units(["c"], qs, Z)
     assert nearest() < 0.99
+
+
+def test_a_float32_ivf_index_holds_float16_codes_and_proposes_as_the_flat_one(monkeypatch):
+    """A float32 collection's IVF index holds float16 codes (``ann.IVF_FLOAT32_CODES``: half the
+    bytes a search reads), not re-ranked; on clustered vectors its proposals are the flat copy's
+    (the caller re-scores them exactly, so the same set is the same shortlist), and it still grows."""
+    x = _clustered_unit(8_000, 32, 5)
+    q = _clustered_unit(30, 32, 6)
+    half = VectorIndex(x, "ivf")
+    assert half.codes == "float16" and half.rerank is None and half.code_size == 2 * 32
+    assert type(half.index).__name__ == "IndexIVFScalarQuantizer"
+    monkeypatch.setattr(ann, "IVF_FLOAT32_CODES", "float32")
+    flat = VectorIndex(x, "ivf")
+    assert flat.codes == "float32" and type(flat.index).__name__ == "IndexIVFFlat"
+    assert half.nbytes() < flat.nbytes()
+    got, want = half.search(q, 100, PARAMS)[1], flat.search(q, 100, PARAMS)[1]
+    same = [len(np.intersect1d(a, b)) / len(b) for a, b in zip(got, want)]
+    assert np.mean(same) >= 0.99, same
+    more = _clustered_unit(50, 32, 7)
+    grown = half.grown(more, len(x))
+    _, ids = grown.search(more[:5], 1, PARAMS)
+    assert ids[:, 0].tolist() == list(range(len(x), len(x) + 5))

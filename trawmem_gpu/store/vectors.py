@@ -11,7 +11,9 @@ sets the codes the engine's approximate index over a large bank holds resident
 (``select/steps/ann.py``: faiss ``IndexHNSWSQ`` / ``IndexIVFScalarQuantizer``):
 
 ``float32``
-    ``IndexHNSWFlat`` / ``IndexIVFFlat`` (a float32 copy of every vector), as before the choice.
+    ``IndexHNSWFlat`` (a float32 copy of every vector), as before the choice; an IVF index (2^16
+    vectors and more) holds float16 codes, not re-ranked (``steps.ann.IVF_FLOAT32_CODES``: its
+    lists' scan is bound by memory bandwidth, and every proposal is re-scored exactly anyway).
 ``float16``
     faiss ``ScalarQuantizer.QT_fp16``: 2 bytes a dimension.
 ``int8``

@@ -10,7 +10,8 @@ re-scored exactly (float64 dot products) by the caller. The index is chosen and 
     :data:`IVF_MIN_VECTORS` vectors: no training, and ``efSearch`` per call (``SearchParametersHNSW``,
     at least ``k``).
 ``ivf``
-    ``IndexIVFFlat`` over an ``IndexFlatIP`` coarse quantizer with ``nlist`` = the power of two
+    ``IndexIVFScalarQuantizer`` with float16 codes (:data:`IVF_FLOAT32_CODES`; a float32
+    collection's too) over an ``IndexFlatIP`` coarse quantizer with ``nlist`` = the power of two
     nearest ``4 sqrt(n)`` (:func:`ivf_lists`), trained on at most ``TRAIN_PER_LIST * nlist``
     vectors drawn with a fixed seed (k-means), ``nprobe`` per call (``SearchParametersIVF``). On a
     CUDA host with faiss GPUs the trained index is copied to the GPU (``index_cpu_to_gpu``); the
@@ -59,6 +60,16 @@ PQ_RERANK_FETCH = 4
 exact search's 1,024 best at 2x and 0.9891 at 4x and 8x, as much as ``int8`` codes at 2x (0.9891,
 the lists probed being the limit; ``benchmarks/results/pq_recall_1e5.json``); on noisier vectors
 4x is not enough (``tests/select/test_compact_vectors.py``: 0.924 at d = 32)."""
+IVF_FLOAT32_CODES = "float16"
+"""The codes an IVF index over a ``float32`` collection holds: ``float16`` (faiss's
+``ScalarQuantizer.QT_fp16``, not re-ranked) or ``float32`` (``IndexIVFFlat``, a float32 copy).
+An IVF search reads every vector of the lists it probes (12 MB a query at 10^6 units of d = 384,
+``nprobe`` 32): bound by memory bandwidth, so half the bytes is most of half the time (one
+thread, 40 queries of the 10^6 bank: 1.35 -> 1.05 ms a search, ``benchmarks/results/ivf_codes_1e6.json``),
+and half the index's memory. Every caller re-scores the proposals exactly from the float32
+vectors (the shortlist's float64 cosines), so the codes only decide which units are proposed, and
+fp16's rounding (a relative 2^-11) moves less than the lists an IVF search leaves unprobed: there
+the 1,024 proposals were the flat index's 1,024 on every query."""
 HNSW_LINKS = 32
 HNSW_EF_CONSTRUCTION = 80
 
@@ -127,13 +138,16 @@ class VectorIndex:
         self.kind = kind if kind != "auto" else ("ivf" if n >= IVF_MIN_VECTORS else "hnsw")
         pq = self.vectors == "pq" and self.kind == "ivf" and n >= PQ_MIN_VECTORS
         self.codes = "pq" if pq else ("int8" if self.vectors == "pq" else self.vectors)
-        """The codes the faiss index holds: ``vectors``, or ``int8`` where ``pq`` falls back to them."""
+        if self.codes == "float32" and self.kind == "ivf":
+            self.codes = IVF_FLOAT32_CODES
+        """The codes the faiss index holds: ``vectors``, ``int8`` where ``pq`` falls back to them, or
+        :data:`IVF_FLOAT32_CODES` for an IVF index over ``float32`` vectors."""
         self.code_size = pq_subvectors(d) if pq else BYTES_PER_DIM[self.codes] * d
         """Bytes of one vector's code."""
-        flat = self.vectors == "float32"
+        flat = self.codes == "float32"
         if self.kind == "hnsw":
             index = faiss.IndexHNSWFlat(d, HNSW_LINKS, faiss.METRIC_INNER_PRODUCT) if flat else \
-                faiss.IndexHNSWSQ(d, sq_type(faiss, self.vectors), HNSW_LINKS, faiss.METRIC_INNER_PRODUCT)
+                faiss.IndexHNSWSQ(d, sq_type(faiss, self.codes), HNSW_LINKS, faiss.METRIC_INNER_PRODUCT)
             index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
             if not flat:
                 index.train(x)  # the scalar quantizer's ranges (int8: each dimension's min / max)
@@ -147,7 +161,7 @@ class VectorIndex:
             elif flat:
                 index = faiss.IndexIVFFlat(quantizer, d, self.nlist, faiss.METRIC_INNER_PRODUCT)
             else:
-                index = faiss.IndexIVFScalarQuantizer(quantizer, d, self.nlist, sq_type(faiss, self.vectors),
+                index = faiss.IndexIVFScalarQuantizer(quantizer, d, self.nlist, sq_type(faiss, self.codes),
                                                       faiss.METRIC_INNER_PRODUCT)
             rng = np.random.default_rng(seed)
             m = min(n, TRAIN_PER_LIST * self.nlist)
