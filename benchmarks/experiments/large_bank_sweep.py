@@ -66,12 +66,16 @@ def main() -> None:
         from trawmem_gpu.select.steps.ann import VectorIndex
         from trawmem_gpu.select.engine import shortlist as _sl
         from trawmem_gpu.select.engine.tables import unit_block
-        KIND = os.environ.get("KIND", "hnsw"); ipath = os.path.join(os.environ.get("CACHE", "/tmp"), f"{KIND}_{N}_{d}_t{TOP}.faiss")
+        from trawmem_gpu.select.steps import ann as _ann
+        KIND = os.environ.get("KIND", "hnsw")
+        codes = _ann.IVF_FLOAT32_CODES if KIND == "ivf" else "float32"  # an IVF index's codes: its own cached file
+        ipath = os.path.join(os.environ.get("CACHE", "/tmp"), f"{KIND}{'16' if codes == 'float16' else ''}_{N}_{d}_t{TOP}.faiss")
         snap = ap.snapshot
         if os.path.exists(ipath):
             vi = object.__new__(VectorIndex); vi.index = faiss.read_index(ipath); vi.kind = KIND; vi.gpu = False
             vi.n, vi.d, vi.lock = N, d, threading.Lock(); vi.nlist = getattr(vi.index, "nlist", 0)
             vi.vectors, vi.rerank, vi.labels, vi._live = "float32", None, None, None  # as VectorIndex.__init__ sets them
+            vi.codes, vi._tail = codes, None
             rng = np.random.default_rng(0)
             RS = int(os.environ.get("RS", _sl.RANK_SAMPLE))
             sample = np.sort(rng.choice(N, RS, replace=False)) if RS < N else np.arange(N)

@@ -115,6 +115,35 @@ def test_table_top_is_the_heaps_and_lexsorts_top(kind):
             np.testing.assert_array_equal(got, units[np.lexsort((units, -scores))][:M])
 
 
+@pytest.mark.parametrize("kind", ["ties", "wide", "fine"])
+def test_score_ranks_are_the_tables_ranks_and_top(kind):
+    """``score_ranks``: every touched unit's rank as ``lexical_dense.table_ranks`` reads it from the
+    rank table and as the plain definition counts it (``1 + #{higher score} + #{same score, lower
+    unit}``), its top ``table_top``'s and ``np.lexsort``'s; None past ``FEW_SCORES`` distinct scores."""
+    rng = np.random.default_rng(13)
+    for n in (0, 1, 2, 7, 129, 4001, 30001):
+        for spread in (1, 997):
+            units, scores = _scored(rng, n, kind, spread)
+            for M in (1, 7, 128, n + 3):
+                got = lm.score_ranks(units, scores, M)
+                table = lm.score_table(units, scores, ld.radix_scratch(n))
+                if got is None:
+                    assert len(np.unique(scores)) > lm.FEW_SCORES
+                    continue
+                rank, top = got
+                assert rank.dtype == np.float64 and len(rank) == n
+                if n:
+                    np.testing.assert_array_equal(rank, ld.table_ranks(*table, units, scores))
+                order = np.lexsort((units, -scores))
+                plain = np.empty(n)
+                plain[order] = np.arange(1, n + 1)
+                np.testing.assert_array_equal(rank, plain)
+                np.testing.assert_array_equal(units[top], lm.table_top(table[0], table[1], M))
+                np.testing.assert_array_equal(units[top], units[order][:M])
+    many = (np.arange(1, lm.FEW_SCORES + 2) * 0.25).astype(np.float32)
+    assert lm.score_ranks(np.arange(len(many)), many, 4) is None
+
+
 def test_scores_in_reads_each_units_score_or_zero():
     rng = np.random.default_rng(11)
     for n in (0, 1, 9, 3000):

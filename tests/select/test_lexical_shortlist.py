@@ -97,17 +97,24 @@ def test_units_above_the_bound_are_found_with_their_exact_ranks(bank, monkeypatc
     assert bounded > 0 or M == 1  # one posting per column: the bound is every column's best, rarely passed
 
 
-@pytest.mark.parametrize("merged", [True, False])
-def test_few_postings_are_read_exactly(bank, monkeypatch, merged):
+READINGS = {"counted": (True, True), "table": (True, False), "accumulated": (False, False)}
+"""``(MERGED, COUNTED_RANKS)`` of each compiled reading: every touched unit's rank kept
+(``lexical_merge.score_ranks``), the rank table (``score_table``), ``lexical_dense`` alone."""
+
+
+@pytest.mark.parametrize("reading", list(READINGS))
+def test_few_postings_are_read_exactly(bank, monkeypatch, reading):
     """A query of few postings: read by ``bm25_sparse`` (``MERGED`` off, past ``EXACT_POSTINGS``
-    otherwise) or by the compiled reading (``MERGED``, past ``MERGED_POSTINGS`` = 0): the same units,
-    ranks and top either way."""
+    otherwise) or by the compiled reading (``MERGED``, past ``MERGED_POSTINGS`` = 0, its ranks kept
+    per unit or in a table): the same units, ranks and top either way."""
+    merged, per_unit = READINGS[reading]
     monkeypatch.setattr(lx, "MERGED", merged)
+    monkeypatch.setattr(lx, "COUNTED_RANKS", per_unit)
     snap, qs = bank
     for b, cols in _queries(snap, qs)[:5]:
         u, s, rank = _exact(snap, b, cols)
         lex = lx.lexical(snap, b, cols, 8, np.arange(10))
-        assert lex.bound == -1.0 and lex.counted == merged
+        assert lex.bound == -1.0 and lex.counted == (merged and not per_unit)
         np.testing.assert_array_equal(lex.units, u)
         np.testing.assert_array_equal(lx.ranks_of(lex, u, s), rank)
         for M in (0, 1, 7, len(u) + 3):  # the top: the M best by (score descending, unit ascending)
@@ -121,8 +128,8 @@ def test_few_postings_are_read_exactly(bank, monkeypatch, merged):
             np.testing.assert_array_equal(lx.scores_of(one, snap, b, cols, everyone), want)
 
 
-@pytest.mark.parametrize("merged", [True, False])
-def test_dense_reading_is_the_exact_top_scores_and_ranks(bank, monkeypatch, merged):
+@pytest.mark.parametrize("reading", list(READINGS))
+def test_dense_reading_is_the_exact_top_scores_and_ranks(bank, monkeypatch, reading):
     """The compiled pass over every posting (``lexical_merge`` with ``MERGED``, else
     ``lexical_dense``) against the plain reference: the same float32 scores, the exact ``M`` best in
     order, every unit's exact rank (ties included) and, read from the ascending units
@@ -130,13 +137,15 @@ def test_dense_reading_is_the_exact_top_scores_and_ranks(bank, monkeypatch, merg
     snap, qs = bank
     monkeypatch.setattr(lx, "EXACT_POSTINGS", 0)
     monkeypatch.setattr(lx, "DENSE", True)
+    merged, per_unit = READINGS[reading]
     monkeypatch.setattr(lx, "MERGED", merged)
+    monkeypatch.setattr(lx, "COUNTED_RANKS", per_unit)
     checked = 0
     for b, cols in _queries(snap, qs):
         u, s, rank = _exact(snap, b, cols)
         for M in (1, 7, 64, len(u) + 3):
             lex = lx.lexical(snap, b, cols, M, np.arange(10))
-            assert lex.counted and lex.bound == -1.0
+            assert lex.counted == (not per_unit) and lex.bound == -1.0
             by_unit = np.argsort(lex.units)
             np.testing.assert_array_equal(lex.units[by_unit], u)
             np.testing.assert_array_equal(lex.scores[by_unit], s)
@@ -178,6 +187,7 @@ def test_counted_ranks_read_again_from_the_memo_are_the_same(bank, monkeypatch, 
     snap, qs = bank
     monkeypatch.setattr(lx, "EXACT_POSTINGS", 0)
     monkeypatch.setattr(lx, "RANK_TABLE", table)
+    monkeypatch.setattr(lx, "COUNTED_RANKS", False)  # the memo's readings (the ranks kept per unit: above)
     for b, cols in _queries(snap, qs)[:6]:
         u, s, rank = _exact(snap, b, cols)
         lex = lx.lexical(snap, b, cols, 8, np.arange(10))

@@ -19,11 +19,11 @@ from benchmarks.synthetic_banks import make_banks, make_queries  # noqa: E402
 from trawmem_gpu.select.config import SelectConfig  # noqa: E402
 from trawmem_gpu.select.engine import SelectionEngine, lexical_dense as ld, lexical_merge as lm, lexical_shortlist as lx  # noqa: E402
 
-COMPILED = {True: (("lm", "blocked_scores"), ("lm", "score_table"), ("lm", "table_top"), ("lm", "scores_in"),
-                   ("ld", "table_ranks")),
+COMPILED = {True: (("lm", "blocked_scores"), ("lm", "score_ranks"), ("lm", "scores_in")),
             False: (("ld", "accumulate"), ("ld", "top_units"), ("ld", "rank_table"), ("ld", "table_ranks"))}
 """The compiled entry points a dense query calls (``lexical_shortlist.lexical`` / ``_counted``) with
-``lexical_shortlist.MERGED`` on (``lexical_merge``) and off (``lexical_dense`` alone)."""
+``lexical_shortlist.MERGED`` on (``lexical_merge``, its ranks kept per unit: the test bank's queries
+hold fewer than ``lexical_merge.FEW_SCORES`` distinct scores) and off (``lexical_dense`` alone)."""
 
 
 @pytest.fixture(scope="module")

@@ -146,27 +146,80 @@ def _counted_keys(scores, keys):  # pragma: no cover - compiled
     """Fill ``keys`` with ``(0x7F800000 - bits) << 32 | position`` sorted (score descending,
     position ascending) by one counting pass and one placing pass; False (``keys`` unfilled) when
     the scores hold more than :data:`FEW_SCORES` distinct values."""
-    T = len(scores)
     sb = scores.view(np.int32)
+    slot = np.empty(len(scores), np.int16)
+    ok, hk, hc = _count(sb, slot)
+    if ok:
+        _place(sb, slot, hk, hc, keys)
+    return ok
+
+
+@njit(cache=True, nogil=True)
+def _count(sb, slot):  # pragma: no cover - compiled
+    """``(ok, bits per slot, count per slot)``: the distinct score bits ``sb`` hold, counted in
+    :func:`_hash`'s slots, ``slot[i]`` the slot of ``sb[i]``; ``ok`` False (stopped) past
+    :data:`FEW_SCORES` distinct values."""
     mask = _SLOTS - 1
     hk, hc = _hash()
-    slot = np.empty(T, np.int16)
     D = 0
-    for i in range(T):
+    for i in range(len(sb)):
         b = sb[i]
         h = ((np.int64(b) * np.int64(2654435761)) >> 20) & mask
         while hk[h] != b:
             if hk[h] < 0:
                 D += 1
                 if D > FEW_SCORES:
-                    return False
+                    return False, hk, hc
                 hk[h] = b
                 break
             h = (h + 1) & mask
         hc[h] += 1
         slot[i] = h
-    _place(sb, slot, hk, hc, keys)
+    return True, hk, hc
+
+
+def score_ranks(units: np.ndarray, scores: np.ndarray, M: int):
+    """``(rank, top)`` of touched ``units`` (ascending) scoring ``scores`` (positive float32), or
+    None past :data:`FEW_SCORES` distinct scores: each unit's rank ``1 + #{v : s_v > s_u or (s_v ==
+    s_u and v < u)}`` (float64, aligned with ``units``) and the positions of the ``min(M, len)``
+    best, best first: :func:`score_table`'s ranks (``lexical_dense.table_ranks``) and
+    :func:`table_top` without the table (a counting pass and one pass in unit order, no keys
+    written at random; a unit's rank is then one binary search in ``units`` away)."""
+    rank = np.empty(len(units))
+    top = np.empty(min(M, len(units)), np.int64)
+    return (rank, top) if _score_ranks(scores.view(np.int32), rank, top) else None
+
+
+@njit(cache=True, nogil=True)
+def _score_ranks(sb, rank, top):  # pragma: no cover - compiled
+    """:func:`score_ranks` into ``rank`` / ``top``; False past :data:`FEW_SCORES` distinct scores."""
+    slot = np.empty(len(sb), np.int16)
+    ok, hk, hc = _count(sb, slot)
+    if not ok:
+        return False
+    _starts(hk, hc)
+    M = len(top)
+    for i in range(len(sb)):  # positions ascend with units: each score's units come in rank order
+        h = slot[i]
+        r = hc[h]
+        hc[h] = r + 1
+        rank[i] = 1.0 + r
+        if r < M:
+            top[r] = i
     return True
+
+
+@njit(cache=True, nogil=True)
+def _starts(hk, hc):  # pragma: no cover - compiled
+    """Each used slot's count ``hc`` turned into the number of scores above its own (slots ordered
+    by score descending: positive float32 scores order like their bits)."""
+    used = np.flatnonzero(hk >= 0)
+    order = used[np.argsort(-hk[used].astype(np.int64))]  # score descending
+    at = 0
+    for h in order:
+        c = hc[h]
+        hc[h] = at
+        at += c
 
 
 @njit(cache=True, nogil=True)
@@ -180,13 +233,7 @@ def _hash():  # pragma: no cover - compiled
 def _place(sb, slot, hk, hc, keys):  # pragma: no cover - compiled
     """The counting sort's placing pass: slots ordered by score descending, their counts ``hc``
     turned into start offsets, each position's key written at its slot's next offset (stable)."""
-    used = np.flatnonzero(hk >= 0)
-    order = used[np.argsort(-hk[used].astype(np.int64))]  # score descending
-    at = 0
-    for h in order:
-        c = hc[h]
-        hc[h] = at
-        at += c
+    _starts(hk, hc)
     for i in range(len(slot)):
         h = slot[i]
         keys[hc[h]] = ((np.int64(0x7F800000) - sb[i]) << 32) | i

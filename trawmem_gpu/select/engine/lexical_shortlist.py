@@ -57,6 +57,10 @@ and the query's rank table is built at once (sorted by counting its distinct sco
 sweeps of a bank-long accumulator, its top-``M`` heap and the table's radix sort at the first ranks
 (False: that form, the plain reference; the same scores, top and ranks). The ascending units also
 give the working set its scores (:func:`scores_of`)."""
+COUNTED_RANKS = True
+"""With :data:`MERGED`, a query of at most ``lexical_merge.FEW_SCORES`` distinct scores keeps every
+touched unit's rank (``lexical_merge.score_ranks``: exact, as the sparse reading's) instead of the
+rank table (a unit's rank one binary search away, not four); False: the table (the same ranks)."""
 MERGED_POSTINGS = 0
 """With :data:`MERGED` (and :data:`DENSE`), a query whose columns hold more than this many postings
 takes the compiled reading in place of ``EXACT_POSTINGS``: it is cheaper than :func:`bm25_sparse`'s
@@ -131,6 +135,7 @@ def warm(snap: Snapshot) -> None:
         u, s = lexical_merge.dense_scores(st.idx, st.data, none, none, 1)
         keys, units, runs = lexical_merge.score_table(u, s, lexical_dense.radix_scratch(len(u)))
         lexical_merge.table_top(keys, units, 1)
+        lexical_merge.score_ranks(u, s, 1)
         lexical_merge.scores_in(u, s, np.zeros(0, np.int64))
         lexical_dense.top_units(u, s, 1)
         lexical_dense.table_ranks(keys, units, runs, np.zeros(0, np.int64), np.zeros(0, np.float32))
@@ -242,14 +247,20 @@ def lexical(snap: Snapshot, bank: int, cols: np.ndarray, M: int, sample_rows: np
 
 def _merged(st, lo: np.ndarray, hi: np.ndarray, M: int, n: int) -> Lexical:
     """:func:`lexical`'s compiled reading with :data:`MERGED`: the touched units ascending
-    (``lexical_merge.dense_scores``), the rank table built now (:data:`RANK_TABLE`) and the top
-    read from it, else the top by ``lexical_dense.top_units``' heap."""
+    (``lexical_merge.dense_scores``), each one's exact rank and the top counted now
+    (:data:`COUNTED_RANKS`, at most ``lexical_merge.FEW_SCORES`` distinct scores), else the rank
+    table built now (:data:`RANK_TABLE`) and the top read from it, else the top by
+    ``lexical_dense.top_units``' heap."""
     u, s = lexical_merge.dense_scores(st.idx, st.data, lo, hi, n)
     empty = np.zeros(0, np.float32)
     if not RANK_TABLE:
         return Lexical(lexical_dense.top_units(u, s, M), u, s, np.zeros(0), -1.0, empty, n, True, [], True)
     if n > lexical_dense.KEY_UNITS:
         raise ValueError(f"a bank of {n} units: BM25 rank keys hold at most 2^31")
+    if COUNTED_RANKS:
+        got = lexical_merge.score_ranks(u, s, M)  # None: too many distinct scores to count
+        if got is not None:
+            return Lexical(u[got[1]], u, s, got[0], -1.0, empty, n, ascending=True)
     table = lexical_merge.score_table(u, s, lexical_dense.radix_scratch(len(u)))
     return Lexical(lexical_merge.table_top(table[0], table[1], M), u, s, np.zeros(0), -1.0, empty, n, True,
                    [table], True)
