@@ -6,7 +6,8 @@ interleaved over the arms; the proposals' recall against the flat index's (``|A 
     CACHE=/work/scratch TOPICS=1000 python -m benchmarks.experiments.ivf_codes 1000000 384
 
 Reads ``large_bank_sweep.py``'s cached bank and IVF index (``CACHE``); writes
-``benchmarks/results/ivf_codes_1e6.json`` (``OUT`` to change it).
+``benchmarks/results/ivf_codes_1e6.json`` (``OUT`` to change it). ``QUANTIZER16=1`` adds float16
+lists under a float16 coarse quantizer (``steps.ann.IVF_QUANTIZER16``; ``ivf_codes_q16_1e6.json``).
 """
 from __future__ import annotations
 
@@ -44,6 +45,16 @@ def main() -> None:
         sq.add(X)
         arms[name] = sq
         keep.append(q2)  # the index does not own its quantizer from Python
+    if os.environ.get("QUANTIZER16"):  # float16 lists under a float16 coarse quantizer (the same centroids)
+        cent = quant.reconstruct_n(0, quant.ntotal)
+        q16 = faiss.IndexScalarQuantizer(d, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
+        q16.train(cent)
+        q16.add(cent)
+        sq = faiss.IndexIVFScalarQuantizer(q16, d, flat.nlist, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
+        sq.train(X[:1000])
+        sq.add(X)
+        arms["float16_q16"] = sq
+        keep.append(q16)
     sp = faiss.SearchParametersIVF(nprobe=nprobe)
     ms = {k: [] for k in arms}
     got = {k: [] for k in arms}

@@ -69,13 +69,15 @@ def main() -> None:
         from trawmem_gpu.select.steps import ann as _ann
         KIND = os.environ.get("KIND", "hnsw")
         codes = _ann.IVF_FLOAT32_CODES if KIND == "ivf" else "float32"  # an IVF index's codes: its own cached file
-        ipath = os.path.join(os.environ.get("CACHE", "/tmp"), f"{KIND}{'16' if codes == 'float16' else ''}_{N}_{d}_t{TOP}.faiss")
+        q16 = codes == "float16" and _ann.IVF_QUANTIZER16
+        tag = KIND + ("16" if codes == "float16" else "") + ("q" if q16 else "")
+        ipath = os.path.join(os.environ.get("CACHE", "/tmp"), f"{tag}_{N}_{d}_t{TOP}.faiss")
         snap = ap.snapshot
         if os.path.exists(ipath):
             vi = object.__new__(VectorIndex); vi.index = faiss.read_index(ipath); vi.kind = KIND; vi.gpu = False
             vi.n, vi.d, vi.lock = N, d, threading.Lock(); vi.nlist = getattr(vi.index, "nlist", 0)
             vi.vectors, vi.rerank, vi.labels, vi._live = "float32", None, None, None  # as VectorIndex.__init__ sets them
-            vi.codes, vi._tail = codes, None
+            vi.codes, vi._tail, vi.quantizer16 = codes, None, q16
             rng = np.random.default_rng(0)
             RS = int(os.environ.get("RS", _sl.RANK_SAMPLE))
             sample = np.sort(rng.choice(N, RS, replace=False)) if RS < N else np.arange(N)

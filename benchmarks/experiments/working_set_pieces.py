@@ -121,9 +121,13 @@ def load(N: int, d: int):
     from trawmem_gpu.select.engine.tables import unit_block
     from trawmem_gpu.select.steps.ann import VectorIndex
 
+    from trawmem_gpu.select.steps.ann import IVF_FLOAT32_CODES, IVF_QUANTIZER16
+
     cache, top = os.environ.get("CACHE", "/tmp"), int(os.environ.get("TOPICS", 1000))
+    q16 = IVF_FLOAT32_CODES == "float16" and IVF_QUANTIZER16
+    ivf = ("ivf16" if IVF_FLOAT32_CODES == "float16" else "ivf") + ("q" if q16 else "")  # as the engine's own index
     bank_path, index_path = (os.path.join(cache, f"bank_{N}_{d}_t{top}.pkl"),
-                             os.path.join(cache, f"ivf_{N}_{d}_t{top}.faiss"))
+                             os.path.join(cache, f"{ivf}_{N}_{d}_t{top}.faiss"))
     for p in (bank_path, index_path):
         if not os.path.exists(p):
             raise SystemExit(f"no cached {p}: run large_bank_sweep.py {N} {d} with CACHE and KIND=ivf first")
@@ -134,6 +138,7 @@ def load(N: int, d: int):
     vi.index = faiss.read_index(index_path)
     vi.kind, vi.gpu, vi.n, vi.d, vi.lock, vi.nlist = "ivf", False, N, d, threading.Lock(), vi.index.nlist
     vi.vectors, vi.rerank, vi.labels, vi._live = "float32", None, None, None
+    vi.codes, vi._tail, vi.quantizer16 = IVF_FLOAT32_CODES, None, q16
     rng = np.random.default_rng(0)
     sample = np.sort(rng.choice(N, sl.RANK_SAMPLE, replace=False)) if sl.RANK_SAMPLE < N else np.arange(N)
     vecs, base = unit_block(eng.snapshot, 0)

@@ -311,13 +311,22 @@ def test_a_forgotten_turn_leaves_no_vector_in_any_index_the_engine_holds():
 
 def test_a_float32_ivf_index_holds_float16_codes_and_proposes_as_the_flat_one(monkeypatch):
     """A float32 collection's IVF index holds float16 codes (``ann.IVF_FLOAT32_CODES``: half the
-    bytes a search reads), not re-ranked; on clustered vectors its proposals are the flat copy's
-    (the caller re-scores them exactly, so the same set is the same shortlist), and it still grows."""
+    bytes a search reads) under float16 centroids (``ann.IVF_QUANTIZER16``), not re-ranked; on
+    clustered vectors its proposals are those of float32 centroids and of the flat copy (the caller
+    re-scores them exactly, so the same set is the same shortlist), and it still grows."""
     x = _clustered_unit(8_000, 32, 5)
     q = _clustered_unit(30, 32, 6)
     half = VectorIndex(x, "ivf")
     assert half.codes == "float16" and half.rerank is None and half.code_size == 2 * 32
     assert type(half.index).__name__ == "IndexIVFScalarQuantizer"
+    import faiss
+    assert half.quantizer16 and type(faiss.downcast_index(half.index.quantizer)).__name__ == "IndexScalarQuantizer"
+    monkeypatch.setattr(ann, "IVF_QUANTIZER16", False)
+    flat_centroids = VectorIndex(x, "ivf")
+    assert not flat_centroids.quantizer16 and type(faiss.downcast_index(flat_centroids.index.quantizer)).__name__ == "IndexFlatIP"
+    assert half.nbytes() < flat_centroids.nbytes()
+    got, want = half.search(q, 100, PARAMS)[1], flat_centroids.search(q, 100, PARAMS)[1]
+    assert np.mean([len(np.intersect1d(a, b)) / len(b) for a, b in zip(got, want)]) >= 0.99
     monkeypatch.setattr(ann, "IVF_FLOAT32_CODES", "float32")
     flat = VectorIndex(x, "ivf")
     assert flat.codes == "float32" and type(flat.index).__name__ == "IndexIVFFlat"
