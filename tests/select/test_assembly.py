@@ -172,3 +172,28 @@ def test_a_rounds_thread_rows_are_as_wide_as_the_longest_row_it_reads(monkeypatc
     monkeypatch.setattr(shortlist, "front_args", args)
     eng.select_units(ids, qs, Z, params=QueryParams(hops=1))
     assert widths and min(widths) < table.shape[1]
+
+
+def test_the_threads_scratch_is_left_all_minus_one_and_grows(monkeypatch):
+    """``assembly.levels``: the thread's array of a bank's threads is all -1 after every round (so the
+    next query's walk starts clean: the rounds above equal the plain ones with it), grows for a
+    larger bank, is a fresh one with ``SCRATCH`` off, and is dropped when a call is cut short."""
+    from trawmem_gpu.select.engine import assembly
+
+    monkeypatch.setattr(assembly, "_SCRATCH", __import__("threading").local())
+    banks, (ids, qs, Z) = _bank(1999, False, seed=5)
+    eng = SelectionEngine(banks, SelectConfig(), device="cpu", threads=1, ann_min_units=1, ann_shortlist=16)
+    eng.select_units(ids[:6], qs[:6], Z[:6])  # one thread: the rounds run on this one
+    level = assembly._SCRATCH.level
+    assert len(level) >= banks[0].n_threads and (level == -1).all()
+    assert assembly.levels(len(level) + 5) is not level and len(assembly._SCRATCH.level) == len(level) + 5
+    monkeypatch.setattr(assembly, "SCRATCH", False)
+    assert assembly.levels(7) is not assembly._SCRATCH.level and (assembly.levels(7) == -1).all()
+    monkeypatch.setattr(assembly, "SCRATCH", True)
+
+    def cut(*a):
+        raise RuntimeError("cut short")
+    monkeypatch.setattr(assembly, "_assemble", cut)
+    with pytest.raises(RuntimeError, match="cut short"):
+        eng.select_units(ids[:1], qs[:1], Z[:1])
+    assert assembly._SCRATCH.level is None

@@ -23,6 +23,7 @@ picks are the same.
 """
 from __future__ import annotations
 
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -68,10 +69,15 @@ def front_args(snap: Snapshot, bidx: np.ndarray, shorts: list, lq, learned: bool
     Q = len(shorts)
     rel = n["rel_idx"] if learned else np.zeros((1, 3), np.int32)
     rows = Rows(n["unit_thread"], n["nbr"], n["nbw"], rel, n["temporal"], n["rel_words"] if learned else np.zeros(1))
-    parts = [_assemble(rows, np.ascontiguousarray(sh.units, dtype=np.int64), sh.bm,
-                       Place(int(snap.off.uo[b]), int(snap.off.to[b]), int(snap.off.nt[b]), int(hops[q]),
-                             int(n_seeds[q]), learned))
-             for q, (sh, b) in enumerate(zip(shorts, bidx.tolist()))]
+    level = levels(int(snap.off.nt[bidx].max()) if Q else 0)
+    try:
+        parts = [_assemble(rows, np.ascontiguousarray(sh.units, dtype=np.int64), sh.bm,
+                           Place(int(snap.off.uo[b]), int(snap.off.to[b]), int(snap.off.nt[b]), int(hops[q]),
+                                 int(n_seeds[q]), learned), level)
+                 for q, (sh, b) in enumerate(zip(shorts, bidx.tolist()))]
+    except BaseException:
+        _SCRATCH.level = None  # a call cut short may leave entries set: the next one starts afresh
+        raise
     spaces = [p[:3] for p in parts]
     nu = np.array([len(sh.units) for sh in shorts], dtype=np.int64)
     nt = np.array([len(sp[0]) for sp in spaces], dtype=np.int64)
@@ -93,6 +99,24 @@ def front_args(snap: Snapshot, bidx: np.ndarray, shorts: list, lq, learned: bool
     ltab = LearnedTables(cat([p[6] for p in parts], n["rel_idx"].dtype, (0, 3)),
                          cat([p[7] for p in parts], n["temporal"].dtype), cat([p[8] for p in parts], n["rel_words"].dtype))
     return spaces, (tables, off, cos, uo, tptr, tids, ranks, ltab, _dated(lq, shorts))
+
+
+SCRATCH = True
+""":func:`_assemble`'s per-thread array of the bank's threads is kept by each calling thread, all -1
+between calls (:func:`levels`), instead of allocated and filled per call (1 MB at 10^6 units, two
+calls a query); False: a new one per call (the same arrays out)."""
+_SCRATCH = threading.local()
+
+
+def levels(J: int) -> np.ndarray:
+    """An int64 array of at least ``J`` entries, all -1, for :func:`_assemble` (which leaves it so):
+    this thread's (:data:`SCRATCH`, grown when a larger bank asks), or a new one."""
+    if not SCRATCH:
+        return np.full(max(J, 1), -1, np.int64)
+    got = getattr(_SCRATCH, "level", None)
+    if got is None or len(got) < J:
+        got = _SCRATCH.level = np.full(max(J, 1), -1, np.int64)
+    return got
 
 
 def padded(rows: list, fill, dtype) -> np.ndarray:
@@ -145,12 +169,12 @@ def _dated(lq, shorts: list) -> LearnedQueries:
 
 
 @njit(cache=True, nogil=True)
-def _assemble(rows, W, bm, at):  # pragma: no cover - compiled
+def _assemble(rows, W, bm, at, level):  # pragma: no cover - compiled
     """One query's ``(ids, local nbr, local nbw, ult, BM25 positions, BM25 scores, rel, temporal,
-    words)`` over its working set ``W`` (module docstring; ``at``: a :class:`Place`)."""
+    words)`` over its working set ``W`` (module docstring; ``at``: a :class:`Place`; ``level``: at
+    least ``at.J`` entries, all -1, left so: :func:`levels`)."""
     m = len(W)
     J = at.J
-    level = np.full(J, -1, np.int64)
     got = np.empty(max(16, 2 * m), np.int64)
     n = 0
     for i in range(m):  # the working set's own threads, once each
@@ -196,6 +220,8 @@ def _assemble(rows, W, bm, at):  # pragma: no cover - compiled
             bpos[k], bval[k] = i, bm[i]
             k += 1
     rel, temp, words = _learned_rows(rows, W, at)
+    for i in range(n):  # the array back to all -1 for the next call
+        level[ids[i]] = -1
     return ids, local, w, ult, bpos, bval, rel, temp, words
 
 
