@@ -33,28 +33,25 @@ def main() -> None:
     _, _, Z = make_queries(banks, nq + 2, seed=8)
     flat = faiss.read_index(os.path.join(cache, f"ivf_{N}_{d}_t{top}.faiss"))
     quant = faiss.downcast_index(flat.quantizer)
-    arms, keep = {"float32": flat}, []
-    for name in ("float16", "bfloat16"):
-        qt = {"float16": faiss.ScalarQuantizer.QT_fp16, "bfloat16": getattr(faiss.ScalarQuantizer, "QT_bf16", None)}[name]
-        if qt is None:
-            continue
-        q2 = faiss.IndexFlatIP(d)
-        q2.add(quant.reconstruct_n(0, quant.ntotal))  # the same lists: the flat index's centroids
-        sq = faiss.IndexIVFScalarQuantizer(q2, d, flat.nlist, qt, faiss.METRIC_INNER_PRODUCT)
+    cent = quant.reconstruct_n(0, quant.ntotal)  # the same lists in every arm: the flat index's centroids
+    keep = []  # an index does not own its quantizer from Python
+
+    def lists(qt, coarse):
+        """Scalar-quantizer lists ``qt`` of ``X`` under the centroids held by ``coarse``."""
+        coarse.train(cent)
+        coarse.add(cent)
+        keep.append(coarse)
+        sq = faiss.IndexIVFScalarQuantizer(coarse, d, flat.nlist, qt, faiss.METRIC_INNER_PRODUCT)
         sq.train(X[:1000])
         sq.add(X)
-        arms[name] = sq
-        keep.append(q2)  # the index does not own its quantizer from Python
-    if os.environ.get("QUANTIZER16"):  # float16 lists under a float16 coarse quantizer (the same centroids)
-        cent = quant.reconstruct_n(0, quant.ntotal)
-        q16 = faiss.IndexScalarQuantizer(d, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
-        q16.train(cent)
-        q16.add(cent)
-        sq = faiss.IndexIVFScalarQuantizer(q16, d, flat.nlist, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
-        sq.train(X[:1000])
-        sq.add(X)
-        arms["float16_q16"] = sq
-        keep.append(q16)
+        return sq
+
+    arms = {"float32": flat, "float16": lists(faiss.ScalarQuantizer.QT_fp16, faiss.IndexFlatIP(d))}
+    if hasattr(faiss.ScalarQuantizer, "QT_bf16"):
+        arms["bfloat16"] = lists(faiss.ScalarQuantizer.QT_bf16, faiss.IndexFlatIP(d))
+    if os.environ.get("QUANTIZER16"):  # float16 lists under float16 centroids (``IVF_QUANTIZER16``)
+        coarse = faiss.IndexScalarQuantizer(d, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
+        arms["float16_q16"] = lists(faiss.ScalarQuantizer.QT_fp16, coarse)
     sp = faiss.SearchParametersIVF(nprobe=nprobe)
     ms = {k: [] for k in arms}
     got = {k: [] for k in arms}

@@ -62,29 +62,15 @@ def main() -> None:
         t = time.time()
         ap = SelectionEngine(banks, SelectConfig(), device="cpu", threads=1, ann_min_units=1, ann_index=os.environ.get("KIND", "hnsw"))
         print("engine", round(time.time() - t, 1), flush=True)
-        import faiss, threading
-        from trawmem_gpu.select.steps.ann import VectorIndex
+        import faiss
+        from benchmarks.experiments.working_set_pieces import index_file, plant_index
         from trawmem_gpu.select.engine import shortlist as _sl
-        from trawmem_gpu.select.engine.tables import unit_block
-        from trawmem_gpu.select.steps import ann as _ann
         KIND = os.environ.get("KIND", "hnsw")
-        codes = _ann.IVF_FLOAT32_CODES if KIND == "ivf" else "float32"  # an IVF index's codes: its own cached file
-        q16 = codes == "float16" and _ann.IVF_QUANTIZER16
-        tag = KIND + ("16" if codes == "float16" else "") + ("q" if q16 else "")
-        ipath = os.path.join(os.environ.get("CACHE", "/tmp"), f"{tag}_{N}_{d}_t{TOP}.faiss")
+        ipath = index_file(os.environ.get("CACHE", "/tmp"), N, d, TOP, KIND)  # the engine's own codes: their own file
         snap = ap.snapshot
         if os.path.exists(ipath):
-            vi = object.__new__(VectorIndex); vi.index = faiss.read_index(ipath); vi.kind = KIND; vi.gpu = False
-            vi.n, vi.d, vi.lock = N, d, threading.Lock(); vi.nlist = getattr(vi.index, "nlist", 0)
-            vi.vectors, vi.rerank, vi.labels, vi._live = "float32", None, None, None  # as VectorIndex.__init__ sets them
-            vi.codes, vi._tail, vi.quantizer16 = codes, None, q16
-            rng = np.random.default_rng(0)
-            RS = int(os.environ.get("RS", _sl.RANK_SAMPLE))
-            sample = np.sort(rng.choice(N, RS, replace=False)) if RS < N else np.arange(N)
-            vecs, base = unit_block(snap, 0)  # a mapped bank's table rows are a hole: its own vectors
             print("mapped", bool(snap.mapped[0]), flush=True)
-            ent = (vi, sample, np.ascontiguousarray(vecs[base + sample], dtype=np.float32))
-            snap.infos[0].cache[("unit_index", ap.plan.ann_kind)] = ent
+            ent = plant_index(ap, ipath, KIND, int(os.environ.get("RS", _sl.RANK_SAMPLE)))
         else:
             t = time.time(); ap.select_units(ids[:1], qs[:1], Z[:1]); print("index build", round(time.time() - t, 1), flush=True)
             faiss.write_index(snap.infos[0].cache[("unit_index", ap.plan.ann_kind)][0].index, ipath)

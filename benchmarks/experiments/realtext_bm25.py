@@ -34,19 +34,17 @@ def main(argv=None) -> int:
 
     path = harness.require_data(a.data or harness.dev_data("locomo"))
     seen = {"compiled": 0, "sparse": 0}
-    orig = lx.lexical
+    orig, plain, calls = lx.lexical, lx.bm25_sparse, [0]
+
+    def sparse(*args):
+        calls[0] += 1
+        return plain(*args)
 
     def counted(snap, bank, cols, M, rows, keep=None):
         before = calls[0]
         out = orig(snap, bank, cols, M, rows, keep)
         seen["sparse" if calls[0] > before else "compiled"] += 1  # bm25_sparse ran, or the compiled reading
         return out
-
-    calls, plain = [0], lx.bm25_sparse
-
-    def sparse(*args):
-        calls[0] += 1
-        return plain(*args)
 
     lx.bm25_sparse = sparse
     lx.lexical = counted

@@ -113,38 +113,58 @@ def _same(a, b) -> bool:
 def load(N: int, d: int):
     """``(banks, engine, queries)`` on one thread with ``large_bank_sweep.py``'s cached bank and IVF
     index planted as the engine's (no index build)."""
-    import faiss
-
     from benchmarks.synthetic_banks import make_queries
     from trawmem_gpu.select.config import SelectConfig
     from trawmem_gpu.select.engine import SelectionEngine, shortlist as sl
-    from trawmem_gpu.select.engine.tables import unit_block
-    from trawmem_gpu.select.steps.ann import VectorIndex
-
-    from trawmem_gpu.select.steps.ann import IVF_FLOAT32_CODES, IVF_QUANTIZER16
 
     cache, top = os.environ.get("CACHE", "/tmp"), int(os.environ.get("TOPICS", 1000))
-    q16 = IVF_FLOAT32_CODES == "float16" and IVF_QUANTIZER16
-    ivf = ("ivf16" if IVF_FLOAT32_CODES == "float16" else "ivf") + ("q" if q16 else "")  # as the engine's own index
-    bank_path, index_path = (os.path.join(cache, f"bank_{N}_{d}_t{top}.pkl"),
-                             os.path.join(cache, f"{ivf}_{N}_{d}_t{top}.faiss"))
+    bank_path, index_path = os.path.join(cache, f"bank_{N}_{d}_t{top}.pkl"), index_file(cache, N, d, top)
     for p in (bank_path, index_path):
         if not os.path.exists(p):
             raise SystemExit(f"no cached {p}: run large_bank_sweep.py {N} {d} with CACHE and KIND=ivf first")
     with open(bank_path, "rb") as f:
         banks = pickle.load(f)
     eng = SelectionEngine(banks, SelectConfig(), device="cpu", threads=1, ann_min_units=1, ann_index="ivf")
-    vi = object.__new__(VectorIndex)
-    vi.index = faiss.read_index(index_path)
-    vi.kind, vi.gpu, vi.n, vi.d, vi.lock, vi.nlist = "ivf", False, N, d, threading.Lock(), vi.index.nlist
-    vi.vectors, vi.rerank, vi.labels, vi._live = "float32", None, None, None
-    vi.codes, vi._tail, vi.quantizer16 = IVF_FLOAT32_CODES, None, q16
-    rng = np.random.default_rng(0)
-    sample = np.sort(rng.choice(N, sl.RANK_SAMPLE, replace=False)) if sl.RANK_SAMPLE < N else np.arange(N)
-    vecs, base = unit_block(eng.snapshot, 0)
-    ent = (vi, sample, np.ascontiguousarray(vecs[base + sample], dtype=np.float32))
-    eng.snapshot.infos[0].cache[("unit_index", eng.plan.ann_kind)] = ent
+    ent = plant_index(eng, index_path, "ivf", sl.RANK_SAMPLE)
     return banks, eng, make_queries(banks, int(os.environ.get("NQ", 40)) + 2, seed=8), ent
+
+
+def index_file(cache: str, N: int, d: int, top: int, kind: str = "ivf") -> str:
+    """``large_bank_sweep.py``'s cached faiss file of the index the engine builds now: its kind, and
+    for IVF its codes and centroids (``steps.ann.IVF_FLOAT32_CODES`` / ``IVF_QUANTIZER16``) name it
+    (``ivf``, ``ivf16``, ``ivf16q``, ``hnsw``)."""
+    from trawmem_gpu.select.steps import ann
+
+    f16 = kind == "ivf" and ann.IVF_FLOAT32_CODES == "float16"
+    tag = kind + ("16" if f16 else "") + ("q" if f16 and ann.IVF_QUANTIZER16 else "")
+    return os.path.join(cache, f"{tag}_{N}_{d}_t{top}.faiss")
+
+
+def plant_index(eng, path: str, kind: str, sample_size: int):
+    """The faiss index at ``path`` (over bank 0's units, as :func:`index_file` names it) planted as
+    the engine's unit index of bank 0 with a rank sample of ``sample_size`` units, as
+    ``shortlist.unit_index`` would keep them (no build): ``(VectorIndex, sample, sample vectors)``."""
+    import faiss
+
+    from trawmem_gpu.select.engine.tables import unit_block
+    from trawmem_gpu.select.steps import ann
+
+    snap = eng.snapshot
+    N = int(snap.off.nu[0])
+    vi = object.__new__(ann.VectorIndex)  # the attributes VectorIndex.__init__ sets, the index read
+    vi.index = faiss.read_index(path)
+    vi.kind, vi.gpu, vi.n, vi.d, vi.lock = kind, False, N, int(vi.index.d), threading.Lock()
+    vi.nlist = getattr(vi.index, "nlist", 0)
+    vi.vectors, vi.rerank, vi.labels, vi._live, vi._tail = "float32", None, None, None, None
+    vi.codes = ann.IVF_FLOAT32_CODES if kind == "ivf" else "float32"
+    vi.code_size = ann.BYTES_PER_DIM[vi.codes] * vi.d
+    vi.quantizer16 = vi.codes == "float16" and ann.IVF_QUANTIZER16
+    rng = np.random.default_rng(0)
+    sample = np.sort(rng.choice(N, sample_size, replace=False)) if sample_size < N else np.arange(N)
+    vecs, base = unit_block(snap, 0)  # a mapped bank's table rows are a hole: its own vectors
+    ent = (vi, sample, np.ascontiguousarray(vecs[base + sample], dtype=np.float32))
+    snap.infos[0].cache[("unit_index", eng.plan.ann_kind)] = ent
+    return ent
 
 
 def alt_index(eng, ent, root: float):

@@ -4,6 +4,7 @@ array by array (dtypes included), in every round of every query (first and grown
 and the candidates and picks are the same."""
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 
 import numpy as np
@@ -180,7 +181,7 @@ def test_the_threads_scratch_is_left_all_minus_one_and_grows(monkeypatch):
     larger bank, is a fresh one with ``SCRATCH`` off, and is dropped when a call is cut short."""
     from trawmem_gpu.select.engine import assembly
 
-    monkeypatch.setattr(assembly, "_SCRATCH", __import__("threading").local())
+    monkeypatch.setattr(assembly, "_SCRATCH", threading.local())
     banks, (ids, qs, Z) = _bank(1999, False, seed=5)
     eng = SelectionEngine(banks, SelectConfig(), device="cpu", threads=1, ann_min_units=1, ann_shortlist=16)
     eng.select_units(ids[:6], qs[:6], Z[:6])  # one thread: the rounds run on this one

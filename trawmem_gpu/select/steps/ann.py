@@ -144,11 +144,8 @@ class VectorIndex:
         self._tail: _LabelTail | None = None  # the buffer :attr:`labels` is a prefix of, shared by the grown line
         self.kind = kind if kind != "auto" else ("ivf" if n >= IVF_MIN_VECTORS else "hnsw")
         pq = self.vectors == "pq" and self.kind == "ivf" and n >= PQ_MIN_VECTORS
-        self.codes = "pq" if pq else ("int8" if self.vectors == "pq" else self.vectors)
-        if self.codes == "float32" and self.kind == "ivf":
-            self.codes = IVF_FLOAT32_CODES
-        """The codes the faiss index holds: ``vectors``, ``int8`` where ``pq`` falls back to them, or
-        :data:`IVF_FLOAT32_CODES` for an IVF index over ``float32`` vectors."""
+        self.codes = _codes(self.vectors, self.kind, pq)
+        """The codes the faiss index holds (:func:`_codes`)."""
         self.code_size = pq_subvectors(d) if pq else BYTES_PER_DIM[self.codes] * d
         """Bytes of one vector's code."""
         flat = self.codes == "float32"
@@ -316,6 +313,17 @@ class VectorIndex:
         if labels is not None:
             I = np.where(I >= 0, labels[np.clip(I, 0, len(labels) - 1)], -1)
         return D, I
+
+
+def _codes(vectors: str, kind: str, pq: bool) -> str:
+    """The codes an index of ``kind`` over a collection's ``vectors`` holds: ``pq`` where product
+    quantized, ``int8`` where ``pq`` falls back to scalar codes, :data:`IVF_FLOAT32_CODES` for an IVF
+    index over ``float32`` vectors, else ``vectors``."""
+    if pq:
+        return "pq"
+    if vectors == "pq":
+        return "int8"
+    return IVF_FLOAT32_CODES if vectors == "float32" and kind == "ivf" else vectors
 
 
 def _to_gpu(faiss, index):

@@ -49,8 +49,7 @@ from .._jit import njit
 from ..config import RELEVANCE_FEATURES  # noqa: F401 - the one order of the features (re-exported)
 from ..objective import date_seconds
 from ..tensor_ops import NEG_INF, ranks, ranks_positive
-from ..text_features import demand_features, relative_dates, temporal_flags
-from ..text_features import SMALL_BATCH
+from ..text_features import SMALL_BATCH, demand_features, relative_dates, temporal_flags
 from ...store.bursts import unit_members
 from ...store.turn_columns import field_of
 from .candidates import ranks_of
