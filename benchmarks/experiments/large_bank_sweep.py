@@ -148,7 +148,7 @@ def _row(line: str):
 
 
 STAGED = (("shortlist", "working_sets"), ("shortlist", "lexical"), ("shortlist", "ranked"), ("shortlist", "front_args"),
-          ("shortlist", "grown"), ("compiled", "front_loop"), ("compiled", "_front_shortlist"),
+          ("shortlist", "grown"), ("compiled", "front_loop"), ("seeded_front", "run"), ("compiled", "_front_shortlist"),
           ("lexical_dense", "rank_table"), ("lexical_dense", "dense_scores"),
           ("lexical_merge", "dense_scores"), ("lexical_merge", "score_table"), ("shortlist", "scores_of"))
 

@@ -76,7 +76,7 @@ def front_args(snap: Snapshot, bidx: np.ndarray, shorts: list, lq, learned: bool
                                  int(n_seeds[q]), learned), level)
                  for q, (sh, b) in enumerate(zip(shorts, bidx.tolist()))]
     except BaseException:
-        _SCRATCH.level = None  # a call cut short may leave entries set: the next one starts afresh
+        drop_levels()  # a call cut short may leave entries set: the next one starts afresh
         raise
     spaces = [p[:3] for p in parts]
     nu = np.array([len(sh.units) for sh in shorts], dtype=np.int64)
@@ -117,6 +117,11 @@ def levels(J: int) -> np.ndarray:
     if got is None or len(got) < J:
         got = _SCRATCH.level = np.full(max(J, 1), -1, np.int64)
     return got
+
+
+def drop_levels() -> None:
+    """Forget this thread's :func:`levels` array (a call cut short may have left entries set)."""
+    _SCRATCH.level = None
 
 
 def padded(rows: list, fill, dtype) -> np.ndarray:

@@ -20,7 +20,7 @@ from ..steps import candidates as step3, relevance as step3r, roles as step4
 from ..steps.propagation import propagation_params, query_sizes
 from ..text_features import demand_matrix
 from .batch import QueryBatch, Timer
-from . import shortlist
+from . import seeded_front, shortlist
 from .compiled_args import (Candidates, FrontBatch, FrontTables, StageBatch, front_tables,  # noqa: F401
                             stage_batch, stage_params, stage_tables)
 from .compiled_loops import front_loop, stage_loop
@@ -257,18 +257,25 @@ def _front_shortlist(snap: Snapshot, plan, cfg, Zc: np.ndarray, bidx: np.ndarray
     tlive = shortlist.live_threads(snap, bidx, masks)
     lap("similarity")
     qs = sizes[1]
+    seeded = seeded_front.SEEDED  # the front round's own threads only; its loop grows each space from the seeds
+    hops = np.zeros_like(qs.hops) if seeded else qs.hops
     for r in range(shortlist.ROUNDS):
         spaces, (tables, off, cos, coff, tptr, tids, ranks, ltab, lqc) = shortlist.front_args(
-            snap, Zc, bidx, W, cols, lq, learned, qs.hops, qs.n_seeds)
+            snap, Zc, bidx, W, cols, lq, learned, hops, qs.n_seeds)
         wmasks = None if masks is None else [None if m is None else m[w.units] for m, w in zip(masks, W)]
         x = FrontBatch(np.arange(len(bidx)), cos, coff, tptr, tids,
                        *front_masks(wmasks, np.arange(len(bidx)), off.nu, coff), ranks,
                        tlive if not len(tlive) else shortlist.local_rows(tlive, spaces))
         local = c._replace(tpos=np.empty((len(bidx), max(1, int(off.nt.max()))), np.int64))
-        front_loop(FrontTables(*tables), off, x, float(cfg.rrf_k), *sizes, learned, ltab, lqc, local)
+        if seeded:  # the neighbourhood written as bank-local threads
+            seeded_front.run(FrontTables(*tables), off, x, float(cfg.rrf_k), sizes[0],
+                             seeded_front.space(snap, bidx, spaces, tlive, qs), learned, ltab, lqc, local)
+        else:
+            front_loop(FrontTables(*tables), off, x, float(cfg.rrf_k), *sizes, learned, ltab, lqc, local)
         grew = False
-        for q, b in enumerate(bidx.tolist()):  # the neighbourhood's threads as bank-local ids
-            c.hthread[q, :c.n_h[q]] = spaces[q].ids[c.hthread[q, :c.n_h[q]]]
+        for q, b in enumerate(bidx.tolist()):
+            if not seeded:  # the neighbourhood's threads as bank-local ids
+                c.hthread[q, :c.n_h[q]] = spaces[q].ids[c.hthread[q, :c.n_h[q]]]
             offs = snap.infos[b].bank.thread_offsets
             miss = shortlist.missing_threads(offs, W[q].units, c.hthread[q, :c.n_h[q]])
             if len(miss) and r + 1 < shortlist.ROUNDS:  # the last round's candidates are positions in this W

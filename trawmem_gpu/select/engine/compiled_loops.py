@@ -15,6 +15,8 @@ Arguments travel as NamedTuples of arrays (numba passes them as structs:
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .._jit import njit
@@ -51,6 +53,110 @@ def _graph_threads(x, q, n, tlive):  # pragma: no cover - compiled
         tlive[:n] = x.tlive[q, :n]
 
 
+class FrontScratch(NamedTuple):
+    """:func:`front_loop`'s per-call scratch (:func:`front_scratch`): per unit of the largest bank
+    (``N``) and per thread of the largest (``J``)."""
+
+    bm: np.ndarray
+    vals: np.ndarray
+    alpha: np.ndarray
+    rc: np.ndarray
+    rb: np.ndarray
+    rs: step3.RankScratch
+    r0: np.ndarray
+    r: np.ndarray
+    in_h: np.ndarray
+    ts: ThreadScratch
+    ones: np.ndarray
+    tlive: np.ndarray
+    ls: step3l.LearnedScratch
+
+
+@njit(cache=True, nogil=True)
+def front_scratch(N, J, learned, rrf_k):  # pragma: no cover - compiled
+    """A :class:`FrontScratch` for banks of at most ``N`` units and ``J`` threads."""
+    return FrontScratch(np.empty(N, dtype=np.float32), np.empty(N), np.empty(N), np.empty(N), np.empty(N),
+                        step3.RankScratch(np.empty(N, np.int64), np.empty(N, np.int64), np.empty(N, np.int64),
+                                          np.empty(max(N + 1, 4 * 257), np.int64)),
+                        np.empty(J), np.empty(J), np.empty(J, dtype=np.bool_),
+                        ThreadScratch(np.empty(J, np.int64), np.empty(J, np.bool_), np.empty(J, np.int64),
+                                      np.empty(J, np.bool_)),
+                        np.ones(N, dtype=np.bool_), np.empty(J, dtype=np.bool_),
+                        step3l.learned_scratch(N if learned else 0, J if learned else 0, rrf_k))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def front_affinity(tab, off, x, q, rrf_k, learned, ltab, lq, s):  # pragma: no cover - compiled
+    """Step 3's affinity and step 1's seed scores of query ``q`` (:func:`front_loop`): BM25 of its
+    units (float32, query-token order), then the RRF or ``learned`` affinity with the cosine ranks;
+    ``s.r0[:n]`` each thread's best-unit seed score and ``s.tlive[:n]`` its thread graph. Returns
+    ``(live, pmax)``: the units taking part (a filter's mask) and the ``learned`` alpha's ``P``."""
+    b = x.bidx[q]
+    m = off.nu[b]
+    n = off.nt[b]
+    nz = off.nz0[b]
+    bm = s.bm
+    for j in range(m):
+        bm[j] = np.float32(0.0)
+    for k in range(x.tok_ptr[q], x.tok_ptr[q + 1]):
+        t = x.tok_ids[k]
+        for e in range(tab.bm_ptr[t], tab.bm_ptr[t + 1]):
+            bm[tab.bm_idx[nz + e]] += tab.bm_data[nz + e]
+    c0, u0 = x.coff[q], off.uo[b]
+    for j in range(m):
+        s.vals[j] = x.cos[c0 + j]
+    live, given = _query_mask(x, q, c0, m, s.vals, bm, s.ones)  # a filter's mask: failing units hidden
+    pmax = 1.0
+    if learned:  # the logits; alpha (p / P) only where read: the seeds, the candidates
+        step3l.learned_logits(s.vals, m, bm, u0, ltab, lq, q, s.ls, given, live)
+        pmax = step3l.learned_seeds(s.ls.logit, m, tab.ult, u0, live, n, s.r0, s.tlive, s.ls.smax)  # step 1
+    else:  # positive float32 scores order like their bits
+        step3.rrf_row(s.vals, m, bm, bm.view(np.int32), rrf_k, s.alpha, s.rs, s.rc, s.rb, given)
+        step_mask.unit_seeds(s.alpha, m, tab.ult, u0, live, n, s.r0, s.tlive)  # step 1: best-unit seed scores (passing units)
+    _graph_threads(x, q, n, s.tlive)
+    return live, pmax
+
+
+class Hood(NamedTuple):
+    """A query's neighbourhood over its ``n`` threads, as ``propagate_one`` leaves it: ``in_h[:n]``,
+    ``r[:n]``; ``tpos[:n]`` is written (each thread's neighbourhood position, -1 outside)."""
+
+    in_h: np.ndarray
+    r: np.ndarray
+    tpos: np.ndarray
+
+
+@njit(cache=True, nogil=True, inline="always")
+def front_candidates(q, n, ult, live, learned, pmax, s, h, out):  # pragma: no cover - compiled
+    """Query ``q``'s neighbourhood (``h``: :class:`Hood` over its ``n`` threads) and its candidates,
+    ascending, into ``out`` (:class:`Candidates`, the threads as positions ``0 .. n``); ``ult[j]``:
+    the thread of the query's unit ``j``; the alpha from ``s`` (:func:`front_affinity`'s)."""
+    k = 0
+    for t in range(n):
+        if h.in_h[t]:
+            if k >= out.hthread.shape[1]:
+                raise IndexError("neighbourhood buffer narrower than a query's neighbourhood")
+            h.tpos[t] = k
+            out.hthread[q, k] = t
+            out.rvec[q, k] = h.r[t]
+            k += 1
+        else:
+            h.tpos[t] = -1
+    out.n_h[q] = k
+    k = 0
+    W = out.cand.shape[1]
+    for j in range(ult.shape[0]):
+        t = ult[j]
+        if h.in_h[t] and live[j]:
+            if k >= W:  # the caller's bound on |U_q| was wrong: never write past the buffer
+                raise IndexError("candidate buffer narrower than a query's candidate set")
+            out.cand[q, k] = j
+            out.lt[q, k] = h.tpos[t]
+            out.alpha[q, k] = step3l.learned_alpha(s.ls.logit[j], pmax) if learned else s.alpha[j]
+            k += 1
+    out.n_cand[q] = k
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def front_loop(tab, off, x, rrf_k, p, sizes, learned, ltab, lq, out):  # pragma: no cover - compiled
     """Steps 1-3 per query (see the module docstring): ``tab`` :class:`FrontTables`, ``off``
@@ -63,72 +169,16 @@ def front_loop(tab, off, x, rrf_k, p, sizes, learned, ltab, lq, out):  # pragma:
     for q in range(Q):
         N = max(N, off.nu[x.bidx[q]])
         J = max(J, off.nt[x.bidx[q]])
-    bm = np.empty(N, dtype=np.float32)
-    bmbits = bm.view(np.int32)  # positive float32 scores order like their bits
-    vals = np.empty(N)
-    alpha = np.empty(N)
-    rc = np.empty(N)
-    rb = np.empty(N)
-    rs = step3.RankScratch(np.empty(N, np.int64), np.empty(N, np.int64), np.empty(N, np.int64),
-                           np.empty(max(N + 1, 4 * 257), np.int64))
-    r0 = np.empty(J)
-    r = np.empty(J)
-    in_h = np.empty(J, dtype=np.bool_)
-    ts = ThreadScratch(np.empty(J, np.int64), np.empty(J, np.bool_), np.empty(J, np.int64), np.empty(J, np.bool_))
-    ones, tlive = np.ones(N, dtype=np.bool_), np.empty(J, dtype=np.bool_)
-    ls = step3l.learned_scratch(N if learned else 0, J if learned else 0, lq.rrf_k)
-    pmax = 1.0
-    W = out.cand.shape[1]
+    s = front_scratch(N, J, learned, lq.rrf_k)
     for q in range(Q):
         b = x.bidx[q]
-        m = off.nu[b]
-        n = off.nt[b]
-        nz = off.nz0[b]
-        # step 3, affinity: BM25 (float32, query-token order), then RRF with the cosine ranks
-        for j in range(m):
-            bm[j] = np.float32(0.0)
-        for k in range(x.tok_ptr[q], x.tok_ptr[q + 1]):
-            t = x.tok_ids[k]
-            for e in range(tab.bm_ptr[t], tab.bm_ptr[t + 1]):
-                bm[tab.bm_idx[nz + e]] += tab.bm_data[nz + e]
-        c0, u0 = x.coff[q], off.uo[b]
-        for j in range(m):
-            vals[j] = x.cos[c0 + j]
-        live, given = _query_mask(x, q, c0, m, vals, bm, ones)  # a filter's mask: failing units hidden
-        if learned:  # the logits; alpha (p / P) only where read: the seeds, the candidates
-            step3l.learned_logits(vals, m, bm, u0, ltab, lq, q, ls, given, live)
-            pmax = step3l.learned_seeds(ls.logit, m, tab.ult, u0, live, n, r0, tlive, ls.smax)  # step 1
-        else:
-            step3.rrf_row(vals, m, bm, bmbits, rrf_k, alpha, rs, rc, rb, given)
-            step_mask.unit_seeds(alpha, m, tab.ult, u0, live, n, r0, tlive)  # step 1: best-unit seed scores (passing units)
-        _graph_threads(x, q, n, tlive)
-        # step 2: propagation and the capped neighbourhood
+        live, pmax = front_affinity(tab, off, x, q, rrf_k, learned, ltab, lq, s)
+        # step 2: propagation and the capped neighbourhood; step 3: the candidates
         pq = PropagationParams(sizes.n_seeds[q], sizes.cap[q], sizes.hops[q], p.gamma, p.paper)
-        propagate_one(r0, n, off.to[b], tab.nbr, tab.nbw, pq, ts, r, in_h, tlive)
-        k = 0
-        for t in range(n):
-            if in_h[t]:
-                if k >= out.hthread.shape[1]:
-                    raise IndexError("neighbourhood buffer narrower than a query's neighbourhood")
-                out.tpos[q, t] = k
-                out.hthread[q, k] = t
-                out.rvec[q, k] = r[t]
-                k += 1
-            else:
-                out.tpos[q, t] = -1
-        out.n_h[q] = k
-        # step 3: the candidates, ascending
-        k = 0
-        for j in range(m):
-            t = tab.ult[u0 + j]
-            if in_h[t] and live[j]:
-                if k >= W:  # the caller's bound on |U_q| was wrong: never write past the buffer
-                    raise IndexError("candidate buffer narrower than a query's candidate set")
-                out.cand[q, k] = j
-                out.lt[q, k] = out.tpos[q, t]
-                out.alpha[q, k] = step3l.learned_alpha(ls.logit[j], pmax) if learned else alpha[j]
-                k += 1
-        out.n_cand[q] = k
+        propagate_one(s.r0, off.nt[b], off.to[b], tab.nbr, tab.nbw, pq, s.ts, s.r, s.in_h, s.tlive)
+        u0 = off.uo[b]
+        front_candidates(q, off.nt[b], tab.ult[u0:u0 + off.nu[b]], live, learned, pmax, s, Hood(s.in_h, s.r, out.tpos[q]),
+                         out)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
