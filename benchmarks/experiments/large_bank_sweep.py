@@ -150,7 +150,8 @@ def _row(line: str):
 STAGED = (("shortlist", "working_sets"), ("shortlist", "lexical"), ("shortlist", "ranked"), ("shortlist", "front_args"),
           ("shortlist", "grown"), ("compiled", "front_loop"), ("seeded_front", "run"), ("compiled", "_front_shortlist"),
           ("lexical_dense", "rank_table"), ("lexical_dense", "dense_scores"),
-          ("lexical_merge", "dense_scores"), ("lexical_merge", "score_table"), ("shortlist", "scores_of"))
+          ("lexical_merge", "dense_scores"), ("lexical_merge", "score_table"), ("shortlist", "scores_of"),
+          ("pool", "query_tables"), ("shortlist", "_gather_dots"))
 
 
 def stage_timer(into: dict) -> None:

@@ -67,7 +67,7 @@ def timed_working_sets(snap, plan, Z, bidx, tok, context, masks=None, into=None)
         for r, i in zip(rows.tolist(), ids):
             i = i[i >= 0]
             c = np.empty(len(i))
-            sl._gather_dots(vecs, base + i, np.full(len(i), r), Z, c)
+            sl._gather_dots(vecs, base + i, np.full(len(i), r), Z, c, sl.PREFETCH_ROWS)
             tick("head_dots")
             near[r], heads[r] = working_set.head_order(c, i, M)
             tick("head_order")
@@ -91,7 +91,7 @@ def timed_working_sets(snap, plan, Z, bidx, tok, context, masks=None, into=None)
         tick("assemble")
         cos = np.empty(len(W))
         vecs, base = unit_block(snap, bank)
-        sl._gather_dots(vecs, base + W, np.full(len(W), q), Z, cos)
+        sl._gather_dots(vecs, base + W, np.full(len(W), q), Z, cos, sl.PREFETCH_ROWS)
         tick("W_dots")
         edge = heads[q][0, -1:]
         tick("edge")

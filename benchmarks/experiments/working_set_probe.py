@@ -45,7 +45,7 @@ def _pieces(tm: Timer, sl, orig, call) -> None:
     _, I = tm("ivf_search", lambda: index.search(Zc, 1024, params))
     i = I[0][I[0] >= 0]
     c = np.empty(len(i))
-    tm("head_dots", lambda: sl._gather_dots(vecs, base + i, np.zeros(len(i), np.int64), Zc, c))
+    tm("head_dots", lambda: sl._gather_dots(vecs, base + i, np.zeros(len(i), np.int64), Zc, c, sl.PREFETCH_ROWS))
     tm("head_order", lambda: (np.lexsort((i, -c)), np.stack([c, i.astype(float)])))
     z32 = np.ascontiguousarray(Zc[0], dtype=np.float32)
     d = np.empty(len(svec), np.float32)
@@ -54,7 +54,7 @@ def _pieces(tm: Timer, sl, orig, call) -> None:
     sh = orig(snap, plan, Zc, bidx, tok, context, *rest)[0]
     W = sh.units
     cw = np.empty(len(W))
-    tm("W_dots", lambda: sl._gather_dots(vecs, base + W, np.zeros(len(W), np.int64), Zc, cw))
+    tm("W_dots", lambda: sl._gather_dots(vecs, base + W, np.zeros(len(W), np.int64), Zc, cw, sl.PREFETCH_ROWS))
     tm("W_bm25", lambda: sl.scores_at(snap, 0, sh.cols, W))
     tm("lexical", lambda: sl.lexical(snap, 0, sh.cols, 128, rows_b, None))
     tm("given_ranks", lambda: sl.given_ranks(sh, sh.cos, int(snap.off.nu[0])))

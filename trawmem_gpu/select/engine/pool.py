@@ -28,9 +28,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._jit import njit
+from .._jit import njit, prefetch_row
 from ..objective import support_from_cosine_compiled, support_kernel
-from .tables import Snapshot, unit_rows
+from .tables import Snapshot, unit_block, unit_rows
 
 POOL_ELEMS = 1 << 22
 """Most ``sum_q U_q^2`` the compiled stage forms at once for the queries of banks without tables
@@ -120,6 +120,44 @@ def _fill(G, n, nt, lt, kernel, kq, kq_off, bq, bq_off):  # pragma: no cover - c
                 kq[k0 + u * m + v] = 1.0 if u == v else k
 
 
+GATHER = True
+""":func:`candidate_rows` gathers the rows by one compiled pass per query (:func:`_rows64`); False:
+``tables.unit_rows`` (the same values)."""
+
+
+def candidate_rows(snap: Snapshot, bidx: np.ndarray, cand: np.ndarray, n: np.ndarray) -> Tensor:
+    """``[Q, U, d]`` float64: row ``q``'s first ``n[q]`` candidates' unit vectors (bank-local units
+    ``cand[q]`` of bank ``bidx[q]``; a mapped bank's from its own vectors, ``tables.unit_block``);
+    its padding rows are unit 0's (``tables.unit_rows``) or zero (:data:`GATHER`: never read).
+    Gathered and cast to float64 in one pass, prefetching the rows ahead (``_jit.prefetch_row``),
+    when the engine's dtype is float64: the cast of a stored row is then the exact one
+    ``unit_rows`` makes through the engine's dtype."""
+    U = cand.shape[1]
+    if not GATHER or snap.t["head_sim"].dtype != torch.float64 or snap.t["unit_vecs"].device.type != "cpu":
+        live = np.arange(U)[None, :] < n[:, None]
+        gid = torch.as_tensor(snap.off.uo[bidx][:, None] + np.where(live, cand, 0))
+        return unit_rows(snap, gid).to(torch.float64)
+    vecs0 = snap.np["unit_vecs"]
+    out = np.zeros((len(bidx), U, vecs0.shape[1]))
+    for q, b in enumerate(bidx.tolist()):
+        vecs, base = unit_block(snap, b)
+        _rows64(vecs, base + cand[q, :n[q]], out[q])
+    return torch.from_numpy(out)
+
+
+@njit(cache=True, nogil=True)
+def _rows64(vecs, rows, out):  # pragma: no cover - compiled
+    """``out[i] = vecs[rows[i]]`` as float64, the rows ahead prefetched."""
+    ahead = 16
+    for i in range(min(ahead, len(rows))):
+        prefetch_row(vecs, rows[i])
+    for i in range(len(rows)):
+        if i + ahead < len(rows):
+            prefetch_row(vecs, rows[i + ahead])
+        for k in range(vecs.shape[1]):
+            out[i, k] = vecs[rows[i], k]
+
+
 def query_tables(snap: Snapshot, cfg, x, a: int, b: int) -> QueryTables:
     """:class:`QueryTables` of rows ``[a, b)`` of the compiled stage's batch ``x``
     (``compiled_args.StageBatch``): one batched product ``E_c E_c^T`` for the part's queries of
@@ -130,10 +168,7 @@ def query_tables(snap: Snapshot, cfg, x, a: int, b: int) -> QueryTables:
         return no_query_tables(Q)
     n, nt = x.n_cand[a:b][own].astype(np.int64), x.n_h[a:b][own].astype(np.int64)
     U = int(n.max())
-    uo = snap.off.uo[x.bidx[a:b][own]]
-    live = np.arange(U)[None, :] < n[:, None]
-    gid = torch.as_tensor(uo[:, None] + np.where(live, x.cand[a:b][own, :U], 0))
-    E = unit_rows(snap, gid).to(torch.float64)  # a mapped bank's rows from its own vectors
+    E = candidate_rows(snap, x.bidx[a:b][own], x.cand[a:b][own, :U], n)
     G = torch.bmm(E, E.transpose(1, 2)).numpy()
     kq_off, bq_off = np.full(Q, -1, np.int64), np.full(Q, -1, np.int64)
     identity = cfg.kernel == "identity"

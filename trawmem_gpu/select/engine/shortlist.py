@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._jit import njit
+from .._jit import njit, prefetch_row
 from ..steps.ann import AnnParams, VectorIndex
 from ..steps.candidates import GivenRanks
 from ..steps.relevance import LearnedQueries, LearnedTables, no_learned_tables
@@ -159,7 +159,7 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
             for r, i in zip(plain, ids):
                 i = i[i >= 0]
                 c = np.empty(len(i))
-                _gather_dots(vecs, base + i, np.full(len(i), r), Z, c)
+                _gather_dots(vecs, base + i, np.full(len(i), r), Z, c, PREFETCH_ROWS)
                 near[r], heads[r] = working_set.head_order(c, i, M)  # by cosine, ties to the lower unit
         for r in rows.tolist():
             if masks[r] is not None:
@@ -180,7 +180,7 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
         W = working_set.assemble(snap.infos[bank].bank.thread_offsets, ult, snap.np["rel_idx"], uo, context)
         cos = np.empty(len(W))
         vecs, base = unit_block(snap, bank)
-        _gather_dots(vecs, base + W, np.full(len(W), q), Z, cos)
+        _gather_dots(vecs, base + W, np.full(len(W), q), Z, cos, PREFETCH_ROWS)
         edge = heads[q][0, -1:] if heads[q].shape[1] else cos[np.searchsorted(W, near[q])]
         out.append(Shortlist(W, float(edge.min()) if len(edge) else np.inf, heads[q], sample[q][0], lex, cos,
                              scores_of(lex, snap, bank, cols, W), cols))
@@ -196,7 +196,7 @@ def grown(snap: Snapshot, short: Shortlist, bank: int, more: np.ndarray, z: np.n
     new = np.setdiff1d(more, short.units, assume_unique=True)  # both ascending and unique: no np.unique of either
     cos = np.empty(len(new))
     vecs, base = unit_block(snap, bank)
-    _gather_dots(vecs, base + new, np.zeros(len(new), np.int64), z[None, :], cos)
+    _gather_dots(vecs, base + new, np.zeros(len(new), np.int64), z[None, :], cos, PREFETCH_ROWS)
     units = np.concatenate([short.units, new])
     order = np.argsort(units, kind="stable")
     bm_new = scores_of(short.lex, snap, bank, short.cols, new)
@@ -310,11 +310,23 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.repeat(lo - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(int(lens.sum()))
 
 
+PREFETCH_ROWS = 32
+"""Rows :func:`_gather_dots` asks the cache for ahead of the one it sums (``_jit.prefetch_row``;
+0: none). The rows are scattered over the bank's table, so each is a fresh read from memory:
+asked for early, they arrive while the rows before them are summed (1,024 rows of 384 float32,
+cold: 0.45 ms, 0.21 ms with 32 ahead)."""
+
+
 @njit(cache=True, nogil=True, fastmath={"reassoc", "nsz", "contract"})
-def _gather_dots(vecs, rows, qrow, Z, out):  # pragma: no cover - compiled
+def _gather_dots(vecs, rows, qrow, Z, out, ahead):  # pragma: no cover - compiled
     """``out[i] = vecs[rows[i]] . Z[qrow[i]]`` (one thread, no BLAS pool: small per-query products;
-    summed in any order, as ``candidates.own_dots``)."""
-    for i in range(rows.shape[0]):
+    summed in any order, as ``candidates.own_dots``), the rows ``ahead`` of each prefetched."""
+    n = rows.shape[0]
+    for i in range(min(ahead, n)):
+        prefetch_row(vecs, rows[i])
+    for i in range(n):
+        if i + ahead < n:
+            prefetch_row(vecs, rows[i + ahead])
         v, z = vecs[rows[i]], Z[qrow[i]]
         acc = 0.0
         for k in range(v.shape[0]):
