@@ -81,3 +81,45 @@ def test_the_stage_picks_the_same_with_either_gather(engines, monkeypatch):
     got = eng.select_units(ids, qs, Z)
     monkeypatch.setattr(pool, "GATHER", False)
     assert eng.select_units(ids, qs, Z) == got and sum(map(len, got)) > 0
+
+
+@pytest.mark.parametrize("share", [0.0, 0.3, 1.0])
+def test_known_dots_are_the_gathered_dots_bit_for_bit(share):
+    """``shortlist._known_dots``: a unit whose cosine the proposals hold takes it, the others are
+    summed as ``_gather_dots`` sums them: the same bits either way."""
+    rng = np.random.default_rng(int(share * 10))
+    V = rng.standard_normal((2000, 41)).astype(np.float32)
+    Z = rng.standard_normal((1, 41))
+    W = np.sort(rng.choice(1900, 700, replace=False))
+    ku = np.sort(rng.choice(W, int(share * len(W)), replace=False) if share else np.zeros(0, np.int64))
+    ku = np.union1d(ku, [1950, 1999])  # proposals outside W too
+    kc = np.empty(len(ku))
+    shortlist._gather_dots(V, 7 + ku, np.zeros(len(ku), np.int64), Z, kc, 3)
+    want = np.empty(len(W))
+    shortlist._gather_dots(V, 7 + W, np.zeros(len(W), np.int64), Z, want, 0)
+    for ahead in (0, 5, 32):
+        got = np.full(len(W), np.nan)
+        shortlist._known_dots(V, 7, W, Z[0], ku.astype(np.int64), kc, got, ahead)
+        assert np.array_equal(got, want)
+
+
+def test_the_working_sets_cosines_are_the_same_with_the_proposals_reused(engines, monkeypatch):
+    banks, eng = engines
+    ids, qs, Z = make_queries(banks, 12, seed=6)
+    got = (eng.select_units(ids, qs, Z), eng.candidate_sets(ids, qs, Z))
+    seen = []
+    real = shortlist.working_sets
+
+    def both(*a, **k):
+        monkeypatch.setattr(shortlist, "REUSE_DOTS", False)
+        want = real(*a, **k)
+        monkeypatch.setattr(shortlist, "REUSE_DOTS", True)
+        out = real(*a, **k)
+        for x, y in zip(out, want):
+            assert np.array_equal(x.units, y.units) and np.array_equal(x.cos, y.cos)
+            seen.append(np.isin(x.units, x.head[1]).sum())
+        return out
+    monkeypatch.setattr(shortlist, "working_sets", both)
+    picks, cands = eng.select_units(ids, qs, Z), eng.candidate_sets(ids, qs, Z)
+    assert picks == got[0] and all(np.array_equal(a, b) for a, b in zip(cands, got[1]))
+    assert sum(seen) > 0  # some of W's units were proposals

@@ -13,10 +13,12 @@ A unit ``u`` of ``W`` with cosine ``c`` is ranked (from 1, float64):
 * and when ``c`` is below the ``edge`` (the last proposal's cosine), at least ``1 + n_bank *``
   the share of the rank sample (sorted ascending, float32, compared as float64) above ``c``.
 
-The compiled form counts by the same binary searches, unit by unit, and one merge of ``W``
-(ascending) with the proposals' units sorted, instead of NumPy's sorts and masks (at 10^6 units,
-~1,600 units and 1,024 proposals a round). Non-finite cosines, or ``W`` not strictly ascending,
-take the plain form.
+The compiled form counts by merges instead of NumPy's searches, sorts and masks: ``W``'s cosines
+in ascending order (NumPy's argsort) against the proposals' cosines and the rank sample (two
+ascending runs: each count is where one run's walk stands), and ``W`` (ascending) against the
+proposals' units sorted (at 10^6 units, ~1,600 units and 1,024 proposals a round; 1,500 binary
+searches in 1,024 and in 4,096 cosines took 60 and 80 us). Non-finite cosines, or ``W`` not
+strictly ascending, take the plain form.
 """
 from __future__ import annotations
 
@@ -35,9 +37,11 @@ def cosine_ranks(head: np.ndarray, cos: np.ndarray, W: np.ndarray, edge: float, 
     if (not COMPILED or not (np.isfinite(cos).all() and np.isfinite(head[0]).all())
             or (len(W) > 1 and not (W[1:] > W[:-1]).all())):
         return cosine_ranks_plain(head, cos, W, edge, sample, n_bank)
-    return _cosine_ranks(np.ascontiguousarray(head[0], dtype=np.float64), head[1].astype(np.int64),
-                         np.ascontiguousarray(cos, dtype=np.float64), np.ascontiguousarray(W, dtype=np.int64),
-                         float(edge), np.ascontiguousarray(sample), int(n_bank))
+    c64 = np.ascontiguousarray(cos, dtype=np.float64)
+    hu = head[1].astype(np.int64)
+    return _cosine_ranks(np.ascontiguousarray(head[0], dtype=np.float64), hu, np.argsort(hu, kind="stable"), c64,
+                         np.argsort(c64), np.ascontiguousarray(W, dtype=np.int64), float(edge),
+                         np.ascontiguousarray(sample), int(n_bank))
 
 
 def cosine_ranks_plain(head: np.ndarray, cos: np.ndarray, W: np.ndarray, edge: float, sample: np.ndarray,
@@ -68,33 +72,46 @@ def cosine_ranks_plain(head: np.ndarray, cos: np.ndarray, W: np.ndarray, edge: f
 
 
 @njit(cache=True, nogil=True)
-def _cosine_ranks(hc, hu, cos, W, edge, sample, n_bank):  # pragma: no cover - compiled
-    """:func:`cosine_ranks` for finite cosines (``hc`` non-increasing, ``W`` ascending)."""
+def _cosine_ranks(hc, hu, by_unit, cos, order, W, edge, sample, n_bank):  # pragma: no cover - compiled
+    """:func:`cosine_ranks` for finite cosines (``hc`` non-increasing, ``by_unit`` a stable argsort
+    of ``hu``, ``order`` an argsort of ``cos``, ``W`` ascending)."""
     m, H, S = len(W), len(hc), len(sample)
     rc = np.empty(m)
     if H:
-        asc = hc[::-1]  # the reference's searches, in its order
-        by_unit = np.argsort(hu, kind="mergesort")  # stable: a repeated unit's first place
+        asc = hc[::-1]
+        hi = np.empty(m, np.int64)  # proposals at most / below each unit's cosine (searchsorted right / left)
+        lo = np.empty(m, np.int64)
+        a = b = 0
+        for r in range(m):  # cosines ascending: both walks only move forward
+            c = cos[order[r]]
+            while a < H and asc[a] <= c:
+                a += 1
+            while b < H and asc[b] < c:
+                b += 1
+            hi[order[r]], lo[order[r]] = a, b
         k = 0
         for i in range(m):
-            hi = np.searchsorted(asc, cos[i], side="right")
-            rc[i] = 1.0 + (H - hi)
+            rc[i] = 1.0 + (H - hi[i])
             while k < H and hu[by_unit[k]] < W[i]:  # W ascending: one merge with the sorted units
                 k += 1
             if k < H and hu[by_unit[k]] == W[i]:
                 rc[i] = 1.0 + by_unit[k]
             else:
-                for j in range(H - hi, H - np.searchsorted(asc, cos[i], side="left")):  # tied, of a lower unit
+                for j in range(H - hi[i], H - lo[i]):  # tied, of a lower unit
                     if hu[j] < W[i]:
                         rc[i] += 1.0
     else:
-        order = np.argsort(-cos, kind="mergesort")
+        desc = np.argsort(-cos, kind="mergesort")
         for r in range(m):
-            rc[order[r]] = r + 1.0
+            rc[desc[r]] = r + 1.0
     if S:
-        for i in range(m):
-            if cos[i] < edge:  # the sample's values above cos[i] (float32 read as float64)
-                est = 1.0 + n_bank * (S - np.searchsorted(sample, cos[i], side="right")) / S
+        a = 0
+        for r in range(m):  # the sample's values above each cosine below the edge (float32 read as float64)
+            i = order[r]
+            while a < S and sample[a] <= cos[i]:
+                a += 1
+            if cos[i] < edge:
+                est = 1.0 + n_bank * (S - a) / S
                 if est > rc[i]:
                     rc[i] = est
     return rc

@@ -148,6 +148,7 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
     near: list = [None] * len(bidx)
     heads: list = [np.zeros((2, 0))] * len(bidx)
     sample: list = [None] * len(bidx)
+    known: list = [(np.zeros(0, np.int64), np.zeros(0))] * len(bidx)  # the proposals' cosines, by unit
     masks = masks if masks is not None else [None] * len(bidx)
     for bank in np.unique(bidx).tolist():
         rows = np.flatnonzero(bidx == bank)
@@ -161,6 +162,8 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
                 c = np.empty(len(i))
                 _gather_dots(vecs, base + i, np.full(len(i), r), Z, c, PREFETCH_ROWS)
                 near[r], heads[r] = working_set.head_order(c, i, M)  # by cosine, ties to the lower unit
+                o = np.argsort(i, kind="stable")
+                known[r] = (i[o].astype(np.int64), c[o])
         for r in rows.tolist():
             if masks[r] is not None:
                 near[r] = _near_passing(index, Z[r], masks[r], M, params)
@@ -180,7 +183,10 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
         W = working_set.assemble(snap.infos[bank].bank.thread_offsets, ult, snap.np["rel_idx"], uo, context)
         cos = np.empty(len(W))
         vecs, base = unit_block(snap, bank)
-        _gather_dots(vecs, base + W, np.full(len(W), q), Z, cos, PREFETCH_ROWS)
+        if REUSE_DOTS:
+            _known_dots(vecs, base, W, Z[q], *known[q], cos, PREFETCH_ROWS)
+        else:
+            _gather_dots(vecs, base + W, np.full(len(W), q), Z, cos, PREFETCH_ROWS)
         edge = heads[q][0, -1:] if heads[q].shape[1] else cos[np.searchsorted(W, near[q])]
         out.append(Shortlist(W, float(edge.min()) if len(edge) else np.inf, heads[q], sample[q][0], lex, cos,
                              scores_of(lex, snap, bank, cols, W), cols))
@@ -331,6 +337,34 @@ def _gather_dots(vecs, rows, qrow, Z, out, ahead):  # pragma: no cover - compile
         acc = 0.0
         for k in range(v.shape[0]):
             acc += v[k] * z[k]
+        out[i] = acc
+
+
+REUSE_DOTS = True
+"""The working set's cosines of units the index proposed are the proposals' (computed once, by the
+same :func:`_gather_dots` sum: the same bits; :func:`_known_dots`); False: every one computed again."""
+
+
+@njit(cache=True, nogil=True, fastmath={"reassoc", "nsz", "contract"})
+def _known_dots(vecs, base, W, z, ku, kc, out, ahead):  # pragma: no cover - compiled
+    """``out[i] = vecs[base + W[i]] . z`` (``W`` ascending) as :func:`_gather_dots` sums it, or
+    ``kc[k]`` where ``W[i] == ku[k]`` (``ku`` ascending: units whose cosine is known)."""
+    n = W.shape[0]
+    for i in range(min(ahead, n)):
+        prefetch_row(vecs, base + W[i])
+    k = 0
+    for i in range(n):
+        if i + ahead < n:
+            prefetch_row(vecs, base + W[i + ahead])
+        while k < ku.shape[0] and ku[k] < W[i]:
+            k += 1
+        if k < ku.shape[0] and ku[k] == W[i]:
+            out[i] = kc[k]
+            continue
+        v = vecs[base + W[i]]
+        acc = 0.0
+        for d in range(v.shape[0]):
+            acc += v[d] * z[d]
         out[i] = acc
 
 
