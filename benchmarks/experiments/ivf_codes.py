@@ -7,7 +7,8 @@ interleaved over the arms; the proposals' recall against the flat index's (``|A 
 
 Reads ``large_bank_sweep.py``'s cached bank and IVF index (``CACHE``); writes
 ``benchmarks/results/ivf_codes_1e6.json`` (``OUT`` to change it). ``QUANTIZER16=1`` adds float16
-lists under a float16 coarse quantizer (``steps.ann.IVF_QUANTIZER16``; ``ivf_codes_q16_1e6.json``).
+lists under a float16 coarse quantizer (``steps.ann.IVF_QUANTIZER16``; ``ivf_codes_q16_1e6.json``),
+``INT8=1`` int8 codes of the residuals under it; ``ARMS`` (comma-separated) keeps only those arms.
 """
 from __future__ import annotations
 
@@ -52,6 +53,11 @@ def main() -> None:
     if os.environ.get("QUANTIZER16"):  # float16 lists under float16 centroids (``IVF_QUANTIZER16``)
         coarse = faiss.IndexScalarQuantizer(d, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
         arms["float16_q16"] = lists(faiss.ScalarQuantizer.QT_fp16, coarse)
+    if os.environ.get("INT8"):  # int8 codes of each vector's residual to its centroid, float16 centroids
+        coarse = faiss.IndexScalarQuantizer(d, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
+        arms["int8_residual_q16"] = lists(faiss.ScalarQuantizer.QT_8bit, coarse)
+    for k in [k for k in arms if k != "float32" and k not in os.environ.get("ARMS", ",".join(arms)).split(",")]:
+        del arms[k]  # ``ARMS``: the arms to time (float32, the reference, always)
     sp = faiss.SearchParametersIVF(nprobe=nprobe)
     ms = {k: [] for k in arms}
     got = {k: [] for k in arms}

@@ -11,7 +11,9 @@ steps are the specification these loops are tested against.
 """
 from __future__ import annotations
 
+import threading
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -79,8 +81,9 @@ def candidates(snap: Snapshot, plan, cfg, head, batch: QueryBatch) -> list[np.nd
     Zn = batch.Z.numpy()
     for rows, cols, _demand, lq in _texts(snap, plan, cfg, head, batch):
         c, _ = _front(snap, plan, cfg, batch, Zn, rows, cols, lq, lambda name: None)
-        for i, q in enumerate(rows.tolist()):
-            out[q] = np.sort(c.cand[i, :c.n_cand[i]])
+        with _positions_kept(c):
+            for i, q in enumerate(rows.tolist()):
+                out[q] = np.sort(c.cand[i, :c.n_cand[i]])
     return out
 
 
@@ -143,6 +146,12 @@ def _chunk(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: n
         t0 = now
 
     c, sz = _front(snap, plan, cfg, batch, Zn, rows, cols, lq, lap)
+    with _positions_kept(c):
+        return _stage(snap, cfg, batch, rows, c, sz, demand, lap, times)
+
+
+def _stage(snap: Snapshot, cfg, batch: QueryBatch, rows: np.ndarray, c: Candidates, sz: dict, demand, lap, times):
+    """Steps 4-7 of :func:`_chunk`'s candidates ``c``: ``(rows, picks, stage seconds)``."""
     delta, Mq, W = demand
     bidx = batch.bidx[rows]
     cc = dict(c._asdict(), bidx=bidx)
@@ -179,7 +188,7 @@ def _front(snap: Snapshot, plan, cfg, batch: QueryBatch, Zn: np.ndarray, rows: n
     # the front loop writes every entry a later step reads; alpha's padding goes through J's modular part
     c = Candidates(cand=np.empty((Qc, Ub), np.int64), n_cand=np.empty(Qc, np.int64), lt=np.empty((Qc, Ub), np.int64),
                    alpha=np.zeros((Qc, Ub)), hthread=np.empty((Qc, T), np.int64), rvec=np.empty((Qc, T)),
-                   n_h=np.empty(Qc, np.int64), tpos=np.empty((Qc, J), np.int64))
+                   n_h=np.empty(Qc, np.int64), tpos=_positions(Qc, J) if approx else np.empty((Qc, J), np.int64))
     pp, qs = propagation_params(cfg, batch.params[int(rows[0])], J), query_sizes(sz["n_seeds"], sz["cap"], sz["hops"], J)
     masks = None if batch.masks is None else [batch.masks[q] for q in rows.tolist()]
     if approx:
@@ -243,6 +252,49 @@ def rows_as(snap: Snapshot, bank: int, rows: np.ndarray, dtype) -> np.ndarray:
     return got
 
 
+TPOS_KEPT = True
+"""A chunk over shortlists writes its ``Candidates.tpos`` (``[Qc, J]``, J the bank's threads: 1 MB a
+query at 10^6 units) into an array the calling thread keeps, all -1 between chunks
+(:func:`_positions`; the chunk's neighbourhood entries are set back after its stage,
+:func:`_positions_kept`), instead of a new one filled with -1 per chunk; False: a new one."""
+_TPOS = threading.local()
+
+
+def _positions(Qc: int, J: int) -> np.ndarray:
+    """``[Qc, J]`` int64, all -1: this thread's kept array when it has that shape (:data:`TPOS_KEPT`),
+    else a new one; lent to the chunk until :func:`_positions_kept` gives it back."""
+    if not TPOS_KEPT:
+        return np.empty((Qc, J), np.int64)  # filled by _front_shortlist
+    got = getattr(_TPOS, "free", None)
+    _TPOS.free = None
+    if got is None or got.shape != (Qc, J):
+        got = np.full((Qc, J), -1, np.int64)
+    _TPOS.lent = got
+    return got
+
+
+def _lent(tpos: np.ndarray) -> bool:
+    """Whether ``tpos`` is this thread's array lent by :func:`_positions` (all -1 when lent)."""
+    return getattr(_TPOS, "lent", None) is tpos
+
+
+@contextmanager
+def _positions_kept(c: Candidates):
+    """Give ``c.tpos`` back to this thread when the chunk is done with it (its neighbourhood entries
+    set to -1 again); a chunk cut short drops it (which entries it set is unknown)."""
+    mine = _lent(c.tpos)
+    _TPOS.lent = None
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        if mine and ok:
+            for q in range(len(c.n_h)):
+                c.tpos[q, c.hthread[q, :c.n_h[q]]] = -1
+            _TPOS.free = c.tpos
+
+
 def _front_shortlist(snap: Snapshot, plan, cfg, Zc: np.ndarray, bidx: np.ndarray, text: tuple, sizes, c: Candidates,
                      lap, masks: list | None = None) -> None:
     """Steps 1-3 of a chunk of queries on large banks over their working sets (``shortlist.py``):
@@ -282,7 +334,8 @@ def _front_shortlist(snap: Snapshot, plan, cfg, Zc: np.ndarray, bidx: np.ndarray
                 W[q], grew = shortlist.grown(snap, W[q], b, shortlist.threads_units(offs, miss), Zc[q]), True
         if not grew:
             break
-    c.tpos.fill(-1)
+    if not _lent(c.tpos):
+        c.tpos.fill(-1)  # else all -1 already (_positions)
     for q in range(len(bidx)):
         n = int(c.n_cand[q])
         c.cand[q, :n] = W[q].units[c.cand[q, :n]]
