@@ -167,3 +167,16 @@ def test_limits_bound_the_merged_params_and_never_loosen_the_engines():
     cfg = ServeConfig(limits=lim)  # a Ray shard rebuilds its ServeConfig from asdict
     assert ServeConfig(**asdict(cfg)) == cfg and ServeConfig(**asdict(cfg)).limits == lim
 
+
+
+def test_resolved_params_are_kept_and_equal_the_resolved_ones():
+    """``params.per_query`` keeps each resolved ``QueryParams`` (frozen, so equal params resolve
+    alike): the same values as ``resolved``, with and without the seed-only ablation."""
+
+    for p in (None, QueryParams(), QueryParams(hops=2, budget=5), QueryParams(token_budget=900)):
+        for cfg in (None, SelectConfig(), SelectConfig(ablation="seed_only")):
+            want = (p or QueryParams()).resolved(cfg)
+            got = per_query(p, 3, cfg)
+            assert got == [want] * 3 and per_query(p, 1, cfg)[0] is got[0]
+            assert per_query([p or QueryParams()] * 2, 2, cfg) == [want] * 2
+    assert per_query(None, 1, SelectConfig(ablation="seed_only"))[0].hops == 0

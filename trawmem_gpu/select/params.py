@@ -21,6 +21,7 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
+from types import SimpleNamespace
 from typing import Literal, Mapping, Sequence
 
 from ..data.types import MAX_QUESTION_CHARS
@@ -237,9 +238,9 @@ def split_fields(d: dict) -> tuple[dict, dict]:
 
 def per_query(params: "QueryParams | Sequence[QueryParams] | None", n: int, cfg=None) -> list[QueryParams]:
     """``n`` resolved params from one for all (None = the defaults) or one per query."""
+    seed_only = cfg is not None and cfg.ablation == "seed_only"
     if params is None or isinstance(params, QueryParams):
-        one = (params or QueryParams()).resolved(cfg)
-        return [one] * n
+        return [_resolved(params or _DEFAULT, seed_only)] * n
     params = list(params)
     if len(params) != n:
         raise ConfigError(f"{n} queries but {len(params)} query params")
@@ -249,6 +250,18 @@ def per_query(params: "QueryParams | Sequence[QueryParams] | None", n: int, cfg=
             raise ConfigError(f"params[{i}] must be a QueryParams (got {type(p).__name__})")
         r = seen.get(p)
         if r is None:
-            r = seen[p] = p.resolved(cfg)
+            r = seen[p] = _resolved(p, seed_only)
         out.append(r)
     return out
+
+
+_DEFAULT = QueryParams()
+_SEED_ONLY = SimpleNamespace(ablation="seed_only")
+"""What :meth:`QueryParams.resolved` reads of a method: its ablation."""
+
+
+@lru_cache(maxsize=1024)
+def _resolved(p: "QueryParams", seed_only: bool) -> "QueryParams":
+    """``p.resolved(cfg)`` for a method with (``seed_only``) or without the seed-only ablation, kept
+    (params are frozen: building and checking one cost 50 us a call)."""
+    return p.resolved(_SEED_ONLY if seed_only else None)
