@@ -151,7 +151,8 @@ def test_scores_in_reads_each_units_score_or_zero():
         ask = rng.integers(0, 41000, 500).astype(np.int64)
         ask[:min(n, 50)] = units[:50]
         want = dict(zip(units.tolist(), scores.tolist()))
-        got = lm.scores_in(units, scores, ask)
-        assert got.dtype == np.float32
-        np.testing.assert_array_equal(got, np.float32([want.get(a, 0.0) for a in ask.tolist()]))
+        for wu in (ask, np.sort(ask), np.unique(ask), np.unique(ask)[::-1].copy(), np.union1d(ask, units)):
+            got = lm.scores_in(units, scores, wu)  # any order; an ascending working set gallops
+            assert got.dtype == np.float32
+            np.testing.assert_array_equal(got, np.float32([want.get(a, 0.0) for a in wu.tolist()]))
     assert len(lm.scores_in(np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.int64))) == 0

@@ -21,8 +21,9 @@ in column (token) order starting from 0 (a posting of 0 touches nothing); its ra
   sort. Both are stable sorts by score descending of the positions: the same keys;
 * :func:`table_top`: the top ``M`` units are the table's first ``M`` keys (positions ascend with the
   units here, so the keys order score descending, unit ascending), with no heap;
-* :func:`scores_in`: a unit's score by a binary search in the ascending units (the working set's
-  BM25 without a binary search in each column, ``lexical_shortlist.scores_at``).
+* :func:`scores_in`: a unit's score by a search in the ascending units (the working set's BM25
+  without a binary search in each column, ``lexical_shortlist.scores_at``), galloping from the
+  last unit's place (the working set is ascending: 1,800 units among 42,000-221,000 at 10^6).
 """
 from __future__ import annotations
 
@@ -257,8 +258,19 @@ def scores_in(units, scores, wu):  # pragma: no cover - compiled
     not among them."""
     out = np.zeros(len(wu), np.float32)
     n = len(units)
+    a = 0  # every unit before a is below the unit looked for (wu ascending: the walk only moves on)
     for j in range(len(wu)):
-        p = np.searchsorted(units, wu[j])
-        if p < n and units[p] == wu[j]:
+        v = wu[j]
+        if a > 0 and units[a - 1] >= v:  # not after the last one: from the start
+            a = 0
+        b, step = a, 1
+        while b < n and units[b] < v:  # galloping: the ascending working set's next unit is mostly near
+            a = b + 1
+            b = a + step - 1
+            step *= 2
+        b = min(b, n)
+        p = a + np.searchsorted(units[a:b], v)
+        if p < n and units[p] == v:
             out[j] = scores[p]
+        a = p
     return out
