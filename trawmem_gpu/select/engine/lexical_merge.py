@@ -257,6 +257,14 @@ def scores_in(units, scores, wu):  # pragma: no cover - compiled
     """``[len(wu)]`` float32 scores of units ``wu`` among ``(units ascending, scores)``, 0 for a unit
     not among them."""
     out = np.zeros(len(wu), np.float32)
+    take_in(units, scores, wu, out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def take_in(units, values, wu, out):  # pragma: no cover - compiled
+    """``out[j] = values[p]`` where ``units[p] == wu[j]`` (``units`` ascending; ``out[j]`` left as
+    it is for a unit not among them), each found by a galloping search from the last one's place."""
     n = len(units)
     a = 0  # every unit before a is below the unit looked for (wu ascending: the walk only moves on)
     for j in range(len(wu)):
@@ -271,6 +279,5 @@ def scores_in(units, scores, wu):  # pragma: no cover - compiled
         b = min(b, n)
         p = a + np.searchsorted(units[a:b], v)
         if p < n and units[p] == v:
-            out[j] = scores[p]
+            out[j] = values[p]
         a = p
-    return out

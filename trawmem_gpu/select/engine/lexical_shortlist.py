@@ -341,6 +341,9 @@ def ranks_of(lex: Lexical, units: np.ndarray, scores: np.ndarray) -> np.ndarray:
         return out
     if lex.counted:
         return _counted(lex, units, scores, out)
+    if lex.bound < 0:  # every unit of positive score with its rank: one galloping search a unit
+        lexical_merge.take_in(lex.units, lex.rank, np.ascontiguousarray(units, dtype=np.int64), out)
+        return out
     p = np.minimum(np.searchsorted(lex.units, units), len(lex.units) - 1)
     hit = lex.units[p] == units
     out[hit] = lex.rank[p[hit]]
