@@ -4,7 +4,9 @@ queries), one query at a time in cache, composed from the steps' compiled varian
 * :func:`front_loop`, steps 1-3 (after one GEMM per bank for the query-unit cosines): BM25 of the
   bank's units (the query tokens' CSC columns added in token order in float32: bm25s' bits),
   the RRF affinity (``steps.candidates.rrf_row``), best-unit seeds, propagation and the capped
-  neighbourhood (``steps.propagation.propagate_one``), the candidates.
+  neighbourhood (``steps.propagation.propagate_one``), the candidates. Its affinity and seeds
+  (:func:`front_affinity`) and its neighbourhood and candidates (:func:`front_candidates`) are
+  pieces of their own, which ``engine.seeded_front.seeded_loop`` (a shortlist's rounds) calls too.
 * :func:`stage_loop`, steps 4-7: gravity (``steps.priority.gravity_one``), the unit features with
   the bridge read off the per-bank table, rho and phi (``steps.roles.unit_roles``), costs and
   priorities, and the lazy greedy (``steps.greedy.lazy_greedy_one``) over J's terms
