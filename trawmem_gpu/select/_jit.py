@@ -118,3 +118,15 @@ def prefetch_row(a, i):  # pragma: no cover - compiled
     step = max(1, LINE_BYTES // a.itemsize)
     for k in range(0, a.shape[1], step):
         prefetch(a, i, k)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def prefetch_ahead(a, rows, base, i, ahead):  # pragma: no cover - compiled
+    """At step ``i`` of a pass reading rows ``base + rows[0], base + rows[1], ...`` of ``a``: the
+    rows ``ahead`` of it asked for (:func:`prefetch_row`; at step 0 the first ``ahead`` too)."""
+    n = rows.shape[0]
+    if i == 0:
+        for j in range(min(ahead, n)):
+            prefetch_row(a, base + rows[j])
+    if i + ahead < n:
+        prefetch_row(a, base + rows[i + ahead])

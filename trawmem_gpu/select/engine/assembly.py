@@ -191,26 +191,8 @@ def _assemble(rows, W, bm, at, level):  # pragma: no cover - compiled
     own = n
     pad = min(J, at.n_seeds + own) if own < at.n_seeds else 0
     got, n = _walk(rows.nbr, at.g0, level, got, n, at.hops, pad, True)
-    ids = np.sort(got[:n])
-    # each thread's position in the space joins its level in the one J-sized array (a second one,
-    # written at random, cost 0.4 ms a call at 10^6 units: its pages touched afresh every call)
+    ids, local, w = _renumbered(rows.nbr, rows.nbw, at.g0, level, got[:n], at.hops)
     H = at.hops + 1
-    width = 1
-    for i in range(n):
-        lv = level[ids[i]]
-        level[ids[i]] = lv + H * i  # level: code % H, position: code // H (-1: not in the space)
-        if lv < at.hops:
-            width = max(width, packed_length(rows.nbr, at.g0 + ids[i]))
-    local = np.full((n, width), -1, rows.nbr.dtype)
-    w = np.zeros((n, width), rows.nbw.dtype)
-    for i in range(n):
-        t = ids[i]
-        if level[t] % H < at.hops:
-            for e in range(packed_length(rows.nbr, at.g0 + t)):
-                k = rows.nbr[at.g0 + t, e]
-                if k >= 0 and level[k] >= 0:
-                    local[i, e] = level[k] // H
-                    w[i, e] = rows.nbw[at.g0 + t, e]
     ult = np.empty(m, np.int64)
     for i in range(m):
         ult[i] = level[rows.unit_thread[at.uo + W[i]]] // H
@@ -228,6 +210,37 @@ def _assemble(rows, W, bm, at, level):  # pragma: no cover - compiled
     for i in range(n):  # the array back to all -1 for the next call
         level[ids[i]] = -1
     return ids, local, w, ult, bpos, bval, rel, temp, words
+
+
+@njit(cache=True, nogil=True)
+def _renumbered(nbr, nbw, g0, level, got, hops):  # pragma: no cover - compiled
+    """``(ids, local nbr, local nbw)`` of the space ``got`` (bank-local threads, each with its
+    ``level`` from :func:`_walk`): the threads ascending, the rows of those fewer than ``hops``
+    levels out renumbered as positions in it (the others' are never read: -1 and 0), as many
+    columns as the longest of those rows. Each thread's ``level`` entry becomes ``level + (hops +
+    1) * position`` (level: ``code % (hops + 1)``, position: ``code // (hops + 1)``): its position
+    shares the one ``J``-sized array (a second one, written at random, cost 0.4 ms a call at 10^6
+    units, its pages touched afresh every call); the caller sets them back to -1."""
+    ids = np.sort(got)
+    n = len(ids)
+    H = hops + 1
+    width = 1
+    for i in range(n):
+        lv = level[ids[i]]
+        level[ids[i]] = lv + H * i
+        if lv < hops:
+            width = max(width, packed_length(nbr, g0 + ids[i]))
+    local = np.full((n, width), -1, nbr.dtype)
+    w = np.zeros((n, width), nbw.dtype)
+    for i in range(n):
+        t = ids[i]
+        if level[t] % H < hops:
+            for e in range(packed_length(nbr, g0 + t)):
+                k = nbr[g0 + t, e]
+                if k >= 0 and level[k] >= 0:
+                    local[i, e] = level[k] // H
+                    w[i, e] = nbw[g0 + t, e]
+    return ids, local, w
 
 
 @njit(cache=True, nogil=True)

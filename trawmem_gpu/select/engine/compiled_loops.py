@@ -87,6 +87,16 @@ def front_scratch(N, J, learned, rrf_k):  # pragma: no cover - compiled
                         step3l.learned_scratch(N if learned else 0, J if learned else 0, rrf_k))
 
 
+@njit(cache=True, nogil=True)
+def batch_scratch(off, x, learned, rrf_k):  # pragma: no cover - compiled
+    """:func:`front_scratch` for the largest bank of the batch ``x`` (:class:`FrontBatch`)."""
+    N = J = 1
+    for q in range(x.bidx.shape[0]):
+        N = max(N, off.nu[x.bidx[q]])
+        J = max(J, off.nt[x.bidx[q]])
+    return front_scratch(N, J, learned, rrf_k)
+
+
 @njit(cache=True, nogil=True, inline="always")
 def front_affinity(tab, off, x, q, rrf_k, learned, ltab, lq, s):  # pragma: no cover - compiled
     """Step 3's affinity and step 1's seed scores of query ``q`` (:func:`front_loop`): BM25 of its
@@ -166,13 +176,8 @@ def front_loop(tab, off, x, rrf_k, p, sizes, learned, ltab, lq, out):  # pragma:
     each query's sizes from ``sizes`` (``propagation.QuerySizes``); the ``learned``
     affinity instead of RRF when ``learned`` (``ltab`` / ``lq``: ``relevance.LearnedTables`` /
     ``LearnedQueries``); writes ``out`` (:class:`Candidates`)."""
-    Q = x.bidx.shape[0]
-    N = J = 1
-    for q in range(Q):
-        N = max(N, off.nu[x.bidx[q]])
-        J = max(J, off.nt[x.bidx[q]])
-    s = front_scratch(N, J, learned, lq.rrf_k)
-    for q in range(Q):
+    s = batch_scratch(off, x, learned, lq.rrf_k)
+    for q in range(x.bidx.shape[0]):
         b = x.bidx[q]
         live, pmax = front_affinity(tab, off, x, q, rrf_k, learned, ltab, lq, s)
         # step 2: propagation and the capped neighbourhood; step 3: the candidates

@@ -28,8 +28,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._jit import njit, prefetch_row
+from .._jit import njit, prefetch_ahead
 from ..objective import support_from_cosine_compiled, support_kernel
+from . import shortlist
 from .tables import Snapshot, unit_block, unit_rows
 
 POOL_ELEMS = 1 << 22
@@ -129,7 +130,7 @@ def candidate_rows(snap: Snapshot, bidx: np.ndarray, cand: np.ndarray, n: np.nda
     """``[Q, U, d]`` float64: row ``q``'s first ``n[q]`` candidates' unit vectors (bank-local units
     ``cand[q]`` of bank ``bidx[q]``; a mapped bank's from its own vectors, ``tables.unit_block``);
     its padding rows are unit 0's (``tables.unit_rows``) or zero (:data:`GATHER`: never read).
-    Gathered and cast to float64 in one pass, prefetching the rows ahead (``_jit.prefetch_row``),
+    Gathered and cast to float64 in one pass, prefetching the rows ahead (``shortlist.PREFETCH_ROWS``),
     when the engine's dtype is float64: the cast of a stored row is then the exact one
     ``unit_rows`` makes through the engine's dtype."""
     U = cand.shape[1]
@@ -141,19 +142,15 @@ def candidate_rows(snap: Snapshot, bidx: np.ndarray, cand: np.ndarray, n: np.nda
     out = np.zeros((len(bidx), U, vecs0.shape[1]))
     for q, b in enumerate(bidx.tolist()):
         vecs, base = unit_block(snap, b)
-        _rows64(vecs, base + cand[q, :n[q]], out[q])
+        _rows64(vecs, base + cand[q, :n[q]], out[q], shortlist.PREFETCH_ROWS)
     return torch.from_numpy(out)
 
 
 @njit(cache=True, nogil=True)
-def _rows64(vecs, rows, out):  # pragma: no cover - compiled
-    """``out[i] = vecs[rows[i]]`` as float64, the rows ahead prefetched."""
-    ahead = 16
-    for i in range(min(ahead, len(rows))):
-        prefetch_row(vecs, rows[i])
+def _rows64(vecs, rows, out, ahead):  # pragma: no cover - compiled
+    """``out[i] = vecs[rows[i]]`` as float64, the rows ``ahead`` prefetched."""
     for i in range(len(rows)):
-        if i + ahead < len(rows):
-            prefetch_row(vecs, rows[i + ahead])
+        prefetch_ahead(vecs, rows, 0, i, ahead)
         for k in range(vecs.shape[1]):
             out[i, k] = vecs[rows[i], k]
 

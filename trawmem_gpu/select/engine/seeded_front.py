@@ -35,8 +35,8 @@ import numpy as np
 from .._jit import njit
 from ..steps.propagation import PropagationParams, ThreadScratch, propagate_one, top_seeds
 from . import assembly
-from .assembly import _walk, packed_length
-from .compiled_loops import Hood, front_affinity, front_candidates, front_scratch
+from .assembly import _bigger, _renumbered, _walk
+from .compiled_loops import Hood, batch_scratch, front_affinity, front_candidates
 
 SEEDED = True
 """The shortlist's front rounds grow each query's thread space from its seeds (:func:`seeded_loop`);
@@ -88,13 +88,8 @@ def seeded_loop(tab, off, x, rrf_k, p, sp, learned, ltab, lq, out):  # pragma: n
     """``front_loop``'s steps 1-3 over shortlists (module docstring): ``tab`` ``FrontTables`` with
     ``ult`` positions in each query's own threads ``sp.own``; ``sp``: :class:`Space`; writes
     ``out`` (``Candidates``; ``hthread`` as bank-local threads, ``tpos`` unwritten)."""
-    Q = x.bidx.shape[0]
-    N = J = 1
-    for q in range(Q):
-        N = max(N, off.nu[x.bidx[q]])
-        J = max(J, off.nt[x.bidx[q]])
-    s = front_scratch(N, J, learned, lq.rrf_k)
-    for q in range(Q):
+    s = batch_scratch(off, x, learned, lq.rrf_k)
+    for q in range(x.bidx.shape[0]):
         b = x.bidx[q]
         n, u0, m = off.nt[b], off.uo[b], off.nu[b]
         live, pmax = front_affinity(tab, off, x, q, rrf_k, learned, ltab, lq, s)
@@ -164,30 +159,12 @@ def _grown(sp, q, own, ult, seeds, hops):  # pragma: no cover - compiled
     for t in own:  # W's other threads (and the bank's lowest, when it has fewer than seeds): no rows read
         if level[t] < 0:
             if n == len(got):
-                bigger = np.empty(2 * n, np.int64)
-                bigger[:n] = got[:n]
-                got = bigger
+                got = _bigger(got, n)
             level[t] = hops
             got[n] = t
             n += 1
-    ids = np.sort(got[:n])
+    ids, local, w = _renumbered(sp.nbr, sp.nbw, g0, level, got[:n], hops)
     H = hops + 1
-    width = 1
-    for i in range(n):  # level and place in one code (assembly._assemble's)
-        lv = level[ids[i]]
-        level[ids[i]] = lv + H * i
-        if lv < hops:
-            width = max(width, packed_length(sp.nbr, g0 + ids[i]))
-    local = np.full((n, width), -1, sp.nbr.dtype)
-    w = np.zeros((n, width), sp.nbw.dtype)
-    for i in range(n):
-        t = ids[i]
-        if level[t] % H < hops:
-            for e in range(packed_length(sp.nbr, g0 + t)):
-                k = sp.nbr[g0 + t, e]
-                if k >= 0 and level[k] >= 0:
-                    local[i, e] = level[k] // H
-                    w[i, e] = sp.nbw[g0 + t, e]
     at = np.empty(len(own), np.int64)
     for i in range(len(own)):
         at[i] = level[own[i]] // H
