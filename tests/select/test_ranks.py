@@ -74,3 +74,16 @@ def test_the_engine_picks_the_same_with_either(monkeypatch):
         monkeypatch.setattr(ranks, "COMPILED", True)
         assert all(np.array_equal(a, b) for a, b in zip(got[0], want[0]))
         assert got[1] == want[1] and got[2] == want[2]
+
+
+@pytest.mark.parametrize("repeat", [False, True])
+def test_a_held_order_by_unit_gives_the_same_ranks(repeat):
+    """``cosine_ranks(by_unit=)``: the shortlist's held stable order of the proposals by unit ranks
+    as the one sorted per call; one of another length (a head replaced since) is not read."""
+    rng = np.random.default_rng(21 + repeat)
+    for H, m, S in ((0, 5, 3), (1, 1, 0), (64, 100, 16), (1024, 1600, 4096)):
+        head, cos, W, edge, sample, n = _case(rng, H, m, S, False, repeat)
+        want = ranks.cosine_ranks_plain(head, cos, W, edge, sample, n)
+        held = np.argsort(head[1].astype(np.int64), kind="stable")
+        np.testing.assert_array_equal(ranks.cosine_ranks(head, cos, W, edge, sample, n, held), want)
+        np.testing.assert_array_equal(ranks.cosine_ranks(head, cos, W, edge, sample, n, held[:-1]), want)

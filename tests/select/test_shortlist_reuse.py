@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from trawmem_gpu.select.config import SelectConfig
-from trawmem_gpu.select.engine import SelectionEngine, shortlist
+from trawmem_gpu.select.engine import SelectionEngine, shortlist, working_set
 from trawmem_gpu.select.params import QueryParams
 
 from benchmarks.synthetic_banks import make_banks, make_queries
@@ -74,3 +74,25 @@ def test_growing_by_nothing_keeps_the_set_and_its_ranks(monkeypatch):
         np.testing.assert_array_equal(a, b)
     masked = shortlist.grown(snap, sh._replace(head=np.zeros((2, 0))), 0, np.arange(3), np.asarray(Z[0], np.float64))
     assert masked.ranks is None  # ranks among W (a masked query's): ranked again
+
+
+@pytest.mark.parametrize("J,max_len", [(1, 1), (6, 3), (300, 9)])
+def test_the_missing_units_are_the_missing_threads_units_less_the_working_set(J, max_len):
+    """``missing_units`` (compiled, one pass) equals ``threads_units(missing_threads(...))`` less
+    ``W`` (``np.setdiff1d``), with repeated and unordered neighbourhood threads, empty ones and a
+    ``W`` holding every unit or none; ``absent`` is ``np.setdiff1d`` of sorted unique arrays."""
+    rng = np.random.default_rng(J + max_len)
+    offsets = np.concatenate([[0], np.cumsum(rng.integers(1, max_len + 1, size=J))]).astype(np.int64)
+    n = int(offsets[-1])
+    for share in (0.0, 0.3, 0.9, 1.0):
+        W = np.flatnonzero(rng.random(n) < share).astype(np.int64)
+        for k in (0, 1, 5, 2 * J):
+            hthread = rng.integers(0, J, size=k).astype(np.int64)
+            miss = working_set.missing_threads(offsets, W, hthread)
+            want = np.setdiff1d(working_set.threads_units(offsets, miss), W, assume_unique=True) if len(miss) \
+                else np.zeros(0, np.int64)
+            got = working_set.missing_units(offsets, W, hthread)
+            assert got.dtype == np.int64
+            np.testing.assert_array_equal(got, want)
+            more = np.unique(rng.integers(0, n, size=k)).astype(np.int64)
+            np.testing.assert_array_equal(working_set.absent(more, W), np.setdiff1d(more, W, assume_unique=True))

@@ -133,3 +133,44 @@ def test_the_galloping_search_finds_exactly_the_members(n):
     for a in range(n):
         for v in range(-1, 4 * n + 4):
             assert working_set._holds(W, a, np.int64(v)) == (v in W), (W, a, v)
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 1024])
+def test_each_proposal_is_found_at_its_placed_column(n):
+    rng = np.random.default_rng(40 + n)
+    i = rng.permutation(3 * n + 1)[:n].astype(np.int64)
+    c = rng.integers(0, 4, n) / 4.0  # ties: placed by unit
+    for order in (working_set.head_order, working_set.head_order_plain):
+        near, head, at = order(c, i, 8, placed=True)
+        _same(near, order(c, i, 8)[0])
+        assert at.dtype == np.int64 and sorted(at.tolist()) == list(range(n))
+        np.testing.assert_array_equal(head[0, at], c)
+        np.testing.assert_array_equal(head[1, at], i.astype(np.float64))
+
+
+@pytest.mark.parametrize("affinity", ["learned", "rrf"])
+def test_proposals_read_in_unit_order_give_the_same_shortlists(monkeypatch, affinity):
+    """``shortlist.SORTED_GATHER``: the proposals' rows read in unit order give the same cosines bit
+    for bit (each row's own sum), so the same shortlists, their held order by unit, candidates and picks."""
+    banks = make_banks(1, units=1501, thread_len=4.0, d=24, seed=13, prefix="sg")
+    ids, qs, Z = make_queries(banks, 12, seed=14)
+    eng = SelectionEngine(banks, SelectConfig(affinity=affinity), device="cpu", ann_min_units=1, ann_shortlist=16)
+    calls = []
+    plain = shortlist.working_sets
+
+    def spy(*a, **k):
+        got = plain(*a, **k)
+        calls.append(got)
+        return got
+
+    monkeypatch.setattr(shortlist, "working_sets", spy)
+    got = (eng.candidate_sets(ids, qs, Z), eng.select_units(ids, qs, Z))
+    monkeypatch.setattr(shortlist, "SORTED_GATHER", False)
+    want = (eng.candidate_sets(ids, qs, Z), eng.select_units(ids, qs, Z))
+    for a, b in zip(calls[0] + calls[1], calls[2] + calls[3]):
+        for k in ("units", "head", "cos", "bm", "by_unit"):
+            _same(getattr(a, k), getattr(b, k))
+        _same(a.by_unit, np.argsort(a.head[1].astype(np.int64), kind="stable"))
+    for a, b in zip(got[0], want[0]):
+        np.testing.assert_array_equal(a, b)
+    assert got[1] == want[1]

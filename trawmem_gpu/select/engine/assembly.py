@@ -81,13 +81,12 @@ def front_args(snap: Snapshot, bidx: np.ndarray, shorts: list, lq, learned: bool
     spaces = [p[:3] for p in parts]
     nu = np.array([len(sh.units) for sh in shorts], dtype=np.int64)
     nt = np.array([len(sp[0]) for sp in spaces], dtype=np.int64)
-    uo = np.concatenate([[0], np.cumsum(nu)[:-1]]).astype(np.int64)
-    to = np.concatenate([[0], np.cumsum(nt)[:-1]]).astype(np.int64)
+    uo, to = _starts(nu)[:-1], _starts(nt)[:-1]
     cat = _cat if Q != 1 else _one
     cos = cat([sh.cos for sh in shorts], np.float64)
     ranks = GivenRanks(cat([sh.ranks[0] for sh in shorts], np.float64), cat([sh.ranks[1] for sh in shorts], np.float64))
     bpos = [p[4] for p in parts]
-    bptr = np.concatenate([[0], np.cumsum([len(p) for p in bpos])]).astype(np.int64)
+    bptr = _starts(np.array([len(p) for p in bpos], dtype=np.int64))
     nbr, nbw = padded([sp[1] for sp in spaces], -1, n["nbr"].dtype), padded([sp[2] for sp in spaces], 0, n["nbw"].dtype)
     tables = (cat([p[3] for p in parts], np.int64), nbr, nbw, cat([p[5] for p in parts], np.float32),
               cat(bpos, np.int64), bptr)
@@ -148,6 +147,13 @@ def packed_length(nbr, row):  # pragma: no cover - compiled
     while k < nbr.shape[1] and nbr[row, k] >= 0:
         k += 1
     return k
+
+
+def _starts(lens: np.ndarray) -> np.ndarray:
+    """``[len(lens) + 1]`` int64: 0 then the running sums of ``lens`` (each part's start, then the end)."""
+    out = np.zeros(len(lens) + 1, np.int64)
+    np.cumsum(lens, out=out[1:])
+    return out
 
 
 def _cat(xs: list, dtype, empty: tuple = (0,)) -> np.ndarray:

@@ -22,7 +22,7 @@ from ..steps import candidates as step3, relevance as step3r, roles as step4
 from ..steps.propagation import propagation_params, query_sizes
 from ..text_features import demand_matrix
 from .batch import QueryBatch, Timer
-from . import seeded_front, shortlist
+from . import seeded_front, shortlist, working_set
 from .compiled_args import (Candidates, FrontBatch, FrontTables, StageBatch, front_tables,  # noqa: F401
                             stage_batch, stage_params, stage_tables)
 from .compiled_loops import front_loop, stage_loop
@@ -329,9 +329,9 @@ def _front_shortlist(snap: Snapshot, plan, cfg, Zc: np.ndarray, bidx: np.ndarray
             if not seeded:  # the neighbourhood's threads as bank-local ids
                 c.hthread[q, :c.n_h[q]] = spaces[q].ids[c.hthread[q, :c.n_h[q]]]
             offs = snap.infos[b].bank.thread_offsets
-            miss = shortlist.missing_threads(offs, W[q].units, c.hthread[q, :c.n_h[q]])
-            if len(miss) and r + 1 < shortlist.ROUNDS:  # the last round's candidates are positions in this W
-                W[q], grew = shortlist.grown(snap, W[q], b, shortlist.threads_units(offs, miss), Zc[q]), True
+            more = working_set.missing_units(offs, W[q].units, c.hthread[q, :c.n_h[q]])
+            if len(more) and r + 1 < shortlist.ROUNDS:  # the last round's candidates are positions in this W
+                W[q], grew = shortlist.grown(snap, W[q], b, more, Zc[q]), True
         if not grew:
             break
     if not _lent(c.tpos):

@@ -31,17 +31,32 @@ COMPILED = True
 
 
 def cosine_ranks(head: np.ndarray, cos: np.ndarray, W: np.ndarray, edge: float, sample: np.ndarray,
-                 n_bank: int) -> np.ndarray:
+                 n_bank: int, by_unit: np.ndarray | None = None) -> np.ndarray:
     """``[len(W)]`` float64: each unit's cosine rank in the bank (module docstring). ``head``:
-    ``[2, H]`` (cosines, units as float64); ``cos``: ``W``'s cosines; ``W`` ascending."""
-    if (not COMPILED or not (np.isfinite(cos).all() and np.isfinite(head[0]).all())
-            or (len(W) > 1 and not (W[1:] > W[:-1]).all())):
+    ``[2, H]`` (cosines, units as float64); ``cos``: ``W``'s cosines; ``W`` ascending; ``by_unit``:
+    a stable argsort of ``head[1]`` when the caller holds one (``shortlist.Shortlist.by_unit``)."""
+    c64, hc, w = (np.ascontiguousarray(cos, dtype=np.float64), np.ascontiguousarray(head[0], dtype=np.float64),
+                  np.ascontiguousarray(W, dtype=np.int64))
+    if not COMPILED or not _finite_ascending(c64, hc, w):
         return cosine_ranks_plain(head, cos, W, edge, sample, n_bank)
-    c64 = np.ascontiguousarray(cos, dtype=np.float64)
     hu = head[1].astype(np.int64)
-    return _cosine_ranks(np.ascontiguousarray(head[0], dtype=np.float64), hu, np.argsort(hu, kind="stable"), c64,
-                         np.argsort(c64), np.ascontiguousarray(W, dtype=np.int64), float(edge),
-                         np.ascontiguousarray(sample), int(n_bank))
+    return _cosine_ranks(hc, hu, by_unit if by_unit is not None and len(by_unit) == len(hu) else np.argsort(hu, kind="stable"), c64,
+                         np.argsort(c64), w, float(edge), np.ascontiguousarray(sample), int(n_bank))
+
+
+@njit(cache=True, nogil=True)
+def _finite_ascending(cos, hc, W):  # pragma: no cover - compiled
+    """Whether ``cos`` and ``hc`` are finite and ``W`` strictly ascending (what the compiled form needs)."""
+    for x in cos:
+        if not np.isfinite(x):
+            return False
+    for x in hc:
+        if not np.isfinite(x):
+            return False
+    for i in range(1, len(W)):
+        if W[i] <= W[i - 1]:
+            return False
+    return True
 
 
 def cosine_ranks_plain(head: np.ndarray, cos: np.ndarray, W: np.ndarray, edge: float, sample: np.ndarray,

@@ -92,6 +92,9 @@ class Shortlist(NamedTuple):
     """``units``' ranks in the bank, ``(by cosine, by BM25)`` as :func:`given_ranks` returns them,
     once a front round has computed them (:func:`ranked`); :func:`grown` keeps them for the units
     a grown working set keeps and computes only those of the units it adds. None: not computed."""
+    by_unit: np.ndarray | None = None
+    """The positions of :attr:`head`'s units in unit order (a stable argsort of ``head[1]``, which
+    ``ranks.cosine_ranks`` merges ``W`` with), kept for every round's ranks; None: sorted there."""
 
 
 def unit_index(snap: Snapshot, bank: int, kind: str, use_gpu: bool, vectors: str = "float32"
@@ -132,12 +135,6 @@ def warm_up(snap: Snapshot, plan, indexes: bool = False) -> list[int]:
     return big
 
 
-def threads_units(offsets: np.ndarray, threads: np.ndarray) -> np.ndarray:
-    """Every unit of ``threads`` (bank-local, ascending unique), ascending."""
-    threads = np.unique(threads)
-    return _ranges(offsets[threads], offsets[threads + 1])
-
-
 def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tuple, context: bool,
                  masks: list | None = None) -> list[Shortlist]:
     """Steps 1-2 of the module docstring: each query's :class:`Shortlist` (``context``: the units
@@ -149,6 +146,7 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
     heads: list = [np.zeros((2, 0))] * len(bidx)
     sample: list = [None] * len(bidx)
     known: list = [(np.zeros(0, np.int64), np.zeros(0))] * len(bidx)  # the proposals' cosines, by unit
+    by_unit: list = [None] * len(bidx)
     masks = masks if masks is not None else [None] * len(bidx)
     for bank in np.unique(bidx).tolist():
         rows = np.flatnonzero(bidx == bank)
@@ -159,11 +157,20 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
             _, ids = index.search(Z[plain], max(M, RANK_DEPTH), params)
             for r, i in zip(plain, ids):
                 i = i[i >= 0]
-                c = np.empty(len(i))
-                _gather_dots(vecs, base + i, np.full(len(i), r), Z, c, PREFETCH_ROWS)
-                near[r], heads[r] = working_set.head_order(c, i, M)  # by cosine, ties to the lower unit
                 o = np.argsort(i, kind="stable")
-                known[r] = (i[o].astype(np.int64), c[o])
+                iu = i[o].astype(np.int64)
+                cu = np.empty(len(i))
+                if SORTED_GATHER:  # read in unit order, placed back in the index's order (the same sums)
+                    _gather_dots(vecs, base + iu, np.full(len(i), r), Z, cu, PREFETCH_ROWS)
+                    c = np.empty(len(i))
+                    c[o] = cu
+                else:
+                    c = np.empty(len(i))
+                    _gather_dots(vecs, base + i, np.full(len(i), r), Z, c, PREFETCH_ROWS)
+                    cu = c[o]
+                near[r], heads[r], placed = working_set.head_order(c, i, M, placed=True)  # by cosine, ties to the lower unit
+                known[r] = (iu, cu)
+                by_unit[r] = placed[o] if len(iu) < 2 or (iu[1:] > iu[:-1]).all() else None  # distinct: the stable order
         for r in rows.tolist():
             if masks[r] is not None:
                 near[r] = _near_passing(index, Z[r], masks[r], M, params)
@@ -189,7 +196,7 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
             _gather_dots(vecs, base + W, np.full(len(W), q), Z, cos, PREFETCH_ROWS)
         edge = heads[q][0, -1:] if heads[q].shape[1] else cos[np.searchsorted(W, near[q])]
         out.append(Shortlist(W, float(edge.min()) if len(edge) else np.inf, heads[q], sample[q][0], lex, cos,
-                             scores_of(lex, snap, bank, cols, W), cols))
+                             scores_of(lex, snap, bank, cols, W), cols, by_unit=by_unit[q]))
     return out
 
 
@@ -199,7 +206,7 @@ def grown(snap: Snapshot, short: Shortlist, bank: int, more: np.ndarray, z: np.n
     the bank's (an unmasked query: :func:`given_ranks` ranks each unit on its own, by the index's
     proposals, the rank sample and the query's BM25 table), the added units' ranks (the others'
     kept). A masked query's cosine ranks are among ``W``, so they are ranked again."""
-    new = np.setdiff1d(more, short.units, assume_unique=True)  # both ascending and unique: no np.unique of either
+    new = working_set.absent(np.ascontiguousarray(more, dtype=np.int64), np.ascontiguousarray(short.units, dtype=np.int64))
     cos = np.empty(len(new))
     vecs, base = unit_block(snap, bank)
     _gather_dots(vecs, base + new, np.zeros(len(new), np.int64), z[None, :], cos, PREFETCH_ROWS)
@@ -256,7 +263,7 @@ def given_ranks(short: Shortlist, cos: np.ndarray, n_bank: int) -> tuple[np.ndar
     postings or when read in one compiled pass, ``lexical_dense``; with the impact-ordered reading,
     exact above the threshold bound and estimated below it)."""
     W = short.units
-    rc = ranks.cosine_ranks(short.head, cos, W, short.edge, short.sample, n_bank)  # compiled or plain
+    rc = ranks.cosine_ranks(short.head, cos, W, short.edge, short.sample, n_bank, short.by_unit)  # compiled or plain
     return rc, ranks_of(short.lex, W, short.bm)
 
 
@@ -310,12 +317,6 @@ def compact(snap: Snapshot, Z: np.ndarray, bidx: np.ndarray, shorts: list[Shortl
     return tables, off, cos, uo, tptr, tids, ranks, ltab, lqc
 
 
-def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """The integers of ``[lo[i], hi[i])``, range after range."""
-    lens = (hi - lo).astype(np.int64)
-    return np.repeat(lo - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(int(lens.sum()))
-
-
 PREFETCH_ROWS = 32
 """Rows a compiled gather of scattered unit rows (:func:`_gather_dots`, :func:`_known_dots`,
 ``pool.candidate_rows``) asks the cache for ahead of the one it reads (``_jit.prefetch_row``;
@@ -342,6 +343,11 @@ def _gather_dots(vecs, rows, qrow, Z, out, ahead):  # pragma: no cover - compile
         prefetch_ahead(vecs, rows, 0, i, ahead)
         out[i] = _row_dot(vecs[rows[i]], Z[qrow[i]])
 
+
+SORTED_GATHER = True
+"""The index's proposals are read from the bank's table in unit order (``working_sets``): units of
+one thread are adjacent rows, so neighbouring proposals share pages and cache lines; False: in
+the index's order (the same cosines, each row's own sum)."""
 
 REUSE_DOTS = True
 """The working set's cosines of units the index proposed are the proposals' (computed once, by the
@@ -461,12 +467,6 @@ def _space(nbr, nbw, g0, J, own, hops, pad):  # pragma: no cover - compiled
                     local[i, e] = pos[k]
                     w[i, e] = nbw[g0 + t, e]
     return ids, local, w
-
-
-def missing_threads(offsets: np.ndarray, w: np.ndarray, hthread: np.ndarray) -> np.ndarray:
-    """The neighbourhood threads ``hthread`` (bank-local) of which ``w`` lacks a unit."""
-    have = np.searchsorted(w, offsets[hthread + 1]) - np.searchsorted(w, offsets[hthread])
-    return hthread[have < offsets[hthread + 1] - offsets[hthread]]
 
 
 def local_rows(tlive: np.ndarray, spaces: list[ThreadSpace]) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Two pieces of ``shortlist.working_sets`` compiled (steps 1-2 of ``shortlist.py``), each beside
+"""Pieces of ``shortlist.working_sets`` and ``shortlist.grown`` compiled (steps 1-2 and 4 of ``shortlist.py``), each beside
 its plain NumPy form, which states the math and which :data:`COMPILED` off selects; the outputs
 are equal, dtypes included (``tests/select/test_working_set.py``), so nothing picked changes:
 
@@ -12,6 +12,10 @@ are equal, dtypes included (``tests/select/test_working_set.py``), so nothing pi
   (``rel_idx`` columns 1-2, -1 for none) too (``np.union1d``), in one pass: the units of the
   sorted threads, each neighbour looked up in them by a galloping search from its unit, the
   missing ones sorted and merged in.
+* :func:`missing_units`: what a grown working set adds (``shortlist.grown``, step 4): the units of
+  the neighbourhood threads that ``W`` lacks, in one pass (the plain form: :func:`threads_units`
+  of :func:`missing_threads`, less ``W``); :func:`absent` is ``np.setdiff1d`` of two ascending
+  unique arrays by one merge.
 
 Measured at 10^6 units (``benchmarks/experiments/working_set_pieces.py``): the lexsort and stack
 0.12 ms a query, ``threads_units`` 0.08 and ``np.union1d`` 0.28 ms of ``working_sets``' 3.3.
@@ -29,23 +33,33 @@ MOVES_PER_UNIT = 8
 """The insertion sort gives up past this many moves per proposal (the merge sort then orders them)."""
 
 
-def head_order(c: np.ndarray, i: np.ndarray, M: int) -> tuple[np.ndarray, np.ndarray]:
+def head_order(c: np.ndarray, i: np.ndarray, M: int, placed: bool = False) -> tuple:
     """``(near, head)``: the ``M`` first units ``i`` by cosine ``c`` descending, ties to the lower
-    unit, and ``[2, K]`` float64 (``c`` and ``i`` in that order). Non-finite cosines take the plain
-    form (``np.lexsort``'s place for NaN)."""
+    unit, and ``[2, K]`` float64 (``c`` and ``i`` in that order); ``placed``: and each proposal's
+    place in that order (``head[:, placed[j]]`` is proposal ``j``'s). Non-finite cosines take the
+    plain form (``np.lexsort``'s place for NaN)."""
     if len(c) != len(i):
         raise ValueError(f"cosines and units differ in length ({len(c)} vs {len(i)})")
     if not COMPILED or not np.isfinite(c).all():
-        return head_order_plain(c, i, M)
+        return head_order_plain(c, i, M, placed)
     c64, i64 = np.ascontiguousarray(c, dtype=np.float64), np.ascontiguousarray(i, dtype=np.int64)
     o = _order(c64, i64)
-    return i[o[:M]], _gathered(c64, i64, o)
+    return _taken(o, i, M, _gathered(c64, i64, o), placed)
 
 
-def head_order_plain(c: np.ndarray, i: np.ndarray, M: int) -> tuple[np.ndarray, np.ndarray]:
+def head_order_plain(c: np.ndarray, i: np.ndarray, M: int, placed: bool = False) -> tuple:
     """:func:`head_order` in NumPy (the reference)."""
     o = np.lexsort((i, -c))
-    return i[o[:M]], np.stack([c[o], i[o].astype(np.float64)])
+    return _taken(o, i, M, np.stack([c[o], i[o].astype(np.float64)]), placed)
+
+
+def _taken(o: np.ndarray, i: np.ndarray, M: int, head: np.ndarray, placed: bool) -> tuple:
+    """``(near, head)`` of the order ``o``, and with ``placed`` each proposal's place in it."""
+    if not placed:
+        return i[o[:M]], head
+    at = np.empty(len(o), np.int64)
+    at[o] = np.arange(len(o))
+    return i[o[:M]], head, at
 
 
 @njit(cache=True, nogil=True)
@@ -167,9 +181,77 @@ def _holds(W, a, v):  # pragma: no cover - compiled
     return p < n and W[p] == v
 
 
+def threads_units(offsets: np.ndarray, threads: np.ndarray) -> np.ndarray:
+    """Every unit of ``threads`` (bank-local, ascending unique), ascending."""
+    threads = np.unique(threads)
+    return _ranges(offsets[threads], offsets[threads + 1])
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The integers of ``[lo[i], hi[i])``, range after range."""
+    lens = (hi - lo).astype(np.int64)
+    return np.repeat(lo - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(int(lens.sum()))
+
+
+def missing_threads(offsets: np.ndarray, w: np.ndarray, hthread: np.ndarray) -> np.ndarray:
+    """The neighbourhood threads ``hthread`` (bank-local) of which ``w`` lacks a unit (the plain
+    form of :func:`missing_units`' threads)."""
+    have = np.searchsorted(w, offsets[hthread + 1]) - np.searchsorted(w, offsets[hthread])
+    return hthread[have < offsets[hthread + 1] - offsets[hthread]]
+
+
+def missing_units(offsets: np.ndarray, w: np.ndarray, hthread: np.ndarray) -> np.ndarray:
+    """The units, ascending, of the neighbourhood threads ``hthread`` (bank-local, any order) that
+    ``w`` (ascending) lacks: ``threads_units(offsets, missing_threads(...))`` less ``w``, what
+    ``shortlist.grown`` adds, in one compiled pass."""
+    return _missing_units(np.ascontiguousarray(offsets, dtype=np.int64), np.ascontiguousarray(w, dtype=np.int64),
+                          np.sort(np.asarray(hthread, dtype=np.int64)))
+
+
+@njit(cache=True, nogil=True)
+def _missing_units(offsets, w, threads):  # pragma: no cover - compiled
+    """:func:`missing_units` of ``threads`` ascending (a repeat read once)."""
+    total = 0
+    for j in range(len(threads)):
+        if j == 0 or threads[j] != threads[j - 1]:
+            total += offsets[threads[j] + 1] - offsets[threads[j]]
+    out = np.empty(total, np.int64)
+    k = 0
+    for j in range(len(threads)):
+        if j > 0 and threads[j] == threads[j - 1]:
+            continue
+        a, b = offsets[threads[j]], offsets[threads[j] + 1]
+        p = np.searchsorted(w, a)
+        for u in range(a, b):
+            while p < len(w) and w[p] < u:
+                p += 1
+            if p == len(w) or w[p] != u:
+                out[k] = u
+                k += 1
+    return out[:k]
+
+
+@njit(cache=True, nogil=True)
+def absent(more, w):  # pragma: no cover - compiled
+    """The units of ``more`` not in ``w`` (both ascending and unique), ascending: ``np.setdiff1d``
+    of sorted unique arrays by one merge."""
+    out = np.empty(len(more), np.int64)
+    k = p = 0
+    for j in range(len(more)):
+        x = more[j]
+        while p < len(w) and w[p] < x:
+            p += 1
+        if p == len(w) or w[p] != x:
+            out[k] = x
+            k += 1
+    return out[:k]
+
+
 def warm(unit_thread: np.ndarray, rel: np.ndarray) -> None:
-    """Compile (or load from numba's cache) both compiled forms with the argument types a query
+    """Compile (or load from numba's cache) the compiled forms with the argument types a query
     passes (``unit_thread``'s and ``rel_idx``'s dtypes), on empty input."""
     head_order(np.zeros(1), np.zeros(1, np.int64), 1)
+    missing_units(np.zeros(2, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    absent(np.zeros(0, np.int64), np.zeros(0, np.int64))
     for context in (False, True):
         assemble(np.zeros(2, np.int64), np.zeros(0, unit_thread.dtype), rel[:0], 0, context)
