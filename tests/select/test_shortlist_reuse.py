@@ -76,11 +76,13 @@ def test_growing_by_nothing_keeps_the_set_and_its_ranks(monkeypatch):
     assert masked.ranks is None  # ranks among W (a masked query's): ranked again
 
 
+@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("J,max_len", [(1, 1), (6, 3), (300, 9)])
-def test_the_missing_units_are_the_missing_threads_units_less_the_working_set(J, max_len):
+def test_the_missing_units_are_the_missing_threads_units_less_the_working_set(monkeypatch, J, max_len, compiled):
     """``missing_units`` (compiled, one pass) equals ``threads_units(missing_threads(...))`` less
     ``W`` (``np.setdiff1d``), with repeated and unordered neighbourhood threads, empty ones and a
     ``W`` holding every unit or none; ``absent`` is ``np.setdiff1d`` of sorted unique arrays."""
+    monkeypatch.setattr(working_set, "COMPILED", compiled)
     rng = np.random.default_rng(J + max_len)
     offsets = np.concatenate([[0], np.cumsum(rng.integers(1, max_len + 1, size=J))]).astype(np.int64)
     n = int(offsets[-1])
@@ -95,4 +97,6 @@ def test_the_missing_units_are_the_missing_threads_units_less_the_working_set(J,
             assert got.dtype == np.int64
             np.testing.assert_array_equal(got, want)
             more = np.unique(rng.integers(0, n, size=k)).astype(np.int64)
-            np.testing.assert_array_equal(working_set.absent(more, W), np.setdiff1d(more, W, assume_unique=True))
+            got = working_set.absent(more, W)
+            assert got.dtype == np.int64
+            np.testing.assert_array_equal(got, np.setdiff1d(more, W, assume_unique=True))

@@ -159,15 +159,13 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
                 i = i[i >= 0]
                 o = np.argsort(i, kind="stable")
                 iu = i[o].astype(np.int64)
-                cu = np.empty(len(i))
+                c, cu = np.empty(len(i)), np.empty(len(i))
                 if SORTED_GATHER:  # read in unit order, placed back in the index's order (the same sums)
                     _gather_dots(vecs, base + iu, np.full(len(i), r), Z, cu, PREFETCH_ROWS)
-                    c = np.empty(len(i))
                     c[o] = cu
                 else:
-                    c = np.empty(len(i))
                     _gather_dots(vecs, base + i, np.full(len(i), r), Z, c, PREFETCH_ROWS)
-                    cu = c[o]
+                    cu[:] = c[o]
                 near[r], heads[r], placed = working_set.head_order(c, i, M, placed=True)  # by cosine, ties to the lower unit
                 known[r] = (iu, cu)
                 by_unit[r] = placed[o] if len(iu) < 2 or (iu[1:] > iu[:-1]).all() else None  # distinct: the stable order

@@ -203,7 +203,11 @@ def missing_threads(offsets: np.ndarray, w: np.ndarray, hthread: np.ndarray) -> 
 def missing_units(offsets: np.ndarray, w: np.ndarray, hthread: np.ndarray) -> np.ndarray:
     """The units, ascending, of the neighbourhood threads ``hthread`` (bank-local, any order) that
     ``w`` (ascending) lacks: ``threads_units(offsets, missing_threads(...))`` less ``w``, what
-    ``shortlist.grown`` adds, in one compiled pass."""
+    ``shortlist.grown`` adds, in one compiled pass (:data:`COMPILED` off: that plain form)."""
+    if not COMPILED:
+        miss = missing_threads(offsets, w, np.asarray(hthread, dtype=np.int64))
+        return np.setdiff1d(threads_units(offsets, miss), w, assume_unique=True).astype(np.int64) if len(miss) \
+            else np.zeros(0, np.int64)
     return _missing_units(np.ascontiguousarray(offsets, dtype=np.int64), np.ascontiguousarray(w, dtype=np.int64),
                           np.sort(np.asarray(hthread, dtype=np.int64)))
 
@@ -231,10 +235,17 @@ def _missing_units(offsets, w, threads):  # pragma: no cover - compiled
     return out[:k]
 
 
+def absent(more: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The units of ``more`` not in ``w`` (both int64, ascending and unique), ascending: ``np.setdiff1d``
+    by one compiled merge (:data:`COMPILED` off: ``np.setdiff1d`` itself)."""
+    if not COMPILED:
+        return np.setdiff1d(more, w, assume_unique=True).astype(np.int64)
+    return _absent(more, w)
+
+
 @njit(cache=True, nogil=True)
-def absent(more, w):  # pragma: no cover - compiled
-    """The units of ``more`` not in ``w`` (both ascending and unique), ascending: ``np.setdiff1d``
-    of sorted unique arrays by one merge."""
+def _absent(more, w):  # pragma: no cover - compiled
+    """:func:`absent`, compiled."""
     out = np.empty(len(more), np.int64)
     k = p = 0
     for j in range(len(more)):
