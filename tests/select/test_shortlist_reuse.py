@@ -79,7 +79,7 @@ def test_growing_by_nothing_keeps_the_set_and_its_ranks(monkeypatch):
 @pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("J,max_len", [(1, 1), (6, 3), (300, 9)])
 def test_the_missing_units_are_the_missing_threads_units_less_the_working_set(monkeypatch, J, max_len, compiled):
-    """``missing_units`` (compiled, one pass) equals ``threads_units(missing_threads(...))`` less
+    """``missing_units`` (by ``absent``'s merge) equals ``threads_units(missing_threads(...))`` less
     ``W`` (``np.setdiff1d``), with repeated and unordered neighbourhood threads, empty ones and a
     ``W`` holding every unit or none; ``absent`` is ``np.setdiff1d`` of sorted unique arrays."""
     monkeypatch.setattr(working_set, "COMPILED", compiled)

@@ -98,12 +98,8 @@ def test_neighbours_inside_the_threads_add_nothing():
     _same(got, working_set.assemble_plain(offsets, np.array([1, 0, 1]), rel, 0, True))
 
 
-@pytest.mark.parametrize("affinity", ["learned", "rrf"])
-def test_working_sets_candidates_and_picks_are_the_plain_forms(monkeypatch, affinity):
-    banks = make_banks(1, units=2003, thread_len=5.0, d=24, seed=11, prefix="ws")
-    ids, qs, Z = make_queries(banks, 16, seed=12)
-    eng = SelectionEngine(banks, SelectConfig(affinity=affinity), device="cpu", ann_min_units=1, ann_shortlist=16)
-    params = QueryParams(hops=2)
+def _spied(monkeypatch) -> list:
+    """Every ``shortlist.working_sets`` result from now on, in call order."""
     calls = []
     plain = shortlist.working_sets
 
@@ -113,6 +109,16 @@ def test_working_sets_candidates_and_picks_are_the_plain_forms(monkeypatch, affi
         return got
 
     monkeypatch.setattr(shortlist, "working_sets", spy)
+    return calls
+
+
+@pytest.mark.parametrize("affinity", ["learned", "rrf"])
+def test_working_sets_candidates_and_picks_are_the_plain_forms(monkeypatch, affinity):
+    banks = make_banks(1, units=2003, thread_len=5.0, d=24, seed=11, prefix="ws")
+    ids, qs, Z = make_queries(banks, 16, seed=12)
+    eng = SelectionEngine(banks, SelectConfig(affinity=affinity), device="cpu", ann_min_units=1, ann_shortlist=16)
+    params = QueryParams(hops=2)
+    calls = _spied(monkeypatch)
     got = (eng.candidate_sets(ids, qs, Z, params=params), eng.select_units(ids, qs, Z, params=params))
     monkeypatch.setattr(working_set, "COMPILED", False)
     want = (eng.candidate_sets(ids, qs, Z, params=params), eng.select_units(ids, qs, Z, params=params))
@@ -155,15 +161,7 @@ def test_proposals_read_in_unit_order_give_the_same_shortlists(monkeypatch, affi
     banks = make_banks(1, units=1501, thread_len=4.0, d=24, seed=13, prefix="sg")
     ids, qs, Z = make_queries(banks, 12, seed=14)
     eng = SelectionEngine(banks, SelectConfig(affinity=affinity), device="cpu", ann_min_units=1, ann_shortlist=16)
-    calls = []
-    plain = shortlist.working_sets
-
-    def spy(*a, **k):
-        got = plain(*a, **k)
-        calls.append(got)
-        return got
-
-    monkeypatch.setattr(shortlist, "working_sets", spy)
+    calls = _spied(monkeypatch)
     got = (eng.candidate_sets(ids, qs, Z), eng.select_units(ids, qs, Z))
     monkeypatch.setattr(shortlist, "SORTED_GATHER", False)
     want = (eng.candidate_sets(ids, qs, Z), eng.select_units(ids, qs, Z))

@@ -13,9 +13,9 @@ are equal, dtypes included (``tests/select/test_working_set.py``), so nothing pi
   sorted threads, each neighbour looked up in them by a galloping search from its unit, the
   missing ones sorted and merged in.
 * :func:`missing_units`: what a grown working set adds (``shortlist.grown``, step 4): the units of
-  the neighbourhood threads that ``W`` lacks, in one pass (the plain form: :func:`threads_units`
-  of :func:`missing_threads`, less ``W``); :func:`absent` is ``np.setdiff1d`` of two ascending
-  unique arrays by one merge.
+  the neighbourhood threads that ``W`` lacks, by :func:`absent`, ``np.setdiff1d`` of two ascending
+  unique arrays by one merge (the plain form: :func:`threads_units` of :func:`missing_threads`,
+  less ``W`` by ``np.setdiff1d``).
 
 Measured at 10^6 units (``benchmarks/experiments/working_set_pieces.py``): the lexsort and stack
 0.12 ms a query, ``threads_units`` 0.08 and ``np.union1d`` 0.28 ms of ``working_sets``' 3.3.
@@ -202,37 +202,13 @@ def missing_threads(offsets: np.ndarray, w: np.ndarray, hthread: np.ndarray) -> 
 
 def missing_units(offsets: np.ndarray, w: np.ndarray, hthread: np.ndarray) -> np.ndarray:
     """The units, ascending, of the neighbourhood threads ``hthread`` (bank-local, any order) that
-    ``w`` (ascending) lacks: ``threads_units(offsets, missing_threads(...))`` less ``w``, what
-    ``shortlist.grown`` adds, in one compiled pass (:data:`COMPILED` off: that plain form)."""
+    ``w`` (ascending) lacks, what ``shortlist.grown`` adds: every unit of the threads less ``w``
+    (:func:`absent`; a thread ``w`` holds whole adds nothing). :data:`COMPILED` off: the plain form,
+    :func:`threads_units` of :func:`missing_threads` less ``w``."""
+    hthread = np.asarray(hthread, dtype=np.int64)
     if not COMPILED:
-        miss = missing_threads(offsets, w, np.asarray(hthread, dtype=np.int64))
-        return np.setdiff1d(threads_units(offsets, miss), w, assume_unique=True).astype(np.int64) if len(miss) \
-            else np.zeros(0, np.int64)
-    return _missing_units(np.ascontiguousarray(offsets, dtype=np.int64), np.ascontiguousarray(w, dtype=np.int64),
-                          np.sort(np.asarray(hthread, dtype=np.int64)))
-
-
-@njit(cache=True, nogil=True)
-def _missing_units(offsets, w, threads):  # pragma: no cover - compiled
-    """:func:`missing_units` of ``threads`` ascending (a repeat read once)."""
-    total = 0
-    for j in range(len(threads)):
-        if j == 0 or threads[j] != threads[j - 1]:
-            total += offsets[threads[j] + 1] - offsets[threads[j]]
-    out = np.empty(total, np.int64)
-    k = 0
-    for j in range(len(threads)):
-        if j > 0 and threads[j] == threads[j - 1]:
-            continue
-        a, b = offsets[threads[j]], offsets[threads[j] + 1]
-        p = np.searchsorted(w, a)
-        for u in range(a, b):
-            while p < len(w) and w[p] < u:
-                p += 1
-            if p == len(w) or w[p] != u:
-                out[k] = u
-                k += 1
-    return out[:k]
+        hthread = missing_threads(offsets, w, hthread)
+    return absent(threads_units(offsets, hthread).astype(np.int64, copy=False), np.ascontiguousarray(w, dtype=np.int64))
 
 
 def absent(more: np.ndarray, w: np.ndarray) -> np.ndarray:
