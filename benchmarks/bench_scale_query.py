@@ -66,6 +66,10 @@ def main(argv=None) -> int:
                     help="read an approximate point's bank from DIR/bank_UNITS_DIM_tTOPICS.pkl when it is there "
                          "(large_bank_sweep.py's CACHE; never written)")
     ap.add_argument("--only", choices=("ann",), help="only the exact-against-approximate points")
+    ap.add_argument("--passes", type=int, default=3,
+                    help="times the approximate points' queries are timed in a row (p50 / p99 over all of them)")
+    ap.add_argument("--processes", type=int, default=1,
+                    help="fresh processes per approximate point (their p50s' median: the reading past one)")
     ap.add_argument("--dev-quality", action="store_true",
                     help="the dev sets at equal tokens, exact against approximate (scale_query_ann_dev.json)")
     ap.add_argument("--realtext", type=int, default=None, metavar="UNITS",
@@ -95,6 +99,7 @@ def main(argv=None) -> int:
     kw = {} if args.quick else dict(units=args.units, batch_banks=args.batch_banks, rounds=args.rounds)
     if args.bank_cache:
         kw["bank_cache"] = args.bank_cache
+    kw.update(passes=args.passes, processes=args.processes)
     if args.only == "ann":
         kw.update(sizes=(), sizes_wide=(), banks=(), batches=())
     head = query.commit()

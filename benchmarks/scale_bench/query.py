@@ -209,7 +209,8 @@ def run_query_curves(out_dir=None, sizes=SIZES, sizes_wide=SIZES_WIDE, banks=BAN
     ``engine`` (EngineConfig options for every point), ``progress`` (print a line per point),
     ``inline`` (measure every point in this process instead of a child: the tests' cheap run),
     ``bank_cache`` (a folder of pickled banks the approximate points read when theirs is there:
-    ``ann.cached_bank``).
+    ``ann.cached_bank``), ``passes`` (times an approximate point's queries are timed in a row, 1)
+    and ``processes`` (fresh processes per approximate point, 1: :func:`over_processes`).
     ``out_dir`` is accepted for the scale runner's call and unused: the caller saves."""
     o = dict(rounds=20, batch=64, units=20, batch_banks=1_000, threads=1, timeout=1_800.0, engine={}, progress=True,
              inline=False)
@@ -242,10 +243,32 @@ def run_query_curves(out_dir=None, sizes=SIZES, sizes_wide=SIZES_WIDE, banks=BAN
     rec["banks"] = [run(dict(kind="banks", n_banks=b, units=o["units"], dim=64)) for b in banks]
     rec["batch_size"] = run(dict(kind="batch", n_banks=o["batch_banks"], units=o["units"], dim=64,
                                  batches=list(batches), batch=max(batches))) if batches else {}
-    rec["ann"] = [run(dict(kind="ann", n_banks=1, units=p[0], dim=p[1], ann=o.get("ann", {}),
-                           **({"topics": p[2]} if len(p) > 2 else {}),
-                           **({"bank_cache": str(o["bank_cache"])} if o.get("bank_cache") else {}))) for p in ann_sizes]
+    rec["ann"] = [over_processes([run(dict(kind="ann", n_banks=1, units=p[0], dim=p[1], ann=o.get("ann", {}),
+                                           passes=int(o.get("passes", 1)), **({"topics": p[2]} if len(p) > 2 else {}),
+                                           **({"bank_cache": str(o["bank_cache"])} if o.get("bank_cache") else {})))
+                                   for _ in range(max(1, int(o.get("processes", 1))))]) for p in ann_sizes]
     return rec
+
+
+def over_processes(recs: list[dict]) -> dict:
+    """One approximate point measured in ``len(recs)`` fresh processes: the first one's record,
+    with, past one, ``processes`` (each one's latencies and agreement) and ``approx_ms_processes``
+    (the median, least and most of their p50s). Whole processes differ here by 0.5-1 ms at 10^6
+    units (where the tables and the index land in memory; docs/scaling.md), more than a row of 40
+    queries shows: their median is the reading of a point. (``inline``: the same process each time,
+    which tests the plumbing only.)"""
+    import numpy as np
+
+    good = [r for r in recs if "error" not in r]
+    if len(recs) < 2 or not good:
+        return recs[0]
+    keys = ("approx_ms", "approx_p99_ms", "approx_pass_ms", "exact_ms", "same_picks", "vmhwm_mib", "first_approx_query_s")
+    each = [{k: r.get(k) for k in keys} | {"candidate_recall": r["candidate_recall"]["mean"],
+                                           "pick_recall": r["pick_recall"]["mean"]} for r in good]
+    p50 = [r["approx_ms"] for r in good]
+    return dict(good[0], processes=each, errors=[r["error"] for r in recs if "error" in r],
+                approx_ms_processes={"median": float(np.median(p50)), "min": min(p50), "max": max(p50), "n": len(p50),
+                                     "p99_median": float(np.median([r["approx_p99_ms"] for r in good]))})
 
 
 def run(args) -> dict:

@@ -125,3 +125,33 @@ def test_a_cached_bank_is_read_as_generated_and_a_mismatched_one_refused(tmp_pat
     cache_path(dict(spec, units=500)).write_bytes(pickle.dumps(banks))
     with pytest.raises(ValueError, match="500 units"):
         cached_bank(dict(spec, units=500))
+
+
+def test_approximate_points_time_several_passes_and_several_processes():
+    """``passes`` times the approximate queries that many times in a row (a median per pass, p50 /
+    p99 over all of them); ``processes`` measures the point that many times (fresh processes, or
+    this one when ``inline``) and reads the median of their p50s."""
+    rec = query.run_query_curves(quick=True, inline=True, progress=False, rounds=3, sizes=(), sizes_wide=(), banks=(),
+                                 batches=(), passes=2, processes=2)
+    ann = rec["ann"][0]
+    assert "error" not in ann and ann["spec"]["passes"] == 2 and len(ann["approx_pass_ms"]) == 2
+    assert all(t > 0 for t in ann["approx_pass_ms"]) and ann["approx_ms"] <= ann["approx_p99_ms"]
+    assert len(ann["processes"]) == 2 and ann["errors"] == []
+    over = ann["approx_ms_processes"]
+    p50 = sorted(p["approx_ms"] for p in ann["processes"])
+    assert over["n"] == 2 and over["min"] == p50[0] and over["max"] == p50[1] and over["median"] == sum(p50) / 2
+    assert all(0.0 < p["candidate_recall"] <= 1.0 and 0.0 <= p["pick_recall"] <= 1.0 for p in ann["processes"])
+
+
+def test_over_processes_keeps_one_record_alone_and_reads_the_median_without_the_failed_ones():
+    def rec(ms):
+        return {"spec": {}, "approx_ms": ms, "approx_p99_ms": 2 * ms, "candidate_recall": {"mean": 0.99},
+                "pick_recall": {"mean": 0.98}}
+
+    one = rec(5.0)
+    assert query.over_processes([one]) is one
+    got = query.over_processes([rec(5.0), {"spec": {}, "error": "killed"}, rec(4.0), rec(6.5)])
+    assert got["approx_ms"] == 5.0 and got["errors"] == ["killed"] and len(got["processes"]) == 3
+    assert got["approx_ms_processes"] == {"median": 5.0, "min": 4.0, "max": 6.5, "n": 3, "p99_median": 10.0}
+    failed = {"spec": {}, "error": "boom"}
+    assert query.over_processes([failed, {"spec": {}, "error": "again"}]) is failed
