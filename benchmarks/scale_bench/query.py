@@ -200,6 +200,34 @@ def step_model(points: list[dict]) -> dict:
             "dominant_at_largest": max(steps, key=lambda s: pts[-1]["steps_ms"].get(s, 0.0))}
 
 
+def switch_model(points: list[dict]) -> dict:
+    """The cost fits behind ``ann_min_units="auto"`` (``engine/plan.py``: ``EXACT_MS``,
+    ``APPROX_MS``, ``ann_threshold``) from approximate points, each of which times both searches
+    on one bank: per search, ``t = a + N (b + c d)`` ms by least squares over the points' p50s
+    with relative errors (every point counts alike), and the threshold those fits give per width
+    the points hold. Empty unless the points span two sizes and two widths (three unknowns)."""
+    import numpy as np
+
+    from trawmem_gpu.select.engine.plan import ann_threshold
+
+    pts = [p for p in points if "error" not in p and p.get("exact_ms") and p.get("approx_ms")]
+    N = np.array([float(p["units"]) for p in pts])
+    d = np.array([float(p["spec"]["dim"]) for p in pts])
+    if len(set(N)) < 2 or len(set(d)) < 2:
+        return {}
+    fits = {}
+    for name in ("exact_ms", "approx_ms"):
+        t = np.array([float(p[name]) for p in pts])
+        A = np.stack([np.ones_like(N), N, N * d], axis=1) / t[:, None]
+        coef, *_ = np.linalg.lstsq(A, np.ones_like(t), rcond=None)
+        fits[name] = [float(x) for x in coef]
+        fits[name + "_residual"] = [round(float(r), 4) for r in (A @ coef - 1.0)]  # relative, per point
+    fits["points"] = [[int(n), int(w)] for n, w in zip(N, d)]
+    fits["threshold"] = {str(int(w)): ann_threshold(int(w), fits["exact_ms"], fits["approx_ms"])
+                         for w in sorted(set(d.tolist()) | {64.0, 384.0})}
+    return fits
+
+
 def run_query_curves(out_dir=None, sizes=SIZES, sizes_wide=SIZES_WIDE, banks=BANKS, batches=BATCHES,
                      quick: bool = False, ann_sizes=ANN_SIZES, **kw) -> dict:
     """The three curves (see the module docstring) and the exact-against-approximate points
@@ -247,6 +275,7 @@ def run_query_curves(out_dir=None, sizes=SIZES, sizes_wide=SIZES_WIDE, banks=BAN
                                            passes=int(o.get("passes", 1)), **({"topics": p[2]} if len(p) > 2 else {}),
                                            **({"bank_cache": str(o["bank_cache"])} if o.get("bank_cache") else {})))
                                    for _ in range(max(1, int(o.get("processes", 1))))]) for p in ann_sizes]
+    rec["switch"] = switch_model(rec["ann"])
     return rec
 
 
@@ -308,7 +337,7 @@ def _plot_size(ax, rec: dict) -> None:
 def merge(parts: list[dict]) -> dict:
     """One record of several runs' records (a curve run in pieces): the first part's settings, the
     size series' points of every part by width (sorted by size, the step model refitted), the
-    approximate points of every part (sorted by width and size), the banks and batch curves of the
+    approximate points of every part (sorted by width and size, the switch model refitted), the banks and batch curves of the
     first part that has them, and each part's command and machine under ``parts``."""
     if not parts:
         raise ValueError("merge needs at least one record")
@@ -322,6 +351,7 @@ def merge(parts: list[dict]) -> dict:
         pts = sorted(pts, key=lambda p: p.get("units", p["spec"]["units"]))
         out["size"][name] = {"points": pts, "model": step_model(pts)}
     out["ann"] = sorted((p for r in parts for p in r.get("ann", [])), key=lambda p: (p["spec"]["dim"], p["spec"]["units"]))
+    out["switch"] = switch_model(out["ann"])
     out["banks"] = next((r["banks"] for r in parts if r.get("banks")), [])
     out["batch_size"] = next((r["batch_size"] for r in parts if r.get("batch_size")), {})
     out["parts"] = [{"command": r.get("command"), "machine": r.get("machine"), "commit": r.get("commit")} for r in parts]

@@ -155,3 +155,31 @@ def test_over_processes_keeps_one_record_alone_and_reads_the_median_without_the_
     assert got["approx_ms_processes"] == {"median": 5.0, "min": 4.0, "max": 6.5, "n": 3, "p99_median": 10.0}
     failed = {"spec": {}, "error": "boom"}
     assert query.over_processes([failed, {"spec": {}, "error": "again"}]) is failed
+
+
+def test_switch_model_recovers_the_costs_behind_the_threshold():
+    """``switch_model`` fits ``a + N (b + c d)`` to both searches' p50s (what ``engine/plan.py``
+    ships as ``EXACT_MS`` / ``APPROX_MS``) and gives the threshold ``ann_threshold`` reads from them."""
+    from trawmem_gpu.select.engine.plan import ann_threshold
+
+    exact, approx = (0.5, 4e-5, 3e-7), (3.0, 1e-6, 1e-9)
+    cost = lambda f, n, d: f[0] + n * (f[1] + f[2] * d)  # noqa: E731
+    pts = [{"spec": {"dim": d}, "units": n, "exact_ms": cost(exact, n, d), "approx_ms": cost(approx, n, d)}
+           for n in (10_000, 100_000, 1_000_000) for d in (64, 384)]
+    pts.append({"spec": {"dim": 64}, "units": 5, "error": "killed"})
+    got = query.switch_model(pts)
+    for name, want in (("exact_ms", exact), ("approx_ms", approx)):
+        assert got[name] == pytest.approx(want, rel=1e-6)
+        assert max(abs(r) for r in got[name + "_residual"]) < 1e-6
+    assert got["threshold"] == {"64": ann_threshold(64, got["exact_ms"], got["approx_ms"]),
+                                "384": ann_threshold(384, got["exact_ms"], got["approx_ms"])}
+    n = got["threshold"]["384"]  # the smallest bank where exact costs twice the approximate search
+    assert cost(exact, n, 384) >= 2 * cost(approx, n, 384) > cost(exact, n - 1, 384)
+    assert query.switch_model(pts[:2]) == {}  # one size: the per-unit costs are not determined
+
+
+def test_ann_threshold_is_none_where_approximate_search_never_pays():
+    from trawmem_gpu.select.engine.plan import ann_threshold
+
+    assert ann_threshold(384, (1.0, 1e-5, 0.0), (2.0, 1e-5, 0.0)) is None  # the same cost per unit
+    assert ann_threshold(384, (5.0, 1e-5, 0.0), (1.0, 0.0, 0.0)) == 1  # cheaper at any size

@@ -117,20 +117,26 @@ def fused_terms_apply(fused: tuple[str, ...], cfg: SelectConfig) -> str | None:
 
 EXACT_MS = (2.0, 6.6e-5, 1.0e-6)
 """One query's exact CPU milliseconds on one thread as ``a + N (b + c d)`` for a bank of ``N``
-units of width ``d``: least squares over ``benchmarks/results/scale_query_full.json``'s exact
-points (the similarity GEMM costs ``c`` per unit and dimension, the rest of steps 1-3 ``b`` per unit)."""
-APPROX_MS = 12.0
-"""One query's approximate CPU milliseconds (nearly flat in ``N``: 11-12 ms at 10^5 units, d = 384,
-``benchmarks/results/large_bank_sweep.json``)."""
+units of width ``d`` (the similarity GEMM costs ``c`` per unit and dimension, the rest of steps
+1-3 ``b`` per unit) ..."""
+APPROX_MS = (12.0, 0.0, 0.0)
+"""... and its approximate ones, the same form: least squares (relative errors) over the exact and
+approximate times of the same banks, ``python -m benchmarks run scale-query``'s approximate points
+(``benchmarks/scale_bench/query.py``, ``switch_model``)."""
 ANN_SPEEDUP = 2.0
 """``auto`` searches approximately where exact search costs at least this many times as much."""
 
 
-def ann_threshold(d: int) -> int:
+def ann_threshold(d: int, exact=EXACT_MS, approx=APPROX_MS, speedup: float = ANN_SPEEDUP) -> int | None:
     """``EngineConfig.ann_min_units="auto"`` for vectors of width ``d``: the smallest bank whose
-    exact search costs ``ANN_SPEEDUP`` times the approximate one, by the fits above."""
-    a, b, c = EXACT_MS
-    return int(np.ceil(max(ANN_SPEEDUP * APPROX_MS - a, 0.0) / (b + c * max(int(d), 1))))
+    exact search costs ``speedup`` times the approximate one by the fits (``exact`` / ``approx``:
+    ``(a, b, c)`` of ``a + N (b + c d)`` ms), or None where it never does (every bank exact)."""
+    d = max(int(d), 1)
+    fixed = speedup * approx[0] - exact[0]
+    slope = (exact[1] + exact[2] * d) - speedup * (approx[1] + approx[2] * d)
+    if fixed <= 0.0:
+        return 1
+    return int(np.ceil(fixed / slope)) if slope > 0.0 else None
 
 
 def _ann_min_units(ec: EngineConfig, banks) -> int | None:
