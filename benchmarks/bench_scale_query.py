@@ -38,7 +38,8 @@ def _realtext(args) -> int:
         print(f"--realtext must be at least 1 unit, got {args.realtext}", file=sys.stderr)
         return 2
     data = harness.require_data(args.data or harness.dev_data("locomo"))
-    spec = dict(units=args.realtext, data=str(Path(data).resolve()), rounds=args.rounds, seed=7, batch=64)
+    spec = dict(units=args.realtext, data=str(Path(data).resolve()), rounds=args.rounds, seed=7, batch=64,
+                passes=args.passes)
     rec = query._child(spec, args.timeout, module="benchmarks.scale_bench.realtext_ann")
     if "error" in rec:
         print(f"real-text check failed: {rec['error']}", file=sys.stderr)

@@ -67,7 +67,8 @@ def _bank(n: int, path: Path):
 
 
 def point(spec: dict) -> dict:
-    """Measure the check (``spec``: ``units``, ``data`` path, ``rounds``, ``seed``, ``batch``)."""
+    """Measure the check (``spec``: ``units``, ``data`` path, ``rounds``, ``seed``, ``batch``,
+    ``passes``: ``ann.exact_beside``'s)."""
     import numpy as np
 
     from trawmem_gpu.select.config import SelectConfig
@@ -87,7 +88,7 @@ def point(spec: dict) -> dict:
         t = time.perf_counter()
         ap = SelectionEngine([bank], SelectConfig(), device="cpu", threads=1, ann_min_units=1)
         engine_s = time.perf_counter() - t
-        rec, (pa, pe, ca, ce) = exact_beside(ap, ids, qs, Z, int(spec.get("batch", 64)))
+        rec, (pa, pe, ca, ce) = exact_beside(ap, ids, qs, Z, int(spec.get("batch", 64)), int(spec.get("passes", 1)))
         keys = [t.turn_id.split(":", 1)[1] for t in bank.turns]
         by_text = {"candidates": text_agreement(ca, ce, keys), "picks": text_agreement(pa, pe, keys)}
     rec["settings"].update(encoder=enc.id, dim=int(Z.shape[1]))
