@@ -183,3 +183,22 @@ def test_ann_threshold_is_none_where_approximate_search_never_pays():
 
     assert ann_threshold(384, (1.0, 1e-5, 0.0), (2.0, 1e-5, 0.0)) is None  # the same cost per unit
     assert ann_threshold(384, (5.0, 1e-5, 0.0), (1.0, 0.0, 0.0)) == 1  # cheaper at any size
+
+
+def test_the_shipped_switch_costs_are_the_saved_runs_fit():
+    """``engine/plan.py``'s ``EXACT_MS`` / ``APPROX_MS`` are the ``switch`` fit of the run its
+    docstring names (to three significant figures), so the threshold follows a measurement."""
+    import json
+    from pathlib import Path
+
+    from trawmem_gpu.select.engine import plan
+
+    rec = json.loads((Path(__file__).resolve().parents[2] / "benchmarks/results/scale_query_stop60.json").read_text())
+    again = query.switch_model(rec["ann"])
+    assert again["threshold"] == rec["switch"]["threshold"]
+    for k in ("exact_ms", "approx_ms"):
+        assert again[k] == pytest.approx(rec["switch"][k], rel=1e-9)
+    for shipped, fit in ((plan.EXACT_MS, rec["switch"]["exact_ms"]), (plan.APPROX_MS, rec["switch"]["approx_ms"])):
+        assert shipped == pytest.approx(fit, rel=5e-3)
+    for d, n in rec["switch"]["threshold"].items():
+        assert plan.ann_threshold(int(d)) == pytest.approx(n, rel=5e-3)
