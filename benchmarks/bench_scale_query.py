@@ -83,6 +83,9 @@ def main(argv=None) -> int:
     ap.add_argument("--name", default="scale_query", help="results file name")
     ap.add_argument("--out-dir", default=None)
     args = ap.parse_args(argv)
+    for flag in ("passes", "processes"):
+        if getattr(args, flag) < 1:
+            ap.error(f"--{flag} must be at least 1, got {getattr(args, flag)}")
     if args.dev_quality:
         from .scale_bench.ann import dev_quality
 

@@ -163,8 +163,9 @@ def exact_beside(ap, ids, qs, Z, batch: int, passes: int = 1) -> tuple[dict, tup
     whose plan has no threshold: one copy of a large bank in memory), on the queries ``ids / qs /
     Z`` (the first two warm both up; the first approximate query's time, the index's build, is
     ``first_approx_query_s``): latencies (the approximate ones over ``passes`` passes of the
-    queries, each pass's median in ``approx_pass_ms``; the exact ones over one), throughput in batches of ``batch``, the candidate pool's
-    and the picks' agreement ``|A & E| / |E|``, the index's time per append, the settings; and
+    queries, each pass's median in ``approx_pass_ms``; the exact ones over one), throughput in
+    batches of ``batch``, the candidate pool's and the picks' agreement ``|A & E| / |E|``, the
+    index's time per append, the settings; and
     ``(approx picks, exact picks, approx candidates, exact candidates)``."""
     import numpy as np
 

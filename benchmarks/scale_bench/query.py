@@ -337,8 +337,9 @@ def _plot_size(ax, rec: dict) -> None:
 def merge(parts: list[dict]) -> dict:
     """One record of several runs' records (a curve run in pieces): the first part's settings, the
     size series' points of every part by width (sorted by size, the step model refitted), the
-    approximate points of every part (sorted by width and size, the switch model refitted), the banks and batch curves of the
-    first part that has them, and each part's command and machine under ``parts``."""
+    approximate points of every part (sorted by width and size, the switch model refitted), the
+    banks and batch curves of the first part that has them, and each part's command and machine
+    under ``parts``."""
     if not parts:
         raise ValueError("merge needs at least one record")
     out = {k: v for k, v in parts[0].items() if k not in ("size", "ann", "banks", "batch_size", "machine", "command", "commit")}

@@ -202,3 +202,12 @@ def test_the_shipped_switch_costs_are_the_saved_runs_fit():
         assert shipped == pytest.approx(fit, rel=5e-3)
     for d, n in rec["switch"]["threshold"].items():
         assert plan.ann_threshold(int(d)) == pytest.approx(n, rel=5e-3)
+
+
+@pytest.mark.parametrize("flag", ["--passes", "--processes"])
+def test_scale_query_refuses_fewer_than_one_pass_or_process(flag, capsys):
+    from benchmarks import bench_scale_query
+
+    with pytest.raises(SystemExit) as e:
+        bench_scale_query.main(["--only", "ann", flag, "0"])
+    assert e.value.code == 2 and f"{flag} must be at least 1, got 0" in capsys.readouterr().err
