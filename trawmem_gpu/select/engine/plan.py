@@ -115,16 +115,16 @@ def fused_terms_apply(fused: tuple[str, ...], cfg: SelectConfig) -> str | None:
     return None
 
 
-EXACT_MS = (0.378, 5.61e-5, 3.52e-7)
+EXACT_MS = (0.255, 6.60e-5, 3.36e-7)
 """One query's exact CPU milliseconds on one thread as ``a + N (b + c d)`` for a bank of ``N``
 units of width ``d`` (the similarity GEMM costs ``c`` per unit and dimension, the rest of steps
 1-3 ``b`` per unit) ..."""
-APPROX_MS = (3.02, -2.62e-6, 1.26e-8)
+APPROX_MS = (2.86, 2.75e-7, 5.73e-9)
 """... and its approximate ones, the same form: least squares (relative errors) over the exact and
 approximate p50s of the same banks, ``python -m benchmarks run scale-query``'s approximate points
 (``benchmarks/scale_bench/query.py``, ``switch_model``): ``benchmarks/results/scale_query_stop60.json``'s
-``switch``, 10^4 to 3 x 10^5 units at d = 64 and 384 and 10^6 at 384, one topic per 1,000 units
-(the approximate cost is nearly flat, 2.4-5.0 ms: its per-unit terms are within the fit's noise).
+``switch``, 10^4 to 10^6 units at d = 64 and 384, one topic per 1,000 units (the approximate
+cost is nearly flat, 2.4-5.0 ms).
 Refit them from a new run when either path changes."""
 ANN_SPEEDUP = 2.0
 """``auto`` searches approximately where exact search costs at least this many times as much."""
