@@ -32,6 +32,7 @@ from .._jit import njit
 from ..steps.candidates import GivenRanks
 from ..steps.relevance import LearnedQueries, LearnedTables, no_learned_tables
 from .tables import Offsets, Snapshot
+from .working_set import starts as _starts
 
 
 class Rows(NamedTuple):
@@ -147,13 +148,6 @@ def packed_length(nbr, row):  # pragma: no cover - compiled
     while k < nbr.shape[1] and nbr[row, k] >= 0:
         k += 1
     return k
-
-
-def _starts(lens: np.ndarray) -> np.ndarray:
-    """``[len(lens) + 1]`` int64: 0 then the running sums of ``lens`` (each part's start, then the end)."""
-    out = np.zeros(len(lens) + 1, np.int64)
-    np.cumsum(lens, out=out[1:])
-    return out
 
 
 def _cat(xs: list, dtype, empty: tuple = (0,)) -> np.ndarray:

@@ -199,12 +199,13 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
 
 
 def grown(snap: Snapshot, short: Shortlist, bank: int, more: np.ndarray, z: np.ndarray) -> Shortlist:
-    """``short`` with the units ``more`` (bank-local, ascending and unique) in its working set too,
+    """``short`` with the units ``more`` (bank-local, ascending and unique, none of them in ``W``:
+    ``working_set.missing_units``, which already takes ``W`` away) in its working set too,
     their cosines with ``z`` and BM25 computed (the others' kept), and, when ``short`` holds its ranks and they are
     the bank's (an unmasked query: :func:`given_ranks` ranks each unit on its own, by the index's
     proposals, the rank sample and the query's BM25 table), the added units' ranks (the others'
     kept). A masked query's cosine ranks are among ``W``, so they are ranked again."""
-    new = working_set.absent(np.ascontiguousarray(more, dtype=np.int64), np.ascontiguousarray(short.units, dtype=np.int64))
+    new = np.ascontiguousarray(more, dtype=np.int64)
     cos = np.empty(len(new))
     vecs, base = unit_block(snap, bank)
     _gather_dots(vecs, base + new, np.zeros(len(new), np.int64), z[None, :], cos, PREFETCH_ROWS)

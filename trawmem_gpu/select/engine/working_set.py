@@ -190,7 +190,15 @@ def threads_units(offsets: np.ndarray, threads: np.ndarray) -> np.ndarray:
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """The integers of ``[lo[i], hi[i])``, range after range."""
     lens = (hi - lo).astype(np.int64)
-    return np.repeat(lo - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(int(lens.sum()))
+    at = starts(lens)
+    return np.repeat(lo - at[:-1], lens) + np.arange(int(at[-1]))
+
+
+def starts(lens: np.ndarray) -> np.ndarray:
+    """``[len(lens) + 1]`` int64: 0 then the running sums of ``lens`` (each part's start, then the end)."""
+    out = np.zeros(len(lens) + 1, np.int64)
+    np.cumsum(lens, out=out[1:])
+    return out
 
 
 def missing_threads(offsets: np.ndarray, w: np.ndarray, hthread: np.ndarray) -> np.ndarray:
