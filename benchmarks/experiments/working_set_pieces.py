@@ -54,7 +54,7 @@ def timed_working_sets(snap, plan, Z, bidx, tok, context, masks=None, into=None)
     near, heads, sample = [None] * len(bidx), [None] * len(bidx), [None] * len(bidx)
     for bank in np.unique(bidx).tolist():
         rows = np.flatnonzero(bidx == bank)
-        index, rows_b, sample_vecs = sl.unit_index(snap, bank, plan.ann_kind, False, plan.ann_vectors)
+        index, rows_b, rsample = sl.unit_index(snap, bank, plan.ann_kind, False, plan.ann_vectors)
         vecs, base = unit_block(snap, bank)
         tick("unit_index")
         z32 = np.ascontiguousarray(Z[rows], dtype=np.float32)
@@ -72,8 +72,7 @@ def timed_working_sets(snap, plan, Z, bidx, tok, context, masks=None, into=None)
             near[r], heads[r] = working_set.head_order(c, i, M)
             tick("head_order")
         for r in rows.tolist():
-            dots = np.empty(len(sample_vecs), np.float32)
-            sl._sample_dots(sample_vecs, np.ascontiguousarray(Z[r], dtype=np.float32), dots)
+            dots = sl.sample_dots(rsample, Z[r])
             tick("sample_dots")
             dots.sort()
             sample[r] = (dots, rows_b)
@@ -143,9 +142,10 @@ def index_file(cache: str, N: int, d: int, top: int, kind: str = "ivf") -> str:
 def plant_index(eng, path: str, kind: str, sample_size: int):
     """The faiss index at ``path`` (over bank 0's units, as :func:`index_file` names it) planted as
     the engine's unit index of bank 0 with a rank sample of ``sample_size`` units, as
-    ``shortlist.unit_index`` would keep them (no build): ``(VectorIndex, sample, sample vectors)``."""
+    ``shortlist.unit_index`` would keep them (no build): ``(VectorIndex, sample, RankSample)``."""
     import faiss
 
+    from trawmem_gpu.select.engine import shortlist as sl
     from trawmem_gpu.select.engine.tables import unit_block
     from trawmem_gpu.select.steps import ann
 
@@ -162,7 +162,7 @@ def plant_index(eng, path: str, kind: str, sample_size: int):
     rng = np.random.default_rng(0)
     sample = np.sort(rng.choice(N, sample_size, replace=False)) if sample_size < N else np.arange(N)
     vecs, base = unit_block(snap, 0)  # a mapped bank's table rows are a hole: its own vectors
-    ent = (vi, sample, np.ascontiguousarray(vecs[base + sample], dtype=np.float32))
+    ent = (vi, sample, sl.rank_sample(sample, vecs[base + sample]))
     snap.infos[0].cache[("unit_index", eng.plan.ann_kind)] = ent
     return ent
 

@@ -39,7 +39,7 @@ def _pieces(tm: Timer, sl, orig, call) -> None:
 
     snap, plan, Zc, bidx, tok, context, *rest = call
     tm("working_sets", lambda: orig(snap, plan, Zc, bidx, tok, context, *rest))
-    index, rows_b, svec = sl.unit_index(snap, 0, plan.ann_kind, False, plan.ann_vectors)
+    index, rows_b, rsample = sl.unit_index(snap, 0, plan.ann_kind, False, plan.ann_vectors)
     vecs, base = unit_block(snap, 0)
     params = AnnParams(plan.ann_nprobe, plan.ann_ef_search)
     _, I = tm("ivf_search", lambda: index.search(Zc, 1024, params))
@@ -48,8 +48,7 @@ def _pieces(tm: Timer, sl, orig, call) -> None:
     tm("head_dots", lambda: sl._gather_dots(vecs, base + i, np.zeros(len(i), np.int64), Zc, c, sl.PREFETCH_ROWS))
     tm("head_order", lambda: (np.lexsort((i, -c)), np.stack([c, i.astype(float)])))
     z32 = np.ascontiguousarray(Zc[0], dtype=np.float32)
-    d = np.empty(len(svec), np.float32)
-    tm("sample_dots", lambda: sl._sample_dots(svec, z32, d))
+    d = tm("sample_dots", lambda: sl.sample_dots(rsample, z32))
     tm("sample_sort", lambda: np.sort(d))
     sh = orig(snap, plan, Zc, bidx, tok, context, *rest)[0]
     W = sh.units

@@ -45,6 +45,7 @@ from ..steps.candidates import GivenRanks
 from ..steps.relevance import LearnedQueries, LearnedTables, no_learned_tables
 from . import assembly, ranks, working_set
 from .compiled_args import NO_THREADS
+from .rank_sample import RankSample, dots as sample_dots, rank_sample
 from .lexical_shortlist import Lexical, lexical, ranks_of, scores_at, scores_of, warm
 from .tables import Offsets, Snapshot, unit_block
 
@@ -98,11 +99,11 @@ class Shortlist(NamedTuple):
 
 
 def unit_index(snap: Snapshot, bank: int, kind: str, use_gpu: bool, vectors: str = "float32"
-               ) -> tuple[VectorIndex, np.ndarray, np.ndarray]:
-    """The bank's approximate index over its unit vectors and its rank sample's vectors (``[<=
-    RANK_SAMPLE, d]``, contiguous), built on first use and kept with the bank's ``BankInfo`` (a
-    later snapshot of the same bank object reuses them); an appended bank's index is the old one
-    grown (``bank_tables.grown_indexes``), not rebuilt."""
+               ) -> tuple[VectorIndex, np.ndarray, RankSample]:
+    """The bank's approximate index over its unit vectors, its rank sample's units and the sample
+    (``rank_sample.RankSample``: at most ``RANK_SAMPLE`` units, int8 codes), built on first use and
+    kept with the bank's ``BankInfo`` (a later snapshot of the same bank object reuses them); an
+    appended bank's index is the old one grown (``bank_tables.grown_indexes``), not rebuilt."""
     info = snap.infos[bank]
     key = ("unit_index", kind) + (() if vectors == "float32" else (vectors,))
     with _LOCK:
@@ -114,7 +115,8 @@ def unit_index(snap: Snapshot, bank: int, kind: str, use_gpu: bool, vectors: str
             sample = a + (np.arange(n) if n <= RANK_SAMPLE else np.sort(rng.choice(n, RANK_SAMPLE, replace=False)))
             index = info.cache.pop(("grown", *key), None) or VectorIndex(
                 vecs[a:a + n], kind, use_gpu, vectors=vectors, rerank=info.bank.unit_vecs)  # compact: re-ranked in float32
-            got = info.cache[key] = (index, sample - a, np.ascontiguousarray(vecs[sample], dtype=np.float32))
+            rs = rank_sample(sample - a, vecs[sample])
+            got = info.cache[key] = (index, rs.units, rs)
         return got
 
 
@@ -150,7 +152,7 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
     masks = masks if masks is not None else [None] * len(bidx)
     for bank in np.unique(bidx).tolist():
         rows = np.flatnonzero(bidx == bank)
-        index, rows_b, sample_vecs = unit_index(snap, bank, plan.ann_kind, plan.device.type == "cuda", plan.ann_vectors)
+        index, rows_b, rsample = unit_index(snap, bank, plan.ann_kind, plan.device.type == "cuda", plan.ann_vectors)
         vecs, base = unit_block(snap, bank)
         plain = [r for r in rows.tolist() if masks[r] is None]
         if plain:
@@ -172,9 +174,8 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
         for r in rows.tolist():
             if masks[r] is not None:
                 near[r] = _near_passing(index, Z[r], masks[r], M, params)
-        for r in rows.tolist():  # an estimate of ranks: float32 is enough (one order of sums: no BLAS threads)
-            dots = np.empty(len(sample_vecs), np.float32)
-            _sample_dots(sample_vecs, np.ascontiguousarray(Z[r], dtype=np.float32), dots)
+        for r in rows.tolist():  # an estimate of ranks: int8 codes are enough (``rank_sample``)
+            dots = sample_dots(rsample, Z[r])
             dots.sort()
             sample[r] = (dots, rows_b)
     ptr, ids = tok
@@ -366,16 +367,6 @@ def _known_dots(vecs, base, W, z, ku, kc, out, ahead):  # pragma: no cover - com
             out[i] = kc[k]
         else:
             out[i] = _row_dot(vecs[base + W[i]], z)
-
-
-@njit(cache=True, nogil=True, fastmath={"reassoc", "nsz", "contract"})
-def _sample_dots(S, z, out):  # pragma: no cover - compiled
-    """``out[i] = S[i] . z`` in float32, one thread."""
-    for i in range(S.shape[0]):
-        acc = np.float32(0.0)
-        for k in range(S.shape[1]):
-            acc += S[i, k] * z[k]
-        out[i] = acc
 
 
 def _learned(snap: Snapshot, bidx, W, glob, lq, learned: bool):
