@@ -10,7 +10,6 @@ at 10^6 on this host). Output: one JSON object (``OUT`` appends it to a JSON-lin
 """
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import sys
@@ -21,6 +20,7 @@ import numpy as np
 
 def main() -> None:
     from benchmarks import harness
+    from benchmarks.experiments.working_set_pieces import emit
     from benchmarks.synthetic_banks import make_queries
     from trawmem_gpu.select.config import SelectConfig
     from trawmem_gpu.select.engine import SelectionEngine
@@ -79,10 +79,7 @@ def main() -> None:
                arms={a: dict(p50=[x[0] for x in v], p99=[x[1] for x in v],
                              p50_median=round(float(np.median([x[0] for x in v])), 3),
                              p99_median=round(float(np.median([x[1] for x in v])), 2)) for a, v in res.items()})
-    print(json.dumps(out), flush=True)
-    if os.environ.get("OUT"):
-        with open(os.environ["OUT"], "a") as f:
-            f.write(json.dumps(out) + "\n")
+    emit(out)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ def _agree(eng, ids, qs, Z, picks, pe, ce) -> dict:
 
 def main() -> None:
     from benchmarks import harness
-    from benchmarks.experiments.working_set_pieces import load
+    from benchmarks.experiments.working_set_pieces import emit, load
     from trawmem_gpu.select.engine import rank_sample as rs
     from trawmem_gpu.select.engine.tables import unit_block
 
@@ -74,10 +74,7 @@ def main() -> None:
                              p99_median=round(float(np.median([r["p99"] for r in rows[a]])), 2),
                              sample_dots_ms=round(float(np.median([r["sample_dots_ms"] for r in rows[a]])), 4))
                      for a in arms})
-    print(json.dumps(out), flush=True)
-    if os.environ.get("OUT"):
-        with open(os.environ["OUT"], "a") as f:
-            f.write(json.dumps(out) + "\n")
+    emit(out)
 
 
 if __name__ == "__main__":

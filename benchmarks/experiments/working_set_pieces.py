@@ -102,6 +102,14 @@ def timed_working_sets(snap, plan, Z, bidx, tok, context, masks=None, into=None)
     return out
 
 
+def emit(out: dict) -> None:
+    """Print one run's JSON object and, with ``OUT``, append it to that JSON-lines file."""
+    print(json.dumps(out), flush=True)
+    if os.environ.get("OUT"):
+        with open(os.environ["OUT"], "a") as f:
+            f.write(json.dumps(out) + "\n")
+
+
 def _same(a, b) -> bool:
     """Two shortlists with equal arrays (the BM25 reading compared by its top and units)."""
     arrs = ("units", "head", "sample", "cos", "bm", "cols")
@@ -250,10 +258,7 @@ def main() -> None:
                              select_p50_rounds=[round(w, 2) for w in whole[a]], nprobe=int(ents[a][1]),
                              nlist=int(ents[a][0][0].nlist), **agree[a]) for a in arms},
                load=os.getloadavg()[0])
-    print(json.dumps(out), flush=True)
-    if os.environ.get("OUT"):
-        with open(os.environ["OUT"], "a") as f:
-            f.write(json.dumps(out) + "\n")
+    emit(out)
 
 
 if __name__ == "__main__":
