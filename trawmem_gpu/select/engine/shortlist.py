@@ -45,8 +45,8 @@ from ..steps.candidates import GivenRanks
 from ..steps.relevance import LearnedQueries, LearnedTables, no_learned_tables
 from . import assembly, ranks, working_set
 from .compiled_args import NO_THREADS
-from .rank_sample import RankSample, dots as sample_dots, rank_sample
 from .lexical_shortlist import Lexical, lexical, ranks_of, scores_at, scores_of, warm
+from .rank_sample import RankSample, dots as sample_dots, rank_sample
 from .tables import Offsets, Snapshot, unit_block
 
 ROUNDS = 3
