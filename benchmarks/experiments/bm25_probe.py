@@ -19,7 +19,6 @@ import json
 import os
 import pickle
 import sys
-import threading
 import time
 
 import numpy as np
@@ -30,9 +29,7 @@ def dump(path: str) -> None:
     from benchmarks.synthetic_banks import make_queries
     from trawmem_gpu.select.config import SelectConfig
     from trawmem_gpu.select.engine import SelectionEngine, shortlist as sl, lexical_shortlist as lx
-    from trawmem_gpu.select.engine.tables import unit_block
-    from trawmem_gpu.select.steps.ann import VectorIndex
-    import faiss
+    from benchmarks.experiments.working_set_pieces import plant_index
 
     N, top, cache = int(os.environ.get("N", 1000000)), int(os.environ.get("TOPICS", 1000)), os.environ.get("CACHE", "/tmp")
     nq = int(os.environ.get("NQ", 40))
@@ -75,13 +72,7 @@ def dump(path: str) -> None:
 
     with harness.pin_threads(1):
         eng = SelectionEngine(banks, SelectConfig(), device="cpu", threads=1, ann_min_units=1, ann_index="ivf")
-        snap = eng.snapshot
-        vi = object.__new__(VectorIndex); vi.index = faiss.read_index(ipath); vi.kind = "ivf"; vi.gpu = False
-        vi.n, vi.d, vi.lock = N, 384, threading.Lock(); vi.nlist = getattr(vi.index, "nlist", 0)
-        vi.vectors, vi.rerank, vi.labels, vi._live = "float32", None, None, None
-        sample = np.sort(np.random.default_rng(0).choice(N, sl.RANK_SAMPLE, replace=False))
-        vecs, base = unit_block(snap, 0)
-        snap.infos[0].cache[("unit_index", eng.plan.ann_kind)] = (vi, sample, np.ascontiguousarray(vecs[base + sample], dtype=np.float32))
+        plant_index(eng, ipath, "ivf", sl.RANK_SAMPLE)  # the cached index and the engine's rank sample
         print("loaded", round(time.time() - t, 1), flush=True)
         sl.lexical, sl.ranks_of, sl.scores_at = lex_spy, ranks_spy, scores_spy
         for i in range(2, nq + 2):

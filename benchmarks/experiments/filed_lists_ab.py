@@ -20,7 +20,7 @@ import numpy as np
 
 def main() -> None:
     from benchmarks import harness
-    from benchmarks.experiments.working_set_pieces import emit
+    from benchmarks.experiments.working_set_pieces import emit, timed_picks
     from benchmarks.synthetic_banks import make_queries
     from trawmem_gpu.select.config import SelectConfig
     from trawmem_gpu.select.engine import SelectionEngine
@@ -65,12 +65,7 @@ def main() -> None:
         for rnd in range(rounds):
             for arm in (list(arms) if rnd % 2 == 0 else list(arms)[::-1]):
                 eng.snapshot.infos[0].cache[key] = arms[arm]
-                ts, pk = [], []
-                for i in range(2, nq + 2):
-                    c = time.thread_time()
-                    pk.append(eng.select_units(ids[i:i + 1], qs[i:i + 1], Z[i:i + 1])[0])
-                    ts.append(time.thread_time() - c)
-                ms = 1e3 * np.array(ts)
+                ms, pk = timed_picks(eng, ids, qs, Z)
                 res[arm].append((round(float(np.median(ms)), 3), round(float(np.percentile(ms, 99)), 2)))
                 picks[arm] = pk
                 print(rnd, arm, res[arm][-1], flush=True)

@@ -11,27 +11,17 @@ read as a query leaves it). Output: one JSON object per run (``OUT`` appends it 
 """
 from __future__ import annotations
 
-import copy
 import json
 import os
 import sys
 import time
-from dataclasses import replace
 
 import numpy as np
 
 
-def _agree(eng, ids, qs, Z, picks, pe, ce) -> dict:
-    """Pool and picks against exact search's: ``|A & E| / |E|`` per query, mean; identical picks."""
-    ca = eng.candidate_sets(ids[2:], qs[2:], Z[2:])
-    return dict(pool=round(float(np.mean([len(np.intersect1d(a, b)) / max(1, len(b)) for a, b in zip(ca, ce)])), 4),
-                picks=round(float(np.mean([len(set(a) & set(b)) / max(1, len(b)) for a, b in zip(picks, pe)])), 4),
-                same=float(np.mean([a == b for a, b in zip(picks, pe)])))
-
-
 def main() -> None:
     from benchmarks import harness
-    from benchmarks.experiments.working_set_pieces import emit, load
+    from benchmarks.experiments.working_set_pieces import agreement, emit, exact_reference, load, timed_picks
     from trawmem_gpu.select.engine import rank_sample as rs
     from trawmem_gpu.select.engine.tables import unit_block
 
@@ -42,34 +32,28 @@ def main() -> None:
         _, eng, (ids, qs, Z), ent = load(N, d)
         key = ("unit_index", eng.plan.ann_kind)
         vecs, base = unit_block(eng.snapshot, 0)
-        ents = {a: ent[:2] + (rs.rank_sample(ent[1], vecs[base + ent[1]], codes=a),) for a in arms}
+        units = ent[1].units
+        ents = {a: (ent[0], rs.rank_sample(units, vecs[base + units], codes=a)) for a in arms}
         eng.select_units(ids[:2], qs[:2], Z[:2])
-        ex = copy.copy(eng)
-        ex.plan = replace(eng.plan, ann_min_units=None)
-        pe = [ex.select_units(ids[i:i + 1], qs[i:i + 1], Z[i:i + 1])[0] for i in range(2, len(ids))]
-        ce = ex.candidate_sets(ids[2:], qs[2:], Z[2:])
+        exact = exact_reference(eng, ids, qs, Z)
         junk = np.ones(1 << 22, np.float32)
         rows: dict = {a: [] for a in arms}
         for rnd in range(rounds):
             for arm in (arms if rnd % 2 == 0 else arms[::-1]):
                 eng.snapshot.infos[0].cache[key] = ents[arm]
-                ts, picks, dt = [], [], []
-                for i in range(2, len(ids)):
-                    c = time.thread_time()
-                    picks.append(eng.select_units(ids[i:i + 1], qs[i:i + 1], Z[i:i + 1])[0])
-                    ts.append(time.thread_time() - c)
+                ms, picks = timed_picks(eng, ids, qs, Z)
+                dt = []
                 for i in range(2, len(ids)):
                     junk[::16] += 1.0
                     c = time.thread_time()
-                    rs.dots(ents[arm][2], Z[i])
+                    rs.dots(ents[arm][1], Z[i])
                     dt.append(time.thread_time() - c)
-                ms = 1e3 * np.array(ts)
                 row = dict(p50=round(float(np.median(ms)), 3), p99=round(float(np.percentile(ms, 99)), 2),
-                           sample_dots_ms=round(1e3 * float(np.median(dt)), 4), **_agree(eng, ids, qs, Z, picks, pe, ce))
+                           sample_dots_ms=round(1e3 * float(np.median(dt)), 4), **agreement(eng, ids, qs, Z, picks, exact))
                 rows[arm].append(row)
                 print(rnd, arm, json.dumps(row), flush=True)
     out = dict(units=N, dim=d, queries=len(ids) - 2, rounds=rounds, load=os.getloadavg()[0],
-               sample=int(len(ent[1])), sample_mib={a: round(ents[a][2].codes.nbytes / 2 ** 20, 2) for a in arms},
+               sample=int(len(units)), sample_mib={a: round(ents[a][1].codes.nbytes / 2 ** 20, 2) for a in arms},
                arms={a: dict(rows=rows[a], p50_median=round(float(np.median([r["p50"] for r in rows[a]])), 3),
                              p99_median=round(float(np.median([r["p99"] for r in rows[a]])), 2),
                              sample_dots_ms=round(float(np.median([r["sample_dots_ms"] for r in rows[a]])), 4))

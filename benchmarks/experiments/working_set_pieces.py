@@ -54,7 +54,7 @@ def timed_working_sets(snap, plan, Z, bidx, tok, context, masks=None, into=None)
     near, heads, sample = [None] * len(bidx), [None] * len(bidx), [None] * len(bidx)
     for bank in np.unique(bidx).tolist():
         rows = np.flatnonzero(bidx == bank)
-        index, rows_b, rsample = sl.unit_index(snap, bank, plan.ann_kind, False, plan.ann_vectors)
+        index, rsample = sl.unit_index(snap, bank, plan.ann_kind, False, plan.ann_vectors)
         vecs, base = unit_block(snap, bank)
         tick("unit_index")
         z32 = np.ascontiguousarray(Z[rows], dtype=np.float32)
@@ -75,7 +75,7 @@ def timed_working_sets(snap, plan, Z, bidx, tok, context, masks=None, into=None)
             dots = sl.sample_dots(rsample, Z[r])
             tick("sample_dots")
             dots.sort()
-            sample[r] = (dots, rows_b)
+            sample[r] = (dots, rsample.units)
             tick("sample_sort")
     ptr, ids = tok
     out = []
@@ -100,6 +100,34 @@ def timed_working_sets(snap, plan, Z, bidx, tok, context, masks=None, into=None)
                                 bm, cols))
         tick("edge")
     return out
+
+
+def timed_picks(eng, ids, qs, Z) -> tuple[np.ndarray, list]:
+    """``(CPU ms per query, picks)`` of queries ``2..`` one at a time (``time.thread_time``)."""
+    ts, picks = [], []
+    for i in range(2, len(ids)):
+        c = time.thread_time()
+        picks.append(eng.select_units(ids[i:i + 1], qs[i:i + 1], Z[i:i + 1])[0])
+        ts.append(time.thread_time() - c)
+    return 1e3 * np.array(ts), picks
+
+
+def exact_reference(eng, ids, qs, Z) -> tuple[list, list]:
+    """``(picks, candidate pools)`` of queries ``2..`` searched exactly (``eng`` with no threshold)."""
+    ex = copy.copy(eng)
+    ex.plan = replace(eng.plan, ann_min_units=None)
+    return ([ex.select_units(ids[i:i + 1], qs[i:i + 1], Z[i:i + 1])[0] for i in range(2, len(ids))],
+            ex.candidate_sets(ids[2:], qs[2:], Z[2:]))
+
+
+def agreement(eng, ids, qs, Z, picks, exact) -> dict:
+    """Pool and picks of queries ``2..`` against :func:`exact_reference`'s ``exact``: ``|A & E| /
+    |E|`` per query, mean; and the share of identical picks."""
+    pe, ce = exact
+    ca = eng.candidate_sets(ids[2:], qs[2:], Z[2:])
+    return dict(pool=round(float(np.mean([len(np.intersect1d(a, b)) / max(1, len(b)) for a, b in zip(ca, ce)])), 4),
+                picks=round(float(np.mean([len(set(a) & set(b)) / max(1, len(b)) for a, b in zip(picks, pe)])), 4),
+                same=float(np.mean([a == b for a, b in zip(picks, pe)])))
 
 
 def emit(out: dict) -> None:
@@ -150,7 +178,7 @@ def index_file(cache: str, N: int, d: int, top: int, kind: str = "ivf") -> str:
 def plant_index(eng, path: str, kind: str, sample_size: int):
     """The faiss index at ``path`` (over bank 0's units, as :func:`index_file` names it) planted as
     the engine's unit index of bank 0 with a rank sample of ``sample_size`` units, as
-    ``shortlist.unit_index`` would keep them (no build): ``(VectorIndex, sample, RankSample)``."""
+    ``shortlist.unit_index`` would keep them (no build): ``(VectorIndex, RankSample)``."""
     import faiss
 
     from trawmem_gpu.select.engine import shortlist as sl
@@ -170,7 +198,7 @@ def plant_index(eng, path: str, kind: str, sample_size: int):
     rng = np.random.default_rng(0)
     sample = np.sort(rng.choice(N, sample_size, replace=False)) if sample_size < N else np.arange(N)
     vecs, base = unit_block(snap, 0)  # a mapped bank's table rows are a hole: its own vectors
-    ent = (vi, sample, sl.rank_sample(sample, vecs[base + sample]))
+    ent = (vi, sl.rank_sample(sample, vecs[base + sample]))
     snap.infos[0].cache[("unit_index", eng.plan.ann_kind)] = ent
     return ent
 
@@ -211,10 +239,7 @@ def main() -> None:
             t = time.time()
             ents["alt"] = (alt_index(eng, ent, float(os.environ["ALT_ROOT"])), int(os.environ["ALT_NPROBE"]))
             print("alt index", ents["alt"][0][0].nlist, "lists", round(time.time() - t, 1), "s", flush=True)
-        ex = copy.copy(eng)
-        ex.plan = replace(plan, ann_min_units=None)
-        pe = [ex.select_units(ids[i:i + 1], qs[i:i + 1], Z[i:i + 1])[0] for i in range(2, len(ids))]
-        ce = ex.candidate_sets(ids[2:], qs[2:], Z[2:])
+        exact = exact_reference(eng, ids, qs, Z)
         for rnd in range(rounds):
             for arm in arms:
                 working_set.COMPILED = arm != "plain"
@@ -231,22 +256,13 @@ def main() -> None:
                     return got
 
                 sl.working_sets = spy
-                t_q, pa = [], []
-                for i in range(2, len(ids)):
-                    c = time.thread_time()
-                    pa.append(eng.select_units(ids[i:i + 1], qs[i:i + 1], Z[i:i + 1])[0])
-                    t_q.append(time.thread_time() - c)
+                t_q, pa = timed_picks(eng, ids, qs, Z)
                 sl.working_sets = orig
                 if rnd == 0:  # agreement with exact: |A & E| / |E| per query, mean (pool and picks)
-                    ca = eng.candidate_sets(ids[2:], qs[2:], Z[2:])
-                    agree[arm] = dict(pool=round(float(np.mean([len(np.intersect1d(a, b)) / max(1, len(b))
-                                                                 for a, b in zip(ca, ce)])), 4),
-                                      picks=round(float(np.mean([len(set(a) & set(b)) / max(1, len(b))
-                                                                  for a, b in zip(pa, pe)])), 4),
-                                      same=float(np.mean([a == b for a, b in zip(pa, pe)])))
+                    agree[arm] = agreement(eng, ids, qs, Z, pa, exact)
                 per_round[arm].append({k: 1e3 * float(np.median([a.get(k, 0.0) for a in acc])) for k in PIECES}
                                       | {"sum": 1e3 * float(np.median([sum(a.values()) for a in acc]))})
-                whole[arm].append(1e3 * float(np.median(t_q)))
+                whole[arm].append(float(np.median(t_q)))
                 print(arm, json.dumps({k: round(v, 3) for k, v in per_round[arm][-1].items()}), flush=True)
     working_set.COMPILED = True
     eng.plan = plan

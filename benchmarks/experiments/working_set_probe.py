@@ -39,7 +39,7 @@ def _pieces(tm: Timer, sl, orig, call) -> None:
 
     snap, plan, Zc, bidx, tok, context, *rest = call
     tm("working_sets", lambda: orig(snap, plan, Zc, bidx, tok, context, *rest))
-    index, rows_b, rsample = sl.unit_index(snap, 0, plan.ann_kind, False, plan.ann_vectors)
+    index, rsample = sl.unit_index(snap, 0, plan.ann_kind, False, plan.ann_vectors)
     vecs, base = unit_block(snap, 0)
     params = AnnParams(plan.ann_nprobe, plan.ann_ef_search)
     _, I = tm("ivf_search", lambda: index.search(Zc, 1024, params))
@@ -55,7 +55,7 @@ def _pieces(tm: Timer, sl, orig, call) -> None:
     cw = np.empty(len(W))
     tm("W_dots", lambda: sl._gather_dots(vecs, base + W, np.zeros(len(W), np.int64), Zc, cw, sl.PREFETCH_ROWS))
     tm("W_bm25", lambda: sl.scores_at(snap, 0, sh.cols, W))
-    tm("lexical", lambda: sl.lexical(snap, 0, sh.cols, 128, rows_b, None))
+    tm("lexical", lambda: sl.lexical(snap, 0, sh.cols, 128, rsample.units, None))
     tm("given_ranks", lambda: sl.given_ranks(sh, sh.cos, int(snap.off.nu[0])))
 
 

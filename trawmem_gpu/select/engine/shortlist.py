@@ -99,8 +99,8 @@ class Shortlist(NamedTuple):
 
 
 def unit_index(snap: Snapshot, bank: int, kind: str, use_gpu: bool, vectors: str = "float32"
-               ) -> tuple[VectorIndex, np.ndarray, RankSample]:
-    """The bank's approximate index over its unit vectors, its rank sample's units and the sample
+               ) -> tuple[VectorIndex, RankSample]:
+    """The bank's approximate index over its unit vectors and its rank sample
     (``rank_sample.RankSample``: at most ``RANK_SAMPLE`` units, int8 codes), built on first use and
     kept with the bank's ``BankInfo`` (a later snapshot of the same bank object reuses them); an
     appended bank's index is the old one grown (``bank_tables.grown_indexes``), not rebuilt."""
@@ -115,8 +115,7 @@ def unit_index(snap: Snapshot, bank: int, kind: str, use_gpu: bool, vectors: str
             sample = a + (np.arange(n) if n <= RANK_SAMPLE else np.sort(rng.choice(n, RANK_SAMPLE, replace=False)))
             index = info.cache.pop(("grown", *key), None) or VectorIndex(
                 vecs[a:a + n], kind, use_gpu, vectors=vectors, rerank=info.bank.unit_vecs)  # compact: re-ranked in float32
-            rs = rank_sample(sample - a, vecs[sample])
-            got = info.cache[key] = (index, rs.units, rs)
+            got = info.cache[key] = (index, rank_sample(sample - a, vecs[sample]))
         return got
 
 
@@ -152,7 +151,7 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
     masks = masks if masks is not None else [None] * len(bidx)
     for bank in np.unique(bidx).tolist():
         rows = np.flatnonzero(bidx == bank)
-        index, rows_b, rsample = unit_index(snap, bank, plan.ann_kind, plan.device.type == "cuda", plan.ann_vectors)
+        index, rsample = unit_index(snap, bank, plan.ann_kind, plan.device.type == "cuda", plan.ann_vectors)
         vecs, base = unit_block(snap, bank)
         plain = [r for r in rows.tolist() if masks[r] is None]
         if plain:
@@ -177,7 +176,7 @@ def working_sets(snap: Snapshot, plan, Z: np.ndarray, bidx: np.ndarray, tok: tup
         for r in rows.tolist():  # an estimate of ranks: int8 codes are enough (``rank_sample``)
             dots = sample_dots(rsample, Z[r])
             dots.sort()
-            sample[r] = (dots, rows_b)
+            sample[r] = (dots, rsample.units)
     ptr, ids = tok
     out = []
     for q, bank in enumerate(bidx.tolist()):

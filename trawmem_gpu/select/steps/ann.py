@@ -340,8 +340,7 @@ def file_lists(index, x: np.ndarray) -> None:
         raise ValueError("file_lists fills an empty index")
     if n == 0:
         return
-    _, assign = index.quantizer.search(x, 1)
-    assign = assign[:, 0].astype(np.int64)
+    assign = index.quantizer.search(x, 1)[1][:, 0]  # int64 labels
     if (assign < 0).any():
         raise ValueError("the coarse quantizer left vectors without a list")
     order = np.argsort(assign, kind="stable")  # by list, ids ascending within one
