@@ -41,7 +41,9 @@ def run(dirs: dict, pairs: int, name: str) -> None:
     for i in range(1, pairs + 1):
         for arm in (ARMS if i % 2 else ARMS[::-1]):
             print(f"pair {i} {arm} load {os.getloadavg()[0]:.2f}", flush=True)
-            subprocess.run(_command(f"{name}_{arm}_{i}"), cwd=dirs[arm], check=True, stdout=subprocess.DEVNULL)
+            done = subprocess.run(_command(f"{name}_{arm}_{i}"), cwd=dirs[arm], stdout=subprocess.DEVNULL)
+            if done.returncode != 0:
+                raise SystemExit(f"pair {i}, {arm} ({dirs[arm]}): scale-query exited with {done.returncode}")
 
 
 def _point(path: Path) -> dict:
@@ -113,12 +115,13 @@ def main() -> None:
     for arm, d in dirs.items():
         if not (Path(d) / "benchmarks").is_dir():
             raise SystemExit(f"{arm}: {d} is not a checkout of this project")
+    name = sys.argv[4]
     if sys.argv[1] == "run":
-        if len(sys.argv) != 6:
+        if len(sys.argv) != 6 or not sys.argv[4].isdigit():
             raise SystemExit(__doc__)
-        run(dirs, int(sys.argv[4]), sys.argv[5])
-        sys.argv[4] = sys.argv[5]
-    print(json.dumps(summary(dirs, sys.argv[4]), indent=1))
+        name = sys.argv[5]
+        run(dirs, int(sys.argv[4]), name)
+    print(json.dumps(summary(dirs, name), indent=1))
 
 
 if __name__ == "__main__":
