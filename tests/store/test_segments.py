@@ -158,6 +158,37 @@ def test_background_compaction_under_a_policy(tmp_path):
     assert held
 
 
+def test_an_idle_compactor_holds_no_thread_and_no_collection(tmp_path):
+    """The compactor's thread ends once its queue is empty (the next submit starts another), so a
+    dropped collection, and the banks it caches, is freed: a thread per collection used to wait
+    on its queue for good, holding the collection."""
+    import gc
+    import weakref
+
+    turns = _turns()
+    coll = Collection(tmp_path / "c", create=True)
+    coll.compaction = CompactionPolicy(max_segments=3, max_fraction=10.0)
+    coll.put(_full(turns[:10]))
+    _append_all(coll, turns[:22], 10, 2)
+    comp = coll.compactor()
+    comp.wait()
+    first = comp._thread
+    if first is not None:
+        first.join(60.0)  # it returns once it finds the queue empty
+        assert not first.is_alive()
+    assert comp.done >= 1 and comp._thread is None
+    _append_all(coll, turns[:30], 22, 2)  # more appends: a new thread, and it ends too
+    comp.wait()
+    if comp._thread is not None:
+        comp._thread.join(60.0)
+    assert comp._thread is None and comp.done >= 2
+    _same(Collection(tmp_path / "c").load("b"), _full(turns[:30]))
+    ref = weakref.ref(coll)
+    del coll, comp, first
+    gc.collect()
+    assert ref() is None
+
+
 def test_a_format_2_bank_opens_and_takes_appends(tmp_path):
     """A collection written by the previous release (format 2: heads in meta.json, no nearest-head
     table; turn metadata in units.json) opens; its first append rewrites it in format 3, and the

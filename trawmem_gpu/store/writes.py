@@ -243,7 +243,9 @@ def _commit(coll, bank_id: str, d: Path, meta: dict, base: dict, tmp: Path, bank
 class Compactor:
     """A daemon thread that compacts the banks handed to it (``Collection.compactor``), one at a
     time; a bank queued twice is compacted once. A failure is logged and leaves the bank as it was
-    (every compaction that does not commit does)."""
+    (every compaction that does not commit does). The thread ends when its queue is empty and the
+    next :meth:`submit` starts another: an idle collection holds no thread, and a thread never
+    keeps a dropped collection (and the banks it caches) alive."""
 
     def __init__(self, coll):
         self.coll = coll
@@ -259,15 +261,19 @@ class Compactor:
             if bank_id in self._pending:
                 return
             self._pending.add(bank_id)
+            self._queue.put(bank_id)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="trawmem-compact", daemon=True)
                 self._thread.start()
-        self._queue.put(bank_id)
 
     def _run(self) -> None:
         while True:
-            bank_id = self._queue.get()
-            with self._lock:
+            with self._lock:  # an empty queue ends the thread; submit starts the next under this lock
+                try:
+                    bank_id = self._queue.get_nowait()
+                except queue.Empty:
+                    self._thread = None
+                    return
                 self._pending.discard(bank_id)
             try:
                 self.done += bool(compact(self.coll, bank_id))
