@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import copy
 import os
-import pickle
 import sys
 import time
 
 import numpy as np
 
-from benchmarks.experiments.working_set_pieces import emit, index_file
+from benchmarks.experiments.working_set_pieces import cached, emit, timed_picks
 
 
 def main() -> None:
@@ -34,15 +33,9 @@ def main() -> None:
     from trawmem_gpu.select.steps import ann
 
     N, d = int(sys.argv[1]), int(sys.argv[2])
-    cache, top = os.environ.get("CACHE", "/tmp"), int(os.environ.get("TOPICS", 1000))
     rounds = int(os.environ.get("ROUNDS", 6))
-    bank_path, index_path = os.path.join(cache, f"bank_{N}_{d}_t{top}.pkl"), index_file(cache, N, d, top)
-    for p in (bank_path, index_path):
-        if not os.path.exists(p):
-            raise SystemExit(f"no cached {p}: run large_bank_sweep.py {N} {d} with CACHE and KIND=ivf first")
     with harness.pin_threads(1):
-        with open(bank_path, "rb") as f:
-            banks = pickle.load(f)
+        banks, index_path = cached(N, d)
         ids, qs, Z = make_queries(banks, 42, seed=8)
         eng = SelectionEngine(banks, SelectConfig(), device="cpu", threads=1, ann_min_units=1, ann_index="ivf")
         t = time.time()
@@ -55,19 +48,11 @@ def main() -> None:
         rd.index = faiss.read_index(index_path)
         arms = {"built": ent, "copied": (cp,) + ent[1:], "file": (rd,) + ent[1:]}
 
-        def p50() -> float:
-            ts = []
-            for i in range(2, len(ids)):
-                c = time.thread_time()
-                eng.select_units(ids[i:i + 1], qs[i:i + 1], Z[i:i + 1])
-                ts.append(time.thread_time() - c)
-            return round(1e3 * float(np.median(ts)), 3)
-
         res: dict = {a: [] for a in arms}
         for r in range(rounds):
             for a in (list(arms) if r % 2 == 0 else list(arms)[::-1]):
                 eng.snapshot.infos[0].cache[key] = arms[a]
-                res[a].append(p50())
+                res[a].append(round(float(np.median(timed_picks(eng, ids, qs, Z)[0])), 3))
                 print(r, a, res[a][-1], flush=True)
     emit(dict(what=__doc__.split("\n\n")[0].replace("\n", " "), units=N, dim=d, queries=len(ids) - 2, rounds=rounds,
               filed_lists=bool(ann.FILED_LISTS), build_s=round(build_s, 1), load=os.getloadavg()[0],

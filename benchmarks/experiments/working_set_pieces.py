@@ -152,16 +152,22 @@ def load(N: int, d: int):
     from trawmem_gpu.select.config import SelectConfig
     from trawmem_gpu.select.engine import SelectionEngine, shortlist as sl
 
+    banks, index_path = cached(N, d)
+    eng = SelectionEngine(banks, SelectConfig(), device="cpu", threads=1, ann_min_units=1, ann_index="ivf")
+    ent = plant_index(eng, index_path, "ivf", sl.RANK_SAMPLE)
+    return banks, eng, make_queries(banks, int(os.environ.get("NQ", 40)) + 2, seed=8), ent
+
+
+def cached(N: int, d: int) -> tuple[list, str]:
+    """``(banks, index path)``: ``large_bank_sweep.py``'s cached bank of ``N`` units of width ``d``
+    (``CACHE``, ``TOPICS``) read, and the path of its cached IVF index (both must exist)."""
     cache, top = os.environ.get("CACHE", "/tmp"), int(os.environ.get("TOPICS", 1000))
     bank_path, index_path = os.path.join(cache, f"bank_{N}_{d}_t{top}.pkl"), index_file(cache, N, d, top)
     for p in (bank_path, index_path):
         if not os.path.exists(p):
             raise SystemExit(f"no cached {p}: run large_bank_sweep.py {N} {d} with CACHE and KIND=ivf first")
     with open(bank_path, "rb") as f:
-        banks = pickle.load(f)
-    eng = SelectionEngine(banks, SelectConfig(), device="cpu", threads=1, ann_min_units=1, ann_index="ivf")
-    ent = plant_index(eng, index_path, "ivf", sl.RANK_SAMPLE)
-    return banks, eng, make_queries(banks, int(os.environ.get("NQ", 40)) + 2, seed=8), ent
+        return pickle.load(f), index_path
 
 
 def index_file(cache: str, N: int, d: int, top: int, kind: str = "ivf") -> str:
